@@ -1,0 +1,120 @@
+# plait — one entry point: make, make test, make demo, make bench, make install.
+#
+#   make                 build everything into build/
+#   make test            install missing packages, build, run every test (also under ASan/UBSan)
+#   make demo            install missing packages, build, train a small GPT on the bundled corpus
+#   make bench           GPT-2 124M step time against PyTorch (prints ratios; not a test)
+#   make install PREFIX=/usr/local
+#
+# BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan.
+
+BUILD   ?= build
+PREFIX  ?= /usr/local
+CC      ?= gcc
+SAN     ?= 0
+
+VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wformat=2
+HARDEN  := -fstack-protector-strong -fno-strict-overflow -fno-delete-null-pointer-checks
+CPPFLAGS += -D_GNU_SOURCE -I. -DPLAIT_VERSION='"$(VERSION)"'
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c17 $(WARN) $(HARDEN) -fopenmp -pthread
+LDFLAGS += -fopenmp -pthread -Wl,-z,relro,-z,now
+LDLIBS  := -ljansson -ldnnl -lopenblas -lm
+
+ifeq ($(SAN),1)
+  CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  LDFLAGS += -fsanitize=address,undefined
+else
+  CPPFLAGS += -D_FORTIFY_SOURCE=2
+endif
+
+# The CPU kernels are the hot path: optimise harder (they carry their own
+# per-ISA clones, so the binary still runs on any x86-64).
+KERNEL_CFLAGS := -O3
+
+COMMON_SRC   := $(wildcard common/*.c)
+KERNELS_SRC  := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
+RUNTIME_SRC  := $(filter-out runtime/main.c,$(wildcard runtime/*.c))
+LAUNCHER_SRC := $(wildcard launcher/*.c)
+TEST_SRC     := $(wildcard tests/unit/test_*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+LIB_COMMON   := $(BUILD)/lib/libplait_common.a
+LIB_KERNELS  := $(BUILD)/lib/libplait_kernels.a
+LIB_RUNTIME  := $(BUILD)/lib/libplait_runtime.a
+PLAIT        := $(BUILD)/bin/plait
+PLAIT_TRAIN  := $(BUILD)/bin/plait-train
+TESTS        := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TOOLS        := $(BUILD)/bin/gemm-bench
+
+.PHONY: all test demo bench install clean deps-build deps-test format
+all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(TOOLS)
+
+$(BUILD)/obj/kernels/%.o: kernels/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(KERNEL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB_COMMON): $(call obj,$(COMMON_SRC))
+$(LIB_KERNELS): $(call obj,$(KERNELS_SRC))
+$(LIB_RUNTIME): $(call obj,$(RUNTIME_SRC))
+$(BUILD)/lib/%.a:
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(AR) rcs $@ $^
+
+# Link order: runtime -> kernels -> common.
+LIBS := $(LIB_RUNTIME) $(LIB_KERNELS) $(LIB_COMMON)
+
+$(PLAIT_TRAIN): $(call obj,runtime/main.c) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(PLAIT): $(call obj,$(LAUNCHER_SRC)) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/bin/gemm-bench: $(call obj,bench/gemm_bench.c) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: $(call obj,tests/unit/%.c) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+deps-build:
+	@scripts/deps.sh build
+
+deps-test:
+	@scripts/deps.sh test
+
+# make test: the README's test command (and what .ci/run calls).
+test: deps-test
+	$(MAKE) all
+	$(MAKE) all BUILD=build-asan SAN=1
+	tests/run.sh
+
+demo: deps-build
+	$(MAKE) all
+	scripts/demo.sh
+
+bench: deps-test
+	$(MAKE) all
+	bench/bench.sh
+
+install: $(PLAIT) $(PLAIT_TRAIN)
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(PLAIT) $(PLAIT_TRAIN) $(DESTDIR)$(PREFIX)/bin/
+
+format:
+	clang-format -i $(shell git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

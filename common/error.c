@@ -1,0 +1,45 @@
+/* error.c — filling struct plait_error. Printing and exit codes belong to the
+ * programs (launcher/, runtime/main.c), not here. */
+#include "common/error.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int error_set(struct plait_error *err, const char *fmt, ...)
+{
+    if (!err) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->text, sizeof err->text, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int error_prefix(struct plait_error *err, const char *fmt, ...)
+{
+    if (!err) return -1;
+    char prefix[sizeof err->text];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    char old[sizeof err->text];
+    memcpy(old, err->text, sizeof old);
+    snprintf(err->text, sizeof err->text, "%s%s", prefix, old);
+    return -1;
+}
+
+int error_errno(struct plait_error *err, const char *fmt, ...)
+{
+    int saved = errno;
+    if (!err) return -1;
+    char what[sizeof err->text];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(err->text, sizeof err->text, "%s: %s", what, strerror(saved));
+    return -1;
+}

@@ -1,0 +1,26 @@
+/* error.h — how library code in plait reports an error: it returns NULL/-1 and
+ * fills a struct plait_error with one line that says what was wrong and where
+ * (file, JSON path, rank, peer). Programs decide what to do with it. */
+#ifndef PLAIT_ERROR_H
+#define PLAIT_ERROR_H
+
+#include <stddef.h>
+
+struct plait_error {
+    char text[1024];
+};
+
+/* Sets err->text from a printf format (err may be NULL). Always returns -1, so
+ * that `return error_set(err, ...);` reads naturally. */
+int error_set(struct plait_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Prefixes err->text with a printf-formatted context ("loading checkpoint x: "). */
+int error_prefix(struct plait_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Sets err->text to "<what>: <strerror(errno)>" using the current errno. */
+int error_errno(struct plait_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif

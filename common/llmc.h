@@ -1,0 +1,47 @@
+/* llmc.h — the file formats of llm.c that plait reads and writes, so existing
+ * datasets and weights work: token shards and GPT-2 model checkpoints. Only the
+ * headers live here (the plan validator needs them); the runtime streams the
+ * bodies. */
+#ifndef PLAIT_LLMC_H
+#define PLAIT_LLMC_H
+
+#include <stdint.h>
+
+#include "common/error.h"
+
+#define LLMC_HEADER_INTS 256
+#define LLMC_HEADER_BYTES (LLMC_HEADER_INTS * 4)
+
+/* Token shard: int32 header {magic, version, n_tokens, 0...}, then n_tokens uint16. */
+#define LLMC_TOKENS_MAGIC 20240520
+#define LLMC_TOKENS_VERSION 1
+
+/* GPT-2 model: int32 header {magic, version, max_seq_len, vocab, layers, heads,
+ * hidden, padded_vocab, 0...}, then the parameters (fp32 for version 3, bf16
+ * for version 5) in llm.c order (see runtime/params.h). */
+#define LLMC_MODEL_MAGIC 20240326
+#define LLMC_MODEL_VERSION_FP32 3
+#define LLMC_MODEL_VERSION_BF16 5
+
+struct llmc_model_header {
+    int version; /* 3 = fp32 parameters, 5 = bf16 */
+    int max_seq_len, vocab, layers, heads, hidden, padded_vocab;
+};
+
+/* Reads and checks the header of an llm.c GPT-2 checkpoint, including that the
+ * file is long enough for the parameters the header announces. */
+int llmc_read_model_header(const char *path, struct llmc_model_header *out,
+                           struct plait_error *err);
+
+/* Reads and checks the header of a token shard; *n_tokens gets the token count.
+ * The file size must match the count exactly. */
+int llmc_read_tokens_header(const char *path, int64_t *n_tokens, struct plait_error *err);
+
+/* Fills a 256-int header for a GPT-2 checkpoint / a token shard. */
+void llmc_model_header_fill(int32_t header[LLMC_HEADER_INTS], const struct llmc_model_header *h);
+void llmc_tokens_header_fill(int32_t header[LLMC_HEADER_INTS], int64_t n_tokens);
+
+/* Number of parameters of a GPT-2 with these dimensions (llm.c layout). */
+int64_t llmc_param_count(int max_seq_len, int padded_vocab, int layers, int hidden);
+
+#endif

@@ -1,0 +1,117 @@
+/* plan.h — the training plan: one strict parser for plan.json, shared by the
+ * CLI, the runtime, and (later) the SPANK plugin and the Kubernetes launcher.
+ *
+ * Strict means: an unknown key, a wrong JSON type or a value out of range is an
+ * error that names the source, the line and the JSON path, e.g.
+ *     plan.json:7: optimizer.lr: must be > 0 (got -3e-4)
+ * Overrides (`--set optimizer.lr=1e-3`) are applied before validation and
+ * errors in them name the override: `--set optimizer.lr=-1: optimizer.lr: ...`.
+ *
+ * Relative paths in a plan file are resolved against the plan file's directory;
+ * relative paths given with --set against the current directory. The loaded
+ * plan holds absolute paths and every default filled in; plan_to_json() writes
+ * that resolved plan, which plan_load() reads back to an identical plan. */
+#ifndef PLAIT_PLAN_H
+#define PLAIT_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+enum plan_precision { PLAN_PRECISION_FP32, PLAN_PRECISION_BF16 };
+enum plan_recompute { PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE, PLAN_RECOMPUTE_FULL };
+enum plan_schedule { PLAN_SCHEDULE_CONSTANT, PLAN_SCHEDULE_COSINE };
+enum plan_device { PLAN_DEVICE_AUTO, PLAN_DEVICE_CPU, PLAN_DEVICE_CUDA };
+
+struct plan_model {
+    char *arch;       /* "gpt2" (the only one) */
+    int layers;       /* L */
+    int heads;        /* NH; hidden % heads == 0 */
+    int hidden;       /* C */
+    int vocab;        /* V, 1..65536 (tokens are uint16) */
+    int padded_vocab; /* Vp >= V; default: V rounded up to a multiple of 128 */
+    int seq_len;      /* T, the training sequence length */
+    int max_seq_len;  /* rows of the position table, >= T; default T */
+    uint64_t seed;
+    char *init;       /* NULL, or an llm.c GPT-2 checkpoint (absolute path) */
+};
+
+struct plan_data {
+    char *train;     /* a file or a glob of llm.c token shards (absolute) */
+    char *val;       /* NULL, or the same for validation */
+    bool shuffle;
+    int val_every;   /* evaluate every N steps (0 = only at the end); needs val */
+    int val_batches; /* micro-batches per evaluation */
+    char *tokenizer; /* NULL, or an llm.c tokenizer file for printing samples */
+};
+
+struct plan_batch {
+    int micro_batch; /* B, sequences per micro-batch */
+    int grad_accum;  /* micro-batches per optimizer step */
+};
+
+struct plan_optimizer {
+    double lr, beta1, beta2, eps, weight_decay;
+    double grad_clip; /* 0 = no clipping */
+    int warmup_steps;
+    enum plan_schedule schedule;
+    double min_lr_ratio;
+};
+
+struct plan_checkpoint {
+    char *dir; /* absolute, or relative to the run directory */
+    int every; /* steps between checkpoints; 0 = only at the end */
+    int keep;  /* complete checkpoints kept, newest first */
+};
+
+struct plan_parallel {
+    int tp, pp, dp;
+    enum plan_device device;
+};
+
+struct plan_sample {
+    int tokens;         /* tokens to sample before and after training; 0 = none */
+    double temperature; /* > 0 */
+    int top_k;          /* 0 = whole vocabulary */
+    char *prompt;       /* text (byte vocab / tokenizer) that starts each sample */
+    uint64_t seed;
+};
+
+struct plan {
+    char *source; /* where it came from, for messages ("examples/plans/x.json") */
+    struct plan_model model;
+    struct plan_data data;
+    struct plan_batch batch;
+    struct plan_optimizer optimizer;
+    int steps;
+    enum plan_precision precision;
+    enum plan_recompute recompute;
+    struct plan_checkpoint checkpoint;
+    struct plan_parallel parallel;
+    struct plan_sample sample;
+};
+
+/* Loads, applies overrides ("dot.path=value"; the value is JSON if it parses
+ * as JSON, otherwise a string) and validates. Returns NULL and fills err. */
+struct plan *plan_load(const char *path, const char *const *overrides, int n_overrides,
+                       struct plait_error *err);
+
+/* The same from text; base_dir resolves relative paths (NULL = current dir). */
+struct plan *plan_load_text(const char *text, const char *source, const char *base_dir,
+                            const char *const *overrides, int n_overrides,
+                            struct plait_error *err);
+
+void plan_free(struct plan *plan);
+
+/* The resolved plan as JSON text (every field, defaults filled, absolute
+ * paths); malloc'ed. */
+char *plan_to_json(const struct plan *plan);
+
+/* Names of the enums, as they are spelled in plan.json. */
+const char *plan_precision_name(enum plan_precision p);
+const char *plan_recompute_name(enum plan_recompute r);
+const char *plan_schedule_name(enum plan_schedule s);
+const char *plan_device_name(enum plan_device d);
+
+#endif

@@ -1,0 +1,99 @@
+/* ops.h — every operation of a GPT-2 training step, behind one table that each
+ * backend fills: kernels/cpu (the tested reference) and, op for op, a CUDA
+ * backend. The runtime calls only these. Pointers are the backend's memory.
+ *
+ * Shapes: B batch, T time, C channels, NH heads, hs = C/NH, V vocab, Vp padded
+ * vocab, N = B·T rows. Matrices are row-major; weights are (out, in) as in
+ * llm.c and PyTorch's Linear.
+ *
+ * Errors are sticky, as in CUDA: ops return nothing; the first failure (out of
+ * memory, a library error) is kept until take_error() returns and clears it.
+ * The runtime checks after every micro-batch. Ops never fail on numbers. */
+#ifndef PLAIT_KERNELS_OPS_H
+#define PLAIT_KERNELS_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ops {
+    const char *name; /* "cpu" */
+
+    /* memory: alloc returns zeroed memory or NULL */
+    void *(*alloc)(size_t bytes);
+    void (*free)(void *p);
+    void (*upload)(void *dst, const void *host_src, size_t bytes);
+    void (*download)(void *host_dst, const void *src, size_t bytes);
+    void (*zero)(void *p, size_t bytes);
+    /* 0 if no op failed since the last call; else -1 and the first message */
+    int (*take_error)(char *buf, size_t bytes);
+
+    /* out (B,T,C) = wte[tokens] + wpe[t]; wte (Vp,C), wpe (maxT,C) */
+    void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte,
+                            const float *wpe, int B, int T, int C);
+    /* dwte[tokens] += dout (always accumulates: the LM head writes dwte first);
+     * dwpe[0:T] = dwpe·accumulate + Σ_b dout */
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                             int B, int T, int C, bool accumulate);
+
+    /* out (N,C) = (inp - mean)·rstd·w + b, eps 1e-5; mean, rstd (N) are saved */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+    /* dinp (N,C) += ...  (the residual stream's gradient accumulates);
+     * dw, db (C) = (accumulate ? dw : 0) + ... */
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C, bool accumulate);
+
+    /* out (N,OC) = inp (N,C) · wᵀ + bias; w (OC,C); bias may be NULL.
+     * With w16 (bf16 copy of w, or NULL for fp32), inp is rounded to bf16 and
+     * the product accumulates in fp32. */
+    void (*matmul_forward)(float *out, const float *inp, const float *w, const uint16_t *w16,
+                           const float *bias, int N, int C, int OC);
+    /* dinp (N,C) = dout · w (overwritten);
+     * dw (OC,C) = dw·accumulate + doutᵀ · inp;  dbias (OC) likewise, may be NULL.
+     * With w16 the three products take bf16 inputs. */
+    void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, const uint16_t *w16, int N, int C,
+                            int OC, bool accumulate);
+
+    /* qkv (B,T,3C) -> out (B,T,C); att (B,NH,T,T) gets the causal softmax
+     * probabilities (zero above the diagonal), scale 1/sqrt(hs) */
+    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH);
+    /* dqkv (B,T,3C) overwritten; datt (B,NH,T,T) is scratch */
+    void (*attention_backward)(float *dqkv, float *datt, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH);
+
+    /* GELU, tanh approximation, n elements; dinp overwritten */
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+
+    /* out = a + b, n elements (out may alias a or b) */
+    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+
+    /* Cross-entropy of logits (N,Vp) against targets (N), softmax over the
+     * first V columns only. losses (N) = -log p[target]. With grad_scale != 0,
+     * logits is overwritten by dlogits = (p - onehot)·grad_scale, with the
+     * padded columns set to 0. */
+    void (*classifier)(float *logits, float *losses, const int32_t *targets, int N, int V,
+                       int Vp, float grad_scale);
+
+    /* sum of squares in double, deterministic for a given n */
+    double (*sum_squares)(const float *x, size_t n);
+
+    /* AdamW as torch.optim.AdamW, on n elements, with the gradient first
+     * multiplied by grad_scale (clipping); step is 1-based. With p16 != NULL,
+     * p16 gets the bf16 copy of the updated parameters. */
+    void (*adamw)(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float grad_scale, int step);
+
+    /* dst (n, bf16) = round-to-nearest-even(src) */
+    void (*to_bf16)(uint16_t *dst, const float *src, size_t n);
+};
+
+/* The CPU backend (always present). */
+const struct ops *ops_cpu(void);
+
+#endif

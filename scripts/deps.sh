@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages plait needs that are missing, and nothing else.
+#   scripts/deps.sh build   compiler and libraries (make, make demo)
+#   scripts/deps.sh test    build + the test referees (PyTorch, numpy)
+set -euo pipefail
+
+build_pkgs=(gcc make pkg-config libjansson-dev libdnnl-dev libopenblas-dev)
+test_pkgs=("${build_pkgs[@]}" python3 python3-torch python3-numpy)
+
+case "${1:-build}" in
+  build) want=("${build_pkgs[@]}") ;;
+  test)  want=("${test_pkgs[@]}") ;;
+  *) echo "usage: scripts/deps.sh build|test" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" != 0 ]; then
+  echo "plait: missing packages: ${missing[*]} (run as root, or: apt-get install ${missing[*]})" >&2
+  exit 1
+fi
+echo "plait: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get -o DPkg::Lock::Timeout=600 update -qq
+apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

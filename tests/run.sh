@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Runs every test: the C unit tests (normal build and ASan/UBSan build) and the
+# integration scripts. Each test program prints "ok NAME" / "not ok NAME" lines;
+# a program that fails without saying which case counts as one failure.
+# Usage: tests/run.sh [PATTERN]   (only test files whose name contains PATTERN)
+# Ends with "N passed, N failed".
+set -u
+cd "$(dirname "$0")/.."
+pattern=${1:-}
+passed=0
+failed=0
+failed_names=()
+
+run_one() { # label, command...
+    local label=$1; shift
+    local log t0 t1 rc p f
+    log=$(mktemp)
+    t0=$(date +%s.%N)
+    "$@" >"$log" 2>&1
+    rc=$?
+    t1=$(date +%s.%N)
+    p=$(grep -c '^ok ' "$log")
+    f=$(grep -c '^not ok ' "$log")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        echo "not ok $label (exit code $rc)" >>"$log"
+        f=1
+    fi
+    passed=$((passed + p))
+    failed=$((failed + f))
+    printf '%-48s %3d passed %3d failed %6.1fs\n' "$label" "$p" "$f" "$(awk "BEGIN{print $t1 - $t0}")"
+    if [ "$f" -ne 0 ]; then
+        failed_names+=("$label")
+        sed 's/^/    | /' "$log" | tail -n 60
+    fi
+    rm -f "$log"
+}
+
+export PLAIT_BUILD=${PLAIT_BUILD:-$PWD/build}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+
+for t in build/tests/test_*; do
+    [ -x "$t" ] || continue
+    case "$t" in *"$pattern"*) ;; *) continue ;; esac
+    run_one "unit/$(basename "$t")" "$t"
+done
+for t in build-asan/tests/test_*; do
+    [ -x "$t" ] || continue
+    case "$t" in *"$pattern"*) ;; *) continue ;; esac
+    run_one "asan/$(basename "$t")" env PLAIT_SANITIZED=1 "$t"
+done
+for t in tests/integration/test_*.sh; do
+    [ -f "$t" ] || continue
+    case "$t" in *"$pattern"*) ;; *) continue ;; esac
+    run_one "integration/$(basename "$t" .sh)" bash "$t"
+done
+
+if [ ${#failed_names[@]} -ne 0 ]; then
+    echo "failed: ${failed_names[*]}"
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
