@@ -25,9 +25,10 @@ int error_prefix(struct plait_error *err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    char old[sizeof err->text];
-    memcpy(old, err->text, sizeof old);
-    snprintf(err->text, sizeof err->text, "%s%s", prefix, old);
+    char joined[2 * sizeof err->text];
+    snprintf(joined, sizeof joined, "%s%s", prefix, err->text);
+    memcpy(err->text, joined, sizeof err->text - 1); /* keeps the head if too long */
+    err->text[sizeof err->text - 1] = '\0';
     return -1;
 }
 
@@ -40,6 +41,6 @@ int error_errno(struct plait_error *err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    snprintf(err->text, sizeof err->text, "%s: %s", what, strerror(saved));
+    snprintf(err->text, sizeof err->text, "%.900s: %.100s", what, strerror(saved));
     return -1;
 }

@@ -1,0 +1,33 @@
+/* fsutil.h — file-system steps that must not lose data: directories made
+ * with parents, files and directories fsynced, whole files written
+ * atomically (temp name, fsync, rename, fsync of the directory). */
+#ifndef PLAIT_FSUTIL_H
+#define PLAIT_FSUTIL_H
+
+#include <stddef.h>
+
+#include "common/error.h"
+
+/* out = dir + "/" + name; -1 with err when it does not fit out_bytes. */
+int fs_join(char *out, size_t out_bytes, const char *dir, const char *name,
+            struct plait_error *err);
+
+/* mkdir -p; existing directories are fine. */
+int fs_mkdir_p(const char *path, struct plait_error *err);
+
+/* fsync of a directory (so a rename or create inside it is durable). */
+int fs_fsync_dir(const char *path, struct plait_error *err);
+
+/* Writes bytes to path through path.tmp, fsync, rename, fsync(dir). */
+int fs_write_atomic(const char *path, const void *data, size_t bytes, struct plait_error *err);
+
+/* Reads a whole file into a malloc'ed, NUL-terminated buffer. */
+char *fs_read_all(const char *path, size_t *bytes, struct plait_error *err);
+
+/* rm -rf (for expired checkpoints and abandoned temp directories). */
+int fs_remove_tree(const char *path, struct plait_error *err);
+
+/* The directory part of a path, malloc'ed ("." when there is none). */
+char *fs_dirname(const char *path);
+
+#endif

@@ -1,0 +1,43 @@
+/* log.c — prefixed messages on stderr, one line each. */
+#include "common/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static char prefix[64] = "plait";
+
+void log_set_prefix(const char *p)
+{
+    snprintf(prefix, sizeof prefix, "%s", p);
+}
+
+static void emit(const char *level, const char *fmt, va_list ap)
+{
+    char line[2048];
+    vsnprintf(line, sizeof line, fmt, ap);
+    fprintf(stderr, "%s: %s%s\n", prefix, level, line);
+}
+
+void log_info(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    emit("", fmt, ap);
+    va_end(ap);
+}
+
+void log_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    emit("warning: ", fmt, ap);
+    va_end(ap);
+}
+
+void log_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    emit("error: ", fmt, ap);
+    va_end(ap);
+}

@@ -1,0 +1,13 @@
+/* log.h — messages to stderr with the program's prefix ("plait: ",
+ * "plait-train: ") so an admin can grep a job log for them. */
+#ifndef PLAIT_LOG_H
+#define PLAIT_LOG_H
+
+/* Sets the prefix (without ": "); default "plait". */
+void log_set_prefix(const char *prefix);
+
+void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,238 @@
+/* ops_cpu.c — the CPU backend of kernels/ops.h: instantiates the generic
+ * kernels for float and double, adds what only the float path has (bf16
+ * matrix products, AdamW, memory), and fills the ops table. The kernels'
+ * maths lives in ops_generic.inc; the matrix products in gemm.c. */
+#include "kernels/cpu/ops_cpu.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/vmath.h"
+#include "kernels/ops.h"
+
+/* ---- sticky error ---------------------------------------------------------- */
+
+static pthread_mutex_t error_lock = PTHREAD_MUTEX_INITIALIZER;
+static char error_text[512];
+static int error_pending;
+
+void cpu_set_error(const char *fmt, ...)
+{
+    pthread_mutex_lock(&error_lock);
+    if (!error_pending) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(error_text, sizeof error_text, fmt, ap);
+        va_end(ap);
+        error_pending = 1;
+    }
+    pthread_mutex_unlock(&error_lock);
+}
+
+int cpu_take_error(char *buf, size_t bytes)
+{
+    pthread_mutex_lock(&error_lock);
+    int pending = error_pending;
+    if (pending && buf && bytes) snprintf(buf, bytes, "%s", error_text);
+    error_pending = 0;
+    pthread_mutex_unlock(&error_lock);
+    return pending ? -1 : 0;
+}
+
+/* ---- the generic kernels, twice -------------------------------------------- */
+
+#define real float
+#define SFX _f32
+#define EXP vexpf
+#define TANH vtanhf
+#define SQRT sqrtf
+#define LOG logf
+#define GEMM gemm_f32
+#define PAR_ATTN 1
+#include "kernels/cpu/ops_generic.inc"
+#undef real
+#undef SFX
+#undef EXP
+#undef TANH
+#undef SQRT
+#undef LOG
+#undef GEMM
+#undef PAR_ATTN
+
+#define real double
+#define SFX _f64
+#define EXP exp
+#define TANH tanh
+#define SQRT sqrt
+#define LOG log
+#define GEMM gemm_f64
+#define PAR_ATTN 0 /* CBLAS from several threads at once is not guaranteed safe */
+#include "kernels/cpu/ops_generic.inc"
+#undef real
+#undef SFX
+#undef EXP
+#undef TANH
+#undef SQRT
+#undef LOG
+#undef GEMM
+#undef PAR_ATTN
+
+/* ---- memory ---------------------------------------------------------------- */
+
+static void *cpu_alloc(size_t bytes)
+{
+    size_t rounded = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    if (!p) {
+        cpu_set_error("out of memory allocating %zu bytes", bytes);
+        return NULL;
+    }
+    memset(p, 0, rounded ? rounded : 64);
+    return p;
+}
+
+static void cpu_free(void *p)
+{
+    free(p);
+}
+
+static void cpu_copy(void *dst, const void *src, size_t bytes)
+{
+    memcpy(dst, src, bytes);
+}
+
+static void cpu_zero(void *p, size_t bytes)
+{
+    memset(p, 0, bytes);
+}
+
+/* ---- bf16 matrix products -------------------------------------------------- */
+
+/* Scratch for bf16 copies of activations: grown on demand, owned by the
+ * backend. The runtime calls ops from one thread, so one buffer per slot. */
+static uint16_t *scratch16[2];
+static size_t scratch16_elems[2];
+
+static uint16_t *bf16_scratch(int slot, const float *src, size_t n)
+{
+    if (scratch16_elems[slot] < n) {
+        free(scratch16[slot]);
+        scratch16[slot] = aligned_alloc(64, (n * 2 + 63) / 64 * 64);
+        scratch16_elems[slot] = scratch16[slot] ? n : 0;
+        if (!scratch16[slot]) {
+            cpu_set_error("out of memory for a bf16 copy of %zu elements", n);
+            return NULL;
+        }
+    }
+    bf16_from_f32(scratch16[slot], src, n);
+    return scratch16[slot];
+}
+
+static void mm16(bool ta, bool tb, int M, int N, int K, const uint16_t *A, int lda,
+                 const uint16_t *B, int ldb, float beta, float *Cm, int ldc)
+{
+    char msg[256];
+    if (gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc, msg, sizeof msg) != 0)
+        cpu_set_error("bf16 gemm %c%c %dx%dx%d: %s", ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K,
+                      msg);
+}
+
+static void cpu_matmul_forward(float *out, const float *inp, const float *w, const uint16_t *w16,
+                               const float *bias, int N, int C, int OC)
+{
+    if (!w16) {
+        cpu_matmul_forward_f32(out, inp, w, bias, N, C, OC);
+        return;
+    }
+    const uint16_t *x16 = bf16_scratch(0, inp, (size_t)N * C);
+    if (!x16) return;
+    if (bias) {
+#pragma omp parallel for
+        for (int r = 0; r < N; r++) memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(float));
+    }
+    mm16(false, true, N, OC, C, x16, C, w16, C, bias ? 1.0f : 0.0f, out, OC);
+}
+
+static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                                const float *inp, const float *w, const uint16_t *w16, int N,
+                                int C, int OC, bool accumulate)
+{
+    if (!w16) {
+        cpu_matmul_backward_f32(dinp, dw, dbias, dout, inp, w, N, C, OC, accumulate);
+        return;
+    }
+    const uint16_t *d16 = bf16_scratch(0, dout, (size_t)N * OC);
+    const uint16_t *x16 = bf16_scratch(1, inp, (size_t)N * C);
+    if (!d16 || !x16) return;
+    mm16(false, false, N, C, OC, d16, OC, w16, C, 0.0f, dinp, C);
+    mm16(true, false, OC, C, N, d16, OC, x16, C, accumulate ? 1.0f : 0.0f, dw, C);
+    if (dbias) bias_backward_f32(dbias, dout, N, OC, accumulate);
+}
+
+/* ---- optimizer -------------------------------------------------------------- */
+
+/* torch.optim.AdamW (single-tensor path of PyTorch 1.13), step by step:
+ *   p ← p·(1 − lr·wd);  m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²
+ *   p ← p − (lr / (1−β1ᵗ)) · m / (√v / √(1−β2ᵗ) + eps)                    */
+static void cpu_adamw(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay,
+                      float grad_scale, int step)
+{
+    float decay = 1.0f - lr * weight_decay;
+    float step_size = (float)(lr / (1.0 - pow(beta1, step)));
+    float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, step));
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * grad_scale;
+        float mi = m[i] * beta1 + gi * (1.0f - beta1);
+        float vi = v[i] * beta2 + (1.0f - beta2) * gi * gi;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        float pi = p[i] * decay - step_size * (mi / denom);
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi;
+    }
+    if (p16) bf16_from_f32(p16, p, n);
+}
+
+/* ---- the table --------------------------------------------------------------- */
+
+static double cpu_sum_squares(const float *x, size_t n)
+{
+    return cpu_sum_squares_f32(x, n);
+}
+
+static const struct ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .zero = cpu_zero,
+    .take_error = cpu_take_error,
+    .encoder_forward = cpu_encoder_forward_f32,
+    .encoder_backward = cpu_encoder_backward_f32,
+    .layernorm_forward = cpu_layernorm_forward_f32,
+    .layernorm_backward = cpu_layernorm_backward_f32,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .attention_forward = cpu_attention_forward_f32,
+    .attention_backward = cpu_attention_backward_f32,
+    .gelu_forward = cpu_gelu_forward_f32,
+    .gelu_backward = cpu_gelu_backward_f32,
+    .residual_forward = cpu_residual_forward_f32,
+    .classifier = cpu_classifier_f32,
+    .sum_squares = cpu_sum_squares,
+    .adamw = cpu_adamw,
+    .to_bf16 = bf16_from_f32,
+};
+
+const struct ops *ops_cpu(void)
+{
+    return &cpu_ops;
+}

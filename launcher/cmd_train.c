@@ -1,0 +1,127 @@
+/* cmd_train.c — `plait train PLAN [--out DIR] [--set path=value ...]`: checks
+ * the plan, writes the resolved plan into the run directory, sets the env
+ * contract for one local rank and execs plait-train (signals then reach the
+ * runtime directly). */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/env.h"
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "common/plan.h"
+#include "launcher/commands.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: plait train PLAN [--out DIR] [--set path=value ...]\n"
+            "  --out DIR         run directory (default runs/<plan name>); if it holds a\n"
+            "                    checkpoint, training resumes from the newest complete one\n"
+            "  --set path=value  override a plan field by its dot path, e.g.\n"
+            "                    --set model.layers=2 --set optimizer.lr=1e-3 (repeatable)\n"
+            "exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGTERM/SIGUSR1 after a\n"
+            "checkpoint (run the same command again to resume)\n");
+}
+
+/* plait-train beside this executable, else from PATH. */
+static void exec_runtime(void)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash && (size_t)(slash - self) + sizeof "/plait-train" <= sizeof self) {
+            strcpy(slash, "/plait-train");
+            if (access(self, X_OK) == 0) execl(self, "plait-train", (char *)NULL);
+        }
+    }
+    execlp("plait-train", "plait-train", (char *)NULL);
+    log_error("cannot run plait-train (looked beside %s and in PATH)", "plait");
+}
+
+static char *default_run_dir(const char *plan_path)
+{
+    const char *base = strrchr(plan_path, '/');
+    base = base ? base + 1 : plan_path;
+    size_t len = strlen(base);
+    if (len > 5 && !strcmp(base + len - 5, ".json")) len -= 5;
+    char *dir = malloc(len + sizeof "runs/");
+    if (dir) sprintf(dir, "runs/%.*s", (int)len, base);
+    return dir;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    const char *plan_path = NULL, *out = NULL;
+    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    int n_sets = 0;
+    if (!sets) return PLAIT_EXIT_ERROR;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            free(sets);
+            return PLAIT_EXIT_OK;
+        } else if (!strcmp(a, "--out") && i + 1 < argc) {
+            out = argv[++i];
+        } else if (!strncmp(a, "--out=", 6)) {
+            out = a + 6;
+        } else if (!strcmp(a, "--set") && i + 1 < argc) {
+            sets[n_sets++] = argv[++i];
+        } else if (!strncmp(a, "--set=", 6)) {
+            sets[n_sets++] = a + 6;
+        } else if (a[0] == '-' || plan_path) {
+            log_error("train: unexpected argument '%s'", a);
+            usage(stderr);
+            free(sets);
+            return PLAIT_EXIT_USAGE;
+        } else {
+            plan_path = a;
+        }
+    }
+    if (!plan_path) {
+        usage(stderr);
+        free(sets);
+        return PLAIT_EXIT_USAGE;
+    }
+    struct plait_error err;
+    struct plan *plan = plan_load(plan_path, sets, n_sets, &err);
+    free(sets);
+    if (!plan) {
+        log_error("%s", err.text);
+        return PLAIT_EXIT_ERROR;
+    }
+    char *run_dir = out ? strdup(out) : default_run_dir(plan_path);
+    char *json = plan_to_json(plan);
+    char abs_dir[PATH_MAX], plan_file[PATH_MAX + 16];
+    int rc = PLAIT_EXIT_ERROR;
+    if (!run_dir || !json) {
+        log_error("out of memory");
+        goto out;
+    }
+    if (fs_mkdir_p(run_dir, &err) || !realpath(run_dir, abs_dir)) {
+        log_error("%s", err.text);
+        goto out;
+    }
+    snprintf(plan_file, sizeof plan_file, "%s/plan.json", abs_dir);
+    if (fs_write_atomic(plan_file, json, strlen(json), &err)) {
+        log_error("%s", err.text);
+        goto out;
+    }
+    setenv(PLAIT_ENV_PLAN, plan_file, 1);
+    setenv(PLAIT_ENV_RUN_DIR, abs_dir, 1);
+    setenv(PLAIT_ENV_RANK, "0", 1);
+    setenv(PLAIT_ENV_WORLD_SIZE, "1", 1);
+    setenv(PLAIT_ENV_RESTART_COUNT, "0", 0);
+    fflush(NULL);
+    exec_runtime(); /* returns only on failure */
+out:
+    free(json);
+    free(run_dir);
+    plan_free(plan);
+    return rc;
+}

@@ -1,0 +1,9 @@
+/* commands.h — the subcommands of the plait CLI; plait.c routes to them.
+ * Each takes the arguments after its name and returns the exit code. */
+#ifndef PLAIT_LAUNCHER_COMMANDS_H
+#define PLAIT_LAUNCHER_COMMANDS_H
+
+int cmd_train(int argc, char **argv); /* plait train PLAN [--out DIR] [--set k=v ...] */
+int cmd_data(int argc, char **argv);  /* plait data prepare TEXT OUT.bin [...] */
+
+#endif

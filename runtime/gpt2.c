@@ -1,0 +1,139 @@
+/* gpt2.c — GPT-2 parameter layout, initialisation and llm.c checkpoint
+ * reading. Writing checkpoints (with their manifests) is ckpt.c's. */
+#include "runtime/gpt2.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/crc32c.h"
+#include "common/llmc.h"
+#include "common/rng.h"
+
+const char *const gpt2_tensor_names[GPT2_TENSORS] = {
+    "wte",  "wpe", "ln1w", "ln1b",    "qkvw",    "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw",     "lnfb",
+};
+
+void gpt2_layout(const struct gpt2_config *cfg, struct gpt2_layout *out)
+{
+    size_t C = (size_t)cfg->hidden, L = (size_t)cfg->layers;
+    size_t *e = out->elems;
+    e[GPT2_WTE] = (size_t)cfg->padded_vocab * C;
+    e[GPT2_WPE] = (size_t)cfg->max_seq_len * C;
+    e[GPT2_LN1W] = e[GPT2_LN1B] = L * C;
+    e[GPT2_QKVW] = L * 3 * C * C;
+    e[GPT2_QKVB] = L * 3 * C;
+    e[GPT2_ATTPROJW] = L * C * C;
+    e[GPT2_ATTPROJB] = L * C;
+    e[GPT2_LN2W] = e[GPT2_LN2B] = L * C;
+    e[GPT2_FCW] = L * 4 * C * C;
+    e[GPT2_FCB] = L * 4 * C;
+    e[GPT2_FCPROJW] = L * C * 4 * C;
+    e[GPT2_FCPROJB] = L * C;
+    e[GPT2_LNFW] = e[GPT2_LNFB] = C;
+    out->total = 0;
+    for (int t = 0; t < GPT2_TENSORS; t++) {
+        out->offset[t] = out->total;
+        out->total += e[t];
+    }
+}
+
+bool gpt2_tensor_decays(enum gpt2_tensor t)
+{
+    return t == GPT2_WTE || t == GPT2_WPE || t == GPT2_QKVW || t == GPT2_ATTPROJW ||
+           t == GPT2_FCW || t == GPT2_FCPROJW;
+}
+
+void gpt2_init_weights(const struct gpt2_config *cfg, const struct gpt2_layout *layout,
+                       float *params, uint64_t seed)
+{
+    memset(params, 0, layout->total * sizeof(float));
+    double residual_std = 0.02 / sqrt(2.0 * cfg->layers);
+    for (int t = 0; t < GPT2_TENSORS; t++) {
+        float *p = params + layout->offset[t];
+        size_t n = layout->elems[t];
+        if (t == GPT2_LN1W || t == GPT2_LN2W || t == GPT2_LNFW) {
+            for (size_t i = 0; i < n; i++) p[i] = 1.0f;
+            continue;
+        }
+        if (!gpt2_tensor_decays(t)) continue; /* biases stay zero */
+        double std = (t == GPT2_ATTPROJW || t == GPT2_FCPROJW) ? residual_std : 0.02;
+        if (t == GPT2_WTE) n = (size_t)cfg->vocab * cfg->hidden; /* padded rows stay zero */
+        struct rng r;
+        rng_seed(&r, seed, (uint64_t)t + 1); /* one stream per tensor */
+        for (size_t i = 0; i < n; i++) p[i] = (float)(std * rng_normal(&r));
+    }
+}
+
+int gpt2_read_llmc(const char *path, const struct gpt2_config *cfg, float *params,
+                   uint32_t *crc, struct plait_error *err)
+{
+    struct llmc_model_header h;
+    if (llmc_read_model_header(path, &h, err)) return -1;
+    if (h.max_seq_len != cfg->max_seq_len || h.vocab != cfg->vocab ||
+        h.padded_vocab != cfg->padded_vocab || h.layers != cfg->layers ||
+        h.heads != cfg->heads || h.hidden != cfg->hidden)
+        return error_set(err,
+                         "%s: model is maxT %d V %d Vp %d L %d NH %d C %d, the plan wants maxT "
+                         "%d V %d Vp %d L %d NH %d C %d",
+                         path, h.max_seq_len, h.vocab, h.padded_vocab, h.layers, h.heads,
+                         h.hidden, cfg->max_seq_len, cfg->vocab, cfg->padded_vocab, cfg->layers,
+                         cfg->heads, cfg->hidden);
+    struct gpt2_layout layout;
+    gpt2_layout(cfg, &layout);
+    FILE *f = fopen(path, "rb");
+    if (!f) return error_errno(err, "%s", path);
+    int32_t header[LLMC_HEADER_INTS];
+    int rc = -1;
+    uint16_t *buf16 = NULL;
+    if (fread(header, 4, LLMC_HEADER_INTS, f) != LLMC_HEADER_INTS) {
+        error_set(err, "%s: short read of the header", path);
+        goto out;
+    }
+    uint32_t c = crc32c_update(0, header, sizeof header);
+    if (h.version == LLMC_MODEL_VERSION_FP32) {
+        if (fread(params, sizeof(float), layout.total, f) != layout.total) {
+            error_set(err, "%s: short read of the parameters", path);
+            goto out;
+        }
+        c = crc32c_update(c, params, layout.total * sizeof(float));
+    } else { /* bf16: widen in chunks */
+        enum { CHUNK = 1 << 20 };
+        buf16 = malloc(CHUNK * sizeof(uint16_t));
+        if (!buf16) {
+            error_set(err, "%s: out of memory", path);
+            goto out;
+        }
+        for (size_t done = 0; done < layout.total;) {
+            size_t n = layout.total - done < CHUNK ? layout.total - done : CHUNK;
+            if (fread(buf16, sizeof(uint16_t), n, f) != n) {
+                error_set(err, "%s: short read of the parameters", path);
+                goto out;
+            }
+            c = crc32c_update(c, buf16, n * sizeof(uint16_t));
+            for (size_t i = 0; i < n; i++) {
+                uint32_t bits = (uint32_t)buf16[i] << 16;
+                memcpy(&params[done + i], &bits, sizeof bits);
+            }
+            done += n;
+        }
+    }
+    if (crc) *crc = c;
+    rc = 0;
+out:
+    free(buf16);
+    fclose(f);
+    return rc;
+}
+
+double gpt2_flops_per_token(const struct gpt2_config *cfg, int seq_len)
+{
+    struct gpt2_layout layout;
+    gpt2_layout(cfg, &layout);
+    /* the position table is a lookup and padded vocabulary rows are not model */
+    double n = (double)(layout.total - layout.elems[GPT2_WPE]) -
+               (double)(cfg->padded_vocab - cfg->vocab) * cfg->hidden;
+    return 6.0 * n + 12.0 * cfg->layers * cfg->hidden * (double)seq_len;
+}

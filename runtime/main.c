@@ -1,0 +1,73 @@
+/* main.c — plait-train, the runtime a launcher execs. It reads only the env
+ * contract (common/env.h), installs the preemption signals, and runs the
+ * training; the exit code says how it ended (PLAIT_EXIT_*). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/env.h"
+#include "common/log.h"
+#include "common/plan.h"
+#include "runtime/train.h"
+
+static void on_stop_signal(int sig)
+{
+    train_stop_signal = sig;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: plait-train          (configured by the environment; normally run by "
+            "`plait train`)\n"
+            "  %s   path of the resolved plan (required)\n"
+            "  %s  run directory (required)\n"
+            "  %s, %s  rank and world size (1 rank in this version)\n"
+            "exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGTERM/SIGUSR1 after a "
+            "checkpoint (resumable)\n",
+            PLAIT_ENV_PLAN, PLAIT_ENV_RUN_DIR, PLAIT_ENV_RANK, PLAIT_ENV_WORLD_SIZE);
+}
+
+int main(int argc, char **argv)
+{
+    log_set_prefix("plait-train");
+    if (argc > 1) {
+        if (!strcmp(argv[1], "--version")) {
+            printf("plait-train %s\n", PLAIT_VERSION);
+            return PLAIT_EXIT_OK;
+        }
+        usage(strcmp(argv[1], "--help") ? stderr : stdout);
+        return strcmp(argv[1], "--help") ? PLAIT_EXIT_USAGE : PLAIT_EXIT_OK;
+    }
+    const char *plan_path = getenv(PLAIT_ENV_PLAN), *run_dir = getenv(PLAIT_ENV_RUN_DIR);
+    if (!plan_path || !run_dir) {
+        log_error("%s and %s must be set", PLAIT_ENV_PLAN, PLAIT_ENV_RUN_DIR);
+        usage(stderr);
+        return PLAIT_EXIT_USAGE;
+    }
+    const char *world = getenv(PLAIT_ENV_WORLD_SIZE);
+    if (world && atoi(world) != 1) {
+        log_error("%s=%s: this version of plait-train runs one rank", PLAIT_ENV_WORLD_SIZE, world);
+        return PLAIT_EXIT_ERROR;
+    }
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+
+    struct plait_error err;
+    struct plan *plan = plan_load(plan_path, NULL, 0, &err);
+    if (!plan) {
+        log_error("%s", err.text);
+        return PLAIT_EXIT_ERROR;
+    }
+    char *plan_json = plan_to_json(plan);
+    int rc = train_run(plan, plan_json, run_dir, &err);
+    if (rc < 0) log_error("%s", err.text);
+    if (rc == PLAIT_EXIT_PREEMPTED)
+        log_info("stopped for preemption; a checkpoint was written: run again to resume");
+    free(plan_json);
+    plan_free(plan);
+    return rc < 0 ? PLAIT_EXIT_ERROR : rc;
+}

@@ -1,0 +1,34 @@
+/* metrics.h — metrics.jsonl in the run directory: one JSON object per
+ * optimizer step ({"step", "loss", "lr", "grad_norm", "tokens", "tokens_total",
+ * "ms", "tokens_per_s", "peak_pct"}) and one per evaluation ({"eval_step",
+ * "val_loss", "val_tokens"}). On resume the file is cut back to the
+ * checkpoint's step so that it reads as if the run had never stopped. */
+#ifndef PLAIT_RUNTIME_METRICS_H
+#define PLAIT_RUNTIME_METRICS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/error.h"
+
+struct metrics {
+    FILE *f;
+    char path[4096];
+};
+
+struct step_metrics {
+    int step;                  /* 1-based */
+    double loss, lr, grad_norm;
+    int64_t tokens, tokens_total;
+    double ms, tokens_per_s;
+    double peak_pct;           /* model FLOPs as % of the device's measured rate */
+};
+
+/* Opens run_dir/metrics.jsonl, keeping only records of steps ≤ keep_step. */
+int metrics_open(struct metrics *mt, const char *run_dir, int keep_step, struct plait_error *err);
+int metrics_step(struct metrics *mt, const struct step_metrics *s, struct plait_error *err);
+int metrics_eval(struct metrics *mt, int step, double val_loss, int64_t val_tokens,
+                 struct plait_error *err);
+void metrics_close(struct metrics *mt);
+
+#endif

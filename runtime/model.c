@@ -1,0 +1,273 @@
+/* model.c — GPT-2 forward and backward over one micro-batch, expressed in the
+ * ops of kernels/ops.h, with activation recompute. The training loop, the
+ * optimizer step and checkpoints are elsewhere (train.c, optim.c, ckpt.c). */
+#include "runtime/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void *track(struct model *m, void *p)
+{
+    if (!p) return NULL;
+    if (m->n_allocations == m->cap_allocations) {
+        int cap = m->cap_allocations ? 2 * m->cap_allocations : 64;
+        void **bigger = realloc(m->allocations, (size_t)cap * sizeof *bigger);
+        if (!bigger) {
+            m->ops->free(p);
+            return NULL;
+        }
+        m->allocations = bigger;
+        m->cap_allocations = cap;
+    }
+    m->allocations[m->n_allocations++] = p;
+    return p;
+}
+
+static void *dev_alloc(struct model *m, size_t bytes, bool activation)
+{
+    if (activation) m->activation_bytes += bytes;
+    return track(m, m->ops->alloc(bytes));
+}
+
+/* n floats for each of the L layers, or one shared buffer when recomputed:
+ * fills out[l] for every layer; returns 0 or -1 when out of memory. */
+static int layer_buffers(struct model *m, float **first, size_t stride_bytes, size_t n,
+                         bool stored)
+{
+    int L = m->cfg.layers;
+    float *base = dev_alloc(m, n * sizeof(float) * (stored ? (size_t)L : 1), true);
+    if (!base) return -1;
+    for (int l = 0; l < L; l++) {
+        float **slot = (float **)((char *)first + (size_t)l * stride_bytes);
+        *slot = stored ? base + (size_t)l * n : base;
+    }
+    return 0;
+}
+
+int model_init(struct model *m, const struct gpt2_config *cfg, const struct ops *ops, int B,
+               int T, enum plan_precision precision, enum plan_recompute recompute,
+               struct plait_error *err)
+{
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->ops = ops;
+    m->B = B;
+    m->T = T;
+    m->precision = precision;
+    m->recompute = recompute;
+    gpt2_layout(cfg, &m->layout);
+    size_t P = m->layout.total, N = (size_t)B * T, C = (size_t)cfg->hidden;
+    size_t NH = (size_t)cfg->heads, L = (size_t)cfg->layers, Vp = (size_t)cfg->padded_vocab;
+
+    m->layer = calloc(L, sizeof *m->layer);
+    if (!m->layer) goto oom;
+    bool ok = (m->params = dev_alloc(m, P * sizeof(float), false)) &&
+              (m->grads = dev_alloc(m, P * sizeof(float), false)) &&
+              (m->adam_m = dev_alloc(m, P * sizeof(float), false)) &&
+              (m->adam_v = dev_alloc(m, P * sizeof(float), false));
+    if (ok && precision == PLAN_PRECISION_BF16)
+        ok = (m->params16 = dev_alloc(m, P * sizeof(uint16_t), false)) != NULL;
+    if (!ok) goto oom;
+
+    /* what is kept per layer: everything (none), all but the attention
+     * probabilities and the GELU output (selective), only the layer outputs (full) */
+    bool keep_all = recompute == PLAN_RECOMPUTE_NONE;
+    bool keep_most = recompute != PLAN_RECOMPUTE_FULL;
+    size_t stride = sizeof(struct layer_acts);
+    struct layer_acts *la = m->layer;
+    if (layer_buffers(m, &la->ln1, stride, N * C, keep_most) ||
+        layer_buffers(m, &la->ln1_mean, stride, N, keep_most) ||
+        layer_buffers(m, &la->ln1_rstd, stride, N, keep_most) ||
+        layer_buffers(m, &la->qkv, stride, N * 3 * C, keep_most) ||
+        layer_buffers(m, &la->atty, stride, N * C, keep_most) ||
+        layer_buffers(m, &la->att, stride, B * NH * T * T, keep_all) ||
+        layer_buffers(m, &la->res2, stride, N * C, keep_most) ||
+        layer_buffers(m, &la->ln2, stride, N * C, keep_most) ||
+        layer_buffers(m, &la->ln2_mean, stride, N, keep_most) ||
+        layer_buffers(m, &la->ln2_rstd, stride, N, keep_most) ||
+        layer_buffers(m, &la->fch, stride, N * 4 * C, keep_most) ||
+        layer_buffers(m, &la->fch_gelu, stride, N * 4 * C, keep_all) ||
+        layer_buffers(m, &la->res3, stride, N * C, true))
+        goto oom;
+    ok = (m->inputs = dev_alloc(m, N * sizeof(int32_t), true)) &&
+         (m->targets = dev_alloc(m, N * sizeof(int32_t), true)) &&
+         (m->encoded = dev_alloc(m, N * C * sizeof(float), true)) &&
+         (m->proj = dev_alloc(m, N * C * sizeof(float), true)) &&
+         (m->lnf = dev_alloc(m, N * C * sizeof(float), true)) &&
+         (m->lnf_mean = dev_alloc(m, N * sizeof(float), true)) &&
+         (m->lnf_rstd = dev_alloc(m, N * sizeof(float), true)) &&
+         (m->logits = dev_alloc(m, N * Vp * sizeof(float), true)) &&
+         (m->losses = dev_alloc(m, N * sizeof(float), true)) &&
+         (m->dres = dev_alloc(m, N * C * sizeof(float), true)) &&
+         (m->dC = dev_alloc(m, N * C * sizeof(float), true)) &&
+         (m->d3C = dev_alloc(m, N * 3 * C * sizeof(float), true)) &&
+         (m->d4C = dev_alloc(m, N * 4 * C * sizeof(float), true)) &&
+         (m->datt = dev_alloc(m, B * NH * T * T * sizeof(float), true));
+    if (!ok) goto oom;
+    m->losses_host = calloc(N, sizeof(float));
+    if (!m->losses_host) goto oom;
+    return 0;
+oom:
+    model_free(m);
+    return error_set(err, "out of memory for a GPT-2 of %zu parameters with micro-batch %d×%d",
+                     P, B, T);
+}
+
+void model_free(struct model *m)
+{
+    for (int i = 0; i < m->n_allocations; i++) m->ops->free(m->allocations[i]);
+    free(m->allocations);
+    free(m->layer);
+    free(m->losses_host);
+    m->allocations = NULL;
+    m->layer = NULL;
+    m->losses_host = NULL;
+    m->n_allocations = m->cap_allocations = 0;
+}
+
+void model_set_params(struct model *m, const float *host_params)
+{
+    m->ops->upload(m->params, host_params, m->layout.total * sizeof(float));
+    if (m->params16) m->ops->to_bf16(m->params16, m->params, m->layout.total);
+}
+
+/* ---- parameter views -------------------------------------------------------- */
+
+/* Tensor t of layer l (l = 0 for tensors that are not per layer). */
+static float *param(const struct model *m, float *base, enum gpt2_tensor t, int l)
+{
+    size_t per_layer = m->layout.elems[t] / (size_t)m->cfg.layers;
+    return base + m->layout.offset[t] + (size_t)l * per_layer;
+}
+
+/* The bf16 copy of weight matrix t of layer l, or NULL in fp32. */
+static const uint16_t *weight16(const struct model *m, enum gpt2_tensor t, int l)
+{
+    if (!m->params16) return NULL;
+    size_t per_layer = t == GPT2_WTE ? 0 : m->layout.elems[t] / (size_t)m->cfg.layers;
+    return m->params16 + m->layout.offset[t] + (size_t)l * per_layer;
+}
+
+#define P(t, l) param(m, m->params, t, l)
+#define G(t, l) param(m, m->grads, t, l)
+
+/* ---- forward ------------------------------------------------------------------ */
+
+static const float *layer_input(const struct model *m, int l)
+{
+    return l == 0 ? m->encoded : m->layer[l - 1].res3;
+}
+
+static void layer_forward(struct model *m, int l, int B, int T)
+{
+    const struct ops *o = m->ops;
+    int C = m->cfg.hidden, NH = m->cfg.heads, N = B * T;
+    struct layer_acts *a = &m->layer[l];
+    const float *in = layer_input(m, l);
+    o->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, in, P(GPT2_LN1W, l), P(GPT2_LN1B, l),
+                         N, C);
+    o->matmul_forward(a->qkv, a->ln1, P(GPT2_QKVW, l), weight16(m, GPT2_QKVW, l),
+                      P(GPT2_QKVB, l), N, C, 3 * C);
+    o->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
+    o->matmul_forward(m->proj, a->atty, P(GPT2_ATTPROJW, l), weight16(m, GPT2_ATTPROJW, l),
+                      P(GPT2_ATTPROJB, l), N, C, C);
+    o->residual_forward(a->res2, in, m->proj, (size_t)N * C);
+    o->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(GPT2_LN2W, l),
+                         P(GPT2_LN2B, l), N, C);
+    o->matmul_forward(a->fch, a->ln2, P(GPT2_FCW, l), weight16(m, GPT2_FCW, l), P(GPT2_FCB, l),
+                      N, C, 4 * C);
+    o->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    o->matmul_forward(m->proj, a->fch_gelu, P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l),
+                      P(GPT2_FCPROJB, l), N, 4 * C, C);
+    o->residual_forward(a->res3, a->res2, m->proj, (size_t)N * C);
+}
+
+static int check_ops(struct model *m, const char *what, struct plait_error *err)
+{
+    char msg[512];
+    if (m->ops->take_error(msg, sizeof msg) == 0) return 0;
+    return error_set(err, "%s backend, %s: %s", m->ops->name, what, msg);
+}
+
+int model_forward(struct model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
+                  float grad_scale, double *mean_loss, struct plait_error *err)
+{
+    const struct ops *o = m->ops;
+    int C = m->cfg.hidden, N = B * T;
+    if (B > m->B || T > m->T || T > m->cfg.max_seq_len)
+        return error_set(err, "micro-batch %d×%d exceeds the model's buffers (%d×%d)", B, T,
+                         m->B, m->T);
+    o->upload(m->inputs, inputs, (size_t)N * sizeof(int32_t));
+    o->encoder_forward(m->encoded, m->inputs, P(GPT2_WTE, 0), P(GPT2_WPE, 0), B, T, C);
+    for (int l = 0; l < m->cfg.layers; l++) layer_forward(m, l, B, T);
+    o->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->layer[m->cfg.layers - 1].res3,
+                         P(GPT2_LNFW, 0), P(GPT2_LNFB, 0), N, C);
+    o->matmul_forward(m->logits, m->lnf, P(GPT2_WTE, 0), weight16(m, GPT2_WTE, 0), NULL, N, C,
+                      m->cfg.padded_vocab);
+    if (targets) {
+        o->upload(m->targets, targets, (size_t)N * sizeof(int32_t));
+        o->classifier(m->logits, m->losses, m->targets, N, m->cfg.vocab, m->cfg.padded_vocab,
+                      grad_scale);
+        o->download(m->losses_host, m->losses, (size_t)N * sizeof(float));
+        double sum = 0;
+        for (int i = 0; i < N; i++) sum += m->losses_host[i];
+        if (mean_loss) *mean_loss = sum / N;
+    }
+    return check_ops(m, "forward", err);
+}
+
+/* ---- backward ------------------------------------------------------------------ */
+
+/* Recomputes what the recompute policy did not keep for layer l. */
+static void layer_recompute(struct model *m, int l, int B, int T)
+{
+    struct layer_acts *a = &m->layer[l];
+    if (m->recompute == PLAN_RECOMPUTE_FULL) {
+        layer_forward(m, l, B, T);
+    } else if (m->recompute == PLAN_RECOMPUTE_SELECTIVE) {
+        int C = m->cfg.hidden;
+        m->ops->attention_forward(a->atty, a->att, a->qkv, B, T, C, m->cfg.heads);
+        m->ops->gelu_forward(a->fch_gelu, a->fch, (size_t)B * T * 4 * C);
+    }
+}
+
+/* On entry m->dres holds the gradient of the layer's output; on exit, of its input. */
+static void layer_backward(struct model *m, int l, int B, int T, bool acc)
+{
+    const struct ops *o = m->ops;
+    int C = m->cfg.hidden, NH = m->cfg.heads, N = B * T;
+    struct layer_acts *a = &m->layer[l];
+    const float *in = layer_input(m, l);
+    layer_recompute(m, l, B, T);
+    /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
+    o->matmul_backward(m->d4C, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), m->dres, a->fch_gelu,
+                       P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l), N, 4 * C, C, acc);
+    o->gelu_backward(m->d4C, a->fch, m->d4C, (size_t)N * 4 * C);
+    o->matmul_backward(m->dC, G(GPT2_FCW, l), G(GPT2_FCB, l), m->d4C, a->ln2, P(GPT2_FCW, l),
+                       weight16(m, GPT2_FCW, l), N, C, 4 * C, acc);
+    o->layernorm_backward(m->dres, G(GPT2_LN2W, l), G(GPT2_LN2B, l), m->dC, a->res2,
+                          P(GPT2_LN2W, l), a->ln2_mean, a->ln2_rstd, N, C, acc);
+    /* attention: res2 = in + attproj(attention(qkv(ln1(in)))) */
+    o->matmul_backward(m->dC, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), m->dres, a->atty,
+                       P(GPT2_ATTPROJW, l), weight16(m, GPT2_ATTPROJW, l), N, C, C, acc);
+    o->attention_backward(m->d3C, m->datt, m->dC, a->qkv, a->att, B, T, C, NH);
+    o->matmul_backward(m->dC, G(GPT2_QKVW, l), G(GPT2_QKVB, l), m->d3C, a->ln1, P(GPT2_QKVW, l),
+                       weight16(m, GPT2_QKVW, l), N, C, 3 * C, acc);
+    o->layernorm_backward(m->dres, G(GPT2_LN1W, l), G(GPT2_LN1B, l), m->dC, in, P(GPT2_LN1W, l),
+                          a->ln1_mean, a->ln1_rstd, N, C, acc);
+}
+
+int model_backward(struct model *m, int B, int T, bool acc, struct plait_error *err)
+{
+    const struct ops *o = m->ops;
+    int C = m->cfg.hidden, N = B * T, L = m->cfg.layers;
+    /* LM head (tied): logits = lnf · wteᵀ; it writes dwte first, the encoder adds */
+    o->matmul_backward(m->dC, G(GPT2_WTE, 0), NULL, m->logits, m->lnf, P(GPT2_WTE, 0),
+                       weight16(m, GPT2_WTE, 0), N, C, m->cfg.padded_vocab, acc);
+    o->zero(m->dres, (size_t)N * C * sizeof(float));
+    o->layernorm_backward(m->dres, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), m->dC, m->layer[L - 1].res3,
+                          P(GPT2_LNFW, 0), m->lnf_mean, m->lnf_rstd, N, C, acc);
+    for (int l = L - 1; l >= 0; l--) layer_backward(m, l, B, T, acc);
+    o->encoder_backward(G(GPT2_WTE, 0), G(GPT2_WPE, 0), m->dres, m->inputs, B, T, C, acc);
+    return check_ops(m, "backward", err);
+}

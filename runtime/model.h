@@ -1,0 +1,83 @@
+/* model.h — a GPT-2 on one device: its parameters, gradients and AdamW state,
+ * the activations one micro-batch keeps for backward (fewer with recompute),
+ * and the forward and backward passes written against kernels/ops.h. */
+#ifndef PLAIT_RUNTIME_MODEL_H
+#define PLAIT_RUNTIME_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "common/plan.h"
+#include "kernels/ops.h"
+#include "runtime/gpt2.h"
+
+/* What one layer's forward leaves for its backward. With recompute, some of
+ * these point at one shared scratch buffer and backward recomputes them. */
+struct layer_acts {
+    float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
+    float *qkv;                       /* (N,3C) */
+    float *atty;                      /* (N,C) attention output before projection */
+    float *att;                       /* (B,NH,T,T) softmax probabilities */
+    float *res2;                      /* (N,C) residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
+    float *fch, *fch_gelu;            /* (N,4C) */
+    float *res3;                      /* (N,C) the layer's output */
+};
+
+struct model {
+    struct gpt2_config cfg;
+    struct gpt2_layout layout;
+    const struct ops *ops;
+    int B, T; /* the largest micro-batch the buffers hold */
+    enum plan_precision precision;
+    enum plan_recompute recompute;
+
+    /* flat buffers in the layout's order (device memory) */
+    float *params, *grads, *adam_m, *adam_v;
+    uint16_t *params16; /* bf16 copy of params, bf16 precision only */
+
+    int32_t *inputs, *targets; /* (B,T) */
+    float *encoded;            /* (N,C) */
+    struct layer_acts *layer;  /* [L] */
+    float *proj;               /* (N,C) scratch: output of the two projections */
+    float *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
+    float *logits;             /* (N,Vp); turned into dlogits by the loss */
+    float *losses;             /* (N) */
+
+    /* backward scratch */
+    float *dres;  /* (N,C) gradient of the residual stream */
+    float *dC;    /* (N,C) */
+    float *d3C;   /* (N,3C) */
+    float *d4C;   /* (N,4C) */
+    float *datt;  /* (B,NH,T,T) */
+
+    float *losses_host; /* (N) */
+    size_t activation_bytes; /* what the activations and scratch take */
+    void **allocations;      /* everything above, for model_free */
+    int n_allocations, cap_allocations;
+};
+
+/* Allocates everything for micro-batches of up to B×T tokens. Parameters are
+ * zero: call model_set_params next. */
+int model_init(struct model *m, const struct gpt2_config *cfg, const struct ops *ops, int B,
+               int T, enum plan_precision precision, enum plan_recompute recompute,
+               struct plait_error *err);
+void model_free(struct model *m);
+
+/* Copies host parameters in (and refreshes the bf16 copy). */
+void model_set_params(struct model *m, const float *host_params);
+
+/* Forward over one micro-batch of B×T tokens (B ≤ m->B, T ≤ m->T). With
+ * targets, *mean_loss gets the mean cross-entropy; with grad_scale != 0 the
+ * logits are replaced by their gradient (for model_backward), scaled by
+ * grad_scale, which is 1/(tokens in the optimizer step). */
+int model_forward(struct model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
+                  float grad_scale, double *mean_loss, struct plait_error *err);
+
+/* Backward after model_forward(..., grad_scale != 0). Parameter gradients are
+ * written (accumulate = false, the first micro-batch of a step) or added. */
+int model_backward(struct model *m, int B, int T, bool accumulate, struct plait_error *err);
+
+#endif

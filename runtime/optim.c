@@ -1,0 +1,39 @@
+/* optim.c — learning-rate schedule, gradient clipping and the AdamW step over
+ * the parameter tensors. */
+#include "runtime/optim.h"
+
+#include <math.h>
+
+double optim_lr(const struct plan_optimizer *o, int steps, int s)
+{
+    if (s < o->warmup_steps) return o->lr * (s + 1) / o->warmup_steps;
+    if (o->schedule == PLAN_SCHEDULE_CONSTANT) return o->lr;
+    double min_lr = o->lr * o->min_lr_ratio;
+    double progress = (double)(s - o->warmup_steps) / (steps - o->warmup_steps);
+    return min_lr + 0.5 * (1.0 + cos(M_PI * progress)) * (o->lr - min_lr);
+}
+
+int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t,
+               double *grad_norm, struct plait_error *err)
+{
+    const struct ops *ops = m->ops;
+    double norm = sqrt(ops->sum_squares(m->grads, m->layout.total));
+    /* clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
+    double scale = 1.0;
+    if (o->grad_clip > 0) {
+        double coef = o->grad_clip / (norm + 1e-6);
+        scale = coef < 1.0 ? coef : 1.0;
+    }
+    for (int i = 0; i < GPT2_TENSORS; i++) {
+        size_t off = m->layout.offset[i];
+        double wd = gpt2_tensor_decays(i) ? o->weight_decay : 0.0;
+        ops->adamw(m->params + off, m->params16 ? m->params16 + off : NULL, m->grads + off,
+                   m->adam_m + off, m->adam_v + off, m->layout.elems[i], (float)lr,
+                   (float)o->beta1, (float)o->beta2, (float)o->eps, (float)wd, (float)scale, t);
+    }
+    *grad_norm = norm;
+    char msg[512];
+    if (ops->take_error(msg, sizeof msg))
+        return error_set(err, "%s backend, optimizer step %d: %s", ops->name, t, msg);
+    return 0;
+}

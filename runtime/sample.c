@@ -1,0 +1,133 @@
+/* sample.c — sampling text from the model and decoding tokens. Runs forward
+ * passes of one sequence through the same model buffers training uses. */
+#include "runtime/sample.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOKENIZER_MAGIC 20240328
+
+int tokenizer_load(struct tokenizer *t, const char *path, struct plait_error *err)
+{
+    memset(t, 0, sizeof *t);
+    t->eot = -1;
+    FILE *f = fopen(path, "rb");
+    if (!f) return error_errno(err, "%s", path);
+    uint32_t h[256];
+    int rc = -1;
+    if (fread(h, 4, 256, f) != 256 || h[0] != TOKENIZER_MAGIC || (h[1] != 1 && h[1] != 2)) {
+        error_set(err, "%s: not an llm.c tokenizer file (magic %u version %u)", path, h[0], h[1]);
+        goto out;
+    }
+    t->vocab = (int)h[2];
+    if (h[1] == 2) t->eot = (int)h[3];
+    t->piece = calloc((size_t)t->vocab, sizeof *t->piece);
+    if (!t->piece) {
+        error_set(err, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < t->vocab; i++) {
+        unsigned char len;
+        if (fread(&len, 1, 1, f) != 1 || !(t->piece[i] = calloc(1, (size_t)len + 1)) ||
+            fread(t->piece[i], 1, len, f) != len) {
+            error_set(err, "%s: truncated at token %d", path, i);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    fclose(f);
+    if (rc) tokenizer_free(t);
+    return rc;
+}
+
+void tokenizer_free(struct tokenizer *t)
+{
+    if (t->piece)
+        for (int i = 0; i < t->vocab; i++) free(t->piece[i]);
+    free(t->piece);
+    memset(t, 0, sizeof *t);
+}
+
+static void put_token(FILE *out, int token, int vocab, const struct tokenizer *tok)
+{
+    if (tok && token < tok->vocab) {
+        fputs(tok->piece[token], out);
+    } else if (vocab <= 256) {
+        fputc(token, out);
+    } else {
+        fprintf(out, "[%d]", token);
+    }
+    fflush(out);
+}
+
+static int descending(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+/* Draws from softmax(logits / temperature) over the top_k largest logits (all
+ * when top_k is 0); scratch holds V floats. */
+static int draw(const float *logits, int V, double temperature, int top_k, float *scratch,
+                struct rng *r)
+{
+    double mx = -INFINITY, cutoff = -INFINITY;
+    for (int i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    if (top_k > 0 && top_k < V) {
+        memcpy(scratch, logits, (size_t)V * sizeof *scratch);
+        qsort(scratch, (size_t)V, sizeof *scratch, descending);
+        cutoff = scratch[top_k - 1];
+    }
+    double sum = 0;
+    for (int i = 0; i < V; i++)
+        if (logits[i] >= cutoff) sum += exp((logits[i] - mx) / temperature);
+    double u = rng_uniform(r) * sum, acc = 0;
+    int last = 0;
+    for (int i = 0; i < V; i++) {
+        if (logits[i] < cutoff) continue;
+        acc += exp((logits[i] - mx) / temperature);
+        last = i;
+        if (acc > u) return i;
+    }
+    return last;
+}
+
+int sample_text(struct model *m, const struct plan_sample *s, const struct tokenizer *tok,
+                struct rng *r, FILE *out, struct plait_error *err)
+{
+    int V = m->cfg.vocab, Vp = m->cfg.padded_vocab, T = m->T;
+    int cap = s->tokens + (int)strlen(s->prompt) + 1;
+    int32_t *seq = malloc((size_t)cap * sizeof *seq);
+    float *row = malloc((size_t)Vp * sizeof *row);
+    float *scratch = malloc((size_t)V * sizeof *scratch);
+    int rc = -1, n = 0;
+    if (!seq || !row || !scratch) {
+        error_set(err, "out of memory");
+        goto out;
+    }
+    if (V <= 256 && !tok) { /* the prompt's bytes are its tokens */
+        for (const unsigned char *p = (const unsigned char *)s->prompt; *p; p++)
+            if (*p < V) seq[n++] = *p;
+    }
+    if (n == 0) seq[n++] = tok && tok->eot >= 0 ? tok->eot : V - 1;
+    for (int i = 0; i < n; i++)
+        if (!(tok && seq[i] == tok->eot)) put_token(out, seq[i], V, tok);
+    for (int k = 0; k < s->tokens; k++) {
+        int len = n < T ? n : T; /* the last T tokens are the context */
+        if (model_forward(m, seq + n - len, NULL, 1, len, 0.0f, NULL, err)) goto out;
+        m->ops->download(row, m->logits + (size_t)(len - 1) * Vp, (size_t)Vp * sizeof(float));
+        int next = draw(row, V, s->temperature, s->top_k, scratch, r);
+        seq[n++] = next;
+        put_token(out, next, V, tok);
+    }
+    fputc('\n', out);
+    rc = 0;
+out:
+    free(seq);
+    free(row);
+    free(scratch);
+    return rc;
+}

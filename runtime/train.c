@@ -1,0 +1,423 @@
+/* train.c — one rank's training run: set-up (fresh or from the newest
+ * checkpoint), the loop of optimizer steps over micro-batches, evaluation,
+ * progress lines, metrics, checkpoints, preemption, samples. The maths is in
+ * model.c and optim.c; files in ckpt.c, metrics.c, data.c. */
+#include "runtime/train.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/env.h"
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "runtime/ckpt.h"
+#include "runtime/data.h"
+#include "runtime/metrics.h"
+#include "runtime/model.h"
+#include "runtime/optim.h"
+#include "runtime/sample.h"
+
+volatile sig_atomic_t train_stop_signal;
+
+struct trainer {
+    const struct plan *plan;
+    const char *plan_json;
+    const char *run_dir;
+    char ckpt_dir[4096];
+    struct model m;
+    bool model_ready;
+    struct data_loader train, val;
+    bool has_val;
+    struct metrics metrics;
+    struct train_state st;
+    struct rng sample_rng;
+    struct tokenizer tok;
+    bool has_tok;
+    int32_t *inputs, *targets;
+    double peak_gflops;
+    double flops_per_token;
+    const char *dump_dir;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const struct ops *choose_backend(enum plan_device device, struct plait_error *err)
+{
+    if (device == PLAN_DEVICE_CUDA) {
+        error_set(err, "parallel.device: \"cuda\" is not available: this build of plait-train "
+                  "has no CUDA backend (use \"cpu\" or \"auto\")");
+        return NULL;
+    }
+    return ops_cpu();
+}
+
+/* ---- start: fresh or resumed ------------------------------------------------- */
+
+static int init_weights(struct trainer *t, struct plait_error *err)
+{
+    const struct plan_model *pm = &t->plan->model;
+    float *host = malloc(t->m.layout.total * sizeof(float));
+    if (!host) return error_set(err, "out of memory for %zu parameters", t->m.layout.total);
+    int rc = 0;
+    if (pm->init) {
+        if (gpt2_read_llmc(pm->init, &t->m.cfg, host, NULL, err))
+            rc = error_prefix(err, "model.init: ");
+    } else {
+        gpt2_init_weights(&t->m.cfg, &t->m.layout, host, pm->seed);
+    }
+    if (rc == 0) model_set_params(&t->m, host);
+    free(host);
+    return rc;
+}
+
+static int write_run_json(struct trainer *t, const char *resumed_from, struct plait_error *err)
+{
+    char host[256] = "?", cpu[256] = "?";
+    gethostname(host, sizeof host - 1);
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            snprintf(cpu, sizeof cpu, "%s", colon + 2);
+            cpu[strcspn(cpu, "\n")] = '\0';
+            break;
+        }
+    }
+    if (f) fclose(f);
+    json_error_t jerr;
+    json_t *plan = json_loads(t->plan_json, 0, &jerr);
+    time_t now = time(NULL);
+    char started[32];
+    strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    json_t *run = json_pack(
+        "{s:s,s:s,s:o*,s:s?,s:o,s:{s:s,s:s,s:i,s:i,s:s,s:f}}", "version", PLAIT_VERSION,
+        "started", started, "plan", plan, "resumed_from", resumed_from, "parameters",
+        json_integer((json_int_t)t->m.layout.total), "machine", "hostname", host, "cpu", cpu,
+        "cores", (int)sysconf(_SC_NPROCESSORS_ONLN), "threads", omp_get_max_threads(),
+        "backend", t->m.ops->name, "peak_gflops", t->peak_gflops);
+    char *text = run ? json_dumps(run, JSON_INDENT(2)) : NULL;
+    json_decref(run);
+    if (!text) return error_set(err, "out of memory");
+    char path[4096];
+    int rc = fs_join(path, sizeof path, t->run_dir, "run.json", err) ||
+                     fs_write_atomic(path, text, strlen(text), err)
+                 ? -1
+                 : 0;
+    free(text);
+    return rc;
+}
+
+/* The rate of the device's matrix product in this precision, as the
+ * denominator of "% of peak": PLAIT_PEAK_GFLOPS, or measured now. */
+static double measure_peak_gflops(struct model *m)
+{
+    const char *env = getenv(PLAIT_ENV_PEAK_GFLOPS);
+    if (env && atof(env) > 0) return atof(env);
+    const struct ops *o = m->ops;
+    int N = 256, C = 1024, OC = 2048;
+    float *x = o->alloc((size_t)N * C * 4), *w = o->alloc((size_t)OC * C * 4);
+    float *y = o->alloc((size_t)N * OC * 4);
+    uint16_t *w16 = m->params16 ? o->alloc((size_t)OC * C * 2) : NULL;
+    double best = 0;
+    if (x && w && y && (w16 || !m->params16)) {
+        if (w16) o->to_bf16(w16, w, (size_t)OC * C);
+        double times[9];
+        for (int i = 0; i < 9; i++) {
+            double t0 = now_s();
+            o->matmul_forward(y, x, w, w16, NULL, N, C, OC);
+            times[i] = now_s() - t0;
+        }
+        for (int i = 2; i < 9; i++) { /* median of the 7 after warm-up */
+            int below = 0;
+            for (int j = 2; j < 9; j++) below += times[j] < times[i];
+            if (below == 3) best = 2.0 * N * C * OC / times[i] / 1e9;
+        }
+    }
+    o->free(x);
+    o->free(w);
+    o->free(y);
+    if (w16) o->free(w16);
+    o->take_error(NULL, 0);
+    return best;
+}
+
+static int setup(struct trainer *t, struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    const struct ops *ops = choose_backend(p->parallel.device, err);
+    if (!ops) return -1;
+    struct gpt2_config cfg = {.max_seq_len = p->model.max_seq_len, .vocab = p->model.vocab,
+                              .padded_vocab = p->model.padded_vocab, .layers = p->model.layers,
+                              .heads = p->model.heads, .hidden = p->model.hidden};
+    int B = p->batch.micro_batch, T = p->model.seq_len;
+    if (fs_mkdir_p(t->run_dir, err)) return -1;
+    if (model_init(&t->m, &cfg, ops, B, T, p->precision, p->recompute, err)) return -1;
+    t->model_ready = true;
+    t->flops_per_token = gpt2_flops_per_token(&cfg, T);
+    t->inputs = malloc((size_t)B * T * sizeof *t->inputs);
+    t->targets = malloc((size_t)B * T * sizeof *t->targets);
+    if (!t->inputs || !t->targets) return error_set(err, "out of memory");
+
+    if (p->checkpoint.dir[0] == '/') {
+        if (strlen(p->checkpoint.dir) >= sizeof t->ckpt_dir)
+            return error_set(err, "checkpoint.dir: path too long");
+        strcpy(t->ckpt_dir, p->checkpoint.dir);
+    } else if (fs_join(t->ckpt_dir, sizeof t->ckpt_dir, t->run_dir, p->checkpoint.dir, err)) {
+        return error_prefix(err, "checkpoint.dir: ");
+    }
+    char name[64] = "";
+    int loaded = ckpt_load_latest(t->ckpt_dir, &t->m, &t->st, name, sizeof name, err);
+    if (loaded < 0) return -1;
+    if (loaded) {
+        log_info("resuming from %s/%s (step %d%s)", t->ckpt_dir, name, t->st.step,
+                 t->st.micro ? ", mid-step" : "");
+        if (t->st.micro >= p->batch.grad_accum)
+            return error_set(err, "checkpoint %s stopped after micro-batch %d of a step, but the "
+                             "plan has batch.grad_accum %d", name, t->st.micro,
+                             p->batch.grad_accum);
+        memcpy(t->sample_rng.s, t->st.sample_rng, sizeof t->sample_rng.s);
+    } else {
+        if (init_weights(t, err)) return -1;
+        memset(&t->st, 0, sizeof t->st);
+        rng_seed(&t->sample_rng, p->sample.seed, 0);
+    }
+
+    if (data_open(&t->train, p->data.train, B, T, cfg.vocab, p->data.shuffle, p->model.seed,
+                  err))
+        return error_prefix(err, "data.train: ");
+    if (data_seek(&t->train, &t->st.data, err)) return error_prefix(err, "data.train: ");
+    if (p->data.val) {
+        if (data_open(&t->val, p->data.val, B, T, cfg.vocab, false, 0, err))
+            return error_prefix(err, "data.val: ");
+        t->has_val = true;
+    }
+    if (p->data.tokenizer) {
+        if (tokenizer_load(&t->tok, p->data.tokenizer, err))
+            return error_prefix(err, "data.tokenizer: ");
+        t->has_tok = true;
+    }
+    if (metrics_open(&t->metrics, t->run_dir, t->st.step, err)) return -1;
+    t->peak_gflops = measure_peak_gflops(&t->m);
+    t->dump_dir = getenv(PLAIT_ENV_DUMP_STEP1);
+    return write_run_json(t, loaded ? name : NULL, err);
+}
+
+static void teardown(struct trainer *t)
+{
+    metrics_close(&t->metrics);
+    if (t->has_tok) tokenizer_free(&t->tok);
+    if (t->has_val) data_close(&t->val);
+    data_close(&t->train);
+    if (t->model_ready) model_free(&t->m);
+    free(t->inputs);
+    free(t->targets);
+}
+
+/* ---- pieces of the loop -------------------------------------------------------- */
+
+static int save(struct trainer *t, struct plait_error *err)
+{
+    t->st.data = t->train.pos;
+    memcpy(t->st.sample_rng, t->sample_rng.s, sizeof t->st.sample_rng);
+    double t0 = now_s();
+    if (ckpt_save(t->ckpt_dir, &t->m, &t->st, t->plan->checkpoint.keep, t->plan_json, err))
+        return -1;
+    log_info("checkpoint step %d%s written in %.1f s", t->st.step,
+             t->st.micro ? " (mid-step)" : "", now_s() - t0);
+    return 0;
+}
+
+/* Mean loss over val_batches micro-batches from the start of the validation
+ * data. Returns 1 when interrupted by a stop request, 0 when done. */
+static int evaluate(struct trainer *t, struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    int B = p->batch.micro_batch, T = p->model.seq_len;
+    double sum = 0;
+    data_rewind(&t->val);
+    for (int i = 0; i < p->data.val_batches; i++) {
+        if (train_stop_signal) return 1;
+        double loss;
+        if (data_next(&t->val, t->inputs, t->targets, err))
+            return error_prefix(err, "data.val: ");
+        if (model_forward(&t->m, t->inputs, t->targets, B, T, 0.0f, &loss, err)) return -1;
+        sum += loss;
+    }
+    double val = sum / p->data.val_batches;
+    printf("eval  step %d | val loss %.4f\n", t->st.step, val);
+    fflush(stdout);
+    return metrics_eval(&t->metrics, t->st.step, val, (int64_t)p->data.val_batches * B * T, err);
+}
+
+static int dump(const char *dir, const char *name, const struct ops *o, const float *src,
+                size_t n, struct plait_error *err)
+{
+    float *host = malloc(n * sizeof *host);
+    if (!host) return error_set(err, "out of memory");
+    o->download(host, src, n * sizeof *host);
+    char path[4096];
+    int rc = fs_join(path, sizeof path, dir, name, err) || fs_mkdir_p(dir, err) ||
+                     fs_write_atomic(path, host, n * sizeof *host, err)
+                 ? -1
+                 : 0;
+    free(host);
+    return rc;
+}
+
+static void format_duration(char *buf, size_t n, double s)
+{
+    if (s < 0 || !isfinite(s)) snprintf(buf, n, "?");
+    else if (s < 60) snprintf(buf, n, "%.0fs", s);
+    else if (s < 3600) snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
+}
+
+static void progress_line(struct trainer *t, const struct step_metrics *s, double avg_step_s)
+{
+    char eta[32];
+    format_duration(eta, sizeof eta, avg_step_s * (t->plan->steps - s->step));
+    printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.0f ms | %.1f%% of peak "
+           "| ETA %s\n",
+           (int)snprintf(NULL, 0, "%d", t->plan->steps), s->step, t->plan->steps, s->loss, s->lr,
+           s->grad_norm, s->tokens_per_s, s->ms, s->peak_pct, eta);
+    fflush(stdout);
+}
+
+/* ---- the loop ---------------------------------------------------------------------- */
+
+static int run_steps(struct trainer *t, struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    int B = p->batch.micro_batch, T = p->model.seq_len, A = p->batch.grad_accum;
+    float grad_scale = 1.0f / ((float)B * T * A);
+    double time_sum = 0;
+    int timed = 0;
+    if (t->st.eval_pending && t->has_val) {
+        int r = evaluate(t, err);
+        if (r < 0) return -1;
+        if (r == 1) return save(t, err) ? -1 : PLAIT_EXIT_PREEMPTED;
+        t->st.eval_pending = 0;
+    }
+    while (t->st.step < p->steps) {
+        int s = t->st.step; /* 0-based index of the step being taken */
+        double t0 = now_s();
+        double lr = optim_lr(&p->optimizer, p->steps, s);
+        for (int micro = t->st.micro; micro < A; micro++) {
+            if (data_next(&t->train, t->inputs, t->targets, err))
+                return error_prefix(err, "data.train: ");
+            if (t->dump_dir && s == 0 && micro == 0) { /* logits before the loss touches them */
+                if (model_forward(&t->m, t->inputs, t->targets, B, T, 0.0f, NULL, err) ||
+                    dump(t->dump_dir, "logits.f32", t->m.ops, t->m.logits,
+                         (size_t)B * T * p->model.padded_vocab, err))
+                    return -1;
+            }
+            double loss;
+            if (model_forward(&t->m, t->inputs, t->targets, B, T, grad_scale, &loss, err) ||
+                model_backward(&t->m, B, T, micro > 0, err))
+                return error_prefix(err, "step %d, micro-batch %d: ", s + 1, micro + 1);
+            t->st.loss_sum += loss;
+            t->st.tokens += (int64_t)B * T;
+            t->st.micro = micro + 1;
+            if (train_stop_signal && micro + 1 < A) {
+                log_info("signal %d: stopping after micro-batch %d of step %d",
+                         (int)train_stop_signal, micro + 1, s + 1);
+                return save(t, err) ? -1 : PLAIT_EXIT_PREEMPTED;
+            }
+        }
+        if (t->dump_dir && s == 0 &&
+            dump(t->dump_dir, "grads.f32", t->m.ops, t->m.grads, t->m.layout.total, err))
+            return -1;
+        double norm;
+        if (optim_step(&t->m, &p->optimizer, lr, s + 1, &norm, err)) return -1;
+        double loss = t->st.loss_sum / A;
+        if (!isfinite(loss) || !isfinite(norm))
+            return error_set(err, "step %d: loss %g, gradient norm %g: training diverged (lower "
+                             "optimizer.lr or set optimizer.grad_clip)", s + 1, loss, norm);
+        t->st.step = s + 1;
+        t->st.micro = 0;
+        t->st.loss_sum = 0;
+        double dt = now_s() - t0;
+        struct step_metrics sm = {
+            .step = s + 1, .loss = loss, .lr = lr, .grad_norm = norm,
+            .tokens = (int64_t)B * T * A, .tokens_total = t->st.tokens, .ms = 1e3 * dt,
+            .tokens_per_s = (double)B * T * A / dt,
+            .peak_pct = t->peak_gflops > 0
+                            ? 100.0 * t->flops_per_token * B * T * A / dt / (t->peak_gflops * 1e9)
+                            : 0.0};
+        if (metrics_step(&t->metrics, &sm, err)) return -1;
+        if (s > 0 || A > 1) { /* the first step carries the warm-up */
+            time_sum += dt;
+            timed++;
+        }
+        progress_line(t, &sm, timed ? time_sum / timed : dt);
+        bool last = t->st.step == p->steps;
+        bool eval_due = t->has_val && (last || (p->data.val_every > 0 &&
+                                                t->st.step % p->data.val_every == 0));
+        if (eval_due) {
+            int r = evaluate(t, err);
+            if (r < 0) return -1;
+            if (r == 1) {
+                t->st.eval_pending = 1;
+                log_info("signal %d: stopping during the evaluation after step %d",
+                         (int)train_stop_signal, t->st.step);
+                return save(t, err) ? -1 : PLAIT_EXIT_PREEMPTED;
+            }
+        }
+        bool ckpt_due = last || train_stop_signal ||
+                        (p->checkpoint.every > 0 && t->st.step % p->checkpoint.every == 0);
+        if (ckpt_due && save(t, err)) return -1;
+        if (train_stop_signal && !last) {
+            log_info("signal %d: stopped after step %d", (int)train_stop_signal, t->st.step);
+            return PLAIT_EXIT_PREEMPTED;
+        }
+    }
+    return PLAIT_EXIT_OK;
+}
+
+static int print_sample(struct trainer *t, const char *when, struct plait_error *err)
+{
+    if (t->plan->sample.tokens <= 0) return 0;
+    printf("---- sample %s ----\n", when);
+    int rc = sample_text(&t->m, &t->plan->sample, t->has_tok ? &t->tok : NULL, &t->sample_rng,
+                         stdout, err);
+    printf("----\n");
+    fflush(stdout);
+    return rc;
+}
+
+int train_run(const struct plan *plan, const char *plan_json, const char *run_dir,
+              struct plait_error *err)
+{
+    struct trainer t = {.plan = plan, .plan_json = plan_json, .run_dir = run_dir};
+    int rc = -1;
+    if (setup(&t, err)) goto out;
+    if (t.st.step >= plan->steps) {
+        log_info("the run in %s already finished its %d steps", run_dir, plan->steps);
+        rc = PLAIT_EXIT_OK;
+        goto out;
+    }
+    log_info("%zu parameters, %d layers, hidden %d, %s, micro-batch %d×%d, %d step%s of %d "
+             "micro-batch%s, %d threads, %.0f GFLOP/s peak",
+             t.m.layout.total, plan->model.layers, plan->model.hidden,
+             plan_precision_name(plan->precision), plan->batch.micro_batch, plan->model.seq_len,
+             plan->steps, plan->steps == 1 ? "" : "s", plan->batch.grad_accum,
+             plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(), t.peak_gflops);
+    if (t.st.step == 0 && t.st.micro == 0 && print_sample(&t, "before training", err)) goto out;
+    rc = run_steps(&t, err);
+    if (rc == PLAIT_EXIT_OK && print_sample(&t, "after training", err)) rc = -1;
+out:
+    teardown(&t);
+    return rc;
+}

@@ -1,0 +1,23 @@
+/* train.h — the training run of one rank: start or resume, the step loop over
+ * micro-batches, evaluation, metrics, checkpoints, and stopping cleanly when
+ * asked to (preemption). */
+#ifndef PLAIT_RUNTIME_TRAIN_H
+#define PLAIT_RUNTIME_TRAIN_H
+
+#include <signal.h>
+
+#include "common/error.h"
+#include "common/plan.h"
+
+/* Set (to the signal number) by the program's SIGTERM/SIGUSR1 handler; the
+ * loop checks it after every micro-batch, writes a checkpoint and returns
+ * PLAIT_EXIT_PREEMPTED. */
+extern volatile sig_atomic_t train_stop_signal;
+
+/* Trains plan in run_dir (created if needed; resumed if it holds a
+ * checkpoint). plan_json is the resolved plan, stored with run.json and the
+ * checkpoints. Returns PLAIT_EXIT_OK or PLAIT_EXIT_PREEMPTED, or -1 with err. */
+int train_run(const struct plan *plan, const char *plan_json, const char *run_dir,
+              struct plait_error *err);
+
+#endif

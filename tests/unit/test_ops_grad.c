@@ -1,0 +1,410 @@
+/* test_ops_grad.c — every CPU op's backward against central finite
+ * differences of its forward, in double precision (the same kernel source
+ * compiled for double), and every float op against its double twin. Each
+ * check contracts the op's output with a fixed random tensor R, so the scalar
+ * L = Σ out·R has gradient "backward with dout = R". */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/ops_cpu.h"
+#include "kernels/ops.h"
+
+static unsigned long long rng_state = 42;
+
+static double urand(void) /* uniform in [-1, 1) */
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng_state >> 11) * 0x1.0p-53 * 2.0 - 1.0;
+}
+
+static double *rnd(size_t n, double scale)
+{
+    double *p = malloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++) p[i] = scale * urand();
+    return p;
+}
+
+static double *zeros(size_t n)
+{
+    return calloc(n, sizeof(double));
+}
+
+static float *to_f32(const double *x, size_t n)
+{
+    float *p = malloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++) p[i] = (float)x[i];
+    return p;
+}
+
+static double dot(const double *a, const double *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* The forward of an op as a function of its inputs, contracted with R. */
+typedef double (*scalar_fn)(void *ctx);
+
+/* Compares grad (analytic) with central differences on every element of x
+ * (or a strided subset for big tensors). An element's error is relative to
+ * its size, floored at 1e-3 of the largest gradient so that elements near
+ * zero are judged against the scale of the whole tensor. */
+static void check_fd(const char *what, scalar_fn f, void *ctx, double *x, const double *grad,
+                     size_t n, double tol)
+{
+    const double h = 1e-6;
+    double worst = 0, floor = 0, worst_fd = 0;
+    size_t worst_i = 0, step = n > 400 ? n / 200 : 1;
+    for (size_t i = 0; i < n; i++) floor = fmax(floor, 1e-3 * fabs(grad[i]));
+    for (size_t i = 0; i < n; i += step) {
+        double saved = x[i];
+        x[i] = saved + h;
+        double up = f(ctx);
+        x[i] = saved - h;
+        double down = f(ctx);
+        x[i] = saved;
+        double fd = (up - down) / (2 * h);
+        double err = fabs(fd - grad[i]) / fmax(floor + 1e-12, fabs(fd) + fabs(grad[i]));
+        if (err > worst) {
+            worst = err;
+            worst_i = i;
+            worst_fd = fd;
+        }
+    }
+    CHECK(worst <= tol, "%s: relative error %.3g at element %zu (analytic %.9g, numeric %.9g; "
+          "tolerance %.1g)", what, worst, worst_i, grad[worst_i], worst_fd, tol);
+}
+
+/* Float op output against the double op output, relative to the output's norm. */
+static void check_close(const char *what, const float *f, const double *d, size_t n, double tol)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)f[i] - d[i]) * ((double)f[i] - d[i]);
+        den += d[i] * d[i];
+    }
+    double rel = sqrt(num / fmax(den, 1e-300));
+    CHECK(rel <= tol, "%s: float vs double relative error %.3g (tolerance %.1g)", what, rel, tol);
+}
+
+#define FD_TOL 1e-5 /* central differences with h = 1e-6 carry ~1e-9 absolute noise */
+#define F32_TOL 2e-6
+
+/* ---- layernorm ------------------------------------------------------------- */
+
+struct ln_ctx {
+    int N, C;
+    double *inp, *w, *b, *out, *mean, *rstd, *R;
+};
+
+static double ln_loss(void *p)
+{
+    struct ln_ctx *c = p;
+    cpu_layernorm_forward_f64(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C);
+    return dot(c->out, c->R, (size_t)c->N * c->C);
+}
+
+static void test_layernorm_backward_matches_finite_differences(void)
+{
+    int N = 5, C = 24;
+    struct ln_ctx c = {N, C, rnd(N * C, 2), rnd(C, 1), rnd(C, 1), zeros(N * C), zeros(N),
+                       zeros(N), rnd(N * C, 1)};
+    for (int i = 0; i < C; i++) c.w[i] += 1.5;
+    ln_loss(&c);
+    double *dinp = rnd(N * C, 1), *dinp0 = malloc(N * C * sizeof(double));
+    memcpy(dinp0, dinp, N * C * sizeof(double)); /* dinp accumulates */
+    double *dw = rnd(C, 1), *db = rnd(C, 1);
+    cpu_layernorm_backward_f64(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, N, C, false);
+    for (int i = 0; i < N * C; i++) dinp[i] -= dinp0[i];
+    check_fd("layernorm dinp", ln_loss, &c, c.inp, dinp, N * C, FD_TOL);
+    check_fd("layernorm dw", ln_loss, &c, c.w, dw, C, FD_TOL);
+    check_fd("layernorm db", ln_loss, &c, c.b, db, C, FD_TOL);
+    /* accumulate adds to dw, db */
+    double *dw2 = malloc(C * sizeof(double)), *db2 = malloc(C * sizeof(double));
+    for (int i = 0; i < C; i++) dw2[i] = db2[i] = 1.0;
+    ln_loss(&c);
+    cpu_layernorm_backward_f64(dinp0, dw2, db2, c.R, c.inp, c.w, c.mean, c.rstd, N, C, true);
+    double worst = 0;
+    for (int i = 0; i < C; i++) worst = fmax(worst, fabs(dw2[i] - 1.0 - dw[i]) + fabs(db2[i] - 1.0 - db[i]));
+    CHECK(worst < 1e-12, "accumulate=true must add to dw/db (off by %g)", worst);
+    /* float twin */
+    float *fi = to_f32(c.inp, N * C), *fw = to_f32(c.w, C), *fb = to_f32(c.b, C);
+    float *fo = malloc(N * C * sizeof(float)), *fm = malloc(N * sizeof(float)), *fr = malloc(N * sizeof(float));
+    cpu_layernorm_forward_f32(fo, fm, fr, fi, fw, fb, N, C);
+    ln_loss(&c);
+    check_close("layernorm forward", fo, c.out, N * C, F32_TOL);
+    free(fi), free(fw), free(fb), free(fo), free(fm), free(fr), free(dw2), free(db2);
+    free(c.inp), free(c.w), free(c.b), free(c.out), free(c.mean), free(c.rstd), free(c.R);
+    free(dinp), free(dinp0), free(dw), free(db);
+}
+
+/* ---- matmul ---------------------------------------------------------------- */
+
+struct mm_ctx {
+    int N, C, OC;
+    double *inp, *w, *bias, *out, *R;
+};
+
+static double mm_loss(void *p)
+{
+    struct mm_ctx *c = p;
+    cpu_matmul_forward_f64(c->out, c->inp, c->w, c->bias, c->N, c->C, c->OC);
+    return dot(c->out, c->R, (size_t)c->N * c->OC);
+}
+
+static void test_matmul_backward_matches_finite_differences(void)
+{
+    int N = 7, C = 13, OC = 11;
+    struct mm_ctx c = {N, C, OC, rnd(N * C, 1), rnd(OC * C, 1), rnd(OC, 1), zeros(N * OC),
+                       rnd(N * OC, 1)};
+    double *dinp = rnd(N * C, 1), *dw = rnd(OC * C, 1), *db = rnd(OC, 1);
+    cpu_matmul_backward_f64(dinp, dw, db, c.R, c.inp, c.w, N, C, OC, false);
+    check_fd("matmul dinp", mm_loss, &c, c.inp, dinp, N * C, FD_TOL);
+    check_fd("matmul dw", mm_loss, &c, c.w, dw, OC * C, FD_TOL);
+    check_fd("matmul dbias", mm_loss, &c, c.bias, db, OC, FD_TOL);
+    /* accumulate: a second backward adds the same gradient again */
+    double *dw2 = malloc(OC * C * sizeof(double)), *db2 = malloc(OC * sizeof(double));
+    memcpy(dw2, dw, OC * C * sizeof(double));
+    memcpy(db2, db, OC * sizeof(double));
+    cpu_matmul_backward_f64(dinp, dw2, db2, c.R, c.inp, c.w, N, C, OC, true);
+    double worst = 0;
+    for (int i = 0; i < OC * C; i++) worst = fmax(worst, fabs(dw2[i] - 2 * dw[i]));
+    for (int i = 0; i < OC; i++) worst = fmax(worst, fabs(db2[i] - 2 * db[i]));
+    CHECK(worst < 1e-12, "accumulate=true must add to dw/dbias (off by %g)", worst);
+    /* no bias */
+    double *out_nb = zeros(N * OC);
+    cpu_matmul_forward_f64(out_nb, c.inp, c.w, NULL, N, C, OC);
+    mm_loss(&c);
+    worst = 0;
+    for (int r = 0; r < N; r++)
+        for (int o = 0; o < OC; o++)
+            worst = fmax(worst, fabs(out_nb[r * OC + o] + c.bias[o] - c.out[r * OC + o]));
+    CHECK(worst < 1e-12, "bias NULL must mean no bias (off by %g)", worst);
+    /* float twin, and the bf16 path through the ops table within bf16 rounding */
+    float *fi = to_f32(c.inp, N * C), *fw = to_f32(c.w, OC * C), *fb = to_f32(c.bias, OC);
+    float *fo = malloc(N * OC * sizeof(float));
+    cpu_matmul_forward_f32(fo, fi, fw, fb, N, C, OC);
+    check_close("matmul forward", fo, c.out, N * OC, F32_TOL);
+    uint16_t *w16 = malloc(OC * C * sizeof(uint16_t));
+    bf16_from_f32(w16, fw, OC * C);
+    ops_cpu()->matmul_forward(fo, fi, fw, w16, fb, N, C, OC);
+    check_close("matmul forward bf16", fo, c.out, N * OC, 1e-2);
+    free(w16), free(fi), free(fw), free(fb), free(fo), free(out_nb), free(dw2), free(db2);
+    free(c.inp), free(c.w), free(c.bias), free(c.out), free(c.R), free(dinp), free(dw), free(db);
+}
+
+/* ---- attention ----------------------------------------------------------------- */
+
+struct attn_ctx {
+    int B, T, C, NH;
+    double *qkv, *out, *att, *R;
+};
+
+static double attn_loss(void *p)
+{
+    struct attn_ctx *c = p;
+    cpu_attention_forward_f64(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
+    return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
+}
+
+static void test_attention_backward_matches_finite_differences(void)
+{
+    int B = 2, T = 5, C = 12, NH = 3;
+    struct attn_ctx c = {B, T, C, NH, rnd(B * T * 3 * C, 1), zeros(B * T * C),
+                         zeros(B * NH * T * T), rnd(B * T * C, 1)};
+    attn_loss(&c);
+    /* causality: probabilities above the diagonal are zero, rows sum to one */
+    double worst = 0;
+    for (int bh = 0; bh < B * NH; bh++)
+        for (int t = 0; t < T; t++) {
+            double sum = 0;
+            for (int s = 0; s < T; s++) {
+                double a = c.att[(bh * T + t) * T + s];
+                if (s > t) worst = fmax(worst, fabs(a));
+                sum += a;
+            }
+            worst = fmax(worst, fabs(sum - 1));
+        }
+    CHECK(worst < 1e-12, "attention probabilities must be causal and normalised (off by %g)", worst);
+    double *dqkv = rnd(B * T * 3 * C, 1), *datt = zeros(B * NH * T * T);
+    cpu_attention_backward_f64(dqkv, datt, c.R, c.qkv, c.att, B, T, C, NH);
+    check_fd("attention dqkv", attn_loss, &c, c.qkv, dqkv, B * T * 3 * C, FD_TOL);
+    float *fq = to_f32(c.qkv, B * T * 3 * C), *fo = malloc(B * T * C * sizeof(float));
+    float *fa = malloc(B * NH * T * T * sizeof(float));
+    cpu_attention_forward_f32(fo, fa, fq, B, T, C, NH);
+    attn_loss(&c);
+    check_close("attention forward", fo, c.out, B * T * C, F32_TOL);
+    free(fq), free(fo), free(fa), free(c.qkv), free(c.out), free(c.att), free(c.R), free(dqkv), free(datt);
+}
+
+/* ---- gelu, residual, encoder ------------------------------------------------------ */
+
+struct ew_ctx {
+    size_t n;
+    double *inp, *out, *R;
+};
+
+static double gelu_loss(void *p)
+{
+    struct ew_ctx *c = p;
+    cpu_gelu_forward_f64(c->out, c->inp, c->n);
+    return dot(c->out, c->R, c->n);
+}
+
+static void test_gelu_backward_matches_finite_differences(void)
+{
+    size_t n = 301;
+    struct ew_ctx c = {n, rnd(n, 5), zeros(n), rnd(n, 1)};
+    double *dinp = zeros(n);
+    cpu_gelu_backward_f64(dinp, c.inp, c.R, n);
+    check_fd("gelu dinp", gelu_loss, &c, c.inp, dinp, n, FD_TOL);
+    float *fi = to_f32(c.inp, n), *fo = malloc(n * sizeof(float));
+    cpu_gelu_forward_f32(fo, fi, n);
+    gelu_loss(&c);
+    check_close("gelu forward", fo, c.out, n, F32_TOL);
+    /* GELU(x) = 0.5x(1 + tanh(√(2/π)(x + 0.044715x³))) at a known point */
+    double x = 1.0, y;
+    cpu_gelu_forward_f64(&y, &x, 1);
+    CHECK(fabs(y - 0.8411919906082768) < 1e-12, "gelu(1) = %.16f", y);
+    free(fi), free(fo), free(c.inp), free(c.out), free(c.R), free(dinp);
+}
+
+static void test_residual_adds(void)
+{
+    double a[3] = {1, 2, 3}, b[3] = {0.5, -2, 4}, out[3];
+    cpu_residual_forward_f64(out, a, b, 3);
+    CHECK(out[0] == 1.5 && out[1] == 0 && out[2] == 7, "residual sums");
+}
+
+struct enc_ctx {
+    int B, T, C;
+    int32_t *tok;
+    double *wte, *wpe, *out, *R;
+};
+
+static double enc_loss(void *p)
+{
+    struct enc_ctx *c = p;
+    cpu_encoder_forward_f64(c->out, c->tok, c->wte, c->wpe, c->B, c->T, c->C);
+    return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
+}
+
+static void test_encoder_backward_matches_finite_differences(void)
+{
+    int B = 3, T = 4, C = 6, V = 5, maxT = 7;
+    int32_t tok[12] = {0, 3, 3, 1, 4, 4, 4, 0, 2, 3, 1, 1}; /* repeats on purpose */
+    struct enc_ctx c = {B, T, C, tok, rnd(V * C, 1), rnd(maxT * C, 1), zeros(B * T * C),
+                        rnd(B * T * C, 1)};
+    double *dwte = zeros(V * C), *dwpe = rnd(maxT * C, 1);
+    for (int i = T * C; i < maxT * C; i++) dwpe[i] = 0; /* rows ≥ T are never touched */
+    cpu_encoder_backward_f64(dwte, dwpe, c.R, tok, B, T, C, false);
+    check_fd("encoder dwte", enc_loss, &c, c.wte, dwte, V * C, FD_TOL);
+    check_fd("encoder dwpe", enc_loss, &c, c.wpe, dwpe, maxT * C, FD_TOL);
+    free(c.wte), free(c.wpe), free(c.out), free(c.R), free(dwte), free(dwpe);
+}
+
+/* ---- classifier (softmax cross-entropy over the unpadded vocabulary) ---------------- */
+
+struct cls_ctx {
+    int N, V, Vp;
+    int32_t *targets;
+    double *logits, *work, *losses;
+    double scale;
+};
+
+static double cls_loss(void *p)
+{
+    struct cls_ctx *c = p;
+    memcpy(c->work, c->logits, (size_t)c->N * c->Vp * sizeof(double));
+    cpu_classifier_f64(c->work, c->losses, c->targets, c->N, c->V, c->Vp, 0);
+    double s = 0;
+    for (int i = 0; i < c->N; i++) s += c->losses[i];
+    return s * c->scale;
+}
+
+static void test_classifier_gradient_matches_finite_differences(void)
+{
+    int N = 4, V = 10, Vp = 16;
+    int32_t targets[4] = {0, 9, 3, 3};
+    struct cls_ctx c = {N, V, Vp, targets, rnd(N * Vp, 3), zeros(N * Vp), zeros(N), 0.25};
+    for (int r = 0; r < N; r++) /* huge padded logits must not matter */
+        for (int i = V; i < Vp; i++) c.logits[r * Vp + i] = 1e3;
+    double loss = cls_loss(&c);
+    double *g = malloc(N * Vp * sizeof(double));
+    memcpy(g, c.logits, N * Vp * sizeof(double));
+    cpu_classifier_f64(g, c.losses, targets, N, V, Vp, c.scale);
+    check_fd("classifier dlogits", cls_loss, &c, c.logits, g, N * Vp, FD_TOL);
+    /* the loss of row 0 by hand */
+    double mx = -1e300, sum = 0;
+    for (int i = 0; i < V; i++) mx = fmax(mx, c.logits[i]);
+    for (int i = 0; i < V; i++) sum += exp(c.logits[i] - mx);
+    double want0 = log(sum) + mx - c.logits[0];
+    cls_loss(&c);
+    CHECK(fabs(c.losses[0] - want0) < 1e-12, "loss row 0: %g, by hand %g", c.losses[0], want0);
+    CHECK(isfinite(loss), "the padded columns leaked into the loss: %g", loss);
+    for (int r = 0; r < N; r++)
+        for (int i = V; i < Vp; i++) CHECK(g[r * Vp + i] == 0, "padded dlogits must be 0");
+    float *fl = to_f32(c.logits, N * Vp), *floss = malloc(N * sizeof(float));
+    cpu_classifier_f32(fl, floss, targets, N, V, Vp, 0);
+    cls_loss(&c);
+    check_close("classifier losses", floss, c.losses, N, F32_TOL);
+    free(fl), free(floss), free(g), free(c.logits), free(c.work), free(c.losses);
+}
+
+/* ---- sum of squares, AdamW --------------------------------------------------------- */
+
+static void test_sum_squares_is_exact_enough_and_deterministic(void)
+{
+    size_t n = 100003;
+    float *x = malloc(n * sizeof(float));
+    double want = 0;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = (float)urand();
+        want += (double)x[i] * x[i];
+    }
+    double got = cpu_sum_squares_f32(x, n), again = cpu_sum_squares_f32(x, n);
+    CHECK(fabs(got - want) / want < 1e-12, "sum of squares %.17g, want %.17g", got, want);
+    CHECK(got == again, "sum of squares must be deterministic");
+    CHECK(cpu_sum_squares_f32(x, 0) == 0, "empty sum");
+    free(x);
+}
+
+static void test_adamw_matches_torch_formula(void)
+{
+    /* torch.optim.AdamW single-tensor step, written out in double */
+    float p[3] = {0.5f, -1.0f, 2.0f}, g[3] = {0.1f, -0.3f, 0.0f}, m[3] = {0}, v[3] = {0};
+    double pd[3] = {0.5, -1.0, 2.0}, md[3] = {0}, vd[3] = {0};
+    double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, scale = 0.5;
+    for (int t = 1; t <= 3; t++) {
+        ops_cpu()->adamw(p, NULL, g, m, v, 3, (float)lr, (float)b1, (float)b2, (float)eps,
+                         (float)wd, (float)scale, t);
+        for (int i = 0; i < 3; i++) {
+            double gi = (double)g[i] * scale;
+            pd[i] *= 1 - lr * wd;
+            md[i] = b1 * md[i] + (1 - b1) * gi;
+            vd[i] = b2 * vd[i] + (1 - b2) * gi * gi;
+            double denom = sqrt(vd[i]) / sqrt(1 - pow(b2, t)) + eps;
+            pd[i] -= lr / (1 - pow(b1, t)) * md[i] / denom;
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        CHECK(fabs(p[i] - pd[i]) < 1e-6, "adamw p[%d] = %.9g, want %.9g", i, p[i], pd[i]);
+}
+
+int main(void)
+{
+    RUN(test_layernorm_backward_matches_finite_differences);
+    RUN(test_matmul_backward_matches_finite_differences);
+    RUN(test_attention_backward_matches_finite_differences);
+    RUN(test_gelu_backward_matches_finite_differences);
+    RUN(test_residual_adds);
+    RUN(test_encoder_backward_matches_finite_differences);
+    RUN(test_classifier_gradient_matches_finite_differences);
+    RUN(test_sum_squares_is_exact_enough_and_deterministic);
+    RUN(test_adamw_matches_torch_formula);
+    return check_exit_code();
+}
