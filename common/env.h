@@ -20,6 +20,11 @@
  * of step 1 (before clipping) as raw float32 into this directory. */
 #define PLAIT_ENV_DUMP_STEP1 "PLAIT_DUMP_STEP1"
 
+/* Developer fault injection: after this many micro-batches (counted from the
+ * start of this process), plait-train sends itself SIGTERM, so that tests can
+ * stop it at an exact point through the real signal path. */
+#define PLAIT_ENV_DEBUG_SIGNAL_AFTER_MICRO "PLAIT_DEBUG_SIGNAL_AFTER_MICRO"
+
 /* Exit codes of plait-train (and plait train, which passes them on). */
 enum plait_exit {
     PLAIT_EXIT_OK = 0,

@@ -43,6 +43,8 @@ struct trainer {
     double peak_gflops;
     double flops_per_token;
     const char *dump_dir;
+    long signal_after_micro; /* PLAIT_DEBUG_SIGNAL_AFTER_MICRO, 0 = off */
+    long micro_done;         /* micro-batches run by this process */
 };
 
 static double now_s(void)
@@ -211,6 +213,8 @@ static int setup(struct trainer *t, struct plait_error *err)
     if (metrics_open(&t->metrics, t->run_dir, t->st.step, err)) return -1;
     t->peak_gflops = measure_peak_gflops(&t->m);
     t->dump_dir = getenv(PLAIT_ENV_DUMP_STEP1);
+    const char *inject = getenv(PLAIT_ENV_DEBUG_SIGNAL_AFTER_MICRO);
+    t->signal_after_micro = inject ? atol(inject) : 0;
     return write_run_json(t, loaded ? name : NULL, err);
 }
 
@@ -330,6 +334,7 @@ static int run_steps(struct trainer *t, struct plait_error *err)
             t->st.loss_sum += loss;
             t->st.tokens += (int64_t)B * T;
             t->st.micro = micro + 1;
+            if (++t->micro_done == t->signal_after_micro) raise(SIGTERM);
             if (train_stop_signal && micro + 1 < A) {
                 log_info("signal %d: stopping after micro-batch %d of step %d",
                          (int)train_stop_signal, micro + 1, s + 1);

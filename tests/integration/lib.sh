@@ -1,0 +1,70 @@
+# lib.sh — shared by the integration tests (sourced). Run from the repo root.
+# Gives: $PLAIT (the CLI), $WORK (a temp dir removed at exit), tiny data and
+# plans, `check NAME CMD...` which prints "ok NAME" / "not ok NAME".
+set -u
+ROOT=$PWD
+BUILD=${PLAIT_BUILD:-$ROOT/build}
+PLAIT=$BUILD/bin/plait
+PY=/usr/bin/python3
+WORK=$(mktemp -d /tmp/plait-test.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+
+# check NAME COMMAND...: runs the command, reports ok/not ok with its output on failure.
+check() {
+    local name=$1; shift
+    local out
+    if out=$("$@" 2>&1); then
+        echo "ok $name"
+    else
+        echo "not ok $name"
+        printf '%s\n' "$out" | tail -n 40 | sed 's/^/    # /'
+        failures=$((failures + 1))
+    fi
+}
+
+# The byte-level Shakespeare shards, once per test file.
+tiny_data() {
+    [ -f "$WORK/train.bin" ] && return 0
+    "$PLAIT" data prepare "$ROOT/examples/data/tinyshakespeare.txt" "$WORK/train.bin" \
+        --val "$WORK/val.bin" >/dev/null
+}
+
+# tiny_plan FILE: a 2-layer char model that trains in well under a second per step.
+tiny_plan() {
+    tiny_data
+    cat >"$1" <<JSON
+{"model": {"layers": 2, "heads": 2, "hidden": 32, "vocab": 256, "seq_len": 32, "seed": 7},
+ "data": {"train": "$WORK/train.bin", "val": "$WORK/val.bin", "shuffle": true,
+          "val_every": 4, "val_batches": 2},
+ "batch": {"micro_batch": 4, "grad_accum": 3},
+ "optimizer": {"lr": 2e-3, "warmup_steps": 2, "grad_clip": 1.0},
+ "steps": 12,
+ "checkpoint": {"every": 4, "keep": 5}}
+JSON
+}
+
+# metrics_equal A B: the two metrics.jsonl files agree to the bit on every
+# field except the wall-clock ones.
+metrics_equal() {
+    "$PY" - "$1" "$2" <<'PYEOF'
+import json, sys
+TIMING = {"ms", "tokens_per_s", "peak_pct"}
+def load(p):
+    return [{k: v for k, v in json.loads(l).items() if k not in TIMING} for l in open(p)]
+a, b = load(sys.argv[1]), load(sys.argv[2])
+if a != b:
+    print("metrics differ:")
+    for i in range(max(len(a), len(b))):
+        x = a[i] if i < len(a) else None
+        y = b[i] if i < len(b) else None
+        if x != y:
+            print(" line", i + 1, "\n   ", x, "\n   ", y)
+    sys.exit(1)
+print(len(a), "records identical")
+PYEOF
+}
+
+finish() {
+    [ "$failures" -eq 0 ]
+}
