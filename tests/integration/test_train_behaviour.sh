@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# What a training run promises besides resume: recompute never changes the
+# losses, bf16 stays close to fp32, the loss falls, shuffled data is seeded,
+# bad data and bad plans fail with messages that say where, and the CLI's
+# contract (exit codes, --set, run.json, metrics fields).
+source "$(dirname "$0")/lib.sh"
+
+tiny_plan "$WORK/plan.json"
+
+# fields of every step record, as text, for exact comparison
+losses() { "$PY" -c 'import json,sys; [print(r["step"], repr(r["loss"]), repr(r["grad_norm"])) for r in map(json.loads, open(sys.argv[1])) if "step" in r]' "$1"; }
+
+test_recompute_gives_the_same_losses_to_the_bit() {
+    for r in none selective full; do
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/rc_$r" --set recompute=$r --set steps=4 \
+            --set data.val=null --set data.val_every=0 >/dev/null 2>&1 || { echo "recompute=$r failed"; return 1; }
+        losses "$WORK/rc_$r/metrics.jsonl" >"$WORK/rc_$r.txt"
+    done
+    diff "$WORK/rc_none.txt" "$WORK/rc_selective.txt" && diff "$WORK/rc_none.txt" "$WORK/rc_full.txt"
+}
+
+test_bf16_tracks_fp32() {
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/bf16" --set precision=bf16 --set steps=4 \
+        --set data.val=null --set data.val_every=0 >/dev/null 2>&1 || return 1
+    "$PY" - "$WORK/rc_none/metrics.jsonl" "$WORK/bf16/metrics.jsonl" <<'PYEOF'
+import json, sys
+a = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if "step" in r]
+b = [r["loss"] for r in map(json.loads, open(sys.argv[2])) if "step" in r]
+# bf16 rounds matrix-product inputs to 8 significant bits (u = 2^-9); over a
+# few steps of a tiny model the loss moves by a small multiple of u
+rel = [abs(x - y) / x for x, y in zip(a, b)]
+print("fp32", a, "\nbf16", b, "\nrel", rel)
+assert a != b, "bf16 gave fp32's exact losses: is it really rounding?"
+assert max(rel) < 1e-2, rel
+PYEOF
+}
+
+test_loss_falls_below_unigram_entropy() {
+    # 200 steps of 512 tokens on Shakespeare: the unigram entropy is 3.31 nats
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/learn" --set steps=200 --set model.hidden=64 \
+        --set model.heads=4 --set model.seq_len=64 --set batch.micro_batch=8 \
+        --set batch.grad_accum=1 --set optimizer.lr=3e-3 --set optimizer.warmup_steps=10 \
+        --set data.val_every=0 --set data.val_batches=20 >"$WORK/learn.log" 2>&1 ||
+        { cat "$WORK/learn.log"; return 1; }
+    "$PY" - "$WORK/learn/metrics.jsonl" <<'PYEOF'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+val = [r["val_loss"] for r in recs if "val_loss" in r]
+first = next(r["loss"] for r in recs if "step" in r)
+print("first loss", first, "final val loss", val[-1])
+assert abs(first - 5.545) < 0.1, "an untrained byte model starts near ln(256) = 5.545"
+assert val[-1] < 3.0, val
+PYEOF
+}
+
+test_shuffle_is_seeded() {
+    local a=$WORK/sh_a b=$WORK/sh_b c=$WORK/sh_c
+    "$PLAIT" train "$WORK/plan.json" --out "$a" --set steps=3 --set data.val=null --set data.val_every=0 >/dev/null 2>&1 || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$b" --set steps=3 --set data.val=null --set data.val_every=0 >/dev/null 2>&1 || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$c" --set steps=3 --set data.val=null --set data.val_every=0 --set model.seed=8 >/dev/null 2>&1 || return 1
+    metrics_equal "$a/metrics.jsonl" "$b/metrics.jsonl" >/dev/null || { echo "same seed, different losses"; return 1; }
+    if metrics_equal "$a/metrics.jsonl" "$c/metrics.jsonl" >/dev/null; then echo "different seed, same losses"; return 1; fi
+}
+
+test_data_in_order_reads_consecutive_windows() {
+    # a shard of 0,1,2,...: with shuffle off, micro-batch k starts at token k·B·T
+    "$PY" - "$WORK/count.bin" <<'PYEOF'
+import struct, sys
+n = 1000
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *[i % 200 for i in range(n)]))
+PYEOF
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/count" --set data.train="$WORK/count.bin" \
+        --set data.shuffle=false --set data.val=null --set data.val_every=0 --set steps=3 \
+        --set batch.grad_accum=1 >"$WORK/count.log" 2>&1 || { cat "$WORK/count.log"; return 1; }
+    # state of the final checkpoint: 3 micro-batches of 4x32 tokens read
+    grep -q '"index": 384' "$WORK/count/checkpoints/step_00000003_0000/state.json" ||
+        { cat "$WORK/count/checkpoints/step_00000003_0000/state.json"; return 1; }
+}
+
+expect_error() { # NAME_OF_LOG WANT_EXIT PATTERN COMMAND...
+    local log=$1 want=$2 pattern=$3 rc=0; shift 3
+    "$@" >"$log" 2>&1 || rc=$?
+    [ "$rc" -eq "$want" ] || { echo "exit code $rc, want $want"; cat "$log"; return 1; }
+    grep -qE -- "$pattern" "$log" || { echo "missing: $pattern"; cat "$log"; return 1; }
+}
+
+test_bad_data_is_refused_with_the_file_named() {
+    printf 'not a shard at all, but long enough to hold a header? no.' >"$WORK/junk.bin"
+    head -c 2000 /dev/zero >>"$WORK/junk.bin"
+    expect_error "$WORK/e1.log" 1 "data.train: .*junk.bin: not an llm.c token shard \(magic" \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/e1" --set data.train="$WORK/junk.bin" || return 1
+    expect_error "$WORK/e2.log" 1 "data.train: no file matches .*nothing_\*.bin" \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/e2" --set "data.train=$WORK/nothing_*.bin" || return 1
+    # a token outside the vocabulary: the shard of 0..199 against vocab 100
+    expect_error "$WORK/e3.log" 1 "count.bin: token 100 at position 100 is not below the vocabulary size 100" \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/e3" --set data.train="$WORK/count.bin" \
+        --set data.shuffle=false --set model.vocab=100 --set data.val=null --set data.val_every=0 || return 1
+    # a truncated shard
+    head -c 1500 "$WORK/count.bin" >"$WORK/short.bin"
+    expect_error "$WORK/e4.log" 1 "short.bin: header says 1000 tokens \(3024 bytes\) but the file has 1500 bytes" \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/e4" --set data.train="$WORK/short.bin" || return 1
+}
+
+test_cli_contract() {
+    expect_error "$WORK/c1.log" 1 "^plait: error: --set optimizer.lr=-1: optimizer.lr: must be > 0 \(got -1\)" \
+        "$PLAIT" train "$WORK/plan.json" --set optimizer.lr=-1 || return 1
+    expect_error "$WORK/c2.log" 2 "usage: plait train" "$PLAIT" train || return 1
+    expect_error "$WORK/c3.log" 2 "unknown command 'trian'" "$PLAIT" trian x || return 1
+    expect_error "$WORK/c4.log" 1 "parallel.device: \"cuda\" is not available" \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/c4" --set parallel.device=cuda || return 1
+    # run.json records the resolved plan, the version and the machine; metrics have the fields
+    "$PY" - "$WORK/rc_none" <<'PYEOF'
+import json, sys
+run = json.load(open(sys.argv[1] + "/run.json"))
+assert run["plan"]["recompute"] == "none" and run["plan"]["steps"] == 4, run["plan"]
+assert run["version"] and run["machine"]["threads"] >= 1 and run["machine"]["cpu"], run
+step = json.loads(open(sys.argv[1] + "/metrics.jsonl").readline())
+for k in ("step", "loss", "lr", "grad_norm", "tokens", "ms", "tokens_per_s"):
+    assert k in step, k
+assert step["step"] == 1 and step["tokens"] == 4 * 32 * 3, step
+PYEOF
+}
+
+test_data_prepare_writes_llmc_shards() {
+    printf 'hello, world\n' >"$WORK/hello.txt"
+    "$PLAIT" data prepare "$WORK/hello.txt" "$WORK/hello.bin" >"$WORK/hello.log" || return 1
+    grep -q "13 tokens (vocab 256)" "$WORK/hello.log" || { cat "$WORK/hello.log"; return 1; }
+    "$PY" - "$WORK/hello.bin" <<'PYEOF'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+h = struct.unpack("<256i", b[:1024])
+assert h[:3] == (20240520, 1, 13), h[:3]
+toks = struct.unpack("<13H", b[1024:])
+assert bytes(toks) == b"hello, world\n", toks
+PYEOF
+}
+
+check recompute_gives_the_same_losses_to_the_bit test_recompute_gives_the_same_losses_to_the_bit
+check bf16_tracks_fp32 test_bf16_tracks_fp32
+check loss_falls_below_unigram_entropy test_loss_falls_below_unigram_entropy
+check shuffle_is_seeded test_shuffle_is_seeded
+check data_in_order_reads_consecutive_windows test_data_in_order_reads_consecutive_windows
+check bad_data_is_refused_with_the_file_named test_bad_data_is_refused_with_the_file_named
+check cli_contract test_cli_contract
+check data_prepare_writes_llmc_shards test_data_prepare_writes_llmc_shards
+finish
