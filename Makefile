@@ -32,7 +32,7 @@ endif
 
 # The CPU kernels are the hot path: optimise harder (they carry their own
 # per-ISA clones, so the binary still runs on any x86-64).
-KERNEL_CFLAGS := -O3
+KERNEL_CFLAGS := -O3 -fno-math-errno
 
 COMMON_SRC   := $(wildcard common/*.c)
 KERNELS_SRC  := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)

@@ -46,6 +46,8 @@ int cpu_take_error(char *buf, size_t bytes)
 
 /* ---- the generic kernels, twice -------------------------------------------- */
 
+#define CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
 #define real float
 #define SFX _f32
 #define EXP vexpf
@@ -179,7 +181,7 @@ static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const floa
 /* torch.optim.AdamW (single-tensor path of PyTorch 1.13), step by step:
  *   p ← p·(1 − lr·wd);  m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²
  *   p ← p − (lr / (1−β1ᵗ)) · m / (√v / √(1−β2ᵗ) + eps)                    */
-static void cpu_adamw(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n,
+CPU_CLONES static void cpu_adamw(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n,
                       float lr, float beta1, float beta2, float eps, float weight_decay,
                       float grad_scale, int step)
 {
