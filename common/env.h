@@ -16,6 +16,8 @@
 /* Optional: GFLOP/s the device can do, instead of measuring it at start-up
  * (the denominator of the "% of peak" in the progress line). */
 #define PLAIT_ENV_PEAK_GFLOPS "PLAIT_PEAK_GFLOPS"
+/* Set to 1: print where the step time went (per phase) at the end of a run. */
+#define PLAIT_ENV_PROFILE "PLAIT_PROFILE"
 /* Developer: write the logits of step 1's first micro-batch and all gradients
  * of step 1 (before clipping) as raw float32 into this directory. */
 #define PLAIT_ENV_DUMP_STEP1 "PLAIT_DUMP_STEP1"

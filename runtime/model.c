@@ -164,22 +164,29 @@ static void layer_forward(struct model *m, int l, int B, int T)
     int C = m->cfg.hidden, NH = m->cfg.heads, N = B * T;
     struct layer_acts *a = &m->layer[l];
     const float *in = layer_input(m, l);
-    o->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, in, P(GPT2_LN1W, l), P(GPT2_LN1B, l),
-                         N, C);
-    o->matmul_forward(a->qkv, a->ln1, P(GPT2_QKVW, l), weight16(m, GPT2_QKVW, l),
-                      P(GPT2_QKVB, l), N, C, 3 * C);
-    o->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
-    o->matmul_forward(m->proj, a->atty, P(GPT2_ATTPROJW, l), weight16(m, GPT2_ATTPROJW, l),
-                      P(GPT2_ATTPROJB, l), N, C, C);
-    o->residual_forward(a->res2, in, m->proj, (size_t)N * C);
-    o->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(GPT2_LN2W, l),
-                         P(GPT2_LN2B, l), N, C);
-    o->matmul_forward(a->fch, a->ln2, P(GPT2_FCW, l), weight16(m, GPT2_FCW, l), P(GPT2_FCB, l),
-                      N, C, 4 * C);
-    o->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-    o->matmul_forward(m->proj, a->fch_gelu, P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l),
-                      P(GPT2_FCPROJB, l), N, 4 * C, C);
-    o->residual_forward(a->res3, a->res2, m->proj, (size_t)N * C);
+    struct profile *pr = &m->prof;
+    PROF(pr, PROF_LAYERNORM_FWD,
+         o->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, in, P(GPT2_LN1W, l),
+                              P(GPT2_LN1B, l), N, C));
+    PROF(pr, PROF_MATMUL_FWD,
+         o->matmul_forward(a->qkv, a->ln1, P(GPT2_QKVW, l), weight16(m, GPT2_QKVW, l),
+                           P(GPT2_QKVB, l), N, C, 3 * C));
+    PROF(pr, PROF_ATTENTION_FWD, o->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH));
+    PROF(pr, PROF_MATMUL_FWD,
+         o->matmul_forward(m->proj, a->atty, P(GPT2_ATTPROJW, l), weight16(m, GPT2_ATTPROJW, l),
+                           P(GPT2_ATTPROJB, l), N, C, C));
+    PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(a->res2, in, m->proj, (size_t)N * C));
+    PROF(pr, PROF_LAYERNORM_FWD,
+         o->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(GPT2_LN2W, l),
+                              P(GPT2_LN2B, l), N, C));
+    PROF(pr, PROF_MATMUL_FWD,
+         o->matmul_forward(a->fch, a->ln2, P(GPT2_FCW, l), weight16(m, GPT2_FCW, l),
+                           P(GPT2_FCB, l), N, C, 4 * C));
+    PROF(pr, PROF_GELU_FWD, o->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C));
+    PROF(pr, PROF_MATMUL_FWD,
+         o->matmul_forward(m->proj, a->fch_gelu, P(GPT2_FCPROJW, l),
+                           weight16(m, GPT2_FCPROJW, l), P(GPT2_FCPROJB, l), N, 4 * C, C));
+    PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(a->res3, a->res2, m->proj, (size_t)N * C));
 }
 
 static int check_ops(struct model *m, const char *what, struct plait_error *err)
@@ -197,17 +204,23 @@ int model_forward(struct model *m, const int32_t *inputs, const int32_t *targets
     if (B > m->B || T > m->T || T > m->cfg.max_seq_len)
         return error_set(err, "micro-batch %d×%d exceeds the model's buffers (%d×%d)", B, T,
                          m->B, m->T);
+    struct profile *pr = &m->prof;
     o->upload(m->inputs, inputs, (size_t)N * sizeof(int32_t));
-    o->encoder_forward(m->encoded, m->inputs, P(GPT2_WTE, 0), P(GPT2_WPE, 0), B, T, C);
+    PROF(pr, PROF_EMBED_FWD,
+         o->encoder_forward(m->encoded, m->inputs, P(GPT2_WTE, 0), P(GPT2_WPE, 0), B, T, C));
     for (int l = 0; l < m->cfg.layers; l++) layer_forward(m, l, B, T);
-    o->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->layer[m->cfg.layers - 1].res3,
-                         P(GPT2_LNFW, 0), P(GPT2_LNFB, 0), N, C);
-    o->matmul_forward(m->logits, m->lnf, P(GPT2_WTE, 0), weight16(m, GPT2_WTE, 0), NULL, N, C,
-                      m->cfg.padded_vocab);
+    PROF(pr, PROF_LAYERNORM_FWD,
+         o->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd,
+                              m->layer[m->cfg.layers - 1].res3, P(GPT2_LNFW, 0),
+                              P(GPT2_LNFB, 0), N, C));
+    PROF(pr, PROF_LM_HEAD_FWD,
+         o->matmul_forward(m->logits, m->lnf, P(GPT2_WTE, 0), weight16(m, GPT2_WTE, 0), NULL, N,
+                           C, m->cfg.padded_vocab));
     if (targets) {
         o->upload(m->targets, targets, (size_t)N * sizeof(int32_t));
-        o->classifier(m->logits, m->losses, m->targets, N, m->cfg.vocab, m->cfg.padded_vocab,
-                      grad_scale);
+        PROF(pr, PROF_LOSS,
+             o->classifier(m->logits, m->losses, m->targets, N, m->cfg.vocab,
+                           m->cfg.padded_vocab, grad_scale));
         o->download(m->losses_host, m->losses, (size_t)N * sizeof(float));
         double sum = 0;
         for (int i = 0; i < N; i++) sum += m->losses_host[i];
@@ -238,23 +251,37 @@ static void layer_backward(struct model *m, int l, int B, int T, bool acc)
     int C = m->cfg.hidden, NH = m->cfg.heads, N = B * T;
     struct layer_acts *a = &m->layer[l];
     const float *in = layer_input(m, l);
+    struct profile *pr = &m->prof;
+    /* the forward phases it reruns are counted again, under recompute */
+    struct profile saved = *pr;
+    double t0 = prof_now();
     layer_recompute(m, l, B, T);
+    *pr = saved;
+    pr->seconds[PROF_RECOMPUTE] += prof_now() - t0;
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
-    o->matmul_backward(m->d4C, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), m->dres, a->fch_gelu,
-                       P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l), N, 4 * C, C, acc);
-    o->gelu_backward(m->d4C, a->fch, m->d4C, (size_t)N * 4 * C);
-    o->matmul_backward(m->dC, G(GPT2_FCW, l), G(GPT2_FCB, l), m->d4C, a->ln2, P(GPT2_FCW, l),
-                       weight16(m, GPT2_FCW, l), N, C, 4 * C, acc);
-    o->layernorm_backward(m->dres, G(GPT2_LN2W, l), G(GPT2_LN2B, l), m->dC, a->res2,
-                          P(GPT2_LN2W, l), a->ln2_mean, a->ln2_rstd, N, C, acc);
+    PROF(pr, PROF_MATMUL_BWD,
+         o->matmul_backward(m->d4C, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), m->dres,
+                            a->fch_gelu, P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l), N,
+                            4 * C, C, acc));
+    PROF(pr, PROF_GELU_BWD, o->gelu_backward(m->d4C, a->fch, m->d4C, (size_t)N * 4 * C));
+    PROF(pr, PROF_MATMUL_BWD,
+         o->matmul_backward(m->dC, G(GPT2_FCW, l), G(GPT2_FCB, l), m->d4C, a->ln2,
+                            P(GPT2_FCW, l), weight16(m, GPT2_FCW, l), N, C, 4 * C, acc));
+    PROF(pr, PROF_LAYERNORM_BWD,
+         o->layernorm_backward(m->dres, G(GPT2_LN2W, l), G(GPT2_LN2B, l), m->dC, a->res2,
+                               P(GPT2_LN2W, l), a->ln2_mean, a->ln2_rstd, N, C, acc));
     /* attention: res2 = in + attproj(attention(qkv(ln1(in)))) */
-    o->matmul_backward(m->dC, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), m->dres, a->atty,
-                       P(GPT2_ATTPROJW, l), weight16(m, GPT2_ATTPROJW, l), N, C, C, acc);
-    o->attention_backward(m->d3C, m->datt, m->dC, a->qkv, a->att, B, T, C, NH);
-    o->matmul_backward(m->dC, G(GPT2_QKVW, l), G(GPT2_QKVB, l), m->d3C, a->ln1, P(GPT2_QKVW, l),
-                       weight16(m, GPT2_QKVW, l), N, C, 3 * C, acc);
-    o->layernorm_backward(m->dres, G(GPT2_LN1W, l), G(GPT2_LN1B, l), m->dC, in, P(GPT2_LN1W, l),
-                          a->ln1_mean, a->ln1_rstd, N, C, acc);
+    PROF(pr, PROF_MATMUL_BWD,
+         o->matmul_backward(m->dC, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), m->dres, a->atty,
+                            P(GPT2_ATTPROJW, l), weight16(m, GPT2_ATTPROJW, l), N, C, C, acc));
+    PROF(pr, PROF_ATTENTION_BWD,
+         o->attention_backward(m->d3C, m->datt, m->dC, a->qkv, a->att, B, T, C, NH));
+    PROF(pr, PROF_MATMUL_BWD,
+         o->matmul_backward(m->dC, G(GPT2_QKVW, l), G(GPT2_QKVB, l), m->d3C, a->ln1,
+                            P(GPT2_QKVW, l), weight16(m, GPT2_QKVW, l), N, C, 3 * C, acc));
+    PROF(pr, PROF_LAYERNORM_BWD,
+         o->layernorm_backward(m->dres, G(GPT2_LN1W, l), G(GPT2_LN1B, l), m->dC, in,
+                               P(GPT2_LN1W, l), a->ln1_mean, a->ln1_rstd, N, C, acc));
 }
 
 int model_backward(struct model *m, int B, int T, bool acc, struct plait_error *err)
@@ -262,12 +289,17 @@ int model_backward(struct model *m, int B, int T, bool acc, struct plait_error *
     const struct ops *o = m->ops;
     int C = m->cfg.hidden, N = B * T, L = m->cfg.layers;
     /* LM head (tied): logits = lnf · wteᵀ; it writes dwte first, the encoder adds */
-    o->matmul_backward(m->dC, G(GPT2_WTE, 0), NULL, m->logits, m->lnf, P(GPT2_WTE, 0),
-                       weight16(m, GPT2_WTE, 0), N, C, m->cfg.padded_vocab, acc);
+    struct profile *pr = &m->prof;
+    PROF(pr, PROF_LM_HEAD_BWD,
+         o->matmul_backward(m->dC, G(GPT2_WTE, 0), NULL, m->logits, m->lnf, P(GPT2_WTE, 0),
+                            weight16(m, GPT2_WTE, 0), N, C, m->cfg.padded_vocab, acc));
     o->zero(m->dres, (size_t)N * C * sizeof(float));
-    o->layernorm_backward(m->dres, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), m->dC, m->layer[L - 1].res3,
-                          P(GPT2_LNFW, 0), m->lnf_mean, m->lnf_rstd, N, C, acc);
+    PROF(pr, PROF_LAYERNORM_BWD,
+         o->layernorm_backward(m->dres, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), m->dC,
+                               m->layer[L - 1].res3, P(GPT2_LNFW, 0), m->lnf_mean, m->lnf_rstd,
+                               N, C, acc));
     for (int l = L - 1; l >= 0; l--) layer_backward(m, l, B, T, acc);
-    o->encoder_backward(G(GPT2_WTE, 0), G(GPT2_WPE, 0), m->dres, m->inputs, B, T, C, acc);
+    PROF(pr, PROF_EMBED_BWD,
+         o->encoder_backward(G(GPT2_WTE, 0), G(GPT2_WPE, 0), m->dres, m->inputs, B, T, C, acc));
     return check_ops(m, "backward", err);
 }

@@ -12,6 +12,7 @@
 #include "common/plan.h"
 #include "kernels/ops.h"
 #include "runtime/gpt2.h"
+#include "runtime/profile.h"
 
 /* What one layer's forward leaves for its backward. With recompute, some of
  * these point at one shared scratch buffer and backward recomputes them. */
@@ -54,6 +55,7 @@ struct model {
     float *datt;  /* (B,NH,T,T) */
 
     float *losses_host; /* (N) */
+    struct profile prof;     /* time per phase (the training loop resets it) */
     size_t activation_bytes; /* what the activations and scratch take */
     void **allocations;      /* everything above, for model_free */
     int n_allocations, cap_allocations;

@@ -17,13 +17,15 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
                double *grad_norm, struct plait_error *err)
 {
     const struct ops *ops = m->ops;
-    double norm = sqrt(ops->sum_squares(m->grads, m->layout.total));
+    double norm;
+    PROF(&m->prof, PROF_GRAD_NORM, norm = sqrt(ops->sum_squares(m->grads, m->layout.total)));
     /* clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
     double scale = 1.0;
     if (o->grad_clip > 0) {
         double coef = o->grad_clip / (norm + 1e-6);
         scale = coef < 1.0 ? coef : 1.0;
     }
+    double t0 = prof_now();
     for (int i = 0; i < GPT2_TENSORS; i++) {
         size_t off = m->layout.offset[i];
         double wd = gpt2_tensor_decays(i) ? o->weight_decay : 0.0;
@@ -31,6 +33,7 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
                    m->adam_m + off, m->adam_v + off, m->layout.elems[i], (float)lr,
                    (float)o->beta1, (float)o->beta2, (float)o->eps, (float)wd, (float)scale, t);
     }
+    m->prof.seconds[PROF_OPTIMIZER] += prof_now() - t0;
     *grad_norm = norm;
     char msg[512];
     if (ops->take_error(msg, sizeof msg))

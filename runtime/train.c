@@ -45,6 +45,7 @@ struct trainer {
     const char *dump_dir;
     long signal_after_micro; /* PLAIT_DEBUG_SIGNAL_AFTER_MICRO, 0 = off */
     long micro_done;         /* micro-batches run by this process */
+    double timed_s;          /* wall time of the steps in m.prof */
 };
 
 static double now_s(void)
@@ -306,8 +307,7 @@ static int run_steps(struct trainer *t, struct plait_error *err)
     const struct plan *p = t->plan;
     int B = p->batch.micro_batch, T = p->model.seq_len, A = p->batch.grad_accum;
     float grad_scale = 1.0f / ((float)B * T * A);
-    double time_sum = 0;
-    int timed = 0;
+    int first_step = t->st.step;
     if (t->st.eval_pending && t->has_val) {
         int r = evaluate(t, err);
         if (r < 0) return -1;
@@ -319,8 +319,9 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         double t0 = now_s();
         double lr = optim_lr(&p->optimizer, p->steps, s);
         for (int micro = t->st.micro; micro < A; micro++) {
-            if (data_next(&t->train, t->inputs, t->targets, err))
-                return error_prefix(err, "data.train: ");
+            int data_rc;
+            PROF(&t->m.prof, PROF_DATA, data_rc = data_next(&t->train, t->inputs, t->targets, err));
+            if (data_rc) return error_prefix(err, "data.train: ");
             if (t->dump_dir && s == 0 && micro == 0) { /* logits before the loss touches them */
                 if (model_forward(&t->m, t->inputs, t->targets, B, T, 0.0f, NULL, err) ||
                     dump(t->dump_dir, "logits.f32", t->m.ops, t->m.logits,
@@ -362,11 +363,13 @@ static int run_steps(struct trainer *t, struct plait_error *err)
                             ? 100.0 * t->flops_per_token * B * T * A / dt / (t->peak_gflops * 1e9)
                             : 0.0};
         if (metrics_step(&t->metrics, &sm, err)) return -1;
-        if (s > 0 || A > 1) { /* the first step carries the warm-up */
-            time_sum += dt;
-            timed++;
+        if (s == first_step) { /* a process's first step warms up: not in the averages */
+            memset(&t->m.prof, 0, sizeof t->m.prof);
+        } else {
+            t->timed_s += dt;
+            t->m.prof.steps++;
         }
-        progress_line(t, &sm, timed ? time_sum / timed : dt);
+        progress_line(t, &sm, t->m.prof.steps ? t->timed_s / t->m.prof.steps : dt);
         bool last = t->st.step == p->steps;
         bool eval_due = t->has_val && (last || (p->data.val_every > 0 &&
                                                 t->st.step % p->data.val_every == 0));
@@ -421,6 +424,8 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
              plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(), t.peak_gflops);
     if (t.st.step == 0 && t.st.micro == 0 && print_sample(&t, "before training", err)) goto out;
     rc = run_steps(&t, err);
+    if (getenv(PLAIT_ENV_PROFILE) && t.m.prof.steps > 0)
+        profile_print(&t.m.prof, t.timed_s / t.m.prof.steps, stdout);
     if (rc == PLAIT_EXIT_OK && print_sample(&t, "after training", err)) rc = -1;
 out:
     teardown(&t);

@@ -5,6 +5,8 @@
  * Choosing between them is measured by bench/gemm_bench.c, not here. */
 #include "kernels/cpu/gemm.h"
 
+#include "kernels/cpu/bf16.h"
+
 #include <cblas.h>        /* cblas_dgemm */
 #include <dnnl.h>         /* dnnl_sgemm, the matmul primitive */
 #include <dnnl_debug.h>   /* dnnl_status2str */
@@ -363,19 +365,12 @@ const char *gemm_backend_name(void)
 
 /* ---- bf16 conversions: plain loops the compiler vectorizes, cloned per ISA ---- */
 
-/* Round to nearest even on the bit pattern. A NaN keeps its sign and top payload
- * bits and is made quiet, so that it cannot round into infinity. (Not the
- * AVX512_BF16 instruction: that one flushes subnormals to zero.) */
+/* (bf16_round in bf16.h says how; large arrays are split over the threads) */
 __attribute__((target_clones("avx512f", "avx2", "default"))) void
 bf16_from_f32(uint16_t *dst, const float *src, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t x;
-        memcpy(&x, &src[i], sizeof x);
-        uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-        uint32_t quiet_nan = (x >> 16) | 0x40u;
-        dst[i] = (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-    }
+#pragma omp parallel for simd schedule(static) if (n >= (1u << 18))
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_round(src[i]);
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/vmath.h"
 #include "kernels/ops.h"
@@ -180,14 +181,12 @@ static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const floa
 
 /* torch.optim.AdamW (single-tensor path of PyTorch 1.13), step by step:
  *   p ← p·(1 − lr·wd);  m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²
- *   p ← p − (lr / (1−β1ᵗ)) · m / (√v / √(1−β2ᵗ) + eps)                    */
-CPU_CLONES static void cpu_adamw(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n,
-                      float lr, float beta1, float beta2, float eps, float weight_decay,
-                      float grad_scale, int step)
+ *   p ← p − (lr / (1−β1ᵗ)) · m / (√v / √(1−β2ᵗ) + eps)
+ * One pass over the tensors; with p16 the bf16 copy is written in it too. */
+CPU_CLONES static void adamw_loop(float *p, uint16_t *p16, const float *g, float *m, float *v,
+                              size_t n, float decay, float step_size, float bc2_sqrt, float beta1,
+                              float beta2, float eps, float grad_scale, bool with16)
 {
-    float decay = 1.0f - lr * weight_decay;
-    float step_size = (float)(lr / (1.0 - pow(beta1, step)));
-    float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, step));
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float gi = g[i] * grad_scale;
@@ -198,8 +197,23 @@ CPU_CLONES static void cpu_adamw(float *p, uint16_t *p16, const float *g, float 
         m[i] = mi;
         v[i] = vi;
         p[i] = pi;
+        if (with16) p16[i] = bf16_round(pi);
     }
-    if (p16) bf16_from_f32(p16, p, n);
+}
+
+static void cpu_adamw(float *p, uint16_t *p16, const float *g, float *m, float *v,
+                                 size_t n, float lr, float beta1, float beta2, float eps,
+                                 float weight_decay, float grad_scale, int step)
+{
+    float decay = 1.0f - lr * weight_decay;
+    float step_size = (float)(lr / (1.0 - pow(beta1, step)));
+    float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, step));
+    if (p16)
+        adamw_loop(p, p16, g, m, v, n, decay, step_size, bc2_sqrt, beta1, beta2, eps, grad_scale,
+                   true);
+    else
+        adamw_loop(p, NULL, g, m, v, n, decay, step_size, bc2_sqrt, beta1, beta2, eps,
+                   grad_scale, false);
 }
 
 /* ---- the table --------------------------------------------------------------- */

@@ -1,0 +1,57 @@
+/* profile.h — where a step's time goes: wall time per phase (kind of op ×
+ * forward/backward, optimizer, data), accumulated always (a clock read per op
+ * call) and printed at the end of a run when PLAIT_PROFILE=1. The CPU ops are
+ * synchronous; an asynchronous backend would have to synchronise per phase. */
+#ifndef PLAIT_RUNTIME_PROFILE_H
+#define PLAIT_RUNTIME_PROFILE_H
+
+#include <stdio.h>
+#include <time.h>
+
+enum prof_phase {
+    PROF_EMBED_FWD,
+    PROF_LAYERNORM_FWD,
+    PROF_MATMUL_FWD,
+    PROF_ATTENTION_FWD,
+    PROF_GELU_FWD,
+    PROF_RESIDUAL_FWD,
+    PROF_LM_HEAD_FWD,
+    PROF_LOSS,
+    PROF_LM_HEAD_BWD,
+    PROF_MATMUL_BWD,
+    PROF_ATTENTION_BWD,
+    PROF_GELU_BWD,
+    PROF_LAYERNORM_BWD,
+    PROF_EMBED_BWD,
+    PROF_RECOMPUTE,
+    PROF_GRAD_NORM,
+    PROF_OPTIMIZER,
+    PROF_DATA,
+    PROF_PHASES
+};
+
+struct profile {
+    double seconds[PROF_PHASES];
+    int steps; /* optimizer steps the seconds cover */
+};
+
+static inline double prof_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Runs `call` and adds its wall time to the phase. */
+#define PROF(prof, phase, call)                                                                \
+    do {                                                                                       \
+        double prof_t0_ = prof_now();                                                          \
+        call;                                                                                  \
+        (prof)->seconds[phase] += prof_now() - prof_t0_;                                       \
+    } while (0)
+
+/* A table of ms per step and share per phase; step_s is the measured mean
+ * step time (the rest is reported as "other"). */
+void profile_print(const struct profile *p, double step_s, FILE *out);
+
+#endif
