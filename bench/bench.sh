@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# make bench — GPT-2 124M training steps, plait-train against PyTorch, in one
+# run and one environment (2 threads, passive OpenMP waiting, the machine's
+# OPENBLAS_CORETYPE untouched). Prints step-time medians, their ratio, and
+# plait's model FLOPs as a share of the BLAS's measured sgemm rate. Not a test:
+# it asserts nothing; the goals are printed beside the numbers.
+#   BENCH_STEPS   timed steps per run (default 12; the first step is dropped)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${PLAIT_BUILD:-build}
+PY=/usr/bin/python3
+STEPS=${BENCH_STEPS:-12}
+export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE
+work=$(mktemp -d /tmp/plait-bench.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# GPT-2 124M, micro-batch 4, seq 64, fp32 (the issue's configuration)
+L=12 NH=12 C=768 V=50257 VP=50304 T=64 MAXT=1024 B=4
+
+"$PY" - "$work/tokens.bin" "$V" <<'EOF'
+import sys, numpy as np
+n, v = 1 << 20, int(sys.argv[2])
+h = np.zeros(256, np.int32); h[:3] = (20240520, 1, n)
+t = np.random.default_rng(0).integers(0, v, n, dtype=np.uint16)
+open(sys.argv[1], "wb").write(h.tobytes() + t.tobytes())
+EOF
+cat >"$work/plan.json" <<EOF
+{"model": {"layers": $L, "heads": $NH, "hidden": $C, "vocab": $V, "padded_vocab": $VP,
+           "seq_len": $T, "max_seq_len": $MAXT},
+ "data": {"train": "$work/tokens.bin"},
+ "batch": {"micro_batch": $B},
+ "optimizer": {"lr": 1e-4, "warmup_steps": 0, "schedule": "constant"},
+ "steps": $((STEPS + 1)), "checkpoint": {"every": 0, "keep": 1}}
+EOF
+
+echo "== BLAS rates (bench/gemm_bench.c, GPT-2 124M shapes, 2 threads)"
+rates=$("$BUILD/bin/gemm-bench" --json)
+echo "$rates"
+
+run_plait() { # precision
+    rm -rf "$work/run_$1"
+    PLAIT_PROFILE=1 PLAIT_PEAK_GFLOPS=1 "$BUILD/bin/plait" train "$work/plan.json" \
+        --out "$work/run_$1" --set precision="$1" >"$work/plait_$1.log" 2>&1 ||
+        { cat "$work/plait_$1.log"; exit 1; }
+    sed -n '/^profile/,/^  step/p' "$work/plait_$1.log" >"$work/profile_$1.txt"
+}
+
+echo "== plait-train fp32"
+run_plait fp32
+cat "$work/profile_fp32.txt"
+echo "== PyTorch $($PY -c 'import torch; print(torch.__version__)') fp32"
+"$PY" tests/golden/gpt2_ref.py bench --layers $L --heads $NH --hidden $C --vocab $V \
+    --padded-vocab $VP --seq-len $T --max-seq-len $MAXT --batch $B --steps "$STEPS" \
+    --warmup-steps 2 --threads 2 >"$work/torch.json"
+cat "$work/torch.json"
+echo "== plait-train bf16"
+run_plait bf16
+cat "$work/profile_bf16.txt"
+
+"$PY" - "$work" "$rates" $L $C $V $T $B <<'EOF'
+import json, statistics, sys
+work, rates = sys.argv[1], json.loads(sys.argv[2])
+L, C, V, T, B = map(int, sys.argv[3:])
+def plait_ms(p):
+    ms = [r["ms"] for r in map(json.loads, open(f"{work}/run_{p}/metrics.jsonl")) if "step" in r]
+    return statistics.median(ms[1:]), len(ms) - 1          # the first step warms up
+fp32, n = plait_ms("fp32")
+bf16, _ = plait_ms("bf16")
+torch = json.load(open(f"{work}/torch.json"))["median_ms"]
+N = V * C + L * (12 * C * C + 13 * C) + 2 * C              # parameters, without wpe
+flops = (6 * N + 12 * L * C * T) * B * T                   # model FLOPs per step
+share = flops / (fp32 / 1e3) / 1e9 / rates["sgemm_gflops"]
+share16 = flops / (bf16 / 1e3) / 1e9 / rates["bf16_gflops"]
+print()
+print(f"GPT-2 124M, micro-batch {B}, seq {T}, 2 threads: {flops / 1e9:.1f} GFLOP per step; medians of {n} steps")
+print(f"  plait-train fp32   {fp32:8.1f} ms")
+print(f"  plait-train bf16   {bf16:8.1f} ms")
+print(f"  PyTorch fp32       {torch:8.1f} ms")
+print(f"  plait fp32 / PyTorch          {fp32 / torch:5.2f}   (goal <= 0.5)")
+print(f"  plait bf16 / plait fp32       {bf16 / fp32:5.2f}   (goal < 1)")
+print(f"  fp32 model FLOPs / sgemm rate {100 * share:5.1f}%  ({rates['sgemm_gflops']:.0f} GFLOP/s measured; goal >= 60%)")
+print(f"  bf16 model FLOPs / bf16 rate  {100 * share16:5.1f}%  ({rates['bf16_gflops']:.0f} GFLOP/s measured)")
+EOF
