@@ -55,8 +55,11 @@ static void put_token(FILE *out, int token, int vocab, const struct tokenizer *t
 {
     if (tok && token < tok->vocab) {
         fputs(tok->piece[token], out);
-    } else if (vocab <= 256) {
-        fputc(token, out);
+    } else if (vocab <= 256) { /* bytes; control characters other than \n and \t escaped */
+        if ((token < 0x20 && token != '\n' && token != '\t') || token == 0x7f)
+            fprintf(out, "\\x%02x", token);
+        else
+            fputc(token, out);
     } else {
         fprintf(out, "[%d]", token);
     }

@@ -246,7 +246,18 @@ static int save(struct trainer *t, struct plait_error *err)
 
 /* Mean loss over val_batches micro-batches from the start of the validation
  * data. Returns 1 when interrupted by a stop request, 0 when done. */
+static int evaluate_batches(struct trainer *t, struct plait_error *err);
+
+/* Evaluation's forward passes are not training time: kept out of the profile. */
 static int evaluate(struct trainer *t, struct plait_error *err)
+{
+    struct profile saved = t->m.prof;
+    int rc = evaluate_batches(t, err);
+    t->m.prof = saved;
+    return rc;
+}
+
+static int evaluate_batches(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
     int B = p->batch.micro_batch, T = p->model.seq_len;
@@ -398,8 +409,10 @@ static int print_sample(struct trainer *t, const char *when, struct plait_error 
 {
     if (t->plan->sample.tokens <= 0) return 0;
     printf("---- sample %s ----\n", when);
+    struct profile saved = t->m.prof;
     int rc = sample_text(&t->m, &t->plan->sample, t->has_tok ? &t->tok : NULL, &t->sample_rng,
                          stdout, err);
+    t->m.prof = saved;
     printf("----\n");
     fflush(stdout);
     return rc;

@@ -55,6 +55,10 @@ for t in tests/integration/test_*.sh; do
     [ -f "$t" ] || continue
     case "$t" in *"$pattern"*) ;; *) continue ;; esac
     run_one "integration/$(basename "$t" .sh)" bash "$t"
+    # again with the sanitized binaries, unless the script opts out ("# asan: skip")
+    if [ -x build-asan/bin/plait ] && ! grep -q '^# asan: skip' "$t"; then
+        run_one "asan-integration/$(basename "$t" .sh)" env PLAIT_BUILD="$PWD/build-asan" bash "$t"
+    fi
 done
 
 if [ ${#failed_names[@]} -ne 0 ]; then
