@@ -137,6 +137,36 @@ assert bytes(toks) == b"hello, world\n", toks
 PYEOF
 }
 
+test_init_reads_llmc_fp32_and_bf16_checkpoints() {
+    # the same bf16-representable weights as an llm.c v3 (fp32) and v5 (bf16) file
+    # must give the same logits to the bit; a checkpoint written by plait loads too
+    "$PY" - "$WORK" <<'PYEOF' || return 1
+import sys, numpy as np
+w = sys.argv[1]
+L, NH, C, V, Vp, T = 2, 2, 32, 256, 256, 32
+n = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+p = (np.random.default_rng(3).standard_normal(n) * 0.05).astype(np.float32)
+bits = (p.view(np.uint32) >> 16).astype(np.uint16)          # truncate: exact in bf16
+p = (bits.astype(np.uint32) << 16).view(np.float32)
+for version, body in ((3, p.tobytes()), (5, bits.tobytes())):
+    h = np.zeros(256, np.int32); h[:8] = (20240326, version, T, V, L, NH, C, Vp)
+    open(f"{w}/init_v{version}.bin", "wb").write(h.tobytes() + body)
+PYEOF
+    for v in 3 5; do
+        PLAIT_DUMP_STEP1="$WORK/init_v$v/dump" "$PLAIT" train "$WORK/plan.json" --out "$WORK/init_v$v" \
+            --set model.init="$WORK/init_v$v.bin" --set steps=1 --set optimizer.warmup_steps=0 \
+            --set data.val=null --set data.val_every=0 >"$WORK/init_v$v.log" 2>&1 || { cat "$WORK/init_v$v.log"; return 1; }
+    done
+    cmp "$WORK/init_v3/dump/logits.f32" "$WORK/init_v5/dump/logits.f32" || return 1
+    # plait's own checkpoint is an llm.c file: start a new run from it
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/init_ckpt" --set steps=1 --set optimizer.warmup_steps=0 \
+        --set model.init="$WORK/init_v3/checkpoints/step_00000001_0000/model.bin" \
+        --set data.val=null --set data.val_every=0 >"$WORK/init_ckpt.log" 2>&1 || { cat "$WORK/init_ckpt.log"; return 1; }
+    # and a plan contradicting the checkpoint's header is refused
+    expect_error "$WORK/init_bad.log" 1 "model.layers: 3 contradicts model.init \(init_v3.bin has 2\)" \
+        "$PLAIT" train "$WORK/plan.json" --set model.init="$WORK/init_v3.bin" --set model.layers=3
+}
+
 check recompute_gives_the_same_losses_to_the_bit test_recompute_gives_the_same_losses_to_the_bit
 check bf16_tracks_fp32 test_bf16_tracks_fp32
 check loss_falls_below_unigram_entropy test_loss_falls_below_unigram_entropy
@@ -145,4 +175,5 @@ check data_in_order_reads_consecutive_windows test_data_in_order_reads_consecuti
 check bad_data_is_refused_with_the_file_named test_bad_data_is_refused_with_the_file_named
 check cli_contract test_cli_contract
 check data_prepare_writes_llmc_shards test_data_prepare_writes_llmc_shards
+check init_reads_llmc_fp32_and_bf16_checkpoints test_init_reads_llmc_fp32_and_bf16_checkpoints
 finish
