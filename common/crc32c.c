@@ -30,8 +30,8 @@ static uint32_t crc_soft(uint32_t crc, const unsigned char *p, size_t n)
         memcpy(&w, p, 8);
         w ^= crc;
         crc = table[7][w & 0xff] ^ table[6][(w >> 8) & 0xff] ^ table[5][(w >> 16) & 0xff] ^
-              table[4][(w >> 24) & 0xff] ^ table[3][(w >> 32) & 0xff] ^
-              table[2][(w >> 40) & 0xff] ^ table[1][(w >> 48) & 0xff] ^ table[0][w >> 56];
+              table[4][(w >> 24) & 0xff] ^ table[3][(w >> 32) & 0xff] ^ table[2][(w >> 40) & 0xff] ^
+              table[1][(w >> 48) & 0xff] ^ table[0][w >> 56];
         p += 8;
         n -= 8;
     }
@@ -41,7 +41,7 @@ static uint32_t crc_soft(uint32_t crc, const unsigned char *p, size_t n)
 
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const unsigned char *p,
-                                                           size_t n)
+                                                         size_t n)
 {
     uint64_t c = crc;
     while (n >= 8) {

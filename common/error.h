@@ -12,8 +12,7 @@ struct plait_error {
 
 /* Sets err->text from a printf format (err may be NULL). Always returns -1, so
  * that `return error_set(err, ...);` reads naturally. */
-int error_set(struct plait_error *err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+int error_set(struct plait_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Prefixes err->text with a printf-formatted context ("loading checkpoint x: "). */
 int error_prefix(struct plait_error *err, const char *fmt, ...)

@@ -12,8 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int fs_join(char *out, size_t out_bytes, const char *dir, const char *name,
-            struct plait_error *err)
+int fs_join(char *out, size_t out_bytes, const char *dir, const char *name, struct plait_error *err)
 {
     int n = snprintf(out, out_bytes, "%s/%s", dir, name);
     if (n < 0 || (size_t)n >= out_bytes)

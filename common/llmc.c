@@ -30,13 +30,12 @@ int64_t llmc_param_count(int max_seq_len, int padded_vocab, int layers, int hidd
 {
     int64_t C = hidden, L = layers;
     return (int64_t)padded_vocab * C + (int64_t)max_seq_len * C /* wte, wpe */
-           + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C +
-                  4 * C * C + C) /* per layer */
-           + 2 * C;                /* final LayerNorm */
+           + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C +
+                  C) /* per layer */
+           + 2 * C;  /* final LayerNorm */
 }
 
-int llmc_read_model_header(const char *path, struct llmc_model_header *out,
-                           struct plait_error *err)
+int llmc_read_model_header(const char *path, struct llmc_model_header *out, struct plait_error *err)
 {
     int32_t h[LLMC_HEADER_INTS];
     int64_t bytes;
@@ -47,20 +46,24 @@ int llmc_read_model_header(const char *path, struct llmc_model_header *out,
     if (h[1] != LLMC_MODEL_VERSION_FP32 && h[1] != LLMC_MODEL_VERSION_BF16)
         return error_set(err, "%s: unsupported checkpoint version %d (3 = fp32 and 5 = bf16 are)",
                          path, h[1]);
-    struct llmc_model_header m = {.version = h[1], .max_seq_len = h[2], .vocab = h[3],
-                                  .layers = h[4], .heads = h[5], .hidden = h[6],
+    struct llmc_model_header m = {.version = h[1],
+                                  .max_seq_len = h[2],
+                                  .vocab = h[3],
+                                  .layers = h[4],
+                                  .heads = h[5],
+                                  .hidden = h[6],
                                   .padded_vocab = h[7]};
     if (m.max_seq_len < 1 || m.vocab < 1 || m.layers < 1 || m.heads < 1 || m.hidden < 1 ||
         m.padded_vocab < m.vocab || m.hidden % m.heads != 0)
         return error_set(err,
                          "%s: inconsistent header (max T %d, vocab %d, padded vocab %d, layers "
                          "%d, heads %d, hidden %d)",
-                         path, m.max_seq_len, m.vocab, m.padded_vocab, m.layers, m.heads,
-                         m.hidden);
+                         path, m.max_seq_len, m.vocab, m.padded_vocab, m.layers, m.heads, m.hidden);
     int64_t n = llmc_param_count(m.max_seq_len, m.padded_vocab, m.layers, m.hidden);
     int64_t want = LLMC_HEADER_BYTES + n * (m.version == LLMC_MODEL_VERSION_FP32 ? 4 : 2);
     if (bytes != want)
-        return error_set(err, "%s: %lld bytes, but its header describes %lld parameters (%lld "
+        return error_set(err,
+                         "%s: %lld bytes, but its header describes %lld parameters (%lld "
                          "bytes): truncated or not a GPT-2 checkpoint",
                          path, (long long)bytes, (long long)n, (long long)want);
     *out = m;

@@ -34,12 +34,12 @@ struct plan_model {
     int seq_len;      /* T, the training sequence length */
     int max_seq_len;  /* rows of the position table, >= T; default T */
     uint64_t seed;
-    char *init;       /* NULL, or an llm.c GPT-2 checkpoint (absolute path) */
+    char *init; /* NULL, or an llm.c GPT-2 checkpoint (absolute path) */
 };
 
 struct plan_data {
-    char *train;     /* a file or a glob of llm.c token shards (absolute) */
-    char *val;       /* NULL, or the same for validation */
+    char *train; /* a file or a glob of llm.c token shards (absolute) */
+    char *val;   /* NULL, or the same for validation */
     bool shuffle;
     int val_every;   /* evaluate every N steps (0 = only at the end); needs val */
     int val_batches; /* micro-batches per evaluation */
@@ -99,8 +99,7 @@ struct plan *plan_load(const char *path, const char *const *overrides, int n_ove
 
 /* The same from text; base_dir resolves relative paths (NULL = current dir). */
 struct plan *plan_load_text(const char *text, const char *source, const char *base_dir,
-                            const char *const *overrides, int n_overrides,
-                            struct plait_error *err);
+                            const char *const *overrides, int n_overrides, struct plait_error *err);
 
 void plan_free(struct plan *plan);
 

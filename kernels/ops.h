@@ -29,8 +29,8 @@ struct ops {
     int (*take_error)(char *buf, size_t bytes);
 
     /* out (B,T,C) = wte[tokens] + wpe[t]; wte (Vp,C), wpe (maxT,C) */
-    void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte,
-                            const float *wpe, int B, int T, int C);
+    void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                            int B, int T, int C);
     /* dwte[tokens] += dout (always accumulates: the LM head writes dwte first);
      * dwpe[0:T] = dwpe·accumulate + Σ_b dout */
     void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
@@ -76,8 +76,8 @@ struct ops {
      * first V columns only. losses (N) = -log p[target]. With grad_scale != 0,
      * logits is overwritten by dlogits = (p - onehot)·grad_scale, with the
      * padded columns set to 0. */
-    void (*classifier)(float *logits, float *losses, const int32_t *targets, int N, int V,
-                       int Vp, float grad_scale);
+    void (*classifier)(float *logits, float *losses, const int32_t *targets, int N, int V, int Vp,
+                       float grad_scale);
 
     /* sum of squares in double, deterministic for a given n */
     double (*sum_squares)(const float *x, size_t n);
@@ -85,9 +85,9 @@ struct ops {
     /* AdamW as torch.optim.AdamW, on n elements, with the gradient first
      * multiplied by grad_scale (clipping); step is 1-based. With p16 != NULL,
      * p16 gets the bf16 copy of the updated parameters. */
-    void (*adamw)(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float grad_scale, int step);
+    void (*adamw)(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                  int step);
 
     /* dst (n, bf16) = round-to-nearest-even(src) */
     void (*to_bf16)(uint16_t *dst, const float *src, size_t n);

@@ -24,8 +24,8 @@ static void usage(FILE *out)
 static int write_shard(const char *path, const unsigned char *text, size_t n,
                        struct plait_error *err)
 {
-    if (n > INT32_MAX) return error_set(err, "%s: %zu tokens do not fit one shard (max %d)",
-                                        path, n, INT32_MAX);
+    if (n > INT32_MAX)
+        return error_set(err, "%s: %zu tokens do not fit one shard (max %d)", path, n, INT32_MAX);
     size_t bytes = LLMC_HEADER_BYTES + n * 2;
     char *buf = malloc(bytes);
     if (!buf) return error_set(err, "out of memory");
@@ -63,8 +63,7 @@ static int prepare(int argc, char **argv)
             char *end;
             fraction = strtod(argv[++i], &end);
             if (*end || !(fraction > 0 && fraction < 1)) {
-                log_error("data prepare: --val-fraction must be between 0 and 1 (got %s)",
-                          argv[i]);
+                log_error("data prepare: --val-fraction must be between 0 and 1 (got %s)", argv[i]);
                 return PLAIT_EXIT_USAGE;
             }
         } else if (argv[i][0] == '-' || (text_path && out)) {
@@ -94,7 +93,8 @@ static int prepare(int argc, char **argv)
         log_error("%s: %zu bytes is too little text", text_path, n);
         goto out;
     }
-    if (write_shard(out, text, n_train, &err) || (val && write_shard(val, text + n_train, n_val, &err))) {
+    if (write_shard(out, text, n_train, &err) ||
+        (val && write_shard(val, text + n_train, n_val, &err))) {
         log_error("%s", err.text);
         goto out;
     }

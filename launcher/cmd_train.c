@@ -16,14 +16,13 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: plait train PLAN [--out DIR] [--set path=value ...]\n"
-            "  --out DIR         run directory (default runs/<plan name>); if it holds a\n"
-            "                    checkpoint, training resumes from the newest complete one\n"
-            "  --set path=value  override a plan field by its dot path, e.g.\n"
-            "                    --set model.layers=2 --set optimizer.lr=1e-3 (repeatable)\n"
-            "exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGTERM/SIGUSR1 after a\n"
-            "checkpoint (run the same command again to resume)\n");
+    fprintf(out, "usage: plait train PLAN [--out DIR] [--set path=value ...]\n"
+                 "  --out DIR         run directory (default runs/<plan name>); if it holds a\n"
+                 "                    checkpoint, training resumes from the newest complete one\n"
+                 "  --set path=value  override a plan field by its dot path, e.g.\n"
+                 "                    --set model.layers=2 --set optimizer.lr=1e-3 (repeatable)\n"
+                 "exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGTERM/SIGUSR1 after a\n"
+                 "checkpoint (run the same command again to resume)\n");
 }
 
 /* plait-train beside this executable, else from PATH. */

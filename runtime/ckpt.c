@@ -78,14 +78,14 @@ static int writer_close(struct writer *w, json_t *manifest_files, const char *na
     if (close(w->fd) != 0 && rc == 0) rc = error_errno(err, "closing %s", w->path);
     w->fd = -1;
     if (rc == 0)
-        json_object_set_new(manifest_files, name,
-                            json_pack("{s:I,s:I}", "bytes", (json_int_t)w->bytes, "crc32c",
-                                      (json_int_t)w->crc));
+        json_object_set_new(
+            manifest_files, name,
+            json_pack("{s:I,s:I}", "bytes", (json_int_t)w->bytes, "crc32c", (json_int_t)w->crc));
     return rc;
 }
 
-static int write_whole(const char *dir, const char *name, const void *data, size_t n,
-                       json_t *files, struct plait_error *err)
+static int write_whole(const char *dir, const char *name, const void *data, size_t n, json_t *files,
+                       struct plait_error *err)
 {
     char path[4096];
     struct writer w;
@@ -107,9 +107,8 @@ static json_t *state_to_json(const struct train_state *st)
     }
     return json_pack("{s:i,s:i,s:f,s:I,s:b,s:{s:I,s:I,s:I},s:o}", "step", st->step, "micro",
                      st->micro, "loss_sum", st->loss_sum, "tokens", (json_int_t)st->tokens,
-                     "eval_pending", st->eval_pending,
-                     "data", "epoch", (json_int_t)st->data.epoch, "shard",
-                     (json_int_t)st->data.shard, "index", (json_int_t)st->data.index,
+                     "eval_pending", st->eval_pending, "data", "epoch", (json_int_t)st->data.epoch,
+                     "shard", (json_int_t)st->data.shard, "index", (json_int_t)st->data.index,
                      "sample_rng", rng);
 }
 
@@ -128,11 +127,15 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
     /* model.bin: an llm.c GPT-2 checkpoint, fp32 */
     int32_t header[LLMC_HEADER_INTS];
     struct llmc_model_header mh = {.version = LLMC_MODEL_VERSION_FP32,
-                                   .max_seq_len = m->cfg.max_seq_len, .vocab = m->cfg.vocab,
-                                   .layers = m->cfg.layers, .heads = m->cfg.heads,
-                                   .hidden = m->cfg.hidden, .padded_vocab = m->cfg.padded_vocab};
+                                   .max_seq_len = m->cfg.max_seq_len,
+                                   .vocab = m->cfg.vocab,
+                                   .layers = m->cfg.layers,
+                                   .heads = m->cfg.heads,
+                                   .hidden = m->cfg.hidden,
+                                   .padded_vocab = m->cfg.padded_vocab};
     llmc_model_header_fill(header, &mh);
-    if (fs_join(path, sizeof path, tmp, "model.bin", err) || writer_open(&w, path, err) || writer_put(&w, header, sizeof header, err) ||
+    if (fs_join(path, sizeof path, tmp, "model.bin", err) || writer_open(&w, path, err) ||
+        writer_put(&w, header, sizeof header, err) ||
         writer_put_device(&w, ops, m->params, P, host, err) ||
         writer_close(&w, files, "model.bin", err))
         goto out;
@@ -144,7 +147,8 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
     header[2] = (int32_t)(uint32_t)(P & 0xffffffffu);
     header[3] = (int32_t)(uint32_t)(P >> 32);
     header[4] = st->micro > 0;
-    if (fs_join(path, sizeof path, tmp, "optim.bin", err) || writer_open(&w, path, err) || writer_put(&w, header, sizeof header, err) ||
+    if (fs_join(path, sizeof path, tmp, "optim.bin", err) || writer_open(&w, path, err) ||
+        writer_put(&w, header, sizeof header, err) ||
         writer_put_device(&w, ops, m->adam_m, P, host, err) ||
         writer_put_device(&w, ops, m->adam_v, P, host, err) ||
         (st->micro > 0 && writer_put_device(&w, ops, m->grads, P, host, err)) ||
@@ -160,7 +164,8 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
     }
     rc = write_whole(tmp, "state.json", text, strlen(text), files, err);
     free(text);
-    if (rc == 0 && plan_json) rc = write_whole(tmp, "plan.json", plan_json, strlen(plan_json), files, err);
+    if (rc == 0 && plan_json)
+        rc = write_whole(tmp, "plan.json", plan_json, strlen(plan_json), files, err);
 out:
     if (w.fd >= 0) close(w.fd);
     free(host);
@@ -260,7 +265,8 @@ int ckpt_save(const char *dir, const struct model *m, const struct train_state *
     snprintf(old_name, sizeof old_name, ".tmp-old-%s", name);
     json_t *files = json_object();
     int rc = -1;
-    if (fs_join(final, sizeof final, dir, name, err) || fs_join(tmp, sizeof tmp, dir, tmp_name, err) ||
+    if (fs_join(final, sizeof final, dir, name, err) ||
+        fs_join(tmp, sizeof tmp, dir, tmp_name, err) ||
         fs_join(old, sizeof old, dir, old_name, err) || fs_mkdir_p(dir, err))
         goto out;
     if (fs_remove_tree(tmp, err)) goto out;
@@ -275,9 +281,9 @@ int ckpt_save(const char *dir, const struct model *m, const struct train_state *
     json_decref(manifest);
     char path[4096];
     int wrc = !text ? error_set(err, "out of memory")
-                    : fs_join(path, sizeof path, tmp, "manifest.json", err)
-                          ? -1
-                          : fs_write_atomic(path, text, strlen(text), err);
+              : fs_join(path, sizeof path, tmp, "manifest.json", err)
+                  ? -1
+                  : fs_write_atomic(path, text, strlen(text), err);
     free(text);
     if (wrc || fs_fsync_dir(tmp, err)) goto out;
     /* a checkpoint of the same step already there (a re-save): move it aside first */
@@ -368,8 +374,8 @@ static int read_state(const char *cdir, struct train_state *st, struct plait_err
     memset(st, 0, sizeof *st);
     if (json_unpack(j, "{s:i,s:i,s:F,s:I,s:b,s:{s:I,s:I,s:I},s:o}", "step", &st->step, "micro",
                     &st->micro, "loss_sum", &st->loss_sum, "tokens", &tokens, "eval_pending",
-                    &st->eval_pending, "data", "epoch",
-                    &epoch, "shard", &shard, "index", &index, "sample_rng", &rng) ||
+                    &st->eval_pending, "data", "epoch", &epoch, "shard", &shard, "index", &index,
+                    "sample_rng", &rng) ||
         json_array_size(rng) != 4) {
         rc = error_set(err, "state.json: missing or malformed fields");
     } else {
@@ -470,8 +476,10 @@ int ckpt_load_latest(const char *dir, struct model *m, struct train_state *st, c
         break;
     }
     if (rc == 0 && n > 0) {
-        error_set(err, "%s: none of its %d checkpoints is usable (see the warnings above); "
-                  "move them away to start from scratch", dir, n);
+        error_set(err,
+                  "%s: none of its %d checkpoints is usable (see the warnings above); "
+                  "move them away to start from scratch",
+                  dir, n);
         rc = -1;
     }
     free_names(names, n);

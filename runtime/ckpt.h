@@ -18,13 +18,13 @@
 #include "runtime/model.h"
 
 struct train_state {
-    int step;                 /* optimizer steps completed */
-    int micro;                /* micro-batches of step+1 already accumulated */
-    double loss_sum;          /* sum of their mean losses */
-    int64_t tokens;           /* training tokens consumed */
-    int eval_pending;         /* the evaluation after `step` was interrupted */
+    int step;         /* optimizer steps completed */
+    int micro;        /* micro-batches of step+1 already accumulated */
+    double loss_sum;  /* sum of their mean losses */
+    int64_t tokens;   /* training tokens consumed */
+    int eval_pending; /* the evaluation after `step` was interrupted */
     struct data_position data;
-    uint64_t sample_rng[4];   /* the sampler's generator */
+    uint64_t sample_rng[4]; /* the sampler's generator */
 };
 
 /* Writes a checkpoint of the model and state into dir (created if needed) and

@@ -74,8 +74,10 @@ int data_open(struct data_loader *d, const char *pattern, int B, int T, int voca
         if (sh->tokens > largest) largest = sh->tokens;
     }
     if (largest < window) {
-        error_set(err, "%s: no shard holds one micro-batch of %d×%d+1 = %lld tokens (the largest "
-                  "has %lld)", pattern, B, T, (long long)window, (long long)largest);
+        error_set(err,
+                  "%s: no shard holds one micro-batch of %d×%d+1 = %lld tokens (the largest "
+                  "has %lld)",
+                  pattern, B, T, (long long)window, (long long)largest);
         goto fail;
     }
     d->shard_order = calloc((size_t)d->n_shards, sizeof *d->shard_order);
@@ -160,8 +162,8 @@ static int advance(struct data_loader *d, int *shard, int64_t *start, struct pla
         int64_t key = p->epoch * d->n_shards + s;
         if (d->window_key != key) {
             int64_t *order = realloc(d->window_order, (size_t)n * sizeof *order);
-            if (!order) return error_set(err, "out of memory for a shuffle of %lld windows",
-                                         (long long)n);
+            if (!order)
+                return error_set(err, "out of memory for a shuffle of %lld windows", (long long)n);
             d->window_order = order;
             permutation(order, n, d->seed, 2 * (uint64_t)key + 1);
             d->window_key = key;
@@ -182,9 +184,10 @@ int data_next(struct data_loader *d, int32_t *inputs, int32_t *targets, struct p
     const uint16_t *w = d->tokens + start;
     for (int64_t i = 0; i <= bt; i++)
         if (w[i] >= d->vocab)
-            return error_set(err, "%s: token %u at position %lld is not below the vocabulary "
-                             "size %d", d->shards[s].path, w[i], (long long)(start + i),
-                             d->vocab);
+            return error_set(err,
+                             "%s: token %u at position %lld is not below the vocabulary "
+                             "size %d",
+                             d->shards[s].path, w[i], (long long)(start + i), d->vocab);
     for (int64_t i = 0; i < bt; i++) {
         inputs[i] = w[i];
         targets[i] = w[i + 1];
@@ -200,9 +203,11 @@ void data_rewind(struct data_loader *d)
 int data_seek(struct data_loader *d, const struct data_position *pos, struct plait_error *err)
 {
     if (pos->epoch < 0 || pos->shard < 0 || pos->shard > d->n_shards || pos->index < 0)
-        return error_set(err, "data position (epoch %lld, shard %lld, index %lld) does not fit "
-                         "%d shards", (long long)pos->epoch, (long long)pos->shard,
-                         (long long)pos->index, d->n_shards);
+        return error_set(err,
+                         "data position (epoch %lld, shard %lld, index %lld) does not fit "
+                         "%d shards",
+                         (long long)pos->epoch, (long long)pos->shard, (long long)pos->index,
+                         d->n_shards);
     d->pos = *pos;
     return 0;
 }

@@ -35,14 +35,14 @@ struct data_loader {
     int n_shards;
     struct data_position pos;
     /* the shard being read */
-    int open_shard;          /* index into shards, or -1 */
-    const uint16_t *tokens;  /* its tokens (mmap) */
+    int open_shard;         /* index into shards, or -1 */
+    const uint16_t *tokens; /* its tokens (mmap) */
     void *map;
     size_t map_bytes;
-    int64_t *shard_order;    /* this epoch's order (shuffle) */
-    int64_t *window_order;   /* the current shard's window order (shuffle) */
-    int64_t order_epoch;     /* which epoch shard_order is for */
-    int64_t window_key;      /* (epoch, shard) window_order is for, as one number */
+    int64_t *shard_order;  /* this epoch's order (shuffle) */
+    int64_t *window_order; /* the current shard's window order (shuffle) */
+    int64_t order_epoch;   /* which epoch shard_order is for */
+    int64_t window_key;    /* (epoch, shard) window_order is for, as one number */
 };
 
 /* Opens the shards matching a file name or glob (sorted by name); every shard

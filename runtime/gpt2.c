@@ -12,8 +12,8 @@
 #include "common/rng.h"
 
 const char *const gpt2_tensor_names[GPT2_TENSORS] = {
-    "wte",  "wpe", "ln1w", "ln1b",    "qkvw",    "qkvb", "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw",     "lnfb",
+    "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb",
 };
 
 void gpt2_layout(const struct gpt2_config *cfg, struct gpt2_layout *out)
@@ -67,20 +67,20 @@ void gpt2_init_weights(const struct gpt2_config *cfg, const struct gpt2_layout *
     }
 }
 
-int gpt2_read_llmc(const char *path, const struct gpt2_config *cfg, float *params,
-                   uint32_t *crc, struct plait_error *err)
+int gpt2_read_llmc(const char *path, const struct gpt2_config *cfg, float *params, uint32_t *crc,
+                   struct plait_error *err)
 {
     struct llmc_model_header h;
     if (llmc_read_model_header(path, &h, err)) return -1;
     if (h.max_seq_len != cfg->max_seq_len || h.vocab != cfg->vocab ||
-        h.padded_vocab != cfg->padded_vocab || h.layers != cfg->layers ||
-        h.heads != cfg->heads || h.hidden != cfg->hidden)
+        h.padded_vocab != cfg->padded_vocab || h.layers != cfg->layers || h.heads != cfg->heads ||
+        h.hidden != cfg->hidden)
         return error_set(err,
                          "%s: model is maxT %d V %d Vp %d L %d NH %d C %d, the plan wants maxT "
                          "%d V %d Vp %d L %d NH %d C %d",
-                         path, h.max_seq_len, h.vocab, h.padded_vocab, h.layers, h.heads,
-                         h.hidden, cfg->max_seq_len, cfg->vocab, cfg->padded_vocab, cfg->layers,
-                         cfg->heads, cfg->hidden);
+                         path, h.max_seq_len, h.vocab, h.padded_vocab, h.layers, h.heads, h.hidden,
+                         cfg->max_seq_len, cfg->vocab, cfg->padded_vocab, cfg->layers, cfg->heads,
+                         cfg->hidden);
     struct gpt2_layout layout;
     gpt2_layout(cfg, &layout);
     FILE *f = fopen(path, "rb");

@@ -63,8 +63,8 @@ void gpt2_init_weights(const struct gpt2_config *cfg, const struct gpt2_layout *
 /* Reads an llm.c GPT-2 checkpoint (fp32 or bf16) whose header must match cfg
  * into a host buffer of the layout's size; *crc gets the CRC-32C of the whole
  * file when crc is not NULL. */
-int gpt2_read_llmc(const char *path, const struct gpt2_config *cfg, float *params,
-                   uint32_t *crc, struct plait_error *err);
+int gpt2_read_llmc(const char *path, const struct gpt2_config *cfg, float *params, uint32_t *crc,
+                   struct plait_error *err);
 
 /* Model FLOPs per token of one training step (6·N + 12·L·C·T, N without the
  * position table), the numerator of "% of peak". */

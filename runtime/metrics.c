@@ -71,18 +71,18 @@ static int put(struct metrics *mt, json_t *j, struct plait_error *err)
 
 int metrics_step(struct metrics *mt, const struct step_metrics *s, struct plait_error *err)
 {
-    json_t *j = json_pack("{s:i,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f}", "step", s->step, "loss",
-                          s->loss, "lr", s->lr, "grad_norm", s->grad_norm, "tokens",
-                          (json_int_t)s->tokens, "tokens_total", (json_int_t)s->tokens_total,
-                          "ms", s->ms, "tokens_per_s", s->tokens_per_s, "peak_pct", s->peak_pct);
+    json_t *j = json_pack("{s:i,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f}", "step", s->step, "loss", s->loss,
+                          "lr", s->lr, "grad_norm", s->grad_norm, "tokens", (json_int_t)s->tokens,
+                          "tokens_total", (json_int_t)s->tokens_total, "ms", s->ms, "tokens_per_s",
+                          s->tokens_per_s, "peak_pct", s->peak_pct);
     return put(mt, j, err);
 }
 
 int metrics_eval(struct metrics *mt, int step, double val_loss, int64_t val_tokens,
                  struct plait_error *err)
 {
-    json_t *j = json_pack("{s:i,s:f,s:I}", "eval_step", step, "val_loss", val_loss,
-                          "val_tokens", (json_int_t)val_tokens);
+    json_t *j = json_pack("{s:i,s:f,s:I}", "eval_step", step, "val_loss", val_loss, "val_tokens",
+                          (json_int_t)val_tokens);
     return put(mt, j, err);
 }
 

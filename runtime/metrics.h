@@ -17,11 +17,11 @@ struct metrics {
 };
 
 struct step_metrics {
-    int step;                  /* 1-based */
+    int step; /* 1-based */
     double loss, lr, grad_norm;
     int64_t tokens, tokens_total;
     double ms, tokens_per_s;
-    double peak_pct;           /* model FLOPs as % of the device's measured rate */
+    double peak_pct; /* model FLOPs as % of the device's measured rate */
 };
 
 /* Opens run_dir/metrics.jsonl, keeping only records of steps ≤ keep_step. */

@@ -31,8 +31,7 @@ static void *dev_alloc(struct model *m, size_t bytes, bool activation)
 
 /* n floats for each of the L layers, or one shared buffer when recomputed:
  * fills out[l] for every layer; returns 0 or -1 when out of memory. */
-static int layer_buffers(struct model *m, float **first, size_t stride_bytes, size_t n,
-                         bool stored)
+static int layer_buffers(struct model *m, float **first, size_t stride_bytes, size_t n, bool stored)
 {
     int L = m->cfg.layers;
     float *base = dev_alloc(m, n * sizeof(float) * (stored ? (size_t)L : 1), true);
@@ -44,8 +43,8 @@ static int layer_buffers(struct model *m, float **first, size_t stride_bytes, si
     return 0;
 }
 
-int model_init(struct model *m, const struct gpt2_config *cfg, const struct ops *ops, int B,
-               int T, enum plan_precision precision, enum plan_recompute recompute,
+int model_init(struct model *m, const struct gpt2_config *cfg, const struct ops *ops, int B, int T,
+               enum plan_precision precision, enum plan_recompute recompute,
                struct plait_error *err)
 {
     memset(m, 0, sizeof *m);
@@ -109,8 +108,8 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct ops 
     return 0;
 oom:
     model_free(m);
-    return error_set(err, "out of memory for a GPT-2 of %zu parameters with micro-batch %d×%d",
-                     P, B, T);
+    return error_set(err, "out of memory for a GPT-2 of %zu parameters with micro-batch %d×%d", P,
+                     B, T);
 }
 
 void model_free(struct model *m)
@@ -180,12 +179,12 @@ static void layer_forward(struct model *m, int l, int B, int T)
          o->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(GPT2_LN2W, l),
                               P(GPT2_LN2B, l), N, C));
     PROF(pr, PROF_MATMUL_FWD,
-         o->matmul_forward(a->fch, a->ln2, P(GPT2_FCW, l), weight16(m, GPT2_FCW, l),
-                           P(GPT2_FCB, l), N, C, 4 * C));
+         o->matmul_forward(a->fch, a->ln2, P(GPT2_FCW, l), weight16(m, GPT2_FCW, l), P(GPT2_FCB, l),
+                           N, C, 4 * C));
     PROF(pr, PROF_GELU_FWD, o->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C));
     PROF(pr, PROF_MATMUL_FWD,
-         o->matmul_forward(m->proj, a->fch_gelu, P(GPT2_FCPROJW, l),
-                           weight16(m, GPT2_FCPROJW, l), P(GPT2_FCPROJB, l), N, 4 * C, C));
+         o->matmul_forward(m->proj, a->fch_gelu, P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l),
+                           P(GPT2_FCPROJB, l), N, 4 * C, C));
     PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(a->res3, a->res2, m->proj, (size_t)N * C));
 }
 
@@ -202,25 +201,24 @@ int model_forward(struct model *m, const int32_t *inputs, const int32_t *targets
     const struct ops *o = m->ops;
     int C = m->cfg.hidden, N = B * T;
     if (B > m->B || T > m->T || T > m->cfg.max_seq_len)
-        return error_set(err, "micro-batch %d×%d exceeds the model's buffers (%d×%d)", B, T,
-                         m->B, m->T);
+        return error_set(err, "micro-batch %d×%d exceeds the model's buffers (%d×%d)", B, T, m->B,
+                         m->T);
     struct profile *pr = &m->prof;
     o->upload(m->inputs, inputs, (size_t)N * sizeof(int32_t));
     PROF(pr, PROF_EMBED_FWD,
          o->encoder_forward(m->encoded, m->inputs, P(GPT2_WTE, 0), P(GPT2_WPE, 0), B, T, C));
     for (int l = 0; l < m->cfg.layers; l++) layer_forward(m, l, B, T);
     PROF(pr, PROF_LAYERNORM_FWD,
-         o->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd,
-                              m->layer[m->cfg.layers - 1].res3, P(GPT2_LNFW, 0),
-                              P(GPT2_LNFB, 0), N, C));
+         o->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->layer[m->cfg.layers - 1].res3,
+                              P(GPT2_LNFW, 0), P(GPT2_LNFB, 0), N, C));
     PROF(pr, PROF_LM_HEAD_FWD,
-         o->matmul_forward(m->logits, m->lnf, P(GPT2_WTE, 0), weight16(m, GPT2_WTE, 0), NULL, N,
-                           C, m->cfg.padded_vocab));
+         o->matmul_forward(m->logits, m->lnf, P(GPT2_WTE, 0), weight16(m, GPT2_WTE, 0), NULL, N, C,
+                           m->cfg.padded_vocab));
     if (targets) {
         o->upload(m->targets, targets, (size_t)N * sizeof(int32_t));
         PROF(pr, PROF_LOSS,
-             o->classifier(m->logits, m->losses, m->targets, N, m->cfg.vocab,
-                           m->cfg.padded_vocab, grad_scale));
+             o->classifier(m->logits, m->losses, m->targets, N, m->cfg.vocab, m->cfg.padded_vocab,
+                           grad_scale));
         o->download(m->losses_host, m->losses, (size_t)N * sizeof(float));
         double sum = 0;
         for (int i = 0; i < N; i++) sum += m->losses_host[i];
@@ -260,13 +258,12 @@ static void layer_backward(struct model *m, int l, int B, int T, bool acc)
     pr->seconds[PROF_RECOMPUTE] += prof_now() - t0;
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(m->d4C, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), m->dres,
-                            a->fch_gelu, P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l), N,
-                            4 * C, C, acc));
+         o->matmul_backward(m->d4C, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), m->dres, a->fch_gelu,
+                            P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l), N, 4 * C, C, acc));
     PROF(pr, PROF_GELU_BWD, o->gelu_backward(m->d4C, a->fch, m->d4C, (size_t)N * 4 * C));
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(m->dC, G(GPT2_FCW, l), G(GPT2_FCB, l), m->d4C, a->ln2,
-                            P(GPT2_FCW, l), weight16(m, GPT2_FCW, l), N, C, 4 * C, acc));
+         o->matmul_backward(m->dC, G(GPT2_FCW, l), G(GPT2_FCB, l), m->d4C, a->ln2, P(GPT2_FCW, l),
+                            weight16(m, GPT2_FCW, l), N, C, 4 * C, acc));
     PROF(pr, PROF_LAYERNORM_BWD,
          o->layernorm_backward(m->dres, G(GPT2_LN2W, l), G(GPT2_LN2B, l), m->dC, a->res2,
                                P(GPT2_LN2W, l), a->ln2_mean, a->ln2_rstd, N, C, acc));
@@ -296,8 +293,8 @@ int model_backward(struct model *m, int B, int T, bool acc, struct plait_error *
     o->zero(m->dres, (size_t)N * C * sizeof(float));
     PROF(pr, PROF_LAYERNORM_BWD,
          o->layernorm_backward(m->dres, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), m->dC,
-                               m->layer[L - 1].res3, P(GPT2_LNFW, 0), m->lnf_mean, m->lnf_rstd,
-                               N, C, acc));
+                               m->layer[L - 1].res3, P(GPT2_LNFW, 0), m->lnf_mean, m->lnf_rstd, N,
+                               C, acc));
     for (int l = L - 1; l >= 0; l--) layer_backward(m, l, B, T, acc);
     PROF(pr, PROF_EMBED_BWD,
          o->encoder_backward(G(GPT2_WTE, 0), G(GPT2_WPE, 0), m->dres, m->inputs, B, T, C, acc));

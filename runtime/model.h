@@ -39,22 +39,22 @@ struct model {
     float *params, *grads, *adam_m, *adam_v;
     uint16_t *params16; /* bf16 copy of params, bf16 precision only */
 
-    int32_t *inputs, *targets; /* (B,T) */
-    float *encoded;            /* (N,C) */
-    struct layer_acts *layer;  /* [L] */
-    float *proj;               /* (N,C) scratch: output of the two projections */
+    int32_t *inputs, *targets;        /* (B,T) */
+    float *encoded;                   /* (N,C) */
+    struct layer_acts *layer;         /* [L] */
+    float *proj;                      /* (N,C) scratch: output of the two projections */
     float *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
-    float *logits;             /* (N,Vp); turned into dlogits by the loss */
-    float *losses;             /* (N) */
+    float *logits;                    /* (N,Vp); turned into dlogits by the loss */
+    float *losses;                    /* (N) */
 
     /* backward scratch */
-    float *dres;  /* (N,C) gradient of the residual stream */
-    float *dC;    /* (N,C) */
-    float *d3C;   /* (N,3C) */
-    float *d4C;   /* (N,4C) */
-    float *datt;  /* (B,NH,T,T) */
+    float *dres; /* (N,C) gradient of the residual stream */
+    float *dC;   /* (N,C) */
+    float *d3C;  /* (N,3C) */
+    float *d4C;  /* (N,4C) */
+    float *datt; /* (B,NH,T,T) */
 
-    float *losses_host; /* (N) */
+    float *losses_host;      /* (N) */
     struct profile prof;     /* time per phase (the training loop resets it) */
     size_t activation_bytes; /* what the activations and scratch take */
     void **allocations;      /* everything above, for model_free */
@@ -63,8 +63,8 @@ struct model {
 
 /* Allocates everything for micro-batches of up to B×T tokens. Parameters are
  * zero: call model_set_params next. */
-int model_init(struct model *m, const struct gpt2_config *cfg, const struct ops *ops, int B,
-               int T, enum plan_precision precision, enum plan_recompute recompute,
+int model_init(struct model *m, const struct gpt2_config *cfg, const struct ops *ops, int B, int T,
+               enum plan_precision precision, enum plan_recompute recompute,
                struct plait_error *err);
 void model_free(struct model *m);
 

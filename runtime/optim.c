@@ -13,8 +13,8 @@ double optim_lr(const struct plan_optimizer *o, int steps, int s)
     return min_lr + 0.5 * (1.0 + cos(M_PI * progress)) * (o->lr - min_lr);
 }
 
-int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t,
-               double *grad_norm, struct plait_error *err)
+int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t, double *grad_norm,
+               struct plait_error *err)
 {
     const struct ops *ops = m->ops;
     double norm;
@@ -30,8 +30,8 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
         size_t off = m->layout.offset[i];
         double wd = gpt2_tensor_decays(i) ? o->weight_decay : 0.0;
         ops->adamw(m->params + off, m->params16 ? m->params16 + off : NULL, m->grads + off,
-                   m->adam_m + off, m->adam_v + off, m->layout.elems[i], (float)lr,
-                   (float)o->beta1, (float)o->beta2, (float)o->eps, (float)wd, (float)scale, t);
+                   m->adam_m + off, m->adam_v + off, m->layout.elems[i], (float)lr, (float)o->beta1,
+                   (float)o->beta2, (float)o->eps, (float)wd, (float)scale, t);
     }
     m->prof.seconds[PROF_OPTIMIZER] += prof_now() - t0;
     *grad_norm = norm;

@@ -13,7 +13,7 @@ double optim_lr(const struct plan_optimizer *o, int steps, int s);
 
 /* One AdamW step (t is 1-based) on the model's accumulated gradients.
  * *grad_norm gets the global L2 norm before clipping. */
-int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t,
-               double *grad_norm, struct plait_error *err);
+int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t, double *grad_norm,
+               struct plait_error *err);
 
 #endif

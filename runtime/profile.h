@@ -43,11 +43,11 @@ static inline double prof_now(void)
 }
 
 /* Runs `call` and adds its wall time to the phase. */
-#define PROF(prof, phase, call)                                                                \
-    do {                                                                                       \
-        double prof_t0_ = prof_now();                                                          \
-        call;                                                                                  \
-        (prof)->seconds[phase] += prof_now() - prof_t0_;                                       \
+#define PROF(prof, phase, call)                                                                    \
+    do {                                                                                           \
+        double prof_t0_ = prof_now();                                                              \
+        call;                                                                                      \
+        (prof)->seconds[phase] += prof_now() - prof_t0_;                                           \
     } while (0)
 
 /* A table of ms per step and share per phase; step_s is the measured mean

@@ -13,8 +13,8 @@
 
 struct tokenizer {
     int vocab;
-    char **piece;  /* [vocab] decoded bytes, NUL-terminated */
-    int eot;       /* end-of-text token, or -1 */
+    char **piece; /* [vocab] decoded bytes, NUL-terminated */
+    int eot;      /* end-of-text token, or -1 */
 };
 
 /* Loads an llm.c tokenizer file (magic 20240328, version 1 or 2). */

@@ -59,7 +59,7 @@ static const struct ops *choose_backend(enum plan_device device, struct plait_er
 {
     if (device == PLAN_DEVICE_CUDA) {
         error_set(err, "parallel.device: \"cuda\" is not available: this build of plait-train "
-                  "has no CUDA backend (use \"cpu\" or \"auto\")");
+                       "has no CUDA backend (use \"cpu\" or \"auto\")");
         return NULL;
     }
     return ops_cpu();
@@ -104,12 +104,12 @@ static int write_run_json(struct trainer *t, const char *resumed_from, struct pl
     time_t now = time(NULL);
     char started[32];
     strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    json_t *run = json_pack(
-        "{s:s,s:s,s:o*,s:s?,s:o,s:{s:s,s:s,s:i,s:i,s:s,s:f}}", "version", PLAIT_VERSION,
-        "started", started, "plan", plan, "resumed_from", resumed_from, "parameters",
-        json_integer((json_int_t)t->m.layout.total), "machine", "hostname", host, "cpu", cpu,
-        "cores", (int)sysconf(_SC_NPROCESSORS_ONLN), "threads", omp_get_max_threads(),
-        "backend", t->m.ops->name, "peak_gflops", t->peak_gflops);
+    json_t *run =
+        json_pack("{s:s,s:s,s:o*,s:s?,s:o,s:{s:s,s:s,s:i,s:i,s:s,s:f}}", "version", PLAIT_VERSION,
+                  "started", started, "plan", plan, "resumed_from", resumed_from, "parameters",
+                  json_integer((json_int_t)t->m.layout.total), "machine", "hostname", host, "cpu",
+                  cpu, "cores", (int)sysconf(_SC_NPROCESSORS_ONLN), "threads",
+                  omp_get_max_threads(), "backend", t->m.ops->name, "peak_gflops", t->peak_gflops);
     char *text = run ? json_dumps(run, JSON_INDENT(2)) : NULL;
     json_decref(run);
     if (!text) return error_set(err, "out of memory");
@@ -161,9 +161,12 @@ static int setup(struct trainer *t, struct plait_error *err)
     const struct plan *p = t->plan;
     const struct ops *ops = choose_backend(p->parallel.device, err);
     if (!ops) return -1;
-    struct gpt2_config cfg = {.max_seq_len = p->model.max_seq_len, .vocab = p->model.vocab,
-                              .padded_vocab = p->model.padded_vocab, .layers = p->model.layers,
-                              .heads = p->model.heads, .hidden = p->model.hidden};
+    struct gpt2_config cfg = {.max_seq_len = p->model.max_seq_len,
+                              .vocab = p->model.vocab,
+                              .padded_vocab = p->model.padded_vocab,
+                              .layers = p->model.layers,
+                              .heads = p->model.heads,
+                              .hidden = p->model.hidden};
     int B = p->batch.micro_batch, T = p->model.seq_len;
     if (fs_mkdir_p(t->run_dir, err)) return -1;
     if (model_init(&t->m, &cfg, ops, B, T, p->precision, p->recompute, err)) return -1;
@@ -187,9 +190,10 @@ static int setup(struct trainer *t, struct plait_error *err)
         log_info("resuming from %s/%s (step %d%s)", t->ckpt_dir, name, t->st.step,
                  t->st.micro ? ", mid-step" : "");
         if (t->st.micro >= p->batch.grad_accum)
-            return error_set(err, "checkpoint %s stopped after micro-batch %d of a step, but the "
-                             "plan has batch.grad_accum %d", name, t->st.micro,
-                             p->batch.grad_accum);
+            return error_set(err,
+                             "checkpoint %s stopped after micro-batch %d of a step, but the "
+                             "plan has batch.grad_accum %d",
+                             name, t->st.micro, p->batch.grad_accum);
         memcpy(t->sample_rng.s, t->st.sample_rng, sizeof t->sample_rng.s);
     } else {
         if (init_weights(t, err)) return -1;
@@ -197,8 +201,7 @@ static int setup(struct trainer *t, struct plait_error *err)
         rng_seed(&t->sample_rng, p->sample.seed, 0);
     }
 
-    if (data_open(&t->train, p->data.train, B, T, cfg.vocab, p->data.shuffle, p->model.seed,
-                  err))
+    if (data_open(&t->train, p->data.train, B, T, cfg.vocab, p->data.shuffle, p->model.seed, err))
         return error_prefix(err, "data.train: ");
     if (data_seek(&t->train, &t->st.data, err)) return error_prefix(err, "data.train: ");
     if (p->data.val) {
@@ -239,8 +242,8 @@ static int save(struct trainer *t, struct plait_error *err)
     double t0 = now_s();
     if (ckpt_save(t->ckpt_dir, &t->m, &t->st, t->plan->checkpoint.keep, t->plan_json, err))
         return -1;
-    log_info("checkpoint step %d%s written in %.1f s", t->st.step,
-             t->st.micro ? " (mid-step)" : "", now_s() - t0);
+    log_info("checkpoint step %d%s written in %.1f s", t->st.step, t->st.micro ? " (mid-step)" : "",
+             now_s() - t0);
     return 0;
 }
 
@@ -266,8 +269,7 @@ static int evaluate_batches(struct trainer *t, struct plait_error *err)
     for (int i = 0; i < p->data.val_batches; i++) {
         if (train_stop_signal) return 1;
         double loss;
-        if (data_next(&t->val, t->inputs, t->targets, err))
-            return error_prefix(err, "data.val: ");
+        if (data_next(&t->val, t->inputs, t->targets, err)) return error_prefix(err, "data.val: ");
         if (model_forward(&t->m, t->inputs, t->targets, B, T, 0.0f, &loss, err)) return -1;
         sum += loss;
     }
@@ -277,8 +279,8 @@ static int evaluate_batches(struct trainer *t, struct plait_error *err)
     return metrics_eval(&t->metrics, t->st.step, val, (int64_t)p->data.val_batches * B * T, err);
 }
 
-static int dump(const char *dir, const char *name, const struct ops *o, const float *src,
-                size_t n, struct plait_error *err)
+static int dump(const char *dir, const char *name, const struct ops *o, const float *src, size_t n,
+                struct plait_error *err)
 {
     float *host = malloc(n * sizeof *host);
     if (!host) return error_set(err, "out of memory");
@@ -294,10 +296,14 @@ static int dump(const char *dir, const char *name, const struct ops *o, const fl
 
 static void format_duration(char *buf, size_t n, double s)
 {
-    if (s < 0 || !isfinite(s)) snprintf(buf, n, "?");
-    else if (s < 60) snprintf(buf, n, "%.0fs", s);
-    else if (s < 3600) snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
-    else snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
+    if (s < 0 || !isfinite(s))
+        snprintf(buf, n, "?");
+    else if (s < 60)
+        snprintf(buf, n, "%.0fs", s);
+    else if (s < 3600)
+        snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else
+        snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
 }
 
 static void progress_line(struct trainer *t, const struct step_metrics *s, double avg_step_s)
@@ -360,19 +366,26 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         if (optim_step(&t->m, &p->optimizer, lr, s + 1, &norm, err)) return -1;
         double loss = t->st.loss_sum / A;
         if (!isfinite(loss) || !isfinite(norm))
-            return error_set(err, "step %d: loss %g, gradient norm %g: training diverged (lower "
-                             "optimizer.lr or set optimizer.grad_clip)", s + 1, loss, norm);
+            return error_set(err,
+                             "step %d: loss %g, gradient norm %g: training diverged (lower "
+                             "optimizer.lr or set optimizer.grad_clip)",
+                             s + 1, loss, norm);
         t->st.step = s + 1;
         t->st.micro = 0;
         t->st.loss_sum = 0;
         double dt = now_s() - t0;
-        struct step_metrics sm = {
-            .step = s + 1, .loss = loss, .lr = lr, .grad_norm = norm,
-            .tokens = (int64_t)B * T * A, .tokens_total = t->st.tokens, .ms = 1e3 * dt,
-            .tokens_per_s = (double)B * T * A / dt,
-            .peak_pct = t->peak_gflops > 0
-                            ? 100.0 * t->flops_per_token * B * T * A / dt / (t->peak_gflops * 1e9)
-                            : 0.0};
+        struct step_metrics sm = {.step = s + 1,
+                                  .loss = loss,
+                                  .lr = lr,
+                                  .grad_norm = norm,
+                                  .tokens = (int64_t)B * T * A,
+                                  .tokens_total = t->st.tokens,
+                                  .ms = 1e3 * dt,
+                                  .tokens_per_s = (double)B * T * A / dt,
+                                  .peak_pct = t->peak_gflops > 0
+                                                  ? 100.0 * t->flops_per_token * B * T * A / dt /
+                                                        (t->peak_gflops * 1e9)
+                                                  : 0.0};
         if (metrics_step(&t->metrics, &sm, err)) return -1;
         if (s == first_step) { /* a process's first step warms up: not in the averages */
             memset(&t->m.prof, 0, sizeof t->m.prof);
@@ -382,8 +395,8 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         }
         progress_line(t, &sm, t->m.prof.steps ? t->timed_s / t->m.prof.steps : dt);
         bool last = t->st.step == p->steps;
-        bool eval_due = t->has_val && (last || (p->data.val_every > 0 &&
-                                                t->st.step % p->data.val_every == 0));
+        bool eval_due =
+            t->has_val && (last || (p->data.val_every > 0 && t->st.step % p->data.val_every == 0));
         if (eval_due) {
             int r = evaluate(t, err);
             if (r < 0) return -1;

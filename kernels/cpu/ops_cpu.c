@@ -141,8 +141,7 @@ static void mm16(bool ta, bool tb, int M, int N, int K, const uint16_t *A, int l
 {
     char msg[256];
     if (gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc, msg, sizeof msg) != 0)
-        cpu_set_error("bf16 gemm %c%c %dx%dx%d: %s", ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K,
-                      msg);
+        cpu_set_error("bf16 gemm %c%c %dx%dx%d: %s", ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, msg);
 }
 
 static void cpu_matmul_forward(float *out, const float *inp, const float *w, const uint16_t *w16,
@@ -162,8 +161,8 @@ static void cpu_matmul_forward(float *out, const float *inp, const float *w, con
 }
 
 static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                                const float *inp, const float *w, const uint16_t *w16, int N,
-                                int C, int OC, bool accumulate)
+                                const float *inp, const float *w, const uint16_t *w16, int N, int C,
+                                int OC, bool accumulate)
 {
     if (!w16) {
         cpu_matmul_backward_f32(dinp, dw, dbias, dout, inp, w, N, C, OC, accumulate);
@@ -184,8 +183,9 @@ static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const floa
  *   p ← p − (lr / (1−β1ᵗ)) · m / (√v / √(1−β2ᵗ) + eps)
  * One pass over the tensors; with p16 the bf16 copy is written in it too. */
 CPU_CLONES static void adamw_loop(float *p, uint16_t *p16, const float *g, float *m, float *v,
-                              size_t n, float decay, float step_size, float bc2_sqrt, float beta1,
-                              float beta2, float eps, float grad_scale, bool with16)
+                                  size_t n, float decay, float step_size, float bc2_sqrt,
+                                  float beta1, float beta2, float eps, float grad_scale,
+                                  bool with16)
 {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
@@ -201,9 +201,9 @@ CPU_CLONES static void adamw_loop(float *p, uint16_t *p16, const float *g, float
     }
 }
 
-static void cpu_adamw(float *p, uint16_t *p16, const float *g, float *m, float *v,
-                                 size_t n, float lr, float beta1, float beta2, float eps,
-                                 float weight_decay, float grad_scale, int step)
+static void cpu_adamw(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay,
+                      float grad_scale, int step)
 {
     float decay = 1.0f - lr * weight_decay;
     float step_size = (float)(lr / (1.0 - pow(beta1, step)));
@@ -212,8 +212,8 @@ static void cpu_adamw(float *p, uint16_t *p16, const float *g, float *m, float *
         adamw_loop(p, p16, g, m, v, n, decay, step_size, bc2_sqrt, beta1, beta2, eps, grad_scale,
                    true);
     else
-        adamw_loop(p, NULL, g, m, v, n, decay, step_size, bc2_sqrt, beta1, beta2, eps,
-                   grad_scale, false);
+        adamw_loop(p, NULL, g, m, v, n, decay, step_size, bc2_sqrt, beta1, beta2, eps, grad_scale,
+                   false);
 }
 
 /* ---- the table --------------------------------------------------------------- */

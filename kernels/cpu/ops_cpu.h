@@ -8,30 +8,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define OPS_CPU_DECLARE(real, SFX)                                                             \
-    void cpu_encoder_forward##SFX(real *out, const int32_t *tokens, const real *wte,           \
-                                  const real *wpe, int B, int T, int C);                       \
-    void cpu_encoder_backward##SFX(real *dwte, real *dwpe, const real *dout,                   \
-                                   const int32_t *tokens, int B, int T, int C, bool accumulate); \
-    void cpu_layernorm_forward##SFX(real *out, real *mean, real *rstd, const real *inp,        \
-                                    const real *w, const real *b, int N, int C);               \
-    void cpu_layernorm_backward##SFX(real *dinp, real *dw, real *db, const real *dout,         \
-                                     const real *inp, const real *w, const real *mean,         \
-                                     const real *rstd, int N, int C, bool accumulate);         \
-    void cpu_matmul_forward##SFX(real *out, const real *inp, const real *w, const real *bias,  \
-                                 int N, int C, int OC);                                        \
-    void cpu_matmul_backward##SFX(real *dinp, real *dw, real *dbias, const real *dout,         \
-                                  const real *inp, const real *w, int N, int C, int OC,        \
-                                  bool accumulate);                                            \
-    void cpu_attention_forward##SFX(real *out, real *att, const real *qkv, int B, int T, int C, \
-                                    int NH);                                                   \
-    void cpu_attention_backward##SFX(real *dqkv, real *datt, const real *dout, const real *qkv, \
-                                     const real *att, int B, int T, int C, int NH);            \
-    void cpu_gelu_forward##SFX(real *out, const real *inp, size_t n);                          \
-    void cpu_gelu_backward##SFX(real *dinp, const real *inp, const real *dout, size_t n);      \
-    void cpu_residual_forward##SFX(real *out, const real *a, const real *b, size_t n);         \
-    void cpu_classifier##SFX(real *logits, real *losses, const int32_t *targets, int N, int V, \
-                             int Vp, real grad_scale);                                         \
+#define OPS_CPU_DECLARE(real, SFX)                                                                 \
+    void cpu_encoder_forward##SFX(real *out, const int32_t *tokens, const real *wte,               \
+                                  const real *wpe, int B, int T, int C);                           \
+    void cpu_encoder_backward##SFX(real *dwte, real *dwpe, const real *dout,                       \
+                                   const int32_t *tokens, int B, int T, int C, bool accumulate);   \
+    void cpu_layernorm_forward##SFX(real *out, real *mean, real *rstd, const real *inp,            \
+                                    const real *w, const real *b, int N, int C);                   \
+    void cpu_layernorm_backward##SFX(real *dinp, real *dw, real *db, const real *dout,             \
+                                     const real *inp, const real *w, const real *mean,             \
+                                     const real *rstd, int N, int C, bool accumulate);             \
+    void cpu_matmul_forward##SFX(real *out, const real *inp, const real *w, const real *bias,      \
+                                 int N, int C, int OC);                                            \
+    void cpu_matmul_backward##SFX(real *dinp, real *dw, real *dbias, const real *dout,             \
+                                  const real *inp, const real *w, int N, int C, int OC,            \
+                                  bool accumulate);                                                \
+    void cpu_attention_forward##SFX(real *out, real *att, const real *qkv, int B, int T, int C,    \
+                                    int NH);                                                       \
+    void cpu_attention_backward##SFX(real *dqkv, real *datt, const real *dout, const real *qkv,    \
+                                     const real *att, int B, int T, int C, int NH);                \
+    void cpu_gelu_forward##SFX(real *out, const real *inp, size_t n);                              \
+    void cpu_gelu_backward##SFX(real *dinp, const real *inp, const real *dout, size_t n);          \
+    void cpu_residual_forward##SFX(real *out, const real *a, const real *b, size_t n);             \
+    void cpu_classifier##SFX(real *logits, real *losses, const int32_t *targets, int N, int V,     \
+                             int Vp, real grad_scale);                                             \
     double cpu_sum_squares##SFX(const real *x, size_t n);
 
 OPS_CPU_DECLARE(float, _f32)

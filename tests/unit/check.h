@@ -7,14 +7,14 @@
 
 static int check_failures, tests_passed, tests_failed;
 
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stdout, "  %s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);         \
-            fprintf(stdout, __VA_ARGS__);                                                      \
-            fputc('\n', stdout);                                                               \
-            check_failures++;                                                                  \
-        }                                                                                      \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stdout, "  %s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);             \
+            fprintf(stdout, __VA_ARGS__);                                                          \
+            fputc('\n', stdout);                                                                   \
+            check_failures++;                                                                      \
+        }                                                                                          \
     } while (0)
 
 #define RUN(fn) check_run(#fn, fn)

@@ -75,8 +75,10 @@ static void check_fd(const char *what, scalar_fn f, void *ctx, double *x, const 
             worst_fd = fd;
         }
     }
-    CHECK(worst <= tol, "%s: relative error %.3g at element %zu (analytic %.9g, numeric %.9g; "
-          "tolerance %.1g)", what, worst, worst_i, grad[worst_i], worst_fd, tol);
+    CHECK(worst <= tol,
+          "%s: relative error %.3g at element %zu (analytic %.9g, numeric %.9g; "
+          "tolerance %.1g)",
+          what, worst, worst_i, grad[worst_i], worst_fd, tol);
 }
 
 /* Float op output against the double op output, relative to the output's norm. */
@@ -111,8 +113,8 @@ static double ln_loss(void *p)
 static void test_layernorm_backward_matches_finite_differences(void)
 {
     int N = 5, C = 24;
-    struct ln_ctx c = {N, C, rnd(N * C, 2), rnd(C, 1), rnd(C, 1), zeros(N * C), zeros(N),
-                       zeros(N), rnd(N * C, 1)};
+    struct ln_ctx c = {N,        C,        rnd(N * C, 2), rnd(C, 1), rnd(C, 1), zeros(N * C),
+                       zeros(N), zeros(N), rnd(N * C, 1)};
     for (int i = 0; i < C; i++) c.w[i] += 1.5;
     ln_loss(&c);
     double *dinp = rnd(N * C, 1), *dinp0 = malloc(N * C * sizeof(double));
@@ -129,11 +131,13 @@ static void test_layernorm_backward_matches_finite_differences(void)
     ln_loss(&c);
     cpu_layernorm_backward_f64(dinp0, dw2, db2, c.R, c.inp, c.w, c.mean, c.rstd, N, C, true);
     double worst = 0;
-    for (int i = 0; i < C; i++) worst = fmax(worst, fabs(dw2[i] - 1.0 - dw[i]) + fabs(db2[i] - 1.0 - db[i]));
+    for (int i = 0; i < C; i++)
+        worst = fmax(worst, fabs(dw2[i] - 1.0 - dw[i]) + fabs(db2[i] - 1.0 - db[i]));
     CHECK(worst < 1e-12, "accumulate=true must add to dw/db (off by %g)", worst);
     /* float twin */
     float *fi = to_f32(c.inp, N * C), *fw = to_f32(c.w, C), *fb = to_f32(c.b, C);
-    float *fo = malloc(N * C * sizeof(float)), *fm = malloc(N * sizeof(float)), *fr = malloc(N * sizeof(float));
+    float *fo = malloc(N * C * sizeof(float)), *fm = malloc(N * sizeof(float)),
+          *fr = malloc(N * sizeof(float));
     cpu_layernorm_forward_f32(fo, fm, fr, fi, fw, fb, N, C);
     ln_loss(&c);
     check_close("layernorm forward", fo, c.out, N * C, F32_TOL);
@@ -159,8 +163,8 @@ static double mm_loss(void *p)
 static void test_matmul_backward_matches_finite_differences(void)
 {
     int N = 7, C = 13, OC = 11;
-    struct mm_ctx c = {N, C, OC, rnd(N * C, 1), rnd(OC * C, 1), rnd(OC, 1), zeros(N * OC),
-                       rnd(N * OC, 1)};
+    struct mm_ctx c = {
+        N, C, OC, rnd(N * C, 1), rnd(OC * C, 1), rnd(OC, 1), zeros(N * OC), rnd(N * OC, 1)};
     double *dinp = rnd(N * C, 1), *dw = rnd(OC * C, 1), *db = rnd(OC, 1);
     cpu_matmul_backward_f64(dinp, dw, db, c.R, c.inp, c.w, N, C, OC, false);
     check_fd("matmul dinp", mm_loss, &c, c.inp, dinp, N * C, FD_TOL);
@@ -214,8 +218,14 @@ static double attn_loss(void *p)
 static void test_attention_backward_matches_finite_differences(void)
 {
     int B = 2, T = 5, C = 12, NH = 3;
-    struct attn_ctx c = {B, T, C, NH, rnd(B * T * 3 * C, 1), zeros(B * T * C),
-                         zeros(B * NH * T * T), rnd(B * T * C, 1)};
+    struct attn_ctx c = {B,
+                         T,
+                         C,
+                         NH,
+                         rnd(B * T * 3 * C, 1),
+                         zeros(B * T * C),
+                         zeros(B * NH * T * T),
+                         rnd(B * T * C, 1)};
     attn_loss(&c);
     /* causality: probabilities above the diagonal are zero, rows sum to one */
     double worst = 0;
@@ -229,7 +239,8 @@ static void test_attention_backward_matches_finite_differences(void)
             }
             worst = fmax(worst, fabs(sum - 1));
         }
-    CHECK(worst < 1e-12, "attention probabilities must be causal and normalised (off by %g)", worst);
+    CHECK(worst < 1e-12, "attention probabilities must be causal and normalised (off by %g)",
+          worst);
     double *dqkv = rnd(B * T * 3 * C, 1), *datt = zeros(B * NH * T * T);
     cpu_attention_backward_f64(dqkv, datt, c.R, c.qkv, c.att, B, T, C, NH);
     check_fd("attention dqkv", attn_loss, &c, c.qkv, dqkv, B * T * 3 * C, FD_TOL);
@@ -238,7 +249,8 @@ static void test_attention_backward_matches_finite_differences(void)
     cpu_attention_forward_f32(fo, fa, fq, B, T, C, NH);
     attn_loss(&c);
     check_close("attention forward", fo, c.out, B * T * C, F32_TOL);
-    free(fq), free(fo), free(fa), free(c.qkv), free(c.out), free(c.att), free(c.R), free(dqkv), free(datt);
+    free(fq), free(fo), free(fa), free(c.qkv), free(c.out), free(c.att), free(c.R), free(dqkv),
+        free(datt);
 }
 
 /* ---- gelu, residual, encoder ------------------------------------------------------ */
@@ -297,8 +309,8 @@ static void test_encoder_backward_matches_finite_differences(void)
 {
     int B = 3, T = 4, C = 6, V = 5, maxT = 7;
     int32_t tok[12] = {0, 3, 3, 1, 4, 4, 4, 0, 2, 3, 1, 1}; /* repeats on purpose */
-    struct enc_ctx c = {B, T, C, tok, rnd(V * C, 1), rnd(maxT * C, 1), zeros(B * T * C),
-                        rnd(B * T * C, 1)};
+    struct enc_ctx c = {
+        B, T, C, tok, rnd(V * C, 1), rnd(maxT * C, 1), zeros(B * T * C), rnd(B * T * C, 1)};
     double *dwte = zeros(V * C), *dwpe = rnd(maxT * C, 1);
     for (int i = T * C; i < maxT * C; i++) dwpe[i] = 0; /* rows ≥ T are never touched */
     cpu_encoder_backward_f64(dwte, dwpe, c.R, tok, B, T, C, false);
