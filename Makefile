@@ -94,17 +94,19 @@ deps-test:
 	@scripts/deps.sh test
 
 # make test: the README's test command (and what .ci/run calls).
+JOBS := $(shell nproc 2>/dev/null || echo 2)
+
 test: deps-test
-	$(MAKE) all
-	$(MAKE) all BUILD=build-asan SAN=1
+	$(MAKE) -j$(JOBS) all
+	$(MAKE) -j$(JOBS) all BUILD=build-asan SAN=1
 	tests/run.sh
 
 demo: deps-build
-	$(MAKE) all
+	$(MAKE) -j$(JOBS) all
 	scripts/demo.sh
 
 bench: deps-test
-	$(MAKE) all
+	$(MAKE) -j$(JOBS) all
 	bench/bench.sh
 
 install: $(PLAIT) $(PLAIT_TRAIN)
