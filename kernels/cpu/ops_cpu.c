@@ -58,14 +58,6 @@ int cpu_take_error(char *buf, size_t bytes)
 #define GEMM gemm_f32
 #define PAR_ATTN 1
 #include "kernels/cpu/ops_generic.inc"
-#undef real
-#undef SFX
-#undef EXP
-#undef TANH
-#undef SQRT
-#undef LOG
-#undef GEMM
-#undef PAR_ATTN
 
 #define real double
 #define SFX _f64
@@ -76,14 +68,6 @@ int cpu_take_error(char *buf, size_t bytes)
 #define GEMM gemm_f64
 #define PAR_ATTN 0 /* CBLAS from several threads at once is not guaranteed safe */
 #include "kernels/cpu/ops_generic.inc"
-#undef real
-#undef SFX
-#undef EXP
-#undef TANH
-#undef SQRT
-#undef LOG
-#undef GEMM
-#undef PAR_ATTN
 
 /* ---- memory ---------------------------------------------------------------- */
 
