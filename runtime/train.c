@@ -452,7 +452,8 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
     rc = run_steps(&t, err);
     if (getenv(PLAIT_ENV_PROFILE) && t.m.prof.steps > 0)
         profile_print(&t.m.prof, t.timed_s / t.m.prof.steps, stdout);
-    if (rc == PLAIT_EXIT_OK && print_sample(&t, "after training", err)) rc = -1;
+    if (rc == PLAIT_EXIT_OK && !train_stop_signal && print_sample(&t, "after training", err))
+        rc = -1;
 out:
     teardown(&t);
     return rc;
