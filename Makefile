@@ -21,7 +21,7 @@ CPPFLAGS += -D_GNU_SOURCE -I. -DPLAIT_VERSION='"$(VERSION)"'
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c17 $(WARN) $(HARDEN) -fopenmp -pthread
 LDFLAGS += -fopenmp -pthread -Wl,-z,relro,-z,now
-LDLIBS  := -ljansson -ldnnl -lopenblas -lm
+LDLIBS  := -ljansson -lhwloc -ldnnl -lopenblas -lm
 
 ifeq ($(SAN),1)
   CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined

@@ -65,8 +65,14 @@ struct plan_checkpoint {
     int keep;  /* complete checkpoints kept, newest first */
 };
 
+/* tp, pp, dp: a degree ≥ 1, or PLAN_AUTO ("auto" in plan.json): dp fills the
+ * allocation, tp and pp are chosen by the cost model (plait check explains). */
+#define PLAN_AUTO 0
+
 struct plan_parallel {
     int tp, pp, dp;
+    bool allow_tp_over_pcie; /* let a tp group span NVLink domains of one node */
+    int zero;                /* ZeRO stage 0..3: what data parallelism shards */
     enum plan_device device;
 };
 

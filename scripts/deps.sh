@@ -4,8 +4,8 @@
 #   scripts/deps.sh test    build + the test referees (PyTorch, numpy)
 set -euo pipefail
 
-build_pkgs=(gcc make pkg-config libjansson-dev libdnnl-dev libopenblas-dev)
-test_pkgs=("${build_pkgs[@]}" python3 python3-torch python3-numpy)
+build_pkgs=(gcc make pkg-config libjansson-dev libhwloc-dev libdnnl-dev libopenblas-dev)
+test_pkgs=("${build_pkgs[@]}" hwloc-nox python3 python3-torch python3-numpy)
 
 case "${1:-build}" in
   build) want=("${build_pkgs[@]}") ;;

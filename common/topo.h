@@ -1,0 +1,94 @@
+/* topo.h — one node's hardware as placement needs it, discovered with hwloc
+ * (2.x; 3.x's OS-device types tolerated) from the live machine or an hwloc
+ * XML file: GPUs and their NVLink domains, network adapters and their PCI
+ * position relative to each GPU, NUMA nodes and cores. Nothing here knows
+ * about plans or ranks (that is place.h). A node without GPUs is valid. */
+#ifndef PLAIT_TOPO_H
+#define PLAIT_TOPO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+struct topo_core {
+    int os_index;   /* hwloc Core os_index */
+    int *pus;       /* os indexes of its hardware threads, ascending */
+    int n_pus;
+    int numa;       /* os index of its NUMA node, -1 unknown */
+    int package;    /* os index of its package (socket), -1 unknown */
+};
+
+struct topo_gpu {
+    char busid[16];        /* "0000:1b:00.0", lower-case hex */
+    int cuda_index;        /* the index CUDA gives it (PCI bus order, CUDA_DEVICE_ORDER=PCI_BUS_ID) */
+    int numa;              /* NUMA node os index, -1 unknown */
+    int *local_cores;      /* indexes into topo.cores of the cores local to it (its
+                              non-I/O ancestor's cpuset), ascending */
+    int n_local_cores;
+    uint64_t memory_bytes; /* 0 when the topology does not say */
+    char model[96];        /* "NVIDIA H100 80GB HBM3", or "" */
+    int domain;            /* its NVLink domain: index into topo.domains */
+};
+
+enum topo_nic_kind {
+    TOPO_NIC_INFINIBAND, /* OpenFabrics device on an InfiniBand link */
+    TOPO_NIC_ROCE,       /* OpenFabrics device on an Ethernet link */
+    TOPO_NIC_ETHERNET,   /* a plain network interface */
+};
+
+struct topo_nic {
+    char name[32];      /* "mlx5_0" for OpenFabrics devices, "eth0"/"ens1f0" otherwise */
+    char netdev[32];    /* the network interface of an OpenFabrics device ("ib0"), or "" */
+    enum topo_nic_kind kind;
+    char busid[16];     /* its PCI device, "" if not on PCI */
+    int numa;           /* NUMA node os index, -1 unknown */
+};
+
+/* How near a NIC is to a GPU, by the PCI tree (smaller is nearer). */
+enum topo_affinity {
+    TOPO_SAME_PCIE_SWITCH = 0, /* a common PCI bridge below the host bridge */
+    TOPO_SAME_HOST_BRIDGE = 1, /* the same host bridge (root complex) */
+    TOPO_SAME_NUMA = 2,        /* different host bridges, same NUMA node */
+    TOPO_OTHER = 3,            /* across the inter-socket link */
+};
+
+/* A set of GPUs all pairwise connected by NVLink (directly or through
+ * NVSwitches): tensor-parallel groups are placed inside one. */
+struct topo_domain {
+    int *gpus; /* indexes into topo.gpus, ascending */
+    int n_gpus;
+};
+
+struct topo {
+    char *source;              /* the XML file, or "this machine" */
+    char hostname[64];         /* from the topology's HostName info, or "" */
+    struct topo_core *cores;   /* physical cores, by os index */
+    int n_cores;
+    int n_numa;                /* NUMA nodes */
+    struct topo_gpu *gpus;     /* NVIDIA GPUs, by cuda_index */
+    int n_gpus;
+    double *nvlink_gbps;       /* n_gpus × n_gpus, row-major: GPU-to-GPU NVLink bandwidth
+                                  in GB/s (unidirectional; through switches: the bottleneck
+                                  of the path); 0 = no NVLink; diagonal 0 */
+    struct topo_domain *domains; /* NVLink domains; a GPU without NVLink is its own
+                                    domain; ordered by their lowest cuda_index */
+    int n_domains;
+    struct topo_nic *nics;     /* InfiniBand/RoCE devices first, then Ethernet; by name */
+    int n_nics;
+    enum topo_affinity *gpu_nic; /* n_gpus × n_nics, row-major */
+};
+
+/* Loads the live machine's topology (xml_path NULL, or HWLOC_XMLFILE set in
+ * the environment) or an hwloc XML file. Returns 0, or -1 with err naming the
+ * file and the problem. */
+int topo_load(struct topo *t, const char *xml_path, struct plait_error *err);
+void topo_free(struct topo *t);
+
+/* "0-13,112-125": the PUs of the given cores (indexes into t->cores) as a
+ * Linux CPU list, written into buf. */
+void topo_cpu_list(const struct topo *t, const int *cores, int n_cores, char *buf,
+                   size_t buf_bytes);
+
+#endif
