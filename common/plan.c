@@ -29,6 +29,7 @@ enum kind { K_SECTION, K_INT, K_U64, K_REAL, K_BOOL, K_STRING, K_PATH, K_ENUM };
 #define REQ 0x1u           /* must be present and not null */
 #define REQ_NO_INIT 0x2u   /* required unless model.init is given */
 #define KEEP_RELATIVE 0x4u /* a path that is not resolved (checkpoint.dir) */
+#define AUTO_OK 0x8u       /* K_INT that may also be "auto" (stored as PLAN_AUTO) */
 
 struct field {
     const char *name;
@@ -147,9 +148,11 @@ static const struct field checkpoint_fields[] = {
 };
 
 static const struct field parallel_fields[] = {
-    INT_FIELD("tp", parallel.tp, 1, INT_MAX, 1, 0),
-    INT_FIELD("pp", parallel.pp, 1, INT_MAX, 1, 0),
-    INT_FIELD("dp", parallel.dp, 1, INT_MAX, 1, 0),
+    INT_FIELD("tp", parallel.tp, 1, INT_MAX, 1, AUTO_OK),
+    INT_FIELD("pp", parallel.pp, 1, INT_MAX, 1, AUTO_OK),
+    INT_FIELD("dp", parallel.dp, 1, INT_MAX, 1, AUTO_OK),
+    BOOL_FIELD("allow_tp_over_pcie", parallel.allow_tp_over_pcie, false),
+    INT_FIELD("zero", parallel.zero, 0, 3, 0, 0),
     ENUM_FIELD("device", parallel.device, device_names, PLAN_DEVICE_AUTO),
     END,
 };
@@ -819,6 +822,8 @@ static int decode_int(struct ctx *c, const struct field *f, json_t *v, const cha
     if (f->kind == K_U64) {
         if (!json_is_integer(v) || json_integer_value(v) < 0)
             return fail(c, path, "must be a non-negative integer (got %s)", g);
+    } else if (!json_is_integer(v) && (f->flags & AUTO_OK)) {
+        return fail(c, path, "must be an integer or \"auto\" (got %s)", g);
     } else if (!json_is_integer(v)) {
         return fail(c, path, "must be an integer (got %s)", g);
     }
@@ -891,6 +896,10 @@ static int decode_value(struct ctx *c, const struct field *f, json_t *v, const c
             return fail(c, path, "must be an object (got %s)", got_text(c, path, v, got));
         return decode_object(c, v, f->fields, path, p, has_init);
     case K_INT:
+        if ((f->flags & AUTO_OK) && json_is_string(v) && strcmp(json_string_value(v), "auto") == 0) {
+            *(int *)dst = PLAN_AUTO;
+            return 0;
+        }
         if (decode_int(c, f, v, path, &i)) return -1;
         *(int *)dst = (int)i;
         return 0;
@@ -1044,17 +1053,17 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
     if (p->optimizer.warmup_steps > p->steps)
         return fail(c, warmup, "must be <= steps (%d) (got %s)", p->steps,
                     got_text(c, warmup, wv, got));
-    const struct {
-        const char *path;
-        int value;
-    } degrees[] = {{"parallel.tp", p->parallel.tp},
-                   {"parallel.pp", p->parallel.pp},
-                   {"parallel.dp", p->parallel.dp}};
-    for (size_t k = 0; k < sizeof degrees / sizeof degrees[0]; k++)
-        if (degrees[k].value != 1)
-            return fail(c, degrees[k].path,
-                        "not supported yet: only 1 until 3D parallelism lands (got %d)",
-                        degrees[k].value);
+    /* tensor parallelism splits the heads and the (padded) vocabulary; pipeline
+     * parallelism needs a layer per stage */
+    int tp = p->parallel.tp, pp = p->parallel.pp;
+    if (tp != PLAN_AUTO && m->heads % tp != 0)
+        return fail(c, "parallel.tp", "must divide model.heads (%d %% %d = %d)", m->heads, tp,
+                    m->heads % tp);
+    if (tp != PLAN_AUTO && m->padded_vocab % tp != 0)
+        return fail(c, "parallel.tp", "must divide model.padded_vocab (%d %% %d = %d)",
+                    m->padded_vocab, tp, m->padded_vocab % tp);
+    if (pp != PLAN_AUTO && pp > m->layers)
+        return fail(c, "parallel.pp", "must be <= model.layers (%d) (got %d)", m->layers, pp);
     return 0;
 }
 
@@ -1293,7 +1302,10 @@ static void put_object(struct text *t, const struct field *fields, const struct 
             put_object(t, f->fields, p, indent + 2);
             break;
         case K_INT:
-            put(t, "%d", *(const int *)at);
+            if ((f->flags & AUTO_OK) && *(const int *)at == PLAN_AUTO)
+                put(t, "\"auto\"");
+            else
+                put(t, "%d", *(const int *)at);
             break;
         case K_U64:
             put(t, "%" PRIu64, *(const uint64_t *)at);

@@ -156,9 +156,25 @@ static double measure_peak_gflops(struct model *m)
     return best;
 }
 
+/* One rank trains the whole model: every degree must be 1 ("auto" is 1 here). */
+static int check_single_rank(const struct plan *p, struct plait_error *err)
+{
+    const struct {
+        const char *name;
+        int degree;
+    } d[] = {{"tp", p->parallel.tp}, {"pp", p->parallel.pp}, {"dp", p->parallel.dp}};
+    for (size_t k = 0; k < sizeof d / sizeof d[0]; k++)
+        if (d[k].degree != 1 && d[k].degree != PLAN_AUTO)
+            return error_set(err, "%s: parallel.%s: not supported yet: plait-train runs one rank "
+                             "until 3D parallelism lands (got %d)",
+                             p->source, d[k].name, d[k].degree);
+    return 0;
+}
+
 static int setup(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
+    if (check_single_rank(p, err)) return -1;
     const struct ops *ops = choose_backend(p->parallel.device, err);
     if (!ops) return -1;
     struct gpt2_config cfg = {.max_seq_len = p->model.max_seq_len,
