@@ -23,8 +23,16 @@ struct cost_memory {
     uint64_t optimizer;   /* AdamW moments (and fp32 master weights in bf16) */
     uint64_t activations; /* what backward needs, at the pipeline's peak */
     uint64_t total;
-    int64_t param_count;  /* parameters of this rank's shard */
+    int64_t param_count;  /* parameters of this rank's tp × pp shard (Ψ; ZeRO divides
+                             the bytes above, not this count) */
 };
+
+/* Parameters, gradients and optimizer state of a rank holding `param_count`
+ * parameters, over dp ranks at ZeRO stage `zero` (fills params, grads,
+ * optimizer, param_count and total; activations 0). E.g. 7e9 parameters,
+ * bf16, no ZeRO: 16 bytes each, 112 GB. */
+void cost_model_state(int64_t param_count, enum plan_precision precision, int zero, int dp,
+                      struct cost_memory *out);
 
 /* Memory of one rank of pipeline stage `stage` (0 ≤ stage < pp). */
 void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
@@ -42,7 +50,15 @@ struct cost_traffic {
 void cost_traffic(const struct plan *p, struct cost_layout l, struct cost_traffic *out);
 
 /* Where a communicator's traffic goes and how fast (filled by placement). */
-enum cost_link { COST_LINK_NONE, COST_LINK_NVLINK, COST_LINK_PCIE, COST_LINK_NETWORK };
+/* From fastest to slowest; MEMORY is between CPU ranks of one node. */
+enum cost_link {
+    COST_LINK_NONE,
+    COST_LINK_NVLINK,
+    COST_LINK_MEMORY,
+    COST_LINK_PCIE,
+    COST_LINK_NETWORK,
+    COST_LINKS
+};
 
 struct cost_links {
     enum cost_link tp, pp, dp;          /* the slowest link each group crosses */
@@ -60,6 +76,7 @@ struct cost_time {
 void cost_step_time(const struct plan *p, struct cost_layout l, const struct cost_links *links,
                     struct cost_time *out);
 
+/* "none", "NVLink", "memory", "PCIe", "network". */
 const char *cost_link_name(enum cost_link link);
 
 #endif
