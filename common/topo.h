@@ -64,7 +64,8 @@ struct topo_domain {
 struct topo {
     char *source;              /* the XML file, or "this machine" */
     char hostname[64];         /* from the topology's HostName info, or "" */
-    struct topo_core *cores;   /* physical cores, by os index */
+    struct topo_core *cores;   /* physical cores in hwloc's logical order, package by package
+                                  (Core os indexes restart in each package on Linux) */
     int n_cores;
     int n_numa;                /* NUMA nodes */
     struct topo_gpu *gpus;     /* NVIDIA GPUs, by cuda_index */
