@@ -11,6 +11,22 @@
 /* This rank and the number of ranks (1 until 3D parallelism lands). */
 #define PLAIT_ENV_RANK "PLAIT_RANK"
 #define PLAIT_ENV_WORLD_SIZE "PLAIT_WORLD_SIZE"
+/* Where this rank sits (place.h computes them all; launchers export them). */
+#define PLAIT_ENV_LOCAL_RANK "PLAIT_LOCAL_RANK"             /* among its node's ranks */
+#define PLAIT_ENV_LOCAL_WORLD_SIZE "PLAIT_LOCAL_WORLD_SIZE" /* ranks on its node */
+#define PLAIT_ENV_NODE_RANK "PLAIT_NODE_RANK"               /* its node, in allocation order */
+#define PLAIT_ENV_NODES "PLAIT_NODES"                       /* nodes of the job */
+#define PLAIT_ENV_TP "PLAIT_TP"                             /* the layout's degrees */
+#define PLAIT_ENV_PP "PLAIT_PP"
+#define PLAIT_ENV_DP "PLAIT_DP"
+#define PLAIT_ENV_TP_RANK "PLAIT_TP_RANK"                   /* its coordinates */
+#define PLAIT_ENV_PP_RANK "PLAIT_PP_RANK"
+#define PLAIT_ENV_DP_RANK "PLAIT_DP_RANK"
+#define PLAIT_ENV_DEVICE "PLAIT_DEVICE"       /* CUDA index (PCI bus order), or "cpu" */
+#define PLAIT_ENV_GPU_BUSID "PLAIT_GPU_BUSID" /* its GPU's PCI bus id */
+#define PLAIT_ENV_NIC "PLAIT_NIC"             /* its network adapter ("mlx5_3") */
+#define PLAIT_ENV_CPUS "PLAIT_CPUS"           /* the CPUs it binds to, a Linux CPU list */
+#define PLAIT_ENV_NUMA "PLAIT_NUMA"           /* its NUMA node, -1 unknown */
 /* How many times the job has been restarted (Slurm requeue, pod restart). */
 #define PLAIT_ENV_RESTART_COUNT "PLAIT_RESTART_COUNT"
 /* Optional: GFLOP/s the device can do, instead of measuring it at start-up

@@ -5,5 +5,6 @@
 
 int cmd_train(int argc, char **argv); /* plait train PLAN [--out DIR] [--set k=v ...] */
 int cmd_data(int argc, char **argv);  /* plait data prepare TEXT OUT.bin [...] */
+int cmd_check(int argc, char **argv); /* plait check PLAN [--nodes N] [--topology X.xml ...] */
 
 #endif

@@ -1,0 +1,502 @@
+/* cmd_check.c — `plait check PLAN [--nodes N] [--gpus-per-node G]
+ * [--topology FILE.xml ...] [--json]`: validates the plan, resolves "auto"
+ * degrees with the cost model, places the ranks on the nodes' topologies and
+ * prints the memory table, the traffic table and the rank map (or one JSON
+ * object). Exits 1 with the reason when the plan cannot run there. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/cost.h"
+#include "common/env.h"
+#include "common/log.h"
+#include "common/place.h"
+#include "common/plan.h"
+#include "common/topo.h"
+#include "launcher/commands.h"
+
+#define MAX_TOPOLOGIES 64
+
+struct check_args {
+    const char *plan_path;
+    const char **sets;
+    int n_sets;
+    int nodes;          /* 0: as many as --topology files, else 1 */
+    int gpus_per_node;  /* 0: the topology's GPUs (1 CPU rank on a GPU-less node) */
+    const char *topologies[MAX_TOPOLOGIES];
+    int n_topologies;
+    bool json;
+    double gpu_memory_gb;  /* 0: from the topology */
+    double device_tflops;  /* 0: from the GPU model */
+    struct place_bandwidth bw;
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: plait check PLAN [--nodes N] [--gpus-per-node G] [--topology FILE.xml ...]\n"
+            "                        [--json] [--set path=value ...]\n"
+            "  --nodes N            nodes of the allocation (default: one per --topology, or 1)\n"
+            "  --gpus-per-node G    ranks per node (default: the node's GPUs; 1 without GPUs)\n"
+            "  --topology FILE.xml  hwloc XML of a node; one file for all nodes, or one per\n"
+            "                       node (default: this machine)\n"
+            "  --json               one JSON object instead of tables\n"
+            "  --set path=value     override a plan field, as for plait train\n"
+            "  --gpu-memory GB      device memory, when the topology does not state it\n"
+            "  --device-tflops T    sustained dense matmul rate per device (default: from the\n"
+            "                       GPU model, half its datasheet peak)\n"
+            "  --pcie-gbps B  --network-gbps B  --memory-gbps B   link bandwidths, GB/s\n"
+            "exit codes: 0 the plan can run there, 1 it cannot (the reason is printed), 2 usage\n");
+}
+
+static int parse_args(int argc, char **argv, struct check_args *a)
+{
+    a->bw = (struct place_bandwidth){.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100};
+    a->sets = calloc((size_t)argc + 1, sizeof *a->sets);
+    if (!a->sets) return -1;
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (!strcmp(o, "--json")) {
+            a->json = true;
+        } else if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            usage(stdout);
+            exit(PLAIT_EXIT_OK);
+        } else if (o[0] == '-' && !v) {
+            log_error("check: %s needs a value", o);
+            return -1;
+        } else if (!strcmp(o, "--set")) {
+            a->sets[a->n_sets++] = argv[++i];
+        } else if (!strcmp(o, "--topology")) {
+            if (a->n_topologies == MAX_TOPOLOGIES) {
+                log_error("check: at most %d --topology files", MAX_TOPOLOGIES);
+                return -1;
+            }
+            a->topologies[a->n_topologies++] = argv[++i];
+        } else if (!strcmp(o, "--nodes") || !strcmp(o, "--gpus-per-node")) {
+            long n = strtol(v, &end, 10);
+            if (*end || n < 1 || n > 1 << 20) {
+                log_error("check: %s must be a positive integer (got %s)", o, v);
+                return -1;
+            }
+            *(!strcmp(o, "--nodes") ? &a->nodes : &a->gpus_per_node) = (int)n;
+            i++;
+        } else if (!strcmp(o, "--gpu-memory") || !strcmp(o, "--device-tflops") ||
+                   !strcmp(o, "--pcie-gbps") || !strcmp(o, "--network-gbps") ||
+                   !strcmp(o, "--memory-gbps")) {
+            double x = strtod(v, &end);
+            if (*end || !(x > 0)) {
+                log_error("check: %s must be a positive number (got %s)", o, v);
+                return -1;
+            }
+            double *dst = !strcmp(o, "--gpu-memory")      ? &a->gpu_memory_gb
+                          : !strcmp(o, "--device-tflops") ? &a->device_tflops
+                          : !strcmp(o, "--pcie-gbps")     ? &a->bw.pcie_gbps
+                          : !strcmp(o, "--network-gbps")  ? &a->bw.network_gbps
+                                                          : &a->bw.memory_gbps;
+            *dst = x;
+            i++;
+        } else if (o[0] == '-' || a->plan_path) {
+            log_error("check: unexpected argument '%s'", o);
+            return -1;
+        } else {
+            a->plan_path = o;
+        }
+    }
+    if (!a->plan_path) {
+        log_error("check: no plan given");
+        return -1;
+    }
+    if (a->n_topologies > 1 && a->nodes && a->nodes != a->n_topologies) {
+        log_error("check: %d --topology files for %d nodes: give one file for all nodes or one "
+                  "per node", a->n_topologies, a->nodes);
+        return -1;
+    }
+    if (!a->nodes) a->nodes = a->n_topologies > 1 ? a->n_topologies : 1;
+    return 0;
+}
+
+/* ---- devices: memory and speed ------------------------------------------------------- */
+
+/* Datasheet dense peaks (TFLOP/s): bf16 tensor cores, and fp32 (TF32 where
+ * the GPU has it). The cost model uses half of it as the sustained rate. */
+static const struct {
+    const char *model;
+    double bf16, fp32;
+} gpu_peaks[] = {
+    {"H200", 989, 494}, {"H100", 989, 494}, {"GH200", 989, 494}, {"A100", 312, 156},
+    {"A800", 312, 156}, {"L40", 181, 90},   {"A6000", 155, 38},  {"A40", 150, 37},
+    {"V100", 125, 15.7}, {"A10", 125, 31},  {"T4", 65, 8},
+};
+
+static double device_tflops(const struct topo *t, enum plan_precision prec)
+{
+    if (t->n_gpus == 0) return 0.4; /* a CPU rank: what this project's CPU kernels reach */
+    for (size_t k = 0; k < sizeof gpu_peaks / sizeof gpu_peaks[0]; k++)
+        if (strstr(t->gpus[0].model, gpu_peaks[k].model))
+            return 0.5 * (prec == PLAN_PRECISION_BF16 ? gpu_peaks[k].bf16 : gpu_peaks[k].fp32);
+    return 0.5 * (prec == PLAN_PRECISION_BF16 ? 100 : 20); /* an unknown GPU */
+}
+
+/* The smallest device memory among the nodes (bytes), 0 when unknown. */
+static uint64_t device_memory(const struct place_node *nodes, int n, double override_gb)
+{
+    if (override_gb > 0) return (uint64_t)(override_gb * 1e9);
+    uint64_t least = 0;
+    for (int i = 0; i < n; i++)
+        for (int g = 0; g < nodes[i].topo->n_gpus; g++) {
+            uint64_t b = nodes[i].topo->gpus[g].memory_bytes;
+            if (b == 0) return 0;
+            if (!least || b < least) least = b;
+        }
+    return least;
+}
+
+/* ---- evaluating a layout ---------------------------------------------------------------- */
+
+struct evaluation {
+    struct cost_layout layout;
+    bool placed, fits;
+    char why[1024];            /* why it cannot run, if it cannot */
+    struct rank_map map;
+    struct cost_memory mem;
+    int worst_stage;
+    struct cost_traffic traffic;
+    struct cost_time time;
+    double tokens_per_s;
+};
+
+static void evaluate(const struct plan *p, struct cost_layout l, const struct place_node *nodes,
+                     int n_nodes, const struct check_args *a, uint64_t gpu_mem,
+                     struct evaluation *e)
+{
+    memset(e, 0, sizeof *e);
+    e->layout = l;
+    struct plait_error err;
+    if (place_ranks(p, l.tp, l.pp, l.dp, nodes, n_nodes, &a->bw, &e->map, &err)) {
+        snprintf(e->why, sizeof e->why, "%s", err.text);
+        return;
+    }
+    e->placed = true;
+    cost_memory(p, l, &e->mem, &e->worst_stage);
+    cost_traffic(p, l, &e->traffic);
+    struct cost_links links = {
+        .tp = e->map.comm_tp.slowest, .pp = e->map.comm_pp.slowest,
+        .dp = e->map.comm_dp.slowest, .tp_gbps = e->map.comm_tp.gbps,
+        .pp_gbps = e->map.comm_pp.gbps, .dp_gbps = e->map.comm_dp.gbps,
+        .device_tflops = a->device_tflops > 0 ? a->device_tflops
+                                              : device_tflops(nodes[0].topo, p->precision)};
+    cost_step_time(p, l, &links, &e->time);
+    double tokens = (double)p->batch.micro_batch * p->batch.grad_accum * l.dp * p->model.seq_len;
+    e->tokens_per_s = e->time.total_s > 0 && isfinite(e->time.total_s) ? tokens / e->time.total_s : 0;
+    e->fits = gpu_mem == 0 || e->mem.total <= gpu_mem;
+    if (!e->fits)
+        snprintf(e->why, sizeof e->why,
+                 "a rank of pipeline stage %d needs %.2f GB, the GPU has %.2f GB (params %.2f, "
+                 "grads %.2f, optimizer %.2f, activations %.2f GB): raise tp or pp, set "
+                 "parallel.zero, recompute, or a smaller batch.micro_batch",
+                 e->worst_stage, e->mem.total / 1e9, gpu_mem / 1e9, e->mem.params / 1e9,
+                 e->mem.grads / 1e9, e->mem.optimizer / 1e9, e->mem.activations / 1e9);
+}
+
+static void evaluation_free(struct evaluation *e)
+{
+    rank_map_free(&e->map);
+}
+
+/* "auto" tp/pp: tp dividing the heads and the padded vocabulary, pp dividing
+ * the layers (even stages), and — with dp "auto" filling the allocation —
+ * tp·pp dividing the slots. The layout that can be placed, fits in memory and
+ * has the most modelled tokens per second wins. */
+static int choose_auto(const struct plan *p, const struct place_node *nodes, int n_nodes,
+                       int slots, const struct check_args *a, uint64_t gpu_mem,
+                       struct evaluation *best, json_t *candidates, FILE *out)
+{
+    int tps[64], n_tp = 0, pps[64], n_pp = 0;
+    for (int t = 1; t <= slots && n_tp < 64; t++)
+        if ((p->parallel.tp == PLAN_AUTO || p->parallel.tp == t) && p->model.heads % t == 0 &&
+            p->model.padded_vocab % t == 0)
+            tps[n_tp++] = t;
+    for (int s = 1; s <= p->model.layers && s <= slots && n_pp < 64; s++)
+        if ((p->parallel.pp == PLAN_AUTO && p->model.layers % s == 0) || p->parallel.pp == s)
+            pps[n_pp++] = s;
+    bool found = false;
+    if (out)
+        fprintf(out, "candidate layouts (\"auto\"):\n  %4s %4s %4s  %10s  %10s  %12s  %s\n", "tp",
+                "pp", "dp", "GB/rank", "step s", "tokens/s", "");
+    for (int i = 0; i < n_tp; i++)
+        for (int j = 0; j < n_pp; j++) {
+            int tp = tps[i], pp = pps[j];
+            if (p->parallel.dp == PLAN_AUTO && slots % (tp * pp) != 0) continue;
+            int dp = p->parallel.dp != PLAN_AUTO ? p->parallel.dp : slots / (tp * pp);
+            if (dp < 1 || tp * pp * dp > slots) continue;
+            struct evaluation e;
+            evaluate(p, (struct cost_layout){tp, pp, dp}, nodes, n_nodes, a, gpu_mem, &e);
+            bool ok = e.placed && e.fits && e.tokens_per_s > 0;
+            if (out && e.placed)
+                fprintf(out, "  %4d %4d %4d  %10.2f  %10.3f  %12.0f  %s\n", tp, pp, dp,
+                        e.mem.total / 1e9, e.time.total_s, e.tokens_per_s,
+                        ok ? "" : "does not fit");
+            else if (out)
+                fprintf(out, "  %4d %4d %4d  %10s  %10s  %12s  cannot be placed\n", tp, pp, dp,
+                        "-", "-", "-");
+            json_array_append_new(
+                candidates,
+                json_pack("{s:i,s:i,s:i,s:b,s:b,s:I,s:f,s:f,s:s}", "tp", tp, "pp", pp, "dp", dp,
+                          "placed", e.placed, "fits", e.fits, "memory_bytes",
+                          (json_int_t)e.mem.total, "step_s",
+                          e.placed && isfinite(e.time.total_s) ? e.time.total_s : -1.0,
+                          "tokens_per_s", e.tokens_per_s, "why", e.why));
+            if (ok && (!found || e.tokens_per_s > best->tokens_per_s)) {
+                if (found) evaluation_free(best);
+                *best = e;
+                found = true;
+            } else {
+                evaluation_free(&e);
+            }
+        }
+    return found ? 0 : -1;
+}
+
+/* ---- output ---------------------------------------------------------------------------------- */
+
+static json_t *rank_json(const struct rank_map *m, const struct place_node *nodes, int r)
+{
+    const struct place_rank *pr = &m->ranks[r];
+    const struct topo *t = nodes[pr->node].topo;
+    char cpus[4096];
+    topo_cpu_list(t, pr->cores, pr->n_cores, cpus, sizeof cpus);
+    json_t *o = json_pack("{s:i,s:i,s:i,s:i,s:i,s:i}", "rank", r, "node", pr->node, "local_rank",
+                          pr->local_rank, "tp", pr->tp, "pp", pr->pp, "dp", pr->dp);
+    if (pr->gpu >= 0) {
+        json_object_set_new(o, "gpu_busid", json_string(t->gpus[pr->gpu].busid));
+        json_object_set_new(o, "gpu_index", json_integer(t->gpus[pr->gpu].cuda_index));
+        json_object_set_new(o, "nvlink_domain", json_integer(t->gpus[pr->gpu].domain));
+    } else {
+        json_object_set_new(o, "gpu_busid", json_null());
+        json_object_set_new(o, "gpu_index", json_null());
+        json_object_set_new(o, "nvlink_domain", json_null());
+    }
+    json_object_set_new(o, "nic", pr->nic >= 0 ? json_string(t->nics[pr->nic].name) : json_null());
+    json_object_set_new(o, "cpus", json_string(cpus));
+    json_object_set_new(o, "numa", json_integer(pr->numa));
+    json_t *env = json_object();
+    char **vars = place_rank_env(m, nodes, r);
+    for (char **v = vars; v && *v; v++) {
+        char *eq = strchr(*v, '=');
+        *eq = '\0';
+        json_object_set_new(env, *v, json_string(eq + 1));
+    }
+    place_env_free(vars);
+    json_object_set_new(o, "env", env);
+    return o;
+}
+
+static json_t *comm_json(const struct place_comm *c, double bytes, double seconds)
+{
+    json_t *crossing = json_object();
+    for (int k = 1; k < COST_LINKS; k++)
+        if (c->crossing[k]) json_object_set_new(crossing, cost_link_name(k), json_integer(c->crossing[k]));
+    return json_pack("{s:s,s:f,s:i,s:o,s:f,s:f}", "link", cost_link_name(c->slowest), "gbps",
+                     c->gbps, "groups", c->groups, "crossing", crossing, "bytes_per_step", bytes,
+                     "seconds", seconds);
+}
+
+static void print_tables(const struct plan *p, const struct evaluation *e,
+                         const struct place_node *nodes, int n_nodes, uint64_t gpu_mem)
+{
+    const struct rank_map *m = &e->map;
+    printf("layout: tp %d × pp %d × dp %d = %d ranks on %d node%s\n", m->tp, m->pp, m->dp,
+           m->world, n_nodes, n_nodes == 1 ? "" : "s");
+    for (int i = 0; i < n_nodes; i++)
+        printf("  node %d: %s, %d slots, %d GPUs in %d NVLink domain%s, %d NICs (%s)\n", i,
+               nodes[i].name, nodes[i].slots, nodes[i].topo->n_gpus, nodes[i].topo->n_domains,
+               nodes[i].topo->n_domains == 1 ? "" : "s", nodes[i].topo->n_nics,
+               nodes[i].topo->source);
+    printf("\nmemory per rank, GB (the ZeRO paper's accounting; zero stage %d):\n",
+           p->parallel.zero);
+    printf("  %5s %12s %8s %8s %10s %12s %8s\n", "stage", "parameters", "params", "grads",
+           "optimizer", "activations", "total");
+    for (int s = 0; s < m->pp; s++) {
+        struct cost_memory mem;
+        cost_memory_stage(p, e->layout, s, &mem);
+        printf("  %5d %12lld %8.2f %8.2f %10.2f %12.2f %8.2f\n", s, (long long)mem.param_count,
+               mem.params / 1e9, mem.grads / 1e9, mem.optimizer / 1e9, mem.activations / 1e9,
+               mem.total / 1e9);
+    }
+    if (gpu_mem)
+        printf("  device memory %.2f GB: %s\n", gpu_mem / 1e9, e->fits ? "fits" : "DOES NOT FIT");
+    else
+        printf("  device memory unknown (give --gpu-memory GB to check the fit)\n");
+    printf("\ntraffic per rank per step:\n  %4s %14s %9s %10s %8s  %s\n", "comm", "bytes", "link",
+           "GB/s", "seconds", "groups by link");
+    const struct {
+        const char *name;
+        const struct place_comm *c;
+        double bytes, s;
+    } rows[] = {{"tp", &m->comm_tp, e->traffic.tp_bytes, e->time.tp_s},
+                {"pp", &m->comm_pp, e->traffic.pp_bytes, e->time.pp_s},
+                {"dp", &m->comm_dp, e->traffic.dp_bytes, e->time.dp_s}};
+    for (size_t k = 0; k < 3; k++) {
+        char by[128] = "";
+        size_t len = 0;
+        for (int l = 1; l < COST_LINKS; l++)
+            if (rows[k].c->crossing[l])
+                len += (size_t)snprintf(by + len, sizeof by - len, "%s%d %s", len ? ", " : "",
+                                        rows[k].c->crossing[l], cost_link_name(l));
+        printf("  %4s %14.0f %9s %10.1f %8.4f  %s\n", rows[k].name, rows[k].bytes,
+               cost_link_name(rows[k].c->slowest), rows[k].c->gbps, rows[k].s, by);
+    }
+    printf("  modelled step: %.3f s (compute %.3f, tp %.3f, pp %.3f + bubble %.3f, dp exposed "
+           "%.3f); %.0f tokens/s\n",
+           e->time.total_s, e->time.compute_s, e->time.tp_s, e->time.pp_s, e->time.bubble_s,
+           e->time.dp_s, e->tokens_per_s);
+    printf("\nrank map:\n  %5s %4s %5s %3s %3s %3s %13s %4s %6s %8s %5s  %s\n", "rank", "node",
+           "local", "tp", "pp", "dp", "gpu", "idx", "domain", "nic", "numa", "cpus");
+    for (int r = 0; r < m->world; r++) {
+        const struct place_rank *pr = &m->ranks[r];
+        const struct topo *t = nodes[pr->node].topo;
+        char cpus[4096];
+        topo_cpu_list(t, pr->cores, pr->n_cores, cpus, sizeof cpus);
+        printf("  %5d %4d %5d %3d %3d %3d %13s %4d %6d %8s %5d  %s\n", r, pr->node,
+               pr->local_rank, pr->tp, pr->pp, pr->dp, pr->gpu >= 0 ? t->gpus[pr->gpu].busid : "cpu",
+               pr->gpu >= 0 ? t->gpus[pr->gpu].cuda_index : -1,
+               pr->gpu >= 0 ? t->gpus[pr->gpu].domain : -1,
+               pr->nic >= 0 ? t->nics[pr->nic].name : "-", pr->numa, cpus);
+    }
+}
+
+static json_t *result_json(const struct plan *p, const struct evaluation *e,
+                           const struct place_node *nodes, int n_nodes, uint64_t gpu_mem)
+{
+    const struct rank_map *m = &e->map;
+    json_t *ranks = json_array(), *node_list = json_array(), *stages = json_array();
+    for (int r = 0; r < m->world; r++) json_array_append_new(ranks, rank_json(m, nodes, r));
+    for (int i = 0; i < n_nodes; i++)
+        json_array_append_new(node_list,
+                              json_pack("{s:s,s:s,s:i,s:i,s:i}", "name", nodes[i].name,
+                                        "topology", nodes[i].topo->source, "slots",
+                                        nodes[i].slots, "gpus", nodes[i].topo->n_gpus,
+                                        "nvlink_domains", nodes[i].topo->n_domains));
+    for (int s = 0; s < m->pp; s++) {
+        struct cost_memory mem;
+        cost_memory_stage(p, e->layout, s, &mem);
+        json_array_append_new(stages, json_pack("{s:i,s:I,s:I}", "stage", s, "parameters",
+                                                (json_int_t)mem.param_count, "total",
+                                                (json_int_t)mem.total));
+    }
+    json_t *o = json_pack(
+        "{s:i,s:i,s:i,s:i,s:o,s:o,s:{s:I,s:I,s:I,s:I,s:I},s:o,s:{s:f,s:f,s:f}}", "world_size",
+        m->world, "tp", m->tp, "pp", m->pp, "dp", m->dp, "nodes", node_list, "ranks", ranks,
+        "memory_bytes_per_rank", "params", (json_int_t)e->mem.params, "grads",
+        (json_int_t)e->mem.grads, "optimizer", (json_int_t)e->mem.optimizer, "activations",
+        (json_int_t)e->mem.activations, "total", (json_int_t)e->mem.total, "memory_by_stage",
+        stages, "comm_bytes_per_step", "tp", e->traffic.tp_bytes, "pp", e->traffic.pp_bytes,
+        "dp", e->traffic.dp_bytes);
+    json_object_set_new(o, "device_memory_bytes", gpu_mem ? json_integer((json_int_t)gpu_mem) : json_null());
+    json_object_set_new(o, "fits", json_boolean(e->fits));
+    json_object_set_new(o, "allow_tp_over_pcie", json_boolean(p->parallel.allow_tp_over_pcie));
+    json_object_set_new(o, "links",
+                        json_pack("{s:o,s:o,s:o}", "tp",
+                                  comm_json(&m->comm_tp, e->traffic.tp_bytes, e->time.tp_s), "pp",
+                                  comm_json(&m->comm_pp, e->traffic.pp_bytes, e->time.pp_s), "dp",
+                                  comm_json(&m->comm_dp, e->traffic.dp_bytes, e->time.dp_s)));
+    json_object_set_new(o, "step_time_s",
+                        json_pack("{s:f,s:f,s:f,s:f,s:f,s:f}", "compute", e->time.compute_s, "tp",
+                                  e->time.tp_s, "pp", e->time.pp_s, "bubble", e->time.bubble_s,
+                                  "dp", e->time.dp_s, "total", e->time.total_s));
+    return o;
+}
+
+/* ---- the command -------------------------------------------------------------------------------- */
+
+int cmd_check(int argc, char **argv)
+{
+    struct check_args a = {0};
+    if (parse_args(argc, argv, &a)) {
+        usage(stderr);
+        free(a.sets);
+        return PLAIT_EXIT_USAGE;
+    }
+    struct plait_error err;
+    int rc = PLAIT_EXIT_ERROR, n_topo = a.n_topologies ? a.n_topologies : 1;
+    struct topo topos[MAX_TOPOLOGIES] = {0};
+    struct place_node *nodes = calloc((size_t)a.nodes, sizeof *nodes);
+    char (*names)[32] = calloc((size_t)a.nodes, sizeof *names);
+    struct plan *p = plan_load(a.plan_path, a.sets, a.n_sets, &err);
+    struct evaluation best = {0};
+    json_t *candidates = json_array();
+    if (!p || !nodes || !names) {
+        log_error("%s", p ? "out of memory" : err.text);
+        goto out;
+    }
+    for (int i = 0; i < n_topo; i++)
+        if (topo_load(&topos[i], a.n_topologies ? a.topologies[i] : NULL, &err)) {
+            log_error("%s", err.text);
+            goto out;
+        }
+    int slots = 0;
+    for (int i = 0; i < a.nodes; i++) {
+        const struct topo *t = &topos[a.n_topologies > 1 ? i : 0];
+        snprintf(names[i], sizeof names[i], "node%d", i);
+        int s = a.gpus_per_node ? a.gpus_per_node : t->n_gpus ? t->n_gpus : 1;
+        nodes[i] = (struct place_node){.name = names[i], .topo = t, .slots = s};
+        slots += s;
+    }
+    uint64_t gpu_mem = device_memory(nodes, a.nodes, a.gpu_memory_gb);
+    const struct plan_parallel *par = &p->parallel;
+    bool is_auto = par->tp == PLAN_AUTO || par->pp == PLAN_AUTO;
+    FILE *explain = a.json ? NULL : stdout;
+    if (!a.json) printf("plan: %s is valid\n", p->source);
+    if (is_auto) {
+        if (choose_auto(p, nodes, a.nodes, slots, &a, gpu_mem, &best, candidates, explain)) {
+            log_error("no layout of tp and pp fits these %d slots (see the candidates above)",
+                      slots);
+            goto out;
+        }
+        if (!a.json)
+            printf("chose tp %d, pp %d, dp %d: of the layouts that can be placed and fit in "
+                   "memory, the most modelled tokens per second\n\n",
+                   best.layout.tp, best.layout.pp, best.layout.dp);
+    } else {
+        int dp = par->dp != PLAN_AUTO ? par->dp : slots / (par->tp * par->pp);
+        if (dp < 1) {
+            log_error("tp %d × pp %d needs %d ranks; the allocation has %d slots", par->tp,
+                      par->pp, par->tp * par->pp, slots);
+            goto out;
+        }
+        evaluate(p, (struct cost_layout){par->tp, par->pp, dp}, nodes, a.nodes, &a, gpu_mem,
+                 &best);
+        if (!best.placed) {
+            log_error("%s", best.why);
+            goto out;
+        }
+    }
+    if (a.json) {
+        json_t *o = result_json(p, &best, nodes, a.nodes, gpu_mem);
+        if (is_auto) json_object_set(o, "auto_candidates", candidates);
+        char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
+        printf("%s\n", text);
+        free(text);
+        json_decref(o);
+    } else {
+        print_tables(p, &best, nodes, a.nodes, gpu_mem);
+    }
+    if (!best.fits) {
+        log_error("%s", best.why);
+        goto out;
+    }
+    rc = PLAIT_EXIT_OK;
+out:
+    evaluation_free(&best);
+    json_decref(candidates);
+    for (int i = 0; i < n_topo; i++) topo_free(&topos[i]);
+    free(nodes);
+    free(names);
+    free(a.sets);
+    plan_free(p);
+    return rc;
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# plait check on real hwloc fixtures (tests/topo/<fixture>/topology.xml): every
+# case directory below tests/topo holding a plan.json is run as
+#   plait check CASE/plan.json $(cat CASE/args) --json
+# (args defaults to "--topology <the fixture's topology.xml>") and must print
+# exactly CASE/expected.json, or fail with exit code 1 and exactly the message
+# in CASE/error. Every map also passes property checks that do not depend on
+# the golden file: unique coordinates in Megatron order, tp groups inside one
+# node and one NVLink domain, disjoint CPU sets, a complete env contract.
+source "$(dirname "$0")/lib.sh"
+
+# update with: PLAIT_UPDATE_GOLDEN=1 bash tests/integration/test_check.sh (then review the diff)
+update=${PLAIT_UPDATE_GOLDEN:-0}
+
+properties() { # JSON on stdin
+    "$PY" -c '
+import json, sys
+m = json.load(sys.stdin)
+tp, pp, dp, world = m["tp"], m["pp"], m["dp"], m["world_size"]
+ranks = m["ranks"]
+assert world == tp * pp * dp == len(ranks), (world, tp, pp, dp, len(ranks))
+seen = set()
+for r in ranks:
+    n = r["rank"]
+    assert (r["tp"], r["dp"], r["pp"]) == (n % tp, (n // tp) % dp, n // (tp * dp)), r
+    seen.add((r["tp"], r["pp"], r["dp"]))
+    env = r["env"]
+    for k in ("PLAIT_RANK", "PLAIT_WORLD_SIZE", "PLAIT_LOCAL_RANK", "PLAIT_TP_RANK",
+              "PLAIT_PP_RANK", "PLAIT_DP_RANK", "PLAIT_CPUS", "PLAIT_DEVICE"):
+        assert k in env, (n, k)
+    assert env["PLAIT_RANK"] == str(n) and env["PLAIT_CPUS"] == r["cpus"], (n, env)
+    if r["gpu_busid"] is not None:
+        assert env["PLAIT_DEVICE"] == str(r["gpu_index"]), (n, env)
+        assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+assert len(seen) == world
+allow = m.get("allow_tp_over_pcie", False)
+for g in range(0, world, tp):
+    group = ranks[g:g + tp]
+    assert len({r["node"] for r in group}) == 1, ("tp group spans nodes", group)
+    if not allow:
+        assert len({r["nvlink_domain"] for r in group}) == 1, ("tp group spans domains", group)
+def cpus(s):
+    out = set()
+    for part in s.split(","):
+        if "-" in part:
+            a, b = map(int, part.split("-")); out |= set(range(a, b + 1))
+        elif part:
+            out.add(int(part))
+    return out
+by_node = {}
+for r in ranks:
+    c = cpus(r["cpus"])
+    assert c, ("no cpus", r)
+    prev = by_node.setdefault(r["node"], set())
+    if len(c) * sum(1 for q in ranks if q["node"] == r["node"]) <= 4096:
+        assert not (prev & c), ("cpus overlap", r)
+    prev |= c
+print("properties hold for", world, "ranks")
+'
+}
+
+run_case() {
+    local case=$1 fixture args rc=0
+    fixture=$(dirname "$case")
+    if [ -f "$case/args" ]; then args=$(cat "$case/args"); else args="--topology $fixture/topology.xml"; fi
+    # shellcheck disable=SC2086
+    "$PLAIT" check "$case/plan.json" $args --json >"$WORK/out.json" 2>"$WORK/err.txt" || rc=$?
+    if [ -f "$case/error" ] || { [ "$update" = 1 ] && [ "$rc" -ne 0 ]; }; then
+        local got; got=$(sed 's/^plait: error: //' "$WORK/err.txt")
+        if [ "$update" = 1 ]; then printf '%s\n' "$got" >"$case/error"; rm -f "$case/expected.json"; return 0; fi
+        [ "$rc" -eq 1 ] || { echo "exit code $rc, want 1"; cat "$WORK/err.txt"; return 1; }
+        [ "$got" = "$(cat "$case/error")" ] || { printf 'error:\n  got:  %s\n  want: %s\n' "$got" "$(cat "$case/error")"; return 1; }
+        return 0
+    fi
+    [ "$rc" -eq 0 ] || { echo "exit code $rc"; cat "$WORK/err.txt"; return 1; }
+    properties <"$WORK/out.json" || return 1
+    if [ "$update" = 1 ]; then cp "$WORK/out.json" "$case/expected.json"; return 0; fi
+    "$PY" - "$case/expected.json" "$WORK/out.json" <<'PYEOF'
+import json, sys
+want, got = (json.load(open(p)) for p in sys.argv[1:3])
+if want != got:
+    def walk(a, b, path):
+        if type(a) != type(b) or not isinstance(a, (dict, list)):
+            if a != b:
+                print(f"  {path}: want {a!r}, got {b!r}")
+            return
+        keys = sorted(set(a) | set(b)) if isinstance(a, dict) else range(max(len(a), len(b)))
+        for k in keys:
+            x = a[k] if (k in a if isinstance(a, dict) else k < len(a)) else None
+            y = b[k] if (k in b if isinstance(b, dict) else k < len(b)) else None
+            walk(x, y, f"{path}.{k}" if isinstance(a, dict) else f"{path}[{k}]")
+    walk(want, got, "$")
+    sys.exit(1)
+PYEOF
+}
+
+for plan in $(find tests/topo -name plan.json | sort); do
+    case=$(dirname "$plan")
+    check "check_${case#tests/topo/}" run_case "$case"
+done
+
+test_fixtures_load_in_lstopo() {
+    for x in tests/topo/*/topology.xml; do
+        lstopo-no-graphics -i "$x" --of console >/dev/null || { echo "lstopo cannot read $x"; return 1; }
+    done
+}
+check fixtures_load_in_lstopo test_fixtures_load_in_lstopo
+finish

@@ -1,0 +1,307 @@
+/* test_place.c — rank placement on hand-built topologies (no hwloc here; the
+ * golden tests in tests/topo/ run the same code on real hwloc fixtures):
+ * Megatron rank order, tp groups inside NVLink domains even when domain
+ * indices interleave, refusals with reasons, pipelines kept on one node,
+ * NIC spreading, disjoint CPU sets, the links each communicator crosses. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/place.h"
+
+/* A node: n_gpus GPUs, domain_of[g] (or -1: all one domain), n_numa NUMA
+ * nodes of cores_per_numa cores (GPU g local to NUMA g*n_numa/n_gpus), and
+ * n_nics InfiniBand NICs, NIC k in the same PCIe switch as GPU k*n_gpus/n_nics. */
+static struct topo *make_topo(int n_gpus, const int *domain_of, int n_numa, int cores_per_numa,
+                              int n_nics)
+{
+    struct topo *t = calloc(1, sizeof *t);
+    t->source = strdup("synthetic");
+    t->n_numa = n_numa;
+    t->n_cores = n_numa * cores_per_numa;
+    t->cores = calloc((size_t)t->n_cores, sizeof *t->cores);
+    for (int c = 0; c < t->n_cores; c++) {
+        t->cores[c].os_index = c;
+        t->cores[c].numa = t->cores[c].package = c / cores_per_numa;
+        t->cores[c].n_pus = 1;
+        t->cores[c].pus = malloc(sizeof(int));
+        t->cores[c].pus[0] = c;
+    }
+    t->n_gpus = n_gpus;
+    t->gpus = calloc((size_t)(n_gpus ? n_gpus : 1), sizeof *t->gpus);
+    t->nvlink_gbps = calloc((size_t)(n_gpus * n_gpus + 1), sizeof *t->nvlink_gbps);
+    int n_dom = 0;
+    for (int g = 0; g < n_gpus; g++) {
+        int d = domain_of ? domain_of[g] : 0;
+        if (d + 1 > n_dom) n_dom = d + 1;
+    }
+    t->n_domains = n_dom;
+    t->domains = calloc((size_t)(n_dom ? n_dom : 1), sizeof *t->domains);
+    for (int g = 0; g < n_gpus; g++) {
+        struct topo_gpu *gpu = &t->gpus[g];
+        snprintf(gpu->busid, sizeof gpu->busid, "0000:%02x:00.0", 0x10 + g);
+        gpu->cuda_index = g;
+        gpu->numa = g * n_numa / n_gpus;
+        gpu->n_local_cores = cores_per_numa;
+        gpu->local_cores = malloc((size_t)cores_per_numa * sizeof(int));
+        for (int c = 0; c < cores_per_numa; c++) gpu->local_cores[c] = gpu->numa * cores_per_numa + c;
+        gpu->domain = domain_of ? domain_of[g] : 0;
+        struct topo_domain *dom = &t->domains[gpu->domain];
+        dom->gpus = realloc(dom->gpus, (size_t)(dom->n_gpus + 1) * sizeof(int));
+        dom->gpus[dom->n_gpus++] = g;
+        for (int h = 0; h < n_gpus; h++)
+            if (h != g && (domain_of ? domain_of[h] : 0) == gpu->domain)
+                t->nvlink_gbps[g * n_gpus + h] = 450;
+    }
+    t->n_nics = n_nics;
+    t->nics = calloc((size_t)(n_nics ? n_nics : 1), sizeof *t->nics);
+    t->gpu_nic = calloc((size_t)(n_gpus * n_nics + 1), sizeof *t->gpu_nic);
+    for (int k = 0; k < n_nics; k++) {
+        snprintf(t->nics[k].name, sizeof t->nics[k].name, "mlx5_%d", k);
+        t->nics[k].kind = TOPO_NIC_INFINIBAND;
+        t->nics[k].numa = n_gpus ? (k * n_gpus / n_nics) * n_numa / n_gpus : 0;
+        for (int g = 0; g < n_gpus; g++)
+            t->gpu_nic[g * n_nics + k] =
+                g == k * n_gpus / n_nics ? TOPO_SAME_PCIE_SWITCH
+                : t->gpus[g].numa == t->nics[k].numa ? TOPO_SAME_NUMA
+                                                      : TOPO_OTHER;
+    }
+    return t;
+}
+
+static void free_topo(struct topo *t)
+{
+    for (int c = 0; c < t->n_cores; c++) free(t->cores[c].pus);
+    for (int g = 0; g < t->n_gpus; g++) free(t->gpus[g].local_cores);
+    for (int d = 0; d < t->n_domains; d++) free(t->domains[d].gpus);
+    free(t->cores), free(t->gpus), free(t->domains), free(t->nics), free(t->gpu_nic);
+    free(t->nvlink_gbps), free(t->source), free(t);
+}
+
+static struct plan *make_plan(int heads, bool over_pcie)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"model\": {\"layers\": 8, \"heads\": %d, \"hidden\": %d, \"vocab\": 256, "
+             "\"seq_len\": 16}, \"data\": {\"train\": \"x\"}, \"steps\": 1, "
+             "\"parallel\": {\"allow_tp_over_pcie\": %s}}",
+             heads, heads * 8, over_pcie ? "true" : "false");
+    struct plait_error err;
+    struct plan *p = plan_load_text(text, "test", "/", NULL, 0, &err);
+    if (!p) printf("  plan: %s\n", err.text);
+    return p;
+}
+
+static const struct place_bandwidth bw = {.pcie_gbps = 24, .network_gbps = 50,
+                                          .memory_gbps = 100};
+
+static void test_megatron_order_tp_fastest_then_dp_then_pp(void)
+{
+    struct topo *t = make_topo(8, NULL, 2, 8, 8);
+    struct place_node nodes[4];
+    for (int i = 0; i < 4; i++) nodes[i] = (struct place_node){"n", t, 8, NULL};
+    struct plan *p = make_plan(16, false);
+    struct rank_map m;
+    struct plait_error err;
+    CHECK(place_ranks(p, 8, 2, 2, nodes, 4, &bw, &m, &err) == 0, "%s", err.text);
+    CHECK(m.world == 32, "world %d", m.world);
+    for (int r = 0; r < 32; r++) {
+        CHECK(m.ranks[r].tp == r % 8 && m.ranks[r].dp == (r / 8) % 2 && m.ranks[r].pp == r / 16,
+              "rank %d has tp %d dp %d pp %d", r, m.ranks[r].tp, m.ranks[r].dp, m.ranks[r].pp);
+        CHECK(m.ranks[r].gpu == r % 8, "rank %d on GPU %d", r, m.ranks[r].gpu);
+    }
+    /* groups go pipeline by pipeline: (dp0,pp0) node 0, (dp0,pp1) node 1, (dp1,pp0) node 2 */
+    CHECK(m.ranks[0].node == 0 && m.ranks[16].node == 1 && m.ranks[8].node == 2 &&
+              m.ranks[24].node == 3,
+          "nodes %d %d %d %d", m.ranks[0].node, m.ranks[16].node, m.ranks[8].node,
+          m.ranks[24].node);
+    CHECK(m.comm_tp.slowest == COST_LINK_NVLINK && m.comm_tp.gbps == 450, "tp link %d %g",
+          m.comm_tp.slowest, m.comm_tp.gbps);
+    CHECK(m.comm_pp.slowest == COST_LINK_NETWORK && m.comm_dp.slowest == COST_LINK_NETWORK,
+          "pp %d dp %d", m.comm_pp.slowest, m.comm_dp.slowest);
+    CHECK(m.comm_tp.groups == 4 && m.comm_pp.groups == 16 && m.comm_dp.groups == 16,
+          "groups %d %d %d", m.comm_tp.groups, m.comm_pp.groups, m.comm_dp.groups);
+    rank_map_free(&m);
+    plan_free(p);
+    free_topo(t);
+}
+
+static void test_pipeline_stages_share_a_node_when_they_fit(void)
+{
+    struct topo *t = make_topo(8, NULL, 2, 8, 8);
+    struct place_node nodes[2] = {{"a", t, 8, NULL}, {"b", t, 8, NULL}};
+    struct plan *p = make_plan(8, false);
+    struct rank_map m;
+    struct plait_error err;
+    CHECK(place_ranks(p, 4, 2, 2, nodes, 2, &bw, &m, &err) == 0, "%s", err.text);
+    /* pipeline dp0 = ranks {0-3 (pp0), 8-11 (pp1)} on node a; dp1 on node b */
+    CHECK(m.ranks[0].node == 0 && m.ranks[8].node == 0 && m.ranks[4].node == 1 &&
+              m.ranks[12].node == 1,
+          "nodes %d %d %d %d", m.ranks[0].node, m.ranks[8].node, m.ranks[4].node,
+          m.ranks[12].node);
+    CHECK(m.ranks[8].gpu == 4, "stage 1 of pipeline 0 on GPUs 4-7, got %d", m.ranks[8].gpu);
+    CHECK(m.comm_pp.slowest == COST_LINK_NVLINK, "pp stays on NVLink: %s",
+          cost_link_name(m.comm_pp.slowest));
+    CHECK(m.comm_dp.slowest == COST_LINK_NETWORK, "dp crosses the network: %s",
+          cost_link_name(m.comm_dp.slowest));
+    rank_map_free(&m);
+    plan_free(p);
+    free_topo(t);
+}
+
+static void test_tp_group_stays_in_nvlink_clique_with_interleaved_indices(void)
+{
+    int islands[8] = {0, 1, 0, 1, 0, 1, 0, 1};
+    struct topo *t = make_topo(8, islands, 2, 8, 4);
+    struct place_node node = {"islands", t, 8, NULL};
+    struct plan *p = make_plan(8, false);
+    struct rank_map m;
+    struct plait_error err;
+    CHECK(place_ranks(p, 4, 1, 2, &node, 1, &bw, &m, &err) == 0, "%s", err.text);
+    int want[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+    for (int r = 0; r < 8; r++)
+        CHECK(m.ranks[r].gpu == want[r], "rank %d on GPU %d, want %d", r, m.ranks[r].gpu, want[r]);
+    CHECK(m.comm_tp.slowest == COST_LINK_NVLINK, "tp on %s", cost_link_name(m.comm_tp.slowest));
+    rank_map_free(&m);
+
+    /* tp = 8 does not fit an island: refused with the domains and the largest tp */
+    CHECK(place_ranks(p, 8, 1, 1, &node, 1, &bw, &m, &err) != 0, "tp=8 placed on 4-GPU islands");
+    CHECK(strstr(err.text, "parallel.tp = 8 does not fit in one NVLink domain") &&
+              strstr(err.text, "{0,2,4,6}, {1,3,5,7}") &&
+              strstr(err.text, "the largest tp that fits is 4") &&
+              strstr(err.text, "allow_tp_over_pcie"),
+          "message: %s", err.text);
+    plan_free(p);
+
+    /* unless the plan allows crossing PCIe */
+    p = make_plan(8, true);
+    CHECK(place_ranks(p, 8, 1, 1, &node, 1, &bw, &m, &err) == 0, "%s", err.text);
+    CHECK(m.comm_tp.slowest == COST_LINK_PCIE && m.comm_tp.gbps == 24, "tp link %s %g",
+          cost_link_name(m.comm_tp.slowest), m.comm_tp.gbps);
+    rank_map_free(&m);
+    plan_free(p);
+    free_topo(t);
+}
+
+static void test_refusals_say_why(void)
+{
+    struct topo *t = make_topo(8, NULL, 2, 8, 8);
+    struct place_node nodes[2] = {{"a", t, 8, NULL}, {"b", t, 8, NULL}};
+    struct plan *p = make_plan(32, false);
+    struct rank_map m;
+    struct plait_error err;
+    CHECK(place_ranks(p, 8, 2, 2, nodes, 2, &bw, &m, &err) != 0, "32 ranks on 16 slots");
+    CHECK(strstr(err.text, "needs 32 ranks; the allocation has 16 (2 nodes)"), "%s", err.text);
+    CHECK(place_ranks(p, 16, 1, 1, nodes, 2, &bw, &m, &err) != 0, "tp over two nodes");
+    CHECK(strstr(err.text, "exceeds the 8 ranks of the largest node") &&
+              strstr(err.text, "largest tp that fits: 8"),
+          "%s", err.text);
+    plan_free(p);
+    free_topo(t);
+}
+
+static void test_nics_nearest_first_then_spread(void)
+{
+    /* 8 GPUs, 2 NICs: NIC 0 beside GPU 0 (NUMA 0), NIC 1 beside GPU 4 (NUMA 1) */
+    struct topo *t = make_topo(8, NULL, 2, 8, 2);
+    struct place_node node = {"n", t, 8, NULL};
+    struct plan *p = make_plan(8, false);
+    struct rank_map m;
+    struct plait_error err;
+    CHECK(place_ranks(p, 1, 1, 8, &node, 1, &bw, &m, &err) == 0, "%s", err.text);
+    for (int r = 0; r < 8; r++)
+        CHECK(m.ranks[r].nic == (r < 4 ? 0 : 1), "rank %d (GPU %d, NUMA %d) got NIC %d", r,
+              m.ranks[r].gpu, m.ranks[r].numa, m.ranks[r].nic);
+    rank_map_free(&m);
+    /* two equally near NICs per GPU: ranks alternate between them */
+    for (int g = 0; g < 8; g++)
+        for (int k = 0; k < 2; k++) t->gpu_nic[g * 2 + k] = TOPO_SAME_NUMA;
+    CHECK(place_ranks(p, 1, 1, 8, &node, 1, &bw, &m, &err) == 0, "%s", err.text);
+    for (int r = 0; r < 8; r++)
+        CHECK(m.ranks[r].nic == r % 2, "rank %d got NIC %d, want %d", r, m.ranks[r].nic, r % 2);
+    rank_map_free(&m);
+    plan_free(p);
+    free_topo(t);
+}
+
+static void test_cpu_sets_are_local_and_disjoint(void)
+{
+    struct topo *t = make_topo(8, NULL, 2, 8, 8); /* 4 GPUs per NUMA node of 8 cores */
+    struct place_node node = {"n", t, 8, NULL};
+    struct plan *p = make_plan(8, false);
+    struct rank_map m;
+    struct plait_error err;
+    CHECK(place_ranks(p, 8, 1, 1, &node, 1, &bw, &m, &err) == 0, "%s", err.text);
+    int owner[16];
+    for (int c = 0; c < 16; c++) owner[c] = -1;
+    for (int r = 0; r < 8; r++) {
+        CHECK(m.ranks[r].n_cores == 2, "rank %d has %d cores", r, m.ranks[r].n_cores);
+        for (int k = 0; k < m.ranks[r].n_cores; k++) {
+            int c = m.ranks[r].cores[k];
+            CHECK(owner[c] < 0, "core %d given to ranks %d and %d", c, owner[c], r);
+            owner[c] = r;
+            CHECK(t->cores[c].numa == m.ranks[r].numa, "rank %d (NUMA %d) got core %d of NUMA %d",
+                  r, m.ranks[r].numa, c, t->cores[c].numa);
+        }
+    }
+    rank_map_free(&m);
+    plan_free(p);
+    free_topo(t);
+}
+
+static void test_gpu_less_nodes_run_cpu_ranks(void)
+{
+    struct topo *t = make_topo(0, NULL, 2, 4, 0);
+    struct place_node nodes[2] = {{"c0", t, 4, NULL}, {"c1", t, 4, NULL}};
+    struct plan *p = make_plan(4, false);
+    struct rank_map m;
+    struct plait_error err;
+    CHECK(place_ranks(p, 2, 1, 4, nodes, 2, &bw, &m, &err) == 0, "%s", err.text);
+    for (int r = 0; r < 8; r++) {
+        CHECK(m.ranks[r].gpu == -1 && m.ranks[r].nic == -1, "rank %d gpu %d nic %d", r,
+              m.ranks[r].gpu, m.ranks[r].nic);
+        CHECK(m.ranks[r].n_cores == 2 && m.ranks[r].node == r / 4, "rank %d: %d cores, node %d",
+              r, m.ranks[r].n_cores, m.ranks[r].node);
+    }
+    CHECK(m.comm_tp.slowest == COST_LINK_MEMORY && m.comm_dp.slowest == COST_LINK_NETWORK,
+          "tp %s dp %s", cost_link_name(m.comm_tp.slowest), cost_link_name(m.comm_dp.slowest));
+    rank_map_free(&m);
+    plan_free(p);
+    free_topo(t);
+}
+
+static void test_heterogeneous_nodes_and_granted_gpus(void)
+{
+    struct topo *big = make_topo(8, NULL, 2, 8, 8);
+    int pairs[4] = {0, 0, 1, 1};
+    struct topo *small = make_topo(4, pairs, 1, 8, 2);
+    int granted[2] = {3, 2}; /* Slurm granted two GPUs of the small node */
+    struct place_node nodes[2] = {{"big", big, 8, NULL}, {"small", small, 2, granted}};
+    struct plan *p = make_plan(8, false);
+    struct rank_map m;
+    struct plait_error err;
+    CHECK(place_ranks(p, 2, 1, 5, nodes, 2, &bw, &m, &err) == 0, "%s", err.text);
+    CHECK(m.ranks[8].node == 1 && m.ranks[9].node == 1, "ranks 8, 9 on node %d %d",
+          m.ranks[8].node, m.ranks[9].node);
+    CHECK(m.ranks[8].gpu == 2 && m.ranks[9].gpu == 3, "granted GPUs 2, 3; got %d %d",
+          m.ranks[8].gpu, m.ranks[9].gpu);
+    CHECK(m.ranks[8].local_rank == 0 && m.ranks[9].local_rank == 1, "local ranks %d %d",
+          m.ranks[8].local_rank, m.ranks[9].local_rank);
+    rank_map_free(&m);
+    plan_free(p);
+    free_topo(big);
+    free_topo(small);
+}
+
+int main(void)
+{
+    RUN(test_megatron_order_tp_fastest_then_dp_then_pp);
+    RUN(test_pipeline_stages_share_a_node_when_they_fit);
+    RUN(test_tp_group_stays_in_nvlink_clique_with_interleaved_indices);
+    RUN(test_refusals_say_why);
+    RUN(test_nics_nearest_first_then_spread);
+    RUN(test_cpu_sets_are_local_and_disjoint);
+    RUN(test_gpu_less_nodes_run_cpu_ranks);
+    RUN(test_heterogeneous_nodes_and_granted_gpus);
+    return check_exit_code();
+}
