@@ -311,11 +311,27 @@ static void print_tables(const struct plan *p, const struct evaluation *e,
     const struct rank_map *m = &e->map;
     printf("layout: tp %d × pp %d × dp %d = %d ranks on %d node%s\n", m->tp, m->pp, m->dp,
            m->world, n_nodes, n_nodes == 1 ? "" : "s");
-    for (int i = 0; i < n_nodes; i++)
-        printf("  node %d: %s, %d slots, %d GPUs in %d NVLink domain%s, %d NICs (%s)\n", i,
-               nodes[i].name, nodes[i].slots, nodes[i].topo->n_gpus, nodes[i].topo->n_domains,
-               nodes[i].topo->n_domains == 1 ? "" : "s", nodes[i].topo->n_nics,
-               nodes[i].topo->source);
+    for (int i = 0; i < n_nodes; i++) {
+        const struct topo *t = nodes[i].topo;
+        printf("  node %d: %s, %d slots, %d GPUs, %d NICs (%s)\n", i, nodes[i].name,
+               nodes[i].slots, t->n_gpus, t->n_nics, t->source);
+        for (int d = 0; d < t->n_domains; d++) {
+            const struct topo_domain *dom = &t->domains[d];
+            double least = 0;
+            printf("    NVLink domain %d: GPUs {", d);
+            for (int k = 0; k < dom->n_gpus; k++) {
+                printf("%s%d", k ? "," : "", t->gpus[dom->gpus[k]].cuda_index);
+                for (int j = 0; j < k; j++) {
+                    double g = t->nvlink_gbps[dom->gpus[j] * t->n_gpus + dom->gpus[k]];
+                    if (least == 0 || g < least) least = g;
+                }
+            }
+            if (dom->n_gpus > 1)
+                printf("} at %.0f GB/s between any two\n", least);
+            else
+                printf("} (no NVLink)\n");
+        }
+    }
     printf("\nmemory per rank, GB (the ZeRO paper's accounting; zero stage %d):\n",
            p->parallel.zero);
     printf("  %5s %12s %8s %8s %10s %12s %8s\n", "stage", "parameters", "params", "grads",
@@ -369,18 +385,39 @@ static void print_tables(const struct plan *p, const struct evaluation *e,
     }
 }
 
+/* A node: its GPUs' NVLink domains (by CUDA index) and GPU-to-GPU bandwidth. */
+static json_t *node_json(const struct place_node *n)
+{
+    const struct topo *t = n->topo;
+    json_t *domains = json_array(), *gbps = json_array(), *nics = json_array();
+    for (int d = 0; d < t->n_domains; d++) {
+        json_t *members = json_array();
+        for (int k = 0; k < t->domains[d].n_gpus; k++)
+            json_array_append_new(members, json_integer(t->gpus[t->domains[d].gpus[k]].cuda_index));
+        json_array_append_new(domains, members);
+    }
+    for (int a = 0; a < t->n_gpus; a++) {
+        json_t *row = json_array();
+        for (int b = 0; b < t->n_gpus; b++)
+            json_array_append_new(row, json_real(t->nvlink_gbps[a * t->n_gpus + b]));
+        json_array_append_new(gbps, row);
+    }
+    static const char *const kinds[] = {"infiniband", "roce", "ethernet"};
+    for (int k = 0; k < t->n_nics; k++)
+        json_array_append_new(nics, json_pack("{s:s,s:s,s:s}", "name", t->nics[k].name, "kind",
+                                              kinds[t->nics[k].kind], "busid", t->nics[k].busid));
+    return json_pack("{s:s,s:s,s:i,s:i,s:o,s:o,s:o}", "name", n->name, "topology", t->source,
+                     "slots", n->slots, "gpus", t->n_gpus, "nvlink_domains", domains,
+                     "nvlink_gbps", gbps, "nics", nics);
+}
+
 static json_t *result_json(const struct plan *p, const struct evaluation *e,
                            const struct place_node *nodes, int n_nodes, uint64_t gpu_mem)
 {
     const struct rank_map *m = &e->map;
     json_t *ranks = json_array(), *node_list = json_array(), *stages = json_array();
     for (int r = 0; r < m->world; r++) json_array_append_new(ranks, rank_json(m, nodes, r));
-    for (int i = 0; i < n_nodes; i++)
-        json_array_append_new(node_list,
-                              json_pack("{s:s,s:s,s:i,s:i,s:i}", "name", nodes[i].name,
-                                        "topology", nodes[i].topo->source, "slots",
-                                        nodes[i].slots, "gpus", nodes[i].topo->n_gpus,
-                                        "nvlink_domains", nodes[i].topo->n_domains));
+    for (int i = 0; i < n_nodes; i++) json_array_append_new(node_list, node_json(&nodes[i]));
     for (int s = 0; s < m->pp; s++) {
         struct cost_memory mem;
         cost_memory_stage(p, e->layout, s, &mem);
