@@ -309,12 +309,13 @@ static void print_tables(const struct plan *p, const struct evaluation *e,
                          const struct place_node *nodes, int n_nodes, uint64_t gpu_mem)
 {
     const struct rank_map *m = &e->map;
-    printf("layout: tp %d × pp %d × dp %d = %d ranks on %d node%s\n", m->tp, m->pp, m->dp,
-           m->world, n_nodes, n_nodes == 1 ? "" : "s");
+    printf("layout: tp %d × pp %d × dp %d = %d rank%s on %d node%s\n", m->tp, m->pp, m->dp,
+           m->world, m->world == 1 ? "" : "s", n_nodes, n_nodes == 1 ? "" : "s");
     for (int i = 0; i < n_nodes; i++) {
         const struct topo *t = nodes[i].topo;
-        printf("  node %d: %s, %d slots, %d GPUs, %d NICs (%s)\n", i, nodes[i].name,
-               nodes[i].slots, t->n_gpus, t->n_nics, t->source);
+        printf("  node %d: %s, %d slot%s, %d GPU%s, %d NIC%s (%s)\n", i, nodes[i].name,
+               nodes[i].slots, nodes[i].slots == 1 ? "" : "s", t->n_gpus,
+               t->n_gpus == 1 ? "" : "s", t->n_nics, t->n_nics == 1 ? "" : "s", t->source);
         for (int d = 0; d < t->n_domains; d++) {
             const struct topo_domain *dom = &t->domains[d];
             double least = 0;
