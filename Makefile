@@ -39,6 +39,7 @@ KERNELS_SRC  := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
 RUNTIME_SRC  := $(filter-out runtime/main.c,$(wildcard runtime/*.c))
 LAUNCHER_SRC := $(wildcard launcher/*.c)
 TEST_SRC     := $(wildcard tests/unit/test_*.c)
+SPANK_SRC    := $(wildcard spank-plugin/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -49,9 +50,12 @@ PLAIT        := $(BUILD)/bin/plait
 PLAIT_TRAIN  := $(BUILD)/bin/plait-train
 TESTS        := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TOOLS        := $(BUILD)/bin/gemm-bench
+# The SPANK plugin: built where Slurm's headers are (libslurm-dev), and not
+# with sanitizers (it is loaded into Slurm's own processes).
+SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 0,$(SAN))),$(BUILD)/lib/spank_plait.so)
 
 .PHONY: all test demo bench install clean deps-build deps-test format
-all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(TOOLS)
+all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(TOOLS) $(SPANK_SO)
 
 $(BUILD)/obj/kernels/%.o: kernels/%.c
 	@mkdir -p $(dir $@)
@@ -64,6 +68,16 @@ $(BUILD)/obj/%.o: %.c
 $(LIB_COMMON): $(call obj,$(COMMON_SRC))
 $(LIB_KERNELS): $(call obj,$(KERNELS_SRC))
 $(LIB_RUNTIME): $(call obj,$(RUNTIME_SRC))
+# position-independent objects for the plugin
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -MMD -MP -c $< -o $@
+
+$(BUILD)/lib/spank_plait.so: $(patsubst %.c,$(BUILD)/pic/%.o,$(SPANK_SRC) $(COMMON_SRC)) spank-plugin/spank_plait.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -fPIC -Wl,--version-script=spank-plugin/spank_plait.map -Wl,-z,relro,-z,now \
+		$(filter %.o,$^) -ljansson -lhwloc -lm -o $@
+
 $(BUILD)/lib/%.a:
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
@@ -109,9 +123,10 @@ bench: deps-test
 	$(MAKE) -j$(JOBS) all
 	bench/bench.sh
 
-install: $(PLAIT) $(PLAIT_TRAIN)
+install: $(PLAIT) $(PLAIT_TRAIN) $(SPANK_SO)
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(PLAIT) $(PLAIT_TRAIN) $(DESTDIR)$(PREFIX)/bin/
+	$(if $(SPANK_SO),install -d $(DESTDIR)$(PREFIX)/lib/slurm && install -m 755 $(SPANK_SO) $(DESTDIR)$(PREFIX)/lib/slurm/)
 
 format:
 	clang-format -i $(shell git ls-files '*.c' '*.h')
@@ -119,4 +134,4 @@ format:
 clean:
 	rm -rf build build-asan
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/pic -name '*.d' 2>/dev/null)

@@ -6,6 +6,8 @@
 
 /* Path of the resolved plan (plan_to_json output) the runtime must train. */
 #define PLAIT_ENV_PLAN "PLAIT_PLAN"
+/* Or the resolved plan itself, when no file is shared (set by the Slurm plugin). */
+#define PLAIT_ENV_PLAN_JSON "PLAIT_PLAN_JSON"
 /* The run directory: metrics, run.json, checkpoints (unless absolute). */
 #define PLAIT_ENV_RUN_DIR "PLAIT_RUN_DIR"
 /* This rank and the number of ranks (1 until 3D parallelism lands). */

@@ -69,8 +69,8 @@ static int gpu_pool(const struct place_node *n, int *pool, int *domain_of, struc
     if (n->gpus) {
         for (int i = 0; i < n->slots; i++)
             if (n->gpus[i] < 0 || n->gpus[i] >= t->n_gpus)
-                return error_set(err, "node %s: granted GPU %d does not exist (%d GPUs)",
-                                 n->name, n->gpus[i], t->n_gpus);
+                return error_set(err, "node %s: granted GPU %d does not exist (%d GPUs)", n->name,
+                                 n->gpus[i], t->n_gpus);
     }
     /* whole domains that fit in what is left first, then the rest in order */
     bool *used = calloc((size_t)t->n_domains, sizeof *used);
@@ -102,7 +102,7 @@ static int carve_node(const struct place_node *n, int ni, int tp, bool over_pcie
 {
     const struct topo *t = n->topo;
     *largest = 0;
-    if (t->n_gpus == 0) { /* CPU ranks: any tp slots of the node form a group */
+    if (t->n_gpus == 0 || n->cpu_ranks) { /* CPU ranks: any tp slots of the node form a group */
         *largest = n->slots;
         for (int g = 0; g + tp <= n->slots; g += tp)
             if (carving_add(out, ni, NULL, tp)) return error_set(err, "out of memory");
@@ -162,9 +162,11 @@ static int refuse_tp(const struct plan *plan, int tp, const struct place_node *n
         if (nodes[i].slots > max_slots) max_slots = nodes[i].slots;
     }
     if (tp > max_slots)
-        return error_set(err, "parallel.tp = %d exceeds the %d ranks of the largest node: a "
+        return error_set(err,
+                         "parallel.tp = %d exceeds the %d ranks of the largest node: a "
                          "tensor-parallel group must stay inside one node (largest tp that fits: "
-                         "%d)", tp, max_slots, largest_tp(plan, max_slots));
+                         "%d)",
+                         tp, max_slots, largest_tp(plan, max_slots));
     /* name the domains of the first node where tp does not fit */
     for (int i = 0; i < n_nodes; i++) {
         if (largest[i] >= tp || nodes[i].topo->n_gpus == 0) continue;
@@ -178,14 +180,15 @@ static int refuse_tp(const struct plan *plan, int tp, const struct place_node *n
                                         t->gpus[t->domains[d].gpus[k]].cuda_index);
             len += (size_t)snprintf(doms + len, sizeof doms - len, "}");
         }
-        return error_set(err, "parallel.tp = %d does not fit in one NVLink domain: node %s (%s) "
+        return error_set(err,
+                         "parallel.tp = %d does not fit in one NVLink domain: node %s (%s) "
                          "has NVLink domains %s (by CUDA index); the largest tp that fits is %d, "
                          "or set parallel.allow_tp_over_pcie to let tensor-parallel groups "
-                         "cross PCIe", tp, nodes[i].name, t->source, doms,
-                         largest_tp(plan, best));
+                         "cross PCIe",
+                         tp, nodes[i].name, t->source, doms, largest_tp(plan, best));
     }
-    return error_set(err, "parallel.tp = %d: the nodes' slots do not divide into groups of %d",
-                     tp, tp);
+    return error_set(err, "parallel.tp = %d: the nodes' slots do not divide into groups of %d", tp,
+                     tp);
 }
 
 /* ---- NICs and cores -------------------------------------------------------------- */
@@ -292,8 +295,8 @@ out:
 
 /* The link between two ranks, and its bandwidth. */
 static enum cost_link link_between(const struct place_rank *a, const struct place_rank *b,
-                                   const struct place_node *nodes,
-                                   const struct place_bandwidth *bw, double *gbps)
+                                   const struct place_node *nodes, const struct place_bandwidth *bw,
+                                   double *gbps)
 {
     if (a->node != b->node) {
         *gbps = bw->network_gbps;
@@ -358,17 +361,18 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
 {
     memset(out, 0, sizeof *out);
     if (tp < 1 || pp < 1 || dp < 1)
-        return error_set(err, "placement needs concrete degrees (tp %d, pp %d, dp %d)", tp, pp,
-                         dp);
+        return error_set(err, "placement needs concrete degrees (tp %d, pp %d, dp %d)", tp, pp, dp);
     if (n_nodes < 1) return error_set(err, "placement needs at least one node");
     long long world_ll = (long long)tp * pp * dp;
-    if (world_ll > 1 << 24) return error_set(err, "tp × pp × dp = %lld ranks is too many", world_ll);
+    if (world_ll > 1 << 24)
+        return error_set(err, "tp × pp × dp = %lld ranks is too many", world_ll);
     int world = (int)world_ll, slots = 0;
     for (int i = 0; i < n_nodes; i++) slots += nodes[i].slots;
     if (world > slots)
-        return error_set(err, "the layout tp %d × pp %d × dp %d needs %d ranks; the allocation "
-                         "has %d (%d node%s)", tp, pp, dp, world, slots, n_nodes,
-                         n_nodes == 1 ? "" : "s");
+        return error_set(err,
+                         "the layout tp %d × pp %d × dp %d needs %d ranks; the allocation "
+                         "has %d (%d node%s)",
+                         tp, pp, dp, world, slots, n_nodes, n_nodes == 1 ? "" : "s");
     struct carving carving = {0};
     int *largest = calloc((size_t)(unsigned)n_nodes, sizeof *largest);
     int rc = -1;
@@ -377,8 +381,8 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
         goto out;
     }
     for (int i = 0; i < n_nodes; i++)
-        if (carve_node(&nodes[i], i, tp, plan->parallel.allow_tp_over_pcie, &carving,
-                       &largest[i], err))
+        if (carve_node(&nodes[i], i, tp, plan->parallel.allow_tp_over_pcie, &carving, &largest[i],
+                       err))
             goto out;
     if (carving.n < pp * dp) {
         refuse_tp(plan, tp, nodes, n_nodes, largest, err);
@@ -402,10 +406,14 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
             const struct carve *c = &carving.groups[g];
             for (int t = 0; t < tp; t++) {
                 int r = t + tp * (d + dp * s);
-                out->ranks[r] = (struct place_rank){.rank = r, .node = c->node, .tp = t,
-                                                    .pp = s, .dp = d,
+                out->ranks[r] = (struct place_rank){.rank = r,
+                                                    .node = c->node,
+                                                    .tp = t,
+                                                    .pp = s,
+                                                    .dp = d,
                                                     .gpu = c->gpus ? c->gpus[t] : -1,
-                                                    .nic = -1, .numa = -1};
+                                                    .nic = -1,
+                                                    .numa = -1};
                 if (c->gpus) out->ranks[r].numa = nodes[c->node].topo->gpus[c->gpus[t]].numa;
             }
         }
@@ -515,8 +523,8 @@ char **place_rank_env(const struct rank_map *m, const struct place_node *nodes, 
         size_t len = 0;
         for (int k = 0; k < t->n_gpus && len < sizeof visible - 8; k++)
             if (granted(node, k))
-                len += (size_t)snprintf(visible + len, sizeof visible - len, "%s%d",
-                                        len ? "," : "", t->gpus[k].cuda_index);
+                len += (size_t)snprintf(visible + len, sizeof visible - len, "%s%d", len ? "," : "",
+                                        t->gpus[k].cuda_index);
         ok = !env_add(&env, &n, PLAIT_ENV_DEVICE, "%d", t->gpus[r->gpu].cuda_index) &&
              !env_add(&env, &n, PLAIT_ENV_GPU_BUSID, "%s", t->gpus[r->gpu].busid) &&
              !env_add(&env, &n, "CUDA_DEVICE_ORDER", "PCI_BUS_ID") &&

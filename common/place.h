@@ -23,18 +23,19 @@ struct place_node {
     const int *gpus;         /* the granted GPUs (indexes into topo->gpus), or NULL:
                                 the placement picks `slots` of them, whole NVLink
                                 domains first */
+    bool cpu_ranks;          /* CPU ranks even if the node has GPUs (device "cpu") */
 };
 
 struct place_rank {
-    int rank;        /* global rank: tp fastest, then dp, then pp (Megatron's order) */
-    int node;        /* index into the nodes */
-    int local_rank;  /* among the ranks of its node, by global rank */
-    int tp, pp, dp;  /* coordinates */
-    int gpu;         /* index into its node's topo->gpus, or -1 (a CPU rank) */
-    int nic;         /* index into its node's topo->nics, or -1 (none) */
-    int *cores;      /* indexes into its node's topo->cores, ascending */
+    int rank;       /* global rank: tp fastest, then dp, then pp (Megatron's order) */
+    int node;       /* index into the nodes */
+    int local_rank; /* among the ranks of its node, by global rank */
+    int tp, pp, dp; /* coordinates */
+    int gpu;        /* index into its node's topo->gpus, or -1 (a CPU rank) */
+    int nic;        /* index into its node's topo->nics, or -1 (none) */
+    int *cores;     /* indexes into its node's topo->cores, ascending */
     int n_cores;
-    int numa;        /* its GPU's NUMA node (CPU rank: its first core's), -1 unknown */
+    int numa; /* its GPU's NUMA node (CPU rank: its first core's), -1 unknown */
 };
 
 /* The links a communicator's groups cross: the slowest of them, how many
@@ -42,14 +43,14 @@ struct place_rank {
 struct place_comm {
     enum cost_link slowest;
     double gbps;
-    int groups;                /* groups of this communicator (0 when its degree is 1) */
-    int crossing[COST_LINKS];  /* by enum cost_link: groups whose slowest link is it */
+    int groups;               /* groups of this communicator (0 when its degree is 1) */
+    int crossing[COST_LINKS]; /* by enum cost_link: groups whose slowest link is it */
 };
 
 struct rank_map {
     int world, tp, pp, dp;
     int n_nodes;
-    struct place_rank *ranks;  /* [world], by global rank */
+    struct place_rank *ranks; /* [world], by global rank */
     struct place_comm comm_tp, comm_pp, comm_dp;
 };
 

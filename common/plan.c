@@ -1338,6 +1338,16 @@ static void put_object(struct text *t, const struct field *fields, const struct 
     put(t, "%*s}", indent, "");
 }
 
+char *plan_to_json_line(const struct plan *plan)
+{
+    char *pretty = plan_to_json(plan);
+    json_t *j = pretty ? json_loads(pretty, 0, NULL) : NULL;
+    char *line = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(j);
+    free(pretty);
+    return line;
+}
+
 char *plan_to_json(const struct plan *plan)
 {
     if (!plan) return NULL;

@@ -113,6 +113,9 @@ void plan_free(struct plan *plan);
  * paths); malloc'ed. */
 char *plan_to_json(const struct plan *plan);
 
+/* The same on one line (for an environment variable); malloc'ed. */
+char *plan_to_json_line(const struct plan *plan);
+
 /* Names of the enums, as they are spelled in plan.json. */
 const char *plan_precision_name(enum plan_precision p);
 const char *plan_recompute_name(enum plan_recompute r);

@@ -23,13 +23,13 @@ struct check_args {
     const char *plan_path;
     const char **sets;
     int n_sets;
-    int nodes;          /* 0: as many as --topology files, else 1 */
-    int gpus_per_node;  /* 0: the topology's GPUs (1 CPU rank on a GPU-less node) */
+    int nodes;         /* 0: as many as --topology files, else 1 */
+    int gpus_per_node; /* 0: the topology's GPUs (1 CPU rank on a GPU-less node) */
     const char *topologies[MAX_TOPOLOGIES];
     int n_topologies;
     bool json;
-    double gpu_memory_gb;  /* 0: from the topology */
-    double device_tflops;  /* 0: from the GPU model */
+    double gpu_memory_gb; /* 0: from the topology */
+    double device_tflops; /* 0: from the GPU model */
     struct place_bandwidth bw;
 };
 
@@ -112,7 +112,8 @@ static int parse_args(int argc, char **argv, struct check_args *a)
     }
     if (a->n_topologies > 1 && a->nodes && a->nodes != a->n_topologies) {
         log_error("check: %d --topology files for %d nodes: give one file for all nodes or one "
-                  "per node", a->n_topologies, a->nodes);
+                  "per node",
+                  a->n_topologies, a->nodes);
         return -1;
     }
     if (!a->nodes) a->nodes = a->n_topologies > 1 ? a->n_topologies : 1;
@@ -127,9 +128,9 @@ static const struct {
     const char *model;
     double bf16, fp32;
 } gpu_peaks[] = {
-    {"H200", 989, 494}, {"H100", 989, 494}, {"GH200", 989, 494}, {"A100", 312, 156},
-    {"A800", 312, 156}, {"L40", 181, 90},   {"A6000", 155, 38},  {"A40", 150, 37},
-    {"V100", 125, 15.7}, {"A10", 125, 31},  {"T4", 65, 8},
+    {"H200", 989, 494},  {"H100", 989, 494}, {"GH200", 989, 494}, {"A100", 312, 156},
+    {"A800", 312, 156},  {"L40", 181, 90},   {"A6000", 155, 38},  {"A40", 150, 37},
+    {"V100", 125, 15.7}, {"A10", 125, 31},   {"T4", 65, 8},
 };
 
 static double device_tflops(const struct topo *t, enum plan_precision prec)
@@ -160,7 +161,7 @@ static uint64_t device_memory(const struct place_node *nodes, int n, double over
 struct evaluation {
     struct cost_layout layout;
     bool placed, fits;
-    char why[1024];            /* why it cannot run, if it cannot */
+    char why[1024]; /* why it cannot run, if it cannot */
     struct rank_map map;
     struct cost_memory mem;
     int worst_stage;
@@ -183,15 +184,19 @@ static void evaluate(const struct plan *p, struct cost_layout l, const struct pl
     e->placed = true;
     cost_memory(p, l, &e->mem, &e->worst_stage);
     cost_traffic(p, l, &e->traffic);
-    struct cost_links links = {
-        .tp = e->map.comm_tp.slowest, .pp = e->map.comm_pp.slowest,
-        .dp = e->map.comm_dp.slowest, .tp_gbps = e->map.comm_tp.gbps,
-        .pp_gbps = e->map.comm_pp.gbps, .dp_gbps = e->map.comm_dp.gbps,
-        .device_tflops = a->device_tflops > 0 ? a->device_tflops
-                                              : device_tflops(nodes[0].topo, p->precision)};
+    struct cost_links links = {.tp = e->map.comm_tp.slowest,
+                               .pp = e->map.comm_pp.slowest,
+                               .dp = e->map.comm_dp.slowest,
+                               .tp_gbps = e->map.comm_tp.gbps,
+                               .pp_gbps = e->map.comm_pp.gbps,
+                               .dp_gbps = e->map.comm_dp.gbps,
+                               .device_tflops = a->device_tflops > 0
+                                                    ? a->device_tflops
+                                                    : device_tflops(nodes[0].topo, p->precision)};
     cost_step_time(p, l, &links, &e->time);
     double tokens = (double)p->batch.micro_batch * p->batch.grad_accum * l.dp * p->model.seq_len;
-    e->tokens_per_s = e->time.total_s > 0 && isfinite(e->time.total_s) ? tokens / e->time.total_s : 0;
+    e->tokens_per_s =
+        e->time.total_s > 0 && isfinite(e->time.total_s) ? tokens / e->time.total_s : 0;
     e->fits = gpu_mem == 0 || e->mem.total <= gpu_mem;
     if (!e->fits)
         snprintf(e->why, sizeof e->why,
@@ -211,9 +216,9 @@ static void evaluation_free(struct evaluation *e)
  * the layers (even stages), and — with dp "auto" filling the allocation —
  * tp·pp dividing the slots. The layout that can be placed, fits in memory and
  * has the most modelled tokens per second wins. */
-static int choose_auto(const struct plan *p, const struct place_node *nodes, int n_nodes,
-                       int slots, const struct check_args *a, uint64_t gpu_mem,
-                       struct evaluation *best, json_t *candidates, FILE *out)
+static int choose_auto(const struct plan *p, const struct place_node *nodes, int n_nodes, int slots,
+                       const struct check_args *a, uint64_t gpu_mem, struct evaluation *best,
+                       json_t *candidates, FILE *out)
 {
     int tps[64], n_tp = 0, pps[64], n_pp = 0;
     for (int t = 1; t <= slots && n_tp < 64; t++)
@@ -241,15 +246,14 @@ static int choose_auto(const struct plan *p, const struct place_node *nodes, int
                         e.mem.total / 1e9, e.time.total_s, e.tokens_per_s,
                         ok ? "" : "does not fit");
             else if (out)
-                fprintf(out, "  %4d %4d %4d  %10s  %10s  %12s  cannot be placed\n", tp, pp, dp,
-                        "-", "-", "-");
+                fprintf(out, "  %4d %4d %4d  %10s  %10s  %12s  cannot be placed\n", tp, pp, dp, "-",
+                        "-", "-");
             json_array_append_new(
-                candidates,
-                json_pack("{s:i,s:i,s:i,s:b,s:b,s:I,s:f,s:f,s:s}", "tp", tp, "pp", pp, "dp", dp,
-                          "placed", e.placed, "fits", e.fits, "memory_bytes",
-                          (json_int_t)e.mem.total, "step_s",
-                          e.placed && isfinite(e.time.total_s) ? e.time.total_s : -1.0,
-                          "tokens_per_s", e.tokens_per_s, "why", e.why));
+                candidates, json_pack("{s:i,s:i,s:i,s:b,s:b,s:I,s:f,s:f,s:s}", "tp", tp, "pp", pp,
+                                      "dp", dp, "placed", e.placed, "fits", e.fits, "memory_bytes",
+                                      (json_int_t)e.mem.total, "step_s",
+                                      e.placed && isfinite(e.time.total_s) ? e.time.total_s : -1.0,
+                                      "tokens_per_s", e.tokens_per_s, "why", e.why));
             if (ok && (!found || e.tokens_per_s > best->tokens_per_s)) {
                 if (found) evaluation_free(best);
                 *best = e;
@@ -299,7 +303,8 @@ static json_t *comm_json(const struct place_comm *c, double bytes, double second
 {
     json_t *crossing = json_object();
     for (int k = 1; k < COST_LINKS; k++)
-        if (c->crossing[k]) json_object_set_new(crossing, cost_link_name(k), json_integer(c->crossing[k]));
+        if (c->crossing[k])
+            json_object_set_new(crossing, cost_link_name(k), json_integer(c->crossing[k]));
     return json_pack("{s:s,s:f,s:i,s:o,s:f,s:f}", "link", cost_link_name(c->slowest), "gbps",
                      c->gbps, "groups", c->groups, "crossing", crossing, "bytes_per_step", bytes,
                      "seconds", seconds);
@@ -314,8 +319,8 @@ static void print_tables(const struct plan *p, const struct evaluation *e,
     for (int i = 0; i < n_nodes; i++) {
         const struct topo *t = nodes[i].topo;
         printf("  node %d: %s, %d slot%s, %d GPU%s, %d NIC%s (%s)\n", i, nodes[i].name,
-               nodes[i].slots, nodes[i].slots == 1 ? "" : "s", t->n_gpus,
-               t->n_gpus == 1 ? "" : "s", t->n_nics, t->n_nics == 1 ? "" : "s", t->source);
+               nodes[i].slots, nodes[i].slots == 1 ? "" : "s", t->n_gpus, t->n_gpus == 1 ? "" : "s",
+               t->n_nics, t->n_nics == 1 ? "" : "s", t->source);
         for (int d = 0; d < t->n_domains; d++) {
             const struct topo_domain *dom = &t->domains[d];
             double least = 0;
@@ -378,8 +383,8 @@ static void print_tables(const struct plan *p, const struct evaluation *e,
         const struct topo *t = nodes[pr->node].topo;
         char cpus[4096];
         topo_cpu_list(t, pr->cores, pr->n_cores, cpus, sizeof cpus);
-        printf("  %5d %4d %5d %3d %3d %3d %13s %4d %6d %8s %5d  %s\n", r, pr->node,
-               pr->local_rank, pr->tp, pr->pp, pr->dp, pr->gpu >= 0 ? t->gpus[pr->gpu].busid : "cpu",
+        printf("  %5d %4d %5d %3d %3d %3d %13s %4d %6d %8s %5d  %s\n", r, pr->node, pr->local_rank,
+               pr->tp, pr->pp, pr->dp, pr->gpu >= 0 ? t->gpus[pr->gpu].busid : "cpu",
                pr->gpu >= 0 ? t->gpus[pr->gpu].cuda_index : -1,
                pr->gpu >= 0 ? t->gpus[pr->gpu].domain : -1,
                pr->nic >= 0 ? t->nics[pr->nic].name : "-", pr->numa, cpus);
@@ -408,8 +413,8 @@ static json_t *node_json(const struct place_node *n)
         json_array_append_new(nics, json_pack("{s:s,s:s,s:s}", "name", t->nics[k].name, "kind",
                                               kinds[t->nics[k].kind], "busid", t->nics[k].busid));
     return json_pack("{s:s,s:s,s:i,s:i,s:o,s:o,s:o}", "name", n->name, "topology", t->source,
-                     "slots", n->slots, "gpus", t->n_gpus, "nvlink_domains", domains,
-                     "nvlink_gbps", gbps, "nics", nics);
+                     "slots", n->slots, "gpus", t->n_gpus, "nvlink_domains", domains, "nvlink_gbps",
+                     gbps, "nics", nics);
 }
 
 static json_t *result_json(const struct plan *p, const struct evaluation *e,
@@ -426,15 +431,16 @@ static json_t *result_json(const struct plan *p, const struct evaluation *e,
                                                 (json_int_t)mem.param_count, "total",
                                                 (json_int_t)mem.total));
     }
-    json_t *o = json_pack(
-        "{s:i,s:i,s:i,s:i,s:o,s:o,s:{s:I,s:I,s:I,s:I,s:I},s:o,s:{s:f,s:f,s:f}}", "world_size",
-        m->world, "tp", m->tp, "pp", m->pp, "dp", m->dp, "nodes", node_list, "ranks", ranks,
-        "memory_bytes_per_rank", "params", (json_int_t)e->mem.params, "grads",
-        (json_int_t)e->mem.grads, "optimizer", (json_int_t)e->mem.optimizer, "activations",
-        (json_int_t)e->mem.activations, "total", (json_int_t)e->mem.total, "memory_by_stage",
-        stages, "comm_bytes_per_step", "tp", e->traffic.tp_bytes, "pp", e->traffic.pp_bytes,
-        "dp", e->traffic.dp_bytes);
-    json_object_set_new(o, "device_memory_bytes", gpu_mem ? json_integer((json_int_t)gpu_mem) : json_null());
+    json_t *o =
+        json_pack("{s:i,s:i,s:i,s:i,s:o,s:o,s:{s:I,s:I,s:I,s:I,s:I},s:o,s:{s:f,s:f,s:f}}",
+                  "world_size", m->world, "tp", m->tp, "pp", m->pp, "dp", m->dp, "nodes", node_list,
+                  "ranks", ranks, "memory_bytes_per_rank", "params", (json_int_t)e->mem.params,
+                  "grads", (json_int_t)e->mem.grads, "optimizer", (json_int_t)e->mem.optimizer,
+                  "activations", (json_int_t)e->mem.activations, "total", (json_int_t)e->mem.total,
+                  "memory_by_stage", stages, "comm_bytes_per_step", "tp", e->traffic.tp_bytes, "pp",
+                  e->traffic.pp_bytes, "dp", e->traffic.dp_bytes);
+    json_object_set_new(o, "device_memory_bytes",
+                        gpu_mem ? json_integer((json_int_t)gpu_mem) : json_null());
     json_object_set_new(o, "fits", json_boolean(e->fits));
     json_object_set_new(o, "allow_tp_over_pcie", json_boolean(p->parallel.allow_tp_over_pcie));
     json_object_set_new(o, "links",
@@ -449,7 +455,8 @@ static json_t *result_json(const struct plan *p, const struct evaluation *e,
     return o;
 }
 
-/* ---- the command -------------------------------------------------------------------------------- */
+/* ---- the command --------------------------------------------------------------------------------
+ */
 
 int cmd_check(int argc, char **argv)
 {
@@ -463,7 +470,7 @@ int cmd_check(int argc, char **argv)
     int rc = PLAIT_EXIT_ERROR, n_topo = a.n_topologies ? a.n_topologies : 1;
     struct topo topos[MAX_TOPOLOGIES] = {0};
     struct place_node *nodes = calloc((size_t)a.nodes, sizeof *nodes);
-    char (*names)[32] = calloc((size_t)a.nodes, sizeof *names);
+    char(*names)[32] = calloc((size_t)a.nodes, sizeof *names);
     struct plan *p = plan_load(a.plan_path, a.sets, a.n_sets, &err);
     struct evaluation best = {0};
     json_t *candidates = json_array();
@@ -481,7 +488,10 @@ int cmd_check(int argc, char **argv)
         const struct topo *t = &topos[a.n_topologies > 1 ? i : 0];
         snprintf(names[i], sizeof names[i], "node%d", i);
         int s = a.gpus_per_node ? a.gpus_per_node : t->n_gpus ? t->n_gpus : 1;
-        nodes[i] = (struct place_node){.name = names[i], .topo = t, .slots = s};
+        nodes[i] = (struct place_node){.name = names[i],
+                                       .topo = t,
+                                       .slots = s,
+                                       .cpu_ranks = p->parallel.device == PLAN_DEVICE_CPU};
         slots += s;
     }
     uint64_t gpu_mem = device_memory(nodes, a.nodes, a.gpu_memory_gb);
@@ -502,12 +512,11 @@ int cmd_check(int argc, char **argv)
     } else {
         int dp = par->dp != PLAN_AUTO ? par->dp : slots / (par->tp * par->pp);
         if (dp < 1) {
-            log_error("tp %d × pp %d needs %d ranks; the allocation has %d slots", par->tp,
-                      par->pp, par->tp * par->pp, slots);
+            log_error("tp %d × pp %d needs %d ranks; the allocation has %d slots", par->tp, par->pp,
+                      par->tp * par->pp, slots);
             goto out;
         }
-        evaluate(p, (struct cost_layout){par->tp, par->pp, dp}, nodes, a.nodes, &a, gpu_mem,
-                 &best);
+        evaluate(p, (struct cost_layout){par->tp, par->pp, dp}, nodes, a.nodes, &a, gpu_mem, &best);
         if (!best.placed) {
             log_error("%s", best.why);
             goto out;

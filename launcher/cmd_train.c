@@ -25,23 +25,6 @@ static void usage(FILE *out)
                  "checkpoint (run the same command again to resume)\n");
 }
 
-/* plait-train beside this executable, else from PATH. */
-static void exec_runtime(void)
-{
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0) {
-        self[n] = '\0';
-        char *slash = strrchr(self, '/');
-        if (slash && (size_t)(slash - self) + sizeof "/plait-train" <= sizeof self) {
-            strcpy(slash, "/plait-train");
-            if (access(self, X_OK) == 0) execl(self, "plait-train", (char *)NULL);
-        }
-    }
-    execlp("plait-train", "plait-train", (char *)NULL);
-    log_error("cannot run plait-train (looked beside %s and in PATH)", "plait");
-}
-
 static char *default_run_dir(const char *plan_path)
 {
     const char *base = strrchr(plan_path, '/');
@@ -120,8 +103,7 @@ int cmd_train(int argc, char **argv)
      * cores spinning threads steal the time of working ones (measured: up to 2x
      * slower steps); the user's own setting wins */
     setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-    fflush(NULL);
-    exec_runtime(); /* returns only on failure */
+    launcher_exec_runtime(); /* returns only on failure */
 out:
     free(json);
     free(run_dir);

@@ -6,5 +6,10 @@
 int cmd_train(int argc, char **argv); /* plait train PLAN [--out DIR] [--set k=v ...] */
 int cmd_data(int argc, char **argv);  /* plait data prepare TEXT OUT.bin [...] */
 int cmd_check(int argc, char **argv); /* plait check PLAN [--nodes N] [--topology X.xml ...] */
+int cmd_launch(int argc, char **argv); /* plait launch: in a Slurm task or a pod */
+
+/* Execs plait-train (beside this executable, else from PATH) with the current
+ * environment; returns only if that fails, after saying so. */
+void launcher_exec_runtime(void);
 
 #endif

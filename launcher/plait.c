@@ -9,14 +9,17 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: plait COMMAND [ARGS]\n"
-                 "  train PLAN [--out DIR] [--set path=value ...]   train on this machine\n"
-                 "  check PLAN [--nodes N] [--gpus-per-node G] [--topology FILE.xml ...] [--json]\n"
-                 "                                                   validate, place, estimate\n"
-                 "  data prepare TEXT OUT.bin [--val VAL.bin] [--val-fraction F]\n"
-                 "                                                   text -> byte tokens\n"
-                 "  --version\n"
-                 "Run `plait COMMAND --help` for a command's options.\n");
+    fprintf(out,
+            "usage: plait COMMAND [ARGS]\n"
+            "  train PLAN [--out DIR] [--set path=value ...]   train on this machine\n"
+            "  check PLAN [--nodes N] [--gpus-per-node G] [--topology FILE.xml ...] [--json]\n"
+            "                                                   validate, place, estimate\n"
+            "  launch                                           in a Slurm task or pod: exec the\n"
+            "                                                   runtime with the env contract\n"
+            "  data prepare TEXT OUT.bin [--val VAL.bin] [--val-fraction F]\n"
+            "                                                   text -> byte tokens\n"
+            "  --version\n"
+            "Run `plait COMMAND --help` for a command's options.\n");
 }
 
 int main(int argc, char **argv)
@@ -30,6 +33,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "check")) return cmd_check(argc - 2, argv + 2);
+    if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("plait %s\n", PLAIT_VERSION);
         return PLAIT_EXIT_OK;

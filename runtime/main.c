@@ -21,12 +21,13 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: plait-train          (configured by the environment; normally run by "
             "`plait train`)\n"
-            "  %s   path of the resolved plan (required)\n"
+            "  %s   path of the resolved plan (or %s: the plan itself)\n"
             "  %s  run directory (required)\n"
             "  %s, %s  rank and world size (1 rank in this version)\n"
             "exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGTERM/SIGUSR1 after a "
             "checkpoint (resumable)\n",
-            PLAIT_ENV_PLAN, PLAIT_ENV_RUN_DIR, PLAIT_ENV_RANK, PLAIT_ENV_WORLD_SIZE);
+            PLAIT_ENV_PLAN, PLAIT_ENV_PLAN_JSON, PLAIT_ENV_RUN_DIR, PLAIT_ENV_RANK,
+            PLAIT_ENV_WORLD_SIZE);
 }
 
 int main(int argc, char **argv)
@@ -41,8 +42,10 @@ int main(int argc, char **argv)
         return strcmp(argv[1], "--help") ? PLAIT_EXIT_USAGE : PLAIT_EXIT_OK;
     }
     const char *plan_path = getenv(PLAIT_ENV_PLAN), *run_dir = getenv(PLAIT_ENV_RUN_DIR);
-    if (!plan_path || !run_dir) {
-        log_error("%s and %s must be set", PLAIT_ENV_PLAN, PLAIT_ENV_RUN_DIR);
+    const char *plan_text = getenv(PLAIT_ENV_PLAN_JSON);
+    if ((!plan_path && !plan_text) || !run_dir) {
+        log_error("%s (or %s) and %s must be set", PLAIT_ENV_PLAN, PLAIT_ENV_PLAN_JSON,
+                  PLAIT_ENV_RUN_DIR);
         usage(stderr);
         return PLAIT_EXIT_USAGE;
     }
@@ -57,7 +60,8 @@ int main(int argc, char **argv)
     sigaction(SIGUSR1, &sa, NULL);
 
     struct plait_error err;
-    struct plan *plan = plan_load(plan_path, NULL, 0, &err);
+    struct plan *plan = plan_path ? plan_load(plan_path, NULL, 0, &err)
+                                  : plan_load_text(plan_text, PLAIT_ENV_PLAN_JSON, NULL, NULL, 0, &err);
     if (!plan) {
         log_error("%s", err.text);
         return PLAIT_EXIT_ERROR;

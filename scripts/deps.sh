@@ -4,7 +4,7 @@
 #   scripts/deps.sh test    build + the test referees (PyTorch, numpy)
 set -euo pipefail
 
-build_pkgs=(gcc make pkg-config libjansson-dev libhwloc-dev libdnnl-dev libopenblas-dev)
+build_pkgs=(gcc make pkg-config libjansson-dev libhwloc-dev libdnnl-dev libopenblas-dev libslurm-dev)
 test_pkgs=("${build_pkgs[@]}" hwloc-nox python3 python3-torch python3-numpy)
 
 case "${1:-build}" in

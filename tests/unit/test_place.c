@@ -44,7 +44,8 @@ static struct topo *make_topo(int n_gpus, const int *domain_of, int n_numa, int 
         gpu->numa = g * n_numa / n_gpus;
         gpu->n_local_cores = cores_per_numa;
         gpu->local_cores = malloc((size_t)cores_per_numa * sizeof(int));
-        for (int c = 0; c < cores_per_numa; c++) gpu->local_cores[c] = gpu->numa * cores_per_numa + c;
+        for (int c = 0; c < cores_per_numa; c++)
+            gpu->local_cores[c] = gpu->numa * cores_per_numa + c;
         gpu->domain = domain_of ? domain_of[g] : 0;
         struct topo_domain *dom = &t->domains[gpu->domain];
         dom->gpus = realloc(dom->gpus, (size_t)(dom->n_gpus + 1) * sizeof(int));
@@ -61,10 +62,9 @@ static struct topo *make_topo(int n_gpus, const int *domain_of, int n_numa, int 
         t->nics[k].kind = TOPO_NIC_INFINIBAND;
         t->nics[k].numa = n_gpus ? (k * n_gpus / n_nics) * n_numa / n_gpus : 0;
         for (int g = 0; g < n_gpus; g++)
-            t->gpu_nic[g * n_nics + k] =
-                g == k * n_gpus / n_nics ? TOPO_SAME_PCIE_SWITCH
-                : t->gpus[g].numa == t->nics[k].numa ? TOPO_SAME_NUMA
-                                                      : TOPO_OTHER;
+            t->gpu_nic[g * n_nics + k] = g == k * n_gpus / n_nics ? TOPO_SAME_PCIE_SWITCH
+                                         : t->gpus[g].numa == t->nics[k].numa ? TOPO_SAME_NUMA
+                                                                              : TOPO_OTHER;
     }
     return t;
 }
@@ -92,14 +92,13 @@ static struct plan *make_plan(int heads, bool over_pcie)
     return p;
 }
 
-static const struct place_bandwidth bw = {.pcie_gbps = 24, .network_gbps = 50,
-                                          .memory_gbps = 100};
+static const struct place_bandwidth bw = {.pcie_gbps = 24, .network_gbps = 50, .memory_gbps = 100};
 
 static void test_megatron_order_tp_fastest_then_dp_then_pp(void)
 {
     struct topo *t = make_topo(8, NULL, 2, 8, 8);
     struct place_node nodes[4];
-    for (int i = 0; i < 4; i++) nodes[i] = (struct place_node){"n", t, 8, NULL};
+    for (int i = 0; i < 4; i++) nodes[i] = (struct place_node){.name = "n", .topo = t, .slots = 8};
     struct plan *p = make_plan(16, false);
     struct rank_map m;
     struct plait_error err;
@@ -129,7 +128,8 @@ static void test_megatron_order_tp_fastest_then_dp_then_pp(void)
 static void test_pipeline_stages_share_a_node_when_they_fit(void)
 {
     struct topo *t = make_topo(8, NULL, 2, 8, 8);
-    struct place_node nodes[2] = {{"a", t, 8, NULL}, {"b", t, 8, NULL}};
+    struct place_node nodes[2] = {{.name = "a", .topo = t, .slots = 8},
+                                  {.name = "b", .topo = t, .slots = 8}};
     struct plan *p = make_plan(8, false);
     struct rank_map m;
     struct plait_error err;
@@ -137,8 +137,7 @@ static void test_pipeline_stages_share_a_node_when_they_fit(void)
     /* pipeline dp0 = ranks {0-3 (pp0), 8-11 (pp1)} on node a; dp1 on node b */
     CHECK(m.ranks[0].node == 0 && m.ranks[8].node == 0 && m.ranks[4].node == 1 &&
               m.ranks[12].node == 1,
-          "nodes %d %d %d %d", m.ranks[0].node, m.ranks[8].node, m.ranks[4].node,
-          m.ranks[12].node);
+          "nodes %d %d %d %d", m.ranks[0].node, m.ranks[8].node, m.ranks[4].node, m.ranks[12].node);
     CHECK(m.ranks[8].gpu == 4, "stage 1 of pipeline 0 on GPUs 4-7, got %d", m.ranks[8].gpu);
     CHECK(m.comm_pp.slowest == COST_LINK_NVLINK, "pp stays on NVLink: %s",
           cost_link_name(m.comm_pp.slowest));
@@ -153,7 +152,7 @@ static void test_tp_group_stays_in_nvlink_clique_with_interleaved_indices(void)
 {
     int islands[8] = {0, 1, 0, 1, 0, 1, 0, 1};
     struct topo *t = make_topo(8, islands, 2, 8, 4);
-    struct place_node node = {"islands", t, 8, NULL};
+    struct place_node node = {.name = "islands", .topo = t, .slots = 8};
     struct plan *p = make_plan(8, false);
     struct rank_map m;
     struct plait_error err;
@@ -186,7 +185,8 @@ static void test_tp_group_stays_in_nvlink_clique_with_interleaved_indices(void)
 static void test_refusals_say_why(void)
 {
     struct topo *t = make_topo(8, NULL, 2, 8, 8);
-    struct place_node nodes[2] = {{"a", t, 8, NULL}, {"b", t, 8, NULL}};
+    struct place_node nodes[2] = {{.name = "a", .topo = t, .slots = 8},
+                                  {.name = "b", .topo = t, .slots = 8}};
     struct plan *p = make_plan(32, false);
     struct rank_map m;
     struct plait_error err;
@@ -204,7 +204,7 @@ static void test_nics_nearest_first_then_spread(void)
 {
     /* 8 GPUs, 2 NICs: NIC 0 beside GPU 0 (NUMA 0), NIC 1 beside GPU 4 (NUMA 1) */
     struct topo *t = make_topo(8, NULL, 2, 8, 2);
-    struct place_node node = {"n", t, 8, NULL};
+    struct place_node node = {.name = "n", .topo = t, .slots = 8};
     struct plan *p = make_plan(8, false);
     struct rank_map m;
     struct plait_error err;
@@ -227,7 +227,7 @@ static void test_nics_nearest_first_then_spread(void)
 static void test_cpu_sets_are_local_and_disjoint(void)
 {
     struct topo *t = make_topo(8, NULL, 2, 8, 8); /* 4 GPUs per NUMA node of 8 cores */
-    struct place_node node = {"n", t, 8, NULL};
+    struct place_node node = {.name = "n", .topo = t, .slots = 8};
     struct plan *p = make_plan(8, false);
     struct rank_map m;
     struct plait_error err;
@@ -252,7 +252,8 @@ static void test_cpu_sets_are_local_and_disjoint(void)
 static void test_gpu_less_nodes_run_cpu_ranks(void)
 {
     struct topo *t = make_topo(0, NULL, 2, 4, 0);
-    struct place_node nodes[2] = {{"c0", t, 4, NULL}, {"c1", t, 4, NULL}};
+    struct place_node nodes[2] = {{.name = "c0", .topo = t, .slots = 4},
+                                  {.name = "c1", .topo = t, .slots = 4}};
     struct plan *p = make_plan(4, false);
     struct rank_map m;
     struct plait_error err;
@@ -260,8 +261,8 @@ static void test_gpu_less_nodes_run_cpu_ranks(void)
     for (int r = 0; r < 8; r++) {
         CHECK(m.ranks[r].gpu == -1 && m.ranks[r].nic == -1, "rank %d gpu %d nic %d", r,
               m.ranks[r].gpu, m.ranks[r].nic);
-        CHECK(m.ranks[r].n_cores == 2 && m.ranks[r].node == r / 4, "rank %d: %d cores, node %d",
-              r, m.ranks[r].n_cores, m.ranks[r].node);
+        CHECK(m.ranks[r].n_cores == 2 && m.ranks[r].node == r / 4, "rank %d: %d cores, node %d", r,
+              m.ranks[r].n_cores, m.ranks[r].node);
     }
     CHECK(m.comm_tp.slowest == COST_LINK_MEMORY && m.comm_dp.slowest == COST_LINK_NETWORK,
           "tp %s dp %s", cost_link_name(m.comm_tp.slowest), cost_link_name(m.comm_dp.slowest));
@@ -276,13 +277,14 @@ static void test_heterogeneous_nodes_and_granted_gpus(void)
     int pairs[4] = {0, 0, 1, 1};
     struct topo *small = make_topo(4, pairs, 1, 8, 2);
     int granted[2] = {3, 2}; /* Slurm granted two GPUs of the small node */
-    struct place_node nodes[2] = {{"big", big, 8, NULL}, {"small", small, 2, granted}};
+    struct place_node nodes[2] = {{.name = "big", .topo = big, .slots = 8},
+                                  {.name = "small", .topo = small, .slots = 2, .gpus = granted}};
     struct plan *p = make_plan(8, false);
     struct rank_map m;
     struct plait_error err;
     CHECK(place_ranks(p, 2, 1, 5, nodes, 2, &bw, &m, &err) == 0, "%s", err.text);
-    CHECK(m.ranks[8].node == 1 && m.ranks[9].node == 1, "ranks 8, 9 on node %d %d",
-          m.ranks[8].node, m.ranks[9].node);
+    CHECK(m.ranks[8].node == 1 && m.ranks[9].node == 1, "ranks 8, 9 on node %d %d", m.ranks[8].node,
+          m.ranks[9].node);
     CHECK(m.ranks[8].gpu == 2 && m.ranks[9].gpu == 3, "granted GPUs 2, 3; got %d %d",
           m.ranks[8].gpu, m.ranks[9].gpu);
     CHECK(m.ranks[8].local_rank == 0 && m.ranks[9].local_rank == 1, "local ranks %d %d",
@@ -291,6 +293,22 @@ static void test_heterogeneous_nodes_and_granted_gpus(void)
     plan_free(p);
     free_topo(big);
     free_topo(small);
+}
+
+static void test_device_cpu_runs_cpu_ranks_on_gpu_nodes(void)
+{
+    struct topo *t = make_topo(8, NULL, 2, 8, 8);
+    struct place_node node = {.name = "n", .topo = t, .slots = 2, .cpu_ranks = true};
+    struct plan *p = make_plan(8, false);
+    struct rank_map m;
+    struct plait_error err;
+    CHECK(place_ranks(p, 1, 1, 2, &node, 1, &bw, &m, &err) == 0, "%s", err.text);
+    for (int r = 0; r < 2; r++)
+        CHECK(m.ranks[r].gpu == -1 && m.ranks[r].n_cores == 8, "rank %d: gpu %d, %d cores", r,
+              m.ranks[r].gpu, m.ranks[r].n_cores);
+    rank_map_free(&m);
+    plan_free(p);
+    free_topo(t);
 }
 
 int main(void)
@@ -303,5 +321,6 @@ int main(void)
     RUN(test_cpu_sets_are_local_and_disjoint);
     RUN(test_gpu_less_nodes_run_cpu_ranks);
     RUN(test_heterogeneous_nodes_and_granted_gpus);
+    RUN(test_device_cpu_runs_cpu_ranks_on_gpu_nodes);
     return check_exit_code();
 }

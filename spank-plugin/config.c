@@ -1,0 +1,102 @@
+/* config.c — parsing spank_plait's plugstack.conf arguments into the
+ * admin's policy. Only parsing: the checks themselves are policy.c's. */
+#include "spank-plugin/config.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const known =
+    "max_gpus_per_job, max_nodes, allowed_precisions, min_checkpoint_every, quota_file, "
+    "topology_xml, run_root";
+
+static int positive(const char *key, const char *value, int *out, struct plait_error *err)
+{
+    char *end;
+    long n = strtol(value, &end, 10);
+    if (!*value || *end || n < 1 || n > INT_MAX)
+        return error_set(err, "plugstack.conf: %s must be a positive integer (got '%s')", key,
+                         value);
+    *out = (int)n;
+    return 0;
+}
+
+static int precisions(const char *value, struct plait_config *c, struct plait_error *err)
+{
+    c->allow_fp32 = c->allow_bf16 = false;
+    char *copy = strdup(value), *save = NULL;
+    if (!copy) return error_set(err, "out of memory");
+    int rc = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(tok, "fp32"))
+            c->allow_fp32 = true;
+        else if (!strcmp(tok, "bf16"))
+            c->allow_bf16 = true;
+        else
+            rc = error_set(err,
+                           "plugstack.conf: allowed_precisions: unknown precision '%s' "
+                           "(known: fp32, bf16)",
+                           tok);
+    }
+    free(copy);
+    if (rc == 0 && !c->allow_fp32 && !c->allow_bf16)
+        rc = error_set(err, "plugstack.conf: allowed_precisions is empty");
+    return rc;
+}
+
+static int string(const char *key, const char *value, char **out, struct plait_error *err)
+{
+    if (!*value) return error_set(err, "plugstack.conf: %s is empty", key);
+    free(*out);
+    if (!(*out = strdup(value))) return error_set(err, "out of memory");
+    return 0;
+}
+
+int config_parse(int argc, char **argv, struct plait_config *c, struct plait_error *err)
+{
+    memset(c, 0, sizeof *c);
+    c->allow_fp32 = c->allow_bf16 = true;
+    for (int i = 0; i < argc; i++) {
+        char *eq = strchr(argv[i], '=');
+        if (!eq) {
+            config_free(c);
+            return error_set(err, "plugstack.conf: argument '%s' is not key=value (known keys: %s)",
+                             argv[i], known);
+        }
+        size_t klen = (size_t)(eq - argv[i]);
+        const char *v = eq + 1;
+        int rc;
+#define IS(k) (klen == strlen(k) && !strncmp(argv[i], k, klen))
+        if (IS("max_gpus_per_job"))
+            rc = positive("max_gpus_per_job", v, &c->max_gpus_per_job, err);
+        else if (IS("max_nodes"))
+            rc = positive("max_nodes", v, &c->max_nodes, err);
+        else if (IS("min_checkpoint_every"))
+            rc = positive("min_checkpoint_every", v, &c->min_checkpoint_every, err);
+        else if (IS("allowed_precisions"))
+            rc = precisions(v, c, err);
+        else if (IS("quota_file"))
+            rc = string("quota_file", v, &c->quota_file, err);
+        else if (IS("topology_xml"))
+            rc = string("topology_xml", v, &c->topology_xml, err);
+        else if (IS("run_root"))
+            rc = string("run_root", v, &c->run_root, err);
+        else
+            rc = error_set(err, "plugstack.conf: unknown argument '%.*s' (known keys: %s)",
+                           (int)klen, argv[i], known);
+#undef IS
+        if (rc) {
+            config_free(c);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void config_free(struct plait_config *c)
+{
+    free(c->quota_file);
+    free(c->topology_xml);
+    free(c->run_root);
+    c->quota_file = c->topology_xml = c->run_root = NULL;
+}

@@ -1,0 +1,84 @@
+/* spank_plait.c — the SPANK entry points of spank_plait.so and nothing else:
+ * registers --train-plan in every context (sbatch ignores a static options
+ * table) and routes each callback by context: submit.c on the submit host
+ * (sbatch, salloc, srun), task.c in slurmstepd. Config parsing is config.c's. */
+#include <slurm/spank.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spank-plugin/config.h"
+#include "spank-plugin/plait_spank.h"
+
+SPANK_PLUGIN(plait, 1);
+
+static struct plait_config config;
+static char *plan_path; /* --train-plan's value, NULL if not given */
+
+static int on_train_plan(int val, const char *optarg, int remote)
+{
+    (void)val;
+    (void)remote;
+    if (!optarg || !*optarg) {
+        slurm_error("spank_plait: --train-plan needs a FILE");
+        return -1;
+    }
+    free(plan_path);
+    plan_path = strdup(optarg);
+    return plan_path ? 0 : -1;
+}
+
+static struct spank_option train_plan_option = {
+    .name = "train-plan",
+    .arginfo = "FILE",
+    .usage = "Train with this plait plan: checked at submit, ranks placed by topology "
+             "(env fallback: PLAIT_TRAIN_PLAN)",
+    .has_arg = 1,
+    .val = 0,
+    .cb = on_train_plan,
+};
+
+int slurm_spank_init(spank_t sp, int argc, char **argv)
+{
+    spank_context_t ctx = spank_context();
+    if (ctx != S_CTX_ALLOCATOR && ctx != S_CTX_LOCAL && ctx != S_CTX_REMOTE) return 0;
+    struct plait_error err;
+    if (config_parse(argc, argv, &config, &err)) {
+        slurm_error("spank_plait: %s", err.text);
+        return -1;
+    }
+    if (spank_option_register(sp, &train_plan_option) != ESPANK_SUCCESS) {
+        slurm_error("spank_plait: cannot register --train-plan");
+        return -1;
+    }
+    return 0;
+}
+
+int slurm_spank_init_post_opt(spank_t sp, int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    spank_context_t ctx = spank_context();
+    if (ctx == S_CTX_ALLOCATOR || ctx == S_CTX_LOCAL) return submit_check(sp, &config, plan_path);
+    return 0;
+}
+
+/* Failing here fails the job without draining the node (a failure in
+ * user_init or task_post_fork would drain it). */
+int slurm_spank_task_init(spank_t sp, int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    if (spank_context() != S_CTX_REMOTE) return 0;
+    return task_setup(sp, &config, plan_path);
+}
+
+int slurm_spank_exit(spank_t sp, int argc, char **argv)
+{
+    (void)sp;
+    (void)argc;
+    (void)argv;
+    config_free(&config);
+    free(plan_path);
+    plan_path = NULL;
+    return 0;
+}

@@ -1,0 +1,52 @@
+/* submit.c — spank_plait on the submit host (sbatch, salloc, srun): the plan
+ * is parsed and checked against the cluster's policy so that a bad plan is
+ * refused by the command itself, and the resolved plan travels with the job.
+ * These checks are for the user's benefit; task.c enforces them again. */
+#include <pwd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/plan.h"
+#include "spank-plugin/plait_spank.h"
+#include "spank-plugin/policy.h"
+
+int submit_check(spank_t sp, const struct plait_config *c, const char *plan_path)
+{
+    if (!plan_path) plan_path = getenv(PLAIT_SPANK_PLAN_ENV);
+    if (!plan_path || !*plan_path) return 0; /* not a plait job */
+    struct plait_error err;
+    struct plan *p = plan_load(plan_path, NULL, 0, &err);
+    if (!p) {
+        slurm_error("spank_plait: %s", err.text);
+        return -1;
+    }
+    const struct plan_parallel *par = &p->parallel;
+    bool sized = par->tp != PLAN_AUTO && par->pp != PLAN_AUTO && par->dp != PLAN_AUTO;
+    struct passwd *pw = getpwuid(getuid());
+    const char *account = getenv("SBATCH_ACCOUNT");
+    if (!account) account = getenv("SLURM_ACCOUNT");
+    struct policy_job job = {.plan = p,
+                             .gpus = sized ? par->tp * par->pp * par->dp : 0,
+                             .uid = getuid(),
+                             .user = pw ? pw->pw_name : "?",
+                             .account = account};
+    int rc = -1;
+    if (policy_check_limits(c, &job, &err) || policy_check_quota(c, &job, &err)) {
+        slurm_error("spank_plait: %s: %s", plan_path, err.text);
+        goto out;
+    }
+    char *line = plan_to_json_line(p);
+    if (!line) {
+        slurm_error("spank_plait: out of memory");
+        goto out;
+    }
+    if (spank_job_control_setenv(sp, PLAIT_SPANK_PLAN_VAR, line, 1) != ESPANK_SUCCESS)
+        slurm_error("spank_plait: could not attach the plan to the job; tasks will read %s",
+                    plan_path);
+    free(line);
+    rc = 0;
+out:
+    plan_free(p);
+    return rc;
+}

@@ -1,0 +1,343 @@
+/* task.c — spank_plait in slurmstepd, for each task (task_init, where a
+ * failure fails the job and does not drain the node): the plan that travelled
+ * with the job (or the file, if the submit host had no plugin), the policy of
+ * THIS node's plugstack.conf, the allocation against the plan, the placement
+ * every task computes alike from the allocation's node order, and the task's
+ * env contract. */
+#include <pwd.h>
+#include <stdarg.h>
+#include <slurm/slurm.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/env.h"
+#include "common/fsutil.h"
+#include "common/place.h"
+#include "common/plan.h"
+#include "common/topo.h"
+#include "spank-plugin/plait_spank.h"
+#include "spank-plugin/policy.h"
+
+#define MAX_NODES 4096
+
+/* An error the user sees in the job's output, and the admin in slurmd's log. */
+static int task_fail(uint32_t job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int task_fail(uint32_t job, const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "spank_plait: error: job %u: %s\n", job, msg);
+    fflush(stderr);
+    slurm_error("spank_plait: job %u: %s", job, msg);
+    return -1;
+}
+
+/* A job environment variable, malloc'ed, or NULL. */
+static char *job_env(spank_t sp, const char *name)
+{
+    size_t cap = 1 << 12;
+    for (;;) {
+        char *buf = malloc(cap);
+        if (!buf) return NULL;
+        spank_err_t rc = spank_getenv(sp, name, buf, (int)cap);
+        if (rc == ESPANK_SUCCESS) return buf;
+        free(buf);
+        if (rc != ESPANK_NOSPACE || cap > (1u << 24)) return NULL;
+        cap *= 4;
+    }
+}
+
+/* The plan of this job: the one checked at submit, or the file. */
+static struct plan *job_plan(spank_t sp, const char *plan_path, uint32_t job, bool *is_plait)
+{
+    struct plait_error err;
+    char *text = job_env(sp, "SLURM_SPANK_" PLAIT_SPANK_PLAN_VAR);
+    char *env_path = plan_path ? NULL : job_env(sp, PLAIT_SPANK_PLAN_ENV);
+    const char *path = plan_path ? plan_path : env_path;
+    struct plan *p = NULL;
+    *is_plait = text || (path && *path);
+    if (text)
+        p = plan_load_text(text, "the job's plan", NULL, NULL, 0, &err);
+    else if (path && *path)
+        p = plan_load(path, NULL, 0, &err);
+    if (*is_plait && !p) task_fail(job, "%s", err.text);
+    free(text);
+    free(env_path);
+    return p;
+}
+
+/* "4(x2),3" → counts[0..n): SLURM_*_TASKS_PER_NODE. Returns the node count. */
+static int tasks_per_node(const char *spec, int *counts, int max)
+{
+    int n = 0;
+    for (const char *s = spec; s && *s && n < max;) {
+        char *end;
+        long c = strtol(s, &end, 10), rep = 1;
+        if (end == s) return -1;
+        if (!strncmp(end, "(x", 2)) {
+            rep = strtol(end + 2, &end, 10);
+            if (*end != ')') return -1;
+            end++;
+        }
+        for (long r = 0; r < rep && n < max; r++) counts[n++] = (int)c;
+        s = *end == ',' ? end + 1 : end;
+        if (*s && *end != ',') return -1;
+    }
+    return n;
+}
+
+/* "0,1,3" → CUDA indices granted on this node. */
+static int granted_gpus(const char *list, int *out, int max)
+{
+    int n = 0;
+    for (const char *s = list; s && *s && n < max;) {
+        char *end;
+        long g = strtol(s, &end, 10);
+        if (end == s) return -1;
+        out[n++] = (int)g;
+        s = *end == ',' ? end + 1 : end;
+        if (*s && *end != ',') return -1;
+    }
+    return n;
+}
+
+static char *expand_node_name(const char *pattern, const char *node)
+{
+    const char *at = strstr(pattern, "%n");
+    if (!at) return strdup(pattern);
+    size_t len = strlen(pattern) - 2 + strlen(node) + 1;
+    char *out = malloc(len);
+    if (out) snprintf(out, len, "%.*s%s%s", (int)(at - pattern), pattern, node, at + 2);
+    return out;
+}
+
+struct step {
+    uint32_t job, stepid, task, nnodes, ntasks, node_id;
+    int ntasks_node[MAX_NODES];
+    char *names[MAX_NODES];
+    int n_names;
+};
+
+static int read_step(spank_t sp, struct step *s)
+{
+    if (spank_get_item(sp, S_TASK_GLOBAL_ID, &s->task) ||
+        spank_get_item(sp, S_JOB_NNODES, &s->nnodes) ||
+        spank_get_item(sp, S_JOB_TOTAL_TASK_COUNT, &s->ntasks) ||
+        spank_get_item(sp, S_JOB_NODEID, &s->node_id))
+        return task_fail(s->job, "cannot read the step from Slurm");
+    char *list = job_env(sp, "SLURM_STEP_NODELIST");
+    if (!list) list = job_env(sp, "SLURM_JOB_NODELIST");
+    hostlist_t hl = list ? slurm_hostlist_create(list) : NULL;
+    free(list);
+    if (!hl) return task_fail(s->job, "cannot read the step's node list");
+    char *name;
+    while ((name = slurm_hostlist_shift(hl)) && s->n_names < MAX_NODES) {
+        s->names[s->n_names++] = strdup(name);
+        free(name);
+    }
+    slurm_hostlist_destroy(hl);
+    char *per = job_env(sp, "SLURM_STEP_TASKS_PER_NODE");
+    if (!per) per = job_env(sp, "SLURM_TASKS_PER_NODE");
+    int n = tasks_per_node(per, s->ntasks_node, MAX_NODES);
+    free(per);
+    if (n != s->n_names || n != (int)s->nnodes)
+        return task_fail(s->job,
+                         "the step's node list (%d nodes) and tasks per node (%d entries) "
+                         "disagree",
+                         s->n_names, n);
+    return 0;
+}
+
+static void free_step(struct step *s)
+{
+    for (int i = 0; i < s->n_names; i++) free(s->names[i]);
+}
+
+/* The run directory: the user's PLAIT_RUN_DIR, else <run_root>/slurm-<job>,
+ * the same for every requeue of the job. */
+static char *run_dir(spank_t sp, const struct plait_config *c, uint32_t job)
+{
+    char *user = job_env(sp, PLAIT_ENV_RUN_DIR);
+    if (user && *user) return user;
+    free(user);
+    char *submit = job_env(sp, "SLURM_SUBMIT_DIR");
+    char root[4096];
+    if (c->run_root)
+        snprintf(root, sizeof root, "%s", c->run_root);
+    else
+        snprintf(root, sizeof root, "%s/runs", submit ? submit : ".");
+    free(submit);
+    char *dir = malloc(strlen(root) + 32);
+    if (dir) sprintf(dir, "%s/slurm-%u", root, job);
+    return dir;
+}
+
+static int export_env(spank_t sp, const char *name, const char *value, uint32_t job)
+{
+    if (spank_setenv(sp, name, value, 1) != ESPANK_SUCCESS)
+        return task_fail(job, "cannot set %s", name);
+    return 0;
+}
+
+/* Places the step's ranks and exports this task's variables. */
+static int place_task(spank_t sp, const struct plait_config *c, const struct plan *p,
+                      struct step *s)
+{
+    const struct plan_parallel *par = &p->parallel;
+    int tp = par->tp == PLAN_AUTO ? 1 : par->tp, pp = par->pp == PLAN_AUTO ? 1 : par->pp;
+    int dp = par->dp == PLAN_AUTO ? (int)s->ntasks / (tp * pp) : par->dp;
+    if (tp * pp * dp != (int)s->ntasks)
+        return task_fail(s->job,
+                         "the step has %u tasks, but the plan needs tp %d × pp %d × dp %d = "
+                         "%d (one task per rank: srun -n%d)",
+                         s->ntasks, tp, pp, dp, tp * pp * dp, tp * pp * dp);
+    /* GPUs granted here; every node is taken to have the same grant */
+    char *gpus_env = job_env(sp, "SLURM_STEP_GPUS");
+    if (!gpus_env) gpus_env = job_env(sp, "SLURM_JOB_GPUS");
+    int granted[256], n_granted = gpus_env ? granted_gpus(gpus_env, granted, 256) : 0;
+    free(gpus_env);
+    if (n_granted < 0) return task_fail(s->job, "cannot read the GPUs Slurm granted");
+
+    struct topo *topos = calloc(s->nnodes, sizeof *topos);
+    struct place_node *nodes = calloc(s->nnodes, sizeof *nodes);
+    int *grants = calloc((size_t)s->nnodes * 256, sizeof *grants);
+    struct rank_map map = {0};
+    struct plait_error err;
+    int rc = -1;
+    if (!topos || !nodes || !grants) {
+        task_fail(s->job, "out of memory");
+        goto out;
+    }
+    bool per_node = c->topology_xml && strstr(c->topology_xml, "%n");
+    for (uint32_t i = 0; i < s->nnodes; i++) {
+        /* one topology for all nodes unless the admin gives one per node name */
+        struct topo *t = &topos[per_node ? i : 0];
+        if (i == 0 || per_node) {
+            char *xml = c->topology_xml ? expand_node_name(c->topology_xml, s->names[i]) : NULL;
+            int lrc = topo_load(t, xml, &err);
+            free(xml);
+            if (lrc) {
+                task_fail(s->job, "node %s: %s", s->names[i], err.text);
+                goto out;
+            }
+        }
+        bool cpu = p->parallel.device == PLAN_DEVICE_CPU;
+        nodes[i] = (struct place_node){
+            .name = s->names[i], .topo = t, .slots = s->ntasks_node[i], .cpu_ranks = cpu};
+        if (t->n_gpus > 0 && !cpu) {
+            if (n_granted < s->ntasks_node[i]) {
+                task_fail(s->job,
+                          "node %s runs %d tasks but Slurm granted %d GPUs (ask for "
+                          "--gpus-per-node=%d)",
+                          s->names[i], s->ntasks_node[i], n_granted, s->ntasks_node[i]);
+                goto out;
+            }
+            int *g = grants + (size_t)i * 256;
+            for (int k = 0, m = 0; k < n_granted && m < s->ntasks_node[i]; k++) {
+                int idx = -1;
+                for (int q = 0; q < t->n_gpus; q++)
+                    if (t->gpus[q].cuda_index == granted[k]) idx = q;
+                if (idx < 0) {
+                    task_fail(s->job,
+                              "node %s: Slurm granted GPU %d, which its topology (%s) "
+                              "does not have",
+                              s->names[i], granted[k], t->source);
+                    goto out;
+                }
+                g[m++] = idx;
+            }
+            nodes[i].gpus = g;
+        }
+    }
+    if (place_ranks(p, tp, pp, dp, nodes, (int)s->nnodes, &(struct place_bandwidth){25, 50, 100},
+                    &map, &err)) {
+        task_fail(s->job, "%s", err.text);
+        goto out;
+    }
+    char **env = place_rank_env(&map, nodes, (int)s->task);
+    if (!env) {
+        task_fail(s->job, "out of memory");
+        goto out;
+    }
+    rc = 0;
+    for (char **e = env; *e && rc == 0; e++) {
+        char *eq = strchr(*e, '=');
+        *eq = '\0';
+        rc = export_env(sp, *e, eq + 1, s->job);
+    }
+    place_env_free(env);
+out:
+    rank_map_free(&map);
+    if (topos)
+        for (uint32_t i = 0; i < s->nnodes; i++) topo_free(&topos[i]);
+    free(topos);
+    free(nodes);
+    free(grants);
+    return rc;
+}
+
+int task_setup(spank_t sp, const struct plait_config *c, const char *plan_path)
+{
+    struct step s = {0};
+    spank_get_item(sp, S_JOB_ID, &s.job);
+    spank_get_item(sp, S_JOB_STEPID, &s.stepid);
+    bool is_plait, batch = s.stepid == SLURM_BATCH_SCRIPT || s.stepid == SLURM_EXTERN_CONT;
+    struct plan *p = job_plan(sp, plan_path, s.job, &is_plait);
+    if (!is_plait) return 0;
+    if (!p) return -1;
+    int rc = -1;
+    if (batch) {
+        s.nnodes = 1;
+        spank_get_item(sp, S_JOB_NNODES, &s.nnodes);
+    } else if (read_step(sp, &s)) {
+        goto out;
+    }
+    /* the policy of this node, whatever the submit host did */
+    uid_t uid = 0;
+    spank_get_item(sp, S_JOB_UID, &uid);
+    struct passwd *pw = getpwuid(uid);
+    char *account = job_env(sp, "SLURM_JOB_ACCOUNT");
+    char *gpus_on_node = job_env(sp, "SLURM_GPUS_ON_NODE");
+    int job_gpus = gpus_on_node ? atoi(gpus_on_node) * (int)s.nnodes : 0;
+    const struct plan_parallel *par = &p->parallel;
+    bool sized = par->tp != PLAN_AUTO && par->pp != PLAN_AUTO && par->dp != PLAN_AUTO;
+    int plan_gpus = sized ? par->tp * par->pp * par->dp : job_gpus;
+    struct policy_job job = {.plan = p,
+                             .gpus = plan_gpus > job_gpus ? plan_gpus : job_gpus,
+                             .nodes = (int)s.nnodes,
+                             .uid = uid,
+                             .user = pw ? pw->pw_name : "?",
+                             .account = account,
+                             .job_id = s.job};
+    struct plait_error err;
+    int prc = policy_check_limits(c, &job, &err) || policy_check_quota(c, &job, &err);
+    free(account);
+    free(gpus_on_node);
+    if (prc) {
+        task_fail(s.job, "%s", err.text);
+        goto out;
+    }
+    /* what every task of every step gets */
+    char *dir = run_dir(sp, c, s.job), *restarts = job_env(sp, "SLURM_RESTART_COUNT");
+    char *line = plan_to_json_line(p);
+    rc = !dir || !line ? task_fail(s.job, "out of memory")
+         : export_env(sp, PLAIT_ENV_RUN_DIR, dir, s.job) ||
+                 export_env(sp, PLAIT_ENV_PLAN_JSON, line, s.job) ||
+                 export_env(sp, PLAIT_ENV_RESTART_COUNT, restarts ? restarts : "0", s.job)
+             ? -1
+             : 0;
+    free(dir);
+    free(restarts);
+    free(line);
+    /* the batch script itself is not a rank */
+    if (rc == 0 && !batch) rc = place_task(sp, c, p, &s);
+out:
+    free_step(&s);
+    plan_free(p);
+    return rc;
+}
