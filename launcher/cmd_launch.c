@@ -70,10 +70,13 @@ int cmd_launch(int argc, char **argv)
             log_error("launch: %s=%s is not a CPU list", PLAIT_ENV_CPUS, cpus);
             return PLAIT_EXIT_ERROR;
         }
-        if (sched_setaffinity(0, sizeof set, &set) == 0) {
+        cpu_set_t got;
+        if (sched_setaffinity(0, sizeof set, &set) == 0 &&
+            sched_getaffinity(0, sizeof got, &got) == 0) {
+            /* one thread per CPU of its own that this machine has */
             char n[16];
-            snprintf(n, sizeof n, "%d", count);
-            setenv("OMP_NUM_THREADS", n, 0); /* one thread per CPU of its own */
+            snprintf(n, sizeof n, "%d", CPU_COUNT(&got));
+            setenv("OMP_NUM_THREADS", n, 0);
         } else {
             log_warn("launch: cannot bind to CPUs %s (%s); running unbound", cpus, strerror(errno));
         }

@@ -31,8 +31,10 @@ int submit_check(spank_t sp, const struct plait_config *c, const char *plan_path
                              .uid = getuid(),
                              .user = pw ? pw->pw_name : "?",
                              .account = account};
+    /* srun inside an allocation starts a step of a job whose GPUs are counted */
+    bool new_job = spank_context() == S_CTX_ALLOCATOR || !getenv("SLURM_JOB_ID");
     int rc = -1;
-    if (policy_check_limits(c, &job, &err) || policy_check_quota(c, &job, &err)) {
+    if (policy_check_limits(c, &job, &err) || (new_job && policy_check_quota(c, &job, &err))) {
         slurm_error("spank_plait: %s: %s", plan_path, err.text);
         goto out;
     }

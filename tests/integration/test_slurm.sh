@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# sbatch --train-plan against a real Slurm: slurmctld and two slurmd (node1,
+# node2) with 4 fake GPUs each, started here with the plugin from the build
+# tree and the H100 fixture as the nodes' topology, stopped by PID at the end
+# (also on failure). Needs root (it runs the daemons); the plugin is not built
+# with sanitizers, so this runs once.
+# asan: skip
+source "$(dirname "$0")/lib.sh"
+
+PLUGIN=$BUILD/lib/spank_plait.so
+SLURM_DIR=$ROOT/tests/integration/slurm
+export STATE=$WORK/slurm
+trap '"$SLURM_DIR/slurm-down.sh" >/dev/null 2>&1; rm -rf "$WORK"' EXIT
+
+if [ "$(id -u)" != 0 ] || ! command -v slurmctld >/dev/null || [ ! -f "$PLUGIN" ]; then
+    echo "not ok slurm_cluster_starts (needs root, Slurm (scripts/deps.sh test) and $PLUGIN)"
+    exit 1
+fi
+
+tiny_data
+cat >"$WORK/quota.json" <<EOF
+{"users": {"root": 8}}
+EOF
+ARGS="max_gpus_per_job=8 max_nodes=2 allowed_precisions=fp32,bf16 min_checkpoint_every=50"
+ARGS="$ARGS quota_file=$WORK/quota.json topology_xml=$ROOT/tests/topo/h100_sxm8/topology.xml"
+if ! SPANK_PLUGIN=$PLUGIN SPANK_ARGS=$ARGS "$SLURM_DIR/slurm-up.sh" >"$WORK/up.log" 2>&1; then
+    echo "not ok slurm_cluster_starts"
+    sed 's/^/    # /' "$WORK/up.log" | tail -n 30
+    exit 1
+fi
+echo "ok slurm_cluster_starts"
+
+# plan FILE TP PP DP [extra JSON members]: a plan for the tiny byte model
+plan() {
+    cat >"$1" <<EOF
+{"model": {"layers": 2, "heads": 4, "hidden": 32, "vocab": 256, "seq_len": 32, "seed": 7},
+ "data": {"train": "$WORK/train.bin", "shuffle": true},
+ "batch": {"micro_batch": 4, "grad_accum": 2},
+ "optimizer": {"lr": 2e-3, "warmup_steps": 2},
+ "steps": 40, "checkpoint": {"every": 10, "keep": 3},
+ "parallel": {"tp": $2, "pp": $3, "dp": $4${5:+, $5}}}
+EOF
+}
+
+# wait_state JOB STATE...: until the job is in one of the states (60 s)
+wait_state() {
+    local job=$1 s
+    shift
+    for _ in $(seq 600); do
+        s=$(squeue -h -j "$job" -o %T 2>/dev/null)
+        [ -z "$s" ] && s=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+        for want in "$@"; do [ "$s" = "$want" ] && return 0; done
+        sleep 0.1
+    done
+    echo "job $job is $s, not $*"
+    return 1
+}
+
+expect_refused() { # LOG PATTERN COMMAND...
+    local log=$1 pattern=$2 rc=0
+    shift 2
+    "$@" >"$log" 2>&1 || rc=$?
+    [ "$rc" -ne 0 ] || { echo "accepted: $*"; cat "$log"; return 1; }
+    grep -qE -- "$pattern" "$log" || { echo "missing: $pattern"; cat "$log"; return 1; }
+}
+
+test_sbatch_knows_train_plan_and_refuses_bad_plans() {
+    sbatch --help | grep -q -- '--train-plan=FILE' || { echo "--train-plan not in sbatch --help"; return 1; }
+    plan "$WORK/bad.json" 1 1 1 '"zero": 7'
+    expect_refused "$WORK/t1a.log" "spank_plait: .*bad.json:6: parallel.zero: must be in \[0, 3\] \(got 7\)" \
+        sbatch --train-plan="$WORK/bad.json" --wrap true || return 1
+    expect_refused "$WORK/t1b.log" "spank_plait: $WORK/missing.json: No such file or directory" \
+        sbatch --train-plan="$WORK/missing.json" --wrap true || return 1
+    # srun and salloc check the same way
+    expect_refused "$WORK/t1c.log" "parallel.zero: must be in" \
+        srun --train-plan="$WORK/bad.json" true || return 1
+    # and the environment fallback, from an #SBATCH-less script
+    expect_refused "$WORK/t1d.log" "parallel.zero: must be in" \
+        env PLAIT_TRAIN_PLAN="$WORK/bad.json" sbatch --wrap true || return 1
+    printf '#!/bin/bash\n#SBATCH --train-plan=%s\ntrue\n' "$WORK/bad.json" >"$WORK/directive.sh"
+    expect_refused "$WORK/t1e.log" "parallel.zero: must be in" sbatch "$WORK/directive.sh"
+}
+
+test_policy_limits_and_quota_are_enforced_at_submit() {
+    plan "$WORK/big.json" 4 2 2
+    expect_refused "$WORK/t2a.log" \
+        "the plan needs 16 GPUs .*at most 8 per job \(max_gpus_per_job\)" \
+        sbatch --train-plan="$WORK/big.json" --wrap true || return 1
+    plan "$WORK/sparse.json" 1 1 1 '"device": "cpu"'
+    sed -i 's/"every": 10/"every": 100/' "$WORK/sparse.json"
+    expect_refused "$WORK/t2b.log" "checkpoint.every: 100 is more than this cluster's 50 steps" \
+        sbatch --train-plan="$WORK/sparse.json" --wrap true || return 1
+    # quota 8 GPUs for root: a held 8-GPU job counts, a second job does not fit
+    plan "$WORK/eight.json" 4 2 1
+    local first
+    first=$(sbatch --parsable --hold -N2 --ntasks-per-node=4 --gpus-per-node=4 \
+        --train-plan="$WORK/eight.json" --wrap true) || return 1
+    plan "$WORK/four.json" 4 1 1
+    local rc=0
+    expect_refused "$WORK/t2c.log" "GPU quota: user root would have 12 GPUs in running and pending jobs with this one; the quota is 8" \
+        sbatch -N1 --ntasks-per-node=4 --gpus-per-node=4 --train-plan="$WORK/four.json" --wrap true || rc=1
+    scancel "$first"
+    return $rc
+}
+
+test_policy_holds_on_the_compute_side_when_the_client_skips_the_plugin() {
+    # a private slurm.conf whose plugstack has no plait: sbatch does not check
+    mkdir -p "$WORK/conf"
+    sed "s#^ClusterName=.*#&\nPlugStackConfig=$WORK/conf/plugstack.conf#" /etc/slurm/slurm.conf >"$WORK/conf/slurm.conf"
+    : >"$WORK/conf/plugstack.conf"
+    plan "$WORK/big.json" 4 2 2
+    local job rc=0
+    job=$(cd "$WORK" && SLURM_CONF=$WORK/conf/slurm.conf PLAIT_TRAIN_PLAN=$WORK/big.json \
+        sbatch --parsable -o "$WORK/bypass.out" --wrap 'echo the job ran') || return 1
+    wait_state "$job" COMPLETED FAILED || return 1
+    local state
+    state=$(scontrol show job "$job" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+    [ "$state" = FAILED ] || { echo "state $state"; cat "$WORK/bypass.out"; rc=1; }
+    grep -q "spank_plait: error: job $job: the plan needs 16 GPUs .*max_gpus_per_job" "$WORK/bypass.out" ||
+        { echo "no policy message in the job's output:"; cat "$WORK/bypass.out"; rc=1; }
+    ! grep -q "the job ran" "$WORK/bypass.out" || { echo "the job's script ran"; rc=1; }
+    return $rc
+}
+
+test_eight_tasks_get_their_place_and_env() {
+    plan "$WORK/tp4pp2.json" 4 2 1
+    cat >"$WORK/env.sh" <<'EOF'
+#!/bin/bash
+srun bash -c 'env | grep -E "^(PLAIT_|CUDA_|NCCL_)" | grep -v PLAIT_PLAN_JSON | sort > env.$SLURM_PROCID'
+EOF
+    (cd "$WORK" && sbatch -W -N2 --ntasks-per-node=4 --gpus-per-node=4 \
+        --train-plan="$WORK/tp4pp2.json" -o "$WORK/env.out" env.sh >/dev/null) ||
+        { cat "$WORK/env.out"; return 1; }
+    # the same map from plait check, computed without Slurm, must agree
+    "$PLAIT" check "$WORK/tp4pp2.json" --nodes 2 --gpus-per-node 4 \
+        --topology "$ROOT/tests/topo/h100_sxm8/topology.xml" --json >"$WORK/check.json" || return 1
+    "$PY" - "$WORK" <<'PYEOF'
+import json, sys
+w = sys.argv[1]
+check = {r["rank"]: r for r in json.load(open(f"{w}/check.json"))["ranks"]}
+required = ["PLAIT_RANK", "PLAIT_WORLD_SIZE", "PLAIT_LOCAL_RANK", "PLAIT_LOCAL_WORLD_SIZE",
+            "PLAIT_NODE_RANK", "PLAIT_NODES", "PLAIT_TP", "PLAIT_PP", "PLAIT_DP", "PLAIT_TP_RANK",
+            "PLAIT_PP_RANK", "PLAIT_DP_RANK", "PLAIT_DEVICE", "PLAIT_GPU_BUSID", "PLAIT_NIC",
+            "PLAIT_CPUS", "PLAIT_NUMA", "PLAIT_RUN_DIR", "PLAIT_RESTART_COUNT",
+            "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NCCL_IB_HCA"]
+coords, groups = set(), {}
+for r in range(8):
+    env = dict(l.rstrip("\n").split("=", 1) for l in open(f"{w}/env.{r}"))
+    missing = [k for k in required if k not in env]
+    assert not missing, (r, missing)
+    assert env["PLAIT_RANK"] == str(r) and env["PLAIT_WORLD_SIZE"] == "8", env
+    c = (env["PLAIT_TP_RANK"], env["PLAIT_PP_RANK"], env["PLAIT_DP_RANK"])
+    assert c not in coords, ("duplicate coordinates", r, c)
+    coords.add(c)
+    assert env["PLAIT_TP"] == "4" and env["PLAIT_PP"] == "2" and env["PLAIT_DP"] == "1"
+    # Megatron order: tp fastest; 4 tasks per node, one tp group per node
+    assert c == (str(r % 4), str(r // 4), "0"), (r, c)
+    assert env["PLAIT_NODE_RANK"] == str(r // 4), (r, env["PLAIT_NODE_RANK"])
+    groups.setdefault(r // 4, set()).add(env["PLAIT_NODE_RANK"])
+    want = check[r]
+    assert env["PLAIT_DEVICE"] == str(want["gpu_index"]) == str(r % 4), (r, env["PLAIT_DEVICE"])
+    assert env["PLAIT_GPU_BUSID"] == want["gpu_busid"], (r, env["PLAIT_GPU_BUSID"])
+    assert env["PLAIT_NIC"] == want["nic"] == f"mlx5_{r % 4}", (r, env["PLAIT_NIC"])
+    assert env["NCCL_IB_HCA"] == "=" + want["nic"], env["NCCL_IB_HCA"]
+    assert env["PLAIT_CPUS"] == want["cpus"], (r, env["PLAIT_CPUS"], want["cpus"])
+    assert want["nvlink_domain"] == 0
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert env["PLAIT_RUN_DIR"].startswith(w + "/runs/slurm-"), env["PLAIT_RUN_DIR"]
+assert all(len(v) == 1 for v in groups.values())
+print("8 tasks placed as plait check places them")
+PYEOF
+}
+
+test_wrong_task_count_fails_the_step() {
+    plan "$WORK/tp4pp2.json" 4 2 1
+    local rc=0
+    (cd "$WORK" && srun -N1 -n2 --gpus-per-node=2 --train-plan="$WORK/tp4pp2.json" true) \
+        >"$WORK/count.log" 2>&1 || rc=$?
+    [ "$rc" -ne 0 ] || { echo "accepted"; return 1; }
+    grep -q "the step has 2 tasks, but the plan needs tp 4 × pp 2 × dp 1 = 8" "$WORK/count.log" ||
+        { cat "$WORK/count.log"; return 1; }
+}
+
+train_job() { # NAME PLAN [sbatch options...]: a one-rank CPU training job; prints its id
+    local name=$1 planfile=$2
+    shift 2
+    printf '#!/bin/bash\nsrun %s launch\n' "$PLAIT" >"$WORK/$name.sh"
+    (cd "$WORK" && sbatch --parsable -N1 -n1 --train-plan="$planfile" -o "$WORK/$name.out" \
+        --open-mode=append "$@" "$name.sh")
+}
+
+test_training_runs_through_slurm() {
+    plan "$WORK/train.json" 1 1 1 '"device": "cpu"'
+    local job
+    job=$(train_job train "$WORK/train.json") || return 1
+    wait_state "$job" COMPLETED FAILED || return 1
+    local run=$WORK/runs/slurm-$job
+    grep -q '^step 40/40' "$WORK/train.out" || { cat "$WORK/train.out"; return 1; }
+    [ -d "$run/checkpoints/step_00000040_0000" ] || { ls -R "$run"; return 1; }
+    [ "$(grep -c '"step"' "$run/metrics.jsonl")" = 40 ] || return 1
+    # the run's metrics are those of the same plan trained without Slurm
+    "$PLAIT" train "$WORK/train.json" --out "$WORK/local" >/dev/null 2>&1 || return 1
+    metrics_equal "$WORK/local/metrics.jsonl" "$run/metrics.jsonl"
+}
+
+test_preempted_job_checkpoints_requeues_and_resumes() {
+    plan "$WORK/long.json" 1 1 1 '"device": "cpu"'
+    sed -i 's/"steps": 40/"steps": 600/; s/"every": 10/"every": 50/' "$WORK/long.json"
+    local low high run
+    low=$(train_job low "$WORK/long.json" -p low --requeue) || return 1
+    run=$WORK/runs/slurm-$low
+    for _ in $(seq 600); do # until it has trained a little
+        [ -f "$run/metrics.jsonl" ] && [ "$(grep -c '"step"' "$run/metrics.jsonl")" -ge 20 ] && break
+        sleep 0.1
+    done
+    high=$(sbatch --parsable -p high -N2 --exclusive -o "$WORK/high.out" --wrap 'sleep 1') || return 1
+    wait_state "$high" COMPLETED || return 1
+    # preempted: requeued and held until its BeginTime; release it
+    wait_state "$low" PENDING || return 1
+    grep -q "stopped for preemption" "$WORK/low.out" || { cat "$WORK/low.out"; return 1; }
+    local stopped_at
+    stopped_at=$(ls "$run/checkpoints" | tail -n 1)
+    scontrol update jobid="$low" StartTime=now
+    wait_state "$low" COMPLETED FAILED || { cat "$WORK/low.out"; return 1; }
+    scontrol show job "$low" | grep -q "Restarts=1" || { scontrol show job "$low"; return 1; }
+    grep -q "resuming from $run/checkpoints/$stopped_at" "$WORK/low.out" ||
+        { echo "no resume from $stopped_at"; cat "$WORK/low.out"; return 1; }
+    grep -q '^step 600/600' "$WORK/low.out" || { tail "$WORK/low.out"; return 1; }
+    # the same final loss, indeed the same metrics, as an uninterrupted run
+    "$PLAIT" train "$WORK/long.json" --out "$WORK/long_local" >/dev/null 2>&1 || return 1
+    metrics_equal "$WORK/long_local/metrics.jsonl" "$run/metrics.jsonl"
+}
+
+check sbatch_knows_train_plan_and_refuses_bad_plans test_sbatch_knows_train_plan_and_refuses_bad_plans
+check policy_limits_and_quota_are_enforced_at_submit test_policy_limits_and_quota_are_enforced_at_submit
+check policy_holds_on_the_compute_side_when_the_client_skips_the_plugin test_policy_holds_on_the_compute_side_when_the_client_skips_the_plugin
+check eight_tasks_get_their_place_and_env test_eight_tasks_get_their_place_and_env
+check wrong_task_count_fails_the_step test_wrong_task_count_fails_the_step
+check training_runs_through_slurm test_training_runs_through_slurm
+check preempted_job_checkpoints_requeues_and_resumes test_preempted_job_checkpoints_requeues_and_resumes
+finish
