@@ -5,7 +5,8 @@
 set -euo pipefail
 
 build_pkgs=(gcc make pkg-config libjansson-dev libhwloc-dev libdnnl-dev libopenblas-dev libslurm-dev)
-test_pkgs=("${build_pkgs[@]}" hwloc-nox python3 python3-torch python3-numpy)
+test_pkgs=("${build_pkgs[@]}" hwloc-nox python3 python3-torch python3-numpy
+    slurmctld slurmd slurm-client munge)
 
 case "${1:-build}" in
   build) want=("${build_pkgs[@]}") ;;
@@ -25,5 +26,11 @@ if [ "$(id -u)" != 0 ]; then
 fi
 echo "plait: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# without systemd, package scripts must not try to start daemons (munge, slurm):
+# the tests start and stop their own
+if [ ! -e /usr/sbin/policy-rc.d ] && [ ! -d /run/systemd/system ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+fi
 apt-get -o DPkg::Lock::Timeout=600 update -qq
 apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -30,8 +30,7 @@ static int on_train_plan(int val, const char *optarg, int remote)
 static struct spank_option train_plan_option = {
     .name = "train-plan",
     .arginfo = "FILE",
-    .usage = "Train with this plait plan: checked at submit, ranks placed by topology "
-             "(env fallback: PLAIT_TRAIN_PLAN)",
+    .usage = "Train this plait plan (checked at submit)",
     .has_arg = 1,
     .val = 0,
     .cb = on_train_plan,

@@ -74,6 +74,8 @@ test_sbatch_knows_train_plan_and_refuses_bad_plans() {
     # srun and salloc check the same way
     expect_refused "$WORK/t1c.log" "parallel.zero: must be in" \
         srun --train-plan="$WORK/bad.json" true || return 1
+    expect_refused "$WORK/t1f.log" "parallel.zero: must be in" \
+        salloc --train-plan="$WORK/bad.json" true || return 1
     # and the environment fallback, from an #SBATCH-less script
     expect_refused "$WORK/t1d.log" "parallel.zero: must be in" \
         env PLAIT_TRAIN_PLAN="$WORK/bad.json" sbatch --wrap true || return 1
