@@ -207,7 +207,8 @@ test_training_runs_through_slurm() {
 
 test_preempted_job_checkpoints_requeues_and_resumes() {
     plan "$WORK/long.json" 1 1 1 '"device": "cpu"'
-    sed -i 's/"steps": 40/"steps": 600/; s/"every": 10/"every": 50/' "$WORK/long.json"
+    # long enough (~15 s here) that the preemption lands mid-run
+    sed -i 's/"steps": 40/"steps": 1500/; s/"every": 10/"every": 50/' "$WORK/long.json"
     local low high run
     low=$(train_job low "$WORK/long.json" -p low --requeue) || return 1
     run=$WORK/runs/slurm-$low
@@ -227,7 +228,7 @@ test_preempted_job_checkpoints_requeues_and_resumes() {
     scontrol show job "$low" | grep -q "Restarts=1" || { scontrol show job "$low"; return 1; }
     grep -q "resuming from $run/checkpoints/$stopped_at" "$WORK/low.out" ||
         { echo "no resume from $stopped_at"; cat "$WORK/low.out"; return 1; }
-    grep -q '^step 600/600' "$WORK/low.out" || { tail "$WORK/low.out"; return 1; }
+    grep -q '^step 1500/1500' "$WORK/low.out" || { tail "$WORK/low.out"; return 1; }
     # the same final loss, indeed the same metrics, as an uninterrupted run
     "$PLAIT" train "$WORK/long.json" --out "$WORK/long_local" >/dev/null 2>&1 || return 1
     metrics_equal "$WORK/long_local/metrics.jsonl" "$run/metrics.jsonl"
