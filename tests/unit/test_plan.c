@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/llmc.h" // llmc_model_header_fill, llmc_tokens_header_fill, llmc_param_count
+#include "common/fsutil.h"
 #include "common/plan.h"
 #include "tests/unit/check.h"
 
@@ -25,27 +26,6 @@ static const char *const minimal_plan =
     " \"steps\": 10}\n";
 
 /* ---- helpers ----------------------------------------------------------------------------- */
-
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *s = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 1 >= cap) {
-            char *bigger = realloc(s, cap = cap ? 2 * cap : 4096);
-            if (!bigger) break;
-            s = bigger;
-        }
-        size_t got = fread(s + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    fclose(f);
-    if (s) s[n] = '\0';
-    return s;
-}
 
 static void drop_trailing_newlines(char *s)
 {
@@ -94,7 +74,7 @@ static void free_list(char **list, int n)
 /* The non-empty lines of a file (none if it does not exist). */
 static int read_lines(const char *path, char ***out)
 {
-    char *text = read_text(path), **lines = NULL;
+    char *text = fs_read_all(path, NULL, NULL), **lines = NULL;
     int n = 0;
     for (char *line = text, *next; line && *line; line = next) {
         next = line + strcspn(line, "\n");
@@ -178,7 +158,7 @@ static void test_invalid_plans_give_their_exact_error(void)
         char dir[PATH_MAX], path[PATH_MAX + 16], case_abs[PATH_MAX] = "";
         snprintf(dir, sizeof dir, "%s/%s", INVALID_DIR, cases[i]);
         snprintf(path, sizeof path, "%s/error", dir);
-        char *expected = read_text(path);
+        char *expected = fs_read_all(path, NULL, NULL);
         CHECK(expected, "invalid/%s: no error file", cases[i]);
         if (!expected) continue;
         drop_trailing_newlines(expected);
@@ -207,7 +187,7 @@ static void test_valid_plans_resolve_to_expected_json_and_round_trip(void)
         char dir[PATH_MAX], path[PATH_MAX + 16], case_abs[PATH_MAX] = "";
         snprintf(dir, sizeof dir, "%s/%s", VALID_DIR, cases[i]);
         snprintf(path, sizeof path, "%s/expected.json", dir);
-        char *expected = read_text(path);
+        char *expected = fs_read_all(path, NULL, NULL);
         CHECK(expected, "valid/%s: no expected.json", cases[i]);
         struct plait_error err = {.text = ""};
         struct plan *p = load_case(dir, &err, case_abs);

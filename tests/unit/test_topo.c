@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/fsutil.h"
 #include "common/topo.h"
 #include "tests/unit/check.h"
 
@@ -65,27 +66,6 @@ static void check_domain(const struct topo *t, int d, const int *gpus, int n)
     }
 }
 
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *s = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 1 >= cap) {
-            char *bigger = realloc(s, cap = cap ? 2 * cap : 65536);
-            if (!bigger) break;
-            s = bigger;
-        }
-        size_t got = fread(s + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    fclose(f);
-    if (s) s[n] = '\0';
-    return s;
-}
-
 /* Writes text to a fresh temporary file; returns its path in `path` (or false). */
 static bool write_temp(const char *text, char path[64])
 {
@@ -106,7 +86,7 @@ static bool write_temp(const char *text, char path[64])
 static bool edited_fixture(const char *path, const char *drop, const char *from, const char *to,
                            char out[64])
 {
-    char *text = read_file(path);
+    char *text = fs_read_all(path, NULL, NULL);
     if (!text) return false;
     size_t n = strlen(text);
     char *edited = malloc(2 * n + 1);
