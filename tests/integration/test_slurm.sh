@@ -80,7 +80,13 @@ test_sbatch_knows_train_plan_and_refuses_bad_plans() {
     expect_refused "$WORK/t1d.log" "parallel.zero: must be in" \
         env PLAIT_TRAIN_PLAN="$WORK/bad.json" sbatch --wrap true || return 1
     printf '#!/bin/bash\n#SBATCH --train-plan=%s\ntrue\n' "$WORK/bad.json" >"$WORK/directive.sh"
-    expect_refused "$WORK/t1e.log" "parallel.zero: must be in" sbatch "$WORK/directive.sh"
+    expect_refused "$WORK/t1e.log" "parallel.zero: must be in" sbatch "$WORK/directive.sh" || return 1
+    # an admin's typo in plugstack.conf is refused, naming the key
+    mkdir -p "$WORK/typo"
+    sed "s#^ClusterName=.*#&\nPlugStackConfig=$WORK/typo/plugstack.conf#" /etc/slurm/slurm.conf >"$WORK/typo/slurm.conf"
+    echo "required $PLUGIN max_gpu_per_job=8" >"$WORK/typo/plugstack.conf"
+    expect_refused "$WORK/t1g.log" "spank_plait: plugstack.conf: unknown argument 'max_gpu_per_job' \(known keys: max_gpus_per_job," \
+        env SLURM_CONF="$WORK/typo/slurm.conf" sbatch --wrap true
 }
 
 test_policy_limits_and_quota_are_enforced_at_submit() {
