@@ -15,8 +15,13 @@ int submit_check(spank_t sp, const struct plait_config *c, const char *plan_path
 {
     if (!plan_path) plan_path = getenv(PLAIT_SPANK_PLAN_ENV);
     if (!plan_path || !*plan_path) return 0; /* not a plait job */
+    /* srun inside a job whose plan was checked at submit: that plan, not the
+     * file (which may have changed or gone since) */
+    const char *carried =
+        getenv("SLURM_JOB_ID") ? getenv("SLURM_SPANK_" PLAIT_SPANK_PLAN_VAR) : NULL;
     struct plait_error err;
-    struct plan *p = plan_load(plan_path, NULL, 0, &err);
+    struct plan *p = carried ? plan_load_text(carried, "the job's plan", NULL, NULL, 0, &err)
+                             : plan_load(plan_path, NULL, 0, &err);
     if (!p) {
         slurm_error("spank_plait: %s", err.text);
         return -1;

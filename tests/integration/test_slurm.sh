@@ -199,8 +199,12 @@ train_job() { # NAME PLAN [sbatch options...]: a one-rank CPU training job; prin
 
 test_training_runs_through_slurm() {
     plan "$WORK/train.json" 1 1 1 '"device": "cpu"'
+    # the plan travels with the job: the file is gone when the job starts
+    cp "$WORK/train.json" "$WORK/gone.json"
     local job
-    job=$(train_job train "$WORK/train.json") || return 1
+    job=$(train_job train "$WORK/gone.json" --hold) || return 1
+    rm "$WORK/gone.json"
+    scontrol release "$job"
     wait_state "$job" COMPLETED FAILED || return 1
     local run=$WORK/runs/slurm-$job
     grep -q '^step 40/40' "$WORK/train.out" || { cat "$WORK/train.out"; return 1; }
