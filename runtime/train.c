@@ -105,10 +105,10 @@ static int write_run_json(struct trainer *t, const char *resumed_from, struct pl
     char started[32];
     strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     json_t *run =
-        json_pack("{s:s,s:s,s:o*,s:s?,s:o,s:{s:s,s:s,s:i,s:i,s:s,s:f}}", "version", PLAIT_VERSION,
-                  "started", started, "plan", plan, "resumed_from", resumed_from, "parameters",
-                  json_integer((json_int_t)t->m.layout.total), "machine", "hostname", host, "cpu",
-                  cpu, "cores", (int)sysconf(_SC_NPROCESSORS_ONLN), "threads",
+        json_pack("{s:s,s:s,s:o*,s:s?,s:o,s:I,s:{s:s,s:s,s:i,s:i,s:s,s:f}}", "version",
+                  PLAIT_VERSION, "started", started, "plan", plan, "resumed_from", resumed_from,
+                  "parameters", json_integer((json_int_t)t->m.layout.total), "activation_bytes",
+                  (json_int_t)t->m.activation_bytes, "machine", "hostname", host, "cpu", cpu, "cores", (int)sysconf(_SC_NPROCESSORS_ONLN), "threads",
                   omp_get_max_threads(), "backend", t->m.ops->name, "peak_gflops", t->peak_gflops);
     char *text = run ? json_dumps(run, JSON_INDENT(2)) : NULL;
     json_decref(run);
@@ -459,11 +459,12 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
         goto out;
     }
     log_info("%zu parameters, %d layers, hidden %d, %s, micro-batch %d×%d, %d step%s of %d "
-             "micro-batch%s, %d threads, %.0f GFLOP/s peak",
+             "micro-batch%s, %d threads, %.0f GFLOP/s peak, activations %.1f MB (recompute %s)",
              t.m.layout.total, plan->model.layers, plan->model.hidden,
              plan_precision_name(plan->precision), plan->batch.micro_batch, plan->model.seq_len,
              plan->steps, plan->steps == 1 ? "" : "s", plan->batch.grad_accum,
-             plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(), t.peak_gflops);
+             plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(), t.peak_gflops,
+             t.m.activation_bytes / 1e6, plan_recompute_name(plan->recompute));
     if (t.st.step == 0 && t.st.micro == 0 && print_sample(&t, "before training", err)) goto out;
     rc = run_steps(&t, err);
     if (getenv(PLAIT_ENV_PROFILE) && t.m.prof.steps > 0)

@@ -16,7 +16,14 @@ test_recompute_gives_the_same_losses_to_the_bit() {
             --set data.val=null --set data.val_every=0 >/dev/null 2>&1 || { echo "recompute=$r failed"; return 1; }
         losses "$WORK/rc_$r/metrics.jsonl" >"$WORK/rc_$r.txt"
     done
-    diff "$WORK/rc_none.txt" "$WORK/rc_selective.txt" && diff "$WORK/rc_none.txt" "$WORK/rc_full.txt"
+    diff "$WORK/rc_none.txt" "$WORK/rc_selective.txt" && diff "$WORK/rc_none.txt" "$WORK/rc_full.txt" || return 1
+    # ... while keeping less: activation memory none > selective > full
+    "$PY" - "$WORK" <<'PYEOF'
+import json, sys
+b = [json.load(open(f"{sys.argv[1]}/rc_{r}/run.json"))["activation_bytes"] for r in ("none", "selective", "full")]
+print("activation bytes none/selective/full:", b)
+assert b[0] > b[1] > b[2] > 0, b
+PYEOF
 }
 
 test_bf16_tracks_fp32() {
