@@ -64,7 +64,7 @@ static int stage_layers(int layers, int pp, int stage)
 }
 
 /* Parameters one rank of `stage` holds: Megatron sharding of the llm.c GPT-2
- * layout (common/llmc.c llmc_param_count, runtime/gpt2.h). Per layer:
+ * layout (common/gpt2_layout.c). Per layer:
  *   ln1 w,b            (2C)          replicated
  *   qkv W, b           (3C×C), (3C)  column-parallel: / t
  *   attn proj W        (C×C)         row-parallel:    / t

@@ -2,6 +2,8 @@
  * fill. Parameter and token bodies are read by the runtime, not here. */
 #include "common/llmc.h"
 
+#include "common/gpt2_layout.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,11 +30,13 @@ static int read_header(const char *path, int32_t h[LLMC_HEADER_INTS], int64_t *f
 
 int64_t llmc_param_count(int max_seq_len, int padded_vocab, int layers, int hidden)
 {
-    int64_t C = hidden, L = layers;
-    return (int64_t)padded_vocab * C + (int64_t)max_seq_len * C /* wte, wpe */
-           + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C +
-                  C) /* per layer */
-           + 2 * C;  /* final LayerNorm */
+    struct gpt2_config cfg = {.max_seq_len = max_seq_len,
+                              .padded_vocab = padded_vocab,
+                              .layers = layers,
+                              .hidden = hidden};
+    struct gpt2_layout layout;
+    gpt2_layout(&cfg, &layout);
+    return (int64_t)layout.total;
 }
 
 int llmc_read_model_header(const char *path, struct llmc_model_header *out, struct plait_error *err)
