@@ -65,6 +65,20 @@ print(len(a), "records identical")
 PYEOF
 }
 
+# expect_error LOG EXIT PATTERN COMMAND...: the command fails with exit code
+# EXIT ("any": any non-zero) and its output matches the extended regex PATTERN.
+expect_error() {
+    local log=$1 want=$2 pattern=$3 rc=0
+    shift 3
+    "$@" >"$log" 2>&1 || rc=$?
+    if [ "$want" = any ]; then
+        [ "$rc" -ne 0 ] || { echo "accepted: $*"; cat "$log"; return 1; }
+    else
+        [ "$rc" -eq "$want" ] || { echo "exit code $rc, want $want"; cat "$log"; return 1; }
+    fi
+    grep -qE -- "$pattern" "$log" || { echo "missing: $pattern"; cat "$log"; return 1; }
+}
+
 finish() {
     [ "$failures" -eq 0 ]
 }

@@ -86,13 +86,6 @@ PYEOF
         { cat "$WORK/count/checkpoints/step_00000003_0000/state.json"; return 1; }
 }
 
-expect_error() { # NAME_OF_LOG WANT_EXIT PATTERN COMMAND...
-    local log=$1 want=$2 pattern=$3 rc=0; shift 3
-    "$@" >"$log" 2>&1 || rc=$?
-    [ "$rc" -eq "$want" ] || { echo "exit code $rc, want $want"; cat "$log"; return 1; }
-    grep -qE -- "$pattern" "$log" || { echo "missing: $pattern"; cat "$log"; return 1; }
-}
-
 test_bad_data_is_refused_with_the_file_named() {
     printf 'not a shard at all, but long enough to hold a header? no.' >"$WORK/junk.bin"
     head -c 2000 /dev/zero >>"$WORK/junk.bin"
