@@ -250,12 +250,12 @@ static void layer_backward(struct model *m, int l, int B, int T, bool acc)
     struct layer_acts *a = &m->layer[l];
     const float *in = layer_input(m, l);
     struct profile *pr = &m->prof;
-    /* the forward phases it reruns are counted again, under recompute */
-    struct profile saved = *pr;
+    /* the forward phases it reruns count as recompute, not as forward */
     double t0 = prof_now();
+    pr->paused++;
     layer_recompute(m, l, B, T);
-    *pr = saved;
-    pr->seconds[PROF_RECOMPUTE] += prof_now() - t0;
+    pr->paused--;
+    if (!pr->paused) pr->seconds[PROF_RECOMPUTE] += prof_now() - t0;
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
     PROF(pr, PROF_MATMUL_BWD,
          o->matmul_backward(m->d4C, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), m->dres, a->fch_gelu,

@@ -32,7 +32,8 @@ enum prof_phase {
 
 struct profile {
     double seconds[PROF_PHASES];
-    int steps; /* optimizer steps the seconds cover */
+    int steps;  /* optimizer steps the seconds cover */
+    int paused; /* > 0: PROF does not count (evaluation, sampling, recompute) */
 };
 
 static inline double prof_now(void)
@@ -42,12 +43,12 @@ static inline double prof_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Runs `call` and adds its wall time to the phase. */
+/* Runs `call` and adds its wall time to the phase, unless paused. */
 #define PROF(prof, phase, call)                                                                    \
     do {                                                                                           \
         double prof_t0_ = prof_now();                                                              \
         call;                                                                                      \
-        (prof)->seconds[phase] += prof_now() - prof_t0_;                                           \
+        if (!(prof)->paused) (prof)->seconds[phase] += prof_now() - prof_t0_;                      \
     } while (0)
 
 /* A table of ms per step and share per phase; step_s is the measured mean
