@@ -11,7 +11,8 @@ struct plait_error {
 };
 
 /* Sets err->text from a printf format (err may be NULL). Always returns -1, so
- * that `return error_set(err, ...);` reads naturally. */
+ * that `return error_set(err, ...);` reads naturally. The text is escaped
+ * (error_escape): it is always one printable line. */
 int error_set(struct plait_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Prefixes err->text with a printf-formatted context ("loading checkpoint x: "). */
@@ -21,5 +22,13 @@ int error_prefix(struct plait_error *err, const char *fmt, ...)
 /* Sets err->text to "<what>: <strerror(errno)>" using the current errno. */
 int error_errno(struct plait_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Copies src into dst (n bytes, always NUL-terminated) with every character
+ * that could move a terminal's cursor or start an escape sequence written out
+ * visibly: C0 controls and DEL as \n, \t, \r or \xNN, C1 controls as \u0080..\u009f,
+ * and bytes that are not valid UTF-8 as \xNN. Text that reaches a terminal or
+ * a daemon's log (error texts, log lines) goes through it, so a hostile key
+ * in a plan cannot forge a second log line. Returns dst. */
+char *error_escape(char *dst, size_t n, const char *src);
 
 #endif

@@ -44,7 +44,10 @@ struct gpt2_layout {
     size_t total;                /* all parameters */
 };
 
-void gpt2_layout(const struct gpt2_config *cfg, struct gpt2_layout *out);
+/* Fills out; -1 (and total = SIZE_MAX) when a size does not fit in size_t or
+ * the parameters, gradients and two moments in fp32 (16 bytes each) would not
+ * be addressable. The plan refuses such models, naming the field. */
+int gpt2_layout(const struct gpt2_config *cfg, struct gpt2_layout *out);
 
 extern const char *const gpt2_tensor_names[GPT2_TENSORS];
 

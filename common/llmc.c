@@ -35,7 +35,7 @@ int64_t llmc_param_count(int max_seq_len, int padded_vocab, int layers, int hidd
                               .layers = layers,
                               .hidden = hidden};
     struct gpt2_layout layout;
-    gpt2_layout(&cfg, &layout);
+    if (gpt2_layout(&cfg, &layout)) return -1;
     return (int64_t)layout.total;
 }
 
@@ -64,6 +64,11 @@ int llmc_read_model_header(const char *path, struct llmc_model_header *out, stru
                          "%d, heads %d, hidden %d)",
                          path, m.max_seq_len, m.vocab, m.padded_vocab, m.layers, m.heads, m.hidden);
     int64_t n = llmc_param_count(m.max_seq_len, m.padded_vocab, m.layers, m.hidden);
+    if (n < 0)
+        return error_set(err,
+                         "%s: its header describes a model too large to address (max T %d, "
+                         "padded vocab %d, layers %d, hidden %d): not a GPT-2 checkpoint",
+                         path, m.max_seq_len, m.padded_vocab, m.layers, m.hidden);
     int64_t want = LLMC_HEADER_BYTES + n * (m.version == LLMC_MODEL_VERSION_FP32 ? 4 : 2);
     if (bytes != want)
         return error_set(err,

@@ -41,7 +41,8 @@ int llmc_read_tokens_header(const char *path, int64_t *n_tokens, struct plait_er
 void llmc_model_header_fill(int32_t header[LLMC_HEADER_INTS], const struct llmc_model_header *h);
 void llmc_tokens_header_fill(int32_t header[LLMC_HEADER_INTS], int64_t n_tokens);
 
-/* Number of parameters of a GPT-2 with these dimensions (llm.c layout). */
+/* Number of parameters of a GPT-2 with these dimensions (llm.c layout); -1
+ * when that many could not be addressed (gpt2_layout). */
 int64_t llmc_param_count(int max_seq_len, int padded_vocab, int layers, int hidden);
 
 #endif

@@ -1,8 +1,11 @@
-/* log.c — prefixed messages on stderr, one line each. */
+/* log.c — prefixed messages on stderr, one line each (control characters
+ * escaped: a message is never two lines or an escape sequence). */
 #include "common/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+
+#include "common/error.h"
 
 static char prefix[64] = "plait";
 
@@ -13,9 +16,9 @@ void log_set_prefix(const char *p)
 
 static void emit(const char *level, const char *fmt, va_list ap)
 {
-    char line[2048];
+    char line[2048], escaped[2048];
     vsnprintf(line, sizeof line, fmt, ap);
-    fprintf(stderr, "%s: %s%s\n", prefix, level, line);
+    fprintf(stderr, "%s: %s%s\n", prefix, level, error_escape(escaped, sizeof escaped, line));
 }
 
 void log_info(const char *fmt, ...)

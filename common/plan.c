@@ -20,7 +20,8 @@
 
 #include <jansson.h>
 
-#include "common/llmc.h" // llmc_read_model_header
+#include "common/gpt2_layout.h" // gpt2_layout (the size check)
+#include "common/llmc.h"        // llmc_read_model_header
 
 /* ---- the schema ------------------------------------------------------------------------- */
 
@@ -1023,6 +1024,55 @@ static int apply_init(struct ctx *c, json_t *root, struct plan *p)
     return 0;
 }
 
+/* The fixed degrees and their product stay within PLAN_MAX_RANKS (counted in 64 bits). */
+static int check_ranks(struct ctx *c, const struct plan *p)
+{
+    const struct {
+        const char *path;
+        int degree;
+    } d[] = {{"parallel.tp", p->parallel.tp},
+             {"parallel.pp", p->parallel.pp},
+             {"parallel.dp", p->parallel.dp}};
+    int64_t ranks = 1;
+    for (size_t k = 0; k < sizeof d / sizeof d[0]; k++) {
+        if (d[k].degree == PLAN_AUTO) continue;
+        ranks *= d[k].degree; /* < 2^24 · 2^31: no overflow in 64 bits */
+        if (ranks > PLAN_MAX_RANKS)
+            return fail(c, d[k].path,
+                        "%d makes tp × pp × dp = %lld ranks, more than plait runs (%d)",
+                        d[k].degree, (long long)ranks, PLAN_MAX_RANKS);
+    }
+    return 0;
+}
+
+/* The model's parameters (with gradients and moments) must be addressable;
+ * the error names the field that makes them overflow. */
+static int check_model_size(struct ctx *c, json_t *root, const struct plan *p)
+{
+    const struct plan_model *m = &p->model;
+    struct gpt2_config cfg = {.max_seq_len = 1, .padded_vocab = 1, .layers = 1,
+                              .hidden = m->hidden, .heads = m->heads, .vocab = 1};
+    struct gpt2_layout layout;
+    const char *culprit = "model.hidden";
+    int value = m->hidden;
+    if (!gpt2_layout(&cfg, &layout)) {
+        cfg.layers = m->layers, culprit = "model.layers", value = m->layers;
+        if (!gpt2_layout(&cfg, &layout)) {
+            cfg.padded_vocab = m->padded_vocab, value = m->padded_vocab;
+            culprit = given(root, "model", "padded_vocab") ? "model.padded_vocab" : "model.vocab";
+            if (!gpt2_layout(&cfg, &layout)) {
+                cfg.max_seq_len = m->max_seq_len, value = m->max_seq_len;
+                culprit = "model.max_seq_len";
+                if (!gpt2_layout(&cfg, &layout)) return 0;
+            }
+        }
+    }
+    return fail(c, culprit,
+                "%d makes the model too large to address (layers %d, hidden %d, padded vocab "
+                "%d, max seq len %d: more than 2^60 parameters)",
+                value, m->layers, m->hidden, m->padded_vocab, m->max_seq_len);
+}
+
 static int check_rules(struct ctx *c, json_t *root, struct plan *p)
 {
     char got[GOT_MAX];
@@ -1064,7 +1114,7 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
                     m->padded_vocab, tp, m->padded_vocab % tp);
     if (pp != PLAN_AUTO && pp > m->layers)
         return fail(c, "parallel.pp", "must be <= model.layers (%d) (got %d)", m->layers, pp);
-    return 0;
+    return check_ranks(c, p) || check_model_size(c, root, p) ? -1 : 0;
 }
 
 /* ---- loading ----------------------------------------------------------------------------- */
@@ -1366,6 +1416,13 @@ char *plan_to_json(const struct plan *plan)
 static const char *enum_name(const char *const *names, int n, int v)
 {
     return v >= 0 && v < n ? names[v] : "unknown";
+}
+
+int64_t plan_ranks(const struct plan *plan)
+{
+    const struct plan_parallel *par = &plan->parallel;
+    if (par->tp == PLAN_AUTO || par->pp == PLAN_AUTO || par->dp == PLAN_AUTO) return 0;
+    return (int64_t)par->tp * par->pp * par->dp;
 }
 
 const char *plan_precision_name(enum plan_precision p)

@@ -68,6 +68,9 @@ struct plan_checkpoint {
 /* tp, pp, dp: a degree ≥ 1, or PLAN_AUTO ("auto" in plan.json): dp fills the
  * allocation, tp and pp are chosen by the cost model (plait check explains). */
 #define PLAN_AUTO 0
+/* The most ranks a plan may ask for (tp × pp × dp): far beyond any cluster,
+ * small enough that every count derived from it fits an int. */
+#define PLAN_MAX_RANKS (1 << 24)
 
 struct plan_parallel {
     int tp, pp, dp;
@@ -115,6 +118,10 @@ char *plan_to_json(const struct plan *plan);
 
 /* The same on one line (for an environment variable); malloc'ed. */
 char *plan_to_json_line(const struct plan *plan);
+
+/* tp × pp × dp when all three are fixed, else 0 ("auto" is decided at launch).
+ * A loaded plan keeps it within PLAN_MAX_RANKS. */
+int64_t plan_ranks(const struct plan *plan);
 
 /* Names of the enums, as they are spelled in plan.json. */
 const char *plan_precision_name(enum plan_precision p);

@@ -229,20 +229,24 @@ static void describe_gpu(struct gpu_found *f)
 }
 
 /* CUDA indexes: a GPU's cudaN when hwloc saw the CUDA runtime; the others follow in PCI
- * bus-id order (CUDA_DEVICE_ORDER=PCI_BUS_ID), after the largest N. Should two GPUs claim
- * the same N (an edited XML), bus-id order for all. `found` is in bus-id order. */
+ * bus-id order (CUDA_DEVICE_ORDER=PCI_BUS_ID), after the largest N. The CUDA runtime
+ * numbers a node's n GPUs 0..n-1, so should two GPUs claim the same N, or any index come
+ * out n or more (an edited XML), bus-id order for all. `found` is in bus-id order. */
 static void assign_cuda_indexes(struct gpu_found *found, int n)
 {
     int next = 0;
-    bool clash = false;
+    bool bad = false;
     for (int i = 0; i < n; i++) {
         if (found[i].cuda < 0) continue;
-        if (found[i].cuda >= next) next = found[i].cuda + 1;
-        for (int j = 0; j < i; j++) clash |= found[j].cuda == found[i].cuda;
+        bad |= found[i].cuda >= n;
+        if (!bad && found[i].cuda >= next) next = found[i].cuda + 1;
+        for (int j = 0; j < i; j++) bad |= found[j].cuda == found[i].cuda;
     }
-    if (clash) next = 0;
-    for (int i = 0; i < n; i++)
-        found[i].gpu.cuda_index = !clash && found[i].cuda >= 0 ? found[i].cuda : next++;
+    for (int i = 0; i < n && !bad; i++) {
+        found[i].gpu.cuda_index = found[i].cuda >= 0 ? found[i].cuda : next++;
+        bad |= found[i].gpu.cuda_index >= n;
+    }
+    for (int i = 0; i < n && bad; i++) found[i].gpu.cuda_index = i;
 }
 
 static int load_gpus(struct loader *ld)

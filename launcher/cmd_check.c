@@ -235,9 +235,11 @@ static int choose_auto(const struct plan *p, const struct place_node *nodes, int
     for (int i = 0; i < n_tp; i++)
         for (int j = 0; j < n_pp; j++) {
             int tp = tps[i], pp = pps[j];
-            if (p->parallel.dp == PLAN_AUTO && slots % (tp * pp) != 0) continue;
-            int dp = p->parallel.dp != PLAN_AUTO ? p->parallel.dp : slots / (tp * pp);
-            if (dp < 1 || tp * pp * dp > slots) continue;
+            int64_t tpp = (int64_t)tp * pp; /* tp, pp <= slots <= PLAN_MAX_RANKS */
+            if (p->parallel.dp == PLAN_AUTO && slots % tpp != 0) continue;
+            int64_t dp64 = p->parallel.dp != PLAN_AUTO ? p->parallel.dp : slots / tpp;
+            if (dp64 < 1 || tpp > slots / dp64) continue;
+            int dp = (int)dp64;
             struct evaluation e;
             evaluate(p, (struct cost_layout){tp, pp, dp}, nodes, n_nodes, a, gpu_mem, &e);
             bool ok = e.placed && e.fits && e.tokens_per_s > 0;
@@ -483,7 +485,7 @@ int cmd_check(int argc, char **argv)
             log_error("%s", err.text);
             goto out;
         }
-    int slots = 0;
+    int slots = 0; /* at most PLAN_MAX_RANKS, checked as it is summed */
     for (int i = 0; i < a.nodes; i++) {
         const struct topo *t = &topos[a.n_topologies > 1 ? i : 0];
         snprintf(names[i], sizeof names[i], "node%d", i);
@@ -492,6 +494,11 @@ int cmd_check(int argc, char **argv)
                                        .topo = t,
                                        .slots = s,
                                        .cpu_ranks = p->parallel.device == PLAN_DEVICE_CPU};
+        if (s > PLAN_MAX_RANKS - slots) {
+            log_error("check: %d nodes × %d slots is more ranks than plait runs (%d)", a.nodes, s,
+                      PLAN_MAX_RANKS);
+            goto out;
+        }
         slots += s;
     }
     uint64_t gpu_mem = device_memory(nodes, a.nodes, a.gpu_memory_gb);
@@ -510,10 +517,11 @@ int cmd_check(int argc, char **argv)
                    "memory, the most modelled tokens per second\n\n",
                    best.layout.tp, best.layout.pp, best.layout.dp);
     } else {
-        int dp = par->dp != PLAN_AUTO ? par->dp : slots / (par->tp * par->pp);
+        int64_t tpp = (int64_t)par->tp * par->pp; /* <= PLAN_MAX_RANKS (plan_load) */
+        int dp = par->dp != PLAN_AUTO ? par->dp : (int)(slots / tpp);
         if (dp < 1) {
-            log_error("tp %d × pp %d needs %d ranks; the allocation has %d slots", par->tp, par->pp,
-                      par->tp * par->pp, slots);
+            log_error("tp %d × pp %d needs %lld ranks; the allocation has %d slots", par->tp,
+                      par->pp, (long long)tpp, slots);
             goto out;
         }
         evaluate(p, (struct cost_layout){par->tp, par->pp, dp}, nodes, a.nodes, &a, gpu_mem, &best);

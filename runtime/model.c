@@ -3,8 +3,12 @@
  * optimizer step and checkpoints are elsewhere (train.c, optim.c, ckpt.c). */
 #include "runtime/model.h"
 
+#include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/checked.h"
 
 static void *track(struct model *m, void *p)
 {
@@ -43,6 +47,29 @@ static int layer_buffers(struct model *m, float **first, size_t stride_bytes, si
     return 0;
 }
 
+/* The element counts of the activation buffers, each checked for overflow:
+ * -1 with err naming the plan fields when one does not fit. */
+struct act_sizes {
+    size_t N, NC, N3C, N4C, att, logits;
+};
+
+static int act_sizes(const struct gpt2_config *cfg, int B, int T, struct act_sizes *s,
+                     struct plait_error *err)
+{
+    long long C = cfg->hidden;
+    if (ck_size(&s->N, B, T) && ck_size(&s->NC, B, T, C) && ck_size(&s->N3C, B, T, 3, C) &&
+        ck_size(&s->N4C, B, T, 4, C) && ck_size(&s->att, B, cfg->heads, T, T) &&
+        ck_size(&s->logits, B, T, cfg->padded_vocab) && s->N4C <= SIZE_MAX / 8 / cfg->layers &&
+        s->att <= SIZE_MAX / 8 / cfg->layers && s->logits <= SIZE_MAX / 8 &&
+        s->N <= INT_MAX && C <= INT_MAX / 4) /* the kernels index rows and 4·C columns with int */
+        return 0;
+    return error_set(err,
+                     "batch.micro_batch %d × model.seq_len %d (with model.heads %d, "
+                     "model.hidden %d, model.padded_vocab %d, model.layers %d): the activation "
+                     "buffers are too large to address",
+                     B, T, cfg->heads, cfg->hidden, cfg->padded_vocab, cfg->layers);
+}
+
 int model_init(struct model *m, const struct gpt2_config *cfg, const struct ops *ops, int B, int T,
                enum plan_precision precision, enum plan_recompute recompute,
                struct plait_error *err)
@@ -54,11 +81,14 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct ops 
     m->T = T;
     m->precision = precision;
     m->recompute = recompute;
-    gpt2_layout(cfg, &m->layout);
-    size_t P = m->layout.total, N = (size_t)B * T, C = (size_t)cfg->hidden;
-    size_t NH = (size_t)cfg->heads, L = (size_t)cfg->layers, Vp = (size_t)cfg->padded_vocab;
+    struct act_sizes z = {0};
+    if (gpt2_layout(cfg, &m->layout))
+        return error_set(err, "model: layers %d × hidden %d is too large to address",
+                         cfg->layers, cfg->hidden);
+    if (act_sizes(cfg, B, T, &z, err)) return -1;
+    size_t P = m->layout.total, N = z.N, NC = z.NC;
 
-    m->layer = calloc(L, sizeof *m->layer);
+    m->layer = calloc((size_t)cfg->layers, sizeof *m->layer);
     if (!m->layer) goto oom;
     bool ok = (m->params = dev_alloc(m, P * sizeof(float), false)) &&
               (m->grads = dev_alloc(m, P * sizeof(float), false)) &&
@@ -74,34 +104,34 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct ops 
     bool keep_most = recompute != PLAN_RECOMPUTE_FULL;
     size_t stride = sizeof(struct layer_acts);
     struct layer_acts *la = m->layer;
-    if (layer_buffers(m, &la->ln1, stride, N * C, keep_most) ||
+    if (layer_buffers(m, &la->ln1, stride, NC, keep_most) ||
         layer_buffers(m, &la->ln1_mean, stride, N, keep_most) ||
         layer_buffers(m, &la->ln1_rstd, stride, N, keep_most) ||
-        layer_buffers(m, &la->qkv, stride, N * 3 * C, keep_most) ||
-        layer_buffers(m, &la->atty, stride, N * C, keep_most) ||
-        layer_buffers(m, &la->att, stride, B * NH * T * T, keep_all) ||
-        layer_buffers(m, &la->res2, stride, N * C, keep_most) ||
-        layer_buffers(m, &la->ln2, stride, N * C, keep_most) ||
+        layer_buffers(m, &la->qkv, stride, z.N3C, keep_most) ||
+        layer_buffers(m, &la->atty, stride, NC, keep_most) ||
+        layer_buffers(m, &la->att, stride, z.att, keep_all) ||
+        layer_buffers(m, &la->res2, stride, NC, keep_most) ||
+        layer_buffers(m, &la->ln2, stride, NC, keep_most) ||
         layer_buffers(m, &la->ln2_mean, stride, N, keep_most) ||
         layer_buffers(m, &la->ln2_rstd, stride, N, keep_most) ||
-        layer_buffers(m, &la->fch, stride, N * 4 * C, keep_most) ||
-        layer_buffers(m, &la->fch_gelu, stride, N * 4 * C, keep_all) ||
-        layer_buffers(m, &la->res3, stride, N * C, true))
+        layer_buffers(m, &la->fch, stride, z.N4C, keep_most) ||
+        layer_buffers(m, &la->fch_gelu, stride, z.N4C, keep_all) ||
+        layer_buffers(m, &la->res3, stride, NC, true))
         goto oom;
     ok = (m->inputs = dev_alloc(m, N * sizeof(int32_t), true)) &&
          (m->targets = dev_alloc(m, N * sizeof(int32_t), true)) &&
-         (m->encoded = dev_alloc(m, N * C * sizeof(float), true)) &&
-         (m->proj = dev_alloc(m, N * C * sizeof(float), true)) &&
-         (m->lnf = dev_alloc(m, N * C * sizeof(float), true)) &&
+         (m->encoded = dev_alloc(m, NC * sizeof(float), true)) &&
+         (m->proj = dev_alloc(m, NC * sizeof(float), true)) &&
+         (m->lnf = dev_alloc(m, NC * sizeof(float), true)) &&
          (m->lnf_mean = dev_alloc(m, N * sizeof(float), true)) &&
          (m->lnf_rstd = dev_alloc(m, N * sizeof(float), true)) &&
-         (m->logits = dev_alloc(m, N * Vp * sizeof(float), true)) &&
+         (m->logits = dev_alloc(m, z.logits * sizeof(float), true)) &&
          (m->losses = dev_alloc(m, N * sizeof(float), true)) &&
-         (m->dres = dev_alloc(m, N * C * sizeof(float), true)) &&
-         (m->dC = dev_alloc(m, N * C * sizeof(float), true)) &&
-         (m->d3C = dev_alloc(m, N * 3 * C * sizeof(float), true)) &&
-         (m->d4C = dev_alloc(m, N * 4 * C * sizeof(float), true)) &&
-         (m->datt = dev_alloc(m, B * NH * T * T * sizeof(float), true));
+         (m->dres = dev_alloc(m, NC * sizeof(float), true)) &&
+         (m->dC = dev_alloc(m, NC * sizeof(float), true)) &&
+         (m->d3C = dev_alloc(m, z.N3C * sizeof(float), true)) &&
+         (m->d4C = dev_alloc(m, z.N4C * sizeof(float), true)) &&
+         (m->datt = dev_alloc(m, z.att * sizeof(float), true));
     if (!ok) goto oom;
     m->losses_host = calloc(N, sizeof(float));
     if (!m->losses_host) goto oom;
