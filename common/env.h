@@ -31,6 +31,9 @@
 #define PLAIT_ENV_NUMA "PLAIT_NUMA"           /* its NUMA node, -1 unknown */
 /* How many times the job has been restarted (Slurm requeue, pod restart). */
 #define PLAIT_ENV_RESTART_COUNT "PLAIT_RESTART_COUNT"
+/* Set to 1 by `plait train --fresh`: the run directory's checkpoints, metrics
+ * and plan are removed before training starts from scratch. */
+#define PLAIT_ENV_FRESH "PLAIT_FRESH"
 /* Optional: GFLOP/s the device can do, instead of measuring it at start-up
  * (the denominator of the "% of peak" in the progress line). */
 #define PLAIT_ENV_PEAK_GFLOPS "PLAIT_PEAK_GFLOPS"

@@ -22,6 +22,7 @@ int fs_join(char *out, size_t out_bytes, const char *dir, const char *name, stru
 
 int fs_mkdir_p(const char *path, struct plait_error *err)
 {
+    if (!*path) return error_set(err, "an empty path is not a directory");
     char *p = strdup(path);
     if (!p) return error_set(err, "out of memory");
     for (char *s = p + 1;; s++) {
@@ -104,13 +105,46 @@ fail:
     return -1;
 }
 
-char *fs_read_all(const char *path, size_t *bytes, struct plait_error *err)
+int fs_open_regular(const char *path, struct plait_error *err)
 {
-    FILE *f = fopen(path, "rb");
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return error_errno(err, "%s", path);
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        error_errno(err, "%s", path);
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return error_set(err, "%s is %s, not a regular file", path,
+                         S_ISDIR(st.st_mode)    ? "a directory"
+                         : S_ISFIFO(st.st_mode) ? "a FIFO"
+                         : S_ISSOCK(st.st_mode) ? "a socket"
+                                                : "a device");
+    }
+    /* regular files ignore O_NONBLOCK; clear it all the same */
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fd;
+}
+
+FILE *fs_fopen_regular(const char *path, struct plait_error *err)
+{
+    int fd = fs_open_regular(path, err);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
         error_errno(err, "%s", path);
-        return NULL;
+        close(fd);
     }
+    return f;
+}
+
+char *fs_read_all(const char *path, size_t *bytes, struct plait_error *err)
+{
+    FILE *f = fs_fopen_regular(path, err);
+    if (!f) return NULL;
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
     while (buf) {

@@ -5,6 +5,7 @@
 #define PLAIT_FSUTIL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "common/error.h"
 
@@ -12,7 +13,7 @@
 int fs_join(char *out, size_t out_bytes, const char *dir, const char *name,
             struct plait_error *err);
 
-/* mkdir -p; existing directories are fine. */
+/* mkdir -p; existing directories are fine; "" is an error. */
 int fs_mkdir_p(const char *path, struct plait_error *err);
 
 /* fsync of a directory (so a rename or create inside it is durable). */
@@ -20,6 +21,13 @@ int fs_fsync_dir(const char *path, struct plait_error *err);
 
 /* Writes bytes to path through path.tmp, fsync, rename, fsync(dir). */
 int fs_write_atomic(const char *path, const void *data, size_t bytes, struct plait_error *err);
+
+/* Opens path for reading if it is a regular file (never blocking on a FIFO,
+ * never reading a directory): an fd, or -1 with err saying what it is. */
+int fs_open_regular(const char *path, struct plait_error *err);
+
+/* The same as a stdio stream ("rb"). */
+FILE *fs_fopen_regular(const char *path, struct plait_error *err);
 
 /* Reads a whole file into a malloc'ed, NUL-terminated buffer. */
 char *fs_read_all(const char *path, size_t *bytes, struct plait_error *err);

@@ -2,6 +2,7 @@
  * fill. Parameter and token bodies are read by the runtime, not here. */
 #include "common/llmc.h"
 
+#include "common/fsutil.h"
 #include "common/gpt2_layout.h"
 
 #include <errno.h>
@@ -12,8 +13,8 @@
 static int read_header(const char *path, int32_t h[LLMC_HEADER_INTS], int64_t *file_bytes,
                        struct plait_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return error_errno(err, "%s", path);
+    FILE *f = fs_fopen_regular(path, err);
+    if (!f) return -1;
     struct stat st;
     if (fstat(fileno(f), &st) != 0) {
         fclose(f);

@@ -31,6 +31,7 @@ enum kind { K_SECTION, K_INT, K_U64, K_REAL, K_BOOL, K_STRING, K_PATH, K_ENUM };
 #define REQ_NO_INIT 0x2u   /* required unless model.init is given */
 #define KEEP_RELATIVE 0x4u /* a path that is not resolved (checkpoint.dir) */
 #define AUTO_OK 0x8u       /* K_INT that may also be "auto" (stored as PLAN_AUTO) */
+#define MAY_CHANGE 0x10u   /* may differ when a run resumes (plan_diff) */
 
 struct field {
     const char *name;
@@ -51,30 +52,31 @@ struct field {
         .name = n, .kind = K_INT, .flags = fl, .offset = AT(m), .imin = lo, .imax = hi,            \
         .idef = def                                                                                \
     }
-#define U64_FIELD(n, m, def)                                                                       \
+#define U64_FIELD(n, m, def, fl)                                                                   \
     {                                                                                              \
-        .name = n, .kind = K_U64, .offset = AT(m), .imin = 0, .imax = LLONG_MAX, .idef = def       \
+        .name = n, .kind = K_U64, .flags = fl, .offset = AT(m), .imin = 0, .imax = LLONG_MAX,      \
+        .idef = def                                                                                \
     }
-#define REAL_FIELD(n, m, lo, lo_open, hi, hi_open, def)                                            \
+#define REAL_FIELD(n, m, lo, lo_open, hi, hi_open, def, fl)                                        \
     {                                                                                              \
-        .name = n, .kind = K_REAL, .offset = AT(m), .rmin = lo, .rmin_open = lo_open, .rmax = hi,  \
-        .rmax_open = hi_open, .rdef = def                                                          \
+        .name = n, .kind = K_REAL, .flags = fl, .offset = AT(m), .rmin = lo,                       \
+        .rmin_open = lo_open, .rmax = hi, .rmax_open = hi_open, .rdef = def                        \
     }
-#define BOOL_FIELD(n, m, def)                                                                      \
+#define BOOL_FIELD(n, m, def, fl)                                                                  \
     {                                                                                              \
-        .name = n, .kind = K_BOOL, .offset = AT(m), .idef = def                                    \
+        .name = n, .kind = K_BOOL, .flags = fl, .offset = AT(m), .idef = def                       \
     }
-#define STRING_FIELD(n, m, set, def)                                                               \
+#define STRING_FIELD(n, m, set, def, fl)                                                           \
     {                                                                                              \
-        .name = n, .kind = K_STRING, .offset = AT(m), .names = set, .sdef = def                    \
+        .name = n, .kind = K_STRING, .flags = fl, .offset = AT(m), .names = set, .sdef = def       \
     }
 #define PATH_FIELD(n, m, def, fl)                                                                  \
     {                                                                                              \
         .name = n, .kind = K_PATH, .flags = fl, .offset = AT(m), .sdef = def                       \
     }
-#define ENUM_FIELD(n, m, set, def)                                                                 \
+#define ENUM_FIELD(n, m, set, def, fl)                                                             \
     {                                                                                              \
-        .name = n, .kind = K_ENUM, .offset = AT(m), .names = set, .idef = def                      \
+        .name = n, .kind = K_ENUM, .flags = fl, .offset = AT(m), .names = set, .idef = def         \
     }
 #define SECTION(n, sub, fl)                                                                        \
     {                                                                                              \
@@ -98,7 +100,7 @@ _Static_assert(sizeof(enum plan_schedule) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum plan_device) == sizeof(int), "enum size");
 
 static const struct field model_fields[] = {
-    STRING_FIELD("arch", model.arch, arch_names, "gpt2"),
+    STRING_FIELD("arch", model.arch, arch_names, "gpt2", 0),
     INT_FIELD("layers", model.layers, 1, INT_MAX, 0, REQ_NO_INIT),
     INT_FIELD("heads", model.heads, 1, INT_MAX, 0, REQ_NO_INIT),
     INT_FIELD("hidden", model.hidden, 1, INT_MAX, 0, REQ_NO_INIT),
@@ -107,7 +109,7 @@ static const struct field model_fields[] = {
     INT_FIELD("padded_vocab", model.padded_vocab, 1, INT_MAX, 0, 0),
     INT_FIELD("seq_len", model.seq_len, 1, INT_MAX, 0, REQ_NO_INIT),
     INT_FIELD("max_seq_len", model.max_seq_len, 1, INT_MAX, 0, 0),
-    U64_FIELD("seed", model.seed, 1337),
+    U64_FIELD("seed", model.seed, 1337, 0),
     PATH_FIELD("init", model.init, NULL, 0),
     END,
 };
@@ -115,10 +117,10 @@ static const struct field model_fields[] = {
 static const struct field data_fields[] = {
     PATH_FIELD("train", data.train, NULL, REQ),
     PATH_FIELD("val", data.val, NULL, 0),
-    BOOL_FIELD("shuffle", data.shuffle, false),
-    INT_FIELD("val_every", data.val_every, 0, INT_MAX, 0, 0),
-    INT_FIELD("val_batches", data.val_batches, 1, INT_MAX, 20, 0),
-    PATH_FIELD("tokenizer", data.tokenizer, NULL, 0),
+    BOOL_FIELD("shuffle", data.shuffle, false, 0),
+    INT_FIELD("val_every", data.val_every, 0, INT_MAX, 0, MAY_CHANGE),
+    INT_FIELD("val_batches", data.val_batches, 1, INT_MAX, 20, MAY_CHANGE),
+    PATH_FIELD("tokenizer", data.tokenizer, NULL, MAY_CHANGE),
     END,
 };
 
@@ -129,22 +131,22 @@ static const struct field batch_fields[] = {
 };
 
 static const struct field optimizer_fields[] = {
-    REAL_FIELD("lr", optimizer.lr, 0, true, INFINITY, false, 3e-4),
-    REAL_FIELD("beta1", optimizer.beta1, 0, false, 1, true, 0.9),
-    REAL_FIELD("beta2", optimizer.beta2, 0, false, 1, true, 0.95),
-    REAL_FIELD("eps", optimizer.eps, 0, true, INFINITY, false, 1e-8),
-    REAL_FIELD("weight_decay", optimizer.weight_decay, 0, false, INFINITY, false, 0.1),
-    REAL_FIELD("grad_clip", optimizer.grad_clip, 0, false, INFINITY, false, 1.0),
+    REAL_FIELD("lr", optimizer.lr, 0, true, INFINITY, false, 3e-4, 0),
+    REAL_FIELD("beta1", optimizer.beta1, 0, false, 1, true, 0.9, 0),
+    REAL_FIELD("beta2", optimizer.beta2, 0, false, 1, true, 0.95, 0),
+    REAL_FIELD("eps", optimizer.eps, 0, true, INFINITY, false, 1e-8, 0),
+    REAL_FIELD("weight_decay", optimizer.weight_decay, 0, false, INFINITY, false, 0.1, 0),
+    REAL_FIELD("grad_clip", optimizer.grad_clip, 0, false, INFINITY, false, 1.0, 0),
     INT_FIELD("warmup_steps", optimizer.warmup_steps, 0, INT_MAX, 0, 0),
-    ENUM_FIELD("schedule", optimizer.schedule, schedule_names, PLAN_SCHEDULE_COSINE),
-    REAL_FIELD("min_lr_ratio", optimizer.min_lr_ratio, 0, false, 1, false, 0.1),
+    ENUM_FIELD("schedule", optimizer.schedule, schedule_names, PLAN_SCHEDULE_COSINE, 0),
+    REAL_FIELD("min_lr_ratio", optimizer.min_lr_ratio, 0, false, 1, false, 0.1, 0),
     END,
 };
 
 static const struct field checkpoint_fields[] = {
     PATH_FIELD("dir", checkpoint.dir, "checkpoints", KEEP_RELATIVE),
-    INT_FIELD("every", checkpoint.every, 0, INT_MAX, 0, 0),
-    INT_FIELD("keep", checkpoint.keep, 1, INT_MAX, 3, 0),
+    INT_FIELD("every", checkpoint.every, 0, INT_MAX, 0, MAY_CHANGE),
+    INT_FIELD("keep", checkpoint.keep, 1, INT_MAX, 3, MAY_CHANGE),
     END,
 };
 
@@ -152,18 +154,18 @@ static const struct field parallel_fields[] = {
     INT_FIELD("tp", parallel.tp, 1, INT_MAX, 1, AUTO_OK),
     INT_FIELD("pp", parallel.pp, 1, INT_MAX, 1, AUTO_OK),
     INT_FIELD("dp", parallel.dp, 1, INT_MAX, 1, AUTO_OK),
-    BOOL_FIELD("allow_tp_over_pcie", parallel.allow_tp_over_pcie, false),
+    BOOL_FIELD("allow_tp_over_pcie", parallel.allow_tp_over_pcie, false, MAY_CHANGE),
     INT_FIELD("zero", parallel.zero, 0, 3, 0, 0),
-    ENUM_FIELD("device", parallel.device, device_names, PLAN_DEVICE_AUTO),
+    ENUM_FIELD("device", parallel.device, device_names, PLAN_DEVICE_AUTO, MAY_CHANGE),
     END,
 };
 
 static const struct field sample_fields[] = {
-    INT_FIELD("tokens", sample.tokens, 0, INT_MAX, 0, 0),
-    REAL_FIELD("temperature", sample.temperature, 0, true, INFINITY, false, 1.0),
-    INT_FIELD("top_k", sample.top_k, 0, INT_MAX, 0, 0),
-    STRING_FIELD("prompt", sample.prompt, NULL, "\n"),
-    U64_FIELD("seed", sample.seed, 42),
+    INT_FIELD("tokens", sample.tokens, 0, INT_MAX, 0, MAY_CHANGE),
+    REAL_FIELD("temperature", sample.temperature, 0, true, INFINITY, false, 1.0, MAY_CHANGE),
+    INT_FIELD("top_k", sample.top_k, 0, INT_MAX, 0, MAY_CHANGE),
+    STRING_FIELD("prompt", sample.prompt, NULL, "\n", MAY_CHANGE),
+    U64_FIELD("seed", sample.seed, 42, MAY_CHANGE),
     END,
 };
 
@@ -173,9 +175,9 @@ static const struct field root_fields[] = {
     SECTION("data", data_fields, REQ),
     SECTION("batch", batch_fields, 0),
     SECTION("optimizer", optimizer_fields, 0),
-    INT_FIELD("steps", steps, 1, INT_MAX, 0, REQ),
-    ENUM_FIELD("precision", precision, precision_names, PLAN_PRECISION_FP32),
-    ENUM_FIELD("recompute", recompute, recompute_names, PLAN_RECOMPUTE_NONE),
+    INT_FIELD("steps", steps, 1, INT_MAX, 0, REQ | MAY_CHANGE),
+    ENUM_FIELD("precision", precision, precision_names, PLAN_PRECISION_FP32, 0),
+    ENUM_FIELD("recompute", recompute, recompute_names, PLAN_RECOMPUTE_NONE, MAY_CHANGE),
     SECTION("checkpoint", checkpoint_fields, 0),
     SECTION("parallel", parallel_fields, 0),
     SECTION("sample", sample_fields, 0),
@@ -1341,51 +1343,95 @@ static void put_real(struct text *t, double x)
     put(t, "%s%s", buf, strpbrk(buf, ".eEn") ? "" : ".0");
 }
 
+/* A scalar field's value as plan_to_json writes it. */
+static void put_value(struct text *t, const struct field *f, const struct plan *p)
+{
+    const char *at = (const char *)p + f->offset;
+    switch (f->kind) {
+    case K_SECTION:
+        break;
+    case K_INT:
+        if ((f->flags & AUTO_OK) && *(const int *)at == PLAN_AUTO)
+            put(t, "\"auto\"");
+        else
+            put(t, "%d", *(const int *)at);
+        break;
+    case K_U64:
+        put(t, "%" PRIu64, *(const uint64_t *)at);
+        break;
+    case K_REAL:
+        put_real(t, *(const double *)at);
+        break;
+    case K_BOOL:
+        put(t, "%s", *(const bool *)at ? "true" : "false");
+        break;
+    case K_STRING:
+    case K_PATH:
+        if (*(char *const *)at)
+            put_quoted(t, *(char *const *)at);
+        else
+            put(t, "null");
+        break;
+    case K_ENUM: {
+        int v = get_int(p, f->offset), n = 0;
+        while (f->names[n]) n++;
+        if (v >= 0 && v < n)
+            put_quoted(t, f->names[v]);
+        else
+            put(t, "null");
+        break;
+    }
+    }
+}
+
 static void put_object(struct text *t, const struct field *fields, const struct plan *p, int indent)
 {
     put(t, "{\n");
     for (const struct field *f = fields; f->name; f++) {
-        const char *at = (const char *)p + f->offset;
         put(t, "%*s\"%s\": ", indent + 2, "", f->name);
-        switch (f->kind) {
-        case K_SECTION:
+        if (f->kind == K_SECTION)
             put_object(t, f->fields, p, indent + 2);
-            break;
-        case K_INT:
-            if ((f->flags & AUTO_OK) && *(const int *)at == PLAN_AUTO)
-                put(t, "\"auto\"");
-            else
-                put(t, "%d", *(const int *)at);
-            break;
-        case K_U64:
-            put(t, "%" PRIu64, *(const uint64_t *)at);
-            break;
-        case K_REAL:
-            put_real(t, *(const double *)at);
-            break;
-        case K_BOOL:
-            put(t, "%s", *(const bool *)at ? "true" : "false");
-            break;
-        case K_STRING:
-        case K_PATH:
-            if (*(char *const *)at)
-                put_quoted(t, *(char *const *)at);
-            else
-                put(t, "null");
-            break;
-        case K_ENUM: {
-            int v = get_int(p, f->offset), n = 0;
-            while (f->names[n]) n++;
-            if (v >= 0 && v < n)
-                put_quoted(t, f->names[v]);
-            else
-                put(t, "null");
-            break;
-        }
-        }
+        else
+            put_value(t, f, p);
         put(t, "%s\n", f[1].name ? "," : "");
     }
     put(t, "%*s}", indent, "");
+}
+
+/* Appends the differences under fields (at path) to out[*n..max). */
+static void diff_fields(const struct field *fields, const char *path, const struct plan *a,
+                        const struct plan *b, struct plan_change *out, int max, int *n)
+{
+    for (const struct field *f = fields; f->name; f++) {
+        char fpath[sizeof out->path];
+        snprintf(fpath, sizeof fpath, "%s%s%s", path, *path ? "." : "", f->name);
+        if (f->kind == K_SECTION) {
+            diff_fields(f->fields, fpath, a, b, out, max, n);
+            continue;
+        }
+        struct text ta = {0}, tb = {0};
+        put_value(&ta, f, a);
+        put_value(&tb, f, b);
+        bool differ = ta.oom || tb.oom || strcmp(ta.s, tb.s) != 0;
+        if (differ && *n < max) {
+            struct plan_change *c = &out[*n];
+            snprintf(c->path, sizeof c->path, "%s", fpath);
+            snprintf(c->before, sizeof c->before, "%s", ta.oom ? "?" : ta.s);
+            snprintf(c->after, sizeof c->after, "%s", tb.oom ? "?" : tb.s);
+            c->may_change = (f->flags & MAY_CHANGE) != 0;
+        }
+        if (differ) (*n)++;
+        free(ta.s);
+        free(tb.s);
+    }
+}
+
+int plan_diff(const struct plan *before, const struct plan *after, struct plan_change *out,
+              int max)
+{
+    int n = 0;
+    diff_fields(root_fields, "", before, after, out, max, &n);
+    return n;
 }
 
 char *plan_to_json_line(const struct plan *plan)
@@ -1416,6 +1462,32 @@ char *plan_to_json(const struct plan *plan)
 static const char *enum_name(const char *const *names, int n, int v)
 {
     return v >= 0 && v < n ? names[v] : "unknown";
+}
+
+int plan_resumable(const struct plan *before, const struct plan *after, char *notes,
+                   size_t notes_bytes, struct plait_error *err)
+{
+    enum { MAX = 64 };
+    struct plan_change ch[MAX];
+    int n = plan_diff(before, after, ch, MAX), refused = 0;
+    char list[900] = "";
+    size_t len = 0;
+    if (notes_bytes) notes[0] = '\0';
+    for (int pass = 0; pass < 2; pass++) { /* first what may not change, then what may */
+        len = 0;
+        list[0] = '\0';
+        for (int i = 0; i < n && i < MAX; i++) {
+            if (ch[i].may_change != (pass == 1)) continue;
+            refused += pass == 0;
+            int k = snprintf(list + len, sizeof list - len, "%s%s %s -> %s", len ? ", " : "",
+                             ch[i].path, ch[i].before, ch[i].after);
+            if (k < 0 || (size_t)k >= sizeof list - len) break;
+            len += (size_t)k;
+        }
+        if (pass == 0 && refused) return error_set(err, "%s", list);
+        if (pass == 1 && notes_bytes) snprintf(notes, notes_bytes, "%s", list);
+    }
+    return 0;
 }
 
 int64_t plan_ranks(const struct plan *plan)

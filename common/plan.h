@@ -119,6 +119,27 @@ char *plan_to_json(const struct plan *plan);
 /* The same on one line (for an environment variable); malloc'ed. */
 char *plan_to_json_line(const struct plan *plan);
 
+/* One field that differs between two plans, its values as plan_to_json writes
+ * them (shortened to fit). may_change: the field may differ when a run resumes
+ * (steps, checkpoint cadence, evaluation and sampling, recompute, device);
+ * any other difference means another run. */
+struct plan_change {
+    char path[64];
+    char before[128], after[128];
+    bool may_change;
+};
+
+/* Compares every field of two loaded plans (source excluded); fills out[0..max)
+ * in schema order and returns how many fields differ (possibly more than max). */
+int plan_diff(const struct plan *before, const struct plan *after, struct plan_change *out,
+              int max);
+
+/* Whether a run of `before` may go on under `after`: 0 when every field that
+ * differs may change (described into notes, "" when none differ); -1 with err
+ * listing the fields that may not ("optimizer.lr 0.002 -> 0.001, ..."). */
+int plan_resumable(const struct plan *before, const struct plan *after, char *notes,
+                   size_t notes_bytes, struct plait_error *err);
+
 /* tp × pp × dp when all three are fixed, else 0 ("auto" is decided at launch).
  * A loaded plan keeps it within PLAN_MAX_RANKS. */
 int64_t plan_ranks(const struct plan *plan);

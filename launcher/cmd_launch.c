@@ -82,6 +82,9 @@ int cmd_launch(int argc, char **argv)
         }
     }
     setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+    /* --fresh belongs to `plait train`: exported into a job, it would wipe the
+     * run at every requeue */
+    unsetenv(PLAIT_ENV_FRESH);
     launcher_exec_runtime();
     return PLAIT_EXIT_ERROR;
 }

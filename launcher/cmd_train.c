@@ -1,8 +1,10 @@
-/* cmd_train.c — `plait train PLAN [--out DIR] [--set path=value ...]`: checks
- * the plan, writes the resolved plan into the run directory, sets the env
- * contract for one local rank and execs plait-train (signals then reach the
- * runtime directly). */
+/* cmd_train.c — `plait train PLAN [--out DIR] [--fresh] [--set path=value ...]`:
+ * checks the plan, sets the env contract for one local rank (the resolved plan
+ * travels as text; the runtime locks the run directory, checks that it belongs
+ * to this plan and records it there) and execs plait-train (signals then
+ * reach the runtime directly). */
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +18,12 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: plait train PLAN [--out DIR] [--set path=value ...]\n"
+    fprintf(out, "usage: plait train PLAN [--out DIR] [--fresh] [--set path=value ...]\n"
                  "  --out DIR         run directory (default runs/<plan name>); if it holds a\n"
-                 "                    checkpoint, training resumes from the newest complete one\n"
+                 "                    checkpoint of this plan, training resumes from the newest\n"
+                 "                    complete one (a different plan is refused: see --fresh)\n"
+                 "  --fresh           start from scratch: remove the run directory's checkpoints\n"
+                 "                    and metrics first\n"
                  "  --set path=value  override a plan field by its dot path, e.g.\n"
                  "                    --set model.layers=2 --set optimizer.lr=1e-3 (repeatable)\n"
                  "exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGTERM/SIGUSR1 after a\n"
@@ -39,6 +44,7 @@ static char *default_run_dir(const char *plan_path)
 int cmd_train(int argc, char **argv)
 {
     const char *plan_path = NULL, *out = NULL;
+    bool fresh = false;
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     int n_sets = 0;
     if (!sets) return PLAIT_EXIT_ERROR;
@@ -52,6 +58,8 @@ int cmd_train(int argc, char **argv)
             out = argv[++i];
         } else if (!strncmp(a, "--out=", 6)) {
             out = a + 6;
+        } else if (!strcmp(a, "--fresh")) {
+            fresh = true;
         } else if (!strcmp(a, "--set") && i + 1 < argc) {
             sets[n_sets++] = argv[++i];
         } else if (!strncmp(a, "--set=", 6)) {
@@ -70,6 +78,11 @@ int cmd_train(int argc, char **argv)
         free(sets);
         return PLAIT_EXIT_USAGE;
     }
+    if (out && !*out) {
+        log_error("train: --out: the run directory must not be empty");
+        free(sets);
+        return PLAIT_EXIT_USAGE;
+    }
     struct plait_error err;
     struct plan *plan = plan_load(plan_path, sets, n_sets, &err);
     free(sets);
@@ -79,7 +92,7 @@ int cmd_train(int argc, char **argv)
     }
     char *run_dir = out ? strdup(out) : default_run_dir(plan_path);
     char *json = plan_to_json(plan);
-    char abs_dir[PATH_MAX], plan_file[PATH_MAX + 16];
+    char abs_dir[PATH_MAX];
     int rc = PLAIT_EXIT_ERROR;
     if (!run_dir || !json) {
         log_error("out of memory");
@@ -89,12 +102,12 @@ int cmd_train(int argc, char **argv)
         log_error("%s", err.text);
         goto out;
     }
-    snprintf(plan_file, sizeof plan_file, "%s/plan.json", abs_dir);
-    if (fs_write_atomic(plan_file, json, strlen(json), &err)) {
-        log_error("%s", err.text);
-        goto out;
-    }
-    setenv(PLAIT_ENV_PLAN, plan_file, 1);
+    setenv(PLAIT_ENV_PLAN_JSON, json, 1);
+    unsetenv(PLAIT_ENV_PLAN);
+    if (fresh)
+        setenv(PLAIT_ENV_FRESH, "1", 1);
+    else
+        unsetenv(PLAIT_ENV_FRESH);
     setenv(PLAIT_ENV_RUN_DIR, abs_dir, 1);
     setenv(PLAIT_ENV_RANK, "0", 1);
     setenv(PLAIT_ENV_WORLD_SIZE, "1", 1);

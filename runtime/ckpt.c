@@ -1,7 +1,7 @@
-/* ckpt.c — writing, verifying, pruning and loading checkpoint directories.
- * The file formats: model.bin (llm.c GPT-2, fp32), optim.bin (our header,
- * then AdamW m, v and, mid-step, the gradients), state.json, plan.json, and
- * manifest.json (sizes and CRC-32C of the others, written last). */
+/* ckpt.c — what a checkpoint holds: model.bin (llm.c GPT-2, fp32), optim.bin
+ * (our header, then AdamW m, v and, mid-step, the gradients), state.json and
+ * plan.json; writing them, and loading the newest usable one of this run.
+ * Naming, manifests, verification and the commit are common/ckptdir.c's. */
 #include "runtime/ckpt.h"
 
 #include <dirent.h>
@@ -23,78 +23,29 @@
 #define OPTIM_VERSION 1
 #define CHUNK_FLOATS (4u << 20) /* 16 MiB through host memory at a time */
 
-/* ---- writing: a file with its running size and checksum -------------------- */
-
-struct writer {
-    int fd;
-    const char *path;
-    uint64_t bytes;
-    uint32_t crc;
-};
-
-static int writer_open(struct writer *w, const char *path, struct plait_error *err)
-{
-    w->path = path;
-    w->bytes = 0;
-    w->crc = 0;
-    w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (w->fd < 0) return error_errno(err, "creating %s", path);
-    return 0;
-}
-
-static int writer_put(struct writer *w, const void *buf, size_t n, struct plait_error *err)
-{
-    w->crc = crc32c_update(w->crc, buf, n);
-    w->bytes += n;
-    const char *p = buf;
-    while (n) {
-        ssize_t k = write(w->fd, p, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) return error_errno(err, "writing %s", w->path);
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 /* Streams n floats of backend memory through a host buffer. */
-static int writer_put_device(struct writer *w, const struct ops *ops, const float *src, size_t n,
-                             float *host, struct plait_error *err)
+static int put_device(struct ckpt_file *f, const struct ops *ops, const float *src, size_t n,
+                      float *host, struct plait_error *err)
 {
     for (size_t done = 0; done < n;) {
         size_t k = n - done < CHUNK_FLOATS ? n - done : CHUNK_FLOATS;
         ops->download(host, src + done, k * sizeof(float));
-        if (writer_put(w, host, k * sizeof(float), err)) return -1;
+        if (ckpt_file_put(f, host, k * sizeof(float), err)) return -1;
         done += k;
     }
     return 0;
 }
 
-static int writer_close(struct writer *w, json_t *manifest_files, const char *name,
-                        struct plait_error *err)
-{
-    int rc = 0;
-    if (fsync(w->fd) != 0) rc = error_errno(err, "fsync of %s", w->path);
-    if (close(w->fd) != 0 && rc == 0) rc = error_errno(err, "closing %s", w->path);
-    w->fd = -1;
-    if (rc == 0)
-        json_object_set_new(
-            manifest_files, name,
-            json_pack("{s:I,s:I}", "bytes", (json_int_t)w->bytes, "crc32c", (json_int_t)w->crc));
-    return rc;
-}
-
 static int write_whole(const char *dir, const char *name, const void *data, size_t n, json_t *files,
                        struct plait_error *err)
 {
-    char path[4096];
-    struct writer w;
-    if (fs_join(path, sizeof path, dir, name, err) || writer_open(&w, path, err)) return -1;
-    if (writer_put(&w, data, n, err)) {
-        close(w.fd);
+    struct ckpt_file f;
+    if (ckpt_file_open(&f, dir, name, err)) return -1;
+    if (ckpt_file_put(&f, data, n, err)) {
+        ckpt_file_discard(&f);
         return -1;
     }
-    return writer_close(&w, files, name, err);
+    return ckpt_file_close(&f, files, err);
 }
 
 static json_t *state_to_json(const struct train_state *st)
@@ -120,8 +71,7 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
     size_t P = m->layout.total;
     float *host = malloc(CHUNK_FLOATS * sizeof(float));
     if (!host) return error_set(err, "out of memory");
-    char path[4096];
-    struct writer w = {.fd = -1};
+    struct ckpt_file w = {.fd = -1};
     int rc = -1;
 
     /* model.bin: an llm.c GPT-2 checkpoint, fp32 */
@@ -134,10 +84,8 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
                                    .hidden = m->cfg.hidden,
                                    .padded_vocab = m->cfg.padded_vocab};
     llmc_model_header_fill(header, &mh);
-    if (fs_join(path, sizeof path, tmp, "model.bin", err) || writer_open(&w, path, err) ||
-        writer_put(&w, header, sizeof header, err) ||
-        writer_put_device(&w, ops, m->params, P, host, err) ||
-        writer_close(&w, files, "model.bin", err))
+    if (ckpt_file_open(&w, tmp, "model.bin", err) || ckpt_file_put(&w, header, sizeof header, err) ||
+        put_device(&w, ops, m->params, P, host, err) || ckpt_file_close(&w, files, err))
         goto out;
 
     /* optim.bin: {magic, version, params (low, high 32 bits), has_grads}, m, v[, grads] */
@@ -147,12 +95,11 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
     header[2] = (int32_t)(uint32_t)(P & 0xffffffffu);
     header[3] = (int32_t)(uint32_t)(P >> 32);
     header[4] = st->micro > 0;
-    if (fs_join(path, sizeof path, tmp, "optim.bin", err) || writer_open(&w, path, err) ||
-        writer_put(&w, header, sizeof header, err) ||
-        writer_put_device(&w, ops, m->adam_m, P, host, err) ||
-        writer_put_device(&w, ops, m->adam_v, P, host, err) ||
-        (st->micro > 0 && writer_put_device(&w, ops, m->grads, P, host, err)) ||
-        writer_close(&w, files, "optim.bin", err))
+    if (ckpt_file_open(&w, tmp, "optim.bin", err) || ckpt_file_put(&w, header, sizeof header, err) ||
+        put_device(&w, ops, m->adam_m, P, host, err) ||
+        put_device(&w, ops, m->adam_v, P, host, err) ||
+        (st->micro > 0 && put_device(&w, ops, m->grads, P, host, err)) ||
+        ckpt_file_close(&w, files, err))
         goto out;
 
     json_t *state = state_to_json(st);
@@ -167,199 +114,33 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
     if (rc == 0 && plan_json)
         rc = write_whole(tmp, "plan.json", plan_json, strlen(plan_json), files, err);
 out:
-    if (w.fd >= 0) close(w.fd);
+    ckpt_file_discard(&w);
     free(host);
     return rc;
 }
 
-/* ---- listing ------------------------------------------------------------------ */
-
-static int is_checkpoint_name(const char *name)
-{
-    unsigned s, mi;
-    char tail;
-    return sscanf(name, "step_%8u_%4u%c", &s, &mi, &tail) == 2 && strlen(name) == 18;
-}
-
-static int compare_desc(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)b, *(char *const *)a);
-}
-
-/* The complete checkpoints of dir, newest first (malloc'ed names). */
-static char **list_checkpoints(const char *dir, int *n, struct plait_error *err)
-{
-    *n = 0;
-    DIR *d = opendir(dir);
-    if (!d) {
-        if (errno == ENOENT) return calloc(1, sizeof(char *));
-        error_errno(err, "listing %s", dir);
-        return NULL;
-    }
-    int cap = 16;
-    char **names = malloc((size_t)cap * sizeof *names);
-    struct dirent *e;
-    while (names && (e = readdir(d))) {
-        if (!is_checkpoint_name(e->d_name)) continue;
-        if (*n == cap) {
-            cap *= 2;
-            char **bigger = realloc(names, (size_t)cap * sizeof *names);
-            if (!bigger) {
-                for (int i = 0; i < *n; i++) free(names[i]);
-                free(names);
-                names = NULL;
-                break;
-            }
-            names = bigger;
-        }
-        names[(*n)++] = strdup(e->d_name);
-    }
-    closedir(d);
-    if (!names) {
-        error_set(err, "out of memory");
-        return NULL;
-    }
-    qsort(names, (size_t)*n, sizeof *names, compare_desc);
-    return names;
-}
-
-static void free_names(char **names, int n)
-{
-    for (int i = 0; i < n; i++) free(names[i]);
-    free(names);
-}
-
-/* Removes complete checkpoints beyond the newest `keep`, and temporary
- * directories that crashed writers left behind. */
-static void prune(const char *dir, int keep)
-{
-    struct plait_error err;
-    int n;
-    char **names = list_checkpoints(dir, &n, &err);
-    if (!names) {
-        log_warn("not pruning checkpoints: %s", err.text);
-        return;
-    }
-    char path[4096];
-    for (int i = keep; i < n; i++) {
-        if (fs_join(path, sizeof path, dir, names[i], &err) || fs_remove_tree(path, &err))
-            log_warn("%s", err.text);
-    }
-    free_names(names, n);
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (strncmp(e->d_name, ".tmp-", 5) != 0) continue;
-        if (fs_join(path, sizeof path, dir, e->d_name, &err) || fs_remove_tree(path, &err))
-            log_warn("%s", err.text);
-    }
-    if (d) closedir(d);
-}
-
-int ckpt_save(const char *dir, const struct model *m, const struct train_state *st, int keep,
+int ckpt_save(struct ckptdir *d, const struct model *m, const struct train_state *st, int keep,
               const char *plan_json, struct plait_error *err)
 {
-    char name[64], tmp_name[80], old_name[80], tmp[4096], final[4096] = "", old[4096];
-    snprintf(name, sizeof name, "step_%08d_%04d", st->step, st->micro);
-    snprintf(tmp_name, sizeof tmp_name, ".tmp-%s", name);
-    snprintf(old_name, sizeof old_name, ".tmp-old-%s", name);
+    char name[48], tmp[4096];
+    ckptdir_name(name, sizeof name, st->step, st->micro);
     json_t *files = json_object();
     int rc = -1;
-    if (fs_join(final, sizeof final, dir, name, err) ||
-        fs_join(tmp, sizeof tmp, dir, tmp_name, err) ||
-        fs_join(old, sizeof old, dir, old_name, err) || fs_mkdir_p(dir, err))
-        goto out;
-    if (fs_remove_tree(tmp, err)) goto out;
-    if (mkdir(tmp, 0777) != 0) {
-        error_errno(err, "creating %s", tmp);
-        goto out;
+    if (!files) {
+        error_set(err, "out of memory");
+    } else if (ckptdir_begin(d, name, tmp, sizeof tmp, err) == 0) {
+        if (write_checkpoint_files(tmp, m, st, plan_json, files, err) == 0)
+            rc = ckptdir_commit(d, name, tmp, files, err);
+        else
+            ckptdir_abort(tmp);
     }
-    if (write_checkpoint_files(tmp, m, st, plan_json, files, err)) goto out;
-    json_t *manifest = json_pack("{s:i,s:i,s:s,s:O}", "step", st->step, "micro", st->micro,
-                                 "version", PLAIT_VERSION, "files", files);
-    char *text = json_dumps(manifest, JSON_INDENT(2) | JSON_SORT_KEYS);
-    json_decref(manifest);
-    char path[4096];
-    int wrc = !text ? error_set(err, "out of memory")
-              : fs_join(path, sizeof path, tmp, "manifest.json", err)
-                  ? -1
-                  : fs_write_atomic(path, text, strlen(text), err);
-    free(text);
-    if (wrc || fs_fsync_dir(tmp, err)) goto out;
-    /* a checkpoint of the same step already there (a re-save): move it aside first */
-    struct stat sb;
-    bool replacing = stat(final, &sb) == 0;
-    if (replacing && rename(final, old) != 0) {
-        error_errno(err, "moving aside %s", final);
-        goto out;
-    }
-    if (rename(tmp, final) != 0) {
-        error_errno(err, "renaming %s to %s", tmp, final);
-        goto out;
-    }
-    if (fs_fsync_dir(dir, err)) goto out;
-    if (replacing) fs_remove_tree(old, NULL);
-    prune(dir, keep);
-    rc = 0;
-out:
-    if (rc) error_prefix(err, "writing checkpoint %s: ", final);
     json_decref(files);
-    return rc;
-}
-
-/* ---- verifying and loading ---------------------------------------------------- */
-
-static int verify_file(const char *cdir, const char *name, json_t *entry, struct plait_error *err)
-{
-    json_int_t want_bytes, want_crc;
-    if (json_unpack(entry, "{s:I,s:I}", "bytes", &want_bytes, "crc32c", &want_crc))
-        return error_set(err, "manifest entry for %s is malformed", name);
-    char path[4096];
-    if (fs_join(path, sizeof path, cdir, name, err)) return -1;
-    FILE *f = fopen(path, "rb");
-    if (!f) return error_errno(err, "%s", path);
-    static char buf[1 << 20];
-    uint32_t crc = 0;
-    uint64_t bytes = 0;
-    size_t k;
-    while ((k = fread(buf, 1, sizeof buf, f)) > 0) {
-        crc = crc32c_update(crc, buf, k);
-        bytes += k;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) return error_set(err, "%s: read error", path);
-    if (bytes != (uint64_t)want_bytes)
-        return error_set(err, "%s is %llu bytes, the manifest says %lld (truncated?)", name,
-                         (unsigned long long)bytes, (long long)want_bytes);
-    if (crc != (uint32_t)want_crc)
-        return error_set(err, "%s: checksum %08x, the manifest says %08x", name, crc,
-                         (uint32_t)want_crc);
+    if (rc) return error_prefix(err, "writing checkpoint %s/%s: ", d->path, name);
+    ckptdir_prune(d, keep);
     return 0;
 }
 
-static int verify_checkpoint(const char *cdir, struct plait_error *err)
-{
-    char path[4096];
-    if (fs_join(path, sizeof path, cdir, "manifest.json", err)) return -1;
-    json_error_t jerr;
-    json_t *manifest = json_load_file(path, 0, &jerr);
-    if (!manifest) return error_set(err, "manifest.json: %s", jerr.text);
-    json_t *files = json_object_get(manifest, "files");
-    int rc = 0;
-    static const char *const required[] = {"model.bin", "optim.bin", "state.json"};
-    for (size_t i = 0; i < sizeof required / sizeof *required && rc == 0; i++)
-        if (!json_object_get(files, required[i]))
-            rc = error_set(err, "manifest.json does not list %s", required[i]);
-    const char *name;
-    json_t *entry;
-    json_object_foreach(files, name, entry)
-    {
-        if (rc == 0) rc = verify_file(cdir, name, entry, err);
-    }
-    json_decref(manifest);
-    return rc;
-}
+/* ---- verifying and loading ---------------------------------------------------- */
 
 static int read_state(const char *cdir, struct train_state *st, struct plait_error *err)
 {
@@ -423,12 +204,9 @@ static int load_checkpoint(const char *cdir, struct model *m, struct train_state
     model_set_params(m, params);
 
     if (fs_join(path, sizeof path, cdir, "optim.bin", err)) goto out;
-    f = fopen(path, "rb");
+    f = fs_fopen_regular(path, err);
     int32_t h[LLMC_HEADER_INTS];
-    if (!f) {
-        error_errno(err, "%s", path);
-        goto out;
-    }
+    if (!f) goto out;
     if (fread(h, 4, LLMC_HEADER_INTS, f) != LLMC_HEADER_INTS || h[0] != OPTIM_MAGIC ||
         h[1] != OPTIM_VERSION) {
         error_set(err, "%s: not a plait optimizer state (magic/version)", path);
@@ -456,32 +234,58 @@ out:
     return rc;
 }
 
-int ckpt_load_latest(const char *dir, struct model *m, struct train_state *st, char *name,
-                     size_t name_bytes, struct plait_error *err)
+/* The plan a checkpoint was written by, against the one resuming it. */
+static int check_plan(const char *cdir, const struct plan *plan, char *notes, size_t notes_bytes,
+                      struct plait_error *err)
 {
+    char path[4096], source[4200];
+    if (fs_join(path, sizeof path, cdir, "plan.json", err)) return -1;
+    char *text = fs_read_all(path, NULL, err);
+    if (!text) return error_prefix(err, "cannot tell which plan wrote it: ");
+    snprintf(source, sizeof source, "%s", path);
+    struct plan *before = plan_load_text(text, source, NULL, NULL, 0, err);
+    free(text);
+    if (!before) return -1;
+    int rc = plan_resumable(before, plan, notes, notes_bytes, err);
+    plan_free(before);
+    return rc;
+}
+
+int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m,
+                     struct train_state *st, char *name, size_t name_bytes, char *notes,
+                     size_t notes_bytes, struct plait_error *err)
+{
+    struct ckpt_entry *list;
     int n;
-    char **names = list_checkpoints(dir, &n, err);
-    if (!names) return -1;
+    if (ckptdir_list(d, &list, &n, err)) return -1;
     int rc = 0;
     for (int i = 0; i < n; i++) {
         char cdir[4096];
         struct plait_error why;
-        if (fs_join(cdir, sizeof cdir, dir, names[i], &why) || verify_checkpoint(cdir, &why) ||
-            load_checkpoint(cdir, m, st, &why)) {
+        if (fs_join(cdir, sizeof cdir, d->path, list[i].name, &why) ||
+            ckptdir_verify(d, list[i].name, &why)) {
             log_warn("checkpoint %s is unusable: %s; trying an older one", cdir, why.text);
             continue;
         }
-        snprintf(name, name_bytes, "%s", names[i]);
+        if (check_plan(cdir, plan, notes, notes_bytes, &why)) {
+            error_set(err, "checkpoint %s was written by a different plan: %s", cdir, why.text);
+            rc = -1;
+            break;
+        }
+        if (load_checkpoint(cdir, m, st, &why)) {
+            log_warn("checkpoint %s is unusable: %s; trying an older one", cdir, why.text);
+            continue;
+        }
+        snprintf(name, name_bytes, "%s", list[i].name);
         rc = 1;
         break;
     }
     if (rc == 0 && n > 0) {
         error_set(err,
-                  "%s: none of its %d checkpoints is usable (see the warnings above); "
-                  "move them away to start from scratch",
-                  dir, n);
+                  "%s: none of its %d checkpoints is usable (see the warnings above)",
+                  d->path, n);
         rc = -1;
     }
-    free_names(names, n);
+    free(list);
     return rc;
 }

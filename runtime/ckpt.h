@@ -1,19 +1,22 @@
 /* ckpt.h — checkpoints of one rank: weights (an llm.c GPT-2 file, so other
  * tools can read them), AdamW moments, the gradients of an unfinished step,
- * and the training state (step, data position, RNG), tied together by a
- * manifest of sizes and CRC-32C checksums.
+ * the training state (step, data position, RNG) and the resolved plan, tied
+ * together by a manifest of sizes and CRC-32C checksums.
  *
- * A checkpoint is a directory <dir>/step_SSSSSSSS_MMMM (S = optimizer steps
- * done, M = micro-batches done of the next step, non-zero only after a
- * preemption). It is written under a temporary name, every file fsynced, then
- * renamed, so it is visible only when complete. Loading takes the newest that
- * verifies; a corrupt or truncated one is reported and skipped. */
+ * The directory, naming, manifest and the commit protocol are
+ * common/ckptdir.h's: a checkpoint is visible only when complete. Loading
+ * takes the newest that verifies (a corrupt or truncated one is reported and
+ * skipped), and only if it belongs to the run being resumed: a checkpoint
+ * written by a plan that differs in anything but the fields that may change
+ * on resume (plan_resumable) is refused, never trained on top of. */
 #ifndef PLAIT_RUNTIME_CKPT_H
 #define PLAIT_RUNTIME_CKPT_H
 
 #include <stdint.h>
 
+#include "common/ckptdir.h"
 #include "common/error.h"
+#include "common/plan.h"
 #include "runtime/data.h"
 #include "runtime/model.h"
 
@@ -27,16 +30,18 @@ struct train_state {
     uint64_t sample_rng[4]; /* the sampler's generator */
 };
 
-/* Writes a checkpoint of the model and state into dir (created if needed) and
- * removes all but the newest `keep` complete ones. The gradients are saved
- * when st->micro > 0. plan_json (the resolved plan) is stored beside. */
-int ckpt_save(const char *dir, const struct model *m, const struct train_state *st, int keep,
+/* Writes a checkpoint of the model and state into d and keeps the newest
+ * `keep` that verify. The gradients are saved when st->micro > 0. plan_json
+ * (the resolved plan) is stored beside. On failure nothing of it remains. */
+int ckpt_save(struct ckptdir *d, const struct model *m, const struct train_state *st, int keep,
               const char *plan_json, struct plait_error *err);
 
-/* Loads the newest complete checkpoint of dir that verifies. Returns 1 when one
- * was loaded (its directory name into name), 0 when there is none, -1 on an
- * error that is not about a particular checkpoint's integrity. */
-int ckpt_load_latest(const char *dir, struct model *m, struct train_state *st, char *name,
-                     size_t name_bytes, struct plait_error *err);
+/* Loads the newest checkpoint of d that verifies. Returns 1 when one was
+ * loaded (its name into name, what changed from its plan into notes), 0 when
+ * there is none, -1 when none is usable or the newest usable one belongs to
+ * another plan (err names the differing fields). */
+int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m,
+                     struct train_state *st, char *name, size_t name_bytes, char *notes,
+                     size_t notes_bytes, struct plait_error *err);
 
 #endif

@@ -1,22 +1,23 @@
-/* data.c — the token-shard loader: glob, header checks, mmap of the shard
- * being read, in-order and seeded-shuffle window orders, positions. */
+/* data.c — the token-shard loader: glob, header and token checks, pread of
+ * each window from the shard being read, in-order and seeded-shuffle window
+ * orders, positions. */
 #include "runtime/data.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/fsutil.h"
 #include "common/llmc.h"
 #include "common/rng.h"
 
 static void close_shard(struct data_loader *d)
 {
-    if (d->map) munmap(d->map, d->map_bytes);
-    d->map = NULL;
-    d->tokens = NULL;
+    if (d->fd >= 0) close(d->fd);
+    d->fd = -1;
     d->open_shard = -1;
 }
 
@@ -24,19 +25,59 @@ static int open_shard(struct data_loader *d, int s, struct plait_error *err)
 {
     if (d->open_shard == s) return 0;
     close_shard(d);
-    const struct data_shard *sh = &d->shards[s];
-    int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return error_errno(err, "%s", sh->path);
-    size_t bytes = LLMC_HEADER_BYTES + (size_t)sh->tokens * 2;
-    void *map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return error_errno(err, "mmap of %s", sh->path);
-    madvise(map, bytes, d->shuffle ? MADV_RANDOM : MADV_SEQUENTIAL);
-    d->map = map;
-    d->map_bytes = bytes;
-    d->tokens = (const uint16_t *)((const char *)map + LLMC_HEADER_BYTES);
+    int fd = fs_open_regular(d->shards[s].path, err);
+    if (fd < 0) return -1;
+    posix_fadvise(fd, 0, 0, d->shuffle ? POSIX_FADV_RANDOM : POSIX_FADV_SEQUENTIAL);
+    d->fd = fd;
     d->open_shard = s;
     return 0;
+}
+
+/* Reads n tokens at token offset `at` of shard s (open) into out. */
+static int read_tokens(struct data_loader *d, int s, int64_t at, uint16_t *out, size_t n,
+                       struct plait_error *err)
+{
+    const struct data_shard *sh = &d->shards[s];
+    size_t want = n * sizeof *out, got = 0;
+    off_t offset = LLMC_HEADER_BYTES + (off_t)at * (off_t)sizeof *out;
+    while (got < want) {
+        ssize_t k = pread(d->fd, (char *)out + got, want - got, offset + (off_t)got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return error_errno(err, "%s: reading tokens %lld..%lld", sh->path, (long long)at,
+                                      (long long)(at + (int64_t)n));
+        if (k == 0)
+            return error_set(err,
+                             "%s: ends at byte %lld, inside tokens %lld..%lld (the file shrank "
+                             "since training started: it had %lld tokens)",
+                             sh->path, (long long)(offset + (off_t)got), (long long)at,
+                             (long long)(at + (int64_t)n), (long long)sh->tokens);
+        got += (size_t)k;
+    }
+    return 0;
+}
+
+/* Every token of shard s below the vocabulary size: one pass, at open. */
+static int check_shard_tokens(struct data_loader *d, int s, struct plait_error *err)
+{
+    enum { CHUNK = 1 << 19 };
+    uint16_t *buf = malloc(CHUNK * sizeof *buf);
+    if (!buf) return error_set(err, "out of memory");
+    int rc = open_shard(d, s, err);
+    for (int64_t at = 0; rc == 0 && at < d->shards[s].tokens; at += CHUNK) {
+        int64_t left = d->shards[s].tokens - at;
+        size_t n = left < CHUNK ? (size_t)left : CHUNK;
+        rc = read_tokens(d, s, at, buf, n, err);
+        for (size_t i = 0; rc == 0 && i < n; i++)
+            if (buf[i] >= d->vocab)
+                rc = error_set(err,
+                               "%s: token %u at position %lld (byte %lld) is not below the "
+                               "vocabulary size %d (model.vocab)",
+                               d->shards[s].path, buf[i], (long long)(at + (int64_t)i),
+                               (long long)(LLMC_HEADER_BYTES + 2 * (at + (int64_t)i)), d->vocab);
+    }
+    free(buf);
+    close_shard(d);
+    return rc;
 }
 
 int data_open(struct data_loader *d, const char *pattern, int B, int T, int vocab, bool shuffle,
@@ -48,7 +89,7 @@ int data_open(struct data_loader *d, const char *pattern, int B, int T, int voca
     d->vocab = vocab;
     d->shuffle = shuffle;
     d->seed = seed;
-    d->open_shard = -1;
+    d->open_shard = d->fd = -1;
     d->order_epoch = d->window_key = -1;
     glob_t g;
     int rc = glob(pattern, GLOB_ERR, NULL, &g);
@@ -72,6 +113,7 @@ int data_open(struct data_loader *d, const char *pattern, int B, int T, int voca
         }
         d->n_shards++;
         if (sh->tokens > largest) largest = sh->tokens;
+        if (check_shard_tokens(d, d->n_shards - 1, err)) goto fail;
     }
     if (largest < window) {
         error_set(err,
@@ -81,7 +123,8 @@ int data_open(struct data_loader *d, const char *pattern, int B, int T, int voca
         goto fail;
     }
     d->shard_order = calloc((size_t)d->n_shards, sizeof *d->shard_order);
-    if (!d->shard_order) {
+    d->window = malloc(((size_t)window) * sizeof *d->window);
+    if (!d->shard_order || !d->window) {
         error_set(err, "out of memory");
         goto fail;
     }
@@ -95,13 +138,14 @@ fail:
 
 void data_close(struct data_loader *d)
 {
-    close_shard(d);
+    if (d->shards) close_shard(d); /* a loader never opened is all zero: fd 0 is not ours */
     for (int i = 0; i < d->n_shards; i++) free(d->shards[i].path);
     free(d->shards);
     free(d->shard_order);
     free(d->window_order);
+    free(d->window);
     memset(d, 0, sizeof *d);
-    d->open_shard = -1;
+    d->open_shard = d->fd = -1;
 }
 
 /* Fisher-Yates over 0..n-1 from a stream seeded by (seed, key). */
@@ -178,21 +222,26 @@ static int advance(struct data_loader *d, int *shard, int64_t *start, struct pla
 int data_next(struct data_loader *d, int32_t *inputs, int32_t *targets, struct plait_error *err)
 {
     int s = 0;
-    int64_t start = 0;
-    if (advance(d, &s, &start, err) || open_shard(d, s, err)) return -1;
-    int64_t bt = (int64_t)d->B * d->T;
-    const uint16_t *w = d->tokens + start;
+    int64_t start = 0, bt = (int64_t)d->B * d->T;
+    struct data_position before = d->pos;
+    if (advance(d, &s, &start, err) || open_shard(d, s, err) ||
+        read_tokens(d, s, start, d->window, (size_t)bt + 1, err))
+        goto fail;
+    const uint16_t *w = d->window;
     for (int64_t i = 0; i <= bt; i++)
-        if (w[i] >= d->vocab)
-            return error_set(err,
-                             "%s: token %u at position %lld is not below the vocabulary "
-                             "size %d",
-                             d->shards[s].path, w[i], (long long)(start + i), d->vocab);
+        if (w[i] >= d->vocab) {
+            error_set(err, "%s: token %u at position %lld is not below the vocabulary size %d",
+                      d->shards[s].path, w[i], (long long)(start + i), d->vocab);
+            goto fail;
+        }
     for (int64_t i = 0; i < bt; i++) {
         inputs[i] = w[i];
         targets[i] = w[i + 1];
     }
     return 0;
+fail:
+    d->pos = before;
+    return -1;
 }
 
 void data_rewind(struct data_loader *d)

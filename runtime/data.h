@@ -5,7 +5,8 @@
  * position (inputs = window[0:B·T], targets = window[1:B·T+1], row-major B×T),
  * then the position advances by B·T; when a window no longer fits, reading
  * moves to the next shard (after the last, back to the first).
- * Shuffled: each epoch visits the shards in a seeded random order and the
+ * Shards are read with pread (never mapped: a shard truncated while training
+ * is an error, not SIGBUS). Shuffled: each epoch visits the shards in a seeded random order and the
  * B·T-token windows of each shard in a seeded random order; the permutations
  * are functions of (seed, epoch, shard), so a position restores them. */
 #ifndef PLAIT_RUNTIME_DATA_H
@@ -35,10 +36,9 @@ struct data_loader {
     int n_shards;
     struct data_position pos;
     /* the shard being read */
-    int open_shard;         /* index into shards, or -1 */
-    const uint16_t *tokens; /* its tokens (mmap) */
-    void *map;
-    size_t map_bytes;
+    int open_shard; /* index into shards, or -1 */
+    int fd;         /* its file */
+    uint16_t *window; /* B·T+1 tokens read from it */
     int64_t *shard_order;  /* this epoch's order (shuffle) */
     int64_t *window_order; /* the current shard's window order (shuffle) */
     int64_t order_epoch;   /* which epoch shard_order is for */
@@ -46,13 +46,16 @@ struct data_loader {
 };
 
 /* Opens the shards matching a file name or glob (sorted by name); every shard
- * is checked (magic, version, size) and at least one must hold a window. */
+ * is checked (a regular file; magic, version, size; every token below vocab,
+ * in one pass) and at least one must hold a window. */
 int data_open(struct data_loader *d, const char *pattern, int B, int T, int vocab, bool shuffle,
               uint64_t seed, struct plait_error *err);
-void data_close(struct data_loader *d);
+void data_close(struct data_loader *d); /* also on a zeroed loader never opened */
 
 /* The next micro-batch: inputs and targets of B·T tokens each. A token not
- * below the vocabulary size is an error naming the shard and offset. */
+ * below the vocabulary size, or a shard that shrank or vanished since it was
+ * opened, is an error naming the shard and offset, and leaves the position
+ * where it was (so a checkpoint taken then resumes at that micro-batch). */
 int data_next(struct data_loader *d, int32_t *inputs, int32_t *targets, struct plait_error *err);
 
 /* Back to the start (for evaluation) or to a saved position. */

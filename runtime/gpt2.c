@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/crc32c.h"
+#include "common/fsutil.h"
 #include "common/llmc.h"
 #include "common/rng.h"
 
@@ -48,8 +49,8 @@ int gpt2_read_llmc(const char *path, const struct gpt2_config *cfg, float *param
                          cfg->hidden);
     struct gpt2_layout layout;
     gpt2_layout(cfg, &layout);
-    FILE *f = fopen(path, "rb");
-    if (!f) return error_errno(err, "%s", path);
+    FILE *f = fs_fopen_regular(path, err);
+    if (!f) return -1;
     int32_t header[LLMC_HEADER_INTS];
     int rc = -1;
     uint16_t *buf16 = NULL;

@@ -21,12 +21,13 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: plait-train          (configured by the environment; normally run by "
             "`plait train`)\n"
-            "  %s   path of the resolved plan (or %s: the plan itself)\n"
+            "  %s  the resolved plan itself (or %s: its path; the text wins when both\n"
+            "                   are set, as the Slurm plugin sets the text it checked)\n"
             "  %s  run directory (required)\n"
             "  %s, %s  rank and world size (1 rank in this version)\n"
             "exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGTERM/SIGUSR1 after a "
             "checkpoint (resumable)\n",
-            PLAIT_ENV_PLAN, PLAIT_ENV_PLAN_JSON, PLAIT_ENV_RUN_DIR, PLAIT_ENV_RANK,
+            PLAIT_ENV_PLAN_JSON, PLAIT_ENV_PLAN, PLAIT_ENV_RUN_DIR, PLAIT_ENV_RANK,
             PLAIT_ENV_WORLD_SIZE);
 }
 
@@ -43,7 +44,7 @@ int main(int argc, char **argv)
     }
     const char *plan_path = getenv(PLAIT_ENV_PLAN), *run_dir = getenv(PLAIT_ENV_RUN_DIR);
     const char *plan_text = getenv(PLAIT_ENV_PLAN_JSON);
-    if ((!plan_path && !plan_text) || !run_dir) {
+    if ((!plan_path && !plan_text) || !run_dir || !*run_dir) {
         log_error("%s (or %s) and %s must be set", PLAIT_ENV_PLAN, PLAIT_ENV_PLAN_JSON,
                   PLAIT_ENV_RUN_DIR);
         usage(stderr);
@@ -60,8 +61,10 @@ int main(int argc, char **argv)
     sigaction(SIGUSR1, &sa, NULL);
 
     struct plait_error err;
-    struct plan *plan = plan_path ? plan_load(plan_path, NULL, 0, &err)
-                                  : plan_load_text(plan_text, PLAIT_ENV_PLAN_JSON, NULL, NULL, 0, &err);
+    /* the text first: a launcher that checked a plan passes it as text, and a
+     * path the user exported must not replace it */
+    struct plan *plan = plan_text ? plan_load_text(plan_text, PLAIT_ENV_PLAN_JSON, NULL, NULL, 0, &err)
+                                  : plan_load(plan_path, NULL, 0, &err);
     if (!plan) {
         log_error("%s", err.text);
         return PLAIT_EXIT_ERROR;

@@ -7,18 +7,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fsutil.h"
+
 #define TOKENIZER_MAGIC 20240328
 
 int tokenizer_load(struct tokenizer *t, const char *path, struct plait_error *err)
 {
     memset(t, 0, sizeof *t);
     t->eot = -1;
-    FILE *f = fopen(path, "rb");
-    if (!f) return error_errno(err, "%s", path);
+    FILE *f = fs_fopen_regular(path, err);
+    if (!f) return -1;
     uint32_t h[256];
     int rc = -1;
     if (fread(h, 4, 256, f) != 256 || h[0] != TOKENIZER_MAGIC || (h[1] != 1 && h[1] != 2)) {
         error_set(err, "%s: not an llm.c tokenizer file (magic %u version %u)", path, h[0], h[1]);
+        goto out;
+    }
+    if (h[2] < 1 || h[2] > 65536 || (h[1] == 2 && h[3] >= h[2])) {
+        error_set(err,
+                  "%s: inconsistent header (vocab %u, end-of-text token %u): tokens are uint16 "
+                  "and the end-of-text token must be one of them",
+                  path, h[2], h[3]);
         goto out;
     }
     t->vocab = (int)h[2];
@@ -102,11 +111,12 @@ int sample_text(struct model *m, const struct plan_sample *s, const struct token
                 struct rng *r, FILE *out, struct plait_error *err)
 {
     int V = m->cfg.vocab, Vp = m->cfg.padded_vocab, T = m->T;
-    int cap = s->tokens + (int)strlen(s->prompt) + 1;
-    int32_t *seq = malloc((size_t)cap * sizeof *seq);
+    size_t cap = (size_t)s->tokens + strlen(s->prompt) + 1;
+    int32_t *seq = malloc(cap * sizeof *seq);
     float *row = malloc((size_t)Vp * sizeof *row);
     float *scratch = malloc((size_t)V * sizeof *scratch);
-    int rc = -1, n = 0;
+    int rc = -1;
+    size_t n = 0; /* tokens in seq, at most cap */
     if (!seq || !row || !scratch) {
         error_set(err, "out of memory");
         goto out;
@@ -116,10 +126,10 @@ int sample_text(struct model *m, const struct plan_sample *s, const struct token
             if (*p < V) seq[n++] = *p;
     }
     if (n == 0) seq[n++] = tok && tok->eot >= 0 ? tok->eot : V - 1;
-    for (int i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++)
         if (!(tok && seq[i] == tok->eot)) put_token(out, seq[i], V, tok);
     for (int k = 0; k < s->tokens; k++) {
-        int len = n < T ? n : T; /* the last T tokens are the context */
+        int len = n < (size_t)T ? (int)n : T; /* the last T tokens are the context */
         if (model_forward(m, seq + n - len, NULL, 1, len, 0.0f, NULL, err)) goto out;
         m->ops->download(row, m->logits + (size_t)(len - 1) * Vp, (size_t)Vp * sizeof(float));
         int next = draw(row, V, s->temperature, s->top_k, scratch, r);

@@ -5,17 +5,22 @@
 #include "runtime/train.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/ckptdir.h"
 #include "common/env.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "common/runlock.h"
 #include "runtime/ckpt.h"
 #include "runtime/data.h"
 #include "runtime/metrics.h"
@@ -30,6 +35,9 @@ struct trainer {
     const char *plan_json;
     const char *run_dir;
     char ckpt_dir[4096];
+    struct runlock run_lock, ckpt_lock; /* one run per run and checkpoint directory */
+    struct ckptdir ckpts;
+    bool ckpts_open;
     struct model m;
     bool model_ready;
     struct data_loader train, val;
@@ -45,6 +53,7 @@ struct trainer {
     const char *dump_dir;
     long signal_after_micro; /* PLAIT_DEBUG_SIGNAL_AFTER_MICRO, 0 = off */
     long micro_done;         /* micro-batches run by this process */
+    bool data_failed;        /* the last error came from reading data */
     double timed_s;          /* wall time of the steps in m.prof */
 };
 
@@ -167,6 +176,89 @@ static int check_single_rank(const struct plan *p, struct plait_error *err)
     return 0;
 }
 
+#define START_FRESH                                                                               \
+    "to start this plan from scratch there, run plait train with --fresh (removes that "         \
+    "run's checkpoints and metrics), or train into another directory (--out)"
+
+/* Whether the run directory holds something a different plan would lose:
+ * metrics records or checkpoints. */
+static bool run_has_history(struct trainer *t)
+{
+    char path[4096];
+    struct stat st;
+    struct plait_error err;
+    if (!fs_join(path, sizeof path, t->run_dir, "metrics.jsonl", &err) && stat(path, &st) == 0 &&
+        st.st_size > 0)
+        return true;
+    struct ckpt_entry *list;
+    int n = 0;
+    if (ckptdir_list(&t->ckpts, &list, &n, &err) == 0) free(list);
+    return n > 0;
+}
+
+/* The run directory belongs to the plan that started it (its plan.json): a
+ * different plan may not take it over while it holds history. */
+static int check_run_plan(struct trainer *t, struct plait_error *err)
+{
+    char path[4096];
+    struct stat st;
+    if (fs_join(path, sizeof path, t->run_dir, "plan.json", err)) return -1;
+    if (stat(path, &st) != 0 || !run_has_history(t)) return 0;
+    char *text = fs_read_all(path, NULL, err);
+    struct plan *before = text ? plan_load_text(text, path, NULL, NULL, 0, err) : NULL;
+    free(text);
+    char notes[1024];
+    struct plait_error why;
+    int rc = before ? plan_resumable(before, t->plan, notes, sizeof notes, &why) : -1;
+    if (rc)
+        error_set(err, "%s holds a run of a different plan (%s: %s); " START_FRESH, t->run_dir,
+                  before ? "fields that may not change" : "its plan.json does not load",
+                  before ? why.text : err->text);
+    plan_free(before);
+    return rc;
+}
+
+/* plait train --fresh: the run directory's history goes. */
+static int start_fresh(struct trainer *t, struct plait_error *err)
+{
+    int n = ckptdir_remove_all(&t->ckpts, err);
+    if (n < 0) return error_prefix(err, "--fresh: ");
+    static const char *const files[] = {"metrics.jsonl", "plan.json", "run.json"};
+    char path[4096];
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        if (fs_join(path, sizeof path, t->run_dir, files[i], err)) return -1;
+        if (unlink(path) != 0 && errno != ENOENT) return error_errno(err, "--fresh: removing %s", path);
+    }
+    log_info("--fresh: removed %d checkpoint%s and the metrics of the previous run in %s", n,
+             n == 1 ? "" : "s", t->run_dir);
+    return 0;
+}
+
+/* The checkpoint directory: inside the run directory (and under its lock), or
+ * elsewhere, locked too, since another run directory could name the same one. */
+static int open_checkpoints(struct trainer *t, struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    if (p->checkpoint.dir[0] == '/') {
+        if (strlen(p->checkpoint.dir) >= sizeof t->ckpt_dir)
+            return error_set(err, "checkpoint.dir: path too long");
+        strcpy(t->ckpt_dir, p->checkpoint.dir);
+    } else if (fs_join(t->ckpt_dir, sizeof t->ckpt_dir, t->run_dir, p->checkpoint.dir, err)) {
+        return error_prefix(err, "checkpoint.dir: ");
+    }
+    char run_real[PATH_MAX], ckpt_real[PATH_MAX];
+    if (fs_mkdir_p(t->ckpt_dir, err)) return error_prefix(err, "checkpoint.dir: ");
+    if (!realpath(t->run_dir, run_real) || !realpath(t->ckpt_dir, ckpt_real))
+        return error_errno(err, "checkpoint.dir: %s", t->ckpt_dir);
+    size_t n = strlen(run_real);
+    bool inside = !strncmp(ckpt_real, run_real, n) && (ckpt_real[n] == '/' || !ckpt_real[n]);
+    if (!inside && runlock_acquire(&t->ckpt_lock, t->ckpt_dir, "checkpoint directory", err))
+        return -1;
+    if (ckptdir_open(&t->ckpts, t->ckpt_dir, err)) return -1;
+    t->ckpts_open = true;
+    return 0;
+}
+
 static int setup(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
@@ -180,7 +272,13 @@ static int setup(struct trainer *t, struct plait_error *err)
                               .heads = p->model.heads,
                               .hidden = p->model.hidden};
     int B = p->batch.micro_batch, T = p->model.seq_len;
-    if (fs_mkdir_p(t->run_dir, err)) return -1;
+    if (fs_mkdir_p(t->run_dir, err) ||
+        runlock_acquire(&t->run_lock, t->run_dir, "run directory", err) ||
+        open_checkpoints(t, err))
+        return -1;
+    const char *fresh = getenv(PLAIT_ENV_FRESH);
+    if (fresh && !strcmp(fresh, "1") && start_fresh(t, err)) return -1;
+    if (check_run_plan(t, err)) return -1;
     if (model_init(&t->m, &cfg, ops, B, T, p->precision, p->recompute, err)) return -1;
     t->model_ready = true;
     t->flops_per_token = gpt2_flops_per_token(&cfg, T);
@@ -188,19 +286,17 @@ static int setup(struct trainer *t, struct plait_error *err)
     t->targets = malloc((size_t)B * T * sizeof *t->targets);
     if (!t->inputs || !t->targets) return error_set(err, "out of memory");
 
-    if (p->checkpoint.dir[0] == '/') {
-        if (strlen(p->checkpoint.dir) >= sizeof t->ckpt_dir)
-            return error_set(err, "checkpoint.dir: path too long");
-        strcpy(t->ckpt_dir, p->checkpoint.dir);
-    } else if (fs_join(t->ckpt_dir, sizeof t->ckpt_dir, t->run_dir, p->checkpoint.dir, err)) {
-        return error_prefix(err, "checkpoint.dir: ");
+    char name[64] = "", notes[1024] = "";
+    int loaded = ckpt_load_latest(&t->ckpts, p, &t->m, &t->st, name, sizeof name, notes,
+                                  sizeof notes, err);
+    if (loaded < 0) {
+        struct plait_error why = *err;
+        return error_set(err, "%s; " START_FRESH, why.text);
     }
-    char name[64] = "";
-    int loaded = ckpt_load_latest(t->ckpt_dir, &t->m, &t->st, name, sizeof name, err);
-    if (loaded < 0) return -1;
     if (loaded) {
         log_info("resuming from %s/%s (step %d%s)", t->ckpt_dir, name, t->st.step,
                  t->st.micro ? ", mid-step" : "");
+        if (*notes) log_info("the plan changed since that checkpoint: %s", notes);
         if (t->st.micro >= p->batch.grad_accum)
             return error_set(err,
                              "checkpoint %s stopped after micro-batch %d of a step, but the "
@@ -225,7 +321,16 @@ static int setup(struct trainer *t, struct plait_error *err)
         if (tokenizer_load(&t->tok, p->data.tokenizer, err))
             return error_prefix(err, "data.tokenizer: ");
         t->has_tok = true;
+        if (t->tok.eot >= cfg.vocab)
+            return error_set(err,
+                             "data.tokenizer: %s: its end-of-text token %d is not below "
+                             "model.vocab %d (a tokenizer of another model?)",
+                             p->data.tokenizer, t->tok.eot, cfg.vocab);
     }
+    char plan_path[4096];
+    if (fs_join(plan_path, sizeof plan_path, t->run_dir, "plan.json", err) ||
+        fs_write_atomic(plan_path, t->plan_json, strlen(t->plan_json), err))
+        return -1;
     if (metrics_open(&t->metrics, t->run_dir, t->st.step, err)) return -1;
     t->peak_gflops = measure_peak_gflops(&t->m);
     t->dump_dir = getenv(PLAIT_ENV_DUMP_STEP1);
@@ -237,6 +342,9 @@ static int setup(struct trainer *t, struct plait_error *err)
 static void teardown(struct trainer *t)
 {
     metrics_close(&t->metrics);
+    if (t->ckpts_open) ckptdir_close(&t->ckpts);
+    runlock_release(&t->ckpt_lock);
+    runlock_release(&t->run_lock);
     if (t->has_tok) tokenizer_free(&t->tok);
     if (t->has_val) data_close(&t->val);
     data_close(&t->train);
@@ -252,11 +360,29 @@ static int save(struct trainer *t, struct plait_error *err)
     t->st.data = t->train.pos;
     memcpy(t->st.sample_rng, t->sample_rng.s, sizeof t->st.sample_rng);
     double t0 = now_s();
-    if (ckpt_save(t->ckpt_dir, &t->m, &t->st, t->plan->checkpoint.keep, t->plan_json, err))
+    if (ckpt_save(&t->ckpts, &t->m, &t->st, t->plan->checkpoint.keep, t->plan_json, err))
         return -1;
     log_info("checkpoint step %d%s written in %.1f s", t->st.step, t->st.micro ? " (mid-step)" : "",
              now_s() - t0);
     return 0;
+}
+
+/* Data that fails mid-run (a shard changed under us) must not cost the work
+ * since the last checkpoint: the state after the last complete micro-batch is
+ * written, then the error is returned with where to resume. */
+static int fail_keeping_progress(struct trainer *t, struct plait_error *err)
+{
+    struct plait_error why = *err, save_err;
+    if (save(t, &save_err))
+        return error_set(err, "%s; the checkpoint of the work so far failed too: %s", why.text,
+                         save_err.text);
+    return error_set(err,
+                     "%s; the work so far is in a checkpoint (step %d%s): fix the data and "
+                     "run again to resume from there",
+                     why.text, t->st.step,
+                     t->st.eval_pending ? ", before its evaluation"
+                     : t->st.micro      ? ", mid-step"
+                                        : "");
 }
 
 /* Mean loss over val_batches micro-batches from the start of the validation
@@ -281,7 +407,10 @@ static int evaluate_batches(struct trainer *t, struct plait_error *err)
     for (int i = 0; i < p->data.val_batches; i++) {
         if (train_stop_signal) return 1;
         double loss;
-        if (data_next(&t->val, t->inputs, t->targets, err)) return error_prefix(err, "data.val: ");
+        if (data_next(&t->val, t->inputs, t->targets, err)) {
+            t->data_failed = true;
+            return error_prefix(err, "data.val: ");
+        }
         if (model_forward(&t->m, t->inputs, t->targets, B, T, 0.0f, &loss, err)) return -1;
         sum += loss;
     }
@@ -350,7 +479,10 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         for (int micro = t->st.micro; micro < A; micro++) {
             int data_rc;
             PROF(&t->m.prof, PROF_DATA, data_rc = data_next(&t->train, t->inputs, t->targets, err));
-            if (data_rc) return error_prefix(err, "data.train: ");
+            if (data_rc) {
+                error_prefix(err, "data.train: ");
+                return fail_keeping_progress(t, err);
+            }
             if (t->dump_dir && s == 0 && micro == 0) { /* logits before the loss touches them */
                 if (model_forward(&t->m, t->inputs, t->targets, B, T, 0.0f, NULL, err) ||
                     dump(t->dump_dir, "logits.f32", t->m.ops, t->m.logits,
@@ -411,6 +543,10 @@ static int run_steps(struct trainer *t, struct plait_error *err)
             t->has_val && (last || (p->data.val_every > 0 && t->st.step % p->data.val_every == 0));
         if (eval_due) {
             int r = evaluate(t, err);
+            if (r < 0 && t->data_failed) {
+                t->st.eval_pending = 1;
+                return fail_keeping_progress(t, err);
+            }
             if (r < 0) return -1;
             if (r == 1) {
                 t->st.eval_pending = 1;
@@ -446,7 +582,11 @@ static int print_sample(struct trainer *t, const char *when, struct plait_error 
 int train_run(const struct plan *plan, const char *plan_json, const char *run_dir,
               struct plait_error *err)
 {
-    struct trainer t = {.plan = plan, .plan_json = plan_json, .run_dir = run_dir};
+    struct trainer t = {.plan = plan,
+                        .plan_json = plan_json,
+                        .run_dir = run_dir,
+                        .run_lock = {-1},
+                        .ckpt_lock = {-1}};
     int rc = -1;
     if (setup(&t, err)) goto out;
     if (t.st.step >= plan->steps) {

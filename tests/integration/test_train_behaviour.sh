@@ -94,7 +94,7 @@ test_bad_data_is_refused_with_the_file_named() {
     expect_error "$WORK/e2.log" 1 "data.train: no file matches .*nothing_\*.bin" \
         "$PLAIT" train "$WORK/plan.json" --out "$WORK/e2" --set "data.train=$WORK/nothing_*.bin" || return 1
     # a token outside the vocabulary: the shard of 0..199 against vocab 100
-    expect_error "$WORK/e3.log" 1 "count.bin: token 100 at position 100 is not below the vocabulary size 100" \
+    expect_error "$WORK/e3.log" 1 "count.bin: token 100 at position 100 \(byte 1224\) is not below the vocabulary size 100 \(model.vocab\)" \
         "$PLAIT" train "$WORK/plan.json" --out "$WORK/e3" --set data.train="$WORK/count.bin" \
         --set data.shuffle=false --set model.vocab=100 --set data.val=null --set data.val_every=0 || return 1
     # a truncated shard
