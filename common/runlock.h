@@ -1,5 +1,5 @@
 /* runlock.h — one run per directory. A run holds an exclusive flock(2) on
- * DIR/lock for its whole life and writes who it is into the file (host, pid,
+ * DIR/.lock for its whole life and writes who it is into the file (host, pid,
  * start time), so a second run on the same directory is refused naming the
  * first. The lock goes with the process (a crash or kill -9 releases it). On a
  * shared file system it holds across nodes as far as the file system's locks
@@ -16,7 +16,7 @@ struct runlock {
     int fd; /* -1 when not held */
 };
 
-/* Takes DIR/lock (DIR must exist). `what` names the directory's role in
+/* Takes DIR/.lock (DIR must exist). `what` names the directory's role in
  * messages ("run directory", "checkpoint directory"). */
 int runlock_acquire(struct runlock *l, const char *dir, const char *what, struct plait_error *err);
 void runlock_release(struct runlock *l);

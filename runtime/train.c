@@ -5,7 +5,6 @@
 #include "runtime/train.h"
 
 #include <jansson.h>
-#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -234,8 +233,8 @@ static int start_fresh(struct trainer *t, struct plait_error *err)
     return 0;
 }
 
-/* The checkpoint directory: inside the run directory (and under its lock), or
- * elsewhere, locked too, since another run directory could name the same one. */
+/* The checkpoint directory, locked like the run directory: another run
+ * directory's plan could name the same one. */
 static int open_checkpoints(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
@@ -246,13 +245,13 @@ static int open_checkpoints(struct trainer *t, struct plait_error *err)
     } else if (fs_join(t->ckpt_dir, sizeof t->ckpt_dir, t->run_dir, p->checkpoint.dir, err)) {
         return error_prefix(err, "checkpoint.dir: ");
     }
-    char run_real[PATH_MAX], ckpt_real[PATH_MAX];
+    struct stat run_st, ckpt_st;
     if (fs_mkdir_p(t->ckpt_dir, err)) return error_prefix(err, "checkpoint.dir: ");
-    if (!realpath(t->run_dir, run_real) || !realpath(t->ckpt_dir, ckpt_real))
+    if (stat(t->run_dir, &run_st) != 0 || stat(t->ckpt_dir, &ckpt_st) != 0)
         return error_errno(err, "checkpoint.dir: %s", t->ckpt_dir);
-    size_t n = strlen(run_real);
-    bool inside = !strncmp(ckpt_real, run_real, n) && (ckpt_real[n] == '/' || !ckpt_real[n]);
-    if (!inside && runlock_acquire(&t->ckpt_lock, t->ckpt_dir, "checkpoint directory", err))
+    /* locked even inside the run directory: another run may name it as its own */
+    bool same = run_st.st_dev == ckpt_st.st_dev && run_st.st_ino == ckpt_st.st_ino;
+    if (!same && runlock_acquire(&t->ckpt_lock, t->ckpt_dir, "checkpoint directory", err))
         return -1;
     if (ckptdir_open(&t->ckpts, t->ckpt_dir, err)) return -1;
     t->ckpts_open = true;

@@ -6,7 +6,7 @@ set -euo pipefail
 
 build_pkgs=(gcc make pkg-config libjansson-dev libhwloc-dev libdnnl-dev libopenblas-dev libslurm-dev)
 test_pkgs=("${build_pkgs[@]}" hwloc-nox python3 python3-torch python3-numpy
-    slurmctld slurmd slurm-client munge)
+    slurmctld slurmd slurm-client munge strace)
 
 case "${1:-build}" in
   build) want=("${build_pkgs[@]}") ;;

@@ -255,6 +255,33 @@ out:
     topo_free(&t);
 }
 
+/* A cudaN beyond the node's GPUs (an edited XML) once gave the next GPU index
+ * INT_MAX + 1, so CUDA_VISIBLE_DEVICES read "...,-2147483648". */
+static void test_cuda_indexes_stay_within_the_nodes_gpus(void)
+{
+    char path[64];
+    struct topo t;
+    if (!edited_fixture(H100, NULL, "name=\"cuda3\"", "name=\"cuda2147483646\"", path)) {
+        CHECK(0, "cannot write the edited fixture");
+        return;
+    }
+    bool ok = load(&t, path);
+    unlink(path);
+    if (!ok) return;
+    CHECK(t.n_gpus == 8, "%d GPUs", t.n_gpus);
+    bool seen[8] = {false};
+    for (int g = 0; g < t.n_gpus; g++) {
+        int i = t.gpus[g].cuda_index;
+        CHECK(i >= 0 && i < t.n_gpus && !seen[i], "GPU %s: CUDA index %d", t.gpus[g].busid, i);
+        if (i >= 0 && i < 8) seen[i] = true;
+        /* inconsistent numbers: PCI bus order for all */
+        if (g > 0)
+            CHECK(strcmp(t.gpus[g - 1].busid, t.gpus[g].busid) < 0, "%s before %s",
+                  t.gpus[g - 1].busid, t.gpus[g].busid);
+    }
+    topo_free(&t);
+}
+
 /* ---- islands8_interleaved ---------------------------------------------------------------- */
 
 static void test_islands_interleaved_cuda_indices_give_two_domains(void)
@@ -780,5 +807,6 @@ int main(void)
     RUN(test_bad_inputs_name_the_file_and_the_problem);
     RUN(test_cpu_list_sorts_and_collapses_ranges);
     RUN(test_free_is_safe_on_zeroed_and_freed);
+    RUN(test_cuda_indexes_stay_within_the_nodes_gpus);
     return check_exit_code();
 }
