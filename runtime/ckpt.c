@@ -159,6 +159,9 @@ static int read_state(const char *cdir, struct train_state *st, struct plait_err
                     "sample_rng", &rng) ||
         json_array_size(rng) != 4) {
         rc = error_set(err, "state.json: missing or malformed fields");
+    } else if (st->step < 0 || st->micro < 0 || tokens < 0 || epoch < 0 || shard < 0 ||
+               index < 0) {
+        rc = error_set(err, "state.json: a negative step, micro-batch, token count or position");
     } else {
         st->tokens = tokens;
         st->data = (struct data_position){epoch, shard, index};
