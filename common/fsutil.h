@@ -29,7 +29,7 @@ int fs_open_regular(const char *path, struct plait_error *err);
 /* The same as a stdio stream ("rb"). */
 FILE *fs_fopen_regular(const char *path, struct plait_error *err);
 
-/* Reads a whole file into a malloc'ed, NUL-terminated buffer. */
+/* Reads a whole regular file (fs_open_regular) into a malloc'ed, NUL-terminated buffer. */
 char *fs_read_all(const char *path, size_t *bytes, struct plait_error *err);
 
 /* rm -rf (for expired checkpoints and abandoned temp directories). */
