@@ -1,8 +1,10 @@
 /* test_gemm.c — kernels/cpu/gemm.c against naive double-precision loops: every
  * transpose pair, padded leading dimensions, odd sizes, alpha/beta, calls from
  * inside OpenMP parallel regions and from plain threads, bitwise repeatability,
- * and the bf16 rounding rules. Speed is gemm-bench's business, not this file's. */
+ * bf16 emulated in fp32 (forced here; against native where there is one), and
+ * the bf16 rounding rules. Speed is gemm-bench's business, not this file's. */
 #include "kernels/cpu/gemm.h"
+#include "kernels/ops.h"
 #include "tests/unit/check.h"
 
 #include <dirent.h>
@@ -530,6 +532,169 @@ static void test_repeated_calls_are_bitwise_identical(void)
     }
 }
 
+/* ---- bf16 emulated in fp32 ---- */
+
+/* A bf16 product (bf16 operands, C random or, with beta 0, NaN) against the
+ * double-precision product of the same bf16 values, within fp32 accumulation's
+ * bound; C (M×N, ldc N + pad) is returned in *out if out is not NULL, with the
+ * reference in *ref_out. 0 when it passes, else 1 with a description in msg. */
+static int run_bf16_case(bool ta, bool tb, int M, int N, int K, float alpha, float beta, int pad,
+                         float **out, struct ref *ref_out, char *msg, size_t msg_bytes)
+{
+    int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+    int lda = a_cols + pad, ldb = b_cols + 2 * pad, ldc = N + pad;
+    uint16_t *A16, *B16;
+    float *A, *B;
+    matrix_bf16_pair(a_rows, lda, &A16, &A);
+    matrix_bf16_pair(b_rows, ldb, &B16, &B);
+    bf16_to_f32(A, A16, (size_t)(a_rows ? a_rows : 1) * lda); /* the values multiplied */
+    bf16_to_f32(B, B16, (size_t)(b_rows ? b_rows : 1) * ldb);
+    float *C = matrix_f32(M, N, ldc);
+    if (beta == 0)
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = NAN;
+    struct ref r = ref_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    char err[256] = "";
+    int rc = gemm_bf16(ta, tb, M, N, K, alpha, A16, lda, B16, ldb, beta, C, ldc, err, sizeof err);
+    int pad_changed = 0;
+    double worst = rc ? INFINITY : worst_error(C, M, N, ldc, r, f32_rel_bound(K), &pad_changed);
+    int bad = rc != 0 || worst > 1 || pad_changed;
+    if (bad)
+        snprintf(msg, msg_bytes,
+                 "gemm_bf16 %c%c M=%d N=%d K=%d alpha=%g beta=%g pad=%d: rc %d '%s', error %.3g "
+                 "of bound, %d padding entries changed",
+                 ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, beta, pad, rc, err, worst,
+                 pad_changed);
+    if (out)
+        *out = C;
+    else
+        free(C);
+    if (ref_out)
+        *ref_out = r;
+    else
+        ref_free(r);
+    free(A16), free(B16), free(A), free(B);
+    return bad;
+}
+
+/* Emulation forced on this machine: the same cases as the native test pass,
+ * and the decision is reported as emulated. */
+static void test_bf16_emulated_matches_naive_within_bound(void)
+{
+    gemm_bf16_force_emulation(true, 0);
+    const char *how = NULL;
+    CHECK(gemm_bf16_emulated(&how) && how && strstr(how, "emulated in fp32"), "reported '%s'",
+          how ? how : "(null)");
+    test_bf16_matches_naive_within_bound();
+    test_bf16_general_beta();
+    gemm_bf16_force_emulation(false, 0);
+}
+
+/* With a small bound on the widened panels, products split along M, N and K
+ * (each alone and together) still match: panel offsets, which panels are
+ * widened again, beta only on the first K panel, C's padding untouched. */
+static void test_bf16_emulated_in_panels_matches_naive(void)
+{
+    const struct {
+        int M, N, K;
+        size_t panel_floats;
+    } cases[] = {
+        {50, 60, 700, 3000},    /* K in 26 panels */
+        {1500, 40, 10, 11000},  /* M in 2 panels; op(B) widened once */
+        {40, 1500, 10, 11000},  /* N in 2 panels; op(A) kept across them */
+        {1300, 1200, 8, 16384}, /* M and N in 2 panels each */
+        {1100, 40, 30, 20000},  /* M and K in 2 panels each */
+        {130, 120, 20, 100},    /* everything in tiny panels */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        gemm_bf16_force_emulation(true, cases[c].panel_floats);
+        for (int t = 0; t < 4; t++) {
+            char msg[512] = "";
+            bool ta = t & 1, tb = t & 2;
+            float beta = t == 1 ? 0.0f : t == 2 ? 1.0f : -0.5f;
+            int bad = run_bf16_case(ta, tb, cases[c].M, cases[c].N, cases[c].K, t ? 0.75f : 1.0f,
+                                    beta, t, NULL, NULL, msg, sizeof msg);
+            CHECK(!bad, "panels of %zu floats: %s", cases[c].panel_floats, msg);
+        }
+    }
+    gemm_bf16_force_emulation(false, 0);
+}
+
+/* Native and emulated products of the same bf16 operands both pass the fp32
+ * bound against the exact product, and differ from each other by no more than
+ * fp32 rounding allows (the largest difference is printed). Where this CPU has
+ * no native bf16 (or PLAIT_BF16_EMULATE=1) there is nothing to compare: skipped. */
+static void test_bf16_emulated_agrees_with_native(void)
+{
+    const char *how = NULL;
+    if (gemm_bf16_emulated(&how)) {
+        printf("  skipped: %s\n", how);
+        return;
+    }
+    /* (ta, tb, M, N, K): a layer's forward, input-gradient and weight-gradient
+     * products at 128 tokens, C 256, OC 384; then a bigger and a tiny one */
+    const int shapes[][5] = {{0, 1, 128, 384, 256},
+                             {0, 0, 128, 256, 384},
+                             {1, 0, 384, 256, 128},
+                             {0, 1, 256, 768, 512},
+                             {1, 1, 17, 65, 3}};
+    double worst_rel = 0, worst_bound = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        bool ta = shapes[s][0], tb = shapes[s][1];
+        int M = shapes[s][2], N = shapes[s][3], K = shapes[s][4];
+        float *C[2] = {NULL, NULL};
+        struct ref r[2];
+        char msg[512] = "";
+        uint64_t seed = rng_state;
+        for (int e = 0; e < 2; e++) { /* native, then emulated, on the same operands */
+            rng_state = seed;
+            gemm_bf16_force_emulation(e, 0);
+            int bad = run_bf16_case(ta, tb, M, N, K, 1.0f, 0.0f, 0, &C[e], &r[e], msg, sizeof msg);
+            CHECK(!bad, "%s: %s", e ? "emulated" : "native", msg);
+        }
+        gemm_bf16_force_emulation(false, 0);
+        for (size_t i = 0; i < (size_t)M * N; i++) {
+            double d = fabs((double)C[0][i] - C[1][i]);
+            double rel = d / (fabs((double)C[0][i]) + 1e-30);
+            double of_bound = d / (f32_rel_bound(K) * r[0].absbound[i] + 1e-30);
+            if (fabs(r[0].c[i]) > 1e-3 * r[0].absbound[i] && !(rel <= worst_rel)) worst_rel = rel;
+            if (!(of_bound <= worst_bound)) worst_bound = of_bound;
+        }
+        for (int e = 0; e < 2; e++) free(C[e]), ref_free(r[e]);
+    }
+    printf("  emulated vs native: max relative difference %.3g (entries not cancelling), "
+           "%.3g of the fp32 bound\n",
+           worst_rel, worst_bound);
+    CHECK(worst_bound <= 2, "emulated and native differ by %.3g of the fp32 bound", worst_bound);
+}
+
+/* Emulated products keep gemm_bf16's promises: repeatable to the bit, safe from
+ * OpenMP workers and plain threads at once (each with its own fp32 panels). */
+static void test_bf16_emulated_is_repeatable_and_thread_safe(void)
+{
+    gemm_bf16_force_emulation(true, 40000); /* 256×256×256 products in panels */
+    test_repeated_calls_are_bitwise_identical();
+    test_calls_inside_omp_parallel_region_with_different_shapes();
+    test_calls_from_plain_threads_share_cached_primitives();
+    gemm_bf16_force_emulation(false, 0);
+}
+
+/* The backend says "emulated" (why, and the cost) exactly when it emulates. */
+static void test_ops_report_bf16_emulation(void)
+{
+    const struct ops *o = ops_cpu();
+    CHECK(o->bf16_emulation != NULL, "no bf16_emulation in the CPU ops");
+    if (!o->bf16_emulation) return;
+    const char *line = o->bf16_emulation();
+    CHECK(gemm_bf16_emulated(NULL) == (line != NULL), "gemm says %d, ops say '%s'",
+          gemm_bf16_emulated(NULL), line ? line : "(null)");
+    gemm_bf16_force_emulation(true, 0);
+    line = o->bf16_emulation();
+    CHECK(line && strstr(line, "emulated in fp32") && strstr(line, "slower"), "forced: '%s'",
+          line ? line : "(null)");
+    gemm_bf16_force_emulation(false, 0);
+}
+
 /* ---- bf16 conversions ---- */
 
 /* The reference: of the two bf16 neighbours of x (truncation and the next one
@@ -663,6 +828,11 @@ int main(void)
     RUN(test_calls_inside_omp_parallel_region_with_different_shapes);
     RUN(test_calls_from_plain_threads_share_cached_primitives);
     RUN(test_repeated_calls_are_bitwise_identical);
+    RUN(test_bf16_emulated_matches_naive_within_bound);
+    RUN(test_bf16_emulated_in_panels_matches_naive);
+    RUN(test_bf16_emulated_agrees_with_native);
+    RUN(test_bf16_emulated_is_repeatable_and_thread_safe);
+    RUN(test_ops_report_bf16_emulation);
     RUN(test_backend_has_a_name);
     return check_exit_code();
 }
