@@ -125,42 +125,59 @@ static double f32_rel_bound(int K)
     return 2.0 * (K + 4) * ldexp(1.0, -24);
 }
 
-/* Runs one fp32 case against the reference; C0 random (beta != 0) or NaN
- * (beta == 0: BLAS never reads C then). Returns 0 when it passes, else 1 with
- * a description in msg. Thread-safe (CHECK is not). */
-static int run_f32_case(bool ta, bool tb, int M, int N, int K, float alpha, float beta, int pad,
-                        char *msg, size_t msg_bytes)
+/* Runs one product against the reference: gemm_f32, or with bf16 gemm_bf16 on
+ * the bf16 roundings of the random operands (the reference multiplies the
+ * rounded values). C0 random (beta != 0) or NaN (beta == 0: BLAS never reads C
+ * then). Returns 0 when it passes, else 1 with a description in msg. With out,
+ * C (M×N, ldc N + pad) and the reference are handed to the caller to free.
+ * Thread-safe (CHECK is not). */
+static int run_case(bool bf16, bool ta, bool tb, int M, int N, int K, float alpha, float beta,
+                    int pad, float **out, struct ref *ref_out, char *msg, size_t msg_bytes)
 {
     int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
     int lda = a_cols + pad, ldb = b_cols + 2 * pad, ldc = N + pad;
     float *A = matrix_f32(a_rows, a_cols, lda), *B = matrix_f32(b_rows, b_cols, ldb);
+    size_t a_n = (size_t)(a_rows ? a_rows : 1) * lda, b_n = (size_t)(b_rows ? b_rows : 1) * ldb;
+    uint16_t *A16 = malloc(sizeof(uint16_t) * a_n), *B16 = malloc(sizeof(uint16_t) * b_n);
+    bf16_from_f32(A16, A, a_n);
+    bf16_from_f32(B16, B, b_n);
+    if (bf16) { /* the values gemm_bf16 multiplies */
+        bf16_to_f32(A, A16, a_n);
+        bf16_to_f32(B, B16, b_n);
+    }
     float *C = matrix_f32(M, N, ldc);
     if (beta == 0)
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = NAN;
     struct ref r = ref_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     char err[256] = "";
-    int rc = gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, err, sizeof err);
-    int pad_changed;
+    int rc =
+        bf16 ? gemm_bf16(ta, tb, M, N, K, alpha, A16, lda, B16, ldb, beta, C, ldc, err, sizeof err)
+             : gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, err, sizeof err);
+    int pad_changed = 0;
     double worst = rc ? INFINITY : worst_error(C, M, N, ldc, r, f32_rel_bound(K), &pad_changed);
     int bad = rc != 0 || worst > 1 || pad_changed;
     if (bad)
         snprintf(msg, msg_bytes,
-                 "gemm_f32 %c%c M=%d N=%d K=%d alpha=%g beta=%g pad=%d: rc %d '%s', error %.3g "
+                 "%s %c%c M=%d N=%d K=%d alpha=%g beta=%g pad=%d: rc %d '%s', error %.3g "
                  "of bound, %d padding entries changed",
-                 ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, beta, pad, rc, err, worst,
-                 rc ? 0 : pad_changed);
-    ref_free(r);
-    free(A);
-    free(B);
-    free(C);
+                 bf16 ? "gemm_bf16" : "gemm_f32", ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha,
+                 beta, pad, rc, err, worst, pad_changed);
+    if (out) {
+        *out = C;
+        *ref_out = r;
+    } else {
+        free(C);
+        ref_free(r);
+    }
+    free(A), free(B), free(A16), free(B16);
     return bad;
 }
 
 static int check_f32_case(bool ta, bool tb, int M, int N, int K, float alpha, float beta, int pad)
 {
     char msg[512] = "";
-    int bad = run_f32_case(ta, tb, M, N, K, alpha, beta, pad, msg, sizeof msg);
+    int bad = run_case(false, ta, tb, M, N, K, alpha, beta, pad, NULL, NULL, msg, sizeof msg);
     CHECK(!bad, "%s", msg);
     return bad;
 }
@@ -406,11 +423,13 @@ static int task_count(void)
 static int run_mixed_products(int seed, char *err, size_t err_bytes)
 {
     int M = 17 + seed, N = 64 + 3 * seed, K = 65 + seed, bad = 0;
-    bad += run_f32_case(false, true, M, N, K, 0.125f, 0.0f, 2304 - K, err,
-                        err_bytes); /* attention strides */
-    bad += run_f32_case(seed & 1, !(seed & 1), M, N, K, 1.0f, 1.0f, 3, err, err_bytes);
+    bad += run_case(false, false, true, M, N, K, 0.125f, 0.0f, 2304 - K, NULL, NULL, err,
+                    err_bytes); /* attention strides */
+    bad +=
+        run_case(false, seed & 1, !(seed & 1), M, N, K, 1.0f, 1.0f, 3, NULL, NULL, err, err_bytes);
     /* large enough for the primitive route and for a multi-thread partition */
-    bad += run_f32_case(false, true, 256, 256 + seed, 256, 1.0f, 1.0f, 0, err, err_bytes);
+    bad += run_case(false, false, true, 256, 256 + seed, 256, 1.0f, 1.0f, 0, NULL, NULL, err,
+                    err_bytes);
     uint16_t *A16, *B16;
     float *A, *B;
     matrix_bf16_pair(256, 256, &A16, &A);
@@ -534,49 +553,6 @@ static void test_repeated_calls_are_bitwise_identical(void)
 
 /* ---- bf16 emulated in fp32 ---- */
 
-/* A bf16 product (bf16 operands, C random or, with beta 0, NaN) against the
- * double-precision product of the same bf16 values, within fp32 accumulation's
- * bound; C (M×N, ldc N + pad) is returned in *out if out is not NULL, with the
- * reference in *ref_out. 0 when it passes, else 1 with a description in msg. */
-static int run_bf16_case(bool ta, bool tb, int M, int N, int K, float alpha, float beta, int pad,
-                         float **out, struct ref *ref_out, char *msg, size_t msg_bytes)
-{
-    int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-    int lda = a_cols + pad, ldb = b_cols + 2 * pad, ldc = N + pad;
-    uint16_t *A16, *B16;
-    float *A, *B;
-    matrix_bf16_pair(a_rows, lda, &A16, &A);
-    matrix_bf16_pair(b_rows, ldb, &B16, &B);
-    bf16_to_f32(A, A16, (size_t)(a_rows ? a_rows : 1) * lda); /* the values multiplied */
-    bf16_to_f32(B, B16, (size_t)(b_rows ? b_rows : 1) * ldb);
-    float *C = matrix_f32(M, N, ldc);
-    if (beta == 0)
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = NAN;
-    struct ref r = ref_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    char err[256] = "";
-    int rc = gemm_bf16(ta, tb, M, N, K, alpha, A16, lda, B16, ldb, beta, C, ldc, err, sizeof err);
-    int pad_changed = 0;
-    double worst = rc ? INFINITY : worst_error(C, M, N, ldc, r, f32_rel_bound(K), &pad_changed);
-    int bad = rc != 0 || worst > 1 || pad_changed;
-    if (bad)
-        snprintf(msg, msg_bytes,
-                 "gemm_bf16 %c%c M=%d N=%d K=%d alpha=%g beta=%g pad=%d: rc %d '%s', error %.3g "
-                 "of bound, %d padding entries changed",
-                 ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, beta, pad, rc, err, worst,
-                 pad_changed);
-    if (out)
-        *out = C;
-    else
-        free(C);
-    if (ref_out)
-        *ref_out = r;
-    else
-        ref_free(r);
-    free(A16), free(B16), free(A), free(B);
-    return bad;
-}
-
 /* Emulation forced on this machine: the same cases as the native test pass,
  * and the decision is reported as emulated. */
 static void test_bf16_emulated_matches_naive_within_bound(void)
@@ -612,8 +588,8 @@ static void test_bf16_emulated_in_panels_matches_naive(void)
             char msg[512] = "";
             bool ta = t & 1, tb = t & 2;
             float beta = t == 1 ? 0.0f : t == 2 ? 1.0f : -0.5f;
-            int bad = run_bf16_case(ta, tb, cases[c].M, cases[c].N, cases[c].K, t ? 0.75f : 1.0f,
-                                    beta, t, NULL, NULL, msg, sizeof msg);
+            int bad = run_case(true, ta, tb, cases[c].M, cases[c].N, cases[c].K, t ? 0.75f : 1.0f,
+                               beta, t, NULL, NULL, msg, sizeof msg);
             CHECK(!bad, "panels of %zu floats: %s", cases[c].panel_floats, msg);
         }
     }
@@ -638,7 +614,9 @@ static void test_bf16_emulated_agrees_with_native(void)
                              {1, 0, 384, 256, 128},
                              {0, 1, 256, 768, 512},
                              {1, 1, 17, 65, 3}};
-    double worst_rel = 0, worst_bound = 0;
+    /* in units of the fp32 bound: native and emulated against the exact
+     * product, and against each other; and the plain relative difference */
+    double worst_vs_exact[2] = {0, 0}, worst_bound = 0, worst_rel = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         bool ta = shapes[s][0], tb = shapes[s][1];
         int M = shapes[s][2], N = shapes[s][3], K = shapes[s][4];
@@ -649,22 +627,26 @@ static void test_bf16_emulated_agrees_with_native(void)
         for (int e = 0; e < 2; e++) { /* native, then emulated, on the same operands */
             rng_state = seed;
             gemm_bf16_force_emulation(e, 0);
-            int bad = run_bf16_case(ta, tb, M, N, K, 1.0f, 0.0f, 0, &C[e], &r[e], msg, sizeof msg);
+            int bad = run_case(true, ta, tb, M, N, K, 1.0f, 0.0f, 0, &C[e], &r[e], msg, sizeof msg);
             CHECK(!bad, "%s: %s", e ? "emulated" : "native", msg);
         }
         gemm_bf16_force_emulation(false, 0);
         for (size_t i = 0; i < (size_t)M * N; i++) {
-            double d = fabs((double)C[0][i] - C[1][i]);
-            double rel = d / (fabs((double)C[0][i]) + 1e-30);
-            double of_bound = d / (f32_rel_bound(K) * r[0].absbound[i] + 1e-30);
+            double bound = f32_rel_bound(K) * r[0].absbound[i] + 1e-30;
+            for (int e = 0; e < 2; e++) {
+                double x = fabs(C[e][i] - r[0].c[i]) / bound;
+                if (!(x <= worst_vs_exact[e])) worst_vs_exact[e] = x;
+            }
+            double d = fabs((double)C[0][i] - C[1][i]), rel = d / (fabs((double)C[0][i]) + 1e-30);
+            if (!(d / bound <= worst_bound)) worst_bound = d / bound;
+            /* (where the sum does not cancel to near 0) */
             if (fabs(r[0].c[i]) > 1e-3 * r[0].absbound[i] && !(rel <= worst_rel)) worst_rel = rel;
-            if (!(of_bound <= worst_bound)) worst_bound = of_bound;
         }
         for (int e = 0; e < 2; e++) free(C[e]), ref_free(r[e]);
     }
-    printf("  emulated vs native: max relative difference %.3g (entries not cancelling), "
-           "%.3g of the fp32 bound\n",
-           worst_rel, worst_bound);
+    printf("  worst error of the fp32 bound: native %.3g, emulated %.3g against the exact "
+           "product, %.3g between them; largest relative difference %.3g\n",
+           worst_vs_exact[0], worst_vs_exact[1], worst_bound, worst_rel);
     CHECK(worst_bound <= 2, "emulated and native differ by %.3g of the fp32 bound", worst_bound);
 }
 
