@@ -2,7 +2,8 @@
  * (B·T = 256, C = 768, Vp = 50304) for gemm_f32/gemm_bf16 and for the candidates
  * they were chosen from: dnnl_sgemm, oneDNN's matmul primitive (fp32, bf16) and
  * OpenBLAS; and gemm_bf16 emulated in fp32, as on CPUs without native bf16
- * (where the bf16 primitive's column shows "-"). Medians of interleaved repetitions, so that the
+ * (there the bf16 primitive's column shows "-"; PLAIT_BF16_EMULATE=0 keeps it
+ * where oneDNN has one). Medians of interleaved repetitions, so that the
  * machine's slow spells hit every backend alike. Not a test: it checks no results.
  *
  *   gemm-bench [--reps N] [--omp-between]   the table
@@ -277,7 +278,7 @@ int main(int argc, char **argv)
     bool run[N_BACKENDS];
     for (int b = 0; b < N_BACKENDS; b++) run[b] = !json || b == GEMM_F32 || b == GEMM_BF16;
     const char *bf16_how;
-    if (gemm_bf16_emulated(&bf16_how)) run[PRIM_BF16] = run[BF16_EMUL] = false; /* no native */
+    if (gemm_bf16_emulated(&bf16_how)) run[PRIM_BF16] = false; /* maybe none to make */
     int threads = omp_get_max_threads();
     if (!json) {
         const char *wait = getenv("OMP_WAIT_POLICY");

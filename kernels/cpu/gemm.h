@@ -35,14 +35,17 @@ int gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t
 /* Whether gemm_bf16 is emulated here; *how (if how is not NULL) gets a static
  * line for logs, "bf16 matrix products native (oneDNN, ISA avx512_core_bf16)"
  * or "bf16 matrix products emulated in fp32 (oneDNN 2.6 has no bf16 matmul for
- * ISA avx2): same results as native within fp32 rounding, slower".
- *   native:   oneDNN's bf16 matmul (AVX512-BF16/AMX instructions; on plain
- *             AVX-512 oneDNN's own bf16 code).
- *   emulated: where oneDNN cannot make a bf16 matmul (no AVX-512, or
- *             ONEDNN_MAX_CPU_ISA below it), or when PLAIT_BF16_EMULATE=1 is set,
- *             the operands are widened to fp32, exactly, and gemm_f32 multiplies
- *             them: the result differs from native only in summation order
- *             (within fp32 rounding), the speed is fp32's less the widening.
+ * ISA avx2): same results as native bf16 within fp32 rounding, at about fp32
+ * speed".
+ *   native:   oneDNN's bf16 matmul, on CPUs with bf16 instructions
+ *             (AVX512-BF16, AMX).
+ *   emulated: the operands are widened to fp32, exactly, and gemm_f32
+ *             multiplies them: the result differs from native only in
+ *             summation order (within fp32 rounding); the rate is about
+ *             gemm_f32's. Where oneDNN cannot make a bf16 matmul (no AVX-512,
+ *             or ONEDNN_MAX_CPU_ISA below it); where the CPU has AVX-512 but no
+ *             bf16 instructions (oneDNN's bf16 is then slower than this), unless
+ *             PLAIT_BF16_EMULATE=0; everywhere with PLAIT_BF16_EMULATE=1.
  *             The widened panels take at most 64 MiB per calling thread.
  * Decided once per process, at the first call of gemm_bf16 or of this. */
 bool gemm_bf16_emulated(const char **how);

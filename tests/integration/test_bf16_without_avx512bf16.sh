@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # precision bf16 on a CPU whose oneDNN has no bf16 matmul (shown here with
-# ONEDNN_MAX_CPU_ISA=AVX2): the products are emulated in fp32, so the bf16 unit
-# tests pass and a bf16 run trains with the losses of a native bf16 run.
+# ONEDNN_MAX_CPU_ISA=AVX2), or has one but no bf16 instructions (AVX512_CORE):
+# the products are emulated in fp32, so the bf16 unit tests pass and a bf16 run
+# trains with the losses of a native bf16 run.
 source "$(dirname "$0")/lib.sh"
 
 AVX2="env ONEDNN_MAX_CPU_ISA=AVX2"
 
 test_bf16_unit_tests_pass_emulated() {
-    local out
-    out=$($AVX2 "$BUILD/tests/test_gemm" 2>&1) || { printf '%s\n' "$out"; return 1; }
-    # the comparison with native is skipped because gemm_bf16 decided to emulate
-    grep -q "skipped: bf16 matrix products emulated in fp32" <<<"$out" ||
-        { printf '%s\n' "$out"; echo "gemm_bf16 did not report emulation"; return 1; }
-    $AVX2 "$BUILD/tests/test_ops_grad"
+    local out isa
+    for isa in AVX2 AVX512_CORE; do
+        out=$(ONEDNN_MAX_CPU_ISA=$isa "$BUILD/tests/test_gemm" 2>&1) ||
+            { printf '%s\n' "$out"; echo "test_gemm failed with ISA $isa"; return 1; }
+        # the comparison with native is skipped because gemm_bf16 decided to emulate
+        grep -q "skipped: bf16 matrix products emulated in fp32" <<<"$out" ||
+            { printf '%s\n' "$out"; echo "gemm_bf16 did not emulate with ISA $isa"; return 1; }
+        ONEDNN_MAX_CPU_ISA=$isa "$BUILD/tests/test_ops_grad" || return 1
+    done
 }
 
 # Losses and gradient norms of a 12-step bf16 run, emulated and native. Measured
