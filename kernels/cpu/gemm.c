@@ -1,7 +1,7 @@
 /* gemm.c — the CPU matrix products behind gemm.h, and the bf16 conversions.
  * fp32: oneDNN's matmul primitive for large NT products (X·Wᵀ, where dnnl_sgemm
- * is slowest), dnnl_sgemm for all others; bf16: the matmul primitive, or where
- * oneDNN has none for this CPU, panels widened to fp32 and gemm_f32; fp64: CBLAS
+ * is slowest), dnnl_sgemm for all others; bf16: the matmul primitive, or on CPUs
+ * without bf16 instructions panels widened to fp32 and gemm_f32; fp64: CBLAS
  * (tests only). Primitives live in a small cache shared by all threads.
  * Choosing between them is measured by bench/gemm_bench.c, not here. */
 #include "kernels/cpu/gemm.h"

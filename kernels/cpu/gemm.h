@@ -4,7 +4,8 @@
  * K×M; likewise op(B) is B (K×N) or, with tb, Bᵀ with B stored N×K.
  *
  * fp32 and bf16 go through oneDNN (AVX-512 and AMX/BF16 kernels chosen at run
- * time; bf16 emulated in fp32 where oneDNN has none, see gemm_bf16_emulated);
+ * time; bf16 emulated in fp32 on CPUs without bf16 instructions, see
+ * gemm_bf16_emulated);
  * fp64 (the finite-difference test path) through CBLAS. All are safe to
  * call from several threads at once; inside an OpenMP parallel region a call
  * runs on the calling thread only. Results are deterministic for a given
