@@ -1,9 +1,8 @@
 /* gemm.c — the CPU matrix products behind gemm.h, and the bf16 conversions.
  * fp32: oneDNN's matmul primitive for large NT products (X·Wᵀ, where dnnl_sgemm
- * is slowest), dnnl_sgemm for all others; bf16: the matmul primitive, or on CPUs
- * without bf16 instructions panels widened to fp32 and gemm_f32; fp64: CBLAS
- * (tests only). Primitives live in a small cache shared by all threads.
- * Choosing between them is measured by bench/gemm_bench.c, not here. */
+ * is slowest), dnnl_sgemm for the rest; bf16: the matmul primitive, or without
+ * bf16 instructions gemm_f32 on widened copies; fp64: CBLAS (tests only). The
+ * primitives are cached for all threads; bench/gemm_bench.c chose among them. */
 #include "kernels/cpu/gemm.h"
 
 #include "kernels/cpu/bf16.h"
