@@ -1,8 +1,10 @@
 /* gemm_bench.c — GFLOP/s of every matrix product in a GPT-2 124M training step
  * (B·T = 256, C = 768, Vp = 50304) for gemm_f32/gemm_bf16 and for the candidates
  * they were chosen from: dnnl_sgemm, oneDNN's matmul primitive (fp32, bf16) and
- * OpenBLAS. Medians of interleaved repetitions, so that the machine's slow
- * spells hit every backend alike. Not a test: it checks no results.
+ * OpenBLAS; and gemm_bf16 emulated in fp32, as on CPUs without native bf16
+ * (there the bf16 primitive's column shows "-"; PLAIT_BF16_EMULATE=0 keeps it
+ * where oneDNN has one). Medians of interleaved repetitions, so that the
+ * machine's slow spells hit every backend alike. Not a test: it checks no results.
  *
  *   gemm-bench [--reps N] [--omp-between]   the table
  *   gemm-bench --json                        {"sgemm_gflops": ..., "bf16_gflops": ...}
@@ -83,9 +85,9 @@ static const struct shape shapes[] = {
 };
 #define N_SHAPES (int)(sizeof shapes / sizeof shapes[0])
 
-enum backend { GEMM_F32, SGEMM, PRIM_F32, OPENBLAS, GEMM_BF16, PRIM_BF16, N_BACKENDS };
-static const char *backend_names[N_BACKENDS] = {"gemm_f32", "dnnl_sgemm", "prim f32",
-                                                "OpenBLAS", "gemm_bf16",  "prim bf16"};
+enum backend { GEMM_F32, SGEMM, PRIM_F32, OPENBLAS, GEMM_BF16, PRIM_BF16, BF16_EMUL, N_BACKENDS };
+static const char *backend_names[N_BACKENDS] = {"gemm_f32",  "dnnl_sgemm", "prim f32", "OpenBLAS",
+                                                "gemm_bf16", "prim bf16",  "bf16 emul"};
 
 /* Where the operand with leading dimension ld starts for attention pair p:
  * (T,T) blocks are dense, the others are head slices of (B,T,·) rows. */
@@ -178,6 +180,7 @@ static void product(enum backend b, const struct shape *s, int p)
                       s->beta, C32 + co, s->ldc, err, sizeof err);
         break;
     case GEMM_BF16:
+    case BF16_EMUL: /* (time_once forces the emulation) */
         rc = gemm_bf16(s->ta, s->tb, s->M, s->N, s->K, s->alpha, A16 + ao, s->lda, B16 + bo, s->ldb,
                        s->beta, C32 + co, s->ldc, err, sizeof err);
         break;
@@ -219,6 +222,7 @@ static double time_once(enum backend b, const struct shape *s, bool omp_between)
 #pragma omp parallel
         omp_sink = omp_get_thread_num();
     }
+    if (b == BF16_EMUL) gemm_bf16_force_emulation(true, 0);
     double t0 = seconds();
     if (s->pairs) {
 #pragma omp parallel for schedule(static)
@@ -226,7 +230,9 @@ static double time_once(enum backend b, const struct shape *s, bool omp_between)
     } else {
         product(b, s, 0);
     }
-    return seconds() - t0;
+    double dt = seconds() - t0;
+    if (b == BF16_EMUL) gemm_bf16_force_emulation(false, 0);
+    return dt;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -271,12 +277,15 @@ int main(int argc, char **argv)
 
     bool run[N_BACKENDS];
     for (int b = 0; b < N_BACKENDS; b++) run[b] = !json || b == GEMM_F32 || b == GEMM_BF16;
+    const char *bf16_how;
+    if (gemm_bf16_emulated(&bf16_how)) run[PRIM_BF16] = false; /* maybe none to make */
     int threads = omp_get_max_threads();
     if (!json) {
         const char *wait = getenv("OMP_WAIT_POLICY");
         printf("gemm_f32: %s; %d threads, OMP_WAIT_POLICY=%s%s; median GFLOP/s of %d\n",
                gemm_backend_name(), threads, wait ? wait : "(unset)",
                omp_between ? ", OpenMP region before each product" : "", reps);
+        printf("gemm_bf16: %s\n", bf16_how);
         printf("%-18s %2s %5s %5s %5s", "product", "op", "M", "N", "K");
         for (int b = 0; b < N_BACKENDS; b++) printf(" %10s", backend_names[b]);
         printf("\n");
@@ -302,7 +311,10 @@ int main(int argc, char **argv)
                    s->N, s->K);
         for (int b = 0; b < N_BACKENDS; b++) {
             for (int i = 0; i < 64; i++) prim_free(&prims[b][i]);
-            if (!run[b]) continue;
+            if (!run[b]) {
+                if (!json) printf(" %10s", "-");
+                continue;
+            }
             qsort(t + b * reps, reps, sizeof *t, cmp_double);
             double median = reps % 2 ? t[b * reps + reps / 2]
                                      : 0.5 * (t[b * reps + reps / 2 - 1] + t[b * reps + reps / 2]);
@@ -319,7 +331,11 @@ int main(int argc, char **argv)
                threads);
     } else {
         printf("%-39s", "big products, FLOP-weighted");
-        for (int b = 0; b < N_BACKENDS; b++) printf(" %10.1f", big_flops / big_seconds[b] / 1e9);
+        for (int b = 0; b < N_BACKENDS; b++)
+            if (run[b])
+                printf(" %10.1f", big_flops / big_seconds[b] / 1e9);
+            else
+                printf(" %10s", "-");
         printf("\n");
     }
     free(t);

@@ -91,6 +91,11 @@ struct ops {
 
     /* dst (n, bf16) = round-to-nearest-even(src) */
     void (*to_bf16)(uint16_t *dst, const float *src, size_t n);
+
+    /* NULL when the bf16 products of matmul_* run natively (or when this
+     * pointer is NULL); else one line for the log saying that they are
+     * emulated, why, and what it costs. Decided once per process. */
+    const char *(*bf16_emulation)(void);
 };
 
 /* The CPU backend (always present). */

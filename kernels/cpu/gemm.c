@@ -1,8 +1,8 @@
 /* gemm.c — the CPU matrix products behind gemm.h, and the bf16 conversions.
  * fp32: oneDNN's matmul primitive for large NT products (X·Wᵀ, where dnnl_sgemm
- * is slowest), dnnl_sgemm for all others; bf16: the matmul primitive; fp64:
- * CBLAS (tests only). Primitives live in a small cache shared by all threads.
- * Choosing between them is measured by bench/gemm_bench.c, not here. */
+ * is slowest), dnnl_sgemm for the rest; bf16: the matmul primitive, or without
+ * bf16 instructions gemm_f32 on widened copies; fp64: CBLAS (tests only). The
+ * primitives are cached for all threads; bench/gemm_bench.c chose among them. */
 #include "kernels/cpu/gemm.h"
 
 #include "kernels/cpu/bf16.h"
@@ -14,6 +14,7 @@
 #include <omp.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +102,8 @@ struct thread_ctx {
     dnnl_stream_t stream;
     void *scratch;
     size_t scratch_bytes;
+    float *wide; /* the bf16 emulation's fp32 panels */
+    size_t wide_floats;
 };
 
 static pthread_once_t dnnl_once = PTHREAD_ONCE_INIT;
@@ -114,6 +117,7 @@ static void thread_ctx_free(void *p)
     if (!ctx) return;
     if (ctx->stream) dnnl_stream_destroy(ctx->stream);
     free(ctx->scratch);
+    free(ctx->wide);
     free(ctx);
 }
 
@@ -309,6 +313,218 @@ out:
     return rc;
 }
 
+/* ---- bf16: oneDNN's matmul, or emulated in fp32 ---- */
+
+/* Decided once per process (bf16_decide): whether gemm_bf16 is emulated, and
+ * the line that says so. Forcing is for tests and benchmarks. */
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+static bool bf16_emulate;
+static char bf16_how[256];
+static atomic_bool bf16_forced;
+
+/* The first product's shape, 64×64×64 NT with dense operands: oneDNN answers
+ * dnnl_unimplemented where it has no bf16 matmul at all (no AVX-512, or
+ * ONEDNN_MAX_CPU_ISA below it). Only the descriptor is made: no code is compiled. */
+static dnnl_status_t bf16_probe(void)
+{
+    dnnl_memory_desc_t a, b, c;
+    dnnl_matmul_desc_t desc;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_dims_t dims = {64, 64};
+    dnnl_status_t st = dnnl_memory_desc_init_by_tag(&a, 2, dims, dnnl_bf16, dnnl_ab);
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&b, 2, dims, dnnl_bf16, dnnl_ba);
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&c, 2, dims, dnnl_f32, dnnl_ab);
+    if (st == dnnl_success) st = dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c);
+    if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &desc, NULL, engine, NULL);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
+#define EMULATED "bf16 matrix products emulated in fp32"
+#define EMULATED_COST ": same results as native bf16 within fp32 rounding, at about fp32 speed"
+
+/* Emulated where oneDNN has no bf16 matmul, and also where it has one but the
+ * CPU has no bf16 instructions (AVX-512 before Cooper Lake and Zen 4): there
+ * oneDNN converts inside its kernels, and gemm-bench measured its rate at
+ * 0.4-0.5× the emulation's (ONEDNN_MAX_CPU_ISA=AVX512_CORE and _VNNI on a Zen 5).
+ * PLAIT_BF16_EMULATE=1 emulates anyway; =0 keeps oneDNN wherever it works. */
+static void bf16_decide(void)
+{
+    pthread_once(&dnnl_once, dnnl_init);
+    dnnl_cpu_isa_t isa = dnnl_cpu_isa_all;
+    dnnl_status_t probe = dnnl_init_status;
+    const char *isa_name = "unknown";
+    if (dnnl_init_status == dnnl_success) {
+        isa = dnnl_get_effective_cpu_isa();
+        isa_name = dnnl_cpu_isa2str(isa);
+        if (!strncmp(isa_name, "cpu_isa_", 8)) isa_name += 8;
+        probe = bf16_probe();
+    }
+    const char *env = getenv("PLAIT_BF16_EMULATE");
+    bool has_bf16_insns = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+    const char *why = NULL;
+    char buf[128];
+    if (env && !strcmp(env, "1")) {
+        snprintf(buf, sizeof buf, "PLAIT_BF16_EMULATE=1; ISA %s", isa_name);
+        why = buf;
+    } else if (probe == dnnl_unimplemented) {
+        snprintf(buf, sizeof buf,
+                 "oneDNN " STR(DNNL_VERSION_MAJOR) "." STR(
+                     DNNL_VERSION_MINOR) " has no bf16 matmul for ISA %s",
+                 isa_name);
+        why = buf;
+    } else if (probe == dnnl_success && !has_bf16_insns && !(env && !strcmp(env, "0"))) {
+        snprintf(buf, sizeof buf, "ISA %s has no bf16 instructions", isa_name);
+        why = buf;
+    } /* (any other failure is not the CPU's: the first product reports it) */
+    bf16_emulate = why != NULL;
+    if (why)
+        snprintf(bf16_how, sizeof bf16_how, "%s (%s)%s", EMULATED, why, EMULATED_COST);
+    else
+        snprintf(bf16_how, sizeof bf16_how, "bf16 matrix products native (oneDNN, ISA %s)",
+                 isa_name);
+}
+
+static bool bf16_emulating(void)
+{
+    pthread_once(&bf16_once, bf16_decide);
+    return bf16_emulate || atomic_load_explicit(&bf16_forced, memory_order_relaxed);
+}
+
+/* Every bf16 value is an fp32 value, so widening is exact and the fp32 product
+ * of the widened operands differs from oneDNN's bf16 product (fp32
+ * accumulation) only in summation order. The widened copies live in the calling
+ * thread's context, at most GEMM_WIDE_FLOATS (64 MiB) of them: a product whose
+ * operands are larger is taken in panels of C (and, for K above 8192, in panels
+ * of K that accumulate into C). Of GPT-2 124M's products at B·T = 4096 only the
+ * LM head's need more than one panel. Tests lower the bound to make panels. */
+#define GEMM_WIDE_FLOATS ((int64_t)1 << 24)
+static _Atomic int64_t wide_max_floats = GEMM_WIDE_FLOATS;
+
+/* Panel sizes: op(A) panels mb×kb, op(B) panels kb×nb, (mb + nb)·kb within
+ * max_floats, the whole of whichever operand fits, splits at multiples of 64.
+ * With the default bound a split panel is at least 1024 wide (8192 along K). */
+struct panels {
+    int mb, nb, kb;
+};
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* x, or x rounded down to a multiple of 64 where it splits a dimension of `whole` */
+static int64_t split64(int64_t x, int64_t whole)
+{
+    if (x < 1) return 1;
+    return x < whole && x >= 128 ? x & ~(int64_t)63 : x;
+}
+
+static struct panels panels_plan(int M, int N, int K, int64_t E)
+{
+    int64_t m0 = min64(M, 1024), n0 = min64(N, 1024);
+    int64_t kb = split64(min64(K, E / (m0 + n0)), K), mb, nb;
+    if (M * kb <= E - n0 * kb) {
+        mb = M;
+        nb = min64(N, (E - M * kb) / kb);
+    } else if (N * kb <= E - m0 * kb) {
+        nb = N;
+        mb = min64(M, (E - N * kb) / kb);
+    } else {
+        mb = min64(M, E / (2 * kb));
+        nb = min64(N, (E - mb * kb) / kb);
+    }
+    return (struct panels){(int)split64(mb, M), (int)split64(nb, N), (int)kb};
+}
+
+/* rows×cols bf16 values at src (leading dimension ld) -> dense fp32 at dst */
+static void widen(float *dst, const uint16_t *src, int rows, int cols, int ld)
+{
+    bool par = (int64_t)rows * cols >= (1 << 16) && !omp_in_parallel();
+#pragma omp parallel for schedule(static) if (par)
+    for (int r = 0; r < rows; r++)
+        bf16_to_f32(dst + (size_t)r * cols, src + (size_t)r * ld, (size_t)cols);
+}
+
+/* The calling thread's fp32 panels, grown to floats (contents not kept). */
+static int wide_get(float **out, size_t floats, const struct call *call)
+{
+    struct thread_ctx *ctx;
+    if (thread_ctx_get(&ctx, 0, call) != 0) return -1;
+    if (floats > ctx->wide_floats) {
+        size_t bytes = (floats * sizeof(float) + 4095) & ~(size_t)4095;
+        float *p = aligned_alloc(4096, bytes);
+        if (!p) return fail(call, "out of memory (fp32 panels of %zu bytes)", bytes);
+        free(ctx->wide);
+        ctx->wide = p;
+        ctx->wide_floats = bytes / sizeof(float);
+    }
+    *out = ctx->wide;
+    return 0;
+}
+
+/* gemm_bf16 in fp32, panel by panel. A panel of op(A) is kept across the
+ * panels of C that share it when K is one panel; op(B) is widened once when it
+ * fits whole. Widened panels keep their operand's orientation. */
+static int emulated(const struct call *call, float alpha, const uint16_t *A, int lda,
+                    const uint16_t *B, int ldb, float beta, float *C, int ldc)
+{
+    const bool ta = call->ta, tb = call->tb;
+    const int M = call->M, N = call->N, K = call->K;
+    if (dnnl_init_status != dnnl_success) /* (bf16_emulating() ran dnnl_init) */
+        return fail(call, "oneDNN: %s", dnnl_status2str(dnnl_init_status));
+    const struct panels p =
+        panels_plan(M, N, K, atomic_load_explicit(&wide_max_floats, memory_order_relaxed));
+    size_t a_floats = ((size_t)p.mb * p.kb + 15) & ~(size_t)15; /* B's panel 64-byte aligned */
+    float *wa = NULL;
+    if (wide_get(&wa, a_floats + (size_t)p.nb * p.kb, call) != 0) return -1;
+    float *wb = wa + a_floats;
+    const bool a_whole_k = p.kb == K, b_whole = p.nb == N && p.kb == K;
+    char msg[256];
+    for (int i0 = 0; i0 < M; i0 += p.mb) {
+        int mb = p.mb < M - i0 ? p.mb : M - i0;
+        for (int j0 = 0; j0 < N; j0 += p.nb) {
+            int nb = p.nb < N - j0 ? p.nb : N - j0;
+            for (int k0 = 0; k0 < K; k0 += p.kb) {
+                int kb = p.kb < K - k0 ? p.kb : K - k0;
+                if (j0 == 0 || !a_whole_k) {
+                    if (ta) /* stored K×M: rows k0.., columns i0.. */
+                        widen(wa, A + (size_t)k0 * lda + i0, kb, mb, lda);
+                    else
+                        widen(wa, A + (size_t)i0 * lda + k0, mb, kb, lda);
+                }
+                if (i0 == 0 || !b_whole) {
+                    if (tb) /* stored N×K: rows j0.., columns k0.. */
+                        widen(wb, B + (size_t)j0 * ldb + k0, nb, kb, ldb);
+                    else
+                        widen(wb, B + (size_t)k0 * ldb + j0, kb, nb, ldb);
+                }
+                if (gemm_f32(ta, tb, mb, nb, kb, alpha, wa, ta ? mb : kb, wb, tb ? kb : nb,
+                             k0 ? 1.0f : beta, C + (size_t)i0 * ldc + j0, ldc, msg, sizeof msg))
+                    return fail(call, "emulated in fp32: %s",
+                                msg + (strncmp(msg, "plait: ", 7) ? 0 : 7));
+            }
+        }
+    }
+    return 0;
+}
+
+bool gemm_bf16_emulated(const char **how)
+{
+    pthread_once(&bf16_once, bf16_decide);
+    bool forced = atomic_load_explicit(&bf16_forced, memory_order_relaxed);
+    if (how) *how = forced && !bf16_emulate ? EMULATED " (forced)" EMULATED_COST : bf16_how;
+    return forced || bf16_emulate;
+}
+
+void gemm_bf16_force_emulation(bool on, size_t panel_floats)
+{
+    int64_t max =
+        panel_floats && panel_floats < GEMM_WIDE_FLOATS ? (int64_t)panel_floats : GEMM_WIDE_FLOATS;
+    atomic_store_explicit(&wide_max_floats, max, memory_order_relaxed);
+    atomic_store_explicit(&bf16_forced, on, memory_order_relaxed);
+}
+
 /* ---- the interface ---- */
 
 int gemm_f32(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
@@ -342,6 +558,7 @@ int gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t
         scale_c(M, N, beta, C, ldc);
         return 0;
     }
+    if (bf16_emulating()) return emulated(&call, alpha, A, lda, B, ldb, beta, C, ldc);
     return matmul(dnnl_bf16, &call, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

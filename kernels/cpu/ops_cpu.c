@@ -160,6 +160,13 @@ static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const floa
     if (dbias) bias_backward_f32(dbias, dout, N, OC, accumulate);
 }
 
+/* The line from gemm_bf16_emulated, when emulated. */
+static const char *cpu_bf16_emulation(void)
+{
+    const char *how;
+    return gemm_bf16_emulated(&how) ? how : NULL;
+}
+
 /* ---- optimizer -------------------------------------------------------------- */
 
 /* torch.optim.AdamW (single-tensor path of PyTorch 1.13), step by step:
@@ -230,6 +237,7 @@ static const struct ops cpu_ops = {
     .sum_squares = cpu_sum_squares,
     .adamw = cpu_adamw,
     .to_bf16 = bf16_from_f32,
+    .bf16_emulation = cpu_bf16_emulation,
 };
 
 const struct ops *ops_cpu(void)

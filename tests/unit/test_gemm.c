@@ -1,8 +1,10 @@
 /* test_gemm.c — kernels/cpu/gemm.c against naive double-precision loops: every
  * transpose pair, padded leading dimensions, odd sizes, alpha/beta, calls from
  * inside OpenMP parallel regions and from plain threads, bitwise repeatability,
- * and the bf16 rounding rules. Speed is gemm-bench's business, not this file's. */
+ * bf16 emulated in fp32 (forced here; against native where there is one), and
+ * the bf16 rounding rules. Speed is gemm-bench's business, not this file's. */
 #include "kernels/cpu/gemm.h"
+#include "kernels/ops.h"
 #include "tests/unit/check.h"
 
 #include <dirent.h>
@@ -123,42 +125,59 @@ static double f32_rel_bound(int K)
     return 2.0 * (K + 4) * ldexp(1.0, -24);
 }
 
-/* Runs one fp32 case against the reference; C0 random (beta != 0) or NaN
- * (beta == 0: BLAS never reads C then). Returns 0 when it passes, else 1 with
- * a description in msg. Thread-safe (CHECK is not). */
-static int run_f32_case(bool ta, bool tb, int M, int N, int K, float alpha, float beta, int pad,
-                        char *msg, size_t msg_bytes)
+/* Runs one product against the reference: gemm_f32, or with bf16 gemm_bf16 on
+ * the bf16 roundings of the random operands (the reference multiplies the
+ * rounded values). C0 random (beta != 0) or NaN (beta == 0: BLAS never reads C
+ * then). Returns 0 when it passes, else 1 with a description in msg. With out,
+ * C (M×N, ldc N + pad) and the reference are handed to the caller to free.
+ * Thread-safe (CHECK is not). */
+static int run_case(bool bf16, bool ta, bool tb, int M, int N, int K, float alpha, float beta,
+                    int pad, float **out, struct ref *ref_out, char *msg, size_t msg_bytes)
 {
     int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
     int lda = a_cols + pad, ldb = b_cols + 2 * pad, ldc = N + pad;
     float *A = matrix_f32(a_rows, a_cols, lda), *B = matrix_f32(b_rows, b_cols, ldb);
+    size_t a_n = (size_t)(a_rows ? a_rows : 1) * lda, b_n = (size_t)(b_rows ? b_rows : 1) * ldb;
+    uint16_t *A16 = malloc(sizeof(uint16_t) * a_n), *B16 = malloc(sizeof(uint16_t) * b_n);
+    bf16_from_f32(A16, A, a_n);
+    bf16_from_f32(B16, B, b_n);
+    if (bf16) { /* the values gemm_bf16 multiplies */
+        bf16_to_f32(A, A16, a_n);
+        bf16_to_f32(B, B16, b_n);
+    }
     float *C = matrix_f32(M, N, ldc);
     if (beta == 0)
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = NAN;
     struct ref r = ref_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     char err[256] = "";
-    int rc = gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, err, sizeof err);
-    int pad_changed;
+    int rc =
+        bf16 ? gemm_bf16(ta, tb, M, N, K, alpha, A16, lda, B16, ldb, beta, C, ldc, err, sizeof err)
+             : gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, err, sizeof err);
+    int pad_changed = 0;
     double worst = rc ? INFINITY : worst_error(C, M, N, ldc, r, f32_rel_bound(K), &pad_changed);
     int bad = rc != 0 || worst > 1 || pad_changed;
     if (bad)
         snprintf(msg, msg_bytes,
-                 "gemm_f32 %c%c M=%d N=%d K=%d alpha=%g beta=%g pad=%d: rc %d '%s', error %.3g "
+                 "%s %c%c M=%d N=%d K=%d alpha=%g beta=%g pad=%d: rc %d '%s', error %.3g "
                  "of bound, %d padding entries changed",
-                 ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, beta, pad, rc, err, worst,
-                 rc ? 0 : pad_changed);
-    ref_free(r);
-    free(A);
-    free(B);
-    free(C);
+                 bf16 ? "gemm_bf16" : "gemm_f32", ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha,
+                 beta, pad, rc, err, worst, pad_changed);
+    if (out) {
+        *out = C;
+        *ref_out = r;
+    } else {
+        free(C);
+        ref_free(r);
+    }
+    free(A), free(B), free(A16), free(B16);
     return bad;
 }
 
 static int check_f32_case(bool ta, bool tb, int M, int N, int K, float alpha, float beta, int pad)
 {
     char msg[512] = "";
-    int bad = run_f32_case(ta, tb, M, N, K, alpha, beta, pad, msg, sizeof msg);
+    int bad = run_case(false, ta, tb, M, N, K, alpha, beta, pad, NULL, NULL, msg, sizeof msg);
     CHECK(!bad, "%s", msg);
     return bad;
 }
@@ -404,11 +423,13 @@ static int task_count(void)
 static int run_mixed_products(int seed, char *err, size_t err_bytes)
 {
     int M = 17 + seed, N = 64 + 3 * seed, K = 65 + seed, bad = 0;
-    bad += run_f32_case(false, true, M, N, K, 0.125f, 0.0f, 2304 - K, err,
-                        err_bytes); /* attention strides */
-    bad += run_f32_case(seed & 1, !(seed & 1), M, N, K, 1.0f, 1.0f, 3, err, err_bytes);
+    bad += run_case(false, false, true, M, N, K, 0.125f, 0.0f, 2304 - K, NULL, NULL, err,
+                    err_bytes); /* attention strides */
+    bad +=
+        run_case(false, seed & 1, !(seed & 1), M, N, K, 1.0f, 1.0f, 3, NULL, NULL, err, err_bytes);
     /* large enough for the primitive route and for a multi-thread partition */
-    bad += run_f32_case(false, true, 256, 256 + seed, 256, 1.0f, 1.0f, 0, err, err_bytes);
+    bad += run_case(false, false, true, 256, 256 + seed, 256, 1.0f, 1.0f, 0, NULL, NULL, err,
+                    err_bytes);
     uint16_t *A16, *B16;
     float *A, *B;
     matrix_bf16_pair(256, 256, &A16, &A);
@@ -528,6 +549,132 @@ static void test_repeated_calls_are_bitwise_identical(void)
         free(A), free(B), free(A16), free(B16), free(C0);
         for (int r = 0; r < 2; r++) free(C[r]), free(D[r]);
     }
+}
+
+/* ---- bf16 emulated in fp32 ---- */
+
+/* Emulation forced on this machine: the same cases as the native test pass,
+ * and the decision is reported as emulated. */
+static void test_bf16_emulated_matches_naive_within_bound(void)
+{
+    gemm_bf16_force_emulation(true, 0);
+    const char *how = NULL;
+    CHECK(gemm_bf16_emulated(&how) && how && strstr(how, "emulated in fp32"), "reported '%s'",
+          how ? how : "(null)");
+    test_bf16_matches_naive_within_bound();
+    test_bf16_general_beta();
+    gemm_bf16_force_emulation(false, 0);
+}
+
+/* With a small bound on the widened panels, products split along M, N and K
+ * (each alone and together) still match: panel offsets, which panels are
+ * widened again, beta only on the first K panel, C's padding untouched. */
+static void test_bf16_emulated_in_panels_matches_naive(void)
+{
+    const struct {
+        int M, N, K;
+        size_t panel_floats;
+    } cases[] = {
+        {50, 60, 700, 3000},    /* K in 26 panels */
+        {1500, 40, 10, 11000},  /* M in 2 panels; op(B) widened once */
+        {40, 1500, 10, 11000},  /* N in 2 panels; op(A) kept across them */
+        {1300, 1200, 8, 16384}, /* M and N in 2 panels each */
+        {1100, 40, 30, 20000},  /* M and K in 2 panels each */
+        {130, 120, 20, 100},    /* everything in tiny panels */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        gemm_bf16_force_emulation(true, cases[c].panel_floats);
+        for (int t = 0; t < 4; t++) {
+            char msg[512] = "";
+            bool ta = t & 1, tb = t & 2;
+            float beta = t == 1 ? 0.0f : t == 2 ? 1.0f : -0.5f;
+            int bad = run_case(true, ta, tb, cases[c].M, cases[c].N, cases[c].K, t ? 0.75f : 1.0f,
+                               beta, t, NULL, NULL, msg, sizeof msg);
+            CHECK(!bad, "panels of %zu floats: %s", cases[c].panel_floats, msg);
+        }
+    }
+    gemm_bf16_force_emulation(false, 0);
+}
+
+/* Native and emulated products of the same bf16 operands both pass the fp32
+ * bound against the exact product, and differ from each other by no more than
+ * fp32 rounding allows (the largest difference is printed). Where this CPU has
+ * no native bf16 (or PLAIT_BF16_EMULATE=1) there is nothing to compare: skipped. */
+static void test_bf16_emulated_agrees_with_native(void)
+{
+    const char *how = NULL;
+    if (gemm_bf16_emulated(&how)) {
+        printf("  skipped: %s\n", how);
+        return;
+    }
+    /* (ta, tb, M, N, K): a layer's forward, input-gradient and weight-gradient
+     * products at 128 tokens, C 256, OC 384; then a bigger and a tiny one */
+    const int shapes[][5] = {{0, 1, 128, 384, 256},
+                             {0, 0, 128, 256, 384},
+                             {1, 0, 384, 256, 128},
+                             {0, 1, 256, 768, 512},
+                             {1, 1, 17, 65, 3}};
+    /* in units of the fp32 bound: native and emulated against the exact
+     * product, and against each other; and the plain relative difference */
+    double worst_vs_exact[2] = {0, 0}, worst_bound = 0, worst_rel = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        bool ta = shapes[s][0], tb = shapes[s][1];
+        int M = shapes[s][2], N = shapes[s][3], K = shapes[s][4];
+        float *C[2] = {NULL, NULL};
+        struct ref r[2];
+        char msg[512] = "";
+        uint64_t seed = rng_state;
+        for (int e = 0; e < 2; e++) { /* native, then emulated, on the same operands */
+            rng_state = seed;
+            gemm_bf16_force_emulation(e, 0);
+            int bad = run_case(true, ta, tb, M, N, K, 1.0f, 0.0f, 0, &C[e], &r[e], msg, sizeof msg);
+            CHECK(!bad, "%s: %s", e ? "emulated" : "native", msg);
+        }
+        gemm_bf16_force_emulation(false, 0);
+        for (size_t i = 0; i < (size_t)M * N; i++) {
+            double bound = f32_rel_bound(K) * r[0].absbound[i] + 1e-30;
+            for (int e = 0; e < 2; e++) {
+                double x = fabs(C[e][i] - r[0].c[i]) / bound;
+                if (!(x <= worst_vs_exact[e])) worst_vs_exact[e] = x;
+            }
+            double d = fabs((double)C[0][i] - C[1][i]), rel = d / (fabs((double)C[0][i]) + 1e-30);
+            if (!(d / bound <= worst_bound)) worst_bound = d / bound;
+            /* (where the sum does not cancel to near 0) */
+            if (fabs(r[0].c[i]) > 1e-3 * r[0].absbound[i] && !(rel <= worst_rel)) worst_rel = rel;
+        }
+        for (int e = 0; e < 2; e++) free(C[e]), ref_free(r[e]);
+    }
+    printf("  worst error of the fp32 bound: native %.3g, emulated %.3g against the exact "
+           "product, %.3g between them; largest relative difference %.3g\n",
+           worst_vs_exact[0], worst_vs_exact[1], worst_bound, worst_rel);
+    CHECK(worst_bound <= 2, "emulated and native differ by %.3g of the fp32 bound", worst_bound);
+}
+
+/* Emulated products keep gemm_bf16's promises: repeatable to the bit, safe from
+ * OpenMP workers and plain threads at once (each with its own fp32 panels). */
+static void test_bf16_emulated_is_repeatable_and_thread_safe(void)
+{
+    gemm_bf16_force_emulation(true, 40000); /* 256×256×256 products in panels */
+    test_repeated_calls_are_bitwise_identical();
+    test_calls_inside_omp_parallel_region_with_different_shapes();
+    test_calls_from_plain_threads_share_cached_primitives();
+    gemm_bf16_force_emulation(false, 0);
+}
+
+/* The backend says "emulated" (why, and the cost) exactly when it emulates. */
+static void test_ops_report_bf16_emulation(void)
+{
+    const struct ops *o = ops_cpu();
+    CHECK(o->bf16_emulation != NULL, "no bf16_emulation in the CPU ops");
+    if (!o->bf16_emulation) return;
+    const char *line = o->bf16_emulation();
+    CHECK(gemm_bf16_emulated(NULL) == (line != NULL), "gemm says %d, ops say '%s'",
+          gemm_bf16_emulated(NULL), line ? line : "(null)");
+    gemm_bf16_force_emulation(true, 0);
+    line = o->bf16_emulation();
+    CHECK(line && strstr(line, "emulated in fp32") && strstr(line, "fp32 speed"), "forced: '%s'",
+          line ? line : "(null)");
+    gemm_bf16_force_emulation(false, 0);
 }
 
 /* ---- bf16 conversions ---- */
@@ -663,6 +810,11 @@ int main(void)
     RUN(test_calls_inside_omp_parallel_region_with_different_shapes);
     RUN(test_calls_from_plain_threads_share_cached_primitives);
     RUN(test_repeated_calls_are_bitwise_identical);
+    RUN(test_bf16_emulated_matches_naive_within_bound);
+    RUN(test_bf16_emulated_in_panels_matches_naive);
+    RUN(test_bf16_emulated_agrees_with_native);
+    RUN(test_bf16_emulated_is_repeatable_and_thread_safe);
+    RUN(test_ops_report_bf16_emulation);
     RUN(test_backend_has_a_name);
     return check_exit_code();
 }
