@@ -92,6 +92,13 @@ static int init_weights(struct trainer *t, struct plait_error *err)
     return rc;
 }
 
+/* How bf16 products run when they are not native (one line), or NULL. */
+static const char *bf16_emulation(const struct trainer *t)
+{
+    if (t->plan->precision != PLAN_PRECISION_BF16 || !t->m.ops->bf16_emulation) return NULL;
+    return t->m.ops->bf16_emulation();
+}
+
 static int write_run_json(struct trainer *t, const char *resumed_from, struct plait_error *err)
 {
     char host[256] = "?", cpu[256] = "?";
@@ -112,12 +119,13 @@ static int write_run_json(struct trainer *t, const char *resumed_from, struct pl
     time_t now = time(NULL);
     char started[32];
     strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    json_t *run =
-        json_pack("{s:s,s:s,s:o*,s:s?,s:o,s:I,s:{s:s,s:s,s:i,s:i,s:s,s:f}}", "version",
-                  PLAIT_VERSION, "started", started, "plan", plan, "resumed_from", resumed_from,
-                  "parameters", json_integer((json_int_t)t->m.layout.total), "activation_bytes",
-                  (json_int_t)t->m.activation_bytes, "machine", "hostname", host, "cpu", cpu, "cores", (int)sysconf(_SC_NPROCESSORS_ONLN), "threads",
-                  omp_get_max_threads(), "backend", t->m.ops->name, "peak_gflops", t->peak_gflops);
+    json_t *run = json_pack(
+        "{s:s,s:s,s:o*,s:s?,s:o,s:I,s:{s:s,s:s,s:i,s:i,s:s,s:f,s:s?}}", "version", PLAIT_VERSION,
+        "started", started, "plan", plan, "resumed_from", resumed_from, "parameters",
+        json_integer((json_int_t)t->m.layout.total), "activation_bytes",
+        (json_int_t)t->m.activation_bytes, "machine", "hostname", host, "cpu", cpu, "cores",
+        (int)sysconf(_SC_NPROCESSORS_ONLN), "threads", omp_get_max_threads(), "backend",
+        t->m.ops->name, "peak_gflops", t->peak_gflops, "bf16_emulation", bf16_emulation(t));
     char *text = run ? json_dumps(run, JSON_INDENT(2)) : NULL;
     json_decref(run);
     if (!text) return error_set(err, "out of memory");
@@ -600,6 +608,7 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
              plan->steps, plan->steps == 1 ? "" : "s", plan->batch.grad_accum,
              plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(), t.peak_gflops,
              t.m.activation_bytes / 1e6, plan_recompute_name(plan->recompute));
+    if (bf16_emulation(&t)) log_warn("%s", bf16_emulation(&t));
     if (t.st.step == 0 && t.st.micro == 0 && print_sample(&t, "before training", err)) goto out;
     rc = run_steps(&t, err);
     if (getenv(PLAIT_ENV_PROFILE) && t.m.prof.steps > 0)

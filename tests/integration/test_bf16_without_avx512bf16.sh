@@ -31,6 +31,12 @@ test_bf16_training_emulated_matches_native() {
         { cat "$WORK/native.log"; return 1; }
     $AVX2 "$PLAIT" train "$WORK/plan.json" --out "$WORK/emulated" "${common[@]}" \
         >"$WORK/emulated.log" 2>&1 || { cat "$WORK/emulated.log"; return 1; }
+    # the run says so, in its log and in run.json; the native run says nothing
+    grep -q "warning: bf16 matrix products emulated in fp32 (oneDNN .* has no bf16 matmul for ISA avx2)" \
+        "$WORK/emulated.log" || { echo "no emulation notice"; cat "$WORK/emulated.log"; return 1; }
+    grep -q '"bf16_emulation": "bf16 matrix products emulated' "$WORK/emulated/run.json" ||
+        { echo "run.json does not say so"; return 1; }
+    ! grep -q "emulated" "$WORK/native.log" || { echo "native run claims emulation"; return 1; }
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/fp32" "${common[@]}" --set precision=fp32 \
         >"$WORK/fp32.log" 2>&1 || { cat "$WORK/fp32.log"; return 1; }
     "$PY" - "$WORK" <<'PYEOF'
