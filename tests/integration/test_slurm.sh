@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
-# sbatch --train-plan against a real Slurm: slurmctld and two slurmd (node1,
-# node2) with 4 fake GPUs each, started here with the plugin from the build
-# tree and the H100 fixture as the nodes' topology, stopped by PID at the end
-# (also on failure). Needs root (it runs the daemons); the plugin is not built
-# with sanitizers, so this runs once.
+# sbatch --train-plan against a real Slurm: a private cluster (munged,
+# slurmctld and two slurmd, node1 and node2, with 4 fake GPUs each) started
+# here with the plugin from the build tree and the H100 fixture as the nodes'
+# topology. Everything it writes stays under $WORK (configuration, state, logs,
+# munge key and socket, fake devices; free ports), clients reach it through
+# SLURM_CONF, and it is stopped by PID at the end (also on failure). Needs
+# root (it runs the daemons); refuses to run beside a slurmctld it did not
+# start. The plugin is not built with sanitizers, so this runs once.
 # asan: skip
 source "$(dirname "$0")/lib.sh"
 
 PLUGIN=$BUILD/lib/spank_plait.so
 SLURM_DIR=$ROOT/tests/integration/slurm
 export STATE=$WORK/slurm
+export SLURM_CONF=$STATE/conf/slurm.conf
 trap '"$SLURM_DIR/slurm-down.sh" >/dev/null 2>&1; rm -rf "$WORK"' EXIT
 
 if [ "$(id -u)" != 0 ] || ! command -v slurmctld >/dev/null || [ ! -f "$PLUGIN" ]; then
     echo "not ok slurm_cluster_starts (needs root, Slurm (scripts/deps.sh test) and $PLUGIN)"
     exit 1
 fi
+# munged wants the directories above its socket searchable
+chmod 711 "$WORK"
 
 tiny_data
 cat >"$WORK/quota.json" <<EOF
@@ -23,7 +29,12 @@ cat >"$WORK/quota.json" <<EOF
 EOF
 ARGS="max_gpus_per_job=8 max_nodes=2 allowed_precisions=fp32,bf16 min_checkpoint_every=50"
 ARGS="$ARGS quota_file=$WORK/quota.json topology_xml=$ROOT/tests/topo/h100_sxm8/topology.xml"
-if ! SPANK_PLUGIN=$PLUGIN SPANK_ARGS=$ARGS "$SLURM_DIR/slurm-up.sh" >"$WORK/up.log" 2>&1; then
+up_rc=0
+SPANK_PLUGIN=$PLUGIN SPANK_ARGS=$ARGS "$SLURM_DIR/slurm-up.sh" >"$WORK/up.log" 2>&1 || up_rc=$?
+if [ "$up_rc" = 3 ]; then # a slurmctld of someone else's: a real cluster, another test run
+    echo "not ok slurm_cluster_starts ($(grep -m1 -o 'a slurmctld this test did not start.*' "$WORK/up.log"))"
+    exit 1
+elif [ "$up_rc" != 0 ]; then
     echo "not ok slurm_cluster_starts"
     sed 's/^/    # /' "$WORK/up.log" | tail -n 30
     exit 1
@@ -56,6 +67,56 @@ wait_state() {
     return 1
 }
 
+job_state() { scontrol show job "$1" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+
+# sbatch_wait [sbatch options...]: sbatch from $WORK, then waits for the job
+# to end, polling every 0.1 s (sbatch -W polls every 2 to 10 s); prints the
+# job id; fails unless the job completed
+sbatch_wait() {
+    local job
+    job=$(cd "$WORK" && sbatch --parsable "$@") || return 1
+    echo "$job"
+    wait_state "$job" COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL OUT_OF_MEMORY >&2 || return 1
+    [ "$(job_state "$job")" = COMPLETED ]
+}
+
+# bypass_sbatch [sbatch options...]: sbatch from $WORK through a private
+# slurm.conf whose plugstack has no plait, as a user skipping the plugin would
+bypass_sbatch() {
+    if [ ! -f "$WORK/conf/slurm.conf" ]; then
+        mkdir -p "$WORK/conf"
+        sed "s#^PlugStackConfig=.*#PlugStackConfig=$WORK/conf/plugstack.conf#" "$SLURM_CONF" >"$WORK/conf/slurm.conf"
+        : >"$WORK/conf/plugstack.conf"
+    fi
+    (cd "$WORK" && SLURM_CONF=$WORK/conf/slurm.conf sbatch "$@")
+}
+
+test_the_cluster_lives_in_the_tests_sandbox() {
+    # every path the daemons write, under STATE; ports of its own
+    scontrol show config >"$WORK/config.txt" || return 1
+    local key value rc=0
+    for key in SLURM_CONF StateSaveLocation SlurmdSpoolDir PlugStackConfig SlurmctldPidFile \
+        SlurmdPidFile SlurmctldLogFile SlurmdLogFile TmpFS; do
+        value=$(sed -n "s/^$key *= *//p" "$WORK/config.txt")
+        case $value in "$STATE"/*) ;; *) echo "$key = $value, outside $STATE"; rc=1 ;; esac
+    done
+    grep -qx "AuthInfo *= *socket=$STATE/munge/munge.socket" "$WORK/config.txt" ||
+        { grep AuthInfo "$WORK/config.txt"; rc=1; }
+    ! grep -E '^Slurm(ctld|d)Port *= *(6817|6818)$' "$WORK/config.txt" || rc=1
+    # the daemons are ours, reading STATE's configuration
+    local f
+    for f in "$STATE"/pid/munged.pid "$STATE"/pid/slurmctld.pid "$STATE"/pid/slurmd-node*.pid; do
+        tr '\0' ' ' </proc/"$(cat "$f")"/cmdline | grep -qF "$STATE/" || { echo "$f: not ours"; rc=1; }
+    done
+    # a second cluster refuses to start beside this one; stopping that one stops nothing of ours
+    expect_error "$WORK/second.log" 3 "refusing to start: a slurmctld this test did not start is running" \
+        env STATE="$WORK/second" "$SLURM_DIR/slurm-up.sh" || rc=1
+    [ ! -e "$WORK/second/conf/slurm.conf" ] || { echo "the second cluster wrote its config"; rc=1; }
+    STATE=$WORK/second "$SLURM_DIR/slurm-down.sh"
+    [ "$(sinfo -h -N -o '%N %T' | sort -u | grep -c ' idle$')" = 2 ] || { sinfo -N; rc=1; }
+    return $rc
+}
+
 test_sbatch_knows_train_plan_and_refuses_bad_plans() {
     sbatch --help | grep -q -- '--train-plan=FILE' || { echo "--train-plan not in sbatch --help"; return 1; }
     plan "$WORK/bad.json" 1 1 1 '"zero": 7'
@@ -75,7 +136,7 @@ test_sbatch_knows_train_plan_and_refuses_bad_plans() {
     expect_error "$WORK/t1e.log" any "parallel.zero: must be in" sbatch "$WORK/directive.sh" || return 1
     # an admin's typo in plugstack.conf is refused, naming the key
     mkdir -p "$WORK/typo"
-    sed "s#^ClusterName=.*#&\nPlugStackConfig=$WORK/typo/plugstack.conf#" /etc/slurm/slurm.conf >"$WORK/typo/slurm.conf"
+    sed "s#^PlugStackConfig=.*#PlugStackConfig=$WORK/typo/plugstack.conf#" "$SLURM_CONF" >"$WORK/typo/slurm.conf"
     echo "required $PLUGIN max_gpu_per_job=8" >"$WORK/typo/plugstack.conf"
     expect_error "$WORK/t1g.log" any "spank_plait: plugstack.conf: unknown argument 'max_gpu_per_job' \(known keys: max_gpus_per_job," \
         env SLURM_CONF="$WORK/typo/slurm.conf" sbatch --wrap true
@@ -104,17 +165,13 @@ test_policy_limits_and_quota_are_enforced_at_submit() {
 }
 
 test_policy_holds_on_the_compute_side_when_the_client_skips_the_plugin() {
-    # a private slurm.conf whose plugstack has no plait: sbatch does not check
-    mkdir -p "$WORK/conf"
-    sed "s#^ClusterName=.*#&\nPlugStackConfig=$WORK/conf/plugstack.conf#" /etc/slurm/slurm.conf >"$WORK/conf/slurm.conf"
-    : >"$WORK/conf/plugstack.conf"
     plan "$WORK/big.json" 4 2 2
     local job rc=0
-    job=$(cd "$WORK" && SLURM_CONF=$WORK/conf/slurm.conf PLAIT_TRAIN_PLAN=$WORK/big.json \
-        sbatch --parsable -o "$WORK/bypass.out" --wrap 'echo the job ran') || return 1
+    job=$(PLAIT_TRAIN_PLAN=$WORK/big.json bypass_sbatch --parsable -o "$WORK/bypass.out" \
+        --wrap 'echo the job ran') || return 1
     wait_state "$job" COMPLETED FAILED || return 1
     local state
-    state=$(scontrol show job "$job" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+    state=$(job_state "$job")
     [ "$state" = FAILED ] || { echo "state $state"; cat "$WORK/bypass.out"; rc=1; }
     grep -q "spank_plait: error: job $job: the plan needs 16 GPUs .*max_gpus_per_job" "$WORK/bypass.out" ||
         { echo "no policy message in the job's output:"; cat "$WORK/bypass.out"; rc=1; }
@@ -128,9 +185,8 @@ test_eight_tasks_get_their_place_and_env() {
 #!/bin/bash
 srun bash -c 'env | grep -E "^(PLAIT_|CUDA_|NCCL_)" | grep -v PLAIT_PLAN_JSON | sort > env.$SLURM_PROCID'
 EOF
-    (cd "$WORK" && sbatch -W -N2 --ntasks-per-node=4 --gpus-per-node=4 \
-        --train-plan="$WORK/tp4pp2.json" -o "$WORK/env.out" env.sh >/dev/null) ||
-        { cat "$WORK/env.out"; return 1; }
+    sbatch_wait -N2 --ntasks-per-node=4 --gpus-per-node=4 --train-plan="$WORK/tp4pp2.json" \
+        -o "$WORK/env.out" env.sh >/dev/null || { cat "$WORK/env.out"; return 1; }
     # the same map from plait check, computed without Slurm, must agree
     "$PLAIT" check "$WORK/tp4pp2.json" --nodes 2 --gpus-per-node 4 \
         --topology "$ROOT/tests/topo/h100_sxm8/topology.xml" --json >"$WORK/check.json" || return 1
@@ -236,6 +292,7 @@ test_preempted_job_checkpoints_requeues_and_resumes() {
     metrics_equal "$WORK/long_local/metrics.jsonl" "$run/metrics.jsonl"
 }
 
+check the_cluster_lives_in_the_tests_sandbox test_the_cluster_lives_in_the_tests_sandbox
 check sbatch_knows_train_plan_and_refuses_bad_plans test_sbatch_knows_train_plan_and_refuses_bad_plans
 check policy_limits_and_quota_are_enforced_at_submit test_policy_limits_and_quota_are_enforced_at_submit
 check policy_holds_on_the_compute_side_when_the_client_skips_the_plugin test_policy_holds_on_the_compute_side_when_the_client_skips_the_plugin
