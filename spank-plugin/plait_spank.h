@@ -1,10 +1,13 @@
 /* plait_spank.h — what the context files of spank_plait provide to the
- * dispatcher (spank_plait.c): submit-time checks (sbatch, salloc, srun) and
- * per-task set-up (slurmstepd). Messages start with "spank_plait: ". */
+ * dispatcher (spank_plait.c): submit-time checks (sbatch, salloc, srun),
+ * per-task set-up (slurmstepd) and the messages they print (msg.c, always
+ * "spank_plait: " and escaped). */
 #ifndef PLAIT_SPANK_PLAIT_SPANK_H
 #define PLAIT_SPANK_PLAIT_SPANK_H
 
 #include <slurm/spank.h>
+#include <stdarg.h>
+#include <stddef.h>
 
 #include "spank-plugin/config.h"
 
@@ -21,5 +24,14 @@ int submit_check(spank_t sp, const struct plait_config *c, const char *plan_path
 /* Remote context, in each task: check the allocation and the policy again,
  * place the ranks and export this task's env contract. */
 int task_setup(spank_t sp, const struct plait_config *c, const char *plan_path);
+
+/* The longest message, in bytes, before escaping. */
+#define MSG_MAX 2048
+
+/* Formats into out (n bytes) with control characters escaped; returns out. */
+char *msg_vformat(char *out, size_t n, const char *fmt, va_list ap);
+
+/* Logs "spank_plait: <message>" through slurm_error, escaped; returns -1. */
+int msg_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

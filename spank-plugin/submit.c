@@ -22,10 +22,7 @@ int submit_check(spank_t sp, const struct plait_config *c, const char *plan_path
     struct plait_error err;
     struct plan *p = carried ? plan_load_text(carried, "the job's plan", NULL, NULL, 0, &err)
                              : plan_load(plan_path, NULL, 0, &err);
-    if (!p) {
-        slurm_error("spank_plait: %s", err.text);
-        return -1;
-    }
+    if (!p) return msg_error("%s", err.text);
     const struct plan_parallel *par = &p->parallel;
     bool sized = par->tp != PLAN_AUTO && par->pp != PLAN_AUTO && par->dp != PLAN_AUTO;
     struct passwd *pw = getpwuid(getuid());
@@ -40,17 +37,16 @@ int submit_check(spank_t sp, const struct plait_config *c, const char *plan_path
     bool new_job = spank_context() == S_CTX_ALLOCATOR || !getenv("SLURM_JOB_ID");
     int rc = -1;
     if (policy_check_limits(c, &job, &err) || (new_job && policy_check_quota(c, &job, &err))) {
-        slurm_error("spank_plait: %s: %s", plan_path, err.text);
+        msg_error("%s: %s", plan_path, err.text);
         goto out;
     }
     char *line = plan_to_json_line(p);
     if (!line) {
-        slurm_error("spank_plait: out of memory");
+        msg_error("out of memory");
         goto out;
     }
     if (spank_job_control_setenv(sp, PLAIT_SPANK_PLAN_VAR, line, 1) != ESPANK_SUCCESS)
-        slurm_error("spank_plait: could not attach the plan to the job; tasks will read %s",
-                    plan_path);
+        msg_error("could not attach the plan to the job; tasks will read %s", plan_path);
     free(line);
     rc = 0;
 out:

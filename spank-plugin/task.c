@@ -26,10 +26,10 @@ static int task_fail(uint32_t job, const char *fmt, ...) __attribute__((format(p
 
 static int task_fail(uint32_t job, const char *fmt, ...)
 {
-    char msg[2048];
+    char msg[2 * MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    msg_vformat(msg, sizeof msg, fmt, ap);
     va_end(ap);
     fprintf(stderr, "spank_plait: error: job %u: %s\n", job, msg);
     fflush(stderr);

@@ -179,6 +179,28 @@ test_policy_holds_on_the_compute_side_when_the_client_skips_the_plugin() {
     return $rc
 }
 
+test_error_text_is_one_escaped_line() {
+    plan "$WORK/evil.json" 1 1 1 '"device": "cpu", "bad\nkey\u001b[31m": 1'
+    local evil_path=$WORK/big$'\e[31m'.json rc=0
+    plan "$evil_path" 4 2 2
+    # at submit: the parser's message, and a plan path with an escape sequence
+    sbatch --train-plan="$WORK/evil.json" --wrap true >"$WORK/evil.log" 2>&1 && { echo accepted; return 1; }
+    sbatch --train-plan="$evil_path" --wrap true >"$WORK/evilpath.log" 2>&1 && { echo accepted; return 1; }
+    grep -q 'spank_plait: .*bad\\nkey\\x1b\[31m' "$WORK/evil.log" || { cat -A "$WORK/evil.log"; rc=1; }
+    grep -q 'spank_plait: .*/big\\x1b\[31m\.json: the plan needs 16 GPUs' "$WORK/evilpath.log" ||
+        { cat -A "$WORK/evilpath.log"; rc=1; }
+    # in the task (a client without the plugin): the job's output and slurmd's log
+    local job log
+    job=$(PLAIT_TRAIN_PLAN=$WORK/evil.json bypass_sbatch --parsable -o "$WORK/evil.out" --wrap true) || return 1
+    wait_state "$job" COMPLETED FAILED || return 1
+    grep -q "spank_plait: error: job $job: .*bad\\\\nkey\\\\x1b\[31m" "$WORK/evil.out" ||
+        { cat -A "$WORK/evil.out"; rc=1; }
+    for log in "$WORK/evil.log" "$WORK/evilpath.log" "$WORK/evil.out" "$STATE"/log/slurmd-node*.log; do
+        ! grep -qP '\x1b' "$log" || { echo "$log: a raw ESC"; grep -P '\x1b' "$log" | cat -A; rc=1; }
+    done
+    return $rc
+}
+
 test_eight_tasks_get_their_place_and_env() {
     plan "$WORK/tp4pp2.json" 4 2 1
     cat >"$WORK/env.sh" <<'EOF'
@@ -296,6 +318,7 @@ check the_cluster_lives_in_the_tests_sandbox test_the_cluster_lives_in_the_tests
 check sbatch_knows_train_plan_and_refuses_bad_plans test_sbatch_knows_train_plan_and_refuses_bad_plans
 check policy_limits_and_quota_are_enforced_at_submit test_policy_limits_and_quota_are_enforced_at_submit
 check policy_holds_on_the_compute_side_when_the_client_skips_the_plugin test_policy_holds_on_the_compute_side_when_the_client_skips_the_plugin
+check error_text_is_one_escaped_line test_error_text_is_one_escaped_line
 check eight_tasks_get_their_place_and_env test_eight_tasks_get_their_place_and_env
 check wrong_task_count_fails_the_step test_wrong_task_count_fails_the_step
 check training_runs_through_slurm test_training_runs_through_slurm
