@@ -23,13 +23,11 @@ int submit_check(spank_t sp, const struct plait_config *c, const char *plan_path
     struct plan *p = carried ? plan_load_text(carried, "the job's plan", NULL, NULL, 0, &err)
                              : plan_load(plan_path, NULL, 0, &err);
     if (!p) return msg_error("%s", err.text);
-    const struct plan_parallel *par = &p->parallel;
-    bool sized = par->tp != PLAN_AUTO && par->pp != PLAN_AUTO && par->dp != PLAN_AUTO;
     struct passwd *pw = getpwuid(getuid());
     const char *account = getenv("SBATCH_ACCOUNT");
     if (!account) account = getenv("SLURM_ACCOUNT");
     struct policy_job job = {.plan = p,
-                             .gpus = sized ? par->tp * par->pp * par->dp : 0,
+                             .gpus = plan_ranks(p), /* 0: dp "auto", not known yet */
                              .uid = getuid(),
                              .user = pw ? pw->pw_name : "?",
                              .account = account};

@@ -4,6 +4,7 @@
  * THIS node's plugstack.conf, the allocation against the plan, the placement
  * every task computes alike from the allocation's node order, and the task's
  * env contract. */
+#include <limits.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <slurm/slurm.h>
@@ -16,6 +17,7 @@
 #include "common/place.h"
 #include "common/plan.h"
 #include "common/topo.h"
+#include "spank-plugin/count.h"
 #include "spank-plugin/plait_spank.h"
 #include "spank-plugin/policy.h"
 
@@ -71,34 +73,35 @@ static struct plan *job_plan(spank_t sp, const char *plan_path, uint32_t job, bo
     return p;
 }
 
-/* "4(x2),3" → counts[0..n): SLURM_*_TASKS_PER_NODE. Returns the node count. */
+/* "4(x2),3" → counts[0..n): SLURM_*_TASKS_PER_NODE. Returns the node count,
+ * -1 if the text is not that or a count is out of range. */
 static int tasks_per_node(const char *spec, int *counts, int max)
 {
     int n = 0;
     for (const char *s = spec; s && *s && n < max;) {
-        char *end;
-        long c = strtol(s, &end, 10), rep = 1;
-        if (end == s) return -1;
+        const char *end;
+        int64_t c = count_parse(s, &end), rep = 1;
+        if (c < 0 || c > PLAN_MAX_RANKS) return -1;
         if (!strncmp(end, "(x", 2)) {
-            rep = strtol(end + 2, &end, 10);
-            if (*end != ')') return -1;
+            rep = count_parse(end + 2, &end);
+            if (rep < 1 || *end != ')') return -1;
             end++;
         }
-        for (long r = 0; r < rep && n < max; r++) counts[n++] = (int)c;
+        for (int64_t r = 0; r < rep && n < max; r++) counts[n++] = (int)c;
         s = *end == ',' ? end + 1 : end;
         if (*s && *end != ',') return -1;
     }
     return n;
 }
 
-/* "0,1,3" → CUDA indices granted on this node. */
+/* "0,1,3" → CUDA indices granted on this node; -1 if not that. */
 static int granted_gpus(const char *list, int *out, int max)
 {
     int n = 0;
     for (const char *s = list; s && *s && n < max;) {
-        char *end;
-        long g = strtol(s, &end, 10);
-        if (end == s) return -1;
+        const char *end;
+        int64_t g = count_parse(s, &end);
+        if (g < 0 || g > INT_MAX) return -1;
         out[n++] = (int)g;
         s = *end == ',' ? end + 1 : end;
         if (*s && *end != ',') return -1;
@@ -188,14 +191,28 @@ static int export_env(spank_t sp, const char *name, const char *value, uint32_t 
 static int place_task(spank_t sp, const struct plait_config *c, const struct plan *p,
                       struct step *s)
 {
+    /* tp and pp are within PLAN_MAX_RANKS (the parser's bound); dp "auto"
+     * fills the step. Counted in 64 bits: nothing wraps, nothing divides by 0. */
     const struct plan_parallel *par = &p->parallel;
-    int tp = par->tp == PLAN_AUTO ? 1 : par->tp, pp = par->pp == PLAN_AUTO ? 1 : par->pp;
-    int dp = par->dp == PLAN_AUTO ? (int)s->ntasks / (tp * pp) : par->dp;
-    if (tp * pp * dp != (int)s->ntasks)
+    int64_t tp = par->tp == PLAN_AUTO ? 1 : par->tp, pp = par->pp == PLAN_AUTO ? 1 : par->pp;
+    int64_t tp_pp = count_mul(tp, pp), ntasks = s->ntasks;
+    if (par->dp == PLAN_AUTO && ntasks % tp_pp != 0)
         return task_fail(s->job,
-                         "the step has %u tasks, but the plan needs tp %d × pp %d × dp %d = "
-                         "%d (one task per rank: srun -n%d)",
-                         s->ntasks, tp, pp, dp, tp * pp * dp, tp * pp * dp);
+                         "the step has %u tasks, which dp \"auto\" cannot fill: tp %lld × pp "
+                         "%lld = %lld does not divide it (srun -n with a multiple of %lld)",
+                         s->ntasks, (long long)tp, (long long)pp, (long long)tp_pp,
+                         (long long)tp_pp);
+    int64_t dp = par->dp == PLAN_AUTO ? ntasks / tp_pp : par->dp;
+    int64_t ranks = count_mul(tp_pp, dp);
+    if (ranks != ntasks)
+        return task_fail(s->job,
+                         "the step has %u tasks, but the plan needs tp %lld × pp %lld × dp %lld "
+                         "= %lld (one task per rank: srun -n%lld)",
+                         s->ntasks, (long long)tp, (long long)pp, (long long)dp, (long long)ranks,
+                         (long long)ranks);
+    if (ranks > PLAN_MAX_RANKS)
+        return task_fail(s->job, "the step has %u tasks; plait runs at most %d ranks", s->ntasks,
+                         PLAN_MAX_RANKS);
     /* GPUs granted here; every node is taken to have the same grant */
     char *gpus_env = job_env(sp, "SLURM_STEP_GPUS");
     if (!gpus_env) gpus_env = job_env(sp, "SLURM_JOB_GPUS");
@@ -254,8 +271,8 @@ static int place_task(spank_t sp, const struct plait_config *c, const struct pla
             nodes[i].gpus = g;
         }
     }
-    if (place_ranks(p, tp, pp, dp, nodes, (int)s->nnodes, &(struct place_bandwidth){25, 50, 100},
-                    &map, &err)) {
+    if (place_ranks(p, (int)tp, (int)pp, (int)dp, nodes, (int)s->nnodes,
+                    &(struct place_bandwidth){25, 50, 100}, &map, &err)) {
         task_fail(s->job, "%s", err.text);
         goto out;
     }
@@ -303,13 +320,12 @@ int task_setup(spank_t sp, const struct plait_config *c, const char *plan_path)
     struct passwd *pw = getpwuid(uid);
     char *account = job_env(sp, "SLURM_JOB_ACCOUNT");
     char *gpus_on_node = job_env(sp, "SLURM_GPUS_ON_NODE");
-    int job_gpus = gpus_on_node ? atoi(gpus_on_node) * (int)s.nnodes : 0;
-    const struct plan_parallel *par = &p->parallel;
-    bool sized = par->tp != PLAN_AUTO && par->pp != PLAN_AUTO && par->dp != PLAN_AUTO;
-    int plan_gpus = sized ? par->tp * par->pp * par->dp : job_gpus;
+    int64_t per_node = gpus_on_node ? count_parse(gpus_on_node, NULL) : 0;
+    int64_t job_gpus = per_node > 0 ? count_mul(per_node, s.nnodes) : 0;
+    int64_t plan_gpus = plan_ranks(p); /* 0: "auto", as many as the job has */
     struct policy_job job = {.plan = p,
                              .gpus = plan_gpus > job_gpus ? plan_gpus : job_gpus,
-                             .nodes = (int)s.nnodes,
+                             .nodes = s.nnodes,
                              .uid = uid,
                              .user = pw ? pw->pw_name : "?",
                              .account = account,

@@ -179,6 +179,20 @@ test_policy_holds_on_the_compute_side_when_the_client_skips_the_plugin() {
     return $rc
 }
 
+test_rank_count_beyond_plait_is_refused_at_submit_and_start() {
+    # tp × dp = 4 × 1073741825 wrapped to 4 in 32 bits and passed max_gpus_per_job=8
+    plan "$WORK/huge.json" 4 1 1073741825
+    local msg="parallel.dp: 1073741825 makes tp × pp × dp = 4294967300 ranks, more than plait runs \(16777216\)"
+    expect_error "$WORK/huge.log" any "spank_plait: .*huge.json:[0-9]+: $msg" \
+        sbatch --train-plan="$WORK/huge.json" --wrap true || return 1
+    # in the task too (a client without the plugin): refused, no SIGFPE
+    local job
+    job=$(PLAIT_TRAIN_PLAN=$WORK/huge.json bypass_sbatch --parsable -o "$WORK/huge.out" --wrap true) || return 1
+    wait_state "$job" COMPLETED FAILED || return 1
+    [ "$(job_state "$job")" = FAILED ] || { job_state "$job"; return 1; }
+    grep -qE "spank_plait: error: job $job: .*$msg" "$WORK/huge.out" || { cat "$WORK/huge.out"; return 1; }
+}
+
 test_error_text_is_one_escaped_line() {
     plan "$WORK/evil.json" 1 1 1 '"device": "cpu", "bad\nkey\u001b[31m": 1'
     local evil_path=$WORK/big$'\e[31m'.json rc=0
@@ -318,6 +332,7 @@ check the_cluster_lives_in_the_tests_sandbox test_the_cluster_lives_in_the_tests
 check sbatch_knows_train_plan_and_refuses_bad_plans test_sbatch_knows_train_plan_and_refuses_bad_plans
 check policy_limits_and_quota_are_enforced_at_submit test_policy_limits_and_quota_are_enforced_at_submit
 check policy_holds_on_the_compute_side_when_the_client_skips_the_plugin test_policy_holds_on_the_compute_side_when_the_client_skips_the_plugin
+check rank_count_beyond_plait_is_refused_at_submit_and_start test_rank_count_beyond_plait_is_refused_at_submit_and_start
 check error_text_is_one_escaped_line test_error_text_is_one_escaped_line
 check eight_tasks_get_their_place_and_env test_eight_tasks_get_their_place_and_env
 check wrong_task_count_fails_the_step test_wrong_task_count_fails_the_step
