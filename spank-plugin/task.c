@@ -1,9 +1,10 @@
 /* task.c — spank_plait in slurmstepd, for each task (task_init, where a
  * failure fails the job and does not drain the node): the plan that travelled
  * with the job (or the file, if the submit host had no plugin), the policy of
- * THIS node's plugstack.conf, the allocation against the plan, the placement
- * every task computes alike from the allocation's node order, and the task's
- * env contract. */
+ * THIS node's plugstack.conf (quotas counted once per job: by the batch
+ * script and by task 0 of a step), the allocation against the plan, the
+ * placement every task computes alike from the allocation's node order, and
+ * the task's env contract. Not here: what the submit host checks (submit.c). */
 #include <limits.h>
 #include <pwd.h>
 #include <stdarg.h>
@@ -330,8 +331,13 @@ int task_setup(spank_t sp, const struct plait_config *c, const char *plan_path)
                              .user = pw ? pw->pw_name : "?",
                              .account = account,
                              .job_id = s.job};
+    /* the limits cost nothing; the quota asks slurmctld for every job, so it
+     * is counted once per job and step (the batch script, task 0 of a step),
+     * not by each of a thousand tasks */
+    bool count_quota = batch || s.task == 0;
     struct plait_error err;
-    int prc = policy_check_limits(c, &job, &err) || policy_check_quota(c, &job, &err);
+    int prc =
+        policy_check_limits(c, &job, &err) || (count_quota && policy_check_quota(c, &job, &err));
     free(account);
     free(gpus_on_node);
     if (prc) {

@@ -193,6 +193,25 @@ test_rank_count_beyond_plait_is_refused_at_submit_and_start() {
     grep -qE "spank_plait: error: job $job: .*$msg" "$WORK/huge.out" || { cat "$WORK/huge.out"; return 1; }
 }
 
+# The times slurmctld answered slurm_load_jobs (REQUEST_JOB_INFO; squeue -j
+# and scontrol show job, which wait_state uses, ask REQUEST_JOB_INFO_SINGLE).
+job_info_rpcs() {
+    sdiag | sed -n 's/^[[:space:]]*REQUEST_JOB_INFO[[:space:]]*( 2003) count:\([0-9]*\).*/\1/p'
+}
+
+test_quota_is_counted_once_per_job_not_per_task() {
+    plan "$WORK/tp4pp2.json" 4 2 1
+    printf '#!/bin/bash\nsrun true\n' >"$WORK/quota8.sh"
+    local before after
+    before=$(job_info_rpcs)
+    sbatch_wait -N2 --ntasks-per-node=4 --gpus-per-node=4 --train-plan="$WORK/tp4pp2.json" \
+        -o "$WORK/quota8.out" quota8.sh >/dev/null || { cat "$WORK/quota8.out"; return 1; }
+    after=$(job_info_rpcs)
+    # sbatch at submit, the batch script, task 0 of the 8-task step (was 10: one per task)
+    local calls=$((${after:-0} - ${before:-0}))
+    [ "$calls" = 3 ] || { echo "slurm_load_jobs calls: $calls, want 3"; return 1; }
+}
+
 test_error_text_is_one_escaped_line() {
     plan "$WORK/evil.json" 1 1 1 '"device": "cpu", "bad\nkey\u001b[31m": 1'
     local evil_path=$WORK/big$'\e[31m'.json rc=0
@@ -333,6 +352,7 @@ check sbatch_knows_train_plan_and_refuses_bad_plans test_sbatch_knows_train_plan
 check policy_limits_and_quota_are_enforced_at_submit test_policy_limits_and_quota_are_enforced_at_submit
 check policy_holds_on_the_compute_side_when_the_client_skips_the_plugin test_policy_holds_on_the_compute_side_when_the_client_skips_the_plugin
 check rank_count_beyond_plait_is_refused_at_submit_and_start test_rank_count_beyond_plait_is_refused_at_submit_and_start
+check quota_is_counted_once_per_job_not_per_task test_quota_is_counted_once_per_job_not_per_task
 check error_text_is_one_escaped_line test_error_text_is_one_escaped_line
 check eight_tasks_get_their_place_and_env test_eight_tasks_get_their_place_and_env
 check wrong_task_count_fails_the_step test_wrong_task_count_fails_the_step
