@@ -162,22 +162,66 @@ static void free_step(struct step *s)
     for (int i = 0; i < s->n_names; i++) free(s->names[i]);
 }
 
-/* The run directory: the user's PLAIT_RUN_DIR, else <run_root>/slurm-<job>,
- * the same for every requeue of the job. */
+/* A path that names something below where it starts: at least one component
+ * other than "." and none that is "..". */
+static bool names_a_subdirectory(const char *path)
+{
+    bool named = false;
+    for (const char *s = path; *s;) {
+        size_t len = strcspn(s, "/");
+        if (len == 2 && !strncmp(s, "..", 2)) return false;
+        if (len > 0 && !(len == 1 && *s == '.')) named = true;
+        s += len;
+        s += strspn(s, "/");
+    }
+    return named;
+}
+
+/* The run directory, the same for every requeue of the job. Without
+ * run_root: the user's PLAIT_RUN_DIR, else $SLURM_SUBMIT_DIR/runs/slurm-<job>.
+ * With run_root (the admin's), it stays under run_root: the user's
+ * PLAIT_RUN_DIR may name a subdirectory of it (relative to it, or absolute
+ * under it, without ".."), else <run_root>/slurm-<job>. NULL after task_fail. */
 static char *run_dir(spank_t sp, const struct plait_config *c, uint32_t job)
 {
-    char *user = job_env(sp, PLAIT_ENV_RUN_DIR);
-    if (user && *user) return user;
+    char *user = job_env(sp, PLAIT_ENV_RUN_DIR), *dir = NULL;
+    if (user && !*user) {
+        free(user);
+        user = NULL;
+    }
+    if (!c->run_root) {
+        if (user) return user;
+        char *submit = job_env(sp, "SLURM_SUBMIT_DIR");
+        if (asprintf(&dir, "%s/runs/slurm-%u", submit ? submit : ".", job) < 0) dir = NULL;
+        free(submit);
+        if (!dir) task_fail(job, "out of memory");
+        return dir;
+    }
+    const char *root = c->run_root;
+    int root_len = (int)strlen(root);
+    while (root_len > 0 && root[root_len - 1] == '/') root_len--; /* "/scratch/runs/", "/" */
+    int rc;
+    if (!user)
+        rc = asprintf(&dir, "%.*s/slurm-%u", root_len, root, job);
+    else if (user[0] != '/' && names_a_subdirectory(user))
+        rc = asprintf(&dir, "%.*s/%s", root_len, root, user);
+    else if (user[0] == '/' && !strncmp(user, root, (size_t)root_len) && user[root_len] == '/' &&
+             names_a_subdirectory(user + root_len))
+        rc = (dir = strdup(user)) ? 0 : -1;
+    else {
+        task_fail(job,
+                  "%s=%s is not a directory under this cluster's run_root %s (plugstack.conf): "
+                  "give a subdirectory of run_root, relative to it or absolute, without "
+                  "\"..\", or leave %s unset",
+                  PLAIT_ENV_RUN_DIR, user, root, PLAIT_ENV_RUN_DIR);
+        free(user);
+        return NULL;
+    }
     free(user);
-    char *submit = job_env(sp, "SLURM_SUBMIT_DIR");
-    char root[4096];
-    if (c->run_root)
-        snprintf(root, sizeof root, "%s", c->run_root);
-    else
-        snprintf(root, sizeof root, "%s/runs", submit ? submit : ".");
-    free(submit);
-    char *dir = malloc(strlen(root) + 32);
-    if (dir) sprintf(dir, "%s/slurm-%u", root, job);
+    if (rc < 0) {
+        dir = NULL;
+        task_fail(job, "out of memory");
+    }
     return dir;
 }
 
@@ -302,22 +346,29 @@ out:
 int task_setup(spank_t sp, const struct plait_config *c, const char *plan_path)
 {
     struct step s = {0};
-    spank_get_item(sp, S_JOB_ID, &s.job);
-    spank_get_item(sp, S_JOB_STEPID, &s.stepid);
+    uid_t uid = 0;
+    spank_err_t ids = spank_get_item(sp, S_JOB_ID, &s.job);
+    if (ids == ESPANK_SUCCESS) ids = spank_get_item(sp, S_JOB_STEPID, &s.stepid);
+    if (ids == ESPANK_SUCCESS) ids = spank_get_item(sp, S_JOB_UID, &uid);
     bool is_plait, batch = s.stepid == SLURM_BATCH_SCRIPT || s.stepid == SLURM_EXTERN_CONT;
     struct plan *p = job_plan(sp, plan_path, s.job, &is_plait);
     if (!is_plait) return 0;
     if (!p) return -1;
     int rc = -1;
+    if (ids != ESPANK_SUCCESS) {
+        task_fail(s.job, "cannot read the job from Slurm: %s", spank_strerror(ids));
+        goto out;
+    }
     if (batch) {
         s.nnodes = 1;
-        spank_get_item(sp, S_JOB_NNODES, &s.nnodes);
+        if (spank_get_item(sp, S_JOB_NNODES, &s.nnodes) != ESPANK_SUCCESS) {
+            task_fail(s.job, "cannot read the job's node count from Slurm");
+            goto out;
+        }
     } else if (read_step(sp, &s)) {
         goto out;
     }
     /* the policy of this node, whatever the submit host did */
-    uid_t uid = 0;
-    spank_get_item(sp, S_JOB_UID, &uid);
     struct passwd *pw = getpwuid(uid);
     char *account = job_env(sp, "SLURM_JOB_ACCOUNT");
     char *gpus_on_node = job_env(sp, "SLURM_GPUS_ON_NODE");
@@ -344,15 +395,21 @@ int task_setup(spank_t sp, const struct plait_config *c, const char *plan_path)
         task_fail(s.job, "%s", err.text);
         goto out;
     }
-    /* what every task of every step gets */
-    char *dir = run_dir(sp, c, s.job), *restarts = job_env(sp, "SLURM_RESTART_COUNT");
-    char *line = plan_to_json_line(p);
-    rc = !dir || !line ? task_fail(s.job, "out of memory")
-         : export_env(sp, PLAIT_ENV_RUN_DIR, dir, s.job) ||
-                 export_env(sp, PLAIT_ENV_PLAN_JSON, line, s.job) ||
-                 export_env(sp, PLAIT_ENV_RESTART_COUNT, restarts ? restarts : "0", s.job)
-             ? -1
-             : 0;
+    /* what every task of every step gets: the plan checked here, and no
+     * PLAIT_PLAN of the user's that would name another */
+    char *dir = run_dir(sp, c, s.job);
+    if (!dir) goto out;
+    char *restarts = job_env(sp, "SLURM_RESTART_COUNT"), *line = plan_to_json_line(p);
+    if (!line)
+        rc = task_fail(s.job, "out of memory");
+    else if (export_env(sp, PLAIT_ENV_RUN_DIR, dir, s.job) ||
+             export_env(sp, PLAIT_ENV_PLAN_JSON, line, s.job) ||
+             export_env(sp, PLAIT_ENV_RESTART_COUNT, restarts ? restarts : "0", s.job))
+        rc = -1;
+    else if (spank_unsetenv(sp, PLAIT_ENV_PLAN) != ESPANK_SUCCESS)
+        rc = task_fail(s.job, "cannot unset %s", PLAIT_ENV_PLAN);
+    else
+        rc = 0;
     free(dir);
     free(restarts);
     free(line);

@@ -91,6 +91,28 @@ bypass_sbatch() {
     (cd "$WORK" && SLURM_CONF=$WORK/conf/slurm.conf sbatch "$@")
 }
 
+# with_plugin_args "KEY=VALUE..." COMMAND...: runs the command while the
+# plugin has these plugstack arguments besides the test's (sbatch and
+# slurmstepd read plugstack.conf at each launch)
+with_plugin_args() {
+    local conf=$STATE/conf/plugstack.conf saved rc=0
+    saved=$(cat "$conf")
+    printf '%s %s\n' "$saved" "$1" >"$conf"
+    shift
+    "$@" || rc=$?
+    printf '%s\n' "$saved" >"$conf"
+    return $rc
+}
+
+# dump.sh NAME: the PLAIT_* and SLURM_SPANK_* variables of the batch script
+# (NAME.batch) and of a one-task step (NAME.step)
+cat >"$WORK/dump.sh" <<'EOF'
+#!/bin/bash
+env | grep -E '^(PLAIT_|SLURM_SPANK_)' | sort >"$1.batch"
+srun -n1 bash -c 'env | grep -E "^(PLAIT_|SLURM_SPANK_)" | sort' >"$1.step"
+EOF
+chmod +x "$WORK/dump.sh"
+
 test_the_cluster_lives_in_the_tests_sandbox() {
     # every path the daemons write, under STATE; ports of its own
     scontrol show config >"$WORK/config.txt" || return 1
@@ -191,6 +213,60 @@ test_rank_count_beyond_plait_is_refused_at_submit_and_start() {
     wait_state "$job" COMPLETED FAILED || return 1
     [ "$(job_state "$job")" = FAILED ] || { job_state "$job"; return 1; }
     grep -qE "spank_plait: error: job $job: .*$msg" "$WORK/huge.out" || { cat "$WORK/huge.out"; return 1; }
+}
+
+test_user_plait_plan_cannot_replace_the_checked_plan() {
+    plan "$WORK/cpu.json" 1 1 1 '"device": "cpu"'
+    PLAIT_PLAN=/some/other/plan.json PLAIT_RUN_DIR=/tmp/elsewhere sbatch_wait \
+        -o "$WORK/userplan.out" --train-plan="$WORK/cpu.json" dump.sh userplan >/dev/null ||
+        { cat "$WORK/userplan.out"; return 1; }
+    local f rc=0
+    for f in "$WORK"/userplan.batch "$WORK"/userplan.step; do
+        ! grep '^PLAIT_PLAN=' "$f" || { echo "$f: the user's PLAIT_PLAN reached the task"; rc=1; }
+        grep -q '^PLAIT_PLAN_JSON={.*"steps":40' "$f" || { echo "$f: no checked plan"; rc=1; }
+        # without run_root, the user's run directory holds (as before)
+        grep -qx 'PLAIT_RUN_DIR=/tmp/elsewhere' "$f" || { grep PLAIT_RUN_DIR "$f"; rc=1; }
+    done
+    return $rc
+}
+
+# rundir_job NAME PLAIT_RUN_DIR ("-": unset): a job whose step reports its run directory
+rundir_job() {
+    local name=$1 value=$2
+    if [ "$value" = - ]; then
+        (unset PLAIT_RUN_DIR && sbatch_wait -o "$WORK/$name.out" --train-plan="$WORK/cpu.json" \
+            dump.sh "$name")
+    else
+        PLAIT_RUN_DIR=$value sbatch_wait -o "$WORK/$name.out" --train-plan="$WORK/cpu.json" \
+            dump.sh "$name"
+    fi >"$WORK/$name.id" 2>&1
+}
+
+test_run_dir_stays_under_run_root() {
+    plan "$WORK/cpu.json" 1 1 1 '"device": "cpu"'
+    local root=$WORK/run_root
+    submit_all() {
+        rundir_job rd_default - &
+        rundir_job rd_relative team/run1 &
+        rundir_job rd_absolute "$root/abs" &
+        rundir_job rd_outside /tmp/elsewhere &
+        rundir_job rd_dotdot team/../../escape &
+        wait
+    }
+    with_plugin_args "run_root=$root" submit_all
+    local rc=0 job
+    job=$(head -n1 "$WORK/rd_default.id")
+    grep -qx "PLAIT_RUN_DIR=$root/slurm-$job" "$WORK/rd_default.step" || { cat "$WORK/rd_default.out"; rc=1; }
+    grep -qx "PLAIT_RUN_DIR=$root/team/run1" "$WORK/rd_relative.step" || { cat "$WORK/rd_relative.out"; rc=1; }
+    grep -qx "PLAIT_RUN_DIR=$root/abs" "$WORK/rd_absolute.step" || { cat "$WORK/rd_absolute.out"; rc=1; }
+    local name value
+    for name in rd_outside:/tmp/elsewhere rd_dotdot:team/../../escape; do
+        value=${name#*:} name=${name%%:*}
+        [ ! -e "$WORK/$name.batch" ] || { echo "$name: the job ran"; rc=1; }
+        grep -qF "PLAIT_RUN_DIR=$value is not a directory under this cluster's run_root $root" \
+            "$WORK/$name.out" || { echo "$name:"; cat "$WORK/$name.out"; rc=1; }
+    done
+    return $rc
 }
 
 # The times slurmctld answered slurm_load_jobs (REQUEST_JOB_INFO; squeue -j
@@ -352,6 +428,8 @@ check sbatch_knows_train_plan_and_refuses_bad_plans test_sbatch_knows_train_plan
 check policy_limits_and_quota_are_enforced_at_submit test_policy_limits_and_quota_are_enforced_at_submit
 check policy_holds_on_the_compute_side_when_the_client_skips_the_plugin test_policy_holds_on_the_compute_side_when_the_client_skips_the_plugin
 check rank_count_beyond_plait_is_refused_at_submit_and_start test_rank_count_beyond_plait_is_refused_at_submit_and_start
+check user_plait_plan_cannot_replace_the_checked_plan test_user_plait_plan_cannot_replace_the_checked_plan
+check run_dir_stays_under_run_root test_run_dir_stays_under_run_root
 check quota_is_counted_once_per_job_not_per_task test_quota_is_counted_once_per_job_not_per_task
 check error_text_is_one_escaped_line test_error_text_is_one_escaped_line
 check eight_tasks_get_their_place_and_env test_eight_tasks_get_their_place_and_env
