@@ -11,11 +11,22 @@
 
 #include "spank-plugin/config.h"
 
+/* Where Slurm carries --train-plan of plugin "plait" to the job and its steps
+ * (_SLURM_SPANK_OPTION_<plugin>_<option>; prefixed SLURM_SPANK_ in the job's
+ * environment, from which sbatch, salloc and srun read it back as the option). */
+#define PLAIT_SPANK_OPTION_VAR "_SLURM_SPANK_OPTION_plait_train_plan"
 /* The variable that carries the resolved plan from the submit host to the
  * tasks (through spank_job_control_setenv; tasks see it prefixed SLURM_SPANK_). */
 #define PLAIT_SPANK_PLAN_VAR "PLAIT_PLAN_JSON"
 /* The environment fallback for --train-plan. */
 #define PLAIT_SPANK_PLAN_ENV "PLAIT_TRAIN_PLAN"
+
+/* Allocator context (sbatch, salloc), before the options are read: a job
+ * submitted from inside a plait job is a new job, so the parent's option and
+ * plan (inherited SLURM_SPANK_* variables, which sbatch would read back as
+ * --train-plan) and the env contract the plugin gave the parent's tasks are
+ * removed from this process's environment, which the new job inherits. */
+void submit_forget_parent_job(void);
 
 /* Allocator/local context, after the options: validate plan_path (NULL: the
  * option was not given; then PLAIT_TRAIN_PLAN) and check the policy. */

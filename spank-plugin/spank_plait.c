@@ -39,6 +39,9 @@ int slurm_spank_init(spank_t sp, int argc, char **argv)
     if (ctx != S_CTX_ALLOCATOR && ctx != S_CTX_LOCAL && ctx != S_CTX_REMOTE) return 0;
     struct plait_error err;
     if (config_parse(argc, argv, &config, &err)) return msg_error("%s", err.text);
+    /* before sbatch/salloc read the options, some of which come from the
+     * environment: a new job does not inherit its parent's plan */
+    if (ctx == S_CTX_ALLOCATOR) submit_forget_parent_job();
     if (spank_option_register(sp, &train_plan_option) != ESPANK_SUCCESS)
         return msg_error("cannot register --train-plan");
     return 0;

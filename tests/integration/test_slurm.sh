@@ -269,6 +269,66 @@ test_run_dir_stays_under_run_root() {
     return $rc
 }
 
+# From inside a plait job (its plan: steps 40), sbatch with a plan of its own
+# that breaks the policy, with a good one (steps 41), and with none; and a
+# step of the job itself. Runs once, for the three checks that follow.
+nested_jobs() {
+    plan "$WORK/parent.json" 1 1 1 '"device": "cpu"'
+    plan "$WORK/child.json" 1 1 1 '"device": "cpu"'
+    sed -i 's/"steps": 40/"steps": 41/' "$WORK/child.json"
+    plan "$WORK/child_bad.json" 4 2 2
+    cat >"$WORK/parent.sh" <<EOF
+#!/bin/bash
+cd "$WORK"
+sbatch --train-plan="$WORK/child_bad.json" --wrap true >nested_bad.log 2>&1
+echo "bad rc=\$?"
+sbatch --parsable -o nested_child.out --train-plan="$WORK/child.json" dump.sh nested_child >nested_child.id
+echo "child rc=\$?"
+sbatch --parsable -o nested_plain.out dump.sh nested_plain >nested_plain.id
+echo "plain rc=\$?"
+./dump.sh nested_parent
+EOF
+    sbatch_wait -o "$WORK/parent.out" --train-plan="$WORK/parent.json" parent.sh \
+        >"$WORK/parent.id" || { cat "$WORK/parent.out"; return 1; }
+    local child
+    for child in nested_child nested_plain; do
+        [ -s "$WORK/$child.id" ] || { cat "$WORK/parent.out"; return 1; }
+        wait_state "$(cat "$WORK/$child.id")" COMPLETED FAILED || return 1
+    done
+}
+
+test_nested_sbatch_refuses_its_own_bad_plan() {
+    nested_jobs || return 1
+    grep -q "bad rc=[1-9]" "$WORK/parent.out" || { cat "$WORK/parent.out" "$WORK/nested_bad.log"; return 1; }
+    grep -q "spank_plait: $WORK/child_bad.json: the plan needs 16 GPUs" "$WORK/nested_bad.log" ||
+        { cat "$WORK/nested_bad.log"; return 1; }
+}
+
+test_nested_sbatch_runs_its_own_plan() {
+    grep -q "child rc=0" "$WORK/parent.out" || { cat "$WORK/parent.out" "$WORK/nested_child.out"; return 1; }
+    local f rc=0 parent
+    parent=$(cat "$WORK/parent.id")
+    for f in "$WORK"/nested_child.batch "$WORK"/nested_child.step; do
+        grep -q '^PLAIT_PLAN_JSON={.*"steps":41' "$f" || { echo "$f: not the child's plan"; rc=1; }
+        grep -q '^SLURM_SPANK_PLAIT_PLAN_JSON={.*"steps":41' "$f" || { echo "$f: not the child's plan"; rc=1; }
+        ! grep "PLAIT_RUN_DIR=.*/slurm-$parent$" "$f" || { echo "$f: the parent's run directory"; rc=1; }
+    done
+    # a step of the parent keeps the parent's plan
+    grep -q '^PLAIT_PLAN_JSON={.*"steps":40' "$WORK/nested_parent.step" ||
+        { cat "$WORK/nested_parent.step"; rc=1; }
+    return $rc
+}
+
+test_nested_sbatch_without_train_plan_is_not_a_plait_job() {
+    grep -q "plain rc=0" "$WORK/parent.out" || { cat "$WORK/parent.out" "$WORK/nested_plain.out"; return 1; }
+    local f rc=0
+    for f in "$WORK"/nested_plain.batch "$WORK"/nested_plain.step; do
+        ! grep -E '^(PLAIT_PLAN_JSON|PLAIT_RUN_DIR|PLAIT_RANK|SLURM_SPANK_PLAIT|SLURM_SPANK__SLURM_SPANK_OPTION_plait)' "$f" ||
+            { echo "$f: the parent's plait job leaked into it"; rc=1; }
+    done
+    return $rc
+}
+
 # The times slurmctld answered slurm_load_jobs (REQUEST_JOB_INFO; squeue -j
 # and scontrol show job, which wait_state uses, ask REQUEST_JOB_INFO_SINGLE).
 job_info_rpcs() {
@@ -430,6 +490,9 @@ check policy_holds_on_the_compute_side_when_the_client_skips_the_plugin test_pol
 check rank_count_beyond_plait_is_refused_at_submit_and_start test_rank_count_beyond_plait_is_refused_at_submit_and_start
 check user_plait_plan_cannot_replace_the_checked_plan test_user_plait_plan_cannot_replace_the_checked_plan
 check run_dir_stays_under_run_root test_run_dir_stays_under_run_root
+check nested_sbatch_refuses_its_own_bad_plan test_nested_sbatch_refuses_its_own_bad_plan
+check nested_sbatch_runs_its_own_plan test_nested_sbatch_runs_its_own_plan
+check nested_sbatch_without_train_plan_is_not_a_plait_job test_nested_sbatch_without_train_plan_is_not_a_plait_job
 check quota_is_counted_once_per_job_not_per_task test_quota_is_counted_once_per_job_not_per_task
 check error_text_is_one_escaped_line test_error_text_is_one_escaped_line
 check eight_tasks_get_their_place_and_env test_eight_tasks_get_their_place_and_env
