@@ -26,11 +26,13 @@ if [ "$(id -u)" != 0 ]; then
 fi
 echo "plait: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+apt-get -o DPkg::Lock::Timeout=600 update -qq
 # without systemd, package scripts must not try to start daemons (munge, slurm):
-# the tests start and stop their own
+# the tests start and stop their own. The policy file lives only as long as the
+# install, and is removed (also on failure) only if this script made it.
 if [ ! -e /usr/sbin/policy-rc.d ] && [ ! -d /run/systemd/system ]; then
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
     printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
     chmod +x /usr/sbin/policy-rc.d
 fi
-apt-get -o DPkg::Lock::Timeout=600 update -qq
 apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

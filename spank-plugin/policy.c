@@ -3,6 +3,8 @@
  * are counted over the jobs slurmctld reports (slurm_load_jobs). */
 #include "spank-plugin/policy.h"
 
+#include "spank-plugin/count.h"
+
 #include <jansson.h>
 #include <slurm/slurm.h>
 #include <stdlib.h>
@@ -14,14 +16,14 @@ int policy_check_limits(const struct plait_config *c, const struct policy_job *j
     const struct plan *p = j->plan;
     if (c->max_gpus_per_job && j->gpus > c->max_gpus_per_job)
         return error_set(err,
-                         "the plan needs %d GPUs (parallel.tp × pp × dp); this cluster allows "
+                         "the plan needs %lld GPUs (parallel.tp × pp × dp); this cluster allows "
                          "at most %d per job (max_gpus_per_job)",
-                         j->gpus, c->max_gpus_per_job);
+                         (long long)j->gpus, c->max_gpus_per_job);
     if (c->max_nodes && j->nodes > c->max_nodes)
         return error_set(err,
-                         "the job has %d nodes; this cluster allows at most %d per job "
+                         "the job has %lld nodes; this cluster allows at most %d per job "
                          "(max_nodes)",
-                         j->nodes, c->max_nodes);
+                         (long long)j->nodes, c->max_nodes);
     bool allowed = p->precision == PLAN_PRECISION_BF16 ? c->allow_bf16 : c->allow_fp32;
     if (!allowed)
         return error_set(err,
@@ -48,49 +50,40 @@ int policy_check_limits(const struct plait_config *c, const struct policy_job *j
 
 /* ---- quotas ----------------------------------------------------------------------------- */
 
-/* The GPUs a job holds (running) or asks for (pending), from libslurm's view. */
-static long job_gpus(const slurm_job_info_t *job)
+/* The GPUs in a comma (or semicolon) separated GRES list: "gpu:8",
+ * "gpu:a100:8", "gres:gpu:4", "gres/gpu=4" (the count after the last ':' or
+ * '='), each times `times`; other GRES are skipped. */
+static int64_t gres_gpus(const char *spec, const char *prefix, int64_t times)
 {
-    /* running: "gpu:8" or "gpu:a100:8", possibly among other GRES, comma separated */
-    if (job->gres_total && *job->gres_total) {
-        long total = 0;
-        char *copy = strdup(job->gres_total), *save = NULL;
-        for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; t;
-             t = strtok_r(NULL, ",", &save)) {
-            if (strncmp(t, "gpu:", 4) != 0) continue;
-            char *last = strrchr(t, ':');
-            total += strtol(last + 1, NULL, 10);
-        }
-        free(copy);
-        return total;
+    int64_t total = 0;
+    char *copy = spec ? strdup(spec) : NULL, *save = NULL;
+    size_t plen = strlen(prefix);
+    for (char *t = copy ? strtok_r(copy, ",;", &save) : NULL; t; t = strtok_r(NULL, ",;", &save)) {
+        if (strncmp(t, prefix, plen) != 0 && strncmp(t, "gres/gpu", 8) != 0) continue;
+        char *last = strrchr(t, ':'), *eq = strrchr(t, '=');
+        char *num = eq && (!last || eq > last) ? eq : last;
+        int64_t n = num ? count_parse(num + 1, NULL) : -1;
+        if (n > 0) total = count_add(total, count_mul(n, times));
     }
-    /* pending: "gres:gpu:4" per job, per node (× nodes) or per task (× tasks) */
-    const struct {
-        const char *spec;
-        long times;
-    } asks[] = {{job->tres_per_job, 1},
-                {job->tres_per_node, job->num_nodes ? job->num_nodes : 1},
-                {job->tres_per_task, job->num_tasks ? job->num_tasks : 1}};
-    long total = 0;
-    for (size_t k = 0; k < sizeof asks / sizeof asks[0]; k++) {
-        if (!asks[k].spec) continue;
-        char *copy = strdup(asks[k].spec), *save = NULL;
-        for (char *t = copy ? strtok_r(copy, ",;", &save) : NULL; t;
-             t = strtok_r(NULL, ",;", &save)) {
-            if (strncmp(t, "gres:gpu", 8) != 0 && strncmp(t, "gres/gpu", 8) != 0) continue;
-            char *last = strrchr(t, ':');
-            char *eq = strrchr(t, '=');
-            char *num = eq && (!last || eq > last) ? eq : last;
-            if (num) total += strtol(num + 1, NULL, 10) * asks[k].times;
-        }
-        free(copy);
-    }
+    free(copy);
     return total;
+}
+
+/* The GPUs a job holds (running) or asks for (pending), from libslurm's view. */
+static int64_t job_gpus(const slurm_job_info_t *job)
+{
+    /* running: "gpu:8" or "gpu:a100:8", possibly among other GRES */
+    if (job->gres_total && *job->gres_total) return gres_gpus(job->gres_total, "gpu:", 1);
+    /* pending: "gres:gpu:4" per job, per node (× nodes) or per task (× tasks) */
+    return count_add(
+        gres_gpus(job->tres_per_job, "gres:gpu", 1),
+        count_add(gres_gpus(job->tres_per_node, "gres:gpu", job->num_nodes ? job->num_nodes : 1),
+                  gres_gpus(job->tres_per_task, "gres:gpu", job->num_tasks ? job->num_tasks : 1)));
 }
 
 /* The quota for name in section ("users"/"accounts"), "*" as the default; -1 = none. */
 static int quota_for(json_t *root, const char *section, const char *name, const char *file,
-                     long *out, struct plait_error *err)
+                     int64_t *out, struct plait_error *err)
 {
     *out = -1;
     json_t *s = json_object_get(root, section);
@@ -102,7 +95,7 @@ static int quota_for(json_t *root, const char *section, const char *name, const 
     if (!json_is_integer(v) || json_integer_value(v) < 0)
         return error_set(err, "%s: %s.%s must be a non-negative integer", file, section,
                          name && json_object_get(s, name) ? name : "*");
-    *out = (long)json_integer_value(v);
+    *out = (int64_t)json_integer_value(v);
     return 0;
 }
 
@@ -127,7 +120,7 @@ int policy_check_quota(const struct plait_config *c, const struct policy_job *j,
             goto out;
         }
     }
-    long user_quota, account_quota;
+    int64_t user_quota, account_quota;
     if (quota_for(root, "users", j->user, c->quota_file, &user_quota, err) ||
         quota_for(root, "accounts", j->account, c->quota_file, &account_quota, err))
         goto out;
@@ -140,7 +133,7 @@ int policy_check_quota(const struct plait_config *c, const struct policy_job *j,
                   slurm_strerror(slurm_get_errno()));
         goto out;
     }
-    long user_gpus = j->job_id ? 0 : j->gpus, account_gpus = user_gpus;
+    int64_t user_gpus = j->job_id ? 0 : j->gpus, account_gpus = user_gpus;
     for (uint32_t k = 0; k < jobs->record_count; k++) {
         const slurm_job_info_t *job = &jobs->job_array[k];
         uint32_t state = job->job_state & JOB_STATE_BASE;
@@ -148,23 +141,25 @@ int policy_check_quota(const struct plait_config *c, const struct policy_job *j,
             j->job_id ? (state == JOB_RUNNING || state == JOB_SUSPENDED)
                       : (state == JOB_RUNNING || state == JOB_SUSPENDED || state == JOB_PENDING);
         if (!counts) continue;
-        long g = job_gpus(job);
-        if (job->user_id == j->uid) user_gpus += g;
-        if (j->account && job->account && !strcmp(job->account, j->account)) account_gpus += g;
+        int64_t g = job_gpus(job);
+        if (job->user_id == j->uid) user_gpus = count_add(user_gpus, g);
+        if (j->account && job->account && !strcmp(job->account, j->account))
+            account_gpus = count_add(account_gpus, g);
     }
     const char *when = j->job_id ? "running" : "running and pending";
     if (user_quota >= 0 && user_gpus > user_quota) {
         error_set(err,
-                  "GPU quota: user %s would have %ld GPUs in %s jobs with this one; the quota is "
-                  "%ld (%s)",
-                  j->user, user_gpus, when, user_quota, c->quota_file);
+                  "GPU quota: user %s would have %lld GPUs in %s jobs with this one; the quota is "
+                  "%lld (%s)",
+                  j->user, (long long)user_gpus, when, (long long)user_quota, c->quota_file);
         goto out;
     }
     if (account_quota >= 0 && j->account && account_gpus > account_quota) {
         error_set(err,
-                  "GPU quota: account %s would have %ld GPUs in %s jobs with this one; the "
-                  "quota is %ld (%s)",
-                  j->account, account_gpus, when, account_quota, c->quota_file);
+                  "GPU quota: account %s would have %lld GPUs in %s jobs with this one; the "
+                  "quota is %lld (%s)",
+                  j->account, (long long)account_gpus, when, (long long)account_quota,
+                  c->quota_file);
         goto out;
     }
     rc = 0;

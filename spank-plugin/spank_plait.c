@@ -18,10 +18,7 @@ static int on_train_plan(int val, const char *optarg, int remote)
 {
     (void)val;
     (void)remote;
-    if (!optarg || !*optarg) {
-        slurm_error("spank_plait: --train-plan needs a FILE");
-        return -1;
-    }
+    if (!optarg || !*optarg) return msg_error("--train-plan needs a FILE");
     free(plan_path);
     plan_path = strdup(optarg);
     return plan_path ? 0 : -1;
@@ -41,14 +38,12 @@ int slurm_spank_init(spank_t sp, int argc, char **argv)
     spank_context_t ctx = spank_context();
     if (ctx != S_CTX_ALLOCATOR && ctx != S_CTX_LOCAL && ctx != S_CTX_REMOTE) return 0;
     struct plait_error err;
-    if (config_parse(argc, argv, &config, &err)) {
-        slurm_error("spank_plait: %s", err.text);
-        return -1;
-    }
-    if (spank_option_register(sp, &train_plan_option) != ESPANK_SUCCESS) {
-        slurm_error("spank_plait: cannot register --train-plan");
-        return -1;
-    }
+    if (config_parse(argc, argv, &config, &err)) return msg_error("%s", err.text);
+    /* before sbatch/salloc read the options, some of which come from the
+     * environment: a new job does not inherit its parent's plan */
+    if (ctx == S_CTX_ALLOCATOR) submit_forget_parent_job();
+    if (spank_option_register(sp, &train_plan_option) != ESPANK_SUCCESS)
+        return msg_error("cannot register --train-plan");
     return 0;
 }
 

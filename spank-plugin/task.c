@@ -1,9 +1,11 @@
 /* task.c — spank_plait in slurmstepd, for each task (task_init, where a
  * failure fails the job and does not drain the node): the plan that travelled
  * with the job (or the file, if the submit host had no plugin), the policy of
- * THIS node's plugstack.conf, the allocation against the plan, the placement
- * every task computes alike from the allocation's node order, and the task's
- * env contract. */
+ * THIS node's plugstack.conf (quotas counted once per job: by the batch
+ * script and by task 0 of a step), the allocation against the plan, the
+ * placement every task computes alike from the allocation's node order, and
+ * the task's env contract. Not here: what the submit host checks (submit.c). */
+#include <limits.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <slurm/slurm.h>
@@ -16,6 +18,7 @@
 #include "common/place.h"
 #include "common/plan.h"
 #include "common/topo.h"
+#include "spank-plugin/count.h"
 #include "spank-plugin/plait_spank.h"
 #include "spank-plugin/policy.h"
 
@@ -26,10 +29,10 @@ static int task_fail(uint32_t job, const char *fmt, ...) __attribute__((format(p
 
 static int task_fail(uint32_t job, const char *fmt, ...)
 {
-    char msg[2048];
+    char msg[2 * MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    msg_vformat(msg, sizeof msg, fmt, ap);
     va_end(ap);
     fprintf(stderr, "spank_plait: error: job %u: %s\n", job, msg);
     fflush(stderr);
@@ -71,34 +74,35 @@ static struct plan *job_plan(spank_t sp, const char *plan_path, uint32_t job, bo
     return p;
 }
 
-/* "4(x2),3" → counts[0..n): SLURM_*_TASKS_PER_NODE. Returns the node count. */
+/* "4(x2),3" → counts[0..n): SLURM_*_TASKS_PER_NODE. Returns the node count,
+ * -1 if the text is not that or a count is out of range. */
 static int tasks_per_node(const char *spec, int *counts, int max)
 {
     int n = 0;
     for (const char *s = spec; s && *s && n < max;) {
-        char *end;
-        long c = strtol(s, &end, 10), rep = 1;
-        if (end == s) return -1;
+        const char *end;
+        int64_t c = count_parse(s, &end), rep = 1;
+        if (c < 0 || c > PLAN_MAX_RANKS) return -1;
         if (!strncmp(end, "(x", 2)) {
-            rep = strtol(end + 2, &end, 10);
-            if (*end != ')') return -1;
+            rep = count_parse(end + 2, &end);
+            if (rep < 1 || *end != ')') return -1;
             end++;
         }
-        for (long r = 0; r < rep && n < max; r++) counts[n++] = (int)c;
+        for (int64_t r = 0; r < rep && n < max; r++) counts[n++] = (int)c;
         s = *end == ',' ? end + 1 : end;
         if (*s && *end != ',') return -1;
     }
     return n;
 }
 
-/* "0,1,3" → CUDA indices granted on this node. */
+/* "0,1,3" → CUDA indices granted on this node; -1 if not that. */
 static int granted_gpus(const char *list, int *out, int max)
 {
     int n = 0;
     for (const char *s = list; s && *s && n < max;) {
-        char *end;
-        long g = strtol(s, &end, 10);
-        if (end == s) return -1;
+        const char *end;
+        int64_t g = count_parse(s, &end);
+        if (g < 0 || g > INT_MAX) return -1;
         out[n++] = (int)g;
         s = *end == ',' ? end + 1 : end;
         if (*s && *end != ',') return -1;
@@ -158,22 +162,66 @@ static void free_step(struct step *s)
     for (int i = 0; i < s->n_names; i++) free(s->names[i]);
 }
 
-/* The run directory: the user's PLAIT_RUN_DIR, else <run_root>/slurm-<job>,
- * the same for every requeue of the job. */
+/* A path that names something below where it starts: at least one component
+ * other than "." and none that is "..". */
+static bool names_a_subdirectory(const char *path)
+{
+    bool named = false;
+    for (const char *s = path; *s;) {
+        size_t len = strcspn(s, "/");
+        if (len == 2 && !strncmp(s, "..", 2)) return false;
+        if (len > 0 && !(len == 1 && *s == '.')) named = true;
+        s += len;
+        s += strspn(s, "/");
+    }
+    return named;
+}
+
+/* The run directory, the same for every requeue of the job. Without
+ * run_root: the user's PLAIT_RUN_DIR, else $SLURM_SUBMIT_DIR/runs/slurm-<job>.
+ * With run_root (the admin's), it stays under run_root: the user's
+ * PLAIT_RUN_DIR may name a subdirectory of it (relative to it, or absolute
+ * under it, without ".."), else <run_root>/slurm-<job>. NULL after task_fail. */
 static char *run_dir(spank_t sp, const struct plait_config *c, uint32_t job)
 {
-    char *user = job_env(sp, PLAIT_ENV_RUN_DIR);
-    if (user && *user) return user;
+    char *user = job_env(sp, PLAIT_ENV_RUN_DIR), *dir = NULL;
+    if (user && !*user) {
+        free(user);
+        user = NULL;
+    }
+    if (!c->run_root) {
+        if (user) return user;
+        char *submit = job_env(sp, "SLURM_SUBMIT_DIR");
+        if (asprintf(&dir, "%s/runs/slurm-%u", submit ? submit : ".", job) < 0) dir = NULL;
+        free(submit);
+        if (!dir) task_fail(job, "out of memory");
+        return dir;
+    }
+    const char *root = c->run_root;
+    int root_len = (int)strlen(root);
+    while (root_len > 0 && root[root_len - 1] == '/') root_len--; /* "/scratch/runs/", "/" */
+    int rc;
+    if (!user)
+        rc = asprintf(&dir, "%.*s/slurm-%u", root_len, root, job);
+    else if (user[0] != '/' && names_a_subdirectory(user))
+        rc = asprintf(&dir, "%.*s/%s", root_len, root, user);
+    else if (user[0] == '/' && !strncmp(user, root, (size_t)root_len) && user[root_len] == '/' &&
+             names_a_subdirectory(user + root_len))
+        rc = (dir = strdup(user)) ? 0 : -1;
+    else {
+        task_fail(job,
+                  "%s=%s is not a directory under this cluster's run_root %s (plugstack.conf): "
+                  "give a subdirectory of run_root, relative to it or absolute, without "
+                  "\"..\", or leave %s unset",
+                  PLAIT_ENV_RUN_DIR, user, root, PLAIT_ENV_RUN_DIR);
+        free(user);
+        return NULL;
+    }
     free(user);
-    char *submit = job_env(sp, "SLURM_SUBMIT_DIR");
-    char root[4096];
-    if (c->run_root)
-        snprintf(root, sizeof root, "%s", c->run_root);
-    else
-        snprintf(root, sizeof root, "%s/runs", submit ? submit : ".");
-    free(submit);
-    char *dir = malloc(strlen(root) + 32);
-    if (dir) sprintf(dir, "%s/slurm-%u", root, job);
+    if (rc < 0) {
+        dir = NULL;
+        task_fail(job, "out of memory");
+    }
     return dir;
 }
 
@@ -188,14 +236,28 @@ static int export_env(spank_t sp, const char *name, const char *value, uint32_t 
 static int place_task(spank_t sp, const struct plait_config *c, const struct plan *p,
                       struct step *s)
 {
+    /* tp and pp are within PLAN_MAX_RANKS (the parser's bound); dp "auto"
+     * fills the step. Counted in 64 bits: nothing wraps, nothing divides by 0. */
     const struct plan_parallel *par = &p->parallel;
-    int tp = par->tp == PLAN_AUTO ? 1 : par->tp, pp = par->pp == PLAN_AUTO ? 1 : par->pp;
-    int dp = par->dp == PLAN_AUTO ? (int)s->ntasks / (tp * pp) : par->dp;
-    if (tp * pp * dp != (int)s->ntasks)
+    int64_t tp = par->tp == PLAN_AUTO ? 1 : par->tp, pp = par->pp == PLAN_AUTO ? 1 : par->pp;
+    int64_t tp_pp = count_mul(tp, pp), ntasks = s->ntasks;
+    if (par->dp == PLAN_AUTO && ntasks % tp_pp != 0)
         return task_fail(s->job,
-                         "the step has %u tasks, but the plan needs tp %d × pp %d × dp %d = "
-                         "%d (one task per rank: srun -n%d)",
-                         s->ntasks, tp, pp, dp, tp * pp * dp, tp * pp * dp);
+                         "the step has %u tasks, which dp \"auto\" cannot fill: tp %lld × pp "
+                         "%lld = %lld does not divide it (srun -n with a multiple of %lld)",
+                         s->ntasks, (long long)tp, (long long)pp, (long long)tp_pp,
+                         (long long)tp_pp);
+    int64_t dp = par->dp == PLAN_AUTO ? ntasks / tp_pp : par->dp;
+    int64_t ranks = count_mul(tp_pp, dp);
+    if (ranks != ntasks)
+        return task_fail(s->job,
+                         "the step has %u tasks, but the plan needs tp %lld × pp %lld × dp %lld "
+                         "= %lld (one task per rank: srun -n%lld)",
+                         s->ntasks, (long long)tp, (long long)pp, (long long)dp, (long long)ranks,
+                         (long long)ranks);
+    if (ranks > PLAN_MAX_RANKS)
+        return task_fail(s->job, "the step has %u tasks; plait runs at most %d ranks", s->ntasks,
+                         PLAN_MAX_RANKS);
     /* GPUs granted here; every node is taken to have the same grant */
     char *gpus_env = job_env(sp, "SLURM_STEP_GPUS");
     if (!gpus_env) gpus_env = job_env(sp, "SLURM_JOB_GPUS");
@@ -254,8 +316,8 @@ static int place_task(spank_t sp, const struct plait_config *c, const struct pla
             nodes[i].gpus = g;
         }
     }
-    if (place_ranks(p, tp, pp, dp, nodes, (int)s->nnodes, &(struct place_bandwidth){25, 50, 100},
-                    &map, &err)) {
+    if (place_ranks(p, (int)tp, (int)pp, (int)dp, nodes, (int)s->nnodes,
+                    &(struct place_bandwidth){25, 50, 100}, &map, &err)) {
         task_fail(s->job, "%s", err.text);
         goto out;
     }
@@ -284,53 +346,70 @@ out:
 int task_setup(spank_t sp, const struct plait_config *c, const char *plan_path)
 {
     struct step s = {0};
-    spank_get_item(sp, S_JOB_ID, &s.job);
-    spank_get_item(sp, S_JOB_STEPID, &s.stepid);
+    uid_t uid = 0;
+    spank_err_t ids = spank_get_item(sp, S_JOB_ID, &s.job);
+    if (ids == ESPANK_SUCCESS) ids = spank_get_item(sp, S_JOB_STEPID, &s.stepid);
+    if (ids == ESPANK_SUCCESS) ids = spank_get_item(sp, S_JOB_UID, &uid);
     bool is_plait, batch = s.stepid == SLURM_BATCH_SCRIPT || s.stepid == SLURM_EXTERN_CONT;
     struct plan *p = job_plan(sp, plan_path, s.job, &is_plait);
     if (!is_plait) return 0;
     if (!p) return -1;
     int rc = -1;
+    if (ids != ESPANK_SUCCESS) {
+        task_fail(s.job, "cannot read the job from Slurm: %s", spank_strerror(ids));
+        goto out;
+    }
     if (batch) {
         s.nnodes = 1;
-        spank_get_item(sp, S_JOB_NNODES, &s.nnodes);
+        if (spank_get_item(sp, S_JOB_NNODES, &s.nnodes) != ESPANK_SUCCESS) {
+            task_fail(s.job, "cannot read the job's node count from Slurm");
+            goto out;
+        }
     } else if (read_step(sp, &s)) {
         goto out;
     }
     /* the policy of this node, whatever the submit host did */
-    uid_t uid = 0;
-    spank_get_item(sp, S_JOB_UID, &uid);
     struct passwd *pw = getpwuid(uid);
     char *account = job_env(sp, "SLURM_JOB_ACCOUNT");
     char *gpus_on_node = job_env(sp, "SLURM_GPUS_ON_NODE");
-    int job_gpus = gpus_on_node ? atoi(gpus_on_node) * (int)s.nnodes : 0;
-    const struct plan_parallel *par = &p->parallel;
-    bool sized = par->tp != PLAN_AUTO && par->pp != PLAN_AUTO && par->dp != PLAN_AUTO;
-    int plan_gpus = sized ? par->tp * par->pp * par->dp : job_gpus;
+    int64_t per_node = gpus_on_node ? count_parse(gpus_on_node, NULL) : 0;
+    int64_t job_gpus = per_node > 0 ? count_mul(per_node, s.nnodes) : 0;
+    int64_t plan_gpus = plan_ranks(p); /* 0: "auto", as many as the job has */
     struct policy_job job = {.plan = p,
                              .gpus = plan_gpus > job_gpus ? plan_gpus : job_gpus,
-                             .nodes = (int)s.nnodes,
+                             .nodes = s.nnodes,
                              .uid = uid,
                              .user = pw ? pw->pw_name : "?",
                              .account = account,
                              .job_id = s.job};
+    /* the limits cost nothing; the quota asks slurmctld for every job, so it
+     * is counted once per job and step (the batch script, task 0 of a step),
+     * not by each of a thousand tasks */
+    bool count_quota = batch || s.task == 0;
     struct plait_error err;
-    int prc = policy_check_limits(c, &job, &err) || policy_check_quota(c, &job, &err);
+    int prc =
+        policy_check_limits(c, &job, &err) || (count_quota && policy_check_quota(c, &job, &err));
     free(account);
     free(gpus_on_node);
     if (prc) {
         task_fail(s.job, "%s", err.text);
         goto out;
     }
-    /* what every task of every step gets */
-    char *dir = run_dir(sp, c, s.job), *restarts = job_env(sp, "SLURM_RESTART_COUNT");
-    char *line = plan_to_json_line(p);
-    rc = !dir || !line ? task_fail(s.job, "out of memory")
-         : export_env(sp, PLAIT_ENV_RUN_DIR, dir, s.job) ||
-                 export_env(sp, PLAIT_ENV_PLAN_JSON, line, s.job) ||
-                 export_env(sp, PLAIT_ENV_RESTART_COUNT, restarts ? restarts : "0", s.job)
-             ? -1
-             : 0;
+    /* what every task of every step gets: the plan checked here, and no
+     * PLAIT_PLAN of the user's that would name another */
+    char *dir = run_dir(sp, c, s.job);
+    if (!dir) goto out;
+    char *restarts = job_env(sp, "SLURM_RESTART_COUNT"), *line = plan_to_json_line(p);
+    if (!line)
+        rc = task_fail(s.job, "out of memory");
+    else if (export_env(sp, PLAIT_ENV_RUN_DIR, dir, s.job) ||
+             export_env(sp, PLAIT_ENV_PLAN_JSON, line, s.job) ||
+             export_env(sp, PLAIT_ENV_RESTART_COUNT, restarts ? restarts : "0", s.job))
+        rc = -1;
+    else if (spank_unsetenv(sp, PLAIT_ENV_PLAN) != ESPANK_SUCCESS)
+        rc = task_fail(s.job, "cannot unset %s", PLAIT_ENV_PLAN);
+    else
+        rc = 0;
     free(dir);
     free(restarts);
     free(line);

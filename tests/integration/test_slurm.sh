@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
-# sbatch --train-plan against a real Slurm: slurmctld and two slurmd (node1,
-# node2) with 4 fake GPUs each, started here with the plugin from the build
-# tree and the H100 fixture as the nodes' topology, stopped by PID at the end
-# (also on failure). Needs root (it runs the daemons); the plugin is not built
-# with sanitizers, so this runs once.
+# sbatch --train-plan against a real Slurm: a private cluster (munged,
+# slurmctld and two slurmd, node1 and node2, with 4 fake GPUs each) started
+# here with the plugin from the build tree and the H100 fixture as the nodes'
+# topology. Everything it writes stays under $WORK (configuration, state, logs,
+# munge key and socket, fake devices; free ports), clients reach it through
+# SLURM_CONF, and it is stopped by PID at the end (also on failure). Needs
+# root (it runs the daemons); refuses to run beside a slurmctld it did not
+# start. The plugin is not built with sanitizers, so this runs once.
 # asan: skip
 source "$(dirname "$0")/lib.sh"
 
 PLUGIN=$BUILD/lib/spank_plait.so
 SLURM_DIR=$ROOT/tests/integration/slurm
 export STATE=$WORK/slurm
+export SLURM_CONF=$STATE/conf/slurm.conf
 trap '"$SLURM_DIR/slurm-down.sh" >/dev/null 2>&1; rm -rf "$WORK"' EXIT
 
 if [ "$(id -u)" != 0 ] || ! command -v slurmctld >/dev/null || [ ! -f "$PLUGIN" ]; then
     echo "not ok slurm_cluster_starts (needs root, Slurm (scripts/deps.sh test) and $PLUGIN)"
     exit 1
 fi
+# munged wants the directories above its socket searchable
+chmod 711 "$WORK"
 
 tiny_data
 cat >"$WORK/quota.json" <<EOF
@@ -23,7 +29,12 @@ cat >"$WORK/quota.json" <<EOF
 EOF
 ARGS="max_gpus_per_job=8 max_nodes=2 allowed_precisions=fp32,bf16 min_checkpoint_every=50"
 ARGS="$ARGS quota_file=$WORK/quota.json topology_xml=$ROOT/tests/topo/h100_sxm8/topology.xml"
-if ! SPANK_PLUGIN=$PLUGIN SPANK_ARGS=$ARGS "$SLURM_DIR/slurm-up.sh" >"$WORK/up.log" 2>&1; then
+up_rc=0
+SPANK_PLUGIN=$PLUGIN SPANK_ARGS=$ARGS "$SLURM_DIR/slurm-up.sh" >"$WORK/up.log" 2>&1 || up_rc=$?
+if [ "$up_rc" = 3 ]; then # a slurmctld of someone else's: a real cluster, another test run
+    echo "not ok slurm_cluster_starts ($(grep -m1 -o 'a slurmctld this test did not start.*' "$WORK/up.log"))"
+    exit 1
+elif [ "$up_rc" != 0 ]; then
     echo "not ok slurm_cluster_starts"
     sed 's/^/    # /' "$WORK/up.log" | tail -n 30
     exit 1
@@ -56,6 +67,78 @@ wait_state() {
     return 1
 }
 
+job_state() { scontrol show job "$1" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+
+# sbatch_wait [sbatch options...]: sbatch from $WORK, then waits for the job
+# to end, polling every 0.1 s (sbatch -W polls every 2 to 10 s); prints the
+# job id; fails unless the job completed
+sbatch_wait() {
+    local job
+    job=$(cd "$WORK" && sbatch --parsable "$@") || return 1
+    echo "$job"
+    wait_state "$job" COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL OUT_OF_MEMORY >&2 || return 1
+    [ "$(job_state "$job")" = COMPLETED ]
+}
+
+# bypass_sbatch [sbatch options...]: sbatch from $WORK through a private
+# slurm.conf whose plugstack has no plait, as a user skipping the plugin would
+bypass_sbatch() {
+    if [ ! -f "$WORK/conf/slurm.conf" ]; then
+        mkdir -p "$WORK/conf"
+        sed "s#^PlugStackConfig=.*#PlugStackConfig=$WORK/conf/plugstack.conf#" "$SLURM_CONF" >"$WORK/conf/slurm.conf"
+        : >"$WORK/conf/plugstack.conf"
+    fi
+    (cd "$WORK" && SLURM_CONF=$WORK/conf/slurm.conf sbatch "$@")
+}
+
+# with_plugin_args "KEY=VALUE..." COMMAND...: runs the command while the
+# plugin has these plugstack arguments besides the test's (sbatch and
+# slurmstepd read plugstack.conf at each launch)
+with_plugin_args() {
+    local conf=$STATE/conf/plugstack.conf saved rc=0
+    saved=$(cat "$conf")
+    printf '%s %s\n' "$saved" "$1" >"$conf"
+    shift
+    "$@" || rc=$?
+    printf '%s\n' "$saved" >"$conf"
+    return $rc
+}
+
+# dump.sh NAME: the PLAIT_* and SLURM_SPANK_* variables of the batch script
+# (NAME.batch) and of a one-task step (NAME.step)
+cat >"$WORK/dump.sh" <<'EOF'
+#!/bin/bash
+env | grep -E '^(PLAIT_|SLURM_SPANK_)' | sort >"$1.batch"
+srun -n1 bash -c 'env | grep -E "^(PLAIT_|SLURM_SPANK_)" | sort' >"$1.step"
+EOF
+chmod +x "$WORK/dump.sh"
+
+test_the_cluster_lives_in_the_tests_sandbox() {
+    # every path the daemons write, under STATE; ports of its own
+    scontrol show config >"$WORK/config.txt" || return 1
+    local key value rc=0
+    for key in SLURM_CONF StateSaveLocation SlurmdSpoolDir PlugStackConfig SlurmctldPidFile \
+        SlurmdPidFile SlurmctldLogFile SlurmdLogFile TmpFS; do
+        value=$(sed -n "s/^$key *= *//p" "$WORK/config.txt")
+        case $value in "$STATE"/*) ;; *) echo "$key = $value, outside $STATE"; rc=1 ;; esac
+    done
+    grep -qx "AuthInfo *= *socket=$STATE/munge/munge.socket" "$WORK/config.txt" ||
+        { grep AuthInfo "$WORK/config.txt"; rc=1; }
+    ! grep -E '^Slurm(ctld|d)Port *= *(6817|6818)$' "$WORK/config.txt" || rc=1
+    # the daemons are ours, reading STATE's configuration
+    local f
+    for f in "$STATE"/pid/munged.pid "$STATE"/pid/slurmctld.pid "$STATE"/pid/slurmd-node*.pid; do
+        tr '\0' ' ' </proc/"$(cat "$f")"/cmdline | grep -qF "$STATE/" || { echo "$f: not ours"; rc=1; }
+    done
+    # a second cluster refuses to start beside this one; stopping that one stops nothing of ours
+    expect_error "$WORK/second.log" 3 "refusing to start: a slurmctld this test did not start is running" \
+        env STATE="$WORK/second" "$SLURM_DIR/slurm-up.sh" || rc=1
+    [ ! -e "$WORK/second/conf/slurm.conf" ] || { echo "the second cluster wrote its config"; rc=1; }
+    STATE=$WORK/second "$SLURM_DIR/slurm-down.sh"
+    [ "$(sinfo -h -N -o '%N %T' | sort -u | grep -c ' idle$')" = 2 ] || { sinfo -N; rc=1; }
+    return $rc
+}
+
 test_sbatch_knows_train_plan_and_refuses_bad_plans() {
     sbatch --help | grep -q -- '--train-plan=FILE' || { echo "--train-plan not in sbatch --help"; return 1; }
     plan "$WORK/bad.json" 1 1 1 '"zero": 7'
@@ -75,7 +158,7 @@ test_sbatch_knows_train_plan_and_refuses_bad_plans() {
     expect_error "$WORK/t1e.log" any "parallel.zero: must be in" sbatch "$WORK/directive.sh" || return 1
     # an admin's typo in plugstack.conf is refused, naming the key
     mkdir -p "$WORK/typo"
-    sed "s#^ClusterName=.*#&\nPlugStackConfig=$WORK/typo/plugstack.conf#" /etc/slurm/slurm.conf >"$WORK/typo/slurm.conf"
+    sed "s#^PlugStackConfig=.*#PlugStackConfig=$WORK/typo/plugstack.conf#" "$SLURM_CONF" >"$WORK/typo/slurm.conf"
     echo "required $PLUGIN max_gpu_per_job=8" >"$WORK/typo/plugstack.conf"
     expect_error "$WORK/t1g.log" any "spank_plait: plugstack.conf: unknown argument 'max_gpu_per_job' \(known keys: max_gpus_per_job," \
         env SLURM_CONF="$WORK/typo/slurm.conf" sbatch --wrap true
@@ -104,21 +187,186 @@ test_policy_limits_and_quota_are_enforced_at_submit() {
 }
 
 test_policy_holds_on_the_compute_side_when_the_client_skips_the_plugin() {
-    # a private slurm.conf whose plugstack has no plait: sbatch does not check
-    mkdir -p "$WORK/conf"
-    sed "s#^ClusterName=.*#&\nPlugStackConfig=$WORK/conf/plugstack.conf#" /etc/slurm/slurm.conf >"$WORK/conf/slurm.conf"
-    : >"$WORK/conf/plugstack.conf"
     plan "$WORK/big.json" 4 2 2
     local job rc=0
-    job=$(cd "$WORK" && SLURM_CONF=$WORK/conf/slurm.conf PLAIT_TRAIN_PLAN=$WORK/big.json \
-        sbatch --parsable -o "$WORK/bypass.out" --wrap 'echo the job ran') || return 1
+    job=$(PLAIT_TRAIN_PLAN=$WORK/big.json bypass_sbatch --parsable -o "$WORK/bypass.out" \
+        --wrap 'echo the job ran') || return 1
     wait_state "$job" COMPLETED FAILED || return 1
     local state
-    state=$(scontrol show job "$job" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+    state=$(job_state "$job")
     [ "$state" = FAILED ] || { echo "state $state"; cat "$WORK/bypass.out"; rc=1; }
     grep -q "spank_plait: error: job $job: the plan needs 16 GPUs .*max_gpus_per_job" "$WORK/bypass.out" ||
         { echo "no policy message in the job's output:"; cat "$WORK/bypass.out"; rc=1; }
     ! grep -q "the job ran" "$WORK/bypass.out" || { echo "the job's script ran"; rc=1; }
+    return $rc
+}
+
+test_rank_count_beyond_plait_is_refused_at_submit_and_start() {
+    # tp × dp = 4 × 1073741825 wrapped to 4 in 32 bits and passed max_gpus_per_job=8
+    plan "$WORK/huge.json" 4 1 1073741825
+    local msg="parallel.dp: 1073741825 makes tp × pp × dp = 4294967300 ranks, more than plait runs \(16777216\)"
+    expect_error "$WORK/huge.log" any "spank_plait: .*huge.json:[0-9]+: $msg" \
+        sbatch --train-plan="$WORK/huge.json" --wrap true || return 1
+    # in the task too (a client without the plugin): refused, no SIGFPE
+    local job
+    job=$(PLAIT_TRAIN_PLAN=$WORK/huge.json bypass_sbatch --parsable -o "$WORK/huge.out" --wrap true) || return 1
+    wait_state "$job" COMPLETED FAILED || return 1
+    [ "$(job_state "$job")" = FAILED ] || { job_state "$job"; return 1; }
+    grep -qE "spank_plait: error: job $job: .*$msg" "$WORK/huge.out" || { cat "$WORK/huge.out"; return 1; }
+}
+
+test_user_plait_plan_cannot_replace_the_checked_plan() {
+    plan "$WORK/cpu.json" 1 1 1 '"device": "cpu"'
+    PLAIT_PLAN=/some/other/plan.json PLAIT_RUN_DIR=/tmp/elsewhere sbatch_wait \
+        -o "$WORK/userplan.out" --train-plan="$WORK/cpu.json" dump.sh userplan >/dev/null ||
+        { cat "$WORK/userplan.out"; return 1; }
+    local f rc=0
+    for f in "$WORK"/userplan.batch "$WORK"/userplan.step; do
+        ! grep '^PLAIT_PLAN=' "$f" || { echo "$f: the user's PLAIT_PLAN reached the task"; rc=1; }
+        grep -q '^PLAIT_PLAN_JSON={.*"steps":40' "$f" || { echo "$f: no checked plan"; rc=1; }
+        # without run_root, the user's run directory holds (as before)
+        grep -qx 'PLAIT_RUN_DIR=/tmp/elsewhere' "$f" || { grep PLAIT_RUN_DIR "$f"; rc=1; }
+    done
+    return $rc
+}
+
+# rundir_job NAME PLAIT_RUN_DIR ("-": unset): a job whose step reports its run directory
+rundir_job() {
+    local name=$1 value=$2
+    if [ "$value" = - ]; then
+        (unset PLAIT_RUN_DIR && sbatch_wait -o "$WORK/$name.out" --train-plan="$WORK/cpu.json" \
+            dump.sh "$name")
+    else
+        PLAIT_RUN_DIR=$value sbatch_wait -o "$WORK/$name.out" --train-plan="$WORK/cpu.json" \
+            dump.sh "$name"
+    fi >"$WORK/$name.id" 2>&1
+}
+
+test_run_dir_stays_under_run_root() {
+    plan "$WORK/cpu.json" 1 1 1 '"device": "cpu"'
+    local root=$WORK/run_root
+    submit_all() {
+        rundir_job rd_default - &
+        rundir_job rd_relative team/run1 &
+        rundir_job rd_absolute "$root/abs" &
+        rundir_job rd_outside /tmp/elsewhere &
+        rundir_job rd_dotdot team/../../escape &
+        wait
+    }
+    with_plugin_args "run_root=$root" submit_all
+    local rc=0 job
+    job=$(head -n1 "$WORK/rd_default.id")
+    grep -qx "PLAIT_RUN_DIR=$root/slurm-$job" "$WORK/rd_default.step" || { cat "$WORK/rd_default.out"; rc=1; }
+    grep -qx "PLAIT_RUN_DIR=$root/team/run1" "$WORK/rd_relative.step" || { cat "$WORK/rd_relative.out"; rc=1; }
+    grep -qx "PLAIT_RUN_DIR=$root/abs" "$WORK/rd_absolute.step" || { cat "$WORK/rd_absolute.out"; rc=1; }
+    local name value
+    for name in rd_outside:/tmp/elsewhere rd_dotdot:team/../../escape; do
+        value=${name#*:} name=${name%%:*}
+        [ ! -e "$WORK/$name.batch" ] || { echo "$name: the job ran"; rc=1; }
+        grep -qF "PLAIT_RUN_DIR=$value is not a directory under this cluster's run_root $root" \
+            "$WORK/$name.out" || { echo "$name:"; cat "$WORK/$name.out"; rc=1; }
+    done
+    return $rc
+}
+
+# From inside a plait job (its plan: steps 40), sbatch with a plan of its own
+# that breaks the policy, with a good one (steps 41), and with none; and a
+# step of the job itself. Runs once, for the three checks that follow.
+nested_jobs() {
+    plan "$WORK/parent.json" 1 1 1 '"device": "cpu"'
+    plan "$WORK/child.json" 1 1 1 '"device": "cpu"'
+    sed -i 's/"steps": 40/"steps": 41/' "$WORK/child.json"
+    plan "$WORK/child_bad.json" 4 2 2
+    cat >"$WORK/parent.sh" <<EOF
+#!/bin/bash
+cd "$WORK"
+sbatch --train-plan="$WORK/child_bad.json" --wrap true >nested_bad.log 2>&1
+echo "bad rc=\$?"
+sbatch --parsable -o nested_child.out --train-plan="$WORK/child.json" dump.sh nested_child >nested_child.id
+echo "child rc=\$?"
+sbatch --parsable -o nested_plain.out dump.sh nested_plain >nested_plain.id
+echo "plain rc=\$?"
+./dump.sh nested_parent
+EOF
+    sbatch_wait -o "$WORK/parent.out" --train-plan="$WORK/parent.json" parent.sh \
+        >"$WORK/parent.id" || { cat "$WORK/parent.out"; return 1; }
+    local child
+    for child in nested_child nested_plain; do
+        [ -s "$WORK/$child.id" ] || { cat "$WORK/parent.out"; return 1; }
+        wait_state "$(cat "$WORK/$child.id")" COMPLETED FAILED || return 1
+    done
+}
+
+test_nested_sbatch_refuses_its_own_bad_plan() {
+    nested_jobs || return 1
+    grep -q "bad rc=[1-9]" "$WORK/parent.out" || { cat "$WORK/parent.out" "$WORK/nested_bad.log"; return 1; }
+    grep -q "spank_plait: $WORK/child_bad.json: the plan needs 16 GPUs" "$WORK/nested_bad.log" ||
+        { cat "$WORK/nested_bad.log"; return 1; }
+}
+
+test_nested_sbatch_runs_its_own_plan() {
+    grep -q "child rc=0" "$WORK/parent.out" || { cat "$WORK/parent.out" "$WORK/nested_child.out"; return 1; }
+    local f rc=0 parent
+    parent=$(cat "$WORK/parent.id")
+    for f in "$WORK"/nested_child.batch "$WORK"/nested_child.step; do
+        grep -q '^PLAIT_PLAN_JSON={.*"steps":41' "$f" || { echo "$f: not the child's plan"; rc=1; }
+        grep -q '^SLURM_SPANK_PLAIT_PLAN_JSON={.*"steps":41' "$f" || { echo "$f: not the child's plan"; rc=1; }
+        ! grep "PLAIT_RUN_DIR=.*/slurm-$parent$" "$f" || { echo "$f: the parent's run directory"; rc=1; }
+    done
+    # a step of the parent keeps the parent's plan
+    grep -q '^PLAIT_PLAN_JSON={.*"steps":40' "$WORK/nested_parent.step" ||
+        { cat "$WORK/nested_parent.step"; rc=1; }
+    return $rc
+}
+
+test_nested_sbatch_without_train_plan_is_not_a_plait_job() {
+    grep -q "plain rc=0" "$WORK/parent.out" || { cat "$WORK/parent.out" "$WORK/nested_plain.out"; return 1; }
+    local f rc=0
+    for f in "$WORK"/nested_plain.batch "$WORK"/nested_plain.step; do
+        ! grep -E '^(PLAIT_PLAN_JSON|PLAIT_RUN_DIR|PLAIT_RANK|SLURM_SPANK_PLAIT|SLURM_SPANK__SLURM_SPANK_OPTION_plait)' "$f" ||
+            { echo "$f: the parent's plait job leaked into it"; rc=1; }
+    done
+    return $rc
+}
+
+# The times slurmctld answered slurm_load_jobs (REQUEST_JOB_INFO; squeue -j
+# and scontrol show job, which wait_state uses, ask REQUEST_JOB_INFO_SINGLE).
+job_info_rpcs() {
+    sdiag | sed -n 's/^[[:space:]]*REQUEST_JOB_INFO[[:space:]]*( 2003) count:\([0-9]*\).*/\1/p'
+}
+
+test_quota_is_counted_once_per_job_not_per_task() {
+    plan "$WORK/tp4pp2.json" 4 2 1
+    printf '#!/bin/bash\nsrun true\n' >"$WORK/quota8.sh"
+    local before after
+    before=$(job_info_rpcs)
+    sbatch_wait -N2 --ntasks-per-node=4 --gpus-per-node=4 --train-plan="$WORK/tp4pp2.json" \
+        -o "$WORK/quota8.out" quota8.sh >/dev/null || { cat "$WORK/quota8.out"; return 1; }
+    after=$(job_info_rpcs)
+    # sbatch at submit, the batch script, task 0 of the 8-task step (was 10: one per task)
+    local calls=$((${after:-0} - ${before:-0}))
+    [ "$calls" = 3 ] || { echo "slurm_load_jobs calls: $calls, want 3"; return 1; }
+}
+
+test_error_text_is_one_escaped_line() {
+    plan "$WORK/evil.json" 1 1 1 '"device": "cpu", "bad\nkey\u001b[31m": 1'
+    local evil_path=$WORK/big$'\e[31m'.json rc=0
+    plan "$evil_path" 4 2 2
+    # at submit: the parser's message, and a plan path with an escape sequence
+    sbatch --train-plan="$WORK/evil.json" --wrap true >"$WORK/evil.log" 2>&1 && { echo accepted; return 1; }
+    sbatch --train-plan="$evil_path" --wrap true >"$WORK/evilpath.log" 2>&1 && { echo accepted; return 1; }
+    grep -q 'spank_plait: .*bad\\nkey\\x1b\[31m' "$WORK/evil.log" || { cat -A "$WORK/evil.log"; rc=1; }
+    grep -q 'spank_plait: .*/big\\x1b\[31m\.json: the plan needs 16 GPUs' "$WORK/evilpath.log" ||
+        { cat -A "$WORK/evilpath.log"; rc=1; }
+    # in the task (a client without the plugin): the job's output and slurmd's log
+    local job log
+    job=$(PLAIT_TRAIN_PLAN=$WORK/evil.json bypass_sbatch --parsable -o "$WORK/evil.out" --wrap true) || return 1
+    wait_state "$job" COMPLETED FAILED || return 1
+    grep -q "spank_plait: error: job $job: .*bad\\\\nkey\\\\x1b\[31m" "$WORK/evil.out" ||
+        { cat -A "$WORK/evil.out"; rc=1; }
+    for log in "$WORK/evil.log" "$WORK/evilpath.log" "$WORK/evil.out" "$STATE"/log/slurmd-node*.log; do
+        ! grep -qP '\x1b' "$log" || { echo "$log: a raw ESC"; grep -P '\x1b' "$log" | cat -A; rc=1; }
+    done
     return $rc
 }
 
@@ -128,9 +376,8 @@ test_eight_tasks_get_their_place_and_env() {
 #!/bin/bash
 srun bash -c 'env | grep -E "^(PLAIT_|CUDA_|NCCL_)" | grep -v PLAIT_PLAN_JSON | sort > env.$SLURM_PROCID'
 EOF
-    (cd "$WORK" && sbatch -W -N2 --ntasks-per-node=4 --gpus-per-node=4 \
-        --train-plan="$WORK/tp4pp2.json" -o "$WORK/env.out" env.sh >/dev/null) ||
-        { cat "$WORK/env.out"; return 1; }
+    sbatch_wait -N2 --ntasks-per-node=4 --gpus-per-node=4 --train-plan="$WORK/tp4pp2.json" \
+        -o "$WORK/env.out" env.sh >/dev/null || { cat "$WORK/env.out"; return 1; }
     # the same map from plait check, computed without Slurm, must agree
     "$PLAIT" check "$WORK/tp4pp2.json" --nodes 2 --gpus-per-node 4 \
         --topology "$ROOT/tests/topo/h100_sxm8/topology.xml" --json >"$WORK/check.json" || return 1
@@ -236,9 +483,18 @@ test_preempted_job_checkpoints_requeues_and_resumes() {
     metrics_equal "$WORK/long_local/metrics.jsonl" "$run/metrics.jsonl"
 }
 
+check the_cluster_lives_in_the_tests_sandbox test_the_cluster_lives_in_the_tests_sandbox
 check sbatch_knows_train_plan_and_refuses_bad_plans test_sbatch_knows_train_plan_and_refuses_bad_plans
 check policy_limits_and_quota_are_enforced_at_submit test_policy_limits_and_quota_are_enforced_at_submit
 check policy_holds_on_the_compute_side_when_the_client_skips_the_plugin test_policy_holds_on_the_compute_side_when_the_client_skips_the_plugin
+check rank_count_beyond_plait_is_refused_at_submit_and_start test_rank_count_beyond_plait_is_refused_at_submit_and_start
+check user_plait_plan_cannot_replace_the_checked_plan test_user_plait_plan_cannot_replace_the_checked_plan
+check run_dir_stays_under_run_root test_run_dir_stays_under_run_root
+check nested_sbatch_refuses_its_own_bad_plan test_nested_sbatch_refuses_its_own_bad_plan
+check nested_sbatch_runs_its_own_plan test_nested_sbatch_runs_its_own_plan
+check nested_sbatch_without_train_plan_is_not_a_plait_job test_nested_sbatch_without_train_plan_is_not_a_plait_job
+check quota_is_counted_once_per_job_not_per_task test_quota_is_counted_once_per_job_not_per_task
+check error_text_is_one_escaped_line test_error_text_is_one_escaped_line
 check eight_tasks_get_their_place_and_env test_eight_tasks_get_their_place_and_env
 check wrong_task_count_fails_the_step test_wrong_task_count_fails_the_step
 check training_runs_through_slurm test_training_runs_through_slurm
