@@ -251,12 +251,22 @@ void data_rewind(struct data_loader *d)
 
 int data_seek(struct data_loader *d, const struct data_position *pos, struct plait_error *err)
 {
-    if (pos->epoch < 0 || pos->shard < 0 || pos->shard > d->n_shards || pos->index < 0)
+    /* what any position the loader reaches can hold: an index within the
+     * largest shard (tokens in order, windows shuffled) and an epoch whose
+     * successor and shuffle key (epoch · shards + shard) fit in 64 bits */
+    int64_t most_index = 0;
+    for (int s = 0; s < d->n_shards; s++) {
+        int64_t n = d->shuffle ? windows_in(d, s) : d->shards[s].tokens;
+        if (n > most_index) most_index = n;
+    }
+    int64_t most_epoch = INT64_MAX / 2 / ((int64_t)d->n_shards + 1) - 1;
+    if (pos->epoch < 0 || pos->epoch > most_epoch || pos->shard < 0 ||
+        pos->shard > d->n_shards || pos->index < 0 || pos->index > most_index)
         return error_set(err,
                          "data position (epoch %lld, shard %lld, index %lld) does not fit "
-                         "%d shards",
+                         "%d shards of at most %lld %s",
                          (long long)pos->epoch, (long long)pos->shard, (long long)pos->index,
-                         d->n_shards);
+                         d->n_shards, (long long)most_index, d->shuffle ? "windows" : "tokens");
     d->pos = *pos;
     return 0;
 }
