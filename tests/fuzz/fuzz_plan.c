@@ -1,0 +1,227 @@
+/* fuzz_plan.c — libFuzzer target for the plan parser (common/plan.h): plan text,
+ * optionally a line "--set" and one "dot.path=value" override per line. Beyond
+ * surviving: errors are one printable line naming their source, a loaded plan
+ * keeps every rule of plan.h, and plan_to_json(_line) reads back to the same
+ * text. What it asserts in full: tests/fuzz/README.md. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/gpt2_layout.h" // gpt2_layout (the model must be addressable)
+#include "common/llmc.h"        // llmc_model_header_fill (the init fixture)
+#include "common/plan.h"
+#include "tests/fuzz/harness.h"
+
+#define SOURCE "fuzz.json"
+#define SEPARATOR "\n--set\n"
+#define MAX_OVERRIDES 16
+
+/* The llm.c checkpoint a plan may name as model.init ("tiny_gpt2.bin", relative
+ * to the plan's directory): fp32, max T 4, vocab 8, padded 8, 1 layer, 2
+ * heads, hidden 4, zero weights; "tiny_tokens.bin" is a token shard (a wrong
+ * file for model.init). */
+static const struct llmc_model_header tiny = {.version = LLMC_MODEL_VERSION_FP32,
+                                              .max_seq_len = 4,
+                                              .vocab = 8,
+                                              .padded_vocab = 8,
+                                              .layers = 1,
+                                              .heads = 2,
+                                              .hidden = 4};
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    int64_t params =
+        llmc_param_count(tiny.max_seq_len, tiny.padded_vocab, tiny.layers, tiny.hidden);
+    size_t bytes = LLMC_HEADER_BYTES + (size_t)params * 4;
+    char *file = calloc(1, bytes);
+    FUZZ_CHECK(file, "out of memory");
+    llmc_model_header_fill((int32_t *)(void *)file, &tiny);
+    fuzz_write("tiny_gpt2.bin", file, bytes);
+    llmc_tokens_header_fill((int32_t *)(void *)file, 8);
+    for (int t = 0; t < 8; t++) {
+        uint16_t token = (uint16_t)t;
+        memcpy(file + LLMC_HEADER_BYTES + 2 * t, &token, 2);
+    }
+    fuzz_write("tiny_tokens.bin", file, LLMC_HEADER_BYTES + 16);
+    free(file);
+    return 0;
+}
+
+/* An error is one printable line that starts with where it came from. */
+static void check_error(const char *text, const char *source)
+{
+    fuzz_check_message(text);
+    FUZZ_CHECK(strncmp(text, source, strlen(source)) == 0 || strncmp(text, "--set ", 6) == 0,
+               "the error names neither %s nor an override: %s", source, text);
+}
+
+static bool absolute_or_null(const char *path)
+{
+    return !path || path[0] == '/';
+}
+
+/* What plan.h promises of a loaded plan. */
+static void check_plan(const struct plan *p)
+{
+    const struct plan_model *m = &p->model;
+    FUZZ_CHECK(p->source && strcmp(p->source, SOURCE) == 0, "source %s", p->source);
+    FUZZ_CHECK(m->arch && strcmp(m->arch, "gpt2") == 0, "arch %s", m->arch);
+    FUZZ_CHECK(m->layers >= 1 && m->heads >= 1 && m->hidden >= 1 && m->seq_len >= 1,
+               "L %d NH %d C %d T %d", m->layers, m->heads, m->hidden, m->seq_len);
+    FUZZ_CHECK(m->hidden % m->heads == 0, "heads %d do not divide hidden %d", m->heads, m->hidden);
+    FUZZ_CHECK(m->vocab >= 1 && m->vocab <= 65536, "vocab %d", m->vocab);
+    FUZZ_CHECK(m->padded_vocab >= m->vocab, "padded vocab %d < vocab %d", m->padded_vocab,
+               m->vocab);
+    FUZZ_CHECK(m->max_seq_len >= m->seq_len, "max T %d < T %d", m->max_seq_len, m->seq_len);
+    struct gpt2_config cfg = {.max_seq_len = m->max_seq_len,
+                              .vocab = m->vocab,
+                              .padded_vocab = m->padded_vocab,
+                              .layers = m->layers,
+                              .heads = m->heads,
+                              .hidden = m->hidden};
+    struct gpt2_layout layout;
+    FUZZ_CHECK(gpt2_layout(&cfg, &layout) == 0, "a model too large to address was accepted");
+    if (m->init) {
+        struct plait_error err = {.text = ""};
+        struct llmc_model_header h;
+        FUZZ_CHECK(llmc_read_model_header(m->init, &h, &err) == 0, "model.init: %s", err.text);
+        FUZZ_CHECK(h.max_seq_len == m->max_seq_len && h.vocab == m->vocab &&
+                       h.padded_vocab == m->padded_vocab && h.layers == m->layers &&
+                       h.heads == m->heads && h.hidden == m->hidden,
+                   "the model differs from model.init");
+    }
+    FUZZ_CHECK(absolute_or_null(m->init), "model.init %s", m->init);
+    FUZZ_CHECK(p->data.train && p->data.train[0] == '/', "data.train %s", p->data.train);
+    FUZZ_CHECK(absolute_or_null(p->data.val), "data.val %s", p->data.val);
+    FUZZ_CHECK(absolute_or_null(p->data.tokenizer), "data.tokenizer %s", p->data.tokenizer);
+    FUZZ_CHECK(p->data.val_every >= 0 && (p->data.val_every == 0 || p->data.val),
+               "val_every %d without val", p->data.val_every);
+    FUZZ_CHECK(p->data.val_batches >= 1, "val_batches %d", p->data.val_batches);
+    FUZZ_CHECK(p->batch.micro_batch >= 1 && p->batch.grad_accum >= 1, "B %d accum %d",
+               p->batch.micro_batch, p->batch.grad_accum);
+
+    const struct plan_optimizer *o = &p->optimizer;
+    FUZZ_CHECK(o->lr > 0 && o->eps > 0 && o->weight_decay >= 0 && o->grad_clip >= 0,
+               "lr %g eps %g wd %g clip %g", o->lr, o->eps, o->weight_decay, o->grad_clip);
+    FUZZ_CHECK(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1, "betas %g %g",
+               o->beta1, o->beta2);
+    FUZZ_CHECK(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1, "min_lr_ratio %g", o->min_lr_ratio);
+    FUZZ_CHECK(isfinite(o->lr) && isfinite(o->eps) && isfinite(o->weight_decay) &&
+                   isfinite(o->grad_clip),
+               "a real that is not finite");
+    FUZZ_CHECK(o->schedule == PLAN_SCHEDULE_CONSTANT || o->schedule == PLAN_SCHEDULE_COSINE,
+               "schedule %d", (int)o->schedule);
+    FUZZ_CHECK(p->steps >= 1 && o->warmup_steps >= 0 && o->warmup_steps <= p->steps,
+               "warmup %d steps %d", o->warmup_steps, p->steps);
+    FUZZ_CHECK(o->schedule != PLAN_SCHEDULE_COSINE || o->warmup_steps < p->steps,
+               "cosine with warmup %d >= steps %d", o->warmup_steps, p->steps);
+    FUZZ_CHECK(p->precision == PLAN_PRECISION_FP32 || p->precision == PLAN_PRECISION_BF16,
+               "precision %d", (int)p->precision);
+    FUZZ_CHECK(p->recompute >= PLAN_RECOMPUTE_NONE && p->recompute <= PLAN_RECOMPUTE_FULL,
+               "recompute %d", (int)p->recompute);
+    FUZZ_CHECK(p->checkpoint.dir && p->checkpoint.dir[0], "checkpoint.dir empty");
+    FUZZ_CHECK(p->checkpoint.every >= 0 && p->checkpoint.keep >= 1, "every %d keep %d",
+               p->checkpoint.every, p->checkpoint.keep);
+
+    const struct plan_parallel *par = &p->parallel;
+    FUZZ_CHECK(par->tp >= 0 && par->pp >= 0 && par->dp >= 0, "tp %d pp %d dp %d", par->tp, par->pp,
+               par->dp);
+    FUZZ_CHECK(par->tp == PLAN_AUTO || (m->heads % par->tp == 0 && m->padded_vocab % par->tp == 0),
+               "tp %d divides neither heads %d nor padded vocab %d", par->tp, m->heads,
+               m->padded_vocab);
+    FUZZ_CHECK(par->pp == PLAN_AUTO || par->pp <= m->layers, "pp %d > layers %d", par->pp,
+               m->layers);
+    FUZZ_CHECK(par->zero >= 0 && par->zero <= 3, "zero %d", par->zero);
+    FUZZ_CHECK(par->device >= PLAN_DEVICE_AUTO && par->device <= PLAN_DEVICE_CUDA, "device %d",
+               (int)par->device);
+    int64_t ranks = plan_ranks(p);
+    FUZZ_CHECK(ranks >= 0 && ranks <= PLAN_MAX_RANKS, "%lld ranks", (long long)ranks);
+    FUZZ_CHECK(
+        (ranks == 0) == (par->tp == PLAN_AUTO || par->pp == PLAN_AUTO || par->dp == PLAN_AUTO),
+        "plan_ranks %lld with tp %d pp %d dp %d", (long long)ranks, par->tp, par->pp, par->dp);
+
+    const struct plan_sample *s = &p->sample;
+    FUZZ_CHECK(s->tokens >= 0 && s->top_k >= 0 && s->temperature > 0 && isfinite(s->temperature),
+               "sample tokens %d top_k %d temperature %g", s->tokens, s->top_k, s->temperature);
+    FUZZ_CHECK(s->prompt, "no sample.prompt");
+}
+
+/* Loads JSON written by plan_to_json(_line) back; it must load and write the
+ * same text as the plan it came from. */
+static void check_reads_back(const char *json, const char *want, const char *what)
+{
+    struct plait_error err = {.text = ""};
+    struct plan *again = plan_load_text(json, SOURCE, fuzz_dir(), NULL, 0, &err);
+    FUZZ_CHECK(again, "%s does not read back: %s\n%s", what, err.text, json);
+    check_plan(again);
+    char *text = plan_to_json(again);
+    FUZZ_CHECK(text, "plan_to_json failed");
+    FUZZ_CHECK(strcmp(text, want) == 0, "%s reads back as a different plan:\n%s\nthen\n%s", what,
+               want, text);
+    free(text);
+    plan_free(again);
+}
+
+static void check_round_trip(const struct plan *p)
+{
+    char *json = plan_to_json(p);
+    FUZZ_CHECK(json, "plan_to_json failed");
+    check_reads_back(json, json, "plan_to_json");
+    char *line = plan_to_json_line(p);
+    FUZZ_CHECK(line, "plan_to_json_line failed");
+    FUZZ_CHECK(!strchr(line, '\n'), "plan_to_json_line wrote more than one line: %s", line);
+    check_reads_back(line, json, "plan_to_json_line");
+    free(line);
+    free(json);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    /* the plan text, then the override lines after the separator */
+    char *input = malloc(size + 1);
+    FUZZ_CHECK(input, "out of memory");
+    memcpy(input, data, size);
+    input[size] = '\0';
+    size_t text_bytes = size;
+    const char *overrides[MAX_OVERRIDES];
+    int n_overrides = 0;
+    char *sep = memmem(input, size, SEPARATOR, strlen(SEPARATOR));
+    if (sep) {
+        text_bytes = (size_t)(sep - input);
+        *sep = '\0';
+        char *line = sep + strlen(SEPARATOR), *end = input + size;
+        while (line < end && n_overrides < MAX_OVERRIDES) {
+            char *nl = memchr(line, '\n', (size_t)(end - line));
+            if (nl) *nl = '\0';
+            overrides[n_overrides++] = line;
+            line = nl ? nl + 1 : end;
+        }
+    }
+
+    struct plait_error err = {.text = ""};
+    if (memchr(input, '\0', text_bytes)) {
+        /* plan_load_text stops at a NUL; a plan file does not, and must refuse it */
+        const char *path = fuzz_write("plan.json", input, text_bytes);
+        struct plan *p = plan_load(path, overrides, n_overrides, &err);
+        FUZZ_CHECK(!p, "a plan with a NUL byte was accepted");
+        FUZZ_CHECK(strstr(err.text, "NUL byte"), "the error does not say NUL byte: %s", err.text);
+        check_error(err.text, path);
+        free(input);
+        return 0;
+    }
+    struct plan *p = plan_load_text(input, SOURCE, fuzz_dir(), overrides, n_overrides, &err);
+    if (!p) {
+        check_error(err.text, SOURCE);
+    } else {
+        check_plan(p);
+        check_round_trip(p);
+        plan_free(p);
+    }
+    free(input);
+    return 0;
+}
