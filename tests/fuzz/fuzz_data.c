@@ -7,7 +7,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/llmc.h"
@@ -148,19 +147,18 @@ static void check_some_window(const struct batch *b, const struct shard *sh, int
     FUZZ_CHECK(false, "a shuffled batch that is no window of any shard");
 }
 
+/* Shard s is the harness's descriptor FUZZ_FD + s; the glob finds those in use. */
+_Static_assert(FUZZ_FD % 10 == 0 && MAX_SHARDS <= 10 && MAX_SHARDS <= FUZZ_FDS, "shard names");
+
 static void write_shards(const struct shard *sh, int n, bool fifo)
 {
-    char name[32];
     for (int s = 0; s < MAX_SHARDS; s++) {
-        snprintf(name, sizeof name, "shard_%d.bin", s);
-        unlink(fuzz_path(name));
-    }
-    for (int s = 0; s < n; s++) {
-        snprintf(name, sizeof name, "shard_%d.bin", s);
-        if (fifo && s == n - 1)
-            FUZZ_CHECK(mkfifo(fuzz_path(name), 0600) == 0, "mkfifo: %s", strerror(errno));
+        if (s >= n)
+            fuzz_close(FUZZ_FD + s);
+        else if (fifo && s == n - 1)
+            fuzz_fifo(FUZZ_FD + s);
         else
-            fuzz_write(name, sh[s].bytes, sh[s].n);
+            fuzz_file(FUZZ_FD + s, sh[s].bytes, sh[s].n);
     }
 }
 
@@ -195,11 +193,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bool all_good = true;
     int64_t largest = 0;
     for (int s = 0; s < n; s++) {
-        char name[32];
-        snprintf(name, sizeof name, "shard_%d.bin", s);
         struct plait_error err = {.text = ""};
         int64_t tokens = -1;
-        int rc = llmc_read_tokens_header(fuzz_path(name), &tokens, &err);
+        int rc = llmc_read_tokens_header(fuzz_fd_path(FUZZ_FD + s), &tokens, &err);
         bool good = sh[s].good && !(fifo && s == n - 1);
         FUZZ_CHECK((rc == 0) == good, "shard %d: header %s, rules say %s: %s", s,
                    rc == 0 ? "accepted" : "refused", good ? "good" : "bad", err.text);
@@ -214,7 +210,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* the loader opens exactly when every shard is good and one holds a window */
     struct data_loader d;
     struct plait_error err = {.text = ""};
-    int rc = data_open(&d, fuzz_path("shard_*.bin"), B, T, vocab, shuffle, c.seed, &err);
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "/proc/self/fd/%d[0-%d]", FUZZ_FD / 10, MAX_SHARDS - 1);
+    int rc = data_open(&d, pattern, B, T, vocab, shuffle, c.seed, &err);
     bool should_open = all_good && largest >= bt + 1;
     FUZZ_CHECK((rc == 0) == should_open, "data_open %s, the rules say %s: %s",
                rc == 0 ? "opened" : "refused", should_open ? "open" : "refuse", err.text);
@@ -231,9 +229,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * header says) — reading must fail or succeed, never fault */
     bool changed = false;
     if (c.flags & TRUNCATE) {
-        char name[32];
-        snprintf(name, sizeof name, "shard_%d.bin", n - 1);
-        FUZZ_CHECK(truncate(fuzz_path(name), c.truncate_bytes) == 0, "truncate: %s",
+        FUZZ_CHECK(ftruncate(FUZZ_FD + n - 1, c.truncate_bytes) == 0, "truncate: %s",
                    strerror(errno));
         changed = c.truncate_bytes != sh[n - 1].n;
     }

@@ -137,7 +137,7 @@ static void check_tokenizer(const uint8_t *data, size_t size, const char *path)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const char *path = fuzz_write("model.bin", data, size);
+    const char *path = fuzz_file(FUZZ_FD, data, size);
     check_model(data, size, path);
     check_tokenizer(data, size, path);
     return 0;

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/gpt2_layout.h" // gpt2_layout (the model must be addressable)
 #include "common/llmc.h"        // llmc_model_header_fill (the init fixture)
@@ -17,10 +18,12 @@
 #define SEPARATOR "\n--set\n"
 #define MAX_OVERRIDES 16
 
-/* The llm.c checkpoint a plan may name as model.init ("tiny_gpt2.bin", relative
- * to the plan's directory): fp32, max T 4, vocab 8, padded 8, 1 layer, 2
- * heads, hidden 4, zero weights; "tiny_tokens.bin" is a token shard (a wrong
- * file for model.init). */
+/* Files beside the plan (relative paths resolve there), for model.init:
+ * "tiny_gpt2.bin" (fp32, max T 4, vocab 8, padded 8, 1 layer, 2 heads, hidden
+ * 4), "wide_gpt2.bin" (bf16 with vocab 65537, more than tokens can say), both
+ * with zero weights, and "tiny_tokens.bin", a token shard (not a checkpoint):
+ * links in fuzz_dir() to the harness's memfds. */
+enum { TINY_FD = FUZZ_FD, WIDE_FD, TOKENS_FD, PLAN_FD };
 static const struct llmc_model_header tiny = {.version = LLMC_MODEL_VERSION_FP32,
                                               .max_seq_len = 4,
                                               .vocab = 8,
@@ -28,27 +31,50 @@ static const struct llmc_model_header tiny = {.version = LLMC_MODEL_VERSION_FP32
                                               .layers = 1,
                                               .heads = 2,
                                               .hidden = 4};
+static const struct llmc_model_header wide = {.version = LLMC_MODEL_VERSION_BF16,
+                                              .max_seq_len = 1,
+                                              .vocab = 65537,
+                                              .padded_vocab = 65537,
+                                              .layers = 1,
+                                              .heads = 1,
+                                              .hidden = 1};
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static void link_file(const char *name, int fd)
+{
+    char link[4096];
+    snprintf(link, sizeof link, "%s/%s", fuzz_dir(), name);
+    FUZZ_CHECK(symlink(fuzz_fd_path(fd), link) == 0, "symlink %s", link);
+}
+
+static void write_checkpoint(const char *name, int fd, const struct llmc_model_header *h)
+{
+    int64_t params = llmc_param_count(h->max_seq_len, h->padded_vocab, h->layers, h->hidden);
+    size_t bytes =
+        LLMC_HEADER_BYTES + (size_t)params * (h->version == LLMC_MODEL_VERSION_FP32 ? 4 : 2);
+    char *file = calloc(1, bytes);
+    FUZZ_CHECK(file, "out of memory");
+    llmc_model_header_fill((int32_t *)(void *)file, h);
+    fuzz_file(fd, file, bytes);
+    link_file(name, fd);
+    free(file);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
-    int64_t params =
-        llmc_param_count(tiny.max_seq_len, tiny.padded_vocab, tiny.layers, tiny.hidden);
-    size_t bytes = LLMC_HEADER_BYTES + (size_t)params * 4;
-    char *file = calloc(1, bytes);
-    FUZZ_CHECK(file, "out of memory");
-    llmc_model_header_fill((int32_t *)(void *)file, &tiny);
-    fuzz_write("tiny_gpt2.bin", file, bytes);
-    llmc_tokens_header_fill((int32_t *)(void *)file, 8);
+    write_checkpoint("tiny_gpt2.bin", TINY_FD, &tiny);
+    write_checkpoint("wide_gpt2.bin", WIDE_FD, &wide);
+    char shard[LLMC_HEADER_BYTES + 16];
+    llmc_tokens_header_fill((int32_t *)(void *)shard, 8);
     for (int t = 0; t < 8; t++) {
         uint16_t token = (uint16_t)t;
-        memcpy(file + LLMC_HEADER_BYTES + 2 * t, &token, 2);
+        memcpy(shard + LLMC_HEADER_BYTES + 2 * t, &token, 2);
     }
-    fuzz_write("tiny_tokens.bin", file, LLMC_HEADER_BYTES + 16);
-    free(file);
+    fuzz_file(TOKENS_FD, shard, sizeof shard);
+    link_file("tiny_tokens.bin", TOKENS_FD);
     return 0;
 }
 
@@ -206,7 +232,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct plait_error err = {.text = ""};
     if (memchr(input, '\0', text_bytes)) {
         /* plan_load_text stops at a NUL; a plan file does not, and must refuse it */
-        const char *path = fuzz_write("plan.json", input, text_bytes);
+        const char *path = fuzz_file(PLAN_FD, input, text_bytes);
         struct plan *p = plan_load(path, overrides, n_overrides, &err);
         FUZZ_CHECK(!p, "a plan with a NUL byte was accepted");
         FUZZ_CHECK(strstr(err.text, "NUL byte"), "the error does not say NUL byte: %s", err.text);

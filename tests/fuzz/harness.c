@@ -1,5 +1,6 @@
-/* harness.c — the fuzz targets' private directory and file writing (see
- * harness.h). Nothing here reads the fuzzer's input. */
+/* harness.c — the fuzz targets' files (memfds and pipes at fixed descriptors),
+ * private directory and error-message check (see harness.h). Nothing here
+ * reads the fuzzer's input. */
 #include "tests/fuzz/harness.h"
 
 #include <dirent.h>
@@ -8,7 +9,71 @@
 #include <limits.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
+
+enum kind { NONE, MEMFD, PIPE };
+
+static enum kind kinds[FUZZ_FDS];
+static int writers[FUZZ_FDS]; /* the write end of a PIPE */
+
+static int slot(int fd)
+{
+    FUZZ_CHECK(fd >= FUZZ_FD && fd < FUZZ_FD + FUZZ_FDS, "descriptor %d is not the harness's", fd);
+    return fd - FUZZ_FD;
+}
+
+/* Moves descriptor from onto fd (closing from). */
+static void place(int from, int fd)
+{
+    FUZZ_CHECK(from >= 0, "%s", strerror(errno));
+    FUZZ_CHECK(dup2(from, fd) == fd, "dup2 to %d: %s", fd, strerror(errno));
+    close(from);
+}
+
+const char *fuzz_fd_path(int fd)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    return path;
+}
+
+void fuzz_close(int fd)
+{
+    int s = slot(fd);
+    if (kinds[s] == PIPE) close(writers[s]);
+    if (kinds[s] != NONE) close(fd);
+    kinds[s] = NONE;
+}
+
+const char *fuzz_file(int fd, const void *bytes, size_t n)
+{
+    int s = slot(fd);
+    if (kinds[s] != MEMFD) {
+        fuzz_close(fd);
+        place(memfd_create("plait-fuzz", MFD_CLOEXEC), fd);
+        kinds[s] = MEMFD;
+    }
+    FUZZ_CHECK(ftruncate(fd, 0) == 0, "ftruncate: %s", strerror(errno));
+    for (size_t done = 0; done < n;) {
+        ssize_t w = pwrite(fd, (const char *)bytes + done, n - done, (off_t)done);
+        FUZZ_CHECK(w > 0 || (w < 0 && errno == EINTR), "writing %s: %s", fuzz_fd_path(fd),
+                   strerror(errno));
+        if (w > 0) done += (size_t)w;
+    }
+    return fuzz_fd_path(fd);
+}
+
+const char *fuzz_fifo(int fd)
+{
+    int s = slot(fd), ends[2];
+    fuzz_close(fd);
+    FUZZ_CHECK(pipe2(ends, O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
+    place(ends[0], fd);
+    writers[s] = ends[1];
+    kinds[s] = PIPE;
+    return fuzz_fd_path(fd);
+}
 
 static char dir[PATH_MAX];
 
@@ -26,45 +91,12 @@ static void remove_dir(void)
 const char *fuzz_dir(void)
 {
     if (dir[0]) return dir;
-    /* memory, not disk: a file is written for every input, and a busy disk
-     * stalls a write long enough to look like a hang */
     const char *tmp = getenv("TMPDIR");
     if (!tmp || !tmp[0]) tmp = access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm" : "/tmp";
     snprintf(dir, sizeof dir, "%s/plait-fuzz.XXXXXX", tmp);
-    if (!mkdtemp(dir)) {
-        fprintf(stderr, "fuzz: mkdtemp %s: %s\n", dir, strerror(errno));
-        abort();
-    }
+    FUZZ_CHECK(mkdtemp(dir), "mkdtemp %s: %s", dir, strerror(errno));
     atexit(remove_dir);
     return dir;
-}
-
-const char *fuzz_path(const char *name)
-{
-    static char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", fuzz_dir(), name);
-    return path;
-}
-
-const char *fuzz_write(const char *name, const void *bytes, size_t n)
-{
-    const char *path = fuzz_path(name);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        fprintf(stderr, "fuzz: %s: %s\n", path, strerror(errno));
-        abort();
-    }
-    for (size_t done = 0; done < n;) {
-        ssize_t w = write(fd, (const char *)bytes + done, n - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            fprintf(stderr, "fuzz: writing %s: %s\n", path, strerror(errno));
-            abort();
-        }
-        done += (size_t)w;
-    }
-    close(fd);
-    return path;
 }
 
 /* Length of the valid UTF-8 sequence at s (1..4; RFC 3629: no overlong forms,
