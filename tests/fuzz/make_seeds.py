@@ -39,8 +39,18 @@ INVALID_SEEDS = [
 ]
 
 
+# reals that need all 17 digits, and overrides that need a directory and quoting
+EXTRA_PLAN = (r"""{"model": {"layers": 3, "heads": 3, "hidden": 12, "vocab": 50257, "seq_len": 7},
+ "data": {"train": "tiny_tokens.bin", "shuffle": true},
+ "optimizer": {"lr": 0.30000000000000004, "beta1": 0.8999999999999999, "eps": 4.9e-324,
+               "weight_decay": 1.7976931348623157e308, "min_lr_ratio": 0.1234567890123456},
+ "steps": 9, "sample": {"temperature": 3.141592653589793, "prompt": "caf\u00e9 \ud83d\ude00"}}"""
+              + SEPARATOR + 'sample.prompt="quoted\\u0001"\ncheckpoint.dir=./out/../ckpt\n')
+
+
 def plan_corpus():
     d = out_dir("fuzz_plan")
+    open(os.path.join(d, "extra-many_digit_reals.json"), "w").write(EXTRA_PLAN)
     for kind, cases in (("valid", sorted(os.listdir(os.path.join(PLANS, "valid")))),
                         ("invalid", INVALID_SEEDS)):
         for case in cases:
