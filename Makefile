@@ -54,7 +54,7 @@ TOOLS        := $(BUILD)/bin/gemm-bench
 # with sanitizers (it is loaded into Slurm's own processes).
 SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 0,$(SAN))),$(BUILD)/lib/spank_plait.so)
 
-.PHONY: all test demo bench install clean deps-build deps-test format
+.PHONY: all test demo bench install clean deps-build deps-test format fuzz
 all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(TOOLS) $(SPANK_SO)
 
 $(BUILD)/obj/kernels/%.o: kernels/%.c
@@ -133,5 +133,43 @@ format:
 
 clean:
 	rm -rf build build-asan
+
+# ---- make fuzz: libFuzzer targets for the readers of untrusted input ---------------------
+# tests/fuzz/README.md says how to run them. clang with libFuzzer, ASan and UBSan,
+# into build-fuzz/ (which ignores itself in git). -fopenmp=libgomp: clang compiles
+# the OpenMP pragmas out (the readers run no kernels, and one thread keeps runs
+# reproducible) and links GCC's libgomp, the runtime oneDNN already loads; omp.h is
+# clang's (libomp-dev). -Wno-format-nonliteral: clang also warns where a va_list
+# is passed on (common/log.c), which gcc does not.
+FUZZ_BUILD    := build-fuzz
+FUZZ_CC       := clang
+FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_CPPFLAGS := -D_GNU_SOURCE -I. -DPLAIT_VERSION='"$(VERSION)"'
+FUZZ_CFLAGS   := -std=c17 $(WARN) -Wno-format-nonliteral -O1 -g $(FUZZ_SAN) -fopenmp=libgomp -pthread
+FUZZ_TARGETS  := $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard tests/fuzz/fuzz_*.c))
+fuzz_obj       = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(1))
+# the same libraries as the normal build, in its link order: runtime -> kernels -> common
+FUZZ_LIBS     := $(addprefix $(FUZZ_BUILD)/lib/libplait_,runtime.a kernels.a common.a)
+
+fuzz: $(FUZZ_TARGETS)
+
+$(FUZZ_BUILD)/.gitignore:
+	@mkdir -p $(dir $@) && echo '*' >$@
+
+$(FUZZ_BUILD)/obj/%.o: %.c | $(FUZZ_BUILD)/.gitignore
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/lib/libplait_runtime.a: $(call fuzz_obj,$(RUNTIME_SRC))
+$(FUZZ_BUILD)/lib/libplait_kernels.a: $(call fuzz_obj,$(KERNELS_SRC))
+$(FUZZ_BUILD)/lib/libplait_common.a: $(call fuzz_obj,$(COMMON_SRC))
+$(FUZZ_LIBS):
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(AR) rcs $@ $^
+
+$(FUZZ_TARGETS): $(FUZZ_BUILD)/%: $(FUZZ_BUILD)/obj/tests/fuzz/%.o $(call fuzz_obj,tests/fuzz/harness.c) $(FUZZ_LIBS)
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -fopenmp=libgomp -pthread $^ $(LDLIBS) -o $@
+
+-include $(shell find $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)
 
 -include $(shell find $(BUILD)/obj $(BUILD)/pic -name '*.d' 2>/dev/null)

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""make_seeds.py — writes the seed corpora under tests/fuzz/corpus/ from the plan
+golden cases and from small llm.c files built here (what each target reads:
+tests/fuzz/README.md). Run from the repository root; it replaces the seeds."""
+import os
+import shutil
+import struct
+
+ROOT = "tests/fuzz/corpus"
+PLANS = "tests/plans"
+SEPARATOR = "\n--set\n"  # fuzz_plan: plan text, then one override per line
+
+
+def out_dir(target):
+    d = os.path.join(ROOT, target)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def plan_seed(case_dir):
+    text = open(os.path.join(case_dir, "plan.json"), "rb").read()
+    # fuzz_plan puts the init fixtures beside the plan
+    text = text.replace(b"../../fixtures/", b"")
+    ovr = os.path.join(case_dir, "overrides")
+    if os.path.exists(ovr):
+        lines = [l for l in open(ovr, "rb").read().split(b"\n") if l]
+        text = text.rstrip(b"\n") + SEPARATOR.encode() + b"\n".join(lines) + b"\n"
+    return text
+
+
+INVALID_SEEDS = [
+    "duplicate_key", "escaped_key_is_the_same_key", "hidden_too_large_to_address",
+    "init_bad_magic", "init_contradicts_layers", "init_seq_len_exceeds_max",
+    "key_with_control_characters_is_escaped", "long_literal_is_shortened", "nul_byte",
+    "override_through_a_non_object", "override_whole_section_unknown_key",
+    "parallel_tp_must_divide_padded_vocab", "ranks_product_overflows_int",
+    "unknown_nested_key_near_miss", "warmup_not_below_steps_with_cosine",
+]
+
+
+# reals that need all 17 digits, and overrides that need a directory and quoting
+EXTRA_PLAN = (r"""{"model": {"layers": 3, "heads": 3, "hidden": 12, "vocab": 50257, "seq_len": 7},
+ "data": {"train": "tiny_tokens.bin", "shuffle": true},
+ "optimizer": {"lr": 0.30000000000000004, "beta1": 0.8999999999999999, "eps": 4.9e-324,
+               "weight_decay": 1.7976931348623157e308, "min_lr_ratio": 0.1234567890123456},
+ "steps": 9, "sample": {"temperature": 3.141592653589793, "prompt": "caf\u00e9 \ud83d\ude00"}}"""
+              + SEPARATOR + 'sample.prompt="quoted\\u0001"\ncheckpoint.dir=./out/../ckpt\n')
+
+
+def plan_corpus():
+    d = out_dir("fuzz_plan")
+    open(os.path.join(d, "extra-many_digit_reals.json"), "w").write(EXTRA_PLAN)
+    for kind, cases in (("valid", sorted(os.listdir(os.path.join(PLANS, "valid")))),
+                        ("invalid", INVALID_SEEDS)):
+        for case in cases:
+            seed = plan_seed(os.path.join(PLANS, kind, case))
+            open(os.path.join(d, f"{kind}-{case}.json"), "wb").write(seed)
+
+
+def header(*ints):
+    return struct.pack("<256i", *ints, *([0] * (256 - len(ints))))
+
+
+def shard(tokens):
+    return header(20240520, 1, len(tokens)) + struct.pack(f"<{len(tokens)}H", *tokens)
+
+
+def data_seed(b, t, vocab, shuffle, shards, batches, seed=0, seek=(0, 0, 0), seek_on=False):
+    """fuzz_data's input: a 40-byte control block, then the shard files."""
+    flags = (1 if shuffle else 0) | (len(shards) - 1) << 1 | (8 if seek_on else 0) | 16
+    ctl = struct.pack("<BBHBBH", b - 1, t - 1, vocab - 1, flags, batches, 0)
+    ctl += struct.pack("<Q", seed) + struct.pack("<qqq", *seek)
+    body = b"".join(struct.pack("<I", len(s)) + s for s in shards[:-1]) + shards[-1]
+    return ctl + body
+
+
+def data_corpus():
+    d = out_dir("fuzz_data")
+    tiny = open(os.path.join(PLANS, "fixtures", "tiny_tokens.bin"), "rb").read()
+    text = [c for c in b"to be, or not to be: that is the question."]
+    seeds = {
+        "tiny_tokens_in_order": data_seed(1, 2, 8, False, [tiny], 6),
+        "tiny_tokens_shuffled": data_seed(1, 3, 8, True, [tiny], 6, seed=7),
+        "two_shards_in_order": data_seed(2, 4, 256, False, [shard(text), shard(text[::-1])], 12),
+        "three_shards_shuffled_seek": data_seed(2, 3, 256, True,
+                                                [shard(text), shard(text[:13]), shard(text[5:])],
+                                                16, seed=42, seek=(1, 1, 2), seek_on=True),
+        "token_above_vocab": data_seed(1, 4, 100, False, [shard(text)], 8),
+        "no_shard_holds_a_window": data_seed(8, 32, 256, False, [tiny], 1),
+        "short_file": data_seed(1, 1, 8, False, [tiny[:700]], 1),
+        "count_disagrees_with_size": data_seed(1, 1, 8, False, [header(20240520, 1, 9) + tiny[1024:]], 1),
+    }
+    for name, seed in seeds.items():
+        open(os.path.join(d, name), "wb").write(seed)
+
+
+def gpt2(version, max_t, vocab, padded, layers, heads, hidden, fill=0):
+    n = padded * hidden + max_t * hidden + layers * (12 * hidden * hidden + 13 * hidden) + 2 * hidden
+    width = 4 if version == 3 else 2
+    body = bytes((fill + i) % 251 for i in range(n * width)) if fill else bytes(n * width)
+    return header(20240326, version, max_t, vocab, layers, heads, hidden, padded) + body
+
+
+def tokenizer(version, pieces, eot=None):
+    ints = [20240328, version, len(pieces)] + ([eot] if version == 2 else [])
+    return header(*ints) + b"".join(bytes([len(p)]) + p for p in pieces)
+
+
+def llmc_corpus():
+    d = out_dir("fuzz_llmc")
+    pieces = [bytes([i]) for i in range(8)] + [b"the", b" and", b"<|endoftext|>"]
+    seeds = {
+        "tiny_gpt2_fp32": open(os.path.join(PLANS, "fixtures", "tiny_gpt2.bin"), "rb").read(),
+        "gpt2_bf16_patterned": gpt2(5, 4, 7, 8, 1, 2, 4, fill=3),
+        "gpt2_fp32_two_layers": gpt2(3, 2, 5, 6, 2, 1, 2, fill=1),
+        "gpt2_bad_version": header(20240326, 4, 4, 8, 1, 2, 4, 8),
+        "gpt2_truncated": gpt2(3, 4, 8, 8, 1, 2, 4)[:1500],
+        "tokenizer_v1": tokenizer(1, pieces),
+        "tokenizer_v2_eot": tokenizer(2, pieces, eot=10),
+        "tokenizer_truncated": tokenizer(2, pieces, eot=10)[:1040],
+        "token_shard_is_not_a_model": open(os.path.join(PLANS, "fixtures", "tiny_tokens.bin"), "rb").read(),
+    }
+    for name, seed in seeds.items():
+        open(os.path.join(d, name), "wb").write(seed)
+
+
+if __name__ == "__main__":
+    plan_corpus()
+    data_corpus()
+    llmc_corpus()
