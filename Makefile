@@ -17,6 +17,10 @@ VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wformat=2
 HARDEN  := -fstack-protector-strong -fno-strict-overflow -fno-delete-null-pointer-checks
+# the sanitized build lets signed overflow be undefined, so UBSan reports it
+ifeq ($(SAN),1)
+  HARDEN := $(filter-out -fno-strict-overflow,$(HARDEN))
+endif
 CPPFLAGS += -D_GNU_SOURCE -I. -DPLAIT_VERSION='"$(VERSION)"'
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c17 $(WARN) $(HARDEN) -fopenmp -pthread
@@ -139,13 +143,12 @@ clean:
 # into build-fuzz/ (which ignores itself in git). -fopenmp=libgomp: clang compiles
 # the OpenMP pragmas out (the readers run no kernels, and one thread keeps runs
 # reproducible) and links GCC's libgomp, the runtime oneDNN already loads; omp.h is
-# clang's (libomp-dev). -Wno-format-nonliteral: clang also warns where a va_list
-# is passed on (common/log.c), which gcc does not.
+# clang's (libomp-dev).
 FUZZ_BUILD    := build-fuzz
 FUZZ_CC       := clang
 FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CPPFLAGS := -D_GNU_SOURCE -I. -DPLAIT_VERSION='"$(VERSION)"'
-FUZZ_CFLAGS   := -std=c17 $(WARN) -Wno-format-nonliteral -O1 -g $(FUZZ_SAN) -fopenmp=libgomp -pthread
+FUZZ_CFLAGS   := -std=c17 $(WARN) -O1 -g $(FUZZ_SAN) -fopenmp=libgomp -pthread
 FUZZ_TARGETS  := $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz_obj       = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(1))
 # the same libraries as the normal build, in its link order: runtime -> kernels -> common

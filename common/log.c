@@ -15,6 +15,8 @@ void log_set_prefix(const char *p)
 }
 
 static void emit(const char *level, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+static void emit(const char *level, const char *fmt, va_list ap)
 {
     char line[2048], escaped[2048];
     vsnprintf(line, sizeof line, fmt, ap);

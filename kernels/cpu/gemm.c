@@ -437,10 +437,30 @@ static struct panels panels_plan(int M, int N, int K, int64_t E)
     return (struct panels){(int)split64(mb, M), (int)split64(nb, N), (int)kb};
 }
 
+/* ---- bf16 conversions: plain loops the compiler vectorizes, cloned per ISA ---- */
+
+/* (bf16_round in bf16.h says how; large arrays are split over the threads) */
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+bf16_from_f32(uint16_t *dst, const float *src, size_t n)
+{
+#pragma omp parallel for simd schedule(static) if (n >= (1u << 18))
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_round(src[i]);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+bf16_to_f32(float *dst, const uint16_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t x = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &x, sizeof x);
+    }
+}
+
 /* rows×cols bf16 values at src (leading dimension ld) -> dense fp32 at dst */
 static void widen(float *dst, const uint16_t *src, int rows, int cols, int ld)
 {
     bool par = (int64_t)rows * cols >= (1 << 16) && !omp_in_parallel();
+    (void)par; /* (used only by the pragma, which a build without OpenMP drops) */
 #pragma omp parallel for schedule(static) if (par)
     for (int r = 0; r < rows; r++)
         bf16_to_f32(dst + (size_t)r * cols, src + (size_t)r * ld, (size_t)cols);
@@ -580,21 +600,3 @@ const char *gemm_backend_name(void)
         DNNL_VERSION_PATCH) " (dnnl_sgemm; matmul primitive for large NT)";
 }
 
-/* ---- bf16 conversions: plain loops the compiler vectorizes, cloned per ISA ---- */
-
-/* (bf16_round in bf16.h says how; large arrays are split over the threads) */
-__attribute__((target_clones("avx512f", "avx2", "default"))) void
-bf16_from_f32(uint16_t *dst, const float *src, size_t n)
-{
-#pragma omp parallel for simd schedule(static) if (n >= (1u << 18))
-    for (size_t i = 0; i < n; i++) dst[i] = bf16_round(src[i]);
-}
-
-__attribute__((target_clones("avx512f", "avx2", "default"))) void
-bf16_to_f32(float *dst, const uint16_t *src, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint32_t x = (uint32_t)src[i] << 16;
-        memcpy(&dst[i], &x, sizeof x);
-    }
-}

@@ -207,13 +207,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (good && sh[s].tokens > largest) largest = sh[s].tokens;
     }
 
-    /* the loader opens exactly when every shard is good and one holds a window */
+    /* every token of every shard below the vocabulary (data_open reads them all) */
+    bool tokens_ok = true;
+    for (int s = 0; s < n && all_good; s++)
+        for (int64_t i = 0; i < sh[s].tokens && tokens_ok; i++) {
+            const uint8_t *t = sh[s].bytes + LLMC_HEADER_BYTES + 2 * i;
+            tokens_ok = (t[0] | t[1] << 8) < vocab;
+        }
+
+    /* the loader opens exactly when every shard is good, every token is below
+     * the vocabulary and one shard holds a window */
     struct data_loader d;
     struct plait_error err = {.text = ""};
     char pattern[64];
     snprintf(pattern, sizeof pattern, "/proc/self/fd/%d[0-%d]", FUZZ_FD / 10, MAX_SHARDS - 1);
     int rc = data_open(&d, pattern, B, T, vocab, shuffle, c.seed, &err);
-    bool should_open = all_good && largest >= bt + 1;
+    bool should_open = all_good && tokens_ok && largest >= bt + 1;
     FUZZ_CHECK((rc == 0) == should_open, "data_open %s, the rules say %s: %s",
                rc == 0 ? "opened" : "refused", should_open ? "open" : "refuse", err.text);
     if (rc) {
