@@ -334,8 +334,11 @@ static int call(struct store *st, const char *what, uint8_t op, const char *cons
         memcpy(list + pos + 2, keys[i], n);
         pos += 2 + n;
     }
-    struct store_wire_request req = {op, (uint16_t)key_count, (uint32_t)keys_bytes, value_bytes,
-                                     arg};
+    struct store_wire_request req = {.op = op,
+                                     .key_count = (uint16_t)key_count,
+                                     .keys_bytes = (uint32_t)keys_bytes,
+                                     .value_bytes = value_bytes,
+                                     .arg = arg};
     uint8_t head[STORE_WIRE_REQUEST_BYTES];
     store_wire_encode_request(head, &req);
     struct iovec iov[3] = {{head, sizeof head}, {list, keys_bytes}, {(void *)value, value_bytes}};
@@ -352,7 +355,7 @@ static int call(struct store *st, const char *what, uint8_t op, const char *cons
         return drop(st, what, IO_ERROR, 0, err);
     }
     uint8_t *data = malloc(rep->value_bytes + 1);
-    if (!data) return error_errno(err, "store: %s: allocating the reply", what);
+    if (!data) return drop(st, what, IO_ERROR, 0, err); /* its bytes stay unread: out of step */
     r = recv_all(st->fd, data, rep->value_bytes, deadline_ms);
     if (r != IO_OK) {
         free(data);
@@ -410,7 +413,7 @@ int store_set(struct store *st, const char *key, const void *value, size_t bytes
               struct plait_error *err)
 {
     char what[300];
-    snprintf(what, sizeof what, "setting key \"%s\"", key ? key : "");
+    snprintf(what, sizeof what, "setting key \"%.256s\"", key ? key : "");
     return call_ok(st, what, STORE_OP_SET, key, value, bytes, 0, 0, NULL, NULL, NULL, err);
 }
 
@@ -418,7 +421,7 @@ int store_get(struct store *st, const char *key, void **value, size_t *bytes, do
               struct plait_error *err)
 {
     char what[300];
-    snprintf(what, sizeof what, "waiting for key \"%s\"", key ? key : "");
+    snprintf(what, sizeof what, "waiting for key \"%.256s\"", key ? key : "");
     *value = NULL;
     return call_ok(st, what, STORE_OP_GET, key, NULL, 0, timeout_ms_of(st, timeout_s),
                    timeout_ms_of(st, timeout_s), NULL, value, bytes, err);
@@ -428,7 +431,7 @@ int store_add(struct store *st, const char *key, int64_t delta, int64_t *result,
               struct plait_error *err)
 {
     char what[300];
-    snprintf(what, sizeof what, "adding %lld to key \"%s\"", (long long)delta, key ? key : "");
+    snprintf(what, sizeof what, "adding %lld to key \"%.256s\"", (long long)delta, key ? key : "");
     return call_ok(st, what, STORE_OP_ADD, key, NULL, 0, delta, 0, result, NULL, NULL, err);
 }
 
@@ -437,7 +440,7 @@ int store_append(struct store *st, const char *key, const void *value, size_t by
 {
     char what[300];
     int64_t total = 0;
-    snprintf(what, sizeof what, "appending to key \"%s\"", key ? key : "");
+    snprintf(what, sizeof what, "appending to key \"%.256s\"", key ? key : "");
     if (call_ok(st, what, STORE_OP_APPEND, key, value, bytes, 0, 0, &total, NULL, NULL, err))
         return -1;
     if (new_bytes) *new_bytes = (size_t)total;
@@ -471,7 +474,7 @@ int store_wait(struct store *st, const char *const *keys, size_t n, double timeo
     int64_t start = now_ms(), deadline = start + timeout_ms_of(st, timeout_s);
     for (size_t i = 0; i < n; i++) {
         char what[360];
-        snprintf(what, sizeof what, "waiting for key \"%s\" (%zu of %zu keys set)",
+        snprintf(what, sizeof what, "waiting for key \"%.256s\" (%zu of %zu keys set)",
                  keys[i] ? keys[i] : "", i, n);
         if (wait_key(st, what, keys[i], deadline, now_ms() - start, NULL, err)) return -1;
     }
@@ -538,12 +541,12 @@ int store_barrier(struct store *st, const char *name, int world, double timeout_
                   struct plait_error *err)
 {
     char what[320], arrived[STORE_MAX_KEY_BYTES + 64], done[STORE_MAX_KEY_BYTES + 64];
-    snprintf(what, sizeof what, "barrier \"%s\" (rank %d of %d)", name ? name : "", st->rank,
+    snprintf(what, sizeof what, "barrier \"%.256s\" (rank %d of %d)", name ? name : "", st->rank,
              world);
     if (world < 1 || st->rank < 0 || st->rank >= world)
         return error_set(err, "%s: this rank is not in the world", what);
-    snprintf(arrived, sizeof arrived, "barrier/%s/arrived", name ? name : "");
-    snprintf(done, sizeof done, "barrier/%s/done", name ? name : "");
+    snprintf(arrived, sizeof arrived, "barrier/%.256s/arrived", name ? name : "");
+    snprintf(done, sizeof done, "barrier/%.256s/done", name ? name : "");
     if (key_check(st, arrived, err)) return error_prefix(err, "barrier name too long: ");
     int64_t start = now_ms(), deadline = start + timeout_ms_of(st, timeout_s);
     uint8_t me[4];

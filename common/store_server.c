@@ -694,6 +694,7 @@ static const char *request_problem(const struct store_wire_request *r, uint8_t *
     bool has_value = r->op == STORE_OP_SET || r->op == STORE_OP_APPEND;
     bool waits = r->op == STORE_OP_GET || r->op == STORE_OP_WAIT;
     if (r->op < STORE_OP_SET || r->op > STORE_OP_AGES) return "an unknown op";
+    if (r->reserved != 0) return "a reserved byte that is not 0";
     if (r->op == STORE_OP_AGES ? r->key_count < 1 || r->key_count > STORE_MAX_KEYS_PER_REQUEST
                                : r->key_count != 1)
         return "a key count out of bounds";

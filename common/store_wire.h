@@ -17,7 +17,7 @@
  *
  * Request, 24-byte header then its keys and value:
  *    0 u8  op            enum store_wire_op
- *    1 u8  0
+ *    1 u8  0             (reserved; anything else is a bad request)
  *    2 u16 key_count     SET/GET/ADD/APPEND/WAIT: 1; AGES: 1..STORE_MAX_KEYS_PER_REQUEST
  *    4 u32 keys_bytes    the key list's length: key_count * (2 + 1..STORE_MAX_KEY_BYTES)
  *    8 u64 value_bytes   SET/APPEND: 0..STORE_MAX_VALUE_BYTES; others 0
@@ -89,6 +89,7 @@ enum store_wire_status {
 
 struct store_wire_request {
     uint8_t op;
+    uint8_t reserved; /* 0 */
     uint16_t key_count;
     uint32_t keys_bytes;
     uint64_t value_bytes;
@@ -140,6 +141,7 @@ static inline void store_wire_encode_request(uint8_t out[STORE_WIRE_REQUEST_BYTE
 {
     memset(out, 0, STORE_WIRE_REQUEST_BYTES);
     out[0] = r->op;
+    out[1] = r->reserved;
     store_wire_put_u16(out + 2, r->key_count);
     store_wire_put_u32(out + 4, r->keys_bytes);
     store_wire_put_u64(out + 8, r->value_bytes);
@@ -150,6 +152,7 @@ static inline void store_wire_decode_request(const uint8_t in[STORE_WIRE_REQUEST
                                              struct store_wire_request *r)
 {
     r->op = in[0];
+    r->reserved = in[1];
     r->key_count = store_wire_get_u16(in + 2);
     r->keys_bytes = store_wire_get_u32(in + 4);
     r->value_bytes = store_wire_get_u64(in + 8);

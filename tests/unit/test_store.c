@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -458,11 +459,21 @@ static int raw_handshake(int fd, const char *secret, int32_t rank)
     return raw_reply(fd);
 }
 
+static struct store_wire_request request(uint8_t op, uint16_t key_count, uint32_t keys_bytes,
+                                         uint64_t value_bytes, int64_t arg)
+{
+    return (struct store_wire_request){.op = op,
+                                       .key_count = key_count,
+                                       .keys_bytes = keys_bytes,
+                                       .value_bytes = value_bytes,
+                                       .arg = arg};
+}
+
 /* A SET request's bytes for key=value. */
 static size_t raw_set_request(uint8_t *out, const char *key, const char *value)
 {
     size_t k = strlen(key), v = strlen(value);
-    struct store_wire_request r = {STORE_OP_SET, 1, (uint32_t)(2 + k), v, 0};
+    struct store_wire_request r = request(STORE_OP_SET, 1, (uint32_t)(2 + k), v, 0);
     store_wire_encode_request(out, &r);
     store_wire_put_u16(out + STORE_WIRE_REQUEST_BYTES, (uint16_t)k);
     memcpy(out + STORE_WIRE_REQUEST_BYTES + 2, key, k);
@@ -676,15 +687,16 @@ static void test_hostile_streams_neither_crash_nor_grow_the_server(void)
     long rss_before = rss_kib();
 
     /* lengths the server must refuse from the header alone */
-    const struct store_wire_request bad[] = {
-        {STORE_OP_SET, 1, 3, 1ull << 63, 0},                /* a 2^63-byte value */
-        {STORE_OP_SET, 1, 3, STORE_MAX_VALUE_BYTES + 1, 0}, /* just over the limit */
-        {STORE_OP_SET, 1, UINT32_MAX, 1, 0},                /* a 4 GiB key list */
-        {STORE_OP_AGES, UINT16_MAX, 3 * UINT16_MAX, 0, 0},  /* too many keys */
-        {STORE_OP_GET, 1, 3, 0, -1},                        /* a negative wait */
-        {STORE_OP_GET, 1, 3, 0, INT64_MAX},                 /* an endless wait */
-        {STORE_OP_GET, 1, 3, 5, 0},                         /* a value on a get */
-        {99, 1, 3, 0, 0},                                   /* an unknown op */
+    struct store_wire_request bad[] = {
+        request(STORE_OP_SET, 1, 3, 1ull << 63, 0),                /* a 2^63-byte value */
+        request(STORE_OP_SET, 1, 3, STORE_MAX_VALUE_BYTES + 1, 0), /* just over the limit */
+        request(STORE_OP_SET, 1, UINT32_MAX, 1, 0),                /* a 4 GiB key list */
+        request(STORE_OP_AGES, UINT16_MAX, 3 * UINT16_MAX, 0, 0),  /* too many keys */
+        request(STORE_OP_GET, 1, 3, 0, -1),                        /* a negative wait */
+        request(STORE_OP_GET, 1, 3, 0, INT64_MAX),                 /* an endless wait */
+        request(STORE_OP_GET, 1, 3, 5, 0),                         /* a value on a get */
+        request(99, 1, 3, 0, 0),                                   /* an unknown op */
+        {.op = STORE_OP_SET, .reserved = 1, .key_count = 1, .keys_bytes = 3}, /* a reserved bit */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int status = raw_header(port, &bad[i]);
@@ -696,7 +708,7 @@ static void test_hostile_streams_neither_crash_nor_grow_the_server(void)
         int fd = raw_connect(port);
         CHECK(raw_handshake(fd, SECRET, 0) == STORE_STATUS_OK, "handshake");
         uint8_t msg[STORE_WIRE_REQUEST_BYTES + 8];
-        struct store_wire_request r = {STORE_OP_SET, 1, 5, 0, 0};
+        struct store_wire_request r = request(STORE_OP_SET, 1, 5, 0, 0);
         store_wire_encode_request(msg, &r);
         store_wire_put_u16(msg + STORE_WIRE_REQUEST_BYTES, variant ? 3 : 200);
         memcpy(msg + STORE_WIRE_REQUEST_BYTES + 2, variant ? "a\0b" : "abc", 3);
@@ -718,7 +730,7 @@ static void test_hostile_streams_neither_crash_nor_grow_the_server(void)
     int fd = raw_connect(port);
     CHECK(raw_handshake(fd, SECRET, 0) == STORE_STATUS_OK, "handshake");
     uint8_t head[STORE_WIRE_REQUEST_BYTES + 5];
-    struct store_wire_request r = {STORE_OP_SET, 1, 5, 60ull << 20, 0};
+    struct store_wire_request r = request(STORE_OP_SET, 1, 5, 60ull << 20, 0);
     store_wire_encode_request(head, &r);
     store_wire_put_u16(head + STORE_WIRE_REQUEST_BYTES, 3);
     memcpy(head + STORE_WIRE_REQUEST_BYTES + 2, "big", 3);
@@ -734,7 +746,7 @@ static void test_hostile_streams_neither_crash_nor_grow_the_server(void)
     /* a parked get whose client goes away */
     fd = raw_connect(port);
     CHECK(raw_handshake(fd, SECRET, 0) == STORE_STATUS_OK, "handshake");
-    struct store_wire_request g = {STORE_OP_GET, 1, 9, 0, 60000};
+    struct store_wire_request g = request(STORE_OP_GET, 1, 9, 0, 60000);
     uint8_t get[STORE_WIRE_REQUEST_BYTES + 9];
     store_wire_encode_request(get, &g);
     store_wire_put_u16(get + STORE_WIRE_REQUEST_BYTES, 7);
@@ -760,6 +772,61 @@ static void test_hostile_streams_neither_crash_nor_grow_the_server(void)
               store_get(st, "still", &v, &bytes, 1, &err) == 0 && v && !strcmp(v, "fine"),
           "%s", err.text);
     free(v);
+    store_close(st);
+    store_server_stop(srv);
+}
+
+static void test_one_set_answers_2000_parked_gets(void)
+{
+    int clients = 2000;
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < 4200) {
+        lim.rlim_cur = lim.rlim_max < 4200 ? lim.rlim_max : 4200;
+        setrlimit(RLIMIT_NOFILE, &lim);
+        getrlimit(RLIMIT_NOFILE, &lim);
+        if (lim.rlim_cur < 4200) clients = ((int)lim.rlim_cur - 100) / 2;
+    }
+    struct store_server *srv = start_server();
+    int port = store_server_port(srv);
+    int *fds = malloc((size_t)clients * sizeof *fds);
+    struct store_wire_request g = request(STORE_OP_GET, 1, 2 + 2, 0, 30000);
+    uint8_t get[STORE_WIRE_REQUEST_BYTES + 4];
+    store_wire_encode_request(get, &g);
+    store_wire_put_u16(get + STORE_WIRE_REQUEST_BYTES, 2);
+    memcpy(get + STORE_WIRE_REQUEST_BYTES + 2, "go", 2);
+    int connected = 0;
+    for (int i = 0; i < clients; i++) {
+        fds[i] = raw_connect(port);
+        if (fds[i] < 0 || raw_handshake(fds[i], SECRET, i) != STORE_STATUS_OK) break;
+        raw_send(fds[i], get, sizeof get);
+        connected++;
+    }
+    CHECK(connected == clients, "%d of %d clients joined", connected, clients);
+    struct store_server_stats s;
+    for (double t0 = now_s(); now_s() - t0 < 10; sleep_s(0.01)) {
+        store_server_stats(srv, &s);
+        if (s.parked == (size_t)connected) break;
+    }
+    CHECK(s.parked == (size_t)connected, "%zu parked", s.parked);
+    struct store *st = join(srv, 0);
+    struct plait_error err;
+    double t0 = now_s();
+    CHECK(store_set(st, "go", "now", 3, &err) == 0, "%s", err.text);
+    int answered = 0;
+    for (int i = 0; i < connected; i++) {
+        uint8_t head[STORE_WIRE_REPLY_BYTES + 3];
+        struct store_wire_reply r;
+        if (!raw_read(fds[i], head, sizeof head)) continue;
+        store_wire_decode_reply(head, &r);
+        answered += r.status == STORE_STATUS_OK && r.value_bytes == 3 &&
+                    !memcmp(head + STORE_WIRE_REPLY_BYTES, "now", 3);
+    }
+    double took = now_s() - t0;
+    CHECK(answered == connected, "%d of %d answered", answered, connected);
+    CHECK(took < 10, "answering took %.2f s", took);
+    printf("  # one set answered %d parked gets in %.1f ms\n", answered, took * 1e3);
+    for (int i = 0; i < connected; i++) close(fds[i]);
+    free(fds);
     store_close(st);
     store_server_stop(srv);
 }
@@ -1039,6 +1106,7 @@ int main(int argc, char **argv)
     RUN(test_wrong_secret_is_refused_and_its_set_does_not_land);
     RUN(test_stopped_server_fails_waiting_clients_at_once);
     RUN(test_hostile_streams_neither_crash_nor_grow_the_server);
+    RUN(test_one_set_answers_2000_parked_gets);
     RUN(test_abort_wakes_every_waiter_with_the_reason);
     RUN(test_heartbeat_stopped_is_reported_dead_after_stale_ms);
     RUN(test_connect_retries_until_a_late_server_comes_up);
