@@ -336,7 +336,7 @@ struct barrier_arg {
     int rank, world;
     double timeout_s;
     int rc;
-    double took_s;
+    double entered_s, took_s;
     struct plait_error err;
 };
 
@@ -344,9 +344,9 @@ static void *barrier_thread(void *arg)
 {
     struct barrier_arg *b = arg;
     struct store *st = join(b->srv, b->rank);
-    double t0 = now_s();
+    b->entered_s = now_s();
     b->rc = st ? store_barrier(st, b->name, b->world, b->timeout_s, &b->err) : -1;
-    b->took_s = now_s() - t0;
+    b->took_s = now_s() - b->entered_s;
     store_close(st);
     return NULL;
 }
@@ -357,7 +357,8 @@ static void run_barrier(struct store_server *srv, const char *name, int world, i
 {
     pthread_t threads[64];
     for (int r = 0; r < world; r++) {
-        args[r] = (struct barrier_arg){srv, name, r, world, timeout_s, -1, 0, {""}};
+        args[r] = (struct barrier_arg){
+            .srv = srv, .name = name, .rank = r, .world = world, .timeout_s = timeout_s, .rc = -1};
         if (r != missing) pthread_create(&threads[r], NULL, barrier_thread, &args[r]);
     }
     for (int r = 0; r < world; r++)
@@ -1069,18 +1070,22 @@ static int bench(void)
             struct barrier_arg args[64];
             char name[32];
             snprintf(name, sizeof name, "bench-%d-%d", world, rep);
-            /* the clock runs from the last arrival's start: connects are not the barrier */
             run_barrier(srv, name, world, -1, 30, args);
-            double slowest = 0;
+            /* from the last rank entering to the last rank leaving (connects are not the barrier)
+             */
+            double last_in = 0, last_out = 0;
             for (int r = 0; r < world; r++) {
                 if (args[r].rc) return printf("bench: %s\n", args[r].err.text), 1;
-                if (args[r].took_s > slowest) slowest = args[r].took_s;
+                if (args[r].entered_s > last_in) last_in = args[r].entered_s;
+                if (args[r].entered_s + args[r].took_s > last_out)
+                    last_out = args[r].entered_s + args[r].took_s;
             }
+            double slowest = last_out - last_in;
             sum += slowest;
             if (slowest < best) best = slowest;
         }
         printf("barrier of %d clients (threads, own connections): best %.2f ms, mean %.2f ms "
-               "(the longest any rank spent in store_barrier)\n",
+               "from the last rank entering to the last rank leaving\n",
                world, best * 1e3, sum / 5 * 1e3);
     }
     store_server_stop(srv);
