@@ -6,12 +6,14 @@
 #   make bench           GPT-2 124M step time against PyTorch (prints ratios; not a test)
 #   make install PREFIX=/usr/local
 #
-# BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan.
+# BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan,
+# TSAN=1 with ThreadSanitizer (make all BUILD=build-tsan TSAN=1; not part of make test).
 
 BUILD   ?= build
 PREFIX  ?= /usr/local
 CC      ?= gcc
 SAN     ?= 0
+TSAN    ?= 0
 
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
@@ -32,6 +34,10 @@ ifeq ($(SAN),1)
   LDFLAGS += -fsanitize=address,undefined
 else
   CPPFLAGS += -D_FORTIFY_SOURCE=2
+endif
+ifeq ($(TSAN),1)
+  CFLAGS  += -fsanitize=thread -fno-omit-frame-pointer
+  LDFLAGS += -fsanitize=thread
 endif
 
 # The CPU kernels are the hot path: optimise harder (they carry their own
@@ -56,7 +62,7 @@ TESTS        := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TOOLS        := $(BUILD)/bin/gemm-bench
 # The SPANK plugin: built where Slurm's headers are (libslurm-dev), and not
 # with sanitizers (it is loaded into Slurm's own processes).
-SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 0,$(SAN))),$(BUILD)/lib/spank_plait.so)
+SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 00,$(SAN)$(TSAN))),$(BUILD)/lib/spank_plait.so)
 
 .PHONY: all test demo bench install clean deps-build deps-test format fuzz
 all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(TOOLS) $(SPANK_SO)
@@ -136,7 +142,7 @@ format:
 	clang-format -i $(shell git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan
 
 # ---- make fuzz: libFuzzer targets for the readers of untrusted input ---------------------
 # tests/fuzz/README.md says how to run them. clang with libFuzzer, ASan and UBSan,

@@ -48,6 +48,14 @@
  * stop it at an exact point through the real signal path. */
 #define PLAIT_ENV_DEBUG_SIGNAL_AFTER_MICRO "PLAIT_DEBUG_SIGNAL_AFTER_MICRO"
 
+/* The rendezvous store (store.h) that rank 0's launcher hosts: where it is,
+ * "host:port" with an IPv6 literal in brackets ("[fd00::7]:29500";
+ * store_addr_parse reads it), and the per-job secret every client proves it
+ * knows (64 hex digits from store_secret_generate). The secret is as private
+ * as the job's environment: readable by the job's user and root only. */
+#define PLAIT_ENV_STORE_ADDR "PLAIT_STORE_ADDR"
+#define PLAIT_ENV_STORE_SECRET "PLAIT_STORE_SECRET"
+
 /* Exit codes of plait-train (and plait train, which passes them on). */
 enum plait_exit {
     PLAIT_EXIT_OK = 0,
