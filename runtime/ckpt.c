@@ -23,17 +23,36 @@
 #define OPTIM_VERSION 1
 #define CHUNK_FLOATS (4u << 20) /* 16 MiB through host memory at a time */
 
-/* Streams n floats of backend memory through a host buffer. */
-static int put_device(struct ckpt_file *f, const struct ops *ops, const float *src, size_t n,
-                      float *host, struct plait_error *err)
+/* Streams a parameter-shaped buffer of backend memory to f in llm.c order
+ * (tensor, then layer), one tensor instance at a time through a host buffer.
+ * For the whole model that is exactly an llm.c file's body. */
+struct put_args {
+    struct ckpt_file *f;
+    const struct ops *ops;
+    const float *src;
+    float *host;
+    struct plait_error *err;
+};
+
+static int put_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
 {
+    (void)t;
+    (void)layer;
+    struct put_args *a = ctx;
     for (size_t done = 0; done < n;) {
         size_t k = n - done < CHUNK_FLOATS ? n - done : CHUNK_FLOATS;
-        ops->download(host, src + done, k * sizeof(float));
-        if (ckpt_file_put(f, host, k * sizeof(float), err)) return -1;
+        a->ops->download(a->host, a->src + off + done, k * sizeof(float));
+        if (ckpt_file_put(a->f, a->host, k * sizeof(float), a->err)) return -1;
         done += k;
     }
     return 0;
+}
+
+static int put_tensors(struct ckpt_file *f, const struct model *m, const float *src, float *host,
+                       struct plait_error *err)
+{
+    struct put_args a = {f, m->ops, src, host, err};
+    return gpt2_shard_each(&m->shard, put_instance, &a);
 }
 
 static int write_whole(const char *dir, const char *name, const void *data, size_t n, json_t *files,
@@ -67,8 +86,7 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
                                   const struct train_state *st, const char *plan_json,
                                   json_t *files, struct plait_error *err)
 {
-    const struct ops *ops = m->ops;
-    size_t P = m->layout.total;
+    size_t P = m->shard.total;
     float *host = malloc(CHUNK_FLOATS * sizeof(float));
     if (!host) return error_set(err, "out of memory");
     struct ckpt_file w = {.fd = -1};
@@ -85,10 +103,11 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
                                    .padded_vocab = m->cfg.padded_vocab};
     llmc_model_header_fill(header, &mh);
     if (ckpt_file_open(&w, tmp, "model.bin", err) || ckpt_file_put(&w, header, sizeof header, err) ||
-        put_device(&w, ops, m->params, P, host, err) || ckpt_file_close(&w, files, err))
+        put_tensors(&w, m, m->params, host, err) || ckpt_file_close(&w, files, err))
         goto out;
 
-    /* optim.bin: {magic, version, params (low, high 32 bits), has_grads}, m, v[, grads] */
+    /* optim.bin: {magic, version, params (low, high 32 bits), has_grads}, m, v[, grads],
+     * each in llm.c order like model.bin */
     memset(header, 0, sizeof header);
     header[0] = OPTIM_MAGIC;
     header[1] = OPTIM_VERSION;
@@ -96,9 +115,8 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
     header[3] = (int32_t)(uint32_t)(P >> 32);
     header[4] = st->micro > 0;
     if (ckpt_file_open(&w, tmp, "optim.bin", err) || ckpt_file_put(&w, header, sizeof header, err) ||
-        put_device(&w, ops, m->adam_m, P, host, err) ||
-        put_device(&w, ops, m->adam_v, P, host, err) ||
-        (st->micro > 0 && put_device(&w, ops, m->grads, P, host, err)) ||
+        put_tensors(&w, m, m->adam_m, host, err) || put_tensors(&w, m, m->adam_v, host, err) ||
+        (st->micro > 0 && put_tensors(&w, m, m->grads, host, err)) ||
         ckpt_file_close(&w, files, err))
         goto out;
 
@@ -174,37 +192,38 @@ static int read_state(const char *cdir, struct train_state *st, struct plait_err
     return rc;
 }
 
-/* Reads n floats from f into backend memory through a host buffer. */
-static int read_device(FILE *f, const struct ops *ops, float *dst, size_t n, float *host,
-                       const char *path, struct plait_error *err)
+/* Reads a parameter-shaped buffer in llm.c order (full) from f and uploads
+ * the shard's part of it to dst. */
+static int read_tensors(FILE *f, const struct model *m, float *dst, float *full, float *shard,
+                        size_t full_count, const char *path, struct plait_error *err)
 {
-    for (size_t done = 0; done < n;) {
-        size_t k = n - done < CHUNK_FLOATS ? n - done : CHUNK_FLOATS;
-        if (fread(host, sizeof(float), k, f) != k) return error_set(err, "%s: short read", path);
-        ops->upload(dst + done, host, k * sizeof(float));
-        done += k;
-    }
+    if (fread(full, sizeof(float), full_count, f) != full_count)
+        return error_set(err, "%s: short read", path);
+    gpt2_shard_copy(&m->shard, full, shard, true);
+    m->ops->upload(dst, shard, m->shard.total * sizeof(float));
     return 0;
 }
 
 static int load_checkpoint(const char *cdir, struct model *m, struct train_state *st,
                            struct plait_error *err)
 {
-    size_t P = m->layout.total;
+    struct gpt2_layout full_layout;
+    gpt2_layout(&m->cfg, &full_layout); /* addressable: the model's shard of it was */
+    size_t P = m->shard.total, F = full_layout.total;
     char path[4096];
     if (read_state(cdir, st, err)) return -1;
-    float *params = malloc(P * sizeof(float));
-    float *host = malloc(CHUNK_FLOATS * sizeof(float));
+    float *full = malloc(F * sizeof(float)), *shard = malloc(P * sizeof(float));
     FILE *f = NULL;
     int rc = -1;
-    if (!params || !host) {
+    if (!full || !shard) {
         error_set(err, "out of memory");
         goto out;
     }
     if (fs_join(path, sizeof path, cdir, "model.bin", err) ||
-        gpt2_read_llmc(path, &m->cfg, params, NULL, err))
+        gpt2_read_llmc(path, &m->cfg, full, NULL, err))
         goto out;
-    model_set_params(m, params);
+    gpt2_shard_copy(&m->shard, full, shard, true);
+    model_set_params(m, shard);
 
     if (fs_join(path, sizeof path, cdir, "optim.bin", err)) goto out;
     f = fs_fopen_regular(path, err);
@@ -216,8 +235,8 @@ static int load_checkpoint(const char *cdir, struct model *m, struct train_state
         goto out;
     }
     size_t count = (size_t)(uint32_t)h[2] | (size_t)(uint32_t)h[3] << 32;
-    if (count != P) {
-        error_set(err, "%s: holds %zu parameters, the model has %zu", path, count, P);
+    if (count != F) {
+        error_set(err, "%s: holds %zu parameters, the model has %zu", path, count, F);
         goto out;
     }
     if ((h[4] != 0) != (st->micro > 0)) {
@@ -225,15 +244,15 @@ static int load_checkpoint(const char *cdir, struct model *m, struct train_state
                   h[4] ? "present" : "absent", st->micro);
         goto out;
     }
-    if (read_device(f, m->ops, m->adam_m, P, host, path, err) ||
-        read_device(f, m->ops, m->adam_v, P, host, path, err) ||
-        (h[4] && read_device(f, m->ops, m->grads, P, host, path, err)))
+    if (read_tensors(f, m, m->adam_m, full, shard, F, path, err) ||
+        read_tensors(f, m, m->adam_v, full, shard, F, path, err) ||
+        (h[4] && read_tensors(f, m, m->grads, full, shard, F, path, err)))
         goto out;
     rc = 0;
 out:
     if (f) fclose(f);
-    free(params);
-    free(host);
+    free(full);
+    free(shard);
     return rc;
 }
 

@@ -70,9 +70,9 @@ static int act_sizes(const struct gpt2_config *cfg, int B, int T, struct act_siz
                      B, T, cfg->heads, cfg->hidden, cfg->padded_vocab, cfg->layers);
 }
 
-int model_init(struct model *m, const struct gpt2_config *cfg, const struct ops *ops, int B, int T,
-               enum plan_precision precision, enum plan_recompute recompute,
-               struct plait_error *err)
+int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2_part *part,
+               const struct ops *ops, int B, int T, enum plan_precision precision,
+               enum plan_recompute recompute, struct plait_error *err)
 {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
@@ -82,11 +82,13 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct ops 
     m->precision = precision;
     m->recompute = recompute;
     struct act_sizes z = {0};
-    if (gpt2_layout(cfg, &m->layout))
-        return error_set(err, "model: layers %d × hidden %d is too large to address",
-                         cfg->layers, cfg->hidden);
+    if (gpt2_shard_init(&m->shard, cfg, part, err)) return -1;
+    if (part->tp != 1 || part->pp != 1)
+        return error_set(err, "model: tp %d × pp %d: this runtime computes the whole model on one "
+                              "rank",
+                         part->tp, part->pp);
     if (act_sizes(cfg, B, T, &z, err)) return -1;
-    size_t P = m->layout.total, N = z.N, NC = z.NC;
+    size_t P = m->shard.total, N = z.N, NC = z.NC;
 
     m->layer = calloc((size_t)cfg->layers, sizeof *m->layer);
     if (!m->layer) goto oom;
@@ -156,8 +158,8 @@ void model_free(struct model *m)
 
 void model_set_params(struct model *m, const float *host_params)
 {
-    m->ops->upload(m->params, host_params, m->layout.total * sizeof(float));
-    if (m->params16) m->ops->to_bf16(m->params16, m->params, m->layout.total);
+    m->ops->upload(m->params, host_params, m->shard.total * sizeof(float));
+    if (m->params16) m->ops->to_bf16(m->params16, m->params, m->shard.total);
 }
 
 /* ---- parameter views -------------------------------------------------------- */
@@ -165,16 +167,14 @@ void model_set_params(struct model *m, const float *host_params)
 /* Tensor t of layer l (l = 0 for tensors that are not per layer). */
 static float *param(const struct model *m, float *base, enum gpt2_tensor t, int l)
 {
-    size_t per_layer = m->layout.elems[t] / (size_t)m->cfg.layers;
-    return base + m->layout.offset[t] + (size_t)l * per_layer;
+    return base + gpt2_shard_offset(&m->shard, t, l);
 }
 
 /* The bf16 copy of weight matrix t of layer l, or NULL in fp32. */
 static const uint16_t *weight16(const struct model *m, enum gpt2_tensor t, int l)
 {
     if (!m->params16) return NULL;
-    size_t per_layer = t == GPT2_WTE ? 0 : m->layout.elems[t] / (size_t)m->cfg.layers;
-    return m->params16 + m->layout.offset[t] + (size_t)l * per_layer;
+    return m->params16 + gpt2_shard_offset(&m->shard, t, l);
 }
 
 #define P(t, l) param(m, m->params, t, l)

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/plan.h"
+#include "common/gpt2_shard.h"
 #include "kernels/ops.h"
 #include "runtime/gpt2.h"
 #include "runtime/profile.h"
@@ -28,14 +29,14 @@ struct layer_acts {
 };
 
 struct model {
-    struct gpt2_config cfg;
-    struct gpt2_layout layout;
+    struct gpt2_config cfg;  /* the whole model's dimensions */
+    struct gpt2_shard shard; /* what this rank holds, and where (layer-major) */
     const struct ops *ops;
     int B, T; /* the largest micro-batch the buffers hold */
     enum plan_precision precision;
     enum plan_recompute recompute;
 
-    /* flat buffers in the layout's order (device memory) */
+    /* flat buffers in the shard's order (device memory) */
     float *params, *grads, *adam_m, *adam_v;
     uint16_t *params16; /* bf16 copy of params, bf16 precision only */
 
@@ -61,14 +62,15 @@ struct model {
     int n_allocations, cap_allocations;
 };
 
-/* Allocates everything for micro-batches of up to B×T tokens. Parameters are
+/* Allocates everything for micro-batches of up to B×T tokens, for the part
+ * of the model `part` names (gpt2_part_whole: all of it). Parameters are
  * zero: call model_set_params next. */
-int model_init(struct model *m, const struct gpt2_config *cfg, const struct ops *ops, int B, int T,
-               enum plan_precision precision, enum plan_recompute recompute,
-               struct plait_error *err);
+int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2_part *part,
+               const struct ops *ops, int B, int T, enum plan_precision precision,
+               enum plan_recompute recompute, struct plait_error *err);
 void model_free(struct model *m);
 
-/* Copies host parameters in (and refreshes the bf16 copy). */
+/* Copies host parameters in, in the shard's order (and refreshes the bf16 copy). */
 void model_set_params(struct model *m, const float *host_params);
 
 /* Forward over one micro-batch of B×T tokens (B ≤ m->B, T ≤ m->T). With

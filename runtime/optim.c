@@ -13,12 +13,32 @@ double optim_lr(const struct plan_optimizer *o, int steps, int s)
     return min_lr + 0.5 * (1.0 + cos(M_PI * progress)) * (o->lr - min_lr);
 }
 
+struct adamw_args {
+    struct model *m;
+    const struct plan_optimizer *o;
+    float lr, scale;
+    int t;
+};
+
+/* AdamW on one tensor instance (weight decay by its kind). */
+static int adamw_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
+{
+    (void)layer;
+    struct adamw_args *a = ctx;
+    struct model *m = a->m;
+    double wd = gpt2_tensor_decays(t) ? a->o->weight_decay : 0.0;
+    m->ops->adamw(m->params + off, m->params16 ? m->params16 + off : NULL, m->grads + off,
+                  m->adam_m + off, m->adam_v + off, n, a->lr, (float)a->o->beta1,
+                  (float)a->o->beta2, (float)a->o->eps, (float)wd, a->scale, a->t);
+    return 0;
+}
+
 int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t, double *grad_norm,
                struct plait_error *err)
 {
     const struct ops *ops = m->ops;
     double norm;
-    PROF(&m->prof, PROF_GRAD_NORM, norm = sqrt(ops->sum_squares(m->grads, m->layout.total)));
+    PROF(&m->prof, PROF_GRAD_NORM, norm = sqrt(ops->sum_squares(m->grads, m->shard.total)));
     /* clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
     double scale = 1.0;
     if (o->grad_clip > 0) {
@@ -26,13 +46,8 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
         scale = coef < 1.0 ? coef : 1.0;
     }
     double t0 = prof_now();
-    for (int i = 0; i < GPT2_TENSORS; i++) {
-        size_t off = m->layout.offset[i];
-        double wd = gpt2_tensor_decays(i) ? o->weight_decay : 0.0;
-        ops->adamw(m->params + off, m->params16 ? m->params16 + off : NULL, m->grads + off,
-                   m->adam_m + off, m->adam_v + off, m->layout.elems[i], (float)lr, (float)o->beta1,
-                   (float)o->beta2, (float)o->eps, (float)wd, (float)scale, t);
-    }
+    struct adamw_args a = {m, o, (float)lr, (float)scale, t};
+    gpt2_shard_each(&m->shard, adamw_instance, &a);
     m->prof.seconds[PROF_OPTIMIZER] += prof_now() - t0;
     *grad_norm = norm;
     char msg[512];

@@ -75,20 +75,30 @@ static const struct ops *choose_backend(enum plan_device device, struct plait_er
 
 /* ---- start: fresh or resumed ------------------------------------------------- */
 
+/* The whole model in llm.c order (from model.init, or initialised from the
+ * seed), then this rank's shard of it. */
 static int init_weights(struct trainer *t, struct plait_error *err)
 {
     const struct plan_model *pm = &t->plan->model;
-    float *host = malloc(t->m.layout.total * sizeof(float));
-    if (!host) return error_set(err, "out of memory for %zu parameters", t->m.layout.total);
+    struct gpt2_layout full_layout;
+    gpt2_layout(&t->m.cfg, &full_layout); /* addressable: the plan checked it */
+    float *full = malloc(full_layout.total * sizeof(float));
+    float *shard = malloc(t->m.shard.total * sizeof(float));
     int rc = 0;
-    if (pm->init) {
-        if (gpt2_read_llmc(pm->init, &t->m.cfg, host, NULL, err))
+    if (!full || !shard) {
+        rc = error_set(err, "out of memory for %zu parameters", full_layout.total);
+    } else if (pm->init) {
+        if (gpt2_read_llmc(pm->init, &t->m.cfg, full, NULL, err))
             rc = error_prefix(err, "model.init: ");
     } else {
-        gpt2_init_weights(&t->m.cfg, &t->m.layout, host, pm->seed);
+        gpt2_init_weights(&t->m.cfg, &full_layout, full, pm->seed);
     }
-    if (rc == 0) model_set_params(&t->m, host);
-    free(host);
+    if (rc == 0) {
+        gpt2_shard_copy(&t->m.shard, full, shard, true);
+        model_set_params(&t->m, shard);
+    }
+    free(full);
+    free(shard);
     return rc;
 }
 
@@ -122,7 +132,7 @@ static int write_run_json(struct trainer *t, const char *resumed_from, struct pl
     json_t *run = json_pack(
         "{s:s,s:s,s:o*,s:s?,s:o,s:I,s:{s:s,s:s,s:i,s:i,s:s,s:f,s:s?}}", "version", PLAIT_VERSION,
         "started", started, "plan", plan, "resumed_from", resumed_from, "parameters",
-        json_integer((json_int_t)t->m.layout.total), "activation_bytes",
+        json_integer((json_int_t)t->m.shard.total), "activation_bytes",
         (json_int_t)t->m.activation_bytes, "machine", "hostname", host, "cpu", cpu, "cores",
         (int)sysconf(_SC_NPROCESSORS_ONLN), "threads", omp_get_max_threads(), "backend",
         t->m.ops->name, "peak_gflops", t->peak_gflops, "bf16_emulation", bf16_emulation(t));
@@ -286,7 +296,8 @@ static int setup(struct trainer *t, struct plait_error *err)
     const char *fresh = getenv(PLAIT_ENV_FRESH);
     if (fresh && !strcmp(fresh, "1") && start_fresh(t, err)) return -1;
     if (check_run_plan(t, err)) return -1;
-    if (model_init(&t->m, &cfg, ops, B, T, p->precision, p->recompute, err)) return -1;
+    struct gpt2_part part = gpt2_part_whole(&cfg);
+    if (model_init(&t->m, &cfg, &part, ops, B, T, p->precision, p->recompute, err)) return -1;
     t->model_ready = true;
     t->flops_per_token = gpt2_flops_per_token(&cfg, T);
     t->inputs = malloc((size_t)B * T * sizeof *t->inputs);
@@ -392,6 +403,19 @@ static int fail_keeping_progress(struct trainer *t, struct plait_error *err)
                                         : "");
 }
 
+/* Writes n host floats to dir/name and frees them. */
+static int dump_host(const char *dir, const char *name, float *host, size_t n,
+                     struct plait_error *err)
+{
+    char path[4096];
+    int rc = fs_join(path, sizeof path, dir, name, err) || fs_mkdir_p(dir, err) ||
+                     fs_write_atomic(path, host, n * sizeof *host, err)
+                 ? -1
+                 : 0;
+    free(host);
+    return rc;
+}
+
 /* Mean loss over val_batches micro-batches from the start of the validation
  * data. Returns 1 when interrupted by a stop request, 0 when done. */
 static int evaluate_batches(struct trainer *t, struct plait_error *err);
@@ -433,12 +457,25 @@ static int dump(const char *dir, const char *name, const struct ops *o, const fl
     float *host = malloc(n * sizeof *host);
     if (!host) return error_set(err, "out of memory");
     o->download(host, src, n * sizeof *host);
-    char path[4096];
-    int rc = fs_join(path, sizeof path, dir, name, err) || fs_mkdir_p(dir, err) ||
-                     fs_write_atomic(path, host, n * sizeof *host, err)
-                 ? -1
-                 : 0;
-    free(host);
+    return dump_host(dir, name, host, n, err);
+}
+
+/* The gradients in llm.c order (the referee's), from the shard's order. */
+static int dump_grads(struct trainer *t, struct plait_error *err)
+{
+    struct gpt2_layout full_layout;
+    gpt2_layout(&t->m.cfg, &full_layout);
+    float *full = calloc(full_layout.total, sizeof(float));
+    float *shard = malloc(t->m.shard.total * sizeof(float));
+    int rc = !full || !shard ? error_set(err, "out of memory") : 0;
+    if (rc == 0) {
+        t->m.ops->download(shard, t->m.grads, t->m.shard.total * sizeof(float));
+        gpt2_shard_copy(&t->m.shard, full, shard, false);
+        rc = dump_host(t->dump_dir, "grads.f32", full, full_layout.total, err);
+    } else {
+        free(full);
+    }
+    free(shard);
     return rc;
 }
 
@@ -511,7 +548,7 @@ static int run_steps(struct trainer *t, struct plait_error *err)
             }
         }
         if (t->dump_dir && s == 0 &&
-            dump(t->dump_dir, "grads.f32", t->m.ops, t->m.grads, t->m.layout.total, err))
+            dump_grads(t, err))
             return -1;
         double norm;
         if (optim_step(&t->m, &p->optimizer, lr, s + 1, &norm, err)) return -1;
@@ -603,7 +640,7 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
     }
     log_info("%zu parameters, %d layers, hidden %d, %s, micro-batch %d×%d, %d step%s of %d "
              "micro-batch%s, %d threads, %.0f GFLOP/s peak, activations %.1f MB (recompute %s)",
-             t.m.layout.total, plan->model.layers, plan->model.hidden,
+             t.m.shard.total, plan->model.layers, plan->model.hidden,
              plan_precision_name(plan->precision), plan->batch.micro_batch, plan->model.seq_len,
              plan->steps, plan->steps == 1 ? "" : "s", plan->batch.grad_accum,
              plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(), t.peak_gflops,

@@ -1,0 +1,132 @@
+/* test_gpt2_shard.c — the parameter shards of a tp × pp layout: together they
+ * cover every parameter of the llm.c model exactly (replicated ones
+ * identically), extracting and writing back round-trips, each rank's buffer
+ * is layer-major, and the Megatron splits take the right rows and columns. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/gpt2_shard.h"
+
+static const struct gpt2_config cfg = {
+    .max_seq_len = 5, .vocab = 30, .padded_vocab = 32, .layers = 5, .heads = 4, .hidden = 8};
+
+static void test_shards_cover_the_model_exactly(void)
+{
+    struct gpt2_layout full;
+    CHECK(gpt2_layout(&cfg, &full) == 0, "layout");
+    float *model = malloc(full.total * sizeof *model), *back = calloc(full.total, sizeof *back);
+    int *covered = calloc(full.total, sizeof *covered);
+    for (size_t i = 0; i < full.total; i++) model[i] = (float)i;
+    const int layouts[][2] = {{1, 1}, {2, 1}, {4, 1}, {1, 2}, {1, 5}, {2, 2}, {4, 3}, {2, 4}};
+    for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
+        int tp = layouts[k][0], pp = layouts[k][1];
+        memset(back, 0, full.total * sizeof *back);
+        memset(covered, 0, full.total * sizeof *covered);
+        for (int st = 0; st < pp; st++)
+            for (int r = 0; r < tp; r++) {
+                struct gpt2_part part = {.tp = tp, .tp_rank = r, .pp = pp, .pp_rank = st};
+                gpt2_stage_layers(cfg.layers, pp, st, &part.layer_begin, &part.layer_end);
+                struct gpt2_shard s;
+                struct plait_error err;
+                if (gpt2_shard_init(&s, &cfg, &part, &err)) {
+                    CHECK(0, "tp %d pp %d: %s", tp, pp, err.text);
+                    continue;
+                }
+                float *shard = malloc(s.total * sizeof *shard);
+                gpt2_shard_copy(&s, model, shard, true);
+                gpt2_shard_copy(&s, back, shard, false);
+                /* which full elements this shard holds: their values are their indexes */
+                for (size_t i = 0; i < s.total; i++) covered[(size_t)shard[i]]++;
+                free(shard);
+            }
+        CHECK(memcmp(back, model, full.total * sizeof *model) == 0,
+              "tp %d pp %d: written back differs", tp, pp);
+        /* every element held; replicated ones by every tp rank of their stage(s) */
+        size_t missing = 0;
+        for (size_t i = 0; i < full.total; i++) missing += covered[i] == 0;
+        CHECK(missing == 0, "tp %d pp %d: %zu parameters held by no rank", tp, pp, missing);
+        /* wte on the first and last stage: twice when pp > 1, per tp shard once */
+        size_t wte0 = full.offset[GPT2_WTE];
+        CHECK(covered[wte0] == (pp > 1 ? 2 : 1), "tp %d pp %d: wte[0] held %d times", tp, pp,
+              covered[wte0]);
+        size_t ln = full.offset[GPT2_LN1W];
+        CHECK(covered[ln] == tp, "tp %d pp %d: ln1w held %d times", tp, pp, covered[ln]);
+        size_t qkv = full.offset[GPT2_QKVW];
+        CHECK(covered[qkv] == 1, "tp %d pp %d: qkvw held %d times", tp, pp, covered[qkv]);
+    }
+    free(model);
+    free(back);
+    free(covered);
+}
+
+static void test_whole_model_is_a_layer_major_permutation(void)
+{
+    struct gpt2_part whole = gpt2_part_whole(&cfg);
+    struct gpt2_shard s;
+    struct gpt2_layout full;
+    struct plait_error err;
+    CHECK(gpt2_shard_init(&s, &cfg, &whole, &err) == 0, "%s", err.text);
+    gpt2_layout(&cfg, &full);
+    CHECK(s.total == full.total, "%zu vs %zu", s.total, full.total);
+    /* layer 1's qkvw follows layer 1's ln1b, not layer 0's qkvw */
+    CHECK(gpt2_shard_offset(&s, GPT2_QKVW, 1) ==
+              gpt2_shard_offset(&s, GPT2_LN1B, 1) + s.elems[GPT2_LN1B],
+          "not layer-major");
+    CHECK(gpt2_shard_offset(&s, GPT2_LN1W, 1) == gpt2_shard_offset(&s, GPT2_FCPROJB, 0) + 8,
+          "layers not contiguous");
+}
+
+static void test_megatron_splits_take_heads_and_columns(void)
+{
+    struct gpt2_layout full;
+    gpt2_layout(&cfg, &full);
+    float *model = malloc(full.total * sizeof *model);
+    for (size_t i = 0; i < full.total; i++) model[i] = (float)i;
+    struct gpt2_part part = {.tp = 2, .tp_rank = 1, .pp = 1, .layer_begin = 0, .layer_end = 5};
+    struct gpt2_shard s;
+    struct plait_error err;
+    CHECK(gpt2_shard_init(&s, &cfg, &part, &err) == 0, "%s", err.text);
+    float *shard = malloc(s.total * sizeof *shard);
+    gpt2_shard_copy(&s, model, shard, true);
+    size_t C = 8;
+    /* qkvw of layer 0, rank 1: rows 4..7 of q, of k (8+4..), of v (16+4..) */
+    const float *q = shard + gpt2_shard_offset(&s, GPT2_QKVW, 0);
+    CHECK(q[0] == (float)(full.offset[GPT2_QKVW] + 4 * C), "q row 4: %g", q[0]);
+    CHECK(q[4 * C] == (float)(full.offset[GPT2_QKVW] + 12 * C), "k row 12: %g", q[4 * C]);
+    CHECK(q[8 * C] == (float)(full.offset[GPT2_QKVW] + 20 * C), "v row 20: %g", q[8 * C]);
+    /* attprojw of layer 0: columns 4..7 of each row */
+    const float *a = shard + gpt2_shard_offset(&s, GPT2_ATTPROJW, 0);
+    CHECK(a[0] == (float)(full.offset[GPT2_ATTPROJW] + 4) &&
+              a[4] == (float)(full.offset[GPT2_ATTPROJW] + C + 4),
+          "attprojw: %g %g", a[0], a[4]);
+    /* wte: vocabulary rows 16..31 */
+    CHECK(shard[gpt2_shard_offset(&s, GPT2_WTE, 0)] == (float)(16 * C), "wte row 16");
+    free(shard);
+    free(model);
+}
+
+static void test_impossible_parts_are_refused(void)
+{
+    struct gpt2_shard s;
+    struct plait_error err;
+    struct gpt2_part p = {.tp = 3, .pp = 1, .layer_end = 5};
+    CHECK(gpt2_shard_init(&s, &cfg, &p, &err) != 0, "tp 3 of 4 heads");
+    p = (struct gpt2_part){.tp = 1, .pp = 2, .pp_rank = 1, .layer_begin = 5, .layer_end = 5};
+    CHECK(gpt2_shard_init(&s, &cfg, &p, &err) != 0, "an empty stage");
+    int b, e, total = 0;
+    for (int st = 0; st < 3; st++) {
+        gpt2_stage_layers(5, 3, st, &b, &e);
+        CHECK(b == total && e - b == (st < 2 ? 2 : 1), "stage %d: [%d, %d)", st, b, e);
+        total = e;
+    }
+}
+
+int main(void)
+{
+    RUN(test_shards_cover_the_model_exactly);
+    RUN(test_whole_model_is_a_layer_major_permutation);
+    RUN(test_megatron_splits_take_heads_and_columns);
+    RUN(test_impossible_parts_are_refused);
+    return check_exit_code();
+}
