@@ -4,6 +4,10 @@
 #ifndef PLAIT_ENV_H
 #define PLAIT_ENV_H
 
+#include <stdbool.h>
+
+#include "common/error.h"
+
 /* Path of the resolved plan (plan_to_json output) the runtime must train. */
 #define PLAIT_ENV_PLAN "PLAIT_PLAN"
 /* Or the resolved plan itself, when no file is shared (set by the Slurm plugin). */
@@ -64,5 +68,26 @@ enum plait_exit {
     PLAIT_EXIT_PREEMPTED = 75 /* stopped by SIGTERM/SIGUSR1 after writing a
                                  checkpoint: resumable (EX_TEMPFAIL) */
 };
+
+/* ---- reading the contract (the runtime's side; common/place.c writes it) --- */
+
+/* Where one rank sits, as the launcher said. Without PLAIT_RANK in the
+ * environment: one rank, 1 × 1 × 1 (plait-train run by hand). */
+struct env_rank {
+    int rank, world;                 /* global rank, ranks in all */
+    int local_rank, local_world;     /* among its node's ranks */
+    int node_rank, nodes;            /* its node, of how many */
+    int tp, pp, dp;                  /* the layout */
+    int tp_rank, pp_rank, dp_rank;   /* its coordinates (rank = tp_rank + tp·(dp_rank + dp·pp_rank)) */
+    int device;                      /* CUDA index, or -1 for a CPU rank */
+    int restart_count;
+    char store_addr[320];            /* "" when the job has one rank and no store */
+    char store_secret[260];
+};
+
+/* Reads and checks the contract: numbers in range, world = tp·pp·dp, the
+ * coordinates those of rank in Megatron order, a store for more than one
+ * rank. -1 with err naming the variable. */
+int env_rank_read(struct env_rank *out, struct plait_error *err);
 
 #endif

@@ -90,6 +90,18 @@ int cmd_train(int argc, char **argv)
         log_error("%s", err.text);
         return PLAIT_EXIT_ERROR;
     }
+    const struct {
+        const char *name;
+        int degree;
+    } d[] = {{"tp", plan->parallel.tp}, {"pp", plan->parallel.pp}, {"dp", plan->parallel.dp}};
+    for (size_t k = 0; k < sizeof d / sizeof d[0]; k++)
+        if (d[k].degree != 1 && d[k].degree != PLAN_AUTO) {
+            log_error("%s: parallel.%s: not supported yet: plait train runs one rank until 3D "
+                      "parallelism lands (got %d)",
+                      plan->source, d[k].name, d[k].degree);
+            plan_free(plan);
+            return PLAIT_EXIT_ERROR;
+        }
     char *run_dir = out ? strdup(out) : default_run_dir(plan_path);
     char *json = plan_to_json(plan);
     char abs_dir[PATH_MAX];
@@ -109,8 +121,15 @@ int cmd_train(int argc, char **argv)
     else
         unsetenv(PLAIT_ENV_FRESH);
     setenv(PLAIT_ENV_RUN_DIR, abs_dir, 1);
-    setenv(PLAIT_ENV_RANK, "0", 1);
-    setenv(PLAIT_ENV_WORLD_SIZE, "1", 1);
+    /* one rank, 1 × 1 × 1, on this machine */
+    static const char *const one[] = {PLAIT_ENV_WORLD_SIZE, PLAIT_ENV_TP,          PLAIT_ENV_PP,
+                                      PLAIT_ENV_DP,         PLAIT_ENV_LOCAL_WORLD_SIZE,
+                                      PLAIT_ENV_NODES};
+    static const char *const zero[] = {PLAIT_ENV_RANK,    PLAIT_ENV_TP_RANK,    PLAIT_ENV_PP_RANK,
+                                       PLAIT_ENV_DP_RANK, PLAIT_ENV_LOCAL_RANK, PLAIT_ENV_NODE_RANK};
+    for (size_t k = 0; k < sizeof one / sizeof *one; k++) setenv(one[k], "1", 1);
+    for (size_t k = 0; k < sizeof zero / sizeof *zero; k++) setenv(zero[k], "0", 1);
+    setenv(PLAIT_ENV_DEVICE, "cpu", 1);
     setenv(PLAIT_ENV_RESTART_COUNT, "0", 0);
     /* idle OpenMP threads sleep instead of spinning: on shared or oversubscribed
      * cores spinning threads steal the time of working ones (measured: up to 2x

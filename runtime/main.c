@@ -50,9 +50,10 @@ int main(int argc, char **argv)
         usage(stderr);
         return PLAIT_EXIT_USAGE;
     }
-    const char *world = getenv(PLAIT_ENV_WORLD_SIZE);
-    if (world && atoi(world) != 1) {
-        log_error("%s=%s: this version of plait-train runs one rank", PLAIT_ENV_WORLD_SIZE, world);
+    struct plait_error err;
+    struct env_rank where;
+    if (env_rank_read(&where, &err)) {
+        log_error("%s", err.text);
         return PLAIT_EXIT_ERROR;
     }
     struct sigaction sa = {.sa_handler = on_stop_signal};
@@ -60,7 +61,6 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
 
-    struct plait_error err;
     /* the text first: a launcher that checked a plan passes it as text, and a
      * path the user exported must not replace it */
     struct plan *plan = plan_text ? plan_load_text(plan_text, PLAIT_ENV_PLAN_JSON, NULL, NULL, 0, &err)
@@ -70,7 +70,7 @@ int main(int argc, char **argv)
         return PLAIT_EXIT_ERROR;
     }
     char *plan_json = plan_to_json(plan);
-    int rc = train_run(plan, plan_json, run_dir, &err);
+    int rc = train_run(plan, plan_json, run_dir, &where, &err);
     if (rc < 0) log_error("%s", err.text);
     if (rc == PLAIT_EXIT_PREEMPTED)
         log_info("stopped for preemption; a checkpoint was written: run again to resume");

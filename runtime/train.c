@@ -31,6 +31,7 @@ volatile sig_atomic_t train_stop_signal;
 
 struct trainer {
     const struct plan *plan;
+    const struct env_rank *where; /* this rank's place (the env contract) */
     const char *plan_json;
     const char *run_dir;
     char ckpt_dir[4096];
@@ -178,18 +179,29 @@ static double measure_peak_gflops(struct model *m)
     return best;
 }
 
-/* One rank trains the whole model: every degree must be 1 ("auto" is 1 here). */
-static int check_single_rank(const struct plan *p, struct plait_error *err)
+/* The layout the launcher gave this rank must be the plan's ("auto" is
+ * whatever the launcher chose); this runtime trains it on one rank so far. */
+static int check_layout(const struct plan *p, const struct env_rank *where,
+                        struct plait_error *err)
 {
     const struct {
         const char *name;
-        int degree;
-    } d[] = {{"tp", p->parallel.tp}, {"pp", p->parallel.pp}, {"dp", p->parallel.dp}};
+        int plan, env;
+    } d[] = {{"tp", p->parallel.tp, where->tp},
+             {"pp", p->parallel.pp, where->pp},
+             {"dp", p->parallel.dp, where->dp}};
     for (size_t k = 0; k < sizeof d / sizeof d[0]; k++)
-        if (d[k].degree != 1 && d[k].degree != PLAN_AUTO)
-            return error_set(err, "%s: parallel.%s: not supported yet: plait-train runs one rank "
-                             "until 3D parallelism lands (got %d)",
-                             p->source, d[k].name, d[k].degree);
+        if (d[k].plan != PLAN_AUTO && d[k].plan != d[k].env)
+            return error_set(err,
+                             "%s: parallel.%s is %d, but the launcher started this rank in a "
+                             "layout with %s %d (PLAIT_%c%c)",
+                             p->source, d[k].name, d[k].plan, d[k].name, d[k].env,
+                             d[k].name[0] - 32, d[k].name[1] - 32);
+    if (where->world > 1)
+        return error_set(err,
+                         "rank %d of %d (tp %d × pp %d × dp %d): this version of plait-train "
+                         "trains on one rank; 3D parallelism is being built",
+                         where->rank, where->world, where->tp, where->pp, where->dp);
     return 0;
 }
 
@@ -279,7 +291,7 @@ static int open_checkpoints(struct trainer *t, struct plait_error *err)
 static int setup(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
-    if (check_single_rank(p, err)) return -1;
+    if (check_layout(p, t->where, err)) return -1;
     const struct ops *ops = choose_backend(p->parallel.device, err);
     if (!ops) return -1;
     struct gpt2_config cfg = {.max_seq_len = p->model.max_seq_len,
@@ -624,9 +636,10 @@ static int print_sample(struct trainer *t, const char *when, struct plait_error 
 }
 
 int train_run(const struct plan *plan, const char *plan_json, const char *run_dir,
-              struct plait_error *err)
+              const struct env_rank *where, struct plait_error *err)
 {
     struct trainer t = {.plan = plan,
+                        .where = where,
                         .plan_json = plan_json,
                         .run_dir = run_dir,
                         .run_lock = {-1},

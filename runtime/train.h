@@ -6,6 +6,7 @@
 
 #include <signal.h>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "common/plan.h"
 
@@ -15,9 +16,10 @@
 extern volatile sig_atomic_t train_stop_signal;
 
 /* Trains plan in run_dir (created if needed; resumed if it holds a
- * checkpoint). plan_json is the resolved plan, stored with run.json and the
- * checkpoints. Returns PLAIT_EXIT_OK or PLAIT_EXIT_PREEMPTED, or -1 with err. */
+ * checkpoint) as the rank `where` says. plan_json is the resolved plan, stored
+ * with run.json and the checkpoints. Returns PLAIT_EXIT_OK or
+ * PLAIT_EXIT_PREEMPTED, or -1 with err. */
 int train_run(const struct plan *plan, const char *plan_json, const char *run_dir,
-              struct plait_error *err);
+              const struct env_rank *where, struct plait_error *err);
 
 #endif

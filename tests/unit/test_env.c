@@ -1,0 +1,93 @@
+/* test_env.c — reading the env contract: one rank by default, a rank of a
+ * tp × pp × dp layout read back as place_rank_env writes it, and each kind of
+ * inconsistency refused naming the variable. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/env.h"
+
+static const char *const vars[] = {
+    PLAIT_ENV_RANK,    PLAIT_ENV_WORLD_SIZE,  PLAIT_ENV_TP,        PLAIT_ENV_PP,
+    PLAIT_ENV_DP,      PLAIT_ENV_TP_RANK,     PLAIT_ENV_PP_RANK,   PLAIT_ENV_DP_RANK,
+    PLAIT_ENV_DEVICE,  PLAIT_ENV_LOCAL_RANK,  PLAIT_ENV_LOCAL_WORLD_SIZE,
+    PLAIT_ENV_NODE_RANK, PLAIT_ENV_NODES,     PLAIT_ENV_STORE_ADDR, PLAIT_ENV_STORE_SECRET,
+    PLAIT_ENV_RESTART_COUNT};
+
+static void clear(void)
+{
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+}
+
+/* rank 5 of tp 2 × pp 2 × dp 2: tp 1, dp 0, pp 1 */
+static void set_rank5(void)
+{
+    clear();
+    setenv(PLAIT_ENV_RANK, "5", 1);
+    setenv(PLAIT_ENV_WORLD_SIZE, "8", 1);
+    setenv(PLAIT_ENV_TP, "2", 1);
+    setenv(PLAIT_ENV_PP, "2", 1);
+    setenv(PLAIT_ENV_DP, "2", 1);
+    setenv(PLAIT_ENV_TP_RANK, "1", 1);
+    setenv(PLAIT_ENV_DP_RANK, "0", 1);
+    setenv(PLAIT_ENV_PP_RANK, "1", 1);
+    setenv(PLAIT_ENV_DEVICE, "3", 1);
+    setenv(PLAIT_ENV_STORE_ADDR, "node1:29500", 1);
+    setenv(PLAIT_ENV_STORE_SECRET, "abc", 1);
+}
+
+static void test_no_contract_is_one_rank(void)
+{
+    clear();
+    struct env_rank e;
+    struct plait_error err;
+    CHECK(env_rank_read(&e, &err) == 0, "%s", err.text);
+    CHECK(e.world == 1 && e.tp == 1 && e.pp == 1 && e.dp == 1 && e.rank == 0 && e.device == -1,
+          "world %d", e.world);
+}
+
+static void test_a_rank_of_a_3d_layout_reads_back(void)
+{
+    set_rank5();
+    struct env_rank e;
+    struct plait_error err;
+    CHECK(env_rank_read(&e, &err) == 0, "%s", err.text);
+    CHECK(e.rank == 5 && e.world == 8 && e.tp_rank == 1 && e.dp_rank == 0 && e.pp_rank == 1,
+          "rank %d", e.rank);
+    CHECK(e.device == 3 && !strcmp(e.store_addr, "node1:29500") && !strcmp(e.store_secret, "abc"),
+          "device %d store %s", e.device, e.store_addr);
+}
+
+static void refused(const char *name, const char *value, const char *want)
+{
+    set_rank5();
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+    struct env_rank e;
+    struct plait_error err = {.text = ""};
+    CHECK(env_rank_read(&e, &err) != 0, "%s=%s accepted", name, value ? value : "(unset)");
+    CHECK(strstr(err.text, want) != NULL, "%s=%s: %s", name, value ? value : "(unset)", err.text);
+}
+
+static void test_inconsistencies_are_refused_naming_the_variable(void)
+{
+    refused(PLAIT_ENV_WORLD_SIZE, "6", "PLAIT_WORLD_SIZE=6, but PLAIT_TP × PLAIT_PP × PLAIT_DP");
+    refused(PLAIT_ENV_TP_RANK, "0", "coordinates tp 0, dp 0, pp 1 are rank 4 in Megatron order");
+    refused(PLAIT_ENV_TP, "x", "PLAIT_TP=x: must be an integer");
+    refused(PLAIT_ENV_RANK, "-1", "PLAIT_RANK=-1: must be an integer in [0,");
+    refused(PLAIT_ENV_PP, NULL, "PLAIT_PP is not set");
+    refused(PLAIT_ENV_STORE_SECRET, NULL, "8 ranks need the rendezvous store");
+    refused(PLAIT_ENV_DEVICE, "gpu0", "PLAIT_DEVICE=gpu0");
+    refused(PLAIT_ENV_DP_RANK, "2", "outside the layout");
+    clear();
+}
+
+int main(void)
+{
+    RUN(test_no_contract_is_one_rank);
+    RUN(test_a_rank_of_a_3d_layout_reads_back);
+    RUN(test_inconsistencies_are_refused_naming_the_variable);
+    return check_exit_code();
+}
