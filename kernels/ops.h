@@ -28,13 +28,19 @@ struct ops {
     /* 0 if no op failed since the last call; else -1 and the first message */
     int (*take_error)(char *buf, size_t bytes);
 
-    /* out (B,T,C) = wte[tokens] + wpe[t]; wte (Vp,C), wpe (maxT,C) */
-    void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte, const float *wpe,
-                            int B, int T, int C);
-    /* dwte[tokens] += dout (always accumulates: the LM head writes dwte first);
-     * dwpe[0:T] = dwpe·accumulate + Σ_b dout */
-    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                             int B, int T, int C, bool accumulate);
+    /* out (B,T,C) = wte[tokens - v0] + wpe[t]; wte (nv,C) holds the rows of
+     * vocabulary entries [v0, v0+nv) (the whole table: 0, Vp), a token outside
+     * them contributes 0 (a vocabulary-parallel shard; the ranks' outputs sum
+     * to the embedding); wpe (maxT,C) or NULL (not added) */
+    void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte, int v0, int nv,
+                            const float *wpe, int B, int T, int C);
+    /* dwte[tokens - v0] += dout for tokens in [v0, v0+nv) (always accumulates:
+     * the LM head writes dwte first); dwpe[0:T] = dwpe·accumulate + Σ_b dout,
+     * dwpe may be NULL */
+    void (*encoder_backward)(float *dwte, int v0, int nv, float *dwpe, const float *dout,
+                             const int32_t *tokens, int B, int T, int C, bool accumulate);
+    /* out (N,C) += bias (C): a row-parallel product's bias, after the reduction */
+    void (*add_bias)(float *out, const float *bias, int N, int C);
 
     /* out (N,C) = (inp - mean)·rstd·w + b, eps 1e-5; mean, rstd (N) are saved */
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
@@ -78,6 +84,21 @@ struct ops {
      * padded columns set to 0. */
     void (*classifier)(float *logits, float *losses, const int32_t *targets, int N, int V, int Vp,
                        float grad_scale);
+    /* The same over a vocabulary split across ranks, in three parts with the
+     * ranks' results combined in between: this rank's logits (N,Vp) hold
+     * entries [v0, v0+Vp), of which the first nv are real (the rest padding).
+     * max: row_max (N) = max over its nv columns (-inf when nv = 0);
+     * sumexp: given the global row_max, row_sum (N) = Σ exp(x - max) over its
+     * columns and target_logit (N) = the target's logit if it is here, else 0;
+     * finish: given the global max, sum and target logit, losses (N) and, with
+     * grad_scale != 0, logits overwritten by dlogits as above. */
+    void (*classifier_max)(const float *logits, float *row_max, int N, int nv, int Vp);
+    void (*classifier_sumexp)(const float *logits, const float *row_max, const int32_t *targets,
+                              int v0, int nv, int Vp, float *row_sum, float *target_logit, int N);
+    void (*classifier_finish)(float *logits, float *losses, const int32_t *targets,
+                              const float *row_max, const float *row_sum,
+                              const float *target_logit, int v0, int nv, int Vp, int N,
+                              float grad_scale);
 
     /* sum of squares in double, deterministic for a given n */
     double (*sum_squares)(const float *x, size_t n);

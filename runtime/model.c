@@ -236,7 +236,8 @@ int model_forward(struct model *m, const int32_t *inputs, const int32_t *targets
     struct profile *pr = &m->prof;
     o->upload(m->inputs, inputs, (size_t)N * sizeof(int32_t));
     PROF(pr, PROF_EMBED_FWD,
-         o->encoder_forward(m->encoded, m->inputs, P(GPT2_WTE, 0), P(GPT2_WPE, 0), B, T, C));
+         o->encoder_forward(m->encoded, m->inputs, P(GPT2_WTE, 0), 0, m->cfg.padded_vocab,
+                            P(GPT2_WPE, 0), B, T, C));
     for (int l = 0; l < m->cfg.layers; l++) layer_forward(m, l, B, T);
     PROF(pr, PROF_LAYERNORM_FWD,
          o->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->layer[m->cfg.layers - 1].res3,
@@ -327,6 +328,7 @@ int model_backward(struct model *m, int B, int T, bool acc, struct plait_error *
                                C, acc));
     for (int l = L - 1; l >= 0; l--) layer_backward(m, l, B, T, acc);
     PROF(pr, PROF_EMBED_BWD,
-         o->encoder_backward(G(GPT2_WTE, 0), G(GPT2_WPE, 0), m->dres, m->inputs, B, T, C, acc));
+         o->encoder_backward(G(GPT2_WTE, 0), 0, m->cfg.padded_vocab, G(GPT2_WPE, 0), m->dres,
+                             m->inputs, B, T, C, acc));
     return check_ops(m, "backward", err);
 }

@@ -9,10 +9,11 @@
 #include <stdint.h>
 
 #define OPS_CPU_DECLARE(real, SFX)                                                                 \
-    void cpu_encoder_forward##SFX(real *out, const int32_t *tokens, const real *wte,               \
-                                  const real *wpe, int B, int T, int C);                           \
-    void cpu_encoder_backward##SFX(real *dwte, real *dwpe, const real *dout,                       \
+    void cpu_encoder_forward##SFX(real *out, const int32_t *tokens, const real *wte, int v0,       \
+                                  int nv, const real *wpe, int B, int T, int C);                   \
+    void cpu_encoder_backward##SFX(real *dwte, int v0, int nv, real *dwpe, const real *dout,       \
                                    const int32_t *tokens, int B, int T, int C, bool accumulate);   \
+    void cpu_add_bias##SFX(real *out, const real *bias, int N, int C);                             \
     void cpu_layernorm_forward##SFX(real *out, real *mean, real *rstd, const real *inp,            \
                                     const real *w, const real *b, int N, int C);                   \
     void cpu_layernorm_backward##SFX(real *dinp, real *dw, real *db, const real *dout,             \
@@ -32,6 +33,14 @@
     void cpu_residual_forward##SFX(real *out, const real *a, const real *b, size_t n);             \
     void cpu_classifier##SFX(real *logits, real *losses, const int32_t *targets, int N, int V,     \
                              int Vp, real grad_scale);                                             \
+    void cpu_classifier_max##SFX(const real *logits, real *row_max, int N, int nv, int Vp);        \
+    void cpu_classifier_sumexp##SFX(const real *logits, const real *row_max,                       \
+                                    const int32_t *targets, int v0, int nv, int Vp,                \
+                                    real *row_sum, real *target_logit, int N);                     \
+    void cpu_classifier_finish##SFX(real *logits, real *losses, const int32_t *targets,            \
+                                    const real *row_max, const real *row_sum,                      \
+                                    const real *target_logit, int v0, int nv, int Vp, int N,       \
+                                    real grad_scale);                                              \
     double cpu_sum_squares##SFX(const real *x, size_t n);
 
 OPS_CPU_DECLARE(float, _f32)

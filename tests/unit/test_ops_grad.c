@@ -293,7 +293,7 @@ static void test_residual_adds(void)
 }
 
 struct enc_ctx {
-    int B, T, C;
+    int B, T, C, V;
     int32_t *tok;
     double *wte, *wpe, *out, *R;
 };
@@ -301,7 +301,7 @@ struct enc_ctx {
 static double enc_loss(void *p)
 {
     struct enc_ctx *c = p;
-    cpu_encoder_forward_f64(c->out, c->tok, c->wte, c->wpe, c->B, c->T, c->C);
+    cpu_encoder_forward_f64(c->out, c->tok, c->wte, 0, c->V, c->wpe, c->B, c->T, c->C);
     return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 
@@ -310,13 +310,82 @@ static void test_encoder_backward_matches_finite_differences(void)
     int B = 3, T = 4, C = 6, V = 5, maxT = 7;
     int32_t tok[12] = {0, 3, 3, 1, 4, 4, 4, 0, 2, 3, 1, 1}; /* repeats on purpose */
     struct enc_ctx c = {
-        B, T, C, tok, rnd(V * C, 1), rnd(maxT * C, 1), zeros(B * T * C), rnd(B * T * C, 1)};
+        B, T, C, V, tok, rnd(V * C, 1), rnd(maxT * C, 1), zeros(B * T * C), rnd(B * T * C, 1)};
     double *dwte = zeros(V * C), *dwpe = rnd(maxT * C, 1);
     for (int i = T * C; i < maxT * C; i++) dwpe[i] = 0; /* rows ≥ T are never touched */
-    cpu_encoder_backward_f64(dwte, dwpe, c.R, tok, B, T, C, false);
+    cpu_encoder_backward_f64(dwte, 0, V, dwpe, c.R, tok, B, T, C, false);
     check_fd("encoder dwte", enc_loss, &c, c.wte, dwte, V * C, FD_TOL);
     check_fd("encoder dwpe", enc_loss, &c, c.wpe, dwpe, maxT * C, FD_TOL);
     free(c.wte), free(c.wpe), free(c.out), free(c.R), free(dwte), free(dwpe);
+}
+
+/* The vocabulary-parallel embedding: the shards' outputs (wpe on one of them)
+ * sum to the whole table's, exactly; each shard's gradient is its rows of the
+ * whole one. */
+static void test_encoder_shards_sum_to_the_whole_embedding(void)
+{
+    int B = 2, T = 3, C = 4, V = 6, maxT = 3;
+    int32_t tok[6] = {0, 5, 2, 3, 3, 1};
+    double *wte = rnd(V * C, 2), *wpe = rnd(maxT * C, 2), *dout = rnd(B * T * C, 2);
+    double *whole = zeros(B * T * C), *sum = zeros(B * T * C), *part = zeros(B * T * C);
+    double *dwhole = zeros(V * C), *dwpe = zeros(maxT * C), *dpart = zeros(V * C);
+    cpu_encoder_forward_f64(whole, tok, wte, 0, V, wpe, B, T, C);
+    cpu_encoder_backward_f64(dwhole, 0, V, dwpe, dout, tok, B, T, C, false);
+    for (int v0 = 0; v0 < V; v0 += 2) { /* three shards of two rows */
+        cpu_encoder_forward_f64(part, tok, wte + v0 * C, v0, 2, v0 == 0 ? wpe : NULL, B, T, C);
+        for (int i = 0; i < B * T * C; i++) sum[i] += part[i];
+        cpu_encoder_backward_f64(dpart + v0 * C, v0, 2, NULL, dout, tok, B, T, C, false);
+    }
+    CHECK(memcmp(sum, whole, sizeof(double) * B * T * C) == 0, "shard outputs do not sum exactly");
+    CHECK(memcmp(dpart, dwhole, sizeof(double) * V * C) == 0, "shard gradients differ");
+    free(wte), free(wpe), free(dout), free(whole), free(sum), free(part), free(dwhole), free(dwpe),
+        free(dpart);
+}
+
+/* The three-part cross-entropy over a vocabulary split in shards (maxima
+ * combined by max, sums by +) gives the fused classifier's losses and
+ * gradients, the padding included. */
+static void test_classifier_in_vocabulary_shards_matches_the_fused_one(void)
+{
+    enum { N = 5, V = 10, Vp = 12, SHARDS = 3, W = Vp / SHARDS };
+    int32_t targets[N] = {0, 9, 4, 5, 3};
+    double *logits = rnd(N * Vp, 3), *fused = malloc(sizeof(double) * N * Vp);
+    double losses[N], split_losses[N], max[N], sum[N], tl[N];
+    memcpy(fused, logits, sizeof(double) * N * Vp);
+    cpu_classifier_f64(fused, losses, targets, N, V, Vp, 0.25);
+    double part_max[SHARDS][N], part_sum[SHARDS][N], part_tl[SHARDS][N];
+    double shard[SHARDS][N * W];
+    for (int s = 0; s < SHARDS; s++) {
+        for (int r = 0; r < N; r++) memcpy(&shard[s][r * W], &logits[r * Vp + s * W], sizeof(double) * W);
+        int nv = V - s * W < 0 ? 0 : V - s * W > W ? W : V - s * W;
+        cpu_classifier_max_f64(shard[s], part_max[s], N, nv, W);
+    }
+    for (int r = 0; r < N; r++) {
+        max[r] = part_max[0][r];
+        for (int s = 1; s < SHARDS; s++) max[r] = part_max[s][r] > max[r] ? part_max[s][r] : max[r];
+        sum[r] = tl[r] = 0;
+    }
+    for (int s = 0; s < SHARDS; s++) {
+        int nv = V - s * W < 0 ? 0 : V - s * W > W ? W : V - s * W;
+        cpu_classifier_sumexp_f64(shard[s], max, targets, s * W, nv, W, part_sum[s], part_tl[s], N);
+        for (int r = 0; r < N; r++) sum[r] += part_sum[s][r], tl[r] += part_tl[s][r];
+    }
+    double worst = 0;
+    for (int s = 0; s < SHARDS; s++) {
+        int nv = V - s * W < 0 ? 0 : V - s * W > W ? W : V - s * W;
+        cpu_classifier_finish_f64(shard[s], split_losses, targets, max, sum, tl, s * W, nv, W, N,
+                                  0.25);
+        for (int r = 0; r < N; r++)
+            for (int i = 0; i < W; i++) {
+                double d = fabs(shard[s][r * W + i] - fused[r * Vp + s * W + i]);
+                worst = d > worst ? d : worst;
+            }
+    }
+    for (int r = 0; r < N; r++)
+        CHECK(fabs(split_losses[r] - losses[r]) < 1e-12, "row %d: %.17g vs %.17g", r,
+              split_losses[r], losses[r]);
+    CHECK(worst < 1e-15, "gradients differ by %g", worst);
+    free(logits), free(fused);
 }
 
 /* ---- classifier (softmax cross-entropy over the unpadded vocabulary) ---------------- */
@@ -415,6 +484,8 @@ int main(void)
     RUN(test_gelu_backward_matches_finite_differences);
     RUN(test_residual_adds);
     RUN(test_encoder_backward_matches_finite_differences);
+    RUN(test_encoder_shards_sum_to_the_whole_embedding);
+    RUN(test_classifier_in_vocabulary_shards_matches_the_fused_one);
     RUN(test_classifier_gradient_matches_finite_differences);
     RUN(test_sum_squares_is_exact_enough_and_deterministic);
     RUN(test_adamw_matches_torch_formula);
