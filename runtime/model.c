@@ -47,21 +47,22 @@ static int layer_buffers(struct model *m, float **first, size_t stride_bytes, si
     return 0;
 }
 
-/* The element counts of the activation buffers, each checked for overflow:
- * -1 with err naming the plan fields when one does not fit. */
+/* The element counts of the activation buffers (this rank's shards), each
+ * checked for overflow: -1 with err naming the plan fields when one does not fit. */
 struct act_sizes {
     size_t N, NC, N3C, N4C, att, logits;
 };
 
-static int act_sizes(const struct gpt2_config *cfg, int B, int T, struct act_sizes *s,
+static int act_sizes(const struct gpt2_config *cfg, int tp, int B, int T, struct act_sizes *s,
                      struct plait_error *err)
 {
-    long long C = cfg->hidden;
-    if (ck_size(&s->N, B, T) && ck_size(&s->NC, B, T, C) && ck_size(&s->N3C, B, T, 3, C) &&
-        ck_size(&s->N4C, B, T, 4, C) && ck_size(&s->att, B, cfg->heads, T, T) &&
-        ck_size(&s->logits, B, T, cfg->padded_vocab) && s->N4C <= SIZE_MAX / 8 / cfg->layers &&
-        s->att <= SIZE_MAX / 8 / cfg->layers && s->logits <= SIZE_MAX / 8 &&
-        s->N <= INT_MAX && C <= INT_MAX / 4) /* the kernels index rows and 4·C columns with int */
+    long long C = cfg->hidden, Cl = cfg->hidden / tp;
+    if (ck_size(&s->N, B, T) && ck_size(&s->NC, B, T, C) && ck_size(&s->N3C, B, T, 3, Cl) &&
+        ck_size(&s->N4C, B, T, 4, Cl) && ck_size(&s->att, B, cfg->heads / tp, T, T) &&
+        ck_size(&s->logits, B, T, cfg->padded_vocab / tp) &&
+        s->N4C <= SIZE_MAX / 8 / cfg->layers && s->att <= SIZE_MAX / 8 / cfg->layers &&
+        s->logits <= SIZE_MAX / 8 && s->N <= INT_MAX / 3 &&
+        C <= INT_MAX / 4) /* the kernels index rows and 4·C columns with int */
         return 0;
     return error_set(err,
                      "batch.micro_batch %d × model.seq_len %d (with model.heads %d, "
@@ -71,8 +72,9 @@ static int act_sizes(const struct gpt2_config *cfg, int B, int T, struct act_siz
 }
 
 int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2_part *part,
-               const struct ops *ops, int B, int T, enum plan_precision precision,
-               enum plan_recompute recompute, struct plait_error *err)
+               const struct model_tp *tp, const struct ops *ops, int B, int T,
+               enum plan_precision precision, enum plan_recompute recompute,
+               struct plait_error *err)
 {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
@@ -81,13 +83,23 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     m->T = T;
     m->precision = precision;
     m->recompute = recompute;
+    m->tp = tp ? *tp : (struct model_tp){.size = 1};
     struct act_sizes z = {0};
     if (gpt2_shard_init(&m->shard, cfg, part, err)) return -1;
-    if (part->tp != 1 || part->pp != 1)
-        return error_set(err, "model: tp %d × pp %d: this runtime computes the whole model on one "
-                              "rank",
-                         part->tp, part->pp);
-    if (act_sizes(cfg, B, T, &z, err)) return -1;
+    if (m->tp.size != part->tp || m->tp.rank != part->tp_rank)
+        return error_set(err, "model: its tensor-parallel group (rank %d of %d) is not its part's "
+                              "(rank %d of %d)",
+                         m->tp.rank, m->tp.size, part->tp_rank, part->tp);
+    if (part->pp != 1)
+        return error_set(err, "model: pp %d: this runtime computes all layers on one rank",
+                         part->pp);
+    if (act_sizes(cfg, part->tp, B, T, &z, err)) return -1;
+    m->Cl = cfg->hidden / part->tp;
+    m->NHl = cfg->heads / part->tp;
+    m->Vpl = cfg->padded_vocab / part->tp;
+    m->v0 = part->tp_rank * m->Vpl;
+    int real = cfg->vocab - m->v0;
+    m->nv = real < 0 ? 0 : real > m->Vpl ? m->Vpl : real;
     size_t P = m->shard.total, N = z.N, NC = z.NC;
 
     m->layer = calloc((size_t)cfg->layers, sizeof *m->layer);
@@ -110,7 +122,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
         layer_buffers(m, &la->ln1_mean, stride, N, keep_most) ||
         layer_buffers(m, &la->ln1_rstd, stride, N, keep_most) ||
         layer_buffers(m, &la->qkv, stride, z.N3C, keep_most) ||
-        layer_buffers(m, &la->atty, stride, NC, keep_most) ||
+        layer_buffers(m, &la->atty, stride, N * (size_t)m->Cl, keep_most) ||
         layer_buffers(m, &la->att, stride, z.att, keep_all) ||
         layer_buffers(m, &la->res2, stride, NC, keep_most) ||
         layer_buffers(m, &la->ln2, stride, NC, keep_most) ||
@@ -134,6 +146,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
          (m->d3C = dev_alloc(m, z.N3C * sizeof(float), true)) &&
          (m->d4C = dev_alloc(m, z.N4C * sizeof(float), true)) &&
          (m->datt = dev_alloc(m, z.att * sizeof(float), true));
+    if (ok && m->tp.size > 1) ok = (m->ce_stats = dev_alloc(m, 3 * N * sizeof(float), true));
     if (!ok) goto oom;
     m->losses_host = calloc(N, sizeof(float));
     if (!m->losses_host) goto oom;
@@ -180,6 +193,39 @@ static const uint16_t *weight16(const struct model *m, enum gpt2_tensor t, int l
 #define P(t, l) param(m, m->params, t, l)
 #define G(t, l) param(m, m->grads, t, l)
 
+/* ---- tensor parallelism ------------------------------------------------------------ */
+
+/* Sums (or maxes) n floats of buf over the tp group: a no-op without one. */
+static int tp_reduce(struct model *m, float *buf, size_t n, bool max, struct plait_error *err)
+{
+    if (m->tp.size == 1) return 0;
+    struct plait_error why;
+    if (m->tp.allreduce(m->tp.ctx, buf, n, max, &why))
+        return error_set(err, "tensor-parallel all-reduce: %s", why.text);
+    return 0;
+}
+
+/* out (N,C) = inp · wᵀ + bias for a row-parallel weight: this rank's partial
+ * product, the sum over the group, then the bias once (fused without tp). */
+static int row_parallel_forward(struct model *m, float *out, const float *inp, enum gpt2_tensor w,
+                                enum gpt2_tensor bias, int l, int N, int in_cols,
+                                struct plait_error *err)
+{
+    const struct ops *o = m->ops;
+    int C = m->cfg.hidden;
+    struct profile *pr = &m->prof;
+    if (m->tp.size == 1) {
+        PROF(pr, PROF_MATMUL_FWD,
+             o->matmul_forward(out, inp, P(w, l), weight16(m, w, l), P(bias, l), N, in_cols, C));
+        return 0;
+    }
+    PROF(pr, PROF_MATMUL_FWD,
+         o->matmul_forward(out, inp, P(w, l), weight16(m, w, l), NULL, N, in_cols, C));
+    if (tp_reduce(m, out, (size_t)N * C, false, err)) return -1;
+    PROF(pr, PROF_MATMUL_FWD, o->add_bias(out, P(bias, l), N, C));
+    return 0;
+}
+
 /* ---- forward ------------------------------------------------------------------ */
 
 static const float *layer_input(const struct model *m, int l)
@@ -187,10 +233,10 @@ static const float *layer_input(const struct model *m, int l)
     return l == 0 ? m->encoded : m->layer[l - 1].res3;
 }
 
-static void layer_forward(struct model *m, int l, int B, int T)
+static int layer_forward(struct model *m, int l, int B, int T, struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    int C = m->cfg.hidden, NH = m->cfg.heads, N = B * T;
+    int C = m->cfg.hidden, Cl = m->Cl, N = B * T;
     struct layer_acts *a = &m->layer[l];
     const float *in = layer_input(m, l);
     struct profile *pr = &m->prof;
@@ -199,23 +245,23 @@ static void layer_forward(struct model *m, int l, int B, int T)
                               P(GPT2_LN1B, l), N, C));
     PROF(pr, PROF_MATMUL_FWD,
          o->matmul_forward(a->qkv, a->ln1, P(GPT2_QKVW, l), weight16(m, GPT2_QKVW, l),
-                           P(GPT2_QKVB, l), N, C, 3 * C));
-    PROF(pr, PROF_ATTENTION_FWD, o->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH));
-    PROF(pr, PROF_MATMUL_FWD,
-         o->matmul_forward(m->proj, a->atty, P(GPT2_ATTPROJW, l), weight16(m, GPT2_ATTPROJW, l),
-                           P(GPT2_ATTPROJB, l), N, C, C));
+                           P(GPT2_QKVB, l), N, C, 3 * Cl));
+    PROF(pr, PROF_ATTENTION_FWD, o->attention_forward(a->atty, a->att, a->qkv, B, T, Cl, m->NHl));
+    if (row_parallel_forward(m, m->proj, a->atty, GPT2_ATTPROJW, GPT2_ATTPROJB, l, N, Cl, err))
+        return -1;
     PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(a->res2, in, m->proj, (size_t)N * C));
     PROF(pr, PROF_LAYERNORM_FWD,
          o->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(GPT2_LN2W, l),
                               P(GPT2_LN2B, l), N, C));
     PROF(pr, PROF_MATMUL_FWD,
          o->matmul_forward(a->fch, a->ln2, P(GPT2_FCW, l), weight16(m, GPT2_FCW, l), P(GPT2_FCB, l),
-                           N, C, 4 * C));
-    PROF(pr, PROF_GELU_FWD, o->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C));
-    PROF(pr, PROF_MATMUL_FWD,
-         o->matmul_forward(m->proj, a->fch_gelu, P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l),
-                           P(GPT2_FCPROJB, l), N, 4 * C, C));
+                           N, C, 4 * Cl));
+    PROF(pr, PROF_GELU_FWD, o->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * Cl));
+    if (row_parallel_forward(m, m->proj, a->fch_gelu, GPT2_FCPROJW, GPT2_FCPROJB, l, N, 4 * Cl,
+                             err))
+        return -1;
     PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(a->res3, a->res2, m->proj, (size_t)N * C));
+    return 0;
 }
 
 static int check_ops(struct model *m, const char *what, struct plait_error *err)
@@ -223,6 +269,21 @@ static int check_ops(struct model *m, const char *what, struct plait_error *err)
     char msg[512];
     if (m->ops->take_error(msg, sizeof msg) == 0) return 0;
     return error_set(err, "%s backend, %s: %s", m->ops->name, what, msg);
+}
+
+/* The loss over a vocabulary split across the tp group (the full logits are
+ * never gathered): row max, then Σexp and the target's logit, reduced between. */
+static int vocab_parallel_loss(struct model *m, int N, float grad_scale, struct plait_error *err)
+{
+    const struct ops *o = m->ops;
+    float *mx = m->ce_stats, *sum = mx + N, *tl = sum + N;
+    o->classifier_max(m->logits, mx, N, m->nv, m->Vpl);
+    if (tp_reduce(m, mx, (size_t)N, true, err)) return -1;
+    o->classifier_sumexp(m->logits, mx, m->targets, m->v0, m->nv, m->Vpl, sum, tl, N);
+    if (tp_reduce(m, sum, 2 * (size_t)N, false, err)) return -1; /* sums and target logits */
+    o->classifier_finish(m->logits, m->losses, m->targets, mx, sum, tl, m->v0, m->nv, m->Vpl, N,
+                         grad_scale);
+    return 0;
 }
 
 int model_forward(struct model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
@@ -235,21 +296,30 @@ int model_forward(struct model *m, const int32_t *inputs, const int32_t *targets
                          m->T);
     struct profile *pr = &m->prof;
     o->upload(m->inputs, inputs, (size_t)N * sizeof(int32_t));
+    /* vocabulary-parallel: each rank its rows of wte, one of them wpe; the sum is exact */
     PROF(pr, PROF_EMBED_FWD,
-         o->encoder_forward(m->encoded, m->inputs, P(GPT2_WTE, 0), 0, m->cfg.padded_vocab,
-                            P(GPT2_WPE, 0), B, T, C));
-    for (int l = 0; l < m->cfg.layers; l++) layer_forward(m, l, B, T);
+         o->encoder_forward(m->encoded, m->inputs, P(GPT2_WTE, 0), m->v0, m->Vpl,
+                            m->tp.rank == 0 ? P(GPT2_WPE, 0) : NULL, B, T, C));
+    if (tp_reduce(m, m->encoded, (size_t)N * C, false, err)) return -1;
+    for (int l = 0; l < m->cfg.layers; l++)
+        if (layer_forward(m, l, B, T, err)) return -1;
     PROF(pr, PROF_LAYERNORM_FWD,
          o->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->layer[m->cfg.layers - 1].res3,
                               P(GPT2_LNFW, 0), P(GPT2_LNFB, 0), N, C));
     PROF(pr, PROF_LM_HEAD_FWD,
          o->matmul_forward(m->logits, m->lnf, P(GPT2_WTE, 0), weight16(m, GPT2_WTE, 0), NULL, N, C,
-                           m->cfg.padded_vocab));
+                           m->Vpl));
     if (targets) {
         o->upload(m->targets, targets, (size_t)N * sizeof(int32_t));
-        PROF(pr, PROF_LOSS,
-             o->classifier(m->logits, m->losses, m->targets, N, m->cfg.vocab, m->cfg.padded_vocab,
-                           grad_scale));
+        if (m->tp.size == 1) {
+            PROF(pr, PROF_LOSS,
+                 o->classifier(m->logits, m->losses, m->targets, N, m->cfg.vocab,
+                               m->cfg.padded_vocab, grad_scale));
+        } else {
+            double t0 = prof_now();
+            if (vocab_parallel_loss(m, N, grad_scale, err)) return -1;
+            if (!pr->paused) pr->seconds[PROF_LOSS] += prof_now() - t0;
+        }
         o->download(m->losses_host, m->losses, (size_t)N * sizeof(float));
         double sum = 0;
         for (int i = 0; i < N; i++) sum += m->losses_host[i];
@@ -261,55 +331,60 @@ int model_forward(struct model *m, const int32_t *inputs, const int32_t *targets
 /* ---- backward ------------------------------------------------------------------ */
 
 /* Recomputes what the recompute policy did not keep for layer l. */
-static void layer_recompute(struct model *m, int l, int B, int T)
+static int layer_recompute(struct model *m, int l, int B, int T, struct plait_error *err)
 {
     struct layer_acts *a = &m->layer[l];
-    if (m->recompute == PLAN_RECOMPUTE_FULL) {
-        layer_forward(m, l, B, T);
-    } else if (m->recompute == PLAN_RECOMPUTE_SELECTIVE) {
-        int C = m->cfg.hidden;
-        m->ops->attention_forward(a->atty, a->att, a->qkv, B, T, C, m->cfg.heads);
-        m->ops->gelu_forward(a->fch_gelu, a->fch, (size_t)B * T * 4 * C);
+    if (m->recompute == PLAN_RECOMPUTE_FULL) return layer_forward(m, l, B, T, err);
+    if (m->recompute == PLAN_RECOMPUTE_SELECTIVE) {
+        m->ops->attention_forward(a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
+        m->ops->gelu_forward(a->fch_gelu, a->fch, (size_t)B * T * 4 * m->Cl);
     }
+    return 0;
 }
 
-/* On entry m->dres holds the gradient of the layer's output; on exit, of its input. */
-static void layer_backward(struct model *m, int l, int B, int T, bool acc)
+/* On entry m->dres holds the gradient of the layer's output (whole on every
+ * tp rank); on exit, of its input. The input gradients of the column-parallel
+ * products are partial sums over the group until reduced. */
+static int layer_backward(struct model *m, int l, int B, int T, bool acc, struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    int C = m->cfg.hidden, NH = m->cfg.heads, N = B * T;
+    int C = m->cfg.hidden, Cl = m->Cl, N = B * T;
     struct layer_acts *a = &m->layer[l];
     const float *in = layer_input(m, l);
     struct profile *pr = &m->prof;
     /* the forward phases it reruns count as recompute, not as forward */
     double t0 = prof_now();
     pr->paused++;
-    layer_recompute(m, l, B, T);
+    int rc = layer_recompute(m, l, B, T, err);
     pr->paused--;
+    if (rc) return -1;
     if (!pr->paused) pr->seconds[PROF_RECOMPUTE] += prof_now() - t0;
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
     PROF(pr, PROF_MATMUL_BWD,
          o->matmul_backward(m->d4C, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), m->dres, a->fch_gelu,
-                            P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l), N, 4 * C, C, acc));
-    PROF(pr, PROF_GELU_BWD, o->gelu_backward(m->d4C, a->fch, m->d4C, (size_t)N * 4 * C));
+                            P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l), N, 4 * Cl, C, acc));
+    PROF(pr, PROF_GELU_BWD, o->gelu_backward(m->d4C, a->fch, m->d4C, (size_t)N * 4 * Cl));
     PROF(pr, PROF_MATMUL_BWD,
          o->matmul_backward(m->dC, G(GPT2_FCW, l), G(GPT2_FCB, l), m->d4C, a->ln2, P(GPT2_FCW, l),
-                            weight16(m, GPT2_FCW, l), N, C, 4 * C, acc));
+                            weight16(m, GPT2_FCW, l), N, C, 4 * Cl, acc));
+    if (tp_reduce(m, m->dC, (size_t)N * C, false, err)) return -1;
     PROF(pr, PROF_LAYERNORM_BWD,
          o->layernorm_backward(m->dres, G(GPT2_LN2W, l), G(GPT2_LN2B, l), m->dC, a->res2,
                                P(GPT2_LN2W, l), a->ln2_mean, a->ln2_rstd, N, C, acc));
     /* attention: res2 = in + attproj(attention(qkv(ln1(in)))) */
     PROF(pr, PROF_MATMUL_BWD,
          o->matmul_backward(m->dC, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), m->dres, a->atty,
-                            P(GPT2_ATTPROJW, l), weight16(m, GPT2_ATTPROJW, l), N, C, C, acc));
+                            P(GPT2_ATTPROJW, l), weight16(m, GPT2_ATTPROJW, l), N, Cl, C, acc));
     PROF(pr, PROF_ATTENTION_BWD,
-         o->attention_backward(m->d3C, m->datt, m->dC, a->qkv, a->att, B, T, C, NH));
+         o->attention_backward(m->d3C, m->datt, m->dC, a->qkv, a->att, B, T, Cl, m->NHl));
     PROF(pr, PROF_MATMUL_BWD,
          o->matmul_backward(m->dC, G(GPT2_QKVW, l), G(GPT2_QKVB, l), m->d3C, a->ln1,
-                            P(GPT2_QKVW, l), weight16(m, GPT2_QKVW, l), N, C, 3 * C, acc));
+                            P(GPT2_QKVW, l), weight16(m, GPT2_QKVW, l), N, C, 3 * Cl, acc));
+    if (tp_reduce(m, m->dC, (size_t)N * C, false, err)) return -1;
     PROF(pr, PROF_LAYERNORM_BWD,
          o->layernorm_backward(m->dres, G(GPT2_LN1W, l), G(GPT2_LN1B, l), m->dC, in,
                                P(GPT2_LN1W, l), a->ln1_mean, a->ln1_rstd, N, C, acc));
+    return 0;
 }
 
 int model_backward(struct model *m, int B, int T, bool acc, struct plait_error *err)
@@ -320,15 +395,17 @@ int model_backward(struct model *m, int B, int T, bool acc, struct plait_error *
     struct profile *pr = &m->prof;
     PROF(pr, PROF_LM_HEAD_BWD,
          o->matmul_backward(m->dC, G(GPT2_WTE, 0), NULL, m->logits, m->lnf, P(GPT2_WTE, 0),
-                            weight16(m, GPT2_WTE, 0), N, C, m->cfg.padded_vocab, acc));
+                            weight16(m, GPT2_WTE, 0), N, C, m->Vpl, acc));
+    if (tp_reduce(m, m->dC, (size_t)N * C, false, err)) return -1;
     o->zero(m->dres, (size_t)N * C * sizeof(float));
     PROF(pr, PROF_LAYERNORM_BWD,
          o->layernorm_backward(m->dres, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), m->dC,
                                m->layer[L - 1].res3, P(GPT2_LNFW, 0), m->lnf_mean, m->lnf_rstd, N,
                                C, acc));
-    for (int l = L - 1; l >= 0; l--) layer_backward(m, l, B, T, acc);
+    for (int l = L - 1; l >= 0; l--)
+        if (layer_backward(m, l, B, T, acc, err)) return -1;
     PROF(pr, PROF_EMBED_BWD,
-         o->encoder_backward(G(GPT2_WTE, 0), 0, m->cfg.padded_vocab, G(GPT2_WPE, 0), m->dres,
-                             m->inputs, B, T, C, acc));
+         o->encoder_backward(G(GPT2_WTE, 0), m->v0, m->Vpl, G(GPT2_WPE, 0), m->dres, m->inputs, B,
+                             T, C, acc));
     return check_ops(m, "backward", err);
 }

@@ -15,22 +15,34 @@
 #include "runtime/gpt2.h"
 #include "runtime/profile.h"
 
+/* The collective the model needs from its tensor-parallel group: buf summed
+ * (or maxed) over the group's ranks in place, the same bits on every rank. A
+ * size of 1 never calls it. (runtime/comm provides it; tests may too.) */
+struct model_tp {
+    int size, rank;
+    int (*allreduce)(void *ctx, float *buf, size_t n, bool max, struct plait_error *err);
+    void *ctx;
+};
+
 /* What one layer's forward leaves for its backward. With recompute, some of
  * these point at one shared scratch buffer and backward recomputes them. */
 struct layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
-    float *qkv;                       /* (N,3C) */
-    float *atty;                      /* (N,C) attention output before projection */
-    float *att;                       /* (B,NH,T,T) softmax probabilities */
+    float *qkv;                       /* (N,3C/tp) this rank's heads of q, k, v */
+    float *atty;                      /* (N,C/tp) attention output before projection */
+    float *att;                       /* (B,NH/tp,T,T) softmax probabilities */
     float *res2;                      /* (N,C) residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
-    float *fch, *fch_gelu;            /* (N,4C) */
+    float *fch, *fch_gelu;            /* (N,4C/tp) column shard */
     float *res3;                      /* (N,C) the layer's output */
 };
 
 struct model {
     struct gpt2_config cfg;  /* the whole model's dimensions */
     struct gpt2_shard shard; /* what this rank holds, and where (layer-major) */
+    struct model_tp tp;      /* its tensor-parallel group */
+    int Cl, NHl;             /* channels and heads of this rank's attention: C/tp, NH/tp */
+    int v0, Vpl, nv;         /* its vocabulary shard: entries [v0, v0+Vpl), nv of them real */
     const struct ops *ops;
     int B, T; /* the largest micro-batch the buffers hold */
     enum plan_precision precision;
@@ -45,15 +57,16 @@ struct model {
     struct layer_acts *layer;         /* [L] */
     float *proj;                      /* (N,C) scratch: output of the two projections */
     float *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
-    float *logits;                    /* (N,Vp); turned into dlogits by the loss */
+    float *logits;                    /* (N,Vp/tp); turned into dlogits by the loss */
     float *losses;                    /* (N) */
+    float *ce_stats;                  /* (3N) row max, Σexp, target logit (tp > 1) */
 
     /* backward scratch */
     float *dres; /* (N,C) gradient of the residual stream */
     float *dC;   /* (N,C) */
-    float *d3C;  /* (N,3C) */
-    float *d4C;  /* (N,4C) */
-    float *datt; /* (B,NH,T,T) */
+    float *d3C;  /* (N,3C/tp) */
+    float *d4C;  /* (N,4C/tp) */
+    float *datt; /* (B,NH/tp,T,T) */
 
     float *losses_host;      /* (N) */
     struct profile prof;     /* time per phase (the training loop resets it) */
@@ -63,11 +76,13 @@ struct model {
 };
 
 /* Allocates everything for micro-batches of up to B×T tokens, for the part
- * of the model `part` names (gpt2_part_whole: all of it). Parameters are
- * zero: call model_set_params next. */
+ * of the model `part` names (gpt2_part_whole: all of it); tp is its
+ * tensor-parallel group (NULL: none; its size must be part->tp). Parameters
+ * are zero: call model_set_params next. */
 int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2_part *part,
-               const struct ops *ops, int B, int T, enum plan_precision precision,
-               enum plan_recompute recompute, struct plait_error *err);
+               const struct model_tp *tp, const struct ops *ops, int B, int T,
+               enum plan_precision precision, enum plan_recompute recompute,
+               struct plait_error *err);
 void model_free(struct model *m);
 
 /* Copies host parameters in, in the shard's order (and refreshes the bf16 copy). */
@@ -76,7 +91,8 @@ void model_set_params(struct model *m, const float *host_params);
 /* Forward over one micro-batch of B×T tokens (B ≤ m->B, T ≤ m->T). With
  * targets, *mean_loss gets the mean cross-entropy; with grad_scale != 0 the
  * logits are replaced by their gradient (for model_backward), scaled by
- * grad_scale, which is 1/(tokens in the optimizer step). */
+ * grad_scale, which is 1/(tokens in the optimizer step). With tp > 1 the
+ * logits are this rank's vocabulary shard (the loss is whole on every rank). */
 int model_forward(struct model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
                   float grad_scale, double *mean_loss, struct plait_error *err);
 

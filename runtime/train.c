@@ -309,7 +309,8 @@ static int setup(struct trainer *t, struct plait_error *err)
     if (fresh && !strcmp(fresh, "1") && start_fresh(t, err)) return -1;
     if (check_run_plan(t, err)) return -1;
     struct gpt2_part part = gpt2_part_whole(&cfg);
-    if (model_init(&t->m, &cfg, &part, ops, B, T, p->precision, p->recompute, err)) return -1;
+    if (model_init(&t->m, &cfg, &part, NULL, ops, B, T, p->precision, p->recompute, err))
+        return -1;
     t->model_ready = true;
     t->flops_per_token = gpt2_flops_per_token(&cfg, T);
     t->inputs = malloc((size_t)B * T * sizeof *t->inputs);
