@@ -15,12 +15,14 @@
 #include "runtime/gpt2.h"
 #include "runtime/profile.h"
 
-/* The collective the model needs from its tensor-parallel group: buf summed
- * (or maxed) over the group's ranks in place, the same bits on every rank. A
- * size of 1 never calls it. (runtime/comm provides it; tests may too.) */
+/* The collectives the model needs from its tensor-parallel group: buf summed
+ * (or maxed) over the group's ranks in place, the same bits on every rank;
+ * and a sum of doubles (the gradient norm). A size of 1 never calls them.
+ * (runtime/comm provides them; tests may too.) */
 struct model_tp {
     int size, rank;
     int (*allreduce)(void *ctx, float *buf, size_t n, bool max, struct plait_error *err);
+    int (*allreduce_f64)(void *ctx, double *buf, size_t n, struct plait_error *err);
     void *ctx;
 };
 

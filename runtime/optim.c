@@ -33,12 +33,41 @@ static int adamw_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, 
     return 0;
 }
 
+/* Σ g² over the tensor instances this rank counts: all it holds, but a tensor
+ * whole on every tp rank only on tp rank 0, so the group's sum counts each
+ * parameter once. */
+struct norm_args {
+    const struct model *m;
+    double sum;
+};
+
+static int add_squares(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
+{
+    (void)layer;
+    struct norm_args *a = ctx;
+    if (gpt2_tensor_tp_replicated(t) && a->m->tp.rank != 0) return 0;
+    a->sum += a->m->ops->sum_squares(a->m->grads + off, n);
+    return 0;
+}
+
+static int grad_norm_of(struct model *m, double *norm, struct plait_error *err)
+{
+    struct norm_args a = {m, 0};
+    gpt2_shard_each(&m->shard, add_squares, &a);
+    if (m->tp.size > 1 && m->tp.allreduce_f64(m->tp.ctx, &a.sum, 1, err))
+        return error_prefix(err, "gradient norm: ");
+    *norm = sqrt(a.sum);
+    return 0;
+}
+
 int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t, double *grad_norm,
                struct plait_error *err)
 {
     const struct ops *ops = m->ops;
-    double norm;
-    PROF(&m->prof, PROF_GRAD_NORM, norm = sqrt(ops->sum_squares(m->grads, m->shard.total)));
+    double norm = 0;
+    int rc;
+    PROF(&m->prof, PROF_GRAD_NORM, rc = grad_norm_of(m, &norm, err));
+    if (rc) return -1;
     /* clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
     double scale = 1.0;
     if (o->grad_clip > 0) {

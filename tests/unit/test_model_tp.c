@@ -3,7 +3,9 @@
  * in-process all-reduce (sum in rank order, the same bits on every rank),
  * each holding its shard of the same weights. The loss and every gradient
  * tensor, gathered back into llm.c order, match the one-rank run; with every
- * recompute policy; and the same layout twice gives the same bits. */
+ * recompute policy; the gradient norm counts each parameter once, so one
+ * clipped AdamW step lands on the same weights; and the same layout twice
+ * gives the same bits. */
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -15,6 +17,7 @@
 #include "kernels/ops.h"
 #include "runtime/gpt2.h"
 #include "runtime/model.h"
+#include "runtime/optim.h"
 
 static const struct gpt2_config cfg = {
     .max_seq_len = 8, .vocab = 50, .padded_vocab = 64, .layers = 2, .heads = 4, .hidden = 16};
@@ -63,6 +66,26 @@ static int group_allreduce(void *ctx, float *buf, size_t n, bool max, struct pla
     return 0;
 }
 
+static int group_allreduce_f64(void *ctx, double *buf, size_t n, struct plait_error *err)
+{
+    /* through floats in two halves would lose bits: sum doubles directly */
+    struct member *me = ctx;
+    struct group *g = me->g;
+    static double slot[MAX_TP], total;
+    (void)n;
+    slot[me->rank] = *buf;
+    pthread_barrier_wait(&g->barrier);
+    if (me->rank == 0) {
+        total = 0;
+        for (int r = 0; r < g->size; r++) total += slot[r];
+    }
+    pthread_barrier_wait(&g->barrier);
+    *buf = total;
+    pthread_barrier_wait(&g->barrier);
+    (void)err;
+    return 0;
+}
+
 /* ---- one rank's run ------------------------------------------------------------------- */
 
 struct job {
@@ -71,8 +94,9 @@ struct job {
     struct member member;
     const float *full_params;
     const int32_t *inputs, *targets;
-    double loss;
-    float *grads; /* this rank's gradient buffer (shard order) */
+    double loss, norm;
+    float *grads;  /* this rank's gradient buffer (shard order) */
+    float *params; /* and its parameters after one AdamW step with clipping */
     struct gpt2_shard shard;
     char error[1024];
 };
@@ -81,7 +105,7 @@ static void *run_rank(void *arg)
 {
     struct job *j = arg;
     struct gpt2_part part = {.tp = j->tp, .tp_rank = j->rank, .pp = 1, .layer_end = cfg.layers};
-    struct model_tp tp = {j->tp, j->rank, group_allreduce, &j->member};
+    struct model_tp tp = {j->tp, j->rank, group_allreduce, group_allreduce_f64, &j->member};
     struct model m;
     struct plait_error err = {.text = ""};
     if (model_init(&m, &cfg, &part, j->tp > 1 ? &tp : NULL, ops_cpu(), B, T, PLAN_PRECISION_FP32,
@@ -92,6 +116,8 @@ static void *run_rank(void *arg)
     float *shard = malloc(m.shard.total * sizeof *shard);
     gpt2_shard_copy(&m.shard, (float *)j->full_params, shard, true);
     model_set_params(&m, shard);
+    struct plan_optimizer opt = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                                 .weight_decay = 0.1, .grad_clip = 0.5};
     if (model_forward(&m, j->inputs, j->targets, B, T, 1.0f / N, &j->loss, &err) ||
         model_backward(&m, B, T, false, &err)) {
         snprintf(j->error, sizeof j->error, "%s", err.text);
@@ -99,6 +125,11 @@ static void *run_rank(void *arg)
         j->grads = malloc(m.shard.total * sizeof *j->grads);
         m.ops->download(j->grads, m.grads, m.shard.total * sizeof(float));
         j->shard = m.shard;
+        j->params = malloc(m.shard.total * sizeof *j->params);
+        if (optim_step(&m, &opt, opt.lr, 1, &j->norm, &err))
+            snprintf(j->error, sizeof j->error, "%s", err.text);
+        else
+            m.ops->download(j->params, m.params, m.shard.total * sizeof(float));
     }
     free(shard);
     model_free(&m);
@@ -108,7 +139,7 @@ static void *run_rank(void *arg)
 /* Trains one micro-batch at tp (threads); the loss and the gradients gathered
  * into llm.c order into full_grads. */
 static int run(int tp, enum plan_recompute recompute, const float *params, const int32_t *in,
-               const int32_t *tg, double *loss, float *full_grads)
+               const int32_t *tg, double *loss, float *full_grads, double *norm, float *stepped)
 {
     struct group g = {.size = tp};
     pthread_barrier_init(&g.barrier, NULL, (unsigned)tp);
@@ -128,10 +159,15 @@ static int run(int tp, enum plan_recompute recompute, const float *params, const
             continue;
         }
         gpt2_shard_copy(&jobs[r].shard, full_grads, jobs[r].grads, false);
-        if (r > 0) CHECK(jobs[r].loss == jobs[0].loss, "tp %d: rank %d's loss differs", tp, r);
+        gpt2_shard_copy(&jobs[r].shard, stepped, jobs[r].params, false);
+        if (r > 0)
+            CHECK(jobs[r].loss == jobs[0].loss && jobs[r].norm == jobs[0].norm,
+                  "tp %d: rank %d's loss or gradient norm differs", tp, r);
         free(jobs[r].grads);
+        free(jobs[r].params);
     }
     *loss = jobs[0].loss;
+    *norm = jobs[0].norm;
     pthread_barrier_destroy(&g.barrier);
     free(g.result);
     return rc;
@@ -151,14 +187,25 @@ static void test_tp_matches_one_rank_loss_and_every_gradient(void)
     const enum plan_recompute policies[] = {PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE,
                                             PLAN_RECOMPUTE_FULL};
     float *ref = calloc(full.total, sizeof *ref), *got = calloc(full.total, sizeof *got);
-    double ref_loss, loss;
-    if (run(1, PLAN_RECOMPUTE_NONE, params, in, tg, &ref_loss, ref)) goto out;
+    float *ref_p = calloc(full.total, sizeof *ref_p), *got_p = calloc(full.total, sizeof *got_p);
+    double ref_loss, loss, ref_norm, norm;
+    if (run(1, PLAN_RECOMPUTE_NONE, params, in, tg, &ref_loss, ref, &ref_norm, ref_p)) goto out;
     for (int tp = 2; tp <= MAX_TP; tp *= 2)
         for (size_t k = 0; k < 3; k++) {
             memset(got, 0, full.total * sizeof *got);
-            if (run(tp, policies[k], params, in, tg, &loss, got)) continue;
+            if (run(tp, policies[k], params, in, tg, &loss, got, &norm, got_p)) continue;
             CHECK(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss), "tp %d: loss %.9g vs %.9g", tp,
                   loss, ref_loss);
+            /* the norm counts each parameter once, so the clipping is the same */
+            CHECK(fabs(norm - ref_norm) <= 1e-6 * ref_norm, "tp %d: gradient norm %.9g vs %.9g",
+                  tp, norm, ref_norm);
+            double dp = 0, np = 0;
+            for (size_t i = 0; i < full.total; i++) {
+                dp += ((double)got_p[i] - ref_p[i]) * ((double)got_p[i] - ref_p[i]);
+                np += (double)ref_p[i] * ref_p[i];
+            }
+            CHECK(sqrt(dp) <= 1e-6 * sqrt(np), "tp %d: parameters after a step off by %.3g", tp,
+                  sqrt(dp / np));
             for (int t = 0; t < GPT2_TENSORS; t++) {
                 double d = 0, n = 0;
                 for (size_t i = 0; i < full.elems[t]; i++) {
@@ -172,10 +219,10 @@ static void test_tp_matches_one_rank_loss_and_every_gradient(void)
         }
     /* the same layout twice: the same bits */
     float *again = calloc(full.total, sizeof *again);
-    double loss2;
+    double loss2, norm2;
     memset(got, 0, full.total * sizeof *got);
-    if (run(2, PLAN_RECOMPUTE_NONE, params, in, tg, &loss, got) == 0 &&
-        run(2, PLAN_RECOMPUTE_NONE, params, in, tg, &loss2, again) == 0)
+    if (run(2, PLAN_RECOMPUTE_NONE, params, in, tg, &loss, got, &norm, got_p) == 0 &&
+        run(2, PLAN_RECOMPUTE_NONE, params, in, tg, &loss2, again, &norm2, got_p) == 0)
         CHECK(loss == loss2 && memcmp(got, again, full.total * sizeof *got) == 0,
               "tp 2 twice: different bits");
     free(again);
@@ -183,6 +230,8 @@ out:
     free(params);
     free(ref);
     free(got);
+    free(ref_p);
+    free(got_p);
 }
 
 int main(void)
