@@ -8,6 +8,10 @@ int cmd_data(int argc, char **argv);  /* plait data prepare TEXT OUT.bin [...] *
 int cmd_check(int argc, char **argv); /* plait check PLAN [--nodes N] [--topology X.xml ...] */
 int cmd_launch(int argc, char **argv); /* plait launch: in a Slurm task or a pod */
 
+/* Binds this process to $PLAIT_CPUS (if set) and sets OMP_NUM_THREADS to the
+ * CPUs it got unless already set; -1 (said) when PLAIT_CPUS is malformed. */
+int launcher_bind_cpus(void);
+
 /* Execs plait-train (beside this executable, else from PATH) with the current
  * environment; returns only if that fails, after saying so. */
 void launcher_exec_runtime(void);
