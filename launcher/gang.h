@@ -1,0 +1,23 @@
+/* gang.h — running all the ranks of a job on this machine (plait train with
+ * more than one rank). The caller has set what every rank shares (the plan,
+ * the run directory) in its own environment; the gang adds each rank's place
+ * (common/place.h), the store's address and the job's secret. */
+#ifndef PLAIT_LAUNCHER_GANG_H
+#define PLAIT_LAUNCHER_GANG_H
+
+#include "common/error.h"
+#include "common/plan.h"
+
+struct gang_spec {
+    int tp, pp, dp;   /* the layout (no "auto") */
+    double timeout_s; /* the ranks' deadline; stragglers are killed this + 5 s after a failure */
+};
+
+/* Starts the store and the ranks and waits for them: SIGINT, SIGTERM, SIGUSR1
+ * and SIGHUP are passed on to every rank; when one rank fails the others are
+ * sent SIGTERM, then SIGKILL after the deadline. Returns the gang's exit code
+ * (a failing rank's first, else 75 if any stopped for preemption, else 0),
+ * or -1 with err when it could not start. */
+int gang_run_local(const struct plan *plan, const struct gang_spec *g, struct plait_error *err);
+
+#endif
