@@ -219,11 +219,14 @@ static int advance(struct data_loader *d, int *shard, int64_t *start, struct pla
     }
 }
 
-int data_next(struct data_loader *d, int32_t *inputs, int32_t *targets, struct plait_error *err)
+int data_next_of(struct data_loader *d, int rank, int ranks, int32_t *inputs, int32_t *targets,
+                 struct plait_error *err)
 {
     int s = 0;
     int64_t start = 0, bt = (int64_t)d->B * d->T;
     struct data_position before = d->pos;
+    for (int k = 0; k < rank; k++) /* the windows of the readers before this one */
+        if (advance(d, &s, &start, err)) goto fail;
     if (advance(d, &s, &start, err) || open_shard(d, s, err) ||
         read_tokens(d, s, start, d->window, (size_t)bt + 1, err))
         goto fail;
@@ -238,10 +241,19 @@ int data_next(struct data_loader *d, int32_t *inputs, int32_t *targets, struct p
         inputs[i] = w[i];
         targets[i] = w[i + 1];
     }
+    int ss;
+    int64_t st;
+    for (int k = rank + 1; k < ranks; k++) /* and after it */
+        if (advance(d, &ss, &st, err)) goto fail;
     return 0;
 fail:
     d->pos = before;
     return -1;
+}
+
+int data_next(struct data_loader *d, int32_t *inputs, int32_t *targets, struct plait_error *err)
+{
+    return data_next_of(d, 0, 1, inputs, targets, err);
 }
 
 void data_rewind(struct data_loader *d)

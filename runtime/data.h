@@ -58,6 +58,14 @@ void data_close(struct data_loader *d); /* also on a zeroed loader never opened 
  * where it was (so a checkpoint taken then resumes at that micro-batch). */
 int data_next(struct data_loader *d, int32_t *inputs, int32_t *targets, struct plait_error *err);
 
+/* The same for one of `ranks` readers that share the data (data parallelism):
+ * of the next `ranks` windows, this reader takes the rank-th, and every
+ * reader's position moves past all of them, so that at each micro-batch
+ * boundary all readers stand at the same position, the one a single reader
+ * taking every window would have. */
+int data_next_of(struct data_loader *d, int rank, int ranks, int32_t *inputs, int32_t *targets,
+                 struct plait_error *err);
+
 /* Back to the start (for evaluation) or to a saved position. */
 void data_rewind(struct data_loader *d);
 int data_seek(struct data_loader *d, const struct data_position *pos, struct plait_error *err);
