@@ -11,6 +11,7 @@
 
 #include "common/cost.h"
 #include "common/env.h"
+#include "common/layout.h"
 #include "common/log.h"
 #include "common/place.h"
 #include "common/plan.h"
@@ -122,152 +123,32 @@ static int parse_args(int argc, char **argv, struct check_args *a)
 
 /* ---- devices: memory and speed ------------------------------------------------------- */
 
-/* Datasheet dense peaks (TFLOP/s): bf16 tensor cores, and fp32 (TF32 where
- * the GPU has it). The cost model uses half of it as the sustained rate. */
-static const struct {
-    const char *model;
-    double bf16, fp32;
-} gpu_peaks[] = {
-    {"H200", 989, 494},  {"H100", 989, 494}, {"GH200", 989, 494}, {"A100", 312, 156},
-    {"A800", 312, 156},  {"L40", 181, 90},   {"A6000", 155, 38},  {"A40", 150, 37},
-    {"V100", 125, 15.7}, {"A10", 125, 31},   {"T4", 65, 8},
-};
-
-static double device_tflops(const struct topo *t, enum plan_precision prec)
-{
-    if (t->n_gpus == 0) return 0.4; /* a CPU rank: what this project's CPU kernels reach */
-    for (size_t k = 0; k < sizeof gpu_peaks / sizeof gpu_peaks[0]; k++)
-        if (strstr(t->gpus[0].model, gpu_peaks[k].model))
-            return 0.5 * (prec == PLAN_PRECISION_BF16 ? gpu_peaks[k].bf16 : gpu_peaks[k].fp32);
-    return 0.5 * (prec == PLAN_PRECISION_BF16 ? 100 : 20); /* an unknown GPU */
-}
-
-/* The smallest device memory among the nodes (bytes), 0 when unknown. */
-static uint64_t device_memory(const struct place_node *nodes, int n, double override_gb)
-{
-    if (override_gb > 0) return (uint64_t)(override_gb * 1e9);
-    uint64_t least = 0;
-    for (int i = 0; i < n; i++)
-        for (int g = 0; g < nodes[i].topo->n_gpus; g++) {
-            uint64_t b = nodes[i].topo->gpus[g].memory_bytes;
-            if (b == 0) return 0;
-            if (!least || b < least) least = b;
-        }
-    return least;
-}
-
-/* ---- evaluating a layout ---------------------------------------------------------------- */
-
-struct evaluation {
-    struct cost_layout layout;
-    bool placed, fits;
-    char why[1024]; /* why it cannot run, if it cannot */
-    struct rank_map map;
-    struct cost_memory mem;
-    int worst_stage;
-    struct cost_traffic traffic;
-    struct cost_time time;
-    double tokens_per_s;
-};
-
-static void evaluate(const struct plan *p, struct cost_layout l, const struct place_node *nodes,
-                     int n_nodes, const struct check_args *a, uint64_t gpu_mem,
-                     struct evaluation *e)
-{
-    memset(e, 0, sizeof *e);
-    e->layout = l;
-    struct plait_error err;
-    if (place_ranks(p, l.tp, l.pp, l.dp, nodes, n_nodes, &a->bw, &e->map, &err)) {
-        snprintf(e->why, sizeof e->why, "%s", err.text);
-        return;
-    }
-    e->placed = true;
-    cost_memory(p, l, &e->mem, &e->worst_stage);
-    cost_traffic(p, l, &e->traffic);
-    struct cost_links links = {.tp = e->map.comm_tp.slowest,
-                               .pp = e->map.comm_pp.slowest,
-                               .dp = e->map.comm_dp.slowest,
-                               .tp_gbps = e->map.comm_tp.gbps,
-                               .pp_gbps = e->map.comm_pp.gbps,
-                               .dp_gbps = e->map.comm_dp.gbps,
-                               .device_tflops = a->device_tflops > 0
-                                                    ? a->device_tflops
-                                                    : device_tflops(nodes[0].topo, p->precision)};
-    cost_step_time(p, l, &links, &e->time);
-    double tokens = (double)p->batch.micro_batch * p->batch.grad_accum * l.dp * p->model.seq_len;
-    e->tokens_per_s =
-        e->time.total_s > 0 && isfinite(e->time.total_s) ? tokens / e->time.total_s : 0;
-    e->fits = gpu_mem == 0 || e->mem.total <= gpu_mem;
-    if (!e->fits)
-        snprintf(e->why, sizeof e->why,
-                 "a rank of pipeline stage %d needs %.2f GB, the GPU has %.2f GB (params %.2f, "
-                 "grads %.2f, optimizer %.2f, activations %.2f GB): raise tp or pp, set "
-                 "parallel.zero, recompute, or a smaller batch.micro_batch",
-                 e->worst_stage, e->mem.total / 1e9, gpu_mem / 1e9, e->mem.params / 1e9,
-                 e->mem.grads / 1e9, e->mem.optimizer / 1e9, e->mem.activations / 1e9);
-}
-
-static void evaluation_free(struct evaluation *e)
-{
-    rank_map_free(&e->map);
-}
-
-/* "auto" tp/pp: tp dividing the heads and the padded vocabulary, pp dividing
- * the layers (even stages), and — with dp "auto" filling the allocation —
- * tp·pp dividing the slots. The layout that can be placed, fits in memory and
- * has the most modelled tokens per second wins. */
-static int choose_auto(const struct plan *p, const struct place_node *nodes, int n_nodes, int slots,
-                       const struct check_args *a, uint64_t gpu_mem, struct evaluation *best,
-                       json_t *candidates, FILE *out)
-{
-    int tps[64], n_tp = 0, pps[64], n_pp = 0;
-    for (int t = 1; t <= slots && n_tp < 64; t++)
-        if ((p->parallel.tp == PLAN_AUTO || p->parallel.tp == t) && p->model.heads % t == 0 &&
-            p->model.padded_vocab % t == 0)
-            tps[n_tp++] = t;
-    for (int s = 1; s <= p->model.layers && s <= slots && n_pp < 64; s++)
-        if ((p->parallel.pp == PLAN_AUTO && p->model.layers % s == 0) || p->parallel.pp == s)
-            pps[n_pp++] = s;
-    bool found = false;
-    if (out)
-        fprintf(out, "candidate layouts (\"auto\"):\n  %4s %4s %4s  %10s  %10s  %12s  %s\n", "tp",
-                "pp", "dp", "GB/rank", "step s", "tokens/s", "");
-    for (int i = 0; i < n_tp; i++)
-        for (int j = 0; j < n_pp; j++) {
-            int tp = tps[i], pp = pps[j];
-            int64_t tpp = (int64_t)tp * pp; /* tp, pp <= slots <= PLAN_MAX_RANKS */
-            if (p->parallel.dp == PLAN_AUTO && slots % tpp != 0) continue;
-            int64_t dp64 = p->parallel.dp != PLAN_AUTO ? p->parallel.dp : slots / tpp;
-            if (dp64 < 1 || tpp > slots / dp64) continue;
-            int dp = (int)dp64;
-            struct evaluation e;
-            evaluate(p, (struct cost_layout){tp, pp, dp}, nodes, n_nodes, a, gpu_mem, &e);
-            bool ok = e.placed && e.fits && e.tokens_per_s > 0;
-            if (out && e.placed)
-                fprintf(out, "  %4d %4d %4d  %10.2f  %10.3f  %12.0f  %s\n", tp, pp, dp,
-                        e.mem.total / 1e9, e.time.total_s, e.tokens_per_s,
-                        ok ? "" : "does not fit");
-            else if (out)
-                fprintf(out, "  %4d %4d %4d  %10s  %10s  %12s  cannot be placed\n", tp, pp, dp, "-",
-                        "-", "-");
-            json_array_append_new(
-                candidates, json_pack("{s:i,s:i,s:i,s:b,s:b,s:I,s:f,s:f,s:s}", "tp", tp, "pp", pp,
-                                      "dp", dp, "placed", e.placed, "fits", e.fits, "memory_bytes",
-                                      (json_int_t)e.mem.total, "step_s",
-                                      e.placed && isfinite(e.time.total_s) ? e.time.total_s : -1.0,
-                                      "tokens_per_s", e.tokens_per_s, "why", e.why));
-            if (ok && (!found || e.tokens_per_s > best->tokens_per_s)) {
-                if (found) evaluation_free(best);
-                *best = e;
-                found = true;
-            } else {
-                evaluation_free(&e);
-            }
-        }
-    return found ? 0 : -1;
-}
-
 /* ---- output ---------------------------------------------------------------------------------- */
+
+/* Each "auto" candidate: a table row (unless --json) and a JSON record. */
+struct candidates {
+    json_t *list;
+    FILE *out;
+};
+
+static void show_candidate(void *ctx, const struct layout_eval *e)
+{
+    struct candidates *c = ctx;
+    const struct cost_layout *l = &e->layout;
+    bool ok = e->placed && e->fits && e->tokens_per_s > 0;
+    if (c->out && e->placed)
+        fprintf(c->out, "  %4d %4d %4d  %10.2f  %10.3f  %12.0f  %s\n", l->tp, l->pp, l->dp,
+                e->mem.total / 1e9, e->time.total_s, e->tokens_per_s, ok ? "" : "does not fit");
+    else if (c->out)
+        fprintf(c->out, "  %4d %4d %4d  %10s  %10s  %12s  cannot be placed\n", l->tp, l->pp, l->dp,
+                "-", "-", "-");
+    json_array_append_new(
+        c->list, json_pack("{s:i,s:i,s:i,s:b,s:b,s:I,s:f,s:f,s:s}", "tp", l->tp, "pp", l->pp, "dp",
+                           l->dp, "placed", e->placed, "fits", e->fits, "memory_bytes",
+                           (json_int_t)e->mem.total, "step_s",
+                           e->placed && isfinite(e->time.total_s) ? e->time.total_s : -1.0,
+                           "tokens_per_s", e->tokens_per_s, "why", e->why));
+}
 
 static json_t *rank_json(const struct rank_map *m, const struct place_node *nodes, int r)
 {
@@ -312,7 +193,7 @@ static json_t *comm_json(const struct place_comm *c, double bytes, double second
                      "seconds", seconds);
 }
 
-static void print_tables(const struct plan *p, const struct evaluation *e,
+static void print_tables(const struct plan *p, const struct layout_eval *e,
                          const struct place_node *nodes, int n_nodes, uint64_t gpu_mem)
 {
     const struct rank_map *m = &e->map;
@@ -419,7 +300,7 @@ static json_t *node_json(const struct place_node *n)
                      gbps, "nics", nics);
 }
 
-static json_t *result_json(const struct plan *p, const struct evaluation *e,
+static json_t *result_json(const struct plan *p, const struct layout_eval *e,
                            const struct place_node *nodes, int n_nodes, uint64_t gpu_mem)
 {
     const struct rank_map *m = &e->map;
@@ -474,7 +355,7 @@ int cmd_check(int argc, char **argv)
     struct place_node *nodes = calloc((size_t)a.nodes, sizeof *nodes);
     char(*names)[32] = calloc((size_t)a.nodes, sizeof *names);
     struct plan *p = plan_load(a.plan_path, a.sets, a.n_sets, &err);
-    struct evaluation best = {0};
+    struct layout_eval best = {0};
     json_t *candidates = json_array();
     if (!p || !nodes || !names) {
         log_error("%s", p ? "out of memory" : err.text);
@@ -501,35 +382,26 @@ int cmd_check(int argc, char **argv)
         }
         slots += s;
     }
-    uint64_t gpu_mem = device_memory(nodes, a.nodes, a.gpu_memory_gb);
+    uint64_t gpu_mem = layout_device_memory(nodes, a.nodes, a.gpu_memory_gb);
     const struct plan_parallel *par = &p->parallel;
     bool is_auto = par->tp == PLAN_AUTO || par->pp == PLAN_AUTO;
-    FILE *explain = a.json ? NULL : stdout;
+    struct layout_inputs in = {.device_memory_bytes = gpu_mem,
+                               .device_tflops = a.device_tflops,
+                               .bw = a.bw};
+    struct candidates seen = {.list = candidates, .out = a.json || !is_auto ? NULL : stdout};
     if (!a.json) printf("plan: %s is valid\n", p->source);
-    if (is_auto) {
-        if (choose_auto(p, nodes, a.nodes, slots, &a, gpu_mem, &best, candidates, explain)) {
-            log_error("no layout of tp and pp fits these %d slots (see the candidates above)",
-                      slots);
-            goto out;
-        }
-        if (!a.json)
-            printf("chose tp %d, pp %d, dp %d: of the layouts that can be placed and fit in "
-                   "memory, the most modelled tokens per second\n\n",
-                   best.layout.tp, best.layout.pp, best.layout.dp);
-    } else {
-        int64_t tpp = (int64_t)par->tp * par->pp; /* <= PLAN_MAX_RANKS (plan_load) */
-        int dp = par->dp != PLAN_AUTO ? par->dp : (int)(slots / tpp);
-        if (dp < 1) {
-            log_error("tp %d × pp %d needs %lld ranks; the allocation has %d slots", par->tp,
-                      par->pp, (long long)tpp, slots);
-            goto out;
-        }
-        evaluate(p, (struct cost_layout){par->tp, par->pp, dp}, nodes, a.nodes, &a, gpu_mem, &best);
-        if (!best.placed) {
-            log_error("%s", best.why);
-            goto out;
-        }
+    if (seen.out)
+        fprintf(seen.out, "candidate layouts (\"auto\"):\n  %4s %4s %4s  %10s  %10s  %12s  %s\n",
+                "tp", "pp", "dp", "GB/rank", "step s", "tokens/s", "");
+    if (layout_choose(p, nodes, a.nodes, &in, is_auto ? show_candidate : NULL, &seen, &best,
+                      &err)) {
+        log_error("%s%s", err.text, is_auto ? " (see the candidates above)" : "");
+        goto out;
     }
+    if (is_auto && !a.json)
+        printf("chose tp %d, pp %d, dp %d: of the layouts that can be placed and fit in "
+               "memory, the most modelled tokens per second\n\n",
+               best.layout.tp, best.layout.pp, best.layout.dp);
     if (a.json) {
         json_t *o = result_json(p, &best, nodes, a.nodes, gpu_mem);
         if (is_auto) json_object_set(o, "auto_candidates", candidates);
@@ -546,7 +418,7 @@ int cmd_check(int argc, char **argv)
     }
     rc = PLAIT_EXIT_OK;
 out:
-    evaluation_free(&best);
+    layout_eval_free(&best);
     json_decref(candidates);
     for (int i = 0; i < n_topo; i++) topo_free(&topos[i]);
     free(nodes);

@@ -15,6 +15,7 @@
 
 #include "common/env.h"
 #include "common/fsutil.h"
+#include "common/layout.h"
 #include "common/place.h"
 #include "common/plan.h"
 #include "common/topo.h"
@@ -236,12 +237,14 @@ static int export_env(spank_t sp, const char *name, const char *value, uint32_t 
 static int place_task(spank_t sp, const struct plait_config *c, const struct plan *p,
                       struct step *s)
 {
-    /* tp and pp are within PLAN_MAX_RANKS (the parser's bound); dp "auto"
-     * fills the step. Counted in 64 bits: nothing wraps, nothing divides by 0. */
+    /* fixed degrees are within PLAN_MAX_RANKS (the parser's bound); dp "auto"
+     * fills the step; tp or pp "auto" is the cost model's choice (common/layout.h,
+     * the same plait check makes). Counted in 64 bits: nothing wraps. */
     const struct plan_parallel *par = &p->parallel;
+    bool sized = par->tp != PLAN_AUTO && par->pp != PLAN_AUTO;
     int64_t tp = par->tp == PLAN_AUTO ? 1 : par->tp, pp = par->pp == PLAN_AUTO ? 1 : par->pp;
     int64_t tp_pp = count_mul(tp, pp), ntasks = s->ntasks;
-    if (par->dp == PLAN_AUTO && ntasks % tp_pp != 0)
+    if (sized && par->dp == PLAN_AUTO && ntasks % tp_pp != 0)
         return task_fail(s->job,
                          "the step has %u tasks, which dp \"auto\" cannot fill: tp %lld × pp "
                          "%lld = %lld does not divide it (srun -n with a multiple of %lld)",
@@ -249,13 +252,13 @@ static int place_task(spank_t sp, const struct plait_config *c, const struct pla
                          (long long)tp_pp);
     int64_t dp = par->dp == PLAN_AUTO ? ntasks / tp_pp : par->dp;
     int64_t ranks = count_mul(tp_pp, dp);
-    if (ranks != ntasks)
+    if (sized && ranks != ntasks)
         return task_fail(s->job,
                          "the step has %u tasks, but the plan needs tp %lld × pp %lld × dp %lld "
                          "= %lld (one task per rank: srun -n%lld)",
                          s->ntasks, (long long)tp, (long long)pp, (long long)dp, (long long)ranks,
                          (long long)ranks);
-    if (ranks > PLAN_MAX_RANKS)
+    if (ntasks > PLAN_MAX_RANKS)
         return task_fail(s->job, "the step has %u tasks; plait runs at most %d ranks", s->ntasks,
                          PLAN_MAX_RANKS);
     /* GPUs granted here; every node is taken to have the same grant */
@@ -268,7 +271,7 @@ static int place_task(spank_t sp, const struct plait_config *c, const struct pla
     struct topo *topos = calloc(s->nnodes, sizeof *topos);
     struct place_node *nodes = calloc(s->nnodes, sizeof *nodes);
     int *grants = calloc((size_t)s->nnodes * 256, sizeof *grants);
-    struct rank_map map = {0};
+    struct layout_eval chosen = {0};
     struct plait_error err;
     int rc = -1;
     if (!topos || !nodes || !grants) {
@@ -316,12 +319,19 @@ static int place_task(spank_t sp, const struct plait_config *c, const struct pla
             nodes[i].gpus = g;
         }
     }
-    if (place_ranks(p, (int)tp, (int)pp, (int)dp, nodes, (int)s->nnodes,
-                    &(struct place_bandwidth){25, 50, 100}, &map, &err)) {
+    struct layout_inputs in = {.bw = {25, 50, 100}};
+    in.device_memory_bytes = layout_device_memory(nodes, (int)s->nnodes, 0);
+    if (layout_choose(p, nodes, (int)s->nnodes, &in, NULL, NULL, &chosen, &err)) {
         task_fail(s->job, "%s", err.text);
         goto out;
     }
-    char **env = place_rank_env(&map, nodes, (int)s->task);
+    if (chosen.map.world != ntasks) {
+        task_fail(s->job, "the step has %u tasks; the layout chosen for it, tp %d × pp %d × dp %d, "
+                          "has %d ranks",
+                  s->ntasks, chosen.map.tp, chosen.map.pp, chosen.map.dp, chosen.map.world);
+        goto out;
+    }
+    char **env = place_rank_env(&chosen.map, nodes, (int)s->task);
     if (!env) {
         task_fail(s->job, "out of memory");
         goto out;
@@ -334,7 +344,7 @@ static int place_task(spank_t sp, const struct plait_config *c, const struct pla
     }
     place_env_free(env);
 out:
-    rank_map_free(&map);
+    layout_eval_free(&chosen);
     if (topos)
         for (uint32_t i = 0; i < s->nnodes; i++) topo_free(&topos[i]);
     free(topos);

@@ -1,0 +1,156 @@
+/* layout.c — deciding a layout: evaluating one (placement, memory, traffic,
+ * step time) and choosing "auto" degrees by the cost model. Printing the
+ * candidates is plait check's; the numbers are cost.c's and place.c's. */
+#include "common/layout.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Datasheet dense peaks (TFLOP/s): bf16 tensor cores, and fp32 (TF32 where
+ * the GPU has it). The cost model uses half of it as the sustained rate. */
+static const struct {
+    const char *model;
+    double bf16, fp32;
+} gpu_peaks[] = {
+    {"H200", 989, 494},  {"H100", 989, 494}, {"GH200", 989, 494}, {"A100", 312, 156},
+    {"A800", 312, 156},  {"L40", 181, 90},   {"A6000", 155, 38},  {"A40", 150, 37},
+    {"V100", 125, 15.7}, {"A10", 125, 31},   {"T4", 65, 8},
+};
+
+double layout_device_tflops(const struct topo *t, enum plan_precision prec)
+{
+    if (t->n_gpus == 0) return 0.4; /* a CPU rank: what this project's CPU kernels reach */
+    for (size_t k = 0; k < sizeof gpu_peaks / sizeof gpu_peaks[0]; k++)
+        if (strstr(t->gpus[0].model, gpu_peaks[k].model))
+            return 0.5 * (prec == PLAN_PRECISION_BF16 ? gpu_peaks[k].bf16 : gpu_peaks[k].fp32);
+    return 0.5 * (prec == PLAN_PRECISION_BF16 ? 100 : 20); /* an unknown GPU */
+}
+
+/* The smallest device memory among the nodes (bytes), 0 when unknown. */
+uint64_t layout_device_memory(const struct place_node *nodes, int n, double override_gb)
+{
+    if (override_gb > 0) return (uint64_t)(override_gb * 1e9);
+    uint64_t least = 0;
+    for (int i = 0; i < n; i++)
+        for (int g = 0; g < nodes[i].topo->n_gpus; g++) {
+            uint64_t b = nodes[i].topo->gpus[g].memory_bytes;
+            if (b == 0) return 0;
+            if (!least || b < least) least = b;
+        }
+    return least;
+}
+
+/* ---- evaluating a layout ---------------------------------------------------------------- */
+
+void layout_evaluate(const struct plan *p, struct cost_layout l, const struct place_node *nodes,
+                     int n_nodes, const struct layout_inputs *in, struct layout_eval *e)
+{
+    uint64_t gpu_mem = in->device_memory_bytes;
+    memset(e, 0, sizeof *e);
+    e->layout = l;
+    struct plait_error err;
+    if (place_ranks(p, l.tp, l.pp, l.dp, nodes, n_nodes, &in->bw, &e->map, &err)) {
+        snprintf(e->why, sizeof e->why, "%s", err.text);
+        return;
+    }
+    e->placed = true;
+    cost_memory(p, l, &e->mem, &e->worst_stage);
+    cost_traffic(p, l, &e->traffic);
+    struct cost_links links = {.tp = e->map.comm_tp.slowest,
+                               .pp = e->map.comm_pp.slowest,
+                               .dp = e->map.comm_dp.slowest,
+                               .tp_gbps = e->map.comm_tp.gbps,
+                               .pp_gbps = e->map.comm_pp.gbps,
+                               .dp_gbps = e->map.comm_dp.gbps,
+                               .device_tflops =
+                                   in->device_tflops > 0
+                                       ? in->device_tflops
+                                       : layout_device_tflops(nodes[0].topo, p->precision)};
+    cost_step_time(p, l, &links, &e->time);
+    double tokens = (double)p->batch.micro_batch * p->batch.grad_accum * l.dp * p->model.seq_len;
+    e->tokens_per_s =
+        e->time.total_s > 0 && isfinite(e->time.total_s) ? tokens / e->time.total_s : 0;
+    e->fits = gpu_mem == 0 || e->mem.total <= gpu_mem;
+    if (!e->fits)
+        snprintf(e->why, sizeof e->why,
+                 "a rank of pipeline stage %d needs %.2f GB, the GPU has %.2f GB (params %.2f, "
+                 "grads %.2f, optimizer %.2f, activations %.2f GB): raise tp or pp, set "
+                 "parallel.zero, recompute, or a smaller batch.micro_batch",
+                 e->worst_stage, e->mem.total / 1e9, gpu_mem / 1e9, e->mem.params / 1e9,
+                 e->mem.grads / 1e9, e->mem.optimizer / 1e9, e->mem.activations / 1e9);
+}
+
+void layout_eval_free(struct layout_eval *e)
+{
+    rank_map_free(&e->map);
+}
+
+/* "auto" tp/pp: tp dividing the heads and the padded vocabulary, pp dividing
+ * the layers (even stages), and — with dp "auto" filling the allocation —
+ * tp·pp dividing the slots. The layout that can be placed, fits in memory and
+ * has the most modelled tokens per second wins. */
+static int choose_auto(const struct plan *p, const struct place_node *nodes, int n_nodes, int slots,
+                       const struct layout_inputs *in,
+                       void (*visit)(void *ctx, const struct layout_eval *candidate), void *ctx,
+                       struct layout_eval *best)
+{
+    int tps[64], n_tp = 0, pps[64], n_pp = 0;
+    for (int t = 1; t <= slots && n_tp < 64; t++)
+        if ((p->parallel.tp == PLAN_AUTO || p->parallel.tp == t) && p->model.heads % t == 0 &&
+            p->model.padded_vocab % t == 0)
+            tps[n_tp++] = t;
+    for (int s = 1; s <= p->model.layers && s <= slots && n_pp < 64; s++)
+        if ((p->parallel.pp == PLAN_AUTO && p->model.layers % s == 0) || p->parallel.pp == s)
+            pps[n_pp++] = s;
+    bool found = false;
+    for (int i = 0; i < n_tp; i++)
+        for (int j = 0; j < n_pp; j++) {
+            int tp = tps[i], pp = pps[j];
+            int64_t tpp = (int64_t)tp * pp; /* tp, pp <= slots <= PLAN_MAX_RANKS */
+            if (p->parallel.dp == PLAN_AUTO && slots % tpp != 0) continue;
+            int64_t dp64 = p->parallel.dp != PLAN_AUTO ? p->parallel.dp : slots / tpp;
+            if (dp64 < 1 || tpp > slots / dp64) continue;
+            struct layout_eval e;
+            layout_evaluate(p, (struct cost_layout){tp, pp, (int)dp64}, nodes, n_nodes, in, &e);
+            if (visit) visit(ctx, &e);
+            bool ok = e.placed && e.fits && e.tokens_per_s > 0;
+            if (ok && (!found || e.tokens_per_s > best->tokens_per_s)) {
+                if (found) layout_eval_free(best);
+                *best = e;
+                found = true;
+            } else {
+                layout_eval_free(&e);
+            }
+        }
+    return found ? 0 : -1;
+}
+
+int layout_choose(const struct plan *p, const struct place_node *nodes, int n_nodes,
+                  const struct layout_inputs *in,
+                  void (*visit)(void *ctx, const struct layout_eval *candidate), void *ctx,
+                  struct layout_eval *best, struct plait_error *err)
+{
+    memset(best, 0, sizeof *best);
+    int64_t slots = 0;
+    for (int i = 0; i < n_nodes; i++) slots += nodes[i].slots;
+    if (slots < 1 || slots > PLAN_MAX_RANKS)
+        return error_set(err, "%lld slots: plait runs 1 to %d ranks", (long long)slots,
+                         PLAN_MAX_RANKS);
+    const struct plan_parallel *par = &p->parallel;
+    if (par->tp == PLAN_AUTO || par->pp == PLAN_AUTO) {
+        if (choose_auto(p, nodes, n_nodes, (int)slots, in, visit, ctx, best))
+            return error_set(err, "no layout of tp and pp fits these %lld slots",
+                             (long long)slots);
+        return 0;
+    }
+    int64_t tpp = (int64_t)par->tp * par->pp; /* <= PLAN_MAX_RANKS (plan_load) */
+    int64_t dp = par->dp != PLAN_AUTO ? par->dp : slots / tpp;
+    if (dp < 1)
+        return error_set(err, "tp %d × pp %d needs %lld ranks; the allocation has %lld slots",
+                         par->tp, par->pp, (long long)tpp, (long long)slots);
+    layout_evaluate(p, (struct cost_layout){par->tp, par->pp, (int)dp}, nodes, n_nodes, in, best);
+    if (visit) visit(ctx, best);
+    if (!best->placed) return error_set(err, "%s", best->why);
+    return 0;
+}

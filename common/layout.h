@@ -1,0 +1,58 @@
+/* layout.h — the one place a layout is decided: a concrete tp × pp × dp,
+ * placed on the allocation's nodes and costed (memory per rank, traffic,
+ * step time), and "auto" degrees resolved by the cost model's best tokens per
+ * second among the layouts that can be placed and fit. plait check prints the
+ * candidates; the Slurm plugin and plait train take the same choice. */
+#ifndef PLAIT_LAYOUT_H
+#define PLAIT_LAYOUT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/cost.h"
+#include "common/error.h"
+#include "common/place.h"
+#include "common/plan.h"
+
+/* What the topology does not say. */
+struct layout_inputs {
+    uint64_t device_memory_bytes; /* 0: unknown (anything fits) */
+    double device_tflops;         /* 0: from the first node's GPU model */
+    struct place_bandwidth bw;
+};
+
+/* One layout, placed and costed. */
+struct layout_eval {
+    struct cost_layout layout;
+    bool placed, fits;
+    char why[1024]; /* why it cannot run, if it cannot */
+    struct rank_map map;
+    struct cost_memory mem;
+    int worst_stage;
+    struct cost_traffic traffic;
+    struct cost_time time;
+    double tokens_per_s;
+};
+
+void layout_evaluate(const struct plan *p, struct cost_layout l, const struct place_node *nodes,
+                     int n_nodes, const struct layout_inputs *in, struct layout_eval *e);
+void layout_eval_free(struct layout_eval *e);
+
+/* The layout of plan on these nodes: its own degrees, dp "auto" filling the
+ * slots, tp/pp "auto" by the cost model (every candidate is passed to
+ * visit, if given, as it is evaluated). best gets the choice, evaluated
+ * (placed; it may still not fit: best->fits). -1 with err when no layout can
+ * be placed. */
+int layout_choose(const struct plan *p, const struct place_node *nodes, int n_nodes,
+                  const struct layout_inputs *in,
+                  void (*visit)(void *ctx, const struct layout_eval *candidate), void *ctx,
+                  struct layout_eval *best, struct plait_error *err);
+
+/* The sustained matmul rate the cost model assumes for a node's devices
+ * (TFLOP/s; a CPU rank: what this project's CPU kernels reach). */
+double layout_device_tflops(const struct topo *t, enum plan_precision precision);
+
+/* The smallest device memory among the nodes (bytes), 0 when unknown. */
+uint64_t layout_device_memory(const struct place_node *nodes, int n, double override_gb);
+
+#endif
