@@ -4,6 +4,7 @@
 #include "runtime/model.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,17 +34,19 @@ static void *dev_alloc(struct model *m, size_t bytes, bool activation)
     return track(m, m->ops->alloc(bytes));
 }
 
-/* n floats for each of the L layers, or one shared buffer when recomputed:
- * fills out[l] for every layer; returns 0 or -1 when out of memory. */
-static int layer_buffers(struct model *m, float **first, size_t stride_bytes, size_t n, bool stored)
+/* n floats for each of the stage's layers in each slot, or one shared
+ * buffer when recomputed: fills the field at offset `field` of every slot's
+ * layer_acts; returns 0 or -1 when out of memory. */
+static int layer_buffers(struct model *m, size_t field, size_t n, bool stored)
 {
-    int L = m->cfg.layers;
-    float *base = dev_alloc(m, n * sizeof(float) * (stored ? (size_t)L : 1), true);
+    size_t L = (size_t)m->n_layers, S = (size_t)m->n_slots;
+    float *base = dev_alloc(m, n * sizeof(float) * (stored ? L * S : 1), true);
     if (!base) return -1;
-    for (int l = 0; l < L; l++) {
-        float **slot = (float **)((char *)first + (size_t)l * stride_bytes);
-        *slot = stored ? base + (size_t)l * n : base;
-    }
+    for (size_t s = 0; s < S; s++)
+        for (size_t l = 0; l < L; l++) {
+            float **slot = (float **)((char *)&m->slots[s].layer[l] + field);
+            *slot = stored ? base + (s * L + l) * n : base;
+        }
     return 0;
 }
 
@@ -73,7 +76,7 @@ static int act_sizes(const struct gpt2_config *cfg, int tp, int B, int T, struct
 
 int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2_part *part,
                const struct model_tp *tp, const struct ops *ops, int B, int T,
-               enum plan_precision precision, enum plan_recompute recompute,
+               enum plan_precision precision, enum plan_recompute recompute, int n_slots,
                struct plait_error *err)
 {
     memset(m, 0, sizeof *m);
@@ -90,9 +93,8 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
         return error_set(err, "model: its tensor-parallel group (rank %d of %d) is not its part's "
                               "(rank %d of %d)",
                          m->tp.rank, m->tp.size, part->tp_rank, part->tp);
-    if (part->pp != 1)
-        return error_set(err, "model: pp %d: this runtime computes all layers on one rank",
-                         part->pp);
+    if (n_slots < 1 || n_slots > 1 << 16)
+        return error_set(err, "model: %d micro-batches in flight", n_slots);
     if (act_sizes(cfg, part->tp, B, T, &z, err)) return -1;
     m->Cl = cfg->hidden / part->tp;
     m->NHl = cfg->heads / part->tp;
@@ -100,10 +102,18 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     m->v0 = part->tp_rank * m->Vpl;
     int real = cfg->vocab - m->v0;
     m->nv = real < 0 ? 0 : real > m->Vpl ? m->Vpl : real;
+    m->layer0 = part->layer_begin;
+    m->n_layers = part->layer_end - part->layer_begin;
+    m->first = m->shard.first;
+    m->last = m->shard.last;
+    m->n_slots = n_slots;
     size_t P = m->shard.total, N = z.N, NC = z.NC;
 
-    m->layer = calloc((size_t)cfg->layers, sizeof *m->layer);
-    if (!m->layer) goto oom;
+    m->slots = calloc((size_t)n_slots, sizeof *m->slots);
+    if (!m->slots) goto oom;
+    for (int s = 0; s < n_slots; s++)
+        if (!(m->slots[s].layer = calloc((size_t)m->n_layers, sizeof *m->slots[s].layer)))
+            goto oom;
     bool ok = (m->params = dev_alloc(m, P * sizeof(float), false)) &&
               (m->grads = dev_alloc(m, P * sizeof(float), false)) &&
               (m->adam_m = dev_alloc(m, P * sizeof(float), false)) &&
@@ -116,30 +126,29 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
      * probabilities and the GELU output (selective), only the layer outputs (full) */
     bool keep_all = recompute == PLAN_RECOMPUTE_NONE;
     bool keep_most = recompute != PLAN_RECOMPUTE_FULL;
-    size_t stride = sizeof(struct layer_acts);
-    struct layer_acts *la = m->layer;
-    if (layer_buffers(m, &la->ln1, stride, NC, keep_most) ||
-        layer_buffers(m, &la->ln1_mean, stride, N, keep_most) ||
-        layer_buffers(m, &la->ln1_rstd, stride, N, keep_most) ||
-        layer_buffers(m, &la->qkv, stride, z.N3C, keep_most) ||
-        layer_buffers(m, &la->atty, stride, N * (size_t)m->Cl, keep_most) ||
-        layer_buffers(m, &la->att, stride, z.att, keep_all) ||
-        layer_buffers(m, &la->res2, stride, NC, keep_most) ||
-        layer_buffers(m, &la->ln2, stride, NC, keep_most) ||
-        layer_buffers(m, &la->ln2_mean, stride, N, keep_most) ||
-        layer_buffers(m, &la->ln2_rstd, stride, N, keep_most) ||
-        layer_buffers(m, &la->fch, stride, z.N4C, keep_most) ||
-        layer_buffers(m, &la->fch_gelu, stride, z.N4C, keep_all) ||
-        layer_buffers(m, &la->res3, stride, NC, true))
+#define AT(f) offsetof(struct layer_acts, f)
+    if (layer_buffers(m, AT(ln1), NC, keep_most) || layer_buffers(m, AT(ln1_mean), N, keep_most) ||
+        layer_buffers(m, AT(ln1_rstd), N, keep_most) ||
+        layer_buffers(m, AT(qkv), z.N3C, keep_most) ||
+        layer_buffers(m, AT(atty), N * (size_t)m->Cl, keep_most) ||
+        layer_buffers(m, AT(att), z.att, keep_all) || layer_buffers(m, AT(res2), NC, keep_most) ||
+        layer_buffers(m, AT(ln2), NC, keep_most) || layer_buffers(m, AT(ln2_mean), N, keep_most) ||
+        layer_buffers(m, AT(ln2_rstd), N, keep_most) ||
+        layer_buffers(m, AT(fch), z.N4C, keep_most) ||
+        layer_buffers(m, AT(fch_gelu), z.N4C, keep_all) || layer_buffers(m, AT(res3), NC, true))
         goto oom;
-    ok = (m->inputs = dev_alloc(m, N * sizeof(int32_t), true)) &&
-         (m->targets = dev_alloc(m, N * sizeof(int32_t), true)) &&
-         (m->encoded = dev_alloc(m, NC * sizeof(float), true)) &&
-         (m->proj = dev_alloc(m, NC * sizeof(float), true)) &&
-         (m->lnf = dev_alloc(m, NC * sizeof(float), true)) &&
-         (m->lnf_mean = dev_alloc(m, N * sizeof(float), true)) &&
-         (m->lnf_rstd = dev_alloc(m, N * sizeof(float), true)) &&
-         (m->logits = dev_alloc(m, z.logits * sizeof(float), true)) &&
+#undef AT
+    for (int s = 0; s < n_slots && ok; s++) {
+        struct model_slot *sl = &m->slots[s];
+        ok = (sl->input = dev_alloc(m, NC * sizeof(float), true)) &&
+             (!m->first || (sl->tokens = dev_alloc(m, N * sizeof(int32_t), true))) &&
+             (!m->last || ((sl->targets = dev_alloc(m, N * sizeof(int32_t), true)) &&
+                           (sl->lnf = dev_alloc(m, NC * sizeof(float), true)) &&
+                           (sl->lnf_mean = dev_alloc(m, N * sizeof(float), true)) &&
+                           (sl->lnf_rstd = dev_alloc(m, N * sizeof(float), true)) &&
+                           (sl->logits = dev_alloc(m, z.logits * sizeof(float), true))));
+    }
+    ok = ok && (m->proj = dev_alloc(m, NC * sizeof(float), true)) &&
          (m->losses = dev_alloc(m, N * sizeof(float), true)) &&
          (m->dres = dev_alloc(m, NC * sizeof(float), true)) &&
          (m->dC = dev_alloc(m, NC * sizeof(float), true)) &&
@@ -161,10 +170,11 @@ void model_free(struct model *m)
 {
     for (int i = 0; i < m->n_allocations; i++) m->ops->free(m->allocations[i]);
     free(m->allocations);
-    free(m->layer);
+    for (int s = 0; m->slots && s < m->n_slots; s++) free(m->slots[s].layer);
+    free(m->slots);
     free(m->losses_host);
     m->allocations = NULL;
-    m->layer = NULL;
+    m->slots = NULL;
     m->losses_host = NULL;
     m->n_allocations = m->cap_allocations = 0;
 }
@@ -228,17 +238,19 @@ static int row_parallel_forward(struct model *m, float *out, const float *inp, e
 
 /* ---- forward ------------------------------------------------------------------ */
 
-static const float *layer_input(const struct model *m, int l)
+/* Local layer i of a slot: its activations; its parameters are layer layer0 + i. */
+static const float *layer_input(const struct model_slot *sl, int i)
 {
-    return l == 0 ? m->encoded : m->layer[l - 1].res3;
+    return i == 0 ? sl->input : sl->layer[i - 1].res3;
 }
 
-static int layer_forward(struct model *m, int l, int B, int T, struct plait_error *err)
+static int layer_forward(struct model *m, struct model_slot *sl, int i, int B, int T,
+                         struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    int C = m->cfg.hidden, Cl = m->Cl, N = B * T;
-    struct layer_acts *a = &m->layer[l];
-    const float *in = layer_input(m, l);
+    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, l = m->layer0 + i;
+    struct layer_acts *a = &sl->layer[i];
+    const float *in = layer_input(sl, i);
     struct profile *pr = &m->prof;
     PROF(pr, PROF_LAYERNORM_FWD,
          o->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, in, P(GPT2_LN1W, l),
@@ -273,68 +285,111 @@ static int check_ops(struct model *m, const char *what, struct plait_error *err)
 
 /* The loss over a vocabulary split across the tp group (the full logits are
  * never gathered): row max, then Σexp and the target's logit, reduced between. */
-static int vocab_parallel_loss(struct model *m, int N, float grad_scale, struct plait_error *err)
+static int vocab_parallel_loss(struct model *m, struct model_slot *sl, int N, float grad_scale,
+                               struct plait_error *err)
 {
     const struct ops *o = m->ops;
     float *mx = m->ce_stats, *sum = mx + N, *tl = sum + N;
-    o->classifier_max(m->logits, mx, N, m->nv, m->Vpl);
+    o->classifier_max(sl->logits, mx, N, m->nv, m->Vpl);
     if (tp_reduce(m, mx, (size_t)N, true, err)) return -1;
-    o->classifier_sumexp(m->logits, mx, m->targets, m->v0, m->nv, m->Vpl, sum, tl, N);
+    o->classifier_sumexp(sl->logits, mx, sl->targets, m->v0, m->nv, m->Vpl, sum, tl, N);
     if (tp_reduce(m, sum, 2 * (size_t)N, false, err)) return -1; /* sums and target logits */
-    o->classifier_finish(m->logits, m->losses, m->targets, mx, sum, tl, m->v0, m->nv, m->Vpl, N,
+    o->classifier_finish(sl->logits, m->losses, sl->targets, mx, sum, tl, m->v0, m->nv, m->Vpl, N,
                          grad_scale);
     return 0;
+}
+
+/* The last stage's head: final LayerNorm, logits, and with targets the loss. */
+static int head_forward(struct model *m, struct model_slot *sl, const int32_t *targets, int N,
+                        float grad_scale, double *mean_loss, struct plait_error *err)
+{
+    const struct ops *o = m->ops;
+    int C = m->cfg.hidden;
+    struct profile *pr = &m->prof;
+    PROF(pr, PROF_LAYERNORM_FWD,
+         o->layernorm_forward(sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->layer[m->n_layers - 1].res3,
+                              P(GPT2_LNFW, 0), P(GPT2_LNFB, 0), N, C));
+    PROF(pr, PROF_LM_HEAD_FWD,
+         o->matmul_forward(sl->logits, sl->lnf, P(GPT2_WTE, 0), weight16(m, GPT2_WTE, 0), NULL, N,
+                           C, m->Vpl));
+    if (!targets) return 0;
+    o->upload(sl->targets, targets, (size_t)N * sizeof(int32_t));
+    if (m->tp.size == 1) {
+        PROF(pr, PROF_LOSS,
+             o->classifier(sl->logits, m->losses, sl->targets, N, m->cfg.vocab, m->cfg.padded_vocab,
+                           grad_scale));
+    } else {
+        double t0 = prof_now();
+        if (vocab_parallel_loss(m, sl, N, grad_scale, err)) return -1;
+        if (!pr->paused) pr->seconds[PROF_LOSS] += prof_now() - t0;
+    }
+    o->download(m->losses_host, m->losses, (size_t)N * sizeof(float));
+    double sum = 0;
+    for (int i = 0; i < N; i++) sum += m->losses_host[i];
+    if (mean_loss) *mean_loss = sum / N;
+    return 0;
+}
+
+int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const int32_t *targets,
+                        int B, int T, float grad_scale, double *mean_loss,
+                        struct plait_error *err)
+{
+    const struct ops *o = m->ops;
+    int C = m->cfg.hidden, N = B * T;
+    if (B > m->B || T > m->T || T > m->cfg.max_seq_len || slot < 0 || slot >= m->n_slots)
+        return error_set(err, "micro-batch %d×%d in slot %d exceeds the model's buffers (%d×%d, "
+                              "%d slots)",
+                         B, T, slot, m->B, m->T, m->n_slots);
+    struct model_slot *sl = &m->slots[slot];
+    struct profile *pr = &m->prof;
+    if (m->first) {
+        o->upload(sl->tokens, tokens, (size_t)N * sizeof(int32_t));
+        /* vocabulary-parallel: each rank its rows of wte, one of them wpe; the sum is exact */
+        PROF(pr, PROF_EMBED_FWD,
+             o->encoder_forward(sl->input, sl->tokens, P(GPT2_WTE, 0), m->v0, m->Vpl,
+                                m->tp.rank == 0 ? P(GPT2_WPE, 0) : NULL, B, T, C));
+        if (tp_reduce(m, sl->input, (size_t)N * C, false, err)) return -1;
+    }
+    for (int i = 0; i < m->n_layers; i++)
+        if (layer_forward(m, sl, i, B, T, err)) return -1;
+    if (m->last && head_forward(m, sl, targets, N, grad_scale, mean_loss, err)) return -1;
+    return check_ops(m, "forward", err);
 }
 
 int model_forward(struct model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
                   float grad_scale, double *mean_loss, struct plait_error *err)
 {
-    const struct ops *o = m->ops;
-    int C = m->cfg.hidden, N = B * T;
-    if (B > m->B || T > m->T || T > m->cfg.max_seq_len)
-        return error_set(err, "micro-batch %d×%d exceeds the model's buffers (%d×%d)", B, T, m->B,
-                         m->T);
-    struct profile *pr = &m->prof;
-    o->upload(m->inputs, inputs, (size_t)N * sizeof(int32_t));
-    /* vocabulary-parallel: each rank its rows of wte, one of them wpe; the sum is exact */
-    PROF(pr, PROF_EMBED_FWD,
-         o->encoder_forward(m->encoded, m->inputs, P(GPT2_WTE, 0), m->v0, m->Vpl,
-                            m->tp.rank == 0 ? P(GPT2_WPE, 0) : NULL, B, T, C));
-    if (tp_reduce(m, m->encoded, (size_t)N * C, false, err)) return -1;
-    for (int l = 0; l < m->cfg.layers; l++)
-        if (layer_forward(m, l, B, T, err)) return -1;
-    PROF(pr, PROF_LAYERNORM_FWD,
-         o->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->layer[m->cfg.layers - 1].res3,
-                              P(GPT2_LNFW, 0), P(GPT2_LNFB, 0), N, C));
-    PROF(pr, PROF_LM_HEAD_FWD,
-         o->matmul_forward(m->logits, m->lnf, P(GPT2_WTE, 0), weight16(m, GPT2_WTE, 0), NULL, N, C,
-                           m->Vpl));
-    if (targets) {
-        o->upload(m->targets, targets, (size_t)N * sizeof(int32_t));
-        if (m->tp.size == 1) {
-            PROF(pr, PROF_LOSS,
-                 o->classifier(m->logits, m->losses, m->targets, N, m->cfg.vocab,
-                               m->cfg.padded_vocab, grad_scale));
-        } else {
-            double t0 = prof_now();
-            if (vocab_parallel_loss(m, N, grad_scale, err)) return -1;
-            if (!pr->paused) pr->seconds[PROF_LOSS] += prof_now() - t0;
-        }
-        o->download(m->losses_host, m->losses, (size_t)N * sizeof(float));
-        double sum = 0;
-        for (int i = 0; i < N; i++) sum += m->losses_host[i];
-        if (mean_loss) *mean_loss = sum / N;
-    }
-    return check_ops(m, "forward", err);
+    return model_stage_forward(m, 0, inputs, targets, B, T, grad_scale, mean_loss, err);
+}
+
+float *model_stage_input(struct model *m, int slot)
+{
+    return m->slots[slot].input;
+}
+
+const float *model_stage_output(const struct model *m, int slot)
+{
+    return m->slots[slot].layer[m->n_layers - 1].res3;
+}
+
+const float *model_stage_input_grad(const struct model *m)
+{
+    return m->dres;
+}
+
+const float *model_logits(const struct model *m)
+{
+    return m->slots[0].logits;
 }
 
 /* ---- backward ------------------------------------------------------------------ */
 
-/* Recomputes what the recompute policy did not keep for layer l. */
-static int layer_recompute(struct model *m, int l, int B, int T, struct plait_error *err)
+/* Recomputes what the recompute policy did not keep for local layer i. */
+static int layer_recompute(struct model *m, struct model_slot *sl, int i, int B, int T,
+                           struct plait_error *err)
 {
-    struct layer_acts *a = &m->layer[l];
-    if (m->recompute == PLAN_RECOMPUTE_FULL) return layer_forward(m, l, B, T, err);
+    struct layer_acts *a = &sl->layer[i];
+    if (m->recompute == PLAN_RECOMPUTE_FULL) return layer_forward(m, sl, i, B, T, err);
     if (m->recompute == PLAN_RECOMPUTE_SELECTIVE) {
         m->ops->attention_forward(a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
         m->ops->gelu_forward(a->fch_gelu, a->fch, (size_t)B * T * 4 * m->Cl);
@@ -345,17 +400,18 @@ static int layer_recompute(struct model *m, int l, int B, int T, struct plait_er
 /* On entry m->dres holds the gradient of the layer's output (whole on every
  * tp rank); on exit, of its input. The input gradients of the column-parallel
  * products are partial sums over the group until reduced. */
-static int layer_backward(struct model *m, int l, int B, int T, bool acc, struct plait_error *err)
+static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, int T, bool acc,
+                          struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    int C = m->cfg.hidden, Cl = m->Cl, N = B * T;
-    struct layer_acts *a = &m->layer[l];
-    const float *in = layer_input(m, l);
+    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, l = m->layer0 + i;
+    struct layer_acts *a = &sl->layer[i];
+    const float *in = layer_input(sl, i);
     struct profile *pr = &m->prof;
     /* the forward phases it reruns count as recompute, not as forward */
     double t0 = prof_now();
     pr->paused++;
-    int rc = layer_recompute(m, l, B, T, err);
+    int rc = layer_recompute(m, sl, i, B, T, err);
     pr->paused--;
     if (rc) return -1;
     if (!pr->paused) pr->seconds[PROF_RECOMPUTE] += prof_now() - t0;
@@ -387,25 +443,53 @@ static int layer_backward(struct model *m, int l, int B, int T, bool acc, struct
     return 0;
 }
 
-int model_backward(struct model *m, int B, int T, bool acc, struct plait_error *err)
+/* The tied LM head (logits = lnf · wteᵀ) and the final LayerNorm: dres gets
+ * the gradient of the last layer's output. The head writes dwte first (the
+ * first stage's embedding adds to it when the two are one rank). */
+static int head_backward(struct model *m, struct model_slot *sl, int N, bool acc,
+                         struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    int C = m->cfg.hidden, N = B * T, L = m->cfg.layers;
-    /* LM head (tied): logits = lnf · wteᵀ; it writes dwte first, the encoder adds */
+    int C = m->cfg.hidden;
     struct profile *pr = &m->prof;
     PROF(pr, PROF_LM_HEAD_BWD,
-         o->matmul_backward(m->dC, G(GPT2_WTE, 0), NULL, m->logits, m->lnf, P(GPT2_WTE, 0),
+         o->matmul_backward(m->dC, G(GPT2_WTE, 0), NULL, sl->logits, sl->lnf, P(GPT2_WTE, 0),
                             weight16(m, GPT2_WTE, 0), N, C, m->Vpl, acc));
     if (tp_reduce(m, m->dC, (size_t)N * C, false, err)) return -1;
     o->zero(m->dres, (size_t)N * C * sizeof(float));
     PROF(pr, PROF_LAYERNORM_BWD,
          o->layernorm_backward(m->dres, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), m->dC,
-                               m->layer[L - 1].res3, P(GPT2_LNFW, 0), m->lnf_mean, m->lnf_rstd, N,
-                               C, acc));
-    for (int l = L - 1; l >= 0; l--)
-        if (layer_backward(m, l, B, T, acc, err)) return -1;
-    PROF(pr, PROF_EMBED_BWD,
-         o->encoder_backward(G(GPT2_WTE, 0), m->v0, m->Vpl, G(GPT2_WPE, 0), m->dres, m->inputs, B,
-                             T, C, acc));
+                               sl->layer[m->n_layers - 1].res3, P(GPT2_LNFW, 0), sl->lnf_mean,
+                               sl->lnf_rstd, N, C, acc));
+    return 0;
+}
+
+int model_stage_backward(struct model *m, int slot, const float *grad_out, int B, int T, bool acc,
+                         struct plait_error *err)
+{
+    const struct ops *o = m->ops;
+    int C = m->cfg.hidden, N = B * T;
+    struct model_slot *sl = &m->slots[slot];
+    if (m->last) {
+        if (head_backward(m, sl, N, acc, err)) return -1;
+    } else {
+        o->upload(m->dres, grad_out, (size_t)N * C * sizeof(float));
+    }
+    for (int i = m->n_layers - 1; i >= 0; i--)
+        if (layer_backward(m, sl, i, B, T, acc, err)) return -1;
+    if (m->first) {
+        /* the embedding: with the head on this rank too it adds to dwte, else it writes */
+        bool acc_wte = acc || m->last;
+        struct profile *pr = &m->prof;
+        if (!acc_wte) o->zero(G(GPT2_WTE, 0), m->shard.elems[GPT2_WTE] * sizeof(float));
+        PROF(pr, PROF_EMBED_BWD,
+             o->encoder_backward(G(GPT2_WTE, 0), m->v0, m->Vpl, G(GPT2_WPE, 0), m->dres,
+                                 sl->tokens, B, T, C, acc));
+    }
     return check_ops(m, "backward", err);
+}
+
+int model_backward(struct model *m, int B, int T, bool acc, struct plait_error *err)
+{
+    return model_stage_backward(m, 0, NULL, B, T, acc, err);
 }

@@ -39,12 +39,26 @@ struct layer_acts {
     float *res3;                      /* (N,C) the layer's output */
 };
 
+/* One micro-batch's activations on this stage: what its forward leaves for
+ * its backward. A pipeline stage holds several at once (the schedule says how
+ * many); without a pipeline there is one. */
+struct model_slot {
+    struct layer_acts *layer;         /* [the stage's layers] */
+    float *input;                     /* (N,C) the stage's input: the embedding on the first
+                                         stage, the activation received on the others */
+    int32_t *tokens, *targets;        /* (N) first stage: its tokens; last stage: the targets */
+    float *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) last stage */
+    float *logits;                    /* (N,Vp/tp) last stage; turned into dlogits by the loss */
+};
+
 struct model {
     struct gpt2_config cfg;  /* the whole model's dimensions */
     struct gpt2_shard shard; /* what this rank holds, and where (layer-major) */
     struct model_tp tp;      /* its tensor-parallel group */
     int Cl, NHl;             /* channels and heads of this rank's attention: C/tp, NH/tp */
     int v0, Vpl, nv;         /* its vocabulary shard: entries [v0, v0+Vpl), nv of them real */
+    int layer0, n_layers;    /* its pipeline stage's layers [layer0, layer0 + n_layers) */
+    bool first, last;        /* the first stage embeds, the last computes the loss */
     const struct ops *ops;
     int B, T; /* the largest micro-batch the buffers hold */
     enum plan_precision precision;
@@ -54,17 +68,15 @@ struct model {
     float *params, *grads, *adam_m, *adam_v;
     uint16_t *params16; /* bf16 copy of params, bf16 precision only */
 
-    int32_t *inputs, *targets;        /* (B,T) */
-    float *encoded;                   /* (N,C) */
-    struct layer_acts *layer;         /* [L] */
-    float *proj;                      /* (N,C) scratch: output of the two projections */
-    float *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
-    float *logits;                    /* (N,Vp/tp); turned into dlogits by the loss */
-    float *losses;                    /* (N) */
-    float *ce_stats;                  /* (3N) row max, Σexp, target logit (tp > 1) */
+    int n_slots;
+    struct model_slot *slots; /* [n_slots] */
+    float *proj;              /* (N,C) scratch: output of the two projections */
+    float *losses;            /* (N) */
+    float *ce_stats;          /* (3N) row max, Σexp, target logit (tp > 1) */
 
     /* backward scratch */
-    float *dres; /* (N,C) gradient of the residual stream */
+    float *dres; /* (N,C) gradient of the residual stream; after a stage's backward, of its
+                    input */
     float *dC;   /* (N,C) */
     float *d3C;  /* (N,3C/tp) */
     float *d4C;  /* (N,4C/tp) */
@@ -79,11 +91,12 @@ struct model {
 
 /* Allocates everything for micro-batches of up to B×T tokens, for the part
  * of the model `part` names (gpt2_part_whole: all of it); tp is its
- * tensor-parallel group (NULL: none; its size must be part->tp). Parameters
+ * tensor-parallel group (NULL: none; its size must be part->tp); n_slots
+ * micro-batches can be in flight at once (1 without a pipeline). Parameters
  * are zero: call model_set_params next. */
 int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2_part *part,
                const struct model_tp *tp, const struct ops *ops, int B, int T,
-               enum plan_precision precision, enum plan_recompute recompute,
+               enum plan_precision precision, enum plan_recompute recompute, int n_slots,
                struct plait_error *err);
 void model_free(struct model *m);
 
@@ -101,5 +114,28 @@ int model_forward(struct model *m, const int32_t *inputs, const int32_t *targets
 /* Backward after model_forward(..., grad_scale != 0). Parameter gradients are
  * written (accumulate = false, the first micro-batch of a step) or added. */
 int model_backward(struct model *m, int B, int T, bool accumulate, struct plait_error *err);
+
+/* The same for one pipeline stage and one slot (model_forward and
+ * model_backward are these for the whole model in slot 0).
+ * Forward: the first stage embeds `tokens` (host); the others read their
+ * input from model_stage_input(m, slot), where the previous stage's output
+ * was received. The last stage computes the loss against `targets` (host)
+ * as model_forward does; the others leave their output at
+ * model_stage_output(m, slot).
+ * Backward: the last stage starts from its dlogits; the others from
+ * grad_out (N,C, backend memory: the next stage's input gradient). After it,
+ * the gradient of this stage's input is at model_stage_input_grad(m), valid
+ * until the next backward (the first stage has used it for its embedding). */
+int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const int32_t *targets,
+                        int B, int T, float grad_scale, double *mean_loss,
+                        struct plait_error *err);
+int model_stage_backward(struct model *m, int slot, const float *grad_out, int B, int T,
+                         bool accumulate, struct plait_error *err);
+float *model_stage_input(struct model *m, int slot);
+const float *model_stage_output(const struct model *m, int slot);
+const float *model_stage_input_grad(const struct model *m);
+
+/* The last forward's logits (N, Vp/tp) of slot 0 (sampling). */
+const float *model_logits(const struct model *m);
 
 #endif

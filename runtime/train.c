@@ -309,7 +309,7 @@ static int setup(struct trainer *t, struct plait_error *err)
     if (fresh && !strcmp(fresh, "1") && start_fresh(t, err)) return -1;
     if (check_run_plan(t, err)) return -1;
     struct gpt2_part part = gpt2_part_whole(&cfg);
-    if (model_init(&t->m, &cfg, &part, NULL, ops, B, T, p->precision, p->recompute, err))
+    if (model_init(&t->m, &cfg, &part, NULL, ops, B, T, p->precision, p->recompute, 1, err))
         return -1;
     t->model_ready = true;
     t->flops_per_token = gpt2_flops_per_token(&cfg, T);
@@ -542,7 +542,7 @@ static int run_steps(struct trainer *t, struct plait_error *err)
             }
             if (t->dump_dir && s == 0 && micro == 0) { /* logits before the loss touches them */
                 if (model_forward(&t->m, t->inputs, t->targets, B, T, 0.0f, NULL, err) ||
-                    dump(t->dump_dir, "logits.f32", t->m.ops, t->m.logits,
+                    dump(t->dump_dir, "logits.f32", t->m.ops, model_logits(&t->m),
                          (size_t)B * T * p->model.padded_vocab, err))
                     return -1;
             }

@@ -109,7 +109,7 @@ static void *run_rank(void *arg)
     struct model m;
     struct plait_error err = {.text = ""};
     if (model_init(&m, &cfg, &part, j->tp > 1 ? &tp : NULL, ops_cpu(), B, T, PLAN_PRECISION_FP32,
-                   j->recompute, &err)) {
+                   j->recompute, 1, &err)) {
         snprintf(j->error, sizeof j->error, "%s", err.text);
         return NULL;
     }
