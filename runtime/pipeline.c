@@ -1,0 +1,137 @@
+/* pipeline.c — running one stage's schedule for one step: micro-batches into
+ * slots as they arrive, forwards and backwards through the model, transfers
+ * through the link, and the time each kind of operation took. Which list to
+ * run is common/schedule.c's; moving bytes is the link's. */
+#include "runtime/pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A micro-batch's activation and its gradient travel under different tags. */
+static uint32_t tag_of(int micro, bool gradient)
+{
+    return 2u * (uint32_t)micro + (gradient ? 1u : 0u);
+}
+
+struct run {
+    struct model *m;
+    int *slot_of; /* [m] micro-batch -> slot, -1 */
+    bool *busy;   /* [n_slots] */
+};
+
+static int take_slot(struct run *r, int micro, struct plait_error *err)
+{
+    if (r->slot_of[micro] >= 0) return r->slot_of[micro];
+    for (int s = 0; s < r->m->n_slots; s++)
+        if (!r->busy[s]) {
+            r->busy[s] = true;
+            return r->slot_of[micro] = s;
+        }
+    return error_set(err, "pipeline: no free activation slot for micro-batch %d (%d slots)",
+                     micro, r->m->n_slots);
+}
+
+static void give_slot(struct run *r, int micro)
+{
+    if (r->slot_of[micro] >= 0) r->busy[r->slot_of[micro]] = false;
+    r->slot_of[micro] = -1;
+}
+
+int pipeline_step(struct model *m, const struct schedule *s, int stage,
+                  const struct pipe_link *link, const struct pipe_feed *feed, int B, int T,
+                  float grad_scale, double *loss_sum, struct pipe_times *times,
+                  struct plait_error *err)
+{
+    if (s->v != 1 || s->split_backward)
+        return error_set(err, "pipeline: the %s schedule is not supported by this runtime yet",
+                         schedule_kind_name(s->kind));
+    if (schedule_max_in_flight(s, stage) > m->n_slots)
+        return error_set(err, "pipeline: stage %d holds up to %d micro-batches, the model has %d "
+                              "slots",
+                         stage, schedule_max_in_flight(s, stage), m->n_slots);
+    size_t N = (size_t)B * T, NC = N * (size_t)m->cfg.hidden;
+    struct run r = {m, malloc((size_t)s->m * sizeof(int)), calloc((size_t)m->n_slots, 1)};
+    int32_t *tokens = malloc(N * sizeof *tokens), *targets = malloc(N * sizeof *targets);
+    float *grad = malloc(NC * sizeof *grad);
+    int rc = -1, backwards = 0;
+    memset(times, 0, sizeof *times);
+    if (loss_sum) *loss_sum = 0;
+    if (!r.slot_of || !r.busy || !tokens || !targets || !grad) {
+        error_set(err, "out of memory");
+        goto out;
+    }
+    for (int k = 0; k < s->m; k++) r.slot_of[k] = -1;
+    for (int i = 0; i < s->n_ops[stage]; i++) {
+        struct sched_op op = s->ops[stage][i];
+        int k = op.micro, slot;
+        double t0 = now_s();
+        switch (op.type) {
+        case SCHED_RECV_ACT:
+            if ((slot = take_slot(&r, k, err)) < 0 ||
+                link->recv(link->ctx, stage - 1, tag_of(k, false), model_stage_input(m, slot), NC,
+                           err))
+                goto out;
+            times->idle_s += now_s() - t0;
+            break;
+        case SCHED_F: {
+            double loss = 0;
+            if ((slot = take_slot(&r, k, err)) < 0) goto out;
+            if (m->first || m->last) {
+                if (feed->next(feed->ctx, k, tokens, targets, err)) goto out;
+                double t1 = now_s();
+                times->data_s += t1 - t0;
+                t0 = t1;
+            }
+            if (model_stage_forward(m, slot, tokens, targets, B, T, grad_scale, &loss, err))
+                goto out;
+            if (m->last && loss_sum) *loss_sum += loss;
+            times->compute_s += now_s() - t0;
+            break;
+        }
+        case SCHED_SEND_ACT:
+            if (link->send(link->ctx, stage + 1, tag_of(k, false),
+                           model_stage_output(m, r.slot_of[k]), NC, err))
+                goto out;
+            times->send_s += now_s() - t0;
+            break;
+        case SCHED_RECV_GRAD:
+            if (link->recv(link->ctx, stage + 1, tag_of(k, true), grad, NC, err)) goto out;
+            times->idle_s += now_s() - t0;
+            break;
+        case SCHED_B:
+            if (r.slot_of[k] < 0) {
+                error_set(err, "pipeline: backward of micro-batch %d before its forward", k);
+                goto out;
+            }
+            if (model_stage_backward(m, r.slot_of[k], grad, B, T, backwards++ > 0, err)) goto out;
+            give_slot(&r, k);
+            times->compute_s += now_s() - t0;
+            break;
+        case SCHED_SEND_GRAD:
+            if (link->send(link->ctx, stage - 1, tag_of(k, true), model_stage_input_grad(m), NC,
+                           err))
+                goto out;
+            times->send_s += now_s() - t0;
+            break;
+        case SCHED_W:
+            error_set(err, "pipeline: a weight-gradient operation in a combined schedule");
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    free(r.slot_of);
+    free(r.busy);
+    free(tokens);
+    free(targets);
+    free(grad);
+    return rc;
+}

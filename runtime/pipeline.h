@@ -1,0 +1,57 @@
+/* pipeline.h — the schedule executor: one optimizer step of one pipeline
+ * stage, running the stage's list of operations from common/schedule.h
+ * (forwards, backwards, and the transfers of activations and their
+ * gradients between neighbouring stages) over the model's slots. Every
+ * schedule runs through it, pp = 1 (plain gradient accumulation) included.
+ *
+ * It knows nothing of sockets or data files: the transfers go through a
+ * pipe_link and the micro-batches come from a pipe_feed, which the training
+ * loop (or a test) provides. */
+#ifndef PLAIT_RUNTIME_PIPELINE_H
+#define PLAIT_RUNTIME_PIPELINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "common/schedule.h"
+#include "runtime/model.h"
+
+/* Transfers with the neighbouring stages. send may return as soon as buf's
+ * bytes are handed off (buf is reusable after it returns) and must never wait
+ * for the peer to receive; recv waits (with the layer's deadline). Tags tell
+ * a micro-batch's activation from its gradient. */
+struct pipe_link {
+    int (*send)(void *ctx, int to_stage, uint32_t tag, const float *buf, size_t n,
+                struct plait_error *err);
+    int (*recv)(void *ctx, int from_stage, uint32_t tag, float *buf, size_t n,
+                struct plait_error *err);
+    void *ctx;
+};
+
+/* The micro-batches of the step, in order: micro k's tokens and targets (the
+ * first stage uses the tokens, the last the targets). */
+struct pipe_feed {
+    int (*next)(void *ctx, int micro, int32_t *tokens, int32_t *targets, struct plait_error *err);
+    void *ctx;
+};
+
+/* Where a stage's step went (seconds). */
+struct pipe_times {
+    double compute_s; /* forwards and backwards (tensor-parallel collectives included) */
+    double send_s;    /* handing off activations and gradients */
+    double idle_s;    /* waiting for a neighbour: the bubble, as this stage lived it */
+    double data_s;    /* reading micro-batches */
+};
+
+/* Runs stage `stage`'s list of s (v = 1) on m, whose slots must number at
+ * least schedule_max_in_flight(s, stage). B×T micro-batches; grad_scale as
+ * model_forward. *loss_sum (last stage) gets the sum of the micro-batches'
+ * mean losses. Parameter gradients are written by the stage's first backward
+ * and added by the others. */
+int pipeline_step(struct model *m, const struct schedule *s, int stage,
+                  const struct pipe_link *link, const struct pipe_feed *feed, int B, int T,
+                  float grad_scale, double *loss_sum, struct pipe_times *times,
+                  struct plait_error *err);
+
+#endif

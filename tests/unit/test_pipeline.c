@@ -1,0 +1,235 @@
+/* test_pipeline.c — pipeline parallelism against the whole model: stages as
+ * threads of this process, joined by an in-process link (sends copied into
+ * mailboxes, never blocking), each holding its layers of the same weights and
+ * running its list of the schedule. The summed loss and every gradient
+ * tensor (the tied wte's summed over the first and last stage, as the
+ * training loop will) match one rank accumulating the same micro-batches,
+ * for GPipe and 1F1B at several depths; stages hold no more micro-batches
+ * than the schedule promises. */
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/rng.h"
+#include "kernels/ops.h"
+#include "runtime/gpt2.h"
+#include "runtime/model.h"
+#include "runtime/pipeline.h"
+
+static const struct gpt2_config cfg = {
+    .max_seq_len = 8, .vocab = 50, .padded_vocab = 64, .layers = 4, .heads = 4, .hidden = 16};
+enum { B = 2, T = 8, N = B * T, MAX_PP = 4, MAX_M = 8 };
+
+/* ---- an in-process link: one mailbox of messages ----------------------------------------- */
+
+struct message {
+    int to, from;
+    uint32_t tag;
+    float *data;
+    size_t n;
+    struct message *next;
+};
+
+struct post {
+    pthread_mutex_t lock;
+    pthread_cond_t arrived;
+    struct message *head;
+};
+
+struct endpoint {
+    struct post *post;
+    int stage;
+};
+
+static int post_send(void *ctx, int to, uint32_t tag, const float *buf, size_t n,
+                     struct plait_error *err)
+{
+    struct endpoint *e = ctx;
+    struct message *msg = malloc(sizeof *msg);
+    msg->data = malloc(n * sizeof(float));
+    memcpy(msg->data, buf, n * sizeof(float));
+    *msg = (struct message){to, e->stage, tag, msg->data, n, NULL};
+    pthread_mutex_lock(&e->post->lock);
+    msg->next = e->post->head;
+    e->post->head = msg;
+    pthread_cond_broadcast(&e->post->arrived);
+    pthread_mutex_unlock(&e->post->lock);
+    (void)err;
+    return 0;
+}
+
+static int post_recv(void *ctx, int from, uint32_t tag, float *buf, size_t n,
+                     struct plait_error *err)
+{
+    struct endpoint *e = ctx;
+    pthread_mutex_lock(&e->post->lock);
+    for (;;) {
+        for (struct message **p = &e->post->head; *p; p = &(*p)->next) {
+            struct message *msg = *p;
+            if (msg->to != e->stage || msg->from != from || msg->tag != tag) continue;
+            *p = msg->next;
+            pthread_mutex_unlock(&e->post->lock);
+            int rc = msg->n == n ? 0 : error_set(err, "message of %zu floats, want %zu", msg->n, n);
+            if (rc == 0) memcpy(buf, msg->data, n * sizeof(float));
+            free(msg->data);
+            free(msg);
+            return rc;
+        }
+        pthread_cond_wait(&e->post->arrived, &e->post->lock);
+    }
+}
+
+/* ---- the data: micro-batch k's tokens and targets -------------------------------------- */
+
+static int32_t data_in[MAX_M][N], data_tg[MAX_M][N];
+
+static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
+                     struct plait_error *err)
+{
+    (void)ctx;
+    (void)err;
+    memcpy(tokens, data_in[micro], sizeof data_in[micro]);
+    memcpy(targets, data_tg[micro], sizeof data_tg[micro]);
+    return 0;
+}
+
+/* ---- a stage ------------------------------------------------------------------------------ */
+
+struct job {
+    const struct schedule *sched;
+    int stage;
+    struct endpoint end;
+    const float *full_params;
+    double loss;
+    float *grads;
+    struct gpt2_shard shard;
+    char error[1024];
+};
+
+static void *run_stage(void *arg)
+{
+    struct job *j = arg;
+    const struct schedule *s = j->sched;
+    struct gpt2_part part = {.tp = 1, .pp = s->pp, .pp_rank = j->stage};
+    gpt2_stage_layers(cfg.layers, s->pp, j->stage, &part.layer_begin, &part.layer_end);
+    struct model m;
+    struct plait_error err = {.text = ""};
+    if (model_init(&m, &cfg, &part, NULL, ops_cpu(), B, T, PLAN_PRECISION_FP32,
+                   PLAN_RECOMPUTE_NONE, schedule_max_in_flight(s, j->stage), &err)) {
+        snprintf(j->error, sizeof j->error, "%s", err.text);
+        return NULL;
+    }
+    float *shard = malloc(m.shard.total * sizeof *shard);
+    gpt2_shard_copy(&m.shard, (float *)j->full_params, shard, true);
+    model_set_params(&m, shard);
+    struct pipe_link link = {post_send, post_recv, &j->end};
+    struct pipe_feed feed = {feed_next, NULL};
+    struct pipe_times times;
+    if (pipeline_step(&m, s, j->stage, &link, &feed, B, T, 1.0f / (N * s->m), &j->loss, &times,
+                      &err)) {
+        snprintf(j->error, sizeof j->error, "%s", err.text);
+    } else {
+        j->grads = malloc(m.shard.total * sizeof *j->grads);
+        m.ops->download(j->grads, m.grads, m.shard.total * sizeof(float));
+        j->shard = m.shard;
+    }
+    free(shard);
+    model_free(&m);
+    return NULL;
+}
+
+/* One step of schedule s over stages as threads: the loss and the gradients
+ * summed over the stages (wte: first + last) into full_grads. */
+static int run(const struct schedule *s, const float *params, double *loss, float *full_grads,
+               size_t full_total)
+{
+    struct post post = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL};
+    struct job jobs[MAX_PP];
+    pthread_t threads[MAX_PP];
+    for (int st = 0; st < s->pp; st++) {
+        jobs[st] = (struct job){.sched = s, .stage = st, .end = {&post, st}, .full_params = params};
+        pthread_create(&threads[st], NULL, run_stage, &jobs[st]);
+    }
+    for (int st = 0; st < s->pp; st++) pthread_join(threads[st], NULL);
+    int rc = 0;
+    float *one = calloc(full_total, sizeof *one);
+    memset(full_grads, 0, full_total * sizeof *full_grads);
+    for (int st = 0; st < s->pp; st++) {
+        if (jobs[st].error[0]) {
+            CHECK(0, "%s pp %d m %d stage %d: %s", schedule_kind_name(s->kind), s->pp, s->m, st,
+                  jobs[st].error);
+            rc = -1;
+            continue;
+        }
+        memset(one, 0, full_total * sizeof *one);
+        gpt2_shard_copy(&jobs[st].shard, one, jobs[st].grads, false);
+        for (size_t i = 0; i < full_total; i++) full_grads[i] += one[i];
+        free(jobs[st].grads);
+    }
+    *loss = jobs[s->pp - 1].loss;
+    CHECK(post.head == NULL, "messages left undelivered");
+    free(one);
+    return rc;
+}
+
+static void test_pipeline_matches_one_rank_for_gpipe_and_1f1b(void)
+{
+    struct gpt2_layout full;
+    gpt2_layout(&cfg, &full);
+    float *params = malloc(full.total * sizeof *params);
+    gpt2_init_weights(&cfg, &full, params, 5);
+    struct rng r;
+    rng_seed(&r, 3, 0);
+    for (int k = 0; k < MAX_M; k++)
+        for (int i = 0; i < N; i++) {
+            data_in[k][i] = (int32_t)rng_below(&r, cfg.vocab);
+            data_tg[k][i] = (int32_t)rng_below(&r, cfg.vocab);
+        }
+    float *ref = malloc(full.total * sizeof *ref), *got = malloc(full.total * sizeof *got);
+    const int cases[][2] = {{2, 4}, {4, 4}, {4, 8}, {3, 5}, {1, 3}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int pp = cases[c][0], m = cases[c][1];
+        struct schedule one, s;
+        struct plait_error err;
+        double ref_loss, loss;
+        schedule_make(&one, SCHED_1F1B, 1, m, 1, &err);
+        if (run(&one, params, &ref_loss, ref, full.total)) continue;
+        const enum sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B};
+        for (int k = 0; k < 2; k++) {
+            if (schedule_make(&s, kinds[k], pp, m, 1, &err)) {
+                CHECK(0, "%s", err.text);
+                continue;
+            }
+            if (run(&s, params, &loss, got, full.total) == 0) {
+                CHECK(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss), "%s pp %d m %d: loss %.9g vs %.9g",
+                      schedule_kind_name(kinds[k]), pp, m, loss, ref_loss);
+                for (int t = 0; t < GPT2_TENSORS; t++) {
+                    double d = 0, n = 0;
+                    for (size_t i = 0; i < full.elems[t]; i++) {
+                        double a = got[full.offset[t] + i], b = ref[full.offset[t] + i];
+                        d += (a - b) * (a - b);
+                        n += b * b;
+                    }
+                    CHECK(sqrt(d) <= 1e-5 * sqrt(n) + 1e-30, "%s pp %d m %d: %s off by %.3g",
+                          schedule_kind_name(kinds[k]), pp, m, gpt2_tensor_names[t],
+                          n > 0 ? sqrt(d / n) : sqrt(d));
+                }
+            }
+            schedule_free(&s);
+        }
+        schedule_free(&one);
+    }
+    free(params);
+    free(ref);
+    free(got);
+}
+
+int main(void)
+{
+    omp_set_num_threads(1);
+    RUN(test_pipeline_matches_one_rank_for_gpipe_and_1f1b);
+    return check_exit_code();
+}
