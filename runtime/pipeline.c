@@ -46,10 +46,11 @@ static void give_slot(struct run *r, int micro)
 }
 
 int pipeline_step(struct model *m, const struct schedule *s, int stage,
-                  const struct pipe_link *link, const struct pipe_feed *feed, int B, int T,
-                  float grad_scale, double *loss_sum, struct pipe_times *times,
-                  struct plait_error *err)
+                  const struct pipe_link *link, const struct pipe_feed *feed,
+                  const struct pipe_step *how, double *loss_sum, int *done,
+                  struct pipe_times *times, struct plait_error *err)
 {
+    int B = how->B, T = how->T;
     if (s->v != 1 || s->split_backward)
         return error_set(err, "pipeline: the %s schedule is not supported by this runtime yet",
                          schedule_kind_name(s->kind));
@@ -64,6 +65,7 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
     int rc = -1, backwards = 0;
     memset(times, 0, sizeof *times);
     if (loss_sum) *loss_sum = 0;
+    *done = 0;
     if (!r.slot_of || !r.busy || !tokens || !targets || !grad) {
         error_set(err, "out of memory");
         goto out;
@@ -90,7 +92,7 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
                 times->data_s += t1 - t0;
                 t0 = t1;
             }
-            if (model_stage_forward(m, slot, tokens, targets, B, T, grad_scale, &loss, err))
+            if (model_stage_forward(m, slot, tokens, targets, B, T, how->grad_scale, &loss, err))
                 goto out;
             if (m->last && loss_sum) *loss_sum += loss;
             times->compute_s += now_s() - t0;
@@ -111,9 +113,20 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
                 error_set(err, "pipeline: backward of micro-batch %d before its forward", k);
                 goto out;
             }
-            if (model_stage_backward(m, r.slot_of[k], grad, B, T, backwards++ > 0, err)) goto out;
+            if (model_stage_backward(m, r.slot_of[k], grad, B, T,
+                                     how->accumulate || backwards++ > 0, err))
+                goto out;
             give_slot(&r, k);
             times->compute_s += now_s() - t0;
+            *done = k + 1;
+            if (how->after_backward) {
+                int stop = how->after_backward(how->ctx, k, err);
+                if (stop < 0) goto out;
+                if (stop > 0 && s->pp == 1) {
+                    rc = 0;
+                    goto out;
+                }
+            }
             break;
         case SCHED_SEND_GRAD:
             if (link->send(link->ctx, stage - 1, tag_of(k, true), model_stage_input_grad(m), NC,

@@ -44,14 +44,25 @@ struct pipe_times {
     double data_s;    /* reading micro-batches */
 };
 
+/* How to run a step. */
+struct pipe_step {
+    int B, T;         /* the micro-batch */
+    float grad_scale; /* as model_forward's */
+    bool accumulate;  /* the first backward adds to the gradients already there (a step
+                         resumed where it stopped); else it writes them */
+    /* Called after each backward (may be NULL): a return of 1 ends the step
+     * there (a stop between micro-batches; pp = 1 only), -1 an error. */
+    int (*after_backward)(void *ctx, int micro, struct plait_error *err);
+    void *ctx;
+};
+
 /* Runs stage `stage`'s list of s (v = 1) on m, whose slots must number at
- * least schedule_max_in_flight(s, stage). B×T micro-batches; grad_scale as
- * model_forward. *loss_sum (last stage) gets the sum of the micro-batches'
- * mean losses. Parameter gradients are written by the stage's first backward
- * and added by the others. */
+ * least schedule_max_in_flight(s, stage). *loss_sum (last stage) gets the sum
+ * of the micro-batches' mean losses, *done how many micro-batches completed
+ * (s->m unless after_backward stopped it). Returns 0, or -1 with err. */
 int pipeline_step(struct model *m, const struct schedule *s, int stage,
-                  const struct pipe_link *link, const struct pipe_feed *feed, int B, int T,
-                  float grad_scale, double *loss_sum, struct pipe_times *times,
-                  struct plait_error *err);
+                  const struct pipe_link *link, const struct pipe_feed *feed,
+                  const struct pipe_step *how, double *loss_sum, int *done,
+                  struct pipe_times *times, struct plait_error *err);
 
 #endif

@@ -25,6 +25,7 @@
 #include "runtime/metrics.h"
 #include "runtime/model.h"
 #include "runtime/optim.h"
+#include "runtime/pipeline.h"
 #include "runtime/sample.h"
 
 volatile sig_atomic_t train_stop_signal;
@@ -517,11 +518,89 @@ static void progress_line(struct trainer *t, const struct step_metrics *s, doubl
 
 /* ---- the loop ---------------------------------------------------------------------- */
 
+/* The feed of the step's micro-batches: this rank's share of the data (the
+ * developer's logits dump of step 1 reads its first micro-batch too). */
+struct step_feed {
+    struct trainer *t;
+    int step;
+};
+
+static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
+                     struct plait_error *err)
+{
+    struct step_feed *f = ctx;
+    struct trainer *t = f->t;
+    const struct plan *p = t->plan;
+    int rc;
+    PROF(&t->m.prof, PROF_DATA,
+         rc = data_next_of(&t->train, t->where->dp_rank, t->where->dp, tokens, targets, err));
+    if (rc) {
+        t->data_failed = true;
+        return error_prefix(err, "data.train: ");
+    }
+    if (t->dump_dir && f->step == 0 && micro == 0 && t->st.micro == 0) {
+        /* the logits before the loss touches them */
+        int B = p->batch.micro_batch, T = p->model.seq_len;
+        if (model_forward(&t->m, tokens, targets, B, T, 0.0f, NULL, err) ||
+            dump(t->dump_dir, "logits.f32", t->m.ops, model_logits(&t->m),
+                 (size_t)B * T * p->model.padded_vocab, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* After each micro-batch: its count, the fault injection, and a stop
+ * between micro-batches when asked (1). */
+static int after_micro(void *ctx, int micro, struct plait_error *err)
+{
+    (void)err;
+    struct step_feed *f = ctx;
+    struct trainer *t = f->t;
+    const struct plan *p = t->plan;
+    t->st.micro++;
+    t->st.tokens += (int64_t)p->batch.micro_batch * p->model.seq_len * t->where->dp;
+    if (++t->micro_done == t->signal_after_micro) raise(SIGTERM);
+    (void)micro;
+    return train_stop_signal && t->st.micro < p->batch.grad_accum ? 1 : 0;
+}
+
+/* The micro-batches of step s (from st.micro on, when resumed mid-step)
+ * through the schedule executor. Returns 1 when a stop ended it between
+ * micro-batches, 0 when the step's gradients are complete, -1 on error (a
+ * data error after a checkpoint of the work so far). */
+static int train_micro_batches(struct trainer *t, int s, float grad_scale,
+                               struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    int A = p->batch.grad_accum, left = A - t->st.micro, done = 0;
+    struct schedule sched;
+    if (schedule_make(&sched, SCHED_1F1B, 1, left, 1, err)) return -1;
+    struct step_feed f = {t, s};
+    struct pipe_feed feed = {feed_next, &f};
+    struct pipe_link link = {0};
+    struct pipe_step how = {.B = p->batch.micro_batch,
+                            .T = p->model.seq_len,
+                            .grad_scale = grad_scale,
+                            .accumulate = t->st.micro > 0,
+                            .after_backward = after_micro,
+                            .ctx = &f};
+    double loss_sum = 0;
+    struct pipe_times times;
+    t->data_failed = false;
+    int rc = pipeline_step(&t->m, &sched, 0, &link, &feed, &how, &loss_sum, &done, &times, err);
+    schedule_free(&sched);
+    t->st.loss_sum += loss_sum;
+    if (rc && t->data_failed) return fail_keeping_progress(t, err);
+    if (rc) return error_prefix(err, "step %d, micro-batch %d: ", s + 1, t->st.micro + 1);
+    return t->st.micro < A ? 1 : 0;
+}
+
 static int run_steps(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
     int B = p->batch.micro_batch, T = p->model.seq_len, A = p->batch.grad_accum;
-    float grad_scale = 1.0f / ((float)B * T * A);
+    /* the mean over the global batch: A micro-batches on each of the dp ranks */
+    float grad_scale = 1.0f / ((float)B * T * A * t->where->dp);
     int first_step = t->st.step;
     if (t->st.eval_pending && t->has_val) {
         int r = evaluate(t, err);
@@ -533,32 +612,12 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         int s = t->st.step; /* 0-based index of the step being taken */
         double t0 = now_s();
         double lr = optim_lr(&p->optimizer, p->steps, s);
-        for (int micro = t->st.micro; micro < A; micro++) {
-            int data_rc;
-            PROF(&t->m.prof, PROF_DATA, data_rc = data_next(&t->train, t->inputs, t->targets, err));
-            if (data_rc) {
-                error_prefix(err, "data.train: ");
-                return fail_keeping_progress(t, err);
-            }
-            if (t->dump_dir && s == 0 && micro == 0) { /* logits before the loss touches them */
-                if (model_forward(&t->m, t->inputs, t->targets, B, T, 0.0f, NULL, err) ||
-                    dump(t->dump_dir, "logits.f32", t->m.ops, model_logits(&t->m),
-                         (size_t)B * T * p->model.padded_vocab, err))
-                    return -1;
-            }
-            double loss;
-            if (model_forward(&t->m, t->inputs, t->targets, B, T, grad_scale, &loss, err) ||
-                model_backward(&t->m, B, T, micro > 0, err))
-                return error_prefix(err, "step %d, micro-batch %d: ", s + 1, micro + 1);
-            t->st.loss_sum += loss;
-            t->st.tokens += (int64_t)B * T;
-            t->st.micro = micro + 1;
-            if (++t->micro_done == t->signal_after_micro) raise(SIGTERM);
-            if (train_stop_signal && micro + 1 < A) {
-                log_info("signal %d: stopping after micro-batch %d of step %d",
-                         (int)train_stop_signal, micro + 1, s + 1);
-                return save(t, err) ? -1 : PLAIT_EXIT_PREEMPTED;
-            }
+        int stopped = train_micro_batches(t, s, grad_scale, err);
+        if (stopped < 0) return -1;
+        if (stopped) {
+            log_info("signal %d: stopping after micro-batch %d of step %d",
+                     (int)train_stop_signal, t->st.micro, s + 1);
+            return save(t, err) ? -1 : PLAIT_EXIT_PREEMPTED;
         }
         if (t->dump_dir && s == 0 &&
             dump_grads(t, err))

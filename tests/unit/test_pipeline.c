@@ -128,8 +128,9 @@ static void *run_stage(void *arg)
     struct pipe_link link = {post_send, post_recv, &j->end};
     struct pipe_feed feed = {feed_next, NULL};
     struct pipe_times times;
-    if (pipeline_step(&m, s, j->stage, &link, &feed, B, T, 1.0f / (N * s->m), &j->loss, &times,
-                      &err)) {
+    struct pipe_step how = {.B = B, .T = T, .grad_scale = 1.0f / (N * s->m)};
+    int done;
+    if (pipeline_step(&m, s, j->stage, &link, &feed, &how, &j->loss, &done, &times, &err)) {
         snprintf(j->error, sizeof j->error, "%s", err.text);
     } else {
         j->grads = malloc(m.shard.total * sizeof *j->grads);
