@@ -75,7 +75,7 @@ static int act_sizes(const struct gpt2_config *cfg, int tp, int B, int T, struct
 }
 
 int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2_part *part,
-               const struct model_tp *tp, const struct ops *ops, int B, int T,
+               const struct group *tp, const struct ops *ops, int B, int T,
                enum plan_precision precision, enum plan_recompute recompute, int n_slots,
                struct plait_error *err)
 {
@@ -86,7 +86,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     m->T = T;
     m->precision = precision;
     m->recompute = recompute;
-    m->tp = tp ? *tp : (struct model_tp){.size = 1};
+    m->tp = tp ? *tp : (struct group){.size = 1};
     struct act_sizes z = {0};
     if (gpt2_shard_init(&m->shard, cfg, part, err)) return -1;
     if (m->tp.size != part->tp || m->tp.rank != part->tp_rank)

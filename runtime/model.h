@@ -12,19 +12,9 @@
 #include "common/plan.h"
 #include "common/gpt2_shard.h"
 #include "kernels/ops.h"
+#include "runtime/group.h"
 #include "runtime/gpt2.h"
 #include "runtime/profile.h"
-
-/* The collectives the model needs from its tensor-parallel group: buf summed
- * (or maxed) over the group's ranks in place, the same bits on every rank;
- * and a sum of doubles (the gradient norm). A size of 1 never calls them.
- * (runtime/comm provides them; tests may too.) */
-struct model_tp {
-    int size, rank;
-    int (*allreduce)(void *ctx, float *buf, size_t n, bool max, struct plait_error *err);
-    int (*allreduce_f64)(void *ctx, double *buf, size_t n, struct plait_error *err);
-    void *ctx;
-};
 
 /* What one layer's forward leaves for its backward. With recompute, some of
  * these point at one shared scratch buffer and backward recomputes them. */
@@ -54,7 +44,7 @@ struct model_slot {
 struct model {
     struct gpt2_config cfg;  /* the whole model's dimensions */
     struct gpt2_shard shard; /* what this rank holds, and where (layer-major) */
-    struct model_tp tp;      /* its tensor-parallel group */
+    struct group tp;         /* its tensor-parallel group */
     int Cl, NHl;             /* channels and heads of this rank's attention: C/tp, NH/tp */
     int v0, Vpl, nv;         /* its vocabulary shard: entries [v0, v0+Vpl), nv of them real */
     int layer0, n_layers;    /* its pipeline stage's layers [layer0, layer0 + n_layers) */
@@ -95,7 +85,7 @@ struct model {
  * micro-batches can be in flight at once (1 without a pipeline). Parameters
  * are zero: call model_set_params next. */
 int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2_part *part,
-               const struct model_tp *tp, const struct ops *ops, int B, int T,
+               const struct group *tp, const struct ops *ops, int B, int T,
                enum plan_precision precision, enum plan_recompute recompute, int n_slots,
                struct plait_error *err);
 void model_free(struct model *m);

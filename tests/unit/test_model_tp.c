@@ -1,6 +1,6 @@
 /* test_model_tp.c — tensor parallelism (Megatron) in the model against the
- * whole model on one rank: tp ranks as threads of this process, joined by an
- * in-process all-reduce (sum in rank order, the same bits on every rank),
+ * whole model on one rank: tp ranks as threads of this process, joined by
+ * tests/unit/thread_group.h (sums in rank order, the same bits on every rank),
  * each holding its shard of the same weights. The loss and every gradient
  * tensor, gathered back into llm.c order, match the one-rank run; with every
  * recompute policy; the gradient norm counts each parameter once, so one
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "thread_group.h"
 #include "common/rng.h"
 #include "kernels/ops.h"
 #include "runtime/gpt2.h"
@@ -23,75 +24,12 @@ static const struct gpt2_config cfg = {
     .max_seq_len = 8, .vocab = 50, .padded_vocab = 64, .layers = 2, .heads = 4, .hidden = 16};
 enum { B = 2, T = 8, N = B * T, MAX_TP = 4 };
 
-/* ---- an all-reduce between threads ------------------------------------------------- */
-
-struct group {
-    int size;
-    pthread_barrier_t barrier;
-    float *bufs[MAX_TP];
-    float *result;
-    size_t cap;
-};
-
-struct member {
-    struct group *g;
-    int rank;
-};
-
-static int group_allreduce(void *ctx, float *buf, size_t n, bool max, struct plait_error *err)
-{
-    struct member *me = ctx;
-    struct group *g = me->g;
-    g->bufs[me->rank] = buf;
-    pthread_barrier_wait(&g->barrier);
-    if (me->rank == 0) {
-        if (n > g->cap) {
-            free(g->result);
-            g->result = malloc(n * sizeof(float));
-            g->cap = n;
-        }
-        for (size_t i = 0; i < n; i++) {
-            float acc = g->bufs[0][i];
-            for (int r = 1; r < g->size; r++) {
-                float x = g->bufs[r][i];
-                acc = max ? (x > acc ? x : acc) : acc + x;
-            }
-            g->result[i] = acc;
-        }
-    }
-    pthread_barrier_wait(&g->barrier);
-    memcpy(buf, g->result, n * sizeof(float));
-    pthread_barrier_wait(&g->barrier);
-    (void)err;
-    return 0;
-}
-
-static int group_allreduce_f64(void *ctx, double *buf, size_t n, struct plait_error *err)
-{
-    /* through floats in two halves would lose bits: sum doubles directly */
-    struct member *me = ctx;
-    struct group *g = me->g;
-    static double slot[MAX_TP], total;
-    (void)n;
-    slot[me->rank] = *buf;
-    pthread_barrier_wait(&g->barrier);
-    if (me->rank == 0) {
-        total = 0;
-        for (int r = 0; r < g->size; r++) total += slot[r];
-    }
-    pthread_barrier_wait(&g->barrier);
-    *buf = total;
-    pthread_barrier_wait(&g->barrier);
-    (void)err;
-    return 0;
-}
-
 /* ---- one rank's run ------------------------------------------------------------------- */
 
 struct job {
     int tp, rank;
     enum plan_recompute recompute;
-    struct member member;
+    struct thread_rank member;
     const float *full_params;
     const int32_t *inputs, *targets;
     double loss, norm;
@@ -105,7 +43,7 @@ static void *run_rank(void *arg)
 {
     struct job *j = arg;
     struct gpt2_part part = {.tp = j->tp, .tp_rank = j->rank, .pp = 1, .layer_end = cfg.layers};
-    struct model_tp tp = {j->tp, j->rank, group_allreduce, group_allreduce_f64, &j->member};
+    struct group tp = thread_group(&j->member);
     struct model m;
     struct plait_error err = {.text = ""};
     if (model_init(&m, &cfg, &part, j->tp > 1 ? &tp : NULL, ops_cpu(), B, T, PLAN_PRECISION_FP32,
@@ -141,8 +79,8 @@ static void *run_rank(void *arg)
 static int run(int tp, enum plan_recompute recompute, const float *params, const int32_t *in,
                const int32_t *tg, double *loss, float *full_grads, double *norm, float *stepped)
 {
-    struct group g = {.size = tp};
-    pthread_barrier_init(&g.barrier, NULL, (unsigned)tp);
+    struct threads g;
+    threads_init(&g, tp);
     struct job jobs[MAX_TP];
     pthread_t threads[MAX_TP];
     for (int r = 0; r < tp; r++) {
@@ -168,8 +106,7 @@ static int run(int tp, enum plan_recompute recompute, const float *params, const
     }
     *loss = jobs[0].loss;
     *norm = jobs[0].norm;
-    pthread_barrier_destroy(&g.barrier);
-    free(g.result);
+    threads_destroy(&g);
     return rc;
 }
 

@@ -1,0 +1,30 @@
+/* group.h — the collectives the model and the optimizer need from a group
+ * of ranks (tensor-, data- or pipeline-parallel), as a small table, so that
+ * they do not depend on how bytes move: runtime/parallel.c fills it from
+ * runtime/comm, and tests fill it with threads. Every operation gives the
+ * same bits on every rank of the group; a size of 1 never calls them. */
+#ifndef PLAIT_RUNTIME_GROUP_H
+#define PLAIT_RUNTIME_GROUP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/error.h"
+
+struct group {
+    int size, rank;
+    /* buf (n floats) summed, or maxed, over the group, in place */
+    int (*allreduce)(void *ctx, float *buf, size_t n, bool max, struct plait_error *err);
+    /* buf (n doubles) summed over the group, in place */
+    int (*allreduce_f64)(void *ctx, double *buf, size_t n, struct plait_error *err);
+    /* send (size·count floats) summed over the group; this rank gets block
+     * `rank` of the sum into recv (count) */
+    int (*reduce_scatter)(void *ctx, const float *send, float *recv, size_t count,
+                          struct plait_error *err);
+    /* every rank's send (count floats) into recv (size·count), block r from rank r */
+    int (*allgather)(void *ctx, const float *send, float *recv, size_t count,
+                     struct plait_error *err);
+    void *ctx;
+};
+
+#endif
