@@ -75,10 +75,12 @@ static int act_sizes(const struct gpt2_config *cfg, int tp, int B, int T, struct
 }
 
 int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2_part *part,
-               const struct group *tp, const struct ops *ops, int B, int T,
-               enum plan_precision precision, enum plan_recompute recompute, int n_slots,
+               const struct group *tp, const struct ops *ops, const struct model_shape *shape,
                struct plait_error *err)
 {
+    int B = shape->B, T = shape->T, n_slots = shape->slots;
+    enum plan_precision precision = shape->precision;
+    enum plan_recompute recompute = shape->recompute;
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->ops = ops;
@@ -95,6 +97,10 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
                          m->tp.rank, m->tp.size, part->tp_rank, part->tp);
     if (n_slots < 1 || n_slots > 1 << 16)
         return error_set(err, "model: %d micro-batches in flight", n_slots);
+    if (shape->dp < 1 || shape->dp_rank < 0 || shape->dp_rank >= shape->dp || shape->zero < 0 ||
+        shape->zero > 2)
+        return error_set(err, "model: data-parallel rank %d of %d, ZeRO stage %d", shape->dp_rank,
+                         shape->dp, shape->zero);
     if (act_sizes(cfg, part->tp, B, T, &z, err)) return -1;
     m->Cl = cfg->hidden / part->tp;
     m->NHl = cfg->heads / part->tp;
@@ -108,18 +114,26 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     m->last = m->shard.last;
     m->n_slots = n_slots;
     size_t P = m->shard.total, N = z.N, NC = z.NC;
+    m->dp = shape->dp;
+    m->dp_rank = shape->dp_rank;
+    m->zero = shape->dp > 1 ? shape->zero : 0;
+    m->n_padded = (P + (size_t)m->dp - 1) / (size_t)m->dp * (size_t)m->dp;
+    m->slice_n = m->zero ? m->n_padded / (size_t)m->dp : P;
+    m->slice_at = m->zero ? (size_t)m->dp_rank * m->slice_n : 0;
 
     m->slots = calloc((size_t)n_slots, sizeof *m->slots);
     if (!m->slots) goto oom;
     for (int s = 0; s < n_slots; s++)
         if (!(m->slots[s].layer = calloc((size_t)m->n_layers, sizeof *m->slots[s].layer)))
             goto oom;
-    bool ok = (m->params = dev_alloc(m, P * sizeof(float), false)) &&
-              (m->grads = dev_alloc(m, P * sizeof(float), false)) &&
-              (m->adam_m = dev_alloc(m, P * sizeof(float), false)) &&
-              (m->adam_v = dev_alloc(m, P * sizeof(float), false));
+    size_t S = m->slice_n, Pp = m->n_padded;
+    bool ok = (m->params = dev_alloc(m, Pp * sizeof(float), false)) &&
+              (m->grads = dev_alloc(m, Pp * sizeof(float), false)) &&
+              (m->adam_m = dev_alloc(m, S * sizeof(float), false)) &&
+              (m->adam_v = dev_alloc(m, S * sizeof(float), false)) &&
+              (!m->zero || (m->grad_slice = dev_alloc(m, S * sizeof(float), false)));
     if (ok && precision == PLAN_PRECISION_BF16)
-        ok = (m->params16 = dev_alloc(m, P * sizeof(uint16_t), false)) != NULL;
+        ok = (m->params16 = dev_alloc(m, Pp * sizeof(uint16_t), false)) != NULL;
     if (!ok) goto oom;
 
     /* what is kept per layer: everything (none), all but the attention

@@ -54,9 +54,16 @@ struct model {
     enum plan_precision precision;
     enum plan_recompute recompute;
 
-    /* flat buffers in the shard's order (device memory) */
-    float *params, *grads, *adam_m, *adam_v;
-    uint16_t *params16; /* bf16 copy of params, bf16 precision only */
+    /* flat buffers in the shard's order (device memory); params and grads are
+     * padded with zeros to a multiple of dp (n_padded) so they split evenly */
+    float *params, *grads;
+    uint16_t *params16;       /* bf16 copy of params, bf16 precision only */
+    size_t n_padded;          /* shard.total rounded up to a multiple of dp */
+    int dp, dp_rank, zero;    /* the data-parallel group holding this part, the ZeRO stage */
+    size_t slice_at, slice_n; /* the optimizer's slice of the buffer: all of it (ZeRO 0) or
+                                 this dp rank's n_padded/dp elements */
+    float *adam_m, *adam_v;   /* (slice_n) AdamW moments of the slice */
+    float *grad_slice;        /* (slice_n) ZeRO >= 1: the slice's gradient summed over dp */
 
     int n_slots;
     struct model_slot *slots; /* [n_slots] */
@@ -79,14 +86,23 @@ struct model {
     int n_allocations, cap_allocations;
 };
 
-/* Allocates everything for micro-batches of up to B×T tokens, for the part
- * of the model `part` names (gpt2_part_whole: all of it); tp is its
- * tensor-parallel group (NULL: none; its size must be part->tp); n_slots
- * micro-batches can be in flight at once (1 without a pipeline). Parameters
- * are zero: call model_set_params next. */
+/* How a rank's model is built beyond its part. */
+struct model_shape {
+    int B, T; /* the largest micro-batch */
+    enum plan_precision precision;
+    enum plan_recompute recompute;
+    int slots;           /* micro-batches in flight at once (1 without a pipeline) */
+    int dp, dp_rank;     /* data-parallel ranks holding the same part (1, 0: none) */
+    int zero;            /* ZeRO stage: from 1 the optimizer state, from 2 the accumulated
+                            gradients, hold this rank's 1/dp slice of the parameters */
+};
+
+/* Allocates everything for the part of the model `part` names
+ * (gpt2_part_whole: all of it); tp is its tensor-parallel group (NULL: none;
+ * its size must be part->tp). Parameters are zero: call model_set_params
+ * next. */
 int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2_part *part,
-               const struct group *tp, const struct ops *ops, int B, int T,
-               enum plan_precision precision, enum plan_recompute recompute, int n_slots,
+               const struct group *tp, const struct ops *ops, const struct model_shape *shape,
                struct plait_error *err);
 void model_free(struct model *m);
 

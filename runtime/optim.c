@@ -1,5 +1,6 @@
-/* optim.c — learning-rate schedule, gradient clipping and the AdamW step over
- * the parameter tensors. */
+/* optim.c — learning-rate schedule, the gradients' reduction over the
+ * data-parallel ranks (whole, or sliced with ZeRO), global-norm clipping and
+ * the AdamW step over the tensors of this rank's slice. */
 #include "runtime/optim.h"
 
 #include <math.h>
@@ -13,70 +14,117 @@ double optim_lr(const struct plan_optimizer *o, int steps, int s)
     return min_lr + 0.5 * (1.0 + cos(M_PI * progress)) * (o->lr - min_lr);
 }
 
-struct adamw_args {
+static bool has(const struct group *g)
+{
+    return g && g->size > 1;
+}
+
+/* The part of tensor instance [off, off+n) that falls in the slice
+ * [lo, lo+len): *a its first element, the count returned (0: none). */
+static size_t overlap(size_t off, size_t n, size_t lo, size_t len, size_t *a)
+{
+    size_t b = off + n < lo + len ? off + n : lo + len;
+    *a = off > lo ? off : lo;
+    return b > *a ? b - *a : 0;
+}
+
+struct slice_args {
     struct model *m;
+    const float *g; /* the slice's gradient (slice_at is its element 0) */
     const struct plan_optimizer *o;
     float lr, scale;
     int t;
+    double sum; /* norm: Σ g² counted */
 };
 
-/* AdamW on one tensor instance (weight decay by its kind). */
-static int adamw_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
-{
-    (void)layer;
-    struct adamw_args *a = ctx;
-    struct model *m = a->m;
-    double wd = gpt2_tensor_decays(t) ? a->o->weight_decay : 0.0;
-    m->ops->adamw(m->params + off, m->params16 ? m->params16 + off : NULL, m->grads + off,
-                  m->adam_m + off, m->adam_v + off, n, a->lr, (float)a->o->beta1,
-                  (float)a->o->beta2, (float)a->o->eps, (float)wd, a->scale, a->t);
-    return 0;
-}
-
-/* Σ g² over the tensor instances this rank counts: all it holds, but a tensor
- * whole on every tp rank only on tp rank 0, so the group's sum counts each
- * parameter once. */
-struct norm_args {
-    const struct model *m;
-    double sum;
-};
-
+/* Σ g² of the instance's part in the slice, if this rank counts it: a tensor
+ * whole on every tp rank only on tp rank 0, the tied wte only on the first
+ * stage, so that the sum over tp × pp (× dp slices) counts each parameter once. */
 static int add_squares(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
 {
     (void)layer;
-    struct norm_args *a = ctx;
-    if (gpt2_tensor_tp_replicated(t) && a->m->tp.rank != 0) return 0;
-    a->sum += a->m->ops->sum_squares(a->m->grads + off, n);
+    struct slice_args *a = ctx;
+    const struct model *m = a->m;
+    if (gpt2_tensor_tp_replicated(t) && m->tp.rank != 0) return 0;
+    if (t == GPT2_WTE && !m->first) return 0;
+    size_t at, k = overlap(off, n, m->slice_at, m->slice_n, &at);
+    if (k) a->sum += m->ops->sum_squares(a->g + (at - m->slice_at), k);
     return 0;
 }
 
-static int grad_norm_of(struct model *m, double *norm, struct plait_error *err)
+/* AdamW on the instance's part in the slice (weight decay by its kind). */
+static int adamw_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
 {
-    struct norm_args a = {m, 0};
-    gpt2_shard_each(&m->shard, add_squares, &a);
-    if (m->tp.size > 1 && m->tp.allreduce_f64(m->tp.ctx, &a.sum, 1, err))
-        return error_prefix(err, "gradient norm: ");
-    *norm = sqrt(a.sum);
+    (void)layer;
+    struct slice_args *a = ctx;
+    struct model *m = a->m;
+    size_t at, k = overlap(off, n, m->slice_at, m->slice_n, &at);
+    if (!k) return 0;
+    size_t in = at - m->slice_at; /* index within the slice */
+    double wd = gpt2_tensor_decays(t) ? a->o->weight_decay : 0.0;
+    m->ops->adamw(m->params + at, m->params16 ? m->params16 + at : NULL, a->g + in, m->adam_m + in,
+                  m->adam_v + in, k, a->lr, (float)a->o->beta1, (float)a->o->beta2,
+                  (float)a->o->eps, (float)wd, a->scale, a->t);
     return 0;
 }
 
-int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t, double *grad_norm,
-               struct plait_error *err)
+int optim_reduce_micro(struct model *m, const struct optim_groups *g, bool accumulate,
+                       struct plait_error *err)
+{
+    if (m->zero < 2) return 0;
+    size_t S = m->slice_n;
+    float *tmp = accumulate ? m->ops->alloc(S * sizeof(float)) : m->grad_slice;
+    int rc = tmp ? g->dp->reduce_scatter(g->dp->ctx, m->grads, tmp, S, err)
+                 : error_set(err, "out of memory");
+    if (rc == 0 && accumulate) m->ops->residual_forward(m->grad_slice, m->grad_slice, tmp, S);
+    if (accumulate && tmp) m->ops->free(tmp);
+    return rc ? error_prefix(err, "data-parallel gradient reduction: ") : 0;
+}
+
+int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t,
+               const struct optim_groups *g, double *grad_norm, struct plait_error *err)
 {
     const struct ops *ops = m->ops;
-    double norm = 0;
-    int rc;
-    PROF(&m->prof, PROF_GRAD_NORM, rc = grad_norm_of(m, &norm, err));
-    if (rc) return -1;
+    const struct group *dp = g ? g->dp : NULL, *mp = g ? g->mp : NULL;
+    struct slice_args a = {.m = m, .g = m->grads, .o = o, .lr = (float)lr, .t = t};
+    double t0 = prof_now();
+    /* the gradients over dp: whole (ZeRO 0) or this rank's slice (ZeRO 1; 2 has it) */
+    int rc = 0;
+    if (has(dp) && m->zero == 0)
+        rc = dp->allreduce(dp->ctx, m->grads, m->shard.total, false, err);
+    else if (has(dp) && m->zero == 1)
+        rc = dp->reduce_scatter(dp->ctx, m->grads, m->grad_slice, m->slice_n, err);
+    if (rc) return error_prefix(err, "data-parallel gradient reduction: ");
+    if (m->zero) a.g = m->grad_slice;
+    m->prof.seconds[PROF_GRAD_NORM] += prof_now() - t0;
+    /* the norm: this rank's count, summed over the slices (dp) and the model's parts */
+    t0 = prof_now();
+    gpt2_shard_each(&m->shard, add_squares, &a);
+    if ((m->zero && has(dp) && dp->allreduce_f64(dp->ctx, &a.sum, 1, err)) ||
+        (has(mp) && mp->allreduce_f64(mp->ctx, &a.sum, 1, err)))
+        return error_prefix(err, "gradient norm: ");
+    double norm = sqrt(a.sum);
+    m->prof.seconds[PROF_GRAD_NORM] += prof_now() - t0;
     /* clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
     double scale = 1.0;
     if (o->grad_clip > 0) {
         double coef = o->grad_clip / (norm + 1e-6);
         scale = coef < 1.0 ? coef : 1.0;
     }
-    double t0 = prof_now();
-    struct adamw_args a = {m, o, (float)lr, (float)scale, t};
+    a.scale = (float)scale;
+    t0 = prof_now();
     gpt2_shard_each(&m->shard, adamw_instance, &a);
+    if (m->zero && has(dp)) { /* every slice back to every rank */
+        float *mine = ops->alloc(m->slice_n * sizeof(float));
+        rc = mine ? 0 : error_set(err, "out of memory");
+        if (rc == 0) {
+            ops->upload(mine, m->params + m->slice_at, m->slice_n * sizeof(float));
+            rc = dp->allgather(dp->ctx, mine, m->params, m->slice_n, err);
+            ops->free(mine);
+        }
+        if (rc) return error_prefix(err, "data-parallel parameter gather: ");
+        if (m->params16) ops->to_bf16(m->params16, m->params, m->shard.total);
+    }
     m->prof.seconds[PROF_OPTIMIZER] += prof_now() - t0;
     *grad_norm = norm;
     char msg[512];

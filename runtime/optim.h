@@ -6,14 +6,33 @@
 
 #include "common/error.h"
 #include "common/plan.h"
+#include "runtime/group.h"
 #include "runtime/model.h"
 
 /* Learning rate at step s (0-based) of a run of `steps` steps. */
 double optim_lr(const struct plan_optimizer *o, int steps, int s);
 
-/* One AdamW step (t is 1-based) on the model's accumulated gradients.
- * *grad_norm gets the global L2 norm before clipping. */
-int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t, double *grad_norm,
-               struct plait_error *err);
+/* The groups a step spans: dp holds copies of this rank's part (its
+ * gradients are summed over it; with ZeRO each updates its slice and they
+ * gather the parameters), mp the ranks that together hold one copy of the
+ * model (tp × pp: the norm sums over them). NULL or size 1: none. */
+struct optim_groups {
+    const struct group *dp, *mp;
+};
+
+/* Before a step, with ZeRO 2: the gradients of the micro-batches just run
+ * (in m->grads) reduced over dp and added into this rank's slice (accumulate
+ * false: the step's first). A no-op below stage 2. */
+int optim_reduce_micro(struct model *m, const struct optim_groups *g, bool accumulate,
+                       struct plait_error *err);
+
+/* One AdamW step (t is 1-based) on the model's accumulated gradients: summed
+ * over dp (ZeRO 0), reduce-scattered to the slices (ZeRO 1) or already there
+ * (ZeRO 2); clipped by the global L2 norm (each parameter counted once over
+ * tp, pp and dp), which *grad_norm gets; the parameters gathered back
+ * (ZeRO >= 1). Every rank ends with the same parameters for its part. The
+ * tied wte's gradient must already be summed between the pipeline's ends. */
+int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t,
+               const struct optim_groups *g, double *grad_norm, struct plait_error *err);
 
 #endif

@@ -310,8 +310,13 @@ static int setup(struct trainer *t, struct plait_error *err)
     if (fresh && !strcmp(fresh, "1") && start_fresh(t, err)) return -1;
     if (check_run_plan(t, err)) return -1;
     struct gpt2_part part = gpt2_part_whole(&cfg);
-    if (model_init(&t->m, &cfg, &part, NULL, ops, B, T, p->precision, p->recompute, 1, err))
-        return -1;
+    struct model_shape shape = {.B = B,
+                                .T = T,
+                                .precision = p->precision,
+                                .recompute = p->recompute,
+                                .slots = 1,
+                                .dp = 1};
+    if (model_init(&t->m, &cfg, &part, NULL, ops, &shape, err)) return -1;
     t->model_ready = true;
     t->flops_per_token = gpt2_flops_per_token(&cfg, T);
     t->inputs = malloc((size_t)B * T * sizeof *t->inputs);
@@ -623,7 +628,7 @@ static int run_steps(struct trainer *t, struct plait_error *err)
             dump_grads(t, err))
             return -1;
         double norm;
-        if (optim_step(&t->m, &p->optimizer, lr, s + 1, &norm, err)) return -1;
+        if (optim_step(&t->m, &p->optimizer, lr, s + 1, NULL, &norm, err)) return -1;
         double loss = t->st.loss_sum / A;
         if (!isfinite(loss) || !isfinite(norm))
             return error_set(err,

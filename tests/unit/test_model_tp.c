@@ -46,8 +46,8 @@ static void *run_rank(void *arg)
     struct group tp = thread_group(&j->member);
     struct model m;
     struct plait_error err = {.text = ""};
-    if (model_init(&m, &cfg, &part, j->tp > 1 ? &tp : NULL, ops_cpu(), B, T, PLAN_PRECISION_FP32,
-                   j->recompute, 1, &err)) {
+    struct model_shape shape = {.B = B, .T = T, .recompute = j->recompute, .slots = 1, .dp = 1};
+    if (model_init(&m, &cfg, &part, j->tp > 1 ? &tp : NULL, ops_cpu(), &shape, &err)) {
         snprintf(j->error, sizeof j->error, "%s", err.text);
         return NULL;
     }
@@ -64,7 +64,8 @@ static void *run_rank(void *arg)
         m.ops->download(j->grads, m.grads, m.shard.total * sizeof(float));
         j->shard = m.shard;
         j->params = malloc(m.shard.total * sizeof *j->params);
-        if (optim_step(&m, &opt, opt.lr, 1, &j->norm, &err))
+        struct optim_groups groups = {.mp = &tp};
+        if (optim_step(&m, &opt, opt.lr, 1, &groups, &j->norm, &err))
             snprintf(j->error, sizeof j->error, "%s", err.text);
         else
             m.ops->download(j->params, m.params, m.shard.total * sizeof(float));

@@ -117,8 +117,8 @@ static void *run_stage(void *arg)
     gpt2_stage_layers(cfg.layers, s->pp, j->stage, &part.layer_begin, &part.layer_end);
     struct model m;
     struct plait_error err = {.text = ""};
-    if (model_init(&m, &cfg, &part, NULL, ops_cpu(), B, T, PLAN_PRECISION_FP32,
-                   PLAN_RECOMPUTE_NONE, schedule_max_in_flight(s, j->stage), &err)) {
+    struct model_shape shape = {.B = B, .T = T, .slots = schedule_max_in_flight(s, j->stage), .dp = 1};
+    if (model_init(&m, &cfg, &part, NULL, ops_cpu(), &shape, &err)) {
         snprintf(j->error, sizeof j->error, "%s", err.text);
         return NULL;
     }
@@ -184,8 +184,8 @@ static int reference(int m, const float *params, double *loss, float *full_grads
     struct gpt2_part whole = gpt2_part_whole(&cfg);
     struct model md;
     struct plait_error err;
-    if (model_init(&md, &cfg, &whole, NULL, ops_cpu(), B, T, PLAN_PRECISION_FP32,
-                   PLAN_RECOMPUTE_NONE, 1, &err)) {
+    struct model_shape shape = {.B = B, .T = T, .slots = 1, .dp = 1};
+    if (model_init(&md, &cfg, &whole, NULL, ops_cpu(), &shape, &err)) {
         CHECK(0, "%s", err.text);
         return -1;
     }

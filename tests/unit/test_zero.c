@@ -1,0 +1,171 @@
+/* test_zero.c — data parallelism and ZeRO against one rank: dp ranks as
+ * threads (tests/unit/thread_group.h), each with the whole model and its own
+ * micro-batches; after one clipped AdamW step, at ZeRO 0, 1 and 2 and with dp
+ * not dividing the parameter count, every rank holds the same parameters, and
+ * they are those of one rank accumulating all the micro-batches, as is the
+ * gradient norm. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/rng.h"
+#include "kernels/ops.h"
+#include "runtime/gpt2.h"
+#include "runtime/model.h"
+#include "runtime/optim.h"
+#include "thread_group.h"
+
+static const struct gpt2_config cfg = {
+    .max_seq_len = 8, .vocab = 50, .padded_vocab = 64, .layers = 2, .heads = 2, .hidden = 8};
+enum { B = 2, T = 8, N = B * T, A = 2, MAX_DP = 3 };
+static int32_t data_in[MAX_DP * A][N], data_tg[MAX_DP * A][N];
+static const struct plan_optimizer opt = {
+    .lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 0.3};
+
+struct job {
+    int dp, rank, zero;
+    struct thread_rank me;
+    const float *full;
+    float *params; /* after the step, the shard's order */
+    double norm;
+    char error[1024];
+};
+
+static void *run_rank(void *arg)
+{
+    struct job *j = arg;
+    struct gpt2_part whole = gpt2_part_whole(&cfg);
+    struct model m;
+    struct plait_error err = {.text = ""};
+    struct model_shape shape = {
+        .B = B, .T = T, .slots = 1, .dp = j->dp, .dp_rank = j->rank, .zero = j->zero};
+    if (model_init(&m, &cfg, &whole, NULL, ops_cpu(), &shape, &err)) {
+        snprintf(j->error, sizeof j->error, "%s", err.text);
+        return NULL;
+    }
+    float *host = malloc(m.shard.total * sizeof *host);
+    gpt2_shard_copy(&m.shard, (float *)j->full, host, true);
+    model_set_params(&m, host);
+    struct group dp = thread_group(&j->me);
+    struct optim_groups g = {.dp = &dp};
+    int rc = 0;
+    /* this rank's micro-batches of the global batch of A·dp */
+    for (int k = 0; k < A && rc == 0; k++) {
+        int micro = k * j->dp + j->rank;
+        bool acc = m.zero == 2 ? false : k > 0;
+        rc = model_forward(&m, data_in[micro], data_tg[micro], B, T, 1.0f / (N * A * j->dp), NULL,
+                           &err) ||
+                     model_backward(&m, B, T, acc, &err) || optim_reduce_micro(&m, &g, k > 0, &err)
+                 ? -1
+                 : 0;
+    }
+    if (rc == 0) rc = optim_step(&m, &opt, opt.lr, 1, &g, &j->norm, &err);
+    if (rc) {
+        snprintf(j->error, sizeof j->error, "%s", err.text);
+    } else {
+        j->params = malloc(m.shard.total * sizeof *j->params);
+        m.ops->download(j->params, m.params, m.shard.total * sizeof(float));
+    }
+    free(host);
+    model_free(&m);
+    return NULL;
+}
+
+/* One step at (dp, zero): rank 0's parameters and norm; every rank's the same. */
+static int run(int dp, int zero, const float *full, float *params, double *norm, size_t total)
+{
+    struct threads t;
+    threads_init(&t, dp);
+    struct job jobs[MAX_DP];
+    pthread_t th[MAX_DP];
+    for (int r = 0; r < dp; r++) {
+        jobs[r] = (struct job){.dp = dp, .rank = r, .zero = zero, .me = {&t, r}, .full = full};
+        pthread_create(&th[r], NULL, run_rank, &jobs[r]);
+    }
+    for (int r = 0; r < dp; r++) pthread_join(th[r], NULL);
+    int rc = 0;
+    for (int r = 0; r < dp; r++) {
+        if (jobs[r].error[0]) {
+            CHECK(0, "dp %d zero %d rank %d: %s", dp, zero, r, jobs[r].error);
+            rc = -1;
+        } else if (r > 0) {
+            CHECK(memcmp(jobs[r].params, jobs[0].params, total * sizeof(float)) == 0 &&
+                      jobs[r].norm == jobs[0].norm,
+                  "dp %d zero %d: rank %d's parameters differ from rank 0's", dp, zero, r);
+        }
+    }
+    if (rc == 0) {
+        memcpy(params, jobs[0].params, total * sizeof(float));
+        *norm = jobs[0].norm;
+    }
+    for (int r = 0; r < dp; r++) free(jobs[r].params);
+    threads_destroy(&t);
+    return rc;
+}
+
+/* The reference: one rank, all A·dp micro-batches. */
+static void reference(int dp, const float *full, float *params, double *norm)
+{
+    struct gpt2_part whole = gpt2_part_whole(&cfg);
+    struct model m;
+    struct plait_error err;
+    struct model_shape shape = {.B = B, .T = T, .slots = 1, .dp = 1};
+    model_init(&m, &cfg, &whole, NULL, ops_cpu(), &shape, &err);
+    float *host = malloc(m.shard.total * sizeof *host);
+    gpt2_shard_copy(&m.shard, (float *)full, host, true);
+    model_set_params(&m, host);
+    for (int k = 0; k < A * dp; k++) {
+        model_forward(&m, data_in[k], data_tg[k], B, T, 1.0f / (N * A * dp), NULL, &err);
+        model_backward(&m, B, T, k > 0, &err);
+    }
+    optim_step(&m, &opt, opt.lr, 1, NULL, norm, &err);
+    m.ops->download(params, m.params, m.shard.total * sizeof(float));
+    free(host);
+    model_free(&m);
+}
+
+static void test_dp_and_zero_step_as_one_rank(void)
+{
+    struct gpt2_layout full;
+    gpt2_layout(&cfg, &full);
+    float *weights = malloc(full.total * sizeof *weights);
+    gpt2_init_weights(&cfg, &full, weights, 9);
+    struct rng r;
+    rng_seed(&r, 4, 0);
+    for (int k = 0; k < MAX_DP * A; k++)
+        for (int i = 0; i < N; i++) {
+            data_in[k][i] = (int32_t)rng_below(&r, cfg.vocab);
+            data_tg[k][i] = (int32_t)rng_below(&r, cfg.vocab);
+        }
+    float *ref = malloc(full.total * sizeof *ref), *got = malloc(full.total * sizeof *got);
+    CHECK(full.total % 2 == 0 && full.total % 3 != 0, "the count must not divide by 3 (%zu)",
+          full.total);
+    for (int dp = 2; dp <= MAX_DP; dp++) {
+        double ref_norm, norm;
+        reference(dp, weights, ref, &ref_norm);
+        for (int zero = 0; zero <= 2; zero++) {
+            if (run(dp, zero, weights, got, &norm, full.total)) continue;
+            CHECK(fabs(norm - ref_norm) <= 1e-6 * ref_norm, "dp %d zero %d: norm %.9g vs %.9g",
+                  dp, zero, norm, ref_norm);
+            double d = 0, n = 0;
+            for (size_t i = 0; i < full.total; i++) {
+                d += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+                n += (double)ref[i] * ref[i];
+            }
+            CHECK(sqrt(d) <= 1e-6 * sqrt(n), "dp %d zero %d: parameters off by %.3g", dp, zero,
+                  sqrt(d / n));
+        }
+    }
+    free(weights);
+    free(ref);
+    free(got);
+}
+
+int main(void)
+{
+    omp_set_num_threads(1);
+    RUN(test_dp_and_zero_step_as_one_rank);
+    return check_exit_code();
+}
