@@ -92,12 +92,16 @@ static const char *const precision_names[] = {"fp32", "bf16", NULL};
 static const char *const recompute_names[] = {"none", "selective", "full", NULL};
 static const char *const schedule_names[] = {"constant", "cosine", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
+static const char *const pipeline_names[] = {"1f1b", "gpipe", "interleaved", "zb-h1", NULL};
+static const char *const backend_names[] = {"auto", "socket", "nccl", NULL};
 
 /* Enums are stored through an int (see put_int); they must be int-sized. */
 _Static_assert(sizeof(enum plan_precision) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum plan_recompute) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum plan_schedule) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum plan_device) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum plan_pipeline) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum plan_backend) == sizeof(int), "enum size");
 
 static const struct field model_fields[] = {
     STRING_FIELD("arch", model.arch, arch_names, "gpt2", 0),
@@ -157,6 +161,12 @@ static const struct field parallel_fields[] = {
     BOOL_FIELD("allow_tp_over_pcie", parallel.allow_tp_over_pcie, false, MAY_CHANGE),
     INT_FIELD("zero", parallel.zero, 0, 3, 0, 0),
     ENUM_FIELD("device", parallel.device, device_names, PLAN_DEVICE_AUTO, MAY_CHANGE),
+    ENUM_FIELD("schedule", parallel.schedule, pipeline_names, PLAN_PIPE_1F1B, MAY_CHANGE),
+    INT_FIELD("virtual_stages", parallel.virtual_stages, 1, 64, 1, MAY_CHANGE),
+    BOOL_FIELD("sequence_parallel", parallel.sequence_parallel, false, MAY_CHANGE),
+    REAL_FIELD("bucket_mb", parallel.bucket_mb, 0, true, 1e6, false, 25.0, MAY_CHANGE),
+    REAL_FIELD("timeout_s", parallel.timeout_s, 0, true, 1e6, false, 300.0, MAY_CHANGE),
+    ENUM_FIELD("backend", parallel.backend, backend_names, PLAN_BACKEND_AUTO, MAY_CHANGE),
     END,
 };
 
@@ -1116,6 +1126,29 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
                     m->padded_vocab, tp, m->padded_vocab % tp);
     if (pp != PLAN_AUTO && pp > m->layers)
         return fail(c, "parallel.pp", "must be <= model.layers (%d) (got %d)", m->layers, pp);
+    if (tp != PLAN_AUTO && (4 * (long long)m->hidden) % tp != 0)
+        return fail(c, "parallel.tp", "must divide 4·model.hidden (%lld %% %d = %lld)",
+                    4 * (long long)m->hidden, tp, 4 * (long long)m->hidden % tp);
+    const struct plan_parallel *par = &p->parallel;
+    bool interleaved = par->schedule == PLAN_PIPE_INTERLEAVED;
+    if (interleaved && par->virtual_stages < 2)
+        return fail(c, "parallel.virtual_stages",
+                    "must be >= 2 with the interleaved schedule (got %d)", par->virtual_stages);
+    if (!interleaved && par->virtual_stages != 1)
+        return fail(c, "parallel.virtual_stages",
+                    "must be 1 unless parallel.schedule is \"interleaved\" (got %d)",
+                    par->virtual_stages);
+    if (interleaved && pp != PLAN_AUTO && p->batch.grad_accum % pp != 0)
+        return fail(c, "batch.grad_accum",
+                    "must be a multiple of parallel.pp (%d) with the interleaved schedule "
+                    "(got %d)",
+                    pp, p->batch.grad_accum);
+    if (interleaved && pp != PLAN_AUTO && m->layers % (pp * par->virtual_stages) != 0)
+        return fail(c, "parallel.virtual_stages",
+                    "pp × virtual_stages (%d × %d) must divide model.layers (%d)", pp,
+                    par->virtual_stages, m->layers);
+    if (par->sequence_parallel && tp == 1)
+        return fail(c, "parallel.sequence_parallel", "needs parallel.tp > 1");
     return check_ranks(c, p) || check_model_size(c, root, p) ? -1 : 0;
 }
 
@@ -1510,6 +1543,16 @@ const char *plan_recompute_name(enum plan_recompute r)
 const char *plan_schedule_name(enum plan_schedule s)
 {
     return enum_name(schedule_names, 2, (int)s);
+}
+
+const char *plan_pipeline_name(enum plan_pipeline s)
+{
+    return enum_name(pipeline_names, 4, s);
+}
+
+const char *plan_backend_name(enum plan_backend b)
+{
+    return enum_name(backend_names, 3, b);
 }
 
 const char *plan_device_name(enum plan_device d)

@@ -23,6 +23,9 @@ enum plan_precision { PLAN_PRECISION_FP32, PLAN_PRECISION_BF16 };
 enum plan_recompute { PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE, PLAN_RECOMPUTE_FULL };
 enum plan_schedule { PLAN_SCHEDULE_CONSTANT, PLAN_SCHEDULE_COSINE };
 enum plan_device { PLAN_DEVICE_AUTO, PLAN_DEVICE_CPU, PLAN_DEVICE_CUDA };
+/* the pipeline schedule (order as common/schedule.h's enum sched_kind) */
+enum plan_pipeline { PLAN_PIPE_1F1B, PLAN_PIPE_GPIPE, PLAN_PIPE_INTERLEAVED, PLAN_PIPE_ZB_H1 };
+enum plan_backend { PLAN_BACKEND_AUTO, PLAN_BACKEND_SOCKET, PLAN_BACKEND_NCCL };
 
 struct plan_model {
     char *arch;       /* "gpt2" (the only one) */
@@ -77,6 +80,12 @@ struct plan_parallel {
     bool allow_tp_over_pcie; /* let a tp group span NVLink domains of one node */
     int zero;                /* ZeRO stage 0..3: what data parallelism shards */
     enum plan_device device;
+    enum plan_pipeline schedule;
+    int virtual_stages;     /* model chunks per pipeline stage (interleaved: >= 2; else 1) */
+    bool sequence_parallel; /* tp > 1 only */
+    double bucket_mb;       /* data-parallel gradient bucket */
+    double timeout_s;       /* every wait's deadline (collectives, the store, peers) */
+    enum plan_backend backend;
 };
 
 struct plan_sample {
@@ -149,5 +158,7 @@ const char *plan_precision_name(enum plan_precision p);
 const char *plan_recompute_name(enum plan_recompute r);
 const char *plan_schedule_name(enum plan_schedule s);
 const char *plan_device_name(enum plan_device d);
+const char *plan_pipeline_name(enum plan_pipeline s);
+const char *plan_backend_name(enum plan_backend b);
 
 #endif
