@@ -133,10 +133,11 @@ static ssize_t shm_write(struct sock_link *l, const struct iovec *iov, int iov_c
         return 0;
     }
     l->tx_blocked = false;
-    atomic_store_explicit(&l->tx->head, l->tx_head, memory_order_release);
-    atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&l->tx->reader_waiting, memory_order_relaxed) &&
-        atomic_exchange(&l->tx->reader_waiting, 0))
+    /* publish, then look for a sleeper: both sequentially consistent, as are the
+       sleeper's flag and its second look (sock_link_prepare_sleep), so one of
+       the two sides always sees the other */
+    atomic_store(&l->tx->head, l->tx_head);
+    if (atomic_load(&l->tx->reader_waiting) && atomic_exchange(&l->tx->reader_waiting, 0))
         doorbell(l);
     l->bytes_written += written;
     return (ssize_t)written;
@@ -154,10 +155,8 @@ static size_t shm_contiguous(const struct sock_link *l, size_t *avail_out)
 /* Publishes rx_tail; wakes the writer if it sleeps on a full ring. */
 static void shm_publish_tail(struct sock_link *l)
 {
-    atomic_store_explicit(&l->rx->tail, l->rx_tail, memory_order_release);
-    atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&l->rx->writer_waiting, memory_order_relaxed) &&
-        atomic_exchange(&l->rx->writer_waiting, 0))
+    atomic_store(&l->rx->tail, l->rx_tail); /* sequentially consistent: see shm_write */
+    if (atomic_load(&l->rx->writer_waiting) && atomic_exchange(&l->rx->writer_waiting, 0))
         doorbell(l);
 }
 
@@ -327,12 +326,10 @@ bool sock_link_prepare_sleep(struct sock_link *l, bool want_write)
     if (l->kind != SOCK_LINK_SHM || l->peer_closed) return false;
     bool ready = false;
     atomic_store(&l->rx->reader_waiting, 1);
-    atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&l->rx->head, memory_order_acquire) != l->rx_tail) ready = true;
+    if (atomic_load(&l->rx->head) != l->rx_tail) ready = true;
     if (want_write) {
         atomic_store(&l->tx->writer_waiting, 1);
-        atomic_thread_fence(memory_order_seq_cst);
-        uint64_t tail = atomic_load_explicit(&l->tx->tail, memory_order_acquire);
+        uint64_t tail = atomic_load(&l->tx->tail);
         if (l->tx_head - tail < l->ring_bytes) ready = true;
     }
     return ready;

@@ -57,6 +57,7 @@ struct shared {
     struct comm_stats stats[MAX_RANKS][4];
     double value[MAX_RANKS][8];
     double kill_time;
+    _Atomic int port; /* the store server's, once it listens */
 };
 static struct shared *sh;
 
@@ -100,11 +101,22 @@ struct world {
     int n;
 };
 
-static void child(const struct world_opts *o, int port, int rank, rank_fn fn, void *arg)
+/* Ranks are forked while the parent has no other thread (sanitizer allocators
+ * do not survive a fork taken while another thread holds their lock); the
+ * store server starts after, and its port reaches them through sh. */
+static int wait_port(void)
+{
+    for (double t0 = now_s(); now_s() - t0 < 10; sleep_s(0.001))
+        if (atomic_load(&sh->port)) return atomic_load(&sh->port);
+    return 0;
+}
+
+static void child(const struct world_opts *o, int rank, rank_fn fn, void *arg)
 {
     check_failures = 0;
     struct plait_error err;
     struct store *st = NULL;
+    int port = wait_port();
     if (store_connect(&st, "127.0.0.1", port, SECRET, rank, 10, &err)) {
         printf("  rank %d: %s\n", rank, err.text);
         fflush(stdout);
@@ -141,23 +153,29 @@ static void child(const struct world_opts *o, int port, int rank, rank_fn fn, vo
     _exit(check_failures ? 1 : 0);
 }
 
-static void world_start(struct world *w, const struct world_opts *o, rank_fn fn, void *arg)
+/* A store server for a world whose ranks are forked already. */
+static struct store_server *serve(void)
 {
     struct plait_error err;
+    struct store_server *srv = NULL;
+    if (store_server_start(&srv, "127.0.0.1", 0, SECRET, &err))
+        CHECK(0, "store server: %s", err.text);
+    else
+        atomic_store(&sh->port, store_server_port(srv));
+    return srv;
+}
+
+static void world_start(struct world *w, const struct world_opts *o, rank_fn fn, void *arg)
+{
     memset(sh, 0, sizeof *sh);
     w->n = o->n;
-    w->srv = NULL;
-    if (store_server_start(&w->srv, "127.0.0.1", 0, SECRET, &err)) {
-        CHECK(0, "store server: %s", err.text);
-        w->n = 0;
-        return;
-    }
     fflush(stdout);
     for (int r = 0; r < o->n; r++) {
         w->pid[r] = fork();
-        if (w->pid[r] == 0) child(o, store_server_port(w->srv), r, fn, arg);
+        if (w->pid[r] == 0) child(o, r, fn, arg);
         CHECK(w->pid[r] > 0, "fork: %s", strerror(errno));
     }
+    w->srv = serve();
 }
 
 /* Waits for every rank; statuses into status (may be NULL). Kills a world
@@ -982,9 +1000,6 @@ static void *stranger_main(void *arg)
 static void strangers_case(enum comm_transport tr)
 {
     struct plait_error err;
-    struct store_server *srv;
-    CHECK(store_server_start(&srv, "127.0.0.1", 0, SECRET, &err) == 0, "%s", err.text);
-    int port = store_server_port(srv);
     memset(sh, 0, sizeof *sh);
     struct world_opts o = {
         .n = 2, .absent_rank = -1, .timeout_s = 10, .transport = tr, .name = "guarded"};
@@ -994,9 +1009,11 @@ static void strangers_case(enum comm_transport tr)
         pid[r] = fork();
         if (pid[r] == 0) {
             if (r == 1) sleep_s(0.5);
-            child(&o, port, r, late_rank, NULL);
+            child(&o, r, late_rank, NULL);
         }
     }
+    struct store_server *srv = serve();
+    int port = atomic_load(&sh->port);
     struct store *st = NULL;
     CHECK(store_connect(&st, "127.0.0.1", port, SECRET, 99, 5, &err) == 0, "%s", err.text);
     void *value = NULL;
