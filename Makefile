@@ -46,7 +46,7 @@ KERNEL_CFLAGS := -O3 -fno-math-errno
 
 COMMON_SRC   := $(wildcard common/*.c)
 KERNELS_SRC  := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
-RUNTIME_SRC  := $(filter-out runtime/main.c,$(wildcard runtime/*.c))
+RUNTIME_SRC  := $(filter-out runtime/main.c,$(wildcard runtime/*.c)) $(wildcard runtime/comm/*.c)
 LAUNCHER_SRC := $(wildcard launcher/*.c)
 TEST_SRC     := $(wildcard tests/unit/test_*.c)
 SPANK_SRC    := $(wildcard spank-plugin/*.c)

@@ -1,0 +1,197 @@
+/* comm.h — collectives behind one interface: the communicators a rank trains
+ * through (world, then tp, pp and dp groups split from it), blocking and
+ * asynchronous collectives, point-to-point sends for the pipeline, and byte
+ * counts. One backend today, `socket` (comm_socket.c: TCP between nodes,
+ * shared memory within one); `nccl` slots in behind the same ops table
+ * (comm_backend.h).
+ *
+ * Rendezvous: ranks meet through the job's store (common/store.h). Each rank
+ * publishes how to reach it under "comm/<name>/addr/<rank>" and connects to
+ * the others; every connection proves the job's secret (HMAC-SHA256 over fresh
+ * nonces, both ways), so a process without it cannot connect or inject bytes.
+ * Names must be unique for the store's life (put a restart generation in them).
+ *
+ * Ordering: as in MPI, every rank of a communicator posts its collectives in
+ * the same order. Point-to-point messages between two ranks match in the order
+ * they were sent, by tag; a send completes once its bytes are handed to the
+ * peer (which buffers them if no receive is posted yet), so sends never
+ * deadlock against each other.
+ *
+ * Determinism: the reduction order is fixed by the algorithm, the layout and
+ * the message size, never by arrival timing: same inputs, same layout, same
+ * options => the same bits, on every rank of the communicator.
+ *
+ * Failure: nothing waits forever. An operation fails when none of its bytes
+ * have moved for timeout_s; a peer that dies (connection closed or reset, a
+ * shared-memory peer's process gone) fails every pending and later operation
+ * of the communicator at once, with an error naming the peer (its rank here,
+ * its global rank, host and pid). The layer then calls store_abort with that
+ * text, so ranks blocked elsewhere (other communicators, other processes)
+ * fail at once too: each process watches the store's abort key, and an abort
+ * fails every communicator it has. After a failure a communicator only
+ * reports it; destroy it.
+ *
+ * Threads: a communicator's calls may come from any one thread at a time
+ * (different communicators: any threads). Each communicator has a progress
+ * thread that moves its bytes, so posted operations proceed while the caller
+ * computes, and a caller waiting for one sleeps (it never spins). */
+#ifndef PLAIT_COMM_H
+#define PLAIT_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+struct store;
+
+enum comm_backend_kind {
+    COMM_BACKEND_SOCKET = 0, /* CPU ranks: TCP, shared memory within a node */
+    COMM_BACKEND_NCCL = 1,   /* GPUs (not built yet: init refuses it) */
+};
+
+enum comm_dtype { COMM_FLOAT32 = 0, COMM_FLOAT64 = 1, COMM_INT64 = 2 };
+enum comm_reduce_op { COMM_SUM = 0, COMM_MAX = 1 };
+
+enum comm_transport {
+    COMM_TRANSPORT_AUTO = 0, /* shared memory between ranks of one node, TCP otherwise */
+    COMM_TRANSPORT_TCP = 1,  /* TCP for every pair */
+};
+
+/* Which algorithm a collective uses. AUTO picks by message size (the same
+ * choice on every rank): all-reduce uses recursive doubling up to
+ * small_message_bytes and a pipelined ring above; broadcast a binomial tree,
+ * then a pipelined chain. The others force one for every size. */
+enum comm_algorithm {
+    COMM_ALGORITHM_AUTO = 0,
+    COMM_ALGORITHM_BANDWIDTH = 1, /* ring all-reduce, chain broadcast */
+    COMM_ALGORITHM_LATENCY = 2,   /* recursive doubling, binomial tree */
+};
+
+#define COMM_DEFAULT_NAME "world"
+#define COMM_DEFAULT_SMALL_MESSAGE_BYTES ((size_t)16 << 10) /* measured: bench/comm_bench.c */
+#define COMM_MAX_NAME_BYTES 64                              /* letters, digits, '.', '_', '-' */
+#define COMM_SPLIT_NONE (-1) /* a color that joins no group (out gets NULL) */
+
+struct comm_options {
+    enum comm_backend_kind backend;
+    double timeout_s;   /* > 0: joining, and any operation with no byte moving for this long */
+    const char *secret; /* the job's secret (PLAIT_STORE_SECRET) */
+    const char *name;   /* the world communicator's name; NULL: COMM_DEFAULT_NAME */
+    enum comm_transport transport;
+    enum comm_algorithm algorithm;
+    size_t small_message_bytes; /* AUTO's threshold; 0: COMM_DEFAULT_SMALL_MESSAGE_BYTES */
+    /* What makes two ranks "one node" (shared memory between them). NULL: the
+     * kernel's boot id and network namespace, which is right; tests set it to
+     * pretend several nodes on one machine. */
+    const char *node_id;
+};
+
+struct comm;
+struct comm_request; /* an operation in flight: comm_wait or comm_test it, once */
+
+/* What one rank's communicator has done since it was made. */
+struct comm_stats {
+    uint64_t bytes_sent;          /* everything written to its links: payload, frame
+                                     headers (40 bytes per fragment of <= 256 KiB) and
+                                     padding to 8 bytes; not the connection handshake */
+    uint64_t bytes_received;      /* the same, read */
+    uint64_t payload_bytes_sent;  /* the data alone */
+    uint64_t operations;          /* collectives and point-to-point operations posted */
+    double wait_s;                /* time callers spent blocked in waits */
+    uint64_t connections_refused; /* at set-up: connections that did not prove the secret */
+};
+
+/* Joins the world communicator: rank 0..world_size-1 of the job whose store
+ * `store` is (only its address is used: the layer opens its own connections,
+ * proving opts->secret). Every rank calls it; it returns once this rank is
+ * connected to every other, or fails by opts->timeout_s naming the ranks that
+ * did not come. */
+int comm_world_init(struct comm **out, struct store *store, int rank, int world_size,
+                    const struct comm_options *opts, struct plait_error *err);
+
+/* Collective over parent: the ranks that pass the same color form one new
+ * communicator, ordered by key, then by parent rank; its name is
+ * "<name>.<color>". COMM_SPLIT_NONE joins none (*out = NULL). */
+int comm_split(struct comm *parent, int color, int key, const char *name, struct comm **out,
+               struct plait_error *err);
+
+/* The tensor-, pipeline- and data-parallel groups of a tp x pp x dp world in
+ * Megatron's rank order (tp fastest, then dp, then pp: rank = tp_rank + tp *
+ * (dp_rank + dp * pp_rank)), named "tp", "pp" and "dp" after prefix
+ * ("<prefix>.tp.<color>"...). Collective over world. */
+int comm_split_3d(struct comm *world, int tp, int pp, int dp, const char *prefix,
+                  struct comm **tp_out, struct comm **pp_out, struct comm **dp_out,
+                  struct plait_error *err);
+
+int comm_rank(const struct comm *c);
+int comm_size(const struct comm *c);
+const char *comm_name(const struct comm *c);
+
+/* Closes the communicator. Every request must have been waited for first:
+ * requests still pending are freed with it. NULL is fine. */
+void comm_destroy(struct comm *c);
+
+void comm_stats(const struct comm *c, struct comm_stats *out);
+
+/* ---- blocking collectives ------------------------------------------- */
+/* Buffers hold `count` elements of dtype unless said otherwise. Where send
+ * and recv may be the same buffer, it says "in place". */
+
+/* recv = op over all ranks' send (in place: send == recv). */
+int comm_allreduce(struct comm *c, const void *send, void *recv, size_t count,
+                   enum comm_dtype dtype, enum comm_reduce_op op, struct plait_error *err);
+
+/* send: size*count elements; recv (count): block `rank` of the reduction. */
+int comm_reduce_scatter(struct comm *c, const void *send, void *recv, size_t count,
+                        enum comm_dtype dtype, enum comm_reduce_op op, struct plait_error *err);
+
+/* send: count elements; recv: size*count, block r from rank r (in place:
+ * send == recv + rank*count). */
+int comm_allgather(struct comm *c, const void *send, void *recv, size_t count,
+                   enum comm_dtype dtype, struct plait_error *err);
+
+/* buf on root goes to buf on every rank. */
+int comm_broadcast(struct comm *c, void *buf, size_t count, enum comm_dtype dtype, int root,
+                   struct plait_error *err);
+
+int comm_barrier(struct comm *c, struct plait_error *err);
+
+/* Point to point: bytes of anything, between two different ranks. */
+int comm_send(struct comm *c, const void *buf, size_t bytes, int peer, uint32_t tag,
+              struct plait_error *err);
+int comm_recv(struct comm *c, void *buf, size_t bytes, int peer, uint32_t tag,
+              struct plait_error *err);
+
+/* ---- asynchronous ------------------------------------------------------ */
+/* The same operations, returning at once with *req. The buffers belong to
+ * the operation until it completes. Collectives of a communicator run in the
+ * order posted; point-to-point operations proceed independently of them. */
+
+int comm_iallreduce(struct comm *c, const void *send, void *recv, size_t count,
+                    enum comm_dtype dtype, enum comm_reduce_op op, struct comm_request **req,
+                    struct plait_error *err);
+int comm_ireduce_scatter(struct comm *c, const void *send, void *recv, size_t count,
+                         enum comm_dtype dtype, enum comm_reduce_op op, struct comm_request **req,
+                         struct plait_error *err);
+int comm_iallgather(struct comm *c, const void *send, void *recv, size_t count,
+                    enum comm_dtype dtype, struct comm_request **req, struct plait_error *err);
+int comm_ibroadcast(struct comm *c, void *buf, size_t count, enum comm_dtype dtype, int root,
+                    struct comm_request **req, struct plait_error *err);
+int comm_isend(struct comm *c, const void *buf, size_t bytes, int peer, uint32_t tag,
+               struct comm_request **req, struct plait_error *err);
+int comm_irecv(struct comm *c, void *buf, size_t bytes, int peer, uint32_t tag,
+               struct comm_request **req, struct plait_error *err);
+
+/* Sleeps until req completes (0) or fails (-1, err says why); either way req
+ * is freed. NULL is fine (0). */
+int comm_wait(struct comm_request *req, struct plait_error *err);
+
+/* *done = whether req has finished; if it has, req is freed and the result is
+ * comm_wait's. Never blocks. */
+int comm_test(struct comm_request *req, bool *done, struct plait_error *err);
+
+size_t comm_dtype_bytes(enum comm_dtype dtype);
+
+#endif

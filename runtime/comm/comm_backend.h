@@ -1,0 +1,71 @@
+/* comm_backend.h — what a backend (socket now, nccl later) implements behind
+ * comm.h: one ops table, and the common head of its communicator and request
+ * structs. comm.c checks every argument before calling a backend, so backends
+ * see only valid operations. Not for use outside runtime/comm/. */
+#ifndef PLAIT_COMM_BACKEND_H
+#define PLAIT_COMM_BACKEND_H
+
+#include "runtime/comm/comm.h"
+
+enum comm_op_kind {
+    COMM_OP_ALLREDUCE,
+    COMM_OP_REDUCE_SCATTER,
+    COMM_OP_ALLGATHER,
+    COMM_OP_BROADCAST,
+    COMM_OP_BARRIER,
+    COMM_OP_SEND,
+    COMM_OP_RECV,
+};
+
+/* One operation, as posted. Collectives use count/dtype/op/root; point to
+ * point uses bytes/peer/tag and send (isend) or recv (irecv). */
+struct comm_desc {
+    enum comm_op_kind kind;
+    const void *send;
+    void *recv;
+    size_t count;
+    enum comm_dtype dtype;
+    enum comm_reduce_op op;
+    int root;
+    size_t bytes; /* send/recv: the message; collectives: count * element bytes */
+    int peer;
+    uint32_t tag;
+};
+
+struct comm_backend_ops {
+    const char *name;
+    /* Starts d; *req gets the handle. Fails only for a communicator that has
+     * failed already (or out of memory). */
+    int (*post)(struct comm *c, const struct comm_desc *d, struct comm_request **req,
+                struct plait_error *err);
+    int (*wait)(struct comm_request *req, struct plait_error *err);
+    int (*test)(struct comm_request *req, bool *done, struct plait_error *err);
+    /* A new communicator of parent's ranks members[0..n) (parent ranks, in new
+     * rank order; this rank is members[my_index]), named name. Collective over
+     * those members. */
+    int (*split)(struct comm *parent, const int *members, int n, int my_index, const char *name,
+                 struct comm **out, struct plait_error *err);
+    void (*stats)(const struct comm *c, struct comm_stats *out);
+    void (*destroy)(struct comm *c);
+};
+
+/* The head of every backend's communicator. */
+struct comm {
+    const struct comm_backend_ops *ops;
+    int rank, size;
+    char name[COMM_MAX_NAME_BYTES + 1];
+};
+
+/* The head of every backend's request. */
+struct comm_request {
+    const struct comm_backend_ops *ops;
+};
+
+/* The socket backend's constructor (comm_socket.c). */
+int comm_socket_world_init(struct comm **out, struct store *store, int rank, int world_size,
+                           const struct comm_options *opts, const char *name,
+                           struct plait_error *err);
+
+const char *comm_op_kind_name(enum comm_op_kind kind);
+
+#endif
