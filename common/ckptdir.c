@@ -171,12 +171,17 @@ static int verify_at(const char *cdir, struct plait_error *err)
     if (!manifest) return error_set(err, "manifest.json: %s", jerr.text);
     json_t *files = json_object_get(manifest, "files");
     int rc = json_is_object(files) ? 0 : error_set(err, "manifest.json has no \"files\" object");
-    static const char *const required[] = {"model.bin", "optim.bin", "state.json"};
-    for (size_t i = 0; i < sizeof required / sizeof *required && rc == 0; i++)
-        if (!json_object_get(files, required[i]))
-            rc = error_set(err, "manifest.json does not list %s", required[i]);
+    /* the state, and the model: whole (model.bin, optim.bin) or in parts */
     const char *name;
     json_t *entry;
+    bool whole = json_object_get(files, "model.bin") != NULL, parts = false;
+    json_object_foreach(files, name, entry) parts |= !strncmp(name, "model-", 6);
+    if (rc == 0 && !json_object_get(files, "state.json"))
+        rc = error_set(err, "manifest.json does not list state.json");
+    if (rc == 0 && !whole && !parts)
+        rc = error_set(err, "manifest.json lists no model (model.bin or model-*.bin)");
+    if (rc == 0 && whole && !json_object_get(files, "optim.bin"))
+        rc = error_set(err, "manifest.json does not list optim.bin");
     json_object_foreach(files, name, entry)
     {
         if (rc == 0) rc = verify_file(cdir, name, entry, err);
@@ -343,7 +348,7 @@ void ckptdir_abort(const char *tmp)
 }
 
 int ckptdir_commit(struct ckptdir *d, const char *name, const char *tmp, json_t *files,
-                   struct plait_error *err)
+                   json_t *extra, struct plait_error *err)
 {
     struct ckpt_entry e;
     char final[4096], old[4096], old_name[96], path[4096];
@@ -351,6 +356,7 @@ int ckptdir_commit(struct ckptdir *d, const char *name, const char *tmp, json_t 
     if (!parse_name(name, &e)) return error_set(err, "%s is not a checkpoint name", name);
     json_t *manifest = json_pack("{s:I,s:I,s:s,s:O}", "step", (json_int_t)e.step, "micro",
                                  (json_int_t)e.micro, "version", PLAIT_VERSION, "files", files);
+    if (manifest && extra) json_object_update(manifest, extra);
     char *text = manifest ? json_dumps(manifest, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
     json_decref(manifest);
     int rc = -1;

@@ -46,14 +46,16 @@ int ckptdir_list(const struct ckptdir *d, struct ckpt_entry **out, int *n,
                  struct plait_error *err);
 
 /* Verifies checkpoint `name` against its manifest (every listed file's size
- * and checksum; model.bin, optim.bin and state.json must be listed), once per
- * process. 0 good, -1 with err saying what is wrong. */
+ * and checksum; state.json and a model must be listed: model.bin with
+ * optim.bin, or model-*.bin parts), once per process. 0 good, -1 with err
+ * saying what is wrong. */
 int ckptdir_verify(struct ckptdir *d, const char *name, struct plait_error *err);
 
 /* Writing one checkpoint: begin makes an empty temporary directory (its path
  * into tmp), each file is written with ckpt_file_*, commit writes the manifest
- * and makes it visible as `name`; abort removes the temporary. A failed commit
- * removes it too: no temporary outlives a failure. */
+ * (with extra's members, may be NULL) and makes it visible as `name`; abort
+ * removes the temporary. A failed commit removes it too: no temporary
+ * outlives a failure. */
 struct ckpt_file {
     int fd;
     char path[4096];
@@ -70,7 +72,7 @@ int ckpt_file_put(struct ckpt_file *f, const void *buf, size_t bytes, struct pla
 int ckpt_file_close(struct ckpt_file *f, json_t *files, struct plait_error *err);
 void ckpt_file_discard(struct ckpt_file *f);
 int ckptdir_commit(struct ckptdir *d, const char *name, const char *tmp, json_t *files,
-                   struct plait_error *err);
+                   json_t *extra, struct plait_error *err);
 void ckptdir_abort(const char *tmp);
 
 /* Removes every checkpoint beyond the newest `keep` that verify; ones that do

@@ -148,7 +148,7 @@ int ckpt_save(struct ckptdir *d, const struct model *m, const struct train_state
         error_set(err, "out of memory");
     } else if (ckptdir_begin(d, name, tmp, sizeof tmp, err) == 0) {
         if (write_checkpoint_files(tmp, m, st, plan_json, files, err) == 0)
-            rc = ckptdir_commit(d, name, tmp, files, err);
+            rc = ckptdir_commit(d, name, tmp, files, NULL, err);
         else
             ckptdir_abort(tmp);
     }

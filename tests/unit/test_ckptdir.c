@@ -40,7 +40,7 @@ static int write_checkpoint(struct ckptdir *d, const char *name, const char *tag
                  ? -1
                  : 0;
     }
-    if (rc == 0) rc = ckptdir_commit(d, name, tmp, files, &err);
+    if (rc == 0) rc = ckptdir_commit(d, name, tmp, files, NULL, &err);
     json_decref(files);
     if (rc) printf("  write_checkpoint %s: %s\n", name, err.text);
     return rc;
@@ -191,7 +191,7 @@ static void test_failed_commit_leaves_no_temporary(void)
     char tmp[4096];
     CHECK(ckptdir_begin(&d, "step_00000001_0000", tmp, sizeof tmp, &err) == 0, "%s", err.text);
     json_t *files = json_object();
-    CHECK(ckptdir_commit(&d, "not-a-name", tmp, files, &err) != 0, "accepted a bad name");
+    CHECK(ckptdir_commit(&d, "not-a-name", tmp, files, NULL, &err) != 0, "accepted a bad name");
     json_decref(files);
     /* a commit whose manifest cannot be written: the temporary is a file, not a directory */
     CHECK(ckptdir_begin(&d, "step_00000002_0000", tmp, sizeof tmp, &err) == 0, "%s", err.text);
@@ -199,7 +199,7 @@ static void test_failed_commit_leaves_no_temporary(void)
     snprintf(manifest_dir, sizeof manifest_dir, "%s/manifest.json.tmp", tmp);
     mkdir(manifest_dir, 0777); /* fs_write_atomic cannot create its temp file */
     files = json_object();
-    CHECK(ckptdir_commit(&d, "step_00000002_0000", tmp, files, &err) != 0, "commit succeeded");
+    CHECK(ckptdir_commit(&d, "step_00000002_0000", tmp, files, NULL, &err) != 0, "commit succeeded");
     json_decref(files);
     CHECK(!exists(d.path, ".tmp-step_00000002_0000"), "temporary left after a failed commit");
     CHECK(!exists(d.path, "step_00000002_0000"), "a failed commit became visible");

@@ -1,0 +1,185 @@
+/* parallel.c — joining the job (the store, then the world communicator and
+ * its splits) and the glue from runtime/comm to what the model, the
+ * optimizer and the pipeline executor call: group tables, the pipeline link,
+ * the tied-embedding sum, barriers, agreement and text from rank 0. How the
+ * bytes move is comm's; what is computed with them is the callers'. */
+#include "runtime/parallel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/store.h"
+
+/* ---- group tables over a communicator ------------------------------------------------ */
+
+static int g_allreduce(void *ctx, float *buf, size_t n, bool max, struct plait_error *err)
+{
+    return comm_allreduce(ctx, buf, buf, n, COMM_FLOAT32, max ? COMM_MAX : COMM_SUM, err);
+}
+
+static int g_allreduce_f64(void *ctx, double *buf, size_t n, struct plait_error *err)
+{
+    return comm_allreduce(ctx, buf, buf, n, COMM_FLOAT64, COMM_SUM, err);
+}
+
+static int g_reduce_scatter(void *ctx, const float *send, float *recv, size_t count,
+                            struct plait_error *err)
+{
+    return comm_reduce_scatter(ctx, send, recv, count, COMM_FLOAT32, COMM_SUM, err);
+}
+
+static int g_allgather(void *ctx, const float *send, float *recv, size_t count,
+                       struct plait_error *err)
+{
+    return comm_allgather(ctx, send, recv, count, COMM_FLOAT32, err);
+}
+
+/* The table for c (size 1 when c is NULL: never called). */
+static struct group group_of(struct comm *c)
+{
+    if (!c) return (struct group){.size = 1};
+    return (struct group){.size = comm_size(c),
+                          .rank = comm_rank(c),
+                          .allreduce = g_allreduce,
+                          .allreduce_f64 = g_allreduce_f64,
+                          .reduce_scatter = g_reduce_scatter,
+                          .allgather = g_allgather,
+                          .ctx = c};
+}
+
+/* A communicator of one rank has nothing to say: dropped. */
+static struct comm *useful(struct comm *c)
+{
+    if (c && comm_size(c) == 1) {
+        comm_destroy(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* ---- joining ---------------------------------------------------------------------------- */
+
+int parallel_init(struct parallel *p, const struct env_rank *where, double timeout_s,
+                  struct plait_error *err)
+{
+    memset(p, 0, sizeof *p);
+    p->where = *where;
+    p->timeout_s = timeout_s;
+    p->g_tp = p->g_dp = p->g_mp = p->g_world = (struct group){.size = 1};
+    if (where->world == 1) return 0;
+    const struct env_rank *w = where;
+    char host[256], gen[32], name[COMM_MAX_NAME_BYTES + 1];
+    int port;
+    snprintf(gen, sizeof gen, "r%d", w->restart_count);
+    if (store_addr_parse(w->store_addr, host, sizeof host, &port, err) ||
+        store_connect(&p->store, host, port, w->store_secret, w->rank, timeout_s, err))
+        return error_prefix(err, "rank %d: the job's store: ", w->rank);
+    snprintf(name, sizeof name, "%s.world", gen);
+    struct comm_options opts = {.backend = COMM_BACKEND_SOCKET,
+                                .timeout_s = timeout_s,
+                                .secret = w->store_secret,
+                                .name = name};
+    if (comm_world_init(&p->world, p->store, w->rank, w->world, &opts, err) ||
+        comm_split_3d(p->world, w->tp, w->pp, w->dp, gen, &p->tp, &p->pp, &p->dp, err))
+        goto fail;
+    snprintf(name, sizeof name, "%s.mp", gen);
+    if (comm_split(p->world, w->dp_rank, w->rank, name, &p->mp, err)) goto fail;
+    if (w->pp > 1) {
+        bool end = w->pp_rank == 0 || w->pp_rank == w->pp - 1;
+        snprintf(name, sizeof name, "%s.ends", gen);
+        if (comm_split(p->world, end ? w->tp_rank + w->tp * w->dp_rank : COMM_SPLIT_NONE,
+                       w->pp_rank, name, &p->ends, err))
+            goto fail;
+    }
+    p->tp = useful(p->tp);
+    p->pp = useful(p->pp);
+    p->dp = useful(p->dp);
+    p->mp = useful(p->mp);
+    p->g_tp = group_of(p->tp);
+    p->g_dp = group_of(p->dp);
+    p->g_mp = group_of(p->mp);
+    p->g_world = group_of(p->world);
+    return 0;
+fail:
+    parallel_abort(p, err->text);
+    parallel_free(p);
+    return error_prefix(err, "rank %d: ", w->rank);
+}
+
+void parallel_free(struct parallel *p)
+{
+    comm_destroy(p->ends);
+    comm_destroy(p->mp);
+    comm_destroy(p->tp);
+    comm_destroy(p->pp);
+    comm_destroy(p->dp);
+    comm_destroy(p->world);
+    store_close(p->store);
+    p->ends = p->mp = p->tp = p->pp = p->dp = p->world = NULL;
+    p->store = NULL;
+}
+
+void parallel_abort(struct parallel *p, const char *reason)
+{
+    struct plait_error ignored;
+    if (p->store) store_abort(p->store, reason, &ignored);
+}
+
+/* ---- what the loop calls ---------------------------------------------------------------- */
+
+static int link_send(void *ctx, int to_stage, uint32_t tag, const float *buf, size_t n,
+                     struct plait_error *err)
+{
+    return comm_send(ctx, buf, n * sizeof *buf, to_stage, tag, err);
+}
+
+static int link_recv(void *ctx, int from_stage, uint32_t tag, float *buf, size_t n,
+                     struct plait_error *err)
+{
+    return comm_recv(ctx, buf, n * sizeof *buf, from_stage, tag, err);
+}
+
+struct pipe_link parallel_pipe_link(struct parallel *p)
+{
+    return (struct pipe_link){.send = link_send, .recv = link_recv, .ctx = p->pp};
+}
+
+int parallel_sum_ends(struct parallel *p, float *grad, size_t n, struct plait_error *err)
+{
+    if (!p->ends) return 0;
+    if (comm_allreduce(p->ends, grad, grad, n, COMM_FLOAT32, COMM_SUM, err))
+        return error_prefix(err, "the tied embedding's gradient: ");
+    return 0;
+}
+
+int parallel_barrier(struct parallel *p, struct plait_error *err)
+{
+    return p->world ? comm_barrier(p->world, err) : 0;
+}
+
+int parallel_share_text(struct parallel *p, const char *what, char *buf, size_t bytes,
+                        struct plait_error *err)
+{
+    if (!p->world) return 0;
+    size_t words = (bytes + 7) / 8;
+    int64_t *w = calloc(words ? words : 1, sizeof *w);
+    if (!w) return error_set(err, "out of memory");
+    if (p->where.rank == 0) memcpy(w, buf, bytes);
+    int rc = comm_broadcast(p->world, w, words, COMM_INT64, 0, err);
+    if (rc == 0) {
+        memcpy(buf, w, bytes);
+        buf[bytes - 1] = '\0';
+    }
+    free(w);
+    return rc ? error_prefix(err, "%s from rank 0: ", what) : 0;
+}
+
+int parallel_max_int(struct parallel *p, int *flag, struct plait_error *err)
+{
+    if (!p->world) return 0;
+    int64_t v = *flag;
+    if (comm_allreduce(p->world, &v, &v, 1, COMM_INT64, COMM_MAX, err)) return -1;
+    *flag = (int)v;
+    return 0;
+}

@@ -1,0 +1,61 @@
+/* parallel.h — one rank among the others: the store it joined, the world and
+ * its tensor-, pipeline- and data-parallel communicators (runtime/comm), and
+ * what the training loop needs of them as runtime/group.h tables and a
+ * pipeline link. With one rank there is no store and no communicator, the
+ * groups have size 1, and every call below is a no-op. */
+#ifndef PLAIT_RUNTIME_PARALLEL_H
+#define PLAIT_RUNTIME_PARALLEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/env.h"
+#include "common/error.h"
+#include "runtime/comm/comm.h"
+#include "runtime/group.h"
+#include "runtime/pipeline.h"
+
+struct store;
+
+struct parallel {
+    struct env_rank where;
+    double timeout_s;
+    struct store *store;               /* NULL with one rank */
+    struct comm *world, *tp, *pp, *dp; /* NULL where the degree is 1 */
+    struct comm *mp;                   /* tp × pp: the ranks holding one copy of the model */
+    struct comm *ends;                 /* the first and last stage of a pipeline (pp > 1):
+                                          the tied wte's gradient is summed over it */
+    struct group g_tp, g_dp, g_mp, g_world;
+};
+
+/* Joins the store and builds the communicators of where's layout (names
+ * carry the restart count, so a restarted gang cannot meet a stale one).
+ * Every rank calls it; it fails by timeout_s naming what did not come. */
+int parallel_init(struct parallel *p, const struct env_rank *where, double timeout_s,
+                  struct plait_error *err);
+void parallel_free(struct parallel *p);
+
+/* A rank that fails tells the others (the store's abort), so that they stop
+ * at once instead of at their deadline. */
+void parallel_abort(struct parallel *p, const char *reason);
+
+/* The transfers between this rank's pipeline neighbours (its pp group). */
+struct pipe_link parallel_pipe_link(struct parallel *p);
+
+/* The tied wte's gradient (n floats) summed between the first and last
+ * pipeline stage (a no-op with pp = 1). */
+int parallel_sum_ends(struct parallel *p, float *grad, size_t n, struct plait_error *err);
+
+/* Waits until every rank has arrived (world barrier). */
+int parallel_barrier(struct parallel *p, struct plait_error *err);
+
+/* Rank 0's text (up to bytes, NUL included) to every rank: rank 0 passes it
+ * in buf, the others receive it there. */
+int parallel_share_text(struct parallel *p, const char *what, char *buf, size_t bytes,
+                        struct plait_error *err);
+
+/* The largest of every rank's *flag, into *flag on every rank (the stop
+ * agreement; an error flag). */
+int parallel_max_int(struct parallel *p, int *flag, struct plait_error *err);
+
+#endif
