@@ -8,6 +8,12 @@
 #include "common/error.h"
 
 static char prefix[64] = "plait";
+static int quiet;
+
+void log_set_quiet(int q)
+{
+    quiet = q;
+}
 
 void log_set_prefix(const char *p)
 {
@@ -25,6 +31,7 @@ static void emit(const char *level, const char *fmt, va_list ap)
 
 void log_info(const char *fmt, ...)
 {
+    if (quiet) return;
     va_list ap;
     va_start(ap, fmt);
     emit("", fmt, ap);

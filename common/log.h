@@ -6,6 +6,10 @@
 /* Sets the prefix (without ": "); default "plait". */
 void log_set_prefix(const char *prefix);
 
+/* Quiet: log_info says nothing (warnings and errors still do); for the ranks
+ * other than 0 of a job, whose progress rank 0 reports. */
+void log_set_quiet(int quiet);
+
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/plan.h"
 #include "launcher/commands.h"
+#include "launcher/gang.h"
 
 static void usage(FILE *out)
 {
@@ -90,18 +91,13 @@ int cmd_train(int argc, char **argv)
         log_error("%s", err.text);
         return PLAIT_EXIT_ERROR;
     }
-    const struct {
-        const char *name;
-        int degree;
-    } d[] = {{"tp", plan->parallel.tp}, {"pp", plan->parallel.pp}, {"dp", plan->parallel.dp}};
-    for (size_t k = 0; k < sizeof d / sizeof d[0]; k++)
-        if (d[k].degree != 1 && d[k].degree != PLAN_AUTO) {
-            log_error("%s: parallel.%s: not supported yet: plait train runs one rank until 3D "
-                      "parallelism lands (got %d)",
-                      plan->source, d[k].name, d[k].degree);
-            plan_free(plan);
-            return PLAIT_EXIT_ERROR;
-        }
+    /* the layout on this machine: the plan's degrees, "auto" as 1 */
+    const struct plan_parallel *par = &plan->parallel;
+    struct gang_spec gang = {.tp = par->tp == PLAN_AUTO ? 1 : par->tp,
+                             .pp = par->pp == PLAN_AUTO ? 1 : par->pp,
+                             .dp = par->dp == PLAN_AUTO ? 1 : par->dp,
+                             .timeout_s = par->timeout_s};
+    int64_t world = (int64_t)gang.tp * gang.pp * gang.dp; /* <= PLAN_MAX_RANKS */
     char *run_dir = out ? strdup(out) : default_run_dir(plan_path);
     char *json = plan_to_json(plan);
     char abs_dir[PATH_MAX];
@@ -121,6 +117,19 @@ int cmd_train(int argc, char **argv)
     else
         unsetenv(PLAIT_ENV_FRESH);
     setenv(PLAIT_ENV_RUN_DIR, abs_dir, 1);
+    if (world > 1) { /* the gang: a store, and each rank its place */
+        static const char *const mine[] = {PLAIT_ENV_RANK, PLAIT_ENV_WORLD_SIZE, PLAIT_ENV_TP,
+                                           PLAIT_ENV_PP,   PLAIT_ENV_DP,         PLAIT_ENV_DEVICE};
+        for (size_t k = 0; k < sizeof mine / sizeof *mine; k++) unsetenv(mine[k]);
+        setenv(PLAIT_ENV_RESTART_COUNT, "0", 0);
+        setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+        rc = gang_run_local(plan, &gang, &err);
+        if (rc < 0) {
+            log_error("%s", err.text);
+            rc = PLAIT_EXIT_ERROR;
+        }
+        goto out;
+    }
     /* one rank, 1 × 1 × 1, on this machine */
     static const char *const one[] = {PLAIT_ENV_WORLD_SIZE, PLAIT_ENV_TP,          PLAIT_ENV_PP,
                                       PLAIT_ENV_DP,         PLAIT_ENV_LOCAL_WORLD_SIZE,

@@ -67,7 +67,7 @@ static int write_whole(const char *dir, const char *name, const void *data, size
     return ckpt_file_close(&f, files, err);
 }
 
-static json_t *state_to_json(const struct train_state *st)
+json_t *ckpt_state_json(const struct train_state *st)
 {
     json_t *rng = json_array();
     for (int i = 0; i < 4; i++) {
@@ -120,7 +120,7 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
         ckpt_file_close(&w, files, err))
         goto out;
 
-    json_t *state = state_to_json(st);
+    json_t *state = ckpt_state_json(st);
     char *text = json_dumps(state, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
     json_decref(state);
     if (!text) {
@@ -160,7 +160,7 @@ int ckpt_save(struct ckptdir *d, const struct model *m, const struct train_state
 
 /* ---- verifying and loading ---------------------------------------------------- */
 
-static int read_state(const char *cdir, struct train_state *st, struct plait_error *err)
+int ckpt_read_state(const char *cdir, struct train_state *st, struct plait_error *err)
 {
     char path[4096];
     if (fs_join(path, sizeof path, cdir, "state.json", err)) return -1;
@@ -204,14 +204,34 @@ static int read_tensors(FILE *f, const struct model *m, float *dst, float *full,
     return 0;
 }
 
-static int load_checkpoint(const char *cdir, struct model *m, struct train_state *st,
-                           struct plait_error *err)
+/* The same for an optimizer moment: the part, then this rank's slice of it
+ * (ZeRO), zeros past the part's end. */
+static int read_moment(FILE *f, const struct model *m, float *dst, float *full, float *shard,
+                       size_t full_count, const char *path, struct plait_error *err)
+{
+    if (!m->zero) return read_tensors(f, m, dst, full, shard, full_count, path, err);
+    if (fread(full, sizeof(float), full_count, f) != full_count)
+        return error_set(err, "%s: short read", path);
+    gpt2_shard_copy(&m->shard, full, shard, true);
+    size_t end = m->slice_at + m->slice_n, have = m->shard.total;
+    size_t n = m->slice_at >= have ? 0 : (end < have ? end : have) - m->slice_at;
+    m->ops->zero(dst, m->slice_n * sizeof(float));
+    if (n) m->ops->upload(dst, shard + m->slice_at, n * sizeof(float));
+    return 0;
+}
+
+int ckpt_load_whole(const char *cdir, struct model *m, struct train_state *st,
+                    struct plait_error *err)
 {
     struct gpt2_layout full_layout;
     gpt2_layout(&m->cfg, &full_layout); /* addressable: the model's shard of it was */
     size_t P = m->shard.total, F = full_layout.total;
     char path[4096];
-    if (read_state(cdir, st, err)) return -1;
+    if (ckpt_read_state(cdir, st, err)) return -1;
+    if (st->micro > 0 && m->dp > 1)
+        return error_set(err, "it stopped mid-step on one data-parallel rank; resume it with "
+                              "dp = 1 (its gradients cannot be split over %d ranks)",
+                         m->dp);
     float *full = malloc(F * sizeof(float)), *shard = malloc(P * sizeof(float));
     FILE *f = NULL;
     int rc = -1;
@@ -244,10 +264,17 @@ static int load_checkpoint(const char *cdir, struct model *m, struct train_state
                   h[4] ? "present" : "absent", st->micro);
         goto out;
     }
-    if (read_tensors(f, m, m->adam_m, full, shard, F, path, err) ||
-        read_tensors(f, m, m->adam_v, full, shard, F, path, err) ||
-        (h[4] && read_tensors(f, m, m->grads, full, shard, F, path, err)))
+    if (read_moment(f, m, m->adam_m, full, shard, F, path, err) ||
+        read_moment(f, m, m->adam_v, full, shard, F, path, err) ||
+        (h[4] && read_tensors(f, m, m->grads, full, shard, F, path,
+                              err)))
         goto out;
+    if (h[4] && m->zero == 2) { /* the accumulated gradients live in the slice */
+        m->ops->zero(m->grad_slice, m->slice_n * sizeof(float));
+        size_t end = m->slice_at + m->slice_n, have = m->shard.total;
+        size_t n = m->slice_at >= have ? 0 : (end < have ? end : have) - m->slice_at;
+        if (n) m->ops->upload(m->grad_slice, shard + m->slice_at, n * sizeof(float));
+    }
     rc = 0;
 out:
     if (f) fclose(f);
@@ -257,8 +284,8 @@ out:
 }
 
 /* The plan a checkpoint was written by, against the one resuming it. */
-static int check_plan(const char *cdir, const struct plan *plan, char *notes, size_t notes_bytes,
-                      struct plait_error *err)
+int ckpt_check_plan(const char *cdir, const struct plan *plan, char *notes, size_t notes_bytes,
+                    struct plait_error *err)
 {
     char path[4096], source[4200];
     if (fs_join(path, sizeof path, cdir, "plan.json", err)) return -1;
@@ -289,12 +316,12 @@ int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m
             log_warn("checkpoint %s is unusable: %s; trying an older one", cdir, why.text);
             continue;
         }
-        if (check_plan(cdir, plan, notes, notes_bytes, &why)) {
+        if (ckpt_check_plan(cdir, plan, notes, notes_bytes, &why)) {
             error_set(err, "checkpoint %s was written by a different plan: %s", cdir, why.text);
             rc = -1;
             break;
         }
-        if (load_checkpoint(cdir, m, st, &why)) {
+        if (ckpt_load_whole(cdir, m, st, &why)) {
             log_warn("checkpoint %s is unusable: %s; trying an older one", cdir, why.text);
             continue;
         }

@@ -12,6 +12,7 @@
 #ifndef PLAIT_RUNTIME_CKPT_H
 #define PLAIT_RUNTIME_CKPT_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "common/ckptdir.h"
@@ -43,5 +44,16 @@ int ckpt_save(struct ckptdir *d, const struct model *m, const struct train_state
 int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m,
                      struct train_state *st, char *name, size_t name_bytes, char *notes,
                      size_t notes_bytes, struct plait_error *err);
+
+/* The pieces ckpt_parts.c shares: state.json read and written, the plan
+ * check, and loading a whole-model checkpoint (model.bin, optim.bin) into any
+ * part of the model (each rank takes its part, ZeRO its slice; a mid-step one
+ * only with dp = 1). */
+int ckpt_read_state(const char *cdir, struct train_state *st, struct plait_error *err);
+json_t *ckpt_state_json(const struct train_state *st);
+int ckpt_check_plan(const char *cdir, const struct plan *plan, char *notes, size_t notes_bytes,
+                    struct plait_error *err);
+int ckpt_load_whole(const char *cdir, struct model *m, struct train_state *st,
+                    struct plait_error *err);
 
 #endif

@@ -56,6 +56,13 @@ int main(int argc, char **argv)
         log_error("%s", err.text);
         return PLAIT_EXIT_ERROR;
     }
+    if (where.rank > 0) { /* rank 0 reports; the others speak only of trouble */
+        char prefix[48];
+        snprintf(prefix, sizeof prefix, "plait-train[rank %d]", where.rank);
+        log_set_prefix(prefix);
+        log_set_quiet(1);
+        if (!freopen("/dev/null", "w", stdout)) log_warn("cannot quiet stdout");
+    }
     struct sigaction sa = {.sa_handler = on_stop_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);

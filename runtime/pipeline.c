@@ -113,8 +113,9 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
                 error_set(err, "pipeline: backward of micro-batch %d before its forward", k);
                 goto out;
             }
-            if (model_stage_backward(m, r.slot_of[k], grad, B, T,
-                                     how->accumulate || backwards++ > 0, err))
+            bool acc = !how->overwrite_each && (how->accumulate || backwards > 0);
+            backwards++;
+            if (model_stage_backward(m, r.slot_of[k], grad, B, T, acc, err))
                 goto out;
             give_slot(&r, k);
             times->compute_s += now_s() - t0;

@@ -50,6 +50,8 @@ struct pipe_step {
     float grad_scale; /* as model_forward's */
     bool accumulate;  /* the first backward adds to the gradients already there (a step
                          resumed where it stopped); else it writes them */
+    bool overwrite_each; /* every backward writes the gradients (they are taken away after
+                            each micro-batch: ZeRO 2) */
     /* Called after each backward (may be NULL): a return of 1 ends the step
      * there (a stop between micro-batches; pp = 1 only), -1 an error. */
     int (*after_backward)(void *ctx, int micro, struct plait_error *err);

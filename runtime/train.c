@@ -20,11 +20,14 @@
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "common/runlock.h"
+#include "common/schedule.h"
 #include "runtime/ckpt.h"
 #include "runtime/data.h"
 #include "runtime/metrics.h"
 #include "runtime/model.h"
 #include "runtime/optim.h"
+#include "runtime/ckpt_parts.h"
+#include "runtime/parallel.h"
 #include "runtime/pipeline.h"
 #include "runtime/sample.h"
 
@@ -33,6 +36,10 @@ volatile sig_atomic_t train_stop_signal;
 struct trainer {
     const struct plan *plan;
     const struct env_rank *where; /* this rank's place (the env contract) */
+    struct parallel par;          /* the other ranks (none with one rank) */
+    bool par_ready, multi;        /* multi: more than one rank */
+    struct schedule sched;        /* the pipeline schedule of a step */
+    bool sched_ready;
     const char *plan_json;
     const char *run_dir;
     char ckpt_dir[4096];
@@ -54,6 +61,8 @@ struct trainer {
     const char *dump_dir;
     long signal_after_micro; /* PLAIT_DEBUG_SIGNAL_AFTER_MICRO, 0 = off */
     long micro_done;         /* micro-batches run by this process */
+    bool reads_data;         /* a pipeline end: its loaders are open */
+    struct pipe_times times; /* where the last step went */
     bool data_failed;        /* the last error came from reading data */
     double timed_s;          /* wall time of the steps in m.prof */
 };
@@ -198,12 +207,38 @@ static int check_layout(const struct plan *p, const struct env_rank *where,
                              "layout with %s %d (PLAIT_%c%c)",
                              p->source, d[k].name, d[k].plan, d[k].name, d[k].env,
                              d[k].name[0] - 32, d[k].name[1] - 32);
-    if (where->world > 1)
+    const struct plan_parallel *par = &p->parallel;
+    if (where->pp > 1 && par->schedule != PLAN_PIPE_1F1B && par->schedule != PLAN_PIPE_GPIPE)
         return error_set(err,
-                         "rank %d of %d (tp %d × pp %d × dp %d): this version of plait-train "
-                         "trains on one rank; 3D parallelism is being built",
-                         where->rank, where->world, where->tp, where->pp, where->dp);
+                         "%s: parallel.schedule: \"%s\" is not in this runtime yet (\"1f1b\" "
+                         "and \"gpipe\" are)",
+                         p->source, plan_pipeline_name(par->schedule));
+    if (par->zero > 2)
+        return error_set(err, "%s: parallel.zero: 3 is not in this runtime yet (0, 1, 2 are)",
+                         p->source);
+    if (par->sequence_parallel)
+        return error_set(err, "%s: parallel.sequence_parallel is not in this runtime yet",
+                         p->source);
+    if (par->backend == PLAN_BACKEND_NCCL)
+        return error_set(err, "%s: parallel.backend: \"nccl\" is not built into this "
+                              "plait-train (use \"socket\" or \"auto\")",
+                         p->source);
     return 0;
+}
+
+/* Every rank learns whether any failed: one with its own reason keeps it,
+ * the others say who failed (rank 0, owner of the run directory, for setup). */
+static int agree(struct trainer *t, int failed, const struct plait_error *why,
+                 const char *others, struct plait_error *err)
+{
+    int any = failed;
+    if (parallel_max_int(&t->par, &any, err)) return -1;
+    if (!any) return 0;
+    if (failed) {
+        *err = *why;
+        return -1;
+    }
+    return error_set(err, "%s", others);
 }
 
 #define START_FRESH                                                                               \
@@ -266,7 +301,7 @@ static int start_fresh(struct trainer *t, struct plait_error *err)
 
 /* The checkpoint directory, locked like the run directory: another run
  * directory's plan could name the same one. */
-static int open_checkpoints(struct trainer *t, struct plait_error *err)
+static int checkpoint_path(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
     if (p->checkpoint.dir[0] == '/') {
@@ -276,6 +311,11 @@ static int open_checkpoints(struct trainer *t, struct plait_error *err)
     } else if (fs_join(t->ckpt_dir, sizeof t->ckpt_dir, t->run_dir, p->checkpoint.dir, err)) {
         return error_prefix(err, "checkpoint.dir: ");
     }
+    return 0;
+}
+
+static int open_checkpoints(struct trainer *t, struct plait_error *err)
+{
     struct stat run_st, ckpt_st;
     if (fs_mkdir_p(t->ckpt_dir, err)) return error_prefix(err, "checkpoint.dir: ");
     if (stat(t->run_dir, &run_st) != 0 || stat(t->ckpt_dir, &ckpt_st) != 0)
@@ -289,10 +329,26 @@ static int open_checkpoints(struct trainer *t, struct plait_error *err)
     return 0;
 }
 
+/* Rank 0 owns the run directory: its lock, its checkpoints' directory, a
+ * fresh start, and the check that it belongs to this plan. */
+static int open_run(struct trainer *t, struct plait_error *err)
+{
+    if (fs_mkdir_p(t->run_dir, err) ||
+        runlock_acquire(&t->run_lock, t->run_dir, "run directory", err) ||
+        open_checkpoints(t, err))
+        return -1;
+    const char *fresh = getenv(PLAIT_ENV_FRESH);
+    if (fresh && !strcmp(fresh, "1") && start_fresh(t, err)) return -1;
+    return check_run_plan(t, err);
+}
+
 static int setup(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
-    if (check_layout(p, t->where, err)) return -1;
+    const struct env_rank *w = t->where;
+    bool rank0 = w->rank == 0;
+    t->multi = w->world > 1;
+    if (check_layout(p, w, err)) return -1;
     const struct ops *ops = choose_backend(p->parallel.device, err);
     if (!ops) return -1;
     struct gpt2_config cfg = {.max_seq_len = p->model.max_seq_len,
@@ -302,21 +358,26 @@ static int setup(struct trainer *t, struct plait_error *err)
                               .heads = p->model.heads,
                               .hidden = p->model.hidden};
     int B = p->batch.micro_batch, T = p->model.seq_len;
-    if (fs_mkdir_p(t->run_dir, err) ||
-        runlock_acquire(&t->run_lock, t->run_dir, "run directory", err) ||
-        open_checkpoints(t, err))
+    if (parallel_init(&t->par, w, p->parallel.timeout_s, err)) return -1;
+    t->par_ready = true;
+    struct plait_error why = {.text = ""};
+    int failed = checkpoint_path(t, &why) || (rank0 && open_run(t, &why));
+    if (agree(t, failed, &why, "rank 0 could not open the run (see its message)", err))
         return -1;
-    const char *fresh = getenv(PLAIT_ENV_FRESH);
-    if (fresh && !strcmp(fresh, "1") && start_fresh(t, err)) return -1;
-    if (check_run_plan(t, err)) return -1;
-    struct gpt2_part part = gpt2_part_whole(&cfg);
+    enum sched_kind kind = p->parallel.schedule == PLAN_PIPE_GPIPE ? SCHED_GPIPE : SCHED_1F1B;
+    if (schedule_make(&t->sched, kind, w->pp, p->batch.grad_accum, 1, err)) return -1;
+    t->sched_ready = true;
+    struct gpt2_part part = {.tp = w->tp, .tp_rank = w->tp_rank, .pp = w->pp, .pp_rank = w->pp_rank};
+    gpt2_stage_layers(cfg.layers, w->pp, w->pp_rank, &part.layer_begin, &part.layer_end);
     struct model_shape shape = {.B = B,
                                 .T = T,
                                 .precision = p->precision,
                                 .recompute = p->recompute,
-                                .slots = 1,
-                                .dp = 1};
-    if (model_init(&t->m, &cfg, &part, NULL, ops, &shape, err)) return -1;
+                                .slots = schedule_max_in_flight(&t->sched, w->pp_rank),
+                                .dp = w->dp,
+                                .dp_rank = w->dp_rank,
+                                .zero = p->parallel.zero};
+    if (model_init(&t->m, &cfg, &part, &t->par.g_tp, ops, &shape, err)) return -1;
     t->model_ready = true;
     t->flops_per_token = gpt2_flops_per_token(&cfg, T);
     t->inputs = malloc((size_t)B * T * sizeof *t->inputs);
@@ -324,11 +385,14 @@ static int setup(struct trainer *t, struct plait_error *err)
     if (!t->inputs || !t->targets) return error_set(err, "out of memory");
 
     char name[64] = "", notes[1024] = "";
-    int loaded = ckpt_load_latest(&t->ckpts, p, &t->m, &t->st, name, sizeof name, notes,
-                                  sizeof notes, err);
+    int loaded = t->multi ? ckpt_parts_load(rank0 ? &t->ckpts : NULL, t->ckpt_dir, p, &t->m,
+                                            &t->st, name, sizeof name, notes, sizeof notes,
+                                            &t->par, err)
+                          : ckpt_load_latest(&t->ckpts, p, &t->m, &t->st, name, sizeof name,
+                                             notes, sizeof notes, err);
     if (loaded < 0) {
-        struct plait_error why = *err;
-        return error_set(err, "%s; " START_FRESH, why.text);
+        struct plait_error reason = *err;
+        return error_set(err, "%s; " START_FRESH, reason.text);
     }
     if (loaded) {
         log_info("resuming from %s/%s (step %d%s)", t->ckpt_dir, name, t->st.step,
@@ -339,6 +403,10 @@ static int setup(struct trainer *t, struct plait_error *err)
                              "checkpoint %s stopped after micro-batch %d of a step, but the "
                              "plan has batch.grad_accum %d",
                              name, t->st.micro, p->batch.grad_accum);
+        if (t->st.micro > 0 && w->pp > 1)
+            return error_set(err, "checkpoint %s stopped mid-step, which a pipeline cannot "
+                                  "resume: resume it with parallel.pp 1",
+                             name);
         memcpy(t->sample_rng.s, t->st.sample_rng, sizeof t->sample_rng.s);
     } else {
         if (init_weights(t, err)) return -1;
@@ -346,15 +414,20 @@ static int setup(struct trainer *t, struct plait_error *err)
         rng_seed(&t->sample_rng, p->sample.seed, 0);
     }
 
-    if (data_open(&t->train, p->data.train, B, T, cfg.vocab, p->data.shuffle, p->model.seed, err))
-        return error_prefix(err, "data.train: ");
-    if (data_seek(&t->train, &t->st.data, err)) return error_prefix(err, "data.train: ");
-    if (p->data.val) {
+    /* the data: read by the pipeline's ends (tokens first, targets last) */
+    t->reads_data = t->m.first || t->m.last;
+    if (t->reads_data) {
+        if (data_open(&t->train, p->data.train, B, T, cfg.vocab, p->data.shuffle, p->model.seed,
+                      err))
+            return error_prefix(err, "data.train: ");
+        if (data_seek(&t->train, &t->st.data, err)) return error_prefix(err, "data.train: ");
+    }
+    if (p->data.val && t->reads_data) {
         if (data_open(&t->val, p->data.val, B, T, cfg.vocab, false, 0, err))
             return error_prefix(err, "data.val: ");
-        t->has_val = true;
     }
-    if (p->data.tokenizer) {
+    t->has_val = p->data.val != NULL;
+    if (p->data.tokenizer && !t->multi) {
         if (tokenizer_load(&t->tok, p->data.tokenizer, err))
             return error_prefix(err, "data.tokenizer: ");
         t->has_tok = true;
@@ -364,26 +437,29 @@ static int setup(struct trainer *t, struct plait_error *err)
                              "model.vocab %d (a tokenizer of another model?)",
                              p->data.tokenizer, t->tok.eot, cfg.vocab);
     }
+    t->dump_dir = getenv(PLAIT_ENV_DUMP_STEP1);
+    const char *inject = getenv(PLAIT_ENV_DEBUG_SIGNAL_AFTER_MICRO);
+    t->signal_after_micro = inject ? atol(inject) : 0;
+    t->peak_gflops = measure_peak_gflops(&t->m);
+    if (!rank0) return 0;
     char plan_path[4096];
     if (fs_join(plan_path, sizeof plan_path, t->run_dir, "plan.json", err) ||
         fs_write_atomic(plan_path, t->plan_json, strlen(t->plan_json), err))
         return -1;
     if (metrics_open(&t->metrics, t->run_dir, t->st.step, err)) return -1;
-    t->peak_gflops = measure_peak_gflops(&t->m);
-    t->dump_dir = getenv(PLAIT_ENV_DUMP_STEP1);
-    const char *inject = getenv(PLAIT_ENV_DEBUG_SIGNAL_AFTER_MICRO);
-    t->signal_after_micro = inject ? atol(inject) : 0;
     return write_run_json(t, loaded ? name : NULL, err);
 }
 
 static void teardown(struct trainer *t)
 {
+    if (t->sched_ready) schedule_free(&t->sched);
+    if (t->par_ready) parallel_free(&t->par);
     metrics_close(&t->metrics);
     if (t->ckpts_open) ckptdir_close(&t->ckpts);
     runlock_release(&t->ckpt_lock);
     runlock_release(&t->run_lock);
     if (t->has_tok) tokenizer_free(&t->tok);
-    if (t->has_val) data_close(&t->val);
+    data_close(&t->val);
     data_close(&t->train);
     if (t->model_ready) model_free(&t->m);
     free(t->inputs);
@@ -394,11 +470,14 @@ static void teardown(struct trainer *t)
 
 static int save(struct trainer *t, struct plait_error *err)
 {
-    t->st.data = t->train.pos;
+    if (t->reads_data) t->st.data = t->train.pos;
     memcpy(t->st.sample_rng, t->sample_rng.s, sizeof t->st.sample_rng);
     double t0 = now_s();
-    if (ckpt_save(&t->ckpts, &t->m, &t->st, t->plan->checkpoint.keep, t->plan_json, err))
-        return -1;
+    int keep = t->plan->checkpoint.keep;
+    int rc = t->multi ? ckpt_parts_save(t->where->rank == 0 ? &t->ckpts : NULL, t->ckpt_dir,
+                                        &t->m, &t->st, keep, t->plan_json, &t->par, err)
+                      : ckpt_save(&t->ckpts, &t->m, &t->st, keep, t->plan_json, err);
+    if (rc) return -1;
     log_info("checkpoint step %d%s written in %.1f s", t->st.step, t->st.micro ? " (mid-step)" : "",
              now_s() - t0);
     return 0;
@@ -409,6 +488,7 @@ static int save(struct trainer *t, struct plait_error *err)
  * written, then the error is returned with where to resume. */
 static int fail_keeping_progress(struct trainer *t, struct plait_error *err)
 {
+    if (t->multi) return -1; /* a checkpoint takes every rank, and the others are elsewhere */
     struct plait_error why = *err, save_err;
     if (save(t, &save_err))
         return error_set(err, "%s; the checkpoint of the work so far failed too: %s", why.text,
@@ -452,19 +532,37 @@ static int evaluate_batches(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
     int B = p->batch.micro_batch, T = p->model.seq_len;
+    size_t NC = (size_t)B * T * p->model.hidden;
+    struct pipe_link link = parallel_pipe_link(&t->par);
     double sum = 0;
-    data_rewind(&t->val);
+    if (t->reads_data) data_rewind(&t->val);
     for (int i = 0; i < p->data.val_batches; i++) {
-        if (train_stop_signal) return 1;
-        double loss;
-        if (data_next(&t->val, t->inputs, t->targets, err)) {
+        /* one rank stops the evaluation alone; a job evaluates to the end */
+        if (train_stop_signal && !t->multi) return 1;
+        double loss = 0;
+        if (t->reads_data && data_next(&t->val, t->inputs, t->targets, err)) {
             t->data_failed = true;
             return error_prefix(err, "data.val: ");
         }
-        if (model_forward(&t->m, t->inputs, t->targets, B, T, 0.0f, &loss, err)) return -1;
+        /* through the pipeline's stages in turn: forward only */
+        uint32_t tag = 0x40000000u + (uint32_t)i;
+        if (!t->m.first &&
+            link.recv(link.ctx, t->where->pp_rank - 1, tag, model_stage_input(&t->m, 0), NC, err))
+            return -1;
+        if (model_stage_forward(&t->m, 0, t->inputs, t->targets, B, T, 0.0f, &loss, err))
+            return -1;
+        if (!t->m.last &&
+            link.send(link.ctx, t->where->pp_rank + 1, tag, model_stage_output(&t->m, 0), NC, err))
+            return -1;
         sum += loss;
     }
+    if (t->multi) { /* the last stage's, to everyone (tp ranks agree; one counts) */
+        double v = t->m.last && t->where->tp_rank == 0 && t->where->dp_rank == 0 ? sum : 0;
+        if (t->par.g_world.allreduce_f64(t->par.g_world.ctx, &v, 1, err)) return -1;
+        sum = v;
+    }
     double val = sum / p->data.val_batches;
+    if (t->where->rank != 0) return 0;
     printf("eval  step %d | val loss %.4f\n", t->st.step, val);
     fflush(stdout);
     return metrics_eval(&t->metrics, t->st.step, val, (int64_t)p->data.val_batches * B * T, err);
@@ -554,19 +652,34 @@ static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
     return 0;
 }
 
-/* After each micro-batch: its count, the fault injection, and a stop
- * between micro-batches when asked (1). */
+/* The tied wte's gradient summed between the pipeline's first and last stage. */
+static int tied_sum(struct trainer *t, struct plait_error *err)
+{
+    if (t->where->pp == 1 || !(t->m.first || t->m.last)) return 0;
+    return parallel_sum_ends(&t->par, t->m.grads + gpt2_shard_offset(&t->m.shard, GPT2_WTE, 0),
+                             t->m.shard.elems[GPT2_WTE], err);
+}
+
+/* After each micro-batch: ZeRO 2's reduction, its count, the fault
+ * injection, and a stop between micro-batches that every rank agrees on (1). */
 static int after_micro(void *ctx, int micro, struct plait_error *err)
 {
-    (void)err;
     struct step_feed *f = ctx;
     struct trainer *t = f->t;
     const struct plan *p = t->plan;
+    (void)micro;
+    if (t->m.zero == 2) { /* this micro-batch's gradients into the slice (tied wte first) */
+        struct optim_groups g = {.dp = &t->par.g_dp, .mp = &t->par.g_mp};
+        if (tied_sum(t, err) || optim_reduce_micro(&t->m, &g, t->st.micro > 0, err)) return -1;
+    }
     t->st.micro++;
     t->st.tokens += (int64_t)p->batch.micro_batch * p->model.seq_len * t->where->dp;
     if (++t->micro_done == t->signal_after_micro) raise(SIGTERM);
-    (void)micro;
-    return train_stop_signal && t->st.micro < p->batch.grad_accum ? 1 : 0;
+    if (t->where->pp > 1) return 0; /* a pipeline stops between steps */
+    int stop = train_stop_signal != 0;
+    if (t->multi && parallel_max_int(&t->par, &stop, err)) return -1;
+    if (stop && !train_stop_signal) train_stop_signal = SIGTERM; /* another rank's stop */
+    return stop && t->st.micro < p->batch.grad_accum ? 1 : 0;
 }
 
 /* The micro-batches of step s (from st.micro on, when resumed mid-step)
@@ -578,22 +691,26 @@ static int train_micro_batches(struct trainer *t, int s, float grad_scale,
 {
     const struct plan *p = t->plan;
     int A = p->batch.grad_accum, left = A - t->st.micro, done = 0;
-    struct schedule sched;
-    if (schedule_make(&sched, SCHED_1F1B, 1, left, 1, err)) return -1;
+    struct schedule resumed, *sched = &t->sched;
+    if (left < A) { /* resumed mid-step (pp = 1): the rest of it */
+        if (schedule_make(&resumed, SCHED_1F1B, 1, left, 1, err)) return -1;
+        sched = &resumed;
+    }
     struct step_feed f = {t, s};
     struct pipe_feed feed = {feed_next, &f};
-    struct pipe_link link = {0};
+    struct pipe_link link = parallel_pipe_link(&t->par);
     struct pipe_step how = {.B = p->batch.micro_batch,
                             .T = p->model.seq_len,
                             .grad_scale = grad_scale,
-                            .accumulate = t->st.micro > 0,
+                            .accumulate = t->st.micro > 0 && t->m.zero < 2,
+                            .overwrite_each = t->m.zero == 2,
                             .after_backward = after_micro,
                             .ctx = &f};
     double loss_sum = 0;
-    struct pipe_times times;
     t->data_failed = false;
-    int rc = pipeline_step(&t->m, &sched, 0, &link, &feed, &how, &loss_sum, &done, &times, err);
-    schedule_free(&sched);
+    int rc = pipeline_step(&t->m, sched, t->where->pp_rank, &link, &feed, &how, &loss_sum, &done,
+                           &t->times, err);
+    if (sched == &resumed) schedule_free(&resumed);
     t->st.loss_sum += loss_sum;
     if (rc && t->data_failed) return fail_keeping_progress(t, err);
     if (rc) return error_prefix(err, "step %d, micro-batch %d: ", s + 1, t->st.micro + 1);
@@ -628,8 +745,17 @@ static int run_steps(struct trainer *t, struct plait_error *err)
             dump_grads(t, err))
             return -1;
         double norm;
-        if (optim_step(&t->m, &p->optimizer, lr, s + 1, NULL, &norm, err)) return -1;
+        struct optim_groups groups = {.dp = &t->par.g_dp, .mp = &t->par.g_mp};
+        if ((t->m.zero < 2 && tied_sum(t, err)) ||
+            optim_step(&t->m, &p->optimizer, lr, s + 1, &groups, &norm, err))
+            return -1;
+        /* the step's loss: the last stage's, over the dp ranks' micro-batches */
         double loss = t->st.loss_sum / A;
+        if (t->multi) {
+            double v = t->m.last && t->where->tp_rank == 0 ? t->st.loss_sum : 0;
+            if (t->par.g_world.allreduce_f64(t->par.g_world.ctx, &v, 1, err)) return -1;
+            loss = v / ((double)A * t->where->dp);
+        }
         if (!isfinite(loss) || !isfinite(norm))
             return error_set(err,
                              "step %d: loss %g, gradient norm %g: training diverged (lower "
@@ -638,27 +764,35 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         t->st.step = s + 1;
         t->st.micro = 0;
         t->st.loss_sum = 0;
+        /* the step took as long as its slowest rank */
         double dt = now_s() - t0;
+        if (t->multi) {
+            float slowest = (float)dt;
+            if (t->par.g_world.allreduce(t->par.g_world.ctx, &slowest, 1, true, err)) return -1;
+            dt = slowest;
+        }
+        double tokens = (double)B * T * A * t->where->dp;
         struct step_metrics sm = {.step = s + 1,
                                   .loss = loss,
                                   .lr = lr,
                                   .grad_norm = norm,
-                                  .tokens = (int64_t)B * T * A,
+                                  .tokens = (int64_t)tokens,
                                   .tokens_total = t->st.tokens,
                                   .ms = 1e3 * dt,
-                                  .tokens_per_s = (double)B * T * A / dt,
+                                  .tokens_per_s = tokens / dt,
                                   .peak_pct = t->peak_gflops > 0
-                                                  ? 100.0 * t->flops_per_token * B * T * A / dt /
-                                                        (t->peak_gflops * 1e9)
+                                                  ? 100.0 * t->flops_per_token * tokens / dt /
+                                                        (t->peak_gflops * 1e9 * t->where->world)
                                                   : 0.0};
-        if (metrics_step(&t->metrics, &sm, err)) return -1;
+        if (t->where->rank == 0 && metrics_step(&t->metrics, &sm, err)) return -1;
         if (s == first_step) { /* a process's first step warms up: not in the averages */
             memset(&t->m.prof, 0, sizeof t->m.prof);
         } else {
             t->timed_s += dt;
             t->m.prof.steps++;
         }
-        progress_line(t, &sm, t->m.prof.steps ? t->timed_s / t->m.prof.steps : dt);
+        if (t->where->rank == 0)
+            progress_line(t, &sm, t->m.prof.steps ? t->timed_s / t->m.prof.steps : dt);
         bool last = t->st.step == p->steps;
         bool eval_due =
             t->has_val && (last || (p->data.val_every > 0 && t->st.step % p->data.val_every == 0));
@@ -676,10 +810,13 @@ static int run_steps(struct trainer *t, struct plait_error *err)
                 return save(t, err) ? -1 : PLAIT_EXIT_PREEMPTED;
             }
         }
-        bool ckpt_due = last || train_stop_signal ||
+        int stop = train_stop_signal != 0; /* any rank's stop is every rank's */
+        if (t->multi && parallel_max_int(&t->par, &stop, err)) return -1;
+        if (stop && !train_stop_signal) train_stop_signal = SIGTERM;
+        bool ckpt_due = last || stop ||
                         (p->checkpoint.every > 0 && t->st.step % p->checkpoint.every == 0);
         if (ckpt_due && save(t, err)) return -1;
-        if (train_stop_signal && !last) {
+        if (stop && !last) {
             log_info("signal %d: stopped after step %d", (int)train_stop_signal, t->st.step);
             return PLAIT_EXIT_PREEMPTED;
         }
@@ -723,14 +860,26 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
              plan->steps, plan->steps == 1 ? "" : "s", plan->batch.grad_accum,
              plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(), t.peak_gflops,
              t.m.activation_bytes / 1e6, plan_recompute_name(plan->recompute));
-    if (bf16_emulation(&t)) log_warn("%s", bf16_emulation(&t));
-    if (t.st.step == 0 && t.st.micro == 0 && print_sample(&t, "before training", err)) goto out;
+    if (t.multi)
+        log_info("tp %d × pp %d × dp %d = %d ranks (%s schedule%s): a global batch of %d "
+                 "micro-batches × %d sequences × %d tokens per step",
+                 where->tp, where->pp, where->dp, where->world,
+                 plan_pipeline_name(plan->parallel.schedule),
+                 plan->parallel.zero ? ", ZeRO" : "", plan->batch.grad_accum * where->dp,
+                 plan->batch.micro_batch, plan->model.seq_len);
+    if (bf16_emulation(&t) && where->rank == 0) log_warn("%s", bf16_emulation(&t));
+    /* samples need the whole model on one rank */
+    bool samples = !t.multi;
+    if (samples && t.st.step == 0 && t.st.micro == 0 && print_sample(&t, "before training", err))
+        goto out;
     rc = run_steps(&t, err);
-    if (getenv(PLAIT_ENV_PROFILE) && t.m.prof.steps > 0)
+    if (getenv(PLAIT_ENV_PROFILE) && t.m.prof.steps > 0 && where->rank == 0)
         profile_print(&t.m.prof, t.timed_s / t.m.prof.steps, stdout);
-    if (rc == PLAIT_EXIT_OK && !train_stop_signal && print_sample(&t, "after training", err))
+    if (samples && rc == PLAIT_EXIT_OK && !train_stop_signal &&
+        print_sample(&t, "after training", err))
         rc = -1;
 out:
+    if (rc < 0 && t.par_ready) parallel_abort(&t.par, err->text);
     teardown(&t);
     return rc;
 }

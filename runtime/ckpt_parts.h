@@ -1,0 +1,43 @@
+/* ckpt_parts.h — checkpoints of a job of several ranks. Each rank writes its
+ * part into the checkpoint's temporary directory (a shared file system
+ * across nodes), rank 0 gathers every file's size and checksum, writes the
+ * manifest (with the layout) and commits, and the step becomes visible only
+ * when every part is durable. Files:
+ *   model-tpT-ppP.bin         the part's parameters (dp rank 0 writes it)
+ *   optim-tpT-ppP.bin         its AdamW moments (ZeRO 0: dp rank 0)
+ *   optim-tpT-ppP-dpD.bin     a dp rank's slice of them (ZeRO >= 1)
+ *   grads-tpT-ppP-dpD.bin     mid-step: this rank's accumulated gradients
+ *   state.json, plan.json     rank 0
+ * Tensors are written instance by instance in llm.c order (tensor, then
+ * layer), slices as they lie in memory; each file starts with a 1 KiB
+ * header saying what it holds.
+ *
+ * Loading: rank 0 picks the newest checkpoint that verifies and belongs to
+ * this plan, and tells the others; each rank reads its part. A checkpoint of
+ * the same layout is read part by part; one written whole (model.bin and
+ * optim.bin, by a single rank or tp = pp = 1 without ZeRO) by any layout,
+ * each rank taking its part of it. Other layouts need resharding (not in
+ * this version: refused with both layouts named). */
+#ifndef PLAIT_RUNTIME_CKPT_PARTS_H
+#define PLAIT_RUNTIME_CKPT_PARTS_H
+
+#include "common/ckptdir.h"
+#include "common/error.h"
+#include "common/plan.h"
+#include "runtime/ckpt.h"
+#include "runtime/model.h"
+#include "runtime/parallel.h"
+
+/* Every rank calls it; d is rank 0's directory (NULL on the others, which
+ * use dir). */
+int ckpt_parts_save(struct ckptdir *d, const char *dir, const struct model *m,
+                    const struct train_state *st, int keep, const char *plan_json,
+                    struct parallel *par, struct plait_error *err);
+
+/* Every rank calls it: 1 loaded (name, notes as ckpt_load_latest), 0 none,
+ * -1 error (on every rank). */
+int ckpt_parts_load(struct ckptdir *d, const char *dir, const struct plan *plan, struct model *m,
+                    struct train_state *st, char *name, size_t name_bytes, char *notes,
+                    size_t notes_bytes, struct parallel *par, struct plait_error *err);
+
+#endif
