@@ -408,6 +408,9 @@ static int setup(struct trainer *t, struct plait_error *err)
                                   "resume: resume it with parallel.pp 1",
                              name);
         memcpy(t->sample_rng.s, t->st.sample_rng, sizeof t->sample_rng.s);
+        /* a mid-step loss so far is the job's: one rank carries it into the step's sum */
+        bool carrier = t->m.last && w->tp_rank == 0 && w->dp_rank == 0;
+        if (t->multi && !carrier) t->st.loss_sum = 0;
     } else {
         if (init_weights(t, err)) return -1;
         memset(&t->st, 0, sizeof t->st);
@@ -471,12 +474,20 @@ static void teardown(struct trainer *t)
 static int save(struct trainer *t, struct plait_error *err)
 {
     if (t->reads_data) t->st.data = t->train.pos;
+    /* mid-step, the loss so far is every data-parallel rank's: the state holds the sum */
+    double mine = t->st.loss_sum;
+    if (t->multi && t->st.micro > 0) {
+        double v = t->m.last && t->where->tp_rank == 0 ? mine : 0;
+        if (t->par.g_world.allreduce_f64(t->par.g_world.ctx, &v, 1, err)) return -1;
+        t->st.loss_sum = v;
+    }
     memcpy(t->st.sample_rng, t->sample_rng.s, sizeof t->st.sample_rng);
     double t0 = now_s();
     int keep = t->plan->checkpoint.keep;
     int rc = t->multi ? ckpt_parts_save(t->where->rank == 0 ? &t->ckpts : NULL, t->ckpt_dir,
                                         &t->m, &t->st, keep, t->plan_json, &t->par, err)
                       : ckpt_save(&t->ckpts, &t->m, &t->st, keep, t->plan_json, err);
+    t->st.loss_sum = mine;
     if (rc) return -1;
     log_info("checkpoint step %d%s written in %.1f s", t->st.step, t->st.micro ? " (mid-step)" : "",
              now_s() - t0);
