@@ -155,11 +155,12 @@ static const struct field checkpoint_fields[] = {
 };
 
 static const struct field parallel_fields[] = {
-    INT_FIELD("tp", parallel.tp, 1, INT_MAX, 1, AUTO_OK),
-    INT_FIELD("pp", parallel.pp, 1, INT_MAX, 1, AUTO_OK),
-    INT_FIELD("dp", parallel.dp, 1, INT_MAX, 1, AUTO_OK),
+    /* the layout may change on resume: the checkpoint says whether it can be read */
+    INT_FIELD("tp", parallel.tp, 1, INT_MAX, 1, AUTO_OK | MAY_CHANGE),
+    INT_FIELD("pp", parallel.pp, 1, INT_MAX, 1, AUTO_OK | MAY_CHANGE),
+    INT_FIELD("dp", parallel.dp, 1, INT_MAX, 1, AUTO_OK | MAY_CHANGE),
     BOOL_FIELD("allow_tp_over_pcie", parallel.allow_tp_over_pcie, false, MAY_CHANGE),
-    INT_FIELD("zero", parallel.zero, 0, 3, 0, 0),
+    INT_FIELD("zero", parallel.zero, 0, 3, 0, MAY_CHANGE),
     ENUM_FIELD("device", parallel.device, device_names, PLAN_DEVICE_AUTO, MAY_CHANGE),
     ENUM_FIELD("schedule", parallel.schedule, pipeline_names, PLAN_PIPE_1F1B, MAY_CHANGE),
     INT_FIELD("virtual_stages", parallel.virtual_stages, 1, 64, 1, MAY_CHANGE),

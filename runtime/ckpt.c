@@ -220,9 +220,30 @@ static int read_moment(FILE *f, const struct model *m, float *dst, float *full, 
     return 0;
 }
 
+/* Whether the checkpoint at cdir holds the whole model (model.bin); if not,
+ * err says which layout wrote it. */
+static int check_whole(const char *cdir, struct plait_error *err)
+{
+    char mpath[4096];
+    if (fs_join(mpath, sizeof mpath, cdir, "manifest.json", err)) return -1;
+    json_t *man = json_load_file(mpath, 0, NULL);
+    json_t *layout = json_object_get(man, "layout");
+    bool whole = json_object_get(json_object_get(man, "files"), "model.bin") != NULL;
+    int tp = 1, pp = 1, dp = 1, zero = 0;
+    if (layout)
+        json_unpack(layout, "{s?i,s?i,s?i,s?i}", "tp", &tp, "pp", &pp, "dp", &dp, "zero", &zero);
+    json_decref(man);
+    if (whole) return 0;
+    return error_set(err,
+                     "it was written in parts by tp %d × pp %d × dp %d (ZeRO %d); resharding it "
+                     "to one rank is not in this version (resume with that layout)",
+                     tp, pp, dp, zero);
+}
+
 int ckpt_load_whole(const char *cdir, struct model *m, struct train_state *st,
                     struct plait_error *err)
 {
+    if (check_whole(cdir, err)) return -1;
     struct gpt2_layout full_layout;
     gpt2_layout(&m->cfg, &full_layout); /* addressable: the model's shard of it was */
     size_t P = m->shard.total, F = full_layout.total;
@@ -318,6 +339,11 @@ int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m
         }
         if (ckpt_check_plan(cdir, plan, notes, notes_bytes, &why)) {
             error_set(err, "checkpoint %s was written by a different plan: %s", cdir, why.text);
+            rc = -1;
+            break;
+        }
+        if (check_whole(cdir, &why)) { /* not unusable: another layout's, not to skip */
+            error_set(err, "checkpoint %s: %s", cdir, why.text);
             rc = -1;
             break;
         }
