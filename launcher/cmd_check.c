@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/place.h"
 #include "common/plan.h"
+#include "common/schedule.h"
 #include "common/topo.h"
 #include "launcher/commands.h"
 
@@ -300,6 +301,50 @@ static json_t *node_json(const struct place_node *n)
                      gbps, "nics", nics);
 }
 
+/* The step's pipeline schedule, as the runtime runs it (pp > 1), simulated
+ * with a backward twice a forward: its bubble beside the textbook's. */
+static int make_schedule(const struct plan *p, const struct cost_layout *l, struct schedule *s,
+                         struct sched_sim *sim)
+{
+    struct plait_error err;
+    if (l->pp < 2) return -1;
+    enum sched_kind kind = (enum sched_kind)p->parallel.schedule; /* the same order */
+    if (schedule_make(s, kind, l->pp, p->batch.grad_accum, p->parallel.virtual_stages, &err))
+        return -1;
+    bool split = s->split_backward;
+    double v = p->parallel.virtual_stages;
+    if (schedule_simulate(s, 1.0 / v, split ? 1.0 / v : 2.0 / v, split ? 1.0 / v : 0, sim,
+                          &err)) {
+        schedule_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+static json_t *schedule_json(const struct plan *p, const struct cost_layout *l)
+{
+    struct schedule s;
+    struct sched_sim sim;
+    if (make_schedule(p, l, &s, &sim)) return NULL;
+    json_t *j = json_pack("{s:s,s:i,s:i,s:i,s:f}", "kind", schedule_kind_name(s.kind), "stages",
+                          s.pp, "micro_batches", s.m, "virtual_stages", s.v, "bubble", sim.bubble);
+    schedule_free(&s);
+    return j;
+}
+
+static void print_schedule(const struct plan *p, const struct cost_layout *l)
+{
+    struct schedule s;
+    struct sched_sim sim;
+    if (make_schedule(p, l, &s, &sim)) return;
+    printf("\npipeline: %s over %d stages, %d micro-batches per step%s: bubble %.1f%% "
+           "(simulated, backward = 2 × forward)\n",
+           schedule_kind_name(s.kind), s.pp, s.m,
+           s.v > 1 ? ", interleaved" : "", 100 * sim.bubble);
+    schedule_print(&s, stdout, 100);
+    schedule_free(&s);
+}
+
 static json_t *result_json(const struct plan *p, const struct layout_eval *e,
                            const struct place_node *nodes, int n_nodes, uint64_t gpu_mem)
 {
@@ -404,6 +449,8 @@ int cmd_check(int argc, char **argv)
                best.layout.tp, best.layout.pp, best.layout.dp);
     if (a.json) {
         json_t *o = result_json(p, &best, nodes, a.nodes, gpu_mem);
+        json_t *sched = schedule_json(p, &best.layout);
+        if (sched) json_object_set_new(o, "schedule", sched);
         if (is_auto) json_object_set(o, "auto_candidates", candidates);
         char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
         printf("%s\n", text);
@@ -411,6 +458,7 @@ int cmd_check(int argc, char **argv)
         json_decref(o);
     } else {
         print_tables(p, &best, nodes, a.nodes, gpu_mem);
+        print_schedule(p, &best.layout);
     }
     if (!best.fits) {
         log_error("%s", best.why);
