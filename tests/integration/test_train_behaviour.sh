@@ -110,8 +110,9 @@ test_cli_contract() {
     expect_error "$WORK/c3.log" 2 "unknown command 'trian'" "$PLAIT" trian x || return 1
     expect_error "$WORK/c4.log" 1 "parallel.device: \"cuda\" is not available" \
         "$PLAIT" train "$WORK/plan.json" --out "$WORK/c4" --set parallel.device=cuda || return 1
-    expect_error "$WORK/c5.log" 1 "parallel.pp: not supported yet: plait train runs one rank" \
-        "$PLAIT" train "$WORK/plan.json" --out "$WORK/c5" --set parallel.pp=2 || return 1
+    expect_error "$WORK/c5.log" 1 'parallel.schedule: "zb-h1" is not in this runtime yet' \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/c5" --set parallel.pp=2 \
+        --set parallel.schedule=zb-h1 || return 1
     # run.json records the resolved plan, the version and the machine; metrics have the fields
     "$PY" - "$WORK/rc_none" <<'PYEOF'
 import json, sys
