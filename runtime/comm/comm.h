@@ -70,8 +70,9 @@ enum comm_algorithm {
 };
 
 #define COMM_DEFAULT_NAME "world"
-#define COMM_DEFAULT_SMALL_MESSAGE_BYTES ((size_t)16 << 10) /* measured: bench/comm_bench.c */
-#define COMM_MAX_NAME_BYTES 64                              /* letters, digits, '.', '_', '-' */
+#define COMM_DEFAULT_SMALL_MESSAGE_BYTES ((size_t)8 << 10) /* measured: bench/comm_bench.c */
+#define COMM_MAX_NAME_BYTES 64                             /* letters, digits, '.', '_', '-' */
+#define COMM_DEFAULT_SPIN_US 200                           /* measured: bench/comm_bench.c */
 #define COMM_SPLIT_NONE (-1) /* a color that joins no group (out gets NULL) */
 
 struct comm_options {
@@ -82,6 +83,11 @@ struct comm_options {
     enum comm_transport transport;
     enum comm_algorithm algorithm;
     size_t small_message_bytes; /* AUTO's threshold; 0: COMM_DEFAULT_SMALL_MESSAGE_BYTES */
+    /* While a caller is blocked waiting, how long a progress thread that has
+     * nothing to do keeps looking (yielding the CPU) before it sleeps in poll:
+     * a reply that comes within it costs no wake-up. While callers compute it
+     * never spins. 0: COMM_DEFAULT_SPIN_US; negative: sleep at once. */
+    int spin_us;
     /* What makes two ranks "one node" (shared memory between them). NULL: the
      * kernel's boot id and network namespace, which is right; tests set it to
      * pretend several nodes on one machine. */

@@ -25,6 +25,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -120,6 +121,7 @@ struct peer {
 
 struct sock_config {
     double timeout_s;
+    int64_t spin_us;
     enum comm_transport transport;
     enum comm_algorithm algorithm;
     size_t small_bytes;
@@ -147,6 +149,8 @@ struct sock_comm {
     /* read by anyone */
     _Atomic uint64_t bytes_sent, bytes_received, payload_sent;
     _Atomic int64_t beat_ms;
+    _Atomic bool sleeping; /* the progress thread is (about to be) in poll */
+    _Atomic int waiters;   /* callers blocked in sock_wait */
     /* the progress thread's */
     struct sock_request *collq, *collq_tail; /* head: the running collective once started */
     uint64_t next_seq;                       /* assigned to collectives as they arrive */
@@ -997,6 +1001,7 @@ static void *progress_main(void *arg)
         free(pfd_peer);
         pfds = NULL;
     }
+    int64_t idle_since = 0;
     for (;;) {
         int64_t now = sock_now_ms();
         atomic_store_explicit(&c->beat_ms, now, memory_order_relaxed);
@@ -1051,7 +1056,19 @@ static void *progress_main(void *arg)
             if (!c->failed) check_peers(c);
             if (!c->failed) next_due = check_deadlines(c, now);
         }
-        if (moved) continue;
+        if (moved) {
+            idle_since = 0;
+            continue;
+        }
+        /* nothing moved: while a caller is blocked waiting (its CPU is free),
+           look again for a while, yielding, so a reply about to come costs no
+           wake-up; while callers compute, sleep at once and leave them the CPU */
+        int64_t t_us = sock_now_us();
+        if (!idle_since) idle_since = t_us;
+        if (t_us - idle_since < c->cfg.spin_us && atomic_load(&c->waiters) > 0) {
+            sched_yield();
+            continue;
+        }
         /* nothing to do now: sleep until a link or the caller wakes us */
         int np = 0;
         bool ready = false;
@@ -1067,8 +1084,15 @@ static void *progress_main(void *arg)
             pfds[np] = (struct pollfd){.fd = p->link.fd, .events = ev};
             pfd_peer[np++] = r;
         }
+        /* posters write wake_fd only while this is set (sock_post); look at
+           what they posted once more after setting it */
+        atomic_store(&c->sleeping, true);
+        pthread_mutex_lock(&c->mu);
+        if (c->submit || c->stop || (c->abort_pending && !c->failed)) ready = true;
+        pthread_mutex_unlock(&c->mu);
         int64_t wait_ms = ready ? 0 : next_due - sock_now_ms();
         int k = poll(pfds, (nfds_t)np, wait_ms < 0 ? 0 : wait_ms > 1000 ? 1000 : (int)wait_ms);
+        atomic_store(&c->sleeping, false);
         if (k < 0 && errno != EINTR) {
             fail_comm(c, true, "poll: %s", strerror(errno));
             continue;
@@ -1111,7 +1135,7 @@ static int sock_post(struct comm *base, const struct comm_desc *d, struct comm_r
     list_push(&c->submit, &c->submit_tail, q);
     c->operations++;
     pthread_mutex_unlock(&c->mu);
-    wake(c);
+    if (atomic_load(&c->sleeping)) wake(c); /* awake, it finds q by itself */
     *out = &q->base;
     return 0;
 }
@@ -1129,6 +1153,7 @@ static int sock_wait(struct comm_request *base, struct plait_error *err)
     struct sock_comm *c = q->c;
     int64_t t0 = sock_now_ms(), stuck_ms = c->timeout_ms + STUCK_GRACE_MS;
     int rc = 0;
+    atomic_fetch_add(&c->waiters, 1);
     pthread_mutex_lock(&c->mu);
     while (q->state == REQ_PENDING) {
         struct timespec ts;
@@ -1143,12 +1168,14 @@ static int sock_wait(struct comm_request *base, struct plait_error *err)
                            c->base.name, c->base.rank, (sock_now_ms() - beat) / 1000.0);
             c->wait_s += (sock_now_ms() - t0) / 1000.0;
             pthread_mutex_unlock(&c->mu);
+            atomic_fetch_sub(&c->waiters, 1);
             return rc; /* q stays the thread's */
         }
     }
     rc = finish_request(q, err);
     c->wait_s += (sock_now_ms() - t0) / 1000.0;
     pthread_mutex_unlock(&c->mu);
+    atomic_fetch_sub(&c->waiters, 1);
     free(q);
     return rc;
 }
@@ -1414,6 +1441,9 @@ int comm_socket_world_init(struct comm **out, struct store *store, int rank, int
     if (sock_job_create(&job, store, rank, opts->secret, opts->node_id, opts->timeout_s, err))
         return error_prefix(err, "comm '%s' rank %d: ", name, rank);
     struct sock_config cfg = {.timeout_s = opts->timeout_s,
+                              .spin_us = opts->spin_us < 0    ? 0
+                                         : opts->spin_us == 0 ? COMM_DEFAULT_SPIN_US
+                                                              : opts->spin_us,
                               .transport = opts->transport,
                               .algorithm = opts->algorithm,
                               .small_bytes = opts->small_message_bytes

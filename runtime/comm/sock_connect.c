@@ -34,6 +34,13 @@
 #define RETRY_MS 20
 #define MAX_STRANGERS 64 /* incoming connections not yet authenticated */
 
+int64_t sock_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 int64_t sock_now_ms(void)
 {
     struct timespec ts;
