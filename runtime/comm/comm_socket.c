@@ -1,24 +1,7 @@
-/* comm_socket.c — the socket backend of comm.h: a communicator's links (one
- * per peer: TCP, or shared memory on one node), its progress thread, the
- * frames on the links and how they match operations, running collective
- * programs (sock_algo.c builds them), deadlines and failure. Setting links up
- * is sock_connect.c's; the store and abort watcher are sock_job.c's.
- *
- * Frames: every message, collective or point to point, travels as fragments
- * of at most FRAG_MAX bytes, each behind a 40-byte header; payloads are
- * padded to 8 bytes so every header and element is aligned in the stream.
- *    0 u8  kind (1 collective, 2 point to point) | u8[3] 0
- *    4 u32 step (collective) or tag (point to point)
- *    8 u64 seq: the collective's number on the communicator, or the message's
- *          number on this link (point to point)
- *   16 u64 total bytes of the message
- *   24 u64 offset of this fragment in it
- *   32 u32 bytes in this fragment | 36 u32 "PLFR"
- * A link carries at most one collective and one point-to-point message at a
- * time in each direction, their fragments interleaved, so a collective
- * waiting on a gate never holds up a pipeline send. A message that arrives
- * before its operation is posted is buffered (it is never left in the
- * stream), which is what lets every send complete without its receive. */
+/* comm_socket.c — the socket backend of comm.h: a communicator's progress
+ * thread, the frames on its links and how they match operations, running
+ * collective programs (built by sock_algo.c), deadlines and failure. Links are
+ * sock_link.c's, setting them up sock_connect.c's, the store sock_job.c's. */
 #include "runtime/comm/comm_backend.h"
 
 #include <errno.h>
@@ -40,6 +23,21 @@
 #include "runtime/comm/sock_link.h"
 #include "runtime/comm/sock_reduce.h"
 
+/* Frames: every message, collective or point to point, travels as fragments
+ * of at most FRAG_MAX bytes, each behind a 40-byte header; payloads are
+ * padded to 8 bytes so every header and element is aligned in the stream.
+ *    0 u8  kind (1 collective, 2 point to point) | u8[3] 0
+ *    4 u32 step (collective) or tag (point to point)
+ *    8 u64 seq: the collective's number on the communicator, or the message's
+ *          number on this link (point to point)
+ *   16 u64 total bytes of the message
+ *   24 u64 offset of this fragment in it
+ *   32 u32 bytes in this fragment | 36 u32 "PLFR"
+ * A link carries at most one collective and one point-to-point message at a
+ * time in each direction, their fragments interleaved, so a collective
+ * waiting on a gate never holds up a pipeline send. A message that arrives
+ * before its operation is posted is buffered (it is never left in the
+ * stream), which is what lets every send complete without its receive. */
 #define FRAME_BYTES 40
 #define FRAME_MAGIC 0x52464c50u /* "PLFR" */
 #define FRAME_COLL 1
@@ -87,7 +85,8 @@ struct peer {
     int rank;
     struct sock_link link;
     struct sock_endpoint ep;
-    bool gone; /* closed and drained */
+    bool gone;     /* closed and drained */
+    bool rx_moved; /* the last round read something */
     char gone_why[160];
     /* sending: one fragment at a time */
     bool tx_active, tx_is_p2p, tx_p2p_turn;
@@ -155,6 +154,8 @@ struct sock_comm {
     struct sock_request *collq, *collq_tail; /* head: the running collective once started */
     uint64_t next_seq;                       /* assigned to collectives as they arrive */
     uint64_t refused;                        /* handshakes refused at set-up */
+    struct pollfd *pfds;                     /* [size + 1] */
+    int *pfd_peer;                           /* [size + 1]: the peer of each, -1 wake_fd */
 };
 
 static const struct comm_backend_ops sock_ops;
@@ -530,6 +531,7 @@ static int rx_target(struct sock_comm *c, struct peer *p, int64_t now)
         return protocol_error(c, p, "fragment outside its message");
     if (f->kind == FRAME_COLL) {
         struct sock_request *q = running(c);
+        if (q && f->seq == q->seq) q->progress_ms = now;
         if (f->offset > 0) { /* a message under way */
             if (p->coll_in_ux) {
                 p->rx_ux = p->coll_in_ux;
@@ -916,7 +918,9 @@ static void check_peers(struct sock_comm *c)
     for (int r = 0; r < c->base.size && !c->failed; r++) {
         struct peer *p = &c->peers[r];
         if (r == c->base.rank) continue;
-        if (!p->gone && p->link.peer_closed && !sock_link_rx_ready(&p->link)) {
+        /* closed, and what it sent before is all taken (or cannot be: a
+           message cut short) */
+        if (!p->gone && p->link.peer_closed && (!sock_link_rx_ready(&p->link) || !p->rx_moved)) {
             p->gone = true;
             if (p->link.kind == SOCK_LINK_SHM)
                 snprintf(p->gone_why, sizeof p->gone_why, "its process ended");
@@ -993,14 +997,8 @@ static void *progress_main(void *arg)
 {
     struct sock_comm *c = arg;
     int n = c->base.size;
-    struct pollfd *pfds = calloc((size_t)n + 1, sizeof *pfds);
-    int *pfd_peer = calloc((size_t)n + 1, sizeof *pfd_peer);
-    if (!pfds || !pfd_peer) {
-        fail_comm(c, true, "out of memory in the progress thread");
-        free(pfds);
-        free(pfd_peer);
-        pfds = NULL;
-    }
+    struct pollfd *pfds = c->pfds;
+    int *pfd_peer = c->pfd_peer;
     int64_t idle_since = 0;
     for (;;) {
         int64_t now = sock_now_ms();
@@ -1029,13 +1027,14 @@ static void *progress_main(void *arg)
         if (aborted) fail_comm(c, false, "the job was aborted: %s", reason);
         bool moved = false;
         int64_t next_due = now + 1000;
-        if (!c->failed && pfds) {
+        if (!c->failed) {
             moved |= advance_collectives(c, now);
             for (int r = 0; r < n && !c->failed; r++) {
                 struct peer *p = &c->peers[r];
                 if (r == c->base.rank || p->gone) continue;
                 int k = rx_progress(c, p, now);
                 if (k < 0 && !c->failed) p->link.peer_closed = true;
+                p->rx_moved = k > 0;
                 moved |= k > 0;
             }
             moved |= advance_collectives(c, now);
@@ -1109,8 +1108,6 @@ static void *progress_main(void *arg)
                 sock_link_drain_doorbell(&p->link);
         }
     }
-    free(pfds);
-    free(pfd_peer);
     return NULL;
 }
 
@@ -1229,7 +1226,7 @@ static void sock_destroy(struct comm *base)
     /* requests still pending are freed (comm.h: wait for them first) */
     free_list(c->submit);
     free_list(c->collq);
-    for (int r = 0; r < c->base.size; r++) {
+    for (int r = 0; c->peers && r < c->base.size; r++) {
         struct peer *p = &c->peers[r];
         if (r == c->base.rank) continue;
         free_list(p->sendq);
@@ -1245,6 +1242,8 @@ static void sock_destroy(struct comm *base)
     pthread_mutex_destroy(&c->mu);
     sock_job_unref(c->job);
     free(c->peers);
+    free(c->pfds);
+    free(c->pfd_peer);
     free(c);
 }
 
@@ -1279,6 +1278,8 @@ static int comm_alloc(struct sock_comm **out, struct sock_job *job, const struct
     c->global_rank = sock_job_global_rank(job);
     c->wake_fd = -1;
     c->peers = calloc((size_t)size, sizeof *c->peers);
+    c->pfds = calloc((size_t)size + 1, sizeof *c->pfds);
+    c->pfd_peer = calloc((size_t)size + 1, sizeof *c->pfd_peer);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1287,7 +1288,7 @@ static int comm_alloc(struct sock_comm **out, struct sock_job *job, const struct
     pthread_mutex_init(&c->mu, NULL);
     sock_job_ref(job);
     c->job = job;
-    if (!c->peers) {
+    if (!c->peers || !c->pfds || !c->pfd_peer) {
         error_errno(err, "allocating");
         goto fail;
     }
@@ -1371,6 +1372,17 @@ static int comm_create(struct comm **out, struct sock_job *job, const struct soc
     snprintf(self->node_id, sizeof self->node_id, "%s", sock_job_node_id(job));
     snprintf(self->hostname, sizeof self->hostname, "%s", sock_job_hostname(job));
     char key[160], value[512];
+    /* a name used before would lead to its old addresses: say so instead */
+    int64_t joined = 0;
+    snprintf(key, sizeof key, "comm/%s/members", name);
+    if (sock_job_add(job, key, 1, &joined, err)) goto fail;
+    if (joined > size) {
+        error_set(err,
+                  "the name is in use in this job already (%lld joins for %d ranks): every "
+                  "communicator needs a name of its own (put a generation in it)",
+                  (long long)joined, size);
+        goto fail;
+    }
     snprintf(key, sizeof key, "comm/%s/addr/%d", name, rank);
     if (sock_endpoint_format(self, value, sizeof value)) {
         error_set(err, "the address is too long to publish");

@@ -24,10 +24,22 @@
         }                                                                                          \
     } while (0)
 
-/* one copy per instruction set, like the kernels (kernels/cpu/ops_cpu.c) */
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void
-sock_reduce(enum comm_dtype dtype, enum comm_reduce_op op, void *out, const void *first,
-            const void *second, size_t count)
+/* One copy per instruction set, like the kernels (kernels/cpu/ops_cpu.c); not
+ * under ThreadSanitizer, which is not running yet when the loader calls the
+ * clones' resolver. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define REDUCE_NO_CLONES 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(REDUCE_NO_CLONES)
+#define REDUCE_CLONES
+#else
+#define REDUCE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+
+REDUCE_CLONES void sock_reduce(enum comm_dtype dtype, enum comm_reduce_op op, void *out,
+                               const void *first, const void *second, size_t count)
 {
     switch (dtype) {
     case COMM_FLOAT32:
