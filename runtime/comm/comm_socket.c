@@ -1319,7 +1319,8 @@ static int gather_endpoints(struct sock_comm *c, int64_t deadline_ms, struct pla
         char *value = NULL;
         double left_s = (deadline_ms - sock_now_ms()) / 1000.0;
         if (sock_job_get(c->job, key, &value, left_s > 0.001 ? left_s : 0.001, err) != 0) {
-            if (!strstr(err->text, "timed out")) return -1;
+            bool timed_out = sock_now_ms() >= deadline_ms || strstr(err->text, "timed out");
+            if (!timed_out) return -1; /* the store is gone, or the job was aborted */
             /* list every rank that is missing, asking each once more briefly */
             char who[400] = "";
             size_t used = 0;

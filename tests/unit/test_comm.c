@@ -291,7 +291,7 @@ static void allreduce_rank(struct comm *c, struct store *st, int rank, int n, vo
 static void test_allreduce_sum_and_max_match_double_reference(void)
 {
     static const size_t counts[] = {0, 1, 7, 1000, 1001, 4099, 1 << 20};
-    static const size_t counts8[] = {0, 1, 7, 1000, 4099, 100003};
+    static const size_t counts8[] = {0, 1, 7, 1000, 4099, 1 << 20};
     static const int ns[] = {2, 3, 4, 8};
     for (size_t i = 0; i < 4; i++) {
         int n = ns[i];
