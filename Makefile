@@ -3,7 +3,8 @@
 #   make                 build everything into build/
 #   make test            install missing packages, build, run every test (also under ASan/UBSan)
 #   make demo            install missing packages, build, train a small GPT on the bundled corpus
-#   make bench           GPT-2 124M step time against PyTorch (prints ratios; not a test)
+#   make bench           GPT-2 124M step time against PyTorch, and make bench-comm (not tests)
+#   make bench-comm      all-reduce bandwidth against Open MPI's (prints ratios; not a test)
 #   make install PREFIX=/usr/local
 #
 # BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan,
@@ -59,12 +60,12 @@ LIB_RUNTIME  := $(BUILD)/lib/libplait_runtime.a
 PLAIT        := $(BUILD)/bin/plait
 PLAIT_TRAIN  := $(BUILD)/bin/plait-train
 TESTS        := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
-TOOLS        := $(BUILD)/bin/gemm-bench
+TOOLS        := $(BUILD)/bin/gemm-bench $(BUILD)/bin/comm-bench
 # The SPANK plugin: built where Slurm's headers are (libslurm-dev), and not
 # with sanitizers (it is loaded into Slurm's own processes).
 SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 00,$(SAN)$(TSAN))),$(BUILD)/lib/spank_plait.so)
 
-.PHONY: all test demo bench install clean deps-build deps-test format fuzz
+.PHONY: all test demo bench bench-comm install clean deps-build deps-test format fuzz
 all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(TOOLS) $(SPANK_SO)
 
 $(BUILD)/obj/kernels/%.o: kernels/%.c
@@ -74,6 +75,9 @@ $(BUILD)/obj/kernels/%.o: kernels/%.c
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# the reductions run over every byte a collective receives: optimised like the kernels
+$(BUILD)/obj/runtime/comm/sock_reduce.o: CFLAGS += $(KERNEL_CFLAGS)
 
 $(LIB_COMMON): $(call obj,$(COMMON_SRC))
 $(LIB_KERNELS): $(call obj,$(KERNELS_SRC))
@@ -107,6 +111,10 @@ $(BUILD)/bin/gemm-bench: $(call obj,bench/gemm_bench.c) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+$(BUILD)/bin/comm-bench: $(call obj,bench/comm_bench.c) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 $(BUILD)/tests/%: $(call obj,tests/unit/%.c) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
@@ -129,9 +137,13 @@ demo: deps-build
 	$(MAKE) -j$(JOBS) all
 	scripts/demo.sh
 
-bench: deps-test
+bench: deps-test bench-comm
 	$(MAKE) -j$(JOBS) all
 	bench/bench.sh
+
+bench-comm: deps-test
+	$(MAKE) -j$(JOBS) $(BUILD)/bin/comm-bench
+	bench/comm_bench.sh
 
 install: $(PLAIT) $(PLAIT_TRAIN) $(SPANK_SO)
 	install -d $(DESTDIR)$(PREFIX)/bin

@@ -6,9 +6,11 @@ set -euo pipefail
 
 build_pkgs=(gcc make pkg-config libjansson-dev libhwloc-dev libdnnl-dev libopenblas-dev libslurm-dev)
 # clang, libclang-rt-14-dev (libFuzzer, sanitizers) and libomp-dev (clang's omp.h): make fuzz;
-# strace: the crash tests inject SIGKILL at chosen system calls
+# strace: the crash tests inject SIGKILL at chosen system calls;
+# openmpi-bin, libopenmpi-dev: make bench-comm compares all-reduce with Open MPI's
 test_pkgs=("${build_pkgs[@]}" hwloc-nox python3 python3-torch python3-numpy
-    slurmctld slurmd slurm-client munge clang libclang-rt-14-dev libomp-dev strace)
+    slurmctld slurmd slurm-client munge clang libclang-rt-14-dev libomp-dev strace
+    openmpi-bin libopenmpi-dev)
 
 case "${1:-build}" in
   build) want=("${build_pkgs[@]}") ;;

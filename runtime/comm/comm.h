@@ -6,10 +6,12 @@
  * (comm_backend.h).
  *
  * Rendezvous: ranks meet through the job's store (common/store.h). Each rank
- * publishes how to reach it under "comm/<name>/addr/<rank>" and connects to
- * the others; every connection proves the job's secret (HMAC-SHA256 over fresh
- * nonces, both ways), so a process without it cannot connect or inject bytes.
- * Names must be unique for the store's life (put a restart generation in them).
+ * publishes how to reach it under "comm/<name>/addr/<rank>" (and counts
+ * itself in "comm/<name>/members") and connects to the others; every
+ * connection proves the job's secret (HMAC-SHA256 over fresh nonces, both
+ * ways), so a process without it cannot connect or inject bytes, and the
+ * listeners close once every link is up. Names must be unique for the store's
+ * life (put a restart generation in them): a name used again is refused.
  *
  * Ordering: as in MPI, every rank of a communicator posts its collectives in
  * the same order. Point-to-point messages between two ranks match in the order
@@ -19,7 +21,8 @@
  *
  * Determinism: the reduction order is fixed by the algorithm, the layout and
  * the message size, never by arrival timing: same inputs, same layout, same
- * options => the same bits, on every rank of the communicator.
+ * options => the same bits, on every rank of the communicator, over shared
+ * memory or TCP alike. Every rank must pass the same algorithm options.
  *
  * Failure: nothing waits forever. An operation fails when none of its bytes
  * have moved for timeout_s; a peer that dies (connection closed or reset, a
@@ -28,7 +31,8 @@
  * its global rank, host and pid). The layer then calls store_abort with that
  * text, so ranks blocked elsewhere (other communicators, other processes)
  * fail at once too: each process watches the store's abort key, and an abort
- * fails every communicator it has. After a failure a communicator only
+ * fails every communicator it has. (Set-up that fails, a rank that never
+ * joins for one, aborts the job too.) After a failure a communicator only
  * reports it; destroy it.
  *
  * Threads: a communicator's calls may come from any one thread at a time
@@ -70,8 +74,9 @@ enum comm_algorithm {
 };
 
 #define COMM_DEFAULT_NAME "world"
-#define COMM_DEFAULT_SMALL_MESSAGE_BYTES ((size_t)16 << 10) /* measured: bench/comm_bench.c */
-#define COMM_MAX_NAME_BYTES 64                              /* letters, digits, '.', '_', '-' */
+#define COMM_DEFAULT_SMALL_MESSAGE_BYTES ((size_t)8 << 10) /* measured: bench/comm_bench.c */
+#define COMM_MAX_NAME_BYTES 64                             /* letters, digits, '.', '_', '-' */
+#define COMM_DEFAULT_SPIN_US 200                           /* measured: bench/comm_bench.c */
 #define COMM_SPLIT_NONE (-1) /* a color that joins no group (out gets NULL) */
 
 struct comm_options {
@@ -82,6 +87,11 @@ struct comm_options {
     enum comm_transport transport;
     enum comm_algorithm algorithm;
     size_t small_message_bytes; /* AUTO's threshold; 0: COMM_DEFAULT_SMALL_MESSAGE_BYTES */
+    /* While a caller is blocked waiting, how long a progress thread that has
+     * nothing to do keeps looking (yielding the CPU) before it sleeps in poll:
+     * a reply that comes within it costs no wake-up. While callers compute it
+     * never spins. 0: COMM_DEFAULT_SPIN_US; negative: sleep at once. */
+    int spin_us;
     /* What makes two ranks "one node" (shared memory between them). NULL: the
      * kernel's boot id and network namespace, which is right; tests set it to
      * pretend several nodes on one machine. */

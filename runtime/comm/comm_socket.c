@@ -1,30 +1,14 @@
-/* comm_socket.c — the socket backend of comm.h: a communicator's links (one
- * per peer: TCP, or shared memory on one node), its progress thread, the
- * frames on the links and how they match operations, running collective
- * programs (sock_algo.c builds them), deadlines and failure. Setting links up
- * is sock_connect.c's; the store and abort watcher are sock_job.c's.
- *
- * Frames: every message, collective or point to point, travels as fragments
- * of at most FRAG_MAX bytes, each behind a 40-byte header; payloads are
- * padded to 8 bytes so every header and element is aligned in the stream.
- *    0 u8  kind (1 collective, 2 point to point) | u8[3] 0
- *    4 u32 step (collective) or tag (point to point)
- *    8 u64 seq: the collective's number on the communicator, or the message's
- *          number on this link (point to point)
- *   16 u64 total bytes of the message
- *   24 u64 offset of this fragment in it
- *   32 u32 bytes in this fragment | 36 u32 "PLFR"
- * A link carries at most one collective and one point-to-point message at a
- * time in each direction, their fragments interleaved, so a collective
- * waiting on a gate never holds up a pipeline send. A message that arrives
- * before its operation is posted is buffered (it is never left in the
- * stream), which is what lets every send complete without its receive. */
+/* comm_socket.c — the socket backend of comm.h: a communicator's progress
+ * thread, the frames on its links and how they match operations, running
+ * collective programs (built by sock_algo.c), deadlines and failure. Links are
+ * sock_link.c's, setting them up sock_connect.c's, the store sock_job.c's. */
 #include "runtime/comm/comm_backend.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -39,6 +23,21 @@
 #include "runtime/comm/sock_link.h"
 #include "runtime/comm/sock_reduce.h"
 
+/* Frames: every message, collective or point to point, travels as fragments
+ * of at most FRAG_MAX bytes, each behind a 40-byte header; payloads are
+ * padded to 8 bytes so every header and element is aligned in the stream.
+ *    0 u8  kind (1 collective, 2 point to point) | u8[3] 0
+ *    4 u32 step (collective) or tag (point to point)
+ *    8 u64 seq: the collective's number on the communicator, or the message's
+ *          number on this link (point to point)
+ *   16 u64 total bytes of the message
+ *   24 u64 offset of this fragment in it
+ *   32 u32 bytes in this fragment | 36 u32 "PLFR"
+ * A link carries at most one collective and one point-to-point message at a
+ * time in each direction, their fragments interleaved, so a collective
+ * waiting on a gate never holds up a pipeline send. A message that arrives
+ * before its operation is posted is buffered (it is never left in the
+ * stream), which is what lets every send complete without its receive. */
 #define FRAME_BYTES 40
 #define FRAME_MAGIC 0x52464c50u /* "PLFR" */
 #define FRAME_COLL 1
@@ -86,7 +85,8 @@ struct peer {
     int rank;
     struct sock_link link;
     struct sock_endpoint ep;
-    bool gone; /* closed and drained */
+    bool gone;     /* closed and drained */
+    bool rx_moved; /* the last round read something */
     char gone_why[160];
     /* sending: one fragment at a time */
     bool tx_active, tx_is_p2p, tx_p2p_turn;
@@ -120,6 +120,7 @@ struct peer {
 
 struct sock_config {
     double timeout_s;
+    int64_t spin_us;
     enum comm_transport transport;
     enum comm_algorithm algorithm;
     size_t small_bytes;
@@ -147,10 +148,14 @@ struct sock_comm {
     /* read by anyone */
     _Atomic uint64_t bytes_sent, bytes_received, payload_sent;
     _Atomic int64_t beat_ms;
+    _Atomic bool sleeping; /* the progress thread is (about to be) in poll */
+    _Atomic int waiters;   /* callers blocked in sock_wait */
     /* the progress thread's */
     struct sock_request *collq, *collq_tail; /* head: the running collective once started */
     uint64_t next_seq;                       /* assigned to collectives as they arrive */
     uint64_t refused;                        /* handshakes refused at set-up */
+    struct pollfd *pfds;                     /* [size + 1] */
+    int *pfd_peer;                           /* [size + 1]: the peer of each, -1 wake_fd */
 };
 
 static const struct comm_backend_ops sock_ops;
@@ -526,6 +531,7 @@ static int rx_target(struct sock_comm *c, struct peer *p, int64_t now)
         return protocol_error(c, p, "fragment outside its message");
     if (f->kind == FRAME_COLL) {
         struct sock_request *q = running(c);
+        if (q && f->seq == q->seq) q->progress_ms = now;
         if (f->offset > 0) { /* a message under way */
             if (p->coll_in_ux) {
                 p->rx_ux = p->coll_in_ux;
@@ -912,7 +918,9 @@ static void check_peers(struct sock_comm *c)
     for (int r = 0; r < c->base.size && !c->failed; r++) {
         struct peer *p = &c->peers[r];
         if (r == c->base.rank) continue;
-        if (!p->gone && p->link.peer_closed && !sock_link_rx_ready(&p->link)) {
+        /* closed, and what it sent before is all taken (or cannot be: a
+           message cut short) */
+        if (!p->gone && p->link.peer_closed && (!sock_link_rx_ready(&p->link) || !p->rx_moved)) {
             p->gone = true;
             if (p->link.kind == SOCK_LINK_SHM)
                 snprintf(p->gone_why, sizeof p->gone_why, "its process ended");
@@ -989,14 +997,9 @@ static void *progress_main(void *arg)
 {
     struct sock_comm *c = arg;
     int n = c->base.size;
-    struct pollfd *pfds = calloc((size_t)n + 1, sizeof *pfds);
-    int *pfd_peer = calloc((size_t)n + 1, sizeof *pfd_peer);
-    if (!pfds || !pfd_peer) {
-        fail_comm(c, true, "out of memory in the progress thread");
-        free(pfds);
-        free(pfd_peer);
-        pfds = NULL;
-    }
+    struct pollfd *pfds = c->pfds;
+    int *pfd_peer = c->pfd_peer;
+    int64_t idle_since = 0;
     for (;;) {
         int64_t now = sock_now_ms();
         atomic_store_explicit(&c->beat_ms, now, memory_order_relaxed);
@@ -1024,13 +1027,14 @@ static void *progress_main(void *arg)
         if (aborted) fail_comm(c, false, "the job was aborted: %s", reason);
         bool moved = false;
         int64_t next_due = now + 1000;
-        if (!c->failed && pfds) {
+        if (!c->failed) {
             moved |= advance_collectives(c, now);
             for (int r = 0; r < n && !c->failed; r++) {
                 struct peer *p = &c->peers[r];
                 if (r == c->base.rank || p->gone) continue;
                 int k = rx_progress(c, p, now);
                 if (k < 0 && !c->failed) p->link.peer_closed = true;
+                p->rx_moved = k > 0;
                 moved |= k > 0;
             }
             moved |= advance_collectives(c, now);
@@ -1051,7 +1055,19 @@ static void *progress_main(void *arg)
             if (!c->failed) check_peers(c);
             if (!c->failed) next_due = check_deadlines(c, now);
         }
-        if (moved) continue;
+        if (moved) {
+            idle_since = 0;
+            continue;
+        }
+        /* nothing moved: while a caller is blocked waiting (its CPU is free),
+           look again for a while, yielding, so a reply about to come costs no
+           wake-up; while callers compute, sleep at once and leave them the CPU */
+        int64_t t_us = sock_now_us();
+        if (!idle_since) idle_since = t_us;
+        if (t_us - idle_since < c->cfg.spin_us && atomic_load(&c->waiters) > 0) {
+            sched_yield();
+            continue;
+        }
         /* nothing to do now: sleep until a link or the caller wakes us */
         int np = 0;
         bool ready = false;
@@ -1067,8 +1083,15 @@ static void *progress_main(void *arg)
             pfds[np] = (struct pollfd){.fd = p->link.fd, .events = ev};
             pfd_peer[np++] = r;
         }
+        /* posters write wake_fd only while this is set (sock_post); look at
+           what they posted once more after setting it */
+        atomic_store(&c->sleeping, true);
+        pthread_mutex_lock(&c->mu);
+        if (c->submit || c->stop || (c->abort_pending && !c->failed)) ready = true;
+        pthread_mutex_unlock(&c->mu);
         int64_t wait_ms = ready ? 0 : next_due - sock_now_ms();
         int k = poll(pfds, (nfds_t)np, wait_ms < 0 ? 0 : wait_ms > 1000 ? 1000 : (int)wait_ms);
+        atomic_store(&c->sleeping, false);
         if (k < 0 && errno != EINTR) {
             fail_comm(c, true, "poll: %s", strerror(errno));
             continue;
@@ -1085,8 +1108,6 @@ static void *progress_main(void *arg)
                 sock_link_drain_doorbell(&p->link);
         }
     }
-    free(pfds);
-    free(pfd_peer);
     return NULL;
 }
 
@@ -1111,7 +1132,7 @@ static int sock_post(struct comm *base, const struct comm_desc *d, struct comm_r
     list_push(&c->submit, &c->submit_tail, q);
     c->operations++;
     pthread_mutex_unlock(&c->mu);
-    wake(c);
+    if (atomic_load(&c->sleeping)) wake(c); /* awake, it finds q by itself */
     *out = &q->base;
     return 0;
 }
@@ -1129,6 +1150,7 @@ static int sock_wait(struct comm_request *base, struct plait_error *err)
     struct sock_comm *c = q->c;
     int64_t t0 = sock_now_ms(), stuck_ms = c->timeout_ms + STUCK_GRACE_MS;
     int rc = 0;
+    atomic_fetch_add(&c->waiters, 1);
     pthread_mutex_lock(&c->mu);
     while (q->state == REQ_PENDING) {
         struct timespec ts;
@@ -1143,12 +1165,14 @@ static int sock_wait(struct comm_request *base, struct plait_error *err)
                            c->base.name, c->base.rank, (sock_now_ms() - beat) / 1000.0);
             c->wait_s += (sock_now_ms() - t0) / 1000.0;
             pthread_mutex_unlock(&c->mu);
+            atomic_fetch_sub(&c->waiters, 1);
             return rc; /* q stays the thread's */
         }
     }
     rc = finish_request(q, err);
     c->wait_s += (sock_now_ms() - t0) / 1000.0;
     pthread_mutex_unlock(&c->mu);
+    atomic_fetch_sub(&c->waiters, 1);
     free(q);
     return rc;
 }
@@ -1202,7 +1226,7 @@ static void sock_destroy(struct comm *base)
     /* requests still pending are freed (comm.h: wait for them first) */
     free_list(c->submit);
     free_list(c->collq);
-    for (int r = 0; r < c->base.size; r++) {
+    for (int r = 0; c->peers && r < c->base.size; r++) {
         struct peer *p = &c->peers[r];
         if (r == c->base.rank) continue;
         free_list(p->sendq);
@@ -1218,6 +1242,8 @@ static void sock_destroy(struct comm *base)
     pthread_mutex_destroy(&c->mu);
     sock_job_unref(c->job);
     free(c->peers);
+    free(c->pfds);
+    free(c->pfd_peer);
     free(c);
 }
 
@@ -1252,6 +1278,8 @@ static int comm_alloc(struct sock_comm **out, struct sock_job *job, const struct
     c->global_rank = sock_job_global_rank(job);
     c->wake_fd = -1;
     c->peers = calloc((size_t)size, sizeof *c->peers);
+    c->pfds = calloc((size_t)size + 1, sizeof *c->pfds);
+    c->pfd_peer = calloc((size_t)size + 1, sizeof *c->pfd_peer);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1260,7 +1288,7 @@ static int comm_alloc(struct sock_comm **out, struct sock_job *job, const struct
     pthread_mutex_init(&c->mu, NULL);
     sock_job_ref(job);
     c->job = job;
-    if (!c->peers) {
+    if (!c->peers || !c->pfds || !c->pfd_peer) {
         error_errno(err, "allocating");
         goto fail;
     }
@@ -1291,7 +1319,8 @@ static int gather_endpoints(struct sock_comm *c, int64_t deadline_ms, struct pla
         char *value = NULL;
         double left_s = (deadline_ms - sock_now_ms()) / 1000.0;
         if (sock_job_get(c->job, key, &value, left_s > 0.001 ? left_s : 0.001, err) != 0) {
-            if (!strstr(err->text, "timed out")) return -1;
+            bool timed_out = sock_now_ms() >= deadline_ms || strstr(err->text, "timed out");
+            if (!timed_out) return -1; /* the store is gone, or the job was aborted */
             /* list every rank that is missing, asking each once more briefly */
             char who[400] = "";
             size_t used = 0;
@@ -1344,6 +1373,17 @@ static int comm_create(struct comm **out, struct sock_job *job, const struct soc
     snprintf(self->node_id, sizeof self->node_id, "%s", sock_job_node_id(job));
     snprintf(self->hostname, sizeof self->hostname, "%s", sock_job_hostname(job));
     char key[160], value[512];
+    /* a name used before would lead to its old addresses: say so instead */
+    int64_t joined = 0;
+    snprintf(key, sizeof key, "comm/%s/members", name);
+    if (sock_job_add(job, key, 1, &joined, err)) goto fail;
+    if (joined > size) {
+        error_set(err,
+                  "the name is in use in this job already (%lld joins for %d ranks): every "
+                  "communicator needs a name of its own (put a generation in it)",
+                  (long long)joined, size);
+        goto fail;
+    }
     snprintf(key, sizeof key, "comm/%s/addr/%d", name, rank);
     if (sock_endpoint_format(self, value, sizeof value)) {
         error_set(err, "the address is too long to publish");
@@ -1414,6 +1454,9 @@ int comm_socket_world_init(struct comm **out, struct store *store, int rank, int
     if (sock_job_create(&job, store, rank, opts->secret, opts->node_id, opts->timeout_s, err))
         return error_prefix(err, "comm '%s' rank %d: ", name, rank);
     struct sock_config cfg = {.timeout_s = opts->timeout_s,
+                              .spin_us = opts->spin_us < 0    ? 0
+                                         : opts->spin_us == 0 ? COMM_DEFAULT_SPIN_US
+                                                              : opts->spin_us,
                               .transport = opts->transport,
                               .algorithm = opts->algorithm,
                               .small_bytes = opts->small_message_bytes

@@ -6,6 +6,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -33,6 +35,13 @@
 #define KIND_SHM 1u
 #define RETRY_MS 20
 #define MAX_STRANGERS 64 /* incoming connections not yet authenticated */
+
+int64_t sock_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 int64_t sock_now_ms(void)
 {
@@ -106,29 +115,63 @@ static int route_address(const char *host, struct sockaddr_storage *out, socklen
     return result;
 }
 
+static bool is_loopback(const struct sockaddr *a)
+{
+    if (a->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+    return a->sa_family == AF_INET6 &&
+           IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr);
+}
+
+/* An address of this host that other hosts can reach (up, not loopback, not
+ * IPv6 link-local), of the given family; false if there is none. */
+static bool outward_address(int family, struct sockaddr_storage *out)
+{
+    struct ifaddrs *list = NULL;
+    if (getifaddrs(&list) != 0) return false;
+    bool found = false;
+    for (struct ifaddrs *i = list; i && !found; i = i->ifa_next) {
+        const struct sockaddr *a = i->ifa_addr;
+        if (!a || a->sa_family != family || !(i->ifa_flags & IFF_UP) || is_loopback(a)) continue;
+        if (family == AF_INET6 &&
+            IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)a)->sin6_addr))
+            continue;
+        memcpy(out, a,
+               family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+        found = true;
+    }
+    freeifaddrs(list);
+    return found;
+}
+
+/* Listens on every address of the family that reaches the store, and
+ * publishes the one that reaches it, unless that is a loopback address (a
+ * host name that resolves to 127.0.1.1 on its own node): then one other
+ * hosts can reach, if there is one. */
 int sock_listen(struct sock_listeners *ls, const char *route_host, bool want_unix,
                 struct plait_error *err)
 {
     memset(ls, 0, sizeof *ls);
     ls->tcp_fd = ls->unix_fd = -1;
-    struct sockaddr_storage addr;
+    struct sockaddr_storage route, any = {0};
     socklen_t len;
-    if (route_address(route_host, &addr, &len, err)) return -1;
-    if (addr.ss_family == AF_INET)
-        ((struct sockaddr_in *)&addr)->sin_port = 0;
-    else
-        ((struct sockaddr_in6 *)&addr)->sin6_port = 0;
-    ls->tcp_fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (ls->tcp_fd < 0 || bind(ls->tcp_fd, (struct sockaddr *)&addr, len) != 0 ||
+    if (route_address(route_host, &route, &len, err)) return -1;
+    if (is_loopback((struct sockaddr *)&route)) outward_address(route.ss_family, &route);
+    any.ss_family = route.ss_family; /* the wildcard address, port 0 */
+    len = route.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    ls->tcp_fd = socket(route.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (ls->tcp_fd < 0 || bind(ls->tcp_fd, (struct sockaddr *)&any, len) != 0 ||
         listen(ls->tcp_fd, 128) != 0) {
         error_errno(err, "listening on TCP");
         goto fail;
     }
-    len = sizeof addr;
+    socklen_t bound_len = sizeof any;
     char port[16];
-    if (getsockname(ls->tcp_fd, (struct sockaddr *)&addr, &len) != 0 ||
-        getnameinfo((struct sockaddr *)&addr, len, ls->self.host, sizeof ls->self.host, port,
-                    sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    if (getsockname(ls->tcp_fd, (struct sockaddr *)&any, &bound_len) != 0 ||
+        getnameinfo((struct sockaddr *)&any, bound_len, NULL, 0, port, sizeof port,
+                    NI_NUMERICSERV) != 0 ||
+        getnameinfo((struct sockaddr *)&route, len, ls->self.host, sizeof ls->self.host, NULL, 0,
+                    NI_NUMERICHOST) != 0) {
         error_errno(err, "reading the TCP listener's address");
         goto fail;
     }

@@ -71,5 +71,6 @@ int sock_mesh_connect(const struct sock_mesh *m, struct sock_listeners *ls, stru
                       uint64_t *refused, struct plait_error *err);
 
 int64_t sock_now_ms(void);
+int64_t sock_now_us(void);
 
 #endif

@@ -225,6 +225,15 @@ int sock_job_get(struct sock_job *job, const char *key, char **value, double tim
     return rc;
 }
 
+int sock_job_add(struct sock_job *job, const char *key, int64_t delta, int64_t *result,
+                 struct plait_error *err)
+{
+    pthread_mutex_lock(&job->mu);
+    int rc = store_add(job->store, key, delta, result, err);
+    pthread_mutex_unlock(&job->mu);
+    return rc;
+}
+
 void sock_job_abort(struct sock_job *job, const char *reason)
 {
     pthread_mutex_lock(&job->mu);

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/error.h"
 #include "runtime/comm/sock_connect.h"
@@ -35,6 +36,8 @@ const char *sock_job_store_host(const struct sock_job *job);
 /* The store, one caller at a time. */
 int sock_job_set(struct sock_job *job, const char *key, const char *value, struct plait_error *err);
 int sock_job_get(struct sock_job *job, const char *key, char **value, double timeout_s,
+                 struct plait_error *err);
+int sock_job_add(struct sock_job *job, const char *key, int64_t delta, int64_t *result,
                  struct plait_error *err);
 
 /* store_abort(reason), once per job; later calls do nothing. */

@@ -1,6 +1,7 @@
 /* sock_reduce.c — sum and max over float32, float64 and int64 for the socket
- * backend (sock_reduce.h). Plain loops the compiler vectorises; max propagates
- * NaN; int64 sums wrap (two's complement) instead of being undefined. */
+ * backend (sock_reduce.h). Plain loops the compiler vectorises (built with the
+ * kernels' flags, see the Makefile); max propagates NaN; int64 sums wrap (two's
+ * complement) instead of being undefined. */
 #include "runtime/comm/sock_reduce.h"
 
 #include <stdint.h>
@@ -23,8 +24,22 @@
         }                                                                                          \
     } while (0)
 
-void sock_reduce(enum comm_dtype dtype, enum comm_reduce_op op, void *out, const void *first,
-                 const void *second, size_t count)
+/* One copy per instruction set, like the kernels (kernels/cpu/ops_cpu.c); not
+ * under ThreadSanitizer, which is not running yet when the loader calls the
+ * clones' resolver. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define REDUCE_NO_CLONES 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(REDUCE_NO_CLONES)
+#define REDUCE_CLONES
+#else
+#define REDUCE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+
+REDUCE_CLONES void sock_reduce(enum comm_dtype dtype, enum comm_reduce_op op, void *out,
+                               const void *first, const void *second, size_t count)
 {
     switch (dtype) {
     case COMM_FLOAT32:
