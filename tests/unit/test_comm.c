@@ -1021,8 +1021,9 @@ static void *stranger_main(void *arg)
     return NULL;
 }
 
-/* Rank 1 joins late, so rank 0 waits with its listeners open; strangers that
- * read its address from the store knock meanwhile, all at once. */
+/* Rank 1 joins only after the strangers are done, so rank 0 waits with its
+ * listeners open while strangers that read its address from the store knock,
+ * all at once (a pipe holds rank 1 back: no race with a loaded machine). */
 static void strangers_case(enum comm_transport tr)
 {
     struct plait_error err;
@@ -1030,14 +1031,23 @@ static void strangers_case(enum comm_transport tr)
     struct world_opts o = {
         .n = 2, .absent_rank = -1, .timeout_s = 10, .transport = tr, .name = "guarded"};
     fflush(stdout);
+    int hold[2];
+    if (pipe(hold) != 0) {
+        CHECK(0, "pipe");
+        return;
+    }
     pid_t pid[2];
     for (int r = 0; r < 2; r++) {
         pid[r] = fork();
         if (pid[r] == 0) {
-            if (r == 1) sleep_s(0.5);
+            close(hold[1]);
+            char go;
+            if (r == 1 && read(hold[0], &go, 1) != 1) _exit(2);
+            close(hold[0]);
             child(&o, r, late_rank, NULL);
         }
     }
+    close(hold[0]);
     struct store_server *srv = serve();
     int port = atomic_load(&sh->port);
     struct store *st = NULL;
@@ -1059,6 +1069,9 @@ static void strangers_case(enum comm_transport tr)
         CHECK(s[i].refused, "%s stranger %d (%s) was not refused", shm ? "shm" : "tcp", i,
               s[i].garbage ? "garbage" : "a wrong proof");
     }
+    /* let rank 1 join now; rank 0 has seen every stranger by the time the mesh is up */
+    if (write(hold[1], "g", 1) != 1) CHECK(0, "releasing rank 1");
+    close(hold[1]);
     int status[2];
     for (int r = 0; r < 2; r++)
         CHECK(waitpid(pid[r], &status[r], 0) == pid[r] && WIFEXITED(status[r]) &&
