@@ -39,7 +39,7 @@ static inline bool ck_product(size_t *out, int n, const long long *factors)
 
 /* ck_size(&out, a, b, ...): the product of its (integer) arguments. */
 #define ck_size(out, ...)                                                                          \
-    ck_product((out), (int)(sizeof((long long[]){__VA_ARGS__}) / sizeof(long long)),              \
+    ck_product((out), (int)(sizeof((long long[]){__VA_ARGS__}) / sizeof(long long)),               \
                (const long long[]){__VA_ARGS__})
 
 /* *out = a · b (int64_t). */

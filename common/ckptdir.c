@@ -293,8 +293,7 @@ int ckptdir_begin(struct ckptdir *d, const char *name, char *tmp, size_t tmp_byt
     return 0;
 }
 
-int ckpt_file_open(struct ckpt_file *f, const char *tmp, const char *name,
-                   struct plait_error *err)
+int ckpt_file_open(struct ckpt_file *f, const char *tmp, const char *name, struct plait_error *err)
 {
     f->fd = -1;
     f->name = name;
@@ -327,10 +326,9 @@ int ckpt_file_close(struct ckpt_file *f, json_t *files, struct plait_error *err)
     if (fsync(f->fd) != 0) rc = error_errno(err, "fsync of %s", f->path);
     if (close(f->fd) != 0 && rc == 0) rc = error_errno(err, "closing %s", f->path);
     f->fd = -1;
-    if (rc == 0 &&
-        json_object_set_new(files, f->name,
-                            json_pack("{s:I,s:I}", "bytes", (json_int_t)f->bytes, "crc32c",
-                                      (json_int_t)f->crc)) != 0)
+    if (rc == 0 && json_object_set_new(files, f->name,
+                                       json_pack("{s:I,s:I}", "bytes", (json_int_t)f->bytes,
+                                                 "crc32c", (json_int_t)f->crc)) != 0)
         rc = error_set(err, "out of memory");
     return rc;
 }
@@ -420,8 +418,7 @@ void ckptdir_prune(struct ckptdir *d, int keep)
                          d->path, list[i].name, err.text);
             continue;
         }
-        if (fs_join(path, sizeof path, d->path, list[i].name, &err) ||
-            fs_remove_tree(path, &err))
+        if (fs_join(path, sizeof path, d->path, list[i].name, &err) || fs_remove_tree(path, &err))
             log_warn("%s", err.text);
         forget(d->good, &d->n_good, list[i].name);
         forget(d->bad, &d->n_bad, list[i].name);

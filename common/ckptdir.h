@@ -42,8 +42,7 @@ void ckptdir_close(struct ckptdir *d);
 void ckptdir_name(char *out, size_t bytes, int64_t step, int64_t micro);
 
 /* The checkpoints present, newest first (malloc'ed array into *out). */
-int ckptdir_list(const struct ckptdir *d, struct ckpt_entry **out, int *n,
-                 struct plait_error *err);
+int ckptdir_list(const struct ckptdir *d, struct ckpt_entry **out, int *n, struct plait_error *err);
 
 /* Verifies checkpoint `name` against its manifest (every listed file's size
  * and checksum; state.json and a model must be listed: model.bin with
@@ -65,8 +64,7 @@ struct ckpt_file {
 };
 int ckptdir_begin(struct ckptdir *d, const char *name, char *tmp, size_t tmp_bytes,
                   struct plait_error *err);
-int ckpt_file_open(struct ckpt_file *f, const char *tmp, const char *name,
-                   struct plait_error *err);
+int ckpt_file_open(struct ckpt_file *f, const char *tmp, const char *name, struct plait_error *err);
 int ckpt_file_put(struct ckpt_file *f, const void *buf, size_t bytes, struct plait_error *err);
 /* fsyncs and closes; adds {bytes, crc32c} under f->name to files (a JSON object). */
 int ckpt_file_close(struct ckpt_file *f, json_t *files, struct plait_error *err);

@@ -18,13 +18,13 @@ struct cost_layout {
 };
 
 struct cost_memory {
-    uint64_t params;      /* model weights as the device holds them */
+    uint64_t params; /* model weights as the device holds them */
     uint64_t grads;
     uint64_t optimizer;   /* AdamW moments (and fp32 master weights in bf16) */
     uint64_t activations; /* what backward needs, at the pipeline's peak */
     uint64_t total;
-    int64_t param_count;  /* parameters of this rank's tp × pp shard (Ψ; ZeRO divides
-                             the bytes above, not this count) */
+    int64_t param_count; /* parameters of this rank's tp × pp shard (Ψ; ZeRO divides
+                            the bytes above, not this count) */
 };
 
 /* Parameters, gradients and optimizer state of a rank holding `param_count`
@@ -61,9 +61,9 @@ enum cost_link {
 };
 
 struct cost_links {
-    enum cost_link tp, pp, dp;          /* the slowest link each group crosses */
-    double tp_gbps, pp_gbps, dp_gbps;   /* its bandwidth per rank, GB/s */
-    double device_tflops;               /* sustained dense matmul rate per device */
+    enum cost_link tp, pp, dp;        /* the slowest link each group crosses */
+    double tp_gbps, pp_gbps, dp_gbps; /* its bandwidth per rank, GB/s */
+    double device_tflops;             /* sustained dense matmul rate per device */
 };
 
 struct cost_time {

@@ -50,15 +50,16 @@ int env_rank_read(struct env_rank *e, struct plait_error *err)
         return -1;
     int64_t layout = (int64_t)e->tp * e->pp * e->dp;
     if (layout != e->world)
-        return error_set(err, "%s=%d, but %s × %s × %s = %d × %d × %d = %lld",
-                         PLAIT_ENV_WORLD_SIZE, e->world, PLAIT_ENV_TP, PLAIT_ENV_PP, PLAIT_ENV_DP,
-                         e->tp, e->pp, e->dp, (long long)layout);
+        return error_set(err, "%s=%d, but %s × %s × %s = %d × %d × %d = %lld", PLAIT_ENV_WORLD_SIZE,
+                         e->world, PLAIT_ENV_TP, PLAIT_ENV_PP, PLAIT_ENV_DP, e->tp, e->pp, e->dp,
+                         (long long)layout);
     if (e->rank >= e->world || e->tp_rank >= e->tp || e->pp_rank >= e->pp || e->dp_rank >= e->dp ||
         e->local_rank >= e->local_world || e->node_rank >= e->nodes)
-        return error_set(err, "%s=%d (tp %d, pp %d, dp %d; local %d of %d, node %d of %d) is "
-                              "outside the layout",
-                         PLAIT_ENV_RANK, e->rank, e->tp_rank, e->pp_rank, e->dp_rank,
-                         e->local_rank, e->local_world, e->node_rank, e->nodes);
+        return error_set(err,
+                         "%s=%d (tp %d, pp %d, dp %d; local %d of %d, node %d of %d) is "
+                         "outside the layout",
+                         PLAIT_ENV_RANK, e->rank, e->tp_rank, e->pp_rank, e->dp_rank, e->local_rank,
+                         e->local_world, e->node_rank, e->nodes);
     /* Megatron's order: tp fastest, then dp, then pp */
     int64_t want = e->tp_rank + (int64_t)e->tp * (e->dp_rank + (int64_t)e->dp * e->pp_rank);
     if (want != e->rank)
@@ -73,10 +74,10 @@ int env_rank_read(struct env_rank *e, struct plait_error *err)
         return error_prefix(err, "(or \"cpu\") ");
     const char *addr = getenv(PLAIT_ENV_STORE_ADDR), *secret = getenv(PLAIT_ENV_STORE_SECRET);
     if (e->world > 1 && (!addr || !*addr || !secret || !*secret))
-        return error_set(err, "%d ranks need the rendezvous store: %s and %s are not set",
-                         e->world, PLAIT_ENV_STORE_ADDR, PLAIT_ENV_STORE_SECRET);
-    if (addr && snprintf(e->store_addr, sizeof e->store_addr, "%s", addr) >=
-                    (int)sizeof e->store_addr)
+        return error_set(err, "%d ranks need the rendezvous store: %s and %s are not set", e->world,
+                         PLAIT_ENV_STORE_ADDR, PLAIT_ENV_STORE_SECRET);
+    if (addr &&
+        snprintf(e->store_addr, sizeof e->store_addr, "%s", addr) >= (int)sizeof e->store_addr)
         return error_set(err, "%s is too long", PLAIT_ENV_STORE_ADDR);
     if (secret && snprintf(e->store_secret, sizeof e->store_secret, "%s", secret) >=
                       (int)sizeof e->store_secret)

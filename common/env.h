@@ -25,7 +25,7 @@
 #define PLAIT_ENV_TP "PLAIT_TP"                             /* the layout's degrees */
 #define PLAIT_ENV_PP "PLAIT_PP"
 #define PLAIT_ENV_DP "PLAIT_DP"
-#define PLAIT_ENV_TP_RANK "PLAIT_TP_RANK"                   /* its coordinates */
+#define PLAIT_ENV_TP_RANK "PLAIT_TP_RANK" /* its coordinates */
 #define PLAIT_ENV_PP_RANK "PLAIT_PP_RANK"
 #define PLAIT_ENV_DP_RANK "PLAIT_DP_RANK"
 #define PLAIT_ENV_DEVICE "PLAIT_DEVICE"       /* CUDA index (PCI bus order), or "cpu" */
@@ -74,14 +74,15 @@ enum plait_exit {
 /* Where one rank sits, as the launcher said. Without PLAIT_RANK in the
  * environment: one rank, 1 × 1 × 1 (plait-train run by hand). */
 struct env_rank {
-    int rank, world;                 /* global rank, ranks in all */
-    int local_rank, local_world;     /* among its node's ranks */
-    int node_rank, nodes;            /* its node, of how many */
-    int tp, pp, dp;                  /* the layout */
-    int tp_rank, pp_rank, dp_rank;   /* its coordinates (rank = tp_rank + tp·(dp_rank + dp·pp_rank)) */
-    int device;                      /* CUDA index, or -1 for a CPU rank */
+    int rank, world;             /* global rank, ranks in all */
+    int local_rank, local_world; /* among its node's ranks */
+    int node_rank, nodes;        /* its node, of how many */
+    int tp, pp, dp;              /* the layout */
+    int tp_rank, pp_rank,
+        dp_rank; /* its coordinates (rank = tp_rank + tp·(dp_rank + dp·pp_rank)) */
+    int device;  /* CUDA index, or -1 for a CPU rank */
     int restart_count;
-    char store_addr[320];            /* "" when the job has one rank and no store */
+    char store_addr[320]; /* "" when the job has one rank and no store */
     char store_secret[260];
 };
 

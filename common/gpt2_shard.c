@@ -67,8 +67,8 @@ int gpt2_shard_init(struct gpt2_shard *s, const struct gpt2_config *cfg,
               ck_size(&e[GPT2_WPE], s->first, cfg->max_seq_len, C) &&
               ck_size(&e[GPT2_QKVW], 3, Ct, C) && ck_size(&e[GPT2_ATTPROJW], C, Ct) &&
               ck_size(&e[GPT2_FCW], 4, Ct, C) && ck_size(&e[GPT2_FCPROJW], C, 4, Ct);
-    e[GPT2_LN1W] = e[GPT2_LN1B] = e[GPT2_ATTPROJB] = e[GPT2_LN2W] = e[GPT2_LN2B] =
-        e[GPT2_FCPROJB] = (size_t)C;
+    e[GPT2_LN1W] = e[GPT2_LN1B] = e[GPT2_ATTPROJB] = e[GPT2_LN2W] = e[GPT2_LN2B] = e[GPT2_FCPROJB] =
+        (size_t)C;
     e[GPT2_QKVB] = 3 * (size_t)Ct;
     e[GPT2_FCB] = 4 * (size_t)Ct;
     e[GPT2_LNFW] = e[GPT2_LNFB] = s->last ? (size_t)C : 0;

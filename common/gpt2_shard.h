@@ -39,11 +39,11 @@ struct gpt2_part {
 struct gpt2_shard {
     struct gpt2_config cfg;
     struct gpt2_part part;
-    bool first, last;           /* first stage (embeddings), last stage (lnf, head) */
-    size_t elems[GPT2_TENSORS]; /* local elements of one instance (per layer for the
-                                   per-layer tensors), 0 when not held */
-    size_t offset[GPT2_TENSORS]; /* global tensors: their offset; per-layer tensors: offset
-                                    within a layer block */
+    bool first, last;              /* first stage (embeddings), last stage (lnf, head) */
+    size_t elems[GPT2_TENSORS];    /* local elements of one instance (per layer for the
+                                      per-layer tensors), 0 when not held */
+    size_t offset[GPT2_TENSORS];   /* global tensors: their offset; per-layer tensors: offset
+                                      within a layer block */
     size_t layers_at, layer_elems; /* where the first layer block starts, its size */
     size_t total;                  /* elements of the buffer */
 };

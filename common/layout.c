@@ -57,16 +57,15 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
     e->placed = true;
     cost_memory(p, l, &e->mem, &e->worst_stage);
     cost_traffic(p, l, &e->traffic);
-    struct cost_links links = {.tp = e->map.comm_tp.slowest,
-                               .pp = e->map.comm_pp.slowest,
-                               .dp = e->map.comm_dp.slowest,
-                               .tp_gbps = e->map.comm_tp.gbps,
-                               .pp_gbps = e->map.comm_pp.gbps,
-                               .dp_gbps = e->map.comm_dp.gbps,
-                               .device_tflops =
-                                   in->device_tflops > 0
-                                       ? in->device_tflops
-                                       : layout_device_tflops(nodes[0].topo, p->precision)};
+    struct cost_links links = {
+        .tp = e->map.comm_tp.slowest,
+        .pp = e->map.comm_pp.slowest,
+        .dp = e->map.comm_dp.slowest,
+        .tp_gbps = e->map.comm_tp.gbps,
+        .pp_gbps = e->map.comm_pp.gbps,
+        .dp_gbps = e->map.comm_dp.gbps,
+        .device_tflops = in->device_tflops > 0 ? in->device_tflops
+                                               : layout_device_tflops(nodes[0].topo, p->precision)};
     cost_step_time(p, l, &links, &e->time);
     double tokens = (double)p->batch.micro_batch * p->batch.grad_accum * l.dp * p->model.seq_len;
     e->tokens_per_s =
@@ -140,8 +139,7 @@ int layout_choose(const struct plan *p, const struct place_node *nodes, int n_no
     const struct plan_parallel *par = &p->parallel;
     if (par->tp == PLAN_AUTO || par->pp == PLAN_AUTO) {
         if (choose_auto(p, nodes, n_nodes, (int)slots, in, visit, ctx, best))
-            return error_set(err, "no layout of tp and pp fits these %lld slots",
-                             (long long)slots);
+            return error_set(err, "no layout of tp and pp fits these %lld slots", (long long)slots);
         return 0;
     }
     int64_t tpp = (int64_t)par->tp * par->pp; /* <= PLAN_MAX_RANKS (plan_load) */

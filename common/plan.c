@@ -59,8 +59,8 @@ struct field {
     }
 #define REAL_FIELD(n, m, lo, lo_open, hi, hi_open, def, fl)                                        \
     {                                                                                              \
-        .name = n, .kind = K_REAL, .flags = fl, .offset = AT(m), .rmin = lo,                       \
-        .rmin_open = lo_open, .rmax = hi, .rmax_open = hi_open, .rdef = def                        \
+        .name = n, .kind = K_REAL, .flags = fl, .offset = AT(m), .rmin = lo, .rmin_open = lo_open, \
+        .rmax = hi, .rmax_open = hi_open, .rdef = def                                              \
     }
 #define BOOL_FIELD(n, m, def, fl)                                                                  \
     {                                                                                              \
@@ -910,7 +910,8 @@ static int decode_value(struct ctx *c, const struct field *f, json_t *v, const c
             return fail(c, path, "must be an object (got %s)", got_text(c, path, v, got));
         return decode_object(c, v, f->fields, path, p, has_init);
     case K_INT:
-        if ((f->flags & AUTO_OK) && json_is_string(v) && strcmp(json_string_value(v), "auto") == 0) {
+        if ((f->flags & AUTO_OK) && json_is_string(v) &&
+            strcmp(json_string_value(v), "auto") == 0) {
             *(int *)dst = PLAN_AUTO;
             return 0;
         }
@@ -1063,8 +1064,12 @@ static int check_ranks(struct ctx *c, const struct plan *p)
 static int check_model_size(struct ctx *c, json_t *root, const struct plan *p)
 {
     const struct plan_model *m = &p->model;
-    struct gpt2_config cfg = {.max_seq_len = 1, .padded_vocab = 1, .layers = 1,
-                              .hidden = m->hidden, .heads = m->heads, .vocab = 1};
+    struct gpt2_config cfg = {.max_seq_len = 1,
+                              .padded_vocab = 1,
+                              .layers = 1,
+                              .hidden = m->hidden,
+                              .heads = m->heads,
+                              .vocab = 1};
     struct gpt2_layout layout;
     const char *culprit = "model.hidden";
     int value = m->hidden;
@@ -1460,8 +1465,7 @@ static void diff_fields(const struct field *fields, const char *path, const stru
     }
 }
 
-int plan_diff(const struct plan *before, const struct plan *after, struct plan_change *out,
-              int max)
+int plan_diff(const struct plan *before, const struct plan *after, struct plan_change *out, int max)
 {
     int n = 0;
     diff_fields(root_fields, "", before, after, out, max, &n);
@@ -1472,7 +1476,8 @@ char *plan_to_json_line(const struct plan *plan)
 {
     char *pretty = plan_to_json(plan);
     json_t *j = pretty ? json_loads(pretty, 0, NULL) : NULL;
-    char *line = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
+    char *line =
+        j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(j);
     free(pretty);
     return line;

@@ -46,7 +46,8 @@ int runlock_acquire(struct runlock *l, const char *dir, const char *what, struct
     l->fd = open_lock(dir, path, sizeof path, err);
     if (l->fd < 0) return -1;
     int rc;
-    while ((rc = flock(l->fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {}
+    while ((rc = flock(l->fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
+    }
     if (rc != 0 && errno == EWOULDBLOCK) {
         char holder[600];
         describe(l->fd, holder, sizeof holder);
@@ -65,8 +66,8 @@ int runlock_acquire(struct runlock *l, const char *dir, const char *what, struct
     gethostname(host, sizeof host - 1);
     time_t now = time(NULL);
     strftime(since, sizeof since, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    json_t *j = json_pack("{s:s,s:I,s:s}", "host", host, "pid", (json_int_t)getpid(), "since",
-                          since);
+    json_t *j =
+        json_pack("{s:s,s:I,s:s}", "host", host, "pid", (json_int_t)getpid(), "since", since);
     char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (line && ftruncate(l->fd, 0) == 0) {

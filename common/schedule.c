@@ -221,15 +221,15 @@ void schedule_free(struct schedule *s)
 
 static const char *op_name(enum sched_op_type t)
 {
-    static const char *const names[] = {"F", "B", "W", "send-act", "recv-act", "send-grad",
-                                        "recv-grad"};
+    static const char *const names[] = {"F",        "B",         "W",        "send-act",
+                                        "recv-act", "send-grad", "recv-grad"};
     return names[t];
 }
 
 /* Per (virtual stage, micro) bookkeeping: when each event happened, -1 before. */
 struct sim_state {
     int V, m;
-    double *sent_act, *sent_grad; /* keyed by the receiving virtual stage */
+    double *sent_act, *sent_grad;          /* keyed by the receiving virtual stage */
     int *f, *b, *w, *recv_act, *recv_grad; /* counts per virtual stage and micro */
 };
 
@@ -250,21 +250,22 @@ static int sim_event(const struct schedule *s, struct sim_state *z, int stage, i
         z->recv_act[at]++;
         return 0;
     case SCHED_RECV_GRAD:
-        if (j == V - 1) return error_set(err, "stage %d op %d: the last stage receives", stage, pos);
+        if (j == V - 1)
+            return error_set(err, "stage %d op %d: the last stage receives", stage, pos);
         if (z->sent_grad[at] < 0) return 1;
         if (*clock < z->sent_grad[at]) *clock = z->sent_grad[at];
         z->recv_grad[at]++;
         return 0;
     case SCHED_SEND_ACT:
         if (j == V - 1 || z->f[at] != 1)
-            return error_set(err, "stage %d op %d: send-act of micro-batch %d before its F",
-                             stage, pos, k);
+            return error_set(err, "stage %d op %d: send-act of micro-batch %d before its F", stage,
+                             pos, k);
         z->sent_act[at + m] = *clock;
         return 0;
     case SCHED_SEND_GRAD:
         if (j == 0 || z->b[at] != 1)
-            return error_set(err, "stage %d op %d: send-grad of micro-batch %d before its B",
-                             stage, pos, k);
+            return error_set(err, "stage %d op %d: send-grad of micro-batch %d before its B", stage,
+                             pos, k);
         z->sent_grad[at - m] = *clock;
         return 0;
     case SCHED_F:
@@ -327,8 +328,8 @@ static int simulate(const struct schedule *s, double t_f, double t_b, double t_w
                 if (r > 0) break;
                 enum sched_op_type t = s->ops[st][pos[st]].type;
                 if (t == SCHED_F || t == SCHED_B || t == SCHED_W) {
-                    double dt = t == SCHED_F   ? t_f
-                                : t == SCHED_W ? t_w
+                    double dt = t == SCHED_F        ? t_f
+                                : t == SCHED_W      ? t_w
                                 : s->split_backward ? t_b
                                                     : t_b + t_w;
                     if (start) start[st][pos[st]] = clock[st] - dt;

@@ -45,8 +45,8 @@ struct sched_op {
 struct schedule {
     enum sched_kind kind;
     int pp, m, v;
-    bool split_backward; /* B is the input gradient only and W follows separately */
-    int *n_ops;          /* [pp] */
+    bool split_backward;   /* B is the input gradient only and W follows separately */
+    int *n_ops;            /* [pp] */
     struct sched_op **ops; /* [pp][n_ops[s]] */
 };
 
@@ -68,9 +68,9 @@ int schedule_max_in_flight(const struct schedule *s, int stage);
 /* Running the lists with each computation taking a fixed time (t_f, t_b, t_w
  * per chunk; without a split, B takes t_b + t_w) and transfers taking none. */
 struct sched_sim {
-    double makespan;      /* time until the last stage finishes */
-    double bubble;        /* idle share of pp · makespan */
-    double busy_per_stage; /* computation time of one stage */
+    double makespan;        /* time until the last stage finishes */
+    double bubble;          /* idle share of pp · makespan */
+    double busy_per_stage;  /* computation time of one stage */
     int peak_in_flight[64]; /* per stage (first 64): micro-batch chunks whose F ran and whose
                                activations are still held (W, or B without split, not yet run) */
 };

@@ -13,19 +13,19 @@
 #include "common/error.h"
 
 struct topo_core {
-    int os_index;   /* hwloc Core os_index */
-    int *pus;       /* os indexes of its hardware threads, ascending */
+    int os_index; /* hwloc Core os_index */
+    int *pus;     /* os indexes of its hardware threads, ascending */
     int n_pus;
-    int numa;       /* os index of its NUMA node, -1 unknown */
-    int package;    /* os index of its package (socket), -1 unknown */
+    int numa;    /* os index of its NUMA node, -1 unknown */
+    int package; /* os index of its package (socket), -1 unknown */
 };
 
 struct topo_gpu {
-    char busid[16];        /* "0000:1b:00.0", lower-case hex */
-    int cuda_index;        /* the index CUDA gives it (PCI bus order, CUDA_DEVICE_ORDER=PCI_BUS_ID) */
-    int numa;              /* NUMA node os index, -1 unknown */
-    int *local_cores;      /* indexes into topo.cores of the cores local to it (its
-                              non-I/O ancestor's cpuset), ascending */
+    char busid[16];   /* "0000:1b:00.0", lower-case hex */
+    int cuda_index;   /* the index CUDA gives it (PCI bus order, CUDA_DEVICE_ORDER=PCI_BUS_ID) */
+    int numa;         /* NUMA node os index, -1 unknown */
+    int *local_cores; /* indexes into topo.cores of the cores local to it (its
+                         non-I/O ancestor's cpuset), ascending */
     int n_local_cores;
     uint64_t memory_bytes; /* 0 when the topology does not say */
     char model[96];        /* "NVIDIA H100 80GB HBM3", or "" */
@@ -39,11 +39,11 @@ enum topo_nic_kind {
 };
 
 struct topo_nic {
-    char name[32];      /* "mlx5_0" for OpenFabrics devices, "eth0"/"ens1f0" otherwise */
-    char netdev[32];    /* the network interface of an OpenFabrics device ("ib0"), or "" */
+    char name[32];   /* "mlx5_0" for OpenFabrics devices, "eth0"/"ens1f0" otherwise */
+    char netdev[32]; /* the network interface of an OpenFabrics device ("ib0"), or "" */
     enum topo_nic_kind kind;
-    char busid[16];     /* its PCI device, "" if not on PCI */
-    int numa;           /* NUMA node os index, -1 unknown */
+    char busid[16]; /* its PCI device, "" if not on PCI */
+    int numa;       /* NUMA node os index, -1 unknown */
 };
 
 /* How near a NIC is to a GPU, by the PCI tree (smaller is nearer). */
@@ -62,21 +62,21 @@ struct topo_domain {
 };
 
 struct topo {
-    char *source;              /* the XML file, or "this machine" */
-    char hostname[64];         /* from the topology's HostName info, or "" */
-    struct topo_core *cores;   /* physical cores in hwloc's logical order, package by package
-                                  (Core os indexes restart in each package on Linux) */
+    char *source;            /* the XML file, or "this machine" */
+    char hostname[64];       /* from the topology's HostName info, or "" */
+    struct topo_core *cores; /* physical cores in hwloc's logical order, package by package
+                                (Core os indexes restart in each package on Linux) */
     int n_cores;
-    int n_numa;                /* NUMA nodes */
-    struct topo_gpu *gpus;     /* NVIDIA GPUs, by cuda_index */
+    int n_numa;            /* NUMA nodes */
+    struct topo_gpu *gpus; /* NVIDIA GPUs, by cuda_index */
     int n_gpus;
-    double *nvlink_gbps;       /* n_gpus × n_gpus, row-major: GPU-to-GPU NVLink bandwidth
-                                  in GB/s (unidirectional; through switches: the bottleneck
-                                  of the path); 0 = no NVLink; diagonal 0 */
+    double *nvlink_gbps;         /* n_gpus × n_gpus, row-major: GPU-to-GPU NVLink bandwidth
+                                    in GB/s (unidirectional; through switches: the bottleneck
+                                    of the path); 0 = no NVLink; diagonal 0 */
     struct topo_domain *domains; /* NVLink domains; a GPU without NVLink is its own
                                     domain; ordered by their lowest cuda_index */
     int n_domains;
-    struct topo_nic *nics;     /* InfiniBand/RoCE devices first, then Ethernet; by name */
+    struct topo_nic *nics; /* InfiniBand/RoCE devices first, then Ethernet; by name */
     int n_nics;
     enum topo_affinity *gpu_nic; /* n_gpus × n_nics, row-major */
 };

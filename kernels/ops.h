@@ -96,9 +96,8 @@ struct ops {
     void (*classifier_sumexp)(const float *logits, const float *row_max, const int32_t *targets,
                               int v0, int nv, int Vp, float *row_sum, float *target_logit, int N);
     void (*classifier_finish)(float *logits, float *losses, const int32_t *targets,
-                              const float *row_max, const float *row_sum,
-                              const float *target_logit, int v0, int nv, int Vp, int N,
-                              float grad_scale);
+                              const float *row_max, const float *row_sum, const float *target_logit,
+                              int v0, int nv, int Vp, int N, float grad_scale);
 
     /* sum of squares in double, deterministic for a given n */
     double (*sum_squares)(const float *x, size_t n);

@@ -143,12 +143,12 @@ static void show_candidate(void *ctx, const struct layout_eval *e)
     else if (c->out)
         fprintf(c->out, "  %4d %4d %4d  %10s  %10s  %12s  cannot be placed\n", l->tp, l->pp, l->dp,
                 "-", "-", "-");
-    json_array_append_new(
-        c->list, json_pack("{s:i,s:i,s:i,s:b,s:b,s:I,s:f,s:f,s:s}", "tp", l->tp, "pp", l->pp, "dp",
-                           l->dp, "placed", e->placed, "fits", e->fits, "memory_bytes",
-                           (json_int_t)e->mem.total, "step_s",
-                           e->placed && isfinite(e->time.total_s) ? e->time.total_s : -1.0,
-                           "tokens_per_s", e->tokens_per_s, "why", e->why));
+    json_array_append_new(c->list,
+                          json_pack("{s:i,s:i,s:i,s:b,s:b,s:I,s:f,s:f,s:s}", "tp", l->tp, "pp",
+                                    l->pp, "dp", l->dp, "placed", e->placed, "fits", e->fits,
+                                    "memory_bytes", (json_int_t)e->mem.total, "step_s",
+                                    e->placed && isfinite(e->time.total_s) ? e->time.total_s : -1.0,
+                                    "tokens_per_s", e->tokens_per_s, "why", e->why));
 }
 
 static json_t *rank_json(const struct rank_map *m, const struct place_node *nodes, int r)
@@ -313,8 +313,7 @@ static int make_schedule(const struct plan *p, const struct cost_layout *l, stru
         return -1;
     bool split = s->split_backward;
     double v = p->parallel.virtual_stages;
-    if (schedule_simulate(s, 1.0 / v, split ? 1.0 / v : 2.0 / v, split ? 1.0 / v : 0, sim,
-                          &err)) {
+    if (schedule_simulate(s, 1.0 / v, split ? 1.0 / v : 2.0 / v, split ? 1.0 / v : 0, sim, &err)) {
         schedule_free(s);
         return -1;
     }
@@ -339,8 +338,7 @@ static void print_schedule(const struct plan *p, const struct cost_layout *l)
     if (make_schedule(p, l, &s, &sim)) return;
     printf("\npipeline: %s over %d stages, %d micro-batches per step%s: bubble %.1f%% "
            "(simulated, backward = 2 × forward)\n",
-           schedule_kind_name(s.kind), s.pp, s.m,
-           s.v > 1 ? ", interleaved" : "", 100 * sim.bubble);
+           schedule_kind_name(s.kind), s.pp, s.m, s.v > 1 ? ", interleaved" : "", 100 * sim.bubble);
     schedule_print(&s, stdout, 100);
     schedule_free(&s);
 }
@@ -430,9 +428,8 @@ int cmd_check(int argc, char **argv)
     uint64_t gpu_mem = layout_device_memory(nodes, a.nodes, a.gpu_memory_gb);
     const struct plan_parallel *par = &p->parallel;
     bool is_auto = par->tp == PLAN_AUTO || par->pp == PLAN_AUTO;
-    struct layout_inputs in = {.device_memory_bytes = gpu_mem,
-                               .device_tflops = a.device_tflops,
-                               .bw = a.bw};
+    struct layout_inputs in = {
+        .device_memory_bytes = gpu_mem, .device_tflops = a.device_tflops, .bw = a.bw};
     struct candidates seen = {.list = candidates, .out = a.json || !is_auto ? NULL : stdout};
     if (!a.json) printf("plan: %s is valid\n", p->source);
     if (seen.out)

@@ -131,11 +131,12 @@ int cmd_train(int argc, char **argv)
         goto out;
     }
     /* one rank, 1 × 1 × 1, on this machine */
-    static const char *const one[] = {PLAIT_ENV_WORLD_SIZE, PLAIT_ENV_TP,          PLAIT_ENV_PP,
-                                      PLAIT_ENV_DP,         PLAIT_ENV_LOCAL_WORLD_SIZE,
-                                      PLAIT_ENV_NODES};
-    static const char *const zero[] = {PLAIT_ENV_RANK,    PLAIT_ENV_TP_RANK,    PLAIT_ENV_PP_RANK,
-                                       PLAIT_ENV_DP_RANK, PLAIT_ENV_LOCAL_RANK, PLAIT_ENV_NODE_RANK};
+    static const char *const one[] = {
+        PLAIT_ENV_WORLD_SIZE,       PLAIT_ENV_TP,   PLAIT_ENV_PP, PLAIT_ENV_DP,
+        PLAIT_ENV_LOCAL_WORLD_SIZE, PLAIT_ENV_NODES};
+    static const char *const zero[] = {PLAIT_ENV_RANK,       PLAIT_ENV_TP_RANK,
+                                       PLAIT_ENV_PP_RANK,    PLAIT_ENV_DP_RANK,
+                                       PLAIT_ENV_LOCAL_RANK, PLAIT_ENV_NODE_RANK};
     for (size_t k = 0; k < sizeof one / sizeof *one; k++) setenv(one[k], "1", 1);
     for (size_t k = 0; k < sizeof zero / sizeof *zero; k++) setenv(zero[k], "0", 1);
     setenv(PLAIT_ENV_DEVICE, "cpu", 1);

@@ -3,9 +3,9 @@
 #ifndef PLAIT_LAUNCHER_COMMANDS_H
 #define PLAIT_LAUNCHER_COMMANDS_H
 
-int cmd_train(int argc, char **argv); /* plait train PLAN [--out DIR] [--set k=v ...] */
-int cmd_data(int argc, char **argv);  /* plait data prepare TEXT OUT.bin [...] */
-int cmd_check(int argc, char **argv); /* plait check PLAN [--nodes N] [--topology X.xml ...] */
+int cmd_train(int argc, char **argv);  /* plait train PLAN [--out DIR] [--set k=v ...] */
+int cmd_data(int argc, char **argv);   /* plait data prepare TEXT OUT.bin [...] */
+int cmd_check(int argc, char **argv);  /* plait check PLAN [--nodes N] [--topology X.xml ...] */
 int cmd_launch(int argc, char **argv); /* plait launch: in a Slurm task or a pod */
 
 /* Binds this process to $PLAIT_CPUS (if set) and sets OMP_NUM_THREADS to the

@@ -102,8 +102,9 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
                                    .hidden = m->cfg.hidden,
                                    .padded_vocab = m->cfg.padded_vocab};
     llmc_model_header_fill(header, &mh);
-    if (ckpt_file_open(&w, tmp, "model.bin", err) || ckpt_file_put(&w, header, sizeof header, err) ||
-        put_tensors(&w, m, m->params, host, err) || ckpt_file_close(&w, files, err))
+    if (ckpt_file_open(&w, tmp, "model.bin", err) ||
+        ckpt_file_put(&w, header, sizeof header, err) || put_tensors(&w, m, m->params, host, err) ||
+        ckpt_file_close(&w, files, err))
         goto out;
 
     /* optim.bin: {magic, version, params (low, high 32 bits), has_grads}, m, v[, grads],
@@ -114,8 +115,9 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
     header[2] = (int32_t)(uint32_t)(P & 0xffffffffu);
     header[3] = (int32_t)(uint32_t)(P >> 32);
     header[4] = st->micro > 0;
-    if (ckpt_file_open(&w, tmp, "optim.bin", err) || ckpt_file_put(&w, header, sizeof header, err) ||
-        put_tensors(&w, m, m->adam_m, host, err) || put_tensors(&w, m, m->adam_v, host, err) ||
+    if (ckpt_file_open(&w, tmp, "optim.bin", err) ||
+        ckpt_file_put(&w, header, sizeof header, err) || put_tensors(&w, m, m->adam_m, host, err) ||
+        put_tensors(&w, m, m->adam_v, host, err) ||
         (st->micro > 0 && put_tensors(&w, m, m->grads, host, err)) ||
         ckpt_file_close(&w, files, err))
         goto out;
@@ -177,8 +179,7 @@ int ckpt_read_state(const char *cdir, struct train_state *st, struct plait_error
                     "sample_rng", &rng) ||
         json_array_size(rng) != 4) {
         rc = error_set(err, "state.json: missing or malformed fields");
-    } else if (st->step < 0 || st->micro < 0 || tokens < 0 || epoch < 0 || shard < 0 ||
-               index < 0) {
+    } else if (st->step < 0 || st->micro < 0 || tokens < 0 || epoch < 0 || shard < 0 || index < 0) {
         rc = error_set(err, "state.json: a negative step, micro-batch, token count or position");
     } else {
         st->tokens = tokens;
@@ -250,8 +251,9 @@ int ckpt_load_whole(const char *cdir, struct model *m, struct train_state *st,
     char path[4096];
     if (ckpt_read_state(cdir, st, err)) return -1;
     if (st->micro > 0 && m->dp > 1)
-        return error_set(err, "it stopped mid-step on one data-parallel rank; resume it with "
-                              "dp = 1 (its gradients cannot be split over %d ranks)",
+        return error_set(err,
+                         "it stopped mid-step on one data-parallel rank; resume it with "
+                         "dp = 1 (its gradients cannot be split over %d ranks)",
                          m->dp);
     float *full = malloc(F * sizeof(float)), *shard = malloc(P * sizeof(float));
     FILE *f = NULL;
@@ -287,8 +289,7 @@ int ckpt_load_whole(const char *cdir, struct model *m, struct train_state *st,
     }
     if (read_moment(f, m, m->adam_m, full, shard, F, path, err) ||
         read_moment(f, m, m->adam_v, full, shard, F, path, err) ||
-        (h[4] && read_tensors(f, m, m->grads, full, shard, F, path,
-                              err)))
+        (h[4] && read_tensors(f, m, m->grads, full, shard, F, path, err)))
         goto out;
     if (h[4] && m->zero == 2) { /* the accumulated gradients live in the slice */
         m->ops->zero(m->grad_slice, m->slice_n * sizeof(float));
@@ -356,9 +357,8 @@ int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m
         break;
     }
     if (rc == 0 && n > 0) {
-        error_set(err,
-                  "%s: none of its %d checkpoints is usable (see the warnings above)",
-                  d->path, n);
+        error_set(err, "%s: none of its %d checkpoints is usable (see the warnings above)", d->path,
+                  n);
         rc = -1;
     }
     free(list);

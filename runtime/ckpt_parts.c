@@ -83,10 +83,9 @@ static int put_raw(struct ckpt_file *f, const struct ops *ops, const float *src,
 }
 
 /* Writes one part file: header, then each array (instances, or raw slices). */
-static int write_part(const char *tmp, const char *name, enum part_kind kind,
-                      const struct model *m, const struct env_rank *w, const float *const *arrays,
-                      int n_arrays, bool raw, float *host, struct file_record *rec,
-                      struct plait_error *err)
+static int write_part(const char *tmp, const char *name, enum part_kind kind, const struct model *m,
+                      const struct env_rank *w, const float *const *arrays, int n_arrays, bool raw,
+                      float *host, struct file_record *rec, struct plait_error *err)
 {
     struct ckpt_file f = {.fd = -1};
     int32_t h[LLMC_HEADER_INTS];
@@ -115,8 +114,8 @@ static int write_part(const char *tmp, const char *name, enum part_kind kind,
     return rc;
 }
 
-static int write_text(const char *tmp, const char *name, const char *text,
-                      struct file_record *rec, struct plait_error *err)
+static int write_text(const char *tmp, const char *name, const char *text, struct file_record *rec,
+                      struct plait_error *err)
 {
     struct ckpt_file f = {.fd = -1};
     json_t *files = json_object();
@@ -151,14 +150,13 @@ static int write_mine(const char *tmp, const struct model *m, const struct train
     const float *moments[] = {m->adam_m, m->adam_v};
     if (rc == 0 && (m->zero || w->dp_rank == 0)) {
         part_name(name, sizeof name, "optim", m, w, m->zero > 0);
-        rc = write_part(tmp, name, PART_OPTIM, m, w, moments, 2, m->zero > 0, host, &recs[k++],
-                        err);
+        rc =
+            write_part(tmp, name, PART_OPTIM, m, w, moments, 2, m->zero > 0, host, &recs[k++], err);
     }
     if (rc == 0 && st->micro > 0) { /* every rank's own accumulated gradients */
         const float *grads[] = {m->zero == 2 ? m->grad_slice : m->grads};
         part_name(name, sizeof name, "grads", m, w, true);
-        rc = write_part(tmp, name, PART_GRADS, m, w, grads, 1, m->zero == 2, host, &recs[k++],
-                        err);
+        rc = write_part(tmp, name, PART_GRADS, m, w, grads, 1, m->zero == 2, host, &recs[k++], err);
     }
     if (rc == 0 && w->rank == 0) {
         json_t *state = ckpt_state_json(st);
@@ -212,9 +210,9 @@ int ckpt_parts_save(struct ckptdir *d, const char *dir, const struct model *m,
         goto out;
     }
     if (w->rank == 0) {
-        json_t *files = json_object(), *extra = json_pack(
-                                            "{s:{s:i,s:i,s:i,s:i}}", "layout", "tp", w->tp, "pp",
-                                            w->pp, "dp", w->dp, "zero", m->zero);
+        json_t *files = json_object(),
+               *extra = json_pack("{s:{s:i,s:i,s:i,s:i}}", "layout", "tp", w->tp, "pp", w->pp, "dp",
+                                  w->dp, "zero", m->zero);
         for (int i = 0; i < w->world * MAX_FILES; i++)
             if (all[i].bytes >= 0)
                 json_object_set_new(files, all[i].name,
@@ -241,9 +239,9 @@ out:
 /* ---- loading ----------------------------------------------------------------------------- */
 
 /* Reads a part file written by this rank's place into dst arrays. */
-static int read_part(const char *cdir, const char *name, enum part_kind kind,
-                     const struct model *m, const struct env_rank *w, float *const *dst,
-                     int n_arrays, bool raw, struct plait_error *err)
+static int read_part(const char *cdir, const char *name, enum part_kind kind, const struct model *m,
+                     const struct env_rank *w, float *const *dst, int n_arrays, bool raw,
+                     struct plait_error *err)
 {
     char path[4096];
     if (fs_join(path, sizeof path, cdir, name, err)) return -1;
@@ -351,8 +349,8 @@ static int choose(struct ckptdir *d, const struct plan *plan, const struct model
             continue;
         }
         if (ckpt_check_plan(cdir, plan, notes, notes_bytes, &why)) {
-            rc = error_set(err, "checkpoint %s was written by a different plan: %s", cdir,
-                           why.text);
+            rc =
+                error_set(err, "checkpoint %s was written by a different plan: %s", cdir, why.text);
             break;
         }
         if (check_layout(cdir, m, w, &why)) {
@@ -381,8 +379,7 @@ int ckpt_parts_load(struct ckptdir *d, const char *dir, const struct plan *plan,
         if (choose(d, plan, m, w, choice, sizeof choice, notes, notes_bytes, &why))
             snprintf(choice, sizeof choice, "!%s", why.text);
     }
-    if (parallel_share_text(par, "the checkpoint to resume", choice, sizeof choice, err))
-        return -1;
+    if (parallel_share_text(par, "the checkpoint to resume", choice, sizeof choice, err)) return -1;
     if (choice[0] == '!') return error_set(err, "%s", choice + 1);
     if (!choice[0]) return 0;
     char cdir[4096];

@@ -43,8 +43,9 @@ static int read_tokens(struct data_loader *d, int s, int64_t at, uint16_t *out, 
     while (got < want) {
         ssize_t k = pread(d->fd, (char *)out + got, want - got, offset + (off_t)got);
         if (k < 0 && errno == EINTR) continue;
-        if (k < 0) return error_errno(err, "%s: reading tokens %lld..%lld", sh->path, (long long)at,
-                                      (long long)(at + (int64_t)n));
+        if (k < 0)
+            return error_errno(err, "%s: reading tokens %lld..%lld", sh->path, (long long)at,
+                               (long long)(at + (int64_t)n));
         if (k == 0)
             return error_set(err,
                              "%s: ends at byte %lld, inside tokens %lld..%lld (the file shrank "
@@ -272,8 +273,8 @@ int data_seek(struct data_loader *d, const struct data_position *pos, struct pla
         if (n > most_index) most_index = n;
     }
     int64_t most_epoch = INT64_MAX / 2 / ((int64_t)d->n_shards + 1) - 1;
-    if (pos->epoch < 0 || pos->epoch > most_epoch || pos->shard < 0 ||
-        pos->shard > d->n_shards || pos->index < 0 || pos->index > most_index)
+    if (pos->epoch < 0 || pos->epoch > most_epoch || pos->shard < 0 || pos->shard > d->n_shards ||
+        pos->index < 0 || pos->index > most_index)
         return error_set(err,
                          "data position (epoch %lld, shard %lld, index %lld) does not fit "
                          "%d shards of at most %lld %s",

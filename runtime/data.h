@@ -36,9 +36,9 @@ struct data_loader {
     int n_shards;
     struct data_position pos;
     /* the shard being read */
-    int open_shard; /* index into shards, or -1 */
-    int fd;         /* its file */
-    uint16_t *window; /* B·T+1 tokens read from it */
+    int open_shard;        /* index into shards, or -1 */
+    int fd;                /* its file */
+    uint16_t *window;      /* B·T+1 tokens read from it */
     int64_t *shard_order;  /* this epoch's order (shuffle) */
     int64_t *window_order; /* the current shard's window order (shuffle) */
     int64_t order_epoch;   /* which epoch shard_order is for */

@@ -70,8 +70,9 @@ int main(int argc, char **argv)
 
     /* the text first: a launcher that checked a plan passes it as text, and a
      * path the user exported must not replace it */
-    struct plan *plan = plan_text ? plan_load_text(plan_text, PLAIT_ENV_PLAN_JSON, NULL, NULL, 0, &err)
-                                  : plan_load(plan_path, NULL, 0, &err);
+    struct plan *plan = plan_text
+                            ? plan_load_text(plan_text, PLAIT_ENV_PLAN_JSON, NULL, NULL, 0, &err)
+                            : plan_load(plan_path, NULL, 0, &err);
     if (!plan) {
         log_error("%s", err.text);
         return PLAIT_EXIT_ERROR;

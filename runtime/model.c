@@ -62,9 +62,8 @@ static int act_sizes(const struct gpt2_config *cfg, int tp, int B, int T, struct
     long long C = cfg->hidden, Cl = cfg->hidden / tp;
     if (ck_size(&s->N, B, T) && ck_size(&s->NC, B, T, C) && ck_size(&s->N3C, B, T, 3, Cl) &&
         ck_size(&s->N4C, B, T, 4, Cl) && ck_size(&s->att, B, cfg->heads / tp, T, T) &&
-        ck_size(&s->logits, B, T, cfg->padded_vocab / tp) &&
-        s->N4C <= SIZE_MAX / 8 / cfg->layers && s->att <= SIZE_MAX / 8 / cfg->layers &&
-        s->logits <= SIZE_MAX / 8 && s->N <= INT_MAX / 3 &&
+        ck_size(&s->logits, B, T, cfg->padded_vocab / tp) && s->N4C <= SIZE_MAX / 8 / cfg->layers &&
+        s->att <= SIZE_MAX / 8 / cfg->layers && s->logits <= SIZE_MAX / 8 && s->N <= INT_MAX / 3 &&
         C <= INT_MAX / 4) /* the kernels index rows and 4·C columns with int */
         return 0;
     return error_set(err,
@@ -92,8 +91,9 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     struct act_sizes z = {0};
     if (gpt2_shard_init(&m->shard, cfg, part, err)) return -1;
     if (m->tp.size != part->tp || m->tp.rank != part->tp_rank)
-        return error_set(err, "model: its tensor-parallel group (rank %d of %d) is not its part's "
-                              "(rank %d of %d)",
+        return error_set(err,
+                         "model: its tensor-parallel group (rank %d of %d) is not its part's "
+                         "(rank %d of %d)",
                          m->tp.rank, m->tp.size, part->tp_rank, part->tp);
     if (n_slots < 1 || n_slots > 1 << 16)
         return error_set(err, "model: %d micro-batches in flight", n_slots);
@@ -124,8 +124,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     m->slots = calloc((size_t)n_slots, sizeof *m->slots);
     if (!m->slots) goto oom;
     for (int s = 0; s < n_slots; s++)
-        if (!(m->slots[s].layer = calloc((size_t)m->n_layers, sizeof *m->slots[s].layer)))
-            goto oom;
+        if (!(m->slots[s].layer = calloc((size_t)m->n_layers, sizeof *m->slots[s].layer))) goto oom;
     size_t S = m->slice_n, Pp = m->n_padded;
     bool ok = (m->params = dev_alloc(m, Pp * sizeof(float), false)) &&
               (m->grads = dev_alloc(m, Pp * sizeof(float), false)) &&
@@ -345,14 +344,14 @@ static int head_forward(struct model *m, struct model_slot *sl, const int32_t *t
 }
 
 int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const int32_t *targets,
-                        int B, int T, float grad_scale, double *mean_loss,
-                        struct plait_error *err)
+                        int B, int T, float grad_scale, double *mean_loss, struct plait_error *err)
 {
     const struct ops *o = m->ops;
     int C = m->cfg.hidden, N = B * T;
     if (B > m->B || T > m->T || T > m->cfg.max_seq_len || slot < 0 || slot >= m->n_slots)
-        return error_set(err, "micro-batch %d×%d in slot %d exceeds the model's buffers (%d×%d, "
-                              "%d slots)",
+        return error_set(err,
+                         "micro-batch %d×%d in slot %d exceeds the model's buffers (%d×%d, "
+                         "%d slots)",
                          B, T, slot, m->B, m->T, m->n_slots);
     struct model_slot *sl = &m->slots[slot];
     struct profile *pr = &m->prof;
@@ -497,8 +496,8 @@ int model_stage_backward(struct model *m, int slot, const float *grad_out, int B
         struct profile *pr = &m->prof;
         if (!acc_wte) o->zero(G(GPT2_WTE, 0), m->shard.elems[GPT2_WTE] * sizeof(float));
         PROF(pr, PROF_EMBED_BWD,
-             o->encoder_backward(G(GPT2_WTE, 0), m->v0, m->Vpl, G(GPT2_WPE, 0), m->dres,
-                                 sl->tokens, B, T, C, acc));
+             o->encoder_backward(G(GPT2_WTE, 0), m->v0, m->Vpl, G(GPT2_WPE, 0), m->dres, sl->tokens,
+                                 B, T, C, acc));
     }
     return check_ops(m, "backward", err);
 }

@@ -91,10 +91,10 @@ struct model_shape {
     int B, T; /* the largest micro-batch */
     enum plan_precision precision;
     enum plan_recompute recompute;
-    int slots;           /* micro-batches in flight at once (1 without a pipeline) */
-    int dp, dp_rank;     /* data-parallel ranks holding the same part (1, 0: none) */
-    int zero;            /* ZeRO stage: from 1 the optimizer state, from 2 the accumulated
-                            gradients, hold this rank's 1/dp slice of the parameters */
+    int slots;       /* micro-batches in flight at once (1 without a pipeline) */
+    int dp, dp_rank; /* data-parallel ranks holding the same part (1, 0: none) */
+    int zero;        /* ZeRO stage: from 1 the optimizer state, from 2 the accumulated
+                        gradients, hold this rank's 1/dp slice of the parameters */
 };
 
 /* Allocates everything for the part of the model `part` names
@@ -133,8 +133,7 @@ int model_backward(struct model *m, int B, int T, bool accumulate, struct plait_
  * the gradient of this stage's input is at model_stage_input_grad(m), valid
  * until the next backward (the first stage has used it for its embedding). */
 int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const int32_t *targets,
-                        int B, int T, float grad_scale, double *mean_loss,
-                        struct plait_error *err);
+                        int B, int T, float grad_scale, double *mean_loss, struct plait_error *err);
 int model_stage_backward(struct model *m, int slot, const float *grad_out, int B, int T,
                          bool accumulate, struct plait_error *err);
 float *model_stage_input(struct model *m, int slot);

@@ -35,8 +35,8 @@ static int take_slot(struct run *r, int micro, struct plait_error *err)
             r->busy[s] = true;
             return r->slot_of[micro] = s;
         }
-    return error_set(err, "pipeline: no free activation slot for micro-batch %d (%d slots)",
-                     micro, r->m->n_slots);
+    return error_set(err, "pipeline: no free activation slot for micro-batch %d (%d slots)", micro,
+                     r->m->n_slots);
 }
 
 static void give_slot(struct run *r, int micro)
@@ -55,8 +55,9 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
         return error_set(err, "pipeline: the %s schedule is not supported by this runtime yet",
                          schedule_kind_name(s->kind));
     if (schedule_max_in_flight(s, stage) > m->n_slots)
-        return error_set(err, "pipeline: stage %d holds up to %d micro-batches, the model has %d "
-                              "slots",
+        return error_set(err,
+                         "pipeline: stage %d holds up to %d micro-batches, the model has %d "
+                         "slots",
                          stage, schedule_max_in_flight(s, stage), m->n_slots);
     size_t N = (size_t)B * T, NC = N * (size_t)m->cfg.hidden;
     struct run r = {m, malloc((size_t)s->m * sizeof(int)), calloc((size_t)m->n_slots, 1)};
@@ -115,8 +116,7 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
             }
             bool acc = !how->overwrite_each && (how->accumulate || backwards > 0);
             backwards++;
-            if (model_stage_backward(m, r.slot_of[k], grad, B, T, acc, err))
-                goto out;
+            if (model_stage_backward(m, r.slot_of[k], grad, B, T, acc, err)) goto out;
             give_slot(&r, k);
             times->compute_s += now_s() - t0;
             *done = k + 1;

@@ -46,10 +46,10 @@ struct pipe_times {
 
 /* How to run a step. */
 struct pipe_step {
-    int B, T;         /* the micro-batch */
-    float grad_scale; /* as model_forward's */
-    bool accumulate;  /* the first backward adds to the gradients already there (a step
-                         resumed where it stopped); else it writes them */
+    int B, T;            /* the micro-batch */
+    float grad_scale;    /* as model_forward's */
+    bool accumulate;     /* the first backward adds to the gradients already there (a step
+                            resumed where it stopped); else it writes them */
     bool overwrite_each; /* every backward writes the gradients (they are taken away after
                             each micro-batch: ZeRO 2) */
     /* Called after each backward (may be NULL): a return of 1 ends the step

@@ -191,8 +191,7 @@ static double measure_peak_gflops(struct model *m)
 
 /* The layout the launcher gave this rank must be the plan's ("auto" is
  * whatever the launcher chose); this runtime trains it on one rank so far. */
-static int check_layout(const struct plan *p, const struct env_rank *where,
-                        struct plait_error *err)
+static int check_layout(const struct plan *p, const struct env_rank *where, struct plait_error *err)
 {
     const struct {
         const char *name;
@@ -220,16 +219,17 @@ static int check_layout(const struct plan *p, const struct env_rank *where,
         return error_set(err, "%s: parallel.sequence_parallel is not in this runtime yet",
                          p->source);
     if (par->backend == PLAN_BACKEND_NCCL)
-        return error_set(err, "%s: parallel.backend: \"nccl\" is not built into this "
-                              "plait-train (use \"socket\" or \"auto\")",
+        return error_set(err,
+                         "%s: parallel.backend: \"nccl\" is not built into this "
+                         "plait-train (use \"socket\" or \"auto\")",
                          p->source);
     return 0;
 }
 
 /* Every rank learns whether any failed: one with its own reason keeps it,
  * the others say who failed (rank 0, owner of the run directory, for setup). */
-static int agree(struct trainer *t, int failed, const struct plait_error *why,
-                 const char *others, struct plait_error *err)
+static int agree(struct trainer *t, int failed, const struct plait_error *why, const char *others,
+                 struct plait_error *err)
 {
     int any = failed;
     if (parallel_max_int(&t->par, &any, err)) return -1;
@@ -241,8 +241,8 @@ static int agree(struct trainer *t, int failed, const struct plait_error *why,
     return error_set(err, "%s", others);
 }
 
-#define START_FRESH                                                                               \
-    "to start this plan from scratch there, run plait train with --fresh (removes that "         \
+#define START_FRESH                                                                                \
+    "to start this plan from scratch there, run plait train with --fresh (removes that "           \
     "run's checkpoints and metrics), or train into another directory (--out)"
 
 /* Whether the run directory holds something a different plan would lose:
@@ -292,7 +292,8 @@ static int start_fresh(struct trainer *t, struct plait_error *err)
     char path[4096];
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         if (fs_join(path, sizeof path, t->run_dir, files[i], err)) return -1;
-        if (unlink(path) != 0 && errno != ENOENT) return error_errno(err, "--fresh: removing %s", path);
+        if (unlink(path) != 0 && errno != ENOENT)
+            return error_errno(err, "--fresh: removing %s", path);
     }
     log_info("--fresh: removed %d checkpoint%s and the metrics of the previous run in %s", n,
              n == 1 ? "" : "s", t->run_dir);
@@ -334,8 +335,7 @@ static int open_checkpoints(struct trainer *t, struct plait_error *err)
 static int open_run(struct trainer *t, struct plait_error *err)
 {
     if (fs_mkdir_p(t->run_dir, err) ||
-        runlock_acquire(&t->run_lock, t->run_dir, "run directory", err) ||
-        open_checkpoints(t, err))
+        runlock_acquire(&t->run_lock, t->run_dir, "run directory", err) || open_checkpoints(t, err))
         return -1;
     const char *fresh = getenv(PLAIT_ENV_FRESH);
     if (fresh && !strcmp(fresh, "1") && start_fresh(t, err)) return -1;
@@ -362,12 +362,12 @@ static int setup(struct trainer *t, struct plait_error *err)
     t->par_ready = true;
     struct plait_error why = {.text = ""};
     int failed = checkpoint_path(t, &why) || (rank0 && open_run(t, &why));
-    if (agree(t, failed, &why, "rank 0 could not open the run (see its message)", err))
-        return -1;
+    if (agree(t, failed, &why, "rank 0 could not open the run (see its message)", err)) return -1;
     enum sched_kind kind = p->parallel.schedule == PLAN_PIPE_GPIPE ? SCHED_GPIPE : SCHED_1F1B;
     if (schedule_make(&t->sched, kind, w->pp, p->batch.grad_accum, 1, err)) return -1;
     t->sched_ready = true;
-    struct gpt2_part part = {.tp = w->tp, .tp_rank = w->tp_rank, .pp = w->pp, .pp_rank = w->pp_rank};
+    struct gpt2_part part = {
+        .tp = w->tp, .tp_rank = w->tp_rank, .pp = w->pp, .pp_rank = w->pp_rank};
     gpt2_stage_layers(cfg.layers, w->pp, w->pp_rank, &part.layer_begin, &part.layer_end);
     struct model_shape shape = {.B = B,
                                 .T = T,
@@ -385,11 +385,10 @@ static int setup(struct trainer *t, struct plait_error *err)
     if (!t->inputs || !t->targets) return error_set(err, "out of memory");
 
     char name[64] = "", notes[1024] = "";
-    int loaded = t->multi ? ckpt_parts_load(rank0 ? &t->ckpts : NULL, t->ckpt_dir, p, &t->m,
-                                            &t->st, name, sizeof name, notes, sizeof notes,
-                                            &t->par, err)
-                          : ckpt_load_latest(&t->ckpts, p, &t->m, &t->st, name, sizeof name,
-                                             notes, sizeof notes, err);
+    int loaded = t->multi ? ckpt_parts_load(rank0 ? &t->ckpts : NULL, t->ckpt_dir, p, &t->m, &t->st,
+                                            name, sizeof name, notes, sizeof notes, &t->par, err)
+                          : ckpt_load_latest(&t->ckpts, p, &t->m, &t->st, name, sizeof name, notes,
+                                             sizeof notes, err);
     if (loaded < 0) {
         struct plait_error reason = *err;
         return error_set(err, "%s; " START_FRESH, reason.text);
@@ -404,8 +403,9 @@ static int setup(struct trainer *t, struct plait_error *err)
                              "plan has batch.grad_accum %d",
                              name, t->st.micro, p->batch.grad_accum);
         if (t->st.micro > 0 && w->pp > 1)
-            return error_set(err, "checkpoint %s stopped mid-step, which a pipeline cannot "
-                                  "resume: resume it with parallel.pp 1",
+            return error_set(err,
+                             "checkpoint %s stopped mid-step, which a pipeline cannot "
+                             "resume: resume it with parallel.pp 1",
                              name);
         memcpy(t->sample_rng.s, t->st.sample_rng, sizeof t->sample_rng.s);
         /* a mid-step loss so far is the job's: one rank carries it into the step's sum */
@@ -484,8 +484,8 @@ static int save(struct trainer *t, struct plait_error *err)
     memcpy(t->st.sample_rng, t->sample_rng.s, sizeof t->st.sample_rng);
     double t0 = now_s();
     int keep = t->plan->checkpoint.keep;
-    int rc = t->multi ? ckpt_parts_save(t->where->rank == 0 ? &t->ckpts : NULL, t->ckpt_dir,
-                                        &t->m, &t->st, keep, t->plan_json, &t->par, err)
+    int rc = t->multi ? ckpt_parts_save(t->where->rank == 0 ? &t->ckpts : NULL, t->ckpt_dir, &t->m,
+                                        &t->st, keep, t->plan_json, &t->par, err)
                       : ckpt_save(&t->ckpts, &t->m, &t->st, keep, t->plan_json, err);
     t->st.loss_sum = mine;
     if (rc) return -1;
@@ -560,8 +560,7 @@ static int evaluate_batches(struct trainer *t, struct plait_error *err)
         if (!t->m.first &&
             link.recv(link.ctx, t->where->pp_rank - 1, tag, model_stage_input(&t->m, 0), NC, err))
             return -1;
-        if (model_stage_forward(&t->m, 0, t->inputs, t->targets, B, T, 0.0f, &loss, err))
-            return -1;
+        if (model_stage_forward(&t->m, 0, t->inputs, t->targets, B, T, 0.0f, &loss, err)) return -1;
         if (!t->m.last &&
             link.send(link.ctx, t->where->pp_rank + 1, tag, model_stage_output(&t->m, 0), NC, err))
             return -1;
@@ -697,8 +696,7 @@ static int after_micro(void *ctx, int micro, struct plait_error *err)
  * through the schedule executor. Returns 1 when a stop ended it between
  * micro-batches, 0 when the step's gradients are complete, -1 on error (a
  * data error after a checkpoint of the work so far). */
-static int train_micro_batches(struct trainer *t, int s, float grad_scale,
-                               struct plait_error *err)
+static int train_micro_batches(struct trainer *t, int s, float grad_scale, struct plait_error *err)
 {
     const struct plan *p = t->plan;
     int A = p->batch.grad_accum, left = A - t->st.micro, done = 0;
@@ -748,13 +746,11 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         int stopped = train_micro_batches(t, s, grad_scale, err);
         if (stopped < 0) return -1;
         if (stopped) {
-            log_info("signal %d: stopping after micro-batch %d of step %d",
-                     (int)train_stop_signal, t->st.micro, s + 1);
+            log_info("signal %d: stopping after micro-batch %d of step %d", (int)train_stop_signal,
+                     t->st.micro, s + 1);
             return save(t, err) ? -1 : PLAIT_EXIT_PREEMPTED;
         }
-        if (t->dump_dir && s == 0 &&
-            dump_grads(t, err))
-            return -1;
+        if (t->dump_dir && s == 0 && dump_grads(t, err)) return -1;
         double norm;
         struct optim_groups groups = {.dp = &t->par.g_dp, .mp = &t->par.g_mp};
         if ((t->m.zero < 2 && tied_sum(t, err)) ||
@@ -824,8 +820,8 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         int stop = train_stop_signal != 0; /* any rank's stop is every rank's */
         if (t->multi && parallel_max_int(&t->par, &stop, err)) return -1;
         if (stop && !train_stop_signal) train_stop_signal = SIGTERM;
-        bool ckpt_due = last || stop ||
-                        (p->checkpoint.every > 0 && t->st.step % p->checkpoint.every == 0);
+        bool ckpt_due =
+            last || stop || (p->checkpoint.every > 0 && t->st.step % p->checkpoint.every == 0);
         if (ckpt_due && save(t, err)) return -1;
         if (stop && !last) {
             log_info("signal %d: stopped after step %d", (int)train_stop_signal, t->st.step);
@@ -875,9 +871,8 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
         log_info("tp %d × pp %d × dp %d = %d ranks (%s schedule%s): a global batch of %d "
                  "micro-batches × %d sequences × %d tokens per step",
                  where->tp, where->pp, where->dp, where->world,
-                 plan_pipeline_name(plan->parallel.schedule),
-                 plan->parallel.zero ? ", ZeRO" : "", plan->batch.grad_accum * where->dp,
-                 plan->batch.micro_batch, plan->model.seq_len);
+                 plan_pipeline_name(plan->parallel.schedule), plan->parallel.zero ? ", ZeRO" : "",
+                 plan->batch.grad_accum * where->dp, plan->batch.micro_batch, plan->model.seq_len);
     if (bf16_emulation(&t) && where->rank == 0) log_warn("%s", bf16_emulation(&t));
     /* samples need the whole model on one rank */
     bool samples = !t.multi;

@@ -326,8 +326,9 @@ static int place_task(spank_t sp, const struct plait_config *c, const struct pla
         goto out;
     }
     if (chosen.map.world != ntasks) {
-        task_fail(s->job, "the step has %u tasks; the layout chosen for it, tp %d × pp %d × dp %d, "
-                          "has %d ranks",
+        task_fail(s->job,
+                  "the step has %u tasks; the layout chosen for it, tp %d × pp %d × dp %d, "
+                  "has %d ranks",
                   s->ntasks, chosen.map.tp, chosen.map.pp, chosen.map.dp, chosen.map.world);
         goto out;
     }

@@ -599,4 +599,3 @@ const char *gemm_backend_name(void)
     return "oneDNN " STR(DNNL_VERSION_MAJOR) "." STR(DNNL_VERSION_MINOR) "." STR(
         DNNL_VERSION_PATCH) " (dnnl_sgemm; matmul primitive for large NT)";
 }
-

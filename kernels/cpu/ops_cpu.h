@@ -35,8 +35,8 @@
                              int Vp, real grad_scale);                                             \
     void cpu_classifier_max##SFX(const real *logits, real *row_max, int N, int nv, int Vp);        \
     void cpu_classifier_sumexp##SFX(const real *logits, const real *row_max,                       \
-                                    const int32_t *targets, int v0, int nv, int Vp,                \
-                                    real *row_sum, real *target_logit, int N);                     \
+                                    const int32_t *targets, int v0, int nv, int Vp, real *row_sum, \
+                                    real *target_logit, int N);                                    \
     void cpu_classifier_finish##SFX(real *logits, real *losses, const int32_t *targets,            \
                                     const real *row_max, const real *row_sum,                      \
                                     const real *target_logit, int v0, int nv, int Vp, int N,       \

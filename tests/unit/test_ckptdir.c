@@ -35,8 +35,8 @@ static int write_checkpoint(struct ckptdir *d, const char *name, const char *tag
     int rc = ckptdir_begin(d, name, tmp, sizeof tmp, &err);
     for (int i = 0; i < 3 && rc == 0; i++) {
         struct ckpt_file f;
-        rc = ckpt_file_open(&f, tmp, names[i], &err) ||
-                     ckpt_file_put(&f, tag, strlen(tag), &err) || ckpt_file_close(&f, files, &err)
+        rc = ckpt_file_open(&f, tmp, names[i], &err) || ckpt_file_put(&f, tag, strlen(tag), &err) ||
+                     ckpt_file_close(&f, files, &err)
                  ? -1
                  : 0;
     }
@@ -175,7 +175,8 @@ static void test_every_interrupted_commit_recovers(void)
         CHECK(n == 1, "%s: %d checkpoints", cases[i].state, n);
         free(list);
         snprintf(path, sizeof path, "%s", dir);
-        CHECK(!exists(path, ".tmp-step_00000004_0000") && !exists(path, ".old-step_00000004_0000") &&
+        CHECK(!exists(path, ".tmp-step_00000004_0000") &&
+                  !exists(path, ".old-step_00000004_0000") &&
                   !exists(path, ".tmp-old-step_00000004_0000"),
               "%s: temporaries left", cases[i].state);
         ckptdir_close(&d);
@@ -199,7 +200,8 @@ static void test_failed_commit_leaves_no_temporary(void)
     snprintf(manifest_dir, sizeof manifest_dir, "%s/manifest.json.tmp", tmp);
     mkdir(manifest_dir, 0777); /* fs_write_atomic cannot create its temp file */
     files = json_object();
-    CHECK(ckptdir_commit(&d, "step_00000002_0000", tmp, files, NULL, &err) != 0, "commit succeeded");
+    CHECK(ckptdir_commit(&d, "step_00000002_0000", tmp, files, NULL, &err) != 0,
+          "commit succeeded");
     json_decref(files);
     CHECK(!exists(d.path, ".tmp-step_00000002_0000"), "temporary left after a failed commit");
     CHECK(!exists(d.path, "step_00000002_0000"), "a failed commit became visible");

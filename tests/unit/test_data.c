@@ -51,7 +51,8 @@ static void check_sharing(bool shuffle, int ranks)
         }
         for (int r = 0; r < ranks; r++)
             CHECK(!memcmp(&many[r].pos, &one.pos, sizeof one.pos),
-                  "shuffle %d ranks %d step %d: reader %d stands elsewhere", shuffle, ranks, step, r);
+                  "shuffle %d ranks %d step %d: reader %d stands elsewhere", shuffle, ranks, step,
+                  r);
     }
     data_close(&one);
     for (int r = 0; r < ranks; r++) data_close(&many[r]);

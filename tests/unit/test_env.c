@@ -7,12 +7,22 @@
 #include "check.h"
 #include "common/env.h"
 
-static const char *const vars[] = {
-    PLAIT_ENV_RANK,    PLAIT_ENV_WORLD_SIZE,  PLAIT_ENV_TP,        PLAIT_ENV_PP,
-    PLAIT_ENV_DP,      PLAIT_ENV_TP_RANK,     PLAIT_ENV_PP_RANK,   PLAIT_ENV_DP_RANK,
-    PLAIT_ENV_DEVICE,  PLAIT_ENV_LOCAL_RANK,  PLAIT_ENV_LOCAL_WORLD_SIZE,
-    PLAIT_ENV_NODE_RANK, PLAIT_ENV_NODES,     PLAIT_ENV_STORE_ADDR, PLAIT_ENV_STORE_SECRET,
-    PLAIT_ENV_RESTART_COUNT};
+static const char *const vars[] = {PLAIT_ENV_RANK,
+                                   PLAIT_ENV_WORLD_SIZE,
+                                   PLAIT_ENV_TP,
+                                   PLAIT_ENV_PP,
+                                   PLAIT_ENV_DP,
+                                   PLAIT_ENV_TP_RANK,
+                                   PLAIT_ENV_PP_RANK,
+                                   PLAIT_ENV_DP_RANK,
+                                   PLAIT_ENV_DEVICE,
+                                   PLAIT_ENV_LOCAL_RANK,
+                                   PLAIT_ENV_LOCAL_WORLD_SIZE,
+                                   PLAIT_ENV_NODE_RANK,
+                                   PLAIT_ENV_NODES,
+                                   PLAIT_ENV_STORE_ADDR,
+                                   PLAIT_ENV_STORE_SECRET,
+                                   PLAIT_ENV_RESTART_COUNT};
 
 static void clear(void)
 {

@@ -54,8 +54,12 @@ static void *run_rank(void *arg)
     float *shard = malloc(m.shard.total * sizeof *shard);
     gpt2_shard_copy(&m.shard, (float *)j->full_params, shard, true);
     model_set_params(&m, shard);
-    struct plan_optimizer opt = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
-                                 .weight_decay = 0.1, .grad_clip = 0.5};
+    struct plan_optimizer opt = {.lr = 1e-2,
+                                 .beta1 = 0.9,
+                                 .beta2 = 0.95,
+                                 .eps = 1e-8,
+                                 .weight_decay = 0.1,
+                                 .grad_clip = 0.5};
     if (model_forward(&m, j->inputs, j->targets, B, T, 1.0f / N, &j->loss, &err) ||
         model_backward(&m, B, T, false, &err)) {
         snprintf(j->error, sizeof j->error, "%s", err.text);
@@ -85,8 +89,13 @@ static int run(int tp, enum plan_recompute recompute, const float *params, const
     struct job jobs[MAX_TP];
     pthread_t threads[MAX_TP];
     for (int r = 0; r < tp; r++) {
-        jobs[r] = (struct job){.tp = tp, .rank = r, .recompute = recompute, .member = {&g, r},
-                               .full_params = params, .inputs = in, .targets = tg};
+        jobs[r] = (struct job){.tp = tp,
+                               .rank = r,
+                               .recompute = recompute,
+                               .member = {&g, r},
+                               .full_params = params,
+                               .inputs = in,
+                               .targets = tg};
         pthread_create(&threads[r], NULL, run_rank, &jobs[r]);
     }
     int rc = 0;
@@ -135,8 +144,8 @@ static void test_tp_matches_one_rank_loss_and_every_gradient(void)
             CHECK(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss), "tp %d: loss %.9g vs %.9g", tp,
                   loss, ref_loss);
             /* the norm counts each parameter once, so the clipping is the same */
-            CHECK(fabs(norm - ref_norm) <= 1e-6 * ref_norm, "tp %d: gradient norm %.9g vs %.9g",
-                  tp, norm, ref_norm);
+            CHECK(fabs(norm - ref_norm) <= 1e-6 * ref_norm, "tp %d: gradient norm %.9g vs %.9g", tp,
+                  norm, ref_norm);
             double dp = 0, np = 0;
             for (size_t i = 0; i < full.total; i++) {
                 dp += ((double)got_p[i] - ref_p[i]) * ((double)got_p[i] - ref_p[i]);
@@ -151,8 +160,9 @@ static void test_tp_matches_one_rank_loss_and_every_gradient(void)
                     d += (a - b) * (a - b);
                     n += b * b;
                 }
-                CHECK(sqrt(d) <= 1e-5 * sqrt(n) + 1e-30, "tp %d recompute %zu: %s off by %.3g relative",
-                      tp, k, gpt2_tensor_names[t], n > 0 ? sqrt(d / n) : sqrt(d));
+                CHECK(sqrt(d) <= 1e-5 * sqrt(n) + 1e-30,
+                      "tp %d recompute %zu: %s off by %.3g relative", tp, k, gpt2_tensor_names[t],
+                      n > 0 ? sqrt(d / n) : sqrt(d));
             }
         }
     /* the same layout twice: the same bits */

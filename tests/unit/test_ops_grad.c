@@ -356,7 +356,8 @@ static void test_classifier_in_vocabulary_shards_matches_the_fused_one(void)
     double part_max[SHARDS][N], part_sum[SHARDS][N], part_tl[SHARDS][N];
     double shard[SHARDS][N * W];
     for (int s = 0; s < SHARDS; s++) {
-        for (int r = 0; r < N; r++) memcpy(&shard[s][r * W], &logits[r * Vp + s * W], sizeof(double) * W);
+        for (int r = 0; r < N; r++)
+            memcpy(&shard[s][r * W], &logits[r * Vp + s * W], sizeof(double) * W);
         int nv = V - s * W < 0 ? 0 : V - s * W > W ? W : V - s * W;
         cpu_classifier_max_f64(shard[s], part_max[s], N, nv, W);
     }

@@ -117,7 +117,8 @@ static void *run_stage(void *arg)
     gpt2_stage_layers(cfg.layers, s->pp, j->stage, &part.layer_begin, &part.layer_end);
     struct model m;
     struct plait_error err = {.text = ""};
-    struct model_shape shape = {.B = B, .T = T, .slots = schedule_max_in_flight(s, j->stage), .dp = 1};
+    struct model_shape shape = {
+        .B = B, .T = T, .slots = schedule_max_in_flight(s, j->stage), .dp = 1};
     if (model_init(&m, &cfg, &part, NULL, ops_cpu(), &shape, &err)) {
         snprintf(j->error, sizeof j->error, "%s", err.text);
         return NULL;
@@ -178,8 +179,7 @@ static int run(const struct schedule *s, const float *params, double *loss, floa
 
 /* The reference, without the executor: one rank, the whole model, m
  * micro-batches accumulated by hand. */
-static int reference(int m, const float *params, double *loss, float *full_grads,
-                     size_t full_total)
+static int reference(int m, const float *params, double *loss, float *full_grads, size_t full_total)
 {
     struct gpt2_part whole = gpt2_part_whole(&cfg);
     struct model md;
@@ -242,8 +242,9 @@ static void test_pipeline_matches_one_rank_for_gpipe_and_1f1b(void)
                 continue;
             }
             if (run(&s, params, &loss, got, full.total) == 0) {
-                CHECK(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss), "%s pp %d m %d: loss %.9g vs %.9g",
-                      schedule_kind_name(kinds[k]), pp, m, loss, ref_loss);
+                CHECK(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss),
+                      "%s pp %d m %d: loss %.9g vs %.9g", schedule_kind_name(kinds[k]), pp, m, loss,
+                      ref_loss);
                 for (int t = 0; t < GPT2_TENSORS; t++) {
                     double d = 0, n = 0;
                     for (size_t i = 0; i < full.elems[t]; i++) {

@@ -11,7 +11,7 @@
 #include "check.h"
 #include "common/schedule.h"
 
-static const int shapes[][3] = {{1, 1, 1}, {1, 5, 1}, {2, 1, 1}, {2, 4, 1}, {3, 7, 1},
+static const int shapes[][3] = {{1, 1, 1}, {1, 5, 1}, {2, 1, 1},  {2, 4, 1}, {3, 7, 1},
                                 {4, 4, 1}, {4, 8, 1}, {4, 16, 1}, {8, 8, 1}, {8, 32, 1}};
 
 static void check_valid_and_bubble(enum sched_kind kind, int pp, int m, int v, double want_bubble)
@@ -29,12 +29,13 @@ static void check_valid_and_bubble(enum sched_kind kind, int pp, int m, int v, d
         CHECK(0, "%s pp %d m %d v %d: %s", schedule_kind_name(kind), pp, m, v, err.text);
     } else {
         if (want_bubble >= 0)
-            CHECK(fabs(sim.bubble - want_bubble) < 1e-9, "%s pp %d m %d v %d: bubble %.6f, want %.6f",
-                  schedule_kind_name(kind), pp, m, v, sim.bubble, want_bubble);
+            CHECK(fabs(sim.bubble - want_bubble) < 1e-9,
+                  "%s pp %d m %d v %d: bubble %.6f, want %.6f", schedule_kind_name(kind), pp, m, v,
+                  sim.bubble, want_bubble);
         for (int st = 0; st < pp; st++)
             CHECK(sim.peak_in_flight[st] <= schedule_max_in_flight(&s, st),
-                  "%s pp %d m %d v %d stage %d: holds %d, promises %d", schedule_kind_name(kind), pp,
-                  m, v, st, sim.peak_in_flight[st], schedule_max_in_flight(&s, st));
+                  "%s pp %d m %d v %d stage %d: holds %d, promises %d", schedule_kind_name(kind),
+                  pp, m, v, st, sim.peak_in_flight[st], schedule_max_in_flight(&s, st));
         /* the same list runs with any timing: backward three times forward, slow W */
         CHECK(schedule_simulate(&s, 1.0, 3.0, 2.5, &sim, &err) == 0, "%s", err.text);
     }
@@ -53,8 +54,8 @@ static void test_gpipe_and_1f1b_bubble_is_p_minus_1_over_m_plus_p_minus_1(void)
 
 static void test_interleaved_bubble_is_p_minus_1_over_vm_plus_p_minus_1(void)
 {
-    const int cases[][3] = {{2, 2, 2}, {2, 4, 2}, {4, 4, 2}, {4, 8, 2}, {4, 8, 3}, {4, 12, 4},
-                            {8, 16, 2}, {3, 9, 3}};
+    const int cases[][3] = {{2, 2, 2}, {2, 4, 2},  {4, 4, 2},  {4, 8, 2},
+                            {4, 8, 3}, {4, 12, 4}, {8, 16, 2}, {3, 9, 3}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int pp = cases[i][0], m = cases[i][1], v = cases[i][2];
         check_valid_and_bubble(SCHED_INTERLEAVED, pp, m, v, (pp - 1.0) / (v * m + pp - 1.0));

@@ -147,8 +147,8 @@ static void test_dp_and_zero_step_as_one_rank(void)
         reference(dp, weights, ref, &ref_norm);
         for (int zero = 0; zero <= 2; zero++) {
             if (run(dp, zero, weights, got, &norm, full.total)) continue;
-            CHECK(fabs(norm - ref_norm) <= 1e-6 * ref_norm, "dp %d zero %d: norm %.9g vs %.9g",
-                  dp, zero, norm, ref_norm);
+            CHECK(fabs(norm - ref_norm) <= 1e-6 * ref_norm, "dp %d zero %d: norm %.9g vs %.9g", dp,
+                  zero, norm, ref_norm);
             double d = 0, n = 0;
             for (size_t i = 0; i < full.total; i++) {
                 d += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
