@@ -51,6 +51,10 @@
  * start of this process), plait-train sends itself SIGTERM, so that tests can
  * stop it at an exact point through the real signal path. */
 #define PLAIT_ENV_DEBUG_SIGNAL_AFTER_MICRO "PLAIT_DEBUG_SIGNAL_AFTER_MICRO"
+/* Developer fault injection: "RANK:MS", global rank RANK takes MS ms longer
+ * to read each micro-batch (a slow file system), so that tests see the
+ * straggler report name it. */
+#define PLAIT_ENV_DEBUG_SLOW_RANK "PLAIT_DEBUG_SLOW_RANK"
 
 /* The rendezvous store (store.h) that rank 0's launcher hosts: where it is,
  * "host:port" with an IPv6 literal in brackets ("[fd00::7]:29500";

@@ -340,12 +340,12 @@ int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m
         }
         if (ckpt_check_plan(cdir, plan, notes, notes_bytes, &why)) {
             error_set(err, "checkpoint %s was written by a different plan: %s", cdir, why.text);
-            rc = -1;
+            rc = CKPT_NOT_THIS_RUN;
             break;
         }
         if (check_whole(cdir, &why)) { /* not unusable: another layout's, not to skip */
             error_set(err, "checkpoint %s: %s", cdir, why.text);
-            rc = -1;
+            rc = CKPT_NOT_THIS_RUN;
             break;
         }
         if (ckpt_load_whole(cdir, m, st, &why)) {
@@ -359,7 +359,7 @@ int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m
     if (rc == 0 && n > 0) {
         error_set(err, "%s: none of its %d checkpoints is usable (see the warnings above)", d->path,
                   n);
-        rc = -1;
+        rc = CKPT_NOT_THIS_RUN;
     }
     free(list);
     return rc;

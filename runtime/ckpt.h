@@ -39,8 +39,10 @@ int ckpt_save(struct ckptdir *d, const struct model *m, const struct train_state
 
 /* Loads the newest checkpoint of d that verifies. Returns 1 when one was
  * loaded (its name into name, what changed from its plan into notes), 0 when
- * there is none, -1 when none is usable or the newest usable one belongs to
- * another plan (err names the differing fields). */
+ * there is none, CKPT_NOT_THIS_RUN when none is usable or the newest usable
+ * one belongs to another plan or layout (err names the differing fields:
+ * starting afresh is the user's call), -1 on any other failure. */
+enum { CKPT_NOT_THIS_RUN = -2 };
 int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m,
                      struct train_state *st, char *name, size_t name_bytes, char *notes,
                      size_t notes_bytes, struct plait_error *err);

@@ -330,7 +330,8 @@ static int check_layout(const char *cdir, const struct model *m, const struct en
 }
 
 /* Rank 0: the newest checkpoint that verifies and belongs to this plan and
- * layout, into name ("" for none); -1 when one does not belong. */
+ * layout, into name ("" for none); CKPT_NOT_THIS_RUN when none is usable or
+ * the newest does not belong, -1 when the directory cannot be listed. */
 static int choose(struct ckptdir *d, const struct plan *plan, const struct model *m,
                   const struct env_rank *w, char *name, size_t name_bytes, char *notes,
                   size_t notes_bytes, struct plait_error *err)
@@ -349,20 +350,23 @@ static int choose(struct ckptdir *d, const struct plan *plan, const struct model
             continue;
         }
         if (ckpt_check_plan(cdir, plan, notes, notes_bytes, &why)) {
-            rc =
-                error_set(err, "checkpoint %s was written by a different plan: %s", cdir, why.text);
+            error_set(err, "checkpoint %s was written by a different plan: %s", cdir, why.text);
+            rc = CKPT_NOT_THIS_RUN;
             break;
         }
         if (check_layout(cdir, m, w, &why)) {
-            rc = error_set(err, "checkpoint %s: %s", cdir, why.text);
+            error_set(err, "checkpoint %s: %s", cdir, why.text);
+            rc = CKPT_NOT_THIS_RUN;
             break;
         }
         snprintf(name, name_bytes, "%s", list[i].name);
         break;
     }
-    if (rc == 0 && !name[0] && n > 0)
-        rc = error_set(err, "%s: none of its %d checkpoints is usable (see the warnings above)",
-                       d->path, n);
+    if (rc == 0 && !name[0] && n > 0) {
+        error_set(err, "%s: none of its %d checkpoints is usable (see the warnings above)", d->path,
+                  n);
+        rc = CKPT_NOT_THIS_RUN;
+    }
     free(list);
     return rc;
 }
@@ -372,15 +376,19 @@ int ckpt_parts_load(struct ckptdir *d, const char *dir, const struct plan *plan,
                     size_t notes_bytes, struct parallel *par, struct plait_error *err)
 {
     const struct env_rank *w = &par->where;
-    /* rank 0 chooses: the name, or "" for none, or "!<error>" */
+    /* rank 0 chooses: the name, or "" for none, or "!<why none belongs>", or "#<error>" */
     char choice[1100] = "";
     if (w->rank == 0) {
         struct plait_error why;
-        if (choose(d, plan, m, w, choice, sizeof choice, notes, notes_bytes, &why))
-            snprintf(choice, sizeof choice, "!%s", why.text);
+        int rc = choose(d, plan, m, w, choice, sizeof choice, notes, notes_bytes, &why);
+        if (rc)
+            snprintf(choice, sizeof choice, "%c%s", rc == CKPT_NOT_THIS_RUN ? '!' : '#', why.text);
     }
     if (parallel_share_text(par, "the checkpoint to resume", choice, sizeof choice, err)) return -1;
-    if (choice[0] == '!') return error_set(err, "%s", choice + 1);
+    if (choice[0] == '!' || choice[0] == '#') {
+        error_set(err, "%s", choice + 1);
+        return choice[0] == '!' ? CKPT_NOT_THIS_RUN : -1;
+    }
     if (!choice[0]) return 0;
     char cdir[4096];
     if (fs_join(cdir, sizeof cdir, dir, choice, err)) return -1;

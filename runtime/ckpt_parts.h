@@ -35,7 +35,7 @@ int ckpt_parts_save(struct ckptdir *d, const char *dir, const struct model *m,
                     struct parallel *par, struct plait_error *err);
 
 /* Every rank calls it: 1 loaded (name, notes as ckpt_load_latest), 0 none,
- * -1 error (on every rank). */
+ * CKPT_NOT_THIS_RUN or -1 as ckpt_load_latest (on every rank). */
 int ckpt_parts_load(struct ckptdir *d, const char *dir, const struct plan *plan, struct model *m,
                     struct train_state *st, char *name, size_t name_bytes, char *notes,
                     size_t notes_bytes, struct parallel *par, struct plait_error *err);

@@ -1,6 +1,9 @@
 /* metrics.h — metrics.jsonl in the run directory: one JSON object per
  * optimizer step ({"step", "loss", "lr", "grad_norm", "tokens", "tokens_total",
- * "ms", "tokens_per_s", "peak_pct"}) and one per evaluation ({"eval_step",
+ * "ms", "tokens_per_s", "peak_pct"}, and with several ranks "parallel":
+ * {"ranks", "compute_pct", "comm_pct", "bubble_pct", ["bubble_simulated_pct" with a
+ * pipeline,] "bytes": {"tp", "pp", "dp"},
+ * "straggler": {"rank", "busy_ms", "median_busy_ms"}}) and one per evaluation ({"eval_step",
  * "val_loss", "val_tokens"}). On resume the file is cut back to the
  * checkpoint's step so that it reads as if the run had never stopped. */
 #ifndef PLAIT_RUNTIME_METRICS_H
@@ -22,6 +25,19 @@ struct step_metrics {
     int64_t tokens, tokens_total;
     double ms, tokens_per_s;
     double peak_pct; /* model FLOPs as % of the device's measured rate */
+    /* more than one rank (written when ranks > 1): */
+    int ranks;
+    double compute_pct, comm_pct, idle_pct; /* shares of the step, averaged over the ranks:
+                                               computing, sending, waiting for a pipeline
+                                               neighbour (the bubble as measured) */
+    double bubble_sim_pct;                  /* the schedule's simulated bubble (< 0: no pipeline) */
+    double bytes_tp, bytes_pp, bytes_dp;    /* sent per rank in the step, averaged over the
+                                               ranks of each communicator */
+    double step_ms;                         /* the slowest rank's wall time: the step's */
+    /* the straggler: the rank whose own work (computing, reading its data)
+     * took longest, that work's time and the median rank's */
+    int straggler;
+    double busy_ms, median_busy_ms;
 };
 
 /* Opens run_dir/metrics.jsonl, keeping only records of steps ≤ keep_step. */

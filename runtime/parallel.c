@@ -183,3 +183,29 @@ int parallel_max_int(struct parallel *p, int *flag, struct plait_error *err)
     *flag = (int)v;
     return 0;
 }
+
+void parallel_comm_totals(const struct parallel *p, double bytes[PAR_NCOMM],
+                          double wait_s[PAR_NCOMM])
+{
+    struct comm *c[PAR_NCOMM] = {[PAR_TP] = p->tp,
+                                 [PAR_PP] = p->pp,
+                                 [PAR_DP] = p->dp,
+                                 [PAR_ENDS] = p->ends,
+                                 [PAR_WORLD] = p->world};
+    for (int i = 0; i < PAR_NCOMM; i++) {
+        struct comm_stats st = {0};
+        if (c[i]) comm_stats(c[i], &st);
+        bytes[i] = (double)st.bytes_sent;
+        wait_s[i] = st.wait_s;
+    }
+}
+
+int parallel_gather(struct parallel *p, const double *mine, size_t n, double *all,
+                    struct plait_error *err)
+{
+    if (!p->world) {
+        memcpy(all, mine, n * sizeof *mine);
+        return 0;
+    }
+    return comm_allgather(p->world, mine, all, n, COMM_FLOAT64, err);
+}

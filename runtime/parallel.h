@@ -54,6 +54,16 @@ int parallel_barrier(struct parallel *p, struct plait_error *err);
 int parallel_share_text(struct parallel *p, const char *what, char *buf, size_t bytes,
                         struct plait_error *err);
 
+/* What this rank's communicators have done so far: bytes sent, and seconds
+ * its callers waited in them (0 where the communicator does not exist). */
+enum { PAR_TP, PAR_PP, PAR_DP, PAR_ENDS, PAR_WORLD, PAR_NCOMM };
+void parallel_comm_totals(const struct parallel *p, double bytes[PAR_NCOMM],
+                          double wait_s[PAR_NCOMM]);
+
+/* Every rank's n doubles, in rank order, into all (world·n); with one rank a copy. */
+int parallel_gather(struct parallel *p, const double *mine, size_t n, double *all,
+                    struct plait_error *err);
+
 /* The largest of every rank's *flag, into *flag on every rank (the stop
  * agreement; an error flag). */
 int parallel_max_int(struct parallel *p, int *flag, struct plait_error *err);

@@ -39,6 +39,7 @@ struct trainer {
     struct parallel par;          /* the other ranks (none with one rank) */
     bool par_ready, multi;        /* multi: more than one rank */
     struct schedule sched;        /* the pipeline schedule of a step */
+    double bubble_sim;            /* its bubble simulated as plait check does (pp > 1) */
     bool sched_ready;
     const char *plan_json;
     const char *run_dir;
@@ -60,6 +61,7 @@ struct trainer {
     double flops_per_token;
     const char *dump_dir;
     long signal_after_micro; /* PLAIT_DEBUG_SIGNAL_AFTER_MICRO, 0 = off */
+    double slow_read_s;      /* PLAIT_DEBUG_SLOW_RANK's delay for this rank, 0 = off */
     long micro_done;         /* micro-batches run by this process */
     bool reads_data;         /* a pipeline end: its loaders are open */
     struct pipe_times times; /* where the last step went */
@@ -366,6 +368,9 @@ static int setup(struct trainer *t, struct plait_error *err)
     enum sched_kind kind = p->parallel.schedule == PLAN_PIPE_GPIPE ? SCHED_GPIPE : SCHED_1F1B;
     if (schedule_make(&t->sched, kind, w->pp, p->batch.grad_accum, 1, err)) return -1;
     t->sched_ready = true;
+    struct sched_sim sim; /* a backward twice a forward, as plait check prints it */
+    if (schedule_simulate(&t->sched, 1, 2, 0, &sim, err)) return -1;
+    t->bubble_sim = w->pp > 1 ? sim.bubble : -1;
     struct gpt2_part part = {
         .tp = w->tp, .tp_rank = w->tp_rank, .pp = w->pp, .pp_rank = w->pp_rank};
     gpt2_stage_layers(cfg.layers, w->pp, w->pp_rank, &part.layer_begin, &part.layer_end);
@@ -389,10 +394,11 @@ static int setup(struct trainer *t, struct plait_error *err)
                                             name, sizeof name, notes, sizeof notes, &t->par, err)
                           : ckpt_load_latest(&t->ckpts, p, &t->m, &t->st, name, sizeof name, notes,
                                              sizeof notes, err);
-    if (loaded < 0) {
+    if (loaded == CKPT_NOT_THIS_RUN) {
         struct plait_error reason = *err;
         return error_set(err, "%s; " START_FRESH, reason.text);
     }
+    if (loaded < 0) return -1;
     if (loaded) {
         log_info("resuming from %s/%s (step %d%s)", t->ckpt_dir, name, t->st.step,
                  t->st.micro ? ", mid-step" : "");
@@ -443,6 +449,11 @@ static int setup(struct trainer *t, struct plait_error *err)
     t->dump_dir = getenv(PLAIT_ENV_DUMP_STEP1);
     const char *inject = getenv(PLAIT_ENV_DEBUG_SIGNAL_AFTER_MICRO);
     t->signal_after_micro = inject ? atol(inject) : 0;
+    int slow_rank;
+    double slow_ms;
+    inject = getenv(PLAIT_ENV_DEBUG_SLOW_RANK);
+    if (inject && sscanf(inject, "%d:%lf", &slow_rank, &slow_ms) == 2 && slow_rank == w->rank)
+        t->slow_read_s = slow_ms / 1e3;
     t->peak_gflops = measure_peak_gflops(&t->m);
     if (!rank0) return 0;
     char plan_path[4096];
@@ -622,10 +633,16 @@ static void progress_line(struct trainer *t, const struct step_metrics *s, doubl
 {
     char eta[32];
     format_duration(eta, sizeof eta, avg_step_s * (t->plan->steps - s->step));
-    printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.0f ms | %.1f%% of peak "
-           "| ETA %s\n",
+    char ranks[160] = "", sim[32] = ""; /* several: where the time went, and the straggler */
+    if (s->bubble_sim_pct >= 0) snprintf(sim, sizeof sim, " (%.0f%% simulated)", s->bubble_sim_pct);
+    if (s->ranks > 1)
+        snprintf(ranks, sizeof ranks, " | comm %.0f%% bubble %.0f%%%s | straggler rank %d +%.0f%%",
+                 s->comm_pct, s->idle_pct, sim, s->straggler,
+                 s->median_busy_ms > 0 ? 100 * (s->busy_ms / s->median_busy_ms - 1) : 0.0);
+    printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.0f ms | %.1f%% of "
+           "peak%s | ETA %s\n",
            (int)snprintf(NULL, 0, "%d", t->plan->steps), s->step, t->plan->steps, s->loss, s->lr,
-           s->grad_norm, s->tokens_per_s, s->ms, s->peak_pct, eta);
+           s->grad_norm, s->tokens_per_s, s->ms, s->peak_pct, ranks, eta);
     fflush(stdout);
 }
 
@@ -650,6 +667,12 @@ static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
     if (rc) {
         t->data_failed = true;
         return error_prefix(err, "data.train: ");
+    }
+    if (t->slow_read_s > 0) {
+        struct timespec ts = {(time_t)t->slow_read_s,
+                              (long)(1e9 * (t->slow_read_s - (time_t)t->slow_read_s))};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
     }
     if (t->dump_dir && f->step == 0 && micro == 0 && t->st.micro == 0) {
         /* the logits before the loss touches them */
@@ -726,6 +749,66 @@ static int train_micro_batches(struct trainer *t, int s, float grad_scale, struc
     return t->st.micro < A ? 1 : 0;
 }
 
+/* Every rank's step, to rank 0: the slowest rank's wall time (the step's),
+ * the straggler (the rank whose own work, computing and reading data, took
+ * longest) against the median, the
+ * shares spent computing, in collectives and waiting for a
+ * pipeline neighbour, and the bytes each communicator sent (the pipeline's
+ * include the tied wte's sum between its ends). */
+static int step_report(struct trainer *t, double dt, const double bytes0[PAR_NCOMM],
+                       const double wait0[PAR_NCOMM], struct step_metrics *sm,
+                       struct plait_error *err)
+{
+    enum { K = 8 };
+    double bytes[PAR_NCOMM], wait[PAR_NCOMM], d[PAR_NCOMM];
+    parallel_comm_totals(&t->par, bytes, wait);
+    for (int i = 0; i < PAR_NCOMM; i++) d[i] = bytes[i] - bytes0[i];
+    const struct pipe_times *pt = &t->times;
+    double tp_wait = wait[PAR_TP] - wait0[PAR_TP];
+    double coll = tp_wait + (wait[PAR_DP] - wait0[PAR_DP]) + (wait[PAR_ENDS] - wait0[PAR_ENDS]) +
+                  (wait[PAR_WORLD] - wait0[PAR_WORLD]) + pt->send_s;
+    double mine[K] = {dt, pt->compute_s - tp_wait, coll, pt->idle_s, d[PAR_TP],
+                      d[PAR_PP] + d[PAR_ENDS], d[PAR_DP],
+                      /* this rank's own work: computing and reading its data */
+                      pt->compute_s - tp_wait + pt->data_s};
+    int n = t->where->world;
+    double *all = malloc((size_t)n * K * sizeof *all), *times = malloc((size_t)n * sizeof *times);
+    int rc = all && times ? parallel_gather(&t->par, mine, K, all, err)
+                          : error_set(err, "out of memory");
+    if (rc == 0) {
+        double slowest = 0, share[3] = {0}, sent[3] = {0};
+        int has[3] = {t->par.tp != NULL, t->par.pp != NULL, t->par.dp != NULL};
+        for (int r = 0; r < n; r++) slowest = fmax(slowest, all[(size_t)r * K]);
+        for (int r = 0; r < n; r++) {
+            const double *v = all + (size_t)r * K;
+            times[r] = v[7];
+            if (v[7] > times[sm->straggler]) sm->straggler = r;
+            for (int k = 0; k < 3; k++) {
+                share[k] += v[1 + k] / slowest / n;
+                sent[k] += v[4 + k] / n;
+            }
+        }
+        sm->step_ms = 1e3 * slowest;
+        sm->busy_ms = 1e3 * times[sm->straggler];
+        for (int i = 1; i < n; i++) /* the median: insertion sort of a few ranks */
+            for (int j = i; j > 0 && times[j - 1] > times[j]; j--) {
+                double x = times[j];
+                times[j] = times[j - 1];
+                times[j - 1] = x;
+            }
+        sm->median_busy_ms = 1e3 * (n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2);
+        sm->compute_pct = 100 * share[0];
+        sm->comm_pct = 100 * share[1];
+        sm->idle_pct = 100 * share[2];
+        sm->bytes_tp = has[0] ? sent[0] : 0;
+        sm->bytes_pp = has[1] ? sent[1] : 0;
+        sm->bytes_dp = has[2] ? sent[2] : 0;
+    }
+    free(all);
+    free(times);
+    return rc;
+}
+
 static int run_steps(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
@@ -741,7 +824,8 @@ static int run_steps(struct trainer *t, struct plait_error *err)
     }
     while (t->st.step < p->steps) {
         int s = t->st.step; /* 0-based index of the step being taken */
-        double t0 = now_s();
+        double t0 = now_s(), bytes0[PAR_NCOMM], wait0[PAR_NCOMM];
+        parallel_comm_totals(&t->par, bytes0, wait0);
         double lr = optim_lr(&p->optimizer, p->steps, s);
         int stopped = train_micro_batches(t, s, grad_scale, err);
         if (stopped < 0) return -1;
@@ -773,24 +857,21 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         t->st.loss_sum = 0;
         /* the step took as long as its slowest rank */
         double dt = now_s() - t0;
-        if (t->multi) {
-            float slowest = (float)dt;
-            if (t->par.g_world.allreduce(t->par.g_world.ctx, &slowest, 1, true, err)) return -1;
-            dt = slowest;
-        }
+        struct step_metrics sm = {.ranks = t->where->world, .bubble_sim_pct = 100 * t->bubble_sim};
+        if (t->multi && step_report(t, dt, bytes0, wait0, &sm, err)) return -1;
+        if (t->multi) dt = sm.step_ms / 1e3;
         double tokens = (double)B * T * A * t->where->dp;
-        struct step_metrics sm = {.step = s + 1,
-                                  .loss = loss,
-                                  .lr = lr,
-                                  .grad_norm = norm,
-                                  .tokens = (int64_t)tokens,
-                                  .tokens_total = t->st.tokens,
-                                  .ms = 1e3 * dt,
-                                  .tokens_per_s = tokens / dt,
-                                  .peak_pct = t->peak_gflops > 0
-                                                  ? 100.0 * t->flops_per_token * tokens / dt /
-                                                        (t->peak_gflops * 1e9 * t->where->world)
-                                                  : 0.0};
+        sm.step = s + 1;
+        sm.loss = loss;
+        sm.lr = lr;
+        sm.grad_norm = norm;
+        sm.tokens = (int64_t)tokens;
+        sm.tokens_total = t->st.tokens;
+        sm.ms = 1e3 * dt;
+        sm.tokens_per_s = tokens / dt;
+        sm.peak_pct = t->peak_gflops > 0 ? 100.0 * t->flops_per_token * tokens / dt /
+                                               (t->peak_gflops * 1e9 * t->where->world)
+                                         : 0.0;
         if (t->where->rank == 0 && metrics_step(&t->metrics, &sm, err)) return -1;
         if (s == first_step) { /* a process's first step warms up: not in the averages */
             memset(&t->m.prof, 0, sizeof t->m.prof);
