@@ -152,11 +152,11 @@ test_bytes_on_the_wire_match_the_formulas() {
         --set parallel.zero=1 --set batch.grad_accum=4 && wire w_tp2pp2dp2 2 2 0 1 4 2
 }
 
-# One rank made slow (its data reads take 30 ms longer): the straggler
+# One rank made slow (its data reads take 100 ms longer): the straggler
 # report names it at every step, well above the median, and the step's time
 # is the slowest rank's.
 test_the_straggler_report_names_a_slow_rank() {
-    PLAIT_DEBUG_SLOW_RANK=2:30 "$PLAIT" train "$WORK/plan.json" --out "$WORK/slow" "${COMMON[@]}" \
+    PLAIT_DEBUG_SLOW_RANK=2:100 "$PLAIT" train "$WORK/plan.json" --out "$WORK/slow" "${COMMON[@]}" \
         --set parallel.dp=4 --set steps=4 --set optimizer.warmup_steps=1 --set checkpoint.every=0 \
         >"$WORK/slow.log" 2>&1 || { tail "$WORK/slow.log"; return 1; }
     grep -q "| straggler rank 2 +" "$WORK/slow.log" || { cat "$WORK/slow.log"; return 1; }
@@ -166,9 +166,10 @@ steps = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l]
 assert len(steps) == 4, len(steps)
 for r in steps:
     s = r["parallel"]["straggler"]
-    # 3 micro-batches a step, 30 ms each on rank 2
-    assert s["rank"] == 2 and s["busy_ms"] >= s["median_busy_ms"] + 80, r
-    assert r["ms"] >= 90, r
+    # 3 micro-batches a step, 100 ms each on rank 2 (the median rank is noisy: 4
+    # ranks share this machine's cores)
+    assert s["rank"] == 2 and s["busy_ms"] >= s["median_busy_ms"] + 200, r
+    assert r["ms"] >= 300, r
 print("straggler rank 2 at every step")
 PYEOF
 }
