@@ -8,7 +8,7 @@
 
 static const char *const known =
     "max_gpus_per_job, max_nodes, allowed_precisions, min_checkpoint_every, quota_file, "
-    "topology_xml, run_root";
+    "topology_xml, run_root, store_ports";
 
 static int positive(const char *key, const char *value, int *out, struct plait_error *err)
 {
@@ -42,6 +42,21 @@ static int precisions(const char *value, struct plait_config *c, struct plait_er
     if (rc == 0 && !c->allow_fp32 && !c->allow_bf16)
         rc = error_set(err, "plugstack.conf: allowed_precisions is empty");
     return rc;
+}
+
+/* "LO-HI", 1 <= LO <= HI <= 65535 */
+static int port_range(const char *value, struct plait_config *c, struct plait_error *err)
+{
+    char *end, *end2;
+    long lo = strtol(value, &end, 10), hi = *end == '-' ? strtol(end + 1, &end2, 10) : -1;
+    if (*end != '-' || end2 == end + 1 || *end2 || lo < 1 || hi < lo || hi > 65535)
+        return error_set(err,
+                         "plugstack.conf: store_ports must be a port range LO-HI within "
+                         "1-65535 (got '%s')",
+                         value);
+    c->store_port_lo = (int)lo;
+    c->store_port_hi = (int)hi;
+    return 0;
 }
 
 static int string(const char *key, const char *value, char **out, struct plait_error *err)
@@ -81,6 +96,8 @@ int config_parse(int argc, char **argv, struct plait_config *c, struct plait_err
             rc = string("topology_xml", v, &c->topology_xml, err);
         else if (IS("run_root"))
             rc = string("run_root", v, &c->run_root, err);
+        else if (IS("store_ports"))
+            rc = port_range(v, c, err);
         else
             rc = error_set(err, "plugstack.conf: unknown argument '%.*s' (known keys: %s)",
                            (int)klen, argv[i], known);

@@ -2,7 +2,8 @@
  * arguments (key=value; unknown keys are refused):
  *   max_gpus_per_job=N  max_nodes=N  allowed_precisions=fp32,bf16
  *   min_checkpoint_every=STEPS  quota_file=/etc/slurm/plait-quota.json
- *   topology_xml=/etc/slurm/plait/%n.xml  run_root=/scratch/runs */
+ *   topology_xml=/etc/slurm/plait/%n.xml  run_root=/scratch/runs
+ *   store_ports=60001-61000 */
 #ifndef PLAIT_SPANK_CONFIG_H
 #define PLAIT_SPANK_CONFIG_H
 
@@ -14,10 +15,11 @@ struct plait_config {
     int max_gpus_per_job; /* 0 = no limit */
     int max_nodes;        /* 0 = no limit */
     bool allow_fp32, allow_bf16;
-    int min_checkpoint_every; /* 0 = no minimum */
-    char *quota_file;         /* NULL = no quotas */
-    char *topology_xml;       /* NULL = discover; "%n" becomes the node name */
-    char *run_root;           /* NULL = $SLURM_SUBMIT_DIR/runs */
+    int min_checkpoint_every;         /* 0 = no minimum */
+    char *quota_file;                 /* NULL = no quotas */
+    char *topology_xml;               /* NULL = discover; "%n" becomes the node name */
+    char *run_root;                   /* NULL = $SLURM_SUBMIT_DIR/runs */
+    int store_port_lo, store_port_hi; /* the ports srun may host a step's store on; 0 = any */
 };
 
 int config_parse(int argc, char **argv, struct plait_config *c, struct plait_error *err);

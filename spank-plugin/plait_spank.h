@@ -7,6 +7,7 @@
 
 #include <slurm/spank.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "spank-plugin/config.h"
@@ -20,6 +21,9 @@
 #define PLAIT_SPANK_PLAN_VAR "PLAIT_PLAN_JSON"
 /* The environment fallback for --train-plan. */
 #define PLAIT_SPANK_PLAN_ENV "PLAIT_TRAIN_PLAN"
+/* The port of the store srun hosts for a step (store_host.c), in srun's
+ * environment and so in every task's, where task.c reads it. */
+#define PLAIT_SPANK_STORE_PORT_VAR "PLAIT_SPANK_STORE_PORT"
 
 /* Allocator context (sbatch, salloc), before the options are read: a job
  * submitted from inside a plait job is a new job, so the parent's option and
@@ -31,6 +35,16 @@ void submit_forget_parent_job(void);
 /* Allocator/local context, after the options: validate plan_path (NULL: the
  * option was not given; then PLAIT_TRAIN_PLAN) and check the policy. */
 int submit_check(spank_t sp, const struct plait_config *c, const char *plan_path);
+
+/* Whether the command being run (sbatch, salloc, srun) starts a plait job or
+ * step: --train-plan, PLAIT_TRAIN_PLAN, or (srun in a job) the job's plan. */
+bool submit_is_plait(const char *plan_path);
+
+/* Local context (srun), once the step exists and before its tasks start: a
+ * step of more than one task gets its rendezvous store, served by a thread of
+ * srun until store_host_stop (slurm_spank_exit). */
+int store_host_start(spank_t sp, const struct plait_config *c);
+void store_host_stop(void);
 
 /* Remote context, in each task: check the allocation and the policy again,
  * place the ranks and export this task's env contract. */

@@ -1,7 +1,9 @@
 /* spank_plait.c — the SPANK entry points of spank_plait.so and nothing else:
  * registers --train-plan in every context (sbatch ignores a static options
  * table) and routes each callback by context: submit.c on the submit host
- * (sbatch, salloc, srun), task.c in slurmstepd. Config parsing is config.c's. */
+ * (sbatch, salloc, srun), store_host.c in srun, task.c in slurmstepd. Config
+ * parsing is config.c's.
+ */
 #include <slurm/spank.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +58,15 @@ int slurm_spank_init_post_opt(spank_t sp, int argc, char **argv)
     return 0;
 }
 
+/* srun, once the step exists: its store, when it is a plait step of several tasks. */
+int slurm_spank_local_user_init(spank_t sp, int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    if (spank_context() != S_CTX_LOCAL || !submit_is_plait(plan_path)) return 0;
+    return store_host_start(sp, &config);
+}
+
 /* Failing here fails the job without draining the node (a failure in
  * user_init or task_post_fork would drain it). */
 int slurm_spank_task_init(spank_t sp, int argc, char **argv)
@@ -71,6 +82,7 @@ int slurm_spank_exit(spank_t sp, int argc, char **argv)
     (void)sp;
     (void)argc;
     (void)argv;
+    if (spank_context() == S_CTX_LOCAL) store_host_stop();
     config_free(&config);
     free(plan_path);
     plan_path = NULL;

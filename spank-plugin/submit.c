@@ -19,16 +19,17 @@
 /* What the plugin gave a plait job's batch script and tasks (task.c), which
  * a job submitted from there would otherwise inherit as its own. */
 static const char *const parent_contract[] = {
-    PLAIT_ENV_PLAN_JSON,  PLAIT_ENV_RESTART_COUNT,
-    PLAIT_ENV_RANK,       PLAIT_ENV_WORLD_SIZE,
-    PLAIT_ENV_LOCAL_RANK, PLAIT_ENV_LOCAL_WORLD_SIZE,
-    PLAIT_ENV_NODE_RANK,  PLAIT_ENV_NODES,
-    PLAIT_ENV_TP,         PLAIT_ENV_PP,
-    PLAIT_ENV_DP,         PLAIT_ENV_TP_RANK,
-    PLAIT_ENV_PP_RANK,    PLAIT_ENV_DP_RANK,
-    PLAIT_ENV_DEVICE,     PLAIT_ENV_GPU_BUSID,
-    PLAIT_ENV_NIC,        PLAIT_ENV_CPUS,
-    PLAIT_ENV_NUMA,
+    PLAIT_ENV_PLAN_JSON,    PLAIT_ENV_RESTART_COUNT,
+    PLAIT_ENV_RANK,         PLAIT_ENV_WORLD_SIZE,
+    PLAIT_ENV_LOCAL_RANK,   PLAIT_ENV_LOCAL_WORLD_SIZE,
+    PLAIT_ENV_NODE_RANK,    PLAIT_ENV_NODES,
+    PLAIT_ENV_TP,           PLAIT_ENV_PP,
+    PLAIT_ENV_DP,           PLAIT_ENV_TP_RANK,
+    PLAIT_ENV_PP_RANK,      PLAIT_ENV_DP_RANK,
+    PLAIT_ENV_DEVICE,       PLAIT_ENV_GPU_BUSID,
+    PLAIT_ENV_NIC,          PLAIT_ENV_CPUS,
+    PLAIT_ENV_NUMA,         PLAIT_ENV_STORE_ADDR,
+    PLAIT_ENV_STORE_SECRET, PLAIT_SPANK_STORE_PORT_VAR,
 };
 
 static void forget(const char *name)
@@ -55,6 +56,13 @@ void submit_forget_parent_job(void)
     snprintf(suffix, sizeof suffix, "/slurm-%s", job);
     size_t dlen = dir ? strlen(dir) : 0, slen = strlen(suffix);
     if (dlen >= slen && !strcmp(dir + dlen - slen, suffix)) forget(PLAIT_ENV_RUN_DIR);
+}
+
+bool submit_is_plait(const char *plan_path)
+{
+    if (!plan_path) plan_path = getenv(PLAIT_SPANK_PLAN_ENV);
+    bool in_job = spank_context() == S_CTX_LOCAL && getenv("SLURM_JOB_ID");
+    return (plan_path && *plan_path) || (in_job && getenv("SLURM_SPANK_" PLAIT_SPANK_PLAN_VAR));
 }
 
 int submit_check(spank_t sp, const struct plait_config *c, const char *plan_path)

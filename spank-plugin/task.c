@@ -4,7 +4,8 @@
  * THIS node's plugstack.conf (quotas counted once per job: by the batch
  * script and by task 0 of a step), the allocation against the plan, the
  * placement every task computes alike from the allocation's node order, and
- * the task's env contract. Not here: what the submit host checks (submit.c). */
+ * the task's env contract, with the address of the store srun hosts for the
+ * step (store_host.c). Not here: what the submit host checks (submit.c). */
 #include <limits.h>
 #include <pwd.h>
 #include <stdarg.h>
@@ -18,6 +19,7 @@
 #include "common/layout.h"
 #include "common/place.h"
 #include "common/plan.h"
+#include "common/store.h"
 #include "common/topo.h"
 #include "spank-plugin/count.h"
 #include "spank-plugin/plait_spank.h"
@@ -233,6 +235,43 @@ static int export_env(spank_t sp, const char *name, const char *value, uint32_t 
     return 0;
 }
 
+/* The step's rendezvous store, which srun hosts (store_host.c): its address
+ * as this node reaches srun (the address Slurm launched the task from) and
+ * the step's secret. A step of one task has none, and inherits none. */
+static int export_store(spank_t sp, const struct step *s)
+{
+    char *port = job_env(sp, PLAIT_SPANK_STORE_PORT_VAR);
+    char *secret = job_env(sp, PLAIT_ENV_STORE_SECRET);
+    char *host = job_env(sp, "SLURM_LAUNCH_NODE_IPADDR");
+    int rc = 0;
+    spank_unsetenv(sp, PLAIT_SPANK_STORE_PORT_VAR);
+    if (s->ntasks < 2) {
+        spank_unsetenv(sp, PLAIT_ENV_STORE_ADDR);
+        spank_unsetenv(sp, PLAIT_ENV_STORE_SECRET);
+    } else if (!port || !secret || !*secret) {
+        rc = task_fail(s->job,
+                       "this step runs %u ranks, but srun hosted no rendezvous store for them: "
+                       "the srun that started it needs the plait SPANK plugin (plugstack.conf "
+                       "on the host where srun runs)",
+                       s->ntasks);
+    } else if (!host || !*host) {
+        rc = task_fail(s->job, "Slurm did not say where the step was launched from "
+                               "(SLURM_LAUNCH_NODE_IPADDR), where its store is");
+    } else {
+        char addr[320];
+        struct plait_error err;
+        int p = (int)count_parse(port, NULL);
+        if (store_addr_format(addr, sizeof addr, host, p, &err))
+            rc = task_fail(s->job, "the step's store: %s", err.text);
+        else
+            rc = export_env(sp, PLAIT_ENV_STORE_ADDR, addr, s->job);
+    }
+    free(port);
+    free(secret);
+    free(host);
+    return rc;
+}
+
 /* Places the step's ranks and exports this task's variables. */
 static int place_task(spank_t sp, const struct plait_config *c, const struct plan *p,
                       struct step *s)
@@ -426,6 +465,7 @@ int task_setup(spank_t sp, const struct plait_config *c, const char *plan_path)
     free(line);
     /* the batch script itself is not a rank */
     if (rc == 0 && !batch) rc = place_task(sp, c, p, &s);
+    if (rc == 0 && !batch) rc = export_store(sp, &s);
 out:
     free_step(&s);
     plan_free(p);

@@ -389,7 +389,9 @@ required = ["PLAIT_RANK", "PLAIT_WORLD_SIZE", "PLAIT_LOCAL_RANK", "PLAIT_LOCAL_W
             "PLAIT_NODE_RANK", "PLAIT_NODES", "PLAIT_TP", "PLAIT_PP", "PLAIT_DP", "PLAIT_TP_RANK",
             "PLAIT_PP_RANK", "PLAIT_DP_RANK", "PLAIT_DEVICE", "PLAIT_GPU_BUSID", "PLAIT_NIC",
             "PLAIT_CPUS", "PLAIT_NUMA", "PLAIT_RUN_DIR", "PLAIT_RESTART_COUNT",
-            "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NCCL_IB_HCA"]
+            "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NCCL_IB_HCA", "PLAIT_STORE_ADDR",
+            "PLAIT_STORE_SECRET"]
+stores = set()
 coords, groups = set(), {}
 for r in range(8):
     env = dict(l.rstrip("\n").split("=", 1) for l in open(f"{w}/env.{r}"))
@@ -413,7 +415,13 @@ for r in range(8):
     assert want["nvlink_domain"] == 0
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert env["PLAIT_RUN_DIR"].startswith(w + "/runs/slurm-"), env["PLAIT_RUN_DIR"]
+    # the store srun hosts for the step: where srun runs, the step's secret
+    assert env["PLAIT_STORE_ADDR"].startswith("127.0.0.1:"), env["PLAIT_STORE_ADDR"]
+    assert len(env["PLAIT_STORE_SECRET"]) == 64, "a 256-bit secret"
+    assert "PLAIT_SPANK_STORE_PORT" not in env, "the plugin's own variable stays the plugin's"
+    stores.add((env["PLAIT_STORE_ADDR"], env["PLAIT_STORE_SECRET"]))
 assert all(len(v) == 1 for v in groups.values())
+assert len(stores) == 1, "one store for the step"
 print("8 tasks placed as plait check places them")
 PYEOF
 }
@@ -428,11 +436,11 @@ test_wrong_task_count_fails_the_step() {
         { cat "$WORK/count.log"; return 1; }
 }
 
-train_job() { # NAME PLAN [sbatch options...]: a one-rank CPU training job; prints its id
+train_job() { # NAME PLAN [sbatch options...]: a CPU training job; prints its id
     local name=$1 planfile=$2
     shift 2
     printf '#!/bin/bash\nsrun %s launch\n' "$PLAIT" >"$WORK/$name.sh"
-    (cd "$WORK" && sbatch --parsable -N1 -n1 --train-plan="$planfile" -o "$WORK/$name.out" \
+    (cd "$WORK" && sbatch --parsable --train-plan="$planfile" -o "$WORK/$name.out" \
         --open-mode=append "$@" "$name.sh")
 }
 
@@ -441,7 +449,7 @@ test_training_runs_through_slurm() {
     # the plan travels with the job: the file is gone when the job starts
     cp "$WORK/train.json" "$WORK/gone.json"
     local job
-    job=$(train_job train "$WORK/gone.json" --hold) || return 1
+    job=$(train_job train "$WORK/gone.json" -N1 -n1 --hold) || return 1
     rm "$WORK/gone.json"
     scontrol release "$job"
     wait_state "$job" COMPLETED FAILED || return 1
@@ -454,12 +462,69 @@ test_training_runs_through_slurm() {
     metrics_equal "$WORK/local/metrics.jsonl" "$run/metrics.jsonl"
 }
 
-test_preempted_job_checkpoints_requeues_and_resumes() {
-    plan "$WORK/long.json" 1 1 1 '"device": "cpu"'
-    # long enough (~15 s here) that the preemption lands mid-run
-    sed -i 's/"steps": 40/"steps": 1500/; s/"every": 10/"every": 50/' "$WORK/long.json"
-    local low high run
-    low=$(train_job low "$WORK/long.json" -p low --requeue) || return 1
+# tp 2 × pp 2 × dp 2 across the two nodes, 4 tasks each: srun hosts the
+# step's store, each task gets its address and the step's secret, and the
+# ranks train together; the metrics are those of the same plan trained by
+# plait train on one machine, to the bit.
+test_3d_training_runs_across_two_nodes() {
+    plan "$WORK/p222.json" 2 2 2 '"device": "cpu", "zero": 1'
+    printf '#!/bin/bash\nexport OMP_NUM_THREADS=1\nsrun %s launch\n' "$PLAIT" >"$WORK/p222.sh"
+    local job run
+    job=$(sbatch_wait -N2 --ntasks-per-node=4 --train-plan="$WORK/p222.json" -o "$WORK/p222.out" \
+        p222.sh) || { cat "$WORK/p222.out"; return 1; }
+    run=$WORK/runs/slurm-$job
+    grep -q '^step 40/40 .* | straggler rank' "$WORK/p222.out" || { cat "$WORK/p222.out"; return 1; }
+    # every rank wrote its part of the last checkpoint
+    [ "$(ls "$run/checkpoints/step_00000040_0000" | grep -c '^optim-tp[01]-pp[01]-dp[01]\.bin$')" = 8 ] ||
+        { ls "$run/checkpoints/step_00000040_0000"; return 1; }
+    OMP_NUM_THREADS=1 "$PLAIT" train "$WORK/p222.json" --out "$WORK/p222_local" >"$WORK/p222_local.log" 2>&1 ||
+        { tail "$WORK/p222_local.log"; return 1; }
+    metrics_equal "$WORK/p222_local/metrics.jsonl" "$run/metrics.jsonl"
+}
+
+# A step of several ranks started by an srun without the plugin has no store:
+# the tasks fail at once, saying so, instead of waiting for a rendezvous.
+test_a_multi_rank_step_without_the_store_fails_clearly() {
+    plan "$WORK/nostore.json" 2 1 1 '"device": "cpu"'
+    local job
+    job=$(PLAIT_TRAIN_PLAN=$WORK/nostore.json bypass_sbatch --parsable -N1 -n2 -o "$WORK/nostore.out" \
+        --wrap "SLURM_CONF=$WORK/conf/slurm.conf srun $PLAIT launch") || return 1
+    wait_state "$job" COMPLETED FAILED || return 1
+    [ "$(job_state "$job")" = FAILED ] || { cat "$WORK/nostore.out"; return 1; }
+    grep -q "this step runs 2 ranks, but srun hosted no rendezvous store for them" "$WORK/nostore.out" ||
+        { cat "$WORK/nostore.out"; return 1; }
+}
+
+# The admin's store_ports: srun hosts the step's store on a port of that
+# range (a firewall between nodes may allow only it); a range that is not
+# one refuses the job at submission, naming the key.
+test_store_ports_are_the_admins_range() {
+    plan "$WORK/ports.json" 2 1 1 '"device": "cpu"'
+    local lo=$((20000 + RANDOM % 20000)) port rc=0
+    ports_job() {
+        sbatch_wait -N1 -n2 --train-plan="$WORK/ports.json" -o "$WORK/ports.out" \
+            --wrap 'srun bash -c "echo \$PLAIT_STORE_ADDR > addr.\$SLURM_PROCID"' >/dev/null
+    }
+    rm -f "$WORK"/addr.*
+    with_plugin_args "store_ports=$lo-$((lo + 30))" ports_job || { cat "$WORK/ports.out"; return 1; }
+    [ "$(cat "$WORK/addr.0")" = "$(cat "$WORK/addr.1")" ] || return 1
+    port=$(sed 's/.*://' "$WORK/addr.0")
+    [ "$port" -ge "$lo" ] && [ "$port" -le $((lo + 30)) ] || { echo "port $port not in $lo-$((lo + 30))"; return 1; }
+    bad_job() { (cd "$WORK" && sbatch --train-plan="$WORK/ports.json" -n2 --wrap true) >"$WORK/badports.out" 2>&1; }
+    if with_plugin_args "store_ports=9-1" bad_job; then echo "store_ports=9-1 was accepted"; rc=1; fi
+    grep -q "store_ports must be a port range LO-HI within 1-65535 (got '9-1')" "$WORK/badports.out" ||
+        { cat "$WORK/badports.out"; rc=1; }
+    return $rc
+}
+
+# preempt_and_resume NAME PLAN [sbatch options...]: the plan as a job of
+# the low partition, preempted by a job that wants both nodes once it has
+# trained a little: it checkpoints, is requeued, resumes from that checkpoint
+# and ends with the metrics of an uninterrupted run, to the bit.
+preempt_and_resume() {
+    local name=$1 planfile=$2 low high run
+    shift 2
+    low=$(train_job "$name" "$planfile" -p low --requeue "$@") || return 1
     run=$WORK/runs/slurm-$low
     for _ in $(seq 600); do # until it has trained a little
         [ -f "$run/metrics.jsonl" ] && [ "$(grep -c '"step"' "$run/metrics.jsonl")" -ge 20 ] && break
@@ -469,18 +534,36 @@ test_preempted_job_checkpoints_requeues_and_resumes() {
     wait_state "$high" COMPLETED || return 1
     # preempted: requeued and held until its BeginTime; release it
     wait_state "$low" PENDING || return 1
-    grep -q "stopped for preemption" "$WORK/low.out" || { cat "$WORK/low.out"; return 1; }
+    grep -q "stopped for preemption" "$WORK/$name.out" || { cat "$WORK/$name.out"; return 1; }
     local stopped_at
     stopped_at=$(ls "$run/checkpoints" | tail -n 1)
     scontrol update jobid="$low" StartTime=now
-    wait_state "$low" COMPLETED FAILED || { cat "$WORK/low.out"; return 1; }
+    wait_state "$low" COMPLETED FAILED || { cat "$WORK/$name.out"; return 1; }
     scontrol show job "$low" | grep -q "Restarts=1" || { scontrol show job "$low"; return 1; }
-    grep -q "resuming from $run/checkpoints/$stopped_at" "$WORK/low.out" ||
-        { echo "no resume from $stopped_at"; cat "$WORK/low.out"; return 1; }
-    grep -q '^step 1500/1500' "$WORK/low.out" || { tail "$WORK/low.out"; return 1; }
-    # the same final loss, indeed the same metrics, as an uninterrupted run
-    "$PLAIT" train "$WORK/long.json" --out "$WORK/long_local" >/dev/null 2>&1 || return 1
-    metrics_equal "$WORK/long_local/metrics.jsonl" "$run/metrics.jsonl"
+    grep -q "resuming from $run/checkpoints/$stopped_at" "$WORK/$name.out" ||
+        { echo "no resume from $stopped_at"; cat "$WORK/$name.out"; return 1; }
+    grep -q '^step 1500/1500' "$WORK/$name.out" || { tail "$WORK/$name.out"; return 1; }
+    OMP_NUM_THREADS=1 "$PLAIT" train "$planfile" --out "$WORK/${name}_local" >/dev/null 2>&1 || return 1
+    metrics_equal "$WORK/${name}_local/metrics.jsonl" "$run/metrics.jsonl"
+}
+
+# long enough (~15 s here) that the preemption lands mid-run
+long_plan() {
+    plan "$@"
+    sed -i 's/"steps": 40/"steps": 1500/; s/"every": 10/"every": 50/' "$1"
+}
+
+test_preempted_job_checkpoints_requeues_and_resumes() {
+    long_plan "$WORK/long.json" 1 1 1 '"device": "cpu"'
+    preempt_and_resume low "$WORK/long.json" -N1 -n1
+}
+
+# The same for tp 2 × pp 2 × dp 2 on both nodes: every rank stops at the same
+# step, the parts are committed together, and the requeued job's new srun
+# hosts a new store the ranks meet at again.
+test_preempted_3d_job_checkpoints_requeues_and_resumes() {
+    long_plan "$WORK/long222.json" 2 2 2 '"device": "cpu", "zero": 1'
+    preempt_and_resume low222 "$WORK/long222.json" -N2 --ntasks-per-node=4 --export=ALL,OMP_NUM_THREADS=1
 }
 
 check the_cluster_lives_in_the_tests_sandbox test_the_cluster_lives_in_the_tests_sandbox
@@ -498,5 +581,9 @@ check error_text_is_one_escaped_line test_error_text_is_one_escaped_line
 check eight_tasks_get_their_place_and_env test_eight_tasks_get_their_place_and_env
 check wrong_task_count_fails_the_step test_wrong_task_count_fails_the_step
 check training_runs_through_slurm test_training_runs_through_slurm
+check 3d_training_runs_across_two_nodes test_3d_training_runs_across_two_nodes
+check a_multi_rank_step_without_the_store_fails_clearly test_a_multi_rank_step_without_the_store_fails_clearly
+check store_ports_are_the_admins_range test_store_ports_are_the_admins_range
 check preempted_job_checkpoints_requeues_and_resumes test_preempted_job_checkpoints_requeues_and_resumes
+check preempted_3d_job_checkpoints_requeues_and_resumes test_preempted_3d_job_checkpoints_requeues_and_resumes
 finish
