@@ -140,6 +140,7 @@ demo: deps-build
 bench: deps-test bench-comm
 	$(MAKE) -j$(JOBS) all
 	bench/bench.sh
+	bench/overlap_bench.sh
 
 bench-comm: deps-test
 	$(MAKE) -j$(JOBS) $(BUILD)/bin/comm-bench

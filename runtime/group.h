@@ -24,6 +24,12 @@ struct group {
     /* every rank's send (count floats) into recv (size·count), block r from rank r */
     int (*allgather)(void *ctx, const float *send, float *recv, size_t count,
                      struct plait_error *err);
+    /* allreduce's sum, started: it returns at once with *req, and buf belongs
+     * to the operation until wait(req) returns (0, or -1 with err; req is
+     * freed either way). Sums started together complete in the order started.
+     * NULL where the group cannot overlap (callers then use allreduce). */
+    int (*iallreduce)(void *ctx, float *buf, size_t n, void **req, struct plait_error *err);
+    int (*wait)(void *req, struct plait_error *err);
     void *ctx;
 };
 

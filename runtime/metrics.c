@@ -76,13 +76,15 @@ int metrics_step(struct metrics *mt, const struct step_metrics *s, struct plait_
                           "tokens_total", (json_int_t)s->tokens_total, "ms", s->ms, "tokens_per_s",
                           s->tokens_per_s, "peak_pct", s->peak_pct);
     if (j && s->ranks > 1)
-        json_object_set_new(j, "parallel",
-                            json_pack("{s:i,s:f,s:f,s:f,s:{s:f,s:f,s:f},s:{s:i,s:f,s:f}}", "ranks",
-                                      s->ranks, "compute_pct", s->compute_pct, "comm_pct",
-                                      s->comm_pct, "bubble_pct", s->idle_pct, "bytes", "tp",
-                                      s->bytes_tp, "pp", s->bytes_pp, "dp", s->bytes_dp,
-                                      "straggler", "rank", s->straggler, "busy_ms", s->busy_ms,
-                                      "median_busy_ms", s->median_busy_ms));
+        json_object_set_new(
+            j, "parallel",
+            json_pack("{s:i,s:f,s:f,s:f,s:{s:f,s:f,s:f},s:{s:f,s:f,s:f},s:{s:i,s:f,s:"
+                      "f}}",
+                      "ranks", s->ranks, "compute_pct", s->compute_pct, "comm_pct", s->comm_pct,
+                      "bubble_pct", s->idle_pct, "bytes", "tp", s->bytes_tp, "pp", s->bytes_pp,
+                      "dp", s->bytes_dp, "wait_ms", "tp", s->wait_tp_ms, "pp", s->wait_pp_ms, "dp",
+                      s->wait_dp_ms, "straggler", "rank", s->straggler, "busy_ms", s->busy_ms,
+                      "median_busy_ms", s->median_busy_ms));
     if (j && s->ranks > 1 && s->bubble_sim_pct >= 0)
         json_object_set_new(json_object_get(j, "parallel"), "bubble_simulated_pct",
                             json_real(s->bubble_sim_pct));

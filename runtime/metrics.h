@@ -2,7 +2,7 @@
  * optimizer step ({"step", "loss", "lr", "grad_norm", "tokens", "tokens_total",
  * "ms", "tokens_per_s", "peak_pct"}, and with several ranks "parallel":
  * {"ranks", "compute_pct", "comm_pct", "bubble_pct", ["bubble_simulated_pct" with a
- * pipeline,] "bytes": {"tp", "pp", "dp"},
+ * pipeline,] "bytes": {"tp", "pp", "dp"}, "wait_ms": {"tp", "pp", "dp"},
  * "straggler": {"rank", "busy_ms", "median_busy_ms"}}) and one per evaluation ({"eval_step",
  * "val_loss", "val_tokens"}). On resume the file is cut back to the
  * checkpoint's step so that it reads as if the run had never stopped. */
@@ -33,7 +33,11 @@ struct step_metrics {
     double bubble_sim_pct;                  /* the schedule's simulated bubble (< 0: no pipeline) */
     double bytes_tp, bytes_pp, bytes_dp;    /* sent per rank in the step, averaged over the
                                                ranks of each communicator */
-    double step_ms;                         /* the slowest rank's wall time: the step's */
+    double wait_tp_ms, wait_pp_ms, wait_dp_ms; /* time a rank was blocked in each communicator
+                                                  (what computing did not hide; the pipeline's
+                                                  includes waiting for a neighbour), averaged
+                                                  the same way */
+    double step_ms;                            /* the slowest rank's wall time: the step's */
     /* the straggler: the rank whose own work (computing, reading its data)
      * took longest, that work's time and the median rank's */
     int straggler;

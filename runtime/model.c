@@ -488,8 +488,11 @@ int model_stage_backward(struct model *m, int slot, const float *grad_out, int B
     } else {
         o->upload(m->dres, grad_out, (size_t)N * C * sizeof(float));
     }
-    for (int i = m->n_layers - 1; i >= 0; i--)
+    for (int i = m->n_layers - 1; i >= 0; i--) {
         if (layer_backward(m, sl, i, B, T, acc, err)) return -1;
+        size_t done = m->shard.layers_at + (size_t)i * m->shard.layer_elems;
+        if (m->grads_final && m->grads_final(m->grads_final_ctx, done, err)) return -1;
+    }
     if (m->first) {
         /* the embedding: with the head on this rank too it adds to dwte, else it writes */
         bool acc_wte = acc || m->last;

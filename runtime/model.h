@@ -79,7 +79,12 @@ struct model {
     float *d4C;  /* (N,4C/tp) */
     float *datt; /* (B,NH/tp,T,T) */
 
-    float *losses_host;      /* (N) */
+    float *losses_host; /* (N) */
+    /* Called, when set, as backward finishes writing gradients: every element
+     * of grads at or above `from` is final (the data-parallel buckets start
+     * their sums). A return of -1 fails the backward. */
+    int (*grads_final)(void *ctx, size_t from, struct plait_error *err);
+    void *grads_final_ctx;
     struct profile prof;     /* time per phase (the training loop resets it) */
     size_t activation_bytes; /* what the activations and scratch take */
     void **allocations;      /* everything above, for model_free */

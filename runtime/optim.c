@@ -90,7 +90,7 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
     double t0 = prof_now();
     /* the gradients over dp: whole (ZeRO 0) or this rank's slice (ZeRO 1; 2 has it) */
     int rc = 0;
-    if (has(dp) && m->zero == 0)
+    if (has(dp) && m->zero == 0 && !g->summed)
         rc = dp->allreduce(dp->ctx, m->grads, m->shard.total, false, err);
     else if (has(dp) && m->zero == 1)
         rc = dp->reduce_scatter(dp->ctx, m->grads, m->grad_slice, m->slice_n, err);

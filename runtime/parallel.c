@@ -35,6 +35,19 @@ static int g_allgather(void *ctx, const float *send, float *recv, size_t count,
     return comm_allgather(ctx, send, recv, count, COMM_FLOAT32, err);
 }
 
+static int g_iallreduce(void *ctx, float *buf, size_t n, void **req, struct plait_error *err)
+{
+    struct comm_request *r = NULL;
+    int rc = comm_iallreduce(ctx, buf, buf, n, COMM_FLOAT32, COMM_SUM, &r, err);
+    *req = r;
+    return rc;
+}
+
+static int g_wait(void *req, struct plait_error *err)
+{
+    return comm_wait(req, err);
+}
+
 /* The table for c (size 1 when c is NULL: never called). */
 static struct group group_of(struct comm *c)
 {
@@ -45,6 +58,8 @@ static struct group group_of(struct comm *c)
                           .allreduce_f64 = g_allreduce_f64,
                           .reduce_scatter = g_reduce_scatter,
                           .allgather = g_allgather,
+                          .iallreduce = g_iallreduce,
+                          .wait = g_wait,
                           .ctx = c};
 }
 

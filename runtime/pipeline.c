@@ -115,8 +115,13 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
                 goto out;
             }
             bool acc = !how->overwrite_each && (how->accumulate || backwards > 0);
-            backwards++;
-            if (model_stage_backward(m, r.slot_of[k], grad, B, T, acc, err)) goto out;
+            if (++backwards == s->m) { /* the step's last: its gradients become final */
+                m->grads_final = how->grads_final;
+                m->grads_final_ctx = how->grads_ctx;
+            }
+            int failed = model_stage_backward(m, r.slot_of[k], grad, B, T, acc, err);
+            m->grads_final = NULL;
+            if (failed) goto out;
             give_slot(&r, k);
             times->compute_s += now_s() - t0;
             *done = k + 1;

@@ -56,6 +56,10 @@ struct pipe_step {
      * there (a stop between micro-batches; pp = 1 only), -1 an error. */
     int (*after_backward)(void *ctx, int micro, struct plait_error *err);
     void *ctx;
+    /* The model's grads_final hook during the step's last backward, when the
+     * gradients become the step's (may be NULL: runtime/buckets.h). */
+    int (*grads_final)(void *ctx, size_t from, struct plait_error *err);
+    void *grads_ctx;
 };
 
 /* Runs stage `stage`'s list of s (v = 1) on m, whose slots must number at

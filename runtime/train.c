@@ -27,6 +27,7 @@
 #include "runtime/model.h"
 #include "runtime/optim.h"
 #include "runtime/ckpt_parts.h"
+#include "runtime/buckets.h"
 #include "runtime/parallel.h"
 #include "runtime/pipeline.h"
 #include "runtime/sample.h"
@@ -65,8 +66,10 @@ struct trainer {
     long micro_done;         /* micro-batches run by this process */
     bool reads_data;         /* a pipeline end: its loaders are open */
     struct pipe_times times; /* where the last step went */
-    bool data_failed;        /* the last error came from reading data */
-    double timed_s;          /* wall time of the steps in m.prof */
+    struct buckets buckets;  /* ZeRO 0 with dp > 1: the gradient sum overlapping backward */
+    bool bucketed;
+    bool data_failed; /* the last error came from reading data */
+    double timed_s;   /* wall time of the steps in m.prof */
 };
 
 static double now_s(void)
@@ -384,6 +387,10 @@ static int setup(struct trainer *t, struct plait_error *err)
                                 .zero = p->parallel.zero};
     if (model_init(&t->m, &cfg, &part, &t->par.g_tp, ops, &shape, err)) return -1;
     t->model_ready = true;
+    if (w->dp > 1 && p->parallel.zero == 0 && t->par.g_dp.iallreduce) {
+        if (buckets_init(&t->buckets, &t->m, &t->par.g_dp, p->parallel.bucket_mb, err)) return -1;
+        t->bucketed = true;
+    }
     t->flops_per_token = gpt2_flops_per_token(&cfg, T);
     t->inputs = malloc((size_t)B * T * sizeof *t->inputs);
     t->targets = malloc((size_t)B * T * sizeof *t->targets);
@@ -466,6 +473,7 @@ static int setup(struct trainer *t, struct plait_error *err)
 
 static void teardown(struct trainer *t)
 {
+    if (t->bucketed) buckets_free(&t->buckets);
     if (t->sched_ready) schedule_free(&t->sched);
     if (t->par_ready) parallel_free(&t->par);
     metrics_close(&t->metrics);
@@ -738,11 +746,18 @@ static int train_micro_batches(struct trainer *t, int s, float grad_scale, struc
                             .overwrite_each = t->m.zero == 2,
                             .after_backward = after_micro,
                             .ctx = &f};
+    /* the gradient sum starts during the last backward; not in a step whose
+     * gradients are dumped (the dump shows this rank's own) */
+    if (t->bucketed && !(t->dump_dir && s == 0)) {
+        how.grads_final = buckets_ready;
+        how.grads_ctx = &t->buckets;
+    }
     double loss_sum = 0;
     t->data_failed = false;
     int rc = pipeline_step(&t->m, sched, t->where->pp_rank, &link, &feed, &how, &loss_sum, &done,
                            &t->times, err);
     if (sched == &resumed) schedule_free(&resumed);
+    if (rc && t->bucketed) buckets_drop(&t->buckets);
     t->st.loss_sum += loss_sum;
     if (rc && t->data_failed) return fail_keeping_progress(t, err);
     if (rc) return error_prefix(err, "step %d, micro-batch %d: ", s + 1, t->st.micro + 1);
@@ -759,7 +774,7 @@ static int step_report(struct trainer *t, double dt, const double bytes0[PAR_NCO
                        const double wait0[PAR_NCOMM], struct step_metrics *sm,
                        struct plait_error *err)
 {
-    enum { K = 8 };
+    enum { K = 11 };
     double bytes[PAR_NCOMM], wait[PAR_NCOMM], d[PAR_NCOMM];
     parallel_comm_totals(&t->par, bytes, wait);
     for (int i = 0; i < PAR_NCOMM; i++) d[i] = bytes[i] - bytes0[i];
@@ -770,13 +785,17 @@ static int step_report(struct trainer *t, double dt, const double bytes0[PAR_NCO
     double mine[K] = {dt, pt->compute_s - tp_wait, coll, pt->idle_s, d[PAR_TP],
                       d[PAR_PP] + d[PAR_ENDS], d[PAR_DP],
                       /* this rank's own work: computing and reading its data */
-                      pt->compute_s - tp_wait + pt->data_s};
+                      pt->compute_s - tp_wait + pt->data_s,
+                      /* blocked in each communicator (the pipeline's: its receives, the
+                         bubble among them, and its ends' sum) */
+                      tp_wait, wait[PAR_PP] - wait0[PAR_PP] + wait[PAR_ENDS] - wait0[PAR_ENDS],
+                      wait[PAR_DP] - wait0[PAR_DP]};
     int n = t->where->world;
     double *all = malloc((size_t)n * K * sizeof *all), *times = malloc((size_t)n * sizeof *times);
     int rc = all && times ? parallel_gather(&t->par, mine, K, all, err)
                           : error_set(err, "out of memory");
     if (rc == 0) {
-        double slowest = 0, share[3] = {0}, sent[3] = {0};
+        double slowest = 0, share[3] = {0}, sent[3] = {0}, blocked[3] = {0};
         int has[3] = {t->par.tp != NULL, t->par.pp != NULL, t->par.dp != NULL};
         for (int r = 0; r < n; r++) slowest = fmax(slowest, all[(size_t)r * K]);
         for (int r = 0; r < n; r++) {
@@ -786,6 +805,7 @@ static int step_report(struct trainer *t, double dt, const double bytes0[PAR_NCO
             for (int k = 0; k < 3; k++) {
                 share[k] += v[1 + k] / slowest / n;
                 sent[k] += v[4 + k] / n;
+                blocked[k] += v[8 + k] / n;
             }
         }
         sm->step_ms = 1e3 * slowest;
@@ -803,6 +823,9 @@ static int step_report(struct trainer *t, double dt, const double bytes0[PAR_NCO
         sm->bytes_tp = has[0] ? sent[0] : 0;
         sm->bytes_pp = has[1] ? sent[1] : 0;
         sm->bytes_dp = has[2] ? sent[2] : 0;
+        sm->wait_tp_ms = has[0] ? 1e3 * blocked[0] : 0;
+        sm->wait_pp_ms = has[1] ? 1e3 * blocked[1] : 0;
+        sm->wait_dp_ms = has[2] ? 1e3 * blocked[2] : 0;
     }
     free(all);
     free(times);
@@ -836,8 +859,10 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         }
         if (t->dump_dir && s == 0 && dump_grads(t, err)) return -1;
         double norm;
-        struct optim_groups groups = {.dp = &t->par.g_dp, .mp = &t->par.g_mp};
+        struct optim_groups groups = {
+            .dp = &t->par.g_dp, .mp = &t->par.g_mp, .summed = t->bucketed};
         if ((t->m.zero < 2 && tied_sum(t, err)) ||
+            (t->bucketed && buckets_finish(&t->buckets, err)) ||
             optim_step(&t->m, &p->optimizer, lr, s + 1, &groups, &norm, err))
             return -1;
         /* the step's loss: the last stage's, over the dp ranks' micro-batches */

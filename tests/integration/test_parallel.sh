@@ -59,8 +59,13 @@ test_pipeline_parallel_matches_one_rank() {
 }
 
 test_data_parallel_and_zero_match_one_rank() {
-    ref one6 6 && ref one12 12 || return 1
+    ref one6 6 && ref one8 8 && ref one12 12 || return 1
     layout dp2_z0 one6 1e-5 --set parallel.dp=2 || return 1
+    # the sum in a bucket per layer (10 KB; a layer is 50 KB), started during
+    # the last backward, with and without a pipeline (its tied wte goes last)
+    layout dp2_z0_buckets one6 1e-5 --set parallel.dp=2 --set parallel.bucket_mb=0.01 || return 1
+    layout pp2dp2_z0_buckets one8 1e-5 --set parallel.pp=2 --set parallel.dp=2 \
+        --set batch.grad_accum=4 --set parallel.bucket_mb=0.01 || return 1
     layout dp2_z1 one6 1e-5 --set parallel.dp=2 --set parallel.zero=1 || return 1
     layout dp2_z2 one6 1e-5 --set parallel.dp=2 --set parallel.zero=2 || return 1
     layout dp4_z1 one12 1e-5 --set parallel.dp=4 --set parallel.zero=1

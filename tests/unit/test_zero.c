@@ -3,7 +3,9 @@
  * micro-batches; after one clipped AdamW step, at ZeRO 0, 1 and 2 and with dp
  * not dividing the parameter count, every rank holds the same parameters, and
  * they are those of one rank accumulating all the micro-batches, as is the
- * gradient norm. */
+ * gradient norm. ZeRO 0 also with the sum in per-layer buckets started
+ * during the last backward (runtime/buckets.h): every layer's bucket starts
+ * before backward returns, the embeddings' after it. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 #include "check.h"
 #include "common/rng.h"
 #include "kernels/ops.h"
+#include "runtime/buckets.h"
 #include "runtime/gpt2.h"
 #include "runtime/model.h"
 #include "runtime/optim.h"
@@ -26,6 +29,8 @@ static const struct plan_optimizer opt = {
 
 struct job {
     int dp, rank, zero;
+    bool bucketed;
+    int started_in_backward, n_buckets; /* bucketed: how many started before backward returned */
     struct thread_rank me;
     const float *full;
     float *params; /* after the step, the shard's order */
@@ -49,17 +54,29 @@ static void *run_rank(void *arg)
     gpt2_shard_copy(&m.shard, (float *)j->full, host, true);
     model_set_params(&m, host);
     struct group dp = thread_group(&j->me);
-    struct optim_groups g = {.dp = &dp};
-    int rc = 0;
+    struct optim_groups g = {.dp = &dp, .summed = j->bucketed};
+    struct buckets bk;
+    int rc = j->bucketed ? buckets_init(&bk, &m, &dp, 1e-9, &err) : 0; /* a bucket per layer */
     /* this rank's micro-batches of the global batch of A·dp */
     for (int k = 0; k < A && rc == 0; k++) {
         int micro = k * j->dp + j->rank;
         bool acc = m.zero == 2 ? false : k > 0;
+        if (j->bucketed && k == A - 1) {
+            m.grads_final = buckets_ready;
+            m.grads_final_ctx = &bk;
+        }
         rc = model_forward(&m, data_in[micro], data_tg[micro], B, T, 1.0f / (N * A * j->dp), NULL,
                            &err) ||
                      model_backward(&m, B, T, acc, &err) || optim_reduce_micro(&m, &g, k > 0, &err)
                  ? -1
                  : 0;
+        m.grads_final = NULL;
+    }
+    if (j->bucketed) {
+        j->started_in_backward = bk.next;
+        j->n_buckets = bk.n;
+        if (rc == 0) rc = buckets_finish(&bk, &err);
+        buckets_free(&bk);
     }
     if (rc == 0) rc = optim_step(&m, &opt, opt.lr, 1, &g, &j->norm, &err);
     if (rc) {
@@ -74,14 +91,16 @@ static void *run_rank(void *arg)
 }
 
 /* One step at (dp, zero): rank 0's parameters and norm; every rank's the same. */
-static int run(int dp, int zero, const float *full, float *params, double *norm, size_t total)
+static int run(int dp, int zero, bool bucketed, const float *full, float *params, double *norm,
+               size_t total)
 {
     struct threads t;
     threads_init(&t, dp);
     struct job jobs[MAX_DP];
     pthread_t th[MAX_DP];
     for (int r = 0; r < dp; r++) {
-        jobs[r] = (struct job){.dp = dp, .rank = r, .zero = zero, .me = {&t, r}, .full = full};
+        jobs[r] = (struct job){
+            .dp = dp, .rank = r, .zero = zero, .bucketed = bucketed, .me = {&t, r}, .full = full};
         pthread_create(&th[r], NULL, run_rank, &jobs[r]);
     }
     for (int r = 0; r < dp; r++) pthread_join(th[r], NULL);
@@ -89,6 +108,11 @@ static int run(int dp, int zero, const float *full, float *params, double *norm,
     for (int r = 0; r < dp; r++) {
         if (jobs[r].error[0]) {
             CHECK(0, "dp %d zero %d rank %d: %s", dp, zero, r, jobs[r].error);
+            rc = -1;
+        } else if (bucketed && (jobs[r].n_buckets != cfg.layers + 1 ||
+                                jobs[r].started_in_backward != cfg.layers)) {
+            CHECK(0, "dp %d rank %d: %d of %d buckets started during backward, want %d of %d", dp,
+                  r, jobs[r].started_in_backward, jobs[r].n_buckets, cfg.layers, cfg.layers + 1);
             rc = -1;
         } else if (r > 0) {
             CHECK(memcmp(jobs[r].params, jobs[0].params, total * sizeof(float)) == 0 &&
@@ -145,8 +169,8 @@ static void test_dp_and_zero_step_as_one_rank(void)
     for (int dp = 2; dp <= MAX_DP; dp++) {
         double ref_norm, norm;
         reference(dp, weights, ref, &ref_norm);
-        for (int zero = 0; zero <= 2; zero++) {
-            if (run(dp, zero, weights, got, &norm, full.total)) continue;
+        for (int zero = -1; zero <= 2; zero++) { /* -1: ZeRO 0 in buckets */
+            if (run(dp, zero < 0 ? 0 : zero, zero < 0, weights, got, &norm, full.total)) continue;
             CHECK(fabs(norm - ref_norm) <= 1e-6 * ref_norm, "dp %d zero %d: norm %.9g vs %.9g", dp,
                   zero, norm, ref_norm);
             double d = 0, n = 0;

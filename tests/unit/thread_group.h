@@ -127,6 +127,31 @@ static int tg_allgather(void *ctx, const float *send, float *recv, size_t count,
     return 0;
 }
 
+/* An "asynchronous" sum: recorded when started, summed in wait (every rank
+ * waits in the order it started, so the members meet in the same order). */
+struct tg_request {
+    struct thread_rank *me;
+    float *buf;
+    size_t n;
+};
+
+static int tg_iallreduce(void *ctx, float *buf, size_t n, void **req, struct plait_error *err)
+{
+    struct tg_request *r = malloc(sizeof *r);
+    if (!r) return error_set(err, "out of memory");
+    *r = (struct tg_request){ctx, buf, n};
+    *req = r;
+    return 0;
+}
+
+static int tg_wait(void *req, struct plait_error *err)
+{
+    struct tg_request *r = req;
+    int rc = tg_allreduce(r->me, r->buf, r->n, false, err);
+    free(r);
+    return rc;
+}
+
 /* The group of rank `me` (size 1: a group that is never called). */
 static inline struct group thread_group(struct thread_rank *me)
 {
@@ -136,6 +161,8 @@ static inline struct group thread_group(struct thread_rank *me)
                           .allreduce_f64 = tg_allreduce_f64,
                           .reduce_scatter = tg_reduce_scatter,
                           .allgather = tg_allgather,
+                          .iallreduce = tg_iallreduce,
+                          .wait = tg_wait,
                           .ctx = me};
 }
 

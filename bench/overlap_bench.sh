@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# make bench, part 3 — how much of the data-parallel gradient sum hides
+# behind backward: GPT-2 124M, micro-batch 4, seq 64, fp32, dp 2 (1×1×2) on
+# this machine, trained twice in the same environment:
+#   overlapped  parallel.bucket_mb 25 (the default): each bucket's sum starts
+#               as soon as the last backward has passed below it
+#   serial      parallel.bucket_mb 1e6: one bucket, started when backward is
+#               done with the layers (what a reduction after backward costs)
+# Each step's metrics.jsonl records "parallel.wait_ms.dp", the time a rank was
+# blocked in the data-parallel communicator: what computing did not hide.
+# hidden = 1 − overlapped / serial, from the medians of the timed steps (the
+# first step warms up). Not a test: it asserts nothing.
+#   BENCH_STEPS   timed steps per run (default 10)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${PLAIT_BUILD:-build}
+PY=/usr/bin/python3
+STEPS=${BENCH_STEPS:-10}
+export OMP_WAIT_POLICY=PASSIVE
+work=$(mktemp -d /tmp/plait-overlap.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+L=12 NH=12 C=768 V=50257 VP=50304 T=64 MAXT=1024 B=4
+"$PY" - "$work/tokens.bin" "$V" <<'PYEOF'
+import sys, numpy as np
+n, v = 1 << 20, int(sys.argv[2])
+h = np.zeros(256, np.int32); h[:3] = (20240520, 1, n)
+t = np.random.default_rng(0).integers(0, v, n, dtype=np.uint16)
+open(sys.argv[1], "wb").write(h.tobytes() + t.tobytes())
+PYEOF
+cat >"$work/plan.json" <<JSON
+{"model": {"layers": $L, "heads": $NH, "hidden": $C, "vocab": $V, "padded_vocab": $VP,
+           "seq_len": $T, "max_seq_len": $MAXT},
+ "data": {"train": "$work/tokens.bin"},
+ "batch": {"micro_batch": $B},
+ "optimizer": {"lr": 1e-4, "warmup_steps": 0, "schedule": "constant"},
+ "parallel": {"dp": 2, "device": "cpu"},
+ "steps": $((STEPS + 1)), "checkpoint": {"every": 0, "keep": 1}}
+JSON
+
+run() { # NAME BUCKET_MB
+    "$BUILD/bin/plait" train "$work/plan.json" --out "$work/$1" --set parallel.bucket_mb="$2" \
+        >"$work/$1.log" 2>&1 || { tail -n 20 "$work/$1.log"; exit 1; }
+}
+echo "== data-parallel overlap: GPT-2 124M, micro-batch $B, seq $T, fp32, 1×1×2, $STEPS timed steps each"
+run overlapped 25
+run serial 1e6
+"$PY" - "$work" <<'PYEOF'
+import json, statistics, sys
+work = sys.argv[1]
+def medians(name):
+    rows = [r for r in map(json.loads, open(f"{work}/{name}/metrics.jsonl")) if "step" in r][1:]
+    return (statistics.median(r["parallel"]["wait_ms"]["dp"] for r in rows),
+            statistics.median(r["ms"] for r in rows), len(rows))
+ov, ov_ms, n = medians("overlapped")
+se, se_ms, _ = medians("serial")
+print(f"  blocked in the dp sum per step   overlapped {ov:8.1f} ms   serial {se:8.1f} ms")
+print(f"  step time                        overlapped {ov_ms:8.1f} ms   serial {se_ms:8.1f} ms   ratio {ov_ms / se_ms:5.2f}")
+print(f"  share of the dp sum hidden behind backward  {100 * (1 - ov / se):5.1f}%   (goal >= 80%; medians of {n} steps)")
+PYEOF
