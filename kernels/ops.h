@@ -24,6 +24,7 @@ struct ops {
     void (*free)(void *p);
     void (*upload)(void *dst, const void *host_src, size_t bytes);
     void (*download)(void *host_dst, const void *src, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes); /* within the device */
     void (*zero)(void *p, size_t bytes);
     /* 0 if no op failed since the last call; else -1 and the first message */
     int (*take_error)(char *buf, size_t bytes);
@@ -58,6 +59,8 @@ struct ops {
                            const float *bias, int N, int C, int OC);
     /* dinp (N,C) = dout · w (overwritten);
      * dw (OC,C) = dw·accumulate + doutᵀ · inp;  dbias (OC) likewise, may be NULL.
+     * dinp NULL: the weight gradients only; dw NULL: the input gradient only
+     * (dbias is then ignored; split backward, zero-bubble schedules).
      * With w16 the three products take bf16 inputs. */
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, const uint16_t *w16, int N, int C,

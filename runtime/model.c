@@ -87,6 +87,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     m->T = T;
     m->precision = precision;
     m->recompute = recompute;
+    m->split_backward = shape->split_backward;
     m->tp = tp ? *tp : (struct group){.size = 1};
     struct act_sizes z = {0};
     if (gpt2_shard_init(&m->shard, cfg, part, err)) return -1;
@@ -149,6 +150,10 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
         layer_buffers(m, AT(ln2_rstd), N, keep_most) ||
         layer_buffers(m, AT(fch), z.N4C, keep_most) ||
         layer_buffers(m, AT(fch_gelu), z.N4C, keep_all) || layer_buffers(m, AT(res3), NC, true))
+        goto oom;
+    if (m->split_backward &&
+        (layer_buffers(m, AT(g_fcproj), NC, true) || layer_buffers(m, AT(g_fc), z.N4C, true) ||
+         layer_buffers(m, AT(g_attproj), NC, true) || layer_buffers(m, AT(g_qkv), z.N3C, true)))
         goto oom;
 #undef AT
     for (int s = 0; s < n_slots && ok; s++) {
@@ -410,49 +415,110 @@ static int layer_recompute(struct model *m, struct model_slot *sl, int i, int B,
     return 0;
 }
 
-/* On entry m->dres holds the gradient of the layer's output (whole on every
- * tp rank); on exit, of its input. The input gradients of the column-parallel
- * products are partial sums over the group until reduced. */
-static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, int T, bool acc,
-                          struct plait_error *err)
+/* Reruns what the recompute policy did not keep for local layer i, timed as
+ * recompute, not as forward. */
+static int recompute_timed(struct model *m, struct model_slot *sl, int i, int B, int T,
+                           struct plait_error *err)
 {
-    const struct ops *o = m->ops;
-    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, l = m->layer0 + i;
-    struct layer_acts *a = &sl->layer[i];
-    const float *in = layer_input(sl, i);
     struct profile *pr = &m->prof;
-    /* the forward phases it reruns count as recompute, not as forward */
     double t0 = prof_now();
     pr->paused++;
     int rc = layer_recompute(m, sl, i, B, T, err);
     pr->paused--;
     if (rc) return -1;
     if (!pr->paused) pr->seconds[PROF_RECOMPUTE] += prof_now() - t0;
+    return 0;
+}
+
+/* Which gradients a backward pass computes. */
+enum bwd_pass {
+    BWD_ALL,    /* everything */
+    BWD_INPUT,  /* all but the products' weight gradients, whose output gradients it keeps */
+    BWD_WEIGHTS /* those weight gradients, from what BWD_INPUT kept */
+};
+
+/* Product `g`'s output gradient for BWD_INPUT: kept in `keep` (the slot's),
+ * copied there from `from` unless it was computed there. */
+static const float *kept(struct model *m, enum bwd_pass pass, float *keep, const float *from,
+                         size_t n)
+{
+    if (pass != BWD_INPUT) return from;
+    if (keep != from) m->ops->copy(keep, from, n * sizeof(float));
+    return keep;
+}
+
+/* On entry m->dres holds the gradient of the layer's output (whole on every
+ * tp rank); on exit, of its input. The input gradients of the column-parallel
+ * products are partial sums over the group until reduced. With BWD_INPUT the
+ * products' weight gradients are left for layer_weights. */
+static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, int T, bool acc,
+                          enum bwd_pass pass, struct plait_error *err)
+{
+    const struct ops *o = m->ops;
+    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, l = m->layer0 + i;
+    size_t NC = (size_t)N * C, N4C = (size_t)N * 4 * Cl;
+    struct layer_acts *a = &sl->layer[i];
+    const float *in = layer_input(sl, i);
+    struct profile *pr = &m->prof;
+    bool w = pass == BWD_ALL; /* the weight gradients too */
+#define GW(t) (w ? G(t, l) : NULL)
+    if (recompute_timed(m, sl, i, B, T, err)) return -1;
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
+    const float *d = kept(m, pass, a->g_fcproj, m->dres, NC);
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(m->d4C, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), m->dres, a->fch_gelu,
+         o->matmul_backward(m->d4C, GW(GPT2_FCPROJW), GW(GPT2_FCPROJB), d, a->fch_gelu,
                             P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l), N, 4 * Cl, C, acc));
-    PROF(pr, PROF_GELU_BWD, o->gelu_backward(m->d4C, a->fch, m->d4C, (size_t)N * 4 * Cl));
+    float *dfc = pass == BWD_INPUT ? a->g_fc : m->d4C;
+    PROF(pr, PROF_GELU_BWD, o->gelu_backward(dfc, a->fch, m->d4C, N4C));
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(m->dC, G(GPT2_FCW, l), G(GPT2_FCB, l), m->d4C, a->ln2, P(GPT2_FCW, l),
+         o->matmul_backward(m->dC, GW(GPT2_FCW), GW(GPT2_FCB), dfc, a->ln2, P(GPT2_FCW, l),
                             weight16(m, GPT2_FCW, l), N, C, 4 * Cl, acc));
-    if (tp_reduce(m, m->dC, (size_t)N * C, false, err)) return -1;
+    if (tp_reduce(m, m->dC, NC, false, err)) return -1;
     PROF(pr, PROF_LAYERNORM_BWD,
          o->layernorm_backward(m->dres, G(GPT2_LN2W, l), G(GPT2_LN2B, l), m->dC, a->res2,
                                P(GPT2_LN2W, l), a->ln2_mean, a->ln2_rstd, N, C, acc));
     /* attention: res2 = in + attproj(attention(qkv(ln1(in)))) */
+    d = kept(m, pass, a->g_attproj, m->dres, NC);
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(m->dC, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), m->dres, a->atty,
+         o->matmul_backward(m->dC, GW(GPT2_ATTPROJW), GW(GPT2_ATTPROJB), d, a->atty,
                             P(GPT2_ATTPROJW, l), weight16(m, GPT2_ATTPROJW, l), N, Cl, C, acc));
+    float *dqkv = pass == BWD_INPUT ? a->g_qkv : m->d3C;
     PROF(pr, PROF_ATTENTION_BWD,
-         o->attention_backward(m->d3C, m->datt, m->dC, a->qkv, a->att, B, T, Cl, m->NHl));
+         o->attention_backward(dqkv, m->datt, m->dC, a->qkv, a->att, B, T, Cl, m->NHl));
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(m->dC, G(GPT2_QKVW, l), G(GPT2_QKVB, l), m->d3C, a->ln1,
-                            P(GPT2_QKVW, l), weight16(m, GPT2_QKVW, l), N, C, 3 * Cl, acc));
-    if (tp_reduce(m, m->dC, (size_t)N * C, false, err)) return -1;
+         o->matmul_backward(m->dC, GW(GPT2_QKVW), GW(GPT2_QKVB), dqkv, a->ln1, P(GPT2_QKVW, l),
+                            weight16(m, GPT2_QKVW, l), N, C, 3 * Cl, acc));
+#undef GW
+    if (tp_reduce(m, m->dC, NC, false, err)) return -1;
     PROF(pr, PROF_LAYERNORM_BWD,
          o->layernorm_backward(m->dres, G(GPT2_LN1W, l), G(GPT2_LN1B, l), m->dC, in,
                                P(GPT2_LN1W, l), a->ln1_mean, a->ln1_rstd, N, C, acc));
+    return 0;
+}
+
+/* BWD_WEIGHTS of local layer i: the four products' weight gradients from
+ * the output gradients BWD_INPUT kept and the inputs the slot holds (rerun
+ * where the recompute policy did not keep them). */
+static int layer_weights(struct model *m, struct model_slot *sl, int i, int B, int T, bool acc,
+                         struct plait_error *err)
+{
+    const struct ops *o = m->ops;
+    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, l = m->layer0 + i;
+    struct layer_acts *a = &sl->layer[i];
+    struct profile *pr = &m->prof;
+    if (recompute_timed(m, sl, i, B, T, err)) return -1;
+    PROF(pr, PROF_MATMUL_BWD,
+         o->matmul_backward(NULL, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), a->g_fcproj, a->fch_gelu,
+                            P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l), N, 4 * Cl, C, acc));
+    PROF(pr, PROF_MATMUL_BWD,
+         o->matmul_backward(NULL, G(GPT2_FCW, l), G(GPT2_FCB, l), a->g_fc, a->ln2, P(GPT2_FCW, l),
+                            weight16(m, GPT2_FCW, l), N, C, 4 * Cl, acc));
+    PROF(pr, PROF_MATMUL_BWD,
+         o->matmul_backward(NULL, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), a->g_attproj, a->atty,
+                            P(GPT2_ATTPROJW, l), weight16(m, GPT2_ATTPROJW, l), N, Cl, C, acc));
+    PROF(pr, PROF_MATMUL_BWD,
+         o->matmul_backward(NULL, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->g_qkv, a->ln1,
+                            P(GPT2_QKVW, l), weight16(m, GPT2_QKVW, l), N, C, 3 * Cl, acc));
     return 0;
 }
 
@@ -477,22 +543,30 @@ static int head_backward(struct model *m, struct model_slot *sl, int N, bool acc
     return 0;
 }
 
-int model_stage_backward(struct model *m, int slot, const float *grad_out, int B, int T, bool acc,
-                         struct plait_error *err)
+/* Tells the grads_final hook that local layer i's gradients are final. */
+static int layer_final(struct model *m, int i, struct plait_error *err)
+{
+    size_t from = m->shard.layers_at + (size_t)i * m->shard.layer_elems;
+    return m->grads_final ? m->grads_final(m->grads_final_ctx, from, err) : 0;
+}
+
+static int stage_backward(struct model *m, int slot, const float *grad_out, int B, int T, bool acc,
+                          enum bwd_pass pass, struct plait_error *err)
 {
     const struct ops *o = m->ops;
     int C = m->cfg.hidden, N = B * T;
     struct model_slot *sl = &m->slots[slot];
+    if (pass == BWD_INPUT && !m->split_backward)
+        return error_set(err, "model: a split backward on a model built without it");
     if (m->last) {
         if (head_backward(m, sl, N, acc, err)) return -1;
     } else {
         o->upload(m->dres, grad_out, (size_t)N * C * sizeof(float));
     }
-    for (int i = m->n_layers - 1; i >= 0; i--) {
-        if (layer_backward(m, sl, i, B, T, acc, err)) return -1;
-        size_t done = m->shard.layers_at + (size_t)i * m->shard.layer_elems;
-        if (m->grads_final && m->grads_final(m->grads_final_ctx, done, err)) return -1;
-    }
+    for (int i = m->n_layers - 1; i >= 0; i--)
+        if (layer_backward(m, sl, i, B, T, acc, pass, err) ||
+            (pass == BWD_ALL && layer_final(m, i, err)))
+            return -1;
     if (m->first) {
         /* the embedding: with the head on this rank too it adds to dwte, else it writes */
         bool acc_wte = acc || m->last;
@@ -503,6 +577,29 @@ int model_stage_backward(struct model *m, int slot, const float *grad_out, int B
                                  B, T, C, acc));
     }
     return check_ops(m, "backward", err);
+}
+
+int model_stage_backward(struct model *m, int slot, const float *grad_out, int B, int T, bool acc,
+                         struct plait_error *err)
+{
+    return stage_backward(m, slot, grad_out, B, T, acc, BWD_ALL, err);
+}
+
+int model_stage_backward_input(struct model *m, int slot, const float *grad_out, int B, int T,
+                               bool acc, struct plait_error *err)
+{
+    return stage_backward(m, slot, grad_out, B, T, acc, BWD_INPUT, err);
+}
+
+int model_stage_backward_weights(struct model *m, int slot, int B, int T, bool acc,
+                                 struct plait_error *err)
+{
+    if (!m->split_backward)
+        return error_set(err, "model: a split backward on a model built without it");
+    for (int i = m->n_layers - 1; i >= 0; i--)
+        if (layer_weights(m, &m->slots[slot], i, B, T, acc, err) || layer_final(m, i, err))
+            return -1;
+    return check_ops(m, "backward (weight gradients)", err);
 }
 
 int model_backward(struct model *m, int B, int T, bool acc, struct plait_error *err)

@@ -27,6 +27,10 @@ struct layer_acts {
     float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
     float *fch, *fch_gelu;            /* (N,4C/tp) column shard */
     float *res3;                      /* (N,C) the layer's output */
+    /* split backward only: the gradients of the four products' outputs, left
+     * by the input-gradient pass for the weight-gradient pass */
+    float *g_fcproj, *g_fc;   /* (N,C), (N,4C/tp) */
+    float *g_attproj, *g_qkv; /* (N,C), (N,3C/tp) */
 };
 
 /* One micro-batch's activations on this stage: what its forward leaves for
@@ -53,6 +57,7 @@ struct model {
     int B, T; /* the largest micro-batch the buffers hold */
     enum plan_precision precision;
     enum plan_recompute recompute;
+    bool split_backward; /* the slots keep the products' output gradients */
 
     /* flat buffers in the shard's order (device memory); params and grads are
      * padded with zeros to a multiple of dp (n_padded) so they split evenly */
@@ -96,10 +101,12 @@ struct model_shape {
     int B, T; /* the largest micro-batch */
     enum plan_precision precision;
     enum plan_recompute recompute;
-    int slots;       /* micro-batches in flight at once (1 without a pipeline) */
-    int dp, dp_rank; /* data-parallel ranks holding the same part (1, 0: none) */
-    int zero;        /* ZeRO stage: from 1 the optimizer state, from 2 the accumulated
-                        gradients, hold this rank's 1/dp slice of the parameters */
+    int slots;           /* micro-batches in flight at once (1 without a pipeline) */
+    int dp, dp_rank;     /* data-parallel ranks holding the same part (1, 0: none) */
+    int zero;            /* ZeRO stage: from 1 the optimizer state, from 2 the accumulated
+                            gradients, hold this rank's 1/dp slice of the parameters */
+    bool split_backward; /* backward in two passes (zero-bubble schedules): each slot keeps
+                            what the weight-gradient pass needs */
 };
 
 /* Allocates everything for the part of the model `part` names
@@ -141,6 +148,19 @@ int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const 
                         int B, int T, float grad_scale, double *mean_loss, struct plait_error *err);
 int model_stage_backward(struct model *m, int slot, const float *grad_out, int B, int T,
                          bool accumulate, struct plait_error *err);
+
+/* The same backward in two passes, for zero-bubble schedules (the model
+ * built with split_backward): the input-gradient pass computes everything
+ * but the four products' weight gradients of each layer (the LayerNorms',
+ * the head's and the embedding's included) and leaves the gradient of the
+ * stage's input as model_stage_backward does; the weight-gradient pass, run
+ * later on the same slot, adds those (accumulate as model_stage_backward's,
+ * counted over weight-gradient passes). Together they give
+ * model_stage_backward's gradients. */
+int model_stage_backward_input(struct model *m, int slot, const float *grad_out, int B, int T,
+                               bool accumulate, struct plait_error *err);
+int model_stage_backward_weights(struct model *m, int slot, int B, int T, bool accumulate,
+                                 struct plait_error *err);
 float *model_stage_input(struct model *m, int slot);
 const float *model_stage_output(const struct model *m, int slot);
 const float *model_stage_input_grad(const struct model *m);

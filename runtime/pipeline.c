@@ -45,15 +45,43 @@ static void give_slot(struct run *r, int micro)
     r->slot_of[micro] = -1;
 }
 
+/* The step's last backward (its weight-gradient pass, when split) makes the
+ * gradients final: the model calls how's hook as layers complete. */
+static void hook(struct model *m, const struct pipe_step *how)
+{
+    m->grads_final = how->grads_final;
+    m->grads_final_ctx = how->grads_ctx;
+}
+
+/* Micro-batch k's gradients are all in: its slot is free, and the caller's
+ * after_backward runs. 1 to go on, 0 when it stopped the step (pp = 1), -1. */
+static int micro_done(struct run *r, const struct schedule *s, const struct pipe_step *how, int k,
+                      int *done, struct plait_error *err)
+{
+    give_slot(r, k);
+    *done = k + 1;
+    if (!how->after_backward) return 1;
+    int stop = how->after_backward(how->ctx, k, err);
+    if (stop < 0) return -1;
+    return stop > 0 && s->pp == 1 ? 0 : 1;
+}
+
 int pipeline_step(struct model *m, const struct schedule *s, int stage,
                   const struct pipe_link *link, const struct pipe_feed *feed,
                   const struct pipe_step *how, double *loss_sum, int *done,
                   struct pipe_times *times, struct plait_error *err)
 {
     int B = how->B, T = how->T;
-    if (s->v != 1 || s->split_backward)
+    if (s->v != 1)
         return error_set(err, "pipeline: the %s schedule is not supported by this runtime yet",
                          schedule_kind_name(s->kind));
+    if (s->split_backward && !m->split_backward)
+        return error_set(err, "pipeline: the %s schedule needs a model built for a split backward",
+                         schedule_kind_name(s->kind));
+    if (s->split_backward && how->overwrite_each)
+        return error_set(err, "pipeline: a split backward cannot hand over each micro-batch's "
+                              "gradients (ZeRO 2): another's input-gradient pass runs between "
+                              "a micro-batch's two passes");
     if (schedule_max_in_flight(s, stage) > m->n_slots)
         return error_set(err,
                          "pipeline: stage %d holds up to %d micro-batches, the model has %d "
@@ -63,7 +91,7 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
     struct run r = {m, malloc((size_t)s->m * sizeof(int)), calloc((size_t)m->n_slots, 1)};
     int32_t *tokens = malloc(N * sizeof *tokens), *targets = malloc(N * sizeof *targets);
     float *grad = malloc(NC * sizeof *grad);
-    int rc = -1, backwards = 0;
+    int rc = -1, go, backwards = 0, weights = 0;
     memset(times, 0, sizeof *times);
     if (loss_sum) *loss_sum = 0;
     *done = 0;
@@ -109,40 +137,50 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
             if (link->recv(link->ctx, stage + 1, tag_of(k, true), grad, NC, err)) goto out;
             times->idle_s += now_s() - t0;
             break;
-        case SCHED_B:
+        case SCHED_B: {
             if (r.slot_of[k] < 0) {
                 error_set(err, "pipeline: backward of micro-batch %d before its forward", k);
                 goto out;
             }
             bool acc = !how->overwrite_each && (how->accumulate || backwards > 0);
-            if (++backwards == s->m) { /* the step's last: its gradients become final */
-                m->grads_final = how->grads_final;
-                m->grads_final_ctx = how->grads_ctx;
-            }
-            int failed = model_stage_backward(m, r.slot_of[k], grad, B, T, acc, err);
+            if (++backwards == s->m && !s->split_backward) /* the step's last: final */
+                hook(m, how);
+            int failed = s->split_backward
+                             ? model_stage_backward_input(m, r.slot_of[k], grad, B, T, acc, err)
+                             : model_stage_backward(m, r.slot_of[k], grad, B, T, acc, err);
             m->grads_final = NULL;
             if (failed) goto out;
-            give_slot(&r, k);
             times->compute_s += now_s() - t0;
-            *done = k + 1;
-            if (how->after_backward) {
-                int stop = how->after_backward(how->ctx, k, err);
-                if (stop < 0) goto out;
-                if (stop > 0 && s->pp == 1) {
-                    rc = 0;
-                    goto out;
-                }
+            if (!s->split_backward && (go = micro_done(&r, s, how, k, done, err)) != 1) {
+                rc = go;
+                goto out;
             }
             break;
+        }
+        case SCHED_W: {
+            if (!s->split_backward || r.slot_of[k] < 0) {
+                error_set(err, "pipeline: a weight-gradient operation for micro-batch %d %s", k,
+                          s->split_backward ? "before its forward" : "in a combined schedule");
+                goto out;
+            }
+            bool acc = !how->overwrite_each && (how->accumulate || weights > 0);
+            if (++weights == s->m) hook(m, how);
+            int failed = model_stage_backward_weights(m, r.slot_of[k], B, T, acc, err);
+            m->grads_final = NULL;
+            if (failed) goto out;
+            times->compute_s += now_s() - t0;
+            if ((go = micro_done(&r, s, how, k, done, err)) != 1) {
+                rc = go;
+                goto out;
+            }
+            break;
+        }
         case SCHED_SEND_GRAD:
             if (link->send(link->ctx, stage - 1, tag_of(k, true), model_stage_input_grad(m), NC,
                            err))
                 goto out;
             times->send_s += now_s() - t0;
             break;
-        case SCHED_W:
-            error_set(err, "pipeline: a weight-gradient operation in a combined schedule");
-            goto out;
         }
     }
     rc = 0;

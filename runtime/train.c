@@ -212,11 +212,17 @@ static int check_layout(const struct plan *p, const struct env_rank *where, stru
                              p->source, d[k].name, d[k].plan, d[k].name, d[k].env,
                              d[k].name[0] - 32, d[k].name[1] - 32);
     const struct plan_parallel *par = &p->parallel;
-    if (where->pp > 1 && par->schedule != PLAN_PIPE_1F1B && par->schedule != PLAN_PIPE_GPIPE)
+    if (where->pp > 1 && par->schedule == PLAN_PIPE_INTERLEAVED)
         return error_set(err,
-                         "%s: parallel.schedule: \"%s\" is not in this runtime yet (\"1f1b\" "
-                         "and \"gpipe\" are)",
-                         p->source, plan_pipeline_name(par->schedule));
+                         "%s: parallel.schedule: \"interleaved\" is not in this runtime yet "
+                         "(\"1f1b\", \"gpipe\" and \"zb-h1\" are)",
+                         p->source);
+    if (par->schedule == PLAN_PIPE_ZB_H1 && par->zero == 2 && where->dp > 1)
+        return error_set(err,
+                         "%s: parallel.schedule \"zb-h1\" with parallel.zero 2: ZeRO 2 hands "
+                         "each micro-batch's gradients over before the next backward, which a "
+                         "zero-bubble schedule interleaves; use zero 1, or \"1f1b\"",
+                         p->source);
     if (par->zero > 2)
         return error_set(err, "%s: parallel.zero: 3 is not in this runtime yet (0, 1, 2 are)",
                          p->source);
@@ -368,11 +374,14 @@ static int setup(struct trainer *t, struct plait_error *err)
     struct plait_error why = {.text = ""};
     int failed = checkpoint_path(t, &why) || (rank0 && open_run(t, &why));
     if (agree(t, failed, &why, "rank 0 could not open the run (see its message)", err)) return -1;
-    enum sched_kind kind = p->parallel.schedule == PLAN_PIPE_GPIPE ? SCHED_GPIPE : SCHED_1F1B;
+    enum sched_kind kind = p->parallel.schedule == PLAN_PIPE_GPIPE   ? SCHED_GPIPE
+                           : p->parallel.schedule == PLAN_PIPE_ZB_H1 ? SCHED_ZB_H1
+                                                                     : SCHED_1F1B;
     if (schedule_make(&t->sched, kind, w->pp, p->batch.grad_accum, 1, err)) return -1;
     t->sched_ready = true;
-    struct sched_sim sim; /* a backward twice a forward, as plait check prints it */
-    if (schedule_simulate(&t->sched, 1, 2, 0, &sim, err)) return -1;
+    struct sched_sim sim;                 /* a backward twice a forward, as plait check prints it */
+    bool split = t->sched.split_backward; /* B and W: one forward's time each */
+    if (schedule_simulate(&t->sched, 1, split ? 1 : 2, split ? 1 : 0, &sim, err)) return -1;
     t->bubble_sim = w->pp > 1 ? sim.bubble : -1;
     struct gpt2_part part = {
         .tp = w->tp, .tp_rank = w->tp_rank, .pp = w->pp, .pp_rank = w->pp_rank};
@@ -384,7 +393,8 @@ static int setup(struct trainer *t, struct plait_error *err)
                                 .slots = schedule_max_in_flight(&t->sched, w->pp_rank),
                                 .dp = w->dp,
                                 .dp_rank = w->dp_rank,
-                                .zero = p->parallel.zero};
+                                .zero = p->parallel.zero,
+                                .split_backward = t->sched.split_backward};
     if (model_init(&t->m, &cfg, &part, &t->par.g_tp, ops, &shape, err)) return -1;
     t->model_ready = true;
     if (w->dp > 1 && p->parallel.zero == 0 && t->par.g_dp.iallreduce) {

@@ -153,9 +153,10 @@ static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const floa
         return;
     }
     const uint16_t *d16 = bf16_scratch(0, dout, (size_t)N * OC);
-    const uint16_t *x16 = bf16_scratch(1, inp, (size_t)N * C);
-    if (!d16 || !x16) return;
-    mm16(false, false, N, C, OC, d16, OC, w16, C, 0.0f, dinp, C);
+    const uint16_t *x16 = dw ? bf16_scratch(1, inp, (size_t)N * C) : NULL;
+    if (!d16 || (dw && !x16)) return;
+    if (dinp) mm16(false, false, N, C, OC, d16, OC, w16, C, 0.0f, dinp, C);
+    if (!dw) return;
     mm16(true, false, OC, C, N, d16, OC, x16, C, accumulate ? 1.0f : 0.0f, dw, C);
     if (dbias) bias_backward_f32(dbias, dout, N, OC, accumulate);
 }
@@ -220,6 +221,7 @@ static const struct ops cpu_ops = {
     .free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .copy = cpu_copy,
     .zero = cpu_zero,
     .take_error = cpu_take_error,
     .encoder_forward = cpu_encoder_forward_f32,

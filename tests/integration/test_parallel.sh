@@ -55,7 +55,25 @@ test_pipeline_parallel_matches_one_rank() {
     local l4=(--set model.layers=4 --set batch.grad_accum=4)
     layout pp2_1f1b one_l4 1e-5 "${l4[@]}" --set parallel.pp=2 || return 1
     layout pp2_gpipe one_l4 1e-5 "${l4[@]}" --set parallel.pp=2 --set parallel.schedule=gpipe || return 1
-    layout pp4 one_l4 1e-5 "${l4[@]}" --set parallel.pp=4
+    layout pp4 one_l4 1e-5 "${l4[@]}" --set parallel.pp=4 || return 1
+    # zero-bubble: backward split into input- and weight-gradient passes
+    layout pp2_zbh1 one_l4 1e-5 "${l4[@]}" --set parallel.pp=2 --set parallel.schedule=zb-h1 ||
+        return 1
+    layout pp4_zbh1_selective one_l4 1e-5 "${l4[@]}" --set parallel.pp=4 \
+        --set parallel.schedule=zb-h1 --set recompute=selective || return 1
+    # the measured bubble is reported beside the simulated one, which is
+    # lower than 1F1B's at the same depth and micro-batches
+    "$PY" - "$WORK/pp4/metrics.jsonl" "$WORK/pp4_zbh1_selective/metrics.jsonl" <<'PYEOF'
+import json, sys
+def sim(p):
+    rows = [json.loads(l)["parallel"] for l in open(p) if '"step"' in l]
+    assert all("bubble_pct" in r for r in rows), rows[0]
+    return rows[0]["bubble_simulated_pct"]
+a, b = sim(sys.argv[1]), sim(sys.argv[2])
+assert abs(a - 100 * 3 / (4 + 3)) < 1e-9, a   # (p-1)/(m+p-1)
+assert b < a, (a, b)
+print(f"simulated bubble: 1f1b {a:.1f}%, zb-h1 {b:.1f}%")
+PYEOF
 }
 
 test_data_parallel_and_zero_match_one_rank() {
@@ -66,6 +84,14 @@ test_data_parallel_and_zero_match_one_rank() {
     layout dp2_z0_buckets one6 1e-5 --set parallel.dp=2 --set parallel.bucket_mb=0.01 || return 1
     layout pp2dp2_z0_buckets one8 1e-5 --set parallel.pp=2 --set parallel.dp=2 \
         --set batch.grad_accum=4 --set parallel.bucket_mb=0.01 || return 1
+    # with a split backward the buckets start during the last weight-gradient pass
+    layout pp2dp2_zbh1_buckets one8 1e-5 --set parallel.pp=2 --set parallel.dp=2 \
+        --set batch.grad_accum=4 --set parallel.bucket_mb=0.01 --set parallel.schedule=zb-h1 ||
+        return 1
+    # ZeRO 2 hands each micro-batch's gradients over at once: not with a split backward
+    expect_error "$WORK/zbh1_z2.log" any 'parallel.schedule "zb-h1" with parallel.zero 2' \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/zbh1_z2" "${COMMON[@]}" --set parallel.pp=2 \
+        --set parallel.dp=2 --set parallel.zero=2 --set parallel.schedule=zb-h1 || return 1
     layout dp2_z1 one6 1e-5 --set parallel.dp=2 --set parallel.zero=1 || return 1
     layout dp2_z2 one6 1e-5 --set parallel.dp=2 --set parallel.zero=2 || return 1
     layout dp4_z1 one12 1e-5 --set parallel.dp=4 --set parallel.zero=1

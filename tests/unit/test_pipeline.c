@@ -4,8 +4,9 @@
  * running its list of the schedule. The summed loss and every gradient
  * tensor (the tied wte's summed over the first and last stage, as the
  * training loop will) match one rank accumulating the same micro-batches,
- * for GPipe and 1F1B at several depths; stages hold no more micro-batches
- * than the schedule promises. */
+ * for GPipe, 1F1B and ZB-H1 (backward split into its input- and
+ * weight-gradient passes, with each recompute policy) at several depths;
+ * stages hold no more micro-batches than the schedule promises. */
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -109,6 +110,8 @@ struct job {
     char error[1024];
 };
 
+static enum plan_recompute recompute; /* of the stages' models */
+
 static void *run_stage(void *arg)
 {
     struct job *j = arg;
@@ -117,8 +120,12 @@ static void *run_stage(void *arg)
     gpt2_stage_layers(cfg.layers, s->pp, j->stage, &part.layer_begin, &part.layer_end);
     struct model m;
     struct plait_error err = {.text = ""};
-    struct model_shape shape = {
-        .B = B, .T = T, .slots = schedule_max_in_flight(s, j->stage), .dp = 1};
+    struct model_shape shape = {.B = B,
+                                .T = T,
+                                .slots = schedule_max_in_flight(s, j->stage),
+                                .dp = 1,
+                                .recompute = recompute,
+                                .split_backward = s->split_backward};
     if (model_init(&m, &cfg, &part, NULL, ops_cpu(), &shape, &err)) {
         snprintf(j->error, sizeof j->error, "%s", err.text);
         return NULL;
@@ -214,7 +221,7 @@ static int reference(int m, const float *params, double *loss, float *full_grads
     return rc;
 }
 
-static void test_pipeline_matches_one_rank_for_gpipe_and_1f1b(void)
+static void test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1(void)
 {
     struct gpt2_layout full;
     gpt2_layout(&cfg, &full);
@@ -235,16 +242,21 @@ static void test_pipeline_matches_one_rank_for_gpipe_and_1f1b(void)
         struct plait_error err;
         double ref_loss, loss;
         if (reference(m, params, &ref_loss, ref, full.total)) continue;
-        const enum sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B};
-        for (int k = 0; k < 2; k++) {
+        const enum sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_ZB_H1, SCHED_ZB_H1,
+                                         SCHED_ZB_H1};
+        const enum plan_recompute policies[] = {PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_NONE,
+                                                PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE,
+                                                PLAN_RECOMPUTE_FULL};
+        for (int k = 0; k < 5; k++) {
+            recompute = policies[k];
             if (schedule_make(&s, kinds[k], pp, m, 1, &err)) {
                 CHECK(0, "%s", err.text);
                 continue;
             }
             if (run(&s, params, &loss, got, full.total) == 0) {
                 CHECK(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss),
-                      "%s pp %d m %d: loss %.9g vs %.9g", schedule_kind_name(kinds[k]), pp, m, loss,
-                      ref_loss);
+                      "%s (recompute %d) pp %d m %d: loss %.9g vs %.9g",
+                      schedule_kind_name(kinds[k]), (int)recompute, pp, m, loss, ref_loss);
                 for (int t = 0; t < GPT2_TENSORS; t++) {
                     double d = 0, n = 0;
                     for (size_t i = 0; i < full.elems[t]; i++) {
@@ -252,8 +264,9 @@ static void test_pipeline_matches_one_rank_for_gpipe_and_1f1b(void)
                         d += (a - b) * (a - b);
                         n += b * b;
                     }
-                    CHECK(sqrt(d) <= 1e-5 * sqrt(n) + 1e-30, "%s pp %d m %d: %s off by %.3g",
-                          schedule_kind_name(kinds[k]), pp, m, gpt2_tensor_names[t],
+                    CHECK(sqrt(d) <= 1e-5 * sqrt(n) + 1e-30,
+                          "%s (recompute %d) pp %d m %d: %s off by %.3g",
+                          schedule_kind_name(kinds[k]), (int)recompute, pp, m, gpt2_tensor_names[t],
                           n > 0 ? sqrt(d / n) : sqrt(d));
                 }
             }
@@ -268,6 +281,6 @@ static void test_pipeline_matches_one_rank_for_gpipe_and_1f1b(void)
 int main(void)
 {
     omp_set_num_threads(1);
-    RUN(test_pipeline_matches_one_rank_for_gpipe_and_1f1b);
+    RUN(test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1);
     return check_exit_code();
 }
