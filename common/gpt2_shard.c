@@ -100,6 +100,13 @@ bool gpt2_shard_holds(const struct gpt2_shard *s, enum gpt2_tensor t)
     return s->elems[t] > 0;
 }
 
+bool gpt2_shard_counts(const struct gpt2_shard *s, enum gpt2_tensor t)
+{
+    if (!gpt2_shard_holds(s, t)) return false;
+    if (gpt2_tensor_tp_replicated(t) && s->part.tp_rank != 0) return false;
+    return t != GPT2_WTE || s->first;
+}
+
 size_t gpt2_shard_offset(const struct gpt2_shard *s, enum gpt2_tensor t, int l)
 {
     if (is_global(t)) return s->offset[t];

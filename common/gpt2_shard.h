@@ -71,6 +71,12 @@ bool gpt2_shard_holds(const struct gpt2_shard *s, enum gpt2_tensor t);
  * summing over the group: gradient norms, parameter counts). */
 bool gpt2_tensor_tp_replicated(enum gpt2_tensor t);
 
+/* Whether this shard's copy of tensor t counts when a quantity is summed over
+ * the tp × pp ranks of one model copy, so that each parameter counts once: a
+ * tensor whole on every tp rank only on tp rank 0, the tied wte (held by the
+ * first and the last stage) only on the first stage. */
+bool gpt2_shard_counts(const struct gpt2_shard *s, enum gpt2_tensor t);
+
 /* Copies between a full llm.c-order buffer (gpt2_layout) and the shard:
  * to_shard true extracts this rank's part, false writes it back into full
  * (the rest of full untouched). */

@@ -37,16 +37,15 @@ struct slice_args {
     double sum; /* norm: Σ g² counted */
 };
 
-/* Σ g² of the instance's part in the slice, if this rank counts it: a tensor
- * whole on every tp rank only on tp rank 0, the tied wte only on the first
- * stage, so that the sum over tp × pp (× dp slices) counts each parameter once. */
+/* Σ g² of the instance's part in the slice, if this rank counts it
+ * (gpt2_shard_counts), so that the sum over tp × pp (× dp slices) counts each
+ * parameter once. */
 static int add_squares(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
 {
     (void)layer;
     struct slice_args *a = ctx;
     const struct model *m = a->m;
-    if (gpt2_tensor_tp_replicated(t) && m->tp.rank != 0) return 0;
-    if (t == GPT2_WTE && !m->first) return 0;
+    if (!gpt2_shard_counts(&m->shard, t)) return 0;
     size_t at, k = overlap(off, n, m->slice_at, m->slice_n, &at);
     if (k) a->sum += m->ops->sum_squares(a->g + (at - m->slice_at), k);
     return 0;

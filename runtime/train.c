@@ -23,6 +23,7 @@
 #include "common/schedule.h"
 #include "runtime/ckpt.h"
 #include "runtime/data.h"
+#include "runtime/dump.h"
 #include "runtime/metrics.h"
 #include "runtime/model.h"
 #include "runtime/optim.h"
@@ -60,7 +61,8 @@ struct trainer {
     int32_t *inputs, *targets;
     double peak_gflops;
     double flops_per_token;
-    const char *dump_dir;
+    const char *dump_dir;    /* PLAIT_DUMP_STEP1, NULL = off */
+    int32_t *dump_tokens;    /* (B·T) step 1's first micro-batch (the first stage's) */
     long signal_after_micro; /* PLAIT_DEBUG_SIGNAL_AFTER_MICRO, 0 = off */
     double slow_read_s;      /* PLAIT_DEBUG_SLOW_RANK's delay for this rank, 0 = off */
     long micro_done;         /* micro-batches run by this process */
@@ -464,6 +466,8 @@ static int setup(struct trainer *t, struct plait_error *err)
                              p->data.tokenizer, t->tok.eot, cfg.vocab);
     }
     t->dump_dir = getenv(PLAIT_ENV_DUMP_STEP1);
+    if (t->dump_dir && !(t->dump_tokens = calloc((size_t)B * T, sizeof *t->dump_tokens)))
+        return error_set(err, "out of memory");
     const char *inject = getenv(PLAIT_ENV_DEBUG_SIGNAL_AFTER_MICRO);
     t->signal_after_micro = inject ? atol(inject) : 0;
     int slow_rank;
@@ -496,6 +500,7 @@ static void teardown(struct trainer *t)
     if (t->model_ready) model_free(&t->m);
     free(t->inputs);
     free(t->targets);
+    free(t->dump_tokens);
 }
 
 /* ---- pieces of the loop -------------------------------------------------------- */
@@ -542,17 +547,24 @@ static int fail_keeping_progress(struct trainer *t, struct plait_error *err)
                                         : "");
 }
 
-/* Writes n host floats to dir/name and frees them. */
-static int dump_host(const char *dir, const char *name, float *host, size_t n,
-                     struct plait_error *err)
+/* One micro-batch forward only, through the pipeline's stages in turn, in
+ * slot 0 under its own tag: the first stage embeds tokens, the last keeps
+ * the logits and, with targets, puts the mean loss in *loss. */
+static int forward_through_stages(struct trainer *t, uint32_t tag, const int32_t *tokens,
+                                  const int32_t *targets, double *loss, struct plait_error *err)
 {
-    char path[4096];
-    int rc = fs_join(path, sizeof path, dir, name, err) || fs_mkdir_p(dir, err) ||
-                     fs_write_atomic(path, host, n * sizeof *host, err)
-                 ? -1
-                 : 0;
-    free(host);
-    return rc;
+    const struct plan *p = t->plan;
+    int B = p->batch.micro_batch, T = p->model.seq_len;
+    size_t NC = (size_t)B * T * p->model.hidden;
+    struct pipe_link link = parallel_pipe_link(&t->par);
+    if (!t->m.first &&
+        link.recv(link.ctx, t->where->pp_rank - 1, tag, model_stage_input(&t->m, 0), NC, err))
+        return -1;
+    if (model_stage_forward(&t->m, 0, tokens, targets, B, T, 0.0f, loss, err)) return -1;
+    if (!t->m.last &&
+        link.send(link.ctx, t->where->pp_rank + 1, tag, model_stage_output(&t->m, 0), NC, err))
+        return -1;
+    return 0;
 }
 
 /* Mean loss over val_batches micro-batches from the start of the validation
@@ -572,8 +584,6 @@ static int evaluate_batches(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
     int B = p->batch.micro_batch, T = p->model.seq_len;
-    size_t NC = (size_t)B * T * p->model.hidden;
-    struct pipe_link link = parallel_pipe_link(&t->par);
     double sum = 0;
     if (t->reads_data) data_rewind(&t->val);
     for (int i = 0; i < p->data.val_batches; i++) {
@@ -584,14 +594,7 @@ static int evaluate_batches(struct trainer *t, struct plait_error *err)
             t->data_failed = true;
             return error_prefix(err, "data.val: ");
         }
-        /* through the pipeline's stages in turn: forward only */
-        uint32_t tag = 0x40000000u + (uint32_t)i;
-        if (!t->m.first &&
-            link.recv(link.ctx, t->where->pp_rank - 1, tag, model_stage_input(&t->m, 0), NC, err))
-            return -1;
-        if (model_stage_forward(&t->m, 0, t->inputs, t->targets, B, T, 0.0f, &loss, err)) return -1;
-        if (!t->m.last &&
-            link.send(link.ctx, t->where->pp_rank + 1, tag, model_stage_output(&t->m, 0), NC, err))
+        if (forward_through_stages(t, 0x40000000u + (uint32_t)i, t->inputs, t->targets, &loss, err))
             return -1;
         sum += loss;
     }
@@ -607,31 +610,21 @@ static int evaluate_batches(struct trainer *t, struct plait_error *err)
     return metrics_eval(&t->metrics, t->st.step, val, (int64_t)p->data.val_batches * B * T, err);
 }
 
-static int dump(const char *dir, const char *name, const struct ops *o, const float *src, size_t n,
-                struct plait_error *err)
+/* PLAIT_DUMP_STEP1, once step 1's micro-batches are done and before its
+ * optimizer step (the parameters are still the initial ones): the logits of
+ * its first micro-batch (dp replica 0's), from a forward of it again, and the
+ * step's gradients. */
+static int dump_step1(struct trainer *t, struct plait_error *err)
 {
-    float *host = malloc(n * sizeof *host);
-    if (!host) return error_set(err, "out of memory");
-    o->download(host, src, n * sizeof *host);
-    return dump_host(dir, name, host, n, err);
-}
-
-/* The gradients in llm.c order (the referee's), from the shard's order. */
-static int dump_grads(struct trainer *t, struct plait_error *err)
-{
-    struct gpt2_layout full_layout;
-    gpt2_layout(&t->m.cfg, &full_layout);
-    float *full = calloc(full_layout.total, sizeof(float));
-    float *shard = malloc(t->m.shard.total * sizeof(float));
-    int rc = !full || !shard ? error_set(err, "out of memory") : 0;
-    if (rc == 0) {
-        t->m.ops->download(shard, t->m.grads, t->m.shard.total * sizeof(float));
-        gpt2_shard_copy(&t->m.shard, full, shard, false);
-        rc = dump_host(t->dump_dir, "grads.f32", full, full_layout.total, err);
-    } else {
-        free(full);
-    }
-    free(shard);
+    const struct plan *p = t->plan;
+    int B = p->batch.micro_batch, T = p->model.seq_len;
+    t->m.prof.paused++;
+    int rc = forward_through_stages(t, 0x50000000u, t->dump_tokens, NULL, NULL, err) ||
+                     dump_logits(&t->m, t->dump_dir, B, T, err) ||
+                     dump_grads(&t->m, &t->par.g_world, t->dump_dir, err)
+                 ? -1
+                 : 0;
+    t->m.prof.paused--;
     return rc;
 }
 
@@ -667,7 +660,7 @@ static void progress_line(struct trainer *t, const struct step_metrics *s, doubl
 /* ---- the loop ---------------------------------------------------------------------- */
 
 /* The feed of the step's micro-batches: this rank's share of the data (the
- * developer's logits dump of step 1 reads its first micro-batch too). */
+ * developer's dump of step 1 keeps its first micro-batch's tokens). */
 struct step_feed {
     struct trainer *t;
     int step;
@@ -692,14 +685,9 @@ static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
         }
     }
-    if (t->dump_dir && f->step == 0 && micro == 0 && t->st.micro == 0) {
-        /* the logits before the loss touches them */
-        int B = p->batch.micro_batch, T = p->model.seq_len;
-        if (model_forward(&t->m, tokens, targets, B, T, 0.0f, NULL, err) ||
-            dump(t->dump_dir, "logits.f32", t->m.ops, model_logits(&t->m),
-                 (size_t)B * T * p->model.padded_vocab, err))
-            return -1;
-    }
+    if (t->dump_dir && f->step == 0 && micro == 0 && t->st.micro == 0)
+        memcpy(t->dump_tokens, tokens,
+               (size_t)p->batch.micro_batch * p->model.seq_len * sizeof *tokens);
     return 0;
 }
 
@@ -860,6 +848,7 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         double t0 = now_s(), bytes0[PAR_NCOMM], wait0[PAR_NCOMM];
         parallel_comm_totals(&t->par, bytes0, wait0);
         double lr = optim_lr(&p->optimizer, p->steps, s);
+        bool dump = t->dump_dir && s == 0 && t->st.micro == 0; /* not a step resumed mid-way */
         int stopped = train_micro_batches(t, s, grad_scale, err);
         if (stopped < 0) return -1;
         if (stopped) {
@@ -867,11 +856,11 @@ static int run_steps(struct trainer *t, struct plait_error *err)
                      t->st.micro, s + 1);
             return save(t, err) ? -1 : PLAIT_EXIT_PREEMPTED;
         }
-        if (t->dump_dir && s == 0 && dump_grads(t, err)) return -1;
         double norm;
         struct optim_groups groups = {
             .dp = &t->par.g_dp, .mp = &t->par.g_mp, .summed = t->bucketed};
-        if ((t->m.zero < 2 && tied_sum(t, err)) ||
+        /* the dump shows every rank's own gradients: its step sums them after it */
+        if ((t->m.zero < 2 && tied_sum(t, err)) || (dump && dump_step1(t, err)) ||
             (t->bucketed && buckets_finish(&t->buckets, err)) ||
             optim_step(&t->m, &p->optimizer, lr, s + 1, &groups, &norm, err))
             return -1;

@@ -14,8 +14,13 @@ Run it with Debian's /usr/bin/python3 (python3-torch 1.13):
       OUTDIR/ref/{logits.f32,grads.f32,metrics.json,meta.json}; for bf16 also
       OUTDIR/ref_fp32/ and OUTDIR/ref/spread.json
   gpt2_ref.py compare CASEDIR RUNDIR [--precision fp32|bf16]   (default: the
-      plan's) reads RUNDIR/dump/{logits,grads}.f32 and RUNDIR/metrics.jsonl;
-      exit 1 on any failed check
+      plan's) reads RUNDIR/dump/{logits,grads}.f32, RUNDIR/metrics.jsonl and
+      RUNDIR/plan.json; exit 1 on any failed check. The run may have any
+      tp × pp × dp layout whose global batch (micro_batch × grad_accum × dp)
+      is the case's micro-batch × grad-accum: dp rank r reads windows r, r+dp,
+      … of the step's grad_accum·dp, so the step sees the case's windows, and
+      dp rank 0's first micro-batch (whose logits the run dumps) is the
+      case's first. plait dumps whole tensors in any layout.
   gpt2_ref.py selftest               the referee checks itself
   gpt2_ref.py measure-bf16 [--seeds 0:20] [case options]   the measurements
       behind the bf16 tolerances
@@ -706,6 +711,27 @@ def check_against(rows, label, run, problems, ref, tol, ratio_to=None):
         rows.append((label + key, e, t, e <= t, note))
 
 
+def run_layout(rundir, case_plan):
+    """The run's layout as text, and the row checking that its global batch
+    (micro_batch × grad_accum × dp, from RUNDIR/plan.json, the plan it ran)
+    is the case's (micro_batch × grad_accum)."""
+    path = os.path.join(rundir, "plan.json")
+    try:
+        with open(path) as f:
+            plan = json.load(f)
+        b, par = plan["batch"], plan.get("parallel", {})
+        B, A = int(b["micro_batch"]), int(b.get("grad_accum", 1))
+        tp, pp, dp = (int(par.get(k, 1)) for k in ("tp", "pp", "dp"))
+        zero = int(par.get("zero", 0))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return "layout unknown", ("batch", None, None, False, f"{path}: {e}")
+    layout = f"tp {tp} × pp {pp} × dp {dp}" + (f", ZeRO {zero}" if dp > 1 else "")
+    want_b, want_a = case_plan["batch"]["micro_batch"], case_plan["batch"].get("grad_accum", 1)
+    ok = B == want_b and A * dp == want_a
+    note = f"{B} × {A} × dp {dp}" + ("" if ok else f", the case's is {want_b} × {want_a}")
+    return layout, ("batch", None, None, ok, note)
+
+
 def compare(casedir, rundir, precision=None, out=sys.stdout):
     """Prints the table to out; returns the names of the failed checks (empty = pass)."""
     with open(os.path.join(casedir, "plan.json")) as f:
@@ -720,6 +746,7 @@ def compare(casedir, rundir, precision=None, out=sys.stdout):
     metrics, p_metrics = read_run_metrics(os.path.join(rundir, "metrics.jsonl"))
     run = (logits, split_grads(grads, cfg) if grads is not None else None, metrics)
     problems = (p_logits, p_grads, p_metrics)
+    layout, batch_row = run_layout(rundir, plan)
 
     # ref/ holds the plan's precision; a bf16 case also has ref_fp32/.
     case_precision = plan.get("precision", "fp32")
@@ -730,7 +757,7 @@ def compare(casedir, rundir, precision=None, out=sys.stdout):
     else:
         raise SystemExit(f"gpt2_ref: {casedir} is an {case_precision} case: it has no "
                          f"{precision} reference (make one with case --precision {precision})")
-    rows = []
+    rows = [batch_row]
     if precision == "fp32":
         check_against(rows, "", run, problems, ref, FP32_TOL)
     else:
@@ -744,7 +771,7 @@ def compare(casedir, rundir, precision=None, out=sys.stdout):
         ts = f"{t:8.1e}" if t is not None else f"{'-':>8}"
         return f"  {what:<28} {es} {ts}  {'pass' if ok else 'FAIL'}  {note}".rstrip()
 
-    print(f"compare {rundir} against {casedir} ({precision})", file=out)
+    print(f"compare {rundir} against {casedir} ({precision}, {layout})", file=out)
     print(f"  {'check':<28} {'rel err':>10} {'tol':>8}  result", file=out)
     for row in rows:
         print(line(*row), file=out)
@@ -788,8 +815,10 @@ def make_linear_unrounded_dy():
 
 
 def lay_out_as_run(casedir, refdir, rundir):
-    """A fake plait run directory holding refdir's outputs (and non-step lines)."""
+    """A fake plait run directory holding refdir's outputs (and non-step
+    lines), and the case's plan as the plan it ran."""
     os.makedirs(os.path.join(rundir, "dump"), exist_ok=True)
+    shutil.copy(os.path.join(casedir, "plan.json"), os.path.join(rundir, "plan.json"))
     for name in ("logits.f32", "grads.f32"):
         shutil.copy(os.path.join(refdir, name), os.path.join(rundir, "dump", name))
     with open(os.path.join(refdir, "metrics.json")) as f:
@@ -817,6 +846,17 @@ def perturb_grad(rundir, cfg, name, rel_size, seed=1):
     noise = np.random.default_rng(seed).standard_normal(g.size)
     g += (rel_size * np.linalg.norm(g) / np.linalg.norm(noise) * noise).astype(np.float32)
     flat.tofile(path)
+
+
+def set_run_layout(rundir, grad_accum, dp):
+    """Edits the plan a fake run ran: its grad_accum and dp (ZeRO 1)."""
+    path = os.path.join(rundir, "plan.json")
+    with open(path) as f:
+        plan = json.load(f)
+    plan["batch"]["grad_accum"] = grad_accum
+    plan["parallel"] = {"dp": dp, "zero": 1}
+    with open(path, "w") as f:
+        json.dump(plan, f)
 
 
 def edit_metrics(rundir, fn):
@@ -943,6 +983,13 @@ def selftest():
             return recs
         edit_metrics(run, bump_loss)
         check_compare("fp32_loss_off_by_1e-3_fails", case, run, lambda f: f == ["loss"])
+        # The run's layout: the case's global batch over dp 2 passes; dp 2
+        # with the case's grad_accum (twice the batch) fails.
+        lay_out_as_run(case, os.path.join(case, "ref"), run)
+        for name, accum, want in (("same_global_batch_over_dp2_passes", cfg.A // 2, []),
+                                  ("twice_the_global_batch_fails", cfg.A, ["batch"])):
+            set_run_layout(run, accum, dp=2)
+            check_compare("fp32_" + name, case, run, lambda f, want=want: f == want)
         lay_out_run_of(case, cfg, os.path.join(tmp, "run_f32"), torch.float32, F.linear)
         check_compare("fp32_float32_model_passes", case, os.path.join(tmp, "run_f32"),
                       lambda f: f == [])

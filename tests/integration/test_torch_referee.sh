@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # test_torch_referee.sh — plait-train against the PyTorch referee
-# (tests/golden/gpt2_ref.py): the referee checks itself, then for fp32, bf16 and
-# fp32 with full recomputation, plait trains a small random case and its step-1
-# logits and gradients and every step's loss, lr and grad_norm are compared with
-# PyTorch's. Not a speed test (gpt2_ref.py bench is).
+# (tests/golden/gpt2_ref.py): the referee checks itself, then for fp32, bf16,
+# fp32 with full recomputation, and fp32 in two multi-rank layouts (tp 2 × pp 2
+# × dp 2 at ZeRO 1 with grad_accum 2, 8 ranks; tp 2 × dp 2 at ZeRO 2, 4 ranks),
+# plait trains a small random case and its step-1 logits and gradients (whole:
+# the runtime assembles the ranks' shards) and every step's loss, lr and
+# grad_norm are compared with PyTorch's. A layout's global batch,
+# micro_batch × grad_accum × dp, is its case's micro-batch × grad-accum (the
+# referee checks that too). Not a speed test (gpt2_ref.py bench is).
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, finish
 
@@ -33,13 +37,25 @@ train_and_compare() {
     "$PY" "$REF" compare "$casedir" "$rundir"
 }
 
-# case_and_compare PRECISION: a fresh case in that precision, trained and compared.
-case_and_compare() {
-    "$PY" "$REF" case "$WORK/case_$1" --precision "$1" >"$WORK/case_$1.log" 2>&1 || {
-        cat "$WORK/case_$1.log"
+# new_case NAME [case options...]: the referee writes a case into $WORK/case_NAME.
+new_case() {
+    local name=$1
+    shift
+    "$PY" "$REF" case "$WORK/case_$name" "$@" >"$WORK/case_$name.log" 2>&1 || {
+        cat "$WORK/case_$name.log"
         return 1
     }
-    train_and_compare "$WORK/case_$1" "$WORK/run_$1"
+}
+
+# case_and_compare PRECISION: a fresh case in that precision, trained and compared.
+case_and_compare() {
+    new_case "$1" --precision "$1" && train_and_compare "$WORK/case_$1" "$WORK/run_$1"
+}
+
+# layout_and_compare CASE RUN --set ...: the case trained by a gang of ranks as
+# processes, one thread each (up to 8 ranks share this machine's cores).
+layout_and_compare() {
+    OMP_NUM_THREADS=1 train_and_compare "$WORK/case_$1" "$WORK/run_$2" "${@:3}"
 }
 
 # The referee itself (needs no plait): gradcheck, naive attention, and compare
@@ -50,4 +66,17 @@ check torch_referee_bf16 case_and_compare bf16
 # Recomputing activations in backward must not move a number beyond fp32 noise.
 check torch_referee_recompute_full \
     train_and_compare "$WORK/case_fp32" "$WORK/run_recompute_full" --set recompute=full
+# Multi-rank layouts, directly against PyTorch. A case of 4 micro-batches of 3
+# a step: 2 on each of dp 2, through a 2-stage 1F1B pipeline of tp 2 ranks.
+tp2_pp2_dp2_zero1() {
+    new_case fp32_accum4 --grad-accum 4 &&
+        layout_and_compare fp32_accum4 tp2_pp2_dp2_zero1 --set parallel.tp=2 --set parallel.pp=2 \
+            --set parallel.dp=2 --set parallel.zero=1 --set batch.grad_accum=2
+}
+check torch_referee_tp2_pp2_dp2_zero1 tp2_pp2_dp2_zero1
+# ZeRO 2 holds the step's gradients as dp slices: the case_fp32 batch (2
+# micro-batches) as 1 on each of dp 2.
+check torch_referee_tp2_dp2_zero2 \
+    layout_and_compare fp32 tp2_dp2_zero2 --set parallel.tp=2 --set parallel.dp=2 \
+    --set parallel.zero=2 --set batch.grad_accum=1
 finish

@@ -1,7 +1,8 @@
 /* test_gpt2_shard.c — the parameter shards of a tp × pp layout: together they
  * cover every parameter of the llm.c model exactly (replicated ones
- * identically), extracting and writing back round-trips, each rank's buffer
- * is layer-major, and the Megatron splits take the right rows and columns. */
+ * identically, and counted by exactly one rank), extracting and writing back
+ * round-trips, each rank's buffer is layer-major, and the Megatron splits
+ * take the right rows and columns. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,18 +12,35 @@
 static const struct gpt2_config cfg = {
     .max_seq_len = 5, .vocab = 30, .padded_vocab = 32, .layers = 5, .heads = 4, .hidden = 8};
 
+struct counting {
+    const struct gpt2_shard *s;
+    const float *shard; /* its values: their indexes in the full model */
+    int *counted;       /* (full.total) */
+};
+
+static int count_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
+{
+    (void)layer;
+    struct counting *c = ctx;
+    if (gpt2_shard_counts(c->s, t))
+        for (size_t i = off; i < off + n; i++) c->counted[(size_t)c->shard[i]]++;
+    return 0;
+}
+
 static void test_shards_cover_the_model_exactly(void)
 {
     struct gpt2_layout full;
     CHECK(gpt2_layout(&cfg, &full) == 0, "layout");
     float *model = malloc(full.total * sizeof *model), *back = calloc(full.total, sizeof *back);
-    int *covered = calloc(full.total, sizeof *covered);
+    int *covered = calloc(full.total, sizeof *covered),
+        *counted = calloc(full.total, sizeof *counted);
     for (size_t i = 0; i < full.total; i++) model[i] = (float)i;
     const int layouts[][2] = {{1, 1}, {2, 1}, {4, 1}, {1, 2}, {1, 5}, {2, 2}, {4, 3}, {2, 4}};
     for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
         int tp = layouts[k][0], pp = layouts[k][1];
         memset(back, 0, full.total * sizeof *back);
         memset(covered, 0, full.total * sizeof *covered);
+        memset(counted, 0, full.total * sizeof *counted);
         for (int st = 0; st < pp; st++)
             for (int r = 0; r < tp; r++) {
                 struct gpt2_part part = {.tp = tp, .tp_rank = r, .pp = pp, .pp_rank = st};
@@ -38,14 +56,21 @@ static void test_shards_cover_the_model_exactly(void)
                 gpt2_shard_copy(&s, back, shard, false);
                 /* which full elements this shard holds: their values are their indexes */
                 for (size_t i = 0; i < s.total; i++) covered[(size_t)shard[i]]++;
+                gpt2_shard_each(&s, count_instance, &(struct counting){&s, shard, counted});
                 free(shard);
             }
         CHECK(memcmp(back, model, full.total * sizeof *model) == 0,
               "tp %d pp %d: written back differs", tp, pp);
         /* every element held; replicated ones by every tp rank of their stage(s) */
-        size_t missing = 0;
-        for (size_t i = 0; i < full.total; i++) missing += covered[i] == 0;
+        size_t missing = 0, not_once = 0;
+        for (size_t i = 0; i < full.total; i++) {
+            missing += covered[i] == 0;
+            not_once += counted[i] != 1;
+        }
         CHECK(missing == 0, "tp %d pp %d: %zu parameters held by no rank", tp, pp, missing);
+        /* sums over the ranks (the gradient norm, the dump) count each one once */
+        CHECK(not_once == 0, "tp %d pp %d: %zu parameters not counted exactly once", tp, pp,
+              not_once);
         /* wte on the first and last stage: twice when pp > 1, per tp shard once */
         size_t wte0 = full.offset[GPT2_WTE];
         CHECK(covered[wte0] == (pp > 1 ? 2 : 1), "tp %d pp %d: wte[0] held %d times", tp, pp,
@@ -58,6 +83,7 @@ static void test_shards_cover_the_model_exactly(void)
     free(model);
     free(back);
     free(covered);
+    free(counted);
 }
 
 static void test_whole_model_is_a_layer_major_permutation(void)
