@@ -217,9 +217,6 @@ static int check_layout(const struct plan *p, const struct env_rank *where, stru
     if (par->zero > 2)
         return error_set(err, "%s: parallel.zero: 3 is not in this runtime yet (0, 1, 2 are)",
                          p->source);
-    if (par->sequence_parallel)
-        return error_set(err, "%s: parallel.sequence_parallel is not in this runtime yet",
-                         p->source);
     if (par->backend == PLAN_BACKEND_NCCL)
         return error_set(err,
                          "%s: parallel.backend: \"nccl\" is not built into this "
@@ -381,7 +378,8 @@ static int setup(struct trainer *t, struct plait_error *err)
                                 .slots = schedule_max_in_flight(&t->sched, w->pp_rank),
                                 .dp = w->dp,
                                 .dp_rank = w->dp_rank,
-                                .zero = p->parallel.zero};
+                                .zero = p->parallel.zero,
+                                .sequence_parallel = p->parallel.sequence_parallel};
     if (model_init(&t->m, &cfg, &part, &t->par.g_tp, ops, &shape, err)) return -1;
     t->model_ready = true;
     t->flops_per_token = gpt2_flops_per_token(&cfg, T);
@@ -554,7 +552,7 @@ static int evaluate_batches(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
     int B = p->batch.micro_batch, T = p->model.seq_len;
-    size_t NC = (size_t)B * T * p->model.hidden;
+    size_t NC = model_stage_floats(&t->m, B, T);
     struct pipe_link link = parallel_pipe_link(&t->par);
     double sum = 0;
     if (t->reads_data) data_rewind(&t->val);
@@ -685,9 +683,12 @@ static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
     return 0;
 }
 
-/* The tied wte's gradient summed between the pipeline's first and last stage. */
-static int tied_sum(struct trainer *t, struct plait_error *err)
+/* The gradients that more than one rank computed a term of: the tied wte's
+ * between the pipeline's first and last stage, and with sequence parallelism
+ * the LayerNorms' over tp. */
+static int shared_sums(struct trainer *t, struct plait_error *err)
 {
+    if (model_sum_layernorm_grads(&t->m, err)) return -1;
     if (t->where->pp == 1 || !(t->m.first || t->m.last)) return 0;
     return parallel_sum_ends(&t->par, t->m.grads + gpt2_shard_offset(&t->m.shard, GPT2_WTE, 0),
                              t->m.shard.elems[GPT2_WTE], err);
@@ -701,9 +702,9 @@ static int after_micro(void *ctx, int micro, struct plait_error *err)
     struct trainer *t = f->t;
     const struct plan *p = t->plan;
     (void)micro;
-    if (t->m.zero == 2) { /* this micro-batch's gradients into the slice (tied wte first) */
+    if (t->m.zero == 2) { /* this micro-batch's gradients into the slice (shared sums first) */
         struct optim_groups g = {.dp = &t->par.g_dp, .mp = &t->par.g_mp};
-        if (tied_sum(t, err) || optim_reduce_micro(&t->m, &g, t->st.micro > 0, err)) return -1;
+        if (shared_sums(t, err) || optim_reduce_micro(&t->m, &g, t->st.micro > 0, err)) return -1;
     }
     t->st.micro++;
     t->st.tokens += (int64_t)p->batch.micro_batch * p->model.seq_len * t->where->dp;
@@ -837,7 +838,7 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         if (t->dump_dir && s == 0 && dump_grads(t, err)) return -1;
         double norm;
         struct optim_groups groups = {.dp = &t->par.g_dp, .mp = &t->par.g_mp};
-        if ((t->m.zero < 2 && tied_sum(t, err)) ||
+        if ((t->m.zero < 2 && shared_sums(t, err)) ||
             optim_step(&t->m, &p->optimizer, lr, s + 1, &groups, &norm, err))
             return -1;
         /* the step's loss: the last stage's, over the dp ranks' micro-batches */
