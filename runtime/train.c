@@ -950,10 +950,11 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
              plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(), t.peak_gflops,
              t.m.activation_bytes / 1e6, plan_recompute_name(plan->recompute));
     if (t.multi)
-        log_info("tp %d × pp %d × dp %d = %d ranks (%s schedule%s): a global batch of %d "
+        log_info("tp %d × pp %d × dp %d = %d ranks (%s schedule%s%s): a global batch of %d "
                  "micro-batches × %d sequences × %d tokens per step",
                  where->tp, where->pp, where->dp, where->world,
                  plan_pipeline_name(plan->parallel.schedule), plan->parallel.zero ? ", ZeRO" : "",
+                 plan->parallel.sequence_parallel ? ", sequence parallel" : "",
                  plan->batch.grad_accum * where->dp, plan->batch.micro_batch, plan->model.seq_len);
     if (bf16_emulation(&t) && where->rank == 0) log_warn("%s", bf16_emulation(&t));
     /* samples need the whole model on one rank */

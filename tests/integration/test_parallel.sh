@@ -87,11 +87,20 @@ test_2x2x2_with_zero1_matches_one_rank() {
 # row-parallel biases on B·T/tp rows a rank; the LayerNorms' gradients summed
 # over tp before the step, or before each micro-batch's reduction with ZeRO 2):
 # one rank's numbers, like plain tp (measured: at most 2e-7); the same layout
-# twice, the same bits.
+# twice, the same bits; stopped mid-step (each rank's LayerNorm gradients of
+# its own rows so far in its part of the checkpoint) and resumed, to the bit.
 test_sequence_parallel_matches_one_rank() {
     local sp=(--set parallel.sequence_parallel=true)
     ref one 3 && ref one_h4 3 --set model.heads=4 && ref one6 6 && ref one8 8 || return 1
     layout tp2_sp one 1e-5 --set parallel.tp=2 "${sp[@]}" || return 1
+    local rc=0
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=22 "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_sp" \
+        "${COMMON[@]}" --set parallel.tp=2 "${sp[@]}" >"$WORK/stop_sp.log" 2>&1 || rc=$?
+    [ "$rc" = 75 ] || { echo "exit $rc"; tail "$WORK/stop_sp.log"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_sp" "${COMMON[@]}" --set parallel.tp=2 \
+        "${sp[@]}" >"$WORK/stop_sp2.log" 2>&1 || return 1
+    grep -q "resuming from .*mid-step" "$WORK/stop_sp2.log" || { cat "$WORK/stop_sp2.log"; return 1; }
+    metrics_equal "$WORK/tp2_sp/metrics.jsonl" "$WORK/stop_sp/metrics.jsonl" || return 1
     layout tp4_sp one_h4 1e-5 --set parallel.tp=4 --set model.heads=4 "${sp[@]}" || return 1
     layout tp2dp2z2_sp one6 1e-5 --set parallel.tp=2 --set parallel.dp=2 --set parallel.zero=2 \
         "${sp[@]}" || return 1
