@@ -297,17 +297,17 @@ static int row_parallel_forward(struct model *m, float **out, const float *inp, 
 {
     const struct ops *o = m->ops;
     int C = m->cfg.hidden;
+    float *prod = m->proj;
     struct profile *pr = &m->prof;
-    *out = m->proj;
+    *out = prod;
     if (m->tp.size == 1) {
-        PROF(
-            pr, PROF_MATMUL_FWD,
-            o->matmul_forward(m->proj, inp, P(w, l), weight16(m, w, l), P(bias, l), N, in_cols, C));
+        PROF(pr, PROF_MATMUL_FWD,
+             o->matmul_forward(prod, inp, P(w, l), weight16(m, w, l), P(bias, l), N, in_cols, C));
         return 0;
     }
     PROF(pr, PROF_MATMUL_FWD,
-         o->matmul_forward(m->proj, inp, P(w, l), weight16(m, w, l), NULL, N, in_cols, C));
-    if (tp_sum_rows(m, m->proj, N, out, err)) return -1;
+         o->matmul_forward(prod, inp, P(w, l), weight16(m, w, l), NULL, N, in_cols, C));
+    if (tp_sum_rows(m, prod, N, out, err)) return -1;
     PROF(pr, PROF_MATMUL_FWD, o->add_bias(*out, P(bias, l), rows_of(m, N), C));
     return 0;
 }
