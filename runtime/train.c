@@ -217,6 +217,11 @@ static int check_layout(const struct plan *p, const struct env_rank *where, stru
     if (par->zero > 2)
         return error_set(err, "%s: parallel.zero: 3 is not in this runtime yet (0, 1, 2 are)",
                          p->source);
+    if (par->sequence_parallel && where->tp == 1)
+        return error_set(err,
+                         "%s: parallel.sequence_parallel needs tensor parallelism, but the "
+                         "launcher chose tp 1 for parallel.tp \"auto\" (set parallel.tp)",
+                         p->source);
     if (par->backend == PLAN_BACKEND_NCCL)
         return error_set(err,
                          "%s: parallel.backend: \"nccl\" is not built into this "

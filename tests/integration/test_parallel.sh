@@ -89,8 +89,13 @@ test_2x2x2_with_zero1_matches_one_rank() {
 # one rank's numbers, like plain tp (measured: at most 2e-7); the same layout
 # twice, the same bits; stopped mid-step (each rank's LayerNorm gradients of
 # its own rows so far in its part of the checkpoint) and resumed, to the bit.
+# Without tp ("auto" is 1 on one machine) it is refused, saying why.
 test_sequence_parallel_matches_one_rank() {
     local sp=(--set parallel.sequence_parallel=true)
+    expect_error "$WORK/sp_auto.log" 1 \
+        'parallel.sequence_parallel needs tensor parallelism, but the launcher chose tp 1 for parallel.tp "auto"' \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/sp_auto" "${COMMON[@]}" --set parallel.tp=auto "${sp[@]}" ||
+        return 1
     ref one 3 && ref one_h4 3 --set model.heads=4 && ref one6 6 && ref one8 8 || return 1
     layout tp2_sp one 1e-5 --set parallel.tp=2 "${sp[@]}" || return 1
     local rc=0
