@@ -1155,6 +1155,13 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
                     par->virtual_stages, m->layers);
     if (par->sequence_parallel && tp == 1)
         return fail(c, "parallel.sequence_parallel", "needs parallel.tp > 1");
+    /* sequence parallelism splits a micro-batch's B·T rows evenly over tp */
+    long long rows = (long long)p->batch.micro_batch * m->seq_len;
+    if (par->sequence_parallel && tp != PLAN_AUTO && rows % tp != 0)
+        return fail(c, "parallel.sequence_parallel",
+                    "needs batch.micro_batch × model.seq_len (%d × %d = %lld rows) divisible by "
+                    "parallel.tp (%d)",
+                    p->batch.micro_batch, m->seq_len, rows, tp);
     return check_ranks(c, p) || check_model_size(c, root, p) ? -1 : 0;
 }
 

@@ -54,18 +54,26 @@ static int layer_buffers(struct model *m, size_t field, size_t n, bool stored)
  * checked for overflow: -1 with err naming the plan fields when one does not fit. */
 struct act_sizes {
     size_t N, NC, N3C, N4C, att, logits;
+    size_t R, RC; /* the residual stream's rows on this rank: N, or N/tp sequence parallel */
 };
 
-static int act_sizes(const struct gpt2_config *cfg, int tp, int B, int T, struct act_sizes *s,
-                     struct plait_error *err)
+static int act_sizes(const struct gpt2_config *cfg, int tp, bool sp, int B, int T,
+                     struct act_sizes *s, struct plait_error *err)
 {
     long long C = cfg->hidden, Cl = cfg->hidden / tp;
     if (ck_size(&s->N, B, T) && ck_size(&s->NC, B, T, C) && ck_size(&s->N3C, B, T, 3, Cl) &&
         ck_size(&s->N4C, B, T, 4, Cl) && ck_size(&s->att, B, cfg->heads / tp, T, T) &&
         ck_size(&s->logits, B, T, cfg->padded_vocab / tp) && s->N4C <= SIZE_MAX / 8 / cfg->layers &&
         s->att <= SIZE_MAX / 8 / cfg->layers && s->logits <= SIZE_MAX / 8 && s->N <= INT_MAX / 3 &&
-        C <= INT_MAX / 4) /* the kernels index rows and 4·C columns with int */
-        return 0;
+        C <= INT_MAX / 4) { /* the kernels index rows and 4·C columns with int */
+        s->R = sp ? s->N / (size_t)tp : s->N;
+        s->RC = s->R * (size_t)C;
+        if (!sp || s->N % (size_t)tp == 0) return 0;
+        return error_set(err,
+                         "parallel.sequence_parallel: batch.micro_batch %d × model.seq_len %d = "
+                         "%zu rows do not split evenly over parallel.tp %d",
+                         B, T, s->N, tp);
+    }
     return error_set(err,
                      "batch.micro_batch %d × model.seq_len %d (with model.heads %d, "
                      "model.hidden %d, model.padded_vocab %d, model.layers %d): the activation "
@@ -102,7 +110,10 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
         shape->zero > 2)
         return error_set(err, "model: data-parallel rank %d of %d, ZeRO stage %d", shape->dp_rank,
                          shape->dp, shape->zero);
-    if (act_sizes(cfg, part->tp, B, T, &z, err)) return -1;
+    if (shape->sequence_parallel && part->tp == 1)
+        return error_set(err, "model: sequence parallelism needs a tensor-parallel group");
+    m->sp = shape->sequence_parallel;
+    if (act_sizes(cfg, part->tp, m->sp, B, T, &z, err)) return -1;
     m->Cl = cfg->hidden / part->tp;
     m->NHl = cfg->heads / part->tp;
     m->Vpl = cfg->padded_vocab / part->tp;
@@ -114,7 +125,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     m->first = m->shard.first;
     m->last = m->shard.last;
     m->n_slots = n_slots;
-    size_t P = m->shard.total, N = z.N, NC = z.NC;
+    size_t P = m->shard.total, N = z.N, NC = z.NC, R = z.R, RC = z.RC;
     m->dp = shape->dp;
     m->dp_rank = shape->dp_rank;
     m->zero = shape->dp > 1 ? shape->zero : 0;
@@ -137,19 +148,20 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     if (!ok) goto oom;
 
     /* what is kept per layer: everything (none), all but the attention
-     * probabilities and the GELU output (selective), only the layer outputs (full) */
+     * probabilities and the GELU output (selective), only the layer outputs (full);
+     * the residual stream and the LayerNorms on R rows */
     bool keep_all = recompute == PLAN_RECOMPUTE_NONE;
     bool keep_most = recompute != PLAN_RECOMPUTE_FULL;
 #define AT(f) offsetof(struct layer_acts, f)
-    if (layer_buffers(m, AT(ln1), NC, keep_most) || layer_buffers(m, AT(ln1_mean), N, keep_most) ||
-        layer_buffers(m, AT(ln1_rstd), N, keep_most) ||
+    if (layer_buffers(m, AT(ln1), RC, keep_most) || layer_buffers(m, AT(ln1_mean), R, keep_most) ||
+        layer_buffers(m, AT(ln1_rstd), R, keep_most) ||
         layer_buffers(m, AT(qkv), z.N3C, keep_most) ||
         layer_buffers(m, AT(atty), N * (size_t)m->Cl, keep_most) ||
-        layer_buffers(m, AT(att), z.att, keep_all) || layer_buffers(m, AT(res2), NC, keep_most) ||
-        layer_buffers(m, AT(ln2), NC, keep_most) || layer_buffers(m, AT(ln2_mean), N, keep_most) ||
-        layer_buffers(m, AT(ln2_rstd), N, keep_most) ||
+        layer_buffers(m, AT(att), z.att, keep_all) || layer_buffers(m, AT(res2), RC, keep_most) ||
+        layer_buffers(m, AT(ln2), RC, keep_most) || layer_buffers(m, AT(ln2_mean), R, keep_most) ||
+        layer_buffers(m, AT(ln2_rstd), R, keep_most) ||
         layer_buffers(m, AT(fch), z.N4C, keep_most) ||
-        layer_buffers(m, AT(fch_gelu), z.N4C, keep_all) || layer_buffers(m, AT(res3), NC, true))
+        layer_buffers(m, AT(fch_gelu), z.N4C, keep_all) || layer_buffers(m, AT(res3), RC, true))
         goto oom;
     if (m->split_backward &&
         (layer_buffers(m, AT(g_fcproj), NC, true) || layer_buffers(m, AT(g_fc), z.N4C, true) ||
@@ -158,22 +170,23 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
 #undef AT
     for (int s = 0; s < n_slots && ok; s++) {
         struct model_slot *sl = &m->slots[s];
-        ok = (sl->input = dev_alloc(m, NC * sizeof(float), true)) &&
+        ok = (sl->input = dev_alloc(m, RC * sizeof(float), true)) &&
              (!m->first || (sl->tokens = dev_alloc(m, N * sizeof(int32_t), true))) &&
              (!m->last || ((sl->targets = dev_alloc(m, N * sizeof(int32_t), true)) &&
-                           (sl->lnf = dev_alloc(m, NC * sizeof(float), true)) &&
-                           (sl->lnf_mean = dev_alloc(m, N * sizeof(float), true)) &&
-                           (sl->lnf_rstd = dev_alloc(m, N * sizeof(float), true)) &&
+                           (sl->lnf = dev_alloc(m, RC * sizeof(float), true)) &&
+                           (sl->lnf_mean = dev_alloc(m, R * sizeof(float), true)) &&
+                           (sl->lnf_rstd = dev_alloc(m, R * sizeof(float), true)) &&
                            (sl->logits = dev_alloc(m, z.logits * sizeof(float), true))));
     }
     ok = ok && (m->proj = dev_alloc(m, NC * sizeof(float), true)) &&
          (m->losses = dev_alloc(m, N * sizeof(float), true)) &&
-         (m->dres = dev_alloc(m, NC * sizeof(float), true)) &&
+         (m->dres = dev_alloc(m, RC * sizeof(float), true)) &&
          (m->dC = dev_alloc(m, NC * sizeof(float), true)) &&
          (m->d3C = dev_alloc(m, z.N3C * sizeof(float), true)) &&
          (m->d4C = dev_alloc(m, z.N4C * sizeof(float), true)) &&
          (m->datt = dev_alloc(m, z.att * sizeof(float), true));
     if (ok && m->tp.size > 1) ok = (m->ce_stats = dev_alloc(m, 3 * N * sizeof(float), true));
+    if (ok && m->sp) ok = (m->whole = dev_alloc(m, NC * sizeof(float), true));
     if (!ok) goto oom;
     m->losses_host = calloc(N, sizeof(float));
     if (!m->losses_host) goto oom;
@@ -223,6 +236,12 @@ static const uint16_t *weight16(const struct model *m, enum gpt2_tensor t, int l
 
 /* ---- tensor parallelism ------------------------------------------------------------ */
 
+/* The rows of the residual stream this rank holds of N: N/tp sequence parallel. */
+static int rows_of(const struct model *m, int N)
+{
+    return m->sp ? N / m->tp.size : N;
+}
+
 /* Sums (or maxes) n floats of buf over the tp group: a no-op without one. */
 static int tp_reduce(struct model *m, float *buf, size_t n, bool max, struct plait_error *err)
 {
@@ -233,24 +252,68 @@ static int tp_reduce(struct model *m, float *buf, size_t n, bool max, struct pla
     return 0;
 }
 
-/* out (N,C) = inp · wᵀ + bias for a row-parallel weight: this rank's partial
- * product, the sum over the group, then the bias once (fused without tp). */
-static int row_parallel_forward(struct model *m, float *out, const float *inp, enum gpt2_tensor w,
+/* Sequence parallelism's two collectives over (N,C) row blocks, R = N/tp
+ * rows a rank. The residual stream's rows (R,C) -> *whole (N,C), every
+ * rank's block in rank order, in m->whole (without sequence parallelism the
+ * rows are already whole: *whole = rows). */
+static int sp_gather(struct model *m, const float *rows, int N, const float **whole,
+                     struct plait_error *err)
+{
+    *whole = rows;
+    if (!m->sp) return 0;
+    struct plait_error why;
+    size_t RC = (size_t)(N / m->tp.size) * m->cfg.hidden;
+    if (m->tp.allgather(m->tp.ctx, rows, m->whole, RC, &why))
+        return error_set(err, "sequence-parallel all-gather: %s", why.text);
+    *whole = m->whole;
+    return 0;
+}
+
+/* partial (N,C) summed over the group, this rank's R rows of the sum into
+ * rows (R,C), another buffer. */
+static int sp_scatter(struct model *m, const float *partial, float *rows, int N,
+                      struct plait_error *err)
+{
+    struct plait_error why;
+    size_t RC = (size_t)(N / m->tp.size) * m->cfg.hidden;
+    if (m->tp.reduce_scatter(m->tp.ctx, partial, rows, RC, &why))
+        return error_set(err, "sequence-parallel reduce-scatter: %s", why.text);
+    return 0;
+}
+
+/* partial (N,C), this rank's term of a sum over the group (a row-parallel
+ * product, the input gradient of a column-parallel one) -> *rows: the sum's
+ * rows this rank holds, (N,C) in place (all-reduce) or, sequence parallel,
+ * its R rows in m->whole (reduce-scatter). */
+static int tp_sum_rows(struct model *m, float *partial, int N, float **rows,
+                       struct plait_error *err)
+{
+    *rows = m->sp ? m->whole : partial;
+    return m->sp ? sp_scatter(m, partial, m->whole, N, err)
+                 : tp_reduce(m, partial, (size_t)N * m->cfg.hidden, false, err);
+}
+
+/* *out = inp (N,in_cols) · wᵀ + bias for a row-parallel weight, on this
+ * rank's rows of the residual stream: the partial product into m->proj, its
+ * sum over the group, then the bias once (fused without tp). */
+static int row_parallel_forward(struct model *m, float **out, const float *inp, enum gpt2_tensor w,
                                 enum gpt2_tensor bias, int l, int N, int in_cols,
                                 struct plait_error *err)
 {
     const struct ops *o = m->ops;
     int C = m->cfg.hidden;
+    float *prod = m->proj;
     struct profile *pr = &m->prof;
+    *out = prod;
     if (m->tp.size == 1) {
         PROF(pr, PROF_MATMUL_FWD,
-             o->matmul_forward(out, inp, P(w, l), weight16(m, w, l), P(bias, l), N, in_cols, C));
+             o->matmul_forward(prod, inp, P(w, l), weight16(m, w, l), P(bias, l), N, in_cols, C));
         return 0;
     }
     PROF(pr, PROF_MATMUL_FWD,
-         o->matmul_forward(out, inp, P(w, l), weight16(m, w, l), NULL, N, in_cols, C));
-    if (tp_reduce(m, out, (size_t)N * C, false, err)) return -1;
-    PROF(pr, PROF_MATMUL_FWD, o->add_bias(out, P(bias, l), N, C));
+         o->matmul_forward(prod, inp, P(w, l), weight16(m, w, l), NULL, N, in_cols, C));
+    if (tp_sum_rows(m, prod, N, out, err)) return -1;
+    PROF(pr, PROF_MATMUL_FWD, o->add_bias(*out, P(bias, l), rows_of(m, N), C));
     return 0;
 }
 
@@ -262,35 +325,40 @@ static const float *layer_input(const struct model_slot *sl, int i)
     return i == 0 ? sl->input : sl->layer[i - 1].res3;
 }
 
+/* Sequence parallel, the LayerNorms and residual adds run on this rank's R
+ * rows; each column-parallel product reads the LayerNorm's output gathered
+ * from the group, each row-parallel one is reduce-scattered back to R rows. */
 static int layer_forward(struct model *m, struct model_slot *sl, int i, int B, int T,
                          struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, l = m->layer0 + i;
+    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, R = rows_of(m, N), l = m->layer0 + i;
     struct layer_acts *a = &sl->layer[i];
-    const float *in = layer_input(sl, i);
+    const float *in = layer_input(sl, i), *ln;
+    float *proj;
     struct profile *pr = &m->prof;
     PROF(pr, PROF_LAYERNORM_FWD,
          o->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, in, P(GPT2_LN1W, l),
-                              P(GPT2_LN1B, l), N, C));
+                              P(GPT2_LN1B, l), R, C));
+    if (sp_gather(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_FWD,
-         o->matmul_forward(a->qkv, a->ln1, P(GPT2_QKVW, l), weight16(m, GPT2_QKVW, l),
-                           P(GPT2_QKVB, l), N, C, 3 * Cl));
+         o->matmul_forward(a->qkv, ln, P(GPT2_QKVW, l), weight16(m, GPT2_QKVW, l), P(GPT2_QKVB, l),
+                           N, C, 3 * Cl));
     PROF(pr, PROF_ATTENTION_FWD, o->attention_forward(a->atty, a->att, a->qkv, B, T, Cl, m->NHl));
-    if (row_parallel_forward(m, m->proj, a->atty, GPT2_ATTPROJW, GPT2_ATTPROJB, l, N, Cl, err))
+    if (row_parallel_forward(m, &proj, a->atty, GPT2_ATTPROJW, GPT2_ATTPROJB, l, N, Cl, err))
         return -1;
-    PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(a->res2, in, m->proj, (size_t)N * C));
+    PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(a->res2, in, proj, (size_t)R * C));
     PROF(pr, PROF_LAYERNORM_FWD,
          o->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(GPT2_LN2W, l),
-                              P(GPT2_LN2B, l), N, C));
+                              P(GPT2_LN2B, l), R, C));
+    if (sp_gather(m, a->ln2, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_FWD,
-         o->matmul_forward(a->fch, a->ln2, P(GPT2_FCW, l), weight16(m, GPT2_FCW, l), P(GPT2_FCB, l),
-                           N, C, 4 * Cl));
+         o->matmul_forward(a->fch, ln, P(GPT2_FCW, l), weight16(m, GPT2_FCW, l), P(GPT2_FCB, l), N,
+                           C, 4 * Cl));
     PROF(pr, PROF_GELU_FWD, o->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * Cl));
-    if (row_parallel_forward(m, m->proj, a->fch_gelu, GPT2_FCPROJW, GPT2_FCPROJB, l, N, 4 * Cl,
-                             err))
+    if (row_parallel_forward(m, &proj, a->fch_gelu, GPT2_FCPROJW, GPT2_FCPROJB, l, N, 4 * Cl, err))
         return -1;
-    PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(a->res3, a->res2, m->proj, (size_t)N * C));
+    PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(a->res3, a->res2, proj, (size_t)R * C));
     return 0;
 }
 
@@ -323,13 +391,15 @@ static int head_forward(struct model *m, struct model_slot *sl, const int32_t *t
 {
     const struct ops *o = m->ops;
     int C = m->cfg.hidden;
+    const float *lnf;
     struct profile *pr = &m->prof;
     PROF(pr, PROF_LAYERNORM_FWD,
          o->layernorm_forward(sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->layer[m->n_layers - 1].res3,
-                              P(GPT2_LNFW, 0), P(GPT2_LNFB, 0), N, C));
+                              P(GPT2_LNFW, 0), P(GPT2_LNFB, 0), rows_of(m, N), C));
+    if (sp_gather(m, sl->lnf, N, &lnf, err)) return -1;
     PROF(pr, PROF_LM_HEAD_FWD,
-         o->matmul_forward(sl->logits, sl->lnf, P(GPT2_WTE, 0), weight16(m, GPT2_WTE, 0), NULL, N,
-                           C, m->Vpl));
+         o->matmul_forward(sl->logits, lnf, P(GPT2_WTE, 0), weight16(m, GPT2_WTE, 0), NULL, N, C,
+                           m->Vpl));
     if (!targets) return 0;
     o->upload(sl->targets, targets, (size_t)N * sizeof(int32_t));
     if (m->tp.size == 1) {
@@ -358,15 +428,24 @@ int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const 
                          "micro-batch %d×%d in slot %d exceeds the model's buffers (%d×%d, "
                          "%d slots)",
                          B, T, slot, m->B, m->T, m->n_slots);
+    if (m->sp && N % m->tp.size != 0)
+        return error_set(err,
+                         "micro-batch %d×%d: %d rows do not split over the %d ranks of "
+                         "sequence parallelism",
+                         B, T, N, m->tp.size);
     struct model_slot *sl = &m->slots[slot];
     struct profile *pr = &m->prof;
     if (m->first) {
         o->upload(sl->tokens, tokens, (size_t)N * sizeof(int32_t));
-        /* vocabulary-parallel: each rank its rows of wte, one of them wpe; the sum is exact */
+        /* vocabulary-parallel: each rank its rows of wte, one of them wpe; the sum is
+         * exact (all-reduced, or reduce-scattered to this rank's rows) */
+        float *emb = m->sp ? m->whole : sl->input;
         PROF(pr, PROF_EMBED_FWD,
-             o->encoder_forward(sl->input, sl->tokens, P(GPT2_WTE, 0), m->v0, m->Vpl,
+             o->encoder_forward(emb, sl->tokens, P(GPT2_WTE, 0), m->v0, m->Vpl,
                                 m->tp.rank == 0 ? P(GPT2_WPE, 0) : NULL, B, T, C));
-        if (tp_reduce(m, sl->input, (size_t)N * C, false, err)) return -1;
+        if (m->sp ? sp_scatter(m, emb, sl->input, N, err)
+                  : tp_reduce(m, emb, (size_t)N * C, false, err))
+            return -1;
     }
     for (int i = 0; i < m->n_layers; i++)
         if (layer_forward(m, sl, i, B, T, err)) return -1;
@@ -383,6 +462,11 @@ int model_forward(struct model *m, const int32_t *inputs, const int32_t *targets
 float *model_stage_input(struct model *m, int slot)
 {
     return m->slots[slot].input;
+}
+
+size_t model_stage_floats(const struct model *m, int B, int T)
+{
+    return (size_t)rows_of(m, B * T) * (size_t)m->cfg.hidden;
 }
 
 const float *model_stage_output(const struct model *m, int slot)
@@ -437,7 +521,7 @@ enum bwd_pass {
     BWD_WEIGHTS /* those weight gradients, from what BWD_INPUT kept */
 };
 
-/* Product `g`'s output gradient for BWD_INPUT: kept in `keep` (the slot's),
+/* A product's output gradient for BWD_INPUT: kept in `keep` (the slot's),
  * copied there from `from` unless it was computed there. */
 static const float *kept(struct model *m, enum bwd_pass pass, float *keep, const float *from,
                          size_t n)
@@ -448,57 +532,70 @@ static const float *kept(struct model *m, enum bwd_pass pass, float *keep, const
 }
 
 /* On entry m->dres holds the gradient of the layer's output (whole on every
- * tp rank); on exit, of its input. The input gradients of the column-parallel
- * products are partial sums over the group until reduced. With BWD_INPUT the
+ * tp rank, or its R rows sequence parallel); on exit, of its input. The input
+ * gradients of the column-parallel products are partial sums over the group
+ * until reduced. Sequence parallel, the mirror of the forward: the residual
+ * gradient is gathered before each row-parallel product's backward (which so
+ * sees all N rows: its bias gradient is whole on every rank), the LayerNorm
+ * outputs are gathered again for the column-parallel weight gradients, and
+ * their input gradients are reduce-scattered to R rows. With BWD_INPUT the
  * products' weight gradients are left for layer_weights. */
 static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, int T, bool acc,
                           enum bwd_pass pass, struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, l = m->layer0 + i;
+    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, R = rows_of(m, N), l = m->layer0 + i;
     size_t NC = (size_t)N * C, N4C = (size_t)N * 4 * Cl;
     struct layer_acts *a = &sl->layer[i];
-    const float *in = layer_input(sl, i);
+    const float *in = layer_input(sl, i), *dout, *ln;
+    float *dln;
     struct profile *pr = &m->prof;
-    bool w = pass == BWD_ALL; /* the weight gradients too */
+    bool w = pass == BWD_ALL; /* the weight gradients too (their inputs gathered) */
 #define GW(t) (w ? G(t, l) : NULL)
     if (recompute_timed(m, sl, i, B, T, err)) return -1;
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
-    const float *d = kept(m, pass, a->g_fcproj, m->dres, NC);
+    if (sp_gather(m, m->dres, N, &dout, err)) return -1;
+    dout = kept(m, pass, a->g_fcproj, dout, NC);
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(m->d4C, GW(GPT2_FCPROJW), GW(GPT2_FCPROJB), d, a->fch_gelu,
+         o->matmul_backward(m->d4C, GW(GPT2_FCPROJW), GW(GPT2_FCPROJB), dout, a->fch_gelu,
                             P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l), N, 4 * Cl, C, acc));
     float *dfc = pass == BWD_INPUT ? a->g_fc : m->d4C;
     PROF(pr, PROF_GELU_BWD, o->gelu_backward(dfc, a->fch, m->d4C, N4C));
+    ln = a->ln2;
+    if (w && sp_gather(m, a->ln2, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(m->dC, GW(GPT2_FCW), GW(GPT2_FCB), dfc, a->ln2, P(GPT2_FCW, l),
+         o->matmul_backward(m->dC, GW(GPT2_FCW), GW(GPT2_FCB), dfc, ln, P(GPT2_FCW, l),
                             weight16(m, GPT2_FCW, l), N, C, 4 * Cl, acc));
-    if (tp_reduce(m, m->dC, NC, false, err)) return -1;
+    if (tp_sum_rows(m, m->dC, N, &dln, err)) return -1;
     PROF(pr, PROF_LAYERNORM_BWD,
-         o->layernorm_backward(m->dres, G(GPT2_LN2W, l), G(GPT2_LN2B, l), m->dC, a->res2,
-                               P(GPT2_LN2W, l), a->ln2_mean, a->ln2_rstd, N, C, acc));
+         o->layernorm_backward(m->dres, G(GPT2_LN2W, l), G(GPT2_LN2B, l), dln, a->res2,
+                               P(GPT2_LN2W, l), a->ln2_mean, a->ln2_rstd, R, C, acc));
     /* attention: res2 = in + attproj(attention(qkv(ln1(in)))) */
-    d = kept(m, pass, a->g_attproj, m->dres, NC);
+    if (sp_gather(m, m->dres, N, &dout, err)) return -1;
+    dout = kept(m, pass, a->g_attproj, dout, NC);
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(m->dC, GW(GPT2_ATTPROJW), GW(GPT2_ATTPROJB), d, a->atty,
+         o->matmul_backward(m->dC, GW(GPT2_ATTPROJW), GW(GPT2_ATTPROJB), dout, a->atty,
                             P(GPT2_ATTPROJW, l), weight16(m, GPT2_ATTPROJW, l), N, Cl, C, acc));
     float *dqkv = pass == BWD_INPUT ? a->g_qkv : m->d3C;
     PROF(pr, PROF_ATTENTION_BWD,
          o->attention_backward(dqkv, m->datt, m->dC, a->qkv, a->att, B, T, Cl, m->NHl));
+    ln = a->ln1;
+    if (w && sp_gather(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(m->dC, GW(GPT2_QKVW), GW(GPT2_QKVB), dqkv, a->ln1, P(GPT2_QKVW, l),
+         o->matmul_backward(m->dC, GW(GPT2_QKVW), GW(GPT2_QKVB), dqkv, ln, P(GPT2_QKVW, l),
                             weight16(m, GPT2_QKVW, l), N, C, 3 * Cl, acc));
 #undef GW
-    if (tp_reduce(m, m->dC, NC, false, err)) return -1;
+    if (tp_sum_rows(m, m->dC, N, &dln, err)) return -1;
     PROF(pr, PROF_LAYERNORM_BWD,
-         o->layernorm_backward(m->dres, G(GPT2_LN1W, l), G(GPT2_LN1B, l), m->dC, in,
-                               P(GPT2_LN1W, l), a->ln1_mean, a->ln1_rstd, N, C, acc));
+         o->layernorm_backward(m->dres, G(GPT2_LN1W, l), G(GPT2_LN1B, l), dln, in, P(GPT2_LN1W, l),
+                               a->ln1_mean, a->ln1_rstd, R, C, acc));
     return 0;
 }
 
 /* BWD_WEIGHTS of local layer i: the four products' weight gradients from
  * the output gradients BWD_INPUT kept and the inputs the slot holds (rerun
- * where the recompute policy did not keep them). */
+ * where the recompute policy did not keep them; the LayerNorm outputs
+ * gathered again, sequence parallel). */
 static int layer_weights(struct model *m, struct model_slot *sl, int i, int B, int T, bool acc,
                          struct plait_error *err)
 {
@@ -506,19 +603,22 @@ static int layer_weights(struct model *m, struct model_slot *sl, int i, int B, i
     int C = m->cfg.hidden, Cl = m->Cl, N = B * T, l = m->layer0 + i;
     struct layer_acts *a = &sl->layer[i];
     struct profile *pr = &m->prof;
+    const float *ln;
     if (recompute_timed(m, sl, i, B, T, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
          o->matmul_backward(NULL, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), a->g_fcproj, a->fch_gelu,
                             P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l), N, 4 * Cl, C, acc));
+    if (sp_gather(m, a->ln2, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(NULL, G(GPT2_FCW, l), G(GPT2_FCB, l), a->g_fc, a->ln2, P(GPT2_FCW, l),
+         o->matmul_backward(NULL, G(GPT2_FCW, l), G(GPT2_FCB, l), a->g_fc, ln, P(GPT2_FCW, l),
                             weight16(m, GPT2_FCW, l), N, C, 4 * Cl, acc));
     PROF(pr, PROF_MATMUL_BWD,
          o->matmul_backward(NULL, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), a->g_attproj, a->atty,
                             P(GPT2_ATTPROJW, l), weight16(m, GPT2_ATTPROJW, l), N, Cl, C, acc));
+    if (sp_gather(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(NULL, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->g_qkv, a->ln1,
-                            P(GPT2_QKVW, l), weight16(m, GPT2_QKVW, l), N, C, 3 * Cl, acc));
+         o->matmul_backward(NULL, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->g_qkv, ln, P(GPT2_QKVW, l),
+                            weight16(m, GPT2_QKVW, l), N, C, 3 * Cl, acc));
     return 0;
 }
 
@@ -529,17 +629,20 @@ static int head_backward(struct model *m, struct model_slot *sl, int N, bool acc
                          struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    int C = m->cfg.hidden;
+    int C = m->cfg.hidden, R = rows_of(m, N);
+    const float *lnf;
+    float *dlnf;
     struct profile *pr = &m->prof;
+    if (sp_gather(m, sl->lnf, N, &lnf, err)) return -1;
     PROF(pr, PROF_LM_HEAD_BWD,
-         o->matmul_backward(m->dC, G(GPT2_WTE, 0), NULL, sl->logits, sl->lnf, P(GPT2_WTE, 0),
+         o->matmul_backward(m->dC, G(GPT2_WTE, 0), NULL, sl->logits, lnf, P(GPT2_WTE, 0),
                             weight16(m, GPT2_WTE, 0), N, C, m->Vpl, acc));
-    if (tp_reduce(m, m->dC, (size_t)N * C, false, err)) return -1;
-    o->zero(m->dres, (size_t)N * C * sizeof(float));
+    if (tp_sum_rows(m, m->dC, N, &dlnf, err)) return -1;
+    o->zero(m->dres, (size_t)R * C * sizeof(float));
     PROF(pr, PROF_LAYERNORM_BWD,
-         o->layernorm_backward(m->dres, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), m->dC,
+         o->layernorm_backward(m->dres, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), dlnf,
                                sl->layer[m->n_layers - 1].res3, P(GPT2_LNFW, 0), sl->lnf_mean,
-                               sl->lnf_rstd, N, C, acc));
+                               sl->lnf_rstd, R, C, acc));
     return 0;
 }
 
@@ -561,20 +664,23 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
     if (m->last) {
         if (head_backward(m, sl, N, acc, err)) return -1;
     } else {
-        o->upload(m->dres, grad_out, (size_t)N * C * sizeof(float));
+        o->upload(m->dres, grad_out, model_stage_floats(m, B, T) * sizeof(float));
     }
     for (int i = m->n_layers - 1; i >= 0; i--)
         if (layer_backward(m, sl, i, B, T, acc, pass, err) ||
             (pass == BWD_ALL && layer_final(m, i, err)))
             return -1;
     if (m->first) {
-        /* the embedding: with the head on this rank too it adds to dwte, else it writes */
+        /* the embedding: with the head on this rank too it adds to dwte, else it writes;
+         * sequence parallel, from the gathered rows (dwpe is then whole on every rank) */
         bool acc_wte = acc || m->last;
+        const float *demb;
         struct profile *pr = &m->prof;
+        if (sp_gather(m, m->dres, N, &demb, err)) return -1;
         if (!acc_wte) o->zero(G(GPT2_WTE, 0), m->shard.elems[GPT2_WTE] * sizeof(float));
         PROF(pr, PROF_EMBED_BWD,
-             o->encoder_backward(G(GPT2_WTE, 0), m->v0, m->Vpl, G(GPT2_WPE, 0), m->dres, sl->tokens,
-                                 B, T, C, acc));
+             o->encoder_backward(G(GPT2_WTE, 0), m->v0, m->Vpl, G(GPT2_WPE, 0), demb, sl->tokens, B,
+                                 T, C, acc));
     }
     return check_ops(m, "backward", err);
 }
@@ -605,4 +711,47 @@ int model_stage_backward_weights(struct model *m, int slot, int B, int T, bool a
 int model_backward(struct model *m, int B, int T, bool acc, struct plait_error *err)
 {
     return model_stage_backward(m, 0, NULL, B, T, acc, err);
+}
+
+/* The LayerNorm tensors' instances in the shard, (offset, elements) pairs. */
+struct ln_list {
+    size_t (*at)[2];
+    int n;
+};
+
+static int ln_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
+{
+    (void)layer;
+    struct ln_list *l = ctx;
+    if (t == GPT2_LN1W || t == GPT2_LN1B || t == GPT2_LN2W || t == GPT2_LN2B || t == GPT2_LNFW ||
+        t == GPT2_LNFB) {
+        l->at[l->n][0] = off;
+        l->at[l->n++][1] = n;
+    }
+    return 0;
+}
+
+static int by_offset(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* One all-reduce for each run of adjacent instances in the buffer (a layer's
+ * weight and bias lie together). */
+int model_sum_layernorm_grads(struct model *m, struct plait_error *err)
+{
+    if (!m->sp) return 0;
+    struct ln_list l = {malloc((4 * (size_t)m->n_layers + 2) * sizeof *l.at), 0};
+    if (!l.at) return error_set(err, "out of memory");
+    gpt2_shard_each(&m->shard, ln_instance, &l);
+    qsort(l.at, (size_t)l.n, sizeof *l.at, by_offset);
+    int rc = 0;
+    for (int i = 0; i < l.n && rc == 0;) {
+        size_t off = l.at[i][0], n = 0;
+        for (; i < l.n && l.at[i][0] == off + n; i++) n += l.at[i][1];
+        rc = tp_reduce(m, m->grads + off, n, false, err);
+    }
+    free(l.at);
+    return rc ? error_prefix(err, "the LayerNorms' gradients: ") : 0;
 }

@@ -17,18 +17,20 @@
 #include "runtime/profile.h"
 
 /* What one layer's forward leaves for its backward. With recompute, some of
- * these point at one shared scratch buffer and backward recomputes them. */
+ * these point at one shared scratch buffer and backward recomputes them.
+ * R is the rows of the residual stream this rank holds: N, or with sequence
+ * parallelism its block of N/tp rows (rows [tp_rank·R, (tp_rank+1)·R)). */
 struct layer_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
+    float *ln1, *ln1_mean, *ln1_rstd; /* (R,C), (R), (R) */
     float *qkv;                       /* (N,3C/tp) this rank's heads of q, k, v */
     float *atty;                      /* (N,C/tp) attention output before projection */
     float *att;                       /* (B,NH/tp,T,T) softmax probabilities */
-    float *res2;                      /* (N,C) residual after attention */
-    float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
+    float *res2;                      /* (R,C) residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (R,C), (R), (R) */
     float *fch, *fch_gelu;            /* (N,4C/tp) column shard */
-    float *res3;                      /* (N,C) the layer's output */
-    /* split backward only: the gradients of the four products' outputs, left
-     * by the input-gradient pass for the weight-gradient pass */
+    float *res3;                      /* (R,C) the layer's output */
+    /* split backward only: the gradients of the four products' outputs (all N
+     * rows), left by the input-gradient pass for the weight-gradient pass */
     float *g_fcproj, *g_fc;   /* (N,C), (N,4C/tp) */
     float *g_attproj, *g_qkv; /* (N,C), (N,3C/tp) */
 };
@@ -38,10 +40,10 @@ struct layer_acts {
  * many); without a pipeline there is one. */
 struct model_slot {
     struct layer_acts *layer;         /* [the stage's layers] */
-    float *input;                     /* (N,C) the stage's input: the embedding on the first
+    float *input;                     /* (R,C) the stage's input: the embedding on the first
                                          stage, the activation received on the others */
     int32_t *tokens, *targets;        /* (N) first stage: its tokens; last stage: the targets */
-    float *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) last stage */
+    float *lnf, *lnf_mean, *lnf_rstd; /* (R,C), (R), (R) last stage */
     float *logits;                    /* (N,Vp/tp) last stage; turned into dlogits by the loss */
 };
 
@@ -49,6 +51,7 @@ struct model {
     struct gpt2_config cfg;  /* the whole model's dimensions */
     struct gpt2_shard shard; /* what this rank holds, and where (layer-major) */
     struct group tp;         /* its tensor-parallel group */
+    bool sp;                 /* Megatron sequence parallelism over tp (tp > 1 only) */
     int Cl, NHl;             /* channels and heads of this rank's attention: C/tp, NH/tp */
     int v0, Vpl, nv;         /* its vocabulary shard: entries [v0, v0+Vpl), nv of them real */
     int layer0, n_layers;    /* its pipeline stage's layers [layer0, layer0 + n_layers) */
@@ -73,11 +76,14 @@ struct model {
     int n_slots;
     struct model_slot *slots; /* [n_slots] */
     float *proj;              /* (N,C) scratch: output of the two projections */
+    float *whole;             /* (N,C) scratch, sequence parallel only: the rows gathered from
+                                 the tp group (a LayerNorm's output, the residual gradient),
+                                 or the R rows a reduce-scatter leaves */
     float *losses;            /* (N) */
     float *ce_stats;          /* (3N) row max, Σexp, target logit (tp > 1) */
 
     /* backward scratch */
-    float *dres; /* (N,C) gradient of the residual stream; after a stage's backward, of its
+    float *dres; /* (R,C) gradient of the residual stream; after a stage's backward, of its
                     input */
     float *dC;   /* (N,C) */
     float *d3C;  /* (N,3C/tp) */
@@ -101,12 +107,15 @@ struct model_shape {
     int B, T; /* the largest micro-batch */
     enum plan_precision precision;
     enum plan_recompute recompute;
-    int slots;           /* micro-batches in flight at once (1 without a pipeline) */
-    int dp, dp_rank;     /* data-parallel ranks holding the same part (1, 0: none) */
-    int zero;            /* ZeRO stage: from 1 the optimizer state, from 2 the accumulated
-                            gradients, hold this rank's 1/dp slice of the parameters */
-    bool split_backward; /* backward in two passes (zero-bubble schedules): each slot keeps
-                            what the weight-gradient pass needs */
+    int slots;              /* micro-batches in flight at once (1 without a pipeline) */
+    int dp, dp_rank;        /* data-parallel ranks holding the same part (1, 0: none) */
+    int zero;               /* ZeRO stage: from 1 the optimizer state, from 2 the accumulated
+                               gradients, hold this rank's 1/dp slice of the parameters */
+    bool sequence_parallel; /* tp > 1: the residual stream, LayerNorms and biases of the
+                               row-parallel products on N/tp rows a rank (B·T divisible
+                               by tp) */
+    bool split_backward;    /* backward in two passes (zero-bubble schedules): each slot keeps
+                               what the weight-gradient pass needs */
 };
 
 /* Allocates everything for the part of the model `part` names
@@ -133,6 +142,13 @@ int model_forward(struct model *m, const int32_t *inputs, const int32_t *targets
  * written (accumulate = false, the first micro-batch of a step) or added. */
 int model_backward(struct model *m, int B, int T, bool accumulate, struct plait_error *err);
 
+/* With sequence parallelism each tp rank's LayerNorm gradients (ln1, ln2,
+ * lnf: weights and biases) cover its own rows only: sums them over the tp
+ * group, in place (a no-op without sequence parallelism). Call it once the
+ * gradients to be stepped or sliced are complete: before optim_step, or with
+ * ZeRO 2 after each micro-batch, before optim_reduce_micro. */
+int model_sum_layernorm_grads(struct model *m, struct plait_error *err);
+
 /* The same for one pipeline stage and one slot (model_forward and
  * model_backward are these for the whole model in slot 0).
  * Forward: the first stage embeds `tokens` (host); the others read their
@@ -141,7 +157,8 @@ int model_backward(struct model *m, int B, int T, bool accumulate, struct plait_
  * as model_forward does; the others leave their output at
  * model_stage_output(m, slot).
  * Backward: the last stage starts from its dlogits; the others from
- * grad_out (N,C, backend memory: the next stage's input gradient). After it,
+ * grad_out (model_stage_floats, backend memory: the next stage's input
+ * gradient). After it,
  * the gradient of this stage's input is at model_stage_input_grad(m), valid
  * until the next backward (the first stage has used it for its embedding). */
 int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const int32_t *targets,
@@ -162,6 +179,10 @@ int model_stage_backward_input(struct model *m, int slot, const float *grad_out,
 int model_stage_backward_weights(struct model *m, int slot, int B, int T, bool accumulate,
                                  struct plait_error *err);
 float *model_stage_input(struct model *m, int slot);
+/* Floats of a stage's input, its output and their gradients for a B×T
+ * micro-batch: N·C, or this rank's R·C rows with sequence parallelism (tp
+ * rank r of one stage exchanges with tp rank r of the next). */
+size_t model_stage_floats(const struct model *m, int B, int T);
 const float *model_stage_output(const struct model *m, int slot);
 const float *model_stage_input_grad(const struct model *m);
 

@@ -87,7 +87,7 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
                          "pipeline: stage %d holds up to %d micro-batches, the model has %d "
                          "slots",
                          stage, schedule_max_in_flight(s, stage), m->n_slots);
-    size_t N = (size_t)B * T, NC = N * (size_t)m->cfg.hidden;
+    size_t N = (size_t)B * T, NC = model_stage_floats(m, B, T); /* what crosses a stage */
     struct run r = {m, malloc((size_t)s->m * sizeof(int)), calloc((size_t)m->n_slots, 1)};
     int32_t *tokens = malloc(N * sizeof *tokens), *targets = malloc(N * sizeof *targets);
     float *grad = malloc(NC * sizeof *grad);

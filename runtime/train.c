@@ -228,8 +228,10 @@ static int check_layout(const struct plan *p, const struct env_rank *where, stru
     if (par->zero > 2)
         return error_set(err, "%s: parallel.zero: 3 is not in this runtime yet (0, 1, 2 are)",
                          p->source);
-    if (par->sequence_parallel)
-        return error_set(err, "%s: parallel.sequence_parallel is not in this runtime yet",
+    if (par->sequence_parallel && where->tp == 1)
+        return error_set(err,
+                         "%s: parallel.sequence_parallel needs tensor parallelism, but the "
+                         "launcher chose tp 1 for parallel.tp \"auto\" (set parallel.tp)",
                          p->source);
     if (par->backend == PLAN_BACKEND_NCCL)
         return error_set(err,
@@ -396,7 +398,8 @@ static int setup(struct trainer *t, struct plait_error *err)
                                 .dp = w->dp,
                                 .dp_rank = w->dp_rank,
                                 .zero = p->parallel.zero,
-                                .split_backward = t->sched.split_backward};
+                                .split_backward = t->sched.split_backward,
+                                .sequence_parallel = p->parallel.sequence_parallel};
     if (model_init(&t->m, &cfg, &part, &t->par.g_tp, ops, &shape, err)) return -1;
     t->model_ready = true;
     if (w->dp > 1 && p->parallel.zero == 0 && t->par.g_dp.iallreduce) {
@@ -555,7 +558,7 @@ static int forward_through_stages(struct trainer *t, uint32_t tag, const int32_t
 {
     const struct plan *p = t->plan;
     int B = p->batch.micro_batch, T = p->model.seq_len;
-    size_t NC = (size_t)B * T * p->model.hidden;
+    size_t NC = model_stage_floats(&t->m, B, T); /* this rank's rows, sequence parallel */
     struct pipe_link link = parallel_pipe_link(&t->par);
     if (!t->m.first &&
         link.recv(link.ctx, t->where->pp_rank - 1, tag, model_stage_input(&t->m, 0), NC, err))
@@ -691,12 +694,20 @@ static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
     return 0;
 }
 
-/* The tied wte's gradient summed between the pipeline's first and last stage. */
+/* The tied wte's gradient, summed between the pipeline's first and last stage. */
 static int tied_sum(struct trainer *t, struct plait_error *err)
 {
     if (t->where->pp == 1 || !(t->m.first || t->m.last)) return 0;
     return parallel_sum_ends(&t->par, t->m.grads + gpt2_shard_offset(&t->m.shard, GPT2_WTE, 0),
                              t->m.shard.elems[GPT2_WTE], err);
+}
+
+/* The gradients that more than one rank computed a term of: the tied wte's
+ * between the pipeline's ends, and with sequence parallelism the LayerNorms'
+ * over tp. */
+static int shared_sums(struct trainer *t, struct plait_error *err)
+{
+    return model_sum_layernorm_grads(&t->m, err) || tied_sum(t, err) ? -1 : 0;
 }
 
 /* After each micro-batch: ZeRO 2's reduction, its count, the fault
@@ -707,9 +718,9 @@ static int after_micro(void *ctx, int micro, struct plait_error *err)
     struct trainer *t = f->t;
     const struct plan *p = t->plan;
     (void)micro;
-    if (t->m.zero == 2) { /* this micro-batch's gradients into the slice (tied wte first) */
+    if (t->m.zero == 2) { /* this micro-batch's gradients into the slice (shared sums first) */
         struct optim_groups g = {.dp = &t->par.g_dp, .mp = &t->par.g_mp};
-        if (tied_sum(t, err) || optim_reduce_micro(&t->m, &g, t->st.micro > 0, err)) return -1;
+        if (shared_sums(t, err) || optim_reduce_micro(&t->m, &g, t->st.micro > 0, err)) return -1;
     }
     t->st.micro++;
     t->st.tokens += (int64_t)p->batch.micro_batch * p->model.seq_len * t->where->dp;
@@ -746,7 +757,7 @@ static int train_micro_batches(struct trainer *t, int s, float grad_scale, struc
                             .ctx = &f};
     /* the gradient sum starts during the last backward; not in a step whose
      * gradients are dumped (the dump shows this rank's own) */
-    if (t->bucketed && !(t->dump_dir && s == 0)) {
+    if (t->bucketed && !(t->dump_dir && s == 0 && t->st.micro == 0)) {
         how.grads_final = buckets_ready;
         how.grads_ctx = &t->buckets;
     }
@@ -859,9 +870,17 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         double norm;
         struct optim_groups groups = {
             .dp = &t->par.g_dp, .mp = &t->par.g_mp, .summed = t->bucketed};
-        /* the dump shows every rank's own gradients: its step sums them after it */
-        if ((t->m.zero < 2 && tied_sum(t, err)) || (dump && dump_step1(t, err)) ||
-            (t->bucketed && buckets_finish(&t->buckets, err)) ||
+        /* The sums over dp started during backward (not in a dump's step: the
+         * dump shows every rank's own gradients) are waited for before the
+         * LayerNorms' sum over tp touches the same gradients; the embeddings'
+         * bucket starts only after the tied wte's sum. ZeRO 2 did its sums
+         * after each micro-batch. */
+        bool in_flight = t->bucketed && !dump;
+        if ((t->m.zero < 2 && tied_sum(t, err)) ||
+            (in_flight && buckets_finish(&t->buckets, err)) ||
+            (t->m.zero < 2 && model_sum_layernorm_grads(&t->m, err)) ||
+            (dump && dump_step1(t, err)) ||
+            (t->bucketed && !in_flight && buckets_finish(&t->buckets, err)) ||
             optim_step(&t->m, &p->optimizer, lr, s + 1, &groups, &norm, err))
             return -1;
         /* the step's loss: the last stage's, over the dp ranks' micro-batches */
@@ -973,10 +992,11 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
              plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(), t.peak_gflops,
              t.m.activation_bytes / 1e6, plan_recompute_name(plan->recompute));
     if (t.multi)
-        log_info("tp %d × pp %d × dp %d = %d ranks (%s schedule%s): a global batch of %d "
+        log_info("tp %d × pp %d × dp %d = %d ranks (%s schedule%s%s): a global batch of %d "
                  "micro-batches × %d sequences × %d tokens per step",
                  where->tp, where->pp, where->dp, where->world,
                  plan_pipeline_name(plan->parallel.schedule), plan->parallel.zero ? ", ZeRO" : "",
+                 plan->parallel.sequence_parallel ? ", sequence parallel" : "",
                  plan->batch.grad_accum * where->dp, plan->batch.micro_batch, plan->model.seq_len);
     if (bf16_emulation(&t) && where->rank == 0) log_warn("%s", bf16_emulation(&t));
     /* samples need the whole model on one rank */

@@ -88,6 +88,10 @@ test_data_parallel_and_zero_match_one_rank() {
     layout pp2dp2_zbh1_buckets one8 1e-5 --set parallel.pp=2 --set parallel.dp=2 \
         --set batch.grad_accum=4 --set parallel.bucket_mb=0.01 --set parallel.schedule=zb-h1 ||
         return 1
+    # all of it at once: tp 2 sequence parallel × pp 2 zero-bubble × dp 2 in buckets
+    layout sp_zbh1_buckets one8 1e-5 --set parallel.tp=2 --set parallel.sequence_parallel=true \
+        --set parallel.pp=2 --set parallel.dp=2 --set batch.grad_accum=4 \
+        --set parallel.bucket_mb=0.01 --set parallel.schedule=zb-h1 || return 1
     # ZeRO 2 hands each micro-batch's gradients over at once: not with a split backward
     expect_error "$WORK/zbh1_z2.log" any 'parallel.schedule "zb-h1" with parallel.zero 2' \
         "$PLAIT" train "$WORK/plan.json" --out "$WORK/zbh1_z2" "${COMMON[@]}" --set parallel.pp=2 \
@@ -114,6 +118,44 @@ test_2x2x2_with_zero1_matches_one_rank() {
     metrics_equal "$WORK/tp2pp2dp2/metrics.jsonl" "$WORK/again/metrics.jsonl"
 }
 
+# Sequence parallelism (the residual stream, the LayerNorms and the
+# row-parallel biases on B·T/tp rows a rank; the LayerNorms' gradients summed
+# over tp before the step, or before each micro-batch's reduction with ZeRO 2):
+# one rank's numbers, like plain tp (measured: at most 2e-7); the same layout
+# twice, the same bits; stopped mid-step (each rank's LayerNorm gradients of
+# its own rows so far in its part of the checkpoint) and resumed, to the bit.
+# Without tp ("auto" is 1 on one machine) it is refused, saying why.
+test_sequence_parallel_matches_one_rank() {
+    local sp=(--set parallel.sequence_parallel=true)
+    expect_error "$WORK/sp_auto.log" 1 \
+        'parallel.sequence_parallel needs tensor parallelism, but the launcher chose tp 1 for parallel.tp "auto"' \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/sp_auto" "${COMMON[@]}" --set parallel.tp=auto "${sp[@]}" ||
+        return 1
+    ref one 3 && ref one_h4 3 --set model.heads=4 && ref one6 6 && ref one8 8 || return 1
+    layout tp2_sp one 1e-5 --set parallel.tp=2 "${sp[@]}" || return 1
+    local rc=0
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=22 "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_sp" \
+        "${COMMON[@]}" --set parallel.tp=2 "${sp[@]}" >"$WORK/stop_sp.log" 2>&1 || rc=$?
+    [ "$rc" = 75 ] || { echo "exit $rc"; tail "$WORK/stop_sp.log"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_sp" "${COMMON[@]}" --set parallel.tp=2 \
+        "${sp[@]}" >"$WORK/stop_sp2.log" 2>&1 || return 1
+    grep -q "resuming from .*mid-step" "$WORK/stop_sp2.log" || { cat "$WORK/stop_sp2.log"; return 1; }
+    metrics_equal "$WORK/tp2_sp/metrics.jsonl" "$WORK/stop_sp/metrics.jsonl" || return 1
+    layout tp4_sp one_h4 1e-5 --set parallel.tp=4 --set model.heads=4 "${sp[@]}" || return 1
+    layout tp2dp2z2_sp one6 1e-5 --set parallel.tp=2 --set parallel.dp=2 --set parallel.zero=2 \
+        "${sp[@]}" || return 1
+    local lay=(--set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=1
+        --set batch.grad_accum=4 "${sp[@]}")
+    layout tp2pp2dp2_sp one8 1e-5 "${lay[@]}" || return 1
+    # bf16 with full recompute: the products round what plain tp rounds (measured: 2e-5, as plain tp)
+    ref one_bf16 3 --set precision=bf16 || return 1
+    layout bf16_tp2pp2_sp one_bf16 1e-4 --set precision=bf16 --set recompute=full \
+        --set parallel.tp=2 --set parallel.pp=2 "${sp[@]}" || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/again_sp" "${COMMON[@]}" "${lay[@]}" \
+        >/dev/null 2>&1 || return 1
+    metrics_equal "$WORK/tp2pp2dp2_sp/metrics.jsonl" "$WORK/again_sp/metrics.jsonl"
+}
+
 # bf16 at tp 2 × pp 2 against bf16 on one rank: the products round the same
 # inputs, so the runs differ by fp32 summation order only (measured: ~1e-6)
 test_bf16_2x2_tracks_bf16_one_rank() {
@@ -121,32 +163,50 @@ test_bf16_2x2_tracks_bf16_one_rank() {
     layout bf16_tp2pp2 one_bf16 1e-4 --set precision=bf16 --set parallel.tp=2 --set parallel.pp=2
 }
 
-# wire NAME TP PP DP ZERO: every step's bytes per communicator (a rank's,
-# averaged over the ranks) against the formulas within 5%. Sizes in floats:
-# P the parameters, BTC one micro-batch's activations, A micro-batches:
+# wire NAME TP PP DP ZERO A LAYERS [SP]: every step's bytes per communicator
+# (a rank's, averaged over the ranks) against the formulas within 5%. Sizes in
+# floats: P the parameters, BTC one micro-batch's activations, A micro-batches:
 #   dp: all-reduce 2(N-1)/N·P; ZeRO 1 reduce-scatter + all-gather, the same;
 #       ZeRO 2 a reduce-scatter per micro-batch, A·(N-1)/N·P + (N-1)/N·P
 #   tp: 4 all-reduces a layer (2 forward, 2 backward), 1 for the embedding's
 #       output and 1 for the head's input gradient, each 2(N-1)/N·BTC, per micro-batch
+#   tp, sequence parallel (SP 1), each a ring's (N-1)/N·BTC per micro-batch:
+#       forward a reduce-scatter for the embedding, an all-gather before and a
+#       reduce-scatter after each of attention and MLP, an all-gather before
+#       the head; backward the head's all-gather again and reduce-scatter, per
+#       layer the residual gradient's 2 all-gathers, the LayerNorm outputs' 2
+#       again and 2 reduce-scatters, the embedding's all-gather: 10·L + 5; and
+#       the LayerNorms' gradients, (4·L + 2)·C, summed once a step (with ZeRO 2
+#       a micro-batch); the loss's max and sums, 3·BT a micro-batch. These two
+#       are small: recursive doubling, log2(N)·n
 #   pp: a stage sends its output forward and its input gradient back per
-#       micro-batch (2(p-1)/p·BTC averaged over the stages), and the ends sum
+#       micro-batch (2(p-1)/p·BTC averaged over the stages; BTC/tp with
+#       sequence parallelism: its rows), and the ends sum
 #       the tied wte (its tp shard, V/tp·C) once a step: 2/p·V/tp·C averaged
 # dp's formula is for tp = pp = 1 (where tp shards, the replicated layer norms
 # make it inexact); DP 0 leaves it unchecked.
 wire() {
     "$PY" - "$WORK/$1/metrics.jsonl" "$WORK/plan.json" "${@:2}" <<'PYEOF'
-import json, sys
-path, plan, tp, pp, dp, zero, accum, layers = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+import json, math, sys
+path, plan = sys.argv[1], sys.argv[2]
+tp, pp, dp, zero, accum, layers, sp = (list(map(int, sys.argv[3:])) + [0])[:7]
 m = json.load(open(plan))["model"]
 V, C, T, B = m["vocab"], m["hidden"], m["seq_len"], 4
 L, F = layers, 4  # bytes a float
 P = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
 BTC = B * T * C
 want = {"tp": 0.0, "pp": 0.0, "dp": 0.0}
-if tp > 1:
-    want["tp"] = accum * (4 * L + 2) / pp * 2 * (tp - 1) / tp * BTC * F
+ring = (tp - 1) / tp  # of the whole, a rank's part of a reduce-scatter or an all-gather
+small = math.log2(tp)  # of its buffer, a rank's part of a small all-reduce
+if tp > 1 and not sp:
+    want["tp"] = accum * (4 * L + 2) / pp * 2 * ring * BTC * F
+if tp > 1 and sp:
+    sums = accum if zero == 2 else 1
+    want["tp"] = (accum * ((10 * L + 5) * ring * BTC + small * 3 * B * T)
+                  + sums * small * (4 * L + 2) * C) / pp * F
 if pp > 1:
-    want["pp"] = (accum * 2 * (pp - 1) / pp * BTC + 2 / pp * V // tp * C) * F
+    act = BTC // tp if sp else BTC
+    want["pp"] = (accum * 2 * (pp - 1) / pp * act + 2 / pp * V // tp * C) * F
 if dp == 0:
     del want["dp"]
 elif dp > 1:
@@ -180,7 +240,14 @@ test_bytes_on_the_wire_match_the_formulas() {
     run_wire w_pp4 --set parallel.pp=4 --set model.layers=4 --set batch.grad_accum=4 &&
         wire w_pp4 1 4 1 0 4 4 || return 1
     run_wire w_tp2pp2dp2 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 \
-        --set parallel.zero=1 --set batch.grad_accum=4 && wire w_tp2pp2dp2 2 2 0 1 4 2
+        --set parallel.zero=1 --set batch.grad_accum=4 && wire w_tp2pp2dp2 2 2 0 1 4 2 || return 1
+    local sp=(--set parallel.sequence_parallel=true)
+    run_wire w_tp4_sp --set parallel.tp=4 --set model.heads=4 "${sp[@]}" &&
+        wire w_tp4_sp 4 1 1 0 3 2 1 || return 1
+    run_wire w_tp2dp2z2_sp --set parallel.tp=2 --set parallel.dp=2 --set parallel.zero=2 "${sp[@]}" &&
+        wire w_tp2dp2z2_sp 2 1 0 2 3 2 1 || return 1
+    run_wire w_tp2pp2dp2_sp --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 \
+        --set parallel.zero=1 --set batch.grad_accum=4 "${sp[@]}" && wire w_tp2pp2dp2_sp 2 2 0 1 4 2 1
 }
 
 # One rank made slow (its data reads take 100 ms longer): the straggler
@@ -289,6 +356,7 @@ check tensor_parallel_matches_one_rank test_tensor_parallel_matches_one_rank
 check pipeline_parallel_matches_one_rank test_pipeline_parallel_matches_one_rank
 check data_parallel_and_zero_match_one_rank test_data_parallel_and_zero_match_one_rank
 check 2x2x2_with_zero1_matches_one_rank test_2x2x2_with_zero1_matches_one_rank
+check sequence_parallel_matches_one_rank test_sequence_parallel_matches_one_rank
 check bf16_2x2_tracks_bf16_one_rank test_bf16_2x2_tracks_bf16_one_rank
 check bytes_on_the_wire_match_the_formulas test_bytes_on_the_wire_match_the_formulas
 check the_straggler_report_names_a_slow_rank test_the_straggler_report_names_a_slow_rank
