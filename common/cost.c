@@ -59,12 +59,7 @@ static int stage_layers(int layers, int pp, int stage)
  * be split so (the plan rules refuse those layouts). */
 static int stage_shard(const struct plan *p, struct cost_layout l, int stage, struct gpt2_shard *s)
 {
-    struct gpt2_config cfg = {.max_seq_len = p->model.max_seq_len,
-                              .vocab = p->model.vocab,
-                              .padded_vocab = p->model.padded_vocab,
-                              .layers = p->model.layers,
-                              .heads = p->model.heads,
-                              .hidden = p->model.hidden};
+    struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
     struct gpt2_part part = {.tp = l.tp, .pp = l.pp, .pp_rank = stage};
     gpt2_stage_layers(cfg.layers, l.pp, stage, &part.layer_begin, &part.layer_end);
     struct plait_error err;

@@ -70,6 +70,7 @@ struct trainer {
     double timed_s;          /* wall time of the steps in m.prof */
     char started[32];        /* run.json: when this process started the run */
     char resumed_from[64];   /* run.json: the checkpoint it resumed from, "" when none */
+    double rss_before_model; /* run.json: the resident set just before model_init, bytes */
 };
 
 static double now_s(void)
@@ -164,15 +165,17 @@ static int write_run_json(struct trainer *t, json_t *memory, struct plait_error 
     return rc;
 }
 
-/* The process's peak resident set (VmHWM in /proc/self/status), bytes; 0
- * where the kernel does not say. */
-static double peak_rss_bytes(void)
+/* A size line of /proc/self/status ("VmHWM" the peak resident set, "VmRSS"
+ * the current one), bytes; 0 where the kernel does not say. */
+static double proc_status_bytes(const char *field)
 {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
+    size_t n = strlen(field);
     double kb = 0;
     while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
+        if (!strncmp(line, field, n) && line[n] == ':' && sscanf(line + n + 1, "%lf kB", &kb) == 1)
+            break;
     if (f) fclose(f);
     return kb * 1024;
 }
@@ -191,7 +194,7 @@ static json_t *bytes_json(uint64_t params, uint64_t grads, uint64_t optimizer, u
  * model_init allocated (counted), and its peak resident set. Collective. */
 static int memory_report(struct trainer *t, int step, struct plait_error *err)
 {
-    enum { K = 8 };
+    enum { K = 9 };
     const struct env_rank *w = t->where;
     const struct model_bytes *a = &t->m.allocated;
     double mine[K] = {w->tp_rank,
@@ -201,7 +204,8 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
                       (double)a->grads,
                       (double)a->optimizer,
                       (double)a->activations,
-                      peak_rss_bytes()};
+                      proc_status_bytes("VmHWM"),
+                      t->rss_before_model};
     int n = w->world;
     double *all = malloc((size_t)n * K * sizeof *all);
     if (!all) return error_set(err, "out of memory");
@@ -221,11 +225,12 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
         cost_memory_stage(t->plan, l, (int)v[1], &c);
         json_array_append_new(
             ranks,
-            json_pack("{s:i,s:i,s:i,s:i,s:o,s:o,s:I}", "rank", r, "tp", (int)v[0], "pp", (int)v[1],
-                      "dp", (int)v[2], "predicted",
+            json_pack("{s:i,s:i,s:i,s:i,s:o,s:o,s:I,s:I}", "rank", r, "tp", (int)v[0], "pp",
+                      (int)v[1], "dp", (int)v[2], "predicted",
                       bytes_json(c.params, c.grads, c.optimizer, c.activations), "allocated",
                       bytes_json((uint64_t)v[3], (uint64_t)v[4], (uint64_t)v[5], (uint64_t)v[6]),
-                      "rss_peak_bytes", (json_int_t)v[7]));
+                      "rss_peak_bytes", (json_int_t)v[7], "rss_before_model_bytes",
+                      (json_int_t)v[8]));
     }
     free(all);
     return write_run_json(t, json_pack("{s:i,s:o}", "after_step", step, "ranks", ranks), err);
@@ -423,12 +428,7 @@ static int setup(struct trainer *t, struct plait_error *err)
     if (check_layout(p, w, err)) return -1;
     const struct ops *ops = choose_backend(p->parallel.device, err);
     if (!ops) return -1;
-    struct gpt2_config cfg = {.max_seq_len = p->model.max_seq_len,
-                              .vocab = p->model.vocab,
-                              .padded_vocab = p->model.padded_vocab,
-                              .layers = p->model.layers,
-                              .heads = p->model.heads,
-                              .hidden = p->model.hidden};
+    struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
     int B = p->batch.micro_batch, T = p->model.seq_len;
     if (parallel_init(&t->par, w, p->parallel.timeout_s, err)) return -1;
     t->par_ready = true;
@@ -452,6 +452,7 @@ static int setup(struct trainer *t, struct plait_error *err)
                                 .dp = w->dp,
                                 .dp_rank = w->dp_rank,
                                 .zero = p->parallel.zero};
+    t->rss_before_model = proc_status_bytes("VmRSS");
     if (model_init(&t->m, &cfg, &part, &t->par.g_tp, ops, &shape, err)) return -1;
     t->model_ready = true;
     t->flops_per_token = gpt2_flops_per_token(&cfg, T);
