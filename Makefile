@@ -3,8 +3,11 @@
 #   make                 build everything into build/
 #   make test            install missing packages, build, run every test (also under ASan/UBSan)
 #   make demo            install missing packages, build, train a small GPT on the bundled corpus
-#   make bench           GPT-2 124M step time against PyTorch, and make bench-comm (not tests)
+#   make bench           GPT-2 124M step time against PyTorch, make bench-comm and make
+#                        bench-memory (not tests)
 #   make bench-comm      all-reduce bandwidth against Open MPI's (prints ratios; not a test)
+#   make bench-memory    per-rank memory and pipeline bubble of real runs against plait
+#                        check's predictions (prints ratios; not a test)
 #   make install PREFIX=/usr/local
 #
 # BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan,
@@ -65,7 +68,7 @@ TOOLS        := $(BUILD)/bin/gemm-bench $(BUILD)/bin/comm-bench
 # with sanitizers (it is loaded into Slurm's own processes).
 SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 00,$(SAN)$(TSAN))),$(BUILD)/lib/spank_plait.so)
 
-.PHONY: all test demo bench bench-comm install clean deps-build deps-test format fuzz
+.PHONY: all test demo bench bench-comm bench-memory install clean deps-build deps-test format fuzz
 all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(TOOLS) $(SPANK_SO)
 
 $(BUILD)/obj/kernels/%.o: kernels/%.c
@@ -137,7 +140,7 @@ demo: deps-build
 	$(MAKE) -j$(JOBS) all
 	scripts/demo.sh
 
-bench: deps-test bench-comm
+bench: deps-test bench-comm bench-memory
 	$(MAKE) -j$(JOBS) all
 	bench/bench.sh
 	bench/overlap_bench.sh
@@ -145,6 +148,10 @@ bench: deps-test bench-comm
 bench-comm: deps-test
 	$(MAKE) -j$(JOBS) $(BUILD)/bin/comm-bench
 	bench/comm_bench.sh
+
+bench-memory: deps-test
+	$(MAKE) -j$(JOBS) $(PLAIT) $(PLAIT_TRAIN)
+	bench/memory_bench.sh
 
 install: $(PLAIT) $(PLAIT_TRAIN) $(SPANK_SO)
 	install -d $(DESTDIR)$(PREFIX)/bin

@@ -1,6 +1,6 @@
 /* cost.c — the arithmetic behind cost.h: what one rank of a tp × pp × dp
- * layout holds in device memory (ZeRO paper for the model state, Korthikanti
- * et al. 2022 without dropout for activations), what it sends per optimizer
+ * layout holds in device memory (the plan turned into gpt2_memory's
+ * accounting, the one the runtime allocates by), what it sends per optimizer
  * step on each communicator, and a step-time estimate from those. No I/O, no
  * allocation, no knowledge of where the links are (that is place.c's). */
 #include "common/cost.h"
@@ -9,29 +9,18 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/gpt2_memory.h" // defines: gpt2_memory, the bytes a rank holds
+#include "common/gpt2_shard.h"  // defines: gpt2_shard_init, gpt2_stage_layers
+#include "common/schedule.h"    // defines: schedule_max_in_flight
+
 /* Notation (Megatron / Korthikanti): s = seq_len T, b = micro_batch, h = hidden
  * C, a = heads, L = layers, Vp = padded vocab, t = tp, m = grad_accum
  * (micro-batches per step per pipeline), d = dp. A "value" is one tensor
  * element; its width in bytes depends on the precision.
  *
- * Shards are rounded up (ceil(x/t)): when the degree divides the dimension (as
- * the plan rules require: tp divides heads and padded_vocab) they are exact;
- * otherwise the result is the largest rank's shard. */
-
-/* ---- saturating unsigned arithmetic: an absurd plan must read as "too big",
- * never wrap around to something that fits ------------------------------------------------ */
-
-static uint64_t mul_sat(uint64_t x, uint64_t y)
-{
-    uint64_t r;
-    return __builtin_mul_overflow(x, y, &r) ? UINT64_MAX : r;
-}
-
-static uint64_t add_sat(uint64_t x, uint64_t y)
-{
-    uint64_t r;
-    return __builtin_add_overflow(x, y, &r) ? UINT64_MAX : r;
-}
+ * Shards are rounded up (ceil(x/t)) where the traffic and time estimates divide:
+ * when the degree divides the dimension (as the plan rules require: tp divides
+ * heads and padded_vocab) they are exact. */
 
 static uint64_t ceil_div(uint64_t x, uint64_t y)
 {
@@ -55,160 +44,71 @@ static struct cost_layout layout_sane(struct cost_layout l)
 
 /* ---- how the model splits --------------------------------------------------------------- */
 
-/* Transformer layers of pipeline stage `stage`: L/pp each; when pp does not
- * divide L the first L % pp stages get one more (stage 0 also holds wte, so
- * this front-loads memory; the plan rules may refuse uneven splits anyway). */
+/* Transformer layers of pipeline stage `stage` (gpt2_stage_layers: the
+ * first L % pp stages take one more). */
 static int stage_layers(int layers, int pp, int stage)
 {
-    return layers / pp + (stage < layers % pp);
+    int begin, end;
+    gpt2_stage_layers(layers, pp, stage, &begin, &end);
+    return end - begin;
 }
 
-/* Parameters one rank of `stage` holds: Megatron sharding of the llm.c GPT-2
- * layout (common/gpt2_layout.c). Per layer:
- *   ln1 w,b            (2C)          replicated
- *   qkv W, b           (3C×C), (3C)  column-parallel: / t
- *   attn proj W        (C×C)         row-parallel:    / t
- *   attn proj b        (C)           replicated (added after the all-reduce)
- *   ln2 w,b            (2C)          replicated
- *   fc W, b            (4C×C), (4C)  column-parallel: / t
- *   fc proj W          (C×4C)        row-parallel:    / t
- *   fc proj b          (C)           replicated
- * i.e. 12C²/t + 7C/t + 6C (12C² + 13C at t = 1, llm.c's count). Stage 0 adds
- * wte (Vp×C) vocab-parallel (/ t) and wpe (maxT×C) replicated; the last stage
- * adds the final LayerNorm (2C) and, when pp > 1, its own wte shard for the
- * tied LM head (Megatron keeps the two copies equal with an all-reduce of
- * their gradients between the first and last stage). */
+/* The part one rank of `stage` holds (gpt2_shard.h: Megatron sharding of the
+ * llm.c layout; tp divides everything it splits, so every tp rank's part is
+ * the same size and tp rank 0 speaks for all). -1 when the plan's model cannot
+ * be split so (the plan rules refuse those layouts). */
+static int stage_shard(const struct plan *p, struct cost_layout l, int stage, struct gpt2_shard *s)
+{
+    struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
+    struct gpt2_part part = {.tp = l.tp, .pp = l.pp, .pp_rank = stage};
+    gpt2_stage_layers(cfg.layers, l.pp, stage, &part.layer_begin, &part.layer_end);
+    struct plait_error err;
+    return gpt2_shard_init(s, &cfg, &part, &err);
+}
+
+/* Parameters one rank of `stage` holds: 12C²/t + 7C/t + 6C per layer (12C² +
+ * 13C at t = 1, llm.c's count); stage 0 adds wte (Vp×C)/t and wpe (maxT×C),
+ * the last stage the final LayerNorm (2C) and, when pp > 1, its own wte shard
+ * for the tied LM head. 0 when the model cannot be split so. */
 static uint64_t stage_param_count(const struct plan *p, struct cost_layout l, int stage)
 {
-    uint64_t C = u(p->model.hidden), t = u(l.tp);
-    uint64_t C_t = ceil_div(C, t); /* hidden columns of a tp shard */
-    uint64_t per_layer = add_sat(mul_sat(12 * C_t, C), 7 * C_t + 6 * C);
-    uint64_t n = mul_sat(u(stage_layers(p->model.layers, l.pp, stage)), per_layer);
-    uint64_t wte_shard = mul_sat(ceil_div(u(p->model.padded_vocab), t), C); /* (Vp/t, C) */
-    if (stage == 0) n = add_sat(n, add_sat(wte_shard, mul_sat(u(p->model.max_seq_len), C)));
-    if (stage == l.pp - 1) {
-        n = add_sat(n, 2 * C); /* final LayerNorm */
-        if (l.pp > 1) n = add_sat(n, wte_shard);
-    }
-    return n;
+    struct gpt2_shard s;
+    return stage_shard(p, l, stage, &s) ? 0 : s.total;
 }
 
-/* ---- model state: parameters, gradients, optimizer (ZeRO paper) -------------------------- */
-
-/* Bytes per parameter, after Rajbhandari et al. 2020 ("ZeRO: Memory
- * Optimizations Toward Training Trillion Parameter Models"), §3.1: mixed
- * precision Adam keeps 2Ψ (16-bit params) + 2Ψ (16-bit grads) + KΨ optimizer
- * state with K = 12 (fp32 master params, momentum, variance): 16 bytes per
- * parameter. fp32 training keeps 4Ψ params + 4Ψ grads + 8Ψ for the two fp32
- * moments: also 16. */
+/* Widths of the values the dp collectives carry (the ZeRO paper's mixed
+ * precision: 16-bit gradients and parameters in bf16; what memory a rank
+ * holds is gpt2_memory's). */
 struct state_widths {
-    uint64_t param_bytes, grad_bytes, optimizer_bytes;
+    uint64_t param_bytes, grad_bytes;
 };
 
 static struct state_widths state_widths(enum plan_precision precision)
 {
-    if (precision == PLAN_PRECISION_BF16) return (struct state_widths){2, 2, 12};
-    return (struct state_widths){4, 4, 8};
+    if (precision == PLAN_PRECISION_BF16) return (struct state_widths){2, 2};
+    return (struct state_widths){4, 4};
 }
 
-/* ZeRO partitions, over the d data-parallel ranks (§5, Figure 1):
- * stage 1 (P_os) the optimizer state, stage 2 (P_os+g) also the gradients,
- * stage 3 (P_os+g+p) also the parameters. A partition is ceil(Ψ/d) values. */
-static void model_state(uint64_t psi, enum plan_precision precision, int zero, int dp,
-                        struct cost_memory *out)
-{
-    struct state_widths w = state_widths(precision);
-    uint64_t part = dp > 1 ? ceil_div(psi, (uint64_t)dp) : psi;
-    out->params = mul_sat(zero >= 3 ? part : psi, w.param_bytes);
-    out->grads = mul_sat(zero >= 2 ? part : psi, w.grad_bytes);
-    out->optimizer = mul_sat(zero >= 1 ? part : psi, w.optimizer_bytes);
-    out->param_count = psi > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)psi;
-}
-
-void cost_model_state(int64_t param_count, enum plan_precision precision, int zero, int dp,
-                      struct cost_memory *out)
-{
-    memset(out, 0, sizeof *out);
-    model_state(param_count > 0 ? (uint64_t)param_count : 0, precision, zero, dp, out);
-    out->total = add_sat(add_sat(out->params, out->grads), out->optimizer);
-}
-
-/* ---- activations (Korthikanti et al. 2022, without dropout) ------------------------------ */
-
-/* Bytes of one activation value: 16-bit in bf16 training, 4 bytes in fp32. */
+/* Bytes of one activation value on the wire: 16-bit in bf16 training, 4 in fp32. */
 static uint64_t activation_bytes(enum plan_precision precision)
 {
     return precision == PLAN_PRECISION_BF16 ? 2 : 4;
 }
 
-/* Values one layer keeps for backward per micro-batch on one tp rank.
- *
- * Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
- * Transformer Models", §4.1 (16-bit values, bytes): attention 11sbh + 5as²b
- * (QKV input 2sbh, Q and K 4sbh, softmax output 2as²b, its dropout mask
- * as²b, dropout output 2as²b (the input of softmax·V), V 2sbh, projection
- * input 2sbh, output dropout mask sbh); MLP 19sbh (fc input 2sbh, GeLU input
- * 8sbh, GeLU output 8sbh, dropout mask sbh); two LayerNorm inputs 4sbh: eq. 1,
- * 34sbh + 5as²b; with tensor parallelism and no sequence parallelism (§4.2.1,
- * eq. 2) sbh(10 + 24/t + 5as/(ht)).
- *
- * This GPT-2 has no dropout. That removes the two masks (sbh + as²b) and the
- * dropout output too, since softmax·V then reads the softmax output that is
- * already stored (2as²b): per layer 32sbh + 2as²b bytes, and with tp
- * sbh(8 + 24/t + 2as/(ht)) bytes. In values (÷2), the tensors runtime/model.h
- * struct layer_acts keeps:
- *   replicated over tp:  ln1 input (the layer input), ln1 output (qkv input),
- *                        ln2 input (residual), ln2 output (fc input)     4sbh
- *   column/row shards:   q, k, v 3sbh/t; attention output (proj input) sbh/t;
- *                        GeLU input 4sbh/t; GeLU output 4sbh/t          12sbh/t
- *   attention core:      softmax output (a/t)·s²·b                      as²b/t
- * Selective recompute (§5) recomputes the attention core and drops the as²b
- * term; full recompute keeps only the layer input, sbh values. */
-static uint64_t layer_activation_values(const struct plan *p, struct cost_layout l)
-{
-    uint64_t s = u(p->model.seq_len), b = u(p->batch.micro_batch), h = u(p->model.hidden);
-    uint64_t t = u(l.tp);
-    uint64_t sb = mul_sat(s, b);
-    if (p->recompute == PLAN_RECOMPUTE_FULL) return mul_sat(sb, h);
-    uint64_t n = mul_sat(sb, add_sat(4 * h, 12 * ceil_div(h, t)));
-    if (p->recompute == PLAN_RECOMPUTE_NONE)
-        n = add_sat(n, mul_sat(ceil_div(u(p->model.heads), t), mul_sat(mul_sat(s, s), b)));
-    return n;
-}
-
-/* Micro-batches whose activations stage `stage` holds at once under 1F1B:
- * stage k runs pp − k forwards before its first backward, so it holds
- * min(pp − k, m) (Narayanan et al. 2021, PipeDream-Flush / Megatron 1F1B);
- * pp = 1 (plain gradient accumulation) holds one. */
-static uint64_t stage_in_flight(const struct plan *p, struct cost_layout l, int stage)
-{
-    int n = l.pp - stage, m = p->batch.grad_accum;
-    return u(n < m ? n : m);
-}
-
-/* Activations of one rank of `stage` at its peak, in bytes: in-flight
- * micro-batches × its layers × the per-layer values above; the last stage
- * adds, for the one micro-batch it works on, the final LayerNorm's input and
- * output (2sbh values; not recomputed) and the logits, b·s·Vp/t values kept in
- * fp32 (4 bytes) for the loss and its gradient (cf. Korthikanti §4.3). The
- * first stage's token ids (b·s int32) are left out: 1/h of a layer input. */
-static uint64_t stage_activation_bytes(const struct plan *p, struct cost_layout l, int stage)
-{
-    uint64_t w = activation_bytes(p->precision);
-    uint64_t values = mul_sat(
-        mul_sat(stage_in_flight(p, l, stage), u(stage_layers(p->model.layers, l.pp, stage))),
-        layer_activation_values(p, l));
-    uint64_t bytes = mul_sat(values, w);
-    if (stage == l.pp - 1) {
-        uint64_t sb = mul_sat(u(p->model.seq_len), u(p->batch.micro_batch));
-        uint64_t lnf = mul_sat(mul_sat(2 * sb, u(p->model.hidden)), w);
-        uint64_t logits = mul_sat(mul_sat(sb, ceil_div(u(p->model.padded_vocab), u(l.tp))), 4);
-        bytes = add_sat(bytes, add_sat(lnf, logits));
-    }
-    return bytes;
-}
-
 /* ---- memory ------------------------------------------------------------------------------ */
+
+/* Micro-batches (interleaved: model chunks) whose activations `stage` holds at
+ * once: the plan's pipeline schedule's (schedule_max_in_flight), which is how
+ * many slots the runtime allocates. Without a pipeline, 1F1B and the
+ * interleaved schedule hold one, GPipe all m. */
+static int stage_in_flight(const struct plan *p, struct cost_layout l, int stage)
+{
+    struct schedule s = {.kind = (enum sched_kind)p->parallel.schedule, /* the same order */
+                         .pp = l.pp,
+                         .m = p->batch.grad_accum,
+                         .v = l.pp > 1 ? p->parallel.virtual_stages : 1};
+    return schedule_max_in_flight(&s, stage);
+}
 
 void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
                        struct cost_memory *out)
@@ -216,10 +116,31 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
     memset(out, 0, sizeof *out);
     l = layout_sane(l);
     if (stage < 0 || stage >= l.pp) return; /* no such stage: nothing held */
-    model_state(stage_param_count(p, l, stage), p->precision, p->parallel.zero, l.dp, out);
-    out->activations = stage_activation_bytes(p, l, stage);
-    out->total =
-        add_sat(add_sat(out->params, out->grads), add_sat(out->optimizer, out->activations));
+    struct gpt2_memory_shape shape = {.B = p->batch.micro_batch,
+                                      .T = p->model.seq_len,
+                                      .precision = p->precision,
+                                      .recompute = p->recompute,
+                                      .slots = stage_in_flight(p, l, stage),
+                                      .chunks = l.pp > 1 ? p->parallel.virtual_stages : 1,
+                                      .dp = l.dp,
+                                      .zero = p->parallel.zero,
+                                      .sequence_parallel =
+                                          p->parallel.sequence_parallel && l.tp > 1,
+                                      .split_backward = p->parallel.schedule == PLAN_PIPE_ZB_H1};
+    struct gpt2_shard s;
+    struct gpt2_memory mem;
+    struct plait_error err;
+    if (stage_shard(p, l, stage, &s) || gpt2_memory(&s, &shape, &mem, &err)) {
+        /* an absurd or unsplittable model reads as "too big", never as fitting */
+        out->params = out->grads = out->optimizer = out->activations = out->total = UINT64_MAX;
+        return;
+    }
+    out->params = mem.params;
+    out->grads = mem.grads;
+    out->optimizer = mem.optimizer;
+    out->activations = mem.activations;
+    out->total = mem.total;
+    out->param_count = (int64_t)s.total; /* gpt2_shard_init keeps it addressable */
 }
 
 void cost_memory(const struct plan *p, struct cost_layout l, struct cost_memory *out, int *stage)

@@ -1,7 +1,8 @@
 /* cost.h — what a parallel layout costs, before anything runs: bytes of
- * device memory per rank (parameters, gradients and optimizer state by
- * precision and ZeRO stage after the ZeRO paper; activations by micro-batch,
- * sequence length, tp and recompute policy), bytes each rank sends per
+ * device memory per rank (parameters, gradients, optimizer state and
+ * activations as the runtime allocates them: common/gpt2_memory.h's
+ * accounting, for the plan's precision, ZeRO stage, recompute policy and the
+ * micro-batches its pipeline schedule holds), bytes each rank sends per
  * optimizer step over its tp, pp and dp communicators, and a step-time
  * estimate from those and the links' bandwidths. Pure arithmetic on the plan;
  * which links a communicator crosses is place.h's business. */
@@ -17,24 +18,19 @@ struct cost_layout {
     int tp, pp, dp;
 };
 
-struct cost_memory {
-    uint64_t params; /* model weights as the device holds them */
-    uint64_t grads;
-    uint64_t optimizer;   /* AdamW moments (and fp32 master weights in bf16) */
-    uint64_t activations; /* what backward needs, at the pipeline's peak */
+struct cost_memory {      /* bytes, as gpt2_memory.h counts them */
+    uint64_t params;      /* fp32 weights, padded to a multiple of dp, and their bf16 copy */
+    uint64_t grads;       /* fp32 gradients (padded) and ZeRO's reduced slice */
+    uint64_t optimizer;   /* AdamW moments of the ZeRO slice (and ZeRO's staging buffer) */
+    uint64_t activations; /* the micro-batches the schedule holds, and scratch */
     uint64_t total;
-    int64_t param_count; /* parameters of this rank's tp × pp shard (Ψ; ZeRO divides
+    int64_t param_count; /* parameters of this rank's tp × pp shard (ZeRO divides
                             the bytes above, not this count) */
 };
 
-/* Parameters, gradients and optimizer state of a rank holding `param_count`
- * parameters, over dp ranks at ZeRO stage `zero` (fills params, grads,
- * optimizer, param_count and total; activations 0). E.g. 7e9 parameters,
- * bf16, no ZeRO: 16 bytes each, 112 GB. */
-void cost_model_state(int64_t param_count, enum plan_precision precision, int zero, int dp,
-                      struct cost_memory *out);
-
-/* Memory of one rank of pipeline stage `stage` (0 ≤ stage < pp). */
+/* Memory of one rank of pipeline stage `stage` (0 ≤ stage < pp; every tp and
+ * dp rank of a stage holds the same): what model_init allocates for it. A
+ * model too large to address reads as UINT64_MAX everywhere. */
 void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
                        struct cost_memory *out);
 

@@ -11,6 +11,16 @@ const char *const gpt2_tensor_names[GPT2_TENSORS] = {
     "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb",
 };
 
+struct gpt2_config gpt2_config_of_plan(const struct plan_model *m)
+{
+    return (struct gpt2_config){.max_seq_len = m->max_seq_len,
+                                .vocab = m->vocab,
+                                .padded_vocab = m->padded_vocab,
+                                .layers = m->layers,
+                                .heads = m->heads,
+                                .hidden = m->hidden};
+}
+
 int gpt2_layout(const struct gpt2_config *cfg, struct gpt2_layout *out)
 {
     long long C = cfg->hidden, L = cfg->layers;

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "common/plan.h"
+
 struct gpt2_config {
     int max_seq_len;  /* maxT, rows of wpe */
     int vocab;        /* V */
@@ -16,6 +18,9 @@ struct gpt2_config {
     int heads;        /* NH */
     int hidden;       /* C */
 };
+
+/* The dimensions a plan's model section gives. */
+struct gpt2_config gpt2_config_of_plan(const struct plan_model *m);
 
 /* In llm.c order; per-layer tensors are stacked over layers. */
 enum gpt2_tensor {

@@ -222,16 +222,20 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
                 printf("} (no NVLink)\n");
         }
     }
-    printf("\nmemory per rank, GB (the ZeRO paper's accounting; zero stage %d):\n",
-           p->parallel.zero);
+    /* what model_init will allocate on each rank of a stage (every tp and dp rank
+     * of a stage holds the same): GB, or MB for models that small */
+    double unit = e->mem.total >= 1e9 ? 1e9 : 1e6;
+    printf("\nmemory per rank, %s, as the runtime allocates it (%s, ZeRO %d, recompute %s):\n",
+           unit == 1e9 ? "GB" : "MB", plan_precision_name(p->precision), p->parallel.zero,
+           plan_recompute_name(p->recompute));
     printf("  %5s %12s %8s %8s %10s %12s %8s\n", "stage", "parameters", "params", "grads",
            "optimizer", "activations", "total");
     for (int s = 0; s < m->pp; s++) {
         struct cost_memory mem;
         cost_memory_stage(p, e->layout, s, &mem);
         printf("  %5d %12lld %8.2f %8.2f %10.2f %12.2f %8.2f\n", s, (long long)mem.param_count,
-               mem.params / 1e9, mem.grads / 1e9, mem.optimizer / 1e9, mem.activations / 1e9,
-               mem.total / 1e9);
+               mem.params / unit, mem.grads / unit, mem.optimizer / unit, mem.activations / unit,
+               mem.total / unit);
     }
     if (gpu_mem)
         printf("  device memory %.2f GB: %s\n", gpu_mem / 1e9, e->fits ? "fits" : "DOES NOT FIT");
@@ -348,14 +352,23 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
 {
     const struct rank_map *m = &e->map;
     json_t *ranks = json_array(), *node_list = json_array(), *stages = json_array();
-    for (int r = 0; r < m->world; r++) json_array_append_new(ranks, rank_json(m, nodes, r));
+    for (int r = 0; r < m->world; r++) { /* what its stage's model_init will allocate */
+        json_t *rank = rank_json(m, nodes, r);
+        struct cost_memory mem;
+        cost_memory_stage(p, e->layout, m->ranks[r].pp, &mem);
+        json_object_set_new(rank, "memory_bytes", json_integer((json_int_t)mem.total));
+        json_array_append_new(ranks, rank);
+    }
     for (int i = 0; i < n_nodes; i++) json_array_append_new(node_list, node_json(&nodes[i]));
     for (int s = 0; s < m->pp; s++) {
         struct cost_memory mem;
         cost_memory_stage(p, e->layout, s, &mem);
-        json_array_append_new(stages, json_pack("{s:i,s:I,s:I}", "stage", s, "parameters",
-                                                (json_int_t)mem.param_count, "total",
-                                                (json_int_t)mem.total));
+        json_array_append_new(
+            stages,
+            json_pack("{s:i,s:I,s:I,s:I,s:I,s:I,s:I}", "stage", s, "parameters",
+                      (json_int_t)mem.param_count, "params", (json_int_t)mem.params, "grads",
+                      (json_int_t)mem.grads, "optimizer", (json_int_t)mem.optimizer, "activations",
+                      (json_int_t)mem.activations, "total", (json_int_t)mem.total));
     }
     json_t *o =
         json_pack("{s:i,s:i,s:i,s:i,s:o,s:o,s:{s:I,s:I,s:I,s:I,s:I},s:o,s:{s:f,s:f,s:f}}",

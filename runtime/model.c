@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/checked.h"
+#include "common/gpt2_memory.h"
 
 static void *track(struct model *m, void *p)
 {
@@ -28,57 +28,96 @@ static void *track(struct model *m, void *p)
     return p;
 }
 
-static void *dev_alloc(struct model *m, size_t bytes, bool activation)
+/* Device memory of `bytes`, counted in *kind (one of m->allocated's). */
+static void *dev_alloc(struct model *m, size_t bytes, uint64_t *kind)
 {
-    if (activation) m->activation_bytes += bytes;
+    *kind += bytes;
     return track(m, m->ops->alloc(bytes));
 }
 
-/* n floats for each of the stage's layers in each slot, or one shared
- * buffer when recomputed: fills the field at offset `field` of every slot's
- * layer_acts; returns 0 or -1 when out of memory. */
-static int layer_buffers(struct model *m, size_t field, size_t n, bool stored)
+/* Where each buffer of common/gpt2_memory.h lives: a field of every slot's
+ * layer_acts (one copy per slot and layer, or one shared when recomputed), of
+ * every slot, or of the model. */
+enum act_home { IN_LAYER, IN_SLOT, IN_MODEL };
+#define LAYER(a, f) [a] = {IN_LAYER, offsetof(struct layer_acts, f)}
+#define SLOT(a, f) [a] = {IN_SLOT, offsetof(struct model_slot, f)}
+#define MODEL(a, f) [a] = {IN_MODEL, offsetof(struct model, f)}
+static const struct {
+    enum act_home home;
+    size_t field;
+} act_field[GPT2_ACTS] = {
+    LAYER(GPT2_ACT_LN1, ln1),
+    LAYER(GPT2_ACT_LN1_MEAN, ln1_mean),
+    LAYER(GPT2_ACT_LN1_RSTD, ln1_rstd),
+    LAYER(GPT2_ACT_QKV, qkv),
+    LAYER(GPT2_ACT_ATTY, atty),
+    LAYER(GPT2_ACT_ATT, att),
+    LAYER(GPT2_ACT_RES2, res2),
+    LAYER(GPT2_ACT_LN2, ln2),
+    LAYER(GPT2_ACT_LN2_MEAN, ln2_mean),
+    LAYER(GPT2_ACT_LN2_RSTD, ln2_rstd),
+    LAYER(GPT2_ACT_FCH, fch),
+    LAYER(GPT2_ACT_FCH_GELU, fch_gelu),
+    LAYER(GPT2_ACT_RES3, res3),
+    LAYER(GPT2_ACT_G_FCPROJ, g_fcproj),
+    LAYER(GPT2_ACT_G_FC, g_fc),
+    LAYER(GPT2_ACT_G_ATTPROJ, g_attproj),
+    LAYER(GPT2_ACT_G_QKV, g_qkv),
+    SLOT(GPT2_ACT_INPUT, input),
+    SLOT(GPT2_ACT_TOKENS, tokens),
+    SLOT(GPT2_ACT_TARGETS, targets),
+    SLOT(GPT2_ACT_LNF, lnf),
+    SLOT(GPT2_ACT_LNF_MEAN, lnf_mean),
+    SLOT(GPT2_ACT_LNF_RSTD, lnf_rstd),
+    SLOT(GPT2_ACT_LOGITS, logits),
+    MODEL(GPT2_ACT_PROJ, proj),
+    MODEL(GPT2_ACT_LOSSES, losses),
+    MODEL(GPT2_ACT_CE_STATS, ce_stats),
+    MODEL(GPT2_ACT_DRES, dres),
+    MODEL(GPT2_ACT_DC, dC),
+    MODEL(GPT2_ACT_D3C, d3C),
+    MODEL(GPT2_ACT_D4C, d4C),
+    MODEL(GPT2_ACT_DATT, datt),
+    MODEL(GPT2_ACT_WHOLE, whole),
+};
+#undef LAYER
+#undef SLOT
+#undef MODEL
+
+/* Points the pointer field at `field` bytes into obj at p (every field in
+ * act_field is a pointer to float or int32_t). */
+static void point(void *obj, size_t field, void *p)
 {
-    size_t L = (size_t)m->n_layers, S = (size_t)m->n_slots;
-    float *base = dev_alloc(m, n * sizeof(float) * (stored ? L * S : 1), true);
+    memcpy((char *)obj + field, &p, sizeof p);
+}
+
+/* Allocates buffer a as m->mem says and points its fields at it: 0, or -1
+ * when out of memory. */
+static int act_buffer(struct model *m, enum gpt2_act a)
+{
+    const struct gpt2_buffer *b = &m->mem.act[a];
+    if (!b->copies) return 0;
+    size_t bytes = b->elems * b->elem_bytes; /* one copy; gpt2_memory checked the products */
+    char *base = dev_alloc(m, bytes * b->copies, &m->allocated.activations);
     if (!base) return -1;
-    for (size_t s = 0; s < S; s++)
-        for (size_t l = 0; l < L; l++) {
-            float **slot = (float **)((char *)&m->slots[s].layer[l] + field);
-            *slot = stored ? base + (s * L + l) * n : base;
-        }
+    size_t field = act_field[a].field, L = (size_t)m->n_layers;
+    for (size_t s = 0; s < (size_t)m->n_slots; s++) {
+        if (act_field[a].home == IN_SLOT) point(&m->slots[s], field, base + s * bytes);
+        for (size_t l = 0; act_field[a].home == IN_LAYER && l < L; l++)
+            point(&m->slots[s].layer[l], field, base + (b->copies > 1 ? (s * L + l) * bytes : 0));
+    }
+    if (act_field[a].home == IN_MODEL) point(m, field, base);
     return 0;
 }
 
-/* The element counts of the activation buffers (this rank's shards), each
- * checked for overflow: -1 with err naming the plan fields when one does not fit. */
-struct act_sizes {
-    size_t N, NC, N3C, N4C, att, logits;
-    size_t R, RC; /* the residual stream's rows on this rank: N, or N/tp sequence parallel */
-};
-
-static int act_sizes(const struct gpt2_config *cfg, int tp, bool sp, int B, int T,
-                     struct act_sizes *s, struct plait_error *err)
+/* What the kernels index with int: rows (3N of them for ce_stats) and 4·C columns. */
+static int kernel_limits(const struct gpt2_config *cfg, int B, int T, struct plait_error *err)
 {
-    long long C = cfg->hidden, Cl = cfg->hidden / tp;
-    if (ck_size(&s->N, B, T) && ck_size(&s->NC, B, T, C) && ck_size(&s->N3C, B, T, 3, Cl) &&
-        ck_size(&s->N4C, B, T, 4, Cl) && ck_size(&s->att, B, cfg->heads / tp, T, T) &&
-        ck_size(&s->logits, B, T, cfg->padded_vocab / tp) && s->N4C <= SIZE_MAX / 8 / cfg->layers &&
-        s->att <= SIZE_MAX / 8 / cfg->layers && s->logits <= SIZE_MAX / 8 && s->N <= INT_MAX / 3 &&
-        C <= INT_MAX / 4) { /* the kernels index rows and 4·C columns with int */
-        s->R = sp ? s->N / (size_t)tp : s->N;
-        s->RC = s->R * (size_t)C;
-        if (!sp || s->N % (size_t)tp == 0) return 0;
-        return error_set(err,
-                         "parallel.sequence_parallel: batch.micro_batch %d × model.seq_len %d = "
-                         "%zu rows do not split evenly over parallel.tp %d",
-                         B, T, s->N, tp);
-    }
+    if ((long long)B * T <= INT_MAX / 3 && cfg->hidden <= INT_MAX / 4) return 0;
     return error_set(err,
-                     "batch.micro_batch %d × model.seq_len %d (with model.heads %d, "
-                     "model.hidden %d, model.padded_vocab %d, model.layers %d): the activation "
-                     "buffers are too large to address",
-                     B, T, cfg->heads, cfg->hidden, cfg->padded_vocab, cfg->layers);
+                     "batch.micro_batch %d × model.seq_len %d rows (model.hidden %d): more than "
+                     "the kernels index",
+                     B, T, cfg->hidden);
 }
 
 int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2_part *part,
@@ -87,17 +126,15 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
 {
     int B = shape->B, T = shape->T, n_slots = shape->slots;
     enum plan_precision precision = shape->precision;
-    enum plan_recompute recompute = shape->recompute;
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->ops = ops;
     m->B = B;
     m->T = T;
     m->precision = precision;
-    m->recompute = recompute;
+    m->recompute = shape->recompute;
     m->split_backward = shape->split_backward;
     m->tp = tp ? *tp : (struct group){.size = 1};
-    struct act_sizes z = {0};
     if (gpt2_shard_init(&m->shard, cfg, part, err)) return -1;
     if (m->tp.size != part->tp || m->tp.rank != part->tp_rank)
         return error_set(err,
@@ -113,7 +150,17 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     if (shape->sequence_parallel && part->tp == 1)
         return error_set(err, "model: sequence parallelism needs a tensor-parallel group");
     m->sp = shape->sequence_parallel;
-    if (act_sizes(cfg, part->tp, m->sp, B, T, &z, err)) return -1;
+    struct gpt2_memory_shape ms = {.B = B,
+                                   .T = T,
+                                   .precision = precision,
+                                   .recompute = shape->recompute,
+                                   .slots = n_slots,
+                                   .chunks = 1,
+                                   .dp = shape->dp,
+                                   .zero = shape->zero,
+                                   .sequence_parallel = m->sp,
+                                   .split_backward = m->split_backward};
+    if (gpt2_memory(&m->shard, &ms, &m->mem, err) || kernel_limits(cfg, B, T, err)) return -1;
     m->Cl = cfg->hidden / part->tp;
     m->NHl = cfg->heads / part->tp;
     m->Vpl = cfg->padded_vocab / part->tp;
@@ -125,12 +172,12 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     m->first = m->shard.first;
     m->last = m->shard.last;
     m->n_slots = n_slots;
-    size_t P = m->shard.total, N = z.N, NC = z.NC, R = z.R, RC = z.RC;
+    size_t P = m->shard.total, N = (size_t)B * (size_t)T;
     m->dp = shape->dp;
     m->dp_rank = shape->dp_rank;
-    m->zero = shape->dp > 1 ? shape->zero : 0;
-    m->n_padded = (P + (size_t)m->dp - 1) / (size_t)m->dp * (size_t)m->dp;
-    m->slice_n = m->zero ? m->n_padded / (size_t)m->dp : P;
+    m->zero = m->mem.zero;
+    m->n_padded = m->mem.padded;
+    m->slice_n = m->mem.slice;
     m->slice_at = m->zero ? (size_t)m->dp_rank * m->slice_n : 0;
 
     m->slots = calloc((size_t)n_slots, sizeof *m->slots);
@@ -138,58 +185,33 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     for (int s = 0; s < n_slots; s++)
         if (!(m->slots[s].layer = calloc((size_t)m->n_layers, sizeof *m->slots[s].layer))) goto oom;
     size_t S = m->slice_n, Pp = m->n_padded;
-    bool ok = (m->params = dev_alloc(m, Pp * sizeof(float), false)) &&
-              (m->grads = dev_alloc(m, Pp * sizeof(float), false)) &&
-              (m->adam_m = dev_alloc(m, S * sizeof(float), false)) &&
-              (m->adam_v = dev_alloc(m, S * sizeof(float), false)) &&
-              (!m->zero || (m->grad_slice = dev_alloc(m, S * sizeof(float), false)));
+    struct model_bytes *a = &m->allocated;
+    bool ok = (m->params = dev_alloc(m, Pp * sizeof(float), &a->params)) &&
+              (m->grads = dev_alloc(m, Pp * sizeof(float), &a->grads)) &&
+              (m->adam_m = dev_alloc(m, S * sizeof(float), &a->optimizer)) &&
+              (m->adam_v = dev_alloc(m, S * sizeof(float), &a->optimizer)) &&
+              (!m->zero || ((m->grad_slice = dev_alloc(m, S * sizeof(float), &a->grads)) &&
+                            (m->slice_tmp = dev_alloc(m, S * sizeof(float), &a->optimizer))));
     if (ok && precision == PLAN_PRECISION_BF16)
-        ok = (m->params16 = dev_alloc(m, Pp * sizeof(uint16_t), false)) != NULL;
-    if (!ok) goto oom;
-
-    /* what is kept per layer: everything (none), all but the attention
-     * probabilities and the GELU output (selective), only the layer outputs (full);
-     * the residual stream and the LayerNorms on R rows */
-    bool keep_all = recompute == PLAN_RECOMPUTE_NONE;
-    bool keep_most = recompute != PLAN_RECOMPUTE_FULL;
-#define AT(f) offsetof(struct layer_acts, f)
-    if (layer_buffers(m, AT(ln1), RC, keep_most) || layer_buffers(m, AT(ln1_mean), R, keep_most) ||
-        layer_buffers(m, AT(ln1_rstd), R, keep_most) ||
-        layer_buffers(m, AT(qkv), z.N3C, keep_most) ||
-        layer_buffers(m, AT(atty), N * (size_t)m->Cl, keep_most) ||
-        layer_buffers(m, AT(att), z.att, keep_all) || layer_buffers(m, AT(res2), RC, keep_most) ||
-        layer_buffers(m, AT(ln2), RC, keep_most) || layer_buffers(m, AT(ln2_mean), R, keep_most) ||
-        layer_buffers(m, AT(ln2_rstd), R, keep_most) ||
-        layer_buffers(m, AT(fch), z.N4C, keep_most) ||
-        layer_buffers(m, AT(fch_gelu), z.N4C, keep_all) || layer_buffers(m, AT(res3), RC, true))
-        goto oom;
-    if (m->split_backward &&
-        (layer_buffers(m, AT(g_fcproj), NC, true) || layer_buffers(m, AT(g_fc), z.N4C, true) ||
-         layer_buffers(m, AT(g_attproj), NC, true) || layer_buffers(m, AT(g_qkv), z.N3C, true)))
-        goto oom;
-#undef AT
-    for (int s = 0; s < n_slots && ok; s++) {
-        struct model_slot *sl = &m->slots[s];
-        ok = (sl->input = dev_alloc(m, RC * sizeof(float), true)) &&
-             (!m->first || (sl->tokens = dev_alloc(m, N * sizeof(int32_t), true))) &&
-             (!m->last || ((sl->targets = dev_alloc(m, N * sizeof(int32_t), true)) &&
-                           (sl->lnf = dev_alloc(m, RC * sizeof(float), true)) &&
-                           (sl->lnf_mean = dev_alloc(m, R * sizeof(float), true)) &&
-                           (sl->lnf_rstd = dev_alloc(m, R * sizeof(float), true)) &&
-                           (sl->logits = dev_alloc(m, z.logits * sizeof(float), true))));
-    }
-    ok = ok && (m->proj = dev_alloc(m, NC * sizeof(float), true)) &&
-         (m->losses = dev_alloc(m, N * sizeof(float), true)) &&
-         (m->dres = dev_alloc(m, RC * sizeof(float), true)) &&
-         (m->dC = dev_alloc(m, NC * sizeof(float), true)) &&
-         (m->d3C = dev_alloc(m, z.N3C * sizeof(float), true)) &&
-         (m->d4C = dev_alloc(m, z.N4C * sizeof(float), true)) &&
-         (m->datt = dev_alloc(m, z.att * sizeof(float), true));
-    if (ok && m->tp.size > 1) ok = (m->ce_stats = dev_alloc(m, 3 * N * sizeof(float), true));
-    if (ok && m->sp) ok = (m->whole = dev_alloc(m, NC * sizeof(float), true));
+        ok = (m->params16 = dev_alloc(m, Pp * sizeof(uint16_t), &a->params)) != NULL;
+    for (int i = 0; ok && i < GPT2_ACTS; i++) ok = act_buffer(m, i) == 0;
     if (!ok) goto oom;
     m->losses_host = calloc(N, sizeof(float));
     if (!m->losses_host) goto oom;
+    if (a->params != m->mem.params || a->grads != m->mem.grads ||
+        a->optimizer != m->mem.optimizer || a->activations != m->mem.activations) {
+        struct model_bytes want = {m->mem.params, m->mem.grads, m->mem.optimizer,
+                                   m->mem.activations};
+        model_free(m);
+        return error_set(err,
+                         "model: allocated %llu/%llu/%llu/%llu bytes of parameters, gradients, "
+                         "optimizer state, activations; common/gpt2_memory.c counts "
+                         "%llu/%llu/%llu/%llu (a bug: the two must agree)",
+                         (unsigned long long)a->params, (unsigned long long)a->grads,
+                         (unsigned long long)a->optimizer, (unsigned long long)a->activations,
+                         (unsigned long long)want.params, (unsigned long long)want.grads,
+                         (unsigned long long)want.optimizer, (unsigned long long)want.activations);
+    }
     return 0;
 oom:
     model_free(m);

@@ -10,11 +10,17 @@
 
 #include "common/error.h"
 #include "common/plan.h"
+#include "common/gpt2_memory.h"
 #include "common/gpt2_shard.h"
 #include "kernels/ops.h"
 #include "runtime/group.h"
 #include "runtime/gpt2.h"
 #include "runtime/profile.h"
+
+/* Device bytes by kind (common/gpt2_memory.h says what each counts). */
+struct model_bytes {
+    uint64_t params, grads, optimizer, activations;
+};
 
 /* What one layer's forward leaves for its backward. With recompute, some of
  * these point at one shared scratch buffer and backward recomputes them.
@@ -72,6 +78,7 @@ struct model {
                                  this dp rank's n_padded/dp elements */
     float *adam_m, *adam_v;   /* (slice_n) AdamW moments of the slice */
     float *grad_slice;        /* (slice_n) ZeRO >= 1: the slice's gradient summed over dp */
+    float *slice_tmp;         /* (slice_n) ZeRO >= 1: staging for the slice's collectives */
 
     int n_slots;
     struct model_slot *slots; /* [n_slots] */
@@ -96,9 +103,10 @@ struct model {
      * their sums). A return of -1 fails the backward. */
     int (*grads_final)(void *ctx, size_t from, struct plait_error *err);
     void *grads_final_ctx;
-    struct profile prof;     /* time per phase (the training loop resets it) */
-    size_t activation_bytes; /* what the activations and scratch take */
-    void **allocations;      /* everything above, for model_free */
+    struct profile prof;          /* time per phase (the training loop resets it) */
+    struct gpt2_memory mem;       /* what it holds, by common/gpt2_memory.c */
+    struct model_bytes allocated; /* what model_init allocated, counted by kind (= mem's) */
+    void **allocations;           /* everything above, for model_free */
     int n_allocations, cap_allocations;
 };
 

@@ -72,11 +72,9 @@ int optim_reduce_micro(struct model *m, const struct optim_groups *g, bool accum
 {
     if (m->zero < 2) return 0;
     size_t S = m->slice_n;
-    float *tmp = accumulate ? m->ops->alloc(S * sizeof(float)) : m->grad_slice;
-    int rc = tmp ? g->dp->reduce_scatter(g->dp->ctx, m->grads, tmp, S, err)
-                 : error_set(err, "out of memory");
+    float *tmp = accumulate ? m->slice_tmp : m->grad_slice;
+    int rc = g->dp->reduce_scatter(g->dp->ctx, m->grads, tmp, S, err);
     if (rc == 0 && accumulate) m->ops->residual_forward(m->grad_slice, m->grad_slice, tmp, S);
-    if (accumulate && tmp) m->ops->free(tmp);
     return rc ? error_prefix(err, "data-parallel gradient reduction: ") : 0;
 }
 
@@ -114,13 +112,9 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
     t0 = prof_now();
     gpt2_shard_each(&m->shard, adamw_instance, &a);
     if (m->zero && has(dp)) { /* every slice back to every rank */
-        float *mine = ops->alloc(m->slice_n * sizeof(float));
-        rc = mine ? 0 : error_set(err, "out of memory");
-        if (rc == 0) {
-            ops->upload(mine, m->params + m->slice_at, m->slice_n * sizeof(float));
-            rc = dp->allgather(dp->ctx, mine, m->params, m->slice_n, err);
-            ops->free(mine);
-        }
+        float *mine = m->slice_tmp;
+        ops->upload(mine, m->params + m->slice_at, m->slice_n * sizeof(float));
+        rc = dp->allgather(dp->ctx, mine, m->params, m->slice_n, err);
         if (rc) return error_prefix(err, "data-parallel parameter gather: ");
         if (m->params16) ops->to_bf16(m->params16, m->params, m->shard.total);
     }

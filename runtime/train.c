@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/ckptdir.h"
+#include "common/cost.h"
 #include "common/env.h"
 #include "common/fsutil.h"
 #include "common/log.h"
@@ -70,8 +71,11 @@ struct trainer {
     struct pipe_times times; /* where the last step went */
     struct buckets buckets;  /* ZeRO 0 with dp > 1: the gradient sum overlapping backward */
     bool bucketed;
-    bool data_failed; /* the last error came from reading data */
-    double timed_s;   /* wall time of the steps in m.prof */
+    bool data_failed;        /* the last error came from reading data */
+    double timed_s;          /* wall time of the steps in m.prof */
+    char started[32];        /* run.json: when this process started the run */
+    char resumed_from[64];   /* run.json: the checkpoint it resumed from, "" when none */
+    double rss_before_model; /* run.json: the resident set just before model_init, bytes */
 };
 
 static double now_s(void)
@@ -127,7 +131,9 @@ static const char *bf16_emulation(const struct trainer *t)
     return t->m.ops->bf16_emulation();
 }
 
-static int write_run_json(struct trainer *t, const char *resumed_from, struct plait_error *err)
+/* run.json, rewritten whole each time: the run as it started and, once this
+ * process has taken a step, memory (a reference it steals; NULL: none yet). */
+static int write_run_json(struct trainer *t, json_t *memory, struct plait_error *err)
 {
     char host[256] = "?", cpu[256] = "?";
     gethostname(host, sizeof host - 1);
@@ -144,16 +150,14 @@ static int write_run_json(struct trainer *t, const char *resumed_from, struct pl
     if (f) fclose(f);
     json_error_t jerr;
     json_t *plan = json_loads(t->plan_json, 0, &jerr);
-    time_t now = time(NULL);
-    char started[32];
-    strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    json_t *run = json_pack(
-        "{s:s,s:s,s:o*,s:s?,s:o,s:I,s:{s:s,s:s,s:i,s:i,s:s,s:f,s:s?}}", "version", PLAIT_VERSION,
-        "started", started, "plan", plan, "resumed_from", resumed_from, "parameters",
-        json_integer((json_int_t)t->m.shard.total), "activation_bytes",
-        (json_int_t)t->m.activation_bytes, "machine", "hostname", host, "cpu", cpu, "cores",
-        (int)sysconf(_SC_NPROCESSORS_ONLN), "threads", omp_get_max_threads(), "backend",
-        t->m.ops->name, "peak_gflops", t->peak_gflops, "bf16_emulation", bf16_emulation(t));
+    json_t *run = json_pack("{s:s,s:s,s:o*,s:s?,s:o,s:I,s:{s:s,s:s,s:i,s:i,s:s,s:f,s:s?},s:o*}",
+                            "version", PLAIT_VERSION, "started", t->started, "plan", plan,
+                            "resumed_from", *t->resumed_from ? t->resumed_from : NULL, "parameters",
+                            json_integer((json_int_t)t->m.shard.total), "activation_bytes",
+                            (json_int_t)t->m.allocated.activations, "machine", "hostname", host,
+                            "cpu", cpu, "cores", (int)sysconf(_SC_NPROCESSORS_ONLN), "threads",
+                            omp_get_max_threads(), "backend", t->m.ops->name, "peak_gflops",
+                            t->peak_gflops, "bf16_emulation", bf16_emulation(t), "memory", memory);
     char *text = run ? json_dumps(run, JSON_INDENT(2)) : NULL;
     json_decref(run);
     if (!text) return error_set(err, "out of memory");
@@ -164,6 +168,77 @@ static int write_run_json(struct trainer *t, const char *resumed_from, struct pl
                  : 0;
     free(text);
     return rc;
+}
+
+/* A size line of /proc/self/status ("VmHWM" the peak resident set, "VmRSS"
+ * the current one), bytes; 0 where the kernel does not say. */
+static double proc_status_bytes(const char *field)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    size_t n = strlen(field);
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n) && line[n] == ':' && sscanf(line + n + 1, "%lf kB", &kb) == 1)
+            break;
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+static json_t *bytes_json(uint64_t params, uint64_t grads, uint64_t optimizer, uint64_t activations)
+{
+    return json_pack("{s:I,s:I,s:I,s:I,s:I}", "params", (json_int_t)params, "grads",
+                     (json_int_t)grads, "optimizer", (json_int_t)optimizer, "activations",
+                     (json_int_t)activations, "total",
+                     (json_int_t)(params + grads + optimizer + activations));
+}
+
+/* Every rank's device memory into run.json, after this process's first step
+ * (by then every buffer has been written, so the resident set holds them):
+ * what plait check predicts for its stage (cost_memory_stage), what its
+ * model_init allocated (counted), and its peak resident set. Collective. */
+static int memory_report(struct trainer *t, int step, struct plait_error *err)
+{
+    enum { K = 9 };
+    const struct env_rank *w = t->where;
+    const struct model_bytes *a = &t->m.allocated;
+    double mine[K] = {w->tp_rank,
+                      w->pp_rank,
+                      w->dp_rank,
+                      (double)a->params,
+                      (double)a->grads,
+                      (double)a->optimizer,
+                      (double)a->activations,
+                      proc_status_bytes("VmHWM"),
+                      t->rss_before_model};
+    int n = w->world;
+    double *all = malloc((size_t)n * K * sizeof *all);
+    if (!all) return error_set(err, "out of memory");
+    if (parallel_gather(&t->par, mine, K, all, err)) {
+        free(all);
+        return -1;
+    }
+    if (w->rank != 0) {
+        free(all);
+        return 0;
+    }
+    json_t *ranks = json_array();
+    struct cost_layout l = {w->tp, w->pp, w->dp};
+    for (int r = 0; r < n; r++) {
+        const double *v = all + (size_t)r * K;
+        struct cost_memory c;
+        cost_memory_stage(t->plan, l, (int)v[1], &c);
+        json_array_append_new(
+            ranks,
+            json_pack("{s:i,s:i,s:i,s:i,s:o,s:o,s:I,s:I}", "rank", r, "tp", (int)v[0], "pp",
+                      (int)v[1], "dp", (int)v[2], "predicted",
+                      bytes_json(c.params, c.grads, c.optimizer, c.activations), "allocated",
+                      bytes_json((uint64_t)v[3], (uint64_t)v[4], (uint64_t)v[5], (uint64_t)v[6]),
+                      "rss_peak_bytes", (json_int_t)v[7], "rss_before_model_bytes",
+                      (json_int_t)v[8]));
+    }
+    free(all);
+    return write_run_json(t, json_pack("{s:i,s:o}", "after_step", step, "ranks", ranks), err);
 }
 
 /* The rate of the device's matrix product in this precision, as the
@@ -366,12 +441,7 @@ static int setup(struct trainer *t, struct plait_error *err)
     if (check_layout(p, w, err)) return -1;
     const struct ops *ops = choose_backend(p->parallel.device, err);
     if (!ops) return -1;
-    struct gpt2_config cfg = {.max_seq_len = p->model.max_seq_len,
-                              .vocab = p->model.vocab,
-                              .padded_vocab = p->model.padded_vocab,
-                              .layers = p->model.layers,
-                              .heads = p->model.heads,
-                              .hidden = p->model.hidden};
+    struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
     int B = p->batch.micro_batch, T = p->model.seq_len;
     if (parallel_init(&t->par, w, p->parallel.timeout_s, err)) return -1;
     t->par_ready = true;
@@ -400,6 +470,7 @@ static int setup(struct trainer *t, struct plait_error *err)
                                 .zero = p->parallel.zero,
                                 .split_backward = t->sched.split_backward,
                                 .sequence_parallel = p->parallel.sequence_parallel};
+    t->rss_before_model = proc_status_bytes("VmRSS");
     if (model_init(&t->m, &cfg, &part, &t->par.g_tp, ops, &shape, err)) return -1;
     t->model_ready = true;
     if (w->dp > 1 && p->parallel.zero == 0 && t->par.g_dp.iallreduce) {
@@ -485,7 +556,10 @@ static int setup(struct trainer *t, struct plait_error *err)
         fs_write_atomic(plan_path, t->plan_json, strlen(t->plan_json), err))
         return -1;
     if (metrics_open(&t->metrics, t->run_dir, t->st.step, err)) return -1;
-    return write_run_json(t, loaded ? name : NULL, err);
+    time_t now = time(NULL);
+    strftime(t->started, sizeof t->started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    if (loaded) snprintf(t->resumed_from, sizeof t->resumed_from, "%s", name);
+    return write_run_json(t, NULL, err);
 }
 
 static void teardown(struct trainer *t)
@@ -918,6 +992,7 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         if (t->where->rank == 0 && metrics_step(&t->metrics, &sm, err)) return -1;
         if (s == first_step) { /* a process's first step warms up: not in the averages */
             memset(&t->m.prof, 0, sizeof t->m.prof);
+            if (memory_report(t, s + 1, err)) return -1;
         } else {
             t->timed_s += dt;
             t->m.prof.steps++;
@@ -990,7 +1065,7 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
              plan_precision_name(plan->precision), plan->batch.micro_batch, plan->model.seq_len,
              plan->steps, plan->steps == 1 ? "" : "s", plan->batch.grad_accum,
              plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(), t.peak_gflops,
-             t.m.activation_bytes / 1e6, plan_recompute_name(plan->recompute));
+             t.m.allocated.activations / 1e6, plan_recompute_name(plan->recompute));
     if (t.multi)
         log_info("tp %d × pp %d × dp %d = %d ranks (%s schedule%s%s): a global batch of %d "
                  "micro-batches × %d sequences × %d tokens per step",

@@ -33,19 +33,49 @@ ref() {
             --set batch.grad_accum="$accum" "$@" >"$WORK/$name.log" 2>&1
 }
 
-# layout NAME REF TOL --set ...: a parallel run against its reference
+# memory RUN: run.json holds the memory of every rank of the run's layout
+# (each coordinate once), and what plait check predicts for each rank's stage
+# is what its model allocated, to the byte, kind by kind; the ranks of a stage
+# hold the same, and the process's peak resident set holds it all.
+memory() {
+    "$PY" - "$1/run.json" <<'PYEOF'
+import json, sys
+run = json.load(open(sys.argv[1]))
+par = run["plan"]["parallel"]
+tp, pp, dp = par["tp"], par["pp"], par["dp"]
+mem = run["memory"]
+ranks = mem["ranks"]
+assert mem["after_step"] >= 1, mem["after_step"]
+assert [r["rank"] for r in ranks] == list(range(tp * pp * dp)), [r["rank"] for r in ranks]
+assert sorted((r["tp"], r["pp"], r["dp"]) for r in ranks) == sorted(
+    (t, p, d) for t in range(tp) for p in range(pp) for d in range(dp)), "coordinates"
+kinds = ("params", "grads", "optimizer", "activations")
+for r in ranks:
+    want, got = r["predicted"], r["allocated"]
+    assert want == got, f"rank {r['rank']}: plait check predicts {want}, the model allocated {got}"
+    assert got["total"] == sum(got[k] for k in kinds) and all(got[k] > 0 for k in kinds), r
+    assert r["rss_peak_bytes"] >= r["rss_before_model_bytes"] > 0, r
+    assert r["rss_peak_bytes"] >= got["total"], r
+for s in range(pp):
+    assert len({json.dumps(r["allocated"]) for r in ranks if r["pp"] == s}) == 1, f"stage {s}"
+print(f"{len(ranks)} rank(s): predicted == allocated")
+PYEOF
+}
+
+# layout NAME REF TOL --set ...: a parallel run against its reference, and its memory
 layout() {
     local name=$1 reference=$2 tol=$3
     shift 3
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/$name" "${COMMON[@]}" "$@" >"$WORK/$name.log" 2>&1 ||
         { tail -n 20 "$WORK/$name.log"; return 1; }
-    close "$WORK/$name/metrics.jsonl" "$WORK/$reference/metrics.jsonl" "$tol"
+    close "$WORK/$name/metrics.jsonl" "$WORK/$reference/metrics.jsonl" "$tol" && memory "$WORK/$name"
 }
 
 # fp32, 12 AdamW steps with clipping and warm-up: within 1e-5 of one rank
 # (measured here: at most 2e-7).
 test_tensor_parallel_matches_one_rank() {
     ref one 3 && ref one_h4 3 --set model.heads=4 || return 1
+    memory "$WORK/one" || return 1
     layout tp2 one 1e-5 --set parallel.tp=2 || return 1
     layout tp4 one_h4 1e-5 --set parallel.tp=4 --set model.heads=4
 }
@@ -111,6 +141,18 @@ test_2x2x2_with_zero1_matches_one_rank() {
         [ "$(ls "$c" | grep -c '^optim-tp[01]-pp[01]-dp[01]\.bin$')" = 8 ] ||
         { ls "$c"; return 1; }
     grep -q '"layout"' "$c/manifest.json" || return 1
+    # plait check's prediction for each rank is what run.json says it allocated
+    "$PLAIT" check "$WORK/plan.json" --gpus-per-node 8 --json --set parallel.tp=2 \
+        --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=1 --set batch.grad_accum=4 \
+        >"$WORK/check.json" || return 1
+    "$PY" - "$WORK/check.json" "$WORK/tp2pp2dp2/run.json" <<'PYEOF' || return 1
+import json, sys
+check, run = (json.load(open(p)) for p in sys.argv[1:3])
+want = [r["memory_bytes"] for r in check["ranks"]]
+got = [r["allocated"]["total"] for r in run["memory"]["ranks"]]
+assert want == got, (want, got)
+print("plait check:", want)
+PYEOF
     # the same layout twice: the same bits
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/again" "${COMMON[@]}" --set parallel.tp=2 \
         --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=1 --set batch.grad_accum=4 \

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# make bench-memory — per-rank memory and pipeline bubble of real plait train
+# runs against what plait check predicts: each rank's peak resident set after
+# its first step (run.json "memory") over the predicted bytes for its stage,
+# and the measured bubble (metrics.jsonl "parallel") against the simulated one.
+# The model is small in compute and large in activations (32 channels, 32
+# heads, 96 × 128 tokens a micro-batch), so a rank holds hundreds of MB and a
+# run takes seconds on 2 CPUs, one OpenMP thread a rank. On CPU ranks the
+# resident set is the device memory plus the process's own (libraries, buffers
+# of the collectives, the data); the second ratio leaves out what the process
+# held before its model was built. Not a test: it asserts nothing; the goals
+# (within 10%, within 5 points) are printed beside the numbers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${PLAIT_BUILD:-build}
+PY=/usr/bin/python3
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+work=$(mktemp -d /tmp/plait-memory-bench.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+"$BUILD/bin/plait" data prepare examples/data/tinyshakespeare.txt "$work/train.bin" >/dev/null
+cat >"$work/plan.json" <<EOF
+{"model": {"layers": 4, "heads": 32, "hidden": 32, "vocab": 256, "seq_len": 128, "seed": 7},
+ "data": {"train": "$work/train.bin"},
+ "batch": {"micro_batch": 96, "grad_accum": 2},
+ "optimizer": {"lr": 1e-4, "warmup_steps": 0, "schedule": "constant"},
+ "steps": 1, "checkpoint": {"every": 0, "keep": 1}}
+EOF
+
+# run NAME --set ...: one plait train run into $work/NAME
+run() {
+    local name=$1
+    shift
+    "$BUILD/bin/plait" train "$work/plan.json" --out "$work/$name" "$@" >"$work/$name.log" 2>&1 ||
+        { tail -n 20 "$work/$name.log"; exit 1; }
+}
+
+echo "== plait train: 1×1×2 ZeRO 0, 1×1×2 ZeRO 1 (1 step); 2×2×2 ZeRO 1, 1×2×1 (1F1B, 4 micro-batches a step, 3 and 4 steps)"
+run dp2_z0 --set parallel.dp=2
+run dp2_z1 --set parallel.dp=2 --set parallel.zero=1
+run tp2pp2dp2_z1 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 \
+    --set parallel.zero=1 --set batch.grad_accum=4 --set steps=3
+run pp2 --set parallel.pp=2 --set batch.grad_accum=4 --set steps=4
+
+"$PY" - "$work" <<'EOF'
+import json, statistics, sys
+work = sys.argv[1]
+MB = 1e6
+print()
+print("per-rank memory: peak resident set after the first step / plait check's prediction (goal: within 10%)")
+print(f"  {'layout':<14} {'rank':>4} {'tp,pp,dp':>8} {'predicted':>10} {'allocated':>10} {'peak RSS':>9}"
+      f" {'RSS/pred':>8} {'(RSS-base)/pred':>15}")
+worst = 0.0
+for name in ("dp2_z0", "dp2_z1", "tp2pp2dp2_z1", "pp2"):
+    for r in json.load(open(f"{work}/{name}/run.json"))["memory"]["ranks"]:
+        pred, alloc = r["predicted"]["total"], r["allocated"]["total"]
+        rss, base = r["rss_peak_bytes"], r["rss_before_model_bytes"]
+        worst = max(worst, abs(rss / pred - 1))
+        print(f"  {name:<14} {r['rank']:>4} {r['tp']:>2},{r['pp']},{r['dp']:<3} {pred / MB:>8.1f}MB"
+              f" {alloc / MB:>8.1f}MB {rss / MB:>7.1f}MB {rss / pred:>8.3f} {(rss - base) / pred:>15.3f}")
+print(f"  worst |RSS/predicted - 1|: {100 * worst:.1f}%  (goal <= 10%)")
+print()
+print("pipeline bubble: measured (median of the steps after the first) against simulated (goal: within 5 points)")
+for name in ("tp2pp2dp2_z1", "pp2"):
+    steps = [json.loads(l) for l in open(f"{work}/{name}/metrics.jsonl") if '"step"' in l][1:]
+    got = statistics.median(s["parallel"]["bubble_pct"] for s in steps)
+    sim = steps[0]["parallel"]["bubble_simulated_pct"]
+    print(f"  {name:<14} measured {got:5.1f}%  simulated {sim:5.1f}%  difference {got - sim:+5.1f} points")
+EOF

@@ -1,0 +1,210 @@
+/* test_memory.c — what `plait check` predicts a rank holds (cost_memory_stage)
+ * is what model_init allocates for it, to the byte and kind by kind, over
+ * layouts of tp, pp (even and uneven), dp, ZeRO 0/1/2, fp32 and bf16, each
+ * recompute policy and both pipeline schedules. The allocations are counted
+ * at the backend (a CPU ops table whose alloc adds up every request), not by
+ * the model's own bookkeeping; the model is built the way train.c builds it. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/cost.h"
+#include "common/gpt2_shard.h"
+#include "common/plan.h"
+#include "common/schedule.h"
+#include "kernels/ops.h"
+#include "runtime/model.h"
+
+/* ---- a backend that counts ----------------------------------------------------------------- */
+
+static uint64_t counted_bytes;
+static void *(*cpu_alloc)(size_t bytes);
+
+static void *counting_alloc(size_t bytes)
+{
+    counted_bytes += bytes;
+    return cpu_alloc(bytes);
+}
+
+static struct ops counting_ops(void)
+{
+    struct ops o = *ops_cpu();
+    cpu_alloc = o.alloc;
+    o.alloc = counting_alloc;
+    return o;
+}
+
+/* ---- plans ---------------------------------------------------------------------------------- */
+
+/* 4 layers, 4 heads of 8, a byte vocabulary (Vp 256), T 16 of a 24-row wpe. */
+static struct plan *small_plan(void)
+{
+    const char *text = "{\"model\": {\"layers\": 4, \"heads\": 4, \"hidden\": 32, \"vocab\": 256,"
+                       " \"seq_len\": 16, \"max_seq_len\": 24},"
+                       " \"data\": {\"train\": \"train.bin\"},"
+                       " \"batch\": {\"micro_batch\": 2, \"grad_accum\": 3},"
+                       " \"steps\": 1}";
+    struct plait_error err = {{0}};
+    struct plan *p = plan_load_text(text, "test_memory", "/", NULL, 0, &err);
+    CHECK(p != NULL, "plan_load_text: %s", err.text);
+    return p;
+}
+
+/* The rank (tp_rank, stage, dp_rank) of layout l as train.c builds it: its
+ * part, the schedule's slots for its stage. 0, or -1 when model_init refused
+ * (err says why). *bytes gets what the backend was asked for. */
+static int build_rank(const struct plan *p, struct cost_layout l, int tp_rank, int stage,
+                      int dp_rank, const struct ops *ops, struct model *m, uint64_t *bytes,
+                      struct plait_error *err)
+{
+    struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
+    struct gpt2_part part = {.tp = l.tp, .tp_rank = tp_rank, .pp = l.pp, .pp_rank = stage};
+    gpt2_stage_layers(cfg.layers, l.pp, stage, &part.layer_begin, &part.layer_end);
+    enum sched_kind kind = p->parallel.schedule == PLAN_PIPE_GPIPE   ? SCHED_GPIPE
+                           : p->parallel.schedule == PLAN_PIPE_ZB_H1 ? SCHED_ZB_H1
+                                                                     : SCHED_1F1B;
+    struct schedule sched;
+    if (schedule_make(&sched, kind, l.pp, p->batch.grad_accum, 1, err)) return -1;
+    struct model_shape shape = {.B = p->batch.micro_batch,
+                                .T = p->model.seq_len,
+                                .precision = p->precision,
+                                .recompute = p->recompute,
+                                .slots = schedule_max_in_flight(&sched, stage),
+                                .dp = l.dp,
+                                .dp_rank = dp_rank,
+                                .zero = p->parallel.zero,
+                                .sequence_parallel = p->parallel.sequence_parallel,
+                                .split_backward = sched.split_backward};
+    schedule_free(&sched);
+    struct group tp = {.size = l.tp, .rank = tp_rank};
+    counted_bytes = 0;
+    int rc = model_init(m, &cfg, &part, &tp, ops, &shape, err);
+    *bytes = counted_bytes;
+    return rc;
+}
+
+/* ---- tests ---------------------------------------------------------------------------------- */
+
+static void test_model_allocates_what_plait_check_predicts_for_every_layout(void)
+{
+    struct plan *p = small_plan();
+    if (!p) return;
+    struct ops ops = counting_ops();
+    static const struct cost_layout layouts[] = {
+        {1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {1, 2, 1}, {1, 3, 1}, {1, 4, 1}, {1, 1, 2},
+        {1, 1, 3}, {2, 2, 2}, {4, 2, 1}, {2, 3, 3}, {1, 2, 4}, {4, 4, 2},
+    };
+    const enum plan_precision precisions[] = {PLAN_PRECISION_FP32, PLAN_PRECISION_BF16};
+    const enum plan_recompute recomputes[] = {PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE,
+                                              PLAN_RECOMPUTE_FULL};
+    const enum plan_pipeline schedules[] = {PLAN_PIPE_1F1B, PLAN_PIPE_GPIPE, PLAN_PIPE_ZB_H1};
+    int ranks = 0, failed = 0, want_ranks = 0;
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+        want_ranks += layouts[i].pp * (layouts[i].tp > 1 ? 2 : 1) * 3 * 2 * 3 * 3;
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+        for (int sp = 0; sp <= (layouts[i].tp > 1); sp++)
+            for (int zero = 0; zero <= 2; zero++)
+                for (int pr = 0; pr < 2; pr++)
+                    for (int rc = 0; rc < 3; rc++)
+                        for (int sc = 0; sc < 3; sc++)
+                            for (int stage = 0; stage < layouts[i].pp; stage++) {
+                                struct cost_layout l = layouts[i];
+                                p->parallel.sequence_parallel = sp;
+                                p->parallel.zero = zero;
+                                p->precision = precisions[pr];
+                                p->recompute = recomputes[rc];
+                                p->parallel.schedule = schedules[sc];
+                                struct cost_memory want;
+                                cost_memory_stage(p, l, stage, &want);
+                                struct model m;
+                                struct plait_error err = {.text = ""};
+                                uint64_t bytes;
+                                /* the last tp and dp rank: the same sizes as any other */
+                                if (build_rank(p, l, l.tp - 1, stage, l.dp - 1, &ops, &m, &bytes,
+                                               &err)) {
+                                    CHECK(0, "tp %d pp %d dp %d stage %d: %s", l.tp, l.pp, l.dp,
+                                          stage, err.text);
+                                    failed++;
+                                    continue;
+                                }
+                                const struct model_bytes *a = &m.allocated;
+                                bool same = bytes == want.total && a->params == want.params &&
+                                            a->grads == want.grads &&
+                                            a->optimizer == want.optimizer &&
+                                            a->activations == want.activations;
+                                if (!same && failed++ < 10)
+                                    CHECK(same,
+                                          "tp %d pp %d dp %d stage %d, sp %d, ZeRO %d, %s, "
+                                          "recompute %s, %s: allocated %llu (%llu %llu %llu %llu), "
+                                          "predicted "
+                                          "%llu (%llu %llu %llu %llu)",
+                                          l.tp, l.pp, l.dp, stage, sp, zero,
+                                          plan_precision_name(p->precision),
+                                          plan_recompute_name(p->recompute),
+                                          plan_pipeline_name(p->parallel.schedule),
+                                          (unsigned long long)bytes, (unsigned long long)a->params,
+                                          (unsigned long long)a->grads,
+                                          (unsigned long long)a->optimizer,
+                                          (unsigned long long)a->activations,
+                                          (unsigned long long)want.total,
+                                          (unsigned long long)want.params,
+                                          (unsigned long long)want.grads,
+                                          (unsigned long long)want.optimizer,
+                                          (unsigned long long)want.activations);
+                                model_free(&m);
+                                ranks++;
+                            }
+    /* the stages over the layouts (twice where tp > 1: with and without sequence
+     * parallelism) × 3 ZeRO × 2 precisions × 3 recomputes × 3 schedules */
+    CHECK(ranks == want_ranks && failed == 0, "%d of %d ranks built, %d differ", ranks, want_ranks,
+          failed);
+    plan_free(p);
+}
+
+/* The prediction follows the schedule: GPipe holds every micro-batch of the
+ * step on every stage, 1F1B at most pp − stage, and recompute shrinks what a
+ * held micro-batch keeps. So the counts differ where they should (the test
+ * above would pass if both sides ignored the schedule). */
+static void test_memory_grows_with_the_micro_batches_held(void)
+{
+    struct plan *p = small_plan();
+    if (!p) return;
+    struct ops ops = counting_ops();
+    struct cost_layout l = {1, 2, 1};
+    uint64_t act[2][2]; /* [schedule][stage] */
+    for (int sc = 0; sc < 2; sc++) {
+        p->parallel.schedule = sc ? PLAN_PIPE_GPIPE : PLAN_PIPE_1F1B;
+        for (int stage = 0; stage < 2; stage++) {
+            struct model m;
+            struct plait_error err = {.text = ""};
+            uint64_t bytes;
+            if (build_rank(p, l, 0, stage, 0, &ops, &m, &bytes, &err)) {
+                CHECK(0, "%s", err.text);
+                return;
+            }
+            act[sc][stage] = m.allocated.activations;
+            CHECK(m.n_slots == (sc ? 3 : 2 - stage), "schedule %d stage %d: %d slots", sc, stage,
+                  m.n_slots);
+            model_free(&m);
+        }
+    }
+    CHECK(act[1][0] > act[0][0] && act[1][1] > act[0][1], "GPipe %llu %llu, 1F1B %llu %llu",
+          (unsigned long long)act[1][0], (unsigned long long)act[1][1],
+          (unsigned long long)act[0][0], (unsigned long long)act[0][1]);
+    struct cost_memory none, full;
+    p->recompute = PLAN_RECOMPUTE_NONE;
+    cost_memory_stage(p, l, 0, &none);
+    p->recompute = PLAN_RECOMPUTE_FULL;
+    cost_memory_stage(p, l, 0, &full);
+    CHECK(full.activations < none.activations && full.params == none.params, "%llu %llu",
+          (unsigned long long)full.activations, (unsigned long long)none.activations);
+    plan_free(p);
+}
+
+int main(void)
+{
+    RUN(test_model_allocates_what_plait_check_predicts_for_every_layout);
+    RUN(test_memory_grows_with_the_micro_batches_held);
+    return check_exit_code();
+}
