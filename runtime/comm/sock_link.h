@@ -20,7 +20,12 @@
 
 enum sock_link_kind { SOCK_LINK_TCP, SOCK_LINK_SHM };
 
-#define SOCK_SHM_RING_BYTES ((size_t)256 << 10)  /* per direction (measured: 256K..4M alike) */
+/* per direction. Alike from 256K to 4M for bandwidth alone (bench/comm_bench.c), but a
+ * sum overlapping computation on the same cores (runtime/buckets.h) needs the larger
+ * ring: with 256K every refill waited for a descheduled peer, and the overlapped step
+ * ran 1.66× slower than the serial one (bench/overlap_bench.sh); pages are touched
+ * only as far as the traffic reaches. */
+#define SOCK_SHM_RING_BYTES ((size_t)4 << 20)
 #define SOCK_TCP_STAGE_BYTES ((size_t)256 << 10) /* receive staging for TCP */
 
 struct shm_ring; /* sock_link.c */
