@@ -4,8 +4,8 @@
 # this machine, trained twice in the same environment:
 #   overlapped  parallel.bucket_mb 25 (the default): each bucket's sum starts
 #               as soon as the last backward has passed below it
-#   serial      parallel.bucket_mb 1e6: one bucket, started when backward is
-#               done with the layers (what a reduction after backward costs)
+#   serial      parallel.bucket_mb 1e6: more than the whole gradient, so one
+#               bucket summed after backward (what a reduction after it costs)
 # Each step's metrics.jsonl records "parallel.wait_ms.dp", the time a rank was
 # blocked in the data-parallel communicator: what computing did not hide.
 # hidden = 1 − overlapped / serial, from the medians of the timed steps (the

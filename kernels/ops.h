@@ -37,7 +37,7 @@ struct ops {
                             const float *wpe, int B, int T, int C);
     /* dwte[tokens - v0] += dout for tokens in [v0, v0+nv) (always accumulates:
      * the LM head writes dwte first); dwpe[0:T] = dwpe·accumulate + Σ_b dout,
-     * dwpe may be NULL */
+     * dwpe may be NULL, and dwte (wpe's part alone) */
     void (*encoder_backward)(float *dwte, int v0, int nv, float *dwpe, const float *dout,
                              const int32_t *tokens, int B, int T, int C, bool accumulate);
     /* out (N,C) += bias (C): a row-parallel product's bias, after the reduction */

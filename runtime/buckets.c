@@ -1,12 +1,10 @@
-/* buckets.c — cutting the gradient buffer into buckets at layer boundaries,
- * starting each one's sum over dp when backward has passed below it, and
- * waiting for them after backward. */
+/* buckets.c — cutting the gradient buffer into buckets, starting each one's
+ * sum over dp as soon as backward has made it final, and after backward
+ * waiting for them and adding the embedding rows that were deferred. */
 #include "runtime/buckets.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#include "runtime/profile.h"
 
 int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, double bucket_mb,
                  struct plait_error *err)
@@ -17,18 +15,42 @@ int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, do
     const struct gpt2_shard *s = &m->shard;
     size_t want = (size_t)(bucket_mb * (1 << 20) / sizeof(float));
     if (want < 1) want = 1;
-    int layers = m->n_layers;
-    if (!(bk->b = calloc((size_t)layers + 1, sizeof *bk->b)))
+    /* without a pipeline the embedding's rows of wte are deferred: wte goes first
+     * (not with a split backward: its head and embedding run in the input pass,
+     * before the weight pass in which the buckets start) */
+    bk->defer = m->first && m->last && !m->split_backward;
+    if (!(bk->b = calloc((size_t)m->n_layers + 2, sizeof *bk->b)))
         return error_set(err, "out of memory");
+    bk->watermark = s->total;
+    if (want >= s->total) { /* one bucket: summed after backward, overlapping nothing */
+        bk->defer = false;
+        bk->b[bk->n++] = (struct bucket){.at = 0, .n = s->total};
+        return 0;
+    }
+    size_t wte = gpt2_shard_holds(s, GPT2_WTE) ? gpt2_shard_offset(s, GPT2_WTE, 0) : 0;
+    if (bk->defer) bk->b[bk->n++] = (struct bucket){.at = wte, .n = s->elems[GPT2_WTE]};
     size_t hi = s->total; /* the top bucket takes the final LayerNorm with it */
-    for (int i = layers - 1; i >= 0; i--) {
+    for (int i = m->n_layers - 1; i >= 0; i--) {
         size_t at = s->layers_at + (size_t)i * s->layer_elems;
         if (hi - at >= want || i == 0) {
-            bk->b[bk->n++] = (struct bucket){.at = at, .n = hi - at};
+            bk->b[bk->n++] = (struct bucket){.at = at, .n = hi - at, .layers = true};
             hi = at;
         }
     }
-    if (s->layers_at) bk->b[bk->n++] = (struct bucket){.at = 0, .n = s->layers_at};
+    /* the rest of the embeddings (all of them with a pipeline) after backward */
+    size_t lo = bk->defer ? wte + s->elems[GPT2_WTE] : 0;
+    if (s->layers_at > lo) bk->b[bk->n++] = (struct bucket){.at = lo, .n = s->layers_at - lo};
+    if (bk->defer) {
+        size_t N = (size_t)m->B * (size_t)m->T,
+               n = N * (size_t)dp->size; /* model_init checked N·C */
+        bk->rows = m->ops->alloc(n * (size_t)m->cfg.hidden * sizeof(float));
+        bk->tokens = m->ops->alloc(n * sizeof(int32_t));
+        if (!bk->rows || !bk->tokens) {
+            buckets_free(bk);
+            return error_set(err, "out of memory for the data-parallel embedding rows");
+        }
+        m->defer_embedding = true;
+    }
     return 0;
 }
 
@@ -42,34 +64,60 @@ static int start(struct buckets *bk, struct bucket *b, struct plait_error *err)
     return 0;
 }
 
-int buckets_ready(void *ctx, size_t from, struct plait_error *err)
+int buckets_ready(void *ctx, size_t from, size_t to, struct plait_error *err)
 {
     struct buckets *bk = ctx;
-    size_t layers_at = bk->m->shard.layers_at;
+    if (to == bk->m->shard.total && from < bk->watermark) bk->watermark = from;
+    for (int i = 0; i < bk->n; i++)
+        if (!bk->b[i].layers && bk->b[i].at == from && bk->b[i].n == to - from)
+            bk->b[i].final = true;
     while (bk->next < bk->n) {
         struct bucket *b = &bk->b[bk->next];
-        if (b->at < from || b->at < layers_at) return 0;
+        if (!(b->final || (b->layers && b->at >= bk->watermark))) return 0;
         if (start(bk, b, err)) return -1;
     }
     return 0;
 }
 
-int buckets_finish(struct buckets *bk, struct plait_error *err)
+/* Every rank's deferred embedding rows and tokens, gathered over dp (the
+ * tokens' bits travel as floats: nothing adds them). */
+static int gather_rows(struct buckets *bk, int B, int T, struct plait_error *err)
+{
+    const float *rows;
+    const int32_t *tokens;
+    size_t N = (size_t)B * (size_t)T;
+    if (model_deferred_rows(bk->m, B, T, &rows, &tokens, err)) return -1;
+    const struct group *dp = bk->dp;
+    float *tok_bits = (float *)bk->tokens;
+    /* the last of the gathered blocks is scratch for this rank's own tokens */
+    float *mine = (float *)bk->rows + N * (size_t)bk->m->cfg.hidden * (size_t)(dp->size - 1);
+    bk->m->ops->copy(mine, tokens, N * sizeof(int32_t));
+    if (dp->allgather(dp->ctx, mine, tok_bits, N, err)) return -1;
+    return dp->allgather(dp->ctx, rows, bk->rows, N * (size_t)bk->m->cfg.hidden, err);
+}
+
+int buckets_finish(struct buckets *bk, int B, int T, struct plait_error *err)
 {
     struct plait_error later; /* after the first failure: what the others say */
+    bool deferred = bk->defer && bk->m->deferred_slot >= 0;
     int rc = 0;
     while (rc == 0 && bk->next < bk->n) rc = start(bk, &bk->b[bk->next], err);
-    double t0 = prof_now();
+    /* posted behind the sums on the same communicator: it completes after them */
+    if (rc == 0 && deferred) rc = gather_rows(bk, B, T, err);
     for (int i = 0; i < bk->n; i++) {
         struct bucket *b = &bk->b[i];
-        if (b->started && bk->dp->wait(b->req, rc ? &later : err) && rc == 0)
-            rc = error_prefix(err, "data-parallel gradient sum: ");
-        b->req = NULL;
-        b->started = false;
+        if (b->started && bk->dp->wait(b->req, rc ? &later : err) && rc == 0) rc = -1;
+        bk->b[i] = (struct bucket){.at = b->at, .n = b->n, .layers = b->layers};
     }
     bk->next = 0;
-    bk->wait_s = prof_now() - t0;
-    return rc;
+    bk->watermark = bk->m->shard.total;
+    bk->m->deferred_slot = -1;
+    if (rc) return error_prefix(err, "data-parallel gradient sum: ");
+    size_t N = (size_t)B * (size_t)T, C = (size_t)bk->m->cfg.hidden;
+    for (int r = 0; deferred && r < bk->dp->size; r++) /* in rank order: the same bits */
+        model_add_embedding_rows(bk->m, bk->rows + (size_t)r * N * C, bk->tokens + (size_t)r * N, B,
+                                 T);
+    return 0;
 }
 
 void buckets_drop(struct buckets *bk)
@@ -77,14 +125,19 @@ void buckets_drop(struct buckets *bk)
     struct plait_error ignored;
     for (int i = 0; i < bk->n; i++) {
         if (bk->b[i].started) bk->dp->wait(bk->b[i].req, &ignored);
-        bk->b[i] = (struct bucket){.at = bk->b[i].at, .n = bk->b[i].n};
+        bk->b[i] = (struct bucket){.at = bk->b[i].at, .n = bk->b[i].n, .layers = bk->b[i].layers};
     }
     bk->next = 0;
+    bk->watermark = bk->m ? bk->m->shard.total : 0;
+    if (bk->m) bk->m->deferred_slot = -1;
 }
 
 void buckets_free(struct buckets *bk)
 {
     buckets_drop(bk);
+    if (bk->m && bk->rows) bk->m->ops->free(bk->rows);
+    if (bk->m && bk->tokens) bk->m->ops->free(bk->tokens);
+    if (bk->m) bk->m->defer_embedding = false;
     free(bk->b);
     memset(bk, 0, sizeof *bk);
 }

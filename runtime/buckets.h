@@ -2,21 +2,29 @@
  * (ZeRO 0): the rank's gradient buffer cut into buckets of about
  * parallel.bucket_mb at layer boundaries, each summed over dp as soon as the
  * step's last backward has finished writing it, while the layers below it
- * are still computing; what cannot start early (the embeddings, whose tied
- * wte is first summed between the pipeline's ends) goes last, after backward.
+ * are still computing.
  *
  * The buffer is layer-major (common/gpt2_shard.h) and backward runs from the
- * last layer to the first, so buckets complete from the end of the buffer
- * towards its start: bucket 0 holds the last layers (and the final
- * LayerNorm), the last bucket the embeddings. Where each bucket starts depends
- * only on the shard and bucket_mb, so every dp rank (same part) cuts the same
- * buckets and sums them in the same order: the same bits on every rank, and
- * the same bits run after run. */
+ * head to the embedding, so buckets complete from the end of the buffer
+ * towards its start: the last layers (with the final LayerNorm) first. The
+ * tied wte is the largest tensor, and it is written at both ends of
+ * backward. Without a pipeline the model leaves the embedding's rows of wte
+ * out of the last backward (model.h: defer_embedding), so wte is final right
+ * after the head and its bucket goes first, overlapping the whole backward;
+ * after it, every rank's embedding rows (B·T of them, gathered over dp) are
+ * added to the summed wte in rank order. With a pipeline the first stage's
+ * wte must first be summed with the last stage's (the tied sum), so the
+ * embeddings' bucket starts after backward.
+ *
+ * Where each bucket starts depends only on the shard and bucket_mb, and
+ * every rank starts them in the same order: the same bits on every rank of
+ * the dp group, and the same bits run after run. */
 #ifndef PLAIT_RUNTIME_BUCKETS_H
 #define PLAIT_RUNTIME_BUCKETS_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/error.h"
 #include "runtime/group.h"
@@ -24,6 +32,9 @@
 
 struct bucket {
     size_t at, n; /* gradient elements [at, at + n) */
+    bool layers;  /* whole layers (and the final LayerNorm): final below a watermark; else
+                     final when reported by its exact range (wte), or only after backward */
+    bool final;   /* reported final by its exact range */
     void *req;    /* its sum in flight, or NULL */
     bool started;
 };
@@ -31,25 +42,31 @@ struct bucket {
 struct buckets {
     struct model *m;
     const struct group *dp;
-    struct bucket *b; /* [n], from the end of the buffer */
+    struct bucket *b; /* [n], in the order they start */
     int n, next;      /* the next bucket to start */
-    double wait_s;    /* the last step's wait for sums still running after backward */
+    size_t watermark; /* the layer gradients at or above it are final */
+    bool defer;       /* the embedding's rows of wte come after its sum */
+    float *rows;      /* (dp, B·T, C) every rank's embedding-output gradient */
+    int32_t *tokens;  /* (dp, B·T) and its tokens */
 };
 
 /* Cuts m's gradient buffer into buckets of at least bucket_mb MiB (whole
- * layers; fewer when the stage is small). dp must have iallreduce. */
+ * layers; fewer when the stage is small). A bucket_mb beyond the whole
+ * gradient makes one bucket, summed after backward (no overlap). dp must
+ * have iallreduce. */
 int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, double bucket_mb,
                  struct plait_error *err);
 void buckets_free(struct buckets *bk);
 
-/* The model's grads_final hook: the gradients at elements >= from are final
- * for this step; starts every bucket (but the last) lying wholly above. */
-int buckets_ready(void *bk, size_t from, struct plait_error *err);
+/* The model's grads_final hook: the gradients [from, to) are final for this
+ * step; starts, in order, every bucket that is final. */
+int buckets_ready(void *bk, size_t from, size_t to, struct plait_error *err);
 
 /* After the step's backward (and the tied wte's sum between the pipeline's
- * ends): starts what is left, waits for every sum. m->grads then holds the
- * step's gradients summed over dp. */
-int buckets_finish(struct buckets *bk, struct plait_error *err);
+ * ends): starts what is left, waits for every sum, adds the deferred
+ * embedding rows. m->grads then holds the step's gradients summed over dp.
+ * B×T: the step's micro-batch. */
+int buckets_finish(struct buckets *bk, int B, int T, struct plait_error *err);
 
 /* Waits out whatever is in flight after a failure (errors ignored), so that
  * no operation outlives the step. */

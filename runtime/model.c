@@ -172,6 +172,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     m->first = m->shard.first;
     m->last = m->shard.last;
     m->n_slots = n_slots;
+    m->deferred_slot = -1;
     size_t P = m->shard.total, N = (size_t)B * (size_t)T;
     m->dp = shape->dp;
     m->dp_rank = shape->dp_rank;
@@ -668,11 +669,18 @@ static int head_backward(struct model *m, struct model_slot *sl, int N, bool acc
     return 0;
 }
 
-/* Tells the grads_final hook that local layer i's gradients are final. */
+/* Tells the grads_final hook that local layer i's gradients (and those of
+ * every layer above, and of the final LayerNorm) are final. */
 static int layer_final(struct model *m, int i, struct plait_error *err)
 {
     size_t from = m->shard.layers_at + (size_t)i * m->shard.layer_elems;
-    return m->grads_final ? m->grads_final(m->grads_final_ctx, from, err) : 0;
+    return m->grads_final ? m->grads_final(m->grads_final_ctx, from, m->shard.total, err) : 0;
+}
+
+/* Whether this backward leaves the embedding's wte rows for later. */
+static bool deferring(const struct model *m)
+{
+    return m->grads_final && m->defer_embedding && m->first && m->last;
 }
 
 static int stage_backward(struct model *m, int slot, const float *grad_out, int B, int T, bool acc,
@@ -685,6 +693,10 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
         return error_set(err, "model: a split backward on a model built without it");
     if (m->last) {
         if (head_backward(m, sl, N, acc, err)) return -1;
+        size_t wte = gpt2_shard_offset(&m->shard, GPT2_WTE, 0);
+        if (deferring(m) &&
+            m->grads_final(m->grads_final_ctx, wte, wte + m->shard.elems[GPT2_WTE], err))
+            return -1;
     } else {
         o->upload(m->dres, grad_out, model_stage_floats(m, B, T) * sizeof(float));
     }
@@ -700,11 +712,30 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
         struct profile *pr = &m->prof;
         if (sp_gather(m, m->dres, N, &demb, err)) return -1;
         if (!acc_wte) o->zero(G(GPT2_WTE, 0), m->shard.elems[GPT2_WTE] * sizeof(float));
+        bool defer = deferring(m); /* wpe's part now, wte's once wte is summed */
+        m->deferred_slot = defer ? slot : -1;
         PROF(pr, PROF_EMBED_BWD,
-             o->encoder_backward(G(GPT2_WTE, 0), m->v0, m->Vpl, G(GPT2_WPE, 0), demb, sl->tokens, B,
-                                 T, C, acc));
+             o->encoder_backward(defer ? NULL : G(GPT2_WTE, 0), m->v0, m->Vpl, G(GPT2_WPE, 0), demb,
+                                 sl->tokens, B, T, C, acc));
     }
     return check_ops(m, "backward", err);
+}
+
+int model_deferred_rows(struct model *m, int B, int T, const float **rows, const int32_t **tokens,
+                        struct plait_error *err)
+{
+    if (m->deferred_slot < 0) return error_set(err, "model: no embedding rows were deferred");
+    *tokens = m->slots[m->deferred_slot].tokens;
+    m->deferred_slot = -1;
+    return sp_gather(m, m->dres, B * T, rows, err);
+}
+
+void model_add_embedding_rows(struct model *m, const float *rows, const int32_t *tokens, int B,
+                              int T)
+{
+    PROF(&m->prof, PROF_EMBED_BWD,
+         m->ops->encoder_backward(G(GPT2_WTE, 0), m->v0, m->Vpl, NULL, rows, tokens, B, T,
+                                  m->cfg.hidden, true));
 }
 
 int model_stage_backward(struct model *m, int slot, const float *grad_out, int B, int T, bool acc,

@@ -98,11 +98,18 @@ struct model {
     float *datt; /* (B,NH/tp,T,T) */
 
     float *losses_host; /* (N) */
-    /* Called, when set, as backward finishes writing gradients: every element
-     * of grads at or above `from` is final (the data-parallel buckets start
-     * their sums). A return of -1 fails the backward. */
-    int (*grads_final)(void *ctx, size_t from, struct plait_error *err);
+    /* Called, when set, as backward finishes writing gradients: the elements
+     * [from, to) of grads are final (the data-parallel buckets start their
+     * sums). A return of -1 fails the backward. */
+    int (*grads_final)(void *ctx, size_t from, size_t to, struct plait_error *err);
     void *grads_final_ctx;
+    /* With grads_final set, a model holding both ends (no pipeline) leaves the
+     * embedding's rows of wte out of that backward, so that wte is final right
+     * after the head (the hook hears of it first) and its sum overlaps the
+     * whole backward; model_deferred_rows and model_add_embedding_rows add
+     * them once it is summed. */
+    bool defer_embedding;
+    int deferred_slot;            /* the slot whose embedding rows were left out, -1: none */
     struct profile prof;          /* time per phase (the training loop resets it) */
     struct gpt2_memory mem;       /* what it holds, by common/gpt2_memory.c */
     struct model_bytes allocated; /* what model_init allocated, counted by kind (= mem's) */
@@ -193,6 +200,16 @@ float *model_stage_input(struct model *m, int slot);
 size_t model_stage_floats(const struct model *m, int B, int T);
 const float *model_stage_output(const struct model *m, int slot);
 const float *model_stage_input_grad(const struct model *m);
+
+/* The embedding-output gradient (N,C: all rows, gathered over tp when
+ * sequence parallel) and the tokens of the slot whose embedding rows the
+ * last backward deferred: -1 with err when none was. */
+int model_deferred_rows(struct model *m, int B, int T, const float **rows, const int32_t **tokens,
+                        struct plait_error *err);
+
+/* Adds those rows (any rank's, backend memory) into the wte gradient. */
+void model_add_embedding_rows(struct model *m, const float *rows, const int32_t *tokens, int B,
+                              int T);
 
 /* The last forward's logits (N, Vp/tp) of slot 0 (sampling). */
 const float *model_logits(const struct model *m);

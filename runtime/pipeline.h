@@ -58,7 +58,7 @@ struct pipe_step {
     void *ctx;
     /* The model's grads_final hook during the step's last backward, when the
      * gradients become the step's (may be NULL: runtime/buckets.h). */
-    int (*grads_final)(void *ctx, size_t from, struct plait_error *err);
+    int (*grads_final)(void *ctx, size_t from, size_t to, struct plait_error *err);
     void *grads_ctx;
 };
 

@@ -951,10 +951,10 @@ static int run_steps(struct trainer *t, struct plait_error *err)
          * after each micro-batch. */
         bool in_flight = t->bucketed && !dump;
         if ((t->m.zero < 2 && tied_sum(t, err)) ||
-            (in_flight && buckets_finish(&t->buckets, err)) ||
+            (in_flight && buckets_finish(&t->buckets, B, T, err)) ||
             (t->m.zero < 2 && model_sum_layernorm_grads(&t->m, err)) ||
             (dump && dump_step1(t, err)) ||
-            (t->bucketed && !in_flight && buckets_finish(&t->buckets, err)) ||
+            (t->bucketed && !in_flight && buckets_finish(&t->buckets, B, T, err)) ||
             optim_step(&t->m, &p->optimizer, lr, s + 1, &groups, &norm, err))
             return -1;
         /* the step's loss: the last stage's, over the dp ranks' micro-batches */

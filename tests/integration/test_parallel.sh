@@ -112,6 +112,8 @@ test_data_parallel_and_zero_match_one_rank() {
     # the sum in a bucket per layer (10 KB; a layer is 50 KB), started during
     # the last backward, with and without a pipeline (its tied wte goes last)
     layout dp2_z0_buckets one6 1e-5 --set parallel.dp=2 --set parallel.bucket_mb=0.01 || return 1
+    # one bucket larger than the gradient: summed after backward
+    layout dp2_z0_one_bucket one6 1e-5 --set parallel.dp=2 --set parallel.bucket_mb=1e6 || return 1
     layout pp2dp2_z0_buckets one8 1e-5 --set parallel.pp=2 --set parallel.dp=2 \
         --set batch.grad_accum=4 --set parallel.bucket_mb=0.01 || return 1
     # with a split backward the buckets start during the last weight-gradient pass
@@ -255,6 +257,8 @@ elif dp > 1:
     assert tp == pp == 1
     share = (dp - 1) / dp * P * F
     want["dp"] = share * (accum + 1) if zero == 2 else 2 * share
+    if zero == 0:  # in buckets, without a pipeline: the deferred embedding rows and tokens
+        want["dp"] += (dp - 1) * (BTC + B * T) * F
 steps = [json.loads(l) for l in open(path) if '"step"' in l]
 assert steps, "no steps"
 for r in steps:
@@ -275,7 +279,9 @@ test_bytes_on_the_wire_match_the_formulas() {
         "$PLAIT" train "$WORK/plan.json" --out "$WORK/$name" "${COMMON[@]}" "${short[@]}" "$@" \
             >"$WORK/$name.log" 2>&1 || { tail "$WORK/$name.log"; return 1; }
     }
-    run_wire w_dp2 --set parallel.dp=2 && wire w_dp2 1 1 2 0 3 2 || return 1
+    # in a bucket per layer (the embedding rows deferred and gathered)
+    run_wire w_dp2 --set parallel.dp=2 --set parallel.bucket_mb=0.01 && wire w_dp2 1 1 2 0 3 2 ||
+        return 1
     run_wire w_dp4z1 --set parallel.dp=4 --set parallel.zero=1 && wire w_dp4z1 1 1 4 1 3 2 || return 1
     run_wire w_dp4z2 --set parallel.dp=4 --set parallel.zero=2 && wire w_dp4z2 1 1 4 2 3 2 || return 1
     run_wire w_tp4 --set parallel.tp=4 --set model.heads=4 && wire w_tp4 4 1 1 0 3 2 || return 1

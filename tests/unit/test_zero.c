@@ -4,8 +4,9 @@
  * not dividing the parameter count, every rank holds the same parameters, and
  * they are those of one rank accumulating all the micro-batches, as is the
  * gradient norm. ZeRO 0 also with the sum in per-layer buckets started
- * during the last backward (runtime/buckets.h): every layer's bucket starts
- * before backward returns, the embeddings' after it. */
+ * during the last backward (runtime/buckets.h): wte's (its embedding rows
+ * deferred) and every layer's bucket start before backward returns, wpe's
+ * after it. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -75,7 +76,7 @@ static void *run_rank(void *arg)
     if (j->bucketed) {
         j->started_in_backward = bk.next;
         j->n_buckets = bk.n;
-        if (rc == 0) rc = buckets_finish(&bk, &err);
+        if (rc == 0) rc = buckets_finish(&bk, B, T, &err);
         buckets_free(&bk);
     }
     if (rc == 0) rc = optim_step(&m, &opt, opt.lr, 1, &g, &j->norm, &err);
@@ -109,10 +110,11 @@ static int run(int dp, int zero, bool bucketed, const float *full, float *params
         if (jobs[r].error[0]) {
             CHECK(0, "dp %d zero %d rank %d: %s", dp, zero, r, jobs[r].error);
             rc = -1;
-        } else if (bucketed && (jobs[r].n_buckets != cfg.layers + 1 ||
-                                jobs[r].started_in_backward != cfg.layers)) {
+        } else if (bucketed && (jobs[r].n_buckets != cfg.layers + 2 ||
+                                jobs[r].started_in_backward != cfg.layers + 1)) {
             CHECK(0, "dp %d rank %d: %d of %d buckets started during backward, want %d of %d", dp,
-                  r, jobs[r].started_in_backward, jobs[r].n_buckets, cfg.layers, cfg.layers + 1);
+                  r, jobs[r].started_in_backward, jobs[r].n_buckets, cfg.layers + 1,
+                  cfg.layers + 2);
             rc = -1;
         } else if (r > 0) {
             CHECK(memcmp(jobs[r].params, jobs[0].params, total * sizeof(float)) == 0 &&
