@@ -17,7 +17,7 @@ int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, do
     const struct gpt2_shard *s = &m->shard;
     size_t want = (size_t)(bucket_mb * (1 << 20) / sizeof(float));
     if (want < 1) want = 1;
-    int layers = m->n_layers;
+    int layers = gpt2_shard_layers(s);
     if (!(bk->b = calloc((size_t)layers + 1, sizeof *bk->b)))
         return error_set(err, "out of memory");
     size_t hi = s->total; /* the top bucket takes the final LayerNorm with it */

@@ -48,6 +48,7 @@ static void header_fill(int32_t h[LLMC_HEADER_INTS], enum part_kind kind, const 
     h[10] = (int32_t)(uint32_t)(count & 0xffffffffu);
     h[11] = (int32_t)(uint32_t)(count >> 32);
     h[12] = arrays;
+    h[13] = m->shard.part.chunks > 1 ? m->shard.part.chunks : 0; /* 0: one chunk (older files) */
 }
 
 /* ---- writing ----------------------------------------------------------------------------- */
@@ -278,9 +279,9 @@ static int read_part(const char *cdir, const char *name, enum part_kind kind, co
             for (int t = 0; t < GPT2_TENSORS; t++) {
                 if (!gpt2_shard_holds(&m->shard, t)) continue;
                 bool global = t == GPT2_WTE || t == GPT2_WPE || t == GPT2_LNFW || t == GPT2_LNFB;
-                int l0 = global ? 0 : m->shard.part.layer_begin;
-                int l1 = global ? 1 : m->shard.part.layer_end;
-                for (int l = l0; l < l1; l++) {
+                int n_layers = global ? 1 : gpt2_shard_layers(&m->shard);
+                for (int j = 0; j < n_layers; j++) {
+                    int l = global ? 0 : gpt2_shard_layer(&m->shard, j);
                     size_t off = gpt2_shard_offset(&m->shard, t, l), n = m->shard.elems[t];
                     memcpy(shard + off, host + at, n * sizeof(float));
                     at += n;
