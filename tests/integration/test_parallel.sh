@@ -145,6 +145,10 @@ PYEOF
     grep -q "resuming from .*step_00000003_0000" "$WORK/stop_il2.log" ||
         { cat "$WORK/stop_il2.log"; return 1; }
     metrics_equal "$WORK/pp2_interleaved/metrics.jsonl" "$WORK/stop_il/metrics.jsonl" || return 1
+    # its parts hold chunks of layers: not for the same pp without them
+    expect_error "$WORK/il_as_1f1b.log" any "ZeRO 0, 2 model chunk\(s\) a stage\); this run is tp 1 × pp 2 × dp 1 \(ZeRO 0, 1 chunk\(s\)\)" \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_il" "${COMMON[@]}" "${l4[@]}" \
+        --set parallel.pp=2 --set steps=13 || return 1
     # a one-rank checkpoint (the whole model) resumed by the interleaved layout
     cp -r "$WORK/one_l4" "$WORK/grow_il" && rm -r "$WORK/grow_il/checkpoints/step_00000012_0000" &&
         rm "$WORK/grow_il/metrics.jsonl" || return 1
