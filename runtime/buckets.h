@@ -8,7 +8,11 @@
  * The buffer is layer-major (common/gpt2_shard.h) and backward runs from the
  * last layer to the first, so buckets complete from the end of the buffer
  * towards its start: bucket 0 holds the last layers (and the final
- * LayerNorm), the last bucket the embeddings. Where each bucket starts depends
+ * LayerNorm), the last bucket the embeddings. With an interleaved schedule
+ * the buffer holds the stage's chunks in order and each chunk's gradients
+ * become final at its own last backward; the executor (runtime/pipeline.c)
+ * calls buckets_ready only when every chunk above is final too, so a chunk
+ * finished out of that order waits for buckets_finish. Where each bucket starts depends
  * only on the shard and bucket_mb, so every dp rank (same part) cuts the same
  * buckets and sums them in the same order: the same bits on every rank, and
  * the same bits run after run. */

@@ -300,6 +300,23 @@ static void setup_data(const struct gpt2_layout *full)
         }
 }
 
+/* One step of kind over pp stages (m micro-batches, v chunks) against one
+ * rank accumulating the same micro-batches. */
+static void check_case(enum sched_kind kind, int pp, int m, int v, const struct gpt2_layout *full,
+                       float *ref, float *got)
+{
+    struct schedule s;
+    struct plait_error err;
+    double ref_loss, loss;
+    if (reference(m, params, &ref_loss, ref, full->total)) return;
+    if (schedule_make(&s, kind, pp, m, v, &err)) {
+        CHECK(0, "%s", err.text);
+        return;
+    }
+    if (run(&s, params, &loss, got, full->total) == 0) compare(&s, full, loss, ref_loss, got, ref);
+    schedule_free(&s);
+}
+
 static void test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1(void)
 {
     struct gpt2_layout full;
@@ -307,28 +324,16 @@ static void test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1(void)
     setup_data(&full);
     float *ref = malloc(full.total * sizeof *ref), *got = malloc(full.total * sizeof *got);
     const int cases[][2] = {{2, 4}, {4, 4}, {4, 8}, {3, 5}, {1, 3}};
-    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        int pp = cases[c][0], m = cases[c][1];
-        struct schedule s;
-        struct plait_error err;
-        double ref_loss, loss;
-        if (reference(m, params, &ref_loss, ref, full.total)) continue;
-        const enum sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_ZB_H1, SCHED_ZB_H1,
-                                         SCHED_ZB_H1};
-        const enum plan_recompute policies[] = {PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_NONE,
-                                                PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE,
-                                                PLAN_RECOMPUTE_FULL};
+    const enum sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_ZB_H1, SCHED_ZB_H1,
+                                     SCHED_ZB_H1};
+    const enum plan_recompute policies[] = {PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_NONE,
+                                            PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE,
+                                            PLAN_RECOMPUTE_FULL};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
         for (int k = 0; k < 5; k++) {
             recompute = policies[k];
-            if (schedule_make(&s, kinds[k], pp, m, 1, &err)) {
-                CHECK(0, "%s", err.text);
-                continue;
-            }
-            if (run(&s, params, &loss, got, full.total) == 0)
-                compare(&s, &full, loss, ref_loss, got, ref);
-            schedule_free(&s);
+            check_case(kinds[k], cases[c][0], cases[c][1], 1, &full, ref, got);
         }
-    }
     free(params);
     free(ref);
     free(got);
@@ -347,19 +352,8 @@ static void test_interleaved_pipeline_matches_one_rank(void)
                                             PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_FULL,
                                             PLAN_RECOMPUTE_NONE};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        int pp = cases[c][0], m = cases[c][1], v = cases[c][2];
-        struct schedule s;
-        struct plait_error err;
-        double ref_loss, loss;
-        if (reference(m, params, &ref_loss, ref, full.total)) continue;
         recompute = policies[c];
-        if (schedule_make(&s, SCHED_INTERLEAVED, pp, m, v, &err)) {
-            CHECK(0, "%s", err.text);
-            continue;
-        }
-        if (run(&s, params, &loss, got, full.total) == 0)
-            compare(&s, &full, loss, ref_loss, got, ref);
-        schedule_free(&s);
+        check_case(SCHED_INTERLEAVED, cases[c][0], cases[c][1], cases[c][2], &full, ref, got);
     }
     free(params);
     free(ref);
