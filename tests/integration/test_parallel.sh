@@ -109,7 +109,8 @@ PYEOF
 # Interleaved 1F1B (v model chunks a stage; chunk c of the last stage feeds
 # chunk c+1 of the first): one rank's numbers at 1×2×1 v=2 and 1×4×1 v=2, and
 # with dp 2 in buckets (a chunk's gradients start their sum only once every
-# chunk above it is final); the simulated bubble below 1F1B's, the measured
+# chunk above it is final), and tp 2 sequence parallel × pp 2 × dp 2 at ZeRO 1;
+# the simulated bubble below 1F1B's, the measured
 # one beside it; the same layout twice, the same bits; stopped and resumed
 # from its checkpoint in parts, to the bit; a one-rank checkpoint resumed by
 # it; its evaluation, one rank's; ZeRO 2 refused, saying why.
@@ -123,6 +124,9 @@ test_interleaved_pipeline_matches_one_rank() {
         --set parallel.pp=4 "${il[@]}" || return 1
     layout pp2dp2_interleaved_buckets one_l4x8 1e-5 "${l4[@]}" --set parallel.pp=2 \
         --set parallel.dp=2 --set parallel.bucket_mb=0.01 "${il[@]}" || return 1
+    layout tp2pp2dp2_sp_interleaved one_l4x8 1e-5 "${l4[@]}" --set parallel.tp=2 \
+        --set parallel.sequence_parallel=true --set parallel.pp=2 --set parallel.dp=2 \
+        --set parallel.zero=1 "${il[@]}" || return 1
     "$PY" - "$WORK/pp4_interleaved/metrics.jsonl" <<'PYEOF' || return 1
 import json, sys
 rows = [json.loads(l)["parallel"] for l in open(sys.argv[1]) if '"step"' in l]
