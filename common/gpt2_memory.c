@@ -123,7 +123,7 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
                          "parallel.sequence_parallel: batch.micro_batch %d × model.seq_len %d = "
                          "%lld rows do not split evenly over parallel.tp %d",
                          h->B, h->T, (long long)h->B * h->T, s->part.tp);
-    size_t layers = (size_t)(s->part.layer_end - s->part.layer_begin);
+    size_t layers = (size_t)gpt2_shard_layers(s);
     size_t slot_layers = (layers + (size_t)h->chunks - 1) / (size_t)h->chunks;
 
     /* the model state */

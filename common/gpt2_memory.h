@@ -80,7 +80,7 @@ struct gpt2_memory_shape {
     enum plan_recompute recompute;
     int slots;  /* micro-batches (interleaved: model chunks) whose activations are held at once */
     int chunks; /* model chunks per stage: a slot holds layers/chunks layers (1 but
-                   for interleaved schedules, which the runtime does not run yet) */
+                   for interleaved schedules) */
     int dp;     /* data-parallel ranks holding the same part */
     int zero;   /* ZeRO stage 0..3 */
     bool sequence_parallel; /* the residual stream on N/tp rows (tp > 1, N divisible by tp) */

@@ -42,6 +42,12 @@ void gpt2_stage_layers(int layers, int pp, int stage, int *begin, int *end)
     *end = *begin + base + (stage < extra ? 1 : 0);
 }
 
+void gpt2_stage_chunks(int layers, int pp, int chunks, int stage, struct gpt2_part *part)
+{
+    gpt2_stage_layers(layers, pp * chunks, stage, &part->layer_begin, &part->layer_end);
+    part->chunks = chunks;
+}
+
 int gpt2_shard_init(struct gpt2_shard *s, const struct gpt2_config *cfg,
                     const struct gpt2_part *part, struct plait_error *err)
 {
@@ -53,12 +59,15 @@ int gpt2_shard_init(struct gpt2_shard *s, const struct gpt2_config *cfg,
                          "tensor parallelism %d (rank %d) must divide the heads (%d) and the "
                          "padded vocabulary (%d)",
                          p->tp, p->tp_rank, cfg->heads, cfg->padded_vocab);
-    if (p->pp < 1 || p->pp_rank < 0 || p->pp_rank >= p->pp || p->layer_begin < 0 ||
-        p->layer_begin >= p->layer_end || p->layer_end > cfg->layers)
-        return error_set(err, "pipeline stage %d of %d: layers [%d, %d) of %d", p->pp_rank, p->pp,
-                         p->layer_begin, p->layer_end, cfg->layers);
+    int chunks = p->chunks < 1 ? 1 : p->chunks;
+    long long n = (long long)p->layer_end - p->layer_begin;
+    if (p->pp < 1 || p->pp_rank < 0 || p->pp_rank >= p->pp || p->layer_begin < 0 || n < 1 ||
+        p->layer_end + (long long)(chunks - 1) * p->pp * n > cfg->layers)
+        return error_set(err, "pipeline stage %d of %d: %d chunk(s) of layers [%d, %d) of %d",
+                         p->pp_rank, p->pp, chunks, p->layer_begin, p->layer_end, cfg->layers);
     s->cfg = *cfg;
     s->part = *p;
+    s->part.chunks = chunks;
     s->first = p->pp_rank == 0;
     s->last = p->pp_rank == p->pp - 1;
     size_t *e = s->elems;
@@ -84,8 +93,7 @@ int gpt2_shard_init(struct gpt2_shard *s, const struct gpt2_config *cfg,
     }
     s->layers_at = at;
     s->layer_elems = layer;
-    ok = ok && ck_mul(layer, (size_t)(p->layer_end - p->layer_begin), &layers) &&
-         ck_add(at, layers, &at);
+    ok = ok && ck_mul(layer, (size_t)gpt2_shard_layers(s), &layers) && ck_add(at, layers, &at);
     s->offset[GPT2_LNFW] = at;
     ok = ok && ck_add(at, e[GPT2_LNFW], &at);
     s->offset[GPT2_LNFB] = at;
@@ -107,10 +115,23 @@ bool gpt2_shard_counts(const struct gpt2_shard *s, enum gpt2_tensor t)
     return t != GPT2_WTE || s->first;
 }
 
+int gpt2_shard_layers(const struct gpt2_shard *s)
+{
+    return (s->part.layer_end - s->part.layer_begin) * s->part.chunks;
+}
+
+int gpt2_shard_layer(const struct gpt2_shard *s, int i)
+{
+    int n = s->part.layer_end - s->part.layer_begin;
+    return s->part.layer_begin + i / n * s->part.pp * n + i % n;
+}
+
 size_t gpt2_shard_offset(const struct gpt2_shard *s, enum gpt2_tensor t, int l)
 {
     if (is_global(t)) return s->offset[t];
-    return s->layers_at + (size_t)(l - s->part.layer_begin) * s->layer_elems + s->offset[t];
+    int n = s->part.layer_end - s->part.layer_begin, d = l - s->part.layer_begin;
+    int i = d / (s->part.pp * n) * n + d % (s->part.pp * n); /* its block: chunk·n + within */
+    return s->layers_at + (size_t)i * s->layer_elems + s->offset[t];
 }
 
 int gpt2_shard_each(const struct gpt2_shard *s,
@@ -120,8 +141,9 @@ int gpt2_shard_each(const struct gpt2_shard *s,
 {
     for (int t = 0; t < GPT2_TENSORS; t++) {
         if (!gpt2_shard_holds(s, t)) continue;
-        int l0 = is_global(t) ? 0 : s->part.layer_begin, l1 = is_global(t) ? 1 : s->part.layer_end;
-        for (int l = l0; l < l1; l++) {
+        int n = is_global(t) ? 1 : gpt2_shard_layers(s);
+        for (int i = 0; i < n; i++) {
+            int l = is_global(t) ? 0 : gpt2_shard_layer(s, i);
             int rc = fn(ctx, t, l, gpt2_shard_offset(s, t, l), s->elems[t]);
             if (rc) return rc;
         }

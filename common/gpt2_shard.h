@@ -3,7 +3,11 @@
  *
  * Pipeline stage s holds a contiguous range of layers; the first stage also
  * the embeddings (wte, wpe), the last the final LayerNorm and, tied, wte again
- * (its gradients are summed between the two each step). Tensor parallelism
+ * (its gradients are summed between the two each step). With an interleaved
+ * schedule a stage holds `chunks` ranges of the same length n, chunk c being
+ * virtual stage c·pp + s: the first range shifted by c·pp·n layers; the
+ * embeddings stay with stage 0 (chunk 0 embeds), the final LayerNorm and the
+ * head with stage pp-1 (its last chunk computes them). Tensor parallelism
  * (Megatron) splits within a stage:
  *   wte      (Vp/tp, C)     rows: a vocabulary shard
  *   qkvw     (3·C/tp, C)    rows: this rank's heads of q, k and v, stacked [q; k; v]
@@ -18,7 +22,8 @@
  *
  * In memory the buffer is layer-major, so a stage's, a layer's or a bucket's
  * parameters are contiguous: [wte][wpe] then per layer [ln1w ln1b qkvw qkvb
- * attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb], then [lnfw lnfb]
+ * attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb] (the held layers in
+ * ascending order: chunk 0's, then chunk 1's, ...), then [lnfw lnfb]
  * (absent tensors take no room). llm.c's tensor-major order (gpt2_layout.h)
  * is used only at file boundaries: gpt2_shard_copy converts. */
 #ifndef PLAIT_GPT2_SHARD_H
@@ -33,7 +38,10 @@
 struct gpt2_part {
     int tp, tp_rank;
     int pp, pp_rank;
-    int layer_begin, layer_end; /* the stage's layers [begin, end) */
+    int layer_begin, layer_end; /* the stage's layers [begin, end): with chunks > 1 its first
+                                   chunk's */
+    int chunks;                 /* model chunks of the stage (interleaved schedules); 0 or 1:
+                                   one. Chunk c holds layers [begin, end) + c·pp·(end - begin) */
 };
 
 struct gpt2_shard {
@@ -56,6 +64,10 @@ struct gpt2_part gpt2_part_whole(const struct gpt2_config *cfg);
  * may later set it explicitly). */
 void gpt2_stage_layers(int layers, int pp, int stage, int *begin, int *end);
 
+/* The part of an interleaved schedule's stage: `chunks` chunks of
+ * layers / (pp · chunks) layers each (which must divide). */
+void gpt2_stage_chunks(int layers, int pp, int chunks, int stage, struct gpt2_part *part);
+
 /* The shard of part: -1 with err when tp does not divide the heads, the
  * padded vocabulary and 4·C, the layer range is empty or out of range, or a
  * size cannot be addressed. */
@@ -66,6 +78,11 @@ int gpt2_shard_init(struct gpt2_shard *s, const struct gpt2_config *cfg,
  * tensors); the tensor must be held (gpt2_shard_holds). */
 size_t gpt2_shard_offset(const struct gpt2_shard *s, enum gpt2_tensor t, int l);
 bool gpt2_shard_holds(const struct gpt2_shard *s, enum gpt2_tensor t);
+
+/* The layers the shard holds (all its chunks'), and the model's index of its
+ * i-th (0 <= i < gpt2_shard_layers, ascending: layer block i of the buffer). */
+int gpt2_shard_layers(const struct gpt2_shard *s);
+int gpt2_shard_layer(const struct gpt2_shard *s, int i);
 
 /* Whether a tensor is whole on every rank of a tp group (counted once when
  * summing over the group: gradient norms, parameter counts). */

@@ -19,7 +19,8 @@ int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, do
      * (not with a split backward: its head and embedding run in the input pass,
      * before the weight pass in which the buckets start) */
     bk->defer = m->first && m->last && !m->split_backward;
-    if (!(bk->b = calloc((size_t)m->n_layers + 2, sizeof *bk->b)))
+    int layers = gpt2_shard_layers(s); /* over the stage's chunks */
+    if (!(bk->b = calloc((size_t)layers + 2, sizeof *bk->b)))
         return error_set(err, "out of memory");
     bk->watermark = s->total;
     if (want >= s->total) { /* one bucket: summed after backward, overlapping nothing */
@@ -30,7 +31,7 @@ int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, do
     size_t wte = gpt2_shard_holds(s, GPT2_WTE) ? gpt2_shard_offset(s, GPT2_WTE, 0) : 0;
     if (bk->defer) bk->b[bk->n++] = (struct bucket){.at = wte, .n = s->elems[GPT2_WTE]};
     size_t hi = s->total; /* the top bucket takes the final LayerNorm with it */
-    for (int i = m->n_layers - 1; i >= 0; i--) {
+    for (int i = layers - 1; i >= 0; i--) {
         size_t at = s->layers_at + (size_t)i * s->layer_elems;
         if (hi - at >= want || i == 0) {
             bk->b[bk->n++] = (struct bucket){.at = at, .n = hi - at, .layers = true};

@@ -14,7 +14,11 @@
  * after it, every rank's embedding rows (B·T of them, gathered over dp) are
  * added to the summed wte in rank order. With a pipeline the first stage's
  * wte must first be summed with the last stage's (the tied sum), so the
- * embeddings' bucket starts after backward.
+ * embeddings' bucket starts after backward. With an interleaved schedule the
+ * buffer holds the stage's chunks in order and each chunk's gradients become
+ * final at its own last backward; the executor (runtime/pipeline.c) sets the
+ * hook only when every chunk above is final too, so a chunk finished out of
+ * that order waits for buckets_finish.
  *
  * Where each bucket starts depends only on the shard and bucket_mb, and
  * every rank starts them in the same order: the same bits on every rank of

@@ -48,6 +48,7 @@ static void header_fill(int32_t h[LLMC_HEADER_INTS], enum part_kind kind, const 
     h[10] = (int32_t)(uint32_t)(count & 0xffffffffu);
     h[11] = (int32_t)(uint32_t)(count >> 32);
     h[12] = arrays;
+    h[13] = m->shard.part.chunks > 1 ? m->shard.part.chunks : 0; /* 0: one chunk (older files) */
 }
 
 /* ---- writing ----------------------------------------------------------------------------- */
@@ -213,6 +214,9 @@ int ckpt_parts_save(struct ckptdir *d, const char *dir, const struct model *m,
         json_t *files = json_object(),
                *extra = json_pack("{s:{s:i,s:i,s:i,s:i}}", "layout", "tp", w->tp, "pp", w->pp, "dp",
                                   w->dp, "zero", m->zero);
+        if (m->chunks > 1) /* interleaved: which layers a stage holds */
+            json_object_set_new(json_object_get(extra, "layout"), "virtual_stages",
+                                json_integer(m->chunks));
         for (int i = 0; i < w->world * MAX_FILES; i++)
             if (all[i].bytes >= 0)
                 json_object_set_new(files, all[i].name,
@@ -278,9 +282,9 @@ static int read_part(const char *cdir, const char *name, enum part_kind kind, co
             for (int t = 0; t < GPT2_TENSORS; t++) {
                 if (!gpt2_shard_holds(&m->shard, t)) continue;
                 bool global = t == GPT2_WTE || t == GPT2_WPE || t == GPT2_LNFW || t == GPT2_LNFB;
-                int l0 = global ? 0 : m->shard.part.layer_begin;
-                int l1 = global ? 1 : m->shard.part.layer_end;
-                for (int l = l0; l < l1; l++) {
+                int n_layers = global ? 1 : gpt2_shard_layers(&m->shard);
+                for (int j = 0; j < n_layers; j++) {
+                    int l = global ? 0 : gpt2_shard_layer(&m->shard, j);
                     size_t off = gpt2_shard_offset(&m->shard, t, l), n = m->shard.elems[t];
                     memcpy(shard + off, host + at, n * sizeof(float));
                     at += n;
@@ -295,8 +299,9 @@ static int read_part(const char *cdir, const char *name, enum part_kind kind, co
     return rc;
 }
 
-/* The layout a checkpoint was written in (its manifest), or all 1 for one rank. */
-static int read_layout(const char *cdir, int *tp, int *pp, int *dp, int *zero, bool *whole,
+/* The layout a checkpoint was written in (its manifest), or all 1 for one
+ * rank; *v: the model chunks a stage held (1 but interleaved). */
+static int read_layout(const char *cdir, int *tp, int *pp, int *dp, int *zero, int *v, bool *whole,
                        struct plait_error *err)
 {
     char path[4096];
@@ -304,11 +309,13 @@ static int read_layout(const char *cdir, int *tp, int *pp, int *dp, int *zero, b
     json_error_t jerr;
     json_t *man = json_load_file(path, 0, &jerr);
     if (!man) return error_set(err, "manifest.json: %s", jerr.text);
-    *tp = *pp = *dp = 1;
+    *tp = *pp = *dp = *v = 1;
     *zero = 0;
     *whole = json_object_get(json_object_get(man, "files"), "model.bin") != NULL;
     json_t *l = json_object_get(man, "layout");
-    if (l) json_unpack(l, "{s?i,s?i,s?i,s?i}", "tp", tp, "pp", pp, "dp", dp, "zero", zero);
+    if (l)
+        json_unpack(l, "{s?i,s?i,s?i,s?i,s?i}", "tp", tp, "pp", pp, "dp", dp, "zero", zero,
+                    "virtual_stages", v);
     json_decref(man);
     return 0;
 }
@@ -317,16 +324,17 @@ static int read_layout(const char *cdir, int *tp, int *pp, int *dp, int *zero, b
 static int check_layout(const char *cdir, const struct model *m, const struct env_rank *w,
                         struct plait_error *err)
 {
-    int tp, pp, dp, zero;
+    int tp, pp, dp, zero, v;
     bool whole;
-    if (read_layout(cdir, &tp, &pp, &dp, &zero, &whole, err)) return -1;
+    if (read_layout(cdir, &tp, &pp, &dp, &zero, &v, &whole, err)) return -1;
     if (whole) return 0; /* any layout takes its part of a whole model */
-    if (tp == w->tp && pp == w->pp && dp == w->dp && zero == m->zero) return 0;
+    if (tp == w->tp && pp == w->pp && dp == w->dp && zero == m->zero && v == m->chunks) return 0;
     return error_set(err,
-                     "it was written by tp %d × pp %d × dp %d (ZeRO %d); this run is tp %d × pp %d "
-                     "× dp %d (ZeRO %d): resharding a checkpoint to another layout is not in this "
-                     "version (resume with the layout that wrote it)",
-                     tp, pp, dp, zero, w->tp, w->pp, w->dp, m->zero);
+                     "it was written by tp %d × pp %d × dp %d (ZeRO %d, %d model chunk(s) a "
+                     "stage); this run is tp %d × pp %d × dp %d (ZeRO %d, %d chunk(s)): "
+                     "resharding a checkpoint to another layout is not in this version (resume "
+                     "with the layout that wrote it)",
+                     tp, pp, dp, zero, v, w->tp, w->pp, w->dp, m->zero, m->chunks);
 }
 
 /* Rank 0: the newest checkpoint that verifies and belongs to this plan and
@@ -392,9 +400,9 @@ int ckpt_parts_load(struct ckptdir *d, const char *dir, const struct plan *plan,
     if (!choice[0]) return 0;
     char cdir[4096];
     if (fs_join(cdir, sizeof cdir, dir, choice, err)) return -1;
-    int tp, pp, dp, zero;
+    int tp, pp, dp, zero, v;
     bool whole;
-    int failed = read_layout(cdir, &tp, &pp, &dp, &zero, &whole, err) != 0;
+    int failed = read_layout(cdir, &tp, &pp, &dp, &zero, &v, &whole, err) != 0;
     struct plait_error why = {.text = ""};
     if (!failed && whole) {
         failed = ckpt_load_whole(cdir, m, st, &why) != 0;

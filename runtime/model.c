@@ -155,7 +155,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
                                    .precision = precision,
                                    .recompute = shape->recompute,
                                    .slots = n_slots,
-                                   .chunks = 1,
+                                   .chunks = m->shard.part.chunks,
                                    .dp = shape->dp,
                                    .zero = shape->zero,
                                    .sequence_parallel = m->sp,
@@ -167,8 +167,8 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     m->v0 = part->tp_rank * m->Vpl;
     int real = cfg->vocab - m->v0;
     m->nv = real < 0 ? 0 : real > m->Vpl ? m->Vpl : real;
-    m->layer0 = part->layer_begin;
-    m->n_layers = part->layer_end - part->layer_begin;
+    m->chunks = m->shard.part.chunks;
+    m->n_layers = part->layer_end - part->layer_begin; /* of each chunk */
     m->first = m->shard.first;
     m->last = m->shard.last;
     m->n_slots = n_slots;
@@ -342,7 +342,25 @@ static int row_parallel_forward(struct model *m, float **out, const float *inp, 
 
 /* ---- forward ------------------------------------------------------------------ */
 
-/* Local layer i of a slot: its activations; its parameters are layer layer0 + i. */
+/* Local layer i of a slot: its activations; its parameters are the model's
+ * layer slot_layer(m, sl, i). */
+static int slot_layer(const struct model *m, const struct model_slot *sl, int i)
+{
+    return gpt2_shard_layer(&m->shard, sl->chunk * m->n_layers + i);
+}
+
+/* Whether the slot's chunk embeds (the first stage's first chunk) or ends in
+ * the head (the last stage's last chunk). */
+static bool embeds(const struct model *m, const struct model_slot *sl)
+{
+    return m->first && sl->chunk == 0;
+}
+
+static bool heads(const struct model *m, const struct model_slot *sl)
+{
+    return m->last && sl->chunk == m->chunks - 1;
+}
+
 static const float *layer_input(const struct model_slot *sl, int i)
 {
     return i == 0 ? sl->input : sl->layer[i - 1].res3;
@@ -355,7 +373,7 @@ static int layer_forward(struct model *m, struct model_slot *sl, int i, int B, i
                          struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, R = rows_of(m, N), l = m->layer0 + i;
+    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, R = rows_of(m, N), l = slot_layer(m, sl, i);
     struct layer_acts *a = &sl->layer[i];
     const float *in = layer_input(sl, i), *ln;
     float *proj;
@@ -446,11 +464,13 @@ int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const 
 {
     const struct ops *o = m->ops;
     int C = m->cfg.hidden, N = B * T;
-    if (B > m->B || T > m->T || T > m->cfg.max_seq_len || slot < 0 || slot >= m->n_slots)
+    if (B > m->B || T > m->T || T > m->cfg.max_seq_len || slot < 0 || slot >= m->n_slots ||
+        m->slots[slot].chunk < 0 || m->slots[slot].chunk >= m->chunks)
         return error_set(err,
-                         "micro-batch %d×%d in slot %d exceeds the model's buffers (%d×%d, "
-                         "%d slots)",
-                         B, T, slot, m->B, m->T, m->n_slots);
+                         "micro-batch %d×%d in slot %d (chunk %d) exceeds the model's buffers "
+                         "(%d×%d, %d slots, %d chunks)",
+                         B, T, slot, slot < 0 || slot >= m->n_slots ? -1 : m->slots[slot].chunk,
+                         m->B, m->T, m->n_slots, m->chunks);
     if (m->sp && N % m->tp.size != 0)
         return error_set(err,
                          "micro-batch %d×%d: %d rows do not split over the %d ranks of "
@@ -458,7 +478,7 @@ int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const 
                          B, T, N, m->tp.size);
     struct model_slot *sl = &m->slots[slot];
     struct profile *pr = &m->prof;
-    if (m->first) {
+    if (embeds(m, sl)) {
         o->upload(sl->tokens, tokens, (size_t)N * sizeof(int32_t));
         /* vocabulary-parallel: each rank its rows of wte, one of them wpe; the sum is
          * exact (all-reduced, or reduce-scattered to this rank's rows) */
@@ -472,7 +492,7 @@ int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const 
     }
     for (int i = 0; i < m->n_layers; i++)
         if (layer_forward(m, sl, i, B, T, err)) return -1;
-    if (m->last && head_forward(m, sl, targets, N, grad_scale, mean_loss, err)) return -1;
+    if (heads(m, sl) && head_forward(m, sl, targets, N, grad_scale, mean_loss, err)) return -1;
     return check_ops(m, "forward", err);
 }
 
@@ -567,7 +587,7 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
                           enum bwd_pass pass, struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, R = rows_of(m, N), l = m->layer0 + i;
+    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, R = rows_of(m, N), l = slot_layer(m, sl, i);
     size_t NC = (size_t)N * C, N4C = (size_t)N * 4 * Cl;
     struct layer_acts *a = &sl->layer[i];
     const float *in = layer_input(sl, i), *dout, *ln;
@@ -623,7 +643,7 @@ static int layer_weights(struct model *m, struct model_slot *sl, int i, int B, i
                          struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, l = m->layer0 + i;
+    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, l = slot_layer(m, sl, i);
     struct layer_acts *a = &sl->layer[i];
     struct profile *pr = &m->prof;
     const float *ln;
@@ -669,11 +689,13 @@ static int head_backward(struct model *m, struct model_slot *sl, int N, bool acc
     return 0;
 }
 
-/* Tells the grads_final hook that local layer i's gradients (and those of
- * every layer above, and of the final LayerNorm) are final. */
-static int layer_final(struct model *m, int i, struct plait_error *err)
+/* Tells the grads_final hook that the slot's local layer i's gradients (its
+ * block in the buffer: chunk · n_layers + i), and those of every block above
+ * and of the final LayerNorm, are final. */
+static int layer_final(struct model *m, const struct model_slot *sl, int i, struct plait_error *err)
 {
-    size_t from = m->shard.layers_at + (size_t)i * m->shard.layer_elems;
+    size_t block = (size_t)sl->chunk * (size_t)m->n_layers + (size_t)i;
+    size_t from = m->shard.layers_at + block * m->shard.layer_elems;
     return m->grads_final ? m->grads_final(m->grads_final_ctx, from, m->shard.total, err) : 0;
 }
 
@@ -691,7 +713,7 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
     struct model_slot *sl = &m->slots[slot];
     if (pass == BWD_INPUT && !m->split_backward)
         return error_set(err, "model: a split backward on a model built without it");
-    if (m->last) {
+    if (heads(m, sl)) {
         if (head_backward(m, sl, N, acc, err)) return -1;
         size_t wte = gpt2_shard_offset(&m->shard, GPT2_WTE, 0);
         if (deferring(m) &&
@@ -702,9 +724,9 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
     }
     for (int i = m->n_layers - 1; i >= 0; i--)
         if (layer_backward(m, sl, i, B, T, acc, pass, err) ||
-            (pass == BWD_ALL && layer_final(m, i, err)))
+            (pass == BWD_ALL && layer_final(m, sl, i, err)))
             return -1;
-    if (m->first) {
+    if (embeds(m, sl)) {
         /* the embedding: with the head on this rank too it adds to dwte, else it writes;
          * sequence parallel, from the gathered rows (dwpe is then whole on every rank) */
         bool acc_wte = acc || m->last;
@@ -756,7 +778,8 @@ int model_stage_backward_weights(struct model *m, int slot, int B, int T, bool a
     if (!m->split_backward)
         return error_set(err, "model: a split backward on a model built without it");
     for (int i = m->n_layers - 1; i >= 0; i--)
-        if (layer_weights(m, &m->slots[slot], i, B, T, acc, err) || layer_final(m, i, err))
+        if (layer_weights(m, &m->slots[slot], i, B, T, acc, err) ||
+            layer_final(m, &m->slots[slot], i, err))
             return -1;
     return check_ops(m, "backward (weight gradients)", err);
 }
@@ -795,7 +818,7 @@ static int by_offset(const void *a, const void *b)
 int model_sum_layernorm_grads(struct model *m, struct plait_error *err)
 {
     if (!m->sp) return 0;
-    struct ln_list l = {malloc((4 * (size_t)m->n_layers + 2) * sizeof *l.at), 0};
+    struct ln_list l = {malloc((4 * (size_t)gpt2_shard_layers(&m->shard) + 2) * sizeof *l.at), 0};
     if (!l.at) return error_set(err, "out of memory");
     gpt2_shard_each(&m->shard, ln_instance, &l);
     qsort(l.at, (size_t)l.n, sizeof *l.at, by_offset);

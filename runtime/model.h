@@ -43,13 +43,16 @@ struct layer_acts {
 
 /* One micro-batch's activations on this stage: what its forward leaves for
  * its backward. A pipeline stage holds several at once (the schedule says how
- * many); without a pipeline there is one. */
+ * many); without a pipeline there is one. With model chunks (interleaved
+ * schedules) a slot holds one micro-batch through one chunk. */
 struct model_slot {
-    struct layer_acts *layer;         /* [the stage's layers] */
-    float *input;                     /* (R,C) the stage's input: the embedding on the first
-                                         stage, the activation received on the others */
+    int chunk;                        /* the chunk it runs through (0 .. chunks-1): set before
+                                         its forward, kept until its backward */
+    struct layer_acts *layer;         /* [n_layers: one chunk's] */
+    float *input;                     /* (R,C) the chunk's input: the embedding on the first
+                                         stage's chunk 0, the activation received on the others */
     int32_t *tokens, *targets;        /* (N) first stage: its tokens; last stage: the targets */
-    float *lnf, *lnf_mean, *lnf_rstd; /* (R,C), (R), (R) last stage */
+    float *lnf, *lnf_mean, *lnf_rstd; /* (R,C), (R), (R) last stage (its last chunk) */
     float *logits;                    /* (N,Vp/tp) last stage; turned into dlogits by the loss */
 };
 
@@ -60,8 +63,10 @@ struct model {
     bool sp;                 /* Megatron sequence parallelism over tp (tp > 1 only) */
     int Cl, NHl;             /* channels and heads of this rank's attention: C/tp, NH/tp */
     int v0, Vpl, nv;         /* its vocabulary shard: entries [v0, v0+Vpl), nv of them real */
-    int layer0, n_layers;    /* its pipeline stage's layers [layer0, layer0 + n_layers) */
-    bool first, last;        /* the first stage embeds, the last computes the loss */
+    int chunks, n_layers;    /* its pipeline stage's model chunks (1 but interleaved) and the
+                                layers of each (shard.part says which) */
+    bool first, last;        /* the first stage embeds (in chunk 0), the last computes the
+                                loss (in its last chunk) */
     const struct ops *ops;
     int B, T; /* the largest micro-batch the buffers hold */
     enum plan_precision precision;
@@ -165,7 +170,10 @@ int model_backward(struct model *m, int B, int T, bool accumulate, struct plait_
 int model_sum_layernorm_grads(struct model *m, struct plait_error *err);
 
 /* The same for one pipeline stage and one slot (model_forward and
- * model_backward are these for the whole model in slot 0).
+ * model_backward are these for the whole model in slot 0), through the
+ * slot's chunk (m->slots[slot].chunk; with chunks, read "chunk" for "stage"
+ * below: the first stage's chunk 0 embeds, the last stage's last chunk
+ * computes the loss).
  * Forward: the first stage embeds `tokens` (host); the others read their
  * input from model_stage_input(m, slot), where the previous stage's output
  * was received. The last stage computes the loss against `targets` (host)

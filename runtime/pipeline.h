@@ -62,7 +62,7 @@ struct pipe_step {
     void *grads_ctx;
 };
 
-/* Runs stage `stage`'s list of s (v = 1) on m, whose slots must number at
+/* Runs stage `stage`'s list of s on m (built with s->v chunks), whose slots must number at
  * least schedule_max_in_flight(s, stage). *loss_sum (last stage) gets the sum
  * of the micro-batches' mean losses, *done how many micro-batches completed
  * (s->m unless after_backward stopped it). Returns 0, or -1 with err. */

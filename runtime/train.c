@@ -289,10 +289,12 @@ static int check_layout(const struct plan *p, const struct env_rank *where, stru
                              p->source, d[k].name, d[k].plan, d[k].name, d[k].env,
                              d[k].name[0] - 32, d[k].name[1] - 32);
     const struct plan_parallel *par = &p->parallel;
-    if (where->pp > 1 && par->schedule == PLAN_PIPE_INTERLEAVED)
+    if (where->pp > 1 && par->schedule == PLAN_PIPE_INTERLEAVED && par->zero == 2 && where->dp > 1)
         return error_set(err,
-                         "%s: parallel.schedule: \"interleaved\" is not in this runtime yet "
-                         "(\"1f1b\", \"gpipe\" and \"zb-h1\" are)",
+                         "%s: parallel.schedule \"interleaved\" with parallel.zero 2: ZeRO 2 "
+                         "hands each micro-batch's gradients over after its backward, but an "
+                         "interleaved stage runs other micro-batches' backwards between a "
+                         "micro-batch's chunks; use zero 1, or \"1f1b\"",
                          p->source);
     if (par->schedule == PLAN_PIPE_ZB_H1 && par->zero == 2 && where->dp > 1)
         return error_set(err,
@@ -448,18 +450,24 @@ static int setup(struct trainer *t, struct plait_error *err)
     struct plait_error why = {.text = ""};
     int failed = checkpoint_path(t, &why) || (rank0 && open_run(t, &why));
     if (agree(t, failed, &why, "rank 0 could not open the run (see its message)", err)) return -1;
+    /* interleaved only with a pipeline: one stage runs its layers as one chunk */
+    bool interleaved = p->parallel.schedule == PLAN_PIPE_INTERLEAVED && w->pp > 1;
+    int v = interleaved ? p->parallel.virtual_stages : 1;
     enum sched_kind kind = p->parallel.schedule == PLAN_PIPE_GPIPE   ? SCHED_GPIPE
                            : p->parallel.schedule == PLAN_PIPE_ZB_H1 ? SCHED_ZB_H1
+                           : interleaved                             ? SCHED_INTERLEAVED
                                                                      : SCHED_1F1B;
-    if (schedule_make(&t->sched, kind, w->pp, p->batch.grad_accum, 1, err)) return -1;
+    if (schedule_make(&t->sched, kind, w->pp, p->batch.grad_accum, v, err)) return -1;
     t->sched_ready = true;
-    struct sched_sim sim;                 /* a backward twice a forward, as plait check prints it */
-    bool split = t->sched.split_backward; /* B and W: one forward's time each */
-    if (schedule_simulate(&t->sched, 1, split ? 1 : 2, split ? 1 : 0, &sim, err)) return -1;
+    struct sched_sim sim; /* a backward twice a forward, as plait check prints it: */
+    bool split = t->sched.split_backward; /* B and W one forward's time each; per chunk, 1/v */
+    if (schedule_simulate(&t->sched, 1.0 / v, (split ? 1.0 : 2.0) / v, (split ? 1.0 : 0.0) / v,
+                          &sim, err))
+        return -1;
     t->bubble_sim = w->pp > 1 ? sim.bubble : -1;
     struct gpt2_part part = {
         .tp = w->tp, .tp_rank = w->tp_rank, .pp = w->pp, .pp_rank = w->pp_rank};
-    gpt2_stage_layers(cfg.layers, w->pp, w->pp_rank, &part.layer_begin, &part.layer_end);
+    gpt2_stage_chunks(cfg.layers, w->pp, v, w->pp_rank, &part);
     struct model_shape shape = {.B = B,
                                 .T = T,
                                 .precision = p->precision,
@@ -624,23 +632,30 @@ static int fail_keeping_progress(struct trainer *t, struct plait_error *err)
                                         : "");
 }
 
-/* One micro-batch forward only, through the pipeline's stages in turn, in
- * slot 0 under its own tag: the first stage embeds tokens, the last keeps
- * the logits and, with targets, puts the mean loss in *loss. */
+/* One micro-batch forward only, through the pipeline's stages in turn (with
+ * chunks, stage 0..pp-1 through chunk 0, then chunk 1, ...), in slot 0 under
+ * its own tag (tag + c·2^24 into chunk c): the first stage embeds tokens,
+ * the last keeps the logits and, with targets, puts the mean loss in *loss. */
 static int forward_through_stages(struct trainer *t, uint32_t tag, const int32_t *tokens,
                                   const int32_t *targets, double *loss, struct plait_error *err)
 {
     const struct plan *p = t->plan;
-    int B = p->batch.micro_batch, T = p->model.seq_len;
+    int B = p->batch.micro_batch, T = p->model.seq_len, pp = t->where->pp, s = t->where->pp_rank;
     size_t NC = model_stage_floats(&t->m, B, T); /* this rank's rows, sequence parallel */
     struct pipe_link link = parallel_pipe_link(&t->par);
-    if (!t->m.first &&
-        link.recv(link.ctx, t->where->pp_rank - 1, tag, model_stage_input(&t->m, 0), NC, err))
-        return -1;
-    if (model_stage_forward(&t->m, 0, tokens, targets, B, T, 0.0f, loss, err)) return -1;
-    if (!t->m.last &&
-        link.send(link.ctx, t->where->pp_rank + 1, tag, model_stage_output(&t->m, 0), NC, err))
-        return -1;
+    for (int c = 0; c < t->m.chunks; c++) {
+        bool embeds = t->m.first && c == 0, heads = t->m.last && c == t->m.chunks - 1;
+        t->m.slots[0].chunk = c;
+        if (!embeds && link.recv(link.ctx, s == 0 ? pp - 1 : s - 1, tag + ((uint32_t)c << 24),
+                                 model_stage_input(&t->m, 0), NC, err))
+            return -1;
+        if (model_stage_forward(&t->m, 0, tokens, targets, B, T, 0.0f, loss, err)) return -1;
+        if (!heads && link.send(link.ctx, s == pp - 1 ? 0 : s + 1,
+                                tag + ((uint32_t)(s == pp - 1 ? c + 1 : c) << 24),
+                                model_stage_output(&t->m, 0), NC, err))
+            return -1;
+    }
+    t->m.slots[0].chunk = 0;
     return 0;
 }
 

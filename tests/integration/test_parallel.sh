@@ -106,6 +106,80 @@ print(f"simulated bubble: 1f1b {a:.1f}%, zb-h1 {b:.1f}%")
 PYEOF
 }
 
+# Interleaved 1F1B (v model chunks a stage; chunk c of the last stage feeds
+# chunk c+1 of the first): one rank's numbers at 1×2×1 v=2 and 1×4×1 v=2, and
+# with dp 2 in buckets (a chunk's gradients start their sum only once every
+# chunk above it is final), and tp 2 sequence parallel × pp 2 × dp 2 at ZeRO 1;
+# the simulated bubble below 1F1B's, the measured
+# one beside it; the same layout twice, the same bits; stopped and resumed
+# from its checkpoint in parts, to the bit; a one-rank checkpoint resumed by
+# it; its evaluation, one rank's; ZeRO 2 refused, saying why.
+test_interleaved_pipeline_matches_one_rank() {
+    ref one_l4 4 --set model.layers=4 && ref one_l8 4 --set model.layers=8 &&
+        ref one_l4x8 8 --set model.layers=4 || return 1
+    local il=(--set parallel.schedule=interleaved --set parallel.virtual_stages=2)
+    local l4=(--set model.layers=4 --set batch.grad_accum=4)
+    layout pp2_interleaved one_l4 1e-5 "${l4[@]}" --set parallel.pp=2 "${il[@]}" || return 1
+    layout pp4_interleaved one_l8 1e-5 --set model.layers=8 --set batch.grad_accum=4 \
+        --set parallel.pp=4 "${il[@]}" || return 1
+    layout pp2dp2_interleaved_buckets one_l4x8 1e-5 "${l4[@]}" --set parallel.pp=2 \
+        --set parallel.dp=2 --set parallel.bucket_mb=0.01 "${il[@]}" || return 1
+    layout tp2pp2dp2_sp_interleaved one_l4x8 1e-5 "${l4[@]}" --set parallel.tp=2 \
+        --set parallel.sequence_parallel=true --set parallel.pp=2 --set parallel.dp=2 \
+        --set parallel.zero=1 "${il[@]}" || return 1
+    "$PY" - "$WORK/pp4_interleaved/metrics.jsonl" <<'PYEOF' || return 1
+import json, sys
+rows = [json.loads(l)["parallel"] for l in open(sys.argv[1]) if '"step"' in l]
+assert all("bubble_pct" in r for r in rows), rows[0]
+a = rows[0]["bubble_simulated_pct"]
+assert 0 < a < 100 * 3 / (4 + 3), a   # below 1F1B's (p-1)/(m+p-1) at pp 4, m 4
+print(f"simulated bubble: interleaved v=2 {a:.1f}%, measured {rows[-1]['bubble_pct']:.1f}%")
+PYEOF
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/again_il" "${COMMON[@]}" "${l4[@]}" \
+        --set parallel.pp=2 "${il[@]}" >/dev/null 2>&1 || return 1
+    metrics_equal "$WORK/pp2_interleaved/metrics.jsonl" "$WORK/again_il/metrics.jsonl" || return 1
+    # stopped after micro-batch 10 (a pipeline stops at the step's end: step 3),
+    # resumed from its parts
+    local rc=0
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=10 "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_il" \
+        "${COMMON[@]}" "${l4[@]}" --set parallel.pp=2 "${il[@]}" >"$WORK/stop_il.log" 2>&1 || rc=$?
+    [ "$rc" = 75 ] || { echo "exit $rc"; tail "$WORK/stop_il.log"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_il" "${COMMON[@]}" "${l4[@]}" \
+        --set parallel.pp=2 "${il[@]}" >"$WORK/stop_il2.log" 2>&1 || return 1
+    grep -q "resuming from .*step_00000003_0000" "$WORK/stop_il2.log" ||
+        { cat "$WORK/stop_il2.log"; return 1; }
+    metrics_equal "$WORK/pp2_interleaved/metrics.jsonl" "$WORK/stop_il/metrics.jsonl" || return 1
+    # its parts hold chunks of layers: not for the same pp without them
+    expect_error "$WORK/il_as_1f1b.log" any "ZeRO 0, 2 model chunk\(s\) a stage\); this run is tp 1 × pp 2 × dp 1 \(ZeRO 0, 1 chunk\(s\)\)" \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_il" "${COMMON[@]}" "${l4[@]}" \
+        --set parallel.pp=2 --set steps=13 || return 1
+    # a one-rank checkpoint (the whole model) resumed by the interleaved layout
+    cp -r "$WORK/one_l4" "$WORK/grow_il" && rm -r "$WORK/grow_il/checkpoints/step_00000012_0000" &&
+        rm "$WORK/grow_il/metrics.jsonl" || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/grow_il" "${COMMON[@]}" "${l4[@]}" \
+        --set parallel.pp=2 "${il[@]}" >"$WORK/grow_il.log" 2>&1 || { cat "$WORK/grow_il.log"; return 1; }
+    grep -q "resuming from .*step_00000008_0000" "$WORK/grow_il.log" ||
+        { cat "$WORK/grow_il.log"; return 1; }
+    # evaluation through the chunks: one rank's validation losses
+    local val=(--set data.val="$WORK/val.bin" --set data.val_every=4)
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/val_one" "${COMMON[@]}" "${l4[@]}" "${val[@]}" \
+        --set steps=4 >/dev/null 2>&1 &&
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/val_il" "${COMMON[@]}" "${l4[@]}" "${val[@]}" \
+            --set steps=4 --set parallel.pp=2 "${il[@]}" >"$WORK/val_il.log" 2>&1 ||
+        { tail "$WORK/val_il.log"; return 1; }
+    "$PY" - "$WORK/val_one/metrics.jsonl" "$WORK/val_il/metrics.jsonl" <<'PYEOF' || return 1
+import json, sys
+a, b = ([json.loads(l)["val_loss"] for l in open(p) if '"val_loss"' in l] for p in sys.argv[1:3])
+assert len(a) == len(b) >= 1, (a, b)
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+assert worst <= 1e-5, (a, b)
+print(f"{len(a)} evaluations, worst relative difference {worst:.3g}")
+PYEOF
+    expect_error "$WORK/il_z2.log" any 'parallel.schedule "interleaved" with parallel.zero 2' \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/il_z2" "${COMMON[@]}" "${l4[@]}" \
+        --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=2 "${il[@]}"
+}
+
 test_data_parallel_and_zero_match_one_rank() {
     ref one6 6 && ref one8 8 && ref one12 12 || return 1
     layout dp2_z0 one6 1e-5 --set parallel.dp=2 || return 1
@@ -402,6 +476,7 @@ test_a_killed_rank_ends_the_gang_naming_it() {
 
 check tensor_parallel_matches_one_rank test_tensor_parallel_matches_one_rank
 check pipeline_parallel_matches_one_rank test_pipeline_parallel_matches_one_rank
+check interleaved_pipeline_matches_one_rank test_interleaved_pipeline_matches_one_rank
 check data_parallel_and_zero_match_one_rank test_data_parallel_and_zero_match_one_rank
 check 2x2x2_with_zero1_matches_one_rank test_2x2x2_with_zero1_matches_one_rank
 check sequence_parallel_matches_one_rank test_sequence_parallel_matches_one_rank

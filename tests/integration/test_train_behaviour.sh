@@ -110,10 +110,9 @@ test_cli_contract() {
     expect_error "$WORK/c3.log" 2 "unknown command 'trian'" "$PLAIT" trian x || return 1
     expect_error "$WORK/c4.log" 1 "parallel.device: \"cuda\" is not available" \
         "$PLAIT" train "$WORK/plan.json" --out "$WORK/c4" --set parallel.device=cuda || return 1
-    expect_error "$WORK/c5.log" 1 'parallel.schedule: "interleaved" is not in this runtime yet' \
-        "$PLAIT" train "$WORK/plan.json" --out "$WORK/c5" --set parallel.pp=2 \
-        --set parallel.schedule=interleaved --set parallel.virtual_stages=2 \
-        --set model.layers=4 --set batch.grad_accum=4 || return 1
+    expect_error "$WORK/c5.log" 1 'parallel.zero: 3 is not in this runtime yet' \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/c5" --set parallel.dp=2 \
+        --set parallel.zero=3 || return 1
     # run.json records the resolved plan, the version and the machine; metrics have the fields
     "$PY" - "$WORK/rc_none" <<'PYEOF'
 import json, sys

@@ -2,7 +2,8 @@
  * cover every parameter of the llm.c model exactly (replicated ones
  * identically, and counted by exactly one rank), extracting and writing back
  * round-trips, each rank's buffer is layer-major, and the Megatron splits
- * take the right rows and columns. */
+ * take the right rows and columns; with an interleaved schedule's chunks a
+ * stage holds layers s, pp + s, ... (in chunks of layers / (pp·v)). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,6 +133,67 @@ static void test_megatron_splits_take_heads_and_columns(void)
     free(model);
 }
 
+static void test_interleaved_chunks_cover_the_model_exactly(void)
+{
+    const struct gpt2_config c8 = {
+        .max_seq_len = 5, .vocab = 30, .padded_vocab = 32, .layers = 8, .heads = 4, .hidden = 8};
+    struct gpt2_layout full;
+    CHECK(gpt2_layout(&c8, &full) == 0, "layout");
+    float *model = malloc(full.total * sizeof *model), *back = calloc(full.total, sizeof *back);
+    int *counted = calloc(full.total, sizeof *counted);
+    for (size_t i = 0; i < full.total; i++) model[i] = (float)i;
+    const int layouts[][3] = {{1, 2, 2}, {2, 2, 2}, {1, 4, 2}, {2, 2, 4}}; /* tp, pp, v */
+    for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
+        int tp = layouts[k][0], pp = layouts[k][1], v = layouts[k][2], n = 8 / (pp * v);
+        memset(back, 0, full.total * sizeof *back);
+        memset(counted, 0, full.total * sizeof *counted);
+        for (int st = 0; st < pp; st++)
+            for (int r = 0; r < tp; r++) {
+                struct gpt2_part part = {.tp = tp, .tp_rank = r, .pp = pp, .pp_rank = st};
+                gpt2_stage_chunks(c8.layers, pp, v, st, &part);
+                struct gpt2_shard s;
+                struct plait_error err;
+                if (gpt2_shard_init(&s, &c8, &part, &err)) {
+                    CHECK(0, "tp %d pp %d v %d: %s", tp, pp, v, err.text);
+                    continue;
+                }
+                CHECK(gpt2_shard_layers(&s) == n * v, "stage %d: %d layers", st,
+                      gpt2_shard_layers(&s));
+                for (int i = 0; i < n * v; i++) { /* chunk c is virtual stage c·pp + st */
+                    int want = (i / n * pp + st) * n + i % n, l = gpt2_shard_layer(&s, i);
+                    CHECK(l == want, "pp %d v %d stage %d: layer %d is %d, want %d", pp, v, st, i,
+                          l, want);
+                    CHECK(gpt2_shard_offset(&s, GPT2_LN1W, l) ==
+                              s.layers_at + (size_t)i * s.layer_elems,
+                          "pp %d v %d stage %d: layer %d not block %d", pp, v, st, l, i);
+                }
+                CHECK(s.first == (st == 0) && s.last == (st == pp - 1) &&
+                          gpt2_shard_holds(&s, GPT2_LNFW) == (st == pp - 1),
+                      "stage %d: first/last", st);
+                float *shard = malloc(s.total * sizeof *shard);
+                gpt2_shard_copy(&s, model, shard, true);
+                gpt2_shard_copy(&s, back, shard, false);
+                gpt2_shard_each(&s, count_instance, &(struct counting){&s, shard, counted});
+                free(shard);
+            }
+        CHECK(memcmp(back, model, full.total * sizeof *model) == 0,
+              "tp %d pp %d v %d: written back differs", tp, pp, v);
+        size_t not_once = 0;
+        for (size_t i = 0; i < full.total; i++) not_once += counted[i] != 1;
+        CHECK(not_once == 0, "tp %d pp %d v %d: %zu parameters not counted exactly once", tp, pp, v,
+              not_once);
+    }
+    /* chunks past the model's layers */
+    struct gpt2_part p = {
+        .tp = 1, .pp = 2, .pp_rank = 1, .layer_begin = 2, .layer_end = 4, .chunks = 3};
+    struct gpt2_shard s;
+    struct plait_error err;
+    CHECK(gpt2_shard_init(&s, &c8, &p, &err) != 0, "3 chunks of 2 layers at pp 2 in 8 layers");
+    free(model);
+    free(back);
+    free(counted);
+}
+
 static void test_impossible_parts_are_refused(void)
 {
     struct gpt2_shard s;
@@ -153,6 +215,7 @@ int main(void)
     RUN(test_shards_cover_the_model_exactly);
     RUN(test_whole_model_is_a_layer_major_permutation);
     RUN(test_megatron_splits_take_heads_and_columns);
+    RUN(test_interleaved_chunks_cover_the_model_exactly);
     RUN(test_impossible_parts_are_refused);
     return check_exit_code();
 }

@@ -1,7 +1,8 @@
 /* test_memory.c — what `plait check` predicts a rank holds (cost_memory_stage)
  * is what model_init allocates for it, to the byte and kind by kind, over
  * layouts of tp, pp (even and uneven), dp, ZeRO 0/1/2, fp32 and bf16, each
- * recompute policy and both pipeline schedules. The allocations are counted
+ * recompute policy and every pipeline schedule (interleaved: v chunks a
+ * stage, a slot holding one chunk's layers). The allocations are counted
  * at the backend (a CPU ops table whose alloc adds up every request), not by
  * the model's own bookkeeping; the model is built the way train.c builds it. */
 #include <stdint.h>
@@ -60,12 +61,15 @@ static int build_rank(const struct plan *p, struct cost_layout l, int tp_rank, i
 {
     struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
     struct gpt2_part part = {.tp = l.tp, .tp_rank = tp_rank, .pp = l.pp, .pp_rank = stage};
-    gpt2_stage_layers(cfg.layers, l.pp, stage, &part.layer_begin, &part.layer_end);
+    bool interleaved = p->parallel.schedule == PLAN_PIPE_INTERLEAVED && l.pp > 1;
+    int v = interleaved ? p->parallel.virtual_stages : 1;
+    gpt2_stage_chunks(cfg.layers, l.pp, v, stage, &part);
     enum sched_kind kind = p->parallel.schedule == PLAN_PIPE_GPIPE   ? SCHED_GPIPE
                            : p->parallel.schedule == PLAN_PIPE_ZB_H1 ? SCHED_ZB_H1
+                           : interleaved                             ? SCHED_INTERLEAVED
                                                                      : SCHED_1F1B;
     struct schedule sched;
-    if (schedule_make(&sched, kind, l.pp, p->batch.grad_accum, 1, err)) return -1;
+    if (schedule_make(&sched, kind, l.pp, p->batch.grad_accum, v, err)) return -1;
     struct model_shape shape = {.B = p->batch.micro_batch,
                                 .T = p->model.seq_len,
                                 .precision = p->precision,
@@ -162,6 +166,60 @@ static void test_model_allocates_what_plait_check_predicts_for_every_layout(void
     plan_free(p);
 }
 
+/* Interleaved schedules: the stage's chunks in one buffer, as many slots as
+ * the schedule holds chunk-micro-batches, each of one chunk's layers. */
+static void test_interleaved_allocates_what_plait_check_predicts(void)
+{
+    struct plan *p = small_plan();
+    if (!p) return;
+    struct ops ops = counting_ops();
+    p->model.layers = 8;
+    p->batch.grad_accum = 4;
+    p->parallel.schedule = PLAN_PIPE_INTERLEAVED;
+    static const struct {
+        struct cost_layout l;
+        int v;
+    } cases[] = {{{1, 2, 1}, 2}, {{1, 2, 1}, 4}, {{1, 4, 1}, 2}, {{2, 2, 2}, 2}, {{4, 4, 2}, 2}};
+    int ranks = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int zero = 0; zero <= 1; zero++)
+            for (int rc = 0; rc < 3; rc++)
+                for (int stage = 0; stage < cases[i].l.pp; stage++) {
+                    struct cost_layout l = cases[i].l;
+                    p->parallel.virtual_stages = cases[i].v;
+                    p->parallel.zero = zero;
+                    p->recompute = rc == 0   ? PLAN_RECOMPUTE_NONE
+                                   : rc == 1 ? PLAN_RECOMPUTE_SELECTIVE
+                                             : PLAN_RECOMPUTE_FULL;
+                    struct cost_memory want;
+                    cost_memory_stage(p, l, stage, &want);
+                    struct model m;
+                    struct plait_error err = {.text = ""};
+                    uint64_t bytes;
+                    if (build_rank(p, l, 0, stage, l.dp - 1, &ops, &m, &bytes, &err)) {
+                        CHECK(0, "tp %d pp %d dp %d v %d stage %d: %s", l.tp, l.pp, l.dp,
+                              cases[i].v, stage, err.text);
+                        continue;
+                    }
+                    CHECK(m.chunks == cases[i].v && m.n_layers == 8 / (l.pp * cases[i].v),
+                          "pp %d v %d: %d chunks of %d layers", l.pp, cases[i].v, m.chunks,
+                          m.n_layers);
+                    const struct model_bytes *a = &m.allocated;
+                    CHECK(bytes == want.total && a->params == want.params &&
+                              a->grads == want.grads && a->optimizer == want.optimizer &&
+                              a->activations == want.activations,
+                          "tp %d pp %d dp %d v %d stage %d, ZeRO %d, recompute %d: allocated "
+                          "%llu (activations %llu), predicted %llu (%llu)",
+                          l.tp, l.pp, l.dp, cases[i].v, stage, zero, rc, (unsigned long long)bytes,
+                          (unsigned long long)a->activations, (unsigned long long)want.total,
+                          (unsigned long long)want.activations);
+                    model_free(&m);
+                    ranks++;
+                }
+    CHECK(ranks == (2 + 2 + 4 + 2 + 4) * 2 * 3, "%d ranks built", ranks);
+    plan_free(p);
+}
+
 /* The prediction follows the schedule: GPipe holds every micro-batch of the
  * step on every stage, 1F1B at most pp − stage, and recompute shrinks what a
  * held micro-batch keeps. So the counts differ where they should (the test
@@ -206,5 +264,6 @@ int main(void)
 {
     RUN(test_model_allocates_what_plait_check_predicts_for_every_layout);
     RUN(test_memory_grows_with_the_micro_batches_held);
+    RUN(test_interleaved_allocates_what_plait_check_predicts);
     return check_exit_code();
 }

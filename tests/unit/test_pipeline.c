@@ -5,8 +5,10 @@
  * tensor (the tied wte's summed over the first and last stage, as the
  * training loop will) match one rank accumulating the same micro-batches,
  * for GPipe, 1F1B and ZB-H1 (backward split into its input- and
- * weight-gradient passes, with each recompute policy) at several depths;
- * stages hold no more micro-batches than the schedule promises. */
+ * weight-gradient passes, with each recompute policy) at several depths, and
+ * for the interleaved 1F1B (v model chunks a stage) at several (pp, m, v);
+ * stages hold no more micro-batches than the schedule promises, and what the
+ * grads_final hook (the data-parallel buckets') is told is final stays so. */
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -21,7 +23,7 @@
 #include "runtime/pipeline.h"
 
 static const struct gpt2_config cfg = {
-    .max_seq_len = 8, .vocab = 50, .padded_vocab = 64, .layers = 4, .heads = 4, .hidden = 16};
+    .max_seq_len = 8, .vocab = 50, .padded_vocab = 64, .layers = 8, .heads = 4, .hidden = 16};
 enum { B = 2, T = 8, N = B * T, MAX_PP = 4, MAX_M = 8 };
 
 /* ---- an in-process link: one mailbox of messages ----------------------------------------- */
@@ -99,8 +101,18 @@ static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
 
 /* ---- a stage ------------------------------------------------------------------------------ */
 
+/* What the grads_final hook was told: gradients [from, to) final, and
+ * their values then (each must equal the step's end). */
+struct final_mark {
+    size_t from, to;
+    float *snapshot;
+};
+
 struct job {
     const struct schedule *sched;
+    struct model *m;
+    struct final_mark marks[64];
+    int n_marks;
     int stage;
     struct endpoint end;
     const float *full_params;
@@ -112,12 +124,41 @@ struct job {
 
 static enum plan_recompute recompute; /* of the stages' models */
 
+static int mark_final(void *ctx, size_t from, size_t to, struct plait_error *err)
+{
+    struct job *j = ctx;
+    (void)err;
+    if (j->n_marks == 64) return 0;
+    size_t n = to - from;
+    struct final_mark *k = &j->marks[j->n_marks++];
+    k->from = from;
+    k->to = to;
+    k->snapshot = malloc(n * sizeof(float) + 1);
+    j->m->ops->download(k->snapshot, j->m->grads + from, n * sizeof(float));
+    return 0;
+}
+
+/* Every region the hook called final holds its final values then. */
+static void check_marks(struct job *j, const float *grads)
+{
+    for (int i = 0; i < j->n_marks; i++) {
+        struct final_mark *k = &j->marks[i];
+        size_t n = k->to - k->from;
+        CHECK(memcmp(k->snapshot, grads + k->from, n * sizeof(float)) == 0,
+              "%s pp %d v %d stage %d: gradients [%zu, %zu) called final changed later",
+              schedule_kind_name(j->sched->kind), j->sched->pp, j->sched->v, j->stage, k->from,
+              k->to);
+        free(k->snapshot);
+    }
+    CHECK(j->n_marks > 0, "stage %d: the grads_final hook was never called", j->stage);
+}
+
 static void *run_stage(void *arg)
 {
     struct job *j = arg;
     const struct schedule *s = j->sched;
     struct gpt2_part part = {.tp = 1, .pp = s->pp, .pp_rank = j->stage};
-    gpt2_stage_layers(cfg.layers, s->pp, j->stage, &part.layer_begin, &part.layer_end);
+    gpt2_stage_chunks(cfg.layers, s->pp, s->v, j->stage, &part);
     struct model m;
     struct plait_error err = {.text = ""};
     struct model_shape shape = {.B = B,
@@ -136,7 +177,9 @@ static void *run_stage(void *arg)
     struct pipe_link link = {post_send, post_recv, &j->end};
     struct pipe_feed feed = {feed_next, NULL};
     struct pipe_times times;
-    struct pipe_step how = {.B = B, .T = T, .grad_scale = 1.0f / (N * s->m)};
+    j->m = &m;
+    struct pipe_step how = {
+        .B = B, .T = T, .grad_scale = 1.0f / (N * s->m), .grads_final = mark_final, .grads_ctx = j};
     int done;
     if (pipeline_step(&m, s, j->stage, &link, &feed, &how, &j->loss, &done, &times, &err)) {
         snprintf(j->error, sizeof j->error, "%s", err.text);
@@ -144,6 +187,7 @@ static void *run_stage(void *arg)
         j->grads = malloc(m.shard.total * sizeof *j->grads);
         m.ops->download(j->grads, m.grads, m.shard.total * sizeof(float));
         j->shard = m.shard;
+        check_marks(j, j->grads);
     }
     free(shard);
     model_free(&m);
@@ -168,8 +212,8 @@ static int run(const struct schedule *s, const float *params, double *loss, floa
     memset(full_grads, 0, full_total * sizeof *full_grads);
     for (int st = 0; st < s->pp; st++) {
         if (jobs[st].error[0]) {
-            CHECK(0, "%s pp %d m %d stage %d: %s", schedule_kind_name(s->kind), s->pp, s->m, st,
-                  jobs[st].error);
+            CHECK(0, "%s pp %d m %d v %d stage %d: %s", schedule_kind_name(s->kind), s->pp, s->m,
+                  s->v, st, jobs[st].error);
             rc = -1;
             continue;
         }
@@ -221,12 +265,33 @@ static int reference(int m, const float *params, double *loss, float *full_grads
     return rc;
 }
 
-static void test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1(void)
+/* The loss and every tensor of got against ref (the one-rank run). */
+static void compare(const struct schedule *s, const struct gpt2_layout *full, double loss,
+                    double ref_loss, const float *got, const float *ref)
 {
-    struct gpt2_layout full;
-    gpt2_layout(&cfg, &full);
-    float *params = malloc(full.total * sizeof *params);
-    gpt2_init_weights(&cfg, &full, params, 5);
+    const char *kind = schedule_kind_name(s->kind);
+    CHECK(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss),
+          "%s (recompute %d) pp %d m %d v %d: loss %.9g vs %.9g", kind, (int)recompute, s->pp, s->m,
+          s->v, loss, ref_loss);
+    for (int t = 0; t < GPT2_TENSORS; t++) {
+        double d = 0, n = 0;
+        for (size_t i = 0; i < full->elems[t]; i++) {
+            double a = got[full->offset[t] + i], b = ref[full->offset[t] + i];
+            d += (a - b) * (a - b);
+            n += b * b;
+        }
+        CHECK(sqrt(d) <= 1e-5 * sqrt(n) + 1e-30,
+              "%s (recompute %d) pp %d m %d v %d: %s off by %.3g", kind, (int)recompute, s->pp,
+              s->m, s->v, gpt2_tensor_names[t], n > 0 ? sqrt(d / n) : sqrt(d));
+    }
+}
+
+static float *params;
+
+static void setup_data(const struct gpt2_layout *full)
+{
+    params = malloc(full->total * sizeof *params);
+    gpt2_init_weights(&cfg, full, params, 5);
     struct rng r;
     rng_seed(&r, 3, 0);
     for (int k = 0; k < MAX_M; k++)
@@ -234,44 +299,62 @@ static void test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1(void)
             data_in[k][i] = (int32_t)rng_below(&r, cfg.vocab);
             data_tg[k][i] = (int32_t)rng_below(&r, cfg.vocab);
         }
+}
+
+/* One step of kind over pp stages (m micro-batches, v chunks) against one
+ * rank accumulating the same micro-batches. */
+static void check_case(enum sched_kind kind, int pp, int m, int v, const struct gpt2_layout *full,
+                       float *ref, float *got)
+{
+    struct schedule s;
+    struct plait_error err;
+    double ref_loss, loss;
+    if (reference(m, params, &ref_loss, ref, full->total)) return;
+    if (schedule_make(&s, kind, pp, m, v, &err)) {
+        CHECK(0, "%s", err.text);
+        return;
+    }
+    if (run(&s, params, &loss, got, full->total) == 0) compare(&s, full, loss, ref_loss, got, ref);
+    schedule_free(&s);
+}
+
+static void test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1(void)
+{
+    struct gpt2_layout full;
+    gpt2_layout(&cfg, &full);
+    setup_data(&full);
     float *ref = malloc(full.total * sizeof *ref), *got = malloc(full.total * sizeof *got);
     const int cases[][2] = {{2, 4}, {4, 4}, {4, 8}, {3, 5}, {1, 3}};
-    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        int pp = cases[c][0], m = cases[c][1];
-        struct schedule s;
-        struct plait_error err;
-        double ref_loss, loss;
-        if (reference(m, params, &ref_loss, ref, full.total)) continue;
-        const enum sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_ZB_H1, SCHED_ZB_H1,
-                                         SCHED_ZB_H1};
-        const enum plan_recompute policies[] = {PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_NONE,
-                                                PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE,
-                                                PLAN_RECOMPUTE_FULL};
+    const enum sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_ZB_H1, SCHED_ZB_H1,
+                                     SCHED_ZB_H1};
+    const enum plan_recompute policies[] = {PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_NONE,
+                                            PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE,
+                                            PLAN_RECOMPUTE_FULL};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
         for (int k = 0; k < 5; k++) {
             recompute = policies[k];
-            if (schedule_make(&s, kinds[k], pp, m, 1, &err)) {
-                CHECK(0, "%s", err.text);
-                continue;
-            }
-            if (run(&s, params, &loss, got, full.total) == 0) {
-                CHECK(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss),
-                      "%s (recompute %d) pp %d m %d: loss %.9g vs %.9g",
-                      schedule_kind_name(kinds[k]), (int)recompute, pp, m, loss, ref_loss);
-                for (int t = 0; t < GPT2_TENSORS; t++) {
-                    double d = 0, n = 0;
-                    for (size_t i = 0; i < full.elems[t]; i++) {
-                        double a = got[full.offset[t] + i], b = ref[full.offset[t] + i];
-                        d += (a - b) * (a - b);
-                        n += b * b;
-                    }
-                    CHECK(sqrt(d) <= 1e-5 * sqrt(n) + 1e-30,
-                          "%s (recompute %d) pp %d m %d: %s off by %.3g",
-                          schedule_kind_name(kinds[k]), (int)recompute, pp, m, gpt2_tensor_names[t],
-                          n > 0 ? sqrt(d / n) : sqrt(d));
-                }
-            }
-            schedule_free(&s);
+            check_case(kinds[k], cases[c][0], cases[c][1], 1, &full, ref, got);
         }
+    free(params);
+    free(ref);
+    free(got);
+}
+
+/* Interleaved 1F1B: stage s holds chunks s, pp + s, ... of the 8 layers;
+ * chunk c of stage pp-1 feeds chunk c+1 of stage 0. */
+static void test_interleaved_pipeline_matches_one_rank(void)
+{
+    struct gpt2_layout full;
+    gpt2_layout(&cfg, &full);
+    setup_data(&full);
+    float *ref = malloc(full.total * sizeof *ref), *got = malloc(full.total * sizeof *got);
+    const int cases[][3] = {{2, 2, 2}, {2, 4, 2}, {2, 6, 4}, {4, 4, 2}, {4, 8, 2}}; /* pp, m, v */
+    const enum plan_recompute policies[] = {PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE,
+                                            PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_FULL,
+                                            PLAN_RECOMPUTE_NONE};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        recompute = policies[c];
+        check_case(SCHED_INTERLEAVED, cases[c][0], cases[c][1], cases[c][2], &full, ref, got);
     }
     free(params);
     free(ref);
@@ -282,5 +365,6 @@ int main(void)
 {
     omp_set_num_threads(1);
     RUN(test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1);
+    RUN(test_interleaved_pipeline_matches_one_rank);
     return check_exit_code();
 }
