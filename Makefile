@@ -33,6 +33,35 @@ CFLAGS  += -std=c17 $(WARN) $(HARDEN) -fopenmp -pthread
 LDFLAGS += -fopenmp -pthread -Wl,-z,relro,-z,now
 LDLIBS  := -ljansson -lhwloc -ldnnl -lopenblas -lm
 
+# NCCL (the `nccl` collective backend, runtime/comm/comm_nccl.c): built where
+# nccl.h, libnccl, cuda_runtime.h and libcudart are found: under NCCL_HOME,
+# CUDA_HOME (/usr/local/cuda), or the system's /usr/include and
+# /usr/lib/x86_64-linux-gnu. NCCL=0 leaves it out; the sanitized builds always
+# do (the CUDA runtime and ASan/TSan do not mix). Without it, a communicator
+# asking for nccl fails at init saying this build has none.
+NCCL      ?= auto
+CUDA_HOME ?= /usr/local/cuda
+NCCL_HOME ?= $(CUDA_HOME)
+comma     := ,
+find_dir   = $(firstword $(foreach d,$(1),$(if $(wildcard $(d)/$(2)),$(d))))
+ifeq ($(NCCL)$(SAN)$(TSAN),auto00)
+  NCCL_INC := $(call find_dir,$(NCCL_HOME)/include $(CUDA_HOME)/include /usr/include,nccl.h)
+  NCCL_LIB := $(call find_dir,$(NCCL_HOME)/lib $(NCCL_HOME)/lib64 $(CUDA_HOME)/lib64 \
+                $(CUDA_HOME)/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu,libnccl.so)
+  CUDA_INC := $(call find_dir,$(CUDA_HOME)/include /usr/include,cuda_runtime.h)
+  CUDA_LIB := $(call find_dir,$(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib \
+                /usr/lib/x86_64-linux-gnu,libcudart.so)
+endif
+HAVE_NCCL := $(if $(and $(NCCL_INC),$(NCCL_LIB),$(CUDA_INC),$(CUDA_LIB)),1)
+ifeq ($(HAVE_NCCL),1)
+  CPPFLAGS += -DPLAIT_HAVE_NCCL
+  # -isystem: the CUDA headers are not ours to hold to -Wextra -Werror
+  NCCL_CPPFLAGS := $(addprefix -isystem ,$(filter-out /usr/include,$(sort $(NCCL_INC) $(CUDA_INC))))
+  LDLIBS += $(addprefix -L,$(sort $(NCCL_LIB) $(CUDA_LIB))) \
+            $(addprefix -Wl$(comma)-rpath$(comma),$(sort $(NCCL_LIB) $(CUDA_LIB))) \
+            -Wl,--push-state,--as-needed -lnccl -lcudart -Wl,--pop-state
+endif
+
 ifeq ($(SAN),1)
   CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDFLAGS += -fsanitize=address,undefined
@@ -51,6 +80,9 @@ KERNEL_CFLAGS := -O3 -fno-math-errno
 COMMON_SRC   := $(wildcard common/*.c)
 KERNELS_SRC  := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
 RUNTIME_SRC  := $(filter-out runtime/main.c,$(wildcard runtime/*.c)) $(wildcard runtime/comm/*.c)
+ifneq ($(HAVE_NCCL),1)
+  RUNTIME_SRC := $(filter-out runtime/comm/comm_nccl.c,$(RUNTIME_SRC))
+endif
 LAUNCHER_SRC := $(wildcard launcher/*.c)
 TEST_SRC     := $(wildcard tests/unit/test_*.c)
 SPANK_SRC    := $(wildcard spank-plugin/*.c)
@@ -78,6 +110,11 @@ $(BUILD)/obj/kernels/%.o: kernels/%.c
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# the files that include the CUDA and NCCL headers
+$(BUILD)/obj/runtime/comm/comm_nccl.o: CPPFLAGS += $(NCCL_CPPFLAGS)
+$(BUILD)/obj/tests/gpu/%.o: CPPFLAGS += $(NCCL_CPPFLAGS)
+$(BUILD)/obj/tests/unit/test_comm_nccl.o: CPPFLAGS += $(NCCL_CPPFLAGS)
 
 # the reductions run over every byte a collective receives: optimised like the kernels
 $(BUILD)/obj/runtime/comm/sock_reduce.o: CFLAGS += $(KERNEL_CFLAGS)

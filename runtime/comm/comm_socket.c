@@ -1472,6 +1472,8 @@ static int sock_split(struct comm *parent, const int *members, int n, int my_ind
 {
     (void)members;
     struct sock_comm *p = (struct sock_comm *)parent;
+    *out = NULL;
+    if (n == 0) return 0; /* this rank joins no group */
     return comm_create(out, p->job, &p->cfg, name, my_index, n, err);
 }
 
