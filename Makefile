@@ -8,6 +8,7 @@
 #   make bench-comm      all-reduce bandwidth against Open MPI's (prints ratios; not a test)
 #   make bench-memory    per-rank memory and pipeline bubble of real runs against plait
 #                        check's predictions (prints ratios; not a test)
+#   make test-gpu        the nccl backend on this machine's GPUs (tests/gpu/run.sh; not in make test)
 #   make install PREFIX=/usr/local
 #
 # BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan,
@@ -96,12 +97,14 @@ PLAIT        := $(BUILD)/bin/plait
 PLAIT_TRAIN  := $(BUILD)/bin/plait-train
 TESTS        := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TOOLS        := $(BUILD)/bin/gemm-bench $(BUILD)/bin/comm-bench
+# The nccl backend's tests on GPUs (tests/gpu/run.sh runs them; built wherever NCCL is)
+GPU_TESTS    := $(if $(HAVE_NCCL),$(BUILD)/tests/gpu/test_nccl)
 # The SPANK plugin: built where Slurm's headers are (libslurm-dev), and not
 # with sanitizers (it is loaded into Slurm's own processes).
 SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 00,$(SAN)$(TSAN))),$(BUILD)/lib/spank_plait.so)
 
-.PHONY: all test demo bench bench-comm bench-memory install clean deps-build deps-test format fuzz
-all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(TOOLS) $(SPANK_SO)
+.PHONY: all test test-gpu demo bench bench-comm bench-memory install clean deps-build deps-test format fuzz
+all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO)
 
 $(BUILD)/obj/kernels/%.o: kernels/%.c
 	@mkdir -p $(dir $@)
@@ -159,6 +162,10 @@ $(BUILD)/tests/%: $(call obj,tests/unit/%.c) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+$(BUILD)/tests/gpu/test_nccl: $(call obj,tests/gpu/test_nccl.c) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 deps-build:
 	@scripts/deps.sh build
 
@@ -172,6 +179,10 @@ test: deps-test
 	$(MAKE) -j$(JOBS) all
 	$(MAKE) -j$(JOBS) all BUILD=build-asan SAN=1
 	tests/run.sh
+
+# make test-gpu: the nccl backend on this machine's GPUs (tests/gpu/run.sh)
+test-gpu:
+	tests/gpu/run.sh
 
 demo: deps-build
 	$(MAKE) -j$(JOBS) all

@@ -721,7 +721,7 @@ int comm_nccl_world_init(struct comm **out, struct store *store, int rank, int w
         gather_members(c, deadline, err))
         goto fail;
     ncclConfig_t config;
-    config_init(&config, name);
+    config_init(&config, c->base.name); /* lives as long as the communicator */
     ncclComm_t nc = NULL;
     if (NCCL_CHECK(NULL, ncclCommInitRankConfig(&nc, world_size, id, rank, &config))) {
         if (nc) ncclCommAbort(nc);
@@ -757,7 +757,7 @@ static int nccl_split(struct comm *parent, const int *members, int n, int my_ind
         snprintf(c->who[i], WHO_BYTES, "rank %d %s", i, rest ? rest : "");
     }
     ncclConfig_t config;
-    config_init(&config, name);
+    config_init(&config, c ? c->base.name : p->base.name);
     ncclComm_t nc = NULL;
     if (CUDA_CHECK(cudaSetDevice(p->device)) ||
         NCCL_CHECK(p->nc, ncclCommSplit(p->nc, n > 0 ? members[0] : NCCL_SPLIT_NOCOLOR,
