@@ -243,6 +243,16 @@ int comm_irecv(struct comm *c, void *buf, size_t bytes, int peer, uint32_t tag,
     return post(c, &d, req, err);
 }
 
+int comm_group_start(struct comm *c, struct plait_error *err)
+{
+    return c->ops->group_start ? c->ops->group_start(c, err) : 0;
+}
+
+int comm_group_end(struct comm *c, struct plait_error *err)
+{
+    return c->ops->group_end ? c->ops->group_end(c, err) : 0;
+}
+
 int comm_wait(struct comm_request *req, struct plait_error *err)
 {
     return req ? req->ops->wait(req, err) : 0;

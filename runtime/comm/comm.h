@@ -49,7 +49,8 @@
  * and complete through a cudaEvent; the data must be on the device when an
  * operation is posted. NCCL buffers nothing: a send runs only together with
  * its receive, so two ranks that each send to the other before receiving wait
- * until the deadline; tags are not matched (messages pair in posting order).
+ * until the deadline unless they group the pair (comm_group_start); tags are
+ * not matched (messages pair in posting order).
  * The deadline counts from posting (NCCL reports no progress); at it, or on
  * the job's abort, the communicator is aborted (ncclCommAbort) and the error
  * lists the members, as NCCL cannot say which one is missing. Byte counts are
@@ -208,6 +209,14 @@ int comm_isend(struct comm *c, const void *buf, size_t bytes, int peer, uint32_t
                struct comm_request **req, struct plait_error *err);
 int comm_irecv(struct comm *c, void *buf, size_t bytes, int peer, uint32_t tag,
                struct comm_request **req, struct plait_error *err);
+
+/* Point-to-point operations posted between comm_group_start and
+ * comm_group_end start together (NCCL's group calls): two ranks exchanging
+ * (each sends to the other and receives from it) group the pair, which nccl
+ * needs and socket does not. Groups nest; the outermost end starts them. Only
+ * sends and receives may be posted inside; wait for them after the end. */
+int comm_group_start(struct comm *c, struct plait_error *err);
+int comm_group_end(struct comm *c, struct plait_error *err);
 
 /* Sleeps until req completes (0) or fails (-1, err says why); either way req
  * is freed. NULL is fine (0). */

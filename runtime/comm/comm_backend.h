@@ -47,6 +47,10 @@ struct comm_backend_ops {
     int (*split)(struct comm *parent, const int *members, int n, int my_index, const char *name,
                  struct comm **out, struct plait_error *err);
     void (*stats)(const struct comm *c, struct comm_stats *out);
+    /* comm_group_start/end; NULL: grouping changes nothing (socket: its
+     * sends never wait for their receives). */
+    int (*group_start)(struct comm *c, struct plait_error *err);
+    int (*group_end)(struct comm *c, struct plait_error *err);
     void (*destroy)(struct comm *c);
 };
 

@@ -40,10 +40,11 @@ struct nccl_comm {
     float *barrier_dev;   /* (1) a barrier's all-reduce */
     int device;
     double timeout_s;
-    char (*who)[WHO_BYTES]; /* [size]: each member, for messages */
-    uint64_t seq;           /* operations posted */
-    struct nccl_request *pending;
-    pthread_mutex_t mu; /* the watcher's abort flag and text */
+    char (*who)[WHO_BYTES];                      /* [size]: each member, for messages */
+    uint64_t seq;                                /* operations posted */
+    struct nccl_request *pending, *pending_tail; /* in posting order */
+    int group_depth;                             /* comm_group_start minus _end */
+    pthread_mutex_t mu;                          /* the watcher's abort flag and text */
     bool abort_pending;
     char abort_text[700];
     bool failed;
@@ -80,6 +81,7 @@ struct nccl_request {
     uint64_t seq;
     int64_t deadline_ms;
     struct staged in, out; /* .dev NULL: the caller's buffer is device memory */
+    bool launched;         /* false: posted in a group that has not ended */
 };
 
 static const struct comm_backend_ops nccl_ops;
@@ -248,7 +250,10 @@ static void request_free(struct nccl_request *q)
         q->prev->next = q->next;
     else
         c->pending = q->next;
-    if (q->next) q->next->prev = q->prev;
+    if (q->next)
+        q->next->prev = q->prev;
+    else
+        c->pending_tail = q->prev;
     if (q->done) cudaEventDestroy(q->done); /* released once complete, if it is not */
     staged_free(c, &q->in);
     staged_free(c, &q->out);
@@ -363,12 +368,69 @@ static int check_alive(struct nccl_comm *c, struct plait_error *err)
     return 0;
 }
 
+/* After q is enqueued: results of staged buffers back to pinned memory,
+ * staging freed, the completion event, the byte counts. */
+static int finish_launch(struct nccl_request *q, struct plait_error *err)
+{
+    struct nccl_comm *c = q->c;
+    if (q->out.dev && CUDA_CHECK(cudaMemcpyAsync(q->out.pin->host, q->out.dev, q->out.bytes,
+                                                 cudaMemcpyDeviceToHost, c->stream)))
+        return -1;
+    if (q->in.dev && CUDA_CHECK(cudaFreeAsync(q->in.dev, c->stream))) return -1;
+    q->in.dev = NULL;
+    if (q->out.dev && CUDA_CHECK(cudaFreeAsync(q->out.dev, c->stream))) return -1;
+    q->out.dev = NULL;
+    if (CUDA_CHECK(cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming)) ||
+        CUDA_CHECK(cudaEventRecord(q->done, c->stream)))
+        return -1;
+    q->launched = true;
+    uint64_t sent, received;
+    nccl_nominal_bytes(&q->d, c->base.rank, c->base.size, &sent, &received);
+    c->bytes_sent += sent;
+    c->bytes_received += received;
+    return 0;
+}
+
+/* Enqueues qs[0..n) as one NCCL group (a group of one for a lone operation)
+ * and waits until NCCL has taken it. On failure the communicator has failed. */
+static int launch_group(struct nccl_comm *c, struct nccl_request **qs, int n,
+                        struct plait_error *err)
+{
+    char what[200];
+    op_name(qs[0], what, sizeof what);
+    if (n > 1) snprintf(what + strlen(what), sizeof what - strlen(what), " and %d more", n - 1);
+    if (CUDA_CHECK(cudaSetDevice(c->device)) || NCCL_CHECK(c->nc, ncclGroupStart())) goto fail;
+    ncclResult_t r = ncclSuccess;
+    for (int i = 0; i < n && (r == ncclSuccess || r == ncclInProgress); i++)
+        r = launch(c, &qs[i]->d, dev_ptr(&qs[i]->in), dev_ptr(&qs[i]->out));
+    ncclResult_t end = ncclGroupEnd();
+    if (NCCL_CHECK(c->nc, r) || NCCL_CHECK(c->nc, end)) goto fail;
+    /* non-blocking: the next NCCL call on c waits until this one is enqueued */
+    if (wait_ready(c, c->nc, what, qs[0]->deadline_ms, err)) {
+        c->nc = NULL; /* wait_ready aborted it */
+        fail_comm(c, true, "%s", err->text);
+        return error_set(err, "%s", c->fail_text);
+    }
+    for (int i = 0; i < n; i++)
+        if (finish_launch(qs[i], err)) goto fail;
+    return 0;
+fail:
+    /* a CUDA or NCCL call refused: what is enqueued may be half an operation */
+    fail_comm(c, true, "posting %s: %s", what, err->text);
+    return error_set(err, "%s", c->fail_text);
+}
+
 static int nccl_post(struct comm *base, const struct comm_desc *d, struct comm_request **out,
                      struct plait_error *err)
 {
     struct nccl_comm *c = (struct nccl_comm *)base;
     *out = NULL;
     if (check_alive(c, err)) return -1;
+    if (c->group_depth > 0 && d->kind != COMM_OP_SEND && d->kind != COMM_OP_RECV)
+        return error_set(err,
+                         "comm '%s': %s inside comm_group_start/end: only sends and receives "
+                         "are grouped",
+                         c->base.name, comm_op_kind_name(d->kind));
     struct nccl_request *q = calloc(1, sizeof *q);
     if (!q) return error_errno(err, "comm '%s': allocating a request", c->base.name);
     q->base.ops = &nccl_ops;
@@ -376,50 +438,60 @@ static int nccl_post(struct comm *base, const struct comm_desc *d, struct comm_r
     q->d = *d;
     q->seq = ++c->seq;
     q->deadline_ms = sock_now_ms() + (int64_t)(c->timeout_s * 1000);
-    q->next = c->pending;
-    if (c->pending) c->pending->prev = q;
-    c->pending = q;
+    q->prev = c->pending_tail;
+    if (c->pending_tail)
+        c->pending_tail->next = q;
+    else
+        c->pending = q;
+    c->pending_tail = q;
     size_t n = (size_t)c->base.size, in_bytes = d->bytes, out_bytes = d->bytes;
     if (d->kind == COMM_OP_REDUCE_SCATTER) in_bytes *= n;
     if (d->kind == COMM_OP_ALLGATHER) out_bytes *= n;
     bool has_in = d->kind != COMM_OP_RECV && d->kind != COMM_OP_BARRIER;
     bool has_out = d->kind != COMM_OP_SEND && d->kind != COMM_OP_BARRIER;
-    if (CUDA_CHECK(cudaSetDevice(c->device))) goto fail;
-    if (has_in && stage(c, &q->in, d->send, in_bytes, true, err)) goto fail;
-    if (has_out && stage(c, &q->out, d->recv, out_bytes, false, err)) goto fail;
-    if (NCCL_CHECK(c->nc, launch(c, d, dev_ptr(&q->in), dev_ptr(&q->out)))) goto fail;
-    /* non-blocking: the next NCCL call on c waits until this one is enqueued */
-    char what[160];
-    op_name(q, what, sizeof what);
-    if (wait_ready(c, c->nc, what, q->deadline_ms, err)) {
-        c->nc = NULL; /* wait_ready aborted it */
-        fail_comm(c, true, "%s", err->text);
+    if (CUDA_CHECK(cudaSetDevice(c->device)) ||
+        (has_in && stage(c, &q->in, d->send, in_bytes, true, err)) ||
+        (has_out && stage(c, &q->out, d->recv, out_bytes, false, err))) {
+        fail_comm(c, true, "posting: %s", err->text);
         error_set(err, "%s", c->fail_text);
         request_free(q);
         return -1;
     }
-    if (q->out.dev && CUDA_CHECK(cudaMemcpyAsync(q->out.pin->host, q->out.dev, q->out.bytes,
-                                                 cudaMemcpyDeviceToHost, c->stream)))
-        goto fail;
-    if (q->in.dev && CUDA_CHECK(cudaFreeAsync(q->in.dev, c->stream))) goto fail;
-    q->in.dev = NULL;
-    if (q->out.dev && CUDA_CHECK(cudaFreeAsync(q->out.dev, c->stream))) goto fail;
-    q->out.dev = NULL;
-    if (CUDA_CHECK(cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming)) ||
-        CUDA_CHECK(cudaEventRecord(q->done, c->stream)))
-        goto fail;
-    uint64_t sent, received;
-    nccl_nominal_bytes(d, c->base.rank, c->base.size, &sent, &received);
-    c->bytes_sent += sent;
-    c->bytes_received += received;
+    if (c->group_depth == 0 && launch_group(c, &q, 1, err)) {
+        request_free(q);
+        return -1;
+    }
     *out = &q->base;
     return 0;
-fail:
-    /* a CUDA or NCCL call refused: what is enqueued may be half an operation */
-    fail_comm(c, true, "posting: %s", err->text);
-    error_set(err, "%s", c->fail_text);
-    request_free(q);
-    return -1;
+}
+
+static int nccl_group_start(struct comm *base, struct plait_error *err)
+{
+    struct nccl_comm *c = (struct nccl_comm *)base;
+    if (check_alive(c, err)) return -1;
+    c->group_depth++;
+    return 0;
+}
+
+/* The outermost end launches what was posted since the outermost start. */
+static int nccl_group_end(struct comm *base, struct plait_error *err)
+{
+    struct nccl_comm *c = (struct nccl_comm *)base;
+    if (c->group_depth == 0)
+        return error_set(err, "comm '%s': comm_group_end without comm_group_start", c->base.name);
+    if (--c->group_depth > 0) return 0;
+    if (check_alive(c, err)) return -1;
+    int n = 0;
+    for (struct nccl_request *q = c->pending; q; q = q->next) n += !q->launched;
+    if (n == 0) return 0;
+    struct nccl_request **qs = malloc(sizeof *qs * (size_t)n);
+    if (!qs) return error_errno(err, "comm '%s': allocating", c->base.name);
+    n = 0;
+    for (struct nccl_request *q = c->pending; q; q = q->next)
+        if (!q->launched) qs[n++] = q;
+    int rc = launch_group(c, qs, n, err);
+    free(qs);
+    return rc;
 }
 
 /* Whether q has completed (copying staged results back), failed (-1), or
@@ -430,13 +502,17 @@ static int poll_request(struct nccl_request *q, bool *done, struct plait_error *
     *done = false;
     if (check_alive(c, err)) return -1;
     char what[160];
+    op_name(q, what, sizeof what);
+    if (!q->launched) {
+        fail_comm(c, true, "%s was waited for inside its group (call comm_group_end first)", what);
+        return error_set(err, "%s", c->fail_text);
+    }
     cudaError_t e = cudaEventQuery(q->done);
     if (e == cudaSuccess) {
         if (q->out.pin) memcpy(q->out.user, q->out.pin->host, q->out.bytes);
         *done = true;
         return 0;
     }
-    op_name(q, what, sizeof what);
     if (e != cudaErrorNotReady) {
         fail_comm(c, true, "%s: cudaEventQuery: %s", what, cudaGetErrorString(e));
         return error_set(err, "%s", c->fail_text);
@@ -796,6 +872,8 @@ static const struct comm_backend_ops nccl_ops = {
     .wait = nccl_wait,
     .test = nccl_test,
     .split = nccl_split,
+    .group_start = nccl_group_start,
+    .group_end = nccl_group_end,
     .stats = nccl_stats,
     .destroy = nccl_destroy,
 };

@@ -316,7 +316,8 @@ static void test_reduce_scatter_and_allgather_match_host_sums(void)
             scatter_gather_rank);
 }
 
-/* broadcast from every root, barrier, send/recv around the ring */
+/* broadcast from every root, barrier, send/recv around the ring, a grouped
+ * exchange between partners */
 static void broadcast_p2p_rank(struct comm *c, int rank, int n)
 {
     struct plait_error err;
@@ -355,6 +356,22 @@ static void broadcast_p2p_rank(struct comm *c, int rank, int n)
         size_t bad = 0;
         for (size_t i = 0; i < bytes; i++) bad += hb[i] != (uint8_t)(prev + 1);
         CHECK(bad == 0, "ring: %zu bytes wrong from rank %d", bad, prev);
+        /* an exchange: both partners send first, which only a group allows */
+        int partner = rank ^ 1;
+        if (partner < n) {
+            memset(hb, 100 + rank, bytes);
+            to_dev(out, hb, bytes);
+            CHECK(comm_group_start(c, &err) == 0, "%s", err.text);
+            CHECK(comm_isend(c, out, bytes, partner, 8, &s, &err) == 0, "%s", err.text);
+            CHECK(comm_irecv(c, in, bytes, partner, 8, &r, &err) == 0, "%s", err.text);
+            CHECK(comm_group_end(c, &err) == 0, "%s", err.text);
+            CHECK(comm_wait(s, &err) == 0, "%s", err.text);
+            CHECK(comm_wait(r, &err) == 0, "%s", err.text);
+            to_host(hb, in, bytes);
+            bad = 0;
+            for (size_t i = 0; i < bytes; i++) bad += hb[i] != (uint8_t)(100 + partner);
+            CHECK(bad == 0, "grouped exchange: %zu bytes wrong from rank %d", bad, partner);
+        }
         cudaFree(out);
         cudaFree(in);
         free(hb);
@@ -363,7 +380,7 @@ static void broadcast_p2p_rank(struct comm *c, int rank, int n)
     free(h);
 }
 
-static void test_broadcast_barrier_and_send_recv(void)
+static void test_broadcast_barrier_send_recv_and_a_grouped_exchange(void)
 {
     run_all(&(struct world_opts){.name = "bcast", .n = gpus, .absent_rank = -1},
             broadcast_p2p_rank);
@@ -550,7 +567,7 @@ int main(void)
     if (gpus < 2) printf("# one GPU: the collectives run on a world of one rank\n");
     RUN(test_allreduce_sum_and_max_of_every_dtype_match_host_sums);
     RUN(test_reduce_scatter_and_allgather_match_host_sums);
-    RUN(test_broadcast_barrier_and_send_recv);
+    RUN(test_broadcast_barrier_send_recv_and_a_grouped_exchange);
     RUN(test_split_3d_and_a_split_some_ranks_sit_out);
     RUN(test_async_buckets_host_buffers_and_byte_counts);
     RUN(test_rank_that_never_joins_is_named_at_the_deadline);

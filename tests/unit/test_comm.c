@@ -1137,6 +1137,7 @@ static void args_rank(struct comm *c, struct store *st, int rank, int n, void *a
     CHECK(comm_allgather(c, x, y, 4, COMM_FLOAT32, &err) == 0 && !memcmp(x, y, sizeof x), "ag");
     CHECK(comm_reduce_scatter(c, x, y, 4, COMM_FLOAT32, COMM_SUM, &err) == 0 && y[2] == 3, "rs");
     CHECK(comm_barrier(c, &err) == 0, "%s", err.text);
+    CHECK(comm_group_start(c, &err) == 0 && comm_group_end(c, &err) == 0, "%s", err.text);
     struct comm *sub;
     CHECK(comm_split(c, 0, 0, "bad/name", &sub, &err) != 0, "a name with a slash");
     /* without NCCL in the build, or without a GPU, nccl is refused saying
