@@ -118,7 +118,7 @@ static void sleep_us(int64_t us)
 
 /* ---- failure ------------------------------------------------------------ */
 
-/* The job's abort, once the watcher has seen it: its text, or NULL. */
+/* Whether the watcher has seen the job's abort (its text into out). */
 static bool abort_seen(struct nccl_comm *c, char *out, size_t out_bytes)
 {
     pthread_mutex_lock(&c->mu);
@@ -404,7 +404,9 @@ static int launch_group(struct nccl_comm *c, struct nccl_request **qs, int n,
     for (int i = 0; i < n && (r == ncclSuccess || r == ncclInProgress); i++)
         r = launch(c, &qs[i]->d, dev_ptr(&qs[i]->in), dev_ptr(&qs[i]->out));
     ncclResult_t end = ncclGroupEnd();
-    if (NCCL_CHECK(c->nc, r) || NCCL_CHECK(c->nc, end)) goto fail;
+    if (nccl_check(r, c->nc, "enqueueing", __FILE__, __LINE__, err) ||
+        nccl_check(end, c->nc, "ncclGroupEnd", __FILE__, __LINE__, err))
+        goto fail;
     /* non-blocking: the next NCCL call on c waits until this one is enqueued */
     if (wait_ready(c, c->nc, what, qs[0]->deadline_ms, err)) {
         c->nc = NULL; /* wait_ready aborted it */
@@ -703,28 +705,14 @@ static int gather_members(struct nccl_comm *c, int64_t deadline_ms, struct plait
         }
         if (sock_now_ms() < deadline_ms && !strstr(err->text, "timed out"))
             return -1; /* the store is gone, or the job was aborted */
-        char who[400] = "";
-        size_t used = 0;
-        int missing = 0;
-        for (int m = r; m < c->base.size; m++) {
-            struct plait_error e2;
-            char *v = NULL;
-            snprintf(what, sizeof what, "member/%d", m);
-            nccl_store_key(key, sizeof key, c->base.name, what);
-            if (m == c->base.rank || (m > r && sock_job_get(c->job, key, &v, 0.001, &e2) == 0)) {
-                free(v);
-                continue;
-            }
-            if (++missing <= 16 && used < sizeof who) {
-                int k = snprintf(who + used, sizeof who - used, "%s%d", used ? ", " : "", m);
-                if (k > 0) used += (size_t)k;
-            }
-        }
+        char who[400];
+        nccl_store_key(key, sizeof key, c->base.name, "member/");
+        int missing =
+            sock_job_missing_ranks(c->job, key, r, c->base.size, c->base.rank, who, sizeof who);
         return error_set(err,
-                         "rank%s %s%s did not join within %.1f s (nothing at "
+                         "rank%s %s did not join within %.1f s (nothing at "
                          "comm/%s/nccl/member/<rank>; did it start, and with this name?)",
-                         missing > 1 ? "s" : "", who, missing > 16 ? " ..." : "", c->timeout_s,
-                         c->base.name);
+                         missing > 1 ? "s" : "", who, c->timeout_s, c->base.name);
     }
     return 0;
 }

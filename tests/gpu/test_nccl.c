@@ -288,22 +288,17 @@ static void scatter_gather_rank(struct comm *c, int rank, int n)
     }
     CHECK(bad == 0, "reduce-scatter: %zu wrong", bad);
     for (size_t i = 0; i < count; i++) h[i] = (float)(rank * 1000 + (int)(i % 997));
-    to_dev(block, h, count * sizeof *h);
-    CHECK(comm_allgather(c, block, d, count, COMM_FLOAT32, &err) == 0, "%s", err.text);
-    to_host(got, d, all * sizeof *got);
-    bad = 0;
-    for (size_t i = 0; i < all; i++)
-        bad += got[i] != (float)((int)(i / count) * 1000 + (int)(i % count % 997));
-    CHECK(bad == 0, "all-gather: %zu wrong", bad);
-    CUDA_OK(cudaMemset(d, 0, all * sizeof *d));
-    to_dev(d + (size_t)rank * count, h, count * sizeof *h);
-    CHECK(comm_allgather(c, d + (size_t)rank * count, d, count, COMM_FLOAT32, &err) == 0, "%s",
-          err.text);
-    to_host(got, d, all * sizeof *got);
-    bad = 0;
-    for (size_t i = 0; i < all; i++)
-        bad += got[i] != (float)((int)(i / count) * 1000 + (int)(i % count % 997));
-    CHECK(bad == 0, "all-gather in place: %zu wrong", bad);
+    for (int in_place = 0; in_place < 2; in_place++) {
+        float *mine = in_place ? d + (size_t)rank * count : block;
+        CUDA_OK(cudaMemset(d, 0, all * sizeof *d));
+        to_dev(mine, h, count * sizeof *h);
+        CHECK(comm_allgather(c, mine, d, count, COMM_FLOAT32, &err) == 0, "%s", err.text);
+        to_host(got, d, all * sizeof *got);
+        bad = 0;
+        for (size_t i = 0; i < all; i++)
+            bad += got[i] != (float)((int)(i / count) * 1000 + (int)(i % count % 997));
+        CHECK(bad == 0, "all-gather%s: %zu wrong", in_place ? " in place" : "", bad);
+    }
     cudaFree(d);
     cudaFree(block);
     free(h);
@@ -504,6 +499,8 @@ static void test_rank_that_never_joins_is_named_at_the_deadline(void)
     }
 }
 
+#define SKIP_TIMEOUT_S 10 /* NCCL's init must fit in it too */
+
 /* The last rank skips an all-reduce: the others fail at their deadline with
  * ncclCommAbort, say what timed out, and abort the job, so the last rank's
  * next operation fails at once too. */
@@ -515,7 +512,7 @@ static void skip_rank(struct comm *c, int rank, int n)
     CHECK(comm_allreduce(c, d, d, 1024, COMM_FLOAT32, COMM_SUM, &err) == 0, "%s", err.text);
     double t0 = now_s();
     if (rank == n - 1) {
-        sleep_s(6); /* past the others' deadline */
+        sleep_s(SKIP_TIMEOUT_S + 5); /* past the others' deadline */
         int rc = comm_allreduce(c, d, d, 1024, COMM_FLOAT32, COMM_SUM, &err);
         CHECK(rc != 0 && strstr(err.text, "aborted"), "the skipping rank: %s",
               rc ? err.text : "succeeded");
@@ -525,7 +522,7 @@ static void skip_rank(struct comm *c, int rank, int n)
         printf("  rank %d after %.2f s: %s\n", rank, took, rc ? err.text : "succeeded");
         CHECK(rc != 0 && (strstr(err.text, "did not finish") || strstr(err.text, "aborted")), "%s",
               rc ? err.text : "succeeded");
-        CHECK(took > 2 && took < 3 + 10, "failed after %.2f s", took);
+        CHECK(took > SKIP_TIMEOUT_S - 1 && took < SKIP_TIMEOUT_S + 10, "failed after %.2f s", took);
     }
     cudaFree(d);
 }
@@ -536,8 +533,10 @@ static void test_operation_a_rank_skips_fails_the_others_at_the_deadline(void)
         printf("  skipped: needs 2 GPUs, this machine has %d\n", gpus);
         return;
     }
-    run_all(&(struct world_opts){.name = "skip", .n = gpus, .absent_rank = -1, .timeout_s = 3},
-            skip_rank);
+    run_all(
+        &(struct world_opts){
+            .name = "skip", .n = gpus, .absent_rank = -1, .timeout_s = SKIP_TIMEOUT_S},
+        skip_rank);
 }
 
 static int probe_gpus(void)

@@ -1142,7 +1142,7 @@ static void args_rank(struct comm *c, struct store *st, int rank, int n, void *a
     CHECK(comm_split(c, 0, 0, "bad/name", &sub, &err) != 0, "a name with a slash");
     /* without NCCL in the build, or without a GPU, nccl is refused saying
      * why (test_comm_nccl); with both, a world of one works (tests/gpu) */
-    struct comm_options o = {.timeout_s = 1, .secret = SECRET, .backend = COMM_BACKEND_NCCL};
+    struct comm_options o = {.timeout_s = 30, .secret = SECRET, .backend = COMM_BACKEND_NCCL};
     if (comm_world_init(&sub, st, 0, 1, &o, &err) == 0)
         comm_destroy(sub);
     else
