@@ -599,17 +599,26 @@ static void nccl_destroy(struct comm *base)
     cudaSetDevice(c->device);
     while (c->pending) request_free(c->pending);
     if (c->nc) {
+        /* flush what is in flight, by the deadline; once the job is aborted
+         * (or a flush fails) stop it instead (wait_ready aborts at failure) */
         struct plait_error err;
         char reason[sizeof c->abort_text];
-        ncclResult_t r =
-            abort_seen(c, reason, sizeof reason) ? ncclInternalError : ncclCommFinalize(c->nc);
-        /* a finalize that does not finish in time is aborted by wait_ready */
-        if ((r == ncclSuccess || r == ncclInProgress) &&
-            wait_ready(c, c->nc, "finalize", sock_now_ms() + (int64_t)(c->timeout_s * 1000),
-                       &err) == 0)
-            ncclCommDestroy(c->nc);
-        else if (r != ncclSuccess && r != ncclInProgress)
+        bool flushed = false;
+        if (abort_seen(c, reason, sizeof reason)) {
             ncclCommAbort(c->nc);
+        } else {
+            ncclResult_t r = ncclCommFinalize(c->nc);
+            if (r != ncclSuccess && r != ncclInProgress)
+                ncclCommAbort(c->nc);
+            else
+                flushed = wait_ready(c, c->nc, "finalize",
+                                     sock_now_ms() + (int64_t)(c->timeout_s * 1000), &err) == 0;
+        }
+        if (flushed)
+            ncclCommDestroy(c->nc);
+        else
+            c->failed = true; /* a kernel may be stuck: see the pinned buffers below */
+        c->nc = NULL;
     }
     if (c->barrier_dev) cudaFreeAsync(c->barrier_dev, c->stream); /* cudaFree would wait */
     if (c->stream) cudaStreamDestroy(c->stream); /* released once its work is done */
@@ -627,8 +636,9 @@ static void nccl_destroy(struct comm *base)
     free(c);
 }
 
-/* A communicator without its NCCL half: the device, streams, barrier scratch,
- * member names from who (NULL: filled later), and the abort watcher. */
+/* A communicator without its NCCL half: the device, its stream, barrier
+ * scratch, a staging buffer, members named "rank <r>" until known better, and
+ * the abort watcher. */
 static int comm_alloc(struct nccl_comm **out, struct sock_job *job, const char *name, int rank,
                       int size, double timeout_s, int device, struct plait_error *err)
 {
