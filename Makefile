@@ -237,7 +237,8 @@ $(FUZZ_BUILD)/obj/%.o: %.c | $(FUZZ_BUILD)/.gitignore
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
-$(FUZZ_BUILD)/lib/libplait_runtime.a: $(call fuzz_obj,$(RUNTIME_SRC))
+# (the fuzz build has no NCCL: FUZZ_CPPFLAGS do not define PLAIT_HAVE_NCCL)
+$(FUZZ_BUILD)/lib/libplait_runtime.a: $(call fuzz_obj,$(filter-out runtime/comm/comm_nccl.c,$(RUNTIME_SRC)))
 $(FUZZ_BUILD)/lib/libplait_kernels.a: $(call fuzz_obj,$(KERNELS_SRC))
 $(FUZZ_BUILD)/lib/libplait_common.a: $(call fuzz_obj,$(COMMON_SRC))
 $(FUZZ_LIBS):
