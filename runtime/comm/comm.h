@@ -53,7 +53,8 @@
  * not matched (messages pair in posting order).
  * The deadline counts from posting (NCCL reports no progress); at it, or on
  * the job's abort, the communicator is aborted (ncclCommAbort) and the error
- * lists the members, as NCCL cannot say which one is missing. Byte counts are
+ * names a member of this node whose process has ended, or else lists the
+ * members, as NCCL cannot say which one is missing. Byte counts are
  * the algorithm's nominal payload (nccl_meta.h): NCCL reports none. */
 #ifndef PLAIT_COMM_H
 #define PLAIT_COMM_H

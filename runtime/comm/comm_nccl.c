@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <nccl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,8 @@ struct nccl_comm {
     int device;
     double timeout_s;
     char (*who)[WHO_BYTES];                      /* [size]: each member, for messages */
+    long *pid;                                   /* [size]: its process id */
+    bool *local;                                 /* [size]: whether it shares our node */
     uint64_t seq;                                /* operations posted */
     struct nccl_request *pending, *pending_tail; /* in posting order */
     int group_depth;                             /* comm_group_start minus _end */
@@ -151,16 +154,30 @@ static void fail_comm(struct nccl_comm *c, bool report, const char *fmt, ...)
     if (report) sock_job_abort(c->job, c->fail_text);
 }
 
-/* The members, for a message that cannot say which of them is missing. */
-static void list_members(const struct nccl_comm *c, char *out, size_t n)
+/* Who is to blame, for a message: the members on this node whose process
+ * has ended (true), or else every member (NCCL cannot say which one is
+ * missing or stuck; one on another node may have died). */
+static bool describe_members(const struct nccl_comm *c, char *out, size_t n)
 {
     size_t used = 0;
     out[0] = '\0';
+    for (int r = 0; r < c->base.size && used < n; r++) {
+        if (r == c->base.rank || !c->local[r] || c->pid[r] <= 0) continue;
+        if (kill((pid_t)c->pid[r], 0) == 0 || errno != ESRCH) continue;
+        int k = snprintf(out + used, n - used, "%s%s is gone (its process ended)", used ? "; " : "",
+                         c->who[r]);
+        if (k > 0) used += (size_t)k;
+    }
+    if (used) return true;
+    used = (size_t)snprintf(out, n,
+                            "a member is missing or stuck (NCCL cannot say which); "
+                            "members: ");
     for (int r = 0; r < c->base.size && r < WHO_LISTED && used < n; r++) {
         int k = snprintf(out + used, n - used, "%s%s", r ? "; " : "", c->who[r]);
         if (k > 0) used += (size_t)k;
     }
     if (c->base.size > WHO_LISTED && used < n) snprintf(out + used, n - used, "; ...");
+    return false;
 }
 
 /* Polls a communicator NCCL is still making (init, split) or finishing
@@ -188,11 +205,8 @@ static int wait_ready(struct nccl_comm *c, ncclComm_t nc, const char *what, int6
         }
         if (sock_now_ms() >= deadline_ms) {
             char members[WHO_LISTED * WHO_BYTES];
-            list_members(c, members, sizeof members);
-            error_set(err,
-                      "NCCL %s did not finish within %.1f s: a member is missing or stuck "
-                      "(NCCL cannot say which); members: %s",
-                      what, c->timeout_s, members);
+            describe_members(c, members, sizeof members);
+            error_set(err, "NCCL %s did not finish within %.1f s: %s", what, c->timeout_s, members);
             break;
         }
         sleep_us(sleep);
@@ -524,17 +538,18 @@ static int poll_request(struct nccl_request *q, bool *done, struct plait_error *
     if (r != ncclSuccess) state = r;
     if (state != ncclSuccess && state != ncclInProgress) {
         const char *last = ncclGetLastError(c->nc);
-        fail_comm(c, true, "%s: NCCL reports %s%s%s", what, ncclGetErrorString(state),
-                  last && *last ? ": " : "", last ? last : "");
+        char dead[WHO_LISTED * WHO_BYTES];
+        bool named = describe_members(c, dead, sizeof dead);
+        fail_comm(c, true, "%s: NCCL reports %s%s%s%s%s", what, ncclGetErrorString(state),
+                  last && *last ? ": " : "", last ? last : "", named ? "; " : "",
+                  named ? dead : "");
         return error_set(err, "%s", c->fail_text);
     }
     if (sock_now_ms() >= q->deadline_ms) {
         char members[WHO_LISTED * WHO_BYTES];
-        list_members(c, members, sizeof members);
-        fail_comm(c, true,
-                  "%s did not finish within %.1f s of being posted: a member did not take "
-                  "part or is stuck (NCCL cannot say which); members: %s",
-                  what, c->timeout_s, members);
+        describe_members(c, members, sizeof members);
+        fail_comm(c, true, "%s did not finish within %.1f s of being posted: %s", what,
+                  c->timeout_s, members);
         return error_set(err, "%s", c->fail_text);
     }
     return 0;
@@ -633,6 +648,8 @@ static void nccl_destroy(struct comm *base)
     sock_job_unref(c->job);
     pthread_mutex_destroy(&c->mu);
     free(c->who);
+    free(c->pid);
+    free(c->local);
     free(c);
 }
 
@@ -655,7 +672,9 @@ static int comm_alloc(struct nccl_comm **out, struct sock_job *job, const char *
     sock_job_ref(job);
     c->job = job;
     c->who = calloc((size_t)size, sizeof *c->who);
-    if (!c->who) {
+    c->pid = calloc((size_t)size, sizeof *c->pid);
+    c->local = calloc((size_t)size, sizeof *c->local);
+    if (!c->who || !c->pid || !c->local) {
         error_errno(err, "allocating");
         goto fail;
     }
@@ -709,7 +728,16 @@ static int gather_members(struct nccl_comm *c, int64_t deadline_ms, struct plait
         char *value = NULL;
         double left_s = (double)(deadline_ms - sock_now_ms()) / 1000.0;
         if (sock_job_get(c->job, key, &value, left_s > 0.001 ? left_s : 0.001, err) == 0) {
+            /* "<who>\t<node id>\t<pid>" */
+            char *node = strchr(value, '\t'), *pid = node ? strchr(node + 1, '\t') : NULL;
+            if (!pid) {
+                free(value);
+                return error_set(err, "%s is malformed", key);
+            }
+            *node++ = *pid++ = '\0';
             snprintf(c->who[r], WHO_BYTES, "%s", value);
+            c->local[r] = !strcmp(node, sock_job_node_id(c->job));
+            c->pid[r] = strtol(pid, NULL, 10);
             free(value);
             continue;
         }
@@ -788,10 +816,15 @@ int comm_nccl_world_init(struct comm **out, struct store *store, int rank, int w
     }
     snprintf(c->who[rank], WHO_BYTES, "rank %d (global %d, host %s, pid %ld, GPU %d)", rank,
              sock_job_global_rank(job), sock_job_hostname(job), (long)getpid(), device);
+    c->pid[rank] = (long)getpid();
+    c->local[rank] = true;
     snprintf(what, sizeof what, "member/%d", rank);
     nccl_store_key(key, sizeof key, name, what);
+    char member[WHO_BYTES + SOCK_NODE_ID_BYTES + 32];
+    snprintf(member, sizeof member, "%s\t%s\t%ld", c->who[rank], sock_job_node_id(job),
+             c->pid[rank]);
     ncclUniqueId id;
-    if (sock_job_set(job, key, c->who[rank], err) || exchange_id(c, &id, deadline, err) ||
+    if (sock_job_set(job, key, member, err) || exchange_id(c, &id, deadline, err) ||
         gather_members(c, deadline, err))
         goto fail;
     ncclConfig_t config;
@@ -829,6 +862,8 @@ static int nccl_split(struct comm *parent, const int *members, int n, int my_ind
         /* "rank <parent rank> (...)" becomes "rank <i> (...)" */
         const char *rest = strchr(p->who[members[i]], '(');
         snprintf(c->who[i], WHO_BYTES, "rank %d %s", i, rest ? rest : "");
+        c->pid[i] = p->pid[members[i]];
+        c->local[i] = p->local[members[i]];
     }
     ncclConfig_t config;
     config_init(&config, c ? c->base.name : p->base.name);

@@ -3,7 +3,8 @@
  * the parent, and checks every collective on device buffers against sums
  * computed on the host, splits, asynchronous requests, host buffers (staged),
  * byte counts, and that nothing hangs: a rank that never joins is named at
- * the deadline, an operation one rank skips fails the others at theirs. With
+ * the deadline, an operation one rank skips fails the others at theirs, a
+ * rank whose process ends is named by the others. With
  * one GPU, the cases that need a peer are skipped (and said so). Not part of
  * make test: tests/gpu/run.sh, on a GPU machine. */
 #include <cuda_runtime.h>
@@ -539,6 +540,42 @@ static void test_operation_a_rank_skips_fails_the_others_at_the_deadline(void)
         skip_rank);
 }
 
+/* The last rank's process ends after the first all-reduce: the others fail
+ * by their deadline naming it (it shared their node, so its end is seen). */
+static void killed_rank(struct comm *c, int rank, int n)
+{
+    struct plait_error err;
+    float *d = dev_alloc(1024 * sizeof(float));
+    CUDA_OK(cudaMemset(d, 0, 1024 * sizeof(float)));
+    CHECK(comm_allreduce(c, d, d, 1024, COMM_FLOAT32, COMM_SUM, &err) == 0, "%s", err.text);
+    if (rank == n - 1) {
+        fflush(stdout);
+        _exit(0); /* no goodbye: as a crash would */
+    }
+    double t0 = now_s();
+    int rc = comm_allreduce(c, d, d, 1024, COMM_FLOAT32, COMM_SUM, &err);
+    double took = now_s() - t0;
+    char want[32];
+    snprintf(want, sizeof want, "rank %d (", n - 1);
+    printf("  rank %d after %.2f s: %s\n", rank, took, rc ? err.text : "succeeded");
+    CHECK(rc != 0 && strstr(err.text, want) && strstr(err.text, "gone"), "%s",
+          rc ? err.text : "succeeded");
+    CHECK(took < SKIP_TIMEOUT_S + 10, "failed after %.2f s", took);
+    cudaFree(d);
+}
+
+static void test_killed_rank_is_named_by_the_others(void)
+{
+    if (gpus < 2) {
+        printf("  skipped: needs 2 GPUs, this machine has %d\n", gpus);
+        return;
+    }
+    run_all(
+        &(struct world_opts){
+            .name = "killed", .n = gpus, .absent_rank = -1, .timeout_s = SKIP_TIMEOUT_S},
+        killed_rank);
+}
+
 static int probe_gpus(void)
 {
     pid_t pid = fork();
@@ -571,6 +608,7 @@ int main(void)
     RUN(test_async_buckets_host_buffers_and_byte_counts);
     RUN(test_rank_that_never_joins_is_named_at_the_deadline);
     RUN(test_operation_a_rank_skips_fails_the_others_at_the_deadline);
+    RUN(test_killed_rank_is_named_by_the_others);
     printf("# %d passed, %d failed\n", tests_passed, tests_failed);
     return check_exit_code();
 }
