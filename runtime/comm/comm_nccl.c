@@ -857,7 +857,9 @@ static int nccl_split(struct comm *parent, const int *members, int n, int my_ind
     *out = NULL;
     if (check_alive(p, err)) return -1;
     int64_t deadline = sock_now_ms() + (int64_t)(p->timeout_s * 1000);
-    if (n > 0 && comm_alloc(&c, p->job, name, my_index, n, p->timeout_s, p->device, err)) goto fail;
+    /* failing here leaves the parent's other ranks in the split: fail it all */
+    if (n > 0 && comm_alloc(&c, p->job, name, my_index, n, p->timeout_s, p->device, err))
+        goto fail_parent;
     for (int i = 0; c && i < n; i++) {
         /* "rank <parent rank> (...)" becomes "rank <i> (...)" */
         const char *rest = strchr(p->who[members[i]], '(');
@@ -876,6 +878,7 @@ static int nccl_split(struct comm *parent, const int *members, int n, int my_ind
     snprintf(what, sizeof what, "split into '%s'", name);
     if (wait_ready(p, p->nc, what, deadline, err)) {
         p->nc = NULL; /* wait_ready aborted it */
+        if (nc) ncclCommAbort(nc);
         goto fail_parent;
     }
     if (nc && wait_ready(c ? c : p, nc, what, deadline, err)) goto fail_parent;
@@ -894,7 +897,6 @@ fail_parent:
     /* the parent may be mid-operation: it is unusable now */
     fail_comm(p, true, "%s", err->text);
     error_set(err, "%s", p->fail_text);
-fail:
     if (c) nccl_destroy(&c->base);
     return -1;
 }
