@@ -8,6 +8,7 @@
 #   make bench-comm      all-reduce bandwidth against Open MPI's (prints ratios; not a test)
 #   make bench-memory    per-rank memory and pipeline bubble of real runs against plait
 #                        check's predictions (prints ratios; not a test)
+#   make test-gpu        the nccl backend on this machine's GPUs (tests/gpu/run.sh; not in make test)
 #   make install PREFIX=/usr/local
 #
 # BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan,
@@ -33,6 +34,35 @@ CFLAGS  += -std=c17 $(WARN) $(HARDEN) -fopenmp -pthread
 LDFLAGS += -fopenmp -pthread -Wl,-z,relro,-z,now
 LDLIBS  := -ljansson -lhwloc -ldnnl -lopenblas -lm
 
+# NCCL (the `nccl` collective backend, runtime/comm/comm_nccl.c): built where
+# nccl.h, libnccl, cuda_runtime.h and libcudart are found: under NCCL_HOME,
+# CUDA_HOME (/usr/local/cuda), or the system's /usr/include and
+# /usr/lib/x86_64-linux-gnu. NCCL=0 leaves it out; the sanitized builds always
+# do (the CUDA runtime and ASan/TSan do not mix). Without it, a communicator
+# asking for nccl fails at init saying this build has none.
+NCCL      ?= auto
+CUDA_HOME ?= /usr/local/cuda
+NCCL_HOME ?= $(CUDA_HOME)
+comma     := ,
+find_dir   = $(firstword $(foreach d,$(1),$(if $(wildcard $(d)/$(2)),$(d))))
+ifeq ($(NCCL)$(SAN)$(TSAN),auto00)
+  NCCL_INC := $(call find_dir,$(NCCL_HOME)/include $(CUDA_HOME)/include /usr/include,nccl.h)
+  NCCL_LIB := $(call find_dir,$(NCCL_HOME)/lib $(NCCL_HOME)/lib64 $(CUDA_HOME)/lib64 \
+                $(CUDA_HOME)/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu,libnccl.so)
+  CUDA_INC := $(call find_dir,$(CUDA_HOME)/include /usr/include,cuda_runtime.h)
+  CUDA_LIB := $(call find_dir,$(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib \
+                /usr/lib/x86_64-linux-gnu,libcudart.so)
+endif
+HAVE_NCCL := $(if $(and $(NCCL_INC),$(NCCL_LIB),$(CUDA_INC),$(CUDA_LIB)),1)
+ifeq ($(HAVE_NCCL),1)
+  CPPFLAGS += -DPLAIT_HAVE_NCCL
+  # -isystem: the CUDA headers are not ours to hold to -Wextra -Werror
+  NCCL_CPPFLAGS := $(addprefix -isystem ,$(filter-out /usr/include,$(sort $(NCCL_INC) $(CUDA_INC))))
+  LDLIBS += $(addprefix -L,$(sort $(NCCL_LIB) $(CUDA_LIB))) \
+            $(addprefix -Wl$(comma)-rpath$(comma),$(sort $(NCCL_LIB) $(CUDA_LIB))) \
+            -Wl,--push-state,--as-needed -lnccl -lcudart -Wl,--pop-state
+endif
+
 ifeq ($(SAN),1)
   CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDFLAGS += -fsanitize=address,undefined
@@ -51,6 +81,9 @@ KERNEL_CFLAGS := -O3 -fno-math-errno
 COMMON_SRC   := $(wildcard common/*.c)
 KERNELS_SRC  := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
 RUNTIME_SRC  := $(filter-out runtime/main.c,$(wildcard runtime/*.c)) $(wildcard runtime/comm/*.c)
+ifneq ($(HAVE_NCCL),1)
+  RUNTIME_SRC := $(filter-out runtime/comm/comm_nccl.c,$(RUNTIME_SRC))
+endif
 LAUNCHER_SRC := $(wildcard launcher/*.c)
 TEST_SRC     := $(wildcard tests/unit/test_*.c)
 SPANK_SRC    := $(wildcard spank-plugin/*.c)
@@ -64,12 +97,14 @@ PLAIT        := $(BUILD)/bin/plait
 PLAIT_TRAIN  := $(BUILD)/bin/plait-train
 TESTS        := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TOOLS        := $(BUILD)/bin/gemm-bench $(BUILD)/bin/comm-bench
+# The nccl backend's tests on GPUs (tests/gpu/run.sh runs them; built wherever NCCL is)
+GPU_TESTS    := $(if $(HAVE_NCCL),$(BUILD)/tests/gpu/test_nccl)
 # The SPANK plugin: built where Slurm's headers are (libslurm-dev), and not
 # with sanitizers (it is loaded into Slurm's own processes).
 SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 00,$(SAN)$(TSAN))),$(BUILD)/lib/spank_plait.so)
 
-.PHONY: all test demo bench bench-comm bench-memory install clean deps-build deps-test format fuzz
-all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(TOOLS) $(SPANK_SO)
+.PHONY: all test test-gpu demo bench bench-comm bench-memory install clean deps-build deps-test format fuzz
+all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO)
 
 $(BUILD)/obj/kernels/%.o: kernels/%.c
 	@mkdir -p $(dir $@)
@@ -78,6 +113,11 @@ $(BUILD)/obj/kernels/%.o: kernels/%.c
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# the files that include the CUDA and NCCL headers
+$(BUILD)/obj/runtime/comm/comm_nccl.o: CPPFLAGS += $(NCCL_CPPFLAGS)
+$(BUILD)/obj/tests/gpu/%.o: CPPFLAGS += $(NCCL_CPPFLAGS)
+$(BUILD)/obj/tests/unit/test_comm_nccl.o: CPPFLAGS += $(NCCL_CPPFLAGS)
 
 # the reductions run over every byte a collective receives: optimised like the kernels
 $(BUILD)/obj/runtime/comm/sock_reduce.o: CFLAGS += $(KERNEL_CFLAGS)
@@ -122,6 +162,10 @@ $(BUILD)/tests/%: $(call obj,tests/unit/%.c) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+$(BUILD)/tests/gpu/test_nccl: $(call obj,tests/gpu/test_nccl.c) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 deps-build:
 	@scripts/deps.sh build
 
@@ -135,6 +179,10 @@ test: deps-test
 	$(MAKE) -j$(JOBS) all
 	$(MAKE) -j$(JOBS) all BUILD=build-asan SAN=1
 	tests/run.sh
+
+# make test-gpu: the nccl backend on this machine's GPUs (tests/gpu/run.sh)
+test-gpu:
+	tests/gpu/run.sh
 
 demo: deps-build
 	$(MAKE) -j$(JOBS) all
@@ -189,7 +237,8 @@ $(FUZZ_BUILD)/obj/%.o: %.c | $(FUZZ_BUILD)/.gitignore
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
-$(FUZZ_BUILD)/lib/libplait_runtime.a: $(call fuzz_obj,$(RUNTIME_SRC))
+# (the fuzz build has no NCCL: FUZZ_CPPFLAGS do not define PLAIT_HAVE_NCCL)
+$(FUZZ_BUILD)/lib/libplait_runtime.a: $(call fuzz_obj,$(filter-out runtime/comm/comm_nccl.c,$(RUNTIME_SRC)))
 $(FUZZ_BUILD)/lib/libplait_kernels.a: $(call fuzz_obj,$(KERNELS_SRC))
 $(FUZZ_BUILD)/lib/libplait_common.a: $(call fuzz_obj,$(COMMON_SRC))
 $(FUZZ_LIBS):

@@ -310,10 +310,15 @@ static int check_layout(const struct plan *p, const struct env_rank *where, stru
                          "%s: parallel.sequence_parallel needs tensor parallelism, but the "
                          "launcher chose tp 1 for parallel.tp \"auto\" (set parallel.tp)",
                          p->source);
+    /* The nccl backend (runtime/comm/comm_nccl.c) moves device memory only;
+     * this runtime's tensors are host memory until the CUDA op backend
+     * (issue 11). */
     if (par->backend == PLAN_BACKEND_NCCL)
         return error_set(err,
-                         "%s: parallel.backend: \"nccl\" is not built into this "
-                         "plait-train (use \"socket\" or \"auto\")",
+                         "%s: parallel.backend: \"nccl\" needs parallel.device \"cuda\" "
+                         "(NCCL moves GPU memory), and this plait-train runs on the CPU only: "
+                         "the CUDA backend is not built yet (issue 11); use \"socket\" or "
+                         "\"auto\"",
                          p->source);
     return 0;
 }

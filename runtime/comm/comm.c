@@ -78,7 +78,15 @@ int comm_world_init(struct comm **out, struct store *store, int rank, int world_
     case COMM_BACKEND_SOCKET:
         return comm_socket_world_init(out, store, rank, world_size, opts, name, err);
     case COMM_BACKEND_NCCL:
-        return error_set(err, "comm '%s': the nccl backend is not built yet", name);
+#ifdef PLAIT_HAVE_NCCL
+        return comm_nccl_world_init(out, store, rank, world_size, opts, name, err);
+#else
+        return error_set(err,
+                         "comm '%s': the nccl backend is not in this build (nccl.h, libnccl "
+                         "and the CUDA runtime were not found when it was built: see the "
+                         "Makefile's NCCL_HOME and CUDA_HOME)",
+                         name);
+#endif
     }
     return error_set(err, "comm '%s': unknown backend %d", name, (int)opts->backend);
 }
@@ -235,6 +243,16 @@ int comm_irecv(struct comm *c, void *buf, size_t bytes, int peer, uint32_t tag,
     return post(c, &d, req, err);
 }
 
+int comm_group_start(struct comm *c, struct plait_error *err)
+{
+    return c->ops->group_start ? c->ops->group_start(c, err) : 0;
+}
+
+int comm_group_end(struct comm *c, struct plait_error *err)
+{
+    return c->ops->group_end ? c->ops->group_end(c, err) : 0;
+}
+
 int comm_wait(struct comm_request *req, struct plait_error *err)
 {
     return req ? req->ops->wait(req, err) : 0;
@@ -352,12 +370,10 @@ int comm_split(struct comm *parent, int color, int key, const char *name, struct
         error_prefix(err, "split '%s': ", name);
         goto out;
     }
-    if (color == COMM_SPLIT_NONE) {
-        rc = 0;
-        goto out;
-    }
+    /* a rank that joins no group still tells the backend (NCCL's split
+     * needs every rank of the parent): no members */
     int m = 0, my_index = -1;
-    for (int r = 0; r < n; r++)
+    for (int r = 0; r < n && color != COMM_SPLIT_NONE; r++)
         if (all[2 * r] == color) group[m++] = (struct member){all[2 * r + 1], r};
     qsort(group, (size_t)m, sizeof *group, member_cmp);
     for (int i = 0; i < m; i++) {

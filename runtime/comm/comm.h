@@ -1,9 +1,11 @@
 /* comm.h — collectives behind one interface: the communicators a rank trains
  * through (world, then tp, pp and dp groups split from it), blocking and
  * asynchronous collectives, point-to-point sends for the pipeline, and byte
- * counts. One backend today, `socket` (comm_socket.c: TCP between nodes,
- * shared memory within one); `nccl` slots in behind the same ops table
- * (comm_backend.h).
+ * counts. Two backends behind one ops table (comm_backend.h): `socket`
+ * (comm_socket.c: TCP between nodes, shared memory within one) for host
+ * buffers, and `nccl` (comm_nccl.c, built where NCCL is) for device buffers.
+ * What this comment says of sockets, links and progress threads is the
+ * socket backend's; where nccl differs is said at the end.
  *
  * Rendezvous: ranks meet through the job's store (common/store.h). Each rank
  * publishes how to reach it under "comm/<name>/addr/<rank>" (and counts
@@ -38,7 +40,22 @@
  * Threads: a communicator's calls may come from any one thread at a time
  * (different communicators: any threads). Each communicator has a progress
  * thread that moves its bytes, so posted operations proceed while the caller
- * computes, and a caller waiting for one sleeps (it never spins). */
+ * computes, and a caller waiting for one sleeps (it never spins).
+ *
+ * nccl: ranks meet through the same store (the unique id at
+ * "comm/<name>/nccl/id"); each rank uses the GPU current when it calls
+ * comm_world_init (cudaSetDevice first), one rank per GPU. Operations run on
+ * the communicator's CUDA stream in posting order, point to point included,
+ * and complete through a cudaEvent; the data must be on the device when an
+ * operation is posted. NCCL buffers nothing: a send runs only together with
+ * its receive, so two ranks that each send to the other before receiving wait
+ * until the deadline unless they group the pair (comm_group_start); tags are
+ * not matched (messages pair in posting order).
+ * The deadline counts from posting (NCCL reports no progress); at it, or on
+ * the job's abort, the communicator is aborted (ncclCommAbort) and the error
+ * names a member of this node whose process has ended, or else lists the
+ * members, as NCCL cannot say which one is missing. Byte counts are
+ * the algorithm's nominal payload (nccl_meta.h): NCCL reports none. */
 #ifndef PLAIT_COMM_H
 #define PLAIT_COMM_H
 
@@ -52,7 +69,7 @@ struct store;
 
 enum comm_backend_kind {
     COMM_BACKEND_SOCKET = 0, /* CPU ranks: TCP, shared memory within a node */
-    COMM_BACKEND_NCCL = 1,   /* GPUs (not built yet: init refuses it) */
+    COMM_BACKEND_NCCL = 1,   /* GPUs (where the build found NCCL; init says if not) */
 };
 
 enum comm_dtype { COMM_FLOAT32 = 0, COMM_FLOAT64 = 1, COMM_INT64 = 2 };
@@ -193,6 +210,14 @@ int comm_isend(struct comm *c, const void *buf, size_t bytes, int peer, uint32_t
                struct comm_request **req, struct plait_error *err);
 int comm_irecv(struct comm *c, void *buf, size_t bytes, int peer, uint32_t tag,
                struct comm_request **req, struct plait_error *err);
+
+/* Point-to-point operations posted between comm_group_start and
+ * comm_group_end start together (NCCL's group calls): two ranks exchanging
+ * (each sends to the other and receives from it) group the pair, which nccl
+ * needs and socket does not. Groups nest; the outermost end starts them. Only
+ * sends and receives may be posted inside; wait for them after the end. */
+int comm_group_start(struct comm *c, struct plait_error *err);
+int comm_group_end(struct comm *c, struct plait_error *err);
 
 /* Sleeps until req completes (0) or fails (-1, err says why); either way req
  * is freed. NULL is fine (0). */

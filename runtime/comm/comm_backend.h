@@ -1,4 +1,4 @@
-/* comm_backend.h — what a backend (socket now, nccl later) implements behind
+/* comm_backend.h — what a backend (socket, nccl) implements behind
  * comm.h: one ops table, and the common head of its communicator and request
  * structs. comm.c checks every argument before calling a backend, so backends
  * see only valid operations. Not for use outside runtime/comm/. */
@@ -42,10 +42,15 @@ struct comm_backend_ops {
     int (*test)(struct comm_request *req, bool *done, struct plait_error *err);
     /* A new communicator of parent's ranks members[0..n) (parent ranks, in new
      * rank order; this rank is members[my_index]), named name. Collective over
-     * those members. */
+     * the parent: a rank that joins no group calls it too, with n 0 and
+     * my_index -1, and gets *out NULL. */
     int (*split)(struct comm *parent, const int *members, int n, int my_index, const char *name,
                  struct comm **out, struct plait_error *err);
     void (*stats)(const struct comm *c, struct comm_stats *out);
+    /* comm_group_start/end; NULL: grouping changes nothing (socket: its
+     * sends never wait for their receives). */
+    int (*group_start)(struct comm *c, struct plait_error *err);
+    int (*group_end)(struct comm *c, struct plait_error *err);
     void (*destroy)(struct comm *c);
 };
 
@@ -65,6 +70,16 @@ struct comm_request {
 int comm_socket_world_init(struct comm **out, struct store *store, int rank, int world_size,
                            const struct comm_options *opts, const char *name,
                            struct plait_error *err);
+
+#ifdef PLAIT_HAVE_NCCL
+/* The nccl backend's constructor (comm_nccl.c, built where NCCL is). */
+int comm_nccl_world_init(struct comm **out, struct store *store, int rank, int world_size,
+                         const struct comm_options *opts, const char *name,
+                         struct plait_error *err);
+/* The ncclDataType_t and ncclRedOp_t it uses for dtype and op (for tests). */
+int comm_nccl_types(enum comm_dtype dtype, enum comm_reduce_op op, int *nccl_dtype_out,
+                    int *nccl_op_out);
+#endif
 
 const char *comm_op_kind_name(enum comm_op_kind kind);
 

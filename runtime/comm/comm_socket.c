@@ -1322,28 +1322,14 @@ static int gather_endpoints(struct sock_comm *c, int64_t deadline_ms, struct pla
             bool timed_out = sock_now_ms() >= deadline_ms || strstr(err->text, "timed out");
             if (!timed_out) return -1; /* the store is gone, or the job was aborted */
             /* list every rank that is missing, asking each once more briefly */
-            char who[400] = "";
-            size_t used = 0;
-            int missing = 0;
-            for (int m = r; m < c->base.size; m++) {
-                if (m == c->base.rank) continue;
-                struct plait_error e2;
-                char *v = NULL;
-                snprintf(key, sizeof key, "comm/%s/addr/%d", c->base.name, m);
-                if (m > r && sock_job_get(c->job, key, &v, 0.001, &e2) == 0) {
-                    free(v);
-                    continue;
-                }
-                if (++missing <= 16 && used < sizeof who) {
-                    int k = snprintf(who + used, sizeof who - used, "%s%d", used ? ", " : "", m);
-                    if (k > 0) used += (size_t)k;
-                }
-            }
+            char who[400];
+            snprintf(key, sizeof key, "comm/%s/addr/", c->base.name);
+            int missing =
+                sock_job_missing_ranks(c->job, key, r, c->base.size, c->base.rank, who, sizeof who);
             return error_set(err,
-                             "rank%s %s%s did not join within %.1f s (no address at "
+                             "rank%s %s did not join within %.1f s (no address at "
                              "comm/%s/addr/<rank>; did it start, and with this name?)",
-                             missing > 1 ? "s" : "", who, missing > 16 ? " ..." : "",
-                             c->cfg.timeout_s, c->base.name);
+                             missing > 1 ? "s" : "", who, c->cfg.timeout_s, c->base.name);
         }
         int bad = sock_endpoint_parse(value, &c->peers[r].ep);
         free(value);
@@ -1472,6 +1458,8 @@ static int sock_split(struct comm *parent, const int *members, int n, int my_ind
 {
     (void)members;
     struct sock_comm *p = (struct sock_comm *)parent;
+    *out = NULL;
+    if (n == 0) return 0; /* this rank joins no group */
     return comm_create(out, p->job, &p->cfg, name, my_index, n, err);
 }
 

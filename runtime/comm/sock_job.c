@@ -234,6 +234,29 @@ int sock_job_add(struct sock_job *job, const char *key, int64_t delta, int64_t *
     return rc;
 }
 
+int sock_job_missing_ranks(struct sock_job *job, const char *key_prefix, int first, int size,
+                           int self, char *out, size_t out_bytes)
+{
+    size_t used = 0;
+    int missing = 0;
+    out[0] = '\0';
+    for (int m = first; m < size; m++) {
+        struct plait_error err;
+        char key[STORE_MAX_KEY_BYTES + 1], *v = NULL;
+        snprintf(key, sizeof key, "%s%d", key_prefix, m);
+        if (m == self || (m > first && sock_job_get(job, key, &v, 0.001, &err) == 0)) {
+            free(v);
+            continue;
+        }
+        if (++missing <= 16 && used < out_bytes) {
+            int k = snprintf(out + used, out_bytes - used, "%s%d", used ? ", " : "", m);
+            if (k > 0) used += (size_t)k;
+        }
+    }
+    if (missing > 16 && used < out_bytes) snprintf(out + used, out_bytes - used, " ...");
+    return missing;
+}
+
 void sock_job_abort(struct sock_job *job, const char *reason)
 {
     pthread_mutex_lock(&job->mu);

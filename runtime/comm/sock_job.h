@@ -40,6 +40,13 @@ int sock_job_get(struct sock_job *job, const char *key, char **value, double tim
 int sock_job_add(struct sock_job *job, const char *key, int64_t delta, int64_t *result,
                  struct plait_error *err);
 
+/* The ranks of 0..size-1 (but self) that have not set "<key_prefix><rank>",
+ * for a message after a wait for `first`'s key timed out: first, then every
+ * later rank whose key is still unset (asked once, briefly), as "3, 5, 9"
+ * (16 at most, then " ..."). Returns how many are missing. */
+int sock_job_missing_ranks(struct sock_job *job, const char *key_prefix, int first, int size,
+                           int self, char *out, size_t out_bytes);
+
 /* store_abort(reason), once per job; later calls do nothing. */
 void sock_job_abort(struct sock_job *job, const char *reason);
 
