@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/gpt2_memory.h" // defines: gpt2_memory, the bytes a rank holds
@@ -44,13 +45,74 @@ static struct cost_layout layout_sane(struct cost_layout l)
 
 /* ---- how the model splits --------------------------------------------------------------- */
 
-/* Transformer layers of pipeline stage `stage` (gpt2_stage_layers: the
- * first L % pp stages take one more). */
-static int stage_layers(int layers, int pp, int stage)
+/* Per-token FLOPs of a forward and backward through one layer and through
+ * the head (the tied LM head's product), as stage_flops counts them at tp 1. */
+static void split_costs(const struct plan *p, double *layer, double *head)
 {
-    int begin, end;
-    gpt2_stage_layers(layers, pp, stage, &begin, &end);
-    return end - begin;
+    double h = p->model.hidden, s = p->model.seq_len;
+    *layer = 6.0 * 12.0 * h * h + 12.0 * s * h;
+    if (p->recompute == PLAN_RECOMPUTE_SELECTIVE) *layer += 4.0 * s * h;
+    if (p->recompute == PLAN_RECOMPUTE_FULL) *layer += 2.0 * 12.0 * h * h + 4.0 * s * h;
+    *head = 6.0 * (double)p->model.padded_vocab * h;
+}
+
+void cost_stage_layers(const struct plan *p, int pp, int stage, int *begin, int *end)
+{
+    int L = p->model.layers;
+    if (pp < 1) pp = 1;
+    const struct plan_ints *given = &p->parallel.stage_layers;
+    if (given->n == pp) { /* the plan's: the parser checked it adds up */
+        *begin = 0;
+        for (int k = 0; k < stage; k++) *begin += given->v[k];
+        *end = *begin + given->v[stage];
+        return;
+    }
+    if (pp == 1 || p->parallel.virtual_stages > 1 || L < pp) {
+        gpt2_stage_layers(L, pp, stage, begin, end);
+        return;
+    }
+    /* the last stage takes `last` layers and the head, the others share the
+     * rest as evenly as it goes: the `last` whose slowest stage is fastest
+     * (ties: the one nearest the even split) */
+    double layer, head;
+    split_costs(p, &layer, &head);
+    int best = 0;
+    double best_cost = HUGE_VAL;
+    for (int last = 1; last <= L - (pp - 1); last++) {
+        int rest = L - last, widest = (rest + pp - 2) / (pp - 1);
+        double cost = fmax(widest * layer, last * layer + head);
+        bool nearer = abs(last - L / pp) < abs(best - L / pp);
+        if (cost < best_cost * (1 - 1e-12) || (cost <= best_cost * (1 + 1e-12) && nearer)) {
+            best = last;
+            best_cost = cost;
+        }
+    }
+    if (stage == pp - 1) {
+        *begin = L - best;
+        *end = L;
+    } else {
+        gpt2_stage_layers(L - best, pp - 1, stage, begin, end);
+    }
+}
+
+struct gpt2_part cost_stage_part(const struct plan *p, int tp, int tp_rank, int pp, int stage)
+{
+    struct gpt2_part part = {.tp = tp, .tp_rank = tp_rank, .pp = pp, .pp_rank = stage};
+    int v = pp > 1 ? p->parallel.virtual_stages : 1;
+    if (v > 1) {
+        gpt2_stage_chunks(p->model.layers, pp, v, stage, &part);
+    } else {
+        cost_stage_layers(p, pp, stage, &part.layer_begin, &part.layer_end);
+        part.chunks = 1;
+    }
+    return part;
+}
+
+/* Transformer layers of pipeline stage `stage` (all its chunks'). */
+static int stage_layers(const struct plan *p, int pp, int stage)
+{
+    struct gpt2_part part = cost_stage_part(p, 1, 0, pp, stage);
+    return (part.layer_end - part.layer_begin) * (part.chunks > 1 ? part.chunks : 1);
 }
 
 /* The part one rank of `stage` holds (gpt2_shard.h: Megatron sharding of the
@@ -60,8 +122,7 @@ static int stage_layers(int layers, int pp, int stage)
 static int stage_shard(const struct plan *p, struct cost_layout l, int stage, struct gpt2_shard *s)
 {
     struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
-    struct gpt2_part part = {.tp = l.tp, .pp = l.pp, .pp_rank = stage};
-    gpt2_stage_layers(cfg.layers, l.pp, stage, &part.layer_begin, &part.layer_end);
+    struct gpt2_part part = cost_stage_part(p, l.tp, 0, l.pp, stage);
     struct plait_error err;
     return gpt2_shard_init(s, &cfg, &part, &err);
 }
@@ -189,7 +250,7 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
      * 1/h of one of those and left out. */
     if (l.tp > 1) {
         double per_layer = p->recompute == PLAN_RECOMPUTE_FULL ? 6 : 4;
-        double n = per_layer * stage_layers(p->model.layers, l.pp, stage);
+        double n = per_layer * stage_layers(p, l.pp, stage);
         if (stage == 0) n += 1;
         if (stage == l.pp - 1) n += 1;
         out.tp_bytes = n * m * ring_allreduce_bytes(act_bytes, l.tp);
@@ -258,7 +319,7 @@ static double stage_flops(const struct plan *p, struct cost_layout l, int stage)
 {
     double h = p->model.hidden, s = p->model.seq_len;
     double h_t = (double)ceil_div(u(p->model.hidden), u(l.tp)); /* h/t */
-    double layers = stage_layers(p->model.layers, l.pp, stage);
+    double layers = stage_layers(p, l.pp, stage);
     double tokens = (double)p->batch.micro_batch * s * p->batch.grad_accum;
     double layer_weights = layers * 12.0 * h * h_t;
     double head_weights =

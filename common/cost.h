@@ -11,12 +11,25 @@
 
 #include <stdint.h>
 
+#include "common/gpt2_shard.h"
 #include "common/plan.h"
 
 /* A concrete layout (no PLAN_AUTO here). */
 struct cost_layout {
     int tp, pp, dp;
 };
+
+/* How the layers split over the pipeline: stage `stage` of pp holds layers
+ * [*begin, *end): the plan's parallel.stage_layers when given; with an
+ * interleaved schedule, chunks of the even split (gpt2_stage_chunks);
+ * otherwise the split that balances this model's time per stage, the last
+ * stage also running the final LayerNorm and the LM head (as many FLOPs as
+ * 5 layers of GPT-2 124M). One decision, used by plait check, the runtime
+ * and everything that builds a rank's part. */
+void cost_stage_layers(const struct plan *p, int pp, int stage, int *begin, int *end);
+
+/* The part of tensor rank tp_rank of tp at stage `stage` of pp, split so. */
+struct gpt2_part cost_stage_part(const struct plan *p, int tp, int tp_rank, int pp, int stage);
 
 struct cost_memory {      /* bytes, as gpt2_memory.h counts them */
     uint64_t params;      /* fp32 weights, padded to a multiple of dp, and their bf16 copy */

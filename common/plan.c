@@ -25,7 +25,7 @@
 
 /* ---- the schema ------------------------------------------------------------------------- */
 
-enum kind { K_SECTION, K_INT, K_U64, K_REAL, K_BOOL, K_STRING, K_PATH, K_ENUM };
+enum kind { K_SECTION, K_INT, K_U64, K_REAL, K_BOOL, K_STRING, K_PATH, K_ENUM, K_INTS };
 
 #define REQ 0x1u           /* must be present and not null */
 #define REQ_NO_INIT 0x2u   /* required unless model.init is given */
@@ -51,6 +51,10 @@ struct field {
     {                                                                                              \
         .name = n, .kind = K_INT, .flags = fl, .offset = AT(m), .imin = lo, .imax = hi,            \
         .idef = def                                                                                \
+    }
+#define INTS_FIELD(n, m, lo, hi, fl)                                                               \
+    {                                                                                              \
+        .name = n, .kind = K_INTS, .flags = fl, .offset = AT(m), .imin = lo, .imax = hi            \
     }
 #define U64_FIELD(n, m, def, fl)                                                                   \
     {                                                                                              \
@@ -164,6 +168,7 @@ static const struct field parallel_fields[] = {
     ENUM_FIELD("device", parallel.device, device_names, PLAN_DEVICE_AUTO, MAY_CHANGE),
     ENUM_FIELD("schedule", parallel.schedule, pipeline_names, PLAN_PIPE_1F1B, MAY_CHANGE),
     INT_FIELD("virtual_stages", parallel.virtual_stages, 1, 64, 1, MAY_CHANGE),
+    INTS_FIELD("stage_layers", parallel.stage_layers, 1, INT_MAX, MAY_CHANGE),
     BOOL_FIELD("sequence_parallel", parallel.sequence_parallel, false, MAY_CHANGE),
     REAL_FIELD("bucket_mb", parallel.bucket_mb, 0, true, 1e6, false, 25.0, MAY_CHANGE),
     REAL_FIELD("timeout_s", parallel.timeout_s, 0, true, 1e6, false, 300.0, MAY_CHANGE),
@@ -792,6 +797,9 @@ static int set_default(struct ctx *c, const struct field *f, const char *path, s
     case K_U64:
         *(uint64_t *)((char *)p + f->offset) = (uint64_t)f->idef;
         return 0;
+    case K_INTS:
+        ((struct plan_ints *)((char *)p + f->offset))->n = 0;
+        return 0;
     case K_REAL:
         *(double *)((char *)p + f->offset) = f->rdef;
         return 0;
@@ -922,6 +930,24 @@ static int decode_value(struct ctx *c, const struct field *f, json_t *v, const c
         if (decode_int(c, f, v, path, &i)) return -1;
         *(uint64_t *)dst = (uint64_t)i;
         return 0;
+    case K_INTS: {
+        struct plan_ints *list = (struct plan_ints *)dst;
+        if (!json_is_array(v) || json_array_size(v) == 0 ||
+            json_array_size(v) > PLAN_MAX_STAGES)
+            return fail(c, path, "must be a list of 1 to %d integers (got %s)", PLAN_MAX_STAGES,
+                        got_text(c, path, v, got));
+        list->n = 0;
+        size_t k;
+        json_t *e;
+        json_array_foreach(v, k, e)
+        {
+            char epath[256];
+            snprintf(epath, sizeof epath, "%s[%zu]", path, k);
+            if (decode_int(c, f, e, epath, &i)) return -1;
+            list->v[list->n++] = (int)i;
+        }
+        return 0;
+    }
     case K_REAL:
         if (decode_real(c, f, v, path, &x)) return -1;
         *(double *)dst = x;
@@ -1144,6 +1170,22 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
         return fail(c, "parallel.virtual_stages",
                     "must be 1 unless parallel.schedule is \"interleaved\" (got %d)",
                     par->virtual_stages);
+    const struct plan_ints *split = &par->stage_layers;
+    if (split->n && pp == PLAN_AUTO)
+        return fail(c, "parallel.stage_layers", "needs parallel.pp set (it is \"auto\")");
+    if (split->n && split->n != pp)
+        return fail(c, "parallel.stage_layers",
+                    "must list the layers of each of the parallel.pp %d stages (got %d)", pp,
+                    split->n);
+    if (split->n && interleaved)
+        return fail(c, "parallel.stage_layers",
+                    "cannot be set with the interleaved schedule (its chunks split the layers "
+                    "evenly)");
+    long long split_sum = 0;
+    for (int k = 0; k < split->n; k++) split_sum += split->v[k];
+    if (split->n && split_sum != m->layers)
+        return fail(c, "parallel.stage_layers", "must add up to model.layers (%d) (got %lld)",
+                    m->layers, split_sum);
     if (interleaved && pp != PLAN_AUTO && p->batch.grad_accum % pp != 0)
         return fail(c, "batch.grad_accum",
                     "must be a multiple of parallel.pp (%d) with the interleaved schedule "
@@ -1405,6 +1447,13 @@ static void put_value(struct text *t, const struct field *f, const struct plan *
     case K_U64:
         put(t, "%" PRIu64, *(const uint64_t *)at);
         break;
+    case K_INTS: {
+        const struct plan_ints *list = (const struct plan_ints *)at;
+        if (!list->n) put(t, "null");
+        for (int k = 0; k < list->n; k++)
+            put(t, "%s%d%s", k ? ", " : "[", list->v[k], k + 1 == list->n ? "]" : "");
+        break;
+    }
     case K_REAL:
         put_real(t, *(const double *)at);
         break;

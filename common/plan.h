@@ -75,6 +75,13 @@ struct plan_checkpoint {
  * small enough that every count derived from it fits an int. */
 #define PLAN_MAX_RANKS (1 << 24)
 
+/* An explicit split of the layers over the pipeline stages (parallel.stage_layers). */
+#define PLAN_MAX_STAGES 256
+struct plan_ints {
+    int n; /* 0: not given */
+    int v[PLAN_MAX_STAGES];
+};
+
 struct plan_parallel {
     int tp, pp, dp;
     bool allow_tp_over_pcie; /* let a tp group span NVLink domains of one node */
@@ -82,6 +89,8 @@ struct plan_parallel {
     enum plan_device device;
     enum plan_pipeline schedule;
     int virtual_stages;     /* model chunks per pipeline stage (interleaved: >= 2; else 1) */
+    struct plan_ints stage_layers; /* layers of each stage (n = pp), or none: the cost
+                                      model's balanced split (common/cost.h) */
     bool sequence_parallel; /* tp > 1 only */
     double bucket_mb;       /* data-parallel gradient bucket */
     double timeout_s;       /* every wait's deadline (collectives, the store, peers) */

@@ -228,14 +228,21 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
     printf("\nmemory per rank, %s, as the runtime allocates it (%s, ZeRO %d, recompute %s):\n",
            unit == 1e9 ? "GB" : "MB", plan_precision_name(p->precision), p->parallel.zero,
            plan_recompute_name(p->recompute));
-    printf("  %5s %12s %8s %8s %10s %12s %8s\n", "stage", "parameters", "params", "grads",
-           "optimizer", "activations", "total");
+    printf("  %5s %9s %12s %8s %8s %10s %12s %8s\n", "stage", "layers", "parameters", "params",
+           "grads", "optimizer", "activations", "total");
     for (int s = 0; s < m->pp; s++) {
         struct cost_memory mem;
         cost_memory_stage(p, e->layout, s, &mem);
-        printf("  %5d %12lld %8.2f %8.2f %10.2f %12.2f %8.2f\n", s, (long long)mem.param_count,
-               mem.params / unit, mem.grads / unit, mem.optimizer / unit, mem.activations / unit,
-               mem.total / unit);
+        struct gpt2_part part = cost_stage_part(p, 1, 0, m->pp, s);
+        char layers[32];
+        if (part.chunks > 1) /* interleaved: chunks of the even split */
+            snprintf(layers, sizeof layers, "%d×%d", part.chunks,
+                     part.layer_end - part.layer_begin);
+        else
+            snprintf(layers, sizeof layers, "%d-%d", part.layer_begin, part.layer_end - 1);
+        printf("  %5d %9s %12lld %8.2f %8.2f %10.2f %12.2f %8.2f\n", s, layers,
+               (long long)mem.param_count, mem.params / unit, mem.grads / unit,
+               mem.optimizer / unit, mem.activations / unit, mem.total / unit);
     }
     if (gpu_mem)
         printf("  device memory %.2f GB: %s\n", gpu_mem / 1e9, e->fits ? "fits" : "DOES NOT FIT");
@@ -363,12 +370,14 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
     for (int s = 0; s < m->pp; s++) {
         struct cost_memory mem;
         cost_memory_stage(p, e->layout, s, &mem);
+        struct gpt2_part part = cost_stage_part(p, 1, 0, m->pp, s);
+        int n_layers = (part.layer_end - part.layer_begin) * (part.chunks > 1 ? part.chunks : 1);
         json_array_append_new(
             stages,
-            json_pack("{s:i,s:I,s:I,s:I,s:I,s:I,s:I}", "stage", s, "parameters",
-                      (json_int_t)mem.param_count, "params", (json_int_t)mem.params, "grads",
-                      (json_int_t)mem.grads, "optimizer", (json_int_t)mem.optimizer, "activations",
-                      (json_int_t)mem.activations, "total", (json_int_t)mem.total));
+            json_pack("{s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I}", "stage", s, "layers", n_layers,
+                      "parameters", (json_int_t)mem.param_count, "params", (json_int_t)mem.params,
+                      "grads", (json_int_t)mem.grads, "optimizer", (json_int_t)mem.optimizer,
+                      "activations", (json_int_t)mem.activations, "total", (json_int_t)mem.total));
     }
     json_t *o =
         json_pack("{s:i,s:i,s:i,s:i,s:o,s:o,s:{s:I,s:I,s:I,s:I,s:I},s:o,s:{s:f,s:f,s:f}}",

@@ -470,9 +470,7 @@ static int setup(struct trainer *t, struct plait_error *err)
                           &sim, err))
         return -1;
     t->bubble_sim = w->pp > 1 ? sim.bubble : -1;
-    struct gpt2_part part = {
-        .tp = w->tp, .tp_rank = w->tp_rank, .pp = w->pp, .pp_rank = w->pp_rank};
-    gpt2_stage_chunks(cfg.layers, w->pp, v, w->pp_rank, &part);
+    struct gpt2_part part = cost_stage_part(p, w->tp, w->tp_rank, w->pp, w->pp_rank);
     struct model_shape shape = {.B = B,
                                 .T = T,
                                 .precision = p->precision,

@@ -86,6 +86,16 @@ test_pipeline_parallel_matches_one_rank() {
     layout pp2_1f1b one_l4 1e-5 "${l4[@]}" --set parallel.pp=2 || return 1
     layout pp2_gpipe one_l4 1e-5 "${l4[@]}" --set parallel.pp=2 --set parallel.schedule=gpipe || return 1
     layout pp4 one_l4 1e-5 "${l4[@]}" --set parallel.pp=4 || return 1
+    # an explicit uneven split
+    layout pp2_split31 one_l4 1e-5 "${l4[@]}" --set parallel.pp=2 --set 'parallel.stage_layers=[3, 1]' ||
+        return 1
+    "$PY" - "$WORK/pp2_split31/run.json" <<'PYEOF' || return 1
+import json, sys
+ranks = json.load(open(sys.argv[1]))["memory"]["ranks"]
+p = {r["pp"]: r["allocated"]["params"] for r in ranks}
+# stage 0: wte 256·32 + wpe 32·32 + 3 layers of 12,704; stage 1: 1 layer + lnf 64 + wte
+assert p[0] * 20960 == p[1] * 47328, p
+PYEOF
     # zero-bubble: backward split into input- and weight-gradient passes
     layout pp2_zbh1 one_l4 1e-5 "${l4[@]}" --set parallel.pp=2 --set parallel.schedule=zb-h1 ||
         return 1

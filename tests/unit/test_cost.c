@@ -44,6 +44,16 @@ static struct plan *load_plan(struct model_dims d, int micro_batch, int grad_acc
     return p;
 }
 
+/* An explicit even split (parallel.stage_layers), the first L % pp stages
+ * taking one more: the split the hand counts below were derived for (the
+ * default balances the head; test_default_split_balances_the_head). */
+static void even_split(struct plan *p, int pp)
+{
+    int L = p->model.layers;
+    p->parallel.stage_layers.n = pp;
+    for (int k = 0; k < pp; k++) p->parallel.stage_layers.v[k] = L / pp + (k < L % pp);
+}
+
 static int64_t stage_params(const struct plan *p, struct cost_layout l, int stage)
 {
     struct cost_memory m;
@@ -96,6 +106,7 @@ static void test_pp2_last_stage_holds_its_own_wte_for_the_head(void)
     struct plan *p = load_plan(gpt2_124m, 4, 1, "fp32", "none");
     if (!p) return;
     struct cost_layout l = {1, 2, 1};
+    even_split(p, 2);
     CHECK(stage_params(p, l, 0) == 81947136, "%lld", (long long)stage_params(p, l, 0));
     CHECK(stage_params(p, l, 1) == 81162240, "%lld", (long long)stage_params(p, l, 1));
     plan_free(p);
@@ -110,6 +121,7 @@ static void test_uneven_pp_gives_first_stages_one_more_layer(void)
     struct plan *p = load_plan(gpt2_124m, 4, 1, "fp32", "none");
     if (!p) return;
     struct cost_layout l = {1, 5, 1};
+    even_split(p, 5);
     CHECK(stage_params(p, l, 0) == 60683520, "%lld", (long long)stage_params(p, l, 0));
     CHECK(stage_params(p, l, 1) == 21263616, "%lld", (long long)stage_params(p, l, 1));
     CHECK(stage_params(p, l, 2) == 14175744, "%lld", (long long)stage_params(p, l, 2));
@@ -279,6 +291,7 @@ static void test_pipeline_stages_hold_what_their_schedule_keeps_in_flight(void)
         if (!p) return;
         p->parallel.schedule =
             !strcmp(cases[i].schedule, "gpipe") ? PLAN_PIPE_GPIPE : PLAN_PIPE_1F1B;
+        even_split(p, 4);
         for (int k = 0; k < 4; k++) {
             struct cost_memory m;
             cost_memory_stage(p, l, k, &m);
@@ -294,6 +307,46 @@ static void test_pipeline_stages_hold_what_their_schedule_keeps_in_flight(void)
         }
         plan_free(p);
     }
+}
+
+/* The default split weighs the LM head: for GPT-2 124M at T = 1024 one
+ * layer is 6·12·768² + 12·1024·768 = 51,904,512 FLOPs a token forward and
+ * backward, the head 6·50,304·768 = 231,800,832 (4.47 layers). pp 2: the
+ * last stage takes 4 layers and the head (439M) and the first 8 (415M),
+ * where the even 6 + 6 puts 543M on the last; pp 3: 6, 5 and 1 + the head;
+ * pp 4: 4, 4, 3 and 1 + the head. The slowest stage is faster than with the
+ * even split, and a plan's own stage_layers wins over both. */
+static void test_default_split_balances_the_head(void)
+{
+    struct plan *p = load_plan(gpt2_124m, 4, 1, "fp32", "none");
+    if (!p) return;
+    static const struct {
+        int pp, layers[4];
+    } cases[] = {{2, {8, 4}}, {4, {4, 4, 3, 1}}, {3, {6, 5, 1}}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int pp = cases[i].pp, at = 0;
+        for (int k = 0; k < pp; k++) {
+            int b, e;
+            cost_stage_layers(p, pp, k, &b, &e);
+            CHECK(b == at && e - b == cases[i].layers[k], "pp %d stage %d: layers [%d, %d)", pp, k,
+                  b, e);
+            at = e;
+        }
+        CHECK(at == 12, "pp %d: %d layers", pp, at);
+        struct cost_links links = {.device_tflops = 1, .tp_gbps = 1, .pp_gbps = 1, .dp_gbps = 1};
+        struct cost_time balanced, even;
+        cost_step_time(p, (struct cost_layout){1, pp, 1}, &links, &balanced);
+        even_split(p, pp);
+        cost_step_time(p, (struct cost_layout){1, pp, 1}, &links, &even);
+        p->parallel.stage_layers.n = 0;
+        CHECK(balanced.compute_s < even.compute_s, "pp %d: %g s balanced, %g s even", pp,
+              balanced.compute_s, even.compute_s);
+    }
+    p->parallel.stage_layers = (struct plan_ints){.n = 2, .v = {5, 7}};
+    int b, e;
+    cost_stage_layers(p, 2, 1, &b, &e);
+    CHECK(b == 5 && e == 12, "stage_layers [5, 7]: stage 1 holds [%d, %d)", b, e);
+    plan_free(p);
 }
 
 /* ---- traffic ----------------------------------------------------------------------------- */
@@ -312,6 +365,7 @@ static void test_traffic_tp2_pp2_dp2_by_zero_stage(void)
     struct plan *p = load_plan(gpt2_124m, 4, 4, "bf16", "none");
     if (!p) return;
     struct cost_layout l = {2, 2, 2};
+    even_split(p, 2);
     static const double want_dp[4] = {82761216, 82761216, 82761216, 124141824};
     for (int zero = 0; zero <= 3; zero++) {
         p->parallel.zero = zero;
@@ -353,6 +407,7 @@ static void test_traffic_tp_ring_factor_and_full_recompute(void)
     plan_free(p);
 
     p = load_plan(gpt2_124m, 4, 4, "bf16", "full");
+    if (p) even_split(p, 2);
     if (!p) return;
     cost_traffic(p, (struct cost_layout){2, 2, 1}, &t);
     CHECK(t.tp_bytes == 931135488, "%.0f", t.tp_bytes);
@@ -407,6 +462,7 @@ static void test_step_time_bubble_is_pp_minus_1_over_m_of_compute(void)
 {
     struct plan *p = load_plan(gpt2_124m, 4, 8, "bf16", "none");
     if (!p) return;
+    even_split(p, 4);
     struct cost_time t;
     cost_step_time(p, (struct cost_layout){1, 4, 1}, &fast_links, &t);
     CHECK(close_to(t.compute_s, 0.12698070810624), "%.15g", t.compute_s);
@@ -512,6 +568,7 @@ int main(void)
     RUN(test_zero_pads_the_buffers_to_a_multiple_of_dp);
     RUN(test_activations_by_recompute_and_tp_in_fp32_whatever_the_precision);
     RUN(test_pipeline_stages_hold_what_their_schedule_keeps_in_flight);
+    RUN(test_default_split_balances_the_head);
     RUN(test_traffic_tp2_pp2_dp2_by_zero_stage);
     RUN(test_traffic_middle_pipeline_stage_sends_both_ways);
     RUN(test_traffic_tp_ring_factor_and_full_recompute);

@@ -60,10 +60,9 @@ static int build_rank(const struct plan *p, struct cost_layout l, int tp_rank, i
                       struct plait_error *err)
 {
     struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
-    struct gpt2_part part = {.tp = l.tp, .tp_rank = tp_rank, .pp = l.pp, .pp_rank = stage};
+    struct gpt2_part part = cost_stage_part(p, l.tp, tp_rank, l.pp, stage);
     bool interleaved = p->parallel.schedule == PLAN_PIPE_INTERLEAVED && l.pp > 1;
     int v = interleaved ? p->parallel.virtual_stages : 1;
-    gpt2_stage_chunks(cfg.layers, l.pp, v, stage, &part);
     enum sched_kind kind = p->parallel.schedule == PLAN_PIPE_GPIPE   ? SCHED_GPIPE
                            : p->parallel.schedule == PLAN_PIPE_ZB_H1 ? SCHED_ZB_H1
                            : interleaved                             ? SCHED_INTERLEAVED
