@@ -932,8 +932,7 @@ static int decode_value(struct ctx *c, const struct field *f, json_t *v, const c
         return 0;
     case K_INTS: {
         struct plan_ints *list = (struct plan_ints *)dst;
-        if (!json_is_array(v) || json_array_size(v) == 0 ||
-            json_array_size(v) > PLAN_MAX_STAGES)
+        if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > PLAN_MAX_STAGES)
             return fail(c, path, "must be a list of 1 to %d integers (got %s)", PLAN_MAX_STAGES,
                         got_text(c, path, v, got));
         list->n = 0;
