@@ -88,12 +88,12 @@ struct plan_parallel {
     int zero;                /* ZeRO stage 0..3: what data parallelism shards */
     enum plan_device device;
     enum plan_pipeline schedule;
-    int virtual_stages;     /* model chunks per pipeline stage (interleaved: >= 2; else 1) */
+    int virtual_stages;            /* model chunks per pipeline stage (interleaved: >= 2; else 1) */
     struct plan_ints stage_layers; /* layers of each stage (n = pp), or none: the cost
                                       model's balanced split (common/cost.h) */
-    bool sequence_parallel; /* tp > 1 only */
-    double bucket_mb;       /* data-parallel gradient bucket */
-    double timeout_s;       /* every wait's deadline (collectives, the store, peers) */
+    bool sequence_parallel;        /* tp > 1 only */
+    double bucket_mb;              /* data-parallel gradient bucket */
+    double timeout_s;              /* every wait's deadline (collectives, the store, peers) */
     enum plan_backend backend;
 };
 
