@@ -21,6 +21,26 @@ static uint32_t tag_of(int micro, bool gradient)
     return 2u * (uint32_t)micro + (gradient ? 1u : 0u);
 }
 
+/* A stop mid-step. The first stage decides: before each micro-batch k > 0
+ * enters (its F of chunk 0), every first-stage rank (tp × dp) calls
+ * agree_stop at that same place of its list, so all of them agree on the same
+ * k. On a stop at k, a stage runs nothing more of micro-batches >= k: it
+ * drains, running the rest of its list for micro-batches < k (forwards,
+ * backwards, weight passes), and its gradients cover exactly 0..k-1. The
+ * decision travels down in the control word that precedes every activation
+ * on the link (0 go, 1 stop: no activation follows); a stage that reads a
+ * stop at its receive of micro k forwards it at once and drains too. Dropping
+ * every operation of micro-batches >= k from every stage's list keeps both
+ * ends of each transfer or neither, so the shortened lists are deadlock-free
+ * as the schedule is, and every wait keeps the link's deadline. The control
+ * word before each gradient carries the sender's wish to stop upstream (its
+ * own signal, or one from further down), so a signal to any rank reaches the
+ * first stage, at the latest with the step's last gradients. */
+static uint32_t control_tag(int micro, bool gradient)
+{
+    return 0x20000000u | tag_of(micro, gradient);
+}
+
 struct run {
     struct model *m;
     int *slot_of; /* [m] micro-batch -> slot, -1 */
@@ -54,16 +74,13 @@ static void hook(struct model *m, const struct pipe_step *how)
 }
 
 /* Micro-batch k's gradients are all in: its slot is free, and the caller's
- * after_backward runs. 1 to go on, 0 when it stopped the step (pp = 1), -1. */
-static int micro_done(struct run *r, const struct schedule *s, const struct pipe_step *how, int k,
-                      int *done, struct plait_error *err)
+ * after_backward runs. 0, or -1 with err. */
+static int micro_done(struct run *r, const struct pipe_step *how, int k, int *done,
+                      struct plait_error *err)
 {
     give_slot(r, k);
     *done = k + 1;
-    if (!how->after_backward) return 1;
-    int stop = how->after_backward(how->ctx, k, err);
-    if (stop < 0) return -1;
-    return stop > 0 && s->pp == 1 ? 0 : 1;
+    return how->after_backward ? how->after_backward(how->ctx, k, err) : 0;
 }
 
 int pipeline_step(struct model *m, const struct schedule *s, int stage,
@@ -91,7 +108,10 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
     struct run r = {m, malloc((size_t)s->m * sizeof(int)), calloc((size_t)m->n_slots, 1)};
     int32_t *tokens = malloc(N * sizeof *tokens), *targets = malloc(N * sizeof *targets);
     float *grad = malloc(NC * sizeof *grad);
-    int rc = -1, go, backwards = 0, weights = 0;
+    int rc = -1, backwards = 0, weights = 0;
+    int stop_at = s->m; /* the micro-batch the pipeline stops before */
+    float word = 0;     /* a control word */
+    bool asked = false; /* a later stage asked to stop */
     memset(times, 0, sizeof *times);
     if (loss_sum) *loss_sum = 0;
     *done = 0;
@@ -104,8 +124,18 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
         struct sched_op op = s->ops[stage][i];
         int k = op.micro, slot;
         double t0 = now_s();
+        if (k >= stop_at) continue; /* draining */
         switch (op.type) {
         case SCHED_RECV_ACT:
+            if (link->recv(link->ctx, stage - 1, control_tag(k, false), &word, 1, err)) goto out;
+            if (word != 0) { /* a stop at k: passed on down at once */
+                stop_at = k;
+                if (stage + 1 < s->pp &&
+                    link->send(link->ctx, stage + 1, control_tag(k, false), &word, 1, err))
+                    goto out;
+                times->idle_s += now_s() - t0;
+                break;
+            }
             if ((slot = take_slot(&r, k, err)) < 0 ||
                 link->recv(link->ctx, stage - 1, tag_of(k, false), model_stage_input(m, slot), NC,
                            err))
@@ -114,6 +144,19 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
             break;
         case SCHED_F: {
             double loss = 0;
+            if (stage == 0 && op.chunk == 0 && k > 0 && how->agree_stop) {
+                int stop = asked;
+                if (how->agree_stop(how->ctx, &stop, err)) goto out;
+                times->idle_s += now_s() - t0;
+                if (stop) {
+                    stop_at = k;
+                    word = 1;
+                    if (s->pp > 1 && link->send(link->ctx, 1, control_tag(k, false), &word, 1, err))
+                        goto out;
+                    break;
+                }
+                t0 = now_s();
+            }
             if ((slot = take_slot(&r, k, err)) < 0) goto out;
             if (m->first || m->last) {
                 if (feed->next(feed->ctx, k, tokens, targets, err)) goto out;
@@ -128,13 +171,18 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
             break;
         }
         case SCHED_SEND_ACT:
-            if (link->send(link->ctx, stage + 1, tag_of(k, false),
+            word = 0;
+            if (link->send(link->ctx, stage + 1, control_tag(k, false), &word, 1, err) ||
+                link->send(link->ctx, stage + 1, tag_of(k, false),
                            model_stage_output(m, r.slot_of[k]), NC, err))
                 goto out;
             times->send_s += now_s() - t0;
             break;
         case SCHED_RECV_GRAD:
-            if (link->recv(link->ctx, stage + 1, tag_of(k, true), grad, NC, err)) goto out;
+            if (link->recv(link->ctx, stage + 1, control_tag(k, true), &word, 1, err) ||
+                link->recv(link->ctx, stage + 1, tag_of(k, true), grad, NC, err))
+                goto out;
+            asked = asked || word != 0;
             times->idle_s += now_s() - t0;
             break;
         case SCHED_B: {
@@ -151,10 +199,7 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
             m->grads_final = NULL;
             if (failed) goto out;
             times->compute_s += now_s() - t0;
-            if (!s->split_backward && (go = micro_done(&r, s, how, k, done, err)) != 1) {
-                rc = go;
-                goto out;
-            }
+            if (!s->split_backward && micro_done(&r, how, k, done, err)) goto out;
             break;
         }
         case SCHED_W: {
@@ -169,14 +214,13 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
             m->grads_final = NULL;
             if (failed) goto out;
             times->compute_s += now_s() - t0;
-            if ((go = micro_done(&r, s, how, k, done, err)) != 1) {
-                rc = go;
-                goto out;
-            }
+            if (micro_done(&r, how, k, done, err)) goto out;
             break;
         }
         case SCHED_SEND_GRAD:
-            if (link->send(link->ctx, stage - 1, tag_of(k, true), model_stage_input_grad(m), NC,
+            word = asked || (how->wants_stop && how->wants_stop(how->ctx)) ? 1 : 0;
+            if (link->send(link->ctx, stage - 1, control_tag(k, true), &word, 1, err) ||
+                link->send(link->ctx, stage - 1, tag_of(k, true), model_stage_input_grad(m), NC,
                            err))
                 goto out;
             times->send_s += now_s() - t0;

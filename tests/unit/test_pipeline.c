@@ -6,7 +6,10 @@
  * training loop will) match one rank accumulating the same micro-batches,
  * for GPipe, 1F1B and ZB-H1 (backward split into its input- and
  * weight-gradient passes, with each recompute policy) at several depths;
- * stages hold no more micro-batches than the schedule promises. */
+ * stages hold no more micro-batches than the schedule promises. A step
+ * stopped mid-way (the first stage agreeing to stop, or a later stage asking
+ * it to) drains: every stage ends with exactly the gradients of the
+ * micro-batches before the stop, and no message is left over. */
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -102,6 +105,9 @@ static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
 struct job {
     const struct schedule *sched;
     int stage;
+    int stop_before; /* first stage: agree to stop before this micro-batch (0: never) */
+    int want_after;  /* ask to stop once this many backwards are done (0: never) */
+    int agreements, backwards, done;
     struct endpoint end;
     const float *full_params;
     double loss;
@@ -111,6 +117,31 @@ struct job {
 };
 
 static enum plan_recompute recompute; /* of the stages' models */
+
+static int count_backward(void *ctx, int micro, struct plait_error *err)
+{
+    struct job *j = ctx;
+    (void)micro;
+    (void)err;
+    j->backwards++;
+    return 0;
+}
+
+static int agree_stop(void *ctx, int *stop, struct plait_error *err)
+{
+    struct job *j = ctx;
+    (void)err;
+    /* the agreements come before micro-batches 1, 2, ... in turn */
+    *stop = *stop || ++j->agreements == j->stop_before ||
+            (j->want_after && j->backwards >= j->want_after);
+    return 0;
+}
+
+static bool wants_stop(void *ctx)
+{
+    struct job *j = ctx;
+    return j->want_after && j->backwards >= j->want_after;
+}
 
 static void *run_stage(void *arg)
 {
@@ -136,9 +167,14 @@ static void *run_stage(void *arg)
     struct pipe_link link = {post_send, post_recv, &j->end};
     struct pipe_feed feed = {feed_next, NULL};
     struct pipe_times times;
-    struct pipe_step how = {.B = B, .T = T, .grad_scale = 1.0f / (N * s->m)};
-    int done;
-    if (pipeline_step(&m, s, j->stage, &link, &feed, &how, &j->loss, &done, &times, &err)) {
+    struct pipe_step how = {.B = B,
+                            .T = T,
+                            .grad_scale = 1.0f / (N * s->m),
+                            .after_backward = count_backward,
+                            .agree_stop = agree_stop,
+                            .wants_stop = wants_stop,
+                            .ctx = j};
+    if (pipeline_step(&m, s, j->stage, &link, &feed, &how, &j->loss, &j->done, &times, &err)) {
         snprintf(j->error, sizeof j->error, "%s", err.text);
     } else {
         j->grads = malloc(m.shard.total * sizeof *j->grads);
@@ -151,19 +187,31 @@ static void *run_stage(void *arg)
 }
 
 /* One step of schedule s over stages as threads: the loss and the gradients
- * summed over the stages (wte: first + last) into full_grads. */
-static int run(const struct schedule *s, const float *params, double *loss, float *full_grads,
-               size_t full_total)
+ * summed over the stages (wte: first + last) into full_grads. The first
+ * stage agrees to stop before micro-batch stop_before (0: never); stage
+ * want_stage asks to stop after its want_after-th backward (0: never);
+ * *done: the micro-batches every stage completed (-1 if they differ). */
+static int run_stopped(const struct schedule *s, const float *params, int stop_before,
+                       int want_stage, int want_after, double *loss, float *full_grads,
+                       size_t full_total, int *done)
 {
     struct post post = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL};
     struct job jobs[MAX_PP];
     pthread_t threads[MAX_PP];
     for (int st = 0; st < s->pp; st++) {
-        jobs[st] = (struct job){.sched = s, .stage = st, .end = {&post, st}, .full_params = params};
+        jobs[st] = (struct job){.sched = s,
+                                .stage = st,
+                                .stop_before = st == 0 ? stop_before : 0,
+                                .want_after = st == want_stage ? want_after : 0,
+                                .end = {&post, st},
+                                .full_params = params};
         pthread_create(&threads[st], NULL, run_stage, &jobs[st]);
     }
     for (int st = 0; st < s->pp; st++) pthread_join(threads[st], NULL);
     int rc = 0;
+    *done = jobs[0].done;
+    for (int st = 0; st < s->pp; st++)
+        if (jobs[st].done != *done || jobs[st].backwards != *done) *done = -1;
     float *one = calloc(full_total, sizeof *one);
     memset(full_grads, 0, full_total * sizeof *full_grads);
     for (int st = 0; st < s->pp; st++) {
@@ -184,9 +232,20 @@ static int run(const struct schedule *s, const float *params, double *loss, floa
     return rc;
 }
 
-/* The reference, without the executor: one rank, the whole model, m
- * micro-batches accumulated by hand. */
-static int reference(int m, const float *params, double *loss, float *full_grads, size_t full_total)
+static int run(const struct schedule *s, const float *params, double *loss, float *full_grads,
+               size_t full_total)
+{
+    int done;
+    int rc = run_stopped(s, params, 0, 0, 0, loss, full_grads, full_total, &done);
+    CHECK(rc || done == s->m, "%s pp %d m %d: %d micro-batches done", schedule_kind_name(s->kind),
+          s->pp, s->m, done);
+    return rc;
+}
+
+/* The reference, without the executor: one rank, the whole model, the first
+ * `count` of a step's m micro-batches accumulated by hand. */
+static int reference_of(int count, int m, const float *params, double *loss, float *full_grads,
+                        size_t full_total)
 {
     struct gpt2_part whole = gpt2_part_whole(&cfg);
     struct model md;
@@ -201,7 +260,7 @@ static int reference(int m, const float *params, double *loss, float *full_grads
     model_set_params(&md, shard);
     *loss = 0;
     int rc = 0;
-    for (int k = 0; k < m && rc == 0; k++) {
+    for (int k = 0; k < count && rc == 0; k++) {
         double l;
         rc = model_forward(&md, data_in[k], data_tg[k], B, T, 1.0f / (N * m), &l, &err) ||
                      model_backward(&md, B, T, k > 0, &err)
@@ -221,12 +280,35 @@ static int reference(int m, const float *params, double *loss, float *full_grads
     return rc;
 }
 
-static void test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1(void)
+static int reference(int m, const float *params, double *loss, float *full_grads, size_t full_total)
 {
-    struct gpt2_layout full;
-    gpt2_layout(&cfg, &full);
-    float *params = malloc(full.total * sizeof *params);
-    gpt2_init_weights(&cfg, &full, params, 5);
+    return reference_of(m, m, params, loss, full_grads, full_total);
+}
+
+/* The loss within 1e-6 and every tensor within 1e-5 of the reference's. */
+static void compare(const char *what, const struct gpt2_layout *full, double loss, double ref_loss,
+                    const float *got, const float *ref)
+{
+    CHECK(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss), "%s: loss %.9g vs %.9g", what, loss,
+          ref_loss);
+    for (int t = 0; t < GPT2_TENSORS; t++) {
+        double d = 0, n = 0;
+        for (size_t i = 0; i < full->elems[t]; i++) {
+            double a = got[full->offset[t] + i], b = ref[full->offset[t] + i];
+            d += (a - b) * (a - b);
+            n += b * b;
+        }
+        CHECK(sqrt(d) <= 1e-5 * sqrt(n) + 1e-30, "%s: %s off by %.3g", what, gpt2_tensor_names[t],
+              n > 0 ? sqrt(d / n) : sqrt(d));
+    }
+}
+
+/* The weights and the micro-batches of every test. */
+static float *make_inputs(struct gpt2_layout *full)
+{
+    gpt2_layout(&cfg, full);
+    float *params = malloc(full->total * sizeof *params);
+    gpt2_init_weights(&cfg, full, params, 5);
     struct rng r;
     rng_seed(&r, 3, 0);
     for (int k = 0; k < MAX_M; k++)
@@ -234,6 +316,13 @@ static void test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1(void)
             data_in[k][i] = (int32_t)rng_below(&r, cfg.vocab);
             data_tg[k][i] = (int32_t)rng_below(&r, cfg.vocab);
         }
+    return params;
+}
+
+static void test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1(void)
+{
+    struct gpt2_layout full;
+    float *params = make_inputs(&full);
     float *ref = malloc(full.total * sizeof *ref), *got = malloc(full.total * sizeof *got);
     const int cases[][2] = {{2, 4}, {4, 4}, {4, 8}, {3, 5}, {1, 3}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
@@ -253,22 +342,59 @@ static void test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1(void)
                 CHECK(0, "%s", err.text);
                 continue;
             }
-            if (run(&s, params, &loss, got, full.total) == 0) {
-                CHECK(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss),
-                      "%s (recompute %d) pp %d m %d: loss %.9g vs %.9g",
-                      schedule_kind_name(kinds[k]), (int)recompute, pp, m, loss, ref_loss);
-                for (int t = 0; t < GPT2_TENSORS; t++) {
-                    double d = 0, n = 0;
-                    for (size_t i = 0; i < full.elems[t]; i++) {
-                        double a = got[full.offset[t] + i], b = ref[full.offset[t] + i];
-                        d += (a - b) * (a - b);
-                        n += b * b;
-                    }
-                    CHECK(sqrt(d) <= 1e-5 * sqrt(n) + 1e-30,
-                          "%s (recompute %d) pp %d m %d: %s off by %.3g",
-                          schedule_kind_name(kinds[k]), (int)recompute, pp, m, gpt2_tensor_names[t],
-                          n > 0 ? sqrt(d / n) : sqrt(d));
-                }
+            char what[96];
+            snprintf(what, sizeof what, "%s (recompute %d) pp %d m %d",
+                     schedule_kind_name(kinds[k]), (int)recompute, pp, m);
+            if (run(&s, params, &loss, got, full.total) == 0)
+                compare(what, &full, loss, ref_loss, got, ref);
+            schedule_free(&s);
+        }
+    }
+    free(params);
+    free(ref);
+    free(got);
+}
+
+/* A stop agreed by the first stage before micro-batch k (each k of the step)
+ * leaves every stage with the gradients of micro-batches 0..k-1, for each
+ * schedule; a wish to stop from the last stage, after its first backward,
+ * reaches the first stage and stops every stage at the same micro-batch,
+ * before the step's end where the schedule sends gradients up while
+ * micro-batches still enter (1F1B, ZB-H1; GPipe sends none before its last
+ * forward). */
+static void test_a_stopped_step_drains_to_the_micro_batches_before_the_stop(void)
+{
+    struct gpt2_layout full;
+    float *params = make_inputs(&full);
+    float *ref = malloc(full.total * sizeof *ref), *got = malloc(full.total * sizeof *got);
+    const int cases[][2] = {{2, 4}, {4, 8}, {3, 5}, {1, 3}};
+    const enum sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_ZB_H1};
+    recompute = PLAN_RECOMPUTE_NONE;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int pp = cases[c][0], m = cases[c][1];
+        for (size_t kind = 0; kind < sizeof kinds / sizeof *kinds; kind++) {
+            struct schedule s;
+            struct plait_error err;
+            if (schedule_make(&s, kinds[kind], pp, m, 1, &err)) {
+                CHECK(0, "%s", err.text);
+                continue;
+            }
+            for (int k = 0; k <= m; k++) { /* k = m: the last stage's wish */
+                double loss, ref_loss;
+                int done;
+                bool asked = k == m;
+                if (run_stopped(&s, params, asked ? 0 : k, asked ? pp - 1 : 0, asked ? 1 : 0, &loss,
+                                got, full.total, &done))
+                    continue;
+                char what[96];
+                snprintf(what, sizeof what, "%s pp %d m %d, stopped %s %d",
+                         schedule_kind_name(s.kind), pp, m, asked ? "by the last stage at" : "at",
+                         done);
+                CHECK(asked || done == (k ? k : m), "%s: %d done, want %d", what, done, k);
+                CHECK(!asked || (done >= 1 && (done < m || s.kind == SCHED_GPIPE || m <= pp)),
+                      "%s: the last stage's wish stopped nothing", what);
+                if (done >= 1 && reference_of(done, m, params, &ref_loss, ref, full.total) == 0)
+                    compare(what, &full, loss, ref_loss, got, ref);
             }
             schedule_free(&s);
         }
@@ -282,5 +408,6 @@ int main(void)
 {
     omp_set_num_threads(1);
     RUN(test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1);
+    RUN(test_a_stopped_step_drains_to_the_micro_batches_before_the_stop);
     return check_exit_code();
 }
