@@ -125,6 +125,10 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
         int k = op.micro, slot;
         double t0 = now_s();
         if (k >= stop_at) continue; /* draining */
+        /* A backward's input gradient goes upstream before after_backward runs:
+         * a collective in it (ZeRO 2's tied sum with the first stage) must not
+         * hold back the gradient the first stage waits for. */
+        bool sends_grad = op.chunk * s->pp + stage > 0;
         switch (op.type) {
         case SCHED_RECV_ACT:
             if (link->recv(link->ctx, stage - 1, control_tag(k, false), &word, 1, err)) goto out;
@@ -199,7 +203,7 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
             m->grads_final = NULL;
             if (failed) goto out;
             times->compute_s += now_s() - t0;
-            if (!s->split_backward && micro_done(&r, how, k, done, err)) goto out;
+            if (!s->split_backward && !sends_grad && micro_done(&r, how, k, done, err)) goto out;
             break;
         }
         case SCHED_W: {
@@ -224,6 +228,7 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
                            err))
                 goto out;
             times->send_s += now_s() - t0;
+            if (!s->split_backward && micro_done(&r, how, k, done, err)) goto out;
             break;
         }
     }

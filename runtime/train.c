@@ -538,7 +538,12 @@ static int setup(struct trainer *t, struct plait_error *err)
     if (t->dump_dir && !(t->dump_tokens = calloc((size_t)B * T, sizeof *t->dump_tokens)))
         return error_set(err, "out of memory");
     const char *inject = getenv(PLAIT_ENV_DEBUG_SIGNAL_AFTER_MICRO);
-    t->signal_after_micro = inject ? atol(inject) : 0;
+    int signal_rank;
+    long after;
+    if (inject && sscanf(inject, "%d:%ld", &signal_rank, &after) == 2) /* RANK:N, one rank */
+        t->signal_after_micro = signal_rank == w->rank ? after : 0;
+    else
+        t->signal_after_micro = inject ? atol(inject) : 0;
     int slow_rank;
     double slow_ms;
     inject = getenv(PLAIT_ENV_DEBUG_SLOW_RANK);
