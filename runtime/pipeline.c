@@ -151,7 +151,6 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
             if (stage == 0 && op.chunk == 0 && k > 0 && how->agree_stop) {
                 int stop = asked;
                 if (how->agree_stop(how->ctx, &stop, err)) goto out;
-                times->idle_s += now_s() - t0;
                 if (stop) {
                     stop_at = k;
                     word = 1;
@@ -159,7 +158,7 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
                         goto out;
                     break;
                 }
-                t0 = now_s();
+                t0 = now_s(); /* its wait is its communicators' (tp, dp), not this stage's */
             }
             if ((slot = take_slot(&r, k, err)) < 0) goto out;
             if (m->first || m->last) {
