@@ -53,8 +53,8 @@ struct pipe_step {
                             resumed where it stopped); else it writes them */
     bool overwrite_each; /* every backward writes the gradients (they are taken away after
                             each micro-batch: ZeRO 2) */
-    /* Called once each micro-batch's gradients are in (may be NULL): 0, or
-     * -1 with err. */
+    /* Called once each micro-batch's gradients are in and its input gradient
+     * has gone upstream (may be NULL): 0, or -1 with err. */
     int (*after_backward)(void *ctx, int micro, struct plait_error *err);
     /* A stop mid-step (both may be NULL: the step runs to its end).
      * agree_stop: on the first stage, before each micro-batch but the step's
