@@ -49,7 +49,8 @@
 
 /* Developer fault injection: after this many micro-batches (counted from the
  * start of this process), plait-train sends itself SIGTERM, so that tests can
- * stop it at an exact point through the real signal path. */
+ * stop it at an exact point through the real signal path; "RANK:N": only
+ * global rank RANK does (a signal that reaches one rank). */
 #define PLAIT_ENV_DEBUG_SIGNAL_AFTER_MICRO "PLAIT_DEBUG_SIGNAL_AFTER_MICRO"
 /* Developer fault injection: "RANK:MS", global rank RANK takes MS ms longer
  * to read each micro-batch (a slow file system), so that tests see the

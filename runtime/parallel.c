@@ -199,6 +199,16 @@ int parallel_max_int(struct parallel *p, int *flag, struct plait_error *err)
     return 0;
 }
 
+int parallel_max_stage(struct parallel *p, int *flag, struct plait_error *err)
+{
+    int64_t v = *flag;
+    if ((p->tp && comm_allreduce(p->tp, &v, &v, 1, COMM_INT64, COMM_MAX, err)) ||
+        (p->dp && comm_allreduce(p->dp, &v, &v, 1, COMM_INT64, COMM_MAX, err)))
+        return -1;
+    *flag = (int)v;
+    return 0;
+}
+
 void parallel_comm_totals(const struct parallel *p, double bytes[PAR_NCOMM],
                           double wait_s[PAR_NCOMM])
 {

@@ -68,4 +68,8 @@ int parallel_gather(struct parallel *p, const double *mine, size_t n, double *al
  * agreement; an error flag). */
 int parallel_max_int(struct parallel *p, int *flag, struct plait_error *err);
 
+/* The same over the ranks of this rank's pipeline stage (its tp × dp ranks:
+ * the max over tp, then over dp): the first stage's stop agreement. */
+int parallel_max_stage(struct parallel *p, int *flag, struct plait_error *err);
+
 #endif

@@ -34,6 +34,27 @@ static int prev_stage(const struct schedule *s, int stage)
     return stage == 0 ? s->pp - 1 : stage - 1;
 }
 
+/* A stop mid-step. The first stage decides: before each micro-batch k > 0
+ * enters (its F of chunk 0), every first-stage rank (tp × dp) calls
+ * agree_stop at that same place of its list, so all of them agree on the same
+ * k (interleaved: a k that is a multiple of pp). On a stop at k, a stage runs nothing more of
+ * micro-batches >= k: it drains, running the rest of its list for micro-batches < k (forwards,
+ * backwards, weight passes), and its gradients cover exactly 0..k-1. The
+ * decision travels down in the control word that precedes every activation
+ * on the link (0 go, 1 stop: no activation follows); a stage that reads a
+ * stop at its receive of micro k (always chunk 0's: a micro-batch enters a
+ * stage there first) forwards it at once and drains too. Dropping every
+ * operation of micro-batches >= k from every stage's list keeps both ends of
+ * each transfer or neither, so the shortened lists are deadlock-free as the
+ * schedule is, and every wait keeps the link's deadline. The control word
+ * before each gradient carries the sender's wish to stop upstream (its own
+ * signal, or one from further down), so a signal to any rank reaches the
+ * first stage, at the latest with the step's last gradients. */
+static uint32_t control_tag(const struct schedule *s, int micro, int chunk, bool gradient)
+{
+    return 0x20000000u | tag_of(s, micro, chunk, gradient);
+}
+
 struct run {
     struct model *m;
     int v;        /* chunks */
@@ -84,19 +105,16 @@ static void hook(struct model *m, const struct schedule *s, const int *finished,
     m->grads_final_ctx = how->grads_ctx;
 }
 
-/* Micro-batch k's gradients through chunk c are in: its slot is free. After
- * chunk 0 (its last backward on this stage) the caller's after_backward
- * runs. 1 to go on, 0 when it stopped the step (pp = 1), -1. */
-static int micro_done(struct run *r, const struct schedule *s, const struct pipe_step *how, int k,
-                      int c, int *done, struct plait_error *err)
+/* Micro-batch k's gradients through chunk c are in (and its input gradient
+ * has gone upstream): its slot is free. After chunk 0 (its last backward on
+ * this stage) the caller's after_backward runs. 0, or -1 with err. */
+static int micro_done(struct run *r, const struct pipe_step *how, int k, int c, int *done,
+                      struct plait_error *err)
 {
     give_slot(r, k, c);
-    if (c != 0) return 1;
+    if (c != 0) return 0;
     *done = k + 1;
-    if (!how->after_backward) return 1;
-    int stop = how->after_backward(how->ctx, k, err);
-    if (stop < 0) return -1;
-    return stop > 0 && s->pp == 1 ? 0 : 1;
+    return how->after_backward ? how->after_backward(how->ctx, k, err) : 0;
 }
 
 int pipeline_step(struct model *m, const struct schedule *s, int stage,
@@ -131,7 +149,10 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
                     calloc((size_t)m->n_slots, 1)};
     int32_t *tokens = malloc(N * sizeof *tokens), *targets = malloc(N * sizeof *targets);
     float *grad = malloc(NC * sizeof *grad);
-    int rc = -1, go, backwards[64] = {0}, weights[64] = {0}; /* per chunk */
+    int rc = -1, backwards[64] = {0}, weights[64] = {0}; /* per chunk */
+    int stop_at = s->m; /* the micro-batch the pipeline stops before */
+    float word = 0;     /* a control word */
+    bool asked = false; /* a later stage asked to stop */
     memset(times, 0, sizeof *times);
     if (loss_sum) *loss_sum = 0;
     *done = 0;
@@ -145,8 +166,24 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
         int k = op.micro, c = op.chunk, slot;
         bool embeds = m->first && c == 0, heads = m->last && c == s->v - 1;
         double t0 = now_s();
+        if (k >= stop_at) continue; /* draining */
+        /* A backward's input gradient goes upstream before after_backward runs:
+         * a collective in it (ZeRO 2's tied sum with the first stage) must not
+         * hold back the gradient the first stage waits for. */
+        bool sends_grad = c * s->pp + stage > 0;
         switch (op.type) {
         case SCHED_RECV_ACT:
+            if (link->recv(link->ctx, prev_stage(s, stage), control_tag(s, k, c, false), &word, 1,
+                           err))
+                goto out;
+            if (word != 0) { /* a stop at k: passed on down at once */
+                stop_at = k;
+                if (stage + 1 < s->pp &&
+                    link->send(link->ctx, stage + 1, control_tag(s, k, c, false), &word, 1, err))
+                    goto out;
+                times->idle_s += now_s() - t0;
+                break;
+            }
             if ((slot = take_slot(&r, k, c, err)) < 0 ||
                 link->recv(link->ctx, prev_stage(s, stage), tag_of(s, k, c, false),
                            model_stage_input(m, slot), NC, err))
@@ -155,6 +192,22 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
             break;
         case SCHED_F: {
             double loss = 0;
+            /* interleaved: only where the rest of the step is a multiple of pp
+             * micro-batches, as its schedule needs to resume it */
+            if (stage == 0 && c == 0 && k > 0 && how->agree_stop &&
+                k % (s->v > 1 ? s->pp : 1) == 0) {
+                int stop = asked;
+                if (how->agree_stop(how->ctx, &stop, err)) goto out;
+                if (stop) {
+                    stop_at = k;
+                    word = 1;
+                    if (s->pp > 1 &&
+                        link->send(link->ctx, 1, control_tag(s, k, 0, false), &word, 1, err))
+                        goto out;
+                    break;
+                }
+                t0 = now_s(); /* its wait is its communicators' (tp, dp), not this stage's */
+            }
             if ((slot = take_slot(&r, k, c, err)) < 0) goto out;
             if (embeds || heads) {
                 if (feed->next(feed->ctx, k, tokens, targets, err)) goto out;
@@ -174,15 +227,22 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
                           k);
                 goto out;
             }
+            word = 0;
             if (link->send(link->ctx, next_stage(s, stage),
+                           control_tag(s, k, stage == s->pp - 1 ? c + 1 : c, false), &word, 1,
+                           err) ||
+                link->send(link->ctx, next_stage(s, stage),
                            tag_of(s, k, stage == s->pp - 1 ? c + 1 : c, false),
                            model_stage_output(m, slot_of(&r, k, c)), NC, err))
                 goto out;
             times->send_s += now_s() - t0;
             break;
         case SCHED_RECV_GRAD:
-            if (link->recv(link->ctx, next_stage(s, stage), tag_of(s, k, c, true), grad, NC, err))
+            if (link->recv(link->ctx, next_stage(s, stage), control_tag(s, k, c, true), &word, 1,
+                           err) ||
+                link->recv(link->ctx, next_stage(s, stage), tag_of(s, k, c, true), grad, NC, err))
                 goto out;
+            asked = asked || word != 0;
             times->idle_s += now_s() - t0;
             break;
         case SCHED_B: {
@@ -200,10 +260,7 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
             m->grads_final = NULL;
             if (failed) goto out;
             times->compute_s += now_s() - t0;
-            if (!s->split_backward && (go = micro_done(&r, s, how, k, c, done, err)) != 1) {
-                rc = go;
-                goto out;
-            }
+            if (!s->split_backward && !sends_grad && micro_done(&r, how, k, c, done, err)) goto out;
             break;
         }
         case SCHED_W: {
@@ -219,18 +276,19 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
             m->grads_final = NULL;
             if (failed) goto out;
             times->compute_s += now_s() - t0;
-            if ((go = micro_done(&r, s, how, k, c, done, err)) != 1) {
-                rc = go;
-                goto out;
-            }
+            if (micro_done(&r, how, k, c, done, err)) goto out;
             break;
         }
         case SCHED_SEND_GRAD: /* to the previous chunk: the same, or c - 1 on stage pp-1 */
+            word = asked || (how->wants_stop && how->wants_stop(how->ctx)) ? 1 : 0;
             if (link->send(link->ctx, prev_stage(s, stage),
+                           control_tag(s, k, stage == 0 ? c - 1 : c, true), &word, 1, err) ||
+                link->send(link->ctx, prev_stage(s, stage),
                            tag_of(s, k, stage == 0 ? c - 1 : c, true), model_stage_input_grad(m),
                            NC, err))
                 goto out;
             times->send_s += now_s() - t0;
+            if (!s->split_backward && micro_done(&r, how, k, c, done, err)) goto out;
             break;
         }
     }

@@ -10,6 +10,7 @@
 #ifndef PLAIT_RUNTIME_PIPELINE_H
 #define PLAIT_RUNTIME_PIPELINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,9 +53,17 @@ struct pipe_step {
                             resumed where it stopped); else it writes them */
     bool overwrite_each; /* every backward writes the gradients (they are taken away after
                             each micro-batch: ZeRO 2) */
-    /* Called after each backward (may be NULL): a return of 1 ends the step
-     * there (a stop between micro-batches; pp = 1 only), -1 an error. */
+    /* Called once each micro-batch's gradients are in and its input gradient
+     * has gone upstream (may be NULL): 0, or -1 with err. */
     int (*after_backward)(void *ctx, int micro, struct plait_error *err);
+    /* A stop mid-step (both may be NULL: the step runs to its end).
+     * agree_stop: on the first stage, before each micro-batch but the step's
+     * first enters (the same place in every first-stage rank's list): *stop
+     * (1 when a later stage asked for it) maxed over the first stage's ranks
+     * and this rank's own wish; 0, or -1 with err. wants_stop: whether this
+     * rank was asked to stop (a signal), told upstream with its gradients. */
+    int (*agree_stop)(void *ctx, int *stop, struct plait_error *err);
+    bool (*wants_stop)(void *ctx);
     void *ctx;
     /* The model's grads_final hook during the step's last backward, when the
      * gradients become the step's (may be NULL: runtime/buckets.h). */
@@ -64,8 +73,11 @@ struct pipe_step {
 
 /* Runs stage `stage`'s list of s on m (built with s->v chunks), whose slots must number at
  * least schedule_max_in_flight(s, stage). *loss_sum (last stage) gets the sum
- * of the micro-batches' mean losses, *done how many micro-batches completed
- * (s->m unless after_backward stopped it). Returns 0, or -1 with err. */
+ * of the micro-batches' mean losses, *done how many micro-batches completed:
+ * s->m, or k when the first stage agreed to stop before micro-batch k (every
+ * stage of the pipeline then completes exactly micro-batches 0..k-1). Each
+ * activation and gradient is preceded on the link by a one-float control
+ * word (pipeline.c says how a stop travels). Returns 0, or -1 with err. */
 int pipeline_step(struct model *m, const struct schedule *s, int stage,
                   const struct pipe_link *link, const struct pipe_feed *feed,
                   const struct pipe_step *how, double *loss_sum, int *done,

@@ -512,11 +512,6 @@ static int setup(struct trainer *t, struct plait_error *err)
                              "checkpoint %s stopped after micro-batch %d of a step, but the "
                              "plan has batch.grad_accum %d",
                              name, t->st.micro, p->batch.grad_accum);
-        if (t->st.micro > 0 && w->pp > 1)
-            return error_set(err,
-                             "checkpoint %s stopped mid-step, which a pipeline cannot "
-                             "resume: resume it with parallel.pp 1",
-                             name);
         memcpy(t->sample_rng.s, t->st.sample_rng, sizeof t->sample_rng.s);
         /* a mid-step loss so far is the job's: one rank carries it into the step's sum */
         bool carrier = t->m.last && w->tp_rank == 0 && w->dp_rank == 0;
@@ -554,7 +549,12 @@ static int setup(struct trainer *t, struct plait_error *err)
     if (t->dump_dir && !(t->dump_tokens = calloc((size_t)B * T, sizeof *t->dump_tokens)))
         return error_set(err, "out of memory");
     const char *inject = getenv(PLAIT_ENV_DEBUG_SIGNAL_AFTER_MICRO);
-    t->signal_after_micro = inject ? atol(inject) : 0;
+    int signal_rank;
+    long after;
+    if (inject && sscanf(inject, "%d:%ld", &signal_rank, &after) == 2) /* RANK:N, one rank */
+        t->signal_after_micro = signal_rank == w->rank ? after : 0;
+    else
+        t->signal_after_micro = inject ? atol(inject) : 0;
     int slow_rank;
     double slow_ms;
     inject = getenv(PLAIT_ENV_DEBUG_SLOW_RANK);
@@ -803,7 +803,7 @@ static int shared_sums(struct trainer *t, struct plait_error *err)
 }
 
 /* After each micro-batch: ZeRO 2's reduction, its count, the fault
- * injection, and a stop between micro-batches that every rank agrees on (1). */
+ * injection. */
 static int after_micro(void *ctx, int micro, struct plait_error *err)
 {
     struct step_feed *f = ctx;
@@ -817,11 +817,23 @@ static int after_micro(void *ctx, int micro, struct plait_error *err)
     t->st.micro++;
     t->st.tokens += (int64_t)p->batch.micro_batch * p->model.seq_len * t->where->dp;
     if (++t->micro_done == t->signal_after_micro) raise(SIGTERM);
-    if (t->where->pp > 1) return 0; /* a pipeline stops between steps */
-    int stop = train_stop_signal != 0;
-    if (t->multi && parallel_max_int(&t->par, &stop, err)) return -1;
-    if (stop && !train_stop_signal) train_stop_signal = SIGTERM; /* another rank's stop */
-    return stop && t->st.micro < p->batch.grad_accum ? 1 : 0;
+    return 0;
+}
+
+/* A stop between micro-batches (the executor's agreement, pipeline.c): this
+ * rank's wish, and, on the first stage, every first-stage rank's (with pp = 1,
+ * every rank's). */
+static bool wants_stop(void *ctx)
+{
+    (void)ctx;
+    return train_stop_signal != 0;
+}
+
+static int agree_stop(void *ctx, int *stop, struct plait_error *err)
+{
+    struct step_feed *f = ctx;
+    *stop = *stop || train_stop_signal;
+    return f->t->multi ? parallel_max_stage(&f->t->par, stop, err) : 0;
 }
 
 /* The micro-batches of step s (from st.micro on, when resumed mid-step)
@@ -833,8 +845,8 @@ static int train_micro_batches(struct trainer *t, int s, float grad_scale, struc
     const struct plan *p = t->plan;
     int A = p->batch.grad_accum, left = A - t->st.micro, done = 0;
     struct schedule resumed, *sched = &t->sched;
-    if (left < A) { /* resumed mid-step (pp = 1): the rest of it */
-        if (schedule_make(&resumed, SCHED_1F1B, 1, left, 1, err)) return -1;
+    if (left < A) { /* resumed mid-step: the rest of it, through the same kind of schedule */
+        if (schedule_make(&resumed, t->sched.kind, t->sched.pp, left, t->sched.v, err)) return -1;
         sched = &resumed;
     }
     struct step_feed f = {t, s};
@@ -846,6 +858,8 @@ static int train_micro_batches(struct trainer *t, int s, float grad_scale, struc
                             .accumulate = t->st.micro > 0 && t->m.zero < 2,
                             .overwrite_each = t->m.zero == 2,
                             .after_backward = after_micro,
+                            .agree_stop = agree_stop,
+                            .wants_stop = wants_stop,
                             .ctx = &f};
     /* the gradient sum starts during the last backward; not in a step whose
      * gradients are dumped (the dump shows this rank's own) */
@@ -862,6 +876,7 @@ static int train_micro_batches(struct trainer *t, int s, float grad_scale, struc
     t->st.loss_sum += loss_sum;
     if (rc && t->data_failed) return fail_keeping_progress(t, err);
     if (rc) return error_prefix(err, "step %d, micro-batch %d: ", s + 1, t->st.micro + 1);
+    if (t->st.micro < A && !train_stop_signal) train_stop_signal = SIGTERM; /* another rank's */
     return t->st.micro < A ? 1 : 0;
 }
 
@@ -955,8 +970,9 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         int stopped = train_micro_batches(t, s, grad_scale, err);
         if (stopped < 0) return -1;
         if (stopped) {
-            log_info("signal %d: stopping after micro-batch %d of step %d", (int)train_stop_signal,
-                     t->st.micro, s + 1);
+            log_info("signal %d: stopping after micro-batch %d of step %d (of %d%s)",
+                     (int)train_stop_signal, t->st.micro, s + 1, A,
+                     t->where->pp > 1 ? "; the pipeline drained" : "");
             return save(t, err) ? -1 : PLAIT_EXIT_PREEMPTED;
         }
         double norm;

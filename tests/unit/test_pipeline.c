@@ -8,7 +8,10 @@
  * weight-gradient passes, with each recompute policy) at several depths, and
  * for the interleaved 1F1B (v model chunks a stage) at several (pp, m, v);
  * stages hold no more micro-batches than the schedule promises, and what the
- * grads_final hook (the data-parallel buckets') is told is final stays so. */
+ * grads_final hook (the data-parallel buckets') is told is final stays so. A
+ * step stopped mid-way (the first stage agreeing to stop, or a later stage
+ * asking it to) drains: every stage ends with exactly the gradients of the
+ * micro-batches before the stop, and no message is left over. */
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -114,6 +117,9 @@ struct job {
     struct final_mark marks[64];
     int n_marks;
     int stage;
+    int stop_before; /* first stage: agree to stop before this micro-batch (0: never) */
+    int want_after;  /* ask to stop once this many backwards are done (0: never) */
+    int agreements, backwards, done;
     struct endpoint end;
     const float *full_params;
     double loss;
@@ -150,7 +156,34 @@ static void check_marks(struct job *j, const float *grads)
               k->to);
         free(k->snapshot);
     }
-    CHECK(j->n_marks > 0, "stage %d: the grads_final hook was never called", j->stage);
+    /* a step run to its end makes its gradients final (a stopped one does not) */
+    CHECK(j->n_marks > 0 || j->done < j->sched->m,
+          "stage %d: the grads_final hook was never called", j->stage);
+}
+
+static int count_backward(void *ctx, int micro, struct plait_error *err)
+{
+    struct job *j = ctx;
+    (void)micro;
+    (void)err;
+    j->backwards++;
+    return 0;
+}
+
+static int agree_stop(void *ctx, int *stop, struct plait_error *err)
+{
+    struct job *j = ctx;
+    (void)err;
+    /* the agreements come before micro-batches 1, 2, ... in turn */
+    *stop = *stop || ++j->agreements == j->stop_before ||
+            (j->want_after && j->backwards >= j->want_after);
+    return 0;
+}
+
+static bool wants_stop(void *ctx)
+{
+    struct job *j = ctx;
+    return j->want_after && j->backwards >= j->want_after;
 }
 
 static void *run_stage(void *arg)
@@ -178,10 +211,16 @@ static void *run_stage(void *arg)
     struct pipe_feed feed = {feed_next, NULL};
     struct pipe_times times;
     j->m = &m;
-    struct pipe_step how = {
-        .B = B, .T = T, .grad_scale = 1.0f / (N * s->m), .grads_final = mark_final, .grads_ctx = j};
-    int done;
-    if (pipeline_step(&m, s, j->stage, &link, &feed, &how, &j->loss, &done, &times, &err)) {
+    struct pipe_step how = {.B = B,
+                            .T = T,
+                            .grad_scale = 1.0f / (N * s->m),
+                            .after_backward = count_backward,
+                            .agree_stop = agree_stop,
+                            .wants_stop = wants_stop,
+                            .ctx = j,
+                            .grads_final = mark_final,
+                            .grads_ctx = j};
+    if (pipeline_step(&m, s, j->stage, &link, &feed, &how, &j->loss, &j->done, &times, &err)) {
         snprintf(j->error, sizeof j->error, "%s", err.text);
     } else {
         j->grads = malloc(m.shard.total * sizeof *j->grads);
@@ -195,19 +234,31 @@ static void *run_stage(void *arg)
 }
 
 /* One step of schedule s over stages as threads: the loss and the gradients
- * summed over the stages (wte: first + last) into full_grads. */
-static int run(const struct schedule *s, const float *params, double *loss, float *full_grads,
-               size_t full_total)
+ * summed over the stages (wte: first + last) into full_grads. The first
+ * stage agrees to stop before micro-batch stop_before (0: never); stage
+ * want_stage asks to stop after its want_after-th backward (0: never);
+ * *done: the micro-batches every stage completed (-1 if they differ). */
+static int run_stopped(const struct schedule *s, const float *params, int stop_before,
+                       int want_stage, int want_after, double *loss, float *full_grads,
+                       size_t full_total, int *done)
 {
     struct post post = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL};
     struct job jobs[MAX_PP];
     pthread_t threads[MAX_PP];
     for (int st = 0; st < s->pp; st++) {
-        jobs[st] = (struct job){.sched = s, .stage = st, .end = {&post, st}, .full_params = params};
+        jobs[st] = (struct job){.sched = s,
+                                .stage = st,
+                                .stop_before = st == 0 ? stop_before : 0,
+                                .want_after = st == want_stage ? want_after : 0,
+                                .end = {&post, st},
+                                .full_params = params};
         pthread_create(&threads[st], NULL, run_stage, &jobs[st]);
     }
     for (int st = 0; st < s->pp; st++) pthread_join(threads[st], NULL);
     int rc = 0;
+    *done = jobs[0].done;
+    for (int st = 0; st < s->pp; st++)
+        if (jobs[st].done != *done || jobs[st].backwards != *done) *done = -1;
     float *one = calloc(full_total, sizeof *one);
     memset(full_grads, 0, full_total * sizeof *full_grads);
     for (int st = 0; st < s->pp; st++) {
@@ -228,9 +279,20 @@ static int run(const struct schedule *s, const float *params, double *loss, floa
     return rc;
 }
 
-/* The reference, without the executor: one rank, the whole model, m
- * micro-batches accumulated by hand. */
-static int reference(int m, const float *params, double *loss, float *full_grads, size_t full_total)
+static int run(const struct schedule *s, const float *params, double *loss, float *full_grads,
+               size_t full_total)
+{
+    int done;
+    int rc = run_stopped(s, params, 0, 0, 0, loss, full_grads, full_total, &done);
+    CHECK(rc || done == s->m, "%s pp %d m %d: %d micro-batches done", schedule_kind_name(s->kind),
+          s->pp, s->m, done);
+    return rc;
+}
+
+/* The reference, without the executor: one rank, the whole model, the first
+ * `count` of a step's m micro-batches accumulated by hand. */
+static int reference_of(int count, int m, const float *params, double *loss, float *full_grads,
+                        size_t full_total)
 {
     struct gpt2_part whole = gpt2_part_whole(&cfg);
     struct model md;
@@ -245,7 +307,7 @@ static int reference(int m, const float *params, double *loss, float *full_grads
     model_set_params(&md, shard);
     *loss = 0;
     int rc = 0;
-    for (int k = 0; k < m && rc == 0; k++) {
+    for (int k = 0; k < count && rc == 0; k++) {
         double l;
         rc = model_forward(&md, data_in[k], data_tg[k], B, T, 1.0f / (N * m), &l, &err) ||
                      model_backward(&md, B, T, k > 0, &err)
@@ -265,14 +327,17 @@ static int reference(int m, const float *params, double *loss, float *full_grads
     return rc;
 }
 
-/* The loss and every tensor of got against ref (the one-rank run). */
-static void compare(const struct schedule *s, const struct gpt2_layout *full, double loss,
-                    double ref_loss, const float *got, const float *ref)
+static int reference(int m, const float *params, double *loss, float *full_grads, size_t full_total)
 {
-    const char *kind = schedule_kind_name(s->kind);
-    CHECK(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss),
-          "%s (recompute %d) pp %d m %d v %d: loss %.9g vs %.9g", kind, (int)recompute, s->pp, s->m,
-          s->v, loss, ref_loss);
+    return reference_of(m, m, params, loss, full_grads, full_total);
+}
+
+/* The loss within 1e-6 and every tensor within 1e-5 of the reference's. */
+static void compare(const char *what, const struct gpt2_layout *full, double loss, double ref_loss,
+                    const float *got, const float *ref)
+{
+    CHECK(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss), "%s: loss %.9g vs %.9g", what, loss,
+          ref_loss);
     for (int t = 0; t < GPT2_TENSORS; t++) {
         double d = 0, n = 0;
         for (size_t i = 0; i < full->elems[t]; i++) {
@@ -280,17 +345,16 @@ static void compare(const struct schedule *s, const struct gpt2_layout *full, do
             d += (a - b) * (a - b);
             n += b * b;
         }
-        CHECK(sqrt(d) <= 1e-5 * sqrt(n) + 1e-30,
-              "%s (recompute %d) pp %d m %d v %d: %s off by %.3g", kind, (int)recompute, s->pp,
-              s->m, s->v, gpt2_tensor_names[t], n > 0 ? sqrt(d / n) : sqrt(d));
+        CHECK(sqrt(d) <= 1e-5 * sqrt(n) + 1e-30, "%s: %s off by %.3g", what, gpt2_tensor_names[t],
+              n > 0 ? sqrt(d / n) : sqrt(d));
     }
 }
 
-static float *params;
-
-static void setup_data(const struct gpt2_layout *full)
+/* The weights and the micro-batches of every test. */
+static float *make_inputs(struct gpt2_layout *full)
 {
-    params = malloc(full->total * sizeof *params);
+    gpt2_layout(&cfg, full);
+    float *params = malloc(full->total * sizeof *params);
     gpt2_init_weights(&cfg, full, params, 5);
     struct rng r;
     rng_seed(&r, 3, 0);
@@ -299,12 +363,13 @@ static void setup_data(const struct gpt2_layout *full)
             data_in[k][i] = (int32_t)rng_below(&r, cfg.vocab);
             data_tg[k][i] = (int32_t)rng_below(&r, cfg.vocab);
         }
+    return params;
 }
 
 /* One step of kind over pp stages (m micro-batches, v chunks) against one
  * rank accumulating the same micro-batches. */
-static void check_case(enum sched_kind kind, int pp, int m, int v, const struct gpt2_layout *full,
-                       float *ref, float *got)
+static void check_case(enum sched_kind kind, int pp, int m, int v, const float *params,
+                       const struct gpt2_layout *full, float *ref, float *got)
 {
     struct schedule s;
     struct plait_error err;
@@ -314,15 +379,18 @@ static void check_case(enum sched_kind kind, int pp, int m, int v, const struct 
         CHECK(0, "%s", err.text);
         return;
     }
-    if (run(&s, params, &loss, got, full->total) == 0) compare(&s, full, loss, ref_loss, got, ref);
+    char what[96];
+    snprintf(what, sizeof what, "%s (recompute %d) pp %d m %d v %d", schedule_kind_name(kind),
+             (int)recompute, pp, m, v);
+    if (run(&s, params, &loss, got, full->total) == 0)
+        compare(what, full, loss, ref_loss, got, ref);
     schedule_free(&s);
 }
 
 static void test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1(void)
 {
     struct gpt2_layout full;
-    gpt2_layout(&cfg, &full);
-    setup_data(&full);
+    float *params = make_inputs(&full);
     float *ref = malloc(full.total * sizeof *ref), *got = malloc(full.total * sizeof *got);
     const int cases[][2] = {{2, 4}, {4, 4}, {4, 8}, {3, 5}, {1, 3}};
     const enum sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_ZB_H1, SCHED_ZB_H1,
@@ -333,8 +401,57 @@ static void test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1(void)
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
         for (int k = 0; k < 5; k++) {
             recompute = policies[k];
-            check_case(kinds[k], cases[c][0], cases[c][1], 1, &full, ref, got);
+            check_case(kinds[k], cases[c][0], cases[c][1], 1, params, &full, ref, got);
         }
+    free(params);
+    free(ref);
+    free(got);
+}
+
+/* A stop agreed by the first stage before micro-batch k (each k of the step)
+ * leaves every stage with the gradients of micro-batches 0..k-1, for each
+ * schedule; a wish to stop from the last stage, after its first backward,
+ * reaches the first stage and stops every stage at the same micro-batch,
+ * before the step's end where the schedule sends gradients up while
+ * micro-batches still enter (1F1B, ZB-H1; GPipe sends none before its last
+ * forward). */
+static void test_a_stopped_step_drains_to_the_micro_batches_before_the_stop(void)
+{
+    struct gpt2_layout full;
+    float *params = make_inputs(&full);
+    float *ref = malloc(full.total * sizeof *ref), *got = malloc(full.total * sizeof *got);
+    const int cases[][2] = {{2, 4}, {4, 8}, {3, 5}, {1, 3}};
+    const enum sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_ZB_H1};
+    recompute = PLAN_RECOMPUTE_NONE;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int pp = cases[c][0], m = cases[c][1];
+        for (size_t kind = 0; kind < sizeof kinds / sizeof *kinds; kind++) {
+            struct schedule s;
+            struct plait_error err;
+            if (schedule_make(&s, kinds[kind], pp, m, 1, &err)) {
+                CHECK(0, "%s", err.text);
+                continue;
+            }
+            for (int k = 0; k <= m; k++) { /* k = m: the last stage's wish */
+                double loss, ref_loss;
+                int done;
+                bool asked = k == m;
+                if (run_stopped(&s, params, asked ? 0 : k, asked ? pp - 1 : 0, asked ? 1 : 0, &loss,
+                                got, full.total, &done))
+                    continue;
+                char what[96];
+                snprintf(what, sizeof what, "%s pp %d m %d, stopped %s %d",
+                         schedule_kind_name(s.kind), pp, m, asked ? "by the last stage at" : "at",
+                         done);
+                CHECK(asked || done == (k ? k : m), "%s: %d done, want %d", what, done, k);
+                CHECK(!asked || (done >= 1 && (done < m || s.kind == SCHED_GPIPE || m <= pp)),
+                      "%s: the last stage's wish stopped nothing", what);
+                if (done >= 1 && reference_of(done, m, params, &ref_loss, ref, full.total) == 0)
+                    compare(what, &full, loss, ref_loss, got, ref);
+            }
+            schedule_free(&s);
+        }
+    }
     free(params);
     free(ref);
     free(got);
@@ -345,8 +462,7 @@ static void test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1(void)
 static void test_interleaved_pipeline_matches_one_rank(void)
 {
     struct gpt2_layout full;
-    gpt2_layout(&cfg, &full);
-    setup_data(&full);
+    float *params = make_inputs(&full);
     float *ref = malloc(full.total * sizeof *ref), *got = malloc(full.total * sizeof *got);
     const int cases[][3] = {{2, 2, 2}, {2, 4, 2}, {2, 6, 4}, {4, 4, 2}, {4, 8, 2}}; /* pp, m, v */
     const enum plan_recompute policies[] = {PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE,
@@ -354,7 +470,8 @@ static void test_interleaved_pipeline_matches_one_rank(void)
                                             PLAN_RECOMPUTE_NONE};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         recompute = policies[c];
-        check_case(SCHED_INTERLEAVED, cases[c][0], cases[c][1], cases[c][2], &full, ref, got);
+        check_case(SCHED_INTERLEAVED, cases[c][0], cases[c][1], cases[c][2], params, &full, ref,
+                   got);
     }
     free(params);
     free(ref);
@@ -365,6 +482,7 @@ int main(void)
 {
     omp_set_num_threads(1);
     RUN(test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1);
+    RUN(test_a_stopped_step_drains_to_the_micro_batches_before_the_stop);
     RUN(test_interleaved_pipeline_matches_one_rank);
     return check_exit_code();
 }
