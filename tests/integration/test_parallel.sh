@@ -461,6 +461,14 @@ test_stopped_parallel_runs_resume_to_the_bit() {
     # each of the 8 ranks wrote its accumulated gradients
     [ "$(ls "$WORK/stop_2x2x2/checkpoints/step_00000005_0003" | grep -c '^grads-tp[01]-pp[01]-dp[01]\.bin$')" = 8 ] ||
         { ls "$WORK/stop_2x2x2/checkpoints/step_00000005_0003"; return 1; }
+    # interleaved (v 2, 8 micro-batches a step): it stops where the rest of the
+    # step is a multiple of pp, here after 4 of 8 (the 42nd micro-batch is the
+    # 2nd of step 6)
+    local iv=(--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2
+        --set model.layers=4 --set batch.grad_accum=8)
+    uninterrupted full_iv "${iv[@]}" || return 1
+    stop_resume stop_iv full_iv 42 "micro-batch 4 of step 6 (of 8; the pipeline drained)" \
+        "${iv[@]}" || return 1
 }
 
 # SIGTERM to the last stage alone (after its 18th micro-batch, the 2nd of
