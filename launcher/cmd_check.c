@@ -62,7 +62,8 @@ const struct cli_command cmd_check_cli = {
             [OPT_NODES] = {"--nodes", "N",
                            "nodes of the allocation (default: one per --topology, or 1)"},
             [OPT_GPUS_PER_NODE] = {"--gpus-per-node", "G",
-                                   "ranks per node (default: the node's GPUs; 1 without GPUs)"},
+                                   "ranks per node (default: the node's GPUs; for CPU ranks,\n"
+                                   "the layout's ranks spread over the nodes)"},
             [OPT_TOPOLOGY] = {"--topology", "FILE.xml",
                               "hwloc XML of a node; one file for all nodes, or one per\n"
                               "node (default: this machine)",
@@ -464,7 +465,17 @@ int cmd_check(int argc, char **argv)
     for (int i = 0; i < a.nodes; i++) {
         const struct topo *t = &topos[a.n_topologies > 1 ? i : 0];
         snprintf(names[i], sizeof names[i], "node%d", i);
-        int s = a.gpus_per_node ? a.gpus_per_node : t->n_gpus ? t->n_gpus : 1;
+        /* CPU ranks: as many as the layout has, spread over the nodes (plait train
+         * runs them all on this machine) */
+        bool cpu = p->parallel.device == PLAN_DEVICE_CPU ||
+                   (t->n_gpus == 0 && p->parallel.device != PLAN_DEVICE_CUDA);
+        int64_t world = (int64_t)p->parallel.tp * p->parallel.pp * p->parallel.dp;
+        bool fixed = p->parallel.tp != PLAN_AUTO && p->parallel.pp != PLAN_AUTO &&
+                     p->parallel.dp != PLAN_AUTO;
+        int s = a.gpus_per_node     ? a.gpus_per_node
+                : cpu && fixed      ? (int)((world + a.nodes - 1) / a.nodes)
+                : t->n_gpus && !cpu ? t->n_gpus
+                                    : 1;
         nodes[i] = (struct place_node){.name = names[i],
                                        .topo = t,
                                        .slots = s,
@@ -491,6 +502,9 @@ int cmd_check(int argc, char **argv)
         log_error("%s%s", err.text, is_auto ? " (see the candidates above)" : "");
         goto out;
     }
+    char shared[256];
+    place_shared_cores_text(&best.map, nodes, shared, sizeof shared);
+    if (*shared) log_warn("%s", shared);
     if (is_auto && !a.json)
         printf("chose tp %d, pp %d, dp %d: of the layouts that can be placed and fit in "
                "memory, the most modelled tokens per second\n\n",
