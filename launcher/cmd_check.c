@@ -377,9 +377,10 @@ static void print_schedule(const struct plan *p, const struct cost_layout *l)
     struct schedule s;
     struct sched_sim sim;
     if (make_schedule(p, l, &s, &sim)) return;
-    printf("\npipeline: %s over %d stages, %d micro-batches per step%s: bubble %.1f%% "
+    printf("\npipeline: %s over %d stages, %d micro-batch%s per step%s: bubble %.1f%% "
            "(simulated, backward = 2 × forward)\n",
-           schedule_kind_name(s.kind), s.pp, s.m, s.v > 1 ? ", interleaved" : "", 100 * sim.bubble);
+           schedule_kind_name(s.kind), s.pp, s.m, s.m == 1 ? "" : "es",
+           s.v > 1 ? ", interleaved" : "", 100 * sim.bubble);
     schedule_print(&s, stdout, 100);
     schedule_free(&s);
 }

@@ -1073,24 +1073,28 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
     int rc = -1;
     if (setup(&t, err)) goto out;
     if (t.st.step >= plan->steps) {
-        log_info("the run in %s already finished its %d steps", run_dir, plan->steps);
+        log_info("the run in %s already finished its %d step%s", run_dir, plan->steps,
+                 plan->steps == 1 ? "" : "s");
         rc = PLAIT_EXIT_OK;
         goto out;
     }
     log_info("%zu parameters, %d layers, hidden %d, %s, micro-batch %d×%d, %d step%s of %d "
-             "micro-batch%s, %d threads, %.0f GFLOP/s peak, activations %.1f MB (recompute %s)",
+             "micro-batch%s, %d thread%s, %.0f GFLOP/s peak, activations %.1f MB (recompute %s)",
              t.m.shard.total, plan->model.layers, plan->model.hidden,
              plan_precision_name(plan->precision), plan->batch.micro_batch, plan->model.seq_len,
              plan->steps, plan->steps == 1 ? "" : "s", plan->batch.grad_accum,
-             plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(), t.peak_gflops,
-             t.m.allocated.activations / 1e6, plan_recompute_name(plan->recompute));
+             plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(),
+             omp_get_max_threads() == 1 ? "" : "s", t.peak_gflops, t.m.allocated.activations / 1e6,
+             plan_recompute_name(plan->recompute));
     if (t.multi)
         log_info("tp %d × pp %d × dp %d = %d ranks (%s schedule%s%s): a global batch of %d "
-                 "micro-batches × %d sequences × %d tokens per step",
+                 "micro-batch%s × %d sequence%s × %d tokens per step",
                  where->tp, where->pp, where->dp, where->world,
                  plan_pipeline_name(plan->parallel.schedule), plan->parallel.zero ? ", ZeRO" : "",
                  plan->parallel.sequence_parallel ? ", sequence parallel" : "",
-                 plan->batch.grad_accum * where->dp, plan->batch.micro_batch, plan->model.seq_len);
+                 plan->batch.grad_accum * where->dp,
+                 plan->batch.grad_accum * where->dp == 1 ? "" : "es", plan->batch.micro_batch,
+                 plan->batch.micro_batch == 1 ? "" : "s", plan->model.seq_len);
     if (bf16_emulation(&t) && where->rank == 0) log_warn("%s", bf16_emulation(&t));
     /* samples need the whole model on one rank */
     bool samples = !t.multi;

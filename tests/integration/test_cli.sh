@@ -62,7 +62,20 @@ test_unknown_and_malformed_options() {
         "$PLAIT" check "$WORK/plan.json" --set=optimizer.lr=-1 || return 1
 }
 
+# plural only when the count is not 1: "1 thread", "profile over 1 step"
+test_singular_counts() {
+    tiny_plan "$WORK/plan.json"
+    OMP_NUM_THREADS=1 PLAIT_PROFILE=1 "$PLAIT" train "$WORK/plan.json" --out "$WORK/one" \
+        --set steps=2 --set optimizer.warmup_steps=0 --set batch.grad_accum=1 >"$WORK/one.log" 2>&1 ||
+        { cat "$WORK/one.log"; return 1; }
+    grep -q "2 steps of 1 micro-batch, 1 thread," "$WORK/one.log" &&
+        grep -q "profile over 1 step (ms per step)" "$WORK/one.log" ||
+        { cat "$WORK/one.log"; return 1; }
+    if grep -E "(^|[^0-9])1 (threads|steps|micro-batches|ranks|checkpoints)" "$WORK/one.log"; then return 1; fi
+}
+
 check help_everywhere test_help_everywhere
 check version_everywhere test_version_everywhere
 check unknown_and_malformed_options test_unknown_and_malformed_options
+check singular_counts test_singular_counts
 finish
