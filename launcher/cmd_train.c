@@ -3,6 +3,7 @@
  * travels as text; the runtime locks the run directory, checks that it belongs
  * to this plan and records it there) and execs plait-train (signals then
  * reach the runtime directly). */
+#include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -11,7 +12,6 @@
 #include <unistd.h>
 
 #include "common/env.h"
-#include "common/fsutil.h"
 #include "common/log.h"
 #include "common/plan.h"
 #include "launcher/commands.h"
@@ -116,8 +116,16 @@ int cmd_train(int argc, char **argv)
         log_error("out of memory");
         goto out;
     }
-    if (fs_mkdir_p(run_dir, &err) || !realpath(run_dir, abs_dir)) {
-        log_error("%s", err.text);
+    /* absolute, for the ranks; the runtime creates it (and removes it again if
+     * the first start fails), so a plan that cannot start leaves nothing behind */
+    char cwd[PATH_MAX] = "";
+    if (run_dir[0] != '/' && !getcwd(cwd, sizeof cwd)) {
+        log_error("cannot read the current directory: %s", strerror(errno));
+        goto out;
+    }
+    if (snprintf(abs_dir, sizeof abs_dir, "%s%s%s", cwd, *cwd ? "/" : "", run_dir) >=
+        (int)sizeof abs_dir) {
+        log_error("train: --out %s: path too long", run_dir);
         goto out;
     }
     setenv(PLAIT_ENV_PLAN_JSON, json, 1);

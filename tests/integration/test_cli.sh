@@ -74,8 +74,37 @@ test_singular_counts() {
     if grep -E "(^|[^0-9])1 (threads|steps|micro-batches|ranks|checkpoints)" "$WORK/one.log"; then return 1; fi
 }
 
+# a start that fails (here: no data) leaves no run directory behind, neither
+# for one rank nor for a gang, and says how to make the data; a directory that
+# was there before stays, and so does one that holds a run's history
+test_failed_first_start_leaves_nothing() {
+    tiny_plan "$WORK/plan.json"
+    mkdir -p "$WORK/fs" && cd "$WORK/fs" || return 1
+    expect_error "$WORK/fs1.log" 1 "data.train: no file matches $WORK/none_\*.bin: plait data prepare TEXT OUT.bin makes token shards" \
+        "$PLAIT" train "$WORK/plan.json" --set "data.train=$WORK/none_*.bin" || return 1
+    expect_error "$WORK/fs2.log" 1 "no file matches" "$PLAIT" train "$WORK/plan.json" \
+        --set "data.train=$WORK/none_*.bin" --set parallel.dp=2 --out deep/er/run || return 1
+    [ -z "$(ls -A "$WORK/fs")" ] || { echo "left behind:"; find "$WORK/fs"; return 1; }
+    mkdir -p kept
+    expect_error "$WORK/fs3.log" 1 "no file matches" "$PLAIT" train "$WORK/plan.json" \
+        --set "data.train=$WORK/none_*.bin" --out kept/run || return 1
+    [ "$(ls -A "$WORK/fs")" = kept ] && [ -z "$(ls -A kept)" ] || { find "$WORK/fs"; return 1; }
+    # a run with history keeps everything when a later start fails
+    cp "$WORK/train.bin" "$WORK/gone.bin"
+    "$PLAIT" train "$WORK/plan.json" --out hist --set steps=2 --set optimizer.warmup_steps=0 \
+        --set checkpoint.every=1 --set "data.train=$WORK/gone.bin" >/dev/null 2>&1 || return 1
+    rm "$WORK/gone.bin"
+    expect_error "$WORK/fs4.log" 1 "no file matches" "$PLAIT" train "$WORK/plan.json" --out hist \
+        --set steps=4 --set optimizer.warmup_steps=0 --set checkpoint.every=1 \
+        --set "data.train=$WORK/gone.bin" || return 1
+    [ -s hist/metrics.jsonl ] && [ -f hist/plan.json ] && ls hist/checkpoints | grep -q step_ ||
+        { find hist; return 1; }
+    cd "$ROOT" || return 1
+}
+
 check help_everywhere test_help_everywhere
 check version_everywhere test_version_everywhere
 check unknown_and_malformed_options test_unknown_and_malformed_options
 check singular_counts test_singular_counts
+check failed_first_start_leaves_nothing test_failed_first_start_leaves_nothing
 finish
