@@ -9,11 +9,11 @@
 #include <stdio.h>
 
 struct cli_option {
-    const char *name;     /* "--out" */
-    const char *arg;      /* "DIR"; NULL for a flag */
-    const char *help;     /* may hold '\n' for more lines */
-    bool repeats;         /* may be given more than once ("..." in the synopsis) */
-    const char *complete; /* bash completion of the value: "file", "dir", or NULL (none) */
+    const char *name; /* "--out" */
+    const char *arg;  /* "DIR", NULL for a flag; the bash completion completes a DIR
+                         with directories, a FILE.xml, VAL.bin or PLAN with files */
+    const char *help; /* may hold '\n' for more lines */
+    bool repeats;     /* may be given more than once ("..." in the synopsis) */
 };
 
 struct cli_command {

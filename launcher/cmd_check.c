@@ -67,7 +67,7 @@ const struct cli_command cmd_check_cli = {
             [OPT_TOPOLOGY] = {"--topology", "FILE.xml",
                               "hwloc XML of a node; one file for all nodes, or one per\n"
                               "node (default: this machine)",
-                              .repeats = true, .complete = "file"},
+                              .repeats = true},
             [OPT_JSON] = {"--json", NULL, "one JSON object instead of tables"},
             [OPT_SET] = {"--set", "path=value", "override a plan field, as for plait train",
                          .repeats = true},

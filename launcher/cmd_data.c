@@ -28,8 +28,7 @@ const struct cli_command cmd_data_prepare_cli = {
     .options =
         (const struct cli_option[]){
             [OPT_VAL] = {"--val", "VAL.bin",
-                         "hold back the end of the text as validation data, here",
-                         .complete = "file"},
+                         "hold back the end of the text as validation data, here"},
             [OPT_VAL_FRACTION] =
                 {"--val-fraction", "F",
                  "the share of the text --val holds back, in (0, 1) (default 0.1)"},

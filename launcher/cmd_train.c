@@ -34,8 +34,7 @@ const struct cli_command cmd_train_cli = {
             [OPT_OUT] = {"--out", "DIR",
                          "run directory (default runs/<plan name>); if it holds a\n"
                          "checkpoint of this plan, training resumes from the newest\n"
-                         "complete one (a different plan is refused: see --fresh)",
-                         .complete = "dir"},
+                         "complete one (a different plan is refused: see --fresh)"},
             [OPT_FRESH] = {"--fresh", NULL,
                            "start from scratch: remove the run directory's checkpoints\n"
                            "and metrics first"},

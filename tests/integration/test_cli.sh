@@ -102,9 +102,64 @@ test_failed_first_start_leaves_nothing() {
     cd "$ROOT" || return 1
 }
 
+# the man page and the bash completion come from the help text: the built
+# ones are what the binary's help gives now, every option of every command is
+# in the man page, the completion completes commands and options; make install
+# puts them (with the docs and examples) and make uninstall removes every file
+test_man_page_and_completion_follow_the_help() {
+    local share=$BUILD/share c o
+    scripts/gen_docs.sh "$PLAIT" "$WORK/docs" || return 1
+    cmp "$WORK/docs/man/man1/plait.1" "$share/man/man1/plait.1" &&
+        cmp "$WORK/docs/bash-completion/completions/plait" "$share/bash-completion/completions/plait" ||
+        { echo "the built man page or completion is not the binary's help"; return 1; }
+    local page=$share/man/man1/plait.1
+    for c in "${commands[@]}"; do
+        grep -qF ".SS \"plait $c\"" "$page" || { echo "man: no section for $c"; return 1; }
+        # shellcheck disable=SC2086
+        for o in $("$PLAIT" help $c | awk '/^options:/ { on = 1; next } on && /^  --/ { print $1 }'); do
+            grep -qF -- ".B ${o//-/\\-}" "$page" || { echo "man: no $o of $c"; return 1; }
+        done
+    done
+    if command -v man >/dev/null; then # and it renders (man-db is not always there)
+        MANWIDTH=100 man -l "$page" >"$WORK/man.txt" 2>"$WORK/man.err" && ! [ -s "$WORK/man.err" ] &&
+            grep -q "^   plait check" "$WORK/man.txt" || { cat "$WORK/man.err"; return 1; }
+    fi
+    complete_words() { # the words of a command line, the last one being completed
+        # shellcheck disable=SC1091
+        source "$share/bash-completion/completions/plait"
+        COMP_WORDS=("$@")
+        COMP_CWORD=$(($# - 1))
+        _plait
+        echo "${COMPREPLY[*]}"
+    }
+    [ "$(complete_words plait tr)" = train ] || { complete_words plait tr; return 1; }
+    [ "$(complete_words plait data p)" = prepare ] || return 1
+    [ "$(complete_words plait check x.json --to)" = --topology ] || return 1
+    [ "$(complete_words plait data prepare a b --val-f)" = --val-fraction ] || return 1
+}
+
+test_install_and_uninstall() {
+    local dest=$WORK/inst san=0
+    [[ $BUILD == *asan* ]] && san=1
+    make -s install BUILD="$BUILD" SAN=$san DESTDIR="$dest" PREFIX=/usr >"$WORK/inst.log" 2>&1 ||
+        { cat "$WORK/inst.log"; return 1; }
+    for f in bin/plait bin/plait-train share/man/man1/plait.1 share/bash-completion/completions/plait \
+        share/doc/plait/README.md share/doc/plait/ADMIN.md share/plait/examples/README.md \
+        share/plait/examples/plans/shakespeare.json share/plait/examples/data/tinyshakespeare.txt; do
+        [ -f "$dest/usr/$f" ] || { echo "not installed: $f"; return 1; }
+    done
+    "$dest/usr/bin/plait" --version >/dev/null || return 1
+    make -s uninstall BUILD="$BUILD" SAN=$san DESTDIR="$dest" PREFIX=/usr >"$WORK/uninst.log" 2>&1 ||
+        { cat "$WORK/uninst.log"; return 1; }
+    [ -z "$(find "$dest" -type f)" ] || { echo "left after uninstall:"; find "$dest" -type f; return 1; }
+    [ ! -e "$dest/usr/share/plait" ] && [ ! -e "$dest/usr/share/doc/plait" ] || { find "$dest"; return 1; }
+}
+
 check help_everywhere test_help_everywhere
 check version_everywhere test_version_everywhere
 check unknown_and_malformed_options test_unknown_and_malformed_options
 check singular_counts test_singular_counts
 check failed_first_start_leaves_nothing test_failed_first_start_leaves_nothing
+check man_page_and_completion_follow_the_help test_man_page_and_completion_follow_the_help
+check install_and_uninstall test_install_and_uninstall
 finish
