@@ -40,6 +40,10 @@ static int write_shard(const char *path, const unsigned char *text, size_t n,
 {
     if (n > INT32_MAX)
         return error_set(err, "%s: %zu tokens do not fit one shard (max %d)", path, n, INT32_MAX);
+    char *dir = fs_dirname(path); /* made if missing, as the plan's data directory */
+    int made = dir ? fs_mkdir_p(dir, err) : error_set(err, "out of memory");
+    free(dir);
+    if (made) return -1;
     size_t bytes = LLMC_HEADER_BYTES + n * 2;
     char *buf = malloc(bytes);
     if (!buf) return error_set(err, "out of memory");
