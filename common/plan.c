@@ -500,34 +500,42 @@ static int report(struct ctx *c, int origin, int line, const char *path, const c
     return error_set(c->err, "%s: %s", at, msg);
 }
 
-/* An error about the value at path, located where that value (or its parent) came from. */
-static int fail(struct ctx *c, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(struct ctx *c, const char *path, const char *fmt, ...)
-{
-    char msg[640];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    const struct entry *e = locate(c, path);
-    return report(c, e ? e->origin : -1, e ? e->line : 0, path, msg);
-}
-
 /* An error of a rule between fields: at path's place, unless an override set
  * one of the fields the rule also reads (also: space-separated paths) after
  * path's own value was given. Then it names that override (the last such)
  * and where path's value came from: "--set steps=5: optimizer.warmup_steps:
  * must be < steps (5) ...; optimizer.warmup_steps is at plan.json:9". */
+static int vfail_rule(struct ctx *c, const char *path, const char *also, const char *fmt,
+                      va_list ap) __attribute__((format(printf, 4, 0)));
 static int fail_rule(struct ctx *c, const char *path, const char *also, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static int fail_rule(struct ctx *c, const char *path, const char *also, const char *fmt, ...)
+
+/* An error about the value at path, located where that value (or its parent) came from. */
+static int fail(struct ctx *c, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(struct ctx *c, const char *path, const char *fmt, ...)
 {
-    char msg[640];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int rc = vfail_rule(c, path, "", fmt, ap);
     va_end(ap);
+    return rc;
+}
+
+static int fail_rule(struct ctx *c, const char *path, const char *also, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vfail_rule(c, path, also, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static int vfail_rule(struct ctx *c, const char *path, const char *also, const char *fmt,
+                      va_list ap)
+{
+    char msg[640];
+    vsnprintf(msg, sizeof msg, fmt, ap);
     const struct entry *own = locate(c, path);
     int own_origin = own ? own->origin : -1, culprit = own_origin;
     for (const char *a = also; *a;) {
