@@ -19,7 +19,8 @@ static int option_synopsis(const struct cli_option *o, char *buf, size_t n)
                     o->repeats ? "..." : "");
 }
 
-/* usage: plait NAME OPERANDS [OPTIONS...], wrapped under the first operand */
+/* "usage: plait NAME OPERANDS [--opt ARG]...", wrapped at 80 columns with the
+ * continuation lines indented past "usage: plait" */
 static void synopsis(const struct cli_command *c, FILE *out)
 {
     int col = fprintf(out, "usage: plait %s", c->name);
