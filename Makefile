@@ -9,7 +9,7 @@
 #   make bench-memory    per-rank memory and pipeline bubble of real runs against plait
 #                        check's predictions (prints ratios; not a test)
 #   make test-gpu        the nccl backend on this machine's GPUs (tests/gpu/run.sh; not in make test)
-#   make install PREFIX=/usr/local
+#   make install PREFIX=/usr/local   (make uninstall PREFIX=/usr/local removes what it put)
 #
 # BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan,
 # TSAN=1 with ThreadSanitizer (make all BUILD=build-tsan TSAN=1; not part of make test).
@@ -103,8 +103,16 @@ GPU_TESTS    := $(if $(HAVE_NCCL),$(BUILD)/tests/gpu/test_nccl)
 # with sanitizers (it is loaded into Slurm's own processes).
 SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 00,$(SAN)$(TSAN))),$(BUILD)/lib/spank_plait.so)
 
-.PHONY: all test test-gpu demo bench bench-comm bench-memory install clean deps-build deps-test format fuzz
-all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO)
+# plait's man page and bash completion, written from its help text (scripts/gen_docs.sh)
+MAN_PAGE     := $(BUILD)/share/man/man1/plait.1
+COMPLETION   := $(BUILD)/share/bash-completion/completions/plait
+
+.PHONY: all test test-gpu demo bench bench-comm bench-memory install uninstall docs clean deps-build deps-test format fuzz
+all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO) docs
+
+docs: $(MAN_PAGE) $(COMPLETION)
+$(MAN_PAGE) $(COMPLETION) &: $(PLAIT) scripts/gen_docs.sh
+	scripts/gen_docs.sh $(PLAIT) $(BUILD)/share
 
 $(BUILD)/obj/kernels/%.o: kernels/%.c
 	@mkdir -p $(dir $@)
@@ -201,10 +209,32 @@ bench-memory: deps-test
 	$(MAKE) -j$(JOBS) $(PLAIT) $(PLAIT_TRAIN)
 	bench/memory_bench.sh
 
-install: $(PLAIT) $(PLAIT_TRAIN) $(SPANK_SO)
-	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 755 $(PLAIT) $(PLAIT_TRAIN) $(DESTDIR)$(PREFIX)/bin/
-	$(if $(SPANK_SO),install -d $(DESTDIR)$(PREFIX)/lib/slurm && install -m 755 $(SPANK_SO) $(DESTDIR)$(PREFIX)/lib/slurm/)
+# make install puts exactly these files (and make uninstall removes exactly them,
+# then the directories only plait uses, when empty): the programs, the plugin,
+# the man page, the bash completion, the docs and the examples.
+DEST          := $(DESTDIR)$(PREFIX)
+EXAMPLE_FILES := $(sort $(wildcard examples/*.md examples/*/*))
+DOC_FILES     := README.md examples/slurm/ADMIN.md
+INSTALLED     := $(addprefix $(DEST)/bin/,plait plait-train) \
+                 $(if $(SPANK_SO),$(DEST)/lib/slurm/spank_plait.so) \
+                 $(DEST)/share/man/man1/plait.1 $(DEST)/share/bash-completion/completions/plait \
+                 $(addprefix $(DEST)/share/doc/plait/,$(notdir $(DOC_FILES))) \
+                 $(addprefix $(DEST)/share/plait/,$(EXAMPLE_FILES))
+
+install: $(PLAIT) $(PLAIT_TRAIN) $(SPANK_SO) docs
+	install -d $(DEST)/bin $(DEST)/share/man/man1 $(DEST)/share/bash-completion/completions \
+		$(DEST)/share/doc/plait $(addprefix $(DEST)/share/plait/,$(sort $(dir $(EXAMPLE_FILES))))
+	install -m 755 $(PLAIT) $(PLAIT_TRAIN) $(DEST)/bin/
+	$(if $(SPANK_SO),install -d $(DEST)/lib/slurm && install -m 755 $(SPANK_SO) $(DEST)/lib/slurm/)
+	install -m 644 $(MAN_PAGE) $(DEST)/share/man/man1/
+	install -m 644 $(COMPLETION) $(DEST)/share/bash-completion/completions/
+	install -m 644 $(DOC_FILES) $(DEST)/share/doc/plait/
+	$(foreach f,$(EXAMPLE_FILES),install -m 644 $(f) $(DEST)/share/plait/$(f) &&) true
+
+uninstall:
+	rm -f $(INSTALLED)
+	-rmdir $(sort $(dir $(addprefix $(DEST)/share/plait/,$(EXAMPLE_FILES)))) \
+		$(DEST)/share/plait/examples $(DEST)/share/plait $(DEST)/share/doc/plait 2>/dev/null
 
 format:
 	clang-format -i $(shell git ls-files '*.c' '*.h')

@@ -22,6 +22,12 @@ int fs_join(char *out, size_t out_bytes, const char *dir, const char *name, stru
 
 int fs_mkdir_p(const char *path, struct plait_error *err)
 {
+    return fs_mkdir_p_made(path, NULL, err);
+}
+
+int fs_mkdir_p_made(const char *path, char **made, struct plait_error *err)
+{
+    if (made) *made = NULL;
     if (!*path) return error_set(err, "an empty path is not a directory");
     char *p = strdup(path);
     if (!p) return error_set(err, "out of memory");
@@ -29,7 +35,9 @@ int fs_mkdir_p(const char *path, struct plait_error *err)
         if (*s != '/' && *s != '\0') continue;
         char saved = *s;
         *s = '\0';
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+        if (mkdir(p, 0777) == 0) {
+            if (made && !*made) *made = strdup(p); /* NULL if out of memory: kept */
+        } else if (errno != EEXIST) {
             error_errno(err, "creating directory %s", p);
             free(p);
             return -1;
@@ -42,6 +50,20 @@ int fs_mkdir_p(const char *path, struct plait_error *err)
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
         return error_set(err, "%s: exists and is not a directory", path);
     return 0;
+}
+
+void fs_rmdir_up(const char *path, const char *made)
+{
+    if (!made) return;
+    size_t top = strlen(made);
+    char *p = strdup(path);
+    if (!p) return;
+    while (strlen(p) >= top && rmdir(p) == 0) {
+        char *slash = strrchr(p, '/');
+        if (strlen(p) == top || !slash || slash == p) break;
+        *slash = '\0';
+    }
+    free(p);
 }
 
 int fs_fsync_dir(const char *path, struct plait_error *err)

@@ -16,6 +16,14 @@ int fs_join(char *out, size_t out_bytes, const char *dir, const char *name,
 /* mkdir -p; existing directories are fine; "" is an error. */
 int fs_mkdir_p(const char *path, struct plait_error *err);
 
+/* The same; *made gets the outermost directory it created (malloc'ed), or
+ * NULL when it created none, so that fs_rmdir_up can undo it. */
+int fs_mkdir_p_made(const char *path, char **made, struct plait_error *err);
+
+/* Undoes fs_mkdir_p_made: rmdir path, then its parents, up to and including
+ * made; stops at the first that is not empty (nothing else is removed). */
+void fs_rmdir_up(const char *path, const char *made);
+
 /* fsync of a directory (so a rename or create inside it is durable). */
 int fs_fsync_dir(const char *path, struct plait_error *err);
 

@@ -225,8 +225,10 @@ static bool same_cores(const int *a, int na, const int *b, int nb)
 
 /* Splits cores among the ranks of one node: the ranks whose GPUs share a set
  * of local cores divide that set evenly, without overlap (CPU ranks divide
- * all cores). */
-static int assign_cores(const struct topo *t, struct place_rank **on_node, int n,
+ * all cores). With more ranks than cores in a set, each rank gets one core,
+ * round-robin (ranks then share a core whole, never part of a set), and
+ * shared gets the first such set's ranks and cores. */
+static int assign_cores(const struct topo *t, struct place_rank **on_node, int n, int shared[2],
                         struct plait_error *err)
 {
     int *all = malloc((size_t)(t->n_cores ? t->n_cores : 1) * sizeof *all);
@@ -266,9 +268,10 @@ static int assign_cores(const struct topo *t, struct place_rank **on_node, int n
             int lo = (int)((long)m * n_avail / k), hi = (int)((long)(m + 1) * n_avail / k);
             const int *from = avail + lo;
             int count = hi - lo;
-            if (count == 0) { /* more ranks than cores: they share the set */
-                from = set;
-                count = n_set;
+            if (k > n_avail) { /* more ranks than cores: one core each, round-robin */
+                from = n_avail ? &avail[m % n_avail] : &set[m % (n_set ? n_set : 1)];
+                count = n_avail || n_set ? 1 : 0;
+                if (!shared[0]) shared[0] = k, shared[1] = n_avail;
             }
             q->cores = malloc((size_t)(count ? count : 1) * sizeof *q->cores);
             if (!q->cores) {
@@ -363,6 +366,12 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
     if (tp < 1 || pp < 1 || dp < 1)
         return error_set(err, "placement needs concrete degrees (tp %d, pp %d, dp %d)", tp, pp, dp);
     if (n_nodes < 1) return error_set(err, "placement needs at least one node");
+    for (int i = 0; i < n_nodes; i++)
+        if (plan->parallel.device == PLAN_DEVICE_CUDA && nodes[i].topo->n_gpus == 0)
+            return error_set(err,
+                             "parallel.device is \"cuda\" but node %s has no GPU (%s): use "
+                             "\"cpu\" or \"auto\" to train on its cores",
+                             nodes[i].name, nodes[i].topo->source);
     long long world_ll = (long long)tp * pp * dp;
     if (world_ll > 1 << 24)
         return error_set(err, "tp × pp × dp = %lld ranks is too many", world_ll);
@@ -393,6 +402,7 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
     out->pp = pp;
     out->dp = dp;
     out->n_nodes = n_nodes;
+    out->shared_node = -1;
     out->ranks = calloc((size_t)(unsigned)world, sizeof *out->ranks);
     if (!out->ranks) {
         error_set(err, "out of memory");
@@ -440,10 +450,16 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
             on_node[k]->local_rank = k;
             if (on_node[k]->gpu >= 0) on_node[k]->nic = choose_nic(t, on_node[k], load);
         }
-        if (assign_cores(t, on_node, n, err)) {
+        int shared[2] = {0, 0};
+        if (assign_cores(t, on_node, n, shared, err)) {
             free(on_node);
             free(load);
             goto out;
+        }
+        if (shared[0] && out->shared_node < 0) {
+            out->shared_node = i;
+            out->shared_ranks = shared[0];
+            out->shared_cores = shared[1];
         }
         for (int k = 0; k < n; k++) /* CPU ranks know their NUMA node only now */
             if (on_node[k]->gpu < 0) on_node[k]->nic = choose_nic(t, on_node[k], load);
@@ -459,6 +475,19 @@ out:
     free(largest);
     if (rc) rank_map_free(out);
     return rc;
+}
+
+void place_shared_cores_text(const struct rank_map *m, const struct place_node *nodes, char *buf,
+                             size_t bytes)
+{
+    if (bytes == 0) return;
+    buf[0] = '\0';
+    if (m->shared_node < 0) return;
+    snprintf(buf, bytes,
+             "node %s has %d core%s for %d ranks: each rank gets one core, round-robin, and "
+             "ranks share cores (slower than a core or more per rank)",
+             nodes[m->shared_node].name, m->shared_cores, m->shared_cores == 1 ? "" : "s",
+             m->shared_ranks);
 }
 
 void rank_map_free(struct rank_map *m)

@@ -52,6 +52,10 @@ struct rank_map {
     int n_nodes;
     struct place_rank *ranks; /* [world], by global rank */
     struct place_comm comm_tp, comm_pp, comm_dp;
+    int shared_node;  /* the first node with more ranks than cores to give them (they then
+                         get one core each, round-robin, and share them), or -1 */
+    int shared_ranks; /* those ranks and the cores they share, for the warning */
+    int shared_cores;
 };
 
 /* Bandwidths the topology does not state (GB/s per rank). */
@@ -69,6 +73,11 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
                 int n_nodes, const struct place_bandwidth *bw, struct rank_map *out,
                 struct plait_error *err);
 void rank_map_free(struct rank_map *m);
+
+/* "node n1 has 2 cores for 4 ranks: ..." when m->shared_node >= 0 (the
+ * launchers warn with it), else "". */
+void place_shared_cores_text(const struct rank_map *m, const struct place_node *nodes, char *buf,
+                             size_t bytes);
 
 /* The env contract of one rank (NAME=value strings, malloc'ed, NULL-ended). */
 char **place_rank_env(const struct rank_map *m, const struct place_node *nodes, int rank);

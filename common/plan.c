@@ -500,18 +500,64 @@ static int report(struct ctx *c, int origin, int line, const char *path, const c
     return error_set(c->err, "%s: %s", at, msg);
 }
 
+/* An error of a rule between fields: at path's place, unless an override set
+ * one of the fields the rule also reads (also: space-separated paths) after
+ * path's own value was given. Then it names that override (the last such)
+ * and where path's value came from: "--set steps=5: optimizer.warmup_steps:
+ * must be < steps (5) ...; optimizer.warmup_steps is at plan.json:9". */
+static int vfail_rule(struct ctx *c, const char *path, const char *also, const char *fmt,
+                      va_list ap) __attribute__((format(printf, 4, 0)));
+static int fail_rule(struct ctx *c, const char *path, const char *also, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* An error about the value at path, located where that value (or its parent) came from. */
 static int fail(struct ctx *c, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int fail(struct ctx *c, const char *path, const char *fmt, ...)
 {
-    char msg[640];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int rc = vfail_rule(c, path, "", fmt, ap);
     va_end(ap);
-    const struct entry *e = locate(c, path);
-    return report(c, e ? e->origin : -1, e ? e->line : 0, path, msg);
+    return rc;
+}
+
+static int fail_rule(struct ctx *c, const char *path, const char *also, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vfail_rule(c, path, also, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static int vfail_rule(struct ctx *c, const char *path, const char *also, const char *fmt,
+                      va_list ap)
+{
+    char msg[640];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    const struct entry *own = locate(c, path);
+    int own_origin = own ? own->origin : -1, culprit = own_origin;
+    for (const char *a = also; *a;) {
+        size_t n = strcspn(a, " ");
+        char other[64];
+        snprintf(other, sizeof other, "%.*s", (int)n, a);
+        const struct entry *e = locate(c, other);
+        if (e && e->origin > culprit) culprit = e->origin;
+        a += n + (a[n] == ' ');
+    }
+    if (culprit == own_origin) return report(c, own_origin, own ? own->line : 0, path, msg);
+    char full[1280];
+    bool given_here = own && strcmp(own->path, path) == 0;
+    if (given_here && own_origin >= 0)
+        snprintf(full, sizeof full, "%s; %s is set by --set %s", msg, path,
+                 c->overrides[own_origin] ? c->overrides[own_origin] : "(null)");
+    else if (given_here && own->line > 0)
+        snprintf(full, sizeof full, "%s; %s is at %s:%d", msg, path, c->source, own->line);
+    else
+        snprintf(full, sizeof full, "%s; %s is %s", msg, path,
+                 given_here ? "in the plan" : "its default");
+    return report(c, culprit, 0, path, full);
 }
 
 /* The value as written ("-3e-4", "\"fp16\""), shortened; "object"/"array" for those. */
@@ -1050,16 +1096,16 @@ static int apply_init(struct ctx *c, json_t *root, struct plan *p)
         snprintf(path, sizeof path, "model.%s", from_header[k].key);
         if (given(root, "model", from_header[k].key) &&
             *from_header[k].field != from_header[k].header)
-            return fail(c, path, "%d contradicts model.init (%s has %d)", *from_header[k].field,
-                        name, from_header[k].header);
+            return fail_rule(c, path, "model.init", "%d contradicts model.init (%s has %d)",
+                             *from_header[k].field, name, from_header[k].header);
         *from_header[k].field = from_header[k].header;
     }
     if (!given(root, "model", "seq_len"))
         p->model.seq_len = h.max_seq_len;
     else if (p->model.seq_len > h.max_seq_len)
-        return fail(c, "model.seq_len",
-                    "%d exceeds the max sequence length of model.init (%s has %d)",
-                    p->model.seq_len, name, h.max_seq_len);
+        return fail_rule(c, "model.seq_len", "model.init",
+                         "%d exceeds the max sequence length of model.init (%s has %d)",
+                         p->model.seq_len, name, h.max_seq_len);
     return 0;
 }
 
@@ -1077,9 +1123,9 @@ static int check_ranks(struct ctx *c, const struct plan *p)
         if (d[k].degree == PLAN_AUTO) continue;
         ranks *= d[k].degree; /* < 2^24 · 2^31: no overflow in 64 bits */
         if (ranks > PLAN_MAX_RANKS)
-            return fail(c, d[k].path,
-                        "%d makes tp × pp × dp = %lld ranks, more than plait runs (%d)",
-                        d[k].degree, (long long)ranks, PLAN_MAX_RANKS);
+            return fail_rule(c, d[k].path, "parallel.tp parallel.pp parallel.dp",
+                             "%d makes tp × pp × dp = %lld ranks, more than plait runs (%d)",
+                             d[k].degree, (long long)ranks, PLAN_MAX_RANKS);
     }
     return 0;
 }
@@ -1110,10 +1156,11 @@ static int check_model_size(struct ctx *c, json_t *root, const struct plan *p)
             }
         }
     }
-    return fail(c, culprit,
-                "%d makes the model too large to address (layers %d, hidden %d, padded vocab "
-                "%d, max seq len %d: more than 2^60 parameters)",
-                value, m->layers, m->hidden, m->padded_vocab, m->max_seq_len);
+    return fail_rule(c, culprit,
+                     "model.layers model.hidden model.vocab model.padded_vocab model.max_seq_len",
+                     "%d makes the model too large to address (layers %d, hidden %d, padded vocab "
+                     "%d, max seq len %d: more than 2^60 parameters)",
+                     value, m->layers, m->hidden, m->padded_vocab, m->max_seq_len);
 }
 
 static int check_rules(struct ctx *c, json_t *root, struct plan *p)
@@ -1127,82 +1174,92 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
         if (!given(root, "model", "max_seq_len")) m->max_seq_len = m->seq_len;
     }
     if (m->hidden % m->heads != 0)
-        return fail(c, "model.heads", "must divide model.hidden (%d %% %d = %d)", m->hidden,
-                    m->heads, m->hidden % m->heads);
+        return fail_rule(c, "model.heads", "model.hidden",
+                         "must divide model.hidden (%d %% %d = %d)", m->hidden, m->heads,
+                         m->hidden % m->heads);
     if (m->padded_vocab < m->vocab)
-        return fail(c, "model.padded_vocab", "must be >= model.vocab (%d) (got %s)", m->vocab,
-                    got_text(c, "model.padded_vocab", given(root, "model", "padded_vocab"), got));
+        return fail_rule(
+            c, "model.padded_vocab", "model.vocab", "must be >= model.vocab (%d) (got %s)",
+            m->vocab, got_text(c, "model.padded_vocab", given(root, "model", "padded_vocab"), got));
     if (m->max_seq_len < m->seq_len)
-        return fail(c, "model.max_seq_len", "must be >= model.seq_len (%d) (got %s)", m->seq_len,
-                    got_text(c, "model.max_seq_len", given(root, "model", "max_seq_len"), got));
+        return fail_rule(
+            c, "model.max_seq_len", "model.seq_len", "must be >= model.seq_len (%d) (got %s)",
+            m->seq_len, got_text(c, "model.max_seq_len", given(root, "model", "max_seq_len"), got));
     if (p->data.val_every > 0 && !p->data.val)
-        return fail(c, "data.val_every", "must be 0 without data.val (got %s)",
-                    got_text(c, "data.val_every", given(root, "data", "val_every"), got));
+        return fail_rule(c, "data.val_every", "data.val", "must be 0 without data.val (got %s)",
+                         got_text(c, "data.val_every", given(root, "data", "val_every"), got));
     const char *warmup = "optimizer.warmup_steps";
     json_t *wv = given(root, "optimizer", "warmup_steps");
     if (p->optimizer.schedule == PLAN_SCHEDULE_COSINE && p->optimizer.warmup_steps >= p->steps)
-        return fail(c, warmup, "must be < steps (%d) with the cosine schedule (got %s)", p->steps,
-                    got_text(c, warmup, wv, got));
+        return fail_rule(c, warmup, "steps optimizer.schedule",
+                         "must be < steps (%d) with the cosine schedule (got %s)", p->steps,
+                         got_text(c, warmup, wv, got));
     if (p->optimizer.warmup_steps > p->steps)
-        return fail(c, warmup, "must be <= steps (%d) (got %s)", p->steps,
-                    got_text(c, warmup, wv, got));
+        return fail_rule(c, warmup, "steps", "must be <= steps (%d) (got %s)", p->steps,
+                         got_text(c, warmup, wv, got));
     /* tensor parallelism splits the heads and the (padded) vocabulary; pipeline
      * parallelism needs a layer per stage */
     int tp = p->parallel.tp, pp = p->parallel.pp;
     if (tp != PLAN_AUTO && m->heads % tp != 0)
-        return fail(c, "parallel.tp", "must divide model.heads (%d %% %d = %d)", m->heads, tp,
-                    m->heads % tp);
+        return fail_rule(c, "parallel.tp", "model.heads", "must divide model.heads (%d %% %d = %d)",
+                         m->heads, tp, m->heads % tp);
     if (tp != PLAN_AUTO && m->padded_vocab % tp != 0)
-        return fail(c, "parallel.tp", "must divide model.padded_vocab (%d %% %d = %d)",
-                    m->padded_vocab, tp, m->padded_vocab % tp);
+        return fail_rule(c, "parallel.tp", "model.padded_vocab model.vocab",
+                         "must divide model.padded_vocab (%d %% %d = %d)", m->padded_vocab, tp,
+                         m->padded_vocab % tp);
     if (pp != PLAN_AUTO && pp > m->layers)
-        return fail(c, "parallel.pp", "must be <= model.layers (%d) (got %d)", m->layers, pp);
+        return fail_rule(c, "parallel.pp", "model.layers", "must be <= model.layers (%d) (got %d)",
+                         m->layers, pp);
     if (tp != PLAN_AUTO && (4 * (long long)m->hidden) % tp != 0)
-        return fail(c, "parallel.tp", "must divide 4·model.hidden (%lld %% %d = %lld)",
-                    4 * (long long)m->hidden, tp, 4 * (long long)m->hidden % tp);
+        return fail_rule(c, "parallel.tp", "model.hidden",
+                         "must divide 4·model.hidden (%lld %% %d = %lld)", 4 * (long long)m->hidden,
+                         tp, 4 * (long long)m->hidden % tp);
     const struct plan_parallel *par = &p->parallel;
     bool interleaved = par->schedule == PLAN_PIPE_INTERLEAVED;
     if (interleaved && par->virtual_stages < 2)
-        return fail(c, "parallel.virtual_stages",
-                    "must be >= 2 with the interleaved schedule (got %d)", par->virtual_stages);
+        return fail_rule(c, "parallel.virtual_stages", "parallel.schedule",
+                         "must be >= 2 with the interleaved schedule (got %d)",
+                         par->virtual_stages);
     if (!interleaved && par->virtual_stages != 1)
-        return fail(c, "parallel.virtual_stages",
-                    "must be 1 unless parallel.schedule is \"interleaved\" (got %d)",
-                    par->virtual_stages);
+        return fail_rule(c, "parallel.virtual_stages", "parallel.schedule",
+                         "must be 1 unless parallel.schedule is \"interleaved\" (got %d)",
+                         par->virtual_stages);
     const struct plan_ints *split = &par->stage_layers;
     if (split->n && pp == PLAN_AUTO)
-        return fail(c, "parallel.stage_layers", "needs parallel.pp set (it is \"auto\")");
+        return fail_rule(c, "parallel.stage_layers", "parallel.pp",
+                         "needs parallel.pp set (it is \"auto\")");
     if (split->n && split->n != pp)
-        return fail(c, "parallel.stage_layers",
-                    "must list the layers of each of the parallel.pp %d stages (got %d)", pp,
-                    split->n);
+        return fail_rule(c, "parallel.stage_layers", "parallel.pp",
+                         "must list the layers of each of the parallel.pp %d stages (got %d)", pp,
+                         split->n);
     if (split->n && interleaved)
-        return fail(c, "parallel.stage_layers",
-                    "cannot be set with the interleaved schedule (its chunks split the layers "
-                    "evenly)");
+        return fail_rule(c, "parallel.stage_layers", "parallel.schedule",
+                         "cannot be set with the interleaved schedule (its chunks split the layers "
+                         "evenly)");
     long long split_sum = 0;
     for (int k = 0; k < split->n; k++) split_sum += split->v[k];
     if (split->n && split_sum != m->layers)
-        return fail(c, "parallel.stage_layers", "must add up to model.layers (%d) (got %lld)",
-                    m->layers, split_sum);
+        return fail_rule(c, "parallel.stage_layers", "model.layers",
+                         "must add up to model.layers (%d) (got %lld)", m->layers, split_sum);
     if (interleaved && pp != PLAN_AUTO && p->batch.grad_accum % pp != 0)
-        return fail(c, "batch.grad_accum",
-                    "must be a multiple of parallel.pp (%d) with the interleaved schedule "
-                    "(got %d)",
-                    pp, p->batch.grad_accum);
+        return fail_rule(c, "batch.grad_accum", "parallel.pp parallel.schedule",
+                         "must be a multiple of parallel.pp (%d) with the interleaved schedule "
+                         "(got %d)",
+                         pp, p->batch.grad_accum);
     if (interleaved && pp != PLAN_AUTO && m->layers % (pp * par->virtual_stages) != 0)
-        return fail(c, "parallel.virtual_stages",
-                    "pp × virtual_stages (%d × %d) must divide model.layers (%d)", pp,
-                    par->virtual_stages, m->layers);
+        return fail_rule(c, "parallel.virtual_stages", "parallel.pp model.layers parallel.schedule",
+                         "pp × virtual_stages (%d × %d) must divide model.layers (%d)", pp,
+                         par->virtual_stages, m->layers);
     if (par->sequence_parallel && tp == 1)
-        return fail(c, "parallel.sequence_parallel", "needs parallel.tp > 1");
+        return fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
     /* sequence parallelism splits a micro-batch's B·T rows evenly over tp */
     long long rows = (long long)p->batch.micro_batch * m->seq_len;
     if (par->sequence_parallel && tp != PLAN_AUTO && rows % tp != 0)
-        return fail(c, "parallel.sequence_parallel",
-                    "needs batch.micro_batch × model.seq_len (%d × %d = %lld rows) divisible by "
-                    "parallel.tp (%d)",
-                    p->batch.micro_batch, m->seq_len, rows, tp);
+        return fail_rule(
+            c, "parallel.sequence_parallel", "batch.micro_batch model.seq_len parallel.tp",
+            "needs batch.micro_batch × model.seq_len (%d × %d = %lld rows) divisible by "
+            "parallel.tp (%d)",
+            p->batch.micro_batch, m->seq_len, rows, tp);
     return check_ranks(c, p) || check_model_size(c, root, p) ? -1 : 0;
 }
 

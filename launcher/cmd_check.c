@@ -35,91 +35,121 @@ struct check_args {
     struct place_bandwidth bw;
 };
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: plait check PLAN [--nodes N] [--gpus-per-node G] [--topology FILE.xml ...]\n"
-            "                        [--json] [--set path=value ...]\n"
-            "  --nodes N            nodes of the allocation (default: one per --topology, or 1)\n"
-            "  --gpus-per-node G    ranks per node (default: the node's GPUs; 1 without GPUs)\n"
-            "  --topology FILE.xml  hwloc XML of a node; one file for all nodes, or one per\n"
-            "                       node (default: this machine)\n"
-            "  --json               one JSON object instead of tables\n"
-            "  --set path=value     override a plan field, as for plait train\n"
-            "  --gpu-memory GB      device memory, when the topology does not state it\n"
-            "  --device-tflops T    sustained dense matmul rate per device (default: from the\n"
-            "                       GPU model, half its datasheet peak)\n"
-            "  --pcie-gbps B  --network-gbps B  --memory-gbps B   link bandwidths, GB/s\n"
-            "exit codes: 0 the plan can run there, 1 it cannot (the reason is printed), 2 usage\n");
-}
+enum {
+    OPT_NODES,
+    OPT_GPUS_PER_NODE,
+    OPT_TOPOLOGY,
+    OPT_JSON,
+    OPT_SET,
+    OPT_GPU_MEMORY,
+    OPT_DEVICE_TFLOPS,
+    OPT_PCIE_GBPS,
+    OPT_NETWORK_GBPS,
+    OPT_MEMORY_GBPS
+};
+const struct cli_command cmd_check_cli = {
+    .name = "check",
+    .operands = "PLAN",
+    .min_operands = 1,
+    .max_operands = 1,
+    .summary = "validate a plan, place its ranks, estimate memory and time",
+    .description =
+        "Validates PLAN, discovers each node's topology with hwloc (this machine, or hwloc\n"
+        "XML files), chooses \"auto\" degrees, places the ranks and prints the memory per\n"
+        "rank, the traffic per rank per step and the rank map.",
+    .options =
+        (const struct cli_option[]){
+            [OPT_NODES] = {"--nodes", "N",
+                           "nodes of the allocation (default: one per --topology, or 1)"},
+            [OPT_GPUS_PER_NODE] = {"--gpus-per-node", "G",
+                                   "ranks per node (default: the node's GPUs; for CPU ranks,\n"
+                                   "the layout's ranks spread over the nodes)"},
+            [OPT_TOPOLOGY] = {"--topology", "FILE.xml",
+                              "hwloc XML of a node; one file for all nodes, or one per\n"
+                              "node (default: this machine)",
+                              .repeats = true},
+            [OPT_JSON] = {"--json", NULL, "one JSON object instead of tables"},
+            [OPT_SET] = {"--set", "path=value", "override a plan field, as for plait train",
+                         .repeats = true},
+            [OPT_GPU_MEMORY] = {"--gpu-memory", "GB",
+                                "device memory, when the topology does not state it"},
+            [OPT_DEVICE_TFLOPS] = {"--device-tflops", "T",
+                                   "sustained dense matmul rate per device (default: from the\n"
+                                   "GPU model, half its datasheet peak)"},
+            [OPT_PCIE_GBPS] = {"--pcie-gbps", "B",
+                               "GPU to GPU bandwidth over PCIe, GB/s (default 25)"},
+            [OPT_NETWORK_GBPS] = {"--network-gbps", "B", "bandwidth of one NIC, GB/s (default 50)"},
+            [OPT_MEMORY_GBPS] = {"--memory-gbps", "B",
+                                 "bandwidth between CPU ranks of a node, GB/s (default 100)"},
+            {0}},
+    .epilog = "exit codes: 0 the plan can run there, 1 it cannot (the reason is printed), 2 usage",
+};
 
+/* Returns CLI_CONTINUE, or the exit code. */
 static int parse_args(int argc, char **argv, struct check_args *a)
 {
+    const struct cli_command *cli = &cmd_check_cli;
     a->bw = (struct place_bandwidth){.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100};
-    a->sets = calloc((size_t)argc + 1, sizeof *a->sets);
-    if (!a->sets) return -1;
-    for (int i = 0; i < argc; i++) {
-        const char *o = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    struct cli_args args;
+    int rc = cli_parse(cli, argc, argv, &args);
+    if (rc != CLI_CONTINUE) return rc;
+    a->sets = calloc((size_t)args.n + 1, sizeof *a->sets);
+    if (!a->sets) rc = PLAIT_EXIT_ERROR;
+    for (int k = 0; k < args.n && rc == CLI_CONTINUE; k++) {
+        int opt = args.v[k].opt;
+        const char *v = args.v[k].value, *o = opt >= 0 ? cli->options[opt].name : NULL;
         char *end = NULL;
-        if (!strcmp(o, "--json")) {
+        switch (opt) {
+        case OPT_JSON:
             a->json = true;
-        } else if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            usage(stdout);
-            exit(PLAIT_EXIT_OK);
-        } else if (o[0] == '-' && !v) {
-            log_error("check: %s needs a value", o);
-            return -1;
-        } else if (!strcmp(o, "--set")) {
-            a->sets[a->n_sets++] = argv[++i];
-        } else if (!strcmp(o, "--topology")) {
-            if (a->n_topologies == MAX_TOPOLOGIES) {
-                log_error("check: at most %d --topology files", MAX_TOPOLOGIES);
-                return -1;
-            }
-            a->topologies[a->n_topologies++] = argv[++i];
-        } else if (!strcmp(o, "--nodes") || !strcmp(o, "--gpus-per-node")) {
+            break;
+        case OPT_SET:
+            a->sets[a->n_sets++] = v;
+            break;
+        case OPT_TOPOLOGY:
+            if (a->n_topologies == MAX_TOPOLOGIES)
+                rc = cli_usage_error(cli, "at most %d --topology files", MAX_TOPOLOGIES);
+            else
+                a->topologies[a->n_topologies++] = v;
+            break;
+        case OPT_NODES:
+        case OPT_GPUS_PER_NODE: {
             long n = strtol(v, &end, 10);
-            if (*end || n < 1 || n > 1 << 20) {
-                log_error("check: %s must be a positive integer (got %s)", o, v);
-                return -1;
-            }
-            *(!strcmp(o, "--nodes") ? &a->nodes : &a->gpus_per_node) = (int)n;
-            i++;
-        } else if (!strcmp(o, "--gpu-memory") || !strcmp(o, "--device-tflops") ||
-                   !strcmp(o, "--pcie-gbps") || !strcmp(o, "--network-gbps") ||
-                   !strcmp(o, "--memory-gbps")) {
+            if (*end || n < 1 || n > 1 << 20)
+                rc = cli_usage_error(cli, "%s must be a positive integer (got %s)", o, v);
+            else
+                *(opt == OPT_NODES ? &a->nodes : &a->gpus_per_node) = (int)n;
+            break;
+        }
+        case OPT_GPU_MEMORY:
+        case OPT_DEVICE_TFLOPS:
+        case OPT_PCIE_GBPS:
+        case OPT_NETWORK_GBPS:
+        case OPT_MEMORY_GBPS: {
             double x = strtod(v, &end);
-            if (*end || !(x > 0)) {
-                log_error("check: %s must be a positive number (got %s)", o, v);
-                return -1;
-            }
-            double *dst = !strcmp(o, "--gpu-memory")      ? &a->gpu_memory_gb
-                          : !strcmp(o, "--device-tflops") ? &a->device_tflops
-                          : !strcmp(o, "--pcie-gbps")     ? &a->bw.pcie_gbps
-                          : !strcmp(o, "--network-gbps")  ? &a->bw.network_gbps
-                                                          : &a->bw.memory_gbps;
-            *dst = x;
-            i++;
-        } else if (o[0] == '-' || a->plan_path) {
-            log_error("check: unexpected argument '%s'", o);
-            return -1;
-        } else {
-            a->plan_path = o;
+            double *dst = opt == OPT_GPU_MEMORY      ? &a->gpu_memory_gb
+                          : opt == OPT_DEVICE_TFLOPS ? &a->device_tflops
+                          : opt == OPT_PCIE_GBPS     ? &a->bw.pcie_gbps
+                          : opt == OPT_NETWORK_GBPS  ? &a->bw.network_gbps
+                                                     : &a->bw.memory_gbps;
+            if (*end || !(x > 0))
+                rc = cli_usage_error(cli, "%s must be a positive number (got %s)", o, v);
+            else
+                *dst = x;
+            break;
+        }
+        default:
+            a->plan_path = v;
         }
     }
-    if (!a->plan_path) {
-        log_error("check: no plan given");
-        return -1;
-    }
-    if (a->n_topologies > 1 && a->nodes && a->nodes != a->n_topologies) {
-        log_error("check: %d --topology files for %d nodes: give one file for all nodes or one "
-                  "per node",
-                  a->n_topologies, a->nodes);
-        return -1;
-    }
+    cli_args_free(&args);
+    if (rc == CLI_CONTINUE && a->n_topologies > 1 && a->nodes && a->nodes != a->n_topologies)
+        rc = cli_usage_error(cli,
+                             "%d --topology files for %d nodes: give one file for all nodes or "
+                             "one per node",
+                             a->n_topologies, a->nodes);
     if (!a->nodes) a->nodes = a->n_topologies > 1 ? a->n_topologies : 1;
-    return 0;
+    return rc;
 }
 
 /* ---- devices: memory and speed ------------------------------------------------------- */
@@ -347,9 +377,10 @@ static void print_schedule(const struct plan *p, const struct cost_layout *l)
     struct schedule s;
     struct sched_sim sim;
     if (make_schedule(p, l, &s, &sim)) return;
-    printf("\npipeline: %s over %d stages, %d micro-batches per step%s: bubble %.1f%% "
+    printf("\npipeline: %s over %d stages, %d micro-batch%s per step%s: bubble %.1f%% "
            "(simulated, backward = 2 × forward)\n",
-           schedule_kind_name(s.kind), s.pp, s.m, s.v > 1 ? ", interleaved" : "", 100 * sim.bubble);
+           schedule_kind_name(s.kind), s.pp, s.m, s.m == 1 ? "" : "es",
+           s.v > 1 ? ", interleaved" : "", 100 * sim.bubble);
     schedule_print(&s, stdout, 100);
     schedule_free(&s);
 }
@@ -409,10 +440,10 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
 int cmd_check(int argc, char **argv)
 {
     struct check_args a = {0};
-    if (parse_args(argc, argv, &a)) {
-        usage(stderr);
+    int parsed = parse_args(argc, argv, &a);
+    if (parsed != CLI_CONTINUE) {
         free(a.sets);
-        return PLAIT_EXIT_USAGE;
+        return parsed;
     }
     struct plait_error err;
     int rc = PLAIT_EXIT_ERROR, n_topo = a.n_topologies ? a.n_topologies : 1;
@@ -435,7 +466,17 @@ int cmd_check(int argc, char **argv)
     for (int i = 0; i < a.nodes; i++) {
         const struct topo *t = &topos[a.n_topologies > 1 ? i : 0];
         snprintf(names[i], sizeof names[i], "node%d", i);
-        int s = a.gpus_per_node ? a.gpus_per_node : t->n_gpus ? t->n_gpus : 1;
+        /* CPU ranks: as many as the layout has, spread over the nodes (plait train
+         * runs them all on this machine) */
+        bool cpu = p->parallel.device == PLAN_DEVICE_CPU ||
+                   (t->n_gpus == 0 && p->parallel.device != PLAN_DEVICE_CUDA);
+        int64_t world = (int64_t)p->parallel.tp * p->parallel.pp * p->parallel.dp;
+        bool fixed = p->parallel.tp != PLAN_AUTO && p->parallel.pp != PLAN_AUTO &&
+                     p->parallel.dp != PLAN_AUTO;
+        int s = a.gpus_per_node     ? a.gpus_per_node
+                : cpu && fixed      ? (int)((world + a.nodes - 1) / a.nodes)
+                : t->n_gpus && !cpu ? t->n_gpus
+                                    : 1;
         nodes[i] = (struct place_node){.name = names[i],
                                        .topo = t,
                                        .slots = s,
@@ -462,6 +503,9 @@ int cmd_check(int argc, char **argv)
         log_error("%s%s", err.text, is_auto ? " (see the candidates above)" : "");
         goto out;
     }
+    char shared[256];
+    place_shared_cores_text(&best.map, nodes, shared, sizeof shared);
+    if (*shared) log_warn("%s", shared);
     if (is_auto && !a.json)
         printf("chose tp %d, pp %d, dp %d: of the layouts that can be placed and fit in "
                "memory, the most modelled tokens per second\n\n",

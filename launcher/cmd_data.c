@@ -14,18 +14,36 @@
 #include "common/log.h"
 #include "launcher/commands.h"
 
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: plait data prepare TEXT OUT.bin [--val VAL.bin] [--val-fraction F]\n"
-                 "  writes the bytes of TEXT as tokens (vocab 256) in llm.c's shard format;\n"
-                 "  with --val, the last F of the text (default 0.1) goes to VAL.bin instead\n");
-}
+enum { OPT_VAL, OPT_VAL_FRACTION };
+const struct cli_command cmd_data_prepare_cli = {
+    .name = "data prepare",
+    .operands = "TEXT OUT.bin",
+    .min_operands = 2,
+    .max_operands = 2,
+    .summary = "turn a text file into byte tokens",
+    .description =
+        "Writes the bytes of TEXT as tokens (vocabulary 256) in llm.c's token-shard format\n"
+        "and prints the token counts and the unigram entropy of the training part: the\n"
+        "loss a model must beat to have learned more than letter frequencies.",
+    .options =
+        (const struct cli_option[]){
+            [OPT_VAL] = {"--val", "VAL.bin",
+                         "hold back the end of the text as validation data, here"},
+            [OPT_VAL_FRACTION] =
+                {"--val-fraction", "F",
+                 "the share of the text --val holds back, in (0, 1) (default 0.1)"},
+            {0}},
+};
 
 static int write_shard(const char *path, const unsigned char *text, size_t n,
                        struct plait_error *err)
 {
     if (n > INT32_MAX)
         return error_set(err, "%s: %zu tokens do not fit one shard (max %d)", path, n, INT32_MAX);
+    char *dir = fs_dirname(path); /* made if missing, as the plan's data directory */
+    int made = dir ? fs_mkdir_p(dir, err) : error_set(err, "out of memory");
+    free(dir);
+    if (made) return -1;
     size_t bytes = LLMC_HEADER_BYTES + n * 2;
     char *buf = malloc(bytes);
     if (!buf) return error_set(err, "out of memory");
@@ -49,36 +67,28 @@ static double unigram_entropy_nats(const unsigned char *text, size_t n)
     return h;
 }
 
-static int prepare(int argc, char **argv)
+int cmd_data_prepare(int argc, char **argv)
 {
-    const char *text_path = NULL, *out = NULL, *val = NULL;
+    const struct cli_command *cli = &cmd_data_prepare_cli;
+    struct cli_args a;
+    int rc = cli_parse(cli, argc, argv, &a);
+    if (rc != CLI_CONTINUE) return rc;
+    const char *operand[2] = {NULL, NULL}, *val = NULL, *fraction_text = NULL;
     double fraction = 0.1;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return PLAIT_EXIT_OK;
-        } else if (!strcmp(argv[i], "--val") && i + 1 < argc) {
-            val = argv[++i];
-        } else if (!strcmp(argv[i], "--val-fraction") && i + 1 < argc) {
-            char *end;
-            fraction = strtod(argv[++i], &end);
-            if (*end || !(fraction > 0 && fraction < 1)) {
-                log_error("data prepare: --val-fraction must be between 0 and 1 (got %s)", argv[i]);
-                return PLAIT_EXIT_USAGE;
-            }
-        } else if (argv[i][0] == '-' || (text_path && out)) {
-            log_error("data prepare: unexpected argument '%s'", argv[i]);
-            usage(stderr);
-            return PLAIT_EXIT_USAGE;
-        } else if (!text_path) {
-            text_path = argv[i];
-        } else {
-            out = argv[i];
-        }
+    for (int k = 0, n = 0; k < a.n; k++) {
+        if (a.v[k].opt < 0) operand[n++] = a.v[k].value;
+        if (a.v[k].opt == OPT_VAL) val = a.v[k].value;
+        if (a.v[k].opt == OPT_VAL_FRACTION) fraction_text = a.v[k].value;
     }
-    if (!text_path || !out) {
-        usage(stderr);
-        return PLAIT_EXIT_USAGE;
+    cli_args_free(&a);
+    const char *text_path = operand[0], *out = operand[1];
+    if (fraction_text) {
+        char *end;
+        fraction = strtod(fraction_text, &end);
+        if (*end || !(fraction > 0 && fraction < 1))
+            return cli_usage_error(cli, "--val-fraction must be between 0 and 1 (got %s)",
+                                   fraction_text);
+        if (!val) return cli_usage_error(cli, "--val-fraction needs --val VAL.bin");
     }
     struct plait_error err;
     size_t n;
@@ -88,7 +98,7 @@ static int prepare(int argc, char **argv)
         return PLAIT_EXIT_ERROR;
     }
     size_t n_val = val ? (size_t)(fraction * (double)n) : 0, n_train = n - n_val;
-    int rc = PLAIT_EXIT_ERROR;
+    rc = PLAIT_EXIT_ERROR;
     if (n_train < 2 || (val && n_val < 2)) {
         log_error("%s: %zu bytes is too little text", text_path, n);
         goto out;
@@ -105,16 +115,4 @@ static int prepare(int argc, char **argv)
 out:
     free(text);
     return rc;
-}
-
-int cmd_data(int argc, char **argv)
-{
-    if (argc >= 1 && !strcmp(argv[0], "prepare")) return prepare(argc - 1, argv + 1);
-    if (argc >= 1 && !strcmp(argv[0], "--help")) {
-        usage(stdout);
-        return PLAIT_EXIT_OK;
-    }
-    log_error("data: expected 'prepare'");
-    usage(stderr);
-    return PLAIT_EXIT_USAGE;
 }

@@ -11,18 +11,22 @@
 #include "common/log.h"
 #include "launcher/commands.h"
 
+const struct cli_command cmd_launch_cli = {
+    .name = "launch",
+    .operands = "",
+    .summary = "run plait-train in a Slurm task or a pod",
+    .description = "Runs in a task whose environment holds the plait env contract (sbatch\n"
+                   "--train-plan=PLAN sets it through the SPANK plugin): binds the task to\n"
+                   "PLAIT_CPUS, creates the run directory and execs plait-train.",
+    .options = (const struct cli_option[]){{0}},
+};
+
 int cmd_launch(int argc, char **argv)
 {
-    if (argc > 0 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
-        printf(
-            "usage: plait launch   (in a task whose environment holds the plait env contract;\n"
-            "                      sbatch --train-plan=PLAN sets it through the SPANK plugin)\n");
-        return PLAIT_EXIT_OK;
-    }
-    if (argc > 0) {
-        log_error("launch: unexpected argument '%s'", argv[0]);
-        return PLAIT_EXIT_USAGE;
-    }
+    struct cli_args a;
+    int parsed = cli_parse(&cmd_launch_cli, argc, argv, &a);
+    if (parsed != CLI_CONTINUE) return parsed;
+    cli_args_free(&a);
     const char *run_dir = getenv(PLAIT_ENV_RUN_DIR);
     if (!run_dir || (!getenv(PLAIT_ENV_PLAN) && !getenv(PLAIT_ENV_PLAN_JSON))) {
         log_error("launch: no plan in the environment (%s/%s, %s): submit with sbatch "

@@ -3,6 +3,7 @@
  * travels as text; the runtime locks the run directory, checks that it belongs
  * to this plan and records it there) and execs plait-train (signals then
  * reach the runtime directly). */
+#include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -11,25 +12,40 @@
 #include <unistd.h>
 
 #include "common/env.h"
-#include "common/fsutil.h"
 #include "common/log.h"
 #include "common/plan.h"
 #include "launcher/commands.h"
 #include "launcher/gang.h"
 
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: plait train PLAN [--out DIR] [--fresh] [--set path=value ...]\n"
-                 "  --out DIR         run directory (default runs/<plan name>); if it holds a\n"
-                 "                    checkpoint of this plan, training resumes from the newest\n"
-                 "                    complete one (a different plan is refused: see --fresh)\n"
-                 "  --fresh           start from scratch: remove the run directory's checkpoints\n"
-                 "                    and metrics first\n"
-                 "  --set path=value  override a plan field by its dot path, e.g.\n"
-                 "                    --set model.layers=2 --set optimizer.lr=1e-3 (repeatable)\n"
-                 "exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGTERM/SIGUSR1 after a\n"
-                 "checkpoint (run the same command again to resume)\n");
-}
+enum { OPT_OUT, OPT_FRESH, OPT_SET };
+const struct cli_command cmd_train_cli = {
+    .name = "train",
+    .operands = "PLAN",
+    .min_operands = 1,
+    .max_operands = 1,
+    .summary = "train a plan on this machine",
+    .description =
+        "Trains PLAN on this machine: one rank, or, when parallel.tp x pp x dp is more than\n"
+        "one, that many ranks as processes meeting through a rendezvous store that plait\n"
+        "train hosts. Running it again with the same --out resumes from the newest complete\n"
+        "checkpoint.",
+    .options =
+        (const struct cli_option[]){
+            [OPT_OUT] = {"--out", "DIR",
+                         "run directory (default runs/<plan name>); if it holds a\n"
+                         "checkpoint of this plan, training resumes from the newest\n"
+                         "complete one (a different plan is refused: see --fresh)"},
+            [OPT_FRESH] = {"--fresh", NULL,
+                           "start from scratch: remove the run directory's checkpoints\n"
+                           "and metrics first"},
+            [OPT_SET] = {"--set", "path=value",
+                         "override a plan field by its dot path, e.g.\n"
+                         "--set model.layers=2 --set optimizer.lr=1e-3 (repeatable)",
+                         .repeats = true},
+            {0}},
+    .epilog = "exit codes: 0 done, 1 error, 2 usage, 75 stopped by a signal after a checkpoint\n"
+              "(run the same command again to resume)",
+};
 
 static char *default_run_dir(const char *plan_path)
 {
@@ -44,41 +60,34 @@ static char *default_run_dir(const char *plan_path)
 
 int cmd_train(int argc, char **argv)
 {
+    struct cli_args a;
+    int parsed = cli_parse(&cmd_train_cli, argc, argv, &a);
+    if (parsed != CLI_CONTINUE) return parsed;
     const char *plan_path = NULL, *out = NULL;
     bool fresh = false;
-    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    const char **sets = calloc((size_t)a.n + 1, sizeof *sets);
     int n_sets = 0;
-    if (!sets) return PLAIT_EXIT_ERROR;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            free(sets);
-            return PLAIT_EXIT_OK;
-        } else if (!strcmp(a, "--out") && i + 1 < argc) {
-            out = argv[++i];
-        } else if (!strncmp(a, "--out=", 6)) {
-            out = a + 6;
-        } else if (!strcmp(a, "--fresh")) {
+    if (!sets) {
+        cli_args_free(&a);
+        return PLAIT_EXIT_ERROR;
+    }
+    for (int k = 0; k < a.n; k++) {
+        const char *v = a.v[k].value;
+        switch (a.v[k].opt) {
+        case OPT_OUT:
+            out = v;
+            break;
+        case OPT_FRESH:
             fresh = true;
-        } else if (!strcmp(a, "--set") && i + 1 < argc) {
-            sets[n_sets++] = argv[++i];
-        } else if (!strncmp(a, "--set=", 6)) {
-            sets[n_sets++] = a + 6;
-        } else if (a[0] == '-' || plan_path) {
-            log_error("train: unexpected argument '%s'", a);
-            usage(stderr);
-            free(sets);
-            return PLAIT_EXIT_USAGE;
-        } else {
-            plan_path = a;
+            break;
+        case OPT_SET:
+            sets[n_sets++] = v;
+            break;
+        default:
+            plan_path = v;
         }
     }
-    if (!plan_path) {
-        usage(stderr);
-        free(sets);
-        return PLAIT_EXIT_USAGE;
-    }
+    cli_args_free(&a);
     if (out && !*out) {
         log_error("train: --out: the run directory must not be empty");
         free(sets);
@@ -106,8 +115,16 @@ int cmd_train(int argc, char **argv)
         log_error("out of memory");
         goto out;
     }
-    if (fs_mkdir_p(run_dir, &err) || !realpath(run_dir, abs_dir)) {
-        log_error("%s", err.text);
+    /* absolute, for the ranks; the runtime creates it (and removes it again if
+     * the first start fails), so a plan that cannot start leaves nothing behind */
+    char cwd[PATH_MAX] = "";
+    if (run_dir[0] != '/' && !getcwd(cwd, sizeof cwd)) {
+        log_error("cannot read the current directory: %s", strerror(errno));
+        goto out;
+    }
+    if (snprintf(abs_dir, sizeof abs_dir, "%s%s%s", cwd, *cwd ? "/" : "", run_dir) >=
+        (int)sizeof abs_dir) {
+        log_error("train: --out %s: path too long", run_dir);
         goto out;
     }
     setenv(PLAIT_ENV_PLAN_JSON, json, 1);

@@ -1,12 +1,17 @@
 /* commands.h — the subcommands of the plait CLI; plait.c routes to them.
- * Each takes the arguments after its name and returns the exit code. */
+ * Each takes the arguments after its name and returns the exit code; each
+ * describes its command line as a table (cli.h). */
 #ifndef PLAIT_LAUNCHER_COMMANDS_H
 #define PLAIT_LAUNCHER_COMMANDS_H
 
+#include "launcher/cli.h"
+
+extern const struct cli_command cmd_train_cli, cmd_check_cli, cmd_launch_cli, cmd_data_prepare_cli;
+
 int cmd_train(int argc, char **argv);  /* plait train PLAN [--out DIR] [--set k=v ...] */
-int cmd_data(int argc, char **argv);   /* plait data prepare TEXT OUT.bin [...] */
 int cmd_check(int argc, char **argv);  /* plait check PLAN [--nodes N] [--topology X.xml ...] */
 int cmd_launch(int argc, char **argv); /* plait launch: in a Slurm task or a pod */
+int cmd_data_prepare(int argc, char **argv); /* plait data prepare TEXT OUT.bin [...] */
 
 /* Binds this process to $PLAIT_CPUS (if set) and sets OMP_NUM_THREADS to the
  * CPUs it got unless already set; -1 (said) when PLAIT_CPUS is malformed. */

@@ -81,6 +81,9 @@ int gang_run_local(const struct plan *plan, const struct gang_spec *g, struct pl
         store_server_start(&srv, "127.0.0.1", 0, secret, err) ||
         store_addr_format(addr, sizeof addr, "127.0.0.1", store_server_port(srv), err))
         goto out;
+    char shared[256];
+    place_shared_cores_text(&map, &node, shared, sizeof shared);
+    if (*shared) log_warn("%s", shared);
     /* more ranks than cores: they share them, one thread each */
     int threads = topo.n_cores > 0 && world >= topo.n_cores ? 1 : 0;
     struct sigaction sa = {.sa_handler = on_signal}, old[4];

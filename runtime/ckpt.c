@@ -357,8 +357,8 @@ int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m
         break;
     }
     if (rc == 0 && n > 0) {
-        error_set(err, "%s: none of its %d checkpoints is usable (see the warnings above)", d->path,
-                  n);
+        error_set(err, "%s: none of its %d checkpoint%s is usable (see the warnings above)",
+                  d->path, n, n == 1 ? "" : "s");
         rc = CKPT_NOT_THIS_RUN;
     }
     free(list);

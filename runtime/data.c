@@ -94,7 +94,12 @@ int data_open(struct data_loader *d, const char *pattern, int B, int T, int voca
     d->order_epoch = d->window_key = -1;
     glob_t g;
     int rc = glob(pattern, GLOB_ERR, NULL, &g);
-    if (rc == GLOB_NOMATCH) return error_set(err, "no file matches %s", pattern);
+    if (rc == GLOB_NOMATCH)
+        return error_set(err,
+                         "no file matches %s: plait data prepare TEXT OUT.bin makes token "
+                         "shards from a text file (examples/README.md says how to get each "
+                         "example's data)",
+                         pattern);
     if (rc != 0) {
         globfree(&g);
         return error_set(err, "cannot list %s", pattern);

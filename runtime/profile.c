@@ -12,7 +12,7 @@ void profile_print(const struct profile *p, double step_s, FILE *out)
 {
     if (p->steps <= 0) return;
     double total = 0;
-    fprintf(out, "profile over %d steps (ms per step):\n", p->steps);
+    fprintf(out, "profile over %d step%s (ms per step):\n", p->steps, p->steps == 1 ? "" : "s");
     for (int i = 0; i < PROF_PHASES; i++) {
         double ms = 1e3 * p->seconds[i] / p->steps;
         total += ms;

@@ -76,6 +76,8 @@ struct trainer {
     char started[32];        /* run.json: when this process started the run */
     char resumed_from[64];   /* run.json: the checkpoint it resumed from, "" when none */
     double rss_before_model; /* run.json: the resident set just before model_init, bytes */
+    char *made_run_dir;      /* the outermost directory this start created for the run */
+    char *made_ckpt_dir;     /* (fs_mkdir_p_made), or NULL: undone if it fails */
 };
 
 static double now_s(void)
@@ -415,7 +417,8 @@ static int checkpoint_path(struct trainer *t, struct plait_error *err)
 static int open_checkpoints(struct trainer *t, struct plait_error *err)
 {
     struct stat run_st, ckpt_st;
-    if (fs_mkdir_p(t->ckpt_dir, err)) return error_prefix(err, "checkpoint.dir: ");
+    if (fs_mkdir_p_made(t->ckpt_dir, &t->made_ckpt_dir, err))
+        return error_prefix(err, "checkpoint.dir: ");
     if (stat(t->run_dir, &run_st) != 0 || stat(t->ckpt_dir, &ckpt_st) != 0)
         return error_errno(err, "checkpoint.dir: %s", t->ckpt_dir);
     /* locked even inside the run directory: another run may name it as its own */
@@ -431,7 +434,7 @@ static int open_checkpoints(struct trainer *t, struct plait_error *err)
  * fresh start, and the check that it belongs to this plan. */
 static int open_run(struct trainer *t, struct plait_error *err)
 {
-    if (fs_mkdir_p(t->run_dir, err) ||
+    if (fs_mkdir_p_made(t->run_dir, &t->made_run_dir, err) ||
         runlock_acquire(&t->run_lock, t->run_dir, "run directory", err) || open_checkpoints(t, err))
         return -1;
     const char *fresh = getenv(PLAIT_ENV_FRESH);
@@ -1077,6 +1080,27 @@ static int print_sample(struct trainer *t, const char *when, struct plait_error 
     return rc;
 }
 
+/* A first start that failed leaves nothing behind: what it wrote in the
+ * directories it created, and they, go (only when they hold no history, and
+ * by rmdir: anything else there keeps them). After teardown (the locks). */
+static void undo_failed_start(struct trainer *t, bool history)
+{
+    static const char *const files[] = {".lock", "plan.json", "run.json", "metrics.jsonl",
+                                        "train.log"};
+    char path[4096];
+    struct plait_error ignored;
+    if (!history && t->made_ckpt_dir &&
+        !fs_join(path, sizeof path, t->ckpt_dir, ".lock", &ignored)) {
+        unlink(path);
+        fs_rmdir_up(t->ckpt_dir, t->made_ckpt_dir);
+    }
+    for (size_t k = 0; !history && t->made_run_dir && k < sizeof files / sizeof *files; k++)
+        if (!fs_join(path, sizeof path, t->run_dir, files[k], &ignored)) unlink(path);
+    if (!history) fs_rmdir_up(t->run_dir, t->made_run_dir);
+    free(t->made_run_dir);
+    free(t->made_ckpt_dir);
+}
+
 int train_run(const struct plan *plan, const char *plan_json, const char *run_dir,
               const struct env_rank *where, struct plait_error *err)
 {
@@ -1089,24 +1113,28 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
     int rc = -1;
     if (setup(&t, err)) goto out;
     if (t.st.step >= plan->steps) {
-        log_info("the run in %s already finished its %d steps", run_dir, plan->steps);
+        log_info("the run in %s already finished its %d step%s", run_dir, plan->steps,
+                 plan->steps == 1 ? "" : "s");
         rc = PLAIT_EXIT_OK;
         goto out;
     }
     log_info("%zu parameters, %d layers, hidden %d, %s, micro-batch %d×%d, %d step%s of %d "
-             "micro-batch%s, %d threads, %.0f GFLOP/s peak, activations %.1f MB (recompute %s)",
+             "micro-batch%s, %d thread%s, %.0f GFLOP/s peak, activations %.1f MB (recompute %s)",
              t.m.shard.total, plan->model.layers, plan->model.hidden,
              plan_precision_name(plan->precision), plan->batch.micro_batch, plan->model.seq_len,
              plan->steps, plan->steps == 1 ? "" : "s", plan->batch.grad_accum,
-             plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(), t.peak_gflops,
-             t.m.allocated.activations / 1e6, plan_recompute_name(plan->recompute));
+             plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(),
+             omp_get_max_threads() == 1 ? "" : "s", t.peak_gflops, t.m.allocated.activations / 1e6,
+             plan_recompute_name(plan->recompute));
     if (t.multi)
         log_info("tp %d × pp %d × dp %d = %d ranks (%s schedule%s%s): a global batch of %d "
-                 "micro-batches × %d sequences × %d tokens per step",
+                 "micro-batch%s × %d sequence%s × %d tokens per step",
                  where->tp, where->pp, where->dp, where->world,
                  plan_pipeline_name(plan->parallel.schedule), plan->parallel.zero ? ", ZeRO" : "",
                  plan->parallel.sequence_parallel ? ", sequence parallel" : "",
-                 plan->batch.grad_accum * where->dp, plan->batch.micro_batch, plan->model.seq_len);
+                 plan->batch.grad_accum * where->dp,
+                 plan->batch.grad_accum * where->dp == 1 ? "" : "es", plan->batch.micro_batch,
+                 plan->batch.micro_batch == 1 ? "" : "s", plan->model.seq_len);
     if (bf16_emulation(&t) && where->rank == 0) log_warn("%s", bf16_emulation(&t));
     /* samples need the whole model on one rank */
     bool samples = !t.multi;
@@ -1120,6 +1148,8 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
         rc = -1;
 out:
     if (rc < 0 && t.par_ready) parallel_abort(&t.par, err->text);
+    bool history = rc >= 0 || (t.ckpts_open && run_has_history(&t));
     teardown(&t);
+    undo_failed_start(&t, history);
     return rc;
 }

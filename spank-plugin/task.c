@@ -371,6 +371,9 @@ static int place_task(spank_t sp, const struct plait_config *c, const struct pla
                   s->ntasks, chosen.map.tp, chosen.map.pp, chosen.map.dp, chosen.map.world);
         goto out;
     }
+    char shared[256]; /* more ranks than cores: said once, in slurmd's log */
+    place_shared_cores_text(&chosen.map, nodes, shared, sizeof shared);
+    if (*shared && s->task == 0) slurm_info("spank_plait: job %u: warning: %s", s->job, shared);
     char **env = place_rank_env(&chosen.map, nodes, (int)s->task);
     if (!env) {
         task_fail(s->job, "out of memory");

@@ -6,7 +6,8 @@
 # exactly CASE/expected.json, or fail with exit code 1 and exactly the message
 # in CASE/error. Every map also passes property checks that do not depend on
 # the golden file: unique coordinates in Megatron order, tp groups inside one
-# node and one NVLink domain, disjoint CPU sets, a complete env contract.
+# node and one NVLink domain, CPU sets that never overlap in part, a complete
+# env contract.
 source "$(dirname "$0")/lib.sh"
 
 # update with: PLAIT_UPDATE_GOLDEN=1 bash tests/integration/test_check.sh (then review the diff)
@@ -47,14 +48,15 @@ def cpus(s):
         elif part:
             out.add(int(part))
     return out
+# the CPU sets of a node are disjoint, or (more ranks than cores) one core each,
+# round-robin: two sets are then the same or disjoint, never overlapping in part
 by_node = {}
 for r in ranks:
-    c = cpus(r["cpus"])
+    c = frozenset(cpus(r["cpus"]))
     assert c, ("no cpus", r)
-    prev = by_node.setdefault(r["node"], set())
-    if len(c) * sum(1 for q in ranks if q["node"] == r["node"]) <= 4096:
-        assert not (prev & c), ("cpus overlap", r)
-    prev |= c
+    for q in by_node.setdefault(r["node"], []):
+        assert q == c or not (q & c), ("cpus overlap in part", r)
+    by_node[r["node"]].append(c)
 print("properties hold for", world, "ranks")
 '
 }
@@ -98,6 +100,18 @@ for plan in $(find tests/topo -name plan.json | sort); do
     case=$(dirname "$plan")
     check "check_${case#tests/topo/}" run_case "$case"
 done
+
+# more ranks than cores: a warning, and one core each, round-robin
+test_more_ranks_than_cores_warn() {
+    local plan=tests/topo/cpu_only/four_cpu_ranks/plan.json
+    "$PLAIT" check "$plan" --topology tests/topo/cpu_only/topology.xml --set parallel.tp=1 \
+        --set parallel.dp=64 --json >"$WORK/o.json" 2>"$WORK/w.txt" || { cat "$WORK/w.txt"; return 1; }
+    grep -q "^plait: warning: node node0 has 32 cores for 64 ranks: each rank gets one core, round-robin" \
+        "$WORK/w.txt" || { cat "$WORK/w.txt"; return 1; }
+    properties <"$WORK/o.json" || return 1
+    "$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); r=m["ranks"]; assert r[0]["cpus"] == r[32]["cpus"] and r[0]["cpus"] != r[1]["cpus"], (r[0], r[1], r[32])' "$WORK/o.json"
+}
+check more_ranks_than_cores_warn test_more_ranks_than_cores_warn
 
 test_fixtures_load_in_lstopo() {
     for x in tests/topo/*/topology.xml; do

@@ -311,6 +311,54 @@ static void test_device_cpu_runs_cpu_ranks_on_gpu_nodes(void)
     free_topo(t);
 }
 
+/* 4 ranks on 2 cores (the issue: 0-1, 0, 0-1, 1): one core each, round-robin,
+ * so two ranks' sets are the same or disjoint, never overlapping in part;
+ * the map says so for the launchers' warning. */
+static void test_more_ranks_than_cores_share_whole_cores_round_robin(void)
+{
+    struct topo *t = make_topo(0, NULL, 1, 2, 0);
+    struct place_node node = {.name = "small", .topo = t, .slots = 4};
+    struct plan *p = make_plan(4, false);
+    struct rank_map m;
+    struct plait_error err;
+    CHECK(place_ranks(p, 1, 1, 4, &node, 1, &bw, &m, &err) == 0, "%s", err.text);
+    for (int r = 0; r < 4; r++)
+        CHECK(m.ranks[r].n_cores == 1 && m.ranks[r].cores[0] == r % 2,
+              "rank %d: %d cores, first %d", r, m.ranks[r].n_cores,
+              m.ranks[r].n_cores ? m.ranks[r].cores[0] : -1);
+    char text[256];
+    place_shared_cores_text(&m, &node, text, sizeof text);
+    CHECK(m.shared_node == 0 && strstr(text, "node small has 2 cores for 4 ranks"), "%d: %s",
+          m.shared_node, text);
+    rank_map_free(&m);
+    CHECK(place_ranks(p, 1, 1, 2, &node, 1, &bw, &m, &err) == 0, "%s", err.text);
+    place_shared_cores_text(&m, &node, text, sizeof text);
+    CHECK(m.shared_node == -1 && !*text, "2 ranks on 2 cores: %s", text);
+    rank_map_free(&m);
+    plan_free(p);
+    free_topo(t);
+}
+
+/* parallel.device "cuda" on a node without GPUs cannot run: refused, not
+ * turned into CPU ranks */
+static void test_cuda_on_a_gpu_less_node_is_refused(void)
+{
+    struct topo *t = make_topo(0, NULL, 1, 4, 0);
+    struct place_node node = {.name = "c0", .topo = t, .slots = 1};
+    const char *cuda[] = {"parallel.device=cuda"};
+    struct plait_error err;
+    struct plan *p = plan_load_text("{\"model\": {\"layers\": 1, \"heads\": 1, \"hidden\": 8, "
+                                    "\"vocab\": 256, \"seq_len\": 8}, \"data\": {\"train\": "
+                                    "\"x\"}, \"steps\": 1}",
+                                    "test", "/", cuda, 1, &err);
+    CHECK(p, "%s", err.text);
+    struct rank_map m;
+    CHECK(p && place_ranks(p, 1, 1, 1, &node, 1, &bw, &m, &err) != 0, "cuda placed on no GPU");
+    CHECK(strstr(err.text, "parallel.device is \"cuda\" but node c0 has no GPU"), "%s", err.text);
+    plan_free(p);
+    free_topo(t);
+}
+
 int main(void)
 {
     RUN(test_megatron_order_tp_fastest_then_dp_then_pp);
@@ -322,5 +370,7 @@ int main(void)
     RUN(test_gpu_less_nodes_run_cpu_ranks);
     RUN(test_heterogeneous_nodes_and_granted_gpus);
     RUN(test_device_cpu_runs_cpu_ranks_on_gpu_nodes);
+    RUN(test_more_ranks_than_cores_share_whole_cores_round_robin);
+    RUN(test_cuda_on_a_gpu_less_node_is_refused);
     return check_exit_code();
 }
