@@ -4,6 +4,7 @@
  * to this plan and records it there) and execs plait-train (signals then
  * reach the runtime directly). */
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,16 +20,23 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: plait train PLAN [--out DIR] [--fresh] [--set path=value ...]\n"
-                 "  --out DIR         run directory (default runs/<plan name>); if it holds a\n"
-                 "                    checkpoint of this plan, training resumes from the newest\n"
-                 "                    complete one (a different plan is refused: see --fresh)\n"
-                 "  --fresh           start from scratch: remove the run directory's checkpoints\n"
-                 "                    and metrics first\n"
-                 "  --set path=value  override a plan field by its dot path, e.g.\n"
-                 "                    --set model.layers=2 --set optimizer.lr=1e-3 (repeatable)\n"
-                 "exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGTERM/SIGUSR1 after a\n"
-                 "checkpoint (run the same command again to resume)\n");
+    fprintf(
+        out,
+        "usage: plait train PLAN [--out DIR] [--fresh] [--set path=value ...] [--json|--quiet]\n"
+        "  --out DIR         run directory (default runs/<plan name>); if it holds a\n"
+        "                    checkpoint of this plan, training resumes from the newest\n"
+        "                    complete one (a different plan is refused: see --fresh)\n"
+        "  --fresh           start from scratch: remove the run directory's checkpoints\n"
+        "                    and metrics first\n"
+        "  --set path=value  override a plan field by its dot path, e.g.\n"
+        "                    --set model.layers=2 --set optimizer.lr=1e-3 (repeatable)\n"
+        "  --json            stdout: one JSON object per step and evaluation (the\n"
+        "                    records of metrics.jsonl) instead of progress lines\n"
+        "  --quiet           only warnings, errors and the final summary\n"
+        "The console is also kept in the run directory (train.log).\n"
+        "exit codes: 0 done, 1 error, 2 usage, 75 stopped by Ctrl-C (SIGINT), SIGHUP,\n"
+        "SIGTERM or SIGUSR1 after a checkpoint (run the same command again to resume),\n"
+        "130 a second Ctrl-C (stopped at once)\n");
 }
 
 static char *default_run_dir(const char *plan_path)
@@ -46,6 +54,7 @@ int cmd_train(int argc, char **argv)
 {
     const char *plan_path = NULL, *out = NULL;
     bool fresh = false;
+    const char *console = NULL; /* PLAIT_CONSOLE: --json, --quiet */
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     int n_sets = 0;
     if (!sets) return PLAIT_EXIT_ERROR;
@@ -61,6 +70,8 @@ int cmd_train(int argc, char **argv)
             out = a + 6;
         } else if (!strcmp(a, "--fresh")) {
             fresh = true;
+        } else if (!strcmp(a, "--json") || !strcmp(a, "--quiet")) {
+            console = a + 2;
         } else if (!strcmp(a, "--set") && i + 1 < argc) {
             sets[n_sets++] = argv[++i];
         } else if (!strncmp(a, "--set=", 6)) {
@@ -117,6 +128,11 @@ int cmd_train(int argc, char **argv)
     else
         unsetenv(PLAIT_ENV_FRESH);
     setenv(PLAIT_ENV_RUN_DIR, abs_dir, 1);
+    signal(SIGPIPE, SIG_IGN); /* a closed pipe or terminal ends the printing, not the run */
+    if (console)
+        setenv(PLAIT_ENV_CONSOLE, console, 1);
+    else
+        unsetenv(PLAIT_ENV_CONSOLE);
     if (world > 1) { /* the gang: a store, and each rank its place */
         static const char *const mine[] = {PLAIT_ENV_RANK, PLAIT_ENV_WORLD_SIZE, PLAIT_ENV_TP,
                                            PLAIT_ENV_PP,   PLAIT_ENV_DP,         PLAIT_ENV_DEVICE};

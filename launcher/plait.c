@@ -18,6 +18,8 @@ static void usage(FILE *out)
             "                                                   runtime with the env contract\n"
             "  data prepare TEXT OUT.bin [--val VAL.bin] [--val-fraction F]\n"
             "                                                   text -> byte tokens\n"
+            "  status RUN_DIR [RUN_DIR ...] [--json]             a run at a glance\n"
+            "  plot RUN_DIR [RUN_DIR ...] [-o FILE.png|.svg|.pdf] loss, lr, throughput\n"
             "  --version\n"
             "Run `plait COMMAND --help` for a command's options.\n");
 }
@@ -34,6 +36,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "check")) return cmd_check(argc - 2, argv + 2);
     if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
+    if (!strcmp(cmd, "status")) return cmd_status(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plot")) return cmd_plot(argc - 2, argv + 2);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("plait %s\n", PLAIT_VERSION);
         return PLAIT_EXIT_OK;
