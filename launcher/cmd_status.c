@@ -13,7 +13,10 @@
 #include "common/ckptdir.h"
 #include "common/env.h"
 #include "common/fsutil.h"
+#include "common/layout.h"
 #include "common/log.h"
+#include "common/plan.h"
+#include "common/topo.h"
 #include "common/runlock.h"
 #include "launcher/commands.h"
 #include "launcher/run_read.h"
@@ -22,7 +25,8 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: plait status RUN_DIR [RUN_DIR ...] [--json]\n"
                  "  For each run directory: the plan, step / steps, last loss and validation\n"
-                 "  loss, tokens/s, ETA, checkpoints (the newest, verified), whether a process\n"
+                 "  loss, tokens/s (the last 20 steps'), ETA, checkpoints (the newest, verified), "
+                 "whether a process\n"
                  "  runs it now or how it ended, and plait check's predicted memory beside the\n"
                  "  measured.\n"
                  "  --json   one JSON object per run directory, one per line\n"
@@ -43,15 +47,17 @@ static json_int_t int_at(json_t *root, const char *section, const char *key)
     return json_is_integer(v) ? json_integer_value(v) : 0;
 }
 
-/* ETA from the mean time of the last (up to) 20 steps */
-static double eta_s(const struct run_series *s, json_int_t steps)
+/* The pace of the last (up to) 20 steps: mean seconds per step, tokens/s */
+static void recent_pace(const struct run_series *s, double *step_s, double *tokens_per_s)
 {
-    if (s->n_steps == 0) return NAN;
     int from = s->n_steps > 20 ? s->n_steps - 20 : 0;
-    double ms = 0;
-    for (int i = from; i < s->n_steps; i++) ms += s->steps[i].ms;
-    ms /= s->n_steps - from;
-    return ms / 1e3 * (double)(steps - s->steps[s->n_steps - 1].step);
+    double ms = 0, tokens = 0;
+    for (int i = from; i < s->n_steps; i++) {
+        ms += s->steps[i].ms;
+        tokens += s->steps[i].tokens_per_s * s->steps[i].ms / 1e3;
+    }
+    *step_s = ms / 1e3 / (s->n_steps - from);
+    *tokens_per_s = ms > 0 ? tokens / (ms / 1e3) : 0;
 }
 
 /* The checkpoints: how many, the newest and whether it verifies. */
@@ -114,6 +120,38 @@ static json_t *memory_json(json_t *run)
                      int_at(r0, NULL, "rss_peak_bytes"));
 }
 
+/* What plait check's cost model gives for the run's plan and layout on this
+ * machine (the run's own ranks, as plait train places them); 0 when it
+ * cannot tell (the plan no longer loads, e.g. its data moved). */
+static double modelled_tokens_per_s(const char *run_dir)
+{
+    char path[4096];
+    struct plait_error err;
+    if (fs_join(path, sizeof path, run_dir, "plan.json", &err)) return 0;
+    struct plan *p = plan_load(path, NULL, 0, &err);
+    if (!p) return 0;
+    struct topo topo = {0};
+    double rate = 0;
+    if (topo_load(&topo, NULL, &err) == 0) {
+        const struct plan_parallel *par = &p->parallel;
+        struct cost_layout l = {par->tp == PLAN_AUTO ? 1 : par->tp,
+                                par->pp == PLAN_AUTO ? 1 : par->pp,
+                                par->dp == PLAN_AUTO ? 1 : par->dp};
+        struct place_node node = {.name = "localhost",
+                                  .topo = &topo,
+                                  .slots = l.tp * l.pp * l.dp,
+                                  .cpu_ranks = p->parallel.device != PLAN_DEVICE_CUDA};
+        struct layout_inputs in = {.bw = {.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100}};
+        struct layout_eval e;
+        layout_evaluate(p, l, &node, 1, &in, &e);
+        rate = e.placed ? e.tokens_per_s : 0;
+        layout_eval_free(&e);
+    }
+    topo_free(&topo);
+    plan_free(p);
+    return rate;
+}
+
 static json_t *status_json(const char *run_dir, struct plait_error *err)
 {
     json_t *plan = load_json(run_dir, "plan.json");
@@ -141,10 +179,13 @@ static json_t *status_json(const char *run_dir, struct plait_error *err)
         const struct run_step *last = &s.steps[s.n_steps - 1];
         json_object_set_new(o, "step", json_integer(last->step));
         json_object_set_new(o, "loss", json_real(last->loss));
-        json_object_set_new(o, "tokens_per_s", json_real(last->tokens_per_s));
+        double step_s, rate;
+        recent_pace(&s, &step_s, &rate);
+        json_object_set_new(o, "tokens_per_s", json_real(rate)); /* the last 20 steps' */
         json_object_set_new(o, "tokens_total", json_integer(last->tokens_total));
-        double eta = eta_s(&s, steps);
-        if (isfinite(eta)) json_object_set_new(o, "eta_s", json_real(eta));
+        double modelled = modelled_tokens_per_s(run_dir);
+        if (modelled > 0) json_object_set_new(o, "modelled_tokens_per_s", json_real(modelled));
+        json_object_set_new(o, "eta_s", json_real(step_s * (double)(steps - last->step)));
     } else {
         json_object_set_new(o, "step", json_integer(0));
     }
@@ -202,8 +243,13 @@ static void print_text(json_t *o)
     if (isfinite(num(o, "tokens_per_s"))) {
         char eta[32];
         duration(eta, sizeof eta, num(o, "eta_s"));
-        printf("  speed        %.0f tokens/s, ETA %s\n", num(o, "tokens_per_s"),
+        printf("  speed        %.0f tokens/s, ETA %s", num(o, "tokens_per_s"),
                step >= steps ? "-" : eta);
+        double modelled = num(o, "modelled_tokens_per_s");
+        if (isfinite(modelled))
+            printf(" (plait check's cost model: %.0f tokens/s here, measured/modelled %.2f)",
+                   modelled, num(o, "tokens_per_s") / modelled);
+        printf("\n");
     }
     json_t *ck = json_object_get(o, "checkpoints");
     json_int_t n_ck = int_at(ck, NULL, "count");
