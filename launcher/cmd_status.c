@@ -211,18 +211,6 @@ static double num(json_t *o, const char *key)
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
-static void duration(char *buf, size_t n, double s)
-{
-    if (!isfinite(s) || s < 0)
-        snprintf(buf, n, "?");
-    else if (s < 60)
-        snprintf(buf, n, "%.0fs", s);
-    else if (s < 3600)
-        snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
-    else
-        snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
-}
-
 static void print_text(json_t *o)
 {
     json_t *layout = json_object_get(o, "layout"), *model = json_object_get(o, "model");
@@ -242,7 +230,7 @@ static void print_text(json_t *o)
     printf("\n");
     if (isfinite(num(o, "tokens_per_s"))) {
         char eta[32];
-        duration(eta, sizeof eta, num(o, "eta_s"));
+        log_format_duration(eta, sizeof eta, num(o, "eta_s"));
         printf("  speed        %.0f tokens/s, ETA %s", num(o, "tokens_per_s"),
                step >= steps ? "-" : eta);
         double modelled = num(o, "modelled_tokens_per_s");

@@ -749,24 +749,12 @@ static int dump_step1(struct trainer *t, struct plait_error *err)
     return rc;
 }
 
-static void format_duration(char *buf, size_t n, double s)
-{
-    if (s < 0 || !isfinite(s))
-        snprintf(buf, n, "?");
-    else if (s < 60)
-        snprintf(buf, n, "%.0fs", s);
-    else if (s < 3600)
-        snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
-    else
-        snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
-}
-
 static void progress_line(struct trainer *t, const struct step_metrics *s, double avg_step_s)
 {
     t->last_loss = s->loss;
     if (console_mode != CONSOLE_PROGRESS) return; /* --json: metrics echo it; --quiet */
     char eta[32];
-    format_duration(eta, sizeof eta, avg_step_s * (t->plan->steps - s->step));
+    log_format_duration(eta, sizeof eta, avg_step_s * (t->plan->steps - s->step));
     char ranks[160] = "", sim[32] = ""; /* several: where the time went, and the straggler */
     if (s->bubble_sim_pct >= 0) snprintf(sim, sizeof sim, " (%.0f%% simulated)", s->bubble_sim_pct);
     if (s->ranks > 1)
