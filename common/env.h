@@ -73,8 +73,8 @@ enum plait_exit {
     PLAIT_EXIT_OK = 0,
     PLAIT_EXIT_ERROR = 1,     /* bad input or a failure; the message says which */
     PLAIT_EXIT_USAGE = 2,     /* bad command line */
-    PLAIT_EXIT_PREEMPTED = 75 /* stopped by SIGTERM/SIGUSR1 after writing a
-                                 checkpoint: resumable (EX_TEMPFAIL) */
+    PLAIT_EXIT_PREEMPTED = 75 /* stopped by SIGTERM/SIGUSR1/SIGINT/SIGHUP after
+                                 writing a checkpoint: resumable (EX_TEMPFAIL) */
 };
 
 /* ---- reading the contract (the runtime's side; common/place.c writes it) --- */
