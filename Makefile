@@ -68,11 +68,13 @@ endif
 # without it plait plot says which package to install.
 CAIRO ?= auto
 ifeq ($(CAIRO),auto)
-  HAVE_CAIRO := $(shell pkg-config --exists cairo 2>/dev/null && echo 1)
+  HAVE_CAIRO := $(shell pkg-config --exists cairo fontconfig 2>/dev/null && echo 1)
 endif
+# (fontconfig, which libcairo2-dev brings: its caches are freed at exit, for LeakSanitizer)
 ifeq ($(HAVE_CAIRO),1)
-  CAIRO_CPPFLAGS := -DPLAIT_HAVE_CAIRO $(patsubst -I%,-isystem %,$(shell pkg-config --cflags cairo))
-  CAIRO_LDLIBS   := $(shell pkg-config --libs cairo)
+  CAIRO_CPPFLAGS := -DPLAIT_HAVE_CAIRO \
+                    $(patsubst -I%,-isystem %,$(shell pkg-config --cflags cairo fontconfig))
+  CAIRO_LDLIBS   := $(shell pkg-config --libs cairo fontconfig)
 endif
 
 ifeq ($(SAN),1)

@@ -4,6 +4,8 @@
 #ifndef PLAIT_RUNTIME_CONSOLE_H
 #define PLAIT_RUNTIME_CONSOLE_H
 
+#include <stddef.h>
+
 #include "common/error.h"
 
 enum console_mode {
@@ -15,11 +17,14 @@ enum console_mode {
 /* Set by plait-train from $PLAIT_CONSOLE ("json", "quiet"; else progress). */
 extern enum console_mode console_mode;
 
-/* From then on stdout and stderr are also appended to RUN_DIR/train.log; a
- * closed terminal or pipe ends only the printing. -1 with err when the log
- * cannot be kept (the console is then as before). */
+/* From then on what goes through stdout and stderr (the FILE streams) is
+ * also appended to RUN_DIR/train.log, as it is written; a closed terminal or
+ * pipe ends only the printing. -1 with err when the log cannot be kept (the
+ * console is then as before). */
 int console_start(const char *run_dir, struct plait_error *err);
-/* Flushes, waits for the copy to finish and gives stdout and stderr back. */
+/* text to stderr and train.log with write(2) alone: for a signal handler. */
+void console_note(const char *text, size_t bytes);
+/* Flushes and gives stdout and stderr back. */
 void console_stop(void);
 
 #endif

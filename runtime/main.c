@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/env.h"
 #include "common/fsutil.h"
@@ -30,10 +29,7 @@ static void on_stop_signal(int sig)
         return;
     }
     if (!train_stop_signal) train_stop_signal = sig;
-    if (announce && (sig == SIGINT || sig == SIGHUP)) {
-        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-        (void)w;
-    }
+    if (announce && (sig == SIGINT || sig == SIGHUP)) console_note(msg, sizeof msg - 1);
 }
 
 static void usage(FILE *out)

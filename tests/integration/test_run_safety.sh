@@ -166,11 +166,18 @@ test_status_of_a_preempted_run() {
 }
 
 test_status_of_a_failed_run_says_why() {
+    # its training data cut short under it: the run fails, saying so
     local run=$WORK/failed rc=0
-    "$PLAIT" train "$WORK/plan.json" --out "$run" --set optimizer.lr=1e30 --set optimizer.grad_clip=0 >/dev/null 2>&1 || rc=$?
-    [ "$rc" -eq 1 ] || { echo "exit code $rc"; return 1; }
+    cp "$WORK/train.bin" "$WORK/failing.bin"
+    PLAIT_DEBUG_SLOW_RANK=0:40 "$PLAIT" train "$WORK/plan.json" --out "$run" \
+        --set data.train="$WORK/failing.bin" >"$run.log" 2>&1 &
+    local pid=$!
+    wait_for_step "$run.log" 2 || return 1
+    truncate -s 2000 "$WORK/failing.bin"
+    wait "$pid" || rc=$?
+    [ "$rc" -eq 1 ] || { echo "exit code $rc"; cat "$run.log"; return 1; }
     "$PLAIT" status "$run" >"$run.status" || return 1
-    grep -q "state        failed (exit 1) at .*: step 2: loss .*training diverged" "$run.status" || { cat "$run.status"; return 1; }
+    grep -q "state        failed (exit 1) at .*: data.train: .*failing.bin: .*the file shrank" "$run.status" || { cat "$run.status"; return 1; }
     "$PLAIT" status "$run" "$WORK/ref" --json >"$run.json" || return 1
     [ "$(wc -l <"$run.json")" -eq 2 ] || { cat "$run.json"; return 1; }
 }
