@@ -1,14 +1,13 @@
 /* main.c — plait-train, the runtime a launcher execs. It reads only the env
- * contract (common/env.h), installs the stop signals, keeps rank 0's console
- * in the run directory, runs the training and records how it ended
- * (end.json); the exit code says how (PLAIT_EXIT_*). */
+ * contract (common/env.h), installs the stop signals, sets rank 0's console,
+ * runs the training and records how it ended (end.json); the exit code says
+ * how (PLAIT_EXIT_*). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/env.h"
-#include "common/fsutil.h"
 #include "common/log.h"
 #include "common/plan.h"
 #include "common/runend.h"
@@ -98,8 +97,6 @@ int main(int argc, char **argv)
     if (where.rank == 0) {
         announce = 1;
         if (console_mode == CONSOLE_QUIET) log_set_quiet(1);
-        if (fs_mkdir_p(run_dir, &err) || console_start(run_dir, &err))
-            log_warn("the console is not kept in the run directory: %s", err.text);
     }
 
     /* the text first: a launcher that checked a plan passes it as text, and a

@@ -390,7 +390,7 @@ static int start_fresh(struct trainer *t, struct plait_error *err)
 {
     int n = ckptdir_remove_all(&t->ckpts, err);
     if (n < 0) return error_prefix(err, "--fresh: ");
-    static const char *const files[] = {"metrics.jsonl", "plan.json", "run.json"};
+    static const char *const files[] = {"metrics.jsonl", "plan.json", "run.json", "train.log"};
     char path[4096];
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         if (fs_join(path, sizeof path, t->run_dir, files[i], err)) return -1;
@@ -439,12 +439,18 @@ static int open_run(struct trainer *t, struct plait_error *err)
     if (fs_mkdir_p(t->run_dir, err) ||
         runlock_acquire(&t->run_lock, t->run_dir, "run directory", err))
         return -1;
-    train_run_held = true;
-    runend_clear(t->run_dir); /* running now: no end yet */
-    if (open_checkpoints(t, err)) return -1;
     const char *fresh = getenv(PLAIT_ENV_FRESH);
-    if (fresh && !strcmp(fresh, "1") && start_fresh(t, err)) return -1;
-    return check_run_plan(t, err);
+    if (open_checkpoints(t, err) || (fresh && !strcmp(fresh, "1") && start_fresh(t, err)) ||
+        check_run_plan(t, err))
+        return -1;
+    /* the run is this process's now (a refused start leaves it as it was): no
+     * end yet, and the console kept in train.log */
+    train_run_held = true;
+    runend_clear(t->run_dir);
+    struct plait_error why;
+    if (console_start(t->run_dir, &why))
+        log_warn("the console is not kept in the run directory: %s", why.text);
+    return 0;
 }
 
 static int setup(struct trainer *t, struct plait_error *err)
