@@ -63,6 +63,20 @@ ifeq ($(HAVE_NCCL),1)
             -Wl,--push-state,--as-needed -lnccl -lcudart -Wl,--pop-state
 endif
 
+# cairo (plait plot draws with it): built where pkg-config finds it (Debian's
+# libcairo2-dev, which scripts/deps.sh build installs). CAIRO=0 leaves it out;
+# without it plait plot says which package to install.
+CAIRO ?= auto
+ifeq ($(CAIRO),auto)
+  HAVE_CAIRO := $(shell pkg-config --exists cairo fontconfig 2>/dev/null && echo 1)
+endif
+# (fontconfig, which libcairo2-dev brings: its caches are freed at exit, for LeakSanitizer)
+ifeq ($(HAVE_CAIRO),1)
+  CAIRO_CPPFLAGS := -DPLAIT_HAVE_CAIRO \
+                    $(patsubst -I%,-isystem %,$(shell pkg-config --cflags cairo fontconfig))
+  CAIRO_LDLIBS   := $(shell pkg-config --libs cairo fontconfig)
+endif
+
 ifeq ($(SAN),1)
   CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDFLAGS += -fsanitize=address,undefined
@@ -126,6 +140,7 @@ $(BUILD)/obj/%.o: %.c
 $(BUILD)/obj/runtime/comm/comm_nccl.o: CPPFLAGS += $(NCCL_CPPFLAGS)
 $(BUILD)/obj/tests/gpu/%.o: CPPFLAGS += $(NCCL_CPPFLAGS)
 $(BUILD)/obj/tests/unit/test_comm_nccl.o: CPPFLAGS += $(NCCL_CPPFLAGS)
+$(BUILD)/obj/launcher/cmd_plot.o: CPPFLAGS += $(CAIRO_CPPFLAGS)
 
 # the reductions run over every byte a collective receives: optimised like the kernels
 $(BUILD)/obj/runtime/comm/sock_reduce.o: CFLAGS += $(KERNEL_CFLAGS)
@@ -156,7 +171,7 @@ $(PLAIT_TRAIN): $(call obj,runtime/main.c) $(LIBS)
 
 $(PLAIT): $(call obj,$(LAUNCHER_SRC)) $(LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) $(CAIRO_LDLIBS) -o $@
 
 $(BUILD)/bin/gemm-bench: $(call obj,bench/gemm_bench.c) $(LIBS)
 	@mkdir -p $(dir $@)

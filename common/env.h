@@ -43,6 +43,10 @@
 #define PLAIT_ENV_PEAK_GFLOPS "PLAIT_PEAK_GFLOPS"
 /* Set to 1: print where the step time went (per phase) at the end of a run. */
 #define PLAIT_ENV_PROFILE "PLAIT_PROFILE"
+/* Rank 0's console: "json" (one JSON object per step on stdout, as
+ * metrics.jsonl), "quiet" (only errors and the final summary); unset: progress
+ * lines. plait train --json / --quiet set it. */
+#define PLAIT_ENV_CONSOLE "PLAIT_CONSOLE"
 /* Developer: write the logits of step 1's first micro-batch and all gradients
  * of step 1 (before clipping) as raw float32 into this directory. */
 #define PLAIT_ENV_DUMP_STEP1 "PLAIT_DUMP_STEP1"
@@ -70,8 +74,8 @@ enum plait_exit {
     PLAIT_EXIT_OK = 0,
     PLAIT_EXIT_ERROR = 1,     /* bad input or a failure; the message says which */
     PLAIT_EXIT_USAGE = 2,     /* bad command line */
-    PLAIT_EXIT_PREEMPTED = 75 /* stopped by SIGTERM/SIGUSR1 after writing a
-                                 checkpoint: resumable (EX_TEMPFAIL) */
+    PLAIT_EXIT_PREEMPTED = 75 /* stopped by SIGTERM/SIGUSR1/SIGINT/SIGHUP after
+                                 writing a checkpoint: resumable (EX_TEMPFAIL) */
 };
 
 /* ---- reading the contract (the runtime's side; common/place.c writes it) --- */

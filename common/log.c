@@ -2,6 +2,7 @@
  * escaped: a message is never two lines or an escape sequence). */
 #include "common/log.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -52,4 +53,16 @@ void log_error(const char *fmt, ...)
     va_start(ap, fmt);
     emit("error: ", fmt, ap);
     va_end(ap);
+}
+
+void log_format_duration(char *buf, size_t bytes, double s)
+{
+    if (s < 0 || !isfinite(s))
+        snprintf(buf, bytes, "?");
+    else if (s < 60)
+        snprintf(buf, bytes, "%.0fs", s);
+    else if (s < 3600)
+        snprintf(buf, bytes, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else
+        snprintf(buf, bytes, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
 }

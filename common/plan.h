@@ -64,7 +64,9 @@ struct plan_optimizer {
 
 struct plan_checkpoint {
     char *dir; /* absolute, or relative to the run directory */
-    int every; /* steps between checkpoints; 0 = only at the end */
+    int every; /* steps between checkpoints; 0 = by time (every_minutes) and at the end */
+    double every_minutes; /* with every 0: minutes between checkpoints (rank 0's clock);
+                             0 = only at the end */
     int keep;  /* complete checkpoints kept, newest first */
 };
 

@@ -5,6 +5,7 @@
  * reach the runtime directly). */
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,7 @@
 #include "launcher/commands.h"
 #include "launcher/gang.h"
 
-enum { OPT_OUT, OPT_FRESH, OPT_SET };
+enum { OPT_OUT, OPT_FRESH, OPT_SET, OPT_JSON, OPT_QUIET };
 const struct cli_command cmd_train_cli = {
     .name = "train",
     .operands = "PLAN",
@@ -42,9 +43,15 @@ const struct cli_command cmd_train_cli = {
                          "override a plan field by its dot path, e.g.\n"
                          "--set model.layers=2 --set optimizer.lr=1e-3 (repeatable)",
                          .repeats = true},
+            [OPT_JSON] = {"--json", NULL,
+                          "stdout: one JSON object per step and evaluation (the\n"
+                          "records of metrics.jsonl) instead of progress lines"},
+            [OPT_QUIET] = {"--quiet", NULL, "only warnings, errors and the final summary"},
             {0}},
-    .epilog = "exit codes: 0 done, 1 error, 2 usage, 75 stopped by a signal after a checkpoint\n"
-              "(run the same command again to resume)",
+    .epilog = "The console is also kept in the run directory (train.log).\n"
+              "exit codes: 0 done, 1 error, 2 usage, 75 stopped by Ctrl-C (SIGINT), SIGHUP,\n"
+              "SIGTERM or SIGUSR1 after a checkpoint (run the same command again to resume),\n"
+              "130 a second Ctrl-C (stopped at once)",
 };
 
 static char *default_run_dir(const char *plan_path)
@@ -64,6 +71,7 @@ int cmd_train(int argc, char **argv)
     int parsed = cli_parse(&cmd_train_cli, argc, argv, &a);
     if (parsed != CLI_CONTINUE) return parsed;
     const char *plan_path = NULL, *out = NULL;
+    const char *console = NULL; /* PLAIT_CONSOLE: --json, --quiet */
     bool fresh = false;
     const char **sets = calloc((size_t)a.n + 1, sizeof *sets);
     int n_sets = 0;
@@ -82,6 +90,12 @@ int cmd_train(int argc, char **argv)
             break;
         case OPT_SET:
             sets[n_sets++] = v;
+            break;
+        case OPT_JSON:
+            console = "json";
+            break;
+        case OPT_QUIET:
+            console = "quiet";
             break;
         default:
             plan_path = v;
@@ -134,6 +148,11 @@ int cmd_train(int argc, char **argv)
     else
         unsetenv(PLAIT_ENV_FRESH);
     setenv(PLAIT_ENV_RUN_DIR, abs_dir, 1);
+    signal(SIGPIPE, SIG_IGN); /* a closed pipe or terminal ends the printing, not the run */
+    if (console)
+        setenv(PLAIT_ENV_CONSOLE, console, 1);
+    else
+        unsetenv(PLAIT_ENV_CONSOLE);
     if (world > 1) { /* the gang: a store, and each rank its place */
         static const char *const mine[] = {PLAIT_ENV_RANK, PLAIT_ENV_WORLD_SIZE, PLAIT_ENV_TP,
                                            PLAIT_ENV_PP,   PLAIT_ENV_DP,         PLAIT_ENV_DEVICE};

@@ -89,7 +89,10 @@ int gang_run_local(const struct plan *plan, const struct gang_spec *g, struct pl
     struct sigaction sa = {.sa_handler = on_signal}, old[4];
     const int sigs[4] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
     sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 4; i++) sigaction(sigs[i], &sa, &old[i]);
+    for (int i = 0; i < 4; i++) { /* what is ignored (nohup) stays ignored */
+        sigaction(sigs[i], &sa, &old[i]);
+        if (old[i].sa_handler == SIG_IGN) sigaction(sigs[i], &old[i], NULL);
+    }
     fflush(NULL);
     for (int r = 0; r < world; r++) {
         char **env = place_rank_env(&map, &node, r);
@@ -99,6 +102,10 @@ int gang_run_local(const struct plan *plan, const struct gang_spec *g, struct pl
         }
         pid_t pid = fork();
         if (pid == 0) {
+            /* its own process group: a terminal's Ctrl-C reaches only the
+             * launcher, which passes it on once to every rank (a rank that got
+             * it twice would take it for the second Ctrl-C and stop at once) */
+            setpgid(0, 0);
             for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
             exec_rank(env, addr, secret, threads);
         }

@@ -13,11 +13,12 @@ struct gang_spec {
     double timeout_s; /* the ranks' deadline; stragglers are killed this + 5 s after a failure */
 };
 
-/* Starts the store and the ranks and waits for them: SIGINT, SIGTERM, SIGUSR1
- * and SIGHUP are passed on to every rank; when one rank fails the others are
- * sent SIGTERM, then SIGKILL after the deadline. Returns the gang's exit code
- * (a failing rank's first, else 75 if any stopped for preemption, else 0),
- * or -1 with err when it could not start. */
+/* Starts the store and the ranks (each in its own process group, so that a
+ * terminal's signals reach them only through the launcher) and waits for
+ * them: SIGINT, SIGTERM, SIGUSR1 and SIGHUP are passed on to every rank; when one rank fails the
+ * others are sent SIGTERM, then SIGKILL after the deadline. Returns the gang's exit code (a failing
+ * rank's first, else 75 if any stopped for preemption, else 0), or -1 with err when it could not
+ * start. */
 int gang_run_local(const struct plan *plan, const struct gang_spec *g, struct plait_error *err);
 
 #endif

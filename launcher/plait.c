@@ -13,10 +13,9 @@ static const struct {
     const struct cli_command *cli;
     int (*run)(int argc, char **argv);
 } commands[] = {
-    {&cmd_train_cli, cmd_train},
-    {&cmd_check_cli, cmd_check},
-    {&cmd_launch_cli, cmd_launch},
-    {&cmd_data_prepare_cli, cmd_data_prepare},
+    {&cmd_train_cli, cmd_train},   {&cmd_check_cli, cmd_check},
+    {&cmd_launch_cli, cmd_launch}, {&cmd_data_prepare_cli, cmd_data_prepare},
+    {&cmd_status_cli, cmd_status}, {&cmd_plot_cli, cmd_plot},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -1,6 +1,7 @@
 /* main.c — plait-train, the runtime a launcher execs. It reads only the env
- * contract (common/env.h), installs the preemption signals, and runs the
- * training; the exit code says how it ended (PLAIT_EXIT_*). */
+ * contract (common/env.h), installs the stop signals, sets rank 0's console,
+ * runs the training and records how it ended (end.json); the exit code says
+ * how (PLAIT_EXIT_*). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,11 +10,25 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/plan.h"
+#include "common/runend.h"
+#include "runtime/console.h"
 #include "runtime/train.h"
 
+static volatile sig_atomic_t interrupts, announce;
+
+/* SIGTERM, SIGUSR1, SIGHUP and a first SIGINT: checkpoint after this
+ * micro-batch and exit 75. A second SIGINT (Ctrl-C again): stop at once. */
 static void on_stop_signal(int sig)
 {
-    train_stop_signal = sig;
+    static const char msg[] = "plait-train: stopping after this micro-batch, writing a checkpoint "
+                              "(Ctrl-C again stops at once, losing the work since the last one)\n";
+    if (sig == SIGINT && interrupts++) {
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+        return;
+    }
+    if (!train_stop_signal) train_stop_signal = sig;
+    if (announce && (sig == SIGINT || sig == SIGHUP)) console_note(msg, sizeof msg - 1);
 }
 
 static void usage(FILE *out)
@@ -25,8 +40,8 @@ static void usage(FILE *out)
             "                   are set, as the Slurm plugin sets the text it checked)\n"
             "  %s  run directory (required)\n"
             "  %s, %s  rank and world size (1 rank in this version)\n"
-            "exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGTERM/SIGUSR1 after a "
-            "checkpoint (resumable)\n",
+            "exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGTERM, SIGUSR1, SIGINT "
+            "or SIGHUP after a checkpoint (resumable), 130 a second SIGINT\n",
             PLAIT_ENV_PLAN_JSON, PLAIT_ENV_PLAN, PLAIT_ENV_RUN_DIR, PLAIT_ENV_RANK,
             PLAIT_ENV_WORLD_SIZE);
 }
@@ -67,6 +82,22 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
+    /* Ctrl-C, a closed terminal; not where ignored (nohup, a shell's background job) */
+    const int polite[2] = {SIGINT, SIGHUP};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction old;
+        if (sigaction(polite[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(polite[i], &sa, NULL);
+    }
+    signal(SIGPIPE, SIG_IGN); /* a closed pipe or terminal ends the printing, not the run */
+    const char *console = getenv(PLAIT_ENV_CONSOLE);
+    console_mode = console && !strcmp(console, "json")    ? CONSOLE_JSON
+                   : console && !strcmp(console, "quiet") ? CONSOLE_QUIET
+                                                          : CONSOLE_PROGRESS;
+    if (where.rank == 0) {
+        announce = 1;
+        if (console_mode == CONSOLE_QUIET) log_set_quiet(1);
+    }
 
     /* the text first: a launcher that checked a plan passes it as text, and a
      * path the user exported must not replace it */
@@ -75,14 +106,23 @@ int main(int argc, char **argv)
                             : plan_load(plan_path, NULL, 0, &err);
     if (!plan) {
         log_error("%s", err.text);
+        console_stop();
         return PLAIT_EXIT_ERROR;
     }
     char *plan_json = plan_to_json(plan);
     int rc = train_run(plan, plan_json, run_dir, &where, &err);
     if (rc < 0) log_error("%s", err.text);
     if (rc == PLAIT_EXIT_PREEMPTED)
-        log_info("stopped for preemption; a checkpoint was written: run again to resume");
+        log_info("stopped by SIG%s; a checkpoint was written: run the same command again to "
+                 "resume",
+                 sigabbrev_np(train_stop_signal) ? sigabbrev_np(train_stop_signal) : "TERM");
+    int code = rc < 0 ? PLAIT_EXIT_ERROR : rc;
+    /* how it ended, for plait status (not when another process holds the run) */
+    if (where.rank == 0 && train_run_held &&
+        runend_write(run_dir, code, train_stop_signal, rc < 0 ? err.text : "", &err))
+        log_warn("%s", err.text);
     free(plan_json);
     plan_free(plan);
-    return rc < 0 ? PLAIT_EXIT_ERROR : rc;
+    console_stop();
+    return code;
 }

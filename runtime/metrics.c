@@ -64,6 +64,10 @@ static int put(struct metrics *mt, json_t *j, struct plait_error *err)
     json_decref(j);
     if (!text) return error_set(err, "out of memory");
     int bad = fprintf(mt->f, "%s\n", text) < 0 || fflush(mt->f) != 0;
+    if (mt->echo) { /* a console: a closed one is not the metrics' failure */
+        fprintf(mt->echo, "%s\n", text);
+        fflush(mt->echo);
+    }
     free(text);
     if (bad) return error_errno(err, "writing %s", mt->path);
     return 0;

@@ -17,6 +17,7 @@
 struct metrics {
     FILE *f;
     char path[4096];
+    FILE *echo; /* also each record here (plait train --json: stdout), NULL none */
 };
 
 struct step_metrics {

@@ -20,6 +20,7 @@
 #include "common/env.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "common/runend.h"
 #include "common/runlock.h"
 #include "common/schedule.h"
 #include "runtime/ckpt.h"
@@ -33,8 +34,10 @@
 #include "runtime/parallel.h"
 #include "runtime/pipeline.h"
 #include "runtime/sample.h"
+#include "runtime/console.h"
 
 volatile sig_atomic_t train_stop_signal;
+bool train_run_held;
 
 struct trainer {
     const struct plan *plan;
@@ -71,13 +74,15 @@ struct trainer {
     struct pipe_times times; /* where the last step went */
     struct buckets buckets;  /* ZeRO 0 with dp > 1: the gradient sum overlapping backward */
     bool bucketed;
-    bool data_failed;        /* the last error came from reading data */
-    double timed_s;          /* wall time of the steps in m.prof */
-    char started[32];        /* run.json: when this process started the run */
-    char resumed_from[64];   /* run.json: the checkpoint it resumed from, "" when none */
-    double rss_before_model; /* run.json: the resident set just before model_init, bytes */
-    char *made_run_dir;      /* the outermost directory this start created for the run */
-    char *made_ckpt_dir;     /* (fs_mkdir_p_made), or NULL: undone if it fails */
+    bool data_failed;           /* the last error came from reading data */
+    double timed_s;             /* wall time of the steps in m.prof */
+    char started[32];           /* run.json: when this process started the run */
+    char resumed_from[64];      /* run.json: the checkpoint it resumed from, "" when none */
+    double rss_before_model;    /* run.json: the resident set just before model_init, bytes */
+    char *made_run_dir;         /* the outermost directory this start created for the run */
+    char *made_ckpt_dir;        /* (fs_mkdir_p_made), or NULL: undone if it fails */
+    double saved_at_s;          /* when the last checkpoint was written (or training began) */
+    double last_loss, last_val; /* the final summary's (NAN until known) */
 };
 
 static double now_s(void)
@@ -387,7 +392,7 @@ static int start_fresh(struct trainer *t, struct plait_error *err)
 {
     int n = ckptdir_remove_all(&t->ckpts, err);
     if (n < 0) return error_prefix(err, "--fresh: ");
-    static const char *const files[] = {"metrics.jsonl", "plan.json", "run.json"};
+    static const char *const files[] = {"metrics.jsonl", "plan.json", "run.json", "train.log"};
     char path[4096];
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         if (fs_join(path, sizeof path, t->run_dir, files[i], err)) return -1;
@@ -435,11 +440,20 @@ static int open_checkpoints(struct trainer *t, struct plait_error *err)
 static int open_run(struct trainer *t, struct plait_error *err)
 {
     if (fs_mkdir_p_made(t->run_dir, &t->made_run_dir, err) ||
-        runlock_acquire(&t->run_lock, t->run_dir, "run directory", err) || open_checkpoints(t, err))
+        runlock_acquire(&t->run_lock, t->run_dir, "run directory", err))
         return -1;
     const char *fresh = getenv(PLAIT_ENV_FRESH);
-    if (fresh && !strcmp(fresh, "1") && start_fresh(t, err)) return -1;
-    return check_run_plan(t, err);
+    if (open_checkpoints(t, err) || (fresh && !strcmp(fresh, "1") && start_fresh(t, err)) ||
+        check_run_plan(t, err))
+        return -1;
+    /* the run is this process's now (a refused start leaves it as it was): no
+     * end yet, and the console kept in train.log */
+    train_run_held = true;
+    runend_clear(t->run_dir);
+    struct plait_error why;
+    if (console_start(t->run_dir, &why))
+        log_warn("the console is not kept in the run directory: %s", why.text);
+    return 0;
 }
 
 static int setup(struct trainer *t, struct plait_error *err)
@@ -570,6 +584,7 @@ static int setup(struct trainer *t, struct plait_error *err)
         fs_write_atomic(plan_path, t->plan_json, strlen(t->plan_json), err))
         return -1;
     if (metrics_open(&t->metrics, t->run_dir, t->st.step, err)) return -1;
+    if (console_mode == CONSOLE_JSON) t->metrics.echo = stdout; /* plait train --json */
     time_t now = time(NULL);
     strftime(t->started, sizeof t->started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     if (loaded) snprintf(t->resumed_from, sizeof t->resumed_from, "%s", name);
@@ -616,7 +631,21 @@ static int save(struct trainer *t, struct plait_error *err)
     if (rc) return -1;
     log_info("checkpoint step %d%s written in %.1f s", t->st.step, t->st.micro ? " (mid-step)" : "",
              now_s() - t0);
+    t->saved_at_s = now_s();
     return 0;
+}
+
+/* checkpoint.every_minutes, when checkpoint.every is 0: due once that long
+ * has passed since the last checkpoint by rank 0's clock, and every rank
+ * learns rank 0's decision (a step boundary: all ranks call it). 1 due, 0
+ * not, -1 with err. */
+static int minutes_due(struct trainer *t, struct plait_error *err)
+{
+    const struct plan_checkpoint *c = &t->plan->checkpoint;
+    if (c->every > 0 || c->every_minutes <= 0) return 0;
+    int due = t->where->rank == 0 && now_s() - t->saved_at_s >= 60.0 * c->every_minutes;
+    if (t->multi && parallel_max_int(&t->par, &due, err)) return -1;
+    return due;
 }
 
 /* Data that fails mid-run (a shard changed under us) must not cost the work
@@ -703,8 +732,11 @@ static int evaluate_batches(struct trainer *t, struct plait_error *err)
     }
     double val = sum / p->data.val_batches;
     if (t->where->rank != 0) return 0;
-    printf("eval  step %d | val loss %.4f\n", t->st.step, val);
-    fflush(stdout);
+    t->last_val = val;
+    if (console_mode == CONSOLE_PROGRESS) {
+        printf("eval  step %d | val loss %.4f\n", t->st.step, val);
+        fflush(stdout);
+    }
     return metrics_eval(&t->metrics, t->st.step, val, (int64_t)p->data.val_batches * B * T, err);
 }
 
@@ -726,22 +758,12 @@ static int dump_step1(struct trainer *t, struct plait_error *err)
     return rc;
 }
 
-static void format_duration(char *buf, size_t n, double s)
-{
-    if (s < 0 || !isfinite(s))
-        snprintf(buf, n, "?");
-    else if (s < 60)
-        snprintf(buf, n, "%.0fs", s);
-    else if (s < 3600)
-        snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
-    else
-        snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
-}
-
 static void progress_line(struct trainer *t, const struct step_metrics *s, double avg_step_s)
 {
+    t->last_loss = s->loss;
+    if (console_mode != CONSOLE_PROGRESS) return; /* --json: metrics echo it; --quiet */
     char eta[32];
-    format_duration(eta, sizeof eta, avg_step_s * (t->plan->steps - s->step));
+    log_format_duration(eta, sizeof eta, avg_step_s * (t->plan->steps - s->step));
     char ranks[160] = "", sim[32] = ""; /* several: where the time went, and the straggler */
     if (s->bubble_sim_pct >= 0) snprintf(sim, sizeof sim, " (%.0f%% simulated)", s->bubble_sim_pct);
     if (s->ranks > 1)
@@ -1056,8 +1078,10 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         int stop = train_stop_signal != 0; /* any rank's stop is every rank's */
         if (t->multi && parallel_max_int(&t->par, &stop, err)) return -1;
         if (stop && !train_stop_signal) train_stop_signal = SIGTERM;
-        bool ckpt_due =
-            last || stop || (p->checkpoint.every > 0 && t->st.step % p->checkpoint.every == 0);
+        int by_time = minutes_due(t, err);
+        if (by_time < 0) return -1;
+        bool ckpt_due = last || stop || by_time ||
+                        (p->checkpoint.every > 0 && t->st.step % p->checkpoint.every == 0);
         if (ckpt_due && save(t, err)) return -1;
         if (stop && !last) {
             log_info("signal %d: stopped after step %d", (int)train_stop_signal, t->st.step);
@@ -1067,16 +1091,38 @@ static int run_steps(struct trainer *t, struct plait_error *err)
     return PLAIT_EXIT_OK;
 }
 
+/* One line on stderr however quiet the console: how far the run got. */
+static void final_summary(struct trainer *t, int rc)
+{
+    char val[48] = "", speed[48] = "";
+    if (!isnan(t->last_val)) snprintf(val, sizeof val, ", val loss %.4f", t->last_val);
+    if (t->m.prof.steps > 0)
+        snprintf(speed, sizeof speed, ", %.0f tok/s",
+                 (double)t->plan->batch.micro_batch * t->plan->model.seq_len *
+                     t->plan->batch.grad_accum * t->where->dp * t->m.prof.steps / t->timed_s);
+    fprintf(stderr, "plait-train: %s at step %d/%d: loss %.4f%s%s; run directory %s\n",
+            rc == PLAIT_EXIT_OK ? "finished" : "stopped", t->st.step, t->plan->steps, t->last_loss,
+            val, speed, t->run_dir);
+    fflush(stderr);
+}
+
 static int print_sample(struct trainer *t, const char *when, struct plait_error *err)
 {
     if (t->plan->sample.tokens <= 0) return 0;
-    printf("---- sample %s ----\n", when);
+    /* --json and --quiet print no samples, but take them all the same: the
+     * sampler's random state (in the checkpoints) does not depend on the console */
+    FILE *out = console_mode == CONSOLE_PROGRESS ? stdout : fopen("/dev/null", "w");
+    if (!out) return error_errno(err, "/dev/null");
+    fprintf(out, "---- sample %s ----\n", when);
     t->m.prof.paused++; /* sampling is not training time */
-    int rc = sample_text(&t->m, &t->plan->sample, t->has_tok ? &t->tok : NULL, &t->sample_rng,
-                         stdout, err);
+    int rc =
+        sample_text(&t->m, &t->plan->sample, t->has_tok ? &t->tok : NULL, &t->sample_rng, out, err);
     t->m.prof.paused--;
-    printf("----\n");
-    fflush(stdout);
+    fprintf(out, "----\n");
+    if (out == stdout)
+        fflush(stdout);
+    else
+        fclose(out);
     return rc;
 }
 
@@ -1105,6 +1151,8 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
               const struct env_rank *where, struct plait_error *err)
 {
     struct trainer t = {.plan = plan,
+                        .last_loss = NAN,
+                        .last_val = NAN,
                         .where = where,
                         .plan_json = plan_json,
                         .run_dir = run_dir,
@@ -1140,12 +1188,14 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
     bool samples = !t.multi;
     if (samples && t.st.step == 0 && t.st.micro == 0 && print_sample(&t, "before training", err))
         goto out;
+    t.saved_at_s = now_s();
     rc = run_steps(&t, err);
     if (getenv(PLAIT_ENV_PROFILE) && t.m.prof.steps > 0 && where->rank == 0)
         profile_print(&t.m.prof, t.timed_s / t.m.prof.steps, stdout);
     if (samples && rc == PLAIT_EXIT_OK && !train_stop_signal &&
         print_sample(&t, "after training", err))
         rc = -1;
+    if (rc >= 0 && where->rank == 0) final_summary(&t, rc);
 out:
     if (rc < 0 && t.par_ready) parallel_abort(&t.par, err->text);
     bool history = rc >= 0 || (t.ckpts_open && run_has_history(&t));

@@ -5,15 +5,20 @@
 #define PLAIT_RUNTIME_TRAIN_H
 
 #include <signal.h>
+#include <stdbool.h>
 
 #include "common/env.h"
 #include "common/error.h"
 #include "common/plan.h"
 
-/* Set (to the signal number) by the program's SIGTERM/SIGUSR1 handler; the
- * loop checks it after every micro-batch, writes a checkpoint and returns
- * PLAIT_EXIT_PREEMPTED. */
+/* Set (to the signal number) by the program's SIGTERM/SIGUSR1/SIGINT/SIGHUP
+ * handler; the loop checks it after every micro-batch, writes a checkpoint
+ * and returns PLAIT_EXIT_PREEMPTED. */
 extern volatile sig_atomic_t train_stop_signal;
+
+/* True once rank 0 holds the run directory's lock (and removed its end.json):
+ * the end of this process is the run's to record. */
+extern bool train_run_held;
 
 /* Trains plan in run_dir (created if needed; resumed if it holds a
  * checkpoint) as the rank `where` says. plan_json is the resolved plan, stored

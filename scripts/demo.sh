@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make demo: byte-level tokens from the bundled Shakespeare, then a small GPT
 # trained on this machine's CPU for a few minutes, with samples before and
-# after, metrics.jsonl and checkpoints in runs/demo.
+# after, metrics.jsonl and checkpoints in runs/demo, and its loss curve in
+# runs/demo-loss.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PLAIT=${PLAIT:-build/bin/plait}
@@ -17,4 +18,8 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 val=$(grep '"val_loss"' runs/demo/metrics.jsonl | tail -n 1 | sed 's/.*"val_loss": *\([-0-9.eE+]*\).*/\1/')
 echo
 echo "final validation loss: ${val:-?} nats/token; unigram entropy of the corpus: $entropy nats/token"
-echo "run directory: runs/demo (metrics.jsonl, run.json, checkpoints/)"
+echo "run directory: runs/demo (metrics.jsonl, run.json, train.log, checkpoints/)"
+# the curve next to the run directory (plait plot needs cairo: scripts/deps.sh build installs it)
+if curve=$("$PLAIT" plot runs/demo -o runs/demo-loss.png); then
+    echo "loss curve: $curve"
+fi

@@ -4,7 +4,9 @@
 #   scripts/deps.sh test    build + the test referees (PyTorch, numpy)
 set -euo pipefail
 
-build_pkgs=(gcc make pkg-config libjansson-dev libhwloc-dev libdnnl-dev libopenblas-dev libslurm-dev)
+# libcairo2-dev: plait plot draws its curves with cairo
+build_pkgs=(gcc make pkg-config libjansson-dev libhwloc-dev libdnnl-dev libopenblas-dev libslurm-dev
+    libcairo2-dev)
 # clang, libclang-rt-14-dev (libFuzzer, sanitizers) and libomp-dev (clang's omp.h): make fuzz;
 # strace: the crash tests inject SIGKILL at chosen system calls;
 # openmpi-bin, libopenmpi-dev: make bench-comm compares all-reduce with Open MPI's

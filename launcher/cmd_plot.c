@@ -1,0 +1,321 @@
+/* cmd_plot.c — `plait plot RUN_DIR [RUN_DIR ...] [-o FILE.png|.svg|.pdf]`:
+ * four panels drawn with cairo from the runs' metrics.jsonl — loss against
+ * steps (validation dashed), loss against tokens, the learning rate, and
+ * throughput — with several runs overlaid, one colour each. Built where
+ * cairo is (libcairo2-dev); elsewhere the command says what to install. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/env.h"
+#include "common/log.h"
+#include "launcher/commands.h"
+#include "launcher/run_read.h"
+
+#ifdef PLAIT_HAVE_CAIRO
+#include <cairo-pdf.h>
+#include <cairo-svg.h>
+#include <cairo.h>
+#include <fontconfig/fontconfig.h>
+#endif
+
+enum { OPT_O, OPT_OUT };
+const struct cli_command cmd_plot_cli = {
+    .name = "plot",
+    .operands = "RUN_DIR...",
+    .min_operands = 1,
+    .max_operands = 1 << 20,
+    .summary = "plot loss, learning rate and throughput",
+    .description = "Training and validation loss against steps and tokens, the learning rate\n"
+                   "and throughput, from each run's metrics.jsonl; several runs are overlaid.",
+    .options =
+        (const struct cli_option[]){
+            [OPT_O] = {"-o", "FILE",
+                       "the picture, its kind by extension: .png, .svg or .pdf\n"
+                       "(default loss.png)"},
+            [OPT_OUT] = {"--out", "FILE", "the same as -o"},
+            {0}},
+};
+
+#ifdef PLAIT_HAVE_CAIRO
+
+enum { WIDTH = 1200, HEIGHT = 800 };
+
+struct run {
+    const char *dir;
+    struct run_series s;
+};
+
+/* one panel: what x and y are for each run */
+enum axis { X_STEP, X_TOKENS };
+enum value { V_LOSS, V_LR, V_TOKENS_PER_S };
+
+struct panel {
+    const char *title, *x_label;
+    enum axis x;
+    enum value y;
+    bool with_val; /* the validation loss too, dashed */
+};
+
+static const double colours[][3] = {{0.12, 0.47, 0.71}, {0.84, 0.15, 0.16}, {0.17, 0.63, 0.17},
+                                    {1.00, 0.50, 0.05}, {0.58, 0.40, 0.74}, {0.55, 0.34, 0.29},
+                                    {0.89, 0.47, 0.76}, {0.50, 0.50, 0.50}};
+enum { N_COLOURS = sizeof colours / sizeof *colours };
+
+static double x_of(const struct run_step *st, enum axis x)
+{
+    return x == X_STEP ? st->step : (double)st->tokens_total;
+}
+
+static double y_of(const struct run_step *st, enum value y)
+{
+    return y == V_LOSS ? st->loss : y == V_LR ? st->lr : st->tokens_per_s;
+}
+
+/* a round step between ticks giving about n ticks over span */
+static double tick_step(double span, int n)
+{
+    double raw = span / n, mag = pow(10, floor(log10(raw))), r = raw / mag;
+    return mag * (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10);
+}
+
+static void tick_label(char *buf, size_t n, double v, double step)
+{
+    double a = fabs(v);
+    if (a >= 1e9)
+        snprintf(buf, n, "%gG", v / 1e9);
+    else if (a >= 1e6)
+        snprintf(buf, n, "%gM", v / 1e6);
+    else if (a >= 1e4)
+        snprintf(buf, n, "%gk", v / 1e3);
+    else if (step < 1e-2 && v != 0)
+        snprintf(buf, n, "%.1e", v);
+    else
+        snprintf(buf, n, "%g", v);
+}
+
+static void draw_panel(cairo_t *cr, const struct panel *p, const struct run *runs, int n_runs,
+                       double px, double py, double pw, double ph)
+{
+    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    for (int r = 0; r < n_runs; r++) {
+        const struct run_series *s = &runs[r].s;
+        for (int i = 0; i < s->n_steps; i++) {
+            double x = x_of(&s->steps[i], p->x), y = y_of(&s->steps[i], p->y);
+            if (!isfinite(y)) continue;
+            x0 = fmin(x0, x), x1 = fmax(x1, x), y0 = fmin(y0, y), y1 = fmax(y1, y);
+        }
+        for (int i = 0; p->with_val && i < s->n_evals; i++) {
+            double y = s->evals[i].val_loss;
+            if (isfinite(y)) y0 = fmin(y0, y), y1 = fmax(y1, y);
+        }
+    }
+    /* the frame and title */
+    double left = px + 70, right = px + pw - 20, top = py + 40, bottom = py + ph - 50;
+    cairo_set_source_rgb(cr, 0, 0, 0);
+    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
+    cairo_set_font_size(cr, 15);
+    cairo_move_to(cr, left, py + 25);
+    cairo_show_text(cr, p->title);
+    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(cr, 12);
+    cairo_text_extents_t ext;
+    cairo_text_extents(cr, p->x_label, &ext);
+    cairo_move_to(cr, (left + right) / 2 - ext.width / 2, bottom + 38);
+    cairo_show_text(cr, p->x_label);
+    cairo_set_line_width(cr, 1);
+    cairo_rectangle(cr, left, top, right - left, bottom - top);
+    cairo_stroke(cr);
+    if (!(x1 >= x0 && y1 >= y0)) {
+        cairo_move_to(cr, left + 10, top + 20);
+        cairo_show_text(cr, "no steps yet");
+        return;
+    }
+    if (x1 == x0) x1 = x0 + 1;
+    if (y1 == y0) y0 -= fabs(y0) * 0.05 + 1e-12, y1 += fabs(y1) * 0.05 + 1e-12;
+    double pad = (y1 - y0) * 0.05;
+    y0 -= pad, y1 += pad;
+    if (p->y != V_LOSS && y0 < 0) y0 = 0;
+#define SX(x) (left + ((x)-x0) / (x1 - x0) * (right - left))
+#define SY(y) (bottom - ((y)-y0) / (y1 - y0) * (bottom - top))
+    /* grid and ticks */
+    char label[32];
+    double xs = tick_step(x1 - x0, 6), ys = tick_step(y1 - y0, 5);
+    for (double x = ceil(x0 / xs) * xs; x <= x1 + xs * 1e-9; x += xs) {
+        cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
+        cairo_move_to(cr, SX(x), top), cairo_line_to(cr, SX(x), bottom), cairo_stroke(cr);
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        tick_label(label, sizeof label, x, xs);
+        cairo_text_extents(cr, label, &ext);
+        cairo_move_to(cr, SX(x) - ext.width / 2, bottom + 16), cairo_show_text(cr, label);
+    }
+    for (double y = ceil(y0 / ys) * ys; y <= y1 + ys * 1e-9; y += ys) {
+        cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
+        cairo_move_to(cr, left, SY(y)), cairo_line_to(cr, right, SY(y)), cairo_stroke(cr);
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        tick_label(label, sizeof label, y, ys);
+        cairo_text_extents(cr, label, &ext);
+        cairo_move_to(cr, left - ext.width - 6, SY(y) + ext.height / 2), cairo_show_text(cr, label);
+    }
+    /* the curves, clipped to the frame */
+    cairo_save(cr);
+    cairo_rectangle(cr, left, top, right - left, bottom - top);
+    cairo_clip(cr);
+    cairo_set_line_width(cr, 1.6);
+    for (int r = 0; r < n_runs; r++) {
+        const struct run_series *s = &runs[r].s;
+        const double *c = colours[r % N_COLOURS];
+        cairo_set_source_rgb(cr, c[0], c[1], c[2]);
+        bool pen = false;
+        for (int i = 0; i < s->n_steps; i++) {
+            double y = y_of(&s->steps[i], p->y);
+            if (!isfinite(y)) {
+                pen = false;
+                continue;
+            }
+            double x = x_of(&s->steps[i], p->x);
+            if (pen)
+                cairo_line_to(cr, SX(x), SY(y));
+            else
+                cairo_move_to(cr, SX(x), SY(y));
+            pen = true;
+        }
+        cairo_stroke(cr);
+        if (!p->with_val || s->n_evals == 0) continue;
+        static const double dash[] = {6, 4};
+        cairo_set_dash(cr, dash, 2, 0);
+        for (int i = 0; i < s->n_evals; i++) {
+            double x = p->x == X_STEP ? s->evals[i].step : (double)s->evals[i].tokens_total;
+            if (i)
+                cairo_line_to(cr, SX(x), SY(s->evals[i].val_loss));
+            else
+                cairo_move_to(cr, SX(x), SY(s->evals[i].val_loss));
+        }
+        cairo_stroke(cr);
+        cairo_set_dash(cr, NULL, 0, 0);
+        for (int i = 0; i < s->n_evals; i++) { /* a dot at each evaluation */
+            double x = p->x == X_STEP ? s->evals[i].step : (double)s->evals[i].tokens_total;
+            cairo_arc(cr, SX(x), SY(s->evals[i].val_loss), 3, 0, 2 * M_PI);
+            cairo_fill(cr);
+        }
+    }
+    cairo_restore(cr);
+#undef SX
+#undef SY
+}
+
+/* the legend: each run's colour and directory, and what dashed means */
+static void draw_legend(cairo_t *cr, const struct run *runs, int n_runs)
+{
+    cairo_set_font_size(cr, 12);
+    double x = 80, y = HEIGHT - 14;
+    for (int r = 0; r < n_runs; r++) {
+        const double *c = colours[r % N_COLOURS];
+        cairo_set_source_rgb(cr, c[0], c[1], c[2]);
+        cairo_rectangle(cr, x, y - 9, 18, 4);
+        cairo_fill(cr);
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        cairo_move_to(cr, x + 24, y);
+        cairo_show_text(cr, runs[r].dir);
+        cairo_text_extents_t ext;
+        cairo_text_extents(cr, runs[r].dir, &ext);
+        x += ext.x_advance + 50;
+    }
+    cairo_move_to(cr, x, y);
+    cairo_show_text(cr, "(solid: training loss; dashed with dots: validation loss)");
+}
+
+static bool ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && !strcasecmp(s + n - k, tail);
+}
+
+static int plot(const struct run *runs, int n_runs, const char *out)
+{
+    cairo_surface_t *surface = ends_with(out, ".svg") ? cairo_svg_surface_create(out, WIDTH, HEIGHT)
+                               : ends_with(out, ".pdf")
+                                   ? cairo_pdf_surface_create(out, WIDTH, HEIGHT)
+                                   : cairo_image_surface_create(CAIRO_FORMAT_RGB24, WIDTH, HEIGHT);
+    if (cairo_surface_status(surface) != CAIRO_STATUS_SUCCESS) {
+        log_error("plot: %s: %s", out, cairo_status_to_string(cairo_surface_status(surface)));
+        cairo_surface_destroy(surface);
+        return PLAIT_EXIT_ERROR;
+    }
+    cairo_t *cr = cairo_create(surface);
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    cairo_paint(cr);
+    static const struct panel panels[4] = {
+        {"loss", "step", X_STEP, V_LOSS, true},
+        {"loss against tokens", "tokens", X_TOKENS, V_LOSS, true},
+        {"learning rate", "step", X_STEP, V_LR, false},
+        {"throughput (tokens/s)", "step", X_STEP, V_TOKENS_PER_S, false},
+    };
+    double pw = WIDTH / 2.0, ph = (HEIGHT - 30) / 2.0;
+    for (int i = 0; i < 4; i++)
+        draw_panel(cr, &panels[i], runs, n_runs, (i % 2) * pw, (i / 2) * ph, pw, ph);
+    draw_legend(cr, runs, n_runs);
+    cairo_destroy(cr);
+    cairo_status_t st = CAIRO_STATUS_SUCCESS;
+    if (cairo_surface_get_type(surface) == CAIRO_SURFACE_TYPE_IMAGE)
+        st = cairo_surface_write_to_png(surface, out);
+    cairo_surface_finish(surface);
+    if (st == CAIRO_STATUS_SUCCESS) st = cairo_surface_status(surface);
+    cairo_surface_destroy(surface);
+    if (st != CAIRO_STATUS_SUCCESS) {
+        log_error("plot: writing %s: %s", out, cairo_status_to_string(st));
+        return PLAIT_EXIT_ERROR;
+    }
+    printf("%s\n", out);
+    return PLAIT_EXIT_OK;
+}
+
+#endif /* PLAIT_HAVE_CAIRO */
+
+int cmd_plot(int argc, char **argv)
+{
+    struct cli_args a;
+    int parsed = cli_parse(&cmd_plot_cli, argc, argv, &a);
+    if (parsed != CLI_CONTINUE) return parsed;
+    const char *out = "loss.png";
+    int n_dirs = a.n_operands;
+    for (int k = 0; k < a.n; k++)
+        if (a.v[k].opt == OPT_O || a.v[k].opt == OPT_OUT) out = a.v[k].value;
+#ifdef PLAIT_HAVE_CAIRO
+    struct run *runs = calloc((size_t)n_dirs, sizeof *runs);
+    int n = 0, rc = PLAIT_EXIT_ERROR;
+    if (!runs) {
+        cli_args_free(&a);
+        return PLAIT_EXIT_ERROR;
+    }
+    for (int k = 0; k < a.n; k++) {
+        if (a.v[k].opt != -1) continue;
+        const char *dir = a.v[k].value;
+        struct plait_error err;
+        runs[n].dir = dir;
+        if (run_series_read(dir, &runs[n].s, &err)) {
+            log_error("plot: %s", err.text);
+            goto out;
+        }
+        if (runs[n].s.n_steps == 0) log_warn("plot: %s has no steps in metrics.jsonl", dir);
+        n++;
+    }
+    rc = plot(runs, n, out);
+    cairo_debug_reset_static_data(); /* the fonts' caches, so that a leak check sees ours alone */
+    FcFini();
+out:
+    for (int i = 0; i < n; i++) run_series_free(&runs[i].s);
+    free(runs);
+    cli_args_free(&a);
+    return rc;
+#else
+    (void)out;
+    (void)n_dirs;
+    cli_args_free(&a);
+    log_error("plot: this plait was built without cairo: install libcairo2-dev (apt-get install "
+              "libcairo2-dev, or scripts/deps.sh build) and rebuild with make");
+    return PLAIT_EXIT_ERROR;
+#endif
+}

@@ -1,0 +1,260 @@
+#!/usr/bin/env bash
+# Everyday use: a run is never lost by an ordinary action (Ctrl-C, a closed
+# terminal, a closed pipe; checkpoints by time by default), its console is kept
+# in train.log, and a run is seen at a glance (plait status, plait plot,
+# plait train --json / --quiet).
+source "$(dirname "$0")/lib.sh"
+
+tiny_plan "$WORK/plan.json"
+"$PLAIT" train "$WORK/plan.json" --out "$WORK/ref" >"$WORK/ref.log" 2>&1 || { cat "$WORK/ref.log"; exit 1; }
+
+# A non-interactive shell starts background jobs with SIGINT ignored (and
+# plait-train, like any polite program, leaves ignored signals ignored): start
+# them as a terminal would, SIGINT at its default, in their own process group.
+as_from_terminal() {
+    exec "$PY" -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
+os.setpgid(0, 0)
+os.execvp(sys.argv[1], sys.argv[1:])' "$@"
+}
+
+# wait_for_step LOG N: until the progress line of step N is in LOG
+wait_for_step() {
+    for _ in $(seq 400); do grep -q "^step  *$2/" "$1" 2>/dev/null && return 0; sleep 0.05; done
+    echo "step $2 never came"; cat "$1"; return 1
+}
+
+# stop_and_resume SIGNAL RUN: a slowed run gets SIGNAL (to its whole process
+# group, as a terminal sends it) after step 2; it must say so, checkpoint, exit
+# 75, and a second start must end with the metrics of a run never stopped.
+stop_and_resume() {
+    local sig=$1 run=$2 rc=0
+    PLAIT_DEBUG_SLOW_RANK=0:40 as_from_terminal "$PLAIT" train "$WORK/plan.json" --out "$run" \
+        >"$run.log1" 2>&1 &
+    local pid=$!
+    wait_for_step "$run.log1" 2 || return 1
+    kill -"$sig" -- -"$pid"
+    wait "$pid" || rc=$?
+    [ "$rc" -eq 75 ] || { echo "exit code $rc, want 75"; cat "$run.log1"; return 1; }
+    grep -q "stopping after this micro-batch, writing a checkpoint" "$run.log1" || { cat "$run.log1"; return 1; }
+    grep -q "stopped by SIG$sig; a checkpoint was written" "$run.log1" || { cat "$run.log1"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$run" >"$run.log2" 2>&1 || { cat "$run.log2"; return 1; }
+    grep -q "resuming from" "$run.log2" || { cat "$run.log2"; return 1; }
+    metrics_equal "$WORK/ref/metrics.jsonl" "$run/metrics.jsonl"
+}
+
+test_ctrl_c_checkpoints_exits_75_and_resumes_to_the_bit() {
+    stop_and_resume INT "$WORK/int"
+}
+
+test_sighup_checkpoints_exits_75_and_resumes_to_the_bit() {
+    stop_and_resume HUP "$WORK/hup"
+}
+
+test_second_ctrl_c_stops_at_once() {
+    local run=$WORK/twice rc=0
+    # each micro-batch takes 400 ms: the second Ctrl-C comes before the first stop
+    PLAIT_DEBUG_SLOW_RANK=0:400 as_from_terminal "$PLAIT" train "$WORK/plan.json" --out "$run" \
+        >"$run.log" 2>&1 &
+    local pid=$!
+    wait_for_step "$run.log" 1 || return 1
+    kill -INT -- -"$pid"
+    sleep 0.1
+    kill -INT -- -"$pid"
+    wait "$pid" || rc=$?
+    [ "$rc" -eq 130 ] || { echo "exit code $rc, want 130"; cat "$run.log"; return 1; }
+}
+
+test_ctrl_c_to_a_gang_gives_one_checkpoint_and_exit_75() {
+    local run=$WORK/gang rc=0
+    PLAIT_DEBUG_SLOW_RANK=1:40 as_from_terminal "$PLAIT" train "$WORK/plan.json" --out "$run" \
+        --set parallel.dp=2 >"$run.log1" 2>&1 &
+    local pid=$!
+    wait_for_step "$run.log1" 2 || return 1
+    kill -INT -- -"$pid" # the launcher's process group: what a terminal's Ctrl-C reaches
+    wait "$pid" || rc=$?
+    [ "$rc" -eq 75 ] || { echo "exit code $rc, want 75"; cat "$run.log1"; return 1; }
+    [ "$(grep -c "stopping after this micro-batch" "$run.log1")" -eq 1 ] || { cat "$run.log1"; return 1; }
+    [ "$(grep -c "checkpoint step .* written" "$run.log1")" -ge 1 ] || { cat "$run.log1"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$run" --set parallel.dp=2 >"$run.log2" 2>&1 || { cat "$run.log2"; return 1; }
+    grep -q "resuming from" "$run.log2" || { cat "$run.log2"; return 1; }
+    [ "$(grep -c '"step"' "$run/metrics.jsonl")" -eq 12 ] || { cat "$run/metrics.jsonl"; return 1; }
+}
+
+test_closed_stdout_pipe_does_not_stop_training() {
+    local run=$WORK/pipe
+    "$PLAIT" train "$WORK/plan.json" --out "$run" 2>"$run.err" | head -n 1 >/dev/null
+    local rc=${PIPESTATUS[0]}
+    [ "$rc" -eq 0 ] || { echo "exit code $rc, want 0"; cat "$run.err"; return 1; }
+    [ "$(grep -c '"step"' "$run/metrics.jsonl")" -eq 12 ] || return 1
+    grep -q "^step 12/12" "$run/train.log" || { cat "$run/train.log"; return 1; } # the log kept it
+}
+
+test_console_is_kept_in_train_log_across_resumes() {
+    local run=$WORK/log rc=0 log=$WORK/log/train.log
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=8 "$PLAIT" train "$WORK/plan.json" --out "$run" >/dev/null 2>&1 || rc=$?
+    [ "$rc" -eq 75 ] || { echo "exit code $rc"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$run" >/dev/null 2>&1 || return 1
+    grep -q "stopping after micro-batch 2 of step 3" "$log" || { cat "$log"; return 1; }
+    grep -q "resuming from" "$log" || { cat "$log"; return 1; }
+    grep -q "^step 12/12" "$log" || { cat "$log"; return 1; }
+}
+
+test_checkpoints_by_time_without_checkpoint_every() {
+    local run=$WORK/minutes
+    PLAIT_DEBUG_SLOW_RANK=0:30 "$PLAIT" train "$WORK/plan.json" --out "$run" \
+        --set checkpoint.every=0 --set checkpoint.every_minutes=0.002 >"$run.log" 2>&1 || { cat "$run.log"; return 1; }
+    local n; n=$(grep -c "checkpoint step .* written" "$run.log")
+    [ "$n" -ge 3 ] || { echo "$n checkpoints, want several by time"; cat "$run.log"; return 1; }
+    # the default (30 minutes): a short run checkpoints once, at the end
+    run=$WORK/minutes_default
+    "$PLAIT" train "$WORK/plan.json" --out "$run" --set checkpoint.every=0 >"$run.log" 2>&1 || { cat "$run.log"; return 1; }
+    [ "$(grep -c "checkpoint step .* written" "$run.log")" -eq 1 ] || { cat "$run.log"; return 1; }
+    [ -d "$run/checkpoints/step_00000012_0000" ] || return 1
+}
+
+test_json_prints_the_metrics_records_on_stdout() {
+    local run=$WORK/json
+    "$PLAIT" train "$WORK/plan.json" --out "$run" --json >"$run.out" 2>"$run.err" || { cat "$run.err"; return 1; }
+    cmp "$run.out" "$run/metrics.jsonl" || { head -3 "$run.out"; return 1; }
+}
+
+test_quiet_prints_only_the_summary() {
+    local run=$WORK/quiet
+    "$PLAIT" train "$WORK/plan.json" --out "$run" --quiet >"$run.out" 2>"$run.err" || { cat "$run.err"; return 1; }
+    [ ! -s "$run.out" ] || { cat "$run.out"; return 1; }
+    [ "$(wc -l <"$run.err")" -eq 1 ] || { cat "$run.err"; return 1; }
+    grep -q "^plait-train: finished at step 12/12: loss" "$run.err" || { cat "$run.err"; return 1; }
+}
+
+test_status_of_a_running_run() {
+    local run=$WORK/running
+    PLAIT_DEBUG_SLOW_RANK=0:100 "$PLAIT" train "$WORK/plan.json" --out "$run" >"$run.log" 2>&1 &
+    local pid=$!
+    wait_for_step "$run.log" 2 || return 1
+    "$PLAIT" status "$run" >"$run.status"
+    "$PLAIT" status "$run" --json >"$run.json"
+    kill -TERM "$pid"
+    wait "$pid"
+    grep -q "state        running: pid $pid on host" "$run.status" || { cat "$run.status"; return 1; }
+    "$PY" - "$run.json" <<'PYEOF' || return 1
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["state"] == "running", s
+assert s["steps"] == 12 and s["step"] >= 2, s
+assert s["layout"] == {"tp": 1, "pp": 1, "dp": 1}, s
+assert s["tokens_per_s"] > 0 and s["eta_s"] > 0, s
+PYEOF
+}
+
+test_status_of_a_finished_run() {
+    "$PLAIT" status "$WORK/ref" >"$WORK/ref.status" || return 1
+    grep -q "step         12/12 (100%), loss [0-9.]*, val loss [0-9.]* (step 12)" "$WORK/ref.status" || { cat "$WORK/ref.status"; return 1; }
+    grep -q "checkpoints  3, newest step_00000012_0000 (verified)" "$WORK/ref.status" || { cat "$WORK/ref.status"; return 1; }
+    grep -q "state        finished (exit 0)" "$WORK/ref.status" || { cat "$WORK/ref.status"; return 1; }
+    grep -q "memory       rank 0: plait check predicted .* MB .*, allocated .* MB" "$WORK/ref.status" || { cat "$WORK/ref.status"; return 1; }
+}
+
+test_status_of_a_preempted_run() {
+    local run=$WORK/preempted rc=0
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=8 "$PLAIT" train "$WORK/plan.json" --out "$run" >/dev/null 2>&1 || rc=$?
+    [ "$rc" -eq 75 ] || { echo "exit code $rc"; return 1; }
+    "$PLAIT" status "$run" >"$run.status" || return 1
+    grep -q "state        preempted (exit 75) at .* by SIGTERM: run plait train again to resume" "$run.status" || { cat "$run.status"; return 1; }
+    grep -q "newest step_00000002_0002 (verified)" "$run.status" || { cat "$run.status"; return 1; }
+}
+
+test_status_of_a_failed_run_says_why() {
+    # its training data cut short under it: the run fails, saying so
+    local run=$WORK/failed rc=0
+    cp "$WORK/train.bin" "$WORK/failing.bin"
+    PLAIT_DEBUG_SLOW_RANK=0:40 "$PLAIT" train "$WORK/plan.json" --out "$run" \
+        --set data.train="$WORK/failing.bin" >"$run.log" 2>&1 &
+    local pid=$!
+    wait_for_step "$run.log" 2 || return 1
+    truncate -s 2000 "$WORK/failing.bin"
+    wait "$pid" || rc=$?
+    [ "$rc" -eq 1 ] || { echo "exit code $rc"; cat "$run.log"; return 1; }
+    "$PLAIT" status "$run" >"$run.status" || return 1
+    grep -q "state        failed (exit 1) at .*: data.train: .*failing.bin: .*the file shrank" "$run.status" || { cat "$run.status"; return 1; }
+    "$PLAIT" status "$run" "$WORK/ref" --json >"$run.json" || return 1
+    [ "$(wc -l <"$run.json")" -eq 2 ] || { cat "$run.json"; return 1; }
+}
+
+test_status_of_a_directory_that_is_no_run_is_an_error() {
+    local rc=0
+    mkdir -p "$WORK/norun"
+    "$PLAIT" status "$WORK/norun" >/dev/null 2>"$WORK/norun.err" || rc=$?
+    [ "$rc" -eq 1 ] || { echo "exit code $rc"; return 1; }
+    grep -q "not a run directory" "$WORK/norun.err" || { cat "$WORK/norun.err"; return 1; }
+}
+
+# the PNG's width, height and the pixels that are not white (cairo writes
+# 8-bit RGB(A), rows filtered per row: undone here)
+png_pixels() {
+    "$PY" - "$1" <<'PYEOF'
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+pos, idat = 8, b""
+while pos < len(data):
+    n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+    body = data[pos + 8:pos + 8 + n]
+    if kind == b"IHDR":
+        w, h, depth, colour = struct.unpack(">IIBB", body[:10])
+    elif kind == b"IDAT":
+        idat += body
+    pos += 12 + n
+assert depth == 8 and colour in (2, 6), (depth, colour)
+bpp = 3 if colour == 2 else 4
+raw, stride = zlib.decompress(idat), w * bpp
+prev, ink, i = bytearray(stride), 0, 0
+for _ in range(h):
+    f, line = raw[i], bytearray(raw[i + 1:i + 1 + stride])
+    i += 1 + stride
+    for x in range(stride):
+        a = line[x - bpp] if x >= bpp else 0
+        b, c = prev[x], prev[x - bpp] if x >= bpp else 0
+        if f == 1: line[x] = (line[x] + a) & 255
+        elif f == 2: line[x] = (line[x] + b) & 255
+        elif f == 3: line[x] = (line[x] + (a + b) // 2) & 255
+        elif f == 4:
+            p = a + b - c
+            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    ink += sum(1 for x in range(0, stride, bpp) if line[x:x + 3] != b"\xff\xff\xff")
+    prev = line
+print(w, h, ink)
+PYEOF
+}
+
+test_plot_writes_a_png_of_the_curves() {
+    local png=$WORK/loss.png
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/lr" --set optimizer.lr=1e-3 >/dev/null 2>&1 || return 1
+    if ! "$PLAIT" plot "$WORK/ref" "$WORK/lr" -o "$png" >"$WORK/plot.out" 2>&1; then
+        if grep -q "install libcairo2-dev" "$WORK/plot.out"; then echo "(built without cairo: it says so)"; return 0; fi
+        cat "$WORK/plot.out"; return 1
+    fi
+    grep -qx "$png" "$WORK/plot.out" || { cat "$WORK/plot.out"; return 1; }
+    local w h ink
+    read -r w h ink < <(png_pixels "$png") || return 1
+    [ "$w" -eq 1200 ] && [ "$h" -eq 800 ] || { echo "size ${w}x$h"; return 1; }
+    # frames, ticks, labels and curves: a few percent of the picture, not all of it
+    [ "$ink" -gt 15000 ] && [ "$ink" -lt 400000 ] || { echo "$ink non-white pixels"; return 1; }
+    # an empty run draws less than the same picture with curves
+    mkdir -p "$WORK/empty" && "$PLAIT" plot "$WORK/empty" -o "$WORK/empty.png" >/dev/null 2>&1 || return 1
+    local ink_empty
+    read -r _ _ ink_empty < <(png_pixels "$WORK/empty.png") || return 1
+    [ "$ink_empty" -lt "$ink" ] || { echo "empty $ink_empty >= $ink"; return 1; }
+}
+
+test_plot_writes_svg_and_pdf() {
+    "$PLAIT" plot "$WORK/ref" -o "$WORK/loss.svg" >/dev/null 2>&1 || return 0 # without cairo: above
+    "$PLAIT" plot "$WORK/ref" -o "$WORK/loss.pdf" >/dev/null || return 1
+    grep -q "<svg" "$WORK/loss.svg" || return 1
+    [ "$(head -c 4 "$WORK/loss.pdf")" = "%PDF" ] || return 1
+}
+
+for t in $(declare -F | awk '{print $3}' | grep '^test_'); do check "$t" "$t"; done
+exit $((failures > 0))
