@@ -152,3 +152,27 @@ int layout_choose(const struct plan *p, const struct place_node *nodes, int n_no
     if (!best->placed) return error_set(err, "%s", best->why);
     return 0;
 }
+
+double layout_modelled_tokens_per_s(const struct plan *p)
+{
+    struct topo topo = {0};
+    struct plait_error err;
+    double rate = 0;
+    if (topo_load(&topo, NULL, &err) == 0) {
+        const struct plan_parallel *par = &p->parallel;
+        struct cost_layout l = {par->tp == PLAN_AUTO ? 1 : par->tp,
+                                par->pp == PLAN_AUTO ? 1 : par->pp,
+                                par->dp == PLAN_AUTO ? 1 : par->dp};
+        struct place_node node = {.name = "localhost",
+                                  .topo = &topo,
+                                  .slots = l.tp * l.pp * l.dp,
+                                  .cpu_ranks = p->parallel.device != PLAN_DEVICE_CUDA};
+        struct layout_inputs in = {.bw = {.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100}};
+        struct layout_eval e;
+        layout_evaluate(p, l, &node, 1, &in, &e);
+        rate = e.placed ? e.tokens_per_s : 0;
+        layout_eval_free(&e);
+    }
+    topo_free(&topo);
+    return rate;
+}

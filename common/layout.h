@@ -55,4 +55,9 @@ double layout_device_tflops(const struct topo *t, enum plan_precision precision)
 /* The smallest device memory among the nodes (bytes), 0 when unknown. */
 uint64_t layout_device_memory(const struct place_node *nodes, int n, double override_gb);
 
+/* plait check's modelled tokens/s for the plan's layout ("auto" as 1) on this
+ * machine, its ranks placed as plait train places them (topology discovered
+ * with hwloc); 0 when it cannot tell. */
+double layout_modelled_tokens_per_s(const struct plan *p);
+
 #endif

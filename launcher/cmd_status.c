@@ -126,9 +126,9 @@ static json_t *memory_json(json_t *run)
                      int_at(r0, NULL, "rss_peak_bytes"));
 }
 
-/* What plait check's cost model gives for the run's plan and layout on this
- * machine (the run's own ranks, as plait train places them); 0 when it
- * cannot tell (the plan no longer loads, e.g. its data moved). */
+/* What plait check's cost model gives for the run's plan on this machine
+ * (layout_modelled_tokens_per_s); 0 when it cannot tell (the plan no longer
+ * loads, e.g. its data moved). */
 static double modelled_tokens_per_s(const char *run_dir)
 {
     char path[4096];
@@ -136,24 +136,7 @@ static double modelled_tokens_per_s(const char *run_dir)
     if (fs_join(path, sizeof path, run_dir, "plan.json", &err)) return 0;
     struct plan *p = plan_load(path, NULL, 0, &err);
     if (!p) return 0;
-    struct topo topo = {0};
-    double rate = 0;
-    if (topo_load(&topo, NULL, &err) == 0) {
-        const struct plan_parallel *par = &p->parallel;
-        struct cost_layout l = {par->tp == PLAN_AUTO ? 1 : par->tp,
-                                par->pp == PLAN_AUTO ? 1 : par->pp,
-                                par->dp == PLAN_AUTO ? 1 : par->dp};
-        struct place_node node = {.name = "localhost",
-                                  .topo = &topo,
-                                  .slots = l.tp * l.pp * l.dp,
-                                  .cpu_ranks = p->parallel.device != PLAN_DEVICE_CUDA};
-        struct layout_inputs in = {.bw = {.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100}};
-        struct layout_eval e;
-        layout_evaluate(p, l, &node, 1, &in, &e);
-        rate = e.placed ? e.tokens_per_s : 0;
-        layout_eval_free(&e);
-    }
-    topo_free(&topo);
+    double rate = layout_modelled_tokens_per_s(p);
     plan_free(p);
     return rate;
 }

@@ -19,6 +19,7 @@
 #include "common/cost.h"
 #include "common/env.h"
 #include "common/fsutil.h"
+#include "common/layout.h"
 #include "common/log.h"
 #include "common/runend.h"
 #include "common/runlock.h"
@@ -83,6 +84,8 @@ struct trainer {
     char *made_ckpt_dir;        /* (fs_mkdir_p_made), or NULL: undone if it fails */
     double saved_at_s;          /* when the last checkpoint was written (or training began) */
     double last_loss, last_val; /* the final summary's (NAN until known) */
+    double modelled_tps;        /* run.json: plait check's tokens/s here (rank 0; 0: unknown) */
+    json_t *memory;             /* run.json's memory section, once known */
 };
 
 static double now_s(void)
@@ -138,10 +141,23 @@ static const char *bf16_emulation(const struct trainer *t)
     return t->m.ops->bf16_emulation();
 }
 
-/* run.json, rewritten whole each time: the run as it started and, once this
- * process has taken a step, memory (a reference it steals; NULL: none yet). */
-static int write_run_json(struct trainer *t, json_t *memory, struct plait_error *err)
+/* Tokens a second over this process's timed steps (its first warms up), 0
+ * before any. */
+static double measured_tokens_per_s(const struct trainer *t)
 {
+    const struct plan *p = t->plan;
+    if (t->m.prof.steps == 0 || t->timed_s <= 0) return 0;
+    return (double)p->batch.micro_batch * p->model.seq_len * p->batch.grad_accum * t->where->dp *
+           t->m.prof.steps / t->timed_s;
+}
+
+/* run.json, rewritten whole each time: the run as it started; once this
+ * process has taken a step, memory (t->memory); and plait check's modelled
+ * tokens/s beside the measured (null until a timed step). */
+static int write_run_json(struct trainer *t, struct plait_error *err)
+{
+    json_t *memory = t->memory ? json_incref(t->memory) : NULL;
+    double measured = measured_tokens_per_s(t);
     char host[256] = "?", cpu[256] = "?";
     gethostname(host, sizeof host - 1);
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -165,6 +181,12 @@ static int write_run_json(struct trainer *t, json_t *memory, struct plait_error 
                             "cpu", cpu, "cores", (int)sysconf(_SC_NPROCESSORS_ONLN), "threads",
                             omp_get_max_threads(), "backend", t->m.ops->name, "peak_gflops",
                             t->peak_gflops, "bf16_emulation", bf16_emulation(t), "memory", memory);
+    if (run)
+        json_object_set_new(
+            run, "throughput",
+            json_pack("{s:o,s:o}", "modelled_tokens_per_s",
+                      t->modelled_tps > 0 ? json_real(t->modelled_tps) : json_null(),
+                      "measured_tokens_per_s", measured > 0 ? json_real(measured) : json_null()));
     char *text = run ? json_dumps(run, JSON_INDENT(2)) : NULL;
     json_decref(run);
     if (!text) return error_set(err, "out of memory");
@@ -245,7 +267,8 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
                       (json_int_t)v[8]));
     }
     free(all);
-    return write_run_json(t, json_pack("{s:i,s:o}", "after_step", step, "ranks", ranks), err);
+    t->memory = json_pack("{s:i,s:o}", "after_step", step, "ranks", ranks);
+    return write_run_json(t, err);
 }
 
 /* The rate of the device's matrix product in this precision, as the
@@ -588,11 +611,14 @@ static int setup(struct trainer *t, struct plait_error *err)
     time_t now = time(NULL);
     strftime(t->started, sizeof t->started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     if (loaded) snprintf(t->resumed_from, sizeof t->resumed_from, "%s", name);
-    return write_run_json(t, NULL, err);
+    t->modelled_tps = layout_modelled_tokens_per_s(t->plan);
+    return write_run_json(t, err);
 }
 
 static void teardown(struct trainer *t)
 {
+    json_decref(t->memory);
+    t->memory = NULL;
     if (t->bucketed) buckets_free(&t->buckets);
     if (t->sched_ready) schedule_free(&t->sched);
     if (t->par_ready) parallel_free(&t->par);
@@ -1097,9 +1123,7 @@ static void final_summary(struct trainer *t, int rc)
     char val[48] = "", speed[48] = "";
     if (!isnan(t->last_val)) snprintf(val, sizeof val, ", val loss %.4f", t->last_val);
     if (t->m.prof.steps > 0)
-        snprintf(speed, sizeof speed, ", %.0f tok/s",
-                 (double)t->plan->batch.micro_batch * t->plan->model.seq_len *
-                     t->plan->batch.grad_accum * t->where->dp * t->m.prof.steps / t->timed_s);
+        snprintf(speed, sizeof speed, ", %.0f tok/s", measured_tokens_per_s(t));
     fprintf(stderr, "plait-train: %s at step %d/%d: loss %.4f%s%s; run directory %s\n",
             rc == PLAIT_EXIT_OK ? "finished" : "stopped", t->st.step, t->plan->steps, t->last_loss,
             val, speed, t->run_dir);
@@ -1195,7 +1219,11 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
     if (samples && rc == PLAIT_EXIT_OK && !train_stop_signal &&
         print_sample(&t, "after training", err))
         rc = -1;
-    if (rc >= 0 && where->rank == 0) final_summary(&t, rc);
+    if (rc >= 0 && where->rank == 0) {
+        final_summary(&t, rc);
+        struct plait_error why; /* the measured speed beside the modelled: a report */
+        if (write_run_json(&t, &why)) log_warn("run.json: %s", why.text);
+    }
 out:
     if (rc < 0 && t.par_ready) parallel_abort(&t.par, err->text);
     bool history = rc >= 0 || (t.ckpts_open && run_has_history(&t));

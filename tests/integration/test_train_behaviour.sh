@@ -119,6 +119,9 @@ import json, sys
 run = json.load(open(sys.argv[1] + "/run.json"))
 assert run["plan"]["recompute"] == "none" and run["plan"]["steps"] == 4, run["plan"]
 assert run["version"] and run["machine"]["threads"] >= 1 and run["machine"]["cpu"], run
+# plait check's modelled speed on this machine beside the measured one
+th = run["throughput"]
+assert th["modelled_tokens_per_s"] > 0 and th["measured_tokens_per_s"] > 0, th
 step = json.loads(open(sys.argv[1] + "/metrics.jsonl").readline())
 for k in ("step", "loss", "lr", "grad_norm", "tokens", "ms", "tokens_per_s"):
     assert k in step, k
