@@ -14,6 +14,8 @@
  * through the exponent bits. */
 static inline float vexpf(float x)
 {
+    float nan = x; /* NaN in, NaN out; the integer path below sees 0 instead (no UB) */
+    x = x == x ? x : 0.0f;
     x = x < -87.33654f ? -87.33654f : x; /* (not fminf/fmaxf: they do not vectorise) */
     x = x > 88.0f ? 88.0f : x;
     const float round = 12582912.0f; /* 1.5·2^23: adding it rounds to an integer */
@@ -27,10 +29,10 @@ static inline float vexpf(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t e = ((int32_t)n + 127) << 23;
+    uint32_t e = (uint32_t)((int32_t)n + 127) << 23; /* n in [-126, 127] */
     float scale;
     memcpy(&scale, &e, sizeof scale);
-    return p * scale;
+    return nan == nan ? p * scale : nan;
 }
 
 /* tanh(x) = sign(x)·(1 - e)/(1 + e), e = exp(-2|x|). */

@@ -102,6 +102,14 @@ test_an_empty_run_directory_is_refused() {
         "$PLAIT" train "$WORK/plan.json" --out ""
 }
 
+# A learning rate that blows the weights up: NaN through every kernel (the
+# sanitized build checks that they stay defined) and a clear stop.
+test_a_diverging_run_says_so() {
+    expect_error "$WORK/nan.log" 1 "step 2: loss -?nan, gradient norm -?nan: training diverged" \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/nan" --set optimizer.lr=1e30 \
+        --set optimizer.grad_clip=0 --set steps=4
+}
+
 check a_tokenizer_whose_end_of_text_is_outside_the_model_is_refused test_a_tokenizer_whose_end_of_text_is_outside_the_model_is_refused
 check a_fifo_or_directory_as_data_is_refused_without_hanging test_a_fifo_or_directory_as_data_is_refused_without_hanging
 check a_token_beyond_the_vocabulary_is_refused_before_training test_a_token_beyond_the_vocabulary_is_refused_before_training
@@ -109,4 +117,5 @@ check data_that_shrinks_mid_run_checkpoints_and_resumes test_data_that_shrinks_m
 check a_forged_llmc_header_is_refused test_a_forged_llmc_header_is_refused
 check activation_sizes_that_overflow_are_refused test_activation_sizes_that_overflow_are_refused
 check an_empty_run_directory_is_refused test_an_empty_run_directory_is_refused
+check a_diverging_run_says_so test_a_diverging_run_says_so
 finish
