@@ -534,7 +534,7 @@ preempt_and_resume() {
     wait_state "$high" COMPLETED || return 1
     # preempted: requeued and held until its BeginTime; release it
     wait_state "$low" PENDING || return 1
-    grep -q "stopped for preemption" "$WORK/$name.out" || { cat "$WORK/$name.out"; return 1; }
+    grep -q "stopped by SIGTERM; a checkpoint was written" "$WORK/$name.out" || { cat "$WORK/$name.out"; return 1; }
     local stopped_at
     stopped_at=$(ls "$run/checkpoints" | tail -n 1)
     scontrol update jobid="$low" StartTime=now
