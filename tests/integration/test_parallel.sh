@@ -451,6 +451,10 @@ test_stopped_parallel_runs_resume_to_the_bit() {
         uninterrupted full_pp2_zbh1 "${pp[@]}" --set parallel.schedule=zb-h1 &&
         uninterrupted full_pp2dp2_z2 "${z2[@]}" && uninterrupted tp2pp2dp2 "${lay[@]}" || return 1
     stop_resume stop_dp full_dp 22 "micro-batch 2 of step 6" "${dp[@]}" || return 1
+    # ZeRO 0 in buckets (the stop comes before the step's last backward starts them)
+    local zb=(--set parallel.dp=2 --set parallel.bucket_mb=0.01 --set batch.grad_accum=4)
+    uninterrupted full_dp_buckets "${zb[@]}" || return 1
+    stop_resume stop_dp_buckets full_dp_buckets 22 "micro-batch 2 of step 6" "${zb[@]}" || return 1
     stop_resume stop_pp2 full_pp2 22 "micro-batch 3 of step 6 (of 4; the pipeline drained)" \
         "${pp[@]}" || return 1
     [ -d "$WORK/stop_pp2/checkpoints/step_00000005_0003" ] || { ls "$WORK/stop_pp2/checkpoints"; return 1; }
