@@ -97,23 +97,32 @@ static int gather_rows(struct buckets *bk, int B, int T, struct plait_error *err
     return dp->allgather(dp->ctx, rows, bk->rows, N * (size_t)bk->m->cfg.hidden, err);
 }
 
-int buckets_finish(struct buckets *bk, int B, int T, struct plait_error *err)
+/* Waits for every sum started (the first failure into err, unless rc says
+ * one happened already) and readies the buckets for the next step. */
+static int settle(struct buckets *bk, int rc, struct plait_error *err)
 {
     struct plait_error later; /* after the first failure: what the others say */
+    for (int i = 0; i < bk->n; i++) {
+        struct bucket *b = &bk->b[i];
+        if (b->started && bk->dp->wait(b->req, rc ? &later : err) && rc == 0) rc = -1;
+        *b = (struct bucket){.at = b->at, .n = b->n, .layers = b->layers};
+    }
+    bk->next = 0;
+    if (bk->m) {
+        bk->watermark = bk->m->shard.total;
+        bk->m->deferred_slot = -1;
+    }
+    return rc;
+}
+
+int buckets_finish(struct buckets *bk, int B, int T, struct plait_error *err)
+{
     bool deferred = bk->defer && bk->m->deferred_slot >= 0;
     int rc = 0;
     while (rc == 0 && bk->next < bk->n) rc = start(bk, &bk->b[bk->next], err);
     /* posted behind the sums on the same communicator: it completes after them */
     if (rc == 0 && deferred) rc = gather_rows(bk, B, T, err);
-    for (int i = 0; i < bk->n; i++) {
-        struct bucket *b = &bk->b[i];
-        if (b->started && bk->dp->wait(b->req, rc ? &later : err) && rc == 0) rc = -1;
-        bk->b[i] = (struct bucket){.at = b->at, .n = b->n, .layers = b->layers};
-    }
-    bk->next = 0;
-    bk->watermark = bk->m->shard.total;
-    bk->m->deferred_slot = -1;
-    if (rc) return error_prefix(err, "data-parallel gradient sum: ");
+    if (settle(bk, rc, err)) return error_prefix(err, "data-parallel gradient sum: ");
     size_t N = (size_t)B * (size_t)T, C = (size_t)bk->m->cfg.hidden;
     for (int r = 0; deferred && r < bk->dp->size; r++) /* in rank order: the same bits */
         model_add_embedding_rows(bk->m, bk->rows + (size_t)r * N * C, bk->tokens + (size_t)r * N, B,
@@ -124,13 +133,7 @@ int buckets_finish(struct buckets *bk, int B, int T, struct plait_error *err)
 void buckets_drop(struct buckets *bk)
 {
     struct plait_error ignored;
-    for (int i = 0; i < bk->n; i++) {
-        if (bk->b[i].started) bk->dp->wait(bk->b[i].req, &ignored);
-        bk->b[i] = (struct bucket){.at = bk->b[i].at, .n = bk->b[i].n, .layers = bk->b[i].layers};
-    }
-    bk->next = 0;
-    bk->watermark = bk->m ? bk->m->shard.total : 0;
-    if (bk->m) bk->m->deferred_slot = -1;
+    settle(bk, -1, &ignored);
 }
 
 void buckets_free(struct buckets *bk)

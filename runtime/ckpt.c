@@ -21,26 +21,16 @@
 
 #define OPTIM_MAGIC 20261122
 #define OPTIM_VERSION 1
-#define CHUNK_FLOATS (4u << 20) /* 16 MiB through host memory at a time */
 
 /* Streams a parameter-shaped buffer of backend memory to f in llm.c order
- * (tensor, then layer), one tensor instance at a time through a host buffer.
- * For the whole model that is exactly an llm.c file's body. */
-struct put_args {
-    struct ckpt_file *f;
-    const struct ops *ops;
-    const float *src;
-    float *host;
-    struct plait_error *err;
-};
-
-static int put_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
+ * (tensor, then layer), one tensor instance at a time through a host buffer. */
+int ckpt_put_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
 {
     (void)t;
     (void)layer;
-    struct put_args *a = ctx;
+    struct ckpt_put *a = ctx;
     for (size_t done = 0; done < n;) {
-        size_t k = n - done < CHUNK_FLOATS ? n - done : CHUNK_FLOATS;
+        size_t k = n - done < CKPT_HOST_FLOATS ? n - done : CKPT_HOST_FLOATS;
         a->ops->download(a->host, a->src + off + done, k * sizeof(float));
         if (ckpt_file_put(a->f, a->host, k * sizeof(float), a->err)) return -1;
         done += k;
@@ -51,8 +41,8 @@ static int put_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, si
 static int put_tensors(struct ckpt_file *f, const struct model *m, const float *src, float *host,
                        struct plait_error *err)
 {
-    struct put_args a = {f, m->ops, src, host, err};
-    return gpt2_shard_each(&m->shard, put_instance, &a);
+    struct ckpt_put a = {f, m->ops, src, host, err};
+    return gpt2_shard_each(&m->shard, ckpt_put_instance, &a);
 }
 
 static int write_whole(const char *dir, const char *name, const void *data, size_t n, json_t *files,
@@ -87,7 +77,7 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
                                   json_t *files, struct plait_error *err)
 {
     size_t P = m->shard.total;
-    float *host = malloc(CHUNK_FLOATS * sizeof(float));
+    float *host = malloc(CKPT_HOST_FLOATS * sizeof(float));
     if (!host) return error_set(err, "out of memory");
     struct ckpt_file w = {.fd = -1};
     int rc = -1;

@@ -21,6 +21,22 @@
 #include "runtime/data.h"
 #include "runtime/model.h"
 
+/* Backend memory streamed into a checkpoint file through a host buffer of
+ * CKPT_HOST_FLOATS floats (ckpt.c's files and ckpt_parts.c's alike). */
+#define CKPT_HOST_FLOATS (4u << 20) /* 16 MiB through host memory at a time */
+struct ckpt_put {
+    struct ckpt_file *f;
+    const struct ops *ops;
+    const float *src; /* a parameter-shaped buffer of backend memory */
+    float *host;      /* CKPT_HOST_FLOATS floats */
+    struct plait_error *err;
+};
+
+/* gpt2_shard_each's visitor (ctx: a struct ckpt_put): src's elements
+ * [off, off + n) into the file. Visiting the whole model in llm.c order
+ * writes exactly an llm.c file's body. */
+int ckpt_put_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n);
+
 struct train_state {
     int step;         /* optimizer steps completed */
     int micro;        /* micro-batches of step+1 already accumulated */

@@ -15,7 +15,6 @@
 
 #define PART_MAGIC 20261124
 #define PART_VERSION 1
-#define CHUNK_FLOATS (4u << 20)
 #define MAX_FILES 5 /* per rank: model, optim, grads, state, plan */
 
 enum part_kind { PART_MODEL = 1, PART_OPTIM = 2, PART_GRADS = 3 };
@@ -53,34 +52,20 @@ static void header_fill(int32_t h[LLMC_HEADER_INTS], enum part_kind kind, const 
 
 /* ---- writing ----------------------------------------------------------------------------- */
 
-struct put_args {
-    struct ckpt_file *f;
-    const struct ops *ops;
-    const float *src;
-    float *host;
-    struct plait_error *err;
-};
-
-static int put_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
+/* What rank 0 needs of a written file for the manifest. */
+static void record(struct file_record *rec, const char *name, const struct ckpt_file *f)
 {
-    (void)t;
-    (void)layer;
-    struct put_args *a = ctx;
-    for (size_t done = 0; done < n;) {
-        size_t k = n - done < CHUNK_FLOATS ? n - done : CHUNK_FLOATS;
-        a->ops->download(a->host, a->src + off + done, k * sizeof(float));
-        if (ckpt_file_put(a->f, a->host, k * sizeof(float), a->err)) return -1;
-        done += k;
-    }
-    return 0;
+    snprintf(rec->name, sizeof rec->name, "%s", name);
+    rec->bytes = (int64_t)f->bytes;
+    rec->crc = f->crc;
 }
 
 /* n floats of backend memory as they lie. */
 static int put_raw(struct ckpt_file *f, const struct ops *ops, const float *src, size_t n,
                    float *host, struct plait_error *err)
 {
-    struct put_args a = {f, ops, src, host, err};
-    return put_instance(&a, 0, 0, 0, n);
+    struct ckpt_put a = {f, ops, src, host, err};
+    return ckpt_put_instance(&a, 0, 0, 0, n);
 }
 
 /* Writes one part file: header, then each array (instances, or raw slices). */
@@ -100,17 +85,13 @@ static int write_part(const char *tmp, const char *name, enum part_kind kind, co
         if (raw) {
             rc = put_raw(&f, m->ops, arrays[i], m->slice_n, host, err);
         } else {
-            struct put_args a = {&f, m->ops, arrays[i], host, err};
-            rc = gpt2_shard_each(&m->shard, put_instance, &a);
+            struct ckpt_put a = {&f, m->ops, arrays[i], host, err};
+            rc = gpt2_shard_each(&m->shard, ckpt_put_instance, &a);
         }
     }
     if (rc == 0) rc = ckpt_file_close(&f, files, err);
     ckpt_file_discard(&f);
-    if (rc == 0) {
-        snprintf(rec->name, sizeof rec->name, "%s", name);
-        rec->bytes = (int64_t)f.bytes;
-        rec->crc = f.crc;
-    }
+    if (rc == 0) record(rec, name, &f);
     json_decref(files);
     return rc;
 }
@@ -125,11 +106,7 @@ static int write_text(const char *tmp, const char *name, const char *text, struc
                  ? 0
                  : -1;
     ckpt_file_discard(&f);
-    if (rc == 0) {
-        snprintf(rec->name, sizeof rec->name, "%s", name);
-        rec->bytes = (int64_t)f.bytes;
-        rec->crc = f.crc;
-    }
+    if (rc == 0) record(rec, name, &f);
     json_decref(files);
     return rc;
 }
@@ -139,7 +116,7 @@ static int write_mine(const char *tmp, const struct model *m, const struct train
                       const char *plan_json, const struct env_rank *w,
                       struct file_record recs[MAX_FILES], struct plait_error *err)
 {
-    float *host = malloc(CHUNK_FLOATS * sizeof(float));
+    float *host = malloc(CKPT_HOST_FLOATS * sizeof(float));
     if (!host) return error_set(err, "out of memory");
     char name[64];
     int rc = 0, k = 0;
