@@ -74,8 +74,11 @@ enum plait_exit {
     PLAIT_EXIT_OK = 0,
     PLAIT_EXIT_ERROR = 1,     /* bad input or a failure; the message says which */
     PLAIT_EXIT_USAGE = 2,     /* bad command line */
-    PLAIT_EXIT_PREEMPTED = 75 /* stopped by SIGTERM/SIGUSR1/SIGINT/SIGHUP after
-                                 writing a checkpoint: resumable (EX_TEMPFAIL) */
+    PLAIT_EXIT_PREEMPTED = 75, /* stopped by SIGTERM/SIGUSR1/SIGINT/SIGHUP after
+                                  writing a checkpoint: resumable (EX_TEMPFAIL) */
+    PLAIT_EXIT_RESTART = 76    /* a peer was lost (a rank died, a pod never came, a
+                                  node is gone): nothing of this process is wrong;
+                                  restart the whole gang from the newest checkpoint */
 };
 
 /* ---- reading the contract (the runtime's side; common/place.c writes it) --- */
