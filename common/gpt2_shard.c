@@ -151,17 +151,93 @@ int gpt2_shard_each(const struct gpt2_shard *s,
     return 0;
 }
 
-/* rows × cols at full[row·full_cols + col0 ...] <-> shard (dense rows × cols). */
-static void copy_block(float *full, size_t full_cols, size_t col0, float *shard, size_t rows,
-                       size_t cols, bool to_shard)
+size_t gpt2_shard_instance_at(const struct gpt2_shard *s, enum gpt2_tensor t, int l)
 {
-    for (size_t r = 0; r < rows; r++) {
-        float *f = full + r * full_cols + col0, *sh = shard + r * cols;
-        if (to_shard)
-            memcpy(sh, f, cols * sizeof *f);
-        else
-            memcpy(f, sh, cols * sizeof *f);
+    size_t at = 0;
+    for (int u = 0; u < (int)t; u++)
+        at += s->elems[u] * (size_t)(is_global(u) ? 1 : gpt2_shard_layers(s));
+    if (is_global(t)) return at;
+    size_t block = (gpt2_shard_offset(s, t, l) - s->layers_at) / s->layer_elems;
+    return at + block * s->elems[t];
+}
+
+/* How tensor parallelism cuts one instance of t (gpt2_shard.h): the whole
+ * instance as rows × `width` columns, each rank holding, in `parts` equal
+ * bands of rows (q, k, v are three), a block of `cols` columns starting at
+ * column tp_rank·cols (columns) or `rows` rows starting at row
+ * band·band_rows + tp_rank·rows (rows). */
+struct tp_cut {
+    size_t width;     /* columns of the whole instance */
+    size_t rows;      /* rows a rank holds in each band */
+    size_t band_rows; /* rows of a band of the whole instance */
+    size_t cols;      /* columns a rank holds (width unless column-parallel) */
+    bool by_columns;
+};
+
+static struct tp_cut tp_cut_of(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp)
+{
+    size_t C = (size_t)cfg->hidden, T = (size_t)tp, Ct = C / T;
+    switch (t) {
+    case GPT2_WTE:
+        return (struct tp_cut){C, (size_t)cfg->padded_vocab / T, 0, C, false};
+    case GPT2_QKVW:
+        return (struct tp_cut){C, Ct, C, C, false};
+    case GPT2_QKVB:
+        return (struct tp_cut){1, Ct, C, 1, false};
+    case GPT2_FCW:
+        return (struct tp_cut){C, 4 * Ct, 0, C, false};
+    case GPT2_FCB:
+        return (struct tp_cut){1, 4 * Ct, 0, 1, false};
+    case GPT2_ATTPROJW:
+        return (struct tp_cut){C, C, 0, Ct, true};
+    case GPT2_FCPROJW:
+        return (struct tp_cut){4 * C, C, 0, 4 * Ct, true};
+    default:
+        return (struct tp_cut){0, 0, 0, 0, false}; /* whole on every rank */
     }
+}
+
+size_t gpt2_tp_to_whole(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp, int tp_rank,
+                        size_t i, size_t elems, size_t *run)
+{
+    struct tp_cut c = tp_cut_of(cfg, t, tp);
+    size_t r = (size_t)tp_rank;
+    if (c.width == 0 || tp == 1) {
+        *run = elems - i;
+        return i;
+    }
+    if (c.by_columns) { /* row i / cols of the rank's block */
+        size_t row = i / c.cols, col = i % c.cols;
+        *run = c.cols - col;
+        return row * c.width + r * c.cols + col;
+    }
+    size_t band_elems = c.rows * c.width, band = i / band_elems, within = i % band_elems;
+    *run = band_elems - within;
+    return (band * c.band_rows + r * c.rows) * c.width + within;
+}
+
+int gpt2_tp_owner(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp, size_t g, size_t elems,
+                  size_t *local, size_t *run)
+{
+    struct tp_cut c = tp_cut_of(cfg, t, tp);
+    if (c.width == 0 || tp == 1) {
+        *local = g;
+        *run = elems - g;
+        return 0;
+    }
+    size_t row = g / c.width, col = g % c.width;
+    if (c.by_columns) {
+        size_t r = col / c.cols, within = col % c.cols;
+        *local = row * c.cols + within;
+        *run = c.cols - within;
+        return (int)r;
+    }
+    size_t band = c.band_rows ? row / c.band_rows : 0,
+           in_band = c.band_rows ? row % c.band_rows : row;
+    size_t r = in_band / c.rows, rank_row = in_band % c.rows;
+    *local = (band * c.rows + rank_row) * c.width + col;
+    *run = (c.rows - rank_row) * c.width - col;
+    return (int)r;
 }
 
 struct copy_ctx {
@@ -175,40 +251,15 @@ static int copy_instance(void *ctx, enum gpt2_tensor t, int l, size_t offset, si
 {
     struct copy_ctx *c = ctx;
     const struct gpt2_shard *s = c->s;
-    size_t C = (size_t)s->cfg.hidden, tp = (size_t)s->part.tp, tr = (size_t)s->part.tp_rank;
-    size_t Ct = C / tp;
     size_t per_layer = is_global(t) ? 0 : c->full.elems[t] / (size_t)s->cfg.layers;
     float *full = c->full_buf + c->full.offset[t] + (size_t)l * per_layer;
     float *shard = c->shard_buf + offset;
-    switch (t) {
-    case GPT2_WTE: { /* a block of rows */
-        size_t rows = (size_t)s->cfg.padded_vocab / tp;
-        copy_block(full + tr * rows * C, C, 0, shard, rows, C, c->to_shard);
-        break;
-    }
-    case GPT2_QKVW: /* this rank's rows of each of q, k, v */
-    case GPT2_QKVB: {
-        size_t width = t == GPT2_QKVW ? C : 1;
-        for (size_t j = 0; j < 3; j++)
-            copy_block(full + (j * C + tr * Ct) * width, width, 0, shard + j * Ct * width, Ct,
-                       width, c->to_shard);
-        break;
-    }
-    case GPT2_FCW:
-    case GPT2_FCB: {
-        size_t width = t == GPT2_FCW ? C : 1;
-        copy_block(full + tr * 4 * Ct * width, width, 0, shard, 4 * Ct, width, c->to_shard);
-        break;
-    }
-    case GPT2_ATTPROJW: /* columns */
-        copy_block(full, C, tr * Ct, shard, C, Ct, c->to_shard);
-        break;
-    case GPT2_FCPROJW:
-        copy_block(full, 4 * C, tr * 4 * Ct, shard, C, 4 * Ct, c->to_shard);
-        break;
-    default: /* whole */
-        copy_block(full, elems, 0, shard, 1, elems, c->to_shard);
-        break;
+    for (size_t i = 0, run; i < elems; i += run) {
+        size_t g = gpt2_tp_to_whole(&s->cfg, t, s->part.tp, s->part.tp_rank, i, elems, &run);
+        if (c->to_shard)
+            memcpy(shard + i, full + g, run * sizeof *full);
+        else
+            memcpy(full + g, shard + i, run * sizeof *full);
     }
     return 0;
 }

@@ -94,6 +94,22 @@ bool gpt2_tensor_tp_replicated(enum gpt2_tensor t);
  * first and the last stage) only on the first stage. */
 bool gpt2_shard_counts(const struct gpt2_shard *s, enum gpt2_tensor t);
 
+/* Where instance (t, layer l) starts in llm.c order over the shard's
+ * instances (the order of gpt2_shard_each, and of the checkpoint's part
+ * files): the elements of every instance visited before it. */
+size_t gpt2_shard_instance_at(const struct gpt2_shard *s, enum gpt2_tensor t, int l);
+
+/* How tensor parallelism cuts one instance of tensor t (elems: the size of
+ * the instance being indexed). gpt2_tp_to_whole: element i of rank
+ * tp_rank's instance is element (returned) of the whole instance, and the
+ * *run elements from there on follow contiguously in both. gpt2_tp_owner,
+ * the inverse: the rank holding element g of the whole instance (0 for a
+ * tensor whole on every rank), its index there (*local), and the run. */
+size_t gpt2_tp_to_whole(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp, int tp_rank,
+                        size_t i, size_t elems, size_t *run);
+int gpt2_tp_owner(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp, size_t g, size_t elems,
+                  size_t *local, size_t *run);
+
 /* Copies between a full llm.c-order buffer (gpt2_layout) and the shard:
  * to_shard true extracts this rank's part, false writes it back into full
  * (the rest of full untouched). */

@@ -210,8 +210,80 @@ static void test_impossible_parts_are_refused(void)
     }
 }
 
+/* Where each element of a rank's instance sits in the whole instance, and
+ * back: the mapping and its inverse agree element by element, and every run
+ * they report is contiguous on both sides (resharding reads by runs). */
+static void test_tp_mapping_and_its_inverse_agree(void)
+{
+    struct gpt2_layout full;
+    gpt2_layout(&cfg, &full);
+    for (int tp = 1; tp <= 4; tp *= 2)
+        for (int t = 0; t < GPT2_TENSORS; t++) {
+            bool layered = t != GPT2_WTE && t != GPT2_WPE && t != GPT2_LNFW && t != GPT2_LNFB;
+            size_t whole = full.elems[t] / (layered ? (size_t)cfg.layers : 1);
+            size_t local = gpt2_tensor_tp_replicated(t) ? whole : whole / (size_t)tp;
+            int *seen = calloc(whole, sizeof *seen);
+            for (int r = 0; r < tp; r++)
+                for (size_t i = 0; i < local; i++) {
+                    size_t run, run2, back;
+                    size_t g = gpt2_tp_to_whole(&cfg, t, tp, r, i, local, &run);
+                    int owner = gpt2_tp_owner(&cfg, t, tp, g, whole, &back, &run2);
+                    bool replicated = gpt2_tensor_tp_replicated(t);
+                    CHECK(g < whole && run >= 1 && i + run <= local, "%s tp %d: element %zu",
+                          gpt2_tensor_names[t], tp, i);
+                    CHECK(back == i && owner == (replicated ? 0 : r) && run2 >= 1 &&
+                              g + run2 <= whole,
+                          "%s tp %d rank %d: element %zu -> %zu -> rank %d element %zu",
+                          gpt2_tensor_names[t], tp, r, i, g, owner, back);
+                    if (i + 1 < local && run > 1) {
+                        size_t next_run,
+                            next = gpt2_tp_to_whole(&cfg, t, tp, r, i + 1, local, &next_run);
+                        CHECK(next == g + 1 && next_run == run - 1, "%s: a run breaks at %zu",
+                              gpt2_tensor_names[t], i);
+                    }
+                    if (!replicated || r == 0) seen[g]++;
+                }
+            for (size_t g = 0; g < whole; g++)
+                CHECK(seen[g] == 1, "%s tp %d: element %zu held %d times", gpt2_tensor_names[t], tp,
+                      g, seen[g]);
+            free(seen);
+        }
+}
+
+struct order_ctx {
+    const struct gpt2_shard *s;
+    size_t at;
+};
+
+static int check_order(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
+{
+    (void)off;
+    struct order_ctx *o = ctx;
+    CHECK(gpt2_shard_instance_at(o->s, t, layer) == o->at, "%s layer %d in file order",
+          gpt2_tensor_names[t], layer);
+    o->at += n;
+    return 0;
+}
+
+static void test_instances_in_file_order(void)
+{
+    struct plait_error err;
+    struct gpt2_part p = {.tp = 2, .tp_rank = 1, .pp = 2, .pp_rank = 0, .chunks = 1};
+    gpt2_stage_chunks(4, 2, 2, 0, &p);
+    struct gpt2_config c4 = cfg;
+    c4.layers = 4;
+    p.tp = 2, p.tp_rank = 1, p.pp = 2;
+    struct gpt2_shard s;
+    CHECK(gpt2_shard_init(&s, &c4, &p, &err) == 0, "%s", err.text);
+    struct order_ctx o = {&s, 0};
+    gpt2_shard_each(&s, check_order, &o);
+    CHECK(o.at == s.total, "the instances cover the shard");
+}
+
 int main(void)
 {
+    RUN(test_tp_mapping_and_its_inverse_agree);
+    RUN(test_instances_in_file_order);
     RUN(test_shards_cover_the_model_exactly);
     RUN(test_whole_model_is_a_layer_major_permutation);
     RUN(test_megatron_splits_take_heads_and_columns);
