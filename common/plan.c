@@ -1622,6 +1622,15 @@ int plan_resumable(const struct plan *before, const struct plan *after, char *no
     enum { MAX = 64 };
     struct plan_change ch[MAX];
     int n = plan_diff(before, after, ch, MAX), refused = 0;
+    /* micro-batches per data-parallel rank may change with dp, if the global
+     * batch stays: the same windows make each step (data_next_of) */
+    const struct plan_parallel *pb = &before->parallel, *pa = &after->parallel;
+    bool known = pb->dp != PLAN_AUTO && pa->dp != PLAN_AUTO;
+    int64_t global_before = (int64_t)before->batch.micro_batch * before->batch.grad_accum * pb->dp,
+            global_after = (int64_t)after->batch.micro_batch * after->batch.grad_accum * pa->dp;
+    for (int i = 0; i < n && i < MAX; i++)
+        if (!strcmp(ch[i].path, "batch.grad_accum") && known && global_before == global_after)
+            ch[i].may_change = true;
     char list[900] = "";
     size_t len = 0;
     if (notes_bytes) notes[0] = '\0';

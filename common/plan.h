@@ -156,7 +156,9 @@ int plan_diff(const struct plan *before, const struct plan *after, struct plan_c
 
 /* Whether a run of `before` may go on under `after`: 0 when every field that
  * differs may change (described into notes, "" when none differ); -1 with err
- * listing the fields that may not ("optimizer.lr 0.002 -> 0.001, ..."). */
+ * listing the fields that may not ("optimizer.lr 0.002 -> 0.001, ...").
+ * batch.grad_accum may change when parallel.dp does so that the global batch
+ * (micro_batch × grad_accum × dp) stays: the steps read the same data. */
 int plan_resumable(const struct plan *before, const struct plan *after, char *notes,
                    size_t notes_bytes, struct plait_error *err);
 

@@ -14,13 +14,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/ckpt_shards.h"
 #include "common/crc32c.h"
 #include "common/fsutil.h"
 #include "common/llmc.h"
 #include "common/log.h"
-
-#define OPTIM_MAGIC 20261122
-#define OPTIM_VERSION 1
+#include "runtime/ckpt_parts.h"
 
 /* Streams a parameter-shaped buffer of backend memory to f in llm.c order
  * (tensor, then layer), one tensor instance at a time through a host buffer. */
@@ -100,8 +99,8 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
     /* optim.bin: {magic, version, params (low, high 32 bits), has_grads}, m, v[, grads],
      * each in llm.c order like model.bin */
     memset(header, 0, sizeof header);
-    header[0] = OPTIM_MAGIC;
-    header[1] = OPTIM_VERSION;
+    header[0] = CKPT_OPTIM_MAGIC;
+    header[1] = CKPT_OPTIM_VERSION;
     header[2] = (int32_t)(uint32_t)(P & 0xffffffffu);
     header[3] = (int32_t)(uint32_t)(P >> 32);
     header[4] = st->micro > 0;
@@ -262,8 +261,8 @@ int ckpt_load_whole(const char *cdir, struct model *m, struct train_state *st,
     f = fs_fopen_regular(path, err);
     int32_t h[LLMC_HEADER_INTS];
     if (!f) goto out;
-    if (fread(h, 4, LLMC_HEADER_INTS, f) != LLMC_HEADER_INTS || h[0] != OPTIM_MAGIC ||
-        h[1] != OPTIM_VERSION) {
+    if (fread(h, 4, LLMC_HEADER_INTS, f) != LLMC_HEADER_INTS || h[0] != CKPT_OPTIM_MAGIC ||
+        h[1] != CKPT_OPTIM_VERSION) {
         error_set(err, "%s: not a plait optimizer state (magic/version)", path);
         goto out;
     }
@@ -333,12 +332,13 @@ int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m
             rc = CKPT_NOT_THIS_RUN;
             break;
         }
-        if (check_whole(cdir, &why)) { /* not unusable: another layout's, not to skip */
+        if (ckpt_layout_check(cdir, m, &why)) { /* not unusable: not to skip */
             error_set(err, "checkpoint %s: %s", cdir, why.text);
             rc = CKPT_NOT_THIS_RUN;
             break;
         }
-        if (ckpt_load_whole(cdir, m, st, &why)) {
+        if (check_whole(cdir, NULL) ? ckpt_load_resharded(cdir, m, st, &why)
+                                    : ckpt_load_whole(cdir, m, st, &why)) {
             log_warn("checkpoint %s is unusable: %s; trying an older one", cdir, why.text);
             continue;
         }

@@ -9,15 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ckpt_shards.h"
 #include "common/fsutil.h"
 #include "common/llmc.h"
 #include "common/log.h"
 
-#define PART_MAGIC 20261124
-#define PART_VERSION 1
 #define MAX_FILES 5 /* per rank: model, optim, grads, state, plan */
-
-enum part_kind { PART_MODEL = 1, PART_OPTIM = 2, PART_GRADS = 3 };
 
 /* One file a rank wrote, as rank 0 gathers it (a fixed record of int64 words). */
 struct file_record {
@@ -25,29 +22,18 @@ struct file_record {
     int64_t bytes, crc; /* bytes < 0: no file */
 };
 
-static void part_name(char *out, size_t n, const char *kind, const struct model *m,
+static void part_name(char *out, size_t n, enum ckpt_part_kind kind, const struct model *m,
                       const struct env_rank *w, bool with_dp)
 {
-    if (with_dp)
-        snprintf(out, n, "%s-tp%d-pp%d-dp%d.bin", kind, m->shard.part.tp_rank,
-                 m->shard.part.pp_rank, w->dp_rank);
-    else
-        snprintf(out, n, "%s-tp%d-pp%d.bin", kind, m->shard.part.tp_rank, m->shard.part.pp_rank);
+    ckpt_part_name(out, n, kind, m->shard.part.tp_rank, m->shard.part.pp_rank, w->dp_rank, with_dp);
 }
 
-static void header_fill(int32_t h[LLMC_HEADER_INTS], enum part_kind kind, const struct model *m,
-                        const struct env_rank *w, size_t count, int arrays)
+static void header_fill(int32_t h[LLMC_HEADER_INTS], enum ckpt_part_kind kind,
+                        const struct model *m, const struct env_rank *w, size_t count, int arrays)
 {
-    memset(h, 0, LLMC_HEADER_BYTES);
-    h[0] = PART_MAGIC;
-    h[1] = PART_VERSION;
-    h[2] = kind;
-    h[3] = w->tp, h[4] = w->tp_rank, h[5] = w->pp, h[6] = w->pp_rank, h[7] = w->dp;
-    h[8] = w->dp_rank, h[9] = m->zero;
-    h[10] = (int32_t)(uint32_t)(count & 0xffffffffu);
-    h[11] = (int32_t)(uint32_t)(count >> 32);
-    h[12] = arrays;
-    h[13] = m->shard.part.chunks > 1 ? m->shard.part.chunks : 0; /* 0: one chunk (older files) */
+    struct ckpt_part_id id = {w->tp,   w->tp_rank,           w->pp, w->pp_rank, w->dp, w->dp_rank,
+                              m->zero, m->shard.part.chunks, count, arrays};
+    ckpt_part_header(h, kind, &id);
 }
 
 /* ---- writing ----------------------------------------------------------------------------- */
@@ -69,9 +55,10 @@ static int put_raw(struct ckpt_file *f, const struct ops *ops, const float *src,
 }
 
 /* Writes one part file: header, then each array (instances, or raw slices). */
-static int write_part(const char *tmp, const char *name, enum part_kind kind, const struct model *m,
-                      const struct env_rank *w, const float *const *arrays, int n_arrays, bool raw,
-                      float *host, struct file_record *rec, struct plait_error *err)
+static int write_part(const char *tmp, const char *name, enum ckpt_part_kind kind,
+                      const struct model *m, const struct env_rank *w, const float *const *arrays,
+                      int n_arrays, bool raw, float *host, struct file_record *rec,
+                      struct plait_error *err)
 {
     struct ckpt_file f = {.fd = -1};
     int32_t h[LLMC_HEADER_INTS];
@@ -122,19 +109,20 @@ static int write_mine(const char *tmp, const struct model *m, const struct train
     int rc = 0, k = 0;
     if (w->dp_rank == 0) {
         const float *params[] = {m->params};
-        part_name(name, sizeof name, "model", m, w, false);
-        rc = write_part(tmp, name, PART_MODEL, m, w, params, 1, false, host, &recs[k++], err);
+        part_name(name, sizeof name, CKPT_PART_MODEL, m, w, false);
+        rc = write_part(tmp, name, CKPT_PART_MODEL, m, w, params, 1, false, host, &recs[k++], err);
     }
     const float *moments[] = {m->adam_m, m->adam_v};
     if (rc == 0 && (m->zero || w->dp_rank == 0)) {
-        part_name(name, sizeof name, "optim", m, w, m->zero > 0);
-        rc =
-            write_part(tmp, name, PART_OPTIM, m, w, moments, 2, m->zero > 0, host, &recs[k++], err);
+        part_name(name, sizeof name, CKPT_PART_OPTIM, m, w, m->zero > 0);
+        rc = write_part(tmp, name, CKPT_PART_OPTIM, m, w, moments, 2, m->zero > 0, host, &recs[k++],
+                        err);
     }
     if (rc == 0 && st->micro > 0) { /* every rank's own accumulated gradients */
         const float *grads[] = {m->zero == 2 ? m->grad_slice : m->grads};
-        part_name(name, sizeof name, "grads", m, w, true);
-        rc = write_part(tmp, name, PART_GRADS, m, w, grads, 1, m->zero == 2, host, &recs[k++], err);
+        part_name(name, sizeof name, CKPT_PART_GRADS, m, w, true);
+        rc = write_part(tmp, name, CKPT_PART_GRADS, m, w, grads, 1, m->zero == 2, host, &recs[k++],
+                        err);
     }
     if (rc == 0 && w->rank == 0) {
         json_t *state = ckpt_state_json(st);
@@ -176,24 +164,41 @@ int ckpt_parts_save(struct ckptdir *d, const char *dir, const struct model *m,
     /* every rank's records to rank 0 (all to all: a few hundred bytes each) */
     size_t words = (sizeof mine) / (sizeof(int64_t)); /* the records as int64 words */
     struct file_record *all = calloc((size_t)w->world * MAX_FILES, sizeof *all);
+    /* and every rank's stage: the layers it holds go into the manifest */
+    int64_t my_stage[3] = {w->pp_rank, m->shard.part.layer_begin, m->shard.part.layer_end};
+    int64_t *stage_of = calloc((size_t)w->world * 3, sizeof *stage_of);
+    json_t *stages = NULL;
     int rc = -1;
-    if (!all) {
+    if (!all || !stage_of) {
         error_set(err, "out of memory");
         goto out;
     }
-    if (comm_allgather(par->world, mine, all, words, COMM_INT64, err)) goto out;
+    if (comm_allgather(par->world, mine, all, words, COMM_INT64, err) ||
+        comm_allgather(par->world, my_stage, stage_of, 3, COMM_INT64, err))
+        goto out;
     if (any) {
         error_set(err, "checkpoint %s: %s", name,
                   failed ? why.text : "another rank could not write its part (see its message)");
         goto out;
     }
     if (w->rank == 0) {
+        stages = json_array();
+        for (int s = 0; s < w->pp; s++)
+            for (int r = 0; r < w->world; r++)
+                if (stage_of[3 * r] == s) {
+                    json_array_append_new(stages,
+                                          json_pack("[I,I]", (json_int_t)stage_of[3 * r + 1],
+                                                    (json_int_t)stage_of[3 * r + 2]));
+                    break;
+                }
         json_t *files = json_object(),
                *extra = json_pack("{s:{s:i,s:i,s:i,s:i}}", "layout", "tp", w->tp, "pp", w->pp, "dp",
                                   w->dp, "zero", m->zero);
+        json_t *layout = json_object_get(extra, "layout");
         if (m->chunks > 1) /* interleaved: which layers a stage holds */
-            json_object_set_new(json_object_get(extra, "layout"), "virtual_stages",
-                                json_integer(m->chunks));
+            json_object_set_new(layout, "virtual_stages", json_integer(m->chunks));
+        json_object_set_new(layout, "stages", stages);
+        stages = NULL;
         for (int i = 0; i < w->world * MAX_FILES; i++)
             if (all[i].bytes >= 0)
                 json_object_set_new(files, all[i].name,
@@ -213,6 +218,8 @@ int ckpt_parts_save(struct ckptdir *d, const char *dir, const struct model *m,
     rc = 0;
 out:
     if (rc && w->rank == 0) ckptdir_abort(tmp);
+    json_decref(stages);
+    free(stage_of);
     free(all);
     return rc;
 }
@@ -220,9 +227,9 @@ out:
 /* ---- loading ----------------------------------------------------------------------------- */
 
 /* Reads a part file written by this rank's place into dst arrays. */
-static int read_part(const char *cdir, const char *name, enum part_kind kind, const struct model *m,
-                     const struct env_rank *w, float *const *dst, int n_arrays, bool raw,
-                     struct plait_error *err)
+static int read_part(const char *cdir, const char *name, enum ckpt_part_kind kind,
+                     const struct model *m, const struct env_rank *w, float *const *dst,
+                     int n_arrays, bool raw, struct plait_error *err)
 {
     char path[4096];
     if (fs_join(path, sizeof path, cdir, name, err)) return -1;
@@ -276,50 +283,68 @@ static int read_part(const char *cdir, const char *name, enum part_kind kind, co
     return rc;
 }
 
-/* The layout a checkpoint was written in (its manifest), or all 1 for one
- * rank; *v: the model chunks a stage held (1 but interleaved). */
-static int read_layout(const char *cdir, int *tp, int *pp, int *dp, int *zero, int *v, bool *whole,
-                       struct plait_error *err)
+static bool same_layout(const struct ckpt_layout *l, const struct model *m)
 {
-    char path[4096];
-    if (fs_join(path, sizeof path, cdir, "manifest.json", err)) return -1;
-    json_error_t jerr;
-    json_t *man = json_load_file(path, 0, &jerr);
-    if (!man) return error_set(err, "manifest.json: %s", jerr.text);
-    *tp = *pp = *dp = *v = 1;
-    *zero = 0;
-    *whole = json_object_get(json_object_get(man, "files"), "model.bin") != NULL;
-    json_t *l = json_object_get(man, "layout");
-    if (l)
-        json_unpack(l, "{s?i,s?i,s?i,s?i,s?i}", "tp", tp, "pp", pp, "dp", dp, "zero", zero,
-                    "virtual_stages", v);
-    json_decref(man);
-    return 0;
+    return !l->whole && l->tp == m->shard.part.tp && l->pp == m->shard.part.pp && l->dp == m->dp &&
+           l->zero == m->zero && l->chunks == m->shard.part.chunks;
 }
 
-/* Can this rank's part come out of the checkpoint at cdir? */
-static int check_layout(const char *cdir, const struct model *m, const struct env_rank *w,
+int ckpt_layout_check(const char *cdir, const struct model *m, struct plait_error *err)
+{
+    struct ckpt_layout l;
+    struct train_state st;
+    if (ckpt_layout_read(cdir, &l, err)) return -1;
+    bool same = same_layout(&l, m), whole = l.whole;
+    ckpt_layout_free(&l);
+    if (same || whole) return 0; /* ckpt_load_whole says what a whole one can go to */
+    if (ckpt_read_state(cdir, &st, err)) return -1;
+    if (st.micro == 0) return 0; /* resharded */
+    return error_set(err,
+                     "it stopped mid-step (micro-batch %d of step %d) in tp %d × pp %d × dp %d "
+                     "(ZeRO %d, %d chunk(s)): the gradients of an unfinished step go only to the "
+                     "layout that made them; resume in that layout to finish the step (the next "
+                     "checkpoint can then go to any layout)",
+                     st.micro, st.step + 1, l.tp, l.pp, l.dp, l.zero, l.chunks);
+}
+
+int ckpt_load_resharded(const char *cdir, struct model *m, struct train_state *st,
                         struct plait_error *err)
 {
-    int tp, pp, dp, zero, v;
-    bool whole;
-    if (read_layout(cdir, &tp, &pp, &dp, &zero, &v, &whole, err)) return -1;
-    if (whole) return 0; /* any layout takes its part of a whole model */
-    if (tp == w->tp && pp == w->pp && dp == w->dp && zero == m->zero && v == m->chunks) return 0;
-    return error_set(err,
-                     "it was written by tp %d × pp %d × dp %d (ZeRO %d, %d model chunk(s) a "
-                     "stage); this run is tp %d × pp %d × dp %d (ZeRO %d, %d chunk(s)): "
-                     "resharding a checkpoint to another layout is not in this version (resume "
-                     "with the layout that wrote it)",
-                     tp, pp, dp, zero, v, w->tp, w->pp, w->dp, m->zero, m->chunks);
+    struct ckpt_source src;
+    if (ckpt_source_open(&src, cdir, err)) return -1;
+    size_t P = m->shard.total, n = P > m->slice_n ? P : m->slice_n;
+    float *host = malloc(n * sizeof(float) + 1);
+    int rc = -1;
+    if (!host) {
+        error_set(err, "out of memory");
+        goto out;
+    }
+    if (src.micro > 0 && !same_layout(&src.layout, m)) {
+        ckpt_layout_check(cdir, m, err);
+        goto out;
+    }
+    if (ckpt_read_state(cdir, st, err) ||
+        ckpt_source_read(&src, CKPT_PARAMS, &m->shard, 0, P, host, err))
+        goto out;
+    model_set_params(m, host);
+    /* the moments of the optimizer's slice (all of the part at ZeRO 0) */
+    size_t lo = m->slice_at, hi = m->slice_at + m->slice_n;
+    if (ckpt_source_read(&src, CKPT_ADAM_M, &m->shard, lo, hi, host, err)) goto out;
+    m->ops->upload(m->adam_m, host, m->slice_n * sizeof(float));
+    if (ckpt_source_read(&src, CKPT_ADAM_V, &m->shard, lo, hi, host, err)) goto out;
+    m->ops->upload(m->adam_v, host, m->slice_n * sizeof(float));
+    rc = 0;
+out:
+    free(host);
+    ckpt_source_close(&src);
+    return rc;
 }
 
 /* Rank 0: the newest checkpoint that verifies and belongs to this plan and
  * layout, into name ("" for none); CKPT_NOT_THIS_RUN when none is usable or
  * the newest does not belong, -1 when the directory cannot be listed. */
-static int choose(struct ckptdir *d, const struct plan *plan, const struct model *m,
-                  const struct env_rank *w, char *name, size_t name_bytes, char *notes,
-                  size_t notes_bytes, struct plait_error *err)
+static int choose(struct ckptdir *d, const struct plan *plan, const struct model *m, char *name,
+                  size_t name_bytes, char *notes, size_t notes_bytes, struct plait_error *err)
 {
     struct ckpt_entry *list;
     int n;
@@ -339,7 +364,7 @@ static int choose(struct ckptdir *d, const struct plan *plan, const struct model
             rc = CKPT_NOT_THIS_RUN;
             break;
         }
-        if (check_layout(cdir, m, w, &why)) {
+        if (ckpt_layout_check(cdir, m, &why)) {
             error_set(err, "checkpoint %s: %s", cdir, why.text);
             rc = CKPT_NOT_THIS_RUN;
             break;
@@ -365,7 +390,7 @@ int ckpt_parts_load(struct ckptdir *d, const char *dir, const struct plan *plan,
     char choice[1100] = "";
     if (w->rank == 0) {
         struct plait_error why;
-        int rc = choose(d, plan, m, w, choice, sizeof choice, notes, notes_bytes, &why);
+        int rc = choose(d, plan, m, choice, sizeof choice, notes, notes_bytes, &why);
         if (rc)
             snprintf(choice, sizeof choice, "%c%s", rc == CKPT_NOT_THIS_RUN ? '!' : '#', why.text);
     }
@@ -377,35 +402,28 @@ int ckpt_parts_load(struct ckptdir *d, const char *dir, const struct plan *plan,
     if (!choice[0]) return 0;
     char cdir[4096];
     if (fs_join(cdir, sizeof cdir, dir, choice, err)) return -1;
-    int tp, pp, dp, zero, v;
-    bool whole;
-    int failed = read_layout(cdir, &tp, &pp, &dp, &zero, &v, &whole, err) != 0;
+    struct ckpt_layout l;
+    int failed = ckpt_layout_read(cdir, &l, err) != 0;
     struct plait_error why = {.text = ""};
-    if (!failed && whole) {
+    if (!failed && l.whole) {
         failed = ckpt_load_whole(cdir, m, st, &why) != 0;
     } else if (!failed) {
-        char file[64];
-        failed = ckpt_read_state(cdir, st, &why) != 0;
-        float *params[] = {m->params}, *moments[] = {m->adam_m, m->adam_v};
-        float *grads[] = {m->zero == 2 ? m->grad_slice : m->grads};
-        /* the part's parameters (and, at ZeRO 0, its moments) were written by dp rank 0 */
-        struct env_rank w0 = *w;
-        w0.dp_rank = 0;
-        if (!failed) {
-            part_name(file, sizeof file, "model", m, &w0, false);
-            failed = read_part(cdir, file, PART_MODEL, m, &w0, params, 1, false, &why) != 0;
-        }
-        if (!failed) {
-            const struct env_rank *by = m->zero ? w : &w0;
-            part_name(file, sizeof file, "optim", m, by, m->zero > 0);
-            failed = read_part(cdir, file, PART_OPTIM, m, by, moments, 2, m->zero > 0, &why) != 0;
-        }
+        /* parameters and moments from any layout; an unfinished step's own
+         * gradients (the same layout only) from this rank's file */
+        failed = ckpt_load_resharded(cdir, m, st, &why) != 0;
         if (!failed && st->micro > 0) {
-            part_name(file, sizeof file, "grads", m, w, true);
-            failed = read_part(cdir, file, PART_GRADS, m, w, grads, 1, m->zero == 2, &why) != 0;
+            char file[64];
+            float *grads[] = {m->zero == 2 ? m->grad_slice : m->grads};
+            part_name(file, sizeof file, CKPT_PART_GRADS, m, w, true);
+            failed =
+                read_part(cdir, file, CKPT_PART_GRADS, m, w, grads, 1, m->zero == 2, &why) != 0;
         }
-        if (!failed && m->params16) m->ops->to_bf16(m->params16, m->params, m->shard.total);
+        if (!failed && !same_layout(&l, m) && w->rank == 0)
+            log_info("checkpoint %s: resharded from tp %d × pp %d × dp %d (ZeRO %d) to tp %d × "
+                     "pp %d × dp %d (ZeRO %d)",
+                     choice, l.tp, l.pp, l.dp, l.zero, w->tp, w->pp, w->dp, m->zero);
     }
+    ckpt_layout_free(&l);
     int any = failed;
     if (parallel_max_int(par, &any, err)) return -1;
     if (any)

@@ -16,8 +16,10 @@
  * this plan, and tells the others; each rank reads its part. A checkpoint of
  * the same layout is read part by part; one written whole (model.bin and
  * optim.bin, by a single rank or tp = pp = 1 without ZeRO) by any layout,
- * each rank taking its part of it. Other layouts need resharding (not in
- * this version: refused with both layouts named). */
+ * each rank taking its part of it. Any other layout is resharded: each rank
+ * reads the slices of its part out of the other layout's files
+ * (common/ckpt_shards.h); only an unfinished step's gradients need the
+ * layout that made them. */
 #ifndef PLAIT_RUNTIME_CKPT_PARTS_H
 #define PLAIT_RUNTIME_CKPT_PARTS_H
 
@@ -39,5 +41,16 @@ int ckpt_parts_save(struct ckptdir *d, const char *dir, const struct model *m,
 int ckpt_parts_load(struct ckptdir *d, const char *dir, const struct plan *plan, struct model *m,
                     struct train_state *st, char *name, size_t name_bytes, char *notes,
                     size_t notes_bytes, struct parallel *par, struct plait_error *err);
+
+/* Whether this rank's model can resume the checkpoint at cdir: its own
+ * layout, a whole model (ckpt_load_whole says more), or any other layout at
+ * the end of a step. -1 with err saying why not. */
+int ckpt_layout_check(const char *cdir, const struct model *m, struct plait_error *err);
+
+/* Loads the parameters and optimizer moments of this rank's part (and the
+ * state) from a checkpoint in parts written by any layout, reading only the
+ * slices the part needs. */
+int ckpt_load_resharded(const char *cdir, struct model *m, struct train_state *st,
+                        struct plait_error *err);
 
 #endif
