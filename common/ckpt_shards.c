@@ -365,3 +365,59 @@ int ckpt_source_read(struct ckpt_source *s, enum ckpt_array a, const struct gpt2
     struct read_ctx ctx = {s, a, dst, lo, hi, out, err};
     return gpt2_shard_each(dst, read_instance, &ctx) ? -1 : 0;
 }
+
+/* Whether manifest.json lists name. */
+static int listed(json_t *files, const char *dir, const char *name, const struct ckpt_layout *l,
+                  struct plait_error *err)
+{
+    if (json_object_get(files, name)) return 0;
+    return error_set(err,
+                     "%s: manifest.json does not list %s, which a checkpoint of tp %d × pp %d × "
+                     "dp %d (ZeRO %d) holds",
+                     dir, name, l->tp, l->pp, l->dp, l->zero);
+}
+
+int ckpt_source_check(struct ckpt_source *s, struct plait_error *err)
+{
+    const struct ckpt_layout *l = &s->layout;
+    char path[4096], name[64];
+    if (fs_join(path, sizeof path, s->dir, "manifest.json", err)) return -1;
+    json_t *man = json_load_file(path, 0, NULL), *files = json_object_get(man, "files");
+    int rc =
+        listed(files, s->dir, "state.json", l, err) || listed(files, s->dir, "plan.json", l, err)
+            ? -1
+            : 0;
+    if (l->whole) {
+        if (rc == 0)
+            rc = listed(files, s->dir, "model.bin", l, err) ||
+                         listed(files, s->dir, "optim.bin", l, err) ||
+                         source_file(s, CKPT_PART_MODEL, 0, 0, -1, err) < 0 ||
+                         source_file(s, CKPT_PART_OPTIM, 0, 0, -1, err) < 0
+                     ? -1
+                     : 0;
+        json_decref(man);
+        return rc;
+    }
+    for (int st = 0; st < l->pp && rc == 0; st++)
+        for (int tr = 0; tr < l->tp && rc == 0; tr++) {
+            ckpt_part_name(name, sizeof name, CKPT_PART_MODEL, tr, st, 0, false);
+            rc = listed(files, s->dir, name, l, err) ||
+                         source_file(s, CKPT_PART_MODEL, tr, st, -1, err) < 0
+                     ? -1
+                     : 0;
+            int dps = l->zero ? l->dp : 1;
+            for (int d = 0; d < dps && rc == 0; d++) {
+                ckpt_part_name(name, sizeof name, CKPT_PART_OPTIM, tr, st, d, l->zero > 0);
+                rc = listed(files, s->dir, name, l, err) ||
+                             source_file(s, CKPT_PART_OPTIM, tr, st, l->zero ? d : -1, err) < 0
+                         ? -1
+                         : 0;
+            }
+            for (int d = 0; d < l->dp && rc == 0 && s->micro > 0; d++) {
+                ckpt_part_name(name, sizeof name, CKPT_PART_GRADS, tr, st, d, true);
+                rc = listed(files, s->dir, name, l, err);
+            }
+        }
+    json_decref(man);
+    return rc;
+}

@@ -85,6 +85,13 @@ struct ckpt_source {
 int ckpt_source_open(struct ckpt_source *s, const char *cdir, struct plait_error *err);
 void ckpt_source_close(struct ckpt_source *s);
 
+/* Whether the checkpoint is complete: its manifest lists every file its
+ * layout writes (every part of every rank; an unfinished step's gradients of
+ * every rank) and each part file's header says the place the manifest gives
+ * it. Sizes and checksums are ckptdir_verify's. -1 with err naming the first
+ * file missing or wrong. */
+int ckpt_source_check(struct ckpt_source *s, struct plait_error *err);
+
 enum ckpt_array { CKPT_PARAMS, CKPT_ADAM_M, CKPT_ADAM_V };
 
 /* Elements [lo, hi) of array a of the part `dst` (its layer-major buffer,

@@ -48,7 +48,8 @@
  * lines. plait train --json / --quiet set it. */
 #define PLAIT_ENV_CONSOLE "PLAIT_CONSOLE"
 /* Developer: write the logits of step 1's first micro-batch and all gradients
- * of step 1 (before clipping) as raw float32 into this directory. */
+ * of step 1 (before clipping) as raw float32 into this directory; a resumed
+ * run dumps the first step it takes instead (not one resumed mid-step). */
 #define PLAIT_ENV_DUMP_STEP1 "PLAIT_DUMP_STEP1"
 
 /* Developer fault injection: after this many micro-batches (counted from the

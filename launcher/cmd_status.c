@@ -67,16 +67,11 @@ static void recent_pace(const struct run_series *s, double *step_s, double *toke
 }
 
 /* The checkpoints: how many, the newest and whether it verifies. */
-static json_t *checkpoints_json(const char *run_dir, json_t *plan)
+static json_t *checkpoints_json(const char *run_dir)
 {
-    const char *dir =
-        json_string_value(json_object_get(json_object_get(plan, "checkpoint"), "dir"));
     char path[4096];
     struct plait_error err;
-    if (!dir) dir = "checkpoints";
-    if (dir[0] == '/')
-        snprintf(path, sizeof path, "%s", dir);
-    else if (fs_join(path, sizeof path, run_dir, dir, &err))
+    if (run_checkpoint_dir(run_dir, path, sizeof path, &err))
         return json_pack("{s:i,s:s}", "count", 0, "error", err.text);
     struct ckptdir d = {.path = strdup(path)};
     struct ckpt_entry *list = NULL;
@@ -182,7 +177,7 @@ static json_t *status_json(const char *run_dir, struct plait_error *err)
         json_object_set_new(o, "val_loss", json_real(s.evals[s.n_evals - 1].val_loss));
         json_object_set_new(o, "val_step", json_integer(s.evals[s.n_evals - 1].step));
     }
-    json_object_set_new(o, "checkpoints", checkpoints_json(run_dir, plan));
+    json_object_set_new(o, "checkpoints", checkpoints_json(run_dir));
     json_t *state = state_json(run_dir);
     json_object_update(o, state);
     json_decref(state);

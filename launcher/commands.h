@@ -7,7 +7,7 @@
 #include "launcher/cli.h"
 
 extern const struct cli_command cmd_train_cli, cmd_check_cli, cmd_launch_cli, cmd_data_prepare_cli,
-    cmd_status_cli, cmd_plot_cli;
+    cmd_status_cli, cmd_plot_cli, cmd_ckpt_ls_cli, cmd_ckpt_verify_cli, cmd_ckpt_export_cli;
 
 int cmd_train(int argc, char **argv);  /* plait train PLAN [--out DIR] [--set k=v ...] */
 int cmd_check(int argc, char **argv);  /* plait check PLAN [--nodes N] [--topology X.xml ...] */
@@ -15,6 +15,9 @@ int cmd_launch(int argc, char **argv); /* plait launch: in a Slurm task or a pod
 int cmd_data_prepare(int argc, char **argv); /* plait data prepare TEXT OUT.bin [...] */
 int cmd_status(int argc, char **argv);       /* plait status RUN_DIR... [--json] */
 int cmd_plot(int argc, char **argv);         /* plait plot RUN_DIR... [-o FILE] */
+int cmd_ckpt_ls(int argc, char **argv);      /* plait ckpt ls DIR [--json] */
+int cmd_ckpt_verify(int argc, char **argv);  /* plait ckpt verify DIR */
+int cmd_ckpt_export(int argc, char **argv);  /* plait ckpt export DIR --llmc OUT.bin */
 
 /* Binds this process to $PLAIT_CPUS (if set) and sets OMP_NUM_THREADS to the
  * CPUs it got unless already set; -1 (said) when PLAIT_CPUS is malformed. */

@@ -13,9 +13,15 @@ static const struct {
     const struct cli_command *cli;
     int (*run)(int argc, char **argv);
 } commands[] = {
-    {&cmd_train_cli, cmd_train},   {&cmd_check_cli, cmd_check},
-    {&cmd_launch_cli, cmd_launch}, {&cmd_data_prepare_cli, cmd_data_prepare},
-    {&cmd_status_cli, cmd_status}, {&cmd_plot_cli, cmd_plot},
+    {&cmd_train_cli, cmd_train},
+    {&cmd_check_cli, cmd_check},
+    {&cmd_launch_cli, cmd_launch},
+    {&cmd_data_prepare_cli, cmd_data_prepare},
+    {&cmd_status_cli, cmd_status},
+    {&cmd_plot_cli, cmd_plot},
+    {&cmd_ckpt_ls_cli, cmd_ckpt_ls},
+    {&cmd_ckpt_verify_cli, cmd_ckpt_verify},
+    {&cmd_ckpt_export_cli, cmd_ckpt_export},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

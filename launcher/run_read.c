@@ -83,3 +83,22 @@ void run_series_free(struct run_series *s)
     free(s->evals);
     memset(s, 0, sizeof *s);
 }
+
+int run_checkpoint_dir(const char *run_dir, char *out, size_t out_bytes, struct plait_error *err)
+{
+    char path[4096];
+    if (fs_join(path, sizeof path, run_dir, "plan.json", err)) return -1;
+    json_t *plan = json_load_file(path, 0, NULL);
+    const char *dir =
+        json_string_value(json_object_get(json_object_get(plan, "checkpoint"), "dir"));
+    if (!dir) dir = "checkpoints";
+    int rc = 0;
+    if (dir[0] == '/') {
+        if ((size_t)snprintf(out, out_bytes, "%s", dir) >= out_bytes)
+            rc = error_set(err, "%s: path too long", dir);
+    } else {
+        rc = fs_join(out, out_bytes, run_dir, dir, err);
+    }
+    json_decref(plan);
+    return rc;
+}

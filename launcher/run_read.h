@@ -4,6 +4,7 @@
 #ifndef PLAIT_LAUNCHER_RUN_READ_H
 #define PLAIT_LAUNCHER_RUN_READ_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -30,5 +31,9 @@ struct run_series {
  * being written). A missing file is an empty series; -1 with err otherwise. */
 int run_series_read(const char *run_dir, struct run_series *s, struct plait_error *err);
 void run_series_free(struct run_series *s);
+
+/* The run's checkpoint directory: its plan's checkpoint.dir (relative to the
+ * run directory unless absolute; "checkpoints" by default). */
+int run_checkpoint_dir(const char *run_dir, char *out, size_t out_bytes, struct plait_error *err);
 
 #endif

@@ -67,7 +67,8 @@ struct trainer {
     double peak_gflops;
     double flops_per_token;
     const char *dump_dir;    /* PLAIT_DUMP_STEP1, NULL = off */
-    int32_t *dump_tokens;    /* (B·T) step 1's first micro-batch (the first stage's) */
+    int dump_step;           /* the step dumped: the first this process takes (0-based) */
+    int32_t *dump_tokens;    /* (B·T) its first micro-batch (the first stage's) */
     long signal_after_micro; /* PLAIT_DEBUG_SIGNAL_AFTER_MICRO, 0 = off */
     double slow_read_s;      /* PLAIT_DEBUG_SLOW_RANK's delay for this rank, 0 = off */
     long micro_done;         /* micro-batches run by this process */
@@ -586,6 +587,7 @@ static int setup(struct trainer *t, struct plait_error *err)
                              p->data.tokenizer, t->tok.eot, cfg.vocab);
     }
     t->dump_dir = getenv(PLAIT_ENV_DUMP_STEP1);
+    t->dump_step = t->st.step; /* 0 in a new run; a resumed one dumps its first step */
     if (t->dump_dir && !(t->dump_tokens = calloc((size_t)B * T, sizeof *t->dump_tokens)))
         return error_set(err, "out of memory");
     const char *inject = getenv(PLAIT_ENV_DEBUG_SIGNAL_AFTER_MICRO);
@@ -831,7 +833,7 @@ static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
         }
     }
-    if (t->dump_dir && f->step == 0 && micro == 0 && t->st.micro == 0)
+    if (t->dump_dir && f->step == t->dump_step && micro == 0 && t->st.micro == 0)
         memcpy(t->dump_tokens, tokens,
                (size_t)p->batch.micro_batch * p->model.seq_len * sizeof *tokens);
     return 0;
@@ -914,7 +916,7 @@ static int train_micro_batches(struct trainer *t, int s, float grad_scale, struc
                             .ctx = &f};
     /* the gradient sum starts during the last backward; not in a step whose
      * gradients are dumped (the dump shows this rank's own) */
-    if (t->bucketed && !(t->dump_dir && s == 0 && t->st.micro == 0)) {
+    if (t->bucketed && !(t->dump_dir && t->st.step == t->dump_step && t->st.micro == 0)) {
         how.grads_final = buckets_ready;
         how.grads_ctx = &t->buckets;
     }
@@ -1017,7 +1019,7 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         double t0 = now_s(), bytes0[PAR_NCOMM], wait0[PAR_NCOMM];
         parallel_comm_totals(&t->par, bytes0, wait0);
         double lr = optim_lr(&p->optimizer, p->steps, s);
-        bool dump = t->dump_dir && s == 0 && t->st.micro == 0; /* not a step resumed mid-way */
+        bool dump = t->dump_dir && s == t->dump_step && t->st.micro == 0; /* not resumed mid-way */
         int stopped = train_micro_batches(t, s, grad_scale, err);
         if (stopped < 0) return -1;
         if (stopped) {

@@ -76,10 +76,47 @@ test_a_mid_step_checkpoint_refuses_another_layout() {
         "$PLAIT" train "$WORK/plan.json" --out "$run" "${COMMON[@]}" $(layout 2x1x1/4)
 }
 
+# plait ckpt export gathers a checkpoint in parts into one llm.c file, which
+# model.init loads: its logits are the sharded model's. The data is one window
+# (B·T + 1 tokens), so that the first step of a resumed run and of a new one
+# see the same tokens. Against the same model resharded to one rank: to the
+# bit; against the 2×2×2 model itself: within its rounding (1e-5 of the
+# largest logit; measured 2.6e-7).
+test_export_gives_the_sharded_models_logits() {
+    head -c 129 "$ROOT/examples/data/tinyshakespeare.txt" >"$WORK/one.txt"
+    "$PLAIT" data prepare "$WORK/one.txt" "$WORK/one.bin" >/dev/null || return 1
+    local data=(--set data.train="$WORK/one.bin" --set data.shuffle=false) s=$WORK/sharded
+    # shellcheck disable=SC2046
+    "$PLAIT" train "$WORK/plan.json" --out "$s" "${COMMON[@]}" "${data[@]}" --set steps=6 \
+        $(layout 2x2x2z1/2) >"$s.log" 2>&1 || { tail "$s.log"; return 1; }
+    "$PLAIT" ckpt export "$s" --llmc "$WORK/export.bin" || return 1
+    cp -a "$s" "$s-one"
+    # shellcheck disable=SC2046
+    PLAIT_DUMP_STEP1=$s/dump "$PLAIT" train "$WORK/plan.json" --out "$s" "${COMMON[@]}" \
+        "${data[@]}" --set steps=7 $(layout 2x2x2z1/2) >"$s.log" 2>&1 || { tail "$s.log"; return 1; }
+    # shellcheck disable=SC2046
+    PLAIT_DUMP_STEP1=$s-one/dump "$PLAIT" train "$WORK/plan.json" --out "$s-one" "${COMMON[@]}" \
+        "${data[@]}" --set steps=7 $(layout 1x1x1/4) >"$s-one.log" 2>&1 ||
+        { tail "$s-one.log"; return 1; }
+    PLAIT_DUMP_STEP1=$WORK/init/dump "$PLAIT" train "$WORK/plan.json" --out "$WORK/init" \
+        "${COMMON[@]}" "${data[@]}" --set steps=1 --set optimizer.warmup_steps=0 --set batch.grad_accum=4 \
+        --set model.init="$WORK/export.bin" >"$WORK/init.log" 2>&1 || { tail "$WORK/init.log"; return 1; }
+    "$PY" - "$WORK/init/dump/logits.f32" "$s-one/dump/logits.f32" "$s/dump/logits.f32" <<'PYEOF'
+import sys, numpy as np
+init, one, sharded = (np.fromfile(p, dtype=np.float32) for p in sys.argv[1:])
+assert init.size == one.size == sharded.size > 0, (init.size, one.size, sharded.size)
+assert np.array_equal(init, one), "the exported model's logits are not the resharded model's"
+worst = float(np.max(np.abs(init - sharded)) / np.max(np.abs(sharded)))
+print(f"exported vs 2x2x2: {worst:.3g} of the largest logit")
+sys.exit(0 if worst <= 1e-5 else 1)
+PYEOF
+}
+
 check 3d_zero1_to_one_rank test_3d_zero1_to_one_rank
 check one_rank_to_3d_zero1 test_one_rank_to_3d_zero1
 check four_stages_to_tp_and_dp_zero2 test_four_stages_to_tp_and_dp_zero2
 check dp4_zero2_to_dp2_zero1 test_dp4_zero2_to_dp2_zero1
 check interleaved_to_zb_h1 test_interleaved_to_zb_h1
 check a_mid_step_checkpoint_refuses_another_layout test_a_mid_step_checkpoint_refuses_another_layout
+check export_gives_the_sharded_models_logits test_export_gives_the_sharded_models_logits
 finish

@@ -1,0 +1,383 @@
+/* cmd_ckpt.c — `plait ckpt ls|verify|export`: a run's checkpoints listed,
+ * checked (checksums, every shard of the layout present, headers
+ * consistent) and exported as one llm.c GPT-2 file from any layout's shards.
+ * Reads through common/ckptdir and common/ckpt_shards; never takes the run's
+ * lock and changes nothing in the checkpoint directory. */
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/ckpt_shards.h"
+#include "common/ckptdir.h"
+#include "common/env.h"
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "launcher/commands.h"
+#include "launcher/run_read.h"
+
+enum { OPT_JSON };
+const struct cli_command cmd_ckpt_ls_cli = {
+    .name = "ckpt ls",
+    .operands = "DIR",
+    .min_operands = 1,
+    .max_operands = 1,
+    .summary = "a run's checkpoints: steps, layouts, sizes, verified",
+    .description = "DIR is a run directory, its checkpoint directory or one checkpoint. Each\n"
+                   "checkpoint is verified (every file's size and checksum, every shard of its\n"
+                   "layout present, each shard's header consistent with the manifest).",
+    .options = (const struct cli_option[]){[OPT_JSON] = {"--json", NULL,
+                                                         "one JSON object per checkpoint, one per "
+                                                         "line"},
+                                           {0}},
+    .epilog = "exit codes: 0 listed (damaged ones say so), 1 DIR holds no checkpoint directory",
+};
+
+const struct cli_command cmd_ckpt_verify_cli = {
+    .name = "ckpt verify",
+    .operands = "DIR",
+    .min_operands = 1,
+    .max_operands = 1,
+    .summary = "check every checksum and shard of a run's checkpoints",
+    .description = "DIR is a run directory, its checkpoint directory or one checkpoint. Prints\n"
+                   "one line per checkpoint and names the first problem of each damaged one.",
+    .options = (const struct cli_option[]){{0}},
+    .epilog = "exit codes: 0 every checkpoint verifies, 1 one does not (or there is none)",
+};
+
+enum { OPT_LLMC };
+const struct cli_command cmd_ckpt_export_cli = {
+    .name = "ckpt export",
+    .operands = "DIR",
+    .min_operands = 1,
+    .max_operands = 1,
+    .summary = "one llm.c GPT-2 file from a checkpoint of any layout",
+    .description = "DIR is one checkpoint, or a run directory or checkpoint directory (its\n"
+                   "newest checkpoint that verifies). The parameters are gathered from the\n"
+                   "shards of whatever tp × pp × dp layout wrote it into one fp32 llm.c GPT-2\n"
+                   "checkpoint, which model.init (and llm.c) load. Written to a temporary\n"
+                   "name, fsynced, renamed.",
+    .options =
+        (const struct cli_option[]){
+            [OPT_LLMC] = {"--llmc", "OUT.bin", "the llm.c file to write (required)"}, {0}},
+    .epilog = "exit codes: 0 written, 1 no checkpoint that verifies, or a write failed",
+};
+
+/* DIR as (checkpoint directory, one checkpoint's name or ""). */
+static int resolve(const char *arg, char *dir, size_t dir_bytes, char *name, size_t name_bytes,
+                   struct plait_error *err)
+{
+    char path[4096];
+    struct stat st;
+    name[0] = '\0';
+    if (fs_join(path, sizeof path, arg, "manifest.json", err)) return -1;
+    if (stat(path, &st) == 0) { /* one checkpoint */
+        char *parent = fs_dirname(arg);
+        const char *base = strrchr(arg, '/');
+        base = base ? base + 1 : arg;
+        if (!parent) return error_set(err, "out of memory");
+        snprintf(dir, dir_bytes, "%s", parent);
+        snprintf(name, name_bytes, "%s", base);
+        free(parent);
+        return 0;
+    }
+    if (fs_join(path, sizeof path, arg, "plan.json", err)) return -1;
+    if (stat(path, &st) == 0) return run_checkpoint_dir(arg, dir, dir_bytes, err);
+    if (stat(arg, &st) != 0 || !S_ISDIR(st.st_mode))
+        return error_set(err, "%s: not a run directory, a checkpoint directory or a checkpoint",
+                         arg);
+    snprintf(dir, dir_bytes, "%s", arg);
+    return 0;
+}
+
+/* What one checkpoint is: its layout and size, verified or why not. */
+struct ckpt_info {
+    char name[48];
+    int64_t step, micro, bytes, files;
+    struct ckpt_layout layout;
+    bool ok;
+    struct plait_error why;
+};
+
+static void describe(struct ckptdir *d, const char *name, struct ckpt_info *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", name);
+    char cdir[4096], path[4096];
+    struct ckpt_source src;
+    if (fs_join(cdir, sizeof cdir, d->path, name, &out->why) ||
+        fs_join(path, sizeof path, cdir, "manifest.json", &out->why))
+        return;
+    json_t *man = json_load_file(path, 0, NULL);
+    const char *key;
+    json_t *f;
+    json_object_foreach(json_object_get(man, "files"), key, f)
+    {
+        out->files++;
+        out->bytes += json_integer_value(json_object_get(f, "bytes"));
+    }
+    out->step = json_integer_value(json_object_get(man, "step"));
+    out->micro = json_integer_value(json_object_get(man, "micro"));
+    json_decref(man);
+    if (ckpt_layout_read(cdir, &out->layout, &out->why)) return;
+    ckpt_layout_free(&out->layout); /* only the degrees are kept */
+    if (ckptdir_verify(d, name, &out->why)) return;
+    if (ckpt_source_open(&src, cdir, &out->why)) return;
+    out->ok = ckpt_source_check(&src, &out->why) == 0;
+    out->step = src.step, out->micro = src.micro;
+    ckpt_source_close(&src);
+}
+
+static void layout_text(const struct ckpt_info *c, char *out, size_t bytes)
+{
+    const struct ckpt_layout *l = &c->layout;
+    if (l->whole)
+        snprintf(out, bytes, "whole (one rank)");
+    else
+        snprintf(out, bytes, "tp %d × pp %d × dp %d%s%.0d%s", l->tp, l->pp, l->dp,
+                 l->zero ? " ZeRO " : "", l->zero, l->chunks > 1 ? " interleaved" : "");
+}
+
+/* The checkpoints DIR names (newest first), described. */
+static int collect(const char *arg, struct ckptdir *d, struct ckpt_info **out, int *n,
+                   struct plait_error *err)
+{
+    char dir[4096], one[256];
+    struct ckpt_entry *list = NULL;
+    *out = NULL;
+    *n = 0;
+    memset(d, 0, sizeof *d);
+    if (resolve(arg, dir, sizeof dir, one, sizeof one, err)) return -1;
+    if (!(d->path = strdup(dir))) return error_set(err, "out of memory");
+    if (one[0]) {
+        *out = calloc(1, sizeof **out);
+        if (!*out) return error_set(err, "out of memory");
+        describe(d, one, *out);
+        *n = 1;
+        return 0;
+    }
+    int count;
+    if (ckptdir_list(d, &list, &count, err)) return -1;
+    *out = calloc((size_t)count + 1, sizeof **out);
+    if (!*out) {
+        free(list);
+        return error_set(err, "out of memory");
+    }
+    for (int i = 0; i < count; i++) describe(d, list[i].name, &(*out)[i]);
+    *n = count;
+    free(list);
+    return 0;
+}
+
+int cmd_ckpt_ls(int argc, char **argv)
+{
+    struct cli_args a;
+    int parsed = cli_parse(&cmd_ckpt_ls_cli, argc, argv, &a);
+    if (parsed != CLI_CONTINUE) return parsed;
+    bool json = false;
+    const char *arg = NULL;
+    for (int i = 0; i < a.n; i++)
+        if (a.v[i].opt == OPT_JSON)
+            json = true;
+        else
+            arg = a.v[i].value;
+    struct ckptdir d;
+    struct ckpt_info *c;
+    int n;
+    struct plait_error err;
+    int rc = PLAIT_EXIT_OK;
+    if (collect(arg, &d, &c, &n, &err)) {
+        log_error("ckpt ls: %s", err.text);
+        rc = PLAIT_EXIT_ERROR;
+        goto out;
+    }
+    if (!json)
+        printf("%-22s %8s %-28s %5s %12s  %s\n", "CHECKPOINT", "STEP", "LAYOUT", "FILES", "BYTES",
+               "VERIFIED");
+    for (int i = 0; i < n; i++) {
+        char layout[96], step[32];
+        layout_text(&c[i], layout, sizeof layout);
+        if (json) {
+            json_t *o = json_pack("{s:s,s:I,s:I,s:s,s:I,s:I,s:b}", "name", c[i].name, "step",
+                                  (json_int_t)c[i].step, "micro", (json_int_t)c[i].micro, "layout",
+                                  layout, "files", (json_int_t)c[i].files, "bytes",
+                                  (json_int_t)c[i].bytes, "verified", c[i].ok);
+            if (!c[i].ok) json_object_set_new(o, "error", json_string(c[i].why.text));
+            char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            if (line) printf("%s\n", line);
+            free(line);
+            json_decref(o);
+            continue;
+        }
+        if (c[i].micro)
+            snprintf(step, sizeof step, "%lld+%lld", (long long)c[i].step, (long long)c[i].micro);
+        else
+            snprintf(step, sizeof step, "%lld", (long long)c[i].step);
+        char verdict[1100];
+        if (c[i].ok)
+            snprintf(verdict, sizeof verdict, "yes");
+        else
+            error_escape(verdict, sizeof verdict, c[i].why.text);
+        printf("%-22s %8s %-28s %5lld %12lld  %s%s\n", c[i].name, step, layout,
+               (long long)c[i].files, (long long)c[i].bytes, c[i].ok ? "" : "NO: ", verdict);
+    }
+out:
+    free(c);
+    ckptdir_close(&d);
+    cli_args_free(&a);
+    return rc;
+}
+
+int cmd_ckpt_verify(int argc, char **argv)
+{
+    struct cli_args a;
+    int parsed = cli_parse(&cmd_ckpt_verify_cli, argc, argv, &a);
+    if (parsed != CLI_CONTINUE) return parsed;
+    struct ckptdir d;
+    struct ckpt_info *c = NULL;
+    int n, bad = 0;
+    struct plait_error err;
+    if (collect(a.v[0].value, &d, &c, &n, &err)) {
+        log_error("ckpt verify: %s", err.text);
+        bad = 1;
+    } else if (n == 0) {
+        log_error("ckpt verify: %s holds no checkpoint", d.path);
+        bad = 1;
+    }
+    for (int i = 0; i < n; i++) {
+        char layout[96];
+        layout_text(&c[i], layout, sizeof layout);
+        if (c[i].ok) {
+            printf("ok %s (step %lld%s, %s, %lld files, %lld bytes)\n", c[i].name,
+                   (long long)c[i].step, c[i].micro ? " mid-step" : "", layout,
+                   (long long)c[i].files, (long long)c[i].bytes);
+        } else {
+            log_error("ckpt verify: %s/%s: %s", d.path, c[i].name, c[i].why.text);
+            bad++;
+        }
+    }
+    free(c);
+    ckptdir_close(&d);
+    cli_args_free(&a);
+    return bad ? PLAIT_EXIT_ERROR : PLAIT_EXIT_OK;
+}
+
+/* Writes the source's whole model, in llm.c order, into an llm.c file. */
+static int export_llmc(struct ckpt_source *src, const char *out, struct plait_error *err)
+{
+    struct gpt2_shard whole;
+    struct gpt2_part part = gpt2_part_whole(&src->cfg);
+    if (gpt2_shard_init(&whole, &src->cfg, &part, err)) return -1;
+    char tmp[4096];
+    int n = snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out, (long)getpid());
+    if (n < 0 || (size_t)n >= sizeof tmp) return error_set(err, "%s: path too long", out);
+    size_t most = 0;
+    for (int t = 0; t < GPT2_TENSORS; t++)
+        if (whole.elems[t] > most) most = whole.elems[t];
+    float *buf = malloc(most * sizeof(float) + 1);
+    FILE *f = NULL;
+    int rc = -1;
+    if (!buf) {
+        error_set(err, "out of memory");
+        goto out;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 || !(f = fdopen(fd, "wb"))) {
+        if (fd >= 0) close(fd);
+        error_errno(err, "%s", tmp);
+        goto out;
+    }
+    int32_t h[LLMC_HEADER_INTS];
+    struct llmc_model_header mh = {LLMC_MODEL_VERSION_FP32, src->cfg.max_seq_len, src->cfg.vocab,
+                                   src->cfg.layers,         src->cfg.heads,       src->cfg.hidden,
+                                   src->cfg.padded_vocab};
+    llmc_model_header_fill(h, &mh);
+    if (fwrite(h, sizeof h, 1, f) != 1) goto write_failed;
+    /* the whole model's instances in llm.c order (tensor, then layer) */
+    for (int t = 0; t < GPT2_TENSORS; t++) {
+        bool global = t == GPT2_WTE || t == GPT2_WPE || t == GPT2_LNFW || t == GPT2_LNFB;
+        for (int l = 0; l < (global ? 1 : src->cfg.layers); l++) {
+            size_t at = gpt2_shard_offset(&whole, t, l), k = whole.elems[t];
+            if (ckpt_source_read(src, CKPT_PARAMS, &whole, at, at + k, buf, err)) goto out;
+            if (fwrite(buf, sizeof(float), k, f) != k) goto write_failed;
+        }
+    }
+    if (fflush(f) || fsync(fileno(f))) goto write_failed;
+    if (fclose(f)) {
+        f = NULL;
+        goto write_failed;
+    }
+    f = NULL;
+    if (rename(tmp, out)) goto write_failed;
+    char *parent = fs_dirname(out);
+    rc = parent ? fs_fsync_dir(parent, err) : error_set(err, "out of memory");
+    free(parent);
+    goto out;
+write_failed:
+    error_errno(err, "writing %s", tmp);
+out:
+    if (f) fclose(f);
+    if (rc) unlink(tmp);
+    free(buf);
+    return rc;
+}
+
+int cmd_ckpt_export(int argc, char **argv)
+{
+    struct cli_args a;
+    int parsed = cli_parse(&cmd_ckpt_export_cli, argc, argv, &a);
+    if (parsed != CLI_CONTINUE) return parsed;
+    const char *arg = NULL, *out = NULL;
+    for (int i = 0; i < a.n; i++)
+        if (a.v[i].opt == OPT_LLMC)
+            out = a.v[i].value;
+        else
+            arg = a.v[i].value;
+    if (!out) {
+        cli_args_free(&a);
+        return cli_usage_error(&cmd_ckpt_export_cli, "--llmc OUT.bin is required");
+    }
+    struct ckptdir d;
+    struct ckpt_info *c = NULL;
+    int n, rc = PLAIT_EXIT_ERROR, pick = -1;
+    struct plait_error err;
+    if (collect(arg, &d, &c, &n, &err)) {
+        log_error("ckpt export: %s", err.text);
+        goto out;
+    }
+    for (int i = 0; i < n && pick < 0; i++) {
+        if (c[i].ok)
+            pick = i;
+        else
+            log_warn("ckpt export: %s/%s does not verify: %s", d.path, c[i].name, c[i].why.text);
+    }
+    if (pick < 0) {
+        log_error("ckpt export: %s: no checkpoint that verifies", arg);
+        goto out;
+    }
+    char cdir[4096];
+    struct ckpt_source src;
+    if (fs_join(cdir, sizeof cdir, d.path, c[pick].name, &err) ||
+        ckpt_source_open(&src, cdir, &err)) {
+        log_error("ckpt export: %s", err.text);
+        goto out;
+    }
+    int failed = export_llmc(&src, out, &err);
+    ckpt_source_close(&src);
+    if (failed) {
+        log_error("ckpt export: %s", err.text);
+        goto out;
+    }
+    char layout[96];
+    layout_text(&c[pick], layout, sizeof layout);
+    printf("%s: step %lld of %s, written as %s\n", cdir, (long long)c[pick].step, layout, out);
+    rc = PLAIT_EXIT_OK;
+out:
+    free(c);
+    ckptdir_close(&d);
+    cli_args_free(&a);
+    return rc;
+}
