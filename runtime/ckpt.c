@@ -128,25 +128,49 @@ out:
     return rc;
 }
 
+int ckpt_begin(struct ckptdir *d, const struct train_state *st, struct ckpt_job *job,
+               struct plait_error *err)
+{
+    memset(job, 0, sizeof *job);
+    ckptdir_name(job->name, sizeof job->name, st->step, st->micro);
+    if (!(job->files = json_object())) return error_set(err, "out of memory");
+    if (ckptdir_begin(d, job->name, job->tmp, sizeof job->tmp, err)) {
+        json_decref(job->files);
+        job->files = NULL;
+        return error_prefix(err, "writing checkpoint %s/%s: ", d->path, job->name);
+    }
+    return 0;
+}
+
+void ckpt_write(struct ckpt_job *job, const struct model *m, const struct train_state *st,
+                const char *plan_json)
+{
+    job->failed = write_checkpoint_files(job->tmp, m, st, plan_json, job->files, &job->why) != 0;
+}
+
+int ckpt_commit(struct ckptdir *d, struct ckpt_job *job, int keep, struct plait_error *err)
+{
+    int rc = -1;
+    if (job->failed) {
+        *err = job->why;
+        ckptdir_abort(job->tmp);
+    } else {
+        rc = ckptdir_commit(d, job->name, job->tmp, job->files, NULL, err);
+    }
+    json_decref(job->files);
+    job->files = NULL;
+    if (rc) return error_prefix(err, "writing checkpoint %s/%s: ", d->path, job->name);
+    ckptdir_prune(d, keep);
+    return 0;
+}
+
 int ckpt_save(struct ckptdir *d, const struct model *m, const struct train_state *st, int keep,
               const char *plan_json, struct plait_error *err)
 {
-    char name[48], tmp[4096];
-    ckptdir_name(name, sizeof name, st->step, st->micro);
-    json_t *files = json_object();
-    int rc = -1;
-    if (!files) {
-        error_set(err, "out of memory");
-    } else if (ckptdir_begin(d, name, tmp, sizeof tmp, err) == 0) {
-        if (write_checkpoint_files(tmp, m, st, plan_json, files, err) == 0)
-            rc = ckptdir_commit(d, name, tmp, files, NULL, err);
-        else
-            ckptdir_abort(tmp);
-    }
-    json_decref(files);
-    if (rc) return error_prefix(err, "writing checkpoint %s/%s: ", d->path, name);
-    ckptdir_prune(d, keep);
-    return 0;
+    struct ckpt_job job;
+    if (ckpt_begin(d, st, &job, err)) return -1;
+    ckpt_write(&job, m, st, plan_json);
+    return ckpt_commit(d, &job, keep, err);
 }
 
 /* ---- verifying and loading ---------------------------------------------------- */

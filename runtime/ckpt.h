@@ -53,6 +53,22 @@ struct train_state {
 int ckpt_save(struct ckptdir *d, const struct model *m, const struct train_state *st, int keep,
               const char *plan_json, struct plait_error *err);
 
+/* ckpt_save's phases (checkpoint.async writes in another thread): begin
+ * makes the temporary directory, write writes and fsyncs the files (any
+ * thread), commit makes the checkpoint visible (or removes the temporary of a
+ * failed write, returning its error) and prunes. */
+struct ckpt_job {
+    char name[48], tmp[4096];
+    json_t *files;
+    int failed;
+    struct plait_error why;
+};
+int ckpt_begin(struct ckptdir *d, const struct train_state *st, struct ckpt_job *job,
+               struct plait_error *err);
+void ckpt_write(struct ckpt_job *job, const struct model *m, const struct train_state *st,
+                const char *plan_json);
+int ckpt_commit(struct ckptdir *d, struct ckpt_job *job, int keep, struct plait_error *err);
+
 /* Loads the newest checkpoint of d that verifies. Returns 1 when one was
  * loaded (its name into name, what changed from its plan into notes), 0 when
  * there is none, CKPT_NOT_THIS_RUN when none is usable or the newest usable

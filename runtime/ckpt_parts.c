@@ -14,13 +14,7 @@
 #include "common/llmc.h"
 #include "common/log.h"
 
-#define MAX_FILES 5 /* per rank: model, optim, grads, state, plan */
-
-/* One file a rank wrote, as rank 0 gathers it (a fixed record of int64 words). */
-struct file_record {
-    char name[48];
-    int64_t bytes, crc; /* bytes < 0: no file */
-};
+#define MAX_FILES CKPT_PART_FILES
 
 static void part_name(char *out, size_t n, enum ckpt_part_kind kind, const struct model *m,
                       const struct env_rank *w, bool with_dp)
@@ -39,7 +33,7 @@ static void header_fill(int32_t h[LLMC_HEADER_INTS], enum ckpt_part_kind kind,
 /* ---- writing ----------------------------------------------------------------------------- */
 
 /* What rank 0 needs of a written file for the manifest. */
-static void record(struct file_record *rec, const char *name, const struct ckpt_file *f)
+static void record(struct ckpt_file_record *rec, const char *name, const struct ckpt_file *f)
 {
     snprintf(rec->name, sizeof rec->name, "%s", name);
     rec->bytes = (int64_t)f->bytes;
@@ -57,7 +51,7 @@ static int put_raw(struct ckpt_file *f, const struct ops *ops, const float *src,
 /* Writes one part file: header, then each array (instances, or raw slices). */
 static int write_part(const char *tmp, const char *name, enum ckpt_part_kind kind,
                       const struct model *m, const struct env_rank *w, const float *const *arrays,
-                      int n_arrays, bool raw, float *host, struct file_record *rec,
+                      int n_arrays, bool raw, float *host, struct ckpt_file_record *rec,
                       struct plait_error *err)
 {
     struct ckpt_file f = {.fd = -1};
@@ -83,8 +77,8 @@ static int write_part(const char *tmp, const char *name, enum ckpt_part_kind kin
     return rc;
 }
 
-static int write_text(const char *tmp, const char *name, const char *text, struct file_record *rec,
-                      struct plait_error *err)
+static int write_text(const char *tmp, const char *name, const char *text,
+                      struct ckpt_file_record *rec, struct plait_error *err)
 {
     struct ckpt_file f = {.fd = -1};
     json_t *files = json_object();
@@ -101,7 +95,7 @@ static int write_text(const char *tmp, const char *name, const char *text, struc
 /* This rank's files into tmp. */
 static int write_mine(const char *tmp, const struct model *m, const struct train_state *st,
                       const char *plan_json, const struct env_rank *w,
-                      struct file_record recs[MAX_FILES], struct plait_error *err)
+                      struct ckpt_file_record recs[MAX_FILES], struct plait_error *err)
 {
     float *host = malloc(CKPT_HOST_FLOATS * sizeof(float));
     if (!host) return error_set(err, "out of memory");
@@ -137,33 +131,43 @@ static int write_mine(const char *tmp, const struct model *m, const struct train
     return rc;
 }
 
-int ckpt_parts_save(struct ckptdir *d, const char *dir, const struct model *m,
-                    const struct train_state *st, int keep, const char *plan_json,
-                    struct parallel *par, struct plait_error *err)
+int ckpt_parts_begin(struct ckptdir *d, const char *dir, const struct train_state *st,
+                     struct parallel *par, struct ckpt_parts_job *job, struct plait_error *err)
 {
     const struct env_rank *w = &par->where;
-    char name[48], tmp[4096];
-    ckptdir_name(name, sizeof name, st->step, st->micro);
+    memset(job, 0, sizeof *job);
+    ckptdir_name(job->name, sizeof job->name, st->step, st->micro);
     char tmp_name[96];
-    snprintf(tmp_name, sizeof tmp_name, ".tmp-%s", name);
+    snprintf(tmp_name, sizeof tmp_name, ".tmp-%s", job->name);
     int failed = 0;
     struct plait_error why = {.text = ""};
     /* rank 0 makes the temporary directory; every rank writes its files into it */
-    if (w->rank == 0) failed = ckptdir_begin(d, name, tmp, sizeof tmp, &why) != 0;
+    if (w->rank == 0) failed = ckptdir_begin(d, job->name, job->tmp, sizeof job->tmp, &why) != 0;
     if (parallel_max_int(par, &failed, err)) return -1;
     if (failed)
-        return error_set(err, "checkpoint %s: %s", name,
+        return error_set(err, "checkpoint %s: %s", job->name,
                          w->rank == 0 ? why.text : "rank 0 could not start it");
-    if (fs_join(tmp, sizeof tmp, dir, tmp_name, err)) return -1;
-    struct file_record mine[MAX_FILES];
-    memset(mine, 0, sizeof mine);
-    for (int i = 0; i < MAX_FILES; i++) mine[i].bytes = -1;
-    failed = write_mine(tmp, m, st, plan_json, w, mine, &why) != 0;
-    int any = failed;
+    for (int i = 0; i < MAX_FILES; i++) job->mine[i].bytes = -1;
+    return fs_join(job->tmp, sizeof job->tmp, dir, tmp_name, err);
+}
+
+void ckpt_parts_write(struct ckpt_parts_job *job, const struct model *m,
+                      const struct train_state *st, const char *plan_json, const struct env_rank *w)
+{
+    job->failed = write_mine(job->tmp, m, st, plan_json, w, job->mine, &job->why) != 0;
+}
+
+int ckpt_parts_commit(struct ckptdir *d, struct ckpt_parts_job *job, const struct model *m,
+                      int keep, struct parallel *par, struct plait_error *err)
+{
+    const struct env_rank *w = &par->where;
+    const char *name = job->name, *tmp = job->tmp;
+    int failed = job->failed, any = failed;
+    struct plait_error why = job->why;
     if (parallel_max_int(par, &any, err)) return -1;
     /* every rank's records to rank 0 (all to all: a few hundred bytes each) */
-    size_t words = (sizeof mine) / (sizeof(int64_t)); /* the records as int64 words */
-    struct file_record *all = calloc((size_t)w->world * MAX_FILES, sizeof *all);
+    size_t words = (sizeof job->mine) / (sizeof(int64_t)); /* the records as int64 words */
+    struct ckpt_file_record *all = calloc((size_t)w->world * MAX_FILES, sizeof *all);
     /* and every rank's stage: the layers it holds go into the manifest */
     int64_t my_stage[3] = {w->pp_rank, m->shard.part.layer_begin, m->shard.part.layer_end};
     int64_t *stage_of = calloc((size_t)w->world * 3, sizeof *stage_of);
@@ -173,7 +177,7 @@ int ckpt_parts_save(struct ckptdir *d, const char *dir, const struct model *m,
         error_set(err, "out of memory");
         goto out;
     }
-    if (comm_allgather(par->world, mine, all, words, COMM_INT64, err) ||
+    if (comm_allgather(par->world, job->mine, all, words, COMM_INT64, err) ||
         comm_allgather(par->world, my_stage, stage_of, 3, COMM_INT64, err))
         goto out;
     if (any) {
@@ -222,6 +226,16 @@ out:
     free(stage_of);
     free(all);
     return rc;
+}
+
+int ckpt_parts_save(struct ckptdir *d, const char *dir, const struct model *m,
+                    const struct train_state *st, int keep, const char *plan_json,
+                    struct parallel *par, struct plait_error *err)
+{
+    struct ckpt_parts_job job;
+    if (ckpt_parts_begin(d, dir, st, par, &job, err)) return -1;
+    ckpt_parts_write(&job, m, st, plan_json, &par->where);
+    return ckpt_parts_commit(d, &job, m, keep, par, err);
 }
 
 /* ---- loading ----------------------------------------------------------------------------- */

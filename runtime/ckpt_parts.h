@@ -31,10 +31,34 @@
 #include "runtime/parallel.h"
 
 /* Every rank calls it; d is rank 0's directory (NULL on the others, which
- * use dir). */
+ * use dir). ckpt_parts_begin, _write and _commit, in that order. */
 int ckpt_parts_save(struct ckptdir *d, const char *dir, const struct model *m,
                     const struct train_state *st, int keep, const char *plan_json,
                     struct parallel *par, struct plait_error *err);
+
+/* The phases of a save, so that the files can be written by another thread
+ * (checkpoint.async): begin (every rank: rank 0 makes the temporary
+ * directory), write (this rank's files; no collective, so any thread),
+ * commit (every rank: the records to rank 0, which writes the manifest and
+ * makes the checkpoint visible, then prunes). */
+#define CKPT_PART_FILES 5 /* a rank's files at most: model, optim, grads, state, plan */
+struct ckpt_file_record { /* one file a rank wrote, as rank 0 gathers it (int64 words) */
+    char name[48];
+    int64_t bytes, crc; /* bytes < 0: no file */
+};
+struct ckpt_parts_job {
+    char name[48], tmp[4096];
+    struct ckpt_file_record mine[CKPT_PART_FILES];
+    int failed; /* the write's outcome */
+    struct plait_error why;
+};
+int ckpt_parts_begin(struct ckptdir *d, const char *dir, const struct train_state *st,
+                     struct parallel *par, struct ckpt_parts_job *job, struct plait_error *err);
+void ckpt_parts_write(struct ckpt_parts_job *job, const struct model *m,
+                      const struct train_state *st, const char *plan_json,
+                      const struct env_rank *w);
+int ckpt_parts_commit(struct ckptdir *d, struct ckpt_parts_job *job, const struct model *m,
+                      int keep, struct parallel *par, struct plait_error *err);
 
 /* Every rank calls it: 1 loaded (name, notes as ckpt_load_latest), 0 none,
  * CKPT_NOT_THIS_RUN or -1 as ckpt_load_latest (on every rank). */
