@@ -30,6 +30,7 @@
 #include "runtime/metrics.h"
 #include "runtime/model.h"
 #include "runtime/optim.h"
+#include "runtime/ckpt_async.h"
 #include "runtime/ckpt_parts.h"
 #include "runtime/buckets.h"
 #include "runtime/parallel.h"
@@ -84,6 +85,9 @@ struct trainer {
     char *made_run_dir;         /* the outermost directory this start created for the run */
     char *made_ckpt_dir;        /* (fs_mkdir_p_made), or NULL: undone if it fails */
     double saved_at_s;          /* when the last checkpoint was written (or training began) */
+    struct ckpt_async async;    /* checkpoint.async: the one being written in the background */
+    double ckpt_write_s;        /* run.json: the last checkpoint's write time (its files), */
+    double ckpt_stall_s;        /* and how long the step paused for it */
     double last_loss, last_val; /* the final summary's (NAN until known) */
     double modelled_tps;        /* run.json: plait check's tokens/s here (rank 0; 0: unknown) */
     json_t *memory;             /* run.json's memory section, once known */
@@ -188,6 +192,11 @@ static int write_run_json(struct trainer *t, struct plait_error *err)
             json_pack("{s:o,s:o}", "modelled_tokens_per_s",
                       t->modelled_tps > 0 ? json_real(t->modelled_tps) : json_null(),
                       "measured_tokens_per_s", measured > 0 ? json_real(measured) : json_null()));
+    if (run && t->ckpt_write_s > 0) /* what a preemption's grace time must allow for */
+        json_object_set_new(run, "checkpoint",
+                            json_pack("{s:b,s:f,s:f}", "async", t->plan->checkpoint.async,
+                                      "last_write_s", t->ckpt_write_s, "last_stall_s",
+                                      t->ckpt_stall_s));
     char *text = run ? json_dumps(run, JSON_INDENT(2)) : NULL;
     json_decref(run);
     if (!text) return error_set(err, "out of memory");
@@ -621,6 +630,7 @@ static void teardown(struct trainer *t)
 {
     json_decref(t->memory);
     t->memory = NULL;
+    ckpt_async_free(&t->async); /* after a failure: its writer joined, nothing committed */
     if (t->bucketed) buckets_free(&t->buckets);
     if (t->sched_ready) schedule_free(&t->sched);
     if (t->par_ready) parallel_free(&t->par);
@@ -639,8 +649,24 @@ static void teardown(struct trainer *t)
 
 /* ---- pieces of the loop -------------------------------------------------------- */
 
-static int save(struct trainer *t, struct plait_error *err)
+static struct ckpt_target ckpt_target(struct trainer *t)
 {
+    return (struct ckpt_target){
+        .d = !t->multi || t->where->rank == 0 ? &t->ckpts : NULL,
+        .dir = t->ckpt_dir,
+        .par = t->multi ? &t->par : NULL,
+        .keep = t->plan->checkpoint.keep,
+    };
+}
+
+/* Writes a checkpoint of the state now; in the background (checkpoint.async)
+ * when `background` (a step boundary the run goes on from), otherwise at
+ * once, after committing one still being written. */
+static int save(struct trainer *t, bool background, struct plait_error *err)
+{
+    struct ckpt_target to = ckpt_target(t);
+    background = background && t->plan->checkpoint.async && t->st.micro == 0;
+    if (!background && ckpt_async_wait(&t->async, &to, err)) return -1;
     if (t->reads_data) t->st.data = t->train.pos;
     /* mid-step, the loss so far is every data-parallel rank's: the state holds the sum */
     double mine = t->st.loss_sum;
@@ -651,14 +677,22 @@ static int save(struct trainer *t, struct plait_error *err)
     }
     memcpy(t->st.sample_rng, t->sample_rng.s, sizeof t->st.sample_rng);
     double t0 = now_s();
-    int keep = t->plan->checkpoint.keep;
-    int rc = t->multi ? ckpt_parts_save(t->where->rank == 0 ? &t->ckpts : NULL, t->ckpt_dir, &t->m,
-                                        &t->st, keep, t->plan_json, &t->par, err)
-                      : ckpt_save(&t->ckpts, &t->m, &t->st, keep, t->plan_json, err);
+    int rc;
+    if (background) {
+        rc = ckpt_async_save(&t->async, &to, &t->m, &t->st, t->plan_json, err);
+    } else {
+        rc = t->multi
+                 ? ckpt_parts_save(to.d, to.dir, &t->m, &t->st, to.keep, t->plan_json, &t->par, err)
+                 : ckpt_save(to.d, &t->m, &t->st, to.keep, t->plan_json, err);
+    }
     t->st.loss_sum = mine;
     if (rc) return -1;
-    log_info("checkpoint step %d%s written in %.1f s", t->st.step, t->st.micro ? " (mid-step)" : "",
-             now_s() - t0);
+    t->ckpt_stall_s = now_s() - t0;
+    if (!background) {
+        t->ckpt_write_s = t->ckpt_stall_s;
+        log_info("checkpoint step %d%s written in %.1f s", t->st.step,
+                 t->st.micro ? " (mid-step)" : "", t->ckpt_write_s);
+    }
     t->saved_at_s = now_s();
     return 0;
 }
@@ -683,7 +717,7 @@ static int fail_keeping_progress(struct trainer *t, struct plait_error *err)
 {
     if (t->multi) return -1; /* a checkpoint takes every rank, and the others are elsewhere */
     struct plait_error why = *err, save_err;
-    if (save(t, &save_err))
+    if (save(t, false, &save_err))
         return error_set(err, "%s; the checkpoint of the work so far failed too: %s", why.text,
                          save_err.text);
     return error_set(err,
@@ -1011,7 +1045,7 @@ static int run_steps(struct trainer *t, struct plait_error *err)
     if (t->st.eval_pending && t->has_val) {
         int r = evaluate(t, err);
         if (r < 0) return -1;
-        if (r == 1) return save(t, err) ? -1 : PLAIT_EXIT_PREEMPTED;
+        if (r == 1) return save(t, false, err) ? -1 : PLAIT_EXIT_PREEMPTED;
         t->st.eval_pending = 0;
     }
     while (t->st.step < p->steps) {
@@ -1026,7 +1060,7 @@ static int run_steps(struct trainer *t, struct plait_error *err)
             log_info("signal %d: stopping after micro-batch %d of step %d (of %d%s)",
                      (int)train_stop_signal, t->st.micro, s + 1, A,
                      t->where->pp > 1 ? "; the pipeline drained" : "");
-            return save(t, err) ? -1 : PLAIT_EXIT_PREEMPTED;
+            return save(t, false, err) ? -1 : PLAIT_EXIT_PREEMPTED;
         }
         double norm;
         struct optim_groups groups = {
@@ -1100,7 +1134,7 @@ static int run_steps(struct trainer *t, struct plait_error *err)
                 t->st.eval_pending = 1;
                 log_info("signal %d: stopping during the evaluation after step %d",
                          (int)train_stop_signal, t->st.step);
-                return save(t, err) ? -1 : PLAIT_EXIT_PREEMPTED;
+                return save(t, false, err) ? -1 : PLAIT_EXIT_PREEMPTED;
             }
         }
         int stop = train_stop_signal != 0; /* any rank's stop is every rank's */
@@ -1110,7 +1144,15 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         if (by_time < 0) return -1;
         bool ckpt_due = last || stop || by_time ||
                         (p->checkpoint.every > 0 && t->st.step % p->checkpoint.every == 0);
-        if (ckpt_due && save(t, err)) return -1;
+        /* periodic checkpoints may be written in the background; the last one and
+         * a stop's are written at once */
+        if (ckpt_due && save(t, !last && !stop, err)) return -1;
+        if (!ckpt_due) { /* one written in the background is committed once every rank's is */
+            struct ckpt_target to = ckpt_target(t);
+            int committed = ckpt_async_poll(&t->async, &to, err);
+            if (committed < 0) return -1;
+            if (committed) t->ckpt_write_s = t->async.written_s;
+        }
         if (stop && !last) {
             log_info("signal %d: stopped after step %d", (int)train_stop_signal, t->st.step);
             return PLAIT_EXIT_PREEMPTED;
