@@ -6,6 +6,8 @@
 #   make bench           GPT-2 124M step time against PyTorch, make bench-comm and make
 #                        bench-memory (not tests)
 #   make bench-comm      all-reduce bandwidth against Open MPI's (prints ratios; not a test)
+#   make bench-ckpt      checkpoint write rate against dd, async pause, resume time (GPT-2 124M;
+#                        prints ratios; not a test)
 #   make bench-memory    per-rank memory and pipeline bubble of real runs against plait
 #                        check's predictions (prints ratios; not a test)
 #   make test-gpu        the nccl backend on this machine's GPUs (tests/gpu/run.sh; not in make test)
@@ -121,7 +123,7 @@ SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 00,$(
 MAN_PAGE     := $(BUILD)/share/man/man1/plait.1
 COMPLETION   := $(BUILD)/share/bash-completion/completions/plait
 
-.PHONY: all test test-gpu demo bench bench-comm bench-memory install uninstall docs clean deps-build deps-test format fuzz
+.PHONY: all test test-gpu demo bench bench-comm bench-memory bench-ckpt install uninstall docs clean deps-build deps-test format fuzz
 all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO) docs
 
 docs: $(MAN_PAGE) $(COMPLETION)
@@ -211,7 +213,7 @@ demo: deps-build
 	$(MAKE) -j$(JOBS) all
 	scripts/demo.sh
 
-bench: deps-test bench-comm bench-memory
+bench: deps-test bench-comm bench-memory bench-ckpt
 	$(MAKE) -j$(JOBS) all
 	bench/bench.sh
 	bench/overlap_bench.sh
@@ -219,6 +221,10 @@ bench: deps-test bench-comm bench-memory
 bench-comm: deps-test
 	$(MAKE) -j$(JOBS) $(BUILD)/bin/comm-bench
 	bench/comm_bench.sh
+
+bench-ckpt: deps-test
+	$(MAKE) -j$(JOBS) all
+	bench/ckpt_bench.sh
 
 bench-memory: deps-test
 	$(MAKE) -j$(JOBS) $(PLAIT) $(PLAIT_TRAIN)

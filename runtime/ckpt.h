@@ -23,7 +23,7 @@
 
 /* Backend memory streamed into a checkpoint file through a host buffer of
  * CKPT_HOST_FLOATS floats (ckpt.c's files and ckpt_parts.c's alike). */
-#define CKPT_HOST_FLOATS (4u << 20) /* 16 MiB through host memory at a time */
+#define CKPT_HOST_FLOATS (1u << 18) /* 1 MiB through host memory at a time */
 struct ckpt_put {
     struct ckpt_file *f;
     const struct ops *ops;

@@ -81,6 +81,19 @@ int ckpt_async_poll(struct ckpt_async *a, const struct ckpt_target *to, struct p
     return commit(a, to, err) ? -1 : 1;
 }
 
+int ckpt_async_reserve(struct ckpt_async *a, const struct model *m, struct plait_error *err)
+{
+    size_t P = m->shard.total, S = m->slice_n;
+    if (!room(&a->params, &a->params_n, P) || !room(&a->adam_m, &a->m_n, S) ||
+        !room(&a->adam_v, &a->v_n, S))
+        return error_set(err, "checkpoint.async: out of memory for the host copy of this part");
+    /* touched now, so that the first checkpoint's pause is a copy, not page faults */
+    memset(a->params, 0, P * sizeof(float));
+    memset(a->adam_m, 0, S * sizeof(float));
+    memset(a->adam_v, 0, S * sizeof(float));
+    return 0;
+}
+
 int ckpt_async_save(struct ckpt_async *a, const struct ckpt_target *to, const struct model *m,
                     const struct train_state *st, const char *plan_json, struct plait_error *err)
 {

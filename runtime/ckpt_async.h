@@ -43,6 +43,9 @@ struct ckpt_target {
     int keep;
 };
 
+/* The host copies, allocated and touched before training starts. */
+int ckpt_async_reserve(struct ckpt_async *a, const struct model *m, struct plait_error *err);
+
 /* Commits a pending checkpoint first (waiting for its writer), then copies
  * m and st and starts writing them in the background. Every rank calls it. */
 int ckpt_async_save(struct ckpt_async *a, const struct ckpt_target *to, const struct model *m,

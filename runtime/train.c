@@ -538,12 +538,14 @@ static int setup(struct trainer *t, struct plait_error *err)
         if (buckets_init(&t->buckets, &t->m, &t->par.g_dp, p->parallel.bucket_mb, err)) return -1;
         t->bucketed = true;
     }
+    if (p->checkpoint.async && ckpt_async_reserve(&t->async, &t->m, err)) return -1;
     t->flops_per_token = gpt2_flops_per_token(&cfg, T);
     t->inputs = malloc((size_t)B * T * sizeof *t->inputs);
     t->targets = malloc((size_t)B * T * sizeof *t->targets);
     if (!t->inputs || !t->targets) return error_set(err, "out of memory");
 
     char name[64] = "", notes[1024] = "";
+    double load_t0 = now_s();
     int loaded = t->multi ? ckpt_parts_load(rank0 ? &t->ckpts : NULL, t->ckpt_dir, p, &t->m, &t->st,
                                             name, sizeof name, notes, sizeof notes, &t->par, err)
                           : ckpt_load_latest(&t->ckpts, p, &t->m, &t->st, name, sizeof name, notes,
@@ -554,8 +556,8 @@ static int setup(struct trainer *t, struct plait_error *err)
     }
     if (loaded < 0) return -1;
     if (loaded) {
-        log_info("resuming from %s/%s (step %d%s)", t->ckpt_dir, name, t->st.step,
-                 t->st.micro ? ", mid-step" : "");
+        log_info("resuming from %s/%s (step %d%s, read in %.2f s)", t->ckpt_dir, name, t->st.step,
+                 t->st.micro ? ", mid-step" : "", now_s() - load_t0);
         if (*notes) log_info("the plan changed since that checkpoint: %s", notes);
         if (t->st.micro >= p->batch.grad_accum)
             return error_set(err,

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# make bench-ckpt — checkpoint speed for GPT-2 124M at 1×1×1 and 2×1×2 (ZeRO
+# 1): the write rate against the disk's sequential write rate measured in the
+# same run (dd with fsync, the same bytes, the same directory; goal ≥ 80%), the
+# step's pause with checkpoint.async against a synchronous write (goal ≤ 10%),
+# and the resume's read time against the write time (goal ≤ 2×). Each layout
+# trains 2 steps (a checkpoint after each); the medians of 3 runs are used.
+# Not a test: it asserts nothing. CKPT_BENCH_DIR picks the file system
+# (default: a directory under /tmp).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${PLAIT_BUILD:-build}
+PY=/usr/bin/python3
+base=${CKPT_BENCH_DIR:-/tmp}
+work=$(mktemp -d "$base/plait-ckpt-bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+export OMP_WAIT_POLICY=PASSIVE
+
+"$BUILD/bin/plait" data prepare examples/data/tinyshakespeare.txt "$work/train.bin" >/dev/null
+cat >"$work/plan.json" <<EOF
+{"model": {"layers": 12, "heads": 12, "hidden": 768, "vocab": 50257, "padded_vocab": 50304,
+           "seq_len": 32, "max_seq_len": 1024, "seed": 7},
+ "data": {"train": "$work/train.bin"},
+ "batch": {"micro_batch": 1, "grad_accum": 2},
+ "optimizer": {"lr": 1e-4, "warmup_steps": 0, "schedule": "constant"},
+ "steps": 2, "checkpoint": {"every": 1, "keep": 1}}
+EOF
+
+# one NAME --set ...: a run of 2 steps, then its resume (one step more);
+# prints write_s stall_s read_s bytes
+one() {
+    local name=$1
+    shift
+    local run=$work/$name
+    "$BUILD/bin/plait" train "$work/plan.json" --out "$run" "$@" >"$run.log" 2>&1 ||
+        { tail -n 20 "$run.log" >&2; exit 1; }
+    "$BUILD/bin/plait" train "$work/plan.json" --out "$run" --set steps=3 "$@" >"$run.log2" 2>&1 ||
+        { tail -n 20 "$run.log2" >&2; exit 1; }
+    "$PY" - "$run" <<'PYEOF'
+import json, os, re, sys
+run = sys.argv[1]
+log, log2 = open(run + ".log").read(), open(run + ".log2").read()
+async_ = re.search(r"checkpoint step 1 written in ([0-9.]+) s in the background \(the step paused ([0-9.]+) s", log)
+sync = json.load(open(run + "/run.json"))["checkpoint"]["last_write_s"]  # the last, written at once
+read = float(re.search(r"resuming from .* read in ([0-9.]+) s", log2).group(1))
+ck = os.path.join(run, "checkpoints")
+d = os.path.join(ck, sorted(os.listdir(ck))[-1])
+size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+stall = float(async_.group(2)) if async_ else float("nan")
+print(sync, stall, read, size)
+PYEOF
+    rm -rf "$run"
+}
+
+# dd_rate BYTES: the disk's sequential write rate (bytes/s), fsync included
+dd_rate() {
+    local mb=$(($1 / 1048576 + 1)) t0 t1
+    t0=$(date +%s.%N)
+    dd if=/dev/zero of="$work/dd.bin" bs=1M count="$mb" conv=fsync status=none
+    t1=$(date +%s.%N)
+    rm -f "$work/dd.bin"
+    "$PY" -c "print($mb * 1048576 / ($t1 - $t0))"
+}
+
+report() { # LABEL --set ...
+    local label=$1
+    shift
+    local rows=() r
+    for _ in 1 2 3; do
+        r=$(one "run" "$@" --set checkpoint.async=true)
+        rows+=("$r $(dd_rate "${r##* }")")
+    done
+    printf '%s\n' "${rows[@]}" | "$PY" -c '
+import statistics, sys
+label = sys.argv[1]
+rows = [list(map(float, l.split())) for l in sys.stdin]
+write, stall, read, size, dd = (statistics.median(c) for c in zip(*rows))
+rate = size / write
+pad = " " * 10
+print(f"{label:10s} checkpoint {size / 1e9:.2f} GB: written at {rate / 1e6:.0f} MB/s, dd {dd / 1e6:.0f} MB/s: {rate / dd:.2f} of the disk (goal >= 0.80)")
+print(f"{pad} async pause {stall * 1e3:.0f} ms / sync write {write * 1e3:.0f} ms = {stall / write:.3f} (goal <= 0.10)")
+print(f"{pad} resume read {read:.2f} s / write {write:.2f} s = {read / write:.2f} (goal <= 2)")
+' "$label"
+}
+
+echo "== GPT-2 124M checkpoints in $base (medians of 3 runs)"
+report "1x1x1"
+report "2x1x2 Z1" --set parallel.tp=2 --set parallel.dp=2 --set parallel.zero=1
