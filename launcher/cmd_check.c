@@ -18,6 +18,7 @@
 #include "common/schedule.h"
 #include "common/topo.h"
 #include "launcher/commands.h"
+#include "launcher/plan_fit.h"
 
 #define MAX_TOPOLOGIES 64
 
@@ -448,13 +449,12 @@ int cmd_check(int argc, char **argv)
     struct plait_error err;
     int rc = PLAIT_EXIT_ERROR, n_topo = a.n_topologies ? a.n_topologies : 1;
     struct topo topos[MAX_TOPOLOGIES] = {0};
-    struct place_node *nodes = calloc((size_t)a.nodes, sizeof *nodes);
-    char(*names)[32] = calloc((size_t)a.nodes, sizeof *names);
+    struct fit_nodes fit = {0};
     struct plan *p = plan_load(a.plan_path, a.sets, a.n_sets, &err);
     struct layout_eval best = {0};
     json_t *candidates = json_array();
-    if (!p || !nodes || !names) {
-        log_error("%s", p ? "out of memory" : err.text);
+    if (!p) {
+        log_error("%s", err.text);
         goto out;
     }
     for (int i = 0; i < n_topo; i++)
@@ -462,32 +462,11 @@ int cmd_check(int argc, char **argv)
             log_error("%s", err.text);
             goto out;
         }
-    int slots = 0; /* at most PLAN_MAX_RANKS, checked as it is summed */
-    for (int i = 0; i < a.nodes; i++) {
-        const struct topo *t = &topos[a.n_topologies > 1 ? i : 0];
-        snprintf(names[i], sizeof names[i], "node%d", i);
-        /* CPU ranks: as many as the layout has, spread over the nodes (plait train
-         * runs them all on this machine) */
-        bool cpu = p->parallel.device == PLAN_DEVICE_CPU ||
-                   (t->n_gpus == 0 && p->parallel.device != PLAN_DEVICE_CUDA);
-        int64_t world = (int64_t)p->parallel.tp * p->parallel.pp * p->parallel.dp;
-        bool fixed = p->parallel.tp != PLAN_AUTO && p->parallel.pp != PLAN_AUTO &&
-                     p->parallel.dp != PLAN_AUTO;
-        int s = a.gpus_per_node     ? a.gpus_per_node
-                : cpu && fixed      ? (int)((world + a.nodes - 1) / a.nodes)
-                : t->n_gpus && !cpu ? t->n_gpus
-                                    : 1;
-        nodes[i] = (struct place_node){.name = names[i],
-                                       .topo = t,
-                                       .slots = s,
-                                       .cpu_ranks = p->parallel.device == PLAN_DEVICE_CPU};
-        if (s > PLAN_MAX_RANKS - slots) {
-            log_error("check: %d nodes × %d slots is more ranks than plait runs (%d)", a.nodes, s,
-                      PLAN_MAX_RANKS);
-            goto out;
-        }
-        slots += s;
+    if (fit_nodes_make(p, a.nodes, a.gpus_per_node, topos, n_topo, NULL, &fit, &err)) {
+        log_error("check: %s", err.text);
+        goto out;
     }
+    const struct place_node *nodes = fit.v;
     uint64_t gpu_mem = layout_device_memory(nodes, a.nodes, a.gpu_memory_gb);
     const struct plan_parallel *par = &p->parallel;
     bool is_auto = par->tp == PLAN_AUTO || par->pp == PLAN_AUTO;
@@ -532,8 +511,7 @@ out:
     layout_eval_free(&best);
     json_decref(candidates);
     for (int i = 0; i < n_topo; i++) topo_free(&topos[i]);
-    free(nodes);
-    free(names);
+    fit_nodes_free(&fit);
     free(a.sets);
     plan_free(p);
     return rc;
