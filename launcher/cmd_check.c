@@ -1,4 +1,4 @@
-/* cmd_check.c — `plait check PLAN [--nodes N] [--gpus-per-node G]
+/* cmd_check.c — `plait check PLAN [--nodes N] [--gpus-per-node G] [--k8s-nodes FILE]
  * [--topology FILE.xml ...] [--json]`: validates the plan, resolves "auto"
  * degrees with the cost model, places the ranks on the nodes' topologies and
  * prints the memory table, the traffic table and the rank map (or one JSON
@@ -18,6 +18,7 @@
 #include "common/schedule.h"
 #include "common/topo.h"
 #include "launcher/commands.h"
+#include "launcher/k8s.h"
 #include "launcher/plan_fit.h"
 
 #define MAX_TOPOLOGIES 64
@@ -34,6 +35,7 @@ struct check_args {
     double gpu_memory_gb; /* 0: from the topology */
     double device_tflops; /* 0: from the GPU model */
     struct place_bandwidth bw;
+    const char *k8s_nodes; /* kubectl get nodes -o json output, or NULL */
 };
 
 enum {
@@ -46,7 +48,8 @@ enum {
     OPT_DEVICE_TFLOPS,
     OPT_PCIE_GBPS,
     OPT_NETWORK_GBPS,
-    OPT_MEMORY_GBPS
+    OPT_MEMORY_GBPS,
+    OPT_K8S_NODES
 };
 const struct cli_command cmd_check_cli = {
     .name = "check",
@@ -82,6 +85,9 @@ const struct cli_command cmd_check_cli = {
             [OPT_NETWORK_GBPS] = {"--network-gbps", "B", "bandwidth of one NIC, GB/s (default 50)"},
             [OPT_MEMORY_GBPS] = {"--memory-gbps", "B",
                                  "bandwidth between CPU ranks of a node, GB/s (default 100)"},
+            [OPT_K8S_NODES] = {"--k8s-nodes", "FILE",
+                               "`kubectl get nodes -o json` output: check the plan on each\n"
+                               "kind of GPU node in it and name the nodes it fits on"},
             {0}},
     .epilog = "exit codes: 0 the plan can run there, 1 it cannot (the reason is printed), 2 usage",
 };
@@ -106,6 +112,9 @@ static int parse_args(int argc, char **argv, struct check_args *a)
             break;
         case OPT_SET:
             a->sets[a->n_sets++] = v;
+            break;
+        case OPT_K8S_NODES:
+            a->k8s_nodes = v;
             break;
         case OPT_TOPOLOGY:
             if (a->n_topologies == MAX_TOPOLOGIES)
@@ -149,7 +158,10 @@ static int parse_args(int argc, char **argv, struct check_args *a)
                              "%d --topology files for %d nodes: give one file for all nodes or "
                              "one per node",
                              a->n_topologies, a->nodes);
-    if (!a->nodes) a->nodes = a->n_topologies > 1 ? a->n_topologies : 1;
+    if (rc == CLI_CONTINUE && a->k8s_nodes && a->n_topologies)
+        rc = cli_usage_error(cli,
+                             "--k8s-nodes describes the nodes: give it or --topology, not both");
+    if (!a->nodes && !a->k8s_nodes) a->nodes = a->n_topologies > 1 ? a->n_topologies : 1;
     return rc;
 }
 
@@ -455,6 +467,13 @@ int cmd_check(int argc, char **argv)
     json_t *candidates = json_array();
     if (!p) {
         log_error("%s", err.text);
+        goto out;
+    }
+    if (a.k8s_nodes) {
+        struct layout_inputs in = {.device_memory_bytes = (uint64_t)(a.gpu_memory_gb * 1e9),
+                                   .device_tflops = a.device_tflops,
+                                   .bw = a.bw};
+        rc = k8s_nodes_check(p, a.k8s_nodes, a.nodes, a.gpus_per_node, &in, a.json);
         goto out;
     }
     for (int i = 0; i < n_topo; i++)

@@ -67,6 +67,17 @@ struct k8s_admin_args {
 int k8s_render(const struct k8s_render_args *a, FILE *out);
 int k8s_admin(const struct k8s_admin_args *a, FILE *out);
 
+/* plait check --k8s-nodes FILE (k8s_nodes.c): the plan on each kind of GPU
+ * node of `kubectl get nodes -o json` output, on `nodes` of them (0: as many
+ * as the plan's ranks need, or all) with gpus_per_node ranks each (0: all
+ * their GPUs); in->device_memory_bytes, when set, overrides the nodes'. Prints
+ * which nodes it fits on (or one JSON object); returns the exit code: 0 when
+ * it fits on some kind. */
+struct plan;
+struct layout_inputs;
+int k8s_nodes_check(const struct plan *p, const char *path, int nodes, int gpus_per_node,
+                    const struct layout_inputs *in, bool as_json);
+
 /* The gang's name as spelled on the command line. */
 const char *k8s_gang_name(enum k8s_gang g);
 
