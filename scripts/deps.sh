@@ -10,8 +10,9 @@ build_pkgs=(gcc make pkg-config libjansson-dev libhwloc-dev libdnnl-dev libopenb
 # clang, libclang-rt-14-dev (libFuzzer, sanitizers) and libomp-dev (clang's omp.h): make fuzz;
 # strace: the crash tests inject SIGKILL at chosen system calls;
 # openmpi-bin, libopenmpi-dev: make bench-comm compares all-reduce with Open MPI's;
-# nodejs, npm: the Kubernetes schema validator (tests/k8s/validate) the k8s tests run
-test_pkgs=("${build_pkgs[@]}" hwloc-nox python3 python3-torch python3-numpy
+# nodejs, npm: the Kubernetes schema validator (tests/k8s/validate) the k8s tests run;
+# python3-yaml: they read the rendered pods back
+test_pkgs=("${build_pkgs[@]}" hwloc-nox python3 python3-torch python3-numpy python3-yaml
     slurmctld slurmd slurm-client munge clang libclang-rt-14-dev libomp-dev strace
     openmpi-bin libopenmpi-dev nodejs npm)
 
