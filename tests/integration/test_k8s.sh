@@ -112,15 +112,23 @@ PYEOF
 }
 check pods_get_the_launch_contract test_pods_get_the_launch_contract
 
+# k8s/examples/ are what plait writes today, and pass the lint (the schemas below)
+test_k8s_examples_are_current() {
+    mkdir -p "$WORK/examples" && k8s/examples/regenerate.sh "$PLAIT" "$WORK/examples" &&
+        diff -r -x regenerate.sh k8s/examples "$WORK/examples" && "$PLAIT" k8s lint k8s/examples/*.yaml
+}
+check k8s_examples_are_current test_k8s_examples_are_current
+
 # ---- the real schemas ------------------------------------------------------------------
 if why=$(setup_validator); then
     test_goldens_pass_the_schemas() {
         local files=() c
         for c in "${cases[@]}"; do files+=("$ROOT/$c/expected.yaml"); done
+        files+=("$ROOT"/k8s/examples/*.yaml)
         (cd "$VALIDATE" && node k8s-validate.mjs "${files[@]}") | sed "s|$ROOT/||g"
         return "${PIPESTATUS[0]}"
     }
-    check goldens_pass_the_kubernetes_and_crd_schemas test_goldens_pass_the_schemas
+    check goldens_and_k8s_examples_pass_the_kubernetes_and_crd_schemas test_goldens_pass_the_schemas
     # the lint's fixture is valid to the schemas: what it refuses, only the lint sees
     test_lint_fixture_passes_the_schemas() {
         (cd "$VALIDATE" && node k8s-validate.mjs "$ROOT/tests/k8s/lint/bad.yaml")
@@ -134,7 +142,7 @@ if why=$(setup_validator); then
     }
     check schemas_refuse_an_unknown_field test_schemas_refuse_an_unknown_field
 else
-    echo "skip goldens_pass_the_kubernetes_and_crd_schemas: $why"
+    echo "skip goldens_and_k8s_examples_pass_the_kubernetes_and_crd_schemas: $why"
     echo "skip lint_fixture_passes_the_schemas: $why"
     echo "skip schemas_refuse_an_unknown_field: $why"
 fi
