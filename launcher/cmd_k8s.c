@@ -373,7 +373,7 @@ const struct cli_command cmd_k8s_admin_cli = {
             [A_COHORT] = {"--cohort", "C",
                           "Kueue cohort: borrow idle GPUs from its other queues, and\n"
                           "reclaim lent ones"},
-            [A_PRIORITIES] = {"--priorities", "P1,P2,...",
+            [A_PRIORITIES] = {"--priorities", "HIGH,LOW",
                               "priority classes, highest first (default\n"
                               "training-high,training-low)"},
             [A_GANG] = {"--gang", "KIND", "kueue (default), volcano or quota"},
@@ -382,9 +382,9 @@ const struct cli_command cmd_k8s_admin_cli = {
                                "the nodes of the Kueue ResourceFlavor\n"
                                "(nvidia.com/gpu.product)"},
             [A_RDMA] = {"--rdma", "RESOURCE", "an RDMA resource the ClusterQueue also covers"},
-            [A_LEVELS] = {"--topology-levels", "L1,L2,...",
-                          "node labels of a Kueue Topology, widest first\n"
-                          "(kubernetes.io/hostname is added last)"},
+            [A_LEVELS] = {"--topology-levels", "LABELS",
+                          "node labels of a Kueue Topology, comma-separated, widest\n"
+                          "first (kubernetes.io/hostname is added last)"},
             {0}},
     .epilog = "exit codes: 0 printed, 1 the lint refused it, 2 usage",
 };
