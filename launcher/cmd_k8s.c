@@ -352,7 +352,8 @@ enum {
     A_QUEUE,
     A_GPU_PRODUCT,
     A_RDMA,
-    A_LEVELS
+    A_LEVELS,
+    A_KUEUE_API
 };
 const struct cli_command cmd_k8s_admin_cli = {
     .name = "k8s admin",
@@ -385,6 +386,9 @@ const struct cli_command cmd_k8s_admin_cli = {
             [A_LEVELS] = {"--topology-levels", "LABELS",
                           "node labels of a Kueue Topology, comma-separated, widest\n"
                           "first (kubernetes.io/hostname is added last)"},
+            [A_KUEUE_API] = {"--kueue-api", "VERSION",
+                             "v1beta2 (default; Kueue 0.15 and later) or v1beta1\n"
+                             "(Kueue 0.14 and earlier)"},
             {0}},
     .epilog = "exit codes: 0 printed, 1 the lint refused it, 2 usage",
 };
@@ -412,7 +416,8 @@ int cmd_k8s_admin(int argc, char **argv)
     struct k8s_admin_args a = {.gang = K8S_GANG_KUEUE,
                                .queue = "training",
                                .priorities = default_priorities,
-                               .n_priorities = 2};
+                               .n_priorities = 2,
+                               .kueue_api = "kueue.x-k8s.io/v1beta2"};
     struct cli_args args;
     int rc = cli_parse(cli, argc, argv, &args);
     if (rc != CLI_CONTINUE) return rc;
@@ -448,6 +453,12 @@ int cmd_k8s_admin(int argc, char **argv)
         case A_RDMA:
             a.rdma = v;
             break;
+        case A_KUEUE_API:
+            if (!strcmp(v, "v1beta2") || !strcmp(v, "v1beta1"))
+                a.kueue_api = v[6] == '2' ? "kueue.x-k8s.io/v1beta2" : "kueue.x-k8s.io/v1beta1";
+            else
+                rc = cli_usage_error(cli, "--kueue-api must be v1beta2 or v1beta1 (got %s)", v);
+            break;
         case A_LEVELS:
             rc =
                 split_list(cli, o, v, level_buf, sizeof level_buf, levels, MAX_LEVELS, &a.n_levels);
@@ -459,9 +470,11 @@ int cmd_k8s_admin(int argc, char **argv)
     if (rc != CLI_CONTINUE) return rc;
     if (!a.ns) return cli_usage_error(cli, "missing --namespace NS");
     if (!a.gpus) return cli_usage_error(cli, "missing --gpus N");
-    if (a.gang != K8S_GANG_KUEUE && (a.cohort || a.n_levels || a.gpu_product || a.rdma))
-        return cli_usage_error(cli, "--cohort, --topology-levels, --gpu-product and --rdma are "
-                                    "for --gang kueue");
+    bool kueue_only = a.cohort || a.n_levels || a.gpu_product || a.rdma ||
+                      strcmp(a.kueue_api, "kueue.x-k8s.io/v1beta2");
+    if (a.gang != K8S_GANG_KUEUE && kueue_only)
+        return cli_usage_error(cli, "--cohort, --topology-levels, --gpu-product, --rdma and "
+                                    "--kueue-api are for --gang kueue");
     if (a.n_levels && strcmp(levels[a.n_levels - 1], "kubernetes.io/hostname"))
         levels[a.n_levels++] = "kubernetes.io/hostname"; /* lowest, so taints are respected */
     return k8s_admin(&a, stdout);

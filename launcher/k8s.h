@@ -59,6 +59,7 @@ struct k8s_admin_args {
     const char *queue;
     const char *gpu_product; /* ResourceFlavor's node label, or NULL */
     const char *rdma;        /* another resource the ClusterQueue covers, or NULL */
+    const char *kueue_api;   /* "kueue.x-k8s.io/v1beta2" (Kueue 0.15+) or ".../v1beta1" */
     const char **levels;     /* Kueue Topology levels (node labels, widest first), or none */
     int n_levels;
 };

@@ -50,8 +50,7 @@ static void priority_classes(struct ky_stream *s, const struct k8s_admin_args *a
         if (!kueue) continue;
         /* Kueue orders and preempts workloads by its own class of the same name */
         if (!begin(&d, err, rc)) return;
-        meta = ky_object(&d, "kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass", a->priorities[k],
-                         NULL);
+        meta = ky_object(&d, a->kueue_api, "WorkloadPriorityClass", a->priorities[k], NULL);
         label_plait(&d, meta);
         ky_set_int(&d, ky_root(&d), "value", priority_value(k));
         *rc = ky_stream_add(s, &d, err);
@@ -76,14 +75,14 @@ static void kueue(struct ky_stream *s, const struct k8s_admin_args *a, struct pl
     struct ky_doc d;
     if (a->n_levels) {
         if (!begin(&d, err, rc)) return;
-        label_plait(&d, ky_object(&d, "kueue.x-k8s.io/v1beta2", "Topology", topology, NULL));
+        label_plait(&d, ky_object(&d, a->kueue_api, "Topology", topology, NULL));
         int levels = ky_set_seq(&d, ky_set_map(&d, ky_root(&d), "spec"), "levels");
         for (int k = 0; k < a->n_levels; k++)
             ky_set_str(&d, ky_push(&d, levels, ky_map(&d)), "nodeLabel", a->levels[k]);
         *rc = ky_stream_add(s, &d, err);
     }
     if (!begin(&d, err, rc)) return;
-    label_plait(&d, ky_object(&d, "kueue.x-k8s.io/v1beta2", "ResourceFlavor", flavor, NULL));
+    label_plait(&d, ky_object(&d, a->kueue_api, "ResourceFlavor", flavor, NULL));
     int spec = ky_set_map(&d, ky_root(&d), "spec");
     if (a->gpu_product)
         ky_set_str(&d, ky_set_map(&d, spec, "nodeLabels"), "nvidia.com/gpu.product",
@@ -93,11 +92,13 @@ static void kueue(struct ky_stream *s, const struct k8s_admin_args *a, struct pl
     *rc = ky_stream_add(s, &d, err);
 
     if (!begin(&d, err, rc)) return;
-    label_plait(&d, ky_object(&d, "kueue.x-k8s.io/v1beta2", "ClusterQueue", cq, NULL));
+    label_plait(&d, ky_object(&d, a->kueue_api, "ClusterQueue", cq, NULL));
     spec = ky_set_map(&d, ky_root(&d), "spec");
     int sel = ky_set_map(&d, ky_set_map(&d, spec, "namespaceSelector"), "matchLabels");
     ky_set_str(&d, sel, "kubernetes.io/metadata.name", a->ns);
-    if (a->cohort) ky_set_str(&d, spec, "cohortName", a->cohort);
+    /* v1beta2 renamed the field */
+    if (a->cohort)
+        ky_set_str(&d, spec, strstr(a->kueue_api, "v1beta1") ? "cohort" : "cohortName", a->cohort);
     int pre = ky_set_map(&d, spec, "preemption");
     ky_set_str(&d, pre, "withinClusterQueue", "LowerPriority");
     if (a->cohort) ky_set_str(&d, pre, "reclaimWithinCohort", "Any");
@@ -119,7 +120,7 @@ static void kueue(struct ky_stream *s, const struct k8s_admin_args *a, struct pl
     *rc = ky_stream_add(s, &d, err);
 
     if (!begin(&d, err, rc)) return;
-    label_plait(&d, ky_object(&d, "kueue.x-k8s.io/v1beta2", "LocalQueue", a->queue, a->ns));
+    label_plait(&d, ky_object(&d, a->kueue_api, "LocalQueue", a->queue, a->ns));
     ky_set_str(&d, ky_set_map(&d, ky_root(&d), "spec"), "clusterQueue", cq);
     *rc = ky_stream_add(s, &d, err);
 }
