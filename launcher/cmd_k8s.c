@@ -192,8 +192,9 @@ const struct cli_command cmd_k8s_render_cli = {
     .epilog = "exit codes: 0 printed, 1 the plan cannot run there (the reason is printed), 2 usage",
 };
 
+/* run_dir and rdma: room for the defaults and values made here */
 static int parse_render(int argc, char **argv, struct k8s_render_args *a, char *run_dir,
-                        size_t run_dir_bytes)
+                        size_t run_dir_bytes, char *rdma, size_t rdma_bytes)
 {
     const struct cli_command *cli = &cmd_k8s_render_cli;
     *a = (struct k8s_render_args){.name = "train",
@@ -248,16 +249,15 @@ static int parse_render(int argc, char **argv, struct k8s_render_args *a, char *
             break;
         case R_RDMA: {
             const char *eq = strchr(v, '=');
-            static char resource[256];
             a->rdma_per_pod = 1;
             if (eq) rc = positive(cli, o, eq + 1, 1024, &a->rdma_per_pod);
-            snprintf(resource, sizeof resource, "%.*s", eq ? (int)(eq - v) : (int)strlen(v), v);
-            if (!strchr(resource, '/'))
+            snprintf(rdma, rdma_bytes, "%.*s", eq ? (int)(eq - v) : (int)strlen(v), v);
+            if (!strchr(rdma, '/'))
                 rc = cli_usage_error(cli,
                                      "--rdma names an extended resource, e.g. "
                                      "rdma/rdma_shared_device_a (got %s)",
                                      v);
-            a->rdma = resource;
+            a->rdma = rdma;
             break;
         }
         case R_GPU_PRODUCT:
@@ -334,8 +334,8 @@ static int parse_render(int argc, char **argv, struct k8s_render_args *a, char *
 int cmd_k8s_render(int argc, char **argv)
 {
     struct k8s_render_args a;
-    char run_dir[128];
-    int rc = parse_render(argc, argv, &a, run_dir, sizeof run_dir);
+    char run_dir[128], rdma[256];
+    int rc = parse_render(argc, argv, &a, run_dir, sizeof run_dir, rdma, sizeof rdma);
     if (rc == CLI_CONTINUE) rc = k8s_render(&a, stdout);
     free(a.sets);
     return rc;
