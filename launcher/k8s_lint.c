@@ -178,8 +178,13 @@ static void check_label_map(struct lint *l, int doc, yaml_node_t *m, const char 
     }
 }
 
-/* Every metadata's labels and annotations, every selector and nodeSelector, at any depth. */
-static void walk_labels(struct lint *l, int doc, yaml_node_t *n, const char *at)
+/* Calls visit for every key of every mapping of the document, depth first, with
+ * the mapping that holds it and its path ("spec.template.metadata.labels");
+ * visit returns whether to descend into the value. */
+typedef bool (*visit_fn)(struct lint *l, int doc, yaml_node_t *map, const char *key,
+                         yaml_node_t *value, const char *where);
+
+static void walk(struct lint *l, int doc, yaml_node_t *n, const char *at, visit_fn visit)
 {
     yaml_document_t *d = &l->docs[doc];
     char where[256];
@@ -188,7 +193,7 @@ static void walk_labels(struct lint *l, int doc, yaml_node_t *n, const char *at)
         for (yaml_node_item_t *i = n->data.sequence.items.start; i < n->data.sequence.items.top;
              i++) {
             snprintf(where, sizeof where, "%s[%d]", at, (int)(i - n->data.sequence.items.start));
-            walk_labels(l, doc, node(d, *i), where);
+            walk(l, doc, node(d, *i), where, visit);
         }
     if (n->type != YAML_MAPPING_NODE) return;
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
@@ -196,15 +201,25 @@ static void walk_labels(struct lint *l, int doc, yaml_node_t *n, const char *at)
         yaml_node_t *v = node(d, p->value);
         if (!k) continue;
         snprintf(where, sizeof where, "%s%s%s", at, *at ? "." : "", k);
-        if (!strcmp(k, "labels") || !strcmp(k, "matchLabels") || !strcmp(k, "nodeSelector") ||
-            (!strcmp(k, "selector") && v && !get(d, v, "matchLabels") &&
-             !get(d, v, "matchExpressions")))
-            check_label_map(l, doc, v, where, true);
-        else if (!strcmp(k, "annotations"))
-            check_label_map(l, doc, v, where, false);
-        else
-            walk_labels(l, doc, v, where);
+        if (visit(l, doc, n, k, v, where)) walk(l, doc, v, where, visit);
     }
+}
+
+/* Every metadata's labels and annotations, every selector and nodeSelector. */
+static bool visit_labels(struct lint *l, int doc, yaml_node_t *map, const char *k, yaml_node_t *v,
+                         const char *where)
+{
+    yaml_document_t *d = &l->docs[doc];
+    (void)map;
+    if (!strcmp(k, "labels") || !strcmp(k, "matchLabels") || !strcmp(k, "nodeSelector") ||
+        (!strcmp(k, "selector") && v && !get(d, v, "matchLabels") &&
+         !get(d, v, "matchExpressions")))
+        check_label_map(l, doc, v, where, true);
+    else if (!strcmp(k, "annotations"))
+        check_label_map(l, doc, v, where, false);
+    else
+        return true;
+    return false;
 }
 
 /* An extended resource: "nvidia.com/gpu", not "cpu" or "hugepages-2Mi" or
@@ -217,47 +232,32 @@ static bool extended_resource(const char *name)
     return !(len >= 13 && !strncmp(slash - 13, "kubernetes.io", 13));
 }
 
-/* requests = limits for every extended resource (GPUs, RDMA devices) of every container. */
-static void walk_containers(struct lint *l, int doc, yaml_node_t *n, const char *at)
+/* requests = limits for every extended resource (GPUs, RDMA devices) of every
+ * container (a mapping with an image and resources). */
+static bool visit_resources(struct lint *l, int doc, yaml_node_t *map, const char *k,
+                            yaml_node_t *res, const char *where)
 {
     yaml_document_t *d = &l->docs[doc];
-    char where[256];
-    if (!n) return;
-    if (n->type == YAML_SEQUENCE_NODE)
-        for (yaml_node_item_t *i = n->data.sequence.items.start; i < n->data.sequence.items.top;
-             i++) {
-            snprintf(where, sizeof where, "%s[%d]", at, (int)(i - n->data.sequence.items.start));
-            walk_containers(l, doc, node(d, *i), where);
-        }
-    if (n->type != YAML_MAPPING_NODE) return;
-    yaml_node_t *res = get(d, n, "resources");
-    if (res && get(d, n, "image")) {
-        yaml_node_t *req = get(d, res, "requests"), *lim = get(d, res, "limits");
-        for (int pass = 0; pass < 2; pass++) {
-            yaml_node_t *m = pass ? lim : req;
-            if (!m || m->type != YAML_MAPPING_NODE) continue;
-            for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top;
-                 p++) {
-                const char *k = scalar(node(d, p->key)), *v = scalar(node(d, p->value));
-                if (!k || !extended_resource(k)) continue;
-                const char *other = scalar(get(d, pass ? req : lim, k));
-                snprintf(where, sizeof where, "%s.resources", at);
-                if (!other && pass == 0)
-                    problem(l, doc, where, "%s is requested but has no limit", k);
-                else if (other && pass == 0 && v && strcmp(v, other))
-                    problem(l, doc, where, "%s: requests %s but limits %s (they must be equal)", k,
-                            v, other);
-                else if (v && (integer(node(d, p->value), -1) < 0))
-                    problem(l, doc, where, "%s: \"%s\" is not a whole count", k, v);
-            }
+    if (strcmp(k, "resources") || !get(d, map, "image")) return true;
+    yaml_node_t *req = get(d, res, "requests"), *lim = get(d, res, "limits");
+    for (int pass = 0; pass < 2; pass++) {
+        yaml_node_t *m = pass ? lim : req;
+        if (!m || m->type != YAML_MAPPING_NODE) continue;
+        for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top;
+             p++) {
+            const char *name = scalar(node(d, p->key)), *v = scalar(node(d, p->value));
+            if (!name || !extended_resource(name)) continue;
+            const char *other = scalar(get(d, pass ? req : lim, name));
+            if (!other && pass == 0)
+                problem(l, doc, where, "%s is requested but has no limit", name);
+            else if (other && pass == 0 && v && strcmp(v, other))
+                problem(l, doc, where, "%s: requests %s but limits %s (they must be equal)", name,
+                        v, other);
+            else if (v && (integer(node(d, p->value), -1) < 0))
+                problem(l, doc, where, "%s: \"%s\" is not a whole count", name, v);
         }
     }
-    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
-        const char *k = scalar(node(d, p->key));
-        if (!k || !strcmp(k, "resources")) continue;
-        snprintf(where, sizeof where, "%s%s%s", at, *at ? "." : "", k);
-        walk_containers(l, doc, node(d, p->value), where);
-    }
+    return false;
 }
 
 static void check_names(struct lint *l, int doc, const char *kind)
@@ -474,8 +474,8 @@ int k8s_lint_text(const char *text, size_t len, const char *source, FILE *report
             continue;
         }
         check_names(&l, i, kind);
-        walk_labels(&l, i, root, "");
-        walk_containers(&l, i, root, "");
+        walk(&l, i, root, "", visit_labels);
+        walk(&l, i, root, "", visit_resources);
         struct workload w;
         workload_of(&l, i, &w, true);
         if (!strcmp(kind, "PodGroup")) check_pod_group(&l, i);
