@@ -109,6 +109,7 @@ enum {
     R_QUEUE,
     R_PRIORITY,
     R_TOPOLOGY_KEY,
+    R_TOPOLOGY_MODE,
     R_RDMA,
     R_GPU_PRODUCT,
     R_GPU_MEMORY,
@@ -157,6 +158,9 @@ const struct cli_command cmd_k8s_render_cli = {
                                 "node label of a network domain (a rack, an NVLink\n"
                                 "domain): the gang's pods land in one (required when\n"
                                 "pipelines cross pods, preferred otherwise)"},
+            [R_TOPOLOGY_MODE] = {"--topology-mode", "MODE",
+                                 "auto (default), required or preferred: how\n"
+                                 "--topology-key binds"},
             [R_RDMA] = {"--rdma", "RESOURCE[=N]",
                         "RDMA devices each pod asks for (default N 1), with IPC_LOCK"},
             [R_GPU_PRODUCT] = {"--gpu-product", "PRODUCT",
@@ -198,6 +202,7 @@ static int parse_render(int argc, char **argv, struct k8s_render_args *a, char *
 {
     const struct cli_command *cli = &cmd_k8s_render_cli;
     *a = (struct k8s_render_args){.name = "train",
+                                  .topology_required = -1,
                                   .ns = "default",
                                   .max_restarts = 3,
                                   .port = 29500,
@@ -246,6 +251,15 @@ static int parse_render(int argc, char **argv, struct k8s_render_args *a, char *
             break;
         case R_TOPOLOGY_KEY:
             a->topology_key = v;
+            break;
+        case R_TOPOLOGY_MODE:
+            if (!strcmp(v, "auto") || !strcmp(v, "required") || !strcmp(v, "preferred"))
+                a->topology_required = v[0] == 'a' ? -1 : v[0] == 'r';
+            else
+                rc = cli_usage_error(cli,
+                                     "--topology-mode must be auto, required or preferred "
+                                     "(got %s)",
+                                     v);
             break;
         case R_RDMA: {
             const char *eq = strchr(v, '=');

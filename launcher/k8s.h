@@ -33,7 +33,8 @@ struct k8s_render_args {
     enum k8s_gang gang;
     enum k8s_workload workload;
     const char *queue, *priority, *topology_key;
-    const char *rdma; /* an RDMA device resource, or NULL */
+    int topology_required; /* -1: when pipelines cross pods, 0 preferred, 1 required */
+    const char *rdma;      /* an RDMA device resource, or NULL */
     int rdma_per_pod;
     const char *gpu_product; /* nvidia.com/gpu.product to select, or NULL */
     double gpu_memory_gb;    /* 0: from the product name or the topology */

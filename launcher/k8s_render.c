@@ -255,10 +255,11 @@ static void volumes(struct ky_doc *d, int spec, const struct job *j)
 /* All pods in one --topology-key domain: required when pipelines cross pods
  * (in Megatron's rank order a pipeline's stages are tp·dp ranks apart, so
  * each pipeline spans the whole pod index range), preferred otherwise (only
- * data-parallel reductions cross pods; tensor-parallel groups never do). */
+ * data-parallel reductions cross pods; tensor-parallel groups never do), unless
+ * --topology-mode says. */
 static bool topology_required(const struct job *j)
 {
-    return j->layout.pp > 1;
+    return j->a->topology_required >= 0 ? j->a->topology_required == 1 : j->layout.pp > 1;
 }
 
 static void affinity(struct ky_doc *d, int spec, const struct job *j)
