@@ -29,8 +29,10 @@ setup_validator() {
     if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
         echo "node/npm are not installed (scripts/deps.sh test installs them)"; return 1
     fi
-    if ! (cd "$VALIDATE" && timeout 300 ./setup.sh) >"$WORK/setup.log" 2>&1; then
-        echo "npm install could not set up the validator (no registry?): $(tail -n 3 "$WORK/setup.log" | tr '\n' ' ')"
+    # without a registry, fail within seconds rather than npm's minutes of retries
+    if ! (cd "$VALIDATE" && npm_config_fetch_retries=1 npm_config_fetch_retry_mintimeout=2000 \
+        npm_config_fetch_retry_maxtimeout=5000 timeout 180 ./setup.sh) >"$WORK/setup.log" 2>&1; then
+        echo "npm install could not set up the validator in $VALIDATE (no registry?) $(tail -n 3 "$WORK/setup.log" | tr '\n' ' ')"
         return 1
     fi
     echo "$stamp" >"$VALIDATE/.ready"
