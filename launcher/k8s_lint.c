@@ -12,6 +12,8 @@
 #include <yaml.h>
 
 #define MAX_DOCS 64
+#define MAX_DEPTH 64
+#define MAX_VISITS 1000000 /* nodes one walk visits: aliases can multiply a small file */
 
 struct lint {
     yaml_document_t docs[MAX_DOCS];
@@ -19,6 +21,7 @@ struct lint {
     const char *source;
     FILE *report;
     int problems;
+    long visits; /* of the current walk */
 };
 
 /* ---- names and labels --------------------------------------------------------------- */
@@ -183,17 +186,28 @@ static void check_label_map(struct lint *l, int doc, yaml_node_t *m, const char 
  * visit returns whether to descend into the value. */
 typedef bool (*visit_fn)(struct lint *l, int doc, yaml_node_t *map, const char *key,
                          yaml_node_t *value, const char *where);
+static bool visit_labels(struct lint *l, int doc, yaml_node_t *map, const char *k, yaml_node_t *v,
+                         const char *where);
 
-static void walk(struct lint *l, int doc, yaml_node_t *n, const char *at, visit_fn visit)
+static void walk(struct lint *l, int doc, yaml_node_t *n, const char *at, int depth, visit_fn visit)
 {
     yaml_document_t *d = &l->docs[doc];
     char where[256];
     if (!n) return;
+    if (l->visits < 0) return; /* this walk gave up */
+    if (depth > MAX_DEPTH || ++l->visits > MAX_VISITS) {
+        /* no manifest nests so deep or is so large; aliases may loop or multiply */
+        if (visit == visit_labels)
+            problem(l, doc, at, "nested deeper than %d levels or more than %d nodes (aliases?)",
+                    MAX_DEPTH, MAX_VISITS);
+        l->visits = -1;
+        return;
+    }
     if (n->type == YAML_SEQUENCE_NODE)
         for (yaml_node_item_t *i = n->data.sequence.items.start; i < n->data.sequence.items.top;
              i++) {
             snprintf(where, sizeof where, "%s[%d]", at, (int)(i - n->data.sequence.items.start));
-            walk(l, doc, node(d, *i), where, visit);
+            walk(l, doc, node(d, *i), where, depth + 1, visit);
         }
     if (n->type != YAML_MAPPING_NODE) return;
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
@@ -201,7 +215,7 @@ static void walk(struct lint *l, int doc, yaml_node_t *n, const char *at, visit_
         yaml_node_t *v = node(d, p->value);
         if (!k) continue;
         snprintf(where, sizeof where, "%s%s%s", at, *at ? "." : "", k);
-        if (visit(l, doc, n, k, v, where)) walk(l, doc, v, where, visit);
+        if (visit(l, doc, n, k, v, where)) walk(l, doc, v, where, depth + 1, visit);
     }
 }
 
@@ -474,8 +488,10 @@ int k8s_lint_text(const char *text, size_t len, const char *source, FILE *report
             continue;
         }
         check_names(&l, i, kind);
-        walk(&l, i, root, "", visit_labels);
-        walk(&l, i, root, "", visit_resources);
+        l.visits = 0;
+        walk(&l, i, root, "", 0, visit_labels);
+        l.visits = 0;
+        walk(&l, i, root, "", 0, visit_resources);
         struct workload w;
         workload_of(&l, i, &w, true);
         if (!strcmp(kind, "PodGroup")) check_pod_group(&l, i);

@@ -168,6 +168,22 @@ test_lint_finds_what_the_schemas_cannot_see() {
 }
 check lint_finds_what_the_schemas_cannot_see test_lint_finds_what_the_schemas_cannot_see
 
+# aliases that loop back on themselves, or multiply a small file a billion times
+test_lint_survives_hostile_aliases() {
+    printf 'kind: Pod\napiVersion: v1\nmetadata: {name: a}\na: &x [*x]\n' >"$WORK/loop.yaml"
+    "$PY" - >"$WORK/bomb.yaml" <<'PYEOF'
+print("kind: Pod\napiVersion: v1\nmetadata: {name: a}\nl0: &l0 [x, x, x, x, x, x, x, x, x, x]")
+for i in range(1, 10):
+    print(f"l{i}: &l{i} [" + ", ".join([f"*l{i-1}"] * 10) + "]")
+PYEOF
+    local f
+    for f in loop bomb; do
+        expect_error "$WORK/$f.txt" 1 "nested deeper than 64 levels or more than 1000000 nodes" \
+            timeout 20 "$PLAIT" k8s lint "$WORK/$f.yaml" || return 1
+    done
+}
+check lint_survives_hostile_aliases test_lint_survives_hostile_aliases
+
 # ---- refusals, each naming what is wrong ------------------------------------------------
 test_refuses_a_plan_that_does_not_fit_the_gpus() {
     expect_error "$WORK/e.txt" 1 "a rank of pipeline stage 0 needs [0-9.]+ GB, the GPU has 40.00 GB.*batch.micro_batch" \
