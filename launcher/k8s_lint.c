@@ -160,8 +160,10 @@ static void problem(struct lint *l, int doc, const char *where, const char *fmt,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(l->report, "plait: lint: %s: document %d (%s/%s): %s: %s\n", l->source, doc + 1,
-            kind ? kind : "?", name ? name : "?", where, msg);
+    char line[2048], shown[2048]; /* the file's text may hold control characters */
+    snprintf(line, sizeof line, "%s: document %d (%s/%s): %s: %s", l->source, doc + 1,
+             kind ? kind : "?", name ? name : "?", where, msg);
+    fprintf(l->report, "plait: lint: %s\n", error_escape(shown, sizeof shown, line));
     l->problems++;
 }
 

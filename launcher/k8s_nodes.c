@@ -16,9 +16,9 @@
 #include "launcher/plan_fit.h"
 
 struct node {
-    const char *name;
+    char name[254]; /* a node's name is a DNS-1123 subdomain */
     int gpus;
-    const char *product;   /* "" when the label is missing */
+    char product[128];     /* "" when the label is missing */
     uint64_t memory_bytes; /* nvidia.com/gpu.memory (MiB), else from the product name */
 };
 
@@ -85,9 +85,10 @@ static int read_nodes(json_t *root, const char *path, struct node **out, int *n,
         const char *product = json_string_value(json_object_get(labels, "nvidia.com/gpu.product"));
         int mib = quantity(json_object_get(labels, "nvidia.com/gpu.memory"));
         struct node *nd = &(*out)[(*n)++];
-        nd->name = name;
+        /* what reaches the terminal, escaped (a node list is another program's text) */
+        error_escape(nd->name, sizeof nd->name, name);
         nd->gpus = gpus;
-        nd->product = product ? product : "";
+        error_escape(nd->product, sizeof nd->product, product ? product : "");
         nd->memory_bytes = mib ? (uint64_t)mib << 20 : fit_product_memory(product);
     }
     return 0;
