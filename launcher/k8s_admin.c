@@ -1,9 +1,8 @@
-/* k8s_admin.c — plait k8s admin: what a cluster admin applies once per team so
- * that training jobs rendered by plait k8s render are admitted and preempted
- * by priority: Kueue's ResourceFlavor, ClusterQueue (a nvidia.com/gpu nominal
- * quota, lower priorities preempted), LocalQueue and WorkloadPriorityClasses;
- * or a Volcano Queue with its capability; or a plain ResourceQuota on
- * requests.nvidia.com/gpu; with PriorityClasses in every case. */
+/* k8s_admin.c — plait k8s admin: what an admin applies once per team so that jobs
+ * rendered by plait k8s render are admitted and preempted by priority: Kueue's
+ * ResourceFlavor, ClusterQueue (nvidia.com/gpu quota), LocalQueue and
+ * WorkloadPriorityClasses, or a Volcano Queue, or a ResourceQuota on
+ * requests.nvidia.com/gpu; PriorityClasses in every case. */
 #include <stdio.h>
 #include <string.h>
 

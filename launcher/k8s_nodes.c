@@ -1,10 +1,8 @@
-/* k8s_nodes.c — plait check --k8s-nodes FILE: the plan checked against a
- * Kubernetes cluster's nodes as `kubectl get nodes -o json` lists them. Nodes
- * are grouped into kinds by their GPUs (allocatable nvidia.com/gpu and NVIDIA
- * GPU feature discovery's nvidia.com/gpu.product label; the memory is the
- * least nvidia.com/gpu.memory label of the kind, else read from the product); on each kind the
- * layout is chosen as plait check chooses it, and the nodes it would run on are named.
- * Unschedulable or not Ready nodes are skipped and counted. */
+/* k8s_nodes.c — plait check --k8s-nodes FILE: the plan on a cluster's nodes as
+ * `kubectl get nodes -o json` lists them, grouped into kinds by GPU count and
+ * NVIDIA GPU feature discovery's product and memory labels; on each kind the
+ * layout is chosen as plait check chooses it and the nodes it runs on named.
+ * Unschedulable and not Ready nodes are skipped and counted. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>

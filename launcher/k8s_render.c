@@ -1,9 +1,8 @@
 /* k8s_render.c — plait k8s render: the plan checked as plait check checks it
- * (same parser, placement, memory model and layout choice), then the manifests
- * of one gang-scheduled training job: ConfigMap (the resolved plan), Secret
- * (the store's), the gang's objects, and the JobSet or Indexed Job whose pods
- * run `plait launch` with the env of launcher/k8s_env.h. Option parsing is
- * cmd_k8s.c's; the YAML writing k8s_yaml.c's; the lint k8s_lint.c's. */
+ * (same parser, placement, memory model, layout choice), then one gang-scheduled
+ * job's manifests: ConfigMap (the resolved plan), Secret (the store's), the
+ * gang's objects, and the JobSet or Indexed Job whose pods run `plait launch`
+ * with launcher/k8s_env.h's env. Not here: options (cmd_k8s.c), YAML, lint. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
