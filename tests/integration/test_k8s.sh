@@ -3,7 +3,9 @@
 # server: every case directory tests/k8s/<case>/ holding `args` is run as
 #   plait k8s $(cat args)
 # and must print exactly expected.yaml (the store secret fixed through
-# PLAIT_K8S_TEST_STORE_SECRET), pass plait k8s lint, and pass the real
+# PLAIT_K8S_TEST_STORE_SECRET; the ConfigMap's resolved plan is compared on its
+# own, so that a new plan field does not change every golden), pass plait k8s
+# lint, and pass the real
 # Kubernetes 1.36 and CRD schemas (tests/k8s/validate, vendored from
 # ../shared/tools/k8s-validate: npm install into build/k8s-validate once, then
 # reused). When npm cannot reach its registry the schema checks say "skip",
@@ -38,14 +40,23 @@ setup_validator() {
     echo "$stamp" >"$VALIDATE/.ready"
 }
 
+# mask_plan FILE: the manifests with the body of the ConfigMap's plan.json
+# (every field of the plan, defaults filled in) left out
+mask_plan() {
+    awk '/^  plan.json: \|$/ { print; print "    (the resolved plan)"; skip = 1; next }
+         skip && /^    / { next } { skip = 0; print }' "$1"
+}
+
+mkdir -p "$WORK/out"
 run_case() { # case directory
-    local case=$1 args
+    local case=$1 args out
     args=$(cat "$case/args")
+    out=$WORK/out/${case#tests/k8s/}.yaml
     # shellcheck disable=SC2086
-    "$PLAIT" k8s $args >"$WORK/out.yaml" 2>"$WORK/err.txt" || { echo "exit code $?"; cat "$WORK/err.txt"; return 1; }
-    if [ "$update" = 1 ]; then cp "$WORK/out.yaml" "$case/expected.yaml"; fi
-    diff -u "$case/expected.yaml" "$WORK/out.yaml" || return 1
-    "$PLAIT" k8s lint "$case/expected.yaml" || return 1
+    "$PLAIT" k8s $args >"$out" 2>"$WORK/err.txt" || { echo "exit code $?"; cat "$WORK/err.txt"; return 1; }
+    if [ "$update" = 1 ]; then cp "$out" "$case/expected.yaml"; fi
+    diff -u <(mask_plan "$case/expected.yaml") <(mask_plan "$out") || return 1
+    "$PLAIT" k8s lint "$out" || return 1
     case $args in render*)
         grep -q "terminationGracePeriodSeconds [0-9]* s = one micro-batch" "$WORK/err.txt" || { cat "$WORK/err.txt"; return 1; } ;;
     esac
@@ -61,7 +72,7 @@ done
 # golden workload: the env names, the plan mount, the secret, and the gang's
 # invariants (one rank per GPU, requests = limits, 75 ignored, 1 and 2 fatal).
 test_pods_get_the_launch_contract() {
-    "$PY" - "$ROOT/launcher/k8s_env.h" "${cases[@]}" <<'PYEOF'
+    "$PY" - "$ROOT/launcher/k8s_env.h" "$WORK"/out/*.yaml <<'PYEOF'
 import re, sys, yaml
 header = open(sys.argv[1]).read()
 names = dict(re.findall(r'#define (K8S_\w+) "([^"]+)"', header))
@@ -69,7 +80,7 @@ want = {v for k, v in names.items() if k.startswith("K8S_ENV_") and k != "K8S_EN
 want |= {"PLAIT_PLAN", "PLAIT_RUN_DIR", "PLAIT_STORE_SECRET"}
 seen = 0
 for case in sys.argv[2:]:
-    docs = [d for d in yaml.safe_load_all(open(case + "/expected.yaml")) if d]
+    docs = [d for d in yaml.safe_load_all(open(case)) if d]
     by_kind = {d["kind"]: d for d in docs}
     for d in docs:
         if d["kind"] == "JobSet":
@@ -114,10 +125,33 @@ PYEOF
 }
 check pods_get_the_launch_contract test_pods_get_the_launch_contract
 
+# the ConfigMap holds the plan the pods train: the source plan, "auto" decided,
+# and today's parser reads it back to the same layout
+test_configmap_holds_the_resolved_plan() {
+    "$PY" - "$WORK/out/jobset.yaml" "$PLAN" "$WORK/resolved.json" <<'PYEOF' || return 1
+import json, sys, yaml
+cm = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "ConfigMap"][0]
+plan, src = json.loads(cm["data"]["plan.json"]), json.load(open(sys.argv[2]))
+assert {k: plan["parallel"][k] for k in ("tp", "pp", "dp")} == {"tp": 8, "pp": 2, "dp": 1}, plan["parallel"]
+for k, v in src["model"].items():
+    assert plan["model"][k] == v, (k, plan["model"][k], v)
+assert plan["batch"] == {**plan["batch"], **src["batch"]} and plan["precision"] == "bf16"
+open(sys.argv[3], "w").write(cm["data"]["plan.json"])
+PYEOF
+    "$PLAIT" check "$WORK/resolved.json" --k8s-nodes tests/k8s/nodes/cluster.json --json >"$WORK/r.json" &&
+        grep -q '"tp": 8' "$WORK/r.json"
+}
+check configmap_holds_the_resolved_plan test_configmap_holds_the_resolved_plan
+
 # k8s/examples/ are what plait writes today, and pass the lint (the schemas below)
 test_k8s_examples_are_current() {
     mkdir -p "$WORK/examples" && k8s/examples/regenerate.sh "$PLAIT" "$WORK/examples" &&
-        diff -r -x regenerate.sh k8s/examples "$WORK/examples" && "$PLAIT" k8s lint k8s/examples/*.yaml
+        "$PLAIT" k8s lint k8s/examples/*.yaml || return 1
+    local f
+    for f in k8s/examples/*.yaml; do
+        diff -u <(mask_plan "$f") <(mask_plan "$WORK/examples/${f##*/}") || return 1
+    done
+    [ "$(ls "$WORK/examples" | wc -l)" -eq "$(ls k8s/examples/*.yaml | wc -l)" ]
 }
 check k8s_examples_are_current test_k8s_examples_are_current
 
@@ -125,9 +159,8 @@ check k8s_examples_are_current test_k8s_examples_are_current
 if why=$(setup_validator); then
     test_goldens_pass_the_schemas() {
         local files=() c
-        for c in "${cases[@]}"; do files+=("$ROOT/$c/expected.yaml"); done
-        files+=("$ROOT"/k8s/examples/*.yaml)
-        (cd "$VALIDATE" && node k8s-validate.mjs "${files[@]}") | sed "s|$ROOT/||g"
+        files=("$WORK"/out/*.yaml "$WORK"/examples/*.yaml)
+        (cd "$VALIDATE" && node k8s-validate.mjs "${files[@]}") | sed -e "s|$ROOT/||g" -e "s|$WORK/||g"
         return "${PIPESTATUS[0]}"
     }
     check goldens_and_k8s_examples_pass_the_kubernetes_and_crd_schemas test_goldens_pass_the_schemas
@@ -138,7 +171,7 @@ if why=$(setup_validator); then
     check lint_fixture_passes_the_schemas test_lint_fixture_passes_the_schemas
     test_schemas_refuse_an_unknown_field() { # the validator is not a rubber stamp
         sed 's/^  completionMode: Indexed/  completionMode: Indexed\n  bogusField: 1/' \
-            tests/k8s/volcano/expected.yaml >"$WORK/bogus.yaml"
+            "$WORK/out/volcano.yaml" >"$WORK/bogus.yaml"
         ! (cd "$VALIDATE" && node k8s-validate.mjs "$WORK/bogus.yaml") >"$WORK/v.txt" || { cat "$WORK/v.txt"; return 1; }
         grep -q bogusField "$WORK/v.txt" || { cat "$WORK/v.txt"; return 1; }
     }
@@ -236,6 +269,23 @@ test_secrets_are_fresh() {
 }
 check store_secrets_are_fresh_each_render test_secrets_are_fresh
 
+# terminationGracePeriodSeconds: a micro-batch + a checkpoint write (twice with
+# checkpoint.async: one in the background is finished first) + 30 s; or the
+# write a run measured
+test_grace_period_follows_the_checkpoint() {
+    local one two measured
+    one=$("$PLAIT" "${RENDER[@]}" 2>/dev/null | grep -m1 'terminationGracePeriodSeconds:' | awk '{print $2}')
+    two=$("$PLAIT" "${RENDER[@]}" --set checkpoint.async=true 2>"$WORK/g.txt" |
+        grep -m1 'terminationGracePeriodSeconds:' | awk '{print $2}')
+    grep -q "+ 2 × checkpoint write" "$WORK/g.txt" || { cat "$WORK/g.txt"; return 1; }
+    measured=$("$PLAIT" "${RENDER[@]}" --ckpt-write-s 100 2>"$WORK/g.txt" |
+        grep -m1 'terminationGracePeriodSeconds:' | awk '{print $2}')
+    grep -q "checkpoint write 100.0 s (as measured) + 30 s margin" "$WORK/g.txt" || { cat "$WORK/g.txt"; return 1; }
+    [ "$two" -gt "$one" ] && [ "$one" -gt 30 ] && [ "$measured" -ge 130 ] && [ "$measured" -le 132 ] ||
+        { echo "grace: $one, async $two, measured 100 s: $measured"; return 1; }
+}
+check grace_period_follows_the_checkpoint test_grace_period_follows_the_checkpoint
+
 # ---- plait check --k8s-nodes ------------------------------------------------------------
 test_k8s_nodes_name_where_the_plan_fits() {
     "$PLAIT" check "$PLAN" --k8s-nodes tests/k8s/nodes/cluster.json >"$WORK/n.txt" 2>&1 || { cat "$WORK/n.txt"; return 1; }
@@ -267,9 +317,9 @@ ASAN_PLAIT=$ROOT/build-asan/bin/plait
 if [ -x "$ASAN_PLAIT" ]; then
     test_sanitized_render_admin_lint_nodes() {
         env PLAIT_SANITIZED=1 "$ASAN_PLAIT" k8s $(cat tests/k8s/volcano/args) >"$WORK/a.yaml" 2>"$WORK/a.txt" &&
-            diff -q tests/k8s/volcano/expected.yaml "$WORK/a.yaml" &&
+            diff -q "$WORK/out/volcano.yaml" "$WORK/a.yaml" &&
             env PLAIT_SANITIZED=1 "$ASAN_PLAIT" k8s $(cat tests/k8s/admin_kueue/args) >"$WORK/b.yaml" 2>>"$WORK/a.txt" &&
-            diff -q tests/k8s/admin_kueue/expected.yaml "$WORK/b.yaml" &&
+            diff -q "$WORK/out/admin_kueue.yaml" "$WORK/b.yaml" &&
             { env PLAIT_SANITIZED=1 "$ASAN_PLAIT" k8s lint tests/k8s/lint/bad.yaml 2>>"$WORK/a.txt"; [ $? -eq 1 ]; } &&
             env PLAIT_SANITIZED=1 "$ASAN_PLAIT" check "$PLAN" --k8s-nodes tests/k8s/nodes/cluster.json >/dev/null 2>>"$WORK/a.txt" &&
             ! grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error" "$WORK/a.txt" || { cat "$WORK/a.txt"; return 1; }
