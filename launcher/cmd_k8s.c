@@ -122,6 +122,7 @@ enum {
     R_SCHEDULE_TIMEOUT,
     R_SCHEDULER,
     R_CKPT_GBPS,
+    R_CKPT_WRITE_S,
     R_SHM,
     R_SET,
 };
@@ -189,6 +190,9 @@ const struct cli_command cmd_k8s_render_cli = {
             [R_CKPT_GBPS] = {"--ckpt-gbps", "B",
                              "checkpoint write rate of one pod, GB/s, for the grace\n"
                              "period (default 2)"},
+            [R_CKPT_WRITE_S] = {"--ckpt-write-s", "S",
+                                "a checkpoint write as a run measured it (run.json's\n"
+                                "checkpoint.last_write_s), instead of the estimate"},
             [R_SHM] = {"--shm", "GB", "/dev/shm size (default: sized for NCCL)"},
             [R_SET] = {"--set", "path=value", "override a plan field, as for plait train",
                        .repeats = true},
@@ -304,6 +308,9 @@ static int parse_render(int argc, char **argv, struct k8s_render_args *a, char *
             break;
         case R_SCHEDULER:
             a->scheduler = v;
+            break;
+        case R_CKPT_WRITE_S:
+            rc = positive_real(cli, o, v, &a->ckpt_write_s);
             break;
         case R_CKPT_GBPS:
             rc = positive_real(cli, o, v, &a->ckpt_gbps);

@@ -46,6 +46,7 @@ struct k8s_render_args {
     const char *pvc;         /* a PersistentVolumeClaim for the run directory, or NULL */
     const char *run_dir;     /* PLAIT_RUN_DIR in the pods */
     double ckpt_gbps;        /* checkpoint write rate of one pod, GB/s */
+    double ckpt_write_s;     /* a measured checkpoint write (run.json), or 0: the estimate */
     const char *scheduler;   /* schedulerName for coscheduling */
     double shm_gb;           /* /dev/shm size; 0: sized for NCCL */
 };

@@ -42,22 +42,30 @@ struct job {
 /* ---- estimates ---------------------------------------------------------------------- */
 
 /* terminationGracePeriodSeconds: on SIGTERM the runtime finishes the
- * micro-batch it is in and writes a checkpoint; the cost model's step time
- * and the bytes a rank checkpoints (fp32 parameters and optimizer state of its
- * shard: the most loaded stage), at the pod's write rate, plus a margin for
- * process start-up, fsync and exit. */
+ * micro-batch it is in and writes a checkpoint (examples/slurm/ADMIN.md sizes
+ * Slurm's GraceTime the same way): the cost model's step time over the
+ * micro-batches, and about 16 bytes per parameter of each rank's shard (its
+ * fp32 weights and AdamW moments, the most loaded stage) at the pod's write
+ * rate, or the write time measured by a run (run.json's last_write_s); twice
+ * the write with checkpoint.async (one still in the background is finished
+ * first); plus a margin for start-up, fsync and exit. */
 static void grace_estimate(struct job *j, const struct plan *p, const struct layout_eval *e)
 {
-    const double margin_s = 30;
+    const double margin_s = 30, bytes_per_param = 16;
+    const struct k8s_render_args *a = j->a;
     double micro_s = e->time.total_s / (p->batch.grad_accum > 0 ? p->batch.grad_accum : 1);
-    double rank_bytes = (double)e->mem.params + (double)e->mem.optimizer;
-    double pod_bytes = rank_bytes * j->ranks_per_pod;
-    double write_s = pod_bytes / (j->a->ckpt_gbps * 1e9);
-    j->grace_s = (int)ceil(micro_s + write_s + margin_s);
+    double pod_bytes = (double)e->mem.param_count * bytes_per_param * j->ranks_per_pod;
+    double one_s = a->ckpt_write_s > 0 ? a->ckpt_write_s : pod_bytes / (a->ckpt_gbps * 1e9);
+    int writes = p->checkpoint.async ? 2 : 1;
+    char how[128];
+    if (a->ckpt_write_s > 0)
+        snprintf(how, sizeof how, "as measured");
+    else
+        snprintf(how, sizeof how, "%.2f GB per pod at %g GB/s", pod_bytes / 1e9, a->ckpt_gbps);
+    j->grace_s = (int)ceil(micro_s + writes * one_s + margin_s);
     snprintf(j->grace_why, sizeof j->grace_why,
-             "%d s = one micro-batch %.2f s + checkpoint write %.1f s (%.2f GB per pod at "
-             "%g GB/s) + %.0f s margin",
-             j->grace_s, micro_s, write_s, pod_bytes / 1e9, j->a->ckpt_gbps, margin_s);
+             "%d s = one micro-batch %.2f s + %scheckpoint write %.1f s (%s) + %.0f s margin",
+             j->grace_s, micro_s, writes == 2 ? "2 × " : "", one_s, how, margin_s);
 }
 
 /* /dev/shm: NCCL's shared-memory transport between the ranks of a pod keeps
