@@ -79,6 +79,9 @@ ifeq ($(HAVE_CAIRO),1)
   CAIRO_LDLIBS   := $(shell pkg-config --libs cairo fontconfig)
 endif
 
+# libyaml (libyaml-dev): plait k8s writes and lints its manifests with it; only the plait CLI links it
+YAML_LDLIBS := -lyaml
+
 ifeq ($(SAN),1)
   CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDFLAGS += -fsanitize=address,undefined
@@ -173,7 +176,7 @@ $(PLAIT_TRAIN): $(call obj,runtime/main.c) $(LIBS)
 
 $(PLAIT): $(call obj,$(LAUNCHER_SRC)) $(LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ $(LDLIBS) $(CAIRO_LDLIBS) -o $@
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) $(CAIRO_LDLIBS) $(YAML_LDLIBS) -o $@
 
 $(BUILD)/bin/gemm-bench: $(call obj,bench/gemm_bench.c) $(LIBS)
 	@mkdir -p $(dir $@)

@@ -1,4 +1,4 @@
-/* cmd_check.c — `plait check PLAN [--nodes N] [--gpus-per-node G]
+/* cmd_check.c — `plait check PLAN [--nodes N] [--gpus-per-node G] [--k8s-nodes FILE]
  * [--topology FILE.xml ...] [--json]`: validates the plan, resolves "auto"
  * degrees with the cost model, places the ranks on the nodes' topologies and
  * prints the memory table, the traffic table and the rank map (or one JSON
@@ -18,6 +18,8 @@
 #include "common/schedule.h"
 #include "common/topo.h"
 #include "launcher/commands.h"
+#include "launcher/k8s.h"
+#include "launcher/plan_fit.h"
 
 #define MAX_TOPOLOGIES 64
 
@@ -33,6 +35,7 @@ struct check_args {
     double gpu_memory_gb; /* 0: from the topology */
     double device_tflops; /* 0: from the GPU model */
     struct place_bandwidth bw;
+    const char *k8s_nodes; /* kubectl get nodes -o json output, or NULL */
 };
 
 enum {
@@ -45,7 +48,8 @@ enum {
     OPT_DEVICE_TFLOPS,
     OPT_PCIE_GBPS,
     OPT_NETWORK_GBPS,
-    OPT_MEMORY_GBPS
+    OPT_MEMORY_GBPS,
+    OPT_K8S_NODES
 };
 const struct cli_command cmd_check_cli = {
     .name = "check",
@@ -81,6 +85,9 @@ const struct cli_command cmd_check_cli = {
             [OPT_NETWORK_GBPS] = {"--network-gbps", "B", "bandwidth of one NIC, GB/s (default 50)"},
             [OPT_MEMORY_GBPS] = {"--memory-gbps", "B",
                                  "bandwidth between CPU ranks of a node, GB/s (default 100)"},
+            [OPT_K8S_NODES] = {"--k8s-nodes", "FILE",
+                               "`kubectl get nodes -o json` output: check the plan on each\n"
+                               "kind of GPU node in it and name the nodes it fits on"},
             {0}},
     .epilog = "exit codes: 0 the plan can run there, 1 it cannot (the reason is printed), 2 usage",
 };
@@ -105,6 +112,9 @@ static int parse_args(int argc, char **argv, struct check_args *a)
             break;
         case OPT_SET:
             a->sets[a->n_sets++] = v;
+            break;
+        case OPT_K8S_NODES:
+            a->k8s_nodes = v;
             break;
         case OPT_TOPOLOGY:
             if (a->n_topologies == MAX_TOPOLOGIES)
@@ -148,7 +158,10 @@ static int parse_args(int argc, char **argv, struct check_args *a)
                              "%d --topology files for %d nodes: give one file for all nodes or "
                              "one per node",
                              a->n_topologies, a->nodes);
-    if (!a->nodes) a->nodes = a->n_topologies > 1 ? a->n_topologies : 1;
+    if (rc == CLI_CONTINUE && a->k8s_nodes && a->n_topologies)
+        rc = cli_usage_error(cli,
+                             "--k8s-nodes describes the nodes: give it or --topology, not both");
+    if (!a->nodes && !a->k8s_nodes) a->nodes = a->n_topologies > 1 ? a->n_topologies : 1;
     return rc;
 }
 
@@ -448,13 +461,19 @@ int cmd_check(int argc, char **argv)
     struct plait_error err;
     int rc = PLAIT_EXIT_ERROR, n_topo = a.n_topologies ? a.n_topologies : 1;
     struct topo topos[MAX_TOPOLOGIES] = {0};
-    struct place_node *nodes = calloc((size_t)a.nodes, sizeof *nodes);
-    char(*names)[32] = calloc((size_t)a.nodes, sizeof *names);
+    struct fit_nodes fit = {0};
     struct plan *p = plan_load(a.plan_path, a.sets, a.n_sets, &err);
     struct layout_eval best = {0};
     json_t *candidates = json_array();
-    if (!p || !nodes || !names) {
-        log_error("%s", p ? "out of memory" : err.text);
+    if (!p) {
+        log_error("%s", err.text);
+        goto out;
+    }
+    if (a.k8s_nodes) {
+        struct layout_inputs in = {.device_memory_bytes = (uint64_t)(a.gpu_memory_gb * 1e9),
+                                   .device_tflops = a.device_tflops,
+                                   .bw = a.bw};
+        rc = k8s_nodes_check(p, a.k8s_nodes, a.nodes, a.gpus_per_node, &in, a.json);
         goto out;
     }
     for (int i = 0; i < n_topo; i++)
@@ -462,32 +481,11 @@ int cmd_check(int argc, char **argv)
             log_error("%s", err.text);
             goto out;
         }
-    int slots = 0; /* at most PLAN_MAX_RANKS, checked as it is summed */
-    for (int i = 0; i < a.nodes; i++) {
-        const struct topo *t = &topos[a.n_topologies > 1 ? i : 0];
-        snprintf(names[i], sizeof names[i], "node%d", i);
-        /* CPU ranks: as many as the layout has, spread over the nodes (plait train
-         * runs them all on this machine) */
-        bool cpu = p->parallel.device == PLAN_DEVICE_CPU ||
-                   (t->n_gpus == 0 && p->parallel.device != PLAN_DEVICE_CUDA);
-        int64_t world = (int64_t)p->parallel.tp * p->parallel.pp * p->parallel.dp;
-        bool fixed = p->parallel.tp != PLAN_AUTO && p->parallel.pp != PLAN_AUTO &&
-                     p->parallel.dp != PLAN_AUTO;
-        int s = a.gpus_per_node     ? a.gpus_per_node
-                : cpu && fixed      ? (int)((world + a.nodes - 1) / a.nodes)
-                : t->n_gpus && !cpu ? t->n_gpus
-                                    : 1;
-        nodes[i] = (struct place_node){.name = names[i],
-                                       .topo = t,
-                                       .slots = s,
-                                       .cpu_ranks = p->parallel.device == PLAN_DEVICE_CPU};
-        if (s > PLAN_MAX_RANKS - slots) {
-            log_error("check: %d nodes × %d slots is more ranks than plait runs (%d)", a.nodes, s,
-                      PLAN_MAX_RANKS);
-            goto out;
-        }
-        slots += s;
+    if (fit_nodes_make(p, a.nodes, a.gpus_per_node, topos, n_topo, NULL, &fit, &err)) {
+        log_error("check: %s", err.text);
+        goto out;
     }
+    const struct place_node *nodes = fit.v;
     uint64_t gpu_mem = layout_device_memory(nodes, a.nodes, a.gpu_memory_gb);
     const struct plan_parallel *par = &p->parallel;
     bool is_auto = par->tp == PLAN_AUTO || par->pp == PLAN_AUTO;
@@ -532,8 +530,7 @@ out:
     layout_eval_free(&best);
     json_decref(candidates);
     for (int i = 0; i < n_topo; i++) topo_free(&topos[i]);
-    free(nodes);
-    free(names);
+    fit_nodes_free(&fit);
     free(a.sets);
     plan_free(p);
     return rc;

@@ -4,15 +4,17 @@
 #   scripts/deps.sh test    build + the test referees (PyTorch, numpy)
 set -euo pipefail
 
-# libcairo2-dev: plait plot draws its curves with cairo
+# libcairo2-dev: plait plot draws its curves with cairo; libyaml-dev: plait k8s writes YAML with it
 build_pkgs=(gcc make pkg-config libjansson-dev libhwloc-dev libdnnl-dev libopenblas-dev libslurm-dev
-    libcairo2-dev)
+    libcairo2-dev libyaml-dev)
 # clang, libclang-rt-14-dev (libFuzzer, sanitizers) and libomp-dev (clang's omp.h): make fuzz;
 # strace: the crash tests inject SIGKILL at chosen system calls;
-# openmpi-bin, libopenmpi-dev: make bench-comm compares all-reduce with Open MPI's
-test_pkgs=("${build_pkgs[@]}" hwloc-nox python3 python3-torch python3-numpy
+# openmpi-bin, libopenmpi-dev: make bench-comm compares all-reduce with Open MPI's;
+# nodejs, npm: the Kubernetes schema validator (tests/k8s/validate) the k8s tests run;
+# python3-yaml: they read the rendered pods back
+test_pkgs=("${build_pkgs[@]}" hwloc-nox python3 python3-torch python3-numpy python3-yaml
     slurmctld slurmd slurm-client munge clang libclang-rt-14-dev libomp-dev strace
-    openmpi-bin libopenmpi-dev)
+    openmpi-bin libopenmpi-dev nodejs npm)
 
 case "${1:-build}" in
   build) want=("${build_pkgs[@]}") ;;

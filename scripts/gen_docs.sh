@@ -21,7 +21,7 @@ mapfile -t commands < <(printf '%s\n' "$overview" | awk '
     /^$/ { on = 0 }
     on && /^  [a-z]/ {
         left = substr($0, 3); sub(/  .*/, "", left); n = split(left, w, " "); name = ""
-        for (i = 1; i <= n && w[i] ~ /^[a-z][a-z-]*$/; i++) name = name (name ? " " : "") w[i]
+        for (i = 1; i <= n && w[i] ~ /^[a-z][a-z0-9-]*$/; i++) name = name (name ? " " : "") w[i]
         if (name != "help") print name
     }')
 

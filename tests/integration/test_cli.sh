@@ -5,7 +5,7 @@
 # missing operand and an option that needs another one refused with exit 2.
 source "$(dirname "$0")/lib.sh"
 
-commands=(train check launch "data prepare")
+commands=(train check launch "data prepare" "k8s render" "k8s admin" "k8s lint")
 
 test_help_everywhere() {
     local c

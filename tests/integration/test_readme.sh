@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The docs work as written: every ```sh block of README.md, examples/README.md
-# and examples/slurm/ADMIN.md runs, in order, with bash -e in a fresh
+# The docs work as written: every ```sh block of README.md, examples/README.md,
+# examples/slurm/ADMIN.md and k8s/ADMIN.md runs, in order, with bash -e in a fresh
 # directory holding a copy of examples/ (as a fresh clone has them, no runs/),
 # with the built plait first on the PATH. A block that cannot run here is
 # marked by the line before its fence: <!-- doc-test: skip (the reason) -->,
@@ -28,7 +28,7 @@ mkdir -p "$WORK/clone"
 cp -r "$ROOT/examples" "$WORK/clone/"
 export PATH="$BUILD/bin:$PATH"
 
-for doc in README.md examples/README.md examples/slurm/ADMIN.md; do
+for doc in README.md examples/README.md examples/slurm/ADMIN.md k8s/ADMIN.md; do
     name=$(echo "$doc" | tr '/.' '__')
     while IFS=$'\t' read -r line what; do
         label="${doc}_line_$line"

@@ -1,0 +1,538 @@
+/* cmd_k8s.c — the plait k8s commands' command lines: `k8s render PLAN`, `k8s
+ * admin` and `k8s lint FILE...`, parsed into launcher/k8s.h's structs and
+ * handed to k8s_render.c and k8s_admin.c; and the step all of them share:
+ * lint a manifest stream, then print it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/env.h"
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "launcher/commands.h"
+#include "launcher/k8s.h"
+#include "launcher/k8s_lint.h"
+
+#define MAX_PRIORITIES 8
+#define MAX_LEVELS 8
+
+static const char *const gang_names[] = {"jobset", "kueue", "volcano", "coscheduling", "quota"};
+
+const char *k8s_gang_name(enum k8s_gang g)
+{
+    return gang_names[g];
+}
+
+int k8s_print_linted(struct ky_stream *s, const char *what, FILE *out)
+{
+    struct plait_error err;
+    if (ky_stream_close(s, &err)) {
+        log_error("%s: %s", what, err.text);
+        return PLAIT_EXIT_ERROR;
+    }
+    int problems = k8s_lint_text(s->text, s->len, "the manifests", stderr, &err);
+    if (problems < 0) log_error("%s: %s", what, err.text);
+    if (problems > 0)
+        log_error("%s: the lint found %d problem%s in the manifests above; nothing printed", what,
+                  problems, problems == 1 ? "" : "s");
+    if (problems) return PLAIT_EXIT_ERROR;
+    fputs(s->text, out);
+    return fflush(out) ? PLAIT_EXIT_ERROR : PLAIT_EXIT_OK;
+}
+
+/* ---- shared parsing ------------------------------------------------------------------ */
+
+static int positive(const struct cli_command *cli, const char *opt, const char *v, int max,
+                    int *out)
+{
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 1 || n > max)
+        return cli_usage_error(cli, "%s must be an integer from 1 to %d (got %s)", opt, max, v);
+    *out = (int)n;
+    return CLI_CONTINUE;
+}
+
+static int non_negative(const struct cli_command *cli, const char *opt, const char *v, int *out)
+{
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 0 || n > 1000000)
+        return cli_usage_error(cli, "%s must be a whole number (got %s)", opt, v);
+    *out = (int)n;
+    return CLI_CONTINUE;
+}
+
+static int positive_real(const struct cli_command *cli, const char *opt, const char *v, double *out)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (*end || !(x > 0) || x > 1e9)
+        return cli_usage_error(cli, "%s must be a positive number (got %s)", opt, v);
+    *out = x;
+    return CLI_CONTINUE;
+}
+
+static int gang_of(const struct cli_command *cli, const char *v, bool admin, enum k8s_gang *out)
+{
+    for (int g = 0; g < 5; g++) {
+        bool allowed =
+            admin ? g != K8S_GANG_JOBSET && g != K8S_GANG_COSCHEDULING : g != K8S_GANG_QUOTA;
+        if (allowed && !strcmp(v, gang_names[g])) {
+            *out = (enum k8s_gang)g;
+            return CLI_CONTINUE;
+        }
+    }
+    return cli_usage_error(
+        cli, "--gang must be %s (got %s)",
+        admin ? "kueue, volcano or quota" : "jobset, kueue, volcano or coscheduling", v);
+}
+
+/* A name that becomes part of DNS names: refused before anything is built. */
+static int dns_name(const struct cli_command *cli, const char *opt, const char *v, size_t max)
+{
+    const char *why = k8s_dns_label_problem(v, max);
+    if (why) return cli_usage_error(cli, "%s \"%s\" %s", opt, v, why);
+    return CLI_CONTINUE;
+}
+
+/* ---- plait k8s render ---------------------------------------------------------------- */
+
+enum {
+    R_IMAGE,
+    R_NODES,
+    R_GPUS,
+    R_NAME,
+    R_NAMESPACE,
+    R_GANG,
+    R_WORKLOAD,
+    R_QUEUE,
+    R_PRIORITY,
+    R_TOPOLOGY_KEY,
+    R_TOPOLOGY_MODE,
+    R_RDMA,
+    R_GPU_PRODUCT,
+    R_GPU_MEMORY,
+    R_TOPOLOGY,
+    R_PVC,
+    R_RUN_DIR,
+    R_MAX_RESTARTS,
+    R_PORT,
+    R_GANG_TIMEOUT,
+    R_SCHEDULE_TIMEOUT,
+    R_SCHEDULER,
+    R_CKPT_GBPS,
+    R_CKPT_WRITE_S,
+    R_SHM,
+    R_SET,
+};
+const struct cli_command cmd_k8s_render_cli = {
+    .name = "k8s render",
+    .operands = "PLAN",
+    .min_operands = 1,
+    .max_operands = 1,
+    .summary = "check a plan for a Kubernetes gang and print its manifests",
+    .description = "Checks PLAN as plait check does (parser, placement, memory, layout choice) on\n"
+                   "--nodes pods of --gpus-per-node GPUs each, then prints on stdout, for kubectl\n"
+                   "apply -f -: a ConfigMap with the resolved plan, a Secret with a fresh store\n"
+                   "secret, the gang's objects and a JobSet (or an Indexed Job and its headless\n"
+                   "Service) whose pods run `plait launch`. Every manifest passes plait k8s lint\n"
+                   "before it is printed; the layout and the estimates go to stderr.",
+    .options =
+        (const struct cli_option[]){
+            [R_IMAGE] = {"--image", "IMG", "the container image (holds plait and plait-train)"},
+            [R_NODES] = {"--nodes", "N", "pods of the gang, one per node"},
+            [R_GPUS] = {"--gpus-per-node", "G", "GPUs (nvidia.com/gpu) each pod asks for"},
+            [R_NAME] = {"--name", "NAME", "the job's name, a DNS-1123 label (default train)"},
+            [R_NAMESPACE] = {"--namespace", "NS", "its namespace (default default)"},
+            [R_GANG] = {"--gang", "KIND",
+                        "jobset (default), kueue, volcano or coscheduling: who holds\n"
+                        "the pods back until all of them can run"},
+            [R_WORKLOAD] = {"--workload", "KIND",
+                            "jobset or job (an Indexed Job and its headless Service);\n"
+                            "default: jobset for jobset and kueue, job otherwise"},
+            [R_QUEUE] = {"--queue", "Q", "Kueue LocalQueue or Volcano Queue (default training)"},
+            [R_PRIORITY] = {"--priority", "P",
+                            "PriorityClass of the pods (and Kueue's\n"
+                            "WorkloadPriorityClass of the same name)"},
+            [R_TOPOLOGY_KEY] = {"--topology-key", "LABEL",
+                                "node label of a network domain (a rack, an NVLink\n"
+                                "domain): the gang's pods land in one (required when\n"
+                                "pipelines cross pods, preferred otherwise)"},
+            [R_TOPOLOGY_MODE] = {"--topology-mode", "MODE",
+                                 "auto (default), required or preferred: how\n"
+                                 "--topology-key binds"},
+            [R_RDMA] = {"--rdma", "RESOURCE[=N]",
+                        "RDMA devices each pod asks for (default N 1), with IPC_LOCK"},
+            [R_GPU_PRODUCT] = {"--gpu-product", "PRODUCT",
+                               "nvidia.com/gpu.product the nodes must have (e.g.\n"
+                               "NVIDIA-H100-80GB-HBM3); gives the cost model the GPU's\n"
+                               "speed and memory"},
+            [R_GPU_MEMORY] = {"--gpu-memory", "GB", "device memory, when the product does not say"},
+            [R_TOPOLOGY] = {"--topology", "FILE.xml",
+                            "hwloc XML of one node (default: --gpus-per-node GPUs in\n"
+                            "one NVLink domain)"},
+            [R_PVC] = {"--pvc", "CLAIM",
+                       "a ReadWriteMany PersistentVolumeClaim mounted at /plait for the\n"
+                       "run directory (default: an emptyDir, lost on a restart)"},
+            [R_RUN_DIR] = {"--run-dir", "DIR", "PLAIT_RUN_DIR in the pods (default /plait/NAME)"},
+            [R_MAX_RESTARTS] = {"--max-restarts", "N",
+                                "restarts of the whole gang before the job fails (default 3)"},
+            [R_PORT] = {"--port", "PORT", "pod 0's store port (default 29500)"},
+            [R_GANG_TIMEOUT] = {"--gang-timeout", "S",
+                                "seconds the pods wait for each other (default 600)"},
+            [R_SCHEDULE_TIMEOUT] = {"--schedule-timeout", "S",
+                                    "coscheduling's wait for the whole gang (default 300;\n"
+                                    "less than --gang-timeout)"},
+            [R_SCHEDULER] = {"--scheduler-name", "NAME",
+                             "coscheduling's scheduler (default\n"
+                             "scheduler-plugins-scheduler)"},
+            [R_CKPT_GBPS] = {"--ckpt-gbps", "B",
+                             "checkpoint write rate of one pod, GB/s, for the grace\n"
+                             "period (default 2)"},
+            [R_CKPT_WRITE_S] = {"--ckpt-write-s", "S",
+                                "a checkpoint write as a run measured it (run.json's\n"
+                                "checkpoint.last_write_s), instead of the estimate"},
+            [R_SHM] = {"--shm", "GB", "/dev/shm size (default: sized for NCCL)"},
+            [R_SET] = {"--set", "path=value", "override a plan field, as for plait train",
+                       .repeats = true},
+            {0}},
+    .epilog = "exit codes: 0 printed, 1 the plan cannot run there (the reason is printed), 2 usage",
+};
+
+/* run_dir and rdma: room for the defaults and values made here */
+static int parse_render(int argc, char **argv, struct k8s_render_args *a, char *run_dir,
+                        size_t run_dir_bytes, char *rdma, size_t rdma_bytes)
+{
+    const struct cli_command *cli = &cmd_k8s_render_cli;
+    *a = (struct k8s_render_args){.name = "train",
+                                  .topology_required = -1,
+                                  .ns = "default",
+                                  .max_restarts = 3,
+                                  .port = 29500,
+                                  .gang_timeout_s = 600,
+                                  .schedule_timeout_s = 300,
+                                  .ckpt_gbps = 2,
+                                  .scheduler = "scheduler-plugins-scheduler"};
+    struct cli_args args;
+    int rc = cli_parse(cli, argc, argv, &args);
+    if (rc != CLI_CONTINUE) return rc;
+    a->sets = calloc((size_t)args.n + 1, sizeof *a->sets);
+    if (!a->sets) rc = PLAIT_EXIT_ERROR;
+    for (int k = 0; k < args.n && rc == CLI_CONTINUE; k++) {
+        int opt = args.v[k].opt;
+        const char *v = args.v[k].value, *o = opt >= 0 ? cli->options[opt].name : NULL;
+        switch (opt) {
+        case R_IMAGE:
+            a->image = v;
+            break;
+        case R_NODES:
+            rc = positive(cli, o, v, 100000, &a->nodes);
+            break;
+        case R_GPUS:
+            rc = positive(cli, o, v, 1024, &a->gpus_per_node);
+            break;
+        case R_NAME:
+            a->name = v;
+            break;
+        case R_NAMESPACE:
+            rc = dns_name(cli, o, v, 63), a->ns = v;
+            break;
+        case R_GANG:
+            rc = gang_of(cli, v, false, &a->gang);
+            break;
+        case R_WORKLOAD:
+            if (!strcmp(v, "jobset") || !strcmp(v, "job"))
+                a->workload = v[3] == 's' ? K8S_WORKLOAD_JOBSET : K8S_WORKLOAD_JOB;
+            else
+                rc = cli_usage_error(cli, "--workload must be jobset or job (got %s)", v);
+            break;
+        case R_QUEUE:
+            rc = dns_name(cli, o, v, 63), a->queue = v;
+            break;
+        case R_PRIORITY:
+            rc = dns_name(cli, o, v, 253), a->priority = v;
+            break;
+        case R_TOPOLOGY_KEY:
+            a->topology_key = v;
+            break;
+        case R_TOPOLOGY_MODE:
+            if (!strcmp(v, "auto") || !strcmp(v, "required") || !strcmp(v, "preferred"))
+                a->topology_required = v[0] == 'a' ? -1 : v[0] == 'r';
+            else
+                rc = cli_usage_error(cli,
+                                     "--topology-mode must be auto, required or preferred "
+                                     "(got %s)",
+                                     v);
+            break;
+        case R_RDMA: {
+            const char *eq = strchr(v, '=');
+            a->rdma_per_pod = 1;
+            if (eq) rc = positive(cli, o, eq + 1, 1024, &a->rdma_per_pod);
+            snprintf(rdma, rdma_bytes, "%.*s", eq ? (int)(eq - v) : (int)strlen(v), v);
+            if (!strchr(rdma, '/'))
+                rc = cli_usage_error(cli,
+                                     "--rdma names an extended resource, e.g. "
+                                     "rdma/rdma_shared_device_a (got %s)",
+                                     v);
+            a->rdma = rdma;
+            break;
+        }
+        case R_GPU_PRODUCT:
+            a->gpu_product = v;
+            break;
+        case R_GPU_MEMORY:
+            rc = positive_real(cli, o, v, &a->gpu_memory_gb);
+            break;
+        case R_TOPOLOGY:
+            a->topology = v;
+            break;
+        case R_PVC:
+            rc = dns_name(cli, o, v, 253), a->pvc = v;
+            break;
+        case R_RUN_DIR:
+            if (v[0] != '/') rc = cli_usage_error(cli, "--run-dir must be absolute (got %s)", v);
+            a->run_dir = v;
+            break;
+        case R_MAX_RESTARTS:
+            rc = non_negative(cli, o, v, &a->max_restarts);
+            break;
+        case R_PORT:
+            rc = positive(cli, o, v, 65535, &a->port);
+            break;
+        case R_GANG_TIMEOUT:
+            rc = positive(cli, o, v, 86400, &a->gang_timeout_s);
+            break;
+        case R_SCHEDULE_TIMEOUT:
+            rc = positive(cli, o, v, 86400, &a->schedule_timeout_s);
+            break;
+        case R_SCHEDULER:
+            a->scheduler = v;
+            break;
+        case R_CKPT_WRITE_S:
+            rc = positive_real(cli, o, v, &a->ckpt_write_s);
+            break;
+        case R_CKPT_GBPS:
+            rc = positive_real(cli, o, v, &a->ckpt_gbps);
+            break;
+        case R_SHM:
+            rc = positive_real(cli, o, v, &a->shm_gb);
+            break;
+        case R_SET:
+            a->sets[a->n_sets++] = v;
+            break;
+        default:
+            a->plan_path = v;
+        }
+    }
+    cli_args_free(&args);
+    if (rc != CLI_CONTINUE) return rc;
+    if (!a->image) return cli_usage_error(cli, "missing --image IMG");
+    if (!a->nodes) return cli_usage_error(cli, "missing --nodes N");
+    if (!a->gpus_per_node) return cli_usage_error(cli, "missing --gpus-per-node G");
+    if ((rc = dns_name(cli, "--name", a->name, 63)) != CLI_CONTINUE) return rc;
+    if (a->queue && a->gang != K8S_GANG_KUEUE && a->gang != K8S_GANG_VOLCANO)
+        return cli_usage_error(cli, "--queue is for --gang kueue or volcano");
+    if (!a->queue) a->queue = "training";
+    if (a->workload == K8S_WORKLOAD_DEFAULT)
+        a->workload = a->gang == K8S_GANG_JOBSET || a->gang == K8S_GANG_KUEUE ? K8S_WORKLOAD_JOBSET
+                                                                              : K8S_WORKLOAD_JOB;
+    if (a->gang == K8S_GANG_JOBSET && a->workload == K8S_WORKLOAD_JOB)
+        return cli_usage_error(cli, "--gang jobset renders a JobSet: --workload job needs "
+                                    "--gang kueue, volcano or coscheduling");
+    if (a->gang == K8S_GANG_COSCHEDULING && a->schedule_timeout_s >= a->gang_timeout_s)
+        return cli_usage_error(cli,
+                               "--gang-timeout (%d s) must exceed --schedule-timeout (%d s): the "
+                               "pods must outwait the scheduler",
+                               a->gang_timeout_s, a->schedule_timeout_s);
+    if (!a->run_dir) {
+        snprintf(run_dir, run_dir_bytes, "/plait/%s", a->name);
+        a->run_dir = run_dir;
+    }
+    return CLI_CONTINUE;
+}
+
+int cmd_k8s_render(int argc, char **argv)
+{
+    struct k8s_render_args a;
+    char run_dir[128], rdma[256];
+    int rc = parse_render(argc, argv, &a, run_dir, sizeof run_dir, rdma, sizeof rdma);
+    if (rc == CLI_CONTINUE) rc = k8s_render(&a, stdout);
+    free(a.sets);
+    return rc;
+}
+
+/* ---- plait k8s admin ----------------------------------------------------------------- */
+
+enum {
+    A_NAMESPACE,
+    A_GPUS,
+    A_COHORT,
+    A_PRIORITIES,
+    A_GANG,
+    A_QUEUE,
+    A_GPU_PRODUCT,
+    A_RDMA,
+    A_LEVELS,
+    A_KUEUE_API
+};
+const struct cli_command cmd_k8s_admin_cli = {
+    .name = "k8s admin",
+    .operands = "",
+    .min_operands = 0,
+    .max_operands = 0,
+    .summary = "print a team's GPU quota, queue and priority classes",
+    .description =
+        "Prints what a cluster admin applies once per team: with --gang kueue (default)\n"
+        "a ResourceFlavor, a ClusterQueue with a nvidia.com/gpu nominal quota that\n"
+        "preempts lower priorities, a LocalQueue and WorkloadPriorityClasses; with\n"
+        "volcano a Queue with its capability; with quota a ResourceQuota on\n"
+        "requests.nvidia.com/gpu. PriorityClasses in every case. See k8s/ADMIN.md.",
+    .options =
+        (const struct cli_option[]){
+            [A_NAMESPACE] = {"--namespace", "NS", "the team's namespace"},
+            [A_GPUS] = {"--gpus", "N", "GPUs the team may use at once"},
+            [A_COHORT] = {"--cohort", "C",
+                          "Kueue cohort: borrow idle GPUs from its other queues, and\n"
+                          "reclaim lent ones"},
+            [A_PRIORITIES] = {"--priorities", "HIGH,LOW",
+                              "priority classes, highest first (default\n"
+                              "training-high,training-low)"},
+            [A_GANG] = {"--gang", "KIND", "kueue (default), volcano or quota"},
+            [A_QUEUE] = {"--queue", "Q", "the LocalQueue or Volcano Queue (default training)"},
+            [A_GPU_PRODUCT] = {"--gpu-product", "PRODUCT",
+                               "the nodes of the Kueue ResourceFlavor\n"
+                               "(nvidia.com/gpu.product)"},
+            [A_RDMA] = {"--rdma", "RESOURCE", "an RDMA resource the ClusterQueue also covers"},
+            [A_LEVELS] = {"--topology-levels", "LABELS",
+                          "node labels of a Kueue Topology, comma-separated, widest\n"
+                          "first (kubernetes.io/hostname is added last)"},
+            [A_KUEUE_API] = {"--kueue-api", "VERSION",
+                             "v1beta2 (default; Kueue 0.15 and later) or v1beta1\n"
+                             "(Kueue 0.14 and earlier)"},
+            {0}},
+    .epilog = "exit codes: 0 printed, 1 the lint refused it, 2 usage",
+};
+
+/* "a,b,c" into out[] (pointers into buf) */
+static int split_list(const struct cli_command *cli, const char *opt, const char *v, char *buf,
+                      size_t bytes, const char **out, int max, int *n)
+{
+    snprintf(buf, bytes, "%s", v);
+    *n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (*n == max) return cli_usage_error(cli, "%s: at most %d entries", opt, max);
+        out[(*n)++] = t;
+    }
+    if (!*n) return cli_usage_error(cli, "%s is empty", opt);
+    return CLI_CONTINUE;
+}
+
+int cmd_k8s_admin(int argc, char **argv)
+{
+    const struct cli_command *cli = &cmd_k8s_admin_cli;
+    static const char *default_priorities[] = {"training-high", "training-low"};
+    const char *priorities[MAX_PRIORITIES], *levels[MAX_LEVELS + 1];
+    char prio_buf[1024], level_buf[2048];
+    struct k8s_admin_args a = {.gang = K8S_GANG_KUEUE,
+                               .queue = "training",
+                               .priorities = default_priorities,
+                               .n_priorities = 2,
+                               .kueue_api = "kueue.x-k8s.io/v1beta2"};
+    struct cli_args args;
+    int rc = cli_parse(cli, argc, argv, &args);
+    if (rc != CLI_CONTINUE) return rc;
+    for (int k = 0; k < args.n && rc == CLI_CONTINUE; k++) {
+        int opt = args.v[k].opt;
+        const char *v = args.v[k].value, *o = cli->options[opt].name;
+        switch (opt) {
+        case A_NAMESPACE:
+            rc = dns_name(cli, o, v, 63), a.ns = v;
+            break;
+        case A_GPUS:
+            rc = positive(cli, o, v, 10000000, &a.gpus);
+            break;
+        case A_COHORT:
+            rc = dns_name(cli, o, v, 63), a.cohort = v;
+            break;
+        case A_PRIORITIES:
+            rc = split_list(cli, o, v, prio_buf, sizeof prio_buf, priorities, MAX_PRIORITIES,
+                            &a.n_priorities);
+            a.priorities = priorities;
+            for (int i = 0; i < a.n_priorities && rc == CLI_CONTINUE; i++)
+                rc = dns_name(cli, o, priorities[i], 253);
+            break;
+        case A_GANG:
+            rc = gang_of(cli, v, true, &a.gang);
+            break;
+        case A_QUEUE:
+            rc = dns_name(cli, o, v, 63), a.queue = v;
+            break;
+        case A_GPU_PRODUCT:
+            a.gpu_product = v;
+            break;
+        case A_RDMA:
+            a.rdma = v;
+            break;
+        case A_KUEUE_API:
+            if (!strcmp(v, "v1beta2") || !strcmp(v, "v1beta1"))
+                a.kueue_api = v[6] == '2' ? "kueue.x-k8s.io/v1beta2" : "kueue.x-k8s.io/v1beta1";
+            else
+                rc = cli_usage_error(cli, "--kueue-api must be v1beta2 or v1beta1 (got %s)", v);
+            break;
+        case A_LEVELS:
+            rc =
+                split_list(cli, o, v, level_buf, sizeof level_buf, levels, MAX_LEVELS, &a.n_levels);
+            a.levels = levels;
+            break;
+        }
+    }
+    cli_args_free(&args);
+    if (rc != CLI_CONTINUE) return rc;
+    if (!a.ns) return cli_usage_error(cli, "missing --namespace NS");
+    if (!a.gpus) return cli_usage_error(cli, "missing --gpus N");
+    bool kueue_only = a.cohort || a.n_levels || a.gpu_product || a.rdma ||
+                      strcmp(a.kueue_api, "kueue.x-k8s.io/v1beta2");
+    if (a.gang != K8S_GANG_KUEUE && kueue_only)
+        return cli_usage_error(cli, "--cohort, --topology-levels, --gpu-product, --rdma and "
+                                    "--kueue-api are for --gang kueue");
+    if (a.n_levels && strcmp(levels[a.n_levels - 1], "kubernetes.io/hostname"))
+        levels[a.n_levels++] = "kubernetes.io/hostname"; /* lowest, so taints are respected */
+    return k8s_admin(&a, stdout);
+}
+
+/* ---- plait k8s lint -------------------------------------------------------------------- */
+
+const struct cli_command cmd_k8s_lint_cli = {
+    .name = "k8s lint",
+    .operands = "FILE...",
+    .min_operands = 1,
+    .max_operands = 64,
+    .summary = "check manifests for what the Kubernetes schemas cannot see",
+    .description = "Checks each YAML FILE for DNS-1123 names and the host names their pods get,\n"
+                   "label keys and values, extended resources in a ResourceQuota (only\n"
+                   "requests.<resource>), GPU and RDMA requests equal to their limits, a\n"
+                   "PodGroup's minMember equal to its pods and an Indexed Job's headless Service.\n"
+                   "plait k8s render and admin run the same lint before they print.",
+    .options = (const struct cli_option[]){{0}},
+    .epilog = "exit codes: 0 no problem, 1 problems (one line each, on stderr), 2 usage",
+};
+
+int cmd_k8s_lint(int argc, char **argv)
+{
+    struct cli_args args;
+    int rc = cli_parse(&cmd_k8s_lint_cli, argc, argv, &args);
+    if (rc != CLI_CONTINUE) return rc;
+    rc = PLAIT_EXIT_OK;
+    for (int k = 0; k < args.n; k++) {
+        struct plait_error err;
+        size_t len;
+        char *text = fs_read_all(args.v[k].value, &len, &err);
+        int problems = text ? k8s_lint_text(text, len, args.v[k].value, stderr, &err) : -1;
+        if (problems < 0) log_error("k8s lint: %s", err.text);
+        if (problems) rc = PLAIT_EXIT_ERROR;
+        free(text);
+    }
+    cli_args_free(&args);
+    return rc;
+}
