@@ -42,6 +42,16 @@ void ckpt_part_header(int32_t h[LLMC_HEADER_INTS], enum ckpt_part_kind kind,
     h[13] = id->chunks > 1 ? id->chunks : 0; /* 0: one chunk (older files) */
 }
 
+void ckpt_optim_header(int32_t h[LLMC_HEADER_INTS], size_t count, bool grads)
+{
+    memset(h, 0, LLMC_HEADER_BYTES);
+    h[0] = CKPT_OPTIM_MAGIC;
+    h[1] = CKPT_OPTIM_VERSION;
+    h[2] = (int32_t)(uint32_t)(count & 0xffffffffu);
+    h[3] = (int32_t)(uint32_t)((uint64_t)count >> 32);
+    h[4] = grads;
+}
+
 /* ---- the layout in a manifest ------------------------------------------------------------ */
 
 void ckpt_layout_free(struct ckpt_layout *l)

@@ -52,6 +52,8 @@ void ckpt_part_name(char *out, size_t bytes, enum ckpt_part_kind kind, int tp_ra
                     int dp_rank, bool with_dp);
 void ckpt_part_header(int32_t h[LLMC_HEADER_INTS], enum ckpt_part_kind kind,
                       const struct ckpt_part_id *id);
+/* optim.bin's header: {magic, version, count (low, high 32 bits), has_grads}. */
+void ckpt_optim_header(int32_t h[LLMC_HEADER_INTS], size_t count, bool grads);
 
 /* The layout a checkpoint was written in, from its manifest.json (a whole
  * checkpoint, or one without "layout": all 1). stage_begin/stage_end, when

@@ -56,21 +56,6 @@ static int write_whole(const char *dir, const char *name, const void *data, size
     return ckpt_file_close(&f, files, err);
 }
 
-json_t *ckpt_state_json(const struct train_state *st)
-{
-    json_t *rng = json_array();
-    for (int i = 0; i < 4; i++) {
-        char hex[24];
-        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)st->sample_rng[i]);
-        json_array_append_new(rng, json_string(hex));
-    }
-    return json_pack("{s:i,s:i,s:f,s:I,s:b,s:{s:I,s:I,s:I},s:o}", "step", st->step, "micro",
-                     st->micro, "loss_sum", st->loss_sum, "tokens", (json_int_t)st->tokens,
-                     "eval_pending", st->eval_pending, "data", "epoch", (json_int_t)st->data.epoch,
-                     "shard", (json_int_t)st->data.shard, "index", (json_int_t)st->data.index,
-                     "sample_rng", rng);
-}
-
 static int write_checkpoint_files(const char *tmp, const struct model *m,
                                   const struct train_state *st, const char *plan_json,
                                   json_t *files, struct plait_error *err)
@@ -98,12 +83,7 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
 
     /* optim.bin: {magic, version, params (low, high 32 bits), has_grads}, m, v[, grads],
      * each in llm.c order like model.bin */
-    memset(header, 0, sizeof header);
-    header[0] = CKPT_OPTIM_MAGIC;
-    header[1] = CKPT_OPTIM_VERSION;
-    header[2] = (int32_t)(uint32_t)(P & 0xffffffffu);
-    header[3] = (int32_t)(uint32_t)(P >> 32);
-    header[4] = st->micro > 0;
+    ckpt_optim_header(header, P, st->micro > 0);
     if (ckpt_file_open(&w, tmp, "optim.bin", err) ||
         ckpt_file_put(&w, header, sizeof header, err) || put_tensors(&w, m, m->adam_m, host, err) ||
         put_tensors(&w, m, m->adam_v, host, err) ||
@@ -174,37 +154,6 @@ int ckpt_save(struct ckptdir *d, const struct model *m, const struct train_state
 }
 
 /* ---- verifying and loading ---------------------------------------------------- */
-
-int ckpt_read_state(const char *cdir, struct train_state *st, struct plait_error *err)
-{
-    char path[4096];
-    if (fs_join(path, sizeof path, cdir, "state.json", err)) return -1;
-    json_error_t jerr;
-    json_t *j = json_load_file(path, 0, &jerr);
-    if (!j) return error_set(err, "state.json: %s", jerr.text);
-    json_int_t tokens, epoch, shard, index;
-    json_t *rng;
-    int rc = 0;
-    memset(st, 0, sizeof *st);
-    if (json_unpack(j, "{s:i,s:i,s:F,s:I,s:b,s:{s:I,s:I,s:I},s:o}", "step", &st->step, "micro",
-                    &st->micro, "loss_sum", &st->loss_sum, "tokens", &tokens, "eval_pending",
-                    &st->eval_pending, "data", "epoch", &epoch, "shard", &shard, "index", &index,
-                    "sample_rng", &rng) ||
-        json_array_size(rng) != 4) {
-        rc = error_set(err, "state.json: missing or malformed fields");
-    } else if (st->step < 0 || st->micro < 0 || tokens < 0 || epoch < 0 || shard < 0 || index < 0) {
-        rc = error_set(err, "state.json: a negative step, micro-batch, token count or position");
-    } else {
-        st->tokens = tokens;
-        st->data = (struct data_position){epoch, shard, index};
-        for (int i = 0; i < 4; i++) {
-            const char *hex = json_string_value(json_array_get(rng, (size_t)i));
-            st->sample_rng[i] = hex ? strtoull(hex, NULL, 16) : 0;
-        }
-    }
-    json_decref(j);
-    return rc;
-}
 
 /* Reads a parameter-shaped buffer in llm.c order (full) from f and uploads
  * the shard's part of it to dst. */

@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "common/ckpt_state.h"
 #include "common/ckptdir.h"
 #include "common/error.h"
 #include "common/plan.h"
@@ -36,16 +37,6 @@ struct ckpt_put {
  * [off, off + n) into the file. Visiting the whole model in llm.c order
  * writes exactly an llm.c file's body. */
 int ckpt_put_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n);
-
-struct train_state {
-    int step;         /* optimizer steps completed */
-    int micro;        /* micro-batches of step+1 already accumulated */
-    double loss_sum;  /* sum of their mean losses */
-    int64_t tokens;   /* training tokens consumed */
-    int eval_pending; /* the evaluation after `step` was interrupted */
-    struct data_position data;
-    uint64_t sample_rng[4]; /* the sampler's generator */
-};
 
 /* Writes a checkpoint of the model and state into d and keeps the newest
  * `keep` that verify. The gradients are saved when st->micro > 0. plan_json
@@ -79,12 +70,9 @@ int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m
                      struct train_state *st, char *name, size_t name_bytes, char *notes,
                      size_t notes_bytes, struct plait_error *err);
 
-/* The pieces ckpt_parts.c shares: state.json read and written, the plan
- * check, and loading a whole-model checkpoint (model.bin, optim.bin) into any
+/* The pieces ckpt_parts.c shares: the plan check, and loading a whole-model checkpoint (model.bin, optim.bin) into any
  * part of the model (each rank takes its part, ZeRO its slice; a mid-step one
  * only with dp = 1). */
-int ckpt_read_state(const char *cdir, struct train_state *st, struct plait_error *err);
-json_t *ckpt_state_json(const struct train_state *st);
 int ckpt_check_plan(const char *cdir, const struct plan *plan, char *notes, size_t notes_bytes,
                     struct plait_error *err);
 int ckpt_load_whole(const char *cdir, struct model *m, struct train_state *st,

@@ -15,13 +15,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/ckpt_state.h" /* struct data_position */
 #include "common/error.h"
-
-struct data_position {
-    int64_t epoch; /* completed passes over all shards */
-    int64_t shard; /* index into this epoch's shard order */
-    int64_t index; /* in order: token offset; shuffled: window number */
-};
 
 struct data_shard {
     char *path;

@@ -556,7 +556,7 @@ static int setup(struct trainer *t, struct plait_error *err)
     }
     if (loaded < 0) return -1;
     if (loaded) {
-        log_info("resuming from %s/%s (step %d%s, read in %.2f s)", t->ckpt_dir, name, t->st.step,
+        log_info("resuming from %s/%s (step %d%s), read in %.2f s", t->ckpt_dir, name, t->st.step,
                  t->st.micro ? ", mid-step" : "", now_s() - load_t0);
         if (*notes) log_info("the plan changed since that checkpoint: %s", notes);
         if (t->st.micro >= p->batch.grad_accum)
@@ -570,8 +570,8 @@ static int setup(struct trainer *t, struct plait_error *err)
         if (t->multi && !carrier) t->st.loss_sum = 0;
     } else {
         if (init_weights(t, err)) return -1;
-        memset(&t->st, 0, sizeof t->st);
-        rng_seed(&t->sample_rng, p->sample.seed, 0);
+        ckpt_state_fresh(&t->st, p);
+        memcpy(t->sample_rng.s, t->st.sample_rng, sizeof t->sample_rng.s);
     }
 
     /* the data: read by the pipeline's ends (tokens first, targets last) */
