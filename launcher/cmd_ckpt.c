@@ -1,8 +1,9 @@
-/* cmd_ckpt.c — `plait ckpt ls|verify|export`: a run's checkpoints listed,
- * checked (checksums, every shard of the layout present, headers
- * consistent) and exported as one llm.c GPT-2 file from any layout's shards.
- * Reads through common/ckptdir and common/ckpt_shards; never takes the run's
- * lock and changes nothing in the checkpoint directory. */
+/* cmd_ckpt.c — `plait ckpt ls|verify|export|import`: a run's checkpoints
+ * listed, checked (checksums, every shard of the layout present, headers
+ * consistent), exported as one llm.c GPT-2 file from any layout's shards, and
+ * an llm.c file imported as a new run's first checkpoint.
+ * Through common/ckptdir, ckpt_shards and ckpt_state; ls, verify and export
+ * take no lock and change nothing. */
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -12,10 +13,12 @@
 #include <unistd.h>
 
 #include "common/ckpt_shards.h"
+#include "common/ckpt_state.h"
 #include "common/ckptdir.h"
 #include "common/env.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "common/runlock.h"
 #include "launcher/commands.h"
 #include "launcher/run_read.h"
 
@@ -64,6 +67,28 @@ const struct cli_command cmd_ckpt_export_cli = {
         (const struct cli_option[]){
             [OPT_LLMC] = {"--llmc", "OUT.bin", "the llm.c file to write (required)"}, {0}},
     .epilog = "exit codes: 0 written, 1 no checkpoint that verifies, or a write failed",
+};
+
+enum { OPT_OUT, OPT_SET };
+const struct cli_command cmd_ckpt_import_cli = {
+    .name = "ckpt import",
+    .operands = "IN.bin PLAN",
+    .min_operands = 2,
+    .max_operands = 2,
+    .summary = "a run's first checkpoint from an llm.c GPT-2 file",
+    .description =
+        "The reverse of export: IN.bin (an fp32 llm.c GPT-2 checkpoint of PLAN's model)\n"
+        "becomes the step-0 checkpoint of a new run of PLAN in DIR (its weights, AdamW\n"
+        "moments of zero, the state of a run before its first step). plait train PLAN\n"
+        "--out DIR then trains from it in any layout, as model.init would.",
+    .options =
+        (const struct cli_option[]){
+            [OPT_OUT] = {"--out", "DIR", "the run directory to create it in (required)"},
+            [OPT_SET] = {"--set", "path=value", "override a plan field, as plait train does",
+                         .repeats = true},
+            {0}},
+    .epilog = "exit codes: 0 written, 1 IN.bin is not PLAN's model, DIR holds checkpoints "
+              "already, or a write failed",
 };
 
 /* DIR as (checkpoint directory, one checkpoint's name or ""). */
@@ -378,6 +403,177 @@ int cmd_ckpt_export(int argc, char **argv)
 out:
     free(c);
     ckptdir_close(&d);
+    cli_args_free(&a);
+    return rc;
+}
+
+/* IN.bin's header against the plan's model: every dimension named. */
+static int check_llmc(const char *in, const struct gpt2_config *c, struct plait_error *err)
+{
+    struct llmc_model_header h;
+    if (llmc_read_model_header(in, &h, err)) return -1;
+    if (h.version != LLMC_MODEL_VERSION_FP32)
+        return error_set(err, "%s: version %d (bf16 weights); import takes fp32 (version %d)", in,
+                         h.version, LLMC_MODEL_VERSION_FP32);
+    const struct {
+        const char *field;
+        int want, got;
+    } dims[] = {{"model.layers", c->layers, h.layers},
+                {"model.heads", c->heads, h.heads},
+                {"model.hidden", c->hidden, h.hidden},
+                {"model.vocab", c->vocab, h.vocab},
+                {"model.padded_vocab", c->padded_vocab, h.padded_vocab},
+                {"model.max_seq_len", c->max_seq_len, h.max_seq_len}};
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+        if (dims[i].want != dims[i].got)
+            return error_set(err, "%s: %s is %d, the plan's %s %d", in, dims[i].field + 6,
+                             dims[i].got, dims[i].field, dims[i].want);
+    return 0;
+}
+
+/* The checkpoint's files: IN.bin as model.bin, zero moments, a fresh state. */
+static int write_import(const char *in, const struct plan *plan, const struct gpt2_config *cfg,
+                        const char *tmp, json_t *files, struct plait_error *err)
+{
+    struct gpt2_layout full;
+    if (gpt2_layout(cfg, &full)) return error_set(err, "the plan's model is too large");
+    enum { CHUNK = 1 << 20 };
+    char *buf = calloc(1, CHUNK);
+    FILE *src = fs_fopen_regular(in, err);
+    struct ckpt_file f = {.fd = -1};
+    int rc = -1;
+    if (!buf || !src) {
+        if (!buf) error_set(err, "out of memory");
+        goto out;
+    }
+    /* model.bin: the file as it is, header and all (checked: fp32, these dimensions) */
+    uint64_t left = LLMC_HEADER_BYTES + (uint64_t)full.total * sizeof(float);
+    if (ckpt_file_open(&f, tmp, "model.bin", err)) goto out;
+    while (left) {
+        size_t n = left < CHUNK ? (size_t)left : CHUNK;
+        if (fread(buf, 1, n, src) != n) {
+            error_set(err, "%s: shorter than its header says", in);
+            goto out;
+        }
+        if (ckpt_file_put(&f, buf, n, err)) goto out;
+        left -= n;
+    }
+    if (ckpt_file_close(&f, files, err)) goto out;
+    /* optim.bin: AdamW's moments, zero as before a first step */
+    int32_t h[LLMC_HEADER_INTS];
+    ckpt_optim_header(h, full.total, false);
+    memset(buf, 0, CHUNK);
+    left = 2 * (uint64_t)full.total * sizeof(float);
+    if (ckpt_file_open(&f, tmp, "optim.bin", err) || ckpt_file_put(&f, h, sizeof h, err)) goto out;
+    while (left) {
+        size_t n = left < CHUNK ? (size_t)left : CHUNK;
+        if (ckpt_file_put(&f, buf, n, err)) goto out;
+        left -= n;
+    }
+    if (ckpt_file_close(&f, files, err)) goto out;
+    /* state.json, plan.json */
+    struct train_state st;
+    ckpt_state_fresh(&st, plan);
+    json_t *state = ckpt_state_json(&st);
+    char *texts[2] = {state ? json_dumps(state, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL,
+                      plan_to_json(plan)};
+    json_decref(state);
+    const char *names[2] = {"state.json", "plan.json"};
+    rc = 0;
+    for (int i = 0; i < 2 && rc == 0; i++)
+        rc = !texts[i] || ckpt_file_open(&f, tmp, names[i], err) ||
+                     ckpt_file_put(&f, texts[i], strlen(texts[i]), err) ||
+                     ckpt_file_close(&f, files, err)
+                 ? (texts[i] ? -1 : error_set(err, "out of memory"))
+                 : 0;
+    free(texts[0]);
+    free(texts[1]);
+out:
+    ckpt_file_discard(&f);
+    if (src) fclose(src);
+    free(buf);
+    return rc;
+}
+
+int cmd_ckpt_import(int argc, char **argv)
+{
+    struct cli_args a;
+    int parsed = cli_parse(&cmd_ckpt_import_cli, argc, argv, &a);
+    if (parsed != CLI_CONTINUE) return parsed;
+    const char *ops[2] = {NULL, NULL}, *out = NULL;
+    const char **sets = calloc((size_t)a.n + 1, sizeof *sets);
+    int n_ops = 0, n_sets = 0, rc = PLAIT_EXIT_ERROR;
+    for (int i = 0; i < a.n && sets; i++) {
+        if (a.v[i].opt == OPT_OUT)
+            out = a.v[i].value;
+        else if (a.v[i].opt == OPT_SET)
+            sets[n_sets++] = a.v[i].value;
+        else if (n_ops < 2)
+            ops[n_ops++] = a.v[i].value;
+    }
+    if (!out) {
+        free(sets);
+        cli_args_free(&a);
+        return cli_usage_error(&cmd_ckpt_import_cli, "--out DIR is required");
+    }
+    struct plait_error err;
+    struct plan *plan = sets ? plan_load(ops[1], sets, n_sets, &err) : NULL;
+    struct runlock lock = {0};
+    struct ckptdir d = {0};
+    struct ckpt_entry *list = NULL;
+    char dir[4096], tmp[4096], name[48];
+    int n = 0;
+    json_t *files = json_object();
+    if (!plan || !files) {
+        log_error("ckpt import: %s", plan ? "out of memory" : err.text);
+        goto out;
+    }
+    struct gpt2_config cfg = gpt2_config_of_plan(&plan->model);
+    if (check_llmc(ops[0], &cfg, &err) || fs_mkdir_p(out, &err) ||
+        runlock_acquire(&lock, out, "run directory", &err)) {
+        log_error("ckpt import: %s", err.text);
+        goto out;
+    }
+    if (plan->checkpoint.dir[0] == '/')
+        snprintf(dir, sizeof dir, "%s", plan->checkpoint.dir);
+    else if (fs_join(dir, sizeof dir, out, plan->checkpoint.dir, &err)) {
+        log_error("ckpt import: %s", err.text);
+        goto out;
+    }
+    if (ckptdir_open(&d, dir, &err) || ckptdir_list(&d, &list, &n, &err)) {
+        log_error("ckpt import: %s", err.text);
+        goto out;
+    }
+    if (n > 0) {
+        log_error("ckpt import: %s holds %d checkpoint%s already (newest %s): import into a new "
+                  "run directory",
+                  dir, n, n == 1 ? "" : "s", list[0].name);
+        goto out;
+    }
+    ckptdir_name(name, sizeof name, 0, 0);
+    if (ckptdir_begin(&d, name, tmp, sizeof tmp, &err)) {
+        log_error("ckpt import: %s", err.text);
+        goto out;
+    }
+    if (write_import(ops[0], plan, &cfg, tmp, files, &err)) {
+        ckptdir_abort(tmp);
+        log_error("ckpt import: %s", err.text);
+        goto out;
+    }
+    if (ckptdir_commit(&d, name, tmp, files, NULL, &err)) {
+        log_error("ckpt import: %s", err.text);
+        goto out;
+    }
+    printf("%s/%s: %s as the step-0 checkpoint of %s (plait train %s --out %s trains from it)\n",
+           dir, name, ops[0], ops[1], ops[1], out);
+    rc = PLAIT_EXIT_OK;
+out:
+    json_decref(files);
+    free(list);
+    if (d.path) ckptdir_close(&d);
+    runlock_release(&lock);
+    plan_free(plan);
+    free(sets);
     cli_args_free(&a);
     return rc;
 }

@@ -8,7 +8,7 @@
 
 extern const struct cli_command cmd_train_cli, cmd_check_cli, cmd_launch_cli, cmd_data_prepare_cli,
     cmd_status_cli, cmd_plot_cli, cmd_ckpt_ls_cli, cmd_ckpt_verify_cli, cmd_ckpt_export_cli,
-    cmd_k8s_render_cli, cmd_k8s_admin_cli, cmd_k8s_lint_cli;
+    cmd_ckpt_import_cli, cmd_k8s_render_cli, cmd_k8s_admin_cli, cmd_k8s_lint_cli;
 
 int cmd_train(int argc, char **argv);  /* plait train PLAN [--out DIR] [--set k=v ...] */
 int cmd_check(int argc, char **argv);  /* plait check PLAN [--nodes N] [--topology X.xml ...] */
@@ -19,6 +19,7 @@ int cmd_plot(int argc, char **argv);         /* plait plot RUN_DIR... [-o FILE] 
 int cmd_ckpt_ls(int argc, char **argv);      /* plait ckpt ls DIR [--json] */
 int cmd_ckpt_verify(int argc, char **argv);  /* plait ckpt verify DIR */
 int cmd_ckpt_export(int argc, char **argv);  /* plait ckpt export DIR --llmc OUT.bin */
+int cmd_ckpt_import(int argc, char **argv);  /* plait ckpt import IN.bin PLAN --out DIR */
 int cmd_k8s_render(int argc, char **argv);   /* plait k8s render PLAN --image I --nodes N ... */
 int cmd_k8s_admin(int argc, char **argv);    /* plait k8s admin --namespace NS --gpus N ... */
 int cmd_k8s_lint(int argc, char **argv);     /* plait k8s lint FILE... */

@@ -112,6 +112,31 @@ sys.exit(0 if worst <= 1e-5 else 1)
 PYEOF
 }
 
+# plait ckpt import, the reverse: an llm.c file as a new run's step-0
+# checkpoint, from which plait train (here in 2 × 1 × 2, ZeRO 1) trains exactly
+# as a run with model.init of that file does, to the bit; a file of another
+# model is refused, naming the dimension.
+test_import_trains_as_model_init() {
+    local w=$WORK/imp
+    "$PLAIT" train "$WORK/plan.json" --out "$w-src" "${COMMON[@]}" --set steps=3 >"$w-src.log" 2>&1 &&
+        "$PLAIT" ckpt export "$w-src" --llmc "$w.bin" >/dev/null || { cat "$w-src.log"; return 1; }
+    # shellcheck disable=SC2046
+    "$PLAIT" ckpt import "$w.bin" "$WORK/plan.json" --out "$w" "${COMMON[@]}" \
+        $(layout 2x1x2z1/2) || return 1
+    # shellcheck disable=SC2046
+    "$PLAIT" train "$WORK/plan.json" --out "$w" "${COMMON[@]}" $(layout 2x1x2z1/2) >"$w.log" 2>&1 ||
+        { cat "$w.log"; return 1; }
+    grep -q "resuming from .*step_00000000_0000" "$w.log" || { cat "$w.log"; return 1; }
+    # shellcheck disable=SC2046
+    "$PLAIT" train "$WORK/plan.json" --out "$w-init" "${COMMON[@]}" $(layout 2x1x2z1/2) \
+        --set model.init="$w.bin" >"$w-init.log" 2>&1 || { cat "$w-init.log"; return 1; }
+    metrics_equal "$w-init/metrics.jsonl" "$w/metrics.jsonl" || return 1
+    expect_error "$WORK/imp-bad.log" 1 "imp.bin: layers is 4, the plan's model.layers 2" \
+        "$PLAIT" ckpt import "$w.bin" "$WORK/plan.json" --out "$WORK/imp-bad" || return 1
+    expect_error "$WORK/imp-again.log" 1 "holds 3 checkpoints already \(newest step_00000010_0000\): import into a new run directory" \
+        "$PLAIT" ckpt import "$w.bin" "$WORK/plan.json" --out "$w" "${COMMON[@]}"
+}
+
 check 3d_zero1_to_one_rank test_3d_zero1_to_one_rank
 check one_rank_to_3d_zero1 test_one_rank_to_3d_zero1
 check four_stages_to_tp_and_dp_zero2 test_four_stages_to_tp_and_dp_zero2
@@ -119,4 +144,5 @@ check dp4_zero2_to_dp2_zero1 test_dp4_zero2_to_dp2_zero1
 check interleaved_to_zb_h1 test_interleaved_to_zb_h1
 check a_mid_step_checkpoint_refuses_another_layout test_a_mid_step_checkpoint_refuses_another_layout
 check export_gives_the_sharded_models_logits test_export_gives_the_sharded_models_logits
+check import_trains_as_model_init test_import_trains_as_model_init
 finish
