@@ -141,6 +141,14 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
+# the objects that print the version are rebuilt when it changes (a commit, a
+# tree made dirty or clean): the stamp is rewritten only then
+VERSION_STAMP := $(BUILD)/version.txt
+$(shell mkdir -p $(BUILD) && [ "$$(cat $(VERSION_STAMP) 2>/dev/null)" = '$(VERSION)' ] || \
+    echo '$(VERSION)' > $(VERSION_STAMP))
+VERSIONED := $(shell grep -rl --include='*.c' PLAIT_VERSION common launcher runtime spank-plugin)
+$(call obj,$(VERSIONED)) $(patsubst %.c,$(BUILD)/pic/%.o,$(VERSIONED)): $(VERSION_STAMP)
+
 # the files that include the CUDA and NCCL headers
 $(BUILD)/obj/runtime/comm/comm_nccl.o: CPPFLAGS += $(NCCL_CPPFLAGS)
 $(BUILD)/obj/tests/gpu/%.o: CPPFLAGS += $(NCCL_CPPFLAGS)
