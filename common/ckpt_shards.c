@@ -52,6 +52,86 @@ void ckpt_optim_header(int32_t h[LLMC_HEADER_INTS], size_t count, bool grads)
     h[4] = grads;
 }
 
+/* ---- what the manifest says of the model ------------------------------------------------- */
+
+json_t *ckpt_manifest_tensors(const struct gpt2_config *cfg)
+{
+    static const char *const cut[GPT2_TENSORS] = {[GPT2_WTE] = "rows (vocabulary)",
+                                                  [GPT2_QKVW] = "rows of each of q, k, v (heads)",
+                                                  [GPT2_QKVB] = "rows of each of q, k, v",
+                                                  [GPT2_ATTPROJW] = "columns",
+                                                  [GPT2_FCW] = "rows",
+                                                  [GPT2_FCB] = "rows",
+                                                  [GPT2_FCPROJW] = "columns"};
+    long long C = cfg->hidden, L = cfg->layers;
+    long long shapes[GPT2_TENSORS][3] = {[GPT2_WTE] = {cfg->padded_vocab, C},
+                                         [GPT2_WPE] = {cfg->max_seq_len, C},
+                                         [GPT2_LN1W] = {L, C},
+                                         [GPT2_LN1B] = {L, C},
+                                         [GPT2_QKVW] = {L, 3 * C, C},
+                                         [GPT2_QKVB] = {L, 3 * C},
+                                         [GPT2_ATTPROJW] = {L, C, C},
+                                         [GPT2_ATTPROJB] = {L, C},
+                                         [GPT2_LN2W] = {L, C},
+                                         [GPT2_LN2B] = {L, C},
+                                         [GPT2_FCW] = {L, 4 * C, C},
+                                         [GPT2_FCB] = {L, 4 * C},
+                                         [GPT2_FCPROJW] = {L, C, 4 * C},
+                                         [GPT2_FCPROJB] = {L, C},
+                                         [GPT2_LNFW] = {C},
+                                         [GPT2_LNFB] = {C}};
+    json_t *out = json_array();
+    for (int t = 0; t < GPT2_TENSORS && out; t++) {
+        json_t *shape = json_array();
+        for (int k = 0; k < 3 && shapes[t][k]; k++)
+            json_array_append_new(shape, json_integer(shapes[t][k]));
+        json_array_append_new(out, json_pack("{s:s,s:o,s:s}", "name", gpt2_tensor_names[t], "shape",
+                                             shape, "tp_cut",
+                                             cut[t] ? cut[t] : "whole on every tp rank"));
+    }
+    return out;
+}
+
+json_t *ckpt_manifest_slice(const char *file, const struct gpt2_config *cfg, int tp, int pp, int dp,
+                            int zero, int chunks, const int *stage_begin, const int *stage_end)
+{
+    char kind[8];
+    int tr, st, d = -1, n = 0;
+    if (sscanf(file, "%5[a-z]-tp%d-pp%d-dp%d.bin%n", kind, &tr, &st, &d, &n) != 4 || file[n]) {
+        d = -1;
+        n = 0;
+        if (sscanf(file, "%5[a-z]-tp%d-pp%d.bin%n", kind, &tr, &st, &n) != 3 || file[n])
+            return NULL; /* not a part file */
+    }
+    if (st < 0 || st >= pp || tr < 0 || tr >= tp) return NULL;
+    int b = stage_begin[st], e = stage_end[st], c = chunks > 1 ? chunks : 1;
+    json_t *layers = json_array();
+    for (int k = 0; k < c; k++)
+        json_array_append_new(layers,
+                              json_pack("[i,i]", b + k * pp * (e - b), e + k * pp * (e - b)));
+    json_t *out =
+        json_pack("{s:i,s:i,s:i,s:o}", "tp_rank", tr, "tp", tp, "pp_rank", st, "layers", layers);
+    if (d >= 0) json_object_set_new(out, "dp_rank", json_integer(d));
+    if (d >= 0 && zero > 0 && !strcmp(kind, "optim")) {
+        struct gpt2_part part = {.tp = tp,
+                                 .tp_rank = tr,
+                                 .pp = pp,
+                                 .pp_rank = st,
+                                 .layer_begin = b,
+                                 .layer_end = e,
+                                 .chunks = c};
+        struct gpt2_shard sh;
+        struct plait_error err;
+        if (gpt2_shard_init(&sh, cfg, &part, &err) == 0) {
+            size_t slice = (sh.total + (size_t)dp - 1) / (size_t)dp;
+            json_object_set_new(out, "elements",
+                                json_pack("[I,I]", (json_int_t)(slice * (size_t)d),
+                                          (json_int_t)(slice * (size_t)(d + 1))));
+        }
+    }
+    return out;
+}
+
 /* ---- the layout in a manifest ------------------------------------------------------------ */
 
 void ckpt_layout_free(struct ckpt_layout *l)

@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "common/error.h"
 #include "common/gpt2_shard.h"
 #include "common/llmc.h"
@@ -54,6 +56,17 @@ void ckpt_part_header(int32_t h[LLMC_HEADER_INTS], enum ckpt_part_kind kind,
                       const struct ckpt_part_id *id);
 /* optim.bin's header: {magic, version, count (low, high 32 bits), has_grads}. */
 void ckpt_optim_header(int32_t h[LLMC_HEADER_INTS], size_t count, bool grads);
+
+/* What the manifest says of the model, so that a reader needs no code of
+ * ours: "tensors", each tensor's name, global shape (llm.c's, per-layer
+ * tensors stacked over layers) and how tensor parallelism cuts it; and, for
+ * a part file (named as ckpt_part_name makes them), the slice it holds: its
+ * tp rank of tp (the cut), its stage's layers (one [begin, end) per chunk),
+ * and for a ZeRO slice of the moments, which elements of the part's
+ * layer-major buffer. stage_begin/end: each stage's first chunk's layers. */
+json_t *ckpt_manifest_tensors(const struct gpt2_config *cfg);
+json_t *ckpt_manifest_slice(const char *file, const struct gpt2_config *cfg, int tp, int pp, int dp,
+                            int zero, int chunks, const int *stage_begin, const int *stage_end);
 
 /* The layout a checkpoint was written in, from its manifest.json (a whole
  * checkpoint, or one without "layout": all 1). stage_begin/stage_end, when

@@ -203,11 +203,26 @@ int ckpt_parts_commit(struct ckptdir *d, struct ckpt_parts_job *job, const struc
             json_object_set_new(layout, "virtual_stages", json_integer(m->chunks));
         json_object_set_new(layout, "stages", stages);
         stages = NULL;
-        for (int i = 0; i < w->world * MAX_FILES; i++)
-            if (all[i].bytes >= 0)
-                json_object_set_new(files, all[i].name,
-                                    json_pack("{s:I,s:I}", "bytes", (json_int_t)all[i].bytes,
-                                              "crc32c", (json_int_t)all[i].crc));
+        json_object_set_new(layout, "tensors", ckpt_manifest_tensors(&m->cfg));
+        int *begin = calloc((size_t)w->pp, sizeof *begin),
+            *end = calloc((size_t)w->pp, sizeof *end);
+        for (int r = 0; r < w->world && begin && end; r++) {
+            begin[stage_of[3 * r]] = (int)stage_of[3 * r + 1];
+            end[stage_of[3 * r]] = (int)stage_of[3 * r + 2];
+        }
+        for (int i = 0; i < w->world * MAX_FILES; i++) {
+            if (all[i].bytes < 0) continue;
+            json_t *entry = json_pack("{s:I,s:I}", "bytes", (json_int_t)all[i].bytes, "crc32c",
+                                      (json_int_t)all[i].crc);
+            json_t *slice = begin && end
+                                ? ckpt_manifest_slice(all[i].name, &m->cfg, w->tp, w->pp, w->dp,
+                                                      m->zero, m->chunks, begin, end)
+                                : NULL;
+            if (slice) json_object_set_new(entry, "slice", slice);
+            json_object_set_new(files, all[i].name, entry);
+        }
+        free(begin);
+        free(end);
         failed = ckptdir_commit(d, name, tmp, files, extra, &why) != 0;
         json_decref(files);
         json_decref(extra);
