@@ -146,14 +146,15 @@ struct state_widths {
 
 static struct state_widths state_widths(enum plan_precision precision)
 {
-    if (precision == PLAN_PRECISION_BF16) return (struct state_widths){2, 2};
+    if (precision != PLAN_PRECISION_FP32) return (struct state_widths){2, 2}; /* fp8 too */
     return (struct state_widths){4, 4};
 }
 
-/* Bytes of one activation value on the wire: 16-bit in bf16 training, 4 in fp32. */
+/* Bytes of one activation value on the wire: 16-bit in bf16 and fp8 training
+ * (fp8 quantises inside the products; what layers exchange stays bf16), 4 in fp32. */
 static uint64_t activation_bytes(enum plan_precision precision)
 {
-    return precision == PLAN_PRECISION_BF16 ? 2 : 4;
+    return precision == PLAN_PRECISION_FP32 ? 4 : 2;
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */

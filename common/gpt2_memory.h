@@ -8,7 +8,8 @@
  * What a rank holds, in bytes, with P = the shard's parameters (gpt2_shard),
  * Pp = P rounded up to a multiple of dp, S = the optimizer's slice (Pp/dp with
  * ZeRO >= 1, else P):
- *   params      4·Pp fp32 weights, + 2·Pp their bf16 copy (bf16 precision)
+ *   params      4·Pp fp32 weights, + 2·Pp their bf16 copy (bf16 precision; fp8
+ *               keeps none: its products quantise the fp32 weights in scratch)
  *   grads       4·Pp fp32 gradients, + 4·S the slice's reduced gradient (ZeRO >= 1)
  *   optimizer   8·S AdamW moments, + 4·S the slice's staging buffer (ZeRO >= 1)
  *   activations the buffers below, fp32 (bf16 changes only the weights' copy)

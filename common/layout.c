@@ -7,15 +7,17 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Datasheet dense peaks (TFLOP/s): bf16 tensor cores, and fp32 (TF32 where
- * the GPU has it). The cost model uses half of it as the sustained rate. */
+/* Datasheet dense peaks (TFLOP/s): fp8 and bf16 tensor cores, and fp32 (TF32
+ * where the GPU has it); a GPU without fp8 tensor cores runs fp8's products at
+ * its bf16 rate. The cost model uses half of it as the sustained rate. */
 static const struct {
     const char *model;
-    double bf16, fp32;
+    double fp8, bf16, fp32;
 } gpu_peaks[] = {
-    {"H200", 989, 494},  {"H100", 989, 494}, {"GH200", 989, 494}, {"A100", 312, 156},
-    {"A800", 312, 156},  {"L40", 181, 90},   {"A6000", 155, 38},  {"A40", 150, 37},
-    {"V100", 125, 15.7}, {"A10", 125, 31},   {"T4", 65, 8},
+    {"H200", 1979, 989, 494}, {"H100", 1979, 989, 494}, {"GH200", 1979, 989, 494},
+    {"A100", 312, 312, 156},  {"A800", 312, 312, 156},  {"L40", 362, 181, 90},
+    {"A6000", 155, 155, 38},  {"A40", 150, 150, 37},    {"V100", 125, 125, 15.7},
+    {"A10", 125, 125, 31},    {"T4", 65, 65, 8},
 };
 
 double layout_device_tflops(const struct topo *t, enum plan_precision prec)
@@ -23,8 +25,10 @@ double layout_device_tflops(const struct topo *t, enum plan_precision prec)
     if (t->n_gpus == 0) return 0.4; /* a CPU rank: what this project's CPU kernels reach */
     for (size_t k = 0; k < sizeof gpu_peaks / sizeof gpu_peaks[0]; k++)
         if (strstr(t->gpus[0].model, gpu_peaks[k].model))
-            return 0.5 * (prec == PLAN_PRECISION_BF16 ? gpu_peaks[k].bf16 : gpu_peaks[k].fp32);
-    return 0.5 * (prec == PLAN_PRECISION_BF16 ? 100 : 20); /* an unknown GPU */
+            return 0.5 * (prec == PLAN_PRECISION_FP8    ? gpu_peaks[k].fp8
+                          : prec == PLAN_PRECISION_BF16 ? gpu_peaks[k].bf16
+                                                        : gpu_peaks[k].fp32);
+    return 0.5 * (prec == PLAN_PRECISION_FP32 ? 20 : 100); /* an unknown GPU */
 }
 
 /* The smallest device memory among the nodes (bytes), 0 when unknown. */

@@ -92,7 +92,8 @@ struct field {
     }
 
 static const char *const arch_names[] = {"gpt2", NULL};
-static const char *const precision_names[] = {"fp32", "bf16", NULL};
+static const char *const precision_names[] = {"fp32", "bf16", "fp8", NULL};
+static const char *const fp8_scaling_names[] = {"tensor", "block", NULL};
 static const char *const recompute_names[] = {"none", "selective", "full", NULL};
 static const char *const schedule_names[] = {"constant", "cosine", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
@@ -101,6 +102,7 @@ static const char *const backend_names[] = {"auto", "socket", "nccl", NULL};
 
 /* Enums are stored through an int (see put_int); they must be int-sized. */
 _Static_assert(sizeof(enum plan_precision) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum plan_fp8_scaling) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum plan_recompute) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum plan_schedule) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum plan_device) == sizeof(int), "enum size");
@@ -195,6 +197,8 @@ static const struct field root_fields[] = {
     SECTION("optimizer", optimizer_fields, 0),
     INT_FIELD("steps", steps, 1, INT_MAX, 0, REQ | MAY_CHANGE),
     ENUM_FIELD("precision", precision, precision_names, PLAN_PRECISION_FP32, 0),
+    /* null unless precision is fp8, where check_rules makes it "tensor" */
+    ENUM_FIELD("fp8_scaling", fp8_scaling, fp8_scaling_names, PLAN_FP8_NONE, 0),
     ENUM_FIELD("recompute", recompute, recompute_names, PLAN_RECOMPUTE_NONE, MAY_CHANGE),
     SECTION("checkpoint", checkpoint_fields, 0),
     SECTION("parallel", parallel_fields, 0),
@@ -1190,6 +1194,13 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
     if (p->data.val_every > 0 && !p->data.val)
         return fail_rule(c, "data.val_every", "data.val", "must be 0 without data.val (got %s)",
                          got_text(c, "data.val_every", given(root, "data", "val_every"), got));
+    if (p->precision != PLAN_PRECISION_FP8 && given(root, NULL, "fp8_scaling"))
+        return fail_rule(c, "fp8_scaling", "precision",
+                         "needs precision \"fp8\" (got precision \"%s\"); remove it or set "
+                         "precision to \"fp8\"",
+                         plan_precision_name(p->precision));
+    if (p->precision == PLAN_PRECISION_FP8 && p->fp8_scaling == PLAN_FP8_NONE)
+        p->fp8_scaling = PLAN_FP8_TENSOR;
     const char *warmup = "optimizer.warmup_steps";
     json_t *wv = given(root, "optimizer", "warmup_steps");
     if (p->optimizer.schedule == PLAN_SCHEDULE_COSINE && p->optimizer.warmup_steps >= p->steps)
@@ -1661,7 +1672,12 @@ int64_t plan_ranks(const struct plan *plan)
 
 const char *plan_precision_name(enum plan_precision p)
 {
-    return enum_name(precision_names, 2, (int)p);
+    return enum_name(precision_names, 3, (int)p);
+}
+
+const char *plan_fp8_scaling_name(enum plan_fp8_scaling s)
+{
+    return s == PLAN_FP8_NONE ? "none" : enum_name(fp8_scaling_names, 2, (int)s);
 }
 
 const char *plan_recompute_name(enum plan_recompute r)

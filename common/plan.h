@@ -19,7 +19,9 @@
 
 #include "common/error.h"
 
-enum plan_precision { PLAN_PRECISION_FP32, PLAN_PRECISION_BF16 };
+enum plan_precision { PLAN_PRECISION_FP32, PLAN_PRECISION_BF16, PLAN_PRECISION_FP8 };
+/* fp8's scaling (kernels/fp8.h); NONE (null in plan.json) unless precision is fp8 */
+enum plan_fp8_scaling { PLAN_FP8_NONE = -1, PLAN_FP8_TENSOR, PLAN_FP8_BLOCK };
 enum plan_recompute { PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE, PLAN_RECOMPUTE_FULL };
 enum plan_schedule { PLAN_SCHEDULE_CONSTANT, PLAN_SCHEDULE_COSINE };
 enum plan_device { PLAN_DEVICE_AUTO, PLAN_DEVICE_CPU, PLAN_DEVICE_CUDA };
@@ -67,9 +69,9 @@ struct plan_checkpoint {
     int every; /* steps between checkpoints; 0 = by time (every_minutes) and at the end */
     double every_minutes; /* with every 0: minutes between checkpoints (rank 0's clock);
                              0 = only at the end */
-    int keep;  /* complete checkpoints kept, newest first */
-    bool async; /* the step pauses only to copy its part to host memory; a thread
-                   writes, fsyncs and commits */
+    int keep;             /* complete checkpoints kept, newest first */
+    bool async;           /* the step pauses only to copy its part to host memory; a thread
+                             writes, fsyncs and commits */
 };
 
 /* tp, pp, dp: a degree ≥ 1, or PLAN_AUTO ("auto" in plan.json): dp fills the
@@ -117,6 +119,7 @@ struct plan {
     struct plan_optimizer optimizer;
     int steps;
     enum plan_precision precision;
+    enum plan_fp8_scaling fp8_scaling; /* precision fp8: "tensor" (default) or "block" */
     enum plan_recompute recompute;
     struct plan_checkpoint checkpoint;
     struct plan_parallel parallel;
@@ -170,6 +173,7 @@ int64_t plan_ranks(const struct plan *plan);
 
 /* Names of the enums, as they are spelled in plan.json. */
 const char *plan_precision_name(enum plan_precision p);
+const char *plan_fp8_scaling_name(enum plan_fp8_scaling s); /* "none" for PLAN_FP8_NONE */
 const char *plan_recompute_name(enum plan_recompute r);
 const char *plan_schedule_name(enum plan_schedule s);
 const char *plan_device_name(enum plan_device d);

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/fp8.h"
+
 struct ops {
     const char *name; /* "cpu" */
 
@@ -65,6 +67,17 @@ struct ops {
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, const uint16_t *w16, int N, int C,
                             int OC, bool accumulate);
+
+    /* The same two products in fp8 (precision "fp8"): inputs quantised by
+     * kernels/fp8.h in the given scaling, fp32 accumulation. inp, w in E4M3;
+     * dout in E5M2 with tensor scaling (Transformer Engine's HYBRID recipe),
+     * in E4M3 with block scaling (DeepSeek-V3). w is the fp32 weight,
+     * quantised at each call (no fp8 copy is kept); dbias is dout's fp32 sum. */
+    void (*matmul_forward_fp8)(float *out, const float *inp, const float *w, const float *bias,
+                               int N, int C, int OC, enum fp8_scaling scaling);
+    void (*matmul_backward_fp8)(float *dinp, float *dw, float *dbias, const float *dout,
+                                const float *inp, const float *w, int N, int C, int OC,
+                                bool accumulate, enum fp8_scaling scaling);
 
     /* qkv (B,T,3C) -> out (B,T,C); att (B,NH,T,T) gets the causal softmax
      * probabilities (zero above the diagonal), scale 1/sqrt(hs) */

@@ -268,9 +268,14 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
     /* what model_init will allocate on each rank of a stage (every tp and dp rank
      * of a stage holds the same): GB, or MB for models that small */
     double unit = e->mem.total >= 1e9 ? 1e9 : 1e6;
-    printf("\nmemory per rank, %s, as the runtime allocates it (%s, ZeRO %d, recompute %s):\n",
-           unit == 1e9 ? "GB" : "MB", plan_precision_name(p->precision), p->parallel.zero,
-           plan_recompute_name(p->recompute));
+    bool fp8 = p->precision == PLAN_PRECISION_FP8;
+    printf("\nmemory per rank, %s, as the runtime allocates it (%s%s%s, ZeRO %d, recompute %s):\n",
+           unit == 1e9 ? "GB" : "MB", plan_precision_name(p->precision),
+           fp8 ? " with scaling per " : "", fp8 ? plan_fp8_scaling_name(p->fp8_scaling) : "",
+           p->parallel.zero, plan_recompute_name(p->recompute));
+    if (fp8)
+        printf("  fp8 keeps no weight copy: each product quantises the fp32 weights (params: "
+               "4 bytes each)\n");
     printf("  %5s %9s %12s %8s %8s %10s %12s %8s\n", "stage", "layers", "parameters", "params",
            "grads", "optimizer", "activations", "total");
     for (int s = 0; s < m->pp; s++) {

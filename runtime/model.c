@@ -132,6 +132,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     m->B = B;
     m->T = T;
     m->precision = precision;
+    m->fp8_scaling = shape->fp8_scaling == PLAN_FP8_BLOCK ? FP8_SCALING_BLOCK : FP8_SCALING_TENSOR;
     m->recompute = shape->recompute;
     m->split_backward = shape->split_backward;
     m->tp = tp ? *tp : (struct group){.size = 1};
@@ -257,6 +258,32 @@ static const uint16_t *weight16(const struct model *m, enum gpt2_tensor t, int l
 #define P(t, l) param(m, m->params, t, l)
 #define G(t, l) param(m, m->grads, t, l)
 
+/* out (N,OC) = inp (N,C) · (weight t of layer l)ᵀ + bias, a block's product in
+ * the run's precision: fp32, bf16 (the weight's bf16 copy) or fp8 (operands
+ * quantised inside the op). The LM head is not one: in fp8 it stays in fp32,
+ * as DeepSeek-V3 keeps its output head out of fp8. */
+static void linear_forward(const struct model *m, float *out, const float *inp, enum gpt2_tensor t,
+                           int l, const float *bias, int N, int C, int OC)
+{
+    if (m->precision == PLAN_PRECISION_FP8)
+        m->ops->matmul_forward_fp8(out, inp, P(t, l), bias, N, C, OC, m->fp8_scaling);
+    else
+        m->ops->matmul_forward(out, inp, P(t, l), weight16(m, t, l), bias, N, C, OC);
+}
+
+/* Its backward (ops.h's matmul_backward), in the same precision. */
+static void linear_backward(const struct model *m, float *dinp, float *dw, float *dbias,
+                            const float *dout, const float *inp, enum gpt2_tensor t, int l, int N,
+                            int C, int OC, bool accumulate)
+{
+    if (m->precision == PLAN_PRECISION_FP8)
+        m->ops->matmul_backward_fp8(dinp, dw, dbias, dout, inp, P(t, l), N, C, OC, accumulate,
+                                    m->fp8_scaling);
+    else
+        m->ops->matmul_backward(dinp, dw, dbias, dout, inp, P(t, l), weight16(m, t, l), N, C, OC,
+                                accumulate);
+}
+
 /* ---- tensor parallelism ------------------------------------------------------------ */
 
 /* The rows of the residual stream this rank holds of N: N/tp sequence parallel. */
@@ -329,12 +356,10 @@ static int row_parallel_forward(struct model *m, float **out, const float *inp, 
     struct profile *pr = &m->prof;
     *out = prod;
     if (m->tp.size == 1) {
-        PROF(pr, PROF_MATMUL_FWD,
-             o->matmul_forward(prod, inp, P(w, l), weight16(m, w, l), P(bias, l), N, in_cols, C));
+        PROF(pr, PROF_MATMUL_FWD, linear_forward(m, prod, inp, w, l, P(bias, l), N, in_cols, C));
         return 0;
     }
-    PROF(pr, PROF_MATMUL_FWD,
-         o->matmul_forward(prod, inp, P(w, l), weight16(m, w, l), NULL, N, in_cols, C));
+    PROF(pr, PROF_MATMUL_FWD, linear_forward(m, prod, inp, w, l, NULL, N, in_cols, C));
     if (tp_sum_rows(m, prod, N, out, err)) return -1;
     PROF(pr, PROF_MATMUL_FWD, o->add_bias(*out, P(bias, l), rows_of(m, N), C));
     return 0;
@@ -383,8 +408,7 @@ static int layer_forward(struct model *m, struct model_slot *sl, int i, int B, i
                               P(GPT2_LN1B, l), R, C));
     if (sp_gather(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_FWD,
-         o->matmul_forward(a->qkv, ln, P(GPT2_QKVW, l), weight16(m, GPT2_QKVW, l), P(GPT2_QKVB, l),
-                           N, C, 3 * Cl));
+         linear_forward(m, a->qkv, ln, GPT2_QKVW, l, P(GPT2_QKVB, l), N, C, 3 * Cl));
     PROF(pr, PROF_ATTENTION_FWD, o->attention_forward(a->atty, a->att, a->qkv, B, T, Cl, m->NHl));
     if (row_parallel_forward(m, &proj, a->atty, GPT2_ATTPROJW, GPT2_ATTPROJB, l, N, Cl, err))
         return -1;
@@ -394,8 +418,7 @@ static int layer_forward(struct model *m, struct model_slot *sl, int i, int B, i
                               P(GPT2_LN2B, l), R, C));
     if (sp_gather(m, a->ln2, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_FWD,
-         o->matmul_forward(a->fch, ln, P(GPT2_FCW, l), weight16(m, GPT2_FCW, l), P(GPT2_FCB, l), N,
-                           C, 4 * Cl));
+         linear_forward(m, a->fch, ln, GPT2_FCW, l, P(GPT2_FCB, l), N, C, 4 * Cl));
     PROF(pr, PROF_GELU_FWD, o->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * Cl));
     if (row_parallel_forward(m, &proj, a->fch_gelu, GPT2_FCPROJW, GPT2_FCPROJB, l, N, 4 * Cl, err))
         return -1;
@@ -600,15 +623,15 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
     if (sp_gather(m, m->dres, N, &dout, err)) return -1;
     dout = kept(m, pass, a->g_fcproj, dout, NC);
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(m->d4C, GW(GPT2_FCPROJW), GW(GPT2_FCPROJB), dout, a->fch_gelu,
-                            P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l), N, 4 * Cl, C, acc));
+         linear_backward(m, m->d4C, GW(GPT2_FCPROJW), GW(GPT2_FCPROJB), dout, a->fch_gelu,
+                         GPT2_FCPROJW, l, N, 4 * Cl, C, acc));
     float *dfc = pass == BWD_INPUT ? a->g_fc : m->d4C;
     PROF(pr, PROF_GELU_BWD, o->gelu_backward(dfc, a->fch, m->d4C, N4C));
     ln = a->ln2;
     if (w && sp_gather(m, a->ln2, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(m->dC, GW(GPT2_FCW), GW(GPT2_FCB), dfc, ln, P(GPT2_FCW, l),
-                            weight16(m, GPT2_FCW, l), N, C, 4 * Cl, acc));
+         linear_backward(m, m->dC, GW(GPT2_FCW), GW(GPT2_FCB), dfc, ln, GPT2_FCW, l, N, C, 4 * Cl,
+                         acc));
     if (tp_sum_rows(m, m->dC, N, &dln, err)) return -1;
     PROF(pr, PROF_LAYERNORM_BWD,
          o->layernorm_backward(m->dres, G(GPT2_LN2W, l), G(GPT2_LN2B, l), dln, a->res2,
@@ -617,16 +640,16 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
     if (sp_gather(m, m->dres, N, &dout, err)) return -1;
     dout = kept(m, pass, a->g_attproj, dout, NC);
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(m->dC, GW(GPT2_ATTPROJW), GW(GPT2_ATTPROJB), dout, a->atty,
-                            P(GPT2_ATTPROJW, l), weight16(m, GPT2_ATTPROJW, l), N, Cl, C, acc));
+         linear_backward(m, m->dC, GW(GPT2_ATTPROJW), GW(GPT2_ATTPROJB), dout, a->atty,
+                         GPT2_ATTPROJW, l, N, Cl, C, acc));
     float *dqkv = pass == BWD_INPUT ? a->g_qkv : m->d3C;
     PROF(pr, PROF_ATTENTION_BWD,
          o->attention_backward(dqkv, m->datt, m->dC, a->qkv, a->att, B, T, Cl, m->NHl));
     ln = a->ln1;
     if (w && sp_gather(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(m->dC, GW(GPT2_QKVW), GW(GPT2_QKVB), dqkv, ln, P(GPT2_QKVW, l),
-                            weight16(m, GPT2_QKVW, l), N, C, 3 * Cl, acc));
+         linear_backward(m, m->dC, GW(GPT2_QKVW), GW(GPT2_QKVB), dqkv, ln, GPT2_QKVW, l, N, C,
+                         3 * Cl, acc));
 #undef GW
     if (tp_sum_rows(m, m->dC, N, &dln, err)) return -1;
     PROF(pr, PROF_LAYERNORM_BWD,
@@ -642,26 +665,25 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
 static int layer_weights(struct model *m, struct model_slot *sl, int i, int B, int T, bool acc,
                          struct plait_error *err)
 {
-    const struct ops *o = m->ops;
     int C = m->cfg.hidden, Cl = m->Cl, N = B * T, l = slot_layer(m, sl, i);
     struct layer_acts *a = &sl->layer[i];
     struct profile *pr = &m->prof;
     const float *ln;
     if (recompute_timed(m, sl, i, B, T, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(NULL, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), a->g_fcproj, a->fch_gelu,
-                            P(GPT2_FCPROJW, l), weight16(m, GPT2_FCPROJW, l), N, 4 * Cl, C, acc));
+         linear_backward(m, NULL, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), a->g_fcproj, a->fch_gelu,
+                         GPT2_FCPROJW, l, N, 4 * Cl, C, acc));
     if (sp_gather(m, a->ln2, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(NULL, G(GPT2_FCW, l), G(GPT2_FCB, l), a->g_fc, ln, P(GPT2_FCW, l),
-                            weight16(m, GPT2_FCW, l), N, C, 4 * Cl, acc));
+         linear_backward(m, NULL, G(GPT2_FCW, l), G(GPT2_FCB, l), a->g_fc, ln, GPT2_FCW, l, N, C,
+                         4 * Cl, acc));
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(NULL, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), a->g_attproj, a->atty,
-                            P(GPT2_ATTPROJW, l), weight16(m, GPT2_ATTPROJW, l), N, Cl, C, acc));
+         linear_backward(m, NULL, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), a->g_attproj, a->atty,
+                         GPT2_ATTPROJW, l, N, Cl, C, acc));
     if (sp_gather(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
-         o->matmul_backward(NULL, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->g_qkv, ln, P(GPT2_QKVW, l),
-                            weight16(m, GPT2_QKVW, l), N, C, 3 * Cl, acc));
+         linear_backward(m, NULL, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->g_qkv, ln, GPT2_QKVW, l, N,
+                         C, 3 * Cl, acc));
     return 0;
 }
 

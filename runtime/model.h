@@ -70,6 +70,7 @@ struct model {
     const struct ops *ops;
     int B, T; /* the largest micro-batch the buffers hold */
     enum plan_precision precision;
+    enum fp8_scaling fp8_scaling; /* precision fp8: how its products scale (kernels/fp8.h) */
     enum plan_recompute recompute;
     bool split_backward; /* the slots keep the products' output gradients */
 
@@ -126,6 +127,7 @@ struct model {
 struct model_shape {
     int B, T; /* the largest micro-batch */
     enum plan_precision precision;
+    enum plan_fp8_scaling fp8_scaling; /* precision fp8 only */
     enum plan_recompute recompute;
     int slots;              /* micro-batches in flight at once (1 without a pipeline) */
     int dp, dp_rank;        /* data-parallel ranks holding the same part (1, 0: none) */

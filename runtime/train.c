@@ -524,6 +524,7 @@ static int setup(struct trainer *t, struct plait_error *err)
     struct model_shape shape = {.B = B,
                                 .T = T,
                                 .precision = p->precision,
+                                .fp8_scaling = p->fp8_scaling,
                                 .recompute = p->recompute,
                                 .slots = schedule_max_in_flight(&t->sched, w->pp_rank),
                                 .dp = w->dp,

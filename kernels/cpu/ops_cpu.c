@@ -14,6 +14,7 @@
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/vmath.h"
+#include "kernels/fp8.h"
 #include "kernels/ops.h"
 
 /* ---- sticky error ---------------------------------------------------------- */
@@ -98,7 +99,26 @@ static void cpu_zero(void *p, size_t bytes)
     memset(p, 0, bytes);
 }
 
+/* out (N,OC) rows = bias (C): the start of a product that adds it (beta 1) */
+static void fill_rows(float *out, const float *bias, int N, int OC)
+{
+#pragma omp parallel for
+    for (int r = 0; r < N; r++) memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(float));
+}
+
 /* ---- bf16 matrix products -------------------------------------------------- */
+
+/* Scratch buffer p holding *have elements, grown to want (its contents
+ * lost); NULL, with the sticky error, when out of memory. */
+static void *grow(void *p, size_t *have, size_t want, size_t elem_bytes)
+{
+    if (*have >= want && p) return p;
+    free(p);
+    p = aligned_alloc(64, (want * elem_bytes + 63) / 64 * 64 + 64);
+    *have = p ? want : 0;
+    if (!p) cpu_set_error("out of memory for a copy of %zu elements in bf16 or fp8", want);
+    return p;
+}
 
 /* Scratch for bf16 copies of activations: grown on demand, owned by the
  * backend. The runtime calls ops from one thread, so one buffer per slot. */
@@ -107,16 +127,8 @@ static size_t scratch16_elems[2];
 
 static uint16_t *bf16_scratch(int slot, const float *src, size_t n)
 {
-    if (scratch16_elems[slot] < n) {
-        free(scratch16[slot]);
-        scratch16[slot] = aligned_alloc(64, (n * 2 + 63) / 64 * 64);
-        scratch16_elems[slot] = scratch16[slot] ? n : 0;
-        if (!scratch16[slot]) {
-            cpu_set_error("out of memory for a bf16 copy of %zu elements", n);
-            return NULL;
-        }
-    }
-    bf16_from_f32(scratch16[slot], src, n);
+    scratch16[slot] = grow(scratch16[slot], &scratch16_elems[slot], n, sizeof(uint16_t));
+    if (scratch16[slot]) bf16_from_f32(scratch16[slot], src, n);
     return scratch16[slot];
 }
 
@@ -137,10 +149,7 @@ static void cpu_matmul_forward(float *out, const float *inp, const float *w, con
     }
     const uint16_t *x16 = bf16_scratch(0, inp, (size_t)N * C);
     if (!x16) return;
-    if (bias) {
-#pragma omp parallel for
-        for (int r = 0; r < N; r++) memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(float));
-    }
+    if (bias) fill_rows(out, bias, N, OC);
     mm16(false, true, N, OC, C, x16, C, w16, C, bias ? 1.0f : 0.0f, out, OC);
 }
 
@@ -166,6 +175,103 @@ static const char *cpu_bf16_emulation(void)
 {
     const char *how;
     return gemm_bf16_emulated(&how) ? how : NULL;
+}
+
+/* ---- fp8 matrix products ---------------------------------------------------- */
+
+/* The products are emulated: each operand is quantised by kernels/fp8.h
+ * (bytes and scales, what a GPU's fp8 GEMM takes) and decoded back to fp32,
+ * exactly, and gemm_f32 multiplies. Tensor scaling decodes the codes alone and
+ * divides the product by both scales (alpha = 1/sa · 1/sb, as cuBLASLt's
+ * scale pointers do); block scaling divides each decoded value by its tile's
+ * scale, which is the per-128-deep partial product scaling of DeepSeek-V3
+ * within fp32 rounding. */
+enum { Q_X, Q_W, Q_D, Q_DT, Q_SLOTS }; /* operand slots: input, weight, gradient, again */
+static struct {
+    uint8_t *q;
+    float *f, *scales;
+    size_t q_elems, f_elems, n_scales;
+} fp8_scratch[Q_SLOTS];
+
+/* Tiles of an operand (0 × 0: the whole tensor, one scale). */
+struct tile {
+    int rows, cols;
+};
+
+/* An activation or gradient: with block scaling 1×128 tiles along the
+ * reduction dimension, its columns, or (reduced along its rows) 128×1. */
+static struct tile act_tile(bool block, bool reduced_along_rows)
+{
+    if (!block) return (struct tile){0, 0};
+    return reduced_along_rows ? (struct tile){FP8_TILE, 1} : (struct tile){1, FP8_TILE};
+}
+
+/* A weight: 128×128 blocks, which serve the product and its transpose. */
+static struct tile weight_tile(bool block)
+{
+    return block ? (struct tile){FP8_TILE, FP8_TILE} : (struct tile){0, 0};
+}
+
+/* x (rows, cols) quantised in tiles and decoded into slot's floats, which it
+ * returns (NULL on failure); *scale: the tensor's scale, or 1 when the tiles'
+ * scales were divided out in decoding. */
+static const float *fp8_operand(int slot, const float *x, int rows, int cols, struct tile t,
+                                enum fp8_format fmt, float *scale)
+{
+    size_t n = (size_t)rows * cols, ns = fp8_scale_count(rows, cols, t.rows, t.cols);
+    bool tensor = t.rows == 0 && t.cols == 0;
+    uint8_t *q = fp8_scratch[slot].q = grow(fp8_scratch[slot].q, &fp8_scratch[slot].q_elems, n, 1);
+    float *f = fp8_scratch[slot].f =
+        grow(fp8_scratch[slot].f, &fp8_scratch[slot].f_elems, n, sizeof(float));
+    float *s = fp8_scratch[slot].scales =
+        grow(fp8_scratch[slot].scales, &fp8_scratch[slot].n_scales, ns, sizeof(float));
+    if (!q || !f || !s) return NULL;
+    fp8_quantize(q, s, x, rows, cols, t.rows, t.cols, fmt);
+    fp8_dequantize(f, q, tensor ? NULL : s, rows, cols, t.rows, t.cols, fmt);
+    *scale = tensor ? s[0] : 1.0f;
+    return f;
+}
+
+static void cpu_matmul_forward_fp8(float *out, const float *inp, const float *w, const float *bias,
+                                   int N, int C, int OC, enum fp8_scaling scaling)
+{
+    bool block = scaling == FP8_SCALING_BLOCK;
+    float sx, sw;
+    const float *x8 = fp8_operand(Q_X, inp, N, C, act_tile(block, false), FP8_E4M3, &sx);
+    const float *w8 = fp8_operand(Q_W, w, OC, C, weight_tile(block), FP8_E4M3, &sw);
+    if (!x8 || !w8) return;
+    if (bias) fill_rows(out, bias, N, OC);
+    mm_f32(false, true, N, OC, C, 1.0f / sx * (1.0f / sw), x8, C, w8, C, bias ? 1.0f : 0.0f, out,
+           OC);
+}
+
+static void cpu_matmul_backward_fp8(float *dinp, float *dw, float *dbias, const float *dout,
+                                    const float *inp, const float *w, int N, int C, int OC,
+                                    bool accumulate, enum fp8_scaling scaling)
+{
+    bool block = scaling == FP8_SCALING_BLOCK;
+    enum fp8_format grad = block ? FP8_E4M3 : FP8_E5M2;
+    float sd = 1.0f, sw, sx, sdt;
+    /* dinp (N,C) = dout (N,OC) · w (OC,C): reduced over OC, dout's columns */
+    const float *d8 =
+        dout ? fp8_operand(Q_D, dout, N, OC, act_tile(block, false), grad, &sd) : NULL;
+    if (!d8) return;
+    if (dinp) {
+        const float *w8 = fp8_operand(Q_W, w, OC, C, weight_tile(block), FP8_E4M3, &sw);
+        if (!w8) return;
+        mm_f32(false, false, N, C, OC, 1.0f / sd * (1.0f / sw), d8, OC, w8, C, 0.0f, dinp, C);
+    }
+    if (!dw) return;
+    /* dw (OC,C) = doutᵀ · inp (N,C): reduced over N, both operands' rows; a
+     * tensor's one scale serves both products */
+    const float *dt8 =
+        block ? fp8_operand(Q_DT, dout, N, OC, act_tile(block, true), grad, &sdt) : (sdt = sd, d8);
+    const float *x8 =
+        dt8 ? fp8_operand(Q_X, inp, N, C, act_tile(block, true), FP8_E4M3, &sx) : NULL;
+    if (!x8) return;
+    mm_f32(true, false, OC, C, N, 1.0f / sdt * (1.0f / sx), dt8, OC, x8, C,
+           accumulate ? 1.0f : 0.0f, dw, C);
+    if (dbias) bias_backward_f32(dbias, dout, N, OC, accumulate);
 }
 
 /* ---- optimizer -------------------------------------------------------------- */
@@ -231,6 +337,8 @@ static const struct ops cpu_ops = {
     .layernorm_backward = cpu_layernorm_backward_f32,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
+    .matmul_forward_fp8 = cpu_matmul_forward_fp8,
+    .matmul_backward_fp8 = cpu_matmul_backward_fp8,
     .attention_forward = cpu_attention_forward_f32,
     .attention_backward = cpu_attention_backward_f32,
     .gelu_forward = cpu_gelu_forward_f32,
