@@ -1,6 +1,6 @@
 /* test_memory.c — what `plait check` predicts a rank holds (cost_memory_stage)
  * is what model_init allocates for it, to the byte and kind by kind, over
- * layouts of tp, pp (even and uneven), dp, ZeRO 0/1/2, fp32 and bf16, each
+ * layouts of tp, pp (even and uneven), dp, ZeRO 0/1/2, fp32, bf16 and fp8, each
  * recompute policy and every pipeline schedule (interleaved: v chunks a
  * stage, a slot holding one chunk's layers). The allocations are counted
  * at the backend (a CPU ops table whose alloc adds up every request), not by
@@ -98,17 +98,18 @@ static void test_model_allocates_what_plait_check_predicts_for_every_layout(void
         {1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {1, 2, 1}, {1, 3, 1}, {1, 4, 1}, {1, 1, 2},
         {1, 1, 3}, {2, 2, 2}, {4, 2, 1}, {2, 3, 3}, {1, 2, 4}, {4, 4, 2},
     };
-    const enum plan_precision precisions[] = {PLAN_PRECISION_FP32, PLAN_PRECISION_BF16};
+    const enum plan_precision precisions[] = {PLAN_PRECISION_FP32, PLAN_PRECISION_BF16,
+                                              PLAN_PRECISION_FP8};
     const enum plan_recompute recomputes[] = {PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE,
                                               PLAN_RECOMPUTE_FULL};
     const enum plan_pipeline schedules[] = {PLAN_PIPE_1F1B, PLAN_PIPE_GPIPE, PLAN_PIPE_ZB_H1};
     int ranks = 0, failed = 0, want_ranks = 0;
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
-        want_ranks += layouts[i].pp * (layouts[i].tp > 1 ? 2 : 1) * 3 * 2 * 3 * 3;
+        want_ranks += layouts[i].pp * (layouts[i].tp > 1 ? 2 : 1) * 3 * 3 * 3 * 3;
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
         for (int sp = 0; sp <= (layouts[i].tp > 1); sp++)
             for (int zero = 0; zero <= 2; zero++)
-                for (int pr = 0; pr < 2; pr++)
+                for (int pr = 0; pr < 3; pr++)
                     for (int rc = 0; rc < 3; rc++)
                         for (int sc = 0; sc < 3; sc++)
                             for (int stage = 0; stage < layouts[i].pp; stage++) {
@@ -159,7 +160,7 @@ static void test_model_allocates_what_plait_check_predicts_for_every_layout(void
                                 ranks++;
                             }
     /* the stages over the layouts (twice where tp > 1: with and without sequence
-     * parallelism) × 3 ZeRO × 2 precisions × 3 recomputes × 3 schedules */
+     * parallelism) × 3 ZeRO × 3 precisions × 3 recomputes × 3 schedules */
     CHECK(ranks == want_ranks && failed == 0, "%d of %d ranks built, %d differ", ranks, want_ranks,
           failed);
     plan_free(p);
