@@ -273,9 +273,6 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
            unit == 1e9 ? "GB" : "MB", plan_precision_name(p->precision),
            fp8 ? " with scaling per " : "", fp8 ? plan_fp8_scaling_name(p->fp8_scaling) : "",
            p->parallel.zero, plan_recompute_name(p->recompute));
-    if (fp8)
-        printf("  fp8 keeps no weight copy: each product quantises the fp32 weights (params: "
-               "4 bytes each)\n");
     printf("  %5s %9s %12s %8s %8s %10s %12s %8s\n", "stage", "layers", "parameters", "params",
            "grads", "optimizer", "activations", "total");
     for (int s = 0; s < m->pp; s++) {
@@ -292,6 +289,9 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
                (long long)mem.param_count, mem.params / unit, mem.grads / unit,
                mem.optimizer / unit, mem.activations / unit, mem.total / unit);
     }
+    if (fp8)
+        printf("  fp8 keeps no weight copy: each product quantises the fp32 weights (params: "
+               "4 bytes each)\n");
     if (gpu_mem)
         printf("  device memory %.2f GB: %s\n", gpu_mem / 1e9, e->fits ? "fits" : "DOES NOT FIT");
     else
