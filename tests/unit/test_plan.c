@@ -481,6 +481,9 @@ static void test_missing_file_names_the_path(void)
 static void test_enum_names_match_the_plan_spelling(void)
 {
     CHECK(strcmp(plan_precision_name(PLAN_PRECISION_BF16), "bf16") == 0, "bf16");
+    CHECK(strcmp(plan_precision_name(PLAN_PRECISION_FP8), "fp8") == 0, "fp8");
+    CHECK(strcmp(plan_fp8_scaling_name(PLAN_FP8_BLOCK), "block") == 0, "block");
+    CHECK(strcmp(plan_fp8_scaling_name(PLAN_FP8_NONE), "none") == 0, "none");
     CHECK(strcmp(plan_recompute_name(PLAN_RECOMPUTE_SELECTIVE), "selective") == 0, "selective");
     CHECK(strcmp(plan_schedule_name(PLAN_SCHEDULE_CONSTANT), "constant") == 0, "constant");
     CHECK(strcmp(plan_device_name(PLAN_DEVICE_CUDA), "cuda") == 0, "cuda");
