@@ -298,7 +298,10 @@ static double measure_peak_gflops(struct model *m)
         /* the best of a dozen after warm-up: noise only ever slows a product down */
         for (int i = 0; i < 14; i++) {
             double t0 = now_s();
-            o->matmul_forward(y, x, w, w16, NULL, N, C, OC);
+            if (m->precision == PLAN_PRECISION_FP8) /* quantising included, as in training */
+                o->matmul_forward_fp8(y, x, w, NULL, N, C, OC, m->fp8_scaling);
+            else
+                o->matmul_forward(y, x, w, w16, NULL, N, C, OC);
             double rate = 2.0 * N * C * OC / (now_s() - t0) / 1e9;
             if (i >= 2 && rate > best) best = rate;
         }
@@ -1255,6 +1258,12 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
                  plan->batch.grad_accum * where->dp == 1 ? "" : "es", plan->batch.micro_batch,
                  plan->batch.micro_batch == 1 ? "" : "s", plan->model.seq_len);
     if (bf16_emulation(&t) && where->rank == 0) log_warn("%s", bf16_emulation(&t));
+    if (plan->precision == PLAN_PRECISION_FP8 && strcmp(t.m.ops->name, "cpu") == 0 &&
+        where->rank == 0)
+        log_info("fp8 matrix products emulated on the CPU: operands quantised to fp8 "
+                 "(kernels/fp8.h, %s scaling) and multiplied in fp32: fp8's numerics, below "
+                 "fp32's speed",
+                 plan_fp8_scaling_name(plan->fp8_scaling));
     /* samples need the whole model on one rank */
     bool samples = !t.multi;
     if (samples && t.st.step == 0 && t.st.micro == 0 && print_sample(&t, "before training", err))

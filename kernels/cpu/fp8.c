@@ -144,9 +144,11 @@ void fp8_quantize(uint8_t *q, float *scales, const float *x, int rows, int cols,
 #pragma omp parallel for schedule(static)
     for (size_t r = 0; r < t.rows; r++) {
         const float *s = scales + (r / t.tr) * t.nbc;
-        const float *xr = x + r * t.cols;
-        uint8_t *qr = q + r * t.cols;
-        for (size_t c = 0; c < t.cols; c++) qr[c] = fp8_encode(xr[c] * s[c / t.tc], fmt);
+        for (size_t bc = 0, c0 = 0; bc < t.nbc; bc++, c0 += t.tc) {
+            size_t c1 = c0 + t.tc < t.cols ? c0 + t.tc : t.cols;
+            for (size_t c = c0; c < c1; c++)
+                q[r * t.cols + c] = fp8_encode(x[r * t.cols + c] * s[bc], fmt);
+        }
     }
 }
 
@@ -154,14 +156,18 @@ void fp8_dequantize(float *x, const uint8_t *q, const float *scales, int rows, i
                     int tile_rows, int tile_cols, enum fp8_format fmt)
 {
     struct tiling t = tiling(rows, cols, tile_rows, tile_cols);
+    float table[256];
+    for (int c = 0; c < 256; c++) table[c] = fp8_decode((uint8_t)c, fmt);
 #pragma omp parallel for schedule(static)
     for (size_t r = 0; r < t.rows; r++) {
         const float *s = scales ? scales + (r / t.tr) * t.nbc : NULL;
-        const uint8_t *qr = q + r * t.cols;
-        float *xr = x + r * t.cols;
-        for (size_t c = 0; c < t.cols; c++) {
-            float v = fp8_decode(qr[c], fmt);
-            xr[c] = s ? v / s[c / t.tc] : v;
+        for (size_t bc = 0, c0 = 0; bc < t.nbc; bc++, c0 += t.tc) {
+            size_t c1 = c0 + t.tc < t.cols ? c0 + t.tc : t.cols;
+            if (s)
+                for (size_t c = c0; c < c1; c++)
+                    x[r * t.cols + c] = table[q[r * t.cols + c]] / s[bc];
+            else
+                for (size_t c = c0; c < c1; c++) x[r * t.cols + c] = table[q[r * t.cols + c]];
         }
     }
 }
