@@ -1,13 +1,30 @@
 #!/usr/bin/env bash
 # precision "fp8", emulated on the CPU: the quantiser is bitwise the PyTorch
 # referee's (tests/golden/fp8_ref.py), an fp8 run trains with the loss of a
-# bf16 run within DeepSeek-V3's 0.25%, with tensor and with block scaling, an
+# bf16 run within DeepSeek-V3's 0.25%, with tensor and with block scaling, a whole
+# model's step-1 logits and gradients match the referee's fp8 GPT-2, an
 # fp8 run stopped mid-step resumes to the bit, and plait check says fp8.
 source "$(dirname "$0")/lib.sh"
 
 test_quantizer_matches_the_pytorch_referee_bitwise() {
     mkdir -p "$WORK/fp8ref"
     "$PY" "$ROOT/tests/golden/fp8_ref.py" check "$BUILD/tests/test_fp8" "$WORK/fp8ref"
+}
+
+# A whole model's step-1 logits and gradients in fp8 against the referee's
+# GPT-2 (tests/golden/gpt2_ref.py) with the same fp8 products (fp8_ref.py
+# gpt2): which products are quantised, in which format and tiles, the LM head
+# kept fp32. One layer, hidden 192, 5 × 32 rows: whole and partial tiles.
+test_fp8_model_matches_the_pytorch_referee() {
+    "$PY" "$ROOT/tests/golden/gpt2_ref.py" case "$WORK/case" --layers 1 --hidden 192 --heads 2 \
+        --batch 5 >"$WORK/case.log" 2>&1 || { cat "$WORK/case.log"; return 1; }
+    local sc
+    for sc in tensor block; do
+        PLAIT_DUMP_STEP1="$WORK/case_$sc/dump" "$PLAIT" train "$WORK/case/plan.json" \
+            --out "$WORK/case_$sc" --set precision=fp8 --set fp8_scaling=$sc \
+            >"$WORK/case_$sc.log" 2>&1 || { cat "$WORK/case_$sc.log"; return 1; }
+        "$PY" "$ROOT/tests/golden/fp8_ref.py" gpt2 "$WORK/case" "$WORK/case_$sc" $sc || return 1
+    done
 }
 
 # A model wider than a 128 tile, with sizes that are not multiples of it
@@ -129,6 +146,7 @@ test_check_prints_fp8_memory() {
 }
 
 check quantizer_matches_the_pytorch_referee_bitwise test_quantizer_matches_the_pytorch_referee_bitwise
+check fp8_model_matches_the_pytorch_referee test_fp8_model_matches_the_pytorch_referee
 check fp8_trains_within_a_quarter_percent_of_bf16 test_fp8_trains_within_a_quarter_percent_of_bf16
 check fp8_resumes_to_the_bit test_fp8_resumes_to_the_bit
 check fp8_layouts_track_one_rank test_fp8_layouts_track_one_rank
