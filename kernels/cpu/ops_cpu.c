@@ -99,7 +99,7 @@ static void cpu_zero(void *p, size_t bytes)
     memset(p, 0, bytes);
 }
 
-/* out (N,OC) rows = bias (C): the start of a product that adds it (beta 1) */
+/* out (N,OC) rows = bias (OC): the start of a product that adds it (beta 1) */
 static void fill_rows(float *out, const float *bias, int N, int OC)
 {
 #pragma omp parallel for
@@ -251,21 +251,24 @@ static void cpu_matmul_backward_fp8(float *dinp, float *dw, float *dbias, const 
 {
     bool block = scaling == FP8_SCALING_BLOCK;
     enum fp8_format grad = block ? FP8_E4M3 : FP8_E5M2;
-    float sd = 1.0f, sw, sx, sdt;
-    /* dinp (N,C) = dout (N,OC) · w (OC,C): reduced over OC, dout's columns */
-    const float *d8 =
-        dout ? fp8_operand(Q_D, dout, N, OC, act_tile(block, false), grad, &sd) : NULL;
-    if (!d8) return;
+    float sd = 1.0f, sw, sx;
+    /* dinp (N,C) = dout (N,OC) · w (OC,C): reduced over OC, dout's columns
+     * (a tensor's dout serves the weight gradient too) */
+    const float *d8 = NULL;
+    if (dinp || !block) {
+        d8 = fp8_operand(Q_D, dout, N, OC, act_tile(block, false), grad, &sd);
+        if (!d8) return;
+    }
     if (dinp) {
         const float *w8 = fp8_operand(Q_W, w, OC, C, weight_tile(block), FP8_E4M3, &sw);
         if (!w8) return;
         mm_f32(false, false, N, C, OC, 1.0f / sd * (1.0f / sw), d8, OC, w8, C, 0.0f, dinp, C);
     }
     if (!dw) return;
-    /* dw (OC,C) = doutᵀ · inp (N,C): reduced over N, both operands' rows; a
-     * tensor's one scale serves both products */
+    /* dw (OC,C) = doutᵀ · inp (N,C): reduced over N, both operands' rows */
+    float sdt = sd;
     const float *dt8 =
-        block ? fp8_operand(Q_DT, dout, N, OC, act_tile(block, true), grad, &sdt) : (sdt = sd, d8);
+        block ? fp8_operand(Q_DT, dout, N, OC, act_tile(block, true), grad, &sdt) : d8;
     const float *x8 =
         dt8 ? fp8_operand(Q_X, inp, N, C, act_tile(block, true), FP8_E4M3, &sx) : NULL;
     if (!x8) return;
