@@ -136,6 +136,11 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     m->recompute = shape->recompute;
     m->split_backward = shape->split_backward;
     m->tp = tp ? *tp : (struct group){.size = 1};
+    if (precision == PLAN_PRECISION_FP8 && (!ops->matmul_forward_fp8 || !ops->matmul_backward_fp8))
+        return error_set(err,
+                         "precision: the %s backend has no fp8 matrix products (fp8 runs on "
+                         "the cpu backend, emulated)",
+                         ops->name);
     if (gpt2_shard_init(&m->shard, cfg, part, err)) return -1;
     if (m->tp.size != part->tp || m->tp.rank != part->tp_rank)
         return error_set(err,
