@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# asan: skip (the pods run the same launcher and store code that the asan runs of
+# test_parallel and the unit tests cover; under ASan the 2-pod training doubles the time)
+#
+# plait launch in Kubernetes pods, without Kubernetes: each pod is a process
+# tree in its own network, UTS (hostname), mount and PID namespace. A bridge in
+# a namespace of its own joins the pods (one veth pair each; the host's network
+# is not touched), and each pod resolves the headless Service's names through
+# a private /etc/hosts bind-mounted in its own mount namespace, to which the
+# test adds a pod's record only once that pod "has an address", as the cluster
+# DNS does. The pods rendezvous at pod 0's store, train a 2-pod tp × dp layout
+# to metrics identical to `plait train` of the same plan, refuse a pod without
+# the job's secret, exit 76 naming a pod that never came, and, when a pod is
+# killed mid-run, exit 76 and resume from the newest checkpoint when the gang is
+# started again (as JobSet does). Needs root (unshare, ip netns); skipped without.
+source "$(dirname "$0")/lib.sh"
+
+if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v unshare >/dev/null ||
+    ! command -v nsenter >/dev/null; then
+    echo "ok test_k8s_pods # skip: needs root, ip, unshare and nsenter for the pods' namespaces"
+    exit 0
+fi
+
+JOB=train
+SVC=train-ranks
+PORT=29500
+SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+NS=plait-$$ # namespaces: $NS-sw (the bridge), $NS-p<i> (the pods)
+declare -A POD_PID=()
+PIDS=$WORK/pod-pids # every pod started (the tests run in subshells), for the cleanup
+
+cleanup() {
+    local pid i
+    if [ -f "$PIDS" ]; then
+        while read -r pid; do kill -KILL "$pid" 2>/dev/null; done <"$PIDS"
+        sleep 0.2
+    fi
+    for ((i = 0; i < 3; i++)); do ip netns del "$NS-p$i" 2>/dev/null; done
+    ip netns del "$NS-sw" 2>/dev/null
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+pod_dns() { echo "$JOB-$1.$SVC"; }
+pod_ip() { echo "10.77.0.$(($1 + 1))"; }
+
+# net N: N pod namespaces, each with eth0 on a bridge in the switch namespace.
+net() {
+    ip netns add "$NS-sw" && ip -n "$NS-sw" link add br0 type bridge &&
+        ip -n "$NS-sw" link set br0 up || return 1
+    local i
+    for ((i = 0; i < $1; i++)); do
+        ip netns add "$NS-p$i" &&
+            ip -n "$NS-sw" link add "p$i" type veth peer name eth0 netns "$NS-p$i" &&
+            ip -n "$NS-sw" link set "p$i" master br0 up &&
+            ip -n "$NS-p$i" addr add "$(pod_ip "$i")/24" dev eth0 &&
+            ip -n "$NS-p$i" link set eth0 up && ip -n "$NS-p$i" link set lo up || return 1
+    done
+}
+
+# hosts I: pod I's /etc/hosts, knowing only itself (what the kubelet writes).
+hosts() {
+    printf '127.0.0.1\tlocalhost\n%s\t%s %s\n' "$(pod_ip "$1")" "$(pod_dns "$1")" "$JOB-$1" \
+        >"$WORK/hosts.$1"
+}
+
+# publish I: pod I has an address: its record appears in every pod's hosts file.
+publish() {
+    local f
+    for f in "$WORK"/hosts.*; do
+        grep -q " $(pod_dns "$1") " "$f" || printf '%s\t%s\n' "$(pod_ip "$1")" "$(pod_dns "$1")" >>"$f"
+    done
+}
+
+# ------------------------------------------------------------------------------------------
+# pod_env_from_manifest INDEX PODS RANKS_PER_POD RUN_DIR [NAME=VALUE...]: the environment of
+# pod INDEX, one NAME=VALUE a line. TO SWITCH once `plait k8s render` is on main: render the
+# plan (plait k8s render "$WORK/plan.json" --image test --nodes PODS ...) and read this pod's
+# container env out of the YAML (the JobSet's pod template: env, the Secret's key, the
+# ConfigMap mount), keeping only JOB_COMPLETION_INDEX and the downward-API restart attempt
+# from here, as Kubernetes sets those. Until then it is written from launcher/k8s_env.h.
+# ------------------------------------------------------------------------------------------
+pod_env_from_manifest() {
+    local index=$1 pods=$2 per_pod=$3 run_dir=$4
+    shift 4
+    cat <<EOF
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+HOME=/root
+JOB_COMPLETION_INDEX=$index
+PLAIT_K8S_PODS=$pods
+PLAIT_K8S_RANKS_PER_POD=$per_pod
+PLAIT_K8S_POD_DNS=$JOB-{index}.$SVC
+PLAIT_K8S_STORE_PORT=$PORT
+PLAIT_K8S_GANG_TIMEOUT_S=${GANG_TIMEOUT:-20}
+PLAIT_PLAN=$WORK/plan.json
+PLAIT_STORE_SECRET=$SECRET
+PLAIT_RUN_DIR=$run_dir
+OMP_NUM_THREADS=1
+EOF
+    local kv
+    for kv in "$@"; do echo "$kv"; done
+}
+
+# start_pod INDEX LOG PODS RANKS_PER_POD RUN_DIR [NAME=VALUE...]: plait launch as pod INDEX,
+# in its namespaces (hostname train-INDEX, its hosts file); POD_PID[INDEX] is the pod (killing
+# it kills everything in the pod's PID namespace, as losing a pod does).
+start_pod() {
+    local index=$1 log=$2
+    shift 2
+    local env
+    mapfile -t env < <(pod_env_from_manifest "$index" "$@")
+    env -i "${env[@]}" nsenter --net="/run/netns/$NS-p$index" \
+        unshare --mount --uts --pid --kill-child --mount-proc \
+        sh -c 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"' \
+        pod "$WORK/hosts.$index" "$JOB-$index" "$PLAIT" launch >"$log" 2>&1 &
+    POD_PID[$index]=$!
+    echo $! >>"$PIDS"
+}
+
+# wait_pod INDEX: its exit code.
+wait_pod() {
+    local rc=0
+    wait "${POD_PID[$1]}" || rc=$?
+    unset "POD_PID[$1]"
+    return "$rc"
+}
+
+# want_exit INDEX CODE LOG [PATTERN]
+want_exit() {
+    local rc=0
+    wait_pod "$1" || rc=$?
+    [ "$rc" -eq "$2" ] || { echo "pod $1 exited $rc, want $2"; cat "$3"; return 1; }
+    [ -z "${4:-}" ] || grep -qE -- "$4" "$3" || { echo "pod $1: missing: $4"; cat "$3"; return 1; }
+}
+
+net 3 || { echo "not ok test_k8s_pods_namespaces (cannot make network namespaces)"; exit 1; }
+tiny_plan "$WORK/plan.json"
+"$PY" - "$WORK/plan.json" <<'PYEOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["parallel"] = {"tp": 2, "dp": 2}
+p["data"]["val"] = None
+p["data"]["val_every"] = 0
+json.dump(p, open(sys.argv[1], "w"))
+PYEOF
+"$PLAIT" train "$WORK/plan.json" --out "$WORK/ref" >"$WORK/ref.log" 2>&1 || { cat "$WORK/ref.log"; exit 1; }
+
+# Pod 1 starts first and cannot resolve pod 0 until pod 0 has an address; an intruder with
+# another secret is refused; the two pods train tp 2 × dp 2 as plait train does.
+test_two_pods_rendezvous_and_train_like_plait_train() {
+    local run=$WORK/pods
+    hosts 0 && hosts 1 && hosts 2 && publish 1 && publish 2
+    start_pod 1 "$WORK/pod1.log" 2 2 "$run"
+    sleep 1
+    start_pod 0 "$WORK/pod0.log" 2 2 "$run"
+    publish 0
+    # a pod of another job (another Secret) that claims to be pod 1
+    local real=$SECRET
+    SECRET=0123456789abcdef
+    start_pod 2 "$WORK/intruder.log" 2 2 "$run" JOB_COMPLETION_INDEX=1
+    SECRET=$real
+    want_exit 2 1 "$WORK/intruder.log" \
+        "pod 1 \($JOB-1.$SVC\): pod 0's store at $JOB-0.$SVC:$PORT refused this pod: its PLAIT_STORE_SECRET is not the job's" ||
+        return 1
+    want_exit 0 0 "$WORK/pod0.log" && want_exit 1 0 "$WORK/pod1.log" || return 1
+    grep -q "the gang of 2 pods is complete" "$WORK/pod1.log" || { cat "$WORK/pod1.log"; return 1; }
+    metrics_equal "$WORK/ref/metrics.jsonl" "$run/metrics.jsonl"
+}
+
+# Three pods, pod 1 never comes: pods 0 and 2 exit 76 at the deadline naming it; and with pod
+# 0 (the store) missing, the others exit 76 naming pod 0.
+test_missing_pod_makes_every_other_exit_76_naming_it() {
+    local run=$WORK/missing
+    hosts 0 && hosts 1 && hosts 2 && publish 0 && publish 2
+    GANG_TIMEOUT=3 start_pod 0 "$WORK/miss0.log" 3 1 "$run"
+    GANG_TIMEOUT=3 start_pod 2 "$WORK/miss2.log" 3 1 "$run"
+    local t0=$SECONDS
+    want_exit 0 76 "$WORK/miss0.log" "pod 1 \($JOB-1.$SVC\) never arrived" &&
+        want_exit 2 76 "$WORK/miss2.log" "pod 1 \($JOB-1.$SVC\) never arrived" || return 1
+    [ $((SECONDS - t0)) -ge 2 ] || { echo "exited before the deadline"; return 1; }
+    # pod 0 held back: nothing resolves it, nothing answers
+    hosts 1 && hosts 2 && publish 1 && publish 2
+    GANG_TIMEOUT=3 start_pod 1 "$WORK/miss1.log" 3 1 "$run"
+    GANG_TIMEOUT=3 start_pod 2 "$WORK/miss2b.log" 3 1 "$run"
+    want_exit 1 76 "$WORK/miss1.log" "pod 0 \($JOB-0.$SVC\), which hosts the store, never answered" &&
+        want_exit 2 76 "$WORK/miss2b.log" "pod 0 \($JOB-0.$SVC\), which hosts the store, never answered"
+}
+
+# Pod 1 is killed mid-run (after the step-4 checkpoint): pod 0 exits 76; the gang started
+# again (restart attempt 1) resumes from the newest checkpoint and ends like plait train.
+test_killed_pod_ends_the_gang_and_a_restart_resumes() {
+    local run=$WORK/killed
+    hosts 0 && hosts 1 && publish 0 && publish 1
+    # rank 0 reads each micro-batch 60 ms slower, so the run is still going at the kill
+    start_pod 0 "$WORK/kill0.log" 2 2 "$run" PLAIT_DEBUG_SLOW_RANK=0:60
+    start_pod 1 "$WORK/kill1.log" 2 2 "$run" PLAIT_DEBUG_SLOW_RANK=0:60
+    local i
+    for i in $(seq 300); do
+        compgen -G "$run/checkpoints/step_00000004*" >/dev/null && break
+        sleep 0.05
+    done
+    compgen -G "$run/checkpoints/step_00000004*" >/dev/null || { echo "no step-4 checkpoint"; cat "$WORK/kill0.log"; return 1; }
+    kill -KILL "${POD_PID[1]}"
+    wait_pod 1
+    want_exit 0 76 "$WORK/kill0.log" "exit 76 \(restart the gang\)" || return 1
+    ! compgen -G "$run/checkpoints/step_00000012*" >/dev/null || { echo "the run had ended before the kill"; return 1; }
+    start_pod 0 "$WORK/again0.log" 2 2 "$run" PLAIT_K8S_RESTART_ATTEMPT=1
+    start_pod 1 "$WORK/again1.log" 2 2 "$run" PLAIT_K8S_RESTART_ATTEMPT=1
+    want_exit 0 0 "$WORK/again0.log" && want_exit 1 0 "$WORK/again1.log" || return 1
+    grep -q "resuming from .*step_0000000[48]" "$WORK/again0.log" || { cat "$WORK/again0.log"; return 1; }
+    metrics_equal "$WORK/ref/metrics.jsonl" "$run/metrics.jsonl"
+}
+
+check test_two_pods_rendezvous_and_train_like_plait_train test_two_pods_rendezvous_and_train_like_plait_train
+check test_missing_pod_makes_every_other_exit_76_naming_it test_missing_pod_makes_every_other_exit_76_naming_it
+check test_killed_pod_ends_the_gang_and_a_restart_resumes test_killed_pod_ends_the_gang_and_a_restart_resumes
+finish
