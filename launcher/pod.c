@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -429,6 +430,26 @@ static void finish(struct pod *p, int code, double wait_s)
 
 /* ---- plait launch in a pod --------------------------------------------------------------- */
 
+/* Before the ranks start there is nothing to checkpoint: a stop (Kubernetes'
+ * SIGTERM) ends the pod at once, resumable. The launcher may be the container's
+ * process 1, which the kernel spares every signal it has no handler for. */
+static void stop_before_ranks(int sig)
+{
+    (void)sig;
+    _exit(PLAIT_EXIT_PREEMPTED);
+}
+
+static void on_stop_signals(void (*handler)(int))
+{
+    struct sigaction sa = {.sa_handler = handler}, old;
+    sigemptyset(&sa.sa_mask);
+    const int sigs[4] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
+    for (int i = 0; i < 4; i++) { /* what is ignored (nohup) stays ignored */
+        sigaction(sigs[i], &sa, &old);
+        if (old.sa_handler == SIG_IGN) sigaction(sigs[i], &old, NULL);
+    }
+}
+
 int pod_launch(void)
 {
     struct pod p = {0};
@@ -443,6 +464,7 @@ int pod_launch(void)
     atomic_init(&p.quit, 0);
     atomic_init(&p.lost, 0);
     if (read_pod(&p)) return PLAIT_EXIT_ERROR;
+    on_stop_signals(stop_before_ranks);
     p.deadline = now_s() + p.gang_timeout_s;
     /* the plan the ConfigMap mounts, unless the pod says otherwise */
     setenv(PLAIT_ENV_PLAN, K8S_PLAN_PATH, 0);
@@ -506,6 +528,7 @@ int pod_launch(void)
     }
     p.watching = true;
     code = run_ranks(&p, &chosen.map, &nodes, plan->parallel.timeout_s + 5);
+    on_stop_signals(SIG_IGN); /* the ranks are done: the end is said however it came */
     atomic_store(&p.quit, 1);
     pthread_join(p.watcher, NULL);
     p.watching = false;

@@ -211,7 +211,34 @@ test_killed_pod_ends_the_gang_and_a_restart_resumes() {
     metrics_equal "$WORK/ref/metrics.jsonl" "$run/metrics.jsonl"
 }
 
+# Kubernetes preempts the gang (SIGTERM to every pod's launcher, process 1 of its PID
+# namespace): each passes it on, its ranks write a checkpoint, every pod exits 75; the gang
+# started again resumes to the bit.
+test_sigterm_reaches_every_rank_and_a_restart_resumes() {
+    local run=$WORK/preempted i pod
+    hosts 0 && hosts 1 && publish 0 && publish 1
+    start_pod 0 "$WORK/term0.log" 2 2 "$run" PLAIT_DEBUG_SLOW_RANK=0:60
+    start_pod 1 "$WORK/term1.log" 2 2 "$run" PLAIT_DEBUG_SLOW_RANK=0:60
+    for i in $(seq 300); do
+        grep -q "^step *[3-9]" "$WORK/term0.log" 2>/dev/null && break
+        sleep 0.05
+    done
+    for i in 0 1; do
+        # the launcher: the child of unshare, process 1 in the pod
+        pod=$(cat "/proc/${POD_PID[$i]}/task/${POD_PID[$i]}/children")
+        kill -TERM $pod
+    done
+    want_exit 0 75 "$WORK/term0.log" && want_exit 1 75 "$WORK/term1.log" || return 1
+    compgen -G "$run/checkpoints/step_*" >/dev/null || { echo "no checkpoint"; return 1; }
+    start_pod 0 "$WORK/resume0.log" 2 2 "$run" PLAIT_K8S_RESTART_ATTEMPT=1
+    start_pod 1 "$WORK/resume1.log" 2 2 "$run" PLAIT_K8S_RESTART_ATTEMPT=1
+    want_exit 0 0 "$WORK/resume0.log" && want_exit 1 0 "$WORK/resume1.log" || return 1
+    grep -q "resuming from" "$WORK/resume0.log" || { cat "$WORK/resume0.log"; return 1; }
+    metrics_equal "$WORK/ref/metrics.jsonl" "$run/metrics.jsonl"
+}
+
 check test_two_pods_rendezvous_and_train_like_plait_train test_two_pods_rendezvous_and_train_like_plait_train
 check test_missing_pod_makes_every_other_exit_76_naming_it test_missing_pod_makes_every_other_exit_76_naming_it
 check test_killed_pod_ends_the_gang_and_a_restart_resumes test_killed_pod_ends_the_gang_and_a_restart_resumes
+check test_sigterm_reaches_every_rank_and_a_restart_resumes test_sigterm_reaches_every_rank_and_a_restart_resumes
 finish
