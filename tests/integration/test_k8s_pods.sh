@@ -1,7 +1,4 @@
 #!/usr/bin/env bash
-# asan: skip (the pods run the same launcher and store code that the asan runs of
-# test_parallel and the unit tests cover; under ASan the 2-pod training doubles the time)
-#
 # plait launch in Kubernetes pods, without Kubernetes: each pod is a process
 # tree in its own network, UTS (hostname), mount and PID namespace. A bridge in
 # a namespace of its own joins the pods (one veth pair each; the host's network
@@ -109,6 +106,8 @@ start_pod() {
     shift 2
     local env
     mapfile -t env < <(pod_env_from_manifest "$index" "$@")
+    # the test harness's own (the sanitizers' settings), not the manifest's
+    env+=(${ASAN_OPTIONS:+"ASAN_OPTIONS=$ASAN_OPTIONS"} ${UBSAN_OPTIONS:+"UBSAN_OPTIONS=$UBSAN_OPTIONS"})
     env -i "${env[@]}" nsenter --net="/run/netns/$NS-p$index" \
         unshare --mount --uts --pid --kill-child --mount-proc \
         sh -c 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"' \
