@@ -101,9 +101,12 @@ static int read_pod(struct pod *p)
         env_int(K8S_ENV_COMPLETION_INDEX, 0, pods - 1, -1, &index) ||
         env_int(K8S_ENV_RANKS_PER_POD, 1, PLAN_MAX_RANKS / pods, -1, &per_pod) ||
         env_int(K8S_ENV_STORE_PORT, 1, 65535, -1, &port) ||
-        env_int(K8S_ENV_GANG_TIMEOUT_S, 1, 7 * 24 * 3600, -1, &timeout_s) ||
-        env_int(K8S_ENV_RESTART_ATTEMPT, 0, 1 << 30, 0, &attempt))
+        env_int(K8S_ENV_GANG_TIMEOUT_S, 1, 7 * 24 * 3600, -1, &timeout_s))
         return -1;
+    /* the restart attempt: ours, else a PLAIT_RESTART_COUNT the pod spec maps it to, else 0 */
+    const char *attempt_var =
+        getenv(K8S_ENV_RESTART_ATTEMPT) ? K8S_ENV_RESTART_ATTEMPT : PLAIT_ENV_RESTART_COUNT;
+    if (env_int(attempt_var, 0, 1 << 30, 0, &attempt)) return -1;
     p->index = (int)index;
     p->pods = (int)pods;
     p->ranks_per_pod = (int)per_pod;

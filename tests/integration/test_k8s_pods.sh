@@ -229,8 +229,9 @@ test_sigterm_reaches_every_rank_and_a_restart_resumes() {
     done
     want_exit 0 75 "$WORK/term0.log" && want_exit 1 75 "$WORK/term1.log" || return 1
     compgen -G "$run/checkpoints/step_*" >/dev/null || { echo "no checkpoint"; return 1; }
-    start_pod 0 "$WORK/resume0.log" 2 2 "$run" PLAIT_K8S_RESTART_ATTEMPT=1
-    start_pod 1 "$WORK/resume1.log" 2 2 "$run" PLAIT_K8S_RESTART_ATTEMPT=1
+    # the restart attempt as a pod spec may map it: straight into PLAIT_RESTART_COUNT
+    start_pod 0 "$WORK/resume0.log" 2 2 "$run" PLAIT_RESTART_COUNT=1
+    start_pod 1 "$WORK/resume1.log" 2 2 "$run" PLAIT_RESTART_COUNT=1
     want_exit 0 0 "$WORK/resume0.log" && want_exit 1 0 "$WORK/resume1.log" || return 1
     grep -q "resuming from" "$WORK/resume0.log" || { cat "$WORK/resume0.log"; return 1; }
     metrics_equal "$WORK/ref/metrics.jsonl" "$run/metrics.jsonl"
