@@ -18,10 +18,7 @@ if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v unshare >/
     exit 0
 fi
 
-JOB=train
-SVC=train-ranks
 PORT=29500
-SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 NS=plait-$$ # namespaces: $NS-sw (the bridge), $NS-p<i> (the pods)
 declare -A POD_PID=()
 PIDS=$WORK/pod-pids # every pod started (the tests run in subshells), for the cleanup
@@ -38,7 +35,113 @@ cleanup() {
 }
 trap cleanup EXIT
 
-pod_dns() { echo "$JOB-$1.$SVC"; }
+# ------------------------------------------------------------------------------------------
+# What each pod runs and with what environment: read out of the manifests `plait k8s render`
+# writes (the rendered YAML itself: the JobSet's pod template, its Secret and ConfigMap) when
+# this build has that command ($PLAIT_RENDER may name another plait that has it), else written
+# here from launcher/k8s_env.h. Kubernetes' part is played here: JOB_COMPLETION_INDEX, the
+# downward API's restart attempt ($ATTEMPT), the Secret's key, and the volumes, whose mount
+# paths become files of the test (the ConfigMap's plan.json, the run directory).
+# ------------------------------------------------------------------------------------------
+RENDER=${PLAIT_RENDER:-$PLAIT}
+if "$RENDER" k8s render --help >/dev/null 2>&1 && "$PY" -c 'import yaml' 2>/dev/null; then
+    FROM=manifest
+else
+    FROM=k8s_env.h
+    DNS_PATTERN="train-{index}.train-ranks"
+    SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+fi
+
+# render PODS RANKS_PER_POD: the manifests of the plan on PODS pods (dp fills them), cached;
+# prints the file's path.
+render() {
+    local yaml=$WORK/manifest-$1x$2-${GANG_TIMEOUT:-20}.yaml
+    [ -s "$yaml" ] || "$RENDER" k8s render "$WORK/plan.json" --image plait:test --name train \
+        --nodes "$1" --gpus-per-node "$2" --port "$PORT" --gang-timeout "${GANG_TIMEOUT:-20}" \
+        --set parallel.dp=$(($1 * $2 / 2)) >"$yaml" 2>"$yaml.log" || { cat "$yaml.log" >&2; return 1; }
+    echo "$yaml"
+}
+
+# pod_env_from_manifest INDEX PODS RANKS_PER_POD RUN_DIR [NAME=VALUE...]: the environment of
+# pod INDEX (one NAME=VALUE a line): the container image's own, then the pod's, then the
+# NAME=VALUE given (what a test changes; the last of a name wins).
+pod_env_from_manifest() {
+    local index=$1 pods=$2 per_pod=$3 run_dir=$4 yaml
+    shift 4
+    printf '%s\n' PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+        OMP_NUM_THREADS=1
+    if [ "$FROM" = manifest ]; then
+        yaml=$(render "$pods" "$per_pod") &&
+            "$PY" - "$yaml" "$index" "$run_dir" "$WORK/configmap" "${ATTEMPT:-0}" <<'PYEOF' || return 1
+import base64, os, sys, yaml
+manifest, index, run_dir, cm_dir, attempt = sys.argv[1:]
+docs = [d for d in yaml.safe_load_all(open(manifest)) if d]
+def named(kind):
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+def secret_value(ref):
+    s = named("Secret")[ref["name"]]
+    if ref["key"] in s.get("stringData", {}):
+        return s["stringData"][ref["key"]]
+    return base64.b64decode(s["data"][ref["key"]]).decode()
+work = [d for d in docs if d["kind"] in ("JobSet", "Job")]
+assert len(work) == 1, [d["kind"] for d in docs]
+w = work[0]
+if w["kind"] == "JobSet":
+    spec = w["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+else:
+    spec = w["spec"]["template"]["spec"]
+c = spec["containers"][0]
+assert c["command"] == ["plait", "launch"], c["command"]
+volumes = {v["name"]: v for v in spec.get("volumes", [])}
+mounts = [(m["mountPath"].rstrip("/"), volumes[m["name"]]) for m in c.get("volumeMounts", [])]
+def local_path(name, path):
+    # the run directory's volume is the test's run directory; a ConfigMap's files are
+    # written here
+    if name == "PLAIT_RUN_DIR":
+        return run_dir
+    for mount, vol in mounts:
+        if "configMap" in vol and path.startswith(mount + "/"):
+            os.makedirs(cm_dir, exist_ok=True)
+            for key, text in named("ConfigMap")[vol["configMap"]["name"]]["data"].items():
+                open(os.path.join(cm_dir, key), "w").write(text)
+            return os.path.join(cm_dir, path[len(mount) + 1:])
+    return path
+print("JOB_COMPLETION_INDEX=" + index)
+for e in c.get("env", []):
+    if "value" in e:
+        v = str(e["value"])
+    elif "secretKeyRef" in e["valueFrom"]:
+        v = secret_value(e["valueFrom"]["secretKeyRef"])
+    else:
+        field = e["valueFrom"]["fieldRef"]["fieldPath"]
+        assert "restart-attempt" in field or "completion-index" in field, field
+        v = attempt if "restart-attempt" in field else index
+    print(e["name"] + "=" + local_path(e["name"], v))
+PYEOF
+    else
+        cat <<ENV
+JOB_COMPLETION_INDEX=$index
+PLAIT_K8S_PODS=$pods
+PLAIT_K8S_RANKS_PER_POD=$per_pod
+PLAIT_K8S_POD_DNS=$DNS_PATTERN
+PLAIT_K8S_STORE_PORT=$PORT
+PLAIT_K8S_GANG_TIMEOUT_S=${GANG_TIMEOUT:-20}
+PLAIT_PLAN=$WORK/plan.json
+PLAIT_STORE_SECRET=$SECRET
+PLAIT_RUN_DIR=$run_dir
+ENV
+        [ -z "${ATTEMPT:-}" ] || echo "PLAIT_K8S_RESTART_ATTEMPT=$ATTEMPT"
+    fi
+    local kv
+    for kv in "$@"; do echo "$kv"; done
+}
+
+pod_dns() { echo "${DNS_PATTERN//\{index\}/$1}"; }
+pod_host() {
+    local dns
+    dns=$(pod_dns "$1")
+    echo "${dns%%.*}"
+}
 pod_ip() { echo "10.77.0.$(($1 + 1))"; }
 
 # net N: N pod namespaces, each with eth0 on a bridge in the switch namespace.
@@ -57,8 +160,8 @@ net() {
 
 # hosts I: pod I's /etc/hosts, knowing only itself (what the kubelet writes).
 hosts() {
-    printf '127.0.0.1\tlocalhost\n%s\t%s %s\n' "$(pod_ip "$1")" "$(pod_dns "$1")" "$JOB-$1" \
-        >"$WORK/hosts.$1"
+    printf '127.0.0.1\tlocalhost\n%s\t%s %s\n' "$(pod_ip "$1")" "$(pod_dns "$1")" \
+        "$(pod_host "$1")" >"$WORK/hosts.$1"
 }
 
 # publish I: pod I has an address: its record appears in every pod's hosts file.
@@ -69,37 +172,8 @@ publish() {
     done
 }
 
-# ------------------------------------------------------------------------------------------
-# pod_env_from_manifest INDEX PODS RANKS_PER_POD RUN_DIR [NAME=VALUE...]: the environment of
-# pod INDEX, one NAME=VALUE a line. TO SWITCH once `plait k8s render` is on main: render the
-# plan (plait k8s render "$WORK/plan.json" --image test --nodes PODS ...) and read this pod's
-# container env out of the YAML (the JobSet's pod template: env, the Secret's key, the
-# ConfigMap mount), keeping only JOB_COMPLETION_INDEX and the downward-API restart attempt
-# from here, as Kubernetes sets those. Until then it is written from launcher/k8s_env.h.
-# ------------------------------------------------------------------------------------------
-pod_env_from_manifest() {
-    local index=$1 pods=$2 per_pod=$3 run_dir=$4
-    shift 4
-    cat <<EOF
-PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-HOME=/root
-JOB_COMPLETION_INDEX=$index
-PLAIT_K8S_PODS=$pods
-PLAIT_K8S_RANKS_PER_POD=$per_pod
-PLAIT_K8S_POD_DNS=$JOB-{index}.$SVC
-PLAIT_K8S_STORE_PORT=$PORT
-PLAIT_K8S_GANG_TIMEOUT_S=${GANG_TIMEOUT:-20}
-PLAIT_PLAN=$WORK/plan.json
-PLAIT_STORE_SECRET=$SECRET
-PLAIT_RUN_DIR=$run_dir
-OMP_NUM_THREADS=1
-EOF
-    local kv
-    for kv in "$@"; do echo "$kv"; done
-}
-
 # start_pod INDEX LOG PODS RANKS_PER_POD RUN_DIR [NAME=VALUE...]: plait launch as pod INDEX,
-# in its namespaces (hostname train-INDEX, its hosts file); POD_PID[INDEX] is the pod (killing
+# in its namespaces (its host name, its hosts file); POD_PID[INDEX] is the pod (killing
 # it kills everything in the pod's PID namespace, as losing a pod does).
 start_pod() {
     local index=$1 log=$2
@@ -111,7 +185,7 @@ start_pod() {
     env -i "${env[@]}" nsenter --net="/run/netns/$NS-p$index" \
         unshare --mount --uts --pid --kill-child --mount-proc \
         sh -c 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"' \
-        pod "$WORK/hosts.$index" "$JOB-$index" "$PLAIT" launch >"$log" 2>&1 &
+        pod "$WORK/hosts.$index" "$(pod_host "$index")" "$PLAIT" launch >"$log" 2>&1 &
     POD_PID[$index]=$!
     echo $! >>"$PIDS"
 }
@@ -143,6 +217,11 @@ p["data"]["val_every"] = 0
 json.dump(p, open(sys.argv[1], "w"))
 PYEOF
 "$PLAIT" train "$WORK/plan.json" --out "$WORK/ref" >"$WORK/ref.log" 2>&1 || { cat "$WORK/ref.log"; exit 1; }
+if [ "$FROM" = manifest ]; then
+    DNS_PATTERN=$(pod_env_from_manifest 0 2 2 "$WORK/x" | sed -n 's/^PLAIT_K8S_POD_DNS=//p')
+    [ -n "$DNS_PATTERN" ] || { echo "not ok test_k8s_pods_render (no PLAIT_K8S_POD_DNS)"; exit 1; }
+fi
+echo "# each pod's command and environment: from $FROM"
 
 # Pod 1 starts first and cannot resolve pod 0 until pod 0 has an address; an intruder with
 # another secret is refused; the two pods train tp 2 × dp 2 as plait train does.
@@ -154,35 +233,33 @@ test_two_pods_rendezvous_and_train_like_plait_train() {
     start_pod 0 "$WORK/pod0.log" 2 2 "$run"
     publish 0
     # a pod of another job (another Secret) that claims to be pod 1
-    local real=$SECRET
-    SECRET=0123456789abcdef
-    start_pod 2 "$WORK/intruder.log" 2 2 "$run" JOB_COMPLETION_INDEX=1
-    SECRET=$real
+    start_pod 2 "$WORK/intruder.log" 2 2 "$run" JOB_COMPLETION_INDEX=1 \
+        PLAIT_STORE_SECRET=0123456789abcdef
     want_exit 2 1 "$WORK/intruder.log" \
-        "pod 1 \($JOB-1.$SVC\): pod 0's store at $JOB-0.$SVC:$PORT refused this pod: its PLAIT_STORE_SECRET is not the job's" ||
+        "pod 1 \($(pod_dns 1)\): pod 0's store at $(pod_dns 0):$PORT refused this pod: its PLAIT_STORE_SECRET is not the job's" ||
         return 1
     want_exit 0 0 "$WORK/pod0.log" && want_exit 1 0 "$WORK/pod1.log" || return 1
     grep -q "the gang of 2 pods is complete" "$WORK/pod1.log" || { cat "$WORK/pod1.log"; return 1; }
     metrics_equal "$WORK/ref/metrics.jsonl" "$run/metrics.jsonl"
 }
 
-# Three pods, pod 1 never comes: pods 0 and 2 exit 76 at the deadline naming it; and with pod
+# Three pods of 2 ranks, pod 1 never comes: pods 0 and 2 exit 76 at the deadline naming it; and with pod
 # 0 (the store) missing, the others exit 76 naming pod 0.
 test_missing_pod_makes_every_other_exit_76_naming_it() {
     local run=$WORK/missing
     hosts 0 && hosts 1 && hosts 2 && publish 0 && publish 2
-    GANG_TIMEOUT=3 start_pod 0 "$WORK/miss0.log" 3 1 "$run"
-    GANG_TIMEOUT=3 start_pod 2 "$WORK/miss2.log" 3 1 "$run"
+    GANG_TIMEOUT=3 start_pod 0 "$WORK/miss0.log" 3 2 "$run"
+    GANG_TIMEOUT=3 start_pod 2 "$WORK/miss2.log" 3 2 "$run"
     local t0=$SECONDS
-    want_exit 0 76 "$WORK/miss0.log" "pod 1 \($JOB-1.$SVC\) never arrived" &&
-        want_exit 2 76 "$WORK/miss2.log" "pod 1 \($JOB-1.$SVC\) never arrived" || return 1
+    want_exit 0 76 "$WORK/miss0.log" "pod 1 \($(pod_dns 1)\) never arrived" &&
+        want_exit 2 76 "$WORK/miss2.log" "pod 1 \($(pod_dns 1)\) never arrived" || return 1
     [ $((SECONDS - t0)) -ge 2 ] || { echo "exited before the deadline"; return 1; }
     # pod 0 held back: nothing resolves it, nothing answers
     hosts 1 && hosts 2 && publish 1 && publish 2
-    GANG_TIMEOUT=3 start_pod 1 "$WORK/miss1.log" 3 1 "$run"
-    GANG_TIMEOUT=3 start_pod 2 "$WORK/miss2b.log" 3 1 "$run"
-    want_exit 1 76 "$WORK/miss1.log" "pod 0 \($JOB-0.$SVC\), which hosts the store, never answered" &&
-        want_exit 2 76 "$WORK/miss2b.log" "pod 0 \($JOB-0.$SVC\), which hosts the store, never answered"
+    GANG_TIMEOUT=3 start_pod 1 "$WORK/miss1.log" 3 2 "$run"
+    GANG_TIMEOUT=3 start_pod 2 "$WORK/miss2b.log" 3 2 "$run"
+    want_exit 1 76 "$WORK/miss1.log" "pod 0 \($(pod_dns 0)\), which hosts the store, never answered" &&
+        want_exit 2 76 "$WORK/miss2b.log" "pod 0 \($(pod_dns 0)\), which hosts the store, never answered"
 }
 
 # Pod 1 is killed mid-run (after the step-4 checkpoint): pod 0 exits 76; the gang started
@@ -203,8 +280,8 @@ test_killed_pod_ends_the_gang_and_a_restart_resumes() {
     wait_pod 1
     want_exit 0 76 "$WORK/kill0.log" "exit 76 \(restart the gang\)" || return 1
     ! compgen -G "$run/checkpoints/step_00000012*" >/dev/null || { echo "the run had ended before the kill"; return 1; }
-    start_pod 0 "$WORK/again0.log" 2 2 "$run" PLAIT_K8S_RESTART_ATTEMPT=1
-    start_pod 1 "$WORK/again1.log" 2 2 "$run" PLAIT_K8S_RESTART_ATTEMPT=1
+    ATTEMPT=1 start_pod 0 "$WORK/again0.log" 2 2 "$run"
+    ATTEMPT=1 start_pod 1 "$WORK/again1.log" 2 2 "$run"
     want_exit 0 0 "$WORK/again0.log" && want_exit 1 0 "$WORK/again1.log" || return 1
     grep -q "resuming from .*step_0000000[48]" "$WORK/again0.log" || { cat "$WORK/again0.log"; return 1; }
     metrics_equal "$WORK/ref/metrics.jsonl" "$run/metrics.jsonl"
