@@ -403,9 +403,10 @@ out:
     return code;
 }
 
-/* The end: say how this pod ended; pod 0 keeps the store up until every pod
- * has said so (or a while, after a failure), so that no pod's ranks lose it
- * while they finish. */
+/* The end, once the gang has formed: say how this pod ended; pod 0 keeps the
+ * store up until every pod has said so (or a while, after a failure), so that
+ * no pod's ranks lose it while they finish, and no pod still reading the
+ * others' topologies loses it when pod 0 refuses the plan. */
 static void finish(struct pod *p, int code, double wait_s)
 {
     struct plait_error err;
@@ -464,6 +465,7 @@ int pod_launch(void)
     char host[256] = "", *xml = NULL;
     size_t xml_bytes = 0;
     int code = PLAIT_EXIT_ERROR;
+    bool met = false; /* the gang formed: every way out says how this pod ended */
     atomic_init(&p.quit, 0);
     atomic_init(&p.lost, 0);
     if (read_pod(&p)) return PLAIT_EXIT_ERROR;
@@ -490,13 +492,15 @@ int pod_launch(void)
     code = PLAIT_EXIT_RESTART;
     if (rendezvous(&p, host, xml, xml_bytes)) goto out;
     log_info("pod %d (%s): the gang of %d pods is complete", p.index, p.dns, p.pods);
+    met = true;
     if ((code = read_nodes(&p, plan, &nodes)) != 0) goto out;
     /* the layout, as on Slurm: the plan's degrees, "auto" chosen by the cost model */
     struct layout_inputs in = {.bw = {25, 50, 100}};
     in.device_memory_bytes = layout_device_memory(nodes.nodes, p.pods, 0);
     code = PLAIT_EXIT_ERROR;
     if (layout_choose(plan, nodes.nodes, p.pods, &in, NULL, NULL, &chosen, &err)) {
-        log_error("pod %d (%s): %s", p.index, p.dns, err.text);
+        log_error("pod %d (%s): %s on %d pods × %d ranks (%s, %s)", p.index, p.dns, err.text,
+                  p.pods, p.ranks_per_pod, K8S_ENV_PODS, K8S_ENV_RANKS_PER_POD);
         goto out;
     }
     int world = p.pods * p.ranks_per_pod;
@@ -532,15 +536,14 @@ int pod_launch(void)
     p.watching = true;
     code = run_ranks(&p, &chosen.map, &nodes, plan->parallel.timeout_s + 5);
     on_stop_signals(SIG_IGN); /* the ranks are done: the end is said however it came */
-    atomic_store(&p.quit, 1);
-    pthread_join(p.watcher, NULL);
-    p.watching = false;
-    bool ok = code == PLAIT_EXIT_OK || code == PLAIT_EXIT_PREEMPTED;
-    finish(&p, code, ok ? p.gang_timeout_s + plan->parallel.timeout_s : END_WAIT_FAILED_S);
 out:
     if (p.watching) {
         atomic_store(&p.quit, 1);
         pthread_join(p.watcher, NULL);
+    }
+    if (met) {
+        bool ok = code == PLAIT_EXIT_OK || code == PLAIT_EXIT_PREEMPTED;
+        finish(&p, code, ok ? p.gang_timeout_s + plan->parallel.timeout_s : END_WAIT_FAILED_S);
     }
     store_close(p.watch);
     store_close(p.st);

@@ -314,8 +314,28 @@ test_sigterm_reaches_every_rank_and_a_restart_resumes() {
     metrics_equal "$WORK/ref/metrics.jsonl" "$run/metrics.jsonl"
 }
 
+# A plan whose layout is not pods × ranks-per-pod is refused by every pod (exit 1, which the
+# pod failure policy takes for "do not retry"), naming both; so is a broken pod environment.
+test_layout_that_does_not_fit_the_pods_is_refused_by_every_pod() {
+    local run=$WORK/refused
+    hosts 0 && hosts 1 && publish 0 && publish 1
+    start_pod 0 "$WORK/refused0.log" 2 2 "$run" PLAIT_K8S_RANKS_PER_POD=1
+    start_pod 1 "$WORK/refused1.log" 2 2 "$run" PLAIT_K8S_RANKS_PER_POD=1
+    want_exit 0 1 "$WORK/refused0.log" \
+        "pod 0 \($(pod_dns 0)\): .*tp 2 .* on 2 pods × 1 ranks \(PLAIT_K8S_PODS, PLAIT_K8S_RANKS_PER_POD\)" &&
+        want_exit 1 1 "$WORK/refused1.log" "pod 1 \($(pod_dns 1)\): .*tp 2" || return 1
+    local env
+    mapfile -t env < <(pod_env_from_manifest 1 2 2 "$run" PLAIT_K8S_POD_DNS=train-1.train)
+    expect_error "$WORK/bad-env.log" 1 "PLAIT_K8S_POD_DNS=train-1.train must be the pods' DNS name with \{index\}" \
+        env -i "${env[@]}" "$PLAIT" launch &&
+        mapfile -t env < <(pod_env_from_manifest 2 2 2 "$run" JOB_COMPLETION_INDEX=2) &&
+        expect_error "$WORK/bad-index.log" 1 "JOB_COMPLETION_INDEX=2 is not a number from 0 to 1" \
+            env -i "${env[@]}" "$PLAIT" launch
+}
+
 check test_two_pods_rendezvous_and_train_like_plait_train test_two_pods_rendezvous_and_train_like_plait_train
 check test_missing_pod_makes_every_other_exit_76_naming_it test_missing_pod_makes_every_other_exit_76_naming_it
 check test_killed_pod_ends_the_gang_and_a_restart_resumes test_killed_pod_ends_the_gang_and_a_restart_resumes
 check test_sigterm_reaches_every_rank_and_a_restart_resumes test_sigterm_reaches_every_rank_and_a_restart_resumes
+check test_layout_that_does_not_fit_the_pods_is_refused_by_every_pod test_layout_that_does_not_fit_the_pods_is_refused_by_every_pod
 finish
