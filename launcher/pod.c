@@ -27,8 +27,9 @@
 #include "launcher/k8s_env.h"
 
 #define DNS_BYTES 256
-#define END_WAIT_FAILED_S 5.0 /* pod 0 keeps its store this long for the others after a failure */
-#define WATCH_POLL_S 0.5      /* how often the watcher looks whether it should stop */
+#define END_WAIT_FAILED_S 5.0   /* pod 0 keeps its store this long for the others after a failure */
+#define WATCH_POLL_S 0.5        /* how often the watcher looks whether it should stop */
+#define GANG_END_LINGER_MS 1000 /* pod 0's store after the gang did not form */
 
 /* The gang as this pod sees it. */
 struct pod {
@@ -209,6 +210,9 @@ static int rendezvous(struct pod *p, const char *host, const char *xml, size_t x
     store_abort(p->st, reason, &ignored);
     log_error("pod %d (%s): %s; exit %d (restart the gang)", p->index, p->dns, reason,
               PLAIT_EXIT_RESTART);
+    /* pod 0 keeps its store a moment for a pod whose deadline came at the same time and
+     * is reading who arrived */
+    if (p->index == 0) usleep(GANG_END_LINGER_MS * 1000);
     return -1;
 lost:
     log_error("pod %d (%s): the gang did not form: %s; exit %d (restart the gang)", p->index,
