@@ -123,13 +123,6 @@ void gang_run_ranks(const struct gang_ranks *g, struct gang_outcome *out)
             for (int r = 0; r < n; r++)
                 if (pids[r] > 0) kill(pids[r], sig);
         }
-        if (!terminated && g->poll && g->poll(g->ctx)) {
-            out->stopped = true;
-            terminated = true;
-            kill_at = now_s() + g->grace_s;
-            for (int r = 0; r < n; r++)
-                if (pids[r] > 0) kill(pids[r], SIGTERM);
-        }
         if (kill_at > 0 && now_s() > kill_at) {
             for (int r = 0; r < n; r++)
                 if (pids[r] > 0) kill(pids[r], SIGKILL);
@@ -139,6 +132,16 @@ void gang_run_ranks(const struct gang_ranks *g, struct gang_outcome *out)
         bool watch = kill_at > 0 || (g->poll && !terminated);
         pid_t pid = waitpid(-1, &status, watch ? WNOHANG : 0);
         if (pid == 0 || (pid < 0 && errno == EINTR)) {
+            /* nothing (more) ended here: only now ask about the peers, so that a rank of ours
+             * that died is named as the failure rather than the abort its peers then sent */
+            if (pid == 0 && !terminated && g->poll && g->poll(g->ctx)) {
+                out->stopped = true;
+                terminated = true;
+                kill_at = now_s() + g->grace_s;
+                for (int r = 0; r < n; r++)
+                    if (pids[r] > 0) kill(pids[r], SIGTERM);
+                continue;
+            }
             if (pid == 0) usleep(50 * 1000);
             continue;
         }

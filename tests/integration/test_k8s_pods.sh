@@ -26,7 +26,12 @@ PIDS=$WORK/pod-pids # every pod started (the tests run in subshells), for the cl
 cleanup() {
     local pid i
     if [ -f "$PIDS" ]; then
-        while read -r pid; do kill -KILL "$pid" 2>/dev/null; done <"$PIDS"
+        # only a pod still running: its unshare's command line names this test's files (a
+        # number alone may have been given to another process since)
+        while read -r pid; do
+            { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -qF "$WORK/hosts." &&
+                kill -KILL "$pid" 2>/dev/null
+        done <"$PIDS"
         sleep 0.2
     fi
     for ((i = 0; i < 3; i++)); do ip netns del "$NS-p$i" 2>/dev/null; done
@@ -190,6 +195,27 @@ start_pod() {
     echo $! >>"$PIDS"
 }
 
+# stop_pods: the pods a test left running (it failed half-way) are killed and reaped.
+stop_pods() {
+    local i
+    for i in "${!POD_PID[@]}"; do kill -KILL "${POD_PID[$i]}" 2>/dev/null; done
+    for i in "${!POD_PID[@]}"; do wait "${POD_PID[$i]}" 2>/dev/null; done
+    POD_PID=()
+}
+
+# pods_test NAME: runs the test function NAME, then stops what it left.
+pods_test() {
+    local rc=0
+    "$1" || rc=$?
+    stop_pods
+    return "$rc"
+}
+
+# launcher_of INDEX: the host's pid of pod INDEX's plait launch (process 1 of the pod: the
+# child of its unshare). children_of PID: the children of PID.
+children_of() { xargs <"/proc/$1/task/$1/children"; }
+launcher_of() { children_of "${POD_PID[$1]}"; }
+
 # wait_pod INDEX: its exit code.
 wait_pod() {
     local rc=0
@@ -291,7 +317,7 @@ test_killed_pod_ends_the_gang_and_a_restart_resumes() {
 # namespace): each passes it on, its ranks write a checkpoint, every pod exits 75; the gang
 # started again resumes to the bit.
 test_sigterm_reaches_every_rank_and_a_restart_resumes() {
-    local run=$WORK/preempted i pod
+    local run=$WORK/preempted i
     hosts 0 && hosts 1 && publish 0 && publish 1
     start_pod 0 "$WORK/term0.log" 2 2 "$run" PLAIT_DEBUG_SLOW_RANK=0:60
     start_pod 1 "$WORK/term1.log" 2 2 "$run" PLAIT_DEBUG_SLOW_RANK=0:60
@@ -299,11 +325,7 @@ test_sigterm_reaches_every_rank_and_a_restart_resumes() {
         grep -q "^step *[3-9]" "$WORK/term0.log" 2>/dev/null && break
         sleep 0.05
     done
-    for i in 0 1; do
-        # the launcher: the child of unshare, process 1 in the pod
-        pod=$(cat "/proc/${POD_PID[$i]}/task/${POD_PID[$i]}/children")
-        kill -TERM $pod
-    done
+    for i in 0 1; do kill -TERM "$(launcher_of $i)"; done
     want_exit 0 75 "$WORK/term0.log" && want_exit 1 75 "$WORK/term1.log" || return 1
     compgen -G "$run/checkpoints/step_*" >/dev/null || { echo "no checkpoint"; return 1; }
     # the restart attempt as a pod spec may map it: straight into PLAIT_RESTART_COUNT
@@ -333,9 +355,32 @@ test_layout_that_does_not_fit_the_pods_is_refused_by_every_pod() {
             env -i "${env[@]}" "$PLAIT" launch
 }
 
-check test_two_pods_rendezvous_and_train_like_plait_train test_two_pods_rendezvous_and_train_like_plait_train
-check test_missing_pod_makes_every_other_exit_76_naming_it test_missing_pod_makes_every_other_exit_76_naming_it
-check test_killed_pod_ends_the_gang_and_a_restart_resumes test_killed_pod_ends_the_gang_and_a_restart_resumes
-check test_sigterm_reaches_every_rank_and_a_restart_resumes test_sigterm_reaches_every_rank_and_a_restart_resumes
-check test_layout_that_does_not_fit_the_pods_is_refused_by_every_pod test_layout_that_does_not_fit_the_pods_is_refused_by_every_pod
+# One rank of pod 1 dies (the OOM killer, say): pod 1 tells the gang through the store, stops
+# its other rank and exits 76 naming it; pod 0 stops its ranks and exits 76 too.
+test_a_dead_rank_ends_every_pod_with_76() {
+    local run=$WORK/rank-died launcher rank i
+    hosts 0 && hosts 1 && publish 0 && publish 1
+    start_pod 0 "$WORK/died0.log" 2 2 "$run" PLAIT_DEBUG_SLOW_RANK=0:60
+    start_pod 1 "$WORK/died1.log" 2 2 "$run" PLAIT_DEBUG_SLOW_RANK=0:60
+    for i in $(seq 300); do
+        grep -q "^step *[2-9]" "$WORK/died0.log" 2>/dev/null && break
+        sleep 0.05
+    done
+    # pod 1's launcher (process 1 of the pod), then its first rank (global rank 2)
+    launcher=$(launcher_of 1)
+    rank=$(children_of "$launcher" | awk '{print $1}')
+    [ -n "$rank" ] || { echo "no rank in pod 1"; return 1; }
+    kill -KILL "$rank"
+    want_exit 1 76 "$WORK/died1.log" \
+        "pod 1 \($(pod_dns 1)\): rank 2 failed; exit 76 \(restart the gang\)" &&
+        want_exit 0 76 "$WORK/died0.log" "pod 0 \($(pod_dns 0)\): .*exit 76 \(restart the gang\)" || return 1
+    grep -q "rank 2 (pid [0-9]*) was killed by signal 9" "$WORK/died1.log" || { cat "$WORK/died1.log"; return 1; }
+}
+
+check test_two_pods_rendezvous_and_train_like_plait_train pods_test test_two_pods_rendezvous_and_train_like_plait_train
+check test_missing_pod_makes_every_other_exit_76_naming_it pods_test test_missing_pod_makes_every_other_exit_76_naming_it
+check test_killed_pod_ends_the_gang_and_a_restart_resumes pods_test test_killed_pod_ends_the_gang_and_a_restart_resumes
+check test_a_dead_rank_ends_every_pod_with_76 pods_test test_a_dead_rank_ends_every_pod_with_76
+check test_sigterm_reaches_every_rank_and_a_restart_resumes pods_test test_sigterm_reaches_every_rank_and_a_restart_resumes
+check test_layout_that_does_not_fit_the_pods_is_refused_by_every_pod pods_test test_layout_that_does_not_fit_the_pods_is_refused_by_every_pod
 finish
