@@ -1,9 +1,8 @@
-/* gang.c — the ranks a launcher runs on this machine: one process per rank
- * with its env contract and CPUs, signals passed on to every rank, failures
- * ending the others, and the exit code of them all (gang_run_ranks, used by
- * plait train and by plait launch in a pod); and plait train's whole gang, with
- * the rendezvous store in a thread of this process. What the ranks do together
- * is the runtime's. */
+/* gang.c — a launcher's ranks on this machine (gang_run_ranks, for plait train
+ * and plait launch in a pod): one process per rank with its env contract and
+ * CPUs, signals passed on, a failure ending the others, one exit code; and
+ * plait train's whole gang, its store in a thread of this process. What the
+ * ranks do together is the runtime's. */
 #include "launcher/gang.h"
 
 #include <errno.h>
