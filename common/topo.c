@@ -1,7 +1,7 @@
-/* topo.c — one node's hardware from hwloc (the live machine or an XML file) into struct topo:
- * cores and NUMA nodes, NVIDIA GPUs, their NVLink bandwidth closed through NVSwitches and cut
- * into cliques (domains), network adapters, and how far each adapter is from each GPU in the
- * PCI tree. It only describes the node; choosing GPUs, NICs and cores for ranks is place.c. */
+/* topo.c — one node's hardware from hwloc (the live machine, an XML file or XML text, which it
+ * also writes) into struct topo: cores and NUMA nodes, NVIDIA GPUs, their NVLink bandwidth closed
+ * through NVSwitches and cut into cliques (domains), network adapters, and how far each adapter
+ * is from each GPU in the PCI tree. Choosing GPUs, NICs and cores for ranks is place.c. */
 #include "common/topo.h"
 
 #include <errno.h>
