@@ -73,9 +73,11 @@ void store_server_stop(struct store_server *srv);
 struct store;
 
 /* Connects to host:port as `rank` and proves the secret, retrying (the server
- * may not be up yet) until timeout_s; that timeout is also the store's
- * default for later calls. On failure the error names host:port and the last
- * error seen; a wrong secret fails at once. */
+ * may not be up yet, its name may not resolve yet) until timeout_s; that
+ * timeout is also the store's default for later calls. On failure the error
+ * names host:port and the last error seen; a wrong secret fails at once,
+ * returning STORE_REFUSED rather than -1. */
+#define STORE_REFUSED (-2)
 int store_connect(struct store **st, const char *host, int port, const char *secret, int rank,
                   double timeout_s, struct plait_error *err);
 

@@ -261,7 +261,10 @@ int store_connect(struct store **out, const char *host, int port, const char *se
     for (;;) {
         st->fd = try_connect(st, deadline, last, sizeof last, err);
         if (st->fd >= 0) break;
-        if (st->fd == -2) goto fail;
+        if (st->fd == -2) {
+            free(st);
+            return STORE_REFUSED;
+        }
         int64_t left = deadline - now_ms();
         if (left <= 0) {
             error_set(err,

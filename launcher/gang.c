@@ -1,7 +1,8 @@
-/* gang.c — the ranks of one job on this machine (plait train with more than
- * one rank): the rendezvous store in a thread of this process, one process
- * per rank with its env contract and CPUs, signals passed on to every rank,
- * and the gang's exit code. What the ranks do together is the runtime's. */
+/* gang.c — a launcher's ranks on this machine (gang_run_ranks, for plait train
+ * and plait launch in a pod): one process per rank with its env contract and
+ * CPUs, signals passed on, a failure ending the others, one exit code; and
+ * plait train's whole gang, its store in a thread of this process. What the
+ * ranks do together is the runtime's. */
 #include "launcher/gang.h"
 
 #include <errno.h>
@@ -63,15 +64,128 @@ static void merge_status(int *gang, int rank_code)
     if (failed || rank_code == PLAIT_EXIT_PREEMPTED) *gang = rank_code;
 }
 
+static void describe_failure(const struct gang_ranks *g, int r, pid_t pid, int status)
+{
+    log_error("rank %d (pid %d) %s %d; stopping the other ranks", g->global_rank[r], (int)pid,
+              WIFEXITED(status) ? "exited with" : "was killed by signal",
+              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+}
+
+void gang_run_ranks(const struct gang_ranks *g, struct gang_outcome *out)
+{
+    *out = (struct gang_outcome){.code = PLAIT_EXIT_OK, .failed_rank = -1};
+    int n = g->n, alive = 0;
+    pid_t *pids = calloc((size_t)n, sizeof *pids);
+    if (!pids) {
+        log_error("out of memory starting %d ranks", n);
+        out->code = PLAIT_EXIT_ERROR;
+        return;
+    }
+    struct sigaction sa = {.sa_handler = on_signal}, old[4];
+    const int sigs[4] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 4; i++) { /* what is ignored (nohup) stays ignored */
+        sigaction(sigs[i], &sa, &old[i]);
+        if (old[i].sa_handler == SIG_IGN) sigaction(sigs[i], &old[i], NULL);
+    }
+    fflush(NULL);
+    for (int r = 0; r < n; r++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            /* its own process group: a terminal's Ctrl-C reaches only the
+             * launcher, which passes it on once to every rank (a rank that got
+             * it twice would take it for the second Ctrl-C and stop at once) */
+            setpgid(0, 0);
+            for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
+            exec_rank(g->envs[r], g->store_addr, g->secret, g->threads);
+        }
+        if (pid < 0) {
+            log_error("cannot start rank %d: %s", g->global_rank[r], strerror(errno));
+            if (out->failed_rank < 0 && g->failed) g->failed(g->ctx, g->global_rank[r], true, 1);
+            out->failed_rank = g->global_rank[r];
+            break;
+        }
+        pids[r] = pid;
+        alive++;
+    }
+    /* wait for the ranks; a failure ends the others within the grace */
+    int code = alive == n ? PLAIT_EXIT_OK : PLAIT_EXIT_ERROR;
+    double kill_at = alive == n ? 0 : now_s() + g->grace_s;
+    bool terminated = alive != n;
+    if (terminated)
+        for (int r = 0; r < n; r++)
+            if (pids[r] > 0) kill(pids[r], SIGTERM);
+    while (alive > 0) {
+        if (pending_signal) {
+            int sig = pending_signal;
+            pending_signal = 0;
+            for (int r = 0; r < n; r++)
+                if (pids[r] > 0) kill(pids[r], sig);
+        }
+        if (kill_at > 0 && now_s() > kill_at) {
+            for (int r = 0; r < n; r++)
+                if (pids[r] > 0) kill(pids[r], SIGKILL);
+            kill_at = 0;
+        }
+        int status;
+        bool watch = kill_at > 0 || (g->poll && !terminated);
+        pid_t pid = waitpid(-1, &status, watch ? WNOHANG : 0);
+        if (pid == 0 || (pid < 0 && errno == EINTR)) {
+            /* nothing (more) ended here: only now ask about the peers, so that a rank of ours
+             * that died is named as the failure rather than the abort its peers then sent */
+            if (pid == 0 && !terminated && g->poll && g->poll(g->ctx)) {
+                out->stopped = true;
+                terminated = true;
+                kill_at = now_s() + g->grace_s;
+                for (int r = 0; r < n; r++)
+                    if (pids[r] > 0) kill(pids[r], SIGTERM);
+                continue;
+            }
+            if (pid == 0) usleep(50 * 1000);
+            continue;
+        }
+        if (pid < 0) break;
+        int r = 0;
+        while (r < n && pids[r] != pid) r++;
+        if (r == n) continue; /* not ours (a pod's launcher reaps orphans as process 1) */
+        pids[r] = 0;
+        alive--;
+        int rank_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (rank_code != PLAIT_EXIT_OK && rank_code != PLAIT_EXIT_PREEMPTED) {
+            if (out->failed_rank < 0 && !out->stopped) {
+                describe_failure(g, r, pid, status);
+                out->failed_rank = g->global_rank[r];
+                if (g->failed)
+                    g->failed(g->ctx, g->global_rank[r], WIFEXITED(status),
+                              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+            }
+            if (!terminated) {
+                terminated = true;
+                kill_at = now_s() + g->grace_s;
+                for (int q = 0; q < n; q++)
+                    if (pids[q] > 0) kill(pids[q], SIGTERM);
+            }
+        }
+        if (!terminated || rank_code != 128 + SIGTERM) merge_status(&code, rank_code);
+    }
+    for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
+    free(pids);
+    out->code = code;
+}
+
 int gang_run_local(const struct plan *plan, const struct gang_spec *g, struct plait_error *err)
 {
-    int world = g->tp * g->pp * g->dp, rc = -1, alive = 0;
+    int world = g->tp * g->pp * g->dp, rc = -1;
     struct topo topo = {0};
     struct rank_map map = {0};
     struct store_server *srv = NULL;
-    pid_t *pids = calloc((size_t)world, sizeof *pids);
+    char ***envs = calloc((size_t)world, sizeof *envs);
+    int *ranks = calloc((size_t)world, sizeof *ranks);
     char host[256] = "localhost", secret[STORE_SECRET_HEX_BYTES], addr[64];
-    if (!pids) return error_set(err, "out of memory");
+    if (!envs || !ranks) {
+        error_set(err, "out of memory starting %d ranks", world);
+        goto out;
+    }
     gethostname(host, sizeof host - 1);
     if (topo_load(&topo, NULL, err)) goto out;
     struct place_node node = {.name = host, .topo = &topo, .slots = world, .cpu_ranks = true};
@@ -84,91 +198,30 @@ int gang_run_local(const struct plan *plan, const struct gang_spec *g, struct pl
     char shared[256];
     place_shared_cores_text(&map, &node, shared, sizeof shared);
     if (*shared) log_warn("%s", shared);
-    /* more ranks than cores: they share them, one thread each */
-    int threads = topo.n_cores > 0 && world >= topo.n_cores ? 1 : 0;
-    struct sigaction sa = {.sa_handler = on_signal}, old[4];
-    const int sigs[4] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
-    sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 4; i++) { /* what is ignored (nohup) stays ignored */
-        sigaction(sigs[i], &sa, &old[i]);
-        if (old[i].sa_handler == SIG_IGN) sigaction(sigs[i], &old[i], NULL);
-    }
-    fflush(NULL);
     for (int r = 0; r < world; r++) {
-        char **env = place_rank_env(&map, &node, r);
-        if (!env) {
-            log_error("out of memory starting rank %d", r);
-            break;
+        ranks[r] = r;
+        if (!(envs[r] = place_rank_env(&map, &node, r))) {
+            error_set(err, "out of memory starting rank %d", r);
+            goto out;
         }
-        pid_t pid = fork();
-        if (pid == 0) {
-            /* its own process group: a terminal's Ctrl-C reaches only the
-             * launcher, which passes it on once to every rank (a rank that got
-             * it twice would take it for the second Ctrl-C and stop at once) */
-            setpgid(0, 0);
-            for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
-            exec_rank(env, addr, secret, threads);
-        }
-        place_env_free(env);
-        if (pid < 0) {
-            log_error("cannot start rank %d: %s", r, strerror(errno));
-            break;
-        }
-        pids[r] = pid;
-        alive++;
     }
-    /* wait for the gang; a failed rank ends the others within the deadline */
-    int gang = alive == world ? PLAIT_EXIT_OK : PLAIT_EXIT_ERROR;
-    double kill_at = alive == world ? 0 : now_s() + g->timeout_s + 5;
-    bool terminated = alive != world;
-    if (terminated)
-        for (int r = 0; r < world; r++)
-            if (pids[r] > 0) kill(pids[r], SIGTERM);
-    while (alive > 0) {
-        if (pending_signal) {
-            int sig = pending_signal;
-            pending_signal = 0;
-            for (int r = 0; r < world; r++)
-                if (pids[r] > 0) kill(pids[r], sig);
-        }
-        if (kill_at > 0 && now_s() > kill_at) {
-            for (int r = 0; r < world; r++)
-                if (pids[r] > 0) kill(pids[r], SIGKILL);
-            kill_at = 0;
-        }
-        int status;
-        pid_t pid = waitpid(-1, &status, kill_at > 0 ? WNOHANG : 0);
-        if (pid == 0 || (pid < 0 && errno == EINTR)) {
-            if (pid == 0) usleep(50 * 1000);
-            continue;
-        }
-        if (pid < 0) break;
-        int r = 0;
-        while (r < world && pids[r] != pid) r++;
-        if (r == world) continue;
-        pids[r] = 0;
-        alive--;
-        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (code != PLAIT_EXIT_OK && code != PLAIT_EXIT_PREEMPTED) {
-            if (gang == PLAIT_EXIT_OK || gang == PLAIT_EXIT_PREEMPTED)
-                log_error("rank %d (pid %d) %s %d; stopping the other ranks", r, (int)pid,
-                          WIFEXITED(status) ? "exited with" : "was killed by signal",
-                          WIFEXITED(status) ? code : WTERMSIG(status));
-            if (!terminated) {
-                terminated = true;
-                kill_at = now_s() + g->timeout_s + 5;
-                for (int q = 0; q < world; q++)
-                    if (pids[q] > 0) kill(pids[q], SIGTERM);
-            }
-        }
-        if (!terminated || code != 128 + SIGTERM) merge_status(&gang, code);
-    }
-    for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
-    rc = gang;
+    /* more ranks than cores: they share them, one thread each */
+    struct gang_ranks procs = {.n = world,
+                               .envs = envs,
+                               .global_rank = ranks,
+                               .store_addr = addr,
+                               .secret = secret,
+                               .threads = topo.n_cores > 0 && world >= topo.n_cores ? 1 : 0,
+                               .grace_s = g->timeout_s + 5};
+    struct gang_outcome outcome;
+    gang_run_ranks(&procs, &outcome);
+    rc = outcome.code;
 out:
+    for (int r = 0; envs && r < world; r++) place_env_free(envs[r]);
+    free(envs);
+    free(ranks);
     store_server_stop(srv);
     rank_map_free(&map);
     topo_free(&topo);
-    free(pids);
     return rc;
 }

@@ -500,7 +500,8 @@ static void test_wrong_secret_is_refused_and_its_set_does_not_land(void)
     struct store *st = NULL;
     struct plait_error err;
     double t0 = now_s();
-    CHECK(store_connect(&st, "127.0.0.1", port, "not-the-secret", 5, 10, &err) != 0 && !st,
+    CHECK(store_connect(&st, "127.0.0.1", port, "not-the-secret", 5, 10, &err) == STORE_REFUSED &&
+              !st,
           "connected without the secret");
     CHECK(now_s() - t0 < 3, "a refusal is not retried until the deadline");
     CHECK(strstr(err.text, "refused rank 5") && strstr(err.text, "PLAIT_STORE_SECRET"), "%s",
