@@ -67,7 +67,8 @@ struct plan_checkpoint {
     int every; /* steps between checkpoints; 0 = by time (every_minutes) and at the end */
     double every_minutes; /* with every 0: minutes between checkpoints (rank 0's clock);
                              0 = only at the end */
-    int keep;  /* complete checkpoints kept, newest first */
+    int keep;             /* complete checkpoints kept, newest first */
+    int max_restarts;     /* times a launcher restarts the gang after a lost rank */
 };
 
 /* tp, pp, dp: a degree ≥ 1, or PLAN_AUTO ("auto" in plan.json): dp fills the
