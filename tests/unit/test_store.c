@@ -235,6 +235,7 @@ static void test_wait_timeout_names_the_key_and_how_long(void)
     CHECK(strstr(err.text, "\"b\"") && strstr(err.text, "1 of 2") &&
               strstr(err.text, "timed out after 0.3 s"),
           "%s", err.text);
+    CHECK(err.peer_lost, "a deadline passed waiting for peers is a lost peer");
     void *v = NULL;
     size_t bytes;
     CHECK(store_get(st, "missing", &v, &bytes, 0.2, &err) != 0 && !v &&
@@ -882,6 +883,7 @@ static void test_abort_wakes_every_waiter_with_the_reason(void)
         pthread_join(threads[i], NULL);
         CHECK(w[i].rc != 0 && w[i].took_s < 5, "waiter %d: %.2f s", i, w[i].took_s);
         CHECK(strstr(w[i].err.text, "aborted: rank 3: CUDA out of memory"), "%s", w[i].err.text);
+        CHECK(w[i].err.peer_lost, "waiter %d: an aborted job is a lost peer", i);
     }
     /* later waits fail at once; keys that exist still read; the reason reads */
     void *v = NULL;
