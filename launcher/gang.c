@@ -1,7 +1,8 @@
-/* gang.c — the ranks of one job on this machine (plait train with more than
- * one rank): the rendezvous store in a thread of this process, one process
- * per rank with its env contract and CPUs, signals passed on to every rank,
- * and the gang's exit code. What the ranks do together is the runtime's. */
+/* gang.c — the ranks of one job on this machine (plait train): the
+ * rendezvous store in a thread of this process, one process per rank with its
+ * env contract and CPUs, signals passed on to every rank, the gang's exit
+ * code, and supervision: a lost rank restarts the whole gang from the newest
+ * checkpoint. What the ranks do together is the runtime's. */
 #include "launcher/gang.h"
 
 #include <errno.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,19 +36,49 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* In the child: the rank's environment, its CPUs, then plait-train. */
-static void exec_rank(char **env, const char *addr, const char *secret, int threads)
+/* What every start of the gang shares. */
+struct gang {
+    const struct gang_spec *spec;
+    int world;
+    struct rank_map map;
+    struct place_node node;
+    char secret[STORE_SECRET_HEX_BYTES];
+    int threads; /* OMP_NUM_THREADS per rank, 0: the runtime's choice */
+    int first_restart_count;
+    struct sigaction old[4];
+};
+
+static const int passed_on[4] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
+
+/* How one start of the gang ended. */
+struct attempt {
+    int code;           /* a failing rank's first code, else 75 if any stopped, else 0 */
+    int lost_rank;      /* the first rank lost (killed by a signal not ours, or exited 76), or -1 */
+    char lost_how[128]; /* "rank 2 (pid 4711) was killed by signal 9" */
+    bool error;         /* a rank failed by itself (any other code): no restart */
+    bool stopped;       /* a signal from outside reached the gang: no restart */
+};
+
+/* In the child: dies with the launcher, its environment, its CPUs, then
+ * plait-train. */
+static void exec_rank(const struct gang *g, char **env, const char *addr, int restart_count,
+                      pid_t launcher)
 {
+    /* a launcher killed by SIGKILL cannot stop its ranks: the kernel does,
+     * so their locks go and the same command can resume the run */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher) _exit(PLAIT_EXIT_ERROR);
     for (char **e = env; *e; e++) {
         char *eq = strchr(*e, '=');
         *eq = '\0';
         setenv(*e, eq + 1, 1);
     }
     setenv(PLAIT_ENV_STORE_ADDR, addr, 1);
-    setenv(PLAIT_ENV_STORE_SECRET, secret, 1);
-    if (threads > 0) {
-        char n[16];
-        snprintf(n, sizeof n, "%d", threads);
+    setenv(PLAIT_ENV_STORE_SECRET, g->secret, 1);
+    char n[16];
+    snprintf(n, sizeof n, "%d", restart_count);
+    setenv(PLAIT_ENV_RESTART_COUNT, n, 1);
+    if (g->threads > 0) {
+        snprintf(n, sizeof n, "%d", g->threads);
         setenv("OMP_NUM_THREADS", n, 0);
     }
     if (launcher_bind_cpus() == 0) launcher_exec_runtime();
@@ -63,39 +95,32 @@ static void merge_status(int *gang, int rank_code)
     if (failed || rank_code == PLAIT_EXIT_PREEMPTED) *gang = rank_code;
 }
 
-int gang_run_local(const struct plan *plan, const struct gang_spec *g, struct plait_error *err)
+static void signal_all(const pid_t *pids, int world, int sig)
 {
-    int world = g->tp * g->pp * g->dp, rc = -1, alive = 0;
-    struct topo topo = {0};
-    struct rank_map map = {0};
+    for (int r = 0; r < world; r++)
+        if (pids[r] > 0) kill(pids[r], sig);
+}
+
+/* Starts the store and every rank with this restart count and waits for them
+ * all. 0 with *a, or -1 with err when the store could not start. */
+static int run_once(struct gang *g, int restart_count, pid_t *pids, struct attempt *a,
+                    struct plait_error *err)
+{
+    int world = g->world, alive = 0;
     struct store_server *srv = NULL;
-    pid_t *pids = calloc((size_t)world, sizeof *pids);
-    char host[256] = "localhost", secret[STORE_SECRET_HEX_BYTES], addr[64];
-    if (!pids) return error_set(err, "out of memory");
-    gethostname(host, sizeof host - 1);
-    if (topo_load(&topo, NULL, err)) goto out;
-    struct place_node node = {.name = host, .topo = &topo, .slots = world, .cpu_ranks = true};
-    struct place_bandwidth bw = {.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100};
-    if (place_ranks(plan, g->tp, g->pp, g->dp, &node, 1, &bw, &map, err) ||
-        store_secret_generate(secret, err) ||
-        store_server_start(&srv, "127.0.0.1", 0, secret, err) ||
-        store_addr_format(addr, sizeof addr, "127.0.0.1", store_server_port(srv), err))
-        goto out;
-    char shared[256];
-    place_shared_cores_text(&map, &node, shared, sizeof shared);
-    if (*shared) log_warn("%s", shared);
-    /* more ranks than cores: they share them, one thread each */
-    int threads = topo.n_cores > 0 && world >= topo.n_cores ? 1 : 0;
-    struct sigaction sa = {.sa_handler = on_signal}, old[4];
-    const int sigs[4] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
-    sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 4; i++) { /* what is ignored (nohup) stays ignored */
-        sigaction(sigs[i], &sa, &old[i]);
-        if (old[i].sa_handler == SIG_IGN) sigaction(sigs[i], &old[i], NULL);
+    char addr[64];
+    *a = (struct attempt){.lost_rank = -1};
+    /* a store per start: the last one may hold the abort of the lost rank */
+    if (store_server_start(&srv, "127.0.0.1", 0, g->secret, err) ||
+        store_addr_format(addr, sizeof addr, "127.0.0.1", store_server_port(srv), err)) {
+        store_server_stop(srv);
+        return -1;
     }
+    pid_t launcher = getpid();
     fflush(NULL);
     for (int r = 0; r < world; r++) {
-        char **env = place_rank_env(&map, &node, r);
+        pids[r] = 0;
+        char **env = place_rank_env(&g->map, &g->node, r);
         if (!env) {
             log_error("out of memory starting rank %d", r);
             break;
@@ -106,8 +131,8 @@ int gang_run_local(const struct plan *plan, const struct gang_spec *g, struct pl
              * launcher, which passes it on once to every rank (a rank that got
              * it twice would take it for the second Ctrl-C and stop at once) */
             setpgid(0, 0);
-            for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
-            exec_rank(env, addr, secret, threads);
+            for (int i = 0; i < 4; i++) sigaction(passed_on[i], &g->old[i], NULL);
+            exec_rank(g, env, addr, restart_count, launcher);
         }
         place_env_free(env);
         if (pid < 0) {
@@ -118,22 +143,23 @@ int gang_run_local(const struct plan *plan, const struct gang_spec *g, struct pl
         alive++;
     }
     /* wait for the gang; a failed rank ends the others within the deadline */
-    int gang = alive == world ? PLAIT_EXIT_OK : PLAIT_EXIT_ERROR;
-    double kill_at = alive == world ? 0 : now_s() + g->timeout_s + 5;
-    bool terminated = alive != world;
-    if (terminated)
-        for (int r = 0; r < world; r++)
-            if (pids[r] > 0) kill(pids[r], SIGTERM);
+    a->code = alive == world ? PLAIT_EXIT_OK : PLAIT_EXIT_ERROR;
+    a->error = alive != world;
+    double kill_at = alive == world ? 0 : now_s() + g->spec->timeout_s + 5;
+    bool terminated = alive != world, killed = false;
+    unsigned passed = 0; /* the signals passed on from outside, as bits */
+    if (terminated) signal_all(pids, world, SIGTERM);
     while (alive > 0) {
         if (pending_signal) {
             int sig = pending_signal;
             pending_signal = 0;
-            for (int r = 0; r < world; r++)
-                if (pids[r] > 0) kill(pids[r], sig);
+            a->stopped = true;
+            passed |= 1u << sig;
+            signal_all(pids, world, sig);
         }
         if (kill_at > 0 && now_s() > kill_at) {
-            for (int r = 0; r < world; r++)
-                if (pids[r] > 0) kill(pids[r], SIGKILL);
+            signal_all(pids, world, SIGKILL);
+            killed = true;
             kill_at = 0;
         }
         int status;
@@ -148,26 +174,85 @@ int gang_run_local(const struct plan *plan, const struct gang_spec *g, struct pl
         if (r == world) continue;
         pids[r] = 0;
         alive--;
-        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (code != PLAIT_EXIT_OK && code != PLAIT_EXIT_PREEMPTED) {
-            if (gang == PLAIT_EXIT_OK || gang == PLAIT_EXIT_PREEMPTED)
+        int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+        int code = sig ? 128 + sig : WEXITSTATUS(status);
+        bool ours = sig && ((sig == SIGTERM && terminated) || (sig == SIGKILL && killed) ||
+                            (sig < 32 && (passed & 1u << sig)));
+        bool lost = code == PLAIT_EXIT_RESTART || (sig && !ours);
+        if (code != PLAIT_EXIT_OK && code != PLAIT_EXIT_PREEMPTED && !ours) {
+            if (a->lost_rank < 0 && !a->error)
                 log_error("rank %d (pid %d) %s %d; stopping the other ranks", r, (int)pid,
-                          WIFEXITED(status) ? "exited with" : "was killed by signal",
-                          WIFEXITED(status) ? code : WTERMSIG(status));
+                          sig ? "was killed by signal" : "exited with", sig ? sig : code);
+            if (lost && a->lost_rank < 0) {
+                a->lost_rank = r;
+                snprintf(a->lost_how, sizeof a->lost_how, "rank %d (pid %d) %s %d", r, (int)pid,
+                         sig ? "was killed by signal" : "exited with", sig ? sig : code);
+            }
+            if (!lost) a->error = true;
             if (!terminated) {
                 terminated = true;
-                kill_at = now_s() + g->timeout_s + 5;
-                for (int q = 0; q < world; q++)
-                    if (pids[q] > 0) kill(pids[q], SIGTERM);
+                kill_at = now_s() + g->spec->timeout_s + 5;
+                signal_all(pids, world, SIGTERM);
             }
         }
-        if (!terminated || code != 128 + SIGTERM) merge_status(&gang, code);
+        if (!ours) merge_status(&a->code, code);
     }
-    for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
-    rc = gang;
-out:
     store_server_stop(srv);
-    rank_map_free(&map);
+    return 0;
+}
+
+int gang_run_local(const struct plan *plan, const struct gang_spec *spec, struct plait_error *err)
+{
+    struct gang g = {.spec = spec, .world = spec->tp * spec->pp * spec->dp};
+    int rc = -1;
+    struct topo topo = {0};
+    pid_t *pids = calloc((size_t)g.world, sizeof *pids);
+    char host[256] = "localhost";
+    if (!pids) return error_set(err, "out of memory");
+    gethostname(host, sizeof host - 1);
+    if (topo_load(&topo, NULL, err)) goto out;
+    g.node = (struct place_node){.name = host, .topo = &topo, .slots = g.world, .cpu_ranks = true};
+    struct place_bandwidth bw = {.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100};
+    if (place_ranks(plan, spec->tp, spec->pp, spec->dp, &g.node, 1, &bw, &g.map, err) ||
+        store_secret_generate(g.secret, err))
+        goto out;
+    char shared[256];
+    place_shared_cores_text(&g.map, &g.node, shared, sizeof shared);
+    if (*shared) log_warn("%s", shared);
+    /* more ranks than cores: they share them, one thread each */
+    g.threads = topo.n_cores > 0 && g.world >= topo.n_cores ? 1 : 0;
+    const char *count = getenv(PLAIT_ENV_RESTART_COUNT);
+    g.first_restart_count = count ? atoi(count) : 0;
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 4; i++) { /* what is ignored (nohup) stays ignored */
+        sigaction(passed_on[i], &sa, &g.old[i]);
+        if (g.old[i].sa_handler == SIG_IGN) sigaction(passed_on[i], &g.old[i], NULL);
+    }
+    int max = spec->max_restarts;
+    for (int restarts = 0;; restarts++) {
+        struct attempt a;
+        if (run_once(&g, g.first_restart_count + restarts, pids, &a, err)) break;
+        if (a.lost_rank < 0 || a.error || a.stopped) {
+            rc = a.code;
+            break;
+        }
+        if (restarts < max && !pending_signal) {
+            log_warn("%s: restarting the gang from the newest complete checkpoint (restart %d "
+                     "of %d, checkpoint.max_restarts)",
+                     a.lost_how, restarts + 1, max);
+            continue;
+        }
+        log_error("%s%s; the gang was restarted %d time%s (checkpoint.max_restarts %d): exit %d; "
+                  "run the same command again to resume from the newest complete checkpoint",
+                  a.lost_how, pending_signal ? ", then a stop signal came" : "", restarts,
+                  restarts == 1 ? "" : "s", max, PLAIT_EXIT_RESTART);
+        rc = PLAIT_EXIT_RESTART;
+        break;
+    }
+    for (int i = 0; i < 4; i++) sigaction(passed_on[i], &g.old[i], NULL);
+out:
+    rank_map_free(&g.map);
     topo_free(&topo);
     free(pids);
     return rc;

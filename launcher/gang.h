@@ -11,14 +11,26 @@
 struct gang_spec {
     int tp, pp, dp;   /* the layout (no "auto") */
     double timeout_s; /* the ranks' deadline; stragglers are killed this + 5 s after a failure */
+    int max_restarts; /* checkpoint.max_restarts */
 };
 
 /* Starts the store and the ranks (each in its own process group, so that a
- * terminal's signals reach them only through the launcher) and waits for
- * them: SIGINT, SIGTERM, SIGUSR1 and SIGHUP are passed on to every rank; when one rank fails the
- * others are sent SIGTERM, then SIGKILL after the deadline. Returns the gang's exit code (a failing
- * rank's first, else 75 if any stopped for preemption, else 0), or -1 with err when it could not
- * start. */
+ * terminal's signals reach them only through the launcher, and each killed
+ * by the kernel if the launcher dies) and waits for them: SIGINT, SIGTERM,
+ * SIGUSR1 and SIGHUP are passed on to every rank; when one rank fails the
+ * others are sent SIGTERM, then SIGKILL after the deadline.
+ *
+ * Supervision: a rank is lost when it is killed by a signal the launcher did
+ * not send or pass on, or exits 76 (PLAIT_EXIT_RESTART: a peer was lost).
+ * Once every rank has ended, a gang that lost a rank, where no rank failed by
+ * itself (another non-zero code) and no signal came from outside, starts
+ * again, whole, with a new store and PLAIT_RESTART_COUNT one higher (the
+ * runtime resumes from the newest complete checkpoint), up to max_restarts
+ * times; each restart is logged with the lost rank and how it ended.
+ *
+ * Returns the gang's exit code: a failing rank's first, 76 when a rank was
+ * lost and no restart was left, else 75 if any stopped for preemption, else
+ * 0; or -1 with err when it could not start. */
 int gang_run_local(const struct plan *plan, const struct gang_spec *g, struct plait_error *err);
 
 #endif
