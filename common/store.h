@@ -110,8 +110,9 @@ int store_barrier(struct store *st, const char *name, int world, double timeout_
                   struct plait_error *err);
 
 /* Tells every rank the job is over: sets STORE_ABORT_KEY to
- * "rank <r>: <reason>". Every get, wait and barrier that is waiting (now or
- * later) on a key that is not set fails at once with that text. */
+ * "rank <r>: <reason>" ("the launcher: <reason>" from a connection made with
+ * rank -1, as a launcher that is no rank makes it). Every get, wait and barrier that is waiting
+ * (now or later) on a key that is not set fails at once with that text. */
 int store_abort(struct store *st, const char *reason, struct plait_error *err);
 
 /* Starts a thread, on its own connection, that sets "heartbeat/<rank>" every

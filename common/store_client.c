@@ -574,7 +574,9 @@ int store_barrier(struct store *st, const char *name, int world, double timeout_
 int store_abort(struct store *st, const char *reason, struct plait_error *err)
 {
     char text[1024];
-    int n = snprintf(text, sizeof text, "rank %d: %s", st->rank, reason ? reason : "");
+    int n = st->rank >= 0
+                ? snprintf(text, sizeof text, "rank %d: %s", st->rank, reason ? reason : "")
+                : snprintf(text, sizeof text, "the launcher: %s", reason ? reason : "");
     size_t bytes = n < 0 ? 0 : (size_t)n < sizeof text ? (size_t)n : sizeof text - 1;
     return store_set(st, STORE_ABORT_KEY, text, bytes, err);
 }

@@ -95,6 +95,19 @@ static void merge_status(int *gang, int rank_code)
     if (failed || rank_code == PLAIT_EXIT_PREEMPTED) *gang = rank_code;
 }
 
+/* Tells the ranks still running that the gang is over, through the store,
+ * so that one waiting for the lost rank (to join, in a collective) fails at
+ * once rather than at its deadline. */
+static void abort_gang(const struct gang *g, int port, const char *reason)
+{
+    struct store *st = NULL;
+    struct plait_error err;
+    if (store_connect(&st, "127.0.0.1", port, g->secret, -1, 5, &err) ||
+        store_abort(st, reason, &err))
+        log_warn("cannot tell the ranks through the store: %s", err.text);
+    store_close(st);
+}
+
 static void signal_all(const pid_t *pids, int world, int sig)
 {
     for (int r = 0; r < world; r++)
@@ -190,6 +203,10 @@ static int run_once(struct gang *g, int restart_count, pid_t *pids, struct attem
             }
             if (!lost) a->error = true;
             if (!terminated) {
+                char reason[160];
+                snprintf(reason, sizeof reason, "rank %d (pid %d) %s %d", r, (int)pid,
+                         sig ? "was killed by signal" : "exited with", sig ? sig : code);
+                abort_gang(g, store_server_port(srv), reason);
                 terminated = true;
                 kill_at = now_s() + g->spec->timeout_s + 5;
                 signal_all(pids, world, SIGTERM);
