@@ -189,10 +189,11 @@ static int run_once(struct gang *g, int restart_count, pid_t *pids, struct attem
         alive--;
         int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
         int code = sig ? 128 + sig : WEXITSTATUS(status);
-        bool ours = sig && ((sig == SIGTERM && terminated) || (sig == SIGKILL && killed) ||
-                            (sig < 32 && (passed & 1u << sig)));
-        bool lost = code == PLAIT_EXIT_RESTART || (sig && !ours);
-        if (code != PLAIT_EXIT_OK && code != PLAIT_EXIT_PREEMPTED && !ours) {
+        /* ended by the launcher's own stop, or by a signal it passed on */
+        bool ours = sig && ((sig == SIGTERM && terminated) || (sig == SIGKILL && killed));
+        bool passed_on_sig = sig && sig < 32 && (passed & 1u << sig);
+        bool lost = code == PLAIT_EXIT_RESTART || (sig && !ours && !passed_on_sig);
+        if (code != PLAIT_EXIT_OK && code != PLAIT_EXIT_PREEMPTED && !ours && !passed_on_sig) {
             if (a->lost_rank < 0 && !a->error)
                 log_error("rank %d (pid %d) %s %d; stopping the other ranks", r, (int)pid,
                           sig ? "was killed by signal" : "exited with", sig ? sig : code);
