@@ -59,6 +59,29 @@ struct attempt {
     bool stopped;       /* a signal from outside reached the gang: no restart */
 };
 
+/* Rank r's place as "NAME=value" strings (place_env_free frees them). One
+ * rank alone is 1 × 1 × 1 on the CPU, unplaced and unbound: the runtime
+ * chooses its device from the plan, and needs no store. */
+static char **rank_env(const struct gang *g, int r)
+{
+    if (g->world > 1) return place_rank_env(&g->map, &g->node, r);
+    static const char *const one[] = {PLAIT_ENV_RANK "=0",       PLAIT_ENV_WORLD_SIZE "=1",
+                                      PLAIT_ENV_TP "=1",         PLAIT_ENV_PP "=1",
+                                      PLAIT_ENV_DP "=1",         PLAIT_ENV_TP_RANK "=0",
+                                      PLAIT_ENV_PP_RANK "=0",    PLAIT_ENV_DP_RANK "=0",
+                                      PLAIT_ENV_LOCAL_RANK "=0", PLAIT_ENV_LOCAL_WORLD_SIZE "=1",
+                                      PLAIT_ENV_NODE_RANK "=0",  PLAIT_ENV_NODES "=1",
+                                      PLAIT_ENV_DEVICE "=cpu"};
+    size_t n = sizeof one / sizeof *one;
+    char **env = calloc(n + 1, sizeof *env);
+    for (size_t k = 0; env && k < n; k++)
+        if (!(env[k] = strdup(one[k]))) {
+            place_env_free(env);
+            return NULL;
+        }
+    return env;
+}
+
 /* In the child: dies with the launcher, its environment, its CPUs, then
  * plait-train. */
 static void exec_rank(const struct gang *g, char **env, const char *addr, int restart_count,
@@ -72,8 +95,10 @@ static void exec_rank(const struct gang *g, char **env, const char *addr, int re
         *eq = '\0';
         setenv(*e, eq + 1, 1);
     }
-    setenv(PLAIT_ENV_STORE_ADDR, addr, 1);
-    setenv(PLAIT_ENV_STORE_SECRET, g->secret, 1);
+    if (*addr) {
+        setenv(PLAIT_ENV_STORE_ADDR, addr, 1);
+        setenv(PLAIT_ENV_STORE_SECRET, g->secret, 1);
+    }
     char n[16];
     snprintf(n, sizeof n, "%d", restart_count);
     setenv(PLAIT_ENV_RESTART_COUNT, n, 1);
@@ -121,11 +146,12 @@ static int run_once(struct gang *g, int restart_count, pid_t *pids, struct attem
 {
     int world = g->world, alive = 0;
     struct store_server *srv = NULL;
-    char addr[64];
+    char addr[64] = "";
     *a = (struct attempt){.lost_rank = -1};
     /* a store per start: the last one may hold the abort of the lost rank */
-    if (store_server_start(&srv, "127.0.0.1", 0, g->secret, err) ||
-        store_addr_format(addr, sizeof addr, "127.0.0.1", store_server_port(srv), err)) {
+    if (world > 1 &&
+        (store_server_start(&srv, "127.0.0.1", 0, g->secret, err) ||
+         store_addr_format(addr, sizeof addr, "127.0.0.1", store_server_port(srv), err))) {
         store_server_stop(srv);
         return -1;
     }
@@ -133,7 +159,7 @@ static int run_once(struct gang *g, int restart_count, pid_t *pids, struct attem
     fflush(NULL);
     for (int r = 0; r < world; r++) {
         pids[r] = 0;
-        char **env = place_rank_env(&g->map, &g->node, r);
+        char **env = rank_env(g, r);
         if (!env) {
             log_error("out of memory starting rank %d", r);
             break;
@@ -194,9 +220,11 @@ static int run_once(struct gang *g, int restart_count, pid_t *pids, struct attem
         bool passed_on_sig = sig && sig < 32 && (passed & 1u << sig);
         bool lost = code == PLAIT_EXIT_RESTART || (sig && !ours && !passed_on_sig);
         if (code != PLAIT_EXIT_OK && code != PLAIT_EXIT_PREEMPTED && !ours && !passed_on_sig) {
-            if (a->lost_rank < 0 && !a->error)
-                log_error("rank %d (pid %d) %s %d; stopping the other ranks", r, (int)pid,
-                          sig ? "was killed by signal" : "exited with", sig ? sig : code);
+            /* (a rank that exits non-zero has said why; alone, it needs no more) */
+            if (a->lost_rank < 0 && !a->error && (world > 1 || sig))
+                log_error("rank %d (pid %d) %s %d%s", r, (int)pid,
+                          sig ? "was killed by signal" : "exited with", sig ? sig : code,
+                          world > 1 ? "; stopping the other ranks" : "");
             if (lost && a->lost_rank < 0) {
                 a->lost_rank = r;
                 snprintf(a->lost_how, sizeof a->lost_how, "rank %d (pid %d) %s %d", r, (int)pid,
@@ -207,7 +235,7 @@ static int run_once(struct gang *g, int restart_count, pid_t *pids, struct attem
                 char reason[160];
                 snprintf(reason, sizeof reason, "rank %d (pid %d) %s %d", r, (int)pid,
                          sig ? "was killed by signal" : "exited with", sig ? sig : code);
-                abort_gang(g, store_server_port(srv), reason);
+                if (srv) abort_gang(g, store_server_port(srv), reason);
                 terminated = true;
                 kill_at = now_s() + g->spec->timeout_s + 5;
                 signal_all(pids, world, SIGTERM);
@@ -219,6 +247,27 @@ static int run_once(struct gang *g, int restart_count, pid_t *pids, struct attem
     return 0;
 }
 
+/* Several ranks: each its place on this machine (its CPUs, its coordinates),
+ * and the job's secret. */
+static int place(struct gang *g, const struct plan *plan, struct topo *topo, char *host,
+                 size_t host_bytes, struct plait_error *err)
+{
+    const struct gang_spec *spec = g->spec;
+    gethostname(host, host_bytes - 1);
+    if (topo_load(topo, NULL, err)) return -1;
+    g->node = (struct place_node){.name = host, .topo = topo, .slots = g->world, .cpu_ranks = true};
+    struct place_bandwidth bw = {.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100};
+    if (place_ranks(plan, spec->tp, spec->pp, spec->dp, &g->node, 1, &bw, &g->map, err) ||
+        store_secret_generate(g->secret, err))
+        return -1;
+    char shared[256];
+    place_shared_cores_text(&g->map, &g->node, shared, sizeof shared);
+    if (*shared) log_warn("%s", shared);
+    /* more ranks than cores: they share them, one thread each */
+    g->threads = topo->n_cores > 0 && g->world >= topo->n_cores ? 1 : 0;
+    return 0;
+}
+
 int gang_run_local(const struct plan *plan, const struct gang_spec *spec, struct plait_error *err)
 {
     struct gang g = {.spec = spec, .world = spec->tp * spec->pp * spec->dp};
@@ -227,18 +276,7 @@ int gang_run_local(const struct plan *plan, const struct gang_spec *spec, struct
     pid_t *pids = calloc((size_t)g.world, sizeof *pids);
     char host[256] = "localhost";
     if (!pids) return error_set(err, "out of memory");
-    gethostname(host, sizeof host - 1);
-    if (topo_load(&topo, NULL, err)) goto out;
-    g.node = (struct place_node){.name = host, .topo = &topo, .slots = g.world, .cpu_ranks = true};
-    struct place_bandwidth bw = {.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100};
-    if (place_ranks(plan, spec->tp, spec->pp, spec->dp, &g.node, 1, &bw, &g.map, err) ||
-        store_secret_generate(g.secret, err))
-        goto out;
-    char shared[256];
-    place_shared_cores_text(&g.map, &g.node, shared, sizeof shared);
-    if (*shared) log_warn("%s", shared);
-    /* more ranks than cores: they share them, one thread each */
-    g.threads = topo.n_cores > 0 && g.world >= topo.n_cores ? 1 : 0;
+    if (g.world > 1 && place(&g, plan, &topo, host, sizeof host, err)) goto out;
     const char *count = getenv(PLAIT_ENV_RESTART_COUNT);
     g.first_restart_count = count ? atoi(count) : 0;
     struct sigaction sa = {.sa_handler = on_signal};

@@ -1,7 +1,8 @@
-/* gang.h — running all the ranks of a job on this machine (plait train with
- * more than one rank). The caller has set what every rank shares (the plan,
- * the run directory) in its own environment; the gang adds each rank's place
- * (common/place.h), the store's address and the job's secret. */
+/* gang.h — running all the ranks of a job on this machine (plait train), and
+ * supervising them. The caller has set what every rank shares (the plan, the
+ * run directory) in its own environment; the gang adds each rank's place
+ * (common/place.h), the store's address and the job's secret (one rank alone:
+ * 1 × 1 × 1 on the CPU, no store), and PLAIT_RESTART_COUNT. */
 #ifndef PLAIT_LAUNCHER_GANG_H
 #define PLAIT_LAUNCHER_GANG_H
 
