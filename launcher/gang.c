@@ -220,22 +220,19 @@ static int run_once(struct gang *g, int restart_count, pid_t *pids, struct attem
         bool passed_on_sig = sig && sig < 32 && (passed & 1u << sig);
         bool lost = code == PLAIT_EXIT_RESTART || (sig && !ours && !passed_on_sig);
         if (code != PLAIT_EXIT_OK && code != PLAIT_EXIT_PREEMPTED && !ours && !passed_on_sig) {
+            char how[sizeof a->lost_how];
+            snprintf(how, sizeof how, "rank %d (pid %d) %s %d", r, (int)pid,
+                     sig ? "was killed by signal" : "exited with", sig ? sig : code);
             /* (a rank that exits non-zero has said why; alone, it needs no more) */
             if (a->lost_rank < 0 && !a->error && (world > 1 || sig))
-                log_error("rank %d (pid %d) %s %d%s", r, (int)pid,
-                          sig ? "was killed by signal" : "exited with", sig ? sig : code,
-                          world > 1 ? "; stopping the other ranks" : "");
+                log_error("%s%s", how, world > 1 ? "; stopping the other ranks" : "");
             if (lost && a->lost_rank < 0) {
                 a->lost_rank = r;
-                snprintf(a->lost_how, sizeof a->lost_how, "rank %d (pid %d) %s %d", r, (int)pid,
-                         sig ? "was killed by signal" : "exited with", sig ? sig : code);
+                memcpy(a->lost_how, how, sizeof how);
             }
             if (!lost) a->error = true;
             if (!terminated) {
-                char reason[160];
-                snprintf(reason, sizeof reason, "rank %d (pid %d) %s %d", r, (int)pid,
-                         sig ? "was killed by signal" : "exited with", sig ? sig : code);
-                if (srv) abort_gang(g, store_server_port(srv), reason);
+                if (srv) abort_gang(g, store_server_port(srv), how);
                 terminated = true;
                 kill_at = now_s() + g->spec->timeout_s + 5;
                 signal_all(pids, world, SIGTERM);

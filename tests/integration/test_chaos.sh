@@ -213,6 +213,28 @@ test_exhausted_restarts_exit_76_and_bad_input_is_not_restarted() {
     ! grep -q "restarting the gang" "$WORK/junk.log" || { cat "$WORK/junk.log"; return 1; }
 }
 
+# One rank is supervised the same way: killed, it is restarted from its newest
+# checkpoint (PLAIT_RESTART_COUNT 1) and the run ends as one never killed.
+test_a_killed_single_rank_is_restarted_to_the_same_metrics() {
+    local run=$WORK/single
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/single-ref" >"$WORK/single-ref.log" 2>&1 ||
+        { cat "$WORK/single-ref.log"; return 1; }
+    PLAIT_DEBUG_SLOW_RANK=0:20 "$PLAIT" train "$WORK/plan.json" --out "$run" >"$run.log" 2>&1 &
+    local pid=$! rank="" rc=0
+    for _ in $(seq 400); do
+        [ -d "$run/checkpoints/step_00000004_0000" ] && rank=$(pgrep -P "$pid") && break
+        sleep 0.02
+    done
+    [ -n "$rank" ] || { echo "no rank"; kill "$pid"; return 1; }
+    kill -9 "$rank"
+    wait "$pid" || rc=$?
+    [ "$rc" -eq 0 ] || { echo "exit code $rc"; cat "$run.log"; return 1; }
+    grep -q "rank 0 (pid $rank) was killed by signal 9: restarting the gang from the newest complete checkpoint (restart 1 of 3" \
+        "$run.log" || { grep -v '^step' "$run.log"; return 1; }
+    grep -q "resuming from" "$run.log" || { grep -v '^step' "$run.log"; return 1; }
+    metrics_equal "$WORK/single-ref/metrics.jsonl" "$run/metrics.jsonl"
+}
+
 # plait train killed with SIGKILL: its ranks die with it (the kernel kills
 # them: PR_SET_PDEATHSIG), the run directory's lock goes with them, and the
 # same command resumes and ends with the uninterrupted run's metrics.
@@ -246,6 +268,8 @@ check ranks_killed_at_random_moments_are_restarted_to_the_same_metrics \
     test_ranks_killed_at_random_moments_are_restarted_to_the_same_metrics
 check exhausted_restarts_exit_76_and_bad_input_is_not_restarted \
     test_exhausted_restarts_exit_76_and_bad_input_is_not_restarted
+check a_killed_single_rank_is_restarted_to_the_same_metrics \
+    test_a_killed_single_rank_is_restarted_to_the_same_metrics
 check a_killed_launcher_takes_its_ranks_and_the_run_resumes \
     test_a_killed_launcher_takes_its_ranks_and_the_run_resumes
 finish
