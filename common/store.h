@@ -115,6 +115,13 @@ int store_barrier(struct store *st, const char *name, int world, double timeout_
  * (now or later) on a key that is not set fails at once with that text. */
 int store_abort(struct store *st, const char *reason, struct plait_error *err);
 
+/* Undoes store_abort for a new start of the gang on the same store (plait
+ * launch restarting a Slurm step's ranks): STORE_ABORT_KEY gets an empty
+ * value, which means "not aborted" to the server and to every reader. Only
+ * once every rank of the aborted start has ended (its keys stay: a new start
+ * uses new names, as its restart generation is in them). */
+int store_abort_clear(struct store *st, struct plait_error *err);
+
 /* Starts a thread, on its own connection, that sets "heartbeat/<rank>" every
  * interval_ms. Stopped by store_heartbeat_stop or store_close. If the server
  * goes away the thread logs it once and ends. */

@@ -581,6 +581,11 @@ int store_abort(struct store *st, const char *reason, struct plait_error *err)
     return store_set(st, STORE_ABORT_KEY, text, bytes, err);
 }
 
+int store_abort_clear(struct store *st, struct plait_error *err)
+{
+    return store_set(st, STORE_ABORT_KEY, "", 0, err);
+}
+
 /* ---- heartbeats ------------------------------------------------------ */
 
 static void *heartbeat_main(void *arg)
