@@ -110,6 +110,22 @@ static void exec_rank(const struct gang *g, char **env, const char *addr, int re
     _exit(PLAIT_EXIT_ERROR);
 }
 
+enum gang_end gang_end_of(int status, unsigned ours, unsigned outside, int rank, int pid, int *code,
+                          char *how, size_t how_bytes)
+{
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    *code = sig ? 128 + sig : WEXITSTATUS(status);
+    snprintf(how, how_bytes, "rank %d (pid %d) %s %d", rank, pid,
+             sig ? "was killed by signal" : "exited with", sig ? sig : *code);
+    unsigned bit = sig > 0 && sig < 32 ? 1u << sig : 0;
+    if (sig)
+        return (ours & bit) ? GANG_END_OURS : (outside & bit) ? GANG_END_OUTSIDE : GANG_END_LOST;
+    return *code == PLAIT_EXIT_OK          ? GANG_END_OK
+           : *code == PLAIT_EXIT_PREEMPTED ? GANG_END_PREEMPTED
+           : *code == PLAIT_EXIT_RESTART   ? GANG_END_LOST
+                                           : GANG_END_ERROR;
+}
+
 /* What the gang as a whole exits with: a rank's failure over a stop (75) over
  * success; the first failure wins. */
 static void merge_status(int *gang, int rank_code)
@@ -213,24 +229,19 @@ static int run_once(struct gang *g, int restart_count, pid_t *pids, struct attem
         if (r == world) continue;
         pids[r] = 0;
         alive--;
-        int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-        int code = sig ? 128 + sig : WEXITSTATUS(status);
-        /* ended by the launcher's own stop, or by a signal it passed on */
-        bool ours = sig && ((sig == SIGTERM && terminated) || (sig == SIGKILL && killed));
-        bool passed_on_sig = sig && sig < 32 && (passed & 1u << sig);
-        bool lost = code == PLAIT_EXIT_RESTART || (sig && !ours && !passed_on_sig);
-        if (code != PLAIT_EXIT_OK && code != PLAIT_EXIT_PREEMPTED && !ours && !passed_on_sig) {
-            char how[sizeof a->lost_how];
-            snprintf(how, sizeof how, "rank %d (pid %d) %s %d", r, (int)pid,
-                     sig ? "was killed by signal" : "exited with", sig ? sig : code);
+        unsigned ours = (terminated ? 1u << SIGTERM : 0) | (killed ? 1u << SIGKILL : 0);
+        char how[sizeof a->lost_how];
+        int code;
+        enum gang_end end = gang_end_of(status, ours, passed, r, (int)pid, &code, how, sizeof how);
+        if (end == GANG_END_LOST || end == GANG_END_ERROR) {
             /* (a rank that exits non-zero has said why; alone, it needs no more) */
-            if (a->lost_rank < 0 && !a->error && (world > 1 || sig))
+            if (a->lost_rank < 0 && !a->error && (world > 1 || WIFSIGNALED(status)))
                 log_error("%s%s", how, world > 1 ? "; stopping the other ranks" : "");
-            if (lost && a->lost_rank < 0) {
+            if (end == GANG_END_LOST && a->lost_rank < 0) {
                 a->lost_rank = r;
                 memcpy(a->lost_how, how, sizeof how);
             }
-            if (!lost) a->error = true;
+            if (end == GANG_END_ERROR) a->error = true;
             if (!terminated) {
                 if (srv) abort_gang(g, store_server_port(srv), how);
                 terminated = true;
@@ -238,7 +249,7 @@ static int run_once(struct gang *g, int restart_count, pid_t *pids, struct attem
                 signal_all(pids, world, SIGTERM);
             }
         }
-        if (!ours) merge_status(&a->code, code);
+        if (end != GANG_END_OURS) merge_status(&a->code, code);
     }
     store_server_stop(srv);
     return 0;

@@ -34,4 +34,22 @@ struct gang_spec {
  * 0; or -1 with err when it could not start. */
 int gang_run_local(const struct plan *plan, const struct gang_spec *g, struct plait_error *err);
 
+/* ---- what gang_run_local and plait launch (one rank of a Slurm step) share -- */
+
+/* How a supervised rank ended. */
+enum gang_end {
+    GANG_END_OK,        /* exit 0 */
+    GANG_END_PREEMPTED, /* exit 75 */
+    GANG_END_OURS,      /* killed by the launcher's own stop (SIGTERM, SIGKILL) */
+    GANG_END_OUTSIDE,   /* killed by a stop signal from outside (a second Ctrl-C) */
+    GANG_END_LOST,      /* exit 76, or killed by any other signal: restart */
+    GANG_END_ERROR      /* any other exit: its own failure, no restart */
+};
+
+/* Classifies a wait status; ours and outside are sets of signals (bit s for
+ * signal s). *code gets the exit code to report (128 + signal when killed),
+ * how its text ("rank 2 (pid 4711) was killed by signal 9"). */
+enum gang_end gang_end_of(int status, unsigned ours, unsigned outside, int rank, int pid, int *code,
+                          char *how, size_t how_bytes);
+
 #endif

@@ -41,6 +41,13 @@ elif [ "$up_rc" != 0 ]; then
 fi
 echo "ok slurm_cluster_starts"
 
+# PLAIT_SLURM_ONLY=PATTERN: only the cases whose name contains PATTERN run
+# (the cluster still starts), for working on one of them
+if [ -n "${PLAIT_SLURM_ONLY:-}" ]; then
+    eval "all_$(declare -f check)"
+    check() { case $1 in *"$PLAIT_SLURM_ONLY"*) all_check "$@" ;; esac; }
+fi
+
 # plan FILE TP PP DP [extra JSON members]: a plan for the tiny byte model
 plan() {
     cat >"$1" <<EOF
@@ -547,6 +554,53 @@ preempt_and_resume() {
     metrics_equal "$WORK/${name}_local/metrics.jsonl" "$run/metrics.jsonl"
 }
 
+# A task's rank killed (kill -9 of its plait-train) in a 4-rank step on two
+# nodes: every task's plait launch restarts its rank together, inside the
+# allocation and the same step (its store), with PLAIT_RESTART_COUNT 1, from
+# the newest complete checkpoint; the job completes with the metrics of the
+# same plan trained by plait train on one machine, to the bit.
+test_a_killed_rank_restarts_inside_the_allocation() {
+    plan "$WORK/restart.json" 1 2 2 '"device": "cpu"'
+    sed -i 's/"steps": 40/"steps": 300/' "$WORK/restart.json"
+    local job run victim="" rc=0
+    job=$(train_job restart "$WORK/restart.json" -N2 --ntasks-per-node=2 \
+        --export=ALL,OMP_NUM_THREADS=1) || return 1
+    run=$WORK/runs/slurm-$job
+    for _ in $(seq 600); do # until it has trained a little and checkpointed
+        if [ -d "$run/checkpoints/step_00000020_0000" ]; then
+            for p in $(pgrep -x plait-train); do
+                tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "PLAIT_RANK=3" &&
+                    grep -qx "SLURM_JOB_ID=$job" <(tr '\0' '\n' <"/proc/$p/environ") && victim=$p
+            done
+            [ -n "$victim" ] && break
+        fi
+        sleep 0.1
+    done
+    [ -n "$victim" ] || { echo "no rank 3 of job $job"; cat "$WORK/restart.out"; return 1; }
+    kill -9 "$victim"
+    local again=""
+    for _ in $(seq 600); do # the restarted rank 3 carries PLAIT_RESTART_COUNT 1
+        for p in $(pgrep -x plait-train); do
+            tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "PLAIT_RANK=3" &&
+                tr '\0' '\n' <"/proc/$p/environ" | grep -qx "PLAIT_RESTART_COUNT=1" && again=$p
+        done
+        [ -n "$again" ] && break
+        [ "$(job_state "$job")" = RUNNING ] || break
+        sleep 0.1
+    done
+    wait_state "$job" COMPLETED FAILED || rc=1
+    [ -n "$again" ] || { echo "no rank 3 with PLAIT_RESTART_COUNT=1"; rc=1; }
+    [ "$(job_state "$job")" = COMPLETED ] || rc=1
+    grep -q "launch: rank 3 (pid $victim) was killed by signal 9" "$WORK/restart.out" || rc=1
+    grep -q "restarting every rank from the newest complete checkpoint (restart 1 of 3" \
+        "$WORK/restart.out" || rc=1
+    grep -q "^step 300/300" "$WORK/restart.out" || rc=1
+    [ "$rc" = 0 ] || { grep -v '^step' "$WORK/restart.out" | tail -n 40; return 1; }
+    OMP_NUM_THREADS=1 "$PLAIT" train "$WORK/restart.json" --out "$WORK/restart_local" \
+        >"$WORK/restart_local.log" 2>&1 || { tail "$WORK/restart_local.log"; return 1; }
+    metrics_equal "$WORK/restart_local/metrics.jsonl" "$run/metrics.jsonl"
+}
+
 # long enough (~15 s here) that the preemption lands mid-run
 long_plan() {
     plan "$@"
@@ -584,6 +638,7 @@ check training_runs_through_slurm test_training_runs_through_slurm
 check 3d_training_runs_across_two_nodes test_3d_training_runs_across_two_nodes
 check a_multi_rank_step_without_the_store_fails_clearly test_a_multi_rank_step_without_the_store_fails_clearly
 check store_ports_are_the_admins_range test_store_ports_are_the_admins_range
+check a_killed_rank_restarts_inside_the_allocation test_a_killed_rank_restarts_inside_the_allocation
 check preempted_job_checkpoints_requeues_and_resumes test_preempted_job_checkpoints_requeues_and_resumes
 check preempted_3d_job_checkpoints_requeues_and_resumes test_preempted_3d_job_checkpoints_requeues_and_resumes
 finish
