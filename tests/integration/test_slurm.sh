@@ -601,6 +601,37 @@ test_a_killed_rank_restarts_inside_the_allocation() {
     metrics_equal "$WORK/restart_local/metrics.jsonl" "$run/metrics.jsonl"
 }
 
+# A task gone (kill -9 of its plait launch, as a node that is lost takes it):
+# its rank dies with it, the other tasks wait parallel.timeout_s + 10 s for its
+# report, then end the step with 76, saying so, for the batch script to requeue.
+test_a_task_gone_ends_the_step_with_76() {
+    plan "$WORK/gone.json" 1 2 2 '"device": "cpu", "timeout_s": 3'
+    sed -i 's/"steps": 40/"steps": 100000/' "$WORK/gone.json"
+    printf '#!/bin/bash\nsrun %s launch\n' "$PLAIT" >"$WORK/gone.sh"
+    local job run victim=""
+    job=$(cd "$WORK" && sbatch --parsable --train-plan="$WORK/gone.json" -o "$WORK/gone.out" -N2 \
+        --ntasks-per-node=2 --export=ALL,OMP_NUM_THREADS=1 gone.sh) || return 1
+    run=$WORK/runs/slurm-$job
+    for _ in $(seq 600); do
+        if [ -d "$run/checkpoints/step_00000010_0000" ]; then
+            for p in $(pgrep -f "$PLAIT launch"); do
+                tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "PLAIT_RANK=3" &&
+                    grep -qx "SLURM_JOB_ID=$job" <(tr '\0' '\n' <"/proc/$p/environ") && victim=$p
+            done
+            [ -n "$victim" ] && break
+        fi
+        sleep 0.1
+    done
+    [ -n "$victim" ] || { echo "no task of rank 3"; scancel "$job"; cat "$WORK/gone.out"; return 1; }
+    kill -9 "$victim"
+    wait_state "$job" COMPLETED FAILED || { scancel "$job"; return 1; }
+    # every other task says so and exits 76 (srun's own code is its highest: the killed task's 137)
+    [ "$(grep -c "launch: rank [0-2]: 1 of 4 tasks did not report the end of their rank within 13 s: exit 76" \
+        "$WORK/gone.out")" = 3 ] && grep -q "task 2: Exited with exit code 76" "$WORK/gone.out" &&
+        grep -q "tasks 0-1: Exited with exit code 76" "$WORK/gone.out" ||
+        { grep -v '^step' "$WORK/gone.out" | tail -n 30; return 1; }
+}
+
 # long enough (~15 s here) that the preemption lands mid-run
 long_plan() {
     plan "$@"
@@ -639,6 +670,7 @@ check 3d_training_runs_across_two_nodes test_3d_training_runs_across_two_nodes
 check a_multi_rank_step_without_the_store_fails_clearly test_a_multi_rank_step_without_the_store_fails_clearly
 check store_ports_are_the_admins_range test_store_ports_are_the_admins_range
 check a_killed_rank_restarts_inside_the_allocation test_a_killed_rank_restarts_inside_the_allocation
+check a_task_gone_ends_the_step_with_76 test_a_task_gone_ends_the_step_with_76
 check preempted_job_checkpoints_requeues_and_resumes test_preempted_job_checkpoints_requeues_and_resumes
 check preempted_3d_job_checkpoints_requeues_and_resumes test_preempted_3d_job_checkpoints_requeues_and_resumes
 finish
