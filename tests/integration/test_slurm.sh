@@ -554,6 +554,24 @@ preempt_and_resume() {
     metrics_equal "$WORK/${name}_local/metrics.jsonl" "$run/metrics.jsonl"
 }
 
+# find_process READY_DIR PATTERN VAR=VALUE...: once READY_DIR exists (60 s at
+# most), the pid of a process whose command line matches PATTERN (pgrep -f) and
+# whose environment holds every VAR=VALUE
+find_process() {
+    local ready=$1 pattern=$2 p env kv
+    shift 2
+    for _ in $(seq 600); do
+        [ -d "$ready" ] && for p in $(pgrep -f "$pattern"); do
+            env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null) || continue
+            for kv in "$@"; do grep -qx "$kv" <<<"$env" || continue 2; done
+            echo "$p"
+            return 0
+        done
+        sleep 0.1
+    done
+    return 1
+}
+
 # A task's rank killed (kill -9 of its plait-train) in a 4-rank step on two
 # nodes: every task's plait launch restarts its rank together, inside the
 # allocation and the same step (its store), with PLAIT_RESTART_COUNT 1, from
@@ -566,36 +584,23 @@ test_a_killed_rank_restarts_inside_the_allocation() {
     job=$(train_job restart "$WORK/restart.json" -N2 --ntasks-per-node=2 \
         --export=ALL,OMP_NUM_THREADS=1) || return 1
     run=$WORK/runs/slurm-$job
-    for _ in $(seq 600); do # until it has trained a little and checkpointed
-        if [ -d "$run/checkpoints/step_00000020_0000" ]; then
-            for p in $(pgrep -x plait-train); do
-                tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "PLAIT_RANK=3" &&
-                    grep -qx "SLURM_JOB_ID=$job" <(tr '\0' '\n' <"/proc/$p/environ") && victim=$p
-            done
-            [ -n "$victim" ] && break
-        fi
-        sleep 0.1
-    done
+    # once it has trained a little and checkpointed: rank 3's plait-train
+    victim=$(find_process "$run/checkpoints/step_00000020_0000" "plait-train" PLAIT_RANK=3 \
+        "SLURM_JOB_ID=$job")
     [ -n "$victim" ] || { echo "no rank 3 of job $job"; cat "$WORK/restart.out"; return 1; }
     kill -9 "$victim"
-    local again=""
-    for _ in $(seq 600); do # the restarted rank 3 carries PLAIT_RESTART_COUNT 1
-        for p in $(pgrep -x plait-train); do
-            tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "PLAIT_RANK=3" &&
-                tr '\0' '\n' <"/proc/$p/environ" | grep -qx "PLAIT_RESTART_COUNT=1" && again=$p
-        done
-        [ -n "$again" ] && break
-        [ "$(job_state "$job")" = RUNNING ] || break
-        sleep 0.1
-    done
+    local again # the restarted rank 3 carries PLAIT_RESTART_COUNT 1
+    again=$(find_process "$run" "plait-train" PLAIT_RANK=3 PLAIT_RESTART_COUNT=1 \
+        "SLURM_JOB_ID=$job")
     wait_state "$job" COMPLETED FAILED || rc=1
-    [ -n "$again" ] || { echo "no rank 3 with PLAIT_RESTART_COUNT=1"; rc=1; }
     [ "$(job_state "$job")" = COMPLETED ] || rc=1
     grep -q "launch: rank 3 (pid $victim) was killed by signal 9" "$WORK/restart.out" || rc=1
     grep -q "restarting every rank from the newest complete checkpoint (restart 1 of 3" \
         "$WORK/restart.out" || rc=1
     grep -q "^step 300/300" "$WORK/restart.out" || rc=1
-    [ "$rc" = 0 ] || { grep -v '^step' "$WORK/restart.out" | tail -n 40; return 1; }
+    [ "$rc" = 0 ] || { grep -v '^step\|checkpoint step' "$WORK/restart.out" | tail -n 30; }
+    [ -n "$again" ] || { echo "no rank 3 with PLAIT_RESTART_COUNT=1"; rc=1; }
+    [ "$rc" = 0 ] || return 1
     OMP_NUM_THREADS=1 "$PLAIT" train "$WORK/restart.json" --out "$WORK/restart_local" \
         >"$WORK/restart_local.log" 2>&1 || { tail "$WORK/restart_local.log"; return 1; }
     metrics_equal "$WORK/restart_local/metrics.jsonl" "$run/metrics.jsonl"
@@ -607,21 +612,12 @@ test_a_killed_rank_restarts_inside_the_allocation() {
 test_a_task_gone_ends_the_step_with_76() {
     plan "$WORK/gone.json" 1 2 2 '"device": "cpu", "timeout_s": 3'
     sed -i 's/"steps": 40/"steps": 100000/' "$WORK/gone.json"
-    printf '#!/bin/bash\nsrun %s launch\n' "$PLAIT" >"$WORK/gone.sh"
     local job run victim=""
-    job=$(cd "$WORK" && sbatch --parsable --train-plan="$WORK/gone.json" -o "$WORK/gone.out" -N2 \
-        --ntasks-per-node=2 --export=ALL,OMP_NUM_THREADS=1 gone.sh) || return 1
+    job=$(train_job gone "$WORK/gone.json" -N2 --ntasks-per-node=2 \
+        --export=ALL,OMP_NUM_THREADS=1) || return 1
     run=$WORK/runs/slurm-$job
-    for _ in $(seq 600); do
-        if [ -d "$run/checkpoints/step_00000010_0000" ]; then
-            for p in $(pgrep -f "$PLAIT launch"); do
-                tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "PLAIT_RANK=3" &&
-                    grep -qx "SLURM_JOB_ID=$job" <(tr '\0' '\n' <"/proc/$p/environ") && victim=$p
-            done
-            [ -n "$victim" ] && break
-        fi
-        sleep 0.1
-    done
+    victim=$(find_process "$run/checkpoints/step_00000010_0000" "$PLAIT launch" PLAIT_RANK=3 \
+        "SLURM_JOB_ID=$job")
     [ -n "$victim" ] || { echo "no task of rank 3"; scancel "$job"; cat "$WORK/gone.out"; return 1; }
     kill -9 "$victim"
     wait_state "$job" COMPLETED FAILED || { scancel "$job"; return 1; }
