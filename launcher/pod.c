@@ -383,6 +383,7 @@ static int run_ranks(struct pod *p, const struct rank_map *map, const struct nod
                                .global_rank = ranks,
                                .store_addr = addr,
                                .secret = p->secret,
+                               .restart_count = -1, /* this pod's, in its environment */
                                .threads = t->n_cores > 0 && local >= t->n_cores ? 1 : 0,
                                .grace_s = grace_s,
                                .poll = poll_lost,
@@ -395,6 +396,9 @@ static int run_ranks(struct pod *p, const struct rank_map *map, const struct nod
         log_error("pod %d (%s): stopped its ranks: %s; exit %d (restart the gang)", p->index,
                   p->dns, p->lost_why, PLAIT_EXIT_RESTART);
         code = PLAIT_EXIT_RESTART;
+    } else if (outcome.error) { /* its own failure (bad data, a bad plan): not to restart */
+        log_error("pod %d (%s): rank %d failed by itself: exit %d (a restart would fail again)",
+                  p->index, p->dns, outcome.failed_rank, code);
     } else if (outcome.failed_rank >= 0) {
         log_error("pod %d (%s): rank %d failed; exit %d (restart the gang)", p->index, p->dns,
                   outcome.failed_rank, PLAIT_EXIT_RESTART);

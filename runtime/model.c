@@ -269,9 +269,8 @@ static int rows_of(const struct model *m, int N)
 static int tp_reduce(struct model *m, float *buf, size_t n, bool max, struct plait_error *err)
 {
     if (m->tp.size == 1) return 0;
-    struct plait_error why;
-    if (m->tp.allreduce(m->tp.ctx, buf, n, max, &why))
-        return error_set(err, "tensor-parallel all-reduce: %s", why.text);
+    if (m->tp.allreduce(m->tp.ctx, buf, n, max, err))
+        return error_prefix(err, "tensor-parallel all-reduce: ");
     return 0;
 }
 
@@ -284,10 +283,9 @@ static int sp_gather(struct model *m, const float *rows, int N, const float **wh
 {
     *whole = rows;
     if (!m->sp) return 0;
-    struct plait_error why;
     size_t RC = (size_t)(N / m->tp.size) * m->cfg.hidden;
-    if (m->tp.allgather(m->tp.ctx, rows, m->whole, RC, &why))
-        return error_set(err, "sequence-parallel all-gather: %s", why.text);
+    if (m->tp.allgather(m->tp.ctx, rows, m->whole, RC, err))
+        return error_prefix(err, "sequence-parallel all-gather: ");
     *whole = m->whole;
     return 0;
 }
@@ -297,10 +295,9 @@ static int sp_gather(struct model *m, const float *rows, int N, const float **wh
 static int sp_scatter(struct model *m, const float *partial, float *rows, int N,
                       struct plait_error *err)
 {
-    struct plait_error why;
     size_t RC = (size_t)(N / m->tp.size) * m->cfg.hidden;
-    if (m->tp.reduce_scatter(m->tp.ctx, partial, rows, RC, &why))
-        return error_set(err, "sequence-parallel reduce-scatter: %s", why.text);
+    if (m->tp.reduce_scatter(m->tp.ctx, partial, rows, RC, err))
+        return error_prefix(err, "sequence-parallel reduce-scatter: ");
     return 0;
 }
 

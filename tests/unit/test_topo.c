@@ -29,7 +29,7 @@ static const char *const fixtures[] = {H100, ISLANDS, PCIE4, NVSWITCH16, CPU_ONL
 /* Loads a fixture; on failure reports it and returns false (t is then zeroed). */
 static bool load(struct topo *t, const char *path)
 {
-    struct plait_error err = {{0}};
+    struct plait_error err = {0};
     int rc = topo_load(t, path, &err);
     CHECK(rc == 0, "topo_load(%s): %s", path ? path : "NULL", err.text);
     return rc == 0;
@@ -692,7 +692,7 @@ static void test_hwloc_xmlfile_in_the_environment_is_used_and_named(void)
         topo_free(&t);
     }
     setenv("HWLOC_XMLFILE", FIXTURES "/missing/topology.xml", 1);
-    struct plait_error err = {{0}};
+    struct plait_error err = {0};
     CHECK(topo_load(&t, NULL, &err) == -1, "a missing HWLOC_XMLFILE loaded");
     CHECK(strcmp(err.text, FIXTURES "/missing/topology.xml: cannot load hwloc topology: No such "
                                     "file or directory") == 0,
@@ -709,7 +709,7 @@ static void test_hwloc_xmlfile_in_the_environment_is_used_and_named(void)
 static void expect_error(const char *path, const char *want)
 {
     struct topo t;
-    struct plait_error err = {{0}};
+    struct plait_error err = {0};
     int rc = topo_load(&t, path, &err);
     CHECK(rc == -1, "%s loaded", path);
     if (rc == 0) {
@@ -791,7 +791,7 @@ static void test_exported_xml_text_loads_back_to_the_same_node(void)
     const char *const cases[] = {H100, ISLANDS, CPU_ONLY, NULL};
     for (int i = 0; i < 4; i++) { /* NULL: this machine */
         struct topo a, b;
-        struct plait_error err = {{0}};
+        struct plait_error err = {.text = ""};
         char *xml = NULL;
         size_t bytes = 0;
         CHECK(topo_export_xml(cases[i], &xml, &bytes, &err) == 0, "export %s: %s",
@@ -824,7 +824,7 @@ static void test_exported_xml_text_loads_back_to_the_same_node(void)
         topo_free(&b);
     }
     struct topo t;
-    struct plait_error err = {{0}};
+    struct plait_error err = {.text = ""};
     const char junk[] = "<not a topology/>";
     CHECK(topo_load_xml_text(&t, junk, sizeof junk - 1, "pod 3's topology", &err) == -1,
           "junk accepted");
