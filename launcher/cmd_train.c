@@ -201,7 +201,12 @@ int cmd_train(int argc, char **argv)
                                        PLAIT_ENV_LOCAL_RANK, PLAIT_ENV_NODE_RANK};
     for (size_t k = 0; k < sizeof one / sizeof *one; k++) setenv(one[k], "1", 1);
     for (size_t k = 0; k < sizeof zero / sizeof *zero; k++) setenv(zero[k], "0", 1);
-    setenv(PLAIT_ENV_DEVICE, "cpu", 1);
+    /* the device: the CPU when the plan says so; else plait-train chooses (GPU 0
+     * when one is usable, see choose_backend in runtime/train.c) */
+    if (plan->parallel.device == PLAN_DEVICE_CPU)
+        setenv(PLAIT_ENV_DEVICE, "cpu", 1);
+    else
+        unsetenv(PLAIT_ENV_DEVICE);
     setenv(PLAIT_ENV_RESTART_COUNT, "0", 0);
     /* idle OpenMP threads sleep instead of spinning: on shared or oversubscribed
      * cores spinning threads steal the time of working ones (measured: up to 2x
