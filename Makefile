@@ -11,6 +11,8 @@
 #   make bench-memory    per-rank memory and pipeline bubble of real runs against plait
 #                        check's predictions (prints ratios; not a test)
 #   make test-gpu        the nccl backend on this machine's GPUs (tests/gpu/run.sh; not in make test)
+#   make test-cuda       the CUDA backend on this machine's GPU: --selftest, the PyTorch referee
+#                        on the GPU, GPU runs to the bit, resume, sanitizers (tests/gpu/test_cuda.sh)
 #   make install PREFIX=/usr/local   (make uninstall PREFIX=/usr/local removes what it put)
 #
 # BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan,
@@ -42,7 +44,8 @@ LDLIBS  := -ljansson -lhwloc -ldnnl -lopenblas -lm
 # the sanitized builds never use them (the CUDA runtime and ASan/TSan do not mix).
 #
 # The CUDA op backend: built where nvcc, cuda_runtime.h, cublasLt.h, libcudart
-# and libcublasLt are found, for sm_80 and sm_90 (CUDA_ARCHS); CUDA=0 leaves it
+# and libcublasLt are found, for sm_80 and sm_90 (CUDA_ARCHS), with sm_90's PTX
+# for later GPUs to compile at load; CUDA=0 leaves it
 # out, and kernels/cuda/cuda_none.c then answers that there is none. Host code
 # in the .cu files is held to -Wall -Wextra -Werror, and ptxas to no spills and
 # no local memory (-Xptxas -warn-spills,-warn-lmem-usage with -Werror all-warnings).
@@ -87,6 +90,7 @@ endif
 ifeq ($(HAVE_CUDA),1)
   NVCC_FLAGS := -std=c++17 -O3 -g -lineinfo -I. \
                 $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a)$(comma)code=sm_$(a)) \
+                -gencode arch=compute_$(lastword $(CUDA_ARCHS))$(comma)code=compute_$(lastword $(CUDA_ARCHS)) \
                 -Xptxas -warn-spills,-warn-lmem-usage -Werror all-warnings \
                 -Xcompiler -Wall$(comma)-Wextra$(comma)-Werror$(comma)-fstack-protector-strong
   LDLIBS += -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) \
@@ -160,7 +164,7 @@ SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 00,$(
 MAN_PAGE     := $(BUILD)/share/man/man1/plait.1
 COMPLETION   := $(BUILD)/share/bash-completion/completions/plait
 
-.PHONY: all test test-gpu demo bench bench-comm bench-memory bench-ckpt install uninstall docs clean deps-build deps-test format fuzz
+.PHONY: all test test-gpu test-cuda demo bench bench-comm bench-memory bench-ckpt install uninstall docs clean deps-build deps-test format fuzz
 all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO) docs
 
 docs: $(MAN_PAGE) $(COMPLETION)
@@ -259,6 +263,12 @@ test: deps-test
 # make test-gpu: the nccl backend on this machine's GPUs (tests/gpu/run.sh)
 test-gpu:
 	tests/gpu/run.sh
+
+# make test-cuda: the CUDA backend on this machine's GPU (exit 77 where there is none)
+test-cuda:
+	$(MAKE) -j$(JOBS) all
+	tests/run.sh cuda_build
+	tests/gpu/test_cuda.sh
 
 demo: deps-build
 	$(MAKE) -j$(JOBS) all
