@@ -24,7 +24,7 @@ run_one() { # label, command...
     "$@" >"$log" 2>&1
     rc=$?
     t1=$(date +%s.%N)
-    s=$(grep -c '^ok .*# SKIP' "$log")
+    s=$(grep -ci '^ok .*# skip' "$log")
     p=$(($(grep -c '^ok ' "$log") - s))
     f=$(grep -c '^not ok ' "$log")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
@@ -36,7 +36,7 @@ run_one() { # label, command...
     skipped=$((skipped + s))
     printf '%-48s %3d passed %3d failed %6.1fs%s\n' "$label" "$p" "$f" "$(awk "BEGIN{print $t1 - $t0}")" \
         "$([ "$s" -eq 0 ] || echo " $s skipped")"
-    grep '^ok .*# SKIP' "$log" | sed 's/^ok /    skipped: /'
+    grep -i '^ok .*# skip' "$log" | sed 's/^ok /    skipped: /'
     if [ "$f" -ne 0 ]; then
         failed_names+=("$label")
         sed 's/^/    | /' "$log" | tail -n 60
