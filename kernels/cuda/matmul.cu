@@ -9,6 +9,17 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 
+/* The alignment of a pointer in bytes (the largest power of two dividing it,
+ * at most 256): cuBLASLt's heuristic otherwise assumes 256 and may pick a
+ * kernel that faults on a tensor that starts inside the flat parameter buffer. */
+static uint32_t alignment_bytes(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t bytes = 1;
+    while (bytes < 256 && !(a & bytes)) bytes <<= 1;
+    return bytes;
+}
+
 /* Row-major C (M×N) = op(A)·op(B) + beta·C, as kernels/cpu/gemm.h: op(A) is A
  * (M×K, lda) or with ta Aᵀ stored K×M; op(B) is B (K×N, ldb) or with tb Bᵀ
  * stored N×K. cuBLASLt is column-major, so it computes Cᵀ = op(B)ᵀ·op(A)ᵀ.
@@ -29,6 +40,12 @@ static bool lt_gemm(bool ta, bool tb, int M, int N, int K, const void *A, int ld
     cudaDataType_t bias_type = CUDA_R_32F;
     float alpha = 1.0f;
     bool ok = false;
+    /* cuBLAS's A is our B, its B our A, C and D the output */
+    uint32_t align[4] = {alignment_bytes(B), alignment_bytes(A), alignment_bytes(C),
+                         alignment_bytes(C)};
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     /* column-major shapes: cuBLAS A = our B: (tb ? K×N : N×K) stored; B = our A */
     if (!LT_OK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
         !LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa)) ||
@@ -48,6 +65,10 @@ static bool lt_gemm(bool ta, bool tb, int M, int N, int K, const void *A, int ld
                                                     &cu_lt_workspace_bytes,
                                                     sizeof cu_lt_workspace_bytes)))
         goto out;
+    for (int i = 0; i < 4; i++)
+        if (!LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i],
+                                                        sizeof align[i])))
+            goto out;
     {
         cublasLtMatmulHeuristicResult_t heur;
         int found = 0;
@@ -88,9 +109,13 @@ static void gemm(bool ta, bool tb, int M, int N, int K, const void *A, int lda, 
         if (bias) cu_add_bias(C, bias, M, N); /* ldc == N for every caller with a bias */
         return;
     }
-    bool no_epilogue;
-    if (lt_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, in_type, bias, &no_epilogue)) return;
-    if (!no_epilogue) return;
+    bool no_epilogue = true;
+    /* the epilogue reads the bias in vectors: only from an aligned one */
+    if (!bias || alignment_bytes(bias) >= 16) {
+        if (lt_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, in_type, bias, &no_epilogue))
+            return;
+        if (!no_epilogue || !bias) return;
+    }
     if (lt_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, in_type, NULL, &no_epilogue))
         cu_add_bias(C, bias, M, N);
 }
