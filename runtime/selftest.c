@@ -256,6 +256,29 @@ static void t_attention(struct run *r)
     out(r, "dqkv", dqkv, N * 3 * s->C);
 }
 
+/* the fused attention (kernels/cuda/attention_fused.cu, not in ops.h yet) on
+ * the GPU against the CPU's ops.h attention: the same out and dqkv */
+static void t_attention_fused(struct run *r)
+{
+    const struct shape *s = r->s;
+    bool fused = strcmp(r->o->name, "cuda") == 0;
+    size_t N = N_ROWS(s), att_n = (size_t)s->B * s->NH * s->T * s->T;
+    float *qkv = rnd(r, N * 3 * s->C, 1, 0), *dout = rnd(r, N * s->C, 1, 0);
+    float *o = dev(r, N * s->C * 4), *dqkv = dev(r, N * 3 * s->C * 4);
+    float *att = fused ? NULL : dev(r, att_n * 4), *datt = fused ? NULL : dev(r, att_n * 4);
+    float *lse = fused ? dev(r, (size_t)s->B * s->NH * s->T * 4) : NULL;
+    if (r->broken) return;
+    if (fused) {
+        ops_cuda_attention_fused_forward(o, lse, qkv, s->B, s->T, s->C, s->NH);
+        ops_cuda_attention_fused_backward(dqkv, dout, qkv, o, lse, s->B, s->T, s->C, s->NH);
+    } else {
+        r->o->attention_forward(o, att, qkv, s->B, s->T, s->C, s->NH);
+        r->o->attention_backward(dqkv, datt, dout, qkv, att, s->B, s->T, s->C, s->NH);
+    }
+    out(r, "out", o, N * s->C);
+    out(r, "dqkv", dqkv, N * 3 * s->C);
+}
+
 static void t_elementwise(struct run *r)
 {
     const struct shape *s = r->s;
@@ -344,6 +367,7 @@ static const struct selftest_case {
     {"matmul_backward fp32", t_matmul_backward_f32, 1e-5},
     {"matmul_backward bf16", t_matmul_backward_bf16, 1e-5},
     {"attention", t_attention, 1e-5},
+    {"attention fused", t_attention_fused, 1e-5},
     {"gelu/residual/bias", t_elementwise, 1e-5},
     {"classifier", t_classifier, 1e-5},
     {"classifier parts", t_classifier_parts, 1e-5},
@@ -384,21 +408,25 @@ static bool run_case(struct run *r, const struct ops *o, const struct shape *s,
 int selftest_run(FILE *f)
 {
     char why[512] = "";
-    if (ops_cuda_device_count(why, sizeof why) == 0) {
+    const char *env = getenv(PLAIT_ENV_DEVICE), *twin = getenv("PLAIT_SELFTEST_TWIN");
+    int device = env && *env >= '0' && *env <= '9' ? atoi(env) : 0;
+    const struct ops *gpu = NULL, *cpu = ops_cpu();
+    if (twin && !strcmp(twin, "cpu")) { /* the harness itself, without a GPU (make test) */
+        gpu = cpu;
+        fprintf(f, "plait-train --selftest: PLAIT_SELFTEST_TWIN=cpu: the CPU against itself\n");
+    } else if (ops_cuda_device_count(why, sizeof why) == 0) {
         fprintf(f, "plait-train --selftest: skipped: %s (exit %d)\n", why, PLAIT_EXIT_SKIPPED);
         return PLAIT_EXIT_SKIPPED;
-    }
-    const char *env = getenv(PLAIT_ENV_DEVICE);
-    int device = env && *env >= '0' && *env <= '9' ? atoi(env) : 0;
-    const struct ops *gpu = ops_cuda(device, why, sizeof why), *cpu = ops_cpu();
-    if (!gpu) {
+    } else if (!(gpu = ops_cuda(device, why, sizeof why))) {
         fprintf(f, "plait-train --selftest: the CUDA backend on device %d: %s\n", device, why);
         return PLAIT_EXIT_ERROR;
+    } else {
+        fprintf(f, "plait-train --selftest: each CUDA op (device %d) against kernels/cpu\n",
+                device);
     }
-    fprintf(f, "plait-train --selftest: each CUDA op (device %d) against kernels/cpu\n", device);
     fprintf(f,
             "error = max |gpu - cpu| / max |cpu|; repeat = a second GPU run gives the same bits\n");
-    fprintf(f, "%-22s %-22s %-14s %10s %8s %-7s %s\n", "op", "shape B,T,C,NH,V,Vp,OC", "output",
+    fprintf(f, "%-22s %-26s %-14s %10s %8s %-7s %s\n", "op", "shape B,T,C,NH,V,Vp,OC", "output",
             "error", "limit", "repeat", "verdict");
     int failures = 0, checks = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
@@ -413,7 +441,7 @@ int selftest_run(FILE *f)
             bool ok_g = ok_c && run_case(&rg, gpu, s, c, why, sizeof why);
             bool ok_g2 = ok_g && run_case(&rg2, gpu, s, c, why, sizeof why);
             if (!ok_g2) {
-                fprintf(f, "%-22s %-22s %-14s %10s %8s %-7s FAIL: %s\n", c->name, sh, "-", "-", "-",
+                fprintf(f, "%-22s %-26s %-14s %10s %8s %-7s FAIL: %s\n", c->name, sh, "-", "-", "-",
                         "-", why);
                 failures++;
             }
@@ -422,7 +450,7 @@ int selftest_run(FILE *f)
                 double e = same_n ? rel_error(rg.out[k], rc.out[k], rc.out_len[k]) : INFINITY;
                 bool repeat = same_n && !memcmp(rg.out[k], rg2.out[k], rc.out_len[k] * 4);
                 bool pass = e <= c->tolerance && repeat;
-                fprintf(f, "%-22s %-22s %-14s %10.2e %8.0e %-7s %s\n", c->name, sh, rc.out_name[k],
+                fprintf(f, "%-22s %-26s %-14s %10.2e %8.0e %-7s %s\n", c->name, sh, rc.out_name[k],
                         e, c->tolerance, repeat ? "same" : "DIFFERS", pass ? "ok" : "FAIL");
                 failures += !pass;
                 checks++;

@@ -25,3 +25,17 @@ int ops_cuda_built(void)
 {
     return 0;
 }
+
+/* never called: there is no device to bind */
+void ops_cuda_attention_fused_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                      int NH)
+{
+    (void)out, (void)lse, (void)qkv, (void)B, (void)T, (void)C, (void)NH;
+}
+
+void ops_cuda_attention_fused_backward(float *dqkv, const float *dout, const float *qkv,
+                                       const float *out, const float *lse, int B, int T, int C,
+                                       int NH)
+{
+    (void)dqkv, (void)dout, (void)qkv, (void)out, (void)lse, (void)B, (void)T, (void)C, (void)NH;
+}

@@ -25,6 +25,18 @@ const struct ops *ops_cuda(int device, char *errbuf, size_t errbuf_bytes);
 /* Whether this build carries the CUDA backend (false: cuda_none.c). */
 int ops_cuda_built(void);
 
+/* Causal attention without the (B,NH,T,T) buffer (flash-attention style,
+ * kernels/cuda/attention_fused.cu), on the device ops_cuda() bound; not in
+ * ops.h yet, so the runtime does not call it (plait-train --selftest checks
+ * it against the CPU attention). qkv (B,T,3C), out (B,T,C); lse (B,NH,T)
+ * keeps each row's log-sum-exp of the scaled scores for the backward, which
+ * overwrites dqkv (B,T,3C). Errors are the backend's sticky ones. */
+void ops_cuda_attention_fused_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                      int NH);
+void ops_cuda_attention_fused_backward(float *dqkv, const float *dout, const float *qkv,
+                                       const float *out, const float *lse, int B, int T, int C,
+                                       int NH);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,7 +2,8 @@
 # test_cuda_build.sh — the CUDA backend as far as a machine without a GPU can
 # check it: its objects hold sm_80 and sm_90 code (the fatbinary's entries,
 # what cuobjdump --list-elf lists), plait-train links cuBLASLt and the CUDA
-# runtime, --selftest says it skipped (exit 77), parallel.device "cuda" is
+# runtime, --selftest says it skipped (exit 77) and its harness passes with the
+# CPU standing in for the GPU, parallel.device "cuda" is
 # refused naming parallel.device and "auto" falls back to the CPU saying why.
 # Then the GPU checks (tests/gpu/test_cuda.sh): run where a GPU is, else each
 # printed as skipped. In a build without CUDA (make CUDA=0, the sanitized
@@ -40,6 +41,15 @@ print(f"{sys.argv[2]}: ELF for sm_{', sm_'.join(map(str, sorted(elf)))}")
 sys.exit(f"{sys.argv[2]}: no code for sm_{missing}" if missing else 0)
 PYEOF
     done
+}
+
+# the self-test's harness (inputs, table, verdict, exit code) with the CPU
+# standing in for the GPU: every line ok, exit 0
+test_selftest_harness_passes_cpu_against_cpu() {
+    PLAIT_SELFTEST_TWIN=cpu "$TRAIN" --selftest >"$WORK/twin.txt" 2>&1 || { cat "$WORK/twin.txt"; return 1; }
+    grep -q "^plait-train --selftest: passed: 0 of [1-9][0-9]* checks failed" "$WORK/twin.txt" ||
+        { cat "$WORK/twin.txt"; return 1; }
+    ! grep -E "FAIL|DIFFERS" "$WORK/twin.txt"
 }
 
 test_plait_train_links_cublaslt_and_cudart() {
@@ -84,6 +94,7 @@ if [ "$GPU" -eq 0 ]; then
     check device_auto_without_gpu_trains_on_the_cpu_saying_why \
         test_device_auto_without_gpu_trains_on_the_cpu_saying_why
 fi
+check selftest_harness_passes_cpu_against_cpu test_selftest_harness_passes_cpu_against_cpu
 # the GPU checks: run here when there is a GPU, else each reported as skipped
 bash "$(dirname "$0")/../gpu/test_cuda.sh" --skip-ok || failures=$((failures + 1))
 finish
