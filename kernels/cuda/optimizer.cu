@@ -8,17 +8,22 @@
 
 enum { THREADS = 256, SUM_BLOCKS = 1024 };
 
+/* The CPU's arithmetic operation for operation, each rounded on its own
+ * (__fmul_rn and friends are never fused into an FMA, and the CPU build does
+ * not contract either): the same bits as kernels/cpu, so the bf16 copy rounds
+ * the same way and a GPU checkpoint continues on the CPU as it would here. */
 __global__ void adamw_kernel(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n,
                              float decay, float step_size, float bc2_sqrt, float beta1, float beta2,
                              float eps, float grad_scale)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float gi = g[i] * grad_scale;
-    float mi = m[i] * beta1 + gi * (1.0f - beta1);
-    float vi = v[i] * beta2 + (1.0f - beta2) * gi * gi;
-    float denom = sqrtf(vi) / bc2_sqrt + eps;
-    float pi = p[i] * decay - step_size * (mi / denom);
+    float gi = __fmul_rn(g[i], grad_scale);
+    float mi = __fadd_rn(__fmul_rn(m[i], beta1), __fmul_rn(gi, __fsub_rn(1.0f, beta1)));
+    float vi =
+        __fadd_rn(__fmul_rn(v[i], beta2), __fmul_rn(__fmul_rn(__fsub_rn(1.0f, beta2), gi), gi));
+    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
+    float pi = __fsub_rn(__fmul_rn(p[i], decay), __fmul_rn(step_size, __fdiv_rn(mi, denom)));
     m[i] = mi;
     v[i] = vi;
     p[i] = pi;
