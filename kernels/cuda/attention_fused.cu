@@ -6,9 +6,11 @@
  * one thread that sums in a fixed order (dK/dV by key rows, dQ by query rows in
  * a second kernel, so no atomics). fp32 on the CUDA cores, not tensor cores.
  *
- * NOT WIRED: ops.h's attention keeps the probabilities in att, so the runtime
- * does not call these yet; plait-train --selftest checks them against the CPU
- * attention (cuda_ops.h: ops_cuda_attention_fused_*). Never run on a GPU yet. */
+ * The CUDA table's attention_*_fused (ops.h), which the runtime calls instead
+ * of attention.cu's unless PLAIT_CUDA_ATTENTION=simple; the runtime still
+ * allocates the (B,NH,T,T) att buffer and keeps lse in its first B·NH·T floats
+ * (shrinking it is common/gpt2_memory's to do). plait-train --selftest checks
+ * these against the CPU attention. Never run on a GPU yet. */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 

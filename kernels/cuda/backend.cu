@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -148,7 +149,9 @@ static const char *cuda_bf16_emulation(void)
 
 /* ---- the table ----------------------------------------------------------------------- */
 
-static const struct ops cuda_ops = {
+/* the fused attention (attention_fused.cu) unless PLAIT_CUDA_ATTENTION=simple
+ * at bind time (then attention.cu's, which keeps the probabilities) */
+static struct ops cuda_ops = {
     .name = "cuda",
     .alloc = cuda_alloc,
     .free = cuda_free,
@@ -166,6 +169,8 @@ static const struct ops cuda_ops = {
     .matmul_backward = cu_matmul_backward,
     .attention_forward = cu_attention_forward,
     .attention_backward = cu_attention_backward,
+    .attention_forward_fused = ops_cuda_attention_fused_forward,
+    .attention_backward_fused = ops_cuda_attention_fused_backward,
     .gelu_forward = cu_gelu_forward,
     .gelu_backward = cu_gelu_backward,
     .residual_forward = cu_residual_forward,
@@ -233,6 +238,11 @@ extern "C" const struct ops *ops_cuda(int device, char *errbuf, size_t errbuf_by
             !LT_OK(cublasLtCreate(&cu_lt)) ||
             !CUDA_OK(cudaMalloc(&cu_lt_workspace, cu_lt_workspace_bytes)))
             goto fail;
+        const char *attention = getenv("PLAIT_CUDA_ATTENTION");
+        if (attention && !strcmp(attention, "simple")) {
+            cuda_ops.attention_forward_fused = NULL;
+            cuda_ops.attention_backward_fused = NULL;
+        }
         bound_device = device;
         ops = &cuda_ops;
         goto out;

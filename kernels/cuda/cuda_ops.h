@@ -26,11 +26,11 @@ const struct ops *ops_cuda(int device, char *errbuf, size_t errbuf_bytes);
 int ops_cuda_built(void);
 
 /* Causal attention without the (B,NH,T,T) buffer (flash-attention style,
- * kernels/cuda/attention_fused.cu), on the device ops_cuda() bound; not in
- * ops.h yet, so the runtime does not call it (plait-train --selftest checks
- * it against the CPU attention). qkv (B,T,3C), out (B,T,C); lse (B,NH,T)
- * keeps each row's log-sum-exp of the scaled scores for the backward, which
- * overwrites dqkv (B,T,3C). Errors are the backend's sticky ones. */
+ * kernels/cuda/attention_fused.cu), on the device ops_cuda() bound: the
+ * table's attention_*_fused, which the runtime prefers (PLAIT_CUDA_ATTENTION=
+ * simple at bind time leaves them out). qkv (B,T,3C), out (B,T,C); lse
+ * (B,NH,T) keeps each row's log-sum-exp of the scaled scores for the backward,
+ * which overwrites dqkv (B,T,3C). Errors are the backend's sticky ones. */
 void ops_cuda_attention_fused_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
                                       int NH);
 void ops_cuda_attention_fused_backward(float *dqkv, const float *dout, const float *qkv,
