@@ -138,7 +138,8 @@ static const struct ops *choose_backend(const struct plan *p, const struct env_r
         return o;
     }
     if (device == PLAN_DEVICE_CUDA) {
-        error_set(err, "%s: parallel.device is \"cuda\", but %s: use \"cpu\" or \"auto\"",
+        error_set(err,
+                  "%s: parallel.device: \"cuda\" is not available: %s (use \"cpu\" or \"auto\")",
                   p->source, why);
         return NULL;
     }

@@ -64,7 +64,7 @@ test_selftest_without_gpu_exits_77() {
 }
 
 test_device_cuda_without_gpu_is_refused_naming_parallel_device() {
-    expect_error "$WORK/cuda.log" any 'parallel.device is "cuda", but .*use "cpu" or "auto"' \
+    expect_error "$WORK/cuda.log" 1 'parallel.device: "cuda" is not available: .*use "cpu" or "auto"' \
         "$PLAIT" train "$WORK/plan.json" --out "$WORK/run_cuda" --set parallel.device=cuda \
         --set steps=4
 }
