@@ -13,6 +13,7 @@
 #   make test-gpu        the nccl backend on this machine's GPUs (tests/gpu/run.sh; not in make test)
 #   make test-cuda       the CUDA backend on this machine's GPU: --selftest, the PyTorch referee
 #                        on the GPU, GPU runs to the bit, resume, sanitizers (tests/gpu/test_cuda.sh)
+#   make bench-cuda      GPT-2 124M bf16 on the GPU, 16x1024 and 32x1024: tokens/s and MFU (not a test)
 #   make install PREFIX=/usr/local   (make uninstall PREFIX=/usr/local removes what it put)
 #
 # BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan,
@@ -164,7 +165,7 @@ SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 00,$(
 MAN_PAGE     := $(BUILD)/share/man/man1/plait.1
 COMPLETION   := $(BUILD)/share/bash-completion/completions/plait
 
-.PHONY: all test test-gpu test-cuda demo bench bench-comm bench-memory bench-ckpt install uninstall docs clean deps-build deps-test format fuzz
+.PHONY: all test test-gpu test-cuda bench-cuda demo bench bench-comm bench-memory bench-ckpt install uninstall docs clean deps-build deps-test format fuzz
 all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO) docs
 
 docs: $(MAN_PAGE) $(COMPLETION)
@@ -269,6 +270,11 @@ test-cuda:
 	$(MAKE) -j$(JOBS) all
 	tests/run.sh cuda_build
 	tests/gpu/test_cuda.sh
+
+# make bench-cuda: GPT-2 124M on this machine's GPU (exit 77 where there is none)
+bench-cuda:
+	$(MAKE) -j$(JOBS) all
+	bench/bench_cuda.sh
 
 demo: deps-build
 	$(MAKE) -j$(JOBS) all
