@@ -43,7 +43,14 @@ extern size_t cu_lt_workspace_bytes;
 /* Scratch device memory of at least `bytes`, per slot, grown on demand and
  * owned by the backend (the runtime calls ops from one thread). NULL after
  * recording the error. */
-enum { CU_SCRATCH_BF16_A, CU_SCRATCH_BF16_B, CU_SCRATCH_PARTIAL, CU_SCRATCH_PARTIAL2, CU_SLOTS };
+enum {
+    CU_SCRATCH_BF16_A,
+    CU_SCRATCH_BF16_B,
+    CU_SCRATCH_PARTIAL,
+    CU_SCRATCH_PARTIAL2,
+    CU_SCRATCH_INDEX,
+    CU_SLOTS
+};
 void *cu_scratch(int slot, size_t bytes);
 
 static inline unsigned cu_blocks(size_t n, unsigned threads)
