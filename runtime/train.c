@@ -101,6 +101,23 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The CUDA runtime's index of PLAIT_DEVICE, a CUDA index in PCI bus order
+ * among all the node's GPUs: its position in CUDA_VISIBLE_DEVICES when that
+ * lists indices (the placement shows a rank its granted GPUs only), else itself. */
+static int visible_index(int device)
+{
+    const char *list = getenv("CUDA_VISIBLE_DEVICES");
+    for (int pos = 0; list && *list; pos++) {
+        char *end;
+        long v = strtol(list, &end, 10);
+        if (end == list) break; /* a UUID or MIG name: leave the index as it is */
+        if (v == device) return pos;
+        list = *end == ',' ? end + 1 : end;
+        if (*end != ',') break;
+    }
+    return device;
+}
+
 /* The op backend, from parallel.device and the device the launcher gave this
  * rank (PLAIT_DEVICE: a CUDA index; "cpu"; or unset, by hand or from plait
  * train on one rank, which leaves the choice here, GPU 0 if any):
@@ -122,7 +139,7 @@ static const struct ops *choose_backend(const struct plan *p, const struct env_r
                   p->source, w->rank, PLAIT_ENV_DEVICE);
         return NULL;
     }
-    int index = w->device >= 0 ? w->device : 0;
+    int index = w->device >= 0 ? visible_index(w->device) : 0;
     char why[512] = "";
     const struct ops *o = NULL;
     if (w->world > 1)
