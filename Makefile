@@ -265,10 +265,10 @@ test: deps-test
 test-gpu:
 	tests/gpu/run.sh
 
-# make test-cuda: the CUDA backend on this machine's GPU (exit 77 where there is none)
+# make test-cuda: the CUDA backend on this machine's GPU (exit 77 where there is none;
+# make test runs the same checks inside tests/integration/test_cuda_build.sh)
 test-cuda:
 	$(MAKE) -j$(JOBS) all
-	tests/run.sh cuda_build
 	tests/gpu/test_cuda.sh
 
 # make bench-cuda: GPT-2 124M on this machine's GPU (exit 77 where there is none)
