@@ -1,15 +1,13 @@
-/* attention.cu — causal multi-head attention, forward and backward.
- *
- * SIMPLE VERSION (correct first, not fast): it mirrors kernels/cpu op for op,
- * filling att (B,NH,T,T) with the probabilities and using datt as the scores'
- * gradient, as ops.h asks. Every output element is owned by one thread that
- * sums in a fixed order (deterministic); the causal upper triangle is skipped
- * in every sum. The fused flash-attention kernel (no B·NH·T·T buffer) needs
- * ops.h to let att be NULL / hold the row log-sum-exp: not written yet.
- *
+/* attention.cu — causal multi-head attention that keeps the probabilities, as
+ * kernels/cpu does: att (B,NH,T,T) filled, datt as the scores' gradient. The
+ * simple version (correct first, not fast), which the runtime uses only with
+ * PLAIT_CUDA_ATTENTION=simple; the fused one is attention_fused.cu. */
+#include "kernels/cuda/cuda_common.cuh"
+
+/* Every output element is owned by one thread that sums in a fixed order
+ * (deterministic); the causal upper triangle is skipped in every sum.
  * qkv (B,T,3C): q at [0,C), k at [C,2C), v at [2C,3C); head h owns the hs
  * columns [h·hs, (h+1)·hs) of each. out (B,T,C), heads side by side. */
-#include "kernels/cuda/cuda_common.cuh"
 
 enum { THREADS = 256, WARPS = THREADS / 32 };
 

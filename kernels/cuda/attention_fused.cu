@@ -1,18 +1,18 @@
 /* attention_fused.cu — causal attention without the (B,NH,T,T) buffer, in the
- * manner of FlashAttention-2: tiles of keys stream through shared memory, the
- * softmax is kept online (running max and sum), only each row's log-sum-exp
- * (B,NH,T) is saved, and the backward recomputes the probabilities. Tiles wholly
- * above the diagonal are skipped. Deterministic: every output row is owned by
- * one thread that sums in a fixed order (dK/dV by key rows, dQ by query rows in
- * a second kernel, so no atomics). fp32 on the CUDA cores, not tensor cores.
- *
- * The CUDA table's attention_*_fused (ops.h), which the runtime calls instead
- * of attention.cu's unless PLAIT_CUDA_ATTENTION=simple; the runtime still
- * allocates the (B,NH,T,T) att buffer and keeps lse in its first B·NH·T floats
- * (shrinking it is common/gpt2_memory's to do). plait-train --selftest checks
- * these against the CPU attention. Never run on a GPU yet. */
+ * manner of FlashAttention-2: key tiles stream through shared memory, the
+ * softmax is kept online, only each row's log-sum-exp (B,NH,T) is saved and
+ * the backward recomputes the probabilities; tiles above the diagonal are
+ * skipped. The CUDA table's attention_*_fused. Never run on a GPU yet. */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+
+/* Deterministic: every output row is owned by one thread that sums in a fixed
+ * order (dK/dV by key rows, dQ by query rows in a second kernel, so no
+ * atomics). fp32 on the CUDA cores, not the tensor cores. The runtime calls
+ * these instead of attention.cu's unless PLAIT_CUDA_ATTENTION=simple; it still
+ * allocates the (B,NH,T,T) att buffer and keeps lse in its first B·NH·T floats
+ * (shrinking it is common/gpt2_memory's to do). plait-train --selftest checks
+ * them against the CPU attention. */
 
 enum { TILE = 32 }; /* query rows per block = key rows per tile = threads per block */
 

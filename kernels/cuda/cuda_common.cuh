@@ -1,9 +1,8 @@
-/* cuda_common.cuh — what every file of the CUDA backend shares: the sticky
- * error and the one check macro per library (CUDA runtime, cuBLASLt) that
- * records file:line and the library's own message, the backend's stream and
- * scratch buffers, deterministic warp/block reductions, bf16 rounding, and the
- * ops each .cu file defines (the table itself is in backend.cu). Not a public
- * header: the runtime sees only cuda_ops.h. */
+/* cuda_common.cuh — what the CUDA backend's files share: the sticky error and
+ * one check macro per library (CUDA, cuBLASLt) recording file:line and the
+ * library's message, the stream, scratch buffers, deterministic reductions,
+ * bf16 rounding, and the ops each .cu defines. Internal: the runtime sees
+ * only cuda_ops.h. */
 #ifndef PLAIT_KERNELS_CUDA_COMMON_CUH
 #define PLAIT_KERNELS_CUDA_COMMON_CUH
 

@@ -1,10 +1,8 @@
 /* matmul.cu — the matrix products through cuBLASLt: fp32 (CUBLAS_COMPUTE_32F,
- * no TF32, so the fp32 path matches the CPU within fp32 rounding) and bf16
- * inputs with fp32 accumulation and output. The forward fuses the bias as a
- * cuBLASLt epilogue where the heuristic offers one, else adds it with a
- * kernel. The bias gradient is a deterministic column sum (the BGRAD epilogues
- * overwrite, and ops.h accumulates). ops.h's GELU is a separate op, so the
- * GELU epilogues have no caller yet. */
+ * no TF32: the CPU's results within fp32 rounding) and bf16 in / fp32 out,
+ * the bias fused as an epilogue where cuBLASLt offers it (else a kernel), the
+ * bias gradient a deterministic column sum (BGRAD epilogues overwrite; ops.h
+ * accumulates). ops.h has no matmul+GELU op, so no GELU epilogue yet. */
 #include <stdio.h>
 
 #include "kernels/cuda/cuda_common.cuh"
