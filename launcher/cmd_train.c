@@ -155,6 +155,7 @@ int cmd_train(int argc, char **argv)
                              .dp = par->dp,
                              .timeout_s = par->timeout_s,
                              .max_restarts = plan->checkpoint.max_restarts};
+    int64_t world = (int64_t)gang.tp * gang.pp * gang.dp; /* <= PLAN_MAX_RANKS */
     if (!(json = plan_to_json(plan))) {
         log_error("out of memory");
         goto out;
@@ -187,6 +188,9 @@ int cmd_train(int argc, char **argv)
     static const char *const mine[] = {PLAIT_ENV_RANK, PLAIT_ENV_WORLD_SIZE, PLAIT_ENV_TP,
                                        PLAIT_ENV_PP,   PLAIT_ENV_DP,         PLAIT_ENV_DEVICE};
     for (size_t k = 0; k < sizeof mine / sizeof *mine; k++) unsetenv(mine[k]);
+    /* one rank's device: the CPU when the plan says so; else plait-train chooses (GPU 0
+     * when one is usable, see choose_backend in runtime/train.c) */
+    if (world == 1 && plan->parallel.device == PLAN_DEVICE_CPU) setenv(PLAIT_ENV_DEVICE, "cpu", 1);
     setenv(PLAIT_ENV_RESTART_COUNT, "0", 0);
     /* idle OpenMP threads sleep instead of spinning: on shared or oversubscribed
      * cores spinning threads steal the time of working ones (measured: up to 2x

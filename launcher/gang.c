@@ -51,8 +51,9 @@ struct gang {
 static const int passed_on[4] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
 
 /* Rank r's place as "NAME=value" strings (place_env_free frees them). One
- * rank alone is 1 × 1 × 1 on the CPU, unplaced and unbound: the runtime
- * chooses its device from the plan, and needs no store. */
+ * rank alone is 1 × 1 × 1, unplaced and unbound: the runtime chooses its
+ * device from the plan (plait train sets PLAIT_DEVICE "cpu" when the plan
+ * says so), and needs no store. */
 static char **rank_env(const struct gang *g, int r)
 {
     if (g->world > 1) return place_rank_env(&g->map, &g->node, r);
@@ -61,8 +62,7 @@ static char **rank_env(const struct gang *g, int r)
                                       PLAIT_ENV_DP "=1",         PLAIT_ENV_TP_RANK "=0",
                                       PLAIT_ENV_PP_RANK "=0",    PLAIT_ENV_DP_RANK "=0",
                                       PLAIT_ENV_LOCAL_RANK "=0", PLAIT_ENV_LOCAL_WORLD_SIZE "=1",
-                                      PLAIT_ENV_NODE_RANK "=0",  PLAIT_ENV_NODES "=1",
-                                      PLAIT_ENV_DEVICE "=cpu"};
+                                      PLAIT_ENV_NODE_RANK "=0",  PLAIT_ENV_NODES "=1"};
     size_t n = sizeof one / sizeof *one;
     char **env = calloc(n + 1, sizeof *env);
     for (size_t k = 0; env && k < n; k++)

@@ -363,6 +363,28 @@ static const float *layer_input(const struct model_slot *sl, int i)
     return i == 0 ? sl->input : sl->layer[i - 1].res3;
 }
 
+/* The attention of layer acts a: fused where the backend has it, with att
+ * then holding only each row's log-sum-exp (its first B·NH·T floats). */
+static void attention_fwd(struct model *m, struct layer_acts *a, int B, int T)
+{
+    const struct ops *o = m->ops;
+    if (o->attention_forward_fused)
+        o->attention_forward_fused(a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
+    else
+        o->attention_forward(a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
+}
+
+/* dqkv (B,T,3C/tp) from dout (B,T,C/tp), the attention's output gradient */
+static void attention_bwd(struct model *m, struct layer_acts *a, float *dqkv, const float *dout,
+                          int B, int T)
+{
+    const struct ops *o = m->ops;
+    if (o->attention_backward_fused)
+        o->attention_backward_fused(dqkv, dout, a->qkv, a->atty, a->att, B, T, m->Cl, m->NHl);
+    else
+        o->attention_backward(dqkv, m->datt, dout, a->qkv, a->att, B, T, m->Cl, m->NHl);
+}
+
 /* Sequence parallel, the LayerNorms and residual adds run on this rank's R
  * rows; each column-parallel product reads the LayerNorm's output gathered
  * from the group, each row-parallel one is reduce-scattered back to R rows. */
@@ -382,7 +404,7 @@ static int layer_forward(struct model *m, struct model_slot *sl, int i, int B, i
     PROF(pr, PROF_MATMUL_FWD,
          o->matmul_forward(a->qkv, ln, P(GPT2_QKVW, l), weight16(m, GPT2_QKVW, l), P(GPT2_QKVB, l),
                            N, C, 3 * Cl));
-    PROF(pr, PROF_ATTENTION_FWD, o->attention_forward(a->atty, a->att, a->qkv, B, T, Cl, m->NHl));
+    PROF(pr, PROF_ATTENTION_FWD, attention_fwd(m, a, B, T));
     if (row_parallel_forward(m, &proj, a->atty, GPT2_ATTPROJW, GPT2_ATTPROJB, l, N, Cl, err))
         return -1;
     PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(a->res2, in, proj, (size_t)R * C));
@@ -533,7 +555,7 @@ static int layer_recompute(struct model *m, struct model_slot *sl, int i, int B,
     struct layer_acts *a = &sl->layer[i];
     if (m->recompute == PLAN_RECOMPUTE_FULL) return layer_forward(m, sl, i, B, T, err);
     if (m->recompute == PLAN_RECOMPUTE_SELECTIVE) {
-        m->ops->attention_forward(a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
+        attention_fwd(m, a, B, T);
         m->ops->gelu_forward(a->fch_gelu, a->fch, (size_t)B * T * 4 * m->Cl);
     }
     return 0;
@@ -617,8 +639,7 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
          o->matmul_backward(m->dC, GW(GPT2_ATTPROJW), GW(GPT2_ATTPROJB), dout, a->atty,
                             P(GPT2_ATTPROJW, l), weight16(m, GPT2_ATTPROJW, l), N, Cl, C, acc));
     float *dqkv = pass == BWD_INPUT ? a->g_qkv : m->d3C;
-    PROF(pr, PROF_ATTENTION_BWD,
-         o->attention_backward(dqkv, m->datt, m->dC, a->qkv, a->att, B, T, Cl, m->NHl));
+    PROF(pr, PROF_ATTENTION_BWD, attention_bwd(m, a, dqkv, m->dC, B, T));
     ln = a->ln1;
     if (w && sp_gather(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
