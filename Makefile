@@ -11,6 +11,9 @@
 #   make bench-memory    per-rank memory and pipeline bubble of real runs against plait
 #                        check's predictions (prints ratios; not a test)
 #   make test-gpu        the nccl backend on this machine's GPUs (tests/gpu/run.sh; not in make test)
+#   make test-cuda       the CUDA backend on this machine's GPU: --selftest, the PyTorch referee
+#                        on the GPU, GPU runs to the bit, resume, sanitizers (tests/gpu/test_cuda.sh)
+#   make bench-cuda      GPT-2 124M bf16 on the GPU, 16x1024 and 32x1024: tokens/s and MFU (not a test)
 #   make install PREFIX=/usr/local   (make uninstall PREFIX=/usr/local removes what it put)
 #
 # BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan,
@@ -36,24 +39,45 @@ CFLAGS  += -std=c17 $(WARN) $(HARDEN) -fopenmp -pthread
 LDFLAGS += -fopenmp -pthread -Wl,-z,relro,-z,now
 LDLIBS  := -ljansson -lhwloc -ldnnl -lopenblas -lm
 
+# CUDA (the CUDA op backend, kernels/cuda/*.cu, and what NCCL needs): the
+# runtime's headers and libraries are looked for under CUDA_HOME
+# (/usr/local/cuda) or the system's /usr/include and /usr/lib/x86_64-linux-gnu;
+# the sanitized builds never use them (the CUDA runtime and ASan/TSan do not mix).
+#
+# The CUDA op backend: built where nvcc, cuda_runtime.h, cublasLt.h, libcudart
+# and libcublasLt are found, for sm_80 and sm_90 (CUDA_ARCHS), with sm_90's PTX
+# for later GPUs to compile at load; CUDA=0 leaves it
+# out, and kernels/cuda/cuda_none.c then answers that there is none. Host code
+# in the .cu files is held to -Wall -Wextra -Werror, and ptxas to no spills and
+# no local memory (-Xptxas -warn-spills,-warn-lmem-usage with -Werror all-warnings).
+#
 # NCCL (the `nccl` collective backend, runtime/comm/comm_nccl.c): built where
 # nccl.h, libnccl, cuda_runtime.h and libcudart are found: under NCCL_HOME,
-# CUDA_HOME (/usr/local/cuda), or the system's /usr/include and
-# /usr/lib/x86_64-linux-gnu. NCCL=0 leaves it out; the sanitized builds always
-# do (the CUDA runtime and ASan/TSan do not mix). Without it, a communicator
-# asking for nccl fails at init saying this build has none.
+# CUDA_HOME, or the system's directories. NCCL=0 leaves it out; the sanitized
+# builds always do. Without it, a communicator asking for nccl fails at init
+# saying this build has none.
+CUDA      ?= auto
 NCCL      ?= auto
 CUDA_HOME ?= /usr/local/cuda
 NCCL_HOME ?= $(CUDA_HOME)
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+CUDA_ARCHS ?= 80 90
 comma     := ,
 find_dir   = $(firstword $(foreach d,$(1),$(if $(wildcard $(d)/$(2)),$(d))))
+ifeq ($(SAN)$(TSAN),00)
+  CUDA_INC := $(call find_dir,$(CUDA_HOME)/include /usr/include,cuda_runtime.h)
+  CUDA_LIB := $(call find_dir,$(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib \
+                /usr/lib/x86_64-linux-gnu,libcudart.so)
+endif
 ifeq ($(NCCL)$(SAN)$(TSAN),auto00)
   NCCL_INC := $(call find_dir,$(NCCL_HOME)/include $(CUDA_HOME)/include /usr/include,nccl.h)
   NCCL_LIB := $(call find_dir,$(NCCL_HOME)/lib $(NCCL_HOME)/lib64 $(CUDA_HOME)/lib64 \
                 $(CUDA_HOME)/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu,libnccl.so)
-  CUDA_INC := $(call find_dir,$(CUDA_HOME)/include /usr/include,cuda_runtime.h)
-  CUDA_LIB := $(call find_dir,$(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib \
-                /usr/lib/x86_64-linux-gnu,libcudart.so)
+endif
+ifeq ($(CUDA)$(SAN)$(TSAN),auto00)
+  LT_INC := $(call find_dir,$(CUDA_INC),cublasLt.h)
+  LT_LIB := $(call find_dir,$(CUDA_LIB),libcublasLt.so)
+  HAVE_CUDA := $(if $(and $(wildcard $(NVCC)),$(CUDA_INC),$(CUDA_LIB),$(LT_INC),$(LT_LIB)),1)
 endif
 HAVE_NCCL := $(if $(and $(NCCL_INC),$(NCCL_LIB),$(CUDA_INC),$(CUDA_LIB)),1)
 ifeq ($(HAVE_NCCL),1)
@@ -63,6 +87,15 @@ ifeq ($(HAVE_NCCL),1)
   LDLIBS += $(addprefix -L,$(sort $(NCCL_LIB) $(CUDA_LIB))) \
             $(addprefix -Wl$(comma)-rpath$(comma),$(sort $(NCCL_LIB) $(CUDA_LIB))) \
             -Wl,--push-state,--as-needed -lnccl -lcudart -Wl,--pop-state
+endif
+ifeq ($(HAVE_CUDA),1)
+  NVCC_FLAGS := -std=c++17 -O3 -g -lineinfo -I. \
+                $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a)$(comma)code=sm_$(a)) \
+                -gencode arch=compute_$(lastword $(CUDA_ARCHS))$(comma)code=compute_$(lastword $(CUDA_ARCHS)) \
+                -Xptxas -warn-spills,-warn-lmem-usage -Werror all-warnings \
+                -Xcompiler -Wall$(comma)-Wextra$(comma)-Werror$(comma)-fstack-protector-strong
+  LDLIBS += -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) \
+            -Wl,--push-state,--as-needed -lcublasLt -lcudart -lstdc++ -Wl,--pop-state
 endif
 
 # cairo (plait plot draws with it): built where pkg-config finds it (Debian's
@@ -99,6 +132,12 @@ KERNEL_CFLAGS := -O3 -fno-math-errno
 
 COMMON_SRC   := $(wildcard common/*.c)
 KERNELS_SRC  := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
+# the CUDA backend's objects, or the stand-in that says there is none
+CUDA_SRC     := $(wildcard kernels/cuda/*.cu)
+CUDA_OBJ     := $(if $(HAVE_CUDA),$(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC)))
+ifneq ($(HAVE_CUDA),1)
+  KERNELS_SRC += kernels/cuda/cuda_none.c
+endif
 RUNTIME_SRC  := $(filter-out runtime/main.c,$(wildcard runtime/*.c)) $(wildcard runtime/comm/*.c)
 ifneq ($(HAVE_NCCL),1)
   RUNTIME_SRC := $(filter-out runtime/comm/comm_nccl.c,$(RUNTIME_SRC))
@@ -126,7 +165,7 @@ SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 00,$(
 MAN_PAGE     := $(BUILD)/share/man/man1/plait.1
 COMPLETION   := $(BUILD)/share/bash-completion/completions/plait
 
-.PHONY: all test test-gpu demo bench bench-comm bench-memory bench-ckpt install uninstall docs clean deps-build deps-test format fuzz
+.PHONY: all test test-gpu test-cuda bench-cuda demo bench bench-comm bench-memory bench-ckpt install uninstall docs clean deps-build deps-test format fuzz
 all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO) docs
 
 docs: $(MAN_PAGE) $(COMPLETION)
@@ -140,6 +179,12 @@ $(BUILD)/obj/kernels/%.o: kernels/%.c
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# the CUDA backend, for every architecture in CUDA_ARCHS (make test checks the
+# objects hold sm_80 and sm_90 code: tests/integration/test_cuda_build.sh)
+$(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -MD -MP -MF $(@:.o=.d) -c $< -o $@
 
 # the objects that print the version are rebuilt when it changes (a commit, a
 # tree made dirty or clean): the stamp is rewritten only then
@@ -159,7 +204,7 @@ $(BUILD)/obj/launcher/cmd_plot.o: CPPFLAGS += $(CAIRO_CPPFLAGS)
 $(BUILD)/obj/runtime/comm/sock_reduce.o: CFLAGS += $(KERNEL_CFLAGS)
 
 $(LIB_COMMON): $(call obj,$(COMMON_SRC))
-$(LIB_KERNELS): $(call obj,$(KERNELS_SRC))
+$(LIB_KERNELS): $(call obj,$(KERNELS_SRC)) $(CUDA_OBJ)
 $(LIB_RUNTIME): $(call obj,$(RUNTIME_SRC))
 # position-independent objects for the plugin
 $(BUILD)/pic/%.o: %.c
@@ -219,6 +264,17 @@ test: deps-test
 # make test-gpu: the nccl backend on this machine's GPUs (tests/gpu/run.sh)
 test-gpu:
 	tests/gpu/run.sh
+
+# make test-cuda: the CUDA backend on this machine's GPU (exit 77 where there is none;
+# make test runs the same checks inside tests/integration/test_cuda_build.sh)
+test-cuda:
+	$(MAKE) -j$(JOBS) all
+	tests/gpu/test_cuda.sh
+
+# make bench-cuda: GPT-2 124M on this machine's GPU (exit 77 where there is none)
+bench-cuda:
+	$(MAKE) -j$(JOBS) all
+	bench/bench_cuda.sh
 
 demo: deps-build
 	$(MAKE) -j$(JOBS) all
@@ -299,9 +355,10 @@ $(FUZZ_BUILD)/obj/%.o: %.c | $(FUZZ_BUILD)/.gitignore
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
-# (the fuzz build has no NCCL: FUZZ_CPPFLAGS do not define PLAIT_HAVE_NCCL)
+# (the fuzz build has no NCCL and no CUDA: FUZZ_CPPFLAGS define neither, and its
+# kernels library takes kernels/cuda/cuda_none.c)
 $(FUZZ_BUILD)/lib/libplait_runtime.a: $(call fuzz_obj,$(filter-out runtime/comm/comm_nccl.c,$(RUNTIME_SRC)))
-$(FUZZ_BUILD)/lib/libplait_kernels.a: $(call fuzz_obj,$(KERNELS_SRC))
+$(FUZZ_BUILD)/lib/libplait_kernels.a: $(call fuzz_obj,$(filter-out kernels/cuda/cuda_none.c,$(KERNELS_SRC)) kernels/cuda/cuda_none.c)
 $(FUZZ_BUILD)/lib/libplait_common.a: $(call fuzz_obj,$(COMMON_SRC))
 $(FUZZ_LIBS):
 	@mkdir -p $(dir $@)

@@ -20,6 +20,7 @@
 #define TMP_PREFIX ".tmp-"
 #define OLD_PREFIX ".old-"
 #define LEGACY_OLD_PREFIX ".tmp-old-" /* what plait before this module called .old- */
+#define PRUNED_PREFIX ".tmp-pruned-"  /* a checkpoint being removed by ckptdir_prune */
 
 /* ---- names ------------------------------------------------------------------------------ */
 
@@ -418,7 +419,17 @@ void ckptdir_prune(struct ckptdir *d, int keep)
                          d->path, list[i].name, err.text);
             continue;
         }
-        if (fs_join(path, sizeof path, d->path, list[i].name, &err) || fs_remove_tree(path, &err))
+        /* out of sight first (one rename), then removed: a crash in between
+         * leaves a temporary that ckptdir_open removes, never a visible
+         * checkpoint with files missing */
+        char gone[4096], gone_name[96];
+        snprintf(gone_name, sizeof gone_name, PRUNED_PREFIX "%s", list[i].name);
+        if (fs_join(path, sizeof path, d->path, list[i].name, &err) ||
+            fs_join(gone, sizeof gone, d->path, gone_name, &err))
+            log_warn("%s", err.text);
+        else if (rename(path, gone) != 0)
+            log_warn("cannot prune checkpoint %s: %s", path, strerror(errno));
+        else if (fs_remove_tree(gone, &err))
             log_warn("%s", err.text);
         forget(d->good, &d->n_good, list[i].name);
         forget(d->bad, &d->n_bad, list[i].name);

@@ -73,13 +73,15 @@
 /* Exit codes of plait-train (and plait train, which passes them on). */
 enum plait_exit {
     PLAIT_EXIT_OK = 0,
-    PLAIT_EXIT_ERROR = 1,     /* bad input or a failure; the message says which */
-    PLAIT_EXIT_USAGE = 2,     /* bad command line */
+    PLAIT_EXIT_ERROR = 1,      /* bad input or a failure; the message says which */
+    PLAIT_EXIT_USAGE = 2,      /* bad command line */
     PLAIT_EXIT_PREEMPTED = 75, /* stopped by SIGTERM/SIGUSR1/SIGINT/SIGHUP after
                                   writing a checkpoint: resumable (EX_TEMPFAIL) */
-    PLAIT_EXIT_RESTART = 76    /* a peer was lost (a rank died, a pod never came, a
+    PLAIT_EXIT_RESTART = 76,   /* a peer was lost (a rank died, a pod never came, a
                                   node is gone): nothing of this process is wrong;
                                   restart the whole gang from the newest checkpoint */
+    PLAIT_EXIT_SKIPPED = 77    /* plait-train --selftest: no GPU here (or no CUDA
+                                  backend in this build); nothing was checked */
 };
 
 /* ---- reading the contract (the runtime's side; common/place.c writes it) --- */

@@ -65,15 +65,34 @@ char *error_escape(char *dst, size_t n, const char *src)
     return dst;
 }
 
-int error_set(struct plait_error *err, const char *fmt, ...)
+static int error_vset(struct plait_error *err, bool peer_lost, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+static int error_vset(struct plait_error *err, bool peer_lost, const char *fmt, va_list ap)
 {
     if (!err) return -1;
     char raw[sizeof err->text];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    error_escape(err->text, sizeof err->text, raw);
+    err->peer_lost = peer_lost;
+    return -1;
+}
+
+int error_set(struct plait_error *err, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(raw, sizeof raw, fmt, ap);
+    error_vset(err, false, fmt, ap);
     va_end(ap);
-    error_escape(err->text, sizeof err->text, raw);
+    return -1;
+}
+
+int error_peer_lost(struct plait_error *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    error_vset(err, true, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -105,5 +124,6 @@ int error_errno(struct plait_error *err, const char *fmt, ...)
     char raw[sizeof err->text];
     snprintf(raw, sizeof raw, "%.900s: %.100s", what, strerror(saved));
     error_escape(err->text, sizeof err->text, raw);
+    err->peer_lost = false;
     return -1;
 }

@@ -4,16 +4,27 @@
 #ifndef PLAIT_ERROR_H
 #define PLAIT_ERROR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct plait_error {
     char text[1024];
+    /* The failure is another process's, not this one's: a peer of a
+     * collective or the job's store closed or reset its connection, stayed
+     * silent past the deadline, or the job was aborted. A launcher restarts
+     * the gang for it (PLAIT_EXIT_RESTART). Set by error_peer_lost, cleared by
+     * error_set and error_errno, kept by error_prefix. */
+    bool peer_lost;
 };
 
 /* Sets err->text from a printf format (err may be NULL). Always returns -1, so
  * that `return error_set(err, ...);` reads naturally. The text is escaped
  * (error_escape): it is always one printable line. */
 int error_set(struct plait_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* error_set for a lost peer: the text names it; sets err->peer_lost. */
+int error_peer_lost(struct plait_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Prefixes err->text with a printf-formatted context ("loading checkpoint x: "). */
 int error_prefix(struct plait_error *err, const char *fmt, ...)

@@ -158,6 +158,7 @@ static const struct field checkpoint_fields[] = {
     INT_FIELD("every", checkpoint.every, 0, INT_MAX, 0, MAY_CHANGE),
     REAL_FIELD("every_minutes", checkpoint.every_minutes, 0, false, 1e6, false, 30.0, MAY_CHANGE),
     INT_FIELD("keep", checkpoint.keep, 1, INT_MAX, 3, MAY_CHANGE),
+    INT_FIELD("max_restarts", checkpoint.max_restarts, 0, INT_MAX, 3, MAY_CHANGE),
     BOOL_FIELD("async", checkpoint.async, false, MAY_CHANGE),
     END,
 };

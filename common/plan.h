@@ -70,8 +70,9 @@ struct plan_checkpoint {
     double every_minutes; /* with every 0: minutes between checkpoints (rank 0's clock);
                              0 = only at the end */
     int keep;             /* complete checkpoints kept, newest first */
-    bool async;           /* the step pauses only to copy its part to host memory; a thread
-                             writes, fsyncs and commits */
+    int max_restarts;     /* times a launcher restarts the gang after a lost rank */
+    bool async;           /* the step pauses only to copy its part to host memory; a
+                             thread writes, fsyncs and commits */
 };
 
 /* tp, pp, dp: a degree ≥ 1, or PLAN_AUTO ("auto" in plan.json): dp fills the

@@ -73,9 +73,11 @@ void store_server_stop(struct store_server *srv);
 struct store;
 
 /* Connects to host:port as `rank` and proves the secret, retrying (the server
- * may not be up yet) until timeout_s; that timeout is also the store's
- * default for later calls. On failure the error names host:port and the last
- * error seen; a wrong secret fails at once. */
+ * may not be up yet, its name may not resolve yet) until timeout_s; that
+ * timeout is also the store's default for later calls. On failure the error
+ * names host:port and the last error seen; a wrong secret fails at once,
+ * returning STORE_REFUSED rather than -1. */
+#define STORE_REFUSED (-2)
 int store_connect(struct store **st, const char *host, int port, const char *secret, int rank,
                   double timeout_s, struct plait_error *err);
 
@@ -110,9 +112,17 @@ int store_barrier(struct store *st, const char *name, int world, double timeout_
                   struct plait_error *err);
 
 /* Tells every rank the job is over: sets STORE_ABORT_KEY to
- * "rank <r>: <reason>". Every get, wait and barrier that is waiting (now or
- * later) on a key that is not set fails at once with that text. */
+ * "rank <r>: <reason>" ("the launcher: <reason>" from a connection made with
+ * rank -1, as a launcher that is no rank makes it). Every get, wait and barrier that is waiting
+ * (now or later) on a key that is not set fails at once with that text. */
 int store_abort(struct store *st, const char *reason, struct plait_error *err);
+
+/* Undoes store_abort for a new start of the gang on the same store (plait
+ * launch restarting a Slurm step's ranks): STORE_ABORT_KEY gets an empty
+ * value, which means "not aborted" to the server and to every reader. Only
+ * once every rank of the aborted start has ended (its keys stay: a new start
+ * uses new names, as its restart generation is in them). */
+int store_abort_clear(struct store *st, struct plait_error *err);
 
 /* Starts a thread, on its own connection, that sets "heartbeat/<rank>" every
  * interval_ms. Stopped by store_heartbeat_stop or store_close. If the server

@@ -261,13 +261,17 @@ int store_connect(struct store **out, const char *host, int port, const char *se
     for (;;) {
         st->fd = try_connect(st, deadline, last, sizeof last, err);
         if (st->fd >= 0) break;
-        if (st->fd == -2) goto fail;
+        if (st->fd == -2) {
+            free(st);
+            return STORE_REFUSED;
+        }
         int64_t left = deadline - now_ms();
         if (left <= 0) {
-            error_set(err,
-                      "cannot reach store server %s within %.1f s (last error: %s); is rank 0's "
-                      "launcher running, and is %s its address?",
-                      st->addr, st->default_timeout_ms / 1000.0, last, st->addr);
+            error_peer_lost(
+                err,
+                "cannot reach store server %s within %.1f s (last error: %s); is rank 0's "
+                "launcher running, and is %s its address?",
+                st->addr, st->default_timeout_ms / 1000.0, last, st->addr);
             goto fail;
         }
         sleep_ms(backoff < left ? backoff : left);
@@ -295,7 +299,7 @@ static int drop(struct store *st, const char *what, enum io_result r, int64_t wa
                  io_what(r));
     close(st->fd);
     st->fd = -1;
-    return error_set(err, "%s", st->dropped);
+    return error_peer_lost(err, "%s", st->dropped);
 }
 
 static int key_check(const struct store *st, const char *key, struct plait_error *err)
@@ -316,7 +320,8 @@ static int call(struct store *st, const char *what, uint8_t op, const char *cons
                 struct plait_error *err)
 {
     if (rep_value) *rep_value = NULL;
-    if (st->fd < 0) return error_set(err, "%s (the connection was dropped then)", st->dropped);
+    if (st->fd < 0)
+        return error_peer_lost(err, "%s (the connection was dropped then)", st->dropped);
     if (value_bytes > STORE_MAX_VALUE_BYTES)
         return error_set(err,
                          "store server %s: %s: a value of %zu bytes is over the %zu-byte limit",
@@ -376,10 +381,10 @@ static int status_error(const struct store *st, const char *what,
 {
     switch (rep->status) {
     case STORE_STATUS_TIMEOUT:
-        return error_set(err, "%s: timed out after %.1f s (store server %s)", what,
-                         waited_ms / 1000.0, st->addr);
+        return error_peer_lost(err, "%s: timed out after %.1f s (store server %s)", what,
+                               waited_ms / 1000.0, st->addr);
     case STORE_STATUS_ABORTED:
-        return error_set(err, "%s: the job was aborted: %.300s", what, text ? text : "");
+        return error_peer_lost(err, "%s: the job was aborted: %.300s", what, text ? text : "");
     default:
         return error_set(err, "%s: store server %s refused the request: %.300s (status %u)", what,
                          st->addr, text ? text : "", rep->status);
@@ -512,8 +517,8 @@ static int barrier_missing(struct store *st, const char *what, const char *arriv
     free(seen);
     if (missing > BARRIER_LIST_RANKS && pos < sizeof ranks)
         snprintf(ranks + pos, sizeof ranks - pos, " and %zu more", missing - BARRIER_LIST_RANKS);
-    return error_set(err, "%s: timed out after %.1f s; %zu of %d ranks did not arrive: %s", what,
-                     waited_ms / 1000.0, missing, world, ranks);
+    return error_peer_lost(err, "%s: timed out after %.1f s; %zu of %d ranks did not arrive: %s",
+                           what, waited_ms / 1000.0, missing, world, ranks);
 }
 
 /* The last rank in checks that every rank came once (two processes that
@@ -572,9 +577,16 @@ int store_barrier(struct store *st, const char *name, int world, double timeout_
 int store_abort(struct store *st, const char *reason, struct plait_error *err)
 {
     char text[1024];
-    int n = snprintf(text, sizeof text, "rank %d: %s", st->rank, reason ? reason : "");
+    int n = st->rank >= 0
+                ? snprintf(text, sizeof text, "rank %d: %s", st->rank, reason ? reason : "")
+                : snprintf(text, sizeof text, "the launcher: %s", reason ? reason : "");
     size_t bytes = n < 0 ? 0 : (size_t)n < sizeof text ? (size_t)n : sizeof text - 1;
     return store_set(st, STORE_ABORT_KEY, text, bytes, err);
+}
+
+int store_abort_clear(struct store *st, struct plait_error *err)
+{
+    return store_set(st, STORE_ABORT_KEY, "", 0, err);
 }
 
 /* ---- heartbeats ------------------------------------------------------ */

@@ -226,7 +226,7 @@ static void entry_forget_if_unused(struct store_server *srv, struct entry *e)
 static struct blob *abort_reason(struct store_server *srv)
 {
     struct entry *e = entry_lookup(srv, STORE_ABORT_KEY, strlen(STORE_ABORT_KEY), false);
-    return e ? e->value : NULL;
+    return e && e->value && e->value->bytes ? e->value : NULL; /* empty: cleared */
 }
 
 /* ---- the deadline heap ----------------------------------------------- */
@@ -488,7 +488,8 @@ static void entry_written(struct store_server *srv, struct entry *e)
         unpark(srv, c);
         reply(srv, c, STORE_STATUS_OK, 0, NULL, op == STORE_OP_GET ? e->value : NULL);
     }
-    if (e->key_bytes == strlen(STORE_ABORT_KEY) && !memcmp(e->key, STORE_ABORT_KEY, e->key_bytes))
+    if (e->key_bytes == strlen(STORE_ABORT_KEY) && !memcmp(e->key, STORE_ABORT_KEY, e->key_bytes) &&
+        e->value && e->value->bytes)
         abort_all(srv, e->value);
 }
 

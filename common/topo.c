@@ -1,7 +1,7 @@
-/* topo.c — one node's hardware from hwloc (the live machine or an XML file) into struct topo:
- * cores and NUMA nodes, NVIDIA GPUs, their NVLink bandwidth closed through NVSwitches and cut
- * into cliques (domains), network adapters, and how far each adapter is from each GPU in the
- * PCI tree. It only describes the node; choosing GPUs, NICs and cores for ranks is place.c. */
+/* topo.c — one node's hardware from hwloc (the live machine, an XML file or XML text, which it
+ * also writes) into struct topo: cores and NUMA nodes, NVIDIA GPUs, their NVLink bandwidth closed
+ * through NVSwitches and cut into cliques (domains), network adapters, and how far each adapter
+ * is from each GPU in the PCI tree. Choosing GPUs, NICs and cores for ranks is place.c. */
 #include "common/topo.h"
 
 #include <errno.h>
@@ -604,15 +604,22 @@ static int not_a_topology(struct loader *ld, const char *xml_path)
 }
 
 /* Opens the topology: an XML file (checked for readability first, so that the error says
- * why), or the live machine. I/O objects are all kept: bridges for the PCI tree, NVSwitches
- * (class 0680, "unimportant" to hwloc's default filter), OS devices for names. */
-static int open_hwloc(struct loader *ld, const char *xml_path)
+ * why), XML text in memory (xml_text, xml_bytes), or the live machine. I/O objects are all
+ * kept: bridges for the PCI tree, NVSwitches (class 0680, "unimportant" to hwloc's default
+ * filter), OS devices for names. */
+static int open_hwloc(struct loader *ld, const char *xml_path, const char *xml_text,
+                      size_t xml_bytes)
 {
     if (hwloc_topology_init(&ld->hw) < 0) {
         ld->hw = NULL;
         return HWLOC_FAILED(ld, "cannot initialise hwloc");
     }
-    if (xml_path) {
+    if (xml_text) {
+        /* hwloc wants the text's length with its NUL */
+        if (xml_bytes == 0 || xml_bytes >= INT_MAX ||
+            hwloc_topology_set_xmlbuffer(ld->hw, xml_text, (int)xml_bytes + 1) < 0)
+            return not_a_topology(ld, ld->label);
+    } else if (xml_path) {
         FILE *f = fopen(xml_path, "r");
         if (!f) return error_errno(ld->err, "%s: cannot load hwloc topology", xml_path);
         int unreadable = fgetc(f) == EOF && ferror(f); /* a directory, say */
@@ -621,12 +628,13 @@ static int open_hwloc(struct loader *ld, const char *xml_path)
         if (unreadable) return -1;
         if (hwloc_topology_set_xml(ld->hw, xml_path) < 0) return not_a_topology(ld, xml_path);
     }
+    bool live = !xml_text && !xml_path;
 #if defined(__linux__) && HWLOC_API_VERSION >= 0x00020100
     /* On Linux hwloc reads the PCI tree from sysfs itself. Its libpciaccess plugin repeats the
      * work and, being unloaded with each topology, strands about 1 KB of libpciaccess's static
      * tables every time: LeakSanitizer reports it in every program that loads this machine.
      * EINVAL means hwloc was built without that plugin: nothing to leave out. */
-    if (!xml_path &&
+    if (live &&
         hwloc_topology_set_components(ld->hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci") <
             0 &&
         errno != EINVAL)
@@ -635,28 +643,33 @@ static int open_hwloc(struct loader *ld, const char *xml_path)
     if (hwloc_topology_set_io_types_filter(ld->hw, HWLOC_TYPE_FILTER_KEEP_ALL) < 0)
         return HWLOC_FAILED(ld, "cannot enable I/O discovery");
     if (hwloc_topology_load(ld->hw) < 0) {
-        if (xml_path) return not_a_topology(ld, xml_path);
+        if (!live) return not_a_topology(ld, ld->label);
         return HWLOC_FAILED(ld, "cannot load hwloc topology");
     }
     return 0;
 }
 
-int topo_load(struct topo *t, const char *xml_path, struct plait_error *err)
+/* HWLOC_XMLFILE is honoured here rather than left to hwloc, which silently falls back to the
+ * live machine when the file is bad. */
+static const char *source_path(const char *xml_path)
+{
+    const char *env = getenv("HWLOC_XMLFILE");
+    return !xml_path && env && *env ? env : xml_path;
+}
+
+static int load(struct topo *t, const char *xml_path, const char *xml_text, size_t xml_bytes,
+                const char *label, struct plait_error *err)
 {
     if (!t) return error_set(err, "topo_load: no struct topo to fill");
     memset(t, 0, sizeof *t);
-    /* HWLOC_XMLFILE is honoured here rather than left to hwloc, which silently falls back to
-     * the live machine when the file is bad */
-    const char *env = getenv("HWLOC_XMLFILE");
-    if (!xml_path && env && *env) xml_path = env;
-    struct loader ld = {.t = t, .label = xml_path ? xml_path : "this machine", .err = err};
+    struct loader ld = {.t = t, .label = label, .err = err};
     int rc = -1;
     t->source = strdup(ld.label);
     if (!t->source) {
         out_of_memory(&ld);
         goto out;
     }
-    if (open_hwloc(&ld, xml_path) < 0) goto out;
+    if (open_hwloc(&ld, xml_path, xml_text, xml_bytes) < 0) goto out;
     const char *host = hwloc_obj_get_info_by_name(hwloc_get_root_obj(ld.hw), "HostName");
     copy_str(t->hostname, sizeof t->hostname, host);
     int n_numa = hwloc_get_nbobjs_by_type(ld.hw, HWLOC_OBJ_NUMANODE);
@@ -671,6 +684,47 @@ out:
     free(ld.nic_objs);
     if (ld.hw) hwloc_topology_destroy(ld.hw);
     if (rc < 0) topo_free(t);
+    return rc;
+}
+
+int topo_load(struct topo *t, const char *xml_path, struct plait_error *err)
+{
+    xml_path = source_path(xml_path);
+    return load(t, xml_path, NULL, 0, xml_path ? xml_path : "this machine", err);
+}
+
+int topo_load_xml_text(struct topo *t, const char *xml, size_t xml_bytes, const char *label,
+                       struct plait_error *err)
+{
+    if (!xml) return error_set(err, "%s: no hwloc XML text", label ? label : "topology");
+    return load(t, NULL, xml, xml_bytes, label ? label : "hwloc XML text", err);
+}
+
+int topo_export_xml(const char *xml_path, char **xml, size_t *xml_bytes, struct plait_error *err)
+{
+    *xml = NULL;
+    *xml_bytes = 0;
+    xml_path = source_path(xml_path);
+    struct topo unused = {0};
+    struct loader ld = {.t = &unused, .label = xml_path ? xml_path : "this machine", .err = err};
+    char *buf = NULL;
+    int len = 0, rc = -1;
+    if (open_hwloc(&ld, xml_path, NULL, 0) < 0) goto out;
+    if (hwloc_topology_export_xmlbuffer(ld.hw, &buf, &len, 0) < 0 || len < 1) {
+        HWLOC_FAILED(&ld, "cannot write the topology as XML");
+        goto out;
+    }
+    *xml = malloc((size_t)len);
+    if (!*xml) {
+        out_of_memory(&ld);
+        goto out;
+    }
+    memcpy(*xml, buf, (size_t)len); /* len counts the NUL */
+    *xml_bytes = (size_t)len - 1;
+    rc = 0;
+out:
+    if (buf) hwloc_free_xmlbuffer(ld.hw, buf);
+    if (ld.hw) hwloc_topology_destroy(ld.hw);
     return rc;
 }
 

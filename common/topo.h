@@ -87,6 +87,17 @@ struct topo {
 int topo_load(struct topo *t, const char *xml_path, struct plait_error *err);
 void topo_free(struct topo *t);
 
+/* The same from hwloc XML text held in memory (xml_bytes without the NUL that
+ * must follow them), e.g. another node's topology; label names it in errors
+ * and becomes t->source. */
+int topo_load_xml_text(struct topo *t, const char *xml, size_t xml_bytes, const char *label,
+                       struct plait_error *err);
+
+/* The topology topo_load(xml_path) would load, written as hwloc XML text
+ * (malloc'ed, NUL-terminated; *xml_bytes without the NUL), so that another
+ * process can load exactly this node with topo_load_xml_text. */
+int topo_export_xml(const char *xml_path, char **xml, size_t *xml_bytes, struct plait_error *err);
+
 /* "0-13,112-125": the PUs of the given cores (indexes into t->cores) as a
  * Linux CPU list, written into buf. */
 void topo_cpu_list(const struct topo *t, const int *cores, int n_cores, char *buf,

@@ -27,6 +27,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" { /* the C quantiser, callable from the CUDA backend's C++ (its selftest) */
+#endif
+
 enum fp8_format { FP8_E4M3, FP8_E5M2 };
 /* as plan.json's fp8_scaling (common/plan.h's enum plan_fp8_scaling) */
 enum fp8_scaling { FP8_SCALING_TENSOR, FP8_SCALING_BLOCK };
@@ -58,5 +62,9 @@ void fp8_quantize(uint8_t *q, float *scales, const float *x, int rows, int cols,
  * alone (per-tensor products divide the product instead). */
 void fp8_dequantize(float *x, const uint8_t *q, const float *scales, int rows, int cols,
                     int tile_rows, int tile_cols, enum fp8_format fmt);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -86,6 +86,15 @@ struct ops {
     /* dqkv (B,T,3C) overwritten; datt (B,NH,T,T) is scratch */
     void (*attention_backward)(float *dqkv, float *datt, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH);
+    /* Optional (NULL: the two above run): the same attention fused, without
+     * the probabilities: lse (B,NH,T) keeps each row's log-sum-exp of the
+     * scaled scores, and the backward recomputes the rest from qkv, the
+     * forward's out and lse. The same out and dqkv within fp32 rounding. */
+    void (*attention_forward_fused)(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                    int NH);
+    void (*attention_backward_fused)(float *dqkv, const float *dout, const float *qkv,
+                                     const float *out, const float *lse, int B, int T, int C,
+                                     int NH);
 
     /* GELU, tanh approximation, n elements; dinp overwritten */
     void (*gelu_forward)(float *out, const float *inp, size_t n);

@@ -177,7 +177,8 @@ const struct cli_command cmd_k8s_render_cli = {
                        "run directory (default: an emptyDir, lost on a restart)"},
             [R_RUN_DIR] = {"--run-dir", "DIR", "PLAIT_RUN_DIR in the pods (default /plait/NAME)"},
             [R_MAX_RESTARTS] = {"--max-restarts", "N",
-                                "restarts of the whole gang before the job fails (default 3)"},
+                                "restarts of the whole gang before the job fails\n"
+                                "(default: the plan's checkpoint.max_restarts)"},
             [R_PORT] = {"--port", "PORT", "pod 0's store port (default 29500)"},
             [R_GANG_TIMEOUT] = {"--gang-timeout", "S",
                                 "seconds the pods wait for each other (default 600)"},
@@ -208,7 +209,7 @@ static int parse_render(int argc, char **argv, struct k8s_render_args *a, char *
     *a = (struct k8s_render_args){.name = "train",
                                   .topology_required = -1,
                                   .ns = "default",
-                                  .max_restarts = 3,
+                                  .max_restarts = -1,
                                   .port = 29500,
                                   .gang_timeout_s = 600,
                                   .schedule_timeout_s = 300,

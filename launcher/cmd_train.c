@@ -1,8 +1,8 @@
 /* cmd_train.c — `plait train PLAN [--out DIR] [--fresh] [--set path=value ...]`:
- * checks the plan, sets the env contract for one local rank (the resolved plan
- * travels as text; the runtime locks the run directory, checks that it belongs
- * to this plan and records it there) and execs plait-train (signals then
- * reach the runtime directly). */
+ * checks the plan, sets what every local rank shares of the env contract (the
+ * resolved plan travels as text; the runtime locks the run directory, checks
+ * that it belongs to this plan and records it there) and runs the ranks, one
+ * or many, as a supervised gang (gang.h: signals passed on, restarts). */
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -30,7 +30,8 @@ const struct cli_command cmd_train_cli = {
         "Trains PLAN on this machine: one rank, or, when parallel.tp x pp x dp is more than\n"
         "one, that many ranks as processes meeting through a rendezvous store that plait\n"
         "train hosts. Running it again with the same --out resumes from the newest complete\n"
-        "checkpoint.",
+        "checkpoint. A rank that is lost (killed, or exiting 76) restarts the whole gang\n"
+        "from the newest complete checkpoint, up to checkpoint.max_restarts times.",
     .options =
         (const struct cli_option[]){
             [OPT_OUT] = {"--out", "DIR",
@@ -57,7 +58,8 @@ const struct cli_command cmd_train_cli = {
     .epilog = "The console is also kept in the run directory (train.log).\n"
               "exit codes: 0 done, 1 error, 2 usage, 75 stopped by Ctrl-C (SIGINT), SIGHUP,\n"
               "SIGTERM or SIGUSR1 after a checkpoint (run the same command again to resume),\n"
-              "130 a second Ctrl-C (stopped at once)",
+              "76 a rank was lost and checkpoint.max_restarts restarts were used up (run the\n"
+              "same command again to resume), 130 a second Ctrl-C (stopped at once)",
 };
 
 static char *default_run_dir(const char *plan_path)
@@ -148,8 +150,11 @@ int cmd_train(int argc, char **argv)
         goto out;
     }
     const struct plan_parallel *par = &plan->parallel;
-    struct gang_spec gang = {
-        .tp = par->tp, .pp = par->pp, .dp = par->dp, .timeout_s = par->timeout_s};
+    struct gang_spec gang = {.tp = par->tp,
+                             .pp = par->pp,
+                             .dp = par->dp,
+                             .timeout_s = par->timeout_s,
+                             .max_restarts = plan->checkpoint.max_restarts};
     int64_t world = (int64_t)gang.tp * gang.pp * gang.dp; /* <= PLAN_MAX_RANKS */
     if (!(json = plan_to_json(plan))) {
         log_error("out of memory");
@@ -179,35 +184,23 @@ int cmd_train(int argc, char **argv)
         setenv(PLAIT_ENV_CONSOLE, console, 1);
     else
         unsetenv(PLAIT_ENV_CONSOLE);
-    if (world > 1) { /* the gang: a store, and each rank its place */
-        static const char *const mine[] = {PLAIT_ENV_RANK, PLAIT_ENV_WORLD_SIZE, PLAIT_ENV_TP,
-                                           PLAIT_ENV_PP,   PLAIT_ENV_DP,         PLAIT_ENV_DEVICE};
-        for (size_t k = 0; k < sizeof mine / sizeof *mine; k++) unsetenv(mine[k]);
-        setenv(PLAIT_ENV_RESTART_COUNT, "0", 0);
-        setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-        rc = gang_run_local(plan, &gang, &err);
-        if (rc < 0) {
-            log_error("%s", err.text);
-            rc = PLAIT_EXIT_ERROR;
-        }
-        goto out;
-    }
-    /* one rank, 1 × 1 × 1, on this machine */
-    static const char *const one[] = {
-        PLAIT_ENV_WORLD_SIZE,       PLAIT_ENV_TP,   PLAIT_ENV_PP, PLAIT_ENV_DP,
-        PLAIT_ENV_LOCAL_WORLD_SIZE, PLAIT_ENV_NODES};
-    static const char *const zero[] = {PLAIT_ENV_RANK,       PLAIT_ENV_TP_RANK,
-                                       PLAIT_ENV_PP_RANK,    PLAIT_ENV_DP_RANK,
-                                       PLAIT_ENV_LOCAL_RANK, PLAIT_ENV_NODE_RANK};
-    for (size_t k = 0; k < sizeof one / sizeof *one; k++) setenv(one[k], "1", 1);
-    for (size_t k = 0; k < sizeof zero / sizeof *zero; k++) setenv(zero[k], "0", 1);
-    setenv(PLAIT_ENV_DEVICE, "cpu", 1);
+    /* one rank or many: the gang, supervised (a store, and each rank its place) */
+    static const char *const mine[] = {PLAIT_ENV_RANK, PLAIT_ENV_WORLD_SIZE, PLAIT_ENV_TP,
+                                       PLAIT_ENV_PP,   PLAIT_ENV_DP,         PLAIT_ENV_DEVICE};
+    for (size_t k = 0; k < sizeof mine / sizeof *mine; k++) unsetenv(mine[k]);
+    /* one rank's device: the CPU when the plan says so; else plait-train chooses (GPU 0
+     * when one is usable, see choose_backend in runtime/train.c) */
+    if (world == 1 && plan->parallel.device == PLAN_DEVICE_CPU) setenv(PLAIT_ENV_DEVICE, "cpu", 1);
     setenv(PLAIT_ENV_RESTART_COUNT, "0", 0);
     /* idle OpenMP threads sleep instead of spinning: on shared or oversubscribed
      * cores spinning threads steal the time of working ones (measured: up to 2x
      * slower steps); the user's own setting wins */
     setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-    launcher_exec_runtime(); /* returns only on failure */
+    rc = gang_run_local(plan, &gang, &err);
+    if (rc < 0) {
+        log_error("%s", err.text);
+        rc = PLAIT_EXIT_ERROR;
+    }
 out:
     free(json);
     free(run_dir);

@@ -27,6 +27,9 @@ static struct plan *previous_plan(const char *run_dir)
 int elastic_resolve(struct plan *plan, int slots, const char *run_dir, struct plait_error *err)
 {
     struct plan_parallel *par = &plan->parallel;
+    if (par->tp == PLAN_AUTO && par->sequence_parallel)
+        return error_set(err, "parallel.sequence_parallel needs tensor parallelism, but the "
+                              "launcher chose tp 1 for parallel.tp \"auto\" (set parallel.tp)");
     if (par->tp == PLAN_AUTO) par->tp = 1;
     if (par->pp == PLAN_AUTO) par->pp = 1;
     int64_t base = (int64_t)par->tp * par->pp;

@@ -23,6 +23,13 @@
 /* Seconds every pod waits at the gang barrier for all the others before it
  * exits PLAIT_EXIT_RESTART naming the pods that never came. */
 #define K8S_ENV_GANG_TIMEOUT_S "PLAIT_K8S_GANG_TIMEOUT_S"
+/* Optional: how many times JobSet has restarted the gang, from the pod label
+ * jobset.sigs.k8s.io/restart-attempt through the downward API
+ * (valueFrom.fieldRef.fieldPath: "metadata.labels['jobset.sigs.k8s.io/restart-attempt']").
+ * It becomes the ranks' PLAIT_RESTART_COUNT and keeps one attempt's store keys
+ * apart from another's. Absent: a PLAIT_RESTART_COUNT the pod spec sets from
+ * the same label is read instead; neither (an Indexed Job without JobSet): 0. */
+#define K8S_ENV_RESTART_ATTEMPT "PLAIT_K8S_RESTART_ATTEMPT"
 /* Where the ConfigMap's resolved plan is mounted in the pod. */
 #define K8S_PLAN_PATH "/etc/plait/plan.json"
 

@@ -37,6 +37,7 @@ struct job {
     int grace_s;
     char grace_why[256];
     int shm_gib;
+    int max_restarts; /* --max-restarts, else the plan's checkpoint.max_restarts */
 };
 
 /* ---- estimates ---------------------------------------------------------------------- */
@@ -216,7 +217,7 @@ static void container(struct ky_doc *d, int spec, const struct job *j)
     ky_set_str(d, ref, "key", "secret");
     if (j->jobset) { /* JobSet counts its restarts of the gang in a pod label */
         e = ky_push(d, env, ky_map(d));
-        ky_set_str(d, e, "name", PLAIT_ENV_RESTART_COUNT);
+        ky_set_str(d, e, "name", K8S_ENV_RESTART_ATTEMPT);
         int field = ky_set_map(d, ky_set_map(d, e, "valueFrom"), "fieldRef");
         ky_set_str(d, field, "fieldPath", "metadata.labels['jobset.sigs.k8s.io/restart-attempt']");
     }
@@ -389,7 +390,7 @@ static void jobset(struct ky_stream *s, const struct job *j, struct plait_error 
             ky_str(&d, REPLICATED_JOB));
     /* a lost pod fails its Job (backoffLimit 0), and the whole gang is recreated */
     int fail = ky_set_map(&d, spec, "failurePolicy");
-    ky_set_int(&d, fail, "maxRestarts", j->a->max_restarts);
+    ky_set_int(&d, fail, "maxRestarts", j->max_restarts);
     ky_set_str(&d, fail, "restartStrategy", "Recreate");
     int rules = ky_set_seq(&d, fail, "rules");
     int r = ky_push(&d, rules, ky_map(&d));
@@ -417,7 +418,7 @@ static void indexed_job(struct ky_stream *s, const struct job *j, struct plait_e
     int spec = ky_set_map(&d, ky_root(&d), "spec");
     if (j->a->gang == K8S_GANG_KUEUE) ky_set_bool(&d, spec, "suspend", true);
     /* no JobSet to restart the gang: every pod of a restart may fail once */
-    job_spec(&d, spec, j, (long long)j->a->max_restarts * j->pods);
+    job_spec(&d, spec, j, (long long)j->max_restarts * j->pods);
     *rc = ky_stream_add(s, &d, err);
 }
 
@@ -466,6 +467,7 @@ int k8s_render(const struct k8s_render_args *a, FILE *out)
         log_error("%s", err.text);
         goto out;
     }
+    j.max_restarts = a->max_restarts >= 0 ? a->max_restarts : p->checkpoint.max_restarts;
     if (p->parallel.device == PLAN_DEVICE_CPU) {
         log_error("k8s render: %s: parallel.device is \"cpu\": the pods ask for GPUs "
                   "(nvidia.com/gpu); use \"auto\" or \"cuda\"",

@@ -12,6 +12,7 @@
 #include "common/plan.h"
 #include "common/runend.h"
 #include "runtime/console.h"
+#include "runtime/selftest.h"
 #include "runtime/train.h"
 
 static volatile sig_atomic_t interrupts, announce;
@@ -40,10 +41,14 @@ static void usage(FILE *out)
             "                   are set, as the Slurm plugin sets the text it checked)\n"
             "  %s  run directory (required)\n"
             "  %s, %s  rank and world size (1 rank in this version)\n"
+            "       plait-train --selftest   each CUDA op against its CPU twin (device: %s,\n"
+            "                                else 0): a table of errors and the verdict\n"
             "exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGTERM, SIGUSR1, SIGINT "
-            "or SIGHUP after a checkpoint (resumable), 130 a second SIGINT\n",
+            "or SIGHUP after a checkpoint (resumable), 76 a peer was lost (restart the whole "
+            "gang from the newest checkpoint), 77 --selftest skipped (no GPU or no CUDA\n"
+            "backend in this build), 130 a second SIGINT\n",
             PLAIT_ENV_PLAN_JSON, PLAIT_ENV_PLAN, PLAIT_ENV_RUN_DIR, PLAIT_ENV_RANK,
-            PLAIT_ENV_WORLD_SIZE);
+            PLAIT_ENV_WORLD_SIZE, PLAIT_ENV_DEVICE);
 }
 
 int main(int argc, char **argv)
@@ -54,6 +59,7 @@ int main(int argc, char **argv)
             printf("plait-train %s\n", PLAIT_VERSION);
             return PLAIT_EXIT_OK;
         }
+        if (!strcmp(argv[1], "--selftest")) return selftest_run(stdout);
         usage(strcmp(argv[1], "--help") ? stderr : stdout);
         return strcmp(argv[1], "--help") ? PLAIT_EXIT_USAGE : PLAIT_EXIT_OK;
     }
@@ -111,12 +117,16 @@ int main(int argc, char **argv)
     }
     char *plan_json = plan_to_json(plan);
     int rc = train_run(plan, plan_json, run_dir, &where, &err);
-    if (rc < 0) log_error("%s", err.text);
+    if (rc < 0 && err.peer_lost)
+        log_error("a peer was lost (exit %d: restart the gang from the newest checkpoint): %s",
+                  PLAIT_EXIT_RESTART, err.text);
+    else if (rc < 0)
+        log_error("%s", err.text);
     if (rc == PLAIT_EXIT_PREEMPTED)
         log_info("stopped by SIG%s; a checkpoint was written: run the same command again to "
                  "resume",
                  sigabbrev_np(train_stop_signal) ? sigabbrev_np(train_stop_signal) : "TERM");
-    int code = rc < 0 ? PLAIT_EXIT_ERROR : rc;
+    int code = rc >= 0 ? rc : err.peer_lost ? PLAIT_EXIT_RESTART : PLAIT_EXIT_ERROR;
     /* how it ended, for plait status (not when another process holds the run) */
     if (where.rank == 0 && train_run_held &&
         runend_write(run_dir, code, train_stop_signal, rc < 0 ? err.text : "", &err))

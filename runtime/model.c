@@ -301,9 +301,8 @@ static int rows_of(const struct model *m, int N)
 static int tp_reduce(struct model *m, float *buf, size_t n, bool max, struct plait_error *err)
 {
     if (m->tp.size == 1) return 0;
-    struct plait_error why;
-    if (m->tp.allreduce(m->tp.ctx, buf, n, max, &why))
-        return error_set(err, "tensor-parallel all-reduce: %s", why.text);
+    if (m->tp.allreduce(m->tp.ctx, buf, n, max, err))
+        return error_prefix(err, "tensor-parallel all-reduce: ");
     return 0;
 }
 
@@ -316,10 +315,9 @@ static int sp_gather(struct model *m, const float *rows, int N, const float **wh
 {
     *whole = rows;
     if (!m->sp) return 0;
-    struct plait_error why;
     size_t RC = (size_t)(N / m->tp.size) * m->cfg.hidden;
-    if (m->tp.allgather(m->tp.ctx, rows, m->whole, RC, &why))
-        return error_set(err, "sequence-parallel all-gather: %s", why.text);
+    if (m->tp.allgather(m->tp.ctx, rows, m->whole, RC, err))
+        return error_prefix(err, "sequence-parallel all-gather: ");
     *whole = m->whole;
     return 0;
 }
@@ -329,10 +327,9 @@ static int sp_gather(struct model *m, const float *rows, int N, const float **wh
 static int sp_scatter(struct model *m, const float *partial, float *rows, int N,
                       struct plait_error *err)
 {
-    struct plait_error why;
     size_t RC = (size_t)(N / m->tp.size) * m->cfg.hidden;
-    if (m->tp.reduce_scatter(m->tp.ctx, partial, rows, RC, &why))
-        return error_set(err, "sequence-parallel reduce-scatter: %s", why.text);
+    if (m->tp.reduce_scatter(m->tp.ctx, partial, rows, RC, err))
+        return error_prefix(err, "sequence-parallel reduce-scatter: ");
     return 0;
 }
 
@@ -396,6 +393,28 @@ static const float *layer_input(const struct model_slot *sl, int i)
     return i == 0 ? sl->input : sl->layer[i - 1].res3;
 }
 
+/* The attention of layer acts a: fused where the backend has it, with att
+ * then holding only each row's log-sum-exp (its first B·NH·T floats). */
+static void attention_fwd(struct model *m, struct layer_acts *a, int B, int T)
+{
+    const struct ops *o = m->ops;
+    if (o->attention_forward_fused)
+        o->attention_forward_fused(a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
+    else
+        o->attention_forward(a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
+}
+
+/* dqkv (B,T,3C/tp) from dout (B,T,C/tp), the attention's output gradient */
+static void attention_bwd(struct model *m, struct layer_acts *a, float *dqkv, const float *dout,
+                          int B, int T)
+{
+    const struct ops *o = m->ops;
+    if (o->attention_backward_fused)
+        o->attention_backward_fused(dqkv, dout, a->qkv, a->atty, a->att, B, T, m->Cl, m->NHl);
+    else
+        o->attention_backward(dqkv, m->datt, dout, a->qkv, a->att, B, T, m->Cl, m->NHl);
+}
+
 /* Sequence parallel, the LayerNorms and residual adds run on this rank's R
  * rows; each column-parallel product reads the LayerNorm's output gathered
  * from the group, each row-parallel one is reduce-scattered back to R rows. */
@@ -414,7 +433,7 @@ static int layer_forward(struct model *m, struct model_slot *sl, int i, int B, i
     if (sp_gather(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_FWD,
          linear_forward(m, a->qkv, ln, GPT2_QKVW, l, P(GPT2_QKVB, l), N, C, 3 * Cl));
-    PROF(pr, PROF_ATTENTION_FWD, o->attention_forward(a->atty, a->att, a->qkv, B, T, Cl, m->NHl));
+    PROF(pr, PROF_ATTENTION_FWD, attention_fwd(m, a, B, T));
     if (row_parallel_forward(m, &proj, a->atty, GPT2_ATTPROJW, GPT2_ATTPROJB, l, N, Cl, err))
         return -1;
     PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(a->res2, in, proj, (size_t)R * C));
@@ -564,7 +583,7 @@ static int layer_recompute(struct model *m, struct model_slot *sl, int i, int B,
     struct layer_acts *a = &sl->layer[i];
     if (m->recompute == PLAN_RECOMPUTE_FULL) return layer_forward(m, sl, i, B, T, err);
     if (m->recompute == PLAN_RECOMPUTE_SELECTIVE) {
-        m->ops->attention_forward(a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
+        attention_fwd(m, a, B, T);
         m->ops->gelu_forward(a->fch_gelu, a->fch, (size_t)B * T * 4 * m->Cl);
     }
     return 0;
@@ -648,8 +667,7 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
          linear_backward(m, m->dC, GW(GPT2_ATTPROJW), GW(GPT2_ATTPROJB), dout, a->atty,
                          GPT2_ATTPROJW, l, N, Cl, C, acc));
     float *dqkv = pass == BWD_INPUT ? a->g_qkv : m->d3C;
-    PROF(pr, PROF_ATTENTION_BWD,
-         o->attention_backward(dqkv, m->datt, m->dC, a->qkv, a->att, B, T, Cl, m->NHl));
+    PROF(pr, PROF_ATTENTION_BWD, attention_bwd(m, a, dqkv, m->dC, B, T));
     ln = a->ln1;
     if (w && sp_gather(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,

@@ -24,6 +24,7 @@
 #include "common/runend.h"
 #include "common/runlock.h"
 #include "common/schedule.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "runtime/ckpt.h"
 #include "runtime/data.h"
 #include "runtime/dump.h"
@@ -100,13 +101,66 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static const struct ops *choose_backend(enum plan_device device, struct plait_error *err)
+/* The CUDA runtime's index of PLAIT_DEVICE, a CUDA index in PCI bus order
+ * among all the node's GPUs: its position in CUDA_VISIBLE_DEVICES when that
+ * lists indices (the placement shows a rank its granted GPUs only), else itself. */
+static int visible_index(int device)
 {
-    if (device == PLAN_DEVICE_CUDA) {
-        error_set(err, "parallel.device: \"cuda\" is not available: this build of plait-train "
-                       "has no CUDA backend (use \"cpu\" or \"auto\")");
+    const char *list = getenv("CUDA_VISIBLE_DEVICES");
+    for (int pos = 0; list && *list; pos++) {
+        char *end;
+        long v = strtol(list, &end, 10);
+        if (end == list) break; /* a UUID or MIG name: leave the index as it is */
+        if (v == device) return pos;
+        list = *end == ',' ? end + 1 : end;
+        if (*end != ',') break;
+    }
+    return device;
+}
+
+/* The op backend, from parallel.device and the device the launcher gave this
+ * rank (PLAIT_DEVICE: a CUDA index; "cpu"; or unset, by hand or from plait
+ * train on one rank, which leaves the choice here, GPU 0 if any):
+ *   "cpu": the CPU.  "cuda": that GPU, or an error naming parallel.device.
+ *   "auto": that GPU when one is usable, else the CPU, saying why when this
+ *   build has the CUDA backend. One rank per GPU; more than one rank on GPUs
+ *   needs the nccl collectives wired to device memory, not done yet. */
+static const struct ops *choose_backend(const struct plan *p, const struct env_rank *w,
+                                        struct plait_error *err)
+{
+    enum plan_device device = p->parallel.device;
+    bool placed_on_cpu = w->device < 0 && getenv(PLAIT_ENV_DEVICE) != NULL;
+    if (device == PLAN_DEVICE_CPU || (device == PLAN_DEVICE_AUTO && placed_on_cpu))
+        return ops_cpu();
+    if (placed_on_cpu) {
+        error_set(err,
+                  "%s: parallel.device is \"cuda\", but the launcher placed rank %d on the CPU "
+                  "(%s=cpu): use \"cpu\" or \"auto\", or run where the placement finds GPUs",
+                  p->source, w->rank, PLAIT_ENV_DEVICE);
         return NULL;
     }
+    int index = w->device >= 0 ? visible_index(w->device) : 0;
+    char why[512] = "";
+    const struct ops *o = NULL;
+    if (w->world > 1)
+        snprintf(why, sizeof why,
+                 "%d ranks on GPUs need the nccl collectives on device memory, which this "
+                 "runtime does not wire yet (issue 11; one rank per job runs)",
+                 w->world);
+    else if (ops_cuda_device_count(why, sizeof why) > 0)
+        o = ops_cuda(index, why, sizeof why);
+    if (o) {
+        log_info("parallel.device \"%s\": training on CUDA device %d", plan_device_name(device),
+                 index);
+        return o;
+    }
+    if (device == PLAN_DEVICE_CUDA) {
+        error_set(err,
+                  "%s: parallel.device: \"cuda\" is not available: %s (use \"cpu\" or \"auto\")",
+                  p->source, why);
+        return NULL;
+    }
+    if (ops_cuda_built()) log_info("parallel.device \"auto\": %s; training on the CPU", why);
     return ops_cpu();
 }
 
@@ -302,6 +356,8 @@ static double measure_peak_gflops(struct model *m)
                 o->matmul_forward_fp8(y, x, w, NULL, N, C, OC, m->fp8_scaling);
             else
                 o->matmul_forward(y, x, w, w16, NULL, N, C, OC);
+            float first; /* waits for the product (a GPU's runs asynchronously) */
+            o->download(&first, y, sizeof first);
             double rate = 2.0 * N * C * OC / (now_s() - t0) / 1e9;
             if (i >= 2 && rate > best) best = rate;
         }
@@ -499,7 +555,7 @@ static int setup(struct trainer *t, struct plait_error *err)
     bool rank0 = w->rank == 0;
     t->multi = w->world > 1;
     if (check_layout(p, w, err)) return -1;
-    const struct ops *ops = choose_backend(p->parallel.device, err);
+    const struct ops *ops = choose_backend(p, w, err);
     if (!ops) return -1;
     struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
     int B = p->batch.micro_batch, T = p->model.seq_len;

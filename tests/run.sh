@@ -1,27 +1,31 @@
 #!/usr/bin/env bash
 # Runs every test: the C unit tests (normal build and ASan/UBSan build) and the
-# integration scripts. Each test program prints "ok NAME" / "not ok NAME" lines;
-# a program that fails without saying which case counts as one failure.
+# integration scripts. Each test program prints "ok NAME" / "not ok NAME" lines,
+# and "ok NAME # SKIP why" for a test that cannot run here (a GPU test on a
+# machine without one): counted as skipped, never as passed. A program that
+# fails without saying which case counts as one failure.
 # Usage: tests/run.sh [PATTERN]   (only tests whose label, e.g. "unit/test_plan" or
 # "asan-integration/test_train_resume", contains PATTERN)
-# Ends with "N passed, N failed".
+# Ends with "N passed, N failed" (after "N skipped ..." when some were).
 set -u
 cd "$(dirname "$0")/.."
 pattern=${1:-}
 passed=0
 failed=0
+skipped=0
 failed_names=()
 
 run_one() { # label, command...
     local label=$1; shift
     case "$label" in *"$pattern"*) ;; *) return 0 ;; esac
-    local log t0 t1 rc p f
+    local log t0 t1 rc p f s
     log=$(mktemp)
     t0=$(date +%s.%N)
     "$@" >"$log" 2>&1
     rc=$?
     t1=$(date +%s.%N)
-    p=$(grep -c '^ok ' "$log")
+    s=$(grep -ci '^ok .*# skip' "$log")
+    p=$(($(grep -c '^ok ' "$log") - s))
     f=$(grep -c '^not ok ' "$log")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
         echo "not ok $label (exit code $rc)" >>"$log"
@@ -29,7 +33,10 @@ run_one() { # label, command...
     fi
     passed=$((passed + p))
     failed=$((failed + f))
-    printf '%-48s %3d passed %3d failed %6.1fs\n' "$label" "$p" "$f" "$(awk "BEGIN{print $t1 - $t0}")"
+    skipped=$((skipped + s))
+    printf '%-48s %3d passed %3d failed %6.1fs%s\n' "$label" "$p" "$f" "$(awk "BEGIN{print $t1 - $t0}")" \
+        "$([ "$s" -eq 0 ] || echo " $s skipped")"
+    grep -i '^ok .*# skip' "$log" | sed 's/^ok /    skipped: /'
     if [ "$f" -ne 0 ]; then
         failed_names+=("$label")
         sed 's/^/    | /' "$log" | tail -n 60
@@ -63,5 +70,6 @@ done
 if [ ${#failed_names[@]} -ne 0 ]; then
     echo "failed: ${failed_names[*]}"
 fi
+[ "$skipped" -eq 0 ] || echo "$skipped skipped (cannot run on this machine; not counted as passed)"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

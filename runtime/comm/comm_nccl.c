@@ -50,7 +50,7 @@ struct nccl_comm {
     pthread_mutex_t mu;                          /* the watcher's abort flag and text */
     bool abort_pending;
     char abort_text[700];
-    bool failed;
+    bool failed, fail_peer_lost; /* fail_peer_lost: plait_error's peer_lost */
     char fail_text[1000];
     uint64_t bytes_sent, bytes_received;
     double wait_s;
@@ -133,13 +133,15 @@ static bool abort_seen(struct nccl_comm *c, char *out, size_t out_bytes)
 
 /* Fails the communicator: every pending and later operation reports the
  * text, NCCL's kernels are stopped (ncclCommAbort), and with report the job
- * is aborted through the store so every other rank fails at once too. */
-static void fail_comm(struct nccl_comm *c, bool report, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void fail_comm(struct nccl_comm *c, bool report, const char *fmt, ...)
+ * is aborted through the store so every other rank fails at once too.
+ * peer_lost: the cause is another process (gone, silent, the job aborted). */
+static void fail_comm(struct nccl_comm *c, bool report, bool peer_lost, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void fail_comm(struct nccl_comm *c, bool report, bool peer_lost, const char *fmt, ...)
 {
     if (c->failed) return;
     c->failed = true;
+    c->fail_peer_lost = peer_lost;
     char text[sizeof c->fail_text - 200];
     va_list ap;
     va_start(ap, fmt);
@@ -200,13 +202,14 @@ static int wait_ready(struct nccl_comm *c, ncclComm_t nc, const char *what, int6
             break;
         }
         if (abort_seen(c, reason, sizeof reason)) {
-            error_set(err, "NCCL %s stopped: the job was aborted: %s", what, reason);
+            error_peer_lost(err, "NCCL %s stopped: the job was aborted: %s", what, reason);
             break;
         }
         if (sock_now_ms() >= deadline_ms) {
             char members[WHO_LISTED * WHO_BYTES];
             describe_members(c, members, sizeof members);
-            error_set(err, "NCCL %s did not finish within %.1f s: %s", what, c->timeout_s, members);
+            error_peer_lost(err, "NCCL %s did not finish within %.1f s: %s", what, c->timeout_s,
+                            members);
             break;
         }
         sleep_us(sleep);
@@ -372,13 +375,19 @@ static void op_name(const struct nccl_request *q, char *out, size_t n)
                  d->bytes);
 }
 
+/* The communicator's failure as an error. */
+static int failure(const struct nccl_comm *c, struct plait_error *err)
+{
+    return c->fail_peer_lost ? error_peer_lost(err, "%s", c->fail_text) : failure(c, err);
+}
+
 /* Fails for a communicator that has failed, or whose job was aborted. */
 static int check_alive(struct nccl_comm *c, struct plait_error *err)
 {
     char reason[sizeof c->abort_text];
     if (!c->failed && abort_seen(c, reason, sizeof reason))
-        fail_comm(c, false, "the job was aborted: %s", reason);
-    if (c->failed) return error_set(err, "%s", c->fail_text);
+        fail_comm(c, false, true, "the job was aborted: %s", reason);
+    if (c->failed) return failure(c, err);
     return 0;
 }
 
@@ -424,16 +433,16 @@ static int launch_group(struct nccl_comm *c, struct nccl_request **qs, int n,
     /* non-blocking: the next NCCL call on c waits until this one is enqueued */
     if (wait_ready(c, c->nc, what, qs[0]->deadline_ms, err)) {
         c->nc = NULL; /* wait_ready aborted it */
-        fail_comm(c, true, "%s", err->text);
-        return error_set(err, "%s", c->fail_text);
+        fail_comm(c, true, err->peer_lost, "%s", err->text);
+        return failure(c, err);
     }
     for (int i = 0; i < n; i++)
         if (finish_launch(qs[i], err)) goto fail;
     return 0;
 fail:
     /* a CUDA or NCCL call refused: what is enqueued may be half an operation */
-    fail_comm(c, true, "posting %s: %s", what, err->text);
-    return error_set(err, "%s", c->fail_text);
+    fail_comm(c, true, err->peer_lost, "posting %s: %s", what, err->text);
+    return failure(c, err);
 }
 
 static int nccl_post(struct comm *base, const struct comm_desc *d, struct comm_request **out,
@@ -468,8 +477,8 @@ static int nccl_post(struct comm *base, const struct comm_desc *d, struct comm_r
     if (CUDA_CHECK(cudaSetDevice(c->device)) ||
         (has_in && stage(c, &q->in, d->send, in_bytes, true, err)) ||
         (has_out && stage(c, &q->out, d->recv, out_bytes, false, err))) {
-        fail_comm(c, true, "posting: %s", err->text);
-        error_set(err, "%s", c->fail_text);
+        fail_comm(c, true, err->peer_lost, "posting: %s", err->text);
+        failure(c, err);
         request_free(q);
         return -1;
     }
@@ -520,8 +529,9 @@ static int poll_request(struct nccl_request *q, bool *done, struct plait_error *
     char what[160];
     op_name(q, what, sizeof what);
     if (!q->launched) {
-        fail_comm(c, true, "%s was waited for inside its group (call comm_group_end first)", what);
-        return error_set(err, "%s", c->fail_text);
+        fail_comm(c, true, false, "%s was waited for inside its group (call comm_group_end first)",
+                  what);
+        return failure(c, err);
     }
     cudaError_t e = cudaEventQuery(q->done);
     if (e == cudaSuccess) {
@@ -530,8 +540,8 @@ static int poll_request(struct nccl_request *q, bool *done, struct plait_error *
         return 0;
     }
     if (e != cudaErrorNotReady) {
-        fail_comm(c, true, "%s: cudaEventQuery: %s", what, cudaGetErrorString(e));
-        return error_set(err, "%s", c->fail_text);
+        fail_comm(c, true, false, "%s: cudaEventQuery: %s", what, cudaGetErrorString(e));
+        return failure(c, err);
     }
     ncclResult_t state;
     ncclResult_t r = ncclCommGetAsyncError(c->nc, &state);
@@ -540,17 +550,17 @@ static int poll_request(struct nccl_request *q, bool *done, struct plait_error *
         const char *last = ncclGetLastError(c->nc);
         char dead[WHO_LISTED * WHO_BYTES];
         bool named = describe_members(c, dead, sizeof dead);
-        fail_comm(c, true, "%s: NCCL reports %s%s%s%s%s", what, ncclGetErrorString(state),
-                  last && *last ? ": " : "", last ? last : "", named ? "; " : "",
-                  named ? dead : "");
-        return error_set(err, "%s", c->fail_text);
+        fail_comm(c, true, state == ncclRemoteError || named, "%s: NCCL reports %s%s%s%s%s", what,
+                  ncclGetErrorString(state), last && *last ? ": " : "", last ? last : "",
+                  named ? "; " : "", named ? dead : "");
+        return failure(c, err);
     }
     if (sock_now_ms() >= q->deadline_ms) {
         char members[WHO_LISTED * WHO_BYTES];
         describe_members(c, members, sizeof members);
-        fail_comm(c, true, "%s did not finish within %.1f s of being posted: %s", what,
+        fail_comm(c, true, true, "%s did not finish within %.1f s of being posted: %s", what,
                   c->timeout_s, members);
-        return error_set(err, "%s", c->fail_text);
+        return failure(c, err);
     }
     return 0;
 }
@@ -895,8 +905,8 @@ static int nccl_split(struct comm *parent, const int *members, int n, int my_ind
     return 0;
 fail_parent:
     /* the parent may be mid-operation: it is unusable now */
-    fail_comm(p, true, "%s", err->text);
-    error_set(err, "%s", p->fail_text);
+    fail_comm(p, true, err->peer_lost, "%s", err->text);
+    failure(p, err);
     if (c) nccl_destroy(&c->base);
     return -1;
 }

@@ -140,7 +140,7 @@ struct sock_comm {
     pthread_cond_t done_cond; /* CLOCK_MONOTONIC */
     /* under mu */
     struct sock_request *submit, *submit_tail;
-    bool stop, failed, abort_pending;
+    bool stop, failed, abort_pending, fail_peer_lost;
     char fail_text[sizeof(((struct plait_error *)0)->text)];
     char abort_text[700];
     double wait_s;
@@ -293,11 +293,13 @@ static void fail_list_locked(struct sock_request *q)
 
 /* The communicator is broken: every pending request fails with text, and so
  * does every later one. report: also abort the job through the store, so
- * ranks blocked elsewhere hear of it. Progress thread only. */
-static void fail_comm(struct sock_comm *c, bool report, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+ * ranks blocked elsewhere hear of it. peer_lost: the cause is another
+ * process (gone, silent, or the job aborted), not this one (plait_error's
+ * peer_lost). Progress thread only. */
+static void fail_comm(struct sock_comm *c, bool report, bool peer_lost, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
-static void fail_comm(struct sock_comm *c, bool report, const char *fmt, ...)
+static void fail_comm(struct sock_comm *c, bool report, bool peer_lost, const char *fmt, ...)
 {
     char text[sizeof c->fail_text - COMM_MAX_NAME_BYTES - 40], full[sizeof c->fail_text];
     va_list ap;
@@ -314,6 +316,7 @@ static void fail_comm(struct sock_comm *c, bool report, const char *fmt, ...)
         return;
     }
     c->failed = true;
+    c->fail_peer_lost = peer_lost;
     memcpy(c->fail_text, full, sizeof full);
     fail_list_locked(c->submit);
     c->submit = c->submit_tail = NULL;
@@ -464,7 +467,7 @@ static int protocol_error(struct sock_comm *c, struct peer *p, const char *what)
 {
     char who[200];
     peer_name(c, p->rank, who, sizeof who);
-    fail_comm(c, true,
+    fail_comm(c, true, false,
               "%s sent a frame out of step (%s: kind %u, step/tag %" PRIu32 ", seq %" PRIu64
               ", %" PRIu64 " bytes at %" PRIu64 "); do all ranks post the same collectives in the "
               "same order, and do sends and receives agree on sizes?",
@@ -551,7 +554,8 @@ static int rx_target(struct sock_comm *c, struct peer *p, int64_t now)
         } else if (f->seq >= (q ? q->seq + 1 : c->collq ? c->collq->seq : c->next_seq)) {
             struct unexpected *u = ux_new(f);
             if (!u) {
-                fail_comm(c, true, "out of memory buffering %" PRIu64 " early bytes", f->total);
+                fail_comm(c, true, false, "out of memory buffering %" PRIu64 " early bytes",
+                          f->total);
                 return -1;
             }
             ux_append(&p->ux_coll, u);
@@ -594,7 +598,7 @@ static int rx_target(struct sock_comm *c, struct peer *p, int64_t now)
         if (q->d.bytes != f->total) {
             char who[200];
             peer_name(c, p->rank, who, sizeof who);
-            fail_comm(c, true,
+            fail_comm(c, true, false,
                       "%s sent %" PRIu64 " bytes with tag %" PRIu32
                       " but the matching receive expects %zu",
                       who, f->total, f->tag, q->d.bytes);
@@ -612,7 +616,7 @@ static int rx_target(struct sock_comm *c, struct peer *p, int64_t now)
     }
     struct unexpected *u = ux_new(f);
     if (!u) {
-        fail_comm(c, true, "out of memory buffering %" PRIu64 " early bytes", f->total);
+        fail_comm(c, true, false, "out of memory buffering %" PRIu64 " early bytes", f->total);
         return -1;
     }
     ux_append(&p->ux_p2p, u);
@@ -779,7 +783,7 @@ static int start_collective(struct sock_comm *c, struct sock_request *q, int64_t
 {
     if (sock_algo_build(&q->prog, &q->d, c->base.rank, c->base.size, c->cfg.algorithm,
                         c->cfg.small_bytes)) {
-        fail_comm(c, true, "out of memory starting %s", comm_op_kind_name(q->d.kind));
+        fail_comm(c, true, false, "out of memory starting %s", comm_op_kind_name(q->d.kind));
         return -1;
     }
     q->started = true;
@@ -798,7 +802,7 @@ static int start_collective(struct sock_comm *c, struct sock_request *q, int64_t
             if (i >= g->n_recvs || g->recvs[i].step != u->tag || g->recvs[i].bytes != u->total) {
                 char who[200];
                 peer_name(c, r, who, sizeof who);
-                fail_comm(c, true,
+                fail_comm(c, true, false,
                           "%s sent step %" PRIu32 " (%zu bytes) of collective #%" PRIu64
                           ", which this rank's %s does not expect; do all ranks post the same "
                           "collectives in the same order?",
@@ -846,7 +850,7 @@ static void post_recv(struct sock_comm *c, struct sock_request *q, int64_t now)
         if (u->total != q->d.bytes) {
             char who[200];
             peer_name(c, p->rank, who, sizeof who);
-            fail_comm(c, true,
+            fail_comm(c, true, false,
                       "%s sent %zu bytes with tag %" PRIu32 " but the matching receive expects %zu",
                       who, u->total, u->tag, q->d.bytes);
             return;
@@ -932,12 +936,12 @@ static void check_peers(struct sock_comm *c)
         if (p->gone && peer_needed(c, p)) {
             char who[200], what[200], reason[700];
             if (sock_job_aborted(c->job, reason, sizeof reason)) { /* p died of it, after */
-                fail_comm(c, false, "the job was aborted: %s", reason);
+                fail_comm(c, false, true, "the job was aborted: %s", reason);
                 return;
             }
             peer_name(c, r, who, sizeof who);
             needed_by(c, p, what, sizeof what);
-            fail_comm(c, true, "peer %s is gone (%s) during %s", who, p->gone_why, what);
+            fail_comm(c, true, true, "peer %s is gone (%s) during %s", who, p->gone_why, what);
         }
     }
 }
@@ -960,7 +964,7 @@ static int64_t check_deadlines(struct sock_comm *c, int64_t now)
                 if (!q->prog.sends[i].done) late = q->prog.sends[i].peer, how = "took nothing";
             op_name(q, what, sizeof what);
             peer_name(c, late < 0 ? c->base.rank : late, who, sizeof who);
-            fail_comm(c, true,
+            fail_comm(c, true, true,
                       "%s: %s %s for %.1f s (did it die, stall, or not post this collective?)",
                       what, who, how, c->timeout_ms / 1000.0);
             return now;
@@ -984,7 +988,7 @@ static int64_t check_deadlines(struct sock_comm *c, int64_t now)
         if (!late) continue;
         op_name(late, what, sizeof what);
         peer_name(c, r, who, sizeof who);
-        fail_comm(c, true, "%s: nothing moved for %.1f s (did %s die or stall?)", what,
+        fail_comm(c, true, true, "%s: nothing moved for %.1f s (did %s die or stall?)", what,
                   c->timeout_ms / 1000.0, who);
         return now;
     }
@@ -1024,7 +1028,7 @@ static void *progress_main(void *arg)
             take_request(c, taken, now);
             taken = next;
         }
-        if (aborted) fail_comm(c, false, "the job was aborted: %s", reason);
+        if (aborted) fail_comm(c, false, true, "the job was aborted: %s", reason);
         bool moved = false;
         int64_t next_due = now + 1000;
         if (!c->failed) {
@@ -1093,7 +1097,7 @@ static void *progress_main(void *arg)
         int k = poll(pfds, (nfds_t)np, wait_ms < 0 ? 0 : wait_ms > 1000 ? 1000 : (int)wait_ms);
         atomic_store(&c->sleeping, false);
         if (k < 0 && errno != EINTR) {
-            fail_comm(c, true, "poll: %s", strerror(errno));
+            fail_comm(c, true, false, "poll: %s", strerror(errno));
             continue;
         }
         for (int i = 0; i < np; i++) {
@@ -1113,6 +1117,13 @@ static void *progress_main(void *arg)
 
 /* ---- the backend's ops ------------------------------------------------- */
 
+/* The communicator's failure as an error (under mu, or once it is final). */
+static int failure(const struct sock_comm *c, struct plait_error *err)
+{
+    return c->fail_peer_lost ? error_peer_lost(err, "%s", c->fail_text)
+                             : error_set(err, "%s", c->fail_text);
+}
+
 static int sock_post(struct comm *base, const struct comm_desc *d, struct comm_request **out,
                      struct plait_error *err)
 {
@@ -1124,7 +1135,7 @@ static int sock_post(struct comm *base, const struct comm_desc *d, struct comm_r
     q->d = *d;
     pthread_mutex_lock(&c->mu);
     if (c->failed) {
-        error_set(err, "%s", c->fail_text);
+        failure(c, err);
         pthread_mutex_unlock(&c->mu);
         free(q);
         return -1;
@@ -1139,9 +1150,7 @@ static int sock_post(struct comm *base, const struct comm_desc *d, struct comm_r
 
 static int finish_request(struct sock_request *q, struct plait_error *err)
 {
-    int rc = 0;
-    if (q->state == REQ_FAILED) rc = error_set(err, "%s", q->c->fail_text);
-    return rc;
+    return q->state == REQ_FAILED ? failure(q->c, err) : 0;
 }
 
 static int sock_wait(struct comm_request *base, struct plait_error *err)
@@ -1326,10 +1335,10 @@ static int gather_endpoints(struct sock_comm *c, int64_t deadline_ms, struct pla
             snprintf(key, sizeof key, "comm/%s/addr/", c->base.name);
             int missing =
                 sock_job_missing_ranks(c->job, key, r, c->base.size, c->base.rank, who, sizeof who);
-            return error_set(err,
-                             "rank%s %s did not join within %.1f s (no address at "
-                             "comm/%s/addr/<rank>; did it start, and with this name?)",
-                             missing > 1 ? "s" : "", who, c->cfg.timeout_s, c->base.name);
+            return error_peer_lost(err,
+                                   "rank%s %s did not join within %.1f s (no address at "
+                                   "comm/%s/addr/<rank>; did it start, and with this name?)",
+                                   missing > 1 ? "s" : "", who, c->cfg.timeout_s, c->base.name);
         }
         int bad = sock_endpoint_parse(value, &c->peers[r].ep);
         free(value);

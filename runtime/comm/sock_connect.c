@@ -581,10 +581,10 @@ int sock_mesh_connect(const struct sock_mesh *m, struct sock_listeners *ls, stru
         if (now >= m->deadline_ms) {
             char who[600];
             missing_ranks(m, connected, who, sizeof who);
-            error_set(err,
-                      "no connection with rank(s) %s in time (they published addresses, then "
-                      "did not connect or answer)",
-                      who);
+            error_peer_lost(err,
+                            "no connection with rank(s) %s in time (they published addresses, then "
+                            "did not connect or answer)",
+                            who);
             goto out;
         }
         /* progress every handshake; retry failed outgoing ones */

@@ -83,13 +83,15 @@ static void *watch_main(void *arg)
         void *value = NULL;
         size_t bytes = 0;
         struct plait_error err2;
-        if (store_get(job->watch_store, STORE_ABORT_KEY, &value, &bytes, 0.001, &err2) == 0) {
+        if (store_get(job->watch_store, STORE_ABORT_KEY, &value, &bytes, 0.001, &err2) == 0 &&
+            bytes > 0) { /* (empty: cleared, store_abort_clear) */
             pthread_mutex_lock(&job->mu);
             notify_locked(job, value);
             pthread_mutex_unlock(&job->mu);
             free(value);
             return NULL;
         }
+        free(value);
         if (sock_now_ms() - t0 < (int64_t)(WATCH_S * 500)) { /* not a timeout: the store is gone */
             log_warn("comm: rank %d stops watching for a job abort: %s", job->global_rank,
                      err.text);
@@ -280,7 +282,7 @@ bool sock_job_aborted(struct sock_job *job, char *out, size_t out_bytes)
         void *value = NULL;
         size_t bytes;
         struct plait_error err;
-        if (store_get(job->store, STORE_ABORT_KEY, &value, &bytes, 0.001, &err) == 0) {
+        if (store_get(job->store, STORE_ABORT_KEY, &value, &bytes, 0.001, &err) == 0 && bytes > 0) {
             aborted = true;
             snprintf(out, out_bytes, "%s", (char *)value);
         }

@@ -76,7 +76,9 @@ test_pods_get_the_launch_contract() {
 import re, sys, yaml
 header = open(sys.argv[1]).read()
 names = dict(re.findall(r'#define (K8S_\w+) "([^"]+)"', header))
-want = {v for k, v in names.items() if k.startswith("K8S_ENV_") and k != "K8S_ENV_COMPLETION_INDEX"}
+# every pod's contract; the restart attempt only where JobSet counts them (a pod label)
+want = {v for k, v in names.items() if k.startswith("K8S_ENV_")
+        and k not in ("K8S_ENV_COMPLETION_INDEX", "K8S_ENV_RESTART_ATTEMPT")}
 want |= {"PLAIT_PLAN", "PLAIT_RUN_DIR", "PLAIT_STORE_SECRET"}
 seen = 0
 for case in sys.argv[2:]:
@@ -103,6 +105,9 @@ for case in sys.argv[2:]:
         assert c["command"] == ["plait", "launch"], c["command"]
         env = {e["name"]: e for e in c["env"]}
         assert want <= set(env), (case, want - set(env))
+        if d["kind"] == "JobSet":
+            attempt = env[names["K8S_ENV_RESTART_ATTEMPT"]]["valueFrom"]["fieldRef"]["fieldPath"]
+            assert attempt == "metadata.labels['jobset.sigs.k8s.io/restart-attempt']", attempt
         assert env[names["K8S_ENV_PODS"]]["value"] == str(pods)
         gpus = c["resources"]["limits"]["nvidia.com/gpu"]
         assert c["resources"]["requests"] == c["resources"]["limits"], c["resources"]

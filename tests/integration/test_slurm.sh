@@ -41,6 +41,13 @@ elif [ "$up_rc" != 0 ]; then
 fi
 echo "ok slurm_cluster_starts"
 
+# PLAIT_SLURM_ONLY=PATTERN: only the cases whose name contains PATTERN run
+# (the cluster still starts), for working on one of them
+if [ -n "${PLAIT_SLURM_ONLY:-}" ]; then
+    eval "all_$(declare -f check)"
+    check() { case $1 in *"$PLAIT_SLURM_ONLY"*) all_check "$@" ;; esac; }
+fi
+
 # plan FILE TP PP DP [extra JSON members]: a plan for the tiny byte model
 plan() {
     cat >"$1" <<EOF
@@ -547,6 +554,80 @@ preempt_and_resume() {
     metrics_equal "$WORK/${name}_local/metrics.jsonl" "$run/metrics.jsonl"
 }
 
+# find_process READY_DIR PATTERN VAR=VALUE...: once READY_DIR exists (60 s at
+# most), the pid of a process whose command line matches PATTERN (pgrep -f) and
+# whose environment holds every VAR=VALUE
+find_process() {
+    local ready=$1 pattern=$2 p env kv
+    shift 2
+    for _ in $(seq 600); do
+        [ -d "$ready" ] && for p in $(pgrep -f "$pattern"); do
+            env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null) || continue
+            for kv in "$@"; do grep -qx "$kv" <<<"$env" || continue 2; done
+            echo "$p"
+            return 0
+        done
+        sleep 0.1
+    done
+    return 1
+}
+
+# A task's rank killed (kill -9 of its plait-train) in a 4-rank step on two
+# nodes: every task's plait launch restarts its rank together, inside the
+# allocation and the same step (its store), with PLAIT_RESTART_COUNT 1, from
+# the newest complete checkpoint; the job completes with the metrics of the
+# same plan trained by plait train on one machine, to the bit.
+test_a_killed_rank_restarts_inside_the_allocation() {
+    plan "$WORK/restart.json" 1 2 2 '"device": "cpu"'
+    sed -i 's/"steps": 40/"steps": 300/' "$WORK/restart.json"
+    local job run victim="" rc=0
+    job=$(train_job restart "$WORK/restart.json" -N2 --ntasks-per-node=2 \
+        --export=ALL,OMP_NUM_THREADS=1) || return 1
+    run=$WORK/runs/slurm-$job
+    # once it has trained a little and checkpointed: rank 3's plait-train
+    victim=$(find_process "$run/checkpoints/step_00000020_0000" "plait-train" PLAIT_RANK=3 \
+        "SLURM_JOB_ID=$job")
+    [ -n "$victim" ] || { echo "no rank 3 of job $job"; cat "$WORK/restart.out"; return 1; }
+    kill -9 "$victim"
+    local again # the restarted rank 3 carries PLAIT_RESTART_COUNT 1
+    again=$(find_process "$run" "plait-train" PLAIT_RANK=3 PLAIT_RESTART_COUNT=1 \
+        "SLURM_JOB_ID=$job")
+    wait_state "$job" COMPLETED FAILED || rc=1
+    [ "$(job_state "$job")" = COMPLETED ] || rc=1
+    grep -q "launch: rank 3 (pid $victim) was killed by signal 9" "$WORK/restart.out" || rc=1
+    grep -q "restarting every rank from the newest complete checkpoint (restart 1 of 3" \
+        "$WORK/restart.out" || rc=1
+    grep -q "^step 300/300" "$WORK/restart.out" || rc=1
+    [ "$rc" = 0 ] || { grep -v '^step\|checkpoint step' "$WORK/restart.out" | tail -n 30; }
+    [ -n "$again" ] || { echo "no rank 3 with PLAIT_RESTART_COUNT=1"; rc=1; }
+    [ "$rc" = 0 ] || return 1
+    OMP_NUM_THREADS=1 "$PLAIT" train "$WORK/restart.json" --out "$WORK/restart_local" \
+        >"$WORK/restart_local.log" 2>&1 || { tail "$WORK/restart_local.log"; return 1; }
+    metrics_equal "$WORK/restart_local/metrics.jsonl" "$run/metrics.jsonl"
+}
+
+# A task gone (kill -9 of its plait launch, as a node that is lost takes it):
+# its rank dies with it, the other tasks wait parallel.timeout_s + 10 s for its
+# report, then end the step with 76, saying so, for the batch script to requeue.
+test_a_task_gone_ends_the_step_with_76() {
+    plan "$WORK/gone.json" 1 2 2 '"device": "cpu", "timeout_s": 3'
+    sed -i 's/"steps": 40/"steps": 100000/' "$WORK/gone.json"
+    local job run victim=""
+    job=$(train_job gone "$WORK/gone.json" -N2 --ntasks-per-node=2 \
+        --export=ALL,OMP_NUM_THREADS=1) || return 1
+    run=$WORK/runs/slurm-$job
+    victim=$(find_process "$run/checkpoints/step_00000010_0000" "$PLAIT launch" PLAIT_RANK=3 \
+        "SLURM_JOB_ID=$job")
+    [ -n "$victim" ] || { echo "no task of rank 3"; scancel "$job"; cat "$WORK/gone.out"; return 1; }
+    kill -9 "$victim"
+    wait_state "$job" COMPLETED FAILED || { scancel "$job"; return 1; }
+    # every other task says so and exits 76 (srun's own code is its highest: the killed task's 137)
+    [ "$(grep -c "launch: rank [0-2]: 1 of 4 tasks did not report the end of their rank within 13 s: exit 76" \
+        "$WORK/gone.out")" = 3 ] && grep -q "task 2: Exited with exit code 76" "$WORK/gone.out" &&
+        grep -q "tasks 0-1: Exited with exit code 76" "$WORK/gone.out" ||
+        { grep -v '^step' "$WORK/gone.out" | tail -n 30; return 1; }
+}
+
 # long enough (~15 s here) that the preemption lands mid-run
 long_plan() {
     plan "$@"
@@ -584,6 +665,8 @@ check training_runs_through_slurm test_training_runs_through_slurm
 check 3d_training_runs_across_two_nodes test_3d_training_runs_across_two_nodes
 check a_multi_rank_step_without_the_store_fails_clearly test_a_multi_rank_step_without_the_store_fails_clearly
 check store_ports_are_the_admins_range test_store_ports_are_the_admins_range
+check a_killed_rank_restarts_inside_the_allocation test_a_killed_rank_restarts_inside_the_allocation
+check a_task_gone_ends_the_step_with_76 test_a_task_gone_ends_the_step_with_76
 check preempted_job_checkpoints_requeues_and_resumes test_preempted_job_checkpoints_requeues_and_resumes
 check preempted_3d_job_checkpoints_requeues_and_resumes test_preempted_3d_job_checkpoints_requeues_and_resumes
 finish

@@ -54,6 +54,7 @@ struct shared {
     double t[MAX_RANKS][4];
     _Atomic int flag[MAX_RANKS];
     char text[MAX_RANKS][1024];
+    bool peer_lost[MAX_RANKS]; /* the error's peer_lost, where text is one */
     struct comm_stats stats[MAX_RANKS][4];
     double value[MAX_RANKS][8];
     double kill_time;
@@ -141,6 +142,7 @@ static void child(const struct world_opts *o, int rank, rank_fn fn, void *arg)
     if (comm_world_init(&c, st, rank, o->n, &opts, &err)) {
         sh->t[rank][0] = now_s() - t0;
         snprintf(sh->text[rank], sizeof sh->text[rank], "%s", err.text);
+        sh->peer_lost[rank] = err.peer_lost;
         if (!o->init_may_fail) CHECK(0, "rank %d: %s", rank, err.text);
     } else {
         CHECK(comm_rank(c) == rank && comm_size(c) == o->n, "rank %d of %d", comm_rank(c),
@@ -866,6 +868,7 @@ static void kill_rank(struct comm *c, struct store *st, int rank, int n, void *a
         if (comm_allreduce(c, x, x, count, COMM_FLOAT32, COMM_SUM, &err) != 0) {
             sh->t[rank][0] = now_s();
             snprintf(sh->text[rank], sizeof sh->text[rank], "%s", err.text);
+            sh->peer_lost[rank] = err.peer_lost;
             /* later operations fail at once, with the same text */
             double t0 = now_s();
             CHECK(comm_barrier(c, &err) != 0 && now_s() - t0 < 0.5,
@@ -903,6 +906,7 @@ static void killed_rank_case(int n, int victim, enum comm_transport tr, double t
               after);
         CHECK(strstr(sh->text[r], name) != NULL, "rank %d's error does not name rank %d: %s", r,
               victim, sh->text[r]);
+        CHECK(sh->peer_lost[r], "rank %d's error is not marked peer_lost: %s", r, sh->text[r]);
     }
     printf("  n=%d %s: rank 0 after %.3f s: %s\n", n, tr == COMM_TRANSPORT_TCP ? "tcp" : "shm",
            sh->t[victim ? 0 : 1][0] - sh->kill_time, sh->text[victim ? 0 : 1]);
@@ -932,6 +936,7 @@ static void test_rank_that_never_joins_is_named_at_the_deadline(void)
         CHECK(sh->t[r][0] >= timeout - 0.1 && sh->t[r][0] < timeout + 2,
               "rank %d gave up after %.2f s", r, sh->t[r][0]);
         CHECK(strstr(sh->text[r], "rank 2 did not join") != NULL, "rank %d: %s", r, sh->text[r]);
+        CHECK(sh->peer_lost[r], "rank %d's error is not marked peer_lost", r);
     }
     printf("  %s\n", sh->text[0]);
 }
@@ -1109,6 +1114,7 @@ static void abort_rank(struct comm *c, struct store *st, int rank, int n, void *
     CHECK(comm_recv(c, &x, sizeof x, 1, 0, &err) != 0, "the receive fails");
     sh->t[rank][0] = now_s();
     snprintf(sh->text[rank], sizeof sh->text[rank], "%s", err.text);
+    sh->peer_lost[rank] = err.peer_lost;
 }
 
 static void test_job_abort_fails_blocked_operations_at_once(void)
@@ -1118,6 +1124,7 @@ static void test_job_abort_fails_blocked_operations_at_once(void)
     double after = sh->t[0][0] - sh->kill_time;
     CHECK(after >= 0 && after < 1.0, "rank 0 heard of the abort after %.2f s", after);
     CHECK(strstr(sh->text[0], "aborted") && strstr(sh->text[0], "found a NaN"), "%s", sh->text[0]);
+    CHECK(sh->peer_lost[0], "the abort is not marked peer_lost");
 }
 
 /* ---- arguments ----------------------------------------------------------------- */
@@ -1128,6 +1135,7 @@ static void args_rank(struct comm *c, struct store *st, int rank, int n, void *a
     struct plait_error err;
     float x[4] = {1, 2, 3, 4};
     CHECK(comm_send(c, x, 4, 0, 0, &err) != 0 && strstr(err.text, "itself"), "%s", err.text);
+    CHECK(!err.peer_lost, "a bad argument is this rank's own error, not a lost peer");
     CHECK(comm_send(c, x, 4, 3, 0, &err) != 0 && strstr(err.text, "peer 3"), "%s", err.text);
     CHECK(comm_broadcast(c, x, 1, COMM_FLOAT32, 1, &err) != 0 && strstr(err.text, "root"), "%s",
           err.text);

@@ -38,7 +38,7 @@ static struct plan *load_plan(struct model_dims d, int micro_batch, int grad_acc
              " \"steps\": 10}\n",
              d.layers, d.heads, d.hidden, d.vocab, d.seq_len, micro_batch, grad_accum, precision,
              recompute);
-    struct plait_error err = {{0}};
+    struct plait_error err = {0};
     struct plan *p = plan_load_text(text, "test_cost", "/", NULL, 0, &err);
     CHECK(p != NULL, "plan_load_text: %s", err.text);
     return p;

@@ -46,7 +46,7 @@ static struct plan *small_plan(void)
                        " \"data\": {\"train\": \"train.bin\"},"
                        " \"batch\": {\"micro_batch\": 2, \"grad_accum\": 3},"
                        " \"steps\": 1}";
-    struct plait_error err = {{0}};
+    struct plait_error err = {0};
     struct plan *p = plan_load_text(text, "test_memory", "/", NULL, 0, &err);
     CHECK(p != NULL, "plan_load_text: %s", err.text);
     return p;

@@ -235,6 +235,7 @@ static void test_wait_timeout_names_the_key_and_how_long(void)
     CHECK(strstr(err.text, "\"b\"") && strstr(err.text, "1 of 2") &&
               strstr(err.text, "timed out after 0.3 s"),
           "%s", err.text);
+    CHECK(err.peer_lost, "a deadline passed waiting for peers is a lost peer");
     void *v = NULL;
     size_t bytes;
     CHECK(store_get(st, "missing", &v, &bytes, 0.2, &err) != 0 && !v &&
@@ -500,7 +501,8 @@ static void test_wrong_secret_is_refused_and_its_set_does_not_land(void)
     struct store *st = NULL;
     struct plait_error err;
     double t0 = now_s();
-    CHECK(store_connect(&st, "127.0.0.1", port, "not-the-secret", 5, 10, &err) != 0 && !st,
+    CHECK(store_connect(&st, "127.0.0.1", port, "not-the-secret", 5, 10, &err) == STORE_REFUSED &&
+              !st,
           "connected without the secret");
     CHECK(now_s() - t0 < 3, "a refusal is not retried until the deadline");
     CHECK(strstr(err.text, "refused rank 5") && strstr(err.text, "PLAIT_STORE_SECRET"), "%s",
@@ -859,7 +861,7 @@ static void *abort_waiter_thread(void *arg)
     return NULL;
 }
 
-static void test_abort_wakes_every_waiter_with_the_reason(void)
+static void test_abort_wakes_every_waiter_with_the_reason_until_cleared(void)
 {
     struct store_server *srv = start_server();
     struct abort_waiter w[3];
@@ -882,6 +884,7 @@ static void test_abort_wakes_every_waiter_with_the_reason(void)
         pthread_join(threads[i], NULL);
         CHECK(w[i].rc != 0 && w[i].took_s < 5, "waiter %d: %.2f s", i, w[i].took_s);
         CHECK(strstr(w[i].err.text, "aborted: rank 3: CUDA out of memory"), "%s", w[i].err.text);
+        CHECK(w[i].err.peer_lost, "waiter %d: an aborted job is a lost peer", i);
     }
     /* later waits fail at once; keys that exist still read; the reason reads */
     void *v = NULL;
@@ -896,6 +899,15 @@ static void test_abort_wakes_every_waiter_with_the_reason(void)
               !strcmp(v, "rank 3: CUDA out of memory"),
           "reason");
     free(v);
+    /* cleared for a new start of the gang: waits wait again, and a new abort wakes them */
+    CHECK(store_abort_clear(st, &err) == 0, "%s", err.text);
+    t0 = now_s();
+    CHECK(store_get(st, "other", &v, &bytes, 0.2, &err) != 0 && now_s() - t0 >= 0.15 &&
+              strstr(err.text, "timed out"),
+          "after the clear: %s", err.text);
+    CHECK(store_abort(st, "again", &err) == 0, "%s", err.text);
+    CHECK(store_get(st, "other", &v, &bytes, 60, &err) != 0 && strstr(err.text, "again"), "%s",
+          err.text);
     store_close(st);
     store_server_stop(srv);
 }
@@ -1112,7 +1124,7 @@ int main(int argc, char **argv)
     RUN(test_stopped_server_fails_waiting_clients_at_once);
     RUN(test_hostile_streams_neither_crash_nor_grow_the_server);
     RUN(test_one_set_answers_2000_parked_gets);
-    RUN(test_abort_wakes_every_waiter_with_the_reason);
+    RUN(test_abort_wakes_every_waiter_with_the_reason_until_cleared);
     RUN(test_heartbeat_stopped_is_reported_dead_after_stale_ms);
     RUN(test_connect_retries_until_a_late_server_comes_up);
     RUN(test_server_binds_ipv6_and_ipv4_and_host_names);

@@ -29,7 +29,7 @@ static const char *const fixtures[] = {H100, ISLANDS, PCIE4, NVSWITCH16, CPU_ONL
 /* Loads a fixture; on failure reports it and returns false (t is then zeroed). */
 static bool load(struct topo *t, const char *path)
 {
-    struct plait_error err = {{0}};
+    struct plait_error err = {0};
     int rc = topo_load(t, path, &err);
     CHECK(rc == 0, "topo_load(%s): %s", path ? path : "NULL", err.text);
     return rc == 0;
@@ -692,7 +692,7 @@ static void test_hwloc_xmlfile_in_the_environment_is_used_and_named(void)
         topo_free(&t);
     }
     setenv("HWLOC_XMLFILE", FIXTURES "/missing/topology.xml", 1);
-    struct plait_error err = {{0}};
+    struct plait_error err = {0};
     CHECK(topo_load(&t, NULL, &err) == -1, "a missing HWLOC_XMLFILE loaded");
     CHECK(strcmp(err.text, FIXTURES "/missing/topology.xml: cannot load hwloc topology: No such "
                                     "file or directory") == 0,
@@ -709,7 +709,7 @@ static void test_hwloc_xmlfile_in_the_environment_is_used_and_named(void)
 static void expect_error(const char *path, const char *want)
 {
     struct topo t;
-    struct plait_error err = {{0}};
+    struct plait_error err = {0};
     int rc = topo_load(&t, path, &err);
     CHECK(rc == -1, "%s loaded", path);
     if (rc == 0) {
@@ -784,6 +784,54 @@ static void test_free_is_safe_on_zeroed_and_freed(void)
     }
 }
 
+/* What one node sends another (plait launch in a pod): its topology as XML text, loaded back
+ * elsewhere to the same GPUs, domains, NICs and cores; bad text is refused naming its label. */
+static void test_exported_xml_text_loads_back_to_the_same_node(void)
+{
+    const char *const cases[] = {H100, ISLANDS, CPU_ONLY, NULL};
+    for (int i = 0; i < 4; i++) { /* NULL: this machine */
+        struct topo a, b;
+        struct plait_error err = {.text = ""};
+        char *xml = NULL;
+        size_t bytes = 0;
+        CHECK(topo_export_xml(cases[i], &xml, &bytes, &err) == 0, "export %s: %s",
+              cases[i] ? cases[i] : "this machine", err.text);
+        if (!xml) continue;
+        CHECK(bytes == strlen(xml), "%zu bytes, strlen %zu", bytes, strlen(xml));
+        int rc = topo_load_xml_text(&b, xml, bytes, "pod 1's topology", &err);
+        CHECK(rc == 0, "load back: %s", err.text);
+        free(xml);
+        if (rc || !load(&a, cases[i])) {
+            if (!rc) topo_free(&b);
+            continue;
+        }
+        CHECK(strcmp(b.source, "pod 1's topology") == 0, "source %s", b.source);
+        CHECK(strcmp(a.hostname, b.hostname) == 0, "%s / %s", a.hostname, b.hostname);
+        CHECK(a.n_cores == b.n_cores && a.n_numa == b.n_numa && a.n_gpus == b.n_gpus &&
+                  a.n_domains == b.n_domains && a.n_nics == b.n_nics,
+              "%d/%d cores, %d/%d GPUs, %d/%d domains, %d/%d NICs", a.n_cores, b.n_cores, a.n_gpus,
+              b.n_gpus, a.n_domains, b.n_domains, a.n_nics, b.n_nics);
+        for (int c = 0; c < a.n_cores && c < b.n_cores; c++)
+            CHECK(a.cores[c].n_pus == b.cores[c].n_pus && a.cores[c].pus[0] == b.cores[c].pus[0],
+                  "core %d", c);
+        for (int g = 0; g < a.n_gpus && g < b.n_gpus; g++)
+            CHECK(!strcmp(a.gpus[g].busid, b.gpus[g].busid) && a.gpus[g].domain == b.gpus[g].domain,
+                  "GPU %d", g);
+        int n = a.n_gpus == b.n_gpus ? a.n_gpus * a.n_gpus : 0;
+        for (int k = 0; k < n; k++)
+            CHECK(a.nvlink_gbps[k] == b.nvlink_gbps[k], "NVLink entry %d", k);
+        topo_free(&a);
+        topo_free(&b);
+    }
+    struct topo t;
+    struct plait_error err = {.text = ""};
+    const char junk[] = "<not a topology/>";
+    CHECK(topo_load_xml_text(&t, junk, sizeof junk - 1, "pod 3's topology", &err) == -1,
+          "junk accepted");
+    CHECK(strstr(err.text, "pod 3's topology") && strstr(err.text, "not a valid hwloc XML"), "%s",
+          err.text);
+}
+
 int main(void)
 {
     RUN(test_fixtures_load_in_lstopo_and_topo_load);
@@ -808,5 +856,6 @@ int main(void)
     RUN(test_cpu_list_sorts_and_collapses_ranges);
     RUN(test_free_is_safe_on_zeroed_and_freed);
     RUN(test_cuda_indexes_stay_within_the_nodes_gpus);
+    RUN(test_exported_xml_text_loads_back_to_the_same_node);
     return check_exit_code();
 }

@@ -1,0 +1,159 @@
+/* cuda_common.cuh — what the CUDA backend's files share: the sticky error and
+ * one check macro per library (CUDA, cuBLASLt) recording file:line and the
+ * library's message, the stream, scratch buffers, deterministic reductions,
+ * bf16 rounding, and the ops each .cu defines. Internal: the runtime sees
+ * only cuda_ops.h. */
+#ifndef PLAIT_KERNELS_CUDA_COMMON_CUH
+#define PLAIT_KERNELS_CUDA_COMMON_CUH
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- errors ------------------------------------------------------------------ */
+
+/* Records the first error (later ones are dropped until take_error). */
+void cu_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Each returns true (and records "file:line: what: message") on failure. */
+bool cu_fail_cuda(cudaError_t e, const char *what, const char *file, int line);
+bool cu_fail_lt(cublasStatus_t s, const char *what, const char *file, int line);
+
+/* CUDA_OK(x) / LT_OK(x): true when the call succeeded; the failure is recorded. */
+#define CUDA_OK(x) (!cu_fail_cuda((x), #x, __FILE__, __LINE__))
+#define LT_OK(x) (!cu_fail_lt((x), #x, __FILE__, __LINE__))
+/* In a void op: record and return on failure. */
+#define CUDA_TRY(x)                                                                                \
+    do {                                                                                           \
+        if (!CUDA_OK(x)) return;                                                                   \
+    } while (0)
+/* After a kernel launch: a bad configuration is reported here, a fault later. */
+#define LAUNCH_OK() CUDA_OK(cudaGetLastError())
+
+/* ---- the backend's state ------------------------------------------------------ */
+
+extern cudaStream_t cu_stream; /* every op runs on it, in order */
+extern cublasLtHandle_t cu_lt; /* cuBLASLt handle */
+extern void *cu_lt_workspace;  /* its workspace, cu_lt_workspace_bytes */
+extern size_t cu_lt_workspace_bytes;
+
+/* Scratch device memory of at least `bytes`, per slot, grown on demand and
+ * owned by the backend (the runtime calls ops from one thread). NULL after
+ * recording the error. */
+enum {
+    CU_SCRATCH_BF16_A,
+    CU_SCRATCH_BF16_B,
+    CU_SCRATCH_PARTIAL,
+    CU_SCRATCH_PARTIAL2,
+    CU_SCRATCH_INDEX,
+    CU_SLOTS
+};
+void *cu_scratch(int slot, size_t bytes);
+
+static inline unsigned cu_blocks(size_t n, unsigned threads)
+{
+    return (unsigned)((n + threads - 1) / threads);
+}
+
+/* ---- device helpers --------------------------------------------------------------- */
+
+/* Round to nearest even on the bit pattern, NaN kept quiet: kernels/cpu/bf16.h's
+ * bf16_round, bit for bit. */
+__device__ __forceinline__ uint16_t cu_bf16_round(float f)
+{
+    uint32_t x = __float_as_uint(f);
+    uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    uint32_t quiet_nan = (x >> 16) | 0x40u;
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
+/* Warp reductions in a fixed butterfly order: the same bits on every run. */
+template <typename T> __device__ __forceinline__ T cu_warp_sum(T v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float cu_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Block reductions (blockDim.x a multiple of 32, at most 1024); every thread
+ * gets the result. `shared` holds 32 values of T. */
+template <typename T> __device__ T cu_block_sum(T v, T *shared)
+{
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = cu_warp_sum(v);
+    __syncthreads(); /* shared may still be read from a previous call */
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    T s = lane < warps ? shared[lane] : (T)0;
+    return cu_warp_sum(s);
+}
+__device__ __forceinline__ float cu_block_max(float v, float *shared)
+{
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = cu_warp_max(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    float m = lane < warps ? shared[lane] : -INFINITY;
+    return cu_warp_max(m);
+}
+
+/* ---- column sums in two deterministic passes ---------------------------------------- */
+
+/* Rows are cut into chunks of CU_CHUNK_ROWS; a first kernel writes each
+ * chunk's column sums into partial (chunks, C) in row order, and this adds
+ * them in chunk order: out (C) = out·accumulate + Σ_chunks partial. */
+enum { CU_CHUNK_ROWS = 64 };
+void cu_column_sum_finish(float *out, const float *partial, int chunks, int C, bool accumulate);
+/* out (C) = out·accumulate + Σ_rows in (N,C), the two passes above. */
+void cu_column_sum(float *out, const float *in, int N, int C, bool accumulate);
+
+/* ---- the ops, by file (semantics in kernels/ops.h) ------------------------------------ */
+
+/* encoder.cu */
+void cu_encoder_forward(float *out, const int32_t *tokens, const float *wte, int v0, int nv,
+                        const float *wpe, int B, int T, int C);
+void cu_encoder_backward(float *dwte, int v0, int nv, float *dwpe, const float *dout,
+                         const int32_t *tokens, int B, int T, int C, bool accumulate);
+/* layernorm.cu */
+void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                          const float *b, int N, int C);
+void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                           const float *w, const float *mean, const float *rstd, int N, int C,
+                           bool accumulate);
+/* matmul.cu */
+void cu_matmul_forward(float *out, const float *inp, const float *w, const uint16_t *w16,
+                       const float *bias, int N, int C, int OC);
+void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                        const float *w, const uint16_t *w16, int N, int C, int OC, bool accumulate);
+/* attention.cu */
+void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+void cu_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
+                           const float *att, int B, int T, int C, int NH);
+/* elementwise.cu */
+void cu_add_bias(float *out, const float *bias, int N, int C);
+void cu_gelu_forward(float *out, const float *inp, size_t n);
+void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void cu_residual_forward(float *out, const float *a, const float *b, size_t n);
+void cu_to_bf16(uint16_t *dst, const float *src, size_t n);
+/* classifier.cu */
+void cu_classifier(float *logits, float *losses, const int32_t *targets, int N, int V, int Vp,
+                   float grad_scale);
+void cu_classifier_max(const float *logits, float *row_max, int N, int nv, int Vp);
+void cu_classifier_sumexp(const float *logits, const float *row_max, const int32_t *targets, int v0,
+                          int nv, int Vp, float *row_sum, float *target_logit, int N);
+void cu_classifier_finish(float *logits, float *losses, const int32_t *targets,
+                          const float *row_max, const float *row_sum, const float *target_logit,
+                          int v0, int nv, int Vp, int N, float grad_scale);
+/* optimizer.cu */
+double cu_sum_squares(const float *x, size_t n);
+void cu_adamw(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n, float lr,
+              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int step);
+
+#endif

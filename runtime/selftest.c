@@ -1,0 +1,469 @@
+/* selftest.c — plait-train --selftest: each op of the CUDA backend run against
+ * its CPU twin on the same random inputs, at several shapes (odd ones among
+ * them), printed as a table of max relative errors (max |gpu - cpu| / max |cpu|
+ * per output) with a verdict; every op also runs twice on the GPU and must give
+ * the same bits (deterministic reductions). Only through kernels/ops.h. */
+#include "runtime/selftest.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/env.h"
+#include "common/rng.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/ops.h"
+
+/* B batch, T time, C channels, NH heads, V vocab, Vp padded vocab, OC a
+ * product's output width */
+struct shape {
+    int B, T, C, NH, V, Vp, OC;
+};
+
+static const struct shape shapes[] = {
+    {2, 5, 12, 3, 37, 40, 20},
+    {3, 37, 72, 6, 301, 320, 200},
+    {4, 128, 256, 4, 1000, 1024, 768},
+};
+
+enum { MAX_OUTS = 6, MAX_HELD = 32 };
+
+/* One run of one op on one backend: its device buffers and its outputs,
+ * downloaded to the host. */
+struct run {
+    const struct ops *o;
+    const struct shape *s;
+    struct rng rng; /* the same seed on both backends: the same inputs */
+    void *held[MAX_HELD];
+    int n_held;
+    bool broken; /* an allocation failed */
+    int n_out;
+    const char *out_name[MAX_OUTS];
+    float *out[MAX_OUTS];
+    size_t out_len[MAX_OUTS];
+};
+
+static void *dev(struct run *r, size_t bytes)
+{
+    void *p = r->n_held < MAX_HELD ? r->o->alloc(bytes) : NULL;
+    if (!p) {
+        r->broken = true;
+        return NULL;
+    }
+    r->held[r->n_held++] = p;
+    return p;
+}
+
+/* n random floats, normal·scale (+ shift), uploaded */
+static float *rnd(struct run *r, size_t n, float scale, float shift)
+{
+    float *h = malloc(n * sizeof *h), *d = dev(r, n * sizeof *h);
+    for (size_t i = 0; h && i < n; i++) h[i] = (float)rng_normal(&r->rng) * scale + shift;
+    if (h && d)
+        r->o->upload(d, h, n * sizeof *h);
+    else
+        r->broken = true;
+    free(h);
+    return d;
+}
+
+/* n tokens in [0, below) */
+static int32_t *tokens(struct run *r, size_t n, int below)
+{
+    int32_t *h = malloc(n * sizeof *h), *d = dev(r, n * sizeof *h);
+    for (size_t i = 0; h && i < n; i++) h[i] = (int32_t)rng_below(&r->rng, (uint64_t)below);
+    if (h && d)
+        r->o->upload(d, h, n * sizeof *h);
+    else
+        r->broken = true;
+    free(h);
+    return d;
+}
+
+static void out(struct run *r, const char *name, const void *d, size_t n)
+{
+    if (r->broken || r->n_out == MAX_OUTS) return;
+    float *h = malloc(n * sizeof *h);
+    if (!h) {
+        r->broken = true;
+        return;
+    }
+    r->o->download(h, d, n * sizeof *h);
+    r->out_name[r->n_out] = name;
+    r->out_len[r->n_out] = n;
+    r->out[r->n_out++] = h;
+}
+
+/* a bf16 output, widened exactly to floats for the comparison */
+static void out16(struct run *r, const char *name, const uint16_t *d, size_t n)
+{
+    if (r->broken || r->n_out == MAX_OUTS) return;
+    uint16_t *h16 = malloc(n * sizeof *h16);
+    float *h = malloc(n * sizeof *h);
+    if (!h || !h16) {
+        free(h);
+        free(h16);
+        r->broken = true;
+        return;
+    }
+    r->o->download(h16, d, n * sizeof *h16);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits = (uint32_t)h16[i] << 16;
+        memcpy(&h[i], &bits, sizeof bits);
+    }
+    free(h16);
+    r->out_name[r->n_out] = name;
+    r->out_len[r->n_out] = n;
+    r->out[r->n_out++] = h;
+}
+
+static void run_free(struct run *r)
+{
+    for (int i = 0; i < r->n_held; i++) r->o->free(r->held[i]);
+    for (int i = 0; i < r->n_out; i++) free(r->out[i]);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- the cases: each makes its inputs, runs the op(s), keeps the outputs -------- */
+
+#define N_ROWS(s) ((size_t)(s)->B * (s)->T)
+
+static void t_encoder_forward(struct run *r)
+{
+    const struct shape *s = r->s;
+    int v0 = 3, nv = s->V - 10; /* a shard: some tokens fall outside it */
+    int32_t *tok = tokens(r, N_ROWS(s), s->V);
+    float *wte = rnd(r, (size_t)nv * s->C, 0.1f, 0), *wpe = rnd(r, (size_t)s->T * s->C, 0.1f, 0);
+    float *o1 = dev(r, N_ROWS(s) * s->C * 4), *o2 = dev(r, N_ROWS(s) * s->C * 4);
+    if (r->broken) return;
+    r->o->encoder_forward(o1, tok, wte, v0, nv, wpe, s->B, s->T, s->C);
+    r->o->encoder_forward(o2, tok, wte, v0, nv, NULL, s->B, s->T, s->C);
+    out(r, "out", o1, N_ROWS(s) * s->C);
+    out(r, "out_nowpe", o2, N_ROWS(s) * s->C);
+}
+
+static void t_encoder_backward(struct run *r)
+{
+    const struct shape *s = r->s;
+    int v0 = 3, nv = s->V - 10;
+    int32_t *tok = tokens(r, N_ROWS(s), s->V);
+    float *dout = rnd(r, N_ROWS(s) * s->C, 1, 0);
+    float *dwte = rnd(r, (size_t)nv * s->C, 1, 0), *dwpe = rnd(r, (size_t)s->T * s->C, 1, 0);
+    float *dwte2 = dev(r, (size_t)s->Vp * s->C * 4), *dwpe2 = rnd(r, (size_t)s->T * s->C, 1, 0);
+    if (r->broken) return;
+    r->o->encoder_backward(dwte, v0, nv, dwpe, dout, tok, s->B, s->T, s->C, true);
+    r->o->encoder_backward(dwte2, 0, s->Vp, dwpe2, dout, tok, s->B, s->T, s->C, false);
+    out(r, "dwte_acc", dwte, (size_t)nv * s->C);
+    out(r, "dwpe_acc", dwpe, (size_t)s->T * s->C);
+    out(r, "dwte", dwte2, (size_t)s->Vp * s->C);
+    out(r, "dwpe", dwpe2, (size_t)s->T * s->C);
+}
+
+static void t_layernorm(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t n = N_ROWS(s) * s->C;
+    float *x = rnd(r, n, 2, 0.5f), *w = rnd(r, s->C, 0.5f, 1), *b = rnd(r, s->C, 0.2f, 0);
+    float *y = dev(r, n * 4), *mean = dev(r, N_ROWS(s) * 4), *rstd = dev(r, N_ROWS(s) * 4);
+    float *dy = rnd(r, n, 1, 0), *dx = rnd(r, n, 1, 0);
+    float *dw = rnd(r, s->C, 1, 0), *db = rnd(r, s->C, 1, 0);
+    if (r->broken) return;
+    int N = (int)N_ROWS(s);
+    r->o->layernorm_forward(y, mean, rstd, x, w, b, N, s->C);
+    out(r, "out", y, n);
+    out(r, "mean", mean, N_ROWS(s));
+    out(r, "rstd", rstd, N_ROWS(s));
+    r->o->layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, s->C, true);
+    out(r, "dinp+=", dx, n);
+    out(r, "dw_acc", dw, s->C);
+    out(r, "db_acc", db, s->C);
+}
+
+static void t_matmul_forward(struct run *r, bool bf16)
+{
+    const struct shape *s = r->s;
+    int N = (int)N_ROWS(s);
+    float *x = rnd(r, (size_t)N * s->C, 1, 0), *w = rnd(r, (size_t)s->OC * s->C, 0.1f, 0);
+    float *bias = rnd(r, s->OC, 1, 0);
+    uint16_t *w16 = bf16 ? dev(r, (size_t)s->OC * s->C * 2) : NULL;
+    float *y1 = dev(r, (size_t)N * s->OC * 4), *y2 = dev(r, (size_t)N * s->OC * 4);
+    if (r->broken) return;
+    if (bf16) r->o->to_bf16(w16, w, (size_t)s->OC * s->C);
+    r->o->matmul_forward(y1, x, w, w16, bias, N, s->C, s->OC);
+    r->o->matmul_forward(y2, x, w, w16, NULL, N, s->C, s->OC);
+    out(r, "out_bias", y1, (size_t)N * s->OC);
+    out(r, "out", y2, (size_t)N * s->OC);
+}
+
+static void t_matmul_forward_f32(struct run *r)
+{
+    t_matmul_forward(r, false);
+}
+
+static void t_matmul_forward_bf16(struct run *r)
+{
+    t_matmul_forward(r, true);
+}
+
+static void t_matmul_backward(struct run *r, bool bf16)
+{
+    const struct shape *s = r->s;
+    int N = (int)N_ROWS(s), C = s->C, OC = s->OC;
+    float *x = rnd(r, (size_t)N * C, 1, 0), *w = rnd(r, (size_t)OC * C, 0.1f, 0);
+    float *dy = rnd(r, (size_t)N * OC, 1, 0);
+    float *dx = dev(r, (size_t)N * C * 4), *dx2 = dev(r, (size_t)N * C * 4);
+    float *dw = rnd(r, (size_t)OC * C, 1, 0), *db = rnd(r, OC, 1, 0);
+    float *dw2 = rnd(r, (size_t)OC * C, 1, 0), *db2 = rnd(r, OC, 1, 0);
+    uint16_t *w16 = bf16 ? dev(r, (size_t)OC * C * 2) : NULL;
+    if (r->broken) return;
+    if (bf16) r->o->to_bf16(w16, w, (size_t)OC * C);
+    r->o->matmul_backward(dx, dw, db, dy, x, w, w16, N, C, OC, true);
+    out(r, "dinp", dx, (size_t)N * C);
+    out(r, "dw_acc", dw, (size_t)OC * C);
+    out(r, "dbias_acc", db, OC);
+    /* split backward: the input gradient alone, then the weights' alone */
+    r->o->matmul_backward(dx2, NULL, NULL, dy, x, w, w16, N, C, OC, false);
+    r->o->matmul_backward(NULL, dw2, db2, dy, x, w, w16, N, C, OC, false);
+    out(r, "dinp_only", dx2, (size_t)N * C);
+    out(r, "dw_only", dw2, (size_t)OC * C);
+    out(r, "dbias", db2, OC);
+}
+
+static void t_matmul_backward_f32(struct run *r)
+{
+    t_matmul_backward(r, false);
+}
+
+static void t_matmul_backward_bf16(struct run *r)
+{
+    t_matmul_backward(r, true);
+}
+
+static void t_attention(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t N = N_ROWS(s), att_n = (size_t)s->B * s->NH * s->T * s->T;
+    float *qkv = rnd(r, N * 3 * s->C, 1, 0), *dout = rnd(r, N * s->C, 1, 0);
+    float *o = dev(r, N * s->C * 4), *att = dev(r, att_n * 4), *datt = dev(r, att_n * 4);
+    float *dqkv = dev(r, N * 3 * s->C * 4);
+    if (r->broken) return;
+    r->o->attention_forward(o, att, qkv, s->B, s->T, s->C, s->NH);
+    out(r, "out", o, N * s->C);
+    out(r, "att", att, att_n);
+    r->o->attention_backward(dqkv, datt, dout, qkv, att, s->B, s->T, s->C, s->NH);
+    out(r, "dqkv", dqkv, N * 3 * s->C);
+}
+
+/* the fused attention (kernels/cuda/attention_fused.cu, not in ops.h yet) on
+ * the GPU against the CPU's ops.h attention: the same out and dqkv */
+static void t_attention_fused(struct run *r)
+{
+    const struct shape *s = r->s;
+    bool fused = strcmp(r->o->name, "cuda") == 0;
+    size_t N = N_ROWS(s), att_n = (size_t)s->B * s->NH * s->T * s->T;
+    float *qkv = rnd(r, N * 3 * s->C, 1, 0), *dout = rnd(r, N * s->C, 1, 0);
+    float *o = dev(r, N * s->C * 4), *dqkv = dev(r, N * 3 * s->C * 4);
+    float *att = fused ? NULL : dev(r, att_n * 4), *datt = fused ? NULL : dev(r, att_n * 4);
+    float *lse = fused ? dev(r, (size_t)s->B * s->NH * s->T * 4) : NULL;
+    if (r->broken) return;
+    if (fused) {
+        ops_cuda_attention_fused_forward(o, lse, qkv, s->B, s->T, s->C, s->NH);
+        ops_cuda_attention_fused_backward(dqkv, dout, qkv, o, lse, s->B, s->T, s->C, s->NH);
+    } else {
+        r->o->attention_forward(o, att, qkv, s->B, s->T, s->C, s->NH);
+        r->o->attention_backward(dqkv, datt, dout, qkv, att, s->B, s->T, s->C, s->NH);
+    }
+    out(r, "out", o, N * s->C);
+    out(r, "dqkv", dqkv, N * 3 * s->C);
+}
+
+static void t_elementwise(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t n = N_ROWS(s) * s->C;
+    float *x = rnd(r, n, 2, 0), *d = rnd(r, n, 1, 0), *b = rnd(r, s->C, 1, 0);
+    float *y = dev(r, n * 4), *dx = dev(r, n * 4), *z = rnd(r, n, 1, 0);
+    if (r->broken) return;
+    r->o->gelu_forward(y, x, n);
+    out(r, "gelu", y, n);
+    r->o->gelu_backward(dx, x, d, n);
+    out(r, "dgelu", dx, n);
+    r->o->residual_forward(z, z, x, n); /* out aliasing an input, as the runtime does */
+    out(r, "residual", z, n);
+    r->o->add_bias(z, b, (int)N_ROWS(s), s->C);
+    out(r, "add_bias", z, n);
+    r->o->copy(y, z, n * sizeof(float)); /* the memory ops: a copy, then zero an odd tail */
+    r->o->zero(y + n / 3, (n - n / 3) * sizeof(float));
+    out(r, "copy/zero", y, n);
+}
+
+static void t_classifier(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t N = N_ROWS(s), n = N * s->Vp;
+    int32_t *tgt = tokens(r, N, s->V);
+    float *lg = rnd(r, n, 2, 0), *lg2 = rnd(r, n, 2, 0);
+    float *loss = dev(r, N * 4), *loss2 = dev(r, N * 4);
+    if (r->broken) return;
+    r->o->classifier(lg, loss, tgt, (int)N, s->V, s->Vp, 1.0f / (float)N);
+    out(r, "losses", loss, N);
+    out(r, "dlogits", lg, n);
+    r->o->classifier(lg2, loss2, tgt, (int)N, s->V, s->Vp, 0.0f);
+    out(r, "losses_fwd", loss2, N);
+    out(r, "logits_kept", lg2, n);
+}
+
+/* the vocabulary-parallel parts on one rank's shard: entries [v0, v0+nv) of a
+ * (N, Vs) slice; targets fall inside and outside it */
+static void t_classifier_parts(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t N = N_ROWS(s);
+    int Vs = s->Vp / 2, nv = Vs - 3, v0 = s->V / 4;
+    int32_t *tgt = tokens(r, N, s->V);
+    float *lg = rnd(r, N * Vs, 2, 0), *mx = dev(r, N * 4), *sum = dev(r, N * 4);
+    float *tl = dev(r, N * 4), *loss = dev(r, N * 4);
+    if (r->broken) return;
+    r->o->classifier_max(lg, mx, (int)N, nv, Vs);
+    r->o->classifier_sumexp(lg, mx, tgt, v0, nv, Vs, sum, tl, (int)N);
+    r->o->classifier_finish(lg, loss, tgt, mx, sum, tl, v0, nv, Vs, (int)N, 0.5f);
+    out(r, "row_max", mx, N);
+    out(r, "row_sum", sum, N);
+    out(r, "target_logit", tl, N);
+    out(r, "losses", loss, N);
+    out(r, "dlogits", lg, N * Vs);
+}
+
+static void t_optimizer(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t n = (size_t)s->OC * s->C + 7;
+    float *p = rnd(r, n, 0.1f, 0), *g = rnd(r, n, 1, 0), *m = rnd(r, n, 0.1f, 0);
+    float *v = rnd(r, n, 0.01f, 0.05f); /* positive second moments */
+    uint16_t *p16 = dev(r, n * 2), *x16 = dev(r, n * 2);
+    float *ss = dev(r, sizeof(float));
+    if (r->broken) return;
+    float sum = (float)r->o->sum_squares(g, n);
+    r->o->upload(ss, &sum, sizeof sum);
+    out(r, "sum_squares", ss, 1);
+    r->o->to_bf16(x16, g, n);
+    out16(r, "to_bf16", x16, n);
+    r->o->adamw(p, p16, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
+    out(r, "p", p, n);
+    out(r, "m", m, n);
+    out(r, "v", v, n);
+    out16(r, "p16", p16, n);
+}
+
+static const struct selftest_case {
+    const char *name;
+    void (*run)(struct run *r);
+    double tolerance; /* of max |gpu - cpu| / max |cpu| */
+} cases[] = {
+    {"encoder_forward", t_encoder_forward, 1e-6},
+    {"encoder_backward", t_encoder_backward, 1e-6},
+    {"layernorm", t_layernorm, 1e-5},
+    {"matmul_forward fp32", t_matmul_forward_f32, 1e-5},
+    {"matmul_forward bf16", t_matmul_forward_bf16, 1e-5},
+    {"matmul_backward fp32", t_matmul_backward_f32, 1e-5},
+    {"matmul_backward bf16", t_matmul_backward_bf16, 1e-5},
+    {"attention", t_attention, 1e-5},
+    {"attention fused", t_attention_fused, 1e-5},
+    {"gelu/residual/bias", t_elementwise, 1e-5},
+    {"classifier", t_classifier, 1e-5},
+    {"classifier parts", t_classifier_parts, 1e-5},
+    {"adamw/bf16/sumsq", t_optimizer, 1e-6}, /* adamw and to_bf16: the same bits */
+};
+
+/* max |a - b| / max |b| (0 when both are all zero; inf on a NaN in one only) */
+static double rel_error(const float *a, const float *b, size_t n)
+{
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) != isnan(b[i])) return INFINITY;
+        if (isnan(a[i])) continue;
+        double d = fabs((double)a[i] - (double)b[i]);
+        diff = d > diff ? d : diff;
+        scale = fabs((double)b[i]) > scale ? fabs((double)b[i]) : scale;
+    }
+    return diff == 0 ? 0 : scale == 0 ? INFINITY : diff / scale;
+}
+
+/* One case at one shape on one backend; false with the backend's error. */
+static bool run_case(struct run *r, const struct ops *o, const struct shape *s,
+                     const struct selftest_case *c, char *why, size_t why_bytes)
+{
+    memset(r, 0, sizeof *r);
+    r->o = o;
+    r->s = s;
+    rng_seed(&r->rng, 20261123, (uint64_t)(c - cases) * 131 + (uint64_t)(s - shapes));
+    c->run(r);
+    if (o->take_error(why, why_bytes)) return false;
+    if (r->broken) {
+        snprintf(why, why_bytes, "%s: out of memory for the case's buffers", o->name);
+        return false;
+    }
+    return true;
+}
+
+int selftest_run(FILE *f)
+{
+    char why[512] = "";
+    const char *env = getenv(PLAIT_ENV_DEVICE), *twin = getenv("PLAIT_SELFTEST_TWIN");
+    int device = env && *env >= '0' && *env <= '9' ? atoi(env) : 0;
+    const struct ops *gpu = NULL, *cpu = ops_cpu();
+    if (twin && !strcmp(twin, "cpu")) { /* the harness itself, without a GPU (make test) */
+        gpu = cpu;
+        fprintf(f, "plait-train --selftest: PLAIT_SELFTEST_TWIN=cpu: the CPU against itself\n");
+    } else if (ops_cuda_device_count(why, sizeof why) == 0) {
+        fprintf(f, "plait-train --selftest: skipped: %s (exit %d)\n", why, PLAIT_EXIT_SKIPPED);
+        return PLAIT_EXIT_SKIPPED;
+    } else if (!(gpu = ops_cuda(device, why, sizeof why))) {
+        fprintf(f, "plait-train --selftest: the CUDA backend on device %d: %s\n", device, why);
+        return PLAIT_EXIT_ERROR;
+    } else {
+        fprintf(f, "plait-train --selftest: each CUDA op (device %d) against kernels/cpu\n",
+                device);
+    }
+    fprintf(f,
+            "error = max |gpu - cpu| / max |cpu|; repeat = a second GPU run gives the same bits\n");
+    fprintf(f, "%-22s %-26s %-14s %10s %8s %-7s %s\n", "op", "shape B,T,C,NH,V,Vp,OC", "output",
+            "error", "limit", "repeat", "verdict");
+    int failures = 0, checks = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const struct selftest_case *c = &cases[ci];
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            const struct shape *s = &shapes[si];
+            char sh[40];
+            snprintf(sh, sizeof sh, "%d,%d,%d,%d,%d,%d,%d", s->B, s->T, s->C, s->NH, s->V, s->Vp,
+                     s->OC);
+            struct run rc = {0}, rg = {0}, rg2 = {0};
+            bool ok_c = run_case(&rc, cpu, s, c, why, sizeof why);
+            bool ok_g = ok_c && run_case(&rg, gpu, s, c, why, sizeof why);
+            bool ok_g2 = ok_g && run_case(&rg2, gpu, s, c, why, sizeof why);
+            if (!ok_g2) {
+                fprintf(f, "%-22s %-26s %-14s %10s %8s %-7s FAIL: %s\n", c->name, sh, "-", "-", "-",
+                        "-", why);
+                failures++;
+            }
+            for (int k = 0; ok_g2 && k < rc.n_out; k++) {
+                bool same_n = rg.n_out == rc.n_out && rg2.n_out == rc.n_out;
+                double e = same_n ? rel_error(rg.out[k], rc.out[k], rc.out_len[k]) : INFINITY;
+                bool repeat = same_n && !memcmp(rg.out[k], rg2.out[k], rc.out_len[k] * 4);
+                bool pass = e <= c->tolerance && repeat;
+                fprintf(f, "%-22s %-26s %-14s %10.2e %8.0e %-7s %s\n", c->name, sh, rc.out_name[k],
+                        e, c->tolerance, repeat ? "same" : "DIFFERS", pass ? "ok" : "FAIL");
+                failures += !pass;
+                checks++;
+            }
+            run_free(&rc);
+            run_free(&rg);
+            run_free(&rg2);
+        }
+    }
+    fprintf(f, "plait-train --selftest: %s: %d of %d checks failed\n",
+            failures ? "FAILED" : "passed", failures, checks);
+    return failures ? PLAIT_EXIT_ERROR : PLAIT_EXIT_OK;
+}

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# test_cuda.sh — the CUDA backend on this machine's GPU (make test-cuda): each
+# op against its CPU twin (plait-train --selftest); the PyTorch referee on the
+# GPU (fp32 within 1e-4, bf16 within the CPU bf16 test's bounds); a GPU run
+# equals a GPU run to the bit; SIGTERM mid-step and resume to the bit on the
+# GPU; a GPU checkpoint resumed on the CPU continues with matching losses;
+# compute-sanitizer memcheck and racecheck on a short run (when installed).
+# Without a usable GPU every check prints "ok NAME # SKIP why" (counted as
+# skipped by tests/run.sh) and the script exits 77, or 0 with --skip-ok (how
+# tests/integration/test_cuda_build.sh runs it inside make test).
+# Run from the repository root; PLAIT_BUILD (default ./build) holds the binaries.
+source "$(dirname "$0")/../integration/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, tiny_plan
+
+TRAIN=$BUILD/bin/plait-train
+REF=$ROOT/tests/golden/gpt2_ref.py
+CUDA_SET=(--set parallel.device=cuda)
+CHECKS=(cuda_selftest cuda_torch_referee_fp32 cuda_torch_referee_bf16 cuda_run_equals_cuda_run
+    cuda_sigterm_mid_step_resumes_to_the_bit cuda_checkpoint_resumes_on_the_cpu
+    cuda_compute_sanitizer_memcheck cuda_compute_sanitizer_racecheck)
+
+skip_all() { # why
+    local c
+    for c in "${CHECKS[@]}"; do echo "ok $c # SKIP $1"; done
+}
+
+# Is there a GPU? The self-test says (77: skipped, with the reason).
+rc=0
+"$TRAIN" --selftest >"$WORK/selftest.txt" 2>&1 || rc=$?
+if [ "$rc" -eq 77 ]; then
+    skip_all "$(sed -n 's/^plait-train --selftest: skipped: \(.*\) (exit 77)$/\1/p' "$WORK/selftest.txt" | head -1)"
+    [ "${1:-}" = --skip-ok ] && exit 0
+    exit 77
+fi
+
+selftest() {
+    cat "$WORK/selftest.txt"
+    [ "$rc" -eq 0 ]
+}
+
+# referee PRECISION: the referee's case trained on the GPU and compared
+referee() {
+    "$PY" -c "import torch" 2>/dev/null || {
+        echo "python3-torch is not installed (scripts/deps.sh test installs it)"
+        return 1
+    }
+    local case=$WORK/case_$1 run=$WORK/ref_run_$1
+    "$PY" "$REF" case "$case" --precision "$1" >"$case.log" 2>&1 || { cat "$case.log"; return 1; }
+    PLAIT_DUMP_STEP1="$run/dump" "$PLAIT" train "$case/plan.json" --out "$run" "${CUDA_SET[@]}" \
+        >"$run.log" 2>&1 || { tail -n 30 "$run.log"; return 1; }
+    grep -q "training on CUDA device" "$run.log" || { echo "not on the GPU:"; cat "$run.log"; return 1; }
+    "$PY" "$REF" compare "$case" "$run"
+}
+
+tiny_plan "$WORK/plan.json"
+"$PLAIT" train "$WORK/plan.json" --out "$WORK/gpu_ref" "${CUDA_SET[@]}" >"$WORK/gpu_ref.log" 2>&1
+
+run_equals_run() {
+    grep -q "training on CUDA device" "$WORK/gpu_ref.log" || { cat "$WORK/gpu_ref.log"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/gpu_again" "${CUDA_SET[@]}" >/dev/null 2>&1 || return 1
+    metrics_equal "$WORK/gpu_ref/metrics.jsonl" "$WORK/gpu_again/metrics.jsonl"
+}
+
+sigterm_resume() {
+    local run=$WORK/gpu_mid rc=0
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=8 "$PLAIT" train "$WORK/plan.json" --out "$run" "${CUDA_SET[@]}" \
+        >"$run.log1" 2>&1 || rc=$?
+    [ "$rc" -eq 75 ] || { echo "exit code $rc, want 75"; cat "$run.log1"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$run" "${CUDA_SET[@]}" >"$run.log2" 2>&1 || { cat "$run.log2"; return 1; }
+    grep -q "resuming from .*step_00000002_0002 (step 2, mid-step)" "$run.log2" || { cat "$run.log2"; return 1; }
+    metrics_equal "$WORK/gpu_ref/metrics.jsonl" "$run/metrics.jsonl"
+}
+
+# stopped on the GPU at micro-batch 8 (mid step 3), resumed on the CPU: every
+# loss within 1e-4 (relative) of the GPU run's
+resume_on_cpu() {
+    local run=$WORK/gpu_then_cpu rc=0
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=8 "$PLAIT" train "$WORK/plan.json" --out "$run" "${CUDA_SET[@]}" \
+        >"$run.log1" 2>&1 || rc=$?
+    [ "$rc" -eq 75 ] || { echo "exit code $rc, want 75"; cat "$run.log1"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$run" --set parallel.device=cpu >"$run.log2" 2>&1 ||
+        { cat "$run.log2"; return 1; }
+    "$PY" - "$WORK/gpu_ref/metrics.jsonl" "$run/metrics.jsonl" <<'PYEOF'
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+la = {r["step"]: r["loss"] for r in a if "loss" in r}
+lb = {r["step"]: r["loss"] for r in b if "loss" in r}
+assert la.keys() == lb.keys(), (sorted(la), sorted(lb))
+worst = max(abs(la[s] - lb[s]) / abs(la[s]) for s in la)
+print(f"{len(la)} steps, worst relative loss difference {worst:.2e}")
+sys.exit(worst > 1e-4)
+PYEOF
+}
+
+# sanitizer TOOL: a 2-step run under compute-sanitizer, clean
+sanitizer() {
+    local cs
+    cs=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+    [ -x "$cs" ] || { echo "compute-sanitizer is not installed"; return 1; }
+    "$cs" --tool "$1" --target-processes all --error-exitcode 9 \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/san_$1" "${CUDA_SET[@]}" --set steps=2 \
+        --set checkpoint.every=0
+}
+
+# a check that cannot run for want of a tool is skipped, not failed
+check_or_skip() { # NAME WHY-IF-MISSING PROBE FUNCTION...
+    local name=$1 why=$2 probe=$3
+    shift 3
+    if eval "$probe" >/dev/null 2>&1; then check "$name" "$@"; else echo "ok $name # SKIP $why"; fi
+}
+
+HAVE_TORCH='"$PY" -c "import torch"'
+HAVE_CS='command -v compute-sanitizer || [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" ]'
+check cuda_selftest selftest
+check_or_skip cuda_torch_referee_fp32 "python3-torch not installed" "$HAVE_TORCH" referee fp32
+check_or_skip cuda_torch_referee_bf16 "python3-torch not installed" "$HAVE_TORCH" referee bf16
+check cuda_run_equals_cuda_run run_equals_run
+check cuda_sigterm_mid_step_resumes_to_the_bit sigterm_resume
+check cuda_checkpoint_resumes_on_the_cpu resume_on_cpu
+check_or_skip cuda_compute_sanitizer_memcheck "compute-sanitizer not installed" "$HAVE_CS" sanitizer memcheck
+check_or_skip cuda_compute_sanitizer_racecheck "compute-sanitizer not installed" "$HAVE_CS" sanitizer racecheck
+finish
