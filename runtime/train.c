@@ -123,8 +123,8 @@ static int visible_index(int device)
  * train on one rank, which leaves the choice here, GPU 0 if any):
  *   "cpu": the CPU.  "cuda": that GPU, or an error naming parallel.device.
  *   "auto": that GPU when one is usable, else the CPU, saying why when this
- *   build has the CUDA backend. One rank per GPU; more than one rank on GPUs
- *   needs the nccl collectives wired to device memory, not done yet. */
+ *   build has the CUDA backend (precision fp8: the CPU, until CUDA has fp8). One rank per GPU; more
+ * than one rank on GPUs needs the nccl collectives wired to device memory, not done yet. */
 static const struct ops *choose_backend(const struct plan *p, const struct env_rank *w,
                                         struct plait_error *err)
 {
@@ -147,8 +147,14 @@ static const struct ops *choose_backend(const struct plan *p, const struct env_r
                  "%d ranks on GPUs need the nccl collectives on device memory, which this "
                  "runtime does not wire yet (issue 11; one rank per job runs)",
                  w->world);
-    else if (ops_cuda_device_count(why, sizeof why) > 0)
-        o = ops_cuda(index, why, sizeof why);
+    else if (ops_cuda_device_count(why, sizeof why) > 0) {
+        if (p->precision == PLAN_PRECISION_FP8)
+            snprintf(why, sizeof why,
+                     "precision \"fp8\" has no CUDA products yet (its quantiser, kernels/fp8.h, "
+                     "runs emulated on the CPU)");
+        else
+            o = ops_cuda(index, why, sizeof why);
+    }
     if (o) {
         log_info("parallel.device \"%s\": training on CUDA device %d", plan_device_name(device),
                  index);
