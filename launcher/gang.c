@@ -165,9 +165,14 @@ void gang_run_ranks(const struct gang_ranks *g, struct gang_outcome *out)
         }
         if (pid < 0) {
             log_error("cannot start rank %d: %s", g->global_rank[r], strerror(errno));
-            if (out->failed_rank < 0 && g->failed) g->failed(g->ctx, g->global_rank[r], true, 1);
+            if (out->failed_rank < 0 && g->failed) {
+                char how[96];
+                snprintf(how, sizeof how, "rank %d could not be started", g->global_rank[r]);
+                g->failed(g->ctx, how);
+            }
             out->failed_rank = g->global_rank[r];
             out->error = true;
+            out->error_code = PLAIT_EXIT_ERROR;
             break;
         }
         pids[r] = pid;
@@ -225,15 +230,16 @@ void gang_run_ranks(const struct gang_ranks *g, struct gang_outcome *out)
                 if (n > 1 || WIFSIGNALED(status))
                     log_error("%s%s", how, n > 1 ? "; stopping the other ranks" : "");
                 out->failed_rank = g->global_rank[r];
-                if (g->failed)
-                    g->failed(g->ctx, g->global_rank[r], WIFEXITED(status),
-                              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+                if (g->failed) g->failed(g->ctx, how);
             }
             if (end == GANG_END_LOST && out->lost_rank < 0) {
                 out->lost_rank = g->global_rank[r];
                 memcpy(out->lost_how, how, sizeof how);
             }
-            if (end == GANG_END_ERROR) out->error = true;
+            if (end == GANG_END_ERROR && !out->error) {
+                out->error = true;
+                out->error_code = rank_code;
+            }
             if (!terminated) {
                 terminated = true;
                 kill_at = now_s() + g->grace_s;
@@ -244,7 +250,8 @@ void gang_run_ranks(const struct gang_ranks *g, struct gang_outcome *out)
     }
     for (int i = 0; i < 4; i++) sigaction(passed_on[i], &old[i], NULL);
     free(pids);
-    out->code = code;
+    /* a rank's own failure says more than its peers' losing it (they may end first) */
+    out->code = out->error ? out->error_code : code;
 }
 
 /* ---- plait train's gang --------------------------------------------------- */
@@ -257,16 +264,13 @@ struct store_at {
     int port;
 };
 
-static void abort_gang(void *ctx, int rank, bool exited, int code_or_signal)
+static void abort_gang(void *ctx, const char *how)
 {
     const struct store_at *at = ctx;
     struct store *st = NULL;
     struct plait_error err;
-    char reason[96];
-    snprintf(reason, sizeof reason, "rank %d %s %d", rank,
-             exited ? "exited with" : "was killed by signal", code_or_signal);
     if (store_connect(&st, "127.0.0.1", at->port, at->g->secret, -1, 5, &err) ||
-        store_abort(st, reason, &err))
+        store_abort(st, how, &err))
         log_warn("cannot tell the ranks through the store: %s", err.text);
     store_close(st);
 }

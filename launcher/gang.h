@@ -55,7 +55,8 @@ struct gang_ranks {
      * non-zero stops them all as a failure does (a peer elsewhere was lost). failed, once, as
      * soon as the first rank fails (before the others are stopped): tell the peers. */
     int (*poll)(void *ctx);
-    void (*failed)(void *ctx, int global_rank, bool exited, int code_or_signal);
+    void (*failed)(void *ctx, const char *how); /* how: "rank 2 (pid 4711) was killed by
+                                                   signal 9" */
     void *ctx;
 };
 
@@ -67,6 +68,7 @@ struct gang_outcome {
     int lost_rank;      /* the first rank lost (gang_end_of: GANG_END_LOST), or -1 */
     char lost_how[128]; /* "rank 2 (pid 4711) was killed by signal 9" */
     bool error;         /* a rank failed by itself (GANG_END_ERROR) or could not start */
+    int error_code;     /* the first such rank's exit code (what the gang exits with then) */
     bool outside;       /* a stop signal from outside was passed on to the ranks */
     bool stopped;       /* poll stopped them */
 };

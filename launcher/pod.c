@@ -342,13 +342,12 @@ static int poll_lost(void *ctx)
 }
 
 /* The first failed rank of this pod: tell every pod at once. */
-static void rank_failed(void *ctx, int rank, bool exited, int code)
+static void rank_failed(void *ctx, const char *how)
 {
     struct pod *p = ctx;
-    char reason[DNS_BYTES + 128];
+    char reason[DNS_BYTES + 192];
     struct plait_error ignored;
-    snprintf(reason, sizeof reason, "pod %d (%s): rank %d %s %d", p->index, p->dns, rank,
-             exited ? "exited with" : "was killed by signal", code);
+    snprintf(reason, sizeof reason, "pod %d (%s): %s", p->index, p->dns, how);
     store_abort(p->st, reason, &ignored);
 }
 

@@ -4,6 +4,7 @@
  * how (PLAIT_EXIT_*). */
 #include <signal.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,8 +128,10 @@ int main(int argc, char **argv)
                  "resume",
                  sigabbrev_np(train_stop_signal) ? sigabbrev_np(train_stop_signal) : "TERM");
     int code = rc >= 0 ? rc : err.peer_lost ? PLAIT_EXIT_RESTART : PLAIT_EXIT_ERROR;
-    /* how it ended, for plait status (not when another process holds the run) */
-    if (where.rank == 0 && train_run_held &&
+    /* how it ended, for plait status (not when another process holds the run, nor
+     * when a first start failed and left no run directory behind) */
+    struct stat run_st;
+    if (where.rank == 0 && train_run_held && stat(run_dir, &run_st) == 0 &&
         runend_write(run_dir, code, train_stop_signal, rc < 0 ? err.text : "", &err))
         log_warn("%s", err.text);
     free(plan_json);

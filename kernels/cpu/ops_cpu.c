@@ -16,34 +16,23 @@
 #include "kernels/cpu/vmath.h"
 #include "kernels/fp8.h"
 #include "kernels/ops.h"
+#include "kernels/ops_error.h"
 
 /* ---- sticky error ---------------------------------------------------------- */
 
-static pthread_mutex_t error_lock = PTHREAD_MUTEX_INITIALIZER;
-static char error_text[512];
-static int error_pending;
+static struct ops_error cpu_error = OPS_ERROR_INIT;
 
 void cpu_set_error(const char *fmt, ...)
 {
-    pthread_mutex_lock(&error_lock);
-    if (!error_pending) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(error_text, sizeof error_text, fmt, ap);
-        va_end(ap);
-        error_pending = 1;
-    }
-    pthread_mutex_unlock(&error_lock);
+    va_list ap;
+    va_start(ap, fmt);
+    ops_error_vset(&cpu_error, fmt, ap);
+    va_end(ap);
 }
 
 int cpu_take_error(char *buf, size_t bytes)
 {
-    pthread_mutex_lock(&error_lock);
-    int pending = error_pending;
-    if (pending && buf && bytes) snprintf(buf, bytes, "%s", error_text);
-    error_pending = 0;
-    pthread_mutex_unlock(&error_lock);
-    return pending ? -1 : 0;
+    return ops_error_take(&cpu_error, buf, bytes);
 }
 
 /* ---- the generic kernels, twice -------------------------------------------- */

@@ -10,24 +10,18 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/ops_error.h"
 
 /* ---- sticky error ------------------------------------------------------------- */
 
-static pthread_mutex_t error_lock = PTHREAD_MUTEX_INITIALIZER;
-static char error_text[512];
-static int error_pending;
+static struct ops_error cuda_error = OPS_ERROR_INIT;
 
 void cu_set_error(const char *fmt, ...)
 {
-    pthread_mutex_lock(&error_lock);
-    if (!error_pending) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(error_text, sizeof error_text, fmt, ap);
-        va_end(ap);
-        error_pending = 1;
-    }
-    pthread_mutex_unlock(&error_lock);
+    va_list ap;
+    va_start(ap, fmt);
+    ops_error_vset(&cuda_error, fmt, ap);
+    va_end(ap);
 }
 
 bool cu_fail_cuda(cudaError_t e, const char *what, const char *file, int line)
@@ -51,12 +45,7 @@ static int cuda_take_error(char *buf, size_t bytes)
 {
     if (cu_stream) (void)CUDA_OK(cudaStreamSynchronize(cu_stream));
     (void)CUDA_OK(cudaGetLastError());
-    pthread_mutex_lock(&error_lock);
-    int pending = error_pending;
-    if (pending && buf && bytes) snprintf(buf, bytes, "%s", error_text);
-    error_pending = 0;
-    pthread_mutex_unlock(&error_lock);
-    return pending ? -1 : 0;
+    return ops_error_take(&cuda_error, buf, bytes);
 }
 
 /* ---- state ------------------------------------------------------------------------ */
