@@ -1661,6 +1661,20 @@ int plan_resumable(const struct plan *before, const struct plan *after, char *no
         if (pass == 0 && refused) return error_set(err, "%s", list);
         if (pass == 1 && notes_bytes) snprintf(notes, notes_bytes, "%s", list);
     }
+    /* dp alone may change the global batch: the steps that follow read more or
+     * fewer sequences than the checkpoint's run did, and the user should know */
+    if (known && global_before != global_after && notes_bytes) {
+        int64_t per = (int64_t)after->batch.micro_batch * pa->dp;
+        char keep[64] = "";
+        if (global_before % per == 0)
+            snprintf(keep, sizeof keep, "; batch.grad_accum %lld keeps it",
+                     (long long)(global_before / per));
+        size_t used = strlen(notes);
+        snprintf(notes + used, notes_bytes - used,
+                 "%sthe global batch (micro_batch × grad_accum × dp) %lld -> %lld sequences a "
+                 "step%s",
+                 used ? "; " : "", (long long)global_before, (long long)global_after, keep);
+    }
     return 0;
 }
 
