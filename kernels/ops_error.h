@@ -24,7 +24,8 @@ struct ops_error {
 
 /* Keeps the message unless one is pending already. */
 void ops_error_set(struct ops_error *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void ops_error_vset(struct ops_error *e, const char *fmt, va_list ap);
+void ops_error_vset(struct ops_error *e, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 
 /* 0 when none is pending; else -1, the message into buf, and none pending. */
 int ops_error_take(struct ops_error *e, char *buf, size_t bytes);

@@ -107,8 +107,14 @@ def local_path(name, path):
     for mount, vol in mounts:
         if "configMap" in vol and path.startswith(mount + "/"):
             os.makedirs(cm_dir, exist_ok=True)
+            # atomically: a pod started before may be reading it (as a mount never changes)
             for key, text in named("ConfigMap")[vol["configMap"]["name"]]["data"].items():
-                open(os.path.join(cm_dir, key), "w").write(text)
+                dst = os.path.join(cm_dir, key)
+                if os.path.exists(dst) and open(dst).read() == text:
+                    continue
+                tmp = "%s.tmp%d" % (dst, os.getpid())
+                open(tmp, "w").write(text)
+                os.replace(tmp, dst)
             return os.path.join(cm_dir, path[len(mount) + 1:])
     return path
 print("JOB_COMPLETION_INDEX=" + index)
