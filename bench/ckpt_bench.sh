@@ -4,7 +4,8 @@
 # same run (dd with fsync, the same bytes, the same directory; goal ≥ 80%), the
 # step's pause with checkpoint.async against a synchronous write (goal ≤ 10%),
 # and the resume's read time against the write time (goal ≤ 2×). Each layout
-# trains 2 steps (a checkpoint after each); the medians of 3 runs are used.
+# writes a checkpoint at once (one step), resumes it, and writes one in the
+# background (two steps); the medians of 3 rounds are used.
 # Not a test: it asserts nothing. CKPT_BENCH_DIR picks the file system
 # (default: a directory under /tmp).
 set -euo pipefail
@@ -26,30 +27,31 @@ cat >"$work/plan.json" <<EOF
  "steps": 2, "checkpoint": {"every": 1, "keep": 1}}
 EOF
 
-# one NAME --set ...: a run of 2 steps, then its resume (one step more);
-# prints write_s stall_s read_s bytes
+# one NAME --set ...: a synchronous run of one step (its checkpoint, written at once, is the
+# write time), its resume (one step more: the read time), and a run of 2 steps with
+# checkpoint.async (step 1's pause); prints write_s stall_s read_s bytes
 one() {
     local name=$1
     shift
     local run=$work/$name
-    "$BUILD/bin/plait" train "$work/plan.json" --out "$run" "$@" >"$run.log" 2>&1 ||
+    "$BUILD/bin/plait" train "$work/plan.json" --out "$run" --set steps=1 "$@" >"$run.log" 2>&1 ||
         { tail -n 20 "$run.log" >&2; exit 1; }
-    "$BUILD/bin/plait" train "$work/plan.json" --out "$run" --set steps=3 "$@" >"$run.log2" 2>&1 ||
+    local size write
+    size=$(du -sb "$run"/checkpoints/step_* | awk '{print $1}')
+    write=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["checkpoint"]["last_write_s"])' "$run/run.json")
+    "$BUILD/bin/plait" train "$work/plan.json" --out "$run" --set steps=2 "$@" >"$run.log2" 2>&1 ||
         { tail -n 20 "$run.log2" >&2; exit 1; }
-    "$PY" - "$run" <<'PYEOF'
-import json, os, re, sys
-run = sys.argv[1]
-log, log2 = open(run + ".log").read(), open(run + ".log2").read()
-async_ = re.search(r"checkpoint step 1 written in ([0-9.]+) s in the background \(the step paused ([0-9.]+) s", log)
-sync = json.load(open(run + "/run.json"))["checkpoint"]["last_write_s"]  # the last, written at once
-read = float(re.search(r"resuming from .*, read in ([0-9.]+) s", log2).group(1))
-ck = os.path.join(run, "checkpoints")
-d = os.path.join(ck, sorted(os.listdir(ck))[-1])
-size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
-stall = float(async_.group(2)) if async_ else float("nan")
-print(sync, stall, read, size)
+    "$BUILD/bin/plait" train "$work/plan.json" --out "$run-async" --set checkpoint.async=true "$@" \
+        >"$run.log3" 2>&1 || { tail -n 20 "$run.log3" >&2; exit 1; }
+    "$PY" - "$run" "$size" "$write" <<'PYEOF'
+import re, sys
+run, size, write = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+read = float(re.search(r"resuming from .*, read in ([0-9.]+) s", open(run + ".log2").read()).group(1))
+stall = float(re.search(r"checkpoint step 1 written in [0-9.]+ s in the background \(the step paused ([0-9.]+) s",
+                        open(run + ".log3").read()).group(1))
+print(write, stall, read, size)
 PYEOF
-    rm -rf "$run"
+    rm -rf "$run" "$run-async"
 }
 
 # dd_rate BYTES: the disk's sequential write rate (bytes/s), fsync included
@@ -67,7 +69,7 @@ report() { # LABEL --set ...
     shift
     local rows=() r
     for _ in 1 2 3; do
-        r=$(one "run" "$@" --set checkpoint.async=true)
+        r=$(one "run" "$@")
         rows+=("$r $(dd_rate "${r##* }")")
     done
     printf '%s\n' "${rows[@]}" | "$PY" -c '
