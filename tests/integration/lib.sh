@@ -87,6 +87,36 @@ expect_error() {
     grep -qE -- "$pattern" "$log" || { echo "missing: $pattern"; cat "$log"; return 1; }
 }
 
+# full_disk_then_room SIZE [train options...]: plait train of $WORK/plan.json on a tmpfs of
+# SIZE in a private mount namespace (nothing outside the test sees it): it must fail naming
+# ENOSPC, leave no temporary and keep only checkpoints that verify; with room again the same
+# command must resume. Its metrics end in $WORK/full-metrics.jsonl.
+full_disk_then_room() {
+    [ "$(id -u)" = 0 ] || { echo "needs root (mount)"; return 1; }
+    local size=$1 full=$WORK/full
+    shift
+    mkdir -p "$full"
+    unshare -m bash -s "$full" "$PLAIT" "$WORK/plan.json" "$size" "$@" >"$WORK/full.log" 2>&1 <<'SH'
+set -u
+full=$1 plait=$2 plan=$3 size=$4
+shift 4
+mount -t tmpfs -o size="$size" tmpfs "$full" || exit 3
+rc=0
+"$plait" train "$plan" --out "$full/run" "$@" >"$full/first.log" 2>&1 || rc=$?
+cat "$full/first.log"
+[ "$rc" = 1 ] || { echo "first run exited $rc"; exit 1; }
+grep -q "No space left on device" "$full/first.log" || { echo "no ENOSPC message"; exit 1; }
+if ls -a "$full/run/checkpoints" | grep -q '^\.tmp-'; then echo "temporary left"; ls -a "$full/run/checkpoints"; exit 1; fi
+if ls "$full/run/checkpoints" | grep -q .; then "$plait" ckpt verify "$full/run" || exit 1; fi
+mount -o remount,size=64m "$full" || exit 3
+"$plait" train "$plan" --out "$full/run" "$@" >"$full/second.log" 2>&1 || { cat "$full/second.log"; exit 1; }
+grep -q "resuming from" "$full/second.log" || { cat "$full/second.log"; exit 1; }
+cp "$full/run/metrics.jsonl" "$full/../full-metrics.jsonl"
+SH
+    local rc=$?
+    [ "$rc" = 0 ] || { cat "$WORK/full.log"; return 1; }
+}
+
 finish() {
     [ "$failures" -eq 0 ]
 }

@@ -141,27 +141,7 @@ test_unusable_checkpoints_never_cost_the_metrics() {
 # leaves no temporary; with room again it resumes. A private mount namespace
 # with a small tmpfs: nothing outside the test sees it.
 test_a_full_disk_leaves_no_temporaries_and_resumes() {
-    [ "$(id -u)" = 0 ] || { echo "needs root (mount)"; return 1; }
-    local full=$WORK/full
-    mkdir -p "$full"
-    unshare -m bash -s "$full" "$PLAIT" "$WORK/plan.json" >"$WORK/full.log" 2>&1 <<'SH'
-set -u
-full=$1 plait=$2 plan=$3
-mount -t tmpfs -o size=1200k tmpfs "$full" || exit 3
-rc=0
-"$plait" train "$plan" --out "$full/run" >"$full/first.log" 2>&1 || rc=$?
-cat "$full/first.log"
-[ "$rc" = 1 ] || { echo "first run exited $rc"; exit 1; }
-grep -q "No space left on device" "$full/first.log" || { echo "no ENOSPC message"; exit 1; }
-if ls -a "$full/run/checkpoints" | grep -q '^\.tmp-'; then echo "temporary left"; ls -a "$full/run/checkpoints"; exit 1; fi
-mount -o remount,size=64m "$full" || exit 3
-"$plait" train "$plan" --out "$full/run" >"$full/second.log" 2>&1 || { cat "$full/second.log"; exit 1; }
-grep -q "resuming from" "$full/second.log" || { cat "$full/second.log"; exit 1; }
-cp "$full/run/metrics.jsonl" "$full/../full-metrics.jsonl"
-SH
-    local rc=$?
-    [ "$rc" = 0 ] || { cat "$WORK/full.log"; return 1; }
-    metrics_equal "$WORK/ref/metrics.jsonl" "$WORK/full-metrics.jsonl"
+    full_disk_then_room 1200k && metrics_equal "$WORK/ref/metrics.jsonl" "$WORK/full-metrics.jsonl"
 }
 
 check another_plan_in_the_same_run_directory_is_refused test_another_plan_in_the_same_run_directory_is_refused
