@@ -14,7 +14,10 @@ build_pkgs=(gcc make pkg-config libjansson-dev libhwloc-dev libdnnl-dev libopenb
 # python3-yaml: they read the rendered pods back
 test_pkgs=("${build_pkgs[@]}" hwloc-nox python3 python3-torch python3-numpy python3-yaml
     slurmctld slurmd slurm-client munge clang libclang-rt-14-dev libomp-dev strace
-    openmpi-bin libopenmpi-dev nodejs npm)
+    openmpi-bin libopenmpi-dev)
+# node and npm (the Kubernetes schema validator): Debian's packages, unless the machine has
+# them already from elsewhere (NodeSource's nodejs ships npm, and conflicts with Debian's npm)
+command -v node >/dev/null && command -v npm >/dev/null || test_pkgs+=(nodejs npm)
 
 case "${1:-build}" in
   build) want=("${build_pkgs[@]}") ;;
