@@ -285,6 +285,17 @@ fail:
     return -1;
 }
 
+/* The file name of (kind, tp rank, stage, dp rank: -1 for none) in this
+ * checkpoint: a part's, or model.bin / optim.bin of a whole one. */
+static void source_name(const struct ckpt_source *s, enum ckpt_part_kind kind, int tr, int st,
+                        int d, char *name, size_t bytes)
+{
+    if (s->layout.whole)
+        snprintf(name, bytes, "%s", kind == CKPT_PART_MODEL ? "model.bin" : "optim.bin");
+    else
+        ckpt_part_name(name, bytes, kind, tr, st, d, d >= 0);
+}
+
 /* The open file of (kind, tp rank, stage, dp rank: -1 for none), its header
  * checked when first opened. */
 static int source_file(struct ckpt_source *s, enum ckpt_part_kind kind, int tr, int st, int d,
@@ -297,10 +308,7 @@ static int source_file(struct ckpt_source *s, enum ckpt_part_kind kind, int tr, 
                                            : 2 + (size_t)d);
     if (s->fds[slot] >= 0) return s->fds[slot];
     char name[64], path[4096];
-    if (l->whole)
-        snprintf(name, sizeof name, "%s", kind == CKPT_PART_MODEL ? "model.bin" : "optim.bin");
-    else
-        ckpt_part_name(name, sizeof name, kind, tr, st, d, d >= 0);
+    source_name(s, kind, tr, st, d, name, sizeof name);
     if (fs_join(path, sizeof path, s->dir, name, err)) return -1;
     int fd = fs_open_regular(path, err);
     if (fd < 0) return -1;
@@ -352,11 +360,7 @@ static int read_floats(struct ckpt_source *s, int fd, size_t at, float *out, siz
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) {
             char name[64];
-            if (s->layout.whole)
-                snprintf(name, sizeof name, "%s",
-                         kind == CKPT_PART_MODEL ? "model.bin" : "optim.bin");
-            else
-                ckpt_part_name(name, sizeof name, kind, tr, st, d, d >= 0);
+            source_name(s, kind, tr, st, d, name, sizeof name);
             return k < 0 ? error_errno(err, "%s/%s", s->dir, name)
                          : error_set(err, "%s/%s: ends before byte %lld (truncated)", s->dir, name,
                                      (long long)(pos + (off_t)bytes));
@@ -407,11 +411,6 @@ struct read_ctx {
     struct plait_error *err;
 };
 
-static bool is_global(enum gpt2_tensor t)
-{
-    return t == GPT2_WTE || t == GPT2_WPE || t == GPT2_LNFW || t == GPT2_LNFB;
-}
-
 static int read_instance(void *ctx, enum gpt2_tensor t, int l, size_t off, size_t elems)
 {
     struct read_ctx *c = ctx;
@@ -436,7 +435,7 @@ static int read_instance(void *ctx, enum gpt2_tensor t, int l, size_t off, size_
         if (run2 < n) n = run2;
         if (local + n > src_elems)
             return error_set(c->err, "%s: %s of layer %d: the layouts disagree on its size", s->dir,
-                             gpt2_tensor_names[t], is_global(t) ? 0 : l);
+                             gpt2_tensor_names[t], gpt2_tensor_per_layer(t) ? l : 0);
         if (read_source_run(s, c->a, tr, st, t, l, local, n, c->out + (off + i - c->lo), c->err))
             return -1;
         i += n;

@@ -9,9 +9,14 @@
 
 #include "common/checked.h"
 
+bool gpt2_tensor_per_layer(enum gpt2_tensor t)
+{
+    return !(t == GPT2_WTE || t == GPT2_WPE || t == GPT2_LNFW || t == GPT2_LNFB);
+}
+
 static bool is_global(enum gpt2_tensor t)
 {
-    return t == GPT2_WTE || t == GPT2_WPE || t == GPT2_LNFW || t == GPT2_LNFB;
+    return !gpt2_tensor_per_layer(t);
 }
 
 bool gpt2_tensor_tp_replicated(enum gpt2_tensor t)

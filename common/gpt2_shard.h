@@ -84,6 +84,9 @@ bool gpt2_shard_holds(const struct gpt2_shard *s, enum gpt2_tensor t);
 int gpt2_shard_layers(const struct gpt2_shard *s);
 int gpt2_shard_layer(const struct gpt2_shard *s, int i);
 
+/* Whether tensor t has one instance per layer (false: wte, wpe, lnfw, lnfb). */
+bool gpt2_tensor_per_layer(enum gpt2_tensor t);
+
 /* Whether a tensor is whole on every rank of a tp group (counted once when
  * summing over the group: gradient norms, parameter counts). */
 bool gpt2_tensor_tp_replicated(enum gpt2_tensor t);

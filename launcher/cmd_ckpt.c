@@ -290,6 +290,30 @@ int cmd_ckpt_verify(int argc, char **argv)
     return bad ? PLAIT_EXIT_ERROR : PLAIT_EXIT_OK;
 }
 
+/* gpt2_shard_each's visitor over the whole model: one instance read out of
+ * the source's shards and appended to the file. */
+struct put_whole {
+    struct ckpt_source *src;
+    const struct gpt2_shard *whole;
+    float *buf;
+    FILE *f;
+    struct plait_error *err;
+    bool write_failed; /* (errno says why) */
+};
+
+static int put_whole_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
+{
+    (void)t;
+    (void)layer;
+    struct put_whole *p = ctx;
+    if (ckpt_source_read(p->src, CKPT_PARAMS, p->whole, off, off + n, p->buf, p->err)) return -1;
+    if (fwrite(p->buf, sizeof(float), n, p->f) != n) {
+        p->write_failed = true;
+        return -1;
+    }
+    return 0;
+}
+
 /* Writes the source's whole model, in llm.c order, into an llm.c file. */
 static int export_llmc(struct ckpt_source *src, const char *out, struct plait_error *err)
 {
@@ -322,13 +346,10 @@ static int export_llmc(struct ckpt_source *src, const char *out, struct plait_er
     llmc_model_header_fill(h, &mh);
     if (fwrite(h, sizeof h, 1, f) != 1) goto write_failed;
     /* the whole model's instances in llm.c order (tensor, then layer) */
-    for (int t = 0; t < GPT2_TENSORS; t++) {
-        bool global = t == GPT2_WTE || t == GPT2_WPE || t == GPT2_LNFW || t == GPT2_LNFB;
-        for (int l = 0; l < (global ? 1 : src->cfg.layers); l++) {
-            size_t at = gpt2_shard_offset(&whole, t, l), k = whole.elems[t];
-            if (ckpt_source_read(src, CKPT_PARAMS, &whole, at, at + k, buf, err)) goto out;
-            if (fwrite(buf, sizeof(float), k, f) != k) goto write_failed;
-        }
+    struct put_whole pw = {src, &whole, buf, f, err, false};
+    if (gpt2_shard_each(&whole, put_whole_instance, &pw)) {
+        if (pw.write_failed) goto write_failed;
+        goto out;
     }
     if (fflush(f) || fsync(fileno(f))) goto write_failed;
     if (fclose(f)) {

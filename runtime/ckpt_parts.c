@@ -255,6 +255,24 @@ int ckpt_parts_save(struct ckptdir *d, const char *dir, const struct model *m,
 
 /* ---- loading ----------------------------------------------------------------------------- */
 
+/* gpt2_shard_each's visitor: the next instance of a file in llm.c order into
+ * its place in the shard's buffer. */
+struct unpack {
+    const float *file;
+    float *shard;
+    size_t at;
+};
+
+static int unpack_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
+{
+    (void)t;
+    (void)layer;
+    struct unpack *u = ctx;
+    memcpy(u->shard + off, u->file + u->at, n * sizeof(float));
+    u->at += n;
+    return 0;
+}
+
 /* Reads a part file written by this rank's place into dst arrays. */
 static int read_part(const char *cdir, const char *name, enum ckpt_part_kind kind,
                      const struct model *m, const struct env_rank *w, float *const *dst,
@@ -291,18 +309,8 @@ static int read_part(const char *cdir, const char *name, enum ckpt_part_kind kin
                 break;
             }
             /* the file holds the instances in llm.c order: lay them out as the shard does */
-            size_t at = 0;
-            for (int t = 0; t < GPT2_TENSORS; t++) {
-                if (!gpt2_shard_holds(&m->shard, t)) continue;
-                bool global = t == GPT2_WTE || t == GPT2_WPE || t == GPT2_LNFW || t == GPT2_LNFB;
-                int n_layers = global ? 1 : gpt2_shard_layers(&m->shard);
-                for (int j = 0; j < n_layers; j++) {
-                    int l = global ? 0 : gpt2_shard_layer(&m->shard, j);
-                    size_t off = gpt2_shard_offset(&m->shard, t, l), n = m->shard.elems[t];
-                    memcpy(shard + off, host + at, n * sizeof(float));
-                    at += n;
-                }
-            }
+            struct unpack u = {host, shard, 0};
+            gpt2_shard_each(&m->shard, unpack_instance, &u);
             m->ops->upload(dst[i], shard, count * sizeof(float));
             free(shard);
         }
