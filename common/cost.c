@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/comm_memory.h" // defines: COMM_SHM_RING_BYTES
 #include "common/gpt2_memory.h" // defines: gpt2_memory, the bytes a rank holds
 #include "common/gpt2_shard.h"  // defines: gpt2_shard_init, gpt2_stage_layers
 #include "common/schedule.h"    // defines: schedule_max_in_flight
@@ -286,6 +287,30 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
             out.dp_bytes = 2 * share * (double)w.grad_bytes;
     }
     return out;
+}
+
+uint64_t cost_comm_ring_bytes(const struct plan *p, struct cost_layout l, int stage)
+{
+    l = layout_sane(l);
+    if (stage < 0 || stage >= l.pp) return 0;
+    struct cost_traffic t = stage_traffic(p, l, stage);
+    double ring = (double)COMM_SHM_RING_BYTES, rings = 0;
+    /* tp, dp: out to the next rank of the ring and in from the previous */
+    rings += 2 * fmin(ring, t.tp_bytes) + 2 * fmin(ring, t.dp_bytes);
+    if (l.pp > 1) {
+        /* each neighbour stage: activations one way, gradients the other; an
+         * interleaved schedule also wraps from the last stage to the first */
+        int v = p->parallel.virtual_stages > 1 ? p->parallel.virtual_stages : 1;
+        double act_bytes = (double)p->model.seq_len * p->batch.micro_batch * p->model.hidden *
+                           (double)activation_bytes(p->precision);
+        double per_way = fmin(ring, p->batch.grad_accum * v * act_bytes);
+        int neighbours = v > 1 ? (l.pp > 2 ? 2 : 1) : (stage > 0) + (stage < l.pp - 1);
+        rings += 2 * neighbours * per_way;
+        struct gpt2_shard s;
+        if ((stage == 0 || stage == l.pp - 1) && !stage_shard(p, l, stage, &s))
+            rings += 2 * fmin(ring, 4.0 * (double)s.elems[GPT2_WTE]); /* fp32, each way */
+    }
+    return (uint64_t)rings;
 }
 
 /* Each communicator's busiest rank, taken separately (the tp peak and the dp

@@ -58,6 +58,18 @@ struct cost_traffic {
 };
 void cost_traffic(const struct plan *p, struct cost_layout l, struct cost_traffic *out);
 
+/* Host memory the socket backend's shared-memory rings take on one CPU rank of
+ * `stage` by the end of its first step, when its peers share its node (peers
+ * on other nodes use TCP, whose buffers are the kernel's: then this is an
+ * upper bound). A ring is touched as far as its traffic reaches, up to
+ * COMM_SHM_RING_BYTES (common/comm_memory.h): per step, a tp or dp ring
+ * algorithm streams its bytes out to one neighbour and in from another, a
+ * pipeline stage exchanges activations and gradients with each neighbour
+ * stage, and the pipeline's ends sum the tied wte. The world's and the
+ * model-parallel group's control-sized messages touch a page or two and are
+ * left out. Not device memory: not in cost_memory's total. */
+uint64_t cost_comm_ring_bytes(const struct plan *p, struct cost_layout l, int stage);
+
 /* Where a communicator's traffic goes and how fast (filled by placement). */
 /* From fastest to slowest; MEMORY is between CPU ranks of one node. */
 enum cost_link {

@@ -289,6 +289,16 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
                (long long)mem.param_count, mem.params / unit, mem.grads / unit,
                mem.optimizer / unit, mem.activations / unit, mem.total / unit);
     }
+    if (m->world > 1 && m->ranks[0].gpu < 0) { /* CPU ranks: the socket backend's rings */
+        uint64_t rings = 0;
+        for (int s = 0; s < m->pp; s++) {
+            uint64_t b = cost_comm_ring_bytes(p, e->layout, s);
+            rings = b > rings ? b : rings;
+        }
+        printf("  + up to %.2f host memory a rank for the collectives' shared-memory rings "
+               "(peers on its node)\n",
+               rings / unit);
+    }
     if (fp8)
         printf("  fp8 keeps no weight copy: each product quantises the fp32 weights (params: "
                "4 bytes each)\n");

@@ -323,15 +323,20 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
     }
     json_t *ranks = json_array();
     struct cost_layout l = {w->tp, w->pp, w->dp};
+    bool on_cpu = strcmp(t->m.ops->name, "cpu") == 0 && n > 1;
     for (int r = 0; r < n; r++) {
         const double *v = all + (size_t)r * K;
         struct cost_memory c;
         cost_memory_stage(t->plan, l, (int)v[1], &c);
+        json_t *predicted = bytes_json(c.params, c.grads, c.optimizer, c.activations);
+        if (on_cpu) /* host memory beside the model's: the socket backend's rings */
+            json_object_set_new(
+                predicted, "comm_rings",
+                json_integer((json_int_t)cost_comm_ring_bytes(t->plan, l, (int)v[1])));
         json_array_append_new(
             ranks,
             json_pack("{s:i,s:i,s:i,s:i,s:o,s:o,s:I,s:I}", "rank", r, "tp", (int)v[0], "pp",
-                      (int)v[1], "dp", (int)v[2], "predicted",
-                      bytes_json(c.params, c.grads, c.optimizer, c.activations), "allocated",
+                      (int)v[1], "dp", (int)v[2], "predicted", predicted, "allocated",
                       bytes_json((uint64_t)v[3], (uint64_t)v[4], (uint64_t)v[5], (uint64_t)v[6]),
                       "rss_peak_bytes", (json_int_t)v[7], "rss_before_model_bytes",
                       (json_int_t)v[8]));
