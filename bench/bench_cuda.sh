@@ -3,10 +3,14 @@
 # GPU 0 at micro-batch 16 and 32: plait-train's tokens/s (median of the timed
 # steps, the first dropped) and MFU, (6·N + 12·L·C·T) FLOPs per token against
 # the GPU's dense bf16 peak (PLAIT_BENCH_PEAK_TFLOPS, default 989: an H100 SXM).
-# Not a test: it asserts nothing. PyTorch's figure (torch.compile, bf16 autocast,
-# SDPA, fused AdamW) is not measured here yet; issue 11 quotes 440k tok/s at
-# 16×1024 and 482k at 32×1024 on an H100 80GB SXM.
+# Beside each, in the same run, PyTorch's (bench/torch_gpt2.py: the same model,
+# batch and AdamW, with torch.compile, bf16 autocast, SDPA and the fused AdamW)
+# and plait's ratio to it (the goal: above 1 at both batch sizes); and llm.c's
+# where LLMC_BIN names a built train_gpt2cu. Issue 11 quotes PyTorch at 440k
+# tok/s at 16×1024 and 482k at 32×1024 on an H100 80GB SXM. Not a test: it
+# asserts nothing.
 #   BENCH_STEPS   timed steps per run (default 10)
+#   LLMC_BIN      llm.c's train_gpt2cu, to run on the same tokens (optional)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${PLAIT_BUILD:-build}
@@ -53,5 +57,29 @@ n_params = Vp * C + T * C + L * 12 * C * C + L * 13 * C + 2 * C  # GPT-2, tied h
 flops = 6 * n_params + 12 * L * C * T
 print(f"plait-train bf16 {B}x{T}: {tps:,.0f} tokens/s, MFU {100 * tps * flops / (peak * 1e12):.1f}% "
       f"of {peak:.0f} TFLOP/s ({len(steps)} steps)")
+open(sys.argv[1] + ".tps", "w").write(str(tps))
 EOF
+    if "$PY" bench/torch_gpt2.py --micro-batch "$B" --seq-len "$T" --layers "$L" --heads "$NH" \
+        --hidden "$C" --vocab "$V" --padded-vocab "$VP" --steps "$STEPS" >"$work/torch_$B.json" \
+        2>"$work/torch_$B.log"; then
+        "$PY" - "$work/torch_$B.json" "$work/run_$B/metrics.jsonl.tps" "$B" "$T" <<'EOF'
+import json, sys
+torch = json.load(open(sys.argv[1]))["tokens_per_s"]
+plait = float(open(sys.argv[2]).read())
+print(f"PyTorch     bf16 {sys.argv[3]}x{sys.argv[4]}: {torch:,.0f} tokens/s "
+      f"(torch.compile, autocast, SDPA, fused AdamW); plait / PyTorch = {plait / torch:.2f}")
+EOF
+    else
+        echo "PyTorch     bf16 ${B}x$T: did not run: $(tail -n 1 "$work/torch_$B.log")"
+    fi
+    if [ -n "${LLMC_BIN:-}" ]; then # llm.c, GPT-2 124M from scratch (-e d12) on the same tokens
+        if "$LLMC_BIN" -e d12 -i "$work/tokens.bin" -j "$work/tokens.bin" -b "$B" -t "$T" \
+            -x $((STEPS + 1)) -v 100000 -s 100000 -o "$work/llmc_$B" >"$work/llmc_$B.log" 2>&1; then
+            grep -o '[0-9]* tok/s' "$work/llmc_$B.log" | tail -n "$STEPS" | sort -n |
+                awk -v B="$B" -v T="$T" '{v[NR] = $1} END {
+                    printf "llm.c       bf16 %sx%s: %s tokens/s (median)\n", B, T, v[int((NR + 1) / 2)] }'
+        else
+            echo "llm.c: did not run: $(tail -n 1 "$work/llmc_$B.log")"
+        fi
+    fi
 done
