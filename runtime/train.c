@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/ckpt_shards.h"
 #include "common/ckptdir.h"
 #include "common/cost.h"
 #include "common/env.h"
@@ -511,15 +512,7 @@ static int start_fresh(struct trainer *t, struct plait_error *err)
  * directory's plan could name the same one. */
 static int checkpoint_path(struct trainer *t, struct plait_error *err)
 {
-    const struct plan *p = t->plan;
-    if (p->checkpoint.dir[0] == '/') {
-        if (strlen(p->checkpoint.dir) >= sizeof t->ckpt_dir)
-            return error_set(err, "checkpoint.dir: path too long");
-        strcpy(t->ckpt_dir, p->checkpoint.dir);
-    } else if (fs_join(t->ckpt_dir, sizeof t->ckpt_dir, t->run_dir, p->checkpoint.dir, err)) {
-        return error_prefix(err, "checkpoint.dir: ");
-    }
-    return 0;
+    return ckpt_dir_of_run(t->plan, t->run_dir, t->ckpt_dir, sizeof t->ckpt_dir, err);
 }
 
 static int open_checkpoints(struct trainer *t, struct plait_error *err)
