@@ -6,9 +6,16 @@
  * vocab, N = B·T rows. Matrices are row-major; weights are (out, in) as in
  * llm.c and PyTorch's Linear.
  *
+ * Every op takes the backend's context first: an opaque struct ops_ctx that
+ * open() makes for a device and close() frees. It holds what the backend
+ * would otherwise keep in globals: the device, its stream and library handles
+ * (CUDA), scratch buffers, the sticky error. A context is used by one thread
+ * at a time; two contexts are independent (their own scratch and error).
+ *
  * Errors are sticky, as in CUDA: ops return nothing; the first failure (out of
- * memory, a library error) is kept until take_error() returns and clears it.
- * The runtime checks after every micro-batch. Ops never fail on numbers. */
+ * memory, a library error) is kept in the context until take_error() returns
+ * and clears it. The runtime checks after every micro-batch. Ops never fail
+ * on numbers. */
 #ifndef PLAIT_KERNELS_OPS_H
 #define PLAIT_KERNELS_OPS_H
 
@@ -18,97 +25,113 @@
 
 #include "kernels/fp8.h"
 
+struct ops_ctx; /* the backend's, opaque */
+
 struct ops {
     const char *name; /* "cpu" */
 
+    /* A context on `device` (a CUDA index; the CPU backend ignores it), or
+     * NULL with the reason in errbuf. close(NULL) does nothing. */
+    struct ops_ctx *(*open)(int device, char *errbuf, size_t errbuf_bytes);
+    void (*close)(struct ops_ctx *ctx);
+    /* The stream the context's ops run on, in order (a cudaStream_t), for
+     * work of others (collectives) to be ordered against; NULL on the CPU,
+     * whose ops are done when they return. */
+    void *(*stream)(struct ops_ctx *ctx);
+
     /* memory: alloc returns zeroed memory or NULL */
-    void *(*alloc)(size_t bytes);
-    void (*free)(void *p);
-    void (*upload)(void *dst, const void *host_src, size_t bytes);
-    void (*download)(void *host_dst, const void *src, size_t bytes);
-    void (*copy)(void *dst, const void *src, size_t bytes); /* within the device */
-    void (*zero)(void *p, size_t bytes);
+    void *(*alloc)(struct ops_ctx *ctx, size_t bytes);
+    void (*free)(struct ops_ctx *ctx, void *p);
+    void (*upload)(struct ops_ctx *ctx, void *dst, const void *host_src, size_t bytes);
+    void (*download)(struct ops_ctx *ctx, void *host_dst, const void *src, size_t bytes);
+    /* within the device */
+    void (*copy)(struct ops_ctx *ctx, void *dst, const void *src, size_t bytes);
+    void (*zero)(struct ops_ctx *ctx, void *p, size_t bytes);
     /* 0 if no op failed since the last call; else -1 and the first message */
-    int (*take_error)(char *buf, size_t bytes);
+    int (*take_error)(struct ops_ctx *ctx, char *buf, size_t bytes);
 
     /* out (B,T,C) = wte[tokens - v0] + wpe[t]; wte (nv,C) holds the rows of
      * vocabulary entries [v0, v0+nv) (the whole table: 0, Vp), a token outside
      * them contributes 0 (a vocabulary-parallel shard; the ranks' outputs sum
      * to the embedding); wpe (maxT,C) or NULL (not added) */
-    void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte, int v0, int nv,
-                            const float *wpe, int B, int T, int C);
+    void (*encoder_forward)(struct ops_ctx *ctx, float *out, const int32_t *tokens,
+                            const float *wte, int v0, int nv, const float *wpe, int B, int T,
+                            int C);
     /* dwte[tokens - v0] += dout for tokens in [v0, v0+nv) (always accumulates:
      * the LM head writes dwte first); dwpe[0:T] = dwpe·accumulate + Σ_b dout,
      * dwpe may be NULL, and dwte (wpe's part alone) */
-    void (*encoder_backward)(float *dwte, int v0, int nv, float *dwpe, const float *dout,
-                             const int32_t *tokens, int B, int T, int C, bool accumulate);
+    void (*encoder_backward)(struct ops_ctx *ctx, float *dwte, int v0, int nv, float *dwpe,
+                             const float *dout, const int32_t *tokens, int B, int T, int C,
+                             bool accumulate);
     /* out (N,C) += bias (C): a row-parallel product's bias, after the reduction */
-    void (*add_bias)(float *out, const float *bias, int N, int C);
+    void (*add_bias)(struct ops_ctx *ctx, float *out, const float *bias, int N, int C);
 
     /* out (N,C) = (inp - mean)·rstd·w + b, eps 1e-5; mean, rstd (N) are saved */
-    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C);
+    void (*layernorm_forward)(struct ops_ctx *ctx, float *out, float *mean, float *rstd,
+                              const float *inp, const float *w, const float *b, int N, int C);
     /* dinp (N,C) += ...  (the residual stream's gradient accumulates);
      * dw, db (C) = (accumulate ? dw : 0) + ... */
-    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *w, const float *mean,
-                               const float *rstd, int N, int C, bool accumulate);
+    void (*layernorm_backward)(struct ops_ctx *ctx, float *dinp, float *dw, float *db,
+                               const float *dout, const float *inp, const float *w,
+                               const float *mean, const float *rstd, int N, int C, bool accumulate);
 
     /* out (N,OC) = inp (N,C) · wᵀ + bias; w (OC,C); bias may be NULL.
      * With w16 (bf16 copy of w, or NULL for fp32), inp is rounded to bf16 and
      * the product accumulates in fp32. */
-    void (*matmul_forward)(float *out, const float *inp, const float *w, const uint16_t *w16,
-                           const float *bias, int N, int C, int OC);
+    void (*matmul_forward)(struct ops_ctx *ctx, float *out, const float *inp, const float *w,
+                           const uint16_t *w16, const float *bias, int N, int C, int OC);
     /* dinp (N,C) = dout · w (overwritten);
      * dw (OC,C) = dw·accumulate + doutᵀ · inp;  dbias (OC) likewise, may be NULL.
      * dinp NULL: the weight gradients only; dw NULL: the input gradient only
      * (dbias is then ignored; split backward, zero-bubble schedules).
      * With w16 the three products take bf16 inputs. */
-    void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, const uint16_t *w16, int N, int C,
-                            int OC, bool accumulate);
+    void (*matmul_backward)(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias,
+                            const float *dout, const float *inp, const float *w,
+                            const uint16_t *w16, int N, int C, int OC, bool accumulate);
 
     /* The same two products in fp8 (precision "fp8"): inputs quantised by
      * kernels/fp8.h in the given scaling, fp32 accumulation. inp, w in E4M3;
      * dout in E5M2 with tensor scaling (Transformer Engine's HYBRID recipe),
      * in E4M3 with block scaling (DeepSeek-V3). w is the fp32 weight,
      * quantised at each call (no fp8 copy is kept); dbias is dout's fp32 sum. */
-    void (*matmul_forward_fp8)(float *out, const float *inp, const float *w, const float *bias,
-                               int N, int C, int OC, enum fp8_scaling scaling);
-    void (*matmul_backward_fp8)(float *dinp, float *dw, float *dbias, const float *dout,
-                                const float *inp, const float *w, int N, int C, int OC,
-                                bool accumulate, enum fp8_scaling scaling);
+    void (*matmul_forward_fp8)(struct ops_ctx *ctx, float *out, const float *inp, const float *w,
+                               const float *bias, int N, int C, int OC, enum fp8_scaling scaling);
+    void (*matmul_backward_fp8)(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias,
+                                const float *dout, const float *inp, const float *w, int N, int C,
+                                int OC, bool accumulate, enum fp8_scaling scaling);
 
     /* qkv (B,T,3C) -> out (B,T,C); att (B,NH,T,T) gets the causal softmax
      * probabilities (zero above the diagonal), scale 1/sqrt(hs) */
-    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
-                              int NH);
+    void (*attention_forward)(struct ops_ctx *ctx, float *out, float *att, const float *qkv, int B,
+                              int T, int C, int NH);
     /* dqkv (B,T,3C) overwritten; datt (B,NH,T,T) is scratch */
-    void (*attention_backward)(float *dqkv, float *datt, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
+    void (*attention_backward)(struct ops_ctx *ctx, float *dqkv, float *datt, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C, int NH);
     /* Optional (NULL: the two above run): the same attention fused, without
      * the probabilities: lse (B,NH,T) keeps each row's log-sum-exp of the
      * scaled scores, and the backward recomputes the rest from qkv, the
      * forward's out and lse. The same out and dqkv within fp32 rounding. */
-    void (*attention_forward_fused)(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                    int NH);
-    void (*attention_backward_fused)(float *dqkv, const float *dout, const float *qkv,
-                                     const float *out, const float *lse, int B, int T, int C,
-                                     int NH);
+    void (*attention_forward_fused)(struct ops_ctx *ctx, float *out, float *lse, const float *qkv,
+                                    int B, int T, int C, int NH);
+    void (*attention_backward_fused)(struct ops_ctx *ctx, float *dqkv, const float *dout,
+                                     const float *qkv, const float *out, const float *lse, int B,
+                                     int T, int C, int NH);
 
     /* GELU, tanh approximation, n elements; dinp overwritten */
-    void (*gelu_forward)(float *out, const float *inp, size_t n);
-    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    void (*gelu_forward)(struct ops_ctx *ctx, float *out, const float *inp, size_t n);
+    void (*gelu_backward)(struct ops_ctx *ctx, float *dinp, const float *inp, const float *dout,
+                          size_t n);
 
     /* out = a + b, n elements (out may alias a or b) */
-    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    void (*residual_forward)(struct ops_ctx *ctx, float *out, const float *a, const float *b,
+                             size_t n);
 
     /* Cross-entropy of logits (N,Vp) against targets (N), softmax over the
      * first V columns only. losses (N) = -log p[target]. With grad_scale != 0,
      * logits is overwritten by dlogits = (p - onehot)·grad_scale, with the
      * padded columns set to 0. */
-    void (*classifier)(float *logits, float *losses, const int32_t *targets, int N, int V, int Vp,
-                       float grad_scale);
+    void (*classifier)(struct ops_ctx *ctx, float *logits, float *losses, const int32_t *targets,
+                       int N, int V, int Vp, float grad_scale);
     /* The same over a vocabulary split across ranks, in three parts with the
      * ranks' results combined in between: this rank's logits (N,Vp) hold
      * entries [v0, v0+Vp), of which the first nv are real (the rest padding).
@@ -117,30 +140,33 @@ struct ops {
      * columns and target_logit (N) = the target's logit if it is here, else 0;
      * finish: given the global max, sum and target logit, losses (N) and, with
      * grad_scale != 0, logits overwritten by dlogits as above. */
-    void (*classifier_max)(const float *logits, float *row_max, int N, int nv, int Vp);
-    void (*classifier_sumexp)(const float *logits, const float *row_max, const int32_t *targets,
-                              int v0, int nv, int Vp, float *row_sum, float *target_logit, int N);
-    void (*classifier_finish)(float *logits, float *losses, const int32_t *targets,
-                              const float *row_max, const float *row_sum, const float *target_logit,
-                              int v0, int nv, int Vp, int N, float grad_scale);
+    void (*classifier_max)(struct ops_ctx *ctx, const float *logits, float *row_max, int N, int nv,
+                           int Vp);
+    void (*classifier_sumexp)(struct ops_ctx *ctx, const float *logits, const float *row_max,
+                              const int32_t *targets, int v0, int nv, int Vp, float *row_sum,
+                              float *target_logit, int N);
+    void (*classifier_finish)(struct ops_ctx *ctx, float *logits, float *losses,
+                              const int32_t *targets, const float *row_max, const float *row_sum,
+                              const float *target_logit, int v0, int nv, int Vp, int N,
+                              float grad_scale);
 
     /* sum of squares in double, deterministic for a given n */
-    double (*sum_squares)(const float *x, size_t n);
+    double (*sum_squares)(struct ops_ctx *ctx, const float *x, size_t n);
 
     /* AdamW as torch.optim.AdamW, on n elements, with the gradient first
      * multiplied by grad_scale (clipping); step is 1-based. With p16 != NULL,
      * p16 gets the bf16 copy of the updated parameters. */
-    void (*adamw)(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                  int step);
+    void (*adamw)(struct ops_ctx *ctx, float *p, uint16_t *p16, const float *g, float *m, float *v,
+                  size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float grad_scale, int step);
 
     /* dst (n, bf16) = round-to-nearest-even(src) */
-    void (*to_bf16)(uint16_t *dst, const float *src, size_t n);
+    void (*to_bf16)(struct ops_ctx *ctx, uint16_t *dst, const float *src, size_t n);
 
     /* NULL when the bf16 products of matmul_* run natively (or when this
      * pointer is NULL); else one line for the log saying that they are
      * emulated, why, and what it costs. Decided once per process. */
-    const char *(*bf16_emulation)(void);
+    const char *(*bf16_emulation)(struct ops_ctx *ctx);
 };
 
 /* The CPU backend (always present). */

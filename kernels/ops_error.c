@@ -4,6 +4,18 @@
 
 #include "kernels/ops_error.h"
 
+int ops_error_init(struct ops_error *e)
+{
+    e->text[0] = '\0';
+    e->pending = 0;
+    return pthread_mutex_init(&e->lock, NULL) == 0 ? 0 : -1;
+}
+
+void ops_error_destroy(struct ops_error *e)
+{
+    (void)pthread_mutex_destroy(&e->lock);
+}
+
 void ops_error_vset(struct ops_error *e, const char *fmt, va_list ap)
 {
     pthread_mutex_lock(&e->lock);

@@ -1,6 +1,7 @@
 /* ops_error.h — the sticky error every backend of kernels/ops.h keeps: the
  * first failure since the last take_error (later ones are dropped, as CUDA's
- * sticky errors are), safe from several threads. One per backend. */
+ * sticky errors are), safe from several threads. One per backend context
+ * (struct ops_ctx). */
 #ifndef PLAIT_KERNELS_OPS_ERROR_H
 #define PLAIT_KERNELS_OPS_ERROR_H
 
@@ -17,10 +18,11 @@ struct ops_error {
     char text[512];
     int pending;
 };
-#define OPS_ERROR_INIT                                                                             \
-    {                                                                                              \
-        PTHREAD_MUTEX_INITIALIZER, {0}, 0                                                          \
-    }
+
+/* A context's error: ops_error_init before use (0, or -1 when its lock
+ * cannot be made), ops_error_destroy after. */
+int ops_error_init(struct ops_error *e);
+void ops_error_destroy(struct ops_error *e);
 
 /* Keeps the message unless one is pending already. */
 void ops_error_set(struct ops_error *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

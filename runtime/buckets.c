@@ -44,8 +44,8 @@ int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, do
     if (bk->defer) {
         size_t N = (size_t)m->B * (size_t)m->T,
                n = N * (size_t)dp->size; /* model_init checked N·C */
-        bk->rows = m->ops->alloc(n * (size_t)m->cfg.hidden * sizeof(float));
-        bk->tokens = m->ops->alloc(n * sizeof(int32_t));
+        bk->rows = m->ops->alloc(m->ctx, n * (size_t)m->cfg.hidden * sizeof(float));
+        bk->tokens = m->ops->alloc(m->ctx, n * sizeof(int32_t));
         if (!bk->rows || !bk->tokens) {
             buckets_free(bk);
             return error_set(err, "out of memory for the data-parallel embedding rows");
@@ -92,7 +92,7 @@ static int gather_rows(struct buckets *bk, int B, int T, struct plait_error *err
     float *tok_bits = (float *)bk->tokens;
     /* the last of the gathered blocks is scratch for this rank's own tokens */
     float *mine = (float *)bk->rows + N * (size_t)bk->m->cfg.hidden * (size_t)(dp->size - 1);
-    bk->m->ops->copy(mine, tokens, N * sizeof(int32_t));
+    bk->m->ops->copy(bk->m->ctx, mine, tokens, N * sizeof(int32_t));
     if (dp->allgather(dp->ctx, mine, tok_bits, N, err)) return -1;
     return dp->allgather(dp->ctx, rows, bk->rows, N * (size_t)bk->m->cfg.hidden, err);
 }
@@ -139,8 +139,8 @@ void buckets_drop(struct buckets *bk)
 void buckets_free(struct buckets *bk)
 {
     buckets_drop(bk);
-    if (bk->m && bk->rows) bk->m->ops->free(bk->rows);
-    if (bk->m && bk->tokens) bk->m->ops->free(bk->tokens);
+    if (bk->m && bk->rows) bk->m->ops->free(bk->m->ctx, bk->rows);
+    if (bk->m && bk->tokens) bk->m->ops->free(bk->m->ctx, bk->tokens);
     if (bk->m) bk->m->defer_embedding = false;
     free(bk->b);
     memset(bk, 0, sizeof *bk);

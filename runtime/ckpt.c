@@ -30,7 +30,7 @@ int ckpt_put_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size
     struct ckpt_put *a = ctx;
     for (size_t done = 0; done < n;) {
         size_t k = n - done < CKPT_HOST_FLOATS ? n - done : CKPT_HOST_FLOATS;
-        a->ops->download(a->host, a->src + off + done, k * sizeof(float));
+        a->ops->download(a->ctx, a->host, a->src + off + done, k * sizeof(float));
         if (ckpt_file_put(a->f, a->host, k * sizeof(float), a->err)) return -1;
         done += k;
     }
@@ -40,7 +40,7 @@ int ckpt_put_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size
 static int put_tensors(struct ckpt_file *f, const struct model *m, const float *src, float *host,
                        struct plait_error *err)
 {
-    struct ckpt_put a = {f, m->ops, src, host, err};
+    struct ckpt_put a = {f, m->ops, m->ctx, src, host, err};
     return gpt2_shard_each(&m->shard, ckpt_put_instance, &a);
 }
 
@@ -163,7 +163,7 @@ static int read_tensors(FILE *f, const struct model *m, float *dst, float *full,
     if (fread(full, sizeof(float), full_count, f) != full_count)
         return error_set(err, "%s: short read", path);
     gpt2_shard_copy(&m->shard, full, shard, true);
-    m->ops->upload(dst, shard, m->shard.total * sizeof(float));
+    m->ops->upload(m->ctx, dst, shard, m->shard.total * sizeof(float));
     return 0;
 }
 
@@ -178,8 +178,8 @@ static int read_moment(FILE *f, const struct model *m, float *dst, float *full, 
     gpt2_shard_copy(&m->shard, full, shard, true);
     size_t end = m->slice_at + m->slice_n, have = m->shard.total;
     size_t n = m->slice_at >= have ? 0 : (end < have ? end : have) - m->slice_at;
-    m->ops->zero(dst, m->slice_n * sizeof(float));
-    if (n) m->ops->upload(dst, shard + m->slice_at, n * sizeof(float));
+    m->ops->zero(m->ctx, dst, m->slice_n * sizeof(float));
+    if (n) m->ops->upload(m->ctx, dst, shard + m->slice_at, n * sizeof(float));
     return 0;
 }
 
@@ -254,10 +254,10 @@ int ckpt_load_whole(const char *cdir, struct model *m, struct train_state *st,
         (h[4] && read_tensors(f, m, m->grads, full, shard, F, path, err)))
         goto out;
     if (h[4] && m->zero == 2) { /* the accumulated gradients live in the slice */
-        m->ops->zero(m->grad_slice, m->slice_n * sizeof(float));
+        m->ops->zero(m->ctx, m->grad_slice, m->slice_n * sizeof(float));
         size_t end = m->slice_at + m->slice_n, have = m->shard.total;
         size_t n = m->slice_at >= have ? 0 : (end < have ? end : have) - m->slice_at;
-        if (n) m->ops->upload(m->grad_slice, shard + m->slice_at, n * sizeof(float));
+        if (n) m->ops->upload(m->ctx, m->grad_slice, shard + m->slice_at, n * sizeof(float));
     }
     rc = 0;
 out:

@@ -28,6 +28,7 @@
 struct ckpt_put {
     struct ckpt_file *f;
     const struct ops *ops;
+    struct ops_ctx *ctx;
     const float *src; /* a parameter-shaped buffer of backend memory */
     float *host;      /* CKPT_HOST_FLOATS floats */
     struct plait_error *err;

@@ -104,13 +104,19 @@ int ckpt_async_save(struct ckpt_async *a, const struct ckpt_target *to, const st
     if (!room(&a->params, &a->params_n, P) || !room(&a->adam_m, &a->m_n, S) ||
         !room(&a->adam_v, &a->v_n, S) || !room(&a->grads, &a->grads_n, G))
         return error_set(err, "checkpoint.async: out of memory for the host copy of this part");
+    char why[256];
+    if (!a->host_ctx && !(a->host_ctx = ops_cpu()->open(0, why, sizeof why)))
+        return error_set(err, "checkpoint.async: %s", why);
     /* the copies: the part as it is now; the writer reads only these */
-    m->ops->download(a->params, m->params, P * sizeof(float));
-    m->ops->download(a->adam_m, m->adam_m, S * sizeof(float));
-    m->ops->download(a->adam_v, m->adam_v, S * sizeof(float));
-    if (G) m->ops->download(a->grads, m->zero == 2 ? m->grad_slice : m->grads, G * sizeof(float));
+    m->ops->download(m->ctx, a->params, m->params, P * sizeof(float));
+    m->ops->download(m->ctx, a->adam_m, m->adam_m, S * sizeof(float));
+    m->ops->download(m->ctx, a->adam_v, m->adam_v, S * sizeof(float));
+    if (G)
+        m->ops->download(m->ctx, a->grads, m->zero == 2 ? m->grad_slice : m->grads,
+                         G * sizeof(float));
     a->snap = *m;
     a->snap.ops = ops_cpu();
+    a->snap.ctx = a->host_ctx;
     a->snap.params = a->params;
     a->snap.adam_m = a->adam_m;
     a->snap.adam_v = a->adam_v;
@@ -144,5 +150,6 @@ void ckpt_async_free(struct ckpt_async *a)
     free(a->adam_m);
     free(a->adam_v);
     free(a->grads);
+    ops_cpu()->close(a->host_ctx);
     memset(a, 0, sizeof *a);
 }

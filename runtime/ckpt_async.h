@@ -22,7 +22,8 @@ struct ckpt_async {
     bool running;    /* its writer thread is to be joined */
     atomic_int done; /* the writer finished (its outcome in the job) */
     pthread_t thread;
-    struct model snap; /* the model's description; its buffers: the host copies below */
+    struct model snap;        /* the model's description; its buffers: the host copies below */
+    struct ops_ctx *host_ctx; /* snap's: a cpu backend context for the writer thread */
     float *params, *adam_m, *adam_v, *grads;
     size_t params_n, m_n, v_n, grads_n; /* their sizes, floats */
     struct train_state st;

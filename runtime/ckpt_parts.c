@@ -41,10 +41,10 @@ static void record(struct ckpt_file_record *rec, const char *name, const struct 
 }
 
 /* n floats of backend memory as they lie. */
-static int put_raw(struct ckpt_file *f, const struct ops *ops, const float *src, size_t n,
+static int put_raw(struct ckpt_file *f, const struct model *m, const float *src, size_t n,
                    float *host, struct plait_error *err)
 {
-    struct ckpt_put a = {f, ops, src, host, err};
+    struct ckpt_put a = {f, m->ops, m->ctx, src, host, err};
     return ckpt_put_instance(&a, 0, 0, 0, n);
 }
 
@@ -64,9 +64,9 @@ static int write_part(const char *tmp, const char *name, enum ckpt_part_kind kin
                  : -1;
     for (int i = 0; i < n_arrays && rc == 0; i++) {
         if (raw) {
-            rc = put_raw(&f, m->ops, arrays[i], m->slice_n, host, err);
+            rc = put_raw(&f, m, arrays[i], m->slice_n, host, err);
         } else {
-            struct ckpt_put a = {&f, m->ops, arrays[i], host, err};
+            struct ckpt_put a = {&f, m->ops, m->ctx, arrays[i], host, err};
             rc = gpt2_shard_each(&m->shard, ckpt_put_instance, &a);
         }
     }
@@ -300,7 +300,7 @@ static int read_part(const char *cdir, const char *name, enum ckpt_part_kind kin
                 break;
             }
             if (raw) {
-                m->ops->upload(dst[i], host, count * sizeof(float));
+                m->ops->upload(m->ctx, dst[i], host, count * sizeof(float));
                 continue;
             }
             float *shard = malloc(count * sizeof(float) + 1);
@@ -311,7 +311,7 @@ static int read_part(const char *cdir, const char *name, enum ckpt_part_kind kin
             /* the file holds the instances in llm.c order: lay them out as the shard does */
             struct unpack u = {host, shard, 0};
             gpt2_shard_each(&m->shard, unpack_instance, &u);
-            m->ops->upload(dst[i], shard, count * sizeof(float));
+            m->ops->upload(m->ctx, dst[i], shard, count * sizeof(float));
             free(shard);
         }
     }
@@ -367,9 +367,9 @@ int ckpt_load_resharded(const char *cdir, struct model *m, struct train_state *s
     /* the moments of the optimizer's slice (all of the part at ZeRO 0) */
     size_t lo = m->slice_at, hi = m->slice_at + m->slice_n;
     if (ckpt_source_read(&src, CKPT_ADAM_M, &m->shard, lo, hi, host, err)) goto out;
-    m->ops->upload(m->adam_m, host, m->slice_n * sizeof(float));
+    m->ops->upload(m->ctx, m->adam_m, host, m->slice_n * sizeof(float));
     if (ckpt_source_read(&src, CKPT_ADAM_V, &m->shard, lo, hi, host, err)) goto out;
-    m->ops->upload(m->adam_v, host, m->slice_n * sizeof(float));
+    m->ops->upload(m->ctx, m->adam_v, host, m->slice_n * sizeof(float));
     rc = 0;
 out:
     free(host);

@@ -29,13 +29,13 @@ int dump_logits(struct model *m, const char *dir, int B, int T, struct plait_err
     size_t Vp = Vpl * tp;
     float *blocks = malloc(N * Vp * sizeof(float)); /* (tp, N, Vp/tp): rank r's vocabulary shard */
     float *logits = malloc(N * Vp * sizeof(float)); /* (N, Vp) */
-    float *gathered = tp > 1 ? o->alloc(N * Vp * sizeof(float)) : NULL;
+    float *gathered = tp > 1 ? o->alloc(m->ctx, N * Vp * sizeof(float)) : NULL;
     int rc = blocks && logits && (tp == 1 || gathered) ? 0 : error_set(err, "out of memory");
     if (rc == 0 && tp > 1) {
         rc = m->tp.allgather(m->tp.ctx, model_logits(m), gathered, N * Vpl, err);
-        if (rc == 0) o->download(blocks, gathered, N * Vp * sizeof(float));
+        if (rc == 0) o->download(m->ctx, blocks, gathered, N * Vp * sizeof(float));
     } else if (rc == 0) {
-        o->download(blocks, model_logits(m), N * Vp * sizeof(float));
+        o->download(m->ctx, blocks, model_logits(m), N * Vp * sizeof(float));
     }
     if (rc == 0 && m->tp.rank == 0 && m->dp_rank == 0) {
         for (size_t r = 0; r < tp; r++) /* rank r holds vocabulary entries [r·Vp/tp, (r+1)·Vp/tp) */
@@ -43,7 +43,7 @@ int dump_logits(struct model *m, const char *dir, int B, int T, struct plait_err
                 memcpy(logits + n * Vp + r * Vpl, blocks + (r * N + n) * Vpl, Vpl * sizeof(float));
         rc = write_floats(dir, "logits.f32", logits, N * Vp, err);
     }
-    if (gathered) o->free(gathered);
+    if (gathered) o->free(m->ctx, gathered);
     free(blocks);
     free(logits);
     return rc;
@@ -71,7 +71,7 @@ int dump_grads(struct model *m, const struct group *world, const char *dir, stru
     size_t n_full = full_layout.total, n_shard = m->shard.total;
     float *shard = calloc(n_shard, sizeof(float)); /* this rank's part, shard order */
     float *full = calloc(n_full, sizeof(float));   /* its share of the sum, llm.c order */
-    float *sum = world->size > 1 ? o->alloc(n_full * sizeof(float)) : NULL;
+    float *sum = world->size > 1 ? o->alloc(m->ctx, n_full * sizeof(float)) : NULL;
     int rc = shard && full && (world->size == 1 || sum) ? 0 : error_set(err, "out of memory");
     if (rc) goto out;
     /* ZeRO 2 holds the step's gradients as this dp rank's slice of the dp sum; below
@@ -80,21 +80,21 @@ int dump_grads(struct model *m, const struct group *world, const char *dir, stru
         size_t n = m->slice_at >= n_shard                ? 0
                    : m->slice_at + m->slice_n <= n_shard ? m->slice_n
                                                          : n_shard - m->slice_at;
-        o->download(shard + m->slice_at, m->grad_slice, n * sizeof(float));
+        o->download(m->ctx, shard + m->slice_at, m->grad_slice, n * sizeof(float));
     } else {
-        o->download(shard, m->grads, n_shard * sizeof(float));
+        o->download(m->ctx, shard, m->grads, n_shard * sizeof(float));
     }
     gpt2_shard_each(&m->shard, zero_uncounted, &(struct host_shard){&m->shard, shard});
     gpt2_shard_copy(&m->shard, full, shard, false);
     if (world->size > 1) {
-        o->upload(sum, full, n_full * sizeof(float));
+        o->upload(m->ctx, sum, full, n_full * sizeof(float));
         rc = world->allreduce(world->ctx, sum, n_full, false, err);
         if (rc) goto out;
-        o->download(full, sum, n_full * sizeof(float));
+        o->download(m->ctx, full, sum, n_full * sizeof(float));
     }
     if (world->rank == 0) rc = write_floats(dir, "grads.f32", full, n_full, err);
 out:
-    if (sum) o->free(sum);
+    if (sum) o->free(m->ctx, sum);
     free(shard);
     free(full);
     return rc;

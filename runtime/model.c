@@ -18,7 +18,7 @@ static void *track(struct model *m, void *p)
         int cap = m->cap_allocations ? 2 * m->cap_allocations : 64;
         void **bigger = realloc(m->allocations, (size_t)cap * sizeof *bigger);
         if (!bigger) {
-            m->ops->free(p);
+            m->ops->free(m->ctx, p);
             return NULL;
         }
         m->allocations = bigger;
@@ -32,7 +32,7 @@ static void *track(struct model *m, void *p)
 static void *dev_alloc(struct model *m, size_t bytes, uint64_t *kind)
 {
     *kind += bytes;
-    return track(m, m->ops->alloc(bytes));
+    return track(m, m->ops->alloc(m->ctx, bytes));
 }
 
 /* Where each buffer of common/gpt2_memory.h lives: a field of every slot's
@@ -121,14 +121,15 @@ static int kernel_limits(const struct gpt2_config *cfg, int B, int T, struct pla
 }
 
 int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2_part *part,
-               const struct group *tp, const struct ops *ops, const struct model_shape *shape,
-               struct plait_error *err)
+               const struct group *tp, const struct ops *ops, struct ops_ctx *ctx,
+               const struct model_shape *shape, struct plait_error *err)
 {
     int B = shape->B, T = shape->T, n_slots = shape->slots;
     enum plan_precision precision = shape->precision;
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->ops = ops;
+    m->ctx = ctx;
     m->B = B;
     m->T = T;
     m->precision = precision;
@@ -228,7 +229,7 @@ oom:
 
 void model_free(struct model *m)
 {
-    for (int i = 0; i < m->n_allocations; i++) m->ops->free(m->allocations[i]);
+    for (int i = 0; i < m->n_allocations; i++) m->ops->free(m->ctx, m->allocations[i]);
     free(m->allocations);
     for (int s = 0; m->slots && s < m->n_slots; s++) free(m->slots[s].layer);
     free(m->slots);
@@ -241,8 +242,8 @@ void model_free(struct model *m)
 
 void model_set_params(struct model *m, const float *host_params)
 {
-    m->ops->upload(m->params, host_params, m->shard.total * sizeof(float));
-    if (m->params16) m->ops->to_bf16(m->params16, m->params, m->shard.total);
+    m->ops->upload(m->ctx, m->params, host_params, m->shard.total * sizeof(float));
+    if (m->params16) m->ops->to_bf16(m->ctx, m->params16, m->params, m->shard.total);
 }
 
 /* ---- parameter views -------------------------------------------------------- */
@@ -271,9 +272,9 @@ static void linear_forward(const struct model *m, float *out, const float *inp, 
                            int l, const float *bias, int N, int C, int OC)
 {
     if (m->precision == PLAN_PRECISION_FP8)
-        m->ops->matmul_forward_fp8(out, inp, P(t, l), bias, N, C, OC, m->fp8_scaling);
+        m->ops->matmul_forward_fp8(m->ctx, out, inp, P(t, l), bias, N, C, OC, m->fp8_scaling);
     else
-        m->ops->matmul_forward(out, inp, P(t, l), weight16(m, t, l), bias, N, C, OC);
+        m->ops->matmul_forward(m->ctx, out, inp, P(t, l), weight16(m, t, l), bias, N, C, OC);
 }
 
 /* Its backward (ops.h's matmul_backward), in the same precision. */
@@ -282,11 +283,11 @@ static void linear_backward(const struct model *m, float *dinp, float *dw, float
                             int C, int OC, bool accumulate)
 {
     if (m->precision == PLAN_PRECISION_FP8)
-        m->ops->matmul_backward_fp8(dinp, dw, dbias, dout, inp, P(t, l), N, C, OC, accumulate,
-                                    m->fp8_scaling);
+        m->ops->matmul_backward_fp8(m->ctx, dinp, dw, dbias, dout, inp, P(t, l), N, C, OC,
+                                    accumulate, m->fp8_scaling);
     else
-        m->ops->matmul_backward(dinp, dw, dbias, dout, inp, P(t, l), weight16(m, t, l), N, C, OC,
-                                accumulate);
+        m->ops->matmul_backward(m->ctx, dinp, dw, dbias, dout, inp, P(t, l), weight16(m, t, l), N,
+                                C, OC, accumulate);
 }
 
 /* ---- tensor parallelism ------------------------------------------------------------ */
@@ -363,7 +364,7 @@ static int row_parallel_forward(struct model *m, float **out, const float *inp, 
     }
     PROF(pr, PROF_MATMUL_FWD, linear_forward(m, prod, inp, w, l, NULL, N, in_cols, C));
     if (tp_sum_rows(m, prod, N, out, err)) return -1;
-    PROF(pr, PROF_MATMUL_FWD, o->add_bias(*out, P(bias, l), rows_of(m, N), C));
+    PROF(pr, PROF_MATMUL_FWD, o->add_bias(m->ctx, *out, P(bias, l), rows_of(m, N), C));
     return 0;
 }
 
@@ -399,9 +400,9 @@ static void attention_fwd(struct model *m, struct layer_acts *a, int B, int T)
 {
     const struct ops *o = m->ops;
     if (o->attention_forward_fused)
-        o->attention_forward_fused(a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
+        o->attention_forward_fused(m->ctx, a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
     else
-        o->attention_forward(a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
+        o->attention_forward(m->ctx, a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
 }
 
 /* dqkv (B,T,3C/tp) from dout (B,T,C/tp), the attention's output gradient */
@@ -410,9 +411,10 @@ static void attention_bwd(struct model *m, struct layer_acts *a, float *dqkv, co
 {
     const struct ops *o = m->ops;
     if (o->attention_backward_fused)
-        o->attention_backward_fused(dqkv, dout, a->qkv, a->atty, a->att, B, T, m->Cl, m->NHl);
+        o->attention_backward_fused(m->ctx, dqkv, dout, a->qkv, a->atty, a->att, B, T, m->Cl,
+                                    m->NHl);
     else
-        o->attention_backward(dqkv, m->datt, dout, a->qkv, a->att, B, T, m->Cl, m->NHl);
+        o->attention_backward(m->ctx, dqkv, m->datt, dout, a->qkv, a->att, B, T, m->Cl, m->NHl);
 }
 
 /* Sequence parallel, the LayerNorms and residual adds run on this rank's R
@@ -428,7 +430,7 @@ static int layer_forward(struct model *m, struct model_slot *sl, int i, int B, i
     float *proj;
     struct profile *pr = &m->prof;
     PROF(pr, PROF_LAYERNORM_FWD,
-         o->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, in, P(GPT2_LN1W, l),
+         o->layernorm_forward(m->ctx, a->ln1, a->ln1_mean, a->ln1_rstd, in, P(GPT2_LN1W, l),
                               P(GPT2_LN1B, l), R, C));
     if (sp_gather(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_FWD,
@@ -436,24 +438,24 @@ static int layer_forward(struct model *m, struct model_slot *sl, int i, int B, i
     PROF(pr, PROF_ATTENTION_FWD, attention_fwd(m, a, B, T));
     if (row_parallel_forward(m, &proj, a->atty, GPT2_ATTPROJW, GPT2_ATTPROJB, l, N, Cl, err))
         return -1;
-    PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(a->res2, in, proj, (size_t)R * C));
+    PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(m->ctx, a->res2, in, proj, (size_t)R * C));
     PROF(pr, PROF_LAYERNORM_FWD,
-         o->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(GPT2_LN2W, l),
+         o->layernorm_forward(m->ctx, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(GPT2_LN2W, l),
                               P(GPT2_LN2B, l), R, C));
     if (sp_gather(m, a->ln2, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_FWD,
          linear_forward(m, a->fch, ln, GPT2_FCW, l, P(GPT2_FCB, l), N, C, 4 * Cl));
-    PROF(pr, PROF_GELU_FWD, o->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * Cl));
+    PROF(pr, PROF_GELU_FWD, o->gelu_forward(m->ctx, a->fch_gelu, a->fch, (size_t)N * 4 * Cl));
     if (row_parallel_forward(m, &proj, a->fch_gelu, GPT2_FCPROJW, GPT2_FCPROJB, l, N, 4 * Cl, err))
         return -1;
-    PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(a->res3, a->res2, proj, (size_t)R * C));
+    PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(m->ctx, a->res3, a->res2, proj, (size_t)R * C));
     return 0;
 }
 
 static int check_ops(struct model *m, const char *what, struct plait_error *err)
 {
     char msg[512];
-    if (m->ops->take_error(msg, sizeof msg) == 0) return 0;
+    if (m->ops->take_error(m->ctx, msg, sizeof msg) == 0) return 0;
     return error_set(err, "%s backend, %s: %s", m->ops->name, what, msg);
 }
 
@@ -464,12 +466,12 @@ static int vocab_parallel_loss(struct model *m, struct model_slot *sl, int N, fl
 {
     const struct ops *o = m->ops;
     float *mx = m->ce_stats, *sum = mx + N, *tl = sum + N;
-    o->classifier_max(sl->logits, mx, N, m->nv, m->Vpl);
+    o->classifier_max(m->ctx, sl->logits, mx, N, m->nv, m->Vpl);
     if (tp_reduce(m, mx, (size_t)N, true, err)) return -1;
-    o->classifier_sumexp(sl->logits, mx, sl->targets, m->v0, m->nv, m->Vpl, sum, tl, N);
+    o->classifier_sumexp(m->ctx, sl->logits, mx, sl->targets, m->v0, m->nv, m->Vpl, sum, tl, N);
     if (tp_reduce(m, sum, 2 * (size_t)N, false, err)) return -1; /* sums and target logits */
-    o->classifier_finish(sl->logits, m->losses, sl->targets, mx, sum, tl, m->v0, m->nv, m->Vpl, N,
-                         grad_scale);
+    o->classifier_finish(m->ctx, sl->logits, m->losses, sl->targets, mx, sum, tl, m->v0, m->nv,
+                         m->Vpl, N, grad_scale);
     return 0;
 }
 
@@ -482,24 +484,25 @@ static int head_forward(struct model *m, struct model_slot *sl, const int32_t *t
     const float *lnf;
     struct profile *pr = &m->prof;
     PROF(pr, PROF_LAYERNORM_FWD,
-         o->layernorm_forward(sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->layer[m->n_layers - 1].res3,
-                              P(GPT2_LNFW, 0), P(GPT2_LNFB, 0), rows_of(m, N), C));
+         o->layernorm_forward(m->ctx, sl->lnf, sl->lnf_mean, sl->lnf_rstd,
+                              sl->layer[m->n_layers - 1].res3, P(GPT2_LNFW, 0), P(GPT2_LNFB, 0),
+                              rows_of(m, N), C));
     if (sp_gather(m, sl->lnf, N, &lnf, err)) return -1;
     PROF(pr, PROF_LM_HEAD_FWD,
-         o->matmul_forward(sl->logits, lnf, P(GPT2_WTE, 0), weight16(m, GPT2_WTE, 0), NULL, N, C,
-                           m->Vpl));
+         o->matmul_forward(m->ctx, sl->logits, lnf, P(GPT2_WTE, 0), weight16(m, GPT2_WTE, 0), NULL,
+                           N, C, m->Vpl));
     if (!targets) return 0;
-    o->upload(sl->targets, targets, (size_t)N * sizeof(int32_t));
+    o->upload(m->ctx, sl->targets, targets, (size_t)N * sizeof(int32_t));
     if (m->tp.size == 1) {
         PROF(pr, PROF_LOSS,
-             o->classifier(sl->logits, m->losses, sl->targets, N, m->cfg.vocab, m->cfg.padded_vocab,
-                           grad_scale));
+             o->classifier(m->ctx, sl->logits, m->losses, sl->targets, N, m->cfg.vocab,
+                           m->cfg.padded_vocab, grad_scale));
     } else {
         double t0 = prof_now();
         if (vocab_parallel_loss(m, sl, N, grad_scale, err)) return -1;
         if (!pr->paused) pr->seconds[PROF_LOSS] += prof_now() - t0;
     }
-    o->download(m->losses_host, m->losses, (size_t)N * sizeof(float));
+    o->download(m->ctx, m->losses_host, m->losses, (size_t)N * sizeof(float));
     double sum = 0;
     for (int i = 0; i < N; i++) sum += m->losses_host[i];
     if (mean_loss) *mean_loss = sum / N;
@@ -526,12 +529,12 @@ int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const 
     struct model_slot *sl = &m->slots[slot];
     struct profile *pr = &m->prof;
     if (embeds(m, sl)) {
-        o->upload(sl->tokens, tokens, (size_t)N * sizeof(int32_t));
+        o->upload(m->ctx, sl->tokens, tokens, (size_t)N * sizeof(int32_t));
         /* vocabulary-parallel: each rank its rows of wte, one of them wpe; the sum is
          * exact (all-reduced, or reduce-scattered to this rank's rows) */
         float *emb = m->sp ? m->whole : sl->input;
         PROF(pr, PROF_EMBED_FWD,
-             o->encoder_forward(emb, sl->tokens, P(GPT2_WTE, 0), m->v0, m->Vpl,
+             o->encoder_forward(m->ctx, emb, sl->tokens, P(GPT2_WTE, 0), m->v0, m->Vpl,
                                 m->tp.rank == 0 ? P(GPT2_WPE, 0) : NULL, B, T, C));
         if (m->sp ? sp_scatter(m, emb, sl->input, N, err)
                   : tp_reduce(m, emb, (size_t)N * C, false, err))
@@ -584,7 +587,7 @@ static int layer_recompute(struct model *m, struct model_slot *sl, int i, int B,
     if (m->recompute == PLAN_RECOMPUTE_FULL) return layer_forward(m, sl, i, B, T, err);
     if (m->recompute == PLAN_RECOMPUTE_SELECTIVE) {
         attention_fwd(m, a, B, T);
-        m->ops->gelu_forward(a->fch_gelu, a->fch, (size_t)B * T * 4 * m->Cl);
+        m->ops->gelu_forward(m->ctx, a->fch_gelu, a->fch, (size_t)B * T * 4 * m->Cl);
     }
     return 0;
 }
@@ -617,7 +620,7 @@ static const float *kept(struct model *m, enum bwd_pass pass, float *keep, const
                          size_t n)
 {
     if (pass != BWD_INPUT) return from;
-    if (keep != from) m->ops->copy(keep, from, n * sizeof(float));
+    if (keep != from) m->ops->copy(m->ctx, keep, from, n * sizeof(float));
     return keep;
 }
 
@@ -650,7 +653,7 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
          linear_backward(m, m->d4C, GW(GPT2_FCPROJW), GW(GPT2_FCPROJB), dout, a->fch_gelu,
                          GPT2_FCPROJW, l, N, 4 * Cl, C, acc));
     float *dfc = pass == BWD_INPUT ? a->g_fc : m->d4C;
-    PROF(pr, PROF_GELU_BWD, o->gelu_backward(dfc, a->fch, m->d4C, N4C));
+    PROF(pr, PROF_GELU_BWD, o->gelu_backward(m->ctx, dfc, a->fch, m->d4C, N4C));
     ln = a->ln2;
     if (w && sp_gather(m, a->ln2, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
@@ -658,7 +661,7 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
                          acc));
     if (tp_sum_rows(m, m->dC, N, &dln, err)) return -1;
     PROF(pr, PROF_LAYERNORM_BWD,
-         o->layernorm_backward(m->dres, G(GPT2_LN2W, l), G(GPT2_LN2B, l), dln, a->res2,
+         o->layernorm_backward(m->ctx, m->dres, G(GPT2_LN2W, l), G(GPT2_LN2B, l), dln, a->res2,
                                P(GPT2_LN2W, l), a->ln2_mean, a->ln2_rstd, R, C, acc));
     /* attention: res2 = in + attproj(attention(qkv(ln1(in)))) */
     if (sp_gather(m, m->dres, N, &dout, err)) return -1;
@@ -676,8 +679,8 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
 #undef GW
     if (tp_sum_rows(m, m->dC, N, &dln, err)) return -1;
     PROF(pr, PROF_LAYERNORM_BWD,
-         o->layernorm_backward(m->dres, G(GPT2_LN1W, l), G(GPT2_LN1B, l), dln, in, P(GPT2_LN1W, l),
-                               a->ln1_mean, a->ln1_rstd, R, C, acc));
+         o->layernorm_backward(m->ctx, m->dres, G(GPT2_LN1W, l), G(GPT2_LN1B, l), dln, in,
+                               P(GPT2_LN1W, l), a->ln1_mean, a->ln1_rstd, R, C, acc));
     return 0;
 }
 
@@ -723,12 +726,12 @@ static int head_backward(struct model *m, struct model_slot *sl, int N, bool acc
     struct profile *pr = &m->prof;
     if (sp_gather(m, sl->lnf, N, &lnf, err)) return -1;
     PROF(pr, PROF_LM_HEAD_BWD,
-         o->matmul_backward(m->dC, G(GPT2_WTE, 0), NULL, sl->logits, lnf, P(GPT2_WTE, 0),
+         o->matmul_backward(m->ctx, m->dC, G(GPT2_WTE, 0), NULL, sl->logits, lnf, P(GPT2_WTE, 0),
                             weight16(m, GPT2_WTE, 0), N, C, m->Vpl, acc));
     if (tp_sum_rows(m, m->dC, N, &dlnf, err)) return -1;
-    o->zero(m->dres, (size_t)R * C * sizeof(float));
+    o->zero(m->ctx, m->dres, (size_t)R * C * sizeof(float));
     PROF(pr, PROF_LAYERNORM_BWD,
-         o->layernorm_backward(m->dres, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), dlnf,
+         o->layernorm_backward(m->ctx, m->dres, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), dlnf,
                                sl->layer[m->n_layers - 1].res3, P(GPT2_LNFW, 0), sl->lnf_mean,
                                sl->lnf_rstd, R, C, acc));
     return 0;
@@ -765,7 +768,7 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
             m->grads_final(m->grads_final_ctx, wte, wte + m->shard.elems[GPT2_WTE], err))
             return -1;
     } else {
-        o->upload(m->dres, grad_out, model_stage_floats(m, B, T) * sizeof(float));
+        o->upload(m->ctx, m->dres, grad_out, model_stage_floats(m, B, T) * sizeof(float));
     }
     for (int i = m->n_layers - 1; i >= 0; i--)
         if (layer_backward(m, sl, i, B, T, acc, pass, err) ||
@@ -778,12 +781,12 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
         const float *demb;
         struct profile *pr = &m->prof;
         if (sp_gather(m, m->dres, N, &demb, err)) return -1;
-        if (!acc_wte) o->zero(G(GPT2_WTE, 0), m->shard.elems[GPT2_WTE] * sizeof(float));
+        if (!acc_wte) o->zero(m->ctx, G(GPT2_WTE, 0), m->shard.elems[GPT2_WTE] * sizeof(float));
         bool defer = deferring(m); /* wpe's part now, wte's once wte is summed */
         m->deferred_slot = defer ? slot : -1;
         PROF(pr, PROF_EMBED_BWD,
-             o->encoder_backward(defer ? NULL : G(GPT2_WTE, 0), m->v0, m->Vpl, G(GPT2_WPE, 0), demb,
-                                 sl->tokens, B, T, C, acc));
+             o->encoder_backward(m->ctx, defer ? NULL : G(GPT2_WTE, 0), m->v0, m->Vpl,
+                                 G(GPT2_WPE, 0), demb, sl->tokens, B, T, C, acc));
     }
     return check_ops(m, "backward", err);
 }
@@ -801,7 +804,7 @@ void model_add_embedding_rows(struct model *m, const float *rows, const int32_t 
                               int T)
 {
     PROF(&m->prof, PROF_EMBED_BWD,
-         m->ops->encoder_backward(G(GPT2_WTE, 0), m->v0, m->Vpl, NULL, rows, tokens, B, T,
+         m->ops->encoder_backward(m->ctx, G(GPT2_WTE, 0), m->v0, m->Vpl, NULL, rows, tokens, B, T,
                                   m->cfg.hidden, true));
 }
 

@@ -68,7 +68,8 @@ struct model {
     bool first, last;        /* the first stage embeds (in chunk 0), the last computes the
                                 loss (in its last chunk) */
     const struct ops *ops;
-    int B, T; /* the largest micro-batch the buffers hold */
+    struct ops_ctx *ctx; /* ops' context (the caller's: it outlives the model) */
+    int B, T;            /* the largest micro-batch the buffers hold */
     enum plan_precision precision;
     enum fp8_scaling fp8_scaling; /* precision fp8: how its products scale (kernels/fp8.h) */
     enum plan_recompute recompute;
@@ -142,11 +143,12 @@ struct model_shape {
 
 /* Allocates everything for the part of the model `part` names
  * (gpt2_part_whole: all of it); tp is its tensor-parallel group (NULL: none;
- * its size must be part->tp). Parameters are zero: call model_set_params
- * next. */
+ * its size must be part->tp). The model runs ops in ctx (ops->open's, closed
+ * by the caller after model_free). Parameters are zero: call
+ * model_set_params next. */
 int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2_part *part,
-               const struct group *tp, const struct ops *ops, const struct model_shape *shape,
-               struct plait_error *err);
+               const struct group *tp, const struct ops *ops, struct ops_ctx *ctx,
+               const struct model_shape *shape, struct plait_error *err);
 void model_free(struct model *m);
 
 /* Copies host parameters in, in the shard's order (and refreshes the bf16 copy). */

@@ -47,7 +47,7 @@ static int add_squares(void *ctx, enum gpt2_tensor t, int layer, size_t off, siz
     const struct model *m = a->m;
     if (!gpt2_shard_counts(&m->shard, t)) return 0;
     size_t at, k = overlap(off, n, m->slice_at, m->slice_n, &at);
-    if (k) a->sum += m->ops->sum_squares(a->g + (at - m->slice_at), k);
+    if (k) a->sum += m->ops->sum_squares(m->ctx, a->g + (at - m->slice_at), k);
     return 0;
 }
 
@@ -61,8 +61,8 @@ static int adamw_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, 
     if (!k) return 0;
     size_t in = at - m->slice_at; /* index within the slice */
     double wd = gpt2_tensor_decays(t) ? a->o->weight_decay : 0.0;
-    m->ops->adamw(m->params + at, m->params16 ? m->params16 + at : NULL, a->g + in, m->adam_m + in,
-                  m->adam_v + in, k, a->lr, (float)a->o->beta1, (float)a->o->beta2,
+    m->ops->adamw(m->ctx, m->params + at, m->params16 ? m->params16 + at : NULL, a->g + in,
+                  m->adam_m + in, m->adam_v + in, k, a->lr, (float)a->o->beta1, (float)a->o->beta2,
                   (float)a->o->eps, (float)wd, a->scale, a->t);
     return 0;
 }
@@ -74,7 +74,8 @@ int optim_reduce_micro(struct model *m, const struct optim_groups *g, bool accum
     size_t S = m->slice_n;
     float *tmp = accumulate ? m->slice_tmp : m->grad_slice;
     int rc = g->dp->reduce_scatter(g->dp->ctx, m->grads, tmp, S, err);
-    if (rc == 0 && accumulate) m->ops->residual_forward(m->grad_slice, m->grad_slice, tmp, S);
+    if (rc == 0 && accumulate)
+        m->ops->residual_forward(m->ctx, m->grad_slice, m->grad_slice, tmp, S);
     return rc ? error_prefix(err, "data-parallel gradient reduction: ") : 0;
 }
 
@@ -113,15 +114,15 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
     gpt2_shard_each(&m->shard, adamw_instance, &a);
     if (m->zero && has(dp)) { /* every slice back to every rank */
         float *mine = m->slice_tmp;
-        ops->upload(mine, m->params + m->slice_at, m->slice_n * sizeof(float));
+        ops->upload(m->ctx, mine, m->params + m->slice_at, m->slice_n * sizeof(float));
         rc = dp->allgather(dp->ctx, mine, m->params, m->slice_n, err);
         if (rc) return error_prefix(err, "data-parallel parameter gather: ");
-        if (m->params16) ops->to_bf16(m->params16, m->params, m->shard.total);
+        if (m->params16) ops->to_bf16(m->ctx, m->params16, m->params, m->shard.total);
     }
     m->prof.seconds[PROF_OPTIMIZER] += prof_now() - t0;
     *grad_norm = norm;
     char msg[512];
-    if (ops->take_error(msg, sizeof msg))
+    if (ops->take_error(m->ctx, msg, sizeof msg))
         return error_set(err, "%s backend, optimizer step %d: %s", ops->name, t, msg);
     return 0;
 }

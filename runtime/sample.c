@@ -131,7 +131,8 @@ int sample_text(struct model *m, const struct plan_sample *s, const struct token
     for (int k = 0; k < s->tokens; k++) {
         int len = n < (size_t)T ? (int)n : T; /* the last T tokens are the context */
         if (model_forward(m, seq + n - len, NULL, 1, len, 0.0f, NULL, err)) goto out;
-        m->ops->download(row, model_logits(m) + (size_t)(len - 1) * Vp, (size_t)Vp * sizeof(float));
+        m->ops->download(m->ctx, row, model_logits(m) + (size_t)(len - 1) * Vp,
+                         (size_t)Vp * sizeof(float));
         int next = draw(row, V, s->temperature, s->top_k, scratch, r);
         seq[n++] = next;
         put_token(out, next, V, tok);

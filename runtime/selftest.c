@@ -34,6 +34,7 @@ enum { MAX_OUTS = 6, MAX_HELD = 32 };
  * downloaded to the host. */
 struct run {
     const struct ops *o;
+    struct ops_ctx *ctx; /* o's */
     const struct shape *s;
     struct rng rng; /* the same seed on both backends: the same inputs */
     void *held[MAX_HELD];
@@ -47,7 +48,7 @@ struct run {
 
 static void *dev(struct run *r, size_t bytes)
 {
-    void *p = r->n_held < MAX_HELD ? r->o->alloc(bytes) : NULL;
+    void *p = r->n_held < MAX_HELD ? r->o->alloc(r->ctx, bytes) : NULL;
     if (!p) {
         r->broken = true;
         return NULL;
@@ -62,7 +63,7 @@ static float *rnd(struct run *r, size_t n, float scale, float shift)
     float *h = malloc(n * sizeof *h), *d = dev(r, n * sizeof *h);
     for (size_t i = 0; h && i < n; i++) h[i] = (float)rng_normal(&r->rng) * scale + shift;
     if (h && d)
-        r->o->upload(d, h, n * sizeof *h);
+        r->o->upload(r->ctx, d, h, n * sizeof *h);
     else
         r->broken = true;
     free(h);
@@ -75,7 +76,7 @@ static int32_t *tokens(struct run *r, size_t n, int below)
     int32_t *h = malloc(n * sizeof *h), *d = dev(r, n * sizeof *h);
     for (size_t i = 0; h && i < n; i++) h[i] = (int32_t)rng_below(&r->rng, (uint64_t)below);
     if (h && d)
-        r->o->upload(d, h, n * sizeof *h);
+        r->o->upload(r->ctx, d, h, n * sizeof *h);
     else
         r->broken = true;
     free(h);
@@ -90,7 +91,7 @@ static void out(struct run *r, const char *name, const void *d, size_t n)
         r->broken = true;
         return;
     }
-    r->o->download(h, d, n * sizeof *h);
+    r->o->download(r->ctx, h, d, n * sizeof *h);
     r->out_name[r->n_out] = name;
     r->out_len[r->n_out] = n;
     r->out[r->n_out++] = h;
@@ -108,7 +109,7 @@ static void out16(struct run *r, const char *name, const uint16_t *d, size_t n)
         r->broken = true;
         return;
     }
-    r->o->download(h16, d, n * sizeof *h16);
+    r->o->download(r->ctx, h16, d, n * sizeof *h16);
     for (size_t i = 0; i < n; i++) {
         uint32_t bits = (uint32_t)h16[i] << 16;
         memcpy(&h[i], &bits, sizeof bits);
@@ -121,7 +122,7 @@ static void out16(struct run *r, const char *name, const uint16_t *d, size_t n)
 
 static void run_free(struct run *r)
 {
-    for (int i = 0; i < r->n_held; i++) r->o->free(r->held[i]);
+    for (int i = 0; i < r->n_held; i++) r->o->free(r->ctx, r->held[i]);
     for (int i = 0; i < r->n_out; i++) free(r->out[i]);
     memset(r, 0, sizeof *r);
 }
@@ -138,8 +139,8 @@ static void t_encoder_forward(struct run *r)
     float *wte = rnd(r, (size_t)nv * s->C, 0.1f, 0), *wpe = rnd(r, (size_t)s->T * s->C, 0.1f, 0);
     float *o1 = dev(r, N_ROWS(s) * s->C * 4), *o2 = dev(r, N_ROWS(s) * s->C * 4);
     if (r->broken) return;
-    r->o->encoder_forward(o1, tok, wte, v0, nv, wpe, s->B, s->T, s->C);
-    r->o->encoder_forward(o2, tok, wte, v0, nv, NULL, s->B, s->T, s->C);
+    r->o->encoder_forward(r->ctx, o1, tok, wte, v0, nv, wpe, s->B, s->T, s->C);
+    r->o->encoder_forward(r->ctx, o2, tok, wte, v0, nv, NULL, s->B, s->T, s->C);
     out(r, "out", o1, N_ROWS(s) * s->C);
     out(r, "out_nowpe", o2, N_ROWS(s) * s->C);
 }
@@ -153,8 +154,8 @@ static void t_encoder_backward(struct run *r)
     float *dwte = rnd(r, (size_t)nv * s->C, 1, 0), *dwpe = rnd(r, (size_t)s->T * s->C, 1, 0);
     float *dwte2 = dev(r, (size_t)s->Vp * s->C * 4), *dwpe2 = rnd(r, (size_t)s->T * s->C, 1, 0);
     if (r->broken) return;
-    r->o->encoder_backward(dwte, v0, nv, dwpe, dout, tok, s->B, s->T, s->C, true);
-    r->o->encoder_backward(dwte2, 0, s->Vp, dwpe2, dout, tok, s->B, s->T, s->C, false);
+    r->o->encoder_backward(r->ctx, dwte, v0, nv, dwpe, dout, tok, s->B, s->T, s->C, true);
+    r->o->encoder_backward(r->ctx, dwte2, 0, s->Vp, dwpe2, dout, tok, s->B, s->T, s->C, false);
     out(r, "dwte_acc", dwte, (size_t)nv * s->C);
     out(r, "dwpe_acc", dwpe, (size_t)s->T * s->C);
     out(r, "dwte", dwte2, (size_t)s->Vp * s->C);
@@ -171,11 +172,11 @@ static void t_layernorm(struct run *r)
     float *dw = rnd(r, s->C, 1, 0), *db = rnd(r, s->C, 1, 0);
     if (r->broken) return;
     int N = (int)N_ROWS(s);
-    r->o->layernorm_forward(y, mean, rstd, x, w, b, N, s->C);
+    r->o->layernorm_forward(r->ctx, y, mean, rstd, x, w, b, N, s->C);
     out(r, "out", y, n);
     out(r, "mean", mean, N_ROWS(s));
     out(r, "rstd", rstd, N_ROWS(s));
-    r->o->layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, s->C, true);
+    r->o->layernorm_backward(r->ctx, dx, dw, db, dy, x, w, mean, rstd, N, s->C, true);
     out(r, "dinp+=", dx, n);
     out(r, "dw_acc", dw, s->C);
     out(r, "db_acc", db, s->C);
@@ -190,9 +191,9 @@ static void t_matmul_forward(struct run *r, bool bf16)
     uint16_t *w16 = bf16 ? dev(r, (size_t)s->OC * s->C * 2) : NULL;
     float *y1 = dev(r, (size_t)N * s->OC * 4), *y2 = dev(r, (size_t)N * s->OC * 4);
     if (r->broken) return;
-    if (bf16) r->o->to_bf16(w16, w, (size_t)s->OC * s->C);
-    r->o->matmul_forward(y1, x, w, w16, bias, N, s->C, s->OC);
-    r->o->matmul_forward(y2, x, w, w16, NULL, N, s->C, s->OC);
+    if (bf16) r->o->to_bf16(r->ctx, w16, w, (size_t)s->OC * s->C);
+    r->o->matmul_forward(r->ctx, y1, x, w, w16, bias, N, s->C, s->OC);
+    r->o->matmul_forward(r->ctx, y2, x, w, w16, NULL, N, s->C, s->OC);
     out(r, "out_bias", y1, (size_t)N * s->OC);
     out(r, "out", y2, (size_t)N * s->OC);
 }
@@ -218,14 +219,14 @@ static void t_matmul_backward(struct run *r, bool bf16)
     float *dw2 = rnd(r, (size_t)OC * C, 1, 0), *db2 = rnd(r, OC, 1, 0);
     uint16_t *w16 = bf16 ? dev(r, (size_t)OC * C * 2) : NULL;
     if (r->broken) return;
-    if (bf16) r->o->to_bf16(w16, w, (size_t)OC * C);
-    r->o->matmul_backward(dx, dw, db, dy, x, w, w16, N, C, OC, true);
+    if (bf16) r->o->to_bf16(r->ctx, w16, w, (size_t)OC * C);
+    r->o->matmul_backward(r->ctx, dx, dw, db, dy, x, w, w16, N, C, OC, true);
     out(r, "dinp", dx, (size_t)N * C);
     out(r, "dw_acc", dw, (size_t)OC * C);
     out(r, "dbias_acc", db, OC);
     /* split backward: the input gradient alone, then the weights' alone */
-    r->o->matmul_backward(dx2, NULL, NULL, dy, x, w, w16, N, C, OC, false);
-    r->o->matmul_backward(NULL, dw2, db2, dy, x, w, w16, N, C, OC, false);
+    r->o->matmul_backward(r->ctx, dx2, NULL, NULL, dy, x, w, w16, N, C, OC, false);
+    r->o->matmul_backward(r->ctx, NULL, dw2, db2, dy, x, w, w16, N, C, OC, false);
     out(r, "dinp_only", dx2, (size_t)N * C);
     out(r, "dw_only", dw2, (size_t)OC * C);
     out(r, "dbias", db2, OC);
@@ -249,10 +250,10 @@ static void t_attention(struct run *r)
     float *o = dev(r, N * s->C * 4), *att = dev(r, att_n * 4), *datt = dev(r, att_n * 4);
     float *dqkv = dev(r, N * 3 * s->C * 4);
     if (r->broken) return;
-    r->o->attention_forward(o, att, qkv, s->B, s->T, s->C, s->NH);
+    r->o->attention_forward(r->ctx, o, att, qkv, s->B, s->T, s->C, s->NH);
     out(r, "out", o, N * s->C);
     out(r, "att", att, att_n);
-    r->o->attention_backward(dqkv, datt, dout, qkv, att, s->B, s->T, s->C, s->NH);
+    r->o->attention_backward(r->ctx, dqkv, datt, dout, qkv, att, s->B, s->T, s->C, s->NH);
     out(r, "dqkv", dqkv, N * 3 * s->C);
 }
 
@@ -269,11 +270,11 @@ static void t_attention_fused(struct run *r)
     float *lse = fused ? dev(r, (size_t)s->B * s->NH * s->T * 4) : NULL;
     if (r->broken) return;
     if (fused) {
-        ops_cuda_attention_fused_forward(o, lse, qkv, s->B, s->T, s->C, s->NH);
-        ops_cuda_attention_fused_backward(dqkv, dout, qkv, o, lse, s->B, s->T, s->C, s->NH);
+        ops_cuda_attention_fused_forward(r->ctx, o, lse, qkv, s->B, s->T, s->C, s->NH);
+        ops_cuda_attention_fused_backward(r->ctx, dqkv, dout, qkv, o, lse, s->B, s->T, s->C, s->NH);
     } else {
-        r->o->attention_forward(o, att, qkv, s->B, s->T, s->C, s->NH);
-        r->o->attention_backward(dqkv, datt, dout, qkv, att, s->B, s->T, s->C, s->NH);
+        r->o->attention_forward(r->ctx, o, att, qkv, s->B, s->T, s->C, s->NH);
+        r->o->attention_backward(r->ctx, dqkv, datt, dout, qkv, att, s->B, s->T, s->C, s->NH);
     }
     out(r, "out", o, N * s->C);
     out(r, "dqkv", dqkv, N * 3 * s->C);
@@ -286,16 +287,16 @@ static void t_elementwise(struct run *r)
     float *x = rnd(r, n, 2, 0), *d = rnd(r, n, 1, 0), *b = rnd(r, s->C, 1, 0);
     float *y = dev(r, n * 4), *dx = dev(r, n * 4), *z = rnd(r, n, 1, 0);
     if (r->broken) return;
-    r->o->gelu_forward(y, x, n);
+    r->o->gelu_forward(r->ctx, y, x, n);
     out(r, "gelu", y, n);
-    r->o->gelu_backward(dx, x, d, n);
+    r->o->gelu_backward(r->ctx, dx, x, d, n);
     out(r, "dgelu", dx, n);
-    r->o->residual_forward(z, z, x, n); /* out aliasing an input, as the runtime does */
+    r->o->residual_forward(r->ctx, z, z, x, n); /* out aliasing an input, as the runtime does */
     out(r, "residual", z, n);
-    r->o->add_bias(z, b, (int)N_ROWS(s), s->C);
+    r->o->add_bias(r->ctx, z, b, (int)N_ROWS(s), s->C);
     out(r, "add_bias", z, n);
-    r->o->copy(y, z, n * sizeof(float)); /* the memory ops: a copy, then zero an odd tail */
-    r->o->zero(y + n / 3, (n - n / 3) * sizeof(float));
+    r->o->copy(r->ctx, y, z, n * sizeof(float)); /* the memory ops: a copy, then zero an odd tail */
+    r->o->zero(r->ctx, y + n / 3, (n - n / 3) * sizeof(float));
     out(r, "copy/zero", y, n);
 }
 
@@ -307,10 +308,10 @@ static void t_classifier(struct run *r)
     float *lg = rnd(r, n, 2, 0), *lg2 = rnd(r, n, 2, 0);
     float *loss = dev(r, N * 4), *loss2 = dev(r, N * 4);
     if (r->broken) return;
-    r->o->classifier(lg, loss, tgt, (int)N, s->V, s->Vp, 1.0f / (float)N);
+    r->o->classifier(r->ctx, lg, loss, tgt, (int)N, s->V, s->Vp, 1.0f / (float)N);
     out(r, "losses", loss, N);
     out(r, "dlogits", lg, n);
-    r->o->classifier(lg2, loss2, tgt, (int)N, s->V, s->Vp, 0.0f);
+    r->o->classifier(r->ctx, lg2, loss2, tgt, (int)N, s->V, s->Vp, 0.0f);
     out(r, "losses_fwd", loss2, N);
     out(r, "logits_kept", lg2, n);
 }
@@ -326,9 +327,9 @@ static void t_classifier_parts(struct run *r)
     float *lg = rnd(r, N * Vs, 2, 0), *mx = dev(r, N * 4), *sum = dev(r, N * 4);
     float *tl = dev(r, N * 4), *loss = dev(r, N * 4);
     if (r->broken) return;
-    r->o->classifier_max(lg, mx, (int)N, nv, Vs);
-    r->o->classifier_sumexp(lg, mx, tgt, v0, nv, Vs, sum, tl, (int)N);
-    r->o->classifier_finish(lg, loss, tgt, mx, sum, tl, v0, nv, Vs, (int)N, 0.5f);
+    r->o->classifier_max(r->ctx, lg, mx, (int)N, nv, Vs);
+    r->o->classifier_sumexp(r->ctx, lg, mx, tgt, v0, nv, Vs, sum, tl, (int)N);
+    r->o->classifier_finish(r->ctx, lg, loss, tgt, mx, sum, tl, v0, nv, Vs, (int)N, 0.5f);
     out(r, "row_max", mx, N);
     out(r, "row_sum", sum, N);
     out(r, "target_logit", tl, N);
@@ -345,12 +346,12 @@ static void t_optimizer(struct run *r)
     uint16_t *p16 = dev(r, n * 2), *x16 = dev(r, n * 2);
     float *ss = dev(r, sizeof(float));
     if (r->broken) return;
-    float sum = (float)r->o->sum_squares(g, n);
-    r->o->upload(ss, &sum, sizeof sum);
+    float sum = (float)r->o->sum_squares(r->ctx, g, n);
+    r->o->upload(r->ctx, ss, &sum, sizeof sum);
     out(r, "sum_squares", ss, 1);
-    r->o->to_bf16(x16, g, n);
+    r->o->to_bf16(r->ctx, x16, g, n);
     out16(r, "to_bf16", x16, n);
-    r->o->adamw(p, p16, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
+    r->o->adamw(r->ctx, p, p16, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
     out(r, "p", p, n);
     out(r, "m", m, n);
     out(r, "v", v, n);
@@ -392,15 +393,16 @@ static double rel_error(const float *a, const float *b, size_t n)
 }
 
 /* One case at one shape on one backend; false with the backend's error. */
-static bool run_case(struct run *r, const struct ops *o, const struct shape *s,
+static bool run_case(struct run *r, const struct ops *o, struct ops_ctx *ctx, const struct shape *s,
                      const struct selftest_case *c, char *why, size_t why_bytes)
 {
     memset(r, 0, sizeof *r);
     r->o = o;
+    r->ctx = ctx;
     r->s = s;
     rng_seed(&r->rng, 20261123, (uint64_t)(c - cases) * 131 + (uint64_t)(s - shapes));
     c->run(r);
-    if (o->take_error(why, why_bytes)) return false;
+    if (o->take_error(ctx, why, why_bytes)) return false;
     if (r->broken) {
         snprintf(why, why_bytes, "%s: out of memory for the case's buffers", o->name);
         return false;
@@ -414,18 +416,31 @@ int selftest_run(FILE *f)
     const char *env = getenv(PLAIT_ENV_DEVICE), *twin = getenv("PLAIT_SELFTEST_TWIN");
     int device = env && *env >= '0' && *env <= '9' ? atoi(env) : 0;
     const struct ops *gpu = NULL, *cpu = ops_cpu();
+    struct ops_ctx *gpu_ctx = NULL, *cpu_ctx = NULL;
+    if (!(cpu_ctx = cpu->open(0, why, sizeof why))) {
+        fprintf(f, "plait-train --selftest: the cpu backend: %s\n", why);
+        return PLAIT_EXIT_ERROR;
+    }
     if (twin && !strcmp(twin, "cpu")) { /* the harness itself, without a GPU (make test) */
         gpu = cpu;
         fprintf(f, "plait-train --selftest: PLAIT_SELFTEST_TWIN=cpu: the CPU against itself\n");
     } else if (ops_cuda_device_count(why, sizeof why) == 0) {
         fprintf(f, "plait-train --selftest: skipped: %s (exit %d)\n", why, PLAIT_EXIT_SKIPPED);
+        cpu->close(cpu_ctx);
         return PLAIT_EXIT_SKIPPED;
-    } else if (!(gpu = ops_cuda(device, why, sizeof why))) {
-        fprintf(f, "plait-train --selftest: the CUDA backend on device %d: %s\n", device, why);
+    } else if (!(gpu = ops_cuda(why, sizeof why))) {
+        fprintf(f, "plait-train --selftest: the CUDA backend: %s\n", why);
+        cpu->close(cpu_ctx);
         return PLAIT_EXIT_ERROR;
     } else {
         fprintf(f, "plait-train --selftest: each CUDA op (device %d) against kernels/cpu\n",
                 device);
+    }
+    if (!(gpu_ctx = gpu->open(device, why, sizeof why))) {
+        fprintf(f, "plait-train --selftest: the %s backend on device %d: %s\n", gpu->name, device,
+                why);
+        cpu->close(cpu_ctx);
+        return PLAIT_EXIT_ERROR;
     }
     fprintf(f,
             "error = max |gpu - cpu| / max |cpu|; repeat = a second GPU run gives the same bits\n");
@@ -440,9 +455,9 @@ int selftest_run(FILE *f)
             snprintf(sh, sizeof sh, "%d,%d,%d,%d,%d,%d,%d", s->B, s->T, s->C, s->NH, s->V, s->Vp,
                      s->OC);
             struct run rc = {0}, rg = {0}, rg2 = {0};
-            bool ok_c = run_case(&rc, cpu, s, c, why, sizeof why);
-            bool ok_g = ok_c && run_case(&rg, gpu, s, c, why, sizeof why);
-            bool ok_g2 = ok_g && run_case(&rg2, gpu, s, c, why, sizeof why);
+            bool ok_c = run_case(&rc, cpu, cpu_ctx, s, c, why, sizeof why);
+            bool ok_g = ok_c && run_case(&rg, gpu, gpu_ctx, s, c, why, sizeof why);
+            bool ok_g2 = ok_g && run_case(&rg2, gpu, gpu_ctx, s, c, why, sizeof why);
             if (!ok_g2) {
                 fprintf(f, "%-22s %-26s %-14s %10s %8s %-7s FAIL: %s\n", c->name, sh, "-", "-", "-",
                         "-", why);
@@ -463,6 +478,8 @@ int selftest_run(FILE *f)
             run_free(&rg2);
         }
     }
+    gpu->close(gpu_ctx);
+    cpu->close(cpu_ctx);
     fprintf(f, "plait-train --selftest: %s: %d of %d checks failed\n",
             failures ? "FAILED" : "passed", failures, checks);
     return failures ? PLAIT_EXIT_ERROR : PLAIT_EXIT_OK;

@@ -57,6 +57,8 @@ struct trainer {
     struct runlock run_lock, ckpt_lock; /* one run per run and checkpoint directory */
     struct ckptdir ckpts;
     bool ckpts_open;
+    const struct ops *ops; /* the op backend, */
+    struct ops_ctx *ctx;   /* its context (the model's, the collectives' stream) */
     struct model m;
     bool model_ready;
     struct data_loader train, val;
@@ -126,8 +128,8 @@ static int visible_index(int device)
  *   "auto": that GPU when one is usable, else the CPU, saying why when this
  *   build has the CUDA backend (precision fp8: the CPU, until CUDA has fp8). One rank per GPU; more
  * than one rank on GPUs needs the nccl collectives wired to device memory, not done yet. */
-static const struct ops *choose_backend(const struct plan *p, const struct env_rank *w,
-                                        struct plait_error *err)
+static const struct ops *choose_device(const struct plan *p, const struct env_rank *w,
+                                       struct ops_ctx **ctx, struct plait_error *err)
 {
     enum plan_device device = p->parallel.device;
     bool placed_on_cpu = w->device < 0 && getenv(PLAIT_ENV_DEVICE) != NULL;
@@ -153,8 +155,8 @@ static const struct ops *choose_backend(const struct plan *p, const struct env_r
             snprintf(why, sizeof why,
                      "precision \"fp8\" has no CUDA products yet (its quantiser, kernels/fp8.h, "
                      "runs emulated on the CPU)");
-        else
-            o = ops_cuda(index, why, sizeof why);
+        else if ((o = ops_cuda(why, sizeof why)) && !(*ctx = o->open(index, why, sizeof why)))
+            o = NULL;
     }
     if (o) {
         log_info("parallel.device \"%s\": training on CUDA device %d", plan_device_name(device),
@@ -169,6 +171,20 @@ static const struct ops *choose_backend(const struct plan *p, const struct env_r
     }
     if (ops_cuda_built()) log_info("parallel.device \"auto\": %s; training on the CPU", why);
     return ops_cpu();
+}
+
+/* choose_device's backend and a context of it (*ctx), or NULL with err. */
+static const struct ops *choose_backend(const struct plan *p, const struct env_rank *w,
+                                        struct ops_ctx **ctx, struct plait_error *err)
+{
+    char why[512] = "";
+    *ctx = NULL;
+    const struct ops *o = choose_device(p, w, ctx, err);
+    if (o && !*ctx && !(*ctx = o->open(0, why, sizeof why))) {
+        error_set(err, "the %s backend: %s", o->name, why);
+        return NULL;
+    }
+    return o;
 }
 
 /* ---- start: fresh or resumed ------------------------------------------------- */
@@ -204,7 +220,7 @@ static int init_weights(struct trainer *t, struct plait_error *err)
 static const char *bf16_emulation(const struct trainer *t)
 {
     if (t->plan->precision != PLAN_PRECISION_BF16 || !t->m.ops->bf16_emulation) return NULL;
-    return t->m.ops->bf16_emulation();
+    return t->m.ops->bf16_emulation(t->m.ctx);
 }
 
 /* Tokens a second over this process's timed steps (its first warms up), 0
@@ -355,30 +371,30 @@ static double measure_peak_gflops(struct model *m)
     if (env && atof(env) > 0) return atof(env);
     const struct ops *o = m->ops;
     int N = 256, C = 1024, OC = 2048;
-    float *x = o->alloc((size_t)N * C * 4), *w = o->alloc((size_t)OC * C * 4);
-    float *y = o->alloc((size_t)N * OC * 4);
-    uint16_t *w16 = m->params16 ? o->alloc((size_t)OC * C * 2) : NULL;
+    float *x = o->alloc(m->ctx, (size_t)N * C * 4), *w = o->alloc(m->ctx, (size_t)OC * C * 4);
+    float *y = o->alloc(m->ctx, (size_t)N * OC * 4);
+    uint16_t *w16 = m->params16 ? o->alloc(m->ctx, (size_t)OC * C * 2) : NULL;
     double best = 0;
     if (x && w && y && (w16 || !m->params16)) {
-        if (w16) o->to_bf16(w16, w, (size_t)OC * C);
+        if (w16) o->to_bf16(m->ctx, w16, w, (size_t)OC * C);
         /* the best of a dozen after warm-up: noise only ever slows a product down */
         for (int i = 0; i < 14; i++) {
             double t0 = now_s();
             if (m->precision == PLAN_PRECISION_FP8) /* quantising included, as in training */
-                o->matmul_forward_fp8(y, x, w, NULL, N, C, OC, m->fp8_scaling);
+                o->matmul_forward_fp8(m->ctx, y, x, w, NULL, N, C, OC, m->fp8_scaling);
             else
-                o->matmul_forward(y, x, w, w16, NULL, N, C, OC);
+                o->matmul_forward(m->ctx, y, x, w, w16, NULL, N, C, OC);
             float first; /* waits for the product (a GPU's runs asynchronously) */
-            o->download(&first, y, sizeof first);
+            o->download(m->ctx, &first, y, sizeof first);
             double rate = 2.0 * N * C * OC / (now_s() - t0) / 1e9;
             if (i >= 2 && rate > best) best = rate;
         }
     }
-    o->free(x);
-    o->free(w);
-    o->free(y);
-    if (w16) o->free(w16);
-    o->take_error(NULL, 0);
+    o->free(m->ctx, x);
+    o->free(m->ctx, w);
+    o->free(m->ctx, y);
+    if (w16) o->free(m->ctx, w16);
+    o->take_error(m->ctx, NULL, 0);
     return best;
 }
 
@@ -559,8 +575,7 @@ static int setup(struct trainer *t, struct plait_error *err)
     bool rank0 = w->rank == 0;
     t->multi = w->world > 1;
     if (check_layout(p, w, err)) return -1;
-    const struct ops *ops = choose_backend(p, w, err);
-    if (!ops) return -1;
+    if (!(t->ops = choose_backend(p, w, &t->ctx, err))) return -1;
     struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
     int B = p->batch.micro_batch, T = p->model.seq_len;
     if (parallel_init(&t->par, w, p->parallel.timeout_s, err)) return -1;
@@ -596,7 +611,7 @@ static int setup(struct trainer *t, struct plait_error *err)
                                 .split_backward = t->sched.split_backward,
                                 .sequence_parallel = p->parallel.sequence_parallel};
     t->rss_before_model = proc_status_bytes("VmRSS");
-    if (model_init(&t->m, &cfg, &part, &t->par.g_tp, ops, &shape, err)) return -1;
+    if (model_init(&t->m, &cfg, &part, &t->par.g_tp, t->ops, t->ctx, &shape, err)) return -1;
     t->model_ready = true;
     if (w->dp > 1 && p->parallel.zero == 0 && t->par.g_dp.iallreduce) {
         if (buckets_init(&t->buckets, &t->m, &t->par.g_dp, p->parallel.bucket_mb, err)) return -1;
@@ -708,6 +723,8 @@ static void teardown(struct trainer *t)
     data_close(&t->val);
     data_close(&t->train);
     if (t->model_ready) model_free(&t->m);
+    if (t->ctx) t->ops->close(t->ctx); /* after the model and the collectives that used it */
+    t->ctx = NULL;
     free(t->inputs);
     free(t->targets);
     free(t->dump_tokens);

@@ -2,7 +2,10 @@
  * fp32: oneDNN's matmul primitive for large NT products (X·Wᵀ, where dnnl_sgemm
  * is slowest), dnnl_sgemm for the rest; bf16: the matmul primitive, or without
  * bf16 instructions gemm_f32 on widened copies; fp64: CBLAS (tests only). The
- * primitives are cached for all threads; bench/gemm_bench.c chose among them. */
+ * primitives are cached for all threads; bench/gemm_bench.c chose among them.
+ * The oneDNN engine, the primitive cache and the per-thread state stay
+ * process-wide (not in kernels/ops.h's struct ops_ctx): shared by every
+ * context, thread-safe, and holding no context's data. */
 #include "kernels/cpu/gemm.h"
 
 #include "kernels/cpu/bf16.h"

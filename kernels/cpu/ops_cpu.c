@@ -1,7 +1,10 @@
 /* ops_cpu.c — the CPU backend of kernels/ops.h: instantiates the generic
  * kernels for float and double, adds what only the float path has (bf16
- * matrix products, AdamW, memory), and fills the ops table. The kernels'
- * maths lives in ops_generic.inc; the matrix products in gemm.c. */
+ * matrix products, AdamW, memory), its context (the sticky error and the
+ * scratch of the bf16 and fp8 products) and fills the ops table. The
+ * kernels' maths lives in ops_generic.inc; the matrix products in gemm.c,
+ * whose oneDNN engine and primitive cache are process-wide and thread-safe,
+ * shared by every context (gemm.h). */
 #include "kernels/cpu/ops_cpu.h"
 
 #include <math.h>
@@ -18,21 +21,62 @@
 #include "kernels/ops.h"
 #include "kernels/ops_error.h"
 
-/* ---- sticky error ---------------------------------------------------------- */
+/* ---- the context -------------------------------------------------------------- */
 
-static struct ops_error cpu_error = OPS_ERROR_INIT;
+/* fp8 operand slots (see the fp8 products below): input, weight, gradient, again */
+enum { Q_X, Q_W, Q_D, Q_DT, Q_SLOTS };
 
-void cpu_set_error(const char *fmt, ...)
+/* What a CPU context owns: the sticky error and scratch grown on demand
+ * (bf16 copies of activations, two slots; fp8 operands), used by one thread
+ * at a time, as ops.h says. */
+struct ops_ctx {
+    struct ops_error error;
+    uint16_t *scratch16[2];
+    size_t scratch16_elems[2];
+    struct fp8_slot {
+        uint8_t *q;
+        float *f, *scales;
+        size_t q_elems, f_elems, n_scales;
+    } fp8[Q_SLOTS];
+};
+
+static struct ops_ctx *cpu_open(int device, char *errbuf, size_t errbuf_bytes)
+{
+    (void)device; /* one CPU */
+    struct ops_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx || ops_error_init(&ctx->error)) {
+        free(ctx);
+        if (errbuf && errbuf_bytes)
+            snprintf(errbuf, errbuf_bytes, "out of memory for the cpu backend's context");
+        return NULL;
+    }
+    return ctx;
+}
+
+static void cpu_close(struct ops_ctx *ctx)
+{
+    if (!ctx) return;
+    for (int i = 0; i < 2; i++) free(ctx->scratch16[i]);
+    for (int i = 0; i < Q_SLOTS; i++) {
+        free(ctx->fp8[i].q);
+        free(ctx->fp8[i].f);
+        free(ctx->fp8[i].scales);
+    }
+    ops_error_destroy(&ctx->error);
+    free(ctx);
+}
+
+void cpu_set_error(struct ops_ctx *ctx, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    ops_error_vset(&cpu_error, fmt, ap);
+    ops_error_vset(&ctx->error, fmt, ap);
     va_end(ap);
 }
 
-int cpu_take_error(char *buf, size_t bytes)
+static int cpu_take_error(struct ops_ctx *ctx, char *buf, size_t bytes)
 {
-    return ops_error_take(&cpu_error, buf, bytes);
+    return ops_error_take(&ctx->error, buf, bytes);
 }
 
 /* ---- the generic kernels, twice -------------------------------------------- */
@@ -61,25 +105,27 @@ int cpu_take_error(char *buf, size_t bytes)
 
 /* ---- memory ---------------------------------------------------------------- */
 
-static void *cpu_alloc(size_t bytes)
+static void *cpu_alloc(struct ops_ctx *ctx, size_t bytes)
 {
     size_t rounded = (bytes + 63) / 64 * 64;
     void *p = aligned_alloc(64, rounded ? rounded : 64);
     if (!p) {
-        cpu_set_error("out of memory allocating %zu bytes", bytes);
+        cpu_set_error(ctx, "out of memory allocating %zu bytes", bytes);
         return NULL;
     }
     memset(p, 0, rounded ? rounded : 64);
     return p;
 }
 
-static void cpu_free(void *p)
+static void cpu_free(struct ops_ctx *ctx, void *p)
 {
+    (void)ctx;
     free(p);
 }
 
-static void cpu_copy(void *dst, const void *src, size_t bytes)
+static void cpu_copy(struct ops_ctx *ctx, void *dst, const void *src, size_t bytes)
 {
+    (void)ctx;
     /* large copies (checkpoints' host copies, whole buffers) in 1 MiB pieces on
      * every thread: one core's memcpy leaves memory bandwidth unused */
     enum { PIECE = 1 << 20 };
@@ -95,8 +141,9 @@ static void cpu_copy(void *dst, const void *src, size_t bytes)
     }
 }
 
-static void cpu_zero(void *p, size_t bytes)
+static void cpu_zero(struct ops_ctx *ctx, void *p, size_t bytes)
 {
+    (void)ctx;
     memset(p, 0, bytes);
 }
 
@@ -111,69 +158,68 @@ static void fill_rows(float *out, const float *bias, int N, int OC)
 
 /* Scratch buffer p holding *have elements, grown to want (its contents
  * lost); NULL, with the sticky error, when out of memory. */
-static void *grow(void *p, size_t *have, size_t want, size_t elem_bytes)
+static void *grow(struct ops_ctx *ctx, void *p, size_t *have, size_t want, size_t elem_bytes)
 {
     if (*have >= want && p) return p;
     free(p);
     p = aligned_alloc(64, (want * elem_bytes + 63) / 64 * 64 + 64);
     *have = p ? want : 0;
-    if (!p) cpu_set_error("out of memory for a copy of %zu elements in bf16 or fp8", want);
+    if (!p) cpu_set_error(ctx, "out of memory for a copy of %zu elements in bf16 or fp8", want);
     return p;
 }
 
-/* Scratch for bf16 copies of activations: grown on demand, owned by the
- * backend. The runtime calls ops from one thread, so one buffer per slot. */
-static uint16_t *scratch16[2];
-static size_t scratch16_elems[2];
-
-static uint16_t *bf16_scratch(int slot, const float *src, size_t n)
+/* A bf16 copy of src in ctx's scratch slot (0 or 1), or NULL (the error set). */
+static uint16_t *bf16_scratch(struct ops_ctx *ctx, int slot, const float *src, size_t n)
 {
-    scratch16[slot] = grow(scratch16[slot], &scratch16_elems[slot], n, sizeof(uint16_t));
-    if (scratch16[slot]) bf16_from_f32(scratch16[slot], src, n);
-    return scratch16[slot];
+    uint16_t **p = &ctx->scratch16[slot];
+    *p = grow(ctx, *p, &ctx->scratch16_elems[slot], n, sizeof(uint16_t));
+    if (*p) bf16_from_f32(*p, src, n);
+    return *p;
 }
 
-static void mm16(bool ta, bool tb, int M, int N, int K, const uint16_t *A, int lda,
-                 const uint16_t *B, int ldb, float beta, float *Cm, int ldc)
+static void mm16(struct ops_ctx *ctx, bool ta, bool tb, int M, int N, int K, const uint16_t *A,
+                 int lda, const uint16_t *B, int ldb, float beta, float *Cm, int ldc)
 {
     char msg[256];
     if (gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc, msg, sizeof msg) != 0)
-        cpu_set_error("bf16 gemm %c%c %dx%dx%d: %s", ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, msg);
+        cpu_set_error(ctx, "bf16 gemm %c%c %dx%dx%d: %s", ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K,
+                      msg);
 }
 
-static void cpu_matmul_forward(float *out, const float *inp, const float *w, const uint16_t *w16,
-                               const float *bias, int N, int C, int OC)
+static void cpu_matmul_forward(struct ops_ctx *ctx, float *out, const float *inp, const float *w,
+                               const uint16_t *w16, const float *bias, int N, int C, int OC)
 {
     if (!w16) {
-        cpu_matmul_forward_f32(out, inp, w, bias, N, C, OC);
+        cpu_matmul_forward_f32(ctx, out, inp, w, bias, N, C, OC);
         return;
     }
-    const uint16_t *x16 = bf16_scratch(0, inp, (size_t)N * C);
+    const uint16_t *x16 = bf16_scratch(ctx, 0, inp, (size_t)N * C);
     if (!x16) return;
     if (bias) fill_rows(out, bias, N, OC);
-    mm16(false, true, N, OC, C, x16, C, w16, C, bias ? 1.0f : 0.0f, out, OC);
+    mm16(ctx, false, true, N, OC, C, x16, C, w16, C, bias ? 1.0f : 0.0f, out, OC);
 }
 
-static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                                const float *inp, const float *w, const uint16_t *w16, int N, int C,
-                                int OC, bool accumulate)
+static void cpu_matmul_backward(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias,
+                                const float *dout, const float *inp, const float *w,
+                                const uint16_t *w16, int N, int C, int OC, bool accumulate)
 {
     if (!w16) {
-        cpu_matmul_backward_f32(dinp, dw, dbias, dout, inp, w, N, C, OC, accumulate);
+        cpu_matmul_backward_f32(ctx, dinp, dw, dbias, dout, inp, w, N, C, OC, accumulate);
         return;
     }
-    const uint16_t *d16 = bf16_scratch(0, dout, (size_t)N * OC);
-    const uint16_t *x16 = dw ? bf16_scratch(1, inp, (size_t)N * C) : NULL;
+    const uint16_t *d16 = bf16_scratch(ctx, 0, dout, (size_t)N * OC);
+    const uint16_t *x16 = dw ? bf16_scratch(ctx, 1, inp, (size_t)N * C) : NULL;
     if (!d16 || (dw && !x16)) return;
-    if (dinp) mm16(false, false, N, C, OC, d16, OC, w16, C, 0.0f, dinp, C);
+    if (dinp) mm16(ctx, false, false, N, C, OC, d16, OC, w16, C, 0.0f, dinp, C);
     if (!dw) return;
-    mm16(true, false, OC, C, N, d16, OC, x16, C, accumulate ? 1.0f : 0.0f, dw, C);
+    mm16(ctx, true, false, OC, C, N, d16, OC, x16, C, accumulate ? 1.0f : 0.0f, dw, C);
     if (dbias) bias_backward_f32(dbias, dout, N, OC, accumulate);
 }
 
 /* The line from gemm_bf16_emulated, when emulated. */
-static const char *cpu_bf16_emulation(void)
+static const char *cpu_bf16_emulation(struct ops_ctx *ctx)
 {
+    (void)ctx;
     const char *how;
     return gemm_bf16_emulated(&how) ? how : NULL;
 }
@@ -187,12 +233,7 @@ static const char *cpu_bf16_emulation(void)
  * scale pointers do); block scaling divides each decoded value by its tile's
  * scale, which is the per-128-deep partial product scaling of DeepSeek-V3
  * within fp32 rounding. */
-enum { Q_X, Q_W, Q_D, Q_DT, Q_SLOTS }; /* operand slots: input, weight, gradient, again */
-static struct {
-    uint8_t *q;
-    float *f, *scales;
-    size_t q_elems, f_elems, n_scales;
-} fp8_scratch[Q_SLOTS];
+/* (operand slots Q_X..Q_DT: the context's fp8 scratch) */
 
 /* Tiles of an operand (0 × 0: the whole tensor, one scale). */
 struct tile {
@@ -213,19 +254,18 @@ static struct tile weight_tile(bool block)
     return block ? (struct tile){FP8_TILE, FP8_TILE} : (struct tile){0, 0};
 }
 
-/* x (rows, cols) quantised in tiles and decoded into slot's floats, which it
- * returns (NULL on failure); *scale: the tensor's scale, or 1 when the tiles'
- * scales were divided out in decoding. */
-static const float *fp8_operand(int slot, const float *x, int rows, int cols, struct tile t,
-                                enum fp8_format fmt, float *scale)
+/* x (rows, cols) quantised in tiles and decoded into ctx's slot's floats,
+ * which it returns (NULL on failure); *scale: the tensor's scale, or 1 when
+ * the tiles' scales were divided out in decoding. */
+static const float *fp8_operand(struct ops_ctx *ctx, int slot, const float *x, int rows, int cols,
+                                struct tile t, enum fp8_format fmt, float *scale)
 {
     size_t n = (size_t)rows * cols, ns = fp8_scale_count(rows, cols, t.rows, t.cols);
     bool tensor = t.rows == 0 && t.cols == 0;
-    uint8_t *q = fp8_scratch[slot].q = grow(fp8_scratch[slot].q, &fp8_scratch[slot].q_elems, n, 1);
-    float *f = fp8_scratch[slot].f =
-        grow(fp8_scratch[slot].f, &fp8_scratch[slot].f_elems, n, sizeof(float));
-    float *s = fp8_scratch[slot].scales =
-        grow(fp8_scratch[slot].scales, &fp8_scratch[slot].n_scales, ns, sizeof(float));
+    struct fp8_slot *sc = &ctx->fp8[slot];
+    uint8_t *q = sc->q = grow(ctx, sc->q, &sc->q_elems, n, 1);
+    float *f = sc->f = grow(ctx, sc->f, &sc->f_elems, n, sizeof(float));
+    float *s = sc->scales = grow(ctx, sc->scales, &sc->n_scales, ns, sizeof(float));
     if (!q || !f || !s) return NULL;
     fp8_quantize(q, s, x, rows, cols, t.rows, t.cols, fmt);
     fp8_dequantize(f, q, tensor ? NULL : s, rows, cols, t.rows, t.cols, fmt);
@@ -233,22 +273,23 @@ static const float *fp8_operand(int slot, const float *x, int rows, int cols, st
     return f;
 }
 
-static void cpu_matmul_forward_fp8(float *out, const float *inp, const float *w, const float *bias,
-                                   int N, int C, int OC, enum fp8_scaling scaling)
+static void cpu_matmul_forward_fp8(struct ops_ctx *ctx, float *out, const float *inp,
+                                   const float *w, const float *bias, int N, int C, int OC,
+                                   enum fp8_scaling scaling)
 {
     bool block = scaling == FP8_SCALING_BLOCK;
     float sx, sw;
-    const float *x8 = fp8_operand(Q_X, inp, N, C, act_tile(block, false), FP8_E4M3, &sx);
-    const float *w8 = fp8_operand(Q_W, w, OC, C, weight_tile(block), FP8_E4M3, &sw);
+    const float *x8 = fp8_operand(ctx, Q_X, inp, N, C, act_tile(block, false), FP8_E4M3, &sx);
+    const float *w8 = fp8_operand(ctx, Q_W, w, OC, C, weight_tile(block), FP8_E4M3, &sw);
     if (!x8 || !w8) return;
     if (bias) fill_rows(out, bias, N, OC);
-    mm_f32(false, true, N, OC, C, 1.0f / sx * (1.0f / sw), x8, C, w8, C, bias ? 1.0f : 0.0f, out,
-           OC);
+    mm_f32(ctx, false, true, N, OC, C, 1.0f / sx * (1.0f / sw), x8, C, w8, C, bias ? 1.0f : 0.0f,
+           out, OC);
 }
 
-static void cpu_matmul_backward_fp8(float *dinp, float *dw, float *dbias, const float *dout,
-                                    const float *inp, const float *w, int N, int C, int OC,
-                                    bool accumulate, enum fp8_scaling scaling)
+static void cpu_matmul_backward_fp8(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias,
+                                    const float *dout, const float *inp, const float *w, int N,
+                                    int C, int OC, bool accumulate, enum fp8_scaling scaling)
 {
     bool block = scaling == FP8_SCALING_BLOCK;
     enum fp8_format grad = block ? FP8_E4M3 : FP8_E5M2;
@@ -257,23 +298,23 @@ static void cpu_matmul_backward_fp8(float *dinp, float *dw, float *dbias, const 
      * (a tensor's dout serves the weight gradient too) */
     const float *d8 = NULL;
     if (dinp || !block) {
-        d8 = fp8_operand(Q_D, dout, N, OC, act_tile(block, false), grad, &sd);
+        d8 = fp8_operand(ctx, Q_D, dout, N, OC, act_tile(block, false), grad, &sd);
         if (!d8) return;
     }
     if (dinp) {
-        const float *w8 = fp8_operand(Q_W, w, OC, C, weight_tile(block), FP8_E4M3, &sw);
+        const float *w8 = fp8_operand(ctx, Q_W, w, OC, C, weight_tile(block), FP8_E4M3, &sw);
         if (!w8) return;
-        mm_f32(false, false, N, C, OC, 1.0f / sd * (1.0f / sw), d8, OC, w8, C, 0.0f, dinp, C);
+        mm_f32(ctx, false, false, N, C, OC, 1.0f / sd * (1.0f / sw), d8, OC, w8, C, 0.0f, dinp, C);
     }
     if (!dw) return;
     /* dw (OC,C) = doutᵀ · inp (N,C): reduced over N, both operands' rows */
     float sdt = sd;
     const float *dt8 =
-        block ? fp8_operand(Q_DT, dout, N, OC, act_tile(block, true), grad, &sdt) : d8;
+        block ? fp8_operand(ctx, Q_DT, dout, N, OC, act_tile(block, true), grad, &sdt) : d8;
     const float *x8 =
-        dt8 ? fp8_operand(Q_X, inp, N, C, act_tile(block, true), FP8_E4M3, &sx) : NULL;
+        dt8 ? fp8_operand(ctx, Q_X, inp, N, C, act_tile(block, true), FP8_E4M3, &sx) : NULL;
     if (!x8) return;
-    mm_f32(true, false, OC, C, N, 1.0f / sdt * (1.0f / sx), dt8, OC, x8, C,
+    mm_f32(ctx, true, false, OC, C, N, 1.0f / sdt * (1.0f / sx), dt8, OC, x8, C,
            accumulate ? 1.0f : 0.0f, dw, C);
     if (dbias) bias_backward_f32(dbias, dout, N, OC, accumulate);
 }
@@ -303,10 +344,11 @@ CPU_CLONES static void adamw_loop(float *p, uint16_t *p16, const float *g, float
     }
 }
 
-static void cpu_adamw(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n,
-                      float lr, float beta1, float beta2, float eps, float weight_decay,
-                      float grad_scale, int step)
+static void cpu_adamw(struct ops_ctx *ctx, float *p, uint16_t *p16, const float *g, float *m,
+                      float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                      float weight_decay, float grad_scale, int step)
 {
+    (void)ctx;
     float decay = 1.0f - lr * weight_decay;
     float step_size = (float)(lr / (1.0 - pow(beta1, step)));
     float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, step));
@@ -320,13 +362,22 @@ static void cpu_adamw(float *p, uint16_t *p16, const float *g, float *m, float *
 
 /* ---- the table --------------------------------------------------------------- */
 
-static double cpu_sum_squares(const float *x, size_t n)
+static double cpu_sum_squares(struct ops_ctx *ctx, const float *x, size_t n)
 {
-    return cpu_sum_squares_f32(x, n);
+    return cpu_sum_squares_f32(ctx, x, n);
+}
+
+static void cpu_to_bf16(struct ops_ctx *ctx, uint16_t *dst, const float *src, size_t n)
+{
+    (void)ctx;
+    bf16_from_f32(dst, src, n);
 }
 
 static const struct ops cpu_ops = {
     .name = "cpu",
+    .open = cpu_open,
+    .close = cpu_close,
+    .stream = NULL, /* ops are done when they return */
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,
@@ -354,7 +405,7 @@ static const struct ops cpu_ops = {
     .classifier_finish = cpu_classifier_finish_f32,
     .sum_squares = cpu_sum_squares,
     .adamw = cpu_adamw,
-    .to_bf16 = bf16_from_f32,
+    .to_bf16 = cpu_to_bf16,
     .bf16_emulation = cpu_bf16_emulation,
 };
 

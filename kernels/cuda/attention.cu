@@ -66,19 +66,22 @@ __global__ void att_values_kernel(float *out, const float *att, const float *qkv
     out[i] = acc;
 }
 
-void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+void cu_attention_forward(struct ops_ctx *ctx, float *out, float *att, const float *qkv, int B,
+                          int T, int C, int NH)
 {
     if (B <= 0 || T <= 0 || C <= 0) return;
     float scale = 1.0f / sqrtf((float)(C / NH));
     size_t n = (size_t)B * NH * T * T;
-    scores_kernel<<<cu_blocks(n, THREADS), THREADS, 0, cu_stream>>>(att, qkv, B, T, C, NH, scale);
-    if (!LAUNCH_OK()) return;
+    scores_kernel<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(att, qkv, B, T, C, NH, scale);
+    if (!LAUNCH_OK(ctx)) return;
     int rows = B * NH * T;
-    causal_softmax_kernel<<<cu_blocks((size_t)rows, WARPS), THREADS, 0, cu_stream>>>(att, rows, T);
-    if (!LAUNCH_OK()) return;
+    causal_softmax_kernel<<<cu_blocks((size_t)rows, WARPS), THREADS, 0, ctx->stream>>>(att, rows,
+                                                                                       T);
+    if (!LAUNCH_OK(ctx)) return;
     size_t m = (size_t)B * T * C;
-    att_values_kernel<<<cu_blocks(m, THREADS), THREADS, 0, cu_stream>>>(out, att, qkv, B, T, C, NH);
-    (void)LAUNCH_OK();
+    att_values_kernel<<<cu_blocks(m, THREADS), THREADS, 0, ctx->stream>>>(out, att, qkv, B, T, C,
+                                                                          NH);
+    (void)LAUNCH_OK(ctx);
 }
 
 /* datt[bh,t,s] = dout_t·v_s for s ≤ t (0 above) */
@@ -140,20 +143,20 @@ __global__ void dqkv_kernel(float *dqkv, const float *dS, const float *att, cons
     o[2 * C] = dv;
 }
 
-void cu_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                           const float *att, int B, int T, int C, int NH)
+void cu_attention_backward(struct ops_ctx *ctx, float *dqkv, float *datt, const float *dout,
+                           const float *qkv, const float *att, int B, int T, int C, int NH)
 {
     if (B <= 0 || T <= 0 || C <= 0) return;
     float scale = 1.0f / sqrtf((float)(C / NH));
     size_t n = (size_t)B * NH * T * T;
-    datt_kernel<<<cu_blocks(n, THREADS), THREADS, 0, cu_stream>>>(datt, dout, qkv, B, T, C, NH);
-    if (!LAUNCH_OK()) return;
+    datt_kernel<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(datt, dout, qkv, B, T, C, NH);
+    if (!LAUNCH_OK(ctx)) return;
     int rows = B * NH * T;
-    softmax_backward_kernel<<<cu_blocks((size_t)rows, WARPS), THREADS, 0, cu_stream>>>(
+    softmax_backward_kernel<<<cu_blocks((size_t)rows, WARPS), THREADS, 0, ctx->stream>>>(
         datt, att, rows, T, scale);
-    if (!LAUNCH_OK()) return;
+    if (!LAUNCH_OK(ctx)) return;
     size_t m = (size_t)B * T * C;
-    dqkv_kernel<<<cu_blocks(m, THREADS), THREADS, 0, cu_stream>>>(dqkv, datt, att, dout, qkv, B, T,
-                                                                  C, NH);
-    (void)LAUNCH_OK();
+    dqkv_kernel<<<cu_blocks(m, THREADS), THREADS, 0, ctx->stream>>>(dqkv, datt, att, dout, qkv, B,
+                                                                    T, C, NH);
+    (void)LAUNCH_OK(ctx);
 }

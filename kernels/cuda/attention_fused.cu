@@ -176,28 +176,31 @@ __global__ void flash_dq_kernel(float *dqkv, const float *qkv, const float *dout
 
 /* dynamic shared memory of `tiles` (TILE, hs+1) tiles and `extra` floats,
  * opting in above 48 KiB */
-static bool smem_for(const void *kernel, int tiles, int hs, size_t extra, size_t *bytes)
+static bool smem_for(struct ops_ctx *ctx, const void *kernel, int tiles, int hs, size_t extra,
+                     size_t *bytes)
 {
     *bytes = ((size_t)tiles * TILE * (hs + 1) + extra) * sizeof(float);
     if (*bytes <= 48u << 10) return true;
-    return CUDA_OK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*bytes));
+    return CUDA_OK(ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)*bytes));
 }
 
-extern "C" void ops_cuda_attention_fused_forward(float *out, float *lse, const float *qkv, int B,
-                                                 int T, int C, int NH)
+extern "C" void ops_cuda_attention_fused_forward(struct ops_ctx *ctx, float *out, float *lse,
+                                                 const float *qkv, int B, int T, int C, int NH)
 {
     if (B <= 0 || T <= 0 || C <= 0) return;
     int hs = C / NH;
     size_t bytes;
-    if (!smem_for((const void *)flash_forward_kernel, 4, hs, TILE * (TILE + 1), &bytes)) return;
+    if (!smem_for(ctx, (const void *)flash_forward_kernel, 4, hs, TILE * (TILE + 1), &bytes))
+        return;
     dim3 grid(cu_blocks((size_t)T, TILE), (unsigned)(B * NH));
-    flash_forward_kernel<<<grid, TILE, bytes, cu_stream>>>(out, lse, qkv, T, C, NH,
-                                                           1.0f / sqrtf((float)hs));
-    (void)LAUNCH_OK();
+    flash_forward_kernel<<<grid, TILE, bytes, ctx->stream>>>(out, lse, qkv, T, C, NH,
+                                                             1.0f / sqrtf((float)hs));
+    (void)LAUNCH_OK(ctx);
 }
 
-extern "C" void ops_cuda_attention_fused_backward(float *dqkv, const float *dout, const float *qkv,
+extern "C" void ops_cuda_attention_fused_backward(struct ops_ctx *ctx, float *dqkv,
+                                                  const float *dout, const float *qkv,
                                                   const float *out, const float *lse, int B, int T,
                                                   int C, int NH)
 {
@@ -205,15 +208,16 @@ extern "C" void ops_cuda_attention_fused_backward(float *dqkv, const float *dout
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     size_t rows = (size_t)B * NH * T, bytes;
-    float *Dr = (float *)cu_scratch(CU_SCRATCH_PARTIAL, rows * sizeof(float));
+    float *Dr = (float *)cu_scratch(ctx, CU_SCRATCH_PARTIAL, rows * sizeof(float));
     if (!Dr) return;
-    flash_rowdot_kernel<<<cu_blocks(rows, 256), 256, 0, cu_stream>>>(Dr, dout, out, B, T, C, NH);
-    if (!LAUNCH_OK()) return;
+    flash_rowdot_kernel<<<cu_blocks(rows, 256), 256, 0, ctx->stream>>>(Dr, dout, out, B, T, C, NH);
+    if (!LAUNCH_OK(ctx)) return;
     dim3 grid(cu_blocks((size_t)T, TILE), (unsigned)(B * NH));
-    if (!smem_for((const void *)flash_dkdv_kernel, 6, hs, 0, &bytes)) return;
-    flash_dkdv_kernel<<<grid, TILE, bytes, cu_stream>>>(dqkv, qkv, dout, lse, Dr, T, C, NH, scale);
-    if (!LAUNCH_OK()) return;
-    if (!smem_for((const void *)flash_dq_kernel, 5, hs, 0, &bytes)) return;
-    flash_dq_kernel<<<grid, TILE, bytes, cu_stream>>>(dqkv, qkv, dout, lse, Dr, T, C, NH, scale);
-    (void)LAUNCH_OK();
+    if (!smem_for(ctx, (const void *)flash_dkdv_kernel, 6, hs, 0, &bytes)) return;
+    flash_dkdv_kernel<<<grid, TILE, bytes, ctx->stream>>>(dqkv, qkv, dout, lse, Dr, T, C, NH,
+                                                          scale);
+    if (!LAUNCH_OK(ctx)) return;
+    if (!smem_for(ctx, (const void *)flash_dq_kernel, 5, hs, 0, &bytes)) return;
+    flash_dq_kernel<<<grid, TILE, bytes, ctx->stream>>>(dqkv, qkv, dout, lse, Dr, T, C, NH, scale);
+    (void)LAUNCH_OK(ctx);
 }

@@ -1,7 +1,8 @@
-/* backend.cu — the CUDA backend's state and table: the sticky error and the
- * check helpers, the device binding (stream, cuBLASLt handle and workspace),
- * memory ops (alloc zeroed, copies on the backend's stream), scratch buffers,
- * and ops_cuda(). The kernels live in the other .cu files, one per group. */
+/* backend.cu — the CUDA backend's context and table: the sticky error and the
+ * check helpers, open/close of a context (device, stream, cuBLASLt handle and
+ * workspace, scratch buffers, encoder.cu's host buffers), memory ops (alloc
+ * zeroed, copies on the context's stream), and ops_cuda(). The kernels live
+ * in the other .cu files, one per group. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,134 +15,137 @@
 
 /* ---- sticky error ------------------------------------------------------------- */
 
-static struct ops_error cuda_error = OPS_ERROR_INIT;
-
-void cu_set_error(const char *fmt, ...)
+void cu_set_error(struct ops_ctx *ctx, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    ops_error_vset(&cuda_error, fmt, ap);
+    ops_error_vset(&ctx->error, fmt, ap);
     va_end(ap);
 }
 
-bool cu_fail_cuda(cudaError_t e, const char *what, const char *file, int line)
+bool cu_fail_cuda(struct ops_ctx *ctx, cudaError_t e, const char *what, const char *file, int line)
 {
     if (e == cudaSuccess) return false;
-    cu_set_error("%s:%d: %s: CUDA error %s: %s", file, line, what, cudaGetErrorName(e),
+    cu_set_error(ctx, "%s:%d: %s: CUDA error %s: %s", file, line, what, cudaGetErrorName(e),
                  cudaGetErrorString(e));
     return true;
 }
 
-bool cu_fail_lt(cublasStatus_t s, const char *what, const char *file, int line)
+bool cu_fail_lt(struct ops_ctx *ctx, cublasStatus_t s, const char *what, const char *file, int line)
 {
     if (s == CUBLAS_STATUS_SUCCESS) return false;
-    cu_set_error("%s:%d: %s: cuBLASLt error %s", file, line, what, cublasLtGetStatusString(s));
+    cu_set_error(ctx, "%s:%d: %s: cuBLASLt error %s", file, line, what, cublasLtGetStatusString(s));
     return true;
 }
 
 /* Waits for the stream (faults of earlier kernels surface here), then hands
  * over the first error since the last call. */
-static int cuda_take_error(char *buf, size_t bytes)
+static int cuda_take_error(struct ops_ctx *ctx, char *buf, size_t bytes)
 {
-    if (cu_stream) (void)CUDA_OK(cudaStreamSynchronize(cu_stream));
-    (void)CUDA_OK(cudaGetLastError());
-    return ops_error_take(&cuda_error, buf, bytes);
+    if (ctx->stream) (void)CUDA_OK(ctx, cudaStreamSynchronize(ctx->stream));
+    (void)CUDA_OK(ctx, cudaGetLastError());
+    return ops_error_take(&ctx->error, buf, bytes);
 }
 
-/* ---- state ------------------------------------------------------------------------ */
+/* ---- scratch ------------------------------------------------------------------------ */
 
-cudaStream_t cu_stream;
-cublasLtHandle_t cu_lt;
-void *cu_lt_workspace;
-size_t cu_lt_workspace_bytes;
-static int bound_device = -1;
-
-static void *scratch[CU_SLOTS];
-static size_t scratch_bytes[CU_SLOTS];
-
-void *cu_scratch(int slot, size_t bytes)
+void *cu_scratch(struct ops_ctx *ctx, int slot, size_t bytes)
 {
-    if (scratch_bytes[slot] >= bytes && scratch[slot]) return scratch[slot];
-    if (scratch[slot]) {
-        (void)CUDA_OK(cudaStreamSynchronize(cu_stream)); /* earlier kernels may still read it */
-        (void)CUDA_OK(cudaFree(scratch[slot]));
+    void **p = &ctx->scratch[slot];
+    if (ctx->scratch_bytes[slot] >= bytes && *p) return *p;
+    if (*p) {
+        /* earlier kernels may still read it */
+        (void)CUDA_OK(ctx, cudaStreamSynchronize(ctx->stream));
+        (void)CUDA_OK(ctx, cudaFree(*p));
     }
-    scratch[slot] = NULL;
-    scratch_bytes[slot] = 0;
+    *p = NULL;
+    ctx->scratch_bytes[slot] = 0;
     size_t grown = bytes < 1024 ? 1024 : bytes;
-    if (!CUDA_OK(cudaMalloc(&scratch[slot], grown))) {
-        scratch[slot] = NULL;
+    if (!CUDA_OK(ctx, cudaMalloc(p, grown))) {
+        *p = NULL;
         return NULL;
     }
-    scratch_bytes[slot] = grown;
-    return scratch[slot];
+    ctx->scratch_bytes[slot] = grown;
+    return *p;
 }
 
 /* ---- memory ---------------------------------------------------------------------- */
 
-static void *cuda_alloc(size_t bytes)
+static void *cuda_alloc(struct ops_ctx *ctx, size_t bytes)
 {
     void *p = NULL;
     size_t rounded = bytes ? (bytes + 255) / 256 * 256 : 256;
     cudaError_t e = cudaMalloc(&p, rounded);
     if (e != cudaSuccess) {
-        cu_set_error("out of GPU memory allocating %zu bytes on device %d: %s", bytes, bound_device,
-                     cudaGetErrorString(e));
+        cu_set_error(ctx, "out of GPU memory allocating %zu bytes on device %d: %s", bytes,
+                     ctx->device, cudaGetErrorString(e));
         (void)cudaGetLastError(); /* an allocation failure is not sticky */
         return NULL;
     }
     /* zeroed, and ready before the caller's next op on any stream */
-    if (!CUDA_OK(cudaMemsetAsync(p, 0, rounded, cu_stream)) ||
-        !CUDA_OK(cudaStreamSynchronize(cu_stream))) {
+    if (!CUDA_OK(ctx, cudaMemsetAsync(p, 0, rounded, ctx->stream)) ||
+        !CUDA_OK(ctx, cudaStreamSynchronize(ctx->stream))) {
         cudaFree(p);
         return NULL;
     }
     return p;
 }
 
-static void cuda_free(void *p)
+static void cuda_free(struct ops_ctx *ctx, void *p)
 {
-    if (p) (void)CUDA_OK(cudaFree(p));
+    if (p) (void)CUDA_OK(ctx, cudaFree(p));
 }
 
 /* From host memory the caller may reuse at once: done when this returns. */
-static void cuda_upload(void *dst, const void *host_src, size_t bytes)
+static void cuda_upload(struct ops_ctx *ctx, void *dst, const void *host_src, size_t bytes)
 {
     if (!bytes) return;
-    CUDA_TRY(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, cu_stream));
-    CUDA_TRY(cudaStreamSynchronize(cu_stream));
+    CUDA_TRY(ctx, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, ctx->stream));
+    CUDA_TRY(ctx, cudaStreamSynchronize(ctx->stream));
 }
 
-static void cuda_download(void *host_dst, const void *src, size_t bytes)
+static void cuda_download(struct ops_ctx *ctx, void *host_dst, const void *src, size_t bytes)
 {
     if (!bytes) return;
-    CUDA_TRY(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cu_stream));
-    CUDA_TRY(cudaStreamSynchronize(cu_stream));
+    CUDA_TRY(ctx, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream));
+    CUDA_TRY(ctx, cudaStreamSynchronize(ctx->stream));
 }
 
-static void cuda_copy(void *dst, const void *src, size_t bytes)
+static void cuda_copy(struct ops_ctx *ctx, void *dst, const void *src, size_t bytes)
 {
     if (!bytes || dst == src) return;
-    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_stream));
+    CUDA_TRY(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx->stream));
 }
 
-static void cuda_zero(void *p, size_t bytes)
+static void cuda_zero(struct ops_ctx *ctx, void *p, size_t bytes)
 {
-    if (bytes) CUDA_TRY(cudaMemsetAsync(p, 0, bytes, cu_stream));
+    if (bytes) CUDA_TRY(ctx, cudaMemsetAsync(p, 0, bytes, ctx->stream));
 }
 
 /* bf16 products run on the tensor cores of sm_80 and later: never emulated */
-static const char *cuda_bf16_emulation(void)
+static const char *cuda_bf16_emulation(struct ops_ctx *ctx)
 {
+    (void)ctx;
     return NULL;
 }
 
 /* ---- the table ----------------------------------------------------------------------- */
 
+static struct ops_ctx *cuda_open(int device, char *errbuf, size_t errbuf_bytes);
+static void cuda_close(struct ops_ctx *ctx);
+
+static void *cuda_stream(struct ops_ctx *ctx)
+{
+    return (void *)ctx->stream;
+}
+
 /* the fused attention (attention_fused.cu) unless PLAIT_CUDA_ATTENTION=simple
- * at bind time (then attention.cu's, which keeps the probabilities) */
+ * at the first ops_cuda() (then attention.cu's, which keeps the probabilities) */
 static struct ops cuda_ops = {
     .name = "cuda",
+    .open = cuda_open,
+    .close = cuda_close,
+    .stream = cuda_stream,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .upload = cuda_upload,
@@ -194,54 +198,107 @@ extern "C" int ops_cuda_device_count(char *why, size_t why_bytes)
     return n;
 }
 
-extern "C" const struct ops *ops_cuda(int device, char *errbuf, size_t errbuf_bytes)
+/* The device the open contexts share, and how many are open. */
+static pthread_mutex_t bind_lock = PTHREAD_MUTEX_INITIALIZER;
+static int bound_device = -1, open_contexts;
+
+static void read_attention_choice(void)
 {
-    static pthread_mutex_t bind_lock = PTHREAD_MUTEX_INITIALIZER;
-    const struct ops *ops = NULL;
+    const char *attention = getenv("PLAIT_CUDA_ATTENTION");
+    if (attention && !strcmp(attention, "simple")) {
+        cuda_ops.attention_forward_fused = NULL;
+        cuda_ops.attention_backward_fused = NULL;
+    }
+}
+
+extern "C" const struct ops *ops_cuda(char *errbuf, size_t errbuf_bytes)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
     char why[512] = "";
+    if (ops_cuda_device_count(why, sizeof why) == 0) {
+        if (errbuf && errbuf_bytes) snprintf(errbuf, errbuf_bytes, "%s", why);
+        return NULL;
+    }
+    if (pthread_once(&once, read_attention_choice) != 0) {
+        if (errbuf && errbuf_bytes)
+            snprintf(errbuf, errbuf_bytes, "the CUDA backend could not be initialised");
+        return NULL;
+    }
+    return &cuda_ops;
+}
+
+/* Frees what ctx holds (a context open() may have half made). */
+static void release(struct ops_ctx *ctx)
+{
+    if (ctx->stream) (void)cudaStreamSynchronize(ctx->stream);
+    for (int i = 0; i < CU_SLOTS; i++)
+        if (ctx->scratch[i]) (void)cudaFree(ctx->scratch[i]);
+    if (ctx->lt_workspace) (void)cudaFree(ctx->lt_workspace);
+    if (ctx->lt) (void)cublasLtDestroy(ctx->lt);
+    if (ctx->stream) (void)cudaStreamDestroy(ctx->stream);
+    free(ctx->enc.tokens);
+    free(ctx->enc.idx);
+    free(ctx->enc.count);
+    ops_error_destroy(&ctx->error);
+    free(ctx);
+}
+
+static struct ops_ctx *cuda_open(int device, char *errbuf, size_t errbuf_bytes)
+{
+    char why[512] = "";
+    struct ops_ctx *ctx = (struct ops_ctx *)calloc(1, sizeof *ctx);
+    if (!ctx || ops_error_init(&ctx->error)) {
+        free(ctx);
+        if (errbuf && errbuf_bytes)
+            snprintf(errbuf, errbuf_bytes, "out of memory for a CUDA backend context");
+        return NULL;
+    }
+    ctx->device = device;
     pthread_mutex_lock(&bind_lock);
-    if (bound_device >= 0) {
-        if (device == bound_device)
-            ops = &cuda_ops;
-        else
-            snprintf(why, sizeof why, "device %d asked for, but this process already uses %d",
-                     device, bound_device);
-        goto out;
+    int n = ops_cuda_device_count(why, sizeof why);
+    cudaDeviceProp prop;
+    if (n == 0) goto fail;
+    if (open_contexts > 0 && device != bound_device) {
+        snprintf(why, sizeof why, "device %d asked for, but this process already uses %d", device,
+                 bound_device);
+        goto fail;
     }
-    {
-        int n = ops_cuda_device_count(why, sizeof why);
-        if (n == 0) goto out;
-        if (device < 0 || device >= n) {
-            snprintf(why, sizeof why, "CUDA device %d does not exist (%d visible)", device, n);
-            goto out;
-        }
-        cudaDeviceProp prop;
-        if (!CUDA_OK(cudaSetDevice(device)) || !CUDA_OK(cudaGetDeviceProperties(&prop, device)))
-            goto fail;
-        if (prop.major < 8) {
-            snprintf(why, sizeof why,
-                     "CUDA device %d (%s) is sm_%d%d; this build runs on sm_80 and later", device,
-                     prop.name, prop.major, prop.minor);
-            goto out;
-        }
-        cu_lt_workspace_bytes = 32u << 20;
-        if (!CUDA_OK(cudaStreamCreateWithFlags(&cu_stream, cudaStreamNonBlocking)) ||
-            !LT_OK(cublasLtCreate(&cu_lt)) ||
-            !CUDA_OK(cudaMalloc(&cu_lt_workspace, cu_lt_workspace_bytes)))
-            goto fail;
-        const char *attention = getenv("PLAIT_CUDA_ATTENTION");
-        if (attention && !strcmp(attention, "simple")) {
-            cuda_ops.attention_forward_fused = NULL;
-            cuda_ops.attention_backward_fused = NULL;
-        }
-        bound_device = device;
-        ops = &cuda_ops;
-        goto out;
+    if (device < 0 || device >= n) {
+        snprintf(why, sizeof why, "CUDA device %d does not exist (%d visible)", device, n);
+        goto fail;
     }
-fail:
-    cuda_take_error(why, sizeof why);
-out:
+    if (!CUDA_OK(ctx, cudaSetDevice(device)) ||
+        !CUDA_OK(ctx, cudaGetDeviceProperties(&prop, device)))
+        goto fail_cuda;
+    if (prop.major < 8) {
+        snprintf(why, sizeof why,
+                 "CUDA device %d (%s) is sm_%d%d; this build runs on sm_80 and later", device,
+                 prop.name, prop.major, prop.minor);
+        goto fail;
+    }
+    ctx->lt_workspace_bytes = 32u << 20;
+    if (!CUDA_OK(ctx, cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) ||
+        !LT_OK(ctx, cublasLtCreate(&ctx->lt)) ||
+        !CUDA_OK(ctx, cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes)))
+        goto fail_cuda;
+    bound_device = device;
+    open_contexts++;
     pthread_mutex_unlock(&bind_lock);
-    if (!ops && errbuf && errbuf_bytes) snprintf(errbuf, errbuf_bytes, "%s", why);
-    return ops;
+    return ctx;
+fail_cuda:
+    ops_error_take(&ctx->error, why, sizeof why);
+fail:
+    pthread_mutex_unlock(&bind_lock);
+    release(ctx);
+    if (errbuf && errbuf_bytes) snprintf(errbuf, errbuf_bytes, "%s", why);
+    return NULL;
+}
+
+static void cuda_close(struct ops_ctx *ctx)
+{
+    if (!ctx) return;
+    release(ctx);
+    pthread_mutex_lock(&bind_lock);
+    open_contexts--;
+    pthread_mutex_unlock(&bind_lock);
 }

@@ -51,12 +51,12 @@ __global__ void classifier_kernel(float *logits, float *losses, const int32_t *t
     if (grad_scale != 0.0f) row_gradient(row, V, Vp, target, mx, sum, grad_scale);
 }
 
-void cu_classifier(float *logits, float *losses, const int32_t *targets, int N, int V, int Vp,
-                   float grad_scale)
+void cu_classifier(struct ops_ctx *ctx, float *logits, float *losses, const int32_t *targets, int N,
+                   int V, int Vp, float grad_scale)
 {
     if (N <= 0) return;
-    classifier_kernel<<<N, THREADS, 0, cu_stream>>>(logits, losses, targets, V, Vp, grad_scale);
-    (void)LAUNCH_OK();
+    classifier_kernel<<<N, THREADS, 0, ctx->stream>>>(logits, losses, targets, V, Vp, grad_scale);
+    (void)LAUNCH_OK(ctx);
 }
 
 __global__ void classifier_max_kernel(const float *logits, float *out, int nv, int Vp)
@@ -66,11 +66,12 @@ __global__ void classifier_max_kernel(const float *logits, float *out, int nv, i
     if (threadIdx.x == 0) out[blockIdx.x] = mx;
 }
 
-void cu_classifier_max(const float *logits, float *row_max_out, int N, int nv, int Vp)
+void cu_classifier_max(struct ops_ctx *ctx, const float *logits, float *row_max_out, int N, int nv,
+                       int Vp)
 {
     if (N <= 0) return;
-    classifier_max_kernel<<<N, THREADS, 0, cu_stream>>>(logits, row_max_out, nv, Vp);
-    (void)LAUNCH_OK();
+    classifier_max_kernel<<<N, THREADS, 0, ctx->stream>>>(logits, row_max_out, nv, Vp);
+    (void)LAUNCH_OK(ctx);
 }
 
 __global__ void classifier_sumexp_kernel(const float *logits, const float *row_max_in,
@@ -87,13 +88,14 @@ __global__ void classifier_sumexp_kernel(const float *logits, const float *row_m
     }
 }
 
-void cu_classifier_sumexp(const float *logits, const float *row_max_in, const int32_t *targets,
-                          int v0, int nv, int Vp, float *row_sum, float *target_logit, int N)
+void cu_classifier_sumexp(struct ops_ctx *ctx, const float *logits, const float *row_max_in,
+                          const int32_t *targets, int v0, int nv, int Vp, float *row_sum,
+                          float *target_logit, int N)
 {
     if (N <= 0) return;
-    classifier_sumexp_kernel<<<N, THREADS, 0, cu_stream>>>(logits, row_max_in, targets, v0, nv, Vp,
-                                                           row_sum, target_logit);
-    (void)LAUNCH_OK();
+    classifier_sumexp_kernel<<<N, THREADS, 0, ctx->stream>>>(logits, row_max_in, targets, v0, nv,
+                                                             Vp, row_sum, target_logit);
+    (void)LAUNCH_OK(ctx);
 }
 
 __global__ void classifier_finish_kernel(float *logits, float *losses, const int32_t *targets,
@@ -108,12 +110,12 @@ __global__ void classifier_finish_kernel(float *logits, float *losses, const int
         row_gradient(logits + (size_t)r * Vp, nv, Vp, targets[r] - v0, mx, sum, grad_scale);
 }
 
-void cu_classifier_finish(float *logits, float *losses, const int32_t *targets,
+void cu_classifier_finish(struct ops_ctx *ctx, float *logits, float *losses, const int32_t *targets,
                           const float *row_max_in, const float *row_sum, const float *target_logit,
                           int v0, int nv, int Vp, int N, float grad_scale)
 {
     if (N <= 0) return;
-    classifier_finish_kernel<<<N, THREADS, 0, cu_stream>>>(
+    classifier_finish_kernel<<<N, THREADS, 0, ctx->stream>>>(
         logits, losses, targets, row_max_in, row_sum, target_logit, v0, nv, Vp, grad_scale);
-    (void)LAUNCH_OK();
+    (void)LAUNCH_OK(ctx);
 }

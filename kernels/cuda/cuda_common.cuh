@@ -1,8 +1,8 @@
-/* cuda_common.cuh — what the CUDA backend's files share: the sticky error and
+/* cuda_common.cuh — what the CUDA backend's files share: its context (device,
+ * stream, cuBLASLt handle and workspace, scratch buffers, the sticky error),
  * one check macro per library (CUDA, cuBLASLt) recording file:line and the
- * library's message, the stream, scratch buffers, deterministic reductions,
- * bf16 rounding, and the ops each .cu defines. Internal: the runtime sees
- * only cuda_ops.h. */
+ * library's message in the context, deterministic reductions, bf16 rounding,
+ * and the ops each .cu defines. Internal: the runtime sees only cuda_ops.h. */
 #ifndef PLAIT_KERNELS_CUDA_COMMON_CUH
 #define PLAIT_KERNELS_CUDA_COMMON_CUH
 
@@ -12,36 +12,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- errors ------------------------------------------------------------------ */
+#include "kernels/ops.h"
+#include "kernels/ops_error.h"
 
-/* Records the first error (later ones are dropped until take_error). */
-void cu_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* ---- the context --------------------------------------------------------------- */
 
-/* Each returns true (and records "file:line: what: message") on failure. */
-bool cu_fail_cuda(cudaError_t e, const char *what, const char *file, int line);
-bool cu_fail_lt(cublasStatus_t s, const char *what, const char *file, int line);
-
-/* CUDA_OK(x) / LT_OK(x): true when the call succeeded; the failure is recorded. */
-#define CUDA_OK(x) (!cu_fail_cuda((x), #x, __FILE__, __LINE__))
-#define LT_OK(x) (!cu_fail_lt((x), #x, __FILE__, __LINE__))
-/* In a void op: record and return on failure. */
-#define CUDA_TRY(x)                                                                                \
-    do {                                                                                           \
-        if (!CUDA_OK(x)) return;                                                                   \
-    } while (0)
-/* After a kernel launch: a bad configuration is reported here, a fault later. */
-#define LAUNCH_OK() CUDA_OK(cudaGetLastError())
-
-/* ---- the backend's state ------------------------------------------------------ */
-
-extern cudaStream_t cu_stream; /* every op runs on it, in order */
-extern cublasLtHandle_t cu_lt; /* cuBLASLt handle */
-extern void *cu_lt_workspace;  /* its workspace, cu_lt_workspace_bytes */
-extern size_t cu_lt_workspace_bytes;
-
-/* Scratch device memory of at least `bytes`, per slot, grown on demand and
- * owned by the backend (the runtime calls ops from one thread). NULL after
- * recording the error. */
+/* Scratch device memory slots (cu_scratch) */
 enum {
     CU_SCRATCH_BF16_A,
     CU_SCRATCH_BF16_B,
@@ -50,7 +26,52 @@ enum {
     CU_SCRATCH_INDEX,
     CU_SLOTS
 };
-void *cu_scratch(int slot, size_t bytes);
+
+/* encoder.cu's host buffers: the tokens, their per-row buckets, the counts */
+struct cu_encoder_host {
+    int32_t *tokens, *idx, *count;
+    size_t tokens_n, idx_n, count_n;
+};
+
+/* What kernels/ops.h's opaque context is in this backend (backend.cu makes
+ * and frees it). Used by one thread at a time. */
+struct ops_ctx {
+    int device;
+    cudaStream_t stream; /* every op of this context runs on it, in order */
+    cublasLtHandle_t lt; /* cuBLASLt handle */
+    void *lt_workspace;  /* its workspace, lt_workspace_bytes */
+    size_t lt_workspace_bytes;
+    void *scratch[CU_SLOTS]; /* device memory, grown on demand */
+    size_t scratch_bytes[CU_SLOTS];
+    struct cu_encoder_host enc;
+    struct ops_error error;
+};
+
+/* ---- errors ------------------------------------------------------------------ */
+
+/* Records the first error in ctx (later ones are dropped until take_error). */
+void cu_set_error(struct ops_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Each returns true (and records "file:line: what: message" in ctx) on failure. */
+bool cu_fail_cuda(struct ops_ctx *ctx, cudaError_t e, const char *what, const char *file, int line);
+bool cu_fail_lt(struct ops_ctx *ctx, cublasStatus_t s, const char *what, const char *file,
+                int line);
+
+/* CUDA_OK(ctx, x) / LT_OK(ctx, x): true when the call succeeded; the failure
+ * is recorded in ctx. */
+#define CUDA_OK(ctx, x) (!cu_fail_cuda((ctx), (x), #x, __FILE__, __LINE__))
+#define LT_OK(ctx, x) (!cu_fail_lt((ctx), (x), #x, __FILE__, __LINE__))
+/* In a void op: record and return on failure. */
+#define CUDA_TRY(ctx, x)                                                                           \
+    do {                                                                                           \
+        if (!CUDA_OK(ctx, x)) return;                                                              \
+    } while (0)
+/* After a kernel launch: a bad configuration is reported here, a fault later. */
+#define LAUNCH_OK(ctx) CUDA_OK(ctx, cudaGetLastError())
+
+/* Scratch device memory of at least `bytes` in ctx's slot, grown on demand.
+ * NULL after recording the error. */
+void *cu_scratch(struct ops_ctx *ctx, int slot, size_t bytes);
 
 static inline unsigned cu_blocks(size_t n, unsigned threads)
 {
@@ -110,50 +131,58 @@ __device__ __forceinline__ float cu_block_max(float v, float *shared)
  * chunk's column sums into partial (chunks, C) in row order, and this adds
  * them in chunk order: out (C) = out·accumulate + Σ_chunks partial. */
 enum { CU_CHUNK_ROWS = 64 };
-void cu_column_sum_finish(float *out, const float *partial, int chunks, int C, bool accumulate);
+void cu_column_sum_finish(struct ops_ctx *ctx, float *out, const float *partial, int chunks, int C,
+                          bool accumulate);
 /* out (C) = out·accumulate + Σ_rows in (N,C), the two passes above. */
-void cu_column_sum(float *out, const float *in, int N, int C, bool accumulate);
+void cu_column_sum(struct ops_ctx *ctx, float *out, const float *in, int N, int C, bool accumulate);
 
 /* ---- the ops, by file (semantics in kernels/ops.h) ------------------------------------ */
 
 /* encoder.cu */
-void cu_encoder_forward(float *out, const int32_t *tokens, const float *wte, int v0, int nv,
-                        const float *wpe, int B, int T, int C);
-void cu_encoder_backward(float *dwte, int v0, int nv, float *dwpe, const float *dout,
-                         const int32_t *tokens, int B, int T, int C, bool accumulate);
+void cu_encoder_forward(struct ops_ctx *ctx, float *out, const int32_t *tokens, const float *wte,
+                        int v0, int nv, const float *wpe, int B, int T, int C);
+void cu_encoder_backward(struct ops_ctx *ctx, float *dwte, int v0, int nv, float *dwpe,
+                         const float *dout, const int32_t *tokens, int B, int T, int C,
+                         bool accumulate);
 /* layernorm.cu */
-void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                          const float *b, int N, int C);
-void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                           const float *w, const float *mean, const float *rstd, int N, int C,
-                           bool accumulate);
+void cu_layernorm_forward(struct ops_ctx *ctx, float *out, float *mean, float *rstd,
+                          const float *inp, const float *w, const float *b, int N, int C);
+void cu_layernorm_backward(struct ops_ctx *ctx, float *dinp, float *dw, float *db,
+                           const float *dout, const float *inp, const float *w, const float *mean,
+                           const float *rstd, int N, int C, bool accumulate);
 /* matmul.cu */
-void cu_matmul_forward(float *out, const float *inp, const float *w, const uint16_t *w16,
-                       const float *bias, int N, int C, int OC);
-void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                        const float *w, const uint16_t *w16, int N, int C, int OC, bool accumulate);
+void cu_matmul_forward(struct ops_ctx *ctx, float *out, const float *inp, const float *w,
+                       const uint16_t *w16, const float *bias, int N, int C, int OC);
+void cu_matmul_backward(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias,
+                        const float *dout, const float *inp, const float *w, const uint16_t *w16,
+                        int N, int C, int OC, bool accumulate);
 /* attention.cu */
-void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-void cu_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                           const float *att, int B, int T, int C, int NH);
+void cu_attention_forward(struct ops_ctx *ctx, float *out, float *att, const float *qkv, int B,
+                          int T, int C, int NH);
+void cu_attention_backward(struct ops_ctx *ctx, float *dqkv, float *datt, const float *dout,
+                           const float *qkv, const float *att, int B, int T, int C, int NH);
 /* elementwise.cu */
-void cu_add_bias(float *out, const float *bias, int N, int C);
-void cu_gelu_forward(float *out, const float *inp, size_t n);
-void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
-void cu_residual_forward(float *out, const float *a, const float *b, size_t n);
-void cu_to_bf16(uint16_t *dst, const float *src, size_t n);
+void cu_add_bias(struct ops_ctx *ctx, float *out, const float *bias, int N, int C);
+void cu_gelu_forward(struct ops_ctx *ctx, float *out, const float *inp, size_t n);
+void cu_gelu_backward(struct ops_ctx *ctx, float *dinp, const float *inp, const float *dout,
+                      size_t n);
+void cu_residual_forward(struct ops_ctx *ctx, float *out, const float *a, const float *b, size_t n);
+void cu_to_bf16(struct ops_ctx *ctx, uint16_t *dst, const float *src, size_t n);
 /* classifier.cu */
-void cu_classifier(float *logits, float *losses, const int32_t *targets, int N, int V, int Vp,
-                   float grad_scale);
-void cu_classifier_max(const float *logits, float *row_max, int N, int nv, int Vp);
-void cu_classifier_sumexp(const float *logits, const float *row_max, const int32_t *targets, int v0,
-                          int nv, int Vp, float *row_sum, float *target_logit, int N);
-void cu_classifier_finish(float *logits, float *losses, const int32_t *targets,
+void cu_classifier(struct ops_ctx *ctx, float *logits, float *losses, const int32_t *targets, int N,
+                   int V, int Vp, float grad_scale);
+void cu_classifier_max(struct ops_ctx *ctx, const float *logits, float *row_max, int N, int nv,
+                       int Vp);
+void cu_classifier_sumexp(struct ops_ctx *ctx, const float *logits, const float *row_max,
+                          const int32_t *targets, int v0, int nv, int Vp, float *row_sum,
+                          float *target_logit, int N);
+void cu_classifier_finish(struct ops_ctx *ctx, float *logits, float *losses, const int32_t *targets,
                           const float *row_max, const float *row_sum, const float *target_logit,
                           int v0, int nv, int Vp, int N, float grad_scale);
 /* optimizer.cu */
-double cu_sum_squares(const float *x, size_t n);
-void cu_adamw(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n, float lr,
-              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int step);
+double cu_sum_squares(struct ops_ctx *ctx, const float *x, size_t n);
+void cu_adamw(struct ops_ctx *ctx, float *p, uint16_t *p16, const float *g, float *m, float *v,
+              size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+              float grad_scale, int step);
 
 #endif

@@ -90,22 +90,22 @@ int ops_cuda_device_count(char *why, size_t why_bytes)
     return entry->device_count(why, why_bytes);
 }
 
-const struct ops *ops_cuda(int device, char *errbuf, size_t errbuf_bytes)
+const struct ops *ops_cuda(char *errbuf, size_t errbuf_bytes)
 {
     if (ops_cuda_device_count(errbuf, errbuf_bytes) == 0) return NULL;
-    return entry->bind(device, errbuf, errbuf_bytes);
+    return entry->table(errbuf, errbuf_bytes);
 }
 
-/* called only on a bound device, so the backend is loaded */
-void ops_cuda_attention_fused_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                      int NH)
+/* called only in a context of the table, so the backend is loaded */
+void ops_cuda_attention_fused_forward(struct ops_ctx *ctx, float *out, float *lse, const float *qkv,
+                                      int B, int T, int C, int NH)
 {
-    entry->attention_fused_forward(out, lse, qkv, B, T, C, NH);
+    entry->attention_fused_forward(ctx, out, lse, qkv, B, T, C, NH);
 }
 
-void ops_cuda_attention_fused_backward(float *dqkv, const float *dout, const float *qkv,
-                                       const float *out, const float *lse, int B, int T, int C,
-                                       int NH)
+void ops_cuda_attention_fused_backward(struct ops_ctx *ctx, float *dqkv, const float *dout,
+                                       const float *qkv, const float *out, const float *lse, int B,
+                                       int T, int C, int NH)
 {
-    entry->attention_fused_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+    entry->attention_fused_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
 }

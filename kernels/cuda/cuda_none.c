@@ -14,9 +14,8 @@ int ops_cuda_device_count(char *why, size_t why_bytes)
     return 0;
 }
 
-const struct ops *ops_cuda(int device, char *errbuf, size_t errbuf_bytes)
+const struct ops *ops_cuda(char *errbuf, size_t errbuf_bytes)
 {
-    (void)device;
     if (errbuf && errbuf_bytes) snprintf(errbuf, errbuf_bytes, "%s", none_why);
     return NULL;
 }
@@ -26,16 +25,17 @@ int ops_cuda_built(void)
     return 0;
 }
 
-/* never called: there is no device to bind */
-void ops_cuda_attention_fused_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                      int NH)
+/* never called: there is no context to run in */
+void ops_cuda_attention_fused_forward(struct ops_ctx *ctx, float *out, float *lse, const float *qkv,
+                                      int B, int T, int C, int NH)
 {
-    (void)out, (void)lse, (void)qkv, (void)B, (void)T, (void)C, (void)NH;
+    (void)ctx, (void)out, (void)lse, (void)qkv, (void)B, (void)T, (void)C, (void)NH;
 }
 
-void ops_cuda_attention_fused_backward(float *dqkv, const float *dout, const float *qkv,
-                                       const float *out, const float *lse, int B, int T, int C,
-                                       int NH)
+void ops_cuda_attention_fused_backward(struct ops_ctx *ctx, float *dqkv, const float *dout,
+                                       const float *qkv, const float *out, const float *lse, int B,
+                                       int T, int C, int NH)
 {
-    (void)dqkv, (void)dout, (void)qkv, (void)out, (void)lse, (void)B, (void)T, (void)C, (void)NH;
+    (void)ctx, (void)dqkv, (void)dout, (void)qkv, (void)out, (void)lse, (void)B, (void)T, (void)C,
+        (void)NH;
 }

@@ -13,12 +13,12 @@ __global__ void add_bias_kernel(float *out, const float *bias, size_t total, int
     if (i < total) out[i] += bias[i % C];
 }
 
-void cu_add_bias(float *out, const float *bias, int N, int C)
+void cu_add_bias(struct ops_ctx *ctx, float *out, const float *bias, int N, int C)
 {
     size_t total = (size_t)N * C;
     if (!total) return;
-    add_bias_kernel<<<cu_blocks(total, THREADS), THREADS, 0, cu_stream>>>(out, bias, total, C);
-    (void)LAUNCH_OK();
+    add_bias_kernel<<<cu_blocks(total, THREADS), THREADS, 0, ctx->stream>>>(out, bias, total, C);
+    (void)LAUNCH_OK(ctx);
 }
 
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
@@ -43,18 +43,19 @@ __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float 
     dinp[i] = grad * dout[i];
 }
 
-void cu_gelu_forward(float *out, const float *inp, size_t n)
+void cu_gelu_forward(struct ops_ctx *ctx, float *out, const float *inp, size_t n)
 {
     if (!n) return;
-    gelu_forward_kernel<<<cu_blocks(n, THREADS), THREADS, 0, cu_stream>>>(out, inp, n);
-    (void)LAUNCH_OK();
+    gelu_forward_kernel<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(out, inp, n);
+    (void)LAUNCH_OK(ctx);
 }
 
-void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+void cu_gelu_backward(struct ops_ctx *ctx, float *dinp, const float *inp, const float *dout,
+                      size_t n)
 {
     if (!n) return;
-    gelu_backward_kernel<<<cu_blocks(n, THREADS), THREADS, 0, cu_stream>>>(dinp, inp, dout, n);
-    (void)LAUNCH_OK();
+    gelu_backward_kernel<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(dinp, inp, dout, n);
+    (void)LAUNCH_OK(ctx);
 }
 
 /* out = a + b (out may alias a or b: each thread reads before it writes) */
@@ -64,11 +65,11 @@ __global__ void residual_kernel(float *out, const float *a, const float *b, size
     if (i < n) out[i] = a[i] + b[i];
 }
 
-void cu_residual_forward(float *out, const float *a, const float *b, size_t n)
+void cu_residual_forward(struct ops_ctx *ctx, float *out, const float *a, const float *b, size_t n)
 {
     if (!n) return;
-    residual_kernel<<<cu_blocks(n, THREADS), THREADS, 0, cu_stream>>>(out, a, b, n);
-    (void)LAUNCH_OK();
+    residual_kernel<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(out, a, b, n);
+    (void)LAUNCH_OK(ctx);
 }
 
 __global__ void to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
@@ -77,11 +78,11 @@ __global__ void to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
     if (i < n) dst[i] = cu_bf16_round(src[i]);
 }
 
-void cu_to_bf16(uint16_t *dst, const float *src, size_t n)
+void cu_to_bf16(struct ops_ctx *ctx, uint16_t *dst, const float *src, size_t n)
 {
     if (!n) return;
-    to_bf16_kernel<<<cu_blocks(n, THREADS), THREADS, 0, cu_stream>>>(dst, src, n);
-    (void)LAUNCH_OK();
+    to_bf16_kernel<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(dst, src, n);
+    (void)LAUNCH_OK(ctx);
 }
 
 /* ---- column sums ---------------------------------------------------------------------- */
@@ -107,27 +108,28 @@ __global__ void column_finish_kernel(float *out, const float *partial, int chunk
     out[c] = s;
 }
 
-void cu_column_sum_finish(float *out, const float *partial, int chunks, int C, bool accumulate)
+void cu_column_sum_finish(struct ops_ctx *ctx, float *out, const float *partial, int chunks, int C,
+                          bool accumulate)
 {
     if (C <= 0) return;
-    column_finish_kernel<<<cu_blocks((size_t)C, THREADS), THREADS, 0, cu_stream>>>(
+    column_finish_kernel<<<cu_blocks((size_t)C, THREADS), THREADS, 0, ctx->stream>>>(
         out, partial, chunks, C, accumulate);
-    (void)LAUNCH_OK();
+    (void)LAUNCH_OK(ctx);
 }
 
-void cu_column_sum(float *out, const float *in, int N, int C, bool accumulate)
+void cu_column_sum(struct ops_ctx *ctx, float *out, const float *in, int N, int C, bool accumulate)
 {
     if (C <= 0) return;
     int chunks = (N + CU_CHUNK_ROWS - 1) / CU_CHUNK_ROWS;
     if (chunks > 0) {
         float *partial =
-            (float *)cu_scratch(CU_SCRATCH_PARTIAL, (size_t)chunks * C * sizeof(float));
+            (float *)cu_scratch(ctx, CU_SCRATCH_PARTIAL, (size_t)chunks * C * sizeof(float));
         if (!partial) return;
         dim3 grid(cu_blocks((size_t)C, THREADS), (unsigned)chunks);
-        column_partial_kernel<<<grid, THREADS, 0, cu_stream>>>(partial, in, N, C);
-        if (!LAUNCH_OK()) return;
-        cu_column_sum_finish(out, partial, chunks, C, accumulate);
+        column_partial_kernel<<<grid, THREADS, 0, ctx->stream>>>(partial, in, N, C);
+        if (!LAUNCH_OK(ctx)) return;
+        cu_column_sum_finish(ctx, out, partial, chunks, C, accumulate);
     } else {
-        cu_column_sum_finish(out, NULL, 0, C, accumulate);
+        cu_column_sum_finish(ctx, out, NULL, 0, C, accumulate);
     }
 }

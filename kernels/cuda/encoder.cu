@@ -24,14 +24,14 @@ __global__ void encoder_forward_kernel(float *out, const int32_t *tokens, const 
     out[i] = (tok >= 0 && tok < nv) && wpe ? we + pe : (tok >= 0 && tok < nv) ? we : pe;
 }
 
-void cu_encoder_forward(float *out, const int32_t *tokens, const float *wte, int v0, int nv,
-                        const float *wpe, int B, int T, int C)
+void cu_encoder_forward(struct ops_ctx *ctx, float *out, const int32_t *tokens, const float *wte,
+                        int v0, int nv, const float *wpe, int B, int T, int C)
 {
     size_t total = (size_t)B * T * C;
     if (!total) return;
-    encoder_forward_kernel<<<cu_blocks(total, THREADS), THREADS, 0, cu_stream>>>(
+    encoder_forward_kernel<<<cu_blocks(total, THREADS), THREADS, 0, ctx->stream>>>(
         out, tokens, wte, v0, nv, wpe, T, C, total);
-    (void)LAUNCH_OK();
+    (void)LAUNCH_OK(ctx);
 }
 
 /* dwpe (T,C) = dwpe·accumulate + Σ_b dout[b,t]: one thread per (t, c), b in order */
@@ -61,16 +61,14 @@ __global__ void encoder_dwte_kernel(float *dwte, const float *dout, const int32_
 
 /* Host buckets of the tokens in the shard, by row, each in bt order (a stable
  * counting sort): idx = rows (n_rows) | starts (n_rows + 1) | order (N), in one
- * buffer to upload at once. Grown on demand; the backend is used from one thread. */
-static int32_t *host_tokens, *host_idx, *host_count;
-static size_t host_tokens_n, host_idx_n, host_count_n;
-
-static bool grow(int32_t **p, size_t *have, size_t want)
+ * buffer to upload at once, in the context's host buffers (ctx->enc), grown on
+ * demand. */
+static bool grow(struct ops_ctx *ctx, int32_t **p, size_t *have, size_t want)
 {
     if (*have >= want) return true;
     int32_t *q = (int32_t *)realloc(*p, want * sizeof(int32_t));
     if (!q) {
-        cu_set_error("out of host memory for %zu token indices", want);
+        cu_set_error(ctx, "out of host memory for %zu token indices", want);
         return false;
     }
     *p = q;
@@ -78,62 +76,66 @@ static bool grow(int32_t **p, size_t *have, size_t want)
     return true;
 }
 
-static int buckets(const int32_t *tokens, int N, int v0, int nv)
+static int buckets(struct ops_ctx *ctx, const int32_t *tokens, int N, int v0, int nv)
 {
+    struct cu_encoder_host *h = &ctx->enc;
     size_t n = (size_t)N, rows_cap = n < (size_t)nv ? n : (size_t)nv;
-    if (!grow(&host_count, &host_count_n, (size_t)nv + 1) ||
-        !grow(&host_idx, &host_idx_n, 2 * rows_cap + 1 + n))
+    if (!grow(ctx, &h->count, &h->count_n, (size_t)nv + 1) ||
+        !grow(ctx, &h->idx, &h->idx_n, 2 * rows_cap + 1 + n))
         return -1;
-    memset(host_count, 0, ((size_t)nv + 1) * sizeof(int32_t));
+    int32_t *count = h->count;
+    memset(count, 0, ((size_t)nv + 1) * sizeof(int32_t));
     for (int bt = 0; bt < N; bt++) {
         int tok = tokens[bt] - v0;
-        if (tok >= 0 && tok < nv) host_count[tok]++;
+        if (tok >= 0 && tok < nv) count[tok]++;
     }
     int n_rows = 0, at = 0;
-    int32_t *rows = host_idx;
+    int32_t *rows = h->idx;
     for (int v = 0; v < nv; v++) /* each row's first slot in order, rows in order */
-        if (host_count[v]) {
+        if (count[v]) {
             rows[n_rows++] = v;
-            int c = host_count[v];
-            host_count[v] = at;
+            int c = count[v];
+            count[v] = at;
             at += c;
         }
     int32_t *starts = rows + n_rows, *order = starts + n_rows + 1;
-    for (int r = 0; r < n_rows; r++) starts[r] = host_count[rows[r]];
+    for (int r = 0; r < n_rows; r++) starts[r] = count[rows[r]];
     starts[n_rows] = at;
     for (int bt = 0; bt < N; bt++) {
         int tok = tokens[bt] - v0;
-        if (tok >= 0 && tok < nv) order[host_count[tok]++] = bt;
+        if (tok >= 0 && tok < nv) order[count[tok]++] = bt;
     }
     return n_rows;
 }
 
-void cu_encoder_backward(float *dwte, int v0, int nv, float *dwpe, const float *dout,
-                         const int32_t *tokens, int B, int T, int C, bool accumulate)
+void cu_encoder_backward(struct ops_ctx *ctx, float *dwte, int v0, int nv, float *dwpe,
+                         const float *dout, const int32_t *tokens, int B, int T, int C,
+                         bool accumulate)
 {
     if (dwpe && T > 0 && C > 0) {
         size_t n = (size_t)T * C;
-        encoder_dwpe_kernel<<<cu_blocks(n, THREADS), THREADS, 0, cu_stream>>>(dwpe, dout, B, T, C,
-                                                                              accumulate);
-        if (!LAUNCH_OK()) return;
+        encoder_dwpe_kernel<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(dwpe, dout, B, T, C,
+                                                                                accumulate);
+        if (!LAUNCH_OK(ctx)) return;
     }
     int N = B * T;
     if (!dwte || N <= 0 || C <= 0 || nv <= 0) return;
     /* the tokens to the host (N int32, a wait), sorted into rows there */
-    if (!grow(&host_tokens, &host_tokens_n, (size_t)N)) return;
-    CUDA_TRY(cudaMemcpyAsync(host_tokens, tokens, (size_t)N * sizeof(int32_t),
-                             cudaMemcpyDeviceToHost, cu_stream));
-    CUDA_TRY(cudaStreamSynchronize(cu_stream));
-    int n_rows = buckets(host_tokens, N, v0, nv);
+    struct cu_encoder_host *h = &ctx->enc;
+    if (!grow(ctx, &h->tokens, &h->tokens_n, (size_t)N)) return;
+    CUDA_TRY(ctx, cudaMemcpyAsync(h->tokens, tokens, (size_t)N * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, ctx->stream));
+    CUDA_TRY(ctx, cudaStreamSynchronize(ctx->stream));
+    int n_rows = buckets(ctx, h->tokens, N, v0, nv);
     if (n_rows <= 0) return;
-    size_t idx_n = 2 * (size_t)n_rows + 1 + (size_t)host_idx[2 * n_rows]; /* starts[n_rows] */
-    int32_t *idx = (int32_t *)cu_scratch(CU_SCRATCH_INDEX, idx_n * sizeof(int32_t));
+    size_t idx_n = 2 * (size_t)n_rows + 1 + (size_t)h->idx[2 * n_rows]; /* starts[n_rows] */
+    int32_t *idx = (int32_t *)cu_scratch(ctx, CU_SCRATCH_INDEX, idx_n * sizeof(int32_t));
     if (!idx) return;
-    /* pageable memory is staged before this returns: host_idx may be reused */
-    CUDA_TRY(
-        cudaMemcpyAsync(idx, host_idx, idx_n * sizeof(int32_t), cudaMemcpyHostToDevice, cu_stream));
+    /* pageable memory is staged before this returns: h->idx may be reused */
+    CUDA_TRY(ctx, cudaMemcpyAsync(idx, h->idx, idx_n * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                  ctx->stream));
     dim3 grid((unsigned)n_rows, cu_blocks((size_t)C, THREADS));
-    encoder_dwte_kernel<<<grid, THREADS, 0, cu_stream>>>(dwte, dout, idx, idx + n_rows,
-                                                         idx + 2 * n_rows + 1, C);
-    (void)LAUNCH_OK();
+    encoder_dwte_kernel<<<grid, THREADS, 0, ctx->stream>>>(dwte, dout, idx, idx + n_rows,
+                                                           idx + 2 * n_rows + 1, C);
+    (void)LAUNCH_OK(ctx);
 }

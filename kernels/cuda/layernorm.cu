@@ -28,13 +28,13 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
     }
 }
 
-void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                          const float *b, int N, int C)
+void cu_layernorm_forward(struct ops_ctx *ctx, float *out, float *mean, float *rstd,
+                          const float *inp, const float *w, const float *b, int N, int C)
 {
     if (N <= 0) return;
-    layernorm_forward_kernel<<<cu_blocks((size_t)N, WARPS), THREADS, 0, cu_stream>>>(
+    layernorm_forward_kernel<<<cu_blocks((size_t)N, WARPS), THREADS, 0, ctx->stream>>>(
         out, mean, rstd, inp, w, b, N, C);
-    (void)LAUNCH_OK();
+    (void)LAUNCH_OK(ctx);
 }
 
 /* dinp (N,C) += (dout·w - mean(dout·w) - norm·mean(dout·w·norm))·rstd */
@@ -80,28 +80,28 @@ __global__ void layernorm_dwdb_partial_kernel(float *pw, float *pb, const float 
     pb[(size_t)blockIdx.y * C + c] = gb;
 }
 
-void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                           const float *w, const float *mean, const float *rstd, int N, int C,
-                           bool accumulate)
+void cu_layernorm_backward(struct ops_ctx *ctx, float *dinp, float *dw, float *db,
+                           const float *dout, const float *inp, const float *w, const float *mean,
+                           const float *rstd, int N, int C, bool accumulate)
 {
     if (C <= 0) return;
     if (N > 0) {
-        layernorm_dinp_kernel<<<cu_blocks((size_t)N, WARPS), THREADS, 0, cu_stream>>>(
+        layernorm_dinp_kernel<<<cu_blocks((size_t)N, WARPS), THREADS, 0, ctx->stream>>>(
             dinp, dout, inp, w, mean, rstd, N, C);
-        if (!LAUNCH_OK()) return;
+        if (!LAUNCH_OK(ctx)) return;
     }
     int chunks = (N + CU_CHUNK_ROWS - 1) / CU_CHUNK_ROWS;
     float *pw = NULL, *pb = NULL;
     if (chunks > 0) {
         size_t bytes = (size_t)chunks * C * sizeof(float);
-        pw = (float *)cu_scratch(CU_SCRATCH_PARTIAL, bytes);
-        pb = (float *)cu_scratch(CU_SCRATCH_PARTIAL2, bytes);
+        pw = (float *)cu_scratch(ctx, CU_SCRATCH_PARTIAL, bytes);
+        pb = (float *)cu_scratch(ctx, CU_SCRATCH_PARTIAL2, bytes);
         if (!pw || !pb) return;
         dim3 grid(cu_blocks((size_t)C, THREADS), (unsigned)chunks);
-        layernorm_dwdb_partial_kernel<<<grid, THREADS, 0, cu_stream>>>(pw, pb, dout, inp, mean,
-                                                                       rstd, N, C);
-        if (!LAUNCH_OK()) return;
+        layernorm_dwdb_partial_kernel<<<grid, THREADS, 0, ctx->stream>>>(pw, pb, dout, inp, mean,
+                                                                         rstd, N, C);
+        if (!LAUNCH_OK(ctx)) return;
     }
-    cu_column_sum_finish(dw, pw, chunks, C, accumulate);
-    cu_column_sum_finish(db, pb, chunks, C, accumulate);
+    cu_column_sum_finish(ctx, dw, pw, chunks, C, accumulate);
+    cu_column_sum_finish(ctx, db, pb, chunks, C, accumulate);
 }

@@ -24,9 +24,9 @@ static uint32_t alignment_bytes(const void *p)
  * bias (N) or NULL: added to every row by the epilogue. Returns false if no
  * algorithm takes the bias epilogue (nothing was computed; the error is not
  * recorded), after recording any other failure. */
-static bool lt_gemm(bool ta, bool tb, int M, int N, int K, const void *A, int lda, const void *B,
-                    int ldb, float beta, float *C, int ldc, cudaDataType_t in_type,
-                    const float *bias, bool *no_epilogue)
+static bool lt_gemm(struct ops_ctx *ctx, bool ta, bool tb, int M, int N, int K, const void *A,
+                    int lda, const void *B, int ldb, float beta, float *C, int ldc,
+                    cudaDataType_t in_type, const float *bias, bool *no_epilogue)
 {
     *no_epilogue = false;
     cublasLtMatmulDesc_t op = NULL;
@@ -45,46 +45,50 @@ static bool lt_gemm(bool ta, bool tb, int M, int N, int K, const void *A, int ld
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     /* column-major shapes: cuBLAS A = our B: (tb ? K×N : N×K) stored; B = our A */
-    if (!LT_OK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
-        !LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa)) ||
-        !LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb)) ||
-        !LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)))
+    if (!LT_OK(ctx, cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
+        !LT_OK(ctx,
+               cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa)) ||
+        !LT_OK(ctx,
+               cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb)) ||
+        !LT_OK(ctx,
+               cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)))
         goto out;
-    if (bias && (!LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                       sizeof bias)) ||
-                 !LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                       &bias_type, sizeof bias_type))))
+    if (bias && (!LT_OK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                            &bias, sizeof bias)) ||
+                 !LT_OK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                            &bias_type, sizeof bias_type))))
         goto out;
-    if (!LT_OK(cublasLtMatrixLayoutCreate(&la, in_type, tb ? K : N, tb ? N : K, ldb)) ||
-        !LT_OK(cublasLtMatrixLayoutCreate(&lb, in_type, ta ? M : K, ta ? K : M, lda)) ||
-        !LT_OK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, N, M, ldc)) ||
-        !LT_OK(cublasLtMatmulPreferenceCreate(&pref)) ||
-        !LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                    &cu_lt_workspace_bytes,
-                                                    sizeof cu_lt_workspace_bytes)))
+    if (!LT_OK(ctx, cublasLtMatrixLayoutCreate(&la, in_type, tb ? K : N, tb ? N : K, ldb)) ||
+        !LT_OK(ctx, cublasLtMatrixLayoutCreate(&lb, in_type, ta ? M : K, ta ? K : M, lda)) ||
+        !LT_OK(ctx, cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, N, M, ldc)) ||
+        !LT_OK(ctx, cublasLtMatmulPreferenceCreate(&pref)) ||
+        !LT_OK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx->lt_workspace_bytes,
+                        sizeof ctx->lt_workspace_bytes)))
         goto out;
     for (int i = 0; i < 4; i++)
-        if (!LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i],
-                                                        sizeof align[i])))
+        if (!LT_OK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i],
+                                                             sizeof align[i])))
             goto out;
     {
         cublasLtMatmulHeuristicResult_t heur;
         int found = 0;
         cublasStatus_t s =
-            cublasLtMatmulAlgoGetHeuristic(cu_lt, op, la, lb, lc, lc, pref, 1, &heur, &found);
+            cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, lc, lc, pref, 1, &heur, &found);
         if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
             if (bias) {
                 *no_epilogue = true;
                 goto out;
             }
-            cu_set_error("%s:%d: cuBLASLt has no algorithm for %c%c %dx%dx%d (%s): %s", __FILE__,
-                         __LINE__, ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K,
+            cu_set_error(ctx, "%s:%d: cuBLASLt has no algorithm for %c%c %dx%dx%d (%s): %s",
+                         __FILE__, __LINE__, ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K,
                          in_type == CUDA_R_16BF ? "bf16" : "fp32", cublasLtGetStatusString(s));
             goto out;
         }
         /* A is cuBLAS's A (our B), B is cuBLAS's B (our A); C = D in place */
-        ok = LT_OK(cublasLtMatmul(cu_lt, op, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &heur.algo,
-                                  cu_lt_workspace, cu_lt_workspace_bytes, cu_stream));
+        ok = LT_OK(ctx, cublasLtMatmul(ctx->lt, op, &alpha, B, la, A, lb, &beta, C, lc, C, lc,
+                                       &heur.algo, ctx->lt_workspace, ctx->lt_workspace_bytes,
+                                       ctx->stream));
     }
 out:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -96,63 +100,67 @@ out:
 }
 
 /* The product, with the bias fused when cuBLASLt can, else added after. */
-static void gemm(bool ta, bool tb, int M, int N, int K, const void *A, int lda, const void *B,
-                 int ldb, float beta, float *C, int ldc, cudaDataType_t in_type, const float *bias)
+static void gemm(struct ops_ctx *ctx, bool ta, bool tb, int M, int N, int K, const void *A, int lda,
+                 const void *B, int ldb, float beta, float *C, int ldc, cudaDataType_t in_type,
+                 const float *bias)
 {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) { /* an empty sum: C = beta·C (+ bias) */
         if (beta == 0.0f)
-            CUDA_TRY(cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0, (size_t)N * sizeof(float),
-                                       M, cu_stream));
-        if (bias) cu_add_bias(C, bias, M, N); /* ldc == N for every caller with a bias */
+            CUDA_TRY(ctx, cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0,
+                                            (size_t)N * sizeof(float), M, ctx->stream));
+        if (bias) cu_add_bias(ctx, C, bias, M, N); /* ldc == N for every caller with a bias */
         return;
     }
     bool no_epilogue = true;
     /* the epilogue reads the bias in vectors: only from an aligned one */
     if (!bias || alignment_bytes(bias) >= 16) {
-        if (lt_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, in_type, bias, &no_epilogue))
+        if (lt_gemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, in_type, bias,
+                    &no_epilogue))
             return;
         if (!no_epilogue || !bias) return;
     }
-    if (lt_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, in_type, NULL, &no_epilogue))
-        cu_add_bias(C, bias, M, N);
+    if (lt_gemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, in_type, NULL, &no_epilogue))
+        cu_add_bias(ctx, C, bias, M, N);
 }
 
-static const uint16_t *bf16_copy(int slot, const float *src, size_t n)
+static const uint16_t *bf16_copy(struct ops_ctx *ctx, int slot, const float *src, size_t n)
 {
-    uint16_t *dst = (uint16_t *)cu_scratch(slot, n * sizeof(uint16_t));
-    if (dst) cu_to_bf16(dst, src, n);
+    uint16_t *dst = (uint16_t *)cu_scratch(ctx, slot, n * sizeof(uint16_t));
+    if (dst) cu_to_bf16(ctx, dst, src, n);
     return dst;
 }
 
-void cu_matmul_forward(float *out, const float *inp, const float *w, const uint16_t *w16,
-                       const float *bias, int N, int C, int OC)
+void cu_matmul_forward(struct ops_ctx *ctx, float *out, const float *inp, const float *w,
+                       const uint16_t *w16, const float *bias, int N, int C, int OC)
 {
     if (!w16) {
-        gemm(false, true, N, OC, C, inp, C, w, C, 0.0f, out, OC, CUDA_R_32F, bias);
+        gemm(ctx, false, true, N, OC, C, inp, C, w, C, 0.0f, out, OC, CUDA_R_32F, bias);
         return;
     }
-    const uint16_t *x16 = bf16_copy(CU_SCRATCH_BF16_A, inp, (size_t)N * C);
+    const uint16_t *x16 = bf16_copy(ctx, CU_SCRATCH_BF16_A, inp, (size_t)N * C);
     if (!x16) return;
-    gemm(false, true, N, OC, C, x16, C, w16, C, 0.0f, out, OC, CUDA_R_16BF, bias);
+    gemm(ctx, false, true, N, OC, C, x16, C, w16, C, 0.0f, out, OC, CUDA_R_16BF, bias);
 }
 
-void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                        const float *w, const uint16_t *w16, int N, int C, int OC, bool accumulate)
+void cu_matmul_backward(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias,
+                        const float *dout, const float *inp, const float *w, const uint16_t *w16,
+                        int N, int C, int OC, bool accumulate)
 {
     float beta = accumulate ? 1.0f : 0.0f;
     if (!w16) {
-        if (dinp) gemm(false, false, N, C, OC, dout, OC, w, C, 0.0f, dinp, C, CUDA_R_32F, NULL);
+        if (dinp)
+            gemm(ctx, false, false, N, C, OC, dout, OC, w, C, 0.0f, dinp, C, CUDA_R_32F, NULL);
         if (!dw) return;
-        gemm(true, false, OC, C, N, dout, OC, inp, C, beta, dw, C, CUDA_R_32F, NULL);
-        if (dbias) cu_column_sum(dbias, dout, N, OC, accumulate);
+        gemm(ctx, true, false, OC, C, N, dout, OC, inp, C, beta, dw, C, CUDA_R_32F, NULL);
+        if (dbias) cu_column_sum(ctx, dbias, dout, N, OC, accumulate);
         return;
     }
-    const uint16_t *d16 = bf16_copy(CU_SCRATCH_BF16_A, dout, (size_t)N * OC);
-    const uint16_t *x16 = dw ? bf16_copy(CU_SCRATCH_BF16_B, inp, (size_t)N * C) : NULL;
+    const uint16_t *d16 = bf16_copy(ctx, CU_SCRATCH_BF16_A, dout, (size_t)N * OC);
+    const uint16_t *x16 = dw ? bf16_copy(ctx, CU_SCRATCH_BF16_B, inp, (size_t)N * C) : NULL;
     if (!d16 || (dw && !x16)) return;
-    if (dinp) gemm(false, false, N, C, OC, d16, OC, w16, C, 0.0f, dinp, C, CUDA_R_16BF, NULL);
+    if (dinp) gemm(ctx, false, false, N, C, OC, d16, OC, w16, C, 0.0f, dinp, C, CUDA_R_16BF, NULL);
     if (!dw) return;
-    gemm(true, false, OC, C, N, d16, OC, x16, C, beta, dw, C, CUDA_R_16BF, NULL);
-    if (dbias) cu_column_sum(dbias, dout, N, OC, accumulate);
+    gemm(ctx, true, false, OC, C, N, d16, OC, x16, C, beta, dw, C, CUDA_R_16BF, NULL);
+    if (dbias) cu_column_sum(ctx, dbias, dout, N, OC, accumulate);
 }

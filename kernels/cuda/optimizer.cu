@@ -30,17 +30,18 @@ __global__ void adamw_kernel(float *p, uint16_t *p16, const float *g, float *m, 
     if (p16) p16[i] = cu_bf16_round(pi);
 }
 
-void cu_adamw(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n, float lr,
-              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int step)
+void cu_adamw(struct ops_ctx *ctx, float *p, uint16_t *p16, const float *g, float *m, float *v,
+              size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+              float grad_scale, int step)
 {
     if (!n) return;
     /* the step's constants on the host, in the CPU's arithmetic */
     float decay = 1.0f - lr * weight_decay;
     float step_size = (float)(lr / (1.0 - pow(beta1, step)));
     float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, step));
-    adamw_kernel<<<cu_blocks(n, THREADS), THREADS, 0, cu_stream>>>(
+    adamw_kernel<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(
         p, p16, g, m, v, n, decay, step_size, bc2_sqrt, beta1, beta2, eps, grad_scale);
-    (void)LAUNCH_OK();
+    (void)LAUNCH_OK(ctx);
 }
 
 /* part[blockIdx.x] = Σ x² over the block's fixed slice, in double */
@@ -63,20 +64,20 @@ __global__ void sum_squares_final_kernel(double *out, const double *part, int pa
     if (threadIdx.x == 0) *out = s;
 }
 
-double cu_sum_squares(const float *x, size_t n)
+double cu_sum_squares(struct ops_ctx *ctx, const float *x, size_t n)
 {
     if (!n) return 0.0;
-    double *part = (double *)cu_scratch(CU_SCRATCH_PARTIAL, (SUM_BLOCKS + 1) * sizeof(double));
+    double *part = (double *)cu_scratch(ctx, CU_SCRATCH_PARTIAL, (SUM_BLOCKS + 1) * sizeof(double));
     if (!part) return NAN;
     size_t per = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
-    sum_squares_partial_kernel<<<SUM_BLOCKS, THREADS, 0, cu_stream>>>(part, x, n, per);
-    if (!LAUNCH_OK()) return NAN;
-    sum_squares_final_kernel<<<1, THREADS, 0, cu_stream>>>(part + SUM_BLOCKS, part, SUM_BLOCKS);
-    if (!LAUNCH_OK()) return NAN;
+    sum_squares_partial_kernel<<<SUM_BLOCKS, THREADS, 0, ctx->stream>>>(part, x, n, per);
+    if (!LAUNCH_OK(ctx)) return NAN;
+    sum_squares_final_kernel<<<1, THREADS, 0, ctx->stream>>>(part + SUM_BLOCKS, part, SUM_BLOCKS);
+    if (!LAUNCH_OK(ctx)) return NAN;
     double total = NAN;
-    if (!CUDA_OK(cudaMemcpyAsync(&total, part + SUM_BLOCKS, sizeof total, cudaMemcpyDeviceToHost,
-                                 cu_stream)) ||
-        !CUDA_OK(cudaStreamSynchronize(cu_stream)))
+    if (!CUDA_OK(ctx, cudaMemcpyAsync(&total, part + SUM_BLOCKS, sizeof total,
+                                      cudaMemcpyDeviceToHost, ctx->stream)) ||
+        !CUDA_OK(ctx, cudaStreamSynchronize(ctx->stream)))
         return NAN;
     return total;
 }

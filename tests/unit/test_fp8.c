@@ -9,6 +9,7 @@
  *       DIR/{x,w,d,b}.f32 -> DIR/{y,dinp,dw}.out through ops_cpu()'s fp8 products */
 #include "kernels/fp8.h"
 #include "kernels/ops.h"
+#include "tests/unit/cpu_ctx.h"
 #include "tests/unit/check.h"
 
 #include <math.h>
@@ -173,10 +174,13 @@ static int drive_matmul(char **argv)
     float *y = malloc(sizeof(float) * N * OC), *dinp = malloc(sizeof(float) * N * C),
           *dw = malloc(sizeof(float) * OC * C), *db = malloc(sizeof(float) * OC);
     const struct ops *o = ops_cpu();
-    o->matmul_forward_fp8(y, x, w, b, N, C, OC, scaling);
-    o->matmul_backward_fp8(dinp, dw, db, d, x, w, N, C, OC, false, scaling);
+    struct ops_ctx *cx = test_cpu_open();
+    o->matmul_forward_fp8(cx, y, x, w, b, N, C, OC, scaling);
+    o->matmul_backward_fp8(cx, dinp, dw, db, d, x, w, N, C, OC, false, scaling);
     char msg[256];
-    if (o->take_error(msg, sizeof msg)) {
+    int failed = o->take_error(cx, msg, sizeof msg);
+    o->close(cx);
+    if (failed) {
         fprintf(stderr, "test_fp8: %s\n", msg);
         return 2;
     }

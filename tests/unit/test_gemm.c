@@ -5,6 +5,7 @@
  * the bf16 rounding rules. Speed is gemm-bench's business, not this file's. */
 #include "kernels/cpu/gemm.h"
 #include "kernels/ops.h"
+#include "tests/unit/cpu_ctx.h"
 #include "tests/unit/check.h"
 
 #include <dirent.h>
@@ -667,14 +668,16 @@ static void test_ops_report_bf16_emulation(void)
     const struct ops *o = ops_cpu();
     CHECK(o->bf16_emulation != NULL, "no bf16_emulation in the CPU ops");
     if (!o->bf16_emulation) return;
-    const char *line = o->bf16_emulation();
+    struct ops_ctx *cx = test_cpu_open();
+    const char *line = o->bf16_emulation(cx);
     CHECK(gemm_bf16_emulated(NULL) == (line != NULL), "gemm says %d, ops say '%s'",
           gemm_bf16_emulated(NULL), line ? line : "(null)");
     gemm_bf16_force_emulation(true, 0);
-    line = o->bf16_emulation();
+    line = o->bf16_emulation(cx);
     CHECK(line && strstr(line, "emulated in fp32") && strstr(line, "fp32 speed"), "forced: '%s'",
           line ? line : "(null)");
     gemm_bf16_force_emulation(false, 0);
+    o->close(cx);
 }
 
 /* ---- bf16 conversions ---- */

@@ -15,17 +15,19 @@
 #include "common/plan.h"
 #include "common/schedule.h"
 #include "kernels/ops.h"
+#include "tests/unit/cpu_ctx.h"
 #include "runtime/model.h"
 
 /* ---- a backend that counts ----------------------------------------------------------------- */
 
 static uint64_t counted_bytes;
-static void *(*cpu_alloc)(size_t bytes);
+static void *(*cpu_alloc)(struct ops_ctx *ctx, size_t bytes);
+static struct ops_ctx *cx; /* the models' context (main opens it) */
 
-static void *counting_alloc(size_t bytes)
+static void *counting_alloc(struct ops_ctx *ctx, size_t bytes)
 {
     counted_bytes += bytes;
-    return cpu_alloc(bytes);
+    return cpu_alloc(ctx, bytes);
 }
 
 static struct ops counting_ops(void)
@@ -82,7 +84,7 @@ static int build_rank(const struct plan *p, struct cost_layout l, int tp_rank, i
     schedule_free(&sched);
     struct group tp = {.size = l.tp, .rank = tp_rank};
     counted_bytes = 0;
-    int rc = model_init(m, &cfg, &part, &tp, ops, &shape, err);
+    int rc = model_init(m, &cfg, &part, &tp, ops, cx, &shape, err);
     *bytes = counted_bytes;
     return rc;
 }
@@ -262,8 +264,10 @@ static void test_memory_grows_with_the_micro_batches_held(void)
 
 int main(void)
 {
+    cx = test_cpu_open();
     RUN(test_model_allocates_what_plait_check_predicts_for_every_layout);
     RUN(test_memory_grows_with_the_micro_batches_held);
     RUN(test_interleaved_allocates_what_plait_check_predicts);
+    ops_cpu()->close(cx);
     return check_exit_code();
 }

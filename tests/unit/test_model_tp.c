@@ -17,6 +17,7 @@
 #include "thread_group.h"
 #include "common/rng.h"
 #include "kernels/ops.h"
+#include "tests/unit/cpu_ctx.h"
 #include "runtime/gpt2.h"
 #include "runtime/model.h"
 #include "runtime/optim.h"
@@ -50,8 +51,10 @@ static void *run_rank(void *arg)
     struct plait_error err = {.text = ""};
     struct model_shape shape = {
         .B = B, .T = T, .recompute = j->recompute, .slots = 1, .dp = 1, .sequence_parallel = j->sp};
-    if (model_init(&m, &cfg, &part, j->tp > 1 ? &tp : NULL, ops_cpu(), &shape, &err)) {
+    struct ops_ctx *cx = test_cpu_open();
+    if (model_init(&m, &cfg, &part, j->tp > 1 ? &tp : NULL, ops_cpu(), cx, &shape, &err)) {
         snprintf(j->error, sizeof j->error, "%s", err.text);
+        ops_cpu()->close(cx);
         return NULL;
     }
     float *shard = malloc(m.shard.total * sizeof *shard);
@@ -68,17 +71,18 @@ static void *run_rank(void *arg)
         snprintf(j->error, sizeof j->error, "%s", err.text);
     } else {
         j->grads = malloc(m.shard.total * sizeof *j->grads);
-        m.ops->download(j->grads, m.grads, m.shard.total * sizeof(float));
+        m.ops->download(m.ctx, j->grads, m.grads, m.shard.total * sizeof(float));
         j->shard = m.shard;
         j->params = malloc(m.shard.total * sizeof *j->params);
         struct optim_groups groups = {.mp = &tp};
         if (optim_step(&m, &opt, opt.lr, 1, &groups, &j->norm, &err))
             snprintf(j->error, sizeof j->error, "%s", err.text);
         else
-            m.ops->download(j->params, m.params, m.shard.total * sizeof(float));
+            m.ops->download(m.ctx, j->params, m.params, m.shard.total * sizeof(float));
     }
     free(shard);
     model_free(&m);
+    ops_cpu()->close(cx);
     return NULL;
 }
 
@@ -282,12 +286,13 @@ static void test_sequence_parallel_refuses_rows_that_do_not_split(void)
     struct model_shape shape = {.B = 1, .T = 7, .slots = 1, .dp = 1, .sequence_parallel = true};
     struct model m;
     struct plait_error err = {.text = ""};
-    CHECK(model_init(&m, &cfg, &part, &tp, ops_cpu(), &shape, &err) == -1 &&
+    struct ops_ctx *cx = test_cpu_open();
+    CHECK(model_init(&m, &cfg, &part, &tp, ops_cpu(), cx, &shape, &err) == -1 &&
               strstr(err.text, "batch.micro_batch 1 × model.seq_len 7 = 7 rows do not split "
                                "evenly over parallel.tp 2"),
           "init: %s", err.text);
     shape.T = 8;
-    if (model_init(&m, &cfg, &part, &tp, ops_cpu(), &shape, &err) == 0) {
+    if (model_init(&m, &cfg, &part, &tp, ops_cpu(), cx, &shape, &err) == 0) {
         int32_t tokens[8] = {0};
         CHECK(model_forward(&m, tokens, NULL, 1, 5, 0.0f, NULL, &err) == -1 &&
                   strstr(err.text, "micro-batch 1×5: 5 rows do not split over the 2 ranks"),
@@ -296,6 +301,7 @@ static void test_sequence_parallel_refuses_rows_that_do_not_split(void)
     } else {
         CHECK(0, "init: %s", err.text);
     }
+    ops_cpu()->close(cx);
     threads_destroy(&g);
 }
 

@@ -11,8 +11,10 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops_cpu.h"
 #include "kernels/ops.h"
+#include "tests/unit/cpu_ctx.h"
 
 static unsigned long long rng_state = 42;
+static struct ops_ctx *cx; /* the kernels' context (main opens it) */
 
 static double urand(void) /* uniform in [-1, 1) */
 {
@@ -106,7 +108,7 @@ struct ln_ctx {
 static double ln_loss(void *p)
 {
     struct ln_ctx *c = p;
-    cpu_layernorm_forward_f64(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C);
+    cpu_layernorm_forward_f64(cx, c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C);
     return dot(c->out, c->R, (size_t)c->N * c->C);
 }
 
@@ -120,7 +122,7 @@ static void test_layernorm_backward_matches_finite_differences(void)
     double *dinp = rnd(N * C, 1), *dinp0 = malloc(N * C * sizeof(double));
     memcpy(dinp0, dinp, N * C * sizeof(double)); /* dinp accumulates */
     double *dw = rnd(C, 1), *db = rnd(C, 1);
-    cpu_layernorm_backward_f64(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, N, C, false);
+    cpu_layernorm_backward_f64(cx, dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, N, C, false);
     for (int i = 0; i < N * C; i++) dinp[i] -= dinp0[i];
     check_fd("layernorm dinp", ln_loss, &c, c.inp, dinp, N * C, FD_TOL);
     check_fd("layernorm dw", ln_loss, &c, c.w, dw, C, FD_TOL);
@@ -129,7 +131,7 @@ static void test_layernorm_backward_matches_finite_differences(void)
     double *dw2 = malloc(C * sizeof(double)), *db2 = malloc(C * sizeof(double));
     for (int i = 0; i < C; i++) dw2[i] = db2[i] = 1.0;
     ln_loss(&c);
-    cpu_layernorm_backward_f64(dinp0, dw2, db2, c.R, c.inp, c.w, c.mean, c.rstd, N, C, true);
+    cpu_layernorm_backward_f64(cx, dinp0, dw2, db2, c.R, c.inp, c.w, c.mean, c.rstd, N, C, true);
     double worst = 0;
     for (int i = 0; i < C; i++)
         worst = fmax(worst, fabs(dw2[i] - 1.0 - dw[i]) + fabs(db2[i] - 1.0 - db[i]));
@@ -138,7 +140,7 @@ static void test_layernorm_backward_matches_finite_differences(void)
     float *fi = to_f32(c.inp, N * C), *fw = to_f32(c.w, C), *fb = to_f32(c.b, C);
     float *fo = malloc(N * C * sizeof(float)), *fm = malloc(N * sizeof(float)),
           *fr = malloc(N * sizeof(float));
-    cpu_layernorm_forward_f32(fo, fm, fr, fi, fw, fb, N, C);
+    cpu_layernorm_forward_f32(cx, fo, fm, fr, fi, fw, fb, N, C);
     ln_loss(&c);
     check_close("layernorm forward", fo, c.out, N * C, F32_TOL);
     free(fi), free(fw), free(fb), free(fo), free(fm), free(fr), free(dw2), free(db2);
@@ -156,7 +158,7 @@ struct mm_ctx {
 static double mm_loss(void *p)
 {
     struct mm_ctx *c = p;
-    cpu_matmul_forward_f64(c->out, c->inp, c->w, c->bias, c->N, c->C, c->OC);
+    cpu_matmul_forward_f64(cx, c->out, c->inp, c->w, c->bias, c->N, c->C, c->OC);
     return dot(c->out, c->R, (size_t)c->N * c->OC);
 }
 
@@ -166,7 +168,7 @@ static void test_matmul_backward_matches_finite_differences(void)
     struct mm_ctx c = {
         N, C, OC, rnd(N * C, 1), rnd(OC * C, 1), rnd(OC, 1), zeros(N * OC), rnd(N * OC, 1)};
     double *dinp = rnd(N * C, 1), *dw = rnd(OC * C, 1), *db = rnd(OC, 1);
-    cpu_matmul_backward_f64(dinp, dw, db, c.R, c.inp, c.w, N, C, OC, false);
+    cpu_matmul_backward_f64(cx, dinp, dw, db, c.R, c.inp, c.w, N, C, OC, false);
     check_fd("matmul dinp", mm_loss, &c, c.inp, dinp, N * C, FD_TOL);
     check_fd("matmul dw", mm_loss, &c, c.w, dw, OC * C, FD_TOL);
     check_fd("matmul dbias", mm_loss, &c, c.bias, db, OC, FD_TOL);
@@ -174,14 +176,14 @@ static void test_matmul_backward_matches_finite_differences(void)
     double *dw2 = malloc(OC * C * sizeof(double)), *db2 = malloc(OC * sizeof(double));
     memcpy(dw2, dw, OC * C * sizeof(double));
     memcpy(db2, db, OC * sizeof(double));
-    cpu_matmul_backward_f64(dinp, dw2, db2, c.R, c.inp, c.w, N, C, OC, true);
+    cpu_matmul_backward_f64(cx, dinp, dw2, db2, c.R, c.inp, c.w, N, C, OC, true);
     double worst = 0;
     for (int i = 0; i < OC * C; i++) worst = fmax(worst, fabs(dw2[i] - 2 * dw[i]));
     for (int i = 0; i < OC; i++) worst = fmax(worst, fabs(db2[i] - 2 * db[i]));
     CHECK(worst < 1e-12, "accumulate=true must add to dw/dbias (off by %g)", worst);
     /* no bias */
     double *out_nb = zeros(N * OC);
-    cpu_matmul_forward_f64(out_nb, c.inp, c.w, NULL, N, C, OC);
+    cpu_matmul_forward_f64(cx, out_nb, c.inp, c.w, NULL, N, C, OC);
     mm_loss(&c);
     worst = 0;
     for (int r = 0; r < N; r++)
@@ -191,11 +193,11 @@ static void test_matmul_backward_matches_finite_differences(void)
     /* float twin, and the bf16 path through the ops table within bf16 rounding */
     float *fi = to_f32(c.inp, N * C), *fw = to_f32(c.w, OC * C), *fb = to_f32(c.bias, OC);
     float *fo = malloc(N * OC * sizeof(float));
-    cpu_matmul_forward_f32(fo, fi, fw, fb, N, C, OC);
+    cpu_matmul_forward_f32(cx, fo, fi, fw, fb, N, C, OC);
     check_close("matmul forward", fo, c.out, N * OC, F32_TOL);
     uint16_t *w16 = malloc(OC * C * sizeof(uint16_t));
     bf16_from_f32(w16, fw, OC * C);
-    ops_cpu()->matmul_forward(fo, fi, fw, w16, fb, N, C, OC);
+    ops_cpu()->matmul_forward(cx, fo, fi, fw, w16, fb, N, C, OC);
     check_close("matmul forward bf16", fo, c.out, N * OC, 1e-2);
     free(w16), free(fi), free(fw), free(fb), free(fo), free(out_nb), free(dw2), free(db2);
     free(c.inp), free(c.w), free(c.bias), free(c.out), free(c.R), free(dinp), free(dw), free(db);
@@ -211,7 +213,7 @@ struct attn_ctx {
 static double attn_loss(void *p)
 {
     struct attn_ctx *c = p;
-    cpu_attention_forward_f64(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
+    cpu_attention_forward_f64(cx, c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
     return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 
@@ -242,11 +244,11 @@ static void test_attention_backward_matches_finite_differences(void)
     CHECK(worst < 1e-12, "attention probabilities must be causal and normalised (off by %g)",
           worst);
     double *dqkv = rnd(B * T * 3 * C, 1), *datt = zeros(B * NH * T * T);
-    cpu_attention_backward_f64(dqkv, datt, c.R, c.qkv, c.att, B, T, C, NH);
+    cpu_attention_backward_f64(cx, dqkv, datt, c.R, c.qkv, c.att, B, T, C, NH);
     check_fd("attention dqkv", attn_loss, &c, c.qkv, dqkv, B * T * 3 * C, FD_TOL);
     float *fq = to_f32(c.qkv, B * T * 3 * C), *fo = malloc(B * T * C * sizeof(float));
     float *fa = malloc(B * NH * T * T * sizeof(float));
-    cpu_attention_forward_f32(fo, fa, fq, B, T, C, NH);
+    cpu_attention_forward_f32(cx, fo, fa, fq, B, T, C, NH);
     attn_loss(&c);
     check_close("attention forward", fo, c.out, B * T * C, F32_TOL);
     free(fq), free(fo), free(fa), free(c.qkv), free(c.out), free(c.att), free(c.R), free(dqkv),
@@ -263,7 +265,7 @@ struct ew_ctx {
 static double gelu_loss(void *p)
 {
     struct ew_ctx *c = p;
-    cpu_gelu_forward_f64(c->out, c->inp, c->n);
+    cpu_gelu_forward_f64(cx, c->out, c->inp, c->n);
     return dot(c->out, c->R, c->n);
 }
 
@@ -272,15 +274,15 @@ static void test_gelu_backward_matches_finite_differences(void)
     size_t n = 301;
     struct ew_ctx c = {n, rnd(n, 5), zeros(n), rnd(n, 1)};
     double *dinp = zeros(n);
-    cpu_gelu_backward_f64(dinp, c.inp, c.R, n);
+    cpu_gelu_backward_f64(cx, dinp, c.inp, c.R, n);
     check_fd("gelu dinp", gelu_loss, &c, c.inp, dinp, n, FD_TOL);
     float *fi = to_f32(c.inp, n), *fo = malloc(n * sizeof(float));
-    cpu_gelu_forward_f32(fo, fi, n);
+    cpu_gelu_forward_f32(cx, fo, fi, n);
     gelu_loss(&c);
     check_close("gelu forward", fo, c.out, n, F32_TOL);
     /* GELU(x) = 0.5x(1 + tanh(√(2/π)(x + 0.044715x³))) at a known point */
     double x = 1.0, y;
-    cpu_gelu_forward_f64(&y, &x, 1);
+    cpu_gelu_forward_f64(cx, &y, &x, 1);
     CHECK(fabs(y - 0.8411919906082768) < 1e-12, "gelu(1) = %.16f", y);
     free(fi), free(fo), free(c.inp), free(c.out), free(c.R), free(dinp);
 }
@@ -288,7 +290,7 @@ static void test_gelu_backward_matches_finite_differences(void)
 static void test_residual_adds(void)
 {
     double a[3] = {1, 2, 3}, b[3] = {0.5, -2, 4}, out[3];
-    cpu_residual_forward_f64(out, a, b, 3);
+    cpu_residual_forward_f64(cx, out, a, b, 3);
     CHECK(out[0] == 1.5 && out[1] == 0 && out[2] == 7, "residual sums");
 }
 
@@ -301,7 +303,7 @@ struct enc_ctx {
 static double enc_loss(void *p)
 {
     struct enc_ctx *c = p;
-    cpu_encoder_forward_f64(c->out, c->tok, c->wte, 0, c->V, c->wpe, c->B, c->T, c->C);
+    cpu_encoder_forward_f64(cx, c->out, c->tok, c->wte, 0, c->V, c->wpe, c->B, c->T, c->C);
     return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 
@@ -313,7 +315,7 @@ static void test_encoder_backward_matches_finite_differences(void)
         B, T, C, V, tok, rnd(V * C, 1), rnd(maxT * C, 1), zeros(B * T * C), rnd(B * T * C, 1)};
     double *dwte = zeros(V * C), *dwpe = rnd(maxT * C, 1);
     for (int i = T * C; i < maxT * C; i++) dwpe[i] = 0; /* rows ≥ T are never touched */
-    cpu_encoder_backward_f64(dwte, 0, V, dwpe, c.R, tok, B, T, C, false);
+    cpu_encoder_backward_f64(cx, dwte, 0, V, dwpe, c.R, tok, B, T, C, false);
     check_fd("encoder dwte", enc_loss, &c, c.wte, dwte, V * C, FD_TOL);
     check_fd("encoder dwpe", enc_loss, &c, c.wpe, dwpe, maxT * C, FD_TOL);
     free(c.wte), free(c.wpe), free(c.out), free(c.R), free(dwte), free(dwpe);
@@ -329,12 +331,12 @@ static void test_encoder_shards_sum_to_the_whole_embedding(void)
     double *wte = rnd(V * C, 2), *wpe = rnd(maxT * C, 2), *dout = rnd(B * T * C, 2);
     double *whole = zeros(B * T * C), *sum = zeros(B * T * C), *part = zeros(B * T * C);
     double *dwhole = zeros(V * C), *dwpe = zeros(maxT * C), *dpart = zeros(V * C);
-    cpu_encoder_forward_f64(whole, tok, wte, 0, V, wpe, B, T, C);
-    cpu_encoder_backward_f64(dwhole, 0, V, dwpe, dout, tok, B, T, C, false);
+    cpu_encoder_forward_f64(cx, whole, tok, wte, 0, V, wpe, B, T, C);
+    cpu_encoder_backward_f64(cx, dwhole, 0, V, dwpe, dout, tok, B, T, C, false);
     for (int v0 = 0; v0 < V; v0 += 2) { /* three shards of two rows */
-        cpu_encoder_forward_f64(part, tok, wte + v0 * C, v0, 2, v0 == 0 ? wpe : NULL, B, T, C);
+        cpu_encoder_forward_f64(cx, part, tok, wte + v0 * C, v0, 2, v0 == 0 ? wpe : NULL, B, T, C);
         for (int i = 0; i < B * T * C; i++) sum[i] += part[i];
-        cpu_encoder_backward_f64(dpart + v0 * C, v0, 2, NULL, dout, tok, B, T, C, false);
+        cpu_encoder_backward_f64(cx, dpart + v0 * C, v0, 2, NULL, dout, tok, B, T, C, false);
     }
     CHECK(memcmp(sum, whole, sizeof(double) * B * T * C) == 0, "shard outputs do not sum exactly");
     CHECK(memcmp(dpart, dwhole, sizeof(double) * V * C) == 0, "shard gradients differ");
@@ -352,14 +354,14 @@ static void test_classifier_in_vocabulary_shards_matches_the_fused_one(void)
     double *logits = rnd(N * Vp, 3), *fused = malloc(sizeof(double) * N * Vp);
     double losses[N], split_losses[N], max[N], sum[N], tl[N];
     memcpy(fused, logits, sizeof(double) * N * Vp);
-    cpu_classifier_f64(fused, losses, targets, N, V, Vp, 0.25);
+    cpu_classifier_f64(cx, fused, losses, targets, N, V, Vp, 0.25);
     double part_max[SHARDS][N], part_sum[SHARDS][N], part_tl[SHARDS][N];
     double shard[SHARDS][N * W];
     for (int s = 0; s < SHARDS; s++) {
         for (int r = 0; r < N; r++)
             memcpy(&shard[s][r * W], &logits[r * Vp + s * W], sizeof(double) * W);
         int nv = V - s * W < 0 ? 0 : V - s * W > W ? W : V - s * W;
-        cpu_classifier_max_f64(shard[s], part_max[s], N, nv, W);
+        cpu_classifier_max_f64(cx, shard[s], part_max[s], N, nv, W);
     }
     for (int r = 0; r < N; r++) {
         max[r] = part_max[0][r];
@@ -368,14 +370,15 @@ static void test_classifier_in_vocabulary_shards_matches_the_fused_one(void)
     }
     for (int s = 0; s < SHARDS; s++) {
         int nv = V - s * W < 0 ? 0 : V - s * W > W ? W : V - s * W;
-        cpu_classifier_sumexp_f64(shard[s], max, targets, s * W, nv, W, part_sum[s], part_tl[s], N);
+        cpu_classifier_sumexp_f64(cx, shard[s], max, targets, s * W, nv, W, part_sum[s], part_tl[s],
+                                  N);
         for (int r = 0; r < N; r++) sum[r] += part_sum[s][r], tl[r] += part_tl[s][r];
     }
     double worst = 0;
     for (int s = 0; s < SHARDS; s++) {
         int nv = V - s * W < 0 ? 0 : V - s * W > W ? W : V - s * W;
-        cpu_classifier_finish_f64(shard[s], split_losses, targets, max, sum, tl, s * W, nv, W, N,
-                                  0.25);
+        cpu_classifier_finish_f64(cx, shard[s], split_losses, targets, max, sum, tl, s * W, nv, W,
+                                  N, 0.25);
         for (int r = 0; r < N; r++)
             for (int i = 0; i < W; i++) {
                 double d = fabs(shard[s][r * W + i] - fused[r * Vp + s * W + i]);
@@ -402,7 +405,7 @@ static double cls_loss(void *p)
 {
     struct cls_ctx *c = p;
     memcpy(c->work, c->logits, (size_t)c->N * c->Vp * sizeof(double));
-    cpu_classifier_f64(c->work, c->losses, c->targets, c->N, c->V, c->Vp, 0);
+    cpu_classifier_f64(cx, c->work, c->losses, c->targets, c->N, c->V, c->Vp, 0);
     double s = 0;
     for (int i = 0; i < c->N; i++) s += c->losses[i];
     return s * c->scale;
@@ -418,7 +421,7 @@ static void test_classifier_gradient_matches_finite_differences(void)
     double loss = cls_loss(&c);
     double *g = malloc(N * Vp * sizeof(double));
     memcpy(g, c.logits, N * Vp * sizeof(double));
-    cpu_classifier_f64(g, c.losses, targets, N, V, Vp, c.scale);
+    cpu_classifier_f64(cx, g, c.losses, targets, N, V, Vp, c.scale);
     check_fd("classifier dlogits", cls_loss, &c, c.logits, g, N * Vp, FD_TOL);
     /* the loss of row 0 by hand */
     double mx = -1e300, sum = 0;
@@ -431,7 +434,7 @@ static void test_classifier_gradient_matches_finite_differences(void)
     for (int r = 0; r < N; r++)
         for (int i = V; i < Vp; i++) CHECK(g[r * Vp + i] == 0, "padded dlogits must be 0");
     float *fl = to_f32(c.logits, N * Vp), *floss = malloc(N * sizeof(float));
-    cpu_classifier_f32(fl, floss, targets, N, V, Vp, 0);
+    cpu_classifier_f32(cx, fl, floss, targets, N, V, Vp, 0);
     cls_loss(&c);
     check_close("classifier losses", floss, c.losses, N, F32_TOL);
     free(fl), free(floss), free(g), free(c.logits), free(c.work), free(c.losses);
@@ -448,10 +451,10 @@ static void test_sum_squares_is_exact_enough_and_deterministic(void)
         x[i] = (float)urand();
         want += (double)x[i] * x[i];
     }
-    double got = cpu_sum_squares_f32(x, n), again = cpu_sum_squares_f32(x, n);
+    double got = cpu_sum_squares_f32(cx, x, n), again = cpu_sum_squares_f32(cx, x, n);
     CHECK(fabs(got - want) / want < 1e-12, "sum of squares %.17g, want %.17g", got, want);
     CHECK(got == again, "sum of squares must be deterministic");
-    CHECK(cpu_sum_squares_f32(x, 0) == 0, "empty sum");
+    CHECK(cpu_sum_squares_f32(cx, x, 0) == 0, "empty sum");
     free(x);
 }
 
@@ -462,7 +465,7 @@ static void test_adamw_matches_torch_formula(void)
     double pd[3] = {0.5, -1.0, 2.0}, md[3] = {0}, vd[3] = {0};
     double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, scale = 0.5;
     for (int t = 1; t <= 3; t++) {
-        ops_cpu()->adamw(p, NULL, g, m, v, 3, (float)lr, (float)b1, (float)b2, (float)eps,
+        ops_cpu()->adamw(cx, p, NULL, g, m, v, 3, (float)lr, (float)b1, (float)b2, (float)eps,
                          (float)wd, (float)scale, t);
         for (int i = 0; i < 3; i++) {
             double gi = (double)g[i] * scale;
@@ -479,6 +482,7 @@ static void test_adamw_matches_torch_formula(void)
 
 int main(void)
 {
+    cx = test_cpu_open();
     RUN(test_layernorm_backward_matches_finite_differences);
     RUN(test_matmul_backward_matches_finite_differences);
     RUN(test_attention_backward_matches_finite_differences);
@@ -490,5 +494,6 @@ int main(void)
     RUN(test_classifier_gradient_matches_finite_differences);
     RUN(test_sum_squares_is_exact_enough_and_deterministic);
     RUN(test_adamw_matches_torch_formula);
+    ops_cpu()->close(cx);
     return check_exit_code();
 }

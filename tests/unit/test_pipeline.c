@@ -21,6 +21,7 @@
 #include "check.h"
 #include "common/rng.h"
 #include "kernels/ops.h"
+#include "tests/unit/cpu_ctx.h"
 #include "runtime/gpt2.h"
 #include "runtime/model.h"
 #include "runtime/pipeline.h"
@@ -140,7 +141,7 @@ static int mark_final(void *ctx, size_t from, size_t to, struct plait_error *err
     k->from = from;
     k->to = to;
     k->snapshot = malloc(n * sizeof(float) + 1);
-    j->m->ops->download(k->snapshot, j->m->grads + from, n * sizeof(float));
+    j->m->ops->download(j->m->ctx, k->snapshot, j->m->grads + from, n * sizeof(float));
     return 0;
 }
 
@@ -200,8 +201,10 @@ static void *run_stage(void *arg)
                                 .dp = 1,
                                 .recompute = recompute,
                                 .split_backward = s->split_backward};
-    if (model_init(&m, &cfg, &part, NULL, ops_cpu(), &shape, &err)) {
+    struct ops_ctx *cx = test_cpu_open();
+    if (model_init(&m, &cfg, &part, NULL, ops_cpu(), cx, &shape, &err)) {
         snprintf(j->error, sizeof j->error, "%s", err.text);
+        ops_cpu()->close(cx);
         return NULL;
     }
     float *shard = malloc(m.shard.total * sizeof *shard);
@@ -224,12 +227,13 @@ static void *run_stage(void *arg)
         snprintf(j->error, sizeof j->error, "%s", err.text);
     } else {
         j->grads = malloc(m.shard.total * sizeof *j->grads);
-        m.ops->download(j->grads, m.grads, m.shard.total * sizeof(float));
+        m.ops->download(m.ctx, j->grads, m.grads, m.shard.total * sizeof(float));
         j->shard = m.shard;
         check_marks(j, j->grads);
     }
     free(shard);
     model_free(&m);
+    ops_cpu()->close(cx);
     return NULL;
 }
 
@@ -298,8 +302,10 @@ static int reference_of(int count, int m, const float *params, double *loss, flo
     struct model md;
     struct plait_error err;
     struct model_shape shape = {.B = B, .T = T, .slots = 1, .dp = 1};
-    if (model_init(&md, &cfg, &whole, NULL, ops_cpu(), &shape, &err)) {
+    struct ops_ctx *cx = test_cpu_open();
+    if (model_init(&md, &cfg, &whole, NULL, ops_cpu(), cx, &shape, &err)) {
         CHECK(0, "%s", err.text);
+        ops_cpu()->close(cx);
         return -1;
     }
     float *shard = malloc(md.shard.total * sizeof *shard);
@@ -316,7 +322,7 @@ static int reference_of(int count, int m, const float *params, double *loss, flo
         *loss += l;
     }
     if (rc == 0) {
-        md.ops->download(shard, md.grads, md.shard.total * sizeof(float));
+        md.ops->download(md.ctx, shard, md.grads, md.shard.total * sizeof(float));
         memset(full_grads, 0, full_total * sizeof *full_grads);
         gpt2_shard_copy(&md.shard, full_grads, shard, false);
     } else {
@@ -324,6 +330,7 @@ static int reference_of(int count, int m, const float *params, double *loss, flo
     }
     free(shard);
     model_free(&md);
+    ops_cpu()->close(cx);
     return rc;
 }
 

@@ -15,6 +15,7 @@
 #include "check.h"
 #include "common/rng.h"
 #include "kernels/ops.h"
+#include "tests/unit/cpu_ctx.h"
 #include "runtime/buckets.h"
 #include "runtime/gpt2.h"
 #include "runtime/model.h"
@@ -47,8 +48,10 @@ static void *run_rank(void *arg)
     struct plait_error err = {.text = ""};
     struct model_shape shape = {
         .B = B, .T = T, .slots = 1, .dp = j->dp, .dp_rank = j->rank, .zero = j->zero};
-    if (model_init(&m, &cfg, &whole, NULL, ops_cpu(), &shape, &err)) {
+    struct ops_ctx *cx = test_cpu_open();
+    if (model_init(&m, &cfg, &whole, NULL, ops_cpu(), cx, &shape, &err)) {
         snprintf(j->error, sizeof j->error, "%s", err.text);
+        ops_cpu()->close(cx);
         return NULL;
     }
     float *host = malloc(m.shard.total * sizeof *host);
@@ -84,10 +87,11 @@ static void *run_rank(void *arg)
         snprintf(j->error, sizeof j->error, "%s", err.text);
     } else {
         j->params = malloc(m.shard.total * sizeof *j->params);
-        m.ops->download(j->params, m.params, m.shard.total * sizeof(float));
+        m.ops->download(m.ctx, j->params, m.params, m.shard.total * sizeof(float));
     }
     free(host);
     model_free(&m);
+    ops_cpu()->close(cx);
     return NULL;
 }
 
@@ -138,7 +142,8 @@ static void reference(int dp, const float *full, float *params, double *norm)
     struct model m;
     struct plait_error err;
     struct model_shape shape = {.B = B, .T = T, .slots = 1, .dp = 1};
-    model_init(&m, &cfg, &whole, NULL, ops_cpu(), &shape, &err);
+    struct ops_ctx *cx = test_cpu_open();
+    CHECK(model_init(&m, &cfg, &whole, NULL, ops_cpu(), cx, &shape, &err) == 0, "%s", err.text);
     float *host = malloc(m.shard.total * sizeof *host);
     gpt2_shard_copy(&m.shard, (float *)full, host, true);
     model_set_params(&m, host);
@@ -147,9 +152,10 @@ static void reference(int dp, const float *full, float *params, double *norm)
         model_backward(&m, B, T, k > 0, &err);
     }
     optim_step(&m, &opt, opt.lr, 1, NULL, norm, &err);
-    m.ops->download(params, m.params, m.shard.total * sizeof(float));
+    m.ops->download(m.ctx, params, m.params, m.shard.total * sizeof(float));
     free(host);
     model_free(&m);
+    ops_cpu()->close(cx);
 }
 
 static void test_dp_and_zero_step_as_one_rank(void)
