@@ -373,7 +373,12 @@ static double seconds(double work, double rate)
  * layer's matmuls, on the critical path. pp: the p2p sends, counted in full.
  * bubble: 1F1B idles (pp−1)/m of the compute (Narayanan et al. 2021, §2.2).
  * dp: gradient reduction runs in buckets during backward, so only what
- * exceeds the backward share of the compute (2 of the 6N: 2/3) shows. */
+ * exceeds the backward share of the compute (2 of the 6N: 2/3) shows.
+ * optimizer: AdamW is memory-bound (a few FLOPs per byte): it reads and
+ * writes the weights (fp32 and their 16-bit copy) and both moments and reads
+ * the gradients, 2·(params + optimizer) + grads bytes of the most loaded
+ * stage at the device's memory bandwidth (under ZeRO an upper bound: the
+ * weights outside a rank's slice are only written by the all-gather). */
 void cost_step_time(const struct plan *p, struct cost_layout l, const struct cost_links *links,
                     struct cost_time *out)
 {
@@ -394,7 +399,14 @@ void cost_step_time(const struct plan *p, struct cost_layout l, const struct cos
         out->dp_s = HUGE_VAL;
     else
         out->dp_s = isinf(overlap_s) ? 0.0 : fmax(0.0, dp_raw_s - overlap_s);
-    out->total_s = out->compute_s + out->tp_s + out->pp_s + out->bubble_s + out->dp_s;
+    if (links->device_memory_gbps > 0) {
+        struct cost_memory mem;
+        cost_memory(p, l, &mem, NULL);
+        double bytes = 2.0 * ((double)mem.params + (double)mem.optimizer) + (double)mem.grads;
+        out->optimizer_s = seconds(bytes, links->device_memory_gbps * 1e9);
+    }
+    out->total_s =
+        out->compute_s + out->tp_s + out->pp_s + out->bubble_s + out->dp_s + out->optimizer_s;
 }
 
 const char *cost_link_name(enum cost_link link)

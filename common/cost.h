@@ -85,15 +85,18 @@ struct cost_links {
     enum cost_link tp, pp, dp;        /* the slowest link each group crosses */
     double tp_gbps, pp_gbps, dp_gbps; /* its bandwidth per rank, GB/s */
     double device_tflops;             /* sustained dense matmul rate per device */
+    double device_memory_gbps;        /* the device's memory bandwidth, GB/s (a GPU's
+                                         datasheet figure); 0: not modelled (CPU ranks) */
 };
 
 struct cost_time {
-    double compute_s, tp_s, pp_s, dp_s, bubble_s, total_s;
+    double compute_s, tp_s, pp_s, dp_s, bubble_s, optimizer_s, total_s;
 };
 
 /* Step-time estimate: compute, tp (on the critical path), pp p2p and bubble
  * ((pp−1)/grad_accum of the compute, 1F1B), dp (the part not hidden behind
- * backward). */
+ * backward), and the optimizer's pass over the weights at the device's memory
+ * bandwidth (when links->device_memory_gbps is given). */
 void cost_step_time(const struct plan *p, struct cost_layout l, const struct cost_links *links,
                     struct cost_time *out);
 

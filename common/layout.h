@@ -49,8 +49,15 @@ int layout_choose(const struct plan *p, const struct place_node *nodes, int n_no
                   struct layout_eval *best, struct plait_error *err);
 
 /* The sustained matmul rate the cost model assumes for a node's devices
- * (TFLOP/s; a CPU rank: what this project's CPU kernels reach). */
+ * (TFLOP/s): a calibrated share of the first GPU's dense datasheet peak in
+ * this precision (common/gpu.h); a CPU rank: what this project's CPU kernels
+ * reach. */
 double layout_device_tflops(const struct topo *t, enum plan_precision precision);
+
+/* The memory bandwidth of a node's GPUs (GB/s, the datasheet's), 0 when the
+ * node has none or plait does not know them (the cost model then leaves the
+ * optimizer's pass out, as for CPU ranks). */
+double layout_device_memory_gbps(const struct topo *t);
 
 /* The smallest device memory among the nodes (bytes), 0 when unknown. */
 uint64_t layout_device_memory(const struct place_node *nodes, int n, double override_gb);

@@ -618,7 +618,7 @@ static int setup(struct trainer *t, struct plait_error *err)
         t->bucketed = true;
     }
     if (p->checkpoint.async && ckpt_async_reserve(&t->async, &t->m, err)) return -1;
-    t->flops_per_token = gpt2_flops_per_token(&cfg, T);
+    t->flops_per_token = gpu_flops_per_token(&cfg, T);
     t->inputs = malloc((size_t)B * T * sizeof *t->inputs);
     t->targets = malloc((size_t)B * T * sizeof *t->targets);
     if (!t->inputs || !t->targets) return error_set(err, "out of memory");

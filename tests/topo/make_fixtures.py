@@ -306,8 +306,8 @@ class PciBuilder:
         attrs += [("pci_busid", "0000:%02x:%s" % (bus, devfn)),
                   ("pci_type", "%s [%s] [%s] %s" % (dev.klass, dev.ids, dev.sub, dev.rev)),
                   ("pci_link_speed", dev.speed)]
-        obj = parent.add(Obj(self.topo, "PCIDev", attrs,
-                             [("PCIVendor", dev.vendor_name), ("PCIDevice", dev.device_name)]))
+        names = [("PCIVendor", dev.vendor_name), ("PCIDevice", dev.device_name)]
+        obj = parent.add(Obj(self.topo, "PCIDev", attrs, [n for n in names if n[1] is not None]))
         if dev.tag:
             self.tagged[dev.tag] = obj
         for od in dev.osdevs:
@@ -609,12 +609,33 @@ def cpu_only():
     return topo
 
 
+# ---- 6. pci_ids_only ----------------------------------------------------------------------
+
+def pci_ids_only():
+    """What hwloc sees of a GPU node without NVIDIA's libraries and without pci.ids (a
+    container image, say): a 1-socket Xeon Platinum 8480C (56 cores, SMT2) with two H100
+    SXM5 GPUs (10de:2330) and one GPU plait does not know (10de:2684), each on its own root
+    port and host bridge, known only by their PCI ids: no CUDA or NVML OS devices, no
+    PCIVendor/PCIDevice names, no NVLink matrix."""
+    topo = Topology()
+    cpu = Cpu("Intel(R) Xeon(R) Platinum 8480C", "GenuineIntel", 1, 56, 2, 110100480, 2097152,
+              49152, 540536092672)
+    pkgs = machine(topo, cpu, "h100-pci-only-node01", "PowerEdge XE9680")
+    pci = PciBuilder(topo)
+    for i, (bus, ids) in enumerate([(0x18, "10de:2330"), (0x2a, "10de:2330"),
+                                    (0x3a, "10de:2684")]):
+        gpu = Dev("0302", ids, "10de:16c1", "a1", GEN5_X16, None, None, tag="gpu%d" % i)
+        pci.host_bridge(pkgs[0], bus - 1, [("01.0", gpu, GEN5_X16)])
+    return topo
+
+
 CASES = {
     "h100_sxm8": h100_sxm8,
     "islands8_interleaved": islands8_interleaved,
     "pcie4_nvbridge": pcie4_nvbridge,
     "nvswitch16": nvswitch16,
     "cpu_only": cpu_only,
+    "pci_ids_only": pci_ids_only,
 }
 
 
