@@ -83,3 +83,26 @@ EOF
         fi
     fi
 done
+
+# where a step goes: plait's own time per phase (PLAIT_PROFILE=1 waits for the
+# device around each phase, so the run is a little slower than the ones above),
+# and, where Nsight Systems is installed, the time per CUDA kernel
+echo
+echo "where a 16x1024 step goes (PLAIT_PROFILE=1):"
+PLAIT_PROFILE=1 "$BUILD/bin/plait" train "$work/plan_16.json" --out "$work/run_prof" --set steps=4 \
+    >"$work/prof.log" 2>&1 && sed -n '/^profile over/,/^  step/p' "$work/prof.log" ||
+    tail -n 5 "$work/prof.log"
+NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null || true)
+if [ -n "$NSYS" ]; then
+    echo
+    echo "time per CUDA kernel, 3 steps at 16x1024 (nsys, cuda_gpu_kern_sum):"
+    sed 's/"steps": [0-9]*/"steps": 3/' "$work/plan_16.json" >"$work/plan_nsys.json"
+    TRAIN_ABS=$(cd "$BUILD/bin" && pwd)/plait-train
+    (cd "$work" && PLAIT_RUN_DIR=$work/run_nsys PLAIT_PLAN=$work/plan_nsys.json \
+        "$NSYS" profile --trace=cuda -o "$work/nsys" "$TRAIN_ABS" \
+        >"$work/nsys.log" 2>&1) &&
+        "$NSYS" stats --report cuda_gpu_kern_sum --format table "$work/nsys.nsys-rep" 2>/dev/null |
+        head -n 30 || tail -n 5 "$work/nsys.log"
+else
+    echo "(no nsys here: no time per kernel)"
+fi

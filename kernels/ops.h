@@ -38,6 +38,10 @@ struct ops {
      * work of others (collectives) to be ordered against; NULL on the CPU,
      * whose ops are done when they return. */
     void *(*stream)(struct ops_ctx *ctx);
+    /* Waits until every op issued in the context so far is done (errors are
+     * the sticky ones); NULL where ops are done when they return (the CPU).
+     * Only for measuring: PLAIT_PROFILE's time per phase on a GPU. */
+    void (*synchronize)(struct ops_ctx *ctx);
 
     /* memory: alloc returns zeroed memory or NULL */
     void *(*alloc)(struct ops_ctx *ctx, size_t bytes);

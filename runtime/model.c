@@ -498,9 +498,9 @@ static int head_forward(struct model *m, struct model_slot *sl, const int32_t *t
              o->classifier(m->ctx, sl->logits, m->losses, sl->targets, N, m->cfg.vocab,
                            m->cfg.padded_vocab, grad_scale));
     } else {
-        double t0 = prof_now();
+        double t0 = prof_clock(pr);
         if (vocab_parallel_loss(m, sl, N, grad_scale, err)) return -1;
-        if (!pr->paused) pr->seconds[PROF_LOSS] += prof_now() - t0;
+        if (!pr->paused) pr->seconds[PROF_LOSS] += prof_clock(pr) - t0;
     }
     o->download(m->ctx, m->losses_host, m->losses, (size_t)N * sizeof(float));
     double sum = 0;
@@ -598,12 +598,12 @@ static int recompute_timed(struct model *m, struct model_slot *sl, int i, int B,
                            struct plait_error *err)
 {
     struct profile *pr = &m->prof;
-    double t0 = prof_now();
+    double t0 = prof_clock(pr);
     pr->paused++;
     int rc = layer_recompute(m, sl, i, B, T, err);
     pr->paused--;
     if (rc) return -1;
-    if (!pr->paused) pr->seconds[PROF_RECOMPUTE] += prof_now() - t0;
+    if (!pr->paused) pr->seconds[PROF_RECOMPUTE] += prof_clock(pr) - t0;
     return 0;
 }
 

@@ -1195,7 +1195,9 @@ static int run_steps(struct trainer *t, struct plait_error *err)
                                          : 0.0;
         if (t->where->rank == 0 && metrics_step(&t->metrics, &sm, err)) return -1;
         if (s == first_step) { /* a process's first step warms up: not in the averages */
+            struct profile kept = t->m.prof;
             memset(&t->m.prof, 0, sizeof t->m.prof);
+            t->m.prof.sync = kept.sync, t->m.prof.sync_ctx = kept.sync_ctx;
             if (memory_report(t, s + 1, err)) return -1;
         } else {
             t->timed_s += dt;
@@ -1346,6 +1348,9 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
     if (samples && t.st.step == 0 && t.st.micro == 0 && print_sample(&t, "before training", err))
         goto out;
     t.saved_at_s = now_s();
+    /* a printed profile on an asynchronous backend waits for the device around each phase */
+    if (getenv(PLAIT_ENV_PROFILE) && t.m.ops->synchronize)
+        t.m.prof.sync = t.m.ops->synchronize, t.m.prof.sync_ctx = t.m.ctx;
     rc = run_steps(&t, err);
     if (getenv(PLAIT_ENV_PROFILE) && t.m.prof.steps > 0 && where->rank == 0)
         profile_print(&t.m.prof, t.timed_s / t.m.prof.steps, stdout);
