@@ -189,7 +189,9 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
                                       .zero = p->parallel.zero,
                                       .sequence_parallel =
                                           p->parallel.sequence_parallel && l.tp > 1,
-                                      .split_backward = p->parallel.schedule == PLAN_PIPE_ZB_H1};
+                                      .split_backward = p->parallel.schedule == PLAN_PIPE_ZB_H1,
+                                      /* the CUDA backend's attention keeps no probabilities */
+                                      .fused_attention = p->parallel.device == PLAN_DEVICE_CUDA};
     struct gpt2_shard s;
     struct gpt2_memory mem;
     struct plait_error err;

@@ -166,7 +166,8 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
                                    .dp = shape->dp,
                                    .zero = shape->zero,
                                    .sequence_parallel = m->sp,
-                                   .split_backward = m->split_backward};
+                                   .split_backward = m->split_backward,
+                                   .fused_attention = ops->attention_forward_fused != NULL};
     if (gpt2_memory(&m->shard, &ms, &m->mem, err) || kernel_limits(cfg, B, T, err)) return -1;
     m->Cl = cfg->hidden / part->tp;
     m->NHl = cfg->heads / part->tp;

@@ -340,13 +340,16 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
     }
     json_t *ranks = json_array();
     struct cost_layout l = {w->tp, w->pp, w->dp};
-    bool on_cpu = strcmp(t->m.ops->name, "cpu") == 0 && n > 1;
+    bool on_cpu = strcmp(t->m.ops->name, "cpu") == 0;
+    /* the plan with the device it ran on (a GPU's attention keeps no probabilities) */
+    struct plan as_run = *t->plan;
+    as_run.parallel.device = on_cpu ? PLAN_DEVICE_CPU : PLAN_DEVICE_CUDA;
     for (int r = 0; r < n; r++) {
         const double *v = all + (size_t)r * K;
         struct cost_memory c;
-        cost_memory_stage(t->plan, l, (int)v[1], &c);
+        cost_memory_stage(&as_run, l, (int)v[1], &c);
         json_t *predicted = bytes_json(c.params, c.grads, c.optimizer, c.activations);
-        if (on_cpu) /* host memory beside the model's: the socket backend's rings */
+        if (on_cpu && n > 1) /* host memory beside the model's: the socket backend's rings */
             json_object_set_new(
                 predicted, "comm_rings",
                 json_integer((json_int_t)cost_comm_ring_bytes(t->plan, l, (int)v[1])));
