@@ -84,6 +84,13 @@ struct ops {
      * the product accumulates in fp32. */
     void (*matmul_forward)(struct ops_ctx *ctx, float *out, const float *inp, const float *w,
                            const uint16_t *w16, const float *bias, int N, int C, int OC);
+    /* Optional (NULL: matmul_forward, then gelu_forward): pre (N,OC) = inp ·
+     * wᵀ + bias as matmul_forward computes it, and out (N,OC) = gelu(pre) in
+     * the same pass (the MLP's first product; cuBLASLt's GELU epilogue). The
+     * same values within fp32 rounding. */
+    void (*matmul_forward_gelu)(struct ops_ctx *ctx, float *out, float *pre, const float *inp,
+                                const float *w, const uint16_t *w16, const float *bias, int N,
+                                int C, int OC);
     /* dinp (N,C) = dout · w (overwritten);
      * dw (OC,C) = dw·accumulate + doutᵀ · inp;  dbias (OC) likewise, may be NULL.
      * dinp NULL: the weight gradients only; dw NULL: the input gradient only

@@ -444,9 +444,15 @@ static int layer_forward(struct model *m, struct model_slot *sl, int i, int B, i
          o->layernorm_forward(m->ctx, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(GPT2_LN2W, l),
                               P(GPT2_LN2B, l), R, C));
     if (sp_gather(m, a->ln2, N, &ln, err)) return -1;
-    PROF(pr, PROF_MATMUL_FWD,
-         linear_forward(m, a->fch, ln, GPT2_FCW, l, P(GPT2_FCB, l), N, C, 4 * Cl));
-    PROF(pr, PROF_GELU_FWD, o->gelu_forward(m->ctx, a->fch_gelu, a->fch, (size_t)N * 4 * Cl));
+    if (o->matmul_forward_gelu && m->precision != PLAN_PRECISION_FP8) { /* one pass */
+        PROF(pr, PROF_MATMUL_FWD,
+             o->matmul_forward_gelu(m->ctx, a->fch_gelu, a->fch, ln, P(GPT2_FCW, l),
+                                    weight16(m, GPT2_FCW, l), P(GPT2_FCB, l), N, C, 4 * Cl));
+    } else {
+        PROF(pr, PROF_MATMUL_FWD,
+             linear_forward(m, a->fch, ln, GPT2_FCW, l, P(GPT2_FCB, l), N, C, 4 * Cl));
+        PROF(pr, PROF_GELU_FWD, o->gelu_forward(m->ctx, a->fch_gelu, a->fch, (size_t)N * 4 * Cl));
+    }
     if (row_parallel_forward(m, &proj, a->fch_gelu, GPT2_FCPROJW, GPT2_FCPROJB, l, N, 4 * Cl, err))
         return -1;
     PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(m->ctx, a->res3, a->res2, proj, (size_t)R * C));

@@ -392,6 +392,7 @@ static const struct ops cpu_ops = {
     .layernorm_forward = cpu_layernorm_forward_f32,
     .layernorm_backward = cpu_layernorm_backward_f32,
     .matmul_forward = cpu_matmul_forward,
+    .matmul_forward_gelu = NULL, /* the two ops: oneDNN's product, then the GELU */
     .matmul_backward = cpu_matmul_backward,
     .matmul_forward_fp8 = cpu_matmul_forward_fp8,
     .matmul_backward_fp8 = cpu_matmul_backward_fp8,

@@ -165,6 +165,7 @@ static struct ops cuda_ops = {
     .layernorm_forward = cu_layernorm_forward,
     .layernorm_backward = cu_layernorm_backward,
     .matmul_forward = cu_matmul_forward,
+    .matmul_forward_gelu = cu_matmul_forward_gelu,
     .matmul_backward = cu_matmul_backward,
     .matmul_forward_fp8 = NULL, /* fp8 (kernels/fp8.h) not on the GPU yet: model_init says so */
     .matmul_backward_fp8 = NULL,
