@@ -22,8 +22,10 @@
 #define NVSWITCH16 FIXTURES "/nvswitch16/topology.xml"
 #define CPU_ONLY FIXTURES "/cpu_only/topology.xml"
 #define PCI_IDS_ONLY FIXTURES "/pci_ids_only/topology.xml"
+#define OPENCL_L4 FIXTURES "/opencl_l4/topology.xml"
 
-static const char *const fixtures[] = {H100, ISLANDS, PCIE4, NVSWITCH16, CPU_ONLY, PCI_IDS_ONLY};
+static const char *const fixtures[] = {H100,     ISLANDS,      PCIE4,    NVSWITCH16,
+                                       CPU_ONLY, PCI_IDS_ONLY, OPENCL_L4};
 #define N_FIXTURES (int)(sizeof fixtures / sizeof fixtures[0])
 
 /* ---- helpers ----------------------------------------------------------------------------- */
@@ -888,6 +890,28 @@ static void test_gpus_known_only_by_pci_id(void)
     topo_free(&t);
 }
 
+/* hwloc's OpenCL OS devices name the L4s and give their memory (23,034 MiB, before the
+ * table's 24 GiB); the PCI id gives the peaks. */
+static void test_l4_named_by_hwloc_opencl(void)
+{
+    struct topo t;
+    if (!load(&t, OPENCL_L4)) return;
+    CHECK(t.n_gpus == 2, "%d GPUs", t.n_gpus);
+    for (int g = 0; g < t.n_gpus; g++) {
+        const struct topo_gpu *gpu = &t.gpus[g];
+        CHECK(strcmp(gpu->model, "NVIDIA L4") == 0 && strcmp(gpu->model_source, "hwloc") == 0,
+              "GPU %d model %s from %s", g, gpu->model, gpu->model_source);
+        CHECK(gpu->memory_bytes == 23034ull << 20 && strcmp(gpu->memory_source, "hwloc") == 0,
+              "GPU %d memory %llu from %s", g, (unsigned long long)gpu->memory_bytes,
+              gpu->memory_source);
+        CHECK(gpu_peak_tflops(gpu->spec, PLAN_PRECISION_BF16) == 121 &&
+                  gpu_peak_tflops(gpu->spec, PLAN_PRECISION_FP8) == 242.5 &&
+                  gpu->spec->memory_gbps == 300,
+              "GPU %d peaks", g);
+    }
+    topo_free(&t);
+}
+
 /* Names as NVML, CUDA and pci.ids write them find their table entry by whole words; the
  * variants sharing a word go to the right one, and unknown names to none. */
 static void test_gpu_names_find_their_entry(void)
@@ -972,6 +996,7 @@ int main(void)
     RUN(test_h100_gpus_in_cuda_order_with_memory_model_and_locality);
     RUN(test_h100_named_by_hwloc_with_peaks_from_pci_id);
     RUN(test_gpus_known_only_by_pci_id);
+    RUN(test_l4_named_by_hwloc_opencl);
     RUN(test_gpu_names_find_their_entry);
     RUN(test_mfu_by_hand);
     RUN(test_nvml_absent_degrades);
