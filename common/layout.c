@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/gpu.h" // defines: gpu_peak_tflops, struct gpu_spec
+
 /* The share of a GPU's dense datasheet peak the cost model takes as its
  * sustained rate. Calibrated on the one measured anchor (issue 11): PyTorch
  * (torch.compile, bf16 autocast, SDPA, fused AdamW) trains GPT-2 124M, bf16,

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/gpu.h" // defines: gpu_spec_by_name
+
 int fit_nodes_make(const struct plan *p, int n, int gpus_per_node, const struct topo *topos,
                    int n_topos, const char *const *names, struct fit_nodes *out,
                    struct plait_error *err)

@@ -19,6 +19,7 @@
 #include "common/cost.h"
 #include "common/env.h"
 #include "common/fsutil.h"
+#include "common/gpu.h" // defines: gpu_flops_per_token, gpu_mfu, gpu_peak_tflops
 #include "common/layout.h"
 #include "common/log.h"
 #include "common/runend.h"

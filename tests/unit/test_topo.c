@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/fsutil.h"
+#include "common/gpu.h"
 #include "common/topo.h"
 #include "tests/unit/check.h"
 
