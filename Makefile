@@ -13,7 +13,7 @@
 #   make test-gpu        the nccl backend on this machine's GPUs (tests/gpu/run.sh; not in make test)
 #   make test-cuda       the CUDA backend on this machine's GPU: --selftest, the PyTorch referee
 #                        on the GPU, GPU runs to the bit, resume, sanitizers (tests/gpu/test_cuda.sh)
-#   make bench-cuda      GPT-2 124M bf16 on the GPU, 16x1024 and 32x1024: tokens/s and MFU (not a test)
+#   make bench-cuda      GPT-2 124M bf16 on the GPU, 16x1024 and 32x1024: tokens/s, MFU, modelled vs measured step (not a test)
 #   make install PREFIX=/usr/local   (make uninstall PREFIX=/usr/local removes what it put)
 #
 # BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan,

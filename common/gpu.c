@@ -146,9 +146,14 @@ struct gpu_nvml {
 
 struct gpu_nvml *gpu_nvml_open(void)
 {
+    return gpu_nvml_open_library("libnvidia-ml.so.1"); /* the driver's, by its soname */
+}
+
+struct gpu_nvml *gpu_nvml_open_library(const char *library)
+{
     struct gpu_nvml *n = calloc(1, sizeof *n);
     if (!n) return NULL;
-    n->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    n->lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
     if (!n->lib) goto fail;
     int (*init)(void) = (int (*)(void))dlsym(n->lib, "nvmlInit_v2");
     n->shutdown = (int (*)(void))dlsym(n->lib, "nvmlShutdown");

@@ -51,6 +51,9 @@ struct gpu_nvml;
  * callers then fall back to hwloc and the table. */
 struct gpu_nvml *gpu_nvml_open(void);
 
+/* The same from another library with NVML's symbols (tests: a stand-in). */
+struct gpu_nvml *gpu_nvml_open_library(const char *library);
+
 /* The name and memory of the GPU at PCI busid ("0000:1b:00.0"). -1 when
  * NVML does not know that device. */
 int gpu_nvml_describe(struct gpu_nvml *nvml, const char *busid, char *name, size_t name_bytes,

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/gpu.h" // defines: gpu_peak_tflops, struct gpu_spec
+
 /* The share of a GPU's dense datasheet peak the cost model takes as its
  * sustained rate. Calibrated on the one measured anchor (issue 11): PyTorch
  * (torch.compile, bf16 autocast, SDPA, fused AdamW) trains GPT-2 124M, bf16,
@@ -19,12 +21,17 @@
  * modelled step beside the measured one). */
 #define GPU_SUSTAINED_SHARE 0.41
 
+double layout_gpu_tflops(const struct gpu_spec *spec, enum plan_precision prec)
+{
+    double peak = gpu_peak_tflops(spec, prec);
+    if (peak > 0) return GPU_SUSTAINED_SHARE * peak;
+    return 0.5 * (prec == PLAN_PRECISION_FP32 ? 20 : 100); /* an unknown GPU */
+}
+
 double layout_device_tflops(const struct topo *t, enum plan_precision prec)
 {
     if (t->n_gpus == 0) return 0.4; /* a CPU rank: what this project's CPU kernels reach */
-    double peak = gpu_peak_tflops(t->gpus[0].spec, prec);
-    if (peak > 0) return GPU_SUSTAINED_SHARE * peak;
-    return 0.5 * (prec == PLAN_PRECISION_FP32 ? 20 : 100); /* an unknown GPU */
+    return layout_gpu_tflops(t->gpus[0].spec, prec);
 }
 
 double layout_device_memory_gbps(const struct topo *t)

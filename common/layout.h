@@ -54,6 +54,9 @@ int layout_choose(const struct plan *p, const struct place_node *nodes, int n_no
  * reach. */
 double layout_device_tflops(const struct topo *t, enum plan_precision precision);
 
+/* The same for one GPU model (spec NULL: a GPU plait does not know). */
+double layout_gpu_tflops(const struct gpu_spec *spec, enum plan_precision precision);
+
 /* The memory bandwidth of a node's GPUs (GB/s, the datasheet's), 0 when the
  * node has none or plait does not know them (the cost model then leaves the
  * optimizer's pass out, as for CPU ranks). */

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/gpu.h" // defines: gpu_spec_by_pci, gpu_spec_by_name, gpu_nvml_*
+
 /* hwloc 2.x and 3.x. We compile against 2.x. hwloc 3.0 turned the OS-device type into a set of
  * flags (attr->osdev.types; a CUDA device is GPU|COPROC) and renamed BLOCK to STORAGE, so
  * `attr->osdev.type == HWLOC_OBJ_OSDEV_...` neither compiles nor means the same there. So devices

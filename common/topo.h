@@ -11,7 +11,8 @@
 #include <stdint.h>
 
 #include "common/error.h"
-#include "common/gpu.h"
+
+struct gpu_spec; /* common/gpu.h: a GPU model's peaks and bandwidth */
 
 struct topo_core {
     int os_index; /* hwloc Core os_index */

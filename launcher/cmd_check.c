@@ -1,7 +1,8 @@
 /* cmd_check.c — `plait check PLAN [--nodes N] [--gpus-per-node G] [--k8s-nodes FILE]
  * [--topology FILE.xml ...] [--json]`: validates the plan, resolves "auto"
  * degrees with the cost model, places the ranks on the nodes' topologies and
- * prints the memory table, the traffic table and the rank map (or one JSON
+ * prints the nodes' GPUs (model, memory, dense peaks), the memory table, the
+ * traffic table with the modelled step and MFU, and the rank map (or one JSON
  * object). Exits 1 with the reason when the plan cannot run there. */
 #include <jansson.h>
 #include <math.h>
@@ -194,8 +195,7 @@ static void print_gpu_kind(const struct topo *t, int g, int count)
     else
         printf(", peaks unknown (the cost model assumes %.0f TFLOP/s sustained bf16; "
                "--device-tflops T says)\n",
-               layout_device_tflops(&(struct topo){.n_gpus = 1, .gpus = (struct topo_gpu *)gpu},
-                                    PLAN_PRECISION_BF16));
+               layout_gpu_tflops(NULL, PLAN_PRECISION_BF16));
 }
 
 /* Each kind of GPU of a node (same model, PCI id and memory) once, with its count. */

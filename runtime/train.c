@@ -20,6 +20,7 @@
 #include "common/cost.h"
 #include "common/env.h"
 #include "common/fsutil.h"
+#include "common/gpu.h" // defines: gpu_flops_per_token, gpu_mfu, gpu_peak_tflops
 #include "common/layout.h"
 #include "common/log.h"
 #include "common/runend.h"
@@ -71,6 +72,9 @@ struct trainer {
     int32_t *inputs, *targets;
     double peak_gflops;
     double flops_per_token;
+    double gpu_peak_tflops;  /* the dense datasheet peak of this rank's GPU in the plan's
+                                precision, the denominator of MFU; 0: a CPU rank, or a GPU
+                                plait does not know */
     const char *dump_dir;    /* PLAIT_DUMP_STEP1, NULL = off */
     int dump_step;           /* the step dumped: the first this process takes (0-based) */
     int32_t *dump_tokens;    /* (B·T) its first micro-batch (the first stage's) */
@@ -364,6 +368,24 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
     free(all);
     t->memory = json_pack("{s:i,s:o}", "after_step", step, "ranks", ranks);
     return write_run_json(t, err);
+}
+
+/* The dense datasheet peak (TFLOP/s) of the GPU this rank trains on, in the plan's precision,
+ * from common/gpu.h's table: the GPU is this machine's CUDA device `device` (hwloc, PCI id or
+ * NVML name, as plait check finds it). 0 for a CPU rank, or when plait does not know the GPU:
+ * no MFU is reported then. */
+static double gpu_peak_of_rank(const struct model *m, int device, enum plan_precision precision)
+{
+    if (m->ops == ops_cpu()) return 0;
+    struct topo topo;
+    struct plait_error err;
+    if (topo_load(&topo, NULL, &err)) {
+        log_warn("no MFU: %s", err.text);
+        return 0;
+    }
+    double peak = gpu_peak_tflops(topo_gpu_spec(&topo, device >= 0 ? device : 0), precision);
+    topo_free(&topo);
+    return peak;
 }
 
 /* The rate of the device's matrix product in this precision, as the
@@ -696,6 +718,7 @@ static int setup(struct trainer *t, struct plait_error *err)
     if (inject && sscanf(inject, "%d:%lf", &slow_rank, &slow_ms) == 2 && slow_rank == w->rank)
         t->slow_read_s = slow_ms / 1e3;
     t->peak_gflops = measure_peak_gflops(&t->m);
+    t->gpu_peak_tflops = gpu_peak_of_rank(&t->m, w->device, p->precision);
     if (!rank0) return 0;
     char plan_path[4096];
     if (fs_join(plan_path, sizeof plan_path, t->run_dir, "plan.json", err) ||
@@ -918,10 +941,12 @@ static void progress_line(struct trainer *t, const struct step_metrics *s, doubl
         snprintf(ranks, sizeof ranks, " | comm %.0f%% bubble %.0f%%%s | straggler rank %d +%.0f%%",
                  s->comm_pct, s->idle_pct, sim, s->straggler,
                  s->median_busy_ms > 0 ? 100 * (s->busy_ms / s->median_busy_ms - 1) : 0.0);
+    char mfu[32] = ""; /* a GPU whose datasheet peak plait knows */
+    if (s->mfu > 0) snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100 * s->mfu);
     printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.0f ms | %.1f%% of "
-           "peak%s | ETA %s\n",
+           "peak%s%s | ETA %s\n",
            (int)snprintf(NULL, 0, "%d", t->plan->steps), s->step, t->plan->steps, s->loss, s->lr,
-           s->grad_norm, s->tokens_per_s, s->ms, s->peak_pct, ranks, eta);
+           s->grad_norm, s->tokens_per_s, s->ms, s->peak_pct, mfu, ranks, eta);
     fflush(stdout);
 }
 
@@ -1196,6 +1221,7 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         sm.peak_pct = t->peak_gflops > 0 ? 100.0 * t->flops_per_token * tokens / dt /
                                                (t->peak_gflops * 1e9 * t->where->world)
                                          : 0.0;
+        sm.mfu = gpu_mfu(t->flops_per_token, sm.tokens_per_s, t->gpu_peak_tflops, t->where->world);
         if (t->where->rank == 0 && metrics_step(&t->metrics, &sm, err)) return -1;
         if (s == first_step) { /* a process's first step warms up: not in the averages */
             struct profile kept = t->m.prof;

@@ -629,6 +629,36 @@ def pci_ids_only():
     return topo
 
 
+# ---- 7. opencl_l4 -------------------------------------------------------------------------
+
+def opencl_osdev(index, model, mem_mib, units):
+    """What hwloc's OpenCL backend adds to a GPU (hwloc 2.x: a COPROC OS device named
+    openclPdD, subtype OpenCL; OpenCLGlobalMemorySize in kB)."""
+    return OsDev("opencl0d%d" % index, OSDEV_COPROC, "OpenCL",
+                 [("Backend", "OpenCL"), ("OpenCLDeviceType", "GPU"),
+                  ("GPUVendor", "NVIDIA Corporation"), ("GPUModel", model),
+                  ("OpenCLPlatformIndex", 0), ("OpenCLPlatformName", "NVIDIA CUDA"),
+                  ("OpenCLPlatformDeviceIndex", index), ("OpenCLComputeUnits", units),
+                  ("OpenCLGlobalMemorySize", mem_mib * 1024)])
+
+
+def opencl_l4():
+    """An inference node with two L4 GPUs (10de:27b8) that hwloc describes through its
+    OpenCL backend only (no CUDA or NVML OS devices): 1 × EPYC 9124 (16 cores, SMT2), each
+    GPU on its own root port."""
+    topo = Topology()
+    cpu = Cpu("AMD EPYC 9124 16-Core Processor", "AuthenticAMD", 1, 16, 2, 67108864, 1048576,
+              32768, 270049017856)
+    pkgs = machine(topo, cpu, "l4-node01", "PowerEdge R7615")
+    pci = PciBuilder(topo)
+    for i, bus in enumerate([0x41, 0x61]):
+        gpu = Dev("0302", "10de:27b8", "10de:16ca", "a1", "15.753846", "NVIDIA Corporation",
+                  "AD104GL [L4]", [opencl_osdev(i, "NVIDIA L4", 23034, 58)], tag="gpu%d" % i)
+        pci.host_bridge(pkgs[0], bus - 1, [("01.0", gpu, GEN4_X16)],
+                        root_port_ids=("1022:14ab", "1022:1453"), root_port_rev="00")
+    return topo
+
+
 CASES = {
     "h100_sxm8": h100_sxm8,
     "islands8_interleaved": islands8_interleaved,
@@ -636,6 +666,7 @@ CASES = {
     "nvswitch16": nvswitch16,
     "cpu_only": cpu_only,
     "pci_ids_only": pci_ids_only,
+    "opencl_l4": opencl_l4,
 }
 
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/cost.h"
+#include "common/gpu.h"    // gpu_spec_by_pci
 #include "common/layout.h" // layout_device_tflops, layout_device_memory_gbps
 #include "common/llmc.h"   // llmc_param_count
 #include "common/plan.h"

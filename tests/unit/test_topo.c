@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/fsutil.h"
+#include "common/gpu.h"
 #include "common/topo.h"
 #include "tests/unit/check.h"
 
@@ -22,8 +23,10 @@
 #define NVSWITCH16 FIXTURES "/nvswitch16/topology.xml"
 #define CPU_ONLY FIXTURES "/cpu_only/topology.xml"
 #define PCI_IDS_ONLY FIXTURES "/pci_ids_only/topology.xml"
+#define OPENCL_L4 FIXTURES "/opencl_l4/topology.xml"
 
-static const char *const fixtures[] = {H100, ISLANDS, PCIE4, NVSWITCH16, CPU_ONLY, PCI_IDS_ONLY};
+static const char *const fixtures[] = {H100,     ISLANDS,      PCIE4,    NVSWITCH16,
+                                       CPU_ONLY, PCI_IDS_ONLY, OPENCL_L4};
 #define N_FIXTURES (int)(sizeof fixtures / sizeof fixtures[0])
 
 /* ---- helpers ----------------------------------------------------------------------------- */
@@ -888,6 +891,28 @@ static void test_gpus_known_only_by_pci_id(void)
     topo_free(&t);
 }
 
+/* hwloc's OpenCL OS devices name the L4s and give their memory (23,034 MiB, before the
+ * table's 24 GiB); the PCI id gives the peaks. */
+static void test_l4_named_by_hwloc_opencl(void)
+{
+    struct topo t;
+    if (!load(&t, OPENCL_L4)) return;
+    CHECK(t.n_gpus == 2, "%d GPUs", t.n_gpus);
+    for (int g = 0; g < t.n_gpus; g++) {
+        const struct topo_gpu *gpu = &t.gpus[g];
+        CHECK(strcmp(gpu->model, "NVIDIA L4") == 0 && strcmp(gpu->model_source, "hwloc") == 0,
+              "GPU %d model %s from %s", g, gpu->model, gpu->model_source);
+        CHECK(gpu->memory_bytes == 23034ull << 20 && strcmp(gpu->memory_source, "hwloc") == 0,
+              "GPU %d memory %llu from %s", g, (unsigned long long)gpu->memory_bytes,
+              gpu->memory_source);
+        CHECK(gpu_peak_tflops(gpu->spec, PLAN_PRECISION_BF16) == 121 &&
+                  gpu_peak_tflops(gpu->spec, PLAN_PRECISION_FP8) == 242.5 &&
+                  gpu->spec->memory_gbps == 300,
+              "GPU %d peaks", g);
+    }
+    topo_free(&t);
+}
+
 /* Names as NVML, CUDA and pci.ids write them find their table entry by whole words; the
  * variants sharing a word go to the right one, and unknown names to none. */
 static void test_gpu_names_find_their_entry(void)
@@ -966,15 +991,79 @@ static void test_nvml_absent_degrades(void)
     gpu_nvml_close(NULL);
 }
 
+/* A stand-in for libnvidia-ml.so.1 with NVML's C ABI (nvml.h): one H100 at 0000:18:00.0
+ * (85,520,809,984 bytes, what NVML reports for an H100 80GB HBM3); INIT_RC makes nvmlInit_v2
+ * fail (9: NVML_ERROR_DRIVER_NOT_LOADED), NO_NAME leaves nvmlDeviceGetName out. */
+static const char nvml_stub[] =
+    "#include <stdio.h>\n#include <strings.h>\n"
+    "#ifndef INIT_RC\n#define INIT_RC 0\n#endif\n"
+    "typedef struct dev *dev_t_;\n"
+    "struct mem { unsigned long long total, free, used; };\n"
+    "int nvmlInit_v2(void) { return INIT_RC; }\n"
+    "int nvmlShutdown(void) { return 0; }\n"
+    "int nvmlDeviceGetHandleByPciBusId_v2(const char *b, dev_t_ *d) {\n"
+    "  if (strcasecmp(b, \"0000:18:00.0\") != 0) return 6; *d = (dev_t_)1; return 0; }\n"
+    "#ifndef NO_NAME\n"
+    "int nvmlDeviceGetName(dev_t_ d, char *n, unsigned len) {\n"
+    "  (void)d; snprintf(n, len, \"NVIDIA H100 80GB HBM3\"); return 0; }\n"
+    "#endif\n"
+    "int nvmlDeviceGetMemoryInfo(dev_t_ d, struct mem *m) {\n"
+    "  (void)d; m->total = 85520809984ull; m->free = m->used = 0; return 0; }\n";
+
+/* Builds the stand-in with `flags` into a temporary .so; its path in lib (or false). */
+static bool build_nvml_stub(const char *source, const char *flags, char lib[64])
+{
+    snprintf(lib, 64, "/tmp/test_topo_nvml_XXXXXX");
+    int fd = mkstemp(lib);
+    if (fd < 0) return false;
+    close(fd);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "cc -x c -shared -fPIC %s -o %s %s", flags, lib, source);
+    return system(cmd) == 0;
+}
+
+/* NVML through dlopen, on a stand-in library: the name and memory of the GPU it knows, -1 for
+ * a bus id it does not, and no NVML at all when its library is missing, lacks a symbol, or
+ * does not start (no driver). */
+static void test_nvml_through_a_stand_in_library(void)
+{
+    char source[64] = "", lib[64] = "", no_driver[64] = "", no_name[64] = "";
+    CHECK(write_temp(nvml_stub, source), "cannot write the stand-in's source");
+    bool built = build_nvml_stub(source, "", lib) &&
+                 build_nvml_stub(source, "-DINIT_RC=9", no_driver) &&
+                 build_nvml_stub(source, "-DNO_NAME", no_name);
+    CHECK(built, "cannot build the stand-in NVML with cc");
+    if (built) {
+        struct gpu_nvml *nvml = gpu_nvml_open_library(lib);
+        CHECK(nvml, "the stand-in did not open");
+        char name[96] = "";
+        uint64_t bytes = 0;
+        CHECK(gpu_nvml_describe(nvml, "0000:18:00.0", name, sizeof name, &bytes) == 0 &&
+                  strcmp(name, "NVIDIA H100 80GB HBM3") == 0 && bytes == 85520809984ull,
+              "0000:18:00.0: '%s' %llu bytes", name, (unsigned long long)bytes);
+        CHECK(gpu_nvml_describe(nvml, "0000:2a:00.0", name, sizeof name, &bytes) == -1,
+              "a bus id NVML does not know");
+        gpu_nvml_close(nvml);
+        CHECK(!gpu_nvml_open_library(no_driver), "NVML without its driver opened");
+        CHECK(!gpu_nvml_open_library(no_name), "NVML without nvmlDeviceGetName opened");
+        CHECK(!gpu_nvml_open_library("/nonexistent/libnvidia-ml.so.1"), "a missing library");
+    }
+    const char *made[] = {source, lib, no_driver, no_name};
+    for (size_t k = 0; k < sizeof made / sizeof made[0]; k++)
+        if (*made[k]) unlink(made[k]);
+}
+
 int main(void)
 {
     RUN(test_fixtures_load_in_lstopo_and_topo_load);
     RUN(test_h100_gpus_in_cuda_order_with_memory_model_and_locality);
     RUN(test_h100_named_by_hwloc_with_peaks_from_pci_id);
     RUN(test_gpus_known_only_by_pci_id);
+    RUN(test_l4_named_by_hwloc_opencl);
     RUN(test_gpu_names_find_their_entry);
     RUN(test_mfu_by_hand);
     RUN(test_nvml_absent_degrades);
+    RUN(test_nvml_through_a_stand_in_library);
     RUN(test_h100_cores_and_numa);
     RUN(test_h100_nvlink_through_nvswitches_is_450_gbps_one_domain);
     RUN(test_h100_nics_infiniband_first_with_netdevs);
