@@ -55,6 +55,14 @@ uint64_t layout_device_memory(const struct place_node *nodes, int n, double over
 
 /* ---- evaluating a layout ---------------------------------------------------------------- */
 
+struct plan layout_plan_as_placed(const struct plan *p, const struct rank_map *m)
+{
+    struct plan placed = *p;
+    if (p->parallel.device == PLAN_DEVICE_AUTO && m->world > 0)
+        placed.parallel.device = m->ranks[0].gpu >= 0 ? PLAN_DEVICE_CUDA : PLAN_DEVICE_CPU;
+    return placed;
+}
+
 void layout_evaluate(const struct plan *p, struct cost_layout l, const struct place_node *nodes,
                      int n_nodes, const struct layout_inputs *in, struct layout_eval *e)
 {
@@ -67,7 +75,8 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
         return;
     }
     e->placed = true;
-    cost_memory(p, l, &e->mem, &e->worst_stage);
+    struct plan placed = layout_plan_as_placed(p, &e->map);
+    cost_memory(&placed, l, &e->mem, &e->worst_stage);
     cost_traffic(p, l, &e->traffic);
     struct cost_links links = {
         .tp = e->map.comm_tp.slowest,

@@ -36,6 +36,12 @@ struct layout_eval {
 
 void layout_evaluate(const struct plan *p, struct cost_layout l, const struct place_node *nodes,
                      int n_nodes, const struct layout_inputs *in, struct layout_eval *e);
+
+/* p with parallel.device "auto" resolved to where the map placed the ranks
+ * (a shallow copy, valid while p is): what a rank holds depends on it (a
+ * GPU's fused attention keeps no probabilities, cost.h), so the memory of a
+ * placed layout is counted on this. */
+struct plan layout_plan_as_placed(const struct plan *p, const struct rank_map *m);
 void layout_eval_free(struct layout_eval *e);
 
 /* The layout of plan on these nodes: its own degrees, dp "auto" filling the

@@ -309,6 +309,7 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
                          const struct place_node *nodes, int n_nodes, uint64_t gpu_mem)
 {
     const struct rank_map *m = &e->map;
+    const struct plan placed = layout_plan_as_placed(p, m); /* what the ranks hold */
     printf("layout: tp %d × pp %d × dp %d = %d rank%s on %d node%s\n", m->tp, m->pp, m->dp,
            m->world, m->world == 1 ? "" : "s", n_nodes, n_nodes == 1 ? "" : "s");
     for (int i = 0; i < n_nodes; i++) {
@@ -346,7 +347,7 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
            "grads", "optimizer", "activations", "total");
     for (int s = 0; s < m->pp; s++) {
         struct cost_memory mem;
-        cost_memory_stage(p, e->layout, s, &mem);
+        cost_memory_stage(&placed, e->layout, s, &mem);
         struct gpt2_part part = cost_stage_part(p, 1, 0, m->pp, s);
         char layers[32];
         if (part.chunks > 1) /* interleaved: chunks of the even split */
@@ -537,18 +538,19 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
                            const struct place_node *nodes, int n_nodes, uint64_t gpu_mem)
 {
     const struct rank_map *m = &e->map;
+    const struct plan placed = layout_plan_as_placed(p, m); /* what the ranks hold */
     json_t *ranks = json_array(), *node_list = json_array(), *stages = json_array();
     for (int r = 0; r < m->world; r++) { /* what its stage's model_init will allocate */
         json_t *rank = rank_json(m, nodes, r);
         struct cost_memory mem;
-        cost_memory_stage(p, e->layout, m->ranks[r].pp, &mem);
+        cost_memory_stage(&placed, e->layout, m->ranks[r].pp, &mem);
         json_object_set_new(rank, "memory_bytes", json_integer((json_int_t)mem.total));
         json_array_append_new(ranks, rank);
     }
     for (int i = 0; i < n_nodes; i++) json_array_append_new(node_list, node_json(&nodes[i]));
     for (int s = 0; s < m->pp; s++) {
         struct cost_memory mem;
-        cost_memory_stage(p, e->layout, s, &mem);
+        cost_memory_stage(&placed, e->layout, s, &mem);
         struct gpt2_part part = cost_stage_part(p, 1, 0, m->pp, s);
         int n_layers = (part.layer_end - part.layer_begin) * (part.chunks > 1 ? part.chunks : 1);
         json_array_append_new(
