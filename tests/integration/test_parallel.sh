@@ -222,6 +222,32 @@ test_data_parallel_and_zero_match_one_rank() {
     layout dp4_z1 one12 1e-5 --set parallel.dp=4 --set parallel.zero=1
 }
 
+# ZeRO 1 and 2 in buckets of 10 KB (a layer is 50 KB): each reduce-scattered
+# unevenly into the dp ranks' slices as soon as backward has made it final
+# (ZeRO 1 in the step's last backward, ZeRO 2 in every micro-batch's, added
+# into the slice), with and without a pipeline; with sequence parallelism the
+# LayerNorms' gradients summed over tp in the slice. The same layout twice:
+# the same bits.
+test_zero_in_buckets_matches_one_rank() {
+    ref one6 6 && ref one8 8 && ref one12 12 || return 1
+    local b=(--set parallel.bucket_mb=0.01)
+    layout dp2_z1_buckets one6 1e-5 --set parallel.dp=2 --set parallel.zero=1 "${b[@]}" || return 1
+    layout dp2_z2_buckets one6 1e-5 --set parallel.dp=2 --set parallel.zero=2 "${b[@]}" || return 1
+    layout dp4_z1_buckets one12 1e-5 --set parallel.dp=4 --set parallel.zero=1 "${b[@]}" || return 1
+    layout dp4_z2_buckets one12 1e-5 --set parallel.dp=4 --set parallel.zero=2 "${b[@]}" || return 1
+    layout pp2dp2_z1_buckets one8 1e-5 --set parallel.pp=2 --set parallel.dp=2 \
+        --set parallel.zero=1 --set batch.grad_accum=4 "${b[@]}" || return 1
+    layout pp2dp2_z2_buckets one8 1e-5 --set parallel.pp=2 --set parallel.dp=2 \
+        --set parallel.zero=2 --set batch.grad_accum=4 "${b[@]}" || return 1
+    layout tp2pp2dp2_z1_buckets one8 1e-5 --set parallel.tp=2 --set parallel.pp=2 \
+        --set parallel.dp=2 --set parallel.zero=1 --set batch.grad_accum=4 "${b[@]}" || return 1
+    layout tp2dp2z2_sp_buckets one6 1e-5 --set parallel.tp=2 --set parallel.dp=2 \
+        --set parallel.zero=2 --set parallel.sequence_parallel=true "${b[@]}" || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/dp4_z2_again" "${COMMON[@]}" \
+        --set parallel.dp=4 --set parallel.zero=2 "${b[@]}" >/dev/null 2>&1 || return 1
+    metrics_equal "$WORK/dp4_z2_buckets/metrics.jsonl" "$WORK/dp4_z2_again/metrics.jsonl"
+}
+
 test_2x2x2_with_zero1_matches_one_rank() {
     ref one8 8 || return 1
     layout tp2pp2dp2 one8 1e-5 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 \
@@ -551,6 +577,7 @@ check tensor_parallel_matches_one_rank test_tensor_parallel_matches_one_rank
 check pipeline_parallel_matches_one_rank test_pipeline_parallel_matches_one_rank
 check interleaved_pipeline_matches_one_rank test_interleaved_pipeline_matches_one_rank
 check data_parallel_and_zero_match_one_rank test_data_parallel_and_zero_match_one_rank
+check zero_in_buckets_matches_one_rank test_zero_in_buckets_matches_one_rank
 check 2x2x2_with_zero1_matches_one_rank test_2x2x2_with_zero1_matches_one_rank
 check sequence_parallel_matches_one_rank test_sequence_parallel_matches_one_rank
 check bf16_2x2_tracks_bf16_one_rank test_bf16_2x2_tracks_bf16_one_rank
