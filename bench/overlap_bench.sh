@@ -45,10 +45,10 @@ run() { # NAME BUCKET_MB ZERO
     "$BUILD/bin/plait" train "$work/plan.json" --out "$work/$1" --set parallel.bucket_mb="$2" \
         --set parallel.zero="$3" >"$work/$1.log" 2>&1 || { tail -n 20 "$work/$1.log"; exit 1; }
 }
-report() { # CASE WHAT
-    "$PY" - "$work" "$1" "$2" <<'PYEOF'
+report() { # CASE WHAT [GATHER]
+    "$PY" - "$work" "$1" "$2" "${3:-0}" <<'PYEOF'
 import json, statistics, sys
-work, case, what = sys.argv[1:4]
+work, case, what, gather = sys.argv[1:5]
 def medians(name):
     rows = [r for r in map(json.loads, open(f"{work}/{name}/metrics.jsonl")) if "step" in r][1:]
     return (statistics.median(r["parallel"]["wait_ms"]["dp"] for r in rows),
@@ -58,6 +58,8 @@ se, se_ms, _ = medians(f"{case}_serial")
 print(f"  blocked in dp per step           overlapped {ov:8.1f} ms   serial {se:8.1f} ms")
 print(f"  step time                        overlapped {ov_ms:8.1f} ms   serial {se_ms:8.1f} ms   ratio {ov_ms / se_ms:5.2f}")
 print(f"  share of the {what} hidden behind backward  {100 * (1 - ov / se):5.1f}%   (goal >= 80%; medians of {n} steps)")
+if gather == "1":  # an estimate: the gather moves the bytes the reduce-scatter does
+    print(f"  of the reduce-scatter alone, if the gather takes half the serial wait  {100 * (se - ov) / (se / 2):5.1f}%")
 PYEOF
 }
 echo "== data-parallel overlap: GPT-2 124M, micro-batch $B, seq $T, fp32, 1×1×2, $STEPS timed steps each"
@@ -68,4 +70,4 @@ report z0 "dp sum"
 echo "-- ZeRO 1: the gradients reduce-scattered into the slices (then the parameters all-gathered)"
 run z1_overlapped 25 1
 run z1_serial 1e6 1
-report z1 "reduce-scatter (and gather)"
+report z1 "reduce-scatter (and gather)" 1
