@@ -1,6 +1,8 @@
 /* buckets.c — cutting the gradient buffer into buckets, starting each one's
- * sum over dp as soon as backward has made it final, and after backward
- * waiting for them and adding the embedding rows that were deferred. */
+ * sum over dp (ZeRO 0) or reduce-scatter into the ZeRO slices (1, 2) as soon
+ * as backward has made it final, and after backward waiting for them, adding
+ * the embedding rows that were deferred, summing the LayerNorms over tp and,
+ * with ZeRO 2, adding the micro-batch into the slice. */
 #include "runtime/buckets.h"
 
 #include <stdlib.h>
@@ -12,6 +14,9 @@ int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, do
     memset(bk, 0, sizeof *bk);
     bk->m = m;
     bk->dp = dp;
+    bk->sliced = m->zero >= 1;
+    if (bk->sliced && !(bk->counts = calloc((size_t)dp->size, sizeof *bk->counts)))
+        return error_set(err, "out of memory");
     const struct gpt2_shard *s = &m->shard;
     size_t want = (size_t)(bucket_mb * (1 << 20) / sizeof(float));
     if (want < 1) want = 1;
@@ -20,17 +25,22 @@ int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, do
      * before the weight pass in which the buckets start) */
     bk->defer = m->first && m->last && !m->split_backward;
     int layers = gpt2_shard_layers(s); /* over the stage's chunks */
-    if (!(bk->b = calloc((size_t)layers + 2, sizeof *bk->b)))
+    if (!(bk->b = calloc((size_t)layers + 2, sizeof *bk->b))) {
+        buckets_free(bk);
         return error_set(err, "out of memory");
+    }
     bk->watermark = s->total;
+    /* sliced, the top bucket takes the padding to n_padded with it (zeros:
+     * every slice element is then some bucket's) */
+    size_t top = bk->sliced ? m->n_padded : s->total;
     if (want >= s->total) { /* one bucket: summed after backward, overlapping nothing */
         bk->defer = false;
-        bk->b[bk->n++] = (struct bucket){.at = 0, .n = s->total};
+        bk->b[bk->n++] = (struct bucket){.at = 0, .n = top};
         return 0;
     }
     size_t wte = gpt2_shard_holds(s, GPT2_WTE) ? gpt2_shard_offset(s, GPT2_WTE, 0) : 0;
     if (bk->defer) bk->b[bk->n++] = (struct bucket){.at = wte, .n = s->elems[GPT2_WTE]};
-    size_t hi = s->total; /* the top bucket takes the final LayerNorm with it */
+    size_t hi = top; /* the top bucket takes the final LayerNorm with it */
     for (int i = layers - 1; i >= 0; i--) {
         size_t at = s->layers_at + (size_t)i * s->layer_elems;
         if (hi - at >= want || i == 0) {
@@ -55,13 +65,36 @@ int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, do
     return 0;
 }
 
+/* Where this step's slice sums land: the slice, or (ZeRO 2 adding a
+ * micro-batch to it) its staging. */
+static float *slice_sums(const struct buckets *bk)
+{
+    return bk->accumulate ? bk->m->slice_tmp : bk->m->grad_slice;
+}
+
 static int start(struct buckets *bk, struct bucket *b, struct plait_error *err)
 {
     b->started = true;
     bk->next++;
-    if (bk->dp->iallreduce(bk->dp->ctx, bk->m->grads + b->at, b->n, &b->req, err))
-        return error_prefix(err, "data-parallel gradient sum of elements [%zu, %zu): ", b->at,
-                            b->at + b->n);
+    const struct model *m = bk->m;
+    int rc;
+    if (bk->sliced) { /* each rank's part of [at, at + n): where it meets that rank's slice */
+        size_t S = m->slice_n, end = b->at + b->n;
+        for (int r = 0; r < bk->dp->size; r++) {
+            size_t lo = (size_t)r * S, hi = lo + S;
+            size_t a = b->at > lo ? b->at : lo, z = end < hi ? end : hi;
+            bk->counts[r] = z > a ? z - a : 0;
+        }
+        size_t a = b->at > m->slice_at ? b->at : m->slice_at;
+        float *recv = bk->counts[bk->dp->rank] ? slice_sums(bk) + (a - m->slice_at) : NULL;
+        rc = bk->dp->ireduce_scatter_v(bk->dp->ctx, m->grads + b->at, recv, bk->counts, &b->req,
+                                       err);
+    } else {
+        rc = bk->dp->iallreduce(bk->dp->ctx, m->grads + b->at, b->n, &b->req, err);
+    }
+    if (rc)
+        return error_prefix(err, "data-parallel gradient %s of elements [%zu, %zu): ",
+                            bk->sliced ? "reduce-scatter" : "sum", b->at, b->at + b->n);
     return 0;
 }
 
@@ -115,18 +148,42 @@ static int settle(struct buckets *bk, int rc, struct plait_error *err)
     return rc;
 }
 
-int buckets_finish(struct buckets *bk, int B, int T, struct plait_error *err)
+/* Adds every rank's deferred rows, in rank order, to the summed wte: the
+ * whole (ZeRO 0), or the slice's part of it, staged for the adds at its own
+ * place in the gradient buffer (whose wte is this rank's own until then). */
+static void add_rows(struct buckets *bk, int B, int T)
 {
-    bool deferred = bk->defer && bk->m->deferred_slot >= 0;
+    struct model *m = bk->m;
+    size_t N = (size_t)B * (size_t)T, C = (size_t)m->cfg.hidden;
+    size_t wte = gpt2_shard_offset(&m->shard, GPT2_WTE, 0), end = wte + m->shard.elems[GPT2_WTE];
+    size_t a = wte > m->slice_at ? wte : m->slice_at,
+           z = end < m->slice_at + m->slice_n ? end : m->slice_at + m->slice_n;
+    bool part = bk->sliced && z > a;
+    float *sums = slice_sums(bk);
+    if (part) m->ops->copy(m->grads + a, sums + (a - m->slice_at), (z - a) * sizeof(float));
+    for (int r = 0; r < bk->dp->size; r++)
+        model_add_embedding_rows(m, bk->rows + (size_t)r * N * C, bk->tokens + (size_t)r * N, B, T);
+    if (part) m->ops->copy(sums + (a - m->slice_at), m->grads + a, (z - a) * sizeof(float));
+}
+
+int buckets_finish(struct buckets *bk, int B, int T, bool layernorms, struct plait_error *err)
+{
+    struct model *m = bk->m;
+    bool deferred = bk->defer && m->deferred_slot >= 0;
     int rc = 0;
     while (rc == 0 && bk->next < bk->n) rc = start(bk, &bk->b[bk->next], err);
     /* posted behind the sums on the same communicator: it completes after them */
     if (rc == 0 && deferred) rc = gather_rows(bk, B, T, err);
-    if (settle(bk, rc, err)) return error_prefix(err, "data-parallel gradient sum: ");
-    size_t N = (size_t)B * (size_t)T, C = (size_t)bk->m->cfg.hidden;
-    for (int r = 0; deferred && r < bk->dp->size; r++) /* in rank order: the same bits */
-        model_add_embedding_rows(bk->m, bk->rows + (size_t)r * N * C, bk->tokens + (size_t)r * N, B,
-                                 T);
+    if (settle(bk, rc, err))
+        return error_prefix(err,
+                            "data-parallel gradient %s: ", bk->sliced ? "reduce-scatter" : "sum");
+    if (deferred) add_rows(bk, B, T); /* in rank order: the same bits */
+    if (layernorms &&
+        (bk->sliced ? model_sum_layernorm_grads_in(m, slice_sums(bk), m->slice_at, m->slice_n, err)
+                    : model_sum_layernorm_grads(m, err)))
+        return -1;
+    if (bk->sliced && bk->accumulate)
+        m->ops->residual_forward(m->grad_slice, m->grad_slice, m->slice_tmp, m->slice_n);
     return 0;
 }
 
@@ -143,5 +200,6 @@ void buckets_free(struct buckets *bk)
     if (bk->m && bk->tokens) bk->m->ops->free(bk->m->ctx, bk->tokens);
     if (bk->m) bk->m->defer_embedding = false;
     free(bk->b);
+    free(bk->counts);
     memset(bk, 0, sizeof *bk);
 }

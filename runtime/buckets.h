@@ -1,8 +1,11 @@
-/* buckets.h — the data-parallel gradient sum overlapped with backward
- * (ZeRO 0): the rank's gradient buffer cut into buckets of about
- * parallel.bucket_mb at layer boundaries, each summed over dp as soon as the
- * step's last backward has finished writing it, while the layers below it
- * are still computing.
+/* buckets.h — the data-parallel gradient reduction overlapped with backward:
+ * the rank's gradient buffer cut into buckets of about parallel.bucket_mb at
+ * layer boundaries, each summed over dp (ZeRO 0) or reduce-scattered into the
+ * dp ranks' ZeRO slices (1 and 2: a bucket meets one or a few slices, so each
+ * rank receives the part of it inside its own slice, an uneven
+ * reduce-scatter) as soon as backward has finished writing it, while the
+ * layers below it are still computing. ZeRO 0 and 1 do it in the step's last
+ * backward; ZeRO 2 in every micro-batch's, each added into the slice.
  *
  * The buffer is layer-major (common/gpt2_shard.h) and backward runs from the
  * head to the embedding, so buckets complete from the end of the buffer
@@ -12,7 +15,8 @@
  * out of the last backward (model.h: defer_embedding), so wte is final right
  * after the head and its bucket goes first, overlapping the whole backward;
  * after it, every rank's embedding rows (B·T of them, gathered over dp) are
- * added to the summed wte in rank order. With a pipeline the first stage's
+ * added to the summed wte (sliced: the slice's part of it) in rank order.
+ * With a pipeline the first stage's
  * wte must first be summed with the last stage's (the tied sum), so the
  * embeddings' bucket starts after backward. With an interleaved schedule the
  * buffer holds the stage's chunks in order and each chunk's gradients become
@@ -52,12 +56,16 @@ struct buckets {
     bool defer;       /* the embedding's rows of wte come after its sum */
     float *rows;      /* (dp, B·T, C) every rank's embedding-output gradient */
     int32_t *tokens;  /* (dp, B·T) and its tokens */
+    bool sliced;      /* ZeRO >= 1: each bucket reduce-scattered into the dp ranks' slices */
+    bool accumulate;  /* sliced: the sums are added to the slice (ZeRO 2 after the step's first
+                         micro-batch; the caller sets it before that backward) */
+    size_t *counts;   /* [dp] sliced: a bucket's elements in each rank's slice */
 };
 
 /* Cuts m's gradient buffer into buckets of at least bucket_mb MiB (whole
  * layers; fewer when the stage is small). A bucket_mb beyond the whole
  * gradient makes one bucket, summed after backward (no overlap). dp must
- * have iallreduce. */
+ * have iallreduce, and with ZeRO >= 1 (m->zero) ireduce_scatter_v. */
 int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, double bucket_mb,
                  struct plait_error *err);
 void buckets_free(struct buckets *bk);
@@ -68,9 +76,12 @@ int buckets_ready(void *bk, size_t from, size_t to, struct plait_error *err);
 
 /* After the step's backward (and the tied wte's sum between the pipeline's
  * ends): starts what is left, waits for every sum, adds the deferred
- * embedding rows. m->grads then holds the step's gradients summed over dp.
- * B×T: the step's micro-batch. */
-int buckets_finish(struct buckets *bk, int B, int T, struct plait_error *err);
+ * embedding rows, and with layernorms sums the LayerNorms' gradients over tp
+ * in what it reduced (model_sum_layernorm_grads: they commute with the sum
+ * over dp). m->grads then holds the step's gradients summed over dp (ZeRO 0),
+ * or m->grad_slice this rank's slice of them (ZeRO 1; ZeRO 2: the
+ * micro-batch's added when accumulating). B×T: the step's micro-batch. */
+int buckets_finish(struct buckets *bk, int B, int T, bool layernorms, struct plait_error *err);
 
 /* Waits out whatever is in flight after a failure (errors ignored), so that
  * no operation outlives the step. */

@@ -29,6 +29,13 @@ struct group {
      * freed either way). Sums started together complete in the order started.
      * NULL where the group cannot overlap (callers then use allreduce). */
     int (*iallreduce)(void *ctx, float *buf, size_t n, void **req, struct plait_error *err);
+    /* An uneven reduce-scatter, started like iallreduce: send holds the
+     * blocks of every rank in rank order (counts[r] floats for rank r, some
+     * possibly 0; the same counts on every rank), summed over the group; this
+     * rank's block of the sum goes to recv (counts[rank]). counts may be
+     * reused once it returns. NULL where the group cannot. */
+    int (*ireduce_scatter_v)(void *ctx, const float *send, float *recv, const size_t *counts,
+                             void **req, struct plait_error *err);
     int (*wait)(void *req, struct plait_error *err);
     void *ctx;
 };

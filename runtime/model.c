@@ -868,9 +868,15 @@ static int by_offset(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* One all-reduce for each run of adjacent instances in the buffer (a layer's
- * weight and bias lie together). */
 int model_sum_layernorm_grads(struct model *m, struct plait_error *err)
+{
+    return model_sum_layernorm_grads_in(m, m->grads, 0, m->shard.total, err);
+}
+
+/* One all-reduce for each run of adjacent instances in the buffer (a layer's
+ * weight and bias lie together), cut to [lo, lo + n). */
+int model_sum_layernorm_grads_in(struct model *m, float *buf, size_t lo, size_t n,
+                                 struct plait_error *err)
 {
     if (!m->sp) return 0;
     struct ln_list l = {malloc((4 * (size_t)gpt2_shard_layers(&m->shard) + 2) * sizeof *l.at), 0};
@@ -879,9 +885,10 @@ int model_sum_layernorm_grads(struct model *m, struct plait_error *err)
     qsort(l.at, (size_t)l.n, sizeof *l.at, by_offset);
     int rc = 0;
     for (int i = 0; i < l.n && rc == 0;) {
-        size_t off = l.at[i][0], n = 0;
-        for (; i < l.n && l.at[i][0] == off + n; i++) n += l.at[i][1];
-        rc = tp_reduce(m, m->grads + off, n, false, err);
+        size_t off = l.at[i][0], run = 0;
+        for (; i < l.n && l.at[i][0] == off + run; i++) run += l.at[i][1];
+        size_t a = off > lo ? off : lo, b = off + run < lo + n ? off + run : lo + n;
+        if (b > a) rc = tp_reduce(m, buf + (a - lo), b - a, false, err);
     }
     free(l.at);
     return rc ? error_prefix(err, "the LayerNorms' gradients: ") : 0;

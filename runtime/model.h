@@ -170,8 +170,15 @@ int model_backward(struct model *m, int B, int T, bool accumulate, struct plait_
  * lnf: weights and biases) cover its own rows only: sums them over the tp
  * group, in place (a no-op without sequence parallelism). Call it once the
  * gradients to be stepped or sliced are complete: before optim_step, or with
- * ZeRO 2 after each micro-batch, before optim_reduce_micro. */
+ * ZeRO 2 after each micro-batch, before optim_reduce_micro (in buckets,
+ * buckets_finish sums them in what it reduced). */
 int model_sum_layernorm_grads(struct model *m, struct plait_error *err);
+
+/* The same for the part of the buffer's elements [lo, lo + n) that buf holds
+ * (buf[0] is element lo): a ZeRO slice, summed over dp already (the sums
+ * commute). Every rank of the tp group passes the same range. */
+int model_sum_layernorm_grads_in(struct model *m, float *buf, size_t lo, size_t n,
+                                 struct plait_error *err);
 
 /* The same for one pipeline stage and one slot (model_forward and
  * model_backward are these for the whole model in slot 0), through the

@@ -90,7 +90,7 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
     int rc = 0;
     if (has(dp) && m->zero == 0 && !g->summed)
         rc = dp->allreduce(dp->ctx, m->grads, m->shard.total, false, err);
-    else if (has(dp) && m->zero == 1)
+    else if (has(dp) && m->zero == 1 && !g->summed)
         rc = dp->reduce_scatter(dp->ctx, m->grads, m->grad_slice, m->slice_n, err);
     if (rc) return error_prefix(err, "data-parallel gradient reduction: ");
     if (m->zero) a.g = m->grad_slice;

@@ -18,7 +18,8 @@ double optim_lr(const struct plan_optimizer *o, int steps, int s);
  * model (tp × pp: the norm sums over them). NULL or size 1: none. */
 struct optim_groups {
     const struct group *dp, *mp;
-    bool summed; /* ZeRO 0: the gradients are already summed over dp (runtime/buckets.h) */
+    bool summed; /* the gradients are already summed over dp (ZeRO 0) or reduce-scattered
+                    into the slice (ZeRO 1) in buckets (runtime/buckets.h) */
 };
 
 /* Before a step, with ZeRO 2: the gradients of the micro-batches just run

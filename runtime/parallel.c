@@ -43,6 +43,15 @@ static int g_iallreduce(void *ctx, float *buf, size_t n, void **req, struct plai
     return rc;
 }
 
+static int g_ireduce_scatter_v(void *ctx, const float *send, float *recv, const size_t *counts,
+                               void **req, struct plait_error *err)
+{
+    struct comm_request *r = NULL;
+    int rc = comm_ireduce_scatter_v(ctx, send, recv, counts, COMM_FLOAT32, COMM_SUM, &r, err);
+    *req = r;
+    return rc;
+}
+
 static int g_wait(void *req, struct plait_error *err)
 {
     return comm_wait(req, err);
@@ -59,6 +68,7 @@ static struct group group_of(struct comm *c)
                           .reduce_scatter = g_reduce_scatter,
                           .allgather = g_allgather,
                           .iallreduce = g_iallreduce,
+                          .ireduce_scatter_v = g_ireduce_scatter_v,
                           .wait = g_wait,
                           .ctx = c};
 }

@@ -91,7 +91,8 @@ static void give_slot(struct run *r, int micro, int chunk)
 
 /* The step's last backward of chunk c (its weight-gradient pass, when
  * split) makes that chunk's gradients final: the model calls how's hook as
- * its layers complete. The hook takes everything above a layer as final, so
+ * its layers complete (with overwrite_each, every backward: each
+ * micro-batch's gradients are handed over). The hook takes everything above a layer as final, so
  * it is set only when the chunks above (later in the buffer) are done too;
  * when a schedule finished a lower chunk first, that chunk's gradients wait
  * for the end of the step (buckets_finish). finished[c]: the chunk's
@@ -99,7 +100,7 @@ static void give_slot(struct run *r, int micro, int chunk)
 static void hook(struct model *m, const struct schedule *s, const int *finished, int c,
                  const struct pipe_step *how)
 {
-    for (int above = c; above < s->v; above++)
+    for (int above = c; above < s->v && !how->overwrite_each; above++)
         if (finished[above] != s->m) return;
     m->grads_final = how->grads_final;
     m->grads_final_ctx = how->grads_ctx;

@@ -66,7 +66,8 @@ struct pipe_step {
     bool (*wants_stop)(void *ctx);
     void *ctx;
     /* The model's grads_final hook during the step's last backward, when the
-     * gradients become the step's (may be NULL: runtime/buckets.h). */
+     * gradients become the step's, or with overwrite_each during every
+     * backward (may be NULL: runtime/buckets.h). */
     int (*grads_final)(void *ctx, size_t from, size_t to, struct plait_error *err);
     void *grads_ctx;
 };

@@ -83,12 +83,13 @@ struct trainer {
     long micro_done;         /* micro-batches run by this process */
     bool reads_data;         /* a pipeline end: its loaders are open */
     struct pipe_times times; /* where the last step went */
-    struct buckets buckets;  /* ZeRO 0 with dp > 1: the gradient sum overlapping backward */
+    struct buckets buckets;  /* dp > 1: the gradients' reduction overlapping backward */
     bool bucketed;
-    bool data_failed;           /* the last error came from reading data */
-    double timed_s;             /* wall time of the steps in m.prof */
-    char started[32];           /* run.json: when this process started the run */
-    char resumed_from[64];      /* run.json: the checkpoint it resumed from, "" when none */
+    bool hooked;           /* the buckets start during this call's backwards (not a dump's step) */
+    bool data_failed;      /* the last error came from reading data */
+    double timed_s;        /* wall time of the steps in m.prof */
+    char started[32];      /* run.json: when this process started the run */
+    char resumed_from[64]; /* run.json: the checkpoint it resumed from, "" when none */
     double rss_before_model;    /* run.json: the resident set just before model_init, bytes */
     char *made_run_dir;         /* the outermost directory this start created for the run */
     char *made_ckpt_dir;        /* (fs_mkdir_p_made), or NULL: undone if it fails */
@@ -638,7 +639,8 @@ static int setup(struct trainer *t, struct plait_error *err)
     t->rss_before_model = proc_status_bytes("VmRSS");
     if (model_init(&t->m, &cfg, &part, &t->par.g_tp, t->ops, t->ctx, &shape, err)) return -1;
     t->model_ready = true;
-    if (w->dp > 1 && p->parallel.zero == 0 && t->par.g_dp.iallreduce) {
+    if (w->dp > 1 && t->par.g_dp.iallreduce &&
+        (p->parallel.zero == 0 || t->par.g_dp.ireduce_scatter_v)) {
         if (buckets_init(&t->buckets, &t->m, &t->par.g_dp, p->parallel.bucket_mb, err)) return -1;
         t->bucketed = true;
     }
@@ -1008,7 +1010,16 @@ static int after_micro(void *ctx, int micro, struct plait_error *err)
     struct trainer *t = f->t;
     const struct plan *p = t->plan;
     (void)micro;
-    if (t->m.zero == 2) { /* this micro-batch's gradients into the slice (shared sums first) */
+    /* ZeRO 2: this micro-batch's gradients into the slice. In buckets started
+     * during its backward: the tied wte's sum before the embeddings' bucket,
+     * the LayerNorms' over tp in the slice; else both before the reduction. */
+    int B = p->batch.micro_batch, T = p->model.seq_len;
+    if (t->m.zero == 2 && t->bucketed) {
+        if ((t->hooked ? tied_sum(t, err) : shared_sums(t, err)) ||
+            buckets_finish(&t->buckets, B, T, t->hooked, err))
+            return -1;
+        t->buckets.accumulate = true; /* the next micro-batch's adds */
+    } else if (t->m.zero == 2) {
         struct optim_groups g = {.dp = &t->par.g_dp, .mp = &t->par.g_mp};
         if (shared_sums(t, err) || optim_reduce_micro(&t->m, &g, t->st.micro > 0, err)) return -1;
     }
@@ -1061,10 +1072,12 @@ static int train_micro_batches(struct trainer *t, int s, float grad_scale, struc
                             .ctx = &f};
     /* the gradient sum starts during the last backward; not in a step whose
      * gradients are dumped (the dump shows this rank's own) */
-    if (t->bucketed && !(t->dump_dir && t->st.step == t->dump_step && t->st.micro == 0)) {
+    t->hooked = t->bucketed && !(t->dump_dir && t->st.step == t->dump_step && t->st.micro == 0);
+    if (t->hooked) {
         how.grads_final = buckets_ready;
         how.grads_ctx = &t->buckets;
     }
+    if (t->bucketed) t->buckets.accumulate = t->m.zero == 2 && t->st.micro > 0;
     double loss_sum = 0;
     t->data_failed = false;
     int rc = pipeline_step(&t->m, sched, t->where->pp_rank, &link, &feed, &how, &loss_sum, &done,
@@ -1176,17 +1189,18 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         double norm;
         struct optim_groups groups = {
             .dp = &t->par.g_dp, .mp = &t->par.g_mp, .summed = t->bucketed};
-        /* The sums over dp started during backward (not in a dump's step: the
-         * dump shows every rank's own gradients) are waited for before the
-         * LayerNorms' sum over tp touches the same gradients; the embeddings'
-         * bucket starts only after the tied wte's sum. ZeRO 2 did its sums
-         * after each micro-batch. */
-        bool in_flight = t->bucketed && !dump;
+        /* The sums over dp (ZeRO 0) or reduce-scatters (1) started during
+         * backward (not in a dump's step: the dump shows every rank's own
+         * gradients) are waited for, then the LayerNorms' sum over tp is taken
+         * in what they reduced; the embeddings' bucket starts only after the
+         * tied wte's sum. ZeRO 2 did its reductions after each micro-batch. */
+        bool in_flight = t->bucketed && !dump && t->m.zero < 2;
+        bool after = t->bucketed && dump && t->m.zero < 2;
         if ((t->m.zero < 2 && tied_sum(t, err)) ||
-            (in_flight && buckets_finish(&t->buckets, B, T, err)) ||
-            (t->m.zero < 2 && model_sum_layernorm_grads(&t->m, err)) ||
+            (in_flight && buckets_finish(&t->buckets, B, T, true, err)) ||
+            (t->m.zero < 2 && !in_flight && model_sum_layernorm_grads(&t->m, err)) ||
             (dump && dump_step1(t, err)) ||
-            (t->bucketed && !in_flight && buckets_finish(&t->buckets, B, T, err)) ||
+            (after && buckets_finish(&t->buckets, B, T, false, err)) ||
             optim_step(&t->m, &p->optimizer, lr, s + 1, &groups, &norm, err))
             return -1;
         /* the step's loss: the last stage's, over the dp ranks' micro-batches */

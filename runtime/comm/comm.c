@@ -155,27 +155,56 @@ int comm_iallreduce(struct comm *c, const void *send, void *recv, size_t count,
     return post(c, &d, req, err);
 }
 
-int comm_ireduce_scatter(struct comm *c, const void *send, void *recv, size_t count,
-                         enum comm_dtype dtype, enum comm_reduce_op op, struct comm_request **req,
-                         struct plait_error *err)
+/* Both reduce-scatters: counts NULL, every block count elements. */
+static int reduce_scatter_post(struct comm *c, const void *send, void *recv, size_t count,
+                               const size_t *counts, enum comm_dtype dtype, enum comm_reduce_op op,
+                               struct comm_request **req, struct plait_error *err)
 {
     struct comm_desc d = {.kind = COMM_OP_REDUCE_SCATTER,
                           .send = send,
                           .recv = recv,
-                          .count = count,
+                          .count = counts ? counts[c->rank] : count,
                           .dtype = dtype,
-                          .op = op};
+                          .op = op,
+                          .counts = counts};
     *req = NULL;
-    if (elems_bytes(c, "reduce-scatter", count, dtype, (size_t)c->size, &d.bytes, err)) return -1;
+    size_t total = count * (size_t)c->size, unused;
+    if (elems_bytes(c, "reduce-scatter", count, dtype, (size_t)c->size, &unused, err)) return -1;
+    if (counts) { /* the whole */
+        total = 0;
+        for (int r = 0; r < c->size; r++) {
+            if (counts[r] > SIZE_MAX - total)
+                return error_set(err, "comm '%s': reduce-scatter: the counts overflow", c->name);
+            total += counts[r];
+        }
+        if (elems_bytes(c, "reduce-scatter", total, dtype, 1, &unused, err)) return -1;
+    }
+    d.bytes = d.count * comm_dtype_bytes(dtype);
     if (op != COMM_SUM && op != COMM_MAX)
         return error_set(err, "comm '%s': reduce-scatter: unknown reduction %d", c->name, (int)op);
-    if (count && (!send || !recv))
+    if ((total && !send) || (d.count && !recv))
         return error_set(err, "comm '%s': reduce-scatter: a NULL buffer", c->name);
-    size_t block = d.bytes;
     const char *s = send, *r = recv;
-    if (count && r + block > s && r < s + block * (size_t)c->size)
+    size_t e = comm_dtype_bytes(dtype);
+    if (d.count && r + d.bytes > s && r < s + total * e)
         return error_set(err, "comm '%s': reduce-scatter: send and recv overlap", c->name);
     return post(c, &d, req, err);
+}
+
+int comm_ireduce_scatter(struct comm *c, const void *send, void *recv, size_t count,
+                         enum comm_dtype dtype, enum comm_reduce_op op, struct comm_request **req,
+                         struct plait_error *err)
+{
+    return reduce_scatter_post(c, send, recv, count, NULL, dtype, op, req, err);
+}
+
+int comm_ireduce_scatter_v(struct comm *c, const void *send, void *recv, const size_t *counts,
+                           enum comm_dtype dtype, enum comm_reduce_op op, struct comm_request **req,
+                           struct plait_error *err)
+{
+    *req = NULL;
+    if (!counts) return error_set(err, "comm '%s': reduce-scatter: no counts", c->name);
+    return reduce_scatter_post(c, send, recv, 0, counts, dtype, op, req, err);
 }
 
 int comm_iallgather(struct comm *c, const void *send, void *recv, size_t count,
@@ -282,6 +311,14 @@ int comm_reduce_scatter(struct comm *c, const void *send, void *recv, size_t cou
 {
     struct comm_request *req;
     if (comm_ireduce_scatter(c, send, recv, count, dtype, op, &req, err)) return -1;
+    return comm_wait(req, err);
+}
+
+int comm_reduce_scatter_v(struct comm *c, const void *send, void *recv, const size_t *counts,
+                          enum comm_dtype dtype, enum comm_reduce_op op, struct plait_error *err)
+{
+    struct comm_request *req;
+    if (comm_ireduce_scatter_v(c, send, recv, counts, dtype, op, &req, err)) return -1;
     return comm_wait(req, err);
 }
 

@@ -174,6 +174,13 @@ int comm_allreduce(struct comm *c, const void *send, void *recv, size_t count,
 int comm_reduce_scatter(struct comm *c, const void *send, void *recv, size_t count,
                         enum comm_dtype dtype, enum comm_reduce_op op, struct plait_error *err);
 
+/* Uneven: send holds counts[0] + ... + counts[size-1] elements; rank r gets
+ * the reduction of its block (counts[r] elements, at the sum of the counts
+ * before it) into recv. Any count may be 0 (that rank's recv is untouched;
+ * NULL is fine there). Every rank passes the same counts. */
+int comm_reduce_scatter_v(struct comm *c, const void *send, void *recv, const size_t *counts,
+                          enum comm_dtype dtype, enum comm_reduce_op op, struct plait_error *err);
+
 /* send: count elements; recv: size*count, block r from rank r (in place:
  * send == recv + rank*count). */
 int comm_allgather(struct comm *c, const void *send, void *recv, size_t count,
@@ -202,6 +209,9 @@ int comm_iallreduce(struct comm *c, const void *send, void *recv, size_t count,
 int comm_ireduce_scatter(struct comm *c, const void *send, void *recv, size_t count,
                          enum comm_dtype dtype, enum comm_reduce_op op, struct comm_request **req,
                          struct plait_error *err);
+int comm_ireduce_scatter_v(struct comm *c, const void *send, void *recv, const size_t *counts,
+                           enum comm_dtype dtype, enum comm_reduce_op op, struct comm_request **req,
+                           struct plait_error *err);
 int comm_iallgather(struct comm *c, const void *send, void *recv, size_t count,
                     enum comm_dtype dtype, struct comm_request **req, struct plait_error *err);
 int comm_ibroadcast(struct comm *c, void *buf, size_t count, enum comm_dtype dtype, int root,

@@ -331,6 +331,23 @@ int comm_nccl_types(enum comm_dtype dtype, enum comm_reduce_op op, int *nccl_dty
     return 0;
 }
 
+/* The uneven reduce-scatter: a reduce of each non-empty block to its owner,
+ * grouped (the caller's group: they run together). */
+static ncclResult_t reduce_scatter_v(struct nccl_comm *c, const struct comm_desc *d, const void *in,
+                                     void *out)
+{
+    ncclDataType_t t = nccl_dtype(d->dtype);
+    size_t e = comm_dtype_bytes(d->dtype), off = 0;
+    ncclResult_t r = ncclSuccess;
+    for (int b = 0; b < c->base.size && (r == ncclSuccess || r == ncclInProgress); b++) {
+        if (d->counts[b])
+            r = ncclReduce((const char *)in + off * e, out, d->counts[b], t, nccl_op(d->op), b,
+                           c->nc, c->stream);
+        off += d->counts[b];
+    }
+    return r;
+}
+
 /* Enqueues d on c->stream (in and out: where its data is on the device). */
 static ncclResult_t launch(struct nccl_comm *c, const struct comm_desc *d, const void *in,
                            void *out)
@@ -341,7 +358,9 @@ static ncclResult_t launch(struct nccl_comm *c, const struct comm_desc *d, const
     case COMM_OP_ALLREDUCE:
         return ncclAllReduce(in, out, d->count, t, nccl_op(d->op), c->nc, c->stream);
     case COMM_OP_REDUCE_SCATTER:
-        return ncclReduceScatter(in, out, d->count, t, nccl_op(d->op), c->nc, c->stream);
+        if (!d->counts)
+            return ncclReduceScatter(in, out, d->count, t, nccl_op(d->op), c->nc, c->stream);
+        return reduce_scatter_v(c, d, in, out);
     case COMM_OP_ALLGATHER:
         return ncclAllGather(in, out, d->count, t, c->nc, c->stream);
     case COMM_OP_BROADCAST:
@@ -470,7 +489,10 @@ static int nccl_post(struct comm *base, const struct comm_desc *d, struct comm_r
         c->pending = q;
     c->pending_tail = q;
     size_t n = (size_t)c->base.size, in_bytes = d->bytes, out_bytes = d->bytes;
-    if (d->kind == COMM_OP_REDUCE_SCATTER) in_bytes *= n;
+    if (d->kind == COMM_OP_REDUCE_SCATTER && !d->counts) in_bytes *= n;
+    if (d->kind == COMM_OP_REDUCE_SCATTER && d->counts) /* the whole: every block */
+        for (int b = in_bytes = 0; b < c->base.size; b++)
+            in_bytes += d->counts[b] * comm_dtype_bytes(d->dtype);
     if (d->kind == COMM_OP_ALLGATHER) out_bytes *= n;
     bool has_in = d->kind != COMM_OP_RECV && d->kind != COMM_OP_BARRIER;
     bool has_out = d->kind != COMM_OP_SEND && d->kind != COMM_OP_BARRIER;
@@ -486,6 +508,7 @@ static int nccl_post(struct comm *base, const struct comm_desc *d, struct comm_r
         request_free(q);
         return -1;
     }
+    q->d.counts = NULL; /* the caller's: used while launching (never grouped) */
     *out = &q->base;
     return 0;
 }

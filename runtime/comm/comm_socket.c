@@ -61,6 +61,7 @@ struct sock_request {
     int64_t progress_ms; /* when a byte of it last moved (or it became active) */
     struct program prog; /* collectives, once started */
     bool started;
+    size_t counts[]; /* d.counts' copy, when it has them */
 };
 
 /* A message that came before its receive was posted. */
@@ -1128,11 +1129,14 @@ static int sock_post(struct comm *base, const struct comm_desc *d, struct comm_r
                      struct plait_error *err)
 {
     struct sock_comm *c = (struct sock_comm *)base;
-    struct sock_request *q = calloc(1, sizeof *q);
+    /* per-rank counts travel with the request: its program is built later */
+    size_t counts_bytes = d->counts ? (size_t)base->size * sizeof *d->counts : 0;
+    struct sock_request *q = calloc(1, sizeof *q + counts_bytes);
     if (!q) return error_errno(err, "comm '%s': allocating a request", base->name);
     q->base.ops = &sock_ops;
     q->c = c;
     q->d = *d;
+    if (d->counts) q->d.counts = memcpy(q->counts, d->counts, counts_bytes);
     pthread_mutex_lock(&c->mu);
     if (c->failed) {
         failure(c, err);

@@ -16,6 +16,15 @@ void nccl_nominal_bytes(const struct comm_desc *d, int rank, int size, uint64_t 
         *sent = *received = 2 * (n - 1) * bytes / n;
         return;
     case COMM_OP_REDUCE_SCATTER:
+        if (d->counts) { /* as the ring: every block but its own out, but the one before in */
+            uint64_t total = 0, e = comm_dtype_bytes(d->dtype);
+            for (int b = 0; b < size; b++) total += d->counts[b] * e;
+            *sent = total - d->counts[rank] * e;
+            *received = total - d->counts[(rank + size - 1) % size] * e;
+            return;
+        }
+        *sent = *received = (n - 1) * bytes; /* bytes: one rank's block */
+        return;
     case COMM_OP_ALLGATHER:
         *sent = *received = (n - 1) * bytes; /* bytes: one rank's block */
         return;

@@ -12,7 +12,9 @@
 
 /* The payload bytes rank `rank` of `size` sends and receives for d by the
  * textbook algorithm NCCL's ring follows, since NCCL reports no byte counts:
- * all-reduce 2(N-1)/N of the buffer, reduce-scatter and all-gather N-1 blocks,
+ * all-reduce 2(N-1)/N of the buffer, reduce-scatter and all-gather N-1 blocks
+ * (uneven: every block but its own sent, every block but the previous rank's
+ * received),
  * a ring broadcast the buffer from every rank but the one before the root
  * (received by every rank but the root), a barrier an all-reduce of one
  * float, a send its bytes one way. For the ring algorithms these are the

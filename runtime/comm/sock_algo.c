@@ -128,23 +128,46 @@ static int allreduce_rd(struct program *p, const struct comm_desc *d, int r, int
     return 0;
 }
 
+/* Block b of a reduce-scatter: its first element and its count (the same
+ * count for every rank, or d->counts[b]). */
+static size_t rs_block(const struct comm_desc *d, int b, size_t *len)
+{
+    if (!d->counts) {
+        *len = d->count;
+        return (size_t)b * d->count;
+    }
+    size_t off = 0;
+    for (int i = 0; i < b; i++) off += d->counts[i];
+    *len = d->counts[b];
+    return off;
+}
+
 /* Ring reduce-scatter, shifted so rank r ends with block r: step s sends
  * block r-s-1 (its own at step 0, then the partial it received), receives
  * block r-s-2 and reduces it with its own into scratch (the last one into
- * recv). The send buffer is only read. */
+ * recv). The send buffer is only read. Blocks may differ in size (per-rank
+ * counts, some 0: a 0-byte message still keeps the steps in order). */
 static int reduce_scatter_ring(struct program *p, const struct comm_desc *d, int r, int n)
 {
-    size_t block = d->bytes;
-    if (alloc_program(p, n, n, block * (size_t)(n > 2 ? n - 2 : 0))) return -1;
+    size_t e = p->elem_bytes, len, scratch = 0;
+    for (int s = 0; s < n - 2; s++) { /* the partials that pass through this rank */
+        rs_block(d, mod(r - s - 2, n), &len);
+        scratch += len * e;
+    }
+    if (alloc_program(p, n, n, scratch)) return -1;
     p->algorithm = "ring";
     const uint8_t *in = d->send;
+    uint8_t *at = p->scratch;
     int next = mod(r + 1, n), prev = mod(r - 1, n);
     for (int s = 0; s < n - 1; s++) {
         int cs = mod(r - s - 1, n), cr = mod(r - s - 2, n);
-        const uint8_t *src = s == 0 ? in + (size_t)cs * block : p->recvs[s - 1].dst;
-        add_send(p, next, (uint32_t)s, src, block, s - 1);
-        uint8_t *dst = s == n - 2 ? (uint8_t *)d->recv : p->scratch + (size_t)s * block;
-        add_recv(p, prev, (uint32_t)s, dst, block, XFER_REDUCE, in + (size_t)cr * block);
+        size_t off = rs_block(d, cs, &len);
+        const uint8_t *src = s == 0 ? in + off * e : p->recvs[s - 1].dst;
+        add_send(p, next, (uint32_t)s, src, len * e, s - 1);
+        off = rs_block(d, cr, &len);
+        uint8_t *dst = s == n - 2 ? (uint8_t *)d->recv : at;
+        if (s < n - 2) at += len * e;
+        add_recv(p, prev, (uint32_t)s, dst, len * e, XFER_REDUCE, in + off * e);
     }
     return 0;
 }
@@ -228,13 +251,16 @@ int sock_algo_build(struct program *p, const struct comm_desc *d, int rank, int 
         if (d->send != d->recv) memcpy(d->recv, d->send, d->bytes);
         if (size > 1) rc = allreduce_rd(p, d, rank, size);
         break;
-    case COMM_OP_REDUCE_SCATTER:
-        if (d->count == 0) break;
+    case COMM_OP_REDUCE_SCATTER: {
+        size_t total = 0, len;
+        for (int b = 0; b < size; b++) total += (rs_block(d, b, &len), len);
+        if (total == 0) break;
         if (size == 1)
             memcpy(d->recv, d->send, d->bytes);
         else
             rc = reduce_scatter_ring(p, d, rank, size);
         break;
+    }
     case COMM_OP_ALLGATHER: {
         if (d->count == 0) break;
         uint8_t *mine = (uint8_t *)d->recv + d->bytes * (size_t)rank;

@@ -222,6 +222,32 @@ test_data_parallel_and_zero_match_one_rank() {
     layout dp4_z1 one12 1e-5 --set parallel.dp=4 --set parallel.zero=1
 }
 
+# ZeRO 1 and 2 in buckets of 10 KB (a layer is 50 KB): each reduce-scattered
+# unevenly into the dp ranks' slices as soon as backward has made it final
+# (ZeRO 1 in the step's last backward, ZeRO 2 in every micro-batch's, added
+# into the slice), with and without a pipeline; with sequence parallelism the
+# LayerNorms' gradients summed over tp in the slice. The same layout twice:
+# the same bits.
+test_zero_in_buckets_matches_one_rank() {
+    ref one6 6 && ref one8 8 && ref one12 12 || return 1
+    local b=(--set parallel.bucket_mb=0.01)
+    layout dp2_z1_buckets one6 1e-5 --set parallel.dp=2 --set parallel.zero=1 "${b[@]}" || return 1
+    layout dp2_z2_buckets one6 1e-5 --set parallel.dp=2 --set parallel.zero=2 "${b[@]}" || return 1
+    layout dp4_z1_buckets one12 1e-5 --set parallel.dp=4 --set parallel.zero=1 "${b[@]}" || return 1
+    layout dp4_z2_buckets one12 1e-5 --set parallel.dp=4 --set parallel.zero=2 "${b[@]}" || return 1
+    layout pp2dp2_z1_buckets one8 1e-5 --set parallel.pp=2 --set parallel.dp=2 \
+        --set parallel.zero=1 --set batch.grad_accum=4 "${b[@]}" || return 1
+    layout pp2dp2_z2_buckets one8 1e-5 --set parallel.pp=2 --set parallel.dp=2 \
+        --set parallel.zero=2 --set batch.grad_accum=4 "${b[@]}" || return 1
+    layout tp2pp2dp2_z1_buckets one8 1e-5 --set parallel.tp=2 --set parallel.pp=2 \
+        --set parallel.dp=2 --set parallel.zero=1 --set batch.grad_accum=4 "${b[@]}" || return 1
+    layout tp2dp2z2_sp_buckets one6 1e-5 --set parallel.tp=2 --set parallel.dp=2 \
+        --set parallel.zero=2 --set parallel.sequence_parallel=true "${b[@]}" || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/dp4_z2_again" "${COMMON[@]}" \
+        --set parallel.dp=4 --set parallel.zero=2 "${b[@]}" >/dev/null 2>&1 || return 1
+    metrics_equal "$WORK/dp4_z2_buckets/metrics.jsonl" "$WORK/dp4_z2_again/metrics.jsonl"
+}
+
 test_2x2x2_with_zero1_matches_one_rank() {
     ref one8 8 || return 1
     layout tp2pp2dp2 one8 1e-5 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 \
@@ -296,11 +322,15 @@ test_bf16_2x2_tracks_bf16_one_rank() {
     layout bf16_tp2pp2 one_bf16 1e-4 --set precision=bf16 --set parallel.tp=2 --set parallel.pp=2
 }
 
-# wire NAME TP PP DP ZERO A LAYERS [SP]: every step's bytes per communicator
+# wire NAME TP PP DP ZERO A LAYERS [SP [ROWS]]: every step's bytes per communicator
 # (a rank's, averaged over the ranks) against the formulas within 5%. Sizes in
 # floats: P the parameters, BTC one micro-batch's activations, A micro-batches:
 #   dp: all-reduce 2(N-1)/N·P; ZeRO 1 reduce-scatter + all-gather, the same;
-#       ZeRO 2 a reduce-scatter per micro-batch, A·(N-1)/N·P + (N-1)/N·P
+#       ZeRO 2 a reduce-scatter per micro-batch, A·(N-1)/N·P + (N-1)/N·P (in
+#       buckets the uneven reduce-scatters add up to the same, over the ranks);
+#       ROWS 1 (ZeRO 0 always): buckets without a pipeline gather every
+#       rank's embedding rows and tokens, (N-1)·(BTC + BT) a step (ZeRO 2: a
+#       micro-batch)
 #   tp: 4 all-reduces a layer (2 forward, 2 backward), 1 for the embedding's
 #       output and 1 for the head's input gradient, each 2(N-1)/N·BTC, per micro-batch
 #   tp, sequence parallel (SP 1), each a ring's (N-1)/N·BTC per micro-batch:
@@ -322,7 +352,7 @@ wire() {
     "$PY" - "$WORK/$1/metrics.jsonl" "$WORK/plan.json" "${@:2}" <<'PYEOF'
 import json, math, sys
 path, plan = sys.argv[1], sys.argv[2]
-tp, pp, dp, zero, accum, layers, sp = (list(map(int, sys.argv[3:])) + [0])[:7]
+tp, pp, dp, zero, accum, layers, sp, rows = (list(map(int, sys.argv[3:])) + [0, 0])[:8]
 m = json.load(open(plan))["model"]
 V, C, T, B = m["vocab"], m["hidden"], m["seq_len"], 4
 L, F = layers, 4  # bytes a float
@@ -346,8 +376,8 @@ elif dp > 1:
     assert tp == pp == 1
     share = (dp - 1) / dp * P * F
     want["dp"] = share * (accum + 1) if zero == 2 else 2 * share
-    if zero == 0:  # in buckets, without a pipeline: the deferred embedding rows and tokens
-        want["dp"] += (dp - 1) * (BTC + B * T) * F
+    if zero == 0 or rows:  # in buckets, without a pipeline: the deferred embedding rows and tokens
+        want["dp"] += (accum if zero == 2 else 1) * (dp - 1) * (BTC + B * T) * F
 steps = [json.loads(l) for l in open(path) if '"step"' in l]
 assert steps, "no steps"
 for r in steps:
@@ -373,6 +403,12 @@ test_bytes_on_the_wire_match_the_formulas() {
         return 1
     run_wire w_dp4z1 --set parallel.dp=4 --set parallel.zero=1 && wire w_dp4z1 1 1 4 1 3 2 || return 1
     run_wire w_dp4z2 --set parallel.dp=4 --set parallel.zero=2 && wire w_dp4z2 1 1 4 2 3 2 || return 1
+    # ZeRO 1 and 2 in a bucket per layer: uneven reduce-scatters, the embedding rows gathered
+    local b=(--set parallel.bucket_mb=0.01)
+    run_wire w_dp4z1_b --set parallel.dp=4 --set parallel.zero=1 "${b[@]}" &&
+        wire w_dp4z1_b 1 1 4 1 3 2 0 1 || return 1
+    run_wire w_dp3z2_b --set parallel.dp=3 --set parallel.zero=2 "${b[@]}" &&
+        wire w_dp3z2_b 1 1 3 2 3 2 0 1 || return 1
     run_wire w_tp4 --set parallel.tp=4 --set model.heads=4 && wire w_tp4 4 1 1 0 3 2 || return 1
     run_wire w_pp4 --set parallel.pp=4 --set model.layers=4 --set batch.grad_accum=4 &&
         wire w_pp4 1 4 1 0 4 4 || return 1
@@ -456,6 +492,11 @@ test_stopped_parallel_runs_resume_to_the_bit() {
     local zb=(--set parallel.dp=2 --set parallel.bucket_mb=0.01 --set batch.grad_accum=4)
     uninterrupted full_dp_buckets "${zb[@]}" || return 1
     stop_resume stop_dp_buckets full_dp_buckets 22 "micro-batch 2 of step 6" "${zb[@]}" || return 1
+    # ZeRO 2 in buckets: each micro-batch reduce-scattered into the slice during its backward
+    local z2b=(--set parallel.dp=2 --set parallel.zero=2 --set parallel.bucket_mb=0.01
+        --set batch.grad_accum=4)
+    uninterrupted full_z2_buckets "${z2b[@]}" || return 1
+    stop_resume stop_z2_buckets full_z2_buckets 22 "micro-batch 2 of step 6" "${z2b[@]}" || return 1
     stop_resume stop_pp2 full_pp2 22 "micro-batch 3 of step 6 (of 4; the pipeline drained)" \
         "${pp[@]}" || return 1
     [ -d "$WORK/stop_pp2/checkpoints/step_00000005_0003" ] || { ls "$WORK/stop_pp2/checkpoints"; return 1; }
@@ -551,6 +592,7 @@ check tensor_parallel_matches_one_rank test_tensor_parallel_matches_one_rank
 check pipeline_parallel_matches_one_rank test_pipeline_parallel_matches_one_rank
 check interleaved_pipeline_matches_one_rank test_interleaved_pipeline_matches_one_rank
 check data_parallel_and_zero_match_one_rank test_data_parallel_and_zero_match_one_rank
+check zero_in_buckets_matches_one_rank test_zero_in_buckets_matches_one_rank
 check 2x2x2_with_zero1_matches_one_rank test_2x2x2_with_zero1_matches_one_rank
 check sequence_parallel_matches_one_rank test_sequence_parallel_matches_one_rank
 check bf16_2x2_tracks_bf16_one_rank test_bf16_2x2_tracks_bf16_one_rank

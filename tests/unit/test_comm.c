@@ -445,6 +445,94 @@ static void test_reduce_scatter_and_allgather_match_reference(void)
     run_world(&tcp, rs_ag_rank, NULL);
 }
 
+/* Per-rank counts of pattern k for n ranks: uneven, zeros between, a
+ * zero for rank 0 alone, one rank owning it all, nothing at all. */
+static size_t rsv_count(int k, int r, int n)
+{
+    switch (k) {
+    case 0:
+        return 1000 + 37 * (size_t)r;
+    case 1:
+        return r % 2 ? 0 : 5000 + (size_t)r;
+    case 2:
+        return r == 0 ? 0 : 3;
+    case 3:
+        return r == n - 1 ? 70001 : 0;
+    default:
+        return 0;
+    }
+}
+
+/* Every pattern posted at once (asynchronous, waited in order), each rank's
+ * block against a double reference, the floats after it untouched, and the
+ * payload the ring's: every block but its own. */
+static void rsv_rank(struct comm *c, struct store *st, int rank, int n, void *arg)
+{
+    (void)st;
+    (void)arg;
+    enum { K = 5 };
+    struct plait_error err;
+    size_t counts[K][8], total[K], before[K];
+    float *in[K], *out[K];
+    struct comm_request *req[K];
+    struct comm_stats s0, s1;
+    comm_stats(c, &s0);
+    uint64_t want_sent = 0;
+    for (int k = 0; k < K; k++) {
+        total[k] = before[k] = 0;
+        for (int r = 0; r < n; r++) {
+            counts[k][r] = rsv_count(k, r, n);
+            if (r == rank) before[k] = total[k];
+            total[k] += counts[k][r];
+        }
+        want_sent += (total[k] - counts[k][rank]) * sizeof(float);
+        in[k] = malloc(sizeof(float) * (total[k] + 1));
+        out[k] = malloc(sizeof(float) * (counts[k][rank] + 1));
+        for (size_t i = 0; i < total[k]; i++) in[k][i] = input(rank, i, 500 + (uint32_t)k);
+        for (size_t i = 0; i <= counts[k][rank]; i++) out[k][i] = -3.0f;
+        CHECK(comm_ireduce_scatter_v(c, in[k], out[k], counts[k], COMM_FLOAT32, COMM_SUM, &req[k],
+                                     &err) == 0,
+              "%s", err.text);
+    }
+    for (int k = 0; k < K; k++) {
+        CHECK(comm_wait(req[k], &err) == 0, "%s", err.text);
+        size_t mine = counts[k][rank];
+        int bad = 0;
+        for (size_t i = 0; i < mine && bad < 3; i++) {
+            double ref = 0, mag = 0;
+            for (int r = 0; r < n; r++) {
+                ref += input(r, before[k] + i, 500 + (uint32_t)k);
+                mag += fabs(input(r, before[k] + i, 500 + (uint32_t)k));
+            }
+            if (!(fabs(out[k][i] - ref) <= 2.0 * n * FLT_EPSILON * mag)) {
+                CHECK(0, "reduce-scatter-v n=%d pattern %d rank %d [%zu] = %.9g, ref %.9g", n, k,
+                      rank, i, out[k][i], ref);
+                bad++;
+            }
+        }
+        CHECK(out[k][mine] == -3.0f, "reduce-scatter-v n=%d pattern %d rank %d: wrote past %zu", n,
+              k, rank, mine);
+        free(in[k]);
+        free(out[k]);
+    }
+    comm_stats(c, &s1);
+    CHECK(s1.payload_bytes_sent - s0.payload_bytes_sent == want_sent,
+          "reduce-scatter-v n=%d rank %d: sent %llu payload bytes, the ring sends %llu", n, rank,
+          (unsigned long long)(s1.payload_bytes_sent - s0.payload_bytes_sent),
+          (unsigned long long)want_sent);
+}
+
+static void test_uneven_reduce_scatter_matches_reference(void)
+{
+    static const int ns[] = {2, 3, 4, 5};
+    for (int i = 0; i < 4; i++) {
+        struct world_opts o = {.n = ns[i], .absent_rank = -1, .name = "rsv"};
+        run_world(&o, rsv_rank, NULL);
+    }
+    struct world_opts tcp = {.n = 3, .absent_rank = -1, .transport = COMM_TRANSPORT_TCP};
+    run_world(&tcp, rsv_rank, NULL);
+}
+
 static void broadcast_rank(struct comm *c, struct store *st, int rank, int n, void *arg)
 {
     (void)st;
@@ -1180,6 +1268,7 @@ int main(int argc, char **argv)
     RUN(test_allreduce_every_algorithm_and_transport);
     RUN(test_allreduce_float64_and_int64);
     RUN(test_reduce_scatter_and_allgather_match_reference);
+    RUN(test_uneven_reduce_scatter_matches_reference);
     RUN(test_broadcast_from_every_root);
     RUN(test_barrier_waits_for_the_last_rank);
     RUN(test_send_recv_rings_and_pipelines);

@@ -75,6 +75,17 @@ static void test_nominal_bytes_follow_the_ring_formulas(void)
         CHECK(sent == 2 * (uint64_t)(n - 1) * 4 / (uint64_t)n, "n=%d barrier: %llu", n,
               (unsigned long long)sent);
     }
+    /* uneven, as the socket ring: every block but its own out, but the previous rank's in */
+    static const size_t counts[] = {3, 0, 5, 2};
+    uint64_t sent, received;
+    struct comm_desc rsv = {
+        .kind = COMM_OP_REDUCE_SCATTER, .counts = counts, .dtype = COMM_FLOAT32};
+    nccl_nominal_bytes(&rsv, 1, 4, &sent, &received);
+    CHECK(sent == 10 * 4 && received == 7 * 4, "uneven reduce-scatter: %llu out, %llu in",
+          (unsigned long long)sent, (unsigned long long)received);
+    nccl_nominal_bytes(&rsv, 0, 4, &sent, &received);
+    CHECK(sent == 7 * 4 && received == 8 * 4, "uneven reduce-scatter, rank 0: %llu out, %llu in",
+          (unsigned long long)sent, (unsigned long long)received);
 }
 
 static void test_unique_id_round_trips_through_its_store_text(void)

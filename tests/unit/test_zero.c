@@ -3,10 +3,11 @@
  * micro-batches; after one clipped AdamW step, at ZeRO 0, 1 and 2 and with dp
  * not dividing the parameter count, every rank holds the same parameters, and
  * they are those of one rank accumulating all the micro-batches, as is the
- * gradient norm. ZeRO 0 also with the sum in per-layer buckets started
- * during the last backward (runtime/buckets.h): wte's (its embedding rows
- * deferred) and every layer's bucket start before backward returns, wpe's
- * after it. */
+ * gradient norm. Each stage also with the reduction in per-layer buckets
+ * started during the last backward (ZeRO 2: every backward; runtime/buckets.h):
+ * wte's (its embedding rows deferred) and every layer's bucket start before
+ * backward returns, wpe's after it; with ZeRO 1 and 2 each bucket is
+ * reduce-scattered unevenly into the slices, and dp 3 cuts buckets there. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -65,21 +66,27 @@ static void *run_rank(void *arg)
     for (int k = 0; k < A && rc == 0; k++) {
         int micro = k * j->dp + j->rank;
         bool acc = m.zero == 2 ? false : k > 0;
-        if (j->bucketed && k == A - 1) {
+        bool each = j->bucketed && m.zero == 2; /* ZeRO 2: every micro-batch in buckets */
+        if (j->bucketed && (k == A - 1 || each)) {
             m.grads_final = buckets_ready;
             m.grads_final_ctx = &bk;
+            bk.accumulate = m.zero == 2 && k > 0;
         }
         rc = model_forward(&m, data_in[micro], data_tg[micro], B, T, 1.0f / (N * A * j->dp), NULL,
                            &err) ||
-                     model_backward(&m, B, T, acc, &err) || optim_reduce_micro(&m, &g, k > 0, &err)
+                     model_backward(&m, B, T, acc, &err)
                  ? -1
                  : 0;
         m.grads_final = NULL;
+        if (j->bucketed && (k == A - 1 || each)) {
+            j->started_in_backward = bk.next;
+            j->n_buckets = bk.n;
+        }
+        if (rc == 0 && each) rc = buckets_finish(&bk, B, T, true, &err);
+        if (rc == 0 && !j->bucketed) rc = optim_reduce_micro(&m, &g, k > 0, &err);
     }
     if (j->bucketed) {
-        j->started_in_backward = bk.next;
-        j->n_buckets = bk.n;
-        if (rc == 0) rc = buckets_finish(&bk, B, T, &err);
+        if (rc == 0 && m.zero < 2) rc = buckets_finish(&bk, B, T, true, &err);
         buckets_free(&bk);
     }
     if (rc == 0) rc = optim_step(&m, &opt, opt.lr, 1, &g, &j->norm, &err);
@@ -177,17 +184,18 @@ static void test_dp_and_zero_step_as_one_rank(void)
     for (int dp = 2; dp <= MAX_DP; dp++) {
         double ref_norm, norm;
         reference(dp, weights, ref, &ref_norm);
-        for (int zero = -1; zero <= 2; zero++) { /* -1: ZeRO 0 in buckets */
-            if (run(dp, zero < 0 ? 0 : zero, zero < 0, weights, got, &norm, full.total)) continue;
-            CHECK(fabs(norm - ref_norm) <= 1e-6 * ref_norm, "dp %d zero %d: norm %.9g vs %.9g", dp,
-                  zero, norm, ref_norm);
+        for (int i = 0; i < 6; i++) { /* each ZeRO stage after backward, then in buckets */
+            int zero = i % 3;
+            if (run(dp, zero, i >= 3, weights, got, &norm, full.total)) continue;
+            CHECK(fabs(norm - ref_norm) <= 1e-6 * ref_norm, "dp %d zero %d%s: norm %.9g vs %.9g",
+                  dp, zero, i >= 3 ? " in buckets" : "", norm, ref_norm);
             double d = 0, n = 0;
-            for (size_t i = 0; i < full.total; i++) {
-                d += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
-                n += (double)ref[i] * ref[i];
+            for (size_t e = 0; e < full.total; e++) {
+                d += ((double)got[e] - ref[e]) * ((double)got[e] - ref[e]);
+                n += (double)ref[e] * ref[e];
             }
-            CHECK(sqrt(d) <= 1e-6 * sqrt(n), "dp %d zero %d: parameters off by %.3g", dp, zero,
-                  sqrt(d / n));
+            CHECK(sqrt(d) <= 1e-6 * sqrt(n), "dp %d zero %d%s: parameters off by %.3g", dp, zero,
+                  i >= 3 ? " in buckets" : "", sqrt(d / n));
         }
     }
     free(weights);

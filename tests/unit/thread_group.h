@@ -127,19 +127,40 @@ static int tg_allgather(void *ctx, const float *send, float *recv, size_t count,
     return 0;
 }
 
-/* An "asynchronous" sum: recorded when started, summed in wait (every rank
- * waits in the order it started, so the members meet in the same order). */
+/* An "asynchronous" sum or uneven reduce-scatter: recorded when started,
+ * done in wait (every rank waits in the order it started, so the members
+ * meet in the same order). */
 struct tg_request {
     struct thread_rank *me;
-    float *buf;
+    float *buf; /* the sum's, in place */
     size_t n;
+    const float *send; /* the reduce-scatter's */
+    size_t *counts;    /* [size] (a copy) */
 };
 
 static int tg_iallreduce(void *ctx, float *buf, size_t n, void **req, struct plait_error *err)
 {
-    struct tg_request *r = malloc(sizeof *r);
+    struct tg_request *r = calloc(1, sizeof *r);
     if (!r) return error_set(err, "out of memory");
-    *r = (struct tg_request){ctx, buf, n};
+    *r = (struct tg_request){.me = ctx, .buf = buf, .n = n};
+    *req = r;
+    return 0;
+}
+
+static int tg_ireduce_scatter_v(void *ctx, const float *send, float *recv, const size_t *counts,
+                                void **req, struct plait_error *err)
+{
+    struct thread_rank *me = ctx;
+    size_t bytes = (size_t)me->t->size * sizeof *counts;
+    struct tg_request *r = calloc(1, sizeof *r);
+    size_t *copy = malloc(bytes);
+    if (!r || !copy) {
+        free(r);
+        free(copy);
+        return error_set(err, "out of memory");
+    }
+    *r = (struct tg_request){
+        .me = me, .buf = recv, .send = send, .counts = memcpy(copy, counts, bytes)};
     *req = r;
     return 0;
 }
@@ -147,7 +168,24 @@ static int tg_iallreduce(void *ctx, float *buf, size_t n, void **req, struct pla
 static int tg_wait(void *req, struct plait_error *err)
 {
     struct tg_request *r = req;
-    int rc = tg_allreduce(r->me, r->buf, r->n, false, err);
+    int rc = 0;
+    if (!r->send) {
+        rc = tg_allreduce(r->me, r->buf, r->n, false, err);
+    } else { /* the whole summed, then this rank's block */
+        struct threads *t = r->me->t;
+        size_t total = 0, at = 0;
+        for (int k = 0; k < t->size; k++) {
+            if (k == r->me->rank) at = total;
+            total += r->counts[k];
+        }
+        t->bufs[r->me->rank] = r->send;
+        pthread_barrier_wait(&t->barrier);
+        if (r->me->rank == 0) threads_combine(t, 0, 0, total);
+        pthread_barrier_wait(&t->barrier);
+        for (size_t i = 0; i < r->counts[r->me->rank]; i++) r->buf[i] = (float)t->result[at + i];
+        pthread_barrier_wait(&t->barrier);
+    }
+    free(r->counts);
     free(r);
     return rc;
 }
@@ -162,6 +200,7 @@ static inline struct group thread_group(struct thread_rank *me)
                           .reduce_scatter = tg_reduce_scatter,
                           .allgather = tg_allgather,
                           .iallreduce = tg_iallreduce,
+                          .ireduce_scatter_v = tg_ireduce_scatter_v,
                           .wait = tg_wait,
                           .ctx = me};
 }
