@@ -160,10 +160,10 @@ static void add_rows(struct buckets *bk, int B, int T)
            z = end < m->slice_at + m->slice_n ? end : m->slice_at + m->slice_n;
     bool part = bk->sliced && z > a;
     float *sums = slice_sums(bk);
-    if (part) m->ops->copy(m->grads + a, sums + (a - m->slice_at), (z - a) * sizeof(float));
+    if (part) m->ops->copy(m->ctx, m->grads + a, sums + (a - m->slice_at), (z - a) * sizeof(float));
     for (int r = 0; r < bk->dp->size; r++)
         model_add_embedding_rows(m, bk->rows + (size_t)r * N * C, bk->tokens + (size_t)r * N, B, T);
-    if (part) m->ops->copy(sums + (a - m->slice_at), m->grads + a, (z - a) * sizeof(float));
+    if (part) m->ops->copy(m->ctx, sums + (a - m->slice_at), m->grads + a, (z - a) * sizeof(float));
 }
 
 int buckets_finish(struct buckets *bk, int B, int T, bool layernorms, struct plait_error *err)
@@ -183,7 +183,7 @@ int buckets_finish(struct buckets *bk, int B, int T, bool layernorms, struct pla
                     : model_sum_layernorm_grads(m, err)))
         return -1;
     if (bk->sliced && bk->accumulate)
-        m->ops->residual_forward(m->grad_slice, m->grad_slice, m->slice_tmp, m->slice_n);
+        m->ops->residual_forward(m->ctx, m->grad_slice, m->grad_slice, m->slice_tmp, m->slice_n);
     return 0;
 }
 
