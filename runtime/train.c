@@ -123,8 +123,8 @@ static int visible_index(int device)
  * train on one rank, which leaves the choice here, GPU 0 if any):
  *   "cpu": the CPU.  "cuda": that GPU, or an error naming parallel.device.
  *   "auto": that GPU when one is usable, else the CPU, saying why when this
- *   build has the CUDA backend (precision fp8: the CPU, until CUDA has fp8). One rank per GPU; more
- * than one rank on GPUs needs the nccl collectives wired to device memory, not done yet. */
+ *   build has the CUDA backend (precision fp8 needs a GPU of sm_89 or later). One rank per GPU;
+ * more than one rank on GPUs needs the nccl collectives wired to device memory, not done yet. */
 static const struct ops *choose_backend(const struct plan *p, const struct env_rank *w,
                                         struct plait_error *err)
 {
@@ -148,12 +148,15 @@ static const struct ops *choose_backend(const struct plan *p, const struct env_r
                  "runtime does not wire yet (issue 11; one rank per job runs)",
                  w->world);
     else if (ops_cuda_device_count(why, sizeof why) > 0) {
-        if (p->precision == PLAN_PRECISION_FP8)
+        o = ops_cuda(index, why, sizeof why);
+        if (o && p->precision == PLAN_PRECISION_FP8 && !o->matmul_forward_fp8) {
             snprintf(why, sizeof why,
-                     "precision \"fp8\" has no CUDA products yet (its quantiser, kernels/fp8.h, "
-                     "runs emulated on the CPU)");
-        else
-            o = ops_cuda(index, why, sizeof why);
+                     "precision \"fp8\" needs fp8 tensor cores, which start with compute "
+                     "capability 8.9 (Ada, Hopper); CUDA device %d is older (sm_80: use "
+                     "precision \"bf16\" on it, or parallel.device \"cpu\" for fp8 emulated)",
+                     index);
+            o = NULL;
+        }
     }
     if (o) {
         log_info("parallel.device \"%s\": training on CUDA device %d", plan_device_name(device),
@@ -351,15 +354,21 @@ static double measure_peak_gflops(struct model *m)
     int N = 256, C = 1024, OC = 2048;
     float *x = o->alloc((size_t)N * C * 4), *w = o->alloc((size_t)OC * C * 4);
     float *y = o->alloc((size_t)N * OC * 4);
+    bool fp8 = m->precision == PLAN_PRECISION_FP8;
+    int e = fp8_weight_tile(m->fp8_scaling);
     uint16_t *w16 = m->params16 ? o->alloc((size_t)OC * C * 2) : NULL;
+    uint8_t *w8 = fp8 ? o->alloc((size_t)OC * C) : NULL;
+    float *s8 = fp8 ? o->alloc(fp8_scale_count(OC, C, e, e) * sizeof(float)) : NULL;
     double best = 0;
-    if (x && w && y && (w16 || !m->params16)) {
+    if (x && w && y && (w16 || !m->params16) && (!fp8 || (w8 && s8))) {
         if (w16) o->to_bf16(w16, w, (size_t)OC * C);
+        if (fp8) o->quantize_fp8(w8, s8, w, OC, C, e, e, FP8_E4M3);
         /* the best of a dozen after warm-up: noise only ever slows a product down */
         for (int i = 0; i < 14; i++) {
             double t0 = now_s();
-            if (m->precision == PLAN_PRECISION_FP8) /* quantising included, as in training */
-                o->matmul_forward_fp8(y, x, w, NULL, N, C, OC, m->fp8_scaling);
+            if (fp8) /* the input's quantising included, as in training (the weight's copy is made
+                        once a step) */
+                o->matmul_forward_fp8(y, x, w8, s8, NULL, N, C, OC, m->fp8_scaling);
             else
                 o->matmul_forward(y, x, w, w16, NULL, N, C, OC);
             float first; /* waits for the product (a GPU's runs asynchronously) */
@@ -372,6 +381,8 @@ static double measure_peak_gflops(struct model *m)
     o->free(w);
     o->free(y);
     if (w16) o->free(w16);
+    if (w8) o->free(w8);
+    if (s8) o->free(s8);
     o->take_error(NULL, 0);
     return best;
 }
@@ -1181,6 +1192,8 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         if (t->where->rank == 0 && metrics_step(&t->metrics, &sm, err)) return -1;
         if (s == first_step) { /* a process's first step warms up: not in the averages */
             memset(&t->m.prof, 0, sizeof t->m.prof);
+            const char *fp8_fallback = t->m.ops->fp8_fallback ? t->m.ops->fp8_fallback() : NULL;
+            if (fp8_fallback && t->where->rank == 0) log_warn("%s", fp8_fallback);
             if (memory_report(t, s + 1, err)) return -1;
         } else {
             t->timed_s += dt;

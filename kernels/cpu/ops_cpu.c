@@ -182,11 +182,13 @@ static const char *cpu_bf16_emulation(void)
 
 /* The products are emulated: each operand is quantised by kernels/fp8.h
  * (bytes and scales, what a GPU's fp8 GEMM takes) and decoded back to fp32,
- * exactly, and gemm_f32 multiplies. Tensor scaling decodes the codes alone and
- * divides the product by both scales (alpha = 1/sa · 1/sb, as cuBLASLt's
- * scale pointers do); block scaling divides each decoded value by its tile's
- * scale, which is the per-128-deep partial product scaling of DeepSeek-V3
- * within fp32 rounding. */
+ * exactly, and gemm_f32 multiplies; the weight comes quantised already (the
+ * model's fp8 copy) and is only decoded. Tensor scaling decodes the codes
+ * alone and divides the product by both scales (alpha = 1/sa · 1/sb, as
+ * cuBLASLt's scale pointers do); block scaling divides each decoded value by
+ * its tile's scale, which is the per-128-deep partial product scaling of
+ * DeepSeek-V3 within fp32 rounding. dinp's product reads the decoded weight
+ * (OC,C) as it is (a gemm takes either orientation): no transpose here. */
 enum { Q_X, Q_W, Q_D, Q_DT, Q_SLOTS }; /* operand slots: input, weight, gradient, again */
 static struct {
     uint8_t *q;
@@ -207,48 +209,61 @@ static struct tile act_tile(bool block, bool reduced_along_rows)
     return reduced_along_rows ? (struct tile){FP8_TILE, 1} : (struct tile){1, FP8_TILE};
 }
 
-/* A weight: 128×128 blocks, which serve the product and its transpose. */
-static struct tile weight_tile(bool block)
+/* q (rows, cols) in tiles t with its scales s decoded into slot's floats,
+ * which it returns (NULL on failure); *scale: the tensor's scale, or 1 when
+ * the tiles' scales were divided out in decoding. */
+static const float *fp8_decoded(int slot, const uint8_t *q, const float *s, int rows, int cols,
+                                struct tile t, enum fp8_format fmt, float *scale)
 {
-    return block ? (struct tile){FP8_TILE, FP8_TILE} : (struct tile){0, 0};
-}
-
-/* x (rows, cols) quantised in tiles and decoded into slot's floats, which it
- * returns (NULL on failure); *scale: the tensor's scale, or 1 when the tiles'
- * scales were divided out in decoding. */
-static const float *fp8_operand(int slot, const float *x, int rows, int cols, struct tile t,
-                                enum fp8_format fmt, float *scale)
-{
-    size_t n = (size_t)rows * cols, ns = fp8_scale_count(rows, cols, t.rows, t.cols);
+    size_t n = (size_t)rows * cols;
     bool tensor = t.rows == 0 && t.cols == 0;
-    uint8_t *q = fp8_scratch[slot].q = grow(fp8_scratch[slot].q, &fp8_scratch[slot].q_elems, n, 1);
     float *f = fp8_scratch[slot].f =
         grow(fp8_scratch[slot].f, &fp8_scratch[slot].f_elems, n, sizeof(float));
-    float *s = fp8_scratch[slot].scales =
-        grow(fp8_scratch[slot].scales, &fp8_scratch[slot].n_scales, ns, sizeof(float));
-    if (!q || !f || !s) return NULL;
-    fp8_quantize(q, s, x, rows, cols, t.rows, t.cols, fmt);
+    if (!f) return NULL;
     fp8_dequantize(f, q, tensor ? NULL : s, rows, cols, t.rows, t.cols, fmt);
     *scale = tensor ? s[0] : 1.0f;
     return f;
 }
 
-static void cpu_matmul_forward_fp8(float *out, const float *inp, const float *w, const float *bias,
-                                   int N, int C, int OC, enum fp8_scaling scaling)
+/* x (rows, cols) quantised in tiles into slot's bytes and scales, then
+ * decoded (fp8_decoded). */
+static const float *fp8_operand(int slot, const float *x, int rows, int cols, struct tile t,
+                                enum fp8_format fmt, float *scale)
+{
+    size_t n = (size_t)rows * cols, ns = fp8_scale_count(rows, cols, t.rows, t.cols);
+    uint8_t *q = fp8_scratch[slot].q = grow(fp8_scratch[slot].q, &fp8_scratch[slot].q_elems, n, 1);
+    float *s = fp8_scratch[slot].scales =
+        grow(fp8_scratch[slot].scales, &fp8_scratch[slot].n_scales, ns, sizeof(float));
+    if (!q || !s) return NULL;
+    fp8_quantize(q, s, x, rows, cols, t.rows, t.cols, fmt);
+    return fp8_decoded(slot, q, s, rows, cols, t, fmt, scale);
+}
+
+/* The weight's copy w8 (OC,C) decoded (its tiles: fp8_weight_tile). */
+static const float *fp8_weight(const uint8_t *w8, const float *w_scales, int OC, int C,
+                               enum fp8_scaling scaling, float *scale)
+{
+    int e = fp8_weight_tile(scaling);
+    return fp8_decoded(Q_W, w8, w_scales, OC, C, (struct tile){e, e}, FP8_E4M3, scale);
+}
+
+static void cpu_matmul_forward_fp8(float *out, const float *inp, const uint8_t *w8,
+                                   const float *w_scales, const float *bias, int N, int C, int OC,
+                                   enum fp8_scaling scaling)
 {
     bool block = scaling == FP8_SCALING_BLOCK;
     float sx, sw;
     const float *x8 = fp8_operand(Q_X, inp, N, C, act_tile(block, false), FP8_E4M3, &sx);
-    const float *w8 = fp8_operand(Q_W, w, OC, C, weight_tile(block), FP8_E4M3, &sw);
-    if (!x8 || !w8) return;
+    const float *w = fp8_weight(w8, w_scales, OC, C, scaling, &sw);
+    if (!x8 || !w) return;
     if (bias) fill_rows(out, bias, N, OC);
-    mm_f32(false, true, N, OC, C, 1.0f / sx * (1.0f / sw), x8, C, w8, C, bias ? 1.0f : 0.0f, out,
+    mm_f32(false, true, N, OC, C, 1.0f / sx * (1.0f / sw), x8, C, w, C, bias ? 1.0f : 0.0f, out,
            OC);
 }
 
 static void cpu_matmul_backward_fp8(float *dinp, float *dw, float *dbias, const float *dout,
-                                    const float *inp, const float *w, int N, int C, int OC,
-                                    bool accumulate, enum fp8_scaling scaling)
+                                    const float *inp, const uint8_t *w8, const float *w_scales,
+                                    int N, int C, int OC, bool accumulate, enum fp8_scaling scaling)
 {
     bool block = scaling == FP8_SCALING_BLOCK;
     enum fp8_format grad = block ? FP8_E4M3 : FP8_E5M2;
@@ -261,9 +276,9 @@ static void cpu_matmul_backward_fp8(float *dinp, float *dw, float *dbias, const 
         if (!d8) return;
     }
     if (dinp) {
-        const float *w8 = fp8_operand(Q_W, w, OC, C, weight_tile(block), FP8_E4M3, &sw);
-        if (!w8) return;
-        mm_f32(false, false, N, C, OC, 1.0f / sd * (1.0f / sw), d8, OC, w8, C, 0.0f, dinp, C);
+        const float *w = fp8_weight(w8, w_scales, OC, C, scaling, &sw);
+        if (!w) return;
+        mm_f32(false, false, N, C, OC, 1.0f / sd * (1.0f / sw), d8, OC, w, C, 0.0f, dinp, C);
     }
     if (!dw) return;
     /* dw (OC,C) = doutᵀ · inp (N,C): reduced over N, both operands' rows */
@@ -343,6 +358,7 @@ static const struct ops cpu_ops = {
     .matmul_backward = cpu_matmul_backward,
     .matmul_forward_fp8 = cpu_matmul_forward_fp8,
     .matmul_backward_fp8 = cpu_matmul_backward_fp8,
+    .quantize_fp8 = fp8_quantize,
     .attention_forward = cpu_attention_forward_f32,
     .attention_backward = cpu_attention_backward_f32,
     .gelu_forward = cpu_gelu_forward_f32,

@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/fp8_cuda.cuh"
 #include "kernels/ops_error.h"
 
 /* ---- sticky error ------------------------------------------------------------- */
@@ -156,8 +157,9 @@ static struct ops cuda_ops = {
     .layernorm_backward = cu_layernorm_backward,
     .matmul_forward = cu_matmul_forward,
     .matmul_backward = cu_matmul_backward,
-    .matmul_forward_fp8 = NULL, /* fp8 (kernels/fp8.h) not on the GPU yet: model_init says so */
-    .matmul_backward_fp8 = NULL,
+    .matmul_forward_fp8 = cu_matmul_forward_fp8, /* NULL below sm_89 (bind) */
+    .matmul_backward_fp8 = cu_matmul_backward_fp8,
+    .quantize_fp8 = cu_quantize_fp8,
     .attention_forward = cu_attention_forward,
     .attention_backward = cu_attention_backward,
     .attention_forward_fused = ops_cuda_attention_fused_forward,
@@ -173,6 +175,7 @@ static struct ops cuda_ops = {
     .adamw = cu_adamw,
     .to_bf16 = cu_to_bf16,
     .bf16_emulation = cuda_bf16_emulation,
+    .fp8_fallback = cu_fp8_fallback,
 };
 
 extern "C" int ops_cuda_built(void)
@@ -229,6 +232,13 @@ extern "C" const struct ops *ops_cuda(int device, char *errbuf, size_t errbuf_by
             !LT_OK(cublasLtCreate(&cu_lt)) ||
             !CUDA_OK(cudaMalloc(&cu_lt_workspace, cu_lt_workspace_bytes)))
             goto fail;
+        cu_fp8_bind(prop.major * 10 + prop.minor);
+        if (prop.major * 10 + prop.minor <
+            CU_FP8_MIN_CC) { /* no fp8 tensor cores: train.c says so */
+            cuda_ops.matmul_forward_fp8 = NULL;
+            cuda_ops.matmul_backward_fp8 = NULL;
+            cuda_ops.quantize_fp8 = NULL;
+        }
         const char *attention = getenv("PLAIT_CUDA_ATTENTION");
         if (attention && !strcmp(attention, "simple")) {
             cuda_ops.attention_forward_fused = NULL;
