@@ -13,7 +13,8 @@
 #   make test-gpu        the nccl backend on this machine's GPUs (tests/gpu/run.sh; not in make test)
 #   make test-cuda       the CUDA backend on this machine's GPU: --selftest, the PyTorch referee
 #                        on the GPU, GPU runs to the bit, resume, sanitizers (tests/gpu/test_cuda.sh)
-#   make bench-cuda      GPT-2 124M bf16 on the GPU, 16x1024 and 32x1024: tokens/s and MFU (not a test)
+#   make bench-cuda      GPT-2 124M bf16 on the GPU, 16x1024 and 32x1024: tokens/s and MFU, and
+#                        its fp8 block products against the bf16 ones (bench/fp8_bench.c; not a test)
 #   make install PREFIX=/usr/local   (make uninstall PREFIX=/usr/local removes what it put)
 #
 # BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan,
@@ -154,7 +155,7 @@ LIB_RUNTIME  := $(BUILD)/lib/libplait_runtime.a
 PLAIT        := $(BUILD)/bin/plait
 PLAIT_TRAIN  := $(BUILD)/bin/plait-train
 TESTS        := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
-TOOLS        := $(BUILD)/bin/gemm-bench $(BUILD)/bin/comm-bench
+TOOLS        := $(BUILD)/bin/gemm-bench $(BUILD)/bin/comm-bench $(BUILD)/bin/fp8-bench
 # The nccl backend's tests on GPUs (tests/gpu/run.sh runs them; built wherever NCCL is)
 GPU_TESTS    := $(if $(HAVE_NCCL),$(BUILD)/tests/gpu/test_nccl)
 # The SPANK plugin: built where Slurm's headers are (libslurm-dev), and not
@@ -232,6 +233,10 @@ $(PLAIT): $(call obj,$(LAUNCHER_SRC)) $(LIBS)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) $(CAIRO_LDLIBS) $(YAML_LDLIBS) -o $@
 
 $(BUILD)/bin/gemm-bench: $(call obj,bench/gemm_bench.c) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/bin/fp8-bench: $(call obj,bench/fp8_bench.c) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
