@@ -205,7 +205,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
         (!ops->matmul_forward_fp8 || !ops->matmul_backward_fp8 || !ops->quantize_fp8))
         return error_set(err,
                          "precision: the %s backend has no fp8 matrix products (fp8 runs on "
-                         "the cpu backend, emulated)",
+                         "the cpu backend, emulated, or on a GPU of sm_89 or later)",
                          ops->name);
     if (gpt2_shard_init(&m->shard, cfg, part, err)) return -1;
     if (m->tp.size != part->tp || m->tp.rank != part->tp_rank)
