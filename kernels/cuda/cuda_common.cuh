@@ -48,6 +48,17 @@ enum {
     CU_SCRATCH_PARTIAL,
     CU_SCRATCH_PARTIAL2,
     CU_SCRATCH_INDEX,
+    /* the fp8 products (matmul_fp8.cu) */
+    CU_FP8_X,    /* an activation's codes, (N,C) */
+    CU_FP8_XS,   /* its scales */
+    CU_FP8_D,    /* a gradient's codes, (N,OC) */
+    CU_FP8_DS,   /* its scales */
+    CU_FP8_WT,   /* the weight's codes transposed, (C,OC) */
+    CU_FP8_LTA,  /* cuBLASLt's scales of A */
+    CU_FP8_LTB,  /* ... and B */
+    CU_FP8_F32A, /* the fallback's decoded operands */
+    CU_FP8_F32B,
+    CU_FP8_AMAX, /* partial maxima of a tensor's amax */
     CU_SLOTS
 };
 void *cu_scratch(int slot, size_t bytes);

@@ -1,6 +1,7 @@
 /* fp8_cuda.cuh — what the CUDA backend's fp8 files share (fp8_quant.cu, the
- * quantiser; matmul_fp8.cu, the products): the quantiser's entry points, the
- * fp8 scratch, and what the device can do. Internal, like cuda_common.cuh. */
+ * quantiser; matmul_fp8.cu, the products): the quantiser's entry points and
+ * what the device can do (their scratch slots are cuda_common.cuh's). Internal, like
+ * cuda_common.cuh. */
 #ifndef PLAIT_KERNELS_CUDA_FP8_CUDA_CUH
 #define PLAIT_KERNELS_CUDA_FP8_CUDA_CUH
 
@@ -9,22 +10,6 @@
 #include <stdint.h>
 
 #include "kernels/fp8.h"
-
-/* Scratch of the fp8 products, per slot, as cu_scratch (backend.cu) */
-enum {
-    CU_FP8_X,    /* an activation's codes, (N,C) */
-    CU_FP8_XS,   /* its scales */
-    CU_FP8_D,    /* a gradient's codes, (N,OC) */
-    CU_FP8_DS,   /* its scales */
-    CU_FP8_WT,   /* the weight's codes transposed, (C,OC) */
-    CU_FP8_LTA,  /* cuBLASLt's scales of A */
-    CU_FP8_LTB,  /* ... and B */
-    CU_FP8_F32A, /* the fallback's decoded operands */
-    CU_FP8_F32B,
-    CU_FP8_AMAX, /* partial maxima of a tensor's amax */
-    CU_FP8_SLOTS
-};
-void *cu_fp8_scratch(int slot, size_t bytes);
 
 /* kernels/fp8.h's fp8_quantize, bit for bit, on the backend's stream; with
  * transposed the codes go to q (cols, rows) at the transposed places (the

@@ -141,7 +141,7 @@ void cu_fp8_quantize_to(uint8_t *q, float *scales, const float *x, int rows, int
     int nbr = (rows + tr - 1) / tr, nbc = (cols + tc - 1) / tc;
     size_t n = (size_t)rows * cols;
     if (nbr * nbc == 1 && n > 4096) { /* one tile too big for one block */
-        float *partial = (float *)cu_fp8_scratch(CU_FP8_AMAX, AMAX_BLOCKS * sizeof(float));
+        float *partial = (float *)cu_scratch(CU_FP8_AMAX, AMAX_BLOCKS * sizeof(float));
         if (!partial) return;
         amax_partial_kernel<<<AMAX_BLOCKS, AMAX_THREADS, 0, cu_stream>>>(partial, x, n);
         amax_scale_kernel<<<1, 256, 0, cu_stream>>>(scales, partial, AMAX_BLOCKS, (int)fmt);

@@ -50,27 +50,6 @@ static void note_fallback(const char *product, const char *why, int Ma, int Nb, 
              product, Nb, Ma, K, why);
 }
 
-static void *slots[CU_FP8_SLOTS];
-static size_t slot_bytes[CU_FP8_SLOTS];
-
-void *cu_fp8_scratch(int slot, size_t bytes)
-{
-    if (slot_bytes[slot] >= bytes && slots[slot]) return slots[slot];
-    if (slots[slot]) {
-        (void)CUDA_OK(cudaStreamSynchronize(cu_stream)); /* earlier kernels may still read it */
-        (void)CUDA_OK(cudaFree(slots[slot]));
-    }
-    slots[slot] = NULL;
-    slot_bytes[slot] = 0;
-    size_t grown = bytes < 1024 ? 1024 : (bytes + 255) / 256 * 256;
-    if (!CUDA_OK(cudaMalloc(&slots[slot], grown))) {
-        slots[slot] = NULL;
-        return NULL;
-    }
-    slot_bytes[slot] = grown;
-    return slots[slot];
-}
-
 /* ---- one TN product --------------------------------------------------------------- */
 
 /* An operand of a TN product: (outer, K) row-major codes, its format, and
@@ -203,8 +182,8 @@ static uint8_t *quantize(int slot, int slot_s, const float *x, int rows, int col
                          enum fp8_format fmt, bool transposed, float **scales)
 {
     size_t n = (size_t)rows * cols, ns = fp8_scale_count(rows, cols, tr, tc);
-    uint8_t *q = (uint8_t *)cu_fp8_scratch(slot, n);
-    *scales = (float *)cu_fp8_scratch(slot_s, ns * sizeof(float));
+    uint8_t *q = (uint8_t *)cu_scratch(slot, n);
+    *scales = (float *)cu_scratch(slot_s, ns * sizeof(float));
     if (!q || !*scales) return NULL;
     cu_fp8_quantize_to(q, *scales, x, rows, cols, tr, tc, fmt, transposed);
     return q;
@@ -214,7 +193,7 @@ static uint8_t *quantize(int slot, int slot_s, const float *x, int rows, int col
  * slot: transposed when the layout has the reduction blocks fastest. */
 static const float *lt_scales(int slot, const float *s, int rows, int cols, bool transposed)
 {
-    float *out = (float *)cu_fp8_scratch(slot, (size_t)rows * cols * sizeof(float));
+    float *out = (float *)cu_scratch(slot, (size_t)rows * cols * sizeof(float));
     if (out) cu_fp8_lt_scales(out, s, rows, cols, transposed);
     return out;
 }
@@ -223,7 +202,7 @@ static const float *lt_scales(int slot, const float *s, int rows, int cols, bool
 static float *decoded(int slot, const uint8_t *q, const float *s, int rows, int cols, int tr,
                       int tc, enum fp8_format fmt)
 {
-    float *f = (float *)cu_fp8_scratch(slot, (size_t)rows * cols * sizeof(float));
+    float *f = (float *)cu_scratch(slot, (size_t)rows * cols * sizeof(float));
     if (f) cu_fp8_dequantize(f, q, s, rows, cols, tr, tc, fmt);
     return f;
 }
@@ -273,7 +252,7 @@ static void dinp_fp8(float *dinp, const uint8_t *d8, const float *ds, enum fp8_f
                      const uint8_t *w8, const float *w_scales, int N, int C, int OC, bool block)
 {
     int we = block ? FP8_TILE : 0, tr = block ? 1 : 0, tc = block ? FP8_TILE : 0;
-    uint8_t *wt8 = (uint8_t *)cu_fp8_scratch(CU_FP8_WT, (size_t)OC * C);
+    uint8_t *wt8 = (uint8_t *)cu_scratch(CU_FP8_WT, (size_t)OC * C);
     if (!wt8) return;
     const char *why = not_fp8(C, N, OC, block, wt8, d8, dinp);
     if (!why) {

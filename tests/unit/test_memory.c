@@ -38,18 +38,22 @@ static struct ops counting_ops(void)
 
 /* ---- plans ---------------------------------------------------------------------------------- */
 
-/* 4 layers, 4 heads of 8, a byte vocabulary (Vp 256), T 16 of a 24-row wpe. */
-static struct plan *small_plan(void)
+static struct plan *plan_of(const char *text)
 {
-    const char *text = "{\"model\": {\"layers\": 4, \"heads\": 4, \"hidden\": 32, \"vocab\": 256,"
-                       " \"seq_len\": 16, \"max_seq_len\": 24},"
-                       " \"data\": {\"train\": \"train.bin\"},"
-                       " \"batch\": {\"micro_batch\": 2, \"grad_accum\": 3},"
-                       " \"steps\": 1}";
     struct plait_error err = {0};
     struct plan *p = plan_load_text(text, "test_memory", "/", NULL, 0, &err);
     CHECK(p != NULL, "plan_load_text: %s", err.text);
     return p;
+}
+
+/* 4 layers, 4 heads of 8, a byte vocabulary (Vp 256), T 16 of a 24-row wpe. */
+static struct plan *small_plan(void)
+{
+    return plan_of("{\"model\": {\"layers\": 4, \"heads\": 4, \"hidden\": 32, \"vocab\": 256,"
+                   " \"seq_len\": 16, \"max_seq_len\": 24},"
+                   " \"data\": {\"train\": \"train.bin\"},"
+                   " \"batch\": {\"micro_batch\": 2, \"grad_accum\": 3},"
+                   " \"steps\": 1}");
 }
 
 /* The rank (tp_rank, stage, dp_rank) of layout l as train.c builds it: its
@@ -274,14 +278,12 @@ static void test_memory_grows_with_the_micro_batches_held(void)
  * plait check and the model say the same. */
 static void test_fp8_copy_is_a_byte_a_weight_and_its_scales(void)
 {
-    const char *text = "{\"model\": {\"layers\": 2, \"heads\": 4, \"hidden\": 320, \"vocab\": 256,"
-                       " \"seq_len\": 16},"
-                       " \"data\": {\"train\": \"train.bin\"},"
-                       " \"batch\": {\"micro_batch\": 2, \"grad_accum\": 1},"
-                       " \"steps\": 1}";
+    struct plan *p = plan_of("{\"model\": {\"layers\": 2, \"heads\": 4, \"hidden\": 320, "
+                             "\"vocab\": 256, \"seq_len\": 16},"
+                             " \"data\": {\"train\": \"train.bin\"},"
+                             " \"batch\": {\"micro_batch\": 2, \"grad_accum\": 1},"
+                             " \"steps\": 1}");
     struct plait_error err = {0};
-    struct plan *p = plan_load_text(text, "test_memory", "/", NULL, 0, &err);
-    CHECK(p != NULL, "plan_load_text: %s", err.text);
     if (!p) return;
     struct ops ops = counting_ops();
     const long long C = 320, layers = 2;
