@@ -68,6 +68,17 @@ static inline unsigned cu_blocks(size_t n, unsigned threads)
     return (unsigned)((n + threads - 1) / threads);
 }
 
+/* The alignment of a pointer in bytes (the largest power of two dividing it,
+ * at most 256): cuBLASLt's heuristic otherwise assumes 256 and may pick a
+ * kernel that faults on a tensor that starts inside the flat parameter buffer. */
+static inline uint32_t cu_alignment_bytes(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t bytes = 1;
+    while (bytes < 256 && !(a & bytes)) bytes <<= 1;
+    return bytes;
+}
+
 /* ---- device helpers --------------------------------------------------------------- */
 
 /* Round to nearest even on the bit pattern, NaN kept quiet: kernels/cpu/bf16.h's

@@ -92,7 +92,6 @@ static const char *not_fp8(int Ma, int Nb, int K, bool block, const void *a, con
 static bool lt_fp8(int Ma, int Nb, int K, const struct operand *A, const struct operand *B,
                    float beta, float *D, const float *bias, bool *failed)
 {
-    *failed = false;
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
@@ -103,6 +102,11 @@ static bool lt_fp8(int Ma, int Nb, int K, const struct operand *A, const struct 
     float alpha = 1.0f;
     bool ran = false;
     int32_t mode_a = A->mode, mode_b = B->mode;
+    uint32_t align[4] = {cu_alignment_bytes(A->q), cu_alignment_bytes(B->q), cu_alignment_bytes(D),
+                         cu_alignment_bytes(D)};
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     *failed = true; /* until the descriptors are made */
     if (!LT_OK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
         !LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa)) ||
@@ -132,6 +136,10 @@ static bool lt_fp8(int Ma, int Nb, int K, const struct operand *A, const struct 
                                                     &cu_lt_workspace_bytes,
                                                     sizeof cu_lt_workspace_bytes)))
         goto out;
+    for (int i = 0; i < 4; i++)
+        if (!LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i],
+                                                        sizeof align[i])))
+            goto out;
     *failed = false;
     {
         cublasLtMatmulHeuristicResult_t heur;
