@@ -290,7 +290,7 @@ static void dinp_fp8(float *dinp, const uint8_t *d8, const float *ds, enum fp8_f
  * along N (128 × 1 tiles with block scaling): Ma = C, Nb = OC, K = N, the
  * operands doutᵀ and inpᵀ (C, N) */
 static void dw_fp8(float *dw, const float *dout, const float *inp, enum fp8_format grad, int N,
-                   int C, int OC, bool accumulate, bool block)
+                   int C, int OC, bool accumulate, bool block, bool tensor_d8_made)
 {
     int tr, tc;
     float beta = accumulate ? 1.0f : 0.0f, *ds, *xs;
@@ -298,7 +298,15 @@ static void dw_fp8(float *dw, const float *dout, const float *inp, enum fp8_form
     /* both transposed for the TN product, unless it cannot run in fp8 */
     const char *why = not_fp8(C, OC, N, block, dw, dw, dw);
     bool t = why == NULL;
-    const uint8_t *d8 = quantize(CU_FP8_D, CU_FP8_DS, dout, N, OC, tr, tc, grad, t, &ds);
+    const uint8_t *d8;
+    if (t && tensor_d8_made) { /* dout's codes for dinp, one tile: transposed, the same codes */
+        uint8_t *dt8 = (uint8_t *)cu_scratch(CU_FP8_WT, (size_t)N * OC);
+        ds = (float *)cu_scratch(CU_FP8_DS, sizeof(float)); /* its scale, kept there */
+        if (dt8)
+            cu_fp8_transpose(dt8, (const uint8_t *)cu_scratch(CU_FP8_D, (size_t)N * OC), N, OC);
+        d8 = dt8;
+    } else
+        d8 = quantize(CU_FP8_D, CU_FP8_DS, dout, N, OC, tr, tc, grad, t, &ds);
     const uint8_t *x8 = quantize(CU_FP8_X, CU_FP8_XS, inp, N, C, tr, tc, FP8_E4M3, t, &xs);
     if (!d8 || !x8) return;
     if (t) {
@@ -330,6 +338,7 @@ void cu_matmul_backward_fp8(float *dinp, float *dw, float *dbias, const float *d
 {
     bool block = scaling == FP8_SCALING_BLOCK;
     enum fp8_format grad = block ? FP8_E4M3 : FP8_E5M2;
+    bool tensor_d8_made = false; /* dout quantised whole in CU_FP8_D, its scale in CU_FP8_DS */
     if (dinp) {
         int tr, tc;
         float *ds;
@@ -337,8 +346,9 @@ void cu_matmul_backward_fp8(float *dinp, float *dw, float *dbias, const float *d
         const uint8_t *d8 = quantize(CU_FP8_D, CU_FP8_DS, dout, N, OC, tr, tc, grad, false, &ds);
         if (!d8) return;
         dinp_fp8(dinp, d8, ds, grad, w8, w_scales, N, C, OC, block);
+        tensor_d8_made = !block;
     }
     if (!dw) return;
-    dw_fp8(dw, dout, inp, grad, N, C, OC, accumulate, block);
+    dw_fp8(dw, dout, inp, grad, N, C, OC, accumulate, block, tensor_d8_made);
     if (dbias) cu_column_sum(dbias, dout, N, OC, accumulate);
 }
