@@ -122,12 +122,12 @@ static void fp8_layout(struct model *m)
     }
 }
 
-/* The index of weight t in fp8_weights. */
+/* The index of weight t (one of them) in fp8_weights. */
 static int fp8_index(enum gpt2_tensor t)
 {
-    for (int k = 0; k < 3; k++)
-        if (fp8_weights[k] == t) return k;
-    return 3;
+    int k = 0;
+    while (k < 3 && fp8_weights[k] != t) k++;
+    return k;
 }
 
 /* The fp8 copy of weight t (one of fp8_weights) of layer l, and its scales. */
@@ -339,8 +339,9 @@ static const uint16_t *weight16(const struct model *m, enum gpt2_tensor t, int l
 
 /* out (N,OC) = inp (N,C) · (weight t of layer l)ᵀ + bias, a block's product in
  * the run's precision: fp32, bf16 (the weight's bf16 copy) or fp8 (the
- * weight's fp8 copy, the input quantised inside the op). The LM head is not one: in fp8 it stays in
- * fp32, as DeepSeek-V3 keeps its output head out of fp8. */
+ * weight's fp8 copy, the input quantised inside the op). The LM head is not
+ * one: in fp8 it stays in fp32, as DeepSeek-V3 keeps its output head out of
+ * fp8. */
 static void linear_forward(const struct model *m, float *out, const float *inp, enum gpt2_tensor t,
                            int l, const float *bias, int N, int C, int OC)
 {
