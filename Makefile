@@ -13,7 +13,9 @@
 #   make test-gpu        the nccl backend on this machine's GPUs (tests/gpu/run.sh; not in make test)
 #   make test-cuda       the CUDA backend on this machine's GPU: --selftest, the PyTorch referee
 #                        on the GPU, GPU runs to the bit, resume, sanitizers (tests/gpu/test_cuda.sh)
-#   make bench-cuda      GPT-2 124M bf16 on the GPU, 16x1024 and 32x1024: tokens/s, MFU, modelled vs measured step (not a test)
+#   make bench-cuda      GPT-2 124M bf16 on the GPU, 16x1024 and 32x1024: tokens/s, MFU, modelled vs
+#                        measured step, beside PyTorch; and its fp8 block products against the bf16
+#                        ones (bench/fp8_bench.c; not a test)
 #   make install PREFIX=/usr/local   (make uninstall PREFIX=/usr/local removes what it put)
 #
 # BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan,
@@ -97,7 +99,7 @@ ifeq ($(HAVE_CUDA),1)
                 -Xcompiler -fPIC$(comma)-fvisibility=hidden
   # the backend is a shared object of its own, loaded by the runtime only for a GPU
   # (kernels/cuda/cuda_ops.h says why); the executables link only the loader
-  CUDA_SO_LDLIBS := -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublasLt -lcudart -lstdc++
+  CUDA_SO_LDLIBS := -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublasLt -lcudart -lstdc++ -fopenmp
   LDLIBS += -ldl
 endif
 
@@ -160,7 +162,7 @@ LIB_RUNTIME  := $(BUILD)/lib/libplait_runtime.a
 PLAIT        := $(BUILD)/bin/plait
 PLAIT_TRAIN  := $(BUILD)/bin/plait-train
 TESTS        := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
-TOOLS        := $(BUILD)/bin/gemm-bench $(BUILD)/bin/comm-bench
+TOOLS        := $(BUILD)/bin/gemm-bench $(BUILD)/bin/comm-bench $(BUILD)/bin/fp8-bench
 # The nccl backend's tests on GPUs (tests/gpu/run.sh runs them; built wherever NCCL is)
 GPU_TESTS    := $(if $(HAVE_NCCL),$(BUILD)/tests/gpu/test_nccl)
 # The SPANK plugin: built where Slurm's headers are (libslurm-dev), and not
@@ -222,9 +224,10 @@ $(BUILD)/lib/spank_plait.so: $(patsubst %.c,$(BUILD)/pic/%.o,$(SPANK_SRC) $(COMM
 	$(CC) -shared -fPIC -Wl,--version-script=spank-plugin/spank_plait.map -Wl,-z,relro,-z,now \
 		$(filter %.o,$^) -ljansson -lhwloc -lm -o $@
 
-# (with the sticky error it shares with the CPU backend; --no-undefined: it must
-# need nothing from the executable that loads it)
-$(CUDA_SO): $(CUDA_OBJ) $(BUILD)/pic/kernels/ops_error.o kernels/cuda/libplait_cuda.map
+# (with the sticky error and the fp8 format's arithmetic it shares with the CPU
+# backend; --no-undefined: it must need nothing from the executable that loads it)
+$(CUDA_SO): $(CUDA_OBJ) $(BUILD)/pic/kernels/ops_error.o $(BUILD)/pic/kernels/cpu/fp8.o \
+             kernels/cuda/libplait_cuda.map
 	@mkdir -p $(dir $@)
 	$(CXX) -shared -Wl,--version-script=kernels/cuda/libplait_cuda.map -Wl,-z,relro,-z,now \
 		-Wl,--no-undefined \
@@ -246,6 +249,10 @@ $(PLAIT): $(call obj,$(LAUNCHER_SRC)) $(LIBS)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) $(CAIRO_LDLIBS) $(YAML_LDLIBS) -o $@
 
 $(BUILD)/bin/gemm-bench: $(call obj,bench/gemm_bench.c) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/bin/fp8-bench: $(call obj,bench/fp8_bench.c) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 

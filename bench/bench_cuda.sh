@@ -11,6 +11,10 @@
 # train_gpt2cu. Issue 11 quotes PyTorch at 440k tok/s at 16×1024 and 482k at
 # 32×1024 on an H100 80GB SXM, the anchor the cost model is calibrated to
 # (common/layout.c). Then where a step goes. Not a test: it asserts nothing.
+# Then fp8 (GPUs of sm_89 and later): build/bin/fp8-bench times GPT-2 124M's
+# block products at 16×1024 in fp8 (tensor, then block scaling) against bf16
+# and prints the ratio (the goal: 1.3 or more), and a whole fp8 run at
+# 16×1024 prints its tokens/s beside bf16's.
 #   BENCH_STEPS   timed steps per run (default 10)
 #   LLMC_BIN      llm.c's train_gpt2cu, to run on the same tokens (optional)
 set -euo pipefail
@@ -35,6 +39,18 @@ h = np.zeros(256, np.int32); h[:3] = (20240520, 1, n)
 t = np.random.default_rng(0).integers(0, v, n, dtype=np.uint16)
 open(sys.argv[1], "wb").write(h.tobytes() + t.tobytes())
 EOF
+
+report() { # METRICS B LABEL: the median tokens/s of the timed steps, and MFU (metrics' "mfu")
+    "$PY" - "$1" "$2" "$T" "$3" <<'EOF'
+import json, statistics, sys
+path, B, T, label = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+steps = [r for r in map(json.loads, open(path)) if "tokens_per_s" in r][1:]
+tps = statistics.median(r["tokens_per_s"] for r in steps)
+mfus = [r["mfu"] for r in steps if "mfu" in r]
+mfu = f"MFU {100 * statistics.median(mfus):.1f}% of the bf16 peak" if mfus else "MFU unknown"
+print(f"plait-train {label} {B}x{T}: {tps:,.0f} tokens/s, {mfu} ({len(steps)} steps)")
+EOF
+}
 
 for B in 16 32; do
     cat >"$work/plan_$B.json" <<EOF
@@ -123,3 +139,18 @@ if [ -n "$NSYS" ]; then
 else
     echo "(no nsys here: no time per kernel)"
 fi
+
+# fp8 (sm_89 and later): the products, then whole runs
+echo
+rc=0
+for sc in tensor block; do
+    "$BUILD/bin/fp8-bench" "$sc" || rc=$?
+    [ "$rc" -eq 77 ] && exit 0 # no fp8 tensor cores: said so, nothing more to time
+    [ "$rc" -eq 0 ] || exit "$rc"
+done
+for sc in tensor block; do
+    "$BUILD/bin/plait" train "$work/plan_16.json" --out "$work/fp8_$sc" --set precision=fp8 \
+        --set fp8_scaling=$sc >"$work/fp8_$sc.log" 2>&1 || { tail -n 20 "$work/fp8_$sc.log"; exit 1; }
+    grep "fp8 .* product" "$work/fp8_$sc.log" || true # a fallback, if any
+    report "$work/fp8_$sc/metrics.jsonl" 16 "fp8 $sc"
+done

@@ -100,6 +100,25 @@ static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     return 1;
 }
 
+/* The fp8 copy of the held layers' product weights (gpt2_memory.h): *elems
+ * codes and *scales scales, false on overflow. */
+static bool fp8_copy(const struct gpt2_shard *s, enum plan_fp8_scaling scaling, size_t layers,
+                     size_t *elems, size_t *scales)
+{
+    long long C = s->cfg.hidden, Ct = C / s->part.tp, b = GPT2_FP8_BLOCK;
+    /* (OC, C) of qkvw, attprojw, fcw, fcprojw: column, row, column, row shards */
+    const long long shape[4][2] = {{3 * Ct, C}, {C, Ct}, {4 * Ct, C}, {C, 4 * Ct}};
+    size_t codes = 0, n_scales = 0, n, k_scales;
+    bool ok = true;
+    for (int k = 0; ok && k < 4; k++) {
+        long long r = shape[k][0], c = shape[k][1];
+        k_scales =
+            scaling == PLAN_FP8_BLOCK ? (size_t)((r + b - 1) / b) * (size_t)((c + b - 1) / b) : 1;
+        ok = ck_size(&n, r, c) && ck_add(codes, n, &codes) && ck_add(n_scales, k_scales, &n_scales);
+    }
+    return ok && ck_mul(layers, codes, elems) && ck_mul(layers, n_scales, scales);
+}
+
 /* bytes += n·width, false on overflow */
 static bool add_bytes(uint64_t *bytes, size_t n, size_t width)
 {
@@ -140,6 +159,10 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
          add_bytes(&out->grads, out->zero == 1 || out->zero == 2 ? S : 0, 4) &&
          add_bytes(&out->optimizer, S, 8) &&
          add_bytes(&out->optimizer, out->zero == 1 || out->zero == 2 ? S : 0, 4);
+    if (ok && h->precision == PLAN_PRECISION_FP8)
+        ok = fp8_copy(s, h->fp8_scaling, layers, &out->fp8_elems, &out->fp8_scales) &&
+             add_bytes(&out->params, out->fp8_elems, 1) &&
+             add_bytes(&out->params, out->fp8_scales, 4);
 
     /* the activations and scratch */
     for (int a = 0; ok && a < GPT2_ACTS; a++) {

@@ -8,8 +8,11 @@
  * What a rank holds, in bytes, with P = the shard's parameters (gpt2_shard),
  * Pp = P rounded up to a multiple of dp, S = the optimizer's slice (Pp/dp with
  * ZeRO >= 1, else P):
- *   params      4·Pp fp32 weights, + 2·Pp their bf16 copy (bf16 precision; fp8
- *               keeps none: its products quantise the fp32 weights in scratch)
+ *   params      4·Pp fp32 weights, + 2·Pp their bf16 copy (bf16 precision), or
+ *               + the fp8 copy (fp8 precision): 1 byte per element of each
+ *               held layer's four product weights (qkvw, attprojw, fcw,
+ *               fcprojw; the embeddings and the LM head stay fp32) and 4 per
+ *               scale, one per matrix (tensor scaling) or per 128×128 block
  *   grads       4·Pp fp32 gradients, + 4·S the slice's reduced gradient (ZeRO >= 1)
  *   optimizer   8·S AdamW moments, + 4·S the slice's staging buffer (ZeRO >= 1)
  *   activations the buffers below, fp32 (bf16 changes only the weights' copy)
@@ -79,6 +82,7 @@ enum gpt2_act {
 struct gpt2_memory_shape {
     int B, T; /* the largest micro-batch */
     enum plan_precision precision;
+    enum plan_fp8_scaling fp8_scaling; /* precision fp8 only */
     enum plan_recompute recompute;
     int slots;  /* micro-batches (interleaved: model chunks) whose activations are held at once */
     int chunks; /* model chunks per stage: a slot holds layers/chunks layers (1 but
@@ -92,6 +96,9 @@ struct gpt2_memory_shape {
                                (B,NH,T,T) probabilities, their gradient neither */
 };
 
+/* The block edge of the fp8 copy's block scaling (kernels/fp8.h's FP8_TILE). */
+#define GPT2_FP8_BLOCK 128
+
 struct gpt2_buffer {
     size_t elems;      /* of one copy */
     size_t elem_bytes; /* 4 (fp32, int32) */
@@ -103,6 +110,7 @@ struct gpt2_memory {
     size_t padded; /* Pp: parameter elements rounded up to a multiple of dp */
     size_t slice;  /* S: elements of the optimizer's slice */
     struct gpt2_buffer act[GPT2_ACTS];
+    size_t fp8_elems, fp8_scales; /* precision fp8: the weight copy's codes and scales */
     uint64_t params, grads, optimizer, activations, total; /* bytes */
 };
 

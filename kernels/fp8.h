@@ -48,6 +48,14 @@ float fp8_scale(float amax, enum fp8_format fmt);
 /* The tile edge of block scaling. */
 #define FP8_TILE 128
 
+/* The tile edge of a weight matrix's fp8 copy (both dimensions; 0 = the whole
+ * tensor, one scale): FP8_TILE with block scaling. The 128×128 blocks serve a
+ * product and its transpose alike. */
+static inline int fp8_weight_tile(enum fp8_scaling scaling)
+{
+    return scaling == FP8_SCALING_BLOCK ? FP8_TILE : 0;
+}
+
 /* How many scales a (rows, cols) matrix has in tiles of tile_rows × tile_cols
  * (0 = the whole dimension): ⌈rows/tile_rows⌉ · ⌈cols/tile_cols⌉; edge tiles
  * are smaller (odd sizes are not padded). */

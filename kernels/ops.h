@@ -100,16 +100,28 @@ struct ops {
                             const float *dout, const float *inp, const float *w,
                             const uint16_t *w16, int N, int C, int OC, bool accumulate);
 
-    /* The same two products in fp8 (precision "fp8"): inputs quantised by
-     * kernels/fp8.h in the given scaling, fp32 accumulation. inp, w in E4M3;
-     * dout in E5M2 with tensor scaling (Transformer Engine's HYBRID recipe),
-     * in E4M3 with block scaling (DeepSeek-V3). w is the fp32 weight,
-     * quantised at each call (no fp8 copy is kept); dbias is dout's fp32 sum. */
-    void (*matmul_forward_fp8)(struct ops_ctx *ctx, float *out, const float *inp, const float *w,
-                               const float *bias, int N, int C, int OC, enum fp8_scaling scaling);
+    /* The same two products in fp8 (precision "fp8"), fp32 accumulation.
+     * w8 (OC,C) is the weight's E4M3 copy with its scales w_scales, made by
+     * quantize_fp8 in tiles of fp8_weight_tile(scaling) (one scale, or
+     * ⌈OC/128⌉·⌈C/128⌉ row-major); the other operands are quantised inside
+     * the op by kernels/fp8.h: inp in E4M3, dout in E5M2 with tensor scaling
+     * (Transformer Engine's HYBRID recipe), in E4M3 with block scaling
+     * (DeepSeek-V3), activations and gradients in 1×128 tiles along the
+     * product's reduction dimension. dinp's product takes w8 transposed:
+     * transposing codes and block scales is exact, so it is the same
+     * weight. dbias is dout's fp32 sum. */
+    void (*matmul_forward_fp8)(struct ops_ctx *ctx, float *out, const float *inp, const uint8_t *w8,
+                               const float *w_scales, const float *bias, int N, int C, int OC,
+                               enum fp8_scaling scaling);
     void (*matmul_backward_fp8)(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias,
-                                const float *dout, const float *inp, const float *w, int N, int C,
-                                int OC, bool accumulate, enum fp8_scaling scaling);
+                                const float *dout, const float *inp, const uint8_t *w8,
+                                const float *w_scales, int N, int C, int OC, bool accumulate,
+                                enum fp8_scaling scaling);
+    /* q (rows,cols) and scales = kernels/fp8.h's fp8_quantize of x (rows,cols)
+     * in tiles of tile_rows × tile_cols (0 = the whole dimension), bit for
+     * bit: the fp8 copy of a weight matrix, written after each optimizer step. */
+    void (*quantize_fp8)(struct ops_ctx *ctx, uint8_t *q, float *scales, const float *x, int rows,
+                         int cols, int tile_rows, int tile_cols, enum fp8_format fmt);
 
     /* qkv (B,T,3C) -> out (B,T,C); att (B,NH,T,T) gets the causal softmax
      * probabilities (zero above the diagonal), scale 1/sqrt(hs) */
@@ -178,6 +190,11 @@ struct ops {
      * pointer is NULL); else one line for the log saying that they are
      * emulated, why, and what it costs. Decided once per process. */
     const char *(*bf16_emulation)(struct ops_ctx *ctx);
+    /* NULL while every fp8 product of the context ran on fp8 tensor cores (or
+     * when this pointer is NULL: the CPU emulates them all, and says so); else
+     * one line for the log saying which fell back to dequantised products, and
+     * why. */
+    const char *(*fp8_fallback)(struct ops_ctx *ctx);
 };
 
 /* The CPU backend (always present). */

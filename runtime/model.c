@@ -91,6 +91,71 @@ static void point(void *obj, size_t field, void *p)
     memcpy((char *)obj + field, &p, sizeof p);
 }
 
+/* ---- the fp8 weight copy ------------------------------------------------------ */
+
+/* The four product weights of a layer, in the order of the fp8 copy. */
+static const enum gpt2_tensor fp8_weights[4] = {GPT2_QKVW, GPT2_ATTPROJW, GPT2_FCW, GPT2_FCPROJW};
+_Static_assert(GPT2_FP8_BLOCK == FP8_TILE, "gpt2_memory counts the blocks kernels/fp8.h scales");
+
+/* (OC, C) of product weight k on this rank, as its product takes it:
+ * (3C/tp, C) column shard, (C, C/tp) row shard, (4C/tp, C), (C, 4C/tp). */
+static void fp8_shape(const struct model *m, int k, int *OC, int *C)
+{
+    int Cw = m->cfg.hidden, Cl = m->Cl;
+    const int shape[4][2] = {{3 * Cl, Cw}, {Cw, Cl}, {4 * Cl, Cw}, {Cw, 4 * Cl}};
+    *OC = shape[k][0];
+    *C = shape[k][1];
+}
+
+/* Where each matrix of a layer block starts in the copy and its scales. */
+static void fp8_layout(struct model *m)
+{
+    int e = fp8_weight_tile(m->fp8_scaling);
+    m->fp8_layer_elems = m->fp8_layer_scales = 0;
+    for (int k = 0; k < 4; k++) {
+        int OC, C;
+        fp8_shape(m, k, &OC, &C);
+        m->fp8_at[k] = m->fp8_layer_elems;
+        m->fp8_scale_at[k] = m->fp8_layer_scales;
+        m->fp8_layer_elems += (size_t)OC * (size_t)C;
+        m->fp8_layer_scales += fp8_scale_count(OC, C, e, e);
+    }
+}
+
+/* The index of weight t (one of them) in fp8_weights. */
+static int fp8_index(enum gpt2_tensor t)
+{
+    int k = 0;
+    while (k < 3 && fp8_weights[k] != t) k++;
+    return k;
+}
+
+/* The fp8 copy of weight t (one of fp8_weights) of layer l, and its scales. */
+static uint8_t *weight8(const struct model *m, enum gpt2_tensor t, int l, float **scales)
+{
+    size_t block = (gpt2_shard_offset(&m->shard, t, l) - m->shard.layers_at) / m->shard.layer_elems;
+    int k = fp8_index(t);
+    *scales = m->scales8 + block * m->fp8_layer_scales + m->fp8_scale_at[k];
+    return m->params8 + block * m->fp8_layer_elems + m->fp8_at[k];
+}
+
+void model_refresh_fp8(struct model *m)
+{
+    int e = fp8_weight_tile(m->fp8_scaling);
+    for (int i = 0; m->params8 && i < gpt2_shard_layers(&m->shard); i++) {
+        int l = gpt2_shard_layer(&m->shard, i);
+        for (int k = 0; k < 4; k++) {
+            int OC, C;
+            float *scales;
+            fp8_shape(m, k, &OC, &C);
+            uint8_t *q = weight8(m, fp8_weights[k], l, &scales);
+            m->ops->quantize_fp8(m->ctx, q, scales,
+                                 m->params + gpt2_shard_offset(&m->shard, fp8_weights[k], l), OC, C,
+                                 e, e, FP8_E4M3);
+        }
+    }
+}
+
 /* Allocates buffer a as m->mem says and points its fields at it: 0, or -1
  * when out of memory. */
 static int act_buffer(struct model *m, enum gpt2_act a)
@@ -137,10 +202,11 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     m->recompute = shape->recompute;
     m->split_backward = shape->split_backward;
     m->tp = tp ? *tp : (struct group){.size = 1};
-    if (precision == PLAN_PRECISION_FP8 && (!ops->matmul_forward_fp8 || !ops->matmul_backward_fp8))
+    if (precision == PLAN_PRECISION_FP8 &&
+        (!ops->matmul_forward_fp8 || !ops->matmul_backward_fp8 || !ops->quantize_fp8))
         return error_set(err,
                          "precision: the %s backend has no fp8 matrix products (fp8 runs on "
-                         "the cpu backend, emulated)",
+                         "the cpu backend, emulated, or on a GPU of sm_89 or later)",
                          ops->name);
     if (gpt2_shard_init(&m->shard, cfg, part, err)) return -1;
     if (m->tp.size != part->tp || m->tp.rank != part->tp_rank)
@@ -160,6 +226,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     struct gpt2_memory_shape ms = {.B = B,
                                    .T = T,
                                    .precision = precision,
+                                   .fp8_scaling = shape->fp8_scaling,
                                    .recompute = shape->recompute,
                                    .slots = n_slots,
                                    .chunks = m->shard.part.chunks,
@@ -203,6 +270,12 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
                             (m->slice_tmp = dev_alloc(m, S * sizeof(float), &a->optimizer))));
     if (ok && precision == PLAN_PRECISION_BF16)
         ok = (m->params16 = dev_alloc(m, Pp * sizeof(uint16_t), &a->params)) != NULL;
+    if (ok && precision == PLAN_PRECISION_FP8) {
+        size_t layers = (size_t)gpt2_shard_layers(&m->shard);
+        fp8_layout(m);
+        ok = (m->params8 = dev_alloc(m, layers * m->fp8_layer_elems, &a->params)) &&
+             (m->scales8 = dev_alloc(m, layers * m->fp8_layer_scales * sizeof(float), &a->params));
+    }
     for (int i = 0; ok && i < GPT2_ACTS; i++) ok = act_buffer(m, i) == 0;
     if (!ok) goto oom;
     m->losses_host = calloc(N, sizeof(float));
@@ -245,6 +318,7 @@ void model_set_params(struct model *m, const float *host_params)
 {
     m->ops->upload(m->ctx, m->params, host_params, m->shard.total * sizeof(float));
     if (m->params16) m->ops->to_bf16(m->ctx, m->params16, m->params, m->shard.total);
+    model_refresh_fp8(m);
 }
 
 /* ---- parameter views -------------------------------------------------------- */
@@ -266,15 +340,18 @@ static const uint16_t *weight16(const struct model *m, enum gpt2_tensor t, int l
 #define G(t, l) param(m, m->grads, t, l)
 
 /* out (N,OC) = inp (N,C) · (weight t of layer l)ᵀ + bias, a block's product in
- * the run's precision: fp32, bf16 (the weight's bf16 copy) or fp8 (operands
- * quantised inside the op). The LM head is not one: in fp8 it stays in fp32,
- * as DeepSeek-V3 keeps its output head out of fp8. */
+ * the run's precision: fp32, bf16 (the weight's bf16 copy) or fp8 (the
+ * weight's fp8 copy, the input quantised inside the op). The LM head is not
+ * one: in fp8 it stays in fp32, as DeepSeek-V3 keeps its output head out of
+ * fp8. */
 static void linear_forward(const struct model *m, float *out, const float *inp, enum gpt2_tensor t,
                            int l, const float *bias, int N, int C, int OC)
 {
-    if (m->precision == PLAN_PRECISION_FP8)
-        m->ops->matmul_forward_fp8(m->ctx, out, inp, P(t, l), bias, N, C, OC, m->fp8_scaling);
-    else
+    if (m->precision == PLAN_PRECISION_FP8) {
+        float *scales;
+        const uint8_t *w8 = weight8(m, t, l, &scales);
+        m->ops->matmul_forward_fp8(m->ctx, out, inp, w8, scales, bias, N, C, OC, m->fp8_scaling);
+    } else
         m->ops->matmul_forward(m->ctx, out, inp, P(t, l), weight16(m, t, l), bias, N, C, OC);
 }
 
@@ -283,10 +360,12 @@ static void linear_backward(const struct model *m, float *dinp, float *dw, float
                             const float *dout, const float *inp, enum gpt2_tensor t, int l, int N,
                             int C, int OC, bool accumulate)
 {
-    if (m->precision == PLAN_PRECISION_FP8)
-        m->ops->matmul_backward_fp8(m->ctx, dinp, dw, dbias, dout, inp, P(t, l), N, C, OC,
+    if (m->precision == PLAN_PRECISION_FP8) {
+        float *scales;
+        const uint8_t *w8 = weight8(m, t, l, &scales);
+        m->ops->matmul_backward_fp8(m->ctx, dinp, dw, dbias, dout, inp, w8, scales, N, C, OC,
                                     accumulate, m->fp8_scaling);
-    else
+    } else
         m->ops->matmul_backward(m->ctx, dinp, dw, dbias, dout, inp, P(t, l), weight16(m, t, l), N,
                                 C, OC, accumulate);
 }

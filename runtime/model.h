@@ -78,7 +78,14 @@ struct model {
     /* flat buffers in the shard's order (device memory); params and grads are
      * padded with zeros to a multiple of dp (n_padded) so they split evenly */
     float *params, *grads;
-    uint16_t *params16;       /* bf16 copy of params, bf16 precision only */
+    uint16_t *params16; /* bf16 copy of params, bf16 precision only */
+    uint8_t *params8;   /* fp8 precision only: the E4M3 copy of each held layer's four
+                           product weights (qkvw, attprojw, fcw, fcprojw, each (OC,C) as
+                           its product takes it), layer block after layer block */
+    float *scales8;     /* their scales (kernels/fp8.h), in the same order: one per
+                           matrix, or per 128×128 block (fp8_weight_tile) */
+    size_t fp8_at[4], fp8_scale_at[4], fp8_layer_elems, fp8_layer_scales; /* where the
+                                 copy of matrix k of a layer block starts, and a block's size */
     size_t n_padded;          /* shard.total rounded up to a multiple of dp */
     int dp, dp_rank, zero;    /* the data-parallel group holding this part, the ZeRO stage */
     size_t slice_at, slice_n; /* the optimizer's slice of the buffer: all of it (ZeRO 0) or
@@ -151,8 +158,16 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
                const struct model_shape *shape, struct plait_error *err);
 void model_free(struct model *m);
 
-/* Copies host parameters in, in the shard's order (and refreshes the bf16 copy). */
+/* Copies host parameters in, in the shard's order (and refreshes the bf16 or
+ * fp8 copy). */
 void model_set_params(struct model *m, const float *host_params);
+
+/* Rewrites the fp8 copy (params8, scales8) from the fp32 weights, each
+ * matrix quantised with the scales of its current amax (kernels/fp8.h);
+ * nothing outside precision fp8. After every change of the weights: an
+ * optimizer step, a load (so a resumed run rebuilds it from the master
+ * weights, to the bit). */
+void model_refresh_fp8(struct model *m);
 
 /* Forward over one micro-batch of B×T tokens (B ≤ m->B, T ≤ m->T). With
  * targets, *mean_loss gets the mean cross-entropy; with grad_scale != 0 the

@@ -119,6 +119,7 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
         if (rc) return error_prefix(err, "data-parallel parameter gather: ");
         if (m->params16) ops->to_bf16(m->ctx, m->params16, m->params, m->shard.total);
     }
+    model_refresh_fp8(m); /* the whole matrices updated: their amax, then the copy */
     m->prof.seconds[PROF_OPTIMIZER] += prof_clock(&m->prof) - t0;
     *grad_norm = norm;
     char msg[512];

@@ -120,6 +120,26 @@ static void out16(struct run *r, const char *name, const uint16_t *d, size_t n)
     r->out[r->n_out++] = h;
 }
 
+/* fp8 codes, each widened to its code number (equal floats: the same bits) */
+static void out8(struct run *r, const char *name, const uint8_t *d, size_t n)
+{
+    if (r->broken || r->n_out == MAX_OUTS) return;
+    uint8_t *h8 = malloc(n);
+    float *h = malloc(n * sizeof *h);
+    if (!h || !h8) {
+        free(h);
+        free(h8);
+        r->broken = true;
+        return;
+    }
+    r->o->download(r->ctx, h8, d, n);
+    for (size_t i = 0; i < n; i++) h[i] = (float)h8[i];
+    free(h8);
+    r->out_name[r->n_out] = name;
+    r->out_len[r->n_out] = n;
+    r->out[r->n_out++] = h;
+}
+
 static void run_free(struct run *r)
 {
     for (int i = 0; i < r->n_held; i++) r->o->free(r->ctx, r->held[i]);
@@ -274,6 +294,108 @@ static void t_matmul_backward_bf16(struct run *r)
     t_matmul_backward(r, true);
 }
 
+/* x (N, C) quantised in three tilings (kernels/fp8.h): codes and scales */
+static void t_quantize_fp8(struct run *r, enum fp8_format fmt, const int tiles[3][2])
+{
+    const struct shape *s = r->s;
+    int N = (int)N_ROWS(s), C = s->C;
+    float *x = rnd(r, (size_t)N * C, fmt == FP8_E5M2 ? 1e-3f : 3.0f, 0);
+    for (int k = 0; k < 3; k++) {
+        int tr = tiles[k][0], tc = tiles[k][1];
+        uint8_t *q = dev(r, (size_t)N * C);
+        float *sc = dev(r, fp8_scale_count(N, C, tr, tc) * sizeof(float));
+        if (r->broken) return;
+        r->o->quantize_fp8(r->ctx, q, sc, x, N, C, tr, tc, fmt);
+        out8(r, k == 0 ? "codes_a" : k == 1 ? "codes_b" : "codes_c", q, (size_t)N * C);
+        out(r,
+            k == 0   ? "scales_a"
+            : k == 1 ? "scales_b"
+                     : "scales_c",
+            sc, fp8_scale_count(N, C, tr, tc));
+    }
+}
+
+static void t_quantize_e4m3(struct run *r)
+{
+    static const int tiles[3][2] = {{0, 0}, {1, FP8_TILE}, {FP8_TILE, FP8_TILE}};
+    t_quantize_fp8(r, FP8_E4M3, tiles);
+}
+
+static void t_quantize_e5m2(struct run *r)
+{
+    static const int tiles[3][2] = {{0, 0}, {FP8_TILE, 1}, {1, FP8_TILE}};
+    t_quantize_fp8(r, FP8_E5M2, tiles);
+}
+
+/* w (OC, C) and its fp8 copy, as the optimizer step writes it */
+static uint8_t *fp8_weight(struct run *r, enum fp8_scaling scaling, float **scales)
+{
+    const struct shape *s = r->s;
+    int e = fp8_weight_tile(scaling);
+    float *w = rnd(r, (size_t)s->OC * s->C, 0.1f, 0);
+    uint8_t *w8 = dev(r, (size_t)s->OC * s->C);
+    *scales = dev(r, fp8_scale_count(s->OC, s->C, e, e) * sizeof(float));
+    if (r->broken) return NULL;
+    r->o->quantize_fp8(r->ctx, w8, *scales, w, s->OC, s->C, e, e, FP8_E4M3);
+    return w8;
+}
+
+static void t_matmul_forward_fp8(struct run *r, enum fp8_scaling scaling)
+{
+    const struct shape *s = r->s;
+    int N = (int)N_ROWS(s);
+    float *x = rnd(r, (size_t)N * s->C, 1, 0), *bias = rnd(r, s->OC, 1, 0), *ws;
+    uint8_t *w8 = fp8_weight(r, scaling, &ws);
+    float *y1 = dev(r, (size_t)N * s->OC * 4), *y2 = dev(r, (size_t)N * s->OC * 4);
+    if (r->broken) return;
+    r->o->matmul_forward_fp8(r->ctx, y1, x, w8, ws, bias, N, s->C, s->OC, scaling);
+    r->o->matmul_forward_fp8(r->ctx, y2, x, w8, ws, NULL, N, s->C, s->OC, scaling);
+    out(r, "out_bias", y1, (size_t)N * s->OC);
+    out(r, "out", y2, (size_t)N * s->OC);
+}
+
+static void t_matmul_forward_fp8_tensor(struct run *r)
+{
+    t_matmul_forward_fp8(r, FP8_SCALING_TENSOR);
+}
+
+static void t_matmul_forward_fp8_block(struct run *r)
+{
+    t_matmul_forward_fp8(r, FP8_SCALING_BLOCK);
+}
+
+static void t_matmul_backward_fp8(struct run *r, enum fp8_scaling scaling)
+{
+    const struct shape *s = r->s;
+    int N = (int)N_ROWS(s), C = s->C, OC = s->OC;
+    float *x = rnd(r, (size_t)N * C, 1, 0), *ws;
+    uint8_t *w8 = fp8_weight(r, scaling, &ws);
+    float *dy = rnd(r, (size_t)N * OC, 1, 0);
+    float *dx = dev(r, (size_t)N * C * 4), *dx2 = dev(r, (size_t)N * C * 4);
+    float *dw = rnd(r, (size_t)OC * C, 1, 0), *db = rnd(r, OC, 1, 0);
+    float *dw2 = rnd(r, (size_t)OC * C, 1, 0), *db2 = rnd(r, OC, 1, 0);
+    if (r->broken) return;
+    r->o->matmul_backward_fp8(r->ctx, dx, dw, db, dy, x, w8, ws, N, C, OC, true, scaling);
+    out(r, "dinp", dx, (size_t)N * C);
+    out(r, "dw_acc", dw, (size_t)OC * C);
+    out(r, "dbias_acc", db, OC);
+    r->o->matmul_backward_fp8(r->ctx, dx2, NULL, NULL, dy, x, w8, ws, N, C, OC, false, scaling);
+    r->o->matmul_backward_fp8(r->ctx, NULL, dw2, db2, dy, x, w8, ws, N, C, OC, false, scaling);
+    out(r, "dinp_only", dx2, (size_t)N * C);
+    out(r, "dw_only", dw2, (size_t)OC * C);
+    out(r, "dbias", db2, OC);
+}
+
+static void t_matmul_backward_fp8_tensor(struct run *r)
+{
+    t_matmul_backward_fp8(r, FP8_SCALING_TENSOR);
+}
+
+static void t_matmul_backward_fp8_block(struct run *r)
+{
+    t_matmul_backward_fp8(r, FP8_SCALING_BLOCK);
+}
+
 static void t_attention(struct run *r)
 {
     const struct shape *s = r->s;
@@ -394,22 +516,31 @@ static const struct selftest_case {
     const char *name;
     void (*run)(struct run *r);
     double tolerance; /* of max |gpu - cpu| / max |cpu| */
+    bool fp8;         /* needs fp8 tensor cores (sm_89 and later: the table's fp8 ops) */
 } cases[] = {
-    {"encoder_forward", t_encoder_forward, 1e-6},
-    {"encoder_backward", t_encoder_backward, 1e-6},
-    {"layernorm", t_layernorm, 1e-5},
-    {"matmul_forward fp32", t_matmul_forward_f32, 1e-5},
-    {"matmul_forward bf16", t_matmul_forward_bf16, 1e-5},
-    {"matmul+gelu fp32", t_matmul_gelu_f32, 1e-5},
-    {"matmul+gelu bf16", t_matmul_gelu_bf16, 1e-5},
-    {"matmul_backward fp32", t_matmul_backward_f32, 1e-5},
-    {"matmul_backward bf16", t_matmul_backward_bf16, 1e-5},
-    {"attention", t_attention, 1e-5},
-    {"attention fused", t_attention_fused, 1e-5},
-    {"gelu/residual/bias", t_elementwise, 1e-5},
-    {"classifier", t_classifier, 1e-5},
-    {"classifier parts", t_classifier_parts, 1e-5},
-    {"adamw/bf16/sumsq", t_optimizer, 1e-6}, /* adamw and to_bf16: the same bits */
+    {"encoder_forward", t_encoder_forward, 1e-6, false},
+    {"encoder_backward", t_encoder_backward, 1e-6, false},
+    {"layernorm", t_layernorm, 1e-5, false},
+    {"matmul_forward fp32", t_matmul_forward_f32, 1e-5, false},
+    {"matmul_forward bf16", t_matmul_forward_bf16, 1e-5, false},
+    {"matmul+gelu fp32", t_matmul_gelu_f32, 1e-5, false},
+    {"matmul+gelu bf16", t_matmul_gelu_bf16, 1e-5, false},
+    {"matmul_backward fp32", t_matmul_backward_f32, 1e-5, false},
+    {"matmul_backward bf16", t_matmul_backward_bf16, 1e-5, false},
+    /* fp8: the quantiser the same bits; the products take the same codes and
+     * scales and accumulate in fp32, as bf16's do */
+    {"quantize_fp8 e4m3", t_quantize_e4m3, 0, true},
+    {"quantize_fp8 e5m2", t_quantize_e5m2, 0, true},
+    {"matmul_fwd fp8 tensor", t_matmul_forward_fp8_tensor, 1e-5, true},
+    {"matmul_fwd fp8 block", t_matmul_forward_fp8_block, 1e-5, true},
+    {"matmul_bwd fp8 tensor", t_matmul_backward_fp8_tensor, 1e-5, true},
+    {"matmul_bwd fp8 block", t_matmul_backward_fp8_block, 1e-5, true},
+    {"attention", t_attention, 1e-5, false},
+    {"attention fused", t_attention_fused, 1e-5, false},
+    {"gelu/residual/bias", t_elementwise, 1e-5, false},
+    {"classifier", t_classifier, 1e-5, false},
+    {"classifier parts", t_classifier_parts, 1e-5, false},
+    {"adamw/bf16/sumsq", t_optimizer, 1e-6, false}, /* adamw and to_bf16: the same bits */
 };
 
 /* max |a - b| / max |b| (0 when both are all zero; inf on a NaN in one only) */
@@ -483,6 +614,11 @@ int selftest_run(FILE *f)
     int failures = 0, checks = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const struct selftest_case *c = &cases[ci];
+        if (c->fp8 && (!gpu->matmul_forward_fp8 || !gpu->quantize_fp8)) {
+            fprintf(f, "%-22s %-26s %-14s %10s %8s %-7s skipped: no fp8 tensor cores (sm_89+)\n",
+                    c->name, "-", "-", "-", "-", "-");
+            continue;
+        }
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
             const struct shape *s = &shapes[si];
             char sh[40];
@@ -512,9 +648,11 @@ int selftest_run(FILE *f)
             run_free(&rg2);
         }
     }
-    gpu->close(gpu_ctx);
-    cpu->close(cpu_ctx);
     fprintf(f, "plait-train --selftest: %s: %d of %d checks failed\n",
             failures ? "FAILED" : "passed", failures, checks);
+    if (gpu->fp8_fallback && gpu->fp8_fallback(gpu_ctx)) /* the small shapes do, by design */
+        fprintf(f, "plait-train --selftest: %s\n", gpu->fp8_fallback(gpu_ctx));
+    gpu->close(gpu_ctx);
+    cpu->close(cpu_ctx);
     return failures ? PLAIT_EXIT_ERROR : PLAIT_EXIT_OK;
 }

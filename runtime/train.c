@@ -131,8 +131,8 @@ static int visible_index(int device)
  * train on one rank, which leaves the choice here, GPU 0 if any):
  *   "cpu": the CPU.  "cuda": that GPU, or an error naming parallel.device.
  *   "auto": that GPU when one is usable, else the CPU, saying why when this
- *   build has the CUDA backend (precision fp8: the CPU, until CUDA has fp8). One rank per GPU; more
- * than one rank on GPUs needs the nccl collectives wired to device memory, not done yet. */
+ *   build has the CUDA backend (precision fp8 needs a GPU of sm_89 or later). One rank per GPU;
+ * more than one rank on GPUs needs the nccl collectives wired to device memory, not done yet. */
 static const struct ops *choose_device(const struct plan *p, const struct env_rank *w,
                                        struct ops_ctx **ctx, struct plait_error *err)
 {
@@ -156,12 +156,18 @@ static const struct ops *choose_device(const struct plan *p, const struct env_ra
                  "runtime does not wire yet (issue 11; one rank per job runs)",
                  w->world);
     else if (ops_cuda_device_count(why, sizeof why) > 0) {
-        if (p->precision == PLAN_PRECISION_FP8)
+        if ((o = ops_cuda(why, sizeof why)) && !(*ctx = o->open(index, why, sizeof why))) o = NULL;
+        /* open() leaves the fp8 ops out on a GPU without fp8 tensor cores */
+        if (o && p->precision == PLAN_PRECISION_FP8 && !o->matmul_forward_fp8) {
             snprintf(why, sizeof why,
-                     "precision \"fp8\" has no CUDA products yet (its quantiser, kernels/fp8.h, "
-                     "runs emulated on the CPU)");
-        else if ((o = ops_cuda(why, sizeof why)) && !(*ctx = o->open(index, why, sizeof why)))
+                     "precision \"fp8\" needs fp8 tensor cores, which start with compute "
+                     "capability 8.9 (Ada, Hopper); CUDA device %d is older (sm_80: use "
+                     "precision \"bf16\" on it, or parallel.device \"cpu\" for fp8 emulated)",
+                     index);
+            o->close(*ctx);
+            *ctx = NULL;
             o = NULL;
+        }
     }
     if (o) {
         log_info("parallel.device \"%s\": training on CUDA device %d", plan_device_name(device),
@@ -399,15 +405,21 @@ static double measure_peak_gflops(struct model *m)
     int N = 256, C = 1024, OC = 2048;
     float *x = o->alloc(m->ctx, (size_t)N * C * 4), *w = o->alloc(m->ctx, (size_t)OC * C * 4);
     float *y = o->alloc(m->ctx, (size_t)N * OC * 4);
+    bool fp8 = m->precision == PLAN_PRECISION_FP8;
+    int e = fp8_weight_tile(m->fp8_scaling);
     uint16_t *w16 = m->params16 ? o->alloc(m->ctx, (size_t)OC * C * 2) : NULL;
+    uint8_t *w8 = fp8 ? o->alloc(m->ctx, (size_t)OC * C) : NULL;
+    float *s8 = fp8 ? o->alloc(m->ctx, fp8_scale_count(OC, C, e, e) * sizeof(float)) : NULL;
     double best = 0;
-    if (x && w && y && (w16 || !m->params16)) {
+    if (x && w && y && (w16 || !m->params16) && (!fp8 || (w8 && s8))) {
         if (w16) o->to_bf16(m->ctx, w16, w, (size_t)OC * C);
+        if (fp8) o->quantize_fp8(m->ctx, w8, s8, w, OC, C, e, e, FP8_E4M3);
         /* the best of a dozen after warm-up: noise only ever slows a product down */
         for (int i = 0; i < 14; i++) {
             double t0 = now_s();
-            if (m->precision == PLAN_PRECISION_FP8) /* quantising included, as in training */
-                o->matmul_forward_fp8(m->ctx, y, x, w, NULL, N, C, OC, m->fp8_scaling);
+            if (fp8) /* the input's quantising included, as in training (the weight's copy is made
+                        once a step) */
+                o->matmul_forward_fp8(m->ctx, y, x, w8, s8, NULL, N, C, OC, m->fp8_scaling);
             else
                 o->matmul_forward(m->ctx, y, x, w, w16, NULL, N, C, OC);
             float first; /* waits for the product (a GPU's runs asynchronously) */
@@ -420,6 +432,8 @@ static double measure_peak_gflops(struct model *m)
     o->free(m->ctx, w);
     o->free(m->ctx, y);
     if (w16) o->free(m->ctx, w16);
+    if (w8) o->free(m->ctx, w8);
+    if (s8) o->free(m->ctx, s8);
     o->take_error(m->ctx, NULL, 0);
     return best;
 }
@@ -1241,6 +1255,9 @@ static int run_steps(struct trainer *t, struct plait_error *err)
             struct profile kept = t->m.prof;
             memset(&t->m.prof, 0, sizeof t->m.prof);
             t->m.prof.sync = kept.sync, t->m.prof.sync_ctx = kept.sync_ctx;
+            const char *fp8_fallback =
+                t->m.ops->fp8_fallback ? t->m.ops->fp8_fallback(t->m.ctx) : NULL;
+            if (fp8_fallback && t->where->rank == 0) log_warn("%s", fp8_fallback);
             if (memory_report(t, s + 1, err)) return -1;
         } else {
             t->timed_s += dt;

@@ -228,12 +228,14 @@ static const char *cpu_bf16_emulation(struct ops_ctx *ctx)
 
 /* The products are emulated: each operand is quantised by kernels/fp8.h
  * (bytes and scales, what a GPU's fp8 GEMM takes) and decoded back to fp32,
- * exactly, and gemm_f32 multiplies. Tensor scaling decodes the codes alone and
- * divides the product by both scales (alpha = 1/sa · 1/sb, as cuBLASLt's
- * scale pointers do); block scaling divides each decoded value by its tile's
- * scale, which is the per-128-deep partial product scaling of DeepSeek-V3
- * within fp32 rounding. */
-/* (operand slots Q_X..Q_DT: the context's fp8 scratch) */
+ * exactly, and gemm_f32 multiplies; the weight comes quantised already (the
+ * model's fp8 copy) and is only decoded. Tensor scaling decodes the codes
+ * alone and divides the product by both scales (alpha = 1/sa · 1/sb, as
+ * cuBLASLt's scale pointers do); block scaling divides each decoded value by
+ * its tile's scale, which is the per-128-deep partial product scaling of
+ * DeepSeek-V3 within fp32 rounding. dinp's product reads the decoded weight
+ * (OC,C) as it is (a gemm takes either orientation): no transpose here.
+ * (operand slots Q_X..Q_DT: the context's fp8 scratch) */
 
 /* Tiles of an operand (0 × 0: the whole tensor, one scale). */
 struct tile {
@@ -248,48 +250,63 @@ static struct tile act_tile(bool block, bool reduced_along_rows)
     return reduced_along_rows ? (struct tile){FP8_TILE, 1} : (struct tile){1, FP8_TILE};
 }
 
-/* A weight: 128×128 blocks, which serve the product and its transpose. */
-static struct tile weight_tile(bool block)
+/* q (rows, cols) in tiles t with its scales s decoded into ctx's slot's
+ * floats, which it returns (NULL on failure); *scale: the tensor's scale, or
+ * 1 when the tiles' scales were divided out in decoding. */
+static const float *fp8_decoded(struct ops_ctx *ctx, int slot, const uint8_t *q, const float *s,
+                                int rows, int cols, struct tile t, enum fp8_format fmt,
+                                float *scale)
 {
-    return block ? (struct tile){FP8_TILE, FP8_TILE} : (struct tile){0, 0};
-}
-
-/* x (rows, cols) quantised in tiles and decoded into ctx's slot's floats,
- * which it returns (NULL on failure); *scale: the tensor's scale, or 1 when
- * the tiles' scales were divided out in decoding. */
-static const float *fp8_operand(struct ops_ctx *ctx, int slot, const float *x, int rows, int cols,
-                                struct tile t, enum fp8_format fmt, float *scale)
-{
-    size_t n = (size_t)rows * cols, ns = fp8_scale_count(rows, cols, t.rows, t.cols);
+    size_t n = (size_t)rows * cols;
     bool tensor = t.rows == 0 && t.cols == 0;
     struct fp8_slot *sc = &ctx->fp8[slot];
-    uint8_t *q = sc->q = grow(ctx, sc->q, &sc->q_elems, n, 1);
     float *f = sc->f = grow(ctx, sc->f, &sc->f_elems, n, sizeof(float));
-    float *s = sc->scales = grow(ctx, sc->scales, &sc->n_scales, ns, sizeof(float));
-    if (!q || !f || !s) return NULL;
-    fp8_quantize(q, s, x, rows, cols, t.rows, t.cols, fmt);
+    if (!f) return NULL;
     fp8_dequantize(f, q, tensor ? NULL : s, rows, cols, t.rows, t.cols, fmt);
     *scale = tensor ? s[0] : 1.0f;
     return f;
 }
 
+/* x (rows, cols) quantised in tiles into ctx's slot's bytes and scales, then
+ * decoded (fp8_decoded). */
+static const float *fp8_operand(struct ops_ctx *ctx, int slot, const float *x, int rows, int cols,
+                                struct tile t, enum fp8_format fmt, float *scale)
+{
+    size_t n = (size_t)rows * cols, ns = fp8_scale_count(rows, cols, t.rows, t.cols);
+    struct fp8_slot *sc = &ctx->fp8[slot];
+    uint8_t *q = sc->q = grow(ctx, sc->q, &sc->q_elems, n, 1);
+    float *s = sc->scales = grow(ctx, sc->scales, &sc->n_scales, ns, sizeof(float));
+    if (!q || !s) return NULL;
+    fp8_quantize(q, s, x, rows, cols, t.rows, t.cols, fmt);
+    return fp8_decoded(ctx, slot, q, s, rows, cols, t, fmt, scale);
+}
+
+/* The weight's copy w8 (OC,C) decoded (its tiles: fp8_weight_tile). */
+static const float *fp8_weight(struct ops_ctx *ctx, const uint8_t *w8, const float *w_scales,
+                               int OC, int C, enum fp8_scaling scaling, float *scale)
+{
+    int e = fp8_weight_tile(scaling);
+    return fp8_decoded(ctx, Q_W, w8, w_scales, OC, C, (struct tile){e, e}, FP8_E4M3, scale);
+}
+
 static void cpu_matmul_forward_fp8(struct ops_ctx *ctx, float *out, const float *inp,
-                                   const float *w, const float *bias, int N, int C, int OC,
-                                   enum fp8_scaling scaling)
+                                   const uint8_t *w8, const float *w_scales, const float *bias,
+                                   int N, int C, int OC, enum fp8_scaling scaling)
 {
     bool block = scaling == FP8_SCALING_BLOCK;
     float sx, sw;
     const float *x8 = fp8_operand(ctx, Q_X, inp, N, C, act_tile(block, false), FP8_E4M3, &sx);
-    const float *w8 = fp8_operand(ctx, Q_W, w, OC, C, weight_tile(block), FP8_E4M3, &sw);
-    if (!x8 || !w8) return;
+    const float *w = fp8_weight(ctx, w8, w_scales, OC, C, scaling, &sw);
+    if (!x8 || !w) return;
     if (bias) fill_rows(out, bias, N, OC);
-    mm_f32(ctx, false, true, N, OC, C, 1.0f / sx * (1.0f / sw), x8, C, w8, C, bias ? 1.0f : 0.0f,
+    mm_f32(ctx, false, true, N, OC, C, 1.0f / sx * (1.0f / sw), x8, C, w, C, bias ? 1.0f : 0.0f,
            out, OC);
 }
 
 static void cpu_matmul_backward_fp8(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias,
-                                    const float *dout, const float *inp, const float *w, int N,
-                                    int C, int OC, bool accumulate, enum fp8_scaling scaling)
+                                    const float *dout, const float *inp, const uint8_t *w8,
+                                    const float *w_scales, int N, int C, int OC, bool accumulate,
+                                    enum fp8_scaling scaling)
 {
     bool block = scaling == FP8_SCALING_BLOCK;
     enum fp8_format grad = block ? FP8_E4M3 : FP8_E5M2;
@@ -302,9 +319,9 @@ static void cpu_matmul_backward_fp8(struct ops_ctx *ctx, float *dinp, float *dw,
         if (!d8) return;
     }
     if (dinp) {
-        const float *w8 = fp8_operand(ctx, Q_W, w, OC, C, weight_tile(block), FP8_E4M3, &sw);
-        if (!w8) return;
-        mm_f32(ctx, false, false, N, C, OC, 1.0f / sd * (1.0f / sw), d8, OC, w8, C, 0.0f, dinp, C);
+        const float *w = fp8_weight(ctx, w8, w_scales, OC, C, scaling, &sw);
+        if (!w) return;
+        mm_f32(ctx, false, false, N, C, OC, 1.0f / sd * (1.0f / sw), d8, OC, w, C, 0.0f, dinp, C);
     }
     if (!dw) return;
     /* dw (OC,C) = doutᵀ · inp (N,C): reduced over N, both operands' rows */
@@ -317,6 +334,14 @@ static void cpu_matmul_backward_fp8(struct ops_ctx *ctx, float *dinp, float *dw,
     mm_f32(ctx, true, false, OC, C, N, 1.0f / sdt * (1.0f / sx), dt8, OC, x8, C,
            accumulate ? 1.0f : 0.0f, dw, C);
     if (dbias) bias_backward_f32(dbias, dout, N, OC, accumulate);
+}
+
+/* the fp8 copy of a weight matrix: kernels/fp8.h's quantiser as it is */
+static void cpu_quantize_fp8(struct ops_ctx *ctx, uint8_t *q, float *scales, const float *x,
+                             int rows, int cols, int tile_rows, int tile_cols, enum fp8_format fmt)
+{
+    (void)ctx;
+    fp8_quantize(q, scales, x, rows, cols, tile_rows, tile_cols, fmt);
 }
 
 /* ---- optimizer -------------------------------------------------------------- */
@@ -396,6 +421,7 @@ static const struct ops cpu_ops = {
     .matmul_backward = cpu_matmul_backward,
     .matmul_forward_fp8 = cpu_matmul_forward_fp8,
     .matmul_backward_fp8 = cpu_matmul_backward_fp8,
+    .quantize_fp8 = cpu_quantize_fp8,
     .attention_forward = cpu_attention_forward_f32,
     .attention_backward = cpu_attention_backward_f32,
     .gelu_forward = cpu_gelu_forward_f32,

@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/fp8_cuda.cuh"
 #include "kernels/ops_error.h"
 
 /* ---- sticky error ------------------------------------------------------------- */
@@ -167,8 +168,9 @@ static struct ops cuda_ops = {
     .matmul_forward = cu_matmul_forward,
     .matmul_forward_gelu = cu_matmul_forward_gelu,
     .matmul_backward = cu_matmul_backward,
-    .matmul_forward_fp8 = NULL, /* fp8 (kernels/fp8.h) not on the GPU yet: model_init says so */
-    .matmul_backward_fp8 = NULL,
+    .matmul_forward_fp8 = cu_matmul_forward_fp8, /* NULL below sm_89 (open) */
+    .matmul_backward_fp8 = cu_matmul_backward_fp8,
+    .quantize_fp8 = cu_quantize_fp8,
     .attention_forward = cu_attention_forward,
     .attention_backward = cu_attention_backward,
     .attention_forward_fused = ops_cuda_attention_fused_forward,
@@ -184,6 +186,7 @@ static struct ops cuda_ops = {
     .adamw = cu_adamw,
     .to_bf16 = cu_to_bf16,
     .bf16_emulation = cuda_bf16_emulation,
+    .fp8_fallback = cu_fp8_fallback,
 };
 
 extern "C" int ops_cuda_built(void)
@@ -282,6 +285,12 @@ static struct ops_ctx *cuda_open(int device, char *errbuf, size_t errbuf_bytes)
                  "CUDA device %d (%s) is sm_%d%d; this build runs on sm_80 and later", device,
                  prop.name, prop.major, prop.minor);
         goto fail;
+    }
+    ctx->cc = prop.major * 10 + prop.minor;
+    if (ctx->cc < CU_FP8_MIN_CC) { /* no fp8 tensor cores: train.c says so (one device a process) */
+        cuda_ops.matmul_forward_fp8 = NULL;
+        cuda_ops.matmul_backward_fp8 = NULL;
+        cuda_ops.quantize_fp8 = NULL;
     }
     ctx->lt_workspace_bytes = 32u << 20;
     if (!CUDA_OK(ctx, cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) ||

@@ -24,6 +24,17 @@ enum {
     CU_SCRATCH_PARTIAL,
     CU_SCRATCH_PARTIAL2,
     CU_SCRATCH_INDEX,
+    /* the fp8 products (matmul_fp8.cu) */
+    CU_FP8_X,    /* an activation's codes, (N,C) */
+    CU_FP8_XS,   /* its scales */
+    CU_FP8_D,    /* a gradient's codes, (N,OC) */
+    CU_FP8_DS,   /* its scales */
+    CU_FP8_WT,   /* the weight's codes transposed, (C,OC) */
+    CU_FP8_LTA,  /* cuBLASLt's scales of A */
+    CU_FP8_LTB,  /* ... and B */
+    CU_FP8_F32A, /* the fallback's decoded operands */
+    CU_FP8_F32B,
+    CU_FP8_AMAX, /* partial maxima of a tensor's amax */
     CU_SLOTS
 };
 
@@ -45,6 +56,10 @@ struct ops_ctx {
     size_t scratch_bytes[CU_SLOTS];
     struct cu_encoder_host enc;
     struct ops_error error;
+    int cc; /* the device's compute capability, major·10 + minor */
+    /* matmul_fp8.cu: the first fp8 product that fell back to fp32, for the log */
+    bool fp8_fell_back;
+    char fp8_fallback_line[512];
 };
 
 /* ---- errors ------------------------------------------------------------------ */
@@ -76,6 +91,17 @@ void *cu_scratch(struct ops_ctx *ctx, int slot, size_t bytes);
 static inline unsigned cu_blocks(size_t n, unsigned threads)
 {
     return (unsigned)((n + threads - 1) / threads);
+}
+
+/* The alignment of a pointer in bytes (the largest power of two dividing it,
+ * at most 256): cuBLASLt's heuristic otherwise assumes 256 and may pick a
+ * kernel that faults on a tensor that starts inside the flat parameter buffer. */
+static inline uint32_t cu_alignment_bytes(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t bytes = 1;
+    while (bytes < 256 && !(a & bytes)) bytes <<= 1;
+    return bytes;
 }
 
 /* ---- device helpers --------------------------------------------------------------- */

@@ -9,17 +9,6 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 
-/* The alignment of a pointer in bytes (the largest power of two dividing it,
- * at most 256): cuBLASLt's heuristic otherwise assumes 256 and may pick a
- * kernel that faults on a tensor that starts inside the flat parameter buffer. */
-static uint32_t alignment_bytes(const void *p)
-{
-    uintptr_t a = (uintptr_t)p;
-    uint32_t bytes = 1;
-    while (bytes < 256 && !(a & bytes)) bytes <<= 1;
-    return bytes;
-}
-
 /* Row-major C (M×N) = op(A)·op(B) + beta·C, as kernels/cpu/gemm.h: op(A) is A
  * (M×K, lda) or with ta Aᵀ stored K×M; op(B) is B (K×N, ldb) or with tb Bᵀ
  * stored N×K. cuBLASLt is column-major, so it computes Cᵀ = op(B)ᵀ·op(A)ᵀ.
@@ -49,8 +38,8 @@ static bool lt_gemm(struct ops_ctx *ctx, bool ta, bool tb, int M, int N, int K, 
     float alpha = 1.0f;
     bool ok = false;
     /* cuBLAS's A is our B, its B our A, C and D the output */
-    uint32_t align[4] = {alignment_bytes(B), alignment_bytes(A), alignment_bytes(C),
-                         alignment_bytes(C)};
+    uint32_t align[4] = {cu_alignment_bytes(B), cu_alignment_bytes(A), cu_alignment_bytes(C),
+                         cu_alignment_bytes(C)};
     const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -132,7 +121,7 @@ static void gemm(struct ops_ctx *ctx, bool ta, bool tb, int M, int N, int K, con
     }
     bool no_epilogue = true;
     /* the epilogue reads the bias in vectors: only from an aligned one */
-    if (!bias || alignment_bytes(bias) >= 16) {
+    if (!bias || cu_alignment_bytes(bias) >= 16) {
         if (lt_gemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, in_type, bias, NULL,
                     &no_epilogue))
             return;
@@ -177,8 +166,8 @@ void cu_matmul_forward_gelu(struct ops_ctx *ctx, float *out, float *pre, const f
         wp = w16, type = CUDA_R_16BF;
     }
     bool no_epilogue = true;
-    if (N > 0 && OC > 0 && C > 0 && OC % 8 == 0 && alignment_bytes(out) >= 16 &&
-        alignment_bytes(pre) >= 16 && (!bias || alignment_bytes(bias) >= 16)) {
+    if (N > 0 && OC > 0 && C > 0 && OC % 8 == 0 && cu_alignment_bytes(out) >= 16 &&
+        cu_alignment_bytes(pre) >= 16 && (!bias || cu_alignment_bytes(bias) >= 16)) {
         if (lt_gemm(ctx, false, true, N, OC, C, x, C, wp, C, 0.0f, out, OC, type, bias, pre,
                     &no_epilogue))
             return;

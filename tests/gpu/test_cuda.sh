@@ -4,7 +4,11 @@
 # GPU (fp32 within 1e-4, bf16 within the CPU bf16 test's bounds); a GPU run
 # equals a GPU run to the bit; SIGTERM mid-step and resume to the bit on the
 # GPU; a GPU checkpoint resumed on the CPU continues with matching losses;
-# compute-sanitizer memcheck and racecheck on a short run (when installed).
+# compute-sanitizer memcheck and racecheck on a short run (when installed);
+# fp8 (GPUs of sm_89 and later): a GPU run tracks the CPU's emulation with
+# tensor and block scaling, the tensor one on fp8 tensor cores throughout, and
+# a GPU fp8 run stopped mid-step resumes to the bit (its fp8 weight copy
+# rebuilt from the master weights).
 # Without a usable GPU every check prints "ok NAME # SKIP why" (counted as
 # skipped by tests/run.sh) and the script exits 77, or 0 with --skip-ok (how
 # tests/integration/test_cuda_build.sh runs it inside make test).
@@ -16,7 +20,8 @@ REF=$ROOT/tests/golden/gpt2_ref.py
 CUDA_SET=(--set parallel.device=cuda)
 CHECKS=(cuda_selftest cuda_torch_referee_fp32 cuda_torch_referee_bf16 cuda_run_equals_cuda_run
     cuda_sigterm_mid_step_resumes_to_the_bit cuda_checkpoint_resumes_on_the_cpu
-    cuda_compute_sanitizer_memcheck cuda_compute_sanitizer_racecheck)
+    cuda_compute_sanitizer_memcheck cuda_compute_sanitizer_racecheck cuda_fp8_tracks_the_cpu
+    cuda_fp8_resumes_to_the_bit)
 
 skip_all() { # why
     local c
@@ -101,6 +106,46 @@ sanitizer() {
         --set checkpoint.every=0
 }
 
+# fp8 on the GPU against fp8 on the CPU (the same quantiser, bit for bit; the
+# products' fp32 sums in another order, which an fp8 cast can magnify into a
+# step of the fp8 grid, as between pipeline layouts in test_fp8.sh): the mean
+# loss within 0.25%. The tiny plan's products (32, 96, 128 wide, 128 rows) all
+# meet cuBLASLt's fp8 constraints: with tensor scaling none may fall back.
+fp8_tracks_cpu() {
+    local sc
+    for sc in tensor block; do
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/fp8_gpu_$sc" "${CUDA_SET[@]}" \
+            --set precision=fp8 --set fp8_scaling=$sc >"$WORK/fp8_gpu_$sc.log" 2>&1 ||
+            { cat "$WORK/fp8_gpu_$sc.log"; return 1; }
+        grep -q "training on CUDA device" "$WORK/fp8_gpu_$sc.log" || { cat "$WORK/fp8_gpu_$sc.log"; return 1; }
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/fp8_cpu_$sc" --set parallel.device=cpu \
+            --set precision=fp8 --set fp8_scaling=$sc >"$WORK/fp8_cpu_$sc.log" 2>&1 ||
+            { cat "$WORK/fp8_cpu_$sc.log"; return 1; }
+        "$PY" - "$WORK/fp8_gpu_$sc/metrics.jsonl" "$WORK/fp8_cpu_$sc/metrics.jsonl" $sc <<'PYEOF' || return 1
+import json, sys
+def losses(p):
+    return [r["loss"] for r in map(json.loads, open(p)) if "step" in r and "loss" in r]
+g, c = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(g) == len(c) > 0, (len(g), len(c))
+gap = abs(sum(g) - sum(c)) / sum(c)
+print(f"{sys.argv[3]}: mean loss GPU against CPU {gap:.4%} over {len(g)} steps")
+sys.exit(gap >= 0.0025)
+PYEOF
+    done
+    if grep "runs dequantised" "$WORK/fp8_gpu_tensor.log"; then return 1; fi
+}
+
+fp8_resume() {
+    local run=$WORK/fp8_gpu_mid rc=0
+    [ -f "$WORK/fp8_gpu_tensor/metrics.jsonl" ] || { echo "needs the fp8 GPU run"; return 1; }
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=8 "$PLAIT" train "$WORK/plan.json" --out "$run" "${CUDA_SET[@]}" \
+        --set precision=fp8 >"$run.log1" 2>&1 || rc=$?
+    [ "$rc" -eq 75 ] || { echo "exit code $rc, want 75"; cat "$run.log1"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$run" "${CUDA_SET[@]}" --set precision=fp8 \
+        >"$run.log2" 2>&1 || { cat "$run.log2"; return 1; }
+    metrics_equal "$WORK/fp8_gpu_tensor/metrics.jsonl" "$run/metrics.jsonl"
+}
+
 # a check that cannot run for want of a tool is skipped, not failed
 check_or_skip() { # NAME WHY-IF-MISSING PROBE FUNCTION...
     local name=$1 why=$2 probe=$3
@@ -118,4 +163,7 @@ check cuda_sigterm_mid_step_resumes_to_the_bit sigterm_resume
 check cuda_checkpoint_resumes_on_the_cpu resume_on_cpu
 check_or_skip cuda_compute_sanitizer_memcheck "compute-sanitizer not installed" "$HAVE_CS" sanitizer memcheck
 check_or_skip cuda_compute_sanitizer_racecheck "compute-sanitizer not installed" "$HAVE_CS" sanitizer racecheck
+HAVE_FP8='! grep -q "no fp8 tensor cores" "$WORK/selftest.txt"'
+check_or_skip cuda_fp8_tracks_the_cpu "this GPU has no fp8 tensor cores (sm_89+)" "$HAVE_FP8" fp8_tracks_cpu
+check_or_skip cuda_fp8_resumes_to_the_bit "this GPU has no fp8 tensor cores (sm_89+)" "$HAVE_FP8" fp8_resume
 finish

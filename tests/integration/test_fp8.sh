@@ -136,13 +136,16 @@ test_check_prints_fp8_memory() {
         { printf '%s\n' "$out"; return 1; }
     grep -q "as the runtime allocates it (fp8 with scaling per block, ZeRO 0" <<<"$out" ||
         { printf '%s\n' "$out"; return 1; }
-    grep -q "fp8 keeps no weight copy" <<<"$out" || { printf '%s\n' "$out"; return 1; }
-    # no copy: the parameters' bytes are fp32's, a bf16 run's are 1.5 times that
+    grep -q "fp8 keeps an E4M3 copy of each layer's four weight matrices .* one per 128×128 block" \
+        <<<"$out" || { printf '%s\n' "$out"; return 1; }
+    # fp8's parameters are fp32's and the copy: 2 layers of 12·32² weights
+    # (qkvw 3C·C, attprojw C·C, fcw 4C·C, fcprojw C·4C), a byte each, and 4
+    # scales of 4 bytes each; a bf16 run's are 1.5 times fp32's
     local p32 p8 p16
     p32=$("$PLAIT" check "$WORK/check.json" --json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["memory_bytes_per_rank"]["params"])') || return 1
     p8=$("$PLAIT" check "$WORK/check.json" --json --set precision=fp8 | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["memory_bytes_per_rank"]["params"])') || return 1
     p16=$("$PLAIT" check "$WORK/check.json" --json --set precision=bf16 | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["memory_bytes_per_rank"]["params"])') || return 1
-    [ "$p8" -eq "$p32" ] && [ $((p16 * 2)) -eq $((p32 * 3)) ] || { echo "params fp32 $p32 fp8 $p8 bf16 $p16"; return 1; }
+    [ $((p8 - p32)) -eq $((2 * (12 * 32 * 32 + 4 * 4))) ] && [ $((p16 * 2)) -eq $((p32 * 3)) ] || { echo "params fp32 $p32 fp8 $p8 bf16 $p16"; return 1; }
 }
 
 check quantizer_matches_the_pytorch_referee_bitwise test_quantizer_matches_the_pytorch_referee_bitwise

@@ -6,7 +6,8 @@
  *   test_fp8 quantize IN OUT rows cols tile_rows tile_cols e4m3|e5m2
  *       IN (rows·cols fp32) -> OUT.q codes, OUT.s scales, OUT.d dequantised
  *   test_fp8 matmul DIR N C OC tensor|block
- *       DIR/{x,w,d,b}.f32 -> DIR/{y,dinp,dw}.out through ops_cpu()'s fp8 products */
+ *       DIR/{x,w,d,b}.f32 -> DIR/{y,dinp,dw}.out through ops_cpu()'s fp8 products
+ *       (w through its fp8 copy, quantize_fp8, as the model keeps it) */
 #include "kernels/fp8.h"
 #include "kernels/ops.h"
 #include "tests/unit/cpu_ctx.h"
@@ -173,10 +174,15 @@ static int drive_matmul(char **argv)
     float *b = read_file(join(path, sizeof path, dir, "/b.f32"), sizeof(float) * OC);
     float *y = malloc(sizeof(float) * N * OC), *dinp = malloc(sizeof(float) * N * C),
           *dw = malloc(sizeof(float) * OC * C), *db = malloc(sizeof(float) * OC);
+    /* the weight's fp8 copy, as the optimizer step writes it */
+    int e = fp8_weight_tile(scaling);
+    uint8_t *w8 = malloc((size_t)OC * C);
+    float *w_scales = malloc(fp8_scale_count(OC, C, e, e) * sizeof(float));
     const struct ops *o = ops_cpu();
     struct ops_ctx *cx = test_cpu_open();
-    o->matmul_forward_fp8(cx, y, x, w, b, N, C, OC, scaling);
-    o->matmul_backward_fp8(cx, dinp, dw, db, d, x, w, N, C, OC, false, scaling);
+    o->quantize_fp8(cx, w8, w_scales, w, OC, C, e, e, FP8_E4M3);
+    o->matmul_forward_fp8(cx, y, x, w8, w_scales, b, N, C, OC, scaling);
+    o->matmul_backward_fp8(cx, dinp, dw, db, d, x, w8, w_scales, N, C, OC, false, scaling);
     char msg[256];
     int failed = o->take_error(cx, msg, sizeof msg);
     o->close(cx);
@@ -188,6 +194,7 @@ static int drive_matmul(char **argv)
     write_file(join(path, sizeof path, dir, "/dinp.out"), dinp, sizeof(float) * N * C);
     write_file(join(path, sizeof path, dir, "/dw.out"), dw, sizeof(float) * OC * C);
     free(x), free(w), free(d), free(b), free(y), free(dinp), free(dw), free(db);
+    free(w8), free(w_scales);
     return 0;
 }
 

@@ -40,18 +40,22 @@ static struct ops counting_ops(void)
 
 /* ---- plans ---------------------------------------------------------------------------------- */
 
-/* 4 layers, 4 heads of 8, a byte vocabulary (Vp 256), T 16 of a 24-row wpe. */
-static struct plan *small_plan(void)
+static struct plan *plan_of(const char *text)
 {
-    const char *text = "{\"model\": {\"layers\": 4, \"heads\": 4, \"hidden\": 32, \"vocab\": 256,"
-                       " \"seq_len\": 16, \"max_seq_len\": 24},"
-                       " \"data\": {\"train\": \"train.bin\"},"
-                       " \"batch\": {\"micro_batch\": 2, \"grad_accum\": 3},"
-                       " \"steps\": 1}";
     struct plait_error err = {0};
     struct plan *p = plan_load_text(text, "test_memory", "/", NULL, 0, &err);
     CHECK(p != NULL, "plan_load_text: %s", err.text);
     return p;
+}
+
+/* 4 layers, 4 heads of 8, a byte vocabulary (Vp 256), T 16 of a 24-row wpe. */
+static struct plan *small_plan(void)
+{
+    return plan_of("{\"model\": {\"layers\": 4, \"heads\": 4, \"hidden\": 32, \"vocab\": 256,"
+                   " \"seq_len\": 16, \"max_seq_len\": 24},"
+                   " \"data\": {\"train\": \"train.bin\"},"
+                   " \"batch\": {\"micro_batch\": 2, \"grad_accum\": 3},"
+                   " \"steps\": 1}");
 }
 
 /* The rank (tp_rank, stage, dp_rank) of layout l as train.c builds it: its
@@ -74,6 +78,7 @@ static int build_rank(const struct plan *p, struct cost_layout l, int tp_rank, i
     struct model_shape shape = {.B = p->batch.micro_batch,
                                 .T = p->model.seq_len,
                                 .precision = p->precision,
+                                .fp8_scaling = p->fp8_scaling,
                                 .recompute = p->recompute,
                                 .slots = schedule_max_in_flight(&sched, stage),
                                 .dp = l.dp,
@@ -100,18 +105,21 @@ static void test_model_allocates_what_plait_check_predicts_for_every_layout(void
         {1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {1, 2, 1}, {1, 3, 1}, {1, 4, 1}, {1, 1, 2},
         {1, 1, 3}, {2, 2, 2}, {4, 2, 1}, {2, 3, 3}, {1, 2, 4}, {4, 4, 2},
     };
+    /* fp8 twice: tensor and block scaling (its copy's scales differ) */
     const enum plan_precision precisions[] = {PLAN_PRECISION_FP32, PLAN_PRECISION_BF16,
-                                              PLAN_PRECISION_FP8};
+                                              PLAN_PRECISION_FP8, PLAN_PRECISION_FP8};
+    const enum plan_fp8_scaling scalings[] = {PLAN_FP8_NONE, PLAN_FP8_NONE, PLAN_FP8_TENSOR,
+                                              PLAN_FP8_BLOCK};
     const enum plan_recompute recomputes[] = {PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE,
                                               PLAN_RECOMPUTE_FULL};
     const enum plan_pipeline schedules[] = {PLAN_PIPE_1F1B, PLAN_PIPE_GPIPE, PLAN_PIPE_ZB_H1};
     int ranks = 0, failed = 0, want_ranks = 0;
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
-        want_ranks += layouts[i].pp * (layouts[i].tp > 1 ? 2 : 1) * 3 * 3 * 3 * 3;
+        want_ranks += layouts[i].pp * (layouts[i].tp > 1 ? 2 : 1) * 3 * 4 * 3 * 3;
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
         for (int sp = 0; sp <= (layouts[i].tp > 1); sp++)
             for (int zero = 0; zero <= 2; zero++)
-                for (int pr = 0; pr < 3; pr++)
+                for (int pr = 0; pr < 4; pr++)
                     for (int rc = 0; rc < 3; rc++)
                         for (int sc = 0; sc < 3; sc++)
                             for (int stage = 0; stage < layouts[i].pp; stage++) {
@@ -119,6 +127,7 @@ static void test_model_allocates_what_plait_check_predicts_for_every_layout(void
                                 p->parallel.sequence_parallel = sp;
                                 p->parallel.zero = zero;
                                 p->precision = precisions[pr];
+                                p->fp8_scaling = scalings[pr];
                                 p->recompute = recomputes[rc];
                                 p->parallel.schedule = schedules[sc];
                                 struct cost_memory want;
@@ -141,12 +150,13 @@ static void test_model_allocates_what_plait_check_predicts_for_every_layout(void
                                             a->activations == want.activations;
                                 if (!same && failed++ < 10)
                                     CHECK(same,
-                                          "tp %d pp %d dp %d stage %d, sp %d, ZeRO %d, %s, "
+                                          "tp %d pp %d dp %d stage %d, sp %d, ZeRO %d, %s %s, "
                                           "recompute %s, %s: allocated %llu (%llu %llu %llu %llu), "
                                           "predicted "
                                           "%llu (%llu %llu %llu %llu)",
                                           l.tp, l.pp, l.dp, stage, sp, zero,
                                           plan_precision_name(p->precision),
+                                          plan_fp8_scaling_name(p->fp8_scaling),
                                           plan_recompute_name(p->recompute),
                                           plan_pipeline_name(p->parallel.schedule),
                                           (unsigned long long)bytes, (unsigned long long)a->params,
@@ -162,7 +172,7 @@ static void test_model_allocates_what_plait_check_predicts_for_every_layout(void
                                 ranks++;
                             }
     /* the stages over the layouts (twice where tp > 1: with and without sequence
-     * parallelism) × 3 ZeRO × 3 precisions × 3 recomputes × 3 schedules */
+     * parallelism) × 3 ZeRO × 4 precisions × 3 recomputes × 3 schedules */
     CHECK(ranks == want_ranks && failed == 0, "%d of %d ranks built, %d differ", ranks, want_ranks,
           failed);
     plan_free(p);
@@ -313,6 +323,53 @@ static void test_a_fused_attention_holds_no_probabilities(void)
     plan_free(p);
 }
 
+/* The fp8 copy of a model wider than a 128 block (hidden 320: 3C = 960, 4C =
+ * 1280, partial blocks at every edge), counted by hand: 12·C² codes a layer
+ * (qkvw 3C·C, attprojw C·C, fcw 4C·C, fcprojw C·4C) and 4 bytes a scale,
+ * one per matrix with tensor scaling, with block scaling ⌈OC/128⌉·⌈C/128⌉:
+ * 8·3 + 3·3 + 10·3 + 3·10 = 93 a layer (tp 2: 4·3 + 3·2 + 5·3 + 3·5 = 48).
+ * plait check and the model say the same. */
+static void test_fp8_copy_is_a_byte_a_weight_and_its_scales(void)
+{
+    struct plan *p = plan_of("{\"model\": {\"layers\": 2, \"heads\": 4, \"hidden\": 320, "
+                             "\"vocab\": 256, \"seq_len\": 16},"
+                             " \"data\": {\"train\": \"train.bin\"},"
+                             " \"batch\": {\"micro_batch\": 2, \"grad_accum\": 1},"
+                             " \"steps\": 1}");
+    struct plait_error err = {0};
+    if (!p) return;
+    struct ops ops = counting_ops();
+    const long long C = 320, layers = 2;
+    for (int tp = 1; tp <= 2; tp++) {
+        struct cost_layout l = {tp, 1, 1};
+        const long long scales[3] = {0, 4, tp == 1 ? 93 : 48}; /* fp32, tensor, block */
+        uint64_t params[3];
+        for (int k = 0; k < 3; k++) {
+            p->precision = k ? PLAN_PRECISION_FP8 : PLAN_PRECISION_FP32;
+            p->fp8_scaling = k == 0 ? PLAN_FP8_NONE : k == 1 ? PLAN_FP8_TENSOR : PLAN_FP8_BLOCK;
+            struct cost_memory want;
+            cost_memory_stage(p, l, 0, &want);
+            struct model m;
+            uint64_t bytes;
+            if (build_rank(p, l, tp - 1, 0, 0, &ops, &m, &bytes, &err)) {
+                CHECK(0, "tp %d: %s", tp, err.text);
+                continue;
+            }
+            params[k] = m.allocated.params;
+            CHECK(params[k] == want.params && bytes == want.total,
+                  "tp %d, scaling %d: allocated %llu (params %llu), predicted %llu (%llu)", tp, k,
+                  (unsigned long long)bytes, (unsigned long long)params[k],
+                  (unsigned long long)want.total, (unsigned long long)want.params);
+            model_free(&m);
+            long long copy = layers * (12 * C * C / tp + 4 * scales[k]);
+            CHECK(k == 0 || params[k] - params[0] == (uint64_t)copy,
+                  "tp %d, scaling %d: the fp8 copy takes %llu bytes, want %lld", tp, k,
+                  (unsigned long long)(params[k] - params[0]), copy);
+        }
+    }
+    plan_free(p);
+}
+
 int main(void)
 {
     cx = test_cpu_open();
@@ -320,6 +377,7 @@ int main(void)
     RUN(test_memory_grows_with_the_micro_batches_held);
     RUN(test_interleaved_allocates_what_plait_check_predicts);
     RUN(test_a_fused_attention_holds_no_probabilities);
+    RUN(test_fp8_copy_is_a_byte_a_weight_and_its_scales);
     ops_cpu()->close(cx);
     return check_exit_code();
 }
