@@ -54,7 +54,7 @@ print(f"  {'layout':<14} {'rank':>4} {'tp,pp,dp':>8} {'predicted':>10} {'allocat
 worst = 0.0
 for name in ("dp2_z0", "dp2_z1", "tp2pp2dp2_z1", "pp2"):
     for r in json.load(open(f"{work}/{name}/run.json"))["memory"]["ranks"]:
-        pred, alloc = r["predicted"]["total"] + r["predicted"]["comm_rings"], r["allocated"]["total"]
+        pred, alloc = r["predicted"]["total"] + r["predicted"].get("comm_rings", 0), r["allocated"]["total"]
         rss, base = r["rss_peak_bytes"], r["rss_before_model_bytes"]
         worst = max(worst, abs(rss / pred - 1))
         print(f"  {name:<14} {r['rank']:>4} {r['tp']:>2},{r['pp']},{r['dp']:<3} {pred / MB:>8.1f}MB"
