@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/store.h"
+#include "kernels/ops.h"
 
 /* ---- group tables over a communicator ------------------------------------------------ */
 
@@ -76,10 +77,11 @@ static struct comm *useful(struct comm *c)
 /* ---- joining ---------------------------------------------------------------------------- */
 
 int parallel_init(struct parallel *p, const struct env_rank *where, double timeout_s,
-                  struct plait_error *err)
+                  const struct parallel_device *dev, struct plait_error *err)
 {
     memset(p, 0, sizeof *p);
     p->where = *where;
+    if (dev) p->dev = *dev;
     p->timeout_s = timeout_s;
     p->g_tp = p->g_dp = p->g_mp = p->g_world = (struct group){.size = 1};
     if (where->world == 1) return 0;
@@ -91,10 +93,15 @@ int parallel_init(struct parallel *p, const struct env_rank *where, double timeo
         store_connect(&p->store, host, port, w->store_secret, w->rank, timeout_s, err))
         return error_prefix(err, "rank %d: the job's store: ", w->rank);
     snprintf(name, sizeof name, "%s.world", gen);
-    struct comm_options opts = {.backend = COMM_BACKEND_SOCKET,
-                                .timeout_s = timeout_s,
-                                .secret = w->store_secret,
-                                .name = name};
+    bool nccl = p->dev.backend == COMM_BACKEND_NCCL;
+    const char *hold = getenv(PLAIT_ENV_DEBUG_HOLD_SENDS);
+    p->hold_sends = nccl || (hold && !strcmp(hold, "1"));
+    struct comm_options opts = {
+        .backend = p->dev.backend,
+        .timeout_s = timeout_s,
+        .secret = w->store_secret,
+        .name = name,
+        .stream = nccl && p->dev.ops->stream ? p->dev.ops->stream(p->dev.ctx) : NULL};
     if (comm_world_init(&p->world, p->store, w->rank, w->world, &opts, err) ||
         comm_split_3d(p->world, w->tp, w->pp, w->dp, gen, &p->tp, &p->pp, &p->dp, err))
         goto fail;
@@ -124,6 +131,17 @@ fail:
 
 void parallel_free(struct parallel *p)
 {
+    for (int i = 0; i < p->n_out; i++) {
+        if (p->out[i].on_host)
+            free(p->out[i].buf);
+        else if (p->out[i].buf)
+            p->dev.ops->free(p->dev.ctx, p->out[i].buf);
+    }
+    free(p->out);
+    free(p->held);
+    p->out = NULL;
+    p->held = NULL;
+    p->n_out = p->n_held = 0;
     comm_destroy(p->ends);
     comm_destroy(p->mp);
     comm_destroy(p->tp);
@@ -143,21 +161,102 @@ void parallel_abort(struct parallel *p, const char *reason)
 
 /* ---- what the loop calls ---------------------------------------------------------------- */
 
-static int link_send(void *ctx, int to_stage, uint32_t tag, const float *buf, size_t n,
-                     struct plait_error *err)
+/* A free outgoing slot of at least bytes of the kind asked for (grown, or a
+ * new one), or NULL with err. */
+static struct parallel_outgoing *outgoing(struct parallel *p, size_t bytes, bool on_host,
+                                          struct plait_error *err)
 {
-    return comm_send(ctx, buf, n * sizeof *buf, to_stage, tag, err);
+    struct parallel_outgoing *fit = NULL;
+    for (int i = 0; i < p->n_out && !fit; i++)
+        if (p->out[i].peer < 0 && p->out[i].on_host == on_host && p->out[i].cap >= bytes)
+            fit = &p->out[i];
+    if (fit) return fit;
+    struct parallel_outgoing *grown = realloc(p->out, (size_t)(p->n_out + 1) * sizeof *grown);
+    void *buf = on_host ? malloc(bytes) : p->dev.ops->alloc(p->dev.ctx, bytes);
+    if (grown) p->out = grown;
+    if (!grown || !buf) {
+        if (on_host)
+            free(buf);
+        else if (buf)
+            p->dev.ops->free(p->dev.ctx, buf);
+        error_set(err, "out of %s memory for a pipeline message of %zu bytes",
+                  on_host ? "host" : p->dev.ops->name, bytes);
+        return NULL;
+    }
+    fit = &p->out[p->n_out++];
+    *fit = (struct parallel_outgoing){.buf = buf, .cap = bytes, .on_host = on_host, .peer = -1};
+    return fit;
+}
+
+/* The held sends, in the order handed off, and (buf != NULL) one receive,
+ * as one group; waits for every one of them (a failure fails the
+ * communicator, and the rest with it). The slots are free again after. */
+static int exchange(struct parallel *p, int from, uint32_t tag, void *buf, size_t bytes,
+                    struct plait_error *err)
+{
+    if (p->n_held == 0 && !buf) return 0;
+    struct comm_request **reqs = calloc((size_t)p->n_held + 1, sizeof *reqs);
+    if (!reqs) return error_set(err, "out of memory");
+    int posted = 0, rc = comm_group_start(p->pp, err);
+    for (int i = 0; i < p->n_held && rc == 0; i++) {
+        struct parallel_outgoing *o = &p->out[p->held[i]];
+        rc = comm_isend(p->pp, o->buf, o->bytes, o->peer, o->tag, &reqs[posted++], err);
+    }
+    if (rc == 0 && buf) rc = comm_irecv(p->pp, buf, bytes, from, tag, &reqs[posted++], err);
+    struct plait_error ended = {.text = ""};
+    if (comm_group_end(p->pp, rc ? &ended : err) && rc == 0) rc = -1;
+    for (int i = 0; i < posted; i++) {
+        struct plait_error waited = {.text = ""};
+        if (comm_wait(reqs[i], rc ? &waited : err)) rc = -1;
+    }
+    for (int i = 0; i < p->n_held; i++) p->out[p->held[i]].peer = -1;
+    p->n_held = 0;
+    free(reqs);
+    return rc;
+}
+
+static int link_send(void *ctx, int to_stage, uint32_t tag, const float *buf, size_t n,
+                     bool on_host, struct plait_error *err)
+{
+    struct parallel *p = ctx;
+    size_t bytes = n * sizeof *buf;
+    if (p->dev.backend != COMM_BACKEND_NCCL)
+        return comm_send(p->pp, buf, bytes, to_stage, tag, err);
+    int *held = realloc(p->held, (size_t)(p->n_held + 1) * sizeof *held);
+    if (!held) return error_set(err, "out of memory");
+    p->held = held;
+    struct parallel_outgoing *o = outgoing(p, bytes, on_host, err);
+    if (!o) return -1;
+    /* a copy: buf is the caller's again at once (device memory: on the
+     * compute stream, which the send's group waits for) */
+    if (on_host)
+        memcpy(o->buf, buf, bytes);
+    else
+        p->dev.ops->copy(p->dev.ctx, o->buf, buf, bytes);
+    o->bytes = bytes;
+    o->peer = to_stage;
+    o->tag = tag;
+    p->held[p->n_held++] = (int)(o - p->out);
+    return 0;
 }
 
 static int link_recv(void *ctx, int from_stage, uint32_t tag, float *buf, size_t n,
                      struct plait_error *err)
 {
-    return comm_recv(ctx, buf, n * sizeof *buf, from_stage, tag, err);
+    struct parallel *p = ctx;
+    if (!p->hold_sends) return comm_recv(p->pp, buf, n * sizeof *buf, from_stage, tag, err);
+    return exchange(p, from_stage, tag, buf, n * sizeof *buf, err);
+}
+
+static int link_flush(void *ctx, struct plait_error *err)
+{
+    struct parallel *p = ctx;
+    return p->pp ? exchange(p, -1, 0, NULL, 0, err) : 0;
 }
 
 struct pipe_link parallel_pipe_link(struct parallel *p)
 {
-    return (struct pipe_link){.send = link_send, .recv = link_recv, .ctx = p->pp};
+    return (struct pipe_link){.send = link_send, .recv = link_recv, .flush = link_flush, .ctx = p};
 }
 
 int parallel_sum_ends(struct parallel *p, float *grad, size_t n, struct plait_error *err)

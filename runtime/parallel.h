@@ -16,6 +16,28 @@
 #include "runtime/pipeline.h"
 
 struct store;
+struct ops;
+struct ops_ctx;
+
+/* Where this rank's tensors are, for its collectives: the comm backend
+ * (socket: host memory; nccl: device memory, host values staged by it) and
+ * the op backend's context, whose stream orders the collectives (nccl) and
+ * whose memory holds the pipeline's outgoing messages until sent. */
+struct parallel_device {
+    enum comm_backend_kind backend;
+    const struct ops *ops;
+    struct ops_ctx *ctx;
+};
+
+/* A pipeline message handed off, not yet sent (nccl: sent in one NCCL group
+ * with this rank's next receive on the pipeline, or at the step's end). */
+struct parallel_outgoing {
+    void *buf; /* a copy: host memory, or the op backend's */
+    size_t bytes, cap;
+    bool on_host;
+    int peer; /* -1: free */
+    uint32_t tag;
+};
 
 struct parallel {
     struct env_rank where;
@@ -26,20 +48,30 @@ struct parallel {
     struct comm *ends;                 /* the first and last stage of a pipeline (pp > 1):
                                           the tied wte's gradient is summed over it */
     struct group g_tp, g_dp, g_mp, g_world;
+    struct parallel_device dev;
+    /* nccl: sends held until the next receive (comm.h: NCCL buffers nothing,
+     * and two neighbours sending to each other first would wait forever) */
+    struct parallel_outgoing *out; /* [n_out] slots, free or held */
+    int *held;                     /* [n_held] the held ones' slots, in hand-off order */
+    int n_out, n_held;
+    bool hold_sends; /* nccl, or PLAIT_DEBUG_HOLD_SENDS=1 */
 };
 
 /* Joins the store and builds the communicators of where's layout (names
- * carry the restart count, so a restarted gang cannot meet a stale one).
- * Every rank calls it; it fails by timeout_s naming what did not come. */
+ * carry the restart count, so a restarted gang cannot meet a stale one) on
+ * dev's backend. Every rank calls it; it fails by timeout_s naming what did
+ * not come. */
 int parallel_init(struct parallel *p, const struct env_rank *where, double timeout_s,
-                  struct plait_error *err);
+                  const struct parallel_device *dev, struct plait_error *err);
 void parallel_free(struct parallel *p);
 
 /* A rank that fails tells the others (the store's abort), so that they stop
  * at once instead of at their deadline. */
 void parallel_abort(struct parallel *p, const char *reason);
 
-/* The transfers between this rank's pipeline neighbours (its pp group). */
+/* The transfers between this rank's pipeline neighbours (its pp group). On
+ * nccl a send is copied and held, then posted in one group with the next
+ * receive (Megatron's batched send and receive), or by flush. */
 struct pipe_link parallel_pipe_link(struct parallel *p);
 
 /* The tied wte's gradient (n floats) summed between the first and last

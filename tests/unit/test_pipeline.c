@@ -51,9 +51,10 @@ struct endpoint {
     int stage;
 };
 
-static int post_send(void *ctx, int to, uint32_t tag, const float *buf, size_t n,
+static int post_send(void *ctx, int to, uint32_t tag, const float *buf, size_t n, bool on_host,
                      struct plait_error *err)
 {
+    (void)on_host; /* the CPU: all host memory */
     struct endpoint *e = ctx;
     struct message *msg = malloc(sizeof *msg);
     msg->data = malloc(n * sizeof(float));
@@ -210,7 +211,7 @@ static void *run_stage(void *arg)
     float *shard = malloc(m.shard.total * sizeof *shard);
     gpt2_shard_copy(&m.shard, (float *)j->full_params, shard, true);
     model_set_params(&m, shard);
-    struct pipe_link link = {post_send, post_recv, &j->end};
+    struct pipe_link link = {post_send, post_recv, NULL, &j->end};
     struct pipe_feed feed = {feed_next, NULL};
     struct pipe_times times;
     j->m = &m;
