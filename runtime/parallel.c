@@ -220,8 +220,7 @@ static int link_send(void *ctx, int to_stage, uint32_t tag, const float *buf, si
 {
     struct parallel *p = ctx;
     size_t bytes = n * sizeof *buf;
-    if (p->dev.backend != COMM_BACKEND_NCCL)
-        return comm_send(p->pp, buf, bytes, to_stage, tag, err);
+    if (!p->hold_sends) return comm_send(p->pp, buf, bytes, to_stage, tag, err);
     int *held = realloc(p->held, (size_t)(p->n_held + 1) * sizeof *held);
     if (!held) return error_set(err, "out of memory");
     p->held = held;
