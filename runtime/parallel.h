@@ -22,21 +22,20 @@ struct ops_ctx;
 /* Where this rank's tensors are, for its collectives: the comm backend
  * (socket: host memory; nccl: device memory, host values staged by it) and
  * the op backend's context, whose stream orders the collectives (nccl) and
- * whose memory holds the pipeline's outgoing messages until sent. */
+ * whose memory holds the pipeline's messages on their way. */
 struct parallel_device {
     enum comm_backend_kind backend;
     const struct ops *ops;
     struct ops_ctx *ctx;
 };
 
-/* A pipeline message handed off, not yet sent (nccl: sent in one NCCL group
- * with this rank's next receive on the pipeline, or at the step's end). */
+/* A pipeline message on its way (nccl): a copy, host memory or the op
+ * backend's, until its send completes. */
 struct parallel_outgoing {
-    void *buf; /* a copy: host memory, or the op backend's */
-    size_t bytes, cap;
+    void *buf;
+    size_t cap;
     bool on_host;
-    int peer; /* -1: free */
-    uint32_t tag;
+    struct comm_request *req; /* NULL: the slot is free */
 };
 
 struct parallel {
@@ -49,12 +48,19 @@ struct parallel {
                                           the tied wte's gradient is summed over it */
     struct group g_tp, g_dp, g_mp, g_world;
     struct parallel_device dev;
-    /* nccl: sends held until the next receive (comm.h: NCCL buffers nothing,
-     * and two neighbours sending to each other first would wait forever) */
-    struct parallel_outgoing *out; /* [n_out] slots, free or held */
-    int *held;                     /* [n_held] the held ones' slots, in hand-off order */
-    int n_out, n_held;
-    bool hold_sends; /* nccl, or PLAIT_DEBUG_HOLD_SENDS=1 */
+    /* nccl (or PLAIT_DEBUG_NCCL_LINK=1): the pipeline's messages travel on
+     * a communicator of their own per direction between two neighbouring
+     * stages, posted without waiting. NCCL buffers nothing and runs a
+     * communicator's operations in posting order, so on one communicator two
+     * neighbours each sending first would wait for each other; here a
+     * send's stream holds sends to one stage only, a receive's receives from
+     * one only, each in the order of the other end (test_pipeline checks the
+     * schedules keep it). */
+    bool pair_links;
+    struct comm *link_to[2], *link_from[2]; /* to and from the stages below */
+    int link_to_stage[2], link_from_stage[2], n_to, n_from;
+    struct parallel_outgoing *out; /* [n_out] the sends' copies */
+    int n_out;
 };
 
 /* Joins the store and builds the communicators of where's layout (names
@@ -70,8 +76,8 @@ void parallel_free(struct parallel *p);
 void parallel_abort(struct parallel *p, const char *reason);
 
 /* The transfers between this rank's pipeline neighbours (its pp group). On
- * nccl a send is copied and held, then posted in one group with the next
- * receive (Megatron's batched send and receive), or by flush. */
+ * nccl a send is copied and posted on its direction's communicator without
+ * waiting; flush waits for the sends (the end of a step). */
 struct pipe_link parallel_pipe_link(struct parallel *p);
 
 /* The tied wte's gradient (n floats) summed between the first and last
