@@ -148,7 +148,8 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
     struct run r = {m, s->v, malloc((size_t)s->m * (size_t)s->v * sizeof(int)),
                     calloc((size_t)m->n_slots, 1)};
     int32_t *tokens = malloc(N * sizeof *tokens), *targets = malloc(N * sizeof *targets);
-    float *grad = malloc(NC * sizeof *grad);
+    /* the next stage's input gradient, received into backend memory */
+    float *grad = m->ops->alloc(m->ctx, NC * sizeof *grad);
     int rc = -1, backwards[64] = {0}, weights[64] = {0}; /* per chunk */
     int stop_at = s->m; /* the micro-batch the pipeline stops before */
     float word = 0;     /* a control word */
@@ -300,6 +301,6 @@ out:
     free(r.busy);
     free(tokens);
     free(targets);
-    free(grad);
+    if (grad) m->ops->free(m->ctx, grad);
     return rc;
 }
