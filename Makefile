@@ -13,7 +13,7 @@
 #   make test-gpu        the nccl backend on this machine's GPUs (tests/gpu/run.sh; not in make test)
 #   make test-cuda       the CUDA backend on this machine's GPU: --selftest, the PyTorch referee
 #                        on the GPU, GPU runs to the bit, resume, sanitizers (tests/gpu/test_cuda.sh)
-#   make bench-cuda      GPT-2 124M bf16 on the GPU, 16x1024 and 32x1024: tokens/s and MFU (not a test)
+#   make bench-cuda      GPT-2 124M bf16 on the GPU, 16x1024 and 32x1024: tokens/s, MFU, modelled vs measured step (not a test)
 #   make install PREFIX=/usr/local   (make uninstall PREFIX=/usr/local removes what it put)
 #
 # BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan,
@@ -93,9 +93,12 @@ ifeq ($(HAVE_CUDA),1)
                 $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a)$(comma)code=sm_$(a)) \
                 -gencode arch=compute_$(lastword $(CUDA_ARCHS))$(comma)code=compute_$(lastword $(CUDA_ARCHS)) \
                 -Xptxas -warn-spills,-warn-lmem-usage -Werror all-warnings \
-                -Xcompiler -Wall$(comma)-Wextra$(comma)-Werror$(comma)-fstack-protector-strong
-  LDLIBS += -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) \
-            -Wl,--push-state,--as-needed -lcublasLt -lcudart -lstdc++ -Wl,--pop-state
+                -Xcompiler -Wall$(comma)-Wextra$(comma)-Werror$(comma)-fstack-protector-strong \
+                -Xcompiler -fPIC$(comma)-fvisibility=hidden
+  # the backend is a shared object of its own, loaded by the runtime only for a GPU
+  # (kernels/cuda/cuda_ops.h says why); the executables link only the loader
+  CUDA_SO_LDLIBS := -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublasLt -lcudart -lstdc++
+  LDLIBS += -ldl
 endif
 
 # cairo (plait plot draws with it): built where pkg-config finds it (Debian's
@@ -135,7 +138,10 @@ KERNELS_SRC  := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
 # the CUDA backend's objects, or the stand-in that says there is none
 CUDA_SRC     := $(wildcard kernels/cuda/*.cu)
 CUDA_OBJ     := $(if $(HAVE_CUDA),$(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC)))
-ifneq ($(HAVE_CUDA),1)
+CUDA_SO      := $(if $(HAVE_CUDA),$(BUILD)/lib/plait/libplait_cuda.so)
+ifeq ($(HAVE_CUDA),1)
+  KERNELS_SRC += kernels/cuda/cuda_load.c
+else
   KERNELS_SRC += kernels/cuda/cuda_none.c
 endif
 RUNTIME_SRC  := $(filter-out runtime/main.c,$(wildcard runtime/*.c)) $(wildcard runtime/comm/*.c)
@@ -166,7 +172,7 @@ MAN_PAGE     := $(BUILD)/share/man/man1/plait.1
 COMPLETION   := $(BUILD)/share/bash-completion/completions/plait
 
 .PHONY: all test test-gpu test-cuda bench-cuda demo bench bench-comm bench-memory bench-ckpt install uninstall docs clean deps-build deps-test format fuzz
-all: $(PLAIT) $(PLAIT_TRAIN) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO) docs
+all: $(PLAIT) $(PLAIT_TRAIN) $(CUDA_SO) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO) docs
 
 docs: $(MAN_PAGE) $(COMPLETION)
 $(MAN_PAGE) $(COMPLETION) &: $(PLAIT) scripts/gen_docs.sh
@@ -204,7 +210,7 @@ $(BUILD)/obj/launcher/cmd_plot.o: CPPFLAGS += $(CAIRO_CPPFLAGS)
 $(BUILD)/obj/runtime/comm/sock_reduce.o: CFLAGS += $(KERNEL_CFLAGS)
 
 $(LIB_COMMON): $(call obj,$(COMMON_SRC))
-$(LIB_KERNELS): $(call obj,$(KERNELS_SRC)) $(CUDA_OBJ)
+$(LIB_KERNELS): $(call obj,$(KERNELS_SRC))
 $(LIB_RUNTIME): $(call obj,$(RUNTIME_SRC))
 # position-independent objects for the plugin
 $(BUILD)/pic/%.o: %.c
@@ -215,6 +221,14 @@ $(BUILD)/lib/spank_plait.so: $(patsubst %.c,$(BUILD)/pic/%.o,$(SPANK_SRC) $(COMM
 	@mkdir -p $(dir $@)
 	$(CC) -shared -fPIC -Wl,--version-script=spank-plugin/spank_plait.map -Wl,-z,relro,-z,now \
 		$(filter %.o,$^) -ljansson -lhwloc -lm -o $@
+
+# (with the sticky error it shares with the CPU backend; --no-undefined: it must
+# need nothing from the executable that loads it)
+$(CUDA_SO): $(CUDA_OBJ) $(BUILD)/pic/kernels/ops_error.o kernels/cuda/libplait_cuda.map
+	@mkdir -p $(dir $@)
+	$(CXX) -shared -Wl,--version-script=kernels/cuda/libplait_cuda.map -Wl,-z,relro,-z,now \
+		-Wl,--no-undefined \
+		$(filter %.o,$^) $(CUDA_SO_LDLIBS) -o $@
 
 $(BUILD)/lib/%.a:
 	@mkdir -p $(dir $@)
@@ -305,15 +319,17 @@ EXAMPLE_FILES := $(sort $(wildcard examples/*.md examples/*/*))
 DOC_FILES     := README.md examples/slurm/ADMIN.md
 INSTALLED     := $(addprefix $(DEST)/bin/,plait plait-train) \
                  $(if $(SPANK_SO),$(DEST)/lib/slurm/spank_plait.so) \
+                 $(if $(CUDA_SO),$(DEST)/lib/plait/libplait_cuda.so) \
                  $(DEST)/share/man/man1/plait.1 $(DEST)/share/bash-completion/completions/plait \
                  $(addprefix $(DEST)/share/doc/plait/,$(notdir $(DOC_FILES))) \
                  $(addprefix $(DEST)/share/plait/,$(EXAMPLE_FILES))
 
-install: $(PLAIT) $(PLAIT_TRAIN) $(SPANK_SO) docs
+install: $(PLAIT) $(PLAIT_TRAIN) $(CUDA_SO) $(SPANK_SO) docs
 	install -d $(DEST)/bin $(DEST)/share/man/man1 $(DEST)/share/bash-completion/completions \
 		$(DEST)/share/doc/plait $(addprefix $(DEST)/share/plait/,$(sort $(dir $(EXAMPLE_FILES))))
 	install -m 755 $(PLAIT) $(PLAIT_TRAIN) $(DEST)/bin/
 	$(if $(SPANK_SO),install -d $(DEST)/lib/slurm && install -m 755 $(SPANK_SO) $(DEST)/lib/slurm/)
+	$(if $(CUDA_SO),install -d $(DEST)/lib/plait && install -m 755 $(CUDA_SO) $(DEST)/lib/plait/)
 	install -m 644 $(MAN_PAGE) $(DEST)/share/man/man1/
 	install -m 644 $(COMPLETION) $(DEST)/share/bash-completion/completions/
 	install -m 644 $(DOC_FILES) $(DEST)/share/doc/plait/
@@ -322,7 +338,8 @@ install: $(PLAIT) $(PLAIT_TRAIN) $(SPANK_SO) docs
 uninstall:
 	rm -f $(INSTALLED)
 	-rmdir $(sort $(dir $(addprefix $(DEST)/share/plait/,$(EXAMPLE_FILES)))) \
-		$(DEST)/share/plait/examples $(DEST)/share/plait $(DEST)/share/doc/plait 2>/dev/null
+		$(DEST)/share/plait/examples $(DEST)/share/plait $(DEST)/share/doc/plait \
+		$(if $(CUDA_SO),$(DEST)/lib/plait) 2>/dev/null
 
 format:
 	clang-format -i $(shell git ls-files '*.c' '*.h')

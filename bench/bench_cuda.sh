@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # make bench-cuda — GPT-2 124M (vocab 50304), seq 1024, bf16, on this machine's
-# GPU 0 at micro-batch 16 and 32: plait-train's tokens/s (median of the timed
-# steps, the first dropped) and MFU, (6·N + 12·L·C·T) FLOPs per token against
-# the GPU's dense bf16 peak (PLAIT_BENCH_PEAK_TFLOPS, default 989: an H100 SXM).
-# Not a test: it asserts nothing. PyTorch's figure (torch.compile, bf16 autocast,
-# SDPA, fused AdamW) is not measured here yet; issue 11 quotes 440k tok/s at
-# 16×1024 and 482k at 32×1024 on an H100 80GB SXM.
+# GPU 0 at micro-batch 16 and 32: plait-train's tokens/s and step time (medians
+# of the timed steps, the first dropped) and MFU (metrics.jsonl's "mfu": 6·N +
+# 12·L·C·T FLOPs per token, common/gpu.c, over the GPU's dense bf16 datasheet
+# peak), beside what `plait check` models for the same plan on this machine
+# (step time, MFU) and their ratio. Beside each, in the same run, PyTorch's
+# (bench/torch_gpt2.py: the same model, batch and AdamW, with torch.compile,
+# bf16 autocast, SDPA and the fused AdamW) and plait's ratio to it (the goal:
+# above 1 at both batch sizes); and llm.c's where LLMC_BIN names a built
+# train_gpt2cu. Issue 11 quotes PyTorch at 440k tok/s at 16×1024 and 482k at
+# 32×1024 on an H100 80GB SXM, the anchor the cost model is calibrated to
+# (common/layout.c). Then where a step goes. Not a test: it asserts nothing.
 #   BENCH_STEPS   timed steps per run (default 10)
+#   LLMC_BIN      llm.c's train_gpt2cu, to run on the same tokens (optional)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${PLAIT_BUILD:-build}
 PY=/usr/bin/python3
 STEPS=${BENCH_STEPS:-10}
-PEAK=${PLAIT_BENCH_PEAK_TFLOPS:-989}
 work=$(mktemp -d /tmp/plait-bench-cuda.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
@@ -42,16 +47,79 @@ for B in 16 32; do
  "parallel": {"device": "cuda"},
  "steps": $((STEPS + 1)), "checkpoint": {"every": 0, "keep": 1}}
 EOF
+    # the cost model's view of this plan on this machine's GPU 0
+    "$BUILD/bin/plait" check "$work/plan_$B.json" --gpus-per-node 1 --json >"$work/check_$B.json" \
+        2>"$work/check_$B.err" || { cat "$work/check_$B.err"; echo '{}' >"$work/check_$B.json"; }
     "$BUILD/bin/plait" train "$work/plan_$B.json" --out "$work/run_$B" >"$work/run_$B.log" 2>&1 ||
         { tail -n 20 "$work/run_$B.log"; exit 1; }
-    "$PY" - "$work/run_$B/metrics.jsonl" "$B" "$T" "$L" "$C" "$VP" "$PEAK" <<'EOF'
+    "$PY" - "$work/run_$B/metrics.jsonl" "$work/check_$B.json" "$B" "$T" <<'EOF'
 import json, statistics, sys
-path, B, T, L, C, Vp, peak = sys.argv[1], *map(int, sys.argv[2:7]), float(sys.argv[7])
+path, check_path, B, T = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+anchor = {16: 440e3, 32: 482e3}.get(B)  # issue 11: PyTorch on an H100 80GB SXM
 steps = [r for r in map(json.loads, open(path)) if "tokens_per_s" in r][1:]
 tps = statistics.median(r["tokens_per_s"] for r in steps)
-n_params = Vp * C + T * C + L * 12 * C * C + L * 13 * C + 2 * C  # GPT-2, tied head
-flops = 6 * n_params + 12 * L * C * T
-print(f"plait-train bf16 {B}x{T}: {tps:,.0f} tokens/s, MFU {100 * tps * flops / (peak * 1e12):.1f}% "
-      f"of {peak:.0f} TFLOP/s ({len(steps)} steps)")
+ms = statistics.median(r["ms"] for r in steps)
+mfus = [r["mfu"] for r in steps if "mfu" in r]
+check = json.load(open(check_path))
+gpus = [g for n in check.get("nodes", []) for g in n.get("gpu_models", [])]
+gpu = gpus[0]["model"] if gpus and gpus[0]["model"] else "an unknown GPU"
+model_ms = 1e3 * check.get("step_time_s", {}).get("total", 0)
+model_mfu = check.get("modelled_mfu")
+mfu = f"MFU {100 * statistics.median(mfus):.1f}%" if mfus else "MFU unknown (GPU peak unknown)"
+print(f"plait-train bf16 {B}x{T} on {gpu}: {tps:,.0f} tokens/s, {mfu} ({len(steps)} steps)")
+if model_ms > 0:
+    print(f"  step: measured {ms:.1f} ms, modelled {model_ms:.1f} ms (modelled/measured "
+          f"{model_ms / ms:.2f})" + (f", modelled MFU {100 * model_mfu:.1f}%" if model_mfu else ""))
+else:
+    print(f"  step: measured {ms:.1f} ms; plait check could not model it (see above)")
+if anchor:
+    print(f"  PyTorch anchor {anchor:,.0f} tokens/s (H100 80GB SXM): plait/anchor {tps / anchor:.2f}")
+open(path + ".tps", "w").write(str(tps))
 EOF
+    if "$PY" bench/torch_gpt2.py --micro-batch "$B" --seq-len "$T" --layers "$L" --heads "$NH" \
+        --hidden "$C" --vocab "$V" --padded-vocab "$VP" --steps "$STEPS" >"$work/torch_$B.json" \
+        2>"$work/torch_$B.log"; then
+        "$PY" - "$work/torch_$B.json" "$work/run_$B/metrics.jsonl.tps" "$B" "$T" <<'EOF'
+import json, sys
+torch = json.load(open(sys.argv[1]))["tokens_per_s"]
+plait = float(open(sys.argv[2]).read())
+print(f"PyTorch     bf16 {sys.argv[3]}x{sys.argv[4]}: {torch:,.0f} tokens/s "
+      f"(torch.compile, autocast, SDPA, fused AdamW); plait / PyTorch = {plait / torch:.2f}")
+EOF
+    else
+        echo "PyTorch     bf16 ${B}x$T: did not run: $(tail -n 1 "$work/torch_$B.log")"
+    fi
+    if [ -n "${LLMC_BIN:-}" ]; then # llm.c, GPT-2 124M from scratch (-e d12) on the same tokens
+        if "$LLMC_BIN" -e d12 -i "$work/tokens.bin" -j "$work/tokens.bin" -b "$B" -t "$T" \
+            -x $((STEPS + 1)) -v 100000 -s 100000 -o "$work/llmc_$B" >"$work/llmc_$B.log" 2>&1; then
+            grep -o '[0-9]* tok/s' "$work/llmc_$B.log" | tail -n "$STEPS" | sort -n |
+                awk -v B="$B" -v T="$T" '{v[NR] = $1} END {
+                    printf "llm.c       bf16 %sx%s: %s tokens/s (median)\n", B, T, v[int((NR + 1) / 2)] }'
+        else
+            echo "llm.c: did not run: $(tail -n 1 "$work/llmc_$B.log")"
+        fi
+    fi
 done
+
+# where a step goes: plait's own time per phase (PLAIT_PROFILE=1 waits for the
+# device around each phase, so the run is a little slower than the ones above),
+# and, where Nsight Systems is installed, the time per CUDA kernel
+echo
+echo "where a 16x1024 step goes (PLAIT_PROFILE=1):"
+PLAIT_PROFILE=1 "$BUILD/bin/plait" train "$work/plan_16.json" --out "$work/run_prof" --set steps=4 \
+    >"$work/prof.log" 2>&1 && sed -n '/^profile over/,/^  step/p' "$work/prof.log" ||
+    tail -n 5 "$work/prof.log"
+NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null || true)
+if [ -n "$NSYS" ]; then
+    echo
+    echo "time per CUDA kernel, 3 steps at 16x1024 (nsys, cuda_gpu_kern_sum):"
+    sed 's/"steps": [0-9]*/"steps": 3/' "$work/plan_16.json" >"$work/plan_nsys.json"
+    TRAIN_ABS=$(cd "$BUILD/bin" && pwd)/plait-train
+    (cd "$work" && PLAIT_RUN_DIR=$work/run_nsys PLAIT_PLAN=$work/plan_nsys.json \
+        "$NSYS" profile --trace=cuda -o "$work/nsys" "$TRAIN_ABS" \
+        >"$work/nsys.log" 2>&1) &&
+        "$NSYS" stats --report cuda_gpu_kern_sum --format table "$work/nsys.nsys-rep" 2>/dev/null |
+        head -n 30 || tail -n 5 "$work/nsys.log"
+else
+    echo "(no nsys here: no time per kernel)"
+fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench-memory — per-rank memory and pipeline bubble of real plait train
 # runs against what plait check predicts: each rank's peak resident set after
-# its first step (run.json "memory") over the predicted bytes for its stage,
+# its first step (run.json "memory") over the predicted bytes for its stage
+# (the model's, plus the collectives' shared-memory rings: "comm_rings"),
 # and the measured bubble (metrics.jsonl "parallel") against the simulated one.
 # The model is small in compute and large in activations (32 channels, 32
 # heads, 96 × 128 tokens a micro-batch), so a rank holds hundreds of MB and a
@@ -53,7 +54,7 @@ print(f"  {'layout':<14} {'rank':>4} {'tp,pp,dp':>8} {'predicted':>10} {'allocat
 worst = 0.0
 for name in ("dp2_z0", "dp2_z1", "tp2pp2dp2_z1", "pp2"):
     for r in json.load(open(f"{work}/{name}/run.json"))["memory"]["ranks"]:
-        pred, alloc = r["predicted"]["total"], r["allocated"]["total"]
+        pred, alloc = r["predicted"]["total"] + r["predicted"]["comm_rings"], r["allocated"]["total"]
         rss, base = r["rss_peak_bytes"], r["rss_before_model_bytes"]
         worst = max(worst, abs(rss / pred - 1))
         print(f"  {name:<14} {r['rank']:>4} {r['tp']:>2},{r['pp']},{r['dp']:<3} {pred / MB:>8.1f}MB"

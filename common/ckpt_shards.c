@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/ckptdir.h"
 #include "common/cost.h"
 #include "common/fsutil.h"
 
@@ -139,6 +140,53 @@ void ckpt_layout_free(struct ckpt_layout *l)
     free(l->stage_begin);
     free(l->stage_end);
     l->stage_begin = l->stage_end = NULL;
+}
+
+int ckpt_dir_of_run(const struct plan *p, const char *run_dir, char *out, size_t bytes,
+                    struct plait_error *err)
+{
+    if (p->checkpoint.dir[0] == '/') {
+        if (snprintf(out, bytes, "%s", p->checkpoint.dir) >= (int)bytes)
+            return error_set(err, "checkpoint.dir: path too long");
+        return 0;
+    }
+    return fs_join(out, bytes, run_dir, p->checkpoint.dir, err)
+               ? error_prefix(err, "checkpoint.dir: ")
+               : 0;
+}
+
+int ckpt_newest_batch(const struct plan *p, const char *run_dir, struct ckpt_batch *out)
+{
+    struct plait_error err;
+    char dir[4096];
+    struct ckptdir d = {.path = dir};
+    struct ckpt_entry *list = NULL;
+    int n = 0, found = 0;
+    memset(out, 0, sizeof *out);
+    if (ckpt_dir_of_run(p, run_dir, dir, sizeof dir, &err) || ckptdir_list(&d, &list, &n, &err))
+        return 0;
+    for (int i = 0; i < n && !found; i++) { /* newest first; one that does not read is passed */
+        char cdir[4096], path[4200];
+        struct ckpt_layout l;
+        if (fs_join(cdir, sizeof cdir, dir, list[i].name, &err) || ckpt_layout_read(cdir, &l, &err))
+            continue;
+        ckpt_layout_free(&l);
+        char *text = fs_join(path, sizeof path, cdir, "plan.json", &err)
+                         ? NULL
+                         : fs_read_all(path, NULL, &err);
+        struct plan *before = text ? plan_load_text(text, path, NULL, NULL, 0, &err) : NULL;
+        free(text);
+        if (!before) continue;
+        if (before->batch.micro_batch == p->batch.micro_batch) {
+            *out = (struct ckpt_batch){(int64_t)before->batch.grad_accum * l.dp, l.dp,
+                                       before->batch.grad_accum};
+            found = 1;
+        }
+        plan_free(before);
+        break; /* the newest that reads decides */
+    }
+    free(list);
+    return found;
 }
 
 int ckpt_layout_read(const char *cdir, struct ckpt_layout *out, struct plait_error *err)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/comm_memory.h" // defines: COMM_SHM_RING_BYTES
 #include "common/gpt2_memory.h" // defines: gpt2_memory, the bytes a rank holds
 #include "common/gpt2_shard.h"  // defines: gpt2_shard_init, gpt2_stage_layers
 #include "common/schedule.h"    // defines: schedule_max_in_flight
@@ -188,7 +189,9 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
                                       .zero = p->parallel.zero,
                                       .sequence_parallel =
                                           p->parallel.sequence_parallel && l.tp > 1,
-                                      .split_backward = p->parallel.schedule == PLAN_PIPE_ZB_H1};
+                                      .split_backward = p->parallel.schedule == PLAN_PIPE_ZB_H1,
+                                      /* the CUDA backend's attention keeps no probabilities */
+                                      .fused_attention = p->parallel.device == PLAN_DEVICE_CUDA};
     struct gpt2_shard s;
     struct gpt2_memory mem;
     struct plait_error err;
@@ -288,6 +291,30 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
     return out;
 }
 
+uint64_t cost_comm_ring_bytes(const struct plan *p, struct cost_layout l, int stage)
+{
+    l = layout_sane(l);
+    if (stage < 0 || stage >= l.pp) return 0;
+    struct cost_traffic t = stage_traffic(p, l, stage);
+    double ring = (double)COMM_SHM_RING_BYTES, rings = 0;
+    /* tp, dp: out to the next rank of the ring and in from the previous */
+    rings += 2 * fmin(ring, t.tp_bytes) + 2 * fmin(ring, t.dp_bytes);
+    if (l.pp > 1) {
+        /* each neighbour stage: activations one way, gradients the other; an
+         * interleaved schedule also wraps from the last stage to the first */
+        int v = p->parallel.virtual_stages > 1 ? p->parallel.virtual_stages : 1;
+        double act_bytes = (double)p->model.seq_len * p->batch.micro_batch * p->model.hidden *
+                           (double)activation_bytes(p->precision);
+        double per_way = fmin(ring, p->batch.grad_accum * v * act_bytes);
+        int neighbours = v > 1 ? (l.pp > 2 ? 2 : 1) : (stage > 0) + (stage < l.pp - 1);
+        rings += 2 * neighbours * per_way;
+        struct gpt2_shard s;
+        if ((stage == 0 || stage == l.pp - 1) && !stage_shard(p, l, stage, &s))
+            rings += 2 * fmin(ring, 4.0 * (double)s.elems[GPT2_WTE]); /* fp32, each way */
+    }
+    return (uint64_t)rings;
+}
+
 /* Each communicator's busiest rank, taken separately (the tp peak and the dp
  * peak may sit on different stages). */
 void cost_traffic(const struct plan *p, struct cost_layout l, struct cost_traffic *out)
@@ -348,7 +375,12 @@ static double seconds(double work, double rate)
  * layer's matmuls, on the critical path. pp: the p2p sends, counted in full.
  * bubble: 1F1B idles (pp−1)/m of the compute (Narayanan et al. 2021, §2.2).
  * dp: gradient reduction runs in buckets during backward, so only what
- * exceeds the backward share of the compute (2 of the 6N: 2/3) shows. */
+ * exceeds the backward share of the compute (2 of the 6N: 2/3) shows.
+ * optimizer: AdamW is memory-bound (a few FLOPs per byte): it reads and
+ * writes the weights (fp32 and their 16-bit copy) and both moments and reads
+ * the gradients, 2·(params + optimizer) + grads bytes of the most loaded
+ * stage at the device's memory bandwidth (under ZeRO an upper bound: the
+ * weights outside a rank's slice are only written by the all-gather). */
 void cost_step_time(const struct plan *p, struct cost_layout l, const struct cost_links *links,
                     struct cost_time *out)
 {
@@ -369,7 +401,14 @@ void cost_step_time(const struct plan *p, struct cost_layout l, const struct cos
         out->dp_s = HUGE_VAL;
     else
         out->dp_s = isinf(overlap_s) ? 0.0 : fmax(0.0, dp_raw_s - overlap_s);
-    out->total_s = out->compute_s + out->tp_s + out->pp_s + out->bubble_s + out->dp_s;
+    if (links->device_memory_gbps > 0) {
+        struct cost_memory mem;
+        cost_memory(p, l, &mem, NULL);
+        double bytes = 2.0 * ((double)mem.params + (double)mem.optimizer) + (double)mem.grads;
+        out->optimizer_s = seconds(bytes, links->device_memory_gbps * 1e9);
+    }
+    out->total_s =
+        out->compute_s + out->tp_s + out->pp_s + out->bubble_s + out->dp_s + out->optimizer_s;
 }
 
 const char *cost_link_name(enum cost_link link)

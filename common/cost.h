@@ -58,6 +58,18 @@ struct cost_traffic {
 };
 void cost_traffic(const struct plan *p, struct cost_layout l, struct cost_traffic *out);
 
+/* Host memory the socket backend's shared-memory rings take on one CPU rank of
+ * `stage` by the end of its first step, when its peers share its node (peers
+ * on other nodes use TCP, whose buffers are the kernel's: then this is an
+ * upper bound). A ring is touched as far as its traffic reaches, up to
+ * COMM_SHM_RING_BYTES (common/comm_memory.h): per step, a tp or dp ring
+ * algorithm streams its bytes out to one neighbour and in from another, a
+ * pipeline stage exchanges activations and gradients with each neighbour
+ * stage, and the pipeline's ends sum the tied wte. The world's and the
+ * model-parallel group's control-sized messages touch a page or two and are
+ * left out. Not device memory: not in cost_memory's total. */
+uint64_t cost_comm_ring_bytes(const struct plan *p, struct cost_layout l, int stage);
+
 /* Where a communicator's traffic goes and how fast (filled by placement). */
 /* From fastest to slowest; MEMORY is between CPU ranks of one node. */
 enum cost_link {
@@ -73,15 +85,18 @@ struct cost_links {
     enum cost_link tp, pp, dp;        /* the slowest link each group crosses */
     double tp_gbps, pp_gbps, dp_gbps; /* its bandwidth per rank, GB/s */
     double device_tflops;             /* sustained dense matmul rate per device */
+    double device_memory_gbps;        /* the device's memory bandwidth, GB/s (a GPU's
+                                         datasheet figure); 0: not modelled (CPU ranks) */
 };
 
 struct cost_time {
-    double compute_s, tp_s, pp_s, dp_s, bubble_s, total_s;
+    double compute_s, tp_s, pp_s, dp_s, bubble_s, optimizer_s, total_s;
 };
 
 /* Step-time estimate: compute, tp (on the critical path), pp p2p and bubble
  * ((pp−1)/grad_accum of the compute, 1F1B), dp (the part not hidden behind
- * backward). */
+ * backward), and the optimizer's pass over the weights at the device's memory
+ * bandwidth (when links->device_memory_gbps is given). */
 void cost_step_time(const struct plan *p, struct cost_layout l, const struct cost_links *links,
                     struct cost_time *out);
 

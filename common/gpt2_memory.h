@@ -37,7 +37,8 @@ enum gpt2_act {
     GPT2_ACT_LN1_RSTD, /* (R) */
     GPT2_ACT_QKV,      /* (N,3C/tp)   column shard */
     GPT2_ACT_ATTY,     /* (N,C/tp) */
-    GPT2_ACT_ATT,      /* (B,NH/tp,T,T) kept without recompute only */
+    GPT2_ACT_ATT,      /* (B,NH/tp,T,T) kept without recompute only; with a fused
+                          attention (B,NH/tp,T): each row's log-sum-exp */
     GPT2_ACT_RES2,     /* (R,C) */
     GPT2_ACT_LN2,      /* (R,C) */
     GPT2_ACT_LN2_MEAN, /* (R) */
@@ -67,7 +68,7 @@ enum gpt2_act {
     GPT2_ACT_DC,       /* (N,C) */
     GPT2_ACT_D3C,      /* (N,3C/tp) */
     GPT2_ACT_D4C,      /* (N,4C/tp) */
-    GPT2_ACT_DATT,     /* (B,NH/tp,T,T) */
+    GPT2_ACT_DATT,     /* (B,NH/tp,T,T); none with a fused attention */
     GPT2_ACT_WHOLE,    /* (N,C)       sequence parallel only: rows gathered from the group */
     GPT2_ACTS
 };
@@ -86,6 +87,9 @@ struct gpt2_memory_shape {
     int zero;   /* ZeRO stage 0..3 */
     bool sequence_parallel; /* the residual stream on N/tp rows (tp > 1, N divisible by tp) */
     bool split_backward;    /* zero-bubble schedules: the G_* buffers */
+    bool fused_attention;   /* the backend's fused attention (kernels/ops.h
+                               attention_*_fused, the CUDA backend's): no
+                               (B,NH,T,T) probabilities, their gradient neither */
 };
 
 struct gpt2_buffer {

@@ -36,6 +36,12 @@ struct layout_eval {
 
 void layout_evaluate(const struct plan *p, struct cost_layout l, const struct place_node *nodes,
                      int n_nodes, const struct layout_inputs *in, struct layout_eval *e);
+
+/* p with parallel.device "auto" resolved to where the map placed the ranks
+ * (a shallow copy, valid while p is): what a rank holds depends on it (a
+ * GPU's fused attention keeps no probabilities, cost.h), so the memory of a
+ * placed layout is counted on this. */
+struct plan layout_plan_as_placed(const struct plan *p, const struct rank_map *m);
 void layout_eval_free(struct layout_eval *e);
 
 /* The layout of plan on these nodes: its own degrees, dp "auto" filling the
@@ -49,8 +55,18 @@ int layout_choose(const struct plan *p, const struct place_node *nodes, int n_no
                   struct layout_eval *best, struct plait_error *err);
 
 /* The sustained matmul rate the cost model assumes for a node's devices
- * (TFLOP/s; a CPU rank: what this project's CPU kernels reach). */
+ * (TFLOP/s): a calibrated share of the first GPU's dense datasheet peak in
+ * this precision (common/gpu.h); a CPU rank: what this project's CPU kernels
+ * reach. */
 double layout_device_tflops(const struct topo *t, enum plan_precision precision);
+
+/* The same for one GPU model (spec NULL: a GPU plait does not know). */
+double layout_gpu_tflops(const struct gpu_spec *spec, enum plan_precision precision);
+
+/* The memory bandwidth of a node's GPUs (GB/s, the datasheet's), 0 when the
+ * node has none or plait does not know them (the cost model then leaves the
+ * optimizer's pass out, as for CPU ranks). */
+double layout_device_memory_gbps(const struct topo *t);
 
 /* The smallest device memory among the nodes (bytes), 0 when unknown. */
 uint64_t layout_device_memory(const struct place_node *nodes, int n, double override_gb);

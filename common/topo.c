@@ -12,6 +12,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/gpu.h" // defines: gpu_spec_by_pci, gpu_spec_by_name, gpu_nvml_*
+
 /* hwloc 2.x and 3.x. We compile against 2.x. hwloc 3.0 turned the OS-device type into a set of
  * flags (attr->osdev.types; a CUDA device is GPU|COPROC) and renamed BLOCK to STORAGE, so
  * `attr->osdev.type == HWLOC_OBJ_OSDEV_...` neither compiles nor means the same there. So devices
@@ -208,24 +210,61 @@ static int compare_found_by_cuda(const void *a, const void *b)
            ((const struct gpu_found *)b)->gpu.cuda_index;
 }
 
-static void describe_gpu(struct gpu_found *f)
+/* Model and memory from the most trusted source that has them (topo.h): NVML (nvml not NULL
+ * only for the live machine), hwloc's CUDA, NVML or OpenCL OS devices, the table of GPUs by PCI
+ * id, and for the model the PCI device name hwloc found in pci.ids. */
+static void describe_gpu(struct gpu_found *f, struct gpu_nvml *nvml)
 {
-    const char *nvml_model = NULL, *cuda_model = NULL;
+    const char *nvml_model = NULL, *cuda_model = NULL, *opencl_model = NULL;
+    uint64_t cuda_bytes = 0, opencl_bytes = 0, nvml_bytes = 0;
+    struct topo_gpu *g = &f->gpu;
     f->cuda = -1;
-    busid_of(f->pci, f->gpu.busid);
+    busid_of(f->pci, g->busid);
+    g->pci_device = f->pci->attr->pcidev.device_id;
     for (hwloc_obj_t o = f->pci->io_first_child; o; o = o->next_sibling) {
         if (osdev_of_backend(o, "CUDA")) {
             cuda_model = hwloc_obj_get_info_by_name(o, "GPUModel");
             const char *kib = hwloc_obj_get_info_by_name(o, "CUDAGlobalMemorySize");
-            if (kib) f->gpu.memory_bytes = strtoull(kib, NULL, 10) * 1024u;
+            if (kib) cuda_bytes = strtoull(kib, NULL, 10) * 1024u;
             f->cuda = cuda_number(o);
         } else if (osdev_of_backend(o, "NVML")) {
             nvml_model = hwloc_obj_get_info_by_name(o, "GPUModel");
+        } else if (osdev_of_backend(o, "OpenCL")) {
+            opencl_model = hwloc_obj_get_info_by_name(o, "GPUModel");
+            const char *kib = hwloc_obj_get_info_by_name(o, "OpenCLGlobalMemorySize");
+            if (kib) opencl_bytes = strtoull(kib, NULL, 10) * 1024u;
         }
     }
-    const char *model = nvml_model ? nvml_model : cuda_model;
-    if (!model) model = hwloc_obj_get_info_by_name(f->pci, "PCIDevice");
-    copy_str(f->gpu.model, sizeof f->gpu.model, model);
+    const struct gpu_spec *by_pci = gpu_spec_by_pci(f->pci->attr->pcidev.vendor_id, g->pci_device);
+    char nvml_name[96] = "";
+    if (nvml) gpu_nvml_describe(nvml, g->busid, nvml_name, sizeof nvml_name, &nvml_bytes);
+    const char *hwloc_model = nvml_model ? nvml_model : cuda_model ? cuda_model : opencl_model;
+    const char *pci_ids = hwloc_obj_get_info_by_name(f->pci, "PCIDevice");
+    const struct {
+        const char *model, *source;
+    } models[] = {{nvml_name, "NVML"},
+                  {hwloc_model, "hwloc"},
+                  {by_pci ? by_pci->name : NULL, "PCI id"},
+                  {pci_ids, "pci.ids"}};
+    g->model_source = "";
+    for (size_t k = 0; k < sizeof models / sizeof models[0] && !*g->model_source; k++)
+        if (models[k].model && *models[k].model) {
+            copy_str(g->model, sizeof g->model, models[k].model);
+            g->model_source = models[k].source;
+        }
+    const struct {
+        uint64_t bytes;
+        const char *source;
+    } memories[] = {{nvml_bytes, "NVML"},
+                    {cuda_bytes ? cuda_bytes : opencl_bytes, "hwloc"},
+                    {by_pci ? by_pci->memory_bytes : 0, "PCI id"}};
+    g->memory_source = "";
+    for (size_t k = 0; k < sizeof memories / sizeof memories[0] && !*g->memory_source; k++)
+        if (memories[k].bytes) {
+            g->memory_bytes = memories[k].bytes;
+            g->memory_source = memories[k].source;
+        }
+    g->spec = by_pci ? by_pci : gpu_spec_by_name(g->model);
 }
 
 /* CUDA indexes: a GPU's cudaN when hwloc saw the CUDA runtime; the others follow in PCI
@@ -249,11 +288,13 @@ static void assign_cuda_indexes(struct gpu_found *found, int n)
     for (int i = 0; i < n && bad; i++) found[i].gpu.cuda_index = i;
 }
 
-static int load_gpus(struct loader *ld)
+static int load_gpus(struct loader *ld, bool live)
 {
     struct topo *t = ld->t;
     int n = 0, cap = 0, rc = -1;
     struct gpu_found *found = NULL;
+    struct gpu_nvml *nvml = NULL; /* the live machine's driver, when it has NVML */
+    bool nvml_tried = false;
     for (hwloc_obj_t pci = NULL; (pci = hwloc_get_next_pcidev(ld->hw, pci));) {
         if (!is_nvidia_gpu(pci)) continue;
         if (n == cap) {
@@ -267,7 +308,11 @@ static int load_gpus(struct loader *ld)
         }
         memset(&found[n], 0, sizeof found[n]);
         found[n].pci = pci;
-        describe_gpu(&found[n]);
+        if (live && !nvml_tried) {
+            nvml = gpu_nvml_open();
+            nvml_tried = true;
+        }
+        describe_gpu(&found[n], nvml);
         n++;
     }
     if (n == 0) {
@@ -296,6 +341,7 @@ static int load_gpus(struct loader *ld)
     }
     rc = 0;
 out:
+    gpu_nvml_close(nvml);
     free(found);
     return rc;
 }
@@ -674,7 +720,7 @@ static int load(struct topo *t, const char *xml_path, const char *xml_text, size
     copy_str(t->hostname, sizeof t->hostname, host);
     int n_numa = hwloc_get_nbobjs_by_type(ld.hw, HWLOC_OBJ_NUMANODE);
     t->n_numa = n_numa > 0 ? n_numa : 0;
-    if (load_cores(&ld) < 0 || load_gpus(&ld) < 0 || load_nvlink(&ld) < 0 ||
+    if (load_cores(&ld) < 0 || load_gpus(&ld, !xml_path && !xml_text) < 0 || load_nvlink(&ld) < 0 ||
         load_domains(&ld) < 0 || load_nics(&ld) < 0 || load_affinity(&ld) < 0)
         goto out;
     rc = 0;
@@ -726,6 +772,16 @@ out:
     if (buf) hwloc_free_xmlbuffer(ld.hw, buf);
     if (ld.hw) hwloc_topology_destroy(ld.hw);
     return rc;
+}
+
+const struct gpu_spec *topo_gpu_spec(const struct topo *t, int cuda_index)
+{
+    bool one_model = t->n_gpus > 0;
+    for (int g = 1; g < t->n_gpus && one_model; g++) one_model = t->gpus[g].spec == t->gpus[0].spec;
+    if (one_model) return t->gpus[0].spec;
+    for (int g = 0; g < t->n_gpus; g++)
+        if (t->gpus[g].cuda_index == cuda_index) return t->gpus[g].spec;
+    return NULL;
 }
 
 void topo_free(struct topo *t)

@@ -12,6 +12,8 @@
 
 #include "common/error.h"
 
+struct gpu_spec; /* common/gpu.h: a GPU model's peaks and bandwidth */
+
 struct topo_core {
     int os_index; /* hwloc Core os_index */
     int *pus;     /* os indexes of its hardware threads, ascending */
@@ -27,9 +29,19 @@ struct topo_gpu {
     int *local_cores; /* indexes into topo.cores of the cores local to it (its
                          non-I/O ancestor's cpuset), ascending */
     int n_local_cores;
-    uint64_t memory_bytes; /* 0 when the topology does not say */
-    char model[96];        /* "NVIDIA H100 80GB HBM3", or "" */
-    int domain;            /* its NVLink domain: index into topo.domains */
+    unsigned pci_device; /* its PCI device id (vendor 10de): 0x2330 for an H100 SXM5 */
+    /* What it is, from the most trusted source that says: NVML (the live
+     * machine, when the driver's library is there), hwloc's CUDA, NVML or
+     * OpenCL OS devices (GPUModel, CUDAGlobalMemorySize, OpenCLGlobalMemorySize),
+     * plait's table of GPUs by PCI id (common/gpu.h), the PCI device name
+     * hwloc took from pci.ids (model only). */
+    uint64_t memory_bytes;       /* 0 when nothing says */
+    char model[96];              /* "NVIDIA H100 80GB HBM3", or "" */
+    const char *model_source;    /* "NVML", "hwloc", "PCI id", "pci.ids", or "" */
+    const char *memory_source;   /* "NVML", "hwloc", "PCI id", or "" */
+    const struct gpu_spec *spec; /* its peaks and bandwidth: by PCI id, else by model
+                                    name; NULL when plait does not know it */
+    int domain;                  /* its NVLink domain: index into topo.domains */
 };
 
 enum topo_nic_kind {
@@ -97,6 +109,11 @@ int topo_load_xml_text(struct topo *t, const char *xml, size_t xml_bytes, const 
  * (malloc'ed, NUL-terminated; *xml_bytes without the NUL), so that another
  * process can load exactly this node with topo_load_xml_text. */
 int topo_export_xml(const char *xml_path, char **xml, size_t *xml_bytes, struct plait_error *err);
+
+/* The GPU model of the rank on CUDA device cuda_index: that GPU's, or the
+ * node's when all its GPUs are one model (a CUDA_VISIBLE_DEVICES renumbering
+ * then does not matter). NULL when unknown. */
+const struct gpu_spec *topo_gpu_spec(const struct topo *t, int cuda_index);
 
 /* "0-13,112-125": the PUs of the given cores (indexes into t->cores) as a
  * Linux CPU list, written into buf. */

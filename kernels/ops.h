@@ -38,6 +38,10 @@ struct ops {
      * work of others (collectives) to be ordered against; NULL on the CPU,
      * whose ops are done when they return. */
     void *(*stream)(struct ops_ctx *ctx);
+    /* Waits until every op issued in the context so far is done (errors are
+     * the sticky ones); NULL where ops are done when they return (the CPU).
+     * Only for measuring: PLAIT_PROFILE's time per phase on a GPU. */
+    void (*synchronize)(struct ops_ctx *ctx);
 
     /* memory: alloc returns zeroed memory or NULL */
     void *(*alloc)(struct ops_ctx *ctx, size_t bytes);
@@ -80,6 +84,13 @@ struct ops {
      * the product accumulates in fp32. */
     void (*matmul_forward)(struct ops_ctx *ctx, float *out, const float *inp, const float *w,
                            const uint16_t *w16, const float *bias, int N, int C, int OC);
+    /* Optional (NULL: matmul_forward, then gelu_forward): pre (N,OC) = inp ·
+     * wᵀ + bias as matmul_forward computes it, and out (N,OC) = gelu(pre) in
+     * the same pass (the MLP's first product; cuBLASLt's GELU epilogue). The
+     * same values within fp32 rounding. */
+    void (*matmul_forward_gelu)(struct ops_ctx *ctx, float *out, float *pre, const float *inp,
+                                const float *w, const uint16_t *w16, const float *bias, int N,
+                                int C, int OC);
     /* dinp (N,C) = dout · w (overwritten);
      * dw (OC,C) = dw·accumulate + doutᵀ · inp;  dbias (OC) likewise, may be NULL.
      * dinp NULL: the weight gradients only; dw NULL: the input gradient only

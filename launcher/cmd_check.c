@@ -1,7 +1,8 @@
 /* cmd_check.c — `plait check PLAN [--nodes N] [--gpus-per-node G] [--k8s-nodes FILE]
  * [--topology FILE.xml ...] [--json]`: validates the plan, resolves "auto"
  * degrees with the cost model, places the ranks on the nodes' topologies and
- * prints the memory table, the traffic table and the rank map (or one JSON
+ * prints the nodes' GPUs (model, memory, dense peaks), the memory table, the
+ * traffic table with the modelled step and MFU, and the rank map (or one JSON
  * object). Exits 1 with the reason when the plan cannot run there. */
 #include <jansson.h>
 #include <math.h>
@@ -11,6 +12,7 @@
 
 #include "common/cost.h"
 #include "common/env.h"
+#include "common/gpu.h"
 #include "common/layout.h"
 #include "common/log.h"
 #include "common/place.h"
@@ -79,7 +81,7 @@ const struct cli_command cmd_check_cli = {
                                 "device memory, when the topology does not state it"},
             [OPT_DEVICE_TFLOPS] = {"--device-tflops", "T",
                                    "sustained dense matmul rate per device (default: from the\n"
-                                   "GPU model, half its datasheet peak)"},
+                                   "GPU model, 0.41 of its dense datasheet peak)"},
             [OPT_PCIE_GBPS] = {"--pcie-gbps", "B",
                                "GPU to GPU bandwidth over PCIe, GB/s (default 25)"},
             [OPT_NETWORK_GBPS] = {"--network-gbps", "B", "bandwidth of one NIC, GB/s (default 50)"},
@@ -167,6 +169,72 @@ static int parse_args(int argc, char **argv, struct check_args *a)
 
 /* ---- devices: memory and speed ------------------------------------------------------- */
 
+/* What the GPUs like node GPU g are, on one line: model, PCI id, memory, dense
+ * peaks and memory bandwidth, each with where it came from; or that plait
+ * does not know them. */
+static void print_gpu_kind(const struct topo *t, int g, int count)
+{
+    const struct topo_gpu *gpu = &t->gpus[g];
+    const struct gpu_spec *spec = gpu->spec;
+    printf("    %d × ", count);
+    if (*gpu->model)
+        printf("%s (10de:%04x, named by %s)", gpu->model, gpu->pci_device, gpu->model_source);
+    else
+        printf("unknown GPU 10de:%04x (no NVML, no hwloc GPU model, not in plait's table)",
+               gpu->pci_device);
+    if (gpu->memory_bytes)
+        printf(", %.1f GiB (%s)", gpu->memory_bytes / (double)(1ull << 30), gpu->memory_source);
+    else
+        printf(", memory unknown");
+    if (spec && spec->fp8_tflops > 0)
+        printf(", dense peaks bf16 %.0f / fp8 %.0f TFLOP/s, memory %.0f GB/s\n", spec->bf16_tflops,
+               spec->fp8_tflops, spec->memory_gbps);
+    else if (spec)
+        printf(", dense peak bf16 %.0f TFLOP/s (no fp8), memory %.0f GB/s\n", spec->bf16_tflops,
+               spec->memory_gbps);
+    else
+        printf(", peaks unknown (the cost model assumes %.0f TFLOP/s sustained bf16; "
+               "--device-tflops T says)\n",
+               layout_gpu_tflops(NULL, PLAN_PRECISION_BF16));
+}
+
+/* Each kind of GPU of a node (same model, PCI id and memory) once, with its count. */
+static void print_gpu_kinds(const struct topo *t)
+{
+    for (int g = 0; g < t->n_gpus; g++) {
+        bool first = true;
+        int count = 0;
+        for (int k = 0; k < t->n_gpus; k++) {
+            const struct topo_gpu *a = &t->gpus[g], *b = &t->gpus[k];
+            bool same = a->pci_device == b->pci_device && a->memory_bytes == b->memory_bytes &&
+                        strcmp(a->model, b->model) == 0;
+            if (same && k < g) first = false;
+            count += same;
+        }
+        if (first) print_gpu_kind(t, g, count);
+    }
+}
+
+/* The plan's GPUs: those of its ranks' nodes (NULL for CPU ranks, or when
+ * plait does not know the first rank's GPU). */
+static const struct gpu_spec *plan_gpu(const struct layout_eval *e, const struct place_node *nodes)
+{
+    const struct place_rank *r0 = &e->map.ranks[0];
+    if (e->map.world < 1 || r0->gpu < 0) return NULL;
+    const struct topo *t = nodes[r0->node].topo;
+    return t->gpus[r0->gpu].spec;
+}
+
+/* The modelled MFU of a GPU plan (a fraction), 0 when the GPU's peak is unknown. */
+static double modelled_mfu(const struct plan *p, const struct layout_eval *e,
+                           const struct place_node *nodes)
+{
+    struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
+    double peak = gpu_peak_tflops(plan_gpu(e, nodes), p->precision);
+    return gpu_mfu(gpu_flops_per_token(&cfg, p->model.seq_len), e->tokens_per_s, peak,
+                   e->map.world);
+}
+
 /* ---- output ---------------------------------------------------------------------------------- */
 
 /* Each "auto" candidate: a table row (unless --json) and a JSON record. */
@@ -241,6 +309,7 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
                          const struct place_node *nodes, int n_nodes, uint64_t gpu_mem)
 {
     const struct rank_map *m = &e->map;
+    const struct plan placed = layout_plan_as_placed(p, m); /* what the ranks hold */
     printf("layout: tp %d × pp %d × dp %d = %d rank%s on %d node%s\n", m->tp, m->pp, m->dp,
            m->world, m->world == 1 ? "" : "s", n_nodes, n_nodes == 1 ? "" : "s");
     for (int i = 0; i < n_nodes; i++) {
@@ -248,6 +317,7 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
         printf("  node %d: %s, %d slot%s, %d GPU%s, %d NIC%s (%s)\n", i, nodes[i].name,
                nodes[i].slots, nodes[i].slots == 1 ? "" : "s", t->n_gpus, t->n_gpus == 1 ? "" : "s",
                t->n_nics, t->n_nics == 1 ? "" : "s", t->source);
+        print_gpu_kinds(t);
         for (int d = 0; d < t->n_domains; d++) {
             const struct topo_domain *dom = &t->domains[d];
             double least = 0;
@@ -277,7 +347,7 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
            "grads", "optimizer", "activations", "total");
     for (int s = 0; s < m->pp; s++) {
         struct cost_memory mem;
-        cost_memory_stage(p, e->layout, s, &mem);
+        cost_memory_stage(&placed, e->layout, s, &mem);
         struct gpt2_part part = cost_stage_part(p, 1, 0, m->pp, s);
         char layers[32];
         if (part.chunks > 1) /* interleaved: chunks of the even split */
@@ -288,6 +358,16 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
         printf("  %5d %9s %12lld %8.2f %8.2f %10.2f %12.2f %8.2f\n", s, layers,
                (long long)mem.param_count, mem.params / unit, mem.grads / unit,
                mem.optimizer / unit, mem.activations / unit, mem.total / unit);
+    }
+    if (m->world > 1 && m->ranks[0].gpu < 0) { /* CPU ranks: the socket backend's rings */
+        uint64_t rings = 0;
+        for (int s = 0; s < m->pp; s++) {
+            uint64_t b = cost_comm_ring_bytes(p, e->layout, s);
+            rings = b > rings ? b : rings;
+        }
+        printf("  + up to %.2f host memory a rank for the collectives' shared-memory rings "
+               "(peers on its node)\n",
+               rings / unit);
     }
     if (fp8)
         printf("  fp8 keeps no weight copy: each product quantises the fp32 weights (params: "
@@ -315,10 +395,27 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
         printf("  %4s %14.0f %9s %10.1f %8.4f  %s\n", rows[k].name, rows[k].bytes,
                cost_link_name(rows[k].c->slowest), rows[k].c->gbps, rows[k].s, by);
     }
+    char optimizer[64] = ""; /* GPUs: AdamW's pass at the memory bandwidth */
+    if (e->time.optimizer_s > 0)
+        snprintf(optimizer, sizeof optimizer, ", optimizer %.3f", e->time.optimizer_s);
     printf("  modelled step: %.3f s (compute %.3f, tp %.3f, pp %.3f + bubble %.3f, dp exposed "
-           "%.3f); %.0f tokens/s\n",
+           "%.3f%s); %.0f tokens/s\n",
            e->time.total_s, e->time.compute_s, e->time.tp_s, e->time.pp_s, e->time.bubble_s,
-           e->time.dp_s, e->tokens_per_s);
+           e->time.dp_s, optimizer, e->tokens_per_s);
+    const struct gpu_spec *gpu = plan_gpu(e, nodes);
+    if (gpu) {
+        struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
+        printf("  modelled MFU: %.1f%% of %d × %s's dense %s peak, %.0f TFLOP/s each "
+               "(%.1f MFLOP per token: 6·N + 12·L·C·T)\n",
+               100 * modelled_mfu(p, e, nodes), m->world, gpu->name,
+               p->precision == PLAN_PRECISION_FP8 && gpu->fp8_tflops > 0 ? "fp8"
+               : p->precision == PLAN_PRECISION_FP32                     ? "tf32"
+                                                                         : "bf16",
+               gpu_peak_tflops(gpu, p->precision),
+               gpu_flops_per_token(&cfg, p->model.seq_len) / 1e6);
+    } else if (m->world > 0 && m->ranks[0].gpu >= 0) {
+        printf("  modelled MFU: unknown (plait does not know this GPU's peak)\n");
+    }
     printf("\nrank map:\n  %5s %4s %5s %3s %3s %3s %13s %4s %6s %8s %5s  %s\n", "rank", "node",
            "local", "tp", "pp", "dp", "gpu", "idx", "domain", "nic", "numa", "cpus");
     for (int r = 0; r < m->world; r++) {
@@ -332,6 +429,38 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
                pr->gpu >= 0 ? t->gpus[pr->gpu].domain : -1,
                pr->nic >= 0 ? t->nics[pr->nic].name : "-", pr->numa, cpus);
     }
+}
+
+/* A number, or null when 0 (unknown). */
+static json_t *real_or_null(double x)
+{
+    return x > 0 ? json_real(x) : json_null();
+}
+
+/* What each GPU of a node is (by CUDA index): model, PCI id, memory, peaks. */
+static json_t *gpu_models_json(const struct topo *t)
+{
+    json_t *list = json_array();
+    for (int g = 0; g < t->n_gpus; g++) {
+        const struct topo_gpu *gpu = &t->gpus[g];
+        const struct gpu_spec *spec = gpu->spec;
+        char pci_id[16];
+        snprintf(pci_id, sizeof pci_id, "10de:%04x", gpu->pci_device);
+        json_t *o =
+            json_pack("{s:i,s:s,s:o,s:s,s:o,s:s}", "gpu_index", gpu->cuda_index, "pci_id", pci_id,
+                      "model", *gpu->model ? json_string(gpu->model) : json_null(), "model_source",
+                      gpu->model_source, "memory_bytes",
+                      gpu->memory_bytes ? json_integer((json_int_t)gpu->memory_bytes) : json_null(),
+                      "memory_source", gpu->memory_source);
+        json_object_set_new(o, "dense_peak_tflops",
+                            spec ? json_pack("{s:f,s:o,s:f}", "bf16", spec->bf16_tflops, "fp8",
+                                             real_or_null(spec->fp8_tflops), "tf32",
+                                             spec->tf32_tflops)
+                                 : json_null());
+        json_object_set_new(o, "memory_gbps", real_or_null(spec ? spec->memory_gbps : 0));
+        json_array_append_new(list, o);
+    }
+    return list;
 }
 
 /* A node: its GPUs' NVLink domains (by CUDA index) and GPU-to-GPU bandwidth. */
@@ -355,9 +484,11 @@ static json_t *node_json(const struct place_node *n)
     for (int k = 0; k < t->n_nics; k++)
         json_array_append_new(nics, json_pack("{s:s,s:s,s:s}", "name", t->nics[k].name, "kind",
                                               kinds[t->nics[k].kind], "busid", t->nics[k].busid));
-    return json_pack("{s:s,s:s,s:i,s:i,s:o,s:o,s:o}", "name", n->name, "topology", t->source,
-                     "slots", n->slots, "gpus", t->n_gpus, "nvlink_domains", domains, "nvlink_gbps",
-                     gbps, "nics", nics);
+    json_t *o = json_pack("{s:s,s:s,s:i,s:i,s:o,s:o,s:o}", "name", n->name, "topology", t->source,
+                          "slots", n->slots, "gpus", t->n_gpus, "nvlink_domains", domains,
+                          "nvlink_gbps", gbps, "nics", nics);
+    if (t->n_gpus > 0) json_object_set_new(o, "gpu_models", gpu_models_json(t));
+    return o;
 }
 
 /* The step's pipeline schedule, as the runtime runs it (pp > 1), simulated
@@ -407,18 +538,19 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
                            const struct place_node *nodes, int n_nodes, uint64_t gpu_mem)
 {
     const struct rank_map *m = &e->map;
+    const struct plan placed = layout_plan_as_placed(p, m); /* what the ranks hold */
     json_t *ranks = json_array(), *node_list = json_array(), *stages = json_array();
     for (int r = 0; r < m->world; r++) { /* what its stage's model_init will allocate */
         json_t *rank = rank_json(m, nodes, r);
         struct cost_memory mem;
-        cost_memory_stage(p, e->layout, m->ranks[r].pp, &mem);
+        cost_memory_stage(&placed, e->layout, m->ranks[r].pp, &mem);
         json_object_set_new(rank, "memory_bytes", json_integer((json_int_t)mem.total));
         json_array_append_new(ranks, rank);
     }
     for (int i = 0; i < n_nodes; i++) json_array_append_new(node_list, node_json(&nodes[i]));
     for (int s = 0; s < m->pp; s++) {
         struct cost_memory mem;
-        cost_memory_stage(p, e->layout, s, &mem);
+        cost_memory_stage(&placed, e->layout, s, &mem);
         struct gpt2_part part = cost_stage_part(p, 1, 0, m->pp, s);
         int n_layers = (part.layer_end - part.layer_begin) * (part.chunks > 1 ? part.chunks : 1);
         json_array_append_new(
@@ -449,6 +581,14 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
                         json_pack("{s:f,s:f,s:f,s:f,s:f,s:f}", "compute", e->time.compute_s, "tp",
                                   e->time.tp_s, "pp", e->time.pp_s, "bubble", e->time.bubble_s,
                                   "dp", e->time.dp_s, "total", e->time.total_s));
+    if (m->world > 0 && m->ranks[0].gpu >= 0) { /* a GPU plan */
+        struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
+        json_object_set_new(json_object_get(o, "step_time_s"), "optimizer",
+                            json_real(e->time.optimizer_s));
+        json_object_set_new(o, "flops_per_token",
+                            json_real(gpu_flops_per_token(&cfg, p->model.seq_len)));
+        json_object_set_new(o, "modelled_mfu", real_or_null(modelled_mfu(p, e, nodes)));
+    }
     return o;
 }
 

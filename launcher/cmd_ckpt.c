@@ -555,13 +555,8 @@ int cmd_ckpt_import(int argc, char **argv)
         log_error("ckpt import: %s", err.text);
         goto out;
     }
-    if (plan->checkpoint.dir[0] == '/')
-        snprintf(dir, sizeof dir, "%s", plan->checkpoint.dir);
-    else if (fs_join(dir, sizeof dir, out, plan->checkpoint.dir, &err)) {
-        log_error("ckpt import: %s", err.text);
-        goto out;
-    }
-    if (ckptdir_open(&d, dir, &err) || ckptdir_list(&d, &list, &n, &err)) {
+    if (ckpt_dir_of_run(plan, out, dir, sizeof dir, &err) || ckptdir_open(&d, dir, &err) ||
+        ckptdir_list(&d, &list, &n, &err)) {
         log_error("ckpt import: %s", err.text);
         goto out;
     }

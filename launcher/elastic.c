@@ -1,28 +1,13 @@
 /* elastic.c — plait train's layout on this machine: "auto" tp and pp as 1,
  * an "auto" dp filling the slots while keeping the resumed run's global
- * batch. The runtime reshards the checkpoint to whatever this decides. */
+ * batch (its newest checkpoint's). The runtime reshards the checkpoint to
+ * whatever this decides. */
 #include "launcher/elastic.h"
 
-#include <stdlib.h>
-#include <sys/stat.h>
+#include <stdbool.h>
 
-#include "common/fsutil.h"
+#include "common/ckpt_shards.h"
 #include "common/log.h"
-
-/* The run's previous plan (its plan.json), or NULL when there is none or it
- * does not load (the runtime then says why). */
-static struct plan *previous_plan(const char *run_dir)
-{
-    char path[4096];
-    struct plait_error err;
-    struct stat st;
-    if (!run_dir || fs_join(path, sizeof path, run_dir, "plan.json", &err) || stat(path, &st) != 0)
-        return NULL;
-    char *text = fs_read_all(path, NULL, &err);
-    struct plan *before = text ? plan_load_text(text, path, NULL, NULL, 0, &err) : NULL;
-    free(text);
-    return before;
-}
 
 int elastic_resolve(struct plan *plan, int slots, const char *run_dir, struct plait_error *err)
 {
@@ -48,25 +33,22 @@ int elastic_resolve(struct plan *plan, int slots, const char *run_dir, struct pl
         return error_set(err,
                          "parallel: tp %d × pp %d = %lld ranks do not fit the %d given (--ranks)",
                          par->tp, par->pp, (long long)base, slots);
-    /* the global batch in micro-batches: the resumed run's, else the plan's at most dp */
-    struct plan *before = previous_plan(run_dir);
-    int64_t global = (int64_t)plan->batch.grad_accum * most;
-    bool resumed = before && before->parallel.dp != PLAN_AUTO &&
-                   before->batch.micro_batch == plan->batch.micro_batch;
-    if (resumed) global = (int64_t)before->batch.grad_accum * before->parallel.dp;
+    /* the global batch in micro-batches: the resumed run's (its newest
+     * checkpoint's), else the plan's at most dp */
+    struct ckpt_batch before;
+    bool resumed = run_dir && ckpt_newest_batch(plan, run_dir, &before);
+    int64_t global = resumed ? before.global : (int64_t)plan->batch.grad_accum * most;
     int dp = 0;
     for (int64_t d = most; d >= 1 && !dp; d--)
         if (global % d == 0) dp = (int)d;
     par->dp = dp;
     plan->batch.grad_accum = (int)(global / dp);
-    if (resumed &&
-        (before->parallel.dp != dp || before->batch.grad_accum != plan->batch.grad_accum))
+    if (resumed && (before.dp != dp || before.grad_accum != plan->batch.grad_accum))
         log_info("parallel.dp auto: %d data-parallel replica%s of tp %d × pp %d in %lld rank%s "
                  "(the run had %d); batch.grad_accum %d (it had %d) keeps its global batch of "
                  "%lld micro-batches",
                  dp, dp == 1 ? "" : "s", par->tp, par->pp, (long long)(base * dp),
-                 base * dp == 1 ? "" : "s", before->parallel.dp, plan->batch.grad_accum,
-                 before->batch.grad_accum, (long long)global);
-    plan_free(before);
+                 base * dp == 1 ? "" : "s", before.dp, plan->batch.grad_accum, before.grad_accum,
+                 (long long)global);
     return 0;
 }

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/gpu.h" // defines: gpu_spec_by_name
+
 int fit_nodes_make(const struct plan *p, int n, int gpus_per_node, const struct topo *topos,
                    int n_topos, const char *const *names, struct fit_nodes *out,
                    struct plait_error *err)
@@ -102,6 +104,9 @@ int fit_topo_synthetic(struct topo *t, const struct fit_node_spec *s, struct pla
         gpu->numa = 0;
         gpu->memory_bytes = s->memory_bytes;
         snprintf(gpu->model, sizeof gpu->model, "%s", s->product ? s->product : "");
+        gpu->model_source = *gpu->model ? "nvidia.com/gpu.product" : "";
+        gpu->memory_source = gpu->memory_bytes ? "node labels" : "";
+        gpu->spec = gpu_spec_by_name(gpu->model); /* "NVIDIA-H100-80GB-HBM3" */
         gpu->domain = s->nvlink ? 0 : i;
         if (!(gpu->local_cores = malloc((size_t)per * sizeof(int)))) goto oom;
         gpu->n_local_cores = per;

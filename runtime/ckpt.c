@@ -284,12 +284,14 @@ int ckpt_check_plan(const char *cdir, const struct plan *plan, char *notes, size
     return rc;
 }
 
-int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m,
-                     struct train_state *st, char *name, size_t name_bytes, char *notes,
-                     size_t notes_bytes, struct plait_error *err)
+int ckpt_choose(struct ckptdir *d, const struct plan *plan, const struct model *m,
+                int (*accept)(const char *cdir, void *ctx, struct plait_error *why), void *ctx,
+                char *name, size_t name_bytes, char *notes, size_t notes_bytes,
+                struct plait_error *err)
 {
     struct ckpt_entry *list;
     int n;
+    name[0] = '\0';
     if (ckptdir_list(d, &list, &n, err)) return -1;
     int rc = 0;
     for (int i = 0; i < n; i++) {
@@ -310,8 +312,7 @@ int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m
             rc = CKPT_NOT_THIS_RUN;
             break;
         }
-        if (check_whole(cdir, NULL) ? ckpt_load_resharded(cdir, m, st, &why)
-                                    : ckpt_load_whole(cdir, m, st, &why)) {
+        if (accept && accept(cdir, ctx, &why)) {
             log_warn("checkpoint %s is unusable: %s; trying an older one", cdir, why.text);
             continue;
         }
@@ -326,4 +327,24 @@ int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m
     }
     free(list);
     return rc;
+}
+
+struct load_into {
+    struct model *m;
+    struct train_state *st;
+};
+
+static int load_one(const char *cdir, void *ctx, struct plait_error *why)
+{
+    struct load_into *l = ctx;
+    return check_whole(cdir, NULL) ? ckpt_load_resharded(cdir, l->m, l->st, why)
+                                   : ckpt_load_whole(cdir, l->m, l->st, why);
+}
+
+int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m,
+                     struct train_state *st, char *name, size_t name_bytes, char *notes,
+                     size_t notes_bytes, struct plait_error *err)
+{
+    struct load_into l = {m, st};
+    return ckpt_choose(d, plan, m, load_one, &l, name, name_bytes, notes, notes_bytes, err);
 }

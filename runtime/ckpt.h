@@ -61,6 +61,17 @@ void ckpt_write(struct ckpt_job *job, const struct model *m, const struct train_
                 const char *plan_json);
 int ckpt_commit(struct ckptdir *d, struct ckpt_job *job, int keep, struct plait_error *err);
 
+/* The newest checkpoint of d to resume: the newest that verifies (older ones
+ * are tried past one that does not, with a warning), provided it was written
+ * by a plan this one may resume (notes: what changed) in a layout this model
+ * can load, and that accept (may be NULL) takes (a failure there counts as
+ * unusable). Returns 1 with its name, 0 when d has none, CKPT_NOT_THIS_RUN as
+ * ckpt_load_latest, -1 on any other failure. */
+int ckpt_choose(struct ckptdir *d, const struct plan *plan, const struct model *m,
+                int (*accept)(const char *cdir, void *ctx, struct plait_error *why), void *ctx,
+                char *name, size_t name_bytes, char *notes, size_t notes_bytes,
+                struct plait_error *err);
+
 /* Loads the newest checkpoint of d that verifies. Returns 1 when one was
  * loaded (its name into name, what changed from its plan into notes), 0 when
  * there is none, CKPT_NOT_THIS_RUN when none is usable or the newest usable

@@ -377,47 +377,6 @@ out:
     return rc;
 }
 
-/* Rank 0: the newest checkpoint that verifies and belongs to this plan and
- * layout, into name ("" for none); CKPT_NOT_THIS_RUN when none is usable or
- * the newest does not belong, -1 when the directory cannot be listed. */
-static int choose(struct ckptdir *d, const struct plan *plan, const struct model *m, char *name,
-                  size_t name_bytes, char *notes, size_t notes_bytes, struct plait_error *err)
-{
-    struct ckpt_entry *list;
-    int n;
-    name[0] = '\0';
-    if (ckptdir_list(d, &list, &n, err)) return -1;
-    int rc = 0;
-    for (int i = 0; i < n; i++) {
-        char cdir[4096];
-        struct plait_error why;
-        if (fs_join(cdir, sizeof cdir, d->path, list[i].name, &why) ||
-            ckptdir_verify(d, list[i].name, &why)) {
-            log_warn("checkpoint %s is unusable: %s; trying an older one", cdir, why.text);
-            continue;
-        }
-        if (ckpt_check_plan(cdir, plan, notes, notes_bytes, &why)) {
-            error_set(err, "checkpoint %s was written by a different plan: %s", cdir, why.text);
-            rc = CKPT_NOT_THIS_RUN;
-            break;
-        }
-        if (ckpt_layout_check(cdir, m, &why)) {
-            error_set(err, "checkpoint %s: %s", cdir, why.text);
-            rc = CKPT_NOT_THIS_RUN;
-            break;
-        }
-        snprintf(name, name_bytes, "%s", list[i].name);
-        break;
-    }
-    if (rc == 0 && !name[0] && n > 0) {
-        error_set(err, "%s: none of its %d checkpoint%s is usable (see the warnings above)",
-                  d->path, n, n == 1 ? "" : "s");
-        rc = CKPT_NOT_THIS_RUN;
-    }
-    free(list);
-    return rc;
-}
-
 int ckpt_parts_load(struct ckptdir *d, const char *dir, const struct plan *plan, struct model *m,
                     struct train_state *st, char *name, size_t name_bytes, char *notes,
                     size_t notes_bytes, struct parallel *par, struct plait_error *err)
@@ -427,8 +386,9 @@ int ckpt_parts_load(struct ckptdir *d, const char *dir, const struct plan *plan,
     char choice[1100] = "";
     if (w->rank == 0) {
         struct plait_error why;
-        int rc = choose(d, plan, m, choice, sizeof choice, notes, notes_bytes, &why);
-        if (rc)
+        int rc =
+            ckpt_choose(d, plan, m, NULL, NULL, choice, sizeof choice, notes, notes_bytes, &why);
+        if (rc < 0)
             snprintf(choice, sizeof choice, "%c%s", rc == CKPT_NOT_THIS_RUN ? '!' : '#', why.text);
     }
     if (parallel_share_text(par, "the checkpoint to resume", choice, sizeof choice, err)) return -1;

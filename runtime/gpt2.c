@@ -1,5 +1,6 @@
-/* gpt2.c — GPT-2 initialisation, llm.c checkpoint reading and model FLOPs
- * (the layout is common/gpt2_layout.c). Writing checkpoints (with their manifests) is ckpt.c's. */
+/* gpt2.c — GPT-2 initialisation and llm.c checkpoint reading (model FLOPs are
+ * common/gpu.c's; the layout is common/gpt2_layout.c). Writing checkpoints (with their
+ * manifests) is ckpt.c's. */
 #include "runtime/gpt2.h"
 
 #include <math.h>
@@ -92,14 +93,4 @@ out:
     free(buf16);
     fclose(f);
     return rc;
-}
-
-double gpt2_flops_per_token(const struct gpt2_config *cfg, int seq_len)
-{
-    struct gpt2_layout layout;
-    gpt2_layout(cfg, &layout);
-    /* the position table is a lookup and padded vocabulary rows are not model */
-    double n = (double)(layout.total - layout.elems[GPT2_WPE]) -
-               (double)(cfg->padded_vocab - cfg->vocab) * cfg->hidden;
-    return 6.0 * n + 12.0 * cfg->layers * cfg->hidden * (double)seq_len;
 }

@@ -1,5 +1,5 @@
 /* gpt2.h — GPT-2 parameters at run time: initialisation, loading an llm.c
- * checkpoint, model FLOPs. Their layout is common/gpt2_layout.h; activations
+ * checkpoint (model FLOPs: common/gpu.h). Their layout is common/gpt2_layout.h; activations
  * and the maths are in model.h. */
 #ifndef PLAIT_RUNTIME_GPT2_H
 #define PLAIT_RUNTIME_GPT2_H
@@ -22,9 +22,5 @@ void gpt2_init_weights(const struct gpt2_config *cfg, const struct gpt2_layout *
  * file when crc is not NULL. */
 int gpt2_read_llmc(const char *path, const struct gpt2_config *cfg, float *params, uint32_t *crc,
                    struct plait_error *err);
-
-/* Model FLOPs per token of one training step (6·N + 12·L·C·T, N without the
- * position table), the numerator of "% of peak". */
-double gpt2_flops_per_token(const struct gpt2_config *cfg, int seq_len);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ckpt_shards.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "common/plan.h"
@@ -50,6 +51,35 @@ static void usage(FILE *out)
             "backend in this build), 130 a second SIGINT\n",
             PLAIT_ENV_PLAN_JSON, PLAIT_ENV_PLAN, PLAIT_ENV_RUN_DIR, PLAIT_ENV_RANK,
             PLAIT_ENV_WORLD_SIZE, PLAIT_ENV_DEVICE);
+}
+
+/* The launcher's layout written into the plan's "auto" degrees, so that the
+ * run's plan.json, run.json and checkpoints record the layout that ran; and,
+ * with dp "auto", the grad_accum that keeps the resumed run's global batch
+ * (its newest checkpoint's) when the launcher's dp divides it: a requeue onto
+ * fewer nodes goes on as if nothing happened, as plait train --ranks does
+ * (launcher/elastic.c). Every rank reads the same checkpoint, so all decide
+ * alike; where the dp does not divide it, the resume says that the global
+ * batch changes. */
+static void resolve_layout(struct plan *plan, const struct env_rank *w, const char *run_dir)
+{
+    struct plan_parallel *par = &plan->parallel;
+    struct ckpt_batch before;
+    if (par->dp == PLAN_AUTO && ckpt_newest_batch(plan, run_dir, &before) &&
+        before.global % w->dp == 0 && before.global / w->dp != plan->batch.grad_accum &&
+        !(par->schedule == PLAN_PIPE_INTERLEAVED && before.global / w->dp % w->pp != 0)) {
+        int grad_accum = (int)(before.global / w->dp);
+        if (w->rank == 0)
+            log_info("parallel.dp auto: %d data-parallel replica%s (the run had %d); "
+                     "batch.grad_accum %d (the plan says %d) keeps its global batch of %lld "
+                     "micro-batches",
+                     w->dp, w->dp == 1 ? "" : "s", before.dp, grad_accum, plan->batch.grad_accum,
+                     (long long)before.global);
+        plan->batch.grad_accum = grad_accum;
+    }
+    if (par->tp == PLAN_AUTO) par->tp = w->tp;
+    if (par->pp == PLAN_AUTO) par->pp = w->pp;
+    if (par->dp == PLAN_AUTO) par->dp = w->dp;
 }
 
 int main(int argc, char **argv)
@@ -116,6 +146,7 @@ int main(int argc, char **argv)
         console_stop();
         return PLAIT_EXIT_ERROR;
     }
+    resolve_layout(plan, &where, run_dir);
     char *plan_json = plan_to_json(plan);
     int rc = train_run(plan, plan_json, run_dir, &where, &err);
     if (rc < 0 && err.peer_lost)

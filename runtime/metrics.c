@@ -79,6 +79,7 @@ int metrics_step(struct metrics *mt, const struct step_metrics *s, struct plait_
                           "lr", s->lr, "grad_norm", s->grad_norm, "tokens", (json_int_t)s->tokens,
                           "tokens_total", (json_int_t)s->tokens_total, "ms", s->ms, "tokens_per_s",
                           s->tokens_per_s, "peak_pct", s->peak_pct);
+    if (j && s->mfu > 0) json_object_set_new(j, "mfu", json_real(s->mfu));
     if (j && s->ranks > 1)
         json_object_set_new(
             j, "parallel",

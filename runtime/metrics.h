@@ -1,6 +1,7 @@
 /* metrics.h — metrics.jsonl in the run directory: one JSON object per
  * optimizer step ({"step", "loss", "lr", "grad_norm", "tokens", "tokens_total",
- * "ms", "tokens_per_s", "peak_pct"}, and with several ranks "parallel":
+ * "ms", "tokens_per_s", "peak_pct"[, "mfu" on a GPU whose peak plait knows]}, and with
+ * several ranks "parallel":
  * {"ranks", "compute_pct", "comm_pct", "bubble_pct", ["bubble_simulated_pct" with a
  * pipeline,] "bytes": {"tp", "pp", "dp"}, "wait_ms": {"tp", "pp", "dp"},
  * "straggler": {"rank", "busy_ms", "median_busy_ms"}}) and one per evaluation ({"eval_step",
@@ -26,6 +27,8 @@ struct step_metrics {
     int64_t tokens, tokens_total;
     double ms, tokens_per_s;
     double peak_pct; /* model FLOPs as % of the device's measured rate */
+    double mfu;      /* model FLOPs over the GPUs' dense datasheet peak, a fraction; 0: CPU
+                        ranks or a GPU plait does not know (not written) */
     /* more than one rank (written when ranks > 1): */
     int ranks;
     double compute_pct, comm_pct, idle_pct; /* shares of the step, averaged over the ranks:

@@ -166,7 +166,8 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
                                    .dp = shape->dp,
                                    .zero = shape->zero,
                                    .sequence_parallel = m->sp,
-                                   .split_backward = m->split_backward};
+                                   .split_backward = m->split_backward,
+                                   .fused_attention = ops->attention_forward_fused != NULL};
     if (gpt2_memory(&m->shard, &ms, &m->mem, err) || kernel_limits(cfg, B, T, err)) return -1;
     m->Cl = cfg->hidden / part->tp;
     m->NHl = cfg->heads / part->tp;
@@ -443,9 +444,15 @@ static int layer_forward(struct model *m, struct model_slot *sl, int i, int B, i
          o->layernorm_forward(m->ctx, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(GPT2_LN2W, l),
                               P(GPT2_LN2B, l), R, C));
     if (sp_gather(m, a->ln2, N, &ln, err)) return -1;
-    PROF(pr, PROF_MATMUL_FWD,
-         linear_forward(m, a->fch, ln, GPT2_FCW, l, P(GPT2_FCB, l), N, C, 4 * Cl));
-    PROF(pr, PROF_GELU_FWD, o->gelu_forward(m->ctx, a->fch_gelu, a->fch, (size_t)N * 4 * Cl));
+    if (o->matmul_forward_gelu && m->precision != PLAN_PRECISION_FP8) { /* one pass */
+        PROF(pr, PROF_MATMUL_FWD,
+             o->matmul_forward_gelu(m->ctx, a->fch_gelu, a->fch, ln, P(GPT2_FCW, l),
+                                    weight16(m, GPT2_FCW, l), P(GPT2_FCB, l), N, C, 4 * Cl));
+    } else {
+        PROF(pr, PROF_MATMUL_FWD,
+             linear_forward(m, a->fch, ln, GPT2_FCW, l, P(GPT2_FCB, l), N, C, 4 * Cl));
+        PROF(pr, PROF_GELU_FWD, o->gelu_forward(m->ctx, a->fch_gelu, a->fch, (size_t)N * 4 * Cl));
+    }
     if (row_parallel_forward(m, &proj, a->fch_gelu, GPT2_FCPROJW, GPT2_FCPROJB, l, N, 4 * Cl, err))
         return -1;
     PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(m->ctx, a->res3, a->res2, proj, (size_t)R * C));
@@ -498,9 +505,9 @@ static int head_forward(struct model *m, struct model_slot *sl, const int32_t *t
              o->classifier(m->ctx, sl->logits, m->losses, sl->targets, N, m->cfg.vocab,
                            m->cfg.padded_vocab, grad_scale));
     } else {
-        double t0 = prof_now();
+        double t0 = prof_clock(pr);
         if (vocab_parallel_loss(m, sl, N, grad_scale, err)) return -1;
-        if (!pr->paused) pr->seconds[PROF_LOSS] += prof_now() - t0;
+        if (!pr->paused) pr->seconds[PROF_LOSS] += prof_clock(pr) - t0;
     }
     o->download(m->ctx, m->losses_host, m->losses, (size_t)N * sizeof(float));
     double sum = 0;
@@ -598,12 +605,12 @@ static int recompute_timed(struct model *m, struct model_slot *sl, int i, int B,
                            struct plait_error *err)
 {
     struct profile *pr = &m->prof;
-    double t0 = prof_now();
+    double t0 = prof_clock(pr);
     pr->paused++;
     int rc = layer_recompute(m, sl, i, B, T, err);
     pr->paused--;
     if (rc) return -1;
-    if (!pr->paused) pr->seconds[PROF_RECOMPUTE] += prof_now() - t0;
+    if (!pr->paused) pr->seconds[PROF_RECOMPUTE] += prof_clock(pr) - t0;
     return 0;
 }
 

@@ -85,7 +85,7 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
     const struct ops *ops = m->ops;
     const struct group *dp = g ? g->dp : NULL, *mp = g ? g->mp : NULL;
     struct slice_args a = {.m = m, .g = m->grads, .o = o, .lr = (float)lr, .t = t};
-    double t0 = prof_now();
+    double t0 = prof_clock(&m->prof);
     /* the gradients over dp: whole (ZeRO 0) or this rank's slice (ZeRO 1; 2 has it) */
     int rc = 0;
     if (has(dp) && m->zero == 0 && !g->summed)
@@ -94,15 +94,15 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
         rc = dp->reduce_scatter(dp->ctx, m->grads, m->grad_slice, m->slice_n, err);
     if (rc) return error_prefix(err, "data-parallel gradient reduction: ");
     if (m->zero) a.g = m->grad_slice;
-    m->prof.seconds[PROF_GRAD_NORM] += prof_now() - t0;
+    m->prof.seconds[PROF_GRAD_NORM] += prof_clock(&m->prof) - t0;
     /* the norm: this rank's count, summed over the slices (dp) and the model's parts */
-    t0 = prof_now();
+    t0 = prof_clock(&m->prof);
     gpt2_shard_each(&m->shard, add_squares, &a);
     if ((m->zero && has(dp) && dp->allreduce_f64(dp->ctx, &a.sum, 1, err)) ||
         (has(mp) && mp->allreduce_f64(mp->ctx, &a.sum, 1, err)))
         return error_prefix(err, "gradient norm: ");
     double norm = sqrt(a.sum);
-    m->prof.seconds[PROF_GRAD_NORM] += prof_now() - t0;
+    m->prof.seconds[PROF_GRAD_NORM] += prof_clock(&m->prof) - t0;
     /* clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
     double scale = 1.0;
     if (o->grad_clip > 0) {
@@ -110,7 +110,7 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
         scale = coef < 1.0 ? coef : 1.0;
     }
     a.scale = (float)scale;
-    t0 = prof_now();
+    t0 = prof_clock(&m->prof);
     gpt2_shard_each(&m->shard, adamw_instance, &a);
     if (m->zero && has(dp)) { /* every slice back to every rank */
         float *mine = m->slice_tmp;
@@ -119,7 +119,7 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
         if (rc) return error_prefix(err, "data-parallel parameter gather: ");
         if (m->params16) ops->to_bf16(m->ctx, m->params16, m->params, m->shard.total);
     }
-    m->prof.seconds[PROF_OPTIMIZER] += prof_now() - t0;
+    m->prof.seconds[PROF_OPTIMIZER] += prof_clock(&m->prof) - t0;
     *grad_norm = norm;
     char msg[512];
     if (ops->take_error(m->ctx, msg, sizeof msg))

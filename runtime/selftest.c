@@ -208,6 +208,38 @@ static void t_matmul_forward_bf16(struct run *r)
     t_matmul_forward(r, true);
 }
 
+/* The MLP's product with its GELU: the backend's fused op where it has one,
+ * else (the CPU) the two ops it stands for. */
+static void t_matmul_gelu(struct run *r, bool bf16)
+{
+    const struct shape *s = r->s;
+    int N = (int)N_ROWS(s), OC = s->OC;
+    float *x = rnd(r, (size_t)N * s->C, 1, 0), *w = rnd(r, (size_t)OC * s->C, 0.1f, 0);
+    float *bias = rnd(r, OC, 1, 0);
+    uint16_t *w16 = bf16 ? dev(r, (size_t)OC * s->C * 2) : NULL;
+    float *y = dev(r, (size_t)N * OC * 4), *pre = dev(r, (size_t)N * OC * 4);
+    if (r->broken) return;
+    if (bf16) r->o->to_bf16(r->ctx, w16, w, (size_t)OC * s->C);
+    if (r->o->matmul_forward_gelu) {
+        r->o->matmul_forward_gelu(r->ctx, y, pre, x, w, w16, bias, N, s->C, OC);
+    } else {
+        r->o->matmul_forward(r->ctx, pre, x, w, w16, bias, N, s->C, OC);
+        r->o->gelu_forward(r->ctx, y, pre, (size_t)N * OC);
+    }
+    out(r, "pre", pre, (size_t)N * OC);
+    out(r, "gelu", y, (size_t)N * OC);
+}
+
+static void t_matmul_gelu_f32(struct run *r)
+{
+    t_matmul_gelu(r, false);
+}
+
+static void t_matmul_gelu_bf16(struct run *r)
+{
+    t_matmul_gelu(r, true);
+}
+
 static void t_matmul_backward(struct run *r, bool bf16)
 {
     const struct shape *s = r->s;
@@ -368,6 +400,8 @@ static const struct selftest_case {
     {"layernorm", t_layernorm, 1e-5},
     {"matmul_forward fp32", t_matmul_forward_f32, 1e-5},
     {"matmul_forward bf16", t_matmul_forward_bf16, 1e-5},
+    {"matmul+gelu fp32", t_matmul_gelu_f32, 1e-5},
+    {"matmul+gelu bf16", t_matmul_gelu_bf16, 1e-5},
     {"matmul_backward fp32", t_matmul_backward_f32, 1e-5},
     {"matmul_backward bf16", t_matmul_backward_bf16, 1e-5},
     {"attention", t_attention, 1e-5},

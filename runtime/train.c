@@ -15,10 +15,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/ckpt_shards.h"
 #include "common/ckptdir.h"
 #include "common/cost.h"
 #include "common/env.h"
 #include "common/fsutil.h"
+#include "common/gpu.h" // defines: gpu_flops_per_token, gpu_mfu, gpu_peak_tflops
 #include "common/layout.h"
 #include "common/log.h"
 #include "common/runend.h"
@@ -70,6 +72,9 @@ struct trainer {
     int32_t *inputs, *targets;
     double peak_gflops;
     double flops_per_token;
+    double gpu_peak_tflops;  /* the dense datasheet peak of this rank's GPU in the plan's
+                                precision, the denominator of MFU; 0: a CPU rank, or a GPU
+                                plait does not know */
     const char *dump_dir;    /* PLAIT_DUMP_STEP1, NULL = off */
     int dump_step;           /* the step dumped: the first this process takes (0-based) */
     int32_t *dump_tokens;    /* (B·T) its first micro-batch (the first stage's) */
@@ -334,15 +339,23 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
     }
     json_t *ranks = json_array();
     struct cost_layout l = {w->tp, w->pp, w->dp};
+    bool on_cpu = strcmp(t->m.ops->name, "cpu") == 0;
+    /* the plan with the device it ran on (a GPU's attention keeps no probabilities) */
+    struct plan as_run = *t->plan;
+    as_run.parallel.device = on_cpu ? PLAN_DEVICE_CPU : PLAN_DEVICE_CUDA;
     for (int r = 0; r < n; r++) {
         const double *v = all + (size_t)r * K;
         struct cost_memory c;
-        cost_memory_stage(t->plan, l, (int)v[1], &c);
+        cost_memory_stage(&as_run, l, (int)v[1], &c);
+        json_t *predicted = bytes_json(c.params, c.grads, c.optimizer, c.activations);
+        if (on_cpu && n > 1) /* host memory beside the model's: the socket backend's rings */
+            json_object_set_new(
+                predicted, "comm_rings",
+                json_integer((json_int_t)cost_comm_ring_bytes(t->plan, l, (int)v[1])));
         json_array_append_new(
             ranks,
             json_pack("{s:i,s:i,s:i,s:i,s:o,s:o,s:I,s:I}", "rank", r, "tp", (int)v[0], "pp",
-                      (int)v[1], "dp", (int)v[2], "predicted",
-                      bytes_json(c.params, c.grads, c.optimizer, c.activations), "allocated",
+                      (int)v[1], "dp", (int)v[2], "predicted", predicted, "allocated",
                       bytes_json((uint64_t)v[3], (uint64_t)v[4], (uint64_t)v[5], (uint64_t)v[6]),
                       "rss_peak_bytes", (json_int_t)v[7], "rss_before_model_bytes",
                       (json_int_t)v[8]));
@@ -350,6 +363,24 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
     free(all);
     t->memory = json_pack("{s:i,s:o}", "after_step", step, "ranks", ranks);
     return write_run_json(t, err);
+}
+
+/* The dense datasheet peak (TFLOP/s) of the GPU this rank trains on, in the plan's precision,
+ * from common/gpu.h's table: the GPU is this machine's CUDA device `device` (hwloc, PCI id or
+ * NVML name, as plait check finds it). 0 for a CPU rank, or when plait does not know the GPU:
+ * no MFU is reported then. */
+static double gpu_peak_of_rank(const struct model *m, int device, enum plan_precision precision)
+{
+    if (m->ops == ops_cpu()) return 0;
+    struct topo topo;
+    struct plait_error err;
+    if (topo_load(&topo, NULL, &err)) {
+        log_warn("no MFU: %s", err.text);
+        return 0;
+    }
+    double peak = gpu_peak_tflops(topo_gpu_spec(&topo, device >= 0 ? device : 0), precision);
+    topo_free(&topo);
+    return peak;
 }
 
 /* The rate of the device's matrix product in this precision, as the
@@ -532,15 +563,7 @@ static int start_fresh(struct trainer *t, struct plait_error *err)
  * directory's plan could name the same one. */
 static int checkpoint_path(struct trainer *t, struct plait_error *err)
 {
-    const struct plan *p = t->plan;
-    if (p->checkpoint.dir[0] == '/') {
-        if (strlen(p->checkpoint.dir) >= sizeof t->ckpt_dir)
-            return error_set(err, "checkpoint.dir: path too long");
-        strcpy(t->ckpt_dir, p->checkpoint.dir);
-    } else if (fs_join(t->ckpt_dir, sizeof t->ckpt_dir, t->run_dir, p->checkpoint.dir, err)) {
-        return error_prefix(err, "checkpoint.dir: ");
-    }
-    return 0;
+    return ckpt_dir_of_run(t->plan, t->run_dir, t->ckpt_dir, sizeof t->ckpt_dir, err);
 }
 
 static int open_checkpoints(struct trainer *t, struct plait_error *err)
@@ -632,7 +655,7 @@ static int setup(struct trainer *t, struct plait_error *err)
         t->bucketed = true;
     }
     if (p->checkpoint.async && ckpt_async_reserve(&t->async, &t->m, err)) return -1;
-    t->flops_per_token = gpt2_flops_per_token(&cfg, T);
+    t->flops_per_token = gpu_flops_per_token(&cfg, T);
     t->inputs = malloc((size_t)B * T * sizeof *t->inputs);
     t->targets = malloc((size_t)B * T * sizeof *t->targets);
     if (!t->inputs || !t->targets) return error_set(err, "out of memory");
@@ -707,6 +730,7 @@ static int setup(struct trainer *t, struct plait_error *err)
     if (inject && sscanf(inject, "%d:%lf", &slow_rank, &slow_ms) == 2 && slow_rank == w->rank)
         t->slow_read_s = slow_ms / 1e3;
     t->peak_gflops = measure_peak_gflops(&t->m);
+    t->gpu_peak_tflops = gpu_peak_of_rank(&t->m, w->device, p->precision);
     if (!rank0) return 0;
     char plan_path[4096];
     if (fs_join(plan_path, sizeof plan_path, t->run_dir, "plan.json", err) ||
@@ -929,10 +953,12 @@ static void progress_line(struct trainer *t, const struct step_metrics *s, doubl
         snprintf(ranks, sizeof ranks, " | comm %.0f%% bubble %.0f%%%s | straggler rank %d +%.0f%%",
                  s->comm_pct, s->idle_pct, sim, s->straggler,
                  s->median_busy_ms > 0 ? 100 * (s->busy_ms / s->median_busy_ms - 1) : 0.0);
+    char mfu[32] = ""; /* a GPU whose datasheet peak plait knows */
+    if (s->mfu > 0) snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100 * s->mfu);
     printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.0f ms | %.1f%% of "
-           "peak%s | ETA %s\n",
+           "peak%s%s | ETA %s\n",
            (int)snprintf(NULL, 0, "%d", t->plan->steps), s->step, t->plan->steps, s->loss, s->lr,
-           s->grad_norm, s->tokens_per_s, s->ms, s->peak_pct, ranks, eta);
+           s->grad_norm, s->tokens_per_s, s->ms, s->peak_pct, mfu, ranks, eta);
     fflush(stdout);
 }
 
@@ -1207,9 +1233,12 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         sm.peak_pct = t->peak_gflops > 0 ? 100.0 * t->flops_per_token * tokens / dt /
                                                (t->peak_gflops * 1e9 * t->where->world)
                                          : 0.0;
+        sm.mfu = gpu_mfu(t->flops_per_token, sm.tokens_per_s, t->gpu_peak_tflops, t->where->world);
         if (t->where->rank == 0 && metrics_step(&t->metrics, &sm, err)) return -1;
         if (s == first_step) { /* a process's first step warms up: not in the averages */
+            struct profile kept = t->m.prof;
             memset(&t->m.prof, 0, sizeof t->m.prof);
+            t->m.prof.sync = kept.sync, t->m.prof.sync_ctx = kept.sync_ctx;
             if (memory_report(t, s + 1, err)) return -1;
         } else {
             t->timed_s += dt;
@@ -1360,6 +1389,9 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
     if (samples && t.st.step == 0 && t.st.micro == 0 && print_sample(&t, "before training", err))
         goto out;
     t.saved_at_s = now_s();
+    /* a printed profile on an asynchronous backend waits for the device around each phase */
+    if (getenv(PLAIT_ENV_PROFILE) && t.m.ops->synchronize)
+        t.m.prof.sync = t.m.ops->synchronize, t.m.prof.sync_ctx = t.m.ctx;
     rc = run_steps(&t, err);
     if (getenv(PLAIT_ENV_PROFILE) && t.m.prof.steps > 0 && where->rank == 0)
         profile_print(&t.m.prof, t.timed_s / t.m.prof.steps, stdout);

@@ -139,6 +139,11 @@ static void *cuda_stream(struct ops_ctx *ctx)
     return (void *)ctx->stream;
 }
 
+static void cuda_synchronize(struct ops_ctx *ctx)
+{
+    (void)CUDA_OK(ctx, cudaStreamSynchronize(ctx->stream));
+}
+
 /* the fused attention (attention_fused.cu) unless PLAIT_CUDA_ATTENTION=simple
  * at the first ops_cuda() (then attention.cu's, which keeps the probabilities) */
 static struct ops cuda_ops = {
@@ -146,6 +151,7 @@ static struct ops cuda_ops = {
     .open = cuda_open,
     .close = cuda_close,
     .stream = cuda_stream,
+    .synchronize = cuda_synchronize,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .upload = cuda_upload,
@@ -159,6 +165,7 @@ static struct ops cuda_ops = {
     .layernorm_forward = cu_layernorm_forward,
     .layernorm_backward = cu_layernorm_backward,
     .matmul_forward = cu_matmul_forward,
+    .matmul_forward_gelu = cu_matmul_forward_gelu,
     .matmul_backward = cu_matmul_backward,
     .matmul_forward_fp8 = NULL, /* fp8 (kernels/fp8.h) not on the GPU yet: model_init says so */
     .matmul_backward_fp8 = NULL,

@@ -153,6 +153,9 @@ void cu_layernorm_backward(struct ops_ctx *ctx, float *dinp, float *dw, float *d
 /* matmul.cu */
 void cu_matmul_forward(struct ops_ctx *ctx, float *out, const float *inp, const float *w,
                        const uint16_t *w16, const float *bias, int N, int C, int OC);
+void cu_matmul_forward_gelu(struct ops_ctx *ctx, float *out, float *pre, const float *inp,
+                            const float *w, const uint16_t *w16, const float *bias, int N, int C,
+                            int OC);
 void cu_matmul_backward(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias,
                         const float *dout, const float *inp, const float *w, const uint16_t *w16,
                         int N, int C, int OC, bool accumulate);

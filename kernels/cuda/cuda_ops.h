@@ -1,8 +1,9 @@
 /* cuda_ops.h — the CUDA backend of kernels/ops.h, for the runtime and the
- * self-test. Built from the .cu files of kernels/cuda where nvcc is found; otherwise (make
- * CUDA=0, the sanitized builds) cuda_none.c answers that there is none.
- * The table's open() makes a context on a device (its own stream, cuBLASLt
- * handle, scratch and error); the contexts of one process share one device. */
+ * self-test. Built from the .cu files of kernels/cuda where nvcc is found, into a shared
+ * object that cuda_load.c loads on first use; otherwise (make CUDA=0, the sanitized builds)
+ * cuda_none.c answers that there is none. The table's open() makes a context on a device
+ * (its own stream, cuBLASLt handle, scratch and error); the contexts of one process share
+ * one device. */
 #ifndef PLAIT_KERNELS_CUDA_CUDA_OPS_H
 #define PLAIT_KERNELS_CUDA_CUDA_OPS_H
 
@@ -37,6 +38,25 @@ void ops_cuda_attention_fused_forward(struct ops_ctx *ctx, float *out, float *ls
 void ops_cuda_attention_fused_backward(struct ops_ctx *ctx, float *dqkv, const float *dout,
                                        const float *qkv, const float *out, const float *lse, int B,
                                        int T, int C, int NH);
+
+/* The CUDA backend is a shared object of its own (lib/plait/libplait_cuda.so
+ * beside bin/, in the build tree and where plait is installed), loaded only
+ * when a rank asks for a GPU: cuBLASLt alone adds ~150 MB to the resident set
+ * of every process that loads it, which a CPU rank should not pay.
+ * kernels/cuda/cuda_load.c implements the functions above by loading it; the
+ * object exports one symbol, this table of its own implementations. */
+#define OPS_CUDA_ENTRY_SYMBOL "plait_cuda_entry"
+#define OPS_CUDA_ENTRY_VERSION 1
+struct ops_cuda_entry {
+    int version; /* OPS_CUDA_ENTRY_VERSION: the loader refuses another */
+    int (*device_count)(char *why, size_t why_bytes);
+    const struct ops *(*table)(char *errbuf, size_t errbuf_bytes);
+    void (*attention_fused_forward)(struct ops_ctx *ctx, float *out, float *lse, const float *qkv,
+                                    int B, int T, int C, int NH);
+    void (*attention_fused_backward)(struct ops_ctx *ctx, float *dqkv, const float *dout,
+                                     const float *qkv, const float *out, const float *lse, int B,
+                                     int T, int C, int NH);
+};
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,10 @@
 /* matmul.cu — the matrix products through cuBLASLt: fp32 (CUBLAS_COMPUTE_32F,
  * no TF32: the CPU's results within fp32 rounding) and bf16 in / fp32 out,
- * the bias fused as an epilogue where cuBLASLt offers it (else a kernel), the
+ * the bias fused as an epilogue where cuBLASLt offers it (else a kernel), and
+ * the MLP's first product with its GELU in the same epilogue (GELU_AUX_BIAS:
+ * the output and the pre-activation the backward needs, in one pass); the
  * bias gradient a deterministic column sum (BGRAD epilogues overwrite; ops.h
- * accumulates). ops.h has no matmul+GELU op, so no GELU epilogue yet. */
+ * accumulates). */
 #include <stdio.h>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -21,12 +23,15 @@ static uint32_t alignment_bytes(const void *p)
 /* Row-major C (M×N) = op(A)·op(B) + beta·C, as kernels/cpu/gemm.h: op(A) is A
  * (M×K, lda) or with ta Aᵀ stored K×M; op(B) is B (K×N, ldb) or with tb Bᵀ
  * stored N×K. cuBLASLt is column-major, so it computes Cᵀ = op(B)ᵀ·op(A)ᵀ.
- * bias (N) or NULL: added to every row by the epilogue. Returns false if no
- * algorithm takes the bias epilogue (nothing was computed; the error is not
- * recorded), after recording any other failure. */
+ * bias (N) or NULL: added to every row by the epilogue. gelu_pre (M×N, ldc)
+ * or NULL: the epilogue then writes C = gelu(product + bias) and gelu_pre =
+ * product + bias (GELU_AUX_BIAS; cuBLASLt's GELU is the tanh approximation,
+ * as kernels/cpu's). Returns false if no algorithm takes the epilogue
+ * (nothing was computed; the error is not recorded), after recording any
+ * other failure. */
 static bool lt_gemm(struct ops_ctx *ctx, bool ta, bool tb, int M, int N, int K, const void *A,
                     int lda, const void *B, int ldb, float beta, float *C, int ldc,
-                    cudaDataType_t in_type, const float *bias, bool *no_epilogue)
+                    cudaDataType_t in_type, const float *bias, float *gelu_pre, bool *no_epilogue)
 {
     *no_epilogue = false;
     cublasLtMatmulDesc_t op = NULL;
@@ -34,7 +39,12 @@ static bool lt_gemm(struct ops_ctx *ctx, bool ta, bool tb, int M, int N, int K, 
     cublasLtMatmulPreference_t pref = NULL;
     cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLAS's A is our B */
     cublasOperation_t opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasLtEpilogue_t epi =
+        gelu_pre ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+        : bias   ? CUBLASLT_EPILOGUE_BIAS
+                 : CUBLASLT_EPILOGUE_DEFAULT;
+    int64_t aux_ld = ldc;
+    int32_t aux_type = CUDA_R_32F;
     cudaDataType_t bias_type = CUDA_R_32F;
     float alpha = 1.0f;
     bool ok = false;
@@ -58,6 +68,14 @@ static bool lt_gemm(struct ops_ctx *ctx, bool ta, bool tb, int M, int N, int K, 
                  !LT_OK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                             &bias_type, sizeof bias_type))))
         goto out;
+    if (gelu_pre &&
+        (!LT_OK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                    &gelu_pre, sizeof gelu_pre)) ||
+         !LT_OK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                    &aux_ld, sizeof aux_ld)) ||
+         !LT_OK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                                    &aux_type, sizeof aux_type))))
+        goto out;
     if (!LT_OK(ctx, cublasLtMatrixLayoutCreate(&la, in_type, tb ? K : N, tb ? N : K, ldb)) ||
         !LT_OK(ctx, cublasLtMatrixLayoutCreate(&lb, in_type, ta ? M : K, ta ? K : M, lda)) ||
         !LT_OK(ctx, cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, N, M, ldc)) ||
@@ -76,7 +94,7 @@ static bool lt_gemm(struct ops_ctx *ctx, bool ta, bool tb, int M, int N, int K, 
         cublasStatus_t s =
             cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, lc, lc, pref, 1, &heur, &found);
         if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
-            if (bias) {
+            if (bias || gelu_pre) {
                 *no_epilogue = true;
                 goto out;
             }
@@ -115,12 +133,13 @@ static void gemm(struct ops_ctx *ctx, bool ta, bool tb, int M, int N, int K, con
     bool no_epilogue = true;
     /* the epilogue reads the bias in vectors: only from an aligned one */
     if (!bias || alignment_bytes(bias) >= 16) {
-        if (lt_gemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, in_type, bias,
+        if (lt_gemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, in_type, bias, NULL,
                     &no_epilogue))
             return;
         if (!no_epilogue || !bias) return;
     }
-    if (lt_gemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, in_type, NULL, &no_epilogue))
+    if (lt_gemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, in_type, NULL, NULL,
+                &no_epilogue))
         cu_add_bias(ctx, C, bias, M, N);
 }
 
@@ -141,6 +160,32 @@ void cu_matmul_forward(struct ops_ctx *ctx, float *out, const float *inp, const 
     const uint16_t *x16 = bf16_copy(ctx, CU_SCRATCH_BF16_A, inp, (size_t)N * C);
     if (!x16) return;
     gemm(ctx, false, true, N, OC, C, x16, C, w16, C, 0.0f, out, OC, CUDA_R_16BF, bias);
+}
+
+/* out = gelu(pre), pre = inp·wᵀ + bias (ops.h matmul_forward_gelu): one
+ * cuBLASLt call with the GELU_AUX_BIAS epilogue where it applies (the aux
+ * leading dimension a multiple of 8, every pointer 16-byte aligned, an
+ * algorithm found), else the product and the GELU kernel. */
+void cu_matmul_forward_gelu(struct ops_ctx *ctx, float *out, float *pre, const float *inp,
+                            const float *w, const uint16_t *w16, const float *bias, int N, int C,
+                            int OC)
+{
+    const void *x = inp, *wp = w;
+    cudaDataType_t type = CUDA_R_32F;
+    if (w16) {
+        if (!(x = bf16_copy(ctx, CU_SCRATCH_BF16_A, inp, (size_t)N * C))) return;
+        wp = w16, type = CUDA_R_16BF;
+    }
+    bool no_epilogue = true;
+    if (N > 0 && OC > 0 && C > 0 && OC % 8 == 0 && alignment_bytes(out) >= 16 &&
+        alignment_bytes(pre) >= 16 && (!bias || alignment_bytes(bias) >= 16)) {
+        if (lt_gemm(ctx, false, true, N, OC, C, x, C, wp, C, 0.0f, out, OC, type, bias, pre,
+                    &no_epilogue))
+            return;
+        if (!no_epilogue) return; /* a failure, recorded */
+    }
+    gemm(ctx, false, true, N, OC, C, x, C, wp, C, 0.0f, pre, OC, type, bias);
+    cu_gelu_forward(ctx, out, pre, (size_t)N * OC);
 }
 
 void cu_matmul_backward(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias,

@@ -18,14 +18,12 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "common/comm_memory.h"
+
 enum sock_link_kind { SOCK_LINK_TCP, SOCK_LINK_SHM };
 
-/* per direction. Alike from 256K to 4M for bandwidth alone (bench/comm_bench.c), but a
- * sum overlapping computation on the same cores (runtime/buckets.h) needs the larger
- * ring: with 256K every refill waited for a descheduled peer, and the overlapped step
- * ran 1.66× slower than the serial one (bench/overlap_bench.sh); pages are touched
- * only as far as the traffic reaches. */
-#define SOCK_SHM_RING_BYTES ((size_t)4 << 20)
+/* per direction: common/comm_memory.h says why this size */
+#define SOCK_SHM_RING_BYTES COMM_SHM_RING_BYTES
 #define SOCK_TCP_STAGE_BYTES ((size_t)256 << 10) /* receive staging for TCP */
 
 struct shm_ring; /* sock_link.c */

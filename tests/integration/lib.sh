@@ -51,7 +51,7 @@ JSON
 metrics_equal() {
     "$PY" - "$1" "$2" <<'PYEOF'
 import json, sys
-TIMING = {"ms", "tokens_per_s", "peak_pct"}
+TIMING = {"ms", "tokens_per_s", "peak_pct", "mfu"}
 PAR_TIMING = {"compute_pct", "comm_pct", "bubble_pct", "straggler", "bytes", "wait_ms"}
 def strip(r):
     r = {k: v for k, v in r.items() if k not in TIMING}

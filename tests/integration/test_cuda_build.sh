@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_cuda_build.sh — the CUDA backend as far as a machine without a GPU can
 # check it: its objects hold sm_80 and sm_90 code (the fatbinary's entries,
-# what cuobjdump --list-elf lists), plait-train links cuBLASLt and the CUDA
-# runtime, --selftest says it skipped (exit 77) and its harness passes with the
+# what cuobjdump --list-elf lists), they form a library of their own linked to
+# cuBLASLt and the CUDA runtime that plait-train loads only where a driver is,
+# --selftest says it skipped (exit 77) and its harness passes with the
 # CPU standing in for the GPU, parallel.device "cuda" is
 # refused naming parallel.device and "auto" falls back to the CPU saying why,
 # parallel.backend "nccl" on the CPU is refused naming parallel.backend.
@@ -12,6 +13,7 @@
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, BUILD, WORK, check, expect_error, tiny_plan
 
 TRAIN=$BUILD/bin/plait-train
+CUDA_SO=$BUILD/lib/plait/libplait_cuda.so
 OBJS=()
 for cu in "$ROOT"/kernels/cuda/*.cu; do
     o=$BUILD/obj/kernels/cuda/$(basename "$cu" .cu).o
@@ -53,10 +55,29 @@ test_selftest_harness_passes_cpu_against_cpu() {
     ! grep -E "FAIL|DIFFERS" "$WORK/twin.txt"
 }
 
-test_plait_train_links_cublaslt_and_cudart() {
+# the backend is its own shared object, linked to cuBLASLt and the CUDA
+# runtime; plait-train is not linked to cuBLASLt (~150 MB resident once loaded)
+test_cuda_backend_is_a_library_plait_train_loads() {
     local needed
-    needed=$(readelf -d "$TRAIN" | grep NEEDED)
+    needed=$(readelf -d "$CUDA_SO" | grep NEEDED)
     grep -q libcublasLt <<<"$needed" && grep -q libcudart <<<"$needed" || { echo "$needed"; return 1; }
+    ! readelf -d "$TRAIN" | grep NEEDED | grep -q libcublasLt || return 1
+    # it exports its entry table and nothing else
+    [ "$(nm -D --defined-only "$CUDA_SO" | awk '{print $3}')" = plait_cuda_entry ] ||
+        { nm -D --defined-only "$CUDA_SO"; return 1; }
+}
+
+# without an NVIDIA driver nothing is loaded; named explicitly, the backend
+# loads (nothing undefined, the entry's version matches) and finds no device
+test_a_machine_without_driver_never_loads_cublaslt() {
+    LD_DEBUG=libs "$TRAIN" --selftest >"$WORK/ld.log" 2>&1
+    [ $? -eq 77 ] || { tail -n 5 "$WORK/ld.log"; return 1; }
+    ! grep -q "libcublasLt" "$WORK/ld.log" || { grep libcublasLt "$WORK/ld.log"; return 1; }
+    LD_DEBUG=libs PLAIT_CUDA_LIB=$CUDA_SO "$TRAIN" --selftest >"$WORK/ld2.log" 2>&1
+    [ $? -eq 77 ] || { tail -n 5 "$WORK/ld2.log"; return 1; }
+    grep -q "calling init: .*libcublasLt" "$WORK/ld2.log" &&
+        grep -q "^plait-train --selftest: skipped: no CUDA device here" "$WORK/ld2.log" ||
+        { grep -v "^ *[0-9]*:" "$WORK/ld2.log"; return 1; }
 }
 
 test_selftest_without_gpu_exits_77() {
@@ -95,10 +116,13 @@ test_backend_nccl_on_the_cpu_is_refused_naming_parallel_backend() {
 tiny_plan "$WORK/plan.json"
 if [ "$HAVE_CUDA_OBJS" -eq 1 ]; then
     check cuda_objects_hold_sm80_and_sm90 test_cuda_objects_hold_sm80_and_sm90
-    check plait_train_links_cublaslt_and_cudart test_plait_train_links_cublaslt_and_cudart
+    check cuda_backend_is_a_library_plait_train_loads test_cuda_backend_is_a_library_plait_train_loads
 else
     echo "ok cuda_objects_hold_sm80_and_sm90 # SKIP this build has no CUDA backend"
-    echo "ok plait_train_links_cublaslt_and_cudart # SKIP this build has no CUDA backend"
+    echo "ok cuda_backend_is_a_library_plait_train_loads # SKIP this build has no CUDA backend"
+fi
+if [ "$HAVE_CUDA_OBJS" -eq 1 ] && [ "$GPU" -eq 0 ]; then
+    check a_machine_without_driver_never_loads_cublaslt test_a_machine_without_driver_never_loads_cublaslt
 fi
 if [ "$GPU" -eq 0 ]; then
     check selftest_without_gpu_exits_77 test_selftest_without_gpu_exits_77

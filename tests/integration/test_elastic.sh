@@ -35,6 +35,44 @@ sys.exit(0 if worst <= 1e-6 else 1)
 PYEOF
 }
 
+# What a Slurm requeue onto fewer nodes does: the launcher hands plait-train
+# the plan with dp still "auto" and a smaller layout; the runtime takes the
+# launcher's dp and the grad_accum that keeps the newest checkpoint's global
+# batch, records the layout in the run's plan.json, and the losses go on as
+# if nothing happened. Here the smaller layout is one plait-train alone.
+test_the_runtime_keeps_the_global_batch_when_dp_auto_shrinks() {
+    "$PY" - "$WORK/plan.json" "$WORK/auto.json" <<'PYEOF2' || return 1
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["data"].update(val=None, val_every=0)
+p["parallel"] = {"dp": "auto"}
+p["batch"]["grad_accum"] = 1
+json.dump(p, open(sys.argv[2], "w"))
+PYEOF2
+    "$PLAIT" train "$WORK/auto.json" --out "$WORK/two" --ranks 2 >"$WORK/two.log" 2>&1 ||
+        { cat "$WORK/two.log"; return 1; }
+    cp -a "$WORK/two" "$WORK/one"
+    rm -rf "$WORK"/one/checkpoints/step_0000000[89]_* "$WORK"/one/checkpoints/step_0000001*
+    (cd "$WORK" && PLAIT_RUN_DIR=$WORK/one PLAIT_PLAN=$WORK/auto.json \
+        "$BUILD/bin/plait-train" >"$WORK/one.log" 2>&1) || { cat "$WORK/one.log"; return 1; }
+    grep -q "parallel.dp auto: 1 data-parallel replica (the run had 2); batch.grad_accum 2 (the plan says 1) keeps its global batch of 2 micro-batches" \
+        "$WORK/one.log" && grep -q "resuming from .*step_00000004_0000" "$WORK/one.log" ||
+        { cat "$WORK/one.log"; return 1; }
+    "$PY" - "$WORK/one" "$WORK/two" <<'PYEOF2'
+import json, sys
+def load(p):
+    return [json.loads(l) for l in open(p + "/metrics.jsonl") if '"step"' in l]
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert len(a) == len(b) == 12, (len(a), len(b))
+assert [x["tokens"] for x in a] == [y["tokens"] for y in b], "a different global batch"
+worst = max(abs(x[k] - y[k]) / abs(y[k]) for x, y in zip(a, b) for k in ("loss", "grad_norm"))
+plan = json.load(open(sys.argv[1] + "/plan.json"))
+assert plan["parallel"]["dp"] == 1 and plan["batch"]["grad_accum"] == 2, plan["parallel"]
+print(f"worst relative difference {worst:.3g} (bound 1e-6)")
+sys.exit(0 if worst <= 1e-6 else 1)
+PYEOF2
+}
+
 # A fixed dp that does not fit the ranks given is refused, saying what "auto" would do.
 test_a_fixed_dp_that_does_not_fit_is_refused() {
     expect_error "$WORK/fixed.log" 1 "tp 1 × pp 2 × dp 4 = 8 ranks do not fit the 6 this machine is given" \
@@ -43,4 +81,6 @@ test_a_fixed_dp_that_does_not_fit_is_refused() {
 
 check eight_ranks_lose_two_and_go_on_at_dp_2 test_eight_ranks_lose_two_and_go_on_at_dp_2
 check a_fixed_dp_that_does_not_fit_is_refused test_a_fixed_dp_that_does_not_fit_is_refused
+check the_runtime_keeps_the_global_batch_when_dp_auto_shrinks \
+    test_the_runtime_keeps_the_global_batch_when_dp_auto_shrinks
 finish

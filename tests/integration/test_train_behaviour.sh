@@ -126,6 +126,9 @@ step = json.loads(open(sys.argv[1] + "/metrics.jsonl").readline())
 for k in ("step", "loss", "lr", "grad_norm", "tokens", "ms", "tokens_per_s"):
     assert k in step, k
 assert step["step"] == 1 and step["tokens"] == 4 * 32 * 3, step
+# a CPU rank has no datasheet peak: no MFU in the metrics or on the progress line
+log = open(sys.argv[1] + "/train.log").read()
+assert "mfu" not in step and "% of peak" in log and "MFU" not in log, (step, log[-500:])
 PYEOF
 }
 

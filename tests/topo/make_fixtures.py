@@ -306,8 +306,8 @@ class PciBuilder:
         attrs += [("pci_busid", "0000:%02x:%s" % (bus, devfn)),
                   ("pci_type", "%s [%s] [%s] %s" % (dev.klass, dev.ids, dev.sub, dev.rev)),
                   ("pci_link_speed", dev.speed)]
-        obj = parent.add(Obj(self.topo, "PCIDev", attrs,
-                             [("PCIVendor", dev.vendor_name), ("PCIDevice", dev.device_name)]))
+        names = [("PCIVendor", dev.vendor_name), ("PCIDevice", dev.device_name)]
+        obj = parent.add(Obj(self.topo, "PCIDev", attrs, [n for n in names if n[1] is not None]))
         if dev.tag:
             self.tagged[dev.tag] = obj
         for od in dev.osdevs:
@@ -609,12 +609,64 @@ def cpu_only():
     return topo
 
 
+# ---- 6. pci_ids_only ----------------------------------------------------------------------
+
+def pci_ids_only():
+    """What hwloc sees of a GPU node without NVIDIA's libraries and without pci.ids (a
+    container image, say): a 1-socket Xeon Platinum 8480C (56 cores, SMT2) with two H100
+    SXM5 GPUs (10de:2330) and one GPU plait does not know (10de:2684), each on its own root
+    port and host bridge, known only by their PCI ids: no CUDA or NVML OS devices, no
+    PCIVendor/PCIDevice names, no NVLink matrix."""
+    topo = Topology()
+    cpu = Cpu("Intel(R) Xeon(R) Platinum 8480C", "GenuineIntel", 1, 56, 2, 110100480, 2097152,
+              49152, 540536092672)
+    pkgs = machine(topo, cpu, "h100-pci-only-node01", "PowerEdge XE9680")
+    pci = PciBuilder(topo)
+    for i, (bus, ids) in enumerate([(0x18, "10de:2330"), (0x2a, "10de:2330"),
+                                    (0x3a, "10de:2684")]):
+        gpu = Dev("0302", ids, "10de:16c1", "a1", GEN5_X16, None, None, tag="gpu%d" % i)
+        pci.host_bridge(pkgs[0], bus - 1, [("01.0", gpu, GEN5_X16)])
+    return topo
+
+
+# ---- 7. opencl_l4 -------------------------------------------------------------------------
+
+def opencl_osdev(index, model, mem_mib, units):
+    """What hwloc's OpenCL backend adds to a GPU (hwloc 2.x: a COPROC OS device named
+    openclPdD, subtype OpenCL; OpenCLGlobalMemorySize in kB)."""
+    return OsDev("opencl0d%d" % index, OSDEV_COPROC, "OpenCL",
+                 [("Backend", "OpenCL"), ("OpenCLDeviceType", "GPU"),
+                  ("GPUVendor", "NVIDIA Corporation"), ("GPUModel", model),
+                  ("OpenCLPlatformIndex", 0), ("OpenCLPlatformName", "NVIDIA CUDA"),
+                  ("OpenCLPlatformDeviceIndex", index), ("OpenCLComputeUnits", units),
+                  ("OpenCLGlobalMemorySize", mem_mib * 1024)])
+
+
+def opencl_l4():
+    """An inference node with two L4 GPUs (10de:27b8) that hwloc describes through its
+    OpenCL backend only (no CUDA or NVML OS devices): 1 × EPYC 9124 (16 cores, SMT2), each
+    GPU on its own root port."""
+    topo = Topology()
+    cpu = Cpu("AMD EPYC 9124 16-Core Processor", "AuthenticAMD", 1, 16, 2, 67108864, 1048576,
+              32768, 270049017856)
+    pkgs = machine(topo, cpu, "l4-node01", "PowerEdge R7615")
+    pci = PciBuilder(topo)
+    for i, bus in enumerate([0x41, 0x61]):
+        gpu = Dev("0302", "10de:27b8", "10de:16ca", "a1", "15.753846", "NVIDIA Corporation",
+                  "AD104GL [L4]", [opencl_osdev(i, "NVIDIA L4", 23034, 58)], tag="gpu%d" % i)
+        pci.host_bridge(pkgs[0], bus - 1, [("01.0", gpu, GEN4_X16)],
+                        root_port_ids=("1022:14ab", "1022:1453"), root_port_rev="00")
+    return topo
+
+
 CASES = {
     "h100_sxm8": h100_sxm8,
     "islands8_interleaved": islands8_interleaved,
     "pcie4_nvbridge": pcie4_nvbridge,
     "nvswitch16": nvswitch16,
     "cpu_only": cpu_only,
+    "pci_ids_only": pci_ids_only,
+    "opencl_l4": opencl_l4,
 }
 
 

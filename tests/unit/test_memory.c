@@ -262,12 +262,64 @@ static void test_memory_grows_with_the_micro_batches_held(void)
     plan_free(p);
 }
 
+/* A backend with a fused attention (the CUDA one's) holds no (B,NH,T,T)
+ * probabilities nor their gradient, only each row's log-sum-exp: what a rank
+ * built with it allocates is what plait check predicts for a cuda plan, and
+ * the difference from the CPU's is exactly those buffers. */
+static void fused_forward(struct ops_ctx *ctx, float *out, float *lse, const float *qkv, int B,
+                          int T, int C, int NH)
+{
+    (void)ctx, (void)out, (void)lse, (void)qkv, (void)B, (void)T, (void)C, (void)NH;
+}
+
+static void test_a_fused_attention_holds_no_probabilities(void)
+{
+    struct plan *p = small_plan();
+    if (!p) return;
+    struct ops plain = counting_ops(), fused = plain;
+    fused.attention_forward_fused = fused_forward;
+    struct cost_layout l = {2, 2, 1};
+    for (int stage = 0; stage < 2; stage++) {
+        struct model m[2];
+        uint64_t bytes[2];
+        struct plait_error err = {.text = ""};
+        if (build_rank(p, l, 0, stage, 0, &plain, &m[0], &bytes[0], &err) ||
+            build_rank(p, l, 0, stage, 0, &fused, &m[1], &bytes[1], &err)) {
+            CHECK(0, "%s", err.text);
+            break;
+        }
+        struct cost_memory cpu, cuda;
+        p->parallel.device = PLAN_DEVICE_CPU;
+        cost_memory_stage(p, l, stage, &cpu);
+        p->parallel.device = PLAN_DEVICE_CUDA;
+        cost_memory_stage(p, l, stage, &cuda);
+        CHECK(m[0].allocated.activations == cpu.activations &&
+                  m[1].allocated.activations == cuda.activations,
+              "stage %d: allocated %llu / %llu, predicted %llu / %llu", stage,
+              (unsigned long long)m[0].allocated.activations,
+              (unsigned long long)m[1].allocated.activations, (unsigned long long)cpu.activations,
+              (unsigned long long)cuda.activations);
+        /* B 2, NH/tp 2, T 16: per layer and held micro-batch the probabilities
+         * (B·NH/tp·T·T) become B·NH/tp·T log-sum-exps, and the one gradient
+         * scratch of B·NH/tp·T·T goes */
+        uint64_t B = 2, NH = 2, T = 16, layers = (uint64_t)gpt2_shard_layers(&m[0].shard);
+        uint64_t held = (uint64_t)m[0].n_slots * layers;
+        uint64_t want = 4 * (held * (B * NH * T * T - B * NH * T) + B * NH * T * T);
+        CHECK(cpu.activations - cuda.activations == want, "stage %d: %llu less, want %llu", stage,
+              (unsigned long long)(cpu.activations - cuda.activations), (unsigned long long)want);
+        model_free(&m[0]);
+        model_free(&m[1]);
+    }
+    plan_free(p);
+}
+
 int main(void)
 {
     cx = test_cpu_open();
     RUN(test_model_allocates_what_plait_check_predicts_for_every_layout);
     RUN(test_memory_grows_with_the_micro_batches_held);
     RUN(test_interleaved_allocates_what_plait_check_predicts);
+    RUN(test_a_fused_attention_holds_no_probabilities);
     ops_cpu()->close(cx);
     return check_exit_code();
 }

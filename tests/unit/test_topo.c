@@ -4,6 +4,7 @@
  * NICs and their kinds, GPU-NIC affinity, cores and CPU lists, and the errors for bad input.
  * Run from the repo root. */
 #include <hwloc.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/fsutil.h"
+#include "common/gpu.h"
 #include "common/topo.h"
 #include "tests/unit/check.h"
 
@@ -20,8 +22,11 @@
 #define PCIE4 FIXTURES "/pcie4_nvbridge/topology.xml"
 #define NVSWITCH16 FIXTURES "/nvswitch16/topology.xml"
 #define CPU_ONLY FIXTURES "/cpu_only/topology.xml"
+#define PCI_IDS_ONLY FIXTURES "/pci_ids_only/topology.xml"
+#define OPENCL_L4 FIXTURES "/opencl_l4/topology.xml"
 
-static const char *const fixtures[] = {H100, ISLANDS, PCIE4, NVSWITCH16, CPU_ONLY};
+static const char *const fixtures[] = {H100,     ISLANDS,      PCIE4,    NVSWITCH16,
+                                       CPU_ONLY, PCI_IDS_ONLY, OPENCL_L4};
 #define N_FIXTURES (int)(sizeof fixtures / sizeof fixtures[0])
 
 /* ---- helpers ----------------------------------------------------------------------------- */
@@ -832,10 +837,233 @@ static void test_exported_xml_text_loads_back_to_the_same_node(void)
           err.text);
 }
 
+/* ---- what a GPU is ------------------------------------------------------------------------ */
+
+/* hwloc's CUDA and NVML OS devices name the H100s and give their memory; plait's table, found
+ * by the PCI id, gives their peaks. */
+static void test_h100_named_by_hwloc_with_peaks_from_pci_id(void)
+{
+    struct topo t;
+    if (!load(&t, H100)) return;
+    for (int g = 0; g < t.n_gpus; g++) {
+        const struct topo_gpu *gpu = &t.gpus[g];
+        CHECK(gpu->pci_device == 0x2330, "GPU %d pci device %04x", g, gpu->pci_device);
+        CHECK(strcmp(gpu->model_source, "hwloc") == 0 && strcmp(gpu->memory_source, "hwloc") == 0,
+              "GPU %d sources %s %s", g, gpu->model_source, gpu->memory_source);
+        CHECK(gpu->spec && gpu->spec->bf16_tflops == 989.4 && gpu->spec->fp8_tflops == 1978.9 &&
+                  gpu->spec->memory_gbps == 3350,
+              "GPU %d spec %s", g, gpu->spec ? gpu->spec->name : "none");
+    }
+    CHECK(topo_gpu_spec(&t, 3) == t.gpus[0].spec, "one model on the node");
+    topo_free(&t);
+}
+
+/* A node seen without NVIDIA's libraries and without pci.ids (the live H100 box of issue
+ * 11): the H100s are named, sized and rated from their PCI id alone; the GPU plait does not
+ * know stays unknown (no model, no memory, no peaks). */
+static void test_gpus_known_only_by_pci_id(void)
+{
+    struct topo t;
+    if (!load(&t, PCI_IDS_ONLY)) return;
+    CHECK(t.n_gpus == 3, "%d GPUs", t.n_gpus);
+    for (int g = 0; g < 2 && g < t.n_gpus; g++) {
+        const struct topo_gpu *gpu = &t.gpus[g];
+        CHECK(strcmp(gpu->model, "NVIDIA H100 80GB HBM3") == 0 &&
+                  strcmp(gpu->model_source, "PCI id") == 0,
+              "GPU %d model %s from %s", g, gpu->model, gpu->model_source);
+        CHECK(gpu->memory_bytes == 80ull << 30 && strcmp(gpu->memory_source, "PCI id") == 0,
+              "GPU %d memory %llu from %s", g, (unsigned long long)gpu->memory_bytes,
+              gpu->memory_source);
+        CHECK(gpu_peak_tflops(gpu->spec, PLAN_PRECISION_BF16) == 989.4 &&
+                  gpu_peak_tflops(gpu->spec, PLAN_PRECISION_FP8) == 1978.9,
+              "GPU %d peaks", g);
+    }
+    if (t.n_gpus == 3) {
+        const struct topo_gpu *gpu = &t.gpus[2];
+        CHECK(gpu->pci_device == 0x2684 && gpu->model[0] == '\0' && gpu->memory_bytes == 0 &&
+                  !gpu->spec && !*gpu->model_source && !*gpu->memory_source,
+              "unknown GPU: %04x model '%s' memory %llu spec %p", gpu->pci_device, gpu->model,
+              (unsigned long long)gpu->memory_bytes, (const void *)gpu->spec);
+        /* two models on the node: each rank's own */
+        CHECK(topo_gpu_spec(&t, 2) == NULL && topo_gpu_spec(&t, 1) == t.gpus[0].spec,
+              "per-GPU spec on a mixed node");
+    }
+    topo_free(&t);
+}
+
+/* hwloc's OpenCL OS devices name the L4s and give their memory (23,034 MiB, before the
+ * table's 24 GiB); the PCI id gives the peaks. */
+static void test_l4_named_by_hwloc_opencl(void)
+{
+    struct topo t;
+    if (!load(&t, OPENCL_L4)) return;
+    CHECK(t.n_gpus == 2, "%d GPUs", t.n_gpus);
+    for (int g = 0; g < t.n_gpus; g++) {
+        const struct topo_gpu *gpu = &t.gpus[g];
+        CHECK(strcmp(gpu->model, "NVIDIA L4") == 0 && strcmp(gpu->model_source, "hwloc") == 0,
+              "GPU %d model %s from %s", g, gpu->model, gpu->model_source);
+        CHECK(gpu->memory_bytes == 23034ull << 20 && strcmp(gpu->memory_source, "hwloc") == 0,
+              "GPU %d memory %llu from %s", g, (unsigned long long)gpu->memory_bytes,
+              gpu->memory_source);
+        CHECK(gpu_peak_tflops(gpu->spec, PLAN_PRECISION_BF16) == 121 &&
+                  gpu_peak_tflops(gpu->spec, PLAN_PRECISION_FP8) == 242.5 &&
+                  gpu->spec->memory_gbps == 300,
+              "GPU %d peaks", g);
+    }
+    topo_free(&t);
+}
+
+/* Names as NVML, CUDA and pci.ids write them find their table entry by whole words; the
+ * variants sharing a word go to the right one, and unknown names to none. */
+static void test_gpu_names_find_their_entry(void)
+{
+    const struct {
+        const char *model;
+        unsigned pci_device; /* of the entry it must find; 0: none */
+    } cases[] = {
+        {"NVIDIA H100 80GB HBM3", 0x2330},
+        {"GH100 [H100 SXM5 80GB]", 0x2330},
+        {"NVIDIA H100 PCIe", 0x2331},
+        {"NVIDIA H100 NVL", 0x2321},
+        {"NVIDIA H200", 0x2335},
+        {"NVIDIA H200 NVL", 0x233b},
+        {"NVIDIA H20", 0x2329},
+        {"NVIDIA A100-SXM4-40GB", 0x20b0},
+        {"NVIDIA A100-SXM4-80GB", 0x20b2},
+        {"NVIDIA A100-PCIE-40GB", 0x20b1},
+        {"NVIDIA A100 80GB PCIe", 0x20b5},
+        {"NVIDIA L40S", 0x26b9},
+        {"NVIDIA L4", 0x27b8},
+        {"NVIDIA A10", 0x2236},
+        {"NVIDIA B200", 0x2901},
+        {"NVIDIA A10G", 0},
+        {"NVIDIA GeForce RTX 4090", 0},
+        {"", 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const struct gpu_spec *s = gpu_spec_by_name(cases[k].model);
+        unsigned got = s ? s->pci_device : 0;
+        CHECK(got == cases[k].pci_device, "%s: entry %04x, want %04x", cases[k].model, got,
+              cases[k].pci_device);
+        if (cases[k].pci_device)
+            CHECK(gpu_spec_by_pci(0x10de, cases[k].pci_device) == s, "%s by PCI id",
+                  cases[k].model);
+    }
+    CHECK(gpu_spec_by_pci(0x8086, 0x2330) == NULL, "another vendor's id");
+    /* an A100 has no fp8 tensor cores: fp8 products run at its bf16 rate */
+    CHECK(gpu_peak_tflops(gpu_spec_by_pci(0x10de, 0x20b2), PLAN_PRECISION_FP8) == 312,
+          "A100 fp8 peak");
+    CHECK(gpu_peak_tflops(NULL, PLAN_PRECISION_BF16) == 0, "unknown GPU: no peak");
+}
+
+/* MFU by hand: GPT-2 124M has 124,475,904 parameters less the position table (786,432) and
+ * the 47 padding rows (36,096): N = 123,653,376; 6·N + 12·12·768·1024 = 741,920,256 +
+ * 113,246,208 = 855,166,464 FLOPs per token; 440k tokens/s on one H100 (989.4 TFLOP/s) is
+ * 38.03% MFU. */
+static void test_mfu_by_hand(void)
+{
+    struct gpt2_config cfg = {.max_seq_len = 1024,
+                              .vocab = 50257,
+                              .padded_vocab = 50304,
+                              .layers = 12,
+                              .heads = 12,
+                              .hidden = 768};
+    double fpt = gpu_flops_per_token(&cfg, 1024);
+    CHECK(fpt == 855166464.0, "flops per token %.0f", fpt);
+    double mfu = gpu_mfu(fpt, 440e3, 989.4, 1);
+    CHECK(fabs(mfu - 855166464.0 * 440e3 / 989.4e12) < 1e-12 && mfu > 0.38 && mfu < 0.381, "mfu %g",
+          mfu);
+    CHECK(gpu_mfu(fpt, 440e3, 989.4, 2) == mfu / 2, "two GPUs share the tokens");
+    CHECK(gpu_mfu(fpt, 440e3, 0, 1) == 0, "no peak, no MFU");
+}
+
+/* Without libnvidia-ml.so.1 (this machine), NVML is simply not there. */
+static void test_nvml_absent_degrades(void)
+{
+    struct gpu_nvml *nvml = gpu_nvml_open();
+    if (nvml) { /* a machine with the driver: it must answer for no such bus id */
+        char name[96] = "";
+        uint64_t bytes = 0;
+        CHECK(gpu_nvml_describe(nvml, "ffff:ff:1f.7", name, sizeof name, &bytes) == -1,
+              "NVML found a GPU at ffff:ff:1f.7");
+        gpu_nvml_close(nvml);
+    }
+    gpu_nvml_close(NULL);
+}
+
+/* A stand-in for libnvidia-ml.so.1 with NVML's C ABI (nvml.h): one H100 at 0000:18:00.0
+ * (85,520,809,984 bytes, what NVML reports for an H100 80GB HBM3); INIT_RC makes nvmlInit_v2
+ * fail (9: NVML_ERROR_DRIVER_NOT_LOADED), NO_NAME leaves nvmlDeviceGetName out. */
+static const char nvml_stub[] =
+    "#include <stdio.h>\n#include <strings.h>\n"
+    "#ifndef INIT_RC\n#define INIT_RC 0\n#endif\n"
+    "typedef struct dev *dev_t_;\n"
+    "struct mem { unsigned long long total, free, used; };\n"
+    "int nvmlInit_v2(void) { return INIT_RC; }\n"
+    "int nvmlShutdown(void) { return 0; }\n"
+    "int nvmlDeviceGetHandleByPciBusId_v2(const char *b, dev_t_ *d) {\n"
+    "  if (strcasecmp(b, \"0000:18:00.0\") != 0) return 6; *d = (dev_t_)1; return 0; }\n"
+    "#ifndef NO_NAME\n"
+    "int nvmlDeviceGetName(dev_t_ d, char *n, unsigned len) {\n"
+    "  (void)d; snprintf(n, len, \"NVIDIA H100 80GB HBM3\"); return 0; }\n"
+    "#endif\n"
+    "int nvmlDeviceGetMemoryInfo(dev_t_ d, struct mem *m) {\n"
+    "  (void)d; m->total = 85520809984ull; m->free = m->used = 0; return 0; }\n";
+
+/* Builds the stand-in with `flags` into a temporary .so; its path in lib (or false). */
+static bool build_nvml_stub(const char *source, const char *flags, char lib[64])
+{
+    snprintf(lib, 64, "/tmp/test_topo_nvml_XXXXXX");
+    int fd = mkstemp(lib);
+    if (fd < 0) return false;
+    close(fd);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "cc -x c -shared -fPIC %s -o %s %s", flags, lib, source);
+    return system(cmd) == 0;
+}
+
+/* NVML through dlopen, on a stand-in library: the name and memory of the GPU it knows, -1 for
+ * a bus id it does not, and no NVML at all when its library is missing, lacks a symbol, or
+ * does not start (no driver). */
+static void test_nvml_through_a_stand_in_library(void)
+{
+    char source[64] = "", lib[64] = "", no_driver[64] = "", no_name[64] = "";
+    CHECK(write_temp(nvml_stub, source), "cannot write the stand-in's source");
+    bool built = build_nvml_stub(source, "", lib) &&
+                 build_nvml_stub(source, "-DINIT_RC=9", no_driver) &&
+                 build_nvml_stub(source, "-DNO_NAME", no_name);
+    CHECK(built, "cannot build the stand-in NVML with cc");
+    if (built) {
+        struct gpu_nvml *nvml = gpu_nvml_open_library(lib);
+        CHECK(nvml, "the stand-in did not open");
+        char name[96] = "";
+        uint64_t bytes = 0;
+        CHECK(gpu_nvml_describe(nvml, "0000:18:00.0", name, sizeof name, &bytes) == 0 &&
+                  strcmp(name, "NVIDIA H100 80GB HBM3") == 0 && bytes == 85520809984ull,
+              "0000:18:00.0: '%s' %llu bytes", name, (unsigned long long)bytes);
+        CHECK(gpu_nvml_describe(nvml, "0000:2a:00.0", name, sizeof name, &bytes) == -1,
+              "a bus id NVML does not know");
+        gpu_nvml_close(nvml);
+        CHECK(!gpu_nvml_open_library(no_driver), "NVML without its driver opened");
+        CHECK(!gpu_nvml_open_library(no_name), "NVML without nvmlDeviceGetName opened");
+        CHECK(!gpu_nvml_open_library("/nonexistent/libnvidia-ml.so.1"), "a missing library");
+    }
+    const char *made[] = {source, lib, no_driver, no_name};
+    for (size_t k = 0; k < sizeof made / sizeof made[0]; k++)
+        if (*made[k]) unlink(made[k]);
+}
+
 int main(void)
 {
     RUN(test_fixtures_load_in_lstopo_and_topo_load);
     RUN(test_h100_gpus_in_cuda_order_with_memory_model_and_locality);
+    RUN(test_h100_named_by_hwloc_with_peaks_from_pci_id);
+    RUN(test_gpus_known_only_by_pci_id);
+    RUN(test_l4_named_by_hwloc_opencl);
+    RUN(test_gpu_names_find_their_entry);
+    RUN(test_mfu_by_hand);
+    RUN(test_nvml_absent_degrades);
+    RUN(test_nvml_through_a_stand_in_library);
     RUN(test_h100_cores_and_numa);
     RUN(test_h100_nvlink_through_nvswitches_is_450_gbps_one_domain);
     RUN(test_h100_nics_infiniband_first_with_netdevs);
