@@ -104,7 +104,7 @@ test_device_auto_without_gpu_trains_on_the_cpu_saying_why() {
 # nccl moves GPU memory: with ranks on the CPU it is refused naming parallel.backend, on one
 # rank and on two (whose collectives would be nccl's)
 test_backend_nccl_on_the_cpu_is_refused_naming_parallel_backend() {
-    local pattern='parallel.backend: "nccl" moves GPU memory, but rank 0 trains on the CPU'
+    local pattern='parallel.backend: "nccl" moves GPU memory, but rank [0-9]+ trains on the CPU'
     expect_error "$WORK/nccl1.log" 1 "$pattern" "$PLAIT" train "$WORK/plan.json" \
         --out "$WORK/run_nccl1" --set parallel.device=cpu --set parallel.backend=nccl --set steps=4 ||
         return 1
