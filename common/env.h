@@ -61,6 +61,10 @@
  * to read each micro-batch (a slow file system), so that tests see the
  * straggler report name it. */
 #define PLAIT_ENV_DEBUG_SLOW_RANK "PLAIT_DEBUG_SLOW_RANK"
+/* Developer: "1" makes the pipeline link of CPU ranks work as it does on nccl
+ * (runtime/parallel.c: a communicator per direction between two stages, sends
+ * posted without waiting), so that path runs in tests without a GPU. */
+#define PLAIT_ENV_DEBUG_NCCL_LINK "PLAIT_DEBUG_NCCL_LINK"
 
 /* The rendezvous store (store.h) that rank 0's launcher hosts: where it is,
  * "host:port" with an IPv6 literal in brackets ("[fd00::7]:29500";

@@ -854,7 +854,7 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
             m->grads_final(m->grads_final_ctx, wte, wte + m->shard.elems[GPT2_WTE], err))
             return -1;
     } else {
-        o->upload(m->ctx, m->dres, grad_out, model_stage_floats(m, B, T) * sizeof(float));
+        o->copy(m->ctx, m->dres, grad_out, model_stage_floats(m, B, T) * sizeof(float));
     }
     for (int i = m->n_layers - 1; i >= 0; i--)
         if (layer_backward(m, sl, i, B, T, acc, pass, err) ||

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/store.h"
+#include "kernels/ops.h"
 
 /* ---- group tables over a communicator ------------------------------------------------ */
 
@@ -85,11 +86,14 @@ static struct comm *useful(struct comm *c)
 
 /* ---- joining ---------------------------------------------------------------------------- */
 
+static int make_links(struct parallel *p, struct plait_error *err);
+
 int parallel_init(struct parallel *p, const struct env_rank *where, double timeout_s,
-                  struct plait_error *err)
+                  const struct parallel_device *dev, struct plait_error *err)
 {
     memset(p, 0, sizeof *p);
     p->where = *where;
+    if (dev) p->dev = *dev;
     p->timeout_s = timeout_s;
     p->g_tp = p->g_dp = p->g_mp = p->g_world = (struct group){.size = 1};
     if (where->world == 1) return 0;
@@ -101,10 +105,15 @@ int parallel_init(struct parallel *p, const struct env_rank *where, double timeo
         store_connect(&p->store, host, port, w->store_secret, w->rank, timeout_s, err))
         return error_prefix(err, "rank %d: the job's store: ", w->rank);
     snprintf(name, sizeof name, "%s.world", gen);
-    struct comm_options opts = {.backend = COMM_BACKEND_SOCKET,
-                                .timeout_s = timeout_s,
-                                .secret = w->store_secret,
-                                .name = name};
+    bool nccl = p->dev.backend == COMM_BACKEND_NCCL;
+    const char *pair = getenv(PLAIT_ENV_DEBUG_NCCL_LINK);
+    p->pair_links = nccl || (pair && !strcmp(pair, "1"));
+    struct comm_options opts = {
+        .backend = p->dev.backend,
+        .timeout_s = timeout_s,
+        .secret = w->store_secret,
+        .name = name,
+        .stream = nccl && p->dev.ops->stream ? p->dev.ops->stream(p->dev.ctx) : NULL};
     if (comm_world_init(&p->world, p->store, w->rank, w->world, &opts, err) ||
         comm_split_3d(p->world, w->tp, w->pp, w->dp, gen, &p->tp, &p->pp, &p->dp, err))
         goto fail;
@@ -119,6 +128,7 @@ int parallel_init(struct parallel *p, const struct env_rank *where, double timeo
     }
     p->tp = useful(p->tp);
     p->pp = useful(p->pp);
+    if (p->pp && p->pair_links && make_links(p, err)) goto fail;
     p->dp = useful(p->dp);
     p->mp = useful(p->mp);
     p->g_tp = group_of(p->tp);
@@ -134,6 +144,19 @@ fail:
 
 void parallel_free(struct parallel *p)
 {
+    /* the links first: destroying them frees their requests, then the copies */
+    for (int i = 0; i < p->n_to; i++) comm_destroy(p->link_to[i]);
+    for (int i = 0; i < p->n_from; i++) comm_destroy(p->link_from[i]);
+    p->n_to = p->n_from = 0;
+    for (int i = 0; i < p->n_out; i++) {
+        if (p->out[i].on_host)
+            free(p->out[i].buf);
+        else if (p->out[i].buf)
+            p->dev.ops->free(p->dev.ctx, p->out[i].buf);
+    }
+    free(p->out);
+    p->out = NULL;
+    p->n_out = 0;
     comm_destroy(p->ends);
     comm_destroy(p->mp);
     comm_destroy(p->tp);
@@ -153,21 +176,125 @@ void parallel_abort(struct parallel *p, const char *reason)
 
 /* ---- what the loop calls ---------------------------------------------------------------- */
 
-static int link_send(void *ctx, int to_stage, uint32_t tag, const float *buf, size_t n,
-                     struct plait_error *err)
+/* A free outgoing slot of at least bytes of the kind asked for (a new one if
+ * none), or NULL with err. */
+static struct parallel_outgoing *outgoing(struct parallel *p, size_t bytes, bool on_host,
+                                          struct plait_error *err)
 {
-    return comm_send(ctx, buf, n * sizeof *buf, to_stage, tag, err);
+    for (int i = 0; i < p->n_out; i++)
+        if (!p->out[i].req && p->out[i].on_host == on_host && p->out[i].cap >= bytes)
+            return &p->out[i];
+    struct parallel_outgoing *grown = realloc(p->out, (size_t)(p->n_out + 1) * sizeof *grown);
+    void *buf = on_host ? malloc(bytes) : p->dev.ops->alloc(p->dev.ctx, bytes);
+    if (grown) p->out = grown;
+    if (!grown || !buf) {
+        if (on_host)
+            free(buf);
+        else if (buf)
+            p->dev.ops->free(p->dev.ctx, buf);
+        error_set(err, "out of %s memory for a pipeline message of %zu bytes",
+                  on_host ? "host" : p->dev.ops->name, bytes);
+        return NULL;
+    }
+    struct parallel_outgoing *o = &p->out[p->n_out++];
+    *o = (struct parallel_outgoing){.buf = buf, .cap = bytes, .on_host = on_host};
+    return o;
+}
+
+/* The communicators of the pair links: for every stage a and each of its
+ * neighbours b (a + 1 and a - 1 around the ring, as the interleaved schedule
+ * wraps), one of a and b, a rank 0 and b rank 1, in the same order on every
+ * rank of the pipeline (each split is collective over it). */
+static int make_links(struct parallel *p, struct plait_error *err)
+{
+    int pp = comm_size(p->pp), me = comm_rank(p->pp);
+    char name[COMM_MAX_NAME_BYTES + 1];
+    for (int a = 0; a < pp; a++) {
+        int peers[2] = {(a + 1) % pp, (a + pp - 1) % pp};
+        for (int k = 0; k < 2; k++) {
+            int b = peers[k];
+            if (k == 1 && b == peers[0]) continue; /* pp 2: one neighbour */
+            bool in = me == a || me == b;
+            struct comm *c = NULL;
+            snprintf(name, sizeof name, "%s.%dto%d", comm_name(p->pp), a, b);
+            if (comm_split(p->pp, in ? 0 : COMM_SPLIT_NONE, me == a ? 0 : 1, name, &c, err))
+                return -1;
+            if (me == a) {
+                p->link_to[p->n_to] = c;
+                p->link_to_stage[p->n_to++] = b;
+            } else if (me == b) {
+                p->link_from[p->n_from] = c;
+                p->link_from_stage[p->n_from++] = a;
+            }
+        }
+    }
+    return 0;
+}
+
+static struct comm *link_of(struct comm *const *cs, const int *stages, int n, int stage)
+{
+    for (int i = 0; i < n; i++)
+        if (stages[i] == stage) return cs[i];
+    return NULL;
+}
+
+/* Frees the copies of the sends that completed; with all, waits for every
+ * one. 0, or -1 with the first failure. */
+static int reap(struct parallel *p, bool all, struct plait_error *err)
+{
+    int rc = 0;
+    for (int i = 0; i < p->n_out; i++) {
+        struct parallel_outgoing *o = &p->out[i];
+        if (!o->req) continue;
+        struct plait_error later;
+        bool done = true;
+        if (all ? comm_wait(o->req, rc ? &later : err)
+                : comm_test(o->req, &done, rc ? &later : err))
+            rc = -1;
+        if (done) o->req = NULL; /* freed by the wait or the test */
+    }
+    return rc;
+}
+
+static int link_send(void *ctx, int to_stage, uint32_t tag, const float *buf, size_t n,
+                     bool on_host, struct plait_error *err)
+{
+    struct parallel *p = ctx;
+    size_t bytes = n * sizeof *buf;
+    if (!p->pair_links) return comm_send(p->pp, buf, bytes, to_stage, tag, err);
+    struct comm *c = link_of(p->link_to, p->link_to_stage, p->n_to, to_stage);
+    if (!c) return error_set(err, "pipeline: no link to stage %d", to_stage);
+    if (reap(p, false, err)) return -1;
+    struct parallel_outgoing *o = outgoing(p, bytes, on_host, err);
+    if (!o) return -1;
+    /* a copy: buf is the caller's again at once (device memory: copied on the
+     * compute stream, which the send waits for) */
+    if (on_host)
+        memcpy(o->buf, buf, bytes);
+    else
+        p->dev.ops->copy(p->dev.ctx, o->buf, buf, bytes);
+    return comm_isend(c, o->buf, bytes, 1, tag, &o->req, err);
 }
 
 static int link_recv(void *ctx, int from_stage, uint32_t tag, float *buf, size_t n,
                      struct plait_error *err)
 {
-    return comm_recv(ctx, buf, n * sizeof *buf, from_stage, tag, err);
+    struct parallel *p = ctx;
+    size_t bytes = n * sizeof *buf;
+    if (!p->pair_links) return comm_recv(p->pp, buf, bytes, from_stage, tag, err);
+    struct comm *c = link_of(p->link_from, p->link_from_stage, p->n_from, from_stage);
+    if (!c) return error_set(err, "pipeline: no link from stage %d", from_stage);
+    return reap(p, false, err) || comm_recv(c, buf, bytes, 0, tag, err) ? -1 : 0;
+}
+
+static int link_flush(void *ctx, struct plait_error *err)
+{
+    return reap(ctx, true, err);
 }
 
 struct pipe_link parallel_pipe_link(struct parallel *p)
 {
-    return (struct pipe_link){.send = link_send, .recv = link_recv, .ctx = p->pp};
+    return (struct pipe_link){.send = link_send, .recv = link_recv, .flush = link_flush, .ctx = p};
 }
 
 int parallel_sum_ends(struct parallel *p, float *grad, size_t n, struct plait_error *err)

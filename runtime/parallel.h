@@ -16,6 +16,27 @@
 #include "runtime/pipeline.h"
 
 struct store;
+struct ops;
+struct ops_ctx;
+
+/* Where this rank's tensors are, for its collectives: the comm backend
+ * (socket: host memory; nccl: device memory, host values staged by it) and
+ * the op backend's context, whose stream orders the collectives (nccl) and
+ * whose memory holds the pipeline's messages on their way. */
+struct parallel_device {
+    enum comm_backend_kind backend;
+    const struct ops *ops;
+    struct ops_ctx *ctx;
+};
+
+/* A pipeline message on its way (nccl): a copy, host memory or the op
+ * backend's, until its send completes. */
+struct parallel_outgoing {
+    void *buf;
+    size_t cap;
+    bool on_host;
+    struct comm_request *req; /* NULL: the slot is free */
+};
 
 struct parallel {
     struct env_rank where;
@@ -26,20 +47,37 @@ struct parallel {
     struct comm *ends;                 /* the first and last stage of a pipeline (pp > 1):
                                           the tied wte's gradient is summed over it */
     struct group g_tp, g_dp, g_mp, g_world;
+    struct parallel_device dev;
+    /* nccl (or PLAIT_DEBUG_NCCL_LINK=1): the pipeline's messages travel on
+     * a communicator of their own per direction between two neighbouring
+     * stages, posted without waiting. NCCL buffers nothing and runs a
+     * communicator's operations in posting order, so on one communicator two
+     * neighbours each sending first would wait for each other; here a
+     * send's stream holds sends to one stage only, a receive's receives from
+     * one only, each in the order of the other end (test_pipeline checks the
+     * schedules keep it). */
+    bool pair_links;
+    struct comm *link_to[2], *link_from[2]; /* to and from the stages below */
+    int link_to_stage[2], link_from_stage[2], n_to, n_from;
+    struct parallel_outgoing *out; /* [n_out] the sends' copies */
+    int n_out;
 };
 
 /* Joins the store and builds the communicators of where's layout (names
- * carry the restart count, so a restarted gang cannot meet a stale one).
- * Every rank calls it; it fails by timeout_s naming what did not come. */
+ * carry the restart count, so a restarted gang cannot meet a stale one) on
+ * dev's backend. Every rank calls it; it fails by timeout_s naming what did
+ * not come. */
 int parallel_init(struct parallel *p, const struct env_rank *where, double timeout_s,
-                  struct plait_error *err);
+                  const struct parallel_device *dev, struct plait_error *err);
 void parallel_free(struct parallel *p);
 
 /* A rank that fails tells the others (the store's abort), so that they stop
  * at once instead of at their deadline. */
 void parallel_abort(struct parallel *p, const char *reason);
 
-/* The transfers between this rank's pipeline neighbours (its pp group). */
+/* The transfers between this rank's pipeline neighbours (its pp group). On
+ * nccl a send is copied and posted on its direction's communicator without
+ * waiting; flush waits for the sends (the end of a step). */
 struct pipe_link parallel_pipe_link(struct parallel *p);
 
 /* The tied wte's gradient (n floats) summed between the first and last

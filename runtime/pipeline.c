@@ -149,7 +149,8 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
     struct run r = {m, s->v, malloc((size_t)s->m * (size_t)s->v * sizeof(int)),
                     calloc((size_t)m->n_slots, 1)};
     int32_t *tokens = malloc(N * sizeof *tokens), *targets = malloc(N * sizeof *targets);
-    float *grad = malloc(NC * sizeof *grad);
+    /* the next stage's input gradient, received into backend memory */
+    float *grad = m->ops->alloc(m->ctx, NC * sizeof *grad);
     int rc = -1, backwards[64] = {0}, weights[64] = {0}; /* per chunk */
     int stop_at = s->m; /* the micro-batch the pipeline stops before */
     float word = 0;     /* a control word */
@@ -180,7 +181,8 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
             if (word != 0) { /* a stop at k: passed on down at once */
                 stop_at = k;
                 if (stage + 1 < s->pp &&
-                    link->send(link->ctx, stage + 1, control_tag(s, k, c, false), &word, 1, err))
+                    link->send(link->ctx, stage + 1, control_tag(s, k, c, false), &word, 1, true,
+                               err))
                     goto out;
                 times->idle_s += now_s() - t0;
                 break;
@@ -203,7 +205,7 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
                     stop_at = k;
                     word = 1;
                     if (s->pp > 1 &&
-                        link->send(link->ctx, 1, control_tag(s, k, 0, false), &word, 1, err))
+                        link->send(link->ctx, 1, control_tag(s, k, 0, false), &word, 1, true, err))
                         goto out;
                     break;
                 }
@@ -230,11 +232,11 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
             }
             word = 0;
             if (link->send(link->ctx, next_stage(s, stage),
-                           control_tag(s, k, stage == s->pp - 1 ? c + 1 : c, false), &word, 1,
+                           control_tag(s, k, stage == s->pp - 1 ? c + 1 : c, false), &word, 1, true,
                            err) ||
                 link->send(link->ctx, next_stage(s, stage),
                            tag_of(s, k, stage == s->pp - 1 ? c + 1 : c, false),
-                           model_stage_output(m, slot_of(&r, k, c)), NC, err))
+                           model_stage_output(m, slot_of(&r, k, c)), NC, false, err))
                 goto out;
             times->send_s += now_s() - t0;
             break;
@@ -283,22 +285,23 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
         case SCHED_SEND_GRAD: /* to the previous chunk: the same, or c - 1 on stage pp-1 */
             word = asked || (how->wants_stop && how->wants_stop(how->ctx)) ? 1 : 0;
             if (link->send(link->ctx, prev_stage(s, stage),
-                           control_tag(s, k, stage == 0 ? c - 1 : c, true), &word, 1, err) ||
+                           control_tag(s, k, stage == 0 ? c - 1 : c, true), &word, 1, true, err) ||
                 link->send(link->ctx, prev_stage(s, stage),
                            tag_of(s, k, stage == 0 ? c - 1 : c, true), model_stage_input_grad(m),
-                           NC, err))
+                           NC, false, err))
                 goto out;
             times->send_s += now_s() - t0;
             if (!s->split_backward && micro_done(&r, how, k, c, done, err)) goto out;
             break;
         }
     }
+    if (link->flush && link->flush(link->ctx, err)) goto out;
     rc = 0;
 out:
     free(r.slot_of);
     free(r.busy);
     free(tokens);
     free(targets);
-    free(grad);
+    if (grad) m->ops->free(m->ctx, grad);
     return rc;
 }

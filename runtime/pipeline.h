@@ -20,13 +20,18 @@
 
 /* Transfers with the neighbouring stages. send may return as soon as buf's
  * bytes are handed off (buf is reusable after it returns) and must never wait
- * for the peer to receive; recv waits (with the layer's deadline). Tags tell
- * a micro-batch's activation from its gradient. */
+ * for the peer to receive; on_host: buf is host memory (a control word), else
+ * the model's (backend) memory. recv waits (with the layer's deadline). Tags
+ * tell a micro-batch's activation from its gradient, but a receiver must
+ * take a stage's messages in the order that stage sent them (NCCL pairs them
+ * so). flush (may be NULL): waits until what was handed off has been sent
+ * (the end of a step; a link that sends in the background needs it). */
 struct pipe_link {
-    int (*send)(void *ctx, int to_stage, uint32_t tag, const float *buf, size_t n,
+    int (*send)(void *ctx, int to_stage, uint32_t tag, const float *buf, size_t n, bool on_host,
                 struct plait_error *err);
     int (*recv)(void *ctx, int from_stage, uint32_t tag, float *buf, size_t n,
                 struct plait_error *err);
+    int (*flush)(void *ctx, struct plait_error *err);
     void *ctx;
 };
 

@@ -132,7 +132,7 @@ static int visible_index(int device)
  *   "cpu": the CPU.  "cuda": that GPU, or an error naming parallel.device.
  *   "auto": that GPU when one is usable, else the CPU, saying why when this
  *   build has the CUDA backend (precision fp8 needs a GPU of sm_89 or later). One rank per GPU;
- * more than one rank on GPUs needs the nccl collectives wired to device memory, not done yet. */
+ * several ranks on GPUs talk through nccl (comm_backend_of). */
 static const struct ops *choose_device(const struct plan *p, const struct env_rank *w,
                                        struct ops_ctx **ctx, struct plait_error *err)
 {
@@ -150,12 +150,7 @@ static const struct ops *choose_device(const struct plan *p, const struct env_ra
     int index = w->device >= 0 ? visible_index(w->device) : 0;
     char why[512] = "";
     const struct ops *o = NULL;
-    if (w->world > 1)
-        snprintf(why, sizeof why,
-                 "%d ranks on GPUs need the nccl collectives on device memory, which this "
-                 "runtime does not wire yet (issue 11; one rank per job runs)",
-                 w->world);
-    else if (ops_cuda_device_count(why, sizeof why) > 0) {
+    if (ops_cuda_device_count(why, sizeof why) > 0) {
         if ((o = ops_cuda(why, sizeof why)) && !(*ctx = o->open(index, why, sizeof why))) o = NULL;
         /* open() leaves the fp8 ops out on a GPU without fp8 tensor cores */
         if (o && p->precision == PLAN_PRECISION_FP8 && !o->matmul_forward_fp8) {
@@ -477,16 +472,31 @@ static int check_layout(const struct plan *p, const struct env_rank *where, stru
                          "%s: parallel.sequence_parallel needs tensor parallelism, but the "
                          "launcher chose tp 1 for parallel.tp \"auto\" (set parallel.tp)",
                          p->source);
-    /* The nccl backend (runtime/comm/comm_nccl.c) moves device memory only;
-     * this runtime's tensors are host memory until the CUDA op backend
-     * (issue 11). */
-    if (par->backend == PLAN_BACKEND_NCCL)
+    return 0;
+}
+
+/* The collectives' backend for tensors where ops keeps them: nccl on GPUs
+ * (device memory; "auto" resolves to it), socket on the CPU. nccl on the CPU
+ * is refused naming parallel.backend, and socket on GPUs where there are
+ * collectives (more than one rank). */
+static int comm_backend_of(const struct plan *p, const struct env_rank *w, const struct ops *ops,
+                           enum comm_backend_kind *kind, struct plait_error *err)
+{
+    bool gpu = strcmp(ops->name, "cpu") != 0;
+    enum plan_backend b = p->parallel.backend;
+    *kind = gpu ? COMM_BACKEND_NCCL : COMM_BACKEND_SOCKET;
+    if (!gpu && b == PLAN_BACKEND_NCCL)
         return error_set(err,
-                         "%s: parallel.backend: \"nccl\" needs parallel.device \"cuda\" "
-                         "(NCCL moves GPU memory), and this plait-train runs on the CPU only: "
-                         "the CUDA backend is not built yet (issue 11); use \"socket\" or "
-                         "\"auto\"",
-                         p->source);
+                         "%s: parallel.backend: \"nccl\" moves GPU memory, but rank %d trains "
+                         "on the CPU (parallel.device \"%s\"): use \"socket\" or \"auto\", or "
+                         "parallel.device \"cuda\" where every rank has a GPU",
+                         p->source, w->rank, plan_device_name(p->parallel.device));
+    if (gpu && b == PLAN_BACKEND_SOCKET && w->world > 1)
+        return error_set(err,
+                         "%s: parallel.backend: \"socket\" moves host memory, but rank %d trains "
+                         "on CUDA device %d, whose tensors are GPU memory: use \"nccl\" or "
+                         "\"auto\" (or parallel.device \"cpu\" to train on the CPU)",
+                         p->source, w->rank, w->device >= 0 ? w->device : 0);
     return 0;
 }
 
@@ -616,9 +626,11 @@ static int setup(struct trainer *t, struct plait_error *err)
     t->multi = w->world > 1;
     if (check_layout(p, w, err)) return -1;
     if (!(t->ops = choose_backend(p, w, &t->ctx, err))) return -1;
+    struct parallel_device dev = {.ops = t->ops, .ctx = t->ctx};
+    if (comm_backend_of(p, w, t->ops, &dev.backend, err)) return -1;
     struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
     int B = p->batch.micro_batch, T = p->model.seq_len;
-    if (parallel_init(&t->par, w, p->parallel.timeout_s, err)) return -1;
+    if (parallel_init(&t->par, w, p->parallel.timeout_s, &dev, err)) return -1;
     t->par_ready = true;
     struct plait_error why = {.text = ""};
     int failed = checkpoint_path(t, &why) || (rank0 && open_run(t, &why));
@@ -874,11 +886,11 @@ static int forward_through_stages(struct trainer *t, uint32_t tag, const int32_t
         if (model_stage_forward(&t->m, 0, tokens, targets, B, T, 0.0f, loss, err)) return -1;
         if (!heads && link.send(link.ctx, s == pp - 1 ? 0 : s + 1,
                                 tag + ((uint32_t)(s == pp - 1 ? c + 1 : c) << 24),
-                                model_stage_output(&t->m, 0), NC, err))
+                                model_stage_output(&t->m, 0), NC, false, err))
             return -1;
     }
     t->m.slots[0].chunk = 0;
-    return 0;
+    return link.flush ? link.flush(link.ctx, err) : 0;
 }
 
 /* Mean loss over val_batches micro-batches from the start of the validation

@@ -46,8 +46,15 @@
  * "comm/<name>/nccl/id"); each rank uses the GPU current when it calls
  * comm_world_init (cudaSetDevice first), one rank per GPU. Operations run on
  * the communicator's CUDA stream in posting order, point to point included,
- * and complete through a cudaEvent; the data must be on the device when an
- * operation is posted. NCCL buffers nothing: a send runs only together with
+ * and complete through a cudaEvent. With opts->stream (the compute stream,
+ * kernels/ops.h's ops->stream) each operation first waits for the work
+ * enqueued on it before the operation was posted (a cudaEvent recorded there,
+ * cudaStreamWaitEvent on the communicator's stream), so device data may
+ * still be in the making when it is posted; whoever consumes a result waits
+ * for the request first (comm_wait, comm_test), which has then seen the
+ * operation's event complete. Host buffers are staged through device memory
+ * (cudaPointerGetAttributes tells them apart): one code path for scalars,
+ * flags and text alike. NCCL buffers nothing: a send runs only together with
  * its receive, so two ranks that each send to the other before receiving wait
  * until the deadline unless they group the pair (comm_group_start); tags are
  * not matched (messages pair in posting order).
@@ -113,6 +120,10 @@ struct comm_options {
      * kernel's boot id and network namespace, which is right; tests set it to
      * pretend several nodes on one machine. */
     const char *node_id;
+    /* nccl: the compute stream (a cudaStream_t) every operation waits for,
+     * inherited by splits; NULL: the data is ready when posted. socket:
+     * ignored (CPU ranks). */
+    void *stream;
 };
 
 struct comm;

@@ -36,6 +36,8 @@ struct nccl_comm {
     struct sock_job *job; /* store connections and the abort watcher, shared with splits */
     ncclComm_t nc;        /* NULL once aborted */
     cudaStream_t stream;  /* every operation, in posting order */
+    cudaStream_t compute; /* NULL, or the stream an operation's data comes from */
+    cudaEvent_t produced; /* recorded on compute before each launch */
     struct pinned *pool;  /* free page-locked buffers for staging host memory */
     struct pinned *lent;  /* the ones requests hold */
     float *barrier_dev;   /* (1) a barrier's all-reduce */
@@ -397,7 +399,8 @@ static void op_name(const struct nccl_request *q, char *out, size_t n)
 /* The communicator's failure as an error. */
 static int failure(const struct nccl_comm *c, struct plait_error *err)
 {
-    return c->fail_peer_lost ? error_peer_lost(err, "%s", c->fail_text) : failure(c, err);
+    return c->fail_peer_lost ? error_peer_lost(err, "%s", c->fail_text)
+                             : error_set(err, "%s", c->fail_text);
 }
 
 /* Fails for a communicator that has failed, or whose job was aborted. */
@@ -441,7 +444,12 @@ static int launch_group(struct nccl_comm *c, struct nccl_request **qs, int n,
     char what[200];
     op_name(qs[0], what, sizeof what);
     if (n > 1) snprintf(what + strlen(what), sizeof what - strlen(what), " and %d more", n - 1);
-    if (CUDA_CHECK(cudaSetDevice(c->device)) || NCCL_CHECK(c->nc, ncclGroupStart())) goto fail;
+    if (CUDA_CHECK(cudaSetDevice(c->device))) goto fail;
+    /* the compute stream's work so far (what made the data) before NCCL's */
+    if (c->compute && (CUDA_CHECK(cudaEventRecord(c->produced, c->compute)) ||
+                       CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->produced, 0))))
+        goto fail;
+    if (NCCL_CHECK(c->nc, ncclGroupStart())) goto fail;
     ncclResult_t r = ncclSuccess;
     for (int i = 0; i < n && (r == ncclSuccess || r == ncclInProgress); i++)
         r = launch(c, &qs[i]->d, dev_ptr(&qs[i]->in), dev_ptr(&qs[i]->out));
@@ -669,6 +677,7 @@ static void nccl_destroy(struct comm *base)
         c->nc = NULL;
     }
     if (c->barrier_dev) cudaFreeAsync(c->barrier_dev, c->stream); /* cudaFree would wait */
+    if (c->produced) cudaEventDestroy(c->produced);
     if (c->stream) cudaStreamDestroy(c->stream); /* released once its work is done */
     while (c->lent) pin_return(c, c->lent);
     for (struct pinned *p = c->pool, *next; p; p = next) {
@@ -690,7 +699,8 @@ static void nccl_destroy(struct comm *base)
  * scratch, a staging buffer, members named "rank <r>" until known better, and
  * the abort watcher. */
 static int comm_alloc(struct nccl_comm **out, struct sock_job *job, const char *name, int rank,
-                      int size, double timeout_s, int device, struct plait_error *err)
+                      int size, double timeout_s, int device, cudaStream_t compute,
+                      struct plait_error *err)
 {
     *out = NULL;
     struct nccl_comm *c = calloc(1, sizeof *c);
@@ -701,6 +711,7 @@ static int comm_alloc(struct nccl_comm **out, struct sock_job *job, const char *
     snprintf(c->base.name, sizeof c->base.name, "%s", name);
     c->timeout_s = timeout_s;
     c->device = device;
+    c->compute = compute;
     pthread_mutex_init(&c->mu, NULL);
     sock_job_ref(job);
     c->job = job;
@@ -715,7 +726,8 @@ static int comm_alloc(struct nccl_comm **out, struct sock_job *job, const char *
     if (CUDA_CHECK(cudaSetDevice(device)) ||
         CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) ||
         CUDA_CHECK(cudaMallocAsync((void **)&c->barrier_dev, sizeof *c->barrier_dev, c->stream)) ||
-        CUDA_CHECK(cudaMemsetAsync(c->barrier_dev, 0, sizeof *c->barrier_dev, c->stream)))
+        CUDA_CHECK(cudaMemsetAsync(c->barrier_dev, 0, sizeof *c->barrier_dev, c->stream)) ||
+        (compute && CUDA_CHECK(cudaEventCreateWithFlags(&c->produced, cudaEventDisableTiming))))
         goto fail;
     /* one staging buffer now, so small host values never allocate later */
     struct pinned *first;
@@ -832,8 +844,8 @@ int comm_nccl_world_init(struct comm **out, struct store *store, int rank, int w
     int device;
     if (sock_job_create(&job, store, rank, opts->secret, opts->node_id, opts->timeout_s, err))
         return error_prefix(err, "comm '%s' rank %d: ", name, rank);
-    if (find_device(&device, err) ||
-        comm_alloc(&c, job, name, rank, world_size, opts->timeout_s, device, err))
+    if (find_device(&device, err) || comm_alloc(&c, job, name, rank, world_size, opts->timeout_s,
+                                                device, (cudaStream_t)opts->stream, err))
         goto fail;
     char key[COMM_MAX_NAME_BYTES + 64], what[32];
     /* a name used before would lead to its old id: say so instead */
@@ -891,7 +903,8 @@ static int nccl_split(struct comm *parent, const int *members, int n, int my_ind
     if (check_alive(p, err)) return -1;
     int64_t deadline = sock_now_ms() + (int64_t)(p->timeout_s * 1000);
     /* failing here leaves the parent's other ranks in the split: fail it all */
-    if (n > 0 && comm_alloc(&c, p->job, name, my_index, n, p->timeout_s, p->device, err))
+    if (n > 0 &&
+        comm_alloc(&c, p->job, name, my_index, n, p->timeout_s, p->device, p->compute, err))
         goto fail_parent;
     for (int i = 0; c && i < n; i++) {
         /* "rank <parent rank> (...)" becomes "rank <i> (...)" */

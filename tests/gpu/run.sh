@@ -3,8 +3,10 @@
 # NCCL under NCCL_HOME, CUDA_HOME=/usr/local/cuda, or /usr/include and
 # /usr/lib/x86_64-linux-gnu) and runs tests/gpu/test_nccl.c, one rank per GPU
 # (up to 8). One GPU runs the collectives on a world of one rank and the
-# deadline test with a missing peer; two or more run everything. Not part of
-# make test. Usage: tests/gpu/run.sh   (or: make test-gpu)
+# deadline test with a missing peer; two or more run everything. Then
+# tests/gpu/test_multi_gpu.sh: plait train on 2 GPUs (tp 2, dp 2, pp 2, bf16)
+# against 1 GPU (each check "ok NAME # SKIP why" with fewer than 2 GPUs). Not
+# part of make test. Usage: tests/gpu/run.sh   (or: make test-gpu)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 make -j"$(nproc)" all >/dev/null
@@ -13,4 +15,7 @@ if [ ! -x build/tests/gpu/test_nccl ]; then
     echo "were not found: set NCCL_HOME or CUDA_HOME and run make again)" >&2
     exit 1
 fi
-exec build/tests/gpu/test_nccl "$@"
+rc=0
+build/tests/gpu/test_nccl "$@" || rc=$?
+bash tests/gpu/test_multi_gpu.sh --skip-ok || rc=1
+exit "$rc"

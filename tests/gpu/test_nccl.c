@@ -2,7 +2,8 @@
  * GPU (NCCL takes one device per rank) that meet through a store server in
  * the parent, and checks every collective on device buffers against sums
  * computed on the host, splits, asynchronous requests, host buffers (staged),
- * byte counts, and that nothing hangs: a rank that never joins is named at
+ * byte counts, operations ordered after a compute stream's work, and that
+ * nothing hangs: a rank that never joins is named at
  * the deadline, an operation one rank skips fails the others at theirs, a
  * rank whose process ends is named by the others. With
  * one GPU, the cases that need a peer are skipped (and said so). Not part of
@@ -60,7 +61,10 @@ struct world_opts {
     int absent_rank;    /* never joins (-1: none) */
     double timeout_s;   /* 0: 30 */
     bool init_may_fail; /* the case checks the failure itself */
+    bool compute;       /* the world gets a compute stream (comm_options.stream) */
 };
+
+static cudaStream_t compute_stream; /* the rank's, when its world has one */
 
 /* ---- device buffers --------------------------------------------------------- */
 
@@ -127,10 +131,12 @@ static void child(const struct world_opts *o, int rank, rank_fn fn)
         _exit(0);
     }
     CUDA_OK(cudaSetDevice(rank)); /* what the runtime does with PLAIT_DEVICE */
+    if (o->compute) CUDA_OK(cudaStreamCreateWithFlags(&compute_stream, cudaStreamNonBlocking));
     struct comm_options opts = {.backend = COMM_BACKEND_NCCL,
                                 .timeout_s = o->timeout_s > 0 ? o->timeout_s : 30,
                                 .secret = SECRET,
-                                .name = o->name};
+                                .name = o->name,
+                                .stream = o->compute ? compute_stream : NULL};
     struct comm *c = NULL;
     double t0 = now_s();
     if (comm_world_init(&c, st, rank, o->n, &opts, &err)) {
@@ -472,6 +478,46 @@ static void test_async_buckets_host_buffers_and_byte_counts(void)
     run_all(&(struct world_opts){.name = "async", .n = gpus, .absent_rank = -1}, async_rank);
 }
 
+/* With a compute stream, an operation waits for what was enqueued there
+ * before it was posted: each rank fills its buffer on the compute stream
+ * behind a long copy (so the fill is still pending when the all-reduce is
+ * posted, and an unordered all-reduce would sum the zeros before it) and
+ * posts at once; the sum is of the filled values, in a split too. */
+static void ordered_rank(struct comm *c, int rank, int n)
+{
+    struct plait_error err;
+    size_t count = (size_t)1 << 20, big = (size_t)256 << 20; /* 8 MiB of int64; 256 MiB copied */
+    int64_t *buf = dev_alloc(count * sizeof *buf), *host = malloc(count * sizeof *host);
+    char *from = dev_alloc(big), *to = dev_alloc(big);
+    CUDA_OK(cudaMemset(buf, 0, count * sizeof *buf));
+    struct comm *split = NULL;
+    CHECK(comm_split(c, 0, rank, "ordered.split", &split, &err) == 0, "split: %s", err.text);
+    struct comm *on[2] = {c, split}; /* the split inherits the stream */
+    for (int k = 0; k < 2 && on[k]; k++) {
+        for (int i = 0; i < 4; i++)
+            CUDA_OK(cudaMemcpyAsync(to, from, big, cudaMemcpyDeviceToDevice, compute_stream));
+        CUDA_OK(cudaMemsetAsync(buf, k + 1, count * sizeof *buf, compute_stream)); /* 0x0101... */
+        CHECK(comm_allreduce(on[k], buf, buf, count, COMM_INT64, COMM_SUM, &err) == 0, "%s",
+              err.text);
+        to_host(host, buf, count * sizeof *host);
+        int64_t want = (int64_t)n * (int64_t)(0x0101010101010101ULL * (uint64_t)(k + 1));
+        size_t wrong = 0;
+        for (size_t i = 0; i < count; i++) wrong += host[i] != want;
+        CHECK(wrong == 0, "rank %d, %s: %zu of %zu elements are not the filled values' sum", rank,
+              k ? "split" : "world", wrong, count);
+        CUDA_OK(cudaMemset(buf, 0, count * sizeof *buf));
+    }
+    comm_destroy(split);
+    cudaFree(buf), cudaFree(from), cudaFree(to);
+    free(host);
+}
+
+static void test_operations_wait_for_the_compute_stream(void)
+{
+    run_all(&(struct world_opts){.name = "ordered", .n = gpus, .absent_rank = -1, .compute = true},
+            ordered_rank);
+}
+
 /* ---- nothing hangs ------------------------------------------------------------ */
 
 static void never_called(struct comm *c, int rank, int n)
@@ -606,6 +652,7 @@ int main(void)
     RUN(test_broadcast_barrier_send_recv_and_a_grouped_exchange);
     RUN(test_split_3d_and_a_split_some_ranks_sit_out);
     RUN(test_async_buckets_host_buffers_and_byte_counts);
+    RUN(test_operations_wait_for_the_compute_stream);
     RUN(test_rank_that_never_joins_is_named_at_the_deadline);
     RUN(test_operation_a_rank_skips_fails_the_others_at_the_deadline);
     RUN(test_killed_rank_is_named_by_the_others);

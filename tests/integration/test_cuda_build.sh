@@ -5,7 +5,8 @@
 # cuBLASLt and the CUDA runtime that plait-train loads only where a driver is,
 # --selftest says it skipped (exit 77) and its harness passes with the
 # CPU standing in for the GPU, parallel.device "cuda" is
-# refused naming parallel.device and "auto" falls back to the CPU saying why.
+# refused naming parallel.device and "auto" falls back to the CPU saying why,
+# parallel.backend "nccl" on the CPU is refused naming parallel.backend.
 # Then the GPU checks (tests/gpu/test_cuda.sh): run where a GPU is, else each
 # printed as skipped. In a build without CUDA (make CUDA=0, the sanitized
 # build) the object checks are skipped and the rest still hold.
@@ -100,6 +101,18 @@ test_device_auto_without_gpu_trains_on_the_cpu_saying_why() {
     fi
 }
 
+# nccl moves GPU memory: with ranks on the CPU it is refused naming parallel.backend, on one
+# rank and on two (whose collectives would be nccl's)
+test_backend_nccl_on_the_cpu_is_refused_naming_parallel_backend() {
+    local pattern='parallel.backend: "nccl" moves GPU memory, but rank [0-9]+ trains on the CPU'
+    expect_error "$WORK/nccl1.log" 1 "$pattern" "$PLAIT" train "$WORK/plan.json" \
+        --out "$WORK/run_nccl1" --set parallel.device=cpu --set parallel.backend=nccl --set steps=4 ||
+        return 1
+    expect_error "$WORK/nccl2.log" any "$pattern" "$PLAIT" train "$WORK/plan.json" \
+        --out "$WORK/run_nccl2" --set parallel.device=cpu --set parallel.backend=nccl \
+        --set parallel.dp=2 --set steps=4
+}
+
 tiny_plan "$WORK/plan.json"
 if [ "$HAVE_CUDA_OBJS" -eq 1 ]; then
     check cuda_objects_hold_sm80_and_sm90 test_cuda_objects_hold_sm80_and_sm90
@@ -119,6 +132,8 @@ if [ "$GPU" -eq 0 ]; then
         test_device_auto_without_gpu_trains_on_the_cpu_saying_why
 fi
 check selftest_harness_passes_cpu_against_cpu test_selftest_harness_passes_cpu_against_cpu
+check backend_nccl_on_the_cpu_is_refused_naming_parallel_backend \
+    test_backend_nccl_on_the_cpu_is_refused_naming_parallel_backend
 # the GPU checks: run here when there is a GPU, else each reported as skipped
 bash "$(dirname "$0")/../gpu/test_cuda.sh" --skip-ok || failures=$((failures + 1))
 finish

@@ -592,6 +592,38 @@ test_a_killed_rank_ends_the_gang_naming_it() {
     ! pgrep -f "plait-train" -P "$gang" >/dev/null
 }
 
+# The pipeline link as it runs on GPUs (nccl buffers nothing: a communicator per
+# direction between two stages, each send copied and posted without waiting,
+# waited for at the step's end) over sockets (PLAIT_DEBUG_NCCL_LINK=1): every
+# schedule, with its validation passes and a stop mid-step, gives the direct
+# link's metrics to the bit.
+test_the_nccl_link_matches_the_direct_link() {
+    local l4=(--set model.layers=4 --set batch.grad_accum=4 --set parallel.pp=2) name
+    local -A sched=([1f1b]="" [gpipe]="--set parallel.schedule=gpipe"
+        [zbh1]="--set parallel.schedule=zb-h1"
+        [il]="--set parallel.schedule=interleaved --set parallel.virtual_stages=2"
+        [dp2]="--set parallel.dp=2")
+    for name in 1f1b gpipe zbh1 il dp2; do
+        # shellcheck disable=SC2086
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/direct_$name" "${l4[@]}" ${sched[$name]} \
+            >"$WORK/direct_$name.log" 2>&1 || { tail -n 20 "$WORK/direct_$name.log"; return 1; }
+        # shellcheck disable=SC2086
+        PLAIT_DEBUG_NCCL_LINK=1 "$PLAIT" train "$WORK/plan.json" --out "$WORK/pair_$name" \
+            "${l4[@]}" ${sched[$name]} >"$WORK/pair_$name.log" 2>&1 ||
+            { tail -n 20 "$WORK/pair_$name.log"; return 1; }
+        metrics_equal "$WORK/pair_$name/metrics.jsonl" "$WORK/direct_$name/metrics.jsonl" ||
+            { echo "schedule $name"; return 1; }
+    done
+    grep -q '"val_loss"' "$WORK/pair_1f1b/metrics.jsonl" || { echo "no validation ran"; return 1; }
+    # a signal to the last stage mid-step: the stop travels up in a control word,
+    # the pipeline drains, and the resumed run is the uninterrupted one
+    local pp=(--set parallel.pp=2 --set batch.grad_accum=8 --set steps=6)
+    uninterrupted full_pp2_a8 "${pp[@]}" || return 1
+    PLAIT_DEBUG_NCCL_LINK=1 stop_resume pair_one_stage full_pp2_a8 1:18 \
+        "micro-batch 4 of step 3 (of 8; the pipeline drained)" "${pp[@]}"
+}
+
+check nccl_link_matches_the_direct_link test_the_nccl_link_matches_the_direct_link
 check tensor_parallel_matches_one_rank test_tensor_parallel_matches_one_rank
 check pipeline_parallel_matches_one_rank test_pipeline_parallel_matches_one_rank
 check interleaved_pipeline_matches_one_rank test_interleaved_pipeline_matches_one_rank

@@ -31,6 +31,9 @@ static const struct gpt2_config cfg = {
 enum { B = 2, T = 8, N = B * T, MAX_PP = 4, MAX_M = 8 };
 
 /* ---- an in-process link: one mailbox of messages ----------------------------------------- */
+/* Sends never wait (as the link's contract says); receives take a stage's
+ * messages in the order they were sent, as NCCL pairs them, and fail
+ * otherwise. */
 
 struct message {
     int to, from;
@@ -44,6 +47,7 @@ struct post {
     pthread_mutex_t lock;
     pthread_cond_t arrived;
     struct message *head;
+    bool broken; /* a receive out of order: every waiting receive fails too */
 };
 
 struct endpoint {
@@ -51,9 +55,10 @@ struct endpoint {
     int stage;
 };
 
-static int post_send(void *ctx, int to, uint32_t tag, const float *buf, size_t n,
+static int post_send(void *ctx, int to, uint32_t tag, const float *buf, size_t n, bool on_host,
                      struct plait_error *err)
 {
+    (void)on_host; /* the CPU: all host memory */
     struct endpoint *e = ctx;
     struct message *msg = malloc(sizeof *msg);
     msg->data = malloc(n * sizeof(float));
@@ -77,13 +82,32 @@ static int post_recv(void *ctx, int from, uint32_t tag, float *buf, size_t n,
         for (struct message **p = &e->post->head; *p; p = &(*p)->next) {
             struct message *msg = *p;
             if (msg->to != e->stage || msg->from != from || msg->tag != tag) continue;
+            /* NCCL pairs a sender's messages with the receiver's receives in
+             * posting order (tags unmatched): an older message between the
+             * two stages (later in this newest-first list) must not wait */
+            const struct message *older = msg->next;
+            while (older && (older->to != e->stage || older->from != from)) older = older->next;
             *p = msg->next;
+            if (older) {
+                e->post->broken = true;
+                pthread_cond_broadcast(&e->post->arrived);
+            }
             pthread_mutex_unlock(&e->post->lock);
             int rc = msg->n == n ? 0 : error_set(err, "message of %zu floats, want %zu", msg->n, n);
+            if (older)
+                rc = error_set(err,
+                               "stage %d received tag %#x from stage %d before its older "
+                               "message (tag %#x): out of posting order",
+                               e->stage, tag, from, older->tag);
             if (rc == 0) memcpy(buf, msg->data, n * sizeof(float));
             free(msg->data);
             free(msg);
             return rc;
+        }
+        if (e->post->broken) {
+            pthread_mutex_unlock(&e->post->lock);
+            return error_set(err, "stage %d: another stage received out of posting order",
+                             e->stage);
         }
         pthread_cond_wait(&e->post->arrived, &e->post->lock);
     }
@@ -210,7 +234,7 @@ static void *run_stage(void *arg)
     float *shard = malloc(m.shard.total * sizeof *shard);
     gpt2_shard_copy(&m.shard, (float *)j->full_params, shard, true);
     model_set_params(&m, shard);
-    struct pipe_link link = {post_send, post_recv, &j->end};
+    struct pipe_link link = {post_send, post_recv, NULL, &j->end};
     struct pipe_feed feed = {feed_next, NULL};
     struct pipe_times times;
     j->m = &m;
@@ -246,7 +270,7 @@ static int run_stopped(const struct schedule *s, const float *params, int stop_b
                        int want_stage, int want_after, double *loss, float *full_grads,
                        size_t full_total, int *done)
 {
-    struct post post = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL};
+    struct post post = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false};
     struct job jobs[MAX_PP];
     pthread_t threads[MAX_PP];
     for (int st = 0; st < s->pp; st++) {

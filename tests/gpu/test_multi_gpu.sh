@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# test_multi_gpu.sh — several ranks on GPUs through plait train (make test-gpu,
+# after the nccl backend's own tests): 2 GPU ranks at tp 2, dp 2 (with the
+# gradient buckets overlapping backward, and ZeRO 1) and pp 2 against 1 GPU
+# rank of the same global batch, every step's loss and gradient norm within the
+# bounds the CPU layouts keep (tests/integration/test_parallel.sh: fp32 1e-5,
+# bf16 1e-4); a 2-GPU run equal to itself to the bit; parallel.backend
+# "socket" on GPUs refused naming the field. With fewer than 2 GPUs every
+# check prints "ok NAME # SKIP why" (counted as skipped) and the script exits
+# 77, or 0 with --skip-ok. Run from the repository root; PLAIT_BUILD (default
+# ./build) holds the binaries.
+source "$(dirname "$0")/../integration/lib.sh" # defines: PLAIT, PY, WORK, check, tiny_plan
+
+CHECKS=(gpu2_tp2_matches_one_gpu gpu2_dp2_buckets_matches_one_gpu gpu2_dp2_zero1_matches_one_gpu
+    gpu2_pp2_matches_one_gpu gpu2_bf16_tp2_tracks_bf16_one_gpu gpu2_run_equals_gpu2_run
+    gpu2_socket_backend_is_refused_naming_parallel_backend)
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+if [ "${gpus:-0}" -lt 2 ]; then
+    for c in "${CHECKS[@]}"; do echo "ok $c # SKIP ${gpus:-0} GPU(s) here (nvidia-smi -L); these need 2"; done
+    [ "${1:-}" = --skip-ok ] && exit 0
+    exit 77
+fi
+
+tiny_plan "$WORK/plan.json"
+GPU=(--set parallel.device=cuda --set data.val=null --set data.val_every=0)
+
+# close A B TOL: every step's loss and gradient norm within TOL (relative)
+close() {
+    "$PY" - "$1" "$2" "$3" <<'PYEOF'
+import json, sys
+def load(p):
+    return [json.loads(l) for l in open(p) if '"step"' in l]
+a, b, tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
+assert all(x["tokens"] == y["tokens"] for x, y in zip(a, b)), "a different global batch"
+worst = max(abs(x[k] - y[k]) / abs(y[k]) for x, y in zip(a, b) for k in ("loss", "grad_norm"))
+print(f"{len(a)} steps, worst relative difference {worst:.3g} (tolerance {tol})")
+sys.exit(0 if worst <= tol else 1)
+PYEOF
+}
+
+# run NAME [--set ...]: plait train on GPUs; its log must say every rank trains on CUDA
+run() {
+    local name=$1
+    shift
+    [ -f "$WORK/$name/metrics.jsonl" ] && return 0
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/$name" "${GPU[@]}" "$@" >"$WORK/$name.log" 2>&1 ||
+        { tail -n 30 "$WORK/$name.log"; return 1; }
+    grep -q "training on CUDA device" "$WORK/$name.log" || { echo "not on GPUs:"; cat "$WORK/$name.log"; return 1; }
+}
+
+# against NAME REF TOL [--set ...]
+against() {
+    local name=$1 reference=$2 tol=$3
+    shift 3
+    run "$name" "$@" && close "$WORK/$name/metrics.jsonl" "$WORK/$reference/metrics.jsonl" "$tol"
+}
+
+tp2() { run one3 --set batch.grad_accum=3 && against tp2 one3 1e-5 --set parallel.tp=2; }
+dp2_buckets() {
+    run one4 --set batch.grad_accum=4 &&
+        against dp2 one4 1e-5 --set parallel.dp=2 --set batch.grad_accum=2 --set parallel.bucket_mb=0.01
+}
+dp2_zero1() {
+    run one4 --set batch.grad_accum=4 &&
+        against dp2_zero1 one4 1e-5 --set parallel.dp=2 --set batch.grad_accum=2 --set parallel.zero=1
+}
+pp2() {
+    run one_l4 --set model.layers=4 --set batch.grad_accum=4 &&
+        against pp2 one_l4 1e-5 --set model.layers=4 --set batch.grad_accum=4 --set parallel.pp=2
+}
+bf16_tp2() {
+    run one3_bf16 --set batch.grad_accum=3 --set precision=bf16 &&
+        against tp2_bf16 one3_bf16 1e-4 --set parallel.tp=2 --set precision=bf16
+}
+again() {
+    run tp2 --set parallel.tp=2 && run tp2_again --set parallel.tp=2 &&
+        metrics_equal "$WORK/tp2/metrics.jsonl" "$WORK/tp2_again/metrics.jsonl"
+}
+socket_refused() {
+    expect_error "$WORK/socket.log" 1 'parallel.backend: "socket" moves host memory, but rank [0-9]+ trains on CUDA device' \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/socket" "${GPU[@]}" --set parallel.tp=2 \
+        --set parallel.backend=socket
+}
+
+check gpu2_tp2_matches_one_gpu tp2
+check gpu2_dp2_buckets_matches_one_gpu dp2_buckets
+check gpu2_dp2_zero1_matches_one_gpu dp2_zero1
+check gpu2_pp2_matches_one_gpu pp2
+check gpu2_bf16_tp2_tracks_bf16_one_gpu bf16_tp2
+check gpu2_run_equals_gpu2_run again
+check gpu2_socket_backend_is_refused_naming_parallel_backend socket_refused
+finish
