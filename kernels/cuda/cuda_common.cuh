@@ -104,6 +104,14 @@ static inline uint32_t cu_alignment_bytes(const void *p)
     return bytes;
 }
 
+/* cuBLASLt's search preference for a product in ctx: its workspace, and the
+ * real alignment of cuBLAS's A, B, C and D (the heuristic otherwise assumes
+ * 256 bytes and may pick a kernel that faults on a tensor that starts inside
+ * a flat buffer). false after recording the failure (*pref then NULL or to
+ * be destroyed by the caller). */
+bool cu_lt_preference(struct ops_ctx *ctx, const void *a, const void *b, const void *c,
+                      const void *d, cublasLtMatmulPreference_t *pref);
+
 /* ---- device helpers --------------------------------------------------------------- */
 
 /* Round to nearest even on the bit pattern, NaN kept quiet: kernels/cpu/bf16.h's

@@ -9,6 +9,27 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 
+bool cu_lt_preference(struct ops_ctx *ctx, const void *a, const void *b, const void *c,
+                      const void *d, cublasLtMatmulPreference_t *pref)
+{
+    uint32_t align[4] = {cu_alignment_bytes(a), cu_alignment_bytes(b), cu_alignment_bytes(c),
+                         cu_alignment_bytes(d)};
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    *pref = NULL;
+    if (!LT_OK(ctx, cublasLtMatmulPreferenceCreate(pref)) ||
+        !LT_OK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                        *pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx->lt_workspace_bytes,
+                        sizeof ctx->lt_workspace_bytes)))
+        return false;
+    for (int i = 0; i < 4; i++)
+        if (!LT_OK(ctx, cublasLtMatmulPreferenceSetAttribute(*pref, align_attr[i], &align[i],
+                                                             sizeof align[i])))
+            return false;
+    return true;
+}
+
 /* Row-major C (M×N) = op(A)·op(B) + beta·C, as kernels/cpu/gemm.h: op(A) is A
  * (M×K, lda) or with ta Aᵀ stored K×M; op(B) is B (K×N, ldb) or with tb Bᵀ
  * stored N×K. cuBLASLt is column-major, so it computes Cᵀ = op(B)ᵀ·op(A)ᵀ.
@@ -37,12 +58,6 @@ static bool lt_gemm(struct ops_ctx *ctx, bool ta, bool tb, int M, int N, int K, 
     cudaDataType_t bias_type = CUDA_R_32F;
     float alpha = 1.0f;
     bool ok = false;
-    /* cuBLAS's A is our B, its B our A, C and D the output */
-    uint32_t align[4] = {cu_alignment_bytes(B), cu_alignment_bytes(A), cu_alignment_bytes(C),
-                         cu_alignment_bytes(C)};
-    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     /* column-major shapes: cuBLAS A = our B: (tb ? K×N : N×K) stored; B = our A */
     if (!LT_OK(ctx, cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
         !LT_OK(ctx,
@@ -68,15 +83,8 @@ static bool lt_gemm(struct ops_ctx *ctx, bool ta, bool tb, int M, int N, int K, 
     if (!LT_OK(ctx, cublasLtMatrixLayoutCreate(&la, in_type, tb ? K : N, tb ? N : K, ldb)) ||
         !LT_OK(ctx, cublasLtMatrixLayoutCreate(&lb, in_type, ta ? M : K, ta ? K : M, lda)) ||
         !LT_OK(ctx, cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, N, M, ldc)) ||
-        !LT_OK(ctx, cublasLtMatmulPreferenceCreate(&pref)) ||
-        !LT_OK(ctx, cublasLtMatmulPreferenceSetAttribute(
-                        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx->lt_workspace_bytes,
-                        sizeof ctx->lt_workspace_bytes)))
+        !cu_lt_preference(ctx, B, A, C, C, &pref)) /* cuBLAS's A is our B, its B our A */
         goto out;
-    for (int i = 0; i < 4; i++)
-        if (!LT_OK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i],
-                                                             sizeof align[i])))
-            goto out;
     {
         cublasLtMatmulHeuristicResult_t heur;
         int found = 0;

@@ -94,11 +94,6 @@ static bool lt_fp8(struct ops_ctx *ctx, int Ma, int Nb, int K, const struct oper
     float alpha = 1.0f;
     bool ran = false;
     int32_t mode_a = A->mode, mode_b = B->mode;
-    uint32_t align[4] = {cu_alignment_bytes(A->q), cu_alignment_bytes(B->q), cu_alignment_bytes(D),
-                         cu_alignment_bytes(D)};
-    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     *failed = true; /* until the descriptors are made */
     if (!LT_OK(ctx, cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
         !LT_OK(ctx,
@@ -125,15 +120,8 @@ static bool lt_fp8(struct ops_ctx *ctx, int Ma, int Nb, int K, const struct oper
     if (!LT_OK(ctx, cublasLtMatrixLayoutCreate(&la, lt_type(A->fmt), K, Ma, K)) ||
         !LT_OK(ctx, cublasLtMatrixLayoutCreate(&lb, lt_type(B->fmt), K, Nb, K)) ||
         !LT_OK(ctx, cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, Ma, Nb, Ma)) ||
-        !LT_OK(ctx, cublasLtMatmulPreferenceCreate(&pref)) ||
-        !LT_OK(ctx, cublasLtMatmulPreferenceSetAttribute(
-                        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx->lt_workspace_bytes,
-                        sizeof ctx->lt_workspace_bytes)))
+        !cu_lt_preference(ctx, A->q, B->q, D, D, &pref))
         goto out;
-    for (int i = 0; i < 4; i++)
-        if (!LT_OK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i],
-                                                             sizeof align[i])))
-            goto out;
     *failed = false;
     {
         cublasLtMatmulHeuristicResult_t heur;
