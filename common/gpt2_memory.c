@@ -57,6 +57,7 @@ static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long 
     case GPT2_ACT_INPUT:
     case GPT2_ACT_LNF:
     case GPT2_ACT_DRES:
+    case GPT2_ACT_GRAD_IN:
         return ck_size(&N, B, T) && ck_size(out, (long long)(N / (size_t)rows_div), C);
     case GPT2_ACT_TOKENS:
     case GPT2_ACT_TARGETS:
@@ -97,6 +98,7 @@ static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     if (a == GPT2_ACT_CE_STATS) return s->part.tp > 1;
     if (a == GPT2_ACT_WHOLE) return shape->sequence_parallel;
     if (a == GPT2_ACT_DATT) return !shape->fused_attention;
+    if (a == GPT2_ACT_GRAD_IN) return s->part.pp > 1 && (!s->last || s->part.chunks > 1);
     return 1;
 }
 

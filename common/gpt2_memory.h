@@ -68,6 +68,8 @@ enum gpt2_act {
     GPT2_ACT_LOSSES,   /* (N) */
     GPT2_ACT_CE_STATS, /* (3N)        tp > 1 */
     GPT2_ACT_DRES,     /* (R,C) */
+    GPT2_ACT_GRAD_IN,  /* (R,C)       a stage's input gradient received from the next
+                          (pipeline stages but the last, every stage when interleaved) */
     GPT2_ACT_DC,       /* (N,C) */
     GPT2_ACT_D3C,      /* (N,3C/tp) */
     GPT2_ACT_D4C,      /* (N,4C/tp) */

@@ -74,6 +74,7 @@ static const struct {
     MODEL(GPT2_ACT_LOSSES, losses),
     MODEL(GPT2_ACT_CE_STATS, ce_stats),
     MODEL(GPT2_ACT_DRES, dres),
+    MODEL(GPT2_ACT_GRAD_IN, grad_in),
     MODEL(GPT2_ACT_DC, dC),
     MODEL(GPT2_ACT_D3C, d3C),
     MODEL(GPT2_ACT_D4C, d4C),

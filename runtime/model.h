@@ -104,12 +104,14 @@ struct model {
     float *ce_stats;          /* (3N) row max, Σexp, target logit (tp > 1) */
 
     /* backward scratch */
-    float *dres; /* (R,C) gradient of the residual stream; after a stage's backward, of its
-                    input */
-    float *dC;   /* (N,C) */
-    float *d3C;  /* (N,3C/tp) */
-    float *d4C;  /* (N,4C/tp) */
-    float *datt; /* (B,NH/tp,T,T) */
+    float *grad_in; /* (R,C) the next stage's input gradient, received by the pipeline
+                       (gpt2_memory.h: GRAD_IN); NULL where none comes */
+    float *dres;    /* (R,C) gradient of the residual stream; after a stage's backward, of its
+                       input */
+    float *dC;      /* (N,C) */
+    float *d3C;     /* (N,3C/tp) */
+    float *d4C;     /* (N,4C/tp) */
+    float *datt;    /* (B,NH/tp,T,T) */
 
     float *losses_host; /* (N) */
     /* Called, when set, as backward finishes writing gradients: the elements

@@ -149,8 +149,8 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
     struct run r = {m, s->v, malloc((size_t)s->m * (size_t)s->v * sizeof(int)),
                     calloc((size_t)m->n_slots, 1)};
     int32_t *tokens = malloc(N * sizeof *tokens), *targets = malloc(N * sizeof *targets);
-    /* the next stage's input gradient, received into backend memory */
-    float *grad = m->ops->alloc(m->ctx, NC * sizeof *grad);
+    /* the next stage's input gradient, received into the model's buffer */
+    float *grad = m->grad_in;
     int rc = -1, backwards[64] = {0}, weights[64] = {0}; /* per chunk */
     int stop_at = s->m; /* the micro-batch the pipeline stops before */
     float word = 0;     /* a control word */
@@ -158,7 +158,7 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
     memset(times, 0, sizeof *times);
     if (loss_sum) *loss_sum = 0;
     *done = 0;
-    if (!r.slot_of || !r.busy || !tokens || !targets || !grad) {
+    if (!r.slot_of || !r.busy || !tokens || !targets) {
         error_set(err, "out of memory");
         goto out;
     }
@@ -241,6 +241,11 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
             times->send_s += now_s() - t0;
             break;
         case SCHED_RECV_GRAD:
+            if (!grad) {
+                error_set(err, "pipeline: stage %d has no buffer for the gradient it receives",
+                          stage);
+                goto out;
+            }
             if (link->recv(link->ctx, next_stage(s, stage), control_tag(s, k, c, true), &word, 1,
                            err) ||
                 link->recv(link->ctx, next_stage(s, stage), tag_of(s, k, c, true), grad, NC, err))
@@ -302,6 +307,5 @@ out:
     free(r.busy);
     free(tokens);
     free(targets);
-    if (grad) m->ops->free(m->ctx, grad);
     return rc;
 }
