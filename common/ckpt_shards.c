@@ -171,11 +171,9 @@ int ckpt_newest_batch(const struct plan *p, const char *run_dir, struct ckpt_bat
         if (fs_join(cdir, sizeof cdir, dir, list[i].name, &err) || ckpt_layout_read(cdir, &l, &err))
             continue;
         ckpt_layout_free(&l);
-        char *text = fs_join(path, sizeof path, cdir, "plan.json", &err)
-                         ? NULL
-                         : fs_read_all(path, NULL, &err);
-        struct plan *before = text ? plan_load_text(text, path, NULL, NULL, 0, &err) : NULL;
-        free(text);
+        struct plan *before = fs_join(path, sizeof path, cdir, "plan.json", &err)
+                                  ? NULL
+                                  : plan_load(path, NULL, 0, &err);
         if (!before) continue;
         if (before->batch.micro_batch == p->batch.micro_batch) {
             *out = (struct ckpt_batch){(int64_t)before->batch.grad_accum * l.dp, l.dp,
@@ -272,11 +270,9 @@ int ckpt_source_open(struct ckpt_source *s, const char *cdir, struct plait_error
     snprintf(s->dir, sizeof s->dir, "%s", cdir);
     char path[4096];
     struct plan *plan = NULL;
-    char *text = NULL;
     if (ckpt_layout_read(cdir, &s->layout, err) || read_state(s, err) ||
         fs_join(path, sizeof path, cdir, "plan.json", err) ||
-        !(text = fs_read_all(path, NULL, err)) ||
-        !(plan = plan_load_text(text, path, NULL, NULL, 0, err)))
+        !(plan = plan_load(path, NULL, 0, err)))
         goto fail;
     const struct ckpt_layout *l = &s->layout;
     s->cfg = gpt2_config_of_plan(&plan->model);
@@ -323,11 +319,9 @@ int ckpt_source_open(struct ckpt_source *s, const char *cdir, struct plait_error
             error_set(err, "%s: no stage of its layout holds layer %d", cdir, i);
             goto fail;
         }
-    free(text);
     plan_free(plan);
     return 0;
 fail:
-    free(text);
     plan_free(plan);
     ckpt_source_close(s);
     return -1;

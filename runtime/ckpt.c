@@ -271,14 +271,10 @@ out:
 int ckpt_check_plan(const char *cdir, const struct plan *plan, char *notes, size_t notes_bytes,
                     struct plait_error *err)
 {
-    char path[4096], source[4200];
+    char path[4096];
     if (fs_join(path, sizeof path, cdir, "plan.json", err)) return -1;
-    char *text = fs_read_all(path, NULL, err);
-    if (!text) return error_prefix(err, "cannot tell which plan wrote it: ");
-    snprintf(source, sizeof source, "%s", path);
-    struct plan *before = plan_load_text(text, source, NULL, NULL, 0, err);
-    free(text);
-    if (!before) return -1;
+    struct plan *before = plan_load(path, NULL, 0, err); /* plan_to_json's, read back as written */
+    if (!before) return error_prefix(err, "cannot tell which plan wrote it: ");
     int rc = plan_resumable(before, plan, notes, notes_bytes, err);
     plan_free(before);
     return rc;

@@ -543,9 +543,7 @@ static int check_run_plan(struct trainer *t, struct plait_error *err)
     struct stat st;
     if (fs_join(path, sizeof path, t->run_dir, "plan.json", err)) return -1;
     if (stat(path, &st) != 0 || !run_has_history(t)) return 0;
-    char *text = fs_read_all(path, NULL, err);
-    struct plan *before = text ? plan_load_text(text, path, NULL, NULL, 0, err) : NULL;
-    free(text);
+    struct plan *before = plan_load(path, NULL, 0, err);
     char notes[1024];
     struct plait_error why;
     int rc = before ? plan_resumable(before, t->plan, notes, sizeof notes, &why) : -1;
