@@ -16,11 +16,14 @@
 # and prints the ratio (the goal: 1.3 or more), and a whole fp8 run at
 # 16×1024 prints its tokens/s beside bf16's.
 #   BENCH_STEPS   timed steps per run (default 10)
+#   BENCH_BATCHES the micro-batches to run (default "16 32")
+#   BENCH_TORCH   0 leaves PyTorch out (a quick look at plait alone)
 #   LLMC_BIN      llm.c's train_gpt2cu, to run on the same tokens (optional)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${PLAIT_BUILD:-build}
-PY=/usr/bin/python3
+source scripts/python.sh # defines: plait_python
+PY=$(plait_python)
 STEPS=${BENCH_STEPS:-10}
 work=$(mktemp -d /tmp/plait-bench-cuda.XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -52,7 +55,7 @@ print(f"plait-train {label} {B}x{T}: {tps:,.0f} tokens/s, {mfu} ({len(steps)} st
 EOF
 }
 
-for B in 16 32; do
+for B in ${BENCH_BATCHES:-16 32}; do
     cat >"$work/plan_$B.json" <<EOF
 {"model": {"layers": $L, "heads": $NH, "hidden": $C, "vocab": $V, "padded_vocab": $VP,
            "seq_len": $T, "max_seq_len": $T},
@@ -92,7 +95,9 @@ if anchor:
     print(f"  PyTorch anchor {anchor:,.0f} tokens/s (H100 80GB SXM): plait/anchor {tps / anchor:.2f}")
 open(path + ".tps", "w").write(str(tps))
 EOF
-    if "$PY" bench/torch_gpt2.py --micro-batch "$B" --seq-len "$T" --layers "$L" --heads "$NH" \
+    if [ "${BENCH_TORCH:-1}" = 0 ]; then
+        echo "PyTorch     bf16 ${B}x$T: left out (BENCH_TORCH=0)"
+    elif "$PY" bench/torch_gpt2.py --micro-batch "$B" --seq-len "$T" --layers "$L" --heads "$NH" \
         --hidden "$C" --vocab "$V" --padded-vocab "$VP" --steps "$STEPS" >"$work/torch_$B.json" \
         2>"$work/torch_$B.log"; then
         "$PY" - "$work/torch_$B.json" "$work/run_$B/metrics.jsonl.tps" "$B" "$T" <<'EOF'

@@ -11,7 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${PLAIT_BUILD:-build}
-PY=/usr/bin/python3
+source scripts/python.sh # defines: plait_python
+PY=$(plait_python)
 base=${CKPT_BENCH_DIR:-/tmp}
 work=$(mktemp -d "$base/plait-ckpt-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT

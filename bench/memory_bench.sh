@@ -14,7 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${PLAIT_BUILD:-build}
-PY=/usr/bin/python3
+source scripts/python.sh # defines: plait_python
+PY=$(plait_python)
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 work=$(mktemp -d /tmp/plait-memory-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT

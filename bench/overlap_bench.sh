@@ -17,7 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${PLAIT_BUILD:-build}
-PY=/usr/bin/python3
+source scripts/python.sh # defines: plait_python
+PY=$(plait_python)
 STEPS=${BENCH_STEPS:-10}
 export OMP_WAIT_POLICY=PASSIVE
 work=$(mktemp -d /tmp/plait-overlap.XXXXXX)

@@ -31,6 +31,14 @@ skip_all() { # why
 # Is there a GPU? The self-test says (77: skipped, with the reason).
 rc=0
 "$TRAIN" --selftest >"$WORK/selftest.txt" 2>&1 || rc=$?
+# A GPU that nvidia-smi lists but the backend cannot use (a library that did not
+# load, a driver too old) is a failure, not a skip.
+if [ "$rc" -eq 77 ] && command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    echo "not ok cuda_selftest"
+    echo "    # nvidia-smi lists a GPU, but plait-train --selftest found none usable:"
+    sed 's/^/    # /' "$WORK/selftest.txt"
+    exit 1
+fi
 if [ "$rc" -eq 77 ]; then
     skip_all "$(sed -n 's/^plait-train --selftest: skipped: \(.*\) (exit 77)$/\1/p' "$WORK/selftest.txt" | head -1)"
     [ "${1:-}" = --skip-ok ] && exit 0

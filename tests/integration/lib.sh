@@ -5,7 +5,9 @@ set -u
 ROOT=$PWD
 BUILD=${PLAIT_BUILD:-$ROOT/build}
 PLAIT=$BUILD/bin/plait
-PY=/usr/bin/python3
+source "$ROOT/scripts/python.sh" # defines: plait_python
+PY=$(plait_python)
+export PLAIT_PYTHON=$PY
 WORK=$(mktemp -d /tmp/plait-test.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 failures=0
