@@ -140,6 +140,20 @@ struct ops {
                                      const float *qkv, const float *out, const float *lse, int B,
                                      int T, int C, int NH);
 
+    /* Optional (NULL: the fused ones above): the fused attention on bf16
+     * tensor cores, which runs in bf16 and fp8 precision where
+     * attention_bf16_takes(C/NH). q, k, v and dout are rounded to bf16 as
+     * they are read, the probabilities and dS to bf16 before their products;
+     * every sum is fp32; out, lse and dqkv as the fused ones (fp32). Within
+     * bf16 rounding of the fused ones, not bit-equal (kernels/cuda/attention_tc.cu
+     * says where it rounds). Deterministic. */
+    bool (*attention_bf16_takes)(int head_size);
+    void (*attention_forward_bf16)(struct ops_ctx *ctx, float *out, float *lse, const float *qkv,
+                                   int B, int T, int C, int NH);
+    void (*attention_backward_bf16)(struct ops_ctx *ctx, float *dqkv, const float *dout,
+                                    const float *qkv, const float *out, const float *lse, int B,
+                                    int T, int C, int NH);
+
     /* GELU, tanh approximation, n elements; dinp overwritten */
     void (*gelu_forward)(struct ops_ctx *ctx, float *out, const float *inp, size_t n);
     void (*gelu_backward)(struct ops_ctx *ctx, float *dinp, const float *inp, const float *dout,

@@ -239,6 +239,8 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     if (gpt2_memory(&m->shard, &ms, &m->mem, err) || kernel_limits(cfg, B, T, err)) return -1;
     m->Cl = cfg->hidden / part->tp;
     m->NHl = cfg->heads / part->tp;
+    m->attention_bf16 = precision != PLAN_PRECISION_FP32 && ops->attention_bf16_takes &&
+                        ops->attention_bf16_takes(cfg->hidden / cfg->heads);
     m->Vpl = cfg->padded_vocab / part->tp;
     m->v0 = part->tp_rank * m->Vpl;
     int real = cfg->vocab - m->v0;
@@ -475,12 +477,15 @@ static const float *layer_input(const struct model_slot *sl, int i)
     return i == 0 ? sl->input : sl->layer[i - 1].res3;
 }
 
-/* The attention of layer acts a: fused where the backend has it, with att
- * then holding only each row's log-sum-exp (its first B·NH·T floats). */
+/* The attention of layer acts a: on bf16 tensor cores or fused where the
+ * backend has them, with att then holding only each row's log-sum-exp (its
+ * first B·NH·T floats). */
 static void attention_fwd(struct model *m, struct layer_acts *a, int B, int T)
 {
     const struct ops *o = m->ops;
-    if (o->attention_forward_fused)
+    if (m->attention_bf16)
+        o->attention_forward_bf16(m->ctx, a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
+    else if (o->attention_forward_fused)
         o->attention_forward_fused(m->ctx, a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
     else
         o->attention_forward(m->ctx, a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
@@ -491,7 +496,10 @@ static void attention_bwd(struct model *m, struct layer_acts *a, float *dqkv, co
                           int B, int T)
 {
     const struct ops *o = m->ops;
-    if (o->attention_backward_fused)
+    if (m->attention_bf16)
+        o->attention_backward_bf16(m->ctx, dqkv, dout, a->qkv, a->atty, a->att, B, T, m->Cl,
+                                   m->NHl);
+    else if (o->attention_backward_fused)
         o->attention_backward_fused(m->ctx, dqkv, dout, a->qkv, a->atty, a->att, B, T, m->Cl,
                                     m->NHl);
     else

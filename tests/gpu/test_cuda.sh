@@ -18,7 +18,8 @@ source "$(dirname "$0")/../integration/lib.sh" # defines: PLAIT, PY, ROOT, WORK,
 TRAIN=$BUILD/bin/plait-train
 REF=$ROOT/tests/golden/gpt2_ref.py
 CUDA_SET=(--set parallel.device=cuda)
-CHECKS=(cuda_selftest cuda_torch_referee_fp32 cuda_torch_referee_bf16 cuda_run_equals_cuda_run
+CHECKS=(cuda_selftest cuda_torch_referee_fp32 cuda_torch_referee_bf16
+    cuda_bf16_attention_tracks_fp32_attention cuda_run_equals_cuda_run
     cuda_sigterm_mid_step_resumes_to_the_bit cuda_checkpoint_resumes_on_the_cpu
     cuda_compute_sanitizer_memcheck cuda_compute_sanitizer_racecheck cuda_fp8_tracks_the_cpu
     cuda_fp8_resumes_to_the_bit)
@@ -58,8 +59,10 @@ referee() {
     }
     local case=$WORK/case_$1 run=$WORK/ref_run_$1
     "$PY" "$REF" case "$case" --precision "$1" >"$case.log" 2>&1 || { cat "$case.log"; return 1; }
-    PLAIT_DUMP_STEP1="$run/dump" "$PLAIT" train "$case/plan.json" --out "$run" "${CUDA_SET[@]}" \
-        >"$run.log" 2>&1 || { tail -n 30 "$run.log"; return 1; }
+    # the referee emulates bf16 products, not the tensor-core attention's rounding
+    # of the probabilities (cuda_bf16_attention_tracks_fp32_attention covers that)
+    PLAIT_CUDA_ATTENTION=fp32 PLAIT_DUMP_STEP1="$run/dump" "$PLAIT" train "$case/plan.json" \
+        --out "$run" "${CUDA_SET[@]}" >"$run.log" 2>&1 || { tail -n 30 "$run.log"; return 1; }
     grep -q "training on CUDA device" "$run.log" || { echo "not on the GPU:"; cat "$run.log"; return 1; }
     "$PY" "$REF" compare "$case" "$run"
 }
@@ -101,6 +104,35 @@ assert la.keys() == lb.keys(), (sorted(la), sorted(lb))
 worst = max(abs(la[s] - lb[s]) / abs(la[s]) for s in la)
 print(f"{len(la)} steps, worst relative loss difference {worst:.2e}")
 sys.exit(worst > 1e-4)
+PYEOF
+}
+
+# bf16 with the attention on the tensor cores (the default) against bf16 with
+# the fused fp32 attention: every step's loss within 4u = 2^-7 (relative), the
+# referee's bound for a bf16 run against fp32 (tests/golden/gpt2_ref.py,
+# BF16_VS_FP32_TOL): the kernel rounds q, k, v, the probabilities, dout and dS
+# to bf16, as many rounding points again as the bf16 products have.
+bf16_attention_tracks() {
+    local sets=("${CUDA_SET[@]}" --set precision=bf16)
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/bf16_tc" "${sets[@]}" >"$WORK/bf16_tc.log" 2>&1 ||
+        { cat "$WORK/bf16_tc.log"; return 1; }
+    grep -q "attention on the bf16 tensor cores" "$WORK/bf16_tc.log" ||
+        { echo "the tensor-core attention did not run:"; cat "$WORK/bf16_tc.log"; return 1; }
+    PLAIT_CUDA_ATTENTION=fp32 "$PLAIT" train "$WORK/plan.json" --out "$WORK/bf16_fp32att" \
+        "${sets[@]}" >"$WORK/bf16_fp32att.log" 2>&1 || { cat "$WORK/bf16_fp32att.log"; return 1; }
+    if grep -q "attention on the bf16 tensor cores" "$WORK/bf16_fp32att.log"; then
+        echo "PLAIT_CUDA_ATTENTION=fp32 still ran the tensor-core attention"
+        return 1
+    fi
+    "$PY" - "$WORK/bf16_tc/metrics.jsonl" "$WORK/bf16_fp32att/metrics.jsonl" <<'PYEOF'
+import json, sys
+def losses(p):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "step" in r and "loss" in r}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert a.keys() == b.keys() and a, (sorted(a), sorted(b))
+worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in a)
+print(f"{len(a)} steps, worst relative loss difference {worst:.2e} (bound {2 ** -7:.2e})")
+sys.exit(worst > 2 ** -7)
 PYEOF
 }
 
@@ -166,6 +198,7 @@ HAVE_CS='command -v compute-sanitizer || [ -x "${CUDA_HOME:-/usr/local/cuda}/bin
 check cuda_selftest selftest
 check_or_skip cuda_torch_referee_fp32 "python3-torch not installed" "$HAVE_TORCH" referee fp32
 check_or_skip cuda_torch_referee_bf16 "python3-torch not installed" "$HAVE_TORCH" referee bf16
+check cuda_bf16_attention_tracks_fp32_attention bf16_attention_tracks
 check cuda_run_equals_cuda_run run_equals_run
 check cuda_sigterm_mid_step_resumes_to_the_bit sigterm_resume
 check cuda_checkpoint_resumes_on_the_cpu resume_on_cpu
