@@ -35,6 +35,7 @@ enum {
     CU_FP8_F32A, /* the fallback's decoded operands */
     CU_FP8_F32B,
     CU_FP8_AMAX, /* partial maxima of a tensor's amax */
+    CU_SCRATCH_ATTENTION, /* attention_tc.cu: q, k, v (and dout) in bf16, per head */
     CU_SLOTS
 };
 
