@@ -135,7 +135,7 @@ static void test_dtypes_and_reductions_map_to_nccl(void)
         CHECK(op == (int)ncclMax, "max: %d", op);
     }
 #else
-    printf("  skipped: this build has no NCCL\n");
+    SKIP("this build has no NCCL");
 #endif
 }
 
@@ -191,8 +191,7 @@ static bool gpu_present(void)
 static void test_joining_without_a_gpu_fails_at_once_saying_so(void)
 {
     if (gpu_present()) {
-        printf("  skipped: a GPU is present (tests/gpu/run.sh tests the backend on it)\n");
-        return;
+        SKIP("a GPU is present (tests/gpu/run.sh tests the backend on it)");
     }
     struct plait_error err;
     struct store_server *srv = NULL;

@@ -605,8 +605,7 @@ static void test_bf16_emulated_agrees_with_native(void)
 {
     const char *how = NULL;
     if (gemm_bf16_emulated(&how)) {
-        printf("  skipped: %s\n", how);
-        return;
+        SKIP("%s", how);
     }
     /* (ta, tb, M, N, K): a layer's forward, input-gradient and weight-gradient
      * products at 128 tokens, C 256, OC 384; then a bigger and a tiny one */
