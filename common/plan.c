@@ -1687,7 +1687,17 @@ int64_t plan_ranks(const struct plan *plan)
 
 const char *plan_precision_name(enum plan_precision p)
 {
-    return enum_name(precision_names, 3, (int)p);
+    return enum_name(precision_names, PLAN_PRECISIONS, (int)p);
+}
+
+int plan_precision_parse(const char *name, enum plan_precision *out)
+{
+    for (int i = 0; i < PLAN_PRECISIONS; i++)
+        if (!strcmp(name, precision_names[i])) {
+            *out = (enum plan_precision)i;
+            return 0;
+        }
+    return -1;
 }
 
 const char *plan_fp8_scaling_name(enum plan_fp8_scaling s)

@@ -20,6 +20,7 @@
 #include "common/error.h"
 
 enum plan_precision { PLAN_PRECISION_FP32, PLAN_PRECISION_BF16, PLAN_PRECISION_FP8 };
+#define PLAN_PRECISIONS 3 /* how many: the one list the parser, the plugin's policy and help use */
 /* fp8's scaling (kernels/fp8.h); NONE (null in plan.json) unless precision is fp8 */
 enum plan_fp8_scaling { PLAN_FP8_NONE = -1, PLAN_FP8_TENSOR, PLAN_FP8_BLOCK };
 enum plan_recompute { PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE, PLAN_RECOMPUTE_FULL };
@@ -174,6 +175,8 @@ int64_t plan_ranks(const struct plan *plan);
 
 /* Names of the enums, as they are spelled in plan.json. */
 const char *plan_precision_name(enum plan_precision p);
+/* The precision named `name` ("fp32", "bf16", "fp8"), or -1 when none is. */
+int plan_precision_parse(const char *name, enum plan_precision *out);
 const char *plan_fp8_scaling_name(enum plan_fp8_scaling s); /* "none" for PLAN_FP8_NONE */
 const char *plan_recompute_name(enum plan_recompute r);
 const char *plan_schedule_name(enum plan_schedule s);

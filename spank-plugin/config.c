@@ -3,8 +3,11 @@
 #include "spank-plugin/config.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/plan.h"
 
 static const char *const known =
     "max_gpus_per_job, max_nodes, allowed_precisions, min_checkpoint_every, quota_file, "
@@ -23,23 +26,25 @@ static int positive(const char *key, const char *value, int *out, struct plait_e
 
 static int precisions(const char *value, struct plait_config *c, struct plait_error *err)
 {
-    c->allow_fp32 = c->allow_bf16 = false;
+    c->allowed_precisions = 0;
     char *copy = strdup(value), *save = NULL;
     if (!copy) return error_set(err, "out of memory");
     int rc = 0;
     for (char *tok = strtok_r(copy, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save)) {
-        if (!strcmp(tok, "fp32"))
-            c->allow_fp32 = true;
-        else if (!strcmp(tok, "bf16"))
-            c->allow_bf16 = true;
-        else
-            rc = error_set(err,
-                           "plugstack.conf: allowed_precisions: unknown precision '%s' "
-                           "(known: fp32, bf16)",
-                           tok);
+        enum plan_precision p;
+        if (plan_precision_parse(tok, &p) == 0) {
+            c->allowed_precisions |= 1u << p;
+            continue;
+        }
+        char known_names[64] = "";
+        for (int i = 0; i < PLAN_PRECISIONS; i++)
+            snprintf(known_names + strlen(known_names), sizeof known_names - strlen(known_names),
+                     "%s%s", i ? ", " : "", plan_precision_name((enum plan_precision)i));
+        rc = error_set(err, "plugstack.conf: allowed_precisions: unknown precision '%s' (known: %s)",
+                       tok, known_names);
     }
     free(copy);
-    if (rc == 0 && !c->allow_fp32 && !c->allow_bf16)
+    if (rc == 0 && !c->allowed_precisions)
         rc = error_set(err, "plugstack.conf: allowed_precisions is empty");
     return rc;
 }
@@ -70,7 +75,7 @@ static int string(const char *key, const char *value, char **out, struct plait_e
 int config_parse(int argc, char **argv, struct plait_config *c, struct plait_error *err)
 {
     memset(c, 0, sizeof *c);
-    c->allow_fp32 = c->allow_bf16 = true;
+    c->allowed_precisions = (1u << PLAN_PRECISIONS) - 1;
     for (int i = 0; i < argc; i++) {
         char *eq = strchr(argv[i], '=');
         if (!eq) {

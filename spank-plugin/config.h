@@ -1,6 +1,6 @@
 /* config.h — the admin's policy for spank_plait, from its plugstack.conf
  * arguments (key=value; unknown keys are refused):
- *   max_gpus_per_job=N  max_nodes=N  allowed_precisions=fp32,bf16
+ *   max_gpus_per_job=N  max_nodes=N  allowed_precisions=fp32,bf16,fp8
  *   min_checkpoint_every=STEPS  quota_file=/etc/slurm/plait-quota.json
  *   topology_xml=/etc/slurm/plait/%n.xml  run_root=/scratch/runs
  *   store_ports=60001-61000 */
@@ -14,7 +14,7 @@
 struct plait_config {
     int max_gpus_per_job; /* 0 = no limit */
     int max_nodes;        /* 0 = no limit */
-    bool allow_fp32, allow_bf16;
+    unsigned allowed_precisions; /* bit 1 << enum plan_precision per allowed one */
     int min_checkpoint_every;         /* 0 = no minimum */
     char *quota_file;                 /* NULL = no quotas */
     char *topology_xml;               /* NULL = discover; "%n" becomes the node name */

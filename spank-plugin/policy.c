@@ -24,13 +24,17 @@ int policy_check_limits(const struct plait_config *c, const struct policy_job *j
                          "the job has %lld nodes; this cluster allows at most %d per job "
                          "(max_nodes)",
                          (long long)j->nodes, c->max_nodes);
-    bool allowed = p->precision == PLAN_PRECISION_BF16 ? c->allow_bf16 : c->allow_fp32;
-    if (!allowed)
+    if (!(c->allowed_precisions & (1u << p->precision))) {
+        char allowed[64] = "";
+        for (int i = 0; i < PLAN_PRECISIONS; i++)
+            if (c->allowed_precisions & (1u << i))
+                snprintf(allowed + strlen(allowed), sizeof allowed - strlen(allowed), "%s%s",
+                         allowed[0] ? "," : "", plan_precision_name((enum plan_precision)i));
         return error_set(err,
                          "precision: \"%s\" is not allowed on this cluster (allowed_precisions: "
-                         "%s%s%s)",
-                         plan_precision_name(p->precision), c->allow_fp32 ? "fp32" : "",
-                         c->allow_fp32 && c->allow_bf16 ? "," : "", c->allow_bf16 ? "bf16" : "");
+                         "%s)",
+                         plan_precision_name(p->precision), allowed);
+    }
     if (c->min_checkpoint_every) {
         int every = p->checkpoint.every;
         if (every == 0 && p->steps > c->min_checkpoint_every)

@@ -176,6 +176,12 @@ test_policy_limits_and_quota_are_enforced_at_submit() {
     expect_error "$WORK/t2a.log" any \
         "the plan needs 16 GPUs .*at most 8 per job \(max_gpus_per_job\)" \
         sbatch --train-plan="$WORK/big.json" --wrap true || return 1
+    # fp8 is a precision the admin allows or not (this cluster: fp32,bf16)
+    plan "$WORK/fp8.json" 1 1 1 '"device": "cpu"'
+    sed -i '1s/^{/{"precision": "fp8", /' "$WORK/fp8.json"
+    expect_error "$WORK/t2d.log" any \
+        "precision: \"fp8\" is not allowed on this cluster \(allowed_precisions: fp32,bf16\)" \
+        sbatch --train-plan="$WORK/fp8.json" --wrap true || return 1
     plan "$WORK/sparse.json" 1 1 1 '"device": "cpu"'
     sed -i 's/"every": 10/"every": 100/' "$WORK/sparse.json"
     expect_error "$WORK/t2b.log" any "checkpoint.every: 100 is more than this cluster's 50 steps" \
