@@ -1266,6 +1266,25 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
                          par->virtual_stages, m->layers);
     if (par->sequence_parallel && tp == 1)
         return fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
+    if (par->zero == 3)
+        return fail_rule(c, "parallel.zero", "", "3 is not in this runtime yet (0, 1, 2 are)");
+    /* ZeRO 2 hands a micro-batch's gradients over after its backward; an
+     * interleaved or zero-bubble stage runs other backwards in between. With
+     * dp 1 there is nothing to hand over. */
+    int dp = par->dp;
+    if (par->zero == 2 && dp != 1 && interleaved && pp != 1)
+        return fail_rule(c, "parallel.schedule", "parallel.zero parallel.dp parallel.pp",
+                         "\"interleaved\" with parallel.zero 2 and parallel.dp %s: ZeRO 2 hands "
+                         "each micro-batch's gradients over after its backward, but an "
+                         "interleaved stage runs other micro-batches' backwards between a "
+                         "micro-batch's chunks; use zero 1, or \"1f1b\"",
+                         dp == PLAN_AUTO ? "\"auto\"" : "> 1");
+    if (par->zero == 2 && dp != 1 && par->schedule == PLAN_PIPE_ZB_H1)
+        return fail_rule(c, "parallel.schedule", "parallel.zero parallel.dp",
+                         "\"zb-h1\" with parallel.zero 2 and parallel.dp %s: ZeRO 2 hands each "
+                         "micro-batch's gradients over before the next backward, which a "
+                         "zero-bubble schedule interleaves; use zero 1, or \"1f1b\"",
+                         dp == PLAN_AUTO ? "\"auto\"" : "> 1");
     /* sequence parallelism splits a micro-batch's B·T rows evenly over tp */
     long long rows = (long long)p->batch.micro_batch * m->seq_len;
     if (par->sequence_parallel && tp != PLAN_AUTO && rows % tp != 0)

@@ -451,22 +451,6 @@ static int check_layout(const struct plan *p, const struct env_rank *where, stru
                              p->source, d[k].name, d[k].plan, d[k].name, d[k].env,
                              d[k].name[0] - 32, d[k].name[1] - 32);
     const struct plan_parallel *par = &p->parallel;
-    if (where->pp > 1 && par->schedule == PLAN_PIPE_INTERLEAVED && par->zero == 2 && where->dp > 1)
-        return error_set(err,
-                         "%s: parallel.schedule \"interleaved\" with parallel.zero 2: ZeRO 2 "
-                         "hands each micro-batch's gradients over after its backward, but an "
-                         "interleaved stage runs other micro-batches' backwards between a "
-                         "micro-batch's chunks; use zero 1, or \"1f1b\"",
-                         p->source);
-    if (par->schedule == PLAN_PIPE_ZB_H1 && par->zero == 2 && where->dp > 1)
-        return error_set(err,
-                         "%s: parallel.schedule \"zb-h1\" with parallel.zero 2: ZeRO 2 hands "
-                         "each micro-batch's gradients over before the next backward, which a "
-                         "zero-bubble schedule interleaves; use zero 1, or \"1f1b\"",
-                         p->source);
-    if (par->zero > 2)
-        return error_set(err, "%s: parallel.zero: 3 is not in this runtime yet (0, 1, 2 are)",
-                         p->source);
     if (par->sequence_parallel && where->tp == 1)
         return error_set(err,
                          "%s: parallel.sequence_parallel needs tensor parallelism, but the "

@@ -190,7 +190,7 @@ worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
 assert worst <= 1e-5, (a, b)
 print(f"{len(a)} evaluations, worst relative difference {worst:.3g}")
 PYEOF
-    expect_error "$WORK/il_z2.log" any 'parallel.schedule "interleaved" with parallel.zero 2' \
+    expect_error "$WORK/il_z2.log" any 'parallel.schedule: "interleaved" with parallel.zero 2' \
         "$PLAIT" train "$WORK/plan.json" --out "$WORK/il_z2" "${COMMON[@]}" "${l4[@]}" \
         --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=2 "${il[@]}"
 }
@@ -214,7 +214,7 @@ test_data_parallel_and_zero_match_one_rank() {
         --set parallel.pp=2 --set parallel.dp=2 --set batch.grad_accum=4 \
         --set parallel.bucket_mb=0.01 --set parallel.schedule=zb-h1 || return 1
     # ZeRO 2 hands each micro-batch's gradients over at once: not with a split backward
-    expect_error "$WORK/zbh1_z2.log" any 'parallel.schedule "zb-h1" with parallel.zero 2' \
+    expect_error "$WORK/zbh1_z2.log" any 'parallel.schedule: "zb-h1" with parallel.zero 2' \
         "$PLAIT" train "$WORK/plan.json" --out "$WORK/zbh1_z2" "${COMMON[@]}" --set parallel.pp=2 \
         --set parallel.dp=2 --set parallel.zero=2 --set parallel.schedule=zb-h1 || return 1
     layout dp2_z1 one6 1e-5 --set parallel.dp=2 --set parallel.zero=1 || return 1
