@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/plan.h" // PLAN_MAX_RANKS
+#include "common/plan.h"       // PLAN_MAX_RANKS
+#include "common/rank_order.h" // defines: rank_of
 
 /* An integer variable in [lo, hi]; def when absent and optional. */
 static int read_int(const char *name, int lo, int hi, bool required, int def, int *out,
@@ -60,8 +61,7 @@ int env_rank_read(struct env_rank *e, struct plait_error *err)
                          "outside the layout",
                          PLAIT_ENV_RANK, e->rank, e->tp_rank, e->pp_rank, e->dp_rank, e->local_rank,
                          e->local_world, e->node_rank, e->nodes);
-    /* Megatron's order: tp fastest, then dp, then pp */
-    int64_t want = e->tp_rank + (int64_t)e->tp * (e->dp_rank + (int64_t)e->dp * e->pp_rank);
+    int64_t want = rank_of(e->tp, e->dp, (struct rank_coords){e->tp_rank, e->pp_rank, e->dp_rank});
     if (want != e->rank)
         return error_set(err,
                          "%s=%d, but coordinates tp %d, dp %d, pp %d are rank %lld in Megatron "

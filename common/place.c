@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/env.h"
+#include "common/rank_order.h" // defines: rank_of
 
 /* A tp group carved out of one node: tp GPUs (or tp CPU slots). */
 struct carve {
@@ -415,7 +416,7 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
         for (int s = 0; s < pp; s++, g++) {
             const struct carve *c = &carving.groups[g];
             for (int t = 0; t < tp; t++) {
-                int r = t + tp * (d + dp * s);
+                int r = (int)rank_of(tp, dp, (struct rank_coords){t, s, d});
                 out->ranks[r] = (struct place_rank){.rank = r,
                                                     .node = c->node,
                                                     .tp = t,

@@ -115,7 +115,9 @@ int parallel_init(struct parallel *p, const struct env_rank *where, double timeo
         .name = name,
         .stream = nccl && p->dev.ops->stream ? p->dev.ops->stream(p->dev.ctx) : NULL};
     if (comm_world_init(&p->world, p->store, w->rank, w->world, &opts, err) ||
-        comm_split_3d(p->world, w->tp, w->pp, w->dp, gen, &p->tp, &p->pp, &p->dp, err))
+        comm_split_3d(p->world, w->tp, w->pp, w->dp,
+                      (struct rank_coords){w->tp_rank, w->pp_rank, w->dp_rank}, gen, &p->tp, &p->pp,
+                      &p->dp, err))
         goto fail;
     snprintf(name, sizeof name, "%s.mp", gen);
     if (comm_split(p->world, w->dp_rank, w->rank, name, &p->mp, err)) goto fail;

@@ -425,15 +425,21 @@ out:
     return rc;
 }
 
-int comm_split_3d(struct comm *world, int tp, int pp, int dp, const char *prefix,
-                  struct comm **tp_out, struct comm **pp_out, struct comm **dp_out,
-                  struct plait_error *err)
+int comm_split_3d(struct comm *world, int tp, int pp, int dp, struct rank_coords me,
+                  const char *prefix, struct comm **tp_out, struct comm **pp_out,
+                  struct comm **dp_out, struct plait_error *err)
 {
     *tp_out = *pp_out = *dp_out = NULL;
     if (tp < 1 || pp < 1 || dp < 1 || (int64_t)tp * pp * dp != world->size)
         return error_set(err, "comm '%s': tp %d x pp %d x dp %d is not its %d ranks", world->name,
                          tp, pp, dp, world->size);
-    int r = world->rank, tp_rank = r % tp, dp_rank = r / tp % dp, pp_rank = r / tp / dp;
+    if (rank_of(tp, dp, me) != world->rank)
+        return error_set(err,
+                         "comm '%s': rank %d given coordinates tp %d, pp %d, dp %d, which are "
+                         "rank %lld",
+                         world->name, world->rank, me.tp_rank, me.pp_rank, me.dp_rank,
+                         (long long)rank_of(tp, dp, me));
+    int tp_rank = me.tp_rank, dp_rank = me.dp_rank, pp_rank = me.pp_rank;
     char name[COMM_MAX_NAME_BYTES + 1];
     const char *p = prefix ? prefix : world->name;
     snprintf(name, sizeof name, "%.50s.tp", p);

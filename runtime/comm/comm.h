@@ -71,6 +71,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "common/rank_order.h" // defines: struct rank_coords, rank_of
 
 struct store;
 
@@ -155,13 +156,13 @@ int comm_world_init(struct comm **out, struct store *store, int rank, int world_
 int comm_split(struct comm *parent, int color, int key, const char *name, struct comm **out,
                struct plait_error *err);
 
-/* The tensor-, pipeline- and data-parallel groups of a tp x pp x dp world in
- * Megatron's rank order (tp fastest, then dp, then pp: rank = tp_rank + tp *
- * (dp_rank + dp * pp_rank)), named "tp", "pp" and "dp" after prefix
- * ("<prefix>.tp.<color>"...). Collective over world. */
-int comm_split_3d(struct comm *world, int tp, int pp, int dp, const char *prefix,
-                  struct comm **tp_out, struct comm **pp_out, struct comm **dp_out,
-                  struct plait_error *err);
+/* The tensor-, pipeline- and data-parallel groups of a tp x pp x dp world,
+ * this rank at coordinates `me` (common/rank_order.h: its rank must be
+ * rank_of(me)), named "tp", "pp" and "dp" after prefix ("<prefix>.tp.<color>"...).
+ * Collective over world. */
+int comm_split_3d(struct comm *world, int tp, int pp, int dp, struct rank_coords me,
+                  const char *prefix, struct comm **tp_out, struct comm **pp_out,
+                  struct comm **dp_out, struct plait_error *err);
 
 int comm_rank(const struct comm *c);
 int comm_size(const struct comm *c);

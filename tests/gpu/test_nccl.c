@@ -395,7 +395,9 @@ static void split_rank(struct comm *c, int rank, int n)
     struct plait_error err;
     int tp = n % 2 == 0 ? 2 : 1, dp = n / tp;
     struct comm *tpc = NULL, *ppc = NULL, *dpc = NULL;
-    CHECK(comm_split_3d(c, tp, 1, dp, "g", &tpc, &ppc, &dpc, &err) == 0, "%s", err.text);
+    CHECK(comm_split_3d(c, tp, 1, dp, rank_coords_of(comm_rank(c), tp, dp), "g", &tpc, &ppc, &dpc,
+                        &err) == 0,
+          "%s", err.text);
     if (!tpc || !dpc || !ppc) return;
     float *d = dev_alloc(sizeof(float) * 2), h[2] = {(float)rank, 1};
     to_dev(d, h, sizeof h);

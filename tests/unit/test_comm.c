@@ -704,7 +704,7 @@ static void split_rank(struct comm *c, struct store *st, int rank, int n, void *
     (void)arg;
     struct plait_error err;
     struct comm *tp, *pp, *dp;
-    if (comm_split_3d(c, 2, 2, 2, NULL, &tp, &pp, &dp, &err)) {
+    if (comm_split_3d(c, 2, 2, 2, rank_coords_of(comm_rank(c), 2, 2), NULL, &tp, &pp, &dp, &err)) {
         CHECK(0, "rank %d: %s", rank, err.text);
         return;
     }

@@ -1,0 +1,31 @@
+/* rank_order.h — Megatron's rank order, the one place it is written: tp
+ * fastest, then dp, then pp, so rank = tp_rank + tp·(dp_rank + dp·pp_rank).
+ * Placement numbers ranks with it, the env contract checks it, the
+ * communicators group by it. Not here: which node or device a rank gets
+ * (place.c). */
+#ifndef PLAIT_COMMON_RANK_ORDER_H
+#define PLAIT_COMMON_RANK_ORDER_H
+
+#include <stdint.h>
+
+/* A rank's coordinates in a tp × pp × dp layout */
+struct rank_coords {
+    int tp_rank, pp_rank, dp_rank;
+};
+
+/* The rank at coordinates c of a layout with tp and dp (64-bit: the plan's
+ * degrees can be large before they are checked against the world) */
+static inline int64_t rank_of(int tp, int dp, struct rank_coords c)
+{
+    return c.tp_rank + (int64_t)tp * (c.dp_rank + (int64_t)dp * c.pp_rank);
+}
+
+/* The coordinates of rank in a layout with tp and dp */
+static inline struct rank_coords rank_coords_of(int64_t rank, int tp, int dp)
+{
+    return (struct rank_coords){.tp_rank = (int)(rank % tp),
+                                .pp_rank = (int)(rank / tp / dp),
+                                .dp_rank = (int)(rank / tp % dp)};
+}
+
+#endif
