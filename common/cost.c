@@ -166,10 +166,8 @@ static uint64_t activation_bytes(enum plan_precision precision)
  * interleaved schedule hold one, GPipe all m. */
 static int stage_in_flight(const struct plan *p, struct cost_layout l, int stage)
 {
-    struct schedule s = {.kind = (enum sched_kind)p->parallel.schedule, /* the same order */
-                         .pp = l.pp,
-                         .m = p->batch.grad_accum,
-                         .v = l.pp > 1 ? p->parallel.virtual_stages : 1};
+    struct schedule s = {.pp = l.pp, .m = p->batch.grad_accum};
+    schedule_of_plan(p, l.pp, &s.kind, &s.v);
     return schedule_max_in_flight(&s, stage);
 }
 

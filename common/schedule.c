@@ -7,10 +7,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* the kinds are the plan's schedules, in its order */
+_Static_assert((int)SCHED_1F1B == (int)PLAN_PIPE_1F1B && (int)SCHED_GPIPE == (int)PLAN_PIPE_GPIPE &&
+                   (int)SCHED_INTERLEAVED == (int)PLAN_PIPE_INTERLEAVED &&
+                   (int)SCHED_ZB_H1 == (int)PLAN_PIPE_ZB_H1,
+               "enum sched_kind follows enum plan_pipeline");
+
 const char *schedule_kind_name(enum sched_kind kind)
 {
-    static const char *const names[] = {"1f1b", "gpipe", "interleaved", "zb-h1"};
-    return kind >= 0 && kind <= SCHED_ZB_H1 ? names[kind] : "?";
+    return kind >= 0 && kind <= SCHED_ZB_H1 ? plan_pipeline_name((enum plan_pipeline)kind) : "?";
+}
+
+void schedule_of_plan(const struct plan *p, int pp, enum sched_kind *kind, int *v)
+{
+    bool interleaved = p->parallel.schedule == PLAN_PIPE_INTERLEAVED && pp > 1;
+    *kind = interleaved || p->parallel.schedule != PLAN_PIPE_INTERLEAVED
+                ? (enum sched_kind)p->parallel.schedule
+                : SCHED_1F1B;
+    *v = interleaved ? p->parallel.virtual_stages : 1;
+}
+
+int schedule_simulate_textbook(const struct schedule *s, struct sched_sim *out,
+                               struct plait_error *err)
+{
+    double v = s->v, f = 1.0 / v;
+    return schedule_simulate(s, f, s->split_backward ? f : 2 * f, s->split_backward ? f : 0, out,
+                             err);
+}
+
+int schedule_make_for_plan(struct schedule *s, const struct plan *p, int pp,
+                           struct plait_error *err)
+{
+    enum sched_kind kind;
+    int v;
+    schedule_of_plan(p, pp, &kind, &v);
+    return schedule_make(s, kind, pp, p->batch.grad_accum, v, err);
 }
 
 int schedule_max_in_flight(const struct schedule *s, int stage)

@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include "common/error.h"
+#include "common/plan.h" // defines: struct plan, enum plan_pipeline
 
 enum sched_kind { SCHED_1F1B, SCHED_GPIPE, SCHED_INTERLEAVED, SCHED_ZB_H1 };
 
@@ -59,6 +60,15 @@ void schedule_free(struct schedule *s);
 
 const char *schedule_kind_name(enum sched_kind kind);
 
+/* The schedule a plan's stage runs with pp stages, the one place that decides
+ * it: the plan's parallel.schedule, interleaved only with a pipeline (one
+ * stage runs its layers as one chunk), v its chunks per stage. For
+ * plait-train, plait check and the cost model alike. */
+void schedule_of_plan(const struct plan *p, int pp, enum sched_kind *kind, int *v);
+/* schedule_make of schedule_of_plan, m the plan's batch.grad_accum */
+int schedule_make_for_plan(struct schedule *s, const struct plan *p, int pp,
+                           struct plait_error *err);
+
 /* The most micro-batch chunks stage `stage` holds activations for at once (F
  * run, its backward — W when split — not yet): what the schedule promises and
  * the runtime allocates. GPipe m; 1F1B and ZB-H1 min(pp - stage, m);
@@ -80,6 +90,11 @@ struct sched_sim {
  * not run each F, B (and W) exactly once. */
 int schedule_simulate(const struct schedule *s, double t_f, double t_b, double t_w,
                       struct sched_sim *out, struct plait_error *err);
+/* schedule_simulate with a layer's backward twice its forward (split: B and
+ * W one forward each), per chunk 1/v of the stage's: the bubble plait check
+ * prints and the runtime reports beside the one it measures */
+int schedule_simulate_textbook(const struct schedule *s, struct sched_sim *out,
+                               struct plait_error *err);
 
 /* A compact text timeline: one row per stage, one character per time unit of
  * the simulation with t_f = 1, t_b = 1, t_w = 1 (F: the micro-batch's last

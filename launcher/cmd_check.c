@@ -499,12 +499,8 @@ static int make_schedule(const struct plan *p, const struct cost_layout *l, stru
 {
     struct plait_error err;
     if (l->pp < 2) return -1;
-    enum sched_kind kind = (enum sched_kind)p->parallel.schedule; /* the same order */
-    if (schedule_make(s, kind, l->pp, p->batch.grad_accum, p->parallel.virtual_stages, &err))
-        return -1;
-    bool split = s->split_backward;
-    double v = p->parallel.virtual_stages;
-    if (schedule_simulate(s, 1.0 / v, split ? 1.0 / v : 2.0 / v, split ? 1.0 / v : 0, sim, &err)) {
+    if (schedule_make_for_plan(s, p, l->pp, &err)) return -1;
+    if (schedule_simulate_textbook(s, sim, &err)) {
         schedule_free(s);
         return -1;
     }

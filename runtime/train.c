@@ -617,20 +617,10 @@ static int setup(struct trainer *t, struct plait_error *err)
     struct plait_error why = {.text = ""};
     int failed = checkpoint_path(t, &why) || (rank0 && open_run(t, &why));
     if (agree(t, failed, &why, "rank 0 could not open the run (see its message)", err)) return -1;
-    /* interleaved only with a pipeline: one stage runs its layers as one chunk */
-    bool interleaved = p->parallel.schedule == PLAN_PIPE_INTERLEAVED && w->pp > 1;
-    int v = interleaved ? p->parallel.virtual_stages : 1;
-    enum sched_kind kind = p->parallel.schedule == PLAN_PIPE_GPIPE   ? SCHED_GPIPE
-                           : p->parallel.schedule == PLAN_PIPE_ZB_H1 ? SCHED_ZB_H1
-                           : interleaved                             ? SCHED_INTERLEAVED
-                                                                     : SCHED_1F1B;
-    if (schedule_make(&t->sched, kind, w->pp, p->batch.grad_accum, v, err)) return -1;
+    if (schedule_make_for_plan(&t->sched, p, w->pp, err)) return -1;
     t->sched_ready = true;
-    struct sched_sim sim; /* a backward twice a forward, as plait check prints it: */
-    bool split = t->sched.split_backward; /* B and W one forward's time each; per chunk, 1/v */
-    if (schedule_simulate(&t->sched, 1.0 / v, (split ? 1.0 : 2.0) / v, (split ? 1.0 : 0.0) / v,
-                          &sim, err))
-        return -1;
+    struct sched_sim sim;
+    if (schedule_simulate_textbook(&t->sched, &sim, err)) return -1;
     t->bubble_sim = w->pp > 1 ? sim.bubble : -1;
     struct gpt2_part part = cost_stage_part(p, w->tp, w->tp_rank, w->pp, w->pp_rank);
     struct model_shape shape = {.B = B,

@@ -67,14 +67,8 @@ static int build_rank(const struct plan *p, struct cost_layout l, int tp_rank, i
 {
     struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
     struct gpt2_part part = cost_stage_part(p, l.tp, tp_rank, l.pp, stage);
-    bool interleaved = p->parallel.schedule == PLAN_PIPE_INTERLEAVED && l.pp > 1;
-    int v = interleaved ? p->parallel.virtual_stages : 1;
-    enum sched_kind kind = p->parallel.schedule == PLAN_PIPE_GPIPE   ? SCHED_GPIPE
-                           : p->parallel.schedule == PLAN_PIPE_ZB_H1 ? SCHED_ZB_H1
-                           : interleaved                             ? SCHED_INTERLEAVED
-                                                                     : SCHED_1F1B;
     struct schedule sched;
-    if (schedule_make(&sched, kind, l.pp, p->batch.grad_accum, v, err)) return -1;
+    if (schedule_make_for_plan(&sched, p, l.pp, err)) return -1;
     struct model_shape shape = {.B = p->batch.micro_batch,
                                 .T = p->model.seq_len,
                                 .precision = p->precision,
