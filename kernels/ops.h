@@ -187,8 +187,11 @@ struct ops {
                               const float *target_logit, int v0, int nv, int Vp, int N,
                               float grad_scale);
 
-    /* sum of squares in double, deterministic for a given n */
-    double (*sum_squares)(struct ops_ctx *ctx, const float *x, size_t n);
+    /* sums[i] (host) = Σ x[i]² over n[i] elements, in double, for count
+     * tensors, deterministic for a given n[i]: one wait for all of them (a
+     * GPU's sums come back together), not one per tensor. NaN on a failure. */
+    void (*sum_squares)(struct ops_ctx *ctx, double *sums, const float *const *x, const size_t *n,
+                        int count);
 
     /* AdamW as torch.optim.AdamW, on n elements, with the gradient first
      * multiplied by grad_scale (clipping); step is 1-based. With p16 != NULL,

@@ -4,6 +4,7 @@
 #include "runtime/optim.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 double optim_lr(const struct plan_optimizer *o, int steps, int s)
 {
@@ -34,21 +35,59 @@ struct slice_args {
     const struct plan_optimizer *o;
     float lr, scale;
     int t;
-    double sum; /* norm: Σ g² counted */
+    /* the norm: the parts whose Σ g² this rank counts (x, n: NULL to count them) */
+    const float **x;
+    size_t *n;
+    int parts;
 };
 
-/* Σ g² of the instance's part in the slice, if this rank counts it
+/* The instance's part in the slice, if this rank counts its Σ g²
  * (gpt2_shard_counts), so that the sum over tp × pp (× dp slices) counts each
  * parameter once. */
-static int add_squares(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
+static int add_part(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
 {
     (void)layer;
     struct slice_args *a = ctx;
     const struct model *m = a->m;
     if (!gpt2_shard_counts(&m->shard, t)) return 0;
     size_t at, k = overlap(off, n, m->slice_at, m->slice_n, &at);
-    if (k) a->sum += m->ops->sum_squares(m->ctx, a->g + (at - m->slice_at), k);
+    if (!k) return 0;
+    if (a->x) {
+        a->x[a->parts] = a->g + (at - m->slice_at);
+        a->n[a->parts] = k;
+    }
+    a->parts++;
     return 0;
+}
+
+/* Σ g² over the parts this rank counts, added in the shard's order; the
+ * backend sums them all before one wait. */
+static int sum_squares(struct slice_args *a, double *sum, struct plait_error *err)
+{
+    a->x = NULL;
+    a->parts = 0;
+    gpt2_shard_each(&a->m->shard, add_part, a);
+    int parts = a->parts;
+    a->x = malloc((size_t)(parts ? parts : 1) * sizeof *a->x);
+    a->n = malloc((size_t)(parts ? parts : 1) * sizeof *a->n);
+    double *sums = malloc((size_t)(parts ? parts : 1) * sizeof *sums);
+    int rc = 0;
+    if (!a->x || !a->n || !sums) {
+        rc = error_set(err, "out of memory");
+        goto out;
+    }
+    a->parts = 0;
+    gpt2_shard_each(&a->m->shard, add_part, a);
+    a->m->ops->sum_squares(a->m->ctx, sums, a->x, a->n, parts);
+    *sum = 0;
+    for (int i = 0; i < parts; i++) *sum += sums[i];
+out:
+    free(a->x);
+    free(a->n);
+    free(sums);
+    a->x = NULL;
+    a->n = NULL;
+    return rc;
 }
 
 /* AdamW on the instance's part in the slice (weight decay by its kind). */
@@ -97,11 +136,12 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
     m->prof.seconds[PROF_GRAD_NORM] += prof_clock(&m->prof) - t0;
     /* the norm: this rank's count, summed over the slices (dp) and the model's parts */
     t0 = prof_clock(&m->prof);
-    gpt2_shard_each(&m->shard, add_squares, &a);
-    if ((m->zero && has(dp) && dp->allreduce_f64(dp->ctx, &a.sum, 1, err)) ||
-        (has(mp) && mp->allreduce_f64(mp->ctx, &a.sum, 1, err)))
+    double sum;
+    if (sum_squares(&a, &sum, err)) return -1;
+    if ((m->zero && has(dp) && dp->allreduce_f64(dp->ctx, &sum, 1, err)) ||
+        (has(mp) && mp->allreduce_f64(mp->ctx, &sum, 1, err)))
         return error_prefix(err, "gradient norm: ");
-    double norm = sqrt(a.sum);
+    double norm = sqrt(sum);
     m->prof.seconds[PROF_GRAD_NORM] += prof_clock(&m->prof) - t0;
     /* clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
     double scale = 1.0;

@@ -557,11 +557,16 @@ static void t_optimizer(struct run *r)
     float *p = rnd(r, n, 0.1f, 0), *g = rnd(r, n, 1, 0), *m = rnd(r, n, 0.1f, 0);
     float *v = rnd(r, n, 0.01f, 0.05f); /* positive second moments */
     uint16_t *p16 = dev(r, n * 2), *x16 = dev(r, n * 2);
-    float *ss = dev(r, sizeof(float));
+    float *ss = dev(r, 3 * sizeof(float));
     if (r->broken) return;
-    float sum = (float)r->o->sum_squares(r->ctx, g, n);
-    r->o->upload(r->ctx, ss, &sum, sizeof sum);
-    out(r, "sum_squares", ss, 1);
+    /* the whole gradient, none of it, and its first 7 elements, in one call */
+    const float *xs[3] = {g, g, g};
+    size_t ns[3] = {n, 0, 7};
+    double sums[3];
+    r->o->sum_squares(r->ctx, sums, xs, ns, 3);
+    float sums32[3] = {(float)sums[0], (float)sums[1], (float)sums[2]};
+    r->o->upload(r->ctx, ss, sums32, sizeof sums32);
+    out(r, "sum_squares", ss, 3);
     r->o->to_bf16(r->ctx, x16, g, n);
     out16(r, "to_bf16", x16, n);
     r->o->adamw(r->ctx, p, p16, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);

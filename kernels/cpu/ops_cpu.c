@@ -387,9 +387,10 @@ static void cpu_adamw(struct ops_ctx *ctx, float *p, uint16_t *p16, const float 
 
 /* ---- the table --------------------------------------------------------------- */
 
-static double cpu_sum_squares(struct ops_ctx *ctx, const float *x, size_t n)
+static void cpu_sum_squares(struct ops_ctx *ctx, double *sums, const float *const *x,
+                            const size_t *n, int count)
 {
-    return cpu_sum_squares_f32(ctx, x, n);
+    for (int i = 0; i < count; i++) sums[i] = cpu_sum_squares_f32(ctx, x[i], n[i]);
 }
 
 static void cpu_to_bf16(struct ops_ctx *ctx, uint16_t *dst, const float *src, size_t n)

@@ -230,7 +230,8 @@ void cu_classifier_finish(struct ops_ctx *ctx, float *logits, float *losses, con
                           const float *row_max, const float *row_sum, const float *target_logit,
                           int v0, int nv, int Vp, int N, float grad_scale);
 /* optimizer.cu */
-double cu_sum_squares(struct ops_ctx *ctx, const float *x, size_t n);
+void cu_sum_squares(struct ops_ctx *ctx, double *sums, const float *const *x, const size_t *n,
+                    int count);
 void cu_adamw(struct ops_ctx *ctx, float *p, uint16_t *p16, const float *g, float *m, float *v,
               size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
               float grad_scale, int step);

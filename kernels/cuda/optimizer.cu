@@ -64,20 +64,32 @@ __global__ void sum_squares_final_kernel(double *out, const double *part, int pa
     if (threadIdx.x == 0) *out = s;
 }
 
-double cu_sum_squares(struct ops_ctx *ctx, const float *x, size_t n)
+/* Each tensor's sum into its own slot after the partials (the partials
+ * reused in stream order), then every slot back at once. */
+static bool sum_squares_on_device(struct ops_ctx *ctx, double *sums, const float *const *x,
+                                  const size_t *n, int count)
 {
-    if (!n) return 0.0;
-    double *part = (double *)cu_scratch(ctx, CU_SCRATCH_PARTIAL, (SUM_BLOCKS + 1) * sizeof(double));
-    if (!part) return NAN;
-    size_t per = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
-    sum_squares_partial_kernel<<<SUM_BLOCKS, THREADS, 0, ctx->stream>>>(part, x, n, per);
-    if (!LAUNCH_OK(ctx)) return NAN;
-    sum_squares_final_kernel<<<1, THREADS, 0, ctx->stream>>>(part + SUM_BLOCKS, part, SUM_BLOCKS);
-    if (!LAUNCH_OK(ctx)) return NAN;
-    double total = NAN;
-    if (!CUDA_OK(ctx, cudaMemcpyAsync(&total, part + SUM_BLOCKS, sizeof total,
-                                      cudaMemcpyDeviceToHost, ctx->stream)) ||
-        !CUDA_OK(ctx, cudaStreamSynchronize(ctx->stream)))
-        return NAN;
-    return total;
+    size_t bytes = ((size_t)SUM_BLOCKS + (size_t)count) * sizeof(double);
+    double *part = (double *)cu_scratch(ctx, CU_SCRATCH_PARTIAL, bytes), *slots = part + SUM_BLOCKS;
+    if (!part ||
+        !CUDA_OK(ctx, cudaMemsetAsync(slots, 0, (size_t)count * sizeof(double), ctx->stream)))
+        return false;
+    for (int i = 0; i < count; i++) {
+        if (!n[i]) continue;
+        size_t per = (n[i] + SUM_BLOCKS - 1) / SUM_BLOCKS;
+        sum_squares_partial_kernel<<<SUM_BLOCKS, THREADS, 0, ctx->stream>>>(part, x[i], n[i], per);
+        if (!LAUNCH_OK(ctx)) return false;
+        sum_squares_final_kernel<<<1, THREADS, 0, ctx->stream>>>(slots + i, part, SUM_BLOCKS);
+        if (!LAUNCH_OK(ctx)) return false;
+    }
+    return CUDA_OK(ctx, cudaMemcpyAsync(sums, slots, (size_t)count * sizeof(double),
+                                        cudaMemcpyDeviceToHost, ctx->stream)) &&
+           CUDA_OK(ctx, cudaStreamSynchronize(ctx->stream));
+}
+
+void cu_sum_squares(struct ops_ctx *ctx, double *sums, const float *const *x, const size_t *n,
+                    int count)
+{
+    if (count > 0 && !sum_squares_on_device(ctx, sums, x, n, count))
+        for (int i = 0; i < count; i++) sums[i] = NAN;
 }
