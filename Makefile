@@ -16,7 +16,7 @@
 #   make bench-cuda      GPT-2 124M bf16 on the GPU, 16x1024 and 32x1024: tokens/s, MFU, modelled vs
 #                        measured step, beside PyTorch; and its fp8 block products against the bf16
 #                        ones (bench/fp8_bench.c; not a test)
-#   make gpu-check       one command for a GPU machine (under 9 minutes on one H100): the build
+#   make gpu-check       one command for a GPU machine (within a 9-minute budget): the build
 #                        libraries, the build, --selftest, test-cuda's checks, a compute-sanitizer
 #                        memcheck, the multi-GPU checks (2 GPUs or more), then bench-cuda; one
 #                        markdown report ($$OUT/gpu-check.md, else build/gpu-check.md) and its log.
