@@ -427,10 +427,11 @@ static void test_classifier_target_outside_vocabulary_gives_nan_not_a_read(void)
         double sum = 0, fsum = 0;
         for (int i = 0; i < Vp; i++) sum += logits[r * Vp + i], fsum += fl[r * Vp + i];
         double want = r == 0 ? 0 : 0.5;
-        CHECK(fabs(sum - want) < 1e-12 && fabs(fsum - want) < 1e-5, "row %d: dlogits sum %g, %g",
-              r, sum, fsum);
-        if (r) CHECK(isnan(losses[r]) && isnan(flosses[r]), "row %d (target %d): %g, %g", r,
-                     targets[r], losses[r], flosses[r]);
+        CHECK(fabs(sum - want) < 1e-12 && fabs(fsum - want) < 1e-5, "row %d: dlogits sum %g, %g", r,
+              sum, fsum);
+        if (r)
+            CHECK(isnan(losses[r]) && isnan(flosses[r]), "row %d (target %d): %g, %g", r,
+                  targets[r], losses[r], flosses[r]);
     }
     free(logits), free(fl);
 }
