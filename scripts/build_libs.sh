@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # build_libs.sh — sourced by scripts/deps.sh and scripts/gpu_check.sh: the
 # libraries plait's build links, each with the Debian/Ubuntu package that holds
 # it, and build_libs_check, which compiles and links a one-line program against

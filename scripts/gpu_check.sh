@@ -25,7 +25,7 @@
 #   PLAIT_BUILD          the build directory (default build), PLAIT_PYTHON the
 #                        Python with torch (default: scripts/python.sh finds one)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 source scripts/python.sh    # defines: plait_python
 source scripts/build_libs.sh # defines: build_libs_cairo (build_libs_check runs in its stage)
@@ -47,7 +47,7 @@ work=$(mktemp -d /tmp/plait-gpu-check.XXXXXX)
 mkdir -p "$work/logs"
 : >"$work/stages.tsv"
 : >"$RAW"
-stage_pid= stage_name= stage_t0= stage_limit=
+stage_pid="" stage_name="" stage_t0="" stage_limit=""
 trap 'rm -rf "$work"' EXIT
 
 elapsed() { awk -v a="$START" -v b="$(date +%s.%N)" 'BEGIN { printf "%d", b - a }'; }
@@ -95,7 +95,7 @@ run_stage() {
     stage_pid=$!
     wait "$stage_pid"
     rc=$?
-    stage_pid= stage_name=
+    stage_pid="" stage_name=""
     secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     cat "$work/logs/$name.log" >>"$RAW"
     return 0
@@ -103,6 +103,7 @@ run_stage() {
 
 # a SIGTERM or Ctrl-C: the stage's whole process group stopped (timeout passes
 # the signal on), the stage recorded as failed, the report written
+# shellcheck disable=SC2317 # (called by the trap)
 interrupted() {
     if [ -n "$stage_pid" ]; then
         kill -TERM "$stage_pid" 2>/dev/null && wait "$stage_pid"
@@ -234,11 +235,10 @@ else
 fi
 report
 
-CHECKS="cuda_torch_referee_fp32 cuda_torch_referee_bf16 cuda_run_equals_cuda_run
-cuda_sigterm_mid_step_resumes_to_the_bit cuda_checkpoint_resumes_on_the_cpu cuda_fp8_tracks_the_cpu
-cuda_fp8_resumes_to_the_bit"
-# shellcheck disable=SC2086 # the names, one word each
-tap_stage checks 300 "$(echo $CHECKS)" bash tests/gpu/test_cuda.sh --skip-ok $CHECKS
+CHECKS=(cuda_torch_referee_fp32 cuda_torch_referee_bf16 cuda_run_equals_cuda_run
+    cuda_sigterm_mid_step_resumes_to_the_bit cuda_checkpoint_resumes_on_the_cpu
+    cuda_fp8_tracks_the_cpu cuda_fp8_resumes_to_the_bit)
+tap_stage checks 300 "${CHECKS[*]}" bash tests/gpu/test_cuda.sh --skip-ok "${CHECKS[@]}"
 report
 tap_stage memcheck 240 cuda_compute_sanitizer_memcheck \
     bash tests/gpu/test_cuda.sh --skip-ok cuda_compute_sanitizer_memcheck

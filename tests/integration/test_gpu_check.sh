@@ -34,7 +34,7 @@ test_without_gpu_every_check_is_skipped_saying_why() {
     local rc=0 out=$WORK/nogpu
     OUT=$out "$ROOT/scripts/gpu_check.sh" >"$WORK/nogpu.txt" 2>&1 || rc=$?
     [ "$rc" -eq 77 ] || { echo "exit $rc, want 77"; cat "$WORK/nogpu.txt"; return 1; }
-    [ -s "$out/gpu-check.md" ] && [ -s "$out/gpu-check.log" ] || { ls -l "$out"; return 1; }
+    if [ ! -s "$out/gpu-check.md" ] || [ ! -s "$out/gpu-check.log" ]; then ls -l "$out"; return 1; fi
     grep -q "report: $out/gpu-check.md" "$WORK/nogpu.txt" || return 1
     grep -q '^\*\*no GPU here: every GPU check skipped, saying why (exit 77)\*\*' "$out/gpu-check.md" ||
         { cat "$out/gpu-check.md"; return 1; }
