@@ -28,8 +28,12 @@ build_libs_packages() {
 # build_lib_links HEADER FLAG: the compiler make uses ($CC, else cc) finds
 # HEADER and links FLAG; its complaint on stderr when not
 build_lib_links() {
+    local exe rc=0
+    exe=$(mktemp "${TMPDIR:-/tmp}/plait-build-libs.XXXXXX") || return 1
     printf '#include <%s>\nint main(void) { return 0; }\n' "$1" |
-        "${CC:-cc}" -x c - -o /dev/null "$2"
+        "${CC:-cc}" -x c - -o "$exe" "$2" || rc=$?
+    rm -f "$exe"
+    return "$rc"
 }
 
 # build_libs_check: one line per library on stdout; when one does not build,

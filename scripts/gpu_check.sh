@@ -30,7 +30,8 @@ ROOT=$PWD
 source scripts/python.sh    # defines: plait_python
 source scripts/build_libs.sh # defines: build_libs_cairo (build_libs_check runs in its stage)
 
-BUILD=${PLAIT_BUILD:-build}
+MAKE_BUILD=${PLAIT_BUILD:-build} # as given to make (its dependency files name it so)
+BUILD=$MAKE_BUILD
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 export PLAIT_BUILD=$BUILD
 BUDGET=${GPU_CHECK_BUDGET_S:-540}
@@ -183,7 +184,7 @@ if [ "$rc" -ne 0 ]; then
     echo "gpu-check: report: $REPORT"
     exit 2
 fi
-make_args=(-j"$(nproc)" all BUILD="$BUILD")
+make_args=(-j"$(nproc)" all BUILD="$MAKE_BUILD")
 libs_note="every library the build links found"
 if ! build_libs_cairo; then
     make_args+=(CAIRO=0)
