@@ -16,6 +16,12 @@
 #   make bench-cuda      GPT-2 124M bf16 on the GPU, 16x1024 and 32x1024: tokens/s, MFU, modelled vs
 #                        measured step, beside PyTorch; and its fp8 block products against the bf16
 #                        ones (bench/fp8_bench.c; not a test)
+#   make gpu-check       one command for a GPU machine (within a 9-minute budget): the build
+#                        libraries, the build, --selftest, test-cuda's checks, a compute-sanitizer
+#                        memcheck, the multi-GPU checks (2 GPUs or more), then bench-cuda; one
+#                        markdown report ($$OUT/gpu-check.md, else build/gpu-check.md) and its log.
+#                        Exit 0 passed, 1 failed, 2 a build library missing, 77 no GPU
+#                        (scripts/gpu_check.sh: GPU_CHECK_QUICK=1, GPU_CHECK_BUDGET_S, BENCH_*)
 #   make install PREFIX=/usr/local   (make uninstall PREFIX=/usr/local removes what it put)
 #
 # BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan,
@@ -173,7 +179,7 @@ SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 00,$(
 MAN_PAGE     := $(BUILD)/share/man/man1/plait.1
 COMPLETION   := $(BUILD)/share/bash-completion/completions/plait
 
-.PHONY: all test test-gpu test-cuda bench-cuda demo bench bench-comm bench-memory bench-ckpt install uninstall docs clean deps-build deps-test format fuzz
+.PHONY: all test test-gpu test-cuda bench-cuda gpu-check demo bench bench-comm bench-memory bench-ckpt install uninstall docs clean deps-build deps-test format fuzz
 all: $(PLAIT) $(PLAIT_TRAIN) $(CUDA_SO) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO) docs
 
 docs: $(MAN_PAGE) $(COMPLETION)
@@ -296,6 +302,11 @@ test-cuda:
 bench-cuda:
 	$(MAKE) -j$(JOBS) all
 	bench/bench_cuda.sh
+
+# make gpu-check: scripts/gpu_check.sh, which checks the libraries and builds itself
+# (exit 77 where there is no GPU; make test runs it so in tests/integration/test_gpu_check.sh)
+gpu-check:
+	scripts/gpu_check.sh
 
 demo: deps-build
 	$(MAKE) -j$(JOBS) all

@@ -166,7 +166,9 @@ struct ops {
     /* Cross-entropy of logits (N,Vp) against targets (N), softmax over the
      * first V columns only. losses (N) = -log p[target]. With grad_scale != 0,
      * logits is overwritten by dlogits = (p - onehot)·grad_scale, with the
-     * padded columns set to 0. */
+     * padded columns set to 0. A target outside [0, V) is never read: its
+     * loss is NaN and its row's dlogits p·grad_scale (the data loader refuses
+     * such a token first, naming the file and position: runtime/data.c). */
     void (*classifier)(struct ops_ctx *ctx, float *logits, float *losses, const int32_t *targets,
                        int N, int V, int Vp, float grad_scale);
     /* The same over a vocabulary split across ranks, in three parts with the

@@ -57,6 +57,18 @@ static int read_tokens(struct data_loader *d, int s, int64_t at, uint16_t *out, 
     return 0;
 }
 
+/* The error for token `token` at token position `at` of shard s: the file, the
+ * position and byte offset, the vocabulary; `after` says when it was found. */
+static int bad_token(const struct data_loader *d, int s, unsigned token, int64_t at,
+                     const char *after, struct plait_error *err)
+{
+    return error_set(err,
+                     "%s: token %u at position %lld (byte %lld) is not below the vocabulary "
+                     "size %d (model.vocab)%s",
+                     d->shards[s].path, token, (long long)at,
+                     (long long)(LLMC_HEADER_BYTES + 2 * at), d->vocab, after);
+}
+
 /* Every token of shard s below the vocabulary size: one pass, at open. */
 static int check_shard_tokens(struct data_loader *d, int s, struct plait_error *err)
 {
@@ -69,12 +81,7 @@ static int check_shard_tokens(struct data_loader *d, int s, struct plait_error *
         size_t n = left < CHUNK ? (size_t)left : CHUNK;
         rc = read_tokens(d, s, at, buf, n, err);
         for (size_t i = 0; rc == 0 && i < n; i++)
-            if (buf[i] >= d->vocab)
-                rc = error_set(err,
-                               "%s: token %u at position %lld (byte %lld) is not below the "
-                               "vocabulary size %d (model.vocab)",
-                               d->shards[s].path, buf[i], (long long)(at + (int64_t)i),
-                               (long long)(LLMC_HEADER_BYTES + 2 * (at + (int64_t)i)), d->vocab);
+            if (buf[i] >= d->vocab) rc = bad_token(d, s, buf[i], at + (int64_t)i, "", err);
     }
     free(buf);
     close_shard(d);
@@ -238,9 +245,8 @@ int data_next_of(struct data_loader *d, int rank, int ranks, int32_t *inputs, in
         goto fail;
     const uint16_t *w = d->window;
     for (int64_t i = 0; i <= bt; i++)
-        if (w[i] >= d->vocab) {
-            error_set(err, "%s: token %u at position %lld is not below the vocabulary size %d",
-                      d->shards[s].path, w[i], (long long)(start + i), d->vocab);
+        if (w[i] >= d->vocab) { /* every token was below it at open: the file changed */
+            bad_token(d, s, w[i], start + i, "; the file changed since training opened it", err);
             goto fail;
         }
     for (int64_t i = 0; i < bt; i++) {

@@ -153,8 +153,9 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
     t0 = prof_clock(&m->prof);
     gpt2_shard_each(&m->shard, adamw_instance, &a);
     if (m->zero && has(dp)) { /* every slice back to every rank */
+        /* the rank's slice: both device memory, a copy within the device */
         float *mine = m->slice_tmp;
-        ops->upload(m->ctx, mine, m->params + m->slice_at, m->slice_n * sizeof(float));
+        ops->copy(m->ctx, mine, m->params + m->slice_at, m->slice_n * sizeof(float));
         rc = dp->allgather(dp->ctx, mine, m->params, m->slice_n, err);
         if (rc) return error_prefix(err, "data-parallel parameter gather: ");
         if (m->params16) ops->to_bf16(m->ctx, m->params16, m->params, m->shard.total);

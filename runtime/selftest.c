@@ -1,8 +1,9 @@
 /* selftest.c — plait-train --selftest: each op of the CUDA backend run against
  * its CPU twin on the same random inputs, at several shapes (odd ones among
- * them), printed as a table of max relative errors (max |gpu - cpu| / max |cpu|
- * per output) with a verdict; every op also runs twice on the GPU and must give
- * the same bits (deterministic reductions). Only through kernels/ops.h. */
+ * them, and GPT-2 124M's own), printed as a table of max relative errors
+ * (max |gpu - cpu| / max |cpu| per output) with a verdict; every op also runs
+ * twice on the GPU and must give the same bits (deterministic reductions).
+ * Only through kernels/ops.h. */
 #include "runtime/selftest.h"
 
 #include <math.h>
@@ -27,7 +28,12 @@ static const struct shape shapes[] = {
     {2, 5, 12, 3, 37, 40, 20},
     {3, 37, 72, 6, 301, 320, 200},
     {4, 128, 256, 4, 1000, 1024, 768},
+    /* GPT-2 124M: T 1024, C 768, 12 heads, its vocabulary and the padded one,
+     * the MLP's 4·C; two sequences (left out with the CPU twin unless
+     * PLAIT_SELFTEST_SHAPES=all: minutes of CPU against itself) */
+    {2, 1024, 768, 12, 50257, 50304, 3072},
 };
+enum { SMALL_SHAPES = 3 };
 
 enum { MAX_OUTS = 6, MAX_HELD = 32 };
 
@@ -529,6 +535,96 @@ static void t_classifier(struct run *r)
     out(r, "logits_kept", lg2, n);
 }
 
+/* targets outside [0, V), as a corrupt token file would give if the loader
+ * let it through (first row -1, the middle V, the last far past the row):
+ * read nowhere, their losses NaN on both (rel_error: NaN on one side only
+ * fails), their rows' dlogits without the one-hot term */
+static void t_classifier_bad_target(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t N = N_ROWS(s), n = N * s->Vp;
+    int32_t *tgt = dev(r, N * sizeof *tgt), *h = malloc(N * sizeof *h);
+    float *lg = rnd(r, n, 2, 0), *loss = dev(r, N * 4);
+    if (!h) r->broken = true;
+    if (r->broken) {
+        free(h);
+        return;
+    }
+    for (size_t i = 0; i < N; i++) h[i] = (int32_t)rng_below(&r->rng, (uint64_t)s->V);
+    h[0] = -1, h[N / 2] = s->V, h[N - 1] = s->Vp + (1 << 20);
+    r->o->upload(r->ctx, tgt, h, N * sizeof *h);
+    free(h);
+    r->o->classifier(r->ctx, lg, loss, tgt, (int)N, s->V, s->Vp, 1.0f / (float)N);
+    out(r, "losses", loss, N);
+    out(r, "dlogits", lg, n);
+}
+
+/* The GELU of the MLP's fused product alone (matmul_forward_gelu: on the GPU
+ * cuBLASLt's GELU_AUX_BIAS epilogue), on x over [-8, 8]: identity weights and
+ * a zero bias make pre = x exactly (one nonzero term per sum), so "gelu" is
+ * the epilogue's GELU against the CPU's tanh GELU (kernels/cpu: vmath.h's
+ * tanh within 2e-7). bf16: x rounded to bf16 first, as the product rounds it.
+ *
+ * cuBLAS's documentation says only that the GELU epilogues "apply GELU
+ * point-wise transform"; PyTorch takes them for the tanh approximation
+ * (aten/src/ATen/native/cuda/Blas.cpp applies gelu(approximate="tanh") where
+ * it cannot use the epilogue). The limit, 5e-6 of max |cpu| = gelu(8) = 8
+ * (4e-5 absolute): the tanh formula evaluated in fp32, with tanhf's 2 ulp
+ * (the CUDA C++ Programming Guide's math appendix) or with fast exp and
+ * division, stays within about 1e-5 of the CPU's here (the first H100 run
+ * measured 5e-6 to 7e-6 absolute through the fused op on random inputs);
+ * the erf GELU differs from the tanh one by up to 4.7e-4 (at x = -2.70,
+ * 5.9e-5 of 8), x·sigmoid(1.702x) by 2.1e-2, and tanh.approx.f32 (the PTX
+ * ISA: 2^-11 relative) by as much as 2e-3: each fails it. The product's
+ * own checks (matmul+gelu, 1e-5 at every shape) stay as they were. */
+static void t_gelu_epilogue(struct run *r, bool bf16)
+{
+    enum { N = 4096, C = 256 }; /* 2^20 points */
+    size_t n = (size_t)N * C;
+    float *h = malloc(n * sizeof *h), *hw = calloc((size_t)C * C, sizeof *hw);
+    float *x = dev(r, n * 4), *w = dev(r, (size_t)C * C * 4), *bias = dev(r, C * 4);
+    float *y = dev(r, n * 4), *pre = dev(r, n * 4);
+    uint16_t *w16 = bf16 ? dev(r, (size_t)C * C * 2) : NULL;
+    if (!h || !hw) r->broken = true;
+    if (r->broken) {
+        free(h), free(hw);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        float v = -8.0f + 16.0f * (float)((double)i / (double)(n - 1));
+        if (bf16) { /* round to nearest even on the 16 high bits */
+            uint32_t bits;
+            memcpy(&bits, &v, sizeof bits);
+            bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+            memcpy(&v, &bits, sizeof v);
+        }
+        h[i] = v;
+    }
+    for (int i = 0; i < C; i++) hw[(size_t)i * C + i] = 1.0f;
+    r->o->upload(r->ctx, x, h, n * sizeof *h);
+    r->o->upload(r->ctx, w, hw, (size_t)C * C * sizeof *hw);
+    free(h), free(hw);
+    if (bf16) r->o->to_bf16(r->ctx, w16, w, (size_t)C * C);
+    if (r->o->matmul_forward_gelu) {
+        r->o->matmul_forward_gelu(r->ctx, y, pre, x, w, w16, bias, N, C, C);
+    } else {
+        r->o->matmul_forward(r->ctx, pre, x, w, w16, bias, N, C, C);
+        r->o->gelu_forward(r->ctx, y, pre, n);
+    }
+    out(r, "pre", pre, n);
+    out(r, "gelu", y, n);
+}
+
+static void t_gelu_epilogue_f32(struct run *r)
+{
+    t_gelu_epilogue(r, false);
+}
+
+static void t_gelu_epilogue_bf16(struct run *r)
+{
+    t_gelu_epilogue(r, true);
+}
+
 /* the vocabulary-parallel parts on one rank's shard: entries [v0, v0+nv) of a
  * (N, Vs) slice; targets fall inside and outside it */
 static void t_classifier_parts(struct run *r)
@@ -589,6 +685,7 @@ static const struct selftest_case {
     const struct shape *shapes; /* its own shapes (n_shapes), or NULL: the common ones */
     size_t n_shapes;
     bool (*present)(const struct ops *gpu); /* NULL, or whether the GPU's table has the op */
+    const char *once; /* run once, with inputs of its own (this in the shape column) */
 } cases[] = {
     {.name = "encoder_forward", .run = t_encoder_forward, .tolerance = 1e-6, .fp8 = false},
     {.name = "encoder_backward", .run = t_encoder_backward, .tolerance = 1e-6, .fp8 = false},
@@ -597,6 +694,14 @@ static const struct selftest_case {
     {.name = "matmul_forward bf16", .run = t_matmul_forward_bf16, .tolerance = 1e-5, .fp8 = false},
     {.name = "matmul+gelu fp32", .run = t_matmul_gelu_f32, .tolerance = 1e-5, .fp8 = false},
     {.name = "matmul+gelu bf16", .run = t_matmul_gelu_bf16, .tolerance = 1e-5, .fp8 = false},
+    {.name = "gelu epilogue fp32",
+     .run = t_gelu_epilogue_f32,
+     .tolerance = 5e-6,
+     .once = "x in [-8,8], 2^20"},
+    {.name = "gelu epilogue bf16",
+     .run = t_gelu_epilogue_bf16,
+     .tolerance = 5e-6,
+     .once = "x in [-8,8], 2^20"},
     {.name = "matmul_backward fp32", .run = t_matmul_backward_f32, .tolerance = 1e-5, .fp8 = false},
     {.name = "matmul_backward bf16",
      .run = t_matmul_backward_bf16,
@@ -632,6 +737,10 @@ static const struct selftest_case {
      .present = has_attention_bf16},
     {.name = "gelu/residual/bias", .run = t_elementwise, .tolerance = 1e-5, .fp8 = false},
     {.name = "classifier", .run = t_classifier, .tolerance = 1e-5, .fp8 = false},
+    {.name = "classifier bad target",
+     .run = t_classifier_bad_target,
+     .tolerance = 1e-5,
+     .fp8 = false},
     {.name = "classifier parts", .run = t_classifier_parts, .tolerance = 1e-5, .fp8 = false},
     {.name = "adamw/bf16/sumsq",
      .run = t_optimizer,
@@ -676,6 +785,7 @@ int selftest_run(FILE *f)
     char why[512] = "";
     const char *env = getenv(PLAIT_ENV_DEVICE), *twin = getenv("PLAIT_SELFTEST_TWIN");
     int device = env && *env >= '0' && *env <= '9' ? atoi(env) : 0;
+    const char *which = getenv("PLAIT_SELFTEST_SHAPES"); /* "all" or "small" */
     const struct ops *gpu = NULL, *cpu = ops_cpu();
     struct ops_ctx *gpu_ctx = NULL, *cpu_ctx = NULL;
     if (!(cpu_ctx = cpu->open(0, why, sizeof why))) {
@@ -703,36 +813,40 @@ int selftest_run(FILE *f)
         cpu->close(cpu_ctx);
         return PLAIT_EXIT_ERROR;
     }
+    /* GPT-2's shape with the CPU twin is the CPU against itself for minutes */
+    size_t n_shapes = sizeof shapes / sizeof *shapes;
+    if (which ? !strcmp(which, "small") : gpu == cpu) n_shapes = SMALL_SHAPES;
     fprintf(f,
             "error = max |gpu - cpu| / max |cpu|; repeat = a second GPU run gives the same bits\n");
-    fprintf(f, "%-22s %-26s %-14s %10s %8s %-7s %s\n", "op", "shape B,T,C,NH,V,Vp,OC", "output",
+    fprintf(f, "%-22s %-30s %-14s %10s %8s %-7s %s\n", "op", "shape B,T,C,NH,V,Vp,OC", "output",
             "error", "limit", "repeat", "verdict");
     int failures = 0, checks = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const struct selftest_case *c = &cases[ci];
         if (c->fp8 && (!gpu->matmul_forward_fp8 || !gpu->quantize_fp8)) {
-            fprintf(f, "%-22s %-26s %-14s %10s %8s %-7s skipped: no fp8 tensor cores (sm_89+)\n",
+            fprintf(f, "%-22s %-30s %-14s %10s %8s %-7s skipped: no fp8 tensor cores (sm_89+)\n",
                     c->name, "-", "-", "-", "-", "-");
             continue;
         }
         if (c->present && !c->present(gpu)) {
-            fprintf(f, "%-22s %-26s %-14s %10s %8s %-7s skipped: not in the %s backend\n", c->name,
+            fprintf(f, "%-22s %-30s %-14s %10s %8s %-7s skipped: not in the %s backend\n", c->name,
                     "-", "-", "-", "-", "-", gpu->name);
             continue;
         }
         const struct shape *own = c->shapes ? c->shapes : shapes;
-        size_t n_own = c->shapes ? c->n_shapes : sizeof shapes / sizeof *shapes;
+        size_t n_own = c->shapes ? c->n_shapes : c->once ? 1 : n_shapes;
         for (size_t si = 0; si < n_own; si++) {
             const struct shape *s = &own[si];
             char sh[40];
             snprintf(sh, sizeof sh, "%d,%d,%d,%d,%d,%d,%d", s->B, s->T, s->C, s->NH, s->V, s->Vp,
                      s->OC);
+            if (c->once) snprintf(sh, sizeof sh, "%s", c->once);
             struct run rc = {0}, rg = {0}, rg2 = {0};
             bool ok_c = run_case(&rc, cpu, cpu_ctx, s, si, c, why, sizeof why);
             bool ok_g = ok_c && run_case(&rg, gpu, gpu_ctx, s, si, c, why, sizeof why);
             bool ok_g2 = ok_g && run_case(&rg2, gpu, gpu_ctx, s, si, c, why, sizeof why);
             if (!ok_g2) {
-                fprintf(f, "%-22s %-26s %-14s %10s %8s %-7s FAIL: %s\n", c->name, sh, "-", "-", "-",
+                fprintf(f, "%-22s %-30s %-14s %10s %8s %-7s FAIL: %s\n", c->name, sh, "-", "-", "-",
                         "-", why);
                 failures++;
             }
@@ -741,7 +855,7 @@ int selftest_run(FILE *f)
                 double e = same_n ? rel_error(rg.out[k], rc.out[k], rc.out_len[k]) : INFINITY;
                 bool repeat = same_n && !memcmp(rg.out[k], rg2.out[k], rc.out_len[k] * 4);
                 bool pass = e <= c->tolerance && repeat;
-                fprintf(f, "%-22s %-26s %-14s %10.2e %8.0e %-7s %s\n", c->name, sh, rc.out_name[k],
+                fprintf(f, "%-22s %-30s %-14s %10.2e %8.0e %-7s %s\n", c->name, sh, rc.out_name[k],
                         e, c->tolerance, repeat ? "same" : "DIFFERS", pass ? "ok" : "FAIL");
                 failures += !pass;
                 checks++;

@@ -2,11 +2,13 @@
 # Installs the Debian packages plait needs that are missing, and nothing else.
 #   scripts/deps.sh build   compiler and libraries (make, make demo)
 #   scripts/deps.sh test    build + the test referees (PyTorch, numpy)
+#   scripts/deps.sh list build|test   prints the packages, installs nothing
 set -euo pipefail
+source "$(dirname "$0")/build_libs.sh" # defines: build_libs_packages
 
-# libcairo2-dev: plait plot draws its curves with cairo; libyaml-dev: plait k8s writes YAML with it
-build_pkgs=(gcc make pkg-config libjansson-dev libhwloc-dev libdnnl-dev libopenblas-dev libslurm-dev
-    libcairo2-dev libyaml-dev)
+# the build's (scripts/build_libs.sh: the libraries it links, libslurm-dev for the
+# Slurm plugin, libcairo2-dev for plait plot; libyaml-dev: plait k8s writes YAML with it)
+read -r -a build_pkgs <<<"$(build_libs_packages)"
 # clang, libclang-rt-14-dev (libFuzzer, sanitizers) and libomp-dev (clang's omp.h): make fuzz;
 # strace: the crash tests inject SIGKILL at chosen system calls;
 # openmpi-bin, libopenmpi-dev: make bench-comm compares all-reduce with Open MPI's;
@@ -19,11 +21,14 @@ test_pkgs=("${build_pkgs[@]}" hwloc-nox python3 python3-torch python3-numpy pyth
 # them already from elsewhere (NodeSource's nodejs ships npm, and conflicts with Debian's npm)
 command -v node >/dev/null && command -v npm >/dev/null || test_pkgs+=(nodejs npm)
 
+list=0
+[ "${1:-}" = list ] && list=1 && shift
 case "${1:-build}" in
   build) want=("${build_pkgs[@]}") ;;
   test)  want=("${test_pkgs[@]}") ;;
-  *) echo "usage: scripts/deps.sh build|test" >&2; exit 2 ;;
+  *) echo "usage: scripts/deps.sh [list] build|test" >&2; exit 2 ;;
 esac
+[ "$list" = 1 ] && echo "${want[@]}" && exit 0
 
 missing=()
 for p in "${want[@]}"; do

@@ -43,7 +43,8 @@ __global__ void classifier_kernel(float *logits, float *losses, const int32_t *t
     __shared__ float shared[32];
     float *row = logits + (size_t)blockIdx.x * Vp;
     int target = targets[blockIdx.x];
-    float target_logit = row[target];
+    /* a target outside [0, V) is read nowhere: its loss is NaN, as on the CPU (ops.h) */
+    float target_logit = target >= 0 && target < V ? row[target] : NAN;
     float mx = row_max(row, V, shared);
     float sum = row_sumexp(row, V, mx, shared);
     if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) + mx - target_logit;

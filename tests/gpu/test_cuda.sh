@@ -12,6 +12,9 @@
 # Without a usable GPU every check prints "ok NAME # SKIP why" (counted as
 # skipped by tests/run.sh) and the script exits 77, or 0 with --skip-ok (how
 # tests/integration/test_cuda_build.sh runs it inside make test).
+# Usage: tests/gpu/test_cuda.sh [--skip-ok] [CHECK...]: only the checks named
+# (all by default; scripts/gpu_check.sh runs them in groups, each group under
+# its own time limit).
 # Run from the repository root; PLAIT_BUILD (default ./build) holds the binaries.
 source "$(dirname "$0")/../integration/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, tiny_plan
 
@@ -24,25 +27,39 @@ CHECKS=(cuda_selftest cuda_torch_referee_fp32 cuda_torch_referee_bf16
     cuda_compute_sanitizer_memcheck cuda_compute_sanitizer_racecheck cuda_fp8_tracks_the_cpu
     cuda_fp8_resumes_to_the_bit)
 
-skip_all() { # why
-    local c
-    for c in "${CHECKS[@]}"; do echo "ok $c # SKIP $1"; done
+SKIP_OK=0
+[ "${1:-}" = --skip-ok ] && SKIP_OK=1 && shift
+ONLY=("$@")
+for c in "${ONLY[@]}"; do
+    [[ " ${CHECKS[*]} " == *" $c "* ]] || { echo "test_cuda.sh: no check $c (the checks: ${CHECKS[*]})" >&2; exit 2; }
+done
+
+wanted() { # NAME: asked for (every check when none was named)
+    [ ${#ONLY[@]} -eq 0 ] || [[ " ${ONLY[*]} " == *" $1 "* ]]
 }
 
-# Is there a GPU? The self-test says (77: skipped, with the reason).
+skip_all() { # why
+    local c
+    for c in "${CHECKS[@]}"; do wanted "$c" && echo "ok $c # SKIP $1"; done
+}
+
+# Is there a GPU? The self-test says (77: skipped, with the reason). Asked only
+# whether (its check not named), it runs at the small shapes alone.
 rc=0
-"$TRAIN" --selftest >"$WORK/selftest.txt" 2>&1 || rc=$?
+shapes=small
+wanted cuda_selftest && shapes=all
+PLAIT_SELFTEST_SHAPES=$shapes "$TRAIN" --selftest >"$WORK/selftest.txt" 2>&1 || rc=$?
 # A GPU that nvidia-smi lists but the backend cannot use (a library that did not
 # load, a driver too old) is a failure, not a skip.
 if [ "$rc" -eq 77 ] && command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-    echo "not ok cuda_selftest"
+    echo "not ok ${ONLY[0]:-cuda_selftest}"
     echo "    # nvidia-smi lists a GPU, but plait-train --selftest found none usable:"
     sed 's/^/    # /' "$WORK/selftest.txt"
     exit 1
 fi
 if [ "$rc" -eq 77 ]; then
     skip_all "$(sed -n 's/^plait-train --selftest: skipped: \(.*\) (exit 77)$/\1/p' "$WORK/selftest.txt" | head -1)"
-    [ "${1:-}" = --skip-ok ] && exit 0
+    [ "$SKIP_OK" = 1 ] && exit 0
     exit 77
 fi
 
@@ -68,16 +85,23 @@ referee() {
 }
 
 tiny_plan "$WORK/plan.json"
-"$PLAIT" train "$WORK/plan.json" --out "$WORK/gpu_ref" "${CUDA_SET[@]}" >"$WORK/gpu_ref.log" 2>&1
+
+# the reference GPU run of the tiny plan (once, for the checks that compare with it)
+gpu_ref() {
+    [ -f "$WORK/gpu_ref.log" ] ||
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/gpu_ref" "${CUDA_SET[@]}" >"$WORK/gpu_ref.log" 2>&1
+    grep -q "training on CUDA device" "$WORK/gpu_ref.log" || { cat "$WORK/gpu_ref.log"; return 1; }
+}
 
 run_equals_run() {
-    grep -q "training on CUDA device" "$WORK/gpu_ref.log" || { cat "$WORK/gpu_ref.log"; return 1; }
+    gpu_ref || return 1
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/gpu_again" "${CUDA_SET[@]}" >/dev/null 2>&1 || return 1
     metrics_equal "$WORK/gpu_ref/metrics.jsonl" "$WORK/gpu_again/metrics.jsonl"
 }
 
 sigterm_resume() {
     local run=$WORK/gpu_mid rc=0
+    gpu_ref || return 1
     PLAIT_DEBUG_SIGNAL_AFTER_MICRO=8 "$PLAIT" train "$WORK/plan.json" --out "$run" "${CUDA_SET[@]}" \
         >"$run.log1" 2>&1 || rc=$?
     [ "$rc" -eq 75 ] || { echo "exit code $rc, want 75"; cat "$run.log1"; return 1; }
@@ -90,6 +114,7 @@ sigterm_resume() {
 # loss within 1e-4 (relative) of the GPU run's
 resume_on_cpu() {
     local run=$WORK/gpu_then_cpu rc=0
+    gpu_ref || return 1
     PLAIT_DEBUG_SIGNAL_AFTER_MICRO=8 "$PLAIT" train "$WORK/plan.json" --out "$run" "${CUDA_SET[@]}" \
         >"$run.log1" 2>&1 || rc=$?
     [ "$rc" -eq 75 ] || { echo "exit code $rc, want 75"; cat "$run.log1"; return 1; }
@@ -136,14 +161,18 @@ sys.exit(worst > 2 ** -7)
 PYEOF
 }
 
-# sanitizer TOOL: a 2-step run under compute-sanitizer, clean
+# sanitizer TOOL: a 2-step run under compute-sanitizer, clean (one warmup step:
+# the cosine schedule wants fewer warmup steps than steps), on the GPU
 sanitizer() {
     local cs
     cs=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
     [ -x "$cs" ] || { echo "compute-sanitizer is not installed"; return 1; }
     "$cs" --tool "$1" --target-processes all --error-exitcode 9 \
         "$PLAIT" train "$WORK/plan.json" --out "$WORK/san_$1" "${CUDA_SET[@]}" --set steps=2 \
-        --set checkpoint.every=0
+        --set optimizer.warmup_steps=1 --set checkpoint.every=0 >"$WORK/san_$1.log" 2>&1 ||
+        { tail -n 40 "$WORK/san_$1.log"; return 1; }
+    grep -q "training on CUDA device" "$WORK/san_$1.log" || { cat "$WORK/san_$1.log"; return 1; }
+    grep "ERROR SUMMARY" "$WORK/san_$1.log" || true
 }
 
 # fp8 on the GPU against fp8 on the CPU (the same quantiser, bit for bit; the
@@ -186,22 +215,24 @@ fp8_resume() {
     metrics_equal "$WORK/fp8_gpu_tensor/metrics.jsonl" "$run/metrics.jsonl"
 }
 
-# a check that cannot run for want of a tool is skipped, not failed
+# a check not asked for is left out; one that cannot run for want of a tool is
+# skipped, not failed
 check_or_skip() { # NAME WHY-IF-MISSING PROBE FUNCTION...
     local name=$1 why=$2 probe=$3
     shift 3
+    wanted "$name" || return 0
     if eval "$probe" >/dev/null 2>&1; then check "$name" "$@"; else echo "ok $name # SKIP $why"; fi
 }
 
 HAVE_TORCH='"$PY" -c "import torch"'
 HAVE_CS='command -v compute-sanitizer || [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" ]'
-check cuda_selftest selftest
+check_or_skip cuda_selftest "" true selftest
 check_or_skip cuda_torch_referee_fp32 "python3-torch not installed" "$HAVE_TORCH" referee fp32
 check_or_skip cuda_torch_referee_bf16 "python3-torch not installed" "$HAVE_TORCH" referee bf16
-check cuda_bf16_attention_tracks_fp32_attention bf16_attention_tracks
-check cuda_run_equals_cuda_run run_equals_run
-check cuda_sigterm_mid_step_resumes_to_the_bit sigterm_resume
-check cuda_checkpoint_resumes_on_the_cpu resume_on_cpu
+check_or_skip cuda_bf16_attention_tracks_fp32_attention "" true bf16_attention_tracks
+check_or_skip cuda_run_equals_cuda_run "" true run_equals_run
+check_or_skip cuda_sigterm_mid_step_resumes_to_the_bit "" true sigterm_resume
+check_or_skip cuda_checkpoint_resumes_on_the_cpu "" true resume_on_cpu
 check_or_skip cuda_compute_sanitizer_memcheck "compute-sanitizer not installed" "$HAVE_CS" sanitizer memcheck
 check_or_skip cuda_compute_sanitizer_racecheck "compute-sanitizer not installed" "$HAVE_CS" sanitizer racecheck
 HAVE_FP8='! grep -q "no fp8 tensor cores" "$WORK/selftest.txt"'

@@ -1,7 +1,11 @@
 /* test_data.c — readers sharing the data (data parallelism): r readers taking
  * turns see, together, exactly the windows one reader sees, in the same
  * order, in order and shuffled, across shard and epoch boundaries; and after
- * every micro-batch they all stand where the single reader stands. */
+ * every micro-batch they all stand where the single reader stands. A token
+ * outside the vocabulary, in the file at open or written into it while
+ * training reads it, stops the reader naming the file and the position (the
+ * classifier is never handed it as a target). */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -66,6 +70,41 @@ static void test_readers_sharing_the_data_see_what_one_reader_sees(void)
     }
 }
 
+/* a token at or past model.vocab: refused at open, and when the file is
+ * changed after open, by the read of the window that holds it */
+static void test_a_token_outside_the_vocabulary_is_refused_naming_file_and_position(void)
+{
+    enum { B = 2, T = 5 };
+    char pattern[256], path[300];
+    snprintf(pattern, sizeof pattern, "%s/bad_*.bin", dir);
+    snprintf(path, sizeof path, "%s/bad_0.bin", dir);
+    write_shard("bad_0.bin", 101, 1); /* tokens (7i + 1) % 97, all below 97 */
+    struct data_loader d;
+    struct plait_error err;
+    int32_t in[B * T], tg[B * T];
+    CHECK(data_open(&d, pattern, B, T, 97, false, 3, &err) == 0, "%s", err.text);
+    CHECK(data_next(&d, in, tg, &err) == 0, "%s", err.text);
+    /* the next window is tokens 10..20: token 13 becomes 500 */
+    uint16_t bad = 500;
+    int fd = open(path, O_WRONLY);
+    CHECK(fd >= 0 && pwrite(fd, &bad, 2, LLMC_HEADER_BYTES + 2 * 13) == 2, "cannot write %s", path);
+    if (fd >= 0) close(fd);
+    char want[512];
+    snprintf(want, sizeof want,
+             "%s: token 500 at position 13 (byte %d) is not below the vocabulary size 97 "
+             "(model.vocab); the file changed since training opened it",
+             path, LLMC_HEADER_BYTES + 26);
+    CHECK(data_next(&d, in, tg, &err) != 0 && strcmp(err.text, want) == 0, "got \"%s\"", err.text);
+    data_close(&d);
+    /* and opened again, the check at open finds it */
+    snprintf(want, sizeof want,
+             "%s: token 500 at position 13 (byte %d) is not below the vocabulary size 97 "
+             "(model.vocab)",
+             path, LLMC_HEADER_BYTES + 26);
+    CHECK(data_open(&d, pattern, B, T, 97, false, 3, &err) != 0 && strstr(err.text, want),
+          "got \"%s\"", err.text);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir)) return 1;
@@ -73,6 +112,7 @@ int main(void)
     write_shard("shard_1.bin", 57, 5);
     write_shard("shard_2.bin", 200, 9);
     RUN(test_readers_sharing_the_data_see_what_one_reader_sees);
+    RUN(test_a_token_outside_the_vocabulary_is_refused_naming_file_and_position);
     fs_remove_tree(dir, NULL);
     return check_exit_code();
 }

@@ -411,6 +411,31 @@ static double cls_loss(void *p)
     return s * c->scale;
 }
 
+/* A target outside [0, V) (a corrupt token the loader did not stop) is read
+ * nowhere, not even far past the row: its loss is NaN, its row's dlogits p·scale
+ * (they sum to scale, no one-hot term); the other rows are untouched. */
+static void test_classifier_target_outside_vocabulary_gives_nan_not_a_read(void)
+{
+    enum { N = 4, V = 10, Vp = 16 };
+    int32_t targets[N] = {3, -1, V, 1 << 30};
+    double *logits = rnd(N * Vp, 3), losses[N];
+    float *fl = to_f32(logits, N * Vp), flosses[N];
+    cpu_classifier_f64(cx, logits, losses, targets, N, V, Vp, 0.5);
+    cpu_classifier_f32(cx, fl, flosses, targets, N, V, Vp, 0.5);
+    CHECK(isfinite(losses[0]) && isfinite(flosses[0]), "row 0: %g, %g", losses[0], flosses[0]);
+    for (int r = 0; r < N; r++) {
+        double sum = 0, fsum = 0;
+        for (int i = 0; i < Vp; i++) sum += logits[r * Vp + i], fsum += fl[r * Vp + i];
+        double want = r == 0 ? 0 : 0.5;
+        CHECK(fabs(sum - want) < 1e-12 && fabs(fsum - want) < 1e-5, "row %d: dlogits sum %g, %g", r,
+              sum, fsum);
+        if (r)
+            CHECK(isnan(losses[r]) && isnan(flosses[r]), "row %d (target %d): %g, %g", r,
+                  targets[r], losses[r], flosses[r]);
+    }
+    free(logits), free(fl);
+}
+
 static void test_classifier_gradient_matches_finite_differences(void)
 {
     int N = 4, V = 10, Vp = 16;
@@ -492,6 +517,7 @@ int main(void)
     RUN(test_encoder_shards_sum_to_the_whole_embedding);
     RUN(test_classifier_in_vocabulary_shards_matches_the_fused_one);
     RUN(test_classifier_gradient_matches_finite_differences);
+    RUN(test_classifier_target_outside_vocabulary_gives_nan_not_a_read);
     RUN(test_sum_squares_is_exact_enough_and_deterministic);
     RUN(test_adamw_matches_torch_formula);
     ops_cpu()->close(cx);
