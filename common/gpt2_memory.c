@@ -161,10 +161,13 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
          add_bytes(&out->grads, out->zero == 1 || out->zero == 2 ? S : 0, 4) &&
          add_bytes(&out->optimizer, S, 8) &&
          add_bytes(&out->optimizer, out->zero == 1 || out->zero == 2 ? S : 0, 4);
-    if (ok && h->precision == PLAN_PRECISION_FP8)
+    if (ok && h->precision == PLAN_PRECISION_FP8) {
+        out->lm_head16 = s->last ? s->elems[GPT2_WTE] : 0;
         ok = fp8_copy(s, h->fp8_scaling, layers, &out->fp8_elems, &out->fp8_scales) &&
              add_bytes(&out->params, out->fp8_elems, 1) &&
-             add_bytes(&out->params, out->fp8_scales, 4);
+             add_bytes(&out->params, out->fp8_scales, 4) &&
+             add_bytes(&out->params, out->lm_head16, 2);
+    }
 
     /* the activations and scratch */
     for (int a = 0; ok && a < GPT2_ACTS; a++) {

@@ -11,8 +11,10 @@
  *   params      4·Pp fp32 weights, + 2·Pp their bf16 copy (bf16 precision), or
  *               + the fp8 copy (fp8 precision): 1 byte per element of each
  *               held layer's four product weights (qkvw, attprojw, fcw,
- *               fcprojw; the embeddings and the LM head stay fp32) and 4 per
- *               scale, one per matrix (tensor scaling) or per 128×128 block
+ *               fcprojw; the embeddings stay fp32) and 4 per scale, one per
+ *               matrix (tensor scaling) or per 128×128 block, and on the last
+ *               stage 2 per element of its wte shard: the tied LM head's bf16
+ *               copy (the head runs in bf16, out of fp8)
  *   grads       4·Pp fp32 gradients, + 4·S the slice's reduced gradient (ZeRO >= 1)
  *   optimizer   8·S AdamW moments, + 4·S the slice's staging buffer (ZeRO >= 1)
  *   activations the buffers below, fp32 (bf16 changes only the weights' copy)
@@ -113,6 +115,8 @@ struct gpt2_memory {
     size_t slice;  /* S: elements of the optimizer's slice */
     struct gpt2_buffer act[GPT2_ACTS];
     size_t fp8_elems, fp8_scales; /* precision fp8: the weight copy's codes and scales */
+    size_t lm_head16;             /* precision fp8, last stage: elements of the LM head's
+                                     bf16 copy of wte, (Vp/tp, C) */
     uint64_t params, grads, optimizer, activations, total; /* bytes */
 };
 

@@ -371,7 +371,8 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
     }
     if (fp8)
         printf("  fp8 keeps an E4M3 copy of each layer's four weight matrices beside the fp32 "
-               "weights (params: + 1 byte a weight, + 4 a scale, one per %s)\n",
+               "weights (params: + 1 byte a weight, + 4 a scale, one per %s) and on the last "
+               "stage a bf16 copy of wte for the LM head (+ 2 bytes a weight)\n",
                p->fp8_scaling == PLAN_FP8_BLOCK ? "128×128 block" : "matrix");
     if (gpu_mem)
         printf("  device memory %.2f GB: %s\n", gpu_mem / 1e9, e->fits ? "fits" : "DOES NOT FIT");

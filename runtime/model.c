@@ -276,8 +276,11 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     if (ok && precision == PLAN_PRECISION_FP8) {
         size_t layers = (size_t)gpt2_shard_layers(&m->shard);
         fp8_layout(m);
-        ok = (m->params8 = dev_alloc(m, layers * m->fp8_layer_elems, &a->params)) &&
-             (m->scales8 = dev_alloc(m, layers * m->fp8_layer_scales * sizeof(float), &a->params));
+        ok =
+            (m->params8 = dev_alloc(m, layers * m->fp8_layer_elems, &a->params)) &&
+            (m->scales8 = dev_alloc(m, layers * m->fp8_layer_scales * sizeof(float), &a->params)) &&
+            (!m->mem.lm_head16 ||
+             (m->wte16 = dev_alloc(m, m->mem.lm_head16 * sizeof(uint16_t), &a->params)));
     }
     for (int i = 0; ok && i < GPT2_ACTS; i++) ok = act_buffer(m, i) == 0;
     if (!ok) goto oom;
@@ -320,8 +323,23 @@ void model_free(struct model *m)
 void model_set_params(struct model *m, const float *host_params)
 {
     m->ops->upload(m->ctx, m->params, host_params, m->shard.total * sizeof(float));
-    if (m->params16) m->ops->to_bf16(m->ctx, m->params16, m->params, m->shard.total);
+    model_refresh_bf16(m);
     model_refresh_fp8(m);
+}
+
+void model_refresh_bf16(struct model *m)
+{
+    if (m->params16) m->ops->to_bf16(m->ctx, m->params16, m->params, m->shard.total);
+    if (m->wte16)
+        m->ops->to_bf16(m->ctx, m->wte16, m->params + gpt2_shard_offset(&m->shard, GPT2_WTE, 0),
+                        m->mem.lm_head16);
+}
+
+uint16_t *model_copy16(const struct model *m, enum gpt2_tensor t, size_t off, size_t at)
+{
+    if (m->params16) return m->params16 + at;
+    if (m->wte16 && t == GPT2_WTE) return m->wte16 + (at - off);
+    return NULL;
 }
 
 /* ---- parameter views -------------------------------------------------------- */
@@ -332,11 +350,12 @@ static float *param(const struct model *m, float *base, enum gpt2_tensor t, int 
     return base + gpt2_shard_offset(&m->shard, t, l);
 }
 
-/* The bf16 copy of weight matrix t of layer l, or NULL in fp32. */
+/* The bf16 copy of weight matrix t of layer l: every one's in bf16, the LM
+ * head's wte in fp8 (wte16); else NULL (fp32). */
 static const uint16_t *weight16(const struct model *m, enum gpt2_tensor t, int l)
 {
-    if (!m->params16) return NULL;
-    return m->params16 + gpt2_shard_offset(&m->shard, t, l);
+    size_t off = gpt2_shard_offset(&m->shard, t, l);
+    return model_copy16(m, t, off, off);
 }
 
 #define P(t, l) param(m, m->params, t, l)
@@ -345,8 +364,8 @@ static const uint16_t *weight16(const struct model *m, enum gpt2_tensor t, int l
 /* out (N,OC) = inp (N,C) · (weight t of layer l)ᵀ + bias, a block's product in
  * the run's precision: fp32, bf16 (the weight's bf16 copy) or fp8 (the
  * weight's fp8 copy, the input quantised inside the op). The LM head is not
- * one: in fp8 it stays in fp32, as DeepSeek-V3 keeps its output head out of
- * fp8. */
+ * one: in fp8 it runs in bf16 (wte16), as DeepSeek-V3 keeps its output head
+ * out of fp8. */
 static void linear_forward(const struct model *m, float *out, const float *inp, enum gpt2_tensor t,
                            int l, const float *bias, int N, int C, int OC)
 {

@@ -80,6 +80,10 @@ struct model {
      * padded with zeros to a multiple of dp (n_padded) so they split evenly */
     float *params, *grads;
     uint16_t *params16; /* bf16 copy of params, bf16 precision only */
+    uint16_t *wte16;    /* fp8 precision, last stage: the bf16 copy of its wte shard
+                           (Vp/tp, C), the tied LM head's weight: the head runs in bf16
+                           (DeepSeek-V3 keeps its output head out of fp8), as bf16 runs
+                           run it, not in fp32 */
     uint8_t *params8;   /* fp8 precision only: the E4M3 copy of each held layer's four
                            product weights (qkvw, attprojw, fcw, fcprojw, each (OC,C) as
                            its product takes it), layer block after layer block */
@@ -164,6 +168,16 @@ void model_free(struct model *m);
 /* Copies host parameters in, in the shard's order (and refreshes the bf16 or
  * fp8 copy). */
 void model_set_params(struct model *m, const float *host_params);
+
+/* Rewrites the bf16 copies from the fp32 weights: all of params16 (bf16), the
+ * LM head's wte16 (fp8); nothing in fp32. Where AdamW did not write them
+ * (model_copy16): a load, a ZeRO step's gathered weights. */
+void model_refresh_bf16(struct model *m);
+
+/* Where the bf16 copy of parameter element `at` lives, that element being in
+ * the instance of tensor t that starts at `off` in the buffer: AdamW writes
+ * it beside the fp32 weight. NULL when the element has none. */
+uint16_t *model_copy16(const struct model *m, enum gpt2_tensor t, size_t off, size_t at);
 
 /* Rewrites the fp8 copy (params8, scales8) from the fp32 weights, each
  * matrix quantised with the scales of its current amax (kernels/fp8.h);

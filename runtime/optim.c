@@ -100,8 +100,8 @@ static int adamw_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, 
     if (!k) return 0;
     size_t in = at - m->slice_at; /* index within the slice */
     double wd = gpt2_tensor_decays(t) ? a->o->weight_decay : 0.0;
-    m->ops->adamw(m->ctx, m->params + at, m->params16 ? m->params16 + at : NULL, a->g + in,
-                  m->adam_m + in, m->adam_v + in, k, a->lr, (float)a->o->beta1, (float)a->o->beta2,
+    m->ops->adamw(m->ctx, m->params + at, model_copy16(m, t, off, at), a->g + in, m->adam_m + in,
+                  m->adam_v + in, k, a->lr, (float)a->o->beta1, (float)a->o->beta2,
                   (float)a->o->eps, (float)wd, a->scale, a->t);
     return 0;
 }
@@ -158,7 +158,7 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
         ops->copy(m->ctx, mine, m->params + m->slice_at, m->slice_n * sizeof(float));
         rc = dp->allgather(dp->ctx, mine, m->params, m->slice_n, err);
         if (rc) return error_prefix(err, "data-parallel parameter gather: ");
-        if (m->params16) ops->to_bf16(m->ctx, m->params16, m->params, m->shard.total);
+        model_refresh_bf16(m);
     }
     model_refresh_fp8(m); /* the whole matrices updated: their amax, then the copy */
     m->prof.seconds[PROF_OPTIMIZER] += prof_clock(&m->prof) - t0;

@@ -1,9 +1,10 @@
 /* selftest.c — plait-train --selftest: each op of the CUDA backend run against
  * its CPU twin on the same random inputs, at several shapes (odd ones among
- * them, and GPT-2 124M's own), printed as a table of max relative errors
- * (max |gpu - cpu| / max |cpu| per output) with a verdict; every op also runs
- * twice on the GPU and must give the same bits (deterministic reductions).
- * Only through kernels/ops.h. */
+ * them), printed as a table of max relative errors (max |gpu - cpu| / max |cpu|
+ * per output) with a verdict; every op also runs twice on the GPU and must give
+ * the same bits (deterministic reductions). The fp8 ops run at GPT-2 124M's
+ * real product shapes too, where cuBLASLt's block-scale layouts show (a grid
+ * of one block cannot be laid out wrong). Only through kernels/ops.h. */
 #include "runtime/selftest.h"
 
 #include <math.h>
@@ -35,6 +36,43 @@ static const struct shape shapes[] = {
 };
 enum { SMALL_SHAPES = 3 };
 
+/* GPT-2 124M's four products of a block on 1024 rows (C → OC): qkv, the
+ * attention's projection, the MLP's two; the fp8 ops run at these too */
+static const struct shape gpt2_shapes[] = {
+    {1, 1024, 768, 12, 50257, 50304, 2304},
+    {1, 1024, 768, 12, 50257, 50304, 768},
+    {1, 1024, 768, 12, 50257, 50304, 3072},
+    {1, 1024, 3072, 12, 50257, 50304, 768},
+};
+
+/* The limit of an fp8 product that runs on fp8 tensor cores, against the
+ * CPU's fp32 sum of the same quantised values (max |gpu - cpu| / max |cpu|).
+ * The fp8 products are exact (4 × 4 significant bits, or 4 × 3); the sum is
+ * not. Hopper's fp8 MMA keeps about 14 significant bits in its accumulator
+ * (DeepSeek-V3, arXiv:2412.19437 §3.3.2), so an addition errs by up to
+ * u = 2^-13 of the running sum; cuBLASLt without
+ * CUBLASLT_MATMUL_DESC_FAST_ACCUM (matmul_fp8.cu keeps it 0) promotes the
+ * partial sums to fp32 every so often: with block scaling at every 128-deep
+ * block at least (each has its own scales), with tensor scaling assumed as
+ * often (DeepSeek's N_C = 128; CUTLASS's sm90 fp8 kernels promote every four
+ * k32 MMAs). In a chunk of L = 128 products of zero mean and variance σ², the
+ * i-th addition errs by at most u·|S_i|, E S_i² = i·σ²: a chunk's error
+ * variance is at most u²σ²·L(L+1)/2, K/L chunks' u²σ²·K(L+1)/2, against the
+ * sum's K·σ²: an rms relative error of at most u·√((L+1)/2) = 9.8e-4 at any K
+ * (256 to 3072 here). The ratio of maxima over the same 10^5 to 3·10^6 entries
+ * follows the rms ratio within a small factor (emulating a truncating 14-bit
+ * accumulator promoted every 128 on these inputs gives 6e-4 to 7e-4 at K =
+ * 256 to 3072); the limit is twice the bound, 2.0e-3. Without the promotion
+ * the error would grow as u·√((K+1)/2) and faster with a truncating
+ * accumulator's drift (the same emulation: 3.7e-2 at K = 3072), which this
+ * limit catches. (A product that cannot run on fp8 tensor cores runs the
+ * CPU's own emulation in fp32, within the fp32 limit.) */
+static double fp8_tensor_core_limit(void)
+{
+    const double u = 0x1p-13, L = 128;
+    return 2 * u * sqrt((L + 1) / 2);
+}
+
 enum { MAX_OUTS = 6, MAX_HELD = 32 };
 
 /* One run of one op on one backend: its device buffers and its outputs,
@@ -51,6 +89,7 @@ struct run {
     const char *out_name[MAX_OUTS];
     float *out[MAX_OUTS];
     size_t out_len[MAX_OUTS];
+    bool out_fp32[MAX_OUTS]; /* an fp32 sum beside an fp8 product's outputs */
 };
 
 static void *dev(struct run *r, size_t bytes)
@@ -102,6 +141,14 @@ static void out(struct run *r, const char *name, const void *d, size_t n)
     r->out_name[r->n_out] = name;
     r->out_len[r->n_out] = n;
     r->out[r->n_out++] = h;
+}
+
+/* an output summed in fp32 by an fp8 op (its bias gradient): the fp32 limit */
+static void out_fp32(struct run *r, const char *name, const void *d, size_t n)
+{
+    int k = r->n_out;
+    out(r, name, d, n);
+    if (r->n_out > k) r->out_fp32[k] = true;
 }
 
 /* a bf16 output, widened exactly to floats for the comparison */
@@ -282,13 +329,13 @@ static void t_matmul_backward(struct run *r, bool bf16)
     r->o->matmul_backward(r->ctx, dx, dw, db, dy, x, w, w16, N, C, OC, true);
     out(r, "dinp", dx, (size_t)N * C);
     out(r, "dw_acc", dw, (size_t)OC * C);
-    out(r, "dbias_acc", db, OC);
+    out_fp32(r, "dbias_acc", db, OC);
     /* split backward: the input gradient alone, then the weights' alone */
     r->o->matmul_backward(r->ctx, dx2, NULL, NULL, dy, x, w, w16, N, C, OC, false);
     r->o->matmul_backward(r->ctx, NULL, dw2, db2, dy, x, w, w16, N, C, OC, false);
     out(r, "dinp_only", dx2, (size_t)N * C);
     out(r, "dw_only", dw2, (size_t)OC * C);
-    out(r, "dbias", db2, OC);
+    out_fp32(r, "dbias", db2, OC);
 }
 
 static void t_matmul_backward_f32(struct run *r)
@@ -677,23 +724,26 @@ static bool has_attention_bf16(const struct ops *gpu)
     return gpu->attention_forward_bf16 != NULL;
 }
 
+/* what of fp8 a case runs (all need fp8 tensor cores: sm_89 and later) */
+enum case_fp8 { NO_FP8, FP8_QUANTISER, FP8_PRODUCTS_TENSOR, FP8_PRODUCTS_BLOCK };
+
 static const struct selftest_case {
     const char *name;
     void (*run)(struct run *r);
-    double tolerance;           /* of max |gpu - cpu| / max |cpu| */
-    bool fp8;                   /* needs fp8 tensor cores (sm_89 and later: the table's fp8 ops) */
+    double tolerance; /* of max |gpu - cpu| / max |cpu| (fp8 products: see limit()) */
+    enum case_fp8 fp8;
     const struct shape *shapes; /* its own shapes (n_shapes), or NULL: the common ones */
     size_t n_shapes;
     bool (*present)(const struct ops *gpu); /* NULL, or whether the GPU's table has the op */
     const char *once; /* run once, with inputs of its own (this in the shape column) */
 } cases[] = {
-    {.name = "encoder_forward", .run = t_encoder_forward, .tolerance = 1e-6, .fp8 = false},
-    {.name = "encoder_backward", .run = t_encoder_backward, .tolerance = 1e-6, .fp8 = false},
-    {.name = "layernorm", .run = t_layernorm, .tolerance = 1e-5, .fp8 = false},
-    {.name = "matmul_forward fp32", .run = t_matmul_forward_f32, .tolerance = 1e-5, .fp8 = false},
-    {.name = "matmul_forward bf16", .run = t_matmul_forward_bf16, .tolerance = 1e-5, .fp8 = false},
-    {.name = "matmul+gelu fp32", .run = t_matmul_gelu_f32, .tolerance = 1e-5, .fp8 = false},
-    {.name = "matmul+gelu bf16", .run = t_matmul_gelu_bf16, .tolerance = 1e-5, .fp8 = false},
+    {.name = "encoder_forward", .run = t_encoder_forward, .tolerance = 1e-6},
+    {.name = "encoder_backward", .run = t_encoder_backward, .tolerance = 1e-6},
+    {.name = "layernorm", .run = t_layernorm, .tolerance = 1e-5},
+    {.name = "matmul_forward fp32", .run = t_matmul_forward_f32, .tolerance = 1e-5},
+    {.name = "matmul_forward bf16", .run = t_matmul_forward_bf16, .tolerance = 1e-5},
+    {.name = "matmul+gelu fp32", .run = t_matmul_gelu_f32, .tolerance = 1e-5},
+    {.name = "matmul+gelu bf16", .run = t_matmul_gelu_bf16, .tolerance = 1e-5},
     {.name = "gelu epilogue fp32",
      .run = t_gelu_epilogue_f32,
      .tolerance = 5e-6,
@@ -702,51 +752,58 @@ static const struct selftest_case {
      .run = t_gelu_epilogue_bf16,
      .tolerance = 5e-6,
      .once = "x in [-8,8], 2^20"},
-    {.name = "matmul_backward fp32", .run = t_matmul_backward_f32, .tolerance = 1e-5, .fp8 = false},
-    {.name = "matmul_backward bf16",
-     .run = t_matmul_backward_bf16,
-     .tolerance = 1e-5,
-     .fp8 = false},
+    {.name = "matmul_backward fp32", .run = t_matmul_backward_f32, .tolerance = 1e-5},
+    {.name = "matmul_backward bf16", .run = t_matmul_backward_bf16, .tolerance = 1e-5},
     /* fp8: the quantiser the same bits; the products take the same codes and
-     * scales and accumulate in fp32, as bf16's do */
-    {.name = "quantize_fp8 e4m3", .run = t_quantize_e4m3, .tolerance = 0, .fp8 = true},
-    {.name = "quantize_fp8 e5m2", .run = t_quantize_e5m2, .tolerance = 0, .fp8 = true},
+     * scales, fp8_tensor_core_limit() on tensor cores */
+    {.name = "quantize_fp8 e4m3", .run = t_quantize_e4m3, .tolerance = 0, .fp8 = FP8_QUANTISER},
+    {.name = "quantize_fp8 e5m2", .run = t_quantize_e5m2, .tolerance = 0, .fp8 = FP8_QUANTISER},
     {.name = "matmul_fwd fp8 tensor",
      .run = t_matmul_forward_fp8_tensor,
      .tolerance = 1e-5,
-     .fp8 = true},
+     .fp8 = FP8_PRODUCTS_TENSOR},
     {.name = "matmul_fwd fp8 block",
      .run = t_matmul_forward_fp8_block,
      .tolerance = 1e-5,
-     .fp8 = true},
+     .fp8 = FP8_PRODUCTS_BLOCK},
     {.name = "matmul_bwd fp8 tensor",
      .run = t_matmul_backward_fp8_tensor,
      .tolerance = 1e-5,
-     .fp8 = true},
+     .fp8 = FP8_PRODUCTS_TENSOR},
     {.name = "matmul_bwd fp8 block",
      .run = t_matmul_backward_fp8_block,
      .tolerance = 1e-5,
-     .fp8 = true},
-    {.name = "attention", .run = t_attention, .tolerance = 1e-5, .fp8 = false},
-    {.name = "attention fused", .run = t_attention_fused, .tolerance = 1e-5, .fp8 = false},
+     .fp8 = FP8_PRODUCTS_BLOCK},
+    {.name = "attention", .run = t_attention, .tolerance = 1e-5},
+    {.name = "attention fused", .run = t_attention_fused, .tolerance = 1e-5},
     {.name = "attention bf16 tc",
      .run = t_attention_bf16,
      .tolerance = 1e-2,
      .shapes = attention_bf16_shapes,
      .n_shapes = sizeof attention_bf16_shapes / sizeof *attention_bf16_shapes,
      .present = has_attention_bf16},
-    {.name = "gelu/residual/bias", .run = t_elementwise, .tolerance = 1e-5, .fp8 = false},
-    {.name = "classifier", .run = t_classifier, .tolerance = 1e-5, .fp8 = false},
-    {.name = "classifier bad target",
-     .run = t_classifier_bad_target,
-     .tolerance = 1e-5,
-     .fp8 = false},
-    {.name = "classifier parts", .run = t_classifier_parts, .tolerance = 1e-5, .fp8 = false},
-    {.name = "adamw/bf16/sumsq",
-     .run = t_optimizer,
-     .tolerance = 1e-6,
-     .fp8 = false}, /* adamw and to_bf16: the same bits */
+    {.name = "gelu/residual/bias", .run = t_elementwise, .tolerance = 1e-5},
+    {.name = "classifier", .run = t_classifier, .tolerance = 1e-5},
+    {.name = "classifier bad target", .run = t_classifier_bad_target, .tolerance = 1e-5},
+    {.name = "classifier parts", .run = t_classifier_parts, .tolerance = 1e-5},
+    /* adamw and to_bf16: the same bits */
+    {.name = "adamw/bf16/sumsq", .run = t_optimizer, .tolerance = 1e-6},
 };
+
+static bool fp8_products(const struct selftest_case *c)
+{
+    return c->fp8 == FP8_PRODUCTS_TENSOR || c->fp8 == FP8_PRODUCTS_BLOCK;
+}
+
+/* The limit of output k of case c at shape s: an fp8 product's where cuBLASLt
+ * can take it (every dimension a multiple of 16), else the case's own. */
+static double limit(const struct selftest_case *c, const struct shape *s, const struct run *r,
+                    int k)
+{
+    bool tensor_cores = N_ROWS(s) % 16 == 0 && s->C % 16 == 0 && s->OC % 16 == 0;
+    if (fp8_products(c) && tensor_cores && !r->out_fp32[k]) return fp8_tensor_core_limit();
+    return c->tolerance;
+}
 
 /* max |a - b| / max |b| (0 when both are all zero; inf on a NaN in one only) */
 static double rel_error(const float *a, const float *b, size_t n)
@@ -762,15 +819,16 @@ static double rel_error(const float *a, const float *b, size_t n)
     return diff == 0 ? 0 : scale == 0 ? INFINITY : diff / scale;
 }
 
-/* One case at one shape on one backend; false with the backend's error. */
+/* One case at one shape (the shape_no-th, which seeds its inputs) on one
+ * backend; false with the backend's error. */
 static bool run_case(struct run *r, const struct ops *o, struct ops_ctx *ctx, const struct shape *s,
-                     size_t shape_index, const struct selftest_case *c, char *why, size_t why_bytes)
+                     int shape_no, const struct selftest_case *c, char *why, size_t why_bytes)
 {
     memset(r, 0, sizeof *r);
     r->o = o;
     r->ctx = ctx;
     r->s = s;
-    rng_seed(&r->rng, 20261123, (uint64_t)(c - cases) * 131 + shape_index);
+    rng_seed(&r->rng, 20261123, (uint64_t)(c - cases) * 131 + (uint64_t)shape_no);
     c->run(r);
     if (o->take_error(ctx, why, why_bytes)) return false;
     if (r->broken) {
@@ -780,96 +838,156 @@ static bool run_case(struct run *r, const struct ops *o, struct ops_ctx *ctx, co
     return true;
 }
 
+/* What selftest_run compares with what, and its counts. */
+struct bench {
+    FILE *f;
+    const struct ops *gpu, *cpu;
+    struct ops_ctx *cpu_ctx;
+    int failures, checks;
+};
+
+/* Case c at shape s (the shape_no-th): the CPU once, the GPU (in gpu_ctx)
+ * twice; a row an output. */
+static void compare(struct bench *b, struct ops_ctx *gpu_ctx, const struct selftest_case *c,
+                    const struct shape *s, int shape_no)
+{
+    char why[512] = "", sh[40];
+    snprintf(sh, sizeof sh, "%d,%d,%d,%d,%d,%d,%d", s->B, s->T, s->C, s->NH, s->V, s->Vp, s->OC);
+    if (c->once) snprintf(sh, sizeof sh, "%s", c->once);
+    struct run rc = {0}, rg = {0}, rg2 = {0};
+    bool ok_c = run_case(&rc, b->cpu, b->cpu_ctx, s, shape_no, c, why, sizeof why);
+    bool ok_g = ok_c && run_case(&rg, b->gpu, gpu_ctx, s, shape_no, c, why, sizeof why);
+    bool ok_g2 = ok_g && run_case(&rg2, b->gpu, gpu_ctx, s, shape_no, c, why, sizeof why);
+    if (!ok_g2) {
+        fprintf(b->f, "%-22s %-30s %-14s %10s %8s %-7s FAIL: %s\n", c->name, sh, "-", "-", "-", "-",
+                why);
+        b->failures++;
+    }
+    for (int k = 0; ok_g2 && k < rc.n_out; k++) {
+        bool same_n = rg.n_out == rc.n_out && rg2.n_out == rc.n_out;
+        double e = same_n ? rel_error(rg.out[k], rc.out[k], rc.out_len[k]) : INFINITY;
+        bool repeat = same_n && !memcmp(rg.out[k], rg2.out[k], rc.out_len[k] * 4);
+        double lim = limit(c, s, &rc, k);
+        bool pass = e <= lim && repeat;
+        fprintf(b->f, "%-22s %-30s %-14s %10.2e %8.0e %-7s %s\n", c->name, sh, rc.out_name[k], e,
+                lim, repeat ? "same" : "DIFFERS", pass ? "ok" : "FAIL");
+        b->failures += !pass;
+        b->checks++;
+    }
+    run_free(&rc);
+    run_free(&rg);
+    run_free(&rg2);
+}
+
+enum {
+    N_SHAPES = sizeof shapes / sizeof *shapes,
+    N_GPT2 = sizeof gpt2_shapes / sizeof *gpt2_shapes
+};
+
+/* The fp8 products of one scaling at GPT-2's shapes, in a GPU context of
+ * their own, so that its fallback line (ops.h's fp8_fallback) speaks of
+ * these shapes alone: every dimension is a multiple of 16, so a product that
+ * still fell back to fp32 did not test the tensor cores. With tensor scaling
+ * that fails a check; block scaling runs on sm_90 only (matmul_fp8.cu), so
+ * its line is a note (on an H100 it means the block products went untested). */
+static void compare_gpt2_fp8(struct bench *b, int device, enum case_fp8 scaling)
+{
+    char why[512] = "";
+    const char *what = scaling == FP8_PRODUCTS_TENSOR ? "tensor" : "block";
+    struct ops_ctx *ctx = b->gpu->open(device, why, sizeof why);
+    if (!ctx) {
+        fprintf(b->f, "plait-train --selftest: fp8 %s products: a context of their own: %s\n", what,
+                why);
+        b->failures++;
+        b->checks++;
+        return;
+    }
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (int si = 0; cases[ci].fp8 == scaling && si < N_GPT2; si++)
+            compare(b, ctx, &cases[ci], &gpt2_shapes[si], N_SHAPES + si);
+    if (b->gpu->fp8_fallback) { /* (the CPU has none: it emulates them all) */
+        const char *line = b->gpu->fp8_fallback(ctx);
+        bool fail = line && scaling == FP8_PRODUCTS_TENSOR;
+        fprintf(b->f, "%-22s %-30s %-14s %10s %8s %-7s %s%s%s\n", "fp8 on tensor cores",
+                "GPT-2 124M", what, "-", "-", "-",
+                !line  ? "ok"
+                : fail ? "FAIL"
+                       : "note",
+                line ? ": " : "", line ? line : "");
+        b->failures += fail;
+        b->checks += scaling == FP8_PRODUCTS_TENSOR;
+    }
+    b->gpu->close(ctx);
+}
+
 int selftest_run(FILE *f)
 {
     char why[512] = "";
     const char *env = getenv(PLAIT_ENV_DEVICE), *twin = getenv("PLAIT_SELFTEST_TWIN");
     int device = env && *env >= '0' && *env <= '9' ? atoi(env) : 0;
-    const char *which = getenv("PLAIT_SELFTEST_SHAPES"); /* "all" or "small" */
-    const struct ops *gpu = NULL, *cpu = ops_cpu();
-    struct ops_ctx *gpu_ctx = NULL, *cpu_ctx = NULL;
-    if (!(cpu_ctx = cpu->open(0, why, sizeof why))) {
+    struct bench b = {.f = f, .cpu = ops_cpu()};
+    struct ops_ctx *gpu_ctx = NULL;
+    if (!(b.cpu_ctx = b.cpu->open(0, why, sizeof why))) {
         fprintf(f, "plait-train --selftest: the cpu backend: %s\n", why);
         return PLAIT_EXIT_ERROR;
     }
     if (twin && !strcmp(twin, "cpu")) { /* the harness itself, without a GPU (make test) */
-        gpu = cpu;
+        b.gpu = b.cpu;
         fprintf(f, "plait-train --selftest: PLAIT_SELFTEST_TWIN=cpu: the CPU against itself\n");
     } else if (ops_cuda_device_count(why, sizeof why) == 0) {
         fprintf(f, "plait-train --selftest: skipped: %s (exit %d)\n", why, PLAIT_EXIT_SKIPPED);
-        cpu->close(cpu_ctx);
+        b.cpu->close(b.cpu_ctx);
         return PLAIT_EXIT_SKIPPED;
-    } else if (!(gpu = ops_cuda(why, sizeof why))) {
+    } else if (!(b.gpu = ops_cuda(why, sizeof why))) {
         fprintf(f, "plait-train --selftest: the CUDA backend: %s\n", why);
-        cpu->close(cpu_ctx);
+        b.cpu->close(b.cpu_ctx);
         return PLAIT_EXIT_ERROR;
     } else {
         fprintf(f, "plait-train --selftest: each CUDA op (device %d) against kernels/cpu\n",
                 device);
     }
-    if (!(gpu_ctx = gpu->open(device, why, sizeof why))) {
-        fprintf(f, "plait-train --selftest: the %s backend on device %d: %s\n", gpu->name, device,
+    if (!(gpu_ctx = b.gpu->open(device, why, sizeof why))) {
+        fprintf(f, "plait-train --selftest: the %s backend on device %d: %s\n", b.gpu->name, device,
                 why);
-        cpu->close(cpu_ctx);
+        b.cpu->close(b.cpu_ctx);
         return PLAIT_EXIT_ERROR;
     }
-    /* GPT-2's shape with the CPU twin is the CPU against itself for minutes */
-    size_t n_shapes = sizeof shapes / sizeof *shapes;
-    if (which ? !strcmp(which, "small") : gpu == cpu) n_shapes = SMALL_SHAPES;
     fprintf(f,
             "error = max |gpu - cpu| / max |cpu|; repeat = a second GPU run gives the same bits\n");
     fprintf(f, "%-22s %-30s %-14s %10s %8s %-7s %s\n", "op", "shape B,T,C,NH,V,Vp,OC", "output",
             "error", "limit", "repeat", "verdict");
-    int failures = 0, checks = 0;
+    /* GPT-2's shape with the CPU twin is the CPU against itself for minutes */
+    const char *which = getenv("PLAIT_SELFTEST_SHAPES"); /* "all" or "small" */
+    int n_shapes = N_SHAPES;
+    if (which ? !strcmp(which, "small") : b.gpu == b.cpu) n_shapes = SMALL_SHAPES;
+    bool fp8 = b.gpu->matmul_forward_fp8 && b.gpu->quantize_fp8;
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const struct selftest_case *c = &cases[ci];
-        if (c->fp8 && (!gpu->matmul_forward_fp8 || !gpu->quantize_fp8)) {
+        if (c->fp8 != NO_FP8 && !fp8) {
             fprintf(f, "%-22s %-30s %-14s %10s %8s %-7s skipped: no fp8 tensor cores (sm_89+)\n",
                     c->name, "-", "-", "-", "-", "-");
             continue;
         }
-        if (c->present && !c->present(gpu)) {
+        if (c->present && !c->present(b.gpu)) {
             fprintf(f, "%-22s %-30s %-14s %10s %8s %-7s skipped: not in the %s backend\n", c->name,
-                    "-", "-", "-", "-", "-", gpu->name);
+                    "-", "-", "-", "-", "-", b.gpu->name);
             continue;
         }
         const struct shape *own = c->shapes ? c->shapes : shapes;
-        size_t n_own = c->shapes ? c->n_shapes : c->once ? 1 : n_shapes;
-        for (size_t si = 0; si < n_own; si++) {
-            const struct shape *s = &own[si];
-            char sh[40];
-            snprintf(sh, sizeof sh, "%d,%d,%d,%d,%d,%d,%d", s->B, s->T, s->C, s->NH, s->V, s->Vp,
-                     s->OC);
-            if (c->once) snprintf(sh, sizeof sh, "%s", c->once);
-            struct run rc = {0}, rg = {0}, rg2 = {0};
-            bool ok_c = run_case(&rc, cpu, cpu_ctx, s, si, c, why, sizeof why);
-            bool ok_g = ok_c && run_case(&rg, gpu, gpu_ctx, s, si, c, why, sizeof why);
-            bool ok_g2 = ok_g && run_case(&rg2, gpu, gpu_ctx, s, si, c, why, sizeof why);
-            if (!ok_g2) {
-                fprintf(f, "%-22s %-30s %-14s %10s %8s %-7s FAIL: %s\n", c->name, sh, "-", "-", "-",
-                        "-", why);
-                failures++;
-            }
-            for (int k = 0; ok_g2 && k < rc.n_out; k++) {
-                bool same_n = rg.n_out == rc.n_out && rg2.n_out == rc.n_out;
-                double e = same_n ? rel_error(rg.out[k], rc.out[k], rc.out_len[k]) : INFINITY;
-                bool repeat = same_n && !memcmp(rg.out[k], rg2.out[k], rc.out_len[k] * 4);
-                bool pass = e <= c->tolerance && repeat;
-                fprintf(f, "%-22s %-30s %-14s %10.2e %8.0e %-7s %s\n", c->name, sh, rc.out_name[k],
-                        e, c->tolerance, repeat ? "same" : "DIFFERS", pass ? "ok" : "FAIL");
-                failures += !pass;
-                checks++;
-            }
-            run_free(&rc);
-            run_free(&rg);
-            run_free(&rg2);
-        }
+        int n_own = c->shapes ? (int)c->n_shapes : c->once ? 1 : n_shapes;
+        for (int si = 0; si < n_own; si++) compare(&b, gpu_ctx, c, &own[si], si);
+        for (int si = 0; c->fp8 == FP8_QUANTISER && si < N_GPT2; si++)
+            compare(&b, gpu_ctx, c, &gpt2_shapes[si], N_SHAPES + si);
+    }
+    if (fp8) {
+        compare_gpt2_fp8(&b, device, FP8_PRODUCTS_TENSOR);
+        compare_gpt2_fp8(&b, device, FP8_PRODUCTS_BLOCK);
     }
     fprintf(f, "plait-train --selftest: %s: %d of %d checks failed\n",
-            failures ? "FAILED" : "passed", failures, checks);
-    if (gpu->fp8_fallback && gpu->fp8_fallback(gpu_ctx)) /* the small shapes do, by design */
-        fprintf(f, "plait-train --selftest: %s\n", gpu->fp8_fallback(gpu_ctx));
-    gpu->close(gpu_ctx);
-    cpu->close(cpu_ctx);
-    return failures ? PLAIT_EXIT_ERROR : PLAIT_EXIT_OK;
+            b.failures ? "FAILED" : "passed", b.failures, b.checks);
+    if (b.gpu->fp8_fallback && b.gpu->fp8_fallback(gpu_ctx)) /* the small shapes do, by design */
+        fprintf(f, "plait-train --selftest: %s\n", b.gpu->fp8_fallback(gpu_ctx));
+    b.gpu->close(gpu_ctx);
+    b.cpu->close(b.cpu_ctx);
+    return b.failures ? PLAIT_EXIT_ERROR : PLAIT_EXIT_OK;
 }

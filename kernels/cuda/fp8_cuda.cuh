@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "kernels/fp8.h"
+#include "kernels/fp8_lt.h"
 
 struct ops_ctx; /* cuda_common.cuh */
 
@@ -27,9 +28,10 @@ void cu_fp8_dequantize(struct ops_ctx *ctx, float *x, const uint8_t *q, const fl
                        int rows, int cols, int tile_rows, int tile_cols, enum fp8_format fmt);
 /* out (cols, rows) = in (rows, cols) transposed, bytes */
 void cu_fp8_transpose(struct ops_ctx *ctx, uint8_t *out, const uint8_t *in, int rows, int cols);
-/* out = 1/s of scales (rows, cols), as they are or transposed */
-void cu_fp8_lt_scales(struct ops_ctx *ctx, float *out, const float *s, int rows, int cols,
-                      bool transposed);
+/* cuBLASLt's scale array of l from plait's scales s (kernels/fp8_lt.h:
+ * fp8_lt_count(l) floats, each 1/scale, the padding included) */
+void cu_fp8_lt_scales(struct ops_ctx *ctx, float *out, const float *s,
+                      const struct fp8_lt_scales *l);
 
 /* matmul_fp8.cu: the table's products (the device's compute capability is
  * the context's cc) */

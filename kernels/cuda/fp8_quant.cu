@@ -1,8 +1,9 @@
 /* fp8_quant.cu — kernels/fp8.h's quantiser on the GPU, bit for bit the CPU's
  * (kernels/cpu/fp8.c, mirrored function by function): the E4M3/E5M2 casts on
  * the fp32 bit pattern, a tile's scale from its amax, quantising in tiles
- * (optionally writing the codes transposed, which the TN products need), and
- * decoding back to fp32. The amax is a maximum: exact and order-free, so the
+ * (optionally writing the codes transposed, which the TN products need),
+ * decoding back to fp32, and the scales rearranged as cuBLASLt reads them
+ * (kernels/fp8_lt.h). The amax is a maximum: exact and order-free, so the
  * same bits for any launch shape. The products that use them are in
  * matmul_fp8.cu. */
 #include <float.h>
@@ -211,20 +212,20 @@ void cu_fp8_transpose(struct ops_ctx *ctx, uint8_t *out, const uint8_t *in, int 
     (void)LAUNCH_OK(ctx);
 }
 
-/* out = 1 / s for scales s (rows, cols) row-major, written as they are or
- * transposed (cols, rows): the dequantising factors cuBLASLt multiplies by */
-__global__ void lt_scales_kernel(float *out, const float *s, int rows, int cols, bool transposed)
+/* cuBLASLt's scale array of l (kernels/fp8_lt.h) from plait's scales s:
+ * every entry written, the padding too (cuBLASLt must never find stale
+ * floats there) */
+__global__ void lt_scales_kernel(float *out, const float *s, struct fp8_lt_scales l, size_t n)
 {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= rows * cols) return;
-    int r = i / cols, c = i % cols;
-    out[transposed ? c * rows + r : i] = __fdiv_rn(1.0f, s[i]);
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = fp8_lt_entry(s, l, i);
 }
 
-void cu_fp8_lt_scales(struct ops_ctx *ctx, float *out, const float *s, int rows, int cols,
-                      bool transposed)
+void cu_fp8_lt_scales(struct ops_ctx *ctx, float *out, const float *s,
+                      const struct fp8_lt_scales *l)
 {
-    lt_scales_kernel<<<cu_blocks((size_t)rows * cols, 256), 256, 0, ctx->stream>>>(
-        out, s, rows, cols, transposed);
+    size_t n = fp8_lt_count(l);
+    if (n == 0) return;
+    lt_scales_kernel<<<cu_blocks(n, 256), 256, 0, ctx->stream>>>(out, s, *l, n);
     (void)LAUNCH_OK(ctx);
 }

@@ -10,14 +10,19 @@
  * Scales: tensor scaling gives cuBLASLt each operand's 1/scale as its
  * A/B_SCALE_POINTER (SCALAR_32F); block scaling (DeepSeek-V3) gives it the
  * 1/scale of each 1×128 tile (VEC128_32F) or 128×128 block (BLK128x128_32F),
- * laid out outer-index-major (the row index of the non-reduced dimension
- * fastest, as cuBLASLt reads them), on sm_90 only: NVIDIA ships those modes
- * for Hopper alone. Where a product cannot run in fp8 (a dimension not a
- * multiple of 16, a pointer not 16-byte aligned, block scaling off sm_90,
- * or no cuBLASLt algorithm), its operands are quantised as the CPU does,
- * decoded to fp32 and multiplied in fp32 (matmul.cu): the CPU's emulation,
- * exactly the same numbers within fp32 rounding; cu_fp8_fallback says which
- * and why, once, for the log. */
+ * rearranged from plait's layout into cuBLASLt's (kernels/fp8_lt.h: 1×128
+ * tiles with the outer index fastest, 128×128 blocks with the K blocks
+ * fastest and rows padded to 4 blocks), on sm_90 only: NVIDIA ships those
+ * modes for Hopper alone. Accumulation: fp32 with cuBLASLt's periodic
+ * promotion of the tensor cores' partial sums (CUBLASLT_MATMUL_DESC_FAST_ACCUM
+ * off; runtime/selftest.c's limit says what error that leaves).
+ *
+ * Where a product cannot run in fp8 (a dimension not a multiple of 16, a
+ * pointer not 16-byte aligned, block scaling off sm_90, or no cuBLASLt
+ * algorithm), its operands are quantised as the CPU does, decoded to fp32 and
+ * multiplied in fp32 (matmul.cu): the CPU's emulation, exactly the same
+ * numbers within fp32 rounding; cu_fp8_fallback says which and why, once,
+ * for the log. */
 #include <stdio.h>
 #include <string.h>
 
@@ -94,7 +99,8 @@ static bool lt_fp8(struct ops_ctx *ctx, int Ma, int Nb, int K, const struct oper
     float alpha = 1.0f;
     bool ran = false;
     int32_t mode_a = A->mode, mode_b = B->mode;
-    *failed = true; /* until the descriptors are made */
+    int8_t fast_accum = 0; /* the default, said: partial sums promoted to fp32 every so often */
+    *failed = true;        /* until the descriptors are made */
     if (!LT_OK(ctx, cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
         !LT_OK(ctx,
                cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa)) ||
@@ -102,6 +108,8 @@ static bool lt_fp8(struct ops_ctx *ctx, int Ma, int Nb, int K, const struct oper
                cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb)) ||
         !LT_OK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                                    sizeof epi)) ||
+        !LT_OK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum,
+                                                   sizeof fast_accum)) ||
         !LT_OK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a,
                                                    sizeof mode_a)) ||
         !LT_OK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b,
@@ -181,14 +189,26 @@ static uint8_t *quantize(struct ops_ctx *ctx, int slot, int slot_s, const float 
     return q;
 }
 
-/* Scales s (rows, cols), in fp8_quantize's layout, as cuBLASLt's factors in
- * slot: transposed when the layout has the reduction blocks fastest. */
-static const float *lt_scales(struct ops_ctx *ctx, int slot, const float *s, int rows, int cols,
-                              bool transposed)
+/* Operand A (a) or B of product p: its codes q (outer, K) in fmt and, in
+ * slot, cuBLASLt's factors made from plait's scales s: the one 1/scale of a
+ * tensor, or with block scaling s rearranged as kernels/fp8_lt.h says. false
+ * when the slot could not be had (the error is recorded). */
+static bool operand(struct ops_ctx *ctx, struct operand *op, int slot, const uint8_t *q,
+                    enum fp8_format fmt, const float *s, bool block, enum fp8_product p, bool a,
+                    int N, int C, int OC)
 {
-    float *out = (float *)cu_scratch(ctx, slot, (size_t)rows * cols * sizeof(float));
-    if (out) cu_fp8_lt_scales(ctx, out, s, rows, cols, transposed);
-    return out;
+    struct fp8_lt_scales l = block ? fp8_lt_block_scales(p, a, N, C, OC)
+                                   : fp8_lt_layout(FP8_LT_VEC128, 1, 1, false); /* a tensor's one */
+    float *f = (float *)cu_scratch(ctx, slot, fp8_lt_count(&l) * sizeof(float));
+    if (!f) return false;
+    cu_fp8_lt_scales(ctx, f, s, &l);
+    op->q = q;
+    op->fmt = fmt;
+    op->lt_scales = f;
+    op->mode = !block                    ? CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F
+               : l.mode == FP8_LT_BLK128 ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                                         : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    return true;
 }
 
 /* q (rows, cols) with its scales in tiles tr × tc decoded to fp32 in slot */
@@ -198,11 +218,6 @@ static float *decoded(struct ops_ctx *ctx, int slot, const uint8_t *q, const flo
     float *f = (float *)cu_scratch(ctx, slot, (size_t)rows * cols * sizeof(float));
     if (f) cu_fp8_dequantize(ctx, f, q, s, rows, cols, tr, tc, fmt);
     return f;
-}
-
-static int blocks(int n)
-{
-    return (n + FP8_TILE - 1) / FP8_TILE;
 }
 
 /* ---- the ops --------------------------------------------------------------------------- */
@@ -220,18 +235,10 @@ void cu_matmul_forward_fp8(struct ops_ctx *ctx, float *out, const float *inp, co
     /* out (N, OC) = x8 (N, C) · w8 (OC, C)ᵀ: Ma = OC, Nb = N, K = C */
     const char *why = not_fp8(ctx, OC, N, C, block, w8, x8, out);
     if (!why) {
-        /* block: w's (OC/128, C/128) and x's (N, C/128) with the outer index fastest */
-        const float *sa = block ? lt_scales(ctx, CU_FP8_LTA, w_scales, blocks(OC), blocks(C), true)
-                                : lt_scales(ctx, CU_FP8_LTA, w_scales, 1, 1, false);
-        const float *sb = block ? lt_scales(ctx, CU_FP8_LTB, xs, N, blocks(C), true)
-                                : lt_scales(ctx, CU_FP8_LTB, xs, 1, 1, false);
-        if (!sa || !sb) return;
-        struct operand A = {w8, FP8_E4M3, sa,
-                            block ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
-                                  : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F};
-        struct operand B = {x8, FP8_E4M3, sb,
-                            block ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
-                                  : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F};
+        struct operand A, B;
+        if (!operand(ctx, &A, CU_FP8_LTA, w8, FP8_E4M3, w_scales, block, FP8_FWD, true, N, C, OC) ||
+            !operand(ctx, &B, CU_FP8_LTB, x8, FP8_E4M3, xs, block, FP8_FWD, false, N, C, OC))
+            return;
         if (fp8_product(ctx, OC, N, C, &A, &B, 0.0f, out, bias)) return;
         why = "cuBLASLt has no fp8 algorithm for it";
     }
@@ -252,18 +259,12 @@ static void dinp_fp8(struct ops_ctx *ctx, float *dinp, const uint8_t *d8, const 
     const char *why = not_fp8(ctx, C, N, OC, block, wt8, d8, dinp);
     if (!why) {
         cu_fp8_transpose(ctx, wt8, w8, OC, C);
-        /* block: w's (OC/128, C/128) has the outer (C) blocks fastest already */
-        const float *sa = block ? lt_scales(ctx, CU_FP8_LTA, w_scales, blocks(OC), blocks(C), false)
-                                : lt_scales(ctx, CU_FP8_LTA, w_scales, 1, 1, false);
-        const float *sb = block ? lt_scales(ctx, CU_FP8_LTB, ds, N, blocks(OC), true)
-                                : lt_scales(ctx, CU_FP8_LTB, ds, 1, 1, false);
-        if (!sa || !sb) return;
-        struct operand A = {wt8, FP8_E4M3, sa,
-                            block ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
-                                  : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F};
-        struct operand B = {d8, grad, sb,
-                            block ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
-                                  : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F};
+        /* block: wᵀ's scales are w's blocks transposed (fp8_lt_block_scales) */
+        struct operand A, B;
+        if (!operand(ctx, &A, CU_FP8_LTA, wt8, FP8_E4M3, w_scales, block, FP8_DINP, true, N, C,
+                     OC) ||
+            !operand(ctx, &B, CU_FP8_LTB, d8, grad, ds, block, FP8_DINP, false, N, C, OC))
+            return;
         if (fp8_product(ctx, C, N, OC, &A, &B, 0.0f, dinp, NULL)) return;
         why = "cuBLASLt has no fp8 algorithm for it";
     }
@@ -299,15 +300,10 @@ static void dw_fp8(struct ops_ctx *ctx, float *dw, const float *dout, const floa
     const uint8_t *x8 = quantize(ctx, CU_FP8_X, CU_FP8_XS, inp, N, C, tr, tc, FP8_E4M3, t, &xs);
     if (!d8 || !x8) return;
     if (t) {
-        /* block: the (N/128, C) and (N/128, OC) scales have the outer index fastest already */
-        const float *sa = block ? lt_scales(ctx, CU_FP8_LTA, xs, blocks(N), C, false)
-                                : lt_scales(ctx, CU_FP8_LTA, xs, 1, 1, false);
-        const float *sb = block ? lt_scales(ctx, CU_FP8_LTB, ds, blocks(N), OC, false)
-                                : lt_scales(ctx, CU_FP8_LTB, ds, 1, 1, false);
-        if (!sa || !sb) return;
-        cublasLtMatmulMatrixScale_t mode = block ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
-                                                 : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
-        struct operand A = {x8, FP8_E4M3, sa, mode}, B = {d8, grad, sb, mode};
+        struct operand A, B;
+        if (!operand(ctx, &A, CU_FP8_LTA, x8, FP8_E4M3, xs, block, FP8_DW, true, N, C, OC) ||
+            !operand(ctx, &B, CU_FP8_LTB, d8, grad, ds, block, FP8_DW, false, N, C, OC))
+            return;
         if (fp8_product(ctx, C, OC, N, &A, &B, beta, dw, NULL)) return;
         /* no algorithm: quantise again in the orientation the fallback reads */
         d8 = quantize(ctx, CU_FP8_D, CU_FP8_DS, dout, N, OC, tr, tc, grad, false, &ds);

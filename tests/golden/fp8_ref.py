@@ -14,7 +14,8 @@ shares no code with plait; it drives plait's test binary and compares bytes.
   fp8_ref.py gpt2 CASEDIR RUNDIR tensor|block   a whole model: the step-1
       logits and gradients plait dumped (PLAIT_DUMP_STEP1) for a case of
       gpt2_ref.py, trained with precision fp8, against gpt2_ref.py's model in
-      float32 with every block product quantised as here (the LM head fp32);
+      float32 with every block product quantised as here (the LM head in
+      bf16, gpt2_ref.py's emulation of plait's bf16 products);
       they must be far closer to it than to the same model in plain fp32
       (a one-layer case: see check_gpt2).
 """
@@ -249,10 +250,11 @@ def check_products(driver, work, g):
     return failures
 
 
-def fp8_linear(scaling):
+def fp8_linear(scaling, head):
     """gpt2_ref.py's linear(x, w, b) with plait's fp8 products (kernels/fp8.h,
     ops.h's matmul_*_fp8): operands quantised, fp32 accumulation, a tensor's
-    product divided by both scales; the LM head (the one without a bias) fp32."""
+    product divided by both scales; the LM head (the one without a bias)
+    through `head` (plait runs it in bf16: gpt2_ref.py's bf16_linear)."""
     block = scaling == "block"
     grad_fmt = "e4m3" if block else "e5m2"
     along_cols = (1, TILE) if block else (0, 0)  # reduced along its columns
@@ -285,7 +287,7 @@ def fp8_linear(scaling):
             dw = (dtq.t() @ xq) * ((1 / sdt) * (1 / sx))
             return dx.reshape(dy.shape[:-1] + (x2.shape[-1],)), dw, d2.sum(0)
 
-    return lambda x, w, b: F.linear(x, w) if b is None else Fp8Linear.apply(x, w, b)
+    return lambda x, w, b: head(x, w, None) if b is None else Fp8Linear.apply(x, w, b)
 
 
 def check_gpt2(casedir, rundir, scaling):
@@ -302,7 +304,7 @@ def check_gpt2(casedir, rundir, scaling):
                    min_lr_ratio=o["min_lr_ratio"], weight_decay=o["weight_decay"],
                    grad_clip=o["grad_clip"], beta1=o["beta1"], beta2=o["beta2"], eps=o["eps"],
                    seed=m["seed"], precision="fp32", train_glob=plan["data"]["train"])
-    ref8 = G.train(casedir, cfg, arrays, torch.float32, fp8_linear(scaling))
+    ref8 = G.train(casedir, cfg, arrays, torch.float32, fp8_linear(scaling, G.bf16_linear))
     ref32 = G.train(casedir, cfg, arrays, torch.float32, F.linear)
     n_logits, n_grads = G.sizes(cfg)
     logits, p1 = G.read_f32(os.path.join(rundir, "dump", "logits.f32"), n_logits)
@@ -317,16 +319,25 @@ def check_gpt2(casedir, rundir, scaling):
     print(f"{'tensor':>10} {'plait-fp8ref':>13} {'fp32-fp8ref':>12}  ({scaling} scaling)")
     for k in run:
         err, fp8_gap = G.rel_norm(run[k], want[k]), G.rel_norm(plain[k], want[k])
-        # Tensor scaling multiplies fp8 values (few significant bits: the sums are
-        # nearly exact in any order), so plait and this model agree closely. Block
-        # scaling divides each value by its tile's scale first: full fp32 mantissas,
-        # whose summation order moves a few values across an fp8 rounding boundary,
-        # and a flip moves an element by an fp8 step (the RMS of k flips grows as
-        # sqrt(k)): measured on one layer, plait is 6e-4 (logits) to 1.1e-2 (qkvw
-        # gradient) from this model where fp32 is 5e-2 to 7e-2 away (tensor: 2e-7
-        # to 2e-5). Every extra layer multiplies the flips' effect about threefold,
-        # so the check wants a one-layer case.
-        ok = err < 0.25 * fp8_gap and (scaling == "block" or err < 1e-3)
+        # Block scaling divides each value by its tile's scale first: full fp32
+        # mantissas, whose summation order moves a few values across an fp8
+        # rounding boundary, and a flip moves an element by an fp8 step (the RMS
+        # of k flips grows as sqrt(k)). Tensor scaling multiplies fp8 values
+        # (few significant bits: the sums nearly exact in any order), but the LM
+        # head's bf16 products sum full fp32 mantissas too, so dlogits and the
+        # residual gradient below them differ in the last bits, and E5M2's
+        # roundings of those gradients flip as block's do. Measured on one
+        # layer: plait is 5e-4 (logits) to 1.1e-2 (qkvw gradient) from this
+        # model with block scaling, 1.6e-5 (logits) to 1.6e-2 (qkvw) with
+        # tensor scaling, where fp32 is 5e-2 to 1.1e-1 away (with an fp32 LM
+        # head, tensor was 2e-7 to 2e-5). Every extra layer multiplies the
+        # flips' effect about threefold, so the check wants a one-layer case.
+        # Above the first fp8 rounding of a gradient (the logits, the final
+        # LayerNorm's gradients: 1.6e-5, 4e-6 measured) tensor scaling still
+        # agrees closely, which an LM head in another precision would not (an
+        # fp32 head against a bf16 one: 2.2e-3 on the logits, 1.9e-3 on lnfw).
+        above_fp8 = k in ("logits", "lnfw", "lnfb")
+        ok = err < 0.25 * fp8_gap and (scaling == "block" or not above_fp8 or err < 1e-4)
         failures += not ok
         print(f"{k:>10} {err:13.2e} {fp8_gap:12.2e}{'' if ok else '  FAILED'}")
     return 1 if failures else 0

@@ -9,6 +9,7 @@
  *       DIR/{x,w,d,b}.f32 -> DIR/{y,dinp,dw}.out through ops_cpu()'s fp8 products
  *       (w through its fp8 copy, quantize_fp8, as the model keeps it) */
 #include "kernels/fp8.h"
+#include "kernels/fp8_lt.h"
 #include "kernels/ops.h"
 #include "tests/unit/cpu_ctx.h"
 #include "tests/unit/check.h"
@@ -114,6 +115,155 @@ static void test_threads_do_not_change_the_result(void)
     free(x), free(q1), free(q2);
 }
 
+/* ---- cuBLASLt's block-scale layout (kernels/fp8_lt.h), multiplied through ---- */
+
+/* Where cuBLASLt reads the factor of element (o, k) of an operand (outer, K)
+ * stored K-contiguous, as NVIDIA's samples, Transformer Engine and PyTorch
+ * lay the arrays out for it (fp8_lt.h cites them), written here apart from
+ * fp8_lt.h, which must agree: VEC128_32F a (⌈K/128⌉, outer) array with the
+ * outer index fastest; BLK128x128_32F (⌈outer/128⌉, round_up(⌈K/128⌉, 4))
+ * with the K blocks fastest. */
+static size_t lt_read_index(enum fp8_lt_mode mode, int outer, int K, int o, int k)
+{
+    int kb = k / 128, k_blocks = (K + 127) / 128;
+    if (mode == FP8_LT_VEC128) return (size_t)kb * (size_t)outer + (size_t)o;
+    return (size_t)(o / 128) * (size_t)((k_blocks + 3) / 4 * 4) + (size_t)kb;
+}
+
+/* cuBLASLt's array for operand A (a) or B of product p from plait's scales s */
+static float *lt_array(const float *s, enum fp8_product p, bool a, int N, int C, int OC,
+                       struct fp8_lt_scales *l)
+{
+    *l = fp8_lt_block_scales(p, a, N, C, OC);
+    float *out = malloc(fp8_lt_count(l) * sizeof(float));
+    for (size_t i = 0; out && i < fp8_lt_count(l); i++) out[i] = fp8_lt_entry(s, *l, i);
+    return out;
+}
+
+/* cuBLASLt's TN product as that layout reads it, in double: D (Nb, Ma) =
+ * Σ_k A[i][k]·la(i,k) · B[j][k]·lb(j,k), codes A (Ma, K) and B (Nb, K);
+ * false if it would read beyond an array */
+static bool lt_product(float *D, const uint8_t *A, const float *la, const struct fp8_lt_scales *l_a,
+                       const uint8_t *B, const float *lb, const struct fp8_lt_scales *l_b, int Ma,
+                       int Nb, int K)
+{
+    for (int j = 0; j < Nb; j++)
+        for (int i = 0; i < Ma; i++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++) {
+                size_t ia = lt_read_index(l_a->mode, Ma, K, i, k);
+                size_t ib = lt_read_index(l_b->mode, Nb, K, j, k);
+                if (ia >= fp8_lt_count(l_a) || ib >= fp8_lt_count(l_b)) return false;
+                acc += (double)fp8_decode(A[(size_t)i * K + k], FP8_E4M3) * la[ia] *
+                       (double)fp8_decode(B[(size_t)j * K + k], FP8_E4M3) * lb[ib];
+            }
+            D[(size_t)j * Ma + i] = (float)acc;
+        }
+    return true;
+}
+
+static uint8_t *transposed(const uint8_t *q, int rows, int cols)
+{
+    uint8_t *t = malloc((size_t)rows * cols);
+    for (int r = 0; t && r < rows; r++)
+        for (int c = 0; c < cols; c++) t[(size_t)c * rows + r] = q[(size_t)r * cols + c];
+    return t;
+}
+
+static double max_rel(const float *a, const float *b, size_t n)
+{
+    double d = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return m > 0 ? d / m : d;
+}
+
+/* GPT-2's C (6 blocks: rows padded to 8), an OC of 3 blocks (padded to 4)
+ * and N of 3 row blocks, the last ones partial: the three block-scaled
+ * products through cuBLASLt's layout equal the CPU backend's */
+static void test_block_scales_reach_cublaslt_as_it_reads_them(void)
+{
+    enum { N = 272, C = 768, OC = 336 };
+    uint64_t state = 7;
+    float *x = malloc(sizeof(float) * N * C), *w = malloc(sizeof(float) * OC * C),
+          *d = malloc(sizeof(float) * N * OC);
+    for (size_t i = 0; i < (size_t)N * C + (size_t)OC * C + (size_t)N * OC; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        float v = ((float)(state >> 40) / (float)(1 << 24) - 0.5f) * (float)(1 + i % 13);
+        if (i < (size_t)N * C)
+            x[i] = v;
+        else if (i < (size_t)N * C + (size_t)OC * C)
+            w[i - (size_t)N * C] = 0.1f * v;
+        else
+            d[i - (size_t)N * C - (size_t)OC * C] = v;
+    }
+    /* the operands as the CUDA backend quantises them (matmul_fp8.cu) */
+    uint8_t *w8 = malloc((size_t)OC * C), *x8 = malloc((size_t)N * C), *d8 = malloc((size_t)N * OC),
+            *xc8 = malloc((size_t)N * C), *dc8 = malloc((size_t)N * OC);
+    float *ws = malloc(fp8_scale_count(OC, C, FP8_TILE, FP8_TILE) * sizeof(float)),
+          *xs = malloc(fp8_scale_count(N, C, 1, FP8_TILE) * sizeof(float)),
+          *ds = malloc(fp8_scale_count(N, OC, 1, FP8_TILE) * sizeof(float)),
+          *xcs = malloc(fp8_scale_count(N, C, FP8_TILE, 1) * sizeof(float)),
+          *dcs = malloc(fp8_scale_count(N, OC, FP8_TILE, 1) * sizeof(float));
+    fp8_quantize(w8, ws, w, OC, C, FP8_TILE, FP8_TILE, FP8_E4M3);
+    fp8_quantize(x8, xs, x, N, C, 1, FP8_TILE, FP8_E4M3);
+    fp8_quantize(d8, ds, d, N, OC, 1, FP8_TILE, FP8_E4M3);
+    fp8_quantize(xc8, xcs, x, N, C, FP8_TILE, 1, FP8_E4M3); /* dw: reduced along N */
+    fp8_quantize(dc8, dcs, d, N, OC, FP8_TILE, 1, FP8_E4M3);
+    uint8_t *wt8 = transposed(w8, OC, C), *xt8 = transposed(xc8, N, C),
+            *dt8 = transposed(dc8, N, OC);
+    /* the CPU backend's products of the same copy and inputs */
+    const struct ops *o = ops_cpu();
+    struct ops_ctx *cx = test_cpu_open();
+    float *y = malloc(sizeof(float) * N * OC), *dinp = malloc(sizeof(float) * N * C),
+          *dw = malloc(sizeof(float) * OC * C), *got = malloc(sizeof(float) * OC * C * 2);
+    o->matmul_forward_fp8(cx, y, x, w8, ws, NULL, N, C, OC, FP8_SCALING_BLOCK);
+    o->matmul_backward_fp8(cx, dinp, dw, NULL, d, x, w8, ws, N, C, OC, false, FP8_SCALING_BLOCK);
+    CHECK(!o->take_error(cx, NULL, 0), "the CPU products");
+    o->close(cx);
+    const struct {
+        enum fp8_product p;
+        const uint8_t *A, *B;
+        const float *sa, *sb, *want;
+        int Ma, Nb, K;
+        const char *name;
+    } products[] = {
+        {FP8_FWD, w8, x8, ws, xs, y, OC, N, C, "forward"},
+        {FP8_DINP, wt8, d8, ws, ds, dinp, C, N, OC, "dinp"},
+        {FP8_DW, xt8, dt8, xcs, dcs, dw, C, OC, N, "dw"},
+    };
+    for (int k = 0; k < 3; k++) {
+        struct fp8_lt_scales la, lb;
+        float *a = lt_array(products[k].sa, products[k].p, true, N, C, OC, &la);
+        float *b = lt_array(products[k].sb, products[k].p, false, N, C, OC, &lb);
+        bool inside = lt_product(got, products[k].A, a, &la, products[k].B, b, &lb, products[k].Ma,
+                                 products[k].Nb, products[k].K);
+        CHECK(inside, "%s: cuBLASLt would read beyond the scale arrays", products[k].name);
+        double e = inside ? max_rel(got, products[k].want, (size_t)products[k].Ma * products[k].Nb)
+                          : INFINITY;
+        CHECK(e < 1e-5, "%s: max |cuBLASLt layout - cpu| / max |cpu| = %.3g", products[k].name, e);
+        free(a), free(b);
+    }
+    /* the shapes cuBLASLt then reads: w's rows of 6 blocks padded to 8 */
+    struct fp8_lt_scales l = fp8_lt_block_scales(FP8_FWD, true, 1024, 768, 2304);
+    CHECK(l.mode == FP8_LT_BLK128 && l.out_rows == 18 && l.ld == 8 && !l.transposed,
+          "forward w: %d rows of %d", l.out_rows, l.ld);
+    l = fp8_lt_block_scales(FP8_DINP, true, 1024, 768, 2304);
+    CHECK(l.mode == FP8_LT_BLK128 && l.out_rows == 6 && l.ld == 20 && l.transposed,
+          "dinp wᵀ: %d rows of %d", l.out_rows, l.ld);
+    l = fp8_lt_block_scales(FP8_FWD, false, 1024, 768, 2304);
+    CHECK(l.mode == FP8_LT_VEC128 && l.out_rows == 6 && l.ld == 1024 && l.transposed,
+          "forward x: %d rows of %d", l.out_rows, l.ld);
+    l = fp8_lt_block_scales(FP8_DW, true, 1024, 768, 2304);
+    CHECK(l.mode == FP8_LT_VEC128 && l.out_rows == 8 && l.ld == 768 && !l.transposed,
+          "dw xᵀ: %d rows of %d", l.out_rows, l.ld);
+    free(x), free(w), free(d), free(w8), free(x8), free(d8), free(xc8), free(dc8);
+    free(ws), free(xs), free(ds), free(xcs), free(dcs), free(wt8), free(xt8), free(dt8);
+    free(y), free(dinp), free(dw), free(got);
+}
+
 /* ---- the referee's driver ---- */
 
 static void *read_file(const char *path, size_t bytes)
@@ -212,5 +362,6 @@ int main(int argc, char **argv)
     RUN(test_scale_rules);
     RUN(test_tiles_at_the_edges);
     RUN(test_threads_do_not_change_the_result);
+    RUN(test_block_scales_reach_cublaslt_as_it_reads_them);
     return check_exit_code();
 }

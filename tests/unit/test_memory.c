@@ -321,9 +321,11 @@ static void test_a_fused_attention_holds_no_probabilities(void)
  * 1280, partial blocks at every edge), counted by hand: 12·C² codes a layer
  * (qkvw 3C·C, attprojw C·C, fcw 4C·C, fcprojw C·4C) and 4 bytes a scale,
  * one per matrix with tensor scaling, with block scaling ⌈OC/128⌉·⌈C/128⌉:
- * 8·3 + 3·3 + 10·3 + 3·10 = 93 a layer (tp 2: 4·3 + 3·2 + 5·3 + 3·5 = 48).
- * plait check and the model say the same. */
-static void test_fp8_copy_is_a_byte_a_weight_and_its_scales(void)
+ * 8·3 + 3·3 + 10·3 + 3·10 = 93 a layer (tp 2: 4·3 + 3·2 + 5·3 + 3·5 = 48);
+ * and on the last stage alone the LM head's bf16 wte, 2·Vp·C/tp bytes (a
+ * first stage holds wte for the embedding, in fp32 only). plait check and
+ * the model say the same. */
+static void test_fp8_copy_is_a_byte_a_weight_its_scales_and_a_bf16_lm_head(void)
 {
     struct plan *p = plan_of("{\"model\": {\"layers\": 2, \"heads\": 4, \"hidden\": 320, "
                              "\"vocab\": 256, \"seq_len\": 16},"
@@ -333,32 +335,39 @@ static void test_fp8_copy_is_a_byte_a_weight_and_its_scales(void)
     struct plait_error err = {0};
     if (!p) return;
     struct ops ops = counting_ops();
-    const long long C = 320, layers = 2;
-    for (int tp = 1; tp <= 2; tp++) {
-        struct cost_layout l = {tp, 1, 1};
+    const long long C = 320, Vp = gpt2_config_of_plan(&p->model).padded_vocab;
+    /* tp, pp, stage */
+    static const int ranks[][3] = {{1, 1, 0}, {2, 1, 0}, {1, 2, 0}, {1, 2, 1}};
+    for (size_t r = 0; r < sizeof ranks / sizeof ranks[0]; r++) {
+        int tp = ranks[r][0], pp = ranks[r][1], stage = ranks[r][2];
+        struct cost_layout l = {tp, pp, 1};
+        long long layers = 2 / pp, head = stage == pp - 1 ? 2 * Vp * C / tp : 0;
         const long long scales[3] = {0, 4, tp == 1 ? 93 : 48}; /* fp32, tensor, block */
         uint64_t params[3];
         for (int k = 0; k < 3; k++) {
             p->precision = k ? PLAN_PRECISION_FP8 : PLAN_PRECISION_FP32;
             p->fp8_scaling = k == 0 ? PLAN_FP8_NONE : k == 1 ? PLAN_FP8_TENSOR : PLAN_FP8_BLOCK;
             struct cost_memory want;
-            cost_memory_stage(p, l, 0, &want);
+            cost_memory_stage(p, l, stage, &want);
             struct model m;
             uint64_t bytes;
-            if (build_rank(p, l, tp - 1, 0, 0, &ops, &m, &bytes, &err)) {
-                CHECK(0, "tp %d: %s", tp, err.text);
+            if (build_rank(p, l, tp - 1, stage, 0, &ops, &m, &bytes, &err)) {
+                CHECK(0, "tp %d pp %d stage %d: %s", tp, pp, stage, err.text);
                 continue;
             }
             params[k] = m.allocated.params;
             CHECK(params[k] == want.params && bytes == want.total,
-                  "tp %d, scaling %d: allocated %llu (params %llu), predicted %llu (%llu)", tp, k,
-                  (unsigned long long)bytes, (unsigned long long)params[k],
+                  "tp %d pp %d stage %d, scaling %d: allocated %llu (params %llu), predicted %llu "
+                  "(%llu)",
+                  tp, pp, stage, k, (unsigned long long)bytes, (unsigned long long)params[k],
                   (unsigned long long)want.total, (unsigned long long)want.params);
+            CHECK((m.wte16 != NULL) == (k && head), "tp %d pp %d stage %d, scaling %d: wte16 %p",
+                  tp, pp, stage, k, (void *)m.wte16);
             model_free(&m);
-            long long copy = layers * (12 * C * C / tp + 4 * scales[k]);
+            long long copy = layers * (12 * C * C / tp + 4 * scales[k]) + head;
             CHECK(k == 0 || params[k] - params[0] == (uint64_t)copy,
-                  "tp %d, scaling %d: the fp8 copy takes %llu bytes, want %lld", tp, k,
-                  (unsigned long long)(params[k] - params[0]), copy);
+                  "tp %d pp %d stage %d, scaling %d: the fp8 copies take %llu bytes, want %lld", tp,
+                  pp, stage, k, (unsigned long long)(params[k] - params[0]), copy);
         }
     }
     plan_free(p);
@@ -371,7 +380,7 @@ int main(void)
     RUN(test_memory_grows_with_the_micro_batches_held);
     RUN(test_interleaved_allocates_what_plait_check_predicts);
     RUN(test_a_fused_attention_holds_no_probabilities);
-    RUN(test_fp8_copy_is_a_byte_a_weight_and_its_scales);
+    RUN(test_fp8_copy_is_a_byte_a_weight_its_scales_and_a_bf16_lm_head);
     ops_cpu()->close(cx);
     return check_exit_code();
 }
