@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# docs/ARCHITECTURE.md stays true: every function its decision table names is
+# defined in the file the table names (a definition: the name and its
+# parameter list at the start of a line, after its return type), and every
+# file and folder the page names in backquotes exists.
+source "$(dirname "$0")/lib.sh"
+DOC=$ROOT/docs/ARCHITECTURE.md
+
+test_decision_table_names_functions_that_exist() {
+    local rows=0 bad=0 fn file
+    while IFS='|' read -r _ _ fn file _; do
+        fn=$(sed 's/[` ]//g' <<<"$fn")
+        file=$(sed 's/ //g' <<<"$file")
+        [ -n "$fn" ] && [ "$fn" != function ] && [[ "$fn" != -* ]] || continue
+        rows=$((rows + 1))
+        if [ ! -f "$ROOT/$file" ]; then
+            echo "$fn: no file $file"
+            bad=1
+        elif ! grep -Eq "^[A-Za-z_].*[ *]$fn\(" "$ROOT/$file"; then
+            echo "$fn is not defined in $file"
+            bad=1
+        fi
+    done < <(sed -n '/^## Decisions/,/^Known/p' "$DOC" | grep '^| ')
+    [ "$rows" -ge 10 ] || { echo "only $rows rows read from the table"; return 1; }
+    return $bad
+}
+
+test_paths_it_names_exist() {
+    local bad=0 p
+    for p in $(grep -o '`[a-z][a-z_./-]*/[a-z_./-]*`' "$DOC" | tr -d '`' | sort -u); do
+        case "$p" in ../*) continue ;; esac
+        [ -e "$ROOT/$p" ] || { echo "docs/ARCHITECTURE.md names $p, which does not exist"; bad=1; }
+    done
+    return $bad
+}
+
+check architecture_decision_table_names_functions_that_exist test_decision_table_names_functions_that_exist
+check architecture_paths_it_names_exist test_paths_it_names_exist
+finish
