@@ -7,7 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/gpu.h" // defines: gpu_peak_tflops, struct gpu_spec
+#include "common/elastic_batch.h" // defines: elastic_batch_dp
+#include "common/gpu.h"           // defines: gpu_peak_tflops, struct gpu_spec
 
 /* The share of a GPU's dense datasheet peak the cost model takes as plait's
  * sustained rate over a whole step, by precision: calibrated on plait itself,
@@ -26,9 +27,12 @@
 static double gpu_sustained_share(enum plan_precision prec)
 {
     switch (prec) {
-    case PLAN_PRECISION_BF16: return 0.205;
-    case PLAN_PRECISION_FP8: return 0.065;
-    default: return 0.41;
+    case PLAN_PRECISION_BF16:
+        return 0.205;
+    case PLAN_PRECISION_FP8:
+        return 0.065;
+    default:
+        return 0.41;
     }
 }
 
@@ -128,7 +132,7 @@ static int choose_auto(const struct plan *p, const struct place_node *nodes, int
                        struct layout_eval *best)
 {
     int tps[64], n_tp = 0, pps[64], n_pp = 0;
-    for (int t = 1; t <= slots && n_tp < 64; t++)
+    for (int t = p->parallel.sequence_parallel ? 2 : 1; t <= slots && n_tp < 64; t++)
         if ((p->parallel.tp == PLAN_AUTO || p->parallel.tp == t) && p->model.heads % t == 0 &&
             p->model.padded_vocab % t == 0)
             tps[n_tp++] = t;
@@ -141,7 +145,9 @@ static int choose_auto(const struct plan *p, const struct place_node *nodes, int
             int tp = tps[i], pp = pps[j];
             int64_t tpp = (int64_t)tp * pp; /* tp, pp <= slots <= PLAN_MAX_RANKS */
             if (p->parallel.dp == PLAN_AUTO && slots % tpp != 0) continue;
-            int64_t dp64 = p->parallel.dp != PLAN_AUTO ? p->parallel.dp : slots / tpp;
+            int64_t dp64 = p->parallel.dp != PLAN_AUTO
+                               ? p->parallel.dp
+                               : elastic_batch_dp(p, (int)(slots / tpp), pp, in->resumed);
             if (dp64 < 1 || tpp > slots / dp64) continue;
             struct layout_eval e;
             layout_evaluate(p, (struct cost_layout){tp, pp, (int)dp64}, nodes, n_nodes, in, &e);
@@ -177,6 +183,7 @@ int layout_choose(const struct plan *p, const struct place_node *nodes, int n_no
     }
     int64_t tpp = (int64_t)par->tp * par->pp; /* <= PLAN_MAX_RANKS (plan_load) */
     int64_t dp = par->dp != PLAN_AUTO ? par->dp : slots / tpp;
+    if (par->dp == PLAN_AUTO && dp >= 1) dp = elastic_batch_dp(p, (int)dp, par->pp, in->resumed);
     if (dp < 1)
         return error_set(err, "tp %d × pp %d needs %lld ranks; the allocation has %lld slots",
                          par->tp, par->pp, (long long)tpp, (long long)slots);
