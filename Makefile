@@ -156,7 +156,7 @@ RUNTIME_SRC  := $(filter-out runtime/main.c,$(wildcard runtime/*.c)) $(wildcard 
 ifneq ($(HAVE_NCCL),1)
   RUNTIME_SRC := $(filter-out runtime/comm/comm_nccl.c,$(RUNTIME_SRC))
 endif
-LAUNCHER_SRC := $(wildcard launcher/*.c)
+LAUNCHER_SRC := $(wildcard launcher/*.c) $(wildcard launcher/k8s/*.c)
 TEST_SRC     := $(wildcard tests/unit/test_*.c)
 SPANK_SRC    := $(wildcard spank-plugin/*.c)
 

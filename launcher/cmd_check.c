@@ -20,7 +20,7 @@
 #include "common/schedule.h"
 #include "common/topo.h"
 #include "launcher/commands.h"
-#include "launcher/k8s.h"
+#include "launcher/k8s/k8s.h"
 #include "launcher/plan_fit.h"
 
 #define MAX_TOPOLOGIES 64

@@ -68,11 +68,11 @@ for case in "${cases[@]}"; do
     check "golden_${case#tests/k8s/}" run_case "$case"
 done
 
-# What the pods get is what plait launch reads (launcher/k8s_env.h), in every
+# What the pods get is what plait launch reads (launcher/k8s/k8s_env.h), in every
 # golden workload: the env names, the plan mount, the secret, and the gang's
 # invariants (one rank per GPU, requests = limits, 75 ignored, 1 and 2 fatal).
 test_pods_get_the_launch_contract() {
-    "$PY" - "$ROOT/launcher/k8s_env.h" "$WORK"/out/*.yaml <<'PYEOF'
+    "$PY" - "$ROOT/launcher/k8s/k8s_env.h" "$WORK"/out/*.yaml <<'PYEOF'
 import re, sys, yaml
 header = open(sys.argv[1]).read()
 names = dict(re.findall(r'#define (K8S_\w+) "([^"]+)"', header))

@@ -44,7 +44,7 @@ trap cleanup EXIT
 # What each pod runs and with what environment: read out of the manifests `plait k8s render`
 # writes (the rendered YAML itself: the JobSet's pod template, its Secret and ConfigMap) when
 # this build has that command ($PLAIT_RENDER may name another plait that has it), else written
-# here from launcher/k8s_env.h. Kubernetes' part is played here: JOB_COMPLETION_INDEX, the
+# here from launcher/k8s/k8s_env.h. Kubernetes' part is played here: JOB_COMPLETION_INDEX, the
 # downward API's restart attempt ($ATTEMPT), the Secret's key, and the volumes, whose mount
 # paths become files of the test (the ConfigMap's plan.json, the run directory).
 # ------------------------------------------------------------------------------------------
