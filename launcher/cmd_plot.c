@@ -81,6 +81,21 @@ static double tick_step(double span, int n)
     return mag * (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10);
 }
 
+enum { MAX_TICKS = 64 };
+
+/* The ticks at multiples of step within [lo, hi]: the first multiple's index
+ * and how many (at most MAX_TICKS). The ticks are then (first + i)·step: a
+ * loop over an integer count, which ends whatever the data (`x += step` stops
+ * moving x once step is below x's last bit). */
+static int ticks(double lo, double hi, double step, double *first)
+{
+    if (!(step > 0) || !isfinite(lo) || !isfinite(hi) || !isfinite(step)) return 0;
+    double a = ceil(lo / step), b = floor((hi + step * 1e-9) / step);
+    *first = a;
+    if (!(b >= a)) return 0;
+    return b - a >= MAX_TICKS ? MAX_TICKS : (int)(b - a) + 1;
+}
+
 static void tick_label(char *buf, size_t n, double v, double step)
 {
     double a = fabs(v);
@@ -143,7 +158,9 @@ static void draw_panel(cairo_t *cr, const struct panel *p, const struct run *run
     /* grid and ticks */
     char label[32];
     double xs = tick_step(x1 - x0, 6), ys = tick_step(y1 - y0, 5);
-    for (double x = ceil(x0 / xs) * xs; x <= x1 + xs * 1e-9; x += xs) {
+    double first;
+    for (int i = 0, n = ticks(x0, x1, xs, &first); i < n; i++) {
+        double x = (first + i) * xs;
         cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
         cairo_move_to(cr, SX(x), top), cairo_line_to(cr, SX(x), bottom), cairo_stroke(cr);
         cairo_set_source_rgb(cr, 0, 0, 0);
@@ -151,7 +168,8 @@ static void draw_panel(cairo_t *cr, const struct panel *p, const struct run *run
         cairo_text_extents(cr, label, &ext);
         cairo_move_to(cr, SX(x) - ext.width / 2, bottom + 16), cairo_show_text(cr, label);
     }
-    for (double y = ceil(y0 / ys) * ys; y <= y1 + ys * 1e-9; y += ys) {
+    for (int i = 0, n = ticks(y0, y1, ys, &first); i < n; i++) {
+        double y = (first + i) * ys;
         cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
         cairo_move_to(cr, left, SY(y)), cairo_line_to(cr, right, SY(y)), cairo_stroke(cr);
         cairo_set_source_rgb(cr, 0, 0, 0);

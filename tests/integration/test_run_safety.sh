@@ -253,6 +253,31 @@ test_plot_writes_a_png_of_the_curves() {
     [ "$ink_empty" -lt "$ink" ] || { echo "empty $ink_empty >= $ink"; return 1; }
 }
 
+# Values a few ulps apart (a loss and the next double), and tokens near 1e17:
+# the tick loop must end (it stepped by adding a step below the values' last
+# bit, and spun for ever).
+test_plot_ends_on_values_a_few_ulps_apart() {
+    mkdir -p "$WORK/ulps"
+    cp "$WORK/ref/plan.json" "$WORK/ulps/" || return 1
+    "$PY" - "$WORK/ref/metrics.jsonl" "$WORK/ulps/metrics.jsonl" <<'PYEOF' || return 1
+import json, math, sys
+out = open(sys.argv[2], "w")
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "val_loss" in r:
+        continue
+    if "loss" in r and "step" in r:
+        r["loss"] = 5.545177444479562 if r["step"] % 2 else math.nextafter(5.545177444479562, 10)
+        r["tokens"] = int(1e17) + r["step"]
+    out.write(json.dumps(r) + "\n")
+PYEOF
+    timeout 30 "$PLAIT" plot "$WORK/ulps" -o "$WORK/ulps.png" >"$WORK/ulps.out" 2>&1
+    local rc=$?
+    [ "$rc" -ne 124 ] || { echo "plait plot did not end in 30 s"; return 1; }
+    grep -q "install libcairo2-dev" "$WORK/ulps.out" && return 0 # built without cairo
+    [ "$rc" -eq 0 ] && [ -s "$WORK/ulps.png" ] || { cat "$WORK/ulps.out"; return 1; }
+}
+
 test_plot_writes_svg_and_pdf() {
     "$PLAIT" plot "$WORK/ref" -o "$WORK/loss.svg" >/dev/null 2>&1 || return 0 # without cairo: above
     "$PLAIT" plot "$WORK/ref" -o "$WORK/loss.pdf" >/dev/null || return 1
