@@ -107,6 +107,14 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
     double tokens = (double)p->batch.micro_batch * p->batch.grad_accum * l.dp * p->model.seq_len;
     e->tokens_per_s =
         e->time.total_s > 0 && isfinite(e->time.total_s) ? tokens / e->time.total_s : 0;
+    if (e->mem.total == UINT64_MAX) { /* cost_memory's saturation: no figure to print */
+        e->fits = false;
+        snprintf(e->why, sizeof e->why,
+                 "a rank of pipeline stage %d would need more memory than 64 bits count: the "
+                 "model or the micro-batch is beyond what plait runs",
+                 e->worst_stage);
+        return;
+    }
     e->fits = gpu_mem == 0 || e->mem.total <= gpu_mem;
     if (!e->fits)
         snprintf(e->why, sizeof e->why,

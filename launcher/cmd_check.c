@@ -249,7 +249,10 @@ static void show_candidate(void *ctx, const struct layout_eval *e)
     struct candidates *c = ctx;
     const struct cost_layout *l = &e->layout;
     bool ok = e->placed && e->fits && e->tokens_per_s > 0;
-    if (c->out && e->placed)
+    if (c->out && e->placed && e->mem.total == UINT64_MAX)
+        fprintf(c->out, "  %4d %4d %4d  %10s  %10s  %12s  beyond 64-bit counts\n", l->tp, l->pp,
+                l->dp, "-", "-", "-");
+    else if (c->out && e->placed)
         fprintf(c->out, "  %4d %4d %4d  %10.2f  %10.3f  %12.0f  %s\n", l->tp, l->pp, l->dp,
                 e->mem.total / 1e9, e->time.total_s, e->tokens_per_s, ok ? "" : "does not fit");
     else if (c->out)
@@ -652,6 +655,10 @@ int cmd_check(int argc, char **argv)
         printf("chose tp %d, pp %d, dp %d: of the layouts that can be placed and fit in "
                "memory, the most modelled tokens per second\n\n",
                best.layout.tp, best.layout.pp, best.layout.dp);
+    if (best.mem.total == UINT64_MAX) { /* no figure to print: only why */
+        log_error("%s", best.why);
+        goto out;
+    }
     if (a.json) {
         json_t *o = result_json(p, &best, nodes, a.nodes, gpu_mem);
         json_t *sched = schedule_json(p, &best.layout);
