@@ -1268,16 +1268,14 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
         return fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
     if (par->zero == 3)
         return fail_rule(c, "parallel.zero", "", "3 is not in this runtime yet (0, 1, 2 are)");
-    /* the kernels index a micro-batch's B·T rows of up to 3·C values, and 4·C per row, in int */
+    /* the kernels index a micro-batch's B·T rows (3 of them a token in the classifier's
+     * statistics) in int; 4·hidden is bounded by the model's size (check_model_size) */
     long long rows = (long long)p->batch.micro_batch * m->seq_len;
     if (rows > INT_MAX / 3)
         return fail_rule(c, "model.seq_len", "batch.micro_batch",
                          "batch.micro_batch × model.seq_len (%d × %d = %lld rows) is more than "
                          "the kernels index (%d)",
                          p->batch.micro_batch, m->seq_len, rows, INT_MAX / 3);
-    if (m->hidden > INT_MAX / 4)
-        return fail_rule(c, "model.hidden", "", "must be at most %d (the kernels index 4·hidden)",
-                         INT_MAX / 4);
     /* ZeRO 2 hands a micro-batch's gradients over after its backward; an
      * interleaved or zero-bubble stage runs other backwards in between. With
      * dp 1 there is nothing to hand over. */
