@@ -15,6 +15,7 @@
 #include "common/ckptdir.h"
 #include "common/cost.h"
 #include "common/fsutil.h"
+#include "common/rundir.h"
 
 void ckpt_part_name(char *out, size_t bytes, enum ckpt_part_kind kind, int tp_rank, int pp_rank,
                     int dp_rank, bool with_dp)
@@ -142,19 +143,6 @@ void ckpt_layout_free(struct ckpt_layout *l)
     l->stage_begin = l->stage_end = NULL;
 }
 
-int ckpt_dir_of_run(const struct plan *p, const char *run_dir, char *out, size_t bytes,
-                    struct plait_error *err)
-{
-    if (p->checkpoint.dir[0] == '/') {
-        if (snprintf(out, bytes, "%s", p->checkpoint.dir) >= (int)bytes)
-            return error_set(err, "checkpoint.dir: path too long");
-        return 0;
-    }
-    return fs_join(out, bytes, run_dir, p->checkpoint.dir, err)
-               ? error_prefix(err, "checkpoint.dir: ")
-               : 0;
-}
-
 int ckpt_newest_batch(const struct plan *p, const char *run_dir, struct ckpt_batch *out)
 {
     struct plait_error err;
@@ -163,17 +151,16 @@ int ckpt_newest_batch(const struct plan *p, const char *run_dir, struct ckpt_bat
     struct ckpt_entry *list = NULL;
     int n = 0, found = 0;
     memset(out, 0, sizeof *out);
-    if (ckpt_dir_of_run(p, run_dir, dir, sizeof dir, &err) || ckptdir_list(&d, &list, &n, &err))
+    if (rundir_checkpoint_dir(p, run_dir, dir, sizeof dir, &err) ||
+        ckptdir_list(&d, &list, &n, &err))
         return 0;
     for (int i = 0; i < n && !found; i++) { /* newest first; one that does not read is passed */
-        char cdir[4096], path[4200];
+        char cdir[4096];
         struct ckpt_layout l;
         if (fs_join(cdir, sizeof cdir, dir, list[i].name, &err) || ckpt_layout_read(cdir, &l, &err))
             continue;
         ckpt_layout_free(&l);
-        struct plan *before = fs_join(path, sizeof path, cdir, "plan.json", &err)
-                                  ? NULL
-                                  : plan_load(path, NULL, 0, &err);
+        struct plan *before = rundir_plan_load(cdir, &err);
         if (!before) continue;
         if (before->batch.micro_batch == p->batch.micro_batch) {
             *out = (struct ckpt_batch){(int64_t)before->batch.grad_accum * l.dp, l.dp,
@@ -268,11 +255,9 @@ int ckpt_source_open(struct ckpt_source *s, const char *cdir, struct plait_error
 {
     memset(s, 0, sizeof *s);
     snprintf(s->dir, sizeof s->dir, "%s", cdir);
-    char path[4096];
     struct plan *plan = NULL;
     if (ckpt_layout_read(cdir, &s->layout, err) || read_state(s, err) ||
-        fs_join(path, sizeof path, cdir, "plan.json", err) ||
-        !(plan = plan_load(path, NULL, 0, err)))
+        !(plan = rundir_plan_load(cdir, err)))
         goto fail;
     const struct ckpt_layout *l = &s->layout;
     s->cfg = gpt2_config_of_plan(&plan->model);

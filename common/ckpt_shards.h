@@ -80,11 +80,6 @@ struct ckpt_layout {
 int ckpt_layout_read(const char *cdir, struct ckpt_layout *out, struct plait_error *err);
 void ckpt_layout_free(struct ckpt_layout *l);
 
-/* The checkpoint directory of the run in run_dir: the plan's checkpoint.dir,
- * relative to run_dir unless absolute. */
-int ckpt_dir_of_run(const struct plan *p, const char *run_dir, char *out, size_t bytes,
-                    struct plait_error *err);
-
 /* The batch the newest checkpoint of the run in run_dir was trained with: its
  * plan's grad_accum, the dp its manifest records, and their product, the
  * global batch in micro-batches a step. 1 when found; 0 when the run has no

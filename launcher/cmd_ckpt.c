@@ -18,9 +18,9 @@
 #include "common/env.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "common/rundir.h"
 #include "common/runlock.h"
 #include "launcher/commands.h"
-#include "launcher/run_read.h"
 
 enum { OPT_JSON };
 const struct cli_command cmd_ckpt_ls_cli = {
@@ -109,8 +109,13 @@ static int resolve(const char *arg, char *dir, size_t dir_bytes, char *name, siz
         free(parent);
         return 0;
     }
-    if (fs_join(path, sizeof path, arg, "plan.json", err)) return -1;
-    if (stat(path, &st) == 0) return run_checkpoint_dir(arg, dir, dir_bytes, err);
+    if (fs_join(path, sizeof path, arg, RUNDIR_PLAN, err)) return -1;
+    if (stat(path, &st) == 0) { /* a run directory */
+        struct plan *plan = rundir_plan_load(arg, err);
+        int rc = plan ? rundir_checkpoint_dir(plan, arg, dir, dir_bytes, err) : -1;
+        plan_free(plan);
+        return rc;
+    }
     if (stat(arg, &st) != 0 || !S_ISDIR(st.st_mode))
         return error_set(err, "%s: not a run directory, a checkpoint directory or a checkpoint",
                          arg);
@@ -555,7 +560,7 @@ int cmd_ckpt_import(int argc, char **argv)
         log_error("ckpt import: %s", err.text);
         goto out;
     }
-    if (ckpt_dir_of_run(plan, out, dir, sizeof dir, &err) || ckptdir_open(&d, dir, &err) ||
+    if (rundir_checkpoint_dir(plan, out, dir, sizeof dir, &err) || ckptdir_open(&d, dir, &err) ||
         ckptdir_list(&d, &list, &n, &err)) {
         log_error("ckpt import: %s", err.text);
         goto out;

@@ -19,6 +19,7 @@
 #include "common/fsutil.h"
 #include "common/llmc.h"
 #include "common/log.h"
+#include "common/rundir.h"
 #include "runtime/ckpt_parts.h"
 
 /* Streams a parameter-shaped buffer of backend memory to f in llm.c order
@@ -271,9 +272,7 @@ out:
 int ckpt_check_plan(const char *cdir, const struct plan *plan, char *notes, size_t notes_bytes,
                     struct plait_error *err)
 {
-    char path[4096];
-    if (fs_join(path, sizeof path, cdir, "plan.json", err)) return -1;
-    struct plan *before = plan_load(path, NULL, 0, err); /* plan_to_json's, read back as written */
+    struct plan *before = rundir_plan_load(cdir, err); /* plan_to_json's, read back as written */
     if (!before) return error_prefix(err, "cannot tell which plan wrote it: ");
     int rc = plan_resumable(before, plan, notes, notes_bytes, err);
     plan_free(before);
