@@ -98,7 +98,7 @@ static int resolve(const char *arg, char *dir, size_t dir_bytes, char *name, siz
     char path[4096];
     struct stat st;
     name[0] = '\0';
-    if (fs_join(path, sizeof path, arg, "manifest.json", err)) return -1;
+    if (fs_join(path, sizeof path, arg, CKPT_MANIFEST, err)) return -1;
     if (stat(path, &st) == 0) { /* one checkpoint */
         char *parent = fs_dirname(arg);
         const char *base = strrchr(arg, '/');
@@ -136,24 +136,18 @@ static void describe(struct ckptdir *d, const char *name, struct ckpt_info *out)
 {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", name);
-    char cdir[4096], path[4096];
+    char cdir[4096];
     struct ckpt_source src;
+    struct ckpt_manifest man;
     if (fs_join(cdir, sizeof cdir, d->path, name, &out->why) ||
-        fs_join(path, sizeof path, cdir, "manifest.json", &out->why))
+        ckpt_manifest_read(cdir, &man, &out->why))
         return;
-    json_t *man = json_load_file(path, 0, NULL);
-    const char *key;
-    json_t *f;
-    json_object_foreach(json_object_get(man, "files"), key, f)
-    {
-        out->files++;
-        out->bytes += json_integer_value(json_object_get(f, "bytes"));
-    }
-    out->step = json_integer_value(json_object_get(man, "step"));
-    out->micro = json_integer_value(json_object_get(man, "micro"));
-    json_decref(man);
-    if (ckpt_layout_read(cdir, &out->layout, &out->why)) return;
-    ckpt_layout_free(&out->layout); /* only the degrees are kept */
+    out->files = man.n_files;
+    for (int i = 0; i < man.n_files; i++) out->bytes += man.files[i].bytes;
+    out->step = man.step, out->micro = man.micro;
+    out->layout = man.layout;
+    out->layout.stage_begin = out->layout.stage_end = NULL; /* only the degrees are kept */
+    ckpt_manifest_free(&man);
     if (ckptdir_verify(d, name, &out->why)) return;
     if (ckpt_source_open(&src, cdir, &out->why)) return;
     out->ok = ckpt_source_check(&src, &out->why) == 0;
@@ -459,7 +453,7 @@ static int check_llmc(const char *in, const struct gpt2_config *c, struct plait_
 
 /* The checkpoint's files: IN.bin as model.bin, zero moments, a fresh state. */
 static int write_import(const char *in, const struct plan *plan, const struct gpt2_config *cfg,
-                        const char *tmp, json_t *files, struct plait_error *err)
+                        const char *tmp, struct ckpt_manifest *files, struct plait_error *err)
 {
     struct gpt2_layout full;
     if (gpt2_layout(cfg, &full)) return error_set(err, "the plan's model is too large");
@@ -500,20 +494,13 @@ static int write_import(const char *in, const struct plan *plan, const struct gp
     /* state.json, plan.json */
     struct train_state st;
     ckpt_state_fresh(&st, plan);
-    json_t *state = ckpt_state_json(&st);
-    char *texts[2] = {state ? json_dumps(state, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL,
-                      plan_to_json(plan)};
-    json_decref(state);
-    const char *names[2] = {"state.json", "plan.json"};
-    rc = 0;
-    for (int i = 0; i < 2 && rc == 0; i++)
-        rc = !texts[i] || ckpt_file_open(&f, tmp, names[i], err) ||
-                     ckpt_file_put(&f, texts[i], strlen(texts[i]), err) ||
-                     ckpt_file_close(&f, files, err)
-                 ? (texts[i] ? -1 : error_set(err, "out of memory"))
-                 : 0;
-    free(texts[0]);
-    free(texts[1]);
+    char *plan_json = plan_to_json(plan);
+    rc = !plan_json ? error_set(err, "out of memory")
+         : ckpt_state_write(tmp, &st, &f, files, err) ||
+                 ckpt_file_write(&f, tmp, CKPT_PLAN, plan_json, strlen(plan_json), files, err)
+             ? -1
+             : 0;
+    free(plan_json);
 out:
     ckpt_file_discard(&f);
     if (src) fclose(src);
@@ -549,9 +536,9 @@ int cmd_ckpt_import(int argc, char **argv)
     struct ckpt_entry *list = NULL;
     char dir[4096], tmp[4096], name[48];
     int n = 0;
-    json_t *files = json_object();
-    if (!plan || !files) {
-        log_error("ckpt import: %s", plan ? "out of memory" : err.text);
+    struct ckpt_manifest files = {0};
+    if (!plan) {
+        log_error("ckpt import: %s", err.text);
         goto out;
     }
     struct gpt2_config cfg = gpt2_config_of_plan(&plan->model);
@@ -576,12 +563,12 @@ int cmd_ckpt_import(int argc, char **argv)
         log_error("ckpt import: %s", err.text);
         goto out;
     }
-    if (write_import(ops[0], plan, &cfg, tmp, files, &err)) {
+    if (write_import(ops[0], plan, &cfg, tmp, &files, &err)) {
         ckptdir_abort(tmp);
         log_error("ckpt import: %s", err.text);
         goto out;
     }
-    if (ckptdir_commit(&d, name, tmp, files, NULL, &err)) {
+    if (ckptdir_commit(&d, name, tmp, &files, NULL, &err)) {
         log_error("ckpt import: %s", err.text);
         goto out;
     }
@@ -589,7 +576,7 @@ int cmd_ckpt_import(int argc, char **argv)
            dir, name, ops[0], ops[1], ops[1], out);
     rc = PLAIT_EXIT_OK;
 out:
-    json_decref(files);
+    ckpt_manifest_free(&files);
     free(list);
     if (d.path) ckptdir_close(&d);
     runlock_release(&lock);
