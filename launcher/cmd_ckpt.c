@@ -508,6 +508,44 @@ out:
     return rc;
 }
 
+/* IN.bin as the step-0 checkpoint of a new run of plan in out: its checkpoint
+ * directory into dir, the checkpoint's name into name. */
+static int import_checkpoint(const char *in, const struct plan *plan, const char *out, char *dir,
+                             size_t dir_bytes, char name[48], struct plait_error *err)
+{
+    struct runlock lock = {0};
+    struct ckptdir d = {0};
+    struct ckpt_entry *list = NULL;
+    struct ckpt_manifest files = {0};
+    char tmp[4096];
+    int n = 0, rc = -1;
+    struct gpt2_config cfg = gpt2_config_of_plan(&plan->model);
+    if (check_llmc(in, &cfg, err) || fs_mkdir_p(out, err) ||
+        runlock_acquire(&lock, out, "run directory", err) ||
+        rundir_checkpoint_dir(plan, out, dir, dir_bytes, err) || ckptdir_open(&d, dir, err) ||
+        ckptdir_list(&d, &list, &n, err))
+        goto out;
+    if (n > 0) {
+        error_set(err,
+                  "%s holds %d checkpoint%s already (newest %s): import into a new run directory",
+                  dir, n, n == 1 ? "" : "s", list[0].name);
+        goto out;
+    }
+    ckptdir_name(name, 48, 0, 0);
+    if (ckptdir_begin(&d, name, tmp, sizeof tmp, err)) goto out;
+    if (write_import(in, plan, &cfg, tmp, &files, err)) {
+        ckptdir_abort(tmp);
+        goto out;
+    }
+    rc = ckptdir_commit(&d, name, tmp, &files, NULL, err);
+out:
+    ckpt_manifest_free(&files);
+    free(list);
+    if (d.path) ckptdir_close(&d);
+    runlock_release(&lock);
+    return rc;
+}
+
 int cmd_ckpt_import(int argc, char **argv)
 {
     struct cli_args a;
@@ -529,57 +567,17 @@ int cmd_ckpt_import(int argc, char **argv)
         cli_args_free(&a);
         return cli_usage_error(&cmd_ckpt_import_cli, "--out DIR is required");
     }
-    struct plait_error err;
+    struct plait_error err = {.text = "out of memory"};
     struct plan *plan = sets ? plan_load(ops[1], sets, n_sets, &err) : NULL;
-    struct runlock lock = {0};
-    struct ckptdir d = {0};
-    struct ckpt_entry *list = NULL;
-    char dir[4096], tmp[4096], name[48];
-    int n = 0;
-    struct ckpt_manifest files = {0};
-    if (!plan) {
+    char dir[4096], name[48];
+    if (!plan || import_checkpoint(ops[0], plan, out, dir, sizeof dir, name, &err)) {
         log_error("ckpt import: %s", err.text);
-        goto out;
+    } else {
+        printf("%s/%s: %s as the step-0 checkpoint of %s (plait train %s --out %s trains from "
+               "it)\n",
+               dir, name, ops[0], ops[1], ops[1], out);
+        rc = PLAIT_EXIT_OK;
     }
-    struct gpt2_config cfg = gpt2_config_of_plan(&plan->model);
-    if (check_llmc(ops[0], &cfg, &err) || fs_mkdir_p(out, &err) ||
-        runlock_acquire(&lock, out, "run directory", &err)) {
-        log_error("ckpt import: %s", err.text);
-        goto out;
-    }
-    if (rundir_checkpoint_dir(plan, out, dir, sizeof dir, &err) || ckptdir_open(&d, dir, &err) ||
-        ckptdir_list(&d, &list, &n, &err)) {
-        log_error("ckpt import: %s", err.text);
-        goto out;
-    }
-    if (n > 0) {
-        log_error("ckpt import: %s holds %d checkpoint%s already (newest %s): import into a new "
-                  "run directory",
-                  dir, n, n == 1 ? "" : "s", list[0].name);
-        goto out;
-    }
-    ckptdir_name(name, sizeof name, 0, 0);
-    if (ckptdir_begin(&d, name, tmp, sizeof tmp, &err)) {
-        log_error("ckpt import: %s", err.text);
-        goto out;
-    }
-    if (write_import(ops[0], plan, &cfg, tmp, &files, &err)) {
-        ckptdir_abort(tmp);
-        log_error("ckpt import: %s", err.text);
-        goto out;
-    }
-    if (ckptdir_commit(&d, name, tmp, &files, NULL, &err)) {
-        log_error("ckpt import: %s", err.text);
-        goto out;
-    }
-    printf("%s/%s: %s as the step-0 checkpoint of %s (plait train %s --out %s trains from it)\n",
-           dir, name, ops[0], ops[1], ops[1], out);
-    rc = PLAIT_EXIT_OK;
-out:
-    ckpt_manifest_free(&files);
-    free(list);
-    if (d.path) ckptdir_close(&d);
-    runlock_release(&lock);
     plan_free(plan);
     free(sets);
     cli_args_free(&a);

@@ -588,6 +588,23 @@ static int open_run(struct trainer *t, struct plait_error *err)
     return 0;
 }
 
+/* Rank 0's files of the run as it starts: plan.json, metrics.jsonl (cut back
+ * to the state's step) and run.json; resumed_from: the checkpoint, "" none. */
+static int start_run_files(struct trainer *t, const char *resumed_from, struct plait_error *err)
+{
+    if (rundir_plan_write(t->run_dir, t->plan_json, err)) return -1;
+    if (metrics_open(&t->metrics, t->run_dir, t->st.step, err)) return -1;
+    if (console_mode == CONSOLE_JSON) t->metrics.echo = stdout; /* plait train --json */
+    struct run_record *run = &t->run;
+    snprintf(run->version, sizeof run->version, "%s", PLAIT_VERSION);
+    time_t now = time(NULL);
+    strftime(run->started, sizeof run->started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    snprintf(run->resumed_from, sizeof run->resumed_from, "%s", resumed_from);
+    if (!(run->plan_json = strdup(t->plan_json))) return error_set(err, "out of memory");
+    run->modelled_tokens_per_s = layout_modelled_tokens_per_s(t->plan);
+    return write_run_json(t, err);
+}
+
 static int setup(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
@@ -708,18 +725,7 @@ static int setup(struct trainer *t, struct plait_error *err)
         t->slow_read_s = slow_ms / 1e3;
     t->peak_gflops = measure_peak_gflops(&t->m);
     t->gpu_peak_tflops = gpu_peak_of_rank(&t->m, w->device, p->precision);
-    if (!rank0) return 0;
-    if (rundir_plan_write(t->run_dir, t->plan_json, err)) return -1;
-    if (metrics_open(&t->metrics, t->run_dir, t->st.step, err)) return -1;
-    if (console_mode == CONSOLE_JSON) t->metrics.echo = stdout; /* plait train --json */
-    struct run_record *run = &t->run;
-    snprintf(run->version, sizeof run->version, "%s", PLAIT_VERSION);
-    time_t now = time(NULL);
-    strftime(run->started, sizeof run->started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    if (loaded) snprintf(run->resumed_from, sizeof run->resumed_from, "%s", name);
-    if (!(run->plan_json = strdup(t->plan_json))) return error_set(err, "out of memory");
-    run->modelled_tokens_per_s = layout_modelled_tokens_per_s(t->plan);
-    return write_run_json(t, err);
+    return rank0 ? start_run_files(t, loaded ? name : "", err) : 0;
 }
 
 static void teardown(struct trainer *t)
