@@ -12,7 +12,6 @@
 #ifndef PLAIT_RUNTIME_CKPT_H
 #define PLAIT_RUNTIME_CKPT_H
 
-#include <jansson.h>
 #include <stdint.h>
 
 #include "common/ckpt_state.h"

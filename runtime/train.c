@@ -4,7 +4,6 @@
  * model.c and optim.c; files in ckpt.c, metrics.c, data.c. */
 #include "runtime/train.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -24,9 +23,9 @@
 #include "common/layout.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/rundir.h"
 #include "common/runend.h"
 #include "common/runjson.h"
-#include "common/rundir.h"
 #include "common/runlock.h"
 #include "common/schedule.h"
 #include "kernels/cuda/cuda_ops.h"
