@@ -22,6 +22,7 @@
 
 #include "common/gpt2_layout.h" // gpt2_layout (the size check)
 #include "common/llmc.h"        // llmc_read_model_header
+#include "common/rundir.h"         // RUNDIR_CHECKPOINTS (checkpoint.dir's default)
 
 /* ---- the schema ------------------------------------------------------------------------- */
 
@@ -154,7 +155,7 @@ static const struct field optimizer_fields[] = {
 };
 
 static const struct field checkpoint_fields[] = {
-    PATH_FIELD("dir", checkpoint.dir, "checkpoints", KEEP_RELATIVE),
+    PATH_FIELD("dir", checkpoint.dir, RUNDIR_CHECKPOINTS, KEEP_RELATIVE),
     INT_FIELD("every", checkpoint.every, 0, INT_MAX, 0, MAY_CHANGE),
     REAL_FIELD("every_minutes", checkpoint.every_minutes, 0, false, 1e6, false, 30.0, MAY_CHANGE),
     INT_FIELD("keep", checkpoint.keep, 1, INT_MAX, 3, MAY_CHANGE),

@@ -2,24 +2,28 @@
  * glance from what its directory holds: the plan, how far it got (metrics),
  * its checkpoints (verified), whether a process runs it now (its lock) or how
  * it ended (end.json), and plait check's predicted memory beside the
- * measured. Reads only; never takes the run's lock. */
+ * measured. Reads only, and only through the formats' own modules (rundir,
+ * metrics, runjson, runend, ckptdir); never takes the run's lock. */
 #include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/ckptdir.h"
 #include "common/env.h"
 #include "common/fsutil.h"
 #include "common/layout.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/plan.h"
-#include "common/topo.h"
+#include "common/rundir.h"
+#include "common/runend.h"
+#include "common/runjson.h"
 #include "common/runlock.h"
 #include "launcher/commands.h"
-#include "launcher/run_read.h"
 
 enum { OPT_JSON };
 const struct cli_command cmd_status_cli = {
@@ -39,22 +43,29 @@ const struct cli_command cmd_status_cli = {
     .epilog = "exit codes: 0 every directory was read, 1 one is not a run directory",
 };
 
-static json_t *load_json(const char *dir, const char *name)
-{
-    char path[4096];
-    struct plait_error err;
-    if (fs_join(path, sizeof path, dir, name, &err)) return NULL;
-    return json_load_file(path, 0, NULL);
-}
-
 static json_int_t int_at(json_t *root, const char *section, const char *key)
 {
     json_t *v = json_object_get(section ? json_object_get(root, section) : root, key);
     return json_is_integer(v) ? json_integer_value(v) : 0;
 }
 
+/* The run's plan (its plan.json); NULL with err when it has none or it does
+ * not load. */
+static struct plan *run_plan(const char *run_dir, struct plait_error *err)
+{
+    char path[4096];
+    struct stat st;
+    if (fs_join(path, sizeof path, run_dir, RUNDIR_PLAN, err)) return NULL;
+    if (stat(path, &st) != 0) {
+        error_set(err, "%s: not a run directory (no " RUNDIR_PLAN ": has plait train run there?)",
+                  run_dir);
+        return NULL;
+    }
+    return rundir_plan_load(run_dir, err);
+}
+
 /* The pace of the last (up to) 20 steps: mean seconds per step, tokens/s */
-static void recent_pace(const struct run_series *s, double *step_s, double *tokens_per_s)
+static void recent_pace(const struct metrics_series *s, double *step_s, double *tokens_per_s)
 {
     int from = s->n_steps > 20 ? s->n_steps - 20 : 0;
     double ms = 0, tokens = 0;
@@ -67,11 +78,11 @@ static void recent_pace(const struct run_series *s, double *step_s, double *toke
 }
 
 /* The checkpoints: how many, the newest and whether it verifies. */
-static json_t *checkpoints_json(const char *run_dir)
+static json_t *checkpoints_json(const struct plan *plan, const char *run_dir)
 {
     char path[4096];
     struct plait_error err;
-    if (run_checkpoint_dir(run_dir, path, sizeof path, &err))
+    if (rundir_checkpoint_dir(plan, run_dir, path, sizeof path, &err))
         return json_pack("{s:i,s:s}", "count", 0, "error", err.text);
     struct ckptdir d = {.path = strdup(path)};
     struct ckpt_entry *list = NULL;
@@ -100,92 +111,88 @@ static json_t *state_json(const char *run_dir)
     struct plait_error err;
     int held = runlock_holder(run_dir, holder, sizeof holder, &err);
     if (held == 1) return json_pack("{s:s,s:s}", "state", "running", "holder", holder);
-    json_t *end = load_json(run_dir, "end.json");
-    if (!end) return json_pack("{s:s}", "state", held < 0 ? "unknown" : "not running");
-    json_t *out = json_pack("{s:s,s:O}", "state", "ended", "end", end);
-    json_decref(end);
-    return out;
+    struct run_end e;
+    int got = runend_read(run_dir, &e, &err);
+    if (got < 0) log_warn("%s", err.text);
+    if (got != 0) return json_pack("{s:s}", "state", held < 0 ? "unknown" : "not running");
+    return json_pack("{s:s,s:{s:i,s:s,s:s,s:s,s:s,s:s,s:i}}", "state", "ended", "end", "exit_code",
+                     e.exit_code, "end", e.end, "signal", e.signal, "message", e.message, "time",
+                     e.time, "host", e.host, "pid", e.pid);
 }
 
 /* plait check's predictions beside what the runtime measured (run.json's
  * memory section, rank 0) */
-static json_t *memory_json(json_t *run)
+static json_t *memory_json(const char *run_dir)
 {
-    json_t *r0 = json_array_get(json_object_get(json_object_get(run, "memory"), "ranks"), 0);
-    if (!r0) return NULL;
-    json_t *pred = json_object_get(r0, "predicted"), *alloc = json_object_get(r0, "allocated");
-    return json_pack("{s:I,s:I,s:I,s:I,s:I}", "predicted_bytes", int_at(pred, NULL, "total"),
-                     "allocated_bytes", int_at(alloc, NULL, "total"), "predicted_activation_bytes",
-                     int_at(pred, NULL, "activations"), "allocated_activation_bytes",
-                     int_at(alloc, NULL, "activations"), "rss_peak_bytes",
-                     int_at(r0, NULL, "rss_peak_bytes"));
+    struct run_record run;
+    struct plait_error err;
+    int got = runjson_read(run_dir, &run, &err);
+    if (got < 0) log_warn("%s", err.text);
+    if (got != 0) return NULL;
+    json_t *out = NULL;
+    if (run.n_ranks > 0) {
+        const struct run_rank_memory *r0 = &run.ranks[0];
+        out = json_pack("{s:I,s:I,s:I,s:I,s:I}", "predicted_bytes",
+                        (json_int_t)run_bytes_total(&r0->predicted), "allocated_bytes",
+                        (json_int_t)run_bytes_total(&r0->allocated), "predicted_activation_bytes",
+                        (json_int_t)r0->predicted.activations, "allocated_activation_bytes",
+                        (json_int_t)r0->allocated.activations, "rss_peak_bytes",
+                        (json_int_t)r0->rss_peak_bytes);
+    }
+    runjson_free(&run);
+    return out;
 }
 
-/* What plait check's cost model gives for the run's plan on this machine
- * (layout_modelled_tokens_per_s); 0 when it cannot tell (the plan no longer
- * loads, e.g. its data moved). */
-static double modelled_tokens_per_s(const char *run_dir)
+/* How far the run got: its last step, loss and pace (with plait check's
+ * cost model's for its plan on this machine), its last evaluation. */
+static void progress_json(json_t *o, const struct metrics_series *s, const struct plan *plan)
 {
-    char path[4096];
-    struct plait_error err;
-    if (fs_join(path, sizeof path, run_dir, "plan.json", &err)) return 0;
-    struct plan *p = plan_load(path, NULL, 0, &err);
-    if (!p) return 0;
-    double rate = layout_modelled_tokens_per_s(p);
-    plan_free(p);
-    return rate;
+    if (s->n_steps > 0) {
+        const struct step_metrics *last = &s->steps[s->n_steps - 1];
+        json_object_set_new(o, "step", json_integer(last->step));
+        json_object_set_new(o, "loss", json_real(last->loss));
+        double step_s, rate;
+        recent_pace(s, &step_s, &rate);
+        json_object_set_new(o, "tokens_per_s", json_real(rate)); /* the last 20 steps' */
+        json_object_set_new(o, "tokens_total", json_integer(last->tokens_total));
+        double modelled = layout_modelled_tokens_per_s(plan);
+        if (modelled > 0) json_object_set_new(o, "modelled_tokens_per_s", json_real(modelled));
+        json_object_set_new(o, "eta_s", json_real(step_s * (double)(plan->steps - last->step)));
+    } else {
+        json_object_set_new(o, "step", json_integer(0));
+    }
+    if (s->n_evals > 0) {
+        json_object_set_new(o, "val_loss", json_real(s->evals[s->n_evals - 1].val_loss));
+        json_object_set_new(o, "val_step", json_integer(s->evals[s->n_evals - 1].step));
+    }
 }
 
 static json_t *status_json(const char *run_dir, struct plait_error *err)
 {
-    json_t *plan = load_json(run_dir, "plan.json");
-    if (!plan) {
-        error_set(err, "%s: not a run directory (no plan.json: has plait train run there?)",
-                  run_dir);
-        return NULL;
-    }
-    json_t *run = load_json(run_dir, "run.json");
-    struct run_series s;
-    if (run_series_read(run_dir, &s, err)) {
-        json_decref(plan);
-        json_decref(run);
+    struct plan *plan = run_plan(run_dir, err);
+    if (!plan) return NULL;
+    struct metrics_series s;
+    if (metrics_read(run_dir, &s, err)) {
+        plan_free(plan);
         return NULL;
     }
     const char *base = strrchr(run_dir, '/');
     base = base && base[1] ? base + 1 : run_dir;
-    json_int_t steps = int_at(plan, NULL, "steps");
-    json_t *o = json_pack(
-        "{s:s,s:s,s:{s:I,s:I,s:I},s:{s:I,s:I,s:I},s:I}", "run_dir", run_dir, "name", base, "model",
-        "layers", int_at(plan, "model", "layers"), "hidden", int_at(plan, "model", "hidden"),
-        "seq_len", int_at(plan, "model", "seq_len"), "layout", "tp", int_at(plan, "parallel", "tp"),
-        "pp", int_at(plan, "parallel", "pp"), "dp", int_at(plan, "parallel", "dp"), "steps", steps);
-    if (s.n_steps > 0) {
-        const struct run_step *last = &s.steps[s.n_steps - 1];
-        json_object_set_new(o, "step", json_integer(last->step));
-        json_object_set_new(o, "loss", json_real(last->loss));
-        double step_s, rate;
-        recent_pace(&s, &step_s, &rate);
-        json_object_set_new(o, "tokens_per_s", json_real(rate)); /* the last 20 steps' */
-        json_object_set_new(o, "tokens_total", json_integer(last->tokens_total));
-        double modelled = modelled_tokens_per_s(run_dir);
-        if (modelled > 0) json_object_set_new(o, "modelled_tokens_per_s", json_real(modelled));
-        json_object_set_new(o, "eta_s", json_real(step_s * (double)(steps - last->step)));
-    } else {
-        json_object_set_new(o, "step", json_integer(0));
-    }
-    if (s.n_evals > 0) {
-        json_object_set_new(o, "val_loss", json_real(s.evals[s.n_evals - 1].val_loss));
-        json_object_set_new(o, "val_step", json_integer(s.evals[s.n_evals - 1].step));
-    }
-    json_object_set_new(o, "checkpoints", checkpoints_json(run_dir));
+    const struct plan_model *m = &plan->model;
+    const struct plan_parallel *par = &plan->parallel;
+    json_t *o =
+        json_pack("{s:s,s:s,s:{s:i,s:i,s:i},s:{s:i,s:i,s:i},s:i}", "run_dir", run_dir, "name", base,
+                  "model", "layers", m->layers, "hidden", m->hidden, "seq_len", m->seq_len,
+                  "layout", "tp", par->tp, "pp", par->pp, "dp", par->dp, "steps", plan->steps);
+    progress_json(o, &s, plan);
+    json_object_set_new(o, "checkpoints", checkpoints_json(plan, run_dir));
     json_t *state = state_json(run_dir);
     json_object_update(o, state);
     json_decref(state);
-    json_t *mem = memory_json(run);
+    json_t *mem = memory_json(run_dir);
     if (mem) json_object_set_new(o, "memory", mem);
-    run_series_free(&s);
-    json_decref(plan);
-    json_decref(run);
+    metrics_series_free(&s);
+    plan_free(plan);
     return o;
 }
 

@@ -161,8 +161,10 @@ int main(int argc, char **argv)
     /* how it ended, for plait status (not when another process holds the run, nor
      * when a first start failed and left no run directory behind) */
     struct stat run_st;
+    struct run_end end;
+    runend_of(&end, code, train_stop_signal, rc < 0 ? err.text : "");
     if (where.rank == 0 && train_run_held && stat(run_dir, &run_st) == 0 &&
-        runend_write(run_dir, code, train_stop_signal, rc < 0 ? err.text : "", &err))
+        runend_write(run_dir, &end, &err))
         log_warn("%s", err.text);
     free(plan_json);
     plan_free(plan);
