@@ -250,7 +250,8 @@ $(PLAIT_TRAIN): $(call obj,runtime/main.c) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-$(PLAIT): $(call obj,$(LAUNCHER_SRC)) $(LIBS)
+# the CLI never links the training runtime (DESIGN: it reads the run directory through common/)
+$(PLAIT): $(call obj,$(LAUNCHER_SRC)) $(LIB_KERNELS) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) $(CAIRO_LDLIBS) $(YAML_LDLIBS) -o $@
 
