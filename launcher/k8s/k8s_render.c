@@ -449,6 +449,9 @@ static int secret_for(struct job *j, struct plait_error *err)
         return error_set(err, "%s must be %d lower-case hex digits", TEST_SECRET_ENV,
                          STORE_SECRET_HEX_BYTES - 1);
     memcpy(j->store_secret, fixed, n + 1);
+    log_warn("%s is set: the manifests carry its fixed store secret, not a fresh one (a test "
+             "hook: unset it to render a job to apply)",
+             TEST_SECRET_ENV);
     return 0;
 }
 

@@ -127,6 +127,13 @@ static int read_pod(struct pod *p)
                   p->dns, PLAIT_ENV_STORE_SECRET);
         return -1;
     }
+    const char *weak = store_secret_problem(p->secret);
+    if (weak) {
+        log_error("pod %d (%s): %s is not a job's secret: %s; render the job with plait k8s "
+                  "render, which makes a fresh one",
+                  p->index, p->dns, PLAIT_ENV_STORE_SECRET, weak);
+        return -1;
+    }
     if (!getenv(PLAIT_ENV_RUN_DIR) || !*getenv(PLAIT_ENV_RUN_DIR)) {
         log_error("pod %d (%s): %s is not set", p->index, p->dns, PLAIT_ENV_RUN_DIR);
         return -1;

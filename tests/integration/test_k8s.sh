@@ -274,6 +274,17 @@ test_secrets_are_fresh() {
 }
 check store_secrets_are_fresh_each_render test_secrets_are_fresh
 
+# The test hook that fixes the secret (for the goldens) never changes a
+# render unseen: render says so on stderr, every time it is set.
+test_the_fixed_secret_hook_is_said() {
+    "$PLAIT" "${RENDER[@]}" >/dev/null 2>"$WORK/hook.txt" || { cat "$WORK/hook.txt"; return 1; }
+    grep -q "PLAIT_K8S_TEST_STORE_SECRET is set: the manifests carry its fixed store secret" \
+        "$WORK/hook.txt" || { cat "$WORK/hook.txt"; return 1; }
+    env -u PLAIT_K8S_TEST_STORE_SECRET "$PLAIT" "${RENDER[@]}" >/dev/null 2>"$WORK/nohook.txt"
+    ! grep -q "PLAIT_K8S_TEST_STORE_SECRET" "$WORK/nohook.txt" || { cat "$WORK/nohook.txt"; return 1; }
+}
+check the_fixed_secret_hook_is_said test_the_fixed_secret_hook_is_said
+
 # terminationGracePeriodSeconds: a micro-batch + a checkpoint write (twice with
 # checkpoint.async: one in the background is finished first) + 30 s; or the
 # write a run measured
