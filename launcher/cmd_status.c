@@ -202,15 +202,30 @@ static double num(json_t *o, const char *key)
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+/* A string of a run-directory file, made one printable line (run
+ * directories are untrusted input: a hand-made end.json may hold escape
+ * sequences). Four at a time may be in use. */
+static const char *shown(const char *s)
+{
+    static char bufs[4][1024];
+    static int next;
+    char *b = bufs[next++ % 4];
+    return s ? error_escape(b, sizeof bufs[0], s) : "?";
+}
+
+static const char *str(json_t *o, const char *key)
+{
+    return shown(json_string_value(json_object_get(o, key)));
+}
+
 static void print_text(json_t *o)
 {
     json_t *layout = json_object_get(o, "layout"), *model = json_object_get(o, "model");
-    printf("%s\n", json_string_value(json_object_get(o, "run_dir")));
+    printf("%s\n", str(o, "run_dir"));
     printf("  plan         %s: %d layers, hidden %d, seq %d; tp %d × pp %d × dp %d\n",
-           json_string_value(json_object_get(o, "name")), (int)int_at(model, NULL, "layers"),
-           (int)int_at(model, NULL, "hidden"), (int)int_at(model, NULL, "seq_len"),
-           (int)int_at(layout, NULL, "tp"), (int)int_at(layout, NULL, "pp"),
-           (int)int_at(layout, NULL, "dp"));
+           str(o, "name"), (int)int_at(model, NULL, "layers"), (int)int_at(model, NULL, "hidden"),
+           (int)int_at(model, NULL, "seq_len"), (int)int_at(layout, NULL, "tp"),
+           (int)int_at(layout, NULL, "pp"), (int)int_at(layout, NULL, "dp"));
     json_int_t step = int_at(o, NULL, "step"), steps = int_at(o, NULL, "steps");
     printf("  step         %lld/%lld (%.0f%%)", (long long)step, (long long)steps,
            steps > 0 ? 100.0 * (double)step / (double)steps : 0.0);
@@ -233,24 +248,23 @@ static void print_text(json_t *o)
     json_t *ck = json_object_get(o, "checkpoints");
     json_int_t n_ck = int_at(ck, NULL, "count");
     if (n_ck > 0)
-        printf("  checkpoints  %lld, newest %s (%s)\n", (long long)n_ck,
-               json_string_value(json_object_get(ck, "newest")),
+        printf("  checkpoints  %lld, newest %s (%s)\n", (long long)n_ck, str(ck, "newest"),
                json_is_true(json_object_get(ck, "verified")) ? "verified" : "DOES NOT VERIFY");
     else
         printf("  checkpoints  none\n");
     const char *state = json_string_value(json_object_get(o, "state"));
     json_t *end = json_object_get(o, "end");
-    if (!strcmp(state, "running")) {
-        printf("  state        running: %s\n", json_string_value(json_object_get(o, "holder")));
+    if (state && !strcmp(state, "running")) {
+        printf("  state        running: %s\n", str(o, "holder"));
     } else if (end) {
         const char *how = json_string_value(json_object_get(end, "end"));
         const char *sig = json_string_value(json_object_get(end, "signal"));
         const char *msg = json_string_value(json_object_get(end, "message"));
-        printf("  state        %s (exit %d) at %s", how, (int)int_at(end, NULL, "exit_code"),
-               json_string_value(json_object_get(end, "time")));
-        if (sig && *sig) printf(" by %s", sig);
-        if (!strcmp(how, "preempted")) printf(": run plait train again to resume");
-        if (msg && *msg) printf(": %s", msg);
+        printf("  state        %s (exit %d) at %s", shown(how), (int)int_at(end, NULL, "exit_code"),
+               str(end, "time"));
+        if (sig && *sig) printf(" by %s", shown(sig));
+        if (how && !strcmp(how, "preempted")) printf(": run plait train again to resume");
+        if (msg && *msg) printf(": %s", shown(msg));
         printf("\n");
     } else {
         printf("  state        not running (how its last process ended is not recorded)\n");
