@@ -491,8 +491,9 @@ static int agree(struct trainer *t, int failed, const struct plait_error *why, c
     "run's checkpoints and metrics), or train into another directory (--out)"
 
 /* Whether the run directory holds something a different plan would lose:
- * metrics records or checkpoints. */
-static bool run_has_history(struct trainer *t)
+ * metrics records or checkpoints (own: only those under the run directory,
+ * not a checkpoint.dir elsewhere, whose checkpoints say their own plan). */
+static bool run_has_history(struct trainer *t, bool own)
 {
     char path[4096];
     struct stat st;
@@ -500,6 +501,9 @@ static bool run_has_history(struct trainer *t)
     if (!fs_join(path, sizeof path, t->run_dir, RUNDIR_METRICS, &err) && stat(path, &st) == 0 &&
         st.st_size > 0)
         return true;
+    size_t len = strlen(t->run_dir);
+    if (own && (strncmp(t->ckpt_dir, t->run_dir, len) != 0 || t->ckpt_dir[len] != '/'))
+        return false;
     struct ckpt_entry *list;
     int n = 0;
     if (ckptdir_list(&t->ckpts, &list, &n, &err) == 0) free(list);
@@ -507,13 +511,20 @@ static bool run_has_history(struct trainer *t)
 }
 
 /* The run directory belongs to the plan that started it (its plan.json): a
- * different plan may not take it over while it holds history. */
+ * different plan may not take it over while it holds history, nor any plan
+ * when its plan.json is gone (nothing says which plan made the history). */
 static int check_run_plan(struct trainer *t, struct plait_error *err)
 {
     char path[4096];
     struct stat st;
     if (fs_join(path, sizeof path, t->run_dir, RUNDIR_PLAN, err)) return -1;
-    if (stat(path, &st) != 0 || !run_has_history(t)) return 0;
+    if (stat(path, &st) != 0 && run_has_history(t, true))
+        return error_set(err,
+                         "%s holds a run's history (metrics or checkpoints) but no %s, so "
+                         "nothing says which plan made it; put its plan back (every checkpoint "
+                         "keeps a copy: %s/<checkpoint>/%s), or " START_FRESH,
+                         t->run_dir, RUNDIR_PLAN, t->ckpt_dir, RUNDIR_PLAN);
+    if (stat(path, &st) != 0 || !run_has_history(t, false)) return 0;
     struct plan *before = rundir_plan_load(t->run_dir, err);
     char notes[1024];
     struct plait_error why;
@@ -1402,7 +1413,7 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
     }
 out:
     if (rc < 0 && t.par_ready) parallel_abort(&t.par, err->text);
-    bool history = rc >= 0 || (t.ckpts_open && run_has_history(&t));
+    bool history = rc >= 0 || (t.ckpts_open && run_has_history(&t, false));
     teardown(&t);
     undo_failed_start(&t, history);
     return rc;
