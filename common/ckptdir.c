@@ -264,6 +264,22 @@ int ckptdir_open(struct ckptdir *d, const char *dir, struct plait_error *err)
     return fs_fsync_dir(dir, err) ? (ckptdir_close(d), -1) : 0;
 }
 
+int ckptdir_open_locked(struct ckptdir *d, struct runlock *lock, const char *dir,
+                        const char *run_dir, struct plait_error *err)
+{
+    struct stat run_st, ckpt_st;
+    lock->fd = -1;
+    if (stat(run_dir, &run_st) != 0 || stat(dir, &ckpt_st) != 0)
+        return error_errno(err, "checkpoint.dir: %s", dir);
+    bool same = run_st.st_dev == ckpt_st.st_dev && run_st.st_ino == ckpt_st.st_ino;
+    if (!same && runlock_acquire(lock, dir, "checkpoint directory", err)) return -1;
+    if (ckptdir_open(d, dir, err)) {
+        runlock_release(lock);
+        return -1;
+    }
+    return 0;
+}
+
 void ckptdir_close(struct ckptdir *d)
 {
     for (int i = 0; i < d->n_good; i++) free(d->good[i]);

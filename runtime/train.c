@@ -563,16 +563,10 @@ static int checkpoint_path(struct trainer *t, struct plait_error *err)
 
 static int open_checkpoints(struct trainer *t, struct plait_error *err)
 {
-    struct stat run_st, ckpt_st;
     if (fs_mkdir_p_made(t->ckpt_dir, &t->made_ckpt_dir, err))
         return error_prefix(err, "checkpoint.dir: ");
-    if (stat(t->run_dir, &run_st) != 0 || stat(t->ckpt_dir, &ckpt_st) != 0)
-        return error_errno(err, "checkpoint.dir: %s", t->ckpt_dir);
     /* locked even inside the run directory: another run may name it as its own */
-    bool same = run_st.st_dev == ckpt_st.st_dev && run_st.st_ino == ckpt_st.st_ino;
-    if (!same && runlock_acquire(&t->ckpt_lock, t->ckpt_dir, "checkpoint directory", err))
-        return -1;
-    if (ckptdir_open(&t->ckpts, t->ckpt_dir, err)) return -1;
+    if (ckptdir_open_locked(&t->ckpts, &t->ckpt_lock, t->ckpt_dir, t->run_dir, err)) return -1;
     t->ckpts_open = true;
     return 0;
 }
