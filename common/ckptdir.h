@@ -27,6 +27,10 @@ struct ckpt_entry {
     int64_t step, micro;
 };
 
+/* A checkpoint's directory name ("step_00000012_0003") read into e: false
+ * for any other name (temporaries, or not this canonical spelling). */
+bool ckptdir_parse_name(const char *name, struct ckpt_entry *e);
+
 /* One process's view of a checkpoint directory: which checkpoints it has seen
  * verify (or wrote itself) and which failed, so each is read at most once. */
 struct ckptdir {
