@@ -95,6 +95,13 @@ void ckpt_source_close(struct ckpt_source *s);
  * file missing or wrong. */
 int ckpt_source_check(struct ckpt_source *s, struct plait_error *err);
 
+/* Whether checkpoint `name` of d can be loaded: its files against the
+ * manifest (ckptdir_verify: sizes, checksums), then every part against its
+ * own header (ckpt_source_check: what it holds, all its bytes). What plait
+ * ckpt verify says, and what a run's start takes. 0, or -1 with why. */
+struct ckptdir;
+int ckpt_verify_all(struct ckptdir *d, const char *name, struct plait_error *why);
+
 enum ckpt_array { CKPT_PARAMS, CKPT_ADAM_M, CKPT_ADAM_V };
 
 /* Elements [lo, hi) of array a of the part `dst` (its layer-major buffer,

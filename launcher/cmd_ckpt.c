@@ -137,7 +137,6 @@ static void describe(struct ckptdir *d, const char *name, struct ckpt_info *out)
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", name);
     char cdir[4096];
-    struct ckpt_source src;
     struct ckpt_manifest man;
     if (fs_join(cdir, sizeof cdir, d->path, name, &out->why) ||
         ckpt_manifest_read(cdir, &man, &out->why))
@@ -148,11 +147,7 @@ static void describe(struct ckptdir *d, const char *name, struct ckpt_info *out)
     out->layout = man.layout;
     out->layout.stage_begin = out->layout.stage_end = NULL; /* only the degrees are kept */
     ckpt_manifest_free(&man);
-    if (ckptdir_verify(d, name, &out->why)) return;
-    if (ckpt_source_open(&src, cdir, &out->why)) return;
-    out->ok = ckpt_source_check(&src, &out->why) == 0;
-    out->step = src.step, out->micro = src.micro;
-    ckpt_source_close(&src);
+    out->ok = ckpt_verify_all(d, name, &out->why) == 0;
 }
 
 static void layout_text(const struct ckpt_info *c, char *out, size_t bytes)
