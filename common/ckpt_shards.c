@@ -43,6 +43,8 @@ void ckpt_part_header(int32_t h[LLMC_HEADER_INTS], enum ckpt_part_kind kind,
     h[11] = (int32_t)(uint32_t)((uint64_t)id->count >> 32);
     h[12] = id->arrays;
     h[13] = id->chunks > 1 ? id->chunks : 0; /* 0: one chunk (older files) */
+    h[14] = 1;                               /* the layer range follows (0: older files) */
+    h[15] = id->layer_begin, h[16] = id->layer_end;
 }
 
 void ckpt_optim_header(int32_t h[LLMC_HEADER_INTS], size_t count, bool grads)
@@ -223,8 +225,12 @@ static int source_file(struct ckpt_source *s, enum ckpt_part_kind kind, int tr, 
                                   l->zero,
                                   l->chunks,
                                   d >= 0 && kind == CKPT_PART_OPTIM ? s->slice[st] : sh->total,
-                                  kind == CKPT_PART_OPTIM ? 2 : 1};
+                                  kind == CKPT_PART_OPTIM ? 2 : 1,
+                                  sh->part.layer_begin,
+                                  sh->part.layer_end};
         ckpt_part_header(want, kind, &id);
+        if (got == (ssize_t)sizeof h && h[14] == 0) /* a part from before layer ranges */
+            want[14] = want[15] = want[16] = 0;
         ok = got == (ssize_t)sizeof h && memcmp(h, want, sizeof h) == 0;
         floats = (uint64_t)id.count * (uint64_t)id.arrays;
     }
@@ -240,7 +246,7 @@ static int source_file(struct ckpt_source *s, enum ckpt_part_kind kind, int tr, 
         close(fd);
         return error_set(err,
                          "%s: its header does not say what the manifest does (tp %d × pp %d × "
-                         "dp %d, ZeRO %d, this part's size): not this checkpoint's file",
+                         "dp %d, ZeRO %d, this part's size and layers): not this checkpoint's file",
                          path, l->tp, l->pp, l->dp, l->zero);
     }
     s->fds[slot] = fd;

@@ -46,6 +46,10 @@ struct ckpt_part_id {
     int chunks;   /* model chunks of the stage (interleaved), 1 otherwise */
     size_t count; /* floats of each array */
     int arrays;   /* arrays one after the other (m and v: 2) */
+    /* the stage's layers [layer_begin, layer_end) (its first chunk's, when
+     * chunked): said by every part so a manifest's stages cannot be swapped
+     * under them; files before this say none (header words 0) */
+    int layer_begin, layer_end;
 };
 
 /* "model-tp0-pp1.bin", "optim-tp0-pp1-dp2.bin": with_dp adds the dp rank. */

@@ -153,6 +153,25 @@ test_import_never_touches_a_running_runs_checkpoints() {
     wait "$pid" || { echo "the running run failed:"; cat "$w-run.log"; return 1; }
 }
 
+# Every part says the layers it holds: a manifest whose stages are swapped
+# (same sizes, so every count still agrees) is refused by verify and at start,
+# naming the part, instead of loading the layers swapped.
+test_swapped_stages_are_refused() {
+    local run=$WORK/swapped
+    # shellcheck disable=SC2046
+    "$PLAIT" train "$WORK/plan.json" --out "$run" "${COMMON[@]}" $(layout 1x2x1/2) --set steps=6 \
+        >"$run.log" 2>&1 || { tail -n 20 "$run.log"; return 1; }
+    "$PY" - "$run/checkpoints/step_00000006_0000/manifest.json" <<'PYEOF' || return 1
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["layout"]["stages"] == [[0, 2], [2, 4]], m["layout"]["stages"]
+m["layout"]["stages"] = [[2, 4], [0, 2]]
+json.dump(m, open(sys.argv[1], "w"), indent=2)
+PYEOF
+    expect_error "$run.verify" 1 "model-tp0-pp0.bin: its header does not say what the manifest does" \
+        "$PLAIT" ckpt verify "$run" || return 1
+}
+
 check 3d_zero1_to_one_rank test_3d_zero1_to_one_rank
 check one_rank_to_3d_zero1 test_one_rank_to_3d_zero1
 check four_stages_to_tp_and_dp_zero2 test_four_stages_to_tp_and_dp_zero2
@@ -162,4 +181,5 @@ check a_mid_step_checkpoint_refuses_another_layout test_a_mid_step_checkpoint_re
 check export_gives_the_sharded_models_logits test_export_gives_the_sharded_models_logits
 check import_trains_as_model_init test_import_trains_as_model_init
 check import_never_touches_a_running_runs_checkpoints test_import_never_touches_a_running_runs_checkpoints
+check swapped_stages_are_refused test_swapped_stages_are_refused
 finish
