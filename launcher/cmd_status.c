@@ -131,7 +131,7 @@ static double modelled_tokens_per_s(const char *run_dir)
     if (fs_join(path, sizeof path, run_dir, "plan.json", &err)) return 0;
     struct plan *p = plan_load(path, NULL, 0, &err);
     if (!p) return 0;
-    double rate = layout_modelled_tokens_per_s(p);
+    double rate = layout_modelled_tokens_per_s(p, NULL);
     plan_free(p);
     return rate;
 }

@@ -730,7 +730,7 @@ static int setup(struct trainer *t, struct plait_error *err)
     time_t now = time(NULL);
     strftime(t->started, sizeof t->started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     if (loaded) snprintf(t->resumed_from, sizeof t->resumed_from, "%s", name);
-    t->modelled_tps = layout_modelled_tokens_per_s(t->plan);
+    t->modelled_tps = layout_modelled_tokens_per_s(t->plan, NULL);
     return write_run_json(t, err);
 }
 
