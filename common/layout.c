@@ -48,15 +48,20 @@ double layout_device_tflops(const struct topo *t, enum plan_precision prec)
     return layout_gpu_tflops(t->gpus[0].spec, prec);
 }
 
+int layout_node_cpus(const struct topo *t)
+{
+    int cpus = 0;
+    for (int c = 0; c < t->n_cores; c++) cpus += t->cores[c].n_pus > 0 ? t->cores[c].n_pus : 1;
+    return cpus > 0 ? cpus : 1;
+}
+
 double layout_cpus_per_rank(const struct rank_map *m, const struct place_node *nodes, int threads)
 {
     double least = HUGE_VAL;
     for (int i = 0; i < m->n_nodes; i++) {
-        int ranks = 0, cpus = 0;
+        int ranks = 0;
         for (int r = 0; r < m->world; r++) ranks += m->ranks[r].node == i;
-        const struct topo *t = nodes[i].topo;
-        for (int c = 0; c < t->n_cores; c++) cpus += t->cores[c].n_pus > 0 ? t->cores[c].n_pus : 1;
-        if (ranks > 0) least = fmin(least, (double)(cpus > 0 ? cpus : 1) / ranks);
+        if (ranks > 0) least = fmin(least, (double)layout_node_cpus(nodes[i].topo) / ranks);
     }
     if (threads > 0) least = fmin(least, threads);
     return isfinite(least) ? least : 1;

@@ -65,6 +65,9 @@ int layout_choose(const struct plan *p, const struct place_node *nodes, int n_no
  * 0.4, a guess (a measured one: layout_cpu_rank_links). */
 double layout_device_tflops(const struct topo *t, enum plan_precision precision);
 
+/* A node's CPUs: the hardware threads of its cores (at least one). */
+int layout_node_cpus(const struct topo *t);
+
 /* The CPUs one CPU rank of the map gets: its node's hardware threads divided
  * among the node's ranks (a share below 1 when ranks share cores, as
  * place_ranks then gives them), on the node where that is least; no more than

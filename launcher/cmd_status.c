@@ -13,10 +13,7 @@
 #include "common/ckptdir.h"
 #include "common/env.h"
 #include "common/fsutil.h"
-#include "common/layout.h"
 #include "common/log.h"
-#include "common/plan.h"
-#include "common/topo.h"
 #include "common/runlock.h"
 #include "launcher/commands.h"
 #include "launcher/run_read.h"
@@ -121,19 +118,14 @@ static json_t *memory_json(json_t *run)
                      int_at(r0, NULL, "rss_peak_bytes"));
 }
 
-/* What plait check's cost model gives for the run's plan on this machine
- * (layout_modelled_tokens_per_s); 0 when it cannot tell (the plan no longer
- * loads, e.g. its data moved). */
-static double modelled_tokens_per_s(const char *run_dir)
+/* What plait check's cost model gave for the run's plan on this machine when
+ * it started: run.json's, modelled from the CPU kernels' rates plait-train
+ * measured then (re-measuring now, beside a running run, would measure a
+ * shared machine); 0 when it does not say. */
+static double modelled_tokens_per_s(json_t *run)
 {
-    char path[4096];
-    struct plait_error err;
-    if (fs_join(path, sizeof path, run_dir, "plan.json", &err)) return 0;
-    struct plan *p = plan_load(path, NULL, 0, &err);
-    if (!p) return 0;
-    double rate = layout_modelled_tokens_per_s(p, NULL);
-    plan_free(p);
-    return rate;
+    json_t *v = json_object_get(json_object_get(run, "throughput"), "modelled_tokens_per_s");
+    return json_is_number(v) ? json_number_value(v) : 0;
 }
 
 static json_t *status_json(const char *run_dir, struct plait_error *err)
@@ -167,7 +159,7 @@ static json_t *status_json(const char *run_dir, struct plait_error *err)
         recent_pace(&s, &step_s, &rate);
         json_object_set_new(o, "tokens_per_s", json_real(rate)); /* the last 20 steps' */
         json_object_set_new(o, "tokens_total", json_integer(last->tokens_total));
-        double modelled = modelled_tokens_per_s(run_dir);
+        double modelled = modelled_tokens_per_s(run);
         if (modelled > 0) json_object_set_new(o, "modelled_tokens_per_s", json_real(modelled));
         json_object_set_new(o, "eta_s", json_real(step_s * (double)(steps - last->step)));
     } else {

@@ -26,6 +26,7 @@
 #include "common/runend.h"
 #include "common/runlock.h"
 #include "common/schedule.h"
+#include "kernels/cpu/cpu_rate.h" // defines: cpu_rate_measure, what plait check measures too
 #include "kernels/cuda/cuda_ops.h"
 #include "runtime/ckpt.h"
 #include "runtime/data.h"
@@ -433,6 +434,27 @@ static double measure_peak_gflops(struct model *m)
     return best;
 }
 
+/* plait check's modelled tokens/s for this run here (run.json, plait status):
+ * on the CPU from this rank's CPU kernels, measured now at the plan's shapes
+ * as plait check measures them (kernels/cpu/cpu_rate.h); 0 when it cannot tell. */
+static double modelled_tokens_per_s(const struct trainer *t)
+{
+    const struct plan *p = t->plan;
+    if (t->m.ops != ops_cpu()) return layout_modelled_tokens_per_s(p, NULL);
+    struct cpu_rate_shape shape = cpu_rate_shape_of(
+        p->batch.micro_batch, p->model.seq_len, p->model.hidden, p->model.heads, p->model.layers,
+        t->where->tp, t->where->pp, p->precision != PLAN_PRECISION_FP32);
+    struct cpu_rate r;
+    char why[256];
+    if (cpu_rate_measure(&shape, 0, &r, why, sizeof why)) {
+        log_warn("no modelled speed in run.json: %s", why);
+        return 0;
+    }
+    struct cost_cpu_rates rates = {r.matmul_gflops, r.attention_gflops, r.activation_gbps,
+                                   r.memory_gbps, omp_get_max_threads()};
+    return layout_modelled_tokens_per_s(p, &rates);
+}
+
 /* The layout the launcher gave this rank must be the plan's ("auto" is
  * whatever the launcher chose); this runtime trains it on one rank so far. */
 static int check_layout(const struct plan *p, const struct env_rank *where, struct plait_error *err)
@@ -730,7 +752,7 @@ static int setup(struct trainer *t, struct plait_error *err)
     time_t now = time(NULL);
     strftime(t->started, sizeof t->started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     if (loaded) snprintf(t->resumed_from, sizeof t->resumed_from, "%s", name);
-    t->modelled_tps = layout_modelled_tokens_per_s(t->plan, NULL);
+    t->modelled_tps = modelled_tokens_per_s(t);
     return write_run_json(t, err);
 }
 
