@@ -397,6 +397,31 @@ static double stage_activation_bytes(const struct plan *p, struct cost_layout l,
     return 4.0 * values * tokens;
 }
 
+/* OpenMP parallel regions one CPU rank of `stage` starts per optimizer step:
+ * each CPU op is one (kernels/cpu) and waits for its threads to wake (plait
+ * runs them with OMP_WAIT_POLICY=PASSIVE, asleep between ops). Per layer per
+ * micro-batch, forward 14 (2 LayerNorms, 2 residual adds, GELU, the
+ * attention, 4 products of a bias copy and a GEMM each), backward 18 (4
+ * products of 2 GEMMs and a bias sum each, GELU, the attention, 2 LayerNorms
+ * of 2 passes each); full recompute repeats the forward's 14, selective the
+ * attention's 1. Per micro-batch the last stage's head 7 (the final LayerNorm
+ * 1 + 2, the LM head's GEMMs 1 + 2, the cross-entropy 1) and the first
+ * stage's embedding 2. Per step the optimizer's 2 per parameter tensor (the
+ * norm's sum of squares, AdamW): 12 a layer, wte and wpe on the first stage,
+ * the final LayerNorm's 2 (and its own wte under a pipeline) on the last. The
+ * fp32 path's count (bf16's conversions add a few). */
+static double stage_parallel_ops(const struct plan *p, struct cost_layout l, int stage)
+{
+    double layers = stage_layers(p, l.pp, stage);
+    bool first = stage == 0, last = stage == l.pp - 1;
+    double per_layer = 32.0 + (p->recompute == PLAN_RECOMPUTE_FULL        ? 14
+                               : p->recompute == PLAN_RECOMPUTE_SELECTIVE ? 1
+                                                                          : 0);
+    double micro = layers * per_layer + (last ? 7 : 0) + (first ? 2 : 0);
+    double tensors = layers * 12 + (first ? 2 : 0) + (last ? (l.pp > 1 ? 3 : 2) : 0);
+    return micro * p->batch.grad_accum + 2 * tensors;
+}
+
 /* Seconds for `work` units at `rate` units/s: no work takes no time whatever
  * the rate, work at no rate (a missing link, an unknown device) takes forever
  * (HUGE_VAL, which callers reject). */
@@ -408,12 +433,12 @@ static double seconds(double work, double rate)
 }
 
 /* The slowest stage's compute (its products at device_tflops, its attention
- * at attention_tflops when given) and memory-bound ops (at activation_gbps,
- * when given): the pipeline runs at its slowest stage. */
+ * at attention_tflops when given), memory-bound ops (at activation_gbps) and
+ * parallel starts (at parallel_op_s, when given) into out: the pipeline runs
+ * at its slowest stage. */
 static void slowest_stage(const struct plan *p, struct cost_layout l,
-                          const struct cost_links *links, double *compute_s, double *memory_s)
+                          const struct cost_links *links, struct cost_time *out)
 {
-    *compute_s = *memory_s = 0;
     for (int k = 0; k < l.pp; k++) {
         double flops = stage_flops(p, l, k), c, m = 0;
         if (links->attention_tflops > 0) {
@@ -425,11 +450,15 @@ static void slowest_stage(const struct plan *p, struct cost_layout l,
         }
         if (links->activation_gbps > 0)
             m = seconds(stage_activation_bytes(p, l, k), links->activation_gbps * 1e9);
-        if (k == 0 || c + m > *compute_s + *memory_s) *compute_s = c, *memory_s = m;
+        double o =
+            links->parallel_op_s > 0 ? stage_parallel_ops(p, l, k) * links->parallel_op_s : 0;
+        if (k == 0 || c + m + o > out->compute_s + out->memory_s + out->parallel_s)
+            out->compute_s = c, out->memory_s = m, out->parallel_s = o;
     }
 }
 
-/* compute and memory-bound ops: the slowest stage's (slowest_stage). tp:
+/* compute, memory-bound ops and parallel starts: the slowest stage's
+ * (slowest_stage). tp:
  * all-reduces sit between the layer's matmuls, on the critical path. pp: the
  * p2p sends, counted in full. bubble: 1F1B idles (pp−1)/m of the work
  * (Narayanan et al. 2021, §2.2). dp: gradient reduction runs in buckets during
@@ -446,14 +475,14 @@ void cost_step_time(const struct plan *p, struct cost_layout l, const struct cos
 {
     l = layout_sane(l);
     memset(out, 0, sizeof *out);
-    slowest_stage(p, l, links, &out->compute_s, &out->memory_s);
+    slowest_stage(p, l, links, out);
 
     struct cost_traffic t;
     cost_traffic(p, l, &t);
     out->tp_s = seconds(t.tp_bytes, links->tp_gbps * 1e9);
     out->pp_s = seconds(t.pp_bytes, links->pp_gbps * 1e9);
-    out->bubble_s =
-        l.pp > 1 ? (out->compute_s + out->memory_s) * (l.pp - 1) / p->batch.grad_accum : 0.0;
+    double work_s = out->compute_s + out->memory_s + out->parallel_s;
+    out->bubble_s = l.pp > 1 ? work_s * (l.pp - 1) / p->batch.grad_accum : 0.0;
     double dp_raw_s = seconds(t.dp_bytes, links->dp_gbps * 1e9);
     double overlap_s = out->compute_s * 2.0 / 3.0;
     if (isinf(dp_raw_s))
@@ -467,8 +496,7 @@ void cost_step_time(const struct plan *p, struct cost_layout l, const struct cos
         if (links->activation_gbps > 0) bytes += 4.0 * (double)mem.param_count;
         out->optimizer_s = seconds(bytes, links->device_memory_gbps * 1e9);
     }
-    out->total_s = out->compute_s + out->memory_s + out->tp_s + out->pp_s + out->bubble_s +
-                   out->dp_s + out->optimizer_s;
+    out->total_s = work_s + out->tp_s + out->pp_s + out->bubble_s + out->dp_s + out->optimizer_s;
 }
 
 const char *cost_link_name(enum cost_link link)

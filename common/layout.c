@@ -74,6 +74,7 @@ void layout_cpu_rank_links(const struct cost_cpu_rates *cpu, double cpus, bool g
     links->attention_tflops = cpu->attention_gflops * cpus / 1e3;
     links->activation_gbps = cpu->activation_gbps * cpus;
     links->device_memory_gbps = cpu->memory_gbps * cpus;
+    links->parallel_op_s = cpu->parallel_op_us * 1e-6; /* a rank's, whatever its CPUs */
 }
 
 double layout_device_memory_gbps(const struct topo *t)

@@ -257,10 +257,10 @@ static bool measure_cpu(const struct plan *p, const struct check_args *a,
      * one), no more than OMP_NUM_THREADS, as plait train binds them */
     int cpus = layout_node_cpus(t), threads = omp_get_max_threads();
     if (node->slots > 0 && cpus / node->slots < threads) threads = cpus / node->slots;
-    struct cpu_rate_shape shape =
-        cpu_rate_shape_of(p->batch.micro_batch, p->model.seq_len, p->model.hidden, p->model.heads,
-                          p->model.layers, par->tp == PLAN_AUTO ? 1 : par->tp,
-                          par->pp == PLAN_AUTO ? 1 : par->pp, p->precision != PLAN_PRECISION_FP32);
+    struct cpu_rate_shape shape = cpu_rate_shape_of(
+        p->batch.micro_batch, p->model.seq_len, p->model.hidden, p->model.heads, p->model.layers,
+        p->model.padded_vocab, par->tp == PLAN_AUTO ? 1 : par->tp,
+        par->pp == PLAN_AUTO ? 1 : par->pp, p->precision != PLAN_PRECISION_FP32);
     struct cpu_rate r;
     char why[256];
     if (cpu_rate_measure(&shape, threads > 0 ? threads : 1, &r, why, sizeof why)) {
@@ -268,7 +268,7 @@ static bool measure_cpu(const struct plan *p, const struct check_args *a,
         return false;
     }
     *out = (struct cost_cpu_rates){r.matmul_gflops, r.attention_gflops, r.activation_gbps,
-                                   r.memory_gbps, omp_get_max_threads()};
+                                   r.memory_gbps,   r.parallel_op_us,   omp_get_max_threads()};
     *seconds = r.seconds;
     return true;
 }
@@ -290,9 +290,9 @@ static void print_cpu(const struct cost_cpu_rates *cpu, double seconds, const st
     struct cost_links r = rank_rates(cpu, e, nodes, &cpus);
     printf("this machine's CPU kernels at the plan's shapes (measured in %.2f s), a rank's "
            "%.2f CPU%s:\n  products %.1f GFLOP/s, attention %.1f GFLOP/s, layer ops %.1f GB/s, "
-           "parameter pass %.1f GB/s\n\n",
+           "parameter pass %.1f GB/s, %.1f µs to start an op\n\n",
            seconds, cpus, cpus == 1 ? "" : "s", 1e3 * r.device_tflops, 1e3 * r.attention_tflops,
-           r.activation_gbps, r.device_memory_gbps);
+           r.activation_gbps, r.device_memory_gbps, 1e6 * r.parallel_op_s);
 }
 
 static json_t *cpu_json(const struct cost_cpu_rates *cpu, double seconds,
@@ -300,10 +300,10 @@ static json_t *cpu_json(const struct cost_cpu_rates *cpu, double seconds,
 {
     double cpus;
     struct cost_links r = rank_rates(cpu, e, nodes, &cpus);
-    return json_pack("{s:f,s:f,s:{s:f,s:f,s:f,s:f}}", "measured_s", seconds, "cpus_per_rank", cpus,
-                     "rank", "matmul_gflops", 1e3 * r.device_tflops, "attention_gflops",
+    return json_pack("{s:f,s:f,s:{s:f,s:f,s:f,s:f,s:f}}", "measured_s", seconds, "cpus_per_rank",
+                     cpus, "rank", "matmul_gflops", 1e3 * r.device_tflops, "attention_gflops",
                      1e3 * r.attention_tflops, "activation_gbps", r.activation_gbps, "memory_gbps",
-                     r.device_memory_gbps);
+                     r.device_memory_gbps, "parallel_op_us", 1e6 * r.parallel_op_s);
 }
 
 /* ---- output ---------------------------------------------------------------------------------- */
@@ -468,11 +468,12 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
         printf("  %4s %14.0f %9s %10.1f %8.4f  %s\n", rows[k].name, rows[k].bytes,
                cost_link_name(rows[k].c->slowest), rows[k].c->gbps, rows[k].s, by);
     }
-    char optimizer[64] = "", memory[64] = ""; /* AdamW's pass; a measured CPU's layer ops */
+    char optimizer[64] = "", memory[96] = ""; /* AdamW's pass; a measured CPU's own terms */
     if (e->time.optimizer_s > 0)
         snprintf(optimizer, sizeof optimizer, ", optimizer %.3f", e->time.optimizer_s);
     if (e->time.memory_s > 0)
-        snprintf(memory, sizeof memory, ", memory-bound ops %.3f", e->time.memory_s);
+        snprintf(memory, sizeof memory, ", memory-bound ops %.3f, op starts %.3f", e->time.memory_s,
+                 e->time.parallel_s);
     printf("  modelled step: %.3f s (compute %.3f%s, tp %.3f, pp %.3f + bubble %.3f, dp exposed "
            "%.3f%s); %.0f tokens/s\n",
            e->time.total_s, e->time.compute_s, memory, e->time.tp_s, e->time.pp_s, e->time.bubble_s,
@@ -687,6 +688,7 @@ static void print_json(const struct check_result *r, const struct layout_eval *b
         json_object_set_new(o, "cpu_rates", cpu_json(r->cpu, r->cpu_s, best, r->nodes));
         json_t *step = json_object_get(o, "step_time_s");
         json_object_set_new(step, "memory", json_real(best->time.memory_s));
+        json_object_set_new(step, "parallel", json_real(best->time.parallel_s));
         json_object_set_new(step, "optimizer", json_real(best->time.optimizer_s));
     }
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));

@@ -443,7 +443,7 @@ static double modelled_tokens_per_s(const struct trainer *t)
     if (t->m.ops != ops_cpu()) return layout_modelled_tokens_per_s(p, NULL);
     struct cpu_rate_shape shape = cpu_rate_shape_of(
         p->batch.micro_batch, p->model.seq_len, p->model.hidden, p->model.heads, p->model.layers,
-        t->where->tp, t->where->pp, p->precision != PLAN_PRECISION_FP32);
+        p->model.padded_vocab, t->where->tp, t->where->pp, p->precision != PLAN_PRECISION_FP32);
     struct cpu_rate r;
     char why[256];
     if (cpu_rate_measure(&shape, 0, &r, why, sizeof why)) {
@@ -451,8 +451,14 @@ static double modelled_tokens_per_s(const struct trainer *t)
         return 0;
     }
     struct cost_cpu_rates rates = {r.matmul_gflops, r.attention_gflops, r.activation_gbps,
-                                   r.memory_gbps, omp_get_max_threads()};
-    return layout_modelled_tokens_per_s(p, &rates);
+                                   r.memory_gbps,   r.parallel_op_us,   omp_get_max_threads()};
+    double modelled = layout_modelled_tokens_per_s(p, &rates);
+    log_info("the cost model's CPU rates at this plan's shapes, per CPU on %d (measured in "
+             "%.2f s): products %.0f GFLOP/s, attention %.0f GFLOP/s, layer ops %.1f GB/s, "
+             "parameter pass %.1f GB/s, %.1f µs to start an op: %.0f tokens/s modelled",
+             r.cpus, r.seconds, r.matmul_gflops, r.attention_gflops, r.activation_gbps,
+             r.memory_gbps, r.parallel_op_us, modelled);
+    return modelled;
 }
 
 /* The layout the launcher gave this rank must be the plan's ("auto" is

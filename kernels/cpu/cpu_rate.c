@@ -1,6 +1,7 @@
-/* cpu_rate.c — the measurement behind cpu_rate.h: four short timings of the CPU
- * op table at one rank's shapes (a layer's product, the attention, a layer's
- * memory-bound ops, AdamW), each the best of a few after a warm-up, on
+/* cpu_rate.c — the measurement behind cpu_rate.h: short timings of the CPU op
+ * table at one rank's shapes (a layer's products, the attention, a layer's
+ * memory-bound ops, the optimizer), each the best of a few after a warm-up, and
+ * of a tiny op's start; on
  * buffers written first so that no read hits the kernel's shared zero page.
  * What the rates predict is common/cost.c's business, not this file's. */
 #include "kernels/cpu/cpu_rate.h"
@@ -19,8 +20,9 @@
 enum { MATMUL_REPS = 2, REPS = 3, MAX_BUFS = 64 };
 #define FLOP_CAP 1.2e10        /* per repetition of the products (GPT-2 124M's layer at B·T 256) */
 #define ATTENTION_FLOP_CAP 2e9 /* per repetition of the attention */
-#define BYTES_CAP (64.0 * 1048576)    /* the layer ops' buffers, AdamW's: more than a cache */
-#define WEIGHT_BYTES (48.0 * 1048576) /* the weight sets the products take in turn */
+#define BYTES_CAP (64.0 * 1048576)        /* the layer ops' buffers: more than a cache */
+#define WEIGHT_BYTES (48.0 * 1048576)     /* the weight sets the products take in turn */
+#define OPTIMIZER_BYTES (128.0 * 1048576) /* weights, gradients, moments: 4 × a cache */
 
 /* One measurement's context and buffers, freed together. */
 struct bench {
@@ -50,6 +52,15 @@ static float *take(struct bench *b, size_t n)
     b->bufs[b->n_bufs++] = p;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) p[i] = (float)((i * 2654435761u >> 8) & 0xffff) / 65536 - 0.5f;
+    return p;
+}
+
+/* bytes, zeroed and not written: for a buffer the warm-up writes first. */
+static void *take_unwritten(struct bench *b, size_t bytes)
+{
+    void *p = b->n_bufs < MAX_BUFS ? b->o->alloc(b->ctx, bytes ? bytes : 1) : NULL;
+    if (p) b->bufs[b->n_bufs++] = p;
+    b->failed |= !p;
     return p;
 }
 
@@ -112,9 +123,8 @@ static void take_weights(struct bench *b, struct matmul_args *a, int set, bool b
     for (int k = 0; k < PRODUCTS && !b->failed; k++) {
         size_t weights = (size_t)a->in[k] * a->out[k];
         a->w[set][k] = take(b, weights), a->dw[set][k] = take(b, weights);
-        uint16_t *w16 = bf16 && !b->failed ? b->o->alloc(b->ctx, weights * 2) : NULL;
-        if (w16) b->bufs[b->n_bufs++] = w16, b->o->to_bf16(b->ctx, w16, a->w[set][k], weights);
-        b->failed |= bf16 && !w16;
+        uint16_t *w16 = bf16 && !b->failed ? take_unwritten(b, weights * 2) : NULL;
+        if (w16) b->o->to_bf16(b->ctx, w16, a->w[set][k], weights);
         a->w16[set][k] = w16;
     }
 }
@@ -225,35 +235,72 @@ static double activation_gbps(struct bench *b, const struct cpu_rate_shape *s)
     return s_round > 0 ? a.rows * (18.0 * C + 20.0 * s->width) * sizeof(float) / s_round / 1e9 : 0;
 }
 
-struct adamw_args {
+struct optimizer_args {
     struct bench *b;
     float *p, *g, *m, *v;
     uint16_t *p16;
     size_t n;
 };
 
-static void adamw_round(void *arg)
+/* The optimizer step as optim.c runs it: the gradient's sum of squares (for
+ * its norm), then AdamW. */
+static void optimizer_round(void *arg)
 {
-    struct adamw_args *a = arg;
+    struct optimizer_args *a = arg;
+    double sum;
+    const float *g = a->g;
+    a->b->o->sum_squares(a->b->ctx, &sum, &g, &a->n, 1);
     a->b->o->adamw(a->b->ctx, a->p, a->p16, a->g, a->m, a->v, a->n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
                    1.0f, 1);
 }
 
-/* AdamW over BYTES_CAP of parameters, gradients and moments: GB/s of 28
- * bytes per parameter (read and write the weight and both moments, read the
- * gradient), 30 with the bf16 copy it writes. */
+/* The optimizer's pass over the rank's parameters (as many as fit in
+ * OPTIMIZER_BYTES, no fewer than 64k: a model whose state a cache holds is
+ * measured in the cache), GB/s of the bytes cost.c counts for it: AdamW
+ * reads and writes the weights and both moments and reads the gradients,
+ * 2·(4 + 8) + 4 bytes a parameter, 2·(6 + 8) + 4 with the bf16 copy; the
+ * norm reads the gradients, 4 more. The weights and moments are not written
+ * first: the warm-up's writes fault them in. */
 static double memory_gbps(struct bench *b, const struct cpu_rate_shape *s)
 {
-    struct adamw_args a = {.b = b, .n = (size_t)(BYTES_CAP / 16)};
-    a.p = take(b, a.n), a.g = take(b, a.n), a.m = take(b, a.n), a.v = take(b, a.n);
-    if (s->bf16 && !b->failed) {
-        a.p16 = b->o->alloc(b->ctx, a.n * sizeof *a.p16);
-        if (a.p16) b->bufs[b->n_bufs++] = a.p16;
-        b->failed = !a.p16;
-    }
-    double s_round = b->failed ? 0 : best_s(adamw_round, &a, REPS);
+    double n = s->params < OPTIMIZER_BYTES / 16 ? s->params : OPTIMIZER_BYTES / 16;
+    struct optimizer_args a = {.b = b, .n = n > 65536 ? (size_t)n : 65536};
+    a.g = take(b, a.n);
+    a.p = take_unwritten(b, a.n * sizeof(float));
+    a.m = take_unwritten(b, a.n * sizeof(float));
+    a.v = take_unwritten(b, a.n * sizeof(float));
+    if (s->bf16) a.p16 = take_unwritten(b, a.n * sizeof *a.p16);
+    double s_round = b->failed ? 0 : best_s(optimizer_round, &a, REPS);
     release(b);
-    return s_round > 0 ? (double)a.n * (s->bf16 ? 30 : 28) / s_round / 1e9 : 0;
+    return s_round > 0 ? (double)a.n * (s->bf16 ? 36 : 32) / s_round / 1e9 : 0;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* What an op costs beyond its work: a residual add of 4096 values (well under
+ * a microsecond of work) right after a small product, as most of training's
+ * ops follow one: its threads, asleep since the product's region ended
+ * (plait's OMP_WAIT_POLICY=PASSIVE), are woken and joined again. The median
+ * of 31, µs. */
+static double parallel_op_us(struct bench *b)
+{
+    enum { N = 4096, K = 64, OPS = 31 };
+    float *x = take(b, 2 * N), *w = take(b, K * K), *y = take(b, K * K);
+    double t[OPS];
+    for (int i = 0; i < OPS && !b->failed; i++) {
+        b->o->matmul_forward(b->ctx, y, w, w, NULL, NULL, K, K, K);
+        double t0 = now_s();
+        b->o->residual_forward(b->ctx, x + N, x, x + N, N);
+        t[i] = 1e6 * (now_s() - t0);
+    }
+    release(b);
+    if (b->failed) return 0;
+    qsort(t, OPS, sizeof *t, by_value);
+    return t[OPS / 2];
 }
 
 /* ---- the measurement ----------------------------------------------------------------- */
@@ -275,19 +322,23 @@ static void measure_all(struct bench *b, const struct cpu_rate_shape *s, struct 
     out->attention_gflops = attention_gflops(b, s) / out->cpus;
     out->activation_gbps = activation_gbps(b, s) / out->cpus;
     out->memory_gbps = memory_gbps(b, s) / out->cpus;
+    out->parallel_op_us = parallel_op_us(b);
 }
 
-struct cpu_rate_shape cpu_rate_shape_of(int B, int T, int C, int NH, int layers, int tp, int pp,
-                                        bool bf16)
+struct cpu_rate_shape cpu_rate_shape_of(int B, int T, int C, int NH, int layers, int vocab, int tp,
+                                        int pp, bool bf16)
 {
     tp = tp > 0 ? tp : 1, pp = pp > 0 ? pp : 1;
+    int stage_layers = (layers + pp - 1) / pp;
     return (struct cpu_rate_shape){.rows = B * T,
                                    .batch = B,
                                    .seq_len = T,
                                    .hidden = C,
                                    .width = C / tp,
                                    .heads = NH / tp,
-                                   .layers = (layers + pp - 1) / pp,
+                                   .layers = stage_layers,
+                                   .params =
+                                       12.0 * C * (C / tp) * stage_layers + (double)vocab / tp * C,
                                    .bf16 = bf16};
 }
 

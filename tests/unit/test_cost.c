@@ -635,6 +635,30 @@ static void test_cpu_rank_counts_attention_and_memory_bound_ops_apart(void)
     plan_free(p);
 }
 
+/* The tiny model's parallel starts (a CPU's ops, each an OpenMP region): per
+ * micro-batch 2 layers × (14 forward + 18 backward) + the head's 7 + the
+ * embedding's 2 = 73; per step 2 × 28 parameter tensors (12 a layer, wte, wpe,
+ * the final LayerNorm's 2) = 56: 129, at 1 ms 0.129 s. grad_accum 3: 73·3 +
+ * 56 = 275. Full recompute: 14 more a layer, 101 + 56 = 157. */
+static void test_cpu_rank_counts_its_parallel_ops(void)
+{
+    struct plan *p = tiny_plan();
+    if (!p) return;
+    struct cost_links cpu = {.device_tflops = 1e-6, .parallel_op_s = 1e-3};
+    struct cost_time t;
+    cost_step_time(p, (struct cost_layout){1, 1, 1}, &cpu, &t);
+    CHECK(close_to(t.parallel_s, 0.129), "%.15g", t.parallel_s);
+    CHECK(close_to(t.total_s, t.compute_s + 0.129), "%.15g", t.total_s);
+    p->batch.grad_accum = 3;
+    cost_step_time(p, (struct cost_layout){1, 1, 1}, &cpu, &t);
+    CHECK(close_to(t.parallel_s, 0.275), "%.15g", t.parallel_s);
+    p->batch.grad_accum = 1;
+    p->recompute = PLAN_RECOMPUTE_FULL;
+    cost_step_time(p, (struct cost_layout){1, 1, 1}, &cpu, &t);
+    CHECK(close_to(t.parallel_s, 0.157), "%.15g", t.parallel_s);
+    plan_free(p);
+}
+
 /* The pipeline's bubble idles the memory-bound ops too: pp 2, m 1:
  * the slowest stage's work (compute + memory) times (pp − 1)/m. */
 static void test_cpu_bubble_counts_the_memory_bound_ops(void)
@@ -651,6 +675,10 @@ static void test_cpu_bubble_counts_the_memory_bound_ops(void)
     cost_step_time(p, (struct cost_layout){1, 2, 1}, &cpu, &t);
     CHECK(t.memory_s > 0 && close_to(t.bubble_s, t.compute_s + t.memory_s), "%.15g %.15g %.15g",
           t.bubble_s, t.compute_s, t.memory_s);
+    cpu.parallel_op_s = 1e-3; /* and the parallel starts */
+    cost_step_time(p, (struct cost_layout){1, 2, 1}, &cpu, &t);
+    CHECK(t.parallel_s > 0 && close_to(t.bubble_s, t.compute_s + t.memory_s + t.parallel_s),
+          "%.15g %.15g", t.bubble_s, t.parallel_s);
     plan_free(p);
 }
 
@@ -669,14 +697,18 @@ static void test_cpu_rank_rates_divide_the_node_cpus(void)
     m.world = 12;
     CHECK(layout_cpus_per_rank(&m, &node, 8) == 0.5, "%g", layout_cpus_per_rank(&m, &node, 8));
 
-    struct cost_cpu_rates per_cpu = {
-        .matmul_gflops = 100, .attention_gflops = 50, .activation_gbps = 10, .memory_gbps = 20};
+    struct cost_cpu_rates per_cpu = {.matmul_gflops = 100,
+                                     .attention_gflops = 50,
+                                     .activation_gbps = 10,
+                                     .memory_gbps = 20,
+                                     .parallel_op_us = 30};
     struct cost_links l = {.device_tflops = 7};
     layout_cpu_rank_links(&per_cpu, 1.5, false, &l);
     CHECK(close_to(l.device_tflops, 0.15) && close_to(l.attention_tflops, 0.075) &&
               close_to(l.activation_gbps, 15) && close_to(l.device_memory_gbps, 30),
           "%g %g %g %g", l.device_tflops, l.attention_tflops, l.activation_gbps,
           l.device_memory_gbps);
+    CHECK(close_to(l.parallel_op_s, 30e-6), "%g: a rank's, not per CPU", l.parallel_op_s);
     l.device_tflops = 7; /* --device-tflops given: it stands */
     layout_cpu_rank_links(&per_cpu, 1.5, true, &l);
     CHECK(l.device_tflops == 7, "%g", l.device_tflops);
@@ -735,6 +767,7 @@ int main(void)
     RUN(test_link_names);
     RUN(test_optimizer_pass_at_memory_bandwidth);
     RUN(test_cpu_rank_counts_attention_and_memory_bound_ops_apart);
+    RUN(test_cpu_rank_counts_its_parallel_ops);
     RUN(test_cpu_bubble_counts_the_memory_bound_ops);
     RUN(test_cpu_rank_rates_divide_the_node_cpus);
     RUN(test_gpt2_124m_on_h100_models_plaits_measured_step);
