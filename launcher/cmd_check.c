@@ -84,7 +84,9 @@ const struct cli_command cmd_check_cli = {
             [OPT_DEVICE_TFLOPS] = {"--device-tflops", "T",
                                    "sustained dense matmul rate per device (default: from the\n"
                                    "GPU model, plait's measured share of its dense\n"
-                                   "datasheet peak: 0.205 in bf16, 0.065 in fp8)"},
+                                   "datasheet peak: 0.205 in bf16, 0.065 in fp8; CPU ranks on\n"
+                                   "this machine: its CPU kernels measured now; set, nothing\n"
+                                   "is measured)"},
             [OPT_PCIE_GBPS] = {"--pcie-gbps", "B",
                                "GPU to GPU bandwidth over PCIe, GB/s (default 25)"},
             [OPT_NETWORK_GBPS] = {"--network-gbps", "B", "bandwidth of one NIC, GB/s (default 50)"},
