@@ -158,7 +158,7 @@ RUNTIME_SRC  := $(filter-out runtime/main.c,$(wildcard runtime/*.c)) $(wildcard 
 ifneq ($(HAVE_NCCL),1)
   RUNTIME_SRC := $(filter-out runtime/comm/comm_nccl.c,$(RUNTIME_SRC))
 endif
-LAUNCHER_SRC := $(wildcard launcher/*.c)
+LAUNCHER_SRC := $(wildcard launcher/*.c) $(wildcard launcher/k8s/*.c)
 TEST_SRC     := $(wildcard tests/unit/test_*.c)
 SPANK_SRC    := $(wildcard spank-plugin/*.c)
 
@@ -252,7 +252,8 @@ $(PLAIT_TRAIN): $(call obj,runtime/main.c) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-$(PLAIT): $(call obj,$(LAUNCHER_SRC)) $(LIBS)
+# the CLI never links the training runtime (DESIGN: it reads the run directory through common/)
+$(PLAIT): $(call obj,$(LAUNCHER_SRC)) $(LIB_KERNELS) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) $(CAIRO_LDLIBS) $(YAML_LDLIBS) -o $@
 

@@ -6,15 +6,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/ckpt_state.h"
 #include "common/ckptdir.h"
 #include "common/cost.h"
 #include "common/fsutil.h"
+#include "common/rundir.h"
 
 void ckpt_part_name(char *out, size_t bytes, enum ckpt_part_kind kind, int tp_rank, int pp_rank,
                     int dp_rank, bool with_dp)
@@ -53,108 +54,6 @@ void ckpt_optim_header(int32_t h[LLMC_HEADER_INTS], size_t count, bool grads)
     h[4] = grads;
 }
 
-/* ---- what the manifest says of the model ------------------------------------------------- */
-
-json_t *ckpt_manifest_tensors(const struct gpt2_config *cfg)
-{
-    static const char *const cut[GPT2_TENSORS] = {[GPT2_WTE] = "rows (vocabulary)",
-                                                  [GPT2_QKVW] = "rows of each of q, k, v (heads)",
-                                                  [GPT2_QKVB] = "rows of each of q, k, v",
-                                                  [GPT2_ATTPROJW] = "columns",
-                                                  [GPT2_FCW] = "rows",
-                                                  [GPT2_FCB] = "rows",
-                                                  [GPT2_FCPROJW] = "columns"};
-    long long C = cfg->hidden, L = cfg->layers;
-    long long shapes[GPT2_TENSORS][3] = {[GPT2_WTE] = {cfg->padded_vocab, C},
-                                         [GPT2_WPE] = {cfg->max_seq_len, C},
-                                         [GPT2_LN1W] = {L, C},
-                                         [GPT2_LN1B] = {L, C},
-                                         [GPT2_QKVW] = {L, 3 * C, C},
-                                         [GPT2_QKVB] = {L, 3 * C},
-                                         [GPT2_ATTPROJW] = {L, C, C},
-                                         [GPT2_ATTPROJB] = {L, C},
-                                         [GPT2_LN2W] = {L, C},
-                                         [GPT2_LN2B] = {L, C},
-                                         [GPT2_FCW] = {L, 4 * C, C},
-                                         [GPT2_FCB] = {L, 4 * C},
-                                         [GPT2_FCPROJW] = {L, C, 4 * C},
-                                         [GPT2_FCPROJB] = {L, C},
-                                         [GPT2_LNFW] = {C},
-                                         [GPT2_LNFB] = {C}};
-    json_t *out = json_array();
-    for (int t = 0; t < GPT2_TENSORS && out; t++) {
-        json_t *shape = json_array();
-        for (int k = 0; k < 3 && shapes[t][k]; k++)
-            json_array_append_new(shape, json_integer(shapes[t][k]));
-        json_array_append_new(out, json_pack("{s:s,s:o,s:s}", "name", gpt2_tensor_names[t], "shape",
-                                             shape, "tp_cut",
-                                             cut[t] ? cut[t] : "whole on every tp rank"));
-    }
-    return out;
-}
-
-json_t *ckpt_manifest_slice(const char *file, const struct gpt2_config *cfg, int tp, int pp, int dp,
-                            int zero, int chunks, const int *stage_begin, const int *stage_end)
-{
-    char kind[8];
-    int tr, st, d = -1, n = 0;
-    if (sscanf(file, "%5[a-z]-tp%d-pp%d-dp%d.bin%n", kind, &tr, &st, &d, &n) != 4 || file[n]) {
-        d = -1;
-        n = 0;
-        if (sscanf(file, "%5[a-z]-tp%d-pp%d.bin%n", kind, &tr, &st, &n) != 3 || file[n])
-            return NULL; /* not a part file */
-    }
-    if (st < 0 || st >= pp || tr < 0 || tr >= tp) return NULL;
-    int b = stage_begin[st], e = stage_end[st], c = chunks > 1 ? chunks : 1;
-    json_t *layers = json_array();
-    for (int k = 0; k < c; k++)
-        json_array_append_new(layers,
-                              json_pack("[i,i]", b + k * pp * (e - b), e + k * pp * (e - b)));
-    json_t *out =
-        json_pack("{s:i,s:i,s:i,s:o}", "tp_rank", tr, "tp", tp, "pp_rank", st, "layers", layers);
-    if (d >= 0) json_object_set_new(out, "dp_rank", json_integer(d));
-    if (d >= 0 && zero > 0 && !strcmp(kind, "optim")) {
-        struct gpt2_part part = {.tp = tp,
-                                 .tp_rank = tr,
-                                 .pp = pp,
-                                 .pp_rank = st,
-                                 .layer_begin = b,
-                                 .layer_end = e,
-                                 .chunks = c};
-        struct gpt2_shard sh;
-        struct plait_error err;
-        if (gpt2_shard_init(&sh, cfg, &part, &err) == 0) {
-            size_t slice = (sh.total + (size_t)dp - 1) / (size_t)dp;
-            json_object_set_new(out, "elements",
-                                json_pack("[I,I]", (json_int_t)(slice * (size_t)d),
-                                          (json_int_t)(slice * (size_t)(d + 1))));
-        }
-    }
-    return out;
-}
-
-/* ---- the layout in a manifest ------------------------------------------------------------ */
-
-void ckpt_layout_free(struct ckpt_layout *l)
-{
-    free(l->stage_begin);
-    free(l->stage_end);
-    l->stage_begin = l->stage_end = NULL;
-}
-
-int ckpt_dir_of_run(const struct plan *p, const char *run_dir, char *out, size_t bytes,
-                    struct plait_error *err)
-{
-    if (p->checkpoint.dir[0] == '/') {
-        if (snprintf(out, bytes, "%s", p->checkpoint.dir) >= (int)bytes)
-            return error_set(err, "checkpoint.dir: path too long");
-        return 0;
-    }
-    return fs_join(out, bytes, run_dir, p->checkpoint.dir, err)
-               ? error_prefix(err, "checkpoint.dir: ")
-               : 0;
-}
-
 int ckpt_newest_batch(const struct plan *p, const char *run_dir, struct ckpt_batch *out)
 {
     struct plait_error err;
@@ -163,17 +62,16 @@ int ckpt_newest_batch(const struct plan *p, const char *run_dir, struct ckpt_bat
     struct ckpt_entry *list = NULL;
     int n = 0, found = 0;
     memset(out, 0, sizeof *out);
-    if (ckpt_dir_of_run(p, run_dir, dir, sizeof dir, &err) || ckptdir_list(&d, &list, &n, &err))
+    if (rundir_checkpoint_dir(p, run_dir, dir, sizeof dir, &err) ||
+        ckptdir_list(&d, &list, &n, &err))
         return 0;
     for (int i = 0; i < n && !found; i++) { /* newest first; one that does not read is passed */
-        char cdir[4096], path[4200];
+        char cdir[4096];
         struct ckpt_layout l;
         if (fs_join(cdir, sizeof cdir, dir, list[i].name, &err) || ckpt_layout_read(cdir, &l, &err))
             continue;
         ckpt_layout_free(&l);
-        struct plan *before = fs_join(path, sizeof path, cdir, "plan.json", &err)
-                                  ? NULL
-                                  : plan_load(path, NULL, 0, &err);
+        struct plan *before = rundir_plan_load(cdir, &err);
         if (!before) continue;
         if (before->batch.micro_batch == p->batch.micro_batch) {
             *out = (struct ckpt_batch){(int64_t)before->batch.grad_accum * l.dp, l.dp,
@@ -185,55 +83,6 @@ int ckpt_newest_batch(const struct plan *p, const char *run_dir, struct ckpt_bat
     }
     free(list);
     return found;
-}
-
-int ckpt_layout_read(const char *cdir, struct ckpt_layout *out, struct plait_error *err)
-{
-    char path[4096];
-    memset(out, 0, sizeof *out);
-    out->tp = out->pp = out->dp = out->chunks = 1;
-    if (fs_join(path, sizeof path, cdir, "manifest.json", err)) return -1;
-    json_error_t jerr;
-    json_t *man = json_load_file(path, 0, &jerr);
-    if (!man) return error_set(err, "%s: %s", path, jerr.text);
-    int rc = -1;
-    out->whole = json_object_get(json_object_get(man, "files"), "model.bin") != NULL;
-    json_t *l = json_object_get(man, "layout"), *stages = json_object_get(l, "stages");
-    if (l && json_unpack_ex(l, &jerr, 0, "{s?i,s?i,s?i,s?i,s?i}", "tp", &out->tp, "pp", &out->pp,
-                            "dp", &out->dp, "zero", &out->zero, "virtual_stages", &out->chunks)) {
-        error_set(err, "%s: layout: %s", path, jerr.text);
-        goto out;
-    }
-    if (out->tp < 1 || out->pp < 1 || out->dp < 1 || out->chunks < 1 || out->zero < 0 ||
-        out->zero > 3 || (int64_t)out->tp * out->pp * out->dp > (1 << 24)) {
-        error_set(err, "%s: layout: tp %d × pp %d × dp %d, ZeRO %d, %d chunk(s) is not a layout",
-                  path, out->tp, out->pp, out->dp, out->zero, out->chunks);
-        goto out;
-    }
-    if (stages) {
-        if (!json_is_array(stages) || json_array_size(stages) != (size_t)out->pp) {
-            error_set(err, "%s: layout.stages: must hold one [begin, end) per stage (%d)", path,
-                      out->pp);
-            goto out;
-        }
-        out->stage_begin = calloc((size_t)out->pp, sizeof(int));
-        out->stage_end = calloc((size_t)out->pp, sizeof(int));
-        if (!out->stage_begin || !out->stage_end) {
-            error_set(err, "out of memory");
-            goto out;
-        }
-        for (int i = 0; i < out->pp; i++)
-            if (json_unpack(json_array_get(stages, (size_t)i), "[ii]", &out->stage_begin[i],
-                            &out->stage_end[i])) {
-                error_set(err, "%s: layout.stages[%d]: must be [begin, end)", path, i);
-                goto out;
-            }
-    }
-    rc = 0;
-out:
-    if (rc) ckpt_layout_free(out);
-    json_decref(man);
-    return rc;
 }
 
 /* ---- a source ---------------------------------------------------------------------------- */
@@ -250,29 +99,22 @@ void ckpt_source_close(struct ckpt_source *s)
     memset(s, 0, sizeof *s);
 }
 
+/* Where the checkpoint stopped: state.json's step and micro-batch. */
 static int read_state(struct ckpt_source *s, struct plait_error *err)
 {
-    char path[4096];
-    if (fs_join(path, sizeof path, s->dir, "state.json", err)) return -1;
-    json_error_t jerr;
-    json_t *st = json_load_file(path, 0, &jerr);
-    if (!st) return error_set(err, "%s: %s", path, jerr.text);
-    int rc = json_unpack_ex(st, &jerr, 0, "{s:i,s:i}", "step", &s->step, "micro", &s->micro)
-                 ? error_set(err, "%s: %s", path, jerr.text)
-                 : 0;
-    json_decref(st);
-    return rc;
+    struct train_state st;
+    if (ckpt_read_state(s->dir, &st, err)) return -1;
+    s->step = st.step, s->micro = st.micro;
+    return 0;
 }
 
 int ckpt_source_open(struct ckpt_source *s, const char *cdir, struct plait_error *err)
 {
     memset(s, 0, sizeof *s);
     snprintf(s->dir, sizeof s->dir, "%s", cdir);
-    char path[4096];
     struct plan *plan = NULL;
     if (ckpt_layout_read(cdir, &s->layout, err) || read_state(s, err) ||
-        fs_join(path, sizeof path, cdir, "plan.json", err) ||
-        !(plan = plan_load(path, NULL, 0, err)))
+        !(plan = rundir_plan_load(cdir, err)))
         goto fail;
     const struct ckpt_layout *l = &s->layout;
     s->cfg = gpt2_config_of_plan(&plan->model);
@@ -498,10 +340,10 @@ int ckpt_source_read(struct ckpt_source *s, enum ckpt_array a, const struct gpt2
 }
 
 /* Whether manifest.json lists name. */
-static int listed(json_t *files, const char *dir, const char *name, const struct ckpt_layout *l,
-                  struct plait_error *err)
+static int listed(const struct ckpt_manifest *m, const char *dir, const char *name,
+                  const struct ckpt_layout *l, struct plait_error *err)
 {
-    if (json_object_get(files, name)) return 0;
+    if (ckpt_manifest_find(m, name)) return 0;
     return error_set(err,
                      "%s: manifest.json does not list %s, which a checkpoint of tp %d × pp %d × "
                      "dp %d (ZeRO %d) holds",
@@ -511,13 +353,13 @@ static int listed(json_t *files, const char *dir, const char *name, const struct
 int ckpt_source_check(struct ckpt_source *s, struct plait_error *err)
 {
     const struct ckpt_layout *l = &s->layout;
-    char path[4096], name[64];
-    if (fs_join(path, sizeof path, s->dir, "manifest.json", err)) return -1;
-    json_t *man = json_load_file(path, 0, NULL), *files = json_object_get(man, "files");
-    int rc =
-        listed(files, s->dir, "state.json", l, err) || listed(files, s->dir, "plan.json", l, err)
-            ? -1
-            : 0;
+    char name[64];
+    struct ckpt_manifest man;
+    if (ckpt_manifest_read(s->dir, &man, err)) return -1;
+    const struct ckpt_manifest *files = &man;
+    int rc = listed(files, s->dir, CKPT_STATE, l, err) || listed(files, s->dir, CKPT_PLAN, l, err)
+                 ? -1
+                 : 0;
     if (l->whole) {
         if (rc == 0)
             rc = listed(files, s->dir, "model.bin", l, err) ||
@@ -526,7 +368,7 @@ int ckpt_source_check(struct ckpt_source *s, struct plait_error *err)
                          source_file(s, CKPT_PART_OPTIM, 0, 0, -1, err) < 0
                      ? -1
                      : 0;
-        json_decref(man);
+        ckpt_manifest_free(&man);
         return rc;
     }
     for (int st = 0; st < l->pp && rc == 0; st++)
@@ -549,6 +391,6 @@ int ckpt_source_check(struct ckpt_source *s, struct plait_error *err)
                 rc = listed(files, s->dir, name, l, err);
             }
         }
-    json_decref(man);
+    ckpt_manifest_free(&man);
     return rc;
 }

@@ -27,8 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
-
+#include "common/ckpt_manifest.h"
 #include "common/error.h"
 #include "common/gpt2_shard.h"
 #include "common/llmc.h"
@@ -56,34 +55,6 @@ void ckpt_part_header(int32_t h[LLMC_HEADER_INTS], enum ckpt_part_kind kind,
                       const struct ckpt_part_id *id);
 /* optim.bin's header: {magic, version, count (low, high 32 bits), has_grads}. */
 void ckpt_optim_header(int32_t h[LLMC_HEADER_INTS], size_t count, bool grads);
-
-/* What the manifest says of the model, so that a reader needs no code of
- * ours: "tensors", each tensor's name, global shape (llm.c's, per-layer
- * tensors stacked over layers) and how tensor parallelism cuts it; and, for
- * a part file (named as ckpt_part_name makes them), the slice it holds: its
- * tp rank of tp (the cut), its stage's layers (one [begin, end) per chunk),
- * and for a ZeRO slice of the moments, which elements of the part's
- * layer-major buffer. stage_begin/end: each stage's first chunk's layers. */
-json_t *ckpt_manifest_tensors(const struct gpt2_config *cfg);
-json_t *ckpt_manifest_slice(const char *file, const struct gpt2_config *cfg, int tp, int pp, int dp,
-                            int zero, int chunks, const int *stage_begin, const int *stage_end);
-
-/* The layout a checkpoint was written in, from its manifest.json (a whole
- * checkpoint, or one without "layout": all 1). stage_begin/stage_end, when
- * the manifest has "stages", are each stage's first chunk's layers;
- * otherwise NULL (the writer's plan says: cost_stage_part). */
-struct ckpt_layout {
-    int tp, pp, dp, zero, chunks;
-    bool whole;
-    int *stage_begin, *stage_end; /* pp each, or NULL */
-};
-int ckpt_layout_read(const char *cdir, struct ckpt_layout *out, struct plait_error *err);
-void ckpt_layout_free(struct ckpt_layout *l);
-
-/* The checkpoint directory of the run in run_dir: the plan's checkpoint.dir,
- * relative to run_dir unless absolute. */
-int ckpt_dir_of_run(const struct plan *p, const char *run_dir, char *out, size_t bytes,
-                    struct plait_error *err);
 
 /* The batch the newest checkpoint of the run in run_dir was trained with: its
  * plan's grad_accum, the dp its manifest records, and their product, the

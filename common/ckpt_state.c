@@ -2,12 +2,15 @@
  * writing it. The model's files are ckpt_shards.h's and the runtime's. */
 #include "common/ckpt_state.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/fsutil.h"
+#include "common/json_read.h"
 #include "common/rng.h"
+#include "common/rundir.h"
 
 void ckpt_state_fresh(struct train_state *st, const struct plan *plan)
 {
@@ -17,7 +20,7 @@ void ckpt_state_fresh(struct train_state *st, const struct plan *plan)
     memcpy(st->sample_rng, r.s, sizeof st->sample_rng);
 }
 
-json_t *ckpt_state_json(const struct train_state *st)
+static json_t *state_json(const struct train_state *st)
 {
     json_t *rng = json_array();
     for (int i = 0; i < 4; i++) {
@@ -32,33 +35,60 @@ json_t *ckpt_state_json(const struct train_state *st)
                      "sample_rng", rng);
 }
 
+int ckpt_state_write(const char *tmp, const struct train_state *st, struct ckpt_file *f,
+                     struct ckpt_manifest *m, struct plait_error *err)
+{
+    json_t *j = state_json(st);
+    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(j);
+    if (!text) return error_set(err, "out of memory");
+    int rc = ckpt_file_write(f, tmp, CKPT_STATE, text, strlen(text), m, err);
+    free(text);
+    return rc;
+}
+
+/* A member that must not be negative. */
+static int64_t count_at(struct json_read *r, json_t *o, const char *at, const char *key)
+{
+    int64_t v = json_read_int(r, o, at, key);
+    if (v < 0) json_read_fail(r, at, key, "negative (%lld)", (long long)v);
+    return v;
+}
+
+/* The sampler's generator: four 64-bit words in hex. */
+static void read_rng(struct json_read *r, json_t *j, uint64_t out[4])
+{
+    json_t *rng = json_read_array(r, j, NULL, "sample_rng");
+    if (!r->failed && json_array_size(rng) != 4)
+        json_read_fail(r, NULL, "sample_rng", "%zu words, not 4", json_array_size(rng));
+    for (int i = 0; i < 4 && !r->failed; i++) {
+        const char *hex = json_string_value(json_array_get(rng, (size_t)i));
+        char *end = NULL;
+        out[i] = hex ? strtoull(hex, &end, 16) : 0;
+        char key[24];
+        snprintf(key, sizeof key, "sample_rng[%d]", i);
+        if (!hex || !*hex || *end) json_read_fail(r, NULL, key, "not a 64-bit word in hex");
+    }
+}
+
 int ckpt_read_state(const char *cdir, struct train_state *st, struct plait_error *err)
 {
     char path[4096];
-    if (fs_join(path, sizeof path, cdir, "state.json", err)) return -1;
-    json_error_t jerr;
-    json_t *j = json_load_file(path, 0, &jerr);
-    if (!j) return error_set(err, "state.json: %s", jerr.text);
-    json_int_t tokens, epoch, shard, index;
-    json_t *rng;
-    int rc = 0;
     memset(st, 0, sizeof *st);
-    if (json_unpack(j, "{s:i,s:i,s:F,s:I,s:b,s:{s:I,s:I,s:I},s:o}", "step", &st->step, "micro",
-                    &st->micro, "loss_sum", &st->loss_sum, "tokens", &tokens, "eval_pending",
-                    &st->eval_pending, "data", "epoch", &epoch, "shard", &shard, "index", &index,
-                    "sample_rng", &rng) ||
-        json_array_size(rng) != 4) {
-        rc = error_set(err, "state.json: missing or malformed fields");
-    } else if (st->step < 0 || st->micro < 0 || tokens < 0 || epoch < 0 || shard < 0 || index < 0) {
-        rc = error_set(err, "state.json: a negative step, micro-batch, token count or position");
-    } else {
-        st->tokens = tokens;
-        st->data = (struct data_position){epoch, shard, index};
-        for (int i = 0; i < 4; i++) {
-            const char *hex = json_string_value(json_array_get(rng, (size_t)i));
-            st->sample_rng[i] = hex ? strtoull(hex, NULL, 16) : 0;
-        }
-    }
+    if (fs_join(path, sizeof path, cdir, CKPT_STATE, err)) return -1;
+    struct json_read r = {path, err, 0};
+    json_t *j = json_read_file(&r, path);
+    if (!j) return -1;
+    st->step = (int)count_at(&r, j, NULL, "step");
+    st->micro = (int)count_at(&r, j, NULL, "micro");
+    st->loss_sum = json_read_number(&r, j, NULL, "loss_sum");
+    st->tokens = count_at(&r, j, NULL, "tokens");
+    st->eval_pending = json_read_bool(&r, j, NULL, "eval_pending");
+    json_t *data = json_read_object(&r, j, NULL, "data");
+    st->data.epoch = count_at(&r, data, "data", "epoch");
+    st->data.shard = count_at(&r, data, "data", "shard");
+    st->data.index = count_at(&r, data, "data", "index");
+    read_rng(&r, j, st->sample_rng);
     json_decref(j);
-    return rc;
+    return r.failed;
 }

@@ -1,13 +1,14 @@
 /* ckpt_state.h — a checkpoint's state.json: how far training got (step,
  * micro-batch, loss so far, tokens), where in the data, and the sampler's
  * generator; its fresh value for a new run, and reading and writing it. The
- * runtime and plait ckpt import both write it through here. */
+ * runtime and plait ckpt import write it, and the runtime's loaders and the
+ * resharding reader (ckpt_shards.h) read it, only through here. */
 #ifndef PLAIT_CKPT_STATE_H
 #define PLAIT_CKPT_STATE_H
 
-#include <jansson.h>
 #include <stdint.h>
 
+#include "common/ckptdir.h"
 #include "common/error.h"
 #include "common/plan.h"
 
@@ -32,8 +33,13 @@ struct train_state {
  * from sample.seed. */
 void ckpt_state_fresh(struct train_state *st, const struct plan *plan);
 
-/* state.json of the checkpoint at cdir; and the JSON written as it. */
+/* state.json of the checkpoint at cdir; -1 with err naming the file and the
+ * member that is wrong. */
 int ckpt_read_state(const char *cdir, struct train_state *st, struct plait_error *err);
-json_t *ckpt_state_json(const struct train_state *st);
+
+/* Writes st as state.json into tmp, a checkpoint being written (ckptdir.h),
+ * through f; listed in m unless m is NULL. */
+int ckpt_state_write(const char *tmp, const struct train_state *st, struct ckpt_file *f,
+                     struct ckpt_manifest *m, struct plait_error *err);
 
 #endif

@@ -16,6 +16,7 @@
 #include "common/crc32c.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "common/rundir.h"
 
 #define TMP_PREFIX ".tmp-"
 #define OLD_PREFIX ".old-"
@@ -125,11 +126,11 @@ int ckptdir_list(const struct ckptdir *d, struct ckpt_entry **out, int *n, struc
 
 /* ---- verifying ---------------------------------------------------------------------------- */
 
-static int verify_file(const char *cdir, const char *name, json_t *entry, struct plait_error *err)
+static int verify_file(const char *cdir, const struct ckpt_manifest_file *f,
+                       struct plait_error *err)
 {
-    json_int_t want_bytes, want_crc;
-    if (json_unpack(entry, "{s:I,s:I}", "bytes", &want_bytes, "crc32c", &want_crc))
-        return error_set(err, "manifest entry for %s is malformed", name);
+    const char *name = f->name;
+    int64_t want_bytes = f->bytes, want_crc = f->crc32c;
     if (strchr(name, '/') || !strcmp(name, "..") || !strcmp(name, "."))
         return error_set(err, "manifest names a file outside the checkpoint (%s)", name);
     char path[4096];
@@ -165,29 +166,20 @@ static int verify_file(const char *cdir, const char *name, json_t *entry, struct
 /* Verifies the checkpoint directory at cdir (any name). */
 static int verify_at(const char *cdir, struct plait_error *err)
 {
-    char path[4096];
-    if (fs_join(path, sizeof path, cdir, "manifest.json", err)) return -1;
-    json_error_t jerr;
-    json_t *manifest = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (!manifest) return error_set(err, "manifest.json: %s", jerr.text);
-    json_t *files = json_object_get(manifest, "files");
-    int rc = json_is_object(files) ? 0 : error_set(err, "manifest.json has no \"files\" object");
+    struct ckpt_manifest m;
+    if (ckpt_manifest_read(cdir, &m, err)) return -1;
     /* the state, and the model: whole (model.bin, optim.bin) or in parts */
-    const char *name;
-    json_t *entry;
-    bool whole = json_object_get(files, "model.bin") != NULL, parts = false;
-    json_object_foreach(files, name, entry) parts |= !strncmp(name, "model-", 6);
-    if (rc == 0 && !json_object_get(files, "state.json"))
-        rc = error_set(err, "manifest.json does not list state.json");
-    if (rc == 0 && !whole && !parts)
-        rc = error_set(err, "manifest.json lists no model (model.bin or model-*.bin)");
-    if (rc == 0 && whole && !json_object_get(files, "optim.bin"))
-        rc = error_set(err, "manifest.json does not list optim.bin");
-    json_object_foreach(files, name, entry)
-    {
-        if (rc == 0) rc = verify_file(cdir, name, entry, err);
-    }
-    json_decref(manifest);
+    bool whole = ckpt_manifest_find(&m, "model.bin") != NULL, parts = false;
+    for (int i = 0; i < m.n_files; i++) parts |= !strncmp(m.files[i].name, "model-", 6);
+    int rc = 0;
+    if (!ckpt_manifest_find(&m, CKPT_STATE))
+        rc = error_set(err, CKPT_MANIFEST " does not list " CKPT_STATE);
+    else if (!whole && !parts)
+        rc = error_set(err, CKPT_MANIFEST " lists no model (model.bin or model-*.bin)");
+    else if (whole && !ckpt_manifest_find(&m, "optim.bin"))
+        rc = error_set(err, CKPT_MANIFEST " does not list optim.bin");
+    for (int i = 0; i < m.n_files && rc == 0; i++) rc = verify_file(cdir, &m.files[i], err);
+    ckpt_manifest_free(&m);
     return rc;
 }
 
@@ -272,6 +264,22 @@ int ckptdir_open(struct ckptdir *d, const char *dir, struct plait_error *err)
     return fs_fsync_dir(dir, err) ? (ckptdir_close(d), -1) : 0;
 }
 
+int ckptdir_open_locked(struct ckptdir *d, struct runlock *lock, const char *dir,
+                        const char *run_dir, struct plait_error *err)
+{
+    struct stat run_st, ckpt_st;
+    lock->fd = -1;
+    if (stat(run_dir, &run_st) != 0 || stat(dir, &ckpt_st) != 0)
+        return error_errno(err, "checkpoint.dir: %s", dir);
+    bool same = run_st.st_dev == ckpt_st.st_dev && run_st.st_ino == ckpt_st.st_ino;
+    if (!same && runlock_acquire(lock, dir, "checkpoint directory", err)) return -1;
+    if (ckptdir_open(d, dir, err)) {
+        runlock_release(lock);
+        return -1;
+    }
+    return 0;
+}
+
 void ckptdir_close(struct ckptdir *d)
 {
     for (int i = 0; i < d->n_good; i++) free(d->good[i]);
@@ -321,16 +329,24 @@ int ckpt_file_put(struct ckpt_file *f, const void *buf, size_t bytes, struct pla
     return 0;
 }
 
-int ckpt_file_close(struct ckpt_file *f, json_t *files, struct plait_error *err)
+int ckpt_file_close(struct ckpt_file *f, struct ckpt_manifest *m, struct plait_error *err)
 {
     int rc = 0;
     if (fsync(f->fd) != 0) rc = error_errno(err, "fsync of %s", f->path);
     if (close(f->fd) != 0 && rc == 0) rc = error_errno(err, "closing %s", f->path);
     f->fd = -1;
-    if (rc == 0 && json_object_set_new(files, f->name,
-                                       json_pack("{s:I,s:I}", "bytes", (json_int_t)f->bytes,
-                                                 "crc32c", (json_int_t)f->crc)) != 0)
-        rc = error_set(err, "out of memory");
+    if (rc == 0 && m) rc = ckpt_manifest_add(m, f->name, (int64_t)f->bytes, f->crc, err);
+    return rc;
+}
+
+int ckpt_file_write(struct ckpt_file *f, const char *tmp, const char *name, const void *data,
+                    size_t bytes, struct ckpt_manifest *m, struct plait_error *err)
+{
+    int rc = ckpt_file_open(f, tmp, name, err) || ckpt_file_put(f, data, bytes, err) ||
+                     ckpt_file_close(f, m, err)
+                 ? -1
+                 : 0;
+    ckpt_file_discard(f);
     return rc;
 }
 
@@ -346,27 +362,19 @@ void ckptdir_abort(const char *tmp)
     if (fs_remove_tree(tmp, &err)) log_warn("%s", err.text);
 }
 
-int ckptdir_commit(struct ckptdir *d, const char *name, const char *tmp, json_t *files,
-                   json_t *extra, struct plait_error *err)
+int ckptdir_commit(struct ckptdir *d, const char *name, const char *tmp, struct ckpt_manifest *m,
+                   const struct gpt2_config *describe, struct plait_error *err)
 {
     struct ckpt_entry e;
-    char final[4096], old[4096], old_name[96], path[4096];
+    char final[4096], old[4096], old_name[96];
     snprintf(old_name, sizeof old_name, OLD_PREFIX "%s", name);
     if (!parse_name(name, &e)) return error_set(err, "%s is not a checkpoint name", name);
-    json_t *manifest = json_pack("{s:I,s:I,s:s,s:O}", "step", (json_int_t)e.step, "micro",
-                                 (json_int_t)e.micro, "version", PLAIT_VERSION, "files", files);
-    if (manifest && extra) json_object_update(manifest, extra);
-    char *text = manifest ? json_dumps(manifest, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
-    json_decref(manifest);
     int rc = -1;
-    if (!text) {
-        error_set(err, "out of memory");
-        goto out;
-    }
+    m->step = e.step, m->micro = e.micro;
+    snprintf(m->version, sizeof m->version, "%s", PLAIT_VERSION);
     if (fs_join(final, sizeof final, d->path, name, err) ||
         fs_join(old, sizeof old, d->path, old_name, err) ||
-        fs_join(path, sizeof path, tmp, "manifest.json", err) ||
-        fs_write_atomic(path, text, strlen(text), err) || fs_fsync_dir(tmp, err))
+        ckpt_manifest_write(tmp, m, describe, err) || fs_fsync_dir(tmp, err))
         goto out;
     /* a checkpoint of the same name already there (a re-save): aside first;
      * ckptdir_open finishes or undoes this if we crash in between */
@@ -388,7 +396,6 @@ int ckptdir_commit(struct ckptdir *d, const char *name, const char *tmp, json_t 
     remember(&d->good, &d->n_good, name);
     rc = 0;
 out:
-    free(text);
     if (rc) {
         struct stat st2;
         if (stat(tmp, &st2) == 0) ckptdir_abort(tmp);

@@ -10,15 +10,17 @@
  * undoes a commit that a crash interrupted, so every state on disk between
  * any two system calls leads back to a complete checkpoint, and removes the
  * temporaries of writers that died. The runtime writes the files' contents;
- * `plait ckpt` and `plait status` read through this module too. */
+ * `plait ckpt` and `plait status` read through this module too. The
+ * manifest's format is ckpt_manifest.h's. */
 #ifndef PLAIT_CKPTDIR_H
 #define PLAIT_CKPTDIR_H
 
-#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/ckpt_manifest.h"
 #include "common/error.h"
+#include "common/runlock.h" // defines: struct runlock
 
 struct ckpt_entry {
     char name[48];
@@ -36,6 +38,15 @@ struct ckptdir {
 /* Opens dir (created if missing), recovers an interrupted commit and removes
  * abandoned temporaries. The caller holds the directory's lock (runlock). */
 int ckptdir_open(struct ckptdir *d, const char *dir, struct plait_error *err);
+
+/* ckptdir_open for any command that writes or cleans the checkpoints of the
+ * run in run_dir (whose lock the caller holds): first the checkpoint
+ * directory's own lock into *lock (not taken when dir is run_dir itself),
+ * since ckptdir_open's cleaning removes temporaries only a dead writer may
+ * have left, and a run writing into dir holds its lock. dir must exist. On
+ * failure no lock is held. */
+int ckptdir_open_locked(struct ckptdir *d, struct runlock *lock, const char *dir,
+                        const char *run_dir, struct plait_error *err);
 void ckptdir_close(struct ckptdir *d);
 
 /* The checkpoint name for (step, micro). */
@@ -51,9 +62,10 @@ int ckptdir_list(const struct ckptdir *d, struct ckpt_entry **out, int *n, struc
 int ckptdir_verify(struct ckptdir *d, const char *name, struct plait_error *err);
 
 /* Writing one checkpoint: begin makes an empty temporary directory (its path
- * into tmp), each file is written with ckpt_file_*, commit writes the manifest
- * (with extra's members, may be NULL) and makes it visible as `name`; abort
- * removes the temporary. A failed commit removes it too: no temporary
+ * into tmp), each file is written with ckpt_file_* (and listed in a
+ * manifest), commit writes the manifest (its step, micro-batch and version
+ * set here; describe as ckpt_manifest_write) and makes it visible as `name`;
+ * abort removes the temporary. A failed commit removes it too: no temporary
  * outlives a failure. */
 struct ckpt_file {
     int fd;
@@ -66,11 +78,14 @@ int ckptdir_begin(struct ckptdir *d, const char *name, char *tmp, size_t tmp_byt
                   struct plait_error *err);
 int ckpt_file_open(struct ckpt_file *f, const char *tmp, const char *name, struct plait_error *err);
 int ckpt_file_put(struct ckpt_file *f, const void *buf, size_t bytes, struct plait_error *err);
-/* fsyncs and closes; adds {bytes, crc32c} under f->name to files (a JSON object). */
-int ckpt_file_close(struct ckpt_file *f, json_t *files, struct plait_error *err);
+/* fsyncs and closes; lists the file (its bytes and CRC-32C) in m unless m is NULL. */
+int ckpt_file_close(struct ckpt_file *f, struct ckpt_manifest *m, struct plait_error *err);
 void ckpt_file_discard(struct ckpt_file *f);
-int ckptdir_commit(struct ckptdir *d, const char *name, const char *tmp, json_t *files,
-                   json_t *extra, struct plait_error *err);
+/* A whole file at once: open, put, close (f keeps its bytes and crc). */
+int ckpt_file_write(struct ckpt_file *f, const char *tmp, const char *name, const void *data,
+                    size_t bytes, struct ckpt_manifest *m, struct plait_error *err);
+int ckptdir_commit(struct ckptdir *d, const char *name, const char *tmp, struct ckpt_manifest *m,
+                   const struct gpt2_config *describe, struct plait_error *err);
 void ckptdir_abort(const char *tmp);
 
 /* Removes every checkpoint beyond the newest `keep` that verify; ones that do

@@ -84,6 +84,31 @@ char *fs_dirname(const char *path)
     return strndup(path, (size_t)(slash - path));
 }
 
+/* path's directory resolved (realpath) and its last name: a path that need
+ * not exist yet, compared by where it would be; NULL when the directory does
+ * not exist either */
+static char *resolved(const char *path)
+{
+    char *dir = fs_dirname(path), *real = dir ? realpath(dir, NULL) : NULL, *out = NULL;
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (real && asprintf(&out, "%s/%s", real, name) < 0) out = NULL;
+    free(dir);
+    free(real);
+    return out;
+}
+
+bool fs_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char *ra = resolved(a), *rb = resolved(b);
+    bool same = ra && rb ? strcmp(ra, rb) == 0 : strcmp(a, b) == 0;
+    free(ra);
+    free(rb);
+    return same;
+}
+
 int fs_write_atomic(const char *path, const void *data, size_t bytes, struct plait_error *err)
 {
     char tmp[4096];

@@ -4,6 +4,7 @@
 #ifndef PLAIT_FSUTIL_H
 #define PLAIT_FSUTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -26,6 +27,11 @@ void fs_rmdir_up(const char *path, const char *made);
 
 /* fsync of a directory (so a rename or create inside it is durable). */
 int fs_fsync_dir(const char *path, struct plait_error *err);
+
+/* Whether paths a and b name the same file: the same inode where both exist,
+ * else the same absolute path (the directory resolved, then the name), so an
+ * output that would replace an input is found before anything is written. */
+bool fs_same_file(const char *a, const char *b);
 
 /* Writes bytes to path through path.tmp, fsync, rename, fsync(dir). */
 int fs_write_atomic(const char *path, const void *data, size_t bytes, struct plait_error *err);

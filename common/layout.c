@@ -7,7 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/gpu.h" // defines: gpu_peak_tflops, struct gpu_spec
+#include "common/elastic_batch.h" // defines: elastic_batch_dp
+#include "common/gpu.h"           // defines: gpu_peak_tflops, struct gpu_spec
 
 /* The share of a GPU's dense datasheet peak the cost model takes as plait's
  * sustained rate over a whole step, by precision: calibrated on plait itself,
@@ -138,6 +139,14 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
     double tokens = (double)p->batch.micro_batch * p->batch.grad_accum * l.dp * p->model.seq_len;
     e->tokens_per_s =
         e->time.total_s > 0 && isfinite(e->time.total_s) ? tokens / e->time.total_s : 0;
+    if (e->mem.total == UINT64_MAX) { /* cost_memory's saturation: no figure to print */
+        e->fits = false;
+        snprintf(e->why, sizeof e->why,
+                 "a rank of pipeline stage %d would need more memory than 64 bits count: the "
+                 "model or the micro-batch is beyond what plait runs",
+                 e->worst_stage);
+        return;
+    }
     e->fits = gpu_mem == 0 || e->mem.total <= gpu_mem;
     if (!e->fits)
         snprintf(e->why, sizeof e->why,
@@ -163,7 +172,7 @@ static int choose_auto(const struct plan *p, const struct place_node *nodes, int
                        struct layout_eval *best)
 {
     int tps[64], n_tp = 0, pps[64], n_pp = 0;
-    for (int t = 1; t <= slots && n_tp < 64; t++)
+    for (int t = p->parallel.sequence_parallel ? 2 : 1; t <= slots && n_tp < 64; t++)
         if ((p->parallel.tp == PLAN_AUTO || p->parallel.tp == t) && p->model.heads % t == 0 &&
             p->model.padded_vocab % t == 0)
             tps[n_tp++] = t;
@@ -176,7 +185,9 @@ static int choose_auto(const struct plan *p, const struct place_node *nodes, int
             int tp = tps[i], pp = pps[j];
             int64_t tpp = (int64_t)tp * pp; /* tp, pp <= slots <= PLAN_MAX_RANKS */
             if (p->parallel.dp == PLAN_AUTO && slots % tpp != 0) continue;
-            int64_t dp64 = p->parallel.dp != PLAN_AUTO ? p->parallel.dp : slots / tpp;
+            int64_t dp64 = p->parallel.dp != PLAN_AUTO
+                               ? p->parallel.dp
+                               : elastic_batch_dp(p, (int)(slots / tpp), pp, in->resumed);
             if (dp64 < 1 || tpp > slots / dp64) continue;
             struct layout_eval e;
             layout_evaluate(p, (struct cost_layout){tp, pp, (int)dp64}, nodes, n_nodes, in, &e);
@@ -212,6 +223,7 @@ int layout_choose(const struct plan *p, const struct place_node *nodes, int n_no
     }
     int64_t tpp = (int64_t)par->tp * par->pp; /* <= PLAN_MAX_RANKS (plan_load) */
     int64_t dp = par->dp != PLAN_AUTO ? par->dp : slots / tpp;
+    if (par->dp == PLAN_AUTO && dp >= 1) dp = elastic_batch_dp(p, (int)dp, par->pp, in->resumed);
     if (dp < 1)
         return error_set(err, "tp %d × pp %d needs %lld ranks; the allocation has %lld slots",
                          par->tp, par->pp, (long long)tpp, (long long)slots);

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/ckpt_shards.h" // defines: struct ckpt_batch
 #include "common/cost.h"
 #include "common/error.h"
 #include "common/place.h"
@@ -24,6 +25,11 @@ struct layout_inputs {
      * modelled */
     const struct cost_cpu_rates *cpu;
     struct place_bandwidth bw;
+    /* the run being resumed, whose global batch an "auto" dp keeps
+     * (common/elastic_batch.h), or NULL: fill the slots. A launcher whose
+     * slots must all run (a Slurm step, a pod gang) passes NULL; the runtime
+     * then keeps the global batch where that dp divides it. */
+    const struct ckpt_batch *resumed;
 };
 
 /* One layout, placed and costed. */
@@ -49,11 +55,13 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
 struct plan layout_plan_as_placed(const struct plan *p, const struct rank_map *m);
 void layout_eval_free(struct layout_eval *e);
 
-/* The layout of plan on these nodes: its own degrees, dp "auto" filling the
- * slots, tp/pp "auto" by the cost model (every candidate is passed to
- * visit, if given, as it is evaluated). best gets the choice, evaluated
- * (placed; it may still not fit: best->fits). -1 with err when no layout can
- * be placed. */
+/* The layout of plan on these nodes, for plait check, plait train, plait
+ * launch, the plugin and plait k8s alike: its own degrees, dp "auto" filling
+ * the slots (a resumed run's: as many replicas as keep its global batch,
+ * elastic_batch_dp), tp/pp "auto" by the cost model (every candidate is passed
+ * to visit, if given, as it is evaluated; sequence parallelism takes tp > 1).
+ * best gets the choice, evaluated (placed; it may still not fit: best->fits).
+ * -1 with err when no layout can be placed. */
 int layout_choose(const struct plan *p, const struct place_node *nodes, int n_nodes,
                   const struct layout_inputs *in,
                   void (*visit)(void *ctx, const struct layout_eval *candidate), void *ctx,

@@ -22,6 +22,7 @@
 
 #include "common/gpt2_layout.h" // gpt2_layout (the size check)
 #include "common/llmc.h"        // llmc_read_model_header
+#include "common/rundir.h"         // RUNDIR_CHECKPOINTS (checkpoint.dir's default)
 
 /* ---- the schema ------------------------------------------------------------------------- */
 
@@ -154,7 +155,7 @@ static const struct field optimizer_fields[] = {
 };
 
 static const struct field checkpoint_fields[] = {
-    PATH_FIELD("dir", checkpoint.dir, "checkpoints", KEEP_RELATIVE),
+    PATH_FIELD("dir", checkpoint.dir, RUNDIR_CHECKPOINTS, KEEP_RELATIVE),
     INT_FIELD("every", checkpoint.every, 0, INT_MAX, 0, MAY_CHANGE),
     REAL_FIELD("every_minutes", checkpoint.every_minutes, 0, false, 1e6, false, 30.0, MAY_CHANGE),
     INT_FIELD("keep", checkpoint.keep, 1, INT_MAX, 3, MAY_CHANGE),
@@ -1268,6 +1269,14 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
         return fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
     if (par->zero == 3)
         return fail_rule(c, "parallel.zero", "", "3 is not in this runtime yet (0, 1, 2 are)");
+    /* the kernels index a micro-batch's B·T rows (3 of them a token in the classifier's
+     * statistics) in int; 4·hidden is bounded by the model's size (check_model_size) */
+    long long rows = (long long)p->batch.micro_batch * m->seq_len;
+    if (rows > INT_MAX / 3)
+        return fail_rule(c, "model.seq_len", "batch.micro_batch",
+                         "batch.micro_batch × model.seq_len (%d × %d = %lld rows) is more than "
+                         "the kernels index (%d)",
+                         p->batch.micro_batch, m->seq_len, rows, INT_MAX / 3);
     /* ZeRO 2 hands a micro-batch's gradients over after its backward; an
      * interleaved or zero-bubble stage runs other backwards in between. With
      * dp 1 there is nothing to hand over. */
@@ -1286,7 +1295,6 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
                          "zero-bubble schedule interleaves; use zero 1, or \"1f1b\"",
                          dp == PLAN_AUTO ? "\"auto\"" : "> 1");
     /* sequence parallelism splits a micro-batch's B·T rows evenly over tp */
-    long long rows = (long long)p->batch.micro_batch * m->seq_len;
     if (par->sequence_parallel && tp != PLAN_AUTO && rows % tp != 0)
         return fail_rule(
             c, "parallel.sequence_parallel", "batch.micro_batch model.seq_len parallel.tp",

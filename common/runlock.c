@@ -15,6 +15,7 @@
 
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "common/rundir.h"
 
 /* The holder as text, from the lock file's JSON line. */
 static void describe(int fd, char *out, size_t n)
@@ -34,7 +35,7 @@ static void describe(int fd, char *out, size_t n)
 
 static int open_lock(const char *dir, char *path, size_t n, struct plait_error *err)
 {
-    if (fs_join(path, n, dir, ".lock", err)) return -1;
+    if (fs_join(path, n, dir, RUNDIR_LOCK, err)) return -1;
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) return error_errno(err, "opening %s", path);
     return fd;
@@ -89,7 +90,7 @@ void runlock_release(struct runlock *l)
 int runlock_holder(const char *dir, char *holder, size_t holder_bytes, struct plait_error *err)
 {
     char path[4096];
-    if (fs_join(path, sizeof path, dir, ".lock", err)) return -1;
+    if (fs_join(path, sizeof path, dir, RUNDIR_LOCK, err)) return -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0 && errno == ENOENT) return 0;
     if (fd < 0) return error_errno(err, "opening %s", path);

@@ -148,6 +148,12 @@ void store_close(struct store *st);
 /* 32 random bytes (getrandom) as 64 hex digits: a per-job secret. */
 int store_secret_generate(char out[STORE_SECRET_HEX_BYTES], struct plait_error *err);
 
+/* NULL when secret could be a per-job secret a launcher made; else why not:
+ * shorter than 32 characters, or fewer than 8 distinct ones (all zeros, the
+ * examples' placeholder, or a word repeated). For secrets a user hands in
+ * (a Kubernetes Secret), never for the ones store_secret_generate makes. */
+const char *store_secret_problem(const char *secret);
+
 /* "host:port", with an IPv6 literal in brackets ("[::1]:29500"). */
 int store_addr_format(char *out, size_t out_bytes, const char *host, int port,
                       struct plait_error *err);

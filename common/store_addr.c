@@ -4,6 +4,7 @@
 #include "common/store.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,19 @@ int store_secret_generate(char out[STORE_SECRET_HEX_BYTES], struct plait_error *
     for (size_t i = 0; i < sizeof bytes; i++) snprintf(out + 2 * i, 3, "%02x", bytes[i]);
     explicit_bzero(bytes, sizeof bytes);
     return 0;
+}
+
+const char *store_secret_problem(const char *secret)
+{
+    if (strlen(secret) < 32) return "it is shorter than 32 characters";
+    bool seen[256] = {false};
+    int distinct = 0;
+    for (const unsigned char *c = (const unsigned char *)secret; *c; c++)
+        if (!seen[*c]) seen[*c] = true, distinct++;
+    if (distinct < 8)
+        return "it has fewer than 8 distinct characters (a placeholder such as all zeros, as in "
+               "k8s/examples?)";
+    return NULL;
 }
 
 int store_addr_format(char *out, size_t out_bytes, const char *host, int port,

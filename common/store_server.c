@@ -84,6 +84,20 @@ struct conn {
     struct conn *abort_next;
 };
 
+/* Connections turned away before they proved the secret (a wrong handshake,
+ * none in time, no memory left for them): each said on the launcher's
+ * console, up to TURNED_AWAY_SAID a window of TURNED_AWAY_WINDOW_MS, the rest
+ * counted and summarised in one line when the next window opens, or when the
+ * server stops, so a flood of strangers cannot flood the console. */
+#define TURNED_AWAY_SAID 5
+#define TURNED_AWAY_WINDOW_MS 10000
+struct turned_away {
+    int64_t window_ms; /* when the window began */
+    int said;          /* lines in it */
+    uint64_t unsaid;   /* turned away in it, not said */
+    char last_peer[INET6_ADDRSTRLEN + 16];
+};
+
 struct store_server {
     pthread_t thread;
     int listen_fd, wake_fd, epoll_fd;
@@ -99,6 +113,7 @@ struct store_server {
     int64_t accept_paused_until_ms; /* 0: accepting */
     size_t bytes_held;
     uint64_t refused, bad_requests, requests;
+    struct turned_away turned_away;
     pthread_mutex_t stats_mu;
     struct store_server_stats stats;
 };
@@ -713,6 +728,40 @@ static const char *request_problem(const struct store_wire_request *r, uint8_t *
     return NULL;
 }
 
+/* The summary of a window's unsaid refusals, and a new window */
+static void turned_away_summary(struct turned_away *t)
+{
+    if (t->unsaid)
+        log_warn("store: %llu more connection%s turned away without the job's secret in %d s "
+                 "(the last from %s)",
+                 (unsigned long long)t->unsaid, t->unsaid == 1 ? "" : "s",
+                 TURNED_AWAY_WINDOW_MS / 1000, t->last_peer);
+    t->said = 0;
+    t->unsaid = 0;
+}
+
+/* Whether a connection turned away from peer is said now (else counted) */
+static bool turned_away_say(struct store_server *srv, const char *peer)
+{
+    struct turned_away *t = &srv->turned_away;
+    int64_t now = now_ms();
+    if (now - t->window_ms >= TURNED_AWAY_WINDOW_MS) {
+        turned_away_summary(t);
+        t->window_ms = now;
+    }
+    snprintf(t->last_peer, sizeof t->last_peer, "%s", peer);
+    if (t->said < TURNED_AWAY_SAID) {
+        t->said++;
+        if (t->said == TURNED_AWAY_SAID)
+            log_warn("store: %d connections turned away in %d s: the next in this %d s are "
+                     "counted, not each said",
+                     TURNED_AWAY_SAID, TURNED_AWAY_WINDOW_MS / 1000, TURNED_AWAY_WINDOW_MS / 1000);
+        return true;
+    }
+    t->unsaid++;
+    return false;
+}
+
 static void auth_check(struct store_server *srv, struct conn *c)
 {
     uint8_t want[SHA256_DIGEST_BYTES];
@@ -721,9 +770,10 @@ static void auth_check(struct store_server *srv, struct conn *c)
     heap_remove(srv, c);
     if (!sha256_equal_ct(want, c->head + 4, sizeof want)) {
         srv->refused++;
-        log_warn("store: refused a connection from %s (claiming rank %d): its handshake does not "
-                 "prove the job's secret",
-                 c->peer, (int)c->rank);
+        if (turned_away_say(srv, c->peer))
+            log_warn("store: refused a connection from %s (claiming rank %d): its handshake does "
+                     "not prove the job's secret",
+                     c->peer, (int)c->rank);
         c->closing = true;
         reply(srv, c, STORE_STATUS_REFUSED, 0, "the handshake does not prove the job's secret",
               NULL);
@@ -850,7 +900,9 @@ static void conn_open(struct store_server *srv, int fd, const struct sockaddr_st
     peer_name(sa, len, peer, sizeof peer);
     struct conn *c = alloc_counted(srv, sizeof *c);
     if (!c) {
-        log_warn("store: refused a connection from %s: the server is at its memory limit", peer);
+        if (turned_away_say(srv, peer))
+            log_warn("store: refused a connection from %s: the server is at its memory limit",
+                     peer);
         close(fd);
         return;
     }
@@ -925,8 +977,9 @@ static void expire(struct store_server *srv)
     while (srv->heap_len && srv->heap[0]->deadline_ms <= now) {
         struct conn *c = srv->heap[0];
         if (c->phase == PHASE_AUTH) {
-            log_warn("store: closed the connection from %s: no handshake within %d s", c->peer,
-                     STORE_WIRE_AUTH_TIMEOUT_MS / 1000);
+            if (turned_away_say(srv, c->peer))
+                log_warn("store: closed the connection from %s: no handshake within %d s", c->peer,
+                         STORE_WIRE_AUTH_TIMEOUT_MS / 1000);
             conn_kill(srv, c);
             continue;
         }
@@ -1151,6 +1204,7 @@ void store_server_stop(struct store_server *srv)
     if (write(srv->wake_fd, &one, sizeof one) != (ssize_t)sizeof one)
         log_warn("store: waking the server thread: %s", strerror(errno)); /* cannot happen */
     pthread_join(srv->thread, NULL);
+    turned_away_summary(&srv->turned_away);
     for (size_t i = 0; i < srv->bucket_count; i++)
         for (struct entry *e = srv->buckets[i], *next; e; e = next) {
             next = e->next;

@@ -197,9 +197,12 @@ struct ops {
 
     /* AdamW as torch.optim.AdamW, on n elements, with the gradient first
      * multiplied by grad_scale (clipping); step is 1-based. With p16 != NULL,
-     * p16 gets the bf16 copy of the updated parameters. */
+     * p16 gets the bf16 copy of the updated parameters. The betas are the
+     * plan's doubles: 1 − β and the bias corrections 1 − βᵗ are computed in
+     * double (as PyTorch computes its scalars), so a β within 3e-8 of 1, which
+     * rounds to 1.0f, still moves the moments and corrects them. */
     void (*adamw)(struct ops_ctx *ctx, float *p, uint16_t *p16, const float *g, float *m, float *v,
-                  size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                  size_t n, float lr, double beta1, double beta2, float eps, float weight_decay,
                   float grad_scale, int step);
 
     /* dst (n, bf16) = round-to-nearest-even(src) */

@@ -22,7 +22,7 @@
 #include "common/topo.h"
 #include "kernels/cpu/cpu_rate.h" // defines: cpu_rate_measure, this machine's CPU rates
 #include "launcher/commands.h"
-#include "launcher/k8s.h"
+#include "launcher/k8s/k8s.h"
 #include "launcher/plan_fit.h"
 
 #define MAX_TOPOLOGIES 64
@@ -321,7 +321,10 @@ static void show_candidate(void *ctx, const struct layout_eval *e)
     struct candidates *c = ctx;
     const struct cost_layout *l = &e->layout;
     bool ok = e->placed && e->fits && e->tokens_per_s > 0;
-    if (c->out && e->placed)
+    if (c->out && e->placed && e->mem.total == UINT64_MAX)
+        fprintf(c->out, "  %4d %4d %4d  %10s  %10s  %12s  beyond 64-bit counts\n", l->tp, l->pp,
+                l->dp, "-", "-", "-");
+    else if (c->out && e->placed)
         fprintf(c->out, "  %4d %4d %4d  %10.2f  %10.3f  %12.0f  %s\n", l->tp, l->pp, l->dp,
                 e->mem.total / 1e9, e->time.total_s, e->tokens_per_s, ok ? "" : "does not fit");
     else if (c->out)
@@ -729,6 +732,10 @@ static int choose_and_show(struct check_result *r, const struct check_args *a,
         printf("chose tp %d, pp %d, dp %d: of the layouts that can be placed and fit in "
                "memory, the most modelled tokens per second\n\n",
                best->layout.tp, best->layout.pp, best->layout.dp);
+    if (best->mem.total == UINT64_MAX) { /* no figure to print: only why */
+        log_error("%s", best->why);
+        return -1;
+    }
     if (!is_auto) r->candidates = NULL;
     if (a->json) {
         print_json(r, best);

@@ -18,9 +18,9 @@
 #include "common/env.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "common/rundir.h"
 #include "common/runlock.h"
 #include "launcher/commands.h"
-#include "launcher/run_read.h"
 
 enum { OPT_JSON };
 const struct cli_command cmd_ckpt_ls_cli = {
@@ -98,7 +98,7 @@ static int resolve(const char *arg, char *dir, size_t dir_bytes, char *name, siz
     char path[4096];
     struct stat st;
     name[0] = '\0';
-    if (fs_join(path, sizeof path, arg, "manifest.json", err)) return -1;
+    if (fs_join(path, sizeof path, arg, CKPT_MANIFEST, err)) return -1;
     if (stat(path, &st) == 0) { /* one checkpoint */
         char *parent = fs_dirname(arg);
         const char *base = strrchr(arg, '/');
@@ -109,8 +109,13 @@ static int resolve(const char *arg, char *dir, size_t dir_bytes, char *name, siz
         free(parent);
         return 0;
     }
-    if (fs_join(path, sizeof path, arg, "plan.json", err)) return -1;
-    if (stat(path, &st) == 0) return run_checkpoint_dir(arg, dir, dir_bytes, err);
+    if (fs_join(path, sizeof path, arg, RUNDIR_PLAN, err)) return -1;
+    if (stat(path, &st) == 0) { /* a run directory */
+        struct plan *plan = rundir_plan_load(arg, err);
+        int rc = plan ? rundir_checkpoint_dir(plan, arg, dir, dir_bytes, err) : -1;
+        plan_free(plan);
+        return rc;
+    }
     if (stat(arg, &st) != 0 || !S_ISDIR(st.st_mode))
         return error_set(err, "%s: not a run directory, a checkpoint directory or a checkpoint",
                          arg);
@@ -131,24 +136,18 @@ static void describe(struct ckptdir *d, const char *name, struct ckpt_info *out)
 {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", name);
-    char cdir[4096], path[4096];
+    char cdir[4096];
     struct ckpt_source src;
+    struct ckpt_manifest man;
     if (fs_join(cdir, sizeof cdir, d->path, name, &out->why) ||
-        fs_join(path, sizeof path, cdir, "manifest.json", &out->why))
+        ckpt_manifest_read(cdir, &man, &out->why))
         return;
-    json_t *man = json_load_file(path, 0, NULL);
-    const char *key;
-    json_t *f;
-    json_object_foreach(json_object_get(man, "files"), key, f)
-    {
-        out->files++;
-        out->bytes += json_integer_value(json_object_get(f, "bytes"));
-    }
-    out->step = json_integer_value(json_object_get(man, "step"));
-    out->micro = json_integer_value(json_object_get(man, "micro"));
-    json_decref(man);
-    if (ckpt_layout_read(cdir, &out->layout, &out->why)) return;
-    ckpt_layout_free(&out->layout); /* only the degrees are kept */
+    out->files = man.n_files;
+    for (int i = 0; i < man.n_files; i++) out->bytes += man.files[i].bytes;
+    out->step = man.step, out->micro = man.micro;
+    out->layout = man.layout;
+    out->layout.stage_begin = out->layout.stage_end = NULL; /* only the degrees are kept */
+    ckpt_manifest_free(&man);
     if (ckptdir_verify(d, name, &out->why)) return;
     if (ckpt_source_open(&src, cdir, &out->why)) return;
     out->ok = ckpt_source_check(&src, &out->why) == 0;
@@ -454,7 +453,7 @@ static int check_llmc(const char *in, const struct gpt2_config *c, struct plait_
 
 /* The checkpoint's files: IN.bin as model.bin, zero moments, a fresh state. */
 static int write_import(const char *in, const struct plan *plan, const struct gpt2_config *cfg,
-                        const char *tmp, json_t *files, struct plait_error *err)
+                        const char *tmp, struct ckpt_manifest *files, struct plait_error *err)
 {
     struct gpt2_layout full;
     if (gpt2_layout(cfg, &full)) return error_set(err, "the plan's model is too large");
@@ -495,24 +494,61 @@ static int write_import(const char *in, const struct plan *plan, const struct gp
     /* state.json, plan.json */
     struct train_state st;
     ckpt_state_fresh(&st, plan);
-    json_t *state = ckpt_state_json(&st);
-    char *texts[2] = {state ? json_dumps(state, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL,
-                      plan_to_json(plan)};
-    json_decref(state);
-    const char *names[2] = {"state.json", "plan.json"};
-    rc = 0;
-    for (int i = 0; i < 2 && rc == 0; i++)
-        rc = !texts[i] || ckpt_file_open(&f, tmp, names[i], err) ||
-                     ckpt_file_put(&f, texts[i], strlen(texts[i]), err) ||
-                     ckpt_file_close(&f, files, err)
-                 ? (texts[i] ? -1 : error_set(err, "out of memory"))
-                 : 0;
-    free(texts[0]);
-    free(texts[1]);
+    char *plan_json = plan_to_json(plan);
+    rc = !plan_json ? error_set(err, "out of memory")
+         : ckpt_state_write(tmp, &st, &f, files, err) ||
+                 ckpt_file_write(&f, tmp, CKPT_PLAN, plan_json, strlen(plan_json), files, err)
+             ? -1
+             : 0;
+    free(plan_json);
 out:
     ckpt_file_discard(&f);
     if (src) fclose(src);
     free(buf);
+    return rc;
+}
+
+/* IN.bin as the step-0 checkpoint of a new run of plan in out: its checkpoint
+ * directory into dir, the checkpoint's name into name. */
+static int import_checkpoint(const char *in, const struct plan *plan, const char *out, char *dir,
+                             size_t dir_bytes, char name[48], struct plait_error *err)
+{
+    struct runlock lock = {-1}, ckpt_lock = {-1};
+    struct ckptdir d = {0};
+    struct ckpt_entry *list = NULL;
+    struct ckpt_manifest files = {0};
+    char tmp[4096];
+    int n = 0, rc = -1;
+    struct gpt2_config cfg = gpt2_config_of_plan(&plan->model);
+    if (check_llmc(in, &cfg, err) || fs_mkdir_p(out, err) ||
+        runlock_acquire(&lock, out, "run directory", err) ||
+        rundir_checkpoint_dir(plan, out, dir, dir_bytes, err) || fs_mkdir_p(dir, err) ||
+        ckptdir_open_locked(&d, &ckpt_lock, dir, out, err) || ckptdir_list(&d, &list, &n, err))
+        goto out;
+    if (n > 0) {
+        error_set(err,
+                  "%s holds %d checkpoint%s already (newest %s): import into a new run directory",
+                  dir, n, n == 1 ? "" : "s", list[0].name);
+        goto out;
+    }
+    ckptdir_name(name, 48, 0, 0);
+    if (ckptdir_begin(&d, name, tmp, sizeof tmp, err)) goto out;
+    if (write_import(in, plan, &cfg, tmp, &files, err)) {
+        ckptdir_abort(tmp);
+        goto out;
+    }
+    if (ckptdir_commit(&d, name, tmp, &files, NULL, err)) goto out;
+    /* the run directory's own plan: a run with checkpoints and no plan.json
+     * is one no plan may take over (and plait status, ckpt ls read it) */
+    char *json = plan_to_json(plan);
+    rc = json ? rundir_plan_write(out, json, err) : error_set(err, "out of memory");
+    free(json);
+out:
+    ckpt_manifest_free(&files);
+    free(list);
+    if (d.path) ckptdir_close(&d);
+    runlock_release(&ckpt_lock);
+    runlock_release(&lock);
     return rc;
 }
 
@@ -537,57 +573,17 @@ int cmd_ckpt_import(int argc, char **argv)
         cli_args_free(&a);
         return cli_usage_error(&cmd_ckpt_import_cli, "--out DIR is required");
     }
-    struct plait_error err;
+    struct plait_error err = {.text = "out of memory"};
     struct plan *plan = sets ? plan_load(ops[1], sets, n_sets, &err) : NULL;
-    struct runlock lock = {0};
-    struct ckptdir d = {0};
-    struct ckpt_entry *list = NULL;
-    char dir[4096], tmp[4096], name[48];
-    int n = 0;
-    json_t *files = json_object();
-    if (!plan || !files) {
-        log_error("ckpt import: %s", plan ? "out of memory" : err.text);
-        goto out;
-    }
-    struct gpt2_config cfg = gpt2_config_of_plan(&plan->model);
-    if (check_llmc(ops[0], &cfg, &err) || fs_mkdir_p(out, &err) ||
-        runlock_acquire(&lock, out, "run directory", &err)) {
+    char dir[4096], name[48];
+    if (!plan || import_checkpoint(ops[0], plan, out, dir, sizeof dir, name, &err)) {
         log_error("ckpt import: %s", err.text);
-        goto out;
+    } else {
+        printf("%s/%s: %s as the step-0 checkpoint of %s (plait train %s --out %s trains from "
+               "it)\n",
+               dir, name, ops[0], ops[1], ops[1], out);
+        rc = PLAIT_EXIT_OK;
     }
-    if (ckpt_dir_of_run(plan, out, dir, sizeof dir, &err) || ckptdir_open(&d, dir, &err) ||
-        ckptdir_list(&d, &list, &n, &err)) {
-        log_error("ckpt import: %s", err.text);
-        goto out;
-    }
-    if (n > 0) {
-        log_error("ckpt import: %s holds %d checkpoint%s already (newest %s): import into a new "
-                  "run directory",
-                  dir, n, n == 1 ? "" : "s", list[0].name);
-        goto out;
-    }
-    ckptdir_name(name, sizeof name, 0, 0);
-    if (ckptdir_begin(&d, name, tmp, sizeof tmp, &err)) {
-        log_error("ckpt import: %s", err.text);
-        goto out;
-    }
-    if (write_import(ops[0], plan, &cfg, tmp, files, &err)) {
-        ckptdir_abort(tmp);
-        log_error("ckpt import: %s", err.text);
-        goto out;
-    }
-    if (ckptdir_commit(&d, name, tmp, files, NULL, &err)) {
-        log_error("ckpt import: %s", err.text);
-        goto out;
-    }
-    printf("%s/%s: %s as the step-0 checkpoint of %s (plait train %s --out %s trains from it)\n",
-           dir, name, ops[0], ops[1], ops[1], out);
-    rc = PLAIT_EXIT_OK;
-out:
-    json_decref(files);
-    free(list);
-    if (d.path) ckptdir_close(&d);
-    runlock_release(&lock);
     plan_free(plan);
     free(sets);
     cli_args_free(&a);

@@ -90,6 +90,14 @@ int cmd_data_prepare(int argc, char **argv)
                                    fraction_text);
         if (!val) return cli_usage_error(cli, "--val-fraction needs --val VAL.bin");
     }
+    /* an output that is an input, or both outputs one file, would replace
+     * what is still to be read or written */
+    if (fs_same_file(text_path, out))
+        return cli_usage_error(cli, "%s is the text it would be made from: name another file",
+                               out);
+    if (val && (fs_same_file(text_path, val) || fs_same_file(out, val)))
+        return cli_usage_error(cli, "--val %s is %s: name another file", val,
+                               fs_same_file(text_path, val) ? "the text" : "the training shard");
     struct plait_error err;
     size_t n;
     unsigned char *text = (unsigned char *)fs_read_all(text_path, &n, &err);

@@ -1,7 +1,7 @@
 /* cmd_k8s.c — the plait k8s commands' command lines: `k8s render PLAN`, `k8s
- * admin` and `k8s lint FILE...`, parsed into launcher/k8s.h's structs and
- * handed to k8s_render.c and k8s_admin.c; and the step all of them share:
- * lint a manifest stream, then print it. */
+ * admin` and `k8s lint FILE...`, parsed into launcher/k8s/k8s.h's structs and
+ * handed to launcher/k8s/ (k8s_render.c, k8s_admin.c, k8s_lint.c). Only the
+ * command lines: nothing under launcher/k8s/ calls back into this file. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,35 +10,11 @@
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "launcher/commands.h"
-#include "launcher/k8s.h"
-#include "launcher/k8s_lint.h"
+#include "launcher/k8s/k8s.h"
+#include "launcher/k8s/k8s_lint.h"
 
 #define MAX_PRIORITIES 8
 #define MAX_LEVELS 8
-
-static const char *const gang_names[] = {"jobset", "kueue", "volcano", "coscheduling", "quota"};
-
-const char *k8s_gang_name(enum k8s_gang g)
-{
-    return gang_names[g];
-}
-
-int k8s_print_linted(struct ky_stream *s, const char *what, FILE *out)
-{
-    struct plait_error err;
-    if (ky_stream_close(s, &err)) {
-        log_error("%s: %s", what, err.text);
-        return PLAIT_EXIT_ERROR;
-    }
-    int problems = k8s_lint_text(s->text, s->len, "the manifests", stderr, &err);
-    if (problems < 0) log_error("%s: %s", what, err.text);
-    if (problems > 0)
-        log_error("%s: the lint found %d problem%s in the manifests above; nothing printed", what,
-                  problems, problems == 1 ? "" : "s");
-    if (problems) return PLAIT_EXIT_ERROR;
-    fputs(s->text, out);
-    return fflush(out) ? PLAIT_EXIT_ERROR : PLAIT_EXIT_OK;
-}
 
 /* ---- shared parsing ------------------------------------------------------------------ */
 
@@ -78,7 +54,7 @@ static int gang_of(const struct cli_command *cli, const char *v, bool admin, enu
     for (int g = 0; g < 5; g++) {
         bool allowed =
             admin ? g != K8S_GANG_JOBSET && g != K8S_GANG_COSCHEDULING : g != K8S_GANG_QUOTA;
-        if (allowed && !strcmp(v, gang_names[g])) {
+        if (allowed && !strcmp(v, k8s_gang_name((enum k8s_gang)g))) {
             *out = (enum k8s_gang)g;
             return CLI_CONTINUE;
         }

@@ -22,7 +22,7 @@
 #include "common/store.h"
 #include "launcher/commands.h"
 #include "launcher/gang.h"
-#include "launcher/pod.h"
+#include "launcher/k8s/pod.h"
 
 const struct cli_command cmd_launch_cli = {
     .name = "launch",

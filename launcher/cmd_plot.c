@@ -11,8 +11,8 @@
 
 #include "common/env.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "launcher/commands.h"
-#include "launcher/run_read.h"
 
 #ifdef PLAIT_HAVE_CAIRO
 #include <cairo-pdf.h>
@@ -45,7 +45,7 @@ enum { WIDTH = 1200, HEIGHT = 800 };
 
 struct run {
     const char *dir;
-    struct run_series s;
+    struct metrics_series s;
 };
 
 /* one panel: what x and y are for each run */
@@ -64,12 +64,12 @@ static const double colours[][3] = {{0.12, 0.47, 0.71}, {0.84, 0.15, 0.16}, {0.1
                                     {0.89, 0.47, 0.76}, {0.50, 0.50, 0.50}};
 enum { N_COLOURS = sizeof colours / sizeof *colours };
 
-static double x_of(const struct run_step *st, enum axis x)
+static double x_of(const struct step_metrics *st, enum axis x)
 {
     return x == X_STEP ? st->step : (double)st->tokens_total;
 }
 
-static double y_of(const struct run_step *st, enum value y)
+static double y_of(const struct step_metrics *st, enum value y)
 {
     return y == V_LOSS ? st->loss : y == V_LR ? st->lr : st->tokens_per_s;
 }
@@ -79,6 +79,21 @@ static double tick_step(double span, int n)
 {
     double raw = span / n, mag = pow(10, floor(log10(raw))), r = raw / mag;
     return mag * (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10);
+}
+
+enum { MAX_TICKS = 64 };
+
+/* The ticks at multiples of step within [lo, hi]: the first multiple's index
+ * and how many (at most MAX_TICKS). The ticks are then (first + i)·step: a
+ * loop over an integer count, which ends whatever the data (`x += step` stops
+ * moving x once step is below x's last bit). */
+static int ticks(double lo, double hi, double step, double *first)
+{
+    if (!(step > 0) || !isfinite(lo) || !isfinite(hi) || !isfinite(step)) return 0;
+    double a = ceil(lo / step), b = floor((hi + step * 1e-9) / step);
+    *first = a;
+    if (!(b >= a)) return 0;
+    return b - a >= MAX_TICKS ? MAX_TICKS : (int)(b - a) + 1;
 }
 
 static void tick_label(char *buf, size_t n, double v, double step)
@@ -101,7 +116,7 @@ static void draw_panel(cairo_t *cr, const struct panel *p, const struct run *run
 {
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
     for (int r = 0; r < n_runs; r++) {
-        const struct run_series *s = &runs[r].s;
+        const struct metrics_series *s = &runs[r].s;
         for (int i = 0; i < s->n_steps; i++) {
             double x = x_of(&s->steps[i], p->x), y = y_of(&s->steps[i], p->y);
             if (!isfinite(y)) continue;
@@ -143,7 +158,9 @@ static void draw_panel(cairo_t *cr, const struct panel *p, const struct run *run
     /* grid and ticks */
     char label[32];
     double xs = tick_step(x1 - x0, 6), ys = tick_step(y1 - y0, 5);
-    for (double x = ceil(x0 / xs) * xs; x <= x1 + xs * 1e-9; x += xs) {
+    double first;
+    for (int i = 0, n = ticks(x0, x1, xs, &first); i < n; i++) {
+        double x = (first + i) * xs;
         cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
         cairo_move_to(cr, SX(x), top), cairo_line_to(cr, SX(x), bottom), cairo_stroke(cr);
         cairo_set_source_rgb(cr, 0, 0, 0);
@@ -151,7 +168,8 @@ static void draw_panel(cairo_t *cr, const struct panel *p, const struct run *run
         cairo_text_extents(cr, label, &ext);
         cairo_move_to(cr, SX(x) - ext.width / 2, bottom + 16), cairo_show_text(cr, label);
     }
-    for (double y = ceil(y0 / ys) * ys; y <= y1 + ys * 1e-9; y += ys) {
+    for (int i = 0, n = ticks(y0, y1, ys, &first); i < n; i++) {
+        double y = (first + i) * ys;
         cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
         cairo_move_to(cr, left, SY(y)), cairo_line_to(cr, right, SY(y)), cairo_stroke(cr);
         cairo_set_source_rgb(cr, 0, 0, 0);
@@ -165,7 +183,7 @@ static void draw_panel(cairo_t *cr, const struct panel *p, const struct run *run
     cairo_clip(cr);
     cairo_set_line_width(cr, 1.6);
     for (int r = 0; r < n_runs; r++) {
-        const struct run_series *s = &runs[r].s;
+        const struct metrics_series *s = &runs[r].s;
         const double *c = colours[r % N_COLOURS];
         cairo_set_source_rgb(cr, c[0], c[1], c[2]);
         bool pen = false;
@@ -295,7 +313,7 @@ int cmd_plot(int argc, char **argv)
         const char *dir = a.v[k].value;
         struct plait_error err;
         runs[n].dir = dir;
-        if (run_series_read(dir, &runs[n].s, &err)) {
+        if (metrics_read(dir, &runs[n].s, &err)) {
             log_error("plot: %s", err.text);
             goto out;
         }
@@ -306,7 +324,7 @@ int cmd_plot(int argc, char **argv)
     cairo_debug_reset_static_data(); /* the fonts' caches, so that a leak check sees ours alone */
     FcFini();
 out:
-    for (int i = 0; i < n; i++) run_series_free(&runs[i].s);
+    for (int i = 0; i < n; i++) metrics_series_free(&runs[i].s);
     free(runs);
     cli_args_free(&a);
     return rc;

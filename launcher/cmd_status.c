@@ -2,21 +2,27 @@
  * glance from what its directory holds: the plan, how far it got (metrics),
  * its checkpoints (verified), whether a process runs it now (its lock) or how
  * it ended (end.json), and plait check's predicted memory beside the
- * measured. Reads only; never takes the run's lock. */
+ * measured. Reads only, and only through the formats' own modules (rundir,
+ * metrics, runjson, runend, ckptdir); never takes the run's lock. */
 #include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/ckptdir.h"
 #include "common/env.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "common/metrics.h"
+#include "common/plan.h"
+#include "common/rundir.h"
+#include "common/runend.h"
+#include "common/runjson.h"
 #include "common/runlock.h"
 #include "launcher/commands.h"
-#include "launcher/run_read.h"
 
 enum { OPT_JSON };
 const struct cli_command cmd_status_cli = {
@@ -36,22 +42,29 @@ const struct cli_command cmd_status_cli = {
     .epilog = "exit codes: 0 every directory was read, 1 one is not a run directory",
 };
 
-static json_t *load_json(const char *dir, const char *name)
-{
-    char path[4096];
-    struct plait_error err;
-    if (fs_join(path, sizeof path, dir, name, &err)) return NULL;
-    return json_load_file(path, 0, NULL);
-}
-
 static json_int_t int_at(json_t *root, const char *section, const char *key)
 {
     json_t *v = json_object_get(section ? json_object_get(root, section) : root, key);
     return json_is_integer(v) ? json_integer_value(v) : 0;
 }
 
+/* The run's plan (its plan.json); NULL with err when it has none or it does
+ * not load. */
+static struct plan *run_plan(const char *run_dir, struct plait_error *err)
+{
+    char path[4096];
+    struct stat st;
+    if (fs_join(path, sizeof path, run_dir, RUNDIR_PLAN, err)) return NULL;
+    if (stat(path, &st) != 0) {
+        error_set(err, "%s: not a run directory (no " RUNDIR_PLAN ": has plait train run there?)",
+                  run_dir);
+        return NULL;
+    }
+    return rundir_plan_load(run_dir, err);
+}
+
 /* The pace of the last (up to) 20 steps: mean seconds per step, tokens/s */
-static void recent_pace(const struct run_series *s, double *step_s, double *tokens_per_s)
+static void recent_pace(const struct metrics_series *s, double *step_s, double *tokens_per_s)
 {
     int from = s->n_steps > 20 ? s->n_steps - 20 : 0;
     double ms = 0, tokens = 0;
@@ -64,11 +77,11 @@ static void recent_pace(const struct run_series *s, double *step_s, double *toke
 }
 
 /* The checkpoints: how many, the newest and whether it verifies. */
-static json_t *checkpoints_json(const char *run_dir)
+static json_t *checkpoints_json(const struct plan *plan, const char *run_dir)
 {
     char path[4096];
     struct plait_error err;
-    if (run_checkpoint_dir(run_dir, path, sizeof path, &err))
+    if (rundir_checkpoint_dir(plan, run_dir, path, sizeof path, &err))
         return json_pack("{s:i,s:s}", "count", 0, "error", err.text);
     struct ckptdir d = {.path = strdup(path)};
     struct ckpt_entry *list = NULL;
@@ -97,87 +110,103 @@ static json_t *state_json(const char *run_dir)
     struct plait_error err;
     int held = runlock_holder(run_dir, holder, sizeof holder, &err);
     if (held == 1) return json_pack("{s:s,s:s}", "state", "running", "holder", holder);
-    json_t *end = load_json(run_dir, "end.json");
-    if (!end) return json_pack("{s:s}", "state", held < 0 ? "unknown" : "not running");
-    json_t *out = json_pack("{s:s,s:O}", "state", "ended", "end", end);
-    json_decref(end);
-    return out;
+    struct run_end e;
+    int got = runend_read(run_dir, &e, &err);
+    if (got < 0) log_warn("%s", err.text);
+    if (got != 0) return json_pack("{s:s}", "state", held < 0 ? "unknown" : "not running");
+    return json_pack("{s:s,s:{s:i,s:s,s:s,s:s,s:s,s:s,s:i}}", "state", "ended", "end", "exit_code",
+                     e.exit_code, "end", e.end, "signal", e.signal, "message", e.message, "time",
+                     e.time, "host", e.host, "pid", e.pid);
 }
 
 /* plait check's predictions beside what the runtime measured (run.json's
  * memory section, rank 0) */
-static json_t *memory_json(json_t *run)
+static json_t *memory_json(const char *run_dir)
 {
-    json_t *r0 = json_array_get(json_object_get(json_object_get(run, "memory"), "ranks"), 0);
-    if (!r0) return NULL;
-    json_t *pred = json_object_get(r0, "predicted"), *alloc = json_object_get(r0, "allocated");
-    return json_pack("{s:I,s:I,s:I,s:I,s:I}", "predicted_bytes", int_at(pred, NULL, "total"),
-                     "allocated_bytes", int_at(alloc, NULL, "total"), "predicted_activation_bytes",
-                     int_at(pred, NULL, "activations"), "allocated_activation_bytes",
-                     int_at(alloc, NULL, "activations"), "rss_peak_bytes",
-                     int_at(r0, NULL, "rss_peak_bytes"));
+    struct run_record run;
+    struct plait_error err;
+    int got = runjson_read(run_dir, &run, &err);
+    if (got < 0) log_warn("%s", err.text);
+    if (got != 0) return NULL;
+    json_t *out = NULL;
+    if (run.n_ranks > 0) {
+        const struct run_rank_memory *r0 = &run.ranks[0];
+        out = json_pack("{s:I,s:I,s:I,s:I,s:I}", "predicted_bytes",
+                        (json_int_t)run_bytes_total(&r0->predicted), "allocated_bytes",
+                        (json_int_t)run_bytes_total(&r0->allocated), "predicted_activation_bytes",
+                        (json_int_t)r0->predicted.activations, "allocated_activation_bytes",
+                        (json_int_t)r0->allocated.activations, "rss_peak_bytes",
+                        (json_int_t)r0->rss_peak_bytes);
+    }
+    runjson_free(&run);
+    return out;
 }
 
 /* What plait check's cost model gave for the run's plan on this machine when
  * it started: run.json's, modelled from the CPU kernels' rates plait-train
- * measured then (re-measuring now, beside a running run, would measure a
- * shared machine); 0 when it does not say. */
-static double modelled_tokens_per_s(json_t *run)
+ * measured then (measuring now, beside a running run or after it, would
+ * measure another moment of a shared machine); 0 when it does not say. */
+static double modelled_tokens_per_s(const char *run_dir)
 {
-    json_t *v = json_object_get(json_object_get(run, "throughput"), "modelled_tokens_per_s");
-    return json_is_number(v) ? json_number_value(v) : 0;
+    struct run_record run;
+    struct plait_error err;
+    if (runjson_read(run_dir, &run, &err) != 0) return 0;
+    double rate = run.modelled_tokens_per_s;
+    runjson_free(&run);
+    return rate;
+}
+
+/* How far the run got: its last step, loss and pace (with plait check's
+ * cost model's for its plan on this machine, `modelled`; 0: none), its last
+ * evaluation. */
+static void progress_json(json_t *o, const struct metrics_series *s, const struct plan *plan,
+                          double modelled)
+{
+    if (s->n_steps > 0) {
+        const struct step_metrics *last = &s->steps[s->n_steps - 1];
+        json_object_set_new(o, "step", json_integer(last->step));
+        json_object_set_new(o, "loss", json_real(last->loss));
+        double step_s, rate;
+        recent_pace(s, &step_s, &rate);
+        json_object_set_new(o, "tokens_per_s", json_real(rate)); /* the last 20 steps' */
+        json_object_set_new(o, "tokens_total", json_integer(last->tokens_total));
+        if (modelled > 0) json_object_set_new(o, "modelled_tokens_per_s", json_real(modelled));
+        json_object_set_new(o, "eta_s", json_real(step_s * (double)(plan->steps - last->step)));
+    } else {
+        json_object_set_new(o, "step", json_integer(0));
+    }
+    if (s->n_evals > 0) {
+        json_object_set_new(o, "val_loss", json_real(s->evals[s->n_evals - 1].val_loss));
+        json_object_set_new(o, "val_step", json_integer(s->evals[s->n_evals - 1].step));
+    }
 }
 
 static json_t *status_json(const char *run_dir, struct plait_error *err)
 {
-    json_t *plan = load_json(run_dir, "plan.json");
-    if (!plan) {
-        error_set(err, "%s: not a run directory (no plan.json: has plait train run there?)",
-                  run_dir);
-        return NULL;
-    }
-    json_t *run = load_json(run_dir, "run.json");
-    struct run_series s;
-    if (run_series_read(run_dir, &s, err)) {
-        json_decref(plan);
-        json_decref(run);
+    struct plan *plan = run_plan(run_dir, err);
+    if (!plan) return NULL;
+    struct metrics_series s;
+    if (metrics_read(run_dir, &s, err)) {
+        plan_free(plan);
         return NULL;
     }
     const char *base = strrchr(run_dir, '/');
     base = base && base[1] ? base + 1 : run_dir;
-    json_int_t steps = int_at(plan, NULL, "steps");
-    json_t *o = json_pack(
-        "{s:s,s:s,s:{s:I,s:I,s:I},s:{s:I,s:I,s:I},s:I}", "run_dir", run_dir, "name", base, "model",
-        "layers", int_at(plan, "model", "layers"), "hidden", int_at(plan, "model", "hidden"),
-        "seq_len", int_at(plan, "model", "seq_len"), "layout", "tp", int_at(plan, "parallel", "tp"),
-        "pp", int_at(plan, "parallel", "pp"), "dp", int_at(plan, "parallel", "dp"), "steps", steps);
-    if (s.n_steps > 0) {
-        const struct run_step *last = &s.steps[s.n_steps - 1];
-        json_object_set_new(o, "step", json_integer(last->step));
-        json_object_set_new(o, "loss", json_real(last->loss));
-        double step_s, rate;
-        recent_pace(&s, &step_s, &rate);
-        json_object_set_new(o, "tokens_per_s", json_real(rate)); /* the last 20 steps' */
-        json_object_set_new(o, "tokens_total", json_integer(last->tokens_total));
-        double modelled = modelled_tokens_per_s(run);
-        if (modelled > 0) json_object_set_new(o, "modelled_tokens_per_s", json_real(modelled));
-        json_object_set_new(o, "eta_s", json_real(step_s * (double)(steps - last->step)));
-    } else {
-        json_object_set_new(o, "step", json_integer(0));
-    }
-    if (s.n_evals > 0) {
-        json_object_set_new(o, "val_loss", json_real(s.evals[s.n_evals - 1].val_loss));
-        json_object_set_new(o, "val_step", json_integer(s.evals[s.n_evals - 1].step));
-    }
-    json_object_set_new(o, "checkpoints", checkpoints_json(run_dir));
+    const struct plan_model *m = &plan->model;
+    const struct plan_parallel *par = &plan->parallel;
+    json_t *o =
+        json_pack("{s:s,s:s,s:{s:i,s:i,s:i},s:{s:i,s:i,s:i},s:i}", "run_dir", run_dir, "name", base,
+                  "model", "layers", m->layers, "hidden", m->hidden, "seq_len", m->seq_len,
+                  "layout", "tp", par->tp, "pp", par->pp, "dp", par->dp, "steps", plan->steps);
+    progress_json(o, &s, plan, modelled_tokens_per_s(run_dir));
+    json_object_set_new(o, "checkpoints", checkpoints_json(plan, run_dir));
     json_t *state = state_json(run_dir);
     json_object_update(o, state);
     json_decref(state);
-    json_t *mem = memory_json(run);
+    json_t *mem = memory_json(run_dir);
     if (mem) json_object_set_new(o, "memory", mem);
-    run_series_free(&s);
-    json_decref(plan);
-    json_decref(run);
+    metrics_series_free(&s);
+    plan_free(plan);
     return o;
 }
 
@@ -187,15 +216,30 @@ static double num(json_t *o, const char *key)
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+/* A string of a run-directory file, made one printable line (run
+ * directories are untrusted input: a hand-made end.json may hold escape
+ * sequences). Four at a time may be in use. */
+static const char *shown(const char *s)
+{
+    static char bufs[4][1024];
+    static int next;
+    char *b = bufs[next++ % 4];
+    return s ? error_escape(b, sizeof bufs[0], s) : "?";
+}
+
+static const char *str(json_t *o, const char *key)
+{
+    return shown(json_string_value(json_object_get(o, key)));
+}
+
 static void print_text(json_t *o)
 {
     json_t *layout = json_object_get(o, "layout"), *model = json_object_get(o, "model");
-    printf("%s\n", json_string_value(json_object_get(o, "run_dir")));
+    printf("%s\n", str(o, "run_dir"));
     printf("  plan         %s: %d layers, hidden %d, seq %d; tp %d × pp %d × dp %d\n",
-           json_string_value(json_object_get(o, "name")), (int)int_at(model, NULL, "layers"),
-           (int)int_at(model, NULL, "hidden"), (int)int_at(model, NULL, "seq_len"),
-           (int)int_at(layout, NULL, "tp"), (int)int_at(layout, NULL, "pp"),
-           (int)int_at(layout, NULL, "dp"));
+           str(o, "name"), (int)int_at(model, NULL, "layers"), (int)int_at(model, NULL, "hidden"),
+           (int)int_at(model, NULL, "seq_len"), (int)int_at(layout, NULL, "tp"),
+           (int)int_at(layout, NULL, "pp"), (int)int_at(layout, NULL, "dp"));
     json_int_t step = int_at(o, NULL, "step"), steps = int_at(o, NULL, "steps");
     printf("  step         %lld/%lld (%.0f%%)", (long long)step, (long long)steps,
            steps > 0 ? 100.0 * (double)step / (double)steps : 0.0);
@@ -218,24 +262,23 @@ static void print_text(json_t *o)
     json_t *ck = json_object_get(o, "checkpoints");
     json_int_t n_ck = int_at(ck, NULL, "count");
     if (n_ck > 0)
-        printf("  checkpoints  %lld, newest %s (%s)\n", (long long)n_ck,
-               json_string_value(json_object_get(ck, "newest")),
+        printf("  checkpoints  %lld, newest %s (%s)\n", (long long)n_ck, str(ck, "newest"),
                json_is_true(json_object_get(ck, "verified")) ? "verified" : "DOES NOT VERIFY");
     else
         printf("  checkpoints  none\n");
     const char *state = json_string_value(json_object_get(o, "state"));
     json_t *end = json_object_get(o, "end");
-    if (!strcmp(state, "running")) {
-        printf("  state        running: %s\n", json_string_value(json_object_get(o, "holder")));
+    if (state && !strcmp(state, "running")) {
+        printf("  state        running: %s\n", str(o, "holder"));
     } else if (end) {
         const char *how = json_string_value(json_object_get(end, "end"));
         const char *sig = json_string_value(json_object_get(end, "signal"));
         const char *msg = json_string_value(json_object_get(end, "message"));
-        printf("  state        %s (exit %d) at %s", how, (int)int_at(end, NULL, "exit_code"),
-               json_string_value(json_object_get(end, "time")));
-        if (sig && *sig) printf(" by %s", sig);
-        if (!strcmp(how, "preempted")) printf(": run plait train again to resume");
-        if (msg && *msg) printf(": %s", msg);
+        printf("  state        %s (exit %d) at %s", shown(how), (int)int_at(end, NULL, "exit_code"),
+               str(end, "time"));
+        if (sig && *sig) printf(" by %s", shown(sig));
+        if (how && !strcmp(how, "preempted")) printf(": run plait train again to resume");
+        if (msg && *msg) printf(": %s", shown(msg));
         printf("\n");
     } else {
         printf("  state        not running (how its last process ended is not recorded)\n");

@@ -1,15 +1,51 @@
-/* elastic.c — plait train's layout on this machine: "auto" tp and pp as 1,
- * an "auto" dp filling the slots while keeping the resumed run's global
- * batch (its newest checkpoint's). The runtime reshards the checkpoint to
- * whatever this decides. */
+/* elastic.c — plait train's layout on this machine: "auto" tp and pp by the
+ * cost model over the slots --ranks gives (layout_choose, as plait check and
+ * every launcher choose; as 1 without --ranks), an "auto" dp filling the
+ * slots while keeping the resumed run's global batch (elastic_batch_dp and
+ * _grad_accum). The runtime reshards the checkpoint to whatever this decides. */
 #include "launcher/elastic.h"
 
 #include <stdbool.h>
+#include <unistd.h>
 
-#include "common/ckpt_shards.h"
+#include "common/elastic_batch.h"
+#include "common/layout.h"
 #include "common/log.h"
+#include "common/topo.h"
 
-int elastic_resolve(struct plan *plan, int slots, const char *run_dir, struct plait_error *err)
+/* tp, pp (and an "auto" dp) chosen by layout_choose for `slots` ranks on
+ * this machine's topology */
+static int choose_here(struct plan *plan, int slots, const struct ckpt_batch *resumed,
+                       struct plait_error *err)
+{
+    struct topo topo = {0};
+    char host[256] = "localhost";
+    gethostname(host, sizeof host - 1);
+    if (topo_load(&topo, NULL, err)) return -1;
+    struct place_node node = {.name = host,
+                              .topo = &topo,
+                              .slots = slots,
+                              .cpu_ranks = plan->parallel.device != PLAN_DEVICE_CUDA};
+    struct layout_inputs in = {.bw = {.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100},
+                               .resumed = resumed};
+    struct layout_eval best;
+    int rc = layout_choose(plan, &node, 1, &in, NULL, NULL, &best, err);
+    if (rc == 0) {
+        plan->parallel.tp = best.layout.tp;
+        plan->parallel.pp = best.layout.pp;
+        plan->parallel.dp = best.layout.dp;
+        log_info("parallel: tp %d × pp %d × dp %d on this machine's %d ranks (the cost model's "
+                 "choice for \"auto\")",
+                 best.layout.tp, best.layout.pp, best.layout.dp, slots);
+        layout_eval_free(&best);
+    }
+    topo_free(&topo);
+    return rc ? error_prefix(err, "parallel: ") : 0;
+}
+
+/* tp and pp as the plan says ("auto" as 1); dp fixed, or "auto" filling the slots */
+static int fill_slots(struct plan *plan, int slots, const struct ckpt_batch *resumed,
+                      struct plait_error *err)
 {
     struct plan_parallel *par = &plan->parallel;
     if (par->tp == PLAN_AUTO && par->sequence_parallel)
@@ -33,22 +69,26 @@ int elastic_resolve(struct plan *plan, int slots, const char *run_dir, struct pl
         return error_set(err,
                          "parallel: tp %d × pp %d = %lld ranks do not fit the %d given (--ranks)",
                          par->tp, par->pp, (long long)base, slots);
-    /* the global batch in micro-batches: the resumed run's (its newest
-     * checkpoint's), else the plan's at most dp */
+    par->dp = elastic_batch_dp(plan, (int)most, par->pp, resumed);
+    return 0;
+}
+
+int elastic_resolve(struct plan *plan, int slots, const char *run_dir, struct plait_error *err)
+{
+    struct plan_parallel *par = &plan->parallel;
     struct ckpt_batch before;
-    bool resumed = run_dir && ckpt_newest_batch(plan, run_dir, &before);
-    int64_t global = resumed ? before.global : (int64_t)plan->batch.grad_accum * most;
-    int dp = 0;
-    for (int64_t d = most; d >= 1 && !dp; d--)
-        if (global % d == 0) dp = (int)d;
-    par->dp = dp;
-    plan->batch.grad_accum = (int)(global / dp);
-    if (resumed && (before.dp != dp || before.grad_accum != plan->batch.grad_accum))
+    bool resumed = par->dp == PLAN_AUTO && run_dir && ckpt_newest_batch(plan, run_dir, &before);
+    const struct ckpt_batch *rb = resumed ? &before : NULL;
+    bool choose = slots > 0 && (par->tp == PLAN_AUTO || par->pp == PLAN_AUTO);
+    if (choose ? choose_here(plan, slots, rb, err) : fill_slots(plan, slots, rb, err)) return -1;
+    plan->batch.grad_accum = elastic_batch_grad_accum(plan, par->dp, par->pp, rb);
+    int64_t ranks = (int64_t)par->tp * par->pp * par->dp;
+    if (resumed && (before.dp != par->dp || before.grad_accum != plan->batch.grad_accum))
         log_info("parallel.dp auto: %d data-parallel replica%s of tp %d × pp %d in %lld rank%s "
                  "(the run had %d); batch.grad_accum %d (it had %d) keeps its global batch of "
                  "%lld micro-batches",
-                 dp, dp == 1 ? "" : "s", par->tp, par->pp, (long long)(base * dp),
-                 base * dp == 1 ? "" : "s", before.dp, plan->batch.grad_accum, before.grad_accum,
-                 (long long)global);
+                 par->dp, par->dp == 1 ? "" : "s", par->tp, par->pp, (long long)ranks,
+                 ranks == 1 ? "" : "s", before.dp, plan->batch.grad_accum, before.grad_accum,
+                 (long long)before.global);
     return 0;
 }

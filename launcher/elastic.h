@@ -1,6 +1,7 @@
 /* elastic.h — the layout plait train runs on this machine: the plan's tp and
- * pp ("auto" as 1) and, when dp is "auto", as many data-parallel replicas as
- * the slots hold, keeping the global batch of the run being resumed
+ * pp ("auto" by the cost model over --ranks, as 1 without it) and, when dp is
+ * "auto", as many data-parallel replicas as the slots hold, keeping the
+ * global batch of the run being resumed
  * (grad_accum grows when dp shrinks: a node lost), so the losses go on as if
  * nothing happened. Every degree is written into the plan, so the runtime's
  * resolved plan (and the run's plan.json) holds the layout that ran. */

@@ -7,7 +7,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +14,12 @@
 #include <unistd.h>
 
 #include "common/ckpt_shards.h"
+#include "common/ckpt_state.h"
 #include "common/crc32c.h"
 #include "common/fsutil.h"
 #include "common/llmc.h"
 #include "common/log.h"
+#include "common/rundir.h"
 #include "runtime/ckpt_parts.h"
 
 /* Streams a parameter-shaped buffer of backend memory to f in llm.c order
@@ -44,21 +45,9 @@ static int put_tensors(struct ckpt_file *f, const struct model *m, const float *
     return gpt2_shard_each(&m->shard, ckpt_put_instance, &a);
 }
 
-static int write_whole(const char *dir, const char *name, const void *data, size_t n, json_t *files,
-                       struct plait_error *err)
-{
-    struct ckpt_file f;
-    if (ckpt_file_open(&f, dir, name, err)) return -1;
-    if (ckpt_file_put(&f, data, n, err)) {
-        ckpt_file_discard(&f);
-        return -1;
-    }
-    return ckpt_file_close(&f, files, err);
-}
-
 static int write_checkpoint_files(const char *tmp, const struct model *m,
                                   const struct train_state *st, const char *plan_json,
-                                  json_t *files, struct plait_error *err)
+                                  struct ckpt_manifest *files, struct plait_error *err)
 {
     size_t P = m->shard.total;
     float *host = malloc(CKPT_HOST_FLOATS * sizeof(float));
@@ -91,17 +80,9 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
         ckpt_file_close(&w, files, err))
         goto out;
 
-    json_t *state = ckpt_state_json(st);
-    char *text = json_dumps(state, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
-    json_decref(state);
-    if (!text) {
-        error_set(err, "out of memory");
-        goto out;
-    }
-    rc = write_whole(tmp, "state.json", text, strlen(text), files, err);
-    free(text);
+    rc = ckpt_state_write(tmp, st, &w, files, err);
     if (rc == 0 && plan_json)
-        rc = write_whole(tmp, "plan.json", plan_json, strlen(plan_json), files, err);
+        rc = ckpt_file_write(&w, tmp, CKPT_PLAN, plan_json, strlen(plan_json), files, err);
 out:
     ckpt_file_discard(&w);
     free(host);
@@ -113,19 +94,17 @@ int ckpt_begin(struct ckptdir *d, const struct train_state *st, struct ckpt_job 
 {
     memset(job, 0, sizeof *job);
     ckptdir_name(job->name, sizeof job->name, st->step, st->micro);
-    if (!(job->files = json_object())) return error_set(err, "out of memory");
-    if (ckptdir_begin(d, job->name, job->tmp, sizeof job->tmp, err)) {
-        json_decref(job->files);
-        job->files = NULL;
+    if (ckptdir_begin(d, job->name, job->tmp, sizeof job->tmp, err))
         return error_prefix(err, "writing checkpoint %s/%s: ", d->path, job->name);
-    }
+    job->begun = true;
     return 0;
 }
 
 void ckpt_write(struct ckpt_job *job, const struct model *m, const struct train_state *st,
                 const char *plan_json)
 {
-    job->failed = write_checkpoint_files(job->tmp, m, st, plan_json, job->files, &job->why) != 0;
+    job->failed =
+        write_checkpoint_files(job->tmp, m, st, plan_json, &job->manifest, &job->why) != 0;
 }
 
 int ckpt_commit(struct ckptdir *d, struct ckpt_job *job, int keep, struct plait_error *err)
@@ -135,10 +114,10 @@ int ckpt_commit(struct ckptdir *d, struct ckpt_job *job, int keep, struct plait_
         *err = job->why;
         ckptdir_abort(job->tmp);
     } else {
-        rc = ckptdir_commit(d, job->name, job->tmp, job->files, NULL, err);
+        rc = ckptdir_commit(d, job->name, job->tmp, &job->manifest, NULL, err);
     }
-    json_decref(job->files);
-    job->files = NULL;
+    ckpt_manifest_free(&job->manifest);
+    job->begun = false;
     if (rc) return error_prefix(err, "writing checkpoint %s/%s: ", d->path, job->name);
     ckptdir_prune(d, keep);
     return 0;
@@ -187,20 +166,14 @@ static int read_moment(FILE *f, const struct model *m, float *dst, float *full, 
  * err says which layout wrote it. */
 static int check_whole(const char *cdir, struct plait_error *err)
 {
-    char mpath[4096];
-    if (fs_join(mpath, sizeof mpath, cdir, "manifest.json", err)) return -1;
-    json_t *man = json_load_file(mpath, 0, NULL);
-    json_t *layout = json_object_get(man, "layout");
-    bool whole = json_object_get(json_object_get(man, "files"), "model.bin") != NULL;
-    int tp = 1, pp = 1, dp = 1, zero = 0;
-    if (layout)
-        json_unpack(layout, "{s?i,s?i,s?i,s?i}", "tp", &tp, "pp", &pp, "dp", &dp, "zero", &zero);
-    json_decref(man);
-    if (whole) return 0;
+    struct ckpt_layout l;
+    if (ckpt_layout_read(cdir, &l, err)) return -1;
+    ckpt_layout_free(&l);
+    if (l.whole) return 0;
     return error_set(err,
                      "it was written in parts by tp %d × pp %d × dp %d (ZeRO %d); resharding it "
                      "to one rank is not in this version (resume with that layout)",
-                     tp, pp, dp, zero);
+                     l.tp, l.pp, l.dp, l.zero);
 }
 
 int ckpt_load_whole(const char *cdir, struct model *m, struct train_state *st,
@@ -271,9 +244,7 @@ out:
 int ckpt_check_plan(const char *cdir, const struct plan *plan, char *notes, size_t notes_bytes,
                     struct plait_error *err)
 {
-    char path[4096];
-    if (fs_join(path, sizeof path, cdir, "plan.json", err)) return -1;
-    struct plan *before = plan_load(path, NULL, 0, err); /* plan_to_json's, read back as written */
+    struct plan *before = rundir_plan_load(cdir, err); /* plan_to_json's, read back as written */
     if (!before) return error_prefix(err, "cannot tell which plan wrote it: ");
     int rc = plan_resumable(before, plan, notes, notes_bytes, err);
     plan_free(before);

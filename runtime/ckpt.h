@@ -12,7 +12,6 @@
 #ifndef PLAIT_RUNTIME_CKPT_H
 #define PLAIT_RUNTIME_CKPT_H
 
-#include <jansson.h>
 #include <stdint.h>
 
 #include "common/ckpt_state.h"
@@ -51,7 +50,8 @@ int ckpt_save(struct ckptdir *d, const struct model *m, const struct train_state
  * failed write, returning its error) and prunes. */
 struct ckpt_job {
     char name[48], tmp[4096];
-    json_t *files;
+    struct ckpt_manifest manifest; /* the files written */
+    bool begun;                    /* between begin and commit */
     int failed;
     struct plait_error why;
 };

@@ -142,8 +142,8 @@ int ckpt_async_save(struct ckpt_async *a, const struct ckpt_target *to, const st
 void ckpt_async_free(struct ckpt_async *a)
 {
     join(a);
-    if (a->pending && !a->where && a->job.files) {
-        json_decref(a->job.files);
+    if (a->pending && !a->where && a->job.begun) {
+        ckpt_manifest_free(&a->job.manifest);
         ckptdir_abort(a->job.tmp);
     }
     free(a->params);

@@ -4,15 +4,16 @@
  * files are ckpt.c's; the directory protocol is common/ckptdir.c's. */
 #include "runtime/ckpt_parts.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/ckpt_shards.h"
+#include "common/ckpt_state.h"
 #include "common/fsutil.h"
 #include "common/llmc.h"
 #include "common/log.h"
+#include "common/rundir.h"
 
 #define MAX_FILES CKPT_PART_FILES
 
@@ -33,11 +34,11 @@ static void header_fill(int32_t h[LLMC_HEADER_INTS], enum ckpt_part_kind kind,
 /* ---- writing ----------------------------------------------------------------------------- */
 
 /* What rank 0 needs of a written file for the manifest. */
-static void record(struct ckpt_file_record *rec, const char *name, const struct ckpt_file *f)
+static void record(struct ckpt_manifest_file *rec, const char *name, const struct ckpt_file *f)
 {
     snprintf(rec->name, sizeof rec->name, "%s", name);
     rec->bytes = (int64_t)f->bytes;
-    rec->crc = f->crc;
+    rec->crc32c = f->crc;
 }
 
 /* n floats of backend memory as they lie. */
@@ -51,17 +52,14 @@ static int put_raw(struct ckpt_file *f, const struct model *m, const float *src,
 /* Writes one part file: header, then each array (instances, or raw slices). */
 static int write_part(const char *tmp, const char *name, enum ckpt_part_kind kind,
                       const struct model *m, const struct env_rank *w, const float *const *arrays,
-                      int n_arrays, bool raw, float *host, struct ckpt_file_record *rec,
+                      int n_arrays, bool raw, float *host, struct ckpt_manifest_file *rec,
                       struct plait_error *err)
 {
     struct ckpt_file f = {.fd = -1};
     int32_t h[LLMC_HEADER_INTS];
     size_t count = raw ? m->slice_n : m->shard.total;
     header_fill(h, kind, m, w, count, n_arrays);
-    json_t *files = json_object();
-    int rc = files && !ckpt_file_open(&f, tmp, name, err) && !ckpt_file_put(&f, h, sizeof h, err)
-                 ? 0
-                 : -1;
+    int rc = ckpt_file_open(&f, tmp, name, err) || ckpt_file_put(&f, h, sizeof h, err) ? -1 : 0;
     for (int i = 0; i < n_arrays && rc == 0; i++) {
         if (raw) {
             rc = put_raw(&f, m, arrays[i], m->slice_n, host, err);
@@ -70,32 +68,16 @@ static int write_part(const char *tmp, const char *name, enum ckpt_part_kind kin
             rc = gpt2_shard_each(&m->shard, ckpt_put_instance, &a);
         }
     }
-    if (rc == 0) rc = ckpt_file_close(&f, files, err);
+    if (rc == 0) rc = ckpt_file_close(&f, NULL, err);
     ckpt_file_discard(&f);
     if (rc == 0) record(rec, name, &f);
-    json_decref(files);
-    return rc;
-}
-
-static int write_text(const char *tmp, const char *name, const char *text,
-                      struct ckpt_file_record *rec, struct plait_error *err)
-{
-    struct ckpt_file f = {.fd = -1};
-    json_t *files = json_object();
-    int rc = files && !ckpt_file_open(&f, tmp, name, err) &&
-                     !ckpt_file_put(&f, text, strlen(text), err) && !ckpt_file_close(&f, files, err)
-                 ? 0
-                 : -1;
-    ckpt_file_discard(&f);
-    if (rc == 0) record(rec, name, &f);
-    json_decref(files);
     return rc;
 }
 
 /* This rank's files into tmp. */
 static int write_mine(const char *tmp, const struct model *m, const struct train_state *st,
                       const char *plan_json, const struct env_rank *w,
-                      struct ckpt_file_record recs[MAX_FILES], struct plait_error *err)
+                      struct ckpt_manifest_file recs[MAX_FILES], struct plait_error *err)
 {
     float *host = malloc(CKPT_HOST_FLOATS * sizeof(float));
     if (!host) return error_set(err, "out of memory");
@@ -118,14 +100,13 @@ static int write_mine(const char *tmp, const struct model *m, const struct train
         rc = write_part(tmp, name, CKPT_PART_GRADS, m, w, grads, 1, m->zero == 2, host, &recs[k++],
                         err);
     }
-    if (rc == 0 && w->rank == 0) {
-        json_t *state = ckpt_state_json(st);
-        char *text = state ? json_dumps(state, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
-        json_decref(state);
-        rc = text ? write_text(tmp, "state.json", text, &recs[k++], err)
-                  : error_set(err, "out of memory");
-        free(text);
-        if (rc == 0 && plan_json) rc = write_text(tmp, "plan.json", plan_json, &recs[k++], err);
+    struct ckpt_file f = {.fd = -1};
+    if (rc == 0 && w->rank == 0) { /* the text files */
+        rc = ckpt_state_write(tmp, st, &f, NULL, err);
+        if (rc == 0) record(&recs[k++], CKPT_STATE, &f);
+        if (rc == 0 && plan_json)
+            rc = ckpt_file_write(&f, tmp, CKPT_PLAN, plan_json, strlen(plan_json), NULL, err);
+        if (rc == 0 && plan_json) record(&recs[k++], CKPT_PLAN, &f);
     }
     free(host);
     return rc;
@@ -157,6 +138,37 @@ void ckpt_parts_write(struct ckpt_parts_job *job, const struct model *m,
     job->failed = write_mine(job->tmp, m, st, plan_json, w, job->mine, &job->why) != 0;
 }
 
+/* Rank 0's part of a commit: the manifest (every rank's files, the layout
+ * with each stage's layers, the model described) written, and the commit. */
+static int commit_manifest(struct ckptdir *d, const struct ckpt_parts_job *job,
+                           const struct model *m, const struct env_rank *w,
+                           const struct ckpt_manifest_file *all, const int64_t *stage_of,
+                           struct plait_error *err)
+{
+    struct ckpt_manifest man = {
+        .layout = {.tp = w->tp, .pp = w->pp, .dp = w->dp, .zero = m->zero, .chunks = m->chunks}};
+    struct ckpt_layout *l = &man.layout;
+    int rc = -1;
+    l->stage_begin = calloc((size_t)w->pp, sizeof *l->stage_begin);
+    l->stage_end = calloc((size_t)w->pp, sizeof *l->stage_end);
+    if (!l->stage_begin || !l->stage_end) {
+        error_set(err, "out of memory");
+        goto out;
+    }
+    for (int r = 0; r < w->world; r++) {
+        l->stage_begin[stage_of[3 * r]] = (int)stage_of[3 * r + 1];
+        l->stage_end[stage_of[3 * r]] = (int)stage_of[3 * r + 2];
+    }
+    for (int i = 0; i < w->world * MAX_FILES; i++)
+        if (all[i].bytes >= 0 &&
+            ckpt_manifest_add(&man, all[i].name, all[i].bytes, (uint32_t)all[i].crc32c, err))
+            goto out;
+    rc = ckptdir_commit(d, job->name, job->tmp, &man, &m->cfg, err);
+out:
+    ckpt_manifest_free(&man);
+    return rc;
+}
+
 int ckpt_parts_commit(struct ckptdir *d, struct ckpt_parts_job *job, const struct model *m,
                       int keep, struct parallel *par, struct plait_error *err)
 {
@@ -167,11 +179,10 @@ int ckpt_parts_commit(struct ckptdir *d, struct ckpt_parts_job *job, const struc
     if (parallel_max_int(par, &any, err)) return -1;
     /* every rank's records to rank 0 (all to all: a few hundred bytes each) */
     size_t words = (sizeof job->mine) / (sizeof(int64_t)); /* the records as int64 words */
-    struct ckpt_file_record *all = calloc((size_t)w->world * MAX_FILES, sizeof *all);
+    struct ckpt_manifest_file *all = calloc((size_t)w->world * MAX_FILES, sizeof *all);
     /* and every rank's stage: the layers it holds go into the manifest */
     int64_t my_stage[3] = {w->pp_rank, m->shard.part.layer_begin, m->shard.part.layer_end};
     int64_t *stage_of = calloc((size_t)w->world * 3, sizeof *stage_of);
-    json_t *stages = NULL;
     int rc = -1;
     if (!all || !stage_of) {
         error_set(err, "out of memory");
@@ -186,46 +197,7 @@ int ckpt_parts_commit(struct ckptdir *d, struct ckpt_parts_job *job, const struc
         goto out;
     }
     if (w->rank == 0) {
-        stages = json_array();
-        for (int s = 0; s < w->pp; s++)
-            for (int r = 0; r < w->world; r++)
-                if (stage_of[3 * r] == s) {
-                    json_array_append_new(stages,
-                                          json_pack("[I,I]", (json_int_t)stage_of[3 * r + 1],
-                                                    (json_int_t)stage_of[3 * r + 2]));
-                    break;
-                }
-        json_t *files = json_object(),
-               *extra = json_pack("{s:{s:i,s:i,s:i,s:i}}", "layout", "tp", w->tp, "pp", w->pp, "dp",
-                                  w->dp, "zero", m->zero);
-        json_t *layout = json_object_get(extra, "layout");
-        if (m->chunks > 1) /* interleaved: which layers a stage holds */
-            json_object_set_new(layout, "virtual_stages", json_integer(m->chunks));
-        json_object_set_new(layout, "stages", stages);
-        stages = NULL;
-        json_object_set_new(layout, "tensors", ckpt_manifest_tensors(&m->cfg));
-        int *begin = calloc((size_t)w->pp, sizeof *begin),
-            *end = calloc((size_t)w->pp, sizeof *end);
-        for (int r = 0; r < w->world && begin && end; r++) {
-            begin[stage_of[3 * r]] = (int)stage_of[3 * r + 1];
-            end[stage_of[3 * r]] = (int)stage_of[3 * r + 2];
-        }
-        for (int i = 0; i < w->world * MAX_FILES; i++) {
-            if (all[i].bytes < 0) continue;
-            json_t *entry = json_pack("{s:I,s:I}", "bytes", (json_int_t)all[i].bytes, "crc32c",
-                                      (json_int_t)all[i].crc);
-            json_t *slice = begin && end
-                                ? ckpt_manifest_slice(all[i].name, &m->cfg, w->tp, w->pp, w->dp,
-                                                      m->zero, m->chunks, begin, end)
-                                : NULL;
-            if (slice) json_object_set_new(entry, "slice", slice);
-            json_object_set_new(files, all[i].name, entry);
-        }
-        free(begin);
-        free(end);
-        failed = ckptdir_commit(d, name, tmp, files, extra, &why) != 0;
-        json_decref(files);
-        json_decref(extra);
+        failed = commit_manifest(d, job, m, w, all, stage_of, &why) != 0;
         if (!failed) ckptdir_prune(d, keep);
     }
     if (parallel_max_int(par, &failed, err)) goto out;
@@ -237,7 +209,6 @@ int ckpt_parts_commit(struct ckptdir *d, struct ckpt_parts_job *job, const struc
     rc = 0;
 out:
     if (rc && w->rank == 0) ckptdir_abort(tmp);
-    json_decref(stages);
     free(stage_of);
     free(all);
     return rc;

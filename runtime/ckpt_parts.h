@@ -42,14 +42,10 @@ int ckpt_parts_save(struct ckptdir *d, const char *dir, const struct model *m,
  * commit (every rank: the records to rank 0, which writes the manifest and
  * makes the checkpoint visible, then prunes). */
 #define CKPT_PART_FILES 5 /* a rank's files at most: model, optim, grads, state, plan */
-struct ckpt_file_record { /* one file a rank wrote, as rank 0 gathers it (int64 words) */
-    char name[48];
-    int64_t bytes, crc; /* bytes < 0: no file */
-};
 struct ckpt_parts_job {
     char name[48], tmp[4096];
-    struct ckpt_file_record mine[CKPT_PART_FILES];
-    int failed; /* the write's outcome */
+    struct ckpt_manifest_file mine[CKPT_PART_FILES]; /* gathered by rank 0; bytes < 0: none */
+    int failed;                                      /* the write's outcome */
     struct plait_error why;
 };
 int ckpt_parts_begin(struct ckptdir *d, const char *dir, const struct train_state *st,

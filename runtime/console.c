@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/fsutil.h"
+#include "common/rundir.h"
 
 enum console_mode console_mode = CONSOLE_PROGRESS;
 
@@ -56,7 +57,7 @@ static ssize_t sink_write(void *cookie, const char *buf, size_t n)
 int console_start(const char *run_dir, struct plait_error *err)
 {
     char path[4096];
-    if (fs_join(path, sizeof path, run_dir, "train.log", err)) return -1;
+    if (fs_join(path, sizeof path, run_dir, RUNDIR_LOG, err)) return -1;
     con.log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (con.log_fd < 0) return error_errno(err, "%s", path);
     fflush(stdout);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/ckpt_shards.h"
+#include "common/elastic_batch.h" // defines: elastic_batch_grad_accum
 #include "common/env.h"
 #include "common/log.h"
 #include "common/plan.h"
@@ -56,19 +57,17 @@ static void usage(FILE *out)
 /* The launcher's layout written into the plan's "auto" degrees, so that the
  * run's plan.json, run.json and checkpoints record the layout that ran; and,
  * with dp "auto", the grad_accum that keeps the resumed run's global batch
- * (its newest checkpoint's) when the launcher's dp divides it: a requeue onto
- * fewer nodes goes on as if nothing happened, as plait train --ranks does
- * (launcher/elastic.c). Every rank reads the same checkpoint, so all decide
- * alike; where the dp does not divide it, the resume says that the global
- * batch changes. */
+ * (elastic_batch_grad_accum, the launchers' rule too): a requeue onto fewer
+ * nodes goes on as if nothing happened. Every rank reads the same checkpoint,
+ * so all decide alike; where the dp does not divide it, the resume says that
+ * the global batch changes. */
 static void resolve_layout(struct plan *plan, const struct env_rank *w, const char *run_dir)
 {
     struct plan_parallel *par = &plan->parallel;
     struct ckpt_batch before;
-    if (par->dp == PLAN_AUTO && ckpt_newest_batch(plan, run_dir, &before) &&
-        before.global % w->dp == 0 && before.global / w->dp != plan->batch.grad_accum &&
-        !(par->schedule == PLAN_PIPE_INTERLEAVED && before.global / w->dp % w->pp != 0)) {
-        int grad_accum = (int)(before.global / w->dp);
+    bool resumed = par->dp == PLAN_AUTO && ckpt_newest_batch(plan, run_dir, &before);
+    int grad_accum = elastic_batch_grad_accum(plan, w->dp, w->pp, resumed ? &before : NULL);
+    if (grad_accum != plan->batch.grad_accum) {
         if (w->rank == 0)
             log_info("parallel.dp auto: %d data-parallel replica%s (the run had %d); "
                      "batch.grad_accum %d (the plan says %d) keeps its global batch of %lld "
@@ -162,8 +161,10 @@ int main(int argc, char **argv)
     /* how it ended, for plait status (not when another process holds the run, nor
      * when a first start failed and left no run directory behind) */
     struct stat run_st;
+    struct run_end end;
+    runend_of(&end, code, train_stop_signal, rc < 0 ? err.text : "");
     if (where.rank == 0 && train_run_held && stat(run_dir, &run_st) == 0 &&
-        runend_write(run_dir, code, train_stop_signal, rc < 0 ? err.text : "", &err))
+        runend_write(run_dir, &end, &err))
         log_warn("%s", err.text);
     free(plan_json);
     plan_free(plan);

@@ -176,16 +176,6 @@ static int act_buffer(struct model *m, enum gpt2_act a)
     return 0;
 }
 
-/* What the kernels index with int: rows (3N of them for ce_stats) and 4·C columns. */
-static int kernel_limits(const struct gpt2_config *cfg, int B, int T, struct plait_error *err)
-{
-    if ((long long)B * T <= INT_MAX / 3 && cfg->hidden <= INT_MAX / 4) return 0;
-    return error_set(err,
-                     "batch.micro_batch %d × model.seq_len %d rows (model.hidden %d): more than "
-                     "the kernels index",
-                     B, T, cfg->hidden);
-}
-
 int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2_part *part,
                const struct group *tp, const struct ops *ops, struct ops_ctx *ctx,
                const struct model_shape *shape, struct plait_error *err)
@@ -236,7 +226,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
                                    .sequence_parallel = m->sp,
                                    .split_backward = m->split_backward,
                                    .fused_attention = ops->attention_forward_fused != NULL};
-    if (gpt2_memory(&m->shard, &ms, &m->mem, err) || kernel_limits(cfg, B, T, err)) return -1;
+    if (gpt2_memory(&m->shard, &ms, &m->mem, err)) return -1;
     m->Cl = cfg->hidden / part->tp;
     m->NHl = cfg->heads / part->tp;
     m->attention_bf16 = precision != PLAN_PRECISION_FP32 && ops->attention_bf16_takes &&

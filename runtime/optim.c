@@ -101,8 +101,8 @@ static int adamw_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, 
     size_t in = at - m->slice_at; /* index within the slice */
     double wd = gpt2_tensor_decays(t) ? a->o->weight_decay : 0.0;
     m->ops->adamw(m->ctx, m->params + at, model_copy16(m, t, off, at), a->g + in, m->adam_m + in,
-                  m->adam_v + in, k, a->lr, (float)a->o->beta1, (float)a->o->beta2,
-                  (float)a->o->eps, (float)wd, a->scale, a->t);
+                  m->adam_v + in, k, a->lr, a->o->beta1, a->o->beta2, (float)a->o->eps, (float)wd,
+                  a->scale, a->t);
     return 0;
 }
 

@@ -118,12 +118,208 @@ static int micro_done(struct run *r, const struct pipe_step *how, int k, int c, 
     return how->after_backward ? how->after_backward(how->ctx, k, err) : 0;
 }
 
-int pipeline_step(struct model *m, const struct schedule *s, int stage,
-                  const struct pipe_link *link, const struct pipe_feed *feed,
-                  const struct pipe_step *how, double *loss_sum, int *done,
-                  struct pipe_times *times, struct plait_error *err)
+/* One step of one stage: what its operations share. */
+struct stepper {
+    struct model *m;
+    const struct schedule *s;
+    int stage;
+    const struct pipe_link *link;
+    const struct pipe_feed *feed;
+    const struct pipe_step *how;
+    double *loss_sum;
+    int *done;
+    struct pipe_times *times;
+    struct run r;
+    int32_t *tokens, *targets;      /* (B·T) */
+    float *grad;                    /* the next stage's input gradient, in the model's buffer */
+    size_t NC;                      /* floats that cross a stage */
+    int backwards[64], weights[64]; /* gradient passes so far, per chunk */
+    int stop_at;                    /* the micro-batch the pipeline stops before */
+    float word;                     /* a control word */
+    bool asked;                     /* a later stage asked to stop */
+};
+
+/* Receives micro-batch k's activation for chunk c, or a stop at k (passed on
+ * down at once: no activation follows it). */
+static int op_recv_act(struct stepper *st, int k, int c, double t0, struct plait_error *err)
 {
-    int B = how->B, T = how->T;
+    const struct schedule *s = st->s;
+    const struct pipe_link *link = st->link;
+    int slot;
+    if (link->recv(link->ctx, prev_stage(s, st->stage), control_tag(s, k, c, false), &st->word, 1,
+                   err))
+        return -1;
+    if (st->word != 0) {
+        st->stop_at = k;
+        if (st->stage + 1 < s->pp &&
+            link->send(link->ctx, st->stage + 1, control_tag(s, k, c, false), &st->word, 1, true,
+                       err))
+            return -1;
+    } else if ((slot = take_slot(&st->r, k, c, err)) < 0 ||
+               link->recv(link->ctx, prev_stage(s, st->stage), tag_of(s, k, c, false),
+                          model_stage_input(st->m, slot), st->NC, err)) {
+        return -1;
+    }
+    st->times->idle_s += now_s() - t0;
+    return 0;
+}
+
+/* The first stage asks its peers whether to stop before micro-batch k enters
+ * (interleaved: only where the rest of the step is a multiple of pp
+ * micro-batches, as its schedule needs to resume it); *stopped when they
+ * agreed to, the stop sent down. */
+static int agree_stop(struct stepper *st, int k, bool *stopped, struct plait_error *err)
+{
+    const struct schedule *s = st->s;
+    int stop = st->asked;
+    *stopped = false;
+    if (st->how->agree_stop(st->how->ctx, &stop, err)) return -1;
+    if (!stop) return 0;
+    *stopped = true;
+    st->stop_at = k;
+    st->word = 1;
+    return s->pp > 1 &&
+           st->link->send(st->link->ctx, 1, control_tag(s, k, 0, false), &st->word, 1, true, err);
+}
+
+/* Micro-batch k's forward through chunk c (its tokens where it embeds or
+ * heads), its loss added where it heads. */
+static int op_forward(struct stepper *st, int k, int c, double t0, struct plait_error *err)
+{
+    const struct schedule *s = st->s;
+    const struct pipe_step *how = st->how;
+    struct model *m = st->m;
+    bool embeds = m->first && c == 0, heads = m->last && c == s->v - 1;
+    if (st->stage == 0 && c == 0 && k > 0 && how->agree_stop && k % (s->v > 1 ? s->pp : 1) == 0) {
+        bool stopped;
+        if (agree_stop(st, k, &stopped, err)) return -1;
+        if (stopped) return 0;
+        t0 = now_s(); /* its wait is its communicators' (tp, dp), not this stage's */
+    }
+    int slot = take_slot(&st->r, k, c, err);
+    if (slot < 0) return -1;
+    if (embeds || heads) {
+        if (st->feed->next(st->feed->ctx, k, st->tokens, st->targets, err)) return -1;
+        double t1 = now_s();
+        st->times->data_s += t1 - t0;
+        t0 = t1;
+    }
+    double loss = 0;
+    if (model_stage_forward(m, slot, st->tokens, st->targets, how->B, how->T, how->grad_scale,
+                            &loss, err))
+        return -1;
+    if (heads && st->loss_sum) *st->loss_sum += loss;
+    st->times->compute_s += now_s() - t0;
+    return 0;
+}
+
+/* Micro-batch k's activation to the next chunk: the same on the next stage,
+ * or c + 1 from the last stage */
+static int op_send_act(struct stepper *st, int k, int c, double t0, struct plait_error *err)
+{
+    const struct schedule *s = st->s;
+    const struct pipe_link *link = st->link;
+    int to = st->stage == s->pp - 1 ? c + 1 : c, slot = slot_of(&st->r, k, c);
+    if (slot < 0)
+        return error_set(err, "pipeline: sending micro-batch %d's activation before its forward",
+                         k);
+    st->word = 0;
+    if (link->send(link->ctx, next_stage(s, st->stage), control_tag(s, k, to, false), &st->word, 1,
+                   true, err) ||
+        link->send(link->ctx, next_stage(s, st->stage), tag_of(s, k, to, false),
+                   model_stage_output(st->m, slot), st->NC, false, err))
+        return -1;
+    st->times->send_s += now_s() - t0;
+    return 0;
+}
+
+/* The next stage's input gradient of micro-batch k, chunk c, and its wish to stop */
+static int op_recv_grad(struct stepper *st, int k, int c, double t0, struct plait_error *err)
+{
+    const struct schedule *s = st->s;
+    const struct pipe_link *link = st->link;
+    if (!st->grad)
+        return error_set(err, "pipeline: stage %d has no buffer for the gradient it receives",
+                         st->stage);
+    if (link->recv(link->ctx, next_stage(s, st->stage), control_tag(s, k, c, true), &st->word, 1,
+                   err) ||
+        link->recv(link->ctx, next_stage(s, st->stage), tag_of(s, k, c, true), st->grad, st->NC,
+                   err))
+        return -1;
+    st->asked = st->asked || st->word != 0;
+    st->times->idle_s += now_s() - t0;
+    return 0;
+}
+
+/* Micro-batch k's backward through chunk c (its input gradient alone when
+ * the schedule splits the backward). A backward's input gradient goes
+ * upstream before after_backward runs: a collective in it (ZeRO 2's tied sum
+ * with the first stage) must not hold back the gradient the first stage
+ * waits for, so a stage that sends one is done at its send. */
+static int op_backward(struct stepper *st, int k, int c, double t0, struct plait_error *err)
+{
+    const struct schedule *s = st->s;
+    const struct pipe_step *how = st->how;
+    struct model *m = st->m;
+    int slot = slot_of(&st->r, k, c);
+    if (slot < 0)
+        return error_set(err, "pipeline: backward of micro-batch %d, chunk %d before its forward",
+                         k, c);
+    bool acc = !how->overwrite_each && (how->accumulate || st->backwards[c] > 0);
+    st->backwards[c]++;
+    if (!s->split_backward) hook(m, s, st->backwards, c, how);
+    int failed = s->split_backward
+                     ? model_stage_backward_input(m, slot, st->grad, how->B, how->T, acc, err)
+                     : model_stage_backward(m, slot, st->grad, how->B, how->T, acc, err);
+    m->grads_final = NULL;
+    if (failed) return -1;
+    st->times->compute_s += now_s() - t0;
+    bool sends_grad = c * s->pp + st->stage > 0;
+    if (!s->split_backward && !sends_grad) return micro_done(&st->r, how, k, c, st->done, err);
+    return 0;
+}
+
+/* Micro-batch k's weight-gradient pass through chunk c (split backward) */
+static int op_weights(struct stepper *st, int k, int c, double t0, struct plait_error *err)
+{
+    const struct pipe_step *how = st->how;
+    int slot = slot_of(&st->r, k, c);
+    if (!st->s->split_backward || slot < 0)
+        return error_set(err, "pipeline: a weight-gradient operation for micro-batch %d %s", k,
+                         st->s->split_backward ? "before its forward" : "in a combined schedule");
+    bool acc = !how->overwrite_each && (how->accumulate || st->weights[c] > 0);
+    st->weights[c]++;
+    hook(st->m, st->s, st->weights, c, how);
+    int failed = model_stage_backward_weights(st->m, slot, how->B, how->T, acc, err);
+    st->m->grads_final = NULL;
+    if (failed) return -1;
+    st->times->compute_s += now_s() - t0;
+    return micro_done(&st->r, how, k, c, st->done, err);
+}
+
+/* Micro-batch k's input gradient to the previous chunk: the same, or c - 1
+ * on stage pp-1; its control word carries this stage's wish to stop */
+static int op_send_grad(struct stepper *st, int k, int c, double t0, struct plait_error *err)
+{
+    const struct schedule *s = st->s;
+    const struct pipe_step *how = st->how;
+    const struct pipe_link *link = st->link;
+    int to = st->stage == 0 ? c - 1 : c;
+    st->word = st->asked || (how->wants_stop && how->wants_stop(how->ctx)) ? 1 : 0;
+    if (link->send(link->ctx, prev_stage(s, st->stage), control_tag(s, k, to, true), &st->word, 1,
+                   true, err) ||
+        link->send(link->ctx, prev_stage(s, st->stage), tag_of(s, k, to, true),
+                   model_stage_input_grad(st->m), st->NC, false, err))
+        return -1;
+    st->times->send_s += now_s() - t0;
+    if (!s->split_backward) return micro_done(&st->r, how, k, c, st->done, err);
+    return 0;
+}
+
+/* Whether this model can run this schedule with how's hand-over */
+static int check_fits(const struct model *m, const struct schedule *s, int stage,
+                      const struct pipe_step *how, struct plait_error *err)
+{
     if (s->v != m->chunks || s->v > 64)
         return error_set(err,
                          "pipeline: the %s schedule runs %d model chunks a stage, the model "
@@ -145,167 +341,72 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
                          "pipeline: stage %d holds up to %d micro-batches, the model has %d "
                          "slots",
                          stage, schedule_max_in_flight(s, stage), m->n_slots);
-    size_t N = (size_t)B * T, NC = model_stage_floats(m, B, T); /* what crosses a stage */
-    struct run r = {m, s->v, malloc((size_t)s->m * (size_t)s->v * sizeof(int)),
-                    calloc((size_t)m->n_slots, 1)};
-    int32_t *tokens = malloc(N * sizeof *tokens), *targets = malloc(N * sizeof *targets);
-    /* the next stage's input gradient, received into the model's buffer */
-    float *grad = m->grad_in;
-    int rc = -1, backwards[64] = {0}, weights[64] = {0}; /* per chunk */
-    int stop_at = s->m; /* the micro-batch the pipeline stops before */
-    float word = 0;     /* a control word */
-    bool asked = false; /* a later stage asked to stop */
+    return 0;
+}
+
+static int run_op(struct stepper *st, struct sched_op op, struct plait_error *err)
+{
+    double t0 = now_s();
+    switch (op.type) {
+    case SCHED_RECV_ACT:
+        return op_recv_act(st, op.micro, op.chunk, t0, err);
+    case SCHED_F:
+        return op_forward(st, op.micro, op.chunk, t0, err);
+    case SCHED_SEND_ACT:
+        return op_send_act(st, op.micro, op.chunk, t0, err);
+    case SCHED_RECV_GRAD:
+        return op_recv_grad(st, op.micro, op.chunk, t0, err);
+    case SCHED_B:
+        return op_backward(st, op.micro, op.chunk, t0, err);
+    case SCHED_W:
+        return op_weights(st, op.micro, op.chunk, t0, err);
+    case SCHED_SEND_GRAD:
+        return op_send_grad(st, op.micro, op.chunk, t0, err);
+    }
+    return 0;
+}
+
+int pipeline_step(struct model *m, const struct schedule *s, int stage,
+                  const struct pipe_link *link, const struct pipe_feed *feed,
+                  const struct pipe_step *how, double *loss_sum, int *done,
+                  struct pipe_times *times, struct plait_error *err)
+{
+    if (check_fits(m, s, stage, how, err)) return -1;
+    size_t N = (size_t)how->B * how->T;
+    struct stepper st = {.m = m,
+                         .s = s,
+                         .stage = stage,
+                         .link = link,
+                         .feed = feed,
+                         .how = how,
+                         .loss_sum = loss_sum,
+                         .done = done,
+                         .times = times,
+                         .r = {m, s->v, malloc((size_t)s->m * (size_t)s->v * sizeof(int)),
+                               calloc((size_t)m->n_slots, 1)},
+                         .tokens = malloc(N * sizeof(int32_t)),
+                         .targets = malloc(N * sizeof(int32_t)),
+                         .grad = m->grad_in,
+                         .NC = model_stage_floats(m, how->B, how->T),
+                         .stop_at = s->m};
+    int rc = -1;
     memset(times, 0, sizeof *times);
     if (loss_sum) *loss_sum = 0;
     *done = 0;
-    if (!r.slot_of || !r.busy || !tokens || !targets) {
+    if (!st.r.slot_of || !st.r.busy || !st.tokens || !st.targets) {
         error_set(err, "out of memory");
         goto out;
     }
-    for (int k = 0; k < s->m * s->v; k++) r.slot_of[k] = -1;
-    for (int i = 0; i < s->n_ops[stage]; i++) {
-        struct sched_op op = s->ops[stage][i];
-        int k = op.micro, c = op.chunk, slot;
-        bool embeds = m->first && c == 0, heads = m->last && c == s->v - 1;
-        double t0 = now_s();
-        if (k >= stop_at) continue; /* draining */
-        /* A backward's input gradient goes upstream before after_backward runs:
-         * a collective in it (ZeRO 2's tied sum with the first stage) must not
-         * hold back the gradient the first stage waits for. */
-        bool sends_grad = c * s->pp + stage > 0;
-        switch (op.type) {
-        case SCHED_RECV_ACT:
-            if (link->recv(link->ctx, prev_stage(s, stage), control_tag(s, k, c, false), &word, 1,
-                           err))
-                goto out;
-            if (word != 0) { /* a stop at k: passed on down at once */
-                stop_at = k;
-                if (stage + 1 < s->pp &&
-                    link->send(link->ctx, stage + 1, control_tag(s, k, c, false), &word, 1, true,
-                               err))
-                    goto out;
-                times->idle_s += now_s() - t0;
-                break;
-            }
-            if ((slot = take_slot(&r, k, c, err)) < 0 ||
-                link->recv(link->ctx, prev_stage(s, stage), tag_of(s, k, c, false),
-                           model_stage_input(m, slot), NC, err))
-                goto out;
-            times->idle_s += now_s() - t0;
-            break;
-        case SCHED_F: {
-            double loss = 0;
-            /* interleaved: only where the rest of the step is a multiple of pp
-             * micro-batches, as its schedule needs to resume it */
-            if (stage == 0 && c == 0 && k > 0 && how->agree_stop &&
-                k % (s->v > 1 ? s->pp : 1) == 0) {
-                int stop = asked;
-                if (how->agree_stop(how->ctx, &stop, err)) goto out;
-                if (stop) {
-                    stop_at = k;
-                    word = 1;
-                    if (s->pp > 1 &&
-                        link->send(link->ctx, 1, control_tag(s, k, 0, false), &word, 1, true, err))
-                        goto out;
-                    break;
-                }
-                t0 = now_s(); /* its wait is its communicators' (tp, dp), not this stage's */
-            }
-            if ((slot = take_slot(&r, k, c, err)) < 0) goto out;
-            if (embeds || heads) {
-                if (feed->next(feed->ctx, k, tokens, targets, err)) goto out;
-                double t1 = now_s();
-                times->data_s += t1 - t0;
-                t0 = t1;
-            }
-            if (model_stage_forward(m, slot, tokens, targets, B, T, how->grad_scale, &loss, err))
-                goto out;
-            if (heads && loss_sum) *loss_sum += loss;
-            times->compute_s += now_s() - t0;
-            break;
-        }
-        case SCHED_SEND_ACT: /* to the next chunk: the same on the next stage, or c + 1 */
-            if (slot_of(&r, k, c) < 0) {
-                error_set(err, "pipeline: sending micro-batch %d's activation before its forward",
-                          k);
-                goto out;
-            }
-            word = 0;
-            if (link->send(link->ctx, next_stage(s, stage),
-                           control_tag(s, k, stage == s->pp - 1 ? c + 1 : c, false), &word, 1, true,
-                           err) ||
-                link->send(link->ctx, next_stage(s, stage),
-                           tag_of(s, k, stage == s->pp - 1 ? c + 1 : c, false),
-                           model_stage_output(m, slot_of(&r, k, c)), NC, false, err))
-                goto out;
-            times->send_s += now_s() - t0;
-            break;
-        case SCHED_RECV_GRAD:
-            if (!grad) {
-                error_set(err, "pipeline: stage %d has no buffer for the gradient it receives",
-                          stage);
-                goto out;
-            }
-            if (link->recv(link->ctx, next_stage(s, stage), control_tag(s, k, c, true), &word, 1,
-                           err) ||
-                link->recv(link->ctx, next_stage(s, stage), tag_of(s, k, c, true), grad, NC, err))
-                goto out;
-            asked = asked || word != 0;
-            times->idle_s += now_s() - t0;
-            break;
-        case SCHED_B: {
-            if ((slot = slot_of(&r, k, c)) < 0) {
-                error_set(err, "pipeline: backward of micro-batch %d, chunk %d before its forward",
-                          k, c);
-                goto out;
-            }
-            bool acc = !how->overwrite_each && (how->accumulate || backwards[c] > 0);
-            backwards[c]++;
-            if (!s->split_backward) hook(m, s, backwards, c, how);
-            int failed = s->split_backward
-                             ? model_stage_backward_input(m, slot, grad, B, T, acc, err)
-                             : model_stage_backward(m, slot, grad, B, T, acc, err);
-            m->grads_final = NULL;
-            if (failed) goto out;
-            times->compute_s += now_s() - t0;
-            if (!s->split_backward && !sends_grad && micro_done(&r, how, k, c, done, err)) goto out;
-            break;
-        }
-        case SCHED_W: {
-            if (!s->split_backward || (slot = slot_of(&r, k, c)) < 0) {
-                error_set(err, "pipeline: a weight-gradient operation for micro-batch %d %s", k,
-                          s->split_backward ? "before its forward" : "in a combined schedule");
-                goto out;
-            }
-            bool acc = !how->overwrite_each && (how->accumulate || weights[c] > 0);
-            weights[c]++;
-            hook(m, s, weights, c, how);
-            int failed = model_stage_backward_weights(m, slot, B, T, acc, err);
-            m->grads_final = NULL;
-            if (failed) goto out;
-            times->compute_s += now_s() - t0;
-            if (micro_done(&r, how, k, c, done, err)) goto out;
-            break;
-        }
-        case SCHED_SEND_GRAD: /* to the previous chunk: the same, or c - 1 on stage pp-1 */
-            word = asked || (how->wants_stop && how->wants_stop(how->ctx)) ? 1 : 0;
-            if (link->send(link->ctx, prev_stage(s, stage),
-                           control_tag(s, k, stage == 0 ? c - 1 : c, true), &word, 1, true, err) ||
-                link->send(link->ctx, prev_stage(s, stage),
-                           tag_of(s, k, stage == 0 ? c - 1 : c, true), model_stage_input_grad(m),
-                           NC, false, err))
-                goto out;
-            times->send_s += now_s() - t0;
-            if (!s->split_backward && micro_done(&r, how, k, c, done, err)) goto out;
-            break;
-        }
-    }
+    for (int k = 0; k < s->m * s->v; k++) st.r.slot_of[k] = -1;
+    for (int i = 0; i < s->n_ops[stage]; i++)
+        if (s->ops[stage][i].micro < st.stop_at && run_op(&st, s->ops[stage][i], err))
+            goto out; /* past stop_at: draining */
     if (link->flush && link->flush(link->ctx, err)) goto out;
     rc = 0;
 out:
-    free(r.slot_of);
-    free(r.busy);
-    free(tokens);
-    free(targets);
+    free(st.r.slot_of);
+    free(st.r.busy);
+    free(st.tokens);
+    free(st.targets);
     return rc;
 }

@@ -712,7 +712,7 @@ static void t_optimizer(struct run *r)
     out(r, "sum_squares", ss, 3);
     r->o->to_bf16(r->ctx, x16, g, n);
     out16(r, "to_bf16", x16, n);
-    r->o->adamw(r->ctx, p, p16, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
+    r->o->adamw(r->ctx, p, p16, g, m, v, n, 1e-3f, 0.9, 0.95, 1e-8f, 0.1f, 0.5f, 3);
     out(r, "p", p, n);
     out(r, "m", m, n);
     out(r, "v", v, n);

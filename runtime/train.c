@@ -4,7 +4,6 @@
  * model.c and optim.c; files in ckpt.c, metrics.c, data.c. */
 #include "runtime/train.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -23,7 +22,10 @@
 #include "common/gpu.h" // defines: gpu_flops_per_token, gpu_mfu, gpu_peak_tflops
 #include "common/layout.h"
 #include "common/log.h"
+#include "common/metrics.h"
+#include "common/rundir.h"
 #include "common/runend.h"
+#include "common/runjson.h"
 #include "common/runlock.h"
 #include "common/schedule.h"
 #include "kernels/cpu/cpu_rate.h" // defines: cpu_rate_measure, what plait check measures too
@@ -31,7 +33,6 @@
 #include "runtime/ckpt.h"
 #include "runtime/data.h"
 #include "runtime/dump.h"
-#include "runtime/metrics.h"
 #include "runtime/model.h"
 #include "runtime/optim.h"
 #include "runtime/ckpt_async.h"
@@ -86,11 +87,9 @@ struct trainer {
     struct pipe_times times; /* where the last step went */
     struct buckets buckets;  /* dp > 1: the gradients' reduction overlapping backward */
     bool bucketed;
-    bool hooked;           /* the buckets start during this call's backwards (not a dump's step) */
-    bool data_failed;      /* the last error came from reading data */
-    double timed_s;        /* wall time of the steps in m.prof */
-    char started[32];      /* run.json: when this process started the run */
-    char resumed_from[64]; /* run.json: the checkpoint it resumed from, "" when none */
+    bool hooked;      /* the buckets start during this call's backwards (not a dump's step) */
+    bool data_failed; /* the last error came from reading data */
+    double timed_s;   /* wall time of the steps in m.prof */
     double rss_before_model;    /* run.json: the resident set just before model_init, bytes */
     char *made_run_dir;         /* the outermost directory this start created for the run */
     char *made_ckpt_dir;        /* (fs_mkdir_p_made), or NULL: undone if it fails */
@@ -99,8 +98,7 @@ struct trainer {
     double ckpt_write_s;        /* run.json: the last checkpoint's write time (its files), */
     double ckpt_stall_s;        /* and how long the step paused for it */
     double last_loss, last_val; /* the final summary's (NAN until known) */
-    double modelled_tps;        /* run.json: plait check's tokens/s here (rank 0; 0: unknown) */
-    json_t *memory;             /* run.json's memory section, once known */
+    struct run_record run;      /* run.json as rank 0 last wrote it */
 };
 
 static double now_s(void)
@@ -240,57 +238,47 @@ static double measured_tokens_per_s(const struct trainer *t)
            t->m.prof.steps / t->timed_s;
 }
 
-/* run.json, rewritten whole each time: the run as it started; once this
- * process has taken a step, memory (t->memory); and plait check's modelled
- * tokens/s beside the measured (null until a timed step). */
-static int write_run_json(struct trainer *t, struct plait_error *err)
+/* The machine this rank runs on, for run.json. */
+static void machine_of(const struct trainer *t, struct run_machine *m)
 {
-    json_t *memory = t->memory ? json_incref(t->memory) : NULL;
-    double measured = measured_tokens_per_s(t);
-    char host[256] = "?", cpu[256] = "?";
-    gethostname(host, sizeof host - 1);
+    memset(m, 0, sizeof *m);
+    snprintf(m->hostname, sizeof m->hostname, "?");
+    snprintf(m->cpu, sizeof m->cpu, "?");
+    gethostname(m->hostname, sizeof m->hostname - 1);
     FILE *f = fopen("/proc/cpuinfo", "r");
     char line[512];
     while (f && fgets(line, sizeof line, f)) {
         char *colon = strchr(line, ':');
         if (strncmp(line, "model name", 10) == 0 && colon) {
-            snprintf(cpu, sizeof cpu, "%s", colon + 2);
-            cpu[strcspn(cpu, "\n")] = '\0';
+            snprintf(m->cpu, sizeof m->cpu, "%s", colon + 2);
+            m->cpu[strcspn(m->cpu, "\n")] = '\0';
             break;
         }
     }
     if (f) fclose(f);
-    json_error_t jerr;
-    json_t *plan = json_loads(t->plan_json, 0, &jerr);
-    json_t *run = json_pack("{s:s,s:s,s:o*,s:s?,s:o,s:I,s:{s:s,s:s,s:i,s:i,s:s,s:f,s:s?},s:o*}",
-                            "version", PLAIT_VERSION, "started", t->started, "plan", plan,
-                            "resumed_from", *t->resumed_from ? t->resumed_from : NULL, "parameters",
-                            json_integer((json_int_t)t->m.shard.total), "activation_bytes",
-                            (json_int_t)t->m.allocated.activations, "machine", "hostname", host,
-                            "cpu", cpu, "cores", (int)sysconf(_SC_NPROCESSORS_ONLN), "threads",
-                            omp_get_max_threads(), "backend", t->m.ops->name, "peak_gflops",
-                            t->peak_gflops, "bf16_emulation", bf16_emulation(t), "memory", memory);
-    if (run)
-        json_object_set_new(
-            run, "throughput",
-            json_pack("{s:o,s:o}", "modelled_tokens_per_s",
-                      t->modelled_tps > 0 ? json_real(t->modelled_tps) : json_null(),
-                      "measured_tokens_per_s", measured > 0 ? json_real(measured) : json_null()));
-    if (run && t->ckpt_write_s > 0) /* what a preemption's grace time must allow for */
-        json_object_set_new(run, "checkpoint",
-                            json_pack("{s:b,s:f,s:f}", "async", t->plan->checkpoint.async,
-                                      "last_write_s", t->ckpt_write_s, "last_stall_s",
-                                      t->ckpt_stall_s));
-    char *text = run ? json_dumps(run, JSON_INDENT(2)) : NULL;
-    json_decref(run);
-    if (!text) return error_set(err, "out of memory");
-    char path[4096];
-    int rc = fs_join(path, sizeof path, t->run_dir, "run.json", err) ||
-                     fs_write_atomic(path, text, strlen(text), err)
-                 ? -1
-                 : 0;
-    free(text);
-    return rc;
+    m->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    m->threads = omp_get_max_threads();
+    snprintf(m->backend, sizeof m->backend, "%s", t->m.ops->name);
+    m->peak_gflops = t->peak_gflops;
+    const char *emulation = bf16_emulation(t);
+    snprintf(m->bf16_emulation, sizeof m->bf16_emulation, "%s", emulation ? emulation : "");
+}
+
+/* run.json, rewritten whole each time: the run as it started; once this
+ * process has taken a step, memory (memory_report); and plait check's modelled
+ * tokens/s beside the measured (null until a timed step). */
+static int write_run_json(struct trainer *t, struct plait_error *err)
+{
+    struct run_record *r = &t->run;
+    machine_of(t, &r->machine);
+    r->parameters = (int64_t)t->m.shard.total;
+    r->activation_bytes = (int64_t)t->m.allocated.activations;
+    r->measured_tokens_per_s = measured_tokens_per_s(t);
+    r->has_checkpoint = t->ckpt_write_s > 0;
+    r->checkpoint_async = t->plan->checkpoint.async;
+    r->checkpoint_write_s = t->ckpt_write_s;
+    r->checkpoint_stall_s = t->ckpt_stall_s;
+    return runjson_write(t->run_dir, r, err);
 }
 
 /* A size line of /proc/self/status ("VmHWM" the peak resident set, "VmRSS"
@@ -306,14 +294,6 @@ static double proc_status_bytes(const char *field)
             break;
     if (f) fclose(f);
     return kb * 1024;
-}
-
-static json_t *bytes_json(uint64_t params, uint64_t grads, uint64_t optimizer, uint64_t activations)
-{
-    return json_pack("{s:I,s:I,s:I,s:I,s:I}", "params", (json_int_t)params, "grads",
-                     (json_int_t)grads, "optimizer", (json_int_t)optimizer, "activations",
-                     (json_int_t)activations, "total",
-                     (json_int_t)(params + grads + optimizer + activations));
 }
 
 /* Every rank's device memory into run.json, after this process's first step
@@ -345,7 +325,11 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
         free(all);
         return 0;
     }
-    json_t *ranks = json_array();
+    struct run_rank_memory *ranks = calloc((size_t)n, sizeof *ranks);
+    if (!ranks) {
+        free(all);
+        return error_set(err, "out of memory");
+    }
     struct cost_layout l = {w->tp, w->pp, w->dp};
     bool on_cpu = strcmp(t->m.ops->name, "cpu") == 0;
     /* the plan with the device it ran on (a GPU's attention keeps no probabilities) */
@@ -355,21 +339,24 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
         const double *v = all + (size_t)r * K;
         struct cost_memory c;
         cost_memory_stage(&as_run, l, (int)v[1], &c);
-        json_t *predicted = bytes_json(c.params, c.grads, c.optimizer, c.activations);
+        ranks[r] = (struct run_rank_memory){
+            .rank = r,
+            .tp = (int)v[0],
+            .pp = (int)v[1],
+            .dp = (int)v[2],
+            .predicted = {(int64_t)c.params, (int64_t)c.grads, (int64_t)c.optimizer,
+                          (int64_t)c.activations, -1},
+            .allocated = {(int64_t)v[3], (int64_t)v[4], (int64_t)v[5], (int64_t)v[6], -1},
+            .rss_peak_bytes = (int64_t)v[7],
+            .rss_before_model_bytes = (int64_t)v[8]};
         if (on_cpu && n > 1) /* host memory beside the model's: the socket backend's rings */
-            json_object_set_new(
-                predicted, "comm_rings",
-                json_integer((json_int_t)cost_comm_ring_bytes(t->plan, l, (int)v[1])));
-        json_array_append_new(
-            ranks,
-            json_pack("{s:i,s:i,s:i,s:i,s:o,s:o,s:I,s:I}", "rank", r, "tp", (int)v[0], "pp",
-                      (int)v[1], "dp", (int)v[2], "predicted", predicted, "allocated",
-                      bytes_json((uint64_t)v[3], (uint64_t)v[4], (uint64_t)v[5], (uint64_t)v[6]),
-                      "rss_peak_bytes", (json_int_t)v[7], "rss_before_model_bytes",
-                      (json_int_t)v[8]));
+            ranks[r].predicted.comm_rings = (int64_t)cost_comm_ring_bytes(t->plan, l, (int)v[1]);
     }
     free(all);
-    t->memory = json_pack("{s:i,s:o}", "after_step", step, "ranks", ranks);
+    free(t->run.ranks);
+    t->run.ranks = ranks;
+    t->run.n_ranks = n;
+    t->run.memory_after_step = step;
     return write_run_json(t, err);
 }
 
@@ -532,15 +519,19 @@ static int agree(struct trainer *t, int failed, const struct plait_error *why, c
     "run's checkpoints and metrics), or train into another directory (--out)"
 
 /* Whether the run directory holds something a different plan would lose:
- * metrics records or checkpoints. */
-static bool run_has_history(struct trainer *t)
+ * metrics records or checkpoints (own: only those under the run directory,
+ * not a checkpoint.dir elsewhere, whose checkpoints say their own plan). */
+static bool run_has_history(struct trainer *t, bool own)
 {
     char path[4096];
     struct stat st;
     struct plait_error err;
-    if (!fs_join(path, sizeof path, t->run_dir, "metrics.jsonl", &err) && stat(path, &st) == 0 &&
+    if (!fs_join(path, sizeof path, t->run_dir, RUNDIR_METRICS, &err) && stat(path, &st) == 0 &&
         st.st_size > 0)
         return true;
+    size_t len = strlen(t->run_dir);
+    if (own && (strncmp(t->ckpt_dir, t->run_dir, len) != 0 || t->ckpt_dir[len] != '/'))
+        return false;
     struct ckpt_entry *list;
     int n = 0;
     if (ckptdir_list(&t->ckpts, &list, &n, &err) == 0) free(list);
@@ -548,14 +539,21 @@ static bool run_has_history(struct trainer *t)
 }
 
 /* The run directory belongs to the plan that started it (its plan.json): a
- * different plan may not take it over while it holds history. */
+ * different plan may not take it over while it holds history, nor any plan
+ * when its plan.json is gone (nothing says which plan made the history). */
 static int check_run_plan(struct trainer *t, struct plait_error *err)
 {
     char path[4096];
     struct stat st;
-    if (fs_join(path, sizeof path, t->run_dir, "plan.json", err)) return -1;
-    if (stat(path, &st) != 0 || !run_has_history(t)) return 0;
-    struct plan *before = plan_load(path, NULL, 0, err);
+    if (fs_join(path, sizeof path, t->run_dir, RUNDIR_PLAN, err)) return -1;
+    if (stat(path, &st) != 0 && run_has_history(t, true))
+        return error_set(err,
+                         "%s holds a run's history (metrics or checkpoints) but no %s, so "
+                         "nothing says which plan made it; put its plan back (every checkpoint "
+                         "keeps a copy: %s/<checkpoint>/%s), or " START_FRESH,
+                         t->run_dir, RUNDIR_PLAN, t->ckpt_dir, RUNDIR_PLAN);
+    if (stat(path, &st) != 0 || !run_has_history(t, false)) return 0;
+    struct plan *before = rundir_plan_load(t->run_dir, err);
     char notes[1024];
     struct plait_error why;
     int rc = before ? plan_resumable(before, t->plan, notes, sizeof notes, &why) : -1;
@@ -572,7 +570,7 @@ static int start_fresh(struct trainer *t, struct plait_error *err)
 {
     int n = ckptdir_remove_all(&t->ckpts, err);
     if (n < 0) return error_prefix(err, "--fresh: ");
-    static const char *const files[] = {"metrics.jsonl", "plan.json", "run.json", "train.log"};
+    static const char *const files[] = {RUNDIR_METRICS, RUNDIR_PLAN, RUNDIR_RUN, RUNDIR_LOG};
     char path[4096];
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         if (fs_join(path, sizeof path, t->run_dir, files[i], err)) return -1;
@@ -588,21 +586,15 @@ static int start_fresh(struct trainer *t, struct plait_error *err)
  * directory's plan could name the same one. */
 static int checkpoint_path(struct trainer *t, struct plait_error *err)
 {
-    return ckpt_dir_of_run(t->plan, t->run_dir, t->ckpt_dir, sizeof t->ckpt_dir, err);
+    return rundir_checkpoint_dir(t->plan, t->run_dir, t->ckpt_dir, sizeof t->ckpt_dir, err);
 }
 
 static int open_checkpoints(struct trainer *t, struct plait_error *err)
 {
-    struct stat run_st, ckpt_st;
     if (fs_mkdir_p_made(t->ckpt_dir, &t->made_ckpt_dir, err))
         return error_prefix(err, "checkpoint.dir: ");
-    if (stat(t->run_dir, &run_st) != 0 || stat(t->ckpt_dir, &ckpt_st) != 0)
-        return error_errno(err, "checkpoint.dir: %s", t->ckpt_dir);
     /* locked even inside the run directory: another run may name it as its own */
-    bool same = run_st.st_dev == ckpt_st.st_dev && run_st.st_ino == ckpt_st.st_ino;
-    if (!same && runlock_acquire(&t->ckpt_lock, t->ckpt_dir, "checkpoint directory", err))
-        return -1;
-    if (ckptdir_open(&t->ckpts, t->ckpt_dir, err)) return -1;
+    if (ckptdir_open_locked(&t->ckpts, &t->ckpt_lock, t->ckpt_dir, t->run_dir, err)) return -1;
     t->ckpts_open = true;
     return 0;
 }
@@ -626,6 +618,23 @@ static int open_run(struct trainer *t, struct plait_error *err)
     if (console_start(t->run_dir, &why))
         log_warn("the console is not kept in the run directory: %s", why.text);
     return 0;
+}
+
+/* Rank 0's files of the run as it starts: plan.json, metrics.jsonl (cut back
+ * to the state's step) and run.json; resumed_from: the checkpoint, "" none. */
+static int start_run_files(struct trainer *t, const char *resumed_from, struct plait_error *err)
+{
+    if (rundir_plan_write(t->run_dir, t->plan_json, err)) return -1;
+    if (metrics_open(&t->metrics, t->run_dir, t->st.step, err)) return -1;
+    if (console_mode == CONSOLE_JSON) t->metrics.echo = stdout; /* plait train --json */
+    struct run_record *run = &t->run;
+    snprintf(run->version, sizeof run->version, "%s", PLAIT_VERSION);
+    time_t now = time(NULL);
+    strftime(run->started, sizeof run->started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    snprintf(run->resumed_from, sizeof run->resumed_from, "%s", resumed_from);
+    if (!(run->plan_json = strdup(t->plan_json))) return error_set(err, "out of memory");
+    run->modelled_tokens_per_s = modelled_tokens_per_s(t);
+    return write_run_json(t, err);
 }
 
 static int setup(struct trainer *t, struct plait_error *err)
@@ -748,24 +757,12 @@ static int setup(struct trainer *t, struct plait_error *err)
         t->slow_read_s = slow_ms / 1e3;
     t->peak_gflops = measure_peak_gflops(&t->m);
     t->gpu_peak_tflops = gpu_peak_of_rank(&t->m, w->device, p->precision);
-    if (!rank0) return 0;
-    char plan_path[4096];
-    if (fs_join(plan_path, sizeof plan_path, t->run_dir, "plan.json", err) ||
-        fs_write_atomic(plan_path, t->plan_json, strlen(t->plan_json), err))
-        return -1;
-    if (metrics_open(&t->metrics, t->run_dir, t->st.step, err)) return -1;
-    if (console_mode == CONSOLE_JSON) t->metrics.echo = stdout; /* plait train --json */
-    time_t now = time(NULL);
-    strftime(t->started, sizeof t->started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    if (loaded) snprintf(t->resumed_from, sizeof t->resumed_from, "%s", name);
-    t->modelled_tps = modelled_tokens_per_s(t);
-    return write_run_json(t, err);
+    return rank0 ? start_run_files(t, loaded ? name : "", err) : 0;
 }
 
 static void teardown(struct trainer *t)
 {
-    json_decref(t->memory);
-    t->memory = NULL;
+    runjson_free(&t->run);
     ckpt_async_free(&t->async); /* after a failure: its writer joined, nothing committed */
     if (t->bucketed) buckets_free(&t->buckets);
     if (t->sched_ready) schedule_free(&t->sched);
@@ -937,7 +934,8 @@ static int evaluate_batches(struct trainer *t, struct plait_error *err)
         printf("eval  step %d | val loss %.4f\n", t->st.step, val);
         fflush(stdout);
     }
-    return metrics_eval(&t->metrics, t->st.step, val, (int64_t)p->data.val_batches * B * T, err);
+    struct eval_metrics e = {t->st.step, val, (int64_t)p->data.val_batches * B * T, 0};
+    return metrics_eval(&t->metrics, &e, err);
 }
 
 /* PLAIT_DUMP_STEP1, once step 1's micro-batches are done and before its
@@ -1357,12 +1355,12 @@ static int print_sample(struct trainer *t, const char *when, struct plait_error 
  * by rmdir: anything else there keeps them). After teardown (the locks). */
 static void undo_failed_start(struct trainer *t, bool history)
 {
-    static const char *const files[] = {".lock", "plan.json", "run.json", "metrics.jsonl",
-                                        "train.log"};
+    static const char *const files[] = {RUNDIR_LOCK, RUNDIR_PLAN, RUNDIR_RUN, RUNDIR_METRICS,
+                                        RUNDIR_LOG};
     char path[4096];
     struct plait_error ignored;
     if (!history && t->made_ckpt_dir &&
-        !fs_join(path, sizeof path, t->ckpt_dir, ".lock", &ignored)) {
+        !fs_join(path, sizeof path, t->ckpt_dir, RUNDIR_LOCK, &ignored)) {
         unlink(path);
         fs_rmdir_up(t->ckpt_dir, t->made_ckpt_dir);
     }
@@ -1437,7 +1435,7 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
     }
 out:
     if (rc < 0 && t.par_ready) parallel_abort(&t.par, err->text);
-    bool history = rc >= 0 || (t.ckpts_open && run_has_history(&t));
+    bool history = rc >= 0 || (t.ckpts_open && run_has_history(&t, false));
     teardown(&t);
     undo_failed_start(&t, history);
     return rc;

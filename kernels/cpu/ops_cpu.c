@@ -352,14 +352,14 @@ static void cpu_quantize_fp8(struct ops_ctx *ctx, uint8_t *q, float *scales, con
  * One pass over the tensors; with p16 the bf16 copy is written in it too. */
 CPU_CLONES static void adamw_loop(float *p, uint16_t *p16, const float *g, float *m, float *v,
                                   size_t n, float decay, float step_size, float bc2_sqrt,
-                                  float beta1, float beta2, float eps, float grad_scale,
-                                  bool with16)
+                                  const float beta[4], float eps, float grad_scale, bool with16)
 {
+    float beta1 = beta[0], one_minus_beta1 = beta[1], beta2 = beta[2], one_minus_beta2 = beta[3];
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float gi = g[i] * grad_scale;
-        float mi = m[i] * beta1 + gi * (1.0f - beta1);
-        float vi = v[i] * beta2 + (1.0f - beta2) * gi * gi;
+        float mi = m[i] * beta1 + gi * one_minus_beta1;
+        float vi = v[i] * beta2 + one_minus_beta2 * gi * gi;
         float denom = sqrtf(vi) / bc2_sqrt + eps;
         float pi = p[i] * decay - step_size * (mi / denom);
         m[i] = mi;
@@ -370,19 +370,18 @@ CPU_CLONES static void adamw_loop(float *p, uint16_t *p16, const float *g, float
 }
 
 static void cpu_adamw(struct ops_ctx *ctx, float *p, uint16_t *p16, const float *g, float *m,
-                      float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                      float *v, size_t n, float lr, double beta1, double beta2, float eps,
                       float weight_decay, float grad_scale, int step)
 {
     (void)ctx;
     float decay = 1.0f - lr * weight_decay;
     float step_size = (float)(lr / (1.0 - pow(beta1, step)));
     float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, step));
+    const float beta[4] = {(float)beta1, (float)(1.0 - beta1), (float)beta2, (float)(1.0 - beta2)};
     if (p16)
-        adamw_loop(p, p16, g, m, v, n, decay, step_size, bc2_sqrt, beta1, beta2, eps, grad_scale,
-                   true);
+        adamw_loop(p, p16, g, m, v, n, decay, step_size, bc2_sqrt, beta, eps, grad_scale, true);
     else
-        adamw_loop(p, NULL, g, m, v, n, decay, step_size, bc2_sqrt, beta1, beta2, eps, grad_scale,
-                   false);
+        adamw_loop(p, NULL, g, m, v, n, decay, step_size, bc2_sqrt, beta, eps, grad_scale, false);
 }
 
 /* ---- the table --------------------------------------------------------------- */

@@ -233,7 +233,7 @@ void cu_classifier_finish(struct ops_ctx *ctx, float *logits, float *losses, con
 void cu_sum_squares(struct ops_ctx *ctx, double *sums, const float *const *x, const size_t *n,
                     int count);
 void cu_adamw(struct ops_ctx *ctx, float *p, uint16_t *p16, const float *g, float *m, float *v,
-              size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+              size_t n, float lr, double beta1, double beta2, float eps, float weight_decay,
               float grad_scale, int step);
 
 #endif

@@ -13,15 +13,15 @@ enum { THREADS = 256, SUM_BLOCKS = 1024 };
  * not contract either): the same bits as kernels/cpu, so the bf16 copy rounds
  * the same way and a GPU checkpoint continues on the CPU as it would here. */
 __global__ void adamw_kernel(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n,
-                             float decay, float step_size, float bc2_sqrt, float beta1, float beta2,
-                             float eps, float grad_scale)
+                             float decay, float step_size, float bc2_sqrt, float beta1,
+                             float one_minus_beta1, float beta2, float one_minus_beta2, float eps,
+                             float grad_scale)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float gi = __fmul_rn(g[i], grad_scale);
-    float mi = __fadd_rn(__fmul_rn(m[i], beta1), __fmul_rn(gi, __fsub_rn(1.0f, beta1)));
-    float vi =
-        __fadd_rn(__fmul_rn(v[i], beta2), __fmul_rn(__fmul_rn(__fsub_rn(1.0f, beta2), gi), gi));
+    float mi = __fadd_rn(__fmul_rn(m[i], beta1), __fmul_rn(gi, one_minus_beta1));
+    float vi = __fadd_rn(__fmul_rn(v[i], beta2), __fmul_rn(__fmul_rn(one_minus_beta2, gi), gi));
     float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
     float pi = __fsub_rn(__fmul_rn(p[i], decay), __fmul_rn(step_size, __fdiv_rn(mi, denom)));
     m[i] = mi;
@@ -31,7 +31,7 @@ __global__ void adamw_kernel(float *p, uint16_t *p16, const float *g, float *m, 
 }
 
 void cu_adamw(struct ops_ctx *ctx, float *p, uint16_t *p16, const float *g, float *m, float *v,
-              size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+              size_t n, float lr, double beta1, double beta2, float eps, float weight_decay,
               float grad_scale, int step)
 {
     if (!n) return;
@@ -40,7 +40,8 @@ void cu_adamw(struct ops_ctx *ctx, float *p, uint16_t *p16, const float *g, floa
     float step_size = (float)(lr / (1.0 - pow(beta1, step)));
     float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, step));
     adamw_kernel<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(
-        p, p16, g, m, v, n, decay, step_size, bc2_sqrt, beta1, beta2, eps, grad_scale);
+        p, p16, g, m, v, n, decay, step_size, bc2_sqrt, (float)beta1, (float)(1.0 - beta1),
+        (float)beta2, (float)(1.0 - beta2), eps, grad_scale);
     (void)LAUNCH_OK(ctx);
 }
 

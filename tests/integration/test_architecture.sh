@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
-# docs/ARCHITECTURE.md stays true: every function its decision table names is
-# defined in the file the table names (a definition: the name and its
-# parameter list at the start of a line, after its return type), and every
-# file and folder the page names in backquotes exists.
+# docs/ARCHITECTURE.md stays true: every function its decision table names (one
+# or several to a row, separated by commas) is defined in the file the table
+# names (a definition: the name and its parameter list at the start of a line,
+# after its return type), and every file and folder the page names in
+# backquotes exists.
 source "$(dirname "$0")/lib.sh"
 DOC=$ROOT/docs/ARCHITECTURE.md
 
 test_decision_table_names_functions_that_exist() {
-    local rows=0 bad=0 fn file
-    while IFS='|' read -r _ _ fn file _; do
-        fn=$(sed 's/[` ]//g' <<<"$fn")
+    local rows=0 bad=0 fns fn file
+    while IFS='|' read -r _ _ fns file _; do
+        fns=$(sed 's/[` ]//g' <<<"$fns")
         file=$(sed 's/ //g' <<<"$file")
-        [ -n "$fn" ] && [ "$fn" != function ] && [[ "$fn" != -* ]] || continue
+        [ -n "$fns" ] && [ "$fns" != function ] && [[ "$fns" != -* ]] || continue
         rows=$((rows + 1))
-        if [ ! -f "$ROOT/$file" ]; then
-            echo "$fn: no file $file"
-            bad=1
-        elif ! grep -Eq "^[A-Za-z_].*[ *]$fn\(" "$ROOT/$file"; then
-            echo "$fn is not defined in $file"
-            bad=1
-        fi
+        for fn in ${fns//,/ }; do
+            if [ ! -f "$ROOT/$file" ]; then
+                echo "$fn: no file $file"
+                bad=1
+            elif ! grep -Eq "^[A-Za-z_].*[ *]$fn\(" "$ROOT/$file"; then
+                echo "$fn is not defined in $file"
+                bad=1
+            fi
+        done
     done < <(sed -n '/^## Decisions/,/^Known/p' "$DOC" | grep '^| ')
     [ "$rows" -ge 10 ] || { echo "only $rows rows read from the table"; return 1; }
     return $bad

@@ -155,6 +155,26 @@ test_install_and_uninstall() {
     [ ! -e "$dest/usr/share/plait" ] && [ ! -e "$dest/usr/share/doc/plait" ] || { find "$dest"; return 1; }
 }
 
+# An output that is an input is refused before anything is read or written:
+# the text, the shard made from it, and --val each their own file (through a
+# second name of the same file too); the files stay as they were.
+test_data_prepare_refuses_outputs_that_are_inputs() {
+    printf 'to be or not to be, that is the question\n' >"$WORK/in.txt"
+    ln "$WORK/in.txt" "$WORK/in_link.txt"
+    local before
+    before=$(sha256sum "$WORK/in.txt")
+    expect_error "$WORK/d1.log" 2 "in.txt is the text it would be made from" \
+        "$PLAIT" data prepare "$WORK/in.txt" "$WORK/in.txt" || return 1
+    expect_error "$WORK/d2.log" 2 "in_link.txt is the text it would be made from" \
+        "$PLAIT" data prepare "$WORK/in.txt" "$WORK/in_link.txt" || return 1
+    expect_error "$WORK/d3.log" 2 "--val $WORK/./out.bin is the training shard" \
+        "$PLAIT" data prepare "$WORK/in.txt" "$WORK/out.bin" --val "$WORK/./out.bin" || return 1
+    expect_error "$WORK/d4.log" 2 "--val $WORK/in.txt is the text" \
+        "$PLAIT" data prepare "$WORK/in.txt" "$WORK/out.bin" --val "$WORK/in.txt" || return 1
+    [ "$(sha256sum "$WORK/in.txt")" = "$before" ] && [ ! -e "$WORK/out.bin" ] ||
+        { echo "a file changed"; return 1; }
+}
+
 check help_everywhere test_help_everywhere
 check version_everywhere test_version_everywhere
 check unknown_and_malformed_options test_unknown_and_malformed_options
@@ -162,4 +182,5 @@ check singular_counts test_singular_counts
 check failed_first_start_leaves_nothing test_failed_first_start_leaves_nothing
 check man_page_and_completion_follow_the_help test_man_page_and_completion_follow_the_help
 check install_and_uninstall test_install_and_uninstall
+check data_prepare_refuses_outputs_that_are_inputs test_data_prepare_refuses_outputs_that_are_inputs
 finish

@@ -79,7 +79,22 @@ test_a_fixed_dp_that_does_not_fit_is_refused() {
         "$PLAIT" train "$WORK/plan.json" --out "$WORK/fixed" "${COMMON[@]}" --set parallel.dp=4 --ranks 6
 }
 
+# "auto" tp and pp with --ranks: the cost model chooses, as plait check and the
+# other launchers do (layout_choose), says so, and the run's plan records it;
+# sequence parallelism takes a tp above 1 (the tiny model's 2 heads: tp 2).
+test_auto_tp_and_pp_are_the_cost_models_choice() {
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/auto" --set data.val=null --set data.val_every=0 \
+        --set parallel.tp=auto --set parallel.pp=auto --set parallel.dp=auto \
+        --set parallel.sequence_parallel=true --set steps=3 --ranks 2 >"$WORK/auto.log" 2>&1 ||
+        { cat "$WORK/auto.log"; return 1; }
+    grep -q "parallel: tp 2 × pp 1 × dp 1 on this machine's 2 ranks (the cost model's choice" \
+        "$WORK/auto.log" || { cat "$WORK/auto.log"; return 1; }
+    "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1]))["parallel"]
+assert (p["tp"], p["pp"], p["dp"]) == (2, 1, 1), p' "$WORK/auto/plan.json"
+}
+
 check eight_ranks_lose_two_and_go_on_at_dp_2 test_eight_ranks_lose_two_and_go_on_at_dp_2
+check auto_tp_and_pp_are_the_cost_models_choice test_auto_tp_and_pp_are_the_cost_models_choice
 check a_fixed_dp_that_does_not_fit_is_refused test_a_fixed_dp_that_does_not_fit_is_refused
 check the_runtime_keeps_the_global_batch_when_dp_auto_shrinks \
     test_the_runtime_keeps_the_global_batch_when_dp_auto_shrinks

@@ -68,11 +68,11 @@ for case in "${cases[@]}"; do
     check "golden_${case#tests/k8s/}" run_case "$case"
 done
 
-# What the pods get is what plait launch reads (launcher/k8s_env.h), in every
+# What the pods get is what plait launch reads (launcher/k8s/k8s_env.h), in every
 # golden workload: the env names, the plan mount, the secret, and the gang's
 # invariants (one rank per GPU, requests = limits, 75 ignored, 1 and 2 fatal).
 test_pods_get_the_launch_contract() {
-    "$PY" - "$ROOT/launcher/k8s_env.h" "$WORK"/out/*.yaml <<'PYEOF'
+    "$PY" - "$ROOT/launcher/k8s/k8s_env.h" "$WORK"/out/*.yaml <<'PYEOF'
 import re, sys, yaml
 header = open(sys.argv[1]).read()
 names = dict(re.findall(r'#define (K8S_\w+) "([^"]+)"', header))
@@ -273,6 +273,17 @@ test_secrets_are_fresh() {
     [[ $a =~ \"[0-9a-f]{64}\" ]] && [ "$a" != "$b" ] || { echo "secrets: $a / $b"; return 1; }
 }
 check store_secrets_are_fresh_each_render test_secrets_are_fresh
+
+# The test hook that fixes the secret (for the goldens) never changes a
+# render unseen: render says so on stderr, every time it is set.
+test_the_fixed_secret_hook_is_said() {
+    "$PLAIT" "${RENDER[@]}" >/dev/null 2>"$WORK/hook.txt" || { cat "$WORK/hook.txt"; return 1; }
+    grep -q "PLAIT_K8S_TEST_STORE_SECRET is set: the manifests carry its fixed store secret" \
+        "$WORK/hook.txt" || { cat "$WORK/hook.txt"; return 1; }
+    env -u PLAIT_K8S_TEST_STORE_SECRET "$PLAIT" "${RENDER[@]}" >/dev/null 2>"$WORK/nohook.txt"
+    ! grep -q "PLAIT_K8S_TEST_STORE_SECRET" "$WORK/nohook.txt" || { cat "$WORK/nohook.txt"; return 1; }
+}
+check the_fixed_secret_hook_is_said test_the_fixed_secret_hook_is_said
 
 # terminationGracePeriodSeconds: a micro-batch + a checkpoint write (twice with
 # checkpoint.async: one in the background is finished first) + 30 s; or the

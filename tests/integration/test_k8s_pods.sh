@@ -44,7 +44,7 @@ trap cleanup EXIT
 # What each pod runs and with what environment: read out of the manifests `plait k8s render`
 # writes (the rendered YAML itself: the JobSet's pod template, its Secret and ConfigMap) when
 # this build has that command ($PLAIT_RENDER may name another plait that has it), else written
-# here from launcher/k8s_env.h. Kubernetes' part is played here: JOB_COMPLETION_INDEX, the
+# here from launcher/k8s/k8s_env.h. Kubernetes' part is played here: JOB_COMPLETION_INDEX, the
 # downward API's restart attempt ($ATTEMPT), the Secret's key, and the volumes, whose mount
 # paths become files of the test (the ConfigMap's plan.json, the run directory).
 # ------------------------------------------------------------------------------------------
@@ -266,13 +266,23 @@ test_two_pods_rendezvous_and_train_like_plait_train() {
     publish 0
     # a pod of another job (another Secret) that claims to be pod 1
     start_pod 2 "$WORK/intruder.log" 2 2 "$run" JOB_COMPLETION_INDEX=1 \
-        PLAIT_STORE_SECRET=0123456789abcdef
+        PLAIT_STORE_SECRET=fedcba9876543210fedcba9876543210
     want_exit 2 1 "$WORK/intruder.log" \
         "pod 1 \($(pod_dns 1)\): pod 0's store at $(pod_dns 0):$PORT refused this pod: its PLAIT_STORE_SECRET is not the job's" ||
         return 1
     want_exit 0 0 "$WORK/pod0.log" && want_exit 1 0 "$WORK/pod1.log" || return 1
     grep -q "the gang of 2 pods is complete" "$WORK/pod1.log" || { cat "$WORK/pod1.log"; return 1; }
     metrics_equal "$WORK/ref/metrics.jsonl" "$run/metrics.jsonl"
+}
+
+# The examples' placeholder Secret (all zeros) is no job's secret: the pod
+# refuses it before it hosts or joins anything, naming the variable.
+test_a_placeholder_secret_is_refused() {
+    hosts 0 && publish 0
+    start_pod 0 "$WORK/zeros.log" 2 2 "$WORK/zeros" \
+        PLAIT_STORE_SECRET=0000000000000000000000000000000000000000000000000000000000000000
+    want_exit 0 1 "$WORK/zeros.log" \
+        "pod 0 \($(pod_dns 0)\): PLAIT_STORE_SECRET is not a job's secret: it has fewer than 8 distinct characters"
 }
 
 # Three pods of 2 ranks, pod 1 never comes: pods 0 and 2 exit 76 at the deadline naming it; and with pod
@@ -384,6 +394,7 @@ test_a_dead_rank_ends_every_pod_with_76() {
 }
 
 check test_two_pods_rendezvous_and_train_like_plait_train pods_test test_two_pods_rendezvous_and_train_like_plait_train
+check test_a_placeholder_secret_is_refused pods_test test_a_placeholder_secret_is_refused
 check test_missing_pod_makes_every_other_exit_76_naming_it pods_test test_missing_pod_makes_every_other_exit_76_naming_it
 check test_killed_pod_ends_the_gang_and_a_restart_resumes pods_test test_killed_pod_ends_the_gang_and_a_restart_resumes
 check test_a_dead_rank_ends_every_pod_with_76 pods_test test_a_dead_rank_ends_every_pod_with_76

@@ -199,6 +199,37 @@ test_status_of_a_failed_run_says_why() {
     [ "$(wc -l <"$run.json")" -eq 2 ] || { cat "$run.json"; return 1; }
 }
 
+# A run directory is untrusted input: a hand-made end.json whose "end" is no
+# string, a message with terminal escape sequences, a step time of 1e15 ms:
+# plait status neither crashes nor prints the escapes raw nor a negative ETA.
+test_status_treats_the_run_directory_as_untrusted() {
+    local run=$WORK/hostile
+    cp -a "$WORK/ref" "$run"
+    "$PY" - "$run" <<'PYEOF' || return 1
+import json, sys
+run = sys.argv[1]
+e = json.load(open(run + "/end.json"))
+e.update({"end": 5, "message": "\x1b[31mred\x1b[0m"})
+json.dump(e, open(run + "/end.json", "w"))
+lines = [json.loads(l) for l in open(run + "/metrics.jsonl")]
+steps = [r for r in lines if "ms" in r]
+steps[-1]["ms"], steps[-1]["step"] = 1e15, 5
+open(run + "/metrics.jsonl", "w").write("".join(json.dumps(r) + "\n" for r in lines))
+PYEOF
+    "$PLAIT" status "$run" >"$run.status" 2>"$run.err" || { cat "$run.status" "$run.err"; return 1; }
+    grep -q "end.json: end: an integer, not a string" "$run.err" || { cat "$run.err"; return 1; }
+    "$PY" - "$run" <<'PYEOF' || return 1
+import json, sys
+e = json.load(open(sys.argv[1] + "/end.json"))
+e["end"] = "failed"
+json.dump(e, open(sys.argv[1] + "/end.json", "w"))
+PYEOF
+    "$PLAIT" status "$run" >"$run.status" 2>"$run.err" || { cat "$run.status" "$run.err"; return 1; }
+    ! grep -q $'\x1b' "$run.status" || { echo "an escape sequence reached the terminal"; cat -v "$run.status"; return 1; }
+    grep -q 'state        failed (exit 0) at .*: \\x1b\[31mred' "$run.status" || { cat -v "$run.status"; return 1; }
+    ! grep -q "ETA -" "$run.status" || { cat "$run.status"; return 1; }
+}
+
 test_status_of_a_directory_that_is_no_run_is_an_error() {
     local rc=0
     mkdir -p "$WORK/norun"
@@ -264,6 +295,31 @@ test_plot_writes_a_png_of_the_curves() {
     local ink_empty
     read -r _ _ ink_empty < <(png_pixels "$WORK/empty.png") || return 1
     [ "$ink_empty" -lt "$ink" ] || { echo "empty $ink_empty >= $ink"; return 1; }
+}
+
+# Values a few ulps apart (a loss and the next double), and tokens near 1e17:
+# the tick loop must end (it stepped by adding a step below the values' last
+# bit, and spun for ever).
+test_plot_ends_on_values_a_few_ulps_apart() {
+    mkdir -p "$WORK/ulps"
+    cp "$WORK/ref/plan.json" "$WORK/ulps/" || return 1
+    "$PY" - "$WORK/ref/metrics.jsonl" "$WORK/ulps/metrics.jsonl" <<'PYEOF' || return 1
+import json, math, sys
+out = open(sys.argv[2], "w")
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "val_loss" in r:
+        continue
+    if "loss" in r and "step" in r:
+        r["loss"] = 5.545177444479562 if r["step"] % 2 else math.nextafter(5.545177444479562, 10)
+        r["tokens"] = int(1e17) + r["step"]
+    out.write(json.dumps(r) + "\n")
+PYEOF
+    timeout 30 "$PLAIT" plot "$WORK/ulps" -o "$WORK/ulps.png" >"$WORK/ulps.out" 2>&1
+    local rc=$?
+    [ "$rc" -ne 124 ] || { echo "plait plot did not end in 30 s"; return 1; }
+    grep -q "install libcairo2-dev" "$WORK/ulps.out" && return 0 # built without cairo
+    [ "$rc" -eq 0 ] && [ -s "$WORK/ulps.png" ] || { cat "$WORK/ulps.out"; return 1; }
 }
 
 test_plot_writes_svg_and_pdf() {

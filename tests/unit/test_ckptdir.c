@@ -30,18 +30,18 @@ static int write_checkpoint(struct ckptdir *d, const char *name, const char *tag
 {
     char tmp[4096];
     struct plait_error err;
-    json_t *files = json_object();
+    struct ckpt_manifest files = {0};
     static const char *const names[] = {"model.bin", "optim.bin", "state.json"};
     int rc = ckptdir_begin(d, name, tmp, sizeof tmp, &err);
     for (int i = 0; i < 3 && rc == 0; i++) {
         struct ckpt_file f;
         rc = ckpt_file_open(&f, tmp, names[i], &err) || ckpt_file_put(&f, tag, strlen(tag), &err) ||
-                     ckpt_file_close(&f, files, &err)
+                     ckpt_file_close(&f, &files, &err)
                  ? -1
                  : 0;
     }
-    if (rc == 0) rc = ckptdir_commit(d, name, tmp, files, NULL, &err);
-    json_decref(files);
+    if (rc == 0) rc = ckptdir_commit(d, name, tmp, &files, NULL, &err);
+    ckpt_manifest_free(&files);
     if (rc) printf("  write_checkpoint %s: %s\n", name, err.text);
     return rc;
 }
@@ -191,18 +191,16 @@ static void test_failed_commit_leaves_no_temporary(void)
     CHECK(ckptdir_open(&d, fresh_dir("fail"), &err) == 0, "%s", err.text);
     char tmp[4096];
     CHECK(ckptdir_begin(&d, "step_00000001_0000", tmp, sizeof tmp, &err) == 0, "%s", err.text);
-    json_t *files = json_object();
-    CHECK(ckptdir_commit(&d, "not-a-name", tmp, files, NULL, &err) != 0, "accepted a bad name");
-    json_decref(files);
+    struct ckpt_manifest files = {0};
+    CHECK(ckptdir_commit(&d, "not-a-name", tmp, &files, NULL, &err) != 0, "accepted a bad name");
     /* a commit whose manifest cannot be written: the temporary is a file, not a directory */
     CHECK(ckptdir_begin(&d, "step_00000002_0000", tmp, sizeof tmp, &err) == 0, "%s", err.text);
     char manifest_dir[4096];
     snprintf(manifest_dir, sizeof manifest_dir, "%s/manifest.json.tmp", tmp);
     mkdir(manifest_dir, 0777); /* fs_write_atomic cannot create its temp file */
-    files = json_object();
-    CHECK(ckptdir_commit(&d, "step_00000002_0000", tmp, files, NULL, &err) != 0,
+    CHECK(ckptdir_commit(&d, "step_00000002_0000", tmp, &files, NULL, &err) != 0,
           "commit succeeded");
-    json_decref(files);
+    ckpt_manifest_free(&files);
     CHECK(!exists(d.path, ".tmp-step_00000002_0000"), "temporary left after a failed commit");
     CHECK(!exists(d.path, "step_00000002_0000"), "a failed commit became visible");
     ckptdir_close(&d);

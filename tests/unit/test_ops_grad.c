@@ -483,15 +483,16 @@ static void test_sum_squares_is_exact_enough_and_deterministic(void)
     free(x);
 }
 
-static void test_adamw_matches_torch_formula(void)
+/* torch.optim.AdamW single-tensor steps, written out in double, against the
+ * op with betas b1, b2 */
+static void adamw_against_torch(double b1, double b2)
 {
-    /* torch.optim.AdamW single-tensor step, written out in double */
     float p[3] = {0.5f, -1.0f, 2.0f}, g[3] = {0.1f, -0.3f, 0.0f}, m[3] = {0}, v[3] = {0};
     double pd[3] = {0.5, -1.0, 2.0}, md[3] = {0}, vd[3] = {0};
-    double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, scale = 0.5;
+    double lr = 1e-2, eps = 1e-8, wd = 0.1, scale = 0.5;
     for (int t = 1; t <= 3; t++) {
-        ops_cpu()->adamw(cx, p, NULL, g, m, v, 3, (float)lr, (float)b1, (float)b2, (float)eps,
-                         (float)wd, (float)scale, t);
+        ops_cpu()->adamw(cx, p, NULL, g, m, v, 3, (float)lr, b1, b2, (float)eps, (float)wd,
+                         (float)scale, t);
         for (int i = 0; i < 3; i++) {
             double gi = (double)g[i] * scale;
             pd[i] *= 1 - lr * wd;
@@ -502,7 +503,22 @@ static void test_adamw_matches_torch_formula(void)
         }
     }
     for (int i = 0; i < 3; i++)
-        CHECK(fabs(p[i] - pd[i]) < 1e-6, "adamw p[%d] = %.9g, want %.9g", i, p[i], pd[i]);
+        CHECK(fabs(p[i] - pd[i]) < 1e-6, "adamw (betas %.9g, %.9g) p[%d] = %.9g, want %.9g", b1, b2,
+              i, p[i], pd[i]);
+}
+
+static void test_adamw_matches_torch_formula(void)
+{
+    adamw_against_torch(0.9, 0.95);
+}
+
+/* A beta within 3e-8 of 1 rounds to 1.0f: its 1 − β and bias correction are
+ * the plan's double arithmetic, so the step is PyTorch's, not 0/0 (a run
+ * with beta2 0.99999999 had stopped "diverged" at step 1). */
+static void test_adamw_takes_betas_next_to_one(void)
+{
+    adamw_against_torch(0.9, 0.99999999);
+    adamw_against_torch(1 - 2e-8, 0.95);
 }
 
 int main(void)
@@ -520,6 +536,7 @@ int main(void)
     RUN(test_classifier_target_outside_vocabulary_gives_nan_not_a_read);
     RUN(test_sum_squares_is_exact_enough_and_deterministic);
     RUN(test_adamw_matches_torch_formula);
+    RUN(test_adamw_takes_betas_next_to_one);
     ops_cpu()->close(cx);
     return check_exit_code();
 }

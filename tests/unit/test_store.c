@@ -579,6 +579,57 @@ static int serve_store(int fd)
     for (;;) pause();
 }
 
+static bool thirty_refused(const struct store_server_stats *s)
+{
+    return s->refused >= 30;
+}
+
+/* 30 strangers with a wrong handshake: the console says the first few, then
+ * one line for the rest (the launcher's console is the job's log; 750 of them
+ * had made 750 lines), and the store still serves the job. */
+static void test_strangers_are_said_a_few_then_summarised(void)
+{
+    char path[] = "/tmp/plait-test-store-log.XXXXXX";
+    int log_fd = mkstemp(path), saved = dup(STDERR_FILENO);
+    CHECK(log_fd >= 0 && saved >= 0, "a temporary log");
+    if (log_fd < 0 || saved < 0) return;
+    unlink(path);
+    fflush(stderr);
+    dup2(log_fd, STDERR_FILENO);
+    struct store_server *srv = start_server();
+    int port = store_server_port(srv);
+    for (int i = 0; i < 30; i++) {
+        int fd = raw_connect(port);
+        uint8_t hello[STORE_WIRE_HELLO_BYTES], msg[STORE_WIRE_AUTH_BYTES];
+        if (raw_read(fd, hello, sizeof hello)) {
+            store_wire_put_u32(msg, 1);
+            store_wire_auth_mac("a guess", hello + 8, 1, msg + 4);
+            raw_send(fd, msg, sizeof msg);
+            (void)raw_reply(fd);
+        }
+        close(fd);
+    }
+    struct store_server_stats st = stats_when(srv, thirty_refused);
+    struct store *client = join(srv, 0);
+    struct plait_error err;
+    CHECK(client && store_set(client, "k", "v", 1, &err) == 0, "the job's own client: %s",
+          client ? err.text : "none");
+    store_close(client);
+    store_server_stop(srv);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    char text[8192] = "";
+    ssize_t n = pread(log_fd, text, sizeof text - 1, 0);
+    close(log_fd);
+    text[n > 0 ? n : 0] = '\0';
+    int said = 0;
+    for (const char *q = text; (q = strstr(q, "refused a connection from")); q++) said++;
+    CHECK(st.refused == 30, "refused %llu", (unsigned long long)st.refused);
+    CHECK(said == 5, "%d refusals said: %s", said, text);
+    CHECK(strstr(text, "25 more connections turned away without the job's secret"), "%s", text);
+}
+
 static void test_dead_server_fails_waiting_clients_at_once(void)
 {
     int pipe_fds[2];
@@ -1121,6 +1172,7 @@ int main(int argc, char **argv)
     RUN(test_barrier_of_16_clients_completes);
     RUN(test_barrier_with_rank_7_missing_times_out_naming_rank_7);
     RUN(test_wrong_secret_is_refused_and_its_set_does_not_land);
+    RUN(test_strangers_are_said_a_few_then_summarised);
     RUN(test_stopped_server_fails_waiting_clients_at_once);
     RUN(test_hostile_streams_neither_crash_nor_grow_the_server);
     RUN(test_one_set_answers_2000_parked_gets);

@@ -1,9 +1,9 @@
 /* pod.c — plait launch in a Kubernetes pod: the pod's place in the gang
- * (launcher/k8s_env.h), pod 0's rendezvous store, the gang barrier with its
+ * (launcher/k8s/k8s_env.h), pod 0's rendezvous store, the gang barrier with its
  * deadline, the job's rank map computed alike by every pod from all pods'
  * topologies, and this pod's ranks (gang.c) until they end or a peer is lost.
  * Not here: the Slurm task's path (cmd_launch.c), the manifests (k8s render). */
-#include "launcher/pod.h"
+#include "launcher/k8s/pod.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -24,7 +24,7 @@
 #include "common/store.h"
 #include "common/topo.h"
 #include "launcher/gang.h"
-#include "launcher/k8s_env.h"
+#include "launcher/k8s/k8s_env.h"
 
 #define DNS_BYTES 256
 #define END_WAIT_FAILED_S 5.0   /* pod 0 keeps its store this long for the others after a failure */
@@ -125,6 +125,13 @@ static int read_pod(struct pod *p)
     if (!p->secret || !*p->secret) {
         log_error("pod %d (%s): %s is not set: every pod of a job needs the job's Secret", p->index,
                   p->dns, PLAIT_ENV_STORE_SECRET);
+        return -1;
+    }
+    const char *weak = store_secret_problem(p->secret);
+    if (weak) {
+        log_error("pod %d (%s): %s is not a job's secret: %s; render the job with plait k8s "
+                  "render, which makes a fresh one",
+                  p->index, p->dns, PLAIT_ENV_STORE_SECRET, weak);
         return -1;
     }
     if (!getenv(PLAIT_ENV_RUN_DIR) || !*getenv(PLAIT_ENV_RUN_DIR)) {

@@ -8,7 +8,7 @@
 
 #include "common/env.h"
 #include "common/log.h"
-#include "launcher/k8s.h"
+#include "launcher/k8s/k8s.h"
 
 static bool begin(struct ky_doc *d, struct plait_error *err, int *rc)
 {

@@ -1,7 +1,7 @@
 /* k8s_yaml.c — the manifest builder and stream writer of k8s_yaml.h, on libyaml's
  * document API and emitter. What goes into a manifest is k8s_render.c's and
  * k8s_admin.c's; what is wrong with one is k8s_lint.c's. */
-#include "launcher/k8s_yaml.h"
+#include "launcher/k8s/k8s_yaml.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* pod.h — plait launch in a Kubernetes pod: the gang of pods meets at pod 0's
  * store, every pod computes the job's rank map alike, and each runs its own
- * ranks (pod.c). What the pod's environment holds is launcher/k8s_env.h. */
+ * ranks (pod.c). What the pod's environment holds is launcher/k8s/k8s_env.h. */
 #ifndef PLAIT_LAUNCHER_POD_H
 #define PLAIT_LAUNCHER_POD_H
 

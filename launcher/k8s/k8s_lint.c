@@ -3,7 +3,7 @@
  * that is printed. The schemas (tests/k8s/validate) check types and fields;
  * this checks names, lengths, label syntax, quota keys, GPU requests and the
  * gang's size, which they cannot. */
-#include "launcher/k8s_lint.h"
+#include "launcher/k8s/k8s_lint.h"
 
 #include <stdarg.h>
 #include <stdbool.h>

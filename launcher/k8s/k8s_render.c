@@ -2,7 +2,7 @@
  * (same parser, placement, memory model, layout choice), then one gang-scheduled
  * job's manifests: ConfigMap (the resolved plan), Secret (the store's), the
  * gang's objects, and the JobSet or Indexed Job whose pods run `plait launch`
- * with launcher/k8s_env.h's env. Not here: options (cmd_k8s.c), YAML, lint. */
+ * with launcher/k8s/k8s_env.h's env. Not here: options (cmd_k8s.c), YAML, lint. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,9 +13,9 @@
 #include "common/log.h"
 #include "common/plan.h"
 #include "common/store.h"
-#include "launcher/k8s.h"
-#include "launcher/k8s_env.h"
-#include "launcher/k8s_lint.h"
+#include "launcher/k8s/k8s.h"
+#include "launcher/k8s/k8s_env.h"
+#include "launcher/k8s/k8s_lint.h"
 #include "launcher/plan_fit.h"
 
 #define CONTAINER "trainer"
@@ -449,6 +449,9 @@ static int secret_for(struct job *j, struct plait_error *err)
         return error_set(err, "%s must be %d lower-case hex digits", TEST_SECRET_ENV,
                          STORE_SECRET_HEX_BYTES - 1);
     memcpy(j->store_secret, fixed, n + 1);
+    log_warn("%s is set: the manifests carry its fixed store secret, not a fresh one (a test "
+             "hook: unset it to render a job to apply)",
+             TEST_SECRET_ENV);
     return 0;
 }
 

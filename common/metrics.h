@@ -1,4 +1,4 @@
-/* metrics.h — metrics.jsonl in the run directory: one JSON object per
+/* metrics.h — RUN_DIR/metrics.jsonl: one JSON object per
  * optimizer step ({"step", "loss", "lr", "grad_norm", "tokens", "tokens_total",
  * "ms", "tokens_per_s", "peak_pct"[, "mfu" on a GPU whose peak plait knows]}, and with
  * several ranks "parallel":
@@ -6,9 +6,11 @@
  * pipeline,] "bytes": {"tp", "pp", "dp"}, "wait_ms": {"tp", "pp", "dp"},
  * "straggler": {"rank", "busy_ms", "median_busy_ms"}}) and one per evaluation ({"eval_step",
  * "val_loss", "val_tokens"}). On resume the file is cut back to the
- * checkpoint's step so that it reads as if the run had never stopped. */
-#ifndef PLAIT_RUNTIME_METRICS_H
-#define PLAIT_RUNTIME_METRICS_H
+ * checkpoint's step so that it reads as if the run had never stopped.
+ * plait-train's rank 0 writes it through here; plait status and plait plot
+ * read it back through here. */
+#ifndef PLAIT_METRICS_H
+#define PLAIT_METRICS_H
 
 #include <stdint.h>
 #include <stdio.h>
@@ -41,18 +43,41 @@ struct step_metrics {
                                                   (what computing did not hide; the pipeline's
                                                   includes waiting for a neighbour), averaged
                                                   the same way */
-    double step_ms;                            /* the slowest rank's wall time: the step's */
+    double step_ms; /* the slowest rank's wall time: the step's (not written: ms is) */
     /* the straggler: the rank whose own work (computing, reading its data)
      * took longest, that work's time and the median rank's */
     int straggler;
     double busy_ms, median_busy_ms;
 };
 
+struct eval_metrics {
+    int step; /* the optimizer steps done when it ran */
+    double val_loss;
+    int64_t val_tokens;
+    int64_t tokens_total; /* read back: the tokens trained on by then (the step record
+                             before it; 0 when none); not written */
+};
+
 /* Opens run_dir/metrics.jsonl, keeping only records of steps ≤ keep_step. */
 int metrics_open(struct metrics *mt, const char *run_dir, int keep_step, struct plait_error *err);
 int metrics_step(struct metrics *mt, const struct step_metrics *s, struct plait_error *err);
-int metrics_eval(struct metrics *mt, int step, double val_loss, int64_t val_tokens,
-                 struct plait_error *err);
+int metrics_eval(struct metrics *mt, const struct eval_metrics *e, struct plait_error *err);
 void metrics_close(struct metrics *mt);
+
+/* The records of a run, in file order. A record read back has what was
+ * written: with one rank (no "parallel"), ranks is 1 and the parallel
+ * fields 0; without a pipeline bubble_sim_pct is -1; step_ms is 0. */
+struct metrics_series {
+    struct step_metrics *steps;
+    struct eval_metrics *evals;
+    int n_steps, n_evals;
+};
+
+/* Reads RUN_DIR/metrics.jsonl. A line that is not JSON is passed over (one
+ * being written), and so is an object that is neither a step's nor an
+ * evaluation's; a record whose members are wrong is an error naming the
+ * file, line and member. A missing file is an empty series. */
+int metrics_read(const char *run_dir, struct metrics_series *s, struct plait_error *err);
+void metrics_series_free(struct metrics_series *s);
 
 #endif

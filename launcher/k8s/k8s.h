@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "launcher/k8s_yaml.h"
+#include "launcher/k8s/k8s_yaml.h"
 
 /* Who holds the pods back until all of them can run. */
 enum k8s_gang {

@@ -10,7 +10,7 @@
 
 #include "common/env.h"
 #include "common/log.h"
-#include "launcher/k8s.h"
+#include "launcher/k8s/k8s.h"
 #include "launcher/plan_fit.h"
 
 struct node {
