@@ -381,11 +381,10 @@ static json_t *comm_json(const struct place_comm *c, double bytes, double second
                      "seconds", seconds);
 }
 
-static void print_tables(const struct plan *p, const struct layout_eval *e,
-                         const struct place_node *nodes, int n_nodes, uint64_t gpu_mem)
+/* The layout and each node: its GPUs by kind and its NVLink domains. */
+static void print_nodes(const struct layout_eval *e, const struct place_node *nodes, int n_nodes)
 {
     const struct rank_map *m = &e->map;
-    const struct plan placed = layout_plan_as_placed(p, m); /* what the ranks hold */
     printf("layout: tp %d × pp %d × dp %d = %d rank%s on %d node%s\n", m->tp, m->pp, m->dp,
            m->world, m->world == 1 ? "" : "s", n_nodes, n_nodes == 1 ? "" : "s");
     for (int i = 0; i < n_nodes; i++) {
@@ -411,6 +410,13 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
                 printf("} (no NVLink)\n");
         }
     }
+}
+
+/* Device memory per rank of each stage, as model_init allocates it. */
+static void print_memory(const struct plan *p, const struct layout_eval *e, uint64_t gpu_mem)
+{
+    const struct rank_map *m = &e->map;
+    const struct plan placed = layout_plan_as_placed(p, m); /* what the ranks hold */
     /* what model_init will allocate on each rank of a stage (every tp and dp rank
      * of a stage holds the same): GB, or MB for models that small */
     double unit = e->mem.total >= 1e9 ? 1e9 : 1e6;
@@ -454,6 +460,13 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
         printf("  device memory %.2f GB: %s\n", gpu_mem / 1e9, e->fits ? "fits" : "DOES NOT FIT");
     else
         printf("  device memory unknown (give --gpu-memory GB to check the fit)\n");
+}
+
+/* Traffic per rank per step by communicator, the modelled step and MFU. */
+static void print_traffic(const struct plan *p, const struct layout_eval *e,
+                          const struct place_node *nodes)
+{
+    const struct rank_map *m = &e->map;
     printf("\ntraffic per rank per step:\n  %4s %14s %9s %10s %8s  %s\n", "comm", "bytes", "link",
            "GB/s", "seconds", "groups by link");
     const struct {
@@ -497,6 +510,11 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
     } else if (m->world > 0 && m->ranks[0].gpu >= 0) {
         printf("  modelled MFU: unknown (plait does not know this GPU's peak)\n");
     }
+}
+
+static void print_rank_map(const struct layout_eval *e, const struct place_node *nodes)
+{
+    const struct rank_map *m = &e->map;
     printf("\nrank map:\n  %5s %4s %5s %3s %3s %3s %13s %4s %6s %8s %5s  %s\n", "rank", "node",
            "local", "tp", "pp", "dp", "gpu", "idx", "domain", "nic", "numa", "cpus");
     for (int r = 0; r < m->world; r++) {
@@ -510,6 +528,15 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
                pr->gpu >= 0 ? t->gpus[pr->gpu].domain : -1,
                pr->nic >= 0 ? t->nics[pr->nic].name : "-", pr->numa, cpus);
     }
+}
+
+static void print_tables(const struct plan *p, const struct layout_eval *e,
+                         const struct place_node *nodes, int n_nodes, uint64_t gpu_mem)
+{
+    print_nodes(e, nodes, n_nodes);
+    print_memory(p, e, gpu_mem);
+    print_traffic(p, e, nodes);
+    print_rank_map(e, nodes);
 }
 
 /* A number, or null when 0 (unknown). */
