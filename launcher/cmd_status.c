@@ -15,7 +15,6 @@
 #include "common/ckptdir.h"
 #include "common/env.h"
 #include "common/fsutil.h"
-#include "common/layout.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/plan.h"
@@ -143,9 +142,25 @@ static json_t *memory_json(const char *run_dir)
     return out;
 }
 
+/* What plait check's cost model gave for the run's plan on this machine when
+ * it started: run.json's, modelled from the CPU kernels' rates plait-train
+ * measured then (measuring now, beside a running run or after it, would
+ * measure another moment of a shared machine); 0 when it does not say. */
+static double modelled_tokens_per_s(const char *run_dir)
+{
+    struct run_record run;
+    struct plait_error err;
+    if (runjson_read(run_dir, &run, &err) != 0) return 0;
+    double rate = run.modelled_tokens_per_s;
+    runjson_free(&run);
+    return rate;
+}
+
 /* How far the run got: its last step, loss and pace (with plait check's
- * cost model's for its plan on this machine), its last evaluation. */
-static void progress_json(json_t *o, const struct metrics_series *s, const struct plan *plan)
+ * cost model's for its plan on this machine, `modelled`; 0: none), its last
+ * evaluation. */
+static void progress_json(json_t *o, const struct metrics_series *s, const struct plan *plan,
+                          double modelled)
 {
     if (s->n_steps > 0) {
         const struct step_metrics *last = &s->steps[s->n_steps - 1];
@@ -155,7 +170,6 @@ static void progress_json(json_t *o, const struct metrics_series *s, const struc
         recent_pace(s, &step_s, &rate);
         json_object_set_new(o, "tokens_per_s", json_real(rate)); /* the last 20 steps' */
         json_object_set_new(o, "tokens_total", json_integer(last->tokens_total));
-        double modelled = layout_modelled_tokens_per_s(plan);
         if (modelled > 0) json_object_set_new(o, "modelled_tokens_per_s", json_real(modelled));
         json_object_set_new(o, "eta_s", json_real(step_s * (double)(plan->steps - last->step)));
     } else {
@@ -184,7 +198,7 @@ static json_t *status_json(const char *run_dir, struct plait_error *err)
         json_pack("{s:s,s:s,s:{s:i,s:i,s:i},s:{s:i,s:i,s:i},s:i}", "run_dir", run_dir, "name", base,
                   "model", "layers", m->layers, "hidden", m->hidden, "seq_len", m->seq_len,
                   "layout", "tp", par->tp, "pp", par->pp, "dp", par->dp, "steps", plan->steps);
-    progress_json(o, &s, plan);
+    progress_json(o, &s, plan, modelled_tokens_per_s(run_dir));
     json_object_set_new(o, "checkpoints", checkpoints_json(plan, run_dir));
     json_t *state = state_json(run_dir);
     json_object_update(o, state);

@@ -28,6 +28,7 @@
 #include "common/runjson.h"
 #include "common/runlock.h"
 #include "common/schedule.h"
+#include "kernels/cpu/cpu_rate.h" // defines: cpu_rate_measure, what plait check measures too
 #include "kernels/cuda/cuda_ops.h"
 #include "runtime/ckpt.h"
 #include "runtime/data.h"
@@ -420,6 +421,33 @@ static double measure_peak_gflops(struct model *m)
     return best;
 }
 
+/* plait check's modelled tokens/s for this run here (run.json, plait status):
+ * on the CPU from this rank's CPU kernels, measured now at the plan's shapes
+ * as plait check measures them (kernels/cpu/cpu_rate.h); 0 when it cannot tell. */
+static double modelled_tokens_per_s(const struct trainer *t)
+{
+    const struct plan *p = t->plan;
+    if (t->m.ops != ops_cpu()) return layout_modelled_tokens_per_s(p, NULL);
+    struct cpu_rate_shape shape = cpu_rate_shape_of(
+        p->batch.micro_batch, p->model.seq_len, p->model.hidden, p->model.heads, p->model.layers,
+        p->model.padded_vocab, t->where->tp, t->where->pp, p->precision != PLAN_PRECISION_FP32);
+    struct cpu_rate r;
+    char why[256];
+    if (cpu_rate_measure(&shape, 0, &r, why, sizeof why)) {
+        log_warn("no modelled speed in run.json: %s", why);
+        return 0;
+    }
+    struct cost_cpu_rates rates = {r.matmul_gflops, r.attention_gflops, r.activation_gbps,
+                                   r.memory_gbps,   r.parallel_op_us,   omp_get_max_threads()};
+    double modelled = layout_modelled_tokens_per_s(p, &rates);
+    log_info("the cost model's CPU rates at this plan's shapes, per CPU on %d (measured in "
+             "%.2f s): products %.0f GFLOP/s, attention %.0f GFLOP/s, layer ops %.1f GB/s, "
+             "parameter pass %.1f GB/s, %.1f µs to start an op: %.0f tokens/s modelled",
+             r.cpus, r.seconds, r.matmul_gflops, r.attention_gflops, r.activation_gbps,
+             r.memory_gbps, r.parallel_op_us, modelled);
+    return modelled;
+}
+
 /* The layout the launcher gave this rank must be the plan's ("auto" is
  * whatever the launcher chose); this runtime trains it on one rank so far. */
 static int check_layout(const struct plan *p, const struct env_rank *where, struct plait_error *err)
@@ -605,7 +633,7 @@ static int start_run_files(struct trainer *t, const char *resumed_from, struct p
     strftime(run->started, sizeof run->started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     snprintf(run->resumed_from, sizeof run->resumed_from, "%s", resumed_from);
     if (!(run->plan_json = strdup(t->plan_json))) return error_set(err, "out of memory");
-    run->modelled_tokens_per_s = layout_modelled_tokens_per_s(t->plan);
+    run->modelled_tokens_per_s = modelled_tokens_per_s(t);
     return write_run_json(t, err);
 }
 

@@ -160,6 +160,19 @@ test_status_of_a_finished_run() {
     grep -q "memory       rank 0: plait check predicted .* MB .*, allocated .* MB" "$WORK/ref.status" || { cat "$WORK/ref.status"; return 1; }
 }
 
+# the measured speed beside what plait-train's cost model gave as it started
+# (run.json, from the CPU rates it measured then): the same figure in both
+test_status_shows_measured_beside_modelled() {
+    "$PLAIT" status "$WORK/ref" >"$WORK/ref.status2" || return 1
+    grep -qE "speed        [0-9]+ tokens/s, ETA - \(plait check's cost model: [0-9]+ tokens/s here, measured/modelled [0-9.]+\)" \
+        "$WORK/ref.status2" || { cat "$WORK/ref.status2"; return 1; }
+    "$PLAIT" status "$WORK/ref" --json | "$PY" -c '
+import json, sys
+s = json.load(sys.stdin)
+run = json.load(open(sys.argv[1] + "/run.json"))
+assert s["modelled_tokens_per_s"] == run["throughput"]["modelled_tokens_per_s"] > 0, (s, run["throughput"])' "$WORK/ref"
+}
+
 test_status_of_a_preempted_run() {
     local run=$WORK/preempted rc=0
     PLAIT_DEBUG_SIGNAL_AFTER_MICRO=8 "$PLAIT" train "$WORK/plan.json" --out "$run" >/dev/null 2>&1 || rc=$?
