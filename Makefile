@@ -143,7 +143,7 @@ endif
 # per-ISA clones, so the binary still runs on any x86-64).
 KERNEL_CFLAGS := -O3 -fno-math-errno
 
-COMMON_SRC   := $(wildcard common/*.c)
+COMMON_SRC   := $(wildcard common/*.c) $(wildcard common/*/*.c)
 KERNELS_SRC  := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
 # the CUDA backend's objects, or the stand-in that says there is none
 CUDA_SRC     := $(wildcard kernels/cuda/*.cu)

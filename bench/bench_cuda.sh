@@ -2,7 +2,7 @@
 # make bench-cuda — GPT-2 124M (vocab 50304), seq 1024, bf16, on this machine's
 # GPU 0 at micro-batch 16 and 32: plait-train's tokens/s and step time (medians
 # of the timed steps, the first dropped) and MFU (metrics.jsonl's "mfu": 6·N +
-# 12·L·C·T FLOPs per token, common/gpu.c, over the GPU's dense bf16 datasheet
+# 12·L·C·T FLOPs per token, common/place/gpu.c, over the GPU's dense bf16 datasheet
 # peak), beside what `plait check` models for the same plan on this machine
 # (step time, MFU) and their ratio. Beside each, in the same run, PyTorch's
 # (bench/torch_gpt2.py: the same model, batch and AdamW, with torch.compile,
@@ -10,7 +10,7 @@
 # above 1 at both batch sizes); and llm.c's where LLMC_BIN names a built
 # train_gpt2cu. Issue 11 quotes PyTorch at 440k tok/s at 16×1024 and 482k at
 # 32×1024 on an H100 80GB SXM, the anchor the cost model is calibrated to
-# (common/layout.c). Then where a step goes. Not a test: it asserts nothing.
+# (common/place/layout.c). Then where a step goes. Not a test: it asserts nothing.
 # Then fp8 (GPUs of sm_89 and later): build/bin/fp8-bench times GPT-2 124M's
 # block products at 16×1024 in fp8 (tensor, then block scaling) against bf16
 # and prints the ratio (the goal: 1.3 or more), and a whole fp8 run at

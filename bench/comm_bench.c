@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/store.h"
+#include "common/store/store.h"
 #include "runtime/comm/comm.h"
 
 #define SECRET_BYTES STORE_SECRET_HEX_BYTES

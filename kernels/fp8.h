@@ -32,7 +32,7 @@ extern "C" { /* the C quantiser, callable from the CUDA backend's C++ (its selft
 #endif
 
 enum fp8_format { FP8_E4M3, FP8_E5M2 };
-/* as plan.json's fp8_scaling (common/plan.h's enum plan_fp8_scaling) */
+/* as plan.json's fp8_scaling (common/plan/plan.h's enum plan_fp8_scaling) */
 enum fp8_scaling { FP8_SCALING_TENSOR, FP8_SCALING_BLOCK };
 
 /* The largest finite value of a format: 448, 57344. */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/env.h"
+#include "common/place/env.h"
 #include "common/log.h"
 
 #define WIDTH 80

@@ -11,15 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/cost.h"
-#include "common/env.h"
-#include "common/gpu.h"
-#include "common/layout.h"
+#include "common/place/cost.h"
+#include "common/place/env.h"
+#include "common/place/gpu.h"
+#include "common/place/layout.h"
 #include "common/log.h"
-#include "common/place.h"
-#include "common/plan.h"
-#include "common/schedule.h"
-#include "common/topo.h"
+#include "common/place/place.h"
+#include "common/plan/plan.h"
+#include "common/place/schedule.h"
+#include "common/place/topo.h"
 #include "kernels/cpu/cpu_rate.h" // defines: cpu_rate_measure, this machine's CPU rates
 #include "launcher/commands.h"
 #include "launcher/k8s/k8s.h"

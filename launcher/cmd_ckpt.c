@@ -12,14 +12,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/ckpt_shards.h"
-#include "common/ckpt_state.h"
-#include "common/ckptdir.h"
-#include "common/env.h"
+#include "common/formats/ckpt_shards.h"
+#include "common/formats/ckpt_state.h"
+#include "common/formats/ckptdir.h"
+#include "common/place/env.h"
 #include "common/fsutil.h"
 #include "common/log.h"
-#include "common/rundir.h"
-#include "common/runlock.h"
+#include "common/formats/rundir.h"
+#include "common/formats/runlock.h"
 #include "launcher/commands.h"
 
 enum { OPT_JSON };

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/env.h"
+#include "common/place/env.h"
 #include "common/fsutil.h"
-#include "common/llmc.h"
+#include "common/formats/llmc.h"
 #include "common/log.h"
 #include "launcher/commands.h"
 

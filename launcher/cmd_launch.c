@@ -15,11 +15,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/env.h"
+#include "common/place/env.h"
 #include "common/fsutil.h"
 #include "common/log.h"
-#include "common/plan.h"
-#include "common/store.h"
+#include "common/plan/plan.h"
+#include "common/store/store.h"
 #include "launcher/commands.h"
 #include "launcher/gang.h"
 #include "launcher/k8s/pod.h"

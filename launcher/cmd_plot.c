@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/env.h"
+#include "common/place/env.h"
 #include "common/log.h"
-#include "common/metrics.h"
+#include "common/formats/metrics.h"
 #include "launcher/commands.h"
 
 #ifdef PLAIT_HAVE_CAIRO

@@ -12,16 +12,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "common/ckptdir.h"
-#include "common/env.h"
+#include "common/formats/ckptdir.h"
+#include "common/place/env.h"
 #include "common/fsutil.h"
 #include "common/log.h"
-#include "common/metrics.h"
-#include "common/plan.h"
-#include "common/rundir.h"
-#include "common/runend.h"
-#include "common/runjson.h"
-#include "common/runlock.h"
+#include "common/formats/metrics.h"
+#include "common/plan/plan.h"
+#include "common/formats/rundir.h"
+#include "common/formats/runend.h"
+#include "common/formats/runjson.h"
+#include "common/formats/runlock.h"
 #include "launcher/commands.h"
 
 enum { OPT_JSON };

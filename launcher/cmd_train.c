@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/env.h"
+#include "common/place/env.h"
 #include "common/log.h"
-#include "common/plan.h"
+#include "common/plan/plan.h"
 #include "launcher/commands.h"
 #include "launcher/elastic.h"
 #include "launcher/gang.h"

@@ -8,10 +8,10 @@
 #include <stdbool.h>
 #include <unistd.h>
 
-#include "common/elastic_batch.h"
-#include "common/layout.h"
+#include "common/place/elastic_batch.h"
+#include "common/place/layout.h"
 #include "common/log.h"
-#include "common/topo.h"
+#include "common/place/topo.h"
 
 /* tp, pp (and an "auto" dp) chosen by layout_choose for `slots` ranks on
  * this machine's topology */

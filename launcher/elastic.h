@@ -9,7 +9,7 @@
 #define PLAIT_LAUNCHER_ELASTIC_H
 
 #include "common/error.h"
-#include "common/plan.h"
+#include "common/plan/plan.h"
 
 /* slots: the ranks this machine may run (0: as many as the plan's layout
  * with "auto" as 1). run_dir: the run being resumed, if its plan.json is

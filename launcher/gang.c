@@ -16,11 +16,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/env.h"
+#include "common/place/env.h"
 #include "common/log.h"
-#include "common/place.h"
-#include "common/store.h"
-#include "common/topo.h"
+#include "common/place/place.h"
+#include "common/store/store.h"
+#include "common/place/topo.h"
 #include "launcher/commands.h"
 
 static volatile sig_atomic_t pending_signal;

@@ -3,7 +3,7 @@
  * (plait launch in a pod, pod.c), both started, signalled and reaped by
  * gang_run_ranks. The caller has set what every rank shares (the plan, the
  * run directory) in its own environment; each rank adds its place
- * (common/place.h), the store's address and the job's secret (one rank alone:
+ * (common/place/place.h), the store's address and the job's secret (one rank alone:
  * 1 × 1 × 1 on the CPU, no store), and PLAIT_RESTART_COUNT. */
 #ifndef PLAIT_LAUNCHER_GANG_H
 #define PLAIT_LAUNCHER_GANG_H
@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 #include "common/error.h"
-#include "common/plan.h"
+#include "common/plan/plan.h"
 
 struct gang_spec {
     int tp, pp, dp;   /* the layout (no "auto") */

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/env.h"
+#include "common/place/env.h"
 #include "common/log.h"
 #include "launcher/cli.h"
 #include "launcher/commands.h"

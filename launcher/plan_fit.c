@@ -1,7 +1,7 @@
 /* plan_fit.c — the nodes a plan is checked on (plan_fit.h): their slots as
  * plait check counts them, and a node described by its GPUs alone for when
  * no hwloc XML of it is at hand (Kubernetes). Choosing the layout is
- * common/layout.c's; printing it is the commands'. */
+ * common/place/layout.c's; printing it is the commands'. */
 #include "launcher/plan_fit.h"
 
 #include <ctype.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/gpu.h" // defines: gpu_spec_by_name
+#include "common/place/gpu.h" // defines: gpu_spec_by_name
 
 int fit_nodes_make(const struct plan *p, int n, int gpus_per_node, const struct topo *topos,
                    int n_topos, const char *const *names, struct fit_nodes *out,

@@ -3,17 +3,17 @@
  * list) and plait k8s render (--gpus-per-node on a node type): its nodes with
  * their slots, and a node's hardware described without hwloc when only its
  * GPU count, product and memory are known. The layout decision itself is
- * common/layout.h's, shared by all of them. */
+ * common/place/layout.h's, shared by all of them. */
 #ifndef PLAIT_LAUNCHER_PLAN_FIT_H
 #define PLAIT_LAUNCHER_PLAN_FIT_H
 
 #include <stdint.h>
 
 #include "common/error.h"
-#include "common/layout.h"
-#include "common/place.h"
-#include "common/plan.h"
-#include "common/topo.h"
+#include "common/place/layout.h"
+#include "common/place/place.h"
+#include "common/plan/plan.h"
+#include "common/place/topo.h"
 
 struct fit_nodes {
     struct place_node *v; /* [n] */

@@ -7,7 +7,7 @@
  * layers below it are still computing. ZeRO 0 and 1 do it in the step's last
  * backward; ZeRO 2 in every micro-batch's, each added into the slice.
  *
- * The buffer is layer-major (common/gpt2_shard.h) and backward runs from the
+ * The buffer is layer-major (common/gpt2/gpt2_shard.h) and backward runs from the
  * head to the embedding, so buckets complete from the end of the buffer
  * towards its start: the last layers (with the final LayerNorm) first. The
  * tied wte is the largest tensor, and it is written at both ends of

@@ -1,7 +1,7 @@
 /* ckpt.c — what a checkpoint holds: model.bin (llm.c GPT-2, fp32), optim.bin
  * (our header, then AdamW m, v and, mid-step, the gradients), state.json and
  * plan.json; writing them, and loading the newest usable one of this run.
- * Naming, manifests, verification and the commit are common/ckptdir.c's. */
+ * Naming, manifests, verification and the commit are common/formats/ckptdir.c's. */
 #include "runtime/ckpt.h"
 
 #include <dirent.h>
@@ -13,13 +13,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/ckpt_shards.h"
-#include "common/ckpt_state.h"
+#include "common/formats/ckpt_shards.h"
+#include "common/formats/ckpt_state.h"
 #include "common/crc32c.h"
 #include "common/fsutil.h"
-#include "common/llmc.h"
+#include "common/formats/llmc.h"
 #include "common/log.h"
-#include "common/rundir.h"
+#include "common/formats/rundir.h"
 #include "runtime/ckpt_parts.h"
 
 /* Streams a parameter-shaped buffer of backend memory to f in llm.c order

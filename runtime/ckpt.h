@@ -4,7 +4,7 @@
  * together by a manifest of sizes and CRC-32C checksums.
  *
  * The directory, naming, manifest and the commit protocol are
- * common/ckptdir.h's: a checkpoint is visible only when complete. Loading
+ * common/formats/ckptdir.h's: a checkpoint is visible only when complete. Loading
  * takes the newest that verifies (a corrupt or truncated one is reported and
  * skipped), and only if it belongs to the run being resumed: a checkpoint
  * written by a plan that differs in anything but the fields that may change
@@ -14,10 +14,10 @@
 
 #include <stdint.h>
 
-#include "common/ckpt_state.h"
-#include "common/ckptdir.h"
+#include "common/formats/ckpt_state.h"
+#include "common/formats/ckptdir.h"
 #include "common/error.h"
-#include "common/plan.h"
+#include "common/plan/plan.h"
 #include "runtime/data.h"
 #include "runtime/model.h"
 

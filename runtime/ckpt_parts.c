@@ -1,19 +1,19 @@
 /* ckpt_parts.c — saving and loading the checkpoint of a job of several ranks:
  * each rank's part files, rank 0's gathering of their checksums and its
  * commit, the choice of the checkpoint every rank loads. The single-rank
- * files are ckpt.c's; the directory protocol is common/ckptdir.c's. */
+ * files are ckpt.c's; the directory protocol is common/formats/ckptdir.c's. */
 #include "runtime/ckpt_parts.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ckpt_shards.h"
-#include "common/ckpt_state.h"
+#include "common/formats/ckpt_shards.h"
+#include "common/formats/ckpt_state.h"
 #include "common/fsutil.h"
-#include "common/llmc.h"
+#include "common/formats/llmc.h"
 #include "common/log.h"
-#include "common/rundir.h"
+#include "common/formats/rundir.h"
 
 #define MAX_FILES CKPT_PART_FILES
 

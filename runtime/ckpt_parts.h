@@ -18,14 +18,14 @@
  * optim.bin, by a single rank or tp = pp = 1 without ZeRO) by any layout,
  * each rank taking its part of it. Any other layout is resharded: each rank
  * reads the slices of its part out of the other layout's files
- * (common/ckpt_shards.h); only an unfinished step's gradients need the
+ * (common/formats/ckpt_shards.h); only an unfinished step's gradients need the
  * layout that made them. */
 #ifndef PLAIT_RUNTIME_CKPT_PARTS_H
 #define PLAIT_RUNTIME_CKPT_PARTS_H
 
-#include "common/ckptdir.h"
+#include "common/formats/ckptdir.h"
 #include "common/error.h"
-#include "common/plan.h"
+#include "common/plan/plan.h"
 #include "runtime/ckpt.h"
 #include "runtime/model.h"
 #include "runtime/parallel.h"

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "common/fsutil.h"
-#include "common/rundir.h"
+#include "common/formats/rundir.h"
 
 enum console_mode console_mode = CONSOLE_PROGRESS;
 

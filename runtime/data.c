@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "common/fsutil.h"
-#include "common/llmc.h"
+#include "common/formats/llmc.h"
 #include "common/rng.h"
 
 static void close_shard(struct data_loader *d)

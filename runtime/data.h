@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/ckpt_state.h" /* struct data_position */
+#include "common/formats/ckpt_state.h" /* struct data_position */
 #include "common/error.h"
 
 struct data_shard {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/fsutil.h"
-#include "common/gpt2_layout.h"
+#include "common/gpt2/gpt2_layout.h"
 
 /* Writes n host floats to dir/name. */
 static int write_floats(const char *dir, const char *name, const float *host, size_t n,

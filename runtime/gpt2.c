@@ -1,5 +1,5 @@
 /* gpt2.c — GPT-2 initialisation and llm.c checkpoint reading (model FLOPs are
- * common/gpu.c's; the layout is common/gpt2_layout.c). Writing checkpoints (with their
+ * common/place/gpu.c's; the layout is common/gpt2/gpt2_layout.c). Writing checkpoints (with their
  * manifests) is ckpt.c's. */
 #include "runtime/gpt2.h"
 
@@ -10,7 +10,7 @@
 
 #include "common/crc32c.h"
 #include "common/fsutil.h"
-#include "common/llmc.h"
+#include "common/formats/llmc.h"
 #include "common/rng.h"
 
 void gpt2_init_weights(const struct gpt2_config *cfg, const struct gpt2_layout *layout,

@@ -1,5 +1,5 @@
 /* gpt2.h — GPT-2 parameters at run time: initialisation, loading an llm.c
- * checkpoint (model FLOPs: common/gpu.h). Their layout is common/gpt2_layout.h; activations
+ * checkpoint (model FLOPs: common/place/gpu.h). Their layout is common/gpt2/gpt2_layout.h; activations
  * and the maths are in model.h. */
 #ifndef PLAIT_RUNTIME_GPT2_H
 #define PLAIT_RUNTIME_GPT2_H
@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
-#include "common/gpt2_layout.h"
+#include "common/gpt2/gpt2_layout.h"
 
 /* GPT-2 initialisation into a host buffer of layout->total floats: normal
  * σ=0.02, residual projections σ=0.02/√(2L), zero biases, unit LayerNorm,

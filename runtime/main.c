@@ -1,5 +1,5 @@
 /* main.c — plait-train, the runtime a launcher execs. It reads only the env
- * contract (common/env.h), installs the stop signals, sets rank 0's console,
+ * contract (common/place/env.h), installs the stop signals, sets rank 0's console,
  * runs the training and records how it ended (end.json); the exit code says
  * how (PLAIT_EXIT_*). */
 #include <signal.h>
@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ckpt_shards.h"
-#include "common/elastic_batch.h" // defines: elastic_batch_grad_accum
-#include "common/env.h"
+#include "common/formats/ckpt_shards.h"
+#include "common/place/elastic_batch.h" // defines: elastic_batch_grad_accum
+#include "common/place/env.h"
 #include "common/log.h"
-#include "common/plan.h"
-#include "common/runend.h"
+#include "common/plan/plan.h"
+#include "common/formats/runend.h"
 #include "runtime/console.h"
 #include "runtime/selftest.h"
 #include "runtime/train.h"

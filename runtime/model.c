@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/gpt2_memory.h"
+#include "common/gpt2/gpt2_memory.h"
 
 static void *track(struct model *m, void *p)
 {
@@ -35,7 +35,7 @@ static void *dev_alloc(struct model *m, size_t bytes, uint64_t *kind)
     return track(m, m->ops->alloc(m->ctx, bytes));
 }
 
-/* Where each buffer of common/gpt2_memory.h lives: a field of every slot's
+/* Where each buffer of common/gpt2/gpt2_memory.h lives: a field of every slot's
  * layer_acts (one copy per slot and layer, or one shared when recomputed), of
  * every slot, or of the model. */
 enum act_home { IN_LAYER, IN_SLOT, IN_MODEL };
@@ -283,7 +283,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
         model_free(m);
         return error_set(err,
                          "model: allocated %llu/%llu/%llu/%llu bytes of parameters, gradients, "
-                         "optimizer state, activations; common/gpt2_memory.c counts "
+                         "optimizer state, activations; common/gpt2/gpt2_memory.c counts "
                          "%llu/%llu/%llu/%llu (a bug: the two must agree)",
                          (unsigned long long)a->params, (unsigned long long)a->grads,
                          (unsigned long long)a->optimizer, (unsigned long long)a->activations,

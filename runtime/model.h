@@ -9,15 +9,15 @@
 #include <stdint.h>
 
 #include "common/error.h"
-#include "common/plan.h"
-#include "common/gpt2_memory.h"
-#include "common/gpt2_shard.h"
+#include "common/plan/plan.h"
+#include "common/gpt2/gpt2_memory.h"
+#include "common/gpt2/gpt2_shard.h"
 #include "kernels/ops.h"
 #include "runtime/group.h"
 #include "runtime/gpt2.h"
 #include "runtime/profile.h"
 
-/* Device bytes by kind (common/gpt2_memory.h says what each counts). */
+/* Device bytes by kind (common/gpt2/gpt2_memory.h says what each counts). */
 struct model_bytes {
     uint64_t params, grads, optimizer, activations;
 };
@@ -132,7 +132,7 @@ struct model {
     bool defer_embedding;
     int deferred_slot;            /* the slot whose embedding rows were left out, -1: none */
     struct profile prof;          /* time per phase (the training loop resets it) */
-    struct gpt2_memory mem;       /* what it holds, by common/gpt2_memory.c */
+    struct gpt2_memory mem;       /* what it holds, by common/gpt2/gpt2_memory.c */
     struct model_bytes allocated; /* what model_init allocated, counted by kind (= mem's) */
     void **allocations;           /* everything above, for model_free */
     int n_allocations, cap_allocations;

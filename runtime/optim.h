@@ -5,7 +5,7 @@
 #define PLAIT_RUNTIME_OPTIM_H
 
 #include "common/error.h"
-#include "common/plan.h"
+#include "common/plan/plan.h"
 #include "runtime/group.h"
 #include "runtime/model.h"
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/store.h"
+#include "common/store/store.h"
 #include "kernels/ops.h"
 
 /* ---- group tables over a communicator ------------------------------------------------ */

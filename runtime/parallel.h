@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/env.h"
+#include "common/place/env.h"
 #include "common/error.h"
 #include "runtime/comm/comm.h"
 #include "runtime/group.h"

@@ -1,7 +1,7 @@
 /* pipeline.c — running one stage's schedule for one step: micro-batches into
  * slots as they arrive, forwards and backwards through the model, transfers
  * through the link, and the time each kind of operation took. Which list to
- * run is common/schedule.c's; moving bytes is the link's. */
+ * run is common/place/schedule.c's; moving bytes is the link's. */
 #include "runtime/pipeline.h"
 
 #include <stdlib.h>

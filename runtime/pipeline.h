@@ -1,5 +1,5 @@
 /* pipeline.h — the schedule executor: one optimizer step of one pipeline
- * stage, running the stage's list of operations from common/schedule.h
+ * stage, running the stage's list of operations from common/place/schedule.h
  * (forwards, backwards, and the transfers of activations and their
  * gradients between neighbouring stages) over the model's slots. Every
  * schedule runs through it, pp = 1 (plain gradient accumulation) included.
@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
-#include "common/schedule.h"
+#include "common/place/schedule.h"
 #include "runtime/model.h"
 
 /* Transfers with the neighbouring stages. send may return as soon as buf's

@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "common/error.h"
-#include "common/plan.h"
+#include "common/plan/plan.h"
 #include "common/rng.h"
 #include "runtime/model.h"
 

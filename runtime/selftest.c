@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/env.h"
+#include "common/place/env.h"
 #include "common/rng.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cuda/cuda_ops.h"

@@ -14,20 +14,20 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/ckpt_shards.h"
-#include "common/ckptdir.h"
-#include "common/cost.h"
-#include "common/env.h"
+#include "common/formats/ckpt_shards.h"
+#include "common/formats/ckptdir.h"
+#include "common/place/cost.h"
+#include "common/place/env.h"
 #include "common/fsutil.h"
-#include "common/gpu.h" // defines: gpu_flops_per_token, gpu_mfu, gpu_peak_tflops
-#include "common/layout.h"
+#include "common/place/gpu.h" // defines: gpu_flops_per_token, gpu_mfu, gpu_peak_tflops
+#include "common/place/layout.h"
 #include "common/log.h"
-#include "common/metrics.h"
-#include "common/rundir.h"
-#include "common/runend.h"
-#include "common/runjson.h"
-#include "common/runlock.h"
-#include "common/schedule.h"
+#include "common/formats/metrics.h"
+#include "common/formats/rundir.h"
+#include "common/formats/runend.h"
+#include "common/formats/runjson.h"
+#include "common/formats/runlock.h"
+#include "common/place/schedule.h"
 #include "kernels/cpu/cpu_rate.h" // defines: cpu_rate_measure, what plait check measures too
 #include "kernels/cuda/cuda_ops.h"
 #include "runtime/ckpt.h"
@@ -361,7 +361,7 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
 }
 
 /* The dense datasheet peak (TFLOP/s) of the GPU this rank trains on, in the plan's precision,
- * from common/gpu.h's table: the GPU is this machine's CUDA device `device` (hwloc, PCI id or
+ * from common/place/gpu.h's table: the GPU is this machine's CUDA device `device` (hwloc, PCI id or
  * NVML name, as plait check finds it). 0 for a CPU rank, or when plait does not know the GPU:
  * no MFU is reported then. */
 static double gpu_peak_of_rank(const struct model *m, int device, enum plan_precision precision)

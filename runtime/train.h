@@ -7,9 +7,9 @@
 #include <signal.h>
 #include <stdbool.h>
 
-#include "common/env.h"
+#include "common/place/env.h"
 #include "common/error.h"
-#include "common/plan.h"
+#include "common/plan/plan.h"
 
 /* Set (to the signal number) by the program's SIGTERM/SIGUSR1/SIGINT/SIGHUP
  * handler; the loop checks it after every micro-batch, writes a checkpoint

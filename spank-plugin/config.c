@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/plan.h"
+#include "common/plan/plan.h"
 
 static const char *const known =
     "max_gpus_per_job, max_nodes, allowed_precisions, min_checkpoint_every, quota_file, "

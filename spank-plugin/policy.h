@@ -11,7 +11,7 @@
 #include <sys/types.h>
 
 #include "common/error.h"
-#include "common/plan.h"
+#include "common/plan/plan.h"
 #include "spank-plugin/config.h"
 
 struct policy_job {

@@ -14,8 +14,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "common/env.h"
-#include "common/store.h"
+#include "common/place/env.h"
+#include "common/store/store.h"
 #include "spank-plugin/plait_spank.h"
 
 static struct store_server *server;

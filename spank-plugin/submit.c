@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/env.h"
-#include "common/plan.h"
+#include "common/place/env.h"
+#include "common/plan/plan.h"
 #include "spank-plugin/plait_spank.h"
 #include "spank-plugin/policy.h"
 

@@ -14,13 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/env.h"
+#include "common/place/env.h"
 #include "common/fsutil.h"
-#include "common/layout.h"
-#include "common/place.h"
-#include "common/plan.h"
-#include "common/store.h"
-#include "common/topo.h"
+#include "common/place/layout.h"
+#include "common/place/place.h"
+#include "common/plan/plan.h"
+#include "common/store/store.h"
+#include "common/place/topo.h"
 #include "spank-plugin/count.h"
 #include "spank-plugin/plait_spank.h"
 #include "spank-plugin/policy.h"
@@ -277,7 +277,7 @@ static int place_task(spank_t sp, const struct plait_config *c, const struct pla
                       struct step *s)
 {
     /* fixed degrees are within PLAN_MAX_RANKS (the parser's bound); dp "auto"
-     * fills the step; tp or pp "auto" is the cost model's choice (common/layout.h,
+     * fills the step; tp or pp "auto" is the cost model's choice (common/place/layout.h,
      * the same plait check makes). Counted in 64 bits: nothing wraps. */
     const struct plan_parallel *par = &p->parallel;
     bool sized = par->tp != PLAN_AUTO && par->pp != PLAN_AUTO;

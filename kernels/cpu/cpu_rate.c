@@ -3,7 +3,7 @@
  * memory-bound ops, the optimizer), each the best of a few after a warm-up, and
  * of a tiny op's start; on
  * buffers written first so that no read hits the kernel's shared zero page.
- * What the rates predict is common/cost.c's business, not this file's. */
+ * What the rates predict is common/place/cost.c's business, not this file's. */
 #include "kernels/cpu/cpu_rate.h"
 
 #include <math.h>

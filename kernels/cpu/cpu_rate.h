@@ -1,7 +1,7 @@
 /* cpu_rate.h — how fast this machine's CPU kernels run one rank's work, measured
  * in a fifth of a second or less through the CPU op table itself (kernels/cpu: the
  * products oneDNN runs, fp32 or the bf16 path, emulated or native as training
- * runs them) at the plan's shapes. The cost model (common/cost.h) turns these
+ * runs them) at the plan's shapes. The cost model (common/place/cost.h) turns these
  * rates into a modelled step; nothing here knows plans or layouts. */
 #ifndef PLAIT_KERNELS_CPU_CPU_RATE_H
 #define PLAIT_KERNELS_CPU_CPU_RATE_H

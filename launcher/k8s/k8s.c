@@ -4,7 +4,7 @@
  * launcher/cmd_k8s.c's. */
 #include "launcher/k8s/k8s.h"
 
-#include "common/env.h"
+#include "common/place/env.h"
 #include "common/log.h"
 #include "launcher/k8s/k8s_lint.h"
 

@@ -1,6 +1,6 @@
 /* k8s_env.h — what `plait k8s render` writes into every pod's environment and
  * `plait launch` reads back in the pod: the launcher's own contract with
- * Kubernetes (common/env.h, the contract with the runtime, knows nothing of
+ * Kubernetes (common/place/env.h, the contract with the runtime, knows nothing of
  * it). Besides these, Kubernetes itself injects JOB_COMPLETION_INDEX (an
  * Indexed Job's pod index; with a JobSet of one replicated job of one Job it
  * is the pod's index in the whole gang), and the Secret's key reaches the pod

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/env.h"
+#include "common/place/env.h"
 #include "common/log.h"
 #include "launcher/k8s/k8s.h"
 #include "launcher/plan_fit.h"

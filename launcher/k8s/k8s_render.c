@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/env.h"
-#include "common/layout.h"
+#include "common/place/env.h"
+#include "common/place/layout.h"
 #include "common/log.h"
-#include "common/plan.h"
-#include "common/store.h"
+#include "common/plan/plan.h"
+#include "common/store/store.h"
 #include "launcher/k8s/k8s.h"
 #include "launcher/k8s/k8s_env.h"
 #include "launcher/k8s/k8s_lint.h"

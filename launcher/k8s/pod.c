@@ -15,14 +15,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/env.h"
+#include "common/place/env.h"
 #include "common/fsutil.h"
-#include "common/layout.h"
+#include "common/place/layout.h"
 #include "common/log.h"
-#include "common/place.h"
-#include "common/plan.h"
-#include "common/store.h"
-#include "common/topo.h"
+#include "common/place/place.h"
+#include "common/plan/plan.h"
+#include "common/store/store.h"
+#include "common/place/topo.h"
 #include "launcher/gang.h"
 #include "launcher/k8s/k8s_env.h"
 

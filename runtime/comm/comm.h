@@ -7,7 +7,7 @@
  * What this comment says of sockets, links and progress threads is the
  * socket backend's; where nccl differs is said at the end.
  *
- * Rendezvous: ranks meet through the job's store (common/store.h). Each rank
+ * Rendezvous: ranks meet through the job's store (common/store/store.h). Each rank
  * publishes how to reach it under "comm/<name>/addr/<rank>" (and counts
  * itself in "comm/<name>/members") and connects to the others; every
  * connection proves the job's secret (HMAC-SHA256 over fresh nonces, both
@@ -71,7 +71,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
-#include "common/rank_order.h" // defines: struct rank_coords, rank_of
+#include "common/place/rank_order.h" // defines: struct rank_coords, rank_of
 
 struct store;
 
@@ -157,7 +157,7 @@ int comm_split(struct comm *parent, int color, int key, const char *name, struct
                struct plait_error *err);
 
 /* The tensor-, pipeline- and data-parallel groups of a tp x pp x dp world,
- * this rank at coordinates `me` (common/rank_order.h: its rank must be
+ * this rank at coordinates `me` (common/place/rank_order.h: its rank must be
  * rank_of(me)), named "tp", "pp" and "dp" after prefix ("<prefix>.tp.<color>"...).
  * Collective over world. */
 int comm_split_3d(struct comm *world, int tp, int pp, int dp, struct rank_coords me,

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "common/store.h"
+#include "common/store/store.h"
 
 #define WATCH_S 5.0 /* one parked wait; the watcher loops */
 

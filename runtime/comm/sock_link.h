@@ -18,11 +18,11 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include "common/comm_memory.h"
+#include "common/place/comm_memory.h"
 
 enum sock_link_kind { SOCK_LINK_TCP, SOCK_LINK_SHM };
 
-/* per direction: common/comm_memory.h says why this size */
+/* per direction: common/place/comm_memory.h says why this size */
 #define SOCK_SHM_RING_BYTES COMM_SHM_RING_BYTES
 #define SOCK_TCP_STAGE_BYTES ((size_t)256 << 10) /* receive staging for TCP */
 

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/llmc.h"
+#include "common/formats/llmc.h"
 #include "runtime/data.h"
 #include "tests/fuzz/harness.h"
 

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "common/crc32c.h"
-#include "common/gpt2_layout.h"
-#include "common/llmc.h"
+#include "common/gpt2/gpt2_layout.h"
+#include "common/formats/llmc.h"
 #include "runtime/gpt2.h"
 #include "runtime/sample.h"
 #include "tests/fuzz/harness.h"

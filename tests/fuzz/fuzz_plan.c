@@ -1,4 +1,4 @@
-/* fuzz_plan.c — libFuzzer target for the plan parser (common/plan.h): plan text,
+/* fuzz_plan.c — libFuzzer target for the plan parser (common/plan/plan.h): plan text,
  * optionally a line "--set" and one "dot.path=value" override per line. Beyond
  * surviving: errors are one printable line naming their source, a loaded plan
  * keeps every rule of plan.h, and plan_to_json(_line) reads back to the same
@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/gpt2_layout.h" // gpt2_layout (the model must be addressable)
-#include "common/llmc.h"        // llmc_model_header_fill (the init fixture)
-#include "common/plan.h"
+#include "common/gpt2/gpt2_layout.h" // gpt2_layout (the model must be addressable)
+#include "common/formats/llmc.h"        // llmc_model_header_fill (the init fixture)
+#include "common/plan/plan.h"
 #include "tests/fuzz/harness.h"
 
 #define SOURCE "fuzz.json"

@@ -12,12 +12,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/ckpt_manifest.h"
-#include "common/ckpt_state.h"
-#include "common/metrics.h"
-#include "common/rundir.h"
-#include "common/runend.h"
-#include "common/runjson.h"
+#include "common/formats/ckpt_manifest.h"
+#include "common/formats/ckpt_state.h"
+#include "common/formats/metrics.h"
+#include "common/formats/rundir.h"
+#include "common/formats/runend.h"
+#include "common/formats/runjson.h"
 #include "tests/fuzz/harness.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "../unit/check.h"
-#include "common/store.h"
+#include "common/store/store.h"
 #include "runtime/comm/comm.h"
 
 #define SECRET "nccl-gpu-test-secret-0123456789abcdef"

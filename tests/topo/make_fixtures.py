@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """make_fixtures.py — writes tests/topo/<case>/topology.xml: hwloc 2.x XML
-topologies of GPU nodes, modelled on real machines, for common/topo.c and the
+topologies of GPU nodes, modelled on real machines, for common/place/topo.c and the
 placement golden tests. Python 3 standard library only; the output is
 deterministic. Regenerate with `python3 tests/topo/make_fixtures.py`.
 

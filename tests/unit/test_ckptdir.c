@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "common/ckptdir.h"
+#include "common/formats/ckptdir.h"
 #include "common/fsutil.h"
 
 /* paths here are short temp paths; the 4096-byte buffers only look tight to gcc */

@@ -26,7 +26,7 @@
 
 #include "check.h"
 #include "common/sha256.h"
-#include "common/store.h"
+#include "common/store/store.h"
 #include "runtime/comm/comm.h"
 #include "runtime/comm/sock_connect.h"
 

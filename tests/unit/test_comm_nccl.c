@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "check.h"
-#include "common/store.h"
+#include "common/store/store.h"
 #include "runtime/comm/comm.h"
 #include "runtime/comm/comm_backend.h"
 #include "runtime/comm/nccl_meta.h"

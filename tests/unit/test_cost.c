@@ -9,11 +9,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/cost.h"
-#include "common/gpu.h"    // gpu_spec_by_pci
-#include "common/layout.h" // layout_device_tflops, layout_device_memory_gbps
-#include "common/llmc.h"   // llmc_param_count
-#include "common/plan.h"
+#include "common/place/cost.h"
+#include "common/place/gpu.h"    // gpu_spec_by_pci
+#include "common/place/layout.h" // layout_device_tflops, layout_device_memory_gbps
+#include "common/formats/llmc.h"   // llmc_param_count
+#include "common/plan/plan.h"
 #include "tests/unit/check.h"
 
 /* ---- plans ------------------------------------------------------------------------------- */

@@ -8,9 +8,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "common/cost.h"
-#include "common/layout.h" // layout_modelled_tokens_per_s
-#include "common/plan.h"
+#include "common/place/cost.h"
+#include "common/place/layout.h" // layout_modelled_tokens_per_s
+#include "common/plan/plan.h"
 #include "tests/unit/check.h"
 
 /* GPT-2's layout, small: 2 sequences of 16 tokens, C 32 in 2 heads, 2 layers. */

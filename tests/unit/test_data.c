@@ -12,7 +12,7 @@
 
 #include "check.h"
 #include "common/fsutil.h"
-#include "common/llmc.h"
+#include "common/formats/llmc.h"
 #include "runtime/data.h"
 
 static char dir[] = "/tmp/plait-test-data.XXXXXX";

@@ -1,10 +1,10 @@
-/* test_elastic_batch.c — the global batch across layouts (common/elastic_batch.h):
+/* test_elastic_batch.c — the global batch across layouts (common/place/elastic_batch.h):
  * a fresh run fills the slots and keeps the plan's grad_accum; a resumed one
  * takes the most replicas that keep its global batch, with the grad_accum
  * that does, and never one the interleaved schedule cannot run. */
 #include <stdlib.h>
 
-#include "common/elastic_batch.h"
+#include "common/place/elastic_batch.h"
 #include "tests/unit/check.h"
 
 static struct plan *plan_with(const char *parallel, int grad_accum)

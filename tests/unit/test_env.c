@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "common/env.h"
+#include "common/place/env.h"
 
 static const char *const vars[] = {PLAIT_ENV_RANK,
                                    PLAIT_ENV_WORLD_SIZE,

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "common/gpt2_shard.h"
+#include "common/gpt2/gpt2_shard.h"
 
 static const struct gpt2_config cfg = {
     .max_seq_len = 5, .vocab = 30, .padded_vocab = 32, .layers = 5, .heads = 4, .hidden = 8};

@@ -10,10 +10,10 @@
 #include <string.h>
 
 #include "check.h"
-#include "common/cost.h"
-#include "common/gpt2_shard.h"
-#include "common/plan.h"
-#include "common/schedule.h"
+#include "common/place/cost.h"
+#include "common/gpt2/gpt2_shard.h"
+#include "common/plan/plan.h"
+#include "common/place/schedule.h"
 #include "kernels/ops.h"
 #include "tests/unit/cpu_ctx.h"
 #include "runtime/model.h"

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "common/place.h"
+#include "common/place/place.h"
 
 /* A node: n_gpus GPUs, domain_of[g] (or -1: all one domain), n_numa NUMA
  * nodes of cores_per_numa cores (GPU g local to NUMA g*n_numa/n_gpus), and

@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/llmc.h" // llmc_model_header_fill, llmc_tokens_header_fill, llmc_param_count
+#include "common/formats/llmc.h" // llmc_model_header_fill, llmc_tokens_header_fill, llmc_param_count
 #include "common/fsutil.h"
-#include "common/plan.h"
+#include "common/plan/plan.h"
 #include "tests/unit/check.h"
 
 #define INVALID_DIR "tests/plans/invalid"

@@ -9,14 +9,14 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "common/ckpt_manifest.h"
-#include "common/ckpt_state.h"
-#include "common/ckptdir.h"
+#include "common/formats/ckpt_manifest.h"
+#include "common/formats/ckpt_state.h"
+#include "common/formats/ckptdir.h"
 #include "common/fsutil.h"
-#include "common/metrics.h"
-#include "common/rundir.h"
-#include "common/runend.h"
-#include "common/runjson.h"
+#include "common/formats/metrics.h"
+#include "common/formats/rundir.h"
+#include "common/formats/runend.h"
+#include "common/formats/runjson.h"
 
 /* paths here are short temp paths; the 4096-byte buffers only look tight to gcc */
 #pragma GCC diagnostic ignored "-Wformat-truncation"

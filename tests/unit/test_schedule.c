@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "common/schedule.h"
+#include "common/place/schedule.h"
 
 static const int shapes[][3] = {{1, 1, 1}, {1, 5, 1}, {2, 1, 1},  {2, 4, 1}, {3, 7, 1},
                                 {4, 4, 1}, {4, 8, 1}, {4, 16, 1}, {8, 8, 1}, {8, 32, 1}};

@@ -20,8 +20,8 @@
 
 #include "check.h"
 #include "common/sha256.h"
-#include "common/store.h"
-#include "common/store_wire.h"
+#include "common/store/store.h"
+#include "common/store/store_wire.h"
 
 #define SECRET "0123456789abcdef-test-secret"
 

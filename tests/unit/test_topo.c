@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "common/fsutil.h"
-#include "common/gpu.h"
-#include "common/topo.h"
+#include "common/place/gpu.h"
+#include "common/place/topo.h"
 #include "tests/unit/check.h"
 
 #define FIXTURES "tests/topo"

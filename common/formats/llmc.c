@@ -1,0 +1,121 @@
+/* llmc.c — headers of llm.c token shards and GPT-2 checkpoints: read, check,
+ * fill. Parameter and token bodies are read by the runtime, not here. */
+#include "common/formats/llmc.h"
+
+#include "common/fsutil.h"
+#include "common/gpt2/gpt2_layout.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int read_header(const char *path, int32_t h[LLMC_HEADER_INTS], int64_t *file_bytes,
+                       struct plait_error *err)
+{
+    FILE *f = fs_fopen_regular(path, err);
+    if (!f) return -1;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        fclose(f);
+        return error_errno(err, "%s", path);
+    }
+    size_t got = fread(h, 4, LLMC_HEADER_INTS, f);
+    fclose(f);
+    if (got != LLMC_HEADER_INTS)
+        return error_set(err, "%s: too short for an llm.c header (%lld bytes, need %d)", path,
+                         (long long)st.st_size, LLMC_HEADER_BYTES);
+    *file_bytes = st.st_size;
+    return 0;
+}
+
+int64_t llmc_param_count(int max_seq_len, int padded_vocab, int layers, int hidden)
+{
+    struct gpt2_config cfg = {.max_seq_len = max_seq_len,
+                              .padded_vocab = padded_vocab,
+                              .layers = layers,
+                              .hidden = hidden};
+    struct gpt2_layout layout;
+    if (gpt2_layout(&cfg, &layout)) return -1;
+    return (int64_t)layout.total;
+}
+
+int llmc_read_model_header(const char *path, struct llmc_model_header *out, struct plait_error *err)
+{
+    int32_t h[LLMC_HEADER_INTS];
+    int64_t bytes;
+    if (read_header(path, h, &bytes, err)) return -1;
+    if (h[0] != LLMC_MODEL_MAGIC)
+        return error_set(err, "%s: not an llm.c GPT-2 checkpoint (magic %d, expected %d)", path,
+                         h[0], LLMC_MODEL_MAGIC);
+    if (h[1] != LLMC_MODEL_VERSION_FP32 && h[1] != LLMC_MODEL_VERSION_BF16)
+        return error_set(err, "%s: unsupported checkpoint version %d (3 = fp32 and 5 = bf16 are)",
+                         path, h[1]);
+    struct llmc_model_header m = {.version = h[1],
+                                  .max_seq_len = h[2],
+                                  .vocab = h[3],
+                                  .layers = h[4],
+                                  .heads = h[5],
+                                  .hidden = h[6],
+                                  .padded_vocab = h[7]};
+    if (m.max_seq_len < 1 || m.vocab < 1 || m.layers < 1 || m.heads < 1 || m.hidden < 1 ||
+        m.padded_vocab < m.vocab || m.hidden % m.heads != 0)
+        return error_set(err,
+                         "%s: inconsistent header (max T %d, vocab %d, padded vocab %d, layers "
+                         "%d, heads %d, hidden %d)",
+                         path, m.max_seq_len, m.vocab, m.padded_vocab, m.layers, m.heads, m.hidden);
+    int64_t n = llmc_param_count(m.max_seq_len, m.padded_vocab, m.layers, m.hidden);
+    if (n < 0)
+        return error_set(err,
+                         "%s: its header describes a model too large to address (max T %d, "
+                         "padded vocab %d, layers %d, hidden %d): not a GPT-2 checkpoint",
+                         path, m.max_seq_len, m.padded_vocab, m.layers, m.hidden);
+    int64_t want = LLMC_HEADER_BYTES + n * (m.version == LLMC_MODEL_VERSION_FP32 ? 4 : 2);
+    if (bytes != want)
+        return error_set(err,
+                         "%s: %lld bytes, but its header describes %lld parameters (%lld "
+                         "bytes): truncated or not a GPT-2 checkpoint",
+                         path, (long long)bytes, (long long)n, (long long)want);
+    *out = m;
+    return 0;
+}
+
+int llmc_read_tokens_header(const char *path, int64_t *n_tokens, struct plait_error *err)
+{
+    int32_t h[LLMC_HEADER_INTS];
+    int64_t bytes;
+    if (read_header(path, h, &bytes, err)) return -1;
+    if (h[0] != LLMC_TOKENS_MAGIC)
+        return error_set(err, "%s: not an llm.c token shard (magic %d, expected %d)", path, h[0],
+                         LLMC_TOKENS_MAGIC);
+    if (h[1] != LLMC_TOKENS_VERSION)
+        return error_set(err, "%s: unsupported token shard version %d (expected %d)", path, h[1],
+                         LLMC_TOKENS_VERSION);
+    int64_t want = LLMC_HEADER_BYTES + (int64_t)h[2] * 2;
+    if (h[2] < 0 || bytes != want)
+        return error_set(err, "%s: header says %d tokens (%lld bytes) but the file has %lld bytes",
+                         path, h[2], (long long)want, (long long)bytes);
+    *n_tokens = h[2];
+    return 0;
+}
+
+void llmc_model_header_fill(int32_t header[LLMC_HEADER_INTS], const struct llmc_model_header *h)
+{
+    memset(header, 0, LLMC_HEADER_BYTES);
+    header[0] = LLMC_MODEL_MAGIC;
+    header[1] = h->version;
+    header[2] = h->max_seq_len;
+    header[3] = h->vocab;
+    header[4] = h->layers;
+    header[5] = h->heads;
+    header[6] = h->hidden;
+    header[7] = h->padded_vocab;
+}
+
+void llmc_tokens_header_fill(int32_t header[LLMC_HEADER_INTS], int64_t n_tokens)
+{
+    memset(header, 0, LLMC_HEADER_BYTES);
+    header[0] = LLMC_TOKENS_MAGIC;
+    header[1] = LLMC_TOKENS_VERSION;
+    header[2] = (int32_t)n_tokens;
+}

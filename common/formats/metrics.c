@@ -1,0 +1,237 @@
+/* metrics.c — RUN_DIR/metrics.jsonl (metrics.h): appending records, cutting
+ * it back to a checkpoint's step on resume (through a temp file and rename),
+ * reading it back as records. What is measured is plait-train's. */
+#include "common/formats/metrics.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/fsutil.h"
+#include "common/json_read.h"
+#include "common/formats/rundir.h"
+
+/* The step a record belongs to: its "step" (*eval false) or "eval_step"
+ * (*eval true) member; NULL when it has neither. */
+static json_t *step_member(json_t *j, bool *eval)
+{
+    json_t *s = json_object_get(j, "step");
+    *eval = !s && (s = json_object_get(j, "eval_step")) != NULL;
+    return s;
+}
+
+/* The step a record belongs to (step or eval_step), or -1 if it has none. */
+static json_int_t record_step(const char *line)
+{
+    json_t *j = json_loads(line, 0, NULL);
+    if (!j) return -1;
+    bool eval;
+    json_t *s = step_member(j, &eval);
+    json_int_t step = json_is_integer(s) ? json_integer_value(s) : -1;
+    json_decref(j);
+    return step;
+}
+
+int metrics_open(struct metrics *mt, const char *run_dir, int keep_step, struct plait_error *err)
+{
+    snprintf(mt->path, sizeof mt->path, "%s/" RUNDIR_METRICS, run_dir);
+    size_t bytes;
+    struct plait_error ignored;
+    char *old = fs_read_all(mt->path, &bytes, &ignored);
+    if (old) { /* keep the records up to keep_step */
+        size_t out_len = 0;
+        char *out = malloc(bytes + 1);
+        if (!out) {
+            free(old);
+            return error_set(err, "out of memory");
+        }
+        for (char *line = old, *next; *line; line = next) {
+            char *nl = strchr(line, '\n');
+            next = nl ? nl + 1 : line + strlen(line);
+            if (!nl) break; /* a torn last line */
+            *nl = '\0';
+            json_int_t s = record_step(line);
+            if (s >= 1 && s <= keep_step) {
+                size_t n = strlen(line);
+                memcpy(out + out_len, line, n);
+                out[out_len + n] = '\n';
+                out_len += n + 1;
+            }
+        }
+        int rc = fs_write_atomic(mt->path, out, out_len, err);
+        free(out);
+        free(old);
+        if (rc) return -1;
+    }
+    mt->f = fopen(mt->path, "a");
+    if (!mt->f) return error_errno(err, "opening %s", mt->path);
+    return 0;
+}
+
+static int put(struct metrics *mt, json_t *j, struct plait_error *err)
+{
+    char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17) | JSON_PRESERVE_ORDER);
+    json_decref(j);
+    if (!text) return error_set(err, "out of memory");
+    int bad = fprintf(mt->f, "%s\n", text) < 0 || fflush(mt->f) != 0;
+    if (mt->echo) { /* a console: a closed one is not the metrics' failure */
+        fprintf(mt->echo, "%s\n", text);
+        fflush(mt->echo);
+    }
+    free(text);
+    if (bad) return error_errno(err, "writing %s", mt->path);
+    return 0;
+}
+
+int metrics_step(struct metrics *mt, const struct step_metrics *s, struct plait_error *err)
+{
+    json_t *j = json_pack("{s:i,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f}", "step", s->step, "loss", s->loss,
+                          "lr", s->lr, "grad_norm", s->grad_norm, "tokens", (json_int_t)s->tokens,
+                          "tokens_total", (json_int_t)s->tokens_total, "ms", s->ms, "tokens_per_s",
+                          s->tokens_per_s, "peak_pct", s->peak_pct);
+    if (j && s->mfu > 0) json_object_set_new(j, "mfu", json_real(s->mfu));
+    if (j && s->ranks > 1)
+        json_object_set_new(
+            j, "parallel",
+            json_pack("{s:i,s:f,s:f,s:f,s:{s:f,s:f,s:f},s:{s:f,s:f,s:f},s:{s:i,s:f,s:"
+                      "f}}",
+                      "ranks", s->ranks, "compute_pct", s->compute_pct, "comm_pct", s->comm_pct,
+                      "bubble_pct", s->idle_pct, "bytes", "tp", s->bytes_tp, "pp", s->bytes_pp,
+                      "dp", s->bytes_dp, "wait_ms", "tp", s->wait_tp_ms, "pp", s->wait_pp_ms, "dp",
+                      s->wait_dp_ms, "straggler", "rank", s->straggler, "busy_ms", s->busy_ms,
+                      "median_busy_ms", s->median_busy_ms));
+    if (j && s->ranks > 1 && s->bubble_sim_pct >= 0)
+        json_object_set_new(json_object_get(j, "parallel"), "bubble_simulated_pct",
+                            json_real(s->bubble_sim_pct));
+    return put(mt, j, err);
+}
+
+int metrics_eval(struct metrics *mt, const struct eval_metrics *e, struct plait_error *err)
+{
+    json_t *j = json_pack("{s:i,s:f,s:I}", "eval_step", e->step, "val_loss", e->val_loss,
+                          "val_tokens", (json_int_t)e->val_tokens);
+    return put(mt, j, err);
+}
+
+void metrics_close(struct metrics *mt)
+{
+    if (mt->f) fclose(mt->f);
+    mt->f = NULL;
+}
+
+/* ---- reading ---------------------------------------------------------------------------- */
+
+/* Three members {tp, pp, dp} of object key of parallel. */
+static void read_by_comm(struct json_read *r, json_t *par, const char *key, double out[3])
+{
+    char at[32];
+    snprintf(at, sizeof at, "parallel.%s", key);
+    json_t *o = json_read_object(r, par, "parallel", key);
+    static const char *const names[3] = {"tp", "pp", "dp"};
+    for (int i = 0; i < 3; i++) out[i] = json_read_number(r, o, at, names[i]);
+}
+
+static void read_parallel(struct json_read *r, json_t *par, struct step_metrics *s)
+{
+    s->ranks = (int)json_read_int(r, par, "parallel", "ranks");
+    s->compute_pct = json_read_number(r, par, "parallel", "compute_pct");
+    s->comm_pct = json_read_number(r, par, "parallel", "comm_pct");
+    s->idle_pct = json_read_number(r, par, "parallel", "bubble_pct");
+    if (json_read_has(par, "bubble_simulated_pct"))
+        s->bubble_sim_pct = json_read_number(r, par, "parallel", "bubble_simulated_pct");
+    double bytes[3], wait[3];
+    read_by_comm(r, par, "bytes", bytes);
+    read_by_comm(r, par, "wait_ms", wait);
+    s->bytes_tp = bytes[0], s->bytes_pp = bytes[1], s->bytes_dp = bytes[2];
+    s->wait_tp_ms = wait[0], s->wait_pp_ms = wait[1], s->wait_dp_ms = wait[2];
+    json_t *st = json_read_object(r, par, "parallel", "straggler");
+    s->straggler = (int)json_read_int(r, st, "parallel.straggler", "rank");
+    s->busy_ms = json_read_number(r, st, "parallel.straggler", "busy_ms");
+    s->median_busy_ms = json_read_number(r, st, "parallel.straggler", "median_busy_ms");
+}
+
+static void read_step(struct json_read *r, json_t *j, struct step_metrics *s)
+{
+    *s = (struct step_metrics){.ranks = 1, .bubble_sim_pct = -1};
+    s->step = (int)json_read_int(r, j, NULL, "step");
+    s->loss = json_read_number(r, j, NULL, "loss");
+    s->lr = json_read_number(r, j, NULL, "lr");
+    s->grad_norm = json_read_number(r, j, NULL, "grad_norm");
+    s->tokens = json_read_int(r, j, NULL, "tokens");
+    s->tokens_total = json_read_int(r, j, NULL, "tokens_total");
+    s->ms = json_read_number(r, j, NULL, "ms");
+    s->tokens_per_s = json_read_number(r, j, NULL, "tokens_per_s");
+    s->peak_pct = json_read_number(r, j, NULL, "peak_pct");
+    if (json_read_has(j, "mfu")) s->mfu = json_read_number(r, j, NULL, "mfu");
+    if (json_read_has(j, "parallel")) read_parallel(r, json_read_object(r, j, NULL, "parallel"), s);
+}
+
+static void read_eval(struct json_read *r, json_t *j, struct eval_metrics *e)
+{
+    e->step = (int)json_read_int(r, j, NULL, "eval_step");
+    e->val_loss = json_read_number(r, j, NULL, "val_loss");
+    e->val_tokens = json_read_int(r, j, NULL, "val_tokens");
+}
+
+/* Room for one more element of *arr (n used of *cap). */
+static int grow(void **arr, int n, int *cap, size_t elem)
+{
+    if (n < *cap) return 0;
+    int bigger_cap = *cap ? 2 * *cap : 256;
+    void *bigger = realloc(*arr, (size_t)bigger_cap * elem);
+    if (!bigger) return -1;
+    *arr = bigger;
+    *cap = bigger_cap;
+    return 0;
+}
+
+/* One line's record into s (r names the file and line). */
+static void read_record(struct json_read *r, json_t *j, struct metrics_series *s, int cap[2])
+{
+    bool eval;
+    if (!step_member(j, &eval)) return; /* neither a step's nor an evaluation's */
+    if (!eval && grow((void **)&s->steps, s->n_steps, &cap[0], sizeof *s->steps) == 0) {
+        read_step(r, j, &s->steps[s->n_steps]);
+        s->n_steps += !r->failed;
+    } else if (eval && grow((void **)&s->evals, s->n_evals, &cap[1], sizeof *s->evals) == 0) {
+        struct eval_metrics *e = &s->evals[s->n_evals];
+        read_eval(r, j, e);
+        e->tokens_total = s->n_steps ? s->steps[s->n_steps - 1].tokens_total : 0;
+        s->n_evals += !r->failed;
+    } else {
+        r->failed = error_set(r->err, "out of memory reading %s", r->file);
+    }
+}
+
+int metrics_read(const char *run_dir, struct metrics_series *s, struct plait_error *err)
+{
+    char path[4096], where[4200];
+    memset(s, 0, sizeof *s);
+    if (fs_join(path, sizeof path, run_dir, RUNDIR_METRICS, err)) return -1;
+    FILE *f = fopen(path, "r");
+    if (!f && errno == ENOENT) return 0;
+    if (!f) return error_errno(err, "opening %s", path);
+    char *line = NULL;
+    size_t line_cap = 0;
+    int cap[2] = {0, 0};
+    struct json_read r = {where, err, 0};
+    for (long n = 1; !r.failed && getline(&line, &line_cap, f) > 0; n++) {
+        json_t *j = json_loads(line, 0, NULL);
+        snprintf(where, sizeof where, "%s:%ld", path, n);
+        if (json_is_object(j)) read_record(&r, j, s, cap);
+        json_decref(j);
+    }
+    free(line);
+    fclose(f);
+    if (r.failed) metrics_series_free(s);
+    return r.failed;
+}
+
+void metrics_series_free(struct metrics_series *s)
+{
+    free(s->steps);
+    free(s->evals);
+    memset(s, 0, sizeof *s);
+}

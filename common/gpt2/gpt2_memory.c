@@ -1,0 +1,191 @@
+/* gpt2_memory.c — the byte accounting of gpt2_memory.h: which buffers a rank
+ * of a GPT-2 holds, how large and how many, and their sum by kind. Pure
+ * arithmetic, every product checked; allocating them is runtime/model.c's. */
+#include "common/gpt2/gpt2_memory.h"
+
+#include <string.h>
+
+#include "common/checked.h"
+
+/* Per-layer buffers kept for backward under each recompute policy. */
+static bool layer_kept(enum gpt2_act a, enum plan_recompute recompute)
+{
+    switch (a) {
+    case GPT2_ACT_RES3:
+    case GPT2_ACT_G_FCPROJ:
+    case GPT2_ACT_G_FC:
+    case GPT2_ACT_G_ATTPROJ:
+    case GPT2_ACT_G_QKV:
+        return true;
+    case GPT2_ACT_ATT:
+    case GPT2_ACT_FCH_GELU:
+        return recompute == PLAN_RECOMPUTE_NONE;
+    default:
+        return recompute != PLAN_RECOMPUTE_FULL;
+    }
+}
+
+/* Whether a per-micro-batch buffer is held on this stage. */
+static bool slot_held(enum gpt2_act a, const struct gpt2_shard *s)
+{
+    if (a == GPT2_ACT_INPUT) return true;
+    if (a == GPT2_ACT_TOKENS) return s->first;
+    return s->last;
+}
+
+/* Elements of one copy of buffer a; rows_div: tp with sequence parallelism
+ * (the residual stream's buffers hold N/tp rows), else 1. */
+static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long B, long long T,
+                         long long rows_div, bool fused_attention, size_t *out)
+{
+    const struct gpt2_config *cfg = &s->cfg;
+    long long tp = s->part.tp, C = cfg->hidden, Ct = C / tp, NHt = cfg->heads / tp;
+    long long Vpt = cfg->padded_vocab / tp;
+    size_t N;
+    switch (a) {
+    case GPT2_ACT_LN1_MEAN:
+    case GPT2_ACT_LN1_RSTD:
+    case GPT2_ACT_LN2_MEAN:
+    case GPT2_ACT_LN2_RSTD:
+    case GPT2_ACT_LNF_MEAN:
+    case GPT2_ACT_LNF_RSTD:
+        return ck_size(&N, B, T) && ck_size(out, (long long)(N / (size_t)rows_div));
+    case GPT2_ACT_LN1:
+    case GPT2_ACT_RES2:
+    case GPT2_ACT_LN2:
+    case GPT2_ACT_RES3:
+    case GPT2_ACT_INPUT:
+    case GPT2_ACT_LNF:
+    case GPT2_ACT_DRES:
+    case GPT2_ACT_GRAD_IN:
+        return ck_size(&N, B, T) && ck_size(out, (long long)(N / (size_t)rows_div), C);
+    case GPT2_ACT_TOKENS:
+    case GPT2_ACT_TARGETS:
+    case GPT2_ACT_LOSSES:
+        return ck_size(out, B, T);
+    case GPT2_ACT_CE_STATS:
+        return ck_size(out, 3, B, T);
+    case GPT2_ACT_QKV:
+    case GPT2_ACT_D3C:
+    case GPT2_ACT_G_QKV:
+        return ck_size(out, B, T, 3, Ct);
+    case GPT2_ACT_ATTY:
+        return ck_size(out, B, T, Ct);
+    case GPT2_ACT_FCH:
+    case GPT2_ACT_FCH_GELU:
+    case GPT2_ACT_D4C:
+    case GPT2_ACT_G_FC:
+        return ck_size(out, B, T, 4, Ct);
+    case GPT2_ACT_ATT:
+    case GPT2_ACT_DATT:
+        return fused_attention ? ck_size(out, B, NHt, T) : ck_size(out, B, NHt, T, T);
+    case GPT2_ACT_LOGITS:
+        return ck_size(out, B, T, Vpt);
+    default: /* the (N,C) ones */
+        return ck_size(out, B, T, C);
+    }
+}
+
+/* How many copies of buffer a the rank holds. */
+static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
+                            const struct gpt2_memory_shape *shape, size_t slot_layers)
+{
+    size_t slots = (size_t)shape->slots;
+    bool split_only = a >= GPT2_ACT_G_FCPROJ && a <= GPT2_ACT_G_QKV;
+    if (split_only && !shape->split_backward) return 0;
+    if (a < GPT2_ACT_FIRST_SLOT) return layer_kept(a, shape->recompute) ? slots * slot_layers : 1;
+    if (a < GPT2_ACT_FIRST_SCRATCH) return slot_held(a, s) ? slots : 0;
+    if (a == GPT2_ACT_CE_STATS) return s->part.tp > 1;
+    if (a == GPT2_ACT_WHOLE) return shape->sequence_parallel;
+    if (a == GPT2_ACT_DATT) return !shape->fused_attention;
+    if (a == GPT2_ACT_GRAD_IN) return s->part.pp > 1 && (!s->last || s->part.chunks > 1);
+    return 1;
+}
+
+/* The fp8 copy of the held layers' product weights (gpt2_memory.h): *elems
+ * codes and *scales scales, false on overflow. */
+static bool fp8_copy(const struct gpt2_shard *s, enum plan_fp8_scaling scaling, size_t layers,
+                     size_t *elems, size_t *scales)
+{
+    long long C = s->cfg.hidden, Ct = C / s->part.tp, b = GPT2_FP8_BLOCK;
+    /* (OC, C) of qkvw, attprojw, fcw, fcprojw: column, row, column, row shards */
+    const long long shape[4][2] = {{3 * Ct, C}, {C, Ct}, {4 * Ct, C}, {C, 4 * Ct}};
+    size_t codes = 0, n_scales = 0, n, k_scales;
+    bool ok = true;
+    for (int k = 0; ok && k < 4; k++) {
+        long long r = shape[k][0], c = shape[k][1];
+        k_scales =
+            scaling == PLAN_FP8_BLOCK ? (size_t)((r + b - 1) / b) * (size_t)((c + b - 1) / b) : 1;
+        ok = ck_size(&n, r, c) && ck_add(codes, n, &codes) && ck_add(n_scales, k_scales, &n_scales);
+    }
+    return ok && ck_mul(layers, codes, elems) && ck_mul(layers, n_scales, scales);
+}
+
+/* bytes += n·width, false on overflow */
+static bool add_bytes(uint64_t *bytes, size_t n, size_t width)
+{
+    size_t b;
+    return ck_mul(n, width, &b) && !__builtin_add_overflow(*bytes, (uint64_t)b, bytes);
+}
+
+int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shape,
+                struct gpt2_memory *out, struct plait_error *err)
+{
+    const struct gpt2_memory_shape *h = shape;
+    memset(out, 0, sizeof *out);
+    if (h->B < 1 || h->T < 1 || h->slots < 1 || h->chunks < 1 || h->dp < 1 || h->zero < 0 ||
+        h->zero > 3)
+        return error_set(err,
+                         "memory of a micro-batch %d×%d, %d held at once in %d chunk(s), over "
+                         "dp %d with ZeRO %d: out of range",
+                         h->B, h->T, h->slots, h->chunks, h->dp, h->zero);
+    long long rows_div = h->sequence_parallel ? s->part.tp : 1;
+    if (h->sequence_parallel && (s->part.tp < 2 || (long long)h->B * h->T % rows_div))
+        return error_set(err,
+                         "parallel.sequence_parallel: batch.micro_batch %d × model.seq_len %d = "
+                         "%lld rows do not split evenly over parallel.tp %d",
+                         h->B, h->T, (long long)h->B * h->T, s->part.tp);
+    size_t layers = (size_t)gpt2_shard_layers(s);
+    size_t slot_layers = (layers + (size_t)h->chunks - 1) / (size_t)h->chunks;
+
+    /* the model state */
+    size_t P = s->total, dp = (size_t)h->dp, S;
+    out->zero = h->dp > 1 ? h->zero : 0;
+    bool ok = ck_add(P, dp - 1, &out->padded);
+    out->padded = out->padded / dp * dp;
+    out->slice = S = out->zero ? out->padded / dp : P;
+    size_t Pp = out->zero >= 3 ? S : out->padded; /* ZeRO 3 holds only its slice */
+    bool bf16 = h->precision == PLAN_PRECISION_BF16;
+    ok = ok && add_bytes(&out->params, Pp, 4) && add_bytes(&out->params, bf16 ? Pp : 0, 2) &&
+         add_bytes(&out->grads, Pp, 4) &&
+         add_bytes(&out->grads, out->zero == 1 || out->zero == 2 ? S : 0, 4) &&
+         add_bytes(&out->optimizer, S, 8) &&
+         add_bytes(&out->optimizer, out->zero == 1 || out->zero == 2 ? S : 0, 4);
+    if (ok && h->precision == PLAN_PRECISION_FP8) {
+        out->lm_head16 = s->last ? s->elems[GPT2_WTE] : 0;
+        ok = fp8_copy(s, h->fp8_scaling, layers, &out->fp8_elems, &out->fp8_scales) &&
+             add_bytes(&out->params, out->fp8_elems, 1) &&
+             add_bytes(&out->params, out->fp8_scales, 4) &&
+             add_bytes(&out->params, out->lm_head16, 2);
+    }
+
+    /* the activations and scratch */
+    for (int a = 0; ok && a < GPT2_ACTS; a++) {
+        struct gpt2_buffer *b = &out->act[a];
+        b->elem_bytes = 4;
+        b->copies = buffer_copies(a, s, h, slot_layers);
+        size_t n;
+        ok = buffer_elems(a, s, h->B, h->T, rows_div, h->fused_attention, &b->elems) &&
+             ck_mul(b->elems, b->copies, &n) && add_bytes(&out->activations, n, b->elem_bytes);
+    }
+    ok = ok && !__builtin_add_overflow(out->params, out->grads, &out->total) &&
+         !__builtin_add_overflow(out->total, out->optimizer, &out->total) &&
+         !__builtin_add_overflow(out->total, out->activations, &out->total) &&
+         out->total <= SIZE_MAX;
+    if (ok) return 0;
+    return error_set(err,
+                     "batch.micro_batch %d × model.seq_len %d (with model.heads %d, "
+                     "model.hidden %d, model.padded_vocab %d, model.layers %d): the model's "
+                     "buffers are too large to address",
+                     h->B, h->T, s->cfg.heads, s->cfg.hidden, s->cfg.padded_vocab, s->cfg.layers);
+}

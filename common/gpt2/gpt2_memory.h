@@ -1,0 +1,128 @@
+/* gpt2_memory.h — the bytes one rank's GPT-2 holds in device memory: its
+ * parameters, gradients and AdamW state over the ZeRO slice, and every
+ * activation and scratch buffer. One accounting for two readers: the runtime
+ * allocates by it (runtime/model.c, which checks its own count against it) and
+ * the cost model predicts with it (common/place/cost.c, what `plait check` prints),
+ * so predicted and allocated memory are the same number.
+ *
+ * What a rank holds, in bytes, with P = the shard's parameters (gpt2_shard),
+ * Pp = P rounded up to a multiple of dp, S = the optimizer's slice (Pp/dp with
+ * ZeRO >= 1, else P):
+ *   params      4·Pp fp32 weights, + 2·Pp their bf16 copy (bf16 precision), or
+ *               + the fp8 copy (fp8 precision): 1 byte per element of each
+ *               held layer's four product weights (qkvw, attprojw, fcw,
+ *               fcprojw; the embeddings stay fp32) and 4 per scale, one per
+ *               matrix (tensor scaling) or per 128×128 block, and on the last
+ *               stage 2 per element of its wte shard: the tied LM head's bf16
+ *               copy (the head runs in bf16, out of fp8)
+ *   grads       4·Pp fp32 gradients, + 4·S the slice's reduced gradient (ZeRO >= 1)
+ *   optimizer   8·S AdamW moments, + 4·S the slice's staging buffer (ZeRO >= 1)
+ *   activations the buffers below, fp32 (bf16 changes only the weights' copy)
+ * ZeRO 3 (not in the runtime yet) is counted as holding only the slice of
+ * each: 4·S weights (+ 2·S copy), 4·S gradients, 8·S moments. Without data
+ * parallelism ZeRO is off. */
+#ifndef PLAIT_GPT2_MEMORY_H
+#define PLAIT_GPT2_MEMORY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "common/gpt2/gpt2_shard.h"
+#include "common/plan/plan.h"
+
+/* The activation and scratch buffers, N = B·T rows; R = the residual
+ * stream's rows on this rank: N, or N/tp with sequence parallelism. Per layer
+ * (one copy per held micro-batch and layer when kept, else one shared buffer
+ * recomputed in backward): */
+enum gpt2_act {
+    GPT2_ACT_LN1,      /* (R,C)       kept unless full recompute */
+    GPT2_ACT_LN1_MEAN, /* (R) */
+    GPT2_ACT_LN1_RSTD, /* (R) */
+    GPT2_ACT_QKV,      /* (N,3C/tp)   column shard */
+    GPT2_ACT_ATTY,     /* (N,C/tp) */
+    GPT2_ACT_ATT,      /* (B,NH/tp,T,T) kept without recompute only; with a fused
+                          attention (B,NH/tp,T): each row's log-sum-exp */
+    GPT2_ACT_RES2,     /* (R,C) */
+    GPT2_ACT_LN2,      /* (R,C) */
+    GPT2_ACT_LN2_MEAN, /* (R) */
+    GPT2_ACT_LN2_RSTD, /* (R) */
+    GPT2_ACT_FCH,      /* (N,4C/tp)   column shard */
+    GPT2_ACT_FCH_GELU, /* (N,4C/tp)   kept without recompute only */
+    GPT2_ACT_RES3,     /* (R,C)       always kept: the layer's output */
+    /* split backward (zero-bubble schedules) only, always kept: the four
+     * products' output gradients, from the input- to the weight-gradient pass */
+    GPT2_ACT_G_FCPROJ,  /* (N,C) */
+    GPT2_ACT_G_FC,      /* (N,4C/tp) */
+    GPT2_ACT_G_ATTPROJ, /* (N,C) */
+    GPT2_ACT_G_QKV,     /* (N,3C/tp) */
+    /* per held micro-batch */
+    GPT2_ACT_INPUT,    /* (R,C)       the stage's input */
+    GPT2_ACT_TOKENS,   /* (N) int32   first stage */
+    GPT2_ACT_TARGETS,  /* (N) int32   last stage */
+    GPT2_ACT_LNF,      /* (R,C)       last stage */
+    GPT2_ACT_LNF_MEAN, /* (R) */
+    GPT2_ACT_LNF_RSTD, /* (R) */
+    GPT2_ACT_LOGITS,   /* (N,Vp/tp)   last stage, vocabulary shard */
+    /* scratch, one each */
+    GPT2_ACT_PROJ,     /* (N,C) */
+    GPT2_ACT_LOSSES,   /* (N) */
+    GPT2_ACT_CE_STATS, /* (3N)        tp > 1 */
+    GPT2_ACT_DRES,     /* (R,C) */
+    GPT2_ACT_GRAD_IN,  /* (R,C)       a stage's input gradient received from the next
+                          (pipeline stages but the last, every stage when interleaved) */
+    GPT2_ACT_DC,       /* (N,C) */
+    GPT2_ACT_D3C,      /* (N,3C/tp) */
+    GPT2_ACT_D4C,      /* (N,4C/tp) */
+    GPT2_ACT_DATT,     /* (B,NH/tp,T,T); none with a fused attention */
+    GPT2_ACT_WHOLE,    /* (N,C)       sequence parallel only: rows gathered from the group */
+    GPT2_ACTS
+};
+#define GPT2_ACT_FIRST_SLOT GPT2_ACT_INPUT
+#define GPT2_ACT_FIRST_SCRATCH GPT2_ACT_PROJ
+
+/* How a rank's model is run beyond its part. */
+struct gpt2_memory_shape {
+    int B, T; /* the largest micro-batch */
+    enum plan_precision precision;
+    enum plan_fp8_scaling fp8_scaling; /* precision fp8 only */
+    enum plan_recompute recompute;
+    int slots;  /* micro-batches (interleaved: model chunks) whose activations are held at once */
+    int chunks; /* model chunks per stage: a slot holds layers/chunks layers (1 but
+                   for interleaved schedules) */
+    int dp;     /* data-parallel ranks holding the same part */
+    int zero;   /* ZeRO stage 0..3 */
+    bool sequence_parallel; /* the residual stream on N/tp rows (tp > 1, N divisible by tp) */
+    bool split_backward;    /* zero-bubble schedules: the G_* buffers */
+    bool fused_attention;   /* the backend's fused attention (kernels/ops.h
+                               attention_*_fused, the CUDA backend's): no
+                               (B,NH,T,T) probabilities, their gradient neither */
+};
+
+/* The block edge of the fp8 copy's block scaling (kernels/fp8.h's FP8_TILE). */
+#define GPT2_FP8_BLOCK 128
+
+struct gpt2_buffer {
+    size_t elems;      /* of one copy */
+    size_t elem_bytes; /* 4 (fp32, int32) */
+    size_t copies;     /* 0: not held */
+};
+
+struct gpt2_memory {
+    int zero;      /* the ZeRO stage in effect (0 when dp = 1) */
+    size_t padded; /* Pp: parameter elements rounded up to a multiple of dp */
+    size_t slice;  /* S: elements of the optimizer's slice */
+    struct gpt2_buffer act[GPT2_ACTS];
+    size_t fp8_elems, fp8_scales; /* precision fp8: the weight copy's codes and scales */
+    size_t lm_head16;             /* precision fp8, last stage: elements of the LM head's
+                                     bf16 copy of wte, (Vp/tp, C) */
+    uint64_t params, grads, optimizer, activations, total; /* bytes */
+};
+
+/* The memory of shard s run as shape says: -1 with err when a buffer is too
+ * large to address (naming the plan fields) or the shape is out of range. */
+int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shape,
+                struct gpt2_memory *out, struct plait_error *err);
+
+#endif

@@ -1,0 +1,277 @@
+/* gpt2_shard.c — which part of each GPT-2 tensor a (tp, pp) rank holds, the
+ * layer-major offsets of its buffer, and the copies between that buffer and
+ * llm.c's full tensor-major order. What the model computes with them is the
+ * runtime's (runtime/model.c). */
+#include "common/gpt2/gpt2_shard.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "common/checked.h"
+
+bool gpt2_tensor_per_layer(enum gpt2_tensor t)
+{
+    return !(t == GPT2_WTE || t == GPT2_WPE || t == GPT2_LNFW || t == GPT2_LNFB);
+}
+
+static bool is_global(enum gpt2_tensor t)
+{
+    return !gpt2_tensor_per_layer(t);
+}
+
+bool gpt2_tensor_tp_replicated(enum gpt2_tensor t)
+{
+    switch (t) {
+    case GPT2_WTE:
+    case GPT2_QKVW:
+    case GPT2_QKVB:
+    case GPT2_ATTPROJW:
+    case GPT2_FCW:
+    case GPT2_FCB:
+    case GPT2_FCPROJW:
+        return false;
+    default:
+        return true;
+    }
+}
+
+struct gpt2_part gpt2_part_whole(const struct gpt2_config *cfg)
+{
+    return (struct gpt2_part){.tp = 1, .pp = 1, .layer_begin = 0, .layer_end = cfg->layers};
+}
+
+void gpt2_stage_layers(int layers, int pp, int stage, int *begin, int *end)
+{
+    int base = layers / pp, extra = layers % pp;
+    *begin = stage * base + (stage < extra ? stage : extra);
+    *end = *begin + base + (stage < extra ? 1 : 0);
+}
+
+void gpt2_stage_chunks(int layers, int pp, int chunks, int stage, struct gpt2_part *part)
+{
+    gpt2_stage_layers(layers, pp * chunks, stage, &part->layer_begin, &part->layer_end);
+    part->chunks = chunks;
+}
+
+int gpt2_shard_init(struct gpt2_shard *s, const struct gpt2_config *cfg,
+                    const struct gpt2_part *part, struct plait_error *err)
+{
+    memset(s, 0, sizeof *s);
+    const struct gpt2_part *p = part;
+    long long C = cfg->hidden, tp = p->tp;
+    if (tp < 1 || p->tp_rank < 0 || p->tp_rank >= tp || cfg->heads % tp || cfg->padded_vocab % tp)
+        return error_set(err,
+                         "tensor parallelism %d (rank %d) must divide the heads (%d) and the "
+                         "padded vocabulary (%d)",
+                         p->tp, p->tp_rank, cfg->heads, cfg->padded_vocab);
+    int chunks = p->chunks < 1 ? 1 : p->chunks;
+    long long n = (long long)p->layer_end - p->layer_begin;
+    if (p->pp < 1 || p->pp_rank < 0 || p->pp_rank >= p->pp || p->layer_begin < 0 || n < 1 ||
+        p->layer_end + (long long)(chunks - 1) * p->pp * n > cfg->layers)
+        return error_set(err, "pipeline stage %d of %d: %d chunk(s) of layers [%d, %d) of %d",
+                         p->pp_rank, p->pp, chunks, p->layer_begin, p->layer_end, cfg->layers);
+    s->cfg = *cfg;
+    s->part = *p;
+    s->part.chunks = chunks;
+    s->first = p->pp_rank == 0;
+    s->last = p->pp_rank == p->pp - 1;
+    size_t *e = s->elems;
+    long long Ct = C / tp; /* heads % tp == 0, so tp divides C */
+    bool ok = ck_size(&e[GPT2_WTE], s->first || s->last, cfg->padded_vocab / tp, C) &&
+              ck_size(&e[GPT2_WPE], s->first, cfg->max_seq_len, C) &&
+              ck_size(&e[GPT2_QKVW], 3, Ct, C) && ck_size(&e[GPT2_ATTPROJW], C, Ct) &&
+              ck_size(&e[GPT2_FCW], 4, Ct, C) && ck_size(&e[GPT2_FCPROJW], C, 4, Ct);
+    e[GPT2_LN1W] = e[GPT2_LN1B] = e[GPT2_ATTPROJB] = e[GPT2_LN2W] = e[GPT2_LN2B] = e[GPT2_FCPROJB] =
+        (size_t)C;
+    e[GPT2_QKVB] = 3 * (size_t)Ct;
+    e[GPT2_FCB] = 4 * (size_t)Ct;
+    e[GPT2_LNFW] = e[GPT2_LNFB] = s->last ? (size_t)C : 0;
+    /* [wte][wpe][layers...][lnfw][lnfb] */
+    size_t at = 0, layer = 0, layers = 0;
+    s->offset[GPT2_WTE] = at;
+    ok = ok && ck_add(at, e[GPT2_WTE], &at);
+    s->offset[GPT2_WPE] = at;
+    ok = ok && ck_add(at, e[GPT2_WPE], &at);
+    for (int t = GPT2_LN1W; t <= GPT2_FCPROJB; t++) {
+        s->offset[t] = layer;
+        ok = ok && ck_add(layer, e[t], &layer);
+    }
+    s->layers_at = at;
+    s->layer_elems = layer;
+    ok = ok && ck_mul(layer, (size_t)gpt2_shard_layers(s), &layers) && ck_add(at, layers, &at);
+    s->offset[GPT2_LNFW] = at;
+    ok = ok && ck_add(at, e[GPT2_LNFW], &at);
+    s->offset[GPT2_LNFB] = at;
+    ok = ok && ck_add(at, e[GPT2_LNFB], &at) && at <= SIZE_MAX / 16;
+    s->total = at;
+    if (!ok) return error_set(err, "the model's shard is too large to address");
+    return 0;
+}
+
+bool gpt2_shard_holds(const struct gpt2_shard *s, enum gpt2_tensor t)
+{
+    return s->elems[t] > 0;
+}
+
+bool gpt2_shard_counts(const struct gpt2_shard *s, enum gpt2_tensor t)
+{
+    if (!gpt2_shard_holds(s, t)) return false;
+    if (gpt2_tensor_tp_replicated(t) && s->part.tp_rank != 0) return false;
+    return t != GPT2_WTE || s->first;
+}
+
+int gpt2_shard_layers(const struct gpt2_shard *s)
+{
+    return (s->part.layer_end - s->part.layer_begin) * s->part.chunks;
+}
+
+int gpt2_shard_layer(const struct gpt2_shard *s, int i)
+{
+    int n = s->part.layer_end - s->part.layer_begin;
+    return s->part.layer_begin + i / n * s->part.pp * n + i % n;
+}
+
+size_t gpt2_shard_offset(const struct gpt2_shard *s, enum gpt2_tensor t, int l)
+{
+    if (is_global(t)) return s->offset[t];
+    int n = s->part.layer_end - s->part.layer_begin, d = l - s->part.layer_begin;
+    int i = d / (s->part.pp * n) * n + d % (s->part.pp * n); /* its block: chunk·n + within */
+    return s->layers_at + (size_t)i * s->layer_elems + s->offset[t];
+}
+
+int gpt2_shard_each(const struct gpt2_shard *s,
+                    int (*fn)(void *ctx, enum gpt2_tensor t, int layer, size_t offset,
+                              size_t elems),
+                    void *ctx)
+{
+    for (int t = 0; t < GPT2_TENSORS; t++) {
+        if (!gpt2_shard_holds(s, t)) continue;
+        int n = is_global(t) ? 1 : gpt2_shard_layers(s);
+        for (int i = 0; i < n; i++) {
+            int l = is_global(t) ? 0 : gpt2_shard_layer(s, i);
+            int rc = fn(ctx, t, l, gpt2_shard_offset(s, t, l), s->elems[t]);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+size_t gpt2_shard_instance_at(const struct gpt2_shard *s, enum gpt2_tensor t, int l)
+{
+    size_t at = 0;
+    for (int u = 0; u < (int)t; u++)
+        at += s->elems[u] * (size_t)(is_global(u) ? 1 : gpt2_shard_layers(s));
+    if (is_global(t)) return at;
+    size_t block = (gpt2_shard_offset(s, t, l) - s->layers_at) / s->layer_elems;
+    return at + block * s->elems[t];
+}
+
+/* How tensor parallelism cuts one instance of t (gpt2_shard.h): the whole
+ * instance as rows × `width` columns, each rank holding, in `parts` equal
+ * bands of rows (q, k, v are three), a block of `cols` columns starting at
+ * column tp_rank·cols (columns) or `rows` rows starting at row
+ * band·band_rows + tp_rank·rows (rows). */
+struct tp_cut {
+    size_t width;     /* columns of the whole instance */
+    size_t rows;      /* rows a rank holds in each band */
+    size_t band_rows; /* rows of a band of the whole instance */
+    size_t cols;      /* columns a rank holds (width unless column-parallel) */
+    bool by_columns;
+};
+
+static struct tp_cut tp_cut_of(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp)
+{
+    size_t C = (size_t)cfg->hidden, T = (size_t)tp, Ct = C / T;
+    switch (t) {
+    case GPT2_WTE:
+        return (struct tp_cut){C, (size_t)cfg->padded_vocab / T, 0, C, false};
+    case GPT2_QKVW:
+        return (struct tp_cut){C, Ct, C, C, false};
+    case GPT2_QKVB:
+        return (struct tp_cut){1, Ct, C, 1, false};
+    case GPT2_FCW:
+        return (struct tp_cut){C, 4 * Ct, 0, C, false};
+    case GPT2_FCB:
+        return (struct tp_cut){1, 4 * Ct, 0, 1, false};
+    case GPT2_ATTPROJW:
+        return (struct tp_cut){C, C, 0, Ct, true};
+    case GPT2_FCPROJW:
+        return (struct tp_cut){4 * C, C, 0, 4 * Ct, true};
+    default:
+        return (struct tp_cut){0, 0, 0, 0, false}; /* whole on every rank */
+    }
+}
+
+size_t gpt2_tp_to_whole(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp, int tp_rank,
+                        size_t i, size_t elems, size_t *run)
+{
+    struct tp_cut c = tp_cut_of(cfg, t, tp);
+    size_t r = (size_t)tp_rank;
+    if (c.width == 0 || tp == 1) {
+        *run = elems - i;
+        return i;
+    }
+    if (c.by_columns) { /* row i / cols of the rank's block */
+        size_t row = i / c.cols, col = i % c.cols;
+        *run = c.cols - col;
+        return row * c.width + r * c.cols + col;
+    }
+    size_t band_elems = c.rows * c.width, band = i / band_elems, within = i % band_elems;
+    *run = band_elems - within;
+    return (band * c.band_rows + r * c.rows) * c.width + within;
+}
+
+int gpt2_tp_owner(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp, size_t g, size_t elems,
+                  size_t *local, size_t *run)
+{
+    struct tp_cut c = tp_cut_of(cfg, t, tp);
+    if (c.width == 0 || tp == 1) {
+        *local = g;
+        *run = elems - g;
+        return 0;
+    }
+    size_t row = g / c.width, col = g % c.width;
+    if (c.by_columns) {
+        size_t r = col / c.cols, within = col % c.cols;
+        *local = row * c.cols + within;
+        *run = c.cols - within;
+        return (int)r;
+    }
+    size_t band = c.band_rows ? row / c.band_rows : 0,
+           in_band = c.band_rows ? row % c.band_rows : row;
+    size_t r = in_band / c.rows, rank_row = in_band % c.rows;
+    *local = (band * c.rows + rank_row) * c.width + col;
+    *run = (c.rows - rank_row) * c.width - col;
+    return (int)r;
+}
+
+struct copy_ctx {
+    const struct gpt2_shard *s;
+    struct gpt2_layout full;
+    float *full_buf, *shard_buf;
+    bool to_shard;
+};
+
+static int copy_instance(void *ctx, enum gpt2_tensor t, int l, size_t offset, size_t elems)
+{
+    struct copy_ctx *c = ctx;
+    const struct gpt2_shard *s = c->s;
+    size_t per_layer = is_global(t) ? 0 : c->full.elems[t] / (size_t)s->cfg.layers;
+    float *full = c->full_buf + c->full.offset[t] + (size_t)l * per_layer;
+    float *shard = c->shard_buf + offset;
+    for (size_t i = 0, run; i < elems; i += run) {
+        size_t g = gpt2_tp_to_whole(&s->cfg, t, s->part.tp, s->part.tp_rank, i, elems, &run);
+        if (c->to_shard)
+            memcpy(shard + i, full + g, run * sizeof *full);
+        else
+            memcpy(full + g, shard + i, run * sizeof *full);
+    }
+    return 0;
+}
+
+void gpt2_shard_copy(const struct gpt2_shard *s, float *full, float *shard, bool to_shard)
+{
+    struct copy_ctx c = {.s = s, .full_buf = full, .shard_buf = shard, .to_shard = to_shard};
+    gpt2_layout(&s->cfg, &c.full); /* addressable: the shard of it was */
+    gpt2_shard_each(s, copy_instance, &c);
+}

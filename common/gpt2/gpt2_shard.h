@@ -1,0 +1,129 @@
+/* gpt2_shard.h — the part of a GPT-2 one rank holds in a tp × pp layout, and
+ * where each of its tensors lives in the rank's flat parameter buffer.
+ *
+ * Pipeline stage s holds a contiguous range of layers; the first stage also
+ * the embeddings (wte, wpe), the last the final LayerNorm and, tied, wte again
+ * (its gradients are summed between the two each step). With an interleaved
+ * schedule a stage holds `chunks` ranges of the same length n, chunk c being
+ * virtual stage c·pp + s: the first range shifted by c·pp·n layers; the
+ * embeddings stay with stage 0 (chunk 0 embeds), the final LayerNorm and the
+ * head with stage pp-1 (its last chunk computes them). Tensor parallelism
+ * (Megatron) splits within a stage:
+ *   wte      (Vp/tp, C)     rows: a vocabulary shard
+ *   qkvw     (3·C/tp, C)    rows: this rank's heads of q, k and v, stacked [q; k; v]
+ *   qkvb     (3·C/tp)
+ *   attprojw (C, C/tp)      columns (row-parallel product; its bias is whole and
+ *   attprojb (C)            added once, after the all-reduce)
+ *   fcw      (4·C/tp, C)    rows
+ *   fcb      (4·C/tp)
+ *   fcprojw  (C, 4·C/tp)    columns (row-parallel)
+ *   fcprojb  (C)
+ *   wpe, ln1*, ln2*, lnf*   whole, on every tp rank
+ *
+ * In memory the buffer is layer-major, so a stage's, a layer's or a bucket's
+ * parameters are contiguous: [wte][wpe] then per layer [ln1w ln1b qkvw qkvb
+ * attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb] (the held layers in
+ * ascending order: chunk 0's, then chunk 1's, ...), then [lnfw lnfb]
+ * (absent tensors take no room). llm.c's tensor-major order (gpt2_layout.h)
+ * is used only at file boundaries: gpt2_shard_copy converts. */
+#ifndef PLAIT_GPT2_SHARD_H
+#define PLAIT_GPT2_SHARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/error.h"
+#include "common/gpt2/gpt2_layout.h"
+
+struct gpt2_part {
+    int tp, tp_rank;
+    int pp, pp_rank;
+    int layer_begin, layer_end; /* the stage's layers [begin, end): with chunks > 1 its first
+                                   chunk's */
+    int chunks;                 /* model chunks of the stage (interleaved schedules); 0 or 1:
+                                   one. Chunk c holds layers [begin, end) + c·pp·(end - begin) */
+};
+
+struct gpt2_shard {
+    struct gpt2_config cfg;
+    struct gpt2_part part;
+    bool first, last;              /* first stage (embeddings), last stage (lnf, head) */
+    size_t elems[GPT2_TENSORS];    /* local elements of one instance (per layer for the
+                                      per-layer tensors), 0 when not held */
+    size_t offset[GPT2_TENSORS];   /* global tensors: their offset; per-layer tensors: offset
+                                      within a layer block */
+    size_t layers_at, layer_elems; /* where the first layer block starts, its size */
+    size_t total;                  /* elements of the buffer */
+};
+
+/* The whole model on one rank (tp = pp = 1). */
+struct gpt2_part gpt2_part_whole(const struct gpt2_config *cfg);
+
+/* The default split of layers over pp stages: as even as it gets, the
+ * earlier stages taking one more when they do not divide (stage_layers
+ * may later set it explicitly). */
+void gpt2_stage_layers(int layers, int pp, int stage, int *begin, int *end);
+
+/* The part of an interleaved schedule's stage: `chunks` chunks of
+ * layers / (pp · chunks) layers each (which must divide). */
+void gpt2_stage_chunks(int layers, int pp, int chunks, int stage, struct gpt2_part *part);
+
+/* The shard of part: -1 with err when tp does not divide the heads, the
+ * padded vocabulary and 4·C, the layer range is empty or out of range, or a
+ * size cannot be addressed. */
+int gpt2_shard_init(struct gpt2_shard *s, const struct gpt2_config *cfg,
+                    const struct gpt2_part *part, struct plait_error *err);
+
+/* Offset of tensor t of layer l in the buffer (l ignored for the global
+ * tensors); the tensor must be held (gpt2_shard_holds). */
+size_t gpt2_shard_offset(const struct gpt2_shard *s, enum gpt2_tensor t, int l);
+bool gpt2_shard_holds(const struct gpt2_shard *s, enum gpt2_tensor t);
+
+/* The layers the shard holds (all its chunks'), and the model's index of its
+ * i-th (0 <= i < gpt2_shard_layers, ascending: layer block i of the buffer). */
+int gpt2_shard_layers(const struct gpt2_shard *s);
+int gpt2_shard_layer(const struct gpt2_shard *s, int i);
+
+/* Whether tensor t has one instance per layer (false: wte, wpe, lnfw, lnfb). */
+bool gpt2_tensor_per_layer(enum gpt2_tensor t);
+
+/* Whether a tensor is whole on every rank of a tp group (counted once when
+ * summing over the group: gradient norms, parameter counts). */
+bool gpt2_tensor_tp_replicated(enum gpt2_tensor t);
+
+/* Whether this shard's copy of tensor t counts when a quantity is summed over
+ * the tp × pp ranks of one model copy, so that each parameter counts once: a
+ * tensor whole on every tp rank only on tp rank 0, the tied wte (held by the
+ * first and the last stage) only on the first stage. */
+bool gpt2_shard_counts(const struct gpt2_shard *s, enum gpt2_tensor t);
+
+/* Where instance (t, layer l) starts in llm.c order over the shard's
+ * instances (the order of gpt2_shard_each, and of the checkpoint's part
+ * files): the elements of every instance visited before it. */
+size_t gpt2_shard_instance_at(const struct gpt2_shard *s, enum gpt2_tensor t, int l);
+
+/* How tensor parallelism cuts one instance of tensor t (elems: the size of
+ * the instance being indexed). gpt2_tp_to_whole: element i of rank
+ * tp_rank's instance is element (returned) of the whole instance, and the
+ * *run elements from there on follow contiguously in both. gpt2_tp_owner,
+ * the inverse: the rank holding element g of the whole instance (0 for a
+ * tensor whole on every rank), its index there (*local), and the run. */
+size_t gpt2_tp_to_whole(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp, int tp_rank,
+                        size_t i, size_t elems, size_t *run);
+int gpt2_tp_owner(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp, size_t g, size_t elems,
+                  size_t *local, size_t *run);
+
+/* Copies between a full llm.c-order buffer (gpt2_layout) and the shard:
+ * to_shard true extracts this rank's part, false writes it back into full
+ * (the rest of full untouched). */
+void gpt2_shard_copy(const struct gpt2_shard *s, float *full, float *shard, bool to_shard);
+
+/* Visits every tensor instance the shard holds, in llm.c order (tensor, then
+ * layer): offset and elements in the buffer. Stops when fn returns non-zero
+ * and returns that. */
+int gpt2_shard_each(const struct gpt2_shard *s,
+                    int (*fn)(void *ctx, enum gpt2_tensor t, int layer, size_t offset,
+                              size_t elems),
+                    void *ctx);
+
+#endif

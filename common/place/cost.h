@@ -1,0 +1,131 @@
+/* cost.h — what a parallel layout costs, before anything runs: bytes of
+ * device memory per rank (parameters, gradients, optimizer state and
+ * activations as the runtime allocates them: common/gpt2/gpt2_memory.h's
+ * accounting, for the plan's precision, ZeRO stage, recompute policy and the
+ * micro-batches its pipeline schedule holds), bytes each rank sends per
+ * optimizer step over its tp, pp and dp communicators, and a step-time
+ * estimate from those and the links' bandwidths. Pure arithmetic on the plan;
+ * which links a communicator crosses is place.h's business. */
+#ifndef PLAIT_COST_H
+#define PLAIT_COST_H
+
+#include <stdint.h>
+
+#include "common/gpt2/gpt2_shard.h"
+#include "common/plan/plan.h"
+
+/* A concrete layout (no PLAN_AUTO here). */
+struct cost_layout {
+    int tp, pp, dp;
+};
+
+/* How the layers split over the pipeline: stage `stage` of pp holds layers
+ * [*begin, *end): the plan's parallel.stage_layers when given; with an
+ * interleaved schedule, chunks of the even split (gpt2_stage_chunks);
+ * otherwise the split that balances this model's time per stage, the last
+ * stage also running the final LayerNorm and the LM head (as many FLOPs as
+ * 5 layers of GPT-2 124M). One decision, used by plait check, the runtime
+ * and everything that builds a rank's part. */
+void cost_stage_layers(const struct plan *p, int pp, int stage, int *begin, int *end);
+
+/* The part of tensor rank tp_rank of tp at stage `stage` of pp, split so. */
+struct gpt2_part cost_stage_part(const struct plan *p, int tp, int tp_rank, int pp, int stage);
+
+struct cost_memory {      /* bytes, as gpt2_memory.h counts them */
+    uint64_t params;      /* fp32 weights, padded to a multiple of dp, and their bf16 copy */
+    uint64_t grads;       /* fp32 gradients (padded) and ZeRO's reduced slice */
+    uint64_t optimizer;   /* AdamW moments of the ZeRO slice (and ZeRO's staging buffer) */
+    uint64_t activations; /* the micro-batches the schedule holds, and scratch */
+    uint64_t total;
+    int64_t param_count; /* parameters of this rank's tp × pp shard (ZeRO divides
+                            the bytes above, not this count) */
+};
+
+/* Memory of one rank of pipeline stage `stage` (0 ≤ stage < pp; every tp and
+ * dp rank of a stage holds the same): what model_init allocates for it. A
+ * model too large to address reads as UINT64_MAX everywhere. */
+void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
+                       struct cost_memory *out);
+
+/* The most loaded stage's memory; *stage (may be NULL) gets which one. */
+void cost_memory(const struct plan *p, struct cost_layout l, struct cost_memory *out, int *stage);
+
+/* Bytes one rank sends per optimizer step over each communicator (the
+ * busiest rank: a middle pipeline stage sends both ways). 0 when the degree
+ * is 1. */
+struct cost_traffic {
+    double tp_bytes, pp_bytes, dp_bytes;
+};
+void cost_traffic(const struct plan *p, struct cost_layout l, struct cost_traffic *out);
+
+/* Host memory the socket backend's shared-memory rings take on one CPU rank of
+ * `stage` by the end of its first step, when its peers share its node (peers
+ * on other nodes use TCP, whose buffers are the kernel's: then this is an
+ * upper bound). A ring is touched as far as its traffic reaches, up to
+ * COMM_SHM_RING_BYTES (common/place/comm_memory.h): per step, a tp or dp ring
+ * algorithm streams its bytes out to one neighbour and in from another, a
+ * pipeline stage exchanges activations and gradients with each neighbour
+ * stage, and the pipeline's ends sum the tied wte. The world's and the
+ * model-parallel group's control-sized messages touch a page or two and are
+ * left out. Not device memory: not in cost_memory's total. */
+uint64_t cost_comm_ring_bytes(const struct plan *p, struct cost_layout l, int stage);
+
+/* Where a communicator's traffic goes and how fast (filled by placement). */
+/* From fastest to slowest; MEMORY is between CPU ranks of one node. */
+enum cost_link {
+    COST_LINK_NONE,
+    COST_LINK_NVLINK,
+    COST_LINK_MEMORY,
+    COST_LINK_PCIE,
+    COST_LINK_NETWORK,
+    COST_LINKS
+};
+
+struct cost_links {
+    enum cost_link tp, pp, dp;        /* the slowest link each group crosses */
+    double tp_gbps, pp_gbps, dp_gbps; /* its bandwidth per rank, GB/s */
+    double device_tflops;             /* sustained dense matmul rate per device */
+    double device_memory_gbps;        /* the device's memory bandwidth, GB/s (a GPU's
+                                         datasheet figure, a CPU rank's measured pass over
+                                         its parameters); 0: not modelled */
+    /* A CPU rank whose machine was measured (struct cost_cpu_rates); 0 elsewhere:
+     * a GPU's calibrated share covers these, and an unmeasured CPU is not known */
+    double attention_tflops; /* the attention's rate (its per-head products and softmax
+                                run slower than the layers' products); 0: device_tflops */
+    double activation_gbps;  /* the bandwidth of the memory-bound layer ops (LayerNorm,
+                                GELU, residual adds, softmax, embedding); 0: not modelled */
+    double parallel_op_s;    /* what each CPU op's parallel region costs beyond its work:
+                                its threads woken and joined; 0: not modelled */
+};
+
+/* What this machine's CPU kernels reached, per CPU (kernels/cpu/cpu_rate.h
+ * measures them at a plan's shapes), and the OpenMP threads a rank runs: a
+ * rank's rates are these times the CPUs it gets (its node's CPUs divided among
+ * the node's ranks, no more than its threads). */
+struct cost_cpu_rates {
+    double matmul_gflops, attention_gflops; /* the layers' products; the attention */
+    double activation_gbps, memory_gbps;    /* the layer ops; a pass over the parameters */
+    double parallel_op_us;                  /* a parallel op's start and join, per rank */
+    int threads;                            /* a rank's OpenMP threads (0: as many as CPUs) */
+};
+
+struct cost_time {
+    double compute_s, tp_s, pp_s, dp_s, bubble_s, optimizer_s, total_s;
+    double memory_s;   /* the memory-bound ops (links->activation_gbps; 0 when not modelled) */
+    double parallel_s; /* the CPU ops' parallel starts (links->parallel_op_s; likewise) */
+};
+
+/* Step-time estimate: compute (the products at device_tflops, the attention at
+ * attention_tflops), the memory-bound ops at activation_gbps and the parallel
+ * ops' starts at parallel_op_s (CPU ranks), tp
+ * (on the critical path), pp p2p and bubble ((pp−1)/grad_accum of the
+ * per-micro-batch work, 1F1B), dp (the part not hidden behind backward), and
+ * the optimizer's pass over the weights at the device's memory bandwidth (when
+ * links->device_memory_gbps is given). */
+void cost_step_time(const struct plan *p, struct cost_layout l, const struct cost_links *links,
+                    struct cost_time *out);
+
+/* "none", "NVLink", "memory", "PCIe", "network". */
+const char *cost_link_name(enum cost_link link);
+
+#endif

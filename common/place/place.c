@@ -1,0 +1,585 @@
+/* place.c — rank placement: carving each node's devices into tensor-parallel
+ * groups that stay inside NVLink domains, assigning the groups pipeline by
+ * pipeline, then NICs, cores, the links each communicator crosses, and the
+ * env contract of a rank. Discovery is topo.c's; costs are cost.c's. */
+#include "common/place/place.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/place/env.h"
+#include "common/place/rank_order.h" // defines: rank_of
+
+/* A tp group carved out of one node: tp GPUs (or tp CPU slots). */
+struct carve {
+    int node;
+    int *gpus; /* [tp] indexes into the node's topo->gpus; NULL for CPU slots */
+};
+
+struct carving {
+    struct carve *groups;
+    int n, cap;
+};
+
+static int carving_add(struct carving *c, int node, const int *gpus, int tp)
+{
+    if (c->n == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 16;
+        struct carve *bigger = realloc(c->groups, (size_t)cap * sizeof *bigger);
+        if (!bigger) return -1;
+        c->groups = bigger;
+        c->cap = cap;
+    }
+    struct carve *g = &c->groups[c->n];
+    g->node = node;
+    g->gpus = NULL;
+    if (gpus) {
+        if (!(g->gpus = malloc((size_t)tp * sizeof *g->gpus))) return -1;
+        memcpy(g->gpus, gpus, (size_t)tp * sizeof *g->gpus);
+    }
+    c->n++;
+    return 0;
+}
+
+static void carving_free(struct carving *c)
+{
+    for (int i = 0; i < c->n; i++) free(c->groups[i].gpus);
+    free(c->groups);
+}
+
+static bool granted(const struct place_node *n, int gpu)
+{
+    if (!n->gpus) return true;
+    for (int i = 0; i < n->slots; i++)
+        if (n->gpus[i] == gpu) return true;
+    return false;
+}
+
+/* The GPUs of node n the placement may use, grouped by NVLink domain (in
+ * domain order, cuda order inside): the granted ones, or the first `slots`
+ * taking whole domains first. domain_of[i] is pool[i]'s domain. */
+static int gpu_pool(const struct place_node *n, int *pool, int *domain_of, struct plait_error *err)
+{
+    const struct topo *t = n->topo;
+    if (n->slots > t->n_gpus)
+        return error_set(err, "node %s: %d slots, but its topology (%s) has %d GPUs", n->name,
+                         n->slots, t->source, t->n_gpus);
+    int count = 0;
+    if (n->gpus) {
+        for (int i = 0; i < n->slots; i++)
+            if (n->gpus[i] < 0 || n->gpus[i] >= t->n_gpus)
+                return error_set(err, "node %s: granted GPU %d does not exist (%d GPUs)", n->name,
+                                 n->gpus[i], t->n_gpus);
+    }
+    /* whole domains that fit in what is left first, then the rest in order */
+    bool *used = calloc((size_t)t->n_domains, sizeof *used);
+    if (!used) return error_set(err, "out of memory");
+    for (int pass = 0; pass < 2 && count < n->slots; pass++) {
+        for (int d = 0; d < t->n_domains && count < n->slots; d++) {
+            if (used[d]) continue;
+            const struct topo_domain *dom = &t->domains[d];
+            int avail = 0;
+            for (int k = 0; k < dom->n_gpus; k++) avail += granted(n, dom->gpus[k]);
+            if (avail == 0 || (pass == 0 && avail > n->slots - count)) continue;
+            used[d] = true;
+            for (int k = 0; k < dom->n_gpus && count < n->slots; k++) {
+                if (!granted(n, dom->gpus[k])) continue;
+                pool[count] = dom->gpus[k];
+                domain_of[count] = d;
+                count++;
+            }
+        }
+    }
+    free(used);
+    return count;
+}
+
+/* Carves node `ni`'s pool into tp groups: inside domains, then (if allowed)
+ * across them. *largest gets the largest domain share of the pool. */
+static int carve_node(const struct place_node *n, int ni, int tp, bool over_pcie,
+                      struct carving *out, int *largest, struct plait_error *err)
+{
+    const struct topo *t = n->topo;
+    *largest = 0;
+    if (t->n_gpus == 0 || n->cpu_ranks) { /* CPU ranks: any tp slots of the node form a group */
+        *largest = n->slots;
+        for (int g = 0; g + tp <= n->slots; g += tp)
+            if (carving_add(out, ni, NULL, tp)) return error_set(err, "out of memory");
+        return 0;
+    }
+    int *pool = malloc((size_t)t->n_gpus * sizeof *pool);
+    int *domain_of = malloc((size_t)t->n_gpus * sizeof *domain_of);
+    int *left = malloc((size_t)t->n_gpus * sizeof *left);
+    int rc = -1, n_left = 0, count;
+    if (!pool || !domain_of || !left) {
+        error_set(err, "out of memory");
+        goto out;
+    }
+    if ((count = gpu_pool(n, pool, domain_of, err)) < 0) goto out;
+    for (int start = 0; start < count;) {
+        int end = start;
+        while (end < count && domain_of[end] == domain_of[start]) end++;
+        if (end - start > *largest) *largest = end - start;
+        int k = start;
+        for (; k + tp <= end; k += tp)
+            if (carving_add(out, ni, &pool[k], tp)) {
+                error_set(err, "out of memory");
+                goto out;
+            }
+        for (; k < end; k++) left[n_left++] = pool[k];
+        start = end;
+    }
+    if (over_pcie)
+        for (int k = 0; k + tp <= n_left; k += tp)
+            if (carving_add(out, ni, &left[k], tp)) {
+                error_set(err, "out of memory");
+                goto out;
+            }
+    rc = 0;
+out:
+    free(pool);
+    free(domain_of);
+    free(left);
+    return rc;
+}
+
+/* The largest tp ≤ limit that divides the heads and the padded vocabulary. */
+static int largest_tp(const struct plan *plan, int limit)
+{
+    for (int t = limit; t > 1; t--)
+        if (plan->model.heads % t == 0 && plan->model.padded_vocab % t == 0) return t;
+    return 1;
+}
+
+/* Why tp groups cannot be carved: the message for err. */
+static int refuse_tp(const struct plan *plan, int tp, const struct place_node *nodes, int n_nodes,
+                     const int *largest, struct plait_error *err)
+{
+    int best = 0, max_slots = 0;
+    for (int i = 0; i < n_nodes; i++) {
+        if (largest[i] > best) best = largest[i];
+        if (nodes[i].slots > max_slots) max_slots = nodes[i].slots;
+    }
+    if (tp > max_slots)
+        return error_set(err,
+                         "parallel.tp = %d exceeds the %d ranks of the largest node: a "
+                         "tensor-parallel group must stay inside one node (largest tp that fits: "
+                         "%d)",
+                         tp, max_slots, largest_tp(plan, max_slots));
+    /* name the domains of the first node where tp does not fit */
+    for (int i = 0; i < n_nodes; i++) {
+        if (largest[i] >= tp || nodes[i].topo->n_gpus == 0) continue;
+        const struct topo *t = nodes[i].topo;
+        char doms[512] = "";
+        size_t len = 0;
+        for (int d = 0; d < t->n_domains && len < sizeof doms - 32; d++) {
+            len += (size_t)snprintf(doms + len, sizeof doms - len, "%s{", d ? ", " : "");
+            for (int k = 0; k < t->domains[d].n_gpus && len < sizeof doms - 16; k++)
+                len += (size_t)snprintf(doms + len, sizeof doms - len, "%s%d", k ? "," : "",
+                                        t->gpus[t->domains[d].gpus[k]].cuda_index);
+            len += (size_t)snprintf(doms + len, sizeof doms - len, "}");
+        }
+        return error_set(err,
+                         "parallel.tp = %d does not fit in one NVLink domain: node %s (%s) "
+                         "has NVLink domains %s (by CUDA index); the largest tp that fits is %d, "
+                         "or set parallel.allow_tp_over_pcie to let tensor-parallel groups "
+                         "cross PCIe",
+                         tp, nodes[i].name, t->source, doms, largest_tp(plan, best));
+    }
+    return error_set(err, "parallel.tp = %d: the nodes' slots do not divide into groups of %d", tp,
+                     tp);
+}
+
+/* ---- NICs and cores -------------------------------------------------------------- */
+
+static bool nic_usable(const struct topo_nic *nic, bool want_fabric)
+{
+    return want_fabric ? nic->kind != TOPO_NIC_ETHERNET : nic->kind == TOPO_NIC_ETHERNET;
+}
+
+/* The nearest NIC of the node for a rank, spreading ranks over equally near
+ * ones. InfiniBand/RoCE devices when the node has any, plain interfaces else. */
+static int choose_nic(const struct topo *t, const struct place_rank *r, int *load)
+{
+    bool fabric = false;
+    for (int k = 0; k < t->n_nics; k++) fabric |= t->nics[k].kind != TOPO_NIC_ETHERNET;
+    int best = -1, best_aff = 0;
+    for (int k = 0; k < t->n_nics; k++) {
+        if (!nic_usable(&t->nics[k], fabric)) continue;
+        int aff = r->gpu >= 0 ? (int)t->gpu_nic[r->gpu * t->n_nics + k]
+                              : (t->nics[k].numa == r->numa ? 0 : 1);
+        if (best < 0 || aff < best_aff || (aff == best_aff && load[k] < load[best])) {
+            best = k;
+            best_aff = aff;
+        }
+    }
+    if (best >= 0) load[best]++;
+    return best;
+}
+
+static bool same_cores(const int *a, int na, const int *b, int nb)
+{
+    return na == nb && memcmp(a, b, (size_t)na * sizeof *a) == 0;
+}
+
+/* Splits cores among the ranks of one node: the ranks whose GPUs share a set
+ * of local cores divide that set evenly, without overlap (CPU ranks divide
+ * all cores). With more ranks than cores in a set, each rank gets one core,
+ * round-robin (ranks then share a core whole, never part of a set), and
+ * shared gets the first such set's ranks and cores. */
+static int assign_cores(const struct topo *t, struct place_rank **on_node, int n, int shared[2],
+                        struct plait_error *err)
+{
+    int *all = malloc((size_t)(t->n_cores ? t->n_cores : 1) * sizeof *all);
+    bool *taken = calloc((size_t)(t->n_cores ? t->n_cores : 1), sizeof *taken);
+    bool *done = calloc((size_t)(n ? n : 1), sizeof *done);
+    int *avail = malloc((size_t)(t->n_cores ? t->n_cores : 1) * sizeof *avail);
+    int rc = -1;
+    if (!all || !taken || !done || !avail) {
+        error_set(err, "out of memory");
+        goto out;
+    }
+    /* all cores, by NUMA node then index: what CPU ranks share */
+    int n_all = 0;
+    for (int numa = -1; numa < 1024 && n_all < t->n_cores; numa++)
+        for (int c = 0; c < t->n_cores; c++)
+            if (t->cores[c].numa == numa) all[n_all++] = c;
+    for (int c = 0; c < t->n_cores && n_all < t->n_cores; c++) /* any NUMA index beyond */
+        if (t->cores[c].numa >= 1024) all[n_all++] = c;
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        const struct place_rank *r = on_node[i];
+        const int *set = r->gpu >= 0 ? t->gpus[r->gpu].local_cores : all;
+        int n_set = r->gpu >= 0 ? t->gpus[r->gpu].n_local_cores : n_all;
+        /* the ranks sharing this set, in local order */
+        int members[1024], k = 0;
+        for (int j = i; j < n && k < 1024; j++) {
+            const struct place_rank *q = on_node[j];
+            const int *qs = q->gpu >= 0 ? t->gpus[q->gpu].local_cores : all;
+            int nq = q->gpu >= 0 ? t->gpus[q->gpu].n_local_cores : n_all;
+            if (!done[j] && same_cores(set, n_set, qs, nq)) members[k++] = j;
+        }
+        int n_avail = 0;
+        for (int c = 0; c < n_set; c++)
+            if (!taken[set[c]]) avail[n_avail++] = set[c];
+        for (int m = 0; m < k; m++) {
+            struct place_rank *q = on_node[members[m]];
+            int lo = (int)((long)m * n_avail / k), hi = (int)((long)(m + 1) * n_avail / k);
+            const int *from = avail + lo;
+            int count = hi - lo;
+            if (k > n_avail) { /* more ranks than cores: one core each, round-robin */
+                from = n_avail ? &avail[m % n_avail] : &set[m % (n_set ? n_set : 1)];
+                count = n_avail || n_set ? 1 : 0;
+                if (!shared[0]) shared[0] = k, shared[1] = n_avail;
+            }
+            q->cores = malloc((size_t)(count ? count : 1) * sizeof *q->cores);
+            if (!q->cores) {
+                error_set(err, "out of memory");
+                goto out;
+            }
+            memcpy(q->cores, from, (size_t)count * sizeof *q->cores);
+            q->n_cores = count;
+            for (int c = 0; c < count; c++) taken[from[c]] = true;
+            if (q->gpu < 0) q->numa = count ? t->cores[from[0]].numa : -1;
+            done[members[m]] = true;
+        }
+    }
+    rc = 0;
+out:
+    free(all);
+    free(taken);
+    free(done);
+    free(avail);
+    return rc;
+}
+
+/* ---- links -------------------------------------------------------------------------- */
+
+/* The link between two ranks, and its bandwidth. */
+static enum cost_link link_between(const struct place_rank *a, const struct place_rank *b,
+                                   const struct place_node *nodes, const struct place_bandwidth *bw,
+                                   double *gbps)
+{
+    if (a->node != b->node) {
+        *gbps = bw->network_gbps;
+        return COST_LINK_NETWORK;
+    }
+    const struct topo *t = nodes[a->node].topo;
+    if (a->gpu < 0 || b->gpu < 0) {
+        *gbps = bw->memory_gbps;
+        return COST_LINK_MEMORY;
+    }
+    double nv = t->nvlink_gbps[a->gpu * t->n_gpus + b->gpu];
+    if (a->gpu == b->gpu) nv = 1e9; /* (two ranks on one device) */
+    if (nv > 0) {
+        *gbps = nv;
+        return COST_LINK_NVLINK;
+    }
+    *gbps = bw->pcie_gbps;
+    return COST_LINK_PCIE;
+}
+
+/* For each group of a communicator (ranks that differ only in its
+ * coordinate), the slowest link its members use: every pair for tp and dp
+ * (rings and all-reduces), neighbouring stages for pp. which: 0 tp, 1 pp, 2 dp. */
+static void comm_links(struct rank_map *m, const struct place_node *nodes,
+                       const struct place_bandwidth *bw, int which, struct place_comm *out)
+{
+    memset(out, 0, sizeof *out);
+    int degree = which == 0 ? m->tp : which == 1 ? m->pp : m->dp;
+    int stride = which == 0 ? 1 : which == 1 ? m->tp * m->dp : m->tp;
+    if (degree == 1) return;
+    for (int r = 0; r < m->world; r++) {
+        const struct place_rank *first = &m->ranks[r];
+        int coord = which == 0 ? first->tp : which == 1 ? first->pp : first->dp;
+        if (coord != 0) continue; /* each group once, by its first member */
+        enum cost_link worst = COST_LINK_NONE;
+        double worst_gbps = 0;
+        for (int i = 0; i < degree; i++)
+            for (int j = i + 1; j < degree; j++) {
+                if (which == 1 && j != i + 1) continue;
+                double g;
+                enum cost_link l = link_between(&m->ranks[r + i * stride],
+                                                &m->ranks[r + j * stride], nodes, bw, &g);
+                if (l > worst || (l == worst && g < worst_gbps)) {
+                    worst = l;
+                    worst_gbps = g;
+                }
+            }
+        out->groups++;
+        out->crossing[worst]++;
+        if (worst > out->slowest || (worst == out->slowest && worst_gbps < out->gbps)) {
+            out->slowest = worst;
+            out->gbps = worst_gbps;
+        }
+    }
+}
+
+/* ---- the map ------------------------------------------------------------------------- */
+
+int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct place_node *nodes,
+                int n_nodes, const struct place_bandwidth *bw, struct rank_map *out,
+                struct plait_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (tp < 1 || pp < 1 || dp < 1)
+        return error_set(err, "placement needs concrete degrees (tp %d, pp %d, dp %d)", tp, pp, dp);
+    if (n_nodes < 1) return error_set(err, "placement needs at least one node");
+    for (int i = 0; i < n_nodes; i++)
+        if (plan->parallel.device == PLAN_DEVICE_CUDA && nodes[i].topo->n_gpus == 0)
+            return error_set(err,
+                             "parallel.device is \"cuda\" but node %s has no GPU (%s): use "
+                             "\"cpu\" or \"auto\" to train on its cores",
+                             nodes[i].name, nodes[i].topo->source);
+    long long world_ll = (long long)tp * pp * dp;
+    if (world_ll > 1 << 24)
+        return error_set(err, "tp × pp × dp = %lld ranks is too many", world_ll);
+    int world = (int)world_ll, slots = 0;
+    for (int i = 0; i < n_nodes; i++) slots += nodes[i].slots;
+    if (world > slots)
+        return error_set(err,
+                         "the layout tp %d × pp %d × dp %d needs %d ranks; the allocation "
+                         "has %d (%d node%s)",
+                         tp, pp, dp, world, slots, n_nodes, n_nodes == 1 ? "" : "s");
+    struct carving carving = {0};
+    int *largest = calloc((size_t)(unsigned)n_nodes, sizeof *largest);
+    int rc = -1;
+    if (!largest) {
+        error_set(err, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n_nodes; i++)
+        if (carve_node(&nodes[i], i, tp, plan->parallel.allow_tp_over_pcie, &carving, &largest[i],
+                       err))
+            goto out;
+    if (carving.n < pp * dp) {
+        refuse_tp(plan, tp, nodes, n_nodes, largest, err);
+        goto out;
+    }
+    out->world = world;
+    out->tp = tp;
+    out->pp = pp;
+    out->dp = dp;
+    out->n_nodes = n_nodes;
+    out->shared_node = -1;
+    out->ranks = calloc((size_t)(unsigned)world, sizeof *out->ranks);
+    if (!out->ranks) {
+        error_set(err, "out of memory");
+        goto out;
+    }
+    /* groups pipeline by pipeline, so that one pipeline's stages share a node
+     * whenever they fit */
+    int g = 0;
+    for (int d = 0; d < dp; d++)
+        for (int s = 0; s < pp; s++, g++) {
+            const struct carve *c = &carving.groups[g];
+            for (int t = 0; t < tp; t++) {
+                int r = (int)rank_of(tp, dp, (struct rank_coords){t, s, d});
+                out->ranks[r] = (struct place_rank){.rank = r,
+                                                    .node = c->node,
+                                                    .tp = t,
+                                                    .pp = s,
+                                                    .dp = d,
+                                                    .gpu = c->gpus ? c->gpus[t] : -1,
+                                                    .nic = -1,
+                                                    .numa = -1};
+                if (c->gpus) out->ranks[r].numa = nodes[c->node].topo->gpus[c->gpus[t]].numa;
+            }
+        }
+    /* per node: local ranks, NICs, cores */
+    struct place_rank **on_node = malloc((size_t)(unsigned)world * sizeof *on_node);
+    int *load = NULL;
+    if (!on_node) {
+        error_set(err, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n_nodes; i++) {
+        const struct topo *t = nodes[i].topo;
+        int n = 0;
+        for (int r = 0; r < world; r++)
+            if (out->ranks[r].node == i) on_node[n++] = &out->ranks[r];
+        free(load);
+        load = calloc((size_t)(t->n_nics ? t->n_nics : 1), sizeof *load);
+        if (!load) {
+            error_set(err, "out of memory");
+            free(on_node);
+            goto out;
+        }
+        for (int k = 0; k < n; k++) {
+            on_node[k]->local_rank = k;
+            if (on_node[k]->gpu >= 0) on_node[k]->nic = choose_nic(t, on_node[k], load);
+        }
+        int shared[2] = {0, 0};
+        if (assign_cores(t, on_node, n, shared, err)) {
+            free(on_node);
+            free(load);
+            goto out;
+        }
+        if (shared[0] && out->shared_node < 0) {
+            out->shared_node = i;
+            out->shared_ranks = shared[0];
+            out->shared_cores = shared[1];
+        }
+        for (int k = 0; k < n; k++) /* CPU ranks know their NUMA node only now */
+            if (on_node[k]->gpu < 0) on_node[k]->nic = choose_nic(t, on_node[k], load);
+    }
+    free(on_node);
+    free(load);
+    comm_links(out, nodes, bw, 0, &out->comm_tp);
+    comm_links(out, nodes, bw, 1, &out->comm_pp);
+    comm_links(out, nodes, bw, 2, &out->comm_dp);
+    rc = 0;
+out:
+    carving_free(&carving);
+    free(largest);
+    if (rc) rank_map_free(out);
+    return rc;
+}
+
+void place_shared_cores_text(const struct rank_map *m, const struct place_node *nodes, char *buf,
+                             size_t bytes)
+{
+    if (bytes == 0) return;
+    buf[0] = '\0';
+    if (m->shared_node < 0) return;
+    snprintf(buf, bytes,
+             "node %s has %d core%s for %d ranks: each rank gets one core, round-robin, and "
+             "ranks share cores (slower than a core or more per rank)",
+             nodes[m->shared_node].name, m->shared_cores, m->shared_cores == 1 ? "" : "s",
+             m->shared_ranks);
+}
+
+void rank_map_free(struct rank_map *m)
+{
+    if (m->ranks)
+        for (int r = 0; r < m->world; r++) free(m->ranks[r].cores);
+    free(m->ranks);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- the env contract of a rank ------------------------------------------------------- */
+
+static int env_add(char ***env, int *n, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int env_add(char ***env, int *n, const char *name, const char *fmt, ...)
+{
+    char value[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof value, fmt, ap);
+    va_end(ap);
+    char **bigger = realloc(*env, (size_t)(*n + 2) * sizeof **env);
+    if (!bigger) return -1;
+    *env = bigger;
+    size_t len = strlen(name) + strlen(value) + 2;
+    if (!((*env)[*n] = malloc(len))) return -1;
+    snprintf((*env)[*n], len, "%s=%s", name, value);
+    (*env)[++*n] = NULL;
+    return 0;
+}
+
+char **place_rank_env(const struct rank_map *m, const struct place_node *nodes, int rank)
+{
+    const struct place_rank *r = &m->ranks[rank];
+    const struct place_node *node = &nodes[r->node];
+    const struct topo *t = node->topo;
+    int local_world = 0;
+    for (int k = 0; k < m->world; k++) local_world += m->ranks[k].node == r->node;
+    char **env = NULL;
+    int n = 0;
+    char cpus[4096];
+    topo_cpu_list(t, r->cores, r->n_cores, cpus, sizeof cpus);
+    bool ok = !env_add(&env, &n, PLAIT_ENV_RANK, "%d", rank) &&
+              !env_add(&env, &n, PLAIT_ENV_WORLD_SIZE, "%d", m->world) &&
+              !env_add(&env, &n, PLAIT_ENV_LOCAL_RANK, "%d", r->local_rank) &&
+              !env_add(&env, &n, PLAIT_ENV_LOCAL_WORLD_SIZE, "%d", local_world) &&
+              !env_add(&env, &n, PLAIT_ENV_NODE_RANK, "%d", r->node) &&
+              !env_add(&env, &n, PLAIT_ENV_NODES, "%d", m->n_nodes) &&
+              !env_add(&env, &n, PLAIT_ENV_TP, "%d", m->tp) &&
+              !env_add(&env, &n, PLAIT_ENV_PP, "%d", m->pp) &&
+              !env_add(&env, &n, PLAIT_ENV_DP, "%d", m->dp) &&
+              !env_add(&env, &n, PLAIT_ENV_TP_RANK, "%d", r->tp) &&
+              !env_add(&env, &n, PLAIT_ENV_PP_RANK, "%d", r->pp) &&
+              !env_add(&env, &n, PLAIT_ENV_DP_RANK, "%d", r->dp) &&
+              !env_add(&env, &n, PLAIT_ENV_CPUS, "%s", cpus) &&
+              !env_add(&env, &n, PLAIT_ENV_NUMA, "%d", r->numa);
+    if (ok && r->gpu >= 0) {
+        /* every GPU of the node stays visible (hiding peers breaks NCCL's NVLink
+         * paths); the rank picks its own by index, in PCI bus order */
+        char visible[1024] = "";
+        size_t len = 0;
+        for (int k = 0; k < t->n_gpus && len < sizeof visible - 8; k++)
+            if (granted(node, k))
+                len += (size_t)snprintf(visible + len, sizeof visible - len, "%s%d", len ? "," : "",
+                                        t->gpus[k].cuda_index);
+        ok = !env_add(&env, &n, PLAIT_ENV_DEVICE, "%d", t->gpus[r->gpu].cuda_index) &&
+             !env_add(&env, &n, PLAIT_ENV_GPU_BUSID, "%s", t->gpus[r->gpu].busid) &&
+             !env_add(&env, &n, "CUDA_DEVICE_ORDER", "PCI_BUS_ID") &&
+             !env_add(&env, &n, "CUDA_VISIBLE_DEVICES", "%s", visible);
+    } else if (ok) {
+        ok = !env_add(&env, &n, PLAIT_ENV_DEVICE, "cpu");
+    }
+    if (ok && r->nic >= 0) {
+        const struct topo_nic *nic = &t->nics[r->nic];
+        if (nic->kind == TOPO_NIC_ETHERNET)
+            ok = !env_add(&env, &n, "NCCL_SOCKET_IFNAME", "=%s", nic->name);
+        else /* "=": exactly this HCA, not every name it prefixes */
+            ok = !env_add(&env, &n, "NCCL_IB_HCA", "=%s", nic->name);
+        ok = ok && !env_add(&env, &n, PLAIT_ENV_NIC, "%s", nic->name);
+    }
+    if (!ok) {
+        place_env_free(env);
+        return NULL;
+    }
+    return env;
+}
+
+void place_env_free(char **env)
+{
+    if (!env) return;
+    for (char **e = env; *e; e++) free(*e);
+    free(env);
+}

@@ -1,0 +1,105 @@
+/* schedule.h — pipeline schedules as data. A generator turns (kind, pp, m, v)
+ * into each stage's list of operations; one executor in the runtime runs any
+ * list, and `plait check` simulates and prints the same list, so the bubble it
+ * predicts is the one the runtime measures.
+ *
+ * Operations per stage: F (forward of one micro-batch through one model chunk),
+ * B (backward: with a split schedule only the input gradient), W (the weight
+ * gradient, split schedules only), and the point-to-point transfers between
+ * neighbouring stages: SEND_ACT/RECV_ACT (activations forward) and
+ * SEND_GRAD/RECV_GRAD (their gradients backward). A receive is placed just
+ * before the computation that needs it and a send just after the one that
+ * produced it; sends never block (the executor posts them asynchronously), so
+ * a list is deadlock-free when its receives can all complete in order, which
+ * schedule_simulate checks.
+ *
+ * Interleaved schedules give each stage v model chunks: chunk c of stage s is
+ * virtual stage c·pp + s, so the model's layers run stage 0..pp-1 through
+ * chunk 0, then through chunk 1, and so on. */
+#ifndef PLAIT_SCHEDULE_H
+#define PLAIT_SCHEDULE_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "common/error.h"
+#include "common/plan/plan.h" // defines: struct plan, enum plan_pipeline
+
+enum sched_kind { SCHED_1F1B, SCHED_GPIPE, SCHED_INTERLEAVED, SCHED_ZB_H1 };
+
+enum sched_op_type {
+    SCHED_F,
+    SCHED_B,
+    SCHED_W,
+    SCHED_SEND_ACT,
+    SCHED_RECV_ACT,
+    SCHED_SEND_GRAD,
+    SCHED_RECV_GRAD
+};
+
+struct sched_op {
+    enum sched_op_type type;
+    int micro; /* 0..m-1 */
+    int chunk; /* 0..v-1 */
+};
+
+struct schedule {
+    enum sched_kind kind;
+    int pp, m, v;
+    bool split_backward;   /* B is the input gradient only and W follows separately */
+    int *n_ops;            /* [pp] */
+    struct sched_op **ops; /* [pp][n_ops[s]] */
+};
+
+/* Builds the schedule. m micro-batches per step; v chunks per stage (1 unless
+ * interleaved, then >= 2 and m a multiple of pp). -1 with err when the
+ * combination is impossible. */
+int schedule_make(struct schedule *s, enum sched_kind kind, int pp, int m, int v,
+                  struct plait_error *err);
+void schedule_free(struct schedule *s);
+
+const char *schedule_kind_name(enum sched_kind kind);
+
+/* The schedule a plan's stage runs with pp stages, the one place that decides
+ * it: the plan's parallel.schedule, interleaved only with a pipeline (one
+ * stage runs its layers as one chunk), v its chunks per stage. For
+ * plait-train, plait check and the cost model alike. */
+void schedule_of_plan(const struct plan *p, int pp, enum sched_kind *kind, int *v);
+/* schedule_make of schedule_of_plan, m the plan's batch.grad_accum */
+int schedule_make_for_plan(struct schedule *s, const struct plan *p, int pp,
+                           struct plait_error *err);
+
+/* The most micro-batch chunks stage `stage` holds activations for at once (F
+ * run, its backward — W when split — not yet): what the schedule promises and
+ * the runtime allocates. GPipe m; 1F1B and ZB-H1 min(pp - stage, m);
+ * interleaved min(2(pp - stage - 1) + (v - 1)·pp + 1, m·v). */
+int schedule_max_in_flight(const struct schedule *s, int stage);
+
+/* Running the lists with each computation taking a fixed time (t_f, t_b, t_w
+ * per chunk; without a split, B takes t_b + t_w) and transfers taking none. */
+struct sched_sim {
+    double makespan;        /* time until the last stage finishes */
+    double bubble;          /* idle share of pp · makespan */
+    double busy_per_stage;  /* computation time of one stage */
+    int peak_in_flight[64]; /* per stage (first 64): micro-batch chunks whose F ran and whose
+                               activations are still held (W, or B without split, not yet run) */
+};
+
+/* -1 with err naming the first operation that can never run (a receive
+ * without its send, a B before its F, a W before its B) or a stage that does
+ * not run each F, B (and W) exactly once. */
+int schedule_simulate(const struct schedule *s, double t_f, double t_b, double t_w,
+                      struct sched_sim *out, struct plait_error *err);
+/* schedule_simulate with a layer's backward twice its forward (split: B and
+ * W one forward each), per chunk 1/v of the stage's: the bubble plait check
+ * prints and the runtime reports beside the one it measures */
+int schedule_simulate_textbook(const struct schedule *s, struct sched_sim *out,
+                               struct plait_error *err);
+
+/* A compact text timeline: one row per stage, one character per time unit of
+ * the simulation with t_f = 1, t_b = 1, t_w = 1 (F: the micro-batch's last
+ * digit; B lower case letter a-j by last digit; W: 'w'; idle '.'). At most
+ * max_columns columns. */
+void schedule_print(const struct schedule *s, FILE *out, int max_columns);
+
+#endif

@@ -1,0 +1,1758 @@
+/* plan.c — plan.json: the schema table, the strict loader (JSON text, then
+ * --set overrides, then types, ranges and defaults, then model.init and the
+ * checks between fields) and the writer back to JSON. jansson parses; a small
+ * scanner over the same text remembers the line and the literal of each value,
+ * which jansson does not keep, so messages can say `plan.json:7: optimizer.lr`.
+ * What the fields mean at run time (schedules, sharding) lives in runtime/. */
+#include "common/plan/plan.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "common/gpt2/gpt2_layout.h" // gpt2_layout (the size check)
+#include "common/formats/llmc.h"        // llmc_read_model_header
+#include "common/formats/rundir.h"         // RUNDIR_CHECKPOINTS (checkpoint.dir's default)
+
+/* ---- the schema ------------------------------------------------------------------------- */
+
+enum kind { K_SECTION, K_INT, K_U64, K_REAL, K_BOOL, K_STRING, K_PATH, K_ENUM, K_INTS };
+
+#define REQ 0x1u           /* must be present and not null */
+#define REQ_NO_INIT 0x2u   /* required unless model.init is given */
+#define KEEP_RELATIVE 0x4u /* a path that is not resolved (checkpoint.dir) */
+#define AUTO_OK 0x8u       /* K_INT that may also be "auto" (stored as PLAN_AUTO) */
+#define MAY_CHANGE 0x10u   /* may differ when a run resumes (plan_diff) */
+
+struct field {
+    const char *name;
+    enum kind kind;
+    unsigned flags;
+    size_t offset;              /* into struct plan (not for K_SECTION) */
+    long long imin, imax, idef; /* K_INT, K_U64, K_BOOL (idef), K_ENUM (idef) */
+    double rmin, rmax, rdef;    /* K_REAL; rmax = INFINITY when unbounded */
+    bool rmin_open, rmax_open;  /* K_REAL: (rmin, ...) rather than [rmin, ...] */
+    const char *const *names;   /* K_ENUM (index = enum value); K_STRING: the allowed set */
+    const char *sdef;           /* K_STRING, K_PATH; NULL = no default */
+    const struct field *fields; /* K_SECTION, ended by a NULL name */
+};
+
+#define AT(member) offsetof(struct plan, member)
+#define INT_FIELD(n, m, lo, hi, def, fl)                                                           \
+    {                                                                                              \
+        .name = n, .kind = K_INT, .flags = fl, .offset = AT(m), .imin = lo, .imax = hi,            \
+        .idef = def                                                                                \
+    }
+#define INTS_FIELD(n, m, lo, hi, fl)                                                               \
+    {                                                                                              \
+        .name = n, .kind = K_INTS, .flags = fl, .offset = AT(m), .imin = lo, .imax = hi            \
+    }
+#define U64_FIELD(n, m, def, fl)                                                                   \
+    {                                                                                              \
+        .name = n, .kind = K_U64, .flags = fl, .offset = AT(m), .imin = 0, .imax = LLONG_MAX,      \
+        .idef = def                                                                                \
+    }
+#define REAL_FIELD(n, m, lo, lo_open, hi, hi_open, def, fl)                                        \
+    {                                                                                              \
+        .name = n, .kind = K_REAL, .flags = fl, .offset = AT(m), .rmin = lo, .rmin_open = lo_open, \
+        .rmax = hi, .rmax_open = hi_open, .rdef = def                                              \
+    }
+#define BOOL_FIELD(n, m, def, fl)                                                                  \
+    {                                                                                              \
+        .name = n, .kind = K_BOOL, .flags = fl, .offset = AT(m), .idef = def                       \
+    }
+#define STRING_FIELD(n, m, set, def, fl)                                                           \
+    {                                                                                              \
+        .name = n, .kind = K_STRING, .flags = fl, .offset = AT(m), .names = set, .sdef = def       \
+    }
+#define PATH_FIELD(n, m, def, fl)                                                                  \
+    {                                                                                              \
+        .name = n, .kind = K_PATH, .flags = fl, .offset = AT(m), .sdef = def                       \
+    }
+#define ENUM_FIELD(n, m, set, def, fl)                                                             \
+    {                                                                                              \
+        .name = n, .kind = K_ENUM, .flags = fl, .offset = AT(m), .names = set, .idef = def         \
+    }
+#define SECTION(n, sub, fl)                                                                        \
+    {                                                                                              \
+        .name = n, .kind = K_SECTION, .flags = fl, .fields = sub                                   \
+    }
+#define END                                                                                        \
+    {                                                                                              \
+        .name = NULL                                                                               \
+    }
+
+static const char *const arch_names[] = {"gpt2", NULL};
+static const char *const precision_names[] = {"fp32", "bf16", "fp8", NULL};
+static const char *const fp8_scaling_names[] = {"tensor", "block", NULL};
+static const char *const recompute_names[] = {"none", "selective", "full", NULL};
+static const char *const schedule_names[] = {"constant", "cosine", NULL};
+static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
+static const char *const pipeline_names[] = {"1f1b", "gpipe", "interleaved", "zb-h1", NULL};
+static const char *const backend_names[] = {"auto", "socket", "nccl", NULL};
+
+/* Enums are stored through an int (see put_int); they must be int-sized. */
+_Static_assert(sizeof(enum plan_precision) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum plan_fp8_scaling) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum plan_recompute) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum plan_schedule) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum plan_device) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum plan_pipeline) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum plan_backend) == sizeof(int), "enum size");
+
+static const struct field model_fields[] = {
+    STRING_FIELD("arch", model.arch, arch_names, "gpt2", 0),
+    INT_FIELD("layers", model.layers, 1, INT_MAX, 0, REQ_NO_INIT),
+    INT_FIELD("heads", model.heads, 1, INT_MAX, 0, REQ_NO_INIT),
+    INT_FIELD("hidden", model.hidden, 1, INT_MAX, 0, REQ_NO_INIT),
+    INT_FIELD("vocab", model.vocab, 1, 65536, 0, REQ_NO_INIT),
+    /* The defaults of these three are computed in check_rules (from vocab, seq_len or init). */
+    INT_FIELD("padded_vocab", model.padded_vocab, 1, INT_MAX, 0, 0),
+    INT_FIELD("seq_len", model.seq_len, 1, INT_MAX, 0, REQ_NO_INIT),
+    INT_FIELD("max_seq_len", model.max_seq_len, 1, INT_MAX, 0, 0),
+    U64_FIELD("seed", model.seed, 1337, 0),
+    PATH_FIELD("init", model.init, NULL, 0),
+    END,
+};
+
+static const struct field data_fields[] = {
+    PATH_FIELD("train", data.train, NULL, REQ),
+    PATH_FIELD("val", data.val, NULL, 0),
+    BOOL_FIELD("shuffle", data.shuffle, false, 0),
+    INT_FIELD("val_every", data.val_every, 0, INT_MAX, 0, MAY_CHANGE),
+    INT_FIELD("val_batches", data.val_batches, 1, INT_MAX, 20, MAY_CHANGE),
+    PATH_FIELD("tokenizer", data.tokenizer, NULL, MAY_CHANGE),
+    END,
+};
+
+static const struct field batch_fields[] = {
+    INT_FIELD("micro_batch", batch.micro_batch, 1, INT_MAX, 4, 0),
+    INT_FIELD("grad_accum", batch.grad_accum, 1, INT_MAX, 1, 0),
+    END,
+};
+
+static const struct field optimizer_fields[] = {
+    REAL_FIELD("lr", optimizer.lr, 0, true, INFINITY, false, 3e-4, 0),
+    REAL_FIELD("beta1", optimizer.beta1, 0, false, 1, true, 0.9, 0),
+    REAL_FIELD("beta2", optimizer.beta2, 0, false, 1, true, 0.95, 0),
+    REAL_FIELD("eps", optimizer.eps, 0, true, INFINITY, false, 1e-8, 0),
+    REAL_FIELD("weight_decay", optimizer.weight_decay, 0, false, INFINITY, false, 0.1, 0),
+    REAL_FIELD("grad_clip", optimizer.grad_clip, 0, false, INFINITY, false, 1.0, 0),
+    INT_FIELD("warmup_steps", optimizer.warmup_steps, 0, INT_MAX, 0, 0),
+    ENUM_FIELD("schedule", optimizer.schedule, schedule_names, PLAN_SCHEDULE_COSINE, 0),
+    REAL_FIELD("min_lr_ratio", optimizer.min_lr_ratio, 0, false, 1, false, 0.1, 0),
+    END,
+};
+
+static const struct field checkpoint_fields[] = {
+    PATH_FIELD("dir", checkpoint.dir, RUNDIR_CHECKPOINTS, KEEP_RELATIVE),
+    INT_FIELD("every", checkpoint.every, 0, INT_MAX, 0, MAY_CHANGE),
+    REAL_FIELD("every_minutes", checkpoint.every_minutes, 0, false, 1e6, false, 30.0, MAY_CHANGE),
+    INT_FIELD("keep", checkpoint.keep, 1, INT_MAX, 3, MAY_CHANGE),
+    INT_FIELD("max_restarts", checkpoint.max_restarts, 0, INT_MAX, 3, MAY_CHANGE),
+    BOOL_FIELD("async", checkpoint.async, false, MAY_CHANGE),
+    END,
+};
+
+static const struct field parallel_fields[] = {
+    /* the layout may change on resume: the checkpoint says whether it can be read */
+    INT_FIELD("tp", parallel.tp, 1, INT_MAX, 1, AUTO_OK | MAY_CHANGE),
+    INT_FIELD("pp", parallel.pp, 1, INT_MAX, 1, AUTO_OK | MAY_CHANGE),
+    INT_FIELD("dp", parallel.dp, 1, INT_MAX, 1, AUTO_OK | MAY_CHANGE),
+    BOOL_FIELD("allow_tp_over_pcie", parallel.allow_tp_over_pcie, false, MAY_CHANGE),
+    INT_FIELD("zero", parallel.zero, 0, 3, 0, MAY_CHANGE),
+    ENUM_FIELD("device", parallel.device, device_names, PLAN_DEVICE_AUTO, MAY_CHANGE),
+    ENUM_FIELD("schedule", parallel.schedule, pipeline_names, PLAN_PIPE_1F1B, MAY_CHANGE),
+    INT_FIELD("virtual_stages", parallel.virtual_stages, 1, 64, 1, MAY_CHANGE),
+    INTS_FIELD("stage_layers", parallel.stage_layers, 1, INT_MAX, MAY_CHANGE),
+    BOOL_FIELD("sequence_parallel", parallel.sequence_parallel, false, MAY_CHANGE),
+    REAL_FIELD("bucket_mb", parallel.bucket_mb, 0, true, 1e6, false, 25.0, MAY_CHANGE),
+    REAL_FIELD("timeout_s", parallel.timeout_s, 0, true, 1e6, false, 300.0, MAY_CHANGE),
+    ENUM_FIELD("backend", parallel.backend, backend_names, PLAN_BACKEND_AUTO, MAY_CHANGE),
+    END,
+};
+
+static const struct field sample_fields[] = {
+    INT_FIELD("tokens", sample.tokens, 0, INT_MAX, 0, MAY_CHANGE),
+    REAL_FIELD("temperature", sample.temperature, 0, true, INFINITY, false, 1.0, MAY_CHANGE),
+    INT_FIELD("top_k", sample.top_k, 0, INT_MAX, 0, MAY_CHANGE),
+    STRING_FIELD("prompt", sample.prompt, NULL, "\n", MAY_CHANGE),
+    U64_FIELD("seed", sample.seed, 42, MAY_CHANGE),
+    END,
+};
+
+/* The top level, in the order plan_to_json writes it. */
+static const struct field root_fields[] = {
+    SECTION("model", model_fields, REQ),
+    SECTION("data", data_fields, REQ),
+    SECTION("batch", batch_fields, 0),
+    SECTION("optimizer", optimizer_fields, 0),
+    INT_FIELD("steps", steps, 1, INT_MAX, 0, REQ | MAY_CHANGE),
+    ENUM_FIELD("precision", precision, precision_names, PLAN_PRECISION_FP32, 0),
+    /* null unless precision is fp8, where check_rules makes it "tensor" */
+    ENUM_FIELD("fp8_scaling", fp8_scaling, fp8_scaling_names, PLAN_FP8_NONE, 0),
+    ENUM_FIELD("recompute", recompute, recompute_names, PLAN_RECOMPUTE_NONE, MAY_CHANGE),
+    SECTION("checkpoint", checkpoint_fields, 0),
+    SECTION("parallel", parallel_fields, 0),
+    SECTION("sample", sample_fields, 0),
+    END,
+};
+
+static const struct field *find_field(const struct field *fields, const char *name)
+{
+    for (const struct field *f = fields; f->name; f++)
+        if (strcmp(f->name, name) == 0) return f;
+    return NULL;
+}
+
+/* ---- where each value came from --------------------------------------------------------- */
+
+struct entry {
+    char *path; /* dot-joined JSON path; "" is the top level */
+    int origin; /* -1: the plan text; i >= 0: override i */
+    int line;   /* where the value starts (plan text only) */
+    char *raw;  /* the literal as written, for scalars; NULL for objects and arrays */
+    bool dead;  /* replaced by an override */
+};
+
+struct ctx {
+    const char *source;
+    const char *const *overrides;
+    const char *base_arg; /* base directory as given (NULL = current directory) */
+    char *base_dir;       /* absolute, computed on first use */
+    char *cwd;            /* absolute, computed on first use */
+    struct entry *entries;
+    int n_entries, cap_entries;
+    struct plait_error *err;
+};
+
+#define GOT_MAX 72   /* longest literal echoed in a message, with "..." */
+#define SCAN_DEPTH 3 /* deeper values are never named in a message */
+
+static int report(struct ctx *c, int origin, int line, const char *path, const char *msg);
+
+static int out_of_memory(struct ctx *c)
+{
+    return error_set(c->err, "%s: out of memory", c->source);
+}
+
+static char *dup_n(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (!d) return NULL;
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+/* "a" + "b" -> "a.b"; "" + "b" -> "b". malloc'ed. */
+static char *join(const char *path, const char *key)
+{
+    size_t a = strlen(path), b = strlen(key);
+    char *s = malloc(a + b + 2);
+    if (!s) return NULL;
+    memcpy(s, path, a);
+    size_t n = a;
+    if (a) s[n++] = '.';
+    memcpy(s + n, key, b + 1);
+    return s;
+}
+
+static int add_entry(struct ctx *c, const char *path, int origin, int line, const char *raw,
+                     size_t raw_bytes)
+{
+    if (c->n_entries == c->cap_entries) {
+        int cap = c->cap_entries ? 2 * c->cap_entries : 64;
+        struct entry *e = realloc(c->entries, (size_t)cap * sizeof *e);
+        if (!e) return out_of_memory(c);
+        c->entries = e;
+        c->cap_entries = cap;
+    }
+    struct entry *e = &c->entries[c->n_entries];
+    *e = (struct entry){.origin = origin, .line = line};
+    e->path = dup_n(path, strlen(path));
+    e->raw = raw ? dup_n(raw, raw_bytes) : NULL;
+    if (!e->path || (raw && !e->raw)) {
+        free(e->path);
+        free(e->raw);
+        return out_of_memory(c);
+    }
+    c->n_entries++;
+    return 0;
+}
+
+static int find_entry_index(const struct ctx *c, const char *path)
+{
+    for (int i = 0; i < c->n_entries; i++)
+        if (!c->entries[i].dead && strcmp(c->entries[i].path, path) == 0) return i;
+    return -1;
+}
+
+static const struct entry *find_entry(const struct ctx *c, const char *path)
+{
+    int i = find_entry_index(c, path);
+    return i < 0 ? NULL : &c->entries[i];
+}
+
+/* The entry of path, else of the nearest enclosing value that has one. */
+static const struct entry *locate(const struct ctx *c, const char *path)
+{
+    size_t n = strlen(path);
+    for (;;) {
+        for (int i = 0; i < c->n_entries; i++) {
+            const struct entry *e = &c->entries[i];
+            if (!e->dead && strlen(e->path) == n && strncmp(e->path, path, n) == 0) return e;
+        }
+        if (n == 0) return NULL;
+        while (n > 0 && path[n - 1] != '.') n--;
+        if (n > 0) n--; /* drop the dot */
+    }
+}
+
+/* An override replaced path: forget what was recorded there and below. */
+static void kill_entries(struct ctx *c, const char *path)
+{
+    size_t n = strlen(path);
+    for (int i = 0; i < c->n_entries; i++) {
+        struct entry *e = &c->entries[i];
+        if (strncmp(e->path, path, n) == 0 && (e->path[n] == '\0' || e->path[n] == '.'))
+            e->dead = true;
+    }
+}
+
+/* ---- the scanner: lines and literals of an already-valid JSON text ---------------------- */
+
+struct scanner {
+    struct ctx *c;
+    const char *p;
+    int line;
+    int origin;
+};
+
+static void skip_ws(struct scanner *s)
+{
+    for (;; s->p++) {
+        if (*s->p == '\n')
+            s->line++;
+        else if (*s->p != ' ' && *s->p != '\t' && *s->p != '\r')
+            return;
+    }
+}
+
+/* s->p at the opening quote; leaves it after the closing one. */
+static void skip_string(struct scanner *s)
+{
+    for (s->p++; *s->p && *s->p != '"'; s->p++)
+        if (*s->p == '\\' && s->p[1]) s->p++;
+    if (*s->p == '"') s->p++;
+}
+
+static unsigned hex4(const char *p)
+{
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char ch = p[i];
+        unsigned d = ch >= '0' && ch <= '9'   ? (unsigned)(ch - '0')
+                     : ch >= 'a' && ch <= 'f' ? (unsigned)(ch - 'a' + 10)
+                     : ch >= 'A' && ch <= 'F' ? (unsigned)(ch - 'A' + 10)
+                                              : 0;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+static char *put_utf8(char *o, unsigned cp)
+{
+    if (cp < 0x80) {
+        *o++ = (char)cp;
+    } else if (cp < 0x800) {
+        *o++ = (char)(0xC0 | (cp >> 6));
+        *o++ = (char)(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        *o++ = (char)(0xE0 | (cp >> 12));
+        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+        *o++ = (char)(0x80 | (cp & 0x3F));
+    } else {
+        *o++ = (char)(0xF0 | (cp >> 18));
+        *o++ = (char)(0x80 | ((cp >> 12) & 0x3F));
+        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+        *o++ = (char)(0x80 | (cp & 0x3F));
+    }
+    return o;
+}
+
+/* The text between the quotes of a JSON string, unescaped (as jansson has the key). */
+static char *unescape(const char *begin, const char *end)
+{
+    char *out = malloc((size_t)(end - begin) + 1), *o = out;
+    if (!out) return NULL;
+    for (const char *q = begin; q < end; q++) {
+        if (*q != '\\') {
+            *o++ = *q;
+            continue;
+        }
+        q++;
+        switch (*q) {
+        case 'b':
+            *o++ = '\b';
+            break;
+        case 'f':
+            *o++ = '\f';
+            break;
+        case 'n':
+            *o++ = '\n';
+            break;
+        case 'r':
+            *o++ = '\r';
+            break;
+        case 't':
+            *o++ = '\t';
+            break;
+        case 'u': {
+            unsigned cp = hex4(q + 1);
+            q += 4;
+            if (cp >= 0xD800 && cp < 0xDC00 && q[1] == '\\' && q[2] == 'u') {
+                unsigned lo = hex4(q + 3);
+                if (lo >= 0xDC00 && lo < 0xE000) {
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    q += 6;
+                }
+            }
+            o = put_utf8(o, cp);
+            break;
+        }
+        default:
+            *o++ = *q;
+            break; /* \" \\ \/ */
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+/* Records path (NULL: inside an array or too deep, not recorded) and, for
+ * objects, every member up to SCAN_DEPTH. */
+static int scan_value(struct scanner *s, const char *path, int depth)
+{
+    skip_ws(s);
+    const char *start = s->p;
+    int line = s->line;
+    if (*s->p == '{' || *s->p == '[') {
+        char close = *s->p == '{' ? '}' : ']';
+        if (path && add_entry(s->c, path, s->origin, line, NULL, 0)) return -1;
+        for (s->p++, skip_ws(s); *s->p && *s->p != close;) {
+            char *child = NULL;
+            if (close == '}') {
+                if (*s->p != '"') return 0; /* not JSON; jansson would have said */
+                const char *key = s->p + 1;
+                skip_string(s);
+                if (path && depth < SCAN_DEPTH) {
+                    char *name = unescape(key, s->p - 1);
+                    child = name ? join(path, name) : NULL;
+                    free(name);
+                    if (!child) return out_of_memory(s->c);
+                }
+                skip_ws(s);
+                if (*s->p == ':') s->p++;
+            }
+            const char *before = s->p;
+            int rc = scan_value(s, child, depth + 1);
+            free(child);
+            if (rc) return -1;
+            if (s->p == before) return 0; /* no progress: not JSON */
+            skip_ws(s);
+            if (*s->p == ',') {
+                s->p++;
+                skip_ws(s);
+            }
+        }
+        if (*s->p) s->p++;
+        return 0;
+    }
+    if (*s->p == '"')
+        skip_string(s);
+    else
+        while (*s->p && !strchr(",}] \t\r\n", *s->p)) s->p++;
+    return path ? add_entry(s->c, path, s->origin, line, start, (size_t)(s->p - start)) : 0;
+}
+
+static int scan(struct ctx *c, const char *text, int origin, const char *path, int depth)
+{
+    struct scanner s = {.c = c, .p = text, .line = 1, .origin = origin};
+    return scan_value(&s, path, depth);
+}
+
+/* ---- messages ---------------------------------------------------------------------------- */
+
+/* "source:line: path: msg", or "--set override: path: msg" for values an override gave. */
+static int report(struct ctx *c, int origin, int line, const char *path, const char *msg)
+{
+    char at[512];
+    if (origin >= 0)
+        snprintf(at, sizeof at, "--set %s", c->overrides[origin] ? c->overrides[origin] : "(null)");
+    else if (line > 0)
+        snprintf(at, sizeof at, "%s:%d", c->source, line);
+    else
+        snprintf(at, sizeof at, "%s", c->source);
+    if (*path) return error_set(c->err, "%s: %s: %s", at, path, msg);
+    return error_set(c->err, "%s: %s", at, msg);
+}
+
+/* An error of a rule between fields: at path's place, unless an override set
+ * one of the fields the rule also reads (also: space-separated paths) after
+ * path's own value was given. Then it names that override (the last such)
+ * and where path's value came from: "--set steps=5: optimizer.warmup_steps:
+ * must be < steps (5) ...; optimizer.warmup_steps is at plan.json:9". */
+static int vfail_rule(struct ctx *c, const char *path, const char *also, const char *fmt,
+                      va_list ap) __attribute__((format(printf, 4, 0)));
+static int fail_rule(struct ctx *c, const char *path, const char *also, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* An error about the value at path, located where that value (or its parent) came from. */
+static int fail(struct ctx *c, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(struct ctx *c, const char *path, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vfail_rule(c, path, "", fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static int fail_rule(struct ctx *c, const char *path, const char *also, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vfail_rule(c, path, also, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static int vfail_rule(struct ctx *c, const char *path, const char *also, const char *fmt,
+                      va_list ap)
+{
+    char msg[640];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    const struct entry *own = locate(c, path);
+    int own_origin = own ? own->origin : -1, culprit = own_origin;
+    for (const char *a = also; *a;) {
+        size_t n = strcspn(a, " ");
+        char other[64];
+        snprintf(other, sizeof other, "%.*s", (int)n, a);
+        const struct entry *e = locate(c, other);
+        if (e && e->origin > culprit) culprit = e->origin;
+        a += n + (a[n] == ' ');
+    }
+    if (culprit == own_origin) return report(c, own_origin, own ? own->line : 0, path, msg);
+    char full[1280];
+    bool given_here = own && strcmp(own->path, path) == 0;
+    if (given_here && own_origin >= 0)
+        snprintf(full, sizeof full, "%s; %s is set by --set %s", msg, path,
+                 c->overrides[own_origin] ? c->overrides[own_origin] : "(null)");
+    else if (given_here && own->line > 0)
+        snprintf(full, sizeof full, "%s; %s is at %s:%d", msg, path, c->source, own->line);
+    else
+        snprintf(full, sizeof full, "%s; %s is %s", msg, path,
+                 given_here ? "in the plan" : "its default");
+    return report(c, culprit, 0, path, full);
+}
+
+/* The value as written ("-3e-4", "\"fp16\""), shortened; "object"/"array" for those. */
+static const char *got_text(const struct ctx *c, const char *path, const json_t *v,
+                            char buf[GOT_MAX])
+{
+    if (json_is_object(v)) return "object";
+    if (json_is_array(v)) return "array";
+    const struct entry *e = find_entry(c, path);
+    char *dumped = NULL;
+    const char *raw = e && e->raw ? e->raw : (dumped = json_dumps(v, JSON_ENCODE_ANY));
+    if (!raw) return "?";
+    size_t n = strlen(raw);
+    if (n < GOT_MAX) {
+        memcpy(buf, raw, n + 1);
+    } else {
+        n = GOT_MAX - 4;
+        while (n > 0 && ((unsigned char)raw[n] & 0xC0) == 0x80) n--; /* whole UTF-8 characters */
+        memcpy(buf, raw, n);
+        memcpy(buf + n, "...", 4);
+    }
+    free(dumped);
+    return buf;
+}
+
+/* Levenshtein distance, ignoring case; INT_MAX for long strings. */
+static int edit_distance(const char *a, const char *b)
+{
+    enum { MAX = 64 };
+    size_t na = strlen(a), nb = strlen(b);
+    if (na > MAX || nb > MAX) return INT_MAX;
+    int prev[MAX + 1], cur[MAX + 1];
+    for (size_t j = 0; j <= nb; j++) prev[j] = (int)j;
+    for (size_t i = 1; i <= na; i++) {
+        cur[0] = (int)i;
+        for (size_t j = 1; j <= nb; j++) {
+            int sub = prev[j - 1] +
+                      (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            int del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, sizeof cur);
+    }
+    return prev[nb];
+}
+
+static void append(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t n, const char *fmt, ...)
+{
+    size_t len = strlen(buf);
+    if (len + 1 >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + len, n - len, fmt, ap);
+    va_end(ap);
+}
+
+/* What to tell about an unknown key in the object at `here` whose keys are `fields`:
+ * a near miss, the same name in another section, or the allowed keys. */
+static void unknown_key_hint(const struct field *fields, const char *here, const char *key,
+                             char *buf, size_t n)
+{
+    const struct field *best = NULL;
+    int best_d = INT_MAX;
+    for (const struct field *f = fields; f->name; f++) {
+        int d = edit_distance(key, f->name), limit = strlen(f->name) <= 3 ? 1 : 2;
+        if (d <= limit && d < best_d) best = f, best_d = d;
+    }
+    buf[0] = '\0';
+    if (best) {
+        append(buf, n, "did you mean \"%s\"?", best->name);
+        return;
+    }
+    int found = 0;
+    for (const struct field *r = root_fields; r->name; r++) {
+        if (*here && strcasecmp(r->name, key) == 0)
+            append(buf, n, "%s\"%s\"", found++ ? " or " : "did you mean ", r->name);
+        if (r->kind != K_SECTION || strcmp(r->name, here) == 0) continue;
+        for (const struct field *f = r->fields; f->name; f++)
+            if (strcasecmp(f->name, key) == 0)
+                append(buf, n, "%s\"%s.%s\"", found++ ? " or " : "did you mean ", r->name, f->name);
+    }
+    if (found) {
+        append(buf, n, "?");
+        return;
+    }
+    append(buf, n, "allowed:");
+    for (const struct field *f = fields; f->name; f++)
+        append(buf, n, "%s \"%s\"", f == fields ? "" : ",", f->name);
+}
+
+static int top_level_error(struct ctx *c, json_t *root)
+{
+    char got[GOT_MAX];
+    return fail(c, "", "the top level must be an object (got %s)", got_text(c, "", root, got));
+}
+
+/* ---- overrides --------------------------------------------------------------------------- */
+
+/* Checks path against the schema; returns the number of keys in it, or -1. */
+static int check_override_path(struct ctx *c, int i, const char *path)
+{
+    const struct field *fields = root_fields;
+    const char *parent = ""; /* the section the current key is in; "" = top level */
+    size_t at = 0;           /* where the current key starts in path */
+    for (int depth = 1;; depth++) {
+        size_t n = strcspn(path + at, "."), end = at + n; /* path[0, end) ends with this key */
+        char *key = dup_n(path + at, n), msg[640] = "";
+        if (!key) return out_of_memory(c);
+        const struct field *f = find_field(fields, key);
+        if (n == 0) {
+            snprintf(msg, sizeof msg, "empty key in the path");
+            end = strlen(path);
+        } else if (!f) {
+            char hint[600];
+            unknown_key_hint(fields, parent, key, hint, sizeof hint);
+            snprintf(msg, sizeof msg, "unknown key (%s)", hint);
+        } else if (path[end] == '.' && f->kind != K_SECTION) {
+            snprintf(msg, sizeof msg, "unknown key (%.*s is not an object)", (int)end, path);
+            end += 1 + strcspn(path + end + 1, ".");
+        }
+        free(key);
+        if (msg[0]) {
+            char *where = dup_n(path, end);
+            if (!where) return out_of_memory(c);
+            report(c, i, 0, where, msg);
+            free(where);
+            return -1;
+        }
+        if (path[end] == '\0') return depth;
+        parent = f->name;
+        fields = f->fields;
+        at = end + 1;
+    }
+}
+
+/* JSON-escapes s into a malloc'ed "quoted" string. */
+static char *quote(const char *s);
+
+/* Applies overrides[i] ("dot.path=value") to root, creating objects on the way. */
+static int apply_override(struct ctx *c, json_t *root, int i)
+{
+    const char *ovr = c->overrides[i];
+    const char *eq = ovr ? strchr(ovr, '=') : NULL;
+    if (!eq) return report(c, i, 0, "", "expected dot.path=value");
+    char *path = dup_n(ovr, (size_t)(eq - ovr)), *prefix = NULL;
+    const char *text = eq + 1;
+    json_t *value = NULL;
+    if (!path) return out_of_memory(c);
+    int depth = check_override_path(c, i, path);
+    if (depth < 0) goto fail;
+    if (!json_is_object(root)) {
+        top_level_error(c, root);
+        goto fail;
+    }
+
+    json_error_t jerr;
+    value = json_loads(text, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    bool is_json = value != NULL;
+    if (!value && !(value = json_string(text))) {
+        report(c, i, 0, path, "the value is not valid UTF-8");
+        goto fail;
+    }
+
+    json_t *obj = root;
+    prefix = dup_n(path, strlen(path));
+    if (!prefix) goto oom;
+    for (char *p = prefix, *dot; (dot = strchr(p, '.')); p = dot + 1) {
+        *dot = '\0'; /* prefix is now the path of the object on the way */
+        json_t *child = json_object_get(obj, p);
+        if (!child || json_is_null(child)) {
+            child = json_object();
+            if (!child || json_object_set_new(obj, p, child)) goto oom;
+            kill_entries(c, prefix);
+            if (add_entry(c, prefix, i, 0, NULL, 0)) goto fail;
+        } else if (!json_is_object(child)) {
+            char got[GOT_MAX];
+            fail(c, prefix, "must be an object (got %s)", got_text(c, prefix, child, got));
+            goto fail;
+        }
+        obj = child;
+        *dot = '.';
+    }
+    const char *last = strrchr(path, '.') ? strrchr(path, '.') + 1 : path;
+    kill_entries(c, path);
+    if (json_object_set_new(obj, last, value)) {
+        value = NULL;
+        goto oom;
+    }
+    value = NULL;
+    if (is_json) {
+        if (scan(c, text, i, path, depth)) goto fail;
+    } else {
+        char *quoted = quote(text);
+        if (!quoted) goto oom;
+        int rc = add_entry(c, path, i, 0, quoted, strlen(quoted));
+        free(quoted);
+        if (rc) goto fail;
+    }
+    free(prefix);
+    free(path);
+    return 0;
+oom:
+    out_of_memory(c);
+fail:
+    json_decref(value);
+    free(prefix);
+    free(path);
+    return -1;
+}
+
+/* ---- decoding ---------------------------------------------------------------------------- */
+
+static void put_int(struct plan *p, size_t offset, int v)
+{
+    memcpy((char *)p + offset, &v, sizeof v);
+}
+
+static int get_int(const struct plan *p, size_t offset)
+{
+    int v;
+    memcpy(&v, (const char *)p + offset, sizeof v);
+    return v;
+}
+
+static const char *ctx_cwd(struct ctx *c)
+{
+    if (!c->cwd && !(c->cwd = getcwd(NULL, 0)))
+        error_errno(c->err, "%s: cannot resolve relative paths: getcwd", c->source);
+    return c->cwd;
+}
+
+/* rel against base (absolute); an absolute rel is kept. "./" prefixes are dropped. */
+static char *resolve(const char *base, const char *rel)
+{
+    if (rel[0] == '/') return dup_n(rel, strlen(rel));
+    while (rel[0] == '.' && rel[1] == '/')
+        for (rel += 2; *rel == '/';) rel++;
+    if (rel[0] == '\0' || strcmp(rel, ".") == 0) return dup_n(base, strlen(base));
+    size_t nb = strlen(base), nr = strlen(rel);
+    while (nb > 1 && base[nb - 1] == '/') nb--;
+    char *s = malloc(nb + nr + 2);
+    if (!s) return NULL;
+    memcpy(s, base, nb);
+    size_t n = nb;
+    if (base[nb - 1] != '/') s[n++] = '/';
+    memcpy(s + n, rel, nr + 1);
+    return s;
+}
+
+static const char *ctx_base_dir(struct ctx *c)
+{
+    if (c->base_dir) return c->base_dir;
+    if (c->base_arg && c->base_arg[0] == '/') {
+        c->base_dir = dup_n(c->base_arg, strlen(c->base_arg));
+    } else {
+        const char *cwd = ctx_cwd(c);
+        if (!cwd) return NULL;
+        c->base_dir = resolve(cwd, c->base_arg ? c->base_arg : ".");
+    }
+    if (!c->base_dir) out_of_memory(c);
+    return c->base_dir;
+}
+
+static bool required(const struct field *f, bool has_init)
+{
+    return (f->flags & REQ) || ((f->flags & REQ_NO_INIT) && !has_init);
+}
+
+static int decode_object(struct ctx *c, json_t *obj, const struct field *fields, const char *path,
+                         struct plan *p, bool has_init);
+
+static int set_default(struct ctx *c, const struct field *f, const char *path, struct plan *p,
+                       bool has_init)
+{
+    char **str = (char **)((char *)p + f->offset);
+    switch (f->kind) {
+    case K_SECTION:
+        return decode_object(c, NULL, f->fields, path, p, has_init);
+    case K_INT:
+        *(int *)((char *)p + f->offset) = (int)f->idef;
+        return 0;
+    case K_U64:
+        *(uint64_t *)((char *)p + f->offset) = (uint64_t)f->idef;
+        return 0;
+    case K_INTS:
+        ((struct plan_ints *)((char *)p + f->offset))->n = 0;
+        return 0;
+    case K_REAL:
+        *(double *)((char *)p + f->offset) = f->rdef;
+        return 0;
+    case K_BOOL:
+        *(bool *)((char *)p + f->offset) = f->idef != 0;
+        return 0;
+    case K_ENUM:
+        put_int(p, f->offset, (int)f->idef);
+        return 0;
+    case K_STRING:
+    case K_PATH:
+        if (f->sdef && !(*str = dup_n(f->sdef, strlen(f->sdef)))) return out_of_memory(c);
+        return 0;
+    }
+    return 0;
+}
+
+/* "must be one of "a", "b"", or "must be "a"" for a set of one. */
+static void one_of(char *buf, size_t n, const char *const *names)
+{
+    buf[0] = '\0';
+    if (!names[1]) {
+        append(buf, n, "must be \"%s\"", names[0]);
+        return;
+    }
+    append(buf, n, "must be one of");
+    for (int k = 0; names[k]; k++) append(buf, n, "%s \"%s\"", k ? "," : "", names[k]);
+}
+
+static int name_index(const char *const *names, const char *s)
+{
+    for (int k = 0; names[k]; k++)
+        if (strcmp(names[k], s) == 0) return k;
+    return -1;
+}
+
+static int decode_int(struct ctx *c, const struct field *f, json_t *v, const char *path,
+                      long long *out)
+{
+    char got[GOT_MAX];
+    const char *g = got_text(c, path, v, got);
+    if (f->kind == K_U64) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return fail(c, path, "must be a non-negative integer (got %s)", g);
+    } else if (!json_is_integer(v) && (f->flags & AUTO_OK)) {
+        return fail(c, path, "must be an integer or \"auto\" (got %s)", g);
+    } else if (!json_is_integer(v)) {
+        return fail(c, path, "must be an integer (got %s)", g);
+    }
+    long long i = json_integer_value(v);
+    if (f->imax == INT_MAX && i < f->imin)
+        return fail(c, path, "must be >= %lld (got %s)", f->imin, g);
+    if (f->imax == INT_MAX && i > f->imax)
+        return fail(c, path, "must be <= %lld (got %s)", f->imax, g);
+    if (i < f->imin || i > f->imax)
+        return fail(c, path, "must be in [%lld, %lld] (got %s)", f->imin, f->imax, g);
+    *out = i;
+    return 0;
+}
+
+static int decode_real(struct ctx *c, const struct field *f, json_t *v, const char *path,
+                       double *out)
+{
+    char got[GOT_MAX];
+    const char *g = got_text(c, path, v, got);
+    if (!json_is_number(v)) return fail(c, path, "must be a number (got %s)", g);
+    double x = json_number_value(v);
+    bool low = f->rmin_open ? x > f->rmin : x >= f->rmin;
+    bool high = isinf(f->rmax) || (f->rmax_open ? x < f->rmax : x <= f->rmax);
+    if (low && high) {
+        *out = x;
+        return 0;
+    }
+    if (isinf(f->rmax))
+        return fail(c, path, "must be %s %g (got %s)", f->rmin_open ? ">" : ">=", f->rmin, g);
+    return fail(c, path, "must be in %c%g, %g%c (got %s)", f->rmin_open ? '(' : '[', f->rmin,
+                f->rmax, f->rmax_open ? ')' : ']', g);
+}
+
+static int decode_string(struct ctx *c, const struct field *f, json_t *v, const char *path,
+                         struct plan *p)
+{
+    char got[GOT_MAX], rule[256] = "must be a string";
+    const char *g = got_text(c, path, v, got);
+    if (f->names) one_of(rule, sizeof rule, f->names);
+    if (!json_is_string(v)) return fail(c, path, "%s (got %s)", rule, g);
+    const char *s = json_string_value(v);
+    if (f->names && name_index(f->names, s) < 0) return fail(c, path, "%s (got %s)", rule, g);
+    if (s[0] == '\0') return fail(c, path, "must not be empty");
+    if (f->kind == K_ENUM) {
+        put_int(p, f->offset, name_index(f->names, s));
+        return 0;
+    }
+    char **dst = (char **)((char *)p + f->offset);
+    if (f->kind == K_PATH && !(f->flags & KEEP_RELATIVE) && s[0] != '/') {
+        const struct entry *e = find_entry(c, path);
+        const char *base = e && e->origin >= 0 ? ctx_cwd(c) : ctx_base_dir(c);
+        if (!base) return -1;
+        *dst = resolve(base, s);
+    } else {
+        *dst = dup_n(s, strlen(s));
+    }
+    return *dst ? 0 : out_of_memory(c);
+}
+
+static int decode_value(struct ctx *c, const struct field *f, json_t *v, const char *path,
+                        struct plan *p, bool has_init)
+{
+    char got[GOT_MAX];
+    char *dst = (char *)p + f->offset;
+    long long i = 0;
+    double x = 0;
+    switch (f->kind) {
+    case K_SECTION:
+        if (!json_is_object(v))
+            return fail(c, path, "must be an object (got %s)", got_text(c, path, v, got));
+        return decode_object(c, v, f->fields, path, p, has_init);
+    case K_INT:
+        if ((f->flags & AUTO_OK) && json_is_string(v) &&
+            strcmp(json_string_value(v), "auto") == 0) {
+            *(int *)dst = PLAN_AUTO;
+            return 0;
+        }
+        if (decode_int(c, f, v, path, &i)) return -1;
+        *(int *)dst = (int)i;
+        return 0;
+    case K_U64:
+        if (decode_int(c, f, v, path, &i)) return -1;
+        *(uint64_t *)dst = (uint64_t)i;
+        return 0;
+    case K_INTS: {
+        struct plan_ints *list = (struct plan_ints *)dst;
+        if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > PLAN_MAX_STAGES)
+            return fail(c, path, "must be a list of 1 to %d integers (got %s)", PLAN_MAX_STAGES,
+                        got_text(c, path, v, got));
+        list->n = 0;
+        size_t k;
+        json_t *e;
+        json_array_foreach(v, k, e)
+        {
+            char epath[256];
+            snprintf(epath, sizeof epath, "%s[%zu]", path, k);
+            if (decode_int(c, f, e, epath, &i)) return -1;
+            list->v[list->n++] = (int)i;
+        }
+        return 0;
+    }
+    case K_REAL:
+        if (decode_real(c, f, v, path, &x)) return -1;
+        *(double *)dst = x;
+        return 0;
+    case K_BOOL:
+        if (!json_is_boolean(v))
+            return fail(c, path, "must be true or false (got %s)", got_text(c, path, v, got));
+        *(bool *)dst = json_is_true(v);
+        return 0;
+    case K_STRING:
+    case K_PATH:
+    case K_ENUM:
+        return decode_string(c, f, v, path, p);
+    }
+    return 0;
+}
+
+static int check_unknown_keys(struct ctx *c, json_t *obj, const struct field *fields,
+                              const char *path)
+{
+    const char *key, *bad = NULL;
+    json_t *value;
+    int bad_at = INT_MAX;
+    json_object_foreach(obj, key, value)
+    {
+        if (find_field(fields, key)) continue;
+        char *kp = join(path, key);
+        if (!kp) return out_of_memory(c);
+        int at = find_entry_index(c, kp);
+        free(kp);
+        if (!bad || (at >= 0 && at < bad_at)) bad = key, bad_at = at < 0 ? INT_MAX : at;
+    }
+    if (!bad) return 0;
+    char hint[600];
+    unknown_key_hint(fields, path, bad, hint, sizeof hint);
+    char *kp = join(path, bad);
+    if (!kp) return out_of_memory(c);
+    fail(c, kp, "unknown key (%s)", hint);
+    free(kp);
+    return -1;
+}
+
+/* obj: the object at path, or NULL when absent (then every field gets its default). */
+static int decode_object(struct ctx *c, json_t *obj, const struct field *fields, const char *path,
+                         struct plan *p, bool has_init)
+{
+    if (obj) {
+        if (check_unknown_keys(c, obj, fields, path)) return -1;
+        for (const struct field *f = fields; f->name; f++) {
+            json_t *v = json_object_get(obj, f->name);
+            if (required(f, has_init) && (!v || json_is_null(v)))
+                return fail(c, path, "missing required key \"%s\"", f->name);
+        }
+    }
+    for (const struct field *f = fields; f->name; f++) {
+        char fpath[64];
+        snprintf(fpath, sizeof fpath, "%s%s%s", path, *path ? "." : "", f->name);
+        json_t *v = obj ? json_object_get(obj, f->name) : NULL;
+        int rc = v && !json_is_null(v) ? decode_value(c, f, v, fpath, p, has_init)
+                                       : set_default(c, f, fpath, p, has_init);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+/* ---- model.init, derived defaults and the rules between fields -------------------------- */
+
+/* The value at section.key (section NULL: top level), NULL when absent or null. */
+static json_t *given(json_t *root, const char *section, const char *key)
+{
+    json_t *obj = section ? json_object_get(root, section) : root;
+    json_t *v = json_is_object(obj) ? json_object_get(obj, key) : NULL;
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+static int apply_init(struct ctx *c, json_t *root, struct plan *p)
+{
+    struct plait_error llmc_err = {.text = ""};
+    struct llmc_model_header h;
+    const char *init = p->model.init;
+    const char *name = strrchr(init, '/') ? strrchr(init, '/') + 1 : init;
+    if (llmc_read_model_header(init, &h, &llmc_err))
+        return fail(c, "model.init", "%s", llmc_err.text);
+    if (h.vocab > 65536)
+        return fail(c, "model.init", "%s has vocab %d, more than 65536 (tokens are uint16)", name,
+                    h.vocab);
+    const struct {
+        const char *key;
+        int *field;
+        int header;
+    } from_header[] = {
+        {"layers", &p->model.layers, h.layers},
+        {"heads", &p->model.heads, h.heads},
+        {"hidden", &p->model.hidden, h.hidden},
+        {"vocab", &p->model.vocab, h.vocab},
+        {"padded_vocab", &p->model.padded_vocab, h.padded_vocab},
+        {"max_seq_len", &p->model.max_seq_len, h.max_seq_len},
+    };
+    for (size_t k = 0; k < sizeof from_header / sizeof from_header[0]; k++) {
+        char path[64];
+        snprintf(path, sizeof path, "model.%s", from_header[k].key);
+        if (given(root, "model", from_header[k].key) &&
+            *from_header[k].field != from_header[k].header)
+            return fail_rule(c, path, "model.init", "%d contradicts model.init (%s has %d)",
+                             *from_header[k].field, name, from_header[k].header);
+        *from_header[k].field = from_header[k].header;
+    }
+    if (!given(root, "model", "seq_len"))
+        p->model.seq_len = h.max_seq_len;
+    else if (p->model.seq_len > h.max_seq_len)
+        return fail_rule(c, "model.seq_len", "model.init",
+                         "%d exceeds the max sequence length of model.init (%s has %d)",
+                         p->model.seq_len, name, h.max_seq_len);
+    return 0;
+}
+
+/* The fixed degrees and their product stay within PLAN_MAX_RANKS (counted in 64 bits). */
+static int check_ranks(struct ctx *c, const struct plan *p)
+{
+    const struct {
+        const char *path;
+        int degree;
+    } d[] = {{"parallel.tp", p->parallel.tp},
+             {"parallel.pp", p->parallel.pp},
+             {"parallel.dp", p->parallel.dp}};
+    int64_t ranks = 1;
+    for (size_t k = 0; k < sizeof d / sizeof d[0]; k++) {
+        if (d[k].degree == PLAN_AUTO) continue;
+        ranks *= d[k].degree; /* < 2^24 · 2^31: no overflow in 64 bits */
+        if (ranks > PLAN_MAX_RANKS)
+            return fail_rule(c, d[k].path, "parallel.tp parallel.pp parallel.dp",
+                             "%d makes tp × pp × dp = %lld ranks, more than plait runs (%d)",
+                             d[k].degree, (long long)ranks, PLAN_MAX_RANKS);
+    }
+    return 0;
+}
+
+/* The model's parameters (with gradients and moments) must be addressable;
+ * the error names the field that makes them overflow. */
+static int check_model_size(struct ctx *c, json_t *root, const struct plan *p)
+{
+    const struct plan_model *m = &p->model;
+    struct gpt2_config cfg = {.max_seq_len = 1,
+                              .padded_vocab = 1,
+                              .layers = 1,
+                              .hidden = m->hidden,
+                              .heads = m->heads,
+                              .vocab = 1};
+    struct gpt2_layout layout;
+    const char *culprit = "model.hidden";
+    int value = m->hidden;
+    if (!gpt2_layout(&cfg, &layout)) {
+        cfg.layers = m->layers, culprit = "model.layers", value = m->layers;
+        if (!gpt2_layout(&cfg, &layout)) {
+            cfg.padded_vocab = m->padded_vocab, value = m->padded_vocab;
+            culprit = given(root, "model", "padded_vocab") ? "model.padded_vocab" : "model.vocab";
+            if (!gpt2_layout(&cfg, &layout)) {
+                cfg.max_seq_len = m->max_seq_len, value = m->max_seq_len;
+                culprit = "model.max_seq_len";
+                if (!gpt2_layout(&cfg, &layout)) return 0;
+            }
+        }
+    }
+    return fail_rule(c, culprit,
+                     "model.layers model.hidden model.vocab model.padded_vocab model.max_seq_len",
+                     "%d makes the model too large to address (layers %d, hidden %d, padded vocab "
+                     "%d, max seq len %d: more than 2^60 parameters)",
+                     value, m->layers, m->hidden, m->padded_vocab, m->max_seq_len);
+}
+
+static int check_rules(struct ctx *c, json_t *root, struct plan *p)
+{
+    char got[GOT_MAX];
+    struct plan_model *m = &p->model;
+    if (m->init) {
+        if (apply_init(c, root, p)) return -1;
+    } else {
+        if (!given(root, "model", "padded_vocab")) m->padded_vocab = (m->vocab + 127) / 128 * 128;
+        if (!given(root, "model", "max_seq_len")) m->max_seq_len = m->seq_len;
+    }
+    if (m->hidden % m->heads != 0)
+        return fail_rule(c, "model.heads", "model.hidden",
+                         "must divide model.hidden (%d %% %d = %d)", m->hidden, m->heads,
+                         m->hidden % m->heads);
+    if (m->padded_vocab < m->vocab)
+        return fail_rule(
+            c, "model.padded_vocab", "model.vocab", "must be >= model.vocab (%d) (got %s)",
+            m->vocab, got_text(c, "model.padded_vocab", given(root, "model", "padded_vocab"), got));
+    if (m->max_seq_len < m->seq_len)
+        return fail_rule(
+            c, "model.max_seq_len", "model.seq_len", "must be >= model.seq_len (%d) (got %s)",
+            m->seq_len, got_text(c, "model.max_seq_len", given(root, "model", "max_seq_len"), got));
+    if (p->data.val_every > 0 && !p->data.val)
+        return fail_rule(c, "data.val_every", "data.val", "must be 0 without data.val (got %s)",
+                         got_text(c, "data.val_every", given(root, "data", "val_every"), got));
+    if (p->precision != PLAN_PRECISION_FP8 && given(root, NULL, "fp8_scaling"))
+        return fail_rule(c, "fp8_scaling", "precision",
+                         "needs precision \"fp8\" (got precision \"%s\"); remove it or set "
+                         "precision to \"fp8\"",
+                         plan_precision_name(p->precision));
+    if (p->precision == PLAN_PRECISION_FP8 && p->fp8_scaling == PLAN_FP8_NONE)
+        p->fp8_scaling = PLAN_FP8_TENSOR;
+    const char *warmup = "optimizer.warmup_steps";
+    json_t *wv = given(root, "optimizer", "warmup_steps");
+    if (p->optimizer.schedule == PLAN_SCHEDULE_COSINE && p->optimizer.warmup_steps >= p->steps)
+        return fail_rule(c, warmup, "steps optimizer.schedule",
+                         "must be < steps (%d) with the cosine schedule (got %s)", p->steps,
+                         got_text(c, warmup, wv, got));
+    if (p->optimizer.warmup_steps > p->steps)
+        return fail_rule(c, warmup, "steps", "must be <= steps (%d) (got %s)", p->steps,
+                         got_text(c, warmup, wv, got));
+    /* tensor parallelism splits the heads and the (padded) vocabulary; pipeline
+     * parallelism needs a layer per stage */
+    int tp = p->parallel.tp, pp = p->parallel.pp;
+    if (tp != PLAN_AUTO && m->heads % tp != 0)
+        return fail_rule(c, "parallel.tp", "model.heads", "must divide model.heads (%d %% %d = %d)",
+                         m->heads, tp, m->heads % tp);
+    if (tp != PLAN_AUTO && m->padded_vocab % tp != 0)
+        return fail_rule(c, "parallel.tp", "model.padded_vocab model.vocab",
+                         "must divide model.padded_vocab (%d %% %d = %d)", m->padded_vocab, tp,
+                         m->padded_vocab % tp);
+    if (pp != PLAN_AUTO && pp > m->layers)
+        return fail_rule(c, "parallel.pp", "model.layers", "must be <= model.layers (%d) (got %d)",
+                         m->layers, pp);
+    if (tp != PLAN_AUTO && (4 * (long long)m->hidden) % tp != 0)
+        return fail_rule(c, "parallel.tp", "model.hidden",
+                         "must divide 4·model.hidden (%lld %% %d = %lld)", 4 * (long long)m->hidden,
+                         tp, 4 * (long long)m->hidden % tp);
+    const struct plan_parallel *par = &p->parallel;
+    bool interleaved = par->schedule == PLAN_PIPE_INTERLEAVED;
+    if (interleaved && par->virtual_stages < 2)
+        return fail_rule(c, "parallel.virtual_stages", "parallel.schedule",
+                         "must be >= 2 with the interleaved schedule (got %d)",
+                         par->virtual_stages);
+    if (!interleaved && par->virtual_stages != 1)
+        return fail_rule(c, "parallel.virtual_stages", "parallel.schedule",
+                         "must be 1 unless parallel.schedule is \"interleaved\" (got %d)",
+                         par->virtual_stages);
+    const struct plan_ints *split = &par->stage_layers;
+    if (split->n && pp == PLAN_AUTO)
+        return fail_rule(c, "parallel.stage_layers", "parallel.pp",
+                         "needs parallel.pp set (it is \"auto\")");
+    if (split->n && split->n != pp)
+        return fail_rule(c, "parallel.stage_layers", "parallel.pp",
+                         "must list the layers of each of the parallel.pp %d stages (got %d)", pp,
+                         split->n);
+    if (split->n && interleaved)
+        return fail_rule(c, "parallel.stage_layers", "parallel.schedule",
+                         "cannot be set with the interleaved schedule (its chunks split the layers "
+                         "evenly)");
+    long long split_sum = 0;
+    for (int k = 0; k < split->n; k++) split_sum += split->v[k];
+    if (split->n && split_sum != m->layers)
+        return fail_rule(c, "parallel.stage_layers", "model.layers",
+                         "must add up to model.layers (%d) (got %lld)", m->layers, split_sum);
+    if (interleaved && pp != PLAN_AUTO && p->batch.grad_accum % pp != 0)
+        return fail_rule(c, "batch.grad_accum", "parallel.pp parallel.schedule",
+                         "must be a multiple of parallel.pp (%d) with the interleaved schedule "
+                         "(got %d)",
+                         pp, p->batch.grad_accum);
+    if (interleaved && pp != PLAN_AUTO && m->layers % (pp * par->virtual_stages) != 0)
+        return fail_rule(c, "parallel.virtual_stages", "parallel.pp model.layers parallel.schedule",
+                         "pp × virtual_stages (%d × %d) must divide model.layers (%d)", pp,
+                         par->virtual_stages, m->layers);
+    if (par->sequence_parallel && tp == 1)
+        return fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
+    if (par->zero == 3)
+        return fail_rule(c, "parallel.zero", "", "3 is not in this runtime yet (0, 1, 2 are)");
+    /* the kernels index a micro-batch's B·T rows (3 of them a token in the classifier's
+     * statistics) in int; 4·hidden is bounded by the model's size (check_model_size) */
+    long long rows = (long long)p->batch.micro_batch * m->seq_len;
+    if (rows > INT_MAX / 3)
+        return fail_rule(c, "model.seq_len", "batch.micro_batch",
+                         "batch.micro_batch × model.seq_len (%d × %d = %lld rows) is more than "
+                         "the kernels index (%d)",
+                         p->batch.micro_batch, m->seq_len, rows, INT_MAX / 3);
+    /* ZeRO 2 hands a micro-batch's gradients over after its backward; an
+     * interleaved or zero-bubble stage runs other backwards in between. With
+     * dp 1 there is nothing to hand over. */
+    int dp = par->dp;
+    if (par->zero == 2 && dp != 1 && interleaved && pp != 1)
+        return fail_rule(c, "parallel.schedule", "parallel.zero parallel.dp parallel.pp",
+                         "\"interleaved\" with parallel.zero 2 and parallel.dp %s: ZeRO 2 hands "
+                         "each micro-batch's gradients over after its backward, but an "
+                         "interleaved stage runs other micro-batches' backwards between a "
+                         "micro-batch's chunks; use zero 1, or \"1f1b\"",
+                         dp == PLAN_AUTO ? "\"auto\"" : "> 1");
+    if (par->zero == 2 && dp != 1 && par->schedule == PLAN_PIPE_ZB_H1)
+        return fail_rule(c, "parallel.schedule", "parallel.zero parallel.dp",
+                         "\"zb-h1\" with parallel.zero 2 and parallel.dp %s: ZeRO 2 hands each "
+                         "micro-batch's gradients over before the next backward, which a "
+                         "zero-bubble schedule interleaves; use zero 1, or \"1f1b\"",
+                         dp == PLAN_AUTO ? "\"auto\"" : "> 1");
+    /* sequence parallelism splits a micro-batch's B·T rows evenly over tp */
+    if (par->sequence_parallel && tp != PLAN_AUTO && rows % tp != 0)
+        return fail_rule(
+            c, "parallel.sequence_parallel", "batch.micro_batch model.seq_len parallel.tp",
+            "needs batch.micro_batch × model.seq_len (%d × %d = %lld rows) divisible by "
+            "parallel.tp (%d)",
+            p->batch.micro_batch, m->seq_len, rows, tp);
+    return check_ranks(c, p) || check_model_size(c, root, p) ? -1 : 0;
+}
+
+/* ---- loading ----------------------------------------------------------------------------- */
+
+static struct plan *load(const char *text, size_t text_bytes, const char *source,
+                         const char *base_dir, const char *const *overrides, int n_overrides,
+                         struct plait_error *err)
+{
+    struct ctx c = {.source = source ? source : "(plan text)",
+                    .overrides = overrides,
+                    .base_arg = base_dir,
+                    .err = err};
+    json_t *root = NULL;
+    struct plan *p = calloc(1, sizeof *p);
+    if (!p || !(p->source = dup_n(c.source, strlen(c.source)))) {
+        out_of_memory(&c);
+        goto fail;
+    }
+    if (!text) {
+        error_set(err, "%s: no plan text", c.source);
+        goto fail;
+    }
+    const char *nul = memchr(text, '\0', text_bytes);
+    if (nul) { /* jansson may stop there; the scanner certainly would */
+        int line = 1, column = 1;
+        for (const char *q = text; q < nul; q++) {
+            column = *q == '\n' ? 1 : column + 1;
+            line += *q == '\n';
+        }
+        error_set(err, "%s:%d:%d: invalid JSON: NUL byte", c.source, line, column);
+        goto fail;
+    }
+    json_error_t jerr;
+    root = json_loadb(text, text_bytes, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        error_set(err, "%s:%d:%d: invalid JSON: %s", c.source, jerr.line, jerr.column, jerr.text);
+        goto fail;
+    }
+    if (scan(&c, text, -1, "", 0)) goto fail;
+    if (n_overrides > 0 && !overrides) {
+        error_set(err, "%s: %d overrides but no array", c.source, n_overrides);
+        goto fail;
+    }
+    for (int i = 0; i < n_overrides; i++)
+        if (apply_override(&c, root, i)) goto fail;
+    if (!json_is_object(root)) {
+        top_level_error(&c, root);
+        goto fail;
+    }
+    bool has_init = given(root, "model", "init") != NULL;
+    if (decode_object(&c, root, root_fields, "", p, has_init)) goto fail;
+    if (check_rules(&c, root, p)) goto fail;
+    goto out;
+fail:
+    plan_free(p);
+    p = NULL;
+out:
+    json_decref(root);
+    for (int i = 0; i < c.n_entries; i++) {
+        free(c.entries[i].path);
+        free(c.entries[i].raw);
+    }
+    free(c.entries);
+    free(c.base_dir);
+    free(c.cwd);
+    return p;
+}
+
+struct plan *plan_load_text(const char *text, const char *source, const char *base_dir,
+                            const char *const *overrides, int n_overrides, struct plait_error *err)
+{
+    return load(text, text ? strlen(text) : 0, source, base_dir, overrides, n_overrides, err);
+}
+
+struct plan *plan_load(const char *path, const char *const *overrides, int n_overrides,
+                       struct plait_error *err)
+{
+    char *text = NULL, *dir = NULL;
+    struct plan *p = NULL;
+    FILE *f = NULL;
+    if (!path) {
+        error_set(err, "plan_load: no path");
+        goto out;
+    }
+    f = fopen(path, "rb");
+    if (!f) {
+        error_errno(err, "%s", path);
+        goto out;
+    }
+    size_t cap = 4096, n = 0;
+    text = malloc(cap);
+    for (;;) {
+        if (!text) {
+            error_set(err, "%s: out of memory", path);
+            goto out;
+        }
+        n += fread(text + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *bigger = realloc(text, cap *= 2);
+        if (!bigger) free(text);
+        text = bigger;
+    }
+    if (ferror(f)) {
+        error_errno(err, "%s", path);
+        goto out;
+    }
+    text[n] = '\0';
+    const char *slash = strrchr(path, '/');
+    if (slash && !(dir = dup_n(path, slash == path ? 1 : (size_t)(slash - path)))) {
+        error_set(err, "%s: out of memory", path);
+        goto out;
+    }
+    p = load(text, n, path, dir, overrides, n_overrides, err);
+out:
+    if (f) fclose(f);
+    free(text);
+    free(dir);
+    return p;
+}
+
+void plan_free(struct plan *plan)
+{
+    if (!plan) return;
+    free(plan->source);
+    free(plan->model.arch);
+    free(plan->model.init);
+    free(plan->data.train);
+    free(plan->data.val);
+    free(plan->data.tokenizer);
+    free(plan->checkpoint.dir);
+    free(plan->sample.prompt);
+    free(plan);
+}
+
+/* ---- writing ----------------------------------------------------------------------------- */
+
+struct text {
+    char *s;
+    size_t len, cap;
+    bool oom;
+};
+
+static void put(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct text *t, const char *fmt, ...)
+{
+    if (t->oom) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || t->len + (size_t)n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 1024;
+        while (n >= 0 && t->len + (size_t)n + 1 > cap) cap *= 2;
+        char *s = n < 0 ? NULL : realloc(t->s, cap);
+        if (!s) {
+            t->oom = true;
+            return;
+        }
+        t->s = s;
+        t->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    t->len += (size_t)n;
+}
+
+static void put_quoted(struct text *t, const char *s)
+{
+    put(t, "\"");
+    for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
+        switch (*q) {
+        case '"':
+            put(t, "\\\"");
+            break;
+        case '\\':
+            put(t, "\\\\");
+            break;
+        case '\n':
+            put(t, "\\n");
+            break;
+        case '\t':
+            put(t, "\\t");
+            break;
+        case '\r':
+            put(t, "\\r");
+            break;
+        default:
+            if (*q < 0x20)
+                put(t, "\\u%04x", *q);
+            else
+                put(t, "%c", *q);
+        }
+    }
+    put(t, "\"");
+}
+
+static char *quote(const char *s)
+{
+    struct text t = {0};
+    put_quoted(&t, s);
+    if (t.oom) free(t.s);
+    return t.oom ? NULL : t.s;
+}
+
+/* The shortest text that reads back as x, with a '.' or an exponent so it reads as a real. */
+static void put_real(struct text *t, double x)
+{
+    char buf[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    char *e = strchr(buf, 'e'); /* 1e-08 -> 1e-8, 1e+20 -> 1e20 */
+    if (e) {
+        char *digits = e + 1, *from = e + 1;
+        if (*from == '-')
+            digits++, from++;
+        else if (*from == '+')
+            from++;
+        while (*from == '0' && from[1]) from++;
+        memmove(digits, from, strlen(from) + 1);
+    }
+    put(t, "%s%s", buf, strpbrk(buf, ".eEn") ? "" : ".0");
+}
+
+/* A scalar field's value as plan_to_json writes it. */
+static void put_value(struct text *t, const struct field *f, const struct plan *p)
+{
+    const char *at = (const char *)p + f->offset;
+    switch (f->kind) {
+    case K_SECTION:
+        break;
+    case K_INT:
+        if ((f->flags & AUTO_OK) && *(const int *)at == PLAN_AUTO)
+            put(t, "\"auto\"");
+        else
+            put(t, "%d", *(const int *)at);
+        break;
+    case K_U64:
+        put(t, "%" PRIu64, *(const uint64_t *)at);
+        break;
+    case K_INTS: {
+        const struct plan_ints *list = (const struct plan_ints *)at;
+        if (!list->n) put(t, "null");
+        for (int k = 0; k < list->n; k++)
+            put(t, "%s%d%s", k ? ", " : "[", list->v[k], k + 1 == list->n ? "]" : "");
+        break;
+    }
+    case K_REAL:
+        put_real(t, *(const double *)at);
+        break;
+    case K_BOOL:
+        put(t, "%s", *(const bool *)at ? "true" : "false");
+        break;
+    case K_STRING:
+    case K_PATH:
+        if (*(char *const *)at)
+            put_quoted(t, *(char *const *)at);
+        else
+            put(t, "null");
+        break;
+    case K_ENUM: {
+        int v = get_int(p, f->offset), n = 0;
+        while (f->names[n]) n++;
+        if (v >= 0 && v < n)
+            put_quoted(t, f->names[v]);
+        else
+            put(t, "null");
+        break;
+    }
+    }
+}
+
+static void put_object(struct text *t, const struct field *fields, const struct plan *p, int indent)
+{
+    put(t, "{\n");
+    for (const struct field *f = fields; f->name; f++) {
+        put(t, "%*s\"%s\": ", indent + 2, "", f->name);
+        if (f->kind == K_SECTION)
+            put_object(t, f->fields, p, indent + 2);
+        else
+            put_value(t, f, p);
+        put(t, "%s\n", f[1].name ? "," : "");
+    }
+    put(t, "%*s}", indent, "");
+}
+
+/* Appends the differences under fields (at path) to out[*n..max). */
+static void diff_fields(const struct field *fields, const char *path, const struct plan *a,
+                        const struct plan *b, struct plan_change *out, int max, int *n)
+{
+    for (const struct field *f = fields; f->name; f++) {
+        char fpath[sizeof out->path];
+        snprintf(fpath, sizeof fpath, "%s%s%s", path, *path ? "." : "", f->name);
+        if (f->kind == K_SECTION) {
+            diff_fields(f->fields, fpath, a, b, out, max, n);
+            continue;
+        }
+        struct text ta = {0}, tb = {0};
+        put_value(&ta, f, a);
+        put_value(&tb, f, b);
+        bool differ = ta.oom || tb.oom || strcmp(ta.s, tb.s) != 0;
+        if (differ && *n < max) {
+            struct plan_change *c = &out[*n];
+            snprintf(c->path, sizeof c->path, "%s", fpath);
+            snprintf(c->before, sizeof c->before, "%s", ta.oom ? "?" : ta.s);
+            snprintf(c->after, sizeof c->after, "%s", tb.oom ? "?" : tb.s);
+            c->may_change = (f->flags & MAY_CHANGE) != 0;
+        }
+        if (differ) (*n)++;
+        free(ta.s);
+        free(tb.s);
+    }
+}
+
+int plan_diff(const struct plan *before, const struct plan *after, struct plan_change *out, int max)
+{
+    int n = 0;
+    diff_fields(root_fields, "", before, after, out, max, &n);
+    return n;
+}
+
+char *plan_to_json_line(const struct plan *plan)
+{
+    char *pretty = plan_to_json(plan);
+    json_t *j = pretty ? json_loads(pretty, 0, NULL) : NULL;
+    char *line =
+        j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(j);
+    free(pretty);
+    return line;
+}
+
+char *plan_to_json(const struct plan *plan)
+{
+    if (!plan) return NULL;
+    struct text t = {0};
+    put_object(&t, root_fields, plan, 0);
+    put(&t, "\n");
+    if (t.oom) {
+        free(t.s);
+        return NULL;
+    }
+    return t.s;
+}
+
+/* ---- enum names -------------------------------------------------------------------------- */
+
+static const char *enum_name(const char *const *names, int n, int v)
+{
+    return v >= 0 && v < n ? names[v] : "unknown";
+}
+
+int plan_resumable(const struct plan *before, const struct plan *after, char *notes,
+                   size_t notes_bytes, struct plait_error *err)
+{
+    enum { MAX = 64 };
+    struct plan_change ch[MAX];
+    int n = plan_diff(before, after, ch, MAX), refused = 0;
+    /* micro-batches per data-parallel rank may change with dp, if the global
+     * batch stays: the same windows make each step (data_next_of) */
+    const struct plan_parallel *pb = &before->parallel, *pa = &after->parallel;
+    bool known = pb->dp != PLAN_AUTO && pa->dp != PLAN_AUTO;
+    int64_t global_before = (int64_t)before->batch.micro_batch * before->batch.grad_accum * pb->dp,
+            global_after = (int64_t)after->batch.micro_batch * after->batch.grad_accum * pa->dp;
+    for (int i = 0; i < n && i < MAX; i++)
+        if (!strcmp(ch[i].path, "batch.grad_accum") && known && global_before == global_after)
+            ch[i].may_change = true;
+    char list[900] = "";
+    size_t len = 0;
+    if (notes_bytes) notes[0] = '\0';
+    for (int pass = 0; pass < 2; pass++) { /* first what may not change, then what may */
+        len = 0;
+        list[0] = '\0';
+        for (int i = 0; i < n && i < MAX; i++) {
+            if (ch[i].may_change != (pass == 1)) continue;
+            refused += pass == 0;
+            int k = snprintf(list + len, sizeof list - len, "%s%s %s -> %s", len ? ", " : "",
+                             ch[i].path, ch[i].before, ch[i].after);
+            if (k < 0 || (size_t)k >= sizeof list - len) break;
+            len += (size_t)k;
+        }
+        if (pass == 0 && refused) return error_set(err, "%s", list);
+        if (pass == 1 && notes_bytes) snprintf(notes, notes_bytes, "%s", list);
+    }
+    /* dp alone may change the global batch: the steps that follow read more or
+     * fewer sequences than the checkpoint's run did, and the user should know */
+    if (known && global_before != global_after && notes_bytes) {
+        int64_t per = (int64_t)after->batch.micro_batch * pa->dp;
+        char keep[64] = "";
+        if (global_before % per == 0)
+            snprintf(keep, sizeof keep, "; batch.grad_accum %lld keeps it",
+                     (long long)(global_before / per));
+        size_t used = strlen(notes);
+        snprintf(notes + used, notes_bytes - used,
+                 "%sthe global batch (micro_batch × grad_accum × dp) %lld -> %lld sequences a "
+                 "step%s",
+                 used ? "; " : "", (long long)global_before, (long long)global_after, keep);
+    }
+    return 0;
+}
+
+int64_t plan_ranks(const struct plan *plan)
+{
+    const struct plan_parallel *par = &plan->parallel;
+    if (par->tp == PLAN_AUTO || par->pp == PLAN_AUTO || par->dp == PLAN_AUTO) return 0;
+    return (int64_t)par->tp * par->pp * par->dp;
+}
+
+const char *plan_precision_name(enum plan_precision p)
+{
+    return enum_name(precision_names, PLAN_PRECISIONS, (int)p);
+}
+
+int plan_precision_parse(const char *name, enum plan_precision *out)
+{
+    for (int i = 0; i < PLAN_PRECISIONS; i++)
+        if (!strcmp(name, precision_names[i])) {
+            *out = (enum plan_precision)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *plan_fp8_scaling_name(enum plan_fp8_scaling s)
+{
+    return s == PLAN_FP8_NONE ? "none" : enum_name(fp8_scaling_names, 2, (int)s);
+}
+
+const char *plan_recompute_name(enum plan_recompute r)
+{
+    return enum_name(recompute_names, 3, (int)r);
+}
+
+const char *plan_schedule_name(enum plan_schedule s)
+{
+    return enum_name(schedule_names, 2, (int)s);
+}
+
+const char *plan_pipeline_name(enum plan_pipeline s)
+{
+    return enum_name(pipeline_names, 4, s);
+}
+
+const char *plan_backend_name(enum plan_backend b)
+{
+    return enum_name(backend_names, 3, b);
+}
+
+const char *plan_device_name(enum plan_device d)
+{
+    return enum_name(device_names, 3, (int)d);
+}
