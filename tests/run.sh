@@ -14,6 +14,10 @@ passed=0
 failed=0
 skipped=0
 failed_names=()
+# the failures' logs, printed again at the end: where CI shows only the tail of
+# the output, what failed and why stays in it
+failed_logs=$(mktemp)
+trap 'rm -f "$failed_logs"' EXIT
 
 run_one() { # label, command...
     local label=$1; shift
@@ -40,6 +44,7 @@ run_one() { # label, command...
     if [ "$f" -ne 0 ]; then
         failed_names+=("$label")
         sed 's/^/    | /' "$log" | tail -n 60
+        { echo "--- $label"; sed 's/^/    | /' "$log" | tail -n 60; } >>"$failed_logs"
     fi
     rm -f "$log"
 }
@@ -68,6 +73,8 @@ for t in tests/integration/test_*.sh; do
 done
 
 if [ ${#failed_names[@]} -ne 0 ]; then
+    echo "=== the failures again"
+    cat "$failed_logs"
     echo "failed: ${failed_names[*]}"
 fi
 [ "$skipped" -eq 0 ] || echo "$skipped skipped (cannot run on this machine; not counted as passed)"
