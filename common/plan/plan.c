@@ -1438,6 +1438,12 @@ void plan_free(struct plan *plan)
 
 /* ---- writing ----------------------------------------------------------------------------- */
 
+/* Why plan.json is not json_dumps of a json_t: jansson prints every real of a document at one
+ * precision (JSON_REAL_PRECISION, 17 by default), so 0.0006 would be written
+ * 0.00059999999999999995, and a plan holding 0.30000000000000004 would force every other real
+ * to 17 digits (0.1 as 0.10000000000000001). plan.json is read by people: each real here is
+ * the shortest text that reads back as itself (test_plan checks both), and arrays of ints stay
+ * on one line. plan_to_json_line is jansson's compact dump of this text. */
 struct text {
     char *s;
     size_t len, cap;
