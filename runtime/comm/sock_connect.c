@@ -137,58 +137,64 @@ static bool outward_address(int family, struct sockaddr_storage *out)
     return found;
 }
 
-/* Listens on every address of the family that reaches the store, and
- * publishes the one that reaches it, unless that is a loopback address (a
- * host name that resolves to 127.0.1.1 on its own node): then one other
- * hosts can reach, if there is one. */
+/* A fresh abstract Unix socket for the peers on this node. Abstract names
+ * have no permissions and anyone on the node can read them from
+ * /proc/net/unix: the mesh asks each caller who it is (SO_PEERCRED). */
+static int listen_unix(struct sock_listeners *ls, struct plait_error *err)
+{
+    uint8_t rnd[12];
+    if (random_bytes(rnd, sizeof rnd)) return error_errno(err, "getrandom");
+    char name[40] = "plait-comm-";
+    for (size_t i = 0; i < sizeof rnd; i++) sprintf(name + 11 + 2 * i, "%02x", rnd[i]);
+    struct sockaddr_un un = {.sun_family = AF_UNIX};
+    memcpy(un.sun_path + 1, name, strlen(name)); /* abstract: a leading NUL */
+    socklen_t un_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+    ls->unix_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (ls->unix_fd < 0 || bind(ls->unix_fd, (struct sockaddr *)&un, un_len) != 0 ||
+        listen(ls->unix_fd, 128) != 0)
+        return error_errno(err, "listening on a Unix socket");
+    snprintf(ls->self.unix_name, sizeof ls->self.unix_name, "%s", name);
+    return 0;
+}
+
+/* Listens on TCP at the one address it publishes: the local address that
+ * reaches the store, unless that is a loopback address (a host name that
+ * resolves to 127.0.1.1 on its own node): then one other hosts can reach, if
+ * there is one. Never the wildcard: peers are given this address, and
+ * nobody else needs to reach the listener at any other. */
 int sock_listen(struct sock_listeners *ls, const char *route_host, bool want_unix,
                 struct plait_error *err)
 {
     memset(ls, 0, sizeof *ls);
     ls->tcp_fd = ls->unix_fd = -1;
-    struct sockaddr_storage route, any = {0};
+    struct sockaddr_storage addr;
     socklen_t len;
-    if (route_address(route_host, &route, &len, err)) return -1;
-    if (is_loopback((struct sockaddr *)&route)) outward_address(route.ss_family, &route);
-    any.ss_family = route.ss_family; /* the wildcard address, port 0 */
-    len = route.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-    ls->tcp_fd = socket(route.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (ls->tcp_fd < 0 || bind(ls->tcp_fd, (struct sockaddr *)&any, len) != 0 ||
+    char port[16];
+    if (route_address(route_host, &addr, &len, err)) return -1;
+    if (is_loopback((struct sockaddr *)&addr)) outward_address(addr.ss_family, &addr);
+    if (addr.ss_family == AF_INET) {
+        ((struct sockaddr_in *)&addr)->sin_port = 0;
+        len = sizeof(struct sockaddr_in);
+    } else {
+        ((struct sockaddr_in6 *)&addr)->sin6_port = 0;
+        len = sizeof(struct sockaddr_in6);
+    }
+    ls->tcp_fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (ls->tcp_fd < 0 || bind(ls->tcp_fd, (struct sockaddr *)&addr, len) != 0 ||
         listen(ls->tcp_fd, 128) != 0) {
         error_errno(err, "listening on TCP");
         goto fail;
     }
-    socklen_t bound_len = sizeof any;
-    char port[16];
-    if (getsockname(ls->tcp_fd, (struct sockaddr *)&any, &bound_len) != 0 ||
-        getnameinfo((struct sockaddr *)&any, bound_len, NULL, 0, port, sizeof port,
-                    NI_NUMERICSERV) != 0 ||
-        getnameinfo((struct sockaddr *)&route, len, ls->self.host, sizeof ls->self.host, NULL, 0,
-                    NI_NUMERICHOST) != 0) {
+    len = sizeof addr;
+    if (getsockname(ls->tcp_fd, (struct sockaddr *)&addr, &len) != 0 ||
+        getnameinfo((struct sockaddr *)&addr, len, ls->self.host, sizeof ls->self.host, port,
+                    sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
         error_errno(err, "reading the TCP listener's address");
         goto fail;
     }
     ls->self.port = atoi(port);
     snprintf(ls->self.unix_name, sizeof ls->self.unix_name, "-");
-    if (want_unix) {
-        uint8_t rnd[12];
-        if (random_bytes(rnd, sizeof rnd)) {
-            error_errno(err, "getrandom");
-            goto fail;
-        }
-        char name[40] = "plait-comm-";
-        for (size_t i = 0; i < sizeof rnd; i++) sprintf(name + 11 + 2 * i, "%02x", rnd[i]);
-        struct sockaddr_un un = {.sun_family = AF_UNIX};
-        memcpy(un.sun_path + 1, name, strlen(name)); /* abstract: a leading NUL */
-        socklen_t un_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
-        ls->unix_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (ls->unix_fd < 0 || bind(ls->unix_fd, (struct sockaddr *)&un, un_len) != 0 ||
-            listen(ls->unix_fd, 128) != 0) {
-            error_errno(err, "listening on a Unix socket");
-            goto fail;
-        }
-        snprintf(ls->self.unix_name, sizeof ls->self.unix_name, "%s", name);
-    }
+    if (want_unix && listen_unix(ls, err)) goto fail;
     return 0;
 fail:
     sock_listeners_close(ls);

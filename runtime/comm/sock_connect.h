@@ -3,6 +3,11 @@
  * mesh of authenticated links (sock_connect.c). What a link carries later is
  * comm_socket.c's business.
  *
+ * Where a rank listens: on TCP at the one address it publishes (never the
+ * wildcard), and for the ranks on its node on an abstract Unix socket,
+ * whose name anyone on the node can read in /proc/net/unix: a connection
+ * there from a process of another user is closed before a byte is read.
+ *
  * Handshake, on a TCP or Unix socket; the connector (the higher rank) speaks
  * first (the bytes: sock_handshake.h):
  *   hello     C -> A  56 bytes  "PLCM" | u32 version 1 | i32 from | i32 to |
@@ -58,7 +63,8 @@ struct sock_listeners {
 };
 
 /* Listens on TCP at the local address that routes to route_host (where the
- * store is), and, if want_unix, on a fresh abstract Unix socket. self gets
+ * store is), or at one other hosts reach if that is a loopback address, and
+ * only there; and, if want_unix, on a fresh abstract Unix socket. self gets
  * the endpoint, less its identity fields (global rank, pid, node, hostname). */
 int sock_listen(struct sock_listeners *ls, const char *route_host, bool want_unix,
                 struct plait_error *err);

@@ -3,10 +3,12 @@
  * sock_mesh_connect with real listeners, and fake peers (threads here, or a
  * child of another user) flood them with connections that claim a rank
  * without proving the job's secret, send nothing, or send garbage, while the
- * real rank starts seconds late. The collectives over the links are
- * test_comm.c's. */
+ * real rank starts seconds late. Also: the TCP listener answers only at the
+ * address it publishes. The collectives over the links are test_comm.c's. */
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -413,11 +415,63 @@ static void test_unix_socket_refuses_another_user_before_reading(void)
     CHECK(w.r[0].refused == 1, "rank 0 refused %llu", (unsigned long long)w.r[0].refused);
 }
 
+/* A local address of the family other than `published` (up), into out. */
+static bool other_local_address(int family, const char *published, char *out, size_t n)
+{
+    struct ifaddrs *list = NULL;
+    if (getifaddrs(&list) != 0) return false;
+    bool found = false;
+    for (struct ifaddrs *i = list; i && !found; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != family || !(i->ifa_flags & IFF_UP)) continue;
+        socklen_t len =
+            family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+        if (family == AF_INET6 &&
+            IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr))
+            continue; /* would need a scope */
+        if (getnameinfo(i->ifa_addr, len, out, (socklen_t)n, NULL, 0, NI_NUMERICHOST) == 0 &&
+            strcmp(out, published) != 0)
+            found = true;
+    }
+    freeifaddrs(list);
+    return found;
+}
+
+/* The TCP listener answers at the address it publishes and nowhere else. */
+static void listener_only_at_published(const char *store_host, int family, int *checked)
+{
+    struct sock_listeners ls;
+    struct plait_error err;
+    if (sock_listen(&ls, store_host, false, &err)) return; /* no route of that family here */
+    struct sock_endpoint e = ls.self;
+    int fd = knock(&e, false);
+    CHECK(fd >= 0, "connecting to the published %s port %d", e.host, e.port);
+    if (fd >= 0) close(fd);
+    char other[INET6_ADDRSTRLEN];
+    if (other_local_address(family, ls.self.host, other, sizeof other)) {
+        snprintf(e.host, sizeof e.host, "%s", other);
+        fd = knock(&e, false);
+        CHECK(fd < 0, "the listener published at %s answers at %s too", ls.self.host, other);
+        if (fd >= 0) close(fd);
+        printf("  published %s: %s port %d refused\n", ls.self.host, other, e.port);
+        ++*checked;
+    }
+    sock_listeners_close(&ls);
+}
+
+static void test_tcp_listener_answers_only_at_the_address_it_publishes(void)
+{
+    int checked = 0;
+    listener_only_at_published("127.0.0.1", AF_INET, &checked);
+    listener_only_at_published("::1", AF_INET6, &checked);
+    if (!checked) SKIP("this machine has no second local address");
+}
+
 int main(void)
 {
     RUN(test_late_rank_joins_through_a_flood_of_fake_hellos);
     RUN(test_stranger_that_stalls_after_its_hello_is_closed_and_the_rank_gets_in);
     RUN(test_rank_evicts_stalled_strangers_when_every_slot_is_taken);
     RUN(test_unix_socket_refuses_another_user_before_reading);
+    RUN(test_tcp_listener_answers_only_at_the_address_it_publishes);
     return check_exit_code();
 }
