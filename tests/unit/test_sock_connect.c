@@ -20,7 +20,6 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -34,16 +33,12 @@
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    return (double)sock_now_us() / 1e6;
 }
 
-static void sleep_s(double s)
+static void sleep_ms(int ms)
 {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    poll(NULL, 0, ms);
 }
 
 /* ---- ranks as threads ---------------------------------------------------- */
@@ -303,7 +298,7 @@ static void late_rank_through_a_flood(bool shm)
             fl[nf++] = (struct flood){e, shm, FAKE_HELLO_THEN_STALL, 1, 0, 10, .again_s = 0.05};
     }
     for (int i = 0; i < nf; i++) flood_start(&fl[i]);
-    sleep_s(2.0); /* rank 2 is late */
+    sleep_ms(2000); /* rank 2 is late */
     double t0 = now_s();
     rank_start(&w, 2);
     bool ok = world_join(&w);
@@ -340,7 +335,7 @@ static void test_stranger_that_stalls_after_its_hello_is_closed_and_the_rank_get
         struct flood f = {&w.eps[0], shm, FAKE_HELLO_THEN_STALL, 1, 0, 1, .again_s = -1};
         flood_start(&f);
         double t0 = now_s();
-        while (f.closed == 0 && now_s() - t0 < MESH_TIMEOUT_S / 2) sleep_s(0.01);
+        while (f.closed == 0 && now_s() - t0 < MESH_TIMEOUT_S / 2) sleep_ms(10);
         CHECK(f.challenges == 1 && f.closed == 1,
               "%s: the stalled stranger got %d challenge(s), and was %sclosed after %.1f s",
               shm ? "shm" : "tcp", f.challenges, f.closed ? "" : "not ", now_s() - t0);
@@ -362,7 +357,7 @@ static void test_rank_evicts_stalled_strangers_when_every_slot_is_taken(void)
         rank_start(&w, 0);
         struct flood f = {&w.eps[0], shm, FAKE_HELLO_THEN_STALL, 1, 0, 100, .again_s = 0.1};
         flood_start(&f);
-        sleep_s(1.0);
+        sleep_ms(1000);
         rank_start(&w, 1);
         CHECK(world_join(&w), "%s: rank 1 got in while strangers held every slot",
               shm ? "shm" : "tcp");
