@@ -3,8 +3,10 @@
 #   make                 build everything into build/
 #   make test            install missing packages, build, run every test (also under ASan/UBSan)
 #   make demo            install missing packages, build, train a small GPT on the bundled corpus
-#   make bench           GPT-2 124M step time against PyTorch, make bench-comm and make
-#                        bench-memory (not tests)
+#   make bench           GPT-2 124M step time against PyTorch, make bench-comm, make
+#                        bench-memory and make bench-cost (not tests)
+#   make bench-cost      the cost model's step against plait's measured one on this CPU: the
+#                        demo plan and GPT-2 124M 4x64 (prints ratios; not a test)
 #   make bench-comm      all-reduce bandwidth against Open MPI's (prints ratios; not a test)
 #   make bench-ckpt      checkpoint write rate against dd, async pause, resume time (GPT-2 124M;
 #                        prints ratios; not a test)
@@ -179,7 +181,7 @@ SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 00,$(
 MAN_PAGE     := $(BUILD)/share/man/man1/plait.1
 COMPLETION   := $(BUILD)/share/bash-completion/completions/plait
 
-.PHONY: all test test-gpu test-cuda bench-cuda gpu-check demo bench bench-comm bench-memory bench-ckpt install uninstall docs clean deps-build deps-test format fuzz
+.PHONY: all test test-gpu test-cuda bench-cuda gpu-check demo bench bench-comm bench-memory bench-ckpt bench-cost install uninstall docs clean deps-build deps-test format fuzz
 all: $(PLAIT) $(PLAIT_TRAIN) $(CUDA_SO) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO) docs
 
 docs: $(MAN_PAGE) $(COMPLETION)
@@ -317,6 +319,10 @@ bench: deps-test bench-comm bench-memory bench-ckpt
 	$(MAKE) -j$(JOBS) all
 	bench/bench.sh
 	bench/overlap_bench.sh
+
+bench-cost: deps-test
+	$(MAKE) -j$(JOBS) $(PLAIT) $(PLAIT_TRAIN)
+	bench/cost_bench.sh
 
 bench-comm: deps-test
 	$(MAKE) -j$(JOBS) $(BUILD)/bin/comm-bench

@@ -2,8 +2,10 @@
 # make bench — GPT-2 124M training steps, plait-train against PyTorch, in one
 # run and one environment (2 threads, passive OpenMP waiting, the machine's
 # OPENBLAS_CORETYPE untouched). Prints step-time medians, their ratio, and
-# plait's model FLOPs as a share of the BLAS's measured sgemm rate. Not a test:
-# it asserts nothing; the goals are printed beside the numbers.
+# plait's model FLOPs as a share of the BLAS's measured sgemm rate; then the
+# cost model's step beside plait's measured one for the demo plan and this
+# configuration (bench/cost_bench.sh, make bench-cost). Not a test: it asserts
+# nothing; the goals are printed beside the numbers.
 #   BENCH_STEPS   timed steps per run (default 12; the first step is dropped)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -82,3 +84,7 @@ print(f"  plait bf16 / plait fp32       {bf16 / fp32:5.2f}   (goal < 1)")
 print(f"  fp32 model FLOPs / sgemm rate {100 * share:5.1f}%  ({rates['sgemm_gflops']:.0f} GFLOP/s measured; goal >= 60%)")
 print(f"  bf16 model FLOPs / bf16 rate  {100 * share16:5.1f}%  ({rates['bf16_gflops']:.0f} GFLOP/s measured)")
 EOF
+
+echo
+echo "== the cost model against plait's step (bench/cost_bench.sh)"
+bench/cost_bench.sh

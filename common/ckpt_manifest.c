@@ -206,6 +206,9 @@ static void read_files(struct json_read *r, json_t *files, struct ckpt_manifest 
         int64_t crc = json_read_int(r, entry, at, "crc32c");
         if (!r->failed && (bytes < 0 || crc < 0 || crc > UINT32_MAX))
             json_read_fail(r, at, bytes < 0 ? "bytes" : "crc32c", "out of range");
+        if (!r->failed && strlen(name) >= sizeof m->files->name)
+            json_read_fail(r, "files", name, "a checkpoint's file name has at most %zu bytes",
+                           sizeof m->files->name - 1);
         if (!r->failed && ckpt_manifest_add(m, name, bytes, (uint32_t)crc, r->err)) r->failed = -1;
     }
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/ckpt_state.h"
@@ -42,6 +43,8 @@ void ckpt_part_header(int32_t h[LLMC_HEADER_INTS], enum ckpt_part_kind kind,
     h[11] = (int32_t)(uint32_t)((uint64_t)id->count >> 32);
     h[12] = id->arrays;
     h[13] = id->chunks > 1 ? id->chunks : 0; /* 0: one chunk (older files) */
+    h[14] = 1;                               /* the layer range follows (0: older files) */
+    h[15] = id->layer_begin, h[16] = id->layer_end;
 }
 
 void ckpt_optim_header(int32_t h[LLMC_HEADER_INTS], size_t count, bool grads)
@@ -200,15 +203,18 @@ static int source_file(struct ckpt_source *s, enum ckpt_part_kind kind, int tr, 
     ssize_t got = pread(fd, h, sizeof h, 0);
     const struct gpt2_shard *sh = &s->stages[st];
     bool ok;
+    uint64_t floats = 0; /* what the header promises after it */
     if (l->whole && kind == CKPT_PART_MODEL) {
         ok = got == (ssize_t)sizeof h && h[0] == LLMC_MODEL_MAGIC &&
              h[1] == LLMC_MODEL_VERSION_FP32 && h[2] == s->cfg.max_seq_len &&
              h[4] == s->cfg.layers && h[5] == s->cfg.heads && h[6] == s->cfg.hidden &&
              h[7] == s->cfg.padded_vocab;
+        floats = sh->total;
     } else if (l->whole) {
         size_t count = (size_t)(uint32_t)h[2] | (size_t)(uint32_t)h[3] << 32;
         ok = got == (ssize_t)sizeof h && h[0] == CKPT_OPTIM_MAGIC && h[1] == CKPT_OPTIM_VERSION &&
              count == sh->total;
+        floats = (uint64_t)count * (h[4] ? 3 : 2); /* m, v and, mid-step, the gradients */
     } else {
         struct ckpt_part_id id = {l->tp,
                                   tr,
@@ -219,15 +225,28 @@ static int source_file(struct ckpt_source *s, enum ckpt_part_kind kind, int tr, 
                                   l->zero,
                                   l->chunks,
                                   d >= 0 && kind == CKPT_PART_OPTIM ? s->slice[st] : sh->total,
-                                  kind == CKPT_PART_OPTIM ? 2 : 1};
+                                  kind == CKPT_PART_OPTIM ? 2 : 1,
+                                  sh->part.layer_begin,
+                                  sh->part.layer_end};
         ckpt_part_header(want, kind, &id);
+        if (got == (ssize_t)sizeof h && h[14] == 0) /* a part from before layer ranges */
+            want[14] = want[15] = want[16] = 0;
         ok = got == (ssize_t)sizeof h && memcmp(h, want, sizeof h) == 0;
+        floats = (uint64_t)id.count * (uint64_t)id.arrays;
+    }
+    /* every byte the header promises, and no more: what verify and a load both check */
+    struct stat fst;
+    uint64_t want_bytes = LLMC_HEADER_BYTES + floats * sizeof(float);
+    if (ok && (fstat(fd, &fst) != 0 || (uint64_t)fst.st_size != want_bytes)) {
+        close(fd);
+        return error_set(err, "%s: %lld bytes, but its header promises %llu: a truncated part",
+                         path, (long long)fst.st_size, (unsigned long long)want_bytes);
     }
     if (!ok) {
         close(fd);
         return error_set(err,
                          "%s: its header does not say what the manifest does (tp %d × pp %d × "
-                         "dp %d, ZeRO %d, this part's size): not this checkpoint's file",
+                         "dp %d, ZeRO %d, this part's size and layers): not this checkpoint's file",
                          path, l->tp, l->pp, l->dp, l->zero);
     }
     s->fds[slot] = fd;
@@ -392,5 +411,17 @@ int ckpt_source_check(struct ckpt_source *s, struct plait_error *err)
             }
         }
     ckpt_manifest_free(&man);
+    return rc;
+}
+
+int ckpt_verify_all(struct ckptdir *d, const char *name, struct plait_error *why)
+{
+    char cdir[4096];
+    struct ckpt_source src;
+    if (fs_join(cdir, sizeof cdir, d->path, name, why) || ckptdir_verify(d, name, why) ||
+        ckpt_source_open(&src, cdir, why))
+        return -1;
+    int rc = ckpt_source_check(&src, why);
+    ckpt_source_close(&src);
     return rc;
 }

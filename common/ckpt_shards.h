@@ -46,6 +46,10 @@ struct ckpt_part_id {
     int chunks;   /* model chunks of the stage (interleaved), 1 otherwise */
     size_t count; /* floats of each array */
     int arrays;   /* arrays one after the other (m and v: 2) */
+    /* the stage's layers [layer_begin, layer_end) (its first chunk's, when
+     * chunked): said by every part so a manifest's stages cannot be swapped
+     * under them; files before this say none (header words 0) */
+    int layer_begin, layer_end;
 };
 
 /* "model-tp0-pp1.bin", "optim-tp0-pp1-dp2.bin": with_dp adds the dp rank. */
@@ -94,6 +98,13 @@ void ckpt_source_close(struct ckpt_source *s);
  * it. Sizes and checksums are ckptdir_verify's. -1 with err naming the first
  * file missing or wrong. */
 int ckpt_source_check(struct ckpt_source *s, struct plait_error *err);
+
+/* Whether checkpoint `name` of d can be loaded: its files against the
+ * manifest (ckptdir_verify: sizes, checksums), then every part against its
+ * own header (ckpt_source_check: what it holds, all its bytes). What plait
+ * ckpt verify says, and what a run's start takes. 0, or -1 with why. */
+struct ckptdir;
+int ckpt_verify_all(struct ckptdir *d, const char *name, struct plait_error *why);
 
 enum ckpt_array { CKPT_PARAMS, CKPT_ADAM_M, CKPT_ADAM_V };
 

@@ -2,6 +2,8 @@
  * writing it. The model's files are ckpt_shards.h's and the runtime's. */
 #include "common/ckpt_state.h"
 
+#include <limits.h>
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,10 +81,28 @@ int ckpt_read_state(const char *cdir, struct train_state *st, struct plait_error
     struct json_read r = {path, err, 0};
     json_t *j = json_read_file(&r, path);
     if (!j) return -1;
-    st->step = (int)count_at(&r, j, NULL, "step");
-    st->micro = (int)count_at(&r, j, NULL, "micro");
+    int64_t step = count_at(&r, j, NULL, "step"), micro = count_at(&r, j, NULL, "micro");
+    st->step = (int)step;
+    st->micro = (int)micro;
     st->loss_sum = json_read_number(&r, j, NULL, "loss_sum");
     st->tokens = count_at(&r, j, NULL, "tokens");
+    /* the widths the runtime keeps them in: an int's steps, tokens a double
+     * (metrics.jsonl) counts exactly; and the checkpoint's own name */
+    if (step > INT_MAX)
+        json_read_fail(&r, NULL, "step", "%lld is more than an int", (long long)step);
+    if (micro > INT_MAX)
+        json_read_fail(&r, NULL, "micro", "%lld is more than an int", (long long)micro);
+    if (st->tokens > ((int64_t)1 << 53))
+        json_read_fail(&r, NULL, "tokens", "%lld is more than 2^53, which no run reaches",
+                       (long long)st->tokens);
+    const char *base = strrchr(cdir, '/') ? strrchr(cdir, '/') + 1 : cdir;
+    struct ckpt_entry named;
+    if (!r.failed && ckptdir_parse_name(base, &named) &&
+        (named.step != step || named.micro != micro))
+        json_read_fail(&r, NULL, "step",
+                       "step %lld, micro %lld, but the checkpoint is named %s: a state.json "
+                       "that is not its own",
+                       (long long)step, (long long)micro, base);
     st->eval_pending = json_read_bool(&r, j, NULL, "eval_pending");
     json_t *data = json_read_object(&r, j, NULL, "data");
     st->data.epoch = count_at(&r, data, "data", "epoch");

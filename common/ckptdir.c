@@ -44,7 +44,7 @@ static bool digits(const char **s, int min_digits, int64_t *out)
 }
 
 /* step_<S>_<M> as ckptdir_name writes it (and only that: no sign, no suffix). */
-static bool parse_name(const char *name, struct ckpt_entry *e)
+bool ckptdir_parse_name(const char *name, struct ckpt_entry *e)
 {
     const char *s = name;
     if (strncmp(s, "step_", 5) != 0) return false;
@@ -105,7 +105,7 @@ int ckptdir_list(const struct ckptdir *d, struct ckpt_entry **out, int *n, struc
     struct ckpt_entry *list = NULL, e;
     struct dirent *de;
     while ((de = readdir(dir))) {
-        if (!parse_name(de->d_name, &e)) continue;
+        if (!ckptdir_parse_name(de->d_name, &e)) continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
             struct ckpt_entry *bigger = realloc(list, (size_t)cap * sizeof *list);
@@ -246,7 +246,8 @@ int ckptdir_open(struct ckptdir *d, const char *dir, struct plait_error *err)
         else if (!strncmp(de->d_name, LEGACY_OLD_PREFIX, strlen(LEGACY_OLD_PREFIX)))
             name = de->d_name + strlen(LEGACY_OLD_PREFIX);
         struct ckpt_entry e;
-        if (name && parse_name(name, &e) && !fs_join(path, sizeof path, dir, de->d_name, err))
+        if (name && ckptdir_parse_name(name, &e) &&
+            !fs_join(path, sizeof path, dir, de->d_name, err))
             recover(d, name, path);
     }
     rewinddir(dh);
@@ -262,6 +263,22 @@ int ckptdir_open(struct ckptdir *d, const char *dir, struct plait_error *err)
     }
     closedir(dh);
     return fs_fsync_dir(dir, err) ? (ckptdir_close(d), -1) : 0;
+}
+
+int ckptdir_open_locked(struct ckptdir *d, struct runlock *lock, const char *dir,
+                        const char *run_dir, struct plait_error *err)
+{
+    struct stat run_st, ckpt_st;
+    lock->fd = -1;
+    if (stat(run_dir, &run_st) != 0 || stat(dir, &ckpt_st) != 0)
+        return error_errno(err, "checkpoint.dir: %s", dir);
+    bool same = run_st.st_dev == ckpt_st.st_dev && run_st.st_ino == ckpt_st.st_ino;
+    if (!same && runlock_acquire(lock, dir, "checkpoint directory", err)) return -1;
+    if (ckptdir_open(d, dir, err)) {
+        runlock_release(lock);
+        return -1;
+    }
+    return 0;
 }
 
 void ckptdir_close(struct ckptdir *d)
@@ -352,7 +369,7 @@ int ckptdir_commit(struct ckptdir *d, const char *name, const char *tmp, struct 
     struct ckpt_entry e;
     char final[4096], old[4096], old_name[96];
     snprintf(old_name, sizeof old_name, OLD_PREFIX "%s", name);
-    if (!parse_name(name, &e)) return error_set(err, "%s is not a checkpoint name", name);
+    if (!ckptdir_parse_name(name, &e)) return error_set(err, "%s is not a checkpoint name", name);
     int rc = -1;
     m->step = e.step, m->micro = e.micro;
     snprintf(m->version, sizeof m->version, "%s", PLAIT_VERSION);

@@ -20,11 +20,16 @@
 
 #include "common/ckpt_manifest.h"
 #include "common/error.h"
+#include "common/runlock.h" // defines: struct runlock
 
 struct ckpt_entry {
     char name[48];
     int64_t step, micro;
 };
+
+/* A checkpoint's directory name ("step_00000012_0003") read into e: false
+ * for any other name (temporaries, or not this canonical spelling). */
+bool ckptdir_parse_name(const char *name, struct ckpt_entry *e);
 
 /* One process's view of a checkpoint directory: which checkpoints it has seen
  * verify (or wrote itself) and which failed, so each is read at most once. */
@@ -37,6 +42,15 @@ struct ckptdir {
 /* Opens dir (created if missing), recovers an interrupted commit and removes
  * abandoned temporaries. The caller holds the directory's lock (runlock). */
 int ckptdir_open(struct ckptdir *d, const char *dir, struct plait_error *err);
+
+/* ckptdir_open for any command that writes or cleans the checkpoints of the
+ * run in run_dir (whose lock the caller holds): first the checkpoint
+ * directory's own lock into *lock (not taken when dir is run_dir itself),
+ * since ckptdir_open's cleaning removes temporaries only a dead writer may
+ * have left, and a run writing into dir holds its lock. dir must exist. On
+ * failure no lock is held. */
+int ckptdir_open_locked(struct ckptdir *d, struct runlock *lock, const char *dir,
+                        const char *run_dir, struct plait_error *err);
 void ckptdir_close(struct ckptdir *d);
 
 /* The checkpoint name for (step, micro). */

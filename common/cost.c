@@ -359,6 +359,69 @@ static double stage_flops(const struct plan *p, struct cost_layout l, int stage)
     return per_token * tokens;
 }
 
+/* The attention core's part of stage_flops: 12·s·h/t per layer per token, and
+ * recompute's forward again (4·s·h/t, selective or full). */
+static double stage_attention_flops(const struct plan *p, struct cost_layout l, int stage)
+{
+    double s = p->model.seq_len, h_t = (double)ceil_div(u(p->model.hidden), u(l.tp));
+    double tokens = (double)p->batch.micro_batch * s * p->batch.grad_accum;
+    double per_layer = p->recompute == PLAN_RECOMPUTE_NONE ? 12.0 : 16.0;
+    return stage_layers(p, l.pp, stage) * per_layer * s * h_t * tokens;
+}
+
+/* Bytes the memory-bound ops of one rank of `stage` move per optimizer step,
+ * in 4-byte values (activations are fp32 whatever the precision), per token:
+ * each layer's 2 LayerNorms, forward reading and writing a row (2·C), backward
+ * reading the gradient and the input and updating the input's gradient (4·C);
+ * its 2 residual adds, reading two rows and writing one (3·C); GELU over the
+ * MLP's 4·h/t, forward 2 and backward 3 values an element: 18·C + 20·h/t (the
+ * same count kernels/cpu/cpu_rate.c measures a bandwidth by; sequence parallel
+ * runs the LayerNorms and adds on 1/t of the rows); full recompute runs the
+ * forward's again, 10·C + 8·h/t. The first stage's embedding reads a wte and
+ * a wpe row and writes one, and backward adds into both: 8·C. The last
+ * stage's final LayerNorm (6·C) and softmax cross-entropy over its Vp/t
+ * logits: a pass for the maximum, one for the sum of exponentials, one that
+ * reads and rewrites them as their gradient (4·Vp/t). The attention's
+ * probabilities are counted in its own rate (cost_links.attention_tflops). */
+static double stage_activation_bytes(const struct plan *p, struct cost_layout l, int stage)
+{
+    double C = p->model.hidden, h_t = (double)ceil_div(u(p->model.hidden), u(l.tp));
+    double rows_c = p->parallel.sequence_parallel && l.tp > 1 ? C / l.tp : C;
+    double per_layer = 18.0 * rows_c + 20.0 * h_t;
+    if (p->recompute == PLAN_RECOMPUTE_FULL) per_layer += 10.0 * rows_c + 8.0 * h_t;
+    double values = stage_layers(p, l.pp, stage) * per_layer;
+    if (stage == 0) values += 8.0 * C;
+    if (stage == l.pp - 1)
+        values += 6.0 * C + 4.0 * (double)ceil_div(u(p->model.padded_vocab), u(l.tp));
+    double tokens = (double)p->batch.micro_batch * p->model.seq_len * p->batch.grad_accum;
+    return 4.0 * values * tokens;
+}
+
+/* OpenMP parallel regions one CPU rank of `stage` starts per optimizer step:
+ * each CPU op is one (kernels/cpu) and waits for its threads to wake (plait
+ * runs them with OMP_WAIT_POLICY=PASSIVE, asleep between ops). Per layer per
+ * micro-batch, forward 14 (2 LayerNorms, 2 residual adds, GELU, the
+ * attention, 4 products of a bias copy and a GEMM each), backward 18 (4
+ * products of 2 GEMMs and a bias sum each, GELU, the attention, 2 LayerNorms
+ * of 2 passes each); full recompute repeats the forward's 14, selective the
+ * attention's 1. Per micro-batch the last stage's head 7 (the final LayerNorm
+ * 1 + 2, the LM head's GEMMs 1 + 2, the cross-entropy 1) and the first
+ * stage's embedding 2. Per step the optimizer's 2 per parameter tensor (the
+ * norm's sum of squares, AdamW): 12 a layer, wte and wpe on the first stage,
+ * the final LayerNorm's 2 (and its own wte under a pipeline) on the last. The
+ * fp32 path's count (bf16's conversions add a few). */
+static double stage_parallel_ops(const struct plan *p, struct cost_layout l, int stage)
+{
+    double layers = stage_layers(p, l.pp, stage);
+    bool first = stage == 0, last = stage == l.pp - 1;
+    double per_layer = 32.0 + (p->recompute == PLAN_RECOMPUTE_FULL        ? 14
+                               : p->recompute == PLAN_RECOMPUTE_SELECTIVE ? 1
+                                                                          : 0);
+    double micro = layers * per_layer + (last ? 7 : 0) + (first ? 2 : 0);
+    double tensors = layers * 12 + (first ? 2 : 0) + (last ? (l.pp > 1 ? 3 : 2) : 0);
+    return micro * p->batch.grad_accum + 2 * tensors;
+}
+
 /* Seconds for `work` units at `rate` units/s: no work takes no time whatever
  * the rate, work at no rate (a missing link, an unknown device) takes forever
  * (HUGE_VAL, which callers reject). */
@@ -369,31 +432,57 @@ static double seconds(double work, double rate)
     return work / rate;
 }
 
-/* compute: the slowest stage's FLOPs at the device's sustained rate (the
- * pipeline runs at its slowest stage). tp: all-reduces sit between the
- * layer's matmuls, on the critical path. pp: the p2p sends, counted in full.
- * bubble: 1F1B idles (pp−1)/m of the compute (Narayanan et al. 2021, §2.2).
- * dp: gradient reduction runs in buckets during backward, so only what
- * exceeds the backward share of the compute (2 of the 6N: 2/3) shows.
- * optimizer: AdamW is memory-bound (a few FLOPs per byte): it reads and
- * writes the weights (fp32 and their 16-bit copy) and both moments and reads
- * the gradients, 2·(params + optimizer) + grads bytes of the most loaded
- * stage at the device's memory bandwidth (under ZeRO an upper bound: the
- * weights outside a rank's slice are only written by the all-gather). */
+/* The slowest stage's compute (its products at device_tflops, its attention
+ * at attention_tflops when given), memory-bound ops (at activation_gbps) and
+ * parallel starts (at parallel_op_s, when given) into out: the pipeline runs
+ * at its slowest stage. */
+static void slowest_stage(const struct plan *p, struct cost_layout l,
+                          const struct cost_links *links, struct cost_time *out)
+{
+    for (int k = 0; k < l.pp; k++) {
+        double flops = stage_flops(p, l, k), c, m = 0;
+        if (links->attention_tflops > 0) {
+            double attention = stage_attention_flops(p, l, k);
+            c = seconds(flops - attention, links->device_tflops * 1e12) +
+                seconds(attention, links->attention_tflops * 1e12);
+        } else {
+            c = seconds(flops, links->device_tflops * 1e12);
+        }
+        if (links->activation_gbps > 0)
+            m = seconds(stage_activation_bytes(p, l, k), links->activation_gbps * 1e9);
+        double o =
+            links->parallel_op_s > 0 ? stage_parallel_ops(p, l, k) * links->parallel_op_s : 0;
+        if (k == 0 || c + m + o > out->compute_s + out->memory_s + out->parallel_s)
+            out->compute_s = c, out->memory_s = m, out->parallel_s = o;
+    }
+}
+
+/* compute, memory-bound ops and parallel starts: the slowest stage's
+ * (slowest_stage). tp:
+ * all-reduces sit between the layer's matmuls, on the critical path. pp: the
+ * p2p sends, counted in full. bubble: 1F1B idles (pp−1)/m of the work
+ * (Narayanan et al. 2021, §2.2). dp: gradient reduction runs in buckets during
+ * backward, so only what exceeds the backward share of the compute (2 of the
+ * 6N: 2/3) shows. optimizer: AdamW is memory-bound (a few FLOPs per byte): it
+ * reads and writes the weights (fp32 and their 16-bit copy) and both moments
+ * and reads the gradients, 2·(params + optimizer) + grads bytes of the most
+ * loaded stage at the device's memory bandwidth (under ZeRO an upper bound:
+ * the weights outside a rank's slice are only written by the all-gather); on a
+ * measured CPU (activation_gbps given) also the gradient norm's read of the
+ * gradients, 4 bytes a parameter, which a GPU's calibrated share covers. */
 void cost_step_time(const struct plan *p, struct cost_layout l, const struct cost_links *links,
                     struct cost_time *out)
 {
     l = layout_sane(l);
     memset(out, 0, sizeof *out);
-    double flops = 0;
-    for (int k = 0; k < l.pp; k++) flops = fmax(flops, stage_flops(p, l, k));
-    out->compute_s = seconds(flops, links->device_tflops * 1e12);
+    slowest_stage(p, l, links, out);
 
     struct cost_traffic t;
     cost_traffic(p, l, &t);
     out->tp_s = seconds(t.tp_bytes, links->tp_gbps * 1e9);
     out->pp_s = seconds(t.pp_bytes, links->pp_gbps * 1e9);
-    out->bubble_s = l.pp > 1 ? out->compute_s * (l.pp - 1) / p->batch.grad_accum : 0.0;
+    double work_s = out->compute_s + out->memory_s + out->parallel_s;
+    out->bubble_s = l.pp > 1 ? work_s * (l.pp - 1) / p->batch.grad_accum : 0.0;
     double dp_raw_s = seconds(t.dp_bytes, links->dp_gbps * 1e9);
     double overlap_s = out->compute_s * 2.0 / 3.0;
     if (isinf(dp_raw_s))
@@ -404,10 +493,10 @@ void cost_step_time(const struct plan *p, struct cost_layout l, const struct cos
         struct cost_memory mem;
         cost_memory(p, l, &mem, NULL);
         double bytes = 2.0 * ((double)mem.params + (double)mem.optimizer) + (double)mem.grads;
+        if (links->activation_gbps > 0) bytes += 4.0 * (double)mem.param_count;
         out->optimizer_s = seconds(bytes, links->device_memory_gbps * 1e9);
     }
-    out->total_s =
-        out->compute_s + out->tp_s + out->pp_s + out->bubble_s + out->dp_s + out->optimizer_s;
+    out->total_s = work_s + out->tp_s + out->pp_s + out->bubble_s + out->dp_s + out->optimizer_s;
 }
 
 const char *cost_link_name(enum cost_link link)

@@ -86,17 +86,42 @@ struct cost_links {
     double tp_gbps, pp_gbps, dp_gbps; /* its bandwidth per rank, GB/s */
     double device_tflops;             /* sustained dense matmul rate per device */
     double device_memory_gbps;        /* the device's memory bandwidth, GB/s (a GPU's
-                                         datasheet figure); 0: not modelled (CPU ranks) */
+                                         datasheet figure, a CPU rank's measured pass over
+                                         its parameters); 0: not modelled */
+    /* A CPU rank whose machine was measured (struct cost_cpu_rates); 0 elsewhere:
+     * a GPU's calibrated share covers these, and an unmeasured CPU is not known */
+    double attention_tflops; /* the attention's rate (its per-head products and softmax
+                                run slower than the layers' products); 0: device_tflops */
+    double activation_gbps;  /* the bandwidth of the memory-bound layer ops (LayerNorm,
+                                GELU, residual adds, softmax, embedding); 0: not modelled */
+    double parallel_op_s;    /* what each CPU op's parallel region costs beyond its work:
+                                its threads woken and joined; 0: not modelled */
+};
+
+/* What this machine's CPU kernels reached, per CPU (kernels/cpu/cpu_rate.h
+ * measures them at a plan's shapes), and the OpenMP threads a rank runs: a
+ * rank's rates are these times the CPUs it gets (its node's CPUs divided among
+ * the node's ranks, no more than its threads). */
+struct cost_cpu_rates {
+    double matmul_gflops, attention_gflops; /* the layers' products; the attention */
+    double activation_gbps, memory_gbps;    /* the layer ops; a pass over the parameters */
+    double parallel_op_us;                  /* a parallel op's start and join, per rank */
+    int threads;                            /* a rank's OpenMP threads (0: as many as CPUs) */
 };
 
 struct cost_time {
     double compute_s, tp_s, pp_s, dp_s, bubble_s, optimizer_s, total_s;
+    double memory_s;   /* the memory-bound ops (links->activation_gbps; 0 when not modelled) */
+    double parallel_s; /* the CPU ops' parallel starts (links->parallel_op_s; likewise) */
 };
 
-/* Step-time estimate: compute, tp (on the critical path), pp p2p and bubble
- * ((pp−1)/grad_accum of the compute, 1F1B), dp (the part not hidden behind
- * backward), and the optimizer's pass over the weights at the device's memory
- * bandwidth (when links->device_memory_gbps is given). */
+/* Step-time estimate: compute (the products at device_tflops, the attention at
+ * attention_tflops), the memory-bound ops at activation_gbps and the parallel
+ * ops' starts at parallel_op_s (CPU ranks), tp
+ * (on the critical path), pp p2p and bubble ((pp−1)/grad_accum of the
+ * per-micro-batch work, 1F1B), dp (the part not hidden behind backward), and
+ * the optimizer's pass over the weights at the device's memory bandwidth (when
+ * links->device_memory_gbps is given). */
 void cost_step_time(const struct plan *p, struct cost_layout l, const struct cost_links *links,
                     struct cost_time *out);
 

@@ -45,8 +45,37 @@ double layout_gpu_tflops(const struct gpu_spec *spec, enum plan_precision prec)
 
 double layout_device_tflops(const struct topo *t, enum plan_precision prec)
 {
-    if (t->n_gpus == 0) return 0.4; /* a CPU rank: what this project's CPU kernels reach */
+    if (t->n_gpus == 0) return 0.4; /* a CPU rank not measured (layout_cpu_rank_links) */
     return layout_gpu_tflops(t->gpus[0].spec, prec);
+}
+
+int layout_node_cpus(const struct topo *t)
+{
+    int cpus = 0;
+    for (int c = 0; c < t->n_cores; c++) cpus += t->cores[c].n_pus > 0 ? t->cores[c].n_pus : 1;
+    return cpus > 0 ? cpus : 1;
+}
+
+double layout_cpus_per_rank(const struct rank_map *m, const struct place_node *nodes, int threads)
+{
+    double least = HUGE_VAL;
+    for (int i = 0; i < m->n_nodes; i++) {
+        int ranks = 0;
+        for (int r = 0; r < m->world; r++) ranks += m->ranks[r].node == i;
+        if (ranks > 0) least = fmin(least, (double)layout_node_cpus(nodes[i].topo) / ranks);
+    }
+    if (threads > 0) least = fmin(least, threads);
+    return isfinite(least) ? least : 1;
+}
+
+void layout_cpu_rank_links(const struct cost_cpu_rates *cpu, double cpus, bool given_tflops,
+                           struct cost_links *links)
+{
+    if (!given_tflops) links->device_tflops = cpu->matmul_gflops * cpus / 1e3;
+    links->attention_tflops = cpu->attention_gflops * cpus / 1e3;
+    links->activation_gbps = cpu->activation_gbps * cpus;
+    links->device_memory_gbps = cpu->memory_gbps * cpus;
+    links->parallel_op_s = cpu->parallel_op_us * 1e-6; /* a rank's, whatever its CPUs */
 }
 
 double layout_device_memory_gbps(const struct topo *t)
@@ -103,6 +132,9 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
         .device_tflops = in->device_tflops > 0 ? in->device_tflops
                                                : layout_device_tflops(nodes[0].topo, p->precision),
         .device_memory_gbps = nodes[0].cpu_ranks ? 0 : layout_device_memory_gbps(nodes[0].topo)};
+    if (in->cpu && e->map.world > 0 && e->map.ranks[0].gpu < 0)
+        layout_cpu_rank_links(in->cpu, layout_cpus_per_rank(&e->map, nodes, in->cpu->threads),
+                              in->device_tflops > 0, &links);
     cost_step_time(p, l, &links, &e->time);
     double tokens = (double)p->batch.micro_batch * p->batch.grad_accum * l.dp * p->model.seq_len;
     e->tokens_per_s =
@@ -201,7 +233,7 @@ int layout_choose(const struct plan *p, const struct place_node *nodes, int n_no
     return 0;
 }
 
-double layout_modelled_tokens_per_s(const struct plan *p)
+double layout_modelled_tokens_per_s(const struct plan *p, const struct cost_cpu_rates *cpu)
 {
     struct topo topo = {0};
     struct plait_error err;
@@ -215,7 +247,8 @@ double layout_modelled_tokens_per_s(const struct plan *p)
                                   .topo = &topo,
                                   .slots = l.tp * l.pp * l.dp,
                                   .cpu_ranks = p->parallel.device != PLAN_DEVICE_CUDA};
-        struct layout_inputs in = {.bw = {.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100}};
+        struct layout_inputs in = {.cpu = cpu,
+                                   .bw = {.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100}};
         struct layout_eval e;
         layout_evaluate(p, l, &node, 1, &in, &e);
         rate = e.placed ? e.tokens_per_s : 0;

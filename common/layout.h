@@ -18,7 +18,12 @@
 /* What the topology does not say. */
 struct layout_inputs {
     uint64_t device_memory_bytes; /* 0: unknown (anything fits) */
-    double device_tflops;         /* 0: from the first node's GPU model */
+    double device_tflops;         /* 0: from the first node's GPU model, or the CPU's rates */
+    /* The nodes' CPU, measured (this machine's: kernels/cpu/cpu_rate.h), for
+     * CPU ranks; NULL: not measured (another machine, an hwloc XML file), CPU
+     * ranks then compute at layout_device_tflops's assumption, nothing else
+     * modelled */
+    const struct cost_cpu_rates *cpu;
     struct place_bandwidth bw;
     /* the run being resumed, whose global batch an "auto" dp keeps
      * (common/elastic_batch.h), or NULL: fill the slots. A launcher whose
@@ -64,9 +69,25 @@ int layout_choose(const struct plan *p, const struct place_node *nodes, int n_no
 
 /* The sustained matmul rate the cost model assumes for a node's devices
  * (TFLOP/s): a calibrated share of the first GPU's dense datasheet peak in
- * this precision (common/gpu.h); a CPU rank: what this project's CPU kernels
- * reach. */
+ * this precision (common/gpu.h); a CPU rank whose machine was not measured:
+ * 0.4, a guess (a measured one: layout_cpu_rank_links). */
 double layout_device_tflops(const struct topo *t, enum plan_precision precision);
+
+/* A node's CPUs: the hardware threads of its cores (at least one). */
+int layout_node_cpus(const struct topo *t);
+
+/* The CPUs one CPU rank of the map gets: its node's hardware threads divided
+ * among the node's ranks (a share below 1 when ranks share cores, as
+ * place_ranks then gives them), on the node where that is least; no more than
+ * the OpenMP threads a rank runs (threads > 0). */
+double layout_cpus_per_rank(const struct rank_map *m, const struct place_node *nodes, int threads);
+
+/* A CPU rank's rates from its machine's measured ones per CPU, each times the
+ * CPUs it gets: the products' (unless given_tflops: the caller's device_tflops
+ * stands), the attention's, the layer ops' bandwidth and the parameter pass's
+ * (links->device_memory_gbps). */
+void layout_cpu_rank_links(const struct cost_cpu_rates *cpu, double cpus, bool given_tflops,
+                           struct cost_links *links);
 
 /* The same for one GPU model (spec NULL: a GPU plait does not know). */
 double layout_gpu_tflops(const struct gpu_spec *spec, enum plan_precision precision);
@@ -81,7 +102,8 @@ uint64_t layout_device_memory(const struct place_node *nodes, int n, double over
 
 /* plait check's modelled tokens/s for the plan's layout ("auto" as 1) on this
  * machine, its ranks placed as plait train places them (topology discovered
- * with hwloc); 0 when it cannot tell. */
-double layout_modelled_tokens_per_s(const struct plan *p);
+ * with hwloc), CPU ranks at cpu's rates (NULL: not measured); 0 when it
+ * cannot tell. */
+double layout_modelled_tokens_per_s(const struct plan *p, const struct cost_cpu_rates *cpu);
 
 #endif

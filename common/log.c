@@ -63,6 +63,8 @@ void log_format_duration(char *buf, size_t bytes, double s)
         snprintf(buf, bytes, "%.0fs", s);
     else if (s < 3600)
         snprintf(buf, bytes, "%dm%02ds", (int)s / 60, (int)s % 60);
-    else
+    else if (s < 1e6 * 3600) /* (int) of anything larger is undefined */
         snprintf(buf, bytes, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
+    else
+        snprintf(buf, bytes, "over a million hours");
 }

@@ -6,6 +6,7 @@
  * object). Exits 1 with the reason when the plan cannot run there. */
 #include <jansson.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "common/plan.h"
 #include "common/schedule.h"
 #include "common/topo.h"
+#include "kernels/cpu/cpu_rate.h" // defines: cpu_rate_measure, this machine's CPU rates
 #include "launcher/commands.h"
 #include "launcher/k8s/k8s.h"
 #include "launcher/plan_fit.h"
@@ -82,7 +84,9 @@ const struct cli_command cmd_check_cli = {
             [OPT_DEVICE_TFLOPS] = {"--device-tflops", "T",
                                    "sustained dense matmul rate per device (default: from the\n"
                                    "GPU model, plait's measured share of its dense\n"
-                                   "datasheet peak: 0.205 in bf16, 0.065 in fp8)"},
+                                   "datasheet peak: 0.205 in bf16, 0.065 in fp8; CPU ranks on\n"
+                                   "this machine: its CPU kernels measured now; set, nothing\n"
+                                   "is measured)"},
             [OPT_PCIE_GBPS] = {"--pcie-gbps", "B",
                                "GPU to GPU bandwidth over PCIe, GB/s (default 25)"},
             [OPT_NETWORK_GBPS] = {"--network-gbps", "B", "bandwidth of one NIC, GB/s (default 50)"},
@@ -236,6 +240,74 @@ static double modelled_mfu(const struct plan *p, const struct layout_eval *e,
                    e->map.world);
 }
 
+/* ---- this machine's CPU ---------------------------------------------------------------------- */
+
+/* What this machine's CPU kernels reach at the plan's shapes, measured now as
+ * plait-train measures them when it starts (kernels/cpu/cpu_rate.h), so that
+ * both model the same step: when the ranks run on this machine's CPU and no
+ * --device-tflops says how fast (hwloc XML files and --k8s-nodes describe
+ * other machines, whose speed is not known here: their CPU ranks keep the
+ * assumed rate, and their goldens do not depend on this machine). */
+static bool measure_cpu(const struct plan *p, const struct check_args *a,
+                        const struct place_node *node, struct cost_cpu_rates *out, double *seconds)
+{
+    const struct plan_parallel *par = &p->parallel;
+    const struct topo *t = node->topo;
+    if (a->n_topologies || a->k8s_nodes || a->device_tflops > 0) return false;
+    if (t->n_gpus > 0 && par->device != PLAN_DEVICE_CPU) return false;
+    /* on the threads a rank gets: the node's CPUs over its ranks (at least
+     * one), no more than OMP_NUM_THREADS, as plait train binds them */
+    int cpus = layout_node_cpus(t), threads = omp_get_max_threads();
+    if (node->slots > 0 && cpus / node->slots < threads) threads = cpus / node->slots;
+    struct cpu_rate_shape shape = cpu_rate_shape_of(
+        p->batch.micro_batch, p->model.seq_len, p->model.hidden, p->model.heads, p->model.layers,
+        p->model.padded_vocab, par->tp == PLAN_AUTO ? 1 : par->tp,
+        par->pp == PLAN_AUTO ? 1 : par->pp, p->precision != PLAN_PRECISION_FP32);
+    struct cpu_rate r;
+    char why[256];
+    if (cpu_rate_measure(&shape, threads > 0 ? threads : 1, &r, why, sizeof why)) {
+        log_warn("%s: CPU ranks are modelled at an assumed rate", why);
+        return false;
+    }
+    *out = (struct cost_cpu_rates){r.matmul_gflops, r.attention_gflops, r.activation_gbps,
+                                   r.memory_gbps,   r.parallel_op_us,   omp_get_max_threads()};
+    *seconds = r.seconds;
+    return true;
+}
+
+/* The chosen layout's rank: its CPUs and the rates it gets from the measured ones. */
+static struct cost_links rank_rates(const struct cost_cpu_rates *cpu, const struct layout_eval *e,
+                                    const struct place_node *nodes, double *cpus)
+{
+    struct cost_links links = {0};
+    *cpus = layout_cpus_per_rank(&e->map, nodes, cpu->threads);
+    layout_cpu_rank_links(cpu, *cpus, false, &links);
+    return links;
+}
+
+static void print_cpu(const struct cost_cpu_rates *cpu, double seconds, const struct layout_eval *e,
+                      const struct place_node *nodes)
+{
+    double cpus;
+    struct cost_links r = rank_rates(cpu, e, nodes, &cpus);
+    printf("this machine's CPU kernels at the plan's shapes (measured in %.2f s), a rank's "
+           "%.2f CPU%s:\n  products %.1f GFLOP/s, attention %.1f GFLOP/s, layer ops %.1f GB/s, "
+           "parameter pass %.1f GB/s, %.1f µs to start an op\n\n",
+           seconds, cpus, cpus == 1 ? "" : "s", 1e3 * r.device_tflops, 1e3 * r.attention_tflops,
+           r.activation_gbps, r.device_memory_gbps, 1e6 * r.parallel_op_s);
+}
+
+static json_t *cpu_json(const struct cost_cpu_rates *cpu, double seconds,
+                        const struct layout_eval *e, const struct place_node *nodes)
+{
+    double cpus;
+    struct cost_links r = rank_rates(cpu, e, nodes, &cpus);
+    return json_pack("{s:f,s:f,s:{s:f,s:f,s:f,s:f,s:f}}", "measured_s", seconds, "cpus_per_rank",
+                     cpus, "rank", "matmul_gflops", 1e3 * r.device_tflops, "attention_gflops",
+                     1e3 * r.attention_tflops, "activation_gbps", r.activation_gbps, "memory_gbps",
+                     r.device_memory_gbps, "parallel_op_us", 1e6 * r.parallel_op_s);
+}
+
 /* ---- output ---------------------------------------------------------------------------------- */
 
 /* Each "auto" candidate: a table row (unless --json) and a JSON record. */
@@ -309,11 +381,10 @@ static json_t *comm_json(const struct place_comm *c, double bytes, double second
                      "seconds", seconds);
 }
 
-static void print_tables(const struct plan *p, const struct layout_eval *e,
-                         const struct place_node *nodes, int n_nodes, uint64_t gpu_mem)
+/* The layout and each node: its GPUs by kind and its NVLink domains. */
+static void print_nodes(const struct layout_eval *e, const struct place_node *nodes, int n_nodes)
 {
     const struct rank_map *m = &e->map;
-    const struct plan placed = layout_plan_as_placed(p, m); /* what the ranks hold */
     printf("layout: tp %d × pp %d × dp %d = %d rank%s on %d node%s\n", m->tp, m->pp, m->dp,
            m->world, m->world == 1 ? "" : "s", n_nodes, n_nodes == 1 ? "" : "s");
     for (int i = 0; i < n_nodes; i++) {
@@ -339,6 +410,13 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
                 printf("} (no NVLink)\n");
         }
     }
+}
+
+/* Device memory per rank of each stage, as model_init allocates it. */
+static void print_memory(const struct plan *p, const struct layout_eval *e, uint64_t gpu_mem)
+{
+    const struct rank_map *m = &e->map;
+    const struct plan placed = layout_plan_as_placed(p, m); /* what the ranks hold */
     /* what model_init will allocate on each rank of a stage (every tp and dp rank
      * of a stage holds the same): GB, or MB for models that small */
     double unit = e->mem.total >= 1e9 ? 1e9 : 1e6;
@@ -382,6 +460,13 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
         printf("  device memory %.2f GB: %s\n", gpu_mem / 1e9, e->fits ? "fits" : "DOES NOT FIT");
     else
         printf("  device memory unknown (give --gpu-memory GB to check the fit)\n");
+}
+
+/* Traffic per rank per step by communicator, the modelled step and MFU. */
+static void print_traffic(const struct plan *p, const struct layout_eval *e,
+                          const struct place_node *nodes)
+{
+    const struct rank_map *m = &e->map;
     printf("\ntraffic per rank per step:\n  %4s %14s %9s %10s %8s  %s\n", "comm", "bytes", "link",
            "GB/s", "seconds", "groups by link");
     const struct {
@@ -401,12 +486,15 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
         printf("  %4s %14.0f %9s %10.1f %8.4f  %s\n", rows[k].name, rows[k].bytes,
                cost_link_name(rows[k].c->slowest), rows[k].c->gbps, rows[k].s, by);
     }
-    char optimizer[64] = ""; /* GPUs: AdamW's pass at the memory bandwidth */
+    char optimizer[64] = "", memory[96] = ""; /* AdamW's pass; a measured CPU's own terms */
     if (e->time.optimizer_s > 0)
         snprintf(optimizer, sizeof optimizer, ", optimizer %.3f", e->time.optimizer_s);
-    printf("  modelled step: %.3f s (compute %.3f, tp %.3f, pp %.3f + bubble %.3f, dp exposed "
+    if (e->time.memory_s > 0)
+        snprintf(memory, sizeof memory, ", memory-bound ops %.3f, op starts %.3f", e->time.memory_s,
+                 e->time.parallel_s);
+    printf("  modelled step: %.3f s (compute %.3f%s, tp %.3f, pp %.3f + bubble %.3f, dp exposed "
            "%.3f%s); %.0f tokens/s\n",
-           e->time.total_s, e->time.compute_s, e->time.tp_s, e->time.pp_s, e->time.bubble_s,
+           e->time.total_s, e->time.compute_s, memory, e->time.tp_s, e->time.pp_s, e->time.bubble_s,
            e->time.dp_s, optimizer, e->tokens_per_s);
     const struct gpu_spec *gpu = plan_gpu(e, nodes);
     if (gpu) {
@@ -422,6 +510,11 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
     } else if (m->world > 0 && m->ranks[0].gpu >= 0) {
         printf("  modelled MFU: unknown (plait does not know this GPU's peak)\n");
     }
+}
+
+static void print_rank_map(const struct layout_eval *e, const struct place_node *nodes)
+{
+    const struct rank_map *m = &e->map;
     printf("\nrank map:\n  %5s %4s %5s %3s %3s %3s %13s %4s %6s %8s %5s  %s\n", "rank", "node",
            "local", "tp", "pp", "dp", "gpu", "idx", "domain", "nic", "numa", "cpus");
     for (int r = 0; r < m->world; r++) {
@@ -435,6 +528,15 @@ static void print_tables(const struct plan *p, const struct layout_eval *e,
                pr->gpu >= 0 ? t->gpus[pr->gpu].domain : -1,
                pr->nic >= 0 ? t->nics[pr->nic].name : "-", pr->numa, cpus);
     }
+}
+
+static void print_tables(const struct plan *p, const struct layout_eval *e,
+                         const struct place_node *nodes, int n_nodes, uint64_t gpu_mem)
+{
+    print_nodes(e, nodes, n_nodes);
+    print_memory(p, e, gpu_mem);
+    print_traffic(p, e, nodes);
+    print_rank_map(e, nodes);
 }
 
 /* A number, or null when 0 (unknown). */
@@ -597,6 +699,82 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
 /* ---- the command --------------------------------------------------------------------------------
  */
 
+/* What the command found, for its output. */
+struct check_result {
+    const struct plan *p;
+    const struct place_node *nodes;
+    int n_nodes;
+    uint64_t gpu_mem;
+    const struct cost_cpu_rates *cpu; /* this machine's CPU, measured; NULL: not */
+    double cpu_s;                     /* how long measuring it took */
+    json_t *candidates;               /* "auto": each candidate's record; else NULL */
+};
+
+static void print_json(const struct check_result *r, const struct layout_eval *best)
+{
+    json_t *o = result_json(r->p, best, r->nodes, r->n_nodes, r->gpu_mem);
+    json_t *sched = schedule_json(r->p, &best->layout);
+    if (sched) json_object_set_new(o, "schedule", sched);
+    if (r->candidates) json_object_set(o, "auto_candidates", r->candidates);
+    if (r->cpu) { /* a measured CPU's terms: its rates, memory-bound ops, optimizer */
+        json_object_set_new(o, "cpu_rates", cpu_json(r->cpu, r->cpu_s, best, r->nodes));
+        json_t *step = json_object_get(o, "step_time_s");
+        json_object_set_new(step, "memory", json_real(best->time.memory_s));
+        json_object_set_new(step, "parallel", json_real(best->time.parallel_s));
+        json_object_set_new(step, "optimizer", json_real(best->time.optimizer_s));
+    }
+    char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
+    printf("%s\n", text);
+    free(text);
+    json_decref(o);
+}
+
+/* The layout of the plan on the nodes ("auto" candidates printed as they are
+ * evaluated, unless --json), then the result: 0, or -1 when no layout can be
+ * placed (said) or the chosen one does not fit (said, after the tables). */
+static int choose_and_show(struct check_result *r, const struct check_args *a,
+                           struct layout_eval *best)
+{
+    const struct plan_parallel *par = &r->p->parallel;
+    bool is_auto = par->tp == PLAN_AUTO || par->pp == PLAN_AUTO;
+    struct layout_inputs in = {.device_memory_bytes = r->gpu_mem,
+                               .device_tflops = a->device_tflops,
+                               .cpu = r->cpu,
+                               .bw = a->bw};
+    struct candidates seen = {.list = r->candidates, .out = a->json || !is_auto ? NULL : stdout};
+    if (!a->json) printf("plan: %s is valid\n", r->p->source);
+    if (seen.out)
+        fprintf(seen.out, "candidate layouts (\"auto\"):\n  %4s %4s %4s  %10s  %10s  %12s  %s\n",
+                "tp", "pp", "dp", "GB/rank", "step s", "tokens/s", "");
+    struct plait_error err;
+    if (layout_choose(r->p, r->nodes, r->n_nodes, &in, is_auto ? show_candidate : NULL, &seen, best,
+                      &err)) {
+        log_error("%s%s", err.text, is_auto ? " (see the candidates above)" : "");
+        return -1;
+    }
+    char shared[256];
+    place_shared_cores_text(&best->map, r->nodes, shared, sizeof shared);
+    if (*shared) log_warn("%s", shared);
+    if (is_auto && !a->json)
+        printf("chose tp %d, pp %d, dp %d: of the layouts that can be placed and fit in "
+               "memory, the most modelled tokens per second\n\n",
+               best->layout.tp, best->layout.pp, best->layout.dp);
+    if (best->mem.total == UINT64_MAX) { /* no figure to print: only why */
+        log_error("%s", best->why);
+        return -1;
+    }
+    if (!is_auto) r->candidates = NULL;
+    if (a->json) {
+        print_json(r, best);
+    } else {
+        if (r->cpu) print_cpu(r->cpu, r->cpu_s, best, r->nodes);
+        print_tables(r->p, best, r->nodes, r->n_nodes, r->gpu_mem);
+        print_schedule(r->p, &best->layout);
+    }
+    if (!best->fits) log_error("%s", best->why);
+    return best->fits ? 0 : -1;
+}
+
 int cmd_check(int argc, char **argv)
 {
     struct check_args a = {0};
@@ -632,51 +810,11 @@ int cmd_check(int argc, char **argv)
         log_error("check: %s", err.text);
         goto out;
     }
-    const struct place_node *nodes = fit.v;
-    uint64_t gpu_mem = layout_device_memory(nodes, a.nodes, a.gpu_memory_gb);
-    const struct plan_parallel *par = &p->parallel;
-    bool is_auto = par->tp == PLAN_AUTO || par->pp == PLAN_AUTO;
-    struct layout_inputs in = {
-        .device_memory_bytes = gpu_mem, .device_tflops = a.device_tflops, .bw = a.bw};
-    struct candidates seen = {.list = candidates, .out = a.json || !is_auto ? NULL : stdout};
-    if (!a.json) printf("plan: %s is valid\n", p->source);
-    if (seen.out)
-        fprintf(seen.out, "candidate layouts (\"auto\"):\n  %4s %4s %4s  %10s  %10s  %12s  %s\n",
-                "tp", "pp", "dp", "GB/rank", "step s", "tokens/s", "");
-    if (layout_choose(p, nodes, a.nodes, &in, is_auto ? show_candidate : NULL, &seen, &best,
-                      &err)) {
-        log_error("%s%s", err.text, is_auto ? " (see the candidates above)" : "");
-        goto out;
-    }
-    char shared[256];
-    place_shared_cores_text(&best.map, nodes, shared, sizeof shared);
-    if (*shared) log_warn("%s", shared);
-    if (is_auto && !a.json)
-        printf("chose tp %d, pp %d, dp %d: of the layouts that can be placed and fit in "
-               "memory, the most modelled tokens per second\n\n",
-               best.layout.tp, best.layout.pp, best.layout.dp);
-    if (best.mem.total == UINT64_MAX) { /* no figure to print: only why */
-        log_error("%s", best.why);
-        goto out;
-    }
-    if (a.json) {
-        json_t *o = result_json(p, &best, nodes, a.nodes, gpu_mem);
-        json_t *sched = schedule_json(p, &best.layout);
-        if (sched) json_object_set_new(o, "schedule", sched);
-        if (is_auto) json_object_set(o, "auto_candidates", candidates);
-        char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
-        printf("%s\n", text);
-        free(text);
-        json_decref(o);
-    } else {
-        print_tables(p, &best, nodes, a.nodes, gpu_mem);
-        print_schedule(p, &best.layout);
-    }
-    if (!best.fits) {
-        log_error("%s", best.why);
-        goto out;
-    }
-    rc = PLAIT_EXIT_OK;
+    struct cost_cpu_rates cpu;
+    struct check_result r = {.p = p, .nodes = fit.v, .n_nodes = a.nodes, .candidates = candidates};
+    r.gpu_mem = layout_device_memory(fit.v, a.nodes, a.gpu_memory_gb);
+    if (measure_cpu(p, &a, &fit.v[0], &cpu, &r.cpu_s)) r.cpu = &cpu;
+    rc = choose_and_show(&r, &a, &best) ? PLAIT_EXIT_ERROR : PLAIT_EXIT_OK;
 out:
     layout_eval_free(&best);
     json_decref(candidates);

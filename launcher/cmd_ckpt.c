@@ -137,7 +137,6 @@ static void describe(struct ckptdir *d, const char *name, struct ckpt_info *out)
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", name);
     char cdir[4096];
-    struct ckpt_source src;
     struct ckpt_manifest man;
     if (fs_join(cdir, sizeof cdir, d->path, name, &out->why) ||
         ckpt_manifest_read(cdir, &man, &out->why))
@@ -148,11 +147,7 @@ static void describe(struct ckptdir *d, const char *name, struct ckpt_info *out)
     out->layout = man.layout;
     out->layout.stage_begin = out->layout.stage_end = NULL; /* only the degrees are kept */
     ckpt_manifest_free(&man);
-    if (ckptdir_verify(d, name, &out->why)) return;
-    if (ckpt_source_open(&src, cdir, &out->why)) return;
-    out->ok = ckpt_source_check(&src, &out->why) == 0;
-    out->step = src.step, out->micro = src.micro;
-    ckpt_source_close(&src);
+    out->ok = ckpt_verify_all(d, name, &out->why) == 0;
 }
 
 static void layout_text(const struct ckpt_info *c, char *out, size_t bytes)
@@ -513,7 +508,7 @@ out:
 static int import_checkpoint(const char *in, const struct plan *plan, const char *out, char *dir,
                              size_t dir_bytes, char name[48], struct plait_error *err)
 {
-    struct runlock lock = {0};
+    struct runlock lock = {-1}, ckpt_lock = {-1};
     struct ckptdir d = {0};
     struct ckpt_entry *list = NULL;
     struct ckpt_manifest files = {0};
@@ -522,8 +517,8 @@ static int import_checkpoint(const char *in, const struct plan *plan, const char
     struct gpt2_config cfg = gpt2_config_of_plan(&plan->model);
     if (check_llmc(in, &cfg, err) || fs_mkdir_p(out, err) ||
         runlock_acquire(&lock, out, "run directory", err) ||
-        rundir_checkpoint_dir(plan, out, dir, dir_bytes, err) || ckptdir_open(&d, dir, err) ||
-        ckptdir_list(&d, &list, &n, err))
+        rundir_checkpoint_dir(plan, out, dir, dir_bytes, err) || fs_mkdir_p(dir, err) ||
+        ckptdir_open_locked(&d, &ckpt_lock, dir, out, err) || ckptdir_list(&d, &list, &n, err))
         goto out;
     if (n > 0) {
         error_set(err,
@@ -537,11 +532,17 @@ static int import_checkpoint(const char *in, const struct plan *plan, const char
         ckptdir_abort(tmp);
         goto out;
     }
-    rc = ckptdir_commit(&d, name, tmp, &files, NULL, err);
+    if (ckptdir_commit(&d, name, tmp, &files, NULL, err)) goto out;
+    /* the run directory's own plan: a run with checkpoints and no plan.json
+     * is one no plan may take over (and plait status, ckpt ls read it) */
+    char *json = plan_to_json(plan);
+    rc = json ? rundir_plan_write(out, json, err) : error_set(err, "out of memory");
+    free(json);
 out:
     ckpt_manifest_free(&files);
     free(list);
     if (d.path) ckptdir_close(&d);
+    runlock_release(&ckpt_lock);
     runlock_release(&lock);
     return rc;
 }

@@ -15,7 +15,6 @@
 #include "common/ckptdir.h"
 #include "common/env.h"
 #include "common/fsutil.h"
-#include "common/layout.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/plan.h"
@@ -143,9 +142,25 @@ static json_t *memory_json(const char *run_dir)
     return out;
 }
 
+/* What plait check's cost model gave for the run's plan on this machine when
+ * it started: run.json's, modelled from the CPU kernels' rates plait-train
+ * measured then (measuring now, beside a running run or after it, would
+ * measure another moment of a shared machine); 0 when it does not say. */
+static double modelled_tokens_per_s(const char *run_dir)
+{
+    struct run_record run;
+    struct plait_error err;
+    if (runjson_read(run_dir, &run, &err) != 0) return 0;
+    double rate = run.modelled_tokens_per_s;
+    runjson_free(&run);
+    return rate;
+}
+
 /* How far the run got: its last step, loss and pace (with plait check's
- * cost model's for its plan on this machine), its last evaluation. */
-static void progress_json(json_t *o, const struct metrics_series *s, const struct plan *plan)
+ * cost model's for its plan on this machine, `modelled`; 0: none), its last
+ * evaluation. */
+static void progress_json(json_t *o, const struct metrics_series *s, const struct plan *plan,
+                          double modelled)
 {
     if (s->n_steps > 0) {
         const struct step_metrics *last = &s->steps[s->n_steps - 1];
@@ -155,7 +170,6 @@ static void progress_json(json_t *o, const struct metrics_series *s, const struc
         recent_pace(s, &step_s, &rate);
         json_object_set_new(o, "tokens_per_s", json_real(rate)); /* the last 20 steps' */
         json_object_set_new(o, "tokens_total", json_integer(last->tokens_total));
-        double modelled = layout_modelled_tokens_per_s(plan);
         if (modelled > 0) json_object_set_new(o, "modelled_tokens_per_s", json_real(modelled));
         json_object_set_new(o, "eta_s", json_real(step_s * (double)(plan->steps - last->step)));
     } else {
@@ -184,7 +198,7 @@ static json_t *status_json(const char *run_dir, struct plait_error *err)
         json_pack("{s:s,s:s,s:{s:i,s:i,s:i},s:{s:i,s:i,s:i},s:i}", "run_dir", run_dir, "name", base,
                   "model", "layers", m->layers, "hidden", m->hidden, "seq_len", m->seq_len,
                   "layout", "tp", par->tp, "pp", par->pp, "dp", par->dp, "steps", plan->steps);
-    progress_json(o, &s, plan);
+    progress_json(o, &s, plan, modelled_tokens_per_s(run_dir));
     json_object_set_new(o, "checkpoints", checkpoints_json(plan, run_dir));
     json_t *state = state_json(run_dir);
     json_object_update(o, state);
@@ -202,15 +216,30 @@ static double num(json_t *o, const char *key)
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+/* A string of a run-directory file, made one printable line (run
+ * directories are untrusted input: a hand-made end.json may hold escape
+ * sequences). Four at a time may be in use. */
+static const char *shown(const char *s)
+{
+    static char bufs[4][1024];
+    static int next;
+    char *b = bufs[next++ % 4];
+    return s ? error_escape(b, sizeof bufs[0], s) : "?";
+}
+
+static const char *str(json_t *o, const char *key)
+{
+    return shown(json_string_value(json_object_get(o, key)));
+}
+
 static void print_text(json_t *o)
 {
     json_t *layout = json_object_get(o, "layout"), *model = json_object_get(o, "model");
-    printf("%s\n", json_string_value(json_object_get(o, "run_dir")));
+    printf("%s\n", str(o, "run_dir"));
     printf("  plan         %s: %d layers, hidden %d, seq %d; tp %d × pp %d × dp %d\n",
-           json_string_value(json_object_get(o, "name")), (int)int_at(model, NULL, "layers"),
-           (int)int_at(model, NULL, "hidden"), (int)int_at(model, NULL, "seq_len"),
-           (int)int_at(layout, NULL, "tp"), (int)int_at(layout, NULL, "pp"),
-           (int)int_at(layout, NULL, "dp"));
+           str(o, "name"), (int)int_at(model, NULL, "layers"), (int)int_at(model, NULL, "hidden"),
+           (int)int_at(model, NULL, "seq_len"), (int)int_at(layout, NULL, "tp"),
+           (int)int_at(layout, NULL, "pp"), (int)int_at(layout, NULL, "dp"));
     json_int_t step = int_at(o, NULL, "step"), steps = int_at(o, NULL, "steps");
     printf("  step         %lld/%lld (%.0f%%)", (long long)step, (long long)steps,
            steps > 0 ? 100.0 * (double)step / (double)steps : 0.0);
@@ -233,24 +262,23 @@ static void print_text(json_t *o)
     json_t *ck = json_object_get(o, "checkpoints");
     json_int_t n_ck = int_at(ck, NULL, "count");
     if (n_ck > 0)
-        printf("  checkpoints  %lld, newest %s (%s)\n", (long long)n_ck,
-               json_string_value(json_object_get(ck, "newest")),
+        printf("  checkpoints  %lld, newest %s (%s)\n", (long long)n_ck, str(ck, "newest"),
                json_is_true(json_object_get(ck, "verified")) ? "verified" : "DOES NOT VERIFY");
     else
         printf("  checkpoints  none\n");
     const char *state = json_string_value(json_object_get(o, "state"));
     json_t *end = json_object_get(o, "end");
-    if (!strcmp(state, "running")) {
-        printf("  state        running: %s\n", json_string_value(json_object_get(o, "holder")));
+    if (state && !strcmp(state, "running")) {
+        printf("  state        running: %s\n", str(o, "holder"));
     } else if (end) {
         const char *how = json_string_value(json_object_get(end, "end"));
         const char *sig = json_string_value(json_object_get(end, "signal"));
         const char *msg = json_string_value(json_object_get(end, "message"));
-        printf("  state        %s (exit %d) at %s", how, (int)int_at(end, NULL, "exit_code"),
-               json_string_value(json_object_get(end, "time")));
-        if (sig && *sig) printf(" by %s", sig);
-        if (!strcmp(how, "preempted")) printf(": run plait train again to resume");
-        if (msg && *msg) printf(": %s", msg);
+        printf("  state        %s (exit %d) at %s", shown(how), (int)int_at(end, NULL, "exit_code"),
+               str(end, "time"));
+        if (sig && *sig) printf(" by %s", shown(sig));
+        if (how && !strcmp(how, "preempted")) printf(": run plait train again to resume");
+        if (msg && *msg) printf(": %s", shown(msg));
         printf("\n");
     } else {
         printf("  state        not running (how its last process ended is not recorded)\n");

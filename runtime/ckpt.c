@@ -265,7 +265,7 @@ int ckpt_choose(struct ckptdir *d, const struct plan *plan, const struct model *
         char cdir[4096];
         struct plait_error why;
         if (fs_join(cdir, sizeof cdir, d->path, list[i].name, &why) ||
-            ckptdir_verify(d, list[i].name, &why)) {
+            ckpt_verify_all(d, list[i].name, &why)) {
             log_warn("checkpoint %s is unusable: %s; trying an older one", cdir, why.text);
             continue;
         }

@@ -26,8 +26,18 @@ static void part_name(char *out, size_t n, enum ckpt_part_kind kind, const struc
 static void header_fill(int32_t h[LLMC_HEADER_INTS], enum ckpt_part_kind kind,
                         const struct model *m, const struct env_rank *w, size_t count, int arrays)
 {
-    struct ckpt_part_id id = {w->tp,   w->tp_rank,           w->pp, w->pp_rank, w->dp, w->dp_rank,
-                              m->zero, m->shard.part.chunks, count, arrays};
+    struct ckpt_part_id id = {w->tp,
+                              w->tp_rank,
+                              w->pp,
+                              w->pp_rank,
+                              w->dp,
+                              w->dp_rank,
+                              m->zero,
+                              m->shard.part.chunks,
+                              count,
+                              arrays,
+                              m->shard.part.layer_begin,
+                              m->shard.part.layer_end};
     ckpt_part_header(h, kind, &id);
 }
 

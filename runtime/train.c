@@ -28,6 +28,7 @@
 #include "common/runjson.h"
 #include "common/runlock.h"
 #include "common/schedule.h"
+#include "kernels/cpu/cpu_rate.h" // defines: cpu_rate_measure, what plait check measures too
 #include "kernels/cuda/cuda_ops.h"
 #include "runtime/ckpt.h"
 #include "runtime/data.h"
@@ -420,6 +421,33 @@ static double measure_peak_gflops(struct model *m)
     return best;
 }
 
+/* plait check's modelled tokens/s for this run here (run.json, plait status):
+ * on the CPU from this rank's CPU kernels, measured now at the plan's shapes
+ * as plait check measures them (kernels/cpu/cpu_rate.h); 0 when it cannot tell. */
+static double modelled_tokens_per_s(const struct trainer *t)
+{
+    const struct plan *p = t->plan;
+    if (t->m.ops != ops_cpu()) return layout_modelled_tokens_per_s(p, NULL);
+    struct cpu_rate_shape shape = cpu_rate_shape_of(
+        p->batch.micro_batch, p->model.seq_len, p->model.hidden, p->model.heads, p->model.layers,
+        p->model.padded_vocab, t->where->tp, t->where->pp, p->precision != PLAN_PRECISION_FP32);
+    struct cpu_rate r;
+    char why[256];
+    if (cpu_rate_measure(&shape, 0, &r, why, sizeof why)) {
+        log_warn("no modelled speed in run.json: %s", why);
+        return 0;
+    }
+    struct cost_cpu_rates rates = {r.matmul_gflops, r.attention_gflops, r.activation_gbps,
+                                   r.memory_gbps,   r.parallel_op_us,   omp_get_max_threads()};
+    double modelled = layout_modelled_tokens_per_s(p, &rates);
+    log_info("the cost model's CPU rates at this plan's shapes, per CPU on %d (measured in "
+             "%.2f s): products %.0f GFLOP/s, attention %.0f GFLOP/s, layer ops %.1f GB/s, "
+             "parameter pass %.1f GB/s, %.1f µs to start an op: %.0f tokens/s modelled",
+             r.cpus, r.seconds, r.matmul_gflops, r.attention_gflops, r.activation_gbps,
+             r.memory_gbps, r.parallel_op_us, modelled);
+    return modelled;
+}
+
 /* The layout the launcher gave this rank must be the plan's ("auto" is
  * whatever the launcher chose); this runtime trains it on one rank so far. */
 static int check_layout(const struct plan *p, const struct env_rank *where, struct plait_error *err)
@@ -491,8 +519,9 @@ static int agree(struct trainer *t, int failed, const struct plait_error *why, c
     "run's checkpoints and metrics), or train into another directory (--out)"
 
 /* Whether the run directory holds something a different plan would lose:
- * metrics records or checkpoints. */
-static bool run_has_history(struct trainer *t)
+ * metrics records or checkpoints (own: only those under the run directory,
+ * not a checkpoint.dir elsewhere, whose checkpoints say their own plan). */
+static bool run_has_history(struct trainer *t, bool own)
 {
     char path[4096];
     struct stat st;
@@ -500,6 +529,9 @@ static bool run_has_history(struct trainer *t)
     if (!fs_join(path, sizeof path, t->run_dir, RUNDIR_METRICS, &err) && stat(path, &st) == 0 &&
         st.st_size > 0)
         return true;
+    size_t len = strlen(t->run_dir);
+    if (own && (strncmp(t->ckpt_dir, t->run_dir, len) != 0 || t->ckpt_dir[len] != '/'))
+        return false;
     struct ckpt_entry *list;
     int n = 0;
     if (ckptdir_list(&t->ckpts, &list, &n, &err) == 0) free(list);
@@ -507,13 +539,20 @@ static bool run_has_history(struct trainer *t)
 }
 
 /* The run directory belongs to the plan that started it (its plan.json): a
- * different plan may not take it over while it holds history. */
+ * different plan may not take it over while it holds history, nor any plan
+ * when its plan.json is gone (nothing says which plan made the history). */
 static int check_run_plan(struct trainer *t, struct plait_error *err)
 {
     char path[4096];
     struct stat st;
     if (fs_join(path, sizeof path, t->run_dir, RUNDIR_PLAN, err)) return -1;
-    if (stat(path, &st) != 0 || !run_has_history(t)) return 0;
+    if (stat(path, &st) != 0 && run_has_history(t, true))
+        return error_set(err,
+                         "%s holds a run's history (metrics or checkpoints) but no %s, so "
+                         "nothing says which plan made it; put its plan back (every checkpoint "
+                         "keeps a copy: %s/<checkpoint>/%s), or " START_FRESH,
+                         t->run_dir, RUNDIR_PLAN, t->ckpt_dir, RUNDIR_PLAN);
+    if (stat(path, &st) != 0 || !run_has_history(t, false)) return 0;
     struct plan *before = rundir_plan_load(t->run_dir, err);
     char notes[1024];
     struct plait_error why;
@@ -552,16 +591,10 @@ static int checkpoint_path(struct trainer *t, struct plait_error *err)
 
 static int open_checkpoints(struct trainer *t, struct plait_error *err)
 {
-    struct stat run_st, ckpt_st;
     if (fs_mkdir_p_made(t->ckpt_dir, &t->made_ckpt_dir, err))
         return error_prefix(err, "checkpoint.dir: ");
-    if (stat(t->run_dir, &run_st) != 0 || stat(t->ckpt_dir, &ckpt_st) != 0)
-        return error_errno(err, "checkpoint.dir: %s", t->ckpt_dir);
     /* locked even inside the run directory: another run may name it as its own */
-    bool same = run_st.st_dev == ckpt_st.st_dev && run_st.st_ino == ckpt_st.st_ino;
-    if (!same && runlock_acquire(&t->ckpt_lock, t->ckpt_dir, "checkpoint directory", err))
-        return -1;
-    if (ckptdir_open(&t->ckpts, t->ckpt_dir, err)) return -1;
+    if (ckptdir_open_locked(&t->ckpts, &t->ckpt_lock, t->ckpt_dir, t->run_dir, err)) return -1;
     t->ckpts_open = true;
     return 0;
 }
@@ -600,7 +633,7 @@ static int start_run_files(struct trainer *t, const char *resumed_from, struct p
     strftime(run->started, sizeof run->started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     snprintf(run->resumed_from, sizeof run->resumed_from, "%s", resumed_from);
     if (!(run->plan_json = strdup(t->plan_json))) return error_set(err, "out of memory");
-    run->modelled_tokens_per_s = layout_modelled_tokens_per_s(t->plan);
+    run->modelled_tokens_per_s = modelled_tokens_per_s(t);
     return write_run_json(t, err);
 }
 
@@ -1402,7 +1435,7 @@ int train_run(const struct plan *plan, const char *plan_json, const char *run_di
     }
 out:
     if (rc < 0 && t.par_ready) parallel_abort(&t.par, err->text);
-    bool history = rc >= 0 || (t.ckpts_open && run_has_history(&t));
+    bool history = rc >= 0 || (t.ckpts_open && run_has_history(&t, false));
     teardown(&t);
     undo_failed_start(&t, history);
     return rc;

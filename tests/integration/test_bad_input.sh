@@ -92,7 +92,7 @@ PYEOF
 # B·NH·T·T = 2^16 · 2^16 · 2^32 wraps to 0 in 64 bits: once it gave 0-byte buffers.
 test_activation_sizes_that_overflow_are_refused() {
     expect_error "$WORK/act.log" 1 \
-        "batch.micro_batch 65536 × model.seq_len 65536 .*the model's buffers are too large to address" \
+        "model.seq_len: batch.micro_batch × model.seq_len \(65536 × 65536 = 4294967296 rows\) is more than the kernels index" \
         "$PLAIT" train "$WORK/plan.json" --out "$WORK/act" --set model.heads=65536 --set model.hidden=65536 \
         --set model.seq_len=65536 --set batch.micro_batch=65536
 }

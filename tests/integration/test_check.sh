@@ -130,6 +130,30 @@ test_text_names_the_gpus_and_models_mfu() {
 }
 check text_names_the_gpus_and_models_mfu test_text_names_the_gpus_and_models_mfu
 
+# on this machine (no --topology) CPU ranks are modelled from the CPU kernels'
+# rates measured at the plan's shapes: positive, and the memory-bound ops and
+# the optimizer's pass in the step; an explicit --device-tflops measures
+# nothing (the step is then the given rate's alone, the same on any machine)
+test_this_machines_cpu_is_measured() {
+    local plan=$WORK/tiny.json
+    tiny_plan "$plan"
+    "$PLAIT" check "$plan" --set parallel.device=cpu --json >"$WORK/m.json" 2>"$WORK/m.err" || { cat "$WORK/m.err"; return 1; }
+    "$PLAIT" check "$plan" --set parallel.device=cpu --device-tflops 0.4 --json >"$WORK/g.json" || return 1
+    "$PLAIT" check "$plan" --set parallel.device=cpu >"$WORK/m.txt" || return 1
+    grep -q "^this machine's CPU kernels at the plan's shapes (measured in [0-9.]* s), a rank's [0-9.]* CPU" \
+        "$WORK/m.txt" || { cat "$WORK/m.txt"; return 1; }
+    grep -q "modelled step: .*memory-bound ops [0-9.]*, .*optimizer [0-9.]*)" "$WORK/m.txt" || { cat "$WORK/m.txt"; return 1; }
+    "$PY" - "$WORK/m.json" "$WORK/g.json" <<'PYEOF'
+import json, sys
+m, g = (json.load(open(p)) for p in sys.argv[1:3])
+rank, t = m["cpu_rates"]["rank"], m["step_time_s"]
+assert m["cpu_rates"]["cpus_per_rank"] > 0 and all(v > 0 for v in rank.values()), m["cpu_rates"]
+assert t["memory"] > 0 and t["optimizer"] > 0 and t["total"] >= t["compute"] + t["memory"], t
+assert "cpu_rates" not in g and "memory" not in g["step_time_s"], g
+PYEOF
+}
+check this_machines_cpu_is_measured test_this_machines_cpu_is_measured
+
 test_fixtures_load_in_lstopo() {
     for x in tests/topo/*/topology.xml; do
         lstopo-no-graphics -i "$x" --of console >/dev/null || { echo "lstopo cannot read $x"; return 1; }

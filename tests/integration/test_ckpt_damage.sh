@@ -50,6 +50,29 @@ test_a_flipped_byte() { damaged flipped "model-tp1-pp0.bin: checksum" flip_byte 
 test_a_truncated_shard() {
     damaged truncated "optim-tp0-pp0-dp1.bin is 5000 bytes, the manifest says 73344" truncate -s 5000 optim-tp0-pp0-dp1.bin
 }
+# truncated with the manifest made to agree (its bytes and crc32c recomputed):
+# verify, like the loader, checks the part against its own header's count
+truncate_agreeing() {
+    truncate -s 5000 "$1"
+    "$PY" - "$1" <<'PYEOF'
+import json, os, sys
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+name = sys.argv[1]
+m = json.load(open("manifest.json"))
+m["files"][name] = {"bytes": os.path.getsize(name), "crc32c": crc32c(open(name, "rb").read())}
+json.dump(m, open("manifest.json", "w"), indent=2)
+PYEOF
+}
+test_a_truncated_shard_its_manifest_agrees_with() {
+    damaged truncated_agreeing "optim-tp0-pp0-dp1.bin: 5000 bytes, but its header promises 73344" \
+        truncate_agreeing optim-tp0-pp0-dp1.bin
+}
 test_a_missing_shard() { damaged missing "model-tp0-pp0.bin: No such file" rm model-tp0-pp0.bin; }
 test_a_manifest_from_another_run() {
     damaged foreign "[a-z0-9-]+\.bin: checksum" \
@@ -84,6 +107,7 @@ test_a_full_disk_mid_write() {
 
 check a_flipped_byte test_a_flipped_byte
 check a_truncated_shard test_a_truncated_shard
+check a_truncated_shard_its_manifest_agrees_with test_a_truncated_shard_its_manifest_agrees_with
 check a_missing_shard test_a_missing_shard
 check a_manifest_from_another_run test_a_manifest_from_another_run
 check a_shard_the_run_cannot_read test_a_shard_the_run_cannot_read

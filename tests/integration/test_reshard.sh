@@ -137,6 +137,41 @@ test_import_trains_as_model_init() {
         "$PLAIT" ckpt import "$w.bin" "$WORK/plan.json" --out "$w" "${COMMON[@]}"
 }
 
+# An import whose plan names the checkpoint.dir a running run writes into is
+# refused by that directory's lock before it cleans anything: it had removed the
+# run's in-flight checkpoint (its .tmp-*), and the run exited 1.
+test_import_never_touches_a_running_runs_checkpoints() {
+    local w=$WORK/imp-live shared=$WORK/shared-ckpt
+    [ -f "$WORK/imp.bin" ] || { echo "needs import_trains_as_model_init's imp.bin"; return 1; }
+    PLAIT_DEBUG_SLOW_RANK=0:100 "$PLAIT" train "$WORK/plan.json" --out "$w-run" "${COMMON[@]}" \
+        --set checkpoint.dir="$shared" --set checkpoint.every=1 >"$w-run.log" 2>&1 &
+    local pid=$! i
+    for i in $(seq 200); do grep -q "^step  *2/" "$w-run.log" 2>/dev/null && break; sleep 0.05; done
+    expect_error "$w.log" 1 "checkpoint directory $shared is in use by another run" \
+        "$PLAIT" ckpt import "$WORK/imp.bin" "$WORK/plan.json" --out "$w" "${COMMON[@]}" \
+        --set checkpoint.dir="$shared" || { kill "$pid"; return 1; }
+    wait "$pid" || { echo "the running run failed:"; cat "$w-run.log"; return 1; }
+}
+
+# Every part says the layers it holds: a manifest whose stages are swapped
+# (same sizes, so every count still agrees) is refused by verify and at start,
+# naming the part, instead of loading the layers swapped.
+test_swapped_stages_are_refused() {
+    local run=$WORK/swapped
+    # shellcheck disable=SC2046
+    "$PLAIT" train "$WORK/plan.json" --out "$run" "${COMMON[@]}" $(layout 1x2x1/2) --set steps=6 \
+        >"$run.log" 2>&1 || { tail -n 20 "$run.log"; return 1; }
+    "$PY" - "$run/checkpoints/step_00000006_0000/manifest.json" <<'PYEOF' || return 1
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["layout"]["stages"] == [[0, 2], [2, 4]], m["layout"]["stages"]
+m["layout"]["stages"] = [[2, 4], [0, 2]]
+json.dump(m, open(sys.argv[1], "w"), indent=2)
+PYEOF
+    expect_error "$run.verify" 1 "model-tp0-pp0.bin: its header does not say what the manifest does" \
+        "$PLAIT" ckpt verify "$run" || return 1
+}
+
 check 3d_zero1_to_one_rank test_3d_zero1_to_one_rank
 check one_rank_to_3d_zero1 test_one_rank_to_3d_zero1
 check four_stages_to_tp_and_dp_zero2 test_four_stages_to_tp_and_dp_zero2
@@ -145,4 +180,6 @@ check interleaved_to_zb_h1 test_interleaved_to_zb_h1
 check a_mid_step_checkpoint_refuses_another_layout test_a_mid_step_checkpoint_refuses_another_layout
 check export_gives_the_sharded_models_logits test_export_gives_the_sharded_models_logits
 check import_trains_as_model_init test_import_trains_as_model_init
+check import_never_touches_a_running_runs_checkpoints test_import_never_touches_a_running_runs_checkpoints
+check swapped_stages_are_refused test_swapped_stages_are_refused
 finish

@@ -160,6 +160,19 @@ test_status_of_a_finished_run() {
     grep -q "memory       rank 0: plait check predicted .* MB .*, allocated .* MB" "$WORK/ref.status" || { cat "$WORK/ref.status"; return 1; }
 }
 
+# the measured speed beside what plait-train's cost model gave as it started
+# (run.json, from the CPU rates it measured then): the same figure in both
+test_status_shows_measured_beside_modelled() {
+    "$PLAIT" status "$WORK/ref" >"$WORK/ref.status2" || return 1
+    grep -qE "speed        [0-9]+ tokens/s, ETA - \(plait check's cost model: [0-9]+ tokens/s here, measured/modelled [0-9.]+\)" \
+        "$WORK/ref.status2" || { cat "$WORK/ref.status2"; return 1; }
+    "$PLAIT" status "$WORK/ref" --json | "$PY" -c '
+import json, sys
+s = json.load(sys.stdin)
+run = json.load(open(sys.argv[1] + "/run.json"))
+assert s["modelled_tokens_per_s"] == run["throughput"]["modelled_tokens_per_s"] > 0, (s, run["throughput"])' "$WORK/ref"
+}
+
 test_status_of_a_preempted_run() {
     local run=$WORK/preempted rc=0
     PLAIT_DEBUG_SIGNAL_AFTER_MICRO=8 "$PLAIT" train "$WORK/plan.json" --out "$run" >/dev/null 2>&1 || rc=$?
@@ -184,6 +197,37 @@ test_status_of_a_failed_run_says_why() {
     grep -q "state        failed (exit 1) at .*: data.train: .*failing.bin: .*the file shrank" "$run.status" || { cat "$run.status"; return 1; }
     "$PLAIT" status "$run" "$WORK/ref" --json >"$run.json" || return 1
     [ "$(wc -l <"$run.json")" -eq 2 ] || { cat "$run.json"; return 1; }
+}
+
+# A run directory is untrusted input: a hand-made end.json whose "end" is no
+# string, a message with terminal escape sequences, a step time of 1e15 ms:
+# plait status neither crashes nor prints the escapes raw nor a negative ETA.
+test_status_treats_the_run_directory_as_untrusted() {
+    local run=$WORK/hostile
+    cp -a "$WORK/ref" "$run"
+    "$PY" - "$run" <<'PYEOF' || return 1
+import json, sys
+run = sys.argv[1]
+e = json.load(open(run + "/end.json"))
+e.update({"end": 5, "message": "\x1b[31mred\x1b[0m"})
+json.dump(e, open(run + "/end.json", "w"))
+lines = [json.loads(l) for l in open(run + "/metrics.jsonl")]
+steps = [r for r in lines if "ms" in r]
+steps[-1]["ms"], steps[-1]["step"] = 1e15, 5
+open(run + "/metrics.jsonl", "w").write("".join(json.dumps(r) + "\n" for r in lines))
+PYEOF
+    "$PLAIT" status "$run" >"$run.status" 2>"$run.err" || { cat "$run.status" "$run.err"; return 1; }
+    grep -q "end.json: end: an integer, not a string" "$run.err" || { cat "$run.err"; return 1; }
+    "$PY" - "$run" <<'PYEOF' || return 1
+import json, sys
+e = json.load(open(sys.argv[1] + "/end.json"))
+e["end"] = "failed"
+json.dump(e, open(sys.argv[1] + "/end.json", "w"))
+PYEOF
+    "$PLAIT" status "$run" >"$run.status" 2>"$run.err" || { cat "$run.status" "$run.err"; return 1; }
+    ! grep -q $'\x1b' "$run.status" || { echo "an escape sequence reached the terminal"; cat -v "$run.status"; return 1; }
+    grep -q 'state        failed (exit 0) at .*: \\x1b\[31mred' "$run.status" || { cat -v "$run.status"; return 1; }
+    ! grep -q "ETA -" "$run.status" || { cat "$run.status"; return 1; }
 }
 
 test_status_of_a_directory_that_is_no_run_is_an_error() {

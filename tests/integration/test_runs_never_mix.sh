@@ -31,6 +31,24 @@ test_another_plan_in_the_same_run_directory_is_refused() {
     [ "$(grep -c '"step"' "$WORK/cwd/runs/plan/metrics.jsonl")" = 12 ] || { echo "metrics.jsonl was cut"; return 1; }
 }
 
+# A run directory whose plan.json was lost still holds a run: no plan may take
+# it over unseen (it had cut another run's metrics from 64 lines to 12); the
+# error says where a copy of the plan is.
+test_a_run_directory_without_its_plan_is_refused() {
+    cp -a "$WORK/ref" "$WORK/planless"
+    rm "$WORK/planless/plan.json"
+    local before
+    before=$(digest "$WORK/planless")
+    expect_error "$WORK/planless.log" 1 \
+        "$WORK/planless holds a run's history \(metrics or checkpoints\) but no plan.json, so nothing says which plan made it; put its plan back \(every checkpoint keeps a copy" \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/planless" --set optimizer.lr=1e-3 || return 1
+    [ "$before" = "$(digest "$WORK/planless")" ] || { echo "the run's files changed"; return 1; }
+    # put back from a checkpoint's copy, the same plan resumes
+    cp "$WORK/planless/checkpoints/step_00000012_0000/plan.json" "$WORK/planless/plan.json"
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/planless" >"$WORK/planless2.log" 2>&1 ||
+        { cat "$WORK/planless2.log"; return 1; }
+}
+
 test_a_shared_checkpoint_dir_with_another_seed_is_refused() {
     local shared=$WORK/shared-ckpt
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/s1" --set checkpoint.dir="$shared" >/dev/null 2>&1 || return 1
@@ -145,6 +163,7 @@ test_a_full_disk_leaves_no_temporaries_and_resumes() {
 }
 
 check another_plan_in_the_same_run_directory_is_refused test_another_plan_in_the_same_run_directory_is_refused
+check a_run_directory_without_its_plan_is_refused test_a_run_directory_without_its_plan_is_refused
 check a_shared_checkpoint_dir_with_another_seed_is_refused test_a_shared_checkpoint_dir_with_another_seed_is_refused
 check fields_that_may_change_resume_and_are_reported test_fields_that_may_change_resume_and_are_reported
 check fresh_starts_over test_fresh_starts_over

@@ -2,7 +2,7 @@
  * comment beside it): GPT-2 124M parameter shards, the runtime's 18 bytes per
  * parameter in bf16 (16 in fp32), ZeRO slices and padding, fp32 activations
  * by recompute policy, pipeline in-flight micro-batches by schedule, tp/pp/dp
- * traffic and step time. Plans come
+ * traffic and step time, a measured CPU rank's attention and memory-bound ops. Plans come
  * from JSON text; the layout is passed separately, ZeRO set on the struct. */
 #include <math.h>
 #include <stdint.h>
@@ -580,6 +580,140 @@ static void test_optimizer_pass_at_memory_bandwidth(void)
     plan_free(p);
 }
 
+/* ---- a measured CPU's terms ------------------------------------------------------------ */
+
+/* A model small enough to count by hand: 2 layers, C = 8, 2 heads, V = Vp = 16,
+ * T = maxT = 4, micro-batch 2, one micro-batch a step: 8 tokens, fp32. */
+static struct plan *tiny_plan(void)
+{
+    const char *text = "{\"model\": {\"layers\": 2, \"heads\": 2, \"hidden\": 8, \"vocab\": 16, "
+                       "\"padded_vocab\": 16, \"seq_len\": 4, \"max_seq_len\": 4},\n"
+                       " \"data\": {\"train\": \"train.bin\"}, \"batch\": {\"micro_batch\": 2},\n"
+                       " \"steps\": 10}\n";
+    struct plait_error err = {0};
+    struct plan *p = plan_load_text(text, "test_cost", "/", NULL, 0, &err);
+    CHECK(p != NULL, "plan_load_text: %s", err.text);
+    return p;
+}
+
+/* The tiny model on one CPU rank, its machine measured. Products: 6·(12·C²·L
+ * + Vp·C) = 6·(1,536 + 128) = 9,984 FLOPs a token, 79,872 a step, at 1 MFLOP/s
+ * 0.079872 s; attention 12·T·C·L = 768 a token, 6,144 a step, at 0.5 MFLOP/s
+ * 0.012288 s: compute 0.09216 s. Memory-bound values a token: each layer
+ * 18·C + 20·C/t = 304 (2 LayerNorms 2C + 4C each, 2 adds 3C each, GELU 5
+ * values an element of 4C), ×2 = 608; the embedding 8·C = 64; the final
+ * LayerNorm 6·C = 48 and the cross-entropy 4·Vp = 64: 784 values, ×4 bytes ×8
+ * tokens = 25,088 bytes, at 1 MB/s 0.025088 s. Parameters: wte 128 + wpe 32 +
+ * 2·(12·64 + 13·8) + 2·8 = 1,920; AdamW 2·(4 + 8)·1,920 + 4·1,920 = 53,760
+ * bytes and the gradient norm's read 4·1,920 = 7,680: 0.06144 s at 1 MB/s.
+ * tp 2 (h/t = 4, LayerNorms and adds whole on each rank): 2·(144 + 80) + 64 +
+ * 48 + 4·8 = 592 values, 18,944 bytes, 0.018944 s. Without the CPU's rates
+ * (a GPU, an unmeasured CPU) none of this is added. */
+static void test_cpu_rank_counts_attention_and_memory_bound_ops_apart(void)
+{
+    struct plan *p = tiny_plan();
+    if (!p) return;
+    struct cost_links cpu = {.device_tflops = 1e-6,
+                             .attention_tflops = 5e-7,
+                             .activation_gbps = 1e-3,
+                             .device_memory_gbps = 1e-3};
+    struct cost_time t;
+    cost_step_time(p, (struct cost_layout){1, 1, 1}, &cpu, &t);
+    CHECK(stage_params(p, (struct cost_layout){1, 1, 1}, 0) == 1920, "parameters");
+    CHECK(close_to(t.compute_s, 0.09216), "%.15g", t.compute_s);
+    CHECK(close_to(t.memory_s, 0.025088), "%.15g", t.memory_s);
+    CHECK(close_to(t.optimizer_s, 0.06144), "%.15g", t.optimizer_s);
+    CHECK(close_to(t.total_s, 0.09216 + 0.025088 + 0.06144), "%.15g", t.total_s);
+    cost_step_time(p, (struct cost_layout){2, 1, 1}, &cpu, &t);
+    CHECK(close_to(t.memory_s, 0.018944), "%.15g", t.memory_s);
+
+    struct cost_links plain = {.device_tflops = 1e-6, .device_memory_gbps = 1e-3};
+    cost_step_time(p, (struct cost_layout){1, 1, 1}, &plain, &t);
+    CHECK(close_to(t.compute_s, (79872.0 + 6144.0) / 1e6), "%.15g", t.compute_s);
+    CHECK(t.memory_s == 0 && close_to(t.optimizer_s, 0.05376), "%.15g %.15g", t.memory_s,
+          t.optimizer_s);
+    plan_free(p);
+}
+
+/* The tiny model's parallel starts (a CPU's ops, each an OpenMP region): per
+ * micro-batch 2 layers × (14 forward + 18 backward) + the head's 7 + the
+ * embedding's 2 = 73; per step 2 × 28 parameter tensors (12 a layer, wte, wpe,
+ * the final LayerNorm's 2) = 56: 129, at 1 ms 0.129 s. grad_accum 3: 73·3 +
+ * 56 = 275. Full recompute: 14 more a layer, 101 + 56 = 157. */
+static void test_cpu_rank_counts_its_parallel_ops(void)
+{
+    struct plan *p = tiny_plan();
+    if (!p) return;
+    struct cost_links cpu = {.device_tflops = 1e-6, .parallel_op_s = 1e-3};
+    struct cost_time t;
+    cost_step_time(p, (struct cost_layout){1, 1, 1}, &cpu, &t);
+    CHECK(close_to(t.parallel_s, 0.129), "%.15g", t.parallel_s);
+    CHECK(close_to(t.total_s, t.compute_s + 0.129), "%.15g", t.total_s);
+    p->batch.grad_accum = 3;
+    cost_step_time(p, (struct cost_layout){1, 1, 1}, &cpu, &t);
+    CHECK(close_to(t.parallel_s, 0.275), "%.15g", t.parallel_s);
+    p->batch.grad_accum = 1;
+    p->recompute = PLAN_RECOMPUTE_FULL;
+    cost_step_time(p, (struct cost_layout){1, 1, 1}, &cpu, &t);
+    CHECK(close_to(t.parallel_s, 0.157), "%.15g", t.parallel_s);
+    plan_free(p);
+}
+
+/* The pipeline's bubble idles the memory-bound ops too: pp 2, m 1:
+ * the slowest stage's work (compute + memory) times (pp − 1)/m. */
+static void test_cpu_bubble_counts_the_memory_bound_ops(void)
+{
+    struct plan *p = tiny_plan();
+    if (!p) return;
+    struct cost_links cpu = {.device_tflops = 1e-6,
+                             .attention_tflops = 5e-7,
+                             .activation_gbps = 1e-3,
+                             .tp_gbps = 1,
+                             .pp_gbps = 1,
+                             .dp_gbps = 1};
+    struct cost_time t;
+    cost_step_time(p, (struct cost_layout){1, 2, 1}, &cpu, &t);
+    CHECK(t.memory_s > 0 && close_to(t.bubble_s, t.compute_s + t.memory_s), "%.15g %.15g %.15g",
+          t.bubble_s, t.compute_s, t.memory_s);
+    cpu.parallel_op_s = 1e-3; /* and the parallel starts */
+    cost_step_time(p, (struct cost_layout){1, 2, 1}, &cpu, &t);
+    CHECK(t.parallel_s > 0 && close_to(t.bubble_s, t.compute_s + t.memory_s + t.parallel_s),
+          "%.15g %.15g", t.bubble_s, t.parallel_s);
+    plan_free(p);
+}
+
+/* A CPU rank gets its node's hardware threads over the node's ranks (a share
+ * below one when ranks share cores), at most its OpenMP threads; its rates
+ * are the measured ones per CPU times that. */
+static void test_cpu_rank_rates_divide_the_node_cpus(void)
+{
+    struct topo_core cores[3] = {{.n_pus = 2}, {.n_pus = 2}, {.n_pus = 2}};
+    struct topo t = {.cores = cores, .n_cores = 3};
+    struct place_node node = {.name = "n", .topo = &t, .slots = 12, .cpu_ranks = true};
+    struct place_rank ranks[12] = {{0}};
+    struct rank_map m = {.world = 4, .n_nodes = 1, .ranks = ranks};
+    CHECK(layout_cpus_per_rank(&m, &node, 0) == 1.5, "%g", layout_cpus_per_rank(&m, &node, 0));
+    CHECK(layout_cpus_per_rank(&m, &node, 1) == 1, "%g", layout_cpus_per_rank(&m, &node, 1));
+    m.world = 12;
+    CHECK(layout_cpus_per_rank(&m, &node, 8) == 0.5, "%g", layout_cpus_per_rank(&m, &node, 8));
+
+    struct cost_cpu_rates per_cpu = {.matmul_gflops = 100,
+                                     .attention_gflops = 50,
+                                     .activation_gbps = 10,
+                                     .memory_gbps = 20,
+                                     .parallel_op_us = 30};
+    struct cost_links l = {.device_tflops = 7};
+    layout_cpu_rank_links(&per_cpu, 1.5, false, &l);
+    CHECK(close_to(l.device_tflops, 0.15) && close_to(l.attention_tflops, 0.075) &&
+              close_to(l.activation_gbps, 15) && close_to(l.device_memory_gbps, 30),
+          "%g %g %g %g", l.device_tflops, l.attention_tflops, l.activation_gbps,
+          l.device_memory_gbps);
+    CHECK(close_to(l.parallel_op_s, 30e-6), "%g: a rank's, not per CPU", l.parallel_op_s);
+    l.device_tflops = 7; /* --device-tflops given: it stands */
+    layout_cpu_rank_links(&per_cpu, 1.5, true, &l);
+    CHECK(l.device_tflops == 7, "%g", l.device_tflops);
+}
+
 /* The calibration (layout.c): GPT-2 124M on one H100 80GB SXM (known by its PCI id)
  * models plait's own step within 25% of what make gpu-check measured on one
  * (2026-11-26): bf16 at 230,065 tokens/s at 16×1024 and 242,716 at 32×1024, fp8
@@ -595,8 +729,8 @@ static void test_gpt2_124m_on_h100_models_plaits_measured_step(void)
         double tokens_per_s;
     } anchors[] = {{16, "bf16", 230065}, {32, "bf16", 242716}, {16, "fp8", 148215}};
     for (size_t k = 0; k < 3 && h100.spec; k++) {
-        struct plan *p = load_plan(gpt2_124m, anchors[k].micro_batch, 1, anchors[k].precision,
-                                   "none");
+        struct plan *p =
+            load_plan(gpt2_124m, anchors[k].micro_batch, 1, anchors[k].precision, "none");
         if (!p) return;
         struct cost_links links = {.device_tflops = layout_device_tflops(&node, p->precision),
                                    .device_memory_gbps = layout_device_memory_gbps(&node)};
@@ -632,6 +766,10 @@ int main(void)
     RUN(test_zero_bandwidth_with_traffic_takes_forever);
     RUN(test_link_names);
     RUN(test_optimizer_pass_at_memory_bandwidth);
+    RUN(test_cpu_rank_counts_attention_and_memory_bound_ops_apart);
+    RUN(test_cpu_rank_counts_its_parallel_ops);
+    RUN(test_cpu_bubble_counts_the_memory_bound_ops);
+    RUN(test_cpu_rank_rates_divide_the_node_cpus);
     RUN(test_gpt2_124m_on_h100_models_plaits_measured_step);
     return check_exit_code();
 }

@@ -5,6 +5,7 @@
  * member that is wrong. On a real file system (a temp directory). */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -363,6 +364,39 @@ static void test_state_json_reads_back_what_was_written(void)
           err.text);
 }
 
+/* state.json is checked against the width the runtime keeps each count in,
+ * and against the checkpoint's own name: step 2^32 + 10 had read as 10,
+ * 2^31 − 1 made a run "already finished", tokens 2^63 − 1 overflowed. */
+static void test_state_json_is_checked_against_its_widths_and_name(void)
+{
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/step_00000005_0000", fresh_dir("state_name"));
+    mkdir(dir, 0755);
+    const struct {
+        const char *step, *tokens, *member;
+    } cases[] = {{"5", "100", NULL},
+                 {"4294967306", "100", "step"},
+                 {"2147483647", "100", "step"},
+                 {"5", "9223372036854775807", "tokens"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char text[512];
+        snprintf(text, sizeof text,
+                 "{\"step\": %s, \"micro\": 0, \"loss_sum\": 0, \"tokens\": %s, "
+                 "\"eval_pending\": false, \"data\": {\"epoch\": 0, \"shard\": 0, "
+                 "\"index\": 0}, \"sample_rng\": [\"1\", \"2\", \"3\", \"4\"]}",
+                 cases[i].step, cases[i].tokens);
+        put_file(dir, CKPT_STATE, text);
+        struct train_state r;
+        struct plait_error err = {.text = ""};
+        int rc = ckpt_read_state(dir, &r, &err);
+        if (!cases[i].member)
+            CHECK(rc == 0 && r.step == 5, "step %s: %s", cases[i].step, err.text);
+        else
+            CHECK(rc < 0 && names(&err, "step_00000005_0000/state.json", cases[i].member),
+                  "step %s tokens %s: %s", cases[i].step, cases[i].tokens, err.text);
+    }
+}
+
 static void test_manifest_reads_back_what_was_written(void)
 {
     const char *dir = fresh_dir("manifest");
@@ -440,6 +474,7 @@ int main(void)
     RUN(test_metrics_bad_record_names_the_file_line_and_member);
     RUN(test_end_json_reads_back_what_was_written);
     RUN(test_state_json_reads_back_what_was_written);
+    RUN(test_state_json_is_checked_against_its_widths_and_name);
     RUN(test_manifest_reads_back_what_was_written);
     RUN(test_manifest_malformed_names_the_file_and_member);
     fs_remove_tree(root, NULL);
