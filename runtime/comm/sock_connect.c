@@ -1,7 +1,10 @@
 /* sock_connect.c — listeners, published endpoints, and the authenticated mesh
  * of links a socket-backend communicator starts with (sock_connect.h has the
- * handshake). Every socket here is non-blocking and every wait has the
- * mesh's deadline; the progress engine is not running yet. */
+ * handshake; sock_handshake.c its bytes). An incoming connection is a
+ * stranger until it proves the job's secret: it claims no rank, holds one
+ * of a bounded number of slots (the oldest is evicted first), and has a
+ * deadline of its own. Every socket here is non-blocking and every wait has
+ * the mesh's deadline; the progress engine is not running yet. */
 #include "runtime/comm/sock_connect.h"
 
 #include <errno.h>
@@ -22,19 +25,19 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/sha256.h"
 #include "runtime/comm/comm.h"
+#include "runtime/comm/sock_handshake.h"
 
-#define HELLO_BYTES 56
-#define CHALLENGE_BYTES 64
-#define PROOF_BYTES 32
-#define ACK_BYTES 8
-#define NONCE_BYTES 32
-#define HANDSHAKE_VERSION 1u
-#define KIND_TCP 0u
-#define KIND_SHM 1u
 #define RETRY_MS 20
-#define MAX_STRANGERS 64 /* incoming connections not yet authenticated */
+/* One connection's handshake, either side, from connect or accept: a real
+ * peer needs milliseconds; a stranger that stalls is dropped (or, ours,
+ * retried) long before any mesh deadline. */
+#define HANDSHAKE_MS 3000
+#define MAX_STRANGERS 64 /* incoming connections that have not proved the secret */
+/* A stranger keeps its slot this long before a newcomer may take it (then
+ * the oldest goes first): however fast a flood connects, a real peer's
+ * connection lives long enough to prove the secret. */
+#define STRANGER_GRACE_MS 500
 
 int64_t sock_now_us(void)
 {
@@ -48,16 +51,6 @@ int64_t sock_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 static int random_bytes(void *buf, size_t n)
@@ -144,58 +137,64 @@ static bool outward_address(int family, struct sockaddr_storage *out)
     return found;
 }
 
-/* Listens on every address of the family that reaches the store, and
- * publishes the one that reaches it, unless that is a loopback address (a
- * host name that resolves to 127.0.1.1 on its own node): then one other
- * hosts can reach, if there is one. */
+/* A fresh abstract Unix socket for the peers on this node. Abstract names
+ * have no permissions and anyone on the node can read them from
+ * /proc/net/unix: the mesh asks each caller who it is (SO_PEERCRED). */
+static int listen_unix(struct sock_listeners *ls, struct plait_error *err)
+{
+    uint8_t rnd[12];
+    if (random_bytes(rnd, sizeof rnd)) return error_errno(err, "getrandom");
+    char name[40] = "plait-comm-";
+    for (size_t i = 0; i < sizeof rnd; i++) sprintf(name + 11 + 2 * i, "%02x", rnd[i]);
+    struct sockaddr_un un = {.sun_family = AF_UNIX};
+    memcpy(un.sun_path + 1, name, strlen(name)); /* abstract: a leading NUL */
+    socklen_t un_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+    ls->unix_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (ls->unix_fd < 0 || bind(ls->unix_fd, (struct sockaddr *)&un, un_len) != 0 ||
+        listen(ls->unix_fd, 128) != 0)
+        return error_errno(err, "listening on a Unix socket");
+    snprintf(ls->self.unix_name, sizeof ls->self.unix_name, "%s", name);
+    return 0;
+}
+
+/* Listens on TCP at the one address it publishes: the local address that
+ * reaches the store, unless that is a loopback address (a host name that
+ * resolves to 127.0.1.1 on its own node): then one other hosts can reach, if
+ * there is one. Never the wildcard: peers are given this address, and
+ * nobody else needs to reach the listener at any other. */
 int sock_listen(struct sock_listeners *ls, const char *route_host, bool want_unix,
                 struct plait_error *err)
 {
     memset(ls, 0, sizeof *ls);
     ls->tcp_fd = ls->unix_fd = -1;
-    struct sockaddr_storage route, any = {0};
+    struct sockaddr_storage addr;
     socklen_t len;
-    if (route_address(route_host, &route, &len, err)) return -1;
-    if (is_loopback((struct sockaddr *)&route)) outward_address(route.ss_family, &route);
-    any.ss_family = route.ss_family; /* the wildcard address, port 0 */
-    len = route.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-    ls->tcp_fd = socket(route.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (ls->tcp_fd < 0 || bind(ls->tcp_fd, (struct sockaddr *)&any, len) != 0 ||
+    char port[16];
+    if (route_address(route_host, &addr, &len, err)) return -1;
+    if (is_loopback((struct sockaddr *)&addr)) outward_address(addr.ss_family, &addr);
+    if (addr.ss_family == AF_INET) {
+        ((struct sockaddr_in *)&addr)->sin_port = 0;
+        len = sizeof(struct sockaddr_in);
+    } else {
+        ((struct sockaddr_in6 *)&addr)->sin6_port = 0;
+        len = sizeof(struct sockaddr_in6);
+    }
+    ls->tcp_fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (ls->tcp_fd < 0 || bind(ls->tcp_fd, (struct sockaddr *)&addr, len) != 0 ||
         listen(ls->tcp_fd, 128) != 0) {
         error_errno(err, "listening on TCP");
         goto fail;
     }
-    socklen_t bound_len = sizeof any;
-    char port[16];
-    if (getsockname(ls->tcp_fd, (struct sockaddr *)&any, &bound_len) != 0 ||
-        getnameinfo((struct sockaddr *)&any, bound_len, NULL, 0, port, sizeof port,
-                    NI_NUMERICSERV) != 0 ||
-        getnameinfo((struct sockaddr *)&route, len, ls->self.host, sizeof ls->self.host, NULL, 0,
-                    NI_NUMERICHOST) != 0) {
+    len = sizeof addr;
+    if (getsockname(ls->tcp_fd, (struct sockaddr *)&addr, &len) != 0 ||
+        getnameinfo((struct sockaddr *)&addr, len, ls->self.host, sizeof ls->self.host, port,
+                    sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
         error_errno(err, "reading the TCP listener's address");
         goto fail;
     }
     ls->self.port = atoi(port);
     snprintf(ls->self.unix_name, sizeof ls->self.unix_name, "-");
-    if (want_unix) {
-        uint8_t rnd[12];
-        if (random_bytes(rnd, sizeof rnd)) {
-            error_errno(err, "getrandom");
-            goto fail;
-        }
-        char name[40] = "plait-comm-";
-        for (size_t i = 0; i < sizeof rnd; i++) sprintf(name + 11 + 2 * i, "%02x", rnd[i]);
-        struct sockaddr_un un = {.sun_family = AF_UNIX};
-        memcpy(un.sun_path + 1, name, strlen(name)); /* abstract: a leading NUL */
-        socklen_t un_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
-        ls->unix_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (ls->unix_fd < 0 || bind(ls->unix_fd, (struct sockaddr *)&un, un_len) != 0 ||
-            listen(ls->unix_fd, 128) != 0) {
-            error_errno(err, "listening on a Unix socket");
-            goto fail;
-        }
-        snprintf(ls->self.unix_name, sizeof ls->self.unix_name, "%s", name);
-    }
+    if (want_unix && listen_unix(ls, err)) goto fail;
     return 0;
 fail:
     sock_listeners_close(ls);
@@ -227,36 +226,24 @@ enum pend_state {
 struct pend {
     int fd;
     bool outgoing, shm;
-    int peer; /* outgoing: the target; incoming: from its hello (-1 before) */
+    /* outgoing: the target. Incoming: the rank its hello names (-1 before),
+     * a claim that gives it nothing until it is proven: strangers may name
+     * the same rank, and only a proven one becomes that rank's link. */
+    int peer;
+    bool proven; /* incoming: it proved the secret */
     enum pend_state state;
-    uint8_t buf[CHALLENGE_BYTES];
+    struct sock_transcript t;
+    uint8_t buf[SOCK_CHALLENGE_BYTES];
     size_t need, have;
-    uint8_t nonce_c[NONCE_BYTES], nonce_a[NONCE_BYTES];
     int memfd; /* shared memory: the connector's, or the one received */
     void *map;
+    int64_t deadline_ms; /* of this handshake (accepted earlier: sooner) */
     int64_t retry_at_ms; /* outgoing, after a failed attempt */
 };
 
-static void mac(const struct sock_mesh *m, bool acceptor, int from, int to, uint32_t kind,
-                const uint8_t *nonce_c, const uint8_t *nonce_a, uint8_t out[SHA256_DIGEST_BYTES])
+static uint32_t pend_kind(const struct pend *p)
 {
-    const char *label = acceptor ? "plait-comm-v1 acceptor" : "plait-comm-v1 connector";
-    size_t name_len = strlen(m->comm_name), n = 0;
-    uint8_t msg[64 + 4 + COMM_MAX_NAME_BYTES + 16 + 12 + 2 * NONCE_BYTES];
-    memcpy(msg, label, strlen(label));
-    n += strlen(label);
-    put_u32(msg + n, (uint32_t)name_len);
-    n += 4;
-    memcpy(msg + n, m->comm_name, name_len);
-    n += name_len;
-    put_u32(msg + n, (uint32_t)from);
-    put_u32(msg + n + 4, (uint32_t)to);
-    put_u32(msg + n + 8, kind);
-    n += 12;
-    memcpy(msg + n, nonce_c, NONCE_BYTES);
-    memcpy(msg + n + NONCE_BYTES, nonce_a, NONCE_BYTES);
-    n += 2 * NONCE_BYTES;
-    sha256_hmac(m->secret, strlen(m->secret), msg, n, out);
+    return p->shm ? SOCK_KIND_SHM : SOCK_KIND_TCP;
 }
 
 static void pend_close(struct pend *p)
@@ -312,6 +299,7 @@ static int start_connect(const struct sock_mesh *m, struct pend *p, struct plait
         }
     }
     p->state = C_CONNECTING;
+    p->deadline_ms = sock_now_ms() + HANDSHAKE_MS;
     return 0;
 }
 
@@ -413,106 +401,105 @@ static int take_shm(struct pend *p)
     return 0;
 }
 
+/* The connector's side, one message: 1 when it moved on, 0 to wait, -1 when
+ * this connection failed (retry), -2 when the peer proved another secret. */
+static int connector_step(const struct sock_mesh *m, struct pend *p, struct plait_error *err)
+{
+    int io;
+    switch (p->state) {
+    case C_CONNECTING: {
+        struct pollfd pf = {.fd = p->fd, .events = POLLOUT};
+        if (poll(&pf, 1, 0) <= 0) return 0;
+        int so_error = 0;
+        socklen_t len = sizeof so_error;
+        if (getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0 || so_error) return -1;
+        if (random_bytes(p->t.nonce_c, SOCK_NONCE_BYTES)) return -1;
+        expect(p, C_HELLO_OUT, SOCK_HELLO_BYTES);
+        sock_hello_write(&p->t, p->buf);
+        return 1;
+    }
+    case C_HELLO_OUT:
+        if ((io = pend_io(p, true)) <= 0) return io;
+        expect(p, C_CHALLENGE_IN, SOCK_CHALLENGE_BYTES);
+        return 1;
+    case C_CHALLENGE_IN:
+        if ((io = pend_io(p, false)) <= 0) return io;
+        if (!sock_challenge_read(p->buf, p->have, &p->t)) {
+            error_set(err,
+                      "rank %d (%s, pid %ld) did not prove this job's secret: is "
+                      "PLAIT_STORE_SECRET the same for every rank?",
+                      p->peer, m->peers[p->peer].hostname, m->peers[p->peer].pid);
+            return -2;
+        }
+        if (p->shm && make_shm(p)) {
+            error_errno(err, "making shared memory for rank %d", p->peer);
+            return -2;
+        }
+        expect(p, C_PROOF_OUT, SOCK_PROOF_BYTES);
+        sock_proof_write(&p->t, p->buf);
+        return 1;
+    case C_PROOF_OUT:
+        if ((io = pend_io(p, true)) <= 0) return io;
+        expect(p, C_ACK_IN, SOCK_ACK_BYTES);
+        return 1;
+    case C_ACK_IN:
+        if ((io = pend_io(p, false)) <= 0) return io;
+        if (!sock_ack_valid(p->buf, p->have)) return -1;
+        p->state = P_DONE;
+        return 1;
+    default:
+        return -1;
+    }
+}
+
+/* The acceptor's side, one message: 1 when it moved on, 0 to wait, -1 when
+ * the stranger is to be dropped. Its hello only names a rank; it is that
+ * rank once its proof holds, and only if that rank has no link yet. */
+static int acceptor_step(const struct sock_mesh *m, struct pend *p, const bool *connected)
+{
+    int io;
+    switch (p->state) {
+    case A_HELLO_IN:
+        if ((io = pend_io(p, false)) <= 0) return io;
+        if (sock_hello_read(p->buf, p->have, m->rank, m->size, pend_kind(p), &p->t) ||
+            connected[p->t.from] || m->use_shm[p->t.from] != p->shm)
+            return -1;
+        p->peer = p->t.from;
+        if (random_bytes(p->t.nonce_a, SOCK_NONCE_BYTES)) return -1;
+        expect(p, A_CHALLENGE_OUT, SOCK_CHALLENGE_BYTES);
+        sock_challenge_write(&p->t, p->buf);
+        return 1;
+    case A_CHALLENGE_OUT:
+        if ((io = pend_io(p, true)) <= 0) return io;
+        expect(p, A_PROOF_IN, SOCK_PROOF_BYTES);
+        return 1;
+    case A_PROOF_IN:
+        if ((io = pend_io(p, false)) <= 0) return io;
+        if (!sock_proof_valid(&p->t, p->buf, p->have) || connected[p->peer]) return -1;
+        if (p->shm && take_shm(p)) return -1;
+        p->proven = true;
+        expect(p, A_ACK_OUT, SOCK_ACK_BYTES);
+        sock_ack_write(p->buf);
+        return 1;
+    case A_ACK_OUT:
+        if ((io = pend_io(p, true)) <= 0) return io;
+        p->state = P_DONE;
+        return 1;
+    default:
+        return -1;
+    }
+}
+
 /* Advances one handshake as far as it goes without waiting. 1: done;
  * 0: waiting; -1: this connection failed (retry or drop); -2: fatal (err). */
 static int advance(const struct sock_mesh *m, struct pend *p, const bool *connected,
                    struct plait_error *err)
 {
-    for (;;) {
-        int io;
-        switch (p->state) {
-        case C_CONNECTING: {
-            struct pollfd pf = {.fd = p->fd, .events = POLLOUT};
-            if (poll(&pf, 1, 0) <= 0) return 0;
-            int so_error = 0;
-            socklen_t len = sizeof so_error;
-            if (getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0 || so_error)
-                return -1;
-            if (random_bytes(p->nonce_c, NONCE_BYTES)) return -1;
-            expect(p, C_HELLO_OUT, HELLO_BYTES);
-            memcpy(p->buf, "PLCM", 4);
-            put_u32(p->buf + 4, HANDSHAKE_VERSION);
-            put_u32(p->buf + 8, (uint32_t)m->rank);
-            put_u32(p->buf + 12, (uint32_t)p->peer);
-            put_u32(p->buf + 16, p->shm ? KIND_SHM : KIND_TCP);
-            put_u32(p->buf + 20, 0);
-            memcpy(p->buf + 24, p->nonce_c, NONCE_BYTES);
-            break;
-        }
-        case C_HELLO_OUT:
-            if ((io = pend_io(p, true)) <= 0) return io;
-            expect(p, C_CHALLENGE_IN, CHALLENGE_BYTES);
-            break;
-        case C_CHALLENGE_IN: {
-            if ((io = pend_io(p, false)) <= 0) return io;
-            uint8_t want[SHA256_DIGEST_BYTES];
-            uint32_t kind = p->shm ? KIND_SHM : KIND_TCP;
-            memcpy(p->nonce_a, p->buf, NONCE_BYTES);
-            mac(m, true, m->rank, p->peer, kind, p->nonce_c, p->nonce_a, want);
-            if (!sha256_equal_ct(want, p->buf + NONCE_BYTES, SHA256_DIGEST_BYTES)) {
-                error_set(err,
-                          "rank %d (%s, pid %ld) did not prove this job's secret: is "
-                          "PLAIT_STORE_SECRET the same for every rank?",
-                          p->peer, m->peers[p->peer].hostname, m->peers[p->peer].pid);
-                return -2;
-            }
-            if (p->shm && make_shm(p)) {
-                error_errno(err, "making shared memory for rank %d", p->peer);
-                return -2;
-            }
-            expect(p, C_PROOF_OUT, PROOF_BYTES);
-            mac(m, false, m->rank, p->peer, kind, p->nonce_c, p->nonce_a, p->buf);
-            break;
-        }
-        case C_PROOF_OUT:
-            if ((io = pend_io(p, true)) <= 0) return io;
-            expect(p, C_ACK_IN, ACK_BYTES);
-            break;
-        case C_ACK_IN:
-            if ((io = pend_io(p, false)) <= 0) return io;
-            if (memcmp(p->buf, "PLOK", 4) != 0) return -1;
-            p->state = P_DONE;
-            return 1;
-        case A_HELLO_IN: {
-            if ((io = pend_io(p, false)) <= 0) return io;
-            int from = (int)get_u32(p->buf + 8), to = (int)get_u32(p->buf + 12);
-            uint32_t kind = get_u32(p->buf + 16);
-            if (memcmp(p->buf, "PLCM", 4) != 0 || get_u32(p->buf + 4) != HANDSHAKE_VERSION ||
-                to != m->rank || from <= m->rank || from >= m->size || connected[from] ||
-                kind != (p->shm ? KIND_SHM : KIND_TCP) || m->use_shm[from] != p->shm)
-                return -1;
-            p->peer = from;
-            memcpy(p->nonce_c, p->buf + 24, NONCE_BYTES);
-            if (random_bytes(p->nonce_a, NONCE_BYTES)) return -1;
-            expect(p, A_CHALLENGE_OUT, CHALLENGE_BYTES);
-            memcpy(p->buf, p->nonce_a, NONCE_BYTES);
-            mac(m, true, from, m->rank, kind, p->nonce_c, p->nonce_a, p->buf + NONCE_BYTES);
-            break;
-        }
-        case A_CHALLENGE_OUT:
-            if ((io = pend_io(p, true)) <= 0) return io;
-            expect(p, A_PROOF_IN, PROOF_BYTES);
-            break;
-        case A_PROOF_IN: {
-            if ((io = pend_io(p, false)) <= 0) return io;
-            uint8_t want[SHA256_DIGEST_BYTES];
-            mac(m, false, p->peer, m->rank, p->shm ? KIND_SHM : KIND_TCP, p->nonce_c, p->nonce_a,
-                want);
-            if (!sha256_equal_ct(want, p->buf, SHA256_DIGEST_BYTES)) return -1;
-            if (p->shm && take_shm(p)) return -1;
-            expect(p, A_ACK_OUT, ACK_BYTES);
-            memcpy(p->buf, "PLOK", 4);
-            put_u32(p->buf + 4, 0);
-            break;
-        }
-        case A_ACK_OUT:
-            if ((io = pend_io(p, true)) <= 0) return io;
-            p->state = P_DONE;
-            return 1;
-        case P_DONE:
-            return 1;
-        }
+    while (p->state != P_DONE) {
+        int step = p->outgoing ? connector_step(m, p, err) : acceptor_step(m, p, connected);
+        if (step <= 0) return step;
     }
+    return 1;
 }
 
 /* The handshake is done: the connection becomes links[peer]. */
@@ -556,118 +543,215 @@ static void missing_ranks(const struct sock_mesh *m, const bool *connected, char
     if (more && used < n) snprintf(out + used, n - used, " and %d more", more);
 }
 
+/* ---- the mesh --------------------------------------------------------------- */
+
+/* One mesh being made: the handshakes (slots 0..rank-1 ours, to the lower
+ * ranks; the rest incoming, strangers until proven), the ranks with a link,
+ * and the poll set. */
+struct mesh_run {
+    const struct sock_mesh *m;
+    struct sock_listeners *ls;
+    struct sock_link *links;
+    struct pend *ps; /* [cap] */
+    int cap;
+    bool *connected;     /* [size] */
+    struct pollfd *pfds; /* [cap + 2]: the listeners, then the handshakes */
+    int remaining;
+    uint64_t *refused;
+};
+
+/* A connection that failed: ours is tried again shortly (until the mesh's
+ * deadline); a stranger's slot is freed, and it is counted. */
+static void pend_fail(struct mesh_run *r, struct pend *p, int64_t now)
+{
+    pend_close(p);
+    if (p->outgoing) {
+        p->state = C_CONNECTING;
+        p->retry_at_ms = now + RETRY_MS;
+        return;
+    }
+    ++*r->refused;
+    p->state = A_HELLO_IN;
+    p->peer = -1;
+    p->proven = false;
+}
+
+/* p proved that it is rank p->peer: any other stranger naming that rank is not. */
+static void drop_rivals(struct mesh_run *r, const struct pend *p, int64_t now)
+{
+    for (int i = r->m->rank; i < r->cap; i++) {
+        struct pend *q = &r->ps[i];
+        if (q != p && !q->outgoing && q->fd >= 0 && q->state != P_DONE && q->peer == p->peer)
+            pend_fail(r, q, now);
+    }
+}
+
+/* Moves every handshake on as far as it goes without waiting, retries ours
+ * when due, and fails those past their own deadline. 0, or -1 (err) when the
+ * mesh cannot form. */
+static int mesh_progress(struct mesh_run *r, int64_t now, struct plait_error *err)
+{
+    for (int i = 0; i < r->cap; i++) {
+        struct pend *p = &r->ps[i];
+        if (p->outgoing && p->fd < 0 && !r->connected[p->peer] && now >= p->retry_at_ms &&
+            start_connect(r->m, p, err))
+            return -1;
+        if (p->fd < 0 || p->state == P_DONE) continue;
+        bool was_proven = p->proven;
+        int a = now >= p->deadline_ms ? -1 : advance(r->m, p, r->connected, err);
+        if (a == -2) return -1;
+        if (p->proven && !was_proven) drop_rivals(r, p, now);
+        if (a == -1) pend_fail(r, p, now);
+        if (a == 1) {
+            if (finish(p, r->links, r->connected, err)) return -1;
+            r->remaining--;
+        }
+    }
+    return 0;
+}
+
+/* Sleeps until a socket is ready, a retry or a handshake's deadline is due,
+ * or the mesh's deadline (a second at most). */
+static int mesh_wait(struct mesh_run *r, struct plait_error *err)
+{
+    int np = 0;
+    int64_t wake = r->m->deadline_ms;
+    r->pfds[np++] = (struct pollfd){.fd = r->ls->tcp_fd, .events = POLLIN};
+    r->pfds[np++] = (struct pollfd){.fd = r->ls->unix_fd, .events = POLLIN};
+    for (int i = 0; i < r->cap; i++) {
+        const struct pend *p = &r->ps[i];
+        if (p->outgoing && p->fd < 0 && !r->connected[p->peer] && p->retry_at_ms < wake)
+            wake = p->retry_at_ms;
+        if (p->fd < 0 || p->state == P_DONE) continue;
+        if (p->deadline_ms < wake) wake = p->deadline_ms;
+        bool out = p->state == C_CONNECTING || p->state == C_HELLO_OUT || p->state == C_PROOF_OUT ||
+                   p->state == A_CHALLENGE_OUT || p->state == A_ACK_OUT;
+        r->pfds[np++] = (struct pollfd){.fd = p->fd, .events = out ? POLLOUT : POLLIN};
+    }
+    int64_t wait_ms = wake - sock_now_ms();
+    int k = poll(r->pfds, (nfds_t)np, wait_ms < 0 ? 0 : wait_ms > 1000 ? 1000 : (int)wait_ms);
+    if (k < 0 && errno != EINTR) return error_errno(err, "poll");
+    return 0;
+}
+
+/* Whether the process at the other end of a Unix socket runs as this
+ * process's user (the abstract name is no secret: /proc/net/unix lists it). */
+static bool same_user(int fd)
+{
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && len == sizeof cred &&
+           cred.uid == geteuid();
+}
+
+/* A slot for a new stranger: a free one, else the one of the oldest stranger
+ * that has not proved the secret, if that had STRANGER_GRACE_MS (dropped,
+ * counted): a flood then evicts its own, and a real peer keeps its slot long
+ * enough to prove itself. -1: none (the newcomer is turned away). */
+static int stranger_slot(struct mesh_run *r, int64_t now)
+{
+    int oldest = -1;
+    for (int i = r->m->rank; i < r->cap; i++) {
+        const struct pend *p = &r->ps[i];
+        if (p->fd < 0 && p->state != P_DONE) return i;
+        if (!p->outgoing && p->fd >= 0 && p->state != P_DONE && !p->proven &&
+            (oldest < 0 || p->deadline_ms < r->ps[oldest].deadline_ms))
+            oldest = i;
+    }
+    if (oldest < 0 || r->ps[oldest].deadline_ms - HANDSHAKE_MS + STRANGER_GRACE_MS > now) return -1;
+    pend_fail(r, &r->ps[oldest], now);
+    return oldest;
+}
+
+/* Accepts what the listeners hold, each connection a stranger with
+ * HANDSHAKE_MS to prove the secret; on the Unix socket only this user's. */
+static void mesh_accept(struct mesh_run *r, int64_t now)
+{
+    for (int li = 0; li < 2; li++) {
+        if (r->pfds[li].fd < 0 || !(r->pfds[li].revents & POLLIN)) continue;
+        for (int k = 0; k < MAX_STRANGERS; k++) { /* then the handshakes get a turn */
+            int fd = accept4(r->pfds[li].fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0) break;
+            int slot = li == 1 && !same_user(fd) ? -1 : stranger_slot(r, now);
+            if (slot < 0) {
+                ++*r->refused;
+                close(fd);
+                continue;
+            }
+            struct pend *p = &r->ps[slot];
+            *p = (struct pend){.fd = fd,
+                               .memfd = -1,
+                               .peer = -1,
+                               .shm = li == 1,
+                               .deadline_ms = now + HANDSHAKE_MS,
+                               .t = {.comm_name = r->m->comm_name, .secret = r->m->secret}};
+            expect(p, A_HELLO_IN, SOCK_HELLO_BYTES);
+        }
+    }
+}
+
+static void mesh_timed_out(const struct mesh_run *r, uint64_t refused_before,
+                           struct plait_error *err)
+{
+    char who[600], turned[160] = "";
+    missing_ranks(r->m, r->connected, who, sizeof who);
+    if (*r->refused > refused_before)
+        snprintf(turned, sizeof turned,
+                 "; %llu connection(s) that did not prove the job's secret were turned away",
+                 (unsigned long long)(*r->refused - refused_before));
+    error_peer_lost(err,
+                    "no connection with rank(s) %s in time (they published addresses, then "
+                    "did not connect or answer)%s",
+                    who, turned);
+}
+
 int sock_mesh_connect(const struct sock_mesh *m, struct sock_listeners *ls, struct sock_link *links,
                       uint64_t *refused, struct plait_error *err)
 {
-    int n = m->size, rc = -1, remaining = n - 1;
-    int cap = n + MAX_STRANGERS;
-    struct pend *ps = calloc((size_t)cap, sizeof *ps);
-    bool *connected = calloc((size_t)n, sizeof *connected);
-    struct pollfd *pfds = calloc((size_t)cap + 2, sizeof *pfds);
-    if (!ps || !connected || !pfds) {
+    int rc = -1;
+    uint64_t refused_before = *refused;
+    struct mesh_run r = {
+        .m = m, .ls = ls, .links = links, .cap = m->size + MAX_STRANGERS, .refused = refused};
+    r.remaining = m->size - 1;
+    r.ps = calloc((size_t)r.cap, sizeof *r.ps);
+    r.connected = calloc((size_t)m->size, sizeof *r.connected);
+    r.pfds = calloc((size_t)r.cap + 2, sizeof *r.pfds);
+    if (!r.ps || !r.connected || !r.pfds) {
         error_errno(err, "allocating the connection table");
         goto out;
     }
-    for (int i = 0; i < cap; i++) ps[i].fd = ps[i].memfd = -1, ps[i].peer = -1;
-    /* slots 0..rank-1: our connections to lower ranks; the rest: strangers */
-    for (int r = 0; r < m->rank; r++) {
-        ps[r].outgoing = true;
-        ps[r].peer = r;
-        ps[r].shm = m->use_shm[r];
-        if (start_connect(m, &ps[r], err)) goto out;
+    for (int i = 0; i < r.cap; i++) r.ps[i].fd = r.ps[i].memfd = r.ps[i].peer = -1;
+    for (int to = 0; to < m->rank; to++) {
+        struct pend *p = &r.ps[to];
+        *p = (struct pend){
+            .fd = -1, .memfd = -1, .outgoing = true, .peer = to, .shm = m->use_shm[to]};
+        p->t = (struct sock_transcript){.comm_name = m->comm_name,
+                                        .secret = m->secret,
+                                        .from = m->rank,
+                                        .to = to,
+                                        .kind = pend_kind(p)};
+        if (start_connect(m, p, err)) goto out;
     }
-    while (remaining > 0) {
+    while (r.remaining > 0) {
         int64_t now = sock_now_ms();
         if (now >= m->deadline_ms) {
-            char who[600];
-            missing_ranks(m, connected, who, sizeof who);
-            error_peer_lost(err,
-                            "no connection with rank(s) %s in time (they published addresses, then "
-                            "did not connect or answer)",
-                            who);
+            mesh_timed_out(&r, refused_before, err);
             goto out;
         }
-        /* progress every handshake; retry failed outgoing ones */
-        for (int i = 0; i < cap; i++) {
-            struct pend *p = &ps[i];
-            if (p->outgoing && p->fd < 0 && !connected[p->peer] && now >= p->retry_at_ms) {
-                if (start_connect(m, p, err)) goto out;
-            }
-            if (p->fd < 0 || p->state == P_DONE) continue;
-            int a = advance(m, p, connected, err);
-            if (a == -2) goto out;
-            if (a == -1) {
-                if (!p->outgoing) ++*refused;
-                pend_close(p);
-                p->state = p->outgoing ? C_CONNECTING : A_HELLO_IN;
-                if (!p->outgoing) p->peer = -1;
-                if (p->outgoing) p->retry_at_ms = now + RETRY_MS;
-                continue;
-            }
-            if (a == 1) {
-                if (finish(p, links, connected, err)) goto out;
-                remaining--;
-            }
-        }
-        if (remaining == 0) break;
-        /* sleep until a socket is ready, a retry is due, or the deadline */
-        int np = 0;
-        int64_t wake = m->deadline_ms;
-        pfds[np++] = (struct pollfd){.fd = ls->tcp_fd, .events = POLLIN};
-        pfds[np++] = (struct pollfd){.fd = ls->unix_fd, .events = POLLIN};
-        for (int i = 0; i < cap; i++) {
-            struct pend *p = &ps[i];
-            if (p->outgoing && p->fd < 0 && !connected[p->peer] && p->retry_at_ms < wake)
-                wake = p->retry_at_ms;
-            if (p->fd < 0 || p->state == P_DONE) continue;
-            bool out = p->state == C_CONNECTING || p->state == C_HELLO_OUT ||
-                       p->state == C_PROOF_OUT || p->state == A_CHALLENGE_OUT ||
-                       p->state == A_ACK_OUT;
-            pfds[np++] = (struct pollfd){.fd = p->fd, .events = out ? POLLOUT : POLLIN};
-        }
-        int64_t wait_ms = wake - sock_now_ms();
-        int k = poll(pfds, (nfds_t)np, wait_ms < 0 ? 0 : wait_ms > 1000 ? 1000 : (int)wait_ms);
-        if (k < 0 && errno != EINTR) {
-            error_errno(err, "poll");
-            goto out;
-        }
-        /* accept strangers into free slots (the oldest stranger makes room) */
-        for (int li = 0; li < 2; li++) {
-            if (pfds[li].fd < 0 || !(pfds[li].revents & POLLIN)) continue;
-            for (;;) {
-                int fd = accept4(pfds[li].fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-                if (fd < 0) break;
-                int slot = -1;
-                for (int i = m->rank; i < cap && slot < 0; i++)
-                    if (ps[i].fd < 0 && ps[i].state != P_DONE) slot = i;
-                if (slot < 0) {
-                    for (int i = m->rank; i < cap; i++)
-                        if (ps[i].state != P_DONE && ps[i].peer < 0) {
-                            ++*refused;
-                            pend_close(&ps[i]);
-                            slot = i;
-                            break;
-                        }
-                }
-                if (slot < 0) { /* cannot happen: more slots than ranks */
-                    close(fd);
-                    continue;
-                }
-                struct pend *p = &ps[slot];
-                *p = (struct pend){.fd = fd, .memfd = -1, .peer = -1, .shm = li == 1};
-                expect(p, A_HELLO_IN, HELLO_BYTES);
-            }
-        }
+        if (mesh_progress(&r, now, err)) goto out;
+        if (r.remaining == 0) break;
+        if (mesh_wait(&r, err)) goto out;
+        mesh_accept(&r, sock_now_ms());
     }
     rc = 0;
 out:
-    if (ps)
-        for (int i = 0; i < cap; i++) pend_close(&ps[i]);
+    if (r.ps)
+        for (int i = 0; i < r.cap; i++) pend_close(&r.ps[i]);
     if (rc)
-        for (int r = 0; r < n && connected; r++)
-            if (connected[r]) sock_link_close(&links[r]);
-    free(ps);
-    free(connected);
-    free(pfds);
+        for (int i = 0; i < m->size && r.connected; i++)
+            if (r.connected[i]) sock_link_close(&links[i]);
+    free(r.ps);
+    free(r.connected);
+    free(r.pfds);
     return rc;
 }

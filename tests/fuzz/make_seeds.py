@@ -2,6 +2,8 @@
 """make_seeds.py — writes the seed corpora under tests/fuzz/corpus/ from the plan
 golden cases and from small llm.c files built here (what each target reads:
 tests/fuzz/README.md). Run from the repository root; it replaces the seeds."""
+import hashlib
+import hmac
 import os
 import shutil
 import struct
@@ -125,7 +127,59 @@ def llmc_corpus():
         open(os.path.join(d, name), "wb").write(seed)
 
 
+# fuzz_sock_handshake: struct control (ranks - 1, acceptor, flags, hello bytes,
+# name bytes, secret bytes), the name, the secret, nonce_a, then the hello,
+# challenge, proof and ack (sock_connect.h), with MACs made here
+HS_SHM, HS_RIGHT_PROOF, HS_RIGHT_CHALLENGE = 1, 2, 4
+
+
+def hs_mac(secret, label, name, frm, to, kind, nonce_c, nonce_a):
+    t = struct.pack("<I", len(name)) + name + struct.pack("<iiI", frm, to, kind)
+    t += nonce_c + nonce_a
+    return hmac.new(secret, label + t, hashlib.sha256).digest()
+
+
+def hs_seed(ranks, to, frm, kind, flags=0, hello=None, name=b"world.g0", secret=b"s" * 64,
+            good_macs=True, ack=b"PLOK\0\0\0\0"):
+    nonce_c, nonce_a = bytes(range(32)), bytes(range(100, 132))
+    if hello is None:
+        hello = b"PLCM" + struct.pack("<IiiII", 1, frm, to, kind, 0) + nonce_c
+    flags |= HS_SHM if kind == 1 else 0
+    pair = (name, frm, to, kind, nonce_c, nonce_a)
+    challenge = nonce_a + hs_mac(secret, b"plait-comm-v1 acceptor", *pair)
+    proof = hs_mac(secret, b"plait-comm-v1 connector", *pair)
+    if not good_macs:
+        challenge, proof = bytes(64), bytes(32)
+    control = struct.pack("<HHBBBB", ranks - 1, to, flags, len(hello), len(name), len(secret))
+    return control + name + secret + nonce_a + hello + challenge + proof + ack
+
+
+def hs_hello(frm, to, kind, reserved=0):
+    return b"PLCM" + struct.pack("<IiiII", 1, frm, to, kind, reserved) + bytes(32)
+
+
+def sock_handshake_corpus():
+    d = out_dir("fuzz_sock_handshake")
+    seeds = {
+        "tcp_hello_challenge_proof_ack": hs_seed(3, 0, 2, 0),
+        "shm_hello_right_flags": hs_seed(8, 3, 7, 1, HS_RIGHT_PROOF | HS_RIGHT_CHALLENGE),
+        "wrong_macs": hs_seed(2, 0, 1, 0, good_macs=False),
+        "hello_to_another_rank": hs_seed(4, 1, 3, 0, hello=hs_hello(3, 2, 0)),
+        "hello_from_itself": hs_seed(4, 1, 1, 0),
+        "hello_from_a_negative_rank": hs_seed(4, 1, -1, 0),
+        "hello_kind_mismatch": hs_seed(2, 0, 1, 1, hello=hs_hello(1, 0, 0)),
+        "hello_reserved_not_zero": hs_seed(2, 0, 1, 0, hello=hs_hello(1, 0, 0, 7)),
+        "hello_short": hs_seed(2, 0, 1, 0, hello=hs_hello(1, 0, 0)[:55]),
+        "garbage": hs_seed(2, 0, 1, 0, hello=bytes((i * 37 + 11) % 256 for i in range(56)),
+                           ack=b"PLOK\0\0\0\1"),
+        "long_name_and_secret": hs_seed(5, 2, 4, 0, name=b"n" * 64, secret=bytes(range(1, 200))),
+    }
+    for name, seed in seeds.items():
+        open(os.path.join(d, name), "wb").write(seed)
+
+
 if __name__ == "__main__":
     plan_corpus()
     data_corpus()
     llmc_corpus()
+    sock_handshake_corpus()

@@ -63,5 +63,6 @@ fuzz() {
 fuzz fuzz_plan "fuzz_plan_parser_survives_${seconds}s" -dict="$ROOT/tests/fuzz/plan.dict"
 fuzz fuzz_data "fuzz_data_reader_survives_${seconds}s"
 fuzz fuzz_llmc "fuzz_llmc_model_and_tokenizer_readers_survive_${seconds}s"
+fuzz fuzz_sock_handshake "fuzz_sock_handshake_parser_survives_${seconds}s"
 fuzz fuzz_rundir "fuzz_rundir_run_and_checkpoint_file_readers_survive_${seconds}s"
 finish

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -1043,11 +1044,17 @@ static int stranger_connect(const struct sock_endpoint *e, bool unix_socket)
             close(fd);
             return -1;
         }
-    } else {
-        struct sockaddr_in in = {.sin_family = AF_INET, .sin_port = htons((uint16_t)e->port)};
-        in.sin_addr.s_addr = htonl(0x7f000001);
-        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (connect(fd, (struct sockaddr *)&in, sizeof in) != 0) {
+    } else { /* where it listens: the address it published, and only there */
+        char port[16];
+        snprintf(port, sizeof port, "%d", e->port);
+        struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+                                 .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV},
+                        *ai = NULL;
+        if (getaddrinfo(e->host, port, &hints, &ai) != 0) return -1;
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+        freeaddrinfo(ai);
+        if (rc != 0) {
             close(fd);
             return -1;
         }
