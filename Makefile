@@ -61,7 +61,8 @@ LDLIBS  := -ljansson -lhwloc -ldnnl -lopenblas -lm
 # in the .cu files is held to -Wall -Wextra -Werror, and ptxas to no spills and
 # no local memory (-Xptxas -warn-spills,-warn-lmem-usage with -Werror all-warnings).
 #
-# NCCL (the `nccl` collective backend, runtime/comm/comm_nccl.c): built where
+# NCCL (the `nccl` collective backend, runtime/comm/comm_nccl.c, which loads libnccl and
+# libcudart when a rank first asks for it: runtime/comm/nccl_api.h): built where
 # nccl.h, libnccl, cuda_runtime.h and libcudart are found: under NCCL_HOME,
 # CUDA_HOME, or the system's directories. NCCL=0 leaves it out; the sanitized
 # builds always do. Without it, a communicator asking for nccl fails at init
@@ -156,7 +157,7 @@ else
 endif
 RUNTIME_SRC  := $(filter-out runtime/main.c,$(wildcard runtime/*.c)) $(wildcard runtime/comm/*.c)
 ifneq ($(HAVE_NCCL),1)
-  RUNTIME_SRC := $(filter-out runtime/comm/comm_nccl.c,$(RUNTIME_SRC))
+  RUNTIME_SRC := $(filter-out runtime/comm/comm_nccl.c runtime/comm/nccl_api.c,$(RUNTIME_SRC))
 endif
 LAUNCHER_SRC := $(wildcard launcher/*.c) $(wildcard launcher/k8s/*.c)
 TEST_SRC     := $(wildcard tests/unit/test_*.c)
@@ -211,7 +212,7 @@ VERSIONED := $(shell grep -rl --include='*.c' PLAIT_VERSION common launcher runt
 $(call obj,$(VERSIONED)) $(patsubst %.c,$(BUILD)/pic/%.o,$(VERSIONED)): $(VERSION_STAMP)
 
 # the files that include the CUDA and NCCL headers
-$(BUILD)/obj/runtime/comm/comm_nccl.o: CPPFLAGS += $(NCCL_CPPFLAGS)
+$(BUILD)/obj/runtime/comm/comm_nccl.o $(BUILD)/obj/runtime/comm/nccl_api.o: CPPFLAGS += $(NCCL_CPPFLAGS)
 $(BUILD)/obj/tests/gpu/%.o: CPPFLAGS += $(NCCL_CPPFLAGS)
 $(BUILD)/obj/tests/unit/test_comm_nccl.o: CPPFLAGS += $(NCCL_CPPFLAGS)
 $(BUILD)/obj/launcher/cmd_plot.o: CPPFLAGS += $(CAIRO_CPPFLAGS)

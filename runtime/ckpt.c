@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "common/formats/llmc.h"
 #include "common/log.h"
 #include "common/formats/rundir.h"
+#include "common/plan/lr_schedule.h"
 #include "runtime/ckpt_parts.h"
 
 /* Streams a parameter-shaped buffer of backend memory to f in llm.c order
@@ -240,13 +242,17 @@ out:
     return rc;
 }
 
-/* The plan a checkpoint was written by, against the one resuming it. */
-int ckpt_check_plan(const char *cdir, const struct plan *plan, char *notes, size_t notes_bytes,
-                    struct plait_error *err)
+/* The plan a checkpoint of `step` steps was written by, against the one resuming it; a
+ * learning rate that jumps at the resumed step is warned of. */
+int ckpt_check_plan(const char *cdir, int64_t step, const struct plan *plan, char *notes,
+                    size_t notes_bytes, struct plait_error *err)
 {
     struct plan *before = rundir_plan_load(cdir, err); /* plan_to_json's, read back as written */
     if (!before) return error_prefix(err, "cannot tell which plan wrote it: ");
     int rc = plan_resumable(before, plan, notes, notes_bytes, err);
+    char jump[256];
+    if (!rc && step < INT_MAX && plan_lr_jump(before, plan, (int)step, jump, sizeof jump))
+        log_warn("%s", jump);
     plan_free(before);
     return rc;
 }
@@ -269,7 +275,7 @@ int ckpt_choose(struct ckptdir *d, const struct plan *plan, const struct model *
             log_warn("checkpoint %s is unusable: %s; trying an older one", cdir, why.text);
             continue;
         }
-        if (ckpt_check_plan(cdir, plan, notes, notes_bytes, &why)) {
+        if (ckpt_check_plan(cdir, list[i].step, plan, notes, notes_bytes, &why)) {
             error_set(err, "checkpoint %s was written by a different plan: %s", cdir, why.text);
             rc = CKPT_NOT_THIS_RUN;
             break;

@@ -85,8 +85,8 @@ int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m
 /* The pieces ckpt_parts.c shares: the plan check, and loading a whole-model checkpoint (model.bin,
  * optim.bin) into any part of the model (each rank takes its part, ZeRO its slice; a mid-step one
  * only with dp = 1). */
-int ckpt_check_plan(const char *cdir, const struct plan *plan, char *notes, size_t notes_bytes,
-                    struct plait_error *err);
+int ckpt_check_plan(const char *cdir, int64_t step, const struct plan *plan, char *notes,
+                    size_t notes_bytes, struct plait_error *err);
 int ckpt_load_whole(const char *cdir, struct model *m, struct train_state *st,
                     struct plait_error *err);
 

@@ -1,19 +1,10 @@
-/* optim.c — learning-rate schedule, the gradients' reduction over the
+/* optim.c — the gradients' reduction over the
  * data-parallel ranks (whole, or sliced with ZeRO), global-norm clipping and
  * the AdamW step over the tensors of this rank's slice. */
 #include "runtime/optim.h"
 
 #include <math.h>
 #include <stdlib.h>
-
-double optim_lr(const struct plan_optimizer *o, int steps, int s)
-{
-    if (s < o->warmup_steps) return o->lr * (s + 1) / o->warmup_steps;
-    if (o->schedule == PLAN_SCHEDULE_CONSTANT) return o->lr;
-    double min_lr = o->lr * o->min_lr_ratio;
-    double progress = (double)(s - o->warmup_steps) / (steps - o->warmup_steps);
-    return min_lr + 0.5 * (1.0 + cos(M_PI * progress)) * (o->lr - min_lr);
-}
 
 static bool has(const struct group *g)
 {

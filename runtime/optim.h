@@ -1,4 +1,4 @@
-/* optim.h — the optimizer step: learning-rate schedule, global-norm gradient
+/* optim.h — the optimizer step (its learning rate is common/plan/lr_schedule.h's): global-norm gradient
  * clipping as torch.nn.utils.clip_grad_norm_, and AdamW per tensor (weight
  * decay on the 2-D matrices only). The update maths is the backend's op. */
 #ifndef PLAIT_RUNTIME_OPTIM_H
@@ -8,9 +8,6 @@
 #include "common/plan/plan.h"
 #include "runtime/group.h"
 #include "runtime/model.h"
-
-/* Learning rate at step s (0-based) of a run of `steps` steps. */
-double optim_lr(const struct plan_optimizer *o, int steps, int s);
 
 /* The groups a step spans: dp holds copies of this rank's part (its
  * gradients are summed over it; with ZeRO each updates its slice and they

@@ -21,6 +21,7 @@
 #include "common/fsutil.h"
 #include "common/place/gpu.h" // defines: gpu_flops_per_token, gpu_mfu, gpu_peak_tflops
 #include "common/place/layout.h"
+#include "common/plan/lr_schedule.h"
 #include "common/log.h"
 #include "common/formats/metrics.h"
 #include "common/formats/rundir.h"
@@ -1201,7 +1202,7 @@ static int run_steps(struct trainer *t, struct plait_error *err)
         int s = t->st.step; /* 0-based index of the step being taken */
         double t0 = now_s(), bytes0[PAR_NCOMM], wait0[PAR_NCOMM];
         parallel_comm_totals(&t->par, bytes0, wait0);
-        double lr = optim_lr(&p->optimizer, p->steps, s);
+        double lr = plan_lr(&p->optimizer, p->steps, s);
         bool dump = t->dump_dir && s == t->dump_step && t->st.micro == 0; /* not resumed mid-way */
         int stopped = train_micro_batches(t, s, grad_scale, err);
         if (stopped < 0) return -1;

@@ -1,4 +1,5 @@
-/* elastic_batch.c — dp and grad_accum that keep a resumed run's global batch
+/* elastic_batch.c — dp and grad_accum that keep a resumed run's global batch, or the
+ * plan's batch.global_batch,
  * (elastic_batch.h). Which checkpoint is the newest and what batch it ran is
  * ckpt_shards.c's; choosing tp and pp is layout.c's. */
 #include "common/place/elastic_batch.h"
@@ -15,17 +16,26 @@ static int keeping(const struct plan *p, int64_t global, int dp, int pp)
     return (int)g;
 }
 
+/* the micro-batches a step must keep over all replicas: the resumed run's, else the plan's
+ * batch.global_batch; 0 for none */
+static int64_t target(const struct plan *p, const struct ckpt_batch *resumed)
+{
+    if (resumed) return resumed->global;
+    return p->batch.global_batch ? p->batch.global_batch / p->batch.micro_batch : 0;
+}
+
 int elastic_batch_dp(const struct plan *p, int most, int pp, const struct ckpt_batch *resumed)
 {
-    if (!resumed) return most;
+    int64_t global = target(p, resumed);
+    if (!global) return most;
     for (int d = most; d > 1; d--)
-        if (keeping(p, resumed->global, d, pp)) return d;
+        if (keeping(p, global, d, pp)) return d;
     return 1;
 }
 
 int elastic_batch_grad_accum(const struct plan *p, int dp, int pp, const struct ckpt_batch *resumed)
 {
-    if (!resumed) return p->batch.grad_accum;
-    int g = keeping(p, resumed->global, dp, pp);
+    int64_t global = target(p, resumed);
+    int g = global ? keeping(p, global, dp, pp) : 0;
     return g ? g : p->batch.grad_accum;
 }

@@ -96,7 +96,7 @@ static const char *const arch_names[] = {"gpt2", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", "fp8", NULL};
 static const char *const fp8_scaling_names[] = {"tensor", "block", NULL};
 static const char *const recompute_names[] = {"none", "selective", "full", NULL};
-static const char *const schedule_names[] = {"constant", "cosine", NULL};
+static const char *const schedule_names[] = {"constant", "cosine", "linear", "wsd", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const pipeline_names[] = {"1f1b", "gpipe", "interleaved", "zb-h1", NULL};
 static const char *const backend_names[] = {"auto", "socket", "nccl", NULL};
@@ -138,8 +138,13 @@ static const struct field data_fields[] = {
 static const struct field batch_fields[] = {
     INT_FIELD("micro_batch", batch.micro_batch, 1, INT_MAX, 4, 0),
     INT_FIELD("grad_accum", batch.grad_accum, 1, INT_MAX, 1, 0),
+    INT_FIELD("global_batch", batch.global_batch, 0, INT_MAX, 0, 0),
     END,
 };
+
+/* wsd's decay: the last fifth of the steps after warmup, as in MiniCPM's report (Hu et al.,
+ * 2024) */
+#define WSD_DECAY_FRACTION 0.2
 
 static const struct field optimizer_fields[] = {
     REAL_FIELD("lr", optimizer.lr, 0, true, INFINITY, false, 3e-4, 0),
@@ -150,6 +155,9 @@ static const struct field optimizer_fields[] = {
     REAL_FIELD("grad_clip", optimizer.grad_clip, 0, false, INFINITY, false, 1.0, 0),
     INT_FIELD("warmup_steps", optimizer.warmup_steps, 0, INT_MAX, 0, 0),
     ENUM_FIELD("schedule", optimizer.schedule, schedule_names, PLAN_SCHEDULE_COSINE, 0),
+    INT_FIELD("decay_steps", optimizer.decay_steps, 0, INT_MAX, 0, MAY_CHANGE),
+    REAL_FIELD("decay_fraction", optimizer.decay_fraction, 0, true, 1, false, WSD_DECAY_FRACTION,
+               MAY_CHANGE),
     REAL_FIELD("min_lr_ratio", optimizer.min_lr_ratio, 0, false, 1, false, 0.1, 0),
     END,
 };
@@ -1171,6 +1179,64 @@ static int check_model_size(struct ctx *c, json_t *root, const struct plan *p)
                      value, m->layers, m->hidden, m->padded_vocab, m->max_seq_len);
 }
 
+/* The learning-rate schedule's fields against each other (lr_schedule.h). */
+static int check_lr_schedule(struct ctx *c, json_t *root, const struct plan *p)
+{
+    char got[GOT_MAX];
+    const struct plan_optimizer *o = &p->optimizer;
+    const char *name = plan_schedule_name(o->schedule);
+    if (o->schedule == PLAN_SCHEDULE_CONSTANT && o->decay_steps)
+        return fail_rule(c, "optimizer.decay_steps", "optimizer.schedule",
+                         "applies to a schedule that decays (cosine, linear, wsd), not "
+                         "\"constant\"; remove it");
+    if (o->schedule != PLAN_SCHEDULE_WSD && o->decay_fraction != WSD_DECAY_FRACTION)
+        return fail_rule(c, "optimizer.decay_fraction", "optimizer.schedule",
+                         "applies to the wsd schedule only (got schedule \"%s\"); remove it",
+                         name);
+    const char *warmup = "optimizer.warmup_steps";
+    json_t *wv = given(root, "optimizer", "warmup_steps");
+    if (o->schedule != PLAN_SCHEDULE_CONSTANT && o->decay_steps &&
+        o->warmup_steps >= o->decay_steps)
+        return fail_rule(c, warmup, "optimizer.decay_steps",
+                         "must be < optimizer.decay_steps (%d) (got %s)", o->decay_steps,
+                         got_text(c, warmup, wv, got));
+    if (o->schedule != PLAN_SCHEDULE_CONSTANT && !o->decay_steps && o->warmup_steps >= p->steps)
+        return fail_rule(c, warmup, "steps optimizer.schedule",
+                         "must be < steps (%d) with the %s schedule (got %s)", p->steps, name,
+                         got_text(c, warmup, wv, got));
+    if (o->warmup_steps > p->steps)
+        return fail_rule(c, warmup, "steps", "must be <= steps (%d) (got %s)", p->steps,
+                         got_text(c, warmup, wv, got));
+    return 0;
+}
+
+/* batch.global_batch: grad_accum follows from it where dp is a number (with dp "auto", the
+ * layout's dp decides it: elastic_batch.h). Both given (plan.json as written holds both)
+ * must agree. */
+static int check_global_batch(struct ctx *c, json_t *root, struct plan *p)
+{
+    struct plan_batch *b = &p->batch;
+    int dp = p->parallel.dp == PLAN_AUTO ? 1 : p->parallel.dp;
+    if (!b->global_batch) return 0;
+    int64_t per = (int64_t)b->micro_batch * dp;
+    bool accum = given(root, "batch", "grad_accum") != NULL;
+    char dp_text[16] = "a dp";
+    if (p->parallel.dp != PLAN_AUTO) snprintf(dp_text, sizeof dp_text, "%d", dp);
+    if (accum && (p->parallel.dp == PLAN_AUTO ? b->global_batch % (per * b->grad_accum) != 0
+                                               : b->global_batch != per * b->grad_accum))
+        return fail_rule(c, "batch.global_batch", "batch.grad_accum batch.micro_batch parallel.dp",
+                         "disagrees with batch.micro_batch × batch.grad_accum × parallel.dp "
+                         "(%d × %d × %s) (got %d); give global_batch alone, grad_accum follows",
+                         b->micro_batch, b->grad_accum, dp_text, b->global_batch);
+    if (b->global_batch % per != 0)
+        return fail_rule(c, "batch.global_batch", "batch.micro_batch parallel.dp",
+                         "must be a multiple of batch.micro_batch × parallel.dp (%d × %d = "
+                         "%lld) (got %d)",
+                         b->micro_batch, dp, (long long)per, b->global_batch);
+    if (!accum) b->grad_accum = (int)(b->global_batch / per);
+    return 0;
+}
+
 static int check_rules(struct ctx *c, json_t *root, struct plan *p)
 {
     char got[GOT_MAX];
@@ -1203,15 +1269,7 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
                          plan_precision_name(p->precision));
     if (p->precision == PLAN_PRECISION_FP8 && p->fp8_scaling == PLAN_FP8_NONE)
         p->fp8_scaling = PLAN_FP8_TENSOR;
-    const char *warmup = "optimizer.warmup_steps";
-    json_t *wv = given(root, "optimizer", "warmup_steps");
-    if (p->optimizer.schedule == PLAN_SCHEDULE_COSINE && p->optimizer.warmup_steps >= p->steps)
-        return fail_rule(c, warmup, "steps optimizer.schedule",
-                         "must be < steps (%d) with the cosine schedule (got %s)", p->steps,
-                         got_text(c, warmup, wv, got));
-    if (p->optimizer.warmup_steps > p->steps)
-        return fail_rule(c, warmup, "steps", "must be <= steps (%d) (got %s)", p->steps,
-                         got_text(c, warmup, wv, got));
+    if (check_lr_schedule(c, root, p) || check_global_batch(c, root, p)) return -1;
     /* tensor parallelism splits the heads and the (padded) vocabulary; pipeline
      * parallelism needs a layer per stage */
     int tp = p->parallel.tp, pp = p->parallel.pp;
@@ -1745,7 +1803,7 @@ const char *plan_recompute_name(enum plan_recompute r)
 
 const char *plan_schedule_name(enum plan_schedule s)
 {
-    return enum_name(schedule_names, 2, (int)s);
+    return enum_name(schedule_names, 4, (int)s);
 }
 
 const char *plan_pipeline_name(enum plan_pipeline s)

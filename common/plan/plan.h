@@ -24,7 +24,13 @@ enum plan_precision { PLAN_PRECISION_FP32, PLAN_PRECISION_BF16, PLAN_PRECISION_F
 /* fp8's scaling (kernels/fp8.h); NONE (null in plan.json) unless precision is fp8 */
 enum plan_fp8_scaling { PLAN_FP8_NONE = -1, PLAN_FP8_TENSOR, PLAN_FP8_BLOCK };
 enum plan_recompute { PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE, PLAN_RECOMPUTE_FULL };
-enum plan_schedule { PLAN_SCHEDULE_CONSTANT, PLAN_SCHEDULE_COSINE };
+/* the learning rate after warmup (common/plan/lr_schedule.h says each exactly) */
+enum plan_schedule {
+    PLAN_SCHEDULE_CONSTANT,
+    PLAN_SCHEDULE_COSINE,
+    PLAN_SCHEDULE_LINEAR,
+    PLAN_SCHEDULE_WSD /* warmup, stable, decay */
+};
 enum plan_device { PLAN_DEVICE_AUTO, PLAN_DEVICE_CPU, PLAN_DEVICE_CUDA };
 /* the pipeline schedule (order as common/place/schedule.h's enum sched_kind) */
 enum plan_pipeline { PLAN_PIPE_1F1B, PLAN_PIPE_GPIPE, PLAN_PIPE_INTERLEAVED, PLAN_PIPE_ZB_H1 };
@@ -55,6 +61,8 @@ struct plan_data {
 struct plan_batch {
     int micro_batch; /* B, sequences per micro-batch */
     int grad_accum;  /* micro-batches per optimizer step */
+    int global_batch; /* sequences per step over every replica; 0: micro_batch × grad_accum ×
+                         dp. Given, grad_accum is derived from it and dp (elastic_batch.h) */
 };
 
 struct plan_optimizer {
@@ -63,6 +71,9 @@ struct plan_optimizer {
     int warmup_steps;
     enum plan_schedule schedule;
     double min_lr_ratio;
+    int decay_steps;       /* the step the decay ends at (lr·min_lr_ratio from there); 0: steps */
+    double decay_fraction; /* wsd: the share of the steps between warmup and decay_steps that
+                              decay */
 };
 
 struct plan_checkpoint {

@@ -3,12 +3,10 @@
  * non-blocking and polled against the deadline and the job's abort; every
  * operation on the communicator's own CUDA stream, completed by a cudaEvent;
  * ncclCommAbort when a deadline passes. Compiled only where nccl.h and
- * libnccl are (Makefile); what needs no CUDA is nccl_meta.c's, the store
+ * libnccl are (Makefile), loaded at run time (nccl_api.h); what needs no CUDA is nccl_meta.c's, the store
  * connections and abort watcher are sock_job.c's. */
-#include <cuda_runtime.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <nccl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -19,9 +17,51 @@
 #include <unistd.h>
 
 #include "runtime/comm/comm_backend.h"
+#include "runtime/comm/nccl_api.h"
 #include "runtime/comm/nccl_meta.h"
 #include "runtime/comm/sock_connect.h" /* sock_now_ms */
 #include "runtime/comm/sock_job.h"
+
+/* Every NCCL and CUDA runtime call below goes through the table loaded when the first
+ * communicator is made (nccl_api.h): plait-train links neither library. */
+static const struct nccl_api *N;
+#define cudaEventCreateWithFlags(...) N->cudaEventCreateWithFlags(__VA_ARGS__)
+#define cudaEventDestroy(...) N->cudaEventDestroy(__VA_ARGS__)
+#define cudaEventQuery(...) N->cudaEventQuery(__VA_ARGS__)
+#define cudaEventRecord(...) N->cudaEventRecord(__VA_ARGS__)
+#define cudaFreeAsync(...) N->cudaFreeAsync(__VA_ARGS__)
+#define cudaFreeHost(...) N->cudaFreeHost(__VA_ARGS__)
+#define cudaGetDevice(...) N->cudaGetDevice(__VA_ARGS__)
+#define cudaGetDeviceCount(...) N->cudaGetDeviceCount(__VA_ARGS__)
+#define cudaGetErrorName(...) N->cudaGetErrorName(__VA_ARGS__)
+#define cudaGetErrorString(...) N->cudaGetErrorString(__VA_ARGS__)
+#define cudaMallocAsync(...) N->cudaMallocAsync(__VA_ARGS__)
+#define cudaMallocHost(...) N->cudaMallocHost(__VA_ARGS__)
+#define cudaMemcpyAsync(...) N->cudaMemcpyAsync(__VA_ARGS__)
+#define cudaMemsetAsync(...) N->cudaMemsetAsync(__VA_ARGS__)
+#define cudaPointerGetAttributes(...) N->cudaPointerGetAttributes(__VA_ARGS__)
+#define cudaSetDevice(...) N->cudaSetDevice(__VA_ARGS__)
+#define cudaStreamCreateWithFlags(...) N->cudaStreamCreateWithFlags(__VA_ARGS__)
+#define cudaStreamDestroy(...) N->cudaStreamDestroy(__VA_ARGS__)
+#define cudaStreamWaitEvent(...) N->cudaStreamWaitEvent(__VA_ARGS__)
+#define ncclAllGather(...) N->ncclAllGather(__VA_ARGS__)
+#define ncclAllReduce(...) N->ncclAllReduce(__VA_ARGS__)
+#define ncclBroadcast(...) N->ncclBroadcast(__VA_ARGS__)
+#define ncclCommAbort(...) N->ncclCommAbort(__VA_ARGS__)
+#define ncclCommDestroy(...) N->ncclCommDestroy(__VA_ARGS__)
+#define ncclCommFinalize(...) N->ncclCommFinalize(__VA_ARGS__)
+#define ncclCommGetAsyncError(...) N->ncclCommGetAsyncError(__VA_ARGS__)
+#define ncclCommInitRankConfig(...) N->ncclCommInitRankConfig(__VA_ARGS__)
+#define ncclCommSplit(...) N->ncclCommSplit(__VA_ARGS__)
+#define ncclGetErrorString(...) N->ncclGetErrorString(__VA_ARGS__)
+#define ncclGetLastError(...) N->ncclGetLastError(__VA_ARGS__)
+#define ncclGetUniqueId(...) N->ncclGetUniqueId(__VA_ARGS__)
+#define ncclGroupEnd(...) N->ncclGroupEnd(__VA_ARGS__)
+#define ncclGroupStart(...) N->ncclGroupStart(__VA_ARGS__)
+#define ncclRecv(...) N->ncclRecv(__VA_ARGS__)
+#define ncclReduce(...) N->ncclReduce(__VA_ARGS__)
+#define ncclReduceScatter(...) N->ncclReduceScatter(__VA_ARGS__)
+#define ncclSend(...) N->ncclSend(__VA_ARGS__)
 
 #define POLL_MIN_US 20                        /* a waiter's first sleep between polls */
 #define POLL_MAX_US 1000                      /* and its longest */
@@ -842,7 +882,8 @@ int comm_nccl_world_init(struct comm **out, struct store *store, int rank, int w
     struct sock_job *job = NULL;
     struct nccl_comm *c = NULL;
     int device;
-    if (sock_job_create(&job, store, rank, opts->secret, opts->node_id, opts->timeout_s, err))
+    if (!(N = nccl_api(err)) ||
+        sock_job_create(&job, store, rank, opts->secret, opts->node_id, opts->timeout_s, err))
         return error_prefix(err, "comm '%s' rank %d: ", name, rank);
     if (find_device(&device, err) || comm_alloc(&c, job, name, rank, world_size, opts->timeout_s,
                                                 device, (cudaStream_t)opts->stream, err))

@@ -62,6 +62,10 @@ test_cuda_backend_is_a_library_plait_train_loads() {
     needed=$(readelf -d "$CUDA_SO" | grep NEEDED)
     grep -q libcublasLt <<<"$needed" && grep -q libcudart <<<"$needed" || { echo "$needed"; return 1; }
     ! readelf -d "$TRAIN" | grep NEEDED | grep -q libcublasLt || return 1
+    # nor to NCCL or the CUDA runtime: the nccl backend loads them for a GPU rank
+    # (runtime/comm/nccl_api.h), so a CPU-only host starts it without either
+    ! readelf -d "$TRAIN" | grep NEEDED | grep -Eq "libnccl|libcudart" ||
+        { readelf -d "$TRAIN" | grep NEEDED; return 1; }
     # it exports its entry table and nothing else
     [ "$(nm -D --defined-only "$CUDA_SO" | awk '{print $3}')" = plait_cuda_entry ] ||
         { nm -D --defined-only "$CUDA_SO"; return 1; }

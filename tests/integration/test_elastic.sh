@@ -93,9 +93,40 @@ test_auto_tp_and_pp_are_the_cost_models_choice() {
 assert (p["tp"], p["pp"], p["dp"]) == (2, 1, 1), p' "$WORK/auto/plan.json"
 }
 
+# batch.global_batch with dp "auto": 1, 3 and 4 ranks train 16 sequences a step (4
+# micro-batches: dp 1 × grad_accum 4, dp 2 × 2 (3 ranks: the most replicas that keep it),
+# dp 4 × 1), each run's plan.json says the grad_accum it ran, and the losses agree within
+# fp32 rounding (bound 1e-6 relative)
+test_a_plans_global_batch_is_kept_on_any_number_of_ranks() {
+    local n want=([1]="1 4" [3]="2 2" [4]="4 1")
+    for n in 1 3 4; do
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/global$n" --set data.val=null \
+            --set data.val_every=0 --set parallel.dp=auto --set batch.grad_accum=null \
+            --set batch.global_batch=16 --set steps=6 --ranks "$n" >"$WORK/global$n.log" 2>&1 ||
+            { cat "$WORK/global$n.log"; return 1; }
+        "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1]))
+got = (p["parallel"]["dp"], p["batch"]["grad_accum"], p["batch"]["global_batch"])
+want = tuple(int(x) for x in sys.argv[2].split()) + (16,)
+assert got == want, f"{sys.argv[1]}: dp, grad_accum, global_batch {got}, want {want}"' \
+            "$WORK/global$n/plan.json" "${want[$n]}" || return 1
+    done
+    "$PY" - "$WORK"/global{1,3,4} <<'PYEOF2'
+import json, sys
+runs = [[json.loads(l) for l in open(d + "/metrics.jsonl") if '"step"' in l] for d in sys.argv[1:]]
+assert all(len(r) == 6 for r in runs), [len(r) for r in runs]
+assert all([x["tokens"] for x in r] == [x["tokens"] for x in runs[0]] for r in runs), "tokens differ"
+worst = max(abs(x[k] - y[k]) / abs(y[k]) for r in runs[1:] for x, y in zip(r, runs[0])
+            for k in ("loss", "grad_norm"))
+print(f"worst relative difference {worst:.3g} (bound 1e-6)")
+sys.exit(0 if worst <= 1e-6 else 1)
+PYEOF2
+}
+
 check eight_ranks_lose_two_and_go_on_at_dp_2 test_eight_ranks_lose_two_and_go_on_at_dp_2
 check auto_tp_and_pp_are_the_cost_models_choice test_auto_tp_and_pp_are_the_cost_models_choice
 check a_fixed_dp_that_does_not_fit_is_refused test_a_fixed_dp_that_does_not_fit_is_refused
 check the_runtime_keeps_the_global_batch_when_dp_auto_shrinks \
     test_the_runtime_keeps_the_global_batch_when_dp_auto_shrinks
+check a_plans_global_batch_is_kept_on_any_number_of_ranks \
+    test_a_plans_global_batch_is_kept_on_any_number_of_ranks
 finish

@@ -88,6 +88,27 @@ test_finished_run_is_not_retrained() {
     grep -q "already finished its 12 steps" "$WORK/again.log" || { cat "$WORK/again.log"; return 1; }
 }
 
+# Raising steps with optimizer.decay_steps set continues the same schedule: 8 steps then 8
+# more equal 16 straight, to the bit (lr included); without it, the resume names the step
+# whose rate jumps, both rates, and the decay_steps that would have kept it.
+test_raising_steps_keeps_the_schedule_with_decay_steps_and_names_the_jump_without() {
+    local keep=(--set optimizer.decay_steps=12)
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/long" --set steps=16 "${keep[@]}" \
+        >"$WORK/long.log" 2>&1 || { cat "$WORK/long.log"; return 1; }
+    local run=$WORK/raised
+    "$PLAIT" train "$WORK/plan.json" --out "$run" --set steps=8 "${keep[@]}" >"$run.log1" 2>&1 &&
+        "$PLAIT" train "$WORK/plan.json" --out "$run" --set steps=16 "${keep[@]}" >"$run.log2" 2>&1 ||
+        { cat "$run.log1" "$run.log2"; return 1; }
+    if grep -q "schedule changes shape" "$run.log2"; then cat "$run.log2"; return 1; fi
+    metrics_equal "$WORK/long/metrics.jsonl" "$run/metrics.jsonl" || return 1
+    run=$WORK/jumped
+    "$PLAIT" train "$WORK/plan.json" --out "$run" --set steps=8 >"$run.log1" 2>&1 &&
+        "$PLAIT" train "$WORK/plan.json" --out "$run" --set steps=16 >"$run.log2" 2>&1 ||
+        { cat "$run.log1" "$run.log2"; return 1; }
+    grep -Eq "the learning-rate schedule changes shape: step 9 trains with lr [0-9.e-]+, where the checkpoint's plan gave it [0-9.e-]+; optimizer.decay_steps 8 keeps" "$run.log2" ||
+        { cat "$run.log2"; return 1; }
+}
+
 check sigterm_mid_step_checkpoints_and_resumes_to_the_bit test_sigterm_mid_step_checkpoints_and_resumes_to_the_bit
 check sigterm_at_any_moment_resumes_to_the_bit test_sigterm_at_any_moment_resumes_to_the_bit
 check kill_then_resume_redoes_lost_steps_to_the_bit test_kill_then_resume_redoes_lost_steps_to_the_bit
@@ -95,4 +116,5 @@ check corrupt_checkpoint_is_detected_and_the_previous_used test_corrupt_checkpoi
 check all_checkpoints_corrupt_is_an_error_not_a_fresh_start test_all_checkpoints_corrupt_is_an_error_not_a_fresh_start
 check keep_prunes_old_checkpoints test_keep_prunes_old_checkpoints
 check finished_run_is_not_retrained test_finished_run_is_not_retrained
+check raising_steps_keeps_the_schedule_with_decay_steps_and_names_the_jump_without test_raising_steps_keeps_the_schedule_with_decay_steps_and_names_the_jump_without
 finish

@@ -19,6 +19,8 @@
 #ifdef PLAIT_HAVE_NCCL
 #include <cuda_runtime.h>
 #include <nccl.h>
+
+#include "runtime/comm/nccl_api.h"
 #endif
 
 #define SECRET "nccl-test-secret-0123456789abcdef"
@@ -233,8 +235,30 @@ static void test_joining_without_a_gpu_fails_at_once_saying_so(void)
     store_server_stop(srv);
 }
 
+/* plait-train links neither NCCL nor the CUDA runtime: the backend loads them on its first
+ * communicator. Every function of its table resolves in the libraries this build found (no
+ * GPU needed to load them), and the table is the same on every call. */
+static void test_the_backend_loads_every_nccl_and_cuda_function_it_calls(void)
+{
+#ifdef PLAIT_HAVE_NCCL
+    struct plait_error err = {.text = ""};
+    const struct nccl_api *a = nccl_api(&err);
+    CHECK(a != NULL, "%s", err.text);
+    if (!a) return;
+    const void *const *slot = (const void *const *)a;
+    for (size_t i = 0; i < sizeof *a / sizeof(void *); i++)
+        CHECK(slot[i] != NULL, "function %zu of the table is NULL", i);
+    CHECK(a->ncclAllReduce == &ncclAllReduce && a->cudaSetDevice == &cudaSetDevice,
+          "the table's functions are not the libraries' (this test links both)");
+    CHECK(nccl_api(&err) == a, "a second call loaded again");
+#else
+    SKIP("no NCCL in this build");
+#endif
+}
+
 int main(void)
 {
+    RUN(test_the_backend_loads_every_nccl_and_cuda_function_it_calls);
     RUN(test_nominal_bytes_follow_the_ring_formulas);
     RUN(test_unique_id_round_trips_through_its_store_text);
     RUN(test_store_keys_are_namespaced_by_communicator);

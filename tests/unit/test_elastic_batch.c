@@ -67,8 +67,36 @@ static void test_the_interleaved_schedule_gets_a_grad_accum_it_can_run(void)
     plan_free(p);
 }
 
+/* batch.global_batch: a fresh run with dp "auto" keeps it on any number of slots, as a
+ * resumed run keeps its checkpoint's */
+static void test_a_fresh_run_keeps_the_plans_global_batch_on_any_slots(void)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"model\": {\"layers\": 4, \"heads\": 2, \"hidden\": 8, \"vocab\": 256, "
+             "\"seq_len\": 16},\n \"data\": {\"train\": \"train.bin\"},\n"
+             " \"batch\": {\"micro_batch\": 2, \"global_batch\": 24},\n"
+             " \"parallel\": {\"dp\": \"auto\"},\n \"steps\": 10}\n");
+    struct plait_error err = {0};
+    struct plan *p = plan_load_text(text, "test_elastic_batch", "/", NULL, 0, &err);
+    CHECK(p != NULL, "plan_load_text: %s", err.text);
+    if (!p) return;
+    /* 12 micro-batches a step: 5 slots -> 4 replicas of 3, 8 -> 6 of 2, 7 -> 6 of 2 */
+    int slots[] = {1, 5, 7, 8, 12, 13}, dp[] = {1, 4, 6, 6, 12, 12}, accum[] = {12, 3, 2, 2, 1, 1};
+    for (int i = 0; i < 6; i++) {
+        int d = elastic_batch_dp(p, slots[i], 1, NULL);
+        int g = elastic_batch_grad_accum(p, d, 1, NULL);
+        CHECK(d == dp[i] && g == accum[i], "%d slots: dp %d × grad_accum %d, expected %d × %d",
+              slots[i], d, g, dp[i], accum[i]);
+        CHECK((int64_t)d * g * p->batch.micro_batch == 24, "%d slots: the global batch is %lld",
+              slots[i], (long long)d * g * p->batch.micro_batch);
+    }
+    plan_free(p);
+}
+
 int main(void)
 {
+    RUN(test_a_fresh_run_keeps_the_plans_global_batch_on_any_slots);
     RUN(test_a_fresh_run_fills_the_slots_with_the_plans_grad_accum);
     RUN(test_a_resumed_run_keeps_its_global_batch_on_fewer_replicas);
     RUN(test_the_interleaved_schedule_gets_a_grad_accum_it_can_run);
