@@ -251,6 +251,83 @@ static int gather_endpoints(struct sock_comm *c, int64_t deadline_ms, struct pla
     return 0;
 }
 
+/* Publishes this rank's addresses under comm/<name>/addr/<rank>, once per name. */
+static int publish_self(struct sock_comm *c, struct sock_job *job, const struct sock_listeners *ls,
+                        const char *name, struct plait_error *err)
+{
+    int rank = c->base.rank, size = c->base.size;
+    struct sock_endpoint *self = &c->peers[rank].ep;
+    *self = ls->self;
+    self->global_rank = sock_job_global_rank(job);
+    self->pid = (long)getpid();
+    snprintf(self->node_id, sizeof self->node_id, "%s", sock_job_node_id(job));
+    snprintf(self->hostname, sizeof self->hostname, "%s", sock_job_hostname(job));
+    char key[160], value[512];
+    /* a name used before would lead to its old addresses: say so instead */
+    int64_t joined = 0;
+    snprintf(key, sizeof key, "comm/%s/members", name);
+    if (sock_job_add(job, key, 1, &joined, err)) return -1;
+    if (joined > size)
+        return error_set(err,
+                         "the name is in use in this job already (%lld joins for %d ranks): every "
+                         "communicator needs a name of its own (put a generation in it)",
+                         (long long)joined, size);
+    snprintf(key, sizeof key, "comm/%s/addr/%d", name, rank);
+    if (sock_endpoint_format(self, value, sizeof value))
+        return error_set(err, "the address is too long to publish");
+    return sock_job_set(job, key, value, err);
+}
+
+/* Connects a link to every other member (shared memory to those on this node where both
+ * have a Unix socket, TCP to the rest), the members' endpoints gathered. */
+static int connect_links(struct sock_comm *c, struct sock_job *job, struct sock_listeners *ls,
+                         const char *name, int64_t deadline, struct plait_error *err)
+{
+    int rank = c->base.rank, size = c->base.size, rc = -1;
+    const struct sock_endpoint *self = &c->peers[rank].ep;
+    bool *use_shm = calloc((size_t)size, sizeof *use_shm);
+    struct sock_endpoint *eps = calloc((size_t)size, sizeof *eps);
+    struct sock_link *links = calloc((size_t)size, sizeof *links);
+    if (!use_shm || !eps || !links) {
+        error_errno(err, "allocating");
+        goto out;
+    }
+    for (int r = 0; r < size; r++) {
+        eps[r] = c->peers[r].ep;
+        use_shm[r] = r != rank && !strcmp(eps[r].node_id, self->node_id) &&
+                     strcmp(eps[r].unix_name, "-") && strcmp(self->unix_name, "-");
+    }
+    struct sock_mesh m = {.comm_name = name,
+                          .secret = sock_job_secret(job),
+                          .rank = rank,
+                          .size = size,
+                          .peers = eps,
+                          .use_shm = use_shm,
+                          .deadline_ms = deadline};
+    rc = sock_mesh_connect(&m, ls, links, &c->refused, err);
+    for (int r = 0; r < size && rc == 0; r++)
+        if (r != rank) c->peers[r].link = links[r];
+out:
+    free(links);
+    free(use_shm);
+    free(eps);
+    return rc;
+}
+
+/* The progress thread, and the job's abort watched. */
+static int start_progress(struct sock_comm *c, struct sock_job *job, struct plait_error *err)
+{
+    atomic_store(&c->beat_ms, sock_now_ms());
+    int rc = pthread_create(&c->thread, NULL, sock_progress_main, c);
+    if (rc) {
+        errno = rc;
+        return error_errno(err, "starting the progress thread");
+    }
+    c->thread_started = true;
+    if (sock_job_watch(job, on_abort, c)) return error_errno(err, "watching for aborts");
+    return 0;
+}
+
 /* Joins communicator `name` as rank of size: listen, publish, gather,
  * connect, start the progress thread. Collective over the members. */
 static int comm_create(struct comm **out, struct sock_job *job, const struct sock_config *cfg,
@@ -260,78 +337,13 @@ static int comm_create(struct comm **out, struct sock_job *job, const struct soc
     int64_t deadline = sock_now_ms() + (int64_t)(cfg->timeout_s * 1000);
     struct sock_comm *c = NULL;
     struct sock_listeners ls = {.tcp_fd = -1, .unix_fd = -1};
-    bool *use_shm = NULL;
-    struct sock_endpoint *eps = NULL;
     if (comm_alloc(&c, job, cfg, name, rank, size, err)) goto fail_quiet;
-    if (sock_listen(&ls, sock_job_store_host(job), cfg->transport == COMM_TRANSPORT_AUTO, err))
+    if (sock_listen(&ls, sock_job_store_host(job), cfg->transport == COMM_TRANSPORT_AUTO, err) ||
+        publish_self(c, job, &ls, name, err) || gather_endpoints(c, deadline, err) ||
+        connect_links(c, job, &ls, name, deadline, err))
         goto fail;
-    struct sock_endpoint *self = &c->peers[rank].ep;
-    *self = ls.self;
-    self->global_rank = sock_job_global_rank(job);
-    self->pid = (long)getpid();
-    snprintf(self->node_id, sizeof self->node_id, "%s", sock_job_node_id(job));
-    snprintf(self->hostname, sizeof self->hostname, "%s", sock_job_hostname(job));
-    char key[160], value[512];
-    /* a name used before would lead to its old addresses: say so instead */
-    int64_t joined = 0;
-    snprintf(key, sizeof key, "comm/%s/members", name);
-    if (sock_job_add(job, key, 1, &joined, err)) goto fail;
-    if (joined > size) {
-        error_set(err,
-                  "the name is in use in this job already (%lld joins for %d ranks): every "
-                  "communicator needs a name of its own (put a generation in it)",
-                  (long long)joined, size);
-        goto fail;
-    }
-    snprintf(key, sizeof key, "comm/%s/addr/%d", name, rank);
-    if (sock_endpoint_format(self, value, sizeof value)) {
-        error_set(err, "the address is too long to publish");
-        goto fail;
-    }
-    if (sock_job_set(job, key, value, err) || gather_endpoints(c, deadline, err)) goto fail;
-    use_shm = calloc((size_t)size, sizeof *use_shm);
-    eps = calloc((size_t)size, sizeof *eps);
-    if (!use_shm || !eps) {
-        error_errno(err, "allocating");
-        goto fail;
-    }
-    for (int r = 0; r < size; r++) {
-        eps[r] = c->peers[r].ep;
-        use_shm[r] = r != rank && !strcmp(eps[r].node_id, self->node_id) &&
-                     strcmp(eps[r].unix_name, "-") && strcmp(self->unix_name, "-");
-    }
-    struct sock_link *links = calloc((size_t)size, sizeof *links);
-    if (!links) {
-        error_errno(err, "allocating");
-        goto fail;
-    }
-    struct sock_mesh m = {.comm_name = name,
-                          .secret = sock_job_secret(job),
-                          .rank = rank,
-                          .size = size,
-                          .peers = eps,
-                          .use_shm = use_shm,
-                          .deadline_ms = deadline};
-    int rc = sock_mesh_connect(&m, &ls, links, &c->refused, err);
-    for (int r = 0; r < size && rc == 0; r++)
-        if (r != rank) c->peers[r].link = links[r];
-    free(links);
-    if (rc) goto fail;
     sock_listeners_close(&ls);
-    atomic_store(&c->beat_ms, sock_now_ms());
-    rc = pthread_create(&c->thread, NULL, sock_progress_main, c);
-    if (rc) {
-        errno = rc;
-        error_errno(err, "starting the progress thread");
-        goto fail;
-    }
-    c->thread_started = true;
-    if (sock_job_watch(job, on_abort, c)) {
-        error_errno(err, "watching for aborts");
-        goto fail;
-    }
-    free(use_shm);
-    free(eps);
+    if (start_progress(c, job, err)) goto fail;
     *out = &c->base;
     return 0;
 fail:
@@ -339,8 +351,6 @@ fail:
     sock_job_abort(job, err->text);
 fail_quiet:
     sock_listeners_close(&ls);
-    free(use_shm);
-    free(eps);
     if (c) sock_destroy(&c->base);
     return -1;
 }

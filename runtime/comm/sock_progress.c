@@ -401,74 +401,76 @@ static void ux_p2p_deliver(struct sock_comm *c, struct peer *p, struct unexpecte
     complete(c, q);
 }
 
-/* Decides where the fragment whose header is in p->rx_f goes. 0 or -1. */
-static int rx_target(struct sock_comm *c, struct peer *p, int64_t now)
+/* A collective's frame: the message under way, the one this collective expects next, or an
+ * early one kept for a collective to come. */
+static int rx_target_coll(struct sock_comm *c, struct peer *p, int64_t now)
 {
     struct frame *f = &p->rx_f;
-    p->rx_xfer = -1;
-    p->rx_req = NULL;
-    p->rx_ux = NULL;
-    if (f->offset + f->bytes > f->total || f->bytes > FRAG_MAX)
-        return protocol_error(c, p, "fragment outside its message");
-    if (f->kind == FRAME_COLL) {
-        struct sock_request *q = running(c);
-        if (q && f->seq == q->seq) q->progress_ms = now;
-        if (f->offset > 0) { /* a message under way */
-            if (p->coll_in_ux) {
-                p->rx_ux = p->coll_in_ux;
-            } else if (p->coll_in_xfer >= 0 && q && q->seq == f->seq) {
-                p->rx_xfer = p->coll_in_xfer;
-            } else {
-                return protocol_error(c, p, "continuation of no message");
-            }
-        } else if (q && f->seq == q->seq) {
-            struct program *g = &q->prog;
-            int i = p->coll_recv_next;
-            while (i < g->n_recvs && g->recvs[i].peer != p->rank) i++;
-            if (i >= g->n_recvs || g->recvs[i].step != f->tag || g->recvs[i].bytes != f->total)
-                return protocol_error(c, p, "not the message this collective expects next");
-            p->coll_recv_next = i + 1;
-            p->rx_xfer = p->coll_in_xfer = i;
-        } else if (f->seq >= (q ? q->seq + 1 : c->collq ? c->collq->seq : c->next_seq)) {
-            struct unexpected *u = ux_new(f);
-            if (!u) {
-                fail_comm(c, true, false, "out of memory buffering %" PRIu64 " early bytes",
-                          f->total);
-                return -1;
-            }
-            ux_append(&p->ux_coll, u);
-            p->rx_ux = p->coll_in_ux = u;
-        } else {
-            return protocol_error(c, p, "a collective that is over");
-        }
-        if (p->rx_ux && (p->rx_ux->seq != f->seq || p->rx_ux->tag != f->tag ||
-                         p->rx_ux->total != f->total || p->rx_ux->got != f->offset))
-            return protocol_error(c, p, "does not continue its message");
-        if (p->rx_xfer >= 0) {
-            struct xfer_recv *x = &q->prog.recvs[p->rx_xfer];
-            if (x->got != f->offset || x->bytes != f->total)
-                return protocol_error(c, p, "does not continue its message");
-            q->progress_ms = now;
-        }
-        return 0;
-    }
-    if (f->kind != FRAME_P2P) return protocol_error(c, p, "unknown kind");
-    if (f->offset > 0) {
-        if (p->p2p_in_req) {
-            p->rx_req = p->p2p_in_req;
-            if (p->rx_req->done_bytes != f->offset)
-                return protocol_error(c, p, "does not continue its message");
-            p->rx_req->progress_ms = now;
-        } else if (p->p2p_in_ux) {
-            p->rx_ux = p->p2p_in_ux;
-            if (p->rx_ux->got != f->offset)
-                return protocol_error(c, p, "does not continue its message");
-            if (p->rx_ux->claim_req) p->rx_ux->claim_req->progress_ms = now;
+    struct sock_request *q = running(c);
+    if (q && f->seq == q->seq) q->progress_ms = now;
+    if (f->offset > 0) { /* a message under way */
+        if (p->coll_in_ux) {
+            p->rx_ux = p->coll_in_ux;
+        } else if (p->coll_in_xfer >= 0 && q && q->seq == f->seq) {
+            p->rx_xfer = p->coll_in_xfer;
         } else {
             return protocol_error(c, p, "continuation of no message");
         }
-        return 0;
+    } else if (q && f->seq == q->seq) {
+        struct program *g = &q->prog;
+        int i = p->coll_recv_next;
+        while (i < g->n_recvs && g->recvs[i].peer != p->rank) i++;
+        if (i >= g->n_recvs || g->recvs[i].step != f->tag || g->recvs[i].bytes != f->total)
+            return protocol_error(c, p, "not the message this collective expects next");
+        p->coll_recv_next = i + 1;
+        p->rx_xfer = p->coll_in_xfer = i;
+    } else if (f->seq >= (q ? q->seq + 1 : c->collq ? c->collq->seq : c->next_seq)) {
+        struct unexpected *u = ux_new(f);
+        if (!u) {
+            fail_comm(c, true, false, "out of memory buffering %" PRIu64 " early bytes", f->total);
+            return -1;
+        }
+        ux_append(&p->ux_coll, u);
+        p->rx_ux = p->coll_in_ux = u;
+    } else {
+        return protocol_error(c, p, "a collective that is over");
     }
+    if (p->rx_ux && (p->rx_ux->seq != f->seq || p->rx_ux->tag != f->tag ||
+                     p->rx_ux->total != f->total || p->rx_ux->got != f->offset))
+        return protocol_error(c, p, "does not continue its message");
+    if (p->rx_xfer >= 0) {
+        struct xfer_recv *x = &q->prog.recvs[p->rx_xfer];
+        if (x->got != f->offset || x->bytes != f->total)
+            return protocol_error(c, p, "does not continue its message");
+        q->progress_ms = now;
+    }
+    return 0;
+}
+
+/* The continuation of a point-to-point message: into its receive, or its early buffer. */
+static int rx_target_p2p_more(struct sock_comm *c, struct peer *p, int64_t now)
+{
+    struct frame *f = &p->rx_f;
+    if (p->p2p_in_req) {
+        p->rx_req = p->p2p_in_req;
+        if (p->rx_req->done_bytes != f->offset)
+            return protocol_error(c, p, "does not continue its message");
+        p->rx_req->progress_ms = now;
+    } else if (p->p2p_in_ux) {
+        p->rx_ux = p->p2p_in_ux;
+        if (p->rx_ux->got != f->offset) return protocol_error(c, p, "does not continue its message");
+        if (p->rx_ux->claim_req) p->rx_ux->claim_req->progress_ms = now;
+    } else {
+        return protocol_error(c, p, "continuation of no message");
+    }
+    return 0;
+}
+
+/* The first frame of a point-to-point message: the posted receive of its tag, or an early
+ * buffer until one is posted. */
+static int rx_target_p2p_first(struct sock_comm *c, struct peer *p, int64_t now)
+{
+    struct frame *f = &p->rx_f;
     if (f->seq != p->p2p_rx_seq++) return protocol_error(c, p, "message number out of order");
     struct sock_request *prev = NULL, *q = p->recvq;
     while (q && q->d.tag != f->tag) prev = q, q = q->next;
@@ -500,6 +502,20 @@ static int rx_target(struct sock_comm *c, struct peer *p, int64_t now)
     ux_append(&p->ux_p2p, u);
     p->rx_ux = p->p2p_in_ux = u;
     return 0;
+}
+
+/* Decides where the fragment whose header is in p->rx_f goes. 0 or -1. */
+static int rx_target(struct sock_comm *c, struct peer *p, int64_t now)
+{
+    struct frame *f = &p->rx_f;
+    p->rx_xfer = -1;
+    p->rx_req = NULL;
+    p->rx_ux = NULL;
+    if (f->offset + f->bytes > f->total || f->bytes > FRAG_MAX)
+        return protocol_error(c, p, "fragment outside its message");
+    if (f->kind == FRAME_COLL) return rx_target_coll(c, p, now);
+    if (f->kind != FRAME_P2P) return protocol_error(c, p, "unknown kind");
+    return f->offset > 0 ? rx_target_p2p_more(c, p, now) : rx_target_p2p_first(c, p, now);
 }
 
 /* Moves payload of the current fragment into its target. Bytes taken, or -1. */
@@ -875,69 +891,137 @@ static int64_t check_deadlines(struct sock_comm *c, int64_t now)
 
 /* ---- the progress thread ----------------------------------------------- */
 
+/* Takes what callers posted, and the job's abort; false when asked to stop. */
+static bool take_submitted(struct sock_comm *c, int64_t now)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->stop) {
+        pthread_mutex_unlock(&c->mu);
+        return false;
+    }
+    struct sock_request *taken = c->submit;
+    c->submit = c->submit_tail = NULL;
+    bool aborted = c->abort_pending && !c->failed;
+    char reason[sizeof c->abort_text];
+    if (aborted) memcpy(reason, c->abort_text, sizeof reason);
+    if (c->failed && taken) {
+        fail_list_locked(taken);
+        taken = NULL;
+        pthread_cond_broadcast(&c->done_cond);
+    }
+    pthread_mutex_unlock(&c->mu);
+    while (taken) {
+        struct sock_request *next = taken->next;
+        take_request(c, taken, now);
+        taken = next;
+    }
+    if (aborted) fail_comm(c, false, true, "the job was aborted: %s", reason);
+    return true;
+}
+
+/* Every live peer's receiving side; whether any moved. */
+static bool receive_all(struct sock_comm *c, int64_t now)
+{
+    bool moved = false;
+    for (int r = 0; r < c->base.size && !c->failed; r++) {
+        struct peer *p = &c->peers[r];
+        if (r == c->base.rank || p->gone) continue;
+        int k = rx_progress(c, p, now);
+        if (k < 0 && !c->failed) p->link.peer_closed = true;
+        p->rx_moved = k > 0;
+        moved |= k > 0;
+    }
+    return moved;
+}
+
+/* Every live peer's sending side; whether any moved. A link that fails to send is gone. */
+static bool send_all(struct sock_comm *c, int64_t now)
+{
+    bool moved = false;
+    for (int r = 0; r < c->base.size && !c->failed; r++) {
+        struct peer *p = &c->peers[r];
+        if (r == c->base.rank || p->gone) continue;
+        int k = tx_progress(c, p, now);
+        if (k < 0 && !c->failed) {
+            p->gone = p->link.peer_closed = true;
+            snprintf(p->gone_why, sizeof p->gone_why, "%s",
+                     p->link.kind == SOCK_LINK_SHM
+                         ? "its process ended"
+                         : strerror(p->link.closed_errno ? p->link.closed_errno : EPIPE));
+        }
+        moved |= k > 0;
+    }
+    return moved;
+}
+
+/* One pass over the collectives and the links; whether anything moved. *next_due: when a
+ * deadline next needs looking at. */
+static bool move_once(struct sock_comm *c, int64_t now, int64_t *next_due)
+{
+    *next_due = now + 1000;
+    if (c->failed) return false;
+    bool moved = advance_collectives(c, now);
+    moved |= receive_all(c, now);
+    moved |= advance_collectives(c, now);
+    moved |= send_all(c, now);
+    moved |= advance_collectives(c, now);
+    if (!c->failed) check_peers(c);
+    if (!c->failed) *next_due = check_deadlines(c, now);
+    return moved;
+}
+
+/* Nothing to do now: sleeps until a link or a caller wakes the thread, or next_due. */
+static void sleep_until_woken(struct sock_comm *c, int64_t next_due)
+{
+    struct pollfd *pfds = c->pfds;
+    int *pfd_peer = c->pfd_peer, np = 0;
+    bool ready = false;
+    pfds[np] = (struct pollfd){.fd = c->wake_fd, .events = POLLIN};
+    pfd_peer[np++] = -1;
+    for (int r = 0; r < c->base.size && !c->failed; r++) {
+        struct peer *p = &c->peers[r];
+        if (r == c->base.rank || p->gone || p->link.peer_closed) continue;
+        bool want_write = p->tx_active && p->link.tx_blocked;
+        if (sock_link_prepare_sleep(&p->link, want_write)) ready = true;
+        short ev = POLLIN;
+        if (want_write && p->link.kind == SOCK_LINK_TCP) ev |= POLLOUT;
+        pfds[np] = (struct pollfd){.fd = p->link.fd, .events = ev};
+        pfd_peer[np++] = r;
+    }
+    /* posters write wake_fd only while this is set (sock_post); look at
+       what they posted once more after setting it */
+    atomic_store(&c->sleeping, true);
+    pthread_mutex_lock(&c->mu);
+    if (c->submit || c->stop || (c->abort_pending && !c->failed)) ready = true;
+    pthread_mutex_unlock(&c->mu);
+    int64_t wait_ms = ready ? 0 : next_due - sock_now_ms();
+    int k = poll(pfds, (nfds_t)np, wait_ms < 0 ? 0 : wait_ms > 1000 ? 1000 : (int)wait_ms);
+    atomic_store(&c->sleeping, false);
+    if (k < 0 && errno != EINTR) {
+        fail_comm(c, true, false, "poll: %s", strerror(errno));
+        return;
+    }
+    for (int i = 0; i < np; i++) {
+        if (pfd_peer[i] < 0) {
+            uint64_t v;
+            if (pfds[i].revents & POLLIN) (void)!read(c->wake_fd, &v, sizeof v);
+            continue;
+        }
+        struct peer *p = &c->peers[pfd_peer[i]];
+        sock_link_after_sleep(&p->link);
+        if (p->link.kind == SOCK_LINK_SHM && pfds[i].revents) sock_link_drain_doorbell(&p->link);
+    }
+}
+
 void *sock_progress_main(void *arg)
 {
     struct sock_comm *c = arg;
-    int n = c->base.size;
-    struct pollfd *pfds = c->pfds;
-    int *pfd_peer = c->pfd_peer;
     int64_t idle_since = 0;
     for (;;) {
-        int64_t now = sock_now_ms();
+        int64_t now = sock_now_ms(), next_due;
         atomic_store_explicit(&c->beat_ms, now, memory_order_relaxed);
-        pthread_mutex_lock(&c->mu);
-        if (c->stop) {
-            pthread_mutex_unlock(&c->mu);
-            break;
-        }
-        struct sock_request *taken = c->submit;
-        c->submit = c->submit_tail = NULL;
-        bool aborted = c->abort_pending && !c->failed;
-        char reason[sizeof c->abort_text];
-        if (aborted) memcpy(reason, c->abort_text, sizeof reason);
-        if (c->failed && taken) {
-            fail_list_locked(taken);
-            taken = NULL;
-            pthread_cond_broadcast(&c->done_cond);
-        }
-        pthread_mutex_unlock(&c->mu);
-        while (taken) {
-            struct sock_request *next = taken->next;
-            take_request(c, taken, now);
-            taken = next;
-        }
-        if (aborted) fail_comm(c, false, true, "the job was aborted: %s", reason);
-        bool moved = false;
-        int64_t next_due = now + 1000;
-        if (!c->failed) {
-            moved |= advance_collectives(c, now);
-            for (int r = 0; r < n && !c->failed; r++) {
-                struct peer *p = &c->peers[r];
-                if (r == c->base.rank || p->gone) continue;
-                int k = rx_progress(c, p, now);
-                if (k < 0 && !c->failed) p->link.peer_closed = true;
-                p->rx_moved = k > 0;
-                moved |= k > 0;
-            }
-            moved |= advance_collectives(c, now);
-            for (int r = 0; r < n && !c->failed; r++) {
-                struct peer *p = &c->peers[r];
-                if (r == c->base.rank || p->gone) continue;
-                int k = tx_progress(c, p, now);
-                if (k < 0 && !c->failed) {
-                    p->gone = p->link.peer_closed = true;
-                    snprintf(p->gone_why, sizeof p->gone_why, "%s",
-                             p->link.kind == SOCK_LINK_SHM
-                                 ? "its process ended"
-                                 : strerror(p->link.closed_errno ? p->link.closed_errno : EPIPE));
-                }
-                moved |= k > 0;
-            }
-            moved |= advance_collectives(c, now);
-            if (!c->failed) check_peers(c);
-            if (!c->failed) next_due = check_deadlines(c, now);
-        }
-        if (moved) {
+        if (!take_submitted(c, now)) break;
+        if (move_once(c, now, &next_due)) {
             idle_since = 0;
             continue;
         }
@@ -950,45 +1034,7 @@ void *sock_progress_main(void *arg)
             sched_yield();
             continue;
         }
-        /* nothing to do now: sleep until a link or the caller wakes us */
-        int np = 0;
-        bool ready = false;
-        pfds[np] = (struct pollfd){.fd = c->wake_fd, .events = POLLIN};
-        pfd_peer[np++] = -1;
-        for (int r = 0; r < n && !c->failed; r++) {
-            struct peer *p = &c->peers[r];
-            if (r == c->base.rank || p->gone || p->link.peer_closed) continue;
-            bool want_write = p->tx_active && p->link.tx_blocked;
-            if (sock_link_prepare_sleep(&p->link, want_write)) ready = true;
-            short ev = POLLIN;
-            if (want_write && p->link.kind == SOCK_LINK_TCP) ev |= POLLOUT;
-            pfds[np] = (struct pollfd){.fd = p->link.fd, .events = ev};
-            pfd_peer[np++] = r;
-        }
-        /* posters write wake_fd only while this is set (sock_post); look at
-           what they posted once more after setting it */
-        atomic_store(&c->sleeping, true);
-        pthread_mutex_lock(&c->mu);
-        if (c->submit || c->stop || (c->abort_pending && !c->failed)) ready = true;
-        pthread_mutex_unlock(&c->mu);
-        int64_t wait_ms = ready ? 0 : next_due - sock_now_ms();
-        int k = poll(pfds, (nfds_t)np, wait_ms < 0 ? 0 : wait_ms > 1000 ? 1000 : (int)wait_ms);
-        atomic_store(&c->sleeping, false);
-        if (k < 0 && errno != EINTR) {
-            fail_comm(c, true, false, "poll: %s", strerror(errno));
-            continue;
-        }
-        for (int i = 0; i < np; i++) {
-            if (pfd_peer[i] < 0) {
-                uint64_t v;
-                if (pfds[i].revents & POLLIN) (void)!read(c->wake_fd, &v, sizeof v);
-                continue;
-            }
-            struct peer *p = &c->peers[pfd_peer[i]];
-            sock_link_after_sleep(&p->link);
-            if (p->link.kind == SOCK_LINK_SHM && pfds[i].revents)
-                sock_link_drain_doorbell(&p->link);
-        }
+        sleep_until_woken(c, next_due);
     }
     return NULL;
 }
