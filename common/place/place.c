@@ -359,11 +359,11 @@ static void comm_links(struct rank_map *m, const struct place_node *nodes,
 
 /* ---- the map ------------------------------------------------------------------------- */
 
-int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct place_node *nodes,
-                int n_nodes, const struct place_bandwidth *bw, struct rank_map *out,
-                struct plait_error *err)
+/* Whether the degrees, the device and the slots allow a map at all; *world its ranks. */
+static int check_degrees(const struct plan *plan, int tp, int pp, int dp,
+                         const struct place_node *nodes, int n_nodes, int *world,
+                         struct plait_error *err)
 {
-    memset(out, 0, sizeof *out);
     if (tp < 1 || pp < 1 || dp < 1)
         return error_set(err, "placement needs concrete degrees (tp %d, pp %d, dp %d)", tp, pp, dp);
     if (n_nodes < 1) return error_set(err, "placement needs at least one node");
@@ -376,15 +376,81 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
     long long world_ll = (long long)tp * pp * dp;
     if (world_ll > 1 << 24)
         return error_set(err, "tp × pp × dp = %lld ranks is too many", world_ll);
-    int world = (int)world_ll, slots = 0;
+    int slots = 0;
     for (int i = 0; i < n_nodes; i++) slots += nodes[i].slots;
-    if (world > slots)
+    *world = (int)world_ll;
+    if (*world > slots)
         return error_set(err,
                          "the layout tp %d × pp %d × dp %d needs %d ranks; the allocation "
                          "has %d (%d node%s)",
-                         tp, pp, dp, world, slots, n_nodes, n_nodes == 1 ? "" : "s");
+                         tp, pp, dp, *world, slots, n_nodes, n_nodes == 1 ? "" : "s");
+    return 0;
+}
+
+/* The ranks of each carved group, pipeline by pipeline, so that one pipeline's stages share
+ * a node whenever they fit. */
+static void ranks_of_groups(struct rank_map *out, const struct carving *carving,
+                            const struct place_node *nodes)
+{
+    int g = 0;
+    for (int d = 0; d < out->dp; d++)
+        for (int s = 0; s < out->pp; s++, g++) {
+            const struct carve *c = &carving->groups[g];
+            for (int t = 0; t < out->tp; t++) {
+                int r = (int)rank_of(out->tp, out->dp, (struct rank_coords){t, s, d});
+                out->ranks[r] = (struct place_rank){.rank = r,
+                                                    .node = c->node,
+                                                    .tp = t,
+                                                    .pp = s,
+                                                    .dp = d,
+                                                    .gpu = c->gpus ? c->gpus[t] : -1,
+                                                    .nic = -1,
+                                                    .numa = -1};
+                if (c->gpus) out->ranks[r].numa = nodes[c->node].topo->gpus[c->gpus[t]].numa;
+            }
+        }
+}
+
+/* Node i's ranks: their local numbers, NICs and cores. on_node: room for every rank. */
+static int place_on_node(struct rank_map *out, const struct place_node *nodes, int i,
+                         struct place_rank **on_node, struct plait_error *err)
+{
+    const struct topo *t = nodes[i].topo;
+    int n = 0;
+    for (int r = 0; r < out->world; r++)
+        if (out->ranks[r].node == i) on_node[n++] = &out->ranks[r];
+    int *load = calloc((size_t)(t->n_nics ? t->n_nics : 1), sizeof *load);
+    if (!load) return error_set(err, "out of memory");
+    for (int k = 0; k < n; k++) {
+        on_node[k]->local_rank = k;
+        if (on_node[k]->gpu >= 0) on_node[k]->nic = choose_nic(t, on_node[k], load);
+    }
+    int shared[2] = {0, 0};
+    if (assign_cores(t, on_node, n, shared, err)) {
+        free(load);
+        return -1;
+    }
+    if (shared[0] && out->shared_node < 0) {
+        out->shared_node = i;
+        out->shared_ranks = shared[0];
+        out->shared_cores = shared[1];
+    }
+    for (int k = 0; k < n; k++) /* CPU ranks know their NUMA node only now */
+        if (on_node[k]->gpu < 0) on_node[k]->nic = choose_nic(t, on_node[k], load);
+    free(load);
+    return 0;
+}
+
+int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct place_node *nodes,
+                int n_nodes, const struct place_bandwidth *bw, struct rank_map *out,
+                struct plait_error *err)
+{
+    memset(out, 0, sizeof *out);
+    int world = 0;
+    if (check_degrees(plan, tp, pp, dp, nodes, n_nodes, &world, err)) return -1;
     struct carving carving = {0};
     int *largest = calloc((size_t)(unsigned)n_nodes, sizeof *largest);
+    struct place_rank **on_node = NULL;
     int rc = -1;
     if (!largest) {
         error_set(err, "out of memory");
@@ -398,80 +464,23 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
         refuse_tp(plan, tp, nodes, n_nodes, largest, err);
         goto out;
     }
-    out->world = world;
-    out->tp = tp;
-    out->pp = pp;
-    out->dp = dp;
-    out->n_nodes = n_nodes;
-    out->shared_node = -1;
+    *out = (struct rank_map){
+        .world = world, .tp = tp, .pp = pp, .dp = dp, .n_nodes = n_nodes, .shared_node = -1};
     out->ranks = calloc((size_t)(unsigned)world, sizeof *out->ranks);
-    if (!out->ranks) {
+    on_node = malloc((size_t)(unsigned)world * sizeof *on_node);
+    if (!out->ranks || !on_node) {
         error_set(err, "out of memory");
         goto out;
     }
-    /* groups pipeline by pipeline, so that one pipeline's stages share a node
-     * whenever they fit */
-    int g = 0;
-    for (int d = 0; d < dp; d++)
-        for (int s = 0; s < pp; s++, g++) {
-            const struct carve *c = &carving.groups[g];
-            for (int t = 0; t < tp; t++) {
-                int r = (int)rank_of(tp, dp, (struct rank_coords){t, s, d});
-                out->ranks[r] = (struct place_rank){.rank = r,
-                                                    .node = c->node,
-                                                    .tp = t,
-                                                    .pp = s,
-                                                    .dp = d,
-                                                    .gpu = c->gpus ? c->gpus[t] : -1,
-                                                    .nic = -1,
-                                                    .numa = -1};
-                if (c->gpus) out->ranks[r].numa = nodes[c->node].topo->gpus[c->gpus[t]].numa;
-            }
-        }
-    /* per node: local ranks, NICs, cores */
-    struct place_rank **on_node = malloc((size_t)(unsigned)world * sizeof *on_node);
-    int *load = NULL;
-    if (!on_node) {
-        error_set(err, "out of memory");
-        goto out;
-    }
-    for (int i = 0; i < n_nodes; i++) {
-        const struct topo *t = nodes[i].topo;
-        int n = 0;
-        for (int r = 0; r < world; r++)
-            if (out->ranks[r].node == i) on_node[n++] = &out->ranks[r];
-        free(load);
-        load = calloc((size_t)(t->n_nics ? t->n_nics : 1), sizeof *load);
-        if (!load) {
-            error_set(err, "out of memory");
-            free(on_node);
-            goto out;
-        }
-        for (int k = 0; k < n; k++) {
-            on_node[k]->local_rank = k;
-            if (on_node[k]->gpu >= 0) on_node[k]->nic = choose_nic(t, on_node[k], load);
-        }
-        int shared[2] = {0, 0};
-        if (assign_cores(t, on_node, n, shared, err)) {
-            free(on_node);
-            free(load);
-            goto out;
-        }
-        if (shared[0] && out->shared_node < 0) {
-            out->shared_node = i;
-            out->shared_ranks = shared[0];
-            out->shared_cores = shared[1];
-        }
-        for (int k = 0; k < n; k++) /* CPU ranks know their NUMA node only now */
-            if (on_node[k]->gpu < 0) on_node[k]->nic = choose_nic(t, on_node[k], load);
-    }
-    free(on_node);
-    free(load);
+    ranks_of_groups(out, &carving, nodes);
+    for (int i = 0; i < n_nodes; i++)
+        if (place_on_node(out, nodes, i, on_node, err)) goto out;
     comm_links(out, nodes, bw, 0, &out->comm_tp);
     comm_links(out, nodes, bw, 1, &out->comm_pp);
     comm_links(out, nodes, bw, 2, &out->comm_dp);
     rc = 0;
 out:
+    free(on_node);
     carving_free(&carving);
     free(largest);
     if (rc) rank_map_free(out);
