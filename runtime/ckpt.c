@@ -21,8 +21,6 @@
 #include "common/formats/llmc.h"
 #include "common/log.h"
 #include "common/formats/rundir.h"
-#include "common/plan/lr_schedule.h"
-#include "runtime/ckpt_parts.h"
 
 /* Streams a parameter-shaped buffer of backend memory to f in llm.c order
  * (tensor, then layer), one tensor instance at a time through a host buffer. */
@@ -240,84 +238,4 @@ out:
     free(full);
     free(shard);
     return rc;
-}
-
-/* The plan a checkpoint of `step` steps was written by, against the one resuming it; a
- * learning rate that jumps at the resumed step is warned of. */
-int ckpt_check_plan(const char *cdir, int64_t step, const struct plan *plan, char *notes,
-                    size_t notes_bytes, struct plait_error *err)
-{
-    struct plan *before = rundir_plan_load(cdir, err); /* plan_to_json's, read back as written */
-    if (!before) return error_prefix(err, "cannot tell which plan wrote it: ");
-    int rc = plan_resumable(before, plan, notes, notes_bytes, err);
-    char jump[256];
-    if (!rc && step < INT_MAX && plan_lr_jump(before, plan, (int)step, jump, sizeof jump))
-        log_warn("%s", jump);
-    plan_free(before);
-    return rc;
-}
-
-int ckpt_choose(struct ckptdir *d, const struct plan *plan, const struct model *m,
-                int (*accept)(const char *cdir, void *ctx, struct plait_error *why), void *ctx,
-                char *name, size_t name_bytes, char *notes, size_t notes_bytes,
-                struct plait_error *err)
-{
-    struct ckpt_entry *list;
-    int n;
-    name[0] = '\0';
-    if (ckptdir_list(d, &list, &n, err)) return -1;
-    int rc = 0;
-    for (int i = 0; i < n; i++) {
-        char cdir[4096];
-        struct plait_error why;
-        if (fs_join(cdir, sizeof cdir, d->path, list[i].name, &why) ||
-            ckpt_verify_all(d, list[i].name, &why)) {
-            log_warn("checkpoint %s is unusable: %s; trying an older one", cdir, why.text);
-            continue;
-        }
-        if (ckpt_check_plan(cdir, list[i].step, plan, notes, notes_bytes, &why)) {
-            error_set(err, "checkpoint %s was written by a different plan: %s", cdir, why.text);
-            rc = CKPT_NOT_THIS_RUN;
-            break;
-        }
-        if (ckpt_layout_check(cdir, m, &why)) { /* not unusable: not to skip */
-            error_set(err, "checkpoint %s: %s", cdir, why.text);
-            rc = CKPT_NOT_THIS_RUN;
-            break;
-        }
-        if (accept && accept(cdir, ctx, &why)) {
-            log_warn("checkpoint %s is unusable: %s; trying an older one", cdir, why.text);
-            continue;
-        }
-        snprintf(name, name_bytes, "%s", list[i].name);
-        rc = 1;
-        break;
-    }
-    if (rc == 0 && n > 0) {
-        error_set(err, "%s: none of its %d checkpoint%s is usable (see the warnings above)",
-                  d->path, n, n == 1 ? "" : "s");
-        rc = CKPT_NOT_THIS_RUN;
-    }
-    free(list);
-    return rc;
-}
-
-struct load_into {
-    struct model *m;
-    struct train_state *st;
-};
-
-static int load_one(const char *cdir, void *ctx, struct plait_error *why)
-{
-    struct load_into *l = ctx;
-    return check_whole(cdir, NULL) ? ckpt_load_resharded(cdir, l->m, l->st, why)
-                                   : ckpt_load_whole(cdir, l->m, l->st, why);
-}
-
-int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m,
-                     struct train_state *st, char *name, size_t name_bytes, char *notes,
-                     size_t notes_bytes, struct plait_error *err)
-{
-    struct load_into l = {m, st};
-    return ckpt_choose(d, plan, m, load_one, &l, name, name_bytes, notes, notes_bytes, err);
 }

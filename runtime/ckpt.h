@@ -4,11 +4,8 @@
  * together by a manifest of sizes and CRC-32C checksums.
  *
  * The directory, naming, manifest and the commit protocol are
- * common/formats/ckptdir.h's: a checkpoint is visible only when complete. Loading
- * takes the newest that verifies (a corrupt or truncated one is reported and
- * skipped), and only if it belongs to the run being resumed: a checkpoint
- * written by a plan that differs in anything but the fields that may change
- * on resume (plan_resumable) is refused, never trained on top of. */
+ * common/formats/ckptdir.h's: a checkpoint is visible only when complete.
+ * Which checkpoint a run resumes from is ckpt_resume.h's. */
 #ifndef PLAIT_RUNTIME_CKPT_H
 #define PLAIT_RUNTIME_CKPT_H
 
@@ -61,32 +58,8 @@ void ckpt_write(struct ckpt_job *job, const struct model *m, const struct train_
                 const char *plan_json);
 int ckpt_commit(struct ckptdir *d, struct ckpt_job *job, int keep, struct plait_error *err);
 
-/* The newest checkpoint of d to resume: the newest that verifies (older ones
- * are tried past one that does not, with a warning), provided it was written
- * by a plan this one may resume (notes: what changed) in a layout this model
- * can load, and that accept (may be NULL) takes (a failure there counts as
- * unusable). Returns 1 with its name, 0 when d has none, CKPT_NOT_THIS_RUN as
- * ckpt_load_latest, -1 on any other failure. */
-int ckpt_choose(struct ckptdir *d, const struct plan *plan, const struct model *m,
-                int (*accept)(const char *cdir, void *ctx, struct plait_error *why), void *ctx,
-                char *name, size_t name_bytes, char *notes, size_t notes_bytes,
-                struct plait_error *err);
-
-/* Loads the newest checkpoint of d that verifies. Returns 1 when one was
- * loaded (its name into name, what changed from its plan into notes), 0 when
- * there is none, CKPT_NOT_THIS_RUN when none is usable or the newest usable
- * one belongs to another plan or layout (err names the differing fields:
- * starting afresh is the user's call), -1 on any other failure. */
-enum { CKPT_NOT_THIS_RUN = -2 };
-int ckpt_load_latest(struct ckptdir *d, const struct plan *plan, struct model *m,
-                     struct train_state *st, char *name, size_t name_bytes, char *notes,
-                     size_t notes_bytes, struct plait_error *err);
-
-/* The pieces ckpt_parts.c shares: the plan check, and loading a whole-model checkpoint (model.bin,
- * optim.bin) into any part of the model (each rank takes its part, ZeRO its slice; a mid-step one
- * only with dp = 1). */
-int ckpt_check_plan(const char *cdir, int64_t step, const struct plan *plan, char *notes,
-                    size_t notes_bytes, struct plait_error *err);
+/* Loads a whole-model checkpoint (model.bin, optim.bin) into any part of the model (each rank
+ * takes its part, ZeRO its slice; a mid-step one only with dp = 1). */
 int ckpt_load_whole(const char *cdir, struct model *m, struct train_state *st,
                     struct plait_error *err);
 

@@ -301,7 +301,7 @@ static int read_part(const char *cdir, const char *name, enum ckpt_part_kind kin
     return rc;
 }
 
-static bool same_layout(const struct ckpt_layout *l, const struct model *m)
+bool ckpt_layout_same(const struct ckpt_layout *l, const struct model *m)
 {
     return !l->whole && l->tp == m->shard.part.tp && l->pp == m->shard.part.pp && l->dp == m->dp &&
            l->zero == m->zero && l->chunks == m->shard.part.chunks;
@@ -312,7 +312,7 @@ int ckpt_layout_check(const char *cdir, const struct model *m, struct plait_erro
     struct ckpt_layout l;
     struct train_state st;
     if (ckpt_layout_read(cdir, &l, err)) return -1;
-    bool same = same_layout(&l, m), whole = l.whole;
+    bool same = ckpt_layout_same(&l, m), whole = l.whole;
     ckpt_layout_free(&l);
     if (same || whole) return 0; /* ckpt_load_whole says what a whole one can go to */
     if (ckpt_read_state(cdir, &st, err)) return -1;
@@ -337,7 +337,7 @@ int ckpt_load_resharded(const char *cdir, struct model *m, struct train_state *s
         error_set(err, "out of memory");
         goto out;
     }
-    if (src.micro > 0 && !same_layout(&src.layout, m)) {
+    if (src.micro > 0 && !ckpt_layout_same(&src.layout, m)) {
         ckpt_layout_check(cdir, m, err);
         goto out;
     }
@@ -358,55 +358,11 @@ out:
     return rc;
 }
 
-int ckpt_parts_load(struct ckptdir *d, const char *dir, const struct plan *plan, struct model *m,
-                    struct train_state *st, char *name, size_t name_bytes, char *notes,
-                    size_t notes_bytes, struct parallel *par, struct plait_error *err)
+int ckpt_load_grads(const char *cdir, struct model *m, const struct env_rank *w,
+                    struct plait_error *err)
 {
-    const struct env_rank *w = &par->where;
-    /* rank 0 chooses: the name, or "" for none, or "!<why none belongs>", or "#<error>" */
-    char choice[1100] = "";
-    if (w->rank == 0) {
-        struct plait_error why;
-        int rc =
-            ckpt_choose(d, plan, m, NULL, NULL, choice, sizeof choice, notes, notes_bytes, &why);
-        if (rc < 0)
-            snprintf(choice, sizeof choice, "%c%s", rc == CKPT_NOT_THIS_RUN ? '!' : '#', why.text);
-    }
-    if (parallel_share_text(par, "the checkpoint to resume", choice, sizeof choice, err)) return -1;
-    if (choice[0] == '!' || choice[0] == '#') {
-        error_set(err, "%s", choice + 1);
-        return choice[0] == '!' ? CKPT_NOT_THIS_RUN : -1;
-    }
-    if (!choice[0]) return 0;
-    char cdir[4096];
-    if (fs_join(cdir, sizeof cdir, dir, choice, err)) return -1;
-    struct ckpt_layout l;
-    int failed = ckpt_layout_read(cdir, &l, err) != 0;
-    struct plait_error why = {.text = ""};
-    if (!failed && l.whole) {
-        failed = ckpt_load_whole(cdir, m, st, &why) != 0;
-    } else if (!failed) {
-        /* parameters and moments from any layout; an unfinished step's own
-         * gradients (the same layout only) from this rank's file */
-        failed = ckpt_load_resharded(cdir, m, st, &why) != 0;
-        if (!failed && st->micro > 0) {
-            char file[64];
-            float *grads[] = {m->zero == 2 ? m->grad_slice : m->grads};
-            part_name(file, sizeof file, CKPT_PART_GRADS, m, w, true);
-            failed =
-                read_part(cdir, file, CKPT_PART_GRADS, m, w, grads, 1, m->zero == 2, &why) != 0;
-        }
-        if (!failed && !same_layout(&l, m) && w->rank == 0)
-            log_info("checkpoint %s: resharded from tp %d × pp %d × dp %d (ZeRO %d) to tp %d × "
-                     "pp %d × dp %d (ZeRO %d)",
-                     choice, l.tp, l.pp, l.dp, l.zero, w->tp, w->pp, w->dp, m->zero);
-    }
-    ckpt_layout_free(&l);
-    int any = failed;
-    if (parallel_max_int(par, &any, err)) return -1;
-    if (any)
-        return error_set(err, "checkpoint %s: %s", cdir,
-                         failed ? why.text : "another rank could not load its part");
-    snprintf(name, name_bytes, "%s", choice);
-    return 1;
+    char file[64];
+    float *grads[] = {m->zero == 2 ? m->grad_slice : m->grads};
+    part_name(file, sizeof file, CKPT_PART_GRADS, m, w, true);
+    return read_part(cdir, file, CKPT_PART_GRADS, m, w, grads, 1, m->zero == 2, err);
 }

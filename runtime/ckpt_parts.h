@@ -12,8 +12,7 @@
  * layer), slices as they lie in memory; each file starts with a 1 KiB
  * header saying what it holds.
  *
- * Loading: rank 0 picks the newest checkpoint that verifies and belongs to
- * this plan, and tells the others; each rank reads its part. A checkpoint of
+ * Loading (which checkpoint: ckpt_resume.h): each rank reads its part. A checkpoint of
  * the same layout is read part by part; one written whole (model.bin and
  * optim.bin, by a single rank or tp = pp = 1 without ZeRO) by any layout,
  * each rank taking its part of it. Any other layout is resharded: each rank
@@ -56,12 +55,6 @@ void ckpt_parts_write(struct ckpt_parts_job *job, const struct model *m,
 int ckpt_parts_commit(struct ckptdir *d, struct ckpt_parts_job *job, const struct model *m,
                       int keep, struct parallel *par, struct plait_error *err);
 
-/* Every rank calls it: 1 loaded (name, notes as ckpt_load_latest), 0 none,
- * CKPT_NOT_THIS_RUN or -1 as ckpt_load_latest (on every rank). */
-int ckpt_parts_load(struct ckptdir *d, const char *dir, const struct plan *plan, struct model *m,
-                    struct train_state *st, char *name, size_t name_bytes, char *notes,
-                    size_t notes_bytes, struct parallel *par, struct plait_error *err);
-
 /* Whether this rank's model can resume the checkpoint at cdir: its own
  * layout, a whole model (ckpt_load_whole says more), or any other layout at
  * the end of a step. -1 with err saying why not. */
@@ -72,5 +65,12 @@ int ckpt_layout_check(const char *cdir, const struct model *m, struct plait_erro
  * slices the part needs. */
 int ckpt_load_resharded(const char *cdir, struct model *m, struct train_state *st,
                         struct plait_error *err);
+
+/* Whether the checkpoint's layout is this model's own (the same parts, ZeRO and chunks). */
+bool ckpt_layout_same(const struct ckpt_layout *l, const struct model *m);
+
+/* Loads this rank's accumulated gradients of an unfinished step (its own layout's file). */
+int ckpt_load_grads(const char *cdir, struct model *m, const struct env_rank *w,
+                    struct plait_error *err);
 
 #endif

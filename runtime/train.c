@@ -38,6 +38,7 @@
 #include "runtime/optim.h"
 #include "runtime/ckpt_async.h"
 #include "runtime/ckpt_parts.h"
+#include "runtime/ckpt_resume.h"
 #include "runtime/buckets.h"
 #include "runtime/parallel.h"
 #include "runtime/pipeline.h"
