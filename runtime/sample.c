@@ -1,13 +1,16 @@
-/* sample.c — sampling text from the model and decoding tokens. Runs forward
- * passes of one sequence through the same model buffers training uses. */
+/* sample.c — sampling text from the model and decoding tokens: one token at a
+ * time through the decoder's key/value cache (decode.h), on the CPU. */
 #include "runtime/sample.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/fsutil.h"
+#include "kernels/ops.h"
+#include "runtime/decode.h"
 
 #define TOKENIZER_MAGIC 20240328
 
@@ -107,20 +110,54 @@ static int draw(const float *logits, int V, double temperature, int top_k, float
     return last;
 }
 
-int sample_text(struct model *m, const struct plan_sample *s, const struct tokenizer *tok,
-                struct rng *r, FILE *out, struct plait_error *err)
+/* The whole model's parameters in host memory: the CPU backend's own buffer, else a copy
+ * (*copy, for the caller to free). NULL when the model is a part (tp or pp > 1). */
+static const float *host_params(const struct model *m, float **copy, struct plait_error *err)
 {
-    int V = m->cfg.vocab, Vp = m->cfg.padded_vocab, T = m->T;
-    size_t cap = (size_t)s->tokens + strlen(s->prompt) + 1;
+    *copy = NULL;
+    if (m->shard.part.tp != 1 || !m->shard.first || !m->shard.last) {
+        error_set(err, "sampling needs the whole model on one rank; this rank holds a part");
+        return NULL;
+    }
+    if (m->ops == ops_cpu()) return m->params;
+    if (!(*copy = malloc(m->shard.total * sizeof **copy))) {
+        error_set(err, "out of memory copying the model to host memory");
+        return NULL;
+    }
+    m->ops->download(m->ctx, *copy, m->params, m->shard.total * sizeof **copy);
+    return *copy;
+}
+
+/* Feeds seq[from, n) to the decoder; when its context is full, it starts again on the last
+ * half of the sequence (positions are absolute: the cache cannot slide). */
+static int feed(struct decoder *d, const int32_t *seq, size_t n, size_t *fed,
+                struct plait_error *err)
+{
+    if (n - *fed > (size_t)(d->T - d->pos)) {
+        decoder_reset(d);
+        size_t keep = (size_t)d->T / 2;
+        *fed = n > keep ? n - keep : 0;
+    }
+    for (; *fed < n; (*fed)++)
+        if (decoder_feed(d, seq[*fed], err)) return -1;
+    return 0;
+}
+
+static int sample_with(struct model *m, const struct plan_sample *s, const struct tokenizer *tok,
+                       struct rng *r, FILE *out, struct plait_error *err)
+{
+    int V = m->cfg.vocab;
+    size_t cap = (size_t)s->tokens + strlen(s->prompt) + 1, n = 0, fed = 0;
     int32_t *seq = malloc(cap * sizeof *seq);
-    float *row = malloc((size_t)Vp * sizeof *row);
-    float *scratch = malloc((size_t)V * sizeof *scratch);
+    float *scratch = malloc((size_t)V * sizeof *scratch), *copy = NULL;
+    struct decoder d = {0};
     int rc = -1;
-    size_t n = 0; /* tokens in seq, at most cap */
-    if (!seq || !row || !scratch) {
+    if (!seq || !scratch) {
         error_set(err, "out of memory");
         goto out;
     }
+    const float *params = host_params(m, &copy, err);
+    if (!params || decoder_init(&d, &m->shard, params, err)) goto out;
     if (V <= 256 && !tok) { /* the prompt's bytes are its tokens */
         for (const unsigned char *p = (const unsigned char *)s->prompt; *p; p++)
             if (*p < V) seq[n++] = *p;
@@ -129,19 +166,37 @@ int sample_text(struct model *m, const struct plan_sample *s, const struct token
     for (size_t i = 0; i < n; i++)
         if (!(tok && seq[i] == tok->eot)) put_token(out, seq[i], V, tok);
     for (int k = 0; k < s->tokens; k++) {
-        int len = n < (size_t)T ? (int)n : T; /* the last T tokens are the context */
-        if (model_forward(m, seq + n - len, NULL, 1, len, 0.0f, NULL, err)) goto out;
-        m->ops->download(m->ctx, row, model_logits(m) + (size_t)(len - 1) * Vp,
-                         (size_t)Vp * sizeof(float));
-        int next = draw(row, V, s->temperature, s->top_k, scratch, r);
+        if (feed(&d, seq, n, &fed, err)) goto out;
+        int next = draw(d.logits, V, s->temperature, s->top_k, scratch, r);
         seq[n++] = next;
         put_token(out, next, V, tok);
     }
     fputc('\n', out);
     rc = 0;
 out:
+    decoder_free(&d);
+    free(copy);
     free(seq);
-    free(row);
     free(scratch);
+    return rc;
+}
+
+/* Threads for one row at a time: a row's ops are too small to share below about 4M
+ * parameters a thread (OpenMP's wake-ups cost more than the work), larger models are
+ * memory-bound and take them all. */
+static int decode_threads(const struct model *m)
+{
+    size_t per = (size_t)4 << 20, want = m->shard.total / per;
+    int most = omp_get_max_threads();
+    return want < 1 ? 1 : want < (size_t)most ? (int)want : most;
+}
+
+int sample_text(struct model *m, const struct plan_sample *s, const struct tokenizer *tok,
+                struct rng *r, FILE *out, struct plait_error *err)
+{
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(decode_threads(m));
+    int rc = sample_with(m, s, tok, r, out, err);
+    omp_set_num_threads(threads);
     return rc;
 }
