@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,19 +64,76 @@ void tokenizer_free(struct tokenizer *t)
     memset(t, 0, sizeof *t);
 }
 
-static void put_token(FILE *out, int token, int vocab, const struct tokenizer *tok)
+/* Text written as it comes, only ever valid UTF-8: bytes that begin a character wait for the
+ * rest of it; a byte that cannot be part of one, or a character cut short, is written as
+ * \xNN (as are control characters other than \n and \t). */
+struct utf8_out {
+    FILE *f;
+    unsigned char pending[4];
+    int n, want; /* bytes held, and the character's length */
+};
+
+static void escape(struct utf8_out *o, unsigned char b)
+{
+    fprintf(o->f, "\\x%02x", b);
+}
+
+static void flush_pending(struct utf8_out *o)
+{
+    for (int i = 0; i < o->n; i++) escape(o, o->pending[i]);
+    o->n = o->want = 0;
+}
+
+/* the length of the character a lead byte starts, 0: none */
+static int utf8_length(unsigned char b)
+{
+    return b < 0x80 ? 1 : b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3
+                                                 : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+}
+
+/* whether b may follow lead byte `lead` as its first continuation (no overlong form, no
+ * surrogate, nothing past U+10FFFF) */
+static bool second_ok(unsigned char lead, unsigned char b)
+{
+    unsigned char lo = lead == 0xe0 ? 0xa0 : lead == 0xf0 ? 0x90 : 0x80,
+                  hi = lead == 0xed ? 0x9f : lead == 0xf4 ? 0x8f : 0xbf;
+    return b >= lo && b <= hi;
+}
+
+static void put_byte(struct utf8_out *o, unsigned char b)
+{
+    if (o->n && (b & 0xc0) == 0x80 && (o->n > 1 || second_ok(o->pending[0], b))) {
+        o->pending[o->n++] = b;
+        if (o->n == o->want) {
+            fwrite(o->pending, 1, (size_t)o->n, o->f);
+            o->n = o->want = 0;
+        }
+        return;
+    }
+    flush_pending(o); /* cut short */
+    int len = utf8_length(b);
+    if (len == 1 && ((b < 0x20 && b != '\n' && b != '\t') || b == 0x7f))
+        escape(o, b);
+    else if (len == 1)
+        fputc(b, o->f);
+    else if (len == 0)
+        escape(o, b);
+    else
+        o->pending[o->n++] = b, o->want = len;
+}
+
+static void put_token(struct utf8_out *o, int token, int vocab, const struct tokenizer *tok)
 {
     if (tok && token < tok->vocab) {
-        fputs(tok->piece[token], out);
-    } else if (vocab <= 256) { /* bytes; control characters other than \n and \t escaped */
-        if ((token < 0x20 && token != '\n' && token != '\t') || token == 0x7f)
-            fprintf(out, "\\x%02x", token);
-        else
-            fputc(token, out);
+        for (const unsigned char *p = (const unsigned char *)tok->piece[token]; *p; p++)
+            put_byte(o, *p);
+    } else if (vocab <= 256) { /* bytes */
+        put_byte(o, (unsigned char)token);
     } else {
-        fprintf(out, "[%d]", token);
+        flush_pending(o);
+        fprintf(o->f, "[%d]", token);
     }
-    fflush(out);
+    fflush(o->f);
 }
 
 static int descending(const void *a, const void *b)
@@ -151,6 +209,7 @@ static int sample_with(struct model *m, const struct plan_sample *s, const struc
     int32_t *seq = malloc(cap * sizeof *seq);
     float *scratch = malloc((size_t)V * sizeof *scratch), *copy = NULL;
     struct decoder d = {0};
+    struct utf8_out text = {.f = out};
     int rc = -1;
     if (!seq || !scratch) {
         error_set(err, "out of memory");
@@ -164,13 +223,14 @@ static int sample_with(struct model *m, const struct plan_sample *s, const struc
     }
     if (n == 0) seq[n++] = tok && tok->eot >= 0 ? tok->eot : V - 1;
     for (size_t i = 0; i < n; i++)
-        if (!(tok && seq[i] == tok->eot)) put_token(out, seq[i], V, tok);
+        if (!(tok && seq[i] == tok->eot)) put_token(&text, seq[i], V, tok);
     for (int k = 0; k < s->tokens; k++) {
         if (feed(&d, seq, n, &fed, err)) goto out;
         int next = draw(d.logits, V, s->temperature, s->top_k, scratch, r);
         seq[n++] = next;
-        put_token(out, next, V, tok);
+        put_token(&text, next, V, tok);
     }
+    flush_pending(&text);
     fputc('\n', out);
     rc = 0;
 out:

@@ -176,6 +176,23 @@ PYEOF
         "$PLAIT" train "$WORK/plan.json" --set model.init="$WORK/init_v3.bin" --set model.layers=3
 }
 
+# An untrained model's samples are random bytes: what reaches the console and train.log is
+# still valid UTF-8 (a byte that cannot start or continue a character is written \xNN), and
+# the sample is there, before training and after
+test_samples_are_valid_utf8() {
+    local run=$WORK/utf8
+    "$PLAIT" train "$WORK/plan.json" --out "$run" --set steps=1 --set optimizer.warmup_steps=0 \
+        --set sample.tokens=400 --set data.val=null --set data.val_every=0 >"$run.out" 2>&1 ||
+        { cat "$run.out"; return 1; }
+    "$PY" - "$run.out" "$run/train.log" <<'PYEOF'
+import sys
+for path in sys.argv[1:]:
+    text = open(path, "rb").read().decode("utf-8")  # strict: raises on any invalid byte
+    escaped = text.count("\\x")
+    assert escaped > 10, f"{path}: {escaped} escaped bytes; the random model's sample is missing?"
+PYEOF
+}
+
 check recompute_gives_the_same_losses_to_the_bit test_recompute_gives_the_same_losses_to_the_bit
 check bf16_tracks_fp32 test_bf16_tracks_fp32
 check loss_falls_below_unigram_entropy test_loss_falls_below_unigram_entropy
@@ -185,4 +202,5 @@ check bad_data_is_refused_with_the_file_named test_bad_data_is_refused_with_the_
 check cli_contract test_cli_contract
 check data_prepare_writes_llmc_shards test_data_prepare_writes_llmc_shards
 check init_reads_llmc_fp32_and_bf16_checkpoints test_init_reads_llmc_fp32_and_bf16_checkpoints
+check samples_are_valid_utf8 test_samples_are_valid_utf8
 finish
