@@ -1237,7 +1237,8 @@ static int check_global_batch(struct ctx *c, json_t *root, struct plan *p)
     return 0;
 }
 
-static int check_rules(struct ctx *c, json_t *root, struct plan *p)
+/* The model's own dimensions against each other (after model.init filled them). */
+static int check_model_rules(struct ctx *c, json_t *root, struct plan *p)
 {
     char got[GOT_MAX];
     struct plan_model *m = &p->model;
@@ -1259,6 +1260,13 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
         return fail_rule(
             c, "model.max_seq_len", "model.seq_len", "must be >= model.seq_len (%d) (got %s)",
             m->seq_len, got_text(c, "model.max_seq_len", given(root, "model", "max_seq_len"), got));
+    return 0;
+}
+
+/* Validation data and the precision's own fields. */
+static int check_data_and_precision(struct ctx *c, json_t *root, struct plan *p)
+{
+    char got[GOT_MAX];
     if (p->data.val_every > 0 && !p->data.val)
         return fail_rule(c, "data.val_every", "data.val", "must be 0 without data.val (got %s)",
                          got_text(c, "data.val_every", given(root, "data", "val_every"), got));
@@ -1269,9 +1277,14 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
                          plan_precision_name(p->precision));
     if (p->precision == PLAN_PRECISION_FP8 && p->fp8_scaling == PLAN_FP8_NONE)
         p->fp8_scaling = PLAN_FP8_TENSOR;
-    if (check_lr_schedule(c, root, p) || check_global_batch(c, root, p)) return -1;
-    /* tensor parallelism splits the heads and the (padded) vocabulary; pipeline
-     * parallelism needs a layer per stage */
+    return 0;
+}
+
+/* Tensor parallelism splits the heads, the (padded) vocabulary and 4·hidden; pipeline
+ * parallelism needs a layer per stage. */
+static int check_split_rules(struct ctx *c, const struct plan *p)
+{
+    const struct plan_model *m = &p->model;
     int tp = p->parallel.tp, pp = p->parallel.pp;
     if (tp != PLAN_AUTO && m->heads % tp != 0)
         return fail_rule(c, "parallel.tp", "model.heads", "must divide model.heads (%d %% %d = %d)",
@@ -1287,7 +1300,16 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
         return fail_rule(c, "parallel.tp", "model.hidden",
                          "must divide 4·model.hidden (%lld %% %d = %lld)", 4 * (long long)m->hidden,
                          tp, 4 * (long long)m->hidden % tp);
+    return 0;
+}
+
+/* The pipeline schedule's: virtual stages, the stages' layers, the interleaved schedule's
+ * micro-batches and chunks. */
+static int check_pipeline_rules(struct ctx *c, const struct plan *p)
+{
+    const struct plan_model *m = &p->model;
     const struct plan_parallel *par = &p->parallel;
+    int pp = par->pp;
     bool interleaved = par->schedule == PLAN_PIPE_INTERLEAVED;
     if (interleaved && par->virtual_stages < 2)
         return fail_rule(c, "parallel.virtual_stages", "parallel.schedule",
@@ -1323,23 +1345,19 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
         return fail_rule(c, "parallel.virtual_stages", "parallel.pp model.layers parallel.schedule",
                          "pp × virtual_stages (%d × %d) must divide model.layers (%d)", pp,
                          par->virtual_stages, m->layers);
-    if (par->sequence_parallel && tp == 1)
-        return fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
+    return 0;
+}
+
+/* ZeRO's stage against the runtime and the schedule. ZeRO 2 hands a micro-batch's gradients
+ * over after its backward; an interleaved or zero-bubble stage runs other backwards in
+ * between. With dp 1 there is nothing to hand over. */
+static int check_zero_rules(struct ctx *c, const struct plan *p)
+{
+    const struct plan_parallel *par = &p->parallel;
+    int dp = par->dp;
     if (par->zero == 3)
         return fail_rule(c, "parallel.zero", "", "3 is not in this runtime yet (0, 1, 2 are)");
-    /* the kernels index a micro-batch's B·T rows (3 of them a token in the classifier's
-     * statistics) in int; 4·hidden is bounded by the model's size (check_model_size) */
-    long long rows = (long long)p->batch.micro_batch * m->seq_len;
-    if (rows > INT_MAX / 3)
-        return fail_rule(c, "model.seq_len", "batch.micro_batch",
-                         "batch.micro_batch × model.seq_len (%d × %d = %lld rows) is more than "
-                         "the kernels index (%d)",
-                         p->batch.micro_batch, m->seq_len, rows, INT_MAX / 3);
-    /* ZeRO 2 hands a micro-batch's gradients over after its backward; an
-     * interleaved or zero-bubble stage runs other backwards in between. With
-     * dp 1 there is nothing to hand over. */
-    int dp = par->dp;
-    if (par->zero == 2 && dp != 1 && interleaved && pp != 1)
+    if (par->zero == 2 && dp != 1 && par->schedule == PLAN_PIPE_INTERLEAVED && par->pp != 1)
         return fail_rule(c, "parallel.schedule", "parallel.zero parallel.dp parallel.pp",
                          "\"interleaved\" with parallel.zero 2 and parallel.dp %s: ZeRO 2 hands "
                          "each micro-batch's gradients over after its backward, but an "
@@ -1352,13 +1370,41 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
                          "micro-batch's gradients over before the next backward, which a "
                          "zero-bubble schedule interleaves; use zero 1, or \"1f1b\"",
                          dp == PLAN_AUTO ? "\"auto\"" : "> 1");
-    /* sequence parallelism splits a micro-batch's B·T rows evenly over tp */
+    return 0;
+}
+
+/* A micro-batch's rows: the kernels index B·T rows (3 of them a token in the classifier's
+ * statistics) in int (4·hidden is bounded by the model's size: check_model_size), and
+ * sequence parallelism splits them evenly over tp. */
+static int check_row_rules(struct ctx *c, const struct plan *p)
+{
+    const struct plan_parallel *par = &p->parallel;
+    int tp = par->tp;
+    long long rows = (long long)p->batch.micro_batch * p->model.seq_len;
+    if (rows > INT_MAX / 3)
+        return fail_rule(c, "model.seq_len", "batch.micro_batch",
+                         "batch.micro_batch × model.seq_len (%d × %d = %lld rows) is more than "
+                         "the kernels index (%d)",
+                         p->batch.micro_batch, p->model.seq_len, rows, INT_MAX / 3);
     if (par->sequence_parallel && tp != PLAN_AUTO && rows % tp != 0)
         return fail_rule(
             c, "parallel.sequence_parallel", "batch.micro_batch model.seq_len parallel.tp",
             "needs batch.micro_batch × model.seq_len (%d × %d = %lld rows) divisible by "
             "parallel.tp (%d)",
-            p->batch.micro_batch, m->seq_len, rows, tp);
+            p->batch.micro_batch, p->model.seq_len, rows, tp);
+    return 0;
+}
+
+/* Every rule between fields, in the order a plan's refusal names the first broken. */
+static int check_rules(struct ctx *c, json_t *root, struct plan *p)
+{
+    if (check_model_rules(c, root, p) || check_data_and_precision(c, root, p) ||
+        check_lr_schedule(c, root, p) || check_global_batch(c, root, p) ||
+        check_split_rules(c, p) || check_pipeline_rules(c, p))
+        return -1;
+    if (p->parallel.sequence_parallel && p->parallel.tp == 1)
+        return fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
+    if (check_zero_rules(c, p) || check_row_rules(c, p)) return -1;
     return check_ranks(c, p) || check_model_size(c, root, p) ? -1 : 0;
 }
 
