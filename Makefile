@@ -176,7 +176,25 @@ TOOLS        := $(BUILD)/bin/gemm-bench $(BUILD)/bin/comm-bench $(BUILD)/bin/fp8
 GPU_TESTS    := $(if $(HAVE_NCCL),$(BUILD)/tests/gpu/test_nccl)
 # The SPANK plugin: built where Slurm's headers are (libslurm-dev), and not
 # with sanitizers (it is loaded into Slurm's own processes).
-SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 00,$(SAN)$(TSAN))),$(BUILD)/lib/spank_plait.so)
+# Build it against the Slurm the cluster runs (SPANK plugins are not ABI compatible between
+# Slurm's major releases): SLURM_HOME is that Slurm's prefix (its include/slurm/spank.h).
+# SLURM=1 makes a missing spank.h an error, SLURM=0 leaves the plugin out without a word;
+# by default (auto) a missing spank.h is said loudly and the rest builds.
+SLURM_HOME   ?= /usr
+SLURM        ?= auto
+SPANK_H      := $(wildcard $(SLURM_HOME)/include/slurm/spank.h)
+ifeq ($(SLURM)$(SPANK_H),1)
+  $(error SLURM=1 but there is no $(SLURM_HOME)/include/slurm/spank.h: install libslurm-dev, or set SLURM_HOME to the prefix of the Slurm your cluster runs)
+endif
+ifeq ($(SLURM),0)
+  SPANK_H :=
+else ifeq ($(SPANK_H),)
+  ifeq ($(filter 00,$(SAN)$(TSAN)),00)
+    $(warning the Slurm plugin (spank_plait.so) is NOT built: no $(SLURM_HOME)/include/slurm/spank.h. Install libslurm-dev, or set SLURM_HOME to the prefix of the Slurm your cluster runs; SLURM=0 builds without it quietly)
+  endif
+endif
+SPANK_CPPFLAGS := $(if $(filter-out /usr,$(SLURM_HOME)),-isystem $(SLURM_HOME)/include)
+SPANK_SO     := $(if $(and $(SPANK_H),$(filter 00,$(SAN)$(TSAN))),$(BUILD)/lib/spank_plait.so)
 
 # plait's man page and bash completion, written from its help text (scripts/gen_docs.sh)
 MAN_PAGE     := $(BUILD)/share/man/man1/plait.1
@@ -228,6 +246,7 @@ $(BUILD)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -MMD -MP -c $< -o $@
 
+$(patsubst %.c,$(BUILD)/pic/%.o,$(SPANK_SRC)): CPPFLAGS += $(SPANK_CPPFLAGS)
 $(BUILD)/lib/spank_plait.so: $(patsubst %.c,$(BUILD)/pic/%.o,$(SPANK_SRC) $(COMMON_SRC)) spank-plugin/spank_plait.map
 	@mkdir -p $(dir $@)
 	$(CC) -shared -fPIC -Wl,--version-script=spank-plugin/spank_plait.map -Wl,-z,relro,-z,now \
@@ -339,32 +358,37 @@ bench-memory: deps-test
 
 # make install puts exactly these files (and make uninstall removes exactly them,
 # then the directories only plait uses, when empty): the programs, the plugin,
-# the man page, the bash completion, the docs and the examples.
+# the man page, the bash completion, the docs (README, the Slurm admin guide as
+# ADMIN.md, ARCHITECTURE.md) and the examples, the Kubernetes admin guide and its
+# manifests (share/plait/k8s/).
 DEST          := $(DESTDIR)$(PREFIX)
 EXAMPLE_FILES := $(sort $(wildcard examples/*.md examples/*/*))
-DOC_FILES     := README.md examples/slurm/ADMIN.md
+DOC_FILES     := README.md examples/slurm/ADMIN.md docs/ARCHITECTURE.md
+K8S_FILES     := k8s/ADMIN.md $(sort $(wildcard k8s/examples/*))
 INSTALLED     := $(addprefix $(DEST)/bin/,plait plait-train) \
                  $(if $(SPANK_SO),$(DEST)/lib/slurm/spank_plait.so) \
                  $(if $(CUDA_SO),$(DEST)/lib/plait/libplait_cuda.so) \
                  $(DEST)/share/man/man1/plait.1 $(DEST)/share/bash-completion/completions/plait \
                  $(addprefix $(DEST)/share/doc/plait/,$(notdir $(DOC_FILES))) \
-                 $(addprefix $(DEST)/share/plait/,$(EXAMPLE_FILES))
+                 $(addprefix $(DEST)/share/plait/,$(EXAMPLE_FILES) $(K8S_FILES))
 
 install: $(PLAIT) $(PLAIT_TRAIN) $(CUDA_SO) $(SPANK_SO) docs
 	install -d $(DEST)/bin $(DEST)/share/man/man1 $(DEST)/share/bash-completion/completions \
-		$(DEST)/share/doc/plait $(addprefix $(DEST)/share/plait/,$(sort $(dir $(EXAMPLE_FILES))))
+		$(DEST)/share/doc/plait \
+		$(addprefix $(DEST)/share/plait/,$(sort $(dir $(EXAMPLE_FILES) $(K8S_FILES))))
 	install -m 755 $(PLAIT) $(PLAIT_TRAIN) $(DEST)/bin/
 	$(if $(SPANK_SO),install -d $(DEST)/lib/slurm && install -m 755 $(SPANK_SO) $(DEST)/lib/slurm/)
 	$(if $(CUDA_SO),install -d $(DEST)/lib/plait && install -m 755 $(CUDA_SO) $(DEST)/lib/plait/)
 	install -m 644 $(MAN_PAGE) $(DEST)/share/man/man1/
 	install -m 644 $(COMPLETION) $(DEST)/share/bash-completion/completions/
 	install -m 644 $(DOC_FILES) $(DEST)/share/doc/plait/
-	$(foreach f,$(EXAMPLE_FILES),install -m 644 $(f) $(DEST)/share/plait/$(f) &&) true
+	$(foreach f,$(EXAMPLE_FILES) $(K8S_FILES),install -m 644 $(f) $(DEST)/share/plait/$(f) &&) true
 
 uninstall:
 	rm -f $(INSTALLED)
-	-rmdir $(sort $(dir $(addprefix $(DEST)/share/plait/,$(EXAMPLE_FILES)))) \
-		$(DEST)/share/plait/examples $(DEST)/share/plait $(DEST)/share/doc/plait \
+	-rmdir $(sort $(dir $(addprefix $(DEST)/share/plait/,$(EXAMPLE_FILES) $(K8S_FILES)))) \
+		$(DEST)/share/plait/examples $(DEST)/share/plait/k8s $(DEST)/share/plait \
+		$(DEST)/share/doc/plait \
 		$(if $(CUDA_SO),$(DEST)/lib/plait) 2>/dev/null
 
 format:

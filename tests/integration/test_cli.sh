@@ -144,7 +144,8 @@ test_install_and_uninstall() {
     make -s install BUILD="$BUILD" SAN=$san DESTDIR="$dest" PREFIX=/usr >"$WORK/inst.log" 2>&1 ||
         { cat "$WORK/inst.log"; return 1; }
     for f in bin/plait bin/plait-train share/man/man1/plait.1 share/bash-completion/completions/plait \
-        share/doc/plait/README.md share/doc/plait/ADMIN.md share/plait/examples/README.md \
+        share/doc/plait/README.md share/doc/plait/ADMIN.md share/doc/plait/ARCHITECTURE.md \
+        share/plait/k8s/ADMIN.md share/plait/k8s/examples/job-jobset.yaml share/plait/examples/README.md \
         share/plait/examples/plans/shakespeare.json share/plait/examples/data/tinyshakespeare.txt; do
         [ -f "$dest/usr/$f" ] || { echo "not installed: $f"; return 1; }
     done
@@ -181,6 +182,29 @@ check unknown_and_malformed_options test_unknown_and_malformed_options
 check singular_counts test_singular_counts
 check failed_first_start_leaves_nothing test_failed_first_start_leaves_nothing
 check man_page_and_completion_follow_the_help test_man_page_and_completion_follow_the_help
+# The plugin builds against the Slurm SLURM_HOME names (its include/slurm/spank.h, put
+# first on the include path); without one the build says so loudly and goes on, SLURM=1
+# stops there, SLURM=0 is quiet (make -n: nothing is built)
+test_the_plugin_builds_against_slurm_home_and_says_when_it_cannot() {
+    local b=$WORK/slurm-build out
+    out=$(cd "$ROOT" && make -n BUILD="$b" SLURM_HOME=/nonexistent all 2>&1) || { echo "$out" | tail -3; return 1; }
+    grep -q "spank_plait.so) is NOT built: no /nonexistent/include/slurm/spank.h" <<<"$out" &&
+        ! grep -q "spank_plait.so" <<<"$(grep -v "NOT built" <<<"$out")" || { echo "$out" | grep -i spank; return 1; }
+    if out=$(cd "$ROOT" && make -n BUILD="$b" SLURM=1 SLURM_HOME=/nonexistent all 2>&1); then
+        echo "SLURM=1 without spank.h did not stop"; return 1
+    fi
+    grep -q "SLURM=1 but there is no /nonexistent/include/slurm/spank.h" <<<"$out" || { echo "$out"; return 1; }
+    out=$(cd "$ROOT" && make -n BUILD="$b" SLURM=0 SLURM_HOME=/nonexistent all 2>&1) || return 1
+    ! grep -qi "spank" <<<"$out" || { echo "$out" | grep -i spank; return 1; }
+    [ -f /usr/include/slurm/spank.h ] || { echo "no libslurm-dev here to build against"; return 1; }
+    mkdir -p "$WORK/slurm/include" && ln -sfn /usr/include/slurm "$WORK/slurm/include/slurm"
+    out=$(cd "$ROOT" && make -n BUILD="$b" SLURM_HOME="$WORK/slurm" all 2>&1) || return 1
+    grep -q -- "-isystem $WORK/slurm/include .*-c spank-plugin/spank_plait.c" <<<"$out" &&
+        grep -q -- "-o $b/lib/spank_plait.so" <<<"$out" || { echo "$out" | grep -i spank; return 1; }
+}
+
 check install_and_uninstall test_install_and_uninstall
+check the_plugin_builds_against_slurm_home_and_says_when_it_cannot \
+    test_the_plugin_builds_against_slurm_home_and_says_when_it_cannot
 check data_prepare_refuses_outputs_that_are_inputs test_data_prepare_refuses_outputs_that_are_inputs
 finish
