@@ -4,6 +4,7 @@
  * (sbatch, salloc, srun), store_host.c in srun, task.c in slurmstepd. Config
  * parsing is config.c's.
  */
+#include <slurm/slurm_version.h>
 #include <slurm/spank.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +36,36 @@ static struct spank_option train_plan_option = {
     .cb = on_train_plan,
 };
 
+/* The Slurm release whose spank.h built this plugin (a test builds one that says another) */
+#ifndef PLAIT_SLURM_BUILT
+#define PLAIT_SLURM_BUILT SLURM_VERSION_NUMBER
+#endif
+
+/* SPANK plugins are not ABI compatible between Slurm's major releases (YY.MM), and Slurm does
+ * not check a SPANK plugin's version as it does its own plugins': refuse to run in another
+ * release than the one built against, saying how to rebuild. A Slurm that does not say its
+ * release is trusted. */
+static int check_slurm_release(spank_t sp)
+{
+    char *major = NULL, *minor = NULL;
+    if (spank_get_item(sp, S_SLURM_VERSION_MAJOR, &major) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_SLURM_VERSION_MINOR, &minor) != ESPANK_SUCCESS || !major || !minor)
+        return 0;
+    int built_major = SLURM_VERSION_MAJOR(PLAIT_SLURM_BUILT),
+        built_minor = SLURM_VERSION_MINOR(PLAIT_SLURM_BUILT);
+    if (atoi(major) == built_major && atoi(minor) == built_minor) return 0;
+    return msg_error("spank_plait.so was built against Slurm %d.%02d, but this is Slurm %s.%s: "
+                     "SPANK plugins are not compatible across Slurm's major releases; rebuild "
+                     "it against this Slurm (make SLURM_HOME=<its prefix>; "
+                     "examples/slurm/ADMIN.md)",
+                     built_major, built_minor, major, minor);
+}
+
 int slurm_spank_init(spank_t sp, int argc, char **argv)
 {
     spank_context_t ctx = spank_context();
     if (ctx != S_CTX_ALLOCATOR && ctx != S_CTX_LOCAL && ctx != S_CTX_REMOTE) return 0;
+    if (check_slurm_release(sp)) return -1;
     struct plait_error err;
     if (config_parse(argc, argv, &config, &err)) return msg_error("%s", err.text);
     /* before sbatch/salloc read the options, some of which come from the

@@ -653,8 +653,31 @@ test_preempted_3d_job_checkpoints_requeues_and_resumes() {
     preempt_and_resume low222 "$WORK/long222.json" -N2 --ntasks-per-node=4 --export=ALL,OMP_NUM_THREADS=1
 }
 
+# A plugin built with another Slurm release's spank.h (21.08 here) refuses to run, saying
+# which release it was built for, which this is, and how to rebuild: Slurm itself does not
+# check a SPANK plugin's version
+test_a_plugin_built_for_another_slurm_release_refuses_to_run() {
+    local d=$WORK/release f objs=()
+    mkdir -p "$d"
+    cc -D_GNU_SOURCE -I"$ROOT" -fPIC -c "$ROOT/spank-plugin/spank_plait.c" \
+        -DPLAIT_SLURM_BUILT='((21 << 16) + (8 << 8))' -o "$d/spank_plait.o" || return 1
+    # the rest of the plugin as this build made it (the sources git knows, not stale objects)
+    while read -r f; do
+        [ "$f" = spank-plugin/spank_plait.c ] || objs+=("$BUILD/pic/${f%.c}.o")
+    done < <(cd "$ROOT" && git ls-files 'common/*.c' 'spank-plugin/*.c')
+    cc -shared -fPIC -Wl,--version-script="$ROOT/spank-plugin/spank_plait.map" "$d/spank_plait.o" \
+        "${objs[@]}" -ljansson -lhwloc -lm -o "$d/spank_plait.so" || return 1
+    sed "s#^PlugStackConfig=.*#PlugStackConfig=$d/plugstack.conf#" "$SLURM_CONF" >"$d/slurm.conf"
+    echo "required $d/spank_plait.so" >"$d/plugstack.conf"
+    expect_error "$WORK/t_release.log" any \
+        "spank_plait.so was built against Slurm 21.08, but this is Slurm [0-9]+\.[0-9]+: .*rebuild it against this Slurm" \
+        env SLURM_CONF="$d/slurm.conf" sbatch --wrap true
+}
+
 check the_cluster_lives_in_the_tests_sandbox test_the_cluster_lives_in_the_tests_sandbox
 check sbatch_knows_train_plan_and_refuses_bad_plans test_sbatch_knows_train_plan_and_refuses_bad_plans
+check a_plugin_built_for_another_slurm_release_refuses_to_run \
+    test_a_plugin_built_for_another_slurm_release_refuses_to_run
 check policy_limits_and_quota_are_enforced_at_submit test_policy_limits_and_quota_are_enforced_at_submit
 check policy_holds_on_the_compute_side_when_the_client_skips_the_plugin test_policy_holds_on_the_compute_side_when_the_client_skips_the_plugin
 check rank_count_beyond_plait_is_refused_at_submit_and_start test_rank_count_beyond_plait_is_refused_at_submit_and_start
