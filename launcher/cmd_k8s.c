@@ -72,13 +72,6 @@ static int dns_name(const struct cli_command *cli, const char *opt, const char *
     return CLI_CONTINUE;
 }
 
-/* An option's text into *out, as it is. */
-static int text(const char *v, const char **out)
-{
-    *out = v;
-    return CLI_CONTINUE;
-}
-
 /* An option's DNS name into *out (dns_name). */
 static int dns_option(const struct cli_command *cli, const char *opt, const char *v, size_t max,
                       const char **out)
@@ -192,32 +185,46 @@ const struct cli_command cmd_k8s_render_cli = {
     .epilog = "exit codes: 0 printed, 1 the plan cannot run there (the reason is printed), 2 usage",
 };
 
-/* A number's option into a. */
-static int render_number(const struct cli_command *cli, int opt, const char *o, const char *v,
-                         struct k8s_render_args *a)
+/* An option that is a name or a number into a: where each goes, and its
+ * bounds (a DNS name's length; 0: any text). */
+static int render_value(const struct cli_command *cli, int opt, const char *o, const char *v,
+                        struct k8s_render_args *a)
 {
-    switch (opt) {
-    case R_NODES:
-        return positive(cli, o, v, 100000, &a->nodes);
-    case R_GPUS:
-        return positive(cli, o, v, 1024, &a->gpus_per_node);
-    case R_GPU_MEMORY:
-        return positive_real(cli, o, v, &a->gpu_memory_gb);
-    case R_MAX_RESTARTS:
-        return non_negative(cli, o, v, &a->max_restarts);
-    case R_PORT:
-        return positive(cli, o, v, 65535, &a->port);
-    case R_GANG_TIMEOUT:
-        return positive(cli, o, v, 86400, &a->gang_timeout_s);
-    case R_SCHEDULE_TIMEOUT:
-        return positive(cli, o, v, 86400, &a->schedule_timeout_s);
-    case R_CKPT_WRITE_S:
-        return positive_real(cli, o, v, &a->ckpt_write_s);
-    case R_CKPT_GBPS:
-        return positive_real(cli, o, v, &a->ckpt_gbps);
-    case R_SHM:
-        return positive_real(cli, o, v, &a->shm_gb);
-    }
+    const struct {
+        int opt;
+        size_t dns_max;
+        const char **to;
+    } names[] = {{R_IMAGE, 0, &a->image},       {R_NAME, 0, &a->name},
+                 {R_TOPOLOGY, 0, &a->topology}, {R_SCHEDULER, 0, &a->scheduler},
+                 {R_TOPOLOGY_KEY, 0, &a->topology_key},
+                 {R_GPU_PRODUCT, 0, &a->gpu_product},
+                 {R_NAMESPACE, 63, &a->ns},     {R_QUEUE, 63, &a->queue},
+                 {R_PRIORITY, 253, &a->priority},
+                 {R_PVC, 253, &a->pvc}};
+    const struct {
+        int opt, max;
+        int *to;
+    } counts[] = {{R_NODES, 100000, &a->nodes},
+                  {R_GPUS, 1024, &a->gpus_per_node},
+                  {R_PORT, 65535, &a->port},
+                  {R_GANG_TIMEOUT, 86400, &a->gang_timeout_s},
+                  {R_SCHEDULE_TIMEOUT, 86400, &a->schedule_timeout_s}};
+    const struct {
+        int opt;
+        double *to;
+    } reals[] = {{R_GPU_MEMORY, &a->gpu_memory_gb},
+                 {R_CKPT_WRITE_S, &a->ckpt_write_s},
+                 {R_CKPT_GBPS, &a->ckpt_gbps},
+                 {R_SHM, &a->shm_gb}};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (names[i].opt == opt)
+            return names[i].dns_max ? dns_option(cli, o, v, names[i].dns_max, names[i].to)
+                                    : (*names[i].to = v, CLI_CONTINUE);
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
+        if (counts[i].opt == opt) return positive(cli, o, v, counts[i].max, counts[i].to);
+    for (size_t i = 0; i < sizeof reals / sizeof *reals; i++)
+        if (reals[i].opt == opt) return positive_real(cli, o, v, reals[i].to);
+    if (opt == R_MAX_RESTARTS) return non_negative(cli, o, v, &a->max_restarts);
     return CLI_CONTINUE;
 }
 
@@ -265,28 +272,9 @@ static int render_option(const struct cli_command *cli, int opt, const char *v,
 {
     const char *o = opt >= 0 ? cli->options[opt].name : NULL;
     switch (opt) {
-    case R_IMAGE:
-        return text(v, &a->image);
-    case R_NAME:
-        return text(v, &a->name);
-    case R_TOPOLOGY_KEY:
-        return text(v, &a->topology_key);
-    case R_GPU_PRODUCT:
-        return text(v, &a->gpu_product);
-    case R_TOPOLOGY:
-        return text(v, &a->topology);
-    case R_SCHEDULER:
-        return text(v, &a->scheduler);
     case R_SET:
-        return text(v, &a->sets[a->n_sets++]);
-    case R_NAMESPACE:
-        return dns_option(cli, o, v, 63, &a->ns);
-    case R_QUEUE:
-        return dns_option(cli, o, v, 63, &a->queue);
-    case R_PRIORITY:
-        return dns_option(cli, o, v, 253, &a->priority);
-    case R_PVC:
-        return dns_option(cli, o, v, 253, &a->pvc);
+        a->sets[a->n_sets++] = v;
+        return CLI_CONTINUE;
     case R_RUN_DIR:
         a->run_dir = v;
         return v[0] != '/' ? cli_usage_error(cli, "--run-dir must be absolute (got %s)", v)
@@ -298,8 +286,9 @@ static int render_option(const struct cli_command *cli, int opt, const char *v,
     case R_TOPOLOGY_MODE:
         return render_choice(cli, opt, v, a);
     }
-    if (opt < 0) return text(v, &a->plan_path);
-    return render_number(cli, opt, o, v, a);
+    if (opt >= 0) return render_value(cli, opt, o, v, a);
+    a->plan_path = v;
+    return CLI_CONTINUE;
 }
 
 /* What the options say together: the required ones, the defaults that

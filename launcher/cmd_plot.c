@@ -238,7 +238,8 @@ static void draw_run(cairo_t *cr, const struct panel *p, const struct metrics_se
 static void draw_panel(cairo_t *cr, const struct panel *p, const struct run *runs, int n_runs,
                        double px, double py, double pw, double ph)
 {
-    struct frame f = {.left = px + 70, .right = px + pw - 20, .top = py + 40, .bottom = py + ph - 50};
+    struct frame f = {
+        .left = px + 70, .right = px + pw - 20, .top = py + 40, .bottom = py + ph - 50};
     data_range(p, runs, n_runs, &f);
     draw_frame(cr, p, &f, py);
     if (!(f.x1 >= f.x0 && f.y1 >= f.y0)) {
