@@ -37,14 +37,9 @@ if [ "$rc" -eq 77 ]; then
     exit 77
 fi
 
-L=12 NH=12 C=768 V=50257 VP=50304 T=1024
-"$PY" - "$work/tokens.bin" "$V" <<'EOF'
-import sys, numpy as np
-n, v = 1 << 22, int(sys.argv[2])
-h = np.zeros(256, np.int32); h[:3] = (20240520, 1, n)
-t = np.random.default_rng(0).integers(0, v, n, dtype=np.uint16)
-open(sys.argv[1], "wb").write(h.tobytes() + t.tobytes())
-EOF
+source bench/gpt2_124m.sh # defines: L NH C V VP MAXT, gpt2_tokens, gpt2_plan
+T=$MAXT
+gpt2_tokens "$work/tokens.bin" $((1 << 22))
 
 report() { # METRICS B LABEL: the median tokens/s of the timed steps, and MFU (metrics' "mfu")
     "$PY" - "$1" "$2" "$T" "$3" <<'EOF'
@@ -59,16 +54,8 @@ EOF
 }
 
 for B in ${BENCH_BATCHES:-16 32}; do
-    cat >"$work/plan_$B.json" <<EOF
-{"model": {"layers": $L, "heads": $NH, "hidden": $C, "vocab": $V, "padded_vocab": $VP,
-           "seq_len": $T, "max_seq_len": $T},
- "data": {"train": "$work/tokens.bin"},
- "batch": {"micro_batch": $B},
- "precision": "bf16",
- "optimizer": {"lr": 1e-4, "warmup_steps": 0, "schedule": "constant"},
- "parallel": {"device": "cuda"},
- "steps": $((STEPS + 1)), "checkpoint": {"every": 0, "keep": 1}}
-EOF
+    gpt2_plan "$work/plan_$B.json" "$work/tokens.bin" "$T" "$B" $((STEPS + 1)) \
+        '"precision": "bf16", "parallel": {"device": "cuda"}'
     # the cost model's view of this plan on this machine's GPU 0
     "$BUILD/bin/plait" check "$work/plan_$B.json" --gpus-per-node 1 --json >"$work/check_$B.json" \
         2>"$work/check_$B.err" || { cat "$work/check_$B.err"; echo '{}' >"$work/check_$B.json"; }

@@ -26,21 +26,9 @@ work=$(mktemp -d /tmp/plait-cost-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 "$BUILD/bin/plait" data prepare examples/data/tinyshakespeare.txt "$work/shakespeare.bin" >/dev/null
-"$PY" - "$work/tokens.bin" 50257 <<'EOF'
-import sys, numpy as np
-n, v = 1 << 20, int(sys.argv[2])
-h = np.zeros(256, np.int32); h[:3] = (20240520, 1, n)
-t = np.random.default_rng(0).integers(0, v, n, dtype=np.uint16)
-open(sys.argv[1], "wb").write(h.tobytes() + t.tobytes())
-EOF
-cat >"$work/gpt2.json" <<EOF
-{"model": {"layers": 12, "heads": 12, "hidden": 768, "vocab": 50257, "padded_vocab": 50304,
-           "seq_len": 64, "max_seq_len": 1024},
- "data": {"train": "$work/tokens.bin"},
- "batch": {"micro_batch": 4},
- "optimizer": {"lr": 1e-4, "warmup_steps": 0, "schedule": "constant"},
- "steps": 2, "checkpoint": {"every": 0, "keep": 1}}
-EOF
+source bench/gpt2_124m.sh # defines: gpt2_tokens, gpt2_plan
+gpt2_tokens "$work/tokens.bin"
+gpt2_plan "$work/gpt2.json" "$work/tokens.bin" 64 4 2
 
 # case NAME PLAN --set ...: plait check --json, then plait train, in one environment
 case_run() {

@@ -246,24 +246,9 @@ static double flops(const struct shape *s)
     return 2.0 * s->M * s->N * s->K * (s->pairs ? s->pairs : 1);
 }
 
-int main(int argc, char **argv)
+/* A, B, C large enough for every shape; values in [-1, 1] */
+static void make_operands(void)
 {
-    bool json = false, omp_between = false;
-    int reps = 11;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json"))
-            json = true;
-        else if (!strcmp(argv[i], "--omp-between"))
-            omp_between = true;
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
-            reps = atoi(argv[++i]);
-        else
-            DIE("usage: gemm-bench [--json] [--reps N] [--omp-between]");
-    }
-    if (reps < 1) DIE("--reps must be at least 1");
-    DNNL_OK(dnnl_engine_create(&engine, dnnl_cpu, 0));
-
-    /* A, B, C large enough for every shape; values in [-1, 1] */
     size_t a_n = (size_t)ROWS * VP, b_n = (size_t)VP * C_, c_n = (size_t)VP * C_;
     A32 = malloc(a_n * sizeof *A32), B32 = malloc(b_n * sizeof *B32),
     C32 = malloc(c_n * sizeof *C32);
@@ -274,70 +259,111 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < c_n; i++) C32[i] = 0.0f;
     bf16_from_f32(A16, A32, a_n);
     bf16_from_f32(B16, B32, b_n);
+}
 
-    bool run[N_BACKENDS];
-    for (int b = 0; b < N_BACKENDS; b++) run[b] = !json || b == GEMM_F32 || b == GEMM_BF16;
-    const char *bf16_how;
-    if (gemm_bf16_emulated(&bf16_how)) run[PRIM_BF16] = false; /* maybe none to make */
-    int threads = omp_get_max_threads();
-    if (!json) {
-        const char *wait = getenv("OMP_WAIT_POLICY");
-        printf("gemm_f32: %s; %d threads, OMP_WAIT_POLICY=%s%s; median GFLOP/s of %d\n",
-               gemm_backend_name(), threads, wait ? wait : "(unset)",
-               omp_between ? ", OpenMP region before each product" : "", reps);
-        printf("gemm_bf16: %s\n", bf16_how);
-        printf("%-18s %2s %5s %5s %5s", "product", "op", "M", "N", "K");
-        for (int b = 0; b < N_BACKENDS; b++) printf(" %10s", backend_names[b]);
-        printf("\n");
-    }
+/* What the command line asks for. */
+struct options {
+    bool json, omp_between;
+    int reps;
+    bool run[N_BACKENDS]; /* the backends measured */
+};
 
-    double big_flops = 0, big_seconds[N_BACKENDS] = {0};
-    double *t = malloc(sizeof(double) * (size_t)reps * N_BACKENDS);
-    if (!t) DIE("out of memory");
-    for (int si = 0; si < N_SHAPES; si++) {
-        const struct shape *s = &shapes[si];
-        if (json && s->pairs) continue;
-        /* one warm-up (primitives, caches, pages); each repetition starts with
-         * the next backend, so that none always follows the same one */
-        for (int rep = -1; rep < reps; rep++)
-            for (int i = 0; i < N_BACKENDS; i++) {
-                int b = (i + rep + 1) % N_BACKENDS;
-                if (!run[b]) continue;
-                double dt = time_once(b, s, omp_between);
-                if (rep >= 0) t[b * reps + rep] = dt;
-            }
-        if (!json)
-            printf("%-18s %c%c %5d %5d %5d", s->what, s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', s->M,
-                   s->N, s->K);
-        for (int b = 0; b < N_BACKENDS; b++) {
-            for (int i = 0; i < 64; i++) prim_free(&prims[b][i]);
-            if (!run[b]) {
-                if (!json) printf(" %10s", "-");
-                continue;
-            }
-            qsort(t + b * reps, reps, sizeof *t, cmp_double);
-            double median = reps % 2 ? t[b * reps + reps / 2]
-                                     : 0.5 * (t[b * reps + reps / 2 - 1] + t[b * reps + reps / 2]);
-            if (!s->pairs) big_seconds[b] += median;
-            if (!json) printf(" %10.1f", flops(s) / median / 1e9);
+static void print_header(const struct options *o, const char *bf16_how, int threads)
+{
+    const char *wait = getenv("OMP_WAIT_POLICY");
+    printf("gemm_f32: %s; %d threads, OMP_WAIT_POLICY=%s%s; median GFLOP/s of %d\n",
+           gemm_backend_name(), threads, wait ? wait : "(unset)",
+           o->omp_between ? ", OpenMP region before each product" : "", o->reps);
+    printf("gemm_bf16: %s\n", bf16_how);
+    printf("%-18s %2s %5s %5s %5s", "product", "op", "M", "N", "K");
+    for (int b = 0; b < N_BACKENDS; b++) printf(" %10s", backend_names[b]);
+    printf("\n");
+}
+
+/* Shape s with every backend measured: its row of the table, and each
+ * backend's median seconds added to big_seconds for a big product. t: room
+ * for reps times of each backend. */
+static void measure_shape(const struct options *o, const struct shape *s, double *t,
+                          double *big_seconds)
+{
+    int reps = o->reps;
+    /* one warm-up (primitives, caches, pages); each repetition starts with
+     * the next backend, so that none always follows the same one */
+    for (int rep = -1; rep < reps; rep++)
+        for (int i = 0; i < N_BACKENDS; i++) {
+            int b = (i + rep + 1) % N_BACKENDS;
+            if (!o->run[b]) continue;
+            double dt = time_once(b, s, o->omp_between);
+            if (rep >= 0) t[b * reps + rep] = dt;
         }
-        if (!s->pairs) big_flops += flops(s);
-        if (!json) printf("\n");
-        fflush(stdout);
+    if (!o->json)
+        printf("%-18s %c%c %5d %5d %5d", s->what, s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', s->M,
+               s->N, s->K);
+    for (int b = 0; b < N_BACKENDS; b++) {
+        for (int i = 0; i < 64; i++) prim_free(&prims[b][i]);
+        if (!o->run[b]) {
+            if (!o->json) printf(" %10s", "-");
+            continue;
+        }
+        qsort(t + b * reps, reps, sizeof *t, cmp_double);
+        double median = reps % 2 ? t[b * reps + reps / 2]
+                                 : 0.5 * (t[b * reps + reps / 2 - 1] + t[b * reps + reps / 2]);
+        if (!s->pairs) big_seconds[b] += median;
+        if (!o->json) printf(" %10.1f", flops(s) / median / 1e9);
     }
-    if (json) {
+    if (!o->json) printf("\n");
+    fflush(stdout);
+}
+
+static void print_big(const struct options *o, double big_flops, const double *big_seconds,
+                      int threads)
+{
+    if (o->json) {
         printf("{\"sgemm_gflops\": %.1f, \"bf16_gflops\": %.1f, \"threads\": %d}\n",
                big_flops / big_seconds[GEMM_F32] / 1e9, big_flops / big_seconds[GEMM_BF16] / 1e9,
                threads);
-    } else {
-        printf("%-39s", "big products, FLOP-weighted");
-        for (int b = 0; b < N_BACKENDS; b++)
-            if (run[b])
-                printf(" %10.1f", big_flops / big_seconds[b] / 1e9);
-            else
-                printf(" %10s", "-");
-        printf("\n");
+        return;
     }
+    printf("%-39s", "big products, FLOP-weighted");
+    for (int b = 0; b < N_BACKENDS; b++)
+        if (o->run[b])
+            printf(" %10.1f", big_flops / big_seconds[b] / 1e9);
+        else
+            printf(" %10s", "-");
+    printf("\n");
+}
+
+int main(int argc, char **argv)
+{
+    struct options o = {.reps = 11};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            o.json = true;
+        else if (!strcmp(argv[i], "--omp-between"))
+            o.omp_between = true;
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            o.reps = atoi(argv[++i]);
+        else
+            DIE("usage: gemm-bench [--json] [--reps N] [--omp-between]");
+    }
+    if (o.reps < 1) DIE("--reps must be at least 1");
+    DNNL_OK(dnnl_engine_create(&engine, dnnl_cpu, 0));
+    make_operands();
+    for (int b = 0; b < N_BACKENDS; b++) o.run[b] = !o.json || b == GEMM_F32 || b == GEMM_BF16;
+    const char *bf16_how;
+    if (gemm_bf16_emulated(&bf16_how)) o.run[PRIM_BF16] = false; /* maybe none to make */
+    int threads = omp_get_max_threads();
+    if (!o.json) print_header(&o, bf16_how, threads);
+    double big_flops = 0, big_seconds[N_BACKENDS] = {0};
+    double *t = malloc(sizeof(double) * (size_t)o.reps * N_BACKENDS);
+    if (!t) DIE("out of memory");
+    for (int si = 0; si < N_SHAPES; si++) {
+        const struct shape *s = &shapes[si];
+        if (o.json && s->pairs) continue;
+        measure_shape(&o, s, t, big_seconds);
+        if (!s->pairs) big_flops += flops(s);
+    }
+    print_big(&o, big_flops, big_seconds, threads);
     free(t);
     free(A32), free(B32), free(C32), free(A16), free(B16);
     DNNL_OK(dnnl_engine_destroy(engine));

@@ -24,23 +24,11 @@ export OMP_WAIT_POLICY=PASSIVE
 work=$(mktemp -d /tmp/plait-overlap.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-L=12 NH=12 C=768 V=50257 VP=50304 T=64 MAXT=1024 B=4
-"$PY" - "$work/tokens.bin" "$V" <<'PYEOF'
-import sys, numpy as np
-n, v = 1 << 20, int(sys.argv[2])
-h = np.zeros(256, np.int32); h[:3] = (20240520, 1, n)
-t = np.random.default_rng(0).integers(0, v, n, dtype=np.uint16)
-open(sys.argv[1], "wb").write(h.tobytes() + t.tobytes())
-PYEOF
-cat >"$work/plan.json" <<JSON
-{"model": {"layers": $L, "heads": $NH, "hidden": $C, "vocab": $V, "padded_vocab": $VP,
-           "seq_len": $T, "max_seq_len": $MAXT},
- "data": {"train": "$work/tokens.bin"},
- "batch": {"micro_batch": $B},
- "optimizer": {"lr": 1e-4, "warmup_steps": 0, "schedule": "constant"},
- "parallel": {"dp": 2, "device": "cpu"},
- "steps": $((STEPS + 1)), "checkpoint": {"every": 0, "keep": 1}}
-JSON
+source bench/gpt2_124m.sh # defines: L NH C V VP MAXT, gpt2_tokens, gpt2_plan
+T=64 B=4
+gpt2_tokens "$work/tokens.bin"
+gpt2_plan "$work/plan.json" "$work/tokens.bin" "$T" "$B" $((STEPS + 1)) \
+    '"parallel": {"dp": 2, "device": "cpu"}'
 
 run() { # NAME BUCKET_MB ZERO
     "$BUILD/bin/plait" train "$work/plan.json" --out "$work/$1" --set parallel.bucket_mb="$2" \

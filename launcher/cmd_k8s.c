@@ -72,6 +72,14 @@ static int dns_name(const struct cli_command *cli, const char *opt, const char *
     return CLI_CONTINUE;
 }
 
+/* An option's DNS name into *out (dns_name). */
+static int dns_option(const struct cli_command *cli, const char *opt, const char *v, size_t max,
+                      const char **out)
+{
+    *out = v;
+    return dns_name(cli, opt, v, max);
+}
+
 /* ---- plait k8s render ---------------------------------------------------------------- */
 
 enum {
@@ -177,133 +185,118 @@ const struct cli_command cmd_k8s_render_cli = {
     .epilog = "exit codes: 0 printed, 1 the plan cannot run there (the reason is printed), 2 usage",
 };
 
-/* run_dir and rdma: room for the defaults and values made here */
-static int parse_render(int argc, char **argv, struct k8s_render_args *a, char *run_dir,
-                        size_t run_dir_bytes, char *rdma, size_t rdma_bytes)
+/* An option that is a name or a number into a: where each goes, and its
+ * bounds (a DNS name's length; 0: any text). */
+static int render_value(const struct cli_command *cli, int opt, const char *o, const char *v,
+                        struct k8s_render_args *a)
 {
-    const struct cli_command *cli = &cmd_k8s_render_cli;
-    *a = (struct k8s_render_args){.name = "train",
-                                  .topology_required = -1,
-                                  .ns = "default",
-                                  .max_restarts = -1,
-                                  .port = 29500,
-                                  .gang_timeout_s = 600,
-                                  .schedule_timeout_s = 300,
-                                  .ckpt_gbps = 2,
-                                  .scheduler = "scheduler-plugins-scheduler"};
-    struct cli_args args;
-    int rc = cli_parse(cli, argc, argv, &args);
-    if (rc != CLI_CONTINUE) return rc;
-    a->sets = calloc((size_t)args.n + 1, sizeof *a->sets);
-    if (!a->sets) rc = PLAIT_EXIT_ERROR;
-    for (int k = 0; k < args.n && rc == CLI_CONTINUE; k++) {
-        int opt = args.v[k].opt;
-        const char *v = args.v[k].value, *o = opt >= 0 ? cli->options[opt].name : NULL;
-        switch (opt) {
-        case R_IMAGE:
-            a->image = v;
-            break;
-        case R_NODES:
-            rc = positive(cli, o, v, 100000, &a->nodes);
-            break;
-        case R_GPUS:
-            rc = positive(cli, o, v, 1024, &a->gpus_per_node);
-            break;
-        case R_NAME:
-            a->name = v;
-            break;
-        case R_NAMESPACE:
-            rc = dns_name(cli, o, v, 63), a->ns = v;
-            break;
-        case R_GANG:
-            rc = gang_of(cli, v, false, &a->gang);
-            break;
-        case R_WORKLOAD:
-            if (!strcmp(v, "jobset") || !strcmp(v, "job"))
-                a->workload = v[3] == 's' ? K8S_WORKLOAD_JOBSET : K8S_WORKLOAD_JOB;
-            else
-                rc = cli_usage_error(cli, "--workload must be jobset or job (got %s)", v);
-            break;
-        case R_QUEUE:
-            rc = dns_name(cli, o, v, 63), a->queue = v;
-            break;
-        case R_PRIORITY:
-            rc = dns_name(cli, o, v, 253), a->priority = v;
-            break;
-        case R_TOPOLOGY_KEY:
-            a->topology_key = v;
-            break;
-        case R_TOPOLOGY_MODE:
-            if (!strcmp(v, "auto") || !strcmp(v, "required") || !strcmp(v, "preferred"))
-                a->topology_required = v[0] == 'a' ? -1 : v[0] == 'r';
-            else
-                rc = cli_usage_error(cli,
-                                     "--topology-mode must be auto, required or preferred "
-                                     "(got %s)",
-                                     v);
-            break;
-        case R_RDMA: {
-            const char *eq = strchr(v, '=');
-            a->rdma_per_pod = 1;
-            if (eq) rc = positive(cli, o, eq + 1, 1024, &a->rdma_per_pod);
-            snprintf(rdma, rdma_bytes, "%.*s", eq ? (int)(eq - v) : (int)strlen(v), v);
-            if (!strchr(rdma, '/'))
-                rc = cli_usage_error(cli,
-                                     "--rdma names an extended resource, e.g. "
-                                     "rdma/rdma_shared_device_a (got %s)",
-                                     v);
-            a->rdma = rdma;
-            break;
-        }
-        case R_GPU_PRODUCT:
-            a->gpu_product = v;
-            break;
-        case R_GPU_MEMORY:
-            rc = positive_real(cli, o, v, &a->gpu_memory_gb);
-            break;
-        case R_TOPOLOGY:
-            a->topology = v;
-            break;
-        case R_PVC:
-            rc = dns_name(cli, o, v, 253), a->pvc = v;
-            break;
-        case R_RUN_DIR:
-            if (v[0] != '/') rc = cli_usage_error(cli, "--run-dir must be absolute (got %s)", v);
-            a->run_dir = v;
-            break;
-        case R_MAX_RESTARTS:
-            rc = non_negative(cli, o, v, &a->max_restarts);
-            break;
-        case R_PORT:
-            rc = positive(cli, o, v, 65535, &a->port);
-            break;
-        case R_GANG_TIMEOUT:
-            rc = positive(cli, o, v, 86400, &a->gang_timeout_s);
-            break;
-        case R_SCHEDULE_TIMEOUT:
-            rc = positive(cli, o, v, 86400, &a->schedule_timeout_s);
-            break;
-        case R_SCHEDULER:
-            a->scheduler = v;
-            break;
-        case R_CKPT_WRITE_S:
-            rc = positive_real(cli, o, v, &a->ckpt_write_s);
-            break;
-        case R_CKPT_GBPS:
-            rc = positive_real(cli, o, v, &a->ckpt_gbps);
-            break;
-        case R_SHM:
-            rc = positive_real(cli, o, v, &a->shm_gb);
-            break;
-        case R_SET:
-            a->sets[a->n_sets++] = v;
-            break;
-        default:
-            a->plan_path = v;
-        }
+    const struct {
+        int opt;
+        size_t dns_max;
+        const char **to;
+    } names[] = {{R_IMAGE, 0, &a->image},       {R_NAME, 0, &a->name},
+                 {R_TOPOLOGY, 0, &a->topology}, {R_SCHEDULER, 0, &a->scheduler},
+                 {R_TOPOLOGY_KEY, 0, &a->topology_key},
+                 {R_GPU_PRODUCT, 0, &a->gpu_product},
+                 {R_NAMESPACE, 63, &a->ns},     {R_QUEUE, 63, &a->queue},
+                 {R_PRIORITY, 253, &a->priority},
+                 {R_PVC, 253, &a->pvc}};
+    const struct {
+        int opt, max;
+        int *to;
+    } counts[] = {{R_NODES, 100000, &a->nodes},
+                  {R_GPUS, 1024, &a->gpus_per_node},
+                  {R_PORT, 65535, &a->port},
+                  {R_GANG_TIMEOUT, 86400, &a->gang_timeout_s},
+                  {R_SCHEDULE_TIMEOUT, 86400, &a->schedule_timeout_s}};
+    const struct {
+        int opt;
+        double *to;
+    } reals[] = {{R_GPU_MEMORY, &a->gpu_memory_gb},
+                 {R_CKPT_WRITE_S, &a->ckpt_write_s},
+                 {R_CKPT_GBPS, &a->ckpt_gbps},
+                 {R_SHM, &a->shm_gb}};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (names[i].opt == opt)
+            return names[i].dns_max ? dns_option(cli, o, v, names[i].dns_max, names[i].to)
+                                    : (*names[i].to = v, CLI_CONTINUE);
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
+        if (counts[i].opt == opt) return positive(cli, o, v, counts[i].max, counts[i].to);
+    for (size_t i = 0; i < sizeof reals / sizeof *reals; i++)
+        if (reals[i].opt == opt) return positive_real(cli, o, v, reals[i].to);
+    if (opt == R_MAX_RESTARTS) return non_negative(cli, o, v, &a->max_restarts);
+    return CLI_CONTINUE;
+}
+
+/* --rdma RESOURCE[=N]: the resource's name into rdma (room made by the caller) */
+static int rdma_of(const struct cli_command *cli, const char *o, const char *v,
+                   struct k8s_render_args *a, char *rdma, size_t rdma_bytes)
+{
+    int rc = CLI_CONTINUE;
+    const char *eq = strchr(v, '=');
+    a->rdma_per_pod = 1;
+    if (eq) rc = positive(cli, o, eq + 1, 1024, &a->rdma_per_pod);
+    snprintf(rdma, rdma_bytes, "%.*s", eq ? (int)(eq - v) : (int)strlen(v), v);
+    if (!strchr(rdma, '/'))
+        rc = cli_usage_error(cli,
+                             "--rdma names an extended resource, e.g. "
+                             "rdma/rdma_shared_device_a (got %s)",
+                             v);
+    a->rdma = rdma;
+    return rc;
+}
+
+/* One of the words an option takes, into a. */
+static int render_choice(const struct cli_command *cli, int opt, const char *v,
+                         struct k8s_render_args *a)
+{
+    if (opt == R_GANG) return gang_of(cli, v, false, &a->gang);
+    if (opt == R_WORKLOAD) {
+        if (strcmp(v, "jobset") && strcmp(v, "job"))
+            return cli_usage_error(cli, "--workload must be jobset or job (got %s)", v);
+        a->workload = v[3] == 's' ? K8S_WORKLOAD_JOBSET : K8S_WORKLOAD_JOB;
+        return CLI_CONTINUE;
     }
-    cli_args_free(&args);
-    if (rc != CLI_CONTINUE) return rc;
+    if (strcmp(v, "auto") && strcmp(v, "required") && strcmp(v, "preferred"))
+        return cli_usage_error(cli,
+                               "--topology-mode must be auto, required or preferred "
+                               "(got %s)",
+                               v);
+    a->topology_required = v[0] == 'a' ? -1 : v[0] == 'r';
+    return CLI_CONTINUE;
+}
+
+/* One option (or the operand, opt < 0) into a; rdma: room for --rdma's name. */
+static int render_option(const struct cli_command *cli, int opt, const char *v,
+                         struct k8s_render_args *a, char *rdma, size_t rdma_bytes)
+{
+    const char *o = opt >= 0 ? cli->options[opt].name : NULL;
+    switch (opt) {
+    case R_SET:
+        a->sets[a->n_sets++] = v;
+        return CLI_CONTINUE;
+    case R_RUN_DIR:
+        a->run_dir = v;
+        return v[0] != '/' ? cli_usage_error(cli, "--run-dir must be absolute (got %s)", v)
+                           : CLI_CONTINUE;
+    case R_RDMA:
+        return rdma_of(cli, o, v, a, rdma, rdma_bytes);
+    case R_GANG:
+    case R_WORKLOAD:
+    case R_TOPOLOGY_MODE:
+        return render_choice(cli, opt, v, a);
+    }
+    if (opt >= 0) return render_value(cli, opt, o, v, a);
+    a->plan_path = v;
+    return CLI_CONTINUE;
+}
+
+/* What the options say together: the required ones, the defaults that
+ * depend on others, and the combinations refused. */
+static int render_complete(const struct cli_command *cli, struct k8s_render_args *a,
+                           char *run_dir, size_t run_dir_bytes)
+{
+    int rc;
     if (!a->image) return cli_usage_error(cli, "missing --image IMG");
     if (!a->nodes) return cli_usage_error(cli, "missing --nodes N");
     if (!a->gpus_per_node) return cli_usage_error(cli, "missing --gpus-per-node G");
@@ -327,6 +320,32 @@ static int parse_render(int argc, char **argv, struct k8s_render_args *a, char *
         a->run_dir = run_dir;
     }
     return CLI_CONTINUE;
+}
+
+/* run_dir and rdma: room for the defaults and values made here */
+static int parse_render(int argc, char **argv, struct k8s_render_args *a, char *run_dir,
+                        size_t run_dir_bytes, char *rdma, size_t rdma_bytes)
+{
+    const struct cli_command *cli = &cmd_k8s_render_cli;
+    *a = (struct k8s_render_args){.name = "train",
+                                  .topology_required = -1,
+                                  .ns = "default",
+                                  .max_restarts = -1,
+                                  .port = 29500,
+                                  .gang_timeout_s = 600,
+                                  .schedule_timeout_s = 300,
+                                  .ckpt_gbps = 2,
+                                  .scheduler = "scheduler-plugins-scheduler"};
+    struct cli_args args;
+    int rc = cli_parse(cli, argc, argv, &args);
+    if (rc != CLI_CONTINUE) return rc;
+    a->sets = calloc((size_t)args.n + 1, sizeof *a->sets);
+    if (!a->sets) rc = PLAIT_EXIT_ERROR;
+    for (int k = 0; k < args.n && rc == CLI_CONTINUE; k++)
+        rc = render_option(cli, args.v[k].opt, args.v[k].value, a, rdma, rdma_bytes);
+    cli_args_free(&args);
+    if (rc != CLI_CONTINUE) return rc;
+    return render_complete(cli, a, run_dir, run_dir_bytes);
 }
 
 int cmd_k8s_render(int argc, char **argv)
@@ -424,13 +443,13 @@ int cmd_k8s_admin(int argc, char **argv)
         const char *v = args.v[k].value, *o = cli->options[opt].name;
         switch (opt) {
         case A_NAMESPACE:
-            rc = dns_name(cli, o, v, 63), a.ns = v;
+            rc = dns_option(cli, o, v, 63, &a.ns);
             break;
         case A_GPUS:
             rc = positive(cli, o, v, 10000000, &a.gpus);
             break;
         case A_COHORT:
-            rc = dns_name(cli, o, v, 63), a.cohort = v;
+            rc = dns_option(cli, o, v, 63, &a.cohort);
             break;
         case A_PRIORITIES:
             rc = split_list(cli, o, v, prio_buf, sizeof prio_buf, priorities, MAX_PRIORITIES,
@@ -443,7 +462,7 @@ int cmd_k8s_admin(int argc, char **argv)
             rc = gang_of(cli, v, true, &a.gang);
             break;
         case A_QUEUE:
-            rc = dns_name(cli, o, v, 63), a.queue = v;
+            rc = dns_option(cli, o, v, 63, &a.queue);
             break;
         case A_GPU_PRODUCT:
             a.gpu_product = v;

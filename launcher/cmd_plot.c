@@ -111,117 +111,159 @@ static void tick_label(char *buf, size_t n, double v, double step)
         snprintf(buf, n, "%g", v);
 }
 
-static void draw_panel(cairo_t *cr, const struct panel *p, const struct run *runs, int n_runs,
-                       double px, double py, double pw, double ph)
+/* A panel's frame on the page and the data's ranges it shows. */
+struct frame {
+    double left, right, top, bottom;
+    double x0, x1, y0, y1;
+};
+
+static double frame_x(const struct frame *f, double x)
 {
-    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    return f->left + (x - f->x0) / (f->x1 - f->x0) * (f->right - f->left);
+}
+
+static double frame_y(const struct frame *f, double y)
+{
+    return f->bottom - (y - f->y0) / (f->y1 - f->y0) * (f->bottom - f->top);
+}
+
+/* The range of the runs' values in the panel (empty: x1 < x0). */
+static void data_range(const struct panel *p, const struct run *runs, int n_runs, struct frame *f)
+{
+    f->x0 = INFINITY, f->x1 = -INFINITY, f->y0 = INFINITY, f->y1 = -INFINITY;
     for (int r = 0; r < n_runs; r++) {
         const struct metrics_series *s = &runs[r].s;
         for (int i = 0; i < s->n_steps; i++) {
             double x = x_of(&s->steps[i], p->x), y = y_of(&s->steps[i], p->y);
             if (!isfinite(y)) continue;
-            x0 = fmin(x0, x), x1 = fmax(x1, x), y0 = fmin(y0, y), y1 = fmax(y1, y);
+            f->x0 = fmin(f->x0, x), f->x1 = fmax(f->x1, x), f->y0 = fmin(f->y0, y),
+            f->y1 = fmax(f->y1, y);
         }
         for (int i = 0; p->with_val && i < s->n_evals; i++) {
             double y = s->evals[i].val_loss;
-            if (isfinite(y)) y0 = fmin(y0, y), y1 = fmax(y1, y);
+            if (isfinite(y)) f->y0 = fmin(f->y0, y), f->y1 = fmax(f->y1, y);
         }
     }
-    /* the frame and title */
-    double left = px + 70, right = px + pw - 20, top = py + 40, bottom = py + ph - 50;
+}
+
+/* the frame, the title and the x axis' label */
+static void draw_frame(cairo_t *cr, const struct panel *p, const struct frame *f, double py)
+{
     cairo_set_source_rgb(cr, 0, 0, 0);
     cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
     cairo_set_font_size(cr, 15);
-    cairo_move_to(cr, left, py + 25);
+    cairo_move_to(cr, f->left, py + 25);
     cairo_show_text(cr, p->title);
     cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
     cairo_set_font_size(cr, 12);
     cairo_text_extents_t ext;
     cairo_text_extents(cr, p->x_label, &ext);
-    cairo_move_to(cr, (left + right) / 2 - ext.width / 2, bottom + 38);
+    cairo_move_to(cr, (f->left + f->right) / 2 - ext.width / 2, f->bottom + 38);
     cairo_show_text(cr, p->x_label);
     cairo_set_line_width(cr, 1);
-    cairo_rectangle(cr, left, top, right - left, bottom - top);
+    cairo_rectangle(cr, f->left, f->top, f->right - f->left, f->bottom - f->top);
     cairo_stroke(cr);
-    if (!(x1 >= x0 && y1 >= y0)) {
-        cairo_move_to(cr, left + 10, top + 20);
-        cairo_show_text(cr, "no steps yet");
-        return;
-    }
-    if (x1 == x0) x1 = x0 + 1;
-    if (y1 == y0) y0 -= fabs(y0) * 0.05 + 1e-12, y1 += fabs(y1) * 0.05 + 1e-12;
-    double pad = (y1 - y0) * 0.05;
-    y0 -= pad, y1 += pad;
-    if (p->y != V_LOSS && y0 < 0) y0 = 0;
-#define SX(x) (left + ((x)-x0) / (x1 - x0) * (right - left))
-#define SY(y) (bottom - ((y)-y0) / (y1 - y0) * (bottom - top))
-    /* grid and ticks */
+}
+
+/* the grid lines and their labels */
+static void draw_grid(cairo_t *cr, const struct frame *f)
+{
     char label[32];
-    double xs = tick_step(x1 - x0, 6), ys = tick_step(y1 - y0, 5);
+    cairo_text_extents_t ext;
+    double xs = tick_step(f->x1 - f->x0, 6), ys = tick_step(f->y1 - f->y0, 5);
     double first;
-    for (int i = 0, n = ticks(x0, x1, xs, &first); i < n; i++) {
+    for (int i = 0, n = ticks(f->x0, f->x1, xs, &first); i < n; i++) {
         double x = (first + i) * xs;
         cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
-        cairo_move_to(cr, SX(x), top), cairo_line_to(cr, SX(x), bottom), cairo_stroke(cr);
+        cairo_move_to(cr, frame_x(f, x), f->top), cairo_line_to(cr, frame_x(f, x), f->bottom),
+            cairo_stroke(cr);
         cairo_set_source_rgb(cr, 0, 0, 0);
         tick_label(label, sizeof label, x, xs);
         cairo_text_extents(cr, label, &ext);
-        cairo_move_to(cr, SX(x) - ext.width / 2, bottom + 16), cairo_show_text(cr, label);
+        cairo_move_to(cr, frame_x(f, x) - ext.width / 2, f->bottom + 16),
+            cairo_show_text(cr, label);
     }
-    for (int i = 0, n = ticks(y0, y1, ys, &first); i < n; i++) {
+    for (int i = 0, n = ticks(f->y0, f->y1, ys, &first); i < n; i++) {
         double y = (first + i) * ys;
         cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
-        cairo_move_to(cr, left, SY(y)), cairo_line_to(cr, right, SY(y)), cairo_stroke(cr);
+        cairo_move_to(cr, f->left, frame_y(f, y)), cairo_line_to(cr, f->right, frame_y(f, y)),
+            cairo_stroke(cr);
         cairo_set_source_rgb(cr, 0, 0, 0);
         tick_label(label, sizeof label, y, ys);
         cairo_text_extents(cr, label, &ext);
-        cairo_move_to(cr, left - ext.width - 6, SY(y) + ext.height / 2), cairo_show_text(cr, label);
+        cairo_move_to(cr, f->left - ext.width - 6, frame_y(f, y) + ext.height / 2),
+            cairo_show_text(cr, label);
     }
+}
+
+/* one run's curve, broken where a value is not finite; its validation loss
+ * dashed, a dot at each evaluation */
+static void draw_run(cairo_t *cr, const struct panel *p, const struct metrics_series *s,
+                     const struct frame *f)
+{
+    bool pen = false;
+    for (int i = 0; i < s->n_steps; i++) {
+        double y = y_of(&s->steps[i], p->y);
+        if (!isfinite(y)) {
+            pen = false;
+            continue;
+        }
+        double x = x_of(&s->steps[i], p->x);
+        if (pen)
+            cairo_line_to(cr, frame_x(f, x), frame_y(f, y));
+        else
+            cairo_move_to(cr, frame_x(f, x), frame_y(f, y));
+        pen = true;
+    }
+    cairo_stroke(cr);
+    if (!p->with_val || s->n_evals == 0) return;
+    static const double dash[] = {6, 4};
+    cairo_set_dash(cr, dash, 2, 0);
+    for (int i = 0; i < s->n_evals; i++) {
+        double x = p->x == X_STEP ? s->evals[i].step : (double)s->evals[i].tokens_total;
+        if (i)
+            cairo_line_to(cr, frame_x(f, x), frame_y(f, s->evals[i].val_loss));
+        else
+            cairo_move_to(cr, frame_x(f, x), frame_y(f, s->evals[i].val_loss));
+    }
+    cairo_stroke(cr);
+    cairo_set_dash(cr, NULL, 0, 0);
+    for (int i = 0; i < s->n_evals; i++) { /* a dot at each evaluation */
+        double x = p->x == X_STEP ? s->evals[i].step : (double)s->evals[i].tokens_total;
+        cairo_arc(cr, frame_x(f, x), frame_y(f, s->evals[i].val_loss), 3, 0, 2 * M_PI);
+        cairo_fill(cr);
+    }
+}
+
+static void draw_panel(cairo_t *cr, const struct panel *p, const struct run *runs, int n_runs,
+                       double px, double py, double pw, double ph)
+{
+    struct frame f = {
+        .left = px + 70, .right = px + pw - 20, .top = py + 40, .bottom = py + ph - 50};
+    data_range(p, runs, n_runs, &f);
+    draw_frame(cr, p, &f, py);
+    if (!(f.x1 >= f.x0 && f.y1 >= f.y0)) {
+        cairo_move_to(cr, f.left + 10, f.top + 20);
+        cairo_show_text(cr, "no steps yet");
+        return;
+    }
+    if (f.x1 == f.x0) f.x1 = f.x0 + 1;
+    if (f.y1 == f.y0) f.y0 -= fabs(f.y0) * 0.05 + 1e-12, f.y1 += fabs(f.y1) * 0.05 + 1e-12;
+    double pad = (f.y1 - f.y0) * 0.05;
+    f.y0 -= pad, f.y1 += pad;
+    if (p->y != V_LOSS && f.y0 < 0) f.y0 = 0;
+    draw_grid(cr, &f);
     /* the curves, clipped to the frame */
     cairo_save(cr);
-    cairo_rectangle(cr, left, top, right - left, bottom - top);
+    cairo_rectangle(cr, f.left, f.top, f.right - f.left, f.bottom - f.top);
     cairo_clip(cr);
     cairo_set_line_width(cr, 1.6);
     for (int r = 0; r < n_runs; r++) {
-        const struct metrics_series *s = &runs[r].s;
         const double *c = colours[r % N_COLOURS];
         cairo_set_source_rgb(cr, c[0], c[1], c[2]);
-        bool pen = false;
-        for (int i = 0; i < s->n_steps; i++) {
-            double y = y_of(&s->steps[i], p->y);
-            if (!isfinite(y)) {
-                pen = false;
-                continue;
-            }
-            double x = x_of(&s->steps[i], p->x);
-            if (pen)
-                cairo_line_to(cr, SX(x), SY(y));
-            else
-                cairo_move_to(cr, SX(x), SY(y));
-            pen = true;
-        }
-        cairo_stroke(cr);
-        if (!p->with_val || s->n_evals == 0) continue;
-        static const double dash[] = {6, 4};
-        cairo_set_dash(cr, dash, 2, 0);
-        for (int i = 0; i < s->n_evals; i++) {
-            double x = p->x == X_STEP ? s->evals[i].step : (double)s->evals[i].tokens_total;
-            if (i)
-                cairo_line_to(cr, SX(x), SY(s->evals[i].val_loss));
-            else
-                cairo_move_to(cr, SX(x), SY(s->evals[i].val_loss));
-        }
-        cairo_stroke(cr);
-        cairo_set_dash(cr, NULL, 0, 0);
-        for (int i = 0; i < s->n_evals; i++) { /* a dot at each evaluation */
-            double x = p->x == X_STEP ? s->evals[i].step : (double)s->evals[i].tokens_total;
-            cairo_arc(cr, SX(x), SY(s->evals[i].val_loss), 3, 0, 2 * M_PI);
-            cairo_fill(cr);
-        }
+        draw_run(cr, p, &runs[r].s, &f);
     }
     cairo_restore(cr);
-#undef SX
-#undef SY
 }
 
 /* the legend: each run's colour and directory, and what dashed means */

@@ -73,18 +73,25 @@ static char *default_run_dir(const char *plan_path)
     return dir;
 }
 
-int cmd_train(int argc, char **argv)
+/* What the command line says. */
+struct train_args {
+    const char *plan_path, *out;
+    const char *console; /* PLAIT_CONSOLE: --json, --quiet */
+    bool fresh;
+    int slots;
+    const char **sets;
+    int n_sets;
+};
+
+/* Returns CLI_CONTINUE, or the exit code; t->sets to free either way. */
+static int parse_train(int argc, char **argv, struct train_args *t)
 {
     struct cli_args a;
+    *t = (struct train_args){0};
     int parsed = cli_parse(&cmd_train_cli, argc, argv, &a);
     if (parsed != CLI_CONTINUE) return parsed;
-    const char *plan_path = NULL, *out = NULL;
-    const char *console = NULL; /* PLAIT_CONSOLE: --json, --quiet */
-    bool fresh = false;
-    int slots = 0;
-    const char **sets = calloc((size_t)a.n + 1, sizeof *sets);
-    int n_sets = 0;
-    if (!sets) {
+    t->sets = calloc((size_t)a.n + 1, sizeof *t->sets);
+    if (!t->sets) {
         cli_args_free(&a);
         return PLAIT_EXIT_ERROR;
     }
@@ -92,96 +99,75 @@ int cmd_train(int argc, char **argv)
         const char *v = a.v[k].value;
         switch (a.v[k].opt) {
         case OPT_OUT:
-            out = v;
+            t->out = v;
             break;
         case OPT_FRESH:
-            fresh = true;
+            t->fresh = true;
             break;
         case OPT_SET:
-            sets[n_sets++] = v;
+            t->sets[t->n_sets++] = v;
             break;
         case OPT_RANKS: {
             char *end;
             long n = strtol(v, &end, 10);
             if (*end || n < 1 || n > PLAN_MAX_RANKS) {
                 cli_args_free(&a);
-                free(sets);
                 return cli_usage_error(&cmd_train_cli, "--ranks %s: a count of ranks, 1 to %d", v,
                                        PLAN_MAX_RANKS);
             }
-            slots = (int)n;
+            t->slots = (int)n;
             break;
         }
         case OPT_JSON:
-            console = "json";
+            t->console = "json";
             break;
         case OPT_QUIET:
-            console = "quiet";
+            t->console = "quiet";
             break;
         default:
-            plan_path = v;
+            t->plan_path = v;
         }
     }
     cli_args_free(&a);
-    if (out && !*out) {
+    if (t->out && !*t->out) {
         log_error("train: --out: the run directory must not be empty");
-        free(sets);
         return PLAIT_EXIT_USAGE;
     }
-    struct plait_error err;
-    struct plan *plan = plan_load(plan_path, sets, n_sets, &err);
-    free(sets);
-    if (!plan) {
-        log_error("%s", err.text);
-        return PLAIT_EXIT_ERROR;
-    }
-    char *run_dir = out ? strdup(out) : default_run_dir(plan_path);
-    char *json = NULL;
-    char abs_dir[PATH_MAX];
-    int rc = PLAIT_EXIT_ERROR;
-    if (!run_dir) {
-        log_error("out of memory");
-        goto out;
-    }
-    /* the layout on this machine: the plan's degrees ("auto" tp, pp as 1), an
-     * "auto" dp filling --ranks, written into the plan the ranks get */
-    if (elastic_resolve(plan, slots, fresh ? NULL : run_dir, &err)) {
-        log_error("train: %s", err.text);
-        goto out;
-    }
-    const struct plan_parallel *par = &plan->parallel;
-    struct gang_spec gang = {.tp = par->tp,
-                             .pp = par->pp,
-                             .dp = par->dp,
-                             .timeout_s = par->timeout_s,
-                             .max_restarts = plan->checkpoint.max_restarts};
-    int64_t world = (int64_t)gang.tp * gang.pp * gang.dp; /* <= PLAN_MAX_RANKS */
-    if (!(json = plan_to_json(plan))) {
-        log_error("out of memory");
-        goto out;
-    }
-    /* absolute, for the ranks; the runtime creates it (and removes it again if
-     * the first start fails), so a plan that cannot start leaves nothing behind */
+    return CLI_CONTINUE;
+}
+
+/* The run directory as an absolute path, for the ranks; the runtime creates
+ * it (and removes it again if the first start fails), so a plan that cannot
+ * start leaves nothing behind. */
+static int absolute_run_dir(const char *run_dir, char *abs_dir, size_t bytes)
+{
     char cwd[PATH_MAX] = "";
     if (run_dir[0] != '/' && !getcwd(cwd, sizeof cwd)) {
         log_error("cannot read the current directory: %s", strerror(errno));
-        goto out;
+        return -1;
     }
-    if (snprintf(abs_dir, sizeof abs_dir, "%s%s%s", cwd, *cwd ? "/" : "", run_dir) >=
-        (int)sizeof abs_dir) {
+    if (snprintf(abs_dir, bytes, "%s%s%s", cwd, *cwd ? "/" : "", run_dir) >= (int)bytes) {
         log_error("train: --out %s: path too long", run_dir);
-        goto out;
+        return -1;
     }
+    return 0;
+}
+
+/* What every local rank shares of the env contract; what is each rank's own
+ * (gang.c sets it) is cleared. */
+static void export_shared_env(const struct train_args *t, const struct plan *plan,
+                              const char *json, const char *abs_dir, int64_t world)
+{
     setenv(PLAIT_ENV_PLAN_JSON, json, 1);
     unsetenv(PLAIT_ENV_PLAN);
-    if (fresh)
+    if (t->fresh)
         setenv(PLAIT_ENV_FRESH, "1", 1);
     else
         unsetenv(PLAIT_ENV_FRESH);
     setenv(PLAIT_ENV_RUN_DIR, abs_dir, 1);
     signal(SIGPIPE, SIG_IGN); /* a closed pipe or terminal ends the printing, not the run */
-    if (console)
-        setenv(PLAIT_ENV_CONSOLE, console, 1);
+    if (t->console)
+        setenv(PLAIT_ENV_CONSOLE, t->console, 1);
     else
         unsetenv(PLAIT_ENV_CONSOLE);
     /* one rank or many: the gang, supervised (a store, and each rank its place) */
@@ -196,6 +182,50 @@ int cmd_train(int argc, char **argv)
      * cores spinning threads steal the time of working ones (measured: up to 2x
      * slower steps); the user's own setting wins */
     setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+}
+
+int cmd_train(int argc, char **argv)
+{
+    struct train_args t;
+    int parsed = parse_train(argc, argv, &t);
+    if (parsed != CLI_CONTINUE) {
+        free(t.sets);
+        return parsed;
+    }
+    struct plait_error err;
+    struct plan *plan = plan_load(t.plan_path, t.sets, t.n_sets, &err);
+    free(t.sets);
+    if (!plan) {
+        log_error("%s", err.text);
+        return PLAIT_EXIT_ERROR;
+    }
+    char *run_dir = t.out ? strdup(t.out) : default_run_dir(t.plan_path);
+    char *json = NULL;
+    char abs_dir[PATH_MAX];
+    int rc = PLAIT_EXIT_ERROR;
+    if (!run_dir) {
+        log_error("out of memory");
+        goto out;
+    }
+    /* the layout on this machine: the plan's degrees ("auto" tp, pp as 1), an
+     * "auto" dp filling --ranks, written into the plan the ranks get */
+    if (elastic_resolve(plan, t.slots, t.fresh ? NULL : run_dir, &err)) {
+        log_error("train: %s", err.text);
+        goto out;
+    }
+    const struct plan_parallel *par = &plan->parallel;
+    struct gang_spec gang = {.tp = par->tp,
+                             .pp = par->pp,
+                             .dp = par->dp,
+                             .timeout_s = par->timeout_s,
+                             .max_restarts = plan->checkpoint.max_restarts};
+    int64_t world = (int64_t)gang.tp * gang.pp * gang.dp; /* <= PLAN_MAX_RANKS */
+    if (!(json = plan_to_json(plan))) {
+        log_error("out of memory");
+        goto out;
+    }
+    if (absolute_run_dir(run_dir, abs_dir, sizeof abs_dir)) goto out;
+    export_shared_env(&t, plan, json, abs_dir, world);
     rc = gang_run_local(plan, &gang, &err);
     if (rc < 0) {
         log_error("%s", err.text);

@@ -134,26 +134,25 @@ static void signal_all(const pid_t *pids, int n, int sig)
         if (pids[r] > 0) kill(pids[r], sig);
 }
 
-void gang_run_ranks(const struct gang_ranks *g, struct gang_outcome *out)
+/* The ranks running, as gang_run_ranks waits for them. */
+struct watch {
+    const struct gang_ranks *g;
+    struct gang_outcome *out;
+    pid_t *pids; /* 0: ended (or never started) */
+    int alive, code;
+    double kill_at;          /* when the ranks still running get SIGKILL; 0: not set */
+    bool terminated, killed; /* SIGTERM (SIGKILL) sent by us */
+    unsigned passed;         /* the signals passed on from outside, as bits */
+};
+
+/* Forks rank r for each r, in its own process group, until one cannot be
+ * started (that failure in w->out). */
+static void start_ranks(struct watch *w, const struct sigaction *old)
 {
-    *out = (struct gang_outcome){.code = PLAIT_EXIT_OK, .failed_rank = -1, .lost_rank = -1};
-    int n = g->n, alive = 0;
-    pid_t *pids = calloc((size_t)n, sizeof *pids);
-    if (!pids) {
-        log_error("out of memory starting %d ranks", n);
-        out->code = PLAIT_EXIT_ERROR;
-        out->error = true;
-        return;
-    }
-    struct sigaction sa = {.sa_handler = on_signal}, old[4];
-    sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 4; i++) { /* what is ignored (nohup) stays ignored */
-        sigaction(passed_on[i], &sa, &old[i]);
-        if (old[i].sa_handler == SIG_IGN) sigaction(passed_on[i], &old[i], NULL);
-    }
+    const struct gang_ranks *g = w->g;
     pid_t launcher = getpid();
     fflush(NULL);
-    for (int r = 0; r < n; r++) {
+    for (int r = 0; r < g->n; r++) {
         pid_t pid = fork();
         if (pid == 0) {
             /* its own process group: a terminal's Ctrl-C reaches only the
@@ -165,49 +164,88 @@ void gang_run_ranks(const struct gang_ranks *g, struct gang_outcome *out)
         }
         if (pid < 0) {
             log_error("cannot start rank %d: %s", g->global_rank[r], strerror(errno));
-            if (out->failed_rank < 0 && g->failed) {
+            if (w->out->failed_rank < 0 && g->failed) {
                 char how[96];
                 snprintf(how, sizeof how, "rank %d could not be started", g->global_rank[r]);
                 g->failed(g->ctx, how);
             }
-            out->failed_rank = g->global_rank[r];
-            out->error = true;
-            out->error_code = PLAIT_EXIT_ERROR;
+            w->out->failed_rank = g->global_rank[r];
+            w->out->error = true;
+            w->out->error_code = PLAIT_EXIT_ERROR;
             break;
         }
-        pids[r] = pid;
-        alive++;
+        w->pids[r] = pid;
+        w->alive++;
     }
-    /* wait for the ranks; a failure ends the others within the grace */
-    int code = alive == n ? PLAIT_EXIT_OK : PLAIT_EXIT_ERROR;
-    double kill_at = alive == n ? 0 : now_s() + g->grace_s;
-    bool terminated = alive != n, killed = false;
-    unsigned passed = 0; /* the signals passed on from outside, as bits */
-    if (terminated) signal_all(pids, n, SIGTERM);
-    while (alive > 0) {
+}
+
+/* Ends the ranks: SIGTERM now, SIGKILL after the grace. */
+static void stop_ranks(struct watch *w)
+{
+    w->terminated = true;
+    w->kill_at = now_s() + w->g->grace_s;
+    signal_all(w->pids, w->g->n, SIGTERM);
+}
+
+/* Rank r (pid) ended with status: its failure, the gang's code. */
+static void rank_ended(struct watch *w, int r, pid_t pid, int status)
+{
+    const struct gang_ranks *g = w->g;
+    struct gang_outcome *out = w->out;
+    w->pids[r] = 0;
+    w->alive--;
+    unsigned ours = (w->terminated ? 1u << SIGTERM : 0) | (w->killed ? 1u << SIGKILL : 0);
+    char how[sizeof out->lost_how];
+    int rank_code;
+    enum gang_end end = gang_end_of(status, ours, w->passed, g->global_rank[r], (int)pid,
+                                    &rank_code, how, sizeof how);
+    if (end == GANG_END_LOST || end == GANG_END_ERROR) {
+        if (out->failed_rank < 0 && !out->stopped) {
+            /* (a lone rank that exits non-zero has said why; it needs no more) */
+            if (g->n > 1 || WIFSIGNALED(status))
+                log_error("%s%s", how, g->n > 1 ? "; stopping the other ranks" : "");
+            out->failed_rank = g->global_rank[r];
+            if (g->failed) g->failed(g->ctx, how);
+        }
+        if (end == GANG_END_LOST && out->lost_rank < 0) {
+            out->lost_rank = g->global_rank[r];
+            memcpy(out->lost_how, how, sizeof how);
+        }
+        if (end == GANG_END_ERROR && !out->error) {
+            out->error = true;
+            out->error_code = rank_code;
+        }
+        if (!w->terminated) stop_ranks(w);
+    }
+    if (end != GANG_END_OURS) merge_status(&w->code, rank_code);
+}
+
+/* Waits for the ranks; a failure ends the others within the grace. */
+static void wait_ranks(struct watch *w)
+{
+    const struct gang_ranks *g = w->g;
+    while (w->alive > 0) {
         if (pending_signal) {
             int sig = pending_signal;
             pending_signal = 0;
-            out->outside = true;
-            passed |= 1u << sig;
-            signal_all(pids, n, sig);
+            w->out->outside = true;
+            w->passed |= 1u << sig;
+            signal_all(w->pids, g->n, sig);
         }
-        if (kill_at > 0 && now_s() > kill_at) {
-            signal_all(pids, n, SIGKILL);
-            killed = true;
-            kill_at = 0;
+        if (w->kill_at > 0 && now_s() > w->kill_at) {
+            signal_all(w->pids, g->n, SIGKILL);
+            w->killed = true;
+            w->kill_at = 0;
         }
         int status;
-        bool watch = kill_at > 0 || (g->poll && !terminated);
+        bool watch = w->kill_at > 0 || (g->poll && !w->terminated);
         pid_t pid = waitpid(-1, &status, watch ? WNOHANG : 0);
         if (pid == 0 || (pid < 0 && errno == EINTR)) {
             /* nothing (more) ended here: only now ask about the peers, so that a rank of ours
              * that died is named as the failure rather than the abort its peers then sent */
-            if (pid == 0 && !terminated && g->poll && g->poll(g->ctx)) {
-                out->stopped = true;
-                terminated = true;
-                kill_at = now_s() + g->grace_s;
-                signal_all(pids, n, SIGTERM);
+            if (pid == 0 && !w->terminated && g->poll && g->poll(g->ctx)) {
+                w->out->stopped = true;
+                stop_ranks(w);
                 continue;
             }
             if (pid == 0) usleep(50 * 1000);
@@ -215,43 +253,36 @@ void gang_run_ranks(const struct gang_ranks *g, struct gang_outcome *out)
         }
         if (pid < 0) break;
         int r = 0;
-        while (r < n && pids[r] != pid) r++;
-        if (r == n) continue; /* not ours (a pod's launcher reaps orphans as process 1) */
-        pids[r] = 0;
-        alive--;
-        unsigned ours = (terminated ? 1u << SIGTERM : 0) | (killed ? 1u << SIGKILL : 0);
-        char how[sizeof out->lost_how];
-        int rank_code;
-        enum gang_end end = gang_end_of(status, ours, passed, g->global_rank[r], (int)pid,
-                                        &rank_code, how, sizeof how);
-        if (end == GANG_END_LOST || end == GANG_END_ERROR) {
-            if (out->failed_rank < 0 && !out->stopped) {
-                /* (a lone rank that exits non-zero has said why; it needs no more) */
-                if (n > 1 || WIFSIGNALED(status))
-                    log_error("%s%s", how, n > 1 ? "; stopping the other ranks" : "");
-                out->failed_rank = g->global_rank[r];
-                if (g->failed) g->failed(g->ctx, how);
-            }
-            if (end == GANG_END_LOST && out->lost_rank < 0) {
-                out->lost_rank = g->global_rank[r];
-                memcpy(out->lost_how, how, sizeof how);
-            }
-            if (end == GANG_END_ERROR && !out->error) {
-                out->error = true;
-                out->error_code = rank_code;
-            }
-            if (!terminated) {
-                terminated = true;
-                kill_at = now_s() + g->grace_s;
-                signal_all(pids, n, SIGTERM);
-            }
-        }
-        if (end != GANG_END_OURS) merge_status(&code, rank_code);
+        while (r < g->n && w->pids[r] != pid) r++;
+        if (r == g->n) continue; /* not ours (a pod's launcher reaps orphans as process 1) */
+        rank_ended(w, r, pid, status);
     }
+}
+
+void gang_run_ranks(const struct gang_ranks *g, struct gang_outcome *out)
+{
+    *out = (struct gang_outcome){.code = PLAIT_EXIT_OK, .failed_rank = -1, .lost_rank = -1};
+    struct watch w = {.g = g, .out = out, .pids = calloc((size_t)g->n, sizeof *w.pids)};
+    if (!w.pids) {
+        log_error("out of memory starting %d ranks", g->n);
+        out->code = PLAIT_EXIT_ERROR;
+        out->error = true;
+        return;
+    }
+    struct sigaction sa = {.sa_handler = on_signal}, old[4];
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 4; i++) { /* what is ignored (nohup) stays ignored */
+        sigaction(passed_on[i], &sa, &old[i]);
+        if (old[i].sa_handler == SIG_IGN) sigaction(passed_on[i], &old[i], NULL);
+    }
+    start_ranks(&w, old);
+    w.code = w.alive == g->n ? PLAIT_EXIT_OK : PLAIT_EXIT_ERROR;
+    if (w.alive != g->n) stop_ranks(&w);
+    wait_ranks(&w);
     for (int i = 0; i < 4; i++) sigaction(passed_on[i], &old[i], NULL);
-    free(pids);
+    free(w.pids);
     /* a rank's own failure says more than its peers' losing it (they may end first) */
-    out->code = out->error ? out->error_code : code;
+    out->code = out->error ? out->error_code : w.code;
 }
 
 /* ---- plait train's gang --------------------------------------------------- */

@@ -272,34 +272,125 @@ static int export_store(spank_t sp, const struct step *s)
     return rc;
 }
 
+/* The step's tasks against the plan's fixed degrees, one task per rank: dp
+ * counted on the step as layout_fixed_dp counts it (layout_choose's count);
+ * tp or pp "auto" is the cost model's choice, checked once it is made.
+ * Counted in 64 bits: nothing wraps. */
+static int check_task_count(const struct plan *p, const struct step *s)
+{
+    const struct plan_parallel *par = &p->parallel;
+    int64_t ntasks = s->ntasks;
+    if (par->tp != PLAN_AUTO && par->pp != PLAN_AUTO) {
+        int64_t tp = par->tp, pp = par->pp, tp_pp = count_mul(tp, pp);
+        int64_t dp = layout_fixed_dp(p, ntasks, NULL), ranks = count_mul(tp_pp, dp);
+        if (ranks != ntasks && par->dp == PLAN_AUTO)
+            return task_fail(s->job,
+                             "the step has %u tasks, which dp \"auto\" cannot fill: tp %lld × "
+                             "pp %lld = %lld does not divide it (srun -n with a multiple of "
+                             "%lld)",
+                             s->ntasks, (long long)tp, (long long)pp, (long long)tp_pp,
+                             (long long)tp_pp);
+        if (ranks != ntasks)
+            return task_fail(s->job,
+                             "the step has %u tasks, but the plan needs tp %lld × pp %lld × dp "
+                             "%lld = %lld (one task per rank: srun -n%lld)",
+                             s->ntasks, (long long)tp, (long long)pp, (long long)dp,
+                             (long long)ranks, (long long)ranks);
+    }
+    if (ntasks > PLAN_MAX_RANKS)
+        return task_fail(s->job, "the step has %u tasks; plait runs at most %d ranks", s->ntasks,
+                         PLAN_MAX_RANKS);
+    return 0;
+}
+
+/* Node i's GPUs for its tasks: the topology's index of each GPU Slurm
+ * granted (every node is taken to have the same grant), into g. */
+static int node_grants(const struct step *s, uint32_t i, const struct topo *t, const int *granted,
+                       int n_granted, int *g)
+{
+    if (n_granted < s->ntasks_node[i])
+        return task_fail(s->job,
+                         "node %s runs %d tasks but Slurm granted %d GPUs (ask for "
+                         "--gpus-per-node=%d)",
+                         s->names[i], s->ntasks_node[i], n_granted, s->ntasks_node[i]);
+    for (int k = 0, m = 0; k < n_granted && m < s->ntasks_node[i]; k++) {
+        int idx = -1;
+        for (int q = 0; q < t->n_gpus; q++)
+            if (t->gpus[q].cuda_index == granted[k]) idx = q;
+        if (idx < 0)
+            return task_fail(s->job,
+                             "node %s: Slurm granted GPU %d, which its topology (%s) does not "
+                             "have",
+                             s->names[i], granted[k], t->source);
+        g[m++] = idx;
+    }
+    return 0;
+}
+
+/* The step's nodes as placement sees them: each one's topology (one for all
+ * nodes unless the admin gives one per node name), tasks and granted GPUs. */
+static int step_nodes(const struct plait_config *c, const struct plan *p, const struct step *s,
+                      const int *granted, int n_granted, struct topo *topos,
+                      struct place_node *nodes, int *grants)
+{
+    struct plait_error err;
+    bool per_node = c->topology_xml && strstr(c->topology_xml, "%n");
+    for (uint32_t i = 0; i < s->nnodes; i++) {
+        struct topo *t = &topos[per_node ? i : 0];
+        if (i == 0 || per_node) {
+            char *xml = c->topology_xml ? expand_node_name(c->topology_xml, s->names[i]) : NULL;
+            int lrc = topo_load(t, xml, &err);
+            free(xml);
+            if (lrc) return task_fail(s->job, "node %s: %s", s->names[i], err.text);
+        }
+        bool cpu = p->parallel.device == PLAN_DEVICE_CPU;
+        nodes[i] = (struct place_node){
+            .name = s->names[i], .topo = t, .slots = s->ntasks_node[i], .cpu_ranks = cpu};
+        if (t->n_gpus > 0 && !cpu) {
+            int *g = grants + (size_t)i * 256;
+            if (node_grants(s, i, t, granted, n_granted, g)) return -1;
+            nodes[i].gpus = g;
+        }
+    }
+    return 0;
+}
+
+/* The layout on the step's nodes (layout_choose, as plait check chooses it),
+ * placed, and this task's variables exported. */
+static int export_place(spank_t sp, const struct plan *p, const struct step *s,
+                        const struct place_node *nodes, struct layout_eval *chosen)
+{
+    struct plait_error err;
+    struct layout_inputs in = {.bw = {25, 50, 100}};
+    in.device_memory_bytes = layout_device_memory(nodes, (int)s->nnodes, 0);
+    if (layout_choose(p, nodes, (int)s->nnodes, &in, NULL, NULL, chosen, &err))
+        return task_fail(s->job, "%s", err.text);
+    if (chosen->map.world != (int64_t)s->ntasks)
+        return task_fail(s->job,
+                         "the step has %u tasks; the layout chosen for it, tp %d × pp %d × dp "
+                         "%d, has %d ranks",
+                         s->ntasks, chosen->map.tp, chosen->map.pp, chosen->map.dp,
+                         chosen->map.world);
+    char shared[256]; /* more ranks than cores: said once, in slurmd's log */
+    place_shared_cores_text(&chosen->map, nodes, shared, sizeof shared);
+    if (*shared && s->task == 0) slurm_info("spank_plait: job %u: warning: %s", s->job, shared);
+    char **env = place_rank_env(&chosen->map, nodes, (int)s->task);
+    if (!env) return task_fail(s->job, "out of memory");
+    int rc = 0;
+    for (char **e = env; *e && rc == 0; e++) {
+        char *eq = strchr(*e, '=');
+        *eq = '\0';
+        rc = export_env(sp, *e, eq + 1, s->job);
+    }
+    place_env_free(env);
+    return rc;
+}
+
 /* Places the step's ranks and exports this task's variables. */
 static int place_task(spank_t sp, const struct plait_config *c, const struct plan *p,
                       struct step *s)
 {
-    /* fixed degrees are within PLAN_MAX_RANKS (the parser's bound); dp "auto"
-     * fills the step; tp or pp "auto" is the cost model's choice (common/place/layout.h,
-     * the same plait check makes). Counted in 64 bits: nothing wraps. */
-    const struct plan_parallel *par = &p->parallel;
-    bool sized = par->tp != PLAN_AUTO && par->pp != PLAN_AUTO;
-    int64_t tp = par->tp == PLAN_AUTO ? 1 : par->tp, pp = par->pp == PLAN_AUTO ? 1 : par->pp;
-    int64_t tp_pp = count_mul(tp, pp), ntasks = s->ntasks;
-    if (sized && par->dp == PLAN_AUTO && ntasks % tp_pp != 0)
-        return task_fail(s->job,
-                         "the step has %u tasks, which dp \"auto\" cannot fill: tp %lld × pp "
-                         "%lld = %lld does not divide it (srun -n with a multiple of %lld)",
-                         s->ntasks, (long long)tp, (long long)pp, (long long)tp_pp,
-                         (long long)tp_pp);
-    int64_t dp = par->dp == PLAN_AUTO ? ntasks / tp_pp : par->dp;
-    int64_t ranks = count_mul(tp_pp, dp);
-    if (sized && ranks != ntasks)
-        return task_fail(s->job,
-                         "the step has %u tasks, but the plan needs tp %lld × pp %lld × dp %lld "
-                         "= %lld (one task per rank: srun -n%lld)",
-                         s->ntasks, (long long)tp, (long long)pp, (long long)dp, (long long)ranks,
-                         (long long)ranks);
-    if (ntasks > PLAN_MAX_RANKS)
-        return task_fail(s->job, "the step has %u tasks; plait runs at most %d ranks", s->ntasks,
-                         PLAN_MAX_RANKS);
+    if (check_task_count(p, s)) return -1;
     /* GPUs granted here; every node is taken to have the same grant */
     char *gpus_env = job_env(sp, "SLURM_STEP_GPUS");
     if (!gpus_env) gpus_env = job_env(sp, "SLURM_JOB_GPUS");
@@ -311,82 +402,11 @@ static int place_task(spank_t sp, const struct plait_config *c, const struct pla
     struct place_node *nodes = calloc(s->nnodes, sizeof *nodes);
     int *grants = calloc((size_t)s->nnodes * 256, sizeof *grants);
     struct layout_eval chosen = {0};
-    struct plait_error err;
     int rc = -1;
-    if (!topos || !nodes || !grants) {
+    if (!topos || !nodes || !grants)
         task_fail(s->job, "out of memory");
-        goto out;
-    }
-    bool per_node = c->topology_xml && strstr(c->topology_xml, "%n");
-    for (uint32_t i = 0; i < s->nnodes; i++) {
-        /* one topology for all nodes unless the admin gives one per node name */
-        struct topo *t = &topos[per_node ? i : 0];
-        if (i == 0 || per_node) {
-            char *xml = c->topology_xml ? expand_node_name(c->topology_xml, s->names[i]) : NULL;
-            int lrc = topo_load(t, xml, &err);
-            free(xml);
-            if (lrc) {
-                task_fail(s->job, "node %s: %s", s->names[i], err.text);
-                goto out;
-            }
-        }
-        bool cpu = p->parallel.device == PLAN_DEVICE_CPU;
-        nodes[i] = (struct place_node){
-            .name = s->names[i], .topo = t, .slots = s->ntasks_node[i], .cpu_ranks = cpu};
-        if (t->n_gpus > 0 && !cpu) {
-            if (n_granted < s->ntasks_node[i]) {
-                task_fail(s->job,
-                          "node %s runs %d tasks but Slurm granted %d GPUs (ask for "
-                          "--gpus-per-node=%d)",
-                          s->names[i], s->ntasks_node[i], n_granted, s->ntasks_node[i]);
-                goto out;
-            }
-            int *g = grants + (size_t)i * 256;
-            for (int k = 0, m = 0; k < n_granted && m < s->ntasks_node[i]; k++) {
-                int idx = -1;
-                for (int q = 0; q < t->n_gpus; q++)
-                    if (t->gpus[q].cuda_index == granted[k]) idx = q;
-                if (idx < 0) {
-                    task_fail(s->job,
-                              "node %s: Slurm granted GPU %d, which its topology (%s) "
-                              "does not have",
-                              s->names[i], granted[k], t->source);
-                    goto out;
-                }
-                g[m++] = idx;
-            }
-            nodes[i].gpus = g;
-        }
-    }
-    struct layout_inputs in = {.bw = {25, 50, 100}};
-    in.device_memory_bytes = layout_device_memory(nodes, (int)s->nnodes, 0);
-    if (layout_choose(p, nodes, (int)s->nnodes, &in, NULL, NULL, &chosen, &err)) {
-        task_fail(s->job, "%s", err.text);
-        goto out;
-    }
-    if (chosen.map.world != ntasks) {
-        task_fail(s->job,
-                  "the step has %u tasks; the layout chosen for it, tp %d × pp %d × dp %d, "
-                  "has %d ranks",
-                  s->ntasks, chosen.map.tp, chosen.map.pp, chosen.map.dp, chosen.map.world);
-        goto out;
-    }
-    char shared[256]; /* more ranks than cores: said once, in slurmd's log */
-    place_shared_cores_text(&chosen.map, nodes, shared, sizeof shared);
-    if (*shared && s->task == 0) slurm_info("spank_plait: job %u: warning: %s", s->job, shared);
-    char **env = place_rank_env(&chosen.map, nodes, (int)s->task);
-    if (!env) {
-        task_fail(s->job, "out of memory");
-        goto out;
-    }
-    rc = 0;
-    for (char **e = env; *e && rc == 0; e++) {
-        char *eq = strchr(*e, '=');
-        *eq = '\0';
-        rc = export_env(sp, *e, eq + 1, s->job);
-    }
-    place_env_free(env);
-out:
+    else if (step_nodes(c, p, s, granted, n_granted, topos, nodes, grants) == 0)
+        rc = export_place(sp, p, s, nodes, &chosen);
     layout_eval_free(&chosen);
     if (topos)
         for (uint32_t i = 0; i < s->nnodes; i++) topo_free(&topos[i]);

@@ -204,6 +204,16 @@ static int choose_auto(const struct plan *p, const struct place_node *nodes, int
     return found ? 0 : -1;
 }
 
+int64_t layout_fixed_dp(const struct plan *p, int64_t slots, const struct ckpt_batch *resumed)
+{
+    const struct plan_parallel *par = &p->parallel;
+    if (par->dp != PLAN_AUTO) return par->dp;
+    int64_t most = slots / ((int64_t)par->tp * par->pp);
+    if (most < 1) return 0;
+    /* more replicas than plait runs ranks: counted only, for the caller to refuse */
+    return most > PLAN_MAX_RANKS ? most : elastic_batch_dp(p, (int)most, par->pp, resumed);
+}
+
 int layout_choose(const struct plan *p, const struct place_node *nodes, int n_nodes,
                   const struct layout_inputs *in,
                   void (*visit)(void *ctx, const struct layout_eval *candidate), void *ctx,
@@ -222,8 +232,7 @@ int layout_choose(const struct plan *p, const struct place_node *nodes, int n_no
         return 0;
     }
     int64_t tpp = (int64_t)par->tp * par->pp; /* <= PLAN_MAX_RANKS (plan_load) */
-    int64_t dp = par->dp != PLAN_AUTO ? par->dp : slots / tpp;
-    if (par->dp == PLAN_AUTO && dp >= 1) dp = elastic_batch_dp(p, (int)dp, par->pp, in->resumed);
+    int64_t dp = layout_fixed_dp(p, slots, in->resumed);
     if (dp < 1)
         return error_set(err, "tp %d × pp %d needs %lld ranks; the allocation has %lld slots",
                          par->tp, par->pp, (long long)tpp, (long long)slots);

@@ -67,6 +67,13 @@ int layout_choose(const struct plan *p, const struct place_node *nodes, int n_no
                   void (*visit)(void *ctx, const struct layout_eval *candidate), void *ctx,
                   struct layout_eval *best, struct plait_error *err);
 
+/* The dp of a plan whose tp and pp are fixed, on `slots` slots: its own, or
+ * "auto": as many replicas of tp × pp as the slots hold (a resumed run's: as
+ * many as keep its global batch, elastic_batch_dp); 0 when not one fits. The
+ * one count of dp layout_choose and a launcher whose slots must all run (the
+ * Slurm plugin's step) share. */
+int64_t layout_fixed_dp(const struct plan *p, int64_t slots, const struct ckpt_batch *resumed);
+
 /* The sustained matmul rate the cost model assumes for a node's devices
  * (TFLOP/s): a calibrated share of the first GPU's dense datasheet peak in
  * this precision (common/place/gpu.h); a CPU rank whose machine was not measured:

@@ -169,6 +169,70 @@ out:
     return rc;
 }
 
+/* One kind's entry of the JSON report. */
+static json_t *kind_json(const struct kind *k, bool ok, int used, const struct layout_eval *e,
+                         const char *why)
+{
+    json_t *names = json_array();
+    for (int j = 0; j < (ok ? used : 0); j++)
+        json_array_append_new(names, json_string(k->names[j]));
+    json_t *o = json_pack("{s:s,s:i,s:I,s:i,s:b}", "product", k->product, "gpus", k->gpus,
+                          "memory_bytes", (json_int_t)k->memory_bytes, "nodes", k->n, "fits", ok);
+    if (ok) {
+        json_object_set_new(o, "layout",
+                            json_pack("{s:i,s:i,s:i}", "tp", e->layout.tp, "pp", e->layout.pp,
+                                      "dp", e->layout.dp));
+        json_object_set_new(o, "memory_bytes_per_rank", json_integer((json_int_t)e->mem.total));
+        json_object_set_new(o, "tokens_per_s", json_real(e->tokens_per_s));
+    } else {
+        json_object_set_new(o, "why", json_string(why));
+    }
+    json_object_set_new(o, "on", names);
+    return o;
+}
+
+/* One kind's lines of the table. */
+static void print_kind(const struct kind *k, bool ok, int used, const struct layout_eval *e,
+                       const char *why)
+{
+    printf("  %s, %d GPU%s of %.0f GB: %d node%s\n",
+           *k->product ? k->product
+                       : "(no "
+                         "nvidia.com/gpu.product label)",
+           k->gpus, k->gpus == 1 ? "" : "s", k->memory_bytes / 1e9, k->n, k->n == 1 ? "" : "s");
+    if (ok) {
+        printf("    fits: tp %d × pp %d × dp %d on %d node%s, %.2f GB per rank, %.0f "
+               "tokens/s modelled:",
+               e->layout.tp, e->layout.pp, e->layout.dp, used, used == 1 ? "" : "s",
+               e->mem.total / 1e9, e->tokens_per_s);
+        for (int j = 0; j < used; j++) printf(" %s", k->names[j]);
+        printf("\n");
+    } else {
+        printf("    does not fit: %s\n", why);
+    }
+}
+
+/* The plan on each kind, into report (and the table unless as_json); how
+ * many kinds it fits. */
+static int check_kinds(const struct plan *p, const struct kind *kinds, int n_kinds, int nodes,
+                       int gpus_per_node, const struct layout_inputs *in, bool as_json,
+                       json_t *report)
+{
+    int fits = 0;
+    for (int i = 0; i < n_kinds; i++) {
+        const struct kind *k = &kinds[i];
+        struct layout_eval e;
+        char why[1024] = "";
+        int used;
+        bool ok = try_kind(p, k, nodes, gpus_per_node, in, &e, &used, why, sizeof why) == 0;
+        fits += ok;
+        json_array_append_new(report, kind_json(k, ok, used, &e, why));
+        if (!as_json) print_kind(k, ok, used, &e, why);
+        layout_eval_free(&e);
+    }
+    return fits;
+}
+
 int k8s_nodes_check(const struct plan *p, const char *path, int nodes, int gpus_per_node,
                     const struct layout_inputs *in, bool as_json)
 {
@@ -195,50 +259,7 @@ int k8s_nodes_check(const struct plan *p, const char *path, int nodes, int gpus_
                "ready, %d without GPUs)\n",
                p->source, path, n, n == 1 ? "" : "s", n_kinds, n_kinds == 1 ? "" : "s", skipped,
                without);
-    for (int i = 0; i < n_kinds; i++) {
-        const struct kind *k = &kinds[i];
-        struct layout_eval e;
-        char why[1024] = "";
-        int used;
-        bool ok = try_kind(p, k, nodes, gpus_per_node, in, &e, &used, why, sizeof why) == 0;
-        fits += ok;
-        json_t *names = json_array();
-        for (int j = 0; j < (ok ? used : 0); j++)
-            json_array_append_new(names, json_string(k->names[j]));
-        json_t *o =
-            json_pack("{s:s,s:i,s:I,s:i,s:b}", "product", k->product, "gpus", k->gpus,
-                      "memory_bytes", (json_int_t)k->memory_bytes, "nodes", k->n, "fits", ok);
-        if (ok) {
-            json_object_set_new(o, "layout",
-                                json_pack("{s:i,s:i,s:i}", "tp", e.layout.tp, "pp", e.layout.pp,
-                                          "dp", e.layout.dp));
-            json_object_set_new(o, "memory_bytes_per_rank", json_integer((json_int_t)e.mem.total));
-            json_object_set_new(o, "tokens_per_s", json_real(e.tokens_per_s));
-        } else {
-            json_object_set_new(o, "why", json_string(why));
-        }
-        json_object_set_new(o, "on", names);
-        json_array_append_new(report, o);
-        if (!as_json) {
-            printf("  %s, %d GPU%s of %.0f GB: %d node%s\n",
-                   *k->product ? k->product
-                               : "(no "
-                                 "nvidia.com/gpu.product label)",
-                   k->gpus, k->gpus == 1 ? "" : "s", k->memory_bytes / 1e9, k->n,
-                   k->n == 1 ? "" : "s");
-            if (ok) {
-                printf("    fits: tp %d × pp %d × dp %d on %d node%s, %.2f GB per rank, %.0f "
-                       "tokens/s modelled:",
-                       e.layout.tp, e.layout.pp, e.layout.dp, used, used == 1 ? "" : "s",
-                       e.mem.total / 1e9, e.tokens_per_s);
-                for (int j = 0; j < used; j++) printf(" %s", k->names[j]);
-                printf("\n");
-            } else {
-                printf("    does not fit: %s\n", why);
-            }
-        }
-        layout_eval_free(&e);
-    }
+    fits = check_kinds(p, kinds, n_kinds, nodes, gpus_per_node, in, as_json, report);
     if (as_json) {
         json_t *o = json_pack("{s:s,s:i,s:i,s:i,s:o}", "nodes_file", path, "gpu_nodes", n,
                               "unschedulable", skipped, "without_gpus", without, "kinds", report);

@@ -455,6 +455,80 @@ static int secret_for(struct job *j, struct plait_error *err)
     return 0;
 }
 
+/* The layout on --nodes pods of --gpus-per-node GPUs (layout_choose, as plait
+ * check chooses it), placed and fitting, with one rank per GPU of each pod. */
+static int choose_layout(const struct k8s_render_args *a, const struct plan *p, struct topo *topo,
+                         struct fit_nodes *fit, struct layout_eval *best)
+{
+    struct plait_error err;
+    if (load_node(a, topo, &err) ||
+        fit_nodes_make(p, a->nodes, a->gpus_per_node, topo, 1, NULL, fit, &err)) {
+        log_error("k8s render: %s", err.text);
+        return -1;
+    }
+    struct layout_inputs in = {.device_memory_bytes =
+                                   layout_device_memory(fit->v, fit->n, a->gpu_memory_gb),
+                               .bw = {.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100}};
+    if (layout_choose(p, fit->v, fit->n, &in, NULL, NULL, best, &err)) {
+        log_error("k8s render: %s: %s", p->source, err.text);
+        return -1;
+    }
+    if (!best->fits) {
+        log_error("k8s render: %s: %s", p->source, best->why);
+        return -1;
+    }
+    int world = best->map.world, slots = a->nodes * a->gpus_per_node;
+    if (world != slots) {
+        log_error("k8s render: %s: the layout tp %d × pp %d × dp %d is %d ranks, but %d pods × "
+                  "%d GPUs are %d: every pod runs one rank per GPU it asks for; set parallel.dp "
+                  "to \"auto\" or change --nodes / --gpus-per-node",
+                  p->source, best->layout.tp, best->layout.pp, best->layout.dp, world, a->nodes,
+                  a->gpus_per_node, slots);
+        return -1;
+    }
+    if (in.device_memory_bytes)
+        log_info("k8s render: %s: tp %d × pp %d × dp %d on %d pods × %d GPUs; %.2f GB per rank "
+                 "of %.2f GB",
+                 p->source, best->layout.tp, best->layout.pp, best->layout.dp, a->nodes,
+                 a->gpus_per_node, best->mem.total / 1e9, in.device_memory_bytes / 1e9);
+    else
+        log_info("k8s render: %s: tp %d × pp %d × dp %d on %d pods × %d GPUs; %.2f GB per rank "
+                 "(device memory unknown: give --gpu-memory GB or --gpu-product to check the fit)",
+                 p->source, best->layout.tp, best->layout.pp, best->layout.dp, a->nodes,
+                 a->gpus_per_node, best->mem.total / 1e9);
+    return 0;
+}
+
+/* The objects' names and the pods' DNS names, from --name. */
+static void name_objects(struct job *j)
+{
+    const struct k8s_render_args *a = j->a;
+    snprintf(j->plan_cm, sizeof j->plan_cm, "%s-plan", a->name);
+    snprintf(j->secret, sizeof j->secret, "%s-store", a->name);
+    snprintf(j->service, sizeof j->service, "%s", a->name);
+    if (j->jobset)
+        snprintf(j->pod_dns, sizeof j->pod_dns, "%s-%s-0-{index}.%s", a->name, REPLICATED_JOB,
+                 j->service);
+    else
+        snprintf(j->pod_dns, sizeof j->pod_dns, "%s-{index}.%s", a->name, j->service);
+}
+
+/* Every manifest of the job, in the order they are applied; 0, or -1 with err. */
+static int build_manifests(struct ky_stream *s, const struct job *j, struct plait_error *err)
+{
+    int built = ky_stream_open(s, err);
+    plan_config_map(s, j, err, &built);
+    store_secret(s, j, err, &built);
+    if (!j->jobset) headless_service(s, j, err, &built);
+    if (j->a->gang == K8S_GANG_VOLCANO || j->a->gang == K8S_GANG_COSCHEDULING)
+        pod_group(s, j, err, &built);
+    if (j->jobset)
+        jobset(s, j, err, &built);
+    else
+        indexed_job(s, j, err, &built);
+    return built;
+}
+
 int k8s_render(const struct k8s_render_args *a, FILE *out)
 {
     struct plait_error err;
@@ -477,44 +551,10 @@ int k8s_render(const struct k8s_render_args *a, FILE *out)
                   p->source);
         goto out;
     }
-    if (load_node(a, &topo, &err) ||
-        fit_nodes_make(p, a->nodes, a->gpus_per_node, &topo, 1, NULL, &fit, &err)) {
-        log_error("k8s render: %s", err.text);
-        goto out;
-    }
-    struct layout_inputs in = {.device_memory_bytes =
-                                   layout_device_memory(fit.v, fit.n, a->gpu_memory_gb),
-                               .bw = {.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100}};
-    if (layout_choose(p, fit.v, fit.n, &in, NULL, NULL, &best, &err)) {
-        log_error("k8s render: %s: %s", p->source, err.text);
-        goto out;
-    }
-    if (!best.fits) {
-        log_error("k8s render: %s: %s", p->source, best.why);
-        goto out;
-    }
+    if (choose_layout(a, p, &topo, &fit, &best)) goto out;
     j.layout = best.layout;
     j.pods = a->nodes;
-    int world = best.map.world, slots = a->nodes * a->gpus_per_node;
-    if (world != slots) {
-        log_error("k8s render: %s: the layout tp %d × pp %d × dp %d is %d ranks, but %d pods × "
-                  "%d GPUs are %d: every pod runs one rank per GPU it asks for; set parallel.dp "
-                  "to \"auto\" or change --nodes / --gpus-per-node",
-                  p->source, best.layout.tp, best.layout.pp, best.layout.dp, world, a->nodes,
-                  a->gpus_per_node, slots);
-        goto out;
-    }
     j.ranks_per_pod = a->gpus_per_node;
-    if (in.device_memory_bytes)
-        log_info("k8s render: %s: tp %d × pp %d × dp %d on %d pods × %d GPUs; %.2f GB per rank "
-                 "of %.2f GB",
-                 p->source, best.layout.tp, best.layout.pp, best.layout.dp, a->nodes,
-                 a->gpus_per_node, best.mem.total / 1e9, in.device_memory_bytes / 1e9);
-    else
-        log_info("k8s render: %s: tp %d × pp %d × dp %d on %d pods × %d GPUs; %.2f GB per rank "
-                 "(device memory unknown: give --gpu-memory GB or --gpu-product to check the fit)",
-                 p->source, best.layout.tp, best.layout.pp, best.layout.dp, a->nodes,
-                 a->gpus_per_node, best.mem.total / 1e9);
     grace_estimate(&j, p, &best);
     log_info("k8s render: terminationGracePeriodSeconds %s", j.grace_why);
     if (!a->pvc)
@@ -522,14 +562,7 @@ int k8s_render(const struct k8s_render_args *a, FILE *out)
                  "restart of the gang (give --pvc CLAIM, a ReadWriteMany claim)",
                  a->run_dir);
     j.shm_gib = a->shm_gb > 0 ? (int)ceil(a->shm_gb) : shm_gib(j.ranks_per_pod);
-    snprintf(j.plan_cm, sizeof j.plan_cm, "%s-plan", a->name);
-    snprintf(j.secret, sizeof j.secret, "%s-store", a->name);
-    snprintf(j.service, sizeof j.service, "%s", a->name);
-    if (j.jobset)
-        snprintf(j.pod_dns, sizeof j.pod_dns, "%s-%s-0-{index}.%s", a->name, REPLICATED_JOB,
-                 j.service);
-    else
-        snprintf(j.pod_dns, sizeof j.pod_dns, "%s-{index}.%s", a->name, j.service);
+    name_objects(&j);
     /* the plan the pods train: every default filled in, "auto" decided here */
     p->parallel.tp = best.layout.tp;
     p->parallel.pp = best.layout.pp;
@@ -542,17 +575,7 @@ int k8s_render(const struct k8s_render_args *a, FILE *out)
         log_error("k8s render: %s", err.text);
         goto out;
     }
-    int built = ky_stream_open(&s, &err);
-    plan_config_map(&s, &j, &err, &built);
-    store_secret(&s, &j, &err, &built);
-    if (!j.jobset) headless_service(&s, &j, &err, &built);
-    if (a->gang == K8S_GANG_VOLCANO || a->gang == K8S_GANG_COSCHEDULING)
-        pod_group(&s, &j, &err, &built);
-    if (j.jobset)
-        jobset(&s, &j, &err, &built);
-    else
-        indexed_job(&s, &j, &err, &built);
-    if (built) {
+    if (build_manifests(&s, &j, &err)) {
         log_error("k8s render: %s", err.text);
         goto out;
     }

@@ -468,6 +468,81 @@ static void on_stop_signals(void (*handler)(int))
     }
 }
 
+/* This pod's part of forming the gang: pod 0 hosts the store, every pod
+ * connects to it, says its host name and topology, and meets the others.
+ * 0, or the exit code (said). */
+static int join_gang(struct pod *p, struct store_server **srv)
+{
+    struct plait_error err;
+    char host[256] = "", *xml = NULL;
+    size_t xml_bytes = 0;
+    int code = PLAIT_EXIT_ERROR;
+    if (gethostname(host, sizeof host - 1) || !*host) snprintf(host, sizeof host, "%s", p->dns);
+    if (topo_export_xml(NULL, &xml, &xml_bytes, &err)) {
+        log_error("pod %d (%s): this node's topology: %s", p->index, p->dns, err.text);
+        goto out;
+    }
+    if (p->index == 0 && store_server_start(srv, NULL, p->port, p->secret, &err)) {
+        log_error("pod 0 (%s): cannot host the gang's store on port %d (%s): %s", p->dns, p->port,
+                  K8S_ENV_STORE_PORT, err.text);
+        goto out;
+    }
+    if ((code = connect_store(p, &p->st)) != 0) goto out;
+    code = PLAIT_EXIT_RESTART;
+    if (rendezvous(p, host, xml, xml_bytes)) goto out;
+    log_info("pod %d (%s): the gang of %d pods is complete", p->index, p->dns, p->pods);
+    code = 0;
+out:
+    free(xml);
+    return code;
+}
+
+/* The layout, as on Slurm: the plan's degrees, "auto" chosen by the cost
+ * model, on the gang's nodes with every pod's ranks. 0, or -1 (said). */
+static int pod_layout(const struct pod *p, const struct plan *plan, const struct nodes *nodes,
+                      struct layout_eval *chosen)
+{
+    struct plait_error err;
+    struct layout_inputs in = {.bw = {25, 50, 100}};
+    in.device_memory_bytes = layout_device_memory(nodes->nodes, p->pods, 0);
+    if (layout_choose(plan, nodes->nodes, p->pods, &in, NULL, NULL, chosen, &err)) {
+        log_error("pod %d (%s): %s on %d pods × %d ranks (%s, %s)", p->index, p->dns, err.text,
+                  p->pods, p->ranks_per_pod, K8S_ENV_PODS, K8S_ENV_RANKS_PER_POD);
+        return -1;
+    }
+    int world = p->pods * p->ranks_per_pod;
+    if (chosen->map.world != world) {
+        log_error("pod %d (%s): the gang runs %d pods × %d ranks (%s, %s) = %d ranks, but the "
+                  "plan's layout tp %d × pp %d × dp %d has %d",
+                  p->index, p->dns, p->pods, p->ranks_per_pod, K8S_ENV_PODS,
+                  K8S_ENV_RANKS_PER_POD, world, chosen->map.tp, chosen->map.pp, chosen->map.dp,
+                  chosen->map.world);
+        return -1;
+    }
+    char shared[256];
+    place_shared_cores_text(&chosen->map, nodes->nodes, shared, sizeof shared);
+    if (*shared && p->index == 0) log_warn("%s", shared);
+    return 0;
+}
+
+/* The watcher of the gang's end: its own connection to the store and its
+ * thread. 0, or -1 (said). */
+static int start_watching(struct pod *p)
+{
+    struct plait_error err;
+    if (store_connect(&p->watch, p->dns0, p->port, p->secret, p->index, left_s(p) + 5, &err)) {
+        log_error("pod %d (%s): %s; exit %d (restart the gang)", p->index, p->dns, err.text,
+                  PLAIT_EXIT_RESTART);
+        return -1;
+    }
+    if (pthread_create(&p->watcher, NULL, watch_main, p)) {
+        log_error("pod %d (%s): cannot start the watcher thread", p->index, p->dns);
+        return -1;
+    }
+    p->watching = true;
+    return 0;
+}
+
 int pod_launch(void)
 {
     struct pod p = {0};
@@ -476,8 +551,6 @@ int pod_launch(void)
     struct layout_eval chosen = {0};
     struct nodes nodes = {0};
     struct plait_error err;
-    char host[256] = "", *xml = NULL;
-    size_t xml_bytes = 0;
     int code = PLAIT_EXIT_ERROR;
     bool met = false; /* the gang formed: every way out says how this pod ended */
     atomic_init(&p.quit, 0);
@@ -492,42 +565,11 @@ int pod_launch(void)
         log_error("pod %d (%s): %s", p.index, p.dns, err.text);
         goto out;
     }
-    if (gethostname(host, sizeof host - 1) || !*host) snprintf(host, sizeof host, "%s", p.dns);
-    if (topo_export_xml(NULL, &xml, &xml_bytes, &err)) {
-        log_error("pod %d (%s): this node's topology: %s", p.index, p.dns, err.text);
-        goto out;
-    }
-    if (p.index == 0 && store_server_start(&srv, NULL, p.port, p.secret, &err)) {
-        log_error("pod 0 (%s): cannot host the gang's store on port %d (%s): %s", p.dns, p.port,
-                  K8S_ENV_STORE_PORT, err.text);
-        goto out;
-    }
-    if ((code = connect_store(&p, &p.st)) != 0) goto out;
-    code = PLAIT_EXIT_RESTART;
-    if (rendezvous(&p, host, xml, xml_bytes)) goto out;
-    log_info("pod %d (%s): the gang of %d pods is complete", p.index, p.dns, p.pods);
+    if ((code = join_gang(&p, &srv)) != 0) goto out;
     met = true;
     if ((code = read_nodes(&p, plan, &nodes)) != 0) goto out;
-    /* the layout, as on Slurm: the plan's degrees, "auto" chosen by the cost model */
-    struct layout_inputs in = {.bw = {25, 50, 100}};
-    in.device_memory_bytes = layout_device_memory(nodes.nodes, p.pods, 0);
     code = PLAIT_EXIT_ERROR;
-    if (layout_choose(plan, nodes.nodes, p.pods, &in, NULL, NULL, &chosen, &err)) {
-        log_error("pod %d (%s): %s on %d pods × %d ranks (%s, %s)", p.index, p.dns, err.text,
-                  p.pods, p.ranks_per_pod, K8S_ENV_PODS, K8S_ENV_RANKS_PER_POD);
-        goto out;
-    }
-    int world = p.pods * p.ranks_per_pod;
-    if (chosen.map.world != world) {
-        log_error("pod %d (%s): the gang runs %d pods × %d ranks (%s, %s) = %d ranks, but the "
-                  "plan's layout tp %d × pp %d × dp %d has %d",
-                  p.index, p.dns, p.pods, p.ranks_per_pod, K8S_ENV_PODS, K8S_ENV_RANKS_PER_POD,
-                  world, chosen.map.tp, chosen.map.pp, chosen.map.dp, chosen.map.world);
-        goto out;
-    }
-    char shared[256];
-    place_shared_cores_text(&chosen.map, nodes.nodes, shared, sizeof shared);
-    if (*shared && p.index == 0) log_warn("%s", shared);
+    if (pod_layout(&p, plan, &nodes, &chosen)) goto out;
     /* what every rank of this pod shares */
     char attempt[16];
     snprintf(attempt, sizeof attempt, "%d", p.attempt);
@@ -539,15 +581,7 @@ int pod_launch(void)
         goto out;
     }
     code = PLAIT_EXIT_RESTART;
-    if (store_connect(&p.watch, p.dns0, p.port, p.secret, p.index, left_s(&p) + 5, &err)) {
-        log_error("pod %d (%s): %s; exit %d (restart the gang)", p.index, p.dns, err.text, code);
-        goto out;
-    }
-    if (pthread_create(&p.watcher, NULL, watch_main, &p)) {
-        log_error("pod %d (%s): cannot start the watcher thread", p.index, p.dns);
-        goto out;
-    }
-    p.watching = true;
+    if (start_watching(&p)) goto out;
     code = run_ranks(&p, &chosen.map, &nodes, plan->parallel.timeout_s + 5);
     on_stop_signals(SIG_IGN); /* the ranks are done: the end is said however it came */
 out:
@@ -565,6 +599,5 @@ out:
     layout_eval_free(&chosen);
     nodes_free(&nodes);
     plan_free(plan);
-    free(xml);
     return code;
 }
