@@ -283,6 +283,15 @@ static int check_task_count(const struct plan *p, const struct step *s)
     if (par->tp != PLAN_AUTO && par->pp != PLAN_AUTO) {
         int64_t tp = par->tp, pp = par->pp, tp_pp = count_mul(tp, pp);
         int64_t dp = layout_fixed_dp(p, ntasks, NULL), ranks = count_mul(tp_pp, dp);
+        if (ranks != ntasks && par->dp == PLAN_AUTO && p->batch.global_batch &&
+            ntasks % tp_pp == 0)
+            return task_fail(s->job,
+                             "the step has %u tasks, but batch.global_batch %d (micro_batch %d) "
+                             "keeps at most dp %lld replicas of tp %lld × pp %lld = %lld tasks "
+                             "(srun -n%lld, or a global batch the step's %lld replicas divide)",
+                             s->ntasks, p->batch.global_batch, p->batch.micro_batch,
+                             (long long)dp, (long long)tp, (long long)pp, (long long)ranks,
+                             (long long)ranks, (long long)(ntasks / tp_pp));
         if (ranks != ntasks && par->dp == PLAN_AUTO)
             return task_fail(s->job,
                              "the step has %u tasks, which dp \"auto\" cannot fill: tp %lld × "

@@ -57,8 +57,8 @@ void layout_eval_free(struct layout_eval *e);
 
 /* The layout of plan on these nodes, for plait check, plait train, plait
  * launch, the plugin and plait k8s alike: its own degrees, dp "auto" filling
- * the slots (a resumed run's: as many replicas as keep its global batch,
- * elastic_batch_dp), tp/pp "auto" by the cost model (every candidate is passed
+ * the slots (a resumed run's, or a plan's with batch.global_batch: as many
+ * replicas as keep that global batch, elastic_batch_dp), tp/pp "auto" by the cost model (every candidate is passed
  * to visit, if given, as it is evaluated; sequence parallelism takes tp > 1).
  * best gets the choice, evaluated (placed; it may still not fit: best->fits).
  * -1 with err when no layout can be placed. */
@@ -68,10 +68,11 @@ int layout_choose(const struct plan *p, const struct place_node *nodes, int n_no
                   struct layout_eval *best, struct plait_error *err);
 
 /* The dp of a plan whose tp and pp are fixed, on `slots` slots: its own, or
- * "auto": as many replicas of tp × pp as the slots hold (a resumed run's: as
- * many as keep its global batch, elastic_batch_dp); 0 when not one fits. The
- * one count of dp layout_choose and a launcher whose slots must all run (the
- * Slurm plugin's step) share. */
+ * "auto": as many replicas of tp × pp as the slots hold (a resumed run's, or
+ * a plan's with batch.global_batch: as many as keep that global batch,
+ * elastic_batch_dp); 0 when not one fits. The one count of dp layout_choose
+ * and a launcher whose slots must all run (the Slurm plugin's step) share:
+ * such a launcher refuses when the count leaves slots empty. */
 int64_t layout_fixed_dp(const struct plan *p, int64_t slots, const struct ckpt_batch *resumed);
 
 /* The sustained matmul rate the cost model assumes for a node's devices

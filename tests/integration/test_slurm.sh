@@ -447,6 +447,15 @@ test_wrong_task_count_fails_the_step() {
     [ "$rc" -ne 0 ] || { echo "accepted"; return 1; }
     grep -q "the step has 2 tasks, but the plan needs tp 4 × pp 2 × dp 1 = 8" "$WORK/count.log" ||
         { cat "$WORK/count.log"; return 1; }
+    # dp "auto" with a global batch of 2 micro-batches keeps 2 replicas, not the step's 3
+    sed 's/"grad_accum": 2/"global_batch": 8/' "$WORK/tp4pp2.json" |
+        sed 's/"tp": 4, "pp": 2, "dp": 1/"tp": 1, "pp": 1, "dp": "auto"/' >"$WORK/global.json"
+    rc=0
+    (cd "$WORK" && srun -N1 -n3 --train-plan="$WORK/global.json" true) >"$WORK/global.log" 2>&1 ||
+        rc=$?
+    [ "$rc" -ne 0 ] || { echo "accepted"; return 1; }
+    grep -q "the step has 3 tasks, but batch.global_batch 8 (micro_batch 4) keeps at most dp 2" \
+        "$WORK/global.log" || { cat "$WORK/global.log"; return 1; }
 }
 
 train_job() { # NAME PLAN [sbatch options...]: a CPU training job; prints its id
