@@ -160,6 +160,7 @@ ifneq ($(HAVE_NCCL),1)
   RUNTIME_SRC := $(filter-out runtime/comm/comm_nccl.c runtime/comm/nccl_api.c,$(RUNTIME_SRC))
 endif
 LAUNCHER_SRC := $(wildcard launcher/*.c) $(wildcard launcher/k8s/*.c)
+SAMPLE_SRC   := $(wildcard sample/*.c)
 TEST_SRC     := $(wildcard tests/unit/test_*.c)
 SPANK_SRC    := $(wildcard spank-plugin/*.c)
 
@@ -168,6 +169,7 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 LIB_COMMON   := $(BUILD)/lib/libplait_common.a
 LIB_KERNELS  := $(BUILD)/lib/libplait_kernels.a
 LIB_RUNTIME  := $(BUILD)/lib/libplait_runtime.a
+LIB_SAMPLE   := $(BUILD)/lib/libplait_sample.a
 PLAIT        := $(BUILD)/bin/plait
 PLAIT_TRAIN  := $(BUILD)/bin/plait-train
 TESTS        := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
@@ -241,6 +243,7 @@ $(BUILD)/obj/runtime/comm/sock_reduce.o: CFLAGS += $(KERNEL_CFLAGS)
 $(LIB_COMMON): $(call obj,$(COMMON_SRC))
 $(LIB_KERNELS): $(call obj,$(KERNELS_SRC))
 $(LIB_RUNTIME): $(call obj,$(RUNTIME_SRC))
+$(LIB_SAMPLE): $(call obj,$(SAMPLE_SRC))
 # position-independent objects for the plugin
 $(BUILD)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -265,15 +268,16 @@ $(BUILD)/lib/%.a:
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
-# Link order: runtime -> kernels -> common.
-LIBS := $(LIB_RUNTIME) $(LIB_KERNELS) $(LIB_COMMON)
+# Link order: runtime -> sample -> kernels -> common.
+LIBS := $(LIB_RUNTIME) $(LIB_SAMPLE) $(LIB_KERNELS) $(LIB_COMMON)
 
 $(PLAIT_TRAIN): $(call obj,runtime/main.c) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-# the CLI never links the training runtime (DESIGN: it reads the run directory through common/)
-$(PLAIT): $(call obj,$(LAUNCHER_SRC)) $(LIB_KERNELS) $(LIB_COMMON)
+# the CLI never links the training runtime (DESIGN: it reads the run directory through common/);
+# plait sample runs the sampler (sample/) on a checkpoint's whole model
+$(PLAIT): $(call obj,$(LAUNCHER_SRC)) $(LIB_SAMPLE) $(LIB_KERNELS) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) $(CAIRO_LDLIBS) $(YAML_LDLIBS) -o $@
 
@@ -411,7 +415,7 @@ FUZZ_CFLAGS   := -std=c17 $(WARN) -O1 -g $(FUZZ_SAN) -fopenmp=libgomp -pthread
 FUZZ_TARGETS  := $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz_obj       = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(1))
 # the same libraries as the normal build, in its link order: runtime -> kernels -> common
-FUZZ_LIBS     := $(addprefix $(FUZZ_BUILD)/lib/libplait_,runtime.a kernels.a common.a)
+FUZZ_LIBS     := $(addprefix $(FUZZ_BUILD)/lib/libplait_,runtime.a sample.a kernels.a common.a)
 
 fuzz: $(FUZZ_TARGETS)
 
@@ -427,6 +431,7 @@ $(FUZZ_BUILD)/obj/%.o: %.c | $(FUZZ_BUILD)/.gitignore
 $(FUZZ_BUILD)/lib/libplait_runtime.a: $(call fuzz_obj,$(filter-out runtime/comm/comm_nccl.c,$(RUNTIME_SRC)))
 $(FUZZ_BUILD)/lib/libplait_kernels.a: $(call fuzz_obj,$(filter-out kernels/cuda/cuda_none.c,$(KERNELS_SRC)) kernels/cuda/cuda_none.c)
 $(FUZZ_BUILD)/lib/libplait_common.a: $(call fuzz_obj,$(COMMON_SRC))
+$(FUZZ_BUILD)/lib/libplait_sample.a: $(call fuzz_obj,$(SAMPLE_SRC))
 $(FUZZ_LIBS):
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^

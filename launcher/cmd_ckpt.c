@@ -380,27 +380,13 @@ int cmd_ckpt_export(int argc, char **argv)
         cli_args_free(&a);
         return cli_usage_error(&cmd_ckpt_export_cli, "--llmc OUT.bin is required");
     }
-    struct ckptdir d;
-    struct ckpt_info *c = NULL;
-    int n, rc = PLAIT_EXIT_ERROR, pick = -1;
     struct plait_error err;
-    if (collect(arg, &d, &c, &n, &err)) {
-        log_error("ckpt export: %s", err.text);
-        goto out;
-    }
-    for (int i = 0; i < n && pick < 0; i++) {
-        if (c[i].ok)
-            pick = i;
-        else
-            log_warn("ckpt export: %s/%s does not verify: %s", d.path, c[i].name, c[i].why.text);
-    }
-    if (pick < 0) {
-        log_error("ckpt export: %s: no checkpoint that verifies", arg);
-        goto out;
-    }
-    char cdir[4096];
     struct ckpt_source src;
-    if (fs_join(cdir, sizeof cdir, d.path, c[pick].name, &err) ||
+    char cdir[4096], layout[96];
+    int64_t step;
+    int rc = PLAIT_EXIT_ERROR;
+    if (ckpt_pick_newest("ckpt export", arg, cdir, sizeof cdir, &step, layout, sizeof layout,
+                         &err) ||
         ckpt_source_open(&src, cdir, &err)) {
         log_error("ckpt export: %s", err.text);
         goto out;
@@ -411,14 +397,37 @@ int cmd_ckpt_export(int argc, char **argv)
         log_error("ckpt export: %s", err.text);
         goto out;
     }
-    char layout[96];
-    layout_text(&c[pick], layout, sizeof layout);
-    printf("%s: step %lld of %s, written as %s\n", cdir, (long long)c[pick].step, layout, out);
+    printf("%s: step %lld of %s, written as %s\n", cdir, (long long)step, layout, out);
     rc = PLAIT_EXIT_OK;
+out:
+    cli_args_free(&a);
+    return rc;
+}
+
+int ckpt_pick_newest(const char *command, const char *arg, char *cdir, size_t cdir_bytes,
+                     int64_t *step, char *layout, size_t layout_bytes, struct plait_error *err)
+{
+    struct ckptdir d;
+    struct ckpt_info *c = NULL;
+    int n, pick = -1, rc = -1;
+    if (collect(arg, &d, &c, &n, err)) goto out;
+    for (int i = 0; i < n && pick < 0; i++) {
+        if (c[i].ok)
+            pick = i;
+        else
+            log_warn("%s: %s/%s does not verify: %s", command, d.path, c[i].name, c[i].why.text);
+    }
+    if (pick < 0) {
+        error_set(err, "%s: no checkpoint that verifies", arg);
+        goto out;
+    }
+    if (fs_join(cdir, cdir_bytes, d.path, c[pick].name, err)) goto out;
+    *step = c[pick].step;
+    layout_text(&c[pick], layout, layout_bytes);
+    rc = 0;
 out:
     free(c);
     ckptdir_close(&d);
-    cli_args_free(&a);
     return rc;
 }
 

@@ -23,6 +23,7 @@ static const struct {
     {&cmd_ckpt_verify_cli, cmd_ckpt_verify},
     {&cmd_ckpt_export_cli, cmd_ckpt_export},
     {&cmd_ckpt_import_cli, cmd_ckpt_import},
+    {&cmd_sample_cli, cmd_sample},
     {&cmd_k8s_render_cli, cmd_k8s_render},
     {&cmd_k8s_admin_cli, cmd_k8s_admin},
     {&cmd_k8s_lint_cli, cmd_k8s_lint},

@@ -1,6 +1,5 @@
-/* sample.h — text from the model: autoregressive sampling with temperature
- * and top-k, and turning tokens into text (bytes for a vocabulary of at most
- * 256, an llm.c tokenizer file for others, token ids otherwise). */
+/* sample.h — samples during a run: the rank's model, when it is a whole one,
+ * through the sampler (sample/sampler.h). */
 #ifndef PLAIT_RUNTIME_SAMPLE_H
 #define PLAIT_RUNTIME_SAMPLE_H
 
@@ -10,19 +9,11 @@
 #include "common/plan/plan.h"
 #include "common/rng.h"
 #include "runtime/model.h"
+#include "sample/sampler.h"
 
-struct tokenizer {
-    int vocab;
-    char **piece; /* [vocab] decoded bytes, NUL-terminated */
-    int eot;      /* end-of-text token, or -1 */
-};
-
-/* Loads an llm.c tokenizer file (magic 20240328, version 1 or 2). */
-int tokenizer_load(struct tokenizer *t, const char *path, struct plait_error *err);
-void tokenizer_free(struct tokenizer *t);
-
-/* Writes s->tokens sampled tokens after the prompt to out as they come. tok
- * may be NULL (bytes or ids are printed then). */
+/* Writes s->tokens sampled tokens after the prompt to out as they come, from
+ * m's parameters (copied to host memory where they are a device's). -1 with
+ * err when m is a part of the model (tp or pp > 1). */
 int sample_text(struct model *m, const struct plan_sample *s, const struct tokenizer *tok,
                 struct rng *r, FILE *out, struct plait_error *err);
 

@@ -1,4 +1,4 @@
-/* test_decode.c — the key/value-cache decoder (runtime/decode.h) against the
+/* test_decode.c — the key/value-cache decoder (sample/decode.h) against the
  * model's full forward pass: after feeding n tokens one at a time, its logits
  * are the forward pass's last row over those n tokens (to fp32 rounding), for
  * every n up to the context; after a reset it starts over at position 0; it
@@ -10,7 +10,7 @@
 #include "check.h"
 #include "common/rng.h"
 #include "kernels/ops.h"
-#include "runtime/decode.h"
+#include "sample/decode.h"
 #include "runtime/model.h"
 #include "tests/unit/cpu_ctx.h"
 

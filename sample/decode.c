@@ -1,6 +1,6 @@
 /* decode.c — one token at a time through a whole model, with a key/value
  * cache (decode.h). */
-#include "runtime/decode.h"
+#include "sample/decode.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -6,8 +6,8 @@
  * ops (ops_cpu) with the attention of one query written here. The logits of
  * each position are the full forward pass's to fp32 rounding
  * (tests/unit/test_decode.c). */
-#ifndef PLAIT_RUNTIME_DECODE_H
-#define PLAIT_RUNTIME_DECODE_H
+#ifndef PLAIT_SAMPLE_DECODE_H
+#define PLAIT_SAMPLE_DECODE_H
 
 #include "common/error.h"
 #include "common/gpt2/gpt2_shard.h"
