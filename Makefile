@@ -428,7 +428,7 @@ $(FUZZ_BUILD)/obj/%.o: %.c | $(FUZZ_BUILD)/.gitignore
 
 # (the fuzz build has no NCCL and no CUDA: FUZZ_CPPFLAGS define neither, and its
 # kernels library takes kernels/cuda/cuda_none.c)
-$(FUZZ_BUILD)/lib/libplait_runtime.a: $(call fuzz_obj,$(filter-out runtime/comm/comm_nccl.c,$(RUNTIME_SRC)))
+$(FUZZ_BUILD)/lib/libplait_runtime.a: $(call fuzz_obj,$(filter-out runtime/comm/comm_nccl.c runtime/comm/nccl_api.c,$(RUNTIME_SRC)))
 $(FUZZ_BUILD)/lib/libplait_kernels.a: $(call fuzz_obj,$(filter-out kernels/cuda/cuda_none.c,$(KERNELS_SRC)) kernels/cuda/cuda_none.c)
 $(FUZZ_BUILD)/lib/libplait_common.a: $(call fuzz_obj,$(COMMON_SRC))
 $(FUZZ_BUILD)/lib/libplait_sample.a: $(call fuzz_obj,$(SAMPLE_SRC))

@@ -13,16 +13,7 @@
 #include "common/gpt2/gpt2_shard.h"
 #include "common/plan/plan.h"
 #include "common/rng.h"
-
-struct tokenizer {
-    int vocab;
-    char **piece; /* [vocab] decoded bytes, NUL-terminated */
-    int eot;      /* end-of-text token, or -1 */
-};
-
-/* Loads an llm.c tokenizer file (magic 20240328, version 1 or 2). */
-int tokenizer_load(struct tokenizer *t, const char *path, struct plait_error *err);
-void tokenizer_free(struct tokenizer *t);
+#include "sample/tokenizer.h"
 
 /* Writes s->tokens sampled tokens after s->prompt to out as they come, from
  * the whole model `whole` whose buffer (gpt2_shard.h's order) is params, in

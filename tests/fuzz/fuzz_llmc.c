@@ -11,7 +11,7 @@
 #include "common/gpt2/gpt2_layout.h"
 #include "common/formats/llmc.h"
 #include "runtime/gpt2.h"
-#include "sample/sampler.h"
+#include "sample/tokenizer.h"
 #include "tests/fuzz/harness.h"
 
 #define MAX_PARAM_BYTES (64u << 20)
