@@ -1265,6 +1265,12 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
         return fail_rule(c, "parallel.virtual_stages", "parallel.pp model.layers parallel.schedule",
                          "pp × virtual_stages (%d × %d) must divide model.layers (%d)", pp,
                          par->virtual_stages, m->layers);
+    /* the backend of a device that is known from the plan alone (an "auto"
+     * device is the placement's: place_ranks refuses nccl for CPU ranks) */
+    if (par->device == PLAN_DEVICE_CPU && par->backend == PLAN_BACKEND_NCCL)
+        return fail_rule(c, "parallel.backend", "parallel.device",
+                         "\"nccl\" moves GPU memory, but parallel.device \"cpu\" trains on the "
+                         "CPU: use \"socket\" or \"auto\"");
     if (par->sequence_parallel && tp == 1)
         return fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
     if (par->zero == 3)
