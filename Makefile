@@ -176,13 +176,17 @@ GPU_TESTS    := $(if $(HAVE_NCCL),$(BUILD)/tests/gpu/test_nccl)
 # The SPANK plugin: built where Slurm's headers are (libslurm-dev), and not
 # with sanitizers (it is loaded into Slurm's own processes).
 SPANK_SO     := $(if $(and $(wildcard /usr/include/slurm/spank.h),$(filter 00,$(SAN)$(TSAN))),$(BUILD)/lib/spank_plait.so)
+# The plugin's submit-time check as a program (tests/spank/submit_check.c, for
+# tests/integration/test_plan_property.sh): wherever Slurm's headers are, sanitized too
+SPANK_CHECK  := $(if $(wildcard /usr/include/slurm/spank.h),$(BUILD)/tests/spank/submit_check)
+SPANK_CHECK_SRC := tests/spank/submit_check.c $(addprefix spank-plugin/,submit.c policy.c msg.c config.c)
 
 # plait's man page and bash completion, written from its help text (scripts/gen_docs.sh)
 MAN_PAGE     := $(BUILD)/share/man/man1/plait.1
 COMPLETION   := $(BUILD)/share/bash-completion/completions/plait
 
 .PHONY: all test test-gpu test-cuda bench-cuda gpu-check demo bench bench-comm bench-memory bench-ckpt bench-cost install uninstall docs clean deps-build deps-test format fuzz
-all: $(PLAIT) $(PLAIT_TRAIN) $(CUDA_SO) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO) docs
+all: $(PLAIT) $(PLAIT_TRAIN) $(CUDA_SO) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO) $(SPANK_CHECK) docs
 
 docs: $(MAN_PAGE) $(COMPLETION)
 $(MAN_PAGE) $(COMPLETION) &: $(PLAIT) scripts/gen_docs.sh
@@ -276,6 +280,10 @@ $(BUILD)/tests/%: $(call obj,tests/unit/%.c) $(LIBS)
 $(BUILD)/tests/gpu/test_nccl: $(call obj,tests/gpu/test_nccl.c) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(SPANK_CHECK): $(call obj,$(SPANK_CHECK_SRC)) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -ljansson -lhwloc -lslurm -lm -o $@
 
 deps-build:
 	@scripts/deps.sh build
