@@ -197,13 +197,17 @@ else ifeq ($(SPANK_H),)
 endif
 SPANK_CPPFLAGS := $(if $(filter-out /usr,$(SLURM_HOME)),-isystem $(SLURM_HOME)/include)
 SPANK_SO     := $(if $(and $(SPANK_H),$(filter 00,$(SAN)$(TSAN))),$(BUILD)/lib/spank_plait.so)
+# The plugin's submit-time check as a program (tests/spank/submit_check.c, for
+# tests/integration/test_plan_property.sh): wherever Slurm's headers are, sanitized too
+SPANK_CHECK  := $(if $(SPANK_H),$(BUILD)/tests/spank/submit_check)
+SPANK_CHECK_SRC := tests/spank/submit_check.c $(addprefix spank-plugin/,submit.c policy.c msg.c config.c)
 
 # plait's man page and bash completion, written from its help text (scripts/gen_docs.sh)
 MAN_PAGE     := $(BUILD)/share/man/man1/plait.1
 COMPLETION   := $(BUILD)/share/bash-completion/completions/plait
 
 .PHONY: all test test-gpu test-cuda bench-cuda gpu-check demo bench bench-comm bench-memory bench-ckpt bench-cost install uninstall docs clean deps-build deps-test format fuzz
-all: $(PLAIT) $(PLAIT_TRAIN) $(CUDA_SO) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO) docs
+all: $(PLAIT) $(PLAIT_TRAIN) $(CUDA_SO) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO) $(SPANK_CHECK) docs
 
 docs: $(MAN_PAGE) $(COMPLETION)
 $(MAN_PAGE) $(COMPLETION) &: $(PLAIT) scripts/gen_docs.sh
@@ -300,6 +304,12 @@ $(BUILD)/tests/%: $(call obj,tests/unit/%.c) $(LIBS)
 $(BUILD)/tests/gpu/test_nccl: $(call obj,tests/gpu/test_nccl.c) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(call obj,$(SPANK_CHECK_SRC)): CPPFLAGS += $(SPANK_CPPFLAGS)
+$(SPANK_CHECK): $(call obj,$(SPANK_CHECK_SRC)) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(if $(SPANK_CPPFLAGS),-L$(SLURM_HOME)/lib) -ljansson -lhwloc -lslurm -lm \
+		-o $@
 
 deps-build:
 	@scripts/deps.sh build

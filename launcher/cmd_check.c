@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/place/cost.h"
 #include "common/place/env.h"
@@ -806,7 +807,14 @@ int cmd_check(int argc, char **argv)
             log_error("%s", err.text);
             goto out;
         }
-    if (fit_nodes_make(p, a.nodes, a.gpus_per_node, topos, n_topo, NULL, &fit, &err)) {
+    /* this machine alone is named as plait train names it (its host name), so that
+     * a refusal of a node reads the same from both */
+    char host[64] = "localhost";
+    const char *here[] = {host};
+    bool this_machine = !a.n_topologies && a.nodes == 1;
+    if (this_machine) gethostname(host, sizeof host - 1);
+    if (fit_nodes_make(p, a.nodes, a.gpus_per_node, topos, n_topo, this_machine ? here : NULL,
+                       &fit, &err)) {
         log_error("check: %s", err.text);
         goto out;
     }

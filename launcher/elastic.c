@@ -40,7 +40,8 @@ static int choose_here(struct plan *plan, int slots, const struct ckpt_batch *re
         layout_eval_free(&best);
     }
     topo_free(&topo);
-    return rc ? error_prefix(err, "parallel: ") : 0;
+    /* layout_choose's own words, as plait check prints them */
+    return rc;
 }
 
 /* tp and pp as the plan says ("auto" as 1); dp fixed, or "auto" filling the slots */

@@ -373,6 +373,15 @@ static int check_degrees(const struct plan *plan, int tp, int pp, int dp,
                              "parallel.device is \"cuda\" but node %s has no GPU (%s): use "
                              "\"cpu\" or \"auto\" to train on its cores",
                              nodes[i].name, nodes[i].topo->source);
+    for (int i = 0; i < n_nodes; i++)
+        if (plan->parallel.backend == PLAN_BACKEND_NCCL &&
+            (nodes[i].topo->n_gpus == 0 || nodes[i].cpu_ranks))
+            return error_set(err,
+                             "parallel.backend: \"nccl\" moves GPU memory, but the ranks on node "
+                             "%s train on its CPU (%s): use \"socket\" or \"auto\", or "
+                             "parallel.device \"cuda\" where the nodes have GPUs",
+                             nodes[i].name,
+                             nodes[i].topo->n_gpus == 0 ? "it has no GPU" : "CPU ranks");
     long long world_ll = (long long)tp * pp * dp;
     if (world_ll > 1 << 24)
         return error_set(err, "tp × pp × dp = %lld ranks is too many", world_ll);

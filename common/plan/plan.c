@@ -1402,6 +1402,12 @@ static int check_rules(struct ctx *c, json_t *root, struct plan *p)
         check_lr_schedule(c, root, p) || check_global_batch(c, root, p) ||
         check_split_rules(c, p) || check_pipeline_rules(c, p))
         return -1;
+    /* the backend of a device that is known from the plan alone (an "auto" device is the
+     * placement's: place_ranks refuses nccl for CPU ranks) */
+    if (p->parallel.device == PLAN_DEVICE_CPU && p->parallel.backend == PLAN_BACKEND_NCCL)
+        return fail_rule(c, "parallel.backend", "parallel.device",
+                         "\"nccl\" moves GPU memory, but parallel.device \"cpu\" trains on the "
+                         "CPU: use \"socket\" or \"auto\"");
     if (p->parallel.sequence_parallel && p->parallel.tp == 1)
         return fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
     if (check_zero_rules(c, p) || check_row_rules(c, p)) return -1;

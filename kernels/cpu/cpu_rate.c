@@ -98,7 +98,7 @@ enum { QKV, PROJ, FC, FCPROJ, PRODUCTS, MAX_SETS = 4 };
 struct matmul_args {
     struct bench *b;
     int rows, in[PRODUCTS], out[PRODUCTS], sets, set;
-    float *inp[PRODUCTS], *y[PRODUCTS], *bias[PRODUCTS], *dinp, *db; /* dinp (rows, 4w) */
+    float *inp[PRODUCTS], *y[PRODUCTS], *bias[PRODUCTS], *dinp, *db; /* dinp (rows, max(C, 4w)) */
     float *w[MAX_SETS][PRODUCTS], *dw[MAX_SETS][PRODUCTS];
     uint16_t *w16[MAX_SETS][PRODUCTS]; /* bf16 copies, or NULL (fp32) */
 };
@@ -141,7 +141,9 @@ static double matmul_gflops(struct bench *b, const struct cpu_rate_shape *s)
         .b = b, .rows = rows, .in = {C, w, C, 4 * w}, .out = {3 * w, C, 4 * w, C}, .sets = 1};
     while (a.sets < MAX_SETS && a.sets < s->layers && a.sets * set_bytes < WEIGHT_BYTES) a.sets++;
     float *x = take(b, (size_t)rows * C), *atty = take(b, (size_t)rows * w);
-    a.dinp = take(b, (size_t)rows * 4 * w), a.db = take(b, (size_t)4 * w);
+    /* the widest input (C or 4w) and output (4w or C): C is the wider above tp 4 */
+    int widest = C > 4 * w ? C : 4 * w;
+    a.dinp = take(b, (size_t)rows * widest), a.db = take(b, (size_t)widest);
     for (int k = 0; k < PRODUCTS; k++)
         a.y[k] = take(b, (size_t)rows * a.out[k]), a.bias[k] = take(b, (size_t)a.out[k]);
     for (int set = 0; set < a.sets; set++) take_weights(b, &a, set, s->bf16);

@@ -40,6 +40,19 @@ static void test_every_rate_is_measured_positive(void)
     }
 }
 
+/* Above tp 4 a rank's 4·width is narrower than the hidden size: the products'
+ * gradients of C columns (the projections') were written past buffers of 4·width
+ * (plait check and plait-train aborted on tp 8; the ASan build says where) */
+static void test_a_rank_narrower_than_the_hidden_size_is_measured(void)
+{
+    struct cpu_rate_shape s = cpu_rate_shape_of(2, 16, 64, 8, 2, 256, 8, 1, false);
+    struct cpu_rate r;
+    char err[256] = "";
+    CHECK(s.width == 8, "%d", s.width);
+    CHECK(cpu_rate_measure(&s, 1, &r, err, sizeof err) == 0, "%s", err);
+    CHECK(r.matmul_gflops > 0 && isfinite(r.matmul_gflops), "%g", r.matmul_gflops);
+}
+
 static void test_a_shape_the_kernels_cannot_run_is_refused(void)
 {
     struct cpu_rate_shape s = small;
@@ -93,6 +106,7 @@ static void test_modelled_speed_follows_the_measured_rates(void)
 int main(void)
 {
     RUN(test_every_rate_is_measured_positive);
+    RUN(test_a_rank_narrower_than_the_hidden_size_is_measured);
     RUN(test_a_shape_the_kernels_cannot_run_is_refused);
     RUN(test_shape_of_a_rank_splits_width_heads_and_layers);
     RUN(test_modelled_speed_follows_the_measured_rates);
