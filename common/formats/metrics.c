@@ -36,6 +36,8 @@ static json_int_t record_step(const char *line)
 
 int metrics_open(struct metrics *mt, const char *run_dir, int keep_step, struct plait_error *err)
 {
+    mt->f = NULL;
+    mt->tb.f = NULL;
     snprintf(mt->path, sizeof mt->path, "%s/" RUNDIR_METRICS, run_dir);
     size_t bytes;
     struct plait_error ignored;
@@ -105,20 +107,36 @@ int metrics_step(struct metrics *mt, const struct step_metrics *s, struct plait_
     if (j && s->ranks > 1 && s->bubble_sim_pct >= 0)
         json_object_set_new(json_object_get(j, "parallel"), "bubble_simulated_pct",
                             json_real(s->bubble_sim_pct));
-    return put(mt, j, err);
+    if (put(mt, j, err)) return -1;
+    const char *tags[] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s"};
+    double values[] = {s->loss, s->lr, s->grad_norm, s->tokens_per_s};
+    for (int i = 0; i < 4; i++)
+        if (tensorboard_scalar(&mt->tb, tags[i], s->step, values[i], err)) return -1;
+    return 0;
 }
 
 int metrics_eval(struct metrics *mt, const struct eval_metrics *e, struct plait_error *err)
 {
     json_t *j = json_pack("{s:i,s:f,s:I}", "eval_step", e->step, "val_loss", e->val_loss,
                           "val_tokens", (json_int_t)e->val_tokens);
-    return put(mt, j, err);
+    return put(mt, j, err) || tensorboard_scalar(&mt->tb, "val/loss", e->step, e->val_loss, err);
+}
+
+int metrics_tensorboard(struct metrics *mt, const char *run_dir, const char *dir, int keep_step,
+                        struct plait_error *err)
+{
+    char path[4096];
+    if (dir[0] == '/' ? snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path
+                      : fs_join(path, sizeof path, run_dir, dir, err) != 0)
+        return error_set(err, "train.tensorboard: path too long");
+    return tensorboard_open(&mt->tb, path, keep_step, err);
 }
 
 void metrics_close(struct metrics *mt)
 {
     if (mt->f) fclose(mt->f);
     mt->f = NULL;
+    tensorboard_close(&mt->tb);
 }
 
 /* ---- reading ---------------------------------------------------------------------------- */

@@ -16,11 +16,13 @@
 #include <stdio.h>
 
 #include "common/error.h"
+#include "common/formats/tensorboard.h"
 
 struct metrics {
     FILE *f;
     char path[4096];
-    FILE *echo; /* also each record here (plait train --json: stdout), NULL none */
+    FILE *echo;            /* also each record here (plait train --json: stdout), NULL none */
+    struct tensorboard tb; /* and the scalars as TensorBoard events, when open */
 };
 
 struct step_metrics {
@@ -60,6 +62,11 @@ struct eval_metrics {
 
 /* Opens run_dir/metrics.jsonl, keeping only records of steps ≤ keep_step. */
 int metrics_open(struct metrics *mt, const char *run_dir, int keep_step, struct plait_error *err);
+/* Also writes each step's loss, lr, gradient norm and tokens/s and each evaluation's loss as
+ * TensorBoard events ("train/loss", …, "val/loss") into dir (relative: to run_dir), a new
+ * file for a run resumed after keep_step steps (tensorboard.h). */
+int metrics_tensorboard(struct metrics *mt, const char *run_dir, const char *dir, int keep_step,
+                        struct plait_error *err);
 int metrics_step(struct metrics *mt, const struct step_metrics *s, struct plait_error *err);
 int metrics_eval(struct metrics *mt, const struct eval_metrics *e, struct plait_error *err);
 void metrics_close(struct metrics *mt);

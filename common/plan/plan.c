@@ -200,6 +200,11 @@ static const struct field sample_fields[] = {
 };
 
 /* The top level, in the order plan_to_json writes it. */
+static const struct field train_fields[] = {
+    PATH_FIELD("tensorboard", train.tensorboard, NULL, KEEP_RELATIVE | MAY_CHANGE),
+    END,
+};
+
 static const struct field root_fields[] = {
     SECTION("model", model_fields, REQ),
     SECTION("data", data_fields, REQ),
@@ -213,6 +218,7 @@ static const struct field root_fields[] = {
     SECTION("checkpoint", checkpoint_fields, 0),
     SECTION("parallel", parallel_fields, 0),
     SECTION("sample", sample_fields, 0),
+    SECTION("train", train_fields, 0),
     END,
 };
 
@@ -1542,6 +1548,7 @@ void plan_free(struct plan *plan)
     free(plan->data.val);
     free(plan->data.tokenizer);
     free(plan->checkpoint.dir);
+    free(plan->train.tensorboard);
     free(plan->sample.prompt);
     free(plan);
 }

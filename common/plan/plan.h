@@ -124,6 +124,12 @@ struct plan_sample {
     uint64_t seed;
 };
 
+/* what a run reports, besides metrics.jsonl and its console */
+struct plan_train {
+    char *tensorboard; /* NULL, or a directory (relative: to the run directory) for
+                          TensorBoard event files (common/formats/tensorboard.h) */
+};
+
 struct plan {
     char *source; /* where it came from, for messages ("examples/plans/x.json") */
     struct plan_model model;
@@ -137,6 +143,7 @@ struct plan {
     struct plan_checkpoint checkpoint;
     struct plan_parallel parallel;
     struct plan_sample sample;
+    struct plan_train train;
 };
 
 /* Loads, applies overrides ("dot.path=value"; the value is JSON if it parses
