@@ -7,6 +7,7 @@
 #include "common/place/env.h"
 #include "common/log.h"
 #include "launcher/cli.h"
+#include "common/plan/plan.h"
 #include "launcher/commands.h"
 
 static const struct {
@@ -43,6 +44,7 @@ static void usage(FILE *out)
         cli_help_row(left, c->summary, out);
     }
     cli_help_row("help [COMMAND]", "print this overview, or a command's help", out);
+    cli_help_row("help plan", "every field of a plan: its path, type, default", out);
     fprintf(out, "\noptions:\n");
     cli_help_row("-h, --help", "print this overview and exit", out);
     cli_help_row("--version", "print plait's version and exit", out);
@@ -108,6 +110,11 @@ int main(int argc, char **argv)
     bool help = !strcmp(cmd, "help") || is_help(cmd);
     if (help && argc == 2) {
         usage(stdout);
+        return PLAIT_EXIT_OK;
+    }
+    if (help && argc == 3 && !strcmp(argv[2], "plan")) {
+        printf("plan.json's fields (plait train --set PATH=VALUE changes one):\n");
+        plan_fields_print(stdout);
         return PLAIT_EXIT_OK;
     }
     int skip = help ? 2 : 1, words = 0;

@@ -22,7 +22,7 @@ mapfile -t commands < <(printf '%s\n' "$overview" | awk '
     on && /^  [a-z]/ {
         left = substr($0, 3); sub(/  .*/, "", left); n = split(left, w, " "); name = ""
         for (i = 1; i <= n && w[i] ~ /^[a-z][a-z0-9-]*$/; i++) name = name (name ? " " : "") w[i]
-        if (name != "help") print name
+        if (name !~ /^help/) print name
     }')
 
 # roff: escape backslashes and dashes, and lines that start with a dot or quote
@@ -68,6 +68,8 @@ roff() { sed -e 's/\\/\\e/g' -e 's/-/\\-/g' -e "s/^\\([.']\\)/\\\\\\&\\1/"; }
 } >"$man.tmp"
 mv "$man.tmp" "$man"
 
+# every plan field's path, for --set (plait help plan)
+plan_paths=$("$plait" help plan | awk 'NR > 1 { printf "%s%s=", (n++ ? " " : ""), $1 }')
 # bash completion: per command, its options; values of options whose argument
 # names a directory (DIR) or a file (FILE.xml, VAL.bin, PLAN) complete as such
 {
@@ -104,7 +106,10 @@ mv "$man.tmp" "$man"
     echo '        fi'
     echo '        return 0 ;;'
     echo '    esac'
-    echo '    if [ -n "$prev" ] && [[ "|$dirs|" == *"|$prev|"* ]]; then'
+    echo '    if [ "$prev" = --set ]; then'
+    printf '        compopt -o nospace 2>/dev/null\n'
+    printf '        mapfile -t COMPREPLY < <(compgen -W "%s" -- "$cur")\n' "$plan_paths"
+    echo '    elif [ -n "$prev" ] && [[ "|$dirs|" == *"|$prev|"* ]]; then'
     echo '        mapfile -t COMPREPLY < <(compgen -d -- "$cur")'
     echo '    elif [ -n "$prev" ] && [[ "|$files|" == *"|$prev|"* ]]; then'
     echo '        mapfile -t COMPREPLY < <(compgen -f -- "$cur")'

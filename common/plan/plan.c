@@ -1772,6 +1772,74 @@ char *plan_to_json(const struct plan *plan)
     return t.s;
 }
 
+/* ---- the schema, as text ----------------------------------------------------------------- */
+
+/* one field's line: path, type, what it may be, its default */
+static void print_field(FILE *out, const struct field *f, const char *path)
+{
+    char what[256] = "", def[96] = "";
+    switch (f->kind) {
+    case K_INT:
+    case K_U64:
+        snprintf(what, sizeof what, "int %lld..%lld%s", f->imin, f->imax,
+                 f->flags & AUTO_OK ? " or \"auto\"" : "");
+        if (!(f->flags & (REQ | REQ_NO_INIT)))
+            snprintf(def, sizeof def, "%s", "(from other fields)");
+        if (!(f->flags & (REQ | REQ_NO_INIT)) && f->idef >= f->imin)
+            snprintf(def, sizeof def, "%lld", f->idef);
+        break;
+    case K_REAL:
+        snprintf(what, sizeof what, "real %s%g, %g%s", f->rmin_open ? "(" : "[", f->rmin, f->rmax,
+                 f->rmax_open ? ")" : "]");
+        snprintf(def, sizeof def, "%g", f->rdef);
+        break;
+    case K_BOOL:
+        snprintf(what, sizeof what, "true or false");
+        snprintf(def, sizeof def, "%s", f->idef ? "true" : "false");
+        break;
+    case K_ENUM:
+    case K_STRING:
+        if (f->names) one_of(what, sizeof what, f->names);
+        else snprintf(what, sizeof what, "string");
+        if (f->kind == K_ENUM && f->idef >= 0) snprintf(def, sizeof def, "\"%s\"", f->names[f->idef]);
+        if (f->kind == K_STRING && f->sdef) {
+            char *q = quote(f->sdef); /* as JSON: "\n" stays two characters */
+            snprintf(def, sizeof def, "%s", q ? q : "?");
+            free(q);
+        }
+        break;
+    case K_PATH:
+        snprintf(what, sizeof what, "path");
+        if (f->sdef) snprintf(def, sizeof def, "\"%s\"", f->sdef);
+        break;
+    case K_INTS:
+        snprintf(what, sizeof what, "list of ints");
+        break;
+    case K_SECTION:
+        return;
+    }
+    fprintf(out, "  %-32s %s%s%s%s%s\n", path, what, *def ? "; default " : "", def,
+            f->flags & (REQ | REQ_NO_INIT) ? "; required" : "",
+            f->flags & MAY_CHANGE ? "; may change on resume" : "");
+}
+
+static void print_fields(FILE *out, const struct field *fields, const char *prefix)
+{
+    for (const struct field *f = fields; f->name; f++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", f->name);
+        if (f->kind == K_SECTION)
+            print_fields(out, f->fields, path);
+        else
+            print_field(out, f, path);
+    }
+}
+
+void plan_fields_print(FILE *out)
+{
+    print_fields(out, root_fields, "");
+}
+
 /* ---- enum names -------------------------------------------------------------------------- */
 
 static const char *enum_name(const char *const *names, int n, int v)

@@ -15,6 +15,7 @@
 #define PLAIT_PLAN_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -145,6 +146,10 @@ struct plan {
     struct plan_sample sample;
     struct plan_train train;
 };
+
+/* Every field of a plan, one line each: its dotted path, type and range or names, default,
+ * whether it is required and whether it may change on resume (plait help plan). */
+void plan_fields_print(FILE *out);
 
 /* Loads, applies overrides ("dot.path=value"; the value is JSON if it parses
  * as JSON, otherwise a string) and validates. Returns NULL and fills err. */

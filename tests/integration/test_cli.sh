@@ -136,6 +136,11 @@ test_man_page_and_completion_follow_the_help() {
     [ "$(complete_words plait data p)" = prepare ] || return 1
     [ "$(complete_words plait check x.json --to)" = --topology ] || return 1
     [ "$(complete_words plait data prepare a b --val-f)" = --val-fraction ] || return 1
+    # --set completes every plan field's path (plait help plan's)
+    [ "$(complete_words plait train p.json --set optimizer.dec)" = \
+        "optimizer.decay_steps= optimizer.decay_fraction=" ] ||
+        { complete_words plait train p.json --set optimizer.dec; return 1; }
+    [ "$("$PLAIT" help plan | grep -c '^  [a-z_]*\.[a-z_.]* ')" -ge 60 ] || { "$PLAIT" help plan; return 1; }
 }
 
 test_install_and_uninstall() {
