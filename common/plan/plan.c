@@ -1789,8 +1789,11 @@ static void print_field(FILE *out, const struct field *f, const char *path)
             snprintf(def, sizeof def, "%lld", f->idef);
         break;
     case K_REAL:
-        snprintf(what, sizeof what, "real %s%g, %g%s", f->rmin_open ? "(" : "[", f->rmin, f->rmax,
-                 f->rmax_open ? ")" : "]");
+        if (isinf(f->rmax))
+            snprintf(what, sizeof what, "real %s %g", f->rmin_open ? ">" : ">=", f->rmin);
+        else
+            snprintf(what, sizeof what, "real in %s%g, %g%s", f->rmin_open ? "(" : "[", f->rmin,
+                     f->rmax, f->rmax_open ? ")" : "]");
         snprintf(def, sizeof def, "%g", f->rdef);
         break;
     case K_BOOL:
@@ -1799,8 +1802,13 @@ static void print_field(FILE *out, const struct field *f, const char *path)
         break;
     case K_ENUM:
     case K_STRING:
-        if (f->names) one_of(what, sizeof what, f->names);
-        else snprintf(what, sizeof what, "string");
+        if (f->names) {
+            char names[256];
+            one_of(names, sizeof names, f->names); /* "must be one of ..." */
+            snprintf(what, sizeof what, "%s", strncmp(names, "must be ", 8) ? names : names + 8);
+        } else {
+            snprintf(what, sizeof what, "string");
+        }
         if (f->kind == K_ENUM && f->idef >= 0) snprintf(def, sizeof def, "\"%s\"", f->names[f->idef]);
         if (f->kind == K_STRING && f->sdef) {
             char *q = quote(f->sdef); /* as JSON: "\n" stays two characters */
