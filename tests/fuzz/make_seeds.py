@@ -151,6 +151,10 @@ def ckpt_parts_corpus():
         + part_header(1, 2, 0, 2, 0, 1, 0, 0, 300, 1, 1, (0, 2), ranged=False) + floats(300, 2),
         "moments_zero_slice_valid": b"\x0d"
         + part_header(2, 1, 0, 2, 0, 2, 1, 1, 268, 2, 2, (0, 1)) + floats(536, 3),
+        "last_stage_model_part_of_tp_rank_1_valid": b"\x05"
+        + part_header(1, 2, 1, 2, 1, 1, 0, 0, 292, 1, 1, (2, 4)) + floats(292, 8),
+        "moments_zero_slice_of_the_last_stage_valid": b"\x0e"
+        + part_header(2, 1, 0, 2, 1, 2, 0, 1, 264, 2, 2, (1, 2)) + floats(528, 9),
         "whole_moments_valid": b"\x01" + header(20261122, 1, 1032, 0, 0) + floats(2064, 4),
         "model_part_truncated": b"\x05"
         + part_header(1, 2, 1, 2, 1, 1, 0, 0, 292, 1, 1, (2, 4)) + floats(100, 5),
