@@ -144,6 +144,7 @@ def floats(n, fill):
 def ckpt_parts_corpus():
     d = out_dir("fuzz_ckpt_parts")
     model_0 = part_header(1, 2, 0, 2, 0, 1, 0, 0, 300, 1, 1, (0, 2)) + floats(300, 1)
+    last_model = part_header(1, 2, 1, 2, 1, 1, 0, 0, 292, 1, 1, (2, 4))  # tp rank 1, stage 1
     seeds = {
         "model_part_valid": b"\x02" + model_0,
         "model_part_valid_manifest_stale": b"\x82" + model_0,
@@ -151,13 +152,11 @@ def ckpt_parts_corpus():
         + part_header(1, 2, 0, 2, 0, 1, 0, 0, 300, 1, 1, (0, 2), ranged=False) + floats(300, 2),
         "moments_zero_slice_valid": b"\x0d"
         + part_header(2, 1, 0, 2, 0, 2, 1, 1, 268, 2, 2, (0, 1)) + floats(536, 3),
-        "last_stage_model_part_of_tp_rank_1_valid": b"\x05"
-        + part_header(1, 2, 1, 2, 1, 1, 0, 0, 292, 1, 1, (2, 4)) + floats(292, 8),
+        "last_stage_model_part_of_tp_rank_1_valid": b"\x05" + last_model + floats(292, 8),
         "moments_zero_slice_of_the_last_stage_valid": b"\x0e"
         + part_header(2, 1, 0, 2, 1, 2, 0, 1, 264, 2, 2, (1, 2)) + floats(528, 9),
         "whole_moments_valid": b"\x01" + header(20261122, 1, 1032, 0, 0) + floats(2064, 4),
-        "model_part_truncated": b"\x05"
-        + part_header(1, 2, 1, 2, 1, 1, 0, 0, 292, 1, 1, (2, 4)) + floats(100, 5),
+        "model_part_truncated": b"\x05" + last_model + floats(100, 5),
         "model_part_layers_of_another_stage": b"\x04"
         + part_header(1, 2, 0, 2, 1, 1, 0, 0, 292, 1, 1, (0, 2)) + floats(292, 6),
         "moments_slice_count_disagrees": b"\x0e"
