@@ -183,6 +183,28 @@ static void source_name(const struct ckpt_source *s, enum ckpt_part_kind kind, i
         ckpt_part_name(name, bytes, kind, tr, st, d, d >= 0);
 }
 
+/* Whether h, the header of a whole checkpoint's model.bin or optim.bin, says
+ * what the whole loader (runtime/ckpt.c) takes: the plan's model in fp32 (every
+ * dimension, the vocabulary too); the moments of every parameter, followed by
+ * the gradients exactly when state.json says the step stopped midway. *floats:
+ * what follows the header. */
+static bool whole_header_ok(const struct ckpt_source *s, enum ckpt_part_kind kind,
+                            const int32_t h[LLMC_HEADER_INTS], uint64_t *floats)
+{
+    const struct gpt2_config *c = &s->cfg;
+    size_t total = s->stages[0].total;
+    if (kind == CKPT_PART_MODEL) {
+        *floats = total;
+        return h[0] == LLMC_MODEL_MAGIC && h[1] == LLMC_MODEL_VERSION_FP32 &&
+               h[2] == c->max_seq_len && h[3] == c->vocab && h[4] == c->layers &&
+               h[5] == c->heads && h[6] == c->hidden && h[7] == c->padded_vocab;
+    }
+    size_t count = (size_t)(uint32_t)h[2] | (size_t)(uint32_t)h[3] << 32;
+    *floats = (uint64_t)count * (h[4] ? 3 : 2); /* m, v and, mid-step, the gradients */
+    return h[0] == CKPT_OPTIM_MAGIC && h[1] == CKPT_OPTIM_VERSION && count == total &&
+           (h[4] != 0) == (s->micro > 0);
+}
+
 /* The open file of (kind, tp rank, stage, dp rank: -1 for none), its header
  * checked when first opened. */
 static int source_file(struct ckpt_source *s, enum ckpt_part_kind kind, int tr, int st, int d,
@@ -204,17 +226,8 @@ static int source_file(struct ckpt_source *s, enum ckpt_part_kind kind, int tr, 
     const struct gpt2_shard *sh = &s->stages[st];
     bool ok;
     uint64_t floats = 0; /* what the header promises after it */
-    if (l->whole && kind == CKPT_PART_MODEL) {
-        ok = got == (ssize_t)sizeof h && h[0] == LLMC_MODEL_MAGIC &&
-             h[1] == LLMC_MODEL_VERSION_FP32 && h[2] == s->cfg.max_seq_len &&
-             h[4] == s->cfg.layers && h[5] == s->cfg.heads && h[6] == s->cfg.hidden &&
-             h[7] == s->cfg.padded_vocab;
-        floats = sh->total;
-    } else if (l->whole) {
-        size_t count = (size_t)(uint32_t)h[2] | (size_t)(uint32_t)h[3] << 32;
-        ok = got == (ssize_t)sizeof h && h[0] == CKPT_OPTIM_MAGIC && h[1] == CKPT_OPTIM_VERSION &&
-             count == sh->total;
-        floats = (uint64_t)count * (h[4] ? 3 : 2); /* m, v and, mid-step, the gradients */
+    if (l->whole) {
+        ok = got == (ssize_t)sizeof h && whole_header_ok(s, kind, h, &floats);
     } else {
         struct ckpt_part_id id = {l->tp,
                                   tr,
@@ -241,6 +254,15 @@ static int source_file(struct ckpt_source *s, enum ckpt_part_kind kind, int tr, 
         close(fd);
         return error_set(err, "%s: %lld bytes, but its header promises %llu: a truncated part",
                          path, (long long)fst.st_size, (unsigned long long)want_bytes);
+    }
+    if (!ok && l->whole) {
+        close(fd);
+        return error_set(err,
+                         "%s: its header does not say what the plan and state.json do (the "
+                         "model's dimensions in fp32; the moments of every parameter, with the "
+                         "gradients exactly when it stopped mid-step, here micro-batch %d): not "
+                         "this checkpoint's file",
+                         path, s->micro);
     }
     if (!ok) {
         close(fd);

@@ -4,9 +4,8 @@
  * (runjson_read), state.json (ckpt_read_state), manifest.json
  * (ckpt_manifest_read, ckpt_layout_read). The input's first byte picks the
  * reader, the rest is the file. Checks that a refusal is one printable line
- * naming the file, and that what is accepted is freed cleanly. Part files'
- * headers are read by ckpt_source (not fuzzed here: they need a whole
- * checkpoint around them). */
+ * naming the file, and that what is accepted is freed cleanly. Part files
+ * need a whole checkpoint around them: fuzz_ckpt_parts.c. */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>

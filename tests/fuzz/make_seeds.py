@@ -173,6 +173,42 @@ def sock_handshake_corpus():
         "garbage": hs_seed(2, 0, 1, 0, hello=bytes((i * 37 + 11) % 256 for i in range(56)),
                            ack=b"PLOK\0\0\0\1"),
         "long_name_and_secret": hs_seed(5, 2, 4, 0, name=b"n" * 64, secret=bytes(range(1, 200))),
+# fuzz_ckpt_parts: the first byte picks one of the 16 part files of the three
+# checkpoints the target writes (tests/fuzz/README.md; bit 7: the manifest keeps
+# the file's old size and checksum), the rest replaces it. The tiny GPT-2's
+# shards: whole 1032 floats; tp 2 × pp 2: stage 0 300, stage 1 292; pp 2 ×
+# 2 chunks, ZeRO 1 over dp 2: stage 0 536 (slices of 268), stage 1 528 (264).
+def part_header(kind, tp, tp_rank, pp, pp_rank, dp, dp_rank, zero, count, arrays, chunks,
+                layers, ranged=True):
+    first, last = layers if ranged else (0, 0)
+    return header(20261124, 1, kind, tp, tp_rank, pp, pp_rank, dp, dp_rank, zero, count, 0,
+                  arrays, chunks if chunks > 1 else 0, 1 if ranged else 0, first, last)
+
+
+def floats(n, fill):
+    return struct.pack(f"<{n}f", *[(fill + i % 23) / 4 for i in range(n)])
+
+
+def ckpt_parts_corpus():
+    d = out_dir("fuzz_ckpt_parts")
+    model_0 = part_header(1, 2, 0, 2, 0, 1, 0, 0, 300, 1, 1, (0, 2)) + floats(300, 1)
+    last_model = part_header(1, 2, 1, 2, 1, 1, 0, 0, 292, 1, 1, (2, 4))  # tp rank 1, stage 1
+    seeds = {
+        "model_part_valid": b"\x02" + model_0,
+        "model_part_valid_manifest_stale": b"\x82" + model_0,
+        "model_part_before_layer_ranges": b"\x02"
+        + part_header(1, 2, 0, 2, 0, 1, 0, 0, 300, 1, 1, (0, 2), ranged=False) + floats(300, 2),
+        "moments_zero_slice_valid": b"\x0d"
+        + part_header(2, 1, 0, 2, 0, 2, 1, 1, 268, 2, 2, (0, 1)) + floats(536, 3),
+        "last_stage_model_part_of_tp_rank_1_valid": b"\x05" + last_model + floats(292, 8),
+        "moments_zero_slice_of_the_last_stage_valid": b"\x0e"
+        + part_header(2, 1, 0, 2, 1, 2, 0, 1, 264, 2, 2, (1, 2)) + floats(528, 9),
+        "whole_moments_valid": b"\x01" + header(20261122, 1, 1032, 0, 0) + floats(2064, 4),
+        "model_part_truncated": b"\x05" + last_model + floats(100, 5),
+        "model_part_layers_of_another_stage": b"\x04"
+        + part_header(1, 2, 0, 2, 1, 1, 0, 0, 292, 1, 1, (0, 2)) + floats(292, 6),
+        "moments_slice_count_disagrees": b"\x0e"
+        + part_header(2, 1, 0, 2, 1, 2, 0, 1, 250, 2, 2, (1, 2)) + floats(500, 7),
     }
     for name, seed in seeds.items():
         open(os.path.join(d, name), "wb").write(seed)
@@ -183,3 +219,4 @@ if __name__ == "__main__":
     data_corpus()
     llmc_corpus()
     sock_handshake_corpus()
+    ckpt_parts_corpus()

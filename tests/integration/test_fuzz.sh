@@ -65,4 +65,5 @@ fuzz fuzz_data "fuzz_data_reader_survives_${seconds}s"
 fuzz fuzz_llmc "fuzz_llmc_model_and_tokenizer_readers_survive_${seconds}s"
 fuzz fuzz_sock_handshake "fuzz_sock_handshake_parser_survives_${seconds}s"
 fuzz fuzz_rundir "fuzz_rundir_run_and_checkpoint_file_readers_survive_${seconds}s"
+fuzz fuzz_ckpt_parts "fuzz_ckpt_parts_verify_and_loader_agree_on_part_files_${seconds}s"
 finish

@@ -65,6 +65,42 @@ test_corrupt_checkpoint_is_detected_and_the_previous_used() {
     metrics_equal "$WORK/ref/metrics.jsonl" "$run/metrics.jsonl"
 }
 
+# A whole checkpoint whose header the loader would refuse, with its manifest
+# made to agree: step 12's model.bin says another vocabulary, step 8's
+# optim.bin carries gradients though state.json says the step was finished.
+# plait ckpt verify refuses both as the loader does, naming the file, and the
+# run resumes from step 4 to the reference's metrics.
+forge_header() { # FILE WORD VALUE [FLOATS_APPENDED]
+    "$PY" - "$@" <<'PYEOF'
+import struct, sys
+name, word, value = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+extra = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+d = bytearray(open(name, "rb").read())
+struct.pack_into("<i", d, 4 * word, value)
+open(name, "wb").write(bytes(d) + bytes(4 * extra))
+PYEOF
+    manifest_lists_as_is "$1"
+}
+test_verify_refuses_the_whole_checkpoints_the_loader_refuses() {
+    local run=$WORK/headers ckpts=$WORK/headers/checkpoints
+    cp -a "$WORK/ref" "$run"
+    (cd "$ckpts/step_00000012_0000" && forge_header model.bin 3 255) || return 1
+    # the gradients: as many floats again as each moment (optim.bin's count, word 2)
+    local count
+    count=$("$PY" -c 'import struct,sys; print(struct.unpack_from("<i", open(sys.argv[1],"rb").read(), 8)[0])' \
+        "$ckpts/step_00000008_0000/optim.bin")
+    (cd "$ckpts/step_00000008_0000" && forge_header optim.bin 4 1 "$count") || return 1
+    expect_error "$run.verify" 1 "step_00000012_0000: /.*/model.bin: its header does not say what the plan" \
+        "$PLAIT" ckpt verify "$run" || return 1
+    grep -q "step_00000008_0000: /.*/optim.bin: its header does not say .*micro-batch 0" "$run.verify" &&
+        grep -q "^ok step_00000004_0000" "$run.verify" || { cat "$run.verify"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$run" >"$run.log" 2>&1 || { cat "$run.log"; return 1; }
+    grep -q "step_00000012_0000 is unusable: .*model.bin: its header" "$run.log" &&
+        grep -q "step_00000008_0000 is unusable: .*optim.bin: its header" "$run.log" &&
+        grep -q "resuming from .*step_00000004_0000" "$run.log" || { cat "$run.log"; return 1; }
+    metrics_equal "$WORK/ref/metrics.jsonl" "$run/metrics.jsonl"
+}
+
 test_all_checkpoints_corrupt_is_an_error_not_a_fresh_start() {
     local run=$WORK/allbad rc=0
     PLAIT_DEBUG_SIGNAL_AFTER_MICRO=14 "$PLAIT" train "$WORK/plan.json" --out "$run" >/dev/null 2>&1 || rc=$?
@@ -113,6 +149,7 @@ check sigterm_mid_step_checkpoints_and_resumes_to_the_bit test_sigterm_mid_step_
 check sigterm_at_any_moment_resumes_to_the_bit test_sigterm_at_any_moment_resumes_to_the_bit
 check kill_then_resume_redoes_lost_steps_to_the_bit test_kill_then_resume_redoes_lost_steps_to_the_bit
 check corrupt_checkpoint_is_detected_and_the_previous_used test_corrupt_checkpoint_is_detected_and_the_previous_used
+check verify_refuses_the_whole_checkpoints_the_loader_refuses test_verify_refuses_the_whole_checkpoints_the_loader_refuses
 check all_checkpoints_corrupt_is_an_error_not_a_fresh_start test_all_checkpoints_corrupt_is_an_error_not_a_fresh_start
 check keep_prunes_old_checkpoints test_keep_prunes_old_checkpoints
 check finished_run_is_not_retrained test_finished_run_is_not_retrained
