@@ -173,6 +173,11 @@ def sock_handshake_corpus():
         "garbage": hs_seed(2, 0, 1, 0, hello=bytes((i * 37 + 11) % 256 for i in range(56)),
                            ack=b"PLOK\0\0\0\1"),
         "long_name_and_secret": hs_seed(5, 2, 4, 0, name=b"n" * 64, secret=bytes(range(1, 200))),
+    }
+    for name, seed in seeds.items():
+        open(os.path.join(d, name), "wb").write(seed)
+
+
 # fuzz_ckpt_parts: the first byte picks one of the 16 part files of the three
 # checkpoints the target writes (tests/fuzz/README.md; bit 7: the manifest keeps
 # the file's old size and checksum), the rest replaces it. The tiny GPT-2's
