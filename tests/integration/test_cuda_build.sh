@@ -108,12 +108,19 @@ test_device_auto_without_gpu_trains_on_the_cpu_saying_why() {
 # nccl moves GPU memory: with ranks on the CPU it is refused naming parallel.backend, on one
 # rank and on two (whose collectives would be nccl's)
 test_backend_nccl_on_the_cpu_is_refused_naming_parallel_backend() {
-    local pattern='parallel.backend: "nccl" moves GPU memory, but rank [0-9]+ trains on the CPU'
-    expect_error "$WORK/nccl1.log" 1 "$pattern" "$PLAIT" train "$WORK/plan.json" \
-        --out "$WORK/run_nccl1" --set parallel.device=cpu --set parallel.backend=nccl --set steps=4 ||
-        return 1
-    expect_error "$WORK/nccl2.log" any "$pattern" "$PLAIT" train "$WORK/plan.json" \
-        --out "$WORK/run_nccl2" --set parallel.device=cpu --set parallel.backend=nccl \
+    # device "cpu": the plan's own rule, before anything starts
+    expect_error "$WORK/nccl0.log" 1 \
+        'parallel.backend: "nccl" moves GPU memory, but parallel.device "cpu" trains on the CPU' \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/run_nccl0" --set parallel.device=cpu \
+        --set parallel.backend=nccl --set steps=4 || return 1
+    # device "auto" on this GPU-less machine: the rank, or the placement of several
+    expect_error "$WORK/nccl1.log" 1 \
+        'parallel.backend: "nccl" moves GPU memory, but rank [0-9]+ trains on the CPU' \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/run_nccl1" --set parallel.backend=nccl \
+        --set steps=4 || return 1
+    expect_error "$WORK/nccl2.log" any \
+        'parallel.backend: "nccl" moves GPU memory, but the ranks on node [^ ]+ train on its CPU' \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/run_nccl2" --set parallel.backend=nccl \
         --set parallel.dp=2 --set steps=4
 }
 
