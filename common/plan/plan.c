@@ -716,8 +716,15 @@ static int check_override_path(struct ctx *c, int i, const char *path)
     }
 }
 
-/* JSON-escapes s into a malloc'ed "quoted" string. */
-static char *quote(const char *s);
+/* s as a JSON string, by jansson ("\n" as two characters); NULL: out of memory, or s is not
+ * UTF-8 */
+static char *quote(const char *s)
+{
+    json_t *j = json_string(s);
+    char *text = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    json_decref(j);
+    return text;
+}
 
 /* Applies overrides[i] ("dot.path=value") to root, creating objects on the way. */
 static int apply_override(struct ctx *c, json_t *root, int i)
@@ -1553,89 +1560,63 @@ void plan_free(struct plan *plan)
     free(plan);
 }
 
-/* ---- writing ----------------------------------------------------------------------------- */
+/* ---- writing: the plan as jansson values, dumped by jansson ------------------------------ */
 
-/* Why plan.json is not json_dumps of a json_t: jansson prints every real of a document at one
- * precision (JSON_REAL_PRECISION, 17 by default), so 0.0006 would be written
- * 0.00059999999999999995, and a plan holding 0.30000000000000004 would force every other real
- * to 17 digits (0.1 as 0.10000000000000001). plan.json is read by people: each real here is
- * the shortest text that reads back as itself (test_plan checks both), and arrays of ints stay
- * on one line. plan_to_json_line is jansson's compact dump of this text. */
-struct text {
-    char *s;
-    size_t len, cap;
-    bool oom;
-};
-
-static void put(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(struct text *t, const char *fmt, ...)
+/* A scalar field's value (NULL: out of memory, or a path that is not UTF-8). */
+static json_t *value_json(const struct field *f, const struct plan *p)
 {
-    if (t->oom) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || t->len + (size_t)n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 1024;
-        while (n >= 0 && t->len + (size_t)n + 1 > cap) cap *= 2;
-        char *s = n < 0 ? NULL : realloc(t->s, cap);
-        if (!s) {
-            t->oom = true;
-            return;
-        }
-        t->s = s;
-        t->cap = cap;
+    const char *at = (const char *)p + f->offset;
+    switch (f->kind) {
+    case K_INT:
+        if ((f->flags & AUTO_OK) && *(const int *)at == PLAN_AUTO) return json_string("auto");
+        return json_integer(*(const int *)at);
+    case K_U64:
+        return json_integer((json_int_t) * (const uint64_t *)at); /* at most LLONG_MAX */
+    case K_INTS: {
+        const struct plan_ints *list = (const struct plan_ints *)at;
+        json_t *a = list->n ? json_array() : json_null();
+        for (int k = 0; a && k < list->n; k++)
+            if (json_array_append_new(a, json_integer(list->v[k]))) {
+                json_decref(a);
+                return NULL;
+            }
+        return a;
     }
-    va_start(ap, fmt);
-    vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
-    va_end(ap);
-    t->len += (size_t)n;
+    case K_REAL:
+        return json_real(*(const double *)at);
+    case K_BOOL:
+        return json_boolean(*(const bool *)at);
+    case K_STRING:
+    case K_PATH:
+        return *(char *const *)at ? json_string(*(char *const *)at) : json_null();
+    case K_ENUM: {
+        int v = get_int(p, f->offset), n = 0;
+        while (f->names[n]) n++;
+        return v >= 0 && v < n ? json_string(f->names[v]) : json_null();
+    }
+    case K_SECTION:
+        break;
+    }
+    return json_null();
 }
 
-static void put_quoted(struct text *t, const char *s)
+static json_t *object_json(const struct field *fields, const struct plan *p)
 {
-    put(t, "\"");
-    for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
-        switch (*q) {
-        case '"':
-            put(t, "\\\"");
-            break;
-        case '\\':
-            put(t, "\\\\");
-            break;
-        case '\n':
-            put(t, "\\n");
-            break;
-        case '\t':
-            put(t, "\\t");
-            break;
-        case '\r':
-            put(t, "\\r");
-            break;
-        default:
-            if (*q < 0x20)
-                put(t, "\\u%04x", *q);
-            else
-                put(t, "%c", *q);
+    json_t *o = json_object();
+    for (const struct field *f = fields; o && f->name; f++)
+        if (json_object_set_new(o, f->name,
+                                f->kind == K_SECTION ? object_json(f->fields, p) : value_json(f, p))) {
+            json_decref(o);
+            return NULL;
         }
-    }
-    put(t, "\"");
-}
-
-static char *quote(const char *s)
-{
-    struct text t = {0};
-    put_quoted(&t, s);
-    if (t.oom) free(t.s);
-    return t.oom ? NULL : t.s;
+    return o;
 }
 
 /* The shortest text that reads back as x, with a '.' or an exponent so it reads as a real. */
-static void put_real(struct text *t, double x)
+static void shortest_real(char buf[40], double x)
 {
-    char buf[40];
     for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, x);
+        snprintf(buf, 40, "%.*g", prec, x);
         if (strtod(buf, NULL) == x) break;
     }
     char *e = strchr(buf, 'e'); /* 1e-08 -> 1e-8, 1e+20 -> 1e20 */
@@ -1648,69 +1629,60 @@ static void put_real(struct text *t, double x)
         while (*from == '0' && from[1]) from++;
         memmove(digits, from, strlen(from) + 1);
     }
-    put(t, "%s%s", buf, strpbrk(buf, ".eEn") ? "" : ".0");
+    if (!strpbrk(buf, ".eEn")) strcat(buf, ".0");
+}
+
+/* jansson prints every real of a document at one precision (17 digits: 0.0006 as
+ * 0.00059999999999999995, 0.1 as 0.10000000000000001); plan.json is read by people, so each
+ * real of jansson's text is rewritten as the shortest text that reads back as itself. The
+ * text is JSON: a number is a token outside the strings, a real one with '.' or an exponent. */
+static char *shorten_reals(char *json)
+{
+    size_t n = strlen(json), len = 0;
+    char *out = json ? malloc(2 * n + 1) : NULL; /* a shortened real is never longer */
+    for (size_t i = 0; out && i < n;) {
+        if (json[i] == '"') { /* a string, to its closing quote */
+            size_t j = i + 1;
+            while (j < n && json[j] != '"') j += json[j] == '\\' ? 2 : 1;
+            memcpy(out + len, json + i, j + 1 - i);
+            len += j + 1 - i, i = j + 1;
+        } else if (json[i] == '-' || (json[i] >= '0' && json[i] <= '9')) {
+            size_t j = i + strspn(json + i, "-+0123456789.eE");
+            char token[64], real[40];
+            snprintf(token, sizeof token, "%.*s", (int)(j - i), json + i);
+            bool is_real = strpbrk(token, ".eE") && j - i < sizeof token;
+            if (is_real) shortest_real(real, strtod(token, NULL));
+            const char *put = is_real ? real : json + i;
+            size_t k = is_real ? strlen(real) : j - i;
+            memcpy(out + len, put, k);
+            len += k, i = j;
+        } else {
+            out[len++] = json[i++];
+        }
+    }
+    if (out) out[len] = '\0';
+    free(json);
+    return out;
 }
 
 /* A scalar field's value as plan_to_json writes it. */
-static void put_value(struct text *t, const struct field *f, const struct plan *p)
+static char *value_text(const struct field *f, const struct plan *p)
 {
-    const char *at = (const char *)p + f->offset;
-    switch (f->kind) {
-    case K_SECTION:
-        break;
-    case K_INT:
-        if ((f->flags & AUTO_OK) && *(const int *)at == PLAN_AUTO)
-            put(t, "\"auto\"");
-        else
-            put(t, "%d", *(const int *)at);
-        break;
-    case K_U64:
-        put(t, "%" PRIu64, *(const uint64_t *)at);
-        break;
-    case K_INTS: {
-        const struct plan_ints *list = (const struct plan_ints *)at;
-        if (!list->n) put(t, "null");
-        for (int k = 0; k < list->n; k++)
-            put(t, "%s%d%s", k ? ", " : "[", list->v[k], k + 1 == list->n ? "]" : "");
-        break;
-    }
-    case K_REAL:
-        put_real(t, *(const double *)at);
-        break;
-    case K_BOOL:
-        put(t, "%s", *(const bool *)at ? "true" : "false");
-        break;
-    case K_STRING:
-    case K_PATH:
-        if (*(char *const *)at)
-            put_quoted(t, *(char *const *)at);
-        else
-            put(t, "null");
-        break;
-    case K_ENUM: {
-        int v = get_int(p, f->offset), n = 0;
-        while (f->names[n]) n++;
-        if (v >= 0 && v < n)
-            put_quoted(t, f->names[v]);
-        else
-            put(t, "null");
-        break;
-    }
-    }
+    json_t *v = value_json(f, p);
+    char *text = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(v);
+    return text ? shorten_reals(text) : NULL;
 }
 
-static void put_object(struct text *t, const struct field *fields, const struct plan *p, int indent)
+/* The plan's text with the given jansson flags (indented or compact). */
+static char *plan_text(const struct plan *plan, size_t flags)
 {
-    put(t, "{\n");
-    for (const struct field *f = fields; f->name; f++) {
-        put(t, "%*s\"%s\": ", indent + 2, "", f->name);
-        if (f->kind == K_SECTION)
-            put_object(t, f->fields, p, indent + 2);
-        else
-            put_value(t, f, p);
-        put(t, "%s\n", f[1].name ? "," : "");
-    }
-    put(t, "%*s}", indent, "");
+    if (!plan) return NULL;
+    json_t *root = object_json(root_fields, plan);
+    char *text = root ? json_dumps(root, flags | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17))
+                      : NULL;
+    json_decref(root);
+    return text ? shorten_reals(text) : NULL;
 }
 
 /* Appends the differences under fields (at path) to out[*n..max). */
@@ -1724,20 +1696,18 @@ static void diff_fields(const struct field *fields, const char *path, const stru
             diff_fields(f->fields, fpath, a, b, out, max, n);
             continue;
         }
-        struct text ta = {0}, tb = {0};
-        put_value(&ta, f, a);
-        put_value(&tb, f, b);
-        bool differ = ta.oom || tb.oom || strcmp(ta.s, tb.s) != 0;
+        char *ta = value_text(f, a), *tb = value_text(f, b);
+        bool differ = !ta || !tb || strcmp(ta, tb) != 0;
         if (differ && *n < max) {
             struct plan_change *c = &out[*n];
             snprintf(c->path, sizeof c->path, "%s", fpath);
-            snprintf(c->before, sizeof c->before, "%s", ta.oom ? "?" : ta.s);
-            snprintf(c->after, sizeof c->after, "%s", tb.oom ? "?" : tb.s);
+            snprintf(c->before, sizeof c->before, "%s", ta ? ta : "?");
+            snprintf(c->after, sizeof c->after, "%s", tb ? tb : "?");
             c->may_change = (f->flags & MAY_CHANGE) != 0;
         }
         if (differ) (*n)++;
-        free(ta.s);
-        free(tb.s);
+        free(ta);
+        free(tb);
     }
 }
 
@@ -1750,26 +1720,15 @@ int plan_diff(const struct plan *before, const struct plan *after, struct plan_c
 
 char *plan_to_json_line(const struct plan *plan)
 {
-    char *pretty = plan_to_json(plan);
-    json_t *j = pretty ? json_loads(pretty, 0, NULL) : NULL;
-    char *line =
-        j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
-    json_decref(j);
-    free(pretty);
-    return line;
+    return plan_text(plan, JSON_COMPACT);
 }
 
 char *plan_to_json(const struct plan *plan)
 {
-    if (!plan) return NULL;
-    struct text t = {0};
-    put_object(&t, root_fields, plan, 0);
-    put(&t, "\n");
-    if (t.oom) {
-        free(t.s);
-        return NULL;
-    }
-    return t.s;
+    char *text = plan_text(plan, JSON_INDENT(2)), *line = NULL;
+    if (text && (line = realloc(text, strlen(text) + 2))) strcat(line, "\n");
+    if (!line) free(text);
+    return line;
 }
 
 /* ---- the schema, as text ----------------------------------------------------------------- */
