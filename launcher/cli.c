@@ -12,11 +12,23 @@
 
 #define WIDTH 80
 
-/* "[--out DIR]", "[--set path=value]...", "[--json]" */
+/* "[--out DIR]", "[--set path=value]...", "[--json]", "--image IMG" (required) */
 static int option_synopsis(const struct cli_option *o, char *buf, size_t n)
 {
-    return snprintf(buf, n, "[%s%s%s]%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "",
-                    o->repeats ? "..." : "");
+    return snprintf(buf, n, "%s%s%s%s%s%s", o->required ? "" : "[", o->name, o->arg ? " " : "",
+                    o->arg ? o->arg : "", o->required ? "" : "]", o->repeats ? "..." : "");
+}
+
+/* The first required option the command line lacks, or NULL. */
+static const struct cli_option *missing_option(const struct cli_command *c,
+                                               const struct cli_args *a)
+{
+    for (const struct cli_option *o = c->options; o && o->name; o++) {
+        bool given = false;
+        for (int k = 0; k < a->n && !given; k++) given = a->v[k].opt == (int)(o - c->options);
+        if (o->required && !given) return o;
+    }
+    return NULL;
 }
 
 /* "usage: plait NAME OPERANDS [--opt ARG]...", wrapped at 80 columns with the
@@ -136,6 +148,10 @@ int cli_parse(const struct cli_command *c, int argc, char **argv, struct cli_arg
     }
     if (rc == CLI_CONTINUE && a->n_operands < c->min_operands)
         rc = cli_usage_error(c, "missing %s", c->operands);
+    const struct cli_option *missing = rc == CLI_CONTINUE ? missing_option(c, a) : NULL;
+    if (missing)
+        rc = cli_usage_error(c, "missing %s%s%s", missing->name, missing->arg ? " " : "",
+                             missing->arg ? missing->arg : "");
     if (rc != CLI_CONTINUE) cli_args_free(a);
     return rc;
 }

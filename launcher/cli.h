@@ -14,6 +14,8 @@ struct cli_option {
                          with directories, a FILE.xml, VAL.bin or PLAN with files */
     const char *help; /* may hold '\n' for more lines */
     bool repeats;     /* may be given more than once ("..." in the synopsis) */
+    bool required;    /* must be given: no brackets in the synopsis, and cli_parse
+                         refuses a command line without it ("missing --image IMG") */
 };
 
 struct cli_command {

@@ -188,8 +188,8 @@ static void print_gpu_kind(const struct topo *t, int g, int count)
     else
         printf("unknown GPU 10de:%04x (no NVML, no hwloc GPU model, not in plait's table)",
                gpu->pci_device);
-    if (gpu->memory_bytes)
-        printf(", %.1f GiB (%s)", gpu->memory_bytes / (double)(1ull << 30), gpu->memory_source);
+    if (gpu->memory_bytes) /* GB: 10^9 bytes, as every device memory plait prints */
+        printf(", %.2f GB (%s)", gpu->memory_bytes / 1e9, gpu->memory_source);
     else
         printf(", memory unknown");
     if (spec && spec->fp8_tflops > 0)

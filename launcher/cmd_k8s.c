@@ -108,6 +108,19 @@ enum {
     R_CKPT_GBPS,
     R_CKPT_WRITE_S,
     R_SHM,
+    R_SECRET,
+    R_SECRET_FILE,
+    R_CPUS,
+    R_MEMORY,
+    R_GUARANTEED,
+    R_RUN_AS_USER,
+    R_RUN_AS_GROUP,
+    R_RUN_AS_NON_ROOT,
+    R_PULL_SECRET,
+    R_NODE_SELECTOR,
+    R_TOLERATION,
+    R_MOUNT_PVC,
+    R_MOUNT_HOST,
     R_SET,
 };
 const struct cli_command cmd_k8s_render_cli = {
@@ -118,24 +131,32 @@ const struct cli_command cmd_k8s_render_cli = {
     .summary = "check a plan for a Kubernetes gang and print its manifests",
     .description = "Checks PLAN as plait check does (parser, placement, memory, layout choice) on\n"
                    "--nodes pods of --gpus-per-node GPUs each, then prints on stdout, for kubectl\n"
-                   "apply -f -: a ConfigMap with the resolved plan, a Secret with a fresh store\n"
-                   "secret, the gang's objects and a JobSet (or an Indexed Job and its headless\n"
-                   "Service) whose pods run `plait launch`. Every manifest passes plait k8s lint\n"
+                   "apply -f -: a ConfigMap with the resolved plan, the gang's objects and a\n"
+                   "JobSet (or an Indexed Job and its headless Service, or a Volcano Job) whose\n"
+                   "pods run `plait launch`, asking for the CPUs and host memory the memory model\n"
+                   "predicts. The store secret is read from an existing Secret (--secret), not\n"
+                   "rendered unless --secret-file says. Every manifest passes plait k8s lint\n"
                    "before it is printed; the layout and the estimates go to stderr.",
     .options =
         (const struct cli_option[]){
-            [R_IMAGE] = {"--image", "IMG", "the container image (holds plait and plait-train)"},
-            [R_NODES] = {"--nodes", "N", "pods of the gang, one per node"},
-            [R_GPUS] = {"--gpus-per-node", "G", "GPUs (nvidia.com/gpu) each pod asks for"},
+            [R_IMAGE] = {"--image", "IMG", "the container image (holds plait and plait-train)",
+                         .required = true},
+            [R_NODES] = {"--nodes", "N", "pods of the gang, one per node", .required = true},
+            [R_GPUS] = {"--gpus-per-node", "G", "GPUs (nvidia.com/gpu) each pod asks for",
+                        .required = true},
             [R_NAME] = {"--name", "NAME", "the job's name, a DNS-1123 label (default train)"},
             [R_NAMESPACE] = {"--namespace", "NS", "its namespace (default default)"},
             [R_GANG] = {"--gang", "KIND",
                         "jobset (default), kueue, volcano or coscheduling: who holds\n"
                         "the pods back until all of them can run"},
             [R_WORKLOAD] = {"--workload", "KIND",
-                            "jobset or job (an Indexed Job and its headless Service);\n"
-                            "default: jobset for jobset and kueue, job otherwise"},
-            [R_QUEUE] = {"--queue", "Q", "Kueue LocalQueue or Volcano Queue (default training)"},
+                            "jobset, job (an Indexed Job and its headless Service) or\n"
+                            "vcjob (a Volcano Job, --gang volcano); default: jobset for\n"
+                            "jobset and kueue, job otherwise"},
+            [R_QUEUE] = {"--queue", "Q",
+                         "Kueue LocalQueue, or Volcano Queue NS-Q (cluster-wide,\n"
+                         "named per namespace as plait k8s admin names it); default\n"
+                         "training"},
             [R_PRIORITY] = {"--priority", "P",
                             "PriorityClass of the pods (and Kueue's\n"
                             "WorkloadPriorityClass of the same name)"},
@@ -152,7 +173,9 @@ const struct cli_command cmd_k8s_render_cli = {
                                "nvidia.com/gpu.product the nodes must have (e.g.\n"
                                "NVIDIA-H100-80GB-HBM3); gives the cost model the GPU's\n"
                                "speed and memory"},
-            [R_GPU_MEMORY] = {"--gpu-memory", "GB", "device memory, when the product does not say"},
+            [R_GPU_MEMORY] = {"--gpu-memory", "GB",
+                              "device memory in GB (10^9 bytes, as plait check prints\n"
+                              "it), when the product does not say"},
             [R_TOPOLOGY] = {"--topology", "FILE.xml",
                             "hwloc XML of one node (default: --gpus-per-node GPUs in\n"
                             "one NVLink domain)"},
@@ -179,6 +202,39 @@ const struct cli_command cmd_k8s_render_cli = {
                                 "a checkpoint write as a run measured it (run.json's\n"
                                 "checkpoint.last_write_s), instead of the estimate"},
             [R_SHM] = {"--shm", "GB", "/dev/shm size (default: sized for NCCL)"},
+            [R_SECRET] = {"--secret", "NAME",
+                          "the existing Secret (key \"secret\") holding the store\n"
+                          "secret (default NAME-store); see k8s/ADMIN.md"},
+            [R_SECRET_FILE] = {"--secret-file", "FILE",
+                               "render the Secret too, with FILE's secret (the same\n"
+                               "file gives the same manifest; it then sits in the YAML)"},
+            [R_CPUS] = {"--cpus", "N", "CPUs a pod requests (default: its ranks' cores as placed)"},
+            [R_MEMORY] = {"--memory", "GB",
+                          "host memory a pod requests and is limited to (default:\n"
+                          "the estimate, /dev/shm included)"},
+            [R_GUARANTEED] = {"--guaranteed", NULL,
+                              "limit CPUs to the request too: QoS class Guaranteed\n"
+                              "(default Burstable: memory limited, CPUs not)"},
+            [R_RUN_AS_USER] = {"--run-as-user", "UID", "the pods' securityContext.runAsUser"},
+            [R_RUN_AS_GROUP] = {"--run-as-group", "GID",
+                                "runAsGroup, and fsGroup: the volumes' files"},
+            [R_RUN_AS_NON_ROOT] = {"--run-as-non-root", NULL, "securityContext.runAsNonRoot"},
+            [R_PULL_SECRET] = {"--image-pull-secret", "NAME", "a Secret for the registry",
+                               .repeats = true},
+            [R_NODE_SELECTOR] = {"--node-selector", "KEY=VALUE", "a node label the pods need",
+                                 .repeats = true},
+            [R_TOLERATION] = {"--toleration", "KEY[=VALUE][:EFFECT]",
+                              "a taint the pods tolerate (beside\n"
+                              "nvidia.com/gpu's)",
+                              .repeats = true},
+            [R_MOUNT_PVC] = {"--mount-pvc", "CLAIM:/PATH[:ro]",
+                             "a PersistentVolumeClaim at /PATH, for data\n"
+                             "and checkpoints: give the plan's paths under it",
+                             .repeats = true},
+            [R_MOUNT_HOST] = {"--mount-host", "/DIR:/PATH[:ro]",
+                              "a directory of every node (hostPath) at\n"
+                              "/PATH",
+                              .repeats = true},
             [R_SET] = {"--set", "path=value", "override a plan field, as for plait train",
                        .repeats = true},
             {0}},
@@ -200,7 +256,8 @@ static int render_value(const struct cli_command *cli, int opt, const char *o, c
                  {R_GPU_PRODUCT, 0, &a->gpu_product},
                  {R_NAMESPACE, 63, &a->ns},     {R_QUEUE, 63, &a->queue},
                  {R_PRIORITY, 253, &a->priority},
-                 {R_PVC, 253, &a->pvc}};
+                 {R_PVC, 253, &a->pvc},         {R_SECRET, 253, &a->secret_name},
+                 {R_SECRET_FILE, 0, &a->secret_file}};
     const struct {
         int opt, max;
         int *to;
@@ -208,6 +265,7 @@ static int render_value(const struct cli_command *cli, int opt, const char *o, c
                   {R_GPUS, 1024, &a->gpus_per_node},
                   {R_PORT, 65535, &a->port},
                   {R_GANG_TIMEOUT, 86400, &a->gang_timeout_s},
+                  {R_CPUS, 100000, &a->cpus},
                   {R_SCHEDULE_TIMEOUT, 86400, &a->schedule_timeout_s}};
     const struct {
         int opt;
@@ -215,7 +273,8 @@ static int render_value(const struct cli_command *cli, int opt, const char *o, c
     } reals[] = {{R_GPU_MEMORY, &a->gpu_memory_gb},
                  {R_CKPT_WRITE_S, &a->ckpt_write_s},
                  {R_CKPT_GBPS, &a->ckpt_gbps},
-                 {R_SHM, &a->shm_gb}};
+                 {R_SHM, &a->shm_gb},
+                 {R_MEMORY, &a->memory_gb}};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (names[i].opt == opt)
             return names[i].dns_max ? dns_option(cli, o, v, names[i].dns_max, names[i].to)
@@ -225,7 +284,41 @@ static int render_value(const struct cli_command *cli, int opt, const char *o, c
     for (size_t i = 0; i < sizeof reals / sizeof *reals; i++)
         if (reals[i].opt == opt) return positive_real(cli, o, v, reals[i].to);
     if (opt == R_MAX_RESTARTS) return non_negative(cli, o, v, &a->max_restarts);
+    if (opt == R_RUN_AS_USER || opt == R_RUN_AS_GROUP) {
+        int id = -1, rc = non_negative(cli, o, v, &id);
+        *(opt == R_RUN_AS_USER ? &a->run_as_user : &a->run_as_group) = id;
+        return rc;
+    }
     return CLI_CONTINUE;
+}
+
+/* The options given more than once: each into its list (room for args.n made
+ * by the caller), checked; mount_text: room for --mount-*'s parts. */
+static int render_list(const struct cli_command *cli, int opt, const char *v,
+                       struct k8s_render_args *a, char *mount_text, size_t mount_text_bytes)
+{
+    const char *o = cli->options[opt].name, *why = NULL;
+    switch (opt) {
+    case R_SET:
+        a->sets[a->n_sets++] = v;
+        return CLI_CONTINUE;
+    case R_PULL_SECRET:
+        a->pull_secrets[a->n_pull_secrets++] = v;
+        return dns_name(cli, o, v, 253);
+    case R_NODE_SELECTOR:
+        a->node_selectors[a->n_node_selectors++] = v;
+        why = k8s_node_selector_problem(v);
+        break;
+    case R_TOLERATION:
+        a->tolerations[a->n_tolerations++] = v;
+        why = k8s_toleration_problem(v);
+        break;
+    default: /* R_MOUNT_PVC, R_MOUNT_HOST */
+        why = k8s_mount_parse(v, opt == R_MOUNT_HOST, mount_text + a->n_mounts * mount_text_bytes,
+                              mount_text_bytes, &a->mounts[a->n_mounts]);
+        a->n_mounts++;
+    }
+    return why ? cli_usage_error(cli, "%s %s %s", o, v, why) : CLI_CONTINUE;
 }
 
 /* --rdma RESOURCE[=N]: the resource's name into rdma (room made by the caller) */
@@ -252,10 +345,15 @@ static int render_choice(const struct cli_command *cli, int opt, const char *v,
 {
     if (opt == R_GANG) return gang_of(cli, v, false, &a->gang);
     if (opt == R_WORKLOAD) {
-        if (strcmp(v, "jobset") && strcmp(v, "job"))
-            return cli_usage_error(cli, "--workload must be jobset or job (got %s)", v);
-        a->workload = v[3] == 's' ? K8S_WORKLOAD_JOBSET : K8S_WORKLOAD_JOB;
-        return CLI_CONTINUE;
+        const char *names[] = {"jobset", "job", "vcjob"};
+        const enum k8s_workload kinds[] = {K8S_WORKLOAD_JOBSET, K8S_WORKLOAD_JOB,
+                                           K8S_WORKLOAD_VCJOB};
+        for (int k = 0; k < 3; k++)
+            if (!strcmp(v, names[k])) {
+                a->workload = kinds[k];
+                return CLI_CONTINUE;
+            }
+        return cli_usage_error(cli, "--workload must be jobset, job or vcjob (got %s)", v);
     }
     if (strcmp(v, "auto") && strcmp(v, "required") && strcmp(v, "preferred"))
         return cli_usage_error(cli,
@@ -272,8 +370,11 @@ static int render_option(const struct cli_command *cli, int opt, const char *v,
 {
     const char *o = opt >= 0 ? cli->options[opt].name : NULL;
     switch (opt) {
-    case R_SET:
-        a->sets[a->n_sets++] = v;
+    case R_GUARANTEED:
+        a->guaranteed = true;
+        return CLI_CONTINUE;
+    case R_RUN_AS_NON_ROOT:
+        a->run_as_non_root = true;
         return CLI_CONTINUE;
     case R_RUN_DIR:
         a->run_dir = v;
@@ -297,9 +398,6 @@ static int render_complete(const struct cli_command *cli, struct k8s_render_args
                            char *run_dir, size_t run_dir_bytes)
 {
     int rc;
-    if (!a->image) return cli_usage_error(cli, "missing --image IMG");
-    if (!a->nodes) return cli_usage_error(cli, "missing --nodes N");
-    if (!a->gpus_per_node) return cli_usage_error(cli, "missing --gpus-per-node G");
     if ((rc = dns_name(cli, "--name", a->name, 63)) != CLI_CONTINUE) return rc;
     if (a->queue && a->gang != K8S_GANG_KUEUE && a->gang != K8S_GANG_VOLCANO)
         return cli_usage_error(cli, "--queue is for --gang kueue or volcano");
@@ -310,6 +408,11 @@ static int render_complete(const struct cli_command *cli, struct k8s_render_args
     if (a->gang == K8S_GANG_JOBSET && a->workload == K8S_WORKLOAD_JOB)
         return cli_usage_error(cli, "--gang jobset renders a JobSet: --workload job needs "
                                     "--gang kueue, volcano or coscheduling");
+    if (a->workload == K8S_WORKLOAD_VCJOB && a->gang != K8S_GANG_VOLCANO)
+        return cli_usage_error(cli, "--workload vcjob is Volcano's: it needs --gang volcano");
+    if (a->secret_name && a->secret_file)
+        return cli_usage_error(cli, "--secret names an existing Secret, --secret-file renders "
+                                    "one: give one of them");
     if (a->gang == K8S_GANG_COSCHEDULING && a->schedule_timeout_s >= a->gang_timeout_s)
         return cli_usage_error(cli,
                                "--gang-timeout (%d s) must exceed --schedule-timeout (%d s): the "
@@ -322,9 +425,25 @@ static int render_complete(const struct cli_command *cli, struct k8s_render_args
     return CLI_CONTINUE;
 }
 
-/* run_dir and rdma: room for the defaults and values made here */
-static int parse_render(int argc, char **argv, struct k8s_render_args *a, char *run_dir,
-                        size_t run_dir_bytes, char *rdma, size_t rdma_bytes)
+/* What parse_render makes for the arguments: the defaults that depend on
+ * others, --rdma's name, and the lists of the options given more than once. */
+#define MOUNT_TEXT_BYTES 512
+struct render_room {
+    char run_dir[128], rdma[256];
+    char *mount_text; /* a MOUNT_TEXT_BYTES slice for each --mount-* */
+};
+
+static void render_room_free(struct k8s_render_args *a, struct render_room *room)
+{
+    free(a->sets);
+    free(a->pull_secrets);
+    free(a->node_selectors);
+    free(a->tolerations);
+    free(a->mounts);
+    free(room->mount_text);
+}
+
+static int parse_render(int argc, char **argv, struct k8s_render_args *a, struct render_room *room)
 {
     const struct cli_command *cli = &cmd_k8s_render_cli;
     *a = (struct k8s_render_args){.name = "train",
@@ -335,26 +454,41 @@ static int parse_render(int argc, char **argv, struct k8s_render_args *a, char *
                                   .gang_timeout_s = 600,
                                   .schedule_timeout_s = 300,
                                   .ckpt_gbps = 2,
-                                  .scheduler = "scheduler-plugins-scheduler"};
+                                  .scheduler = "scheduler-plugins-scheduler",
+                                  .run_as_user = -1,
+                                  .run_as_group = -1};
     struct cli_args args;
     int rc = cli_parse(cli, argc, argv, &args);
     if (rc != CLI_CONTINUE) return rc;
-    a->sets = calloc((size_t)args.n + 1, sizeof *a->sets);
-    if (!a->sets) rc = PLAIT_EXIT_ERROR;
-    for (int k = 0; k < args.n && rc == CLI_CONTINUE; k++)
-        rc = render_option(cli, args.v[k].opt, args.v[k].value, a, rdma, rdma_bytes);
+    size_t n = (size_t)args.n + 1;
+    a->sets = calloc(n, sizeof *a->sets);
+    a->pull_secrets = calloc(n, sizeof *a->pull_secrets);
+    a->node_selectors = calloc(n, sizeof *a->node_selectors);
+    a->tolerations = calloc(n, sizeof *a->tolerations);
+    a->mounts = calloc(n, sizeof *a->mounts);
+    room->mount_text = calloc(n, MOUNT_TEXT_BYTES);
+    if (!a->sets || !a->pull_secrets || !a->node_selectors || !a->tolerations || !a->mounts ||
+        !room->mount_text)
+        rc = PLAIT_EXIT_ERROR;
+    for (int k = 0; k < args.n && rc == CLI_CONTINUE; k++) {
+        int opt = args.v[k].opt;
+        if (opt >= 0 && cli->options[opt].repeats)
+            rc = render_list(cli, opt, args.v[k].value, a, room->mount_text, MOUNT_TEXT_BYTES);
+        else
+            rc = render_option(cli, opt, args.v[k].value, a, room->rdma, sizeof room->rdma);
+    }
     cli_args_free(&args);
     if (rc != CLI_CONTINUE) return rc;
-    return render_complete(cli, a, run_dir, run_dir_bytes);
+    return render_complete(cli, a, room->run_dir, sizeof room->run_dir);
 }
 
 int cmd_k8s_render(int argc, char **argv)
 {
-    struct k8s_render_args a;
-    char run_dir[128], rdma[256];
-    int rc = parse_render(argc, argv, &a, run_dir, sizeof run_dir, rdma, sizeof rdma);
+    struct k8s_render_args a = {0};
+    struct render_room room = {0};
+    int rc = parse_render(argc, argv, &a, &room);
     if (rc == CLI_CONTINUE) rc = k8s_render(&a, stdout);
-    free(a.sets);
+    render_room_free(&a, &room);
     return rc;
 }
 
@@ -386,8 +520,8 @@ const struct cli_command cmd_k8s_admin_cli = {
         "requests.nvidia.com/gpu. PriorityClasses in every case. See k8s/ADMIN.md.",
     .options =
         (const struct cli_option[]){
-            [A_NAMESPACE] = {"--namespace", "NS", "the team's namespace"},
-            [A_GPUS] = {"--gpus", "N", "GPUs the team may use at once"},
+            [A_NAMESPACE] = {"--namespace", "NS", "the team's namespace", .required = true},
+            [A_GPUS] = {"--gpus", "N", "GPUs the team may use at once", .required = true},
             [A_COHORT] = {"--cohort", "C",
                           "Kueue cohort: borrow idle GPUs from its other queues, and\n"
                           "reclaim lent ones"},
@@ -395,7 +529,9 @@ const struct cli_command cmd_k8s_admin_cli = {
                               "priority classes, highest first (default\n"
                               "training-high,training-low)"},
             [A_GANG] = {"--gang", "KIND", "kueue (default), volcano or quota"},
-            [A_QUEUE] = {"--queue", "Q", "the LocalQueue or Volcano Queue (default training)"},
+            [A_QUEUE] = {"--queue", "Q",
+                         "the LocalQueue, or the Volcano Queue NS-Q (cluster-wide);\n"
+                         "default training"},
             [A_GPU_PRODUCT] = {"--gpu-product", "PRODUCT",
                                "the nodes of the Kueue ResourceFlavor\n"
                                "(nvidia.com/gpu.product)"},
@@ -485,8 +621,6 @@ int cmd_k8s_admin(int argc, char **argv)
     }
     cli_args_free(&args);
     if (rc != CLI_CONTINUE) return rc;
-    if (!a.ns) return cli_usage_error(cli, "missing --namespace NS");
-    if (!a.gpus) return cli_usage_error(cli, "missing --gpus N");
     bool kueue_only = a.cohort || a.n_levels || a.gpu_product || a.rdma ||
                       strcmp(a.kueue_api, "kueue.x-k8s.io/v1beta2");
     if (a.gang != K8S_GANG_KUEUE && kueue_only)

@@ -68,7 +68,7 @@ uint64_t fit_product_memory(const char *product)
     for (const char *g = product ? strstr(product, "GB") : NULL; g; g = strstr(g + 1, "GB")) {
         const char *d = g;
         while (d > product && isdigit((unsigned char)d[-1])) d--;
-        if (d < g) return (uint64_t)strtoull(d, NULL, 10) * 1000000000ull;
+        if (d < g) return (uint64_t)strtoull(d, NULL, 10) << 30; /* HBM comes in GiB */
     }
     return 0;
 }

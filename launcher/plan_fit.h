@@ -47,7 +47,9 @@ struct fit_node_spec {
 };
 int fit_topo_synthetic(struct topo *t, const struct fit_node_spec *s, struct plait_error *err);
 
-/* Device memory read from a GPU product name ("NVIDIA-A100-SXM4-40GB": 40 GB),
+/* Device memory read from a GPU product name, in bytes: its "NNGB" is NN GiB,
+ * as the datasheets and common/place/gpu.c's table read it ("NVIDIA-H100-80GB-
+ * HBM3": 80 GiB, which plait prints as 85.90 GB, GB = 10^9 bytes everywhere);
  * 0 when the name does not say. */
 uint64_t fit_product_memory(const char *product);
 

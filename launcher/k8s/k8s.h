@@ -19,9 +19,29 @@ enum k8s_gang {
     K8S_GANG_QUOTA,        /* admin only: a plain ResourceQuota, no gang */
 };
 
-/* What carries the pods: a JobSet of one Job, or an Indexed Job with its
- * headless Service. */
-enum k8s_workload { K8S_WORKLOAD_DEFAULT, K8S_WORKLOAD_JOBSET, K8S_WORKLOAD_JOB };
+/* What carries the pods: a JobSet of one Job, an Indexed Job with its
+ * headless Service, or a Volcano Job (vcjob: its svc plugin makes the
+ * Service, its policies restart the gang). */
+enum k8s_workload { K8S_WORKLOAD_DEFAULT, K8S_WORKLOAD_JOBSET, K8S_WORKLOAD_JOB, K8S_WORKLOAD_VCJOB };
+
+/* A volume the pods mount besides the run directory's: a PersistentVolumeClaim
+ * or a directory of the node (hostPath), for data and checkpoints. */
+struct k8s_mount {
+    const char *claim;     /* the claim's name, or NULL: host_path */
+    const char *host_path; /* a directory of every node */
+    const char *path;      /* where the pods see it (absolute) */
+    bool read_only;
+};
+
+/* --mount-pvc CLAIM:/PATH[:ro] or --mount-host /DIR:/PATH[:ro] into m (pointers
+ * into buf); NULL, or what is wrong. */
+const char *k8s_mount_parse(const char *spec, bool host, char *buf, size_t buf_bytes,
+                            struct k8s_mount *m);
+
+/* --toleration KEY[=VALUE][:EFFECT] and --node-selector KEY=VALUE: NULL, or
+ * what is wrong. */
+const char *k8s_toleration_problem(const char *spec);
+const char *k8s_node_selector_problem(const char *spec);
 
 struct k8s_render_args {
     const char *plan_path;
@@ -49,6 +69,17 @@ struct k8s_render_args {
     double ckpt_write_s;     /* a measured checkpoint write (run.json), or 0: the estimate */
     const char *scheduler;   /* schedulerName for coscheduling */
     double shm_gb;           /* /dev/shm size; 0: sized for NCCL */
+    const char *secret_name; /* an existing Secret with key "secret"; default NAME-store */
+    const char *secret_file; /* render the Secret, with this file's secret, or NULL */
+    bool guaranteed;         /* CPU limit = request too: the pods' QoS class Guaranteed */
+    int cpus;                /* CPUs a pod requests; 0: its ranks' cores as placed */
+    double memory_gb;        /* host memory a pod requests, GB; 0: the estimate */
+    long run_as_user, run_as_group; /* -1: the image's */
+    bool run_as_non_root;
+    const char **pull_secrets, **tolerations, **node_selectors; /* as given */
+    int n_pull_secrets, n_tolerations, n_node_selectors;
+    struct k8s_mount *mounts;
+    int n_mounts;
 };
 
 struct k8s_admin_args {

@@ -127,9 +127,12 @@ static void kueue(struct ky_stream *s, const struct k8s_admin_args *a, struct pl
 static void volcano(struct ky_stream *s, const struct k8s_admin_args *a, struct plait_error *err,
                     int *rc)
 {
+    /* cluster-scoped: named per namespace, so that two teams' queues differ */
+    char queue[160];
+    snprintf(queue, sizeof queue, "%s-%s", a->ns, a->queue);
     struct ky_doc d;
     if (!begin(&d, err, rc)) return;
-    label_plait(&d, ky_object(&d, "scheduling.volcano.sh/v1beta1", "Queue", a->queue, NULL));
+    label_plait(&d, ky_object(&d, "scheduling.volcano.sh/v1beta1", "Queue", queue, NULL));
     int spec = ky_set_map(&d, ky_root(&d), "spec");
     ky_set_int(&d, spec, "weight", 1);
     ky_set_bool(&d, spec, "reclaimable", true);

@@ -305,6 +305,36 @@ struct workload {
     int n_templates;
 };
 
+/* A Volcano Job: its tasks' pods (host names NAME-TASK-I), all of which
+ * minAvailable must count for a gang. */
+static bool vcjob_of(struct lint *l, int doc, struct workload *w, bool report)
+{
+    yaml_document_t *d = &l->docs[doc];
+    yaml_node_t *root = yaml_document_get_root_node(d);
+    const char *name = str_at(d, root, "metadata.name");
+    yaml_node_t *tasks = path(d, root, "spec.tasks");
+    if (!tasks || tasks->type != YAML_SEQUENCE_NODE) return false;
+    char host[512];
+    for (yaml_node_item_t *i = tasks->data.sequence.items.start; i < tasks->data.sequence.items.top;
+         i++) {
+        yaml_node_t *t = node(d, *i);
+        const char *tname = str_at(d, t, "name");
+        long long replicas = integer(get(d, t, "replicas"), 1);
+        w->pods += replicas;
+        if (w->n_templates < 8) w->templates[w->n_templates++] = get(d, t, "template");
+        snprintf(host, sizeof host, "%s-%s-%lld", name, tname ? tname : "", replicas - 1);
+        if (report && strlen(host) > 63)
+            problem(l, doc, "spec.tasks",
+                    "the last pod's host name \"%s\" is longer than 63 characters", host);
+    }
+    long long min = integer(path(d, root, "spec.minAvailable"), w->pods);
+    if (report && min != w->pods)
+        problem(l, doc, "spec.minAvailable",
+                "%lld, but the tasks run %lld pods: a gang starts all its pods at once", min,
+                w->pods);
+    return true;
+}
+
 /* report: say what is wrong with it (once per document) */
 static bool workload_of(struct lint *l, int doc, struct workload *w, bool report)
 {
@@ -314,6 +344,9 @@ static bool workload_of(struct lint *l, int doc, struct workload *w, bool report
     memset(w, 0, sizeof *w);
     if (!kind || !name) return false;
     char where[128], host[512];
+    const char *api = str_at(d, root, "apiVersion");
+    if (!strcmp(kind, "Job") && api && !strncmp(api, "batch.volcano.sh/", 17))
+        return vcjob_of(l, doc, w, report);
     if (!strcmp(kind, "Job")) {
         yaml_node_t *spec = get(d, root, "spec");
         long long c = integer(get(d, spec, "completions"), 1);

@@ -14,31 +14,13 @@
 #include "common/plan/plan.h"
 #include "common/store/store.h"
 #include "launcher/k8s/k8s.h"
-#include "launcher/k8s/k8s_env.h"
-#include "launcher/k8s/k8s_lint.h"
+#include "common/fsutil.h"
+#include "launcher/k8s/k8s_render.h"
 #include "launcher/plan_fit.h"
 
-#define CONTAINER "trainer"
-#define REPLICATED_JOB "workers"
-#define RUN_MOUNT "/plait"
-/* a test-only knob: a fixed store secret, so that golden manifests compare */
-#define TEST_SECRET_ENV "PLAIT_K8S_TEST_STORE_SECRET"
-
-/* What the plan check decided, and what the manifests derive from it. */
-struct job {
-    const struct k8s_render_args *a;
-    bool jobset;
-    int pods, ranks_per_pod;
-    struct cost_layout layout;
-    char plan_cm[96], secret[96], service[96];
-    char pod_dns[192];
-    char *plan_json;
-    char store_secret[STORE_SECRET_HEX_BYTES];
-    int grace_s;
-    char grace_why[256];
-    int shm_gib;
-    int max_restarts; /* --max-restarts, else the plan's checkpoint.max_restarts */
-};
+#define CONTAINER K8S_CONTAINER
+#define REPLICATED_JOB K8S_REPLICATED_JOB
+#define RUN_MOUNT K8S_RUN_MOUNT
 
 /* ---- estimates ---------------------------------------------------------------------- */
 
@@ -50,7 +32,7 @@ struct job {
  * rate, or the write time measured by a run (run.json's last_write_s); twice
  * the write with checkpoint.async (one still in the background is finished
  * first); plus a margin for start-up, fsync and exit. */
-static void grace_estimate(struct job *j, const struct plan *p, const struct layout_eval *e)
+static void grace_estimate(struct k8s_job *j, const struct plan *p, const struct layout_eval *e)
 {
     const double margin_s = 30, bytes_per_param = 16;
     const struct k8s_render_args *a = j->a;
@@ -89,7 +71,7 @@ static bool begin(struct ky_doc *d, struct plait_error *err, int *rc)
     return *rc == 0;
 }
 
-static void labels(struct ky_doc *d, int meta, const struct job *j)
+static void labels(struct ky_doc *d, int meta, const struct k8s_job *j)
 {
     int l = ky_set_map(d, meta, "labels");
     ky_set_str(d, l, "app.kubernetes.io/name", "plait");
@@ -100,7 +82,7 @@ static void labels(struct ky_doc *d, int meta, const struct job *j)
     }
 }
 
-static void plan_config_map(struct ky_stream *s, const struct job *j, struct plait_error *err,
+static void plan_config_map(struct ky_stream *s, const struct k8s_job *j, struct plait_error *err,
                             int *rc)
 {
     struct ky_doc d;
@@ -112,10 +94,12 @@ static void plan_config_map(struct ky_stream *s, const struct job *j, struct pla
     *rc = ky_stream_add(s, &d, err);
 }
 
-static void store_secret(struct ky_stream *s, const struct job *j, struct plait_error *err, int *rc)
+/* Only with --secret-file: the same file, the same manifest. */
+static void store_secret(struct ky_stream *s, const struct k8s_job *j, struct plait_error *err,
+                         int *rc)
 {
     struct ky_doc d;
-    if (!begin(&d, err, rc)) return;
+    if (!j->store_secret[0] || !begin(&d, err, rc)) return;
     int meta = ky_object(&d, "v1", "Secret", j->secret, j->a->ns);
     labels(&d, meta, j);
     ky_set_str(&d, ky_root(&d), "type", "Opaque");
@@ -124,7 +108,7 @@ static void store_secret(struct ky_stream *s, const struct job *j, struct plait_
     *rc = ky_stream_add(s, &d, err);
 }
 
-static void headless_service(struct ky_stream *s, const struct job *j, struct plait_error *err,
+static void headless_service(struct ky_stream *s, const struct k8s_job *j, struct plait_error *err,
                              int *rc)
 {
     struct ky_doc d;
@@ -143,7 +127,7 @@ static void headless_service(struct ky_stream *s, const struct job *j, struct pl
     *rc = ky_stream_add(s, &d, err);
 }
 
-static void pod_group(struct ky_stream *s, const struct job *j, struct plait_error *err, int *rc)
+static void pod_group(struct ky_stream *s, const struct k8s_job *j, struct plait_error *err, int *rc)
 {
     struct ky_doc d;
     if (!begin(&d, err, rc)) return;
@@ -159,7 +143,7 @@ static void pod_group(struct ky_stream *s, const struct job *j, struct plait_err
     int min_res = ky_set_map(&d, spec, "minResources");
     ky_set_str(&d, min_res, "nvidia.com/gpu", gpus);
     if (volcano) {
-        ky_set_str(&d, spec, "queue", j->a->queue);
+        ky_set_str(&d, spec, "queue", j->queue);
         if (j->a->priority) ky_set_str(&d, spec, "priorityClassName", j->a->priority);
     } else {
         ky_set_int(&d, spec, "scheduleTimeoutSeconds", j->a->schedule_timeout_s);
@@ -167,171 +151,11 @@ static void pod_group(struct ky_stream *s, const struct job *j, struct plait_err
     *rc = ky_stream_add(s, &d, err);
 }
 
-static void env_value(struct ky_doc *d, int env, const char *name, const char *value)
-{
-    int e = ky_push(d, env, ky_map(d));
-    ky_set_str(d, e, "name", name);
-    ky_set_str(d, e, "value", value);
-}
-
-static void env_int(struct ky_doc *d, int env, const char *name, long long value)
-{
-    char text[32];
-    snprintf(text, sizeof text, "%lld", value);
-    env_value(d, env, name, text);
-}
-
-/* extended resources: nvidia.com/gpu and the RDMA devices, requests = limits */
-static void resources(struct ky_doc *d, int container, const struct job *j)
-{
-    int res = ky_set_map(d, container, "resources");
-    const char *which[] = {"requests", "limits"};
-    for (int k = 0; k < 2; k++) {
-        int m = ky_set_map(d, res, which[k]);
-        ky_set_int(d, m, "nvidia.com/gpu", j->a->gpus_per_node);
-        if (j->a->rdma) ky_set_int(d, m, j->a->rdma, j->a->rdma_per_pod);
-    }
-}
-
-static void container(struct ky_doc *d, int spec, const struct job *j)
-{
-    const struct k8s_render_args *a = j->a;
-    int c = ky_push(d, ky_set_seq(d, spec, "containers"), ky_map(d));
-    ky_set_str(d, c, "name", CONTAINER);
-    ky_set_str(d, c, "image", a->image);
-    int cmd = ky_set(d, c, "command", ky_flow_seq(d));
-    ky_push(d, cmd, ky_str(d, "plait"));
-    ky_push(d, cmd, ky_str(d, "launch"));
-    int env = ky_set_seq(d, c, "env");
-    env_int(d, env, K8S_ENV_PODS, j->pods);
-    env_int(d, env, K8S_ENV_RANKS_PER_POD, j->ranks_per_pod);
-    env_value(d, env, K8S_ENV_POD_DNS, j->pod_dns);
-    env_int(d, env, K8S_ENV_STORE_PORT, a->port);
-    env_int(d, env, K8S_ENV_GANG_TIMEOUT_S, a->gang_timeout_s);
-    env_value(d, env, PLAIT_ENV_PLAN, K8S_PLAN_PATH);
-    env_value(d, env, PLAIT_ENV_RUN_DIR, a->run_dir);
-    int e = ky_push(d, env, ky_map(d));
-    ky_set_str(d, e, "name", PLAIT_ENV_STORE_SECRET);
-    int ref = ky_set_map(d, ky_set_map(d, e, "valueFrom"), "secretKeyRef");
-    ky_set_str(d, ref, "name", j->secret);
-    ky_set_str(d, ref, "key", "secret");
-    if (j->jobset) { /* JobSet counts its restarts of the gang in a pod label */
-        e = ky_push(d, env, ky_map(d));
-        ky_set_str(d, e, "name", K8S_ENV_RESTART_ATTEMPT);
-        int field = ky_set_map(d, ky_set_map(d, e, "valueFrom"), "fieldRef");
-        ky_set_str(d, field, "fieldPath", "metadata.labels['jobset.sigs.k8s.io/restart-attempt']");
-    }
-    int port = ky_push(d, ky_set_seq(d, c, "ports"), ky_map(d));
-    ky_set_str(d, port, "name", "store");
-    ky_set_int(d, port, "containerPort", a->port);
-    resources(d, c, j);
-    if (a->rdma) { /* verbs pin memory */
-        int caps = ky_set_map(d, ky_set_map(d, c, "securityContext"), "capabilities");
-        ky_push(d, ky_set(d, caps, "add", ky_flow_seq(d)), ky_str(d, "IPC_LOCK"));
-    }
-    int mounts = ky_set_seq(d, c, "volumeMounts");
-    const char *names[] = {"plan", "dshm", "run"}, *paths[] = {"/etc/plait", "/dev/shm", RUN_MOUNT};
-    for (int k = 0; k < 3; k++) {
-        int m = ky_push(d, mounts, ky_map(d));
-        ky_set_str(d, m, "name", names[k]);
-        ky_set_str(d, m, "mountPath", paths[k]);
-        if (k == 0) ky_set_bool(d, m, "readOnly", true);
-    }
-}
-
-static void volumes(struct ky_doc *d, int spec, const struct job *j)
-{
-    int vols = ky_set_seq(d, spec, "volumes");
-    int v = ky_push(d, vols, ky_map(d));
-    ky_set_str(d, v, "name", "plan");
-    ky_set_str(d, ky_set_map(d, v, "configMap"), "name", j->plan_cm);
-    v = ky_push(d, vols, ky_map(d));
-    ky_set_str(d, v, "name", "dshm");
-    int shm = ky_set_map(d, v, "emptyDir");
-    ky_set_str(d, shm, "medium", "Memory");
-    char size[32];
-    snprintf(size, sizeof size, "%dGi", j->shm_gib);
-    ky_set_str(d, shm, "sizeLimit", size);
-    v = ky_push(d, vols, ky_map(d));
-    ky_set_str(d, v, "name", "run");
-    if (j->a->pvc)
-        ky_set_str(d, ky_set_map(d, v, "persistentVolumeClaim"), "claimName", j->a->pvc);
-    else
-        ky_set(d, v, "emptyDir", ky_flow_map(d));
-}
-
-/* All pods in one --topology-key domain: required when pipelines cross pods
- * (in Megatron's rank order a pipeline's stages are tp·dp ranks apart, so
- * each pipeline spans the whole pod index range), preferred otherwise (only
- * data-parallel reductions cross pods; tensor-parallel groups never do), unless
- * --topology-mode says. */
-static bool topology_required(const struct job *j)
-{
-    return j->a->topology_required >= 0 ? j->a->topology_required == 1 : j->layout.pp > 1;
-}
-
-static void affinity(struct ky_doc *d, int spec, const struct job *j)
-{
-    int pa = ky_set_map(d, ky_set_map(d, spec, "affinity"), "podAffinity");
-    int term;
-    if (topology_required(j)) {
-        term = ky_push(d, ky_set_seq(d, pa, "requiredDuringSchedulingIgnoredDuringExecution"),
-                       ky_map(d));
-    } else {
-        int w = ky_push(d, ky_set_seq(d, pa, "preferredDuringSchedulingIgnoredDuringExecution"),
-                        ky_map(d));
-        ky_set_int(d, w, "weight", 100);
-        term = ky_set_map(d, w, "podAffinityTerm");
-    }
-    ky_set_str(d, term, "topologyKey", j->a->topology_key);
-    int sel = ky_set_map(d, ky_set_map(d, term, "labelSelector"), "matchLabels");
-    ky_set_str(d, sel, "plait.dev/job", j->a->name);
-}
-
-/* The pod template: what every pod of the gang is. */
-static void pod_template(struct ky_doc *d, int tpl, const struct job *j)
-{
-    const struct k8s_render_args *a = j->a;
-    int meta = ky_set_map(d, tpl, "metadata");
-    int l = ky_set_map(d, meta, "labels");
-    ky_set_str(d, l, "app.kubernetes.io/name", "plait");
-    ky_set_str(d, l, "plait.dev/job", a->name);
-    if (a->gang == K8S_GANG_COSCHEDULING) /* joined by a label */
-        ky_set_str(d, l, "scheduling.x-k8s.io/pod-group", a->name);
-    int ann = ky_set_map(d, meta, "annotations");
-    ky_set_str(d, ann, "plait.dev/termination-grace", j->grace_why);
-    if (a->gang == K8S_GANG_VOLCANO) /* the only key Volcano's scheduler reads for membership */
-        ky_set_str(d, ann, "scheduling.k8s.io/group-name", a->name);
-    if (a->gang == K8S_GANG_KUEUE && a->topology_key)
-        ky_set_str(d, ann,
-                   topology_required(j) ? "kueue.x-k8s.io/podset-required-topology"
-                                        : "kueue.x-k8s.io/podset-preferred-topology",
-                   a->topology_key);
-    int spec = ky_set_map(d, tpl, "spec");
-    ky_set_str(d, spec, "restartPolicy", "Never");
-    if (!j->jobset) ky_set_str(d, spec, "subdomain", j->service);
-    if (a->gang == K8S_GANG_VOLCANO) ky_set_str(d, spec, "schedulerName", "volcano");
-    if (a->gang == K8S_GANG_COSCHEDULING) ky_set_str(d, spec, "schedulerName", a->scheduler);
-    if (a->priority) ky_set_str(d, spec, "priorityClassName", a->priority);
-    ky_set_int(d, spec, "terminationGracePeriodSeconds", j->grace_s);
-    ky_set_bool(d, spec, "enableServiceLinks", false);
-    if (a->gpu_product)
-        ky_set_str(d, ky_set_map(d, spec, "nodeSelector"), "nvidia.com/gpu.product",
-                   a->gpu_product);
-    if (a->topology_key && a->gang != K8S_GANG_KUEUE) affinity(d, spec, j);
-    int tol = ky_push(d, ky_set_seq(d, spec, "tolerations"), ky_map(d));
-    ky_set_str(d, tol, "key", "nvidia.com/gpu");
-    ky_set_str(d, tol, "operator", "Exists");
-    ky_set_str(d, tol, "effect", "NoSchedule");
-    container(d, spec, j);
-    volumes(d, spec, j);
-}
-
 /* podFailurePolicy: 75 (preempted, checkpoint written) does not count;
  * 1 and 2 (bad plan, bad command line) fail the job at once; a disruption
  * (preemption, eviction, node drain) does not count. Anything else (76: a peer
  * was lost) counts against backoffLimit. */
-static void job_spec(struct ky_doc *d, int spec, const struct job *j, int backoff)
+static void job_spec(struct ky_doc *d, int spec, const struct k8s_job *j, int backoff)
 {
     ky_set_str(d, spec, "completionMode", "Indexed");
     ky_set_int(d, spec, "completions", j->pods);
@@ -358,10 +182,10 @@ static void job_spec(struct ky_doc *d, int spec, const struct job *j, int backof
     ky_set_str(d, r, "action", "Ignore");
     int cond = ky_push(d, ky_set_seq(d, r, "onPodConditions"), ky_map(d));
     ky_set_str(d, cond, "type", "DisruptionTarget");
-    pod_template(d, ky_set_map(d, spec, "template"), j);
+    k8s_pod_template(d, ky_set_map(d, spec, "template"), j);
 }
 
-static void annotations(struct ky_doc *d, int meta, const struct job *j)
+static void annotations(struct ky_doc *d, int meta, const struct k8s_job *j)
 {
     int ann = ky_set_map(d, meta, "annotations");
     char text[160];
@@ -371,7 +195,7 @@ static void annotations(struct ky_doc *d, int meta, const struct job *j)
     ky_set_str(d, ann, "plait.dev/termination-grace", j->grace_why);
 }
 
-static void jobset(struct ky_stream *s, const struct job *j, struct plait_error *err, int *rc)
+static void jobset(struct ky_stream *s, const struct k8s_job *j, struct plait_error *err, int *rc)
 {
     struct ky_doc d;
     if (!begin(&d, err, rc)) return;
@@ -408,7 +232,7 @@ static void jobset(struct ky_stream *s, const struct job *j, struct plait_error 
     *rc = ky_stream_add(s, &d, err);
 }
 
-static void indexed_job(struct ky_stream *s, const struct job *j, struct plait_error *err, int *rc)
+static void indexed_job(struct ky_stream *s, const struct k8s_job *j, struct plait_error *err, int *rc)
 {
     struct ky_doc d;
     if (!begin(&d, err, rc)) return;
@@ -419,6 +243,47 @@ static void indexed_job(struct ky_stream *s, const struct job *j, struct plait_e
     if (j->a->gang == K8S_GANG_KUEUE) ky_set_bool(&d, spec, "suspend", true);
     /* no JobSet to restart the gang: every pod of a restart may fail once */
     job_spec(&d, spec, j, (long long)j->max_restarts * j->pods);
+    *rc = ky_stream_add(s, &d, err);
+}
+
+/* A Volcano Job: its controller makes the PodGroup (minAvailable) and, with
+ * the svc plugin, the headless Service NAME and the pods' host names
+ * NAME-workers-I; its policies are the gang's restart policy: a lost or
+ * evicted pod restarts the whole gang (up to maxRetry), exit 1 or 2 (a bad
+ * plan or command line) aborts it. */
+static void vcjob(struct ky_stream *s, const struct k8s_job *j, struct plait_error *err, int *rc)
+{
+    struct ky_doc d;
+    if (!begin(&d, err, rc)) return;
+    int meta = ky_object(&d, "batch.volcano.sh/v1alpha1", "Job", j->a->name, j->a->ns);
+    labels(&d, meta, j);
+    annotations(&d, meta, j);
+    int spec = ky_set_map(&d, ky_root(&d), "spec");
+    ky_set_str(&d, spec, "schedulerName", "volcano");
+    ky_set_str(&d, spec, "queue", j->queue);
+    if (j->a->priority) ky_set_str(&d, spec, "priorityClassName", j->a->priority);
+    ky_set_int(&d, spec, "minAvailable", j->pods); /* all or nothing */
+    ky_set_int(&d, spec, "maxRetry", j->max_restarts);
+    int plugins = ky_set_map(&d, spec, "plugins"); /* DNS before readiness, as for a Job */
+    ky_push(&d, ky_set(&d, plugins, "svc", ky_flow_seq(&d)),
+            ky_str(&d, "--publish-not-ready-addresses"));
+    int policies = ky_set_seq(&d, spec, "policies");
+    const int fatal[] = {PLAIT_EXIT_ERROR, PLAIT_EXIT_USAGE};
+    for (int k = 0; k < 2; k++) {
+        int pol = ky_push(&d, policies, ky_map(&d));
+        ky_set_int(&d, pol, "exitCode", fatal[k]);
+        ky_set_str(&d, pol, "action", "AbortJob");
+    }
+    const char *events[] = {"PodEvicted", "PodFailed"};
+    for (int k = 0; k < 2; k++) {
+        int pol = ky_push(&d, policies, ky_map(&d));
+        ky_set_str(&d, pol, "event", events[k]);
+        ky_set_str(&d, pol, "action", "RestartJob");
+    }
+    int task = ky_push(&d, ky_set_seq(&d, spec, "tasks"), ky_map(&d));
+    ky_set_str(&d, task, "name", REPLICATED_JOB);
+    ky_set_int(&d, task, "replicas", j->pods);
+    k8s_pod_template(&d, ky_set_map(&d, task, "template"), j);
     *rc = ky_stream_add(s, &d, err);
 }
 
@@ -440,19 +305,27 @@ static int load_node(const struct k8s_render_args *a, struct topo *t, struct pla
     return fit_topo_synthetic(t, &spec, err);
 }
 
-static int secret_for(struct job *j, struct plait_error *err)
+/* --secret-file: its secret (the file's first line), refused when it could
+ * not be a job's (store_secret_problem, as the pods refuse it). */
+static int secret_from_file(struct k8s_job *j, struct plait_error *err)
 {
-    const char *fixed = getenv(TEST_SECRET_ENV);
-    if (!fixed || !*fixed) return store_secret_generate(j->store_secret, err);
-    size_t n = strlen(fixed);
-    if (n != STORE_SECRET_HEX_BYTES - 1 || strspn(fixed, "0123456789abcdef") != n)
-        return error_set(err, "%s must be %d lower-case hex digits", TEST_SECRET_ENV,
-                         STORE_SECRET_HEX_BYTES - 1);
-    memcpy(j->store_secret, fixed, n + 1);
-    log_warn("%s is set: the manifests carry its fixed store secret, not a fresh one (a test "
-             "hook: unset it to render a job to apply)",
-             TEST_SECRET_ENV);
-    return 0;
+    const char *path = j->a->secret_file;
+    size_t len;
+    char *text = fs_read_all(path, &len, err);
+    if (!text) return -1;
+    text[strcspn(text, "\r\n")] = '\0';
+    const char *weak = store_secret_problem(text);
+    int rc = 0;
+    if (weak)
+        rc = error_set(err, "--secret-file %s: not a job's store secret: %s (make one with "
+                       "`openssl rand -hex 32 >%s`)", path, weak, path);
+    else if (strlen(text) >= sizeof j->store_secret)
+        rc = error_set(err, "--secret-file %s: longer than %zu characters", path,
+                       sizeof j->store_secret - 1);
+    else
+        memcpy(j->store_secret, text, strlen(text) + 1);
+    free(text);
+    return rc;
 }
 
 /* The layout on --nodes pods of --gpus-per-node GPUs (layout_choose, as plait
@@ -478,54 +351,70 @@ static int choose_layout(const struct k8s_render_args *a, const struct plan *p, 
         return -1;
     }
     int world = best->map.world, slots = a->nodes * a->gpus_per_node;
+    char pods[64]; /* "2 pods × 1 GPU" */
+    snprintf(pods, sizeof pods, "%d pod%s × %d GPU%s", a->nodes, a->nodes == 1 ? "" : "s",
+             a->gpus_per_node, a->gpus_per_node == 1 ? "" : "s");
     if (world != slots) {
-        log_error("k8s render: %s: the layout tp %d × pp %d × dp %d is %d ranks, but %d pods × "
-                  "%d GPUs are %d: every pod runs one rank per GPU it asks for; set parallel.dp "
-                  "to \"auto\" or change --nodes / --gpus-per-node",
-                  p->source, best->layout.tp, best->layout.pp, best->layout.dp, world, a->nodes,
-                  a->gpus_per_node, slots);
+        log_error("k8s render: %s: the layout tp %d × pp %d × dp %d is %d ranks, but %s are %d: "
+                  "every pod runs one rank per GPU it asks for; set parallel.dp to \"auto\" or "
+                  "change --nodes / --gpus-per-node",
+                  p->source, best->layout.tp, best->layout.pp, best->layout.dp, world, pods, slots);
         return -1;
     }
+    /* GB: 10^9 bytes, as plait check prints device memory */
     if (in.device_memory_bytes)
-        log_info("k8s render: %s: tp %d × pp %d × dp %d on %d pods × %d GPUs; %.2f GB per rank "
-                 "of %.2f GB",
-                 p->source, best->layout.tp, best->layout.pp, best->layout.dp, a->nodes,
-                 a->gpus_per_node, best->mem.total / 1e9, in.device_memory_bytes / 1e9);
+        log_info("k8s render: %s: tp %d × pp %d × dp %d on %s; %.2f GB per rank of %.2f GB "
+                 "device memory (GB: 10^9 bytes)",
+                 p->source, best->layout.tp, best->layout.pp, best->layout.dp, pods,
+                 best->mem.total / 1e9, in.device_memory_bytes / 1e9);
     else
-        log_info("k8s render: %s: tp %d × pp %d × dp %d on %d pods × %d GPUs; %.2f GB per rank "
-                 "(device memory unknown: give --gpu-memory GB or --gpu-product to check the fit)",
-                 p->source, best->layout.tp, best->layout.pp, best->layout.dp, a->nodes,
-                 a->gpus_per_node, best->mem.total / 1e9);
+        log_info("k8s render: %s: tp %d × pp %d × dp %d on %s; %.2f GB per rank (GB: 10^9 "
+                 "bytes; device memory unknown: give --gpu-memory GB or --gpu-product to check "
+                 "the fit)",
+                 p->source, best->layout.tp, best->layout.pp, best->layout.dp, pods,
+                 best->mem.total / 1e9);
     return 0;
 }
 
 /* The objects' names and the pods' DNS names, from --name. */
-static void name_objects(struct job *j)
+static void name_objects(struct k8s_job *j)
 {
     const struct k8s_render_args *a = j->a;
     snprintf(j->plan_cm, sizeof j->plan_cm, "%s-plan", a->name);
-    snprintf(j->secret, sizeof j->secret, "%s-store", a->name);
+    if (a->secret_name)
+        snprintf(j->secret, sizeof j->secret, "%s", a->secret_name);
+    else
+        snprintf(j->secret, sizeof j->secret, "%s-store", a->name);
     snprintf(j->service, sizeof j->service, "%s", a->name);
-    if (j->jobset)
+    /* Volcano's Queue is cluster-wide: named per namespace, as plait k8s admin names it */
+    if (a->gang == K8S_GANG_VOLCANO)
+        snprintf(j->queue, sizeof j->queue, "%s-%s", a->ns, a->queue);
+    else
+        snprintf(j->queue, sizeof j->queue, "%s", a->queue);
+    if (k8s_job_is_jobset(j))
         snprintf(j->pod_dns, sizeof j->pod_dns, "%s-%s-0-{index}.%s", a->name, REPLICATED_JOB,
+                 j->service);
+    else if (a->workload == K8S_WORKLOAD_VCJOB) /* the svc plugin's names */
+        snprintf(j->pod_dns, sizeof j->pod_dns, "%s-%s-{index}.%s", a->name, REPLICATED_JOB,
                  j->service);
     else
         snprintf(j->pod_dns, sizeof j->pod_dns, "%s-{index}.%s", a->name, j->service);
 }
 
 /* Every manifest of the job, in the order they are applied; 0, or -1 with err. */
-static int build_manifests(struct ky_stream *s, const struct job *j, struct plait_error *err)
+static int build_manifests(struct ky_stream *s, const struct k8s_job *j, struct plait_error *err)
 {
     int built = ky_stream_open(s, err);
     plan_config_map(s, j, err, &built);
     store_secret(s, j, err, &built);
-    if (!j->jobset) headless_service(s, j, err, &built);
-    if (j->a->gang == K8S_GANG_VOLCANO || j->a->gang == K8S_GANG_COSCHEDULING)
+    enum k8s_workload w = j->a->workload;
+    if (w == K8S_WORKLOAD_JOB) headless_service(s, j, err, &built);
+    if (w == K8S_WORKLOAD_JOB &&
+        (j->a->gang == K8S_GANG_VOLCANO || j->a->gang == K8S_GANG_COSCHEDULING))
         pod_group(s, j, err, &built);
-    if (j->jobset)
-        jobset(s, j, err, &built);
-    else
-        indexed_job(s, j, err, &built);
+    if (w == K8S_WORKLOAD_JOBSET) jobset(s, j, err, &built);
+    if (w == K8S_WORKLOAD_JOB) indexed_job(s, j, err, &built);
+    if (w == K8S_WORKLOAD_VCJOB) vcjob(s, j, err, &built);
     return built;
 }
 
@@ -537,8 +426,7 @@ int k8s_render(const struct k8s_render_args *a, FILE *out)
     struct fit_nodes fit = {0};
     struct layout_eval best = {0};
     struct ky_stream s = {0};
-    struct job j = {.a = a};
-    j.jobset = a->workload == K8S_WORKLOAD_JOBSET;
+    struct k8s_job j = {.a = a};
     struct plan *p = plan_load(a->plan_path, a->sets, a->n_sets, &err);
     if (!p) {
         log_error("%s", err.text);
@@ -557,11 +445,15 @@ int k8s_render(const struct k8s_render_args *a, FILE *out)
     j.ranks_per_pod = a->gpus_per_node;
     grace_estimate(&j, p, &best);
     log_info("k8s render: terminationGracePeriodSeconds %s", j.grace_why);
-    if (!a->pvc)
-        log_warn("k8s render: the run directory %s is an emptyDir: checkpoints do not survive a "
-                 "restart of the gang (give --pvc CLAIM, a ReadWriteMany claim)",
+    if (!k8s_run_dir_persists(a))
+        log_warn("k8s render: the run directory %s is on an emptyDir: checkpoints do not survive "
+                 "a restart of the gang (give --pvc CLAIM, a ReadWriteMany claim, or a --run-dir "
+                 "on a --mount-pvc or --mount-host volume)",
                  a->run_dir);
     j.shm_gib = a->shm_gb > 0 ? (int)ceil(a->shm_gb) : shm_gib(j.ranks_per_pod);
+    k8s_pod_resources(&j, p, &best);
+    log_info("k8s render: each pod requests %s", j.resources_why);
+    k8s_warn_host_paths(&j, p);
     name_objects(&j);
     /* the plan the pods train: every default filled in, "auto" decided here */
     p->parallel.tp = best.layout.tp;
@@ -571,10 +463,15 @@ int k8s_render(const struct k8s_render_args *a, FILE *out)
         log_error("k8s render: out of memory");
         goto out;
     }
-    if (secret_for(&j, &err)) {
+    if (a->secret_file && secret_from_file(&j, &err)) {
         log_error("k8s render: %s", err.text);
         goto out;
     }
+    if (!a->secret_file)
+        log_info("k8s render: the pods read the store secret from the Secret %s (key \"secret\"), "
+                 "which this does not render: create it once, e.g. kubectl -n %s create secret "
+                 "generic %s --from-literal=secret=$(openssl rand -hex 32)",
+                 j.secret, a->ns, j.secret);
     if (build_manifests(&s, &j, &err)) {
         log_error("k8s render: %s", err.text);
         goto out;

@@ -120,7 +120,7 @@ test_text_names_the_gpus_and_models_mfu() {
     local case=tests/topo/pci_ids_only/gpt2_124m_on_one_h100_known_by_pci_id
     # shellcheck disable=SC2046
     "$PLAIT" check "$case/plan.json" $(cat "$case/args") >"$WORK/t.txt" 2>&1 || { cat "$WORK/t.txt"; return 1; }
-    grep -qF "    2 × NVIDIA H100 80GB HBM3 (10de:2330, named by PCI id), 80.0 GiB (PCI id), dense peaks bf16 989 / fp8 1979 TFLOP/s, memory 3350 GB/s" "$WORK/t.txt" &&
+    grep -qF "    2 × NVIDIA H100 80GB HBM3 (10de:2330, named by PCI id), 85.90 GB (PCI id), dense peaks bf16 989 / fp8 1979 TFLOP/s, memory 3350 GB/s" "$WORK/t.txt" &&
         grep -qF "    1 × unknown GPU 10de:2684 (no NVML, no hwloc GPU model, not in plait's table), memory unknown, peaks unknown" "$WORK/t.txt" &&
         grep -qE "^  modelled MFU: [0-9.]+% of 1 × NVIDIA H100 80GB HBM3's dense bf16 peak, 989 TFLOP/s each \(855.2 MFLOP per token" "$WORK/t.txt" ||
         { cat "$WORK/t.txt"; return 1; }

@@ -2,10 +2,10 @@
 # plait k8s render / admin / lint and plait check --k8s-nodes, without an API
 # server: every case directory tests/k8s/<case>/ holding `args` is run as
 #   plait k8s $(cat args)
-# and must print exactly expected.yaml (the store secret fixed through
-# PLAIT_K8S_TEST_STORE_SECRET; the ConfigMap's resolved plan is compared on its
-# own, so that a new plan field does not change every golden), pass plait k8s
-# lint, and pass the real
+# and must print exactly expected.yaml (the store secret referenced, or read
+# from tests/k8s/store-secret.txt; the ConfigMap's resolved plan is compared on
+# its own, so that a new plan field does not change every golden), pass plait
+# k8s lint, and pass the real
 # Kubernetes 1.36 and CRD schemas (tests/k8s/validate, vendored from
 # ../shared/tools/k8s-validate: npm install into build/k8s-validate once, then
 # reused). When npm cannot reach its registry the schema checks say "skip",
@@ -15,7 +15,6 @@
 source "$(dirname "$0")/lib.sh"
 
 update=${PLAIT_UPDATE_GOLDEN:-0}
-export PLAIT_K8S_TEST_STORE_SECRET=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
 VALIDATE=$ROOT/build/k8s-validate
 PLAN=tests/k8s/plans/tp8_pp2_bf16.json
 RENDER=(k8s render "$PLAN" --image registry.example.com/ml/plait:0.9 --nodes 2 --gpus-per-node 8
@@ -85,20 +84,26 @@ for case in sys.argv[2:]:
     docs = [d for d in yaml.safe_load_all(open(case)) if d]
     by_kind = {d["kind"]: d for d in docs}
     for d in docs:
+        vcjob = d["apiVersion"].startswith("batch.volcano.sh/")
         if d["kind"] == "JobSet":
             job = d["spec"]["replicatedJobs"][0]["template"]["spec"]
             assert d["spec"]["replicatedJobs"][0]["replicas"] == 1
             assert d["spec"]["failurePolicy"]["maxRestarts"] >= 0
+        elif vcjob:
+            task = d["spec"]["tasks"][0]
+            job = {"completions": task["replicas"], "template": task["template"]}
+            assert d["spec"]["minAvailable"] == task["replicas"] and len(d["spec"]["tasks"]) == 1
         elif d["kind"] == "Job":
             job = d["spec"]
         else:
             continue
         seen += 1
         pods = job["completions"]
-        assert job["parallelism"] == pods and job["completionMode"] == "Indexed", case
-        rules = job["podFailurePolicy"]["rules"]
-        assert rules[0] == {"action": "Ignore", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [75]}}, rules
-        assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"]["values"] == [1, 2], rules
+        if not vcjob:
+            assert job["parallelism"] == pods and job["completionMode"] == "Indexed", case
+            rules = job["podFailurePolicy"]["rules"]
+            assert rules[0] == {"action": "Ignore", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [75]}}, rules
+            assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"]["values"] == [1, 2], rules
         pod = job["template"]["spec"]
         assert pod["restartPolicy"] == "Never" and pod["terminationGracePeriodSeconds"] > 30
         c = pod["containers"][0]
@@ -109,13 +114,20 @@ for case in sys.argv[2:]:
             attempt = env[names["K8S_ENV_RESTART_ATTEMPT"]]["valueFrom"]["fieldRef"]["fieldPath"]
             assert attempt == "metadata.labels['jobset.sigs.k8s.io/restart-attempt']", attempt
         assert env[names["K8S_ENV_PODS"]]["value"] == str(pods)
+        if vcjob:  # the index from the pod label Volcano's controller sets
+            assert env["JOB_COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['volcano.sh/task-index']"
         gpus = c["resources"]["limits"]["nvidia.com/gpu"]
-        assert c["resources"]["requests"] == c["resources"]["limits"], c["resources"]
+        req, lim = c["resources"]["requests"], c["resources"]["limits"]
+        # never BestEffort: CPUs and memory requested, memory limited; GPUs requests = limits
+        assert req["nvidia.com/gpu"] == gpus and req["cpu"] > 0 and req["memory"] == lim["memory"], c["resources"]
         assert env[names["K8S_ENV_RANKS_PER_POD"]]["value"] == str(gpus)
         assert env["PLAIT_PLAN"]["value"] == names["K8S_PLAN_PATH"]
         assert "{index}" in env[names["K8S_ENV_POD_DNS"]]["value"]
         ref = env["PLAIT_STORE_SECRET"]["valueFrom"]["secretKeyRef"]
-        assert by_kind["Secret"]["metadata"]["name"] == ref["name"] and ref["key"] in by_kind["Secret"]["stringData"]
+        if "Secret" in by_kind:  # rendered only with --secret-file; else the cluster's
+            assert by_kind["Secret"]["metadata"]["name"] == ref["name"] and ref["key"] in by_kind["Secret"]["stringData"]
+        else:
+            assert ref == {"name": d["metadata"]["name"] + "-store", "key": "secret"}, ref
         plan_dir = names["K8S_PLAN_PATH"].rsplit("/", 1)[0]
         mount = [m for m in c["volumeMounts"] if m["mountPath"] == plan_dir][0]
         vol = [v for v in pod["volumes"] if v["name"] == mount["name"]][0]
@@ -160,6 +172,33 @@ test_k8s_examples_are_current() {
 }
 check k8s_examples_are_current test_k8s_examples_are_current
 
+# k8s/ADMIN.md's LimitRange (what makes a Kueue workload inadmissible when it
+# does not fit) is valid, and the pods render writes fit it: within max, and
+# memory limit / request within maxLimitRequestRatio
+limit_range_of_admin_guide() {
+    awk '/^```yaml$/ { on = 1; buf = ""; next } on && /^```$/ { if (buf ~ /kind: LimitRange/) printf "%s", buf; on = 0; next }
+         on { buf = buf $0 "\n" }' k8s/ADMIN.md >"$WORK/limitrange.yaml"
+    grep -q "kind: LimitRange" "$WORK/limitrange.yaml"
+}
+test_admin_guide_limit_range_admits_the_rendered_pods() {
+    limit_range_of_admin_guide || return 1
+    "$PY" - "$WORK/limitrange.yaml" "$WORK/out/jobset.yaml" "$WORK/out/pod_options.yaml" <<'PYEOF'
+import sys, yaml
+def qty(v):
+    v = str(v)
+    return float(v[:-2]) * 2**30 if v.endswith("Gi") else float(v)
+lim = yaml.safe_load(open(sys.argv[1]))["spec"]["limits"][0]
+for case in sys.argv[2:]:
+    js = [d for d in yaml.safe_load_all(open(case)) if d and d["kind"] == "JobSet"][0]
+    r = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["resources"]
+    for name, cap in lim["max"].items():
+        assert qty(r["limits"].get(name, r["requests"][name])) <= qty(cap), (case, name)
+    for name, ratio in lim["maxLimitRequestRatio"].items():
+        assert qty(r["limits"][name]) / qty(r["requests"][name]) <= qty(ratio), (case, name)
+PYEOF
+}
+check admin_guide_limit_range_admits_the_rendered_pods test_admin_guide_limit_range_admits_the_rendered_pods
+
 # ---- the real schemas ------------------------------------------------------------------
 if why=$(setup_validator); then
     test_goldens_pass_the_schemas() {
@@ -174,6 +213,10 @@ if why=$(setup_validator); then
         (cd "$VALIDATE" && node k8s-validate.mjs "$ROOT/tests/k8s/lint/bad.yaml")
     }
     check lint_fixture_passes_the_schemas test_lint_fixture_passes_the_schemas
+    test_admin_guide_limit_range_passes_the_schemas() {
+        limit_range_of_admin_guide && (cd "$VALIDATE" && node k8s-validate.mjs "$WORK/limitrange.yaml")
+    }
+    check admin_guide_limit_range_passes_the_schemas test_admin_guide_limit_range_passes_the_schemas
     test_schemas_refuse_an_unknown_field() { # the validator is not a rubber stamp
         sed 's/^  completionMode: Indexed/  completionMode: Indexed\n  bogusField: 1/' \
             "$WORK/out/volcano.yaml" >"$WORK/bogus.yaml"
@@ -184,6 +227,7 @@ if why=$(setup_validator); then
 else
     echo "skip goldens_and_k8s_examples_pass_the_kubernetes_and_crd_schemas: $why"
     echo "skip lint_fixture_passes_the_schemas: $why"
+    echo "skip admin_guide_limit_range_passes_the_schemas: $why"
     echo "skip schemas_refuse_an_unknown_field: $why"
 fi
 
@@ -223,9 +267,10 @@ PYEOF
 check lint_survives_hostile_aliases test_lint_survives_hostile_aliases
 
 # ---- refusals, each naming what is wrong ------------------------------------------------
+# (micro-batches of 40: 52 GB a rank, more than an A100's 40 GiB, 42.95 GB)
 test_refuses_a_plan_that_does_not_fit_the_gpus() {
-    expect_error "$WORK/e.txt" 1 "a rank of pipeline stage 0 needs [0-9.]+ GB, the GPU has 40.00 GB.*batch.micro_batch" \
-        "$PLAIT" "${RENDER[@]}" --gpu-product NVIDIA-A100-SXM4-40GB || return 1
+    expect_error "$WORK/e.txt" 1 "a rank of pipeline stage 0 needs [0-9.]+ GB, the GPU has 42.95 GB.*batch.micro_batch" \
+        "$PLAIT" "${RENDER[@]}" --gpu-product NVIDIA-A100-SXM4-40GB --set batch.micro_batch=40 || return 1
     ! grep -q "^apiVersion" "$WORK/e.txt"
 }
 check refuses_a_plan_that_does_not_fit_the_gpus test_refuses_a_plan_that_does_not_fit_the_gpus
@@ -266,24 +311,165 @@ test_refuses_ranks_that_do_not_fill_the_pods() {
 }
 check refuses_ranks_that_do_not_fill_the_pods test_refuses_ranks_that_do_not_fill_the_pods
 
-test_secrets_are_fresh() {
-    local a b
-    a=$(env -u PLAIT_K8S_TEST_STORE_SECRET "$PLAIT" "${RENDER[@]}" 2>/dev/null | grep -A1 '^stringData:' | tail -n 1)
-    b=$(env -u PLAIT_K8S_TEST_STORE_SECRET "$PLAIT" "${RENDER[@]}" 2>/dev/null | grep -A1 '^stringData:' | tail -n 1)
-    [[ $a =~ \"[0-9a-f]{64}\" ]] && [ "$a" != "$b" ] || { echo "secrets: $a / $b"; return 1; }
+# The store secret is the cluster's: the manifests name an existing Secret
+# (NAME-store, or --secret) and hold no secret, so two renders are the same
+# text and nothing secret reaches a GitOps repository.
+test_store_secret_is_referenced_not_rendered() {
+    "$PLAIT" "${RENDER[@]}" >"$WORK/s1.yaml" 2>"$WORK/s.txt" && "$PLAIT" "${RENDER[@]}" >"$WORK/s2.yaml" 2>>"$WORK/s.txt" ||
+        { cat "$WORK/s.txt"; return 1; }
+    cmp -s "$WORK/s1.yaml" "$WORK/s2.yaml" && ! grep -qE '^kind: Secret|stringData' "$WORK/s1.yaml" &&
+        grep -q "create secret generic gpt-1b-store --from-literal=secret=" "$WORK/s.txt" || { cat "$WORK/s.txt"; return 1; }
+    "$PLAIT" "${RENDER[@]}" --secret team-store >"$WORK/s3.yaml" 2>/dev/null &&
+        grep -A3 'secretKeyRef:' "$WORK/s3.yaml" | grep -q 'name: team-store'
 }
-check store_secrets_are_fresh_each_render test_secrets_are_fresh
+check store_secret_is_referenced_not_rendered test_store_secret_is_referenced_not_rendered
 
-# The test hook that fixes the secret (for the goldens) never changes a
-# render unseen: render says so on stderr, every time it is set.
-test_the_fixed_secret_hook_is_said() {
-    "$PLAIT" "${RENDER[@]}" >/dev/null 2>"$WORK/hook.txt" || { cat "$WORK/hook.txt"; return 1; }
-    grep -q "PLAIT_K8S_TEST_STORE_SECRET is set: the manifests carry its fixed store secret" \
-        "$WORK/hook.txt" || { cat "$WORK/hook.txt"; return 1; }
-    env -u PLAIT_K8S_TEST_STORE_SECRET "$PLAIT" "${RENDER[@]}" >/dev/null 2>"$WORK/nohook.txt"
-    ! grep -q "PLAIT_K8S_TEST_STORE_SECRET" "$WORK/nohook.txt" || { cat "$WORK/nohook.txt"; return 1; }
+# --secret-file renders the Secret, the same for the same file; a secret that
+# could not be a job's (the pods' own check, store_secret_problem) is refused
+test_secret_file_renders_a_stable_secret() {
+    "$PLAIT" "${RENDER[@]}" --secret-file tests/k8s/store-secret.txt >"$WORK/f1.yaml" 2>/dev/null &&
+        "$PLAIT" "${RENDER[@]}" --secret-file tests/k8s/store-secret.txt >"$WORK/f2.yaml" 2>/dev/null || return 1
+    cmp -s "$WORK/f1.yaml" "$WORK/f2.yaml" && grep -qF "secret: \"$(cat tests/k8s/store-secret.txt)\"" "$WORK/f1.yaml" || return 1
+    printf '0000000000000000000000000000000000000000000000000000000000000000\n' >"$WORK/zeros"
+    expect_error "$WORK/e.txt" 1 "--secret-file $WORK/zeros: not a job's store secret: it has fewer than 8 distinct characters" \
+        "$PLAIT" "${RENDER[@]}" --secret-file "$WORK/zeros" || return 1
+    ! grep -q "^apiVersion" "$WORK/e.txt" &&
+        expect_error "$WORK/e.txt" 2 "give one of them" "$PLAIT" "${RENDER[@]}" --secret a --secret-file "$WORK/zeros"
 }
-check the_fixed_secret_hook_is_said test_the_fixed_secret_hook_is_said
+check secret_file_renders_a_stable_secret_and_refuses_a_weak_one test_secret_file_renders_a_stable_secret
+
+# Pods are never BestEffort: CPUs are the ranks' cores as placed, memory is a
+# CUDA process per rank + checkpoint.async's host copy + the sampler's model +
+# /dev/shm (a memory-backed volume counts against the pod's memory); memory is
+# limited to it, CPUs only with --guaranteed (requests = limits: Guaranteed).
+test_pods_request_cpu_and_memory_from_the_memory_model() {
+    "$PY" - "$PLAIT" "${RENDER[@]}" <<'PYEOF'
+import subprocess, sys, yaml
+def render(*extra):
+    r = subprocess.run(list(sys.argv[1:]) + list(extra), capture_output=True, text=True, check=True)
+    js = [d for d in yaml.safe_load_all(r.stdout) if d and d["kind"] == "JobSet"][0]
+    pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    return pod["spec"]["containers"][0]["resources"], pod["metadata"]["annotations"]["plait.dev/resources"], r.stderr
+def gi(q):
+    assert q.endswith("Gi"), q
+    return int(q[:-2])
+base, why, err = render()
+assert base["requests"]["cpu"] == 32 and "cpu" not in base["limits"], base  # 8 ranks × 4 cores, Burstable
+assert gi(base["requests"]["memory"]) == gi(base["limits"]["memory"]) == 8 * 2 + 5, (base, why)
+assert "each pod requests " + why in err, err
+ckpt, why, _ = render("--set", "checkpoint.async=true", "--set", "sample.tokens=16", "--shm", "9")
+assert gi(ckpt["requests"]["memory"]) > gi(base["requests"]["memory"]) + 4 + 8, (ckpt, why)
+assert "checkpoint.async copy" in why and "sampler's model" in why and "9 GiB /dev/shm" in why, why
+g, _, _ = render("--guaranteed", "--cpus", "48", "--memory", "100")
+assert g["requests"] == g["limits"] and g["requests"]["cpu"] == 48 and g["requests"]["memory"] == "94Gi", g
+PYEOF
+}
+check pods_request_cpu_and_memory_from_the_memory_model test_pods_request_cpu_and_memory_from_the_memory_model
+
+# Volcano's Queue is cluster-wide: plait k8s admin names it NS-QUEUE and the
+# jobs rendered for that namespace (PodGroup, vcjob) ask for the same queue,
+# so two teams' queues never overwrite each other.
+test_volcano_queue_is_named_per_namespace() {
+    local ns q
+    for ns in ml vision; do
+        q=$("$PLAIT" k8s admin --namespace $ns --gpus 8 --gang volcano | awk '/^kind: Queue/ { on = 1 } on && /^  name:/ { print $2; exit }')
+        [ "$q" = "$ns-training" ] || { echo "admin queue $q"; return 1; }
+        "$PLAIT" "${RENDER[@]}" --namespace $ns --gang volcano 2>/dev/null | grep -qx "  queue: $ns-training" || return 1
+        "$PLAIT" "${RENDER[@]}" --namespace $ns --gang volcano --workload vcjob 2>/dev/null | grep -qx "  queue: $ns-training" || return 1
+    done
+}
+check volcano_queue_is_named_per_namespace test_volcano_queue_is_named_per_namespace
+
+# A Volcano Job carries the gang: all pods or none (minAvailable), a lost or
+# evicted pod restarts the whole gang up to --max-restarts, exit 1 or 2 aborts
+# it; the svc plugin's names are the pods' DNS names; no PodGroup or Service of
+# ours beside it.
+test_vcjob_restarts_the_whole_gang() {
+    "$PY" - "$WORK/out/volcano_vcjob.yaml" <<'PYEOF'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+assert [d["kind"] for d in docs] == ["ConfigMap", "Job"], [d["kind"] for d in docs]
+spec = docs[1]["spec"]
+assert docs[1]["apiVersion"] == "batch.volcano.sh/v1alpha1" and spec["minAvailable"] == 2 and spec["maxRetry"] == 3
+assert spec["plugins"] == {"svc": ["--publish-not-ready-addresses"]}, spec["plugins"]
+pol = {(p.get("event"), p.get("exitCode")): p["action"] for p in spec["policies"]}
+assert pol == {(None, 1): "AbortJob", (None, 2): "AbortJob", ("PodEvicted", None): "RestartJob",
+               ("PodFailed", None): "RestartJob"}, pol
+tpl = spec["tasks"][0]["template"]
+env = {e["name"]: e for e in tpl["spec"]["containers"][0]["env"]}
+assert env["PLAIT_K8S_POD_DNS"]["value"] == "gpt-1b-workers-{index}.gpt-1b"
+assert "scheduling.k8s.io/group-name" not in tpl["metadata"]["annotations"]  # Volcano makes the group
+PYEOF
+    expect_error "$WORK/e.txt" 2 "--workload vcjob is Volcano's: it needs --gang volcano" \
+        "$PLAIT" "${RENDER[@]}" --workload vcjob
+}
+check vcjob_restarts_the_whole_gang test_vcjob_restarts_the_whole_gang
+
+# What an admin asks of a pod: who it runs as, the registry's secret, the nodes
+# it may use, and the volumes the plan's paths point into.
+test_pod_options_reach_the_pod_spec() {
+    "$PY" - "$WORK/out/pod_options.yaml" <<'PYEOF'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+js = [d for d in docs if d["kind"] == "JobSet"][0]
+pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}
+assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+assert pod["nodeSelector"]["example.com/pool"] == "training"
+assert {"key": "example.com/reserved", "operator": "Equal", "value": "ml", "effect": "NoSchedule"} in pod["tolerations"]
+assert {"key": "example.com/spot", "operator": "Exists"} in pod["tolerations"]
+c = pod["containers"][0]
+assert c["resources"]["requests"] == c["resources"]["limits"], c["resources"]  # --guaranteed
+vols = {v["name"]: v for v in pod["volumes"]}
+mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+assert vols[mounts["/data"]["name"]]["persistentVolumeClaim"] == {"claimName": "datasets", "readOnly": True}
+assert mounts["/data"]["readOnly"] is True
+assert vols[mounts["/ckpt"]["name"]]["hostPath"] == {"path": "/mnt/ckpt", "type": "Directory"}
+PYEOF
+    expect_error "$WORK/e.txt" 2 "--mount-pvc data must be CLAIM:/PATH" "$PLAIT" "${RENDER[@]}" --mount-pvc data || return 1
+    expect_error "$WORK/e.txt" 2 "--mount-host /mnt:/plait may not be at" "$PLAIT" "${RENDER[@]}" --mount-host /mnt:/plait || return 1
+    expect_error "$WORK/e.txt" 2 "--toleration a:NoWay has an EFFECT" "$PLAIT" "${RENDER[@]}" --toleration a:NoWay
+}
+check pod_options_reach_the_pod_spec test_pod_options_reach_the_pod_spec
+
+# A plan path of the submitting host that no volume of the pods holds is
+# named (data resolved against the plan's directory is this host's path);
+# mounted where the plan points, the warning goes.
+test_warns_about_paths_of_the_submitting_host() {
+    "$PLAIT" "${RENDER[@]}" --set data.val=/home/me/val.bin >/dev/null 2>"$WORK/w.txt" || { cat "$WORK/w.txt"; return 1; }
+    grep -q 'warning: k8s render: .*: data.train "/data/train.bin" is a path of this host, and the pods mount nothing there' "$WORK/w.txt" &&
+        grep -q 'data.val "/home/me/val.bin" is a path of this host' "$WORK/w.txt" || { cat "$WORK/w.txt"; return 1; }
+    "$PLAIT" "${RENDER[@]}" --mount-pvc datasets:/data --set data.val=/plait/val.bin --pvc runs >/dev/null 2>"$WORK/w.txt" || return 1
+    ! grep -q "is a path of this host\|emptyDir" "$WORK/w.txt" || { cat "$WORK/w.txt"; return 1; }
+}
+check warns_about_paths_of_the_submitting_host test_warns_about_paths_of_the_submitting_host
+
+# Paper cuts: required options shown as required; one GPU is not "GPUs"; the
+# H100's memory in the same unit, GB (10^9 bytes), in check and render.
+test_synopsis_shows_required_options_without_brackets() {
+    "$PLAIT" k8s render --help >"$WORK/h.txt" || return 1
+    grep -q '^usage: plait k8s render PLAN --image IMG --nodes N --gpus-per-node G$' "$WORK/h.txt" &&
+        grep -q '^ *\[--name NAME\]' "$WORK/h.txt" && ! grep -q '\[--image IMG' "$WORK/h.txt" || { head -n 3 "$WORK/h.txt"; return 1; }
+    expect_error "$WORK/e.txt" 2 "missing --image IMG" "$PLAIT" k8s render "$PLAN" --nodes 1 --gpus-per-node 8
+}
+check synopsis_shows_required_options_without_brackets test_synopsis_shows_required_options_without_brackets
+
+test_one_gpu_is_said_in_the_singular() {
+    "$PLAIT" k8s render examples/plans/shakespeare.json --image x --nodes 2 --gpus-per-node 1 --set parallel.dp=auto \
+        >/dev/null 2>"$WORK/g.txt" || { cat "$WORK/g.txt"; return 1; }
+    grep -q "on 2 pods × 1 GPU;" "$WORK/g.txt" && ! grep -q "1 GPUs" "$WORK/g.txt"
+}
+check one_gpu_is_said_in_the_singular test_one_gpu_is_said_in_the_singular
+
+test_gpu_memory_is_one_unit_in_check_and_render() {
+    "$PLAIT" "${RENDER[@]}" >/dev/null 2>"$WORK/r.txt" && grep -q "of 85.90 GB device memory (GB: 10^9 bytes)" "$WORK/r.txt" ||
+        { cat "$WORK/r.txt"; return 1; }
+    # the same unit in plait check, in its GPU line too (this H100's hwloc says 81559 MiB)
+    "$PLAIT" check "$PLAN" --topology tests/topo/h100_sxm8/topology.xml --nodes 2 >"$WORK/c.txt" 2>&1
+    grep -q "device memory 85.52 GB" "$WORK/c.txt" && grep -q "HBM3 (10de:2330, named by hwloc), 85.52 GB (hwloc)" "$WORK/c.txt" &&
+        ! grep -q "GiB" "$WORK/c.txt" || { cat "$WORK/c.txt"; return 1; }
+}
+check gpu_memory_is_one_unit_in_check_and_render test_gpu_memory_is_one_unit_in_check_and_render
 
 # terminationGracePeriodSeconds: a micro-batch + a checkpoint write (twice with
 # checkpoint.async: one in the background is finished first) + 30 s; or the
@@ -303,21 +489,23 @@ test_grace_period_follows_the_checkpoint() {
 check grace_period_follows_the_checkpoint test_grace_period_follows_the_checkpoint
 
 # ---- plait check --k8s-nodes ------------------------------------------------------------
+# (micro-batches of 40: 52 GB a rank, more than an A100's 40 GiB, 42.95 GB)
 test_k8s_nodes_name_where_the_plan_fits() {
-    "$PLAIT" check "$PLAN" --k8s-nodes tests/k8s/nodes/cluster.json >"$WORK/n.txt" 2>&1 || { cat "$WORK/n.txt"; return 1; }
+    local mb=(--set batch.micro_batch=40)
+    "$PLAIT" check "$PLAN" "${mb[@]}" --k8s-nodes tests/k8s/nodes/cluster.json >"$WORK/n.txt" 2>&1 || { cat "$WORK/n.txt"; return 1; }
     grep -q "5 GPU nodes of 2 kinds (2 unschedulable or not ready, 2 without GPUs)" "$WORK/n.txt" &&
         grep -q "fits: tp 8 × pp 2 × dp 1 on 2 nodes, .*: h100-a1 h100-a2$" "$WORK/n.txt" &&
-        grep -q "does not fit: a rank of pipeline stage 0 needs .* the GPU has 40.00 GB" "$WORK/n.txt" ||
+        grep -q "does not fit: a rank of pipeline stage 0 needs .* the GPU has 42.95 GB" "$WORK/n.txt" ||
         { cat "$WORK/n.txt"; return 1; }
-    "$PLAIT" check "$PLAN" --k8s-nodes tests/k8s/nodes/cluster.json --json >"$WORK/n.json" || return 1
+    "$PLAIT" check "$PLAN" "${mb[@]}" --k8s-nodes tests/k8s/nodes/cluster.json --json >"$WORK/n.json" || return 1
     "$PY" -c '
 import json, sys
 o = json.load(open(sys.argv[1]))
 k = {x["product"]: x for x in o["kinds"]}
 h, a = k["NVIDIA-H100-80GB-HBM3"], k["NVIDIA-A100-SXM4-40GB"]
 assert h["fits"] and h["on"] == ["h100-a1", "h100-a2"] and h["layout"] == {"tp": 8, "pp": 2, "dp": 1}, h
-# the least memory of the kind: a100-c2 has no nvidia.com/gpu.memory label, its product says 40GB
-assert not a["fits"] and a["memory_bytes"] == 40 * 10**9 and a["on"] == [], a' "$WORK/n.json"
+# the least memory of the kind: a100-c2 has no nvidia.com/gpu.memory label, its product says 40GB (GiB)
+assert not a["fits"] and a["memory_bytes"] == 40 * 2**30 and a["on"] == [], a' "$WORK/n.json"
 }
 check k8s_nodes_name_where_the_plan_fits test_k8s_nodes_name_where_the_plan_fits
 

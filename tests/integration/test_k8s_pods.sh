@@ -58,11 +58,14 @@ else
 fi
 
 # render PODS RANKS_PER_POD: the manifests of the plan on PODS pods (dp fills them), cached;
-# prints the file's path.
+# prints the file's path. The Secret is rendered from a secret file made here (without
+# --secret-file the pods read one the cluster already has).
 render() {
     local yaml=$WORK/manifest-$1x$2-${GANG_TIMEOUT:-20}.yaml
+    [ -s "$WORK/store-secret" ] || head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/store-secret"
     [ -s "$yaml" ] || "$RENDER" k8s render "$WORK/plan.json" --image plait:test --name train \
         --nodes "$1" --gpus-per-node "$2" --port "$PORT" --gang-timeout "${GANG_TIMEOUT:-20}" \
+        --secret-file "$WORK/store-secret" \
         --set parallel.dp=$(($1 * $2 / 2)) >"$yaml" 2>"$yaml.log" || { cat "$yaml.log" >&2; return 1; }
     echo "$yaml"
 }
