@@ -140,14 +140,25 @@ static void check_plan(const struct plan *p)
     FUZZ_CHECK(isfinite(o->lr) && isfinite(o->eps) && isfinite(o->weight_decay) &&
                    isfinite(o->grad_clip),
                "a real that is not finite");
-    FUZZ_CHECK(o->schedule == PLAN_SCHEDULE_CONSTANT || o->schedule == PLAN_SCHEDULE_COSINE,
+    FUZZ_CHECK(o->schedule >= PLAN_SCHEDULE_CONSTANT && o->schedule <= PLAN_SCHEDULE_WSD,
                "schedule %d", (int)o->schedule);
     FUZZ_CHECK(p->steps >= 1 && o->warmup_steps >= 0 && o->warmup_steps <= p->steps,
                "warmup %d steps %d", o->warmup_steps, p->steps);
-    FUZZ_CHECK(o->schedule != PLAN_SCHEDULE_COSINE || o->warmup_steps < p->steps,
-               "cosine with warmup %d >= steps %d", o->warmup_steps, p->steps);
-    FUZZ_CHECK(p->precision == PLAN_PRECISION_FP32 || p->precision == PLAN_PRECISION_BF16,
+    int decay_end = o->decay_steps ? o->decay_steps : p->steps;
+    FUZZ_CHECK(o->schedule == PLAN_SCHEDULE_CONSTANT || o->warmup_steps < decay_end,
+               "a decaying schedule with warmup %d >= its decay's end %d", o->warmup_steps,
+               decay_end);
+    FUZZ_CHECK(o->schedule != PLAN_SCHEDULE_CONSTANT || o->decay_steps == 0,
+               "decay_steps %d with the constant schedule", o->decay_steps);
+    FUZZ_CHECK(o->decay_fraction > 0 && o->decay_fraction <= 1, "decay_fraction %g",
+               o->decay_fraction);
+    FUZZ_CHECK(p->batch.global_batch == 0 || p->batch.global_batch % p->batch.micro_batch == 0,
+               "global_batch %d micro_batch %d", p->batch.global_batch, p->batch.micro_batch);
+    FUZZ_CHECK(p->precision == PLAN_PRECISION_FP32 || p->precision == PLAN_PRECISION_BF16 ||
+                   p->precision == PLAN_PRECISION_FP8,
                "precision %d", (int)p->precision);
+    FUZZ_CHECK((p->precision == PLAN_PRECISION_FP8) == (p->fp8_scaling != PLAN_FP8_NONE),
+               "precision %d with fp8_scaling %d", (int)p->precision, (int)p->fp8_scaling);
     FUZZ_CHECK(p->recompute >= PLAN_RECOMPUTE_NONE && p->recompute <= PLAN_RECOMPUTE_FULL,
                "recompute %d", (int)p->recompute);
     FUZZ_CHECK(p->checkpoint.dir && p->checkpoint.dir[0], "checkpoint.dir empty");
