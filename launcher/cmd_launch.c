@@ -12,7 +12,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/place/env.h"
@@ -23,6 +22,7 @@
 #include "launcher/commands.h"
 #include "launcher/gang.h"
 #include "launcher/k8s/pod.h"
+#include "launcher/restart.h"
 
 const struct cli_command cmd_launch_cli = {
     .name = "launch",
@@ -52,13 +52,6 @@ static volatile sig_atomic_t signals_seen; /* bits: the stop signals this task g
 static void on_signal(int sig)
 {
     signals_seen |= 1 << sig;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* One start of this task's rank; its end, classified (gang.h). */
@@ -100,153 +93,38 @@ static enum gang_end run_rank(int rank, int restart_count, int *code, char *how,
     return gang_end_of(status, 0, (unsigned)signals_seen, rank, (int)pid, code, how, how_bytes);
 }
 
-/* ---- the step's tasks agree, through its store ----------------------------------------- */
+/* One start of this task's rank (restart_supervise's start). */
+struct task {
+    const struct env_rank *w;
+};
 
-/* The store's keys under "launch/<attempt>/": "ended" counts the tasks whose
- * rank ended, "ends" lists them ("<rank> <class> <code>;"), "cleared" says
- * task 0 cleared the abort for the next start. Counters (store_add), which the
- * server answers even when the ranks aborted the store, read by polling. */
-static int wait_count(struct store *st, const char *key, int64_t want, double deadline_s,
-                      int64_t *got, struct plait_error *err)
+static enum gang_end start_rank(void *ctx, int k, int *code, char *how, size_t how_bytes)
 {
-    for (;;) {
-        if (store_add(st, key, 0, got, err)) return -1;
-        if (*got >= want) return 0;
-        if (now_s() > deadline_s) return 1;
-        usleep(50 * 1000);
-    }
-}
-
-enum verdict { V_DONE, V_RESTART, V_FAILED, V_GONE };
-
-/* Reports this task's end and learns every task's: V_RESTART when a rank
- * was lost and none failed by itself, V_FAILED when one did (*code: this
- * task's code, or 1 for another's failure), V_GONE when a task never
- * reported within the deadline (or the store is gone), else V_DONE. */
-static enum verdict agree(struct store *st, const struct env_rank *w, int attempt,
-                          enum gang_end end, int *code, double timeout_s, char *why,
-                          size_t why_bytes)
-{
-    struct plait_error err;
-    char key[64], line[48];
-    snprintf(line, sizeof line, "%d %d %d;", w->rank, (int)end, *code);
-    snprintf(key, sizeof key, "launch/%d/ends", attempt);
-    int64_t ended = 0;
-    if (store_append(st, key, line, strlen(line), NULL, &err)) goto gone;
-    snprintf(key, sizeof key, "launch/%d/ended", attempt);
-    if (store_add(st, key, 1, NULL, &err)) goto gone;
-    int rc = wait_count(st, key, w->world, now_s() + timeout_s + 10, &ended, &err);
-    if (rc < 0) goto gone;
-    snprintf(key, sizeof key, "launch/%d/ends", attempt);
-    void *text = NULL;
-    size_t bytes;
-    if (store_get(st, key, &text, &bytes, timeout_s, &err)) goto gone;
-    bool lost = false, failed = false;
-    int reported = 0;
-    for (char *p = text; p && *p;) {
-        int r, e, c, n = 0;
-        if (sscanf(p, "%d %d %d;%n", &r, &e, &c, &n) != 3 || n == 0) break;
-        reported++;
-        lost |= e == GANG_END_LOST;
-        if (e == GANG_END_ERROR || e == GANG_END_OUTSIDE) {
-            if (!failed) snprintf(why, why_bytes, "rank %d ended with %d", r, c);
-            failed = true;
-        }
-        p += n;
-    }
-    free(text);
-    if (rc == 1) {
-        snprintf(why, why_bytes,
-                 "%d of %d tasks did not report the end of their rank within %.0f s",
-                 w->world - reported, w->world, timeout_s + 10);
-        return V_GONE;
-    }
-    if (failed) {
-        if (end != GANG_END_ERROR && end != GANG_END_OUTSIDE) *code = PLAIT_EXIT_ERROR;
-        return V_FAILED;
-    }
-    return lost ? V_RESTART : V_DONE;
-gone:
-    snprintf(why, why_bytes, "the step's store: %.900s", err.text);
-    return V_GONE;
-}
-
-/* Task 0 clears the abort the lost start left in the store; the others wait
- * for it, so that no new rank sees it. 0, or -1 (said). */
-static int clear_for_next(struct store *st, const struct env_rank *w, int attempt, double timeout_s)
-{
-    struct plait_error err;
-    char key[64];
-    snprintf(key, sizeof key, "launch/%d/cleared", attempt);
-    int64_t got = 0;
-    int rc = w->rank == 0 ? (store_abort_clear(st, &err) || store_add(st, key, 1, NULL, &err))
-                          : wait_count(st, key, 1, now_s() + timeout_s + 10, &got, &err);
-    if (rc < 0 || (rc && w->rank == 0)) {
-        log_error("launch: rank %d: the step's store: %s", w->rank, err.text);
-        return -1;
-    }
-    if (rc) {
-        log_error("launch: rank %d: task 0 did not prepare the restart within %.0f s", w->rank,
-                  timeout_s + 10);
-        return -1;
-    }
-    return 0;
+    const struct task *t = ctx;
+    return run_rank(t->w->rank, t->w->restart_count + k, code, how, how_bytes);
 }
 
 /* The rank of this task, started again while the step's ranks are lost and
- * restarts are left. Returns the task's exit code. */
+ * restarts are left (restart.h). Returns the task's exit code. */
 static int supervise(const struct env_rank *w, const struct plan *plan)
 {
-    int max = plan->checkpoint.max_restarts;
-    double timeout_s = plan->parallel.timeout_s;
-    struct store *st = NULL;
+    struct restart_member m = {.noun = "rank",
+                               .index = w->rank,
+                               .members = w->world};
     struct plait_error err;
     if (w->world > 1) {
         char host[256];
         int port;
         if (store_addr_parse(w->store_addr, host, sizeof host, &port, &err) ||
-            store_connect(&st, host, port, w->store_secret, w->rank, timeout_s, &err)) {
+            store_connect(&m.st, host, port, w->store_secret, w->rank, plan->parallel.timeout_s,
+                          &err)) {
             log_error("launch: rank %d: the step's store: %s", w->rank, err.text);
             return PLAIT_EXIT_ERROR;
         }
     }
-    int code = PLAIT_EXIT_ERROR;
-    for (int k = 0;; k++) {
-        char how[160], why[sizeof err.text + 32] = "";
-        enum gang_end end = run_rank(w->rank, w->restart_count + k, &code, how, sizeof how);
-        enum verdict v = st ? agree(st, w, k, end, &code, timeout_s, why, sizeof why)
-                         : end == GANG_END_LOST ? V_RESTART
-                                                : V_DONE;
-        if (end == GANG_END_LOST && code != PLAIT_EXIT_RESTART) /* killed: it said nothing */
-            log_error("launch: %s", how);
-        if (v == V_GONE) {
-            log_error("launch: rank %d: %s: exit %d (requeue the job to resume from the newest "
-                      "complete checkpoint)",
-                      w->rank, why, PLAIT_EXIT_RESTART);
-            code = PLAIT_EXIT_RESTART;
-            break;
-        }
-        if (v == V_FAILED && end != GANG_END_ERROR)
-            log_error("launch: rank %d: not restarting: %s", w->rank, why);
-        if (v != V_RESTART) break;
-        if (signals_seen || k >= max) {
-            log_error("launch: rank %d: a rank of the step was lost%s; the step was restarted %d "
-                      "time%s (checkpoint.max_restarts %d): exit %d",
-                      w->rank, signals_seen ? ", then a stop signal came" : "", k,
-                      k == 1 ? "" : "s", max, PLAIT_EXIT_RESTART);
-            code = PLAIT_EXIT_RESTART;
-            break;
-        }
-        if (w->rank == 0)
-            log_warn("launch: a rank of the step was lost: restarting every rank from the newest "
-                     "complete checkpoint (restart %d of %d, checkpoint.max_restarts)",
-                     k + 1, max);
-        if (st && clear_for_next(st, w, k, timeout_s)) {
-            code = PLAIT_EXIT_RESTART;
-            break;
-        }
-    }
-    store_close(st);
+    struct task t = {w};
+    int code = restart_supervise(&m, plan, start_rank, &t, &signals_seen);
+    store_close(m.st);
     return code;
 }
 
