@@ -1,5 +1,6 @@
 /* cmd_launch.c — `plait launch`: what a Slurm task (`srun plait launch`) or a
- * pod runs. In a Slurm task the env contract is already set by the SPANK
+ * pod runs. With a PLAN, one task per node of any Slurm step, no plugin
+ * needed: slurm_nodes.c. Without, the env contract is already set by the SPANK
  * plugin: this binds the process to its CPUs, makes the run directory, and
  * runs plait-train as its child, supervised: when a rank of the step is lost,
  * every task restarts its rank together, through the step's store, up to
@@ -23,25 +24,42 @@
 #include "launcher/gang.h"
 #include "launcher/k8s/pod.h"
 #include "launcher/restart.h"
+#include "launcher/slurm_nodes.h"
 
+enum { OPT_OUT };
 const struct cli_command cmd_launch_cli = {
     .name = "launch",
-    .operands = "",
+    .operands = "[PLAN]",
+    .max_operands = 1,
     .summary = "run plait-train in a Slurm task or a pod",
-    .description = "Runs in a task whose environment holds the plait env contract (sbatch\n"
-                   "--train-plan=PLAN sets it through the SPANK plugin): binds the task to\n"
-                   "PLAIT_CPUS, creates the run directory and runs plait-train. When a rank of\n"
-                   "the step is lost (killed, or exiting 76), every task restarts its rank\n"
-                   "together from the newest complete checkpoint, up to checkpoint.max_restarts\n"
-                   "times; a task that never reports (a node gone) ends the step with 76, for\n"
-                   "the batch script to requeue.\n"
+    .description = "With PLAN, in any Slurm allocation (no plugin needed): run as one task per\n"
+                   "node (srun --ntasks-per-node=1 plait launch PLAN). Task 0 hosts the\n"
+                   "rendezvous store on the first node of the step's node list (or\n"
+                   "PLAIT_STORE_HOST) and publishes its port, with a secret it makes unless\n"
+                   "PLAIT_STORE_SECRET is set, in a file of the run directory (0600; the\n"
+                   "directory must be on a file system every node shares). Every task places\n"
+                   "the plan's ranks on every node's topology and runs its node's: the plan's\n"
+                   "tp x pp x dp shared by the nodes, or, with \"auto\" degrees, one rank per\n"
+                   "GPU Slurm gave the task. A lost rank restarts every node's ranks together\n"
+                   "from the newest complete checkpoint, up to checkpoint.max_restarts times.\n"
+                   "Without PLAN, in a task whose environment holds the plait env contract\n"
+                   "(sbatch --train-plan=PLAN sets it through the SPANK plugin, which adds the\n"
+                   "site's policy and checks at submission): binds the task to PLAIT_CPUS,\n"
+                   "creates the run directory and runs plait-train, one rank per task, with the\n"
+                   "same restarts; a task that never reports (a node gone) ends the step with\n"
+                   "76, for the batch script to requeue.\n"
                    "In a Kubernetes pod (JOB_COMPLETION_INDEX and the PLAIT_K8S_* variables that\n"
                    "plait k8s render writes): meets the other pods at pod 0's store, places the\n"
                    "job's ranks on every pod's topology and runs this pod's ranks.",
     .epilog = "exit codes: 0 done, 1 error, 75 preempted after a checkpoint, 76 restart the\n"
               "gang: restarts ran out, a task never reported, (in a pod) a pod never came,\n"
               "a peer was lost or a rank failed",
-    .options = (const struct cli_option[]){{0}},
+    .options =
+        (const struct cli_option[]){
+            [OPT_OUT] = {"--out", "DIR",
+                         "with PLAN: the run directory (default $PLAIT_RUN_DIR, else\n"
+                         "$SLURM_SUBMIT_DIR/runs/slurm-<job>, the same at every requeue)"},
+            {0}},
 };
 
 static volatile sig_atomic_t signals_seen; /* bits: the stop signals this task got */
@@ -93,6 +111,19 @@ static enum gang_end run_rank(int rank, int restart_count, int *code, char *how,
     return gang_end_of(status, 0, (unsigned)signals_seen, rank, (int)pid, code, how, how_bytes);
 }
 
+/* The stop signals, noted in signals_seen (what is ignored stays ignored). */
+static void catch_stop_signals(void)
+{
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    const int stops[4] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
+    for (int i = 0; i < 4; i++) {
+        struct sigaction old;
+        if (sigaction(stops[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(stops[i], &sa, NULL);
+    }
+}
+
 /* One start of this task's rank (restart_supervise's start). */
 struct task {
     const struct env_rank *w;
@@ -133,8 +164,26 @@ int cmd_launch(int argc, char **argv)
     struct cli_args a;
     int parsed = cli_parse(&cmd_launch_cli, argc, argv, &a);
     if (parsed != CLI_CONTINUE) return parsed;
+    const char *plan_arg = NULL, *out = NULL;
+    for (int k = 0; k < a.n; k++) *(a.v[k].opt == OPT_OUT ? &out : &plan_arg) = a.v[k].value;
+    if (pod_is_kubernetes()) {
+        cli_args_free(&a);
+        return pod_launch();
+    }
+    if (plan_arg) {
+        int rc = getenv(PLAIT_ENV_RANK)
+                     ? (log_error("launch: this task already has its plan and rank from the plait "
+                                  "plugin (--train-plan): run plait launch without PLAN"),
+                        PLAIT_EXIT_USAGE)
+                     : (catch_stop_signals(), slurm_nodes_launch(plan_arg, out, &signals_seen));
+        cli_args_free(&a);
+        return rc;
+    }
+    if (out) {
+        cli_args_free(&a);
+        return cli_usage_error(&cmd_launch_cli, "--out goes with PLAN");
+    }
     cli_args_free(&a);
-    if (pod_is_kubernetes()) return pod_launch();
     const char *run_dir = getenv(PLAIT_ENV_RUN_DIR);
     const char *plan_text = getenv(PLAIT_ENV_PLAN_JSON), *plan_path = getenv(PLAIT_ENV_PLAN);
     if (!run_dir || (!plan_path && !plan_text)) {
@@ -163,14 +212,7 @@ int cmd_launch(int argc, char **argv)
         launcher_exec_runtime();
         return PLAIT_EXIT_ERROR;
     }
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    const int stops[4] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
-    for (int i = 0; i < 4; i++) {
-        struct sigaction old;
-        if (sigaction(stops[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
-            sigaction(stops[i], &sa, NULL);
-    }
+    catch_stop_signals();
     int rc = supervise(&where, plan);
     plan_free(plan);
     return rc;

@@ -274,6 +274,11 @@ static void *watch_main(void *arg)
         size_t bytes = 0;
         double t0 = now_s();
         int rc = store_get(g->watch, STORE_ABORT_KEY, &reason, &bytes, WATCH_POLL_S, &err);
+        if (rc == 0 && bytes == 0) { /* an abort cleared for this start (store_abort_clear) */
+            free(reason);
+            usleep((useconds_t)(WATCH_POLL_S * 1e6));
+            continue;
+        }
         if (rc == 0) {
             snprintf(g->lost_why, sizeof g->lost_why, "the job was aborted: %.900s",
                      (char *)reason);
@@ -366,6 +371,7 @@ static int run_ranks(struct node_gang *g, const struct rank_map *map, const stru
                                .ctx = g};
     struct gang_outcome outcome;
     gang_run_ranks(&procs, &outcome);
+    g->outside = outcome.outside;
     code = outcome.code;
     if (outcome.stopped) {
         log_error("%s %d (%s): stopped its ranks: %s; %s", g->noun, g->index, g->name,
@@ -394,7 +400,7 @@ int node_gang_run(struct node_gang *g, const struct plan *plan)
     struct nodes nodes = {0};
     struct plait_error err;
     int code;
-    g->met = false;
+    g->met = g->outside = false;
     g->deadline = now_s() + g->gang_timeout_s;
     member_name(g, g->index, g->name);
     member_name(g, 0, g->name0);

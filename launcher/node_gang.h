@@ -39,6 +39,7 @@ struct node_gang {
     char name0[NODE_GANG_NAME_BYTES];
     struct store *st;          /* the connection to the store, open until node_gang_close */
     bool met;                  /* the gang formed */
+    bool outside;              /* a stop signal from outside reached its ranks */
     /* its own */
     double deadline;           /* monotonic seconds */
     struct store *watch;
