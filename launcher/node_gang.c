@@ -6,6 +6,7 @@
  * the store, restarts. */
 #include "launcher/node_gang.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,29 @@ static double left_s(const struct node_gang *g)
 static void member_name(const struct node_gang *g, int i, char out[NODE_GANG_NAME_BYTES])
 {
     if (g->member_name(g, i, out)) snprintf(out, NODE_GANG_NAME_BYTES, "?");
+}
+
+int node_gang_env_int(const char *name, long lo, long hi, long def, long *out, const char *who,
+                      const char *if_unset)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) {
+        if (def < lo) {
+            log_error("%s: %s is not set (%s)", who, name, if_unset);
+            return -1;
+        }
+        *out = def;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || end == v || x < lo || x > hi) {
+        log_error("%s: %s=%s is not a number from %ld to %ld", who, name, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
 }
 
 /* ---- rendezvous ------------------------------------------------------------------------- */

@@ -49,6 +49,12 @@ struct node_gang {
     char lost_why[1024];
 };
 
+/* An integer variable of the launcher's environment (what Kubernetes or Slurm
+ * says of its place) in [lo, hi]; absent: def, or when def < lo an error
+ * "<who>: NAME is not set (<if_unset>)". 0, or -1 (said). */
+int node_gang_env_int(const char *name, long lo, long hi, long def, long *out, const char *who,
+                      const char *if_unset);
+
 /* One run of the gang: connects to member 0's store (retrying until the gang
  * timeout), meets the others, places the plan's layout on every member's
  * topology (the plan's degrees, "auto" chosen by the cost model; its world

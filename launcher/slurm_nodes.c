@@ -38,31 +38,13 @@ struct step {
     bool secret_from_env;
 };
 
-/* A variable Slurm sets, as a number in [lo, hi]; absent: def, or an error
- * when def < lo. */
+/* A variable Slurm sets, as a number in [lo, hi] (node_gang_env_int). */
 static int slurm_int(const char *name, long lo, long hi, long def, long *out)
 {
-    const char *v = getenv(name);
-    if (!v || !*v) {
-        if (def < lo) {
-            log_error("launch: %s is not set: plait launch PLAN runs as a task of an srun step "
-                      "(srun --ntasks-per-node=1 plait launch PLAN); on one machine, use plait "
-                      "train PLAN",
-                      name);
-            return -1;
-        }
-        *out = def;
-        return 0;
-    }
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || end == v || x < lo || x > hi) {
-        log_error("launch: %s=%s is not a number from %ld to %ld", name, v, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
+    return node_gang_env_int(name, lo, hi, def, out, "launch",
+                             "plait launch PLAN runs as a task of an srun step: srun "
+                             "--ntasks-per-node=1 plait launch PLAN; on one machine, plait train "
+                             "PLAN");
 }
 
 /* The first of the variables that is set. */

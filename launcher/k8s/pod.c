@@ -6,7 +6,6 @@
  * (cmd_launch.c, slurm_nodes.c), the manifests (k8s render). */
 #include "launcher/k8s/pod.h"
 
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,28 +37,11 @@ bool pod_is_kubernetes(void)
     return getenv(K8S_ENV_COMPLETION_INDEX) != NULL;
 }
 
-/* An integer variable of the pod's environment in [lo, hi]; absent: def, or
- * an error when def < lo. */
+/* An integer variable of the pod's environment (node_gang_env_int). */
 static int env_int(const char *name, long lo, long hi, long def, long *out)
 {
-    const char *v = getenv(name);
-    if (!v || !*v) {
-        if (def < lo) {
-            log_error("pod: %s is not set (plait k8s render writes it into every pod)", name);
-            return -1;
-        }
-        *out = def;
-        return 0;
-    }
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || end == v || x < lo || x > hi) {
-        log_error("pod: %s=%s is not a number from %ld to %ld", name, v, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
+    return node_gang_env_int(name, lo, hi, def, out, "pod",
+                             "plait k8s render writes it into every pod");
 }
 
 /* PLAIT_K8S_POD_DNS with "{index}" replaced by i. */

@@ -98,18 +98,30 @@ bypass_sbatch() {
     (cd "$WORK" && SLURM_CONF=$WORK/conf/slurm.conf sbatch "$@")
 }
 
-# with_plugin_args "KEY=VALUE..." COMMAND...: runs the command while the
-# plugin has these plugstack arguments besides the test's (sbatch and
-# slurmstepd read plugstack.conf at each launch)
-with_plugin_args() {
+# with_plugstack LINE COMMAND...: runs the command while plugstack.conf is
+# LINE (sbatch, srun and slurmstepd read it at each launch)
+with_plugstack() {
     local conf=$STATE/conf/plugstack.conf saved rc=0
     saved=$(cat "$conf")
-    printf '%s %s\n' "$saved" "$1" >"$conf"
+    printf '%s\n' "$1" >"$conf"
     shift
     "$@" || rc=$?
     printf '%s\n' "$saved" >"$conf"
     return $rc
 }
+
+# with_plugin_args "KEY=VALUE..." COMMAND...: runs the command while the
+# plugin has these plugstack arguments besides the test's
+with_plugin_args() {
+    local line
+    line="$(cat "$STATE/conf/plugstack.conf") $1"
+    shift
+    with_plugstack "$line" "$@"
+}
+
+# without_plugin COMMAND...: runs the command while plugstack.conf names no
+# plugin at all, as on a cluster whose admin never installed plait
+without_plugin() { with_plugstack "" "$@"; }
 
 # dump.sh NAME: the PLAIT_* and SLURM_SPANK_* variables of the batch script
 # (NAME.batch) and of a one-task step (NAME.step)
@@ -466,6 +478,14 @@ train_job() { # NAME PLAN [sbatch options...]: a CPU training job; prints its id
         --open-mode=append "$@" "$name.sh")
 }
 
+# same_as_plait_train NAME PLAN RUN_DIR: the run's metrics are those of the
+# same plan trained by plait train on one machine (into $WORK/NAME_local), to the bit
+same_as_plait_train() {
+    OMP_NUM_THREADS=1 "$PLAIT" train "$2" --out "$WORK/${1}_local" >"$WORK/${1}_local.log" 2>&1 ||
+        { tail "$WORK/${1}_local.log"; return 1; }
+    metrics_equal "$WORK/${1}_local/metrics.jsonl" "$3/metrics.jsonl"
+}
+
 test_training_runs_through_slurm() {
     plan "$WORK/train.json" 1 1 1 '"device": "cpu"'
     # the plan travels with the job: the file is gone when the job starts
@@ -499,9 +519,7 @@ test_3d_training_runs_across_two_nodes() {
     # every rank wrote its part of the last checkpoint
     [ "$(ls "$run/checkpoints/step_00000040_0000" | grep -c '^optim-tp[01]-pp[01]-dp[01]\.bin$')" = 8 ] ||
         { ls "$run/checkpoints/step_00000040_0000"; return 1; }
-    OMP_NUM_THREADS=1 "$PLAIT" train "$WORK/p222.json" --out "$WORK/p222_local" >"$WORK/p222_local.log" 2>&1 ||
-        { tail "$WORK/p222_local.log"; return 1; }
-    metrics_equal "$WORK/p222_local/metrics.jsonl" "$run/metrics.jsonl"
+    same_as_plait_train p222 "$WORK/p222.json" "$run"
 }
 
 # A step of several ranks started by an srun without the plugin has no store:
@@ -616,9 +634,7 @@ test_a_killed_rank_restarts_inside_the_allocation() {
     [ "$rc" = 0 ] || { grep -v '^step\|checkpoint step' "$WORK/restart.out" | tail -n 30; }
     [ -n "$again" ] || { echo "no rank 3 with PLAIT_RESTART_COUNT=1"; rc=1; }
     [ "$rc" = 0 ] || return 1
-    OMP_NUM_THREADS=1 "$PLAIT" train "$WORK/restart.json" --out "$WORK/restart_local" \
-        >"$WORK/restart_local.log" 2>&1 || { tail "$WORK/restart_local.log"; return 1; }
-    metrics_equal "$WORK/restart_local/metrics.jsonl" "$run/metrics.jsonl"
+    same_as_plait_train restart "$WORK/restart.json" "$run"
 }
 
 # A task gone (kill -9 of its plait launch, as a node that is lost takes it):
@@ -664,18 +680,6 @@ test_preempted_3d_job_checkpoints_requeues_and_resumes() {
 
 # ---- srun plait launch PLAN, with no plait plugin in plugstack ----------------------------
 
-# without_plugin COMMAND...: runs the command while plugstack.conf names no
-# plugin at all (sbatch, srun and slurmstepd read it at each launch), as on a
-# cluster whose admin never installed plait
-without_plugin() {
-    local conf=$STATE/conf/plugstack.conf saved rc=0
-    saved=$(cat "$conf")
-    : >"$conf"
-    "$@" || rc=$?
-    printf '%s\n' "$saved" >"$conf"
-    return $rc
-}
-
 # noplugin_job NAME PLAN [sbatch options...]: srun --ntasks-per-node=1 plait
 # launch PLAN on both nodes, the run in $WORK/runs/NAME; prints the job's id.
 # The nodes' names (node1, node2) are not host names here (NodeAddr is
@@ -686,13 +690,6 @@ noplugin_job() {
     (cd "$WORK" && sbatch --parsable -N2 -o "$WORK/$name.out" --open-mode=append \
         --export=ALL,OMP_NUM_THREADS=1,PLAIT_STORE_HOST=127.0.0.1 "$@" \
         --wrap "srun --ntasks-per-node=1 $PLAIT launch $planfile --out $WORK/runs/$name")
-}
-
-# same_as_plait_train NAME PLAN: the run's metrics are those of plait train's, to the bit
-same_as_plait_train() {
-    OMP_NUM_THREADS=1 "$PLAIT" train "$2" --out "$WORK/${1}_local" >"$WORK/${1}_local.log" 2>&1 ||
-        { tail "$WORK/${1}_local.log"; return 1; }
-    metrics_equal "$WORK/${1}_local/metrics.jsonl" "$WORK/runs/$1/metrics.jsonl"
 }
 
 # tp 2 × dp 2 on two nodes, one task each: task 0 hosts the store, each node
@@ -710,7 +707,7 @@ test_srun_launch_plan_trains_across_nodes_without_the_plugin() {
     ! grep -q spank_plait "$WORK/nop.out" || { echo "the plugin ran"; return 1; }
     # the published store is gone with the step
     ! ls "$WORK/runs/nop"/store-* 2>/dev/null || return 1
-    same_as_plait_train nop "$WORK/nop.json"
+    same_as_plait_train nop "$WORK/nop.json" "$WORK/runs/nop"
 }
 
 # A rank killed (kill -9 of its plait-train): both nodes restart their ranks
@@ -742,7 +739,7 @@ test_srun_launch_plan_restarts_a_killed_rank_without_the_plugin() {
     grep -q "^step 300/300" "$WORK/nokill.out" || rc=1
     [ -n "$again" ] || { echo "no rank 3 with PLAIT_RESTART_COUNT=1"; rc=1; }
     [ "$rc" = 0 ] || { grep -v '^step\|checkpoint step' "$WORK/nokill.out" | tail -n 30; return 1; }
-    same_as_plait_train nokill "$WORK/nokill.json"
+    same_as_plait_train nokill "$WORK/nokill.json" "$WORK/runs/nokill"
 }
 
 # SIGTERM to the step (scancel --signal=TERM, as a preemption sends it): every
@@ -769,7 +766,7 @@ test_srun_launch_plan_checkpoints_on_sigterm_and_resumes_without_the_plugin() {
         grep -q "resuming from $run/checkpoints/$stopped_at" "$WORK/noterm.out" &&
         grep -q '^step 300/300' "$WORK/noterm.out" ||
         { echo "no resume from $stopped_at"; grep -v '^step' "$WORK/noterm.out" | tail -n 30; return 1; }
-    same_as_plait_train noterm "$WORK/noterm.json"
+    same_as_plait_train noterm "$WORK/noterm.json" "$WORK/runs/noterm"
 }
 
 # A plugin built with another Slurm release's spank.h (21.08 here) refuses to run, saying
