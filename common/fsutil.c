@@ -109,12 +109,16 @@ bool fs_same_file(const char *a, const char *b)
     return same;
 }
 
-int fs_write_atomic(const char *path, const void *data, size_t bytes, struct plait_error *err)
+/* fs_write_atomic, its temporary file opened with these flags and mode. */
+static int write_atomic(const char *path, const void *data, size_t bytes, int flags, mode_t mode,
+                        struct plait_error *err)
 {
     char tmp[4096];
     int len = snprintf(tmp, sizeof tmp, "%s.tmp", path);
     if (len < 0 || (size_t)len >= sizeof tmp) return error_set(err, "%s: path too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if ((flags & O_EXCL) && unlink(tmp) != 0 && errno != ENOENT)
+        return error_errno(err, "removing %s", tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_CLOEXEC | flags, mode);
     if (fd < 0) return error_errno(err, "creating %s", tmp);
     const char *p = data;
     size_t left = bytes;
@@ -150,6 +154,16 @@ fail:
     if (fd >= 0) close(fd);
     unlink(tmp);
     return -1;
+}
+
+int fs_write_atomic(const char *path, const void *data, size_t bytes, struct plait_error *err)
+{
+    return write_atomic(path, data, bytes, O_TRUNC, 0666, err);
+}
+
+int fs_write_private(const char *path, const void *data, size_t bytes, struct plait_error *err)
+{
+    return write_atomic(path, data, bytes, O_EXCL, 0600, err);
 }
 
 int fs_open_regular(const char *path, struct plait_error *err)

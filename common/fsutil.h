@@ -35,6 +35,9 @@ bool fs_same_file(const char *a, const char *b);
 
 /* Writes bytes to path through path.tmp, fsync, rename, fsync(dir). */
 int fs_write_atomic(const char *path, const void *data, size_t bytes, struct plait_error *err);
+/* The same, readable and writable by its owner alone (0600 from its creation:
+ * a secret is never in a file others could read, even for a moment). */
+int fs_write_private(const char *path, const void *data, size_t bytes, struct plait_error *err);
 
 /* Opens path for reading if it is a regular file (never blocking on a FIFO,
  * never reading a directory): an fd, or -1 with err saying what it is. */

@@ -1,5 +1,6 @@
 /* cmd_launch.c — `plait launch`: what a Slurm task (`srun plait launch`) or a
- * pod runs. In a Slurm task the env contract is already set by the SPANK
+ * pod runs. With a PLAN, one task per node of any Slurm step, no plugin
+ * needed: slurm_nodes.c. Without, the env contract is already set by the SPANK
  * plugin: this binds the process to its CPUs, makes the run directory, and
  * runs plait-train as its child, supervised: when a rank of the step is lost,
  * every task restarts its rank together, through the step's store, up to
@@ -12,7 +13,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/place/env.h"
@@ -23,25 +23,43 @@
 #include "launcher/commands.h"
 #include "launcher/gang.h"
 #include "launcher/k8s/pod.h"
+#include "launcher/restart.h"
+#include "launcher/slurm_nodes.h"
 
+enum { OPT_OUT };
 const struct cli_command cmd_launch_cli = {
     .name = "launch",
-    .operands = "",
+    .operands = "[PLAN]",
+    .max_operands = 1,
     .summary = "run plait-train in a Slurm task or a pod",
-    .description = "Runs in a task whose environment holds the plait env contract (sbatch\n"
-                   "--train-plan=PLAN sets it through the SPANK plugin): binds the task to\n"
-                   "PLAIT_CPUS, creates the run directory and runs plait-train. When a rank of\n"
-                   "the step is lost (killed, or exiting 76), every task restarts its rank\n"
-                   "together from the newest complete checkpoint, up to checkpoint.max_restarts\n"
-                   "times; a task that never reports (a node gone) ends the step with 76, for\n"
-                   "the batch script to requeue.\n"
+    .description = "With PLAN, in any Slurm allocation (no plugin needed): run as one task per\n"
+                   "node (srun --ntasks-per-node=1 plait launch PLAN). Task 0 hosts the\n"
+                   "rendezvous store on the first node of the step's node list (or\n"
+                   "PLAIT_STORE_HOST) and publishes its port, with a secret it makes unless\n"
+                   "PLAIT_STORE_SECRET is set, in a file of the run directory (0600; the\n"
+                   "directory must be on a file system every node shares). Every task places\n"
+                   "the plan's ranks on every node's topology and runs its node's: the plan's\n"
+                   "tp x pp x dp shared by the nodes, or, with \"auto\" degrees, one rank per\n"
+                   "GPU Slurm gave the task. A lost rank restarts every node's ranks together\n"
+                   "from the newest complete checkpoint, up to checkpoint.max_restarts times.\n"
+                   "Without PLAN, in a task whose environment holds the plait env contract\n"
+                   "(sbatch --train-plan=PLAN sets it through the SPANK plugin, which adds the\n"
+                   "site's policy and checks at submission): binds the task to PLAIT_CPUS,\n"
+                   "creates the run directory and runs plait-train, one rank per task, with the\n"
+                   "same restarts; a task that never reports (a node gone) ends the step with\n"
+                   "76, for the batch script to requeue.\n"
                    "In a Kubernetes pod (JOB_COMPLETION_INDEX and the PLAIT_K8S_* variables that\n"
                    "plait k8s render writes): meets the other pods at pod 0's store, places the\n"
                    "job's ranks on every pod's topology and runs this pod's ranks.",
     .epilog = "exit codes: 0 done, 1 error, 75 preempted after a checkpoint, 76 restart the\n"
               "gang: restarts ran out, a task never reported, (in a pod) a pod never came,\n"
               "a peer was lost or a rank failed",
-    .options = (const struct cli_option[]){{0}},
+    .options =
+        (const struct cli_option[]){
+            [OPT_OUT] = {"--out", "DIR",
+                         "with PLAN: the run directory (default $PLAIT_RUN_DIR, else\n"
+                         "$SLURM_SUBMIT_DIR/runs/slurm-<job>, the same at every requeue)"},
+            {0}},
 };
 
 static volatile sig_atomic_t signals_seen; /* bits: the stop signals this task got */
@@ -52,13 +70,6 @@ static volatile sig_atomic_t signals_seen; /* bits: the stop signals this task g
 static void on_signal(int sig)
 {
     signals_seen |= 1 << sig;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* One start of this task's rank; its end, classified (gang.h). */
@@ -100,153 +111,51 @@ static enum gang_end run_rank(int rank, int restart_count, int *code, char *how,
     return gang_end_of(status, 0, (unsigned)signals_seen, rank, (int)pid, code, how, how_bytes);
 }
 
-/* ---- the step's tasks agree, through its store ----------------------------------------- */
-
-/* The store's keys under "launch/<attempt>/": "ended" counts the tasks whose
- * rank ended, "ends" lists them ("<rank> <class> <code>;"), "cleared" says
- * task 0 cleared the abort for the next start. Counters (store_add), which the
- * server answers even when the ranks aborted the store, read by polling. */
-static int wait_count(struct store *st, const char *key, int64_t want, double deadline_s,
-                      int64_t *got, struct plait_error *err)
+/* The stop signals, noted in signals_seen (what is ignored stays ignored). */
+static void catch_stop_signals(void)
 {
-    for (;;) {
-        if (store_add(st, key, 0, got, err)) return -1;
-        if (*got >= want) return 0;
-        if (now_s() > deadline_s) return 1;
-        usleep(50 * 1000);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    const int stops[4] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
+    for (int i = 0; i < 4; i++) {
+        struct sigaction old;
+        if (sigaction(stops[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(stops[i], &sa, NULL);
     }
 }
 
-enum verdict { V_DONE, V_RESTART, V_FAILED, V_GONE };
+/* One start of this task's rank (restart_supervise's start). */
+struct task {
+    const struct env_rank *w;
+};
 
-/* Reports this task's end and learns every task's: V_RESTART when a rank
- * was lost and none failed by itself, V_FAILED when one did (*code: this
- * task's code, or 1 for another's failure), V_GONE when a task never
- * reported within the deadline (or the store is gone), else V_DONE. */
-static enum verdict agree(struct store *st, const struct env_rank *w, int attempt,
-                          enum gang_end end, int *code, double timeout_s, char *why,
-                          size_t why_bytes)
+static enum gang_end start_rank(void *ctx, int k, int *code, char *how, size_t how_bytes)
 {
-    struct plait_error err;
-    char key[64], line[48];
-    snprintf(line, sizeof line, "%d %d %d;", w->rank, (int)end, *code);
-    snprintf(key, sizeof key, "launch/%d/ends", attempt);
-    int64_t ended = 0;
-    if (store_append(st, key, line, strlen(line), NULL, &err)) goto gone;
-    snprintf(key, sizeof key, "launch/%d/ended", attempt);
-    if (store_add(st, key, 1, NULL, &err)) goto gone;
-    int rc = wait_count(st, key, w->world, now_s() + timeout_s + 10, &ended, &err);
-    if (rc < 0) goto gone;
-    snprintf(key, sizeof key, "launch/%d/ends", attempt);
-    void *text = NULL;
-    size_t bytes;
-    if (store_get(st, key, &text, &bytes, timeout_s, &err)) goto gone;
-    bool lost = false, failed = false;
-    int reported = 0;
-    for (char *p = text; p && *p;) {
-        int r, e, c, n = 0;
-        if (sscanf(p, "%d %d %d;%n", &r, &e, &c, &n) != 3 || n == 0) break;
-        reported++;
-        lost |= e == GANG_END_LOST;
-        if (e == GANG_END_ERROR || e == GANG_END_OUTSIDE) {
-            if (!failed) snprintf(why, why_bytes, "rank %d ended with %d", r, c);
-            failed = true;
-        }
-        p += n;
-    }
-    free(text);
-    if (rc == 1) {
-        snprintf(why, why_bytes,
-                 "%d of %d tasks did not report the end of their rank within %.0f s",
-                 w->world - reported, w->world, timeout_s + 10);
-        return V_GONE;
-    }
-    if (failed) {
-        if (end != GANG_END_ERROR && end != GANG_END_OUTSIDE) *code = PLAIT_EXIT_ERROR;
-        return V_FAILED;
-    }
-    return lost ? V_RESTART : V_DONE;
-gone:
-    snprintf(why, why_bytes, "the step's store: %.900s", err.text);
-    return V_GONE;
-}
-
-/* Task 0 clears the abort the lost start left in the store; the others wait
- * for it, so that no new rank sees it. 0, or -1 (said). */
-static int clear_for_next(struct store *st, const struct env_rank *w, int attempt, double timeout_s)
-{
-    struct plait_error err;
-    char key[64];
-    snprintf(key, sizeof key, "launch/%d/cleared", attempt);
-    int64_t got = 0;
-    int rc = w->rank == 0 ? (store_abort_clear(st, &err) || store_add(st, key, 1, NULL, &err))
-                          : wait_count(st, key, 1, now_s() + timeout_s + 10, &got, &err);
-    if (rc < 0 || (rc && w->rank == 0)) {
-        log_error("launch: rank %d: the step's store: %s", w->rank, err.text);
-        return -1;
-    }
-    if (rc) {
-        log_error("launch: rank %d: task 0 did not prepare the restart within %.0f s", w->rank,
-                  timeout_s + 10);
-        return -1;
-    }
-    return 0;
+    const struct task *t = ctx;
+    return run_rank(t->w->rank, t->w->restart_count + k, code, how, how_bytes);
 }
 
 /* The rank of this task, started again while the step's ranks are lost and
- * restarts are left. Returns the task's exit code. */
+ * restarts are left (restart.h). Returns the task's exit code. */
 static int supervise(const struct env_rank *w, const struct plan *plan)
 {
-    int max = plan->checkpoint.max_restarts;
-    double timeout_s = plan->parallel.timeout_s;
-    struct store *st = NULL;
+    struct restart_member m = {.noun = "rank",
+                               .index = w->rank,
+                               .members = w->world};
     struct plait_error err;
     if (w->world > 1) {
         char host[256];
         int port;
         if (store_addr_parse(w->store_addr, host, sizeof host, &port, &err) ||
-            store_connect(&st, host, port, w->store_secret, w->rank, timeout_s, &err)) {
+            store_connect(&m.st, host, port, w->store_secret, w->rank, plan->parallel.timeout_s,
+                          &err)) {
             log_error("launch: rank %d: the step's store: %s", w->rank, err.text);
             return PLAIT_EXIT_ERROR;
         }
     }
-    int code = PLAIT_EXIT_ERROR;
-    for (int k = 0;; k++) {
-        char how[160], why[sizeof err.text + 32] = "";
-        enum gang_end end = run_rank(w->rank, w->restart_count + k, &code, how, sizeof how);
-        enum verdict v = st ? agree(st, w, k, end, &code, timeout_s, why, sizeof why)
-                         : end == GANG_END_LOST ? V_RESTART
-                                                : V_DONE;
-        if (end == GANG_END_LOST && code != PLAIT_EXIT_RESTART) /* killed: it said nothing */
-            log_error("launch: %s", how);
-        if (v == V_GONE) {
-            log_error("launch: rank %d: %s: exit %d (requeue the job to resume from the newest "
-                      "complete checkpoint)",
-                      w->rank, why, PLAIT_EXIT_RESTART);
-            code = PLAIT_EXIT_RESTART;
-            break;
-        }
-        if (v == V_FAILED && end != GANG_END_ERROR)
-            log_error("launch: rank %d: not restarting: %s", w->rank, why);
-        if (v != V_RESTART) break;
-        if (signals_seen || k >= max) {
-            log_error("launch: rank %d: a rank of the step was lost%s; the step was restarted %d "
-                      "time%s (checkpoint.max_restarts %d): exit %d",
-                      w->rank, signals_seen ? ", then a stop signal came" : "", k,
-                      k == 1 ? "" : "s", max, PLAIT_EXIT_RESTART);
-            code = PLAIT_EXIT_RESTART;
-            break;
-        }
-        if (w->rank == 0)
-            log_warn("launch: a rank of the step was lost: restarting every rank from the newest "
-                     "complete checkpoint (restart %d of %d, checkpoint.max_restarts)",
-                     k + 1, max);
-        if (st && clear_for_next(st, w, k, timeout_s)) {
-            code = PLAIT_EXIT_RESTART;
-            break;
-        }
-    }
-    store_close(st);
+    struct task t = {w};
+    int code = restart_supervise(&m, plan, start_rank, &t, &signals_seen);
+    store_close(m.st);
     return code;
 }
 
@@ -255,8 +164,26 @@ int cmd_launch(int argc, char **argv)
     struct cli_args a;
     int parsed = cli_parse(&cmd_launch_cli, argc, argv, &a);
     if (parsed != CLI_CONTINUE) return parsed;
+    const char *plan_arg = NULL, *out = NULL;
+    for (int k = 0; k < a.n; k++) *(a.v[k].opt == OPT_OUT ? &out : &plan_arg) = a.v[k].value;
+    if (pod_is_kubernetes()) {
+        cli_args_free(&a);
+        return pod_launch();
+    }
+    if (plan_arg) {
+        int rc = getenv(PLAIT_ENV_RANK)
+                     ? (log_error("launch: this task already has its plan and rank from the plait "
+                                  "plugin (--train-plan): run plait launch without PLAN"),
+                        PLAIT_EXIT_USAGE)
+                     : (catch_stop_signals(), slurm_nodes_launch(plan_arg, out, &signals_seen));
+        cli_args_free(&a);
+        return rc;
+    }
+    if (out) {
+        cli_args_free(&a);
+        return cli_usage_error(&cmd_launch_cli, "--out goes with PLAN");
+    }
     cli_args_free(&a);
-    if (pod_is_kubernetes()) return pod_launch();
     const char *run_dir = getenv(PLAIT_ENV_RUN_DIR);
     const char *plan_text = getenv(PLAIT_ENV_PLAN_JSON), *plan_path = getenv(PLAIT_ENV_PLAN);
     if (!run_dir || (!plan_path && !plan_text)) {
@@ -285,14 +212,7 @@ int cmd_launch(int argc, char **argv)
         launcher_exec_runtime();
         return PLAIT_EXIT_ERROR;
     }
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    const int stops[4] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
-    for (int i = 0; i < 4; i++) {
-        struct sigaction old;
-        if (sigaction(stops[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
-            sigaction(stops[i], &sa, NULL);
-    }
+    catch_stop_signals();
     int rc = supervise(&where, plan);
     plan_free(plan);
     return rc;

@@ -52,8 +52,11 @@ test_unknown_and_malformed_options() {
         "$PLAIT" data prepare a.txt a.bin --val-fraction 0.2 || return 1
     expect_error "$WORK/u7.log" 2 "^plait: error: data prepare: missing TEXT OUT.bin" \
         "$PLAIT" data prepare a.txt || return 1
-    expect_error "$WORK/u8.log" 2 "^plait: error: launch: unexpected argument 'x'" \
-        "$PLAIT" launch x || return 1
+    # launch takes one PLAN (srun plait launch PLAN, without the plugin), never two
+    expect_error "$WORK/u8.log" 2 "^plait: error: launch: unexpected argument 'y'" \
+        "$PLAIT" launch x y || return 1
+    expect_error "$WORK/u8b.log" 2 "^plait: error: launch: --out goes with PLAN" \
+        "$PLAIT" launch --out d || return 1
     expect_error "$WORK/u9.log" 2 "^plait: error: unknown command 'data bogus'" \
         "$PLAIT" data bogus || return 1
     expect_error "$WORK/u10.log" 2 "^plait: error: unknown command '-x'" "$PLAIT" -x || return 1

@@ -98,18 +98,30 @@ bypass_sbatch() {
     (cd "$WORK" && SLURM_CONF=$WORK/conf/slurm.conf sbatch "$@")
 }
 
-# with_plugin_args "KEY=VALUE..." COMMAND...: runs the command while the
-# plugin has these plugstack arguments besides the test's (sbatch and
-# slurmstepd read plugstack.conf at each launch)
-with_plugin_args() {
+# with_plugstack LINE COMMAND...: runs the command while plugstack.conf is
+# LINE (sbatch, srun and slurmstepd read it at each launch)
+with_plugstack() {
     local conf=$STATE/conf/plugstack.conf saved rc=0
     saved=$(cat "$conf")
-    printf '%s %s\n' "$saved" "$1" >"$conf"
+    printf '%s\n' "$1" >"$conf"
     shift
     "$@" || rc=$?
     printf '%s\n' "$saved" >"$conf"
     return $rc
 }
+
+# with_plugin_args "KEY=VALUE..." COMMAND...: runs the command while the
+# plugin has these plugstack arguments besides the test's
+with_plugin_args() {
+    local line
+    line="$(cat "$STATE/conf/plugstack.conf") $1"
+    shift
+    with_plugstack "$line" "$@"
+}
+
+# without_plugin COMMAND...: runs the command while plugstack.conf names no
+# plugin at all, as on a cluster whose admin never installed plait
+without_plugin() { with_plugstack "" "$@"; }
 
 # dump.sh NAME: the PLAIT_* and SLURM_SPANK_* variables of the batch script
 # (NAME.batch) and of a one-task step (NAME.step)
@@ -466,6 +478,14 @@ train_job() { # NAME PLAN [sbatch options...]: a CPU training job; prints its id
         --open-mode=append "$@" "$name.sh")
 }
 
+# same_as_plait_train NAME PLAN RUN_DIR: the run's metrics are those of the
+# same plan trained by plait train on one machine (into $WORK/NAME_local), to the bit
+same_as_plait_train() {
+    OMP_NUM_THREADS=1 "$PLAIT" train "$2" --out "$WORK/${1}_local" >"$WORK/${1}_local.log" 2>&1 ||
+        { tail "$WORK/${1}_local.log"; return 1; }
+    metrics_equal "$WORK/${1}_local/metrics.jsonl" "$3/metrics.jsonl"
+}
+
 test_training_runs_through_slurm() {
     plan "$WORK/train.json" 1 1 1 '"device": "cpu"'
     # the plan travels with the job: the file is gone when the job starts
@@ -499,9 +519,7 @@ test_3d_training_runs_across_two_nodes() {
     # every rank wrote its part of the last checkpoint
     [ "$(ls "$run/checkpoints/step_00000040_0000" | grep -c '^optim-tp[01]-pp[01]-dp[01]\.bin$')" = 8 ] ||
         { ls "$run/checkpoints/step_00000040_0000"; return 1; }
-    OMP_NUM_THREADS=1 "$PLAIT" train "$WORK/p222.json" --out "$WORK/p222_local" >"$WORK/p222_local.log" 2>&1 ||
-        { tail "$WORK/p222_local.log"; return 1; }
-    metrics_equal "$WORK/p222_local/metrics.jsonl" "$run/metrics.jsonl"
+    same_as_plait_train p222 "$WORK/p222.json" "$run"
 }
 
 # A step of several ranks started by an srun without the plugin has no store:
@@ -616,9 +634,7 @@ test_a_killed_rank_restarts_inside_the_allocation() {
     [ "$rc" = 0 ] || { grep -v '^step\|checkpoint step' "$WORK/restart.out" | tail -n 30; }
     [ -n "$again" ] || { echo "no rank 3 with PLAIT_RESTART_COUNT=1"; rc=1; }
     [ "$rc" = 0 ] || return 1
-    OMP_NUM_THREADS=1 "$PLAIT" train "$WORK/restart.json" --out "$WORK/restart_local" \
-        >"$WORK/restart_local.log" 2>&1 || { tail "$WORK/restart_local.log"; return 1; }
-    metrics_equal "$WORK/restart_local/metrics.jsonl" "$run/metrics.jsonl"
+    same_as_plait_train restart "$WORK/restart.json" "$run"
 }
 
 # A task gone (kill -9 of its plait launch, as a node that is lost takes it):
@@ -660,6 +676,97 @@ test_preempted_job_checkpoints_requeues_and_resumes() {
 test_preempted_3d_job_checkpoints_requeues_and_resumes() {
     long_plan "$WORK/long222.json" 2 2 2 '"device": "cpu", "zero": 1'
     preempt_and_resume low222 "$WORK/long222.json" -N2 --ntasks-per-node=4 --export=ALL,OMP_NUM_THREADS=1
+}
+
+# ---- srun plait launch PLAN, with no plait plugin in plugstack ----------------------------
+
+# noplugin_job NAME PLAN [sbatch options...]: srun --ntasks-per-node=1 plait
+# launch PLAN on both nodes, the run in $WORK/runs/NAME; prints the job's id.
+# The nodes' names (node1, node2) are not host names here (NodeAddr is
+# 127.0.0.1), so PLAIT_STORE_HOST says where node1 is, as on such a cluster.
+noplugin_job() {
+    local name=$1 planfile=$2
+    shift 2
+    (cd "$WORK" && sbatch --parsable -N2 -o "$WORK/$name.out" --open-mode=append \
+        --export=ALL,OMP_NUM_THREADS=1,PLAIT_STORE_HOST=127.0.0.1 "$@" \
+        --wrap "srun --ntasks-per-node=1 $PLAIT launch $planfile --out $WORK/runs/$name")
+}
+
+# tp 2 × dp 2 on two nodes, one task each: task 0 hosts the store, each node
+# runs its two ranks placed on its own topology, and the metrics are plait
+# train's of the same plan, to the bit.
+test_srun_launch_plan_trains_across_nodes_without_the_plugin() {
+    plan "$WORK/nop.json" 2 1 2 '"device": "cpu"'
+    local job
+    job=$(noplugin_job nop "$WORK/nop.json") || return 1
+    wait_state "$job" COMPLETED FAILED || return 1
+    [ "$(job_state "$job")" = COMPLETED ] && grep -q '^step 40/40' "$WORK/nop.out" &&
+        grep -q "launch: node 0 (node1) hosts the step's store at 127.0.0.1:" "$WORK/nop.out" &&
+        grep -q "node 1 (node2): the gang of 2 nodes is complete" "$WORK/nop.out" ||
+        { cat "$WORK/nop.out"; return 1; }
+    ! grep -q spank_plait "$WORK/nop.out" || { echo "the plugin ran"; return 1; }
+    # the published store is gone with the step
+    ! ls "$WORK/runs/nop"/store-* 2>/dev/null || return 1
+    same_as_plait_train nop "$WORK/nop.json" "$WORK/runs/nop"
+}
+
+# A rank killed (kill -9 of its plait-train): both nodes restart their ranks
+# together inside the step, with PLAIT_RESTART_COUNT 1, from the newest
+# complete checkpoint; the metrics are plait train's, to the bit. While it
+# runs, the store's secret is in a file only its owner reads, never on a
+# command line.
+test_srun_launch_plan_restarts_a_killed_rank_without_the_plugin() {
+    plan "$WORK/nokill.json" 2 1 2 '"device": "cpu"'
+    sed -i 's/"steps": 40/"steps": 300/' "$WORK/nokill.json"
+    local job run=$WORK/runs/nokill victim again rc=0 secret
+    job=$(noplugin_job nokill "$WORK/nokill.json") || return 1
+    victim=$(find_process "$run/checkpoints/step_00000020_0000" "plait-train" PLAIT_RANK=3 \
+        "SLURM_JOB_ID=$job")
+    [ -n "$victim" ] || { echo "no rank 3 of job $job"; scancel "$job"; cat "$WORK/nokill.out"; return 1; }
+    [ "$(stat -c %a "$run"/store-"$job".*)" = 600 ] || { ls -l "$run"; rc=1; }
+    secret=$(sed -n 2p "$run"/store-"$job".*)
+    ps -eo args >"$WORK/nokill.ps"
+    [ "${#secret}" = 64 ] && ! grep -qF "$secret" "$WORK/nokill.ps" || { echo "no secret, or on a command line"; rc=1; }
+    kill -9 "$victim"
+    again=$(find_process "$run" "plait-train" PLAIT_RANK=3 PLAIT_RESTART_COUNT=1 "SLURM_JOB_ID=$job")
+    wait_state "$job" COMPLETED FAILED || rc=1
+    [ "$(job_state "$job")" = COMPLETED ] || rc=1
+    # (named by its launcher, or by the peers that lost it first)
+    grep -Eq "rank 3 \(pid $victim\) was killed by signal 9|global rank 3, host node2, pid $victim\) is gone" \
+        "$WORK/nokill.out" || rc=1
+    grep -q "restarting every rank from the newest complete checkpoint (restart 1 of 3" \
+        "$WORK/nokill.out" || rc=1
+    grep -q "^step 300/300" "$WORK/nokill.out" || rc=1
+    [ -n "$again" ] || { echo "no rank 3 with PLAIT_RESTART_COUNT=1"; rc=1; }
+    [ "$rc" = 0 ] || { grep -v '^step\|checkpoint step' "$WORK/nokill.out" | tail -n 30; return 1; }
+    same_as_plait_train nokill "$WORK/nokill.json" "$WORK/runs/nokill"
+}
+
+# SIGTERM to the step (scancel --signal=TERM, as a preemption sends it): every
+# rank checkpoints, the step ends with 75; the same command again resumes
+# from that checkpoint and ends with plait train's metrics, to the bit.
+test_srun_launch_plan_checkpoints_on_sigterm_and_resumes_without_the_plugin() {
+    plan "$WORK/noterm.json" 2 1 2 '"device": "cpu"'
+    sed -i 's/"steps": 40/"steps": 300/' "$WORK/noterm.json"
+    local job run=$WORK/runs/noterm stopped_at
+    job=$(noplugin_job noterm "$WORK/noterm.json") || return 1
+    for _ in $(seq 600); do
+        [ -f "$run/metrics.jsonl" ] && [ "$(grep -c '"step"' "$run/metrics.jsonl")" -ge 20 ] && break
+        sleep 0.1
+    done
+    scancel --signal=TERM "$job"
+    wait_state "$job" COMPLETED FAILED || { scancel "$job"; return 1; }
+    grep -q "stopped by SIGTERM; a checkpoint was written" "$WORK/noterm.out" &&
+        grep -q "srun: error: .*Exited with exit code 75" "$WORK/noterm.out" ||
+        { grep -v '^step' "$WORK/noterm.out" | tail -n 30; return 1; }
+    stopped_at=$(ls "$run/checkpoints" | tail -n 1)
+    job=$(noplugin_job noterm "$WORK/noterm.json") || return 1
+    wait_state "$job" COMPLETED FAILED || return 1
+    [ "$(job_state "$job")" = COMPLETED ] &&
+        grep -q "resuming from $run/checkpoints/$stopped_at" "$WORK/noterm.out" &&
+        grep -q '^step 300/300' "$WORK/noterm.out" ||
+        { echo "no resume from $stopped_at"; grep -v '^step' "$WORK/noterm.out" | tail -n 30; return 1; }
+    same_as_plait_train noterm "$WORK/noterm.json" "$WORK/runs/noterm"
 }
 
 # A plugin built with another Slurm release's spank.h (21.08 here) refuses to run, saying
@@ -708,3 +815,9 @@ check a_task_gone_ends_the_step_with_76 test_a_task_gone_ends_the_step_with_76
 check preempted_job_checkpoints_requeues_and_resumes test_preempted_job_checkpoints_requeues_and_resumes
 check preempted_3d_job_checkpoints_requeues_and_resumes test_preempted_3d_job_checkpoints_requeues_and_resumes
 finish
+check srun_launch_plan_trains_across_nodes_without_the_plugin \
+    without_plugin test_srun_launch_plan_trains_across_nodes_without_the_plugin
+check srun_launch_plan_restarts_a_killed_rank_without_the_plugin \
+    without_plugin test_srun_launch_plan_restarts_a_killed_rank_without_the_plugin
+check srun_launch_plan_checkpoints_on_sigterm_and_resumes_without_the_plugin \
+    without_plugin test_srun_launch_plan_checkpoints_on_sigterm_and_resumes_without_the_plugin
