@@ -1,7 +1,7 @@
 /* dump.c — step 1's logits and gradients, whole, for the PyTorch referee
  * (PLAIT_DUMP_STEP1): gathered from the ranks' vocabulary and tp × pp × dp
  * shards into llm.c's order. A debugging path: simple, not fast. The forward
- * that leaves the logits is the training loop's (train.c). */
+ * that leaves the logits is the training loop's (train_batches.c). */
 #include "runtime/dump.h"
 
 #include <stdlib.h>

@@ -81,18 +81,92 @@ static void resolve_layout(struct plan *plan, const struct env_rank *w, const ch
     if (par->dp == PLAN_AUTO) par->dp = w->dp;
 }
 
+/* plait-train with an argument: --version, --selftest, --help; anything
+ * else is a usage error. Returns the exit code. */
+static int command_line(const char *arg)
+{
+    if (!strcmp(arg, "--version")) {
+        printf("plait-train %s\n", PLAIT_VERSION);
+        return PLAIT_EXIT_OK;
+    }
+    if (!strcmp(arg, "--selftest")) return selftest_run(stdout);
+    usage(strcmp(arg, "--help") ? stderr : stdout);
+    return strcmp(arg, "--help") ? PLAIT_EXIT_USAGE : PLAIT_EXIT_OK;
+}
+
+/* Rank 0 reports; the others speak only of trouble. */
+static void quiet_other_ranks(const struct env_rank *where)
+{
+    if (where->rank == 0) return;
+    char prefix[48];
+    snprintf(prefix, sizeof prefix, "plait-train[rank %d]", where->rank);
+    log_set_prefix(prefix);
+    log_set_quiet(1);
+    if (!freopen("/dev/null", "w", stdout)) log_warn("cannot quiet stdout");
+}
+
+static void install_stop_signals(void)
+{
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    /* Ctrl-C, a closed terminal; not where ignored (nohup, a shell's background job) */
+    const int polite[2] = {SIGINT, SIGHUP};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction old;
+        if (sigaction(polite[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(polite[i], &sa, NULL);
+    }
+    signal(SIGPIPE, SIG_IGN); /* a closed pipe or terminal ends the printing, not the run */
+}
+
+/* PLAIT_CONSOLE (plait train --json, --quiet): rank 0's console. */
+static void set_console(const struct env_rank *where)
+{
+    const char *console = getenv(PLAIT_ENV_CONSOLE);
+    console_mode = console && !strcmp(console, "json")    ? CONSOLE_JSON
+                   : console && !strcmp(console, "quiet") ? CONSOLE_QUIET
+                                                          : CONSOLE_PROGRESS;
+    if (where->rank == 0) {
+        announce = 1;
+        if (console_mode == CONSOLE_QUIET) log_set_quiet(1);
+    }
+}
+
+/* The run's outcome said (a lost peer, an error, a stop), and the exit code
+ * of train_run's rc. */
+static int say_how_it_ended(int rc, const struct plait_error *err)
+{
+    if (rc < 0 && err->peer_lost)
+        log_error("a peer was lost (exit %d: restart the gang from the newest checkpoint): %s",
+                  PLAIT_EXIT_RESTART, err->text);
+    else if (rc < 0)
+        log_error("%s", err->text);
+    if (rc == PLAIT_EXIT_PREEMPTED)
+        log_info("stopped by SIG%s; a checkpoint was written: run the same command again to "
+                 "resume",
+                 sigabbrev_np(train_stop_signal) ? sigabbrev_np(train_stop_signal) : "TERM");
+    return rc >= 0 ? rc : err->peer_lost ? PLAIT_EXIT_RESTART : PLAIT_EXIT_ERROR;
+}
+
+/* How it ended, for plait status (not when another process holds the run, nor
+ * when a first start failed and left no run directory behind). */
+static void record_end(const struct env_rank *where, const char *run_dir, int code, int rc,
+                       struct plait_error *err)
+{
+    struct stat run_st;
+    struct run_end end;
+    runend_of(&end, code, train_stop_signal, rc < 0 ? err->text : "");
+    if (where->rank == 0 && train_run_held && stat(run_dir, &run_st) == 0 &&
+        runend_write(run_dir, &end, err))
+        log_warn("%s", err->text);
+}
+
 int main(int argc, char **argv)
 {
     log_set_prefix("plait-train");
-    if (argc > 1) {
-        if (!strcmp(argv[1], "--version")) {
-            printf("plait-train %s\n", PLAIT_VERSION);
-            return PLAIT_EXIT_OK;
-        }
-        if (!strcmp(argv[1], "--selftest")) return selftest_run(stdout);
-        usage(strcmp(argv[1], "--help") ? stderr : stdout);
-        return strcmp(argv[1], "--help") ? PLAIT_EXIT_USAGE : PLAIT_EXIT_OK;
-    }
+    if (argc > 1) return command_line(argv[1]);
     const char *plan_path = getenv(PLAIT_ENV_PLAN), *run_dir = getenv(PLAIT_ENV_RUN_DIR);
     const char *plan_text = getenv(PLAIT_ENV_PLAN_JSON);
     if ((!plan_path && !plan_text) || !run_dir || !*run_dir) {
@@ -107,34 +181,9 @@ int main(int argc, char **argv)
         log_error("%s", err.text);
         return PLAIT_EXIT_ERROR;
     }
-    if (where.rank > 0) { /* rank 0 reports; the others speak only of trouble */
-        char prefix[48];
-        snprintf(prefix, sizeof prefix, "plait-train[rank %d]", where.rank);
-        log_set_prefix(prefix);
-        log_set_quiet(1);
-        if (!freopen("/dev/null", "w", stdout)) log_warn("cannot quiet stdout");
-    }
-    struct sigaction sa = {.sa_handler = on_stop_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
-    /* Ctrl-C, a closed terminal; not where ignored (nohup, a shell's background job) */
-    const int polite[2] = {SIGINT, SIGHUP};
-    for (int i = 0; i < 2; i++) {
-        struct sigaction old;
-        if (sigaction(polite[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
-            sigaction(polite[i], &sa, NULL);
-    }
-    signal(SIGPIPE, SIG_IGN); /* a closed pipe or terminal ends the printing, not the run */
-    const char *console = getenv(PLAIT_ENV_CONSOLE);
-    console_mode = console && !strcmp(console, "json")    ? CONSOLE_JSON
-                   : console && !strcmp(console, "quiet") ? CONSOLE_QUIET
-                                                          : CONSOLE_PROGRESS;
-    if (where.rank == 0) {
-        announce = 1;
-        if (console_mode == CONSOLE_QUIET) log_set_quiet(1);
-    }
-
+    quiet_other_ranks(&where);
+    install_stop_signals();
+    set_console(&where);
     /* the text first: a launcher that checked a plan passes it as text, and a
      * path the user exported must not replace it */
     struct plan *plan = plan_text
@@ -148,24 +197,8 @@ int main(int argc, char **argv)
     resolve_layout(plan, &where, run_dir);
     char *plan_json = plan_to_json(plan);
     int rc = train_run(plan, plan_json, run_dir, &where, &err);
-    if (rc < 0 && err.peer_lost)
-        log_error("a peer was lost (exit %d: restart the gang from the newest checkpoint): %s",
-                  PLAIT_EXIT_RESTART, err.text);
-    else if (rc < 0)
-        log_error("%s", err.text);
-    if (rc == PLAIT_EXIT_PREEMPTED)
-        log_info("stopped by SIG%s; a checkpoint was written: run the same command again to "
-                 "resume",
-                 sigabbrev_np(train_stop_signal) ? sigabbrev_np(train_stop_signal) : "TERM");
-    int code = rc >= 0 ? rc : err.peer_lost ? PLAIT_EXIT_RESTART : PLAIT_EXIT_ERROR;
-    /* how it ended, for plait status (not when another process holds the run, nor
-     * when a first start failed and left no run directory behind) */
-    struct stat run_st;
-    struct run_end end;
-    runend_of(&end, code, train_stop_signal, rc < 0 ? err.text : "");
-    if (where.rank == 0 && train_run_held && stat(run_dir, &run_st) == 0 &&
-        runend_write(run_dir, &end, &err))
-        log_warn("%s", err.text);
+    int code = say_how_it_ended(rc, &err);
+    record_end(&where, run_dir, code, rc, &err);
     free(plan_json);
     plan_free(plan);
     console_stop();

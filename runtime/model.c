@@ -176,61 +176,82 @@ static int act_buffer(struct model *m, enum gpt2_act a)
     return 0;
 }
 
-int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2_part *part,
-               const struct group *tp, const struct ops *ops, struct ops_ctx *ctx,
-               const struct model_shape *shape, struct plait_error *err)
+/* The settings the model keeps from its shape and its backend. */
+static void model_settings(struct model *m, const struct gpt2_config *cfg, const struct group *tp,
+                           const struct ops *ops, struct ops_ctx *ctx,
+                           const struct model_shape *shape)
 {
-    int B = shape->B, T = shape->T, n_slots = shape->slots;
-    enum plan_precision precision = shape->precision;
-    memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->ops = ops;
     m->ctx = ctx;
-    m->B = B;
-    m->T = T;
-    m->precision = precision;
+    m->B = shape->B;
+    m->T = shape->T;
+    m->precision = shape->precision;
     m->fp8_scaling = shape->fp8_scaling == PLAN_FP8_BLOCK ? FP8_SCALING_BLOCK : FP8_SCALING_TENSOR;
     m->recompute = shape->recompute;
     m->split_backward = shape->split_backward;
     m->tp = tp ? *tp : (struct group){.size = 1};
+}
+
+/* fp8 needs the backend's fp8 products. */
+static int check_fp8_ops(const struct ops *ops, enum plan_precision precision,
+                         struct plait_error *err)
+{
     if (precision == PLAN_PRECISION_FP8 &&
         (!ops->matmul_forward_fp8 || !ops->matmul_backward_fp8 || !ops->quantize_fp8))
         return error_set(err,
                          "precision: the %s backend has no fp8 matrix products (fp8 runs on "
                          "the cpu backend, emulated, or on a GPU of sm_89 or later)",
                          ops->name);
-    if (gpt2_shard_init(&m->shard, cfg, part, err)) return -1;
+    return 0;
+}
+
+/* The shape against the part and the tp group the model was given. */
+static int check_shape(const struct model *m, const struct gpt2_part *part,
+                       const struct model_shape *shape, struct plait_error *err)
+{
     if (m->tp.size != part->tp || m->tp.rank != part->tp_rank)
         return error_set(err,
                          "model: its tensor-parallel group (rank %d of %d) is not its part's "
                          "(rank %d of %d)",
                          m->tp.rank, m->tp.size, part->tp_rank, part->tp);
-    if (n_slots < 1 || n_slots > 1 << 16)
-        return error_set(err, "model: %d micro-batches in flight", n_slots);
+    if (shape->slots < 1 || shape->slots > 1 << 16)
+        return error_set(err, "model: %d micro-batches in flight", shape->slots);
     if (shape->dp < 1 || shape->dp_rank < 0 || shape->dp_rank >= shape->dp || shape->zero < 0 ||
         shape->zero > 2)
         return error_set(err, "model: data-parallel rank %d of %d, ZeRO stage %d", shape->dp_rank,
                          shape->dp, shape->zero);
     if (shape->sequence_parallel && part->tp == 1)
         return error_set(err, "model: sequence parallelism needs a tensor-parallel group");
-    m->sp = shape->sequence_parallel;
-    struct gpt2_memory_shape ms = {.B = B,
-                                   .T = T,
-                                   .precision = precision,
+    return 0;
+}
+
+/* What the shard holds in memory (common/gpt2/gpt2_memory.c), the count the
+ * allocations must match. */
+static int count_memory(struct model *m, const struct model_shape *shape, struct plait_error *err)
+{
+    struct gpt2_memory_shape ms = {.B = shape->B,
+                                   .T = shape->T,
+                                   .precision = shape->precision,
                                    .fp8_scaling = shape->fp8_scaling,
                                    .recompute = shape->recompute,
-                                   .slots = n_slots,
+                                   .slots = shape->slots,
                                    .chunks = m->shard.part.chunks,
                                    .dp = shape->dp,
                                    .zero = shape->zero,
                                    .sequence_parallel = m->sp,
                                    .split_backward = m->split_backward,
-                                   .fused_attention = ops->attention_forward_fused != NULL};
-    if (gpt2_memory(&m->shard, &ms, &m->mem, err)) return -1;
+                                   .fused_attention = m->ops->attention_forward_fused != NULL};
+    return gpt2_memory(&m->shard, &ms, &m->mem, err);
+}
+
+/* This rank's sizes: its tp part of the hidden width, heads and vocabulary,
+ * its layers and slots, its data-parallel slice. */
+static void shard_sizes(struct model *m, const struct gpt2_config *cfg,
+                        const struct gpt2_part *part, const struct model_shape *shape)
+{
     m->Cl = cfg->hidden / part->tp;
     m->NHl = cfg->heads / part->tp;
-    m->attention_bf16 = precision != PLAN_PRECISION_FP32 && ops->attention_bf16_takes &&
-                        ops->attention_bf16_takes(cfg->hidden / cfg->heads);
     m->Vpl = cfg->padded_vocab / part->tp;
     m->v0 = part->tp_rank * m->Vpl;
     int real = cfg->vocab - m->v0;
@@ -239,20 +260,26 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     m->n_layers = part->layer_end - part->layer_begin; /* of each chunk */
     m->first = m->shard.first;
     m->last = m->shard.last;
-    m->n_slots = n_slots;
+    m->n_slots = shape->slots;
     m->deferred_slot = -1;
-    size_t P = m->shard.total, N = (size_t)B * (size_t)T;
     m->dp = shape->dp;
     m->dp_rank = shape->dp_rank;
     m->zero = m->mem.zero;
     m->n_padded = m->mem.padded;
     m->slice_n = m->mem.slice;
     m->slice_at = m->zero ? (size_t)m->dp_rank * m->slice_n : 0;
+}
 
-    m->slots = calloc((size_t)n_slots, sizeof *m->slots);
-    if (!m->slots) goto oom;
-    for (int s = 0; s < n_slots; s++)
-        if (!(m->slots[s].layer = calloc((size_t)m->n_layers, sizeof *m->slots[s].layer))) goto oom;
+/* The slots, the parameters, gradients and optimizer state (a slice of them
+ * with ZeRO), their bf16 or fp8 copies, the activations, the losses. false:
+ * out of memory. */
+static bool allocate(struct model *m)
+{
+    m->slots = calloc((size_t)m->n_slots, sizeof *m->slots);
+    if (!m->slots) return false;
+    for (int s = 0; s < m->n_slots; s++)
+        if (!(m->slots[s].layer = calloc((size_t)m->n_layers, sizeof *m->slots[s].layer)))
+            return false;
     size_t S = m->slice_n, Pp = m->n_padded;
     struct model_bytes *a = &m->allocated;
     bool ok = (m->params = dev_alloc(m, Pp * sizeof(float), &a->params)) &&
@@ -261,9 +288,9 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
               (m->adam_v = dev_alloc(m, S * sizeof(float), &a->optimizer)) &&
               (!m->zero || ((m->grad_slice = dev_alloc(m, S * sizeof(float), &a->grads)) &&
                             (m->slice_tmp = dev_alloc(m, S * sizeof(float), &a->optimizer))));
-    if (ok && precision == PLAN_PRECISION_BF16)
+    if (ok && m->precision == PLAN_PRECISION_BF16)
         ok = (m->params16 = dev_alloc(m, Pp * sizeof(uint16_t), &a->params)) != NULL;
-    if (ok && precision == PLAN_PRECISION_FP8) {
+    if (ok && m->precision == PLAN_PRECISION_FP8) {
         size_t layers = (size_t)gpt2_shard_layers(&m->shard);
         fp8_layout(m);
         ok =
@@ -273,28 +300,51 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
              (m->wte16 = dev_alloc(m, m->mem.lm_head16 * sizeof(uint16_t), &a->params)));
     }
     for (int i = 0; ok && i < GPT2_ACTS; i++) ok = act_buffer(m, i) == 0;
-    if (!ok) goto oom;
-    m->losses_host = calloc(N, sizeof(float));
-    if (!m->losses_host) goto oom;
-    if (a->params != m->mem.params || a->grads != m->mem.grads ||
-        a->optimizer != m->mem.optimizer || a->activations != m->mem.activations) {
-        struct model_bytes want = {m->mem.params, m->mem.grads, m->mem.optimizer,
-                                   m->mem.activations};
-        model_free(m);
-        return error_set(err,
-                         "model: allocated %llu/%llu/%llu/%llu bytes of parameters, gradients, "
-                         "optimizer state, activations; common/gpt2/gpt2_memory.c counts "
-                         "%llu/%llu/%llu/%llu (a bug: the two must agree)",
-                         (unsigned long long)a->params, (unsigned long long)a->grads,
-                         (unsigned long long)a->optimizer, (unsigned long long)a->activations,
-                         (unsigned long long)want.params, (unsigned long long)want.grads,
-                         (unsigned long long)want.optimizer, (unsigned long long)want.activations);
-    }
-    return 0;
-oom:
+    if (!ok) return false;
+    m->losses_host = calloc((size_t)m->B * (size_t)m->T, sizeof(float));
+    return m->losses_host != NULL;
+}
+
+/* What was allocated must be what common/gpt2/gpt2_memory.c counts. */
+static int check_allocated(struct model *m, struct plait_error *err)
+{
+    const struct model_bytes *a = &m->allocated;
+    if (a->params == m->mem.params && a->grads == m->mem.grads &&
+        a->optimizer == m->mem.optimizer && a->activations == m->mem.activations)
+        return 0;
+    struct model_bytes want = {m->mem.params, m->mem.grads, m->mem.optimizer, m->mem.activations};
     model_free(m);
-    return error_set(err, "out of memory for a GPT-2 of %zu parameters with micro-batch %d×%d", P,
-                     B, T);
+    return error_set(err,
+                     "model: allocated %llu/%llu/%llu/%llu bytes of parameters, gradients, "
+                     "optimizer state, activations; common/gpt2/gpt2_memory.c counts "
+                     "%llu/%llu/%llu/%llu (a bug: the two must agree)",
+                     (unsigned long long)a->params, (unsigned long long)a->grads,
+                     (unsigned long long)a->optimizer, (unsigned long long)a->activations,
+                     (unsigned long long)want.params, (unsigned long long)want.grads,
+                     (unsigned long long)want.optimizer, (unsigned long long)want.activations);
+}
+
+int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2_part *part,
+               const struct group *tp, const struct ops *ops, struct ops_ctx *ctx,
+               const struct model_shape *shape, struct plait_error *err)
+{
+    memset(m, 0, sizeof *m);
+    model_settings(m, cfg, tp, ops, ctx, shape);
+    if (check_fp8_ops(ops, shape->precision, err) || gpt2_shard_init(&m->shard, cfg, part, err) ||
+        check_shape(m, part, shape, err))
+        return -1;
+    m->sp = shape->sequence_parallel;
+    if (count_memory(m, shape, err)) return -1;
+    shard_sizes(m, cfg, part, shape);
+    /* the attention kernel: the bf16 tensor cores' where the backend takes this head size */
+    m->attention_bf16 = shape->precision != PLAN_PRECISION_FP32 && ops->attention_bf16_takes &&
+                        ops->attention_bf16_takes(cfg->hidden / cfg->heads);
+    if (!allocate(m)) {
+        model_free(m);
+        return error_set(err, "out of memory for a GPT-2 of %zu parameters with micro-batch %d×%d",
+                         m->shard.total, shape->B, shape->T);
+    }
+    return check_allocated(m, err);
 }
 
 void model_free(struct model *m)

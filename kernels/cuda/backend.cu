@@ -297,7 +297,7 @@ static struct ops_ctx *cuda_open(int device, char *errbuf, size_t errbuf_bytes)
         goto fail;
     }
     ctx->cc = prop.major * 10 + prop.minor;
-    if (ctx->cc < CU_FP8_MIN_CC) { /* no fp8 tensor cores: train.c says so (one device a process) */
+    if (ctx->cc < CU_FP8_MIN_CC) { /* no fp8 tensor cores: device.c says so, one device a process */
         cuda_ops.matmul_forward_fp8 = NULL;
         cuda_ops.matmul_backward_fp8 = NULL;
         cuda_ops.quantize_fp8 = NULL;

@@ -4,7 +4,7 @@
  * recompute policy and every pipeline schedule (interleaved: v chunks a
  * stage, a slot holding one chunk's layers). The allocations are counted
  * at the backend (a CPU ops table whose alloc adds up every request), not by
- * the model's own bookkeeping; the model is built the way train.c builds it. */
+ * the model's own bookkeeping; the model is built the way train_setup.c builds it. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -58,7 +58,7 @@ static struct plan *small_plan(void)
                    " \"steps\": 1}");
 }
 
-/* The rank (tp_rank, stage, dp_rank) of layout l as train.c builds it: its
+/* The rank (tp_rank, stage, dp_rank) of layout l as train_setup.c builds it: its
  * part, the schedule's slots for its stage. 0, or -1 when model_init refused
  * (err says why). *bytes gets what the backend was asked for. */
 static int build_rank(const struct plan *p, struct cost_layout l, int tp_rank, int stage,

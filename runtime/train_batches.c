@@ -1,0 +1,228 @@
+/* train_batches.c — a training step's micro-batches: this rank's share of the
+ * data fed to the pipeline executor (pipeline.c), what follows each backward
+ * (ZeRO 2's reduction, the buckets), the stops agreed between micro-batches,
+ * the gradient sums the pipeline's ends share; and the forward-only passes
+ * through the stages (evaluation, PLAIT_DUMP_STEP1). The optimizer step and
+ * the loop are train.c's. */
+#include "runtime/train_batches.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/dump.h"
+#include "runtime/optim.h"
+#include "runtime/report.h"
+#include "runtime/train.h" // defines: train_stop_signal
+#include "runtime/train_save.h"
+
+/* One micro-batch forward only, through the pipeline's stages in turn (with
+ * chunks, stage 0..pp-1 through chunk 0, then chunk 1, ...), in slot 0 under
+ * its own tag (tag + c·2^24 into chunk c): the first stage embeds tokens,
+ * the last keeps the logits and, with targets, puts the mean loss in *loss. */
+static int forward_through_stages(struct trainer *t, uint32_t tag, const int32_t *tokens,
+                                  const int32_t *targets, double *loss, struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    int B = p->batch.micro_batch, T = p->model.seq_len, pp = t->where->pp, s = t->where->pp_rank;
+    size_t NC = model_stage_floats(&t->m, B, T); /* this rank's rows, sequence parallel */
+    struct pipe_link link = parallel_pipe_link(&t->par);
+    for (int c = 0; c < t->m.chunks; c++) {
+        bool embeds = t->m.first && c == 0, heads = t->m.last && c == t->m.chunks - 1;
+        t->m.slots[0].chunk = c;
+        if (!embeds && link.recv(link.ctx, s == 0 ? pp - 1 : s - 1, tag + ((uint32_t)c << 24),
+                                 model_stage_input(&t->m, 0), NC, err))
+            return -1;
+        if (model_stage_forward(&t->m, 0, tokens, targets, B, T, 0.0f, loss, err)) return -1;
+        if (!heads && link.send(link.ctx, s == pp - 1 ? 0 : s + 1,
+                                tag + ((uint32_t)(s == pp - 1 ? c + 1 : c) << 24),
+                                model_stage_output(&t->m, 0), NC, false, err))
+            return -1;
+    }
+    t->m.slots[0].chunk = 0;
+    return link.flush ? link.flush(link.ctx, err) : 0;
+}
+
+/* Mean loss over val_batches micro-batches from the start of the validation
+ * data. Returns 1 when interrupted by a stop request, 0 when done. */
+static int evaluate_batches(struct trainer *t, struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    double sum = 0;
+    if (t->reads_data) data_rewind(&t->val);
+    for (int i = 0; i < p->data.val_batches; i++) {
+        /* one rank stops the evaluation alone; a job evaluates to the end */
+        if (train_stop_signal && !t->multi) return 1;
+        double loss = 0;
+        if (t->reads_data && data_next(&t->val, t->inputs, t->targets, err)) {
+            t->data_failed = true;
+            return error_prefix(err, "data.val: ");
+        }
+        if (forward_through_stages(t, 0x40000000u + (uint32_t)i, t->inputs, t->targets, &loss, err))
+            return -1;
+        sum += loss;
+    }
+    if (t->multi) { /* the last stage's, to everyone (tp ranks agree; one counts) */
+        double v = t->m.last && t->where->tp_rank == 0 && t->where->dp_rank == 0 ? sum : 0;
+        if (t->par.g_world.allreduce_f64(t->par.g_world.ctx, &v, 1, err)) return -1;
+        sum = v;
+    }
+    double val = sum / p->data.val_batches;
+    return t->where->rank == 0 ? report_eval(t, val, err) : 0;
+}
+
+/* Evaluation's forward passes are not training time: kept out of the profile. */
+int train_evaluate(struct trainer *t, struct plait_error *err)
+{
+    t->m.prof.paused++;
+    int rc = evaluate_batches(t, err);
+    t->m.prof.paused--;
+    return rc;
+}
+
+int train_dump_step1(struct trainer *t, struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    int B = p->batch.micro_batch, T = p->model.seq_len;
+    t->m.prof.paused++;
+    int rc = forward_through_stages(t, 0x50000000u, t->dump_tokens, NULL, NULL, err) ||
+                     dump_logits(&t->m, t->dump_dir, B, T, err) ||
+                     dump_grads(&t->m, &t->par.g_world, t->dump_dir, err)
+                 ? -1
+                 : 0;
+    t->m.prof.paused--;
+    return rc;
+}
+
+/* The feed of the step's micro-batches: this rank's share of the data (the
+ * developer's dump of step 1 keeps its first micro-batch's tokens). */
+struct step_feed {
+    struct trainer *t;
+    int step;
+};
+
+static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
+                     struct plait_error *err)
+{
+    struct step_feed *f = ctx;
+    struct trainer *t = f->t;
+    const struct plan *p = t->plan;
+    int rc;
+    PROF(&t->m.prof, PROF_DATA,
+         rc = data_next_of(&t->train, t->where->dp_rank, t->where->dp, tokens, targets, err));
+    if (rc) {
+        t->data_failed = true;
+        return error_prefix(err, "data.train: ");
+    }
+    if (t->slow_read_s > 0) {
+        struct timespec ts = {(time_t)t->slow_read_s,
+                              (long)(1e9 * (t->slow_read_s - (time_t)t->slow_read_s))};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
+    if (t->dump_dir && f->step == t->dump_step && micro == 0 && t->st.micro == 0)
+        memcpy(t->dump_tokens, tokens,
+               (size_t)p->batch.micro_batch * p->model.seq_len * sizeof *tokens);
+    return 0;
+}
+
+int train_tied_sum(struct trainer *t, struct plait_error *err)
+{
+    if (t->where->pp == 1 || !(t->m.first || t->m.last)) return 0;
+    return parallel_sum_ends(&t->par, t->m.grads + gpt2_shard_offset(&t->m.shard, GPT2_WTE, 0),
+                             t->m.shard.elems[GPT2_WTE], err);
+}
+
+/* The gradients that more than one rank computed a term of: the tied wte's
+ * between the pipeline's ends, and with sequence parallelism the LayerNorms'
+ * over tp. */
+static int shared_sums(struct trainer *t, struct plait_error *err)
+{
+    return model_sum_layernorm_grads(&t->m, err) || train_tied_sum(t, err) ? -1 : 0;
+}
+
+/* After each micro-batch: ZeRO 2's reduction, its count, the fault
+ * injection. */
+static int after_micro(void *ctx, int micro, struct plait_error *err)
+{
+    struct step_feed *f = ctx;
+    struct trainer *t = f->t;
+    const struct plan *p = t->plan;
+    (void)micro;
+    /* ZeRO 2: this micro-batch's gradients into the slice. In buckets started
+     * during its backward: the tied wte's sum before the embeddings' bucket,
+     * the LayerNorms' over tp in the slice; else both before the reduction. */
+    int B = p->batch.micro_batch, T = p->model.seq_len;
+    if (t->m.zero == 2 && t->bucketed) {
+        if ((t->hooked ? train_tied_sum(t, err) : shared_sums(t, err)) ||
+            buckets_finish(&t->buckets, B, T, t->hooked, err))
+            return -1;
+        t->buckets.accumulate = true; /* the next micro-batch's adds */
+    } else if (t->m.zero == 2) {
+        struct optim_groups g = {.dp = &t->par.g_dp, .mp = &t->par.g_mp};
+        if (shared_sums(t, err) || optim_reduce_micro(&t->m, &g, t->st.micro > 0, err)) return -1;
+    }
+    t->st.micro++;
+    t->st.tokens += (int64_t)p->batch.micro_batch * p->model.seq_len * t->where->dp;
+    if (++t->micro_done == t->signal_after_micro) raise(SIGTERM);
+    return 0;
+}
+
+/* A stop between micro-batches (the executor's agreement, pipeline.c): this
+ * rank's wish, and, on the first stage, every first-stage rank's (with pp = 1,
+ * every rank's). */
+static bool wants_stop(void *ctx)
+{
+    (void)ctx;
+    return train_stop_signal != 0;
+}
+
+static int agree_stop(void *ctx, int *stop, struct plait_error *err)
+{
+    struct step_feed *f = ctx;
+    *stop = *stop || train_stop_signal;
+    return f->t->multi ? parallel_max_stage(&f->t->par, stop, err) : 0;
+}
+
+int train_micro_batches(struct trainer *t, int s, float grad_scale, struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    int A = p->batch.grad_accum, left = A - t->st.micro, done = 0;
+    struct schedule resumed, *sched = &t->sched;
+    if (left < A) { /* resumed mid-step: the rest of it, through the same kind of schedule */
+        if (schedule_make(&resumed, t->sched.kind, t->sched.pp, left, t->sched.v, err)) return -1;
+        sched = &resumed;
+    }
+    struct step_feed f = {t, s};
+    struct pipe_feed feed = {feed_next, &f};
+    struct pipe_link link = parallel_pipe_link(&t->par);
+    struct pipe_step how = {.B = p->batch.micro_batch,
+                            .T = p->model.seq_len,
+                            .grad_scale = grad_scale,
+                            .accumulate = t->st.micro > 0 && t->m.zero < 2,
+                            .overwrite_each = t->m.zero == 2,
+                            .after_backward = after_micro,
+                            .agree_stop = agree_stop,
+                            .wants_stop = wants_stop,
+                            .ctx = &f};
+    /* the gradient sum starts during the last backward; not in a step whose
+     * gradients are dumped (the dump shows this rank's own) */
+    t->hooked = t->bucketed && !(t->dump_dir && t->st.step == t->dump_step && t->st.micro == 0);
+    if (t->hooked) {
+        how.grads_final = buckets_ready;
+        how.grads_ctx = &t->buckets;
+    }
+    if (t->bucketed) t->buckets.accumulate = t->m.zero == 2 && t->st.micro > 0;
+    double loss_sum = 0;
+    t->data_failed = false;
+    int rc = pipeline_step(&t->m, sched, t->where->pp_rank, &link, &feed, &how, &loss_sum, &done,
+                           &t->times, err);
+    if (sched == &resumed) schedule_free(&resumed);
+    if (rc && t->bucketed) buckets_drop(&t->buckets);
+    t->st.loss_sum += loss_sum;
+    if (rc && t->data_failed) return train_save_failing(t, err);
+    if (rc) return error_prefix(err, "step %d, micro-batch %d: ", s + 1, t->st.micro + 1);
+    if (t->st.micro < A && !train_stop_signal) train_stop_signal = SIGTERM; /* another rank's */
+    return t->st.micro < A ? 1 : 0;
+}

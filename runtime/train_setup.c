@@ -1,0 +1,299 @@
+/* train_setup.c — one rank's training run as it starts: the layout checked,
+ * the device and the other ranks, the run directory, the pipeline schedule,
+ * the model shard and what a step needs beside it, the state (the newest
+ * checkpoint's, or fresh weights), the data, the developer's switches; and
+ * as it ends, all of it given back. The loop is train.c's. */
+#include "runtime/train_setup.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/place/cost.h" // defines: cost_stage_part
+#include "common/place/env.h"
+#include "common/place/gpu.h" // defines: gpu_flops_per_token
+#include "runtime/ckpt.h"
+#include "runtime/ckpt_parts.h"
+#include "runtime/ckpt_resume.h" // defines: ckpt_load_latest, ckpt_parts_load
+#include "runtime/device.h"
+#include "runtime/gpt2.h"
+#include "runtime/profile.h" // defines: prof_now
+#include "runtime/report.h"
+#include "runtime/run_dir.h"
+
+/* The layout the launcher gave this rank must be the plan's ("auto" is
+ * whatever the launcher chose); this runtime trains it on one rank so far. */
+static int check_layout(const struct plan *p, const struct env_rank *where, struct plait_error *err)
+{
+    const struct {
+        const char *name;
+        int plan, env;
+    } d[] = {{"tp", p->parallel.tp, where->tp},
+             {"pp", p->parallel.pp, where->pp},
+             {"dp", p->parallel.dp, where->dp}};
+    for (size_t k = 0; k < sizeof d / sizeof d[0]; k++)
+        if (d[k].plan != PLAN_AUTO && d[k].plan != d[k].env)
+            return error_set(err,
+                             "%s: parallel.%s is %d, but the launcher started this rank in a "
+                             "layout with %s %d (PLAIT_%c%c)",
+                             p->source, d[k].name, d[k].plan, d[k].name, d[k].env,
+                             d[k].name[0] - 32, d[k].name[1] - 32);
+    const struct plan_parallel *par = &p->parallel;
+    if (par->sequence_parallel && where->tp == 1)
+        return error_set(err,
+                         "%s: parallel.sequence_parallel needs tensor parallelism, but the "
+                         "launcher chose tp 1 for parallel.tp \"auto\" (set parallel.tp)",
+                         p->source);
+    return 0;
+}
+
+/* The whole model in llm.c order (from model.init, or initialised from the
+ * seed), then this rank's shard of it. */
+static int init_weights(struct trainer *t, struct plait_error *err)
+{
+    const struct plan_model *pm = &t->plan->model;
+    struct gpt2_layout full_layout;
+    gpt2_layout(&t->m.cfg, &full_layout); /* addressable: the plan checked it */
+    float *full = malloc(full_layout.total * sizeof(float));
+    float *shard = malloc(t->m.shard.total * sizeof(float));
+    int rc = 0;
+    if (!full || !shard) {
+        rc = error_set(err, "out of memory for %zu parameters", full_layout.total);
+    } else if (pm->init) {
+        if (gpt2_read_llmc(pm->init, &t->m.cfg, full, NULL, err))
+            rc = error_prefix(err, "model.init: ");
+    } else {
+        gpt2_init_weights(&t->m.cfg, &full_layout, full, pm->seed);
+    }
+    if (rc == 0) {
+        gpt2_shard_copy(&t->m.shard, full, shard, true);
+        model_set_params(&t->m, shard);
+    }
+    free(full);
+    free(shard);
+    return rc;
+}
+
+/* This rank's device and the other ranks: the launcher's layout checked
+ * against the plan, the op backend, the collectives' backend, the
+ * communicators. */
+static int connect_ranks(struct trainer *t, struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    const struct env_rank *w = t->where;
+    if (check_layout(p, w, err)) return -1;
+    if (!(t->ops = device_open(p, w, &t->ctx, err))) return -1;
+    struct parallel_device dev = {.ops = t->ops, .ctx = t->ctx};
+    if (device_comm_backend(p, w, t->ops, &dev.backend, err)) return -1;
+    if (parallel_init(&t->par, w, p->parallel.timeout_s, &dev, err)) return -1;
+    t->par_ready = true;
+    return 0;
+}
+
+/* The pipeline schedule of a step, and its bubble simulated as plait check
+ * does (pp > 1). */
+static int make_schedule(struct trainer *t, struct plait_error *err)
+{
+    if (schedule_make_for_plan(&t->sched, t->plan, t->where->pp, err)) return -1;
+    t->sched_ready = true;
+    struct sched_sim sim;
+    if (schedule_simulate_textbook(&t->sched, &sim, err)) return -1;
+    t->bubble_sim = t->where->pp > 1 ? sim.bubble : -1;
+    return 0;
+}
+
+/* This rank's model shard: its stage's layers, its tp part, room for the
+ * micro-batches its stage holds at once. */
+static int make_model(struct trainer *t, struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    const struct env_rank *w = t->where;
+    struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
+    struct gpt2_part part = cost_stage_part(p, w->tp, w->tp_rank, w->pp, w->pp_rank);
+    struct model_shape shape = {.B = p->batch.micro_batch,
+                                .T = p->model.seq_len,
+                                .precision = p->precision,
+                                .fp8_scaling = p->fp8_scaling,
+                                .recompute = p->recompute,
+                                .slots = schedule_max_in_flight(&t->sched, w->pp_rank),
+                                .dp = w->dp,
+                                .dp_rank = w->dp_rank,
+                                .zero = p->parallel.zero,
+                                .split_backward = t->sched.split_backward,
+                                .sequence_parallel = p->parallel.sequence_parallel};
+    t->rss_before_model = report_proc_status_bytes("VmRSS");
+    if (model_init(&t->m, &cfg, &part, &t->par.g_tp, t->ops, t->ctx, &shape, err)) return -1;
+    t->model_ready = true;
+    if (t->m.attention_bf16 && w->rank == 0) log_info("attention on the bf16 tensor cores");
+    return 0;
+}
+
+/* What a step needs beside the model: the gradients' buckets (dp > 1, where
+ * the collectives can run during backward), the background checkpoint's
+ * room, a micro-batch's tokens and targets. */
+static int make_step_buffers(struct trainer *t, struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    int B = p->batch.micro_batch, T = p->model.seq_len;
+    if (t->where->dp > 1 && t->par.g_dp.iallreduce &&
+        (p->parallel.zero == 0 || t->par.g_dp.ireduce_scatter_v)) {
+        if (buckets_init(&t->buckets, &t->m, &t->par.g_dp, p->parallel.bucket_mb, err)) return -1;
+        t->bucketed = true;
+    }
+    if (p->checkpoint.async && ckpt_async_reserve(&t->async, &t->m, err)) return -1;
+    t->flops_per_token = gpu_flops_per_token(&t->m.cfg, T);
+    t->inputs = malloc((size_t)B * T * sizeof *t->inputs);
+    t->targets = malloc((size_t)B * T * sizeof *t->targets);
+    if (!t->inputs || !t->targets) return error_set(err, "out of memory");
+    return 0;
+}
+
+/* A new run's state: the weights (init_weights) and step 0. */
+static int fresh_state(struct trainer *t, struct plait_error *err)
+{
+    if (init_weights(t, err)) return -1;
+    ckpt_state_fresh(&t->st, t->plan);
+    memcpy(t->sample_rng.s, t->st.sample_rng, sizeof t->sample_rng.s);
+    return 0;
+}
+
+/* A resumed run's state, loaded from checkpoint `name` (read since load_t0),
+ * checked against the plan. */
+static int resumed_state(struct trainer *t, const char *name, const char *notes, double load_t0,
+                         struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    log_info("resuming from %s/%s (step %d%s), read in %.2f s", t->ckpt_dir, name, t->st.step,
+             t->st.micro ? ", mid-step" : "", prof_now() - load_t0);
+    if (*notes) log_info("the plan changed since that checkpoint: %s", notes);
+    if (t->st.micro >= p->batch.grad_accum)
+        return error_set(err,
+                         "checkpoint %s stopped after micro-batch %d of a step, but the "
+                         "plan has batch.grad_accum %d",
+                         name, t->st.micro, p->batch.grad_accum);
+    memcpy(t->sample_rng.s, t->st.sample_rng, sizeof t->sample_rng.s);
+    /* a mid-step loss so far is the job's: one rank carries it into the step's sum */
+    bool carrier = t->m.last && t->where->tp_rank == 0 && t->where->dp_rank == 0;
+    if (t->multi && !carrier) t->st.loss_sum = 0;
+    return 0;
+}
+
+/* The state from the newest checkpoint (every rank's part of it, with
+ * several), or a fresh one where there is none; resumed_from: the
+ * checkpoint's name, left as it is when none. */
+static int resume_or_start(struct trainer *t, char resumed_from[64], struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    char name[64] = "", notes[1024] = "";
+    double load_t0 = prof_now();
+    int loaded =
+        t->multi ? ckpt_parts_load(t->where->rank == 0 ? &t->ckpts : NULL, t->ckpt_dir, p, &t->m,
+                                   &t->st, name, sizeof name, notes, sizeof notes, &t->par, err)
+                 : ckpt_load_latest(&t->ckpts, p, &t->m, &t->st, name, sizeof name, notes,
+                                    sizeof notes, err);
+    if (loaded == CKPT_NOT_THIS_RUN) {
+        struct plait_error reason = *err;
+        return error_set(err, "%s; " RUN_DIR_START_FRESH, reason.text);
+    }
+    if (loaded < 0) return -1;
+    if (!loaded) return fresh_state(t, err);
+    memcpy(resumed_from, name, sizeof name);
+    return resumed_state(t, name, notes, load_t0, err);
+}
+
+/* data.tokenizer, for the samples (one rank: they need the whole model). */
+static int load_tokenizer(struct trainer *t, struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    if (tokenizer_load(&t->tok, p->data.tokenizer, err))
+        return error_prefix(err, "data.tokenizer: ");
+    t->has_tok = true;
+    if (t->tok.eot >= t->m.cfg.vocab)
+        return error_set(err,
+                         "data.tokenizer: %s: its end-of-text token %d is not below "
+                         "model.vocab %d (a tokenizer of another model?)",
+                         p->data.tokenizer, t->tok.eot, t->m.cfg.vocab);
+    return 0;
+}
+
+/* The data: read by the pipeline's ends (tokens first, targets last), the
+ * training data at the state's position; and the tokenizer. */
+static int open_data(struct trainer *t, struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    int B = p->batch.micro_batch, T = p->model.seq_len, vocab = t->m.cfg.vocab;
+    t->reads_data = t->m.first || t->m.last;
+    if (t->reads_data) {
+        if (data_open(&t->train, p->data.train, B, T, vocab, p->data.shuffle, p->model.seed, err))
+            return error_prefix(err, "data.train: ");
+        if (data_seek(&t->train, &t->st.data, err)) return error_prefix(err, "data.train: ");
+    }
+    if (p->data.val && t->reads_data) {
+        if (data_open(&t->val, p->data.val, B, T, vocab, false, 0, err))
+            return error_prefix(err, "data.val: ");
+    }
+    t->has_val = p->data.val != NULL;
+    return p->data.tokenizer && !t->multi ? load_tokenizer(t, err) : 0;
+}
+
+/* The developer's switches: PLAIT_DUMP_STEP1, and the faults tests inject
+ * (a stop signal after N micro-batches, a slow rank). */
+static int read_debug_switches(struct trainer *t, struct plait_error *err)
+{
+    const struct plan *p = t->plan;
+    t->dump_dir = getenv(PLAIT_ENV_DUMP_STEP1);
+    t->dump_step = t->st.step; /* 0 in a new run; a resumed one dumps its first step */
+    size_t BT = (size_t)p->batch.micro_batch * p->model.seq_len;
+    if (t->dump_dir && !(t->dump_tokens = calloc(BT, sizeof *t->dump_tokens)))
+        return error_set(err, "out of memory");
+    const char *inject = getenv(PLAIT_ENV_DEBUG_SIGNAL_AFTER_MICRO);
+    int signal_rank;
+    long after;
+    if (inject && sscanf(inject, "%d:%ld", &signal_rank, &after) == 2) /* RANK:N, one rank */
+        t->signal_after_micro = signal_rank == t->where->rank ? after : 0;
+    else
+        t->signal_after_micro = inject ? atol(inject) : 0;
+    int slow_rank;
+    double slow_ms;
+    inject = getenv(PLAIT_ENV_DEBUG_SLOW_RANK);
+    if (inject && sscanf(inject, "%d:%lf", &slow_rank, &slow_ms) == 2 &&
+        slow_rank == t->where->rank)
+        t->slow_read_s = slow_ms / 1e3;
+    return 0;
+}
+
+int train_setup(struct trainer *t, struct plait_error *err)
+{
+    char resumed_from[64] = "";
+    t->multi = t->where->world > 1;
+    if (connect_ranks(t, err) || run_dir_open(t, err) || make_schedule(t, err) ||
+        make_model(t, err) || make_step_buffers(t, err) || resume_or_start(t, resumed_from, err) ||
+        open_data(t, err) || read_debug_switches(t, err))
+        return -1;
+    t->peak_gflops = device_peak_gflops(&t->m);
+    t->gpu_peak_tflops = device_gpu_peak_tflops(&t->m, t->where->device, t->plan->precision);
+    return t->where->rank == 0 ? report_open(t, resumed_from, err) : 0;
+}
+
+void train_teardown(struct trainer *t)
+{
+    runjson_free(&t->run);
+    ckpt_async_free(&t->async); /* after a failure: its writer joined, nothing committed */
+    if (t->bucketed) buckets_free(&t->buckets);
+    if (t->sched_ready) schedule_free(&t->sched);
+    if (t->par_ready) parallel_free(&t->par);
+    metrics_close(&t->metrics);
+    if (t->ckpts_open) ckptdir_close(&t->ckpts);
+    runlock_release(&t->ckpt_lock);
+    runlock_release(&t->run_lock);
+    if (t->has_tok) tokenizer_free(&t->tok);
+    data_close(&t->val);
+    data_close(&t->train);
+    if (t->model_ready) model_free(&t->m);
+    if (t->ctx) t->ops->close(t->ctx); /* after the model and the collectives that used it */
+    t->ctx = NULL;
+    free(t->inputs);
+    free(t->targets);
+    free(t->dump_tokens);
+}
