@@ -191,6 +191,9 @@ int report_open(struct trainer *t, const char *resumed_from, struct plait_error 
 {
     if (rundir_plan_write(t->run_dir, t->plan_json, err)) return -1;
     if (metrics_open(&t->metrics, t->run_dir, t->st.step, err)) return -1;
+    if (t->plan->train.tensorboard && metrics_tensorboard(&t->metrics, t->run_dir,
+                                                          t->plan->train.tensorboard, t->st.step, err))
+        return -1;
     if (console_mode == CONSOLE_JSON) t->metrics.echo = stdout; /* plait train --json */
     struct run_record *run = &t->run;
     snprintf(run->version, sizeof run->version, "%s", PLAIT_VERSION);
