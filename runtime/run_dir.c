@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/formats/ckpt_shards.h" // defines: ckpt_verify_all
 #include "common/formats/ckptdir.h"
 #include "common/formats/rundir.h"
 #include "common/formats/runend.h"
@@ -37,6 +38,24 @@ bool run_dir_has_history(struct trainer *t, bool own)
     return n > 0;
 }
 
+const char *run_dir_fresh_advice(struct trainer *t)
+{
+    struct ckpt_entry *list = NULL;
+    int n = 0;
+    struct plait_error why;
+    bool imported = false;
+    if (t->ckpts_open && ckptdir_list(&t->ckpts, &list, &n, &why) == 0)
+        for (int i = 0; i < n; i++) imported |= list[i].step == 0 && list[i].micro == 0;
+    free(list);
+    if (imported)
+        return "its checkpoints hold the weights plait ckpt import put there "
+               "(step_00000000_0000), which --fresh would remove: to train this plan from them, "
+               "import them again into another directory (plait ckpt import IN.bin PLAN --out "
+               "DIR)";
+    return "to start this plan from scratch there, run plait train with --fresh (removes that "
+           "run's checkpoints and metrics), or train into another directory (--out)";
+}
+
 /* The run directory belongs to the plan that started it (its plan.json): a
  * different plan may not take it over while it holds history, nor any plan
  * when its plan.json is gone (nothing says which plan made the history). */
@@ -49,17 +68,17 @@ static int check_run_plan(struct trainer *t, struct plait_error *err)
         return error_set(err,
                          "%s holds a run's history (metrics or checkpoints) but no %s, so "
                          "nothing says which plan made it; put its plan back (every checkpoint "
-                         "keeps a copy: %s/<checkpoint>/%s), or " RUN_DIR_START_FRESH,
-                         t->run_dir, RUNDIR_PLAN, t->ckpt_dir, RUNDIR_PLAN);
+                         "keeps a copy: %s/<checkpoint>/%s); or, %s",
+                         t->run_dir, RUNDIR_PLAN, t->ckpt_dir, RUNDIR_PLAN, run_dir_fresh_advice(t));
     if (stat(path, &st) != 0 || !run_dir_has_history(t, false)) return 0;
     struct plan *before = rundir_plan_load(t->run_dir, err);
     char notes[1024];
     struct plait_error why;
     int rc = before ? plan_resumable(before, t->plan, notes, sizeof notes, &why) : -1;
     if (rc)
-        error_set(err, "%s holds a run of a different plan (%s: %s); " RUN_DIR_START_FRESH,
-                  t->run_dir, before ? "fields that may not change" : "its plan.json does not load",
-                  before ? why.text : err->text);
+        error_set(err, "%s holds a run of a different plan (%s: %s); %s", t->run_dir,
+                  before ? "fields that may not change" : "its plan.json does not load",
+                  before ? why.text : err->text, run_dir_fresh_advice(t));
     plan_free(before);
     return rc;
 }
@@ -98,6 +117,20 @@ static int open_checkpoints(struct trainer *t, struct plait_error *err)
     return 0;
 }
 
+/* Whether the run trained all its steps already: its newest checkpoint ends a step at or past
+ * the plan's steps, and verifies. Such a rerun changes nothing in the run directory. */
+static bool already_finished(struct trainer *t)
+{
+    struct ckpt_entry *list;
+    int n;
+    struct plait_error why;
+    if (ckptdir_list(&t->ckpts, &list, &n, &why)) return false;
+    bool done = n > 0 && list[0].micro == 0 && list[0].step >= t->plan->steps &&
+                ckpt_verify_all(&t->ckpts, list[0].name, &why) == 0;
+    free(list);
+    return done;
+}
+
 /* Rank 0 owns the run directory: its lock, its checkpoints' directory, a
  * fresh start, and the check that it belongs to this plan. */
 static int open_run(struct trainer *t, struct plait_error *err)
@@ -109,6 +142,7 @@ static int open_run(struct trainer *t, struct plait_error *err)
     if (open_checkpoints(t, err) || (fresh && !strcmp(fresh, "1") && start_fresh(t, err)) ||
         check_run_plan(t, err))
         return -1;
+    if (already_finished(t)) return 0; /* its end stays, and its console log */
     /* the run is this process's now (a refused start leaves it as it was): no
      * end yet, and the console kept in train.log */
     train_run_held = true;

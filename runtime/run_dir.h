@@ -11,10 +11,10 @@
 #include "common/error.h"
 #include "runtime/trainer.h"
 
-/* What a refusal to take over a run directory tells the user to do. */
-#define RUN_DIR_START_FRESH                                                                        \
-    "to start this plan from scratch there, run plait train with --fresh (removes that "           \
-    "run's checkpoints and metrics), or train into another directory (--out)"
+/* What a refusal to take over a run directory tells the user to do: --fresh, or another
+ * directory; where its checkpoints hold weights plait ckpt import put there (a step-0
+ * checkpoint), never --fresh, which would remove them. */
+const char *run_dir_fresh_advice(struct trainer *t);
 
 /* Every rank: where the checkpoints are; rank 0: the run directory and the
  * checkpoints' made, locked, made fresh (--fresh) and checked against the

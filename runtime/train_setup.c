@@ -194,7 +194,7 @@ static int resume_or_start(struct trainer *t, char resumed_from[64], struct plai
                                     sizeof notes, err);
     if (loaded == CKPT_NOT_THIS_RUN) {
         struct plait_error reason = *err;
-        return error_set(err, "%s; " RUN_DIR_START_FRESH, reason.text);
+        return error_set(err, "%s; %s", reason.text, run_dir_fresh_advice(t));
     }
     if (loaded < 0) return -1;
     if (!loaded) return fresh_state(t, err);
@@ -273,7 +273,9 @@ int train_setup(struct trainer *t, struct plait_error *err)
         return -1;
     t->peak_gflops = device_peak_gflops(&t->m);
     t->gpu_peak_tflops = device_gpu_peak_tflops(&t->m, t->where->device, t->plan->precision);
-    return t->where->rank == 0 ? report_open(t, resumed_from, err) : 0;
+    /* a run that trained all its steps already is only told so: its files stay as they are */
+    bool finished = t->st.step >= t->plan->steps;
+    return t->where->rank == 0 && !finished ? report_open(t, resumed_from, err) : 0;
 }
 
 void train_teardown(struct trainer *t)

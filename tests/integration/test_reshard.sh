@@ -137,6 +137,19 @@ test_import_trains_as_model_init() {
         "$PLAIT" ckpt import "$w.bin" "$WORK/plan.json" --out "$w" "${COMMON[@]}"
 }
 
+# A refused resume of an imported run never advises --fresh, which would remove the imported
+# weights: it says to import them again elsewhere
+test_advice_never_removes_imported_weights() {
+    local w=$WORK/imp-advice
+    [ -f "$WORK/imp.bin" ] || { echo "needs import_trains_as_model_init's imp.bin"; return 1; }
+    "$PLAIT" ckpt import "$WORK/imp.bin" "$WORK/plan.json" --out "$w" "${COMMON[@]}" >/dev/null ||
+        return 1
+    expect_error "$w.log" 1 "holds a run of a different plan \(fields that may not change: optimizer.lr .*import them again into another directory" \
+        "$PLAIT" train "$WORK/plan.json" --out "$w" "${COMMON[@]}" --set optimizer.lr=1e-2 || return 1
+    ! grep -q -- "run plait train with --fresh" "$w.log" || { cat "$w.log"; return 1; }
+    [ -d "$w/checkpoints/step_00000000_0000" ] || { ls -R "$w"; return 1; }
+}
+
 # An import whose plan names the checkpoint.dir a running run writes into is
 # refused by that directory's lock before it cleans anything: it had removed the
 # run's in-flight checkpoint (its .tmp-*), and the run exited 1.
@@ -180,6 +193,7 @@ check interleaved_to_zb_h1 test_interleaved_to_zb_h1
 check a_mid_step_checkpoint_refuses_another_layout test_a_mid_step_checkpoint_refuses_another_layout
 check export_gives_the_sharded_models_logits test_export_gives_the_sharded_models_logits
 check import_trains_as_model_init test_import_trains_as_model_init
+check advice_never_removes_imported_weights test_advice_never_removes_imported_weights
 check import_never_touches_a_running_runs_checkpoints test_import_never_touches_a_running_runs_checkpoints
 check swapped_stages_are_refused test_swapped_stages_are_refused
 finish

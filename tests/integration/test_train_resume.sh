@@ -124,6 +124,26 @@ test_finished_run_is_not_retrained() {
     grep -q "already finished its 12 steps" "$WORK/again.log" || { cat "$WORK/again.log"; return 1; }
 }
 
+# A rerun of a finished run that does not train changes nothing on disk, even with a
+# changed (resumable) layout: its plan.json, metrics, end.json, train.log and checkpoints stay
+# as they were; a later legal change (dp 2 -> 1 with grad_accum 3 -> 6, the same global batch)
+# then resumes against the plan that trained it
+test_a_rerun_that_does_not_train_changes_nothing() {
+    local run=$WORK/kept
+    "$PLAIT" train "$WORK/plan.json" --out "$run" --ranks 2 --set parallel.dp=2 --set steps=4 \
+        >"$run.log1" 2>&1 || { cat "$run.log1"; return 1; }
+    local before after
+    before=$(cd "$run" && find . -type f ! -name .lock -exec sha256sum {} + | sort)
+    "$PLAIT" train "$WORK/plan.json" --out "$run" --set parallel.dp=1 --set steps=4 \
+        >"$run.log2" 2>&1 || { cat "$run.log2"; return 1; }
+    grep -q "already finished its 4 steps" "$run.log2" || { cat "$run.log2"; return 1; }
+    after=$(cd "$run" && find . -type f ! -name .lock -exec sha256sum {} + | sort)
+    [ "$before" = "$after" ] || { diff <(echo "$before") <(echo "$after"); return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$run" --set parallel.dp=1 --set batch.grad_accum=6 \
+        --set steps=6 >"$run.log3" 2>&1 || { cat "$run.log3"; return 1; }
+    grep -q "resuming from .*step_00000004_0000" "$run.log3" || { cat "$run.log3"; return 1; }
+}
+
 # Raising steps with optimizer.decay_steps set continues the same schedule: 8 steps then 8
 # more equal 16 straight, to the bit (lr included); without it, the resume names the step
 # whose rate jumps, both rates, and the decay_steps that would have kept it.
@@ -154,4 +174,5 @@ check all_checkpoints_corrupt_is_an_error_not_a_fresh_start test_all_checkpoints
 check keep_prunes_old_checkpoints test_keep_prunes_old_checkpoints
 check finished_run_is_not_retrained test_finished_run_is_not_retrained
 check raising_steps_keeps_the_schedule_with_decay_steps_and_names_the_jump_without test_raising_steps_keeps_the_schedule_with_decay_steps_and_names_the_jump_without
+check a_rerun_that_does_not_train_changes_nothing test_a_rerun_that_does_not_train_changes_nothing
 finish
