@@ -187,8 +187,28 @@ static double modelled_tokens_per_s(const struct trainer *t)
     return modelled;
 }
 
+static double median_of(double *times, int n);
+
+/* The median step time (s) of the last (up to 50) steps a resumed run's metrics keep, 0 when
+ * none: until this process has a step of its own timed (its first warms up), the ETA's. */
+static double prior_step_s(const struct trainer *t)
+{
+    struct metrics_series series;
+    struct plait_error why;
+    if (metrics_read(t->run_dir, &series, &why)) return 0;
+    enum { LAST = 50 };
+    double ms[LAST], median = 0;
+    int n = 0;
+    for (int i = series.n_steps - 1; i >= 0 && n < LAST; i--)
+        if (series.steps[i].step <= t->st.step && series.steps[i].ms > 0) ms[n++] = series.steps[i].ms;
+    if (n) median = median_of(ms, n) / 1e3;
+    metrics_series_free(&series);
+    return median;
+}
+
 int report_open(struct trainer *t, const char *resumed_from, struct plait_error *err)
 {
+    t->prior_step_s = t->st.step > 0 ? prior_step_s(t) : 0;
     if (rundir_plan_write(t->run_dir, t->plan_json, err)) return -1;
     if (metrics_open(&t->metrics, t->run_dir, t->st.step, err)) return -1;
     if (t->plan->train.tensorboard && metrics_tensorboard(&t->metrics, t->run_dir,
@@ -374,9 +394,11 @@ void report_progress(struct trainer *t, const struct step_metrics *s, double avg
     log_format_duration(eta, sizeof eta, avg_step_s * (t->plan->steps - s->step));
     char ranks[160] = "", sim[32] = ""; /* several: where the time went, and the straggler */
     if (s->bubble_sim_pct >= 0) snprintf(sim, sizeof sim, " (%.0f%% simulated)", s->bubble_sim_pct);
+    char bubble[64] = ""; /* a pipeline's: without one, no rank waits for a neighbour */
+    if (t->where->pp > 1) snprintf(bubble, sizeof bubble, " bubble %.0f%%%s", s->idle_pct, sim);
     if (s->ranks > 1)
-        snprintf(ranks, sizeof ranks, " | comm %.0f%% bubble %.0f%%%s | straggler rank %d +%.0f%%",
-                 s->comm_pct, s->idle_pct, sim, s->straggler,
+        snprintf(ranks, sizeof ranks, " | comm %.0f%%%s | straggler rank %d +%.0f%%", s->comm_pct,
+                 bubble, s->straggler,
                  s->median_busy_ms > 0 ? 100 * (s->busy_ms / s->median_busy_ms - 1) : 0.0);
     char mfu[32] = ""; /* a GPU whose datasheet peak plait knows */
     if (s->mfu > 0) snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100 * s->mfu);

@@ -125,8 +125,10 @@ static int record_step(struct trainer *t, const struct step_taken *st, struct pl
     struct step_metrics sm;
     double dt;
     if (report_step(t, st, &sm, &dt, err) || count_step_time(t, st, dt, err)) return -1;
-    if (t->where->rank == 0)
-        report_progress(t, &sm, t->m.prof.steps ? t->timed_s / t->m.prof.steps : dt);
+    double step_s = t->m.prof.steps ? t->timed_s / t->m.prof.steps
+                    : t->prior_step_s > 0 ? t->prior_step_s
+                                          : dt;
+    if (t->where->rank == 0) report_progress(t, &sm, step_s);
     return 0;
 }
 

@@ -71,6 +71,8 @@ struct trainer {
     bool hooked;      /* the buckets start during this call's backwards (not a dump's step) */
     bool data_failed; /* the last error came from reading data */
     double timed_s;   /* wall time of the steps in m.prof */
+    double prior_step_s; /* a resumed run's median step before it stopped (its metrics), for the
+                            ETA until this process has timed a step; 0: none */
     double rss_before_model;    /* run.json: the resident set just before model_init, bytes */
     char *made_run_dir;         /* the outermost directory this start created for the run */
     char *made_ckpt_dir;        /* (fs_mkdir_p_made), or NULL: undone if it fails */

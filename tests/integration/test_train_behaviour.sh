@@ -193,6 +193,20 @@ for path in sys.argv[1:]:
 PYEOF
 }
 
+# The progress line says a pipeline's bubble only where there is a pipeline (pp 1: no rank
+# waits for a neighbour)
+test_progress_line_says_what_means_something() {
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/dp2" --ranks 2 --set parallel.dp=2 \
+        --set steps=3 --set data.val=null --set data.val_every=0 >"$WORK/dp2.log" 2>&1 ||
+        { cat "$WORK/dp2.log"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/pp2" --ranks 2 --set parallel.pp=2 \
+        --set steps=3 --set data.val=null --set data.val_every=0 >"$WORK/pp2.log" 2>&1 ||
+        { cat "$WORK/pp2.log"; return 1; }
+    grep "^step" "$WORK/dp2.log" | grep -q "straggler" && ! grep "^step" "$WORK/dp2.log" | grep -q bubble &&
+        grep "^step" "$WORK/pp2.log" | grep -q "bubble [0-9]*% ([0-9]*% simulated)" ||
+        { grep "^step" "$WORK/dp2.log" "$WORK/pp2.log"; return 1; }
+}
+
 check recompute_gives_the_same_losses_to_the_bit test_recompute_gives_the_same_losses_to_the_bit
 check bf16_tracks_fp32 test_bf16_tracks_fp32
 check loss_falls_below_unigram_entropy test_loss_falls_below_unigram_entropy
@@ -203,4 +217,5 @@ check cli_contract test_cli_contract
 check data_prepare_writes_llmc_shards test_data_prepare_writes_llmc_shards
 check init_reads_llmc_fp32_and_bf16_checkpoints test_init_reads_llmc_fp32_and_bf16_checkpoints
 check samples_are_valid_utf8 test_samples_are_valid_utf8
+check progress_line_says_what_means_something test_progress_line_says_what_means_something
 finish
