@@ -448,9 +448,9 @@ static void print_memory(const struct plan *p, const struct layout_eval *e, uint
             uint64_t b = cost_comm_ring_bytes(p, e->layout, s);
             rings = b > rings ? b : rings;
         }
-        printf("  + up to %.2f host memory a rank for the collectives' shared-memory rings "
-               "(peers on its node)\n",
-               rings / unit);
+        printf("  + up to %.2f %s of host memory a rank for the collectives' shared-memory "
+               "rings (peers on its node)\n",
+               rings / unit, unit == 1e9 ? "GB" : "MB");
     }
     if (fp8)
         printf("  fp8 keeps an E4M3 copy of each layer's four weight matrices beside the fp32 "

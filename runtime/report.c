@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/formats/rundir.h"
+#include "common/gpt2/gpt2_layout.h"
 #include "common/formats/runjson.h"
 #include "common/log.h"
 #include "common/place/cost.h"
@@ -229,9 +230,12 @@ void report_start(const struct trainer *t)
 {
     const struct plan *plan = t->plan;
     const struct env_rank *where = t->where;
+    /* the model's parameters (padding of the vocabulary included), not this rank's part */
+    struct gpt2_layout whole;
+    size_t params = gpt2_layout(&t->m.cfg, &whole) == 0 ? whole.total : t->m.shard.total;
     log_info("%zu parameters, %d layers, hidden %d, %s, micro-batch %d×%d, %d step%s of %d "
              "micro-batch%s, %d thread%s, %.0f GFLOP/s peak, activations %.1f MB (recompute %s)",
-             t->m.shard.total, plan->model.layers, plan->model.hidden,
+             params, plan->model.layers, plan->model.hidden,
              plan_precision_name(plan->precision), plan->batch.micro_batch, plan->model.seq_len,
              plan->steps, plan->steps == 1 ? "" : "s", plan->batch.grad_accum,
              plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(),
