@@ -407,26 +407,34 @@ out:
 int ckpt_pick_newest(const char *command, const char *arg, char *cdir, size_t cdir_bytes,
                      int64_t *step, char *layout, size_t layout_bytes, struct plait_error *err)
 {
-    struct ckptdir d;
-    struct ckpt_info *c = NULL;
-    int n, pick = -1, rc = -1;
-    if (collect(arg, &d, &c, &n, err)) goto out;
-    for (int i = 0; i < n && pick < 0; i++) {
-        if (c[i].ok)
-            pick = i;
-        else
-            log_warn("%s: %s/%s does not verify: %s", command, d.path, c[i].name, c[i].why.text);
+    /* newest first, each verified only until one does (every file of each is read) */
+    char dir[4096], one[256];
+    struct ckptdir d = {0};
+    struct ckpt_entry *list = NULL;
+    int n = 0, rc = -1;
+    if (resolve(arg, dir, sizeof dir, one, sizeof one, err)) return -1;
+    if (!(d.path = strdup(dir))) return error_set(err, "out of memory");
+    if (one[0])
+        n = 1;
+    else if (ckptdir_list(&d, &list, &n, err))
+        goto out;
+    struct ckpt_info c = {0};
+    int i = 0;
+    for (; i < n; i++) {
+        describe(&d, one[0] ? one : list[i].name, &c);
+        if (c.ok) break;
+        log_warn("%s: %s/%s does not verify: %s", command, d.path, c.name, c.why.text);
     }
-    if (pick < 0) {
+    if (i == n) {
         error_set(err, "%s: no checkpoint that verifies", arg);
         goto out;
     }
-    if (fs_join(cdir, cdir_bytes, d.path, c[pick].name, err)) goto out;
-    *step = c[pick].step;
-    layout_text(&c[pick], layout, layout_bytes);
+    if (fs_join(cdir, cdir_bytes, d.path, c.name, err)) goto out;
+    *step = c.step;
+    layout_text(&c, layout, layout_bytes);
     rc = 0;
 out:
-    free(c);
+    free(list);
     ckptdir_close(&d);
     return rc;
 }
