@@ -1,4 +1,4 @@
-/* ops.h — every operation of a GPT-2 training step, behind one table that each
+/* ops.h — every operation of a GPT-2 or Llama training step, behind one table that each
  * backend fills: kernels/cpu (the tested reference) and, op for op, a CUDA
  * backend. The runtime calls only these. Pointers are the backend's memory.
  *
@@ -158,6 +158,44 @@ struct ops {
     void (*gelu_forward)(struct ops_ctx *ctx, float *out, const float *inp, size_t n);
     void (*gelu_backward)(struct ops_ctx *ctx, float *dinp, const float *inp, const float *dout,
                           size_t n);
+
+    /* The Llama family's ops (model.arch "llama"; kernels/cpu is the
+     * reference, each with its CUDA kernel).
+     *
+     * RMSNorm: out (N,C) = inp·rsqrt(mean(inp²) + eps)·w; rstd (N) is saved.
+     * Backward: dinp (N,C) += ... (the residual stream's gradient
+     * accumulates); dw (C) = (accumulate ? dw : 0) + ... */
+    void (*rmsnorm_forward)(struct ops_ctx *ctx, float *out, float *rstd, const float *inp,
+                            const float *w, int N, int C, float eps);
+    void (*rmsnorm_backward)(struct ops_ctx *ctx, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *w, const float *rstd, int N, int C,
+                             bool accumulate);
+    /* Rotary positions, in place, on the q and k heads of x (B,T,(NH+2·NKV)·hs):
+     * per row [q: NH heads][k: NKV heads][v: NKV heads], each head hs wide
+     * (hs even); v is left alone. Position of row t is pos0 + t. As
+     * transformers' apply_rotary_pos_emb: with i < hs/2, f_i = theta^(-2i/hs),
+     * a = pos·f_i, the pair (x_i, x_{i+hs/2}) becomes
+     * (x_i·cos a − x_{i+hs/2}·sin a, x_{i+hs/2}·cos a + x_i·sin a); angles
+     * in double, then rounded. Backward: the same in place on the gradient with
+     * the inverse rotation (−a). */
+    void (*rope_forward)(struct ops_ctx *ctx, float *x, int B, int T, int NH, int NKV, int hs,
+                         double theta, int pos0);
+    void (*rope_backward)(struct ops_ctx *ctx, float *dx, int B, int T, int NH, int NKV, int hs,
+                          double theta, int pos0);
+    /* Grouped-query attention through the multi-head ops: out (N,3·NH·hs) =
+     * [q | k, v repeated] from packed (N,(NH+2·NKV)·hs): query head h reads
+     * key/value head h / (NH/NKV) (transformers' repeat_kv). Backward: dpacked
+     * (N,(NH+2·NKV)·hs) overwritten, its k and v the sums over each group. */
+    void (*kv_expand)(struct ops_ctx *ctx, float *out, const float *packed, int N, int NH, int NKV,
+                      int hs);
+    void (*kv_expand_backward)(struct ops_ctx *ctx, float *dpacked, const float *dout, int N,
+                               int NH, int NKV, int hs);
+    /* SwiGLU: inp (N,2F) holds per row [gate (F) | up (F)]; out (N,F) =
+     * silu(gate)·up, silu(g) = g/(1+exp(−g)). Backward: dinp (N,2F)
+     * overwritten from dout (N,F) and inp. */
+    void (*swiglu_forward)(struct ops_ctx *ctx, float *out, const float *inp, int N, int F);
+    void (*swiglu_backward)(struct ops_ctx *ctx, float *dinp, const float *inp, const float *dout,
+                            int N, int F);
 
     /* out = a + b, n elements (out may alias a or b) */
     void (*residual_forward)(struct ops_ctx *ctx, float *out, const float *a, const float *b,
