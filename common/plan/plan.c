@@ -92,7 +92,7 @@ struct field {
         .name = NULL                                                                               \
     }
 
-static const char *const arch_names[] = {"gpt2", NULL};
+static const char *const arch_names[] = {"gpt2", "llama", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", "fp8", NULL};
 static const char *const fp8_scaling_names[] = {"tensor", "block", NULL};
 static const char *const recompute_names[] = {"none", "selective", "full", NULL};
@@ -122,6 +122,12 @@ static const struct field model_fields[] = {
     INT_FIELD("max_seq_len", model.max_seq_len, 1, INT_MAX, 0, 0),
     U64_FIELD("seed", model.seed, 1337, 0),
     PATH_FIELD("init", model.init, NULL, 0),
+    /* llama's; their defaults are set in check_arch_rules */
+    INT_FIELD("kv_heads", model.kv_heads, 1, INT_MAX, 0, 0),
+    INT_FIELD("ffn_hidden", model.ffn_hidden, 1, INT_MAX, 0, 0),
+    REAL_FIELD("rope_theta", model.rope_theta, 0, true, 1e12, false, 10000.0, 0),
+    REAL_FIELD("norm_eps", model.norm_eps, 0, true, 1, false, 1e-5, 0),
+    BOOL_FIELD("tie_embeddings", model.tie_embeddings, false, 0),
     END,
 };
 
@@ -1250,6 +1256,8 @@ static int check_global_batch(struct ctx *c, json_t *root, struct plan *p)
     return 0;
 }
 
+static int check_arch_rules(struct ctx *c, json_t *root, struct plan *p);
+
 /* The model's own dimensions against each other (after model.init filled them). */
 static int check_model_rules(struct ctx *c, json_t *root, struct plan *p)
 {
@@ -1273,6 +1281,63 @@ static int check_model_rules(struct ctx *c, json_t *root, struct plan *p)
         return fail_rule(
             c, "model.max_seq_len", "model.seq_len", "must be >= model.seq_len (%d) (got %s)",
             m->seq_len, got_text(c, "model.max_seq_len", given(root, "model", "max_seq_len"), got));
+    return check_arch_rules(c, root, p);
+}
+
+bool plan_model_is_llama(const struct plan_model *m)
+{
+    return m->arch && strcmp(m->arch, "llama") == 0;
+}
+
+/* A GPT-2's value of a llama field is fixed: absent or equal to it. */
+static int gpt2_fixed(struct ctx *c, json_t *root, const char *key, double value, double fixed,
+                      const char *what)
+{
+    char path[64];
+    snprintf(path, sizeof path, "model.%s", key);
+    if (!given(root, "model", key) || value == fixed) return 0;
+    return fail_rule(c, path, "model.arch",
+                     "applies to model.arch \"llama\": a gpt2 has %s (%g); remove it or set "
+                     "model.arch to \"llama\" (got %g)",
+                     what, fixed, value);
+}
+
+/* The fields one architecture has and the other does not, their defaults
+ * and their rules (kernels/ops.h's Llama ops: hs even for rotary positions,
+ * kv_heads dividing heads). */
+static int check_arch_rules(struct ctx *c, json_t *root, struct plan *p)
+{
+    struct plan_model *m = &p->model;
+    if (!plan_model_is_llama(m)) {
+        if (gpt2_fixed(c, root, "kv_heads", m->kv_heads, m->heads, "as many key/value heads as "
+                                                                  "heads") ||
+            gpt2_fixed(c, root, "ffn_hidden", m->ffn_hidden, 4.0 * m->hidden,
+                       "an MLP 4·hidden wide") ||
+            gpt2_fixed(c, root, "rope_theta", m->rope_theta, 10000.0,
+                       "learned positions, no rotary base") ||
+            gpt2_fixed(c, root, "norm_eps", m->norm_eps, 1e-5, "LayerNorms with epsilon") ||
+            gpt2_fixed(c, root, "tie_embeddings", m->tie_embeddings, 1,
+                       "its LM head tied to wte (llm.c's files hold one)"))
+            return -1;
+        m->kv_heads = m->heads, m->ffn_hidden = 4 * m->hidden, m->tie_embeddings = true;
+        m->rope_theta = 10000.0, m->norm_eps = 1e-5;
+        return 0;
+    }
+    if (m->init)
+        return fail_rule(c, "model.init", "model.arch",
+                         "is an llm.c GPT-2 file; a llama starts from random weights here");
+    if (!given(root, "model", "ffn_hidden"))
+        return fail(c, "model.ffn_hidden", "is required for model.arch \"llama\" (the SwiGLU "
+                                           "MLP's width, e.g. 8/3·hidden rounded)");
+    if (!given(root, "model", "kv_heads")) m->kv_heads = m->heads;
+    if (m->heads % m->kv_heads != 0)
+        return fail_rule(c, "model.kv_heads", "model.heads",
+                         "must divide model.heads (%d %% %d = %d)", m->heads, m->kv_heads,
+                         m->heads % m->kv_heads);
+    if ((m->hidden / m->heads) % 2 != 0)
+        return fail_rule(c, "model.heads", "model.hidden model.arch",
+                         "gives a head size of %d: rotary positions need an even one",
+                         m->hidden / m->heads);
     return 0;
 }
 
@@ -1293,8 +1358,8 @@ static int check_data_and_precision(struct ctx *c, json_t *root, struct plan *p)
     return 0;
 }
 
-/* Tensor parallelism splits the heads, the (padded) vocabulary and 4·hidden; pipeline
- * parallelism needs a layer per stage. */
+/* Tensor parallelism splits the heads, the key/value heads, the (padded) vocabulary and
+ * the MLP's width; pipeline parallelism needs a layer per stage. */
 static int check_split_rules(struct ctx *c, const struct plan *p)
 {
     const struct plan_model *m = &p->model;
@@ -1313,6 +1378,15 @@ static int check_split_rules(struct ctx *c, const struct plan *p)
         return fail_rule(c, "parallel.tp", "model.hidden",
                          "must divide 4·model.hidden (%lld %% %d = %lld)", 4 * (long long)m->hidden,
                          tp, 4 * (long long)m->hidden % tp);
+    if (tp != PLAN_AUTO && m->kv_heads % tp != 0)
+        return fail_rule(c, "parallel.tp", "model.kv_heads",
+                         "must divide model.kv_heads (%d %% %d = %d): each rank holds whole "
+                         "key/value heads (replicating them over tp is not built)",
+                         m->kv_heads, tp, m->kv_heads % tp);
+    if (tp != PLAN_AUTO && m->ffn_hidden % tp != 0)
+        return fail_rule(c, "parallel.tp", "model.ffn_hidden",
+                         "must divide model.ffn_hidden (%d %% %d = %d)", m->ffn_hidden, tp,
+                         m->ffn_hidden % tp);
     return 0;
 }
 
