@@ -48,6 +48,7 @@ int gpt2_ffn(const struct gpt2_config *cfg)
 
 long long gpt2_qkv_rows(const struct gpt2_config *cfg)
 {
+    if (!cfg->llama || !cfg->kv_heads) return 3LL * cfg->hidden; /* GPT-2: q, k, v of C each */
     long long hs = cfg->hidden / cfg->heads;
     return ((long long)cfg->heads + 2LL * gpt2_kv_heads(cfg)) * hs;
 }

@@ -1315,10 +1315,13 @@ static int check_arch_rules(struct ctx *c, json_t *root, struct plan *p)
                        "an MLP 4·hidden wide") ||
             gpt2_fixed(c, root, "rope_theta", m->rope_theta, 10000.0,
                        "learned positions, no rotary base") ||
-            gpt2_fixed(c, root, "norm_eps", m->norm_eps, 1e-5, "LayerNorms with epsilon") ||
-            gpt2_fixed(c, root, "tie_embeddings", m->tie_embeddings, 1,
-                       "its LM head tied to wte (llm.c's files hold one)"))
+            gpt2_fixed(c, root, "norm_eps", m->norm_eps, 1e-5, "LayerNorms with epsilon"))
             return -1;
+        if (given(root, "model", "tie_embeddings") && !m->tie_embeddings)
+            return fail_rule(c, "model.tie_embeddings", "model.arch",
+                             "applies to model.arch \"llama\": a gpt2's LM head is wte (llm.c's "
+                             "files hold one); remove it or set model.arch to \"llama\" (got "
+                             "false)");
         m->kv_heads = m->heads, m->ffn_hidden = 4 * m->hidden, m->tie_embeddings = true;
         m->rope_theta = 10000.0, m->norm_eps = 1e-5;
         return 0;
