@@ -359,6 +359,42 @@ def selftest():
     return ok
 
 
+# ---------------------------------------------------------------- bench
+
+def bench(a):
+    """Median time of full fp32 training steps of a Llama on random tokens
+    (forward, backward, clipping, AdamW, zero_grad), as gpt2_ref.py bench
+    times GPT-2's: --steps timed steps after --warmup-steps untimed ones."""
+    import statistics
+    import time
+    torch.set_num_threads(a.threads)
+    c = g.Config(L=a.layers, NH=a.heads, KV=a.kv_heads, C=a.hidden, F=a.ffn, V=a.vocab,
+                 Vp=a.padded_vocab, T=a.seq_len, B=a.batch, eps=1e-5, theta=10000.0)
+    gen = torch.Generator().manual_seed(0)
+    arrays = {n: np.ones(s, np.float32) if n in NORMS else
+              (0.02 * torch.randn(s, generator=gen)).numpy() for n, s in param_shapes(c)}
+    P = unstack(arrays, torch.float32)
+    params = leaves(P, PARAM_NAMES)
+    opt = torch.optim.AdamW(params, lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+
+    def step():
+        tok = torch.randint(0, c.V, (c.B, c.T + 1), generator=gen)
+        t0 = time.perf_counter()
+        loss = g.gpt2_loss(llama_logits(P, tok[:, :-1], c), tok[:, 1:], c.V)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return (time.perf_counter() - t0) * 1e3
+
+    for _ in range(a.warmup_steps):
+        step()
+    ms = [step() for _ in range(a.steps)]
+    print(json.dumps({"impl": "pytorch", "median_ms": round(statistics.median(ms), 1),
+                      "ms": [round(t, 1) for t in ms], "threads": a.threads,
+                      "torch": torch.__version__}))
+
+
 # ---------------------------------------------------------------- main
 
 def main():
@@ -381,7 +417,15 @@ def main():
     cm.add_argument("casedir")
     cm.add_argument("rundir")
     sub.add_parser("selftest")
+    bp = sub.add_parser("bench")
+    for name, default in [("layers", 30), ("heads", 9), ("kv-heads", 3), ("hidden", 576),
+                          ("ffn", 1536), ("vocab", 49152), ("padded-vocab", 49152),
+                          ("seq-len", 64), ("batch", 4), ("steps", 12), ("warmup-steps", 2),
+                          ("threads", 2)]:
+        bp.add_argument("--" + name, type=int, default=default)
     a = p.parse_args()
+    if a.cmd == "bench":
+        return bench(a)
     if a.cmd == "selftest":
         sys.exit(0 if selftest() else 1)
     if a.cmd == "compare":
