@@ -15,15 +15,9 @@ STEPS=${BENCH_STEPS:-12}
 export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE
 work=$(mktemp -d /tmp/plait-llama-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
+source bench/gpt2_124m.sh # defines: gpt2_tokens (random tokens of vocabulary V)
 L=30 NH=9 KV=3 C=576 F=1536 V=49152 T=64 B=4
-
-"$PY" - "$work/tokens.bin" "$V" <<'PYEOF'
-import sys, numpy as np
-n, v = 1 << 20, int(sys.argv[2])
-h = np.zeros(256, np.int32); h[:3] = (20240520, 1, n)
-t = np.random.default_rng(0).integers(0, v, n, dtype=np.uint16)
-open(sys.argv[1], "wb").write(h.tobytes() + t.tobytes())
-PYEOF
+gpt2_tokens "$work/tokens.bin"
 cat >"$work/plan.json" <<JSON
 {"model": {"arch": "llama", "layers": $L, "heads": $NH, "kv_heads": $KV, "hidden": $C,
            "ffn_hidden": $F, "vocab": $V, "seq_len": $T},

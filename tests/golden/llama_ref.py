@@ -365,7 +365,6 @@ def bench(a):
     """Median time of full fp32 training steps of a Llama on random tokens
     (forward, backward, clipping, AdamW, zero_grad), as gpt2_ref.py bench
     times GPT-2's: --steps timed steps after --warmup-steps untimed ones."""
-    import statistics
     import time
     torch.set_num_threads(a.threads)
     c = g.Config(L=a.layers, NH=a.heads, KV=a.kv_heads, C=a.hidden, F=a.ffn, V=a.vocab,
@@ -387,12 +386,7 @@ def bench(a):
         opt.zero_grad(set_to_none=True)
         return (time.perf_counter() - t0) * 1e3
 
-    for _ in range(a.warmup_steps):
-        step()
-    ms = [step() for _ in range(a.steps)]
-    print(json.dumps({"impl": "pytorch", "median_ms": round(statistics.median(ms), 1),
-                      "ms": [round(t, 1) for t in ms], "threads": a.threads,
-                      "torch": torch.__version__}))
+    g.print_step_times(step, a)
 
 
 # ---------------------------------------------------------------- main

@@ -16,14 +16,7 @@ REF=$ROOT/tests/golden/llama_ref.py
 TIMEOUT_S=${PLAIT_REFEREE_TIMEOUT_S:-600}
 
 # new_case NAME [case options...]: the referee writes a case into $WORK/case_NAME.
-new_case() {
-    local name=$1
-    shift
-    "$PY" "$REF" case "$WORK/case_$name" "$@" >"$WORK/case_$name.log" 2>&1 || {
-        cat "$WORK/case_$name.log"
-        return 1
-    }
-}
+new_case() { referee_case "$REF" "$@"; }
 
 # train CASE RUN [plait options...]: plait trains the case's plan, dumping step 1.
 train() {
