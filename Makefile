@@ -47,7 +47,7 @@ CPPFLAGS += -D_GNU_SOURCE -I. -DPLAIT_VERSION='"$(VERSION)"'
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c17 $(WARN) $(HARDEN) -fopenmp -pthread
 LDFLAGS += -fopenmp -pthread -Wl,-z,relro,-z,now
-LDLIBS  := -ljansson -lhwloc -ldnnl -lopenblas -lm
+LDLIBS  := -ljansson -lhwloc -ldnnl -lopenblas -lpcre2-8 -lm
 
 # CUDA (the CUDA op backend, kernels/cuda/*.cu, and what NCCL needs): the
 # runtime's headers and libraries are looked for under CUDA_HOME
@@ -161,6 +161,7 @@ ifneq ($(HAVE_NCCL),1)
 endif
 LAUNCHER_SRC := $(wildcard launcher/*.c) $(wildcard launcher/k8s/*.c)
 SAMPLE_SRC   := $(wildcard sample/*.c)
+TOKENIZER_SRC := $(wildcard tokenizer/*.c)
 TEST_SRC     := $(wildcard tests/unit/test_*.c)
 SPANK_SRC    := $(wildcard spank-plugin/*.c)
 
@@ -170,6 +171,7 @@ LIB_COMMON   := $(BUILD)/lib/libplait_common.a
 LIB_KERNELS  := $(BUILD)/lib/libplait_kernels.a
 LIB_RUNTIME  := $(BUILD)/lib/libplait_runtime.a
 LIB_SAMPLE   := $(BUILD)/lib/libplait_sample.a
+LIB_TOKENIZER := $(BUILD)/lib/libplait_tokenizer.a
 PLAIT        := $(BUILD)/bin/plait
 PLAIT_TRAIN  := $(BUILD)/bin/plait-train
 TESTS        := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
@@ -248,6 +250,7 @@ $(LIB_COMMON): $(call obj,$(COMMON_SRC))
 $(LIB_KERNELS): $(call obj,$(KERNELS_SRC))
 $(LIB_RUNTIME): $(call obj,$(RUNTIME_SRC))
 $(LIB_SAMPLE): $(call obj,$(SAMPLE_SRC))
+$(LIB_TOKENIZER): $(call obj,$(TOKENIZER_SRC))
 # position-independent objects for the plugin
 $(BUILD)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -272,8 +275,8 @@ $(BUILD)/lib/%.a:
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
-# Link order: runtime -> sample -> kernels -> common.
-LIBS := $(LIB_RUNTIME) $(LIB_SAMPLE) $(LIB_KERNELS) $(LIB_COMMON)
+# Link order: runtime -> sample -> tokenizer -> kernels -> common.
+LIBS := $(LIB_RUNTIME) $(LIB_SAMPLE) $(LIB_TOKENIZER) $(LIB_KERNELS) $(LIB_COMMON)
 
 $(PLAIT_TRAIN): $(call obj,runtime/main.c) $(LIBS)
 	@mkdir -p $(dir $@)
@@ -281,7 +284,7 @@ $(PLAIT_TRAIN): $(call obj,runtime/main.c) $(LIBS)
 
 # the CLI never links the training runtime (DESIGN: it reads the run directory through common/);
 # plait sample runs the sampler (sample/) on a checkpoint's whole model
-$(PLAIT): $(call obj,$(LAUNCHER_SRC)) $(LIB_SAMPLE) $(LIB_KERNELS) $(LIB_COMMON)
+$(PLAIT): $(call obj,$(LAUNCHER_SRC)) $(LIB_SAMPLE) $(LIB_TOKENIZER) $(LIB_KERNELS) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) $(CAIRO_LDLIBS) $(YAML_LDLIBS) -o $@
 
@@ -425,7 +428,7 @@ FUZZ_CFLAGS   := -std=c17 $(WARN) -O1 -g $(FUZZ_SAN) -fopenmp=libgomp -pthread
 FUZZ_TARGETS  := $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz_obj       = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(1))
 # the same libraries as the normal build, in its link order: runtime -> kernels -> common
-FUZZ_LIBS     := $(addprefix $(FUZZ_BUILD)/lib/libplait_,runtime.a sample.a kernels.a common.a)
+FUZZ_LIBS     := $(addprefix $(FUZZ_BUILD)/lib/libplait_,runtime.a sample.a tokenizer.a kernels.a common.a)
 
 fuzz: $(FUZZ_TARGETS)
 
@@ -442,6 +445,7 @@ $(FUZZ_BUILD)/lib/libplait_runtime.a: $(call fuzz_obj,$(filter-out runtime/comm/
 $(FUZZ_BUILD)/lib/libplait_kernels.a: $(call fuzz_obj,$(filter-out kernels/cuda/cuda_none.c,$(KERNELS_SRC)) kernels/cuda/cuda_none.c)
 $(FUZZ_BUILD)/lib/libplait_common.a: $(call fuzz_obj,$(COMMON_SRC))
 $(FUZZ_BUILD)/lib/libplait_sample.a: $(call fuzz_obj,$(SAMPLE_SRC))
+$(FUZZ_BUILD)/lib/libplait_tokenizer.a: $(call fuzz_obj,$(TOKENIZER_SRC))
 $(FUZZ_LIBS):
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
