@@ -48,7 +48,7 @@ static int write_shard(const char *path, const unsigned char *text, size_t n,
     char *buf = malloc(bytes);
     if (!buf) return error_set(err, "out of memory");
     int32_t header[LLMC_HEADER_INTS];
-    llmc_tokens_header_fill(header, (int64_t)n);
+    llmc_tokens_header_fill(header, (int64_t)n, 2);
     memcpy(buf, header, sizeof header);
     uint16_t *tok = (uint16_t *)(buf + LLMC_HEADER_BYTES);
     for (size_t i = 0; i < n; i++) tok[i] = text[i];
