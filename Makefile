@@ -4,10 +4,12 @@
 #   make test            install missing packages, build, run every test (also under ASan/UBSan)
 #   make demo            install missing packages, build, train a small GPT on the bundled corpus
 #   make bench           GPT-2 124M step time against PyTorch, make bench-comm, make
-#                        bench-memory and make bench-cost (not tests)
+#                        bench-memory, make bench-ckpt and make bench-tokenizer (not tests)
 #   make bench-cost      the cost model's step against plait's measured one on this CPU: the
 #                        demo plan and GPT-2 124M 4x64 (prints ratios; not a test)
 #   make bench-comm      all-reduce bandwidth against Open MPI's (prints ratios; not a test)
+#   make bench-tokenizer the BPE tokenizer's tokens/s per core beside js-tiktoken's, GPT-2 and
+#                        o200k_base (prints ratios; not a test)
 #   make bench-ckpt      checkpoint write rate against dd, async pause, resume time (GPT-2 124M;
 #                        prints ratios; not a test)
 #   make bench-memory    per-rank memory and pipeline bubble of real runs against plait
@@ -208,7 +210,7 @@ SPANK_CHECK_SRC := tests/spank/submit_check.c $(addprefix spank-plugin/,submit.c
 MAN_PAGE     := $(BUILD)/share/man/man1/plait.1
 COMPLETION   := $(BUILD)/share/bash-completion/completions/plait
 
-.PHONY: all test test-gpu test-cuda bench-cuda gpu-check demo bench bench-comm bench-memory bench-ckpt bench-cost install uninstall docs clean deps-build deps-test format fuzz
+.PHONY: all test test-gpu test-cuda bench-cuda gpu-check demo bench bench-tokenizer bench-comm bench-memory bench-ckpt bench-cost install uninstall docs clean deps-build deps-test format fuzz
 all: $(PLAIT) $(PLAIT_TRAIN) $(CUDA_SO) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO) $(SPANK_CHECK) docs
 
 docs: $(MAN_PAGE) $(COMPLETION)
@@ -352,7 +354,7 @@ demo: deps-build
 	$(MAKE) -j$(JOBS) all
 	scripts/demo.sh
 
-bench: deps-test bench-comm bench-memory bench-ckpt
+bench: deps-test bench-comm bench-memory bench-ckpt bench-tokenizer
 	$(MAKE) -j$(JOBS) all
 	bench/bench.sh
 	bench/overlap_bench.sh
@@ -360,6 +362,10 @@ bench: deps-test bench-comm bench-memory bench-ckpt
 bench-cost: deps-test
 	$(MAKE) -j$(JOBS) $(PLAIT) $(PLAIT_TRAIN)
 	bench/cost_bench.sh
+
+bench-tokenizer: deps-test
+	$(MAKE) -j$(JOBS) $(PLAIT)
+	bench/tokenizer_bench.sh
 
 bench-comm: deps-test
 	$(MAKE) -j$(JOBS) $(BUILD)/bin/comm-bench

@@ -6,6 +6,7 @@ ROOT=$PWD
 BUILD=${PLAIT_BUILD:-$ROOT/build}
 PLAIT=$BUILD/bin/plait
 source "$ROOT/scripts/python.sh" # defines: plait_python
+source "$ROOT/scripts/npm_package.sh" # defines: npm_package_dir
 PY=$(plait_python)
 export PLAIT_PYTHON=$PY
 WORK=$(mktemp -d /tmp/plait-test.XXXXXX)
@@ -23,28 +24,6 @@ check() {
         printf '%s\n' "$out" | tail -n 40 | sed 's/^/    # /'
         failures=$((failures + 1))
     fi
-}
-
-# npm_package_dir SRC DEST WHAT: the npm package whose package.json and scripts are in SRC,
-# installed into DEST once (again when SRC's files change), for a test's reference written
-# in JavaScript; on failure says why (no node, no registry) on stdout and returns 1, for the
-# caller's "# SKIP" line.
-npm_package_dir() {
-    local src=$1 dest=$2 what=$3 stamp
-    stamp=$(cat "$src"/* | sha256sum)
-    [ -f "$dest/.ready" ] && [ "$(cat "$dest/.ready")" = "$stamp" ] && return 0
-    rm -rf "$dest" && mkdir -p "$dest" && cp "$src"/* "$dest/"
-    command -v node >/dev/null && command -v npm >/dev/null || {
-        echo "node/npm are not installed (scripts/deps.sh test installs them)"
-        return 1
-    }
-    (cd "$dest" && npm_config_fetch_retries=1 npm_config_fetch_retry_mintimeout=2000 \
-        npm_config_fetch_retry_maxtimeout=5000 timeout 180 npm install --no-audit --no-fund \
-        --silent) >"$WORK/npm.log" 2>&1 || {
-        echo "npm install could not set up the $what (no registry?) $(tail -n 3 "$WORK/npm.log" | tr '\n' ' ')"
-        return 1
-    }
-    echo "$stamp" >"$dest/.ready"
 }
 
 # The byte-level Shakespeare shards, once per test file.
