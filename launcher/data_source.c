@@ -120,7 +120,7 @@ static int next_text(struct data_source *s, struct data_chunk *out, struct plait
         free(buf);
         return error_set(err, "out of memory");
     }
-    memcpy(s->carry, buf + cut, n - cut);
+    if (cut < n) memcpy(s->carry, buf + cut, n - cut);
     s->carry_bytes = n - cut;
     *out = (struct data_chunk){.text = buf, .bytes = cut, .starts_document = !s->in_document};
     s->in_document = true;
