@@ -4,10 +4,12 @@
 #   make test            install missing packages, build, run every test (also under ASan/UBSan)
 #   make demo            install missing packages, build, train a small GPT on the bundled corpus
 #   make bench           GPT-2 124M step time against PyTorch, make bench-comm, make
-#                        bench-memory and make bench-cost (not tests)
+#                        bench-memory, make bench-ckpt and make bench-tokenizer (not tests)
 #   make bench-cost      the cost model's step against plait's measured one on this CPU: the
 #                        demo plan and GPT-2 124M 4x64 (prints ratios; not a test)
 #   make bench-comm      all-reduce bandwidth against Open MPI's (prints ratios; not a test)
+#   make bench-tokenizer the BPE tokenizer's tokens/s per core beside js-tiktoken's, GPT-2 and
+#                        o200k_base (prints ratios; not a test)
 #   make bench-ckpt      checkpoint write rate against dd, async pause, resume time (GPT-2 124M;
 #                        prints ratios; not a test)
 #   make bench-memory    per-rank memory and pipeline bubble of real runs against plait
@@ -47,7 +49,7 @@ CPPFLAGS += -D_GNU_SOURCE -I. -DPLAIT_VERSION='"$(VERSION)"'
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c17 $(WARN) $(HARDEN) -fopenmp -pthread
 LDFLAGS += -fopenmp -pthread -Wl,-z,relro,-z,now
-LDLIBS  := -ljansson -lhwloc -ldnnl -lopenblas -lm
+LDLIBS  := -ljansson -lhwloc -ldnnl -lopenblas -lpcre2-8 -lm
 
 # CUDA (the CUDA op backend, kernels/cuda/*.cu, and what NCCL needs): the
 # runtime's headers and libraries are looked for under CUDA_HOME
@@ -161,6 +163,7 @@ ifneq ($(HAVE_NCCL),1)
 endif
 LAUNCHER_SRC := $(wildcard launcher/*.c) $(wildcard launcher/k8s/*.c)
 SAMPLE_SRC   := $(wildcard sample/*.c)
+TOKENIZER_SRC := $(wildcard tokenizer/*.c)
 TEST_SRC     := $(wildcard tests/unit/test_*.c)
 SPANK_SRC    := $(wildcard spank-plugin/*.c)
 
@@ -170,6 +173,7 @@ LIB_COMMON   := $(BUILD)/lib/libplait_common.a
 LIB_KERNELS  := $(BUILD)/lib/libplait_kernels.a
 LIB_RUNTIME  := $(BUILD)/lib/libplait_runtime.a
 LIB_SAMPLE   := $(BUILD)/lib/libplait_sample.a
+LIB_TOKENIZER := $(BUILD)/lib/libplait_tokenizer.a
 PLAIT        := $(BUILD)/bin/plait
 PLAIT_TRAIN  := $(BUILD)/bin/plait-train
 TESTS        := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
@@ -206,7 +210,7 @@ SPANK_CHECK_SRC := tests/spank/submit_check.c $(addprefix spank-plugin/,submit.c
 MAN_PAGE     := $(BUILD)/share/man/man1/plait.1
 COMPLETION   := $(BUILD)/share/bash-completion/completions/plait
 
-.PHONY: all test test-gpu test-cuda bench-cuda gpu-check demo bench bench-comm bench-memory bench-ckpt bench-cost install uninstall docs clean deps-build deps-test format fuzz
+.PHONY: all test test-gpu test-cuda bench-cuda gpu-check demo bench bench-tokenizer bench-comm bench-memory bench-ckpt bench-cost install uninstall docs clean deps-build deps-test format fuzz
 all: $(PLAIT) $(PLAIT_TRAIN) $(CUDA_SO) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO) $(SPANK_CHECK) docs
 
 docs: $(MAN_PAGE) $(COMPLETION)
@@ -248,6 +252,7 @@ $(LIB_COMMON): $(call obj,$(COMMON_SRC))
 $(LIB_KERNELS): $(call obj,$(KERNELS_SRC))
 $(LIB_RUNTIME): $(call obj,$(RUNTIME_SRC))
 $(LIB_SAMPLE): $(call obj,$(SAMPLE_SRC))
+$(LIB_TOKENIZER): $(call obj,$(TOKENIZER_SRC))
 # position-independent objects for the plugin
 $(BUILD)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -272,8 +277,8 @@ $(BUILD)/lib/%.a:
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
-# Link order: runtime -> sample -> kernels -> common.
-LIBS := $(LIB_RUNTIME) $(LIB_SAMPLE) $(LIB_KERNELS) $(LIB_COMMON)
+# Link order: runtime -> sample -> tokenizer -> kernels -> common.
+LIBS := $(LIB_RUNTIME) $(LIB_SAMPLE) $(LIB_TOKENIZER) $(LIB_KERNELS) $(LIB_COMMON)
 
 $(PLAIT_TRAIN): $(call obj,runtime/main.c) $(LIBS)
 	@mkdir -p $(dir $@)
@@ -281,7 +286,7 @@ $(PLAIT_TRAIN): $(call obj,runtime/main.c) $(LIBS)
 
 # the CLI never links the training runtime (DESIGN: it reads the run directory through common/);
 # plait sample runs the sampler (sample/) on a checkpoint's whole model
-$(PLAIT): $(call obj,$(LAUNCHER_SRC)) $(LIB_SAMPLE) $(LIB_KERNELS) $(LIB_COMMON)
+$(PLAIT): $(call obj,$(LAUNCHER_SRC)) $(LIB_SAMPLE) $(LIB_TOKENIZER) $(LIB_KERNELS) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) $(CAIRO_LDLIBS) $(YAML_LDLIBS) -o $@
 
@@ -349,7 +354,7 @@ demo: deps-build
 	$(MAKE) -j$(JOBS) all
 	scripts/demo.sh
 
-bench: deps-test bench-comm bench-memory bench-ckpt
+bench: deps-test bench-comm bench-memory bench-ckpt bench-tokenizer
 	$(MAKE) -j$(JOBS) all
 	bench/bench.sh
 	bench/overlap_bench.sh
@@ -357,6 +362,10 @@ bench: deps-test bench-comm bench-memory bench-ckpt
 bench-cost: deps-test
 	$(MAKE) -j$(JOBS) $(PLAIT) $(PLAIT_TRAIN)
 	bench/cost_bench.sh
+
+bench-tokenizer: deps-test
+	$(MAKE) -j$(JOBS) $(PLAIT)
+	bench/tokenizer_bench.sh
 
 bench-comm: deps-test
 	$(MAKE) -j$(JOBS) $(BUILD)/bin/comm-bench
@@ -425,7 +434,7 @@ FUZZ_CFLAGS   := -std=c17 $(WARN) -O1 -g $(FUZZ_SAN) -fopenmp=libgomp -pthread
 FUZZ_TARGETS  := $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz_obj       = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(1))
 # the same libraries as the normal build, in its link order: runtime -> kernels -> common
-FUZZ_LIBS     := $(addprefix $(FUZZ_BUILD)/lib/libplait_,runtime.a sample.a kernels.a common.a)
+FUZZ_LIBS     := $(addprefix $(FUZZ_BUILD)/lib/libplait_,runtime.a sample.a tokenizer.a kernels.a common.a)
 
 fuzz: $(FUZZ_TARGETS)
 
@@ -442,6 +451,7 @@ $(FUZZ_BUILD)/lib/libplait_runtime.a: $(call fuzz_obj,$(filter-out runtime/comm/
 $(FUZZ_BUILD)/lib/libplait_kernels.a: $(call fuzz_obj,$(filter-out kernels/cuda/cuda_none.c,$(KERNELS_SRC)) kernels/cuda/cuda_none.c)
 $(FUZZ_BUILD)/lib/libplait_common.a: $(call fuzz_obj,$(COMMON_SRC))
 $(FUZZ_BUILD)/lib/libplait_sample.a: $(call fuzz_obj,$(SAMPLE_SRC))
+$(FUZZ_BUILD)/lib/libplait_tokenizer.a: $(call fuzz_obj,$(TOKENIZER_SRC))
 $(FUZZ_LIBS):
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^

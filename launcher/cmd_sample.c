@@ -123,10 +123,7 @@ static int sample_from(const char *cdir, const struct plan *plan, struct plait_e
     bool has_tok = false;
     int rc = -1;
     if (read_whole(cdir, &whole, &params, err)) goto out;
-    if (plan->data.tokenizer) {
-        if (tokenizer_load(&tok, plan->data.tokenizer, err)) goto out;
-        has_tok = true;
-    }
+    if (tokenizer_open(&tok, plan, &has_tok, err)) goto out;
     struct rng r;
     rng_seed(&r, plan->sample.seed, 0);
     rc = sample_tokens(&whole, params, &plan->sample, has_tok ? &tok : NULL, &r, stdout, err);

@@ -11,13 +11,14 @@
 #include "launcher/cli.h"
 
 extern const struct cli_command cmd_train_cli, cmd_check_cli, cmd_launch_cli, cmd_data_prepare_cli,
-    cmd_status_cli, cmd_plot_cli, cmd_ckpt_ls_cli, cmd_ckpt_verify_cli, cmd_ckpt_export_cli,
+    cmd_data_decode_cli, cmd_status_cli, cmd_plot_cli, cmd_ckpt_ls_cli, cmd_ckpt_verify_cli, cmd_ckpt_export_cli,
     cmd_ckpt_import_cli, cmd_sample_cli, cmd_k8s_render_cli, cmd_k8s_admin_cli, cmd_k8s_lint_cli;
 
 int cmd_train(int argc, char **argv);  /* plait train PLAN [--out DIR] [--set k=v ...] */
 int cmd_check(int argc, char **argv);  /* plait check PLAN [--nodes N] [--topology X.xml ...] */
 int cmd_launch(int argc, char **argv); /* plait launch: in a Slurm task or a pod */
-int cmd_data_prepare(int argc, char **argv); /* plait data prepare TEXT OUT.bin [...] */
+int cmd_data_prepare(int argc, char **argv); /* plait data prepare TEXT... OUT.bin [...] */
+int cmd_data_decode(int argc, char **argv);  /* plait data decode SHARD.bin [--tokenizer F] */
 int cmd_status(int argc, char **argv);       /* plait status RUN_DIR... [--json] */
 int cmd_plot(int argc, char **argv);         /* plait plot RUN_DIR... [-o FILE] */
 int cmd_ckpt_ls(int argc, char **argv);      /* plait ckpt ls DIR [--json] */

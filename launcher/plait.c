@@ -18,6 +18,7 @@ static const struct {
     {&cmd_check_cli, cmd_check},
     {&cmd_launch_cli, cmd_launch},
     {&cmd_data_prepare_cli, cmd_data_prepare},
+    {&cmd_data_decode_cli, cmd_data_decode},
     {&cmd_status_cli, cmd_status},
     {&cmd_plot_cli, cmd_plot},
     {&cmd_ckpt_ls_cli, cmd_ckpt_ls},

@@ -33,13 +33,14 @@ static int open_shard(struct data_loader *d, int s, struct plait_error *err)
     return 0;
 }
 
-/* Reads n tokens at token offset `at` of shard s (open) into out. */
-static int read_tokens(struct data_loader *d, int s, int64_t at, uint16_t *out, size_t n,
+/* Reads n tokens at token offset `at` of shard s (open) into out, as uint32 whatever the
+ * shard's token size. */
+static int read_tokens(struct data_loader *d, int s, int64_t at, uint32_t *out, size_t n,
                        struct plait_error *err)
 {
     const struct data_shard *sh = &d->shards[s];
-    size_t want = n * sizeof *out, got = 0;
-    off_t offset = LLMC_HEADER_BYTES + (off_t)at * (off_t)sizeof *out;
+    size_t want = n * (size_t)sh->token_bytes, got = 0;
+    off_t offset = LLMC_HEADER_BYTES + (off_t)at * sh->token_bytes;
     while (got < want) {
         ssize_t k = pread(d->fd, (char *)out + got, want - got, offset + (off_t)got);
         if (k < 0 && errno == EINTR) continue;
@@ -54,26 +55,32 @@ static int read_tokens(struct data_loader *d, int s, int64_t at, uint16_t *out, 
                              (long long)(at + (int64_t)n), (long long)sh->tokens);
         got += (size_t)k;
     }
+    for (size_t i = n; sh->token_bytes == 2 && i-- > 0;) { /* widened in place, from the end */
+        uint16_t t;
+        memcpy(&t, (const char *)out + 2 * i, sizeof t);
+        out[i] = t;
+    }
     return 0;
 }
 
 /* The error for token `token` at token position `at` of shard s: the file, the
  * position and byte offset, the vocabulary; `after` says when it was found. */
-static int bad_token(const struct data_loader *d, int s, unsigned token, int64_t at,
+static int bad_token(const struct data_loader *d, int s, uint32_t token, int64_t at,
                      const char *after, struct plait_error *err)
 {
     return error_set(err,
                      "%s: token %u at position %lld (byte %lld) is not below the vocabulary "
                      "size %d (model.vocab)%s",
                      d->shards[s].path, token, (long long)at,
-                     (long long)(LLMC_HEADER_BYTES + 2 * at), d->vocab, after);
+                     (long long)(LLMC_HEADER_BYTES + d->shards[s].token_bytes * at), d->vocab,
+                     after);
 }
 
 /* Every token of shard s below the vocabulary size: one pass, at open. */
 static int check_shard_tokens(struct data_loader *d, int s, struct plait_error *err)
 {
     enum { CHUNK = 1 << 19 };
-    uint16_t *buf = malloc(CHUNK * sizeof *buf);
+    uint32_t *buf = malloc(CHUNK * sizeof *buf);
     if (!buf) return error_set(err, "out of memory");
     int rc = open_shard(d, s, err);
     for (int64_t at = 0; rc == 0 && at < d->shards[s].tokens; at += CHUNK) {
@@ -81,7 +88,8 @@ static int check_shard_tokens(struct data_loader *d, int s, struct plait_error *
         size_t n = left < CHUNK ? (size_t)left : CHUNK;
         rc = read_tokens(d, s, at, buf, n, err);
         for (size_t i = 0; rc == 0 && i < n; i++)
-            if (buf[i] >= d->vocab) rc = bad_token(d, s, buf[i], at + (int64_t)i, "", err);
+            if (buf[i] >= (uint32_t)d->vocab)
+                rc = bad_token(d, s, buf[i], at + (int64_t)i, "", err);
     }
     free(buf);
     close_shard(d);
@@ -119,7 +127,8 @@ int data_open(struct data_loader *d, const char *pattern, int B, int T, int voca
     int64_t window = (int64_t)B * T + 1, largest = 0;
     for (size_t i = 0; i < g.gl_pathc; i++) {
         struct data_shard *sh = &d->shards[d->n_shards];
-        if (llmc_read_tokens_header(g.gl_pathv[i], &sh->tokens, err) != 0) goto fail;
+        if (llmc_read_tokens_header(g.gl_pathv[i], &sh->tokens, &sh->token_bytes, err) != 0)
+            goto fail;
         if (!(sh->path = strdup(g.gl_pathv[i]))) {
             error_set(err, "out of memory");
             goto fail;
@@ -243,15 +252,15 @@ int data_next_of(struct data_loader *d, int rank, int ranks, int32_t *inputs, in
     if (advance(d, &s, &start, err) || open_shard(d, s, err) ||
         read_tokens(d, s, start, d->window, (size_t)bt + 1, err))
         goto fail;
-    const uint16_t *w = d->window;
+    const uint32_t *w = d->window;
     for (int64_t i = 0; i <= bt; i++)
-        if (w[i] >= d->vocab) { /* every token was below it at open: the file changed */
+        if (w[i] >= (uint32_t)d->vocab) { /* every token was below it at open: the file changed */
             bad_token(d, s, w[i], start + i, "; the file changed since training opened it", err);
             goto fail;
         }
     for (int64_t i = 0; i < bt; i++) {
-        inputs[i] = w[i];
-        targets[i] = w[i + 1];
+        inputs[i] = (int32_t)w[i];
+        targets[i] = (int32_t)w[i + 1];
     }
     int ss;
     int64_t st;

@@ -1,4 +1,4 @@
-/* data.h — micro-batches from llm.c token shards. A position in the data is
+/* data.h — micro-batches from llm.c token shards (uint16 or uint32 tokens, llmc.h). A position in the data is
  * three integers, so a checkpoint can restore it exactly.
  *
  * In order (shuffle off): micro-batch k reads the B·T+1 tokens at the current
@@ -21,6 +21,7 @@
 struct data_shard {
     char *path;
     int64_t tokens;
+    int token_bytes; /* 2 or 4 */
 };
 
 struct data_loader {
@@ -33,7 +34,7 @@ struct data_loader {
     /* the shard being read */
     int open_shard;        /* index into shards, or -1 */
     int fd;                /* its file */
-    uint16_t *window;      /* B·T+1 tokens read from it */
+    uint32_t *window;      /* B·T+1 tokens read from it */
     int64_t *shard_order;  /* this epoch's order (shuffle) */
     int64_t *window_order; /* the current shard's window order (shuffle) */
     int64_t order_epoch;   /* which epoch shard_order is for */

@@ -202,18 +202,18 @@ static int resume_or_start(struct trainer *t, char resumed_from[64], struct plai
     return resumed_state(t, name, notes, load_t0, err);
 }
 
-/* data.tokenizer, for the samples (one rank: they need the whole model). */
+/* The run's tokenizer (data.tokenizer, or the one beside the shards), for the samples (one
+ * rank: they need the whole model). */
 static int load_tokenizer(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
-    if (tokenizer_load(&t->tok, p->data.tokenizer, err))
-        return error_prefix(err, "data.tokenizer: ");
-    t->has_tok = true;
-    if (t->tok.eot >= t->m.cfg.vocab)
+    if (tokenizer_open(&t->tok, p, &t->has_tok, err)) return -1;
+    if (t->has_tok && t->tok.eot >= t->m.cfg.vocab)
         return error_set(err,
                          "data.tokenizer: %s: its end-of-text token %d is not below "
                          "model.vocab %d (a tokenizer of another model?)",
-                         p->data.tokenizer, t->tok.eot, t->m.cfg.vocab);
+                         p->data.tokenizer ? p->data.tokenizer : "the tokenizer beside data.train",
+                         t->tok.eot, t->m.cfg.vocab);
     return 0;
 }
 
@@ -234,7 +234,7 @@ static int open_data(struct trainer *t, struct plait_error *err)
             return error_prefix(err, "data.val: ");
     }
     t->has_val = p->data.val != NULL;
-    return p->data.tokenizer && !t->multi ? load_tokenizer(t, err) : 0;
+    return !t->multi && (p->data.tokenizer || p->sample.tokens > 0) ? load_tokenizer(t, err) : 0;
 }
 
 /* The developer's switches: PLAIT_DUMP_STEP1, and the faults tests inject

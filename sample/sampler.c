@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "kernels/ops.h"
 #include "sample/decode.h"
 
@@ -72,9 +73,10 @@ static void put_byte(struct utf8_out *o, unsigned char b)
 
 static void put_token(struct utf8_out *o, int token, int vocab, const struct tokenizer *tok)
 {
-    if (tok && token < tok->vocab) {
-        for (const unsigned char *p = (const unsigned char *)tok->piece[token]; *p; p++)
-            put_byte(o, *p);
+    size_t bytes;
+    const char *piece = tok ? tokenizer_piece(tok, token, &bytes) : NULL;
+    if (piece) {
+        for (size_t i = 0; i < bytes; i++) put_byte(o, (unsigned char)piece[i]);
     } else if (vocab <= 256) { /* bytes */
         put_byte(o, (unsigned char)token);
     } else {
@@ -131,6 +133,39 @@ static int feed(struct decoder *d, const int32_t *seq, size_t n, size_t *fed,
     return 0;
 }
 
+/* The prompt's tokens into seq (room for strlen(prompt) + 1): its bytes for a byte
+ * vocabulary, a BPE tokenizer's encoding (its special tokens' texts are those tokens), else
+ * none, said (an llm.c tokenizer file only decodes). */
+static int prompt_tokens(const char *prompt, int V, const struct tokenizer *tok, int32_t *seq,
+                         size_t *n, struct plait_error *err)
+{
+    if (!*prompt) return 0;
+    if (tok && tok->bpe) {
+        struct bpe_session *s = bpe_session_new(tok->bpe, err);
+        struct bpe_ids ids = {0};
+        int rc = s ? bpe_encode(s, prompt, strlen(prompt), true, &ids, err) : -1;
+        for (size_t i = 0; rc == 0 && i < ids.n; i++)
+            if (ids.id[i] >= V)
+                rc = error_set(err, "sample.prompt: its token %d is not below model.vocab %d",
+                               ids.id[i], V);
+        if (rc == 0) memcpy(seq, ids.id, ids.n * sizeof *ids.id), *n = ids.n;
+        bpe_ids_free(&ids);
+        bpe_session_free(s);
+        return rc;
+    }
+    if (V <= 256 && !tok) { /* the prompt's bytes are its tokens */
+        for (const unsigned char *p = (const unsigned char *)prompt; *p; p++)
+            if (*p < V) seq[(*n)++] = *p;
+        return 0;
+    }
+    log_warn("sample.prompt is not used: %s", tok ? "an llm.c tokenizer file cannot encode text "
+                                                    "(a tokenizer.json or .tiktoken file can)"
+                                                  : "this model's vocabulary is not bytes and the "
+                                                    "run has no tokenizer (plait data prepare "
+                                                    "--tokenizer leaves one beside the shards)");
+    return 0;
+}
+
 static int sample_with(const struct gpt2_shard *whole, const float *params,
                        const struct plan_sample *s, const struct tokenizer *tok, struct rng *r,
                        FILE *out, struct plait_error *err)
@@ -146,11 +181,8 @@ static int sample_with(const struct gpt2_shard *whole, const float *params,
         error_set(err, "out of memory");
         goto out;
     }
-    if (decoder_init(&d, whole, params, err)) goto out;
-    if (V <= 256 && !tok) { /* the prompt's bytes are its tokens */
-        for (const unsigned char *p = (const unsigned char *)s->prompt; *p; p++)
-            if (*p < V) seq[n++] = *p;
-    }
+    if (decoder_init(&d, whole, params, err) || prompt_tokens(s->prompt, V, tok, seq, &n, err))
+        goto out;
     if (n == 0) seq[n++] = tok && tok->eot >= 0 ? tok->eot : V - 1;
     for (size_t i = 0; i < n; i++)
         if (!(tok && seq[i] == tok->eot)) put_token(&text, seq[i], V, tok);

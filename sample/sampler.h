@@ -1,7 +1,8 @@
 /* sampler.h — text from a whole model: autoregressive sampling with
  * temperature and top-k through a key/value cache (decode.h), and turning
- * tokens into text (bytes for a vocabulary of at most 256, an llm.c tokenizer
- * file for others, token ids otherwise), written as valid UTF-8. What plait
+ * tokens into text (bytes for a vocabulary of at most 256, the run's tokenizer
+ * (tokenizer.h) for others, token ids otherwise), written as valid UTF-8; a BPE
+ * tokenizer also encodes the prompt. What plait
  * train samples during a run (runtime/sample.h) and plait sample from a
  * checkpoint both run. */
 #ifndef PLAIT_SAMPLE_SAMPLER_H

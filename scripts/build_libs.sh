@@ -5,13 +5,15 @@
 # each with the build's compiler (a missing one is named by its package, not
 # left to a compiler error halfway through make). Not a program of its own.
 
-# "package header link-flag": the Makefile's LDLIBS and YAML_LDLIBS
+# "package header link-flag": the Makefile's LDLIBS and YAML_LDLIBS (PCRE2: the tokenizer's
+# pre-tokenizer regexes, with Unicode classes)
 BUILD_LIBS=(
     "libjansson-dev jansson.h -ljansson"
     "libhwloc-dev hwloc.h -lhwloc"
     "libdnnl-dev dnnl.h -ldnnl"
     "libopenblas-dev cblas.h -lopenblas"
     "libyaml-dev yaml.h -lyaml"
+    "libpcre2-dev pcre2.h -lpcre2-8"
 )
 # what builds and finds them; and what the build uses only where found: cairo
 # (plait plot; the Makefile asks pkg-config) and Slurm's headers (the SPANK plugin)

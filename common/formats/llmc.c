@@ -80,22 +80,26 @@ int llmc_read_model_header(const char *path, struct llmc_model_header *out, stru
     return 0;
 }
 
-int llmc_read_tokens_header(const char *path, int64_t *n_tokens, struct plait_error *err)
+int llmc_read_tokens_header(const char *path, int64_t *n_tokens, int *token_bytes,
+                            struct plait_error *err)
 {
     int32_t h[LLMC_HEADER_INTS];
     int64_t bytes;
     if (read_header(path, h, &bytes, err)) return -1;
-    if (h[0] != LLMC_TOKENS_MAGIC)
-        return error_set(err, "%s: not an llm.c token shard (magic %d, expected %d)", path, h[0],
-                         LLMC_TOKENS_MAGIC);
-    if (h[1] != LLMC_TOKENS_VERSION)
+    if (h[0] != LLMC_TOKENS_MAGIC && h[0] != LLMC_TOKENS32_MAGIC)
+        return error_set(err, "%s: not an llm.c token shard (magic %d, expected %d or %d)", path,
+                         h[0], LLMC_TOKENS_MAGIC, LLMC_TOKENS32_MAGIC);
+    int want_version = h[0] == LLMC_TOKENS_MAGIC ? LLMC_TOKENS_VERSION : LLMC_TOKENS32_VERSION;
+    if (h[1] != want_version)
         return error_set(err, "%s: unsupported token shard version %d (expected %d)", path, h[1],
-                         LLMC_TOKENS_VERSION);
-    int64_t want = LLMC_HEADER_BYTES + (int64_t)h[2] * 2;
+                         want_version);
+    int width = h[0] == LLMC_TOKENS_MAGIC ? 2 : 4;
+    int64_t want = LLMC_HEADER_BYTES + (int64_t)h[2] * width;
     if (h[2] < 0 || bytes != want)
         return error_set(err, "%s: header says %d tokens (%lld bytes) but the file has %lld bytes",
                          path, h[2], (long long)want, (long long)bytes);
     *n_tokens = h[2];
+    *token_bytes = width;
     return 0;
 }
 
@@ -112,10 +116,10 @@ void llmc_model_header_fill(int32_t header[LLMC_HEADER_INTS], const struct llmc_
     header[7] = h->padded_vocab;
 }
 
-void llmc_tokens_header_fill(int32_t header[LLMC_HEADER_INTS], int64_t n_tokens)
+void llmc_tokens_header_fill(int32_t header[LLMC_HEADER_INTS], int64_t n_tokens, int token_bytes)
 {
     memset(header, 0, LLMC_HEADER_BYTES);
-    header[0] = LLMC_TOKENS_MAGIC;
-    header[1] = LLMC_TOKENS_VERSION;
+    header[0] = token_bytes == 4 ? LLMC_TOKENS32_MAGIC : LLMC_TOKENS_MAGIC;
+    header[1] = token_bytes == 4 ? LLMC_TOKENS32_VERSION : LLMC_TOKENS_VERSION;
     header[2] = (int32_t)n_tokens;
 }

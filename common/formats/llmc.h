@@ -12,9 +12,13 @@
 #define LLMC_HEADER_INTS 256
 #define LLMC_HEADER_BYTES (LLMC_HEADER_INTS * 4)
 
-/* Token shard: int32 header {magic, version, n_tokens, 0...}, then n_tokens uint16. */
+/* Token shard: int32 header {magic, version, n_tokens, 0...}, then n_tokens tokens: uint16
+ * for GPT-2's magic and version, uint32 for the ones llm.c's dev/data/data_common.py
+ * writes for Llama 3 (HEADERS_INFO["llama-3"]), which vocabularies above 65536 need. */
 #define LLMC_TOKENS_MAGIC 20240520
 #define LLMC_TOKENS_VERSION 1
+#define LLMC_TOKENS32_MAGIC 20240801
+#define LLMC_TOKENS32_VERSION 7
 
 /* GPT-2 model: int32 header {magic, version, max_seq_len, vocab, layers, heads,
  * hidden, padded_vocab, 0...}, then the parameters (fp32 for version 3, bf16
@@ -33,13 +37,14 @@ struct llmc_model_header {
 int llmc_read_model_header(const char *path, struct llmc_model_header *out,
                            struct plait_error *err);
 
-/* Reads and checks the header of a token shard; *n_tokens gets the token count.
- * The file size must match the count exactly. */
-int llmc_read_tokens_header(const char *path, int64_t *n_tokens, struct plait_error *err);
+/* Reads and checks the header of a token shard; *n_tokens gets the token count and
+ * *token_bytes each token's size (2 or 4). The file size must match the count exactly. */
+int llmc_read_tokens_header(const char *path, int64_t *n_tokens, int *token_bytes,
+                            struct plait_error *err);
 
-/* Fills a 256-int header for a GPT-2 checkpoint / a token shard. */
+/* Fills a 256-int header for a GPT-2 checkpoint / a token shard of 2- or 4-byte tokens. */
 void llmc_model_header_fill(int32_t header[LLMC_HEADER_INTS], const struct llmc_model_header *h);
-void llmc_tokens_header_fill(int32_t header[LLMC_HEADER_INTS], int64_t n_tokens);
+void llmc_tokens_header_fill(int32_t header[LLMC_HEADER_INTS], int64_t n_tokens, int token_bytes);
 
 /* Number of parameters of a GPT-2 with these dimensions (llm.c layout); -1
  * when that many could not be addressed (gpt2_layout). */

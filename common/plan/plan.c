@@ -115,7 +115,7 @@ static const struct field model_fields[] = {
     INT_FIELD("layers", model.layers, 1, INT_MAX, 0, REQ_NO_INIT),
     INT_FIELD("heads", model.heads, 1, INT_MAX, 0, REQ_NO_INIT),
     INT_FIELD("hidden", model.hidden, 1, INT_MAX, 0, REQ_NO_INIT),
-    INT_FIELD("vocab", model.vocab, 1, 65536, 0, REQ_NO_INIT),
+    INT_FIELD("vocab", model.vocab, 1, PLAN_VOCAB_MAX, 0, REQ_NO_INIT),
     /* The defaults of these three are computed in check_rules (from vocab, seq_len or init). */
     INT_FIELD("padded_vocab", model.padded_vocab, 1, INT_MAX, 0, 0),
     INT_FIELD("seq_len", model.seq_len, 1, INT_MAX, 0, REQ_NO_INIT),
@@ -1111,9 +1111,9 @@ static int apply_init(struct ctx *c, json_t *root, struct plan *p)
     const char *name = strrchr(init, '/') ? strrchr(init, '/') + 1 : init;
     if (llmc_read_model_header(init, &h, &llmc_err))
         return fail(c, "model.init", "%s", llmc_err.text);
-    if (h.vocab > 65536)
-        return fail(c, "model.init", "%s has vocab %d, more than 65536 (tokens are uint16)", name,
-                    h.vocab);
+    if (h.vocab > PLAN_VOCAB_MAX)
+        return fail(c, "model.init", "%s has vocab %d, more than %d", name, h.vocab,
+                    PLAN_VOCAB_MAX);
     const struct {
         const char *key;
         int *field;

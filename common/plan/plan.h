@@ -21,6 +21,13 @@
 #include "common/error.h"
 
 enum plan_precision { PLAN_PRECISION_FP32, PLAN_PRECISION_BF16, PLAN_PRECISION_FP8 };
+/* The largest model.vocab: 2^24. Token shards hold ids as uint16, or as uint32 for larger
+ * vocabularies (llmc.h), and the model takes them as int32: the cap is not the format's but
+ * a sanity bound, 64 times the largest published vocabulary (262,144), whose embedding at
+ * hidden 4096 is already 256 GiB in fp32, so that a stray digit is refused by plait check
+ * rather than found as a failed allocation. */
+#define PLAN_VOCAB_MAX (1 << 24)
+
 #define PLAN_PRECISIONS 3 /* how many: the one list the parser, the plugin's policy and help use */
 /* fp8's scaling (kernels/fp8.h); NONE (null in plan.json) unless precision is fp8 */
 enum plan_fp8_scaling { PLAN_FP8_NONE = -1, PLAN_FP8_TENSOR, PLAN_FP8_BLOCK };
@@ -42,7 +49,7 @@ struct plan_model {
     int layers;       /* L */
     int heads;        /* NH; hidden % heads == 0 */
     int hidden;       /* C */
-    int vocab;        /* V, 1..65536 (tokens are uint16) */
+    int vocab;        /* V, 1..PLAN_VOCAB_MAX */
     int padded_vocab; /* Vp >= V; default: V rounded up to a multiple of 128 */
     int seq_len;      /* T, the training sequence length */
     int max_seq_len;  /* rows of the position table, >= T; default T */

@@ -42,27 +42,35 @@ struct shard {
     const uint8_t *bytes;
     size_t n;
     int64_t tokens; /* the header's count, when the header is good */
+    int width;      /* its tokens' bytes: 2 (uint16) or 4 (uint32) */
     bool good;
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* The header rules of llmc.h, read independently: magic, version, and a size
- * that is exactly the header plus the announced tokens. */
-static bool header_good(const uint8_t *bytes, size_t n, int64_t *tokens)
+/* The header rules of llmc.h, read independently: magic, version (uint16 or uint32 tokens),
+ * and a size that is exactly the header plus the announced tokens. */
+static bool header_good(const uint8_t *bytes, size_t n, int64_t *tokens, int *width)
 {
     int32_t h[3];
     if (n < LLMC_HEADER_BYTES) return false;
     memcpy(h, bytes, sizeof h);
     *tokens = h[2];
-    return h[0] == LLMC_TOKENS_MAGIC && h[1] == LLMC_TOKENS_VERSION && h[2] >= 0 &&
-           (uint64_t)n == LLMC_HEADER_BYTES + 2 * (uint64_t)h[2];
+    *width = h[0] == LLMC_TOKENS32_MAGIC && h[1] == LLMC_TOKENS32_VERSION ? 4
+             : h[0] == LLMC_TOKENS_MAGIC && h[1] == LLMC_TOKENS_VERSION   ? 2
+                                                                          : 0;
+    return *width && h[2] >= 0 && (uint64_t)n == LLMC_HEADER_BYTES + (uint64_t)*width * (uint64_t)h[2];
 }
 
-static uint16_t token_at(const struct shard *s, int64_t i)
+static uint32_t token_at(const struct shard *s, int64_t i)
 {
-    uint16_t t;
-    memcpy(&t, s->bytes + LLMC_HEADER_BYTES + 2 * i, 2);
+    if (s->width == 2) {
+        uint16_t t;
+        memcpy(&t, s->bytes + LLMC_HEADER_BYTES + 2 * i, 2);
+        return t;
+    }
+    uint32_t t;
+    memcpy(&t, s->bytes + LLMC_HEADER_BYTES + 4 * i, 4);
     return t;
 }
 
@@ -121,15 +129,15 @@ static void check_same_batch(const struct batch *a, const struct batch *b, int64
 static void check_window(const struct batch *b, const struct shard *s, int64_t start, int64_t bt)
 {
     for (int64_t i = 0; i < bt; i++) {
-        FUZZ_CHECK(b->inputs[i] == token_at(s, start + i), "input %lld", (long long)i);
-        FUZZ_CHECK(b->targets[i] == token_at(s, start + i + 1), "target %lld", (long long)i);
+        FUZZ_CHECK((uint32_t)b->inputs[i] == token_at(s, start + i), "input %lld", (long long)i);
+        FUZZ_CHECK((uint32_t)b->targets[i] == token_at(s, start + i + 1), "target %lld", (long long)i);
     }
 }
 
 static bool window_in_vocab(const struct shard *s, int64_t start, int64_t bt, int vocab)
 {
     for (int64_t i = 0; i <= bt; i++)
-        if (token_at(s, start + i) >= vocab) return false;
+        if (token_at(s, start + i) >= (uint32_t)vocab) return false;
     return true;
 }
 
@@ -139,8 +147,8 @@ static void check_some_window(const struct batch *b, const struct shard *sh, int
     for (int s = 0; s < n; s++)
         for (int64_t start = 0; start + bt + 1 <= sh[s].tokens; start += bt) {
             int64_t i = 0;
-            while (i < bt && b->inputs[i] == token_at(&sh[s], start + i) &&
-                   b->targets[i] == token_at(&sh[s], start + i + 1))
+            while (i < bt && (uint32_t)b->inputs[i] == token_at(&sh[s], start + i) &&
+                   (uint32_t)b->targets[i] == token_at(&sh[s], start + i + 1))
                 i++;
             if (i == bt) return;
         }
@@ -184,7 +192,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         sh[s].bytes = p;
         sh[s].n = len;
-        sh[s].good = header_good(p, len, &sh[s].tokens);
+        sh[s].good = header_good(p, len, &sh[s].tokens, &sh[s].width);
         p += len;
     }
     write_shards(sh, n, fifo);
@@ -195,14 +203,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int s = 0; s < n; s++) {
         struct plait_error err = {.text = ""};
         int64_t tokens = -1;
-        int rc = llmc_read_tokens_header(fuzz_fd_path(FUZZ_FD + s), &tokens, &err);
+        int width = 0;
+        int rc = llmc_read_tokens_header(fuzz_fd_path(FUZZ_FD + s), &tokens, &width, &err);
         bool good = sh[s].good && !(fifo && s == n - 1);
         FUZZ_CHECK((rc == 0) == good, "shard %d: header %s, rules say %s: %s", s,
                    rc == 0 ? "accepted" : "refused", good ? "good" : "bad", err.text);
         if (rc) fuzz_check_message(err.text);
         if (rc == 0)
-            FUZZ_CHECK(tokens == sh[s].tokens, "shard %d: %lld tokens, the header says %lld", s,
-                       (long long)tokens, (long long)sh[s].tokens);
+            FUZZ_CHECK(tokens == sh[s].tokens && width == sh[s].width,
+                       "shard %d: %lld tokens of %d bytes, the header says %lld of %d", s,
+                       (long long)tokens, width, (long long)sh[s].tokens, sh[s].width);
         all_good = all_good && good;
         if (good && sh[s].tokens > largest) largest = sh[s].tokens;
     }
@@ -210,10 +220,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* every token of every shard below the vocabulary (data_open reads them all) */
     bool tokens_ok = true;
     for (int s = 0; s < n && all_good; s++)
-        for (int64_t i = 0; i < sh[s].tokens && tokens_ok; i++) {
-            const uint8_t *t = sh[s].bytes + LLMC_HEADER_BYTES + 2 * i;
-            tokens_ok = (t[0] | t[1] << 8) < vocab;
-        }
+        for (int64_t i = 0; i < sh[s].tokens && tokens_ok; i++)
+            tokens_ok = token_at(&sh[s], i) < (uint32_t)vocab;
 
     /* the loader opens exactly when every shard is good, every token is below
      * the vocabulary and one shard holds a window */

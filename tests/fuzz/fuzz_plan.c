@@ -68,7 +68,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     write_checkpoint("tiny_gpt2.bin", TINY_FD, &tiny);
     write_checkpoint("wide_gpt2.bin", WIDE_FD, &wide);
     char shard[LLMC_HEADER_BYTES + 16];
-    llmc_tokens_header_fill((int32_t *)(void *)shard, 8);
+    llmc_tokens_header_fill((int32_t *)(void *)shard, 8, 2);
     for (int t = 0; t < 8; t++) {
         uint16_t token = (uint16_t)t;
         memcpy(shard + LLMC_HEADER_BYTES + 2 * t, &token, 2);

@@ -6,6 +6,7 @@ ROOT=$PWD
 BUILD=${PLAIT_BUILD:-$ROOT/build}
 PLAIT=$BUILD/bin/plait
 source "$ROOT/scripts/python.sh" # defines: plait_python
+source "$ROOT/scripts/npm_package.sh" # defines: npm_package_dir
 PY=$(plait_python)
 export PLAIT_PYTHON=$PY
 WORK=$(mktemp -d /tmp/plait-test.XXXXXX)

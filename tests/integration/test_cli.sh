@@ -5,7 +5,7 @@
 # missing operand and an option that needs another one refused with exit 2.
 source "$(dirname "$0")/lib.sh"
 
-commands=(train check launch "data prepare" "k8s render" "k8s admin" "k8s lint")
+commands=(train check launch "data prepare" "data decode" "k8s render" "k8s admin" "k8s lint")
 
 test_help_everywhere() {
     local c
@@ -22,7 +22,7 @@ test_help_everywhere() {
             { echo "plait help $c differs from plait $c --help"; return 1; }
         grep -q -- "--version" "$WORK/a.txt" || { echo "$c: no --version in its help"; return 1; }
     done
-    "$PLAIT" data --help | grep -q "data prepare TEXT OUT.bin" || return 1
+    "$PLAIT" data --help | grep -q "data prepare TEXT\.\.\. OUT.bin" || return 1
 }
 
 test_version_everywhere() {
@@ -50,7 +50,7 @@ test_unknown_and_malformed_options() {
         "$PLAIT" check "$WORK/plan.json" other.json || return 1
     expect_error "$WORK/u6.log" 2 "^plait: error: data prepare: --val-fraction needs --val VAL.bin" \
         "$PLAIT" data prepare a.txt a.bin --val-fraction 0.2 || return 1
-    expect_error "$WORK/u7.log" 2 "^plait: error: data prepare: missing TEXT OUT.bin" \
+    expect_error "$WORK/u7.log" 2 "^plait: error: data prepare: missing TEXT\.\.\. OUT.bin" \
         "$PLAIT" data prepare a.txt || return 1
     # launch takes one PLAN (srun plait launch PLAN, without the plugin), never two
     expect_error "$WORK/u8.log" 2 "^plait: error: launch: unexpected argument 'y'" \

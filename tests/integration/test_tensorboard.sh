@@ -11,25 +11,7 @@
 source "$(dirname "$0")/lib.sh"
 
 READER=$ROOT/build/tensorboard-reader
-
-# the reader in the build directory, installed once (again when its files change)
-setup_reader() {
-    local src=$ROOT/tests/tensorboard stamp
-    stamp=$(cat "$src"/* | sha256sum)
-    [ -f "$READER/.ready" ] && [ "$(cat "$READER/.ready")" = "$stamp" ] && return 0
-    rm -rf "$READER" && mkdir -p "$READER" && cp "$src"/* "$READER/"
-    command -v node >/dev/null && command -v npm >/dev/null || {
-        echo "node/npm are not installed (scripts/deps.sh test installs them)"
-        return 1
-    }
-    (cd "$READER" && npm_config_fetch_retries=1 npm_config_fetch_retry_mintimeout=2000 \
-        npm_config_fetch_retry_maxtimeout=5000 timeout 180 npm install --no-audit --no-fund \
-        --silent) >"$WORK/npm.log" 2>&1 || {
-        echo "npm install could not set up the reader (no registry?) $(tail -n 3 "$WORK/npm.log" | tr '\n' ' ')"
-        return 1
-    }
-    echo "$stamp" >"$READER/.ready"
-}
+setup_reader() { npm_package_dir "$ROOT/tests/tensorboard" "$READER" reader; }
 
 tiny_plan "$WORK/plan.json"
 RUN=(--set train.tensorboard=tb --set steps=8 --set checkpoint.every=4)

@@ -247,7 +247,7 @@ static void test_fixtures_are_what_the_generator_writes(void)
     if (f) fclose(f);
 
     unsigned char shard[LLMC_HEADER_BYTES + 16], read_back[sizeof shard + 1];
-    llmc_tokens_header_fill(header, 8);
+    llmc_tokens_header_fill(header, 8, 2);
     memcpy(shard, header, LLMC_HEADER_BYTES);
     for (int t = 0; t < 8; t++) {
         uint16_t token = (uint16_t)t;
