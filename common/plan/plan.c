@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "common/gpt2/gpt2_layout.h" // gpt2_layout (the size check)
+#include "common/formats/hf_model.h"    // hf_config_read (model.init, a Hugging Face directory)
 #include "common/formats/llmc.h"        // llmc_read_model_header
 #include "common/formats/rundir.h"         // RUNDIR_CHECKPOINTS (checkpoint.dir's default)
 
@@ -1103,22 +1104,90 @@ static json_t *given(json_t *root, const char *section, const char *key)
     return v && !json_is_null(v) ? v : NULL;
 }
 
+/* One integer of the model the init file fixes: given in the plan, it must
+ * agree; else it is set. */
+struct init_field {
+    const char *key;
+    int *field;
+    int value;
+};
+
+static int apply_init_fields(struct ctx *c, json_t *root, const struct init_field *f, size_t n,
+                             const char *name)
+{
+    for (size_t k = 0; k < n; k++) {
+        char path[64];
+        snprintf(path, sizeof path, "model.%s", f[k].key);
+        if (given(root, "model", f[k].key) && *f[k].field != f[k].value)
+            return fail_rule(c, path, "model.init", "%d contradicts model.init (%s has %d)",
+                             *f[k].field, name, f[k].value);
+        *f[k].field = f[k].value;
+    }
+    return 0;
+}
+
+/* seq_len: the init's max T unless given, and never above it. */
+static int apply_init_seq_len(struct ctx *c, json_t *root, struct plan *p, const char *name)
+{
+    if (!given(root, "model", "seq_len"))
+        p->model.seq_len = p->model.max_seq_len;
+    else if (p->model.seq_len > p->model.max_seq_len)
+        return fail_rule(c, "model.seq_len", "model.init",
+                         "%d exceeds the max sequence length of model.init (%s has %d)",
+                         p->model.seq_len, name, p->model.max_seq_len);
+    return 0;
+}
+
+/* model.init a Hugging Face directory: its config.json fixes the model. */
+static int apply_hf_init(struct ctx *c, json_t *root, struct plan *p, const char *name)
+{
+    struct plait_error hf_err = {.text = ""};
+    struct hf_config h;
+    struct plan_model *m = &p->model;
+    if (hf_config_read(m->init, &h, &hf_err)) return fail(c, "model.init", "%s", hf_err.text);
+    const char *arch = h.llama ? "llama" : "gpt2";
+    if (given(root, "model", "arch") && strcmp(m->arch, arch) != 0)
+        return fail_rule(c, "model.arch", "model.init",
+                         "\"%s\" contradicts model.init (%s is a %s, %s)", m->arch, name, arch,
+                         h.arch);
+    char *copy = strdup(arch);
+    if (!copy) return fail(c, "model.init", "out of memory");
+    free(m->arch);
+    m->arch = copy;
+    const struct init_field f[] = {
+        {"layers", &m->layers, h.layers},     {"heads", &m->heads, h.heads},
+        {"hidden", &m->hidden, h.hidden},     {"vocab", &m->vocab, h.vocab},
+        {"max_seq_len", &m->max_seq_len, h.max_seq_len},
+        {"kv_heads", &m->kv_heads, h.kv_heads}, {"ffn_hidden", &m->ffn_hidden, h.ffn_hidden}};
+    if (apply_init_fields(c, root, f, h.llama ? 7 : 5, name)) return -1;
+    if (h.llama) {
+        m->rope_theta = given(root, "model", "rope_theta") ? m->rope_theta : h.rope_theta;
+        m->norm_eps = given(root, "model", "norm_eps") ? m->norm_eps : h.norm_eps;
+        if (given(root, "model", "tie_embeddings") && m->tie_embeddings != h.tied)
+            return fail_rule(c, "model.tie_embeddings", "model.init",
+                             "contradicts model.init (%s has tie_word_embeddings %s)", name,
+                             h.tied ? "true" : "false");
+        m->tie_embeddings = h.tied;
+    }
+    if (!given(root, "model", "padded_vocab")) m->padded_vocab = (m->vocab + 127) / 128 * 128;
+    return apply_init_seq_len(c, root, p, name);
+}
+
 static int apply_init(struct ctx *c, json_t *root, struct plan *p)
 {
     struct plait_error llmc_err = {.text = ""};
     struct llmc_model_header h;
     const char *init = p->model.init;
     const char *name = strrchr(init, '/') ? strrchr(init, '/') + 1 : init;
+    if (hf_is_model_dir(init)) return apply_hf_init(c, root, p, name);
     if (llmc_read_model_header(init, &h, &llmc_err))
         return fail(c, "model.init", "%s", llmc_err.text);
-    if (h.vocab > PLAN_VOCAB_MAX)
-        return fail(c, "model.init", "%s has vocab %d, more than %d", name, h.vocab,
-                    PLAN_VOCAB_MAX);
-    const struct {
-        const char *key;
-        int *field;
-        int header;
-    } from_header[] = {
+    if (plan_model_is_llama(&p->model))
+        return fail_rule(c, "model.init", "model.arch",
+                         "%s is an llm.c GPT-2 file; a llama starts from a Hugging Face "
+                         "directory (config.json and safetensors) or from random weights",
+                         name);
+    const struct init_field f[] = {
         {"layers", &p->model.layers, h.layers},
         {"heads", &p->model.heads, h.heads},
         {"hidden", &p->model.hidden, h.hidden},
@@ -1126,22 +1195,8 @@ static int apply_init(struct ctx *c, json_t *root, struct plan *p)
         {"padded_vocab", &p->model.padded_vocab, h.padded_vocab},
         {"max_seq_len", &p->model.max_seq_len, h.max_seq_len},
     };
-    for (size_t k = 0; k < sizeof from_header / sizeof from_header[0]; k++) {
-        char path[64];
-        snprintf(path, sizeof path, "model.%s", from_header[k].key);
-        if (given(root, "model", from_header[k].key) &&
-            *from_header[k].field != from_header[k].header)
-            return fail_rule(c, path, "model.init", "%d contradicts model.init (%s has %d)",
-                             *from_header[k].field, name, from_header[k].header);
-        *from_header[k].field = from_header[k].header;
-    }
-    if (!given(root, "model", "seq_len"))
-        p->model.seq_len = h.max_seq_len;
-    else if (p->model.seq_len > h.max_seq_len)
-        return fail_rule(c, "model.seq_len", "model.init",
-                         "%d exceeds the max sequence length of model.init (%s has %d)",
-                         p->model.seq_len, name, h.max_seq_len);
-    return 0;
+    if (apply_init_fields(c, root, f, sizeof f / sizeof *f, name)) return -1;
+    return apply_init_seq_len(c, root, p, name);
 }
 
 /* The fixed degrees and their product stay within PLAN_MAX_RANKS (counted in 64 bits). */
@@ -1326,13 +1381,10 @@ static int check_arch_rules(struct ctx *c, json_t *root, struct plan *p)
         m->rope_theta = 10000.0, m->norm_eps = 1e-5;
         return 0;
     }
-    if (m->init)
-        return fail_rule(c, "model.init", "model.arch",
-                         "is an llm.c GPT-2 file; a llama starts from random weights here");
-    if (!given(root, "model", "ffn_hidden"))
+    if (!m->ffn_hidden)
         return fail(c, "model.ffn_hidden", "is required for model.arch \"llama\" (the SwiGLU "
                                            "MLP's width, e.g. 8/3·hidden rounded)");
-    if (!given(root, "model", "kv_heads")) m->kv_heads = m->heads;
+    if (!m->kv_heads) m->kv_heads = m->heads;
     if (m->heads % m->kv_heads != 0)
         return fail_rule(c, "model.kv_heads", "model.heads",
                          "must divide model.heads (%d %% %d = %d)", m->heads, m->kv_heads,

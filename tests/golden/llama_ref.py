@@ -325,7 +325,7 @@ def compare(casedir, rundir, out=sys.stdout):
         row("steps", None, None, False, p3 or f"run has steps {sorted(metrics or [])}")
     else:
         for key in g.METRIC_KEYS:
-            t = g.FP32_TOL[key] if key == "lr" else tol[key]
+            t = tol.get(key, g.FP32_TOL["loss"])  # lr: never precision-dependent
             e = max(g.rel(float(metrics[s][key]), ref_metrics[s][key]) for s in ref_metrics)
             row(key, e, t, e <= t, f"worst of {len(ref_metrics)} steps")
     print(f"llama_ref compare {rundir} against {casedir} ({c.precision}):", file=out)
