@@ -18,11 +18,13 @@ TIMEOUT_S=${PLAIT_REFEREE_TIMEOUT_S:-600}
 # new_case NAME [case options...]: the referee writes a case into $WORK/case_NAME.
 new_case() { referee_case "$REF" "$@"; }
 
-# train CASE RUN [plait options...]: plait trains the case's plan, dumping step 1.
+# train CASE RUN [plait options...]: plait trains the case's plan, dumping its
+# first step (unless NO_DUMP is set: a resumed run's first step is not step 1).
 train() {
-    local casedir=$WORK/case_$1 rundir=$WORK/run_$2
+    local casedir=$WORK/case_$1 rundir=$WORK/run_$2 dump=(PLAIT_DUMP_STEP1="$WORK/run_$2/dump")
     shift 2
-    if ! OMP_NUM_THREADS=1 PLAIT_DUMP_STEP1="$rundir/dump" timeout "$TIMEOUT_S" \
+    [ -z "${NO_DUMP:-}" ] || dump=()
+    if ! env OMP_NUM_THREADS=1 "${dump[@]}" timeout "$TIMEOUT_S" \
         "$PLAIT" train "$casedir/plan.json" --out "$rundir" "$@" >>"$rundir.log" 2>&1; then
         tail -n 30 "$rundir.log"
         echo "plait train $casedir/plan.json --out $rundir $* failed"
@@ -43,6 +45,26 @@ case_and_compare() {
 }
 check llama_fp32_one_rank case_and_compare fp32
 check llama_bf16_one_rank case_and_compare bf16
+# The comparison can fail: the fp32 run with its gradients 0.1% off, then its
+# step-3 loss 1e-3 off, is refused each time.
+wrong_runs_fail() {
+    local w=$WORK/run_wrong
+    rm -rf "$w" && cp -r "$WORK/run_fp32" "$w" &&
+        "$PY" -c 'import numpy as np, sys; g = np.fromfile(sys.argv[1], "<f4"); (g * 1.001).astype("<f4").tofile(sys.argv[1])' "$w/dump/grads.f32" &&
+        ! "$PY" "$REF" compare "$WORK/case_fp32" "$w" >/dev/null &&
+        cp "$WORK/run_fp32/dump/grads.f32" "$w/dump/grads.f32" &&
+        "$PY" "$REF" compare "$WORK/case_fp32" "$w" >/dev/null &&
+        "$PY" - "$w/metrics.jsonl" <<'PYEOF' &&
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for r in rows:
+    if r.get("step") == 3:
+        r["loss"] *= 1.001
+open(sys.argv[1], "w").write("".join(json.dumps(r) + "\n" for r in rows))
+PYEOF
+        ! "$PY" "$REF" compare "$WORK/case_fp32" "$w" >/dev/null
+}
+check llama_referee_refuses_wrong_runs wrong_runs_fail
 check llama_recompute_full train_and_compare fp32 recompute_full --set recompute=full
 # 4 micro-batches a step: 2 on each of dp 2, through a 2-stage 1F1B pipeline of tp 2
 tp2_pp2_dp2() {
@@ -62,7 +84,7 @@ check llama_pp2_zero_bubble train_and_compare fp32 pp2_zb --set parallel.pp=2 \
 resharded() {
     train fp32 resharded --set steps=3 --set optimizer.decay_steps=6 --set parallel.tp=2 \
         --set parallel.pp=2 &&
-        train fp32 resharded --set optimizer.decay_steps=6 \
+        NO_DUMP=1 train fp32 resharded --set optimizer.decay_steps=6 \
             --set parallel.dp=2 --set batch.grad_accum=1 &&
         grep -q "resum" "$WORK/run_resharded.log" &&
         "$PY" "$REF" compare "$WORK/case_fp32" "$WORK/run_resharded"
