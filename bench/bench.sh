@@ -74,5 +74,9 @@ print(f"  bf16 model FLOPs / bf16 rate  {100 * share16:5.1f}%  ({rates['bf16_gfl
 EOF
 
 echo
+echo "== a Llama's step against PyTorch's (bench/llama_bench.sh)"
+bench/llama_bench.sh
+
+echo
 echo "== the cost model against plait's step (bench/cost_bench.sh)"
 bench/cost_bench.sh

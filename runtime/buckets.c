@@ -22,8 +22,9 @@ int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, do
     if (want < 1) want = 1;
     /* without a pipeline the embedding's rows of wte are deferred: wte goes first
      * (not with a split backward: its head and embedding run in the input pass,
-     * before the weight pass in which the buckets start) */
-    bk->defer = m->first && m->last && !m->split_backward;
+     * before the weight pass in which the buckets start; not untied: the head
+     * writes lmhead, and wte has only the embedding's rows) */
+    bk->defer = m->first && m->last && !m->split_backward && !m->cfg.untied;
     int layers = gpt2_shard_layers(s); /* over the stage's chunks */
     if (!(bk->b = calloc((size_t)layers + 2, sizeof *bk->b))) {
         buckets_free(bk);

@@ -17,7 +17,9 @@ void gpt2_init_weights(const struct gpt2_config *cfg, const struct gpt2_layout *
                        float *params, uint64_t seed)
 {
     memset(params, 0, layout->total * sizeof(float));
-    double residual_std = 0.02 / sqrt(2.0 * cfg->layers);
+    /* GPT-2 scales its residual projections by 1/sqrt(2L); transformers'
+     * Llama draws every matrix with initializer_range 0.02 */
+    double residual_std = cfg->llama ? 0.02 : 0.02 / sqrt(2.0 * cfg->layers);
     for (int t = 0; t < GPT2_TENSORS; t++) {
         float *p = params + layout->offset[t];
         size_t n = layout->elems[t];
@@ -27,7 +29,8 @@ void gpt2_init_weights(const struct gpt2_config *cfg, const struct gpt2_layout *
         }
         if (!gpt2_tensor_decays(t)) continue; /* biases stay zero */
         double std = (t == GPT2_ATTPROJW || t == GPT2_FCPROJW) ? residual_std : 0.02;
-        if (t == GPT2_WTE) n = (size_t)cfg->vocab * cfg->hidden; /* padded rows stay zero */
+        if (t == GPT2_WTE || t == GPT2_LMHEAD) /* padded rows stay zero */
+            n = n ? (size_t)cfg->vocab * cfg->hidden : 0;
         struct rng r;
         rng_seed(&r, seed, (uint64_t)t + 1); /* one stream per tensor */
         for (size_t i = 0; i < n; i++) p[i] = (float)(std * rng_normal(&r));

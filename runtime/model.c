@@ -1,5 +1,8 @@
-/* model.c — GPT-2 forward and backward over one micro-batch, expressed in the
- * ops of kernels/ops.h, with activation recompute. The training loop, the
+/* model.c — GPT-2 and Llama forward and backward over one micro-batch,
+ * expressed in the ops of kernels/ops.h, with activation recompute. A Llama
+ * block is a GPT-2 block with RMSNorm for LayerNorm, rotary positions on q
+ * and k (and its key/value heads repeated, grouped-query) between the QKV
+ * product and the attention, SwiGLU for GELU, no biases, and an untied head. The training loop, the
  * optimizer step and checkpoints are elsewhere (train.c, optim.c, ckpt.c). */
 #include "runtime/model.h"
 
@@ -80,6 +83,8 @@ static const struct {
     MODEL(GPT2_ACT_D4C, d4C),
     MODEL(GPT2_ACT_DATT, datt),
     MODEL(GPT2_ACT_WHOLE, whole),
+    MODEL(GPT2_ACT_QKV_PACKED, qkv_packed),
+    MODEL(GPT2_ACT_DFF, dff),
 };
 #undef LAYER
 #undef SLOT
@@ -99,11 +104,12 @@ static const enum gpt2_tensor fp8_weights[4] = {GPT2_QKVW, GPT2_ATTPROJW, GPT2_F
 _Static_assert(GPT2_FP8_BLOCK == FP8_TILE, "gpt2_memory counts the blocks kernels/fp8.h scales");
 
 /* (OC, C) of product weight k on this rank, as its product takes it:
- * (3C/tp, C) column shard, (C, C/tp) row shard, (4C/tp, C), (C, 4C/tp). */
+ * (3C/tp, C) column shard, (C, C/tp) row shard, (4C/tp, C), (C, 4C/tp)
+ * (a Llama's: (QKV/tp, C), (C, C/tp), (2F/tp, C), (C, F/tp)). */
 static void fp8_shape(const struct model *m, int k, int *OC, int *C)
 {
     int Cw = m->cfg.hidden, Cl = m->Cl;
-    const int shape[4][2] = {{3 * Cl, Cw}, {Cw, Cl}, {4 * Cl, Cw}, {Cw, 4 * Cl}};
+    const int shape[4][2] = {{m->QKVl, Cw}, {Cw, Cl}, {m->FCl, Cw}, {Cw, m->Fl}};
     *OC = shape[k][0];
     *C = shape[k][1];
 }
@@ -206,6 +212,18 @@ static int check_fp8_ops(const struct ops *ops, enum plan_precision precision,
     return 0;
 }
 
+/* A Llama needs the backend's Llama ops (kernels/ops.h). */
+static int check_llama_ops(const struct ops *ops, const struct gpt2_config *cfg,
+                           struct plait_error *err)
+{
+    if (cfg->llama && (!ops->rmsnorm_forward || !ops->rmsnorm_backward || !ops->rope_forward ||
+                       !ops->rope_backward || !ops->kv_expand || !ops->kv_expand_backward ||
+                       !ops->swiglu_forward || !ops->swiglu_backward))
+        return error_set(err, "model.arch \"llama\": the %s backend has no Llama ops yet",
+                         ops->name);
+    return 0;
+}
+
 /* The shape against the part and the tp group the model was given. */
 static int check_shape(const struct model *m, const struct gpt2_part *part,
                        const struct model_shape *shape, struct plait_error *err)
@@ -252,6 +270,12 @@ static void shard_sizes(struct model *m, const struct gpt2_config *cfg,
 {
     m->Cl = cfg->hidden / part->tp;
     m->NHl = cfg->heads / part->tp;
+    m->KVl = gpt2_kv_heads(cfg) / part->tp;
+    m->hs = cfg->hidden / cfg->heads;
+    m->QKVl = (int)(gpt2_qkv_rows(cfg) / part->tp);
+    m->FCl = (int)(gpt2_fc_rows(cfg) / part->tp);
+    m->Fl = gpt2_ffn(cfg) / part->tp;
+    m->head = cfg->untied ? GPT2_LMHEAD : GPT2_WTE;
     m->Vpl = cfg->padded_vocab / part->tp;
     m->v0 = part->tp_rank * m->Vpl;
     int real = cfg->vocab - m->v0;
@@ -330,7 +354,8 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
 {
     memset(m, 0, sizeof *m);
     model_settings(m, cfg, tp, ops, ctx, shape);
-    if (check_fp8_ops(ops, shape->precision, err) || gpt2_shard_init(&m->shard, cfg, part, err) ||
+    if (check_fp8_ops(ops, shape->precision, err) || check_llama_ops(ops, cfg, err) ||
+        gpt2_shard_init(&m->shard, cfg, part, err) ||
         check_shape(m, part, shape, err))
         return -1;
     m->sp = shape->sequence_parallel;
@@ -341,8 +366,8 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
                         ops->attention_bf16_takes(cfg->hidden / cfg->heads);
     if (!allocate(m)) {
         model_free(m);
-        return error_set(err, "out of memory for a GPT-2 of %zu parameters with micro-batch %d×%d",
-                         m->shard.total, shape->B, shape->T);
+        return error_set(err, "out of memory for a %s of %zu parameters with micro-batch %d×%d",
+                         cfg->llama ? "Llama" : "GPT-2", m->shard.total, shape->B, shape->T);
     }
     return check_allocated(m, err);
 }
@@ -371,14 +396,14 @@ void model_refresh_bf16(struct model *m)
 {
     if (m->params16) m->ops->to_bf16(m->ctx, m->params16, m->params, m->shard.total);
     if (m->wte16)
-        m->ops->to_bf16(m->ctx, m->wte16, m->params + gpt2_shard_offset(&m->shard, GPT2_WTE, 0),
+        m->ops->to_bf16(m->ctx, m->wte16, m->params + gpt2_shard_offset(&m->shard, m->head, 0),
                         m->mem.lm_head16);
 }
 
 uint16_t *model_copy16(const struct model *m, enum gpt2_tensor t, size_t off, size_t at)
 {
     if (m->params16) return m->params16 + at;
-    if (m->wte16 && t == GPT2_WTE) return m->wte16 + (at - off);
+    if (m->wte16 && t == m->head && m->last) return m->wte16 + (at - off);
     return NULL;
 }
 
@@ -400,6 +425,38 @@ static const uint16_t *weight16(const struct model *m, enum gpt2_tensor t, int l
 
 #define P(t, l) param(m, m->params, t, l)
 #define G(t, l) param(m, m->grads, t, l)
+
+/* A tensor the architecture may not have (a Llama's biases, GPT-2's wpe on
+ * tp ranks but 0): its parameters or gradient, NULL when the shard holds none. */
+static float *held(const struct model *m, float *base, enum gpt2_tensor t, int l)
+{
+    return gpt2_shard_holds(&m->shard, t) ? param(m, base, t, l) : NULL;
+}
+
+/* The block's norm over R rows: GPT-2's LayerNorm (mean and rstd kept), a
+ * Llama's RMSNorm (rstd kept); weight w and bias b of layer l. */
+static void norm_forward(const struct model *m, float *out, float *mean, float *rstd,
+                         const float *in, enum gpt2_tensor w, enum gpt2_tensor b, int l, int R)
+{
+    int C = m->cfg.hidden;
+    if (m->cfg.llama)
+        m->ops->rmsnorm_forward(m->ctx, out, rstd, in, P(w, l), R, C, m->cfg.norm_eps);
+    else
+        m->ops->layernorm_forward(m->ctx, out, mean, rstd, in, P(w, l), P(b, l), R, C);
+}
+
+/* Its backward: dinp += ..., the weight's (and bias's) gradient written or added. */
+static void norm_backward(const struct model *m, float *dinp, const float *dout, const float *in,
+                          enum gpt2_tensor w, enum gpt2_tensor b, int l, const float *mean,
+                          const float *rstd, int R, bool acc)
+{
+    int C = m->cfg.hidden;
+    if (m->cfg.llama)
+        m->ops->rmsnorm_backward(m->ctx, dinp, G(w, l), dout, in, P(w, l), rstd, R, C, acc);
+    else
+        m->ops->layernorm_backward(m->ctx, dinp, G(w, l), G(b, l), dout, in, P(w, l), mean, rstd,
+                                   R, C, acc);
+}
 
 /* out (N,OC) = inp (N,C) · (weight t of layer l)ᵀ + bias, a block's product in
  * the run's precision: fp32, bf16 (the weight's bf16 copy) or fp8 (the
@@ -500,13 +557,14 @@ static int row_parallel_forward(struct model *m, float **out, const float *inp, 
     float *prod = m->proj;
     struct profile *pr = &m->prof;
     *out = prod;
+    const float *b = held(m, m->params, bias, l);
     if (m->tp.size == 1) {
-        PROF(pr, PROF_MATMUL_FWD, linear_forward(m, prod, inp, w, l, P(bias, l), N, in_cols, C));
+        PROF(pr, PROF_MATMUL_FWD, linear_forward(m, prod, inp, w, l, b, N, in_cols, C));
         return 0;
     }
     PROF(pr, PROF_MATMUL_FWD, linear_forward(m, prod, inp, w, l, NULL, N, in_cols, C));
     if (tp_sum_rows(m, prod, N, out, err)) return -1;
-    PROF(pr, PROF_MATMUL_FWD, o->add_bias(m->ctx, *out, P(bias, l), rows_of(m, N), C));
+    if (b) PROF(pr, PROF_MATMUL_FWD, o->add_bias(m->ctx, *out, b, rows_of(m, N), C));
     return 0;
 }
 
@@ -565,6 +623,36 @@ static void attention_bwd(struct model *m, struct layer_acts *a, float *dqkv, co
         o->attention_backward(m->ctx, dqkv, m->datt, dout, a->qkv, a->att, B, T, m->Cl, m->NHl);
 }
 
+/* q, k and v of layer acts a from ln (N,C): the product into a->qkv; a
+ * Llama's rotary positions on q and k, and with grouped-query attention the
+ * product into qkv_packed, its key/value heads then repeated into a->qkv. */
+static void qkv_forward(struct model *m, struct layer_acts *a, const float *ln, int l, int B,
+                        int T)
+{
+    const struct ops *o = m->ops;
+    int N = B * T;
+    float *out = m->qkv_packed ? m->qkv_packed : a->qkv;
+    struct profile *pr = &m->prof;
+    PROF(pr, PROF_MATMUL_FWD,
+         linear_forward(m, out, ln, GPT2_QKVW, l, held(m, m->params, GPT2_QKVB, l), N,
+                        m->cfg.hidden, m->QKVl));
+    if (!m->cfg.llama) return;
+    PROF(pr, PROF_ATTENTION_FWD,
+         o->rope_forward(m->ctx, out, B, T, m->NHl, m->KVl, m->hs, m->cfg.rope_theta, 0));
+    if (m->qkv_packed)
+        PROF(pr, PROF_ATTENTION_FWD, o->kv_expand(m->ctx, a->qkv, out, N, m->NHl, m->KVl, m->hs));
+}
+
+/* The MLP's activation: GELU of fch (N,4C/tp), or a Llama's SwiGLU of its
+ * gate and up halves (N,2F/tp), into fch_gelu. */
+static void act_forward(struct model *m, struct layer_acts *a, int N)
+{
+    if (m->cfg.llama)
+        m->ops->swiglu_forward(m->ctx, a->fch_gelu, a->fch, N, m->Fl);
+    else
+        m->ops->gelu_forward(m->ctx, a->fch_gelu, a->fch, (size_t)N * m->FCl);
+}
+
 /* Sequence parallel, the LayerNorms and residual adds run on this rank's R
  * rows; each column-parallel product reads the LayerNorm's output gathered
  * from the group, each row-parallel one is reduce-scattered back to R rows. */
@@ -572,35 +660,32 @@ static int layer_forward(struct model *m, struct model_slot *sl, int i, int B, i
                          struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, R = rows_of(m, N), l = slot_layer(m, sl, i);
+    int C = m->cfg.hidden, N = B * T, R = rows_of(m, N), l = slot_layer(m, sl, i);
     struct layer_acts *a = &sl->layer[i];
     const float *in = layer_input(sl, i), *ln;
     float *proj;
     struct profile *pr = &m->prof;
     PROF(pr, PROF_LAYERNORM_FWD,
-         o->layernorm_forward(m->ctx, a->ln1, a->ln1_mean, a->ln1_rstd, in, P(GPT2_LN1W, l),
-                              P(GPT2_LN1B, l), R, C));
+         norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, in, GPT2_LN1W, GPT2_LN1B, l, R));
     if (sp_gather(m, a->ln1, N, &ln, err)) return -1;
-    PROF(pr, PROF_MATMUL_FWD,
-         linear_forward(m, a->qkv, ln, GPT2_QKVW, l, P(GPT2_QKVB, l), N, C, 3 * Cl));
+    qkv_forward(m, a, ln, l, B, T);
     PROF(pr, PROF_ATTENTION_FWD, attention_fwd(m, a, B, T));
-    if (row_parallel_forward(m, &proj, a->atty, GPT2_ATTPROJW, GPT2_ATTPROJB, l, N, Cl, err))
+    if (row_parallel_forward(m, &proj, a->atty, GPT2_ATTPROJW, GPT2_ATTPROJB, l, N, m->Cl, err))
         return -1;
     PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(m->ctx, a->res2, in, proj, (size_t)R * C));
     PROF(pr, PROF_LAYERNORM_FWD,
-         o->layernorm_forward(m->ctx, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(GPT2_LN2W, l),
-                              P(GPT2_LN2B, l), R, C));
+         norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, GPT2_LN2W, GPT2_LN2B, l, R));
     if (sp_gather(m, a->ln2, N, &ln, err)) return -1;
-    if (o->matmul_forward_gelu && m->precision != PLAN_PRECISION_FP8) { /* one pass */
-        PROF(pr, PROF_MATMUL_FWD,
+    const float *fcb = held(m, m->params, GPT2_FCB, l);
+    if (o->matmul_forward_gelu && !m->cfg.llama && m->precision != PLAN_PRECISION_FP8) {
+        PROF(pr, PROF_MATMUL_FWD, /* one pass */
              o->matmul_forward_gelu(m->ctx, a->fch_gelu, a->fch, ln, P(GPT2_FCW, l),
-                                    weight16(m, GPT2_FCW, l), P(GPT2_FCB, l), N, C, 4 * Cl));
+                                    weight16(m, GPT2_FCW, l), fcb, N, C, m->FCl));
     } else {
-        PROF(pr, PROF_MATMUL_FWD,
-             linear_forward(m, a->fch, ln, GPT2_FCW, l, P(GPT2_FCB, l), N, C, 4 * Cl));
-        PROF(pr, PROF_GELU_FWD, o->gelu_forward(m->ctx, a->fch_gelu, a->fch, (size_t)N * 4 * Cl));
+        PROF(pr, PROF_MATMUL_FWD, linear_forward(m, a->fch, ln, GPT2_FCW, l, fcb, N, C, m->FCl));
+        PROF(pr, PROF_GELU_FWD, act_forward(m, a, N));
     }
-    if (row_parallel_forward(m, &proj, a->fch_gelu, GPT2_FCPROJW, GPT2_FCPROJB, l, N, 4 * Cl, err))
+    if (row_parallel_forward(m, &proj, a->fch_gelu, GPT2_FCPROJW, GPT2_FCPROJB, l, N, m->Fl, err))
         return -1;
     PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(m->ctx, a->res3, a->res2, proj, (size_t)R * C));
     return 0;
@@ -638,12 +723,11 @@ static int head_forward(struct model *m, struct model_slot *sl, const int32_t *t
     const float *lnf;
     struct profile *pr = &m->prof;
     PROF(pr, PROF_LAYERNORM_FWD,
-         o->layernorm_forward(m->ctx, sl->lnf, sl->lnf_mean, sl->lnf_rstd,
-                              sl->layer[m->n_layers - 1].res3, P(GPT2_LNFW, 0), P(GPT2_LNFB, 0),
-                              rows_of(m, N), C));
+         norm_forward(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->layer[m->n_layers - 1].res3,
+                      GPT2_LNFW, GPT2_LNFB, 0, rows_of(m, N)));
     if (sp_gather(m, sl->lnf, N, &lnf, err)) return -1;
     PROF(pr, PROF_LM_HEAD_FWD,
-         o->matmul_forward(m->ctx, sl->logits, lnf, P(GPT2_WTE, 0), weight16(m, GPT2_WTE, 0), NULL,
+         o->matmul_forward(m->ctx, sl->logits, lnf, P(m->head, 0), weight16(m, m->head, 0), NULL,
                            N, C, m->Vpl));
     if (!targets) return 0;
     o->upload(m->ctx, sl->targets, targets, (size_t)N * sizeof(int32_t));
@@ -689,7 +773,8 @@ int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const 
         float *emb = m->sp ? m->whole : sl->input;
         PROF(pr, PROF_EMBED_FWD,
              o->encoder_forward(m->ctx, emb, sl->tokens, P(GPT2_WTE, 0), m->v0, m->Vpl,
-                                m->tp.rank == 0 ? P(GPT2_WPE, 0) : NULL, B, T, C));
+                                m->tp.rank == 0 ? held(m, m->params, GPT2_WPE, 0) : NULL, B, T,
+                                C));
         if (m->sp ? sp_scatter(m, emb, sl->input, N, err)
                   : tp_reduce(m, emb, (size_t)N * C, false, err))
             return -1;
@@ -741,7 +826,7 @@ static int layer_recompute(struct model *m, struct model_slot *sl, int i, int B,
     if (m->recompute == PLAN_RECOMPUTE_FULL) return layer_forward(m, sl, i, B, T, err);
     if (m->recompute == PLAN_RECOMPUTE_SELECTIVE) {
         attention_fwd(m, a, B, T);
-        m->ops->gelu_forward(m->ctx, a->fch_gelu, a->fch, (size_t)B * T * 4 * m->Cl);
+        act_forward(m, a, B * T);
     }
     return 0;
 }
@@ -778,6 +863,36 @@ static const float *kept(struct model *m, enum bwd_pass pass, float *keep, const
     return keep;
 }
 
+/* The gradient of the QKV product's output, from dout (N,C/tp), the
+ * attention output's: into `into` (N,QKV/tp) through the attention; with
+ * grouped-query attention through d3C, the repeated key/value heads summed
+ * back; a Llama's rotary positions undone. */
+static void qkv_backward(struct model *m, struct layer_acts *a, float *into, const float *dout,
+                         int B, int T)
+{
+    const struct ops *o = m->ops;
+    struct profile *pr = &m->prof;
+    float *dqkv = m->qkv_packed ? m->d3C : into;
+    PROF(pr, PROF_ATTENTION_BWD, attention_bwd(m, a, dqkv, dout, B, T));
+    if (m->qkv_packed)
+        PROF(pr, PROF_ATTENTION_BWD,
+             o->kv_expand_backward(m->ctx, into, dqkv, B * T, m->NHl, m->KVl, m->hs));
+    if (m->cfg.llama)
+        PROF(pr, PROF_ATTENTION_BWD,
+             o->rope_backward(m->ctx, into, B, T, m->NHl, m->KVl, m->hs, m->cfg.rope_theta, 0));
+}
+
+/* The MLP activation's backward: dfc (N,4C/tp; a Llama's N,2F/tp) from the
+ * activation output's gradient dact and the product's output fch. */
+static void act_backward(struct model *m, struct layer_acts *a, float *dfc, const float *dact,
+                         int N)
+{
+    if (m->cfg.llama)
+        m->ops->swiglu_backward(m->ctx, dfc, a->fch, dact, N, m->Fl);
+    else
+        m->ops->gelu_backward(m->ctx, dfc, a->fch, dact, (size_t)N * m->FCl);
+}
+
 /* On entry m->dres holds the gradient of the layer's output (whole on every
  * tp rank, or its R rows sequence parallel); on exit, of its input. The input
  * gradients of the column-parallel products are partial sums over the group
@@ -790,51 +905,51 @@ static const float *kept(struct model *m, enum bwd_pass pass, float *keep, const
 static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, int T, bool acc,
                           enum bwd_pass pass, struct plait_error *err)
 {
-    const struct ops *o = m->ops;
-    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, R = rows_of(m, N), l = slot_layer(m, sl, i);
-    size_t NC = (size_t)N * C, N4C = (size_t)N * 4 * Cl;
+    int C = m->cfg.hidden, N = B * T, R = rows_of(m, N), l = slot_layer(m, sl, i);
+    size_t NC = (size_t)N * C;
     struct layer_acts *a = &sl->layer[i];
     const float *in = layer_input(sl, i), *dout, *ln;
     float *dln;
     struct profile *pr = &m->prof;
     bool w = pass == BWD_ALL; /* the weight gradients too (their inputs gathered) */
-#define GW(t) (w ? G(t, l) : NULL)
+#define GW(t) (w ? held(m, m->grads, t, l) : NULL)
     if (recompute_timed(m, sl, i, B, T, err)) return -1;
-    /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
+    /* MLP: res3 = res2 + fcproj(act(fc(ln2(res2)))) */
     if (sp_gather(m, m->dres, N, &dout, err)) return -1;
     dout = kept(m, pass, a->g_fcproj, dout, NC);
+    float *dact = m->cfg.llama ? m->dff : m->d4C;
     PROF(pr, PROF_MATMUL_BWD,
-         linear_backward(m, m->d4C, GW(GPT2_FCPROJW), GW(GPT2_FCPROJB), dout, a->fch_gelu,
-                         GPT2_FCPROJW, l, N, 4 * Cl, C, acc));
+         linear_backward(m, dact, GW(GPT2_FCPROJW), GW(GPT2_FCPROJB), dout, a->fch_gelu,
+                         GPT2_FCPROJW, l, N, m->Fl, C, acc));
     float *dfc = pass == BWD_INPUT ? a->g_fc : m->d4C;
-    PROF(pr, PROF_GELU_BWD, o->gelu_backward(m->ctx, dfc, a->fch, m->d4C, N4C));
+    PROF(pr, PROF_GELU_BWD, act_backward(m, a, dfc, dact, N));
     ln = a->ln2;
     if (w && sp_gather(m, a->ln2, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
-         linear_backward(m, m->dC, GW(GPT2_FCW), GW(GPT2_FCB), dfc, ln, GPT2_FCW, l, N, C, 4 * Cl,
+         linear_backward(m, m->dC, GW(GPT2_FCW), GW(GPT2_FCB), dfc, ln, GPT2_FCW, l, N, C, m->FCl,
                          acc));
     if (tp_sum_rows(m, m->dC, N, &dln, err)) return -1;
     PROF(pr, PROF_LAYERNORM_BWD,
-         o->layernorm_backward(m->ctx, m->dres, G(GPT2_LN2W, l), G(GPT2_LN2B, l), dln, a->res2,
-                               P(GPT2_LN2W, l), a->ln2_mean, a->ln2_rstd, R, C, acc));
+         norm_backward(m, m->dres, dln, a->res2, GPT2_LN2W, GPT2_LN2B, l, a->ln2_mean, a->ln2_rstd,
+                       R, acc));
     /* attention: res2 = in + attproj(attention(qkv(ln1(in)))) */
     if (sp_gather(m, m->dres, N, &dout, err)) return -1;
     dout = kept(m, pass, a->g_attproj, dout, NC);
     PROF(pr, PROF_MATMUL_BWD,
          linear_backward(m, m->dC, GW(GPT2_ATTPROJW), GW(GPT2_ATTPROJB), dout, a->atty,
-                         GPT2_ATTPROJW, l, N, Cl, C, acc));
-    float *dqkv = pass == BWD_INPUT ? a->g_qkv : m->d3C;
-    PROF(pr, PROF_ATTENTION_BWD, attention_bwd(m, a, dqkv, m->dC, B, T));
+                         GPT2_ATTPROJW, l, N, m->Cl, C, acc));
+    float *dqkv = pass == BWD_INPUT ? a->g_qkv : m->qkv_packed ? m->qkv_packed : m->d3C;
+    qkv_backward(m, a, dqkv, m->dC, B, T);
     ln = a->ln1;
     if (w && sp_gather(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
          linear_backward(m, m->dC, GW(GPT2_QKVW), GW(GPT2_QKVB), dqkv, ln, GPT2_QKVW, l, N, C,
-                         3 * Cl, acc));
+                         m->QKVl, acc));
 #undef GW
     if (tp_sum_rows(m, m->dC, N, &dln, err)) return -1;
     PROF(pr, PROF_LAYERNORM_BWD,
-         o->layernorm_backward(m->ctx, m->dres, G(GPT2_LN1W, l), G(GPT2_LN1B, l), dln, in,
-                               P(GPT2_LN1W, l), a->ln1_mean, a->ln1_rstd, R, C, acc));
+         norm_backward(m, m->dres, dln, in, GPT2_LN1W, GPT2_LN1B, l, a->ln1_mean, a->ln1_rstd, R,
+                       acc));
     return 0;
 }
 
@@ -845,31 +960,34 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
 static int layer_weights(struct model *m, struct model_slot *sl, int i, int B, int T, bool acc,
                          struct plait_error *err)
 {
-    int C = m->cfg.hidden, Cl = m->Cl, N = B * T, l = slot_layer(m, sl, i);
+    int C = m->cfg.hidden, N = B * T, l = slot_layer(m, sl, i);
     struct layer_acts *a = &sl->layer[i];
     struct profile *pr = &m->prof;
     const float *ln;
+#define GB(t) held(m, m->grads, t, l)
     if (recompute_timed(m, sl, i, B, T, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
-         linear_backward(m, NULL, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), a->g_fcproj, a->fch_gelu,
-                         GPT2_FCPROJW, l, N, 4 * Cl, C, acc));
+         linear_backward(m, NULL, G(GPT2_FCPROJW, l), GB(GPT2_FCPROJB), a->g_fcproj, a->fch_gelu,
+                         GPT2_FCPROJW, l, N, m->Fl, C, acc));
     if (sp_gather(m, a->ln2, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
-         linear_backward(m, NULL, G(GPT2_FCW, l), G(GPT2_FCB, l), a->g_fc, ln, GPT2_FCW, l, N, C,
-                         4 * Cl, acc));
+         linear_backward(m, NULL, G(GPT2_FCW, l), GB(GPT2_FCB), a->g_fc, ln, GPT2_FCW, l, N, C,
+                         m->FCl, acc));
     PROF(pr, PROF_MATMUL_BWD,
-         linear_backward(m, NULL, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), a->g_attproj, a->atty,
-                         GPT2_ATTPROJW, l, N, Cl, C, acc));
+         linear_backward(m, NULL, G(GPT2_ATTPROJW, l), GB(GPT2_ATTPROJB), a->g_attproj, a->atty,
+                         GPT2_ATTPROJW, l, N, m->Cl, C, acc));
     if (sp_gather(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
-         linear_backward(m, NULL, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->g_qkv, ln, GPT2_QKVW, l, N,
-                         C, 3 * Cl, acc));
+         linear_backward(m, NULL, G(GPT2_QKVW, l), GB(GPT2_QKVB), a->g_qkv, ln, GPT2_QKVW, l, N, C,
+                         m->QKVl, acc));
+#undef GB
     return 0;
 }
 
-/* The tied LM head (logits = lnf · wteᵀ) and the final LayerNorm: dres gets
- * the gradient of the last layer's output. The head writes dwte first (the
- * first stage's embedding adds to it when the two are one rank). */
+/* The LM head (logits = lnf · headᵀ, head wte when tied, else lmhead) and
+ * the final norm: dres gets the gradient of the last layer's output. A tied
+ * head writes dwte first (the first stage's embedding adds to it when the two
+ * are one rank). */
 static int head_backward(struct model *m, struct model_slot *sl, int N, bool acc,
                          struct plait_error *err)
 {
@@ -880,14 +998,13 @@ static int head_backward(struct model *m, struct model_slot *sl, int N, bool acc
     struct profile *pr = &m->prof;
     if (sp_gather(m, sl->lnf, N, &lnf, err)) return -1;
     PROF(pr, PROF_LM_HEAD_BWD,
-         o->matmul_backward(m->ctx, m->dC, G(GPT2_WTE, 0), NULL, sl->logits, lnf, P(GPT2_WTE, 0),
-                            weight16(m, GPT2_WTE, 0), N, C, m->Vpl, acc));
+         o->matmul_backward(m->ctx, m->dC, G(m->head, 0), NULL, sl->logits, lnf, P(m->head, 0),
+                            weight16(m, m->head, 0), N, C, m->Vpl, acc));
     if (tp_sum_rows(m, m->dC, N, &dlnf, err)) return -1;
     o->zero(m->ctx, m->dres, (size_t)R * C * sizeof(float));
     PROF(pr, PROF_LAYERNORM_BWD,
-         o->layernorm_backward(m->ctx, m->dres, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), dlnf,
-                               sl->layer[m->n_layers - 1].res3, P(GPT2_LNFW, 0), sl->lnf_mean,
-                               sl->lnf_rstd, R, C, acc));
+         norm_backward(m, m->dres, dlnf, sl->layer[m->n_layers - 1].res3, GPT2_LNFW, GPT2_LNFB, 0,
+                       sl->lnf_mean, sl->lnf_rstd, R, acc));
     return 0;
 }
 
@@ -904,7 +1021,7 @@ static int layer_final(struct model *m, const struct model_slot *sl, int i, stru
 /* Whether this backward leaves the embedding's wte rows for later. */
 static bool deferring(const struct model *m)
 {
-    return m->grads_final && m->defer_embedding && m->first && m->last;
+    return m->grads_final && m->defer_embedding && m->first && m->last && !m->cfg.untied;
 }
 
 static int stage_backward(struct model *m, int slot, const float *grad_out, int B, int T, bool acc,
@@ -929,9 +1046,10 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
             (pass == BWD_ALL && layer_final(m, sl, i, err)))
             return -1;
     if (embeds(m, sl)) {
-        /* the embedding: with the head on this rank too it adds to dwte, else it writes;
-         * sequence parallel, from the gathered rows (dwpe is then whole on every rank) */
-        bool acc_wte = acc || m->last;
+        /* the embedding: with the tied head on this rank too it adds to dwte, else it
+         * writes; sequence parallel, from the gathered rows (dwpe is then whole on every
+         * rank) */
+        bool acc_wte = acc || (m->last && !m->cfg.untied);
         const float *demb;
         struct profile *pr = &m->prof;
         if (sp_gather(m, m->dres, N, &demb, err)) return -1;
@@ -940,7 +1058,7 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
         m->deferred_slot = defer ? slot : -1;
         PROF(pr, PROF_EMBED_BWD,
              o->encoder_backward(m->ctx, defer ? NULL : G(GPT2_WTE, 0), m->v0, m->Vpl,
-                                 G(GPT2_WPE, 0), demb, sl->tokens, B, T, C, acc));
+                                 held(m, m->grads, GPT2_WPE, 0), demb, sl->tokens, B, T, C, acc));
     }
     return check_ops(m, "backward", err);
 }

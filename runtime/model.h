@@ -1,4 +1,5 @@
-/* model.h — a GPT-2 on one device: its parameters, gradients and AdamW state,
+/* model.h — a GPT-2 or a Llama on one device (common/gpt2/gpt2_layout.h says
+ * how a Llama fills the same tensors): its parameters, gradients and AdamW state,
  * the activations one micro-batch keeps for backward (fewer with recompute),
  * and the forward and backward passes written against kernels/ops.h. */
 #ifndef PLAIT_RUNTIME_MODEL_H
@@ -27,18 +28,20 @@ struct model_bytes {
  * R is the rows of the residual stream this rank holds: N, or with sequence
  * parallelism its block of N/tp rows (rows [tp_rank·R, (tp_rank+1)·R)). */
 struct layer_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* (R,C), (R), (R) */
-    float *qkv;                       /* (N,3C/tp) this rank's heads of q, k, v */
+    float *ln1, *ln1_mean, *ln1_rstd; /* (R,C), (R), (R); no mean in a Llama's RMSNorm */
+    float *qkv;                       /* (N,3C/tp) this rank's heads of q, k, v (a Llama's
+                                         rotated, its key/value heads repeated per query head) */
     float *atty;                      /* (N,C/tp) attention output before projection */
     float *att;                       /* (B,NH/tp,T,T) softmax probabilities */
     float *res2;                      /* (R,C) residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd; /* (R,C), (R), (R) */
-    float *fch, *fch_gelu;            /* (N,4C/tp) column shard */
+    float *fch, *fch_gelu;            /* (N,4C/tp) column shard; a Llama's (N,2F/tp) gate and up,
+                                         (N,F/tp) SwiGLU of them */
     float *res3;                      /* (R,C) the layer's output */
     /* split backward only: the gradients of the four products' outputs (all N
      * rows), left by the input-gradient pass for the weight-gradient pass */
     float *g_fcproj, *g_fc;   /* (N,C), (N,4C/tp) */
-    float *g_attproj, *g_qkv; /* (N,C), (N,3C/tp) */
+    float *g_attproj, *g_qkv; /* (N,C), (N,QKV/tp): the packed product's */
 };
 
 /* One micro-batch's activations on this stage: what its forward leaves for
@@ -62,6 +65,11 @@ struct model {
     struct group tp;         /* its tensor-parallel group */
     bool sp;                 /* Megatron sequence parallelism over tp (tp > 1 only) */
     int Cl, NHl;             /* channels and heads of this rank's attention: C/tp, NH/tp */
+    int KVl, hs;             /* its key/value heads KV/tp, the head size C/NH */
+    int QKVl, FCl, Fl;       /* its widths of the QKV product's output ((NH+2KV)·hs/tp), the MLP's
+                                first product's (4C/tp; a Llama's 2F/tp) and second's input
+                                (4C/tp; F/tp) */
+    enum gpt2_tensor head;   /* the LM head's weight: wte (tied) or lmhead */
     int v0, Vpl, nv;         /* its vocabulary shard: entries [v0, v0+Vpl), nv of them real */
     int chunks, n_layers;    /* its pipeline stage's model chunks (1 but interleaved) and the
                                 layers of each (shard.part says which) */
@@ -102,6 +110,9 @@ struct model {
     int n_slots;
     struct model_slot *slots; /* [n_slots] */
     float *proj;              /* (N,C) scratch: output of the two projections */
+    float *qkv_packed;        /* (N,QKV/tp) scratch, grouped-query only: the product's q, k, v
+                                 before the key/value heads are repeated, then their gradient */
+    float *dff;               /* (N,F/tp) scratch, a Llama's: the SwiGLU output's gradient */
     float *whole;             /* (N,C) scratch, sequence parallel only: the rows gathered from
                                  the tp group (a LayerNorm's output, the residual gradient),
                                  or the R rows a reduce-scatter leaves */

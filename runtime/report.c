@@ -233,9 +233,10 @@ void report_start(const struct trainer *t)
     /* the model's parameters (padding of the vocabulary included), not this rank's part */
     struct gpt2_layout whole;
     size_t params = gpt2_layout(&t->m.cfg, &whole) == 0 ? whole.total : t->m.shard.total;
-    log_info("%zu parameters, %d layers, hidden %d, %s, micro-batch %d×%d, %d step%s of %d "
-             "micro-batch%s, %d thread%s, %.0f GFLOP/s peak, activations %.1f MB (recompute %s)",
-             params, plan->model.layers, plan->model.hidden,
+    log_info("%s of %zu parameters, %d layers, hidden %d, %s, micro-batch %d×%d, %d step%s of "
+             "%d micro-batch%s, %d thread%s, %.0f GFLOP/s peak, activations %.1f MB (recompute "
+             "%s)",
+             t->m.cfg.llama ? "Llama" : "GPT-2", params, plan->model.layers, plan->model.hidden,
              plan_precision_name(plan->precision), plan->batch.micro_batch, plan->model.seq_len,
              plan->steps, plan->steps == 1 ? "" : "s", plan->batch.grad_accum,
              plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(),

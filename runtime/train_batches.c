@@ -129,7 +129,7 @@ static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
 
 int train_tied_sum(struct trainer *t, struct plait_error *err)
 {
-    if (t->where->pp == 1 || !(t->m.first || t->m.last)) return 0;
+    if (t->where->pp == 1 || !(t->m.first || t->m.last) || t->m.cfg.untied) return 0;
     return parallel_sum_ends(&t->par, t->m.grads + gpt2_shard_offset(&t->m.shard, GPT2_WTE, 0),
                              t->m.shard.elems[GPT2_WTE], err);
 }

@@ -3,6 +3,7 @@
  * the model shard and what a step needs beside it, the state (the newest
  * checkpoint's, or fresh weights), the data, the developer's switches; and
  * as it ends, all of it given back. The loop is train.c's. */
+#include "common/formats/hf_model.h"
 #include "runtime/train_setup.h"
 
 #include <stdio.h>
@@ -61,7 +62,8 @@ static int init_weights(struct trainer *t, struct plait_error *err)
     if (!full || !shard) {
         rc = error_set(err, "out of memory for %zu parameters", full_layout.total);
     } else if (pm->init) {
-        if (gpt2_read_llmc(pm->init, &t->m.cfg, full, NULL, err))
+        if (hf_is_model_dir(pm->init) ? hf_model_read(pm->init, &t->m.cfg, full, err)
+                                      : gpt2_read_llmc(pm->init, &t->m.cfg, full, NULL, err))
             rc = error_prefix(err, "model.init: ");
     } else {
         gpt2_init_weights(&t->m.cfg, &full_layout, full, pm->seed);

@@ -23,14 +23,16 @@ int decoder_init(struct decoder *d, const struct gpt2_shard *shard, const float 
     d->ctx = d->ops->open(0, why, sizeof why);
     if (!d->ctx) return error_set(err, "the CPU backend: %s", why);
     d->T = c->max_seq_len;
-    size_t C = (size_t)c->hidden, cache = (size_t)c->layers * (size_t)d->T * C;
+    size_t C = (size_t)c->hidden, KVC = (size_t)gpt2_kv_heads(c) * (C / (size_t)c->heads);
+    size_t cache = (size_t)c->layers * (size_t)d->T * KVC;
+    size_t QKV = (size_t)gpt2_qkv_rows(c), FC = (size_t)gpt2_fc_rows(c) + (size_t)gpt2_ffn(c);
     d->k = malloc(cache * sizeof *d->k);
     d->v = malloc(cache * sizeof *d->v);
     d->x = malloc(C * sizeof *d->x);
     d->ln = malloc(C * sizeof *d->ln);
-    d->qkv = malloc(3 * C * sizeof *d->qkv);
+    d->qkv = malloc(QKV * sizeof *d->qkv);
     d->att = malloc(C * sizeof *d->att);
-    d->fc = malloc(8 * C * sizeof *d->fc); /* the MLP's product, then its GELU */
+    d->fc = malloc(FC * sizeof *d->fc); /* the MLP's product, then its GELU or SwiGLU */
     d->proj = malloc(C * sizeof *d->proj);
     d->scores = malloc((size_t)d->T * sizeof *d->scores);
     d->stats = malloc(2 * sizeof *d->stats);
@@ -58,22 +60,39 @@ void decoder_reset(struct decoder *d)
     d->pos = 0;
 }
 
+/* Tensor t of layer l; NULL when the architecture has none (a Llama's biases). */
 static const float *param(const struct decoder *d, enum gpt2_tensor t, int l)
 {
+    if (!gpt2_shard_holds(d->shard, t)) return NULL;
     return d->params + gpt2_shard_offset(d->shard, t, l);
 }
 
+/* The norm of the row in d->x into d->ln: LayerNorm (GPT-2) or RMSNorm (Llama). */
+static void norm(struct decoder *d, enum gpt2_tensor w, enum gpt2_tensor b, int l)
+{
+    const struct gpt2_config *c = &d->shard->cfg;
+    if (c->llama)
+        d->ops->rmsnorm_forward(d->ctx, d->ln, d->stats, d->x, param(d, w, l), 1, c->hidden,
+                                c->norm_eps);
+    else
+        d->ops->layernorm_forward(d->ctx, d->ln, d->stats, d->stats + 1, d->x, param(d, w, l),
+                                  param(d, b, l), 1, c->hidden);
+}
+
 /* att (C) = each head's softmax(q·kᵀ/√hs) over positions [0, pos] times v, for the row whose
- * keys and values are the cache's last */
+ * keys and values are the cache's last; query head h reads key/value head h/(NH/KV) */
 static void attend(struct decoder *d, const float *q, const float *k, const float *v)
 {
-    int C = d->shard->cfg.hidden, NH = d->shard->cfg.heads, hs = C / NH, n = d->pos + 1;
+    const struct gpt2_config *c = &d->shard->cfg;
+    int NH = c->heads, hs = c->hidden / NH, n = d->pos + 1, KV = gpt2_kv_heads(c);
+    size_t KVC = (size_t)KV * hs;
     float scale = 1.0f / sqrtf((float)hs);
     for (int h = 0; h < NH; h++) {
         const float *qh = q + h * hs;
+        int kvh = h / (NH / KV);
         float mx = -INFINITY;
         for (int t = 0; t < n; t++) {
-            const float *kt = k + (size_t)t * C + h * hs;
+            const float *kt = k + (size_t)t * KVC + kvh * hs;
             float s = 0;
             for (int i = 0; i < hs; i++) s += qh[i] * kt[i];
             d->scores[t] = s * scale;
@@ -84,7 +103,7 @@ static void attend(struct decoder *d, const float *q, const float *k, const floa
         float *out = d->att + h * hs;
         memset(out, 0, (size_t)hs * sizeof *out);
         for (int t = 0; t < n; t++) {
-            const float *vt = v + (size_t)t * C + h * hs;
+            const float *vt = v + (size_t)t * KVC + kvh * hs;
             float p = d->scores[t] / sum;
             for (int i = 0; i < hs; i++) out[i] += p * vt[i];
         }
@@ -95,26 +114,30 @@ static void attend(struct decoder *d, const float *q, const float *k, const floa
 static void block(struct decoder *d, int l)
 {
     const struct ops *o = d->ops;
-    int C = d->shard->cfg.hidden;
-    size_t at = ((size_t)l * d->T + (size_t)d->pos) * C;
-    float *k = d->k + (size_t)l * d->T * C, *v = d->v + (size_t)l * d->T * C;
-    o->layernorm_forward(d->ctx, d->ln, d->stats, d->stats + 1, d->x, param(d, GPT2_LN1W, l),
-                         param(d, GPT2_LN1B, l), 1, C);
+    const struct gpt2_config *c = &d->shard->cfg;
+    int C = c->hidden, KV = gpt2_kv_heads(c), hs = C / c->heads, F = gpt2_ffn(c);
+    int QKV = (int)gpt2_qkv_rows(c), FC = (int)gpt2_fc_rows(c);
+    size_t KVC = (size_t)KV * hs, at = ((size_t)l * d->T + (size_t)d->pos) * KVC;
+    float *k = d->k + (size_t)l * d->T * KVC, *v = d->v + (size_t)l * d->T * KVC;
+    norm(d, GPT2_LN1W, GPT2_LN1B, l);
     o->matmul_forward(d->ctx, d->qkv, d->ln, param(d, GPT2_QKVW, l), NULL,
-                      param(d, GPT2_QKVB, l), 1, C, 3 * C);
-    memcpy(d->k + at, d->qkv + C, (size_t)C * sizeof(float));
-    memcpy(d->v + at, d->qkv + 2 * C, (size_t)C * sizeof(float));
+                      param(d, GPT2_QKVB, l), 1, C, QKV);
+    if (c->llama) o->rope_forward(d->ctx, d->qkv, 1, 1, c->heads, KV, hs, c->rope_theta, d->pos);
+    memcpy(d->k + at, d->qkv + C, KVC * sizeof(float));
+    memcpy(d->v + at, d->qkv + C + KVC, KVC * sizeof(float));
     attend(d, d->qkv, k, v);
     o->matmul_forward(d->ctx, d->proj, d->att, param(d, GPT2_ATTPROJW, l), NULL,
                       param(d, GPT2_ATTPROJB, l), 1, C, C);
     o->residual_forward(d->ctx, d->x, d->x, d->proj, (size_t)C);
-    o->layernorm_forward(d->ctx, d->ln, d->stats, d->stats + 1, d->x, param(d, GPT2_LN2W, l),
-                         param(d, GPT2_LN2B, l), 1, C);
+    norm(d, GPT2_LN2W, GPT2_LN2B, l);
     o->matmul_forward(d->ctx, d->fc, d->ln, param(d, GPT2_FCW, l), NULL, param(d, GPT2_FCB, l),
-                      1, C, 4 * C);
-    o->gelu_forward(d->ctx, d->fc + 4 * C, d->fc, (size_t)4 * C);
-    o->matmul_forward(d->ctx, d->proj, d->fc + 4 * C, param(d, GPT2_FCPROJW, l), NULL,
-                      param(d, GPT2_FCPROJB, l), 1, 4 * C, C);
+                      1, C, FC);
+    if (c->llama)
+        o->swiglu_forward(d->ctx, d->fc + FC, d->fc, 1, F);
+    else
+        o->gelu_forward(d->ctx, d->fc + FC, d->fc, (size_t)FC);
+    o->matmul_forward(d->ctx, d->proj, d->fc + FC, param(d, GPT2_FCPROJW, l), NULL,
+                      param(d, GPT2_FCPROJB, l), 1, F, C);
     o->residual_forward(d->ctx, d->x, d->x, d->proj, (size_t)C);
 }
 
@@ -126,13 +149,13 @@ int decoder_feed(struct decoder *d, int token, struct plait_error *err)
     if (token < 0 || token >= c->vocab)
         return error_set(err, "token %d is outside the vocabulary (%d)", token, c->vocab);
     int32_t tok = token;
+    const float *wpe = param(d, GPT2_WPE, 0);
     o->encoder_forward(d->ctx, d->x, &tok, param(d, GPT2_WTE, 0), 0, c->padded_vocab,
-                       param(d, GPT2_WPE, 0) + (size_t)d->pos * c->hidden, 1, 1, c->hidden);
+                       wpe ? wpe + (size_t)d->pos * c->hidden : NULL, 1, 1, c->hidden);
     for (int l = 0; l < c->layers; l++) block(d, l);
-    o->layernorm_forward(d->ctx, d->ln, d->stats, d->stats + 1, d->x, param(d, GPT2_LNFW, 0),
-                         param(d, GPT2_LNFB, 0), 1, c->hidden);
-    o->matmul_forward(d->ctx, d->logits, d->ln, param(d, GPT2_WTE, 0), NULL, NULL, 1, c->hidden,
-                      c->padded_vocab);
+    norm(d, GPT2_LNFW, GPT2_LNFB, 0);
+    o->matmul_forward(d->ctx, d->logits, d->ln, param(d, c->untied ? GPT2_LMHEAD : GPT2_WTE, 0),
+                      NULL, NULL, 1, c->hidden, c->padded_vocab);
     char why[256];
     if (o->take_error(d->ctx, why, sizeof why)) return error_set(err, "decoding: %s", why);
     d->pos++;

@@ -54,7 +54,8 @@ void ckpt_manifest_free(struct ckpt_manifest *m)
 /* ---- what the manifest says of the model ------------------------------------------------- */
 
 /* "tensors": each tensor's name, global shape (llm.c's, per-layer tensors
- * stacked over layers) and how tensor parallelism cuts it. */
+ * stacked over layers) and how tensor parallelism cuts it; those the
+ * architecture has (gpt2_layout.h). */
 static json_t *tensors_json(const struct gpt2_config *cfg)
 {
     static const char *const cut[GPT2_TENSORS] = {[GPT2_WTE] = "rows (vocabulary)",
@@ -63,26 +64,32 @@ static json_t *tensors_json(const struct gpt2_config *cfg)
                                                   [GPT2_ATTPROJW] = "columns",
                                                   [GPT2_FCW] = "rows",
                                                   [GPT2_FCB] = "rows",
-                                                  [GPT2_FCPROJW] = "columns"};
-    long long C = cfg->hidden, L = cfg->layers;
+                                                  [GPT2_FCPROJW] = "columns",
+                                                  [GPT2_LMHEAD] = "rows (vocabulary)"};
+    long long C = cfg->hidden, L = cfg->layers, QKV = gpt2_qkv_rows(cfg);
+    long long FC = gpt2_fc_rows(cfg), F = gpt2_ffn(cfg);
+    struct gpt2_layout layout;
+    if (gpt2_layout(cfg, &layout)) return NULL;
     long long shapes[GPT2_TENSORS][3] = {[GPT2_WTE] = {cfg->padded_vocab, C},
                                          [GPT2_WPE] = {cfg->max_seq_len, C},
                                          [GPT2_LN1W] = {L, C},
                                          [GPT2_LN1B] = {L, C},
-                                         [GPT2_QKVW] = {L, 3 * C, C},
-                                         [GPT2_QKVB] = {L, 3 * C},
+                                         [GPT2_QKVW] = {L, QKV, C},
+                                         [GPT2_QKVB] = {L, QKV},
                                          [GPT2_ATTPROJW] = {L, C, C},
                                          [GPT2_ATTPROJB] = {L, C},
                                          [GPT2_LN2W] = {L, C},
                                          [GPT2_LN2B] = {L, C},
-                                         [GPT2_FCW] = {L, 4 * C, C},
-                                         [GPT2_FCB] = {L, 4 * C},
-                                         [GPT2_FCPROJW] = {L, C, 4 * C},
+                                         [GPT2_FCW] = {L, FC, C},
+                                         [GPT2_FCB] = {L, F},
+                                         [GPT2_FCPROJW] = {L, C, F},
                                          [GPT2_FCPROJB] = {L, C},
                                          [GPT2_LNFW] = {C},
-                                         [GPT2_LNFB] = {C}};
+                                         [GPT2_LNFB] = {C},
+                                         [GPT2_LMHEAD] = {cfg->padded_vocab, C}};
     json_t *out = json_array();
     for (int t = 0; t < GPT2_TENSORS && out; t++) {
+        if (!layout.elems[t]) continue;
         json_t *shape = json_array();
         for (int k = 0; k < 3 && shapes[t][k]; k++)
             json_array_append_new(shape, json_integer(shapes[t][k]));

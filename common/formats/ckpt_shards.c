@@ -344,9 +344,9 @@ static int read_instance(void *ctx, enum gpt2_tensor t, int l, size_t off, size_
     struct ckpt_source *s = c->s;
     const struct gpt2_shard *dst = c->dst;
     /* the stage that holds it: the tied wte is read from the first */
-    int st = t == GPT2_WTE || t == GPT2_WPE     ? 0
-             : t == GPT2_LNFW || t == GPT2_LNFB ? s->layout.pp - 1
-                                                : s->layer_stage[l];
+    int st = t == GPT2_WTE || t == GPT2_WPE                            ? 0
+             : t == GPT2_LNFW || t == GPT2_LNFB || t == GPT2_LMHEAD ? s->layout.pp - 1
+                                                                    : s->layer_stage[l];
     size_t whole = gpt2_tensor_tp_replicated(t)
                        ? elems
                        : elems * (size_t)dst->part.tp; /* tp divides every cut tensor */
@@ -372,8 +372,7 @@ int ckpt_source_read(struct ckpt_source *s, enum ckpt_array a, const struct gpt2
                      size_t lo, size_t hi, float *out, struct plait_error *err)
 {
     const struct gpt2_config *c = &dst->cfg, *m = &s->cfg;
-    if (c->max_seq_len != m->max_seq_len || c->padded_vocab != m->padded_vocab ||
-        c->layers != m->layers || c->heads != m->heads || c->hidden != m->hidden)
+    if (!gpt2_config_same_tensors(c, m))
         return error_set(err, "%s: its model is not this one", s->dir);
     memset(out, 0, (hi - lo) * sizeof *out);
     struct read_ctx ctx = {s, a, dst, lo, hi, out, err};

@@ -8,31 +8,78 @@
 
 const char *const gpt2_tensor_names[GPT2_TENSORS] = {
     "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb",
+    "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb", "lmhead",
 };
 
 struct gpt2_config gpt2_config_of_plan(const struct plan_model *m)
 {
+    bool llama = plan_model_is_llama(m);
     return (struct gpt2_config){.max_seq_len = m->max_seq_len,
                                 .vocab = m->vocab,
                                 .padded_vocab = m->padded_vocab,
                                 .layers = m->layers,
                                 .heads = m->heads,
-                                .hidden = m->hidden};
+                                .hidden = m->hidden,
+                                .llama = llama,
+                                .kv_heads = llama ? m->kv_heads : 0,
+                                .ffn_hidden = llama ? m->ffn_hidden : 0,
+                                .untied = llama && !m->tie_embeddings,
+                                .rope_theta = llama ? m->rope_theta : 0,
+                                .norm_eps = llama ? (float)m->norm_eps : 0};
+}
+
+bool gpt2_config_same_tensors(const struct gpt2_config *a, const struct gpt2_config *b)
+{
+    return a->max_seq_len == b->max_seq_len && a->padded_vocab == b->padded_vocab &&
+           a->layers == b->layers && a->heads == b->heads && a->hidden == b->hidden &&
+           a->llama == b->llama && gpt2_kv_heads(a) == gpt2_kv_heads(b) &&
+           gpt2_ffn(a) == gpt2_ffn(b) && a->untied == b->untied;
+}
+
+int gpt2_kv_heads(const struct gpt2_config *cfg)
+{
+    return cfg->kv_heads ? cfg->kv_heads : cfg->heads;
+}
+
+int gpt2_ffn(const struct gpt2_config *cfg)
+{
+    return cfg->ffn_hidden ? cfg->ffn_hidden : 4 * cfg->hidden;
+}
+
+long long gpt2_qkv_rows(const struct gpt2_config *cfg)
+{
+    if (!cfg->llama || !cfg->kv_heads) return 3LL * cfg->hidden; /* GPT-2: q, k, v of C each */
+    long long hs = cfg->hidden / cfg->heads;
+    return ((long long)cfg->heads + 2LL * gpt2_kv_heads(cfg)) * hs;
+}
+
+double gpt2_layer_product_weights(const struct gpt2_config *cfg)
+{
+    double C = cfg->hidden;
+    return C * ((double)gpt2_qkv_rows(cfg) + C + (double)gpt2_fc_rows(cfg) + gpt2_ffn(cfg));
+}
+
+long long gpt2_fc_rows(const struct gpt2_config *cfg)
+{
+    return (cfg->llama ? 2LL : 1LL) * gpt2_ffn(cfg);
 }
 
 int gpt2_layout(const struct gpt2_config *cfg, struct gpt2_layout *out)
 {
-    long long C = cfg->hidden, L = cfg->layers;
+    long long C = cfg->hidden, L = cfg->layers, F = gpt2_ffn(cfg);
+    long long bias = cfg->llama ? 0 : 1; /* a Llama has no biases, no wpe */
     size_t *e = out->elems;
     bool ok = ck_size(&e[GPT2_WTE], cfg->padded_vocab, C) &&
-              ck_size(&e[GPT2_WPE], cfg->max_seq_len, C) && ck_size(&e[GPT2_LN1W], L, C) &&
-              ck_size(&e[GPT2_QKVW], L, 3, C, C) && ck_size(&e[GPT2_QKVB], L, 3, C) &&
-              ck_size(&e[GPT2_ATTPROJW], L, C, C) && ck_size(&e[GPT2_FCW], L, 4, C, C);
-    e[GPT2_LN1B] = e[GPT2_ATTPROJB] = e[GPT2_LN2W] = e[GPT2_LN2B] = e[GPT2_FCPROJB] = e[GPT2_LN1W];
-    e[GPT2_FCB] = 4 * e[GPT2_LN1W]; /* ≤ e[GPT2_FCW] */
-    e[GPT2_FCPROJW] = e[GPT2_FCW];
-    e[GPT2_LNFW] = e[GPT2_LNFB] = (size_t)C;
+              ck_size(&e[GPT2_WPE], bias, cfg->max_seq_len, C) && ck_size(&e[GPT2_LN1W], L, C) &&
+              ck_size(&e[GPT2_QKVW], L, gpt2_qkv_rows(cfg), C) &&
+              ck_size(&e[GPT2_QKVB], bias, L, gpt2_qkv_rows(cfg)) &&
+              ck_size(&e[GPT2_ATTPROJW], L, C, C) && ck_size(&e[GPT2_FCW], L, gpt2_fc_rows(cfg), C) &&
+              ck_size(&e[GPT2_FCB], bias, L, F) && ck_size(&e[GPT2_FCPROJW], L, C, F) &&
+              ck_size(&e[GPT2_LMHEAD], cfg->untied, cfg->padded_vocab, C);
+    e[GPT2_LN2W] = e[GPT2_LN1W];
+    e[GPT2_LN1B] = e[GPT2_ATTPROJB] = e[GPT2_LN2B] = e[GPT2_FCPROJB] = bias ? e[GPT2_LN1W] : 0;
+    e[GPT2_LNFW] = (size_t)C;
+    e[GPT2_LNFB] = bias ? (size_t)C : 0;
     out->total = 0;
     for (int t = 0; t < GPT2_TENSORS; t++) {
         out->offset[t] = out->total;
@@ -47,5 +94,5 @@ int gpt2_layout(const struct gpt2_config *cfg, struct gpt2_layout *out)
 bool gpt2_tensor_decays(enum gpt2_tensor t)
 {
     return t == GPT2_WTE || t == GPT2_WPE || t == GPT2_QKVW || t == GPT2_ATTPROJW ||
-           t == GPT2_FCW || t == GPT2_FCPROJW;
+           t == GPT2_FCW || t == GPT2_FCPROJW || t == GPT2_LMHEAD;
 }

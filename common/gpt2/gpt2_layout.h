@@ -1,7 +1,16 @@
-/* gpt2_layout.h — the GPT-2 parameters as llm.c lays them out: their shapes,
- * their order in one flat buffer (so llm.c checkpoints load by a straight
- * read), their names and which take weight decay. The one place that counts
- * parameters; the maths is the runtime's (runtime/model.h). */
+/* gpt2_layout.h — the parameters of the GPT family plait trains, GPT-2 and
+ * Llama, as llm.c lays out GPT-2's: their shapes, their order in one flat
+ * buffer (so llm.c checkpoints load by a straight read), their names and which
+ * take weight decay. The one place that counts parameters; the maths is the
+ * runtime's (runtime/model.h).
+ *
+ * A Llama (transformers' LlamaForCausalLM) fills the same tensors: ln1w and
+ * ln2w are its RMSNorms' weights, qkvw packs q_proj, k_proj and v_proj
+ * ([q: NH heads; k: KV heads; v: KV heads] rows), attprojw is o_proj, fcw
+ * packs gate_proj and up_proj ([gate; up] rows), fcprojw is down_proj, lnfw
+ * the final norm, lmhead the untied lm_head. A tensor an architecture does
+ * not have (a Llama's biases and wpe, a tied model's lmhead) has no
+ * elements. */
 #ifndef PLAIT_GPT2_LAYOUT_H
 #define PLAIT_GPT2_LAYOUT_H
 
@@ -17,7 +26,29 @@ struct gpt2_config {
     int layers;       /* L */
     int heads;        /* NH */
     int hidden;       /* C */
+    /* Zero in all of these is GPT-2's values (a struct filled for GPT-2 needs none) */
+    bool llama;        /* RMSNorm, rotary positions, SwiGLU, no biases, no wpe */
+    int kv_heads;      /* KV, key/value heads (0: NH) */
+    int ffn_hidden;    /* F, the MLP's width (0: 4C) */
+    bool untied;       /* the LM head is a tensor of its own (lmhead), not wte */
+    double rope_theta; /* llama */
+    float norm_eps;    /* llama's RMSNorm */
 };
+
+/* Whether a and b have the same tensors of the same shapes (the vocabulary,
+ * rotary base and epsilon aside). */
+bool gpt2_config_same_tensors(const struct gpt2_config *a, const struct gpt2_config *b);
+
+/* KV and F, with GPT-2's defaults for zeros. */
+int gpt2_kv_heads(const struct gpt2_config *cfg);
+int gpt2_ffn(const struct gpt2_config *cfg);
+/* The weights of one layer's four products (a forward costs 2 FLOPs each a
+ * token): 12C² for GPT-2, C·((NH+2KV)·hs + C + 3F) for a Llama. */
+double gpt2_layer_product_weights(const struct gpt2_config *cfg);
+
+/* Rows of qkvw's one layer: (NH + 2·KV)·hs; of fcw's: 2F (gate and up) or F. */
+long long gpt2_qkv_rows(const struct gpt2_config *cfg);
+long long gpt2_fc_rows(const struct gpt2_config *cfg);
 
 /* The dimensions a plan's model section gives. */
 struct gpt2_config gpt2_config_of_plan(const struct plan_model *m);
@@ -28,18 +59,19 @@ enum gpt2_tensor {
     GPT2_WPE,      /* (maxT, C) */
     GPT2_LN1W,     /* (L, C) */
     GPT2_LN1B,     /* (L, C) */
-    GPT2_QKVW,     /* (L, 3C, C) */
+    GPT2_QKVW,     /* (L, 3C, C); llama (L, (NH+2KV)·hs, C) */
     GPT2_QKVB,     /* (L, 3C) */
     GPT2_ATTPROJW, /* (L, C, C) */
     GPT2_ATTPROJB, /* (L, C) */
     GPT2_LN2W,     /* (L, C) */
     GPT2_LN2B,     /* (L, C) */
-    GPT2_FCW,      /* (L, 4C, C) */
+    GPT2_FCW,      /* (L, 4C, C); llama (L, 2F, C) */
     GPT2_FCB,      /* (L, 4C) */
-    GPT2_FCPROJW,  /* (L, C, 4C) */
+    GPT2_FCPROJW,  /* (L, C, 4C); llama (L, C, F) */
     GPT2_FCPROJB,  /* (L, C) */
     GPT2_LNFW,     /* (C) */
     GPT2_LNFB,     /* (C) */
+    GPT2_LMHEAD,   /* (Vp, C) untied only */
     GPT2_TENSORS
 };
 

@@ -40,7 +40,8 @@ static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long 
 {
     const struct gpt2_config *cfg = &s->cfg;
     long long tp = s->part.tp, C = cfg->hidden, Ct = C / tp, NHt = cfg->heads / tp;
-    long long Vpt = cfg->padded_vocab / tp;
+    long long Vpt = cfg->padded_vocab / tp, QKVt = gpt2_qkv_rows(cfg) / tp;
+    long long FCt = gpt2_fc_rows(cfg) / tp, Ft = gpt2_ffn(cfg) / tp;
     size_t N;
     switch (a) {
     case GPT2_ACT_LN1_MEAN:
@@ -67,15 +68,19 @@ static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long 
         return ck_size(out, 3, B, T);
     case GPT2_ACT_QKV:
     case GPT2_ACT_D3C:
-    case GPT2_ACT_G_QKV:
         return ck_size(out, B, T, 3, Ct);
+    case GPT2_ACT_G_QKV:
+    case GPT2_ACT_QKV_PACKED:
+        return ck_size(out, B, T, QKVt);
     case GPT2_ACT_ATTY:
         return ck_size(out, B, T, Ct);
     case GPT2_ACT_FCH:
-    case GPT2_ACT_FCH_GELU:
     case GPT2_ACT_D4C:
     case GPT2_ACT_G_FC:
-        return ck_size(out, B, T, 4, Ct);
+        return ck_size(out, B, T, FCt);
+    case GPT2_ACT_FCH_GELU:
+    case GPT2_ACT_DFF:
+        return ck_size(out, B, T, Ft);
     case GPT2_ACT_ATT:
     case GPT2_ACT_DATT:
         return fused_attention ? ck_size(out, B, NHt, T) : ck_size(out, B, NHt, T, T);
@@ -93,6 +98,10 @@ static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     size_t slots = (size_t)shape->slots;
     bool split_only = a >= GPT2_ACT_G_FCPROJ && a <= GPT2_ACT_G_QKV;
     if (split_only && !shape->split_backward) return 0;
+    bool mean = a == GPT2_ACT_LN1_MEAN || a == GPT2_ACT_LN2_MEAN || a == GPT2_ACT_LNF_MEAN;
+    if (mean && s->cfg.llama) return 0; /* RMSNorm keeps no mean */
+    if (a == GPT2_ACT_QKV_PACKED) return gpt2_kv_heads(&s->cfg) != s->cfg.heads;
+    if (a == GPT2_ACT_DFF) return s->cfg.llama;
     if (a < GPT2_ACT_FIRST_SLOT) return layer_kept(a, shape->recompute) ? slots * slot_layers : 1;
     if (a < GPT2_ACT_FIRST_SCRATCH) return slot_held(a, s) ? slots : 0;
     if (a == GPT2_ACT_CE_STATS) return s->part.tp > 1;
@@ -107,9 +116,11 @@ static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
 static bool fp8_copy(const struct gpt2_shard *s, enum plan_fp8_scaling scaling, size_t layers,
                      size_t *elems, size_t *scales)
 {
-    long long C = s->cfg.hidden, Ct = C / s->part.tp, b = GPT2_FP8_BLOCK;
+    long long C = s->cfg.hidden, tp = s->part.tp, Ct = C / tp, b = GPT2_FP8_BLOCK;
+    long long QKVt = gpt2_qkv_rows(&s->cfg) / tp, FCt = gpt2_fc_rows(&s->cfg) / tp;
+    long long Ft = gpt2_ffn(&s->cfg) / tp;
     /* (OC, C) of qkvw, attprojw, fcw, fcprojw: column, row, column, row shards */
-    const long long shape[4][2] = {{3 * Ct, C}, {C, Ct}, {4 * Ct, C}, {C, 4 * Ct}};
+    const long long shape[4][2] = {{QKVt, C}, {C, Ct}, {FCt, C}, {C, Ft}};
     size_t codes = 0, n_scales = 0, n, k_scales;
     bool ok = true;
     for (int k = 0; ok && k < 4; k++) {
@@ -162,7 +173,7 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
          add_bytes(&out->optimizer, S, 8) &&
          add_bytes(&out->optimizer, out->zero == 1 || out->zero == 2 ? S : 0, 4);
     if (ok && h->precision == PLAN_PRECISION_FP8) {
-        out->lm_head16 = s->last ? s->elems[GPT2_WTE] : 0;
+        out->lm_head16 = s->last ? s->elems[s->cfg.untied ? GPT2_LMHEAD : GPT2_WTE] : 0;
         ok = fp8_copy(s, h->fp8_scaling, layers, &out->fp8_elems, &out->fp8_scales) &&
              add_bytes(&out->params, out->fp8_elems, 1) &&
              add_bytes(&out->params, out->fp8_scales, 4) &&

@@ -33,7 +33,11 @@
 #include "common/plan/plan.h"
 
 /* The activation and scratch buffers, N = B·T rows; R = the residual
- * stream's rows on this rank: N, or N/tp with sequence parallelism. Per layer
+ * stream's rows on this rank: N, or N/tp with sequence parallelism. For a
+ * Llama read "4C" as the MLP's product width 2F (gate and up) and, for
+ * FCH_GELU, F (SwiGLU's output); G_QKV is (N,QKV/tp), QKV = (NH+2KV)·hs the
+ * product's width; the *_MEAN buffers are not held (RMSNorm keeps rstd). Per
+ * layer
  * (one copy per held micro-batch and layer when kept, else one shared buffer
  * recomputed in backward): */
 enum gpt2_act {
@@ -77,6 +81,9 @@ enum gpt2_act {
     GPT2_ACT_D4C,      /* (N,4C/tp) */
     GPT2_ACT_DATT,     /* (B,NH/tp,T,T); none with a fused attention */
     GPT2_ACT_WHOLE,    /* (N,C)       sequence parallel only: rows gathered from the group */
+    GPT2_ACT_QKV_PACKED, /* (N,QKV/tp) grouped-query llama only: q, k and v as the product
+                            writes them (KV heads of k and v), then their gradient */
+    GPT2_ACT_DFF,        /* (N,F/tp)   llama only: the SwiGLU output's gradient */
     GPT2_ACTS
 };
 #define GPT2_ACT_FIRST_SLOT GPT2_ACT_INPUT

@@ -11,7 +11,8 @@
 
 bool gpt2_tensor_per_layer(enum gpt2_tensor t)
 {
-    return !(t == GPT2_WTE || t == GPT2_WPE || t == GPT2_LNFW || t == GPT2_LNFB);
+    return !(t == GPT2_WTE || t == GPT2_WPE || t == GPT2_LNFW || t == GPT2_LNFB ||
+             t == GPT2_LMHEAD);
 }
 
 static bool is_global(enum gpt2_tensor t)
@@ -29,6 +30,7 @@ bool gpt2_tensor_tp_replicated(enum gpt2_tensor t)
     case GPT2_FCW:
     case GPT2_FCB:
     case GPT2_FCPROJW:
+    case GPT2_LMHEAD:
         return false;
     default:
         return true;
@@ -53,17 +55,50 @@ void gpt2_stage_chunks(int layers, int pp, int chunks, int stage, struct gpt2_pa
     part->chunks = chunks;
 }
 
+/* tp must divide what it splits: the heads (and key/value heads), the MLP's
+ * width and the padded vocabulary. */
+static int check_tp(const struct gpt2_config *cfg, const struct gpt2_part *p,
+                    struct plait_error *err)
+{
+    int tp = p->tp;
+    if (tp < 1 || p->tp_rank < 0 || p->tp_rank >= tp || cfg->heads % tp ||
+        gpt2_kv_heads(cfg) % tp || gpt2_ffn(cfg) % tp || cfg->padded_vocab % tp)
+        return error_set(err,
+                         "tensor parallelism %d (rank %d) must divide the heads (%d), the "
+                         "key/value heads (%d), the MLP's width (%d) and the padded vocabulary "
+                         "(%d)",
+                         p->tp, p->tp_rank, cfg->heads, gpt2_kv_heads(cfg), gpt2_ffn(cfg),
+                         cfg->padded_vocab);
+    return 0;
+}
+
+/* Elements of one instance of each tensor the part holds (gpt2_shard.h). */
+static bool shard_elems(struct gpt2_shard *s)
+{
+    const struct gpt2_config *cfg = &s->cfg;
+    size_t *e = s->elems;
+    long long C = cfg->hidden, tp = s->part.tp, Ct = C / tp, Ft = gpt2_ffn(cfg) / tp;
+    long long bias = cfg->llama ? 0 : 1, Vt = cfg->padded_vocab / tp;
+    bool ok = ck_size(&e[GPT2_WTE], s->first || (s->last && !cfg->untied), Vt, C) &&
+              ck_size(&e[GPT2_WPE], s->first && bias, cfg->max_seq_len, C) &&
+              ck_size(&e[GPT2_QKVW], gpt2_qkv_rows(cfg) / tp, C) &&
+              ck_size(&e[GPT2_QKVB], bias, gpt2_qkv_rows(cfg) / tp) &&
+              ck_size(&e[GPT2_ATTPROJW], C, Ct) && ck_size(&e[GPT2_FCW], gpt2_fc_rows(cfg) / tp, C) &&
+              ck_size(&e[GPT2_FCB], bias, Ft) && ck_size(&e[GPT2_FCPROJW], C, Ft) &&
+              ck_size(&e[GPT2_LMHEAD], s->last && cfg->untied, Vt, C);
+    e[GPT2_LN1W] = e[GPT2_LN2W] = (size_t)C;
+    e[GPT2_LN1B] = e[GPT2_ATTPROJB] = e[GPT2_LN2B] = e[GPT2_FCPROJB] = bias ? (size_t)C : 0;
+    e[GPT2_LNFW] = s->last ? (size_t)C : 0;
+    e[GPT2_LNFB] = s->last && bias ? (size_t)C : 0;
+    return ok;
+}
+
 int gpt2_shard_init(struct gpt2_shard *s, const struct gpt2_config *cfg,
                     const struct gpt2_part *part, struct plait_error *err)
 {
     memset(s, 0, sizeof *s);
     const struct gpt2_part *p = part;
-    long long C = cfg->hidden, tp = p->tp;
-    if (tp < 1 || p->tp_rank < 0 || p->tp_rank >= tp || cfg->heads % tp || cfg->padded_vocab % tp)
-        return error_set(err,
-                         "tensor parallelism %d (rank %d) must divide the heads (%d) and the "
-                         "padded vocabulary (%d)",
-                         p->tp, p->tp_rank, cfg->heads, cfg->padded_vocab);
+    if (check_tp(cfg, p, err)) return -1;
     int chunks = p->chunks < 1 ? 1 : p->chunks;
     long long n = (long long)p->layer_end - p->layer_begin;
     if (p->pp < 1 || p->pp_rank < 0 || p->pp_rank >= p->pp || p->layer_begin < 0 || n < 1 ||
@@ -76,17 +111,8 @@ int gpt2_shard_init(struct gpt2_shard *s, const struct gpt2_config *cfg,
     s->first = p->pp_rank == 0;
     s->last = p->pp_rank == p->pp - 1;
     size_t *e = s->elems;
-    long long Ct = C / tp; /* heads % tp == 0, so tp divides C */
-    bool ok = ck_size(&e[GPT2_WTE], s->first || s->last, cfg->padded_vocab / tp, C) &&
-              ck_size(&e[GPT2_WPE], s->first, cfg->max_seq_len, C) &&
-              ck_size(&e[GPT2_QKVW], 3, Ct, C) && ck_size(&e[GPT2_ATTPROJW], C, Ct) &&
-              ck_size(&e[GPT2_FCW], 4, Ct, C) && ck_size(&e[GPT2_FCPROJW], C, 4, Ct);
-    e[GPT2_LN1W] = e[GPT2_LN1B] = e[GPT2_ATTPROJB] = e[GPT2_LN2W] = e[GPT2_LN2B] = e[GPT2_FCPROJB] =
-        (size_t)C;
-    e[GPT2_QKVB] = 3 * (size_t)Ct;
-    e[GPT2_FCB] = 4 * (size_t)Ct;
-    e[GPT2_LNFW] = e[GPT2_LNFB] = s->last ? (size_t)C : 0;
-    /* [wte][wpe][layers...][lnfw][lnfb] */
+    bool ok = shard_elems(s);
+    /* [wte][wpe][layers...][lnfw][lnfb][lmhead] */
     size_t at = 0, layer = 0, layers = 0;
     s->offset[GPT2_WTE] = at;
     ok = ok && ck_add(at, e[GPT2_WTE], &at);
@@ -99,10 +125,11 @@ int gpt2_shard_init(struct gpt2_shard *s, const struct gpt2_config *cfg,
     s->layers_at = at;
     s->layer_elems = layer;
     ok = ok && ck_mul(layer, (size_t)gpt2_shard_layers(s), &layers) && ck_add(at, layers, &at);
-    s->offset[GPT2_LNFW] = at;
-    ok = ok && ck_add(at, e[GPT2_LNFW], &at);
-    s->offset[GPT2_LNFB] = at;
-    ok = ok && ck_add(at, e[GPT2_LNFB], &at) && at <= SIZE_MAX / 16;
+    for (int t = GPT2_LNFW; t <= GPT2_LMHEAD; t++) {
+        s->offset[t] = at;
+        ok = ok && ck_add(at, e[t], &at);
+    }
+    ok = ok && at <= SIZE_MAX / 16;
     s->total = at;
     if (!ok) return error_set(err, "the model's shard is too large to address");
     return 0;
@@ -167,38 +194,40 @@ size_t gpt2_shard_instance_at(const struct gpt2_shard *s, enum gpt2_tensor t, in
 }
 
 /* How tensor parallelism cuts one instance of t (gpt2_shard.h): the whole
- * instance as rows × `width` columns, each rank holding, in `parts` equal
- * bands of rows (q, k, v are three), a block of `cols` columns starting at
- * column tp_rank·cols (columns) or `rows` rows starting at row
- * band·band_rows + tp_rank·rows (rows). */
+ * instance as rows × `width` columns. By columns, each rank holds a block of
+ * `cols` columns starting at column tp_rank·cols. By rows, the rows are in
+ * bands (q, k, v are three; a Llama's gate and up two) and each rank holds,
+ * of each band b, band_rows[b]/tp rows starting at tp_rank·band_rows[b]/tp
+ * within it. */
 struct tp_cut {
-    size_t width;     /* columns of the whole instance */
-    size_t rows;      /* rows a rank holds in each band */
-    size_t band_rows; /* rows of a band of the whole instance */
-    size_t cols;      /* columns a rank holds (width unless column-parallel) */
+    size_t width;        /* columns of the whole instance */
+    int bands;           /* row bands (by rows) */
+    size_t band_rows[3]; /* rows of each band of the whole instance */
+    size_t cols;         /* columns a rank holds (by columns) */
     bool by_columns;
 };
 
 static struct tp_cut tp_cut_of(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp)
 {
-    size_t C = (size_t)cfg->hidden, T = (size_t)tp, Ct = C / T;
+    size_t C = (size_t)cfg->hidden, T = (size_t)tp, F = (size_t)gpt2_ffn(cfg);
+    size_t hs = C / (size_t)cfg->heads, kv = (size_t)gpt2_kv_heads(cfg) * hs;
+    size_t Vp = (size_t)cfg->padded_vocab, fc_bands = cfg->llama ? 2 : 1;
     switch (t) {
     case GPT2_WTE:
-        return (struct tp_cut){C, (size_t)cfg->padded_vocab / T, 0, C, false};
+    case GPT2_LMHEAD:
+        return (struct tp_cut){C, 1, {Vp}, 0, false};
     case GPT2_QKVW:
-        return (struct tp_cut){C, Ct, C, C, false};
     case GPT2_QKVB:
-        return (struct tp_cut){1, Ct, C, 1, false};
+        return (struct tp_cut){t == GPT2_QKVW ? C : 1, 3, {C, kv, kv}, 0, false};
     case GPT2_FCW:
-        return (struct tp_cut){C, 4 * Ct, 0, C, false};
     case GPT2_FCB:
-        return (struct tp_cut){1, 4 * Ct, 0, 1, false};
+        return (struct tp_cut){t == GPT2_FCW ? C : 1, (int)fc_bands, {F, F}, 0, false};
     case GPT2_ATTPROJW:
-        return (struct tp_cut){C, C, 0, Ct, true};
+        return (struct tp_cut){C, 0, {0}, C / T, true};
     case GPT2_FCPROJW:
-        return (struct tp_cut){4 * C, C, 0, 4 * Ct, true};
+        return (struct tp_cut){F, 0, {0}, F / T, true};
     default:
-        return (struct tp_cut){0, 0, 0, 0, false}; /* whole on every rank */
+        return (struct tp_cut){0, 0, {0}, 0, false}; /* whole on every rank */
     }
 }
 
@@ -216,9 +245,16 @@ size_t gpt2_tp_to_whole(const struct gpt2_config *cfg, enum gpt2_tensor t, int t
         *run = c.cols - col;
         return row * c.width + r * c.cols + col;
     }
-    size_t band_elems = c.rows * c.width, band = i / band_elems, within = i % band_elems;
-    *run = band_elems - within;
-    return (band * c.band_rows + r * c.rows) * c.width + within;
+    size_t local = 0, whole = 0; /* the band's first element here, its first row whole */
+    for (int b = 0;; b++) {
+        size_t rows = c.band_rows[b] / (size_t)tp, n = rows * c.width;
+        if (i < local + n || b == c.bands - 1) {
+            *run = local + n - i;
+            return (whole + r * rows) * c.width + (i - local);
+        }
+        local += n;
+        whole += c.band_rows[b];
+    }
 }
 
 int gpt2_tp_owner(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp, size_t g, size_t elems,
@@ -237,12 +273,18 @@ int gpt2_tp_owner(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp, siz
         *run = c.cols - within;
         return (int)r;
     }
-    size_t band = c.band_rows ? row / c.band_rows : 0,
-           in_band = c.band_rows ? row % c.band_rows : row;
-    size_t r = in_band / c.rows, rank_row = in_band % c.rows;
-    *local = (band * c.rows + rank_row) * c.width + col;
-    *run = (c.rows - rank_row) * c.width - col;
-    return (int)r;
+    size_t local_row = 0; /* the band's first row on its rank */
+    for (int b = 0;; b++) {
+        size_t rows = c.band_rows[b] / (size_t)tp;
+        if (row < c.band_rows[b] || b == c.bands - 1) {
+            size_t r = row / rows, rank_row = row % rows;
+            *local = (local_row + rank_row) * c.width + col;
+            *run = (rows - rank_row) * c.width - col;
+            return (int)r;
+        }
+        row -= c.band_rows[b];
+        local_row += rows;
+    }
 }
 
 struct copy_ctx {

@@ -50,10 +50,11 @@ static struct cost_layout layout_sane(struct cost_layout l)
  * the head (the tied LM head's product), as stage_flops counts them at tp 1. */
 static void split_costs(const struct plan *p, double *layer, double *head)
 {
-    double h = p->model.hidden, s = p->model.seq_len;
-    *layer = 6.0 * 12.0 * h * h + 12.0 * s * h;
+    struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
+    double h = p->model.hidden, s = p->model.seq_len, w = gpt2_layer_product_weights(&cfg);
+    *layer = 6.0 * w + 12.0 * s * h;
     if (p->recompute == PLAN_RECOMPUTE_SELECTIVE) *layer += 4.0 * s * h;
-    if (p->recompute == PLAN_RECOMPUTE_FULL) *layer += 2.0 * 12.0 * h * h + 4.0 * s * h;
+    if (p->recompute == PLAN_RECOMPUTE_FULL) *layer += 2.0 * w + 4.0 * s * h;
     *head = 6.0 * (double)p->model.padded_vocab * h;
 }
 
@@ -348,7 +349,8 @@ static double stage_flops(const struct plan *p, struct cost_layout l, int stage)
     double h_t = (double)ceil_div(u(p->model.hidden), u(l.tp)); /* h/t */
     double layers = stage_layers(p, l.pp, stage);
     double tokens = (double)p->batch.micro_batch * s * p->batch.grad_accum;
-    double layer_weights = layers * 12.0 * h * h_t;
+    struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
+    double layer_weights = layers * gpt2_layer_product_weights(&cfg) * (h_t / h);
     double head_weights =
         stage == l.pp - 1 ? (double)ceil_div(u(p->model.padded_vocab), u(l.tp)) * h : 0.0;
     double attention = layers * 12.0 * s * h_t;
@@ -387,8 +389,13 @@ static double stage_activation_bytes(const struct plan *p, struct cost_layout l,
 {
     double C = p->model.hidden, h_t = (double)ceil_div(u(p->model.hidden), u(l.tp));
     double rows_c = p->parallel.sequence_parallel && l.tp > 1 ? C / l.tp : C;
-    double per_layer = 18.0 * rows_c + 20.0 * h_t;
-    if (p->recompute == PLAN_RECOMPUTE_FULL) per_layer += 10.0 * rows_c + 8.0 * h_t;
+    /* a Llama's SwiGLU reads 2F/t and writes F/t forward, reads 3F/t and writes 2F/t
+     * backward: 8·F/t, 3·F/t again under full recompute */
+    double f_t = (double)p->model.ffn_hidden / l.tp;
+    bool llama = plan_model_is_llama(&p->model);
+    double per_layer = 18.0 * rows_c + (llama ? 8.0 * f_t : 20.0 * h_t);
+    if (p->recompute == PLAN_RECOMPUTE_FULL)
+        per_layer += 10.0 * rows_c + (llama ? 3.0 * f_t : 8.0 * h_t);
     double values = stage_layers(p, l.pp, stage) * per_layer;
     if (stage == 0) values += 8.0 * C;
     if (stage == l.pp - 1)

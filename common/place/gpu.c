@@ -115,9 +115,10 @@ double gpu_flops_per_token(const struct gpt2_config *cfg, int seq_len)
 {
     struct gpt2_layout layout;
     gpt2_layout(cfg, &layout);
-    /* the position table is a lookup and padded vocabulary rows are not model */
-    double n = (double)(layout.total - layout.elems[GPT2_WPE]) -
-               (double)(cfg->padded_vocab - cfg->vocab) * cfg->hidden;
+    /* the position table is a lookup, so is an untied embedding (its head is the
+     * product), and padded vocabulary rows are not model */
+    double lookup = (double)layout.elems[GPT2_WPE] + (cfg->untied ? (double)layout.elems[GPT2_WTE] : 0);
+    double n = (double)layout.total - lookup - (double)(cfg->padded_vocab - cfg->vocab) * cfg->hidden;
     return 6.0 * n + 12.0 * cfg->layers * cfg->hidden * (double)seq_len;
 }
 

@@ -162,7 +162,8 @@ void layout_eval_free(struct layout_eval *e)
     rank_map_free(&e->map);
 }
 
-/* "auto" tp/pp: tp dividing the heads and the padded vocabulary, pp dividing
+/* "auto" tp/pp: tp dividing the heads, key/value heads, the MLP's width and the
+ * padded vocabulary, pp dividing
  * the layers (even stages), and — with dp "auto" filling the allocation —
  * tp·pp dividing the slots. The layout that can be placed, fits in memory and
  * has the most modelled tokens per second wins. */
@@ -174,6 +175,7 @@ static int choose_auto(const struct plan *p, const struct place_node *nodes, int
     int tps[64], n_tp = 0, pps[64], n_pp = 0;
     for (int t = p->parallel.sequence_parallel ? 2 : 1; t <= slots && n_tp < 64; t++)
         if ((p->parallel.tp == PLAN_AUTO || p->parallel.tp == t) && p->model.heads % t == 0 &&
+            p->model.kv_heads % t == 0 && p->model.ffn_hidden % t == 0 &&
             p->model.padded_vocab % t == 0)
             tps[n_tp++] = t;
     for (int s = 1; s <= p->model.layers && s <= slots && n_pp < 64; s++)

@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "common/gpt2/gpt2_layout.h" // gpt2_layout (the size check)
+#include "common/formats/hf_model.h"    // hf_config_read (model.init, a Hugging Face directory)
 #include "common/formats/llmc.h"        // llmc_read_model_header
 #include "common/formats/rundir.h"         // RUNDIR_CHECKPOINTS (checkpoint.dir's default)
 
@@ -92,7 +93,7 @@ struct field {
         .name = NULL                                                                               \
     }
 
-static const char *const arch_names[] = {"gpt2", NULL};
+static const char *const arch_names[] = {"gpt2", "llama", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", "fp8", NULL};
 static const char *const fp8_scaling_names[] = {"tensor", "block", NULL};
 static const char *const recompute_names[] = {"none", "selective", "full", NULL};
@@ -122,6 +123,12 @@ static const struct field model_fields[] = {
     INT_FIELD("max_seq_len", model.max_seq_len, 1, INT_MAX, 0, 0),
     U64_FIELD("seed", model.seed, 1337, 0),
     PATH_FIELD("init", model.init, NULL, 0),
+    /* llama's; their defaults are set in check_arch_rules */
+    INT_FIELD("kv_heads", model.kv_heads, 1, INT_MAX, 0, 0),
+    INT_FIELD("ffn_hidden", model.ffn_hidden, 1, INT_MAX, 0, 0),
+    REAL_FIELD("rope_theta", model.rope_theta, 0, true, 1e12, false, 10000.0, 0),
+    REAL_FIELD("norm_eps", model.norm_eps, 0, true, 1, false, 1e-5, 0),
+    BOOL_FIELD("tie_embeddings", model.tie_embeddings, false, 0),
     END,
 };
 
@@ -1097,22 +1104,90 @@ static json_t *given(json_t *root, const char *section, const char *key)
     return v && !json_is_null(v) ? v : NULL;
 }
 
+/* One integer of the model the init file fixes: given in the plan, it must
+ * agree; else it is set. */
+struct init_field {
+    const char *key;
+    int *field;
+    int value;
+};
+
+static int apply_init_fields(struct ctx *c, json_t *root, const struct init_field *f, size_t n,
+                             const char *name)
+{
+    for (size_t k = 0; k < n; k++) {
+        char path[64];
+        snprintf(path, sizeof path, "model.%s", f[k].key);
+        if (given(root, "model", f[k].key) && *f[k].field != f[k].value)
+            return fail_rule(c, path, "model.init", "%d contradicts model.init (%s has %d)",
+                             *f[k].field, name, f[k].value);
+        *f[k].field = f[k].value;
+    }
+    return 0;
+}
+
+/* seq_len: the init's max T unless given, and never above it. */
+static int apply_init_seq_len(struct ctx *c, json_t *root, struct plan *p, const char *name)
+{
+    if (!given(root, "model", "seq_len"))
+        p->model.seq_len = p->model.max_seq_len;
+    else if (p->model.seq_len > p->model.max_seq_len)
+        return fail_rule(c, "model.seq_len", "model.init",
+                         "%d exceeds the max sequence length of model.init (%s has %d)",
+                         p->model.seq_len, name, p->model.max_seq_len);
+    return 0;
+}
+
+/* model.init a Hugging Face directory: its config.json fixes the model. */
+static int apply_hf_init(struct ctx *c, json_t *root, struct plan *p, const char *name)
+{
+    struct plait_error hf_err = {.text = ""};
+    struct hf_config h;
+    struct plan_model *m = &p->model;
+    if (hf_config_read(m->init, &h, &hf_err)) return fail(c, "model.init", "%s", hf_err.text);
+    const char *arch = h.llama ? "llama" : "gpt2";
+    if (given(root, "model", "arch") && strcmp(m->arch, arch) != 0)
+        return fail_rule(c, "model.arch", "model.init",
+                         "\"%s\" contradicts model.init (%s is a %s, %s)", m->arch, name, arch,
+                         h.arch);
+    char *copy = strdup(arch);
+    if (!copy) return fail(c, "model.init", "out of memory");
+    free(m->arch);
+    m->arch = copy;
+    const struct init_field f[] = {
+        {"layers", &m->layers, h.layers},     {"heads", &m->heads, h.heads},
+        {"hidden", &m->hidden, h.hidden},     {"vocab", &m->vocab, h.vocab},
+        {"max_seq_len", &m->max_seq_len, h.max_seq_len},
+        {"kv_heads", &m->kv_heads, h.kv_heads}, {"ffn_hidden", &m->ffn_hidden, h.ffn_hidden}};
+    if (apply_init_fields(c, root, f, h.llama ? 7 : 5, name)) return -1;
+    if (h.llama) {
+        m->rope_theta = given(root, "model", "rope_theta") ? m->rope_theta : h.rope_theta;
+        m->norm_eps = given(root, "model", "norm_eps") ? m->norm_eps : h.norm_eps;
+        if (given(root, "model", "tie_embeddings") && m->tie_embeddings != h.tied)
+            return fail_rule(c, "model.tie_embeddings", "model.init",
+                             "contradicts model.init (%s has tie_word_embeddings %s)", name,
+                             h.tied ? "true" : "false");
+        m->tie_embeddings = h.tied;
+    }
+    if (!given(root, "model", "padded_vocab")) m->padded_vocab = (m->vocab + 127) / 128 * 128;
+    return apply_init_seq_len(c, root, p, name);
+}
+
 static int apply_init(struct ctx *c, json_t *root, struct plan *p)
 {
     struct plait_error llmc_err = {.text = ""};
     struct llmc_model_header h;
     const char *init = p->model.init;
     const char *name = strrchr(init, '/') ? strrchr(init, '/') + 1 : init;
+    if (hf_is_model_dir(init)) return apply_hf_init(c, root, p, name);
     if (llmc_read_model_header(init, &h, &llmc_err))
         return fail(c, "model.init", "%s", llmc_err.text);
-    if (h.vocab > PLAN_VOCAB_MAX)
-        return fail(c, "model.init", "%s has vocab %d, more than %d", name, h.vocab,
-                    PLAN_VOCAB_MAX);
-    const struct {
-        const char *key;
-        int *field;
-        int header;
-    } from_header[] = {
+    if (plan_model_is_llama(&p->model))
+        return fail_rule(c, "model.init", "model.arch",
+                         "%s is an llm.c GPT-2 file; a llama starts from a Hugging Face "
+                         "directory (config.json and safetensors) or from random weights",
+                         name);
+    const struct init_field f[] = {
         {"layers", &p->model.layers, h.layers},
         {"heads", &p->model.heads, h.heads},
         {"hidden", &p->model.hidden, h.hidden},
@@ -1120,22 +1195,8 @@ static int apply_init(struct ctx *c, json_t *root, struct plan *p)
         {"padded_vocab", &p->model.padded_vocab, h.padded_vocab},
         {"max_seq_len", &p->model.max_seq_len, h.max_seq_len},
     };
-    for (size_t k = 0; k < sizeof from_header / sizeof from_header[0]; k++) {
-        char path[64];
-        snprintf(path, sizeof path, "model.%s", from_header[k].key);
-        if (given(root, "model", from_header[k].key) &&
-            *from_header[k].field != from_header[k].header)
-            return fail_rule(c, path, "model.init", "%d contradicts model.init (%s has %d)",
-                             *from_header[k].field, name, from_header[k].header);
-        *from_header[k].field = from_header[k].header;
-    }
-    if (!given(root, "model", "seq_len"))
-        p->model.seq_len = h.max_seq_len;
-    else if (p->model.seq_len > h.max_seq_len)
-        return fail_rule(c, "model.seq_len", "model.init",
-                         "%d exceeds the max sequence length of model.init (%s has %d)",
-                         p->model.seq_len, name, h.max_seq_len);
-    return 0;
+    if (apply_init_fields(c, root, f, sizeof f / sizeof *f, name)) return -1;
+    return apply_init_seq_len(c, root, p, name);
 }
 
 /* The fixed degrees and their product stay within PLAN_MAX_RANKS (counted in 64 bits). */
@@ -1250,6 +1311,8 @@ static int check_global_batch(struct ctx *c, json_t *root, struct plan *p)
     return 0;
 }
 
+static int check_arch_rules(struct ctx *c, json_t *root, struct plan *p);
+
 /* The model's own dimensions against each other (after model.init filled them). */
 static int check_model_rules(struct ctx *c, json_t *root, struct plan *p)
 {
@@ -1273,6 +1336,63 @@ static int check_model_rules(struct ctx *c, json_t *root, struct plan *p)
         return fail_rule(
             c, "model.max_seq_len", "model.seq_len", "must be >= model.seq_len (%d) (got %s)",
             m->seq_len, got_text(c, "model.max_seq_len", given(root, "model", "max_seq_len"), got));
+    return check_arch_rules(c, root, p);
+}
+
+bool plan_model_is_llama(const struct plan_model *m)
+{
+    return m->arch && strcmp(m->arch, "llama") == 0;
+}
+
+/* A GPT-2's value of a llama field is fixed: absent or equal to it. */
+static int gpt2_fixed(struct ctx *c, json_t *root, const char *key, double value, double fixed,
+                      const char *what)
+{
+    char path[64];
+    snprintf(path, sizeof path, "model.%s", key);
+    if (!given(root, "model", key) || value == fixed) return 0;
+    return fail_rule(c, path, "model.arch",
+                     "applies to model.arch \"llama\": a gpt2 has %s (%g); remove it or set "
+                     "model.arch to \"llama\" (got %g)",
+                     what, fixed, value);
+}
+
+/* The fields one architecture has and the other does not, their defaults
+ * and their rules (kernels/ops.h's Llama ops: hs even for rotary positions,
+ * kv_heads dividing heads). */
+static int check_arch_rules(struct ctx *c, json_t *root, struct plan *p)
+{
+    struct plan_model *m = &p->model;
+    if (!plan_model_is_llama(m)) {
+        if (gpt2_fixed(c, root, "kv_heads", m->kv_heads, m->heads, "as many key/value heads as "
+                                                                  "heads") ||
+            gpt2_fixed(c, root, "ffn_hidden", m->ffn_hidden, 4.0 * m->hidden,
+                       "an MLP 4·hidden wide") ||
+            gpt2_fixed(c, root, "rope_theta", m->rope_theta, 10000.0,
+                       "learned positions, no rotary base") ||
+            gpt2_fixed(c, root, "norm_eps", m->norm_eps, 1e-5, "LayerNorms with epsilon"))
+            return -1;
+        if (given(root, "model", "tie_embeddings") && !m->tie_embeddings)
+            return fail_rule(c, "model.tie_embeddings", "model.arch",
+                             "applies to model.arch \"llama\": a gpt2's LM head is wte (llm.c's "
+                             "files hold one); remove it or set model.arch to \"llama\" (got "
+                             "false)");
+        m->kv_heads = m->heads, m->ffn_hidden = 4 * m->hidden, m->tie_embeddings = true;
+        m->rope_theta = 10000.0, m->norm_eps = 1e-5;
+        return 0;
+    }
+    if (!m->ffn_hidden)
+        return fail(c, "model.ffn_hidden", "is required for model.arch \"llama\" (the SwiGLU "
+                                           "MLP's width, e.g. 8/3·hidden rounded)");
+    if (!m->kv_heads) m->kv_heads = m->heads;
+    if (m->heads % m->kv_heads != 0)
+        return fail_rule(c, "model.kv_heads", "model.heads",
+                         "must divide model.heads (%d %% %d = %d)", m->heads, m->kv_heads,
+                         m->heads % m->kv_heads);
+    if ((m->hidden / m->heads) % 2 != 0)
+        return fail_rule(c, "model.heads", "model.hidden model.arch",
+                         "gives a head size of %d: rotary positions need an even one",
+                         m->hidden / m->heads);
     return 0;
 }
 
@@ -1293,8 +1413,8 @@ static int check_data_and_precision(struct ctx *c, json_t *root, struct plan *p)
     return 0;
 }
 
-/* Tensor parallelism splits the heads, the (padded) vocabulary and 4·hidden; pipeline
- * parallelism needs a layer per stage. */
+/* Tensor parallelism splits the heads, the key/value heads, the (padded) vocabulary and
+ * the MLP's width; pipeline parallelism needs a layer per stage. */
 static int check_split_rules(struct ctx *c, const struct plan *p)
 {
     const struct plan_model *m = &p->model;
@@ -1313,6 +1433,15 @@ static int check_split_rules(struct ctx *c, const struct plan *p)
         return fail_rule(c, "parallel.tp", "model.hidden",
                          "must divide 4·model.hidden (%lld %% %d = %lld)", 4 * (long long)m->hidden,
                          tp, 4 * (long long)m->hidden % tp);
+    if (tp != PLAN_AUTO && m->kv_heads % tp != 0)
+        return fail_rule(c, "parallel.tp", "model.kv_heads",
+                         "must divide model.kv_heads (%d %% %d = %d): each rank holds whole "
+                         "key/value heads (replicating them over tp is not built)",
+                         m->kv_heads, tp, m->kv_heads % tp);
+    if (tp != PLAN_AUTO && m->ffn_hidden % tp != 0)
+        return fail_rule(c, "parallel.tp", "model.ffn_hidden",
+                         "must divide model.ffn_hidden (%d %% %d = %d)", m->ffn_hidden, tp,
+                         m->ffn_hidden % tp);
     return 0;
 }
 

@@ -45,7 +45,7 @@ enum plan_pipeline { PLAN_PIPE_1F1B, PLAN_PIPE_GPIPE, PLAN_PIPE_INTERLEAVED, PLA
 enum plan_backend { PLAN_BACKEND_AUTO, PLAN_BACKEND_SOCKET, PLAN_BACKEND_NCCL };
 
 struct plan_model {
-    char *arch;       /* "gpt2" (the only one) */
+    char *arch;       /* "gpt2" or "llama" (transformers' LlamaForCausalLM) */
     int layers;       /* L */
     int heads;        /* NH; hidden % heads == 0 */
     int hidden;       /* C */
@@ -55,7 +55,17 @@ struct plan_model {
     int max_seq_len;  /* rows of the position table, >= T; default T */
     uint64_t seed;
     char *init; /* NULL, or an llm.c GPT-2 checkpoint (absolute path) */
+    /* llama only (refused for gpt2, whose values are fixed: kv_heads = heads,
+     * ffn_hidden = 4·hidden, LayerNorm with eps 1e-5, learned positions): */
+    int kv_heads;         /* key/value heads, grouped-query attention; default heads */
+    int ffn_hidden;       /* the SwiGLU MLP's hidden width (required) */
+    double rope_theta;    /* rotary positions' base, default 10000 */
+    double norm_eps;      /* RMSNorm's epsilon, default 1e-5 */
+    bool tie_embeddings;  /* the LM head is wte (gpt2: always; llama: default false) */
 };
+
+/* Whether the plan's model is a Llama (model.arch "llama"). */
+bool plan_model_is_llama(const struct plan_model *m);
 
 struct plan_data {
     char *train; /* a file or a glob of llm.c token shards (absolute) */

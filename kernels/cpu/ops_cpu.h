@@ -50,7 +50,23 @@ struct ops_ctx; /* kernels/ops.h: ops_cpu()->open makes one */
                                     const int32_t *targets, const real *row_max,                   \
                                     const real *row_sum, const real *target_logit, int v0, int nv, \
                                     int Vp, int N, real grad_scale);                               \
-    double cpu_sum_squares##SFX(struct ops_ctx *ctx, const real *x, size_t n);
+    double cpu_sum_squares##SFX(struct ops_ctx *ctx, const real *x, size_t n);                     \
+    void cpu_rmsnorm_forward##SFX(struct ops_ctx *ctx, real *out, real *rstd, const real *inp,     \
+                                  const real *w, int N, int C, real eps);                          \
+    void cpu_rmsnorm_backward##SFX(struct ops_ctx *ctx, real *dinp, real *dw, const real *dout,    \
+                                   const real *inp, const real *w, const real *rstd, int N, int C, \
+                                   bool accumulate);                                               \
+    void cpu_rope_forward##SFX(struct ops_ctx *ctx, real *x, int B, int T, int NH, int NKV,        \
+                               int hs, double theta, int pos0);                                    \
+    void cpu_rope_backward##SFX(struct ops_ctx *ctx, real *dx, int B, int T, int NH, int NKV,      \
+                                int hs, double theta, int pos0);                                   \
+    void cpu_kv_expand##SFX(struct ops_ctx *ctx, real *out, const real *packed, int N, int NH,     \
+                            int NKV, int hs);                                                      \
+    void cpu_kv_expand_backward##SFX(struct ops_ctx *ctx, real *dpacked, const real *dout, int N,  \
+                                     int NH, int NKV, int hs);                                     \
+    void cpu_swiglu_forward##SFX(struct ops_ctx *ctx, real *out, const real *inp, int N, int F);   \
+    void cpu_swiglu_backward##SFX(struct ops_ctx *ctx, real *dinp, const real *inp,                \
+                                  const real *dout, int N, int F);
 
 OPS_CPU_DECLARE(float, _f32)
 OPS_CPU_DECLARE(double, _f64)

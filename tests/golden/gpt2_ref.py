@@ -1112,6 +1112,12 @@ def bench(a):
         opt.zero_grad(set_to_none=True)
         return (time.perf_counter() - t0) * 1e3
 
+    print_step_times(step, a)
+
+
+def print_step_times(step, a):
+    """Runs step() (which returns its milliseconds) a.warmup_steps untimed then
+    a.steps timed times; prints the bench's JSON line."""
     for _ in range(a.warmup_steps):
         step()
     ms = [step() for _ in range(a.steps)]

@@ -26,6 +26,17 @@ check() {
     fi
 }
 
+# referee_case REFEREE NAME [case options...]: a PyTorch referee
+# (tests/golden/*_ref.py) writes a case into $WORK/case_NAME.
+referee_case() {
+    local ref=$1 name=$2
+    shift 2
+    "$PY" "$ref" case "$WORK/case_$name" "$@" >"$WORK/case_$name.log" 2>&1 || {
+        cat "$WORK/case_$name.log"
+        return 1
+    }
+}
+
 # The byte-level Shakespeare shards, once per test file.
 tiny_data() {
     [ -f "$WORK/train.bin" ] && return 0

@@ -38,14 +38,7 @@ train_and_compare() {
 }
 
 # new_case NAME [case options...]: the referee writes a case into $WORK/case_NAME.
-new_case() {
-    local name=$1
-    shift
-    "$PY" "$REF" case "$WORK/case_$name" "$@" >"$WORK/case_$name.log" 2>&1 || {
-        cat "$WORK/case_$name.log"
-        return 1
-    }
-}
+new_case() { referee_case "$REF" "$@"; }
 
 # case_and_compare PRECISION: a fresh case in that precision, trained and compared.
 case_and_compare() {

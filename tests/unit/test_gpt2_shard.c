@@ -10,8 +10,21 @@
 #include "check.h"
 #include "common/gpt2/gpt2_shard.h"
 
-static const struct gpt2_config cfg = {
+/* The suite runs for each: GPT-2, then a Llama (grouped-query: 2 key/value
+ * heads of 4, an MLP 12 wide whose gate and up are packed, untied head). */
+static const struct gpt2_config gpt2_cfg = {
     .max_seq_len = 5, .vocab = 30, .padded_vocab = 32, .layers = 5, .heads = 4, .hidden = 8};
+static const struct gpt2_config llama_cfg = {.max_seq_len = 5,
+                                             .vocab = 30,
+                                             .padded_vocab = 32,
+                                             .layers = 5,
+                                             .heads = 4,
+                                             .hidden = 8,
+                                             .llama = true,
+                                             .kv_heads = 2,
+                                             .ffn_hidden = 12,
+                                             .untied = true};
+static struct gpt2_config cfg;
 
 struct counting {
     const struct gpt2_shard *s;
@@ -39,6 +52,7 @@ static void test_shards_cover_the_model_exactly(void)
     const int layouts[][2] = {{1, 1}, {2, 1}, {4, 1}, {1, 2}, {1, 5}, {2, 2}, {4, 3}, {2, 4}};
     for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
         int tp = layouts[k][0], pp = layouts[k][1];
+        if (gpt2_kv_heads(&cfg) % tp) continue; /* a Llama's 2 key/value heads: tp 1, 2 */
         memset(back, 0, full.total * sizeof *back);
         memset(covered, 0, full.total * sizeof *covered);
         memset(counted, 0, full.total * sizeof *counted);
@@ -72,10 +86,11 @@ static void test_shards_cover_the_model_exactly(void)
         /* sums over the ranks (the gradient norm, the dump) count each one once */
         CHECK(not_once == 0, "tp %d pp %d: %zu parameters not counted exactly once", tp, pp,
               not_once);
-        /* wte on the first and last stage: twice when pp > 1, per tp shard once */
+        /* a tied wte on the first and last stage: twice when pp > 1, per tp shard once;
+         * untied on the first only */
         size_t wte0 = full.offset[GPT2_WTE];
-        CHECK(covered[wte0] == (pp > 1 ? 2 : 1), "tp %d pp %d: wte[0] held %d times", tp, pp,
-              covered[wte0]);
+        CHECK(covered[wte0] == (pp > 1 && !cfg.untied ? 2 : 1), "tp %d pp %d: wte[0] held %d times",
+              tp, pp, covered[wte0]);
         size_t ln = full.offset[GPT2_LN1W];
         CHECK(covered[ln] == tp, "tp %d pp %d: ln1w held %d times", tp, pp, covered[ln]);
         size_t qkv = full.offset[GPT2_QKVW];
@@ -194,6 +209,47 @@ static void test_interleaved_chunks_cover_the_model_exactly(void)
     free(counted);
 }
 
+/* A Llama's packed tensors split per band: q, k, v by their own heads, gate
+ * and up each by rows. */
+static void test_llama_splits_take_each_band(void)
+{
+    struct gpt2_layout full;
+    gpt2_layout(&llama_cfg, &full);
+    float *model = malloc(full.total * sizeof *model);
+    for (size_t i = 0; i < full.total; i++) model[i] = (float)i;
+    struct gpt2_part part = {.tp = 2, .tp_rank = 1, .pp = 1, .layer_begin = 0, .layer_end = 5};
+    struct gpt2_shard s;
+    struct plait_error err;
+    CHECK(gpt2_shard_init(&s, &llama_cfg, &part, &err) == 0, "%s", err.text);
+    float *shard = malloc(s.total * sizeof *shard);
+    gpt2_shard_copy(&s, model, shard, true);
+    size_t C = 8;
+    /* qkvw (16 rows: q 8, k 4, v 4), rank 1: q rows 4..7, k rows 10..11, v rows 14..15 */
+    const float *q = shard + gpt2_shard_offset(&s, GPT2_QKVW, 0);
+    CHECK(q[0] == (float)(full.offset[GPT2_QKVW] + 4 * C), "q row 4: %g", q[0]);
+    CHECK(q[4 * C] == (float)(full.offset[GPT2_QKVW] + 10 * C), "k row 10: %g", q[4 * C]);
+    CHECK(q[6 * C] == (float)(full.offset[GPT2_QKVW] + 14 * C), "v row 14: %g", q[6 * C]);
+    CHECK(s.elems[GPT2_QKVW] == 8 * C, "qkvw shard of %zu", s.elems[GPT2_QKVW]);
+    /* fcw (24 rows: gate 12, up 12), rank 1: gate rows 6..11, then up rows 18..23 */
+    const float *fc = shard + gpt2_shard_offset(&s, GPT2_FCW, 0);
+    CHECK(fc[0] == (float)(full.offset[GPT2_FCW] + 6 * C), "gate row 6: %g", fc[0]);
+    CHECK(fc[6 * C] == (float)(full.offset[GPT2_FCW] + 18 * C), "up row 18: %g", fc[6 * C]);
+    /* fcprojw (8, 12): columns 6..11 */
+    const float *d = shard + gpt2_shard_offset(&s, GPT2_FCPROJW, 0);
+    CHECK(d[0] == (float)(full.offset[GPT2_FCPROJW] + 6) &&
+              d[6] == (float)(full.offset[GPT2_FCPROJW] + 12 + 6),
+          "fcprojw: %g %g", d[0], d[6]);
+    /* no biases, no wpe; the head its own vocabulary shard (rows 16..31) */
+    CHECK(!gpt2_shard_holds(&s, GPT2_QKVB) && !gpt2_shard_holds(&s, GPT2_WPE) &&
+              !gpt2_shard_holds(&s, GPT2_LN1B),
+          "a Llama holds no biases");
+    CHECK(shard[gpt2_shard_offset(&s, GPT2_LMHEAD, 0)] ==
+              (float)(full.offset[GPT2_LMHEAD] + 16 * C),
+          "lmhead row 16");
+    free(shard);
+    free(model);
+}
+
 static void test_impossible_parts_are_refused(void)
 {
     struct gpt2_shard s;
@@ -219,7 +275,7 @@ static void test_tp_mapping_and_its_inverse_agree(void)
     gpt2_layout(&cfg, &full);
     for (int tp = 1; tp <= 4; tp *= 2)
         for (int t = 0; t < GPT2_TENSORS; t++) {
-            bool layered = t != GPT2_WTE && t != GPT2_WPE && t != GPT2_LNFW && t != GPT2_LNFB;
+            bool layered = gpt2_tensor_per_layer(t);
             size_t whole = full.elems[t] / (layered ? (size_t)cfg.layers : 1);
             size_t local = gpt2_tensor_tp_replicated(t) ? whole : whole / (size_t)tp;
             int *seen = calloc(whole, sizeof *seen);
@@ -282,6 +338,7 @@ static void test_instances_in_file_order(void)
 
 int main(void)
 {
+    cfg = gpt2_cfg;
     RUN(test_tp_mapping_and_its_inverse_agree);
     RUN(test_instances_in_file_order);
     RUN(test_shards_cover_the_model_exactly);
@@ -289,5 +346,11 @@ int main(void)
     RUN(test_megatron_splits_take_heads_and_columns);
     RUN(test_interleaved_chunks_cover_the_model_exactly);
     RUN(test_impossible_parts_are_refused);
+    cfg = llama_cfg; /* the same over a Llama's tensors */
+    RUN(test_tp_mapping_and_its_inverse_agree);
+    RUN(test_instances_in_file_order);
+    RUN(test_shards_cover_the_model_exactly);
+    RUN(test_interleaved_chunks_cover_the_model_exactly);
+    RUN(test_llama_splits_take_each_band);
     return check_exit_code();
 }

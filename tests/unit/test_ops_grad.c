@@ -1,4 +1,5 @@
-/* test_ops_grad.c — every CPU op's backward against central finite
+/* test_ops_grad.c — every CPU op's backward (GPT-2's and the Llama family's)
+ * against central finite
  * differences of its forward, in double precision (the same kernel source
  * compiled for double), and every float op against its double twin. Each
  * check contracts the op's output with a fixed random tensor R, so the scalar
@@ -287,6 +288,158 @@ static void test_gelu_backward_matches_finite_differences(void)
     free(fi), free(fo), free(c.inp), free(c.out), free(c.R), free(dinp);
 }
 
+/* ---- the Llama ops ---------------------------------------------------------------- */
+
+struct rms_ctx {
+    int N, C;
+    double *inp, *w, *out, *rstd, *R;
+};
+
+static double rms_loss(void *p)
+{
+    struct rms_ctx *c = p;
+    cpu_rmsnorm_forward_f64(cx, c->out, c->rstd, c->inp, c->w, c->N, c->C, 1e-5);
+    return dot(c->out, c->R, (size_t)c->N * c->C);
+}
+
+static void test_rmsnorm_backward_matches_finite_differences(void)
+{
+    int N = 5, C = 24;
+    struct rms_ctx c = {N, C, rnd(N * C, 2), rnd(C, 1), zeros(N * C), zeros(N), rnd(N * C, 1)};
+    for (int i = 0; i < C; i++) c.w[i] += 1.5;
+    rms_loss(&c);
+    double *dinp = rnd(N * C, 1), *dinp0 = malloc(N * C * sizeof(double));
+    memcpy(dinp0, dinp, N * C * sizeof(double)); /* dinp accumulates */
+    double *dw = rnd(C, 1), *dw2 = malloc(C * sizeof(double));
+    cpu_rmsnorm_backward_f64(cx, dinp, dw, c.R, c.inp, c.w, c.rstd, N, C, false);
+    for (int i = 0; i < N * C; i++) dinp[i] -= dinp0[i];
+    check_fd("rmsnorm dinp", rms_loss, &c, c.inp, dinp, N * C, FD_TOL);
+    check_fd("rmsnorm dw", rms_loss, &c, c.w, dw, C, FD_TOL);
+    for (int i = 0; i < C; i++) dw2[i] = 1.0;
+    rms_loss(&c);
+    cpu_rmsnorm_backward_f64(cx, dinp0, dw2, c.R, c.inp, c.w, c.rstd, N, C, true);
+    double worst = 0;
+    for (int i = 0; i < C; i++) worst = fmax(worst, fabs(dw2[i] - 1.0 - dw[i]));
+    CHECK(worst < 1e-12, "accumulate=true must add to dw (off by %g)", worst);
+    /* x·rsqrt(mean(x²) + eps)·w at a known row: (3, 4) has mean square 12.5 */
+    double x[2] = {3, 4}, w[2] = {1, 2}, y[2], r;
+    cpu_rmsnorm_forward_f64(cx, y, &r, x, w, 1, 2, 0.0);
+    CHECK(fabs(y[0] - 3 / sqrt(12.5)) < 1e-15 && fabs(y[1] - 8 / sqrt(12.5)) < 1e-15,
+          "rmsnorm of (3, 4): %g %g", y[0], y[1]);
+    float *fi = to_f32(c.inp, N * C), *fw = to_f32(c.w, C), *fo = malloc(N * C * sizeof(float)),
+          *fr = malloc(N * sizeof(float));
+    cpu_rmsnorm_forward_f32(cx, fo, fr, fi, fw, N, C, 1e-5f);
+    rms_loss(&c);
+    check_close("rmsnorm forward", fo, c.out, N * C, F32_TOL);
+    free(fi), free(fw), free(fo), free(fr), free(dw2), free(dinp), free(dinp0), free(dw);
+    free(c.inp), free(c.w), free(c.out), free(c.rstd), free(c.R);
+}
+
+/* rotary positions: B = 2, T = 3, 4 query heads over 2 key/value heads of 6 */
+enum { RB = 2, RT = 3, RNH = 4, RKV = 2, RHS = 6, RW = (RNH + 2 * RKV) * RHS };
+
+struct rope_ctx {
+    double *x, *out, *R;
+    int pos0;
+};
+
+static double rope_loss(void *p)
+{
+    struct rope_ctx *c = p;
+    memcpy(c->out, c->x, RB * RT * RW * sizeof(double));
+    cpu_rope_forward_f64(cx, c->out, RB, RT, RNH, RKV, RHS, 10000.0, c->pos0);
+    return dot(c->out, c->R, RB * RT * RW);
+}
+
+static void test_rope_rotates_q_and_k_by_position(void)
+{
+    size_t n = RB * RT * RW;
+    struct rope_ctx c = {rnd(n, 1), zeros(n), rnd(n, 1), 2};
+    double *g = malloc(n * sizeof *g);
+    memcpy(g, c.R, n * sizeof *g);
+    cpu_rope_backward_f64(cx, g, RB, RT, RNH, RKV, RHS, 10000.0, 2);
+    check_fd("rope dx", rope_loss, &c, c.x, g, n, FD_TOL);
+    rope_loss(&c);
+    /* row t of batch 1, key head 1 (head 5 of the row), pair i = 1: rotated by
+     * (2 + t)·10000^(-2/6); the value heads are left alone */
+    for (int t = 0; t < RT; t++) {
+        size_t row = (size_t)(RT + t) * RW;
+        const double *in = c.x + row + 5 * RHS, *out = c.out + row + 5 * RHS;
+        double a = (2 + t) * pow(10000.0, -2.0 / RHS);
+        double want0 = in[1] * cos(a) - in[4] * sin(a), want1 = in[4] * cos(a) + in[1] * sin(a);
+        CHECK(fabs(out[1] - want0) < 1e-14 && fabs(out[4] - want1) < 1e-14,
+              "row %d: (%g, %g), want (%g, %g)", t, out[1], out[4], want0, want1);
+        CHECK(memcmp(c.out + row + (RNH + RKV) * RHS, c.x + row + (RNH + RKV) * RHS,
+                     RKV * RHS * sizeof(double)) == 0,
+              "row %d: v must not rotate", t);
+    }
+    /* forward then backward is the identity */
+    memcpy(g, c.out, n * sizeof *g);
+    cpu_rope_backward_f64(cx, g, RB, RT, RNH, RKV, RHS, 10000.0, 2);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(g[i] - c.x[i]));
+    CHECK(worst < 1e-14, "rope back and forth moves %g", worst);
+    free(c.x), free(c.out), free(c.R), free(g);
+}
+
+struct kv_ctx {
+    double *packed, *out, *R;
+};
+
+static double kv_loss(void *p)
+{
+    struct kv_ctx *c = p;
+    cpu_kv_expand_f64(cx, c->out, c->packed, RB * RT, RNH, RKV, RHS);
+    return dot(c->out, c->R, (size_t)RB * RT * 3 * RNH * RHS);
+}
+
+static void test_kv_expand_repeats_each_head_for_its_group(void)
+{
+    size_t n = RB * RT * RW, m = (size_t)RB * RT * 3 * RNH * RHS;
+    struct kv_ctx c = {rnd(n, 1), zeros(m), rnd(m, 1)};
+    double *g = zeros(n);
+    cpu_kv_expand_backward_f64(cx, g, c.R, RB * RT, RNH, RKV, RHS);
+    check_fd("kv_expand dpacked", kv_loss, &c, c.packed, g, n, FD_TOL);
+    kv_loss(&c);
+    /* query head 3 reads key/value head 1 (3 / (4/2)) */
+    const double *row = c.out + 3 * RNH * RHS, *in = c.packed + RW; /* row 1 */
+    CHECK(memcmp(row + RNH * RHS + 3 * RHS, in + RNH * RHS + 1 * RHS, RHS * sizeof(double)) == 0 &&
+              memcmp(row + 2 * RNH * RHS + 3 * RHS, in + (RNH + RKV) * RHS + 1 * RHS,
+                     RHS * sizeof(double)) == 0,
+          "head 3's k and v are key/value head 1's");
+    free(c.packed), free(c.out), free(c.R), free(g);
+}
+
+struct swiglu_ctx {
+    int N, F;
+    double *inp, *out, *R;
+};
+
+static double swiglu_loss(void *p)
+{
+    struct swiglu_ctx *c = p;
+    cpu_swiglu_forward_f64(cx, c->out, c->inp, c->N, c->F);
+    return dot(c->out, c->R, (size_t)c->N * c->F);
+}
+
+static void test_swiglu_backward_matches_finite_differences(void)
+{
+    int N = 7, F = 13;
+    struct swiglu_ctx c = {N, F, rnd(2 * N * F, 4), zeros(N * F), rnd(N * F, 1)};
+    double *dinp = zeros(2 * N * F);
+    cpu_swiglu_backward_f64(cx, dinp, c.inp, c.R, N, F);
+    check_fd("swiglu dinp", swiglu_loss, &c, c.inp, dinp, 2 * N * F, FD_TOL);
+    /* silu(1)·2 = 2/(1 + e⁻¹) */
+    double in[2] = {1, 2}, y;
+    cpu_swiglu_forward_f64(cx, &y, in, 1, 1);
+    CHECK(fabs(y - 2 / (1 + exp(-1.0))) < 1e-15, "swiglu(1, 2) = %.16f", y);
+    float *fi = to_f32(c.inp, 2 * N * F), *fo = malloc(N * F * sizeof(float));
+    cpu_swiglu_forward_f32(cx, fo, fi, N, F);
+    swiglu_loss(&c);
+    check_close("swiglu forward", fo, c.out, N * F, F32_TOL);
+    free(fi), free(fo), free(c.inp), free(c.out), free(c.R), free(dinp);
+}
+
 static void test_residual_adds(void)
 {
     double a[3] = {1, 2, 3}, b[3] = {0.5, -2, 4}, out[3];
@@ -528,6 +681,10 @@ int main(void)
     RUN(test_matmul_backward_matches_finite_differences);
     RUN(test_attention_backward_matches_finite_differences);
     RUN(test_gelu_backward_matches_finite_differences);
+    RUN(test_rmsnorm_backward_matches_finite_differences);
+    RUN(test_rope_rotates_q_and_k_by_position);
+    RUN(test_kv_expand_repeats_each_head_for_its_group);
+    RUN(test_swiglu_backward_matches_finite_differences);
     RUN(test_residual_adds);
     RUN(test_encoder_backward_matches_finite_differences);
     RUN(test_encoder_shards_sum_to_the_whole_embedding);

@@ -407,7 +407,7 @@ static void test_manifest_reads_back_what_was_written(void)
     const char *files[] = {"model-tp0-pp0.bin", "optim-tp1-pp1-dp1.bin", CKPT_PLAN, CKPT_STATE};
     for (int i = 0; i < 4; i++)
         CHECK(ckpt_manifest_add(&w, files[i], 100 + i, 0xfedcba98u - i, &err) == 0, "%s", err.text);
-    struct gpt2_config cfg = {16, 256, 256, 4, 2, 8};
+    struct gpt2_config cfg = {.max_seq_len = 16, .vocab = 256, .padded_vocab = 256, .layers = 4, .heads = 2, .hidden = 8};
     CHECK(ckpt_manifest_write(dir, &w, &cfg, &err) == 0, "%s", err.text);
     struct ckpt_manifest r;
     CHECK(ckpt_manifest_read(dir, &r, &err) == 0, "%s", err.text);

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# test_llama.sh — plait-train's Llama (model.arch "llama") against the PyTorch
+# referee tests/golden/llama_ref.py: a small random grouped-query Llama (4
+# heads over 2 key/value heads, untied head) written as a Hugging Face
+# directory (config.json, two safetensors shards and their index) that the
+# plan's model.init imports. Its step-1 logits (within 1e-5 in fp32: the
+# import is exact) and gradients and every step's loss, lr and grad_norm
+# against PyTorch's, in fp32 on one rank, in bf16, with full recompute, across
+# tp 2 × pp 2 × dp 2 (ZeRO 1), tp 2 sequence parallel × dp 2 (ZeRO 2), a
+# zero-bubble pipeline (its split backward), and a run stopped at step 3 in
+# one layout and resumed to step 6 in another (the checkpoint resharded).
+# Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
+source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, finish
+
+REF=$ROOT/tests/golden/llama_ref.py
+TIMEOUT_S=${PLAIT_REFEREE_TIMEOUT_S:-600}
+
+# new_case NAME [case options...]: the referee writes a case into $WORK/case_NAME.
+new_case() { referee_case "$REF" "$@"; }
+
+# train CASE RUN [plait options...]: plait trains the case's plan, dumping its
+# first step (unless NO_DUMP is set: a resumed run's first step is not step 1).
+train() {
+    local casedir=$WORK/case_$1 rundir=$WORK/run_$2 dump=(PLAIT_DUMP_STEP1="$WORK/run_$2/dump")
+    shift 2
+    [ -z "${NO_DUMP:-}" ] || dump=()
+    if ! env OMP_NUM_THREADS=1 "${dump[@]}" timeout "$TIMEOUT_S" \
+        "$PLAIT" train "$casedir/plan.json" --out "$rundir" "$@" >>"$rundir.log" 2>&1; then
+        tail -n 30 "$rundir.log"
+        echo "plait train $casedir/plan.json --out $rundir $* failed"
+        return 1
+    fi
+}
+
+# train_and_compare CASE RUN [plait options...]
+train_and_compare() {
+    train "$@" && "$PY" "$REF" compare "$WORK/case_$1" "$WORK/run_$2"
+}
+
+# The referee's own pieces (rotary positions, grouped-query attention)
+check llama_referee_selftest "$PY" "$REF" selftest
+# case_and_compare PRECISION: a fresh case in that precision, trained on one rank and compared
+case_and_compare() {
+    new_case "$1" --precision "$1" && train_and_compare "$1" "$1"
+}
+check llama_fp32_one_rank case_and_compare fp32
+check llama_bf16_one_rank case_and_compare bf16
+# The comparison can fail: the fp32 run with its gradients 0.1% off, then its
+# step-3 loss 1e-3 off, is refused each time.
+wrong_runs_fail() {
+    local w=$WORK/run_wrong
+    rm -rf "$w" && cp -r "$WORK/run_fp32" "$w" &&
+        "$PY" -c 'import numpy as np, sys; g = np.fromfile(sys.argv[1], "<f4"); (g * 1.001).astype("<f4").tofile(sys.argv[1])' "$w/dump/grads.f32" &&
+        ! "$PY" "$REF" compare "$WORK/case_fp32" "$w" >/dev/null &&
+        cp "$WORK/run_fp32/dump/grads.f32" "$w/dump/grads.f32" &&
+        "$PY" "$REF" compare "$WORK/case_fp32" "$w" >/dev/null &&
+        "$PY" - "$w/metrics.jsonl" <<'PYEOF' &&
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for r in rows:
+    if r.get("step") == 3:
+        r["loss"] *= 1.001
+open(sys.argv[1], "w").write("".join(json.dumps(r) + "\n" for r in rows))
+PYEOF
+        ! "$PY" "$REF" compare "$WORK/case_fp32" "$w" >/dev/null
+}
+check llama_referee_refuses_wrong_runs wrong_runs_fail
+check llama_recompute_full train_and_compare fp32 recompute_full --set recompute=full
+# 4 micro-batches a step: 2 on each of dp 2, through a 2-stage 1F1B pipeline of tp 2
+tp2_pp2_dp2() {
+    new_case accum4 --grad-accum 4 &&
+        train_and_compare accum4 tp2_pp2_dp2 --set parallel.tp=2 --set parallel.pp=2 \
+            --set parallel.dp=2 --set parallel.zero=1 --set batch.grad_accum=2
+}
+check llama_tp2_pp2_dp2_zero1 tp2_pp2_dp2
+check llama_tp2_sp_dp2_zero2 train_and_compare fp32 tp2_sp_dp2 --set parallel.tp=2 \
+    --set parallel.sequence_parallel=true --set parallel.dp=2 --set parallel.zero=2 \
+    --set batch.grad_accum=1
+check llama_pp2_zero_bubble train_and_compare fp32 pp2_zb --set parallel.pp=2 \
+    --set parallel.schedule=zb-h1
+# Stopped at step 3 as tp 2 × pp 2 (its decay fixed at the case's 6 steps, so
+# the learning rate is the case's), resumed to step 6 as dp 2: the checkpoint
+# is resharded, and every step still matches PyTorch's.
+resharded() {
+    train fp32 resharded --set steps=3 --set optimizer.decay_steps=6 --set parallel.tp=2 \
+        --set parallel.pp=2 &&
+        NO_DUMP=1 train fp32 resharded --set optimizer.decay_steps=6 \
+            --set parallel.dp=2 --set batch.grad_accum=1 &&
+        grep -q "resum" "$WORK/run_resharded.log" &&
+        "$PY" "$REF" compare "$WORK/case_fp32" "$WORK/run_resharded"
+}
+check llama_resumed_in_another_layout resharded
+finish
