@@ -479,7 +479,7 @@ static json_t *config_json(const struct gpt2_config *c)
                          "float32");
     return json_pack("{s:[s],s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:b,s:s,s:s,s:b,s:b}",
                      "architectures", "LlamaForCausalLM", "model_type", "llama", "hidden_size",
-                     c->hidden, "intermediate_size", gpt2_ffn(c), "num_attention_heads",
+                     c->hidden, "intermediate_size", (int)gpt2_ffn(c), "num_attention_heads",
                      c->heads, "num_key_value_heads", gpt2_kv_heads(c), "num_hidden_layers",
                      c->layers, "vocab_size", c->vocab, "max_position_embeddings",
                      c->max_seq_len, "rms_norm_eps", (double)c->norm_eps, "rope_theta",

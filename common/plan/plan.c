@@ -1382,7 +1382,9 @@ static int check_arch_rules(struct ctx *c, json_t *root, struct plan *p)
                              "applies to model.arch \"llama\": a gpt2's LM head is wte (llm.c's "
                              "files hold one); remove it or set model.arch to \"llama\" (got "
                              "false)");
-        m->kv_heads = m->heads, m->ffn_hidden = 4 * m->hidden, m->tie_embeddings = true;
+        /* (a hidden above INT_MAX/4 makes a model check_model_size refuses) */
+        m->ffn_hidden = m->hidden <= INT_MAX / 4 ? 4 * m->hidden : INT_MAX;
+        m->kv_heads = m->heads, m->tie_embeddings = true;
         m->rope_theta = 10000.0, m->norm_eps = 1e-5;
         return 0;
     }
