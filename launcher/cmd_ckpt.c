@@ -1,7 +1,8 @@
 /* cmd_ckpt.c — `plait ckpt ls|verify|export|import`: a run's checkpoints
  * listed, checked (checksums, every shard of the layout present, headers
- * consistent), exported as one llm.c GPT-2 file from any layout's shards, and
- * an llm.c file imported as a new run's first checkpoint.
+ * consistent), exported from any layout's shards as one llm.c GPT-2 file or
+ * a Hugging Face directory, and an llm.c file or a Hugging Face directory
+ * imported as a new run's first checkpoint.
  * Through common/ckptdir, ckpt_shards and ckpt_state; ls, verify and export
  * take no lock and change nothing. */
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 #include "common/formats/ckpt_shards.h"
 #include "common/formats/ckpt_state.h"
 #include "common/formats/ckptdir.h"
+#include "common/formats/hf_model.h"
 #include "common/place/env.h"
 #include "common/fsutil.h"
 #include "common/log.h"
@@ -51,43 +53,51 @@ const struct cli_command cmd_ckpt_verify_cli = {
     .epilog = "exit codes: 0 every checkpoint verifies, 1 one does not (or there is none)",
 };
 
-enum { OPT_LLMC };
+enum { OPT_LLMC, OPT_HF, OPT_SHARD_MB };
 const struct cli_command cmd_ckpt_export_cli = {
     .name = "ckpt export",
     .operands = "DIR",
     .min_operands = 1,
     .max_operands = 1,
-    .summary = "one llm.c GPT-2 file from a checkpoint of any layout",
-    .description = "DIR is one checkpoint, or a run directory or checkpoint directory (its\n"
-                   "newest checkpoint that verifies). The parameters are gathered from the\n"
-                   "shards of whatever tp × pp × dp layout wrote it into one fp32 llm.c GPT-2\n"
-                   "checkpoint, which model.init (and llm.c) load. Written to a temporary\n"
-                   "name, fsynced, renamed.",
+    .summary = "an llm.c GPT-2 file or a Hugging Face directory from a checkpoint of any layout",
+    .description =
+        "DIR is one checkpoint, or a run directory or checkpoint directory (its\n"
+        "newest checkpoint that verifies). The parameters are gathered from the\n"
+        "shards of whatever tp × pp × dp layout wrote it into one fp32 llm.c GPT-2\n"
+        "checkpoint (--llmc), or into a Hugging Face model directory (--hf: config.json,\n"
+        "fp32 safetensors in transformers' names, sharded with an index), which\n"
+        "model.init, llm.c and transformers load. Each file is written to a temporary\n"
+        "name, fsynced, renamed.",
     .options =
         (const struct cli_option[]){
-            [OPT_LLMC] = {"--llmc", "OUT.bin", "the llm.c file to write (required)"}, {0}},
+            [OPT_LLMC] = {"--llmc", "OUT.bin", "the llm.c file to write (GPT-2 only)"},
+            [OPT_HF] = {"--hf", "OUT_DIR", "the Hugging Face directory to write"},
+            [OPT_SHARD_MB] = {"--shard-mb", "MB", "--hf: the most MB of tensors a file holds "
+                                                  "(default 5000)"},
+            {0}},
     .epilog = "exit codes: 0 written, 1 no checkpoint that verifies, or a write failed",
 };
 
 enum { OPT_OUT, OPT_SET };
 const struct cli_command cmd_ckpt_import_cli = {
     .name = "ckpt import",
-    .operands = "IN.bin PLAN",
+    .operands = "IN PLAN",
     .min_operands = 2,
     .max_operands = 2,
-    .summary = "a run's first checkpoint from an llm.c GPT-2 file",
+    .summary = "a run's first checkpoint from an llm.c GPT-2 file or a Hugging Face directory",
     .description =
-        "The reverse of export: IN.bin (an fp32 llm.c GPT-2 checkpoint of PLAN's model)\n"
-        "becomes the step-0 checkpoint of a new run of PLAN in DIR (its weights, AdamW\n"
-        "moments of zero, the state of a run before its first step). plait train PLAN\n"
-        "--out DIR then trains from it in any layout, as model.init would.",
+        "The reverse of export: IN (an fp32 llm.c GPT-2 checkpoint, or a Hugging Face\n"
+        "directory with config.json and safetensors, of PLAN's model) becomes the\n"
+        "step-0 checkpoint of a new run of PLAN in DIR (its weights, AdamW moments of\n"
+        "zero, the state of a run before its first step). plait train PLAN --out DIR\n"
+        "then trains from it in any layout, as model.init would.",
     .options =
         (const struct cli_option[]){
             [OPT_OUT] = {"--out", "DIR", "the run directory to create it in (required)"},
             [OPT_SET] = {"--set", "path=value", "override a plan field, as plait train does",
                          .repeats = true},
             {0}},
-    .epilog = "exit codes: 0 written, 1 IN.bin is not PLAN's model, DIR holds checkpoints "
+    .epilog = "exit codes: 0 written, 1 IN is not PLAN's model, DIR holds checkpoints "
               "already, or a write failed",
 };
 
@@ -308,9 +318,42 @@ static int put_whole_instance(void *ctx, enum gpt2_tensor t, int layer, size_t o
     return 0;
 }
 
+/* The source's whole model in llm.c order, malloc'ed. */
+static float *gather_whole(struct ckpt_source *src, struct plait_error *err)
+{
+    struct gpt2_shard whole;
+    struct gpt2_part part = gpt2_part_whole(&src->cfg);
+    if (gpt2_shard_init(&whole, &src->cfg, &part, err)) return NULL;
+    float *layer_major = malloc(whole.total * sizeof(float) + 1),
+          *full = malloc(whole.total * sizeof(float) + 1);
+    if (!layer_major || !full ||
+        ckpt_source_read(src, CKPT_PARAMS, &whole, 0, whole.total, layer_major, err)) {
+        if (!layer_major || !full) error_set(err, "out of memory for %zu parameters", whole.total);
+        free(layer_major);
+        free(full);
+        return NULL;
+    }
+    gpt2_shard_copy(&whole, full, layer_major, false);
+    free(layer_major);
+    return full;
+}
+
+/* The source's whole model as a Hugging Face directory. */
+static int export_hf(struct ckpt_source *src, const char *out, size_t shard_bytes,
+                     struct plait_error *err)
+{
+    float *full = gather_whole(src, err);
+    if (!full) return -1;
+    int rc = hf_model_write(out, &src->cfg, full, shard_bytes, err);
+    free(full);
+    return rc;
+}
+
 /* Writes the source's whole model, in llm.c order, into an llm.c file. */
 static int export_llmc(struct ckpt_source *src, const char *out, struct plait_error *err)
 {
+    if (src->cfg.llama)
+        return error_set(err, "llm.c's files hold GPT-2s; export a llama with --hf");
     struct gpt2_shard whole;
     struct gpt2_part part = gpt2_part_whole(&src->cfg);
     if (gpt2_shard_init(&whole, &src->cfg, &part, err)) return -1;
@@ -334,9 +377,7 @@ static int export_llmc(struct ckpt_source *src, const char *out, struct plait_er
         goto out;
     }
     int32_t h[LLMC_HEADER_INTS];
-    struct llmc_model_header mh = {LLMC_MODEL_VERSION_FP32, src->cfg.max_seq_len, src->cfg.vocab,
-                                   src->cfg.layers,         src->cfg.heads,       src->cfg.hidden,
-                                   src->cfg.padded_vocab};
+    struct llmc_model_header mh = llmc_model_header_of(&src->cfg);
     llmc_model_header_fill(h, &mh);
     if (fwrite(h, sizeof h, 1, f) != 1) goto write_failed;
     /* the whole model's instances in llm.c order (tensor, then layer) */
@@ -370,15 +411,24 @@ int cmd_ckpt_export(int argc, char **argv)
     struct cli_args a;
     int parsed = cli_parse(&cmd_ckpt_export_cli, argc, argv, &a);
     if (parsed != CLI_CONTINUE) return parsed;
-    const char *arg = NULL, *out = NULL;
+    const char *arg = NULL, *out = NULL, *hf = NULL;
+    double shard_mb = 5000;
+    char *end = NULL;
     for (int i = 0; i < a.n; i++)
         if (a.v[i].opt == OPT_LLMC)
             out = a.v[i].value;
+        else if (a.v[i].opt == OPT_HF)
+            hf = a.v[i].value;
+        else if (a.v[i].opt == OPT_SHARD_MB)
+            shard_mb = strtod(a.v[i].value, &end);
         else
             arg = a.v[i].value;
-    if (!out) {
+    bool bad_mb = end && (*end || !(shard_mb > 0) || shard_mb > 1e9);
+    if (!out == !hf || bad_mb) {
         cli_args_free(&a);
-        return cli_usage_error(&cmd_ckpt_export_cli, "--llmc OUT.bin is required");
+        return cli_usage_error(&cmd_ckpt_export_cli,
+                               bad_mb ? "--shard-mb takes a positive number of MB"
+                                   : "one of --llmc OUT.bin and --hf OUT_DIR is required");
     }
     struct plait_error err;
     struct ckpt_source src;
@@ -391,13 +441,14 @@ int cmd_ckpt_export(int argc, char **argv)
         log_error("ckpt export: %s", err.text);
         goto out;
     }
-    int failed = export_llmc(&src, out, &err);
+    int failed = hf ? export_hf(&src, hf, (size_t)(shard_mb * (1 << 20)), &err)
+                    : export_llmc(&src, out, &err);
     ckpt_source_close(&src);
     if (failed) {
         log_error("ckpt export: %s", err.text);
         goto out;
     }
-    printf("%s: step %lld of %s, written as %s\n", cdir, (long long)step, layout, out);
+    printf("%s: step %lld of %s, written as %s\n", cdir, (long long)step, layout, hf ? hf : out);
     rc = PLAIT_EXIT_OK;
 out:
     cli_args_free(&a);
@@ -463,7 +514,45 @@ static int check_llmc(const char *in, const struct gpt2_config *c, struct plait_
     return 0;
 }
 
-/* The checkpoint's files: IN.bin as model.bin, zero moments, a fresh state. */
+/* model.bin: an llm.c file as it is, header and all (checked: fp32, these dimensions). */
+static int put_llmc_model(const char *in, FILE *src, char *buf, size_t chunk,
+                          const struct gpt2_layout *full, const char *tmp,
+                          struct ckpt_manifest *files, struct ckpt_file *f, struct plait_error *err)
+{
+    uint64_t left = LLMC_HEADER_BYTES + (uint64_t)full->total * sizeof(float);
+    if (ckpt_file_open(f, tmp, "model.bin", err)) return -1;
+    while (left) {
+        size_t n = left < chunk ? (size_t)left : chunk;
+        if (fread(buf, 1, n, src) != n) return error_set(err, "%s: shorter than its header says", in);
+        if (ckpt_file_put(f, buf, n, err)) return -1;
+        left -= n;
+    }
+    return ckpt_file_close(f, files, err);
+}
+
+/* model.bin from a Hugging Face directory: an llm.c header of the plan's
+ * model, then its tensors in llm.c order. */
+static int put_hf_model(const char *in, const struct gpt2_config *cfg, const char *tmp,
+                        struct ckpt_manifest *files, struct ckpt_file *f, struct plait_error *err)
+{
+    struct gpt2_layout full;
+    gpt2_layout(cfg, &full); /* addressable: the plan checked it */
+    float *w = malloc(full.total * sizeof *w + 1);
+    if (!w) return error_set(err, "out of memory for %zu parameters", full.total);
+    int32_t h[LLMC_HEADER_INTS];
+    struct llmc_model_header mh = llmc_model_header_of(cfg);
+    llmc_model_header_fill(h, &mh);
+    int rc = hf_model_read(in, cfg, w, err) || ckpt_file_open(f, tmp, "model.bin", err) ||
+                     ckpt_file_put(f, h, sizeof h, err) ||
+                     ckpt_file_put(f, w, full.total * sizeof *w, err) ||
+                     ckpt_file_close(f, files, err)
+                 ? -1
+                 : 0;
+    free(w);
+    return rc;
+}
+
+/* The checkpoint's files: IN as model.bin, zero moments, a fresh state. */
 static int write_import(const char *in, const struct plan *plan, const struct gpt2_config *cfg,
                         const char *tmp, struct ckpt_manifest *files, struct plait_error *err)
 {
@@ -471,31 +560,21 @@ static int write_import(const char *in, const struct plan *plan, const struct gp
     if (gpt2_layout(cfg, &full)) return error_set(err, "the plan's model is too large");
     enum { CHUNK = 1 << 20 };
     char *buf = calloc(1, CHUNK);
-    FILE *src = fs_fopen_regular(in, err);
+    FILE *src = hf_is_model_dir(in) ? NULL : fs_fopen_regular(in, err);
     struct ckpt_file f = {.fd = -1};
     int rc = -1;
-    if (!buf || !src) {
+    if (!buf || (!src && !hf_is_model_dir(in))) {
         if (!buf) error_set(err, "out of memory");
         goto out;
     }
-    /* model.bin: the file as it is, header and all (checked: fp32, these dimensions) */
-    uint64_t left = LLMC_HEADER_BYTES + (uint64_t)full.total * sizeof(float);
-    if (ckpt_file_open(&f, tmp, "model.bin", err)) goto out;
-    while (left) {
-        size_t n = left < CHUNK ? (size_t)left : CHUNK;
-        if (fread(buf, 1, n, src) != n) {
-            error_set(err, "%s: shorter than its header says", in);
-            goto out;
-        }
-        if (ckpt_file_put(&f, buf, n, err)) goto out;
-        left -= n;
-    }
-    if (ckpt_file_close(&f, files, err)) goto out;
+    if ((hf_is_model_dir(in) ? put_hf_model(in, cfg, tmp, files, &f, err)
+                             : put_llmc_model(in, src, buf, CHUNK, &full, tmp, files, &f, err)))
+        goto out;
     /* optim.bin: AdamW's moments, zero as before a first step */
     int32_t h[LLMC_HEADER_INTS];
     ckpt_optim_header(h, full.total, false);
     memset(buf, 0, CHUNK);
-    left = 2 * (uint64_t)full.total * sizeof(float);
+    uint64_t left = 2 * (uint64_t)full.total * sizeof(float);
     if (ckpt_file_open(&f, tmp, "optim.bin", err) || ckpt_file_put(&f, h, sizeof h, err)) goto out;
     while (left) {
         size_t n = left < CHUNK ? (size_t)left : CHUNK;
@@ -532,7 +611,8 @@ static int import_checkpoint(const char *in, const struct plan *plan, const char
     char tmp[4096];
     int n = 0, rc = -1;
     struct gpt2_config cfg = gpt2_config_of_plan(&plan->model);
-    if (check_llmc(in, &cfg, err) || fs_mkdir_p(out, err) ||
+    if ((hf_is_model_dir(in) ? hf_config_check(in, &cfg, err) : check_llmc(in, &cfg, err)) ||
+        fs_mkdir_p(out, err) ||
         runlock_acquire(&lock, out, "run directory", err) ||
         rundir_checkpoint_dir(plan, out, dir, dir_bytes, err) || fs_mkdir_p(dir, err) ||
         ckptdir_open_locked(&d, &ckpt_lock, dir, out, err) || ckptdir_list(&d, &list, &n, err))

@@ -55,15 +55,9 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
     struct ckpt_file w = {.fd = -1};
     int rc = -1;
 
-    /* model.bin: an llm.c GPT-2 checkpoint, fp32 */
+    /* model.bin: an llm.c GPT-2 checkpoint, fp32 (a Llama's: llmc.h's version 103) */
     int32_t header[LLMC_HEADER_INTS];
-    struct llmc_model_header mh = {.version = LLMC_MODEL_VERSION_FP32,
-                                   .max_seq_len = m->cfg.max_seq_len,
-                                   .vocab = m->cfg.vocab,
-                                   .layers = m->cfg.layers,
-                                   .heads = m->cfg.heads,
-                                   .hidden = m->cfg.hidden,
-                                   .padded_vocab = m->cfg.padded_vocab};
+    struct llmc_model_header mh = llmc_model_header_of(&m->cfg);
     llmc_model_header_fill(header, &mh);
     if (ckpt_file_open(&w, tmp, "model.bin", err) ||
         ckpt_file_put(&w, header, sizeof header, err) || put_tensors(&w, m, m->params, host, err) ||

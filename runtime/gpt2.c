@@ -42,9 +42,8 @@ int gpt2_read_llmc(const char *path, const struct gpt2_config *cfg, float *param
 {
     struct llmc_model_header h;
     if (llmc_read_model_header(path, &h, err)) return -1;
-    if (h.max_seq_len != cfg->max_seq_len || h.vocab != cfg->vocab ||
-        h.padded_vocab != cfg->padded_vocab || h.layers != cfg->layers || h.heads != cfg->heads ||
-        h.hidden != cfg->hidden)
+    struct gpt2_config file = llmc_model_config(&h);
+    if (!gpt2_config_same_tensors(&file, cfg) || h.vocab != cfg->vocab)
         return error_set(err,
                          "%s: model is maxT %d V %d Vp %d L %d NH %d C %d, the plan wants maxT "
                          "%d V %d Vp %d L %d NH %d C %d",
@@ -63,7 +62,7 @@ int gpt2_read_llmc(const char *path, const struct gpt2_config *cfg, float *param
         goto out;
     }
     uint32_t c = crc32c_update(0, header, sizeof header);
-    if (h.version == LLMC_MODEL_VERSION_FP32) {
+    if (h.version != LLMC_MODEL_VERSION_BF16) {
         if (fread(params, sizeof(float), layout.total, f) != layout.total) {
             error_set(err, "%s: short read of the parameters", path);
             goto out;

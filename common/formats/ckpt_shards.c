@@ -195,9 +195,10 @@ static bool whole_header_ok(const struct ckpt_source *s, enum ckpt_part_kind kin
     size_t total = s->stages[0].total;
     if (kind == CKPT_PART_MODEL) {
         *floats = total;
-        return h[0] == LLMC_MODEL_MAGIC && h[1] == LLMC_MODEL_VERSION_FP32 &&
-               h[2] == c->max_seq_len && h[3] == c->vocab && h[4] == c->layers &&
-               h[5] == c->heads && h[6] == c->hidden && h[7] == c->padded_vocab;
+        int32_t want[LLMC_HEADER_INTS];
+        struct llmc_model_header mh = llmc_model_header_of(c);
+        llmc_model_header_fill(want, &mh);
+        return memcmp(h, want, 11 * sizeof *h) == 0;
     }
     size_t count = (size_t)(uint32_t)h[2] | (size_t)(uint32_t)h[3] << 32;
     *floats = (uint64_t)count * (h[4] ? 3 : 2); /* m, v and, mid-step, the gradients */

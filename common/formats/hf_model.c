@@ -315,29 +315,238 @@ static int read_part(struct hf_files *h, const struct hf_part *p, bool gpt2, flo
     return rc;
 }
 
+/* Calls fn for every part of cfg's model in llm.c order, with the element
+ * of the llm.c buffer where it starts; stops at the first non-zero return. */
+static int each_part(const struct gpt2_config *cfg,
+                     int (*fn)(void *ctx, const struct hf_part *p, size_t at), void *ctx)
+{
+    struct gpt2_layout layout;
+    gpt2_layout(cfg, &layout); /* addressable: the caller's buffer is of its size */
+    for (int t = 0; t < GPT2_TENSORS; t++) {
+        if (!layout.elems[t]) continue;
+        int instances = gpt2_tensor_per_layer(t) ? cfg->layers : 1;
+        size_t per = layout.elems[t] / (size_t)instances;
+        for (int l = 0; l < instances; l++) {
+            struct hf_part parts[3];
+            int n = cfg->llama ? llama_parts(cfg, t, l, parts) : gpt2_parts(cfg, t, l, parts);
+            size_t at = layout.offset[t] + (size_t)l * per;
+            for (int k = 0; k < n; k++) {
+                int rc = fn(ctx, &parts[k], at);
+                if (rc) return rc;
+                at += (size_t)(parts[k].rows * (parts[k].cols ? parts[k].cols : 1));
+            }
+        }
+    }
+    return 0;
+}
+
+struct reading {
+    struct hf_files files;
+    const struct gpt2_config *cfg;
+    float *full;
+    struct plait_error *err;
+};
+
+static int read_one(void *ctx, const struct hf_part *p, size_t at)
+{
+    struct reading *r = ctx;
+    return read_part(&r->files, p, !r->cfg->llama, r->full + at, r->err);
+}
+
 int hf_model_read(const char *dir, const struct gpt2_config *cfg, float *full,
                   struct plait_error *err)
 {
     struct gpt2_layout layout;
     if (gpt2_layout(cfg, &layout)) return error_set(err, "the model is too large to address");
     memset(full, 0, layout.total * sizeof *full);
-    struct hf_files h;
-    if (open_files(&h, dir, err)) return -1;
-    int rc = 0;
-    for (int t = 0; rc == 0 && t < GPT2_TENSORS; t++) {
-        if (!layout.elems[t]) continue;
-        int instances = gpt2_tensor_per_layer(t) ? cfg->layers : 1;
-        size_t per = layout.elems[t] / (size_t)instances;
-        for (int l = 0; rc == 0 && l < instances; l++) {
-            struct hf_part parts[3];
-            int n = cfg->llama ? llama_parts(cfg, t, l, parts) : gpt2_parts(cfg, t, l, parts);
-            float *dst = full + layout.offset[t] + (size_t)l * per;
-            for (int k = 0; rc == 0 && k < n; k++) {
-                rc = read_part(&h, &parts[k], !cfg->llama, dst, err);
-                dst += parts[k].rows * (parts[k].cols ? parts[k].cols : 1);
-            }
-        }
-    }
-    close_files(&h);
+    struct reading r = {.cfg = cfg, .full = full, .err = err};
+    if (open_files(&r.files, dir, err)) return -1;
+    int rc = each_part(cfg, read_one, &r);
+    close_files(&r.files);
     return rc;
+}
+
+/* ---- writing --------------------------------------------------------------------------- */
+
+/* The files being written: parts gathered until the next would pass
+ * shard_bytes, then written as one file. A first pass (dry) only counts the
+ * files, so that each can be named "model-0000i-of-0000n". */
+struct writing {
+    const char *dir;
+    const struct gpt2_config *cfg;
+    const float *full;
+    size_t shard_bytes, in_file;
+    uint64_t total; /* bytes of tensors written */
+    bool dry;
+    int file, files;
+    struct st_out *pending;
+    float **owned; /* transposed copies of pending's data, freed once written */
+    char **names;
+    int n, cap;
+    json_t *weight_map;
+    struct plait_error *err;
+};
+
+static void file_name(const struct writing *w, int file, char *out, size_t bytes)
+{
+    snprintf(out, bytes, "model-%05d-of-%05d.safetensors", file + 1, w->files);
+}
+
+static void drop_pending(struct writing *w)
+{
+    for (int i = 0; i < w->n; i++) {
+        free(w->owned[i]);
+        free(w->names[i]);
+    }
+    w->n = 0;
+}
+
+static int flush_file(struct writing *w)
+{
+    int rc = 0;
+    if (w->n && !w->dry) {
+        char name[64], path[4096];
+        file_name(w, w->file, name, sizeof name);
+        rc = fs_join(path, sizeof path, w->dir, name, w->err) ||
+                     st_write(path, w->pending, w->n, w->err)
+                 ? -1
+                 : 0;
+    }
+    drop_pending(w);
+    if (w->in_file) w->file++;
+    w->in_file = 0;
+    return rc;
+}
+
+static bool grow(struct writing *w)
+{
+    if (w->n < w->cap) return true;
+    int cap = w->cap ? 2 * w->cap : 64;
+    struct st_out *p = realloc(w->pending, (size_t)cap * sizeof *p);
+    if (p) w->pending = p;
+    float **o = p ? realloc(w->owned, (size_t)cap * sizeof *o) : NULL;
+    if (o) w->owned = o;
+    char **nm = o ? realloc(w->names, (size_t)cap * sizeof *nm) : NULL;
+    if (nm) w->names = nm;
+    if (!nm) return false;
+    w->cap = cap;
+    return true;
+}
+
+/* One part into the current file (a new one when it would pass the size). */
+static int write_one(void *ctx, const struct hf_part *p, size_t at)
+{
+    struct writing *w = ctx;
+    size_t elems = (size_t)(p->rows * (p->cols ? p->cols : 1)), bytes = 4 * elems;
+    if (w->in_file && w->in_file + bytes > w->shard_bytes && flush_file(w)) return -1;
+    w->in_file += bytes;
+    w->total += w->dry ? 0 : bytes;
+    char name[200];
+    snprintf(name, sizeof name, "%s%s", w->cfg->llama ? "" : "transformer.", p->name);
+    if (!w->dry) {
+        char file[64];
+        file_name(w, w->file, file, sizeof file);
+        json_object_set_new(w->weight_map, name, json_string(file));
+    }
+    if (w->dry) return 0;
+    if (!grow(w)) return error_set(w->err, "out of memory");
+    float *copy = NULL;
+    if (p->transposed) { /* GPT-2's Conv1D: stored (in, out) */
+        if (!(copy = malloc(bytes))) return error_set(w->err, "out of memory for %s", name);
+        for (long long r = 0; r < p->rows; r++)
+            for (long long k = 0; k < p->cols; k++)
+                copy[k * p->rows + r] = w->full[at + (size_t)(r * p->cols + k)];
+    }
+    w->owned[w->n] = copy;
+    w->names[w->n] = strdup(name);
+    struct st_out *o = &w->pending[w->n++];
+    *o = (struct st_out){.name = w->names[w->n - 1], .data = copy ? copy : w->full + at};
+    o->ndim = p->cols ? 2 : 1;
+    o->shape[0] = p->transposed ? p->cols : p->rows;
+    o->shape[1] = p->transposed ? p->rows : p->cols;
+    return w->names[w->n - 1] ? 0 : error_set(w->err, "out of memory");
+}
+
+/* config.json as transformers writes it for the model's class. */
+static json_t *config_json(const struct gpt2_config *c)
+{
+    if (!c->llama)
+        return json_pack("{s:[s],s:s,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:b,s:s}", "architectures",
+                         "GPT2LMHeadModel", "model_type", "gpt2", "n_layer", c->layers, "n_head",
+                         c->heads, "n_embd", c->hidden, "n_positions", c->max_seq_len,
+                         "vocab_size", c->vocab, "activation_function", "gelu_new",
+                         "layer_norm_epsilon", 1e-5, "tie_word_embeddings", 1, "torch_dtype",
+                         "float32");
+    return json_pack("{s:[s],s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:b,s:s,s:s,s:b,s:b}",
+                     "architectures", "LlamaForCausalLM", "model_type", "llama", "hidden_size",
+                     c->hidden, "intermediate_size", (int)gpt2_ffn(c), "num_attention_heads",
+                     c->heads, "num_key_value_heads", gpt2_kv_heads(c), "num_hidden_layers",
+                     c->layers, "vocab_size", c->vocab, "max_position_embeddings",
+                     c->max_seq_len, "rms_norm_eps", (double)c->norm_eps, "rope_theta",
+                     c->rope_theta, "tie_word_embeddings", !c->untied, "hidden_act", "silu",
+                     "torch_dtype", "float32", "attention_bias", 0, "mlp_bias", 0);
+}
+
+static int write_json(const char *dir, const char *name, json_t *j, struct plait_error *err)
+{
+    char path[4096];
+    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    int rc = !text ? error_set(err, "out of memory")
+             : fs_join(path, sizeof path, dir, name, err) ||
+                     fs_write_atomic(path, text, strlen(text), err)
+                 ? -1
+                 : 0;
+    free(text);
+    return rc;
+}
+
+int hf_model_write(const char *dir, const struct gpt2_config *cfg, const float *full,
+                   size_t shard_bytes, struct plait_error *err)
+{
+    struct gpt2_layout layout;
+    if (gpt2_layout(cfg, &layout)) return error_set(err, "the model is too large to address");
+    struct writing w = {.dir = dir, .cfg = cfg, .full = full, .err = err, .dry = true,
+                        .shard_bytes = shard_bytes ? shard_bytes : 1};
+    int rc = fs_mkdir_p(dir, err) || each_part(cfg, write_one, &w) || flush_file(&w) ? -1 : 0;
+    w.files = w.file, w.file = 0, w.dry = false, w.in_file = 0;
+    w.weight_map = json_object();
+    rc = rc || each_part(cfg, write_one, &w) || flush_file(&w) ? -1 : 0;
+    json_t *index = json_pack("{s:{s:I},s:O}", "metadata", "total_size", (json_int_t)w.total,
+                              "weight_map", w.weight_map);
+    json_t *config = config_json(cfg);
+    rc = rc || write_json(dir, "model.safetensors.index.json", index, err) ||
+                 write_json(dir, "config.json", config, err)
+             ? -1
+             : 0;
+    json_decref(index);
+    json_decref(config);
+    json_decref(w.weight_map);
+    drop_pending(&w);
+    free(w.pending);
+    free(w.owned);
+    free(w.names);
+    return rc;
+}
+
+int hf_config_check(const char *dir, const struct gpt2_config *cfg, struct plait_error *err)
+{
+    struct hf_config h;
+    if (hf_config_read(dir, &h, err)) return -1;
+    const struct {
+        const char *what;
+        long long want, got;
+    } d[] = {{"a Llama", cfg->llama, h.llama},
+             {"layers", cfg->layers, h.layers},
+             {"heads", cfg->heads, h.heads},
+             {"key/value heads", gpt2_kv_heads(cfg), h.kv_heads},
+             {"hidden", cfg->hidden, h.hidden},
+             {"MLP width", gpt2_ffn(cfg), h.ffn_hidden},
+             {"vocabulary", cfg->vocab, h.vocab},
+             {"positions", cfg->llama ? h.max_seq_len : cfg->max_seq_len, h.max_seq_len},
+             {"a tied head", !cfg->untied, h.tied}};
+    for (size_t i = 0; i < sizeof d / sizeof *d; i++)
+        if (d[i].want != d[i].got)
+            return error_set(err, "%s/config.json: %s %lld, the plan's model has %lld", dir,
+                             d[i].what, d[i].got, d[i].want);
+    return 0;
 }

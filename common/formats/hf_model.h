@@ -36,4 +36,17 @@ int hf_config_read(const char *dir, struct hf_config *out, struct plait_error *e
 int hf_model_read(const char *dir, const struct gpt2_config *cfg, float *full,
                   struct plait_error *err);
 
+/* The reverse: the whole model of cfg (full, in llm.c order) written into
+ * dir (created if needed) as config.json and fp32 safetensors in transformers'
+ * names, files of at most shard_bytes of tensors each (one tensor larger
+ * than that has a file of its own) with model.safetensors.index.json, each
+ * written to a temporary name, fsynced, renamed. The vocabulary's padding
+ * rows are not written. */
+int hf_model_write(const char *dir, const struct gpt2_config *cfg, const float *full,
+                   size_t shard_bytes, struct plait_error *err);
+
+/* Whether the directory's config.json describes cfg's model (its tensors'
+ * shapes); -1 with err naming the first dimension that differs. */
+int hf_config_check(const char *dir, const struct gpt2_config *cfg, struct plait_error *err);
+
 #endif

@@ -48,8 +48,11 @@ int llmc_read_model_header(const char *path, struct llmc_model_header *out, stru
     if (h[0] != LLMC_MODEL_MAGIC)
         return error_set(err, "%s: not an llm.c GPT-2 checkpoint (magic %d, expected %d)", path,
                          h[0], LLMC_MODEL_MAGIC);
-    if (h[1] != LLMC_MODEL_VERSION_FP32 && h[1] != LLMC_MODEL_VERSION_BF16)
-        return error_set(err, "%s: unsupported checkpoint version %d (3 = fp32 and 5 = bf16 are)",
+    if (h[1] != LLMC_MODEL_VERSION_FP32 && h[1] != LLMC_MODEL_VERSION_BF16 &&
+        h[1] != LLMC_MODEL_VERSION_LLAMA_FP32)
+        return error_set(err,
+                         "%s: unsupported checkpoint version %d (3 = fp32 and 5 = bf16 are; 103 "
+                         "a plait Llama's)",
                          path, h[1]);
     struct llmc_model_header m = {.version = h[1],
                                   .max_seq_len = h[2],
@@ -58,19 +61,28 @@ int llmc_read_model_header(const char *path, struct llmc_model_header *out, stru
                                   .heads = h[5],
                                   .hidden = h[6],
                                   .padded_vocab = h[7]};
+    bool llama = m.version == LLMC_MODEL_VERSION_LLAMA_FP32;
+    if (llama) {
+        m.kv_heads = h[8], m.ffn_hidden = h[9], m.untied = h[10];
+        if (m.kv_heads < 1 || m.heads % m.kv_heads || m.ffn_hidden < 1 || (m.untied & ~1))
+            return error_set(err, "%s: inconsistent Llama header (key/value heads %d, MLP %d)",
+                             path, m.kv_heads, m.ffn_hidden);
+    }
     if (m.max_seq_len < 1 || m.vocab < 1 || m.layers < 1 || m.heads < 1 || m.hidden < 1 ||
         m.padded_vocab < m.vocab || m.hidden % m.heads != 0)
         return error_set(err,
                          "%s: inconsistent header (max T %d, vocab %d, padded vocab %d, layers "
                          "%d, heads %d, hidden %d)",
                          path, m.max_seq_len, m.vocab, m.padded_vocab, m.layers, m.heads, m.hidden);
-    int64_t n = llmc_param_count(m.max_seq_len, m.padded_vocab, m.layers, m.hidden);
+    struct gpt2_config cfg = llmc_model_config(&m);
+    struct gpt2_layout layout;
+    int64_t n = gpt2_layout(&cfg, &layout) ? -1 : (int64_t)layout.total;
     if (n < 0)
         return error_set(err,
                          "%s: its header describes a model too large to address (max T %d, "
                          "padded vocab %d, layers %d, hidden %d): not a GPT-2 checkpoint",
                          path, m.max_seq_len, m.padded_vocab, m.layers, m.hidden);
-    int64_t want = LLMC_HEADER_BYTES + n * (m.version == LLMC_MODEL_VERSION_FP32 ? 4 : 2);
+    int64_t want = LLMC_HEADER_BYTES + n * (m.version == LLMC_MODEL_VERSION_BF16 ? 2 : 4);
     if (bytes != want)
         return error_set(err,
                          "%s: %lld bytes, but its header describes %lld parameters (%lld "
@@ -114,6 +126,41 @@ void llmc_model_header_fill(int32_t header[LLMC_HEADER_INTS], const struct llmc_
     header[5] = h->heads;
     header[6] = h->hidden;
     header[7] = h->padded_vocab;
+    if (h->version == LLMC_MODEL_VERSION_LLAMA_FP32) {
+        header[8] = h->kv_heads;
+        header[9] = h->ffn_hidden;
+        header[10] = h->untied;
+    }
+}
+
+struct llmc_model_header llmc_model_header_of(const struct gpt2_config *c)
+{
+    return (struct llmc_model_header){
+        .version = c->llama ? LLMC_MODEL_VERSION_LLAMA_FP32 : LLMC_MODEL_VERSION_FP32,
+        .max_seq_len = c->max_seq_len,
+        .vocab = c->vocab,
+        .layers = c->layers,
+        .heads = c->heads,
+        .hidden = c->hidden,
+        .padded_vocab = c->padded_vocab,
+        .kv_heads = c->llama ? gpt2_kv_heads(c) : 0,
+        .ffn_hidden = c->llama ? gpt2_ffn(c) : 0,
+        .untied = c->untied};
+}
+
+struct gpt2_config llmc_model_config(const struct llmc_model_header *h)
+{
+    bool llama = h->version == LLMC_MODEL_VERSION_LLAMA_FP32;
+    return (struct gpt2_config){.max_seq_len = h->max_seq_len,
+                                .vocab = h->vocab,
+                                .padded_vocab = h->padded_vocab,
+                                .layers = h->layers,
+                                .heads = h->heads,
+                                .hidden = h->hidden,
+                                .llama = llama,
+                                .kv_heads = llama ? h->kv_heads : 0,
+                                .ffn_hidden = llama ? h->ffn_hidden : 0,
+                                .untied = llama && h->untied};
 }
 
 void llmc_tokens_header_fill(int32_t header[LLMC_HEADER_INTS], int64_t n_tokens, int token_bytes)

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "common/gpt2/gpt2_layout.h"
 
 #define LLMC_HEADER_INTS 256
 #define LLMC_HEADER_BYTES (LLMC_HEADER_INTS * 4)
@@ -26,11 +27,22 @@
 #define LLMC_MODEL_MAGIC 20240326
 #define LLMC_MODEL_VERSION_FP32 3
 #define LLMC_MODEL_VERSION_BF16 5
+/* plait's whole-model file of a Llama (a one-rank checkpoint's model.bin):
+ * the same header with version 103, which llm.c refuses, and {kv_heads,
+ * ffn_hidden, untied} at ints 8..10; the parameters fp32 in llm.c order
+ * (common/gpt2/gpt2_layout.h says how a Llama fills GPT-2's tensors). */
+#define LLMC_MODEL_VERSION_LLAMA_FP32 103
 
 struct llmc_model_header {
-    int version; /* 3 = fp32 parameters, 5 = bf16 */
+    int version; /* 3 = fp32 parameters, 5 = bf16, 103 = a Llama's fp32 */
     int max_seq_len, vocab, layers, heads, hidden, padded_vocab;
+    int kv_heads, ffn_hidden, untied; /* version 103 only */
 };
+
+/* The fp32 header of cfg's model: version 3 for a GPT-2, 103 for a Llama;
+ * and the model a header describes. */
+struct llmc_model_header llmc_model_header_of(const struct gpt2_config *cfg);
+struct gpt2_config llmc_model_config(const struct llmc_model_header *h);
 
 /* Reads and checks the header of an llm.c GPT-2 checkpoint, including that the
  * file is long enough for the parameters the header announces. */

@@ -41,9 +41,9 @@ int gpt2_kv_heads(const struct gpt2_config *cfg)
     return cfg->kv_heads ? cfg->kv_heads : cfg->heads;
 }
 
-int gpt2_ffn(const struct gpt2_config *cfg)
+long long gpt2_ffn(const struct gpt2_config *cfg)
 {
-    return cfg->ffn_hidden ? cfg->ffn_hidden : 4 * cfg->hidden;
+    return cfg->ffn_hidden ? cfg->ffn_hidden : 4LL * cfg->hidden;
 }
 
 long long gpt2_qkv_rows(const struct gpt2_config *cfg)

@@ -41,7 +41,7 @@ bool gpt2_config_same_tensors(const struct gpt2_config *a, const struct gpt2_con
 
 /* KV and F, with GPT-2's defaults for zeros. */
 int gpt2_kv_heads(const struct gpt2_config *cfg);
-int gpt2_ffn(const struct gpt2_config *cfg);
+long long gpt2_ffn(const struct gpt2_config *cfg);
 /* The weights of one layer's four products (a forward costs 2 FLOPs each a
  * token): 12C² for GPT-2, C·((NH+2KV)·hs + C + 3F) for a Llama. */
 double gpt2_layer_product_weights(const struct gpt2_config *cfg);

@@ -65,7 +65,7 @@ static int check_tp(const struct gpt2_config *cfg, const struct gpt2_part *p,
         gpt2_kv_heads(cfg) % tp || gpt2_ffn(cfg) % tp || cfg->padded_vocab % tp)
         return error_set(err,
                          "tensor parallelism %d (rank %d) must divide the heads (%d), the "
-                         "key/value heads (%d), the MLP's width (%d) and the padded vocabulary "
+                         "key/value heads (%d), the MLP's width (%lld) and the padded vocabulary "
                          "(%d)",
                          p->tp, p->tp_rank, cfg->heads, gpt2_kv_heads(cfg), gpt2_ffn(cfg),
                          cfg->padded_vocab);

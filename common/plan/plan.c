@@ -1182,6 +1182,11 @@ static int apply_init(struct ctx *c, json_t *root, struct plan *p)
     if (hf_is_model_dir(init)) return apply_hf_init(c, root, p, name);
     if (llmc_read_model_header(init, &h, &llmc_err))
         return fail(c, "model.init", "%s", llmc_err.text);
+    if (h.version == LLMC_MODEL_VERSION_LLAMA_FP32)
+        return fail(c, "model.init",
+                    "%s is the model.bin of a plait checkpoint of a Llama: plait ckpt export "
+                    "--hf makes the Hugging Face directory model.init takes",
+                    name);
     if (plan_model_is_llama(&p->model))
         return fail_rule(c, "model.init", "model.arch",
                          "%s is an llm.c GPT-2 file; a llama starts from a Hugging Face "
@@ -1377,7 +1382,9 @@ static int check_arch_rules(struct ctx *c, json_t *root, struct plan *p)
                              "applies to model.arch \"llama\": a gpt2's LM head is wte (llm.c's "
                              "files hold one); remove it or set model.arch to \"llama\" (got "
                              "false)");
-        m->kv_heads = m->heads, m->ffn_hidden = 4 * m->hidden, m->tie_embeddings = true;
+        /* (a hidden above INT_MAX/4 makes a model check_model_size refuses) */
+        m->ffn_hidden = m->hidden <= INT_MAX / 4 ? 4 * m->hidden : INT_MAX;
+        m->kv_heads = m->heads, m->tie_embeddings = true;
         m->rope_theta = 10000.0, m->norm_eps = 1e-5;
         return 0;
     }

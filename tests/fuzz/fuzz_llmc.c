@@ -1,4 +1,5 @@
-/* fuzz_llmc.c — libFuzzer target for llm.c model files: one input file goes to
+/* fuzz_llmc.c — libFuzzer target for llm.c model files (and plait's Llama
+ * model.bin, version 103): one input file goes to
  * llmc_read_model_header, then (accepted, ≤ 64 MB of parameters) gpt2_read_llmc,
  * and to tokenizer_load. Checks the header rules against its own GPT-2
  * parameter count, that the parameters and CRC-32C are the file's, and what a
@@ -37,20 +38,36 @@ static uint64_t gpt2_params(uint64_t max_t, uint64_t vp, uint64_t layers, uint64
     return n;
 }
 
+/* A Llama's (llmc.h's version 103): Vp·C·(1 + untied) + L·(C·((NH + 2KV)·C/NH + C + 3F)
+ * + 2C) + C; UINT64_MAX when it overflows. */
+static uint64_t llama_params(const int32_t h[11])
+{
+    uint64_t c = (uint64_t)h[6], nh = (uint64_t)h[5], kv = (uint64_t)h[8], f = (uint64_t)h[9];
+    uint64_t qkv = mul_add(nh + 2 * kv, c / nh, 0); /* NH, KV < 2^31: the sum fits */
+    uint64_t rows = qkv + c + 3 * f;                 /* each < 2^63: fits, or counts as huge */
+    uint64_t per_layer = mul_add(c, rows, 2 * c);
+    uint64_t n = mul_add((uint64_t)h[4], per_layer, c);
+    return mul_add((uint64_t)h[7] * (1 + (uint64_t)h[10]), c, n);
+}
+
 /* The header rules of llmc.h, read independently; *params gets the count. */
 static bool model_header_good(const uint8_t *bytes, size_t n, uint64_t *params)
 {
-    int32_t h[8];
+    int32_t h[11];
     if (n < LLMC_HEADER_BYTES) return false;
     memcpy(h, bytes, sizeof h);
     if (h[0] != LLMC_MODEL_MAGIC) return false;
-    if (h[1] != LLMC_MODEL_VERSION_FP32 && h[1] != LLMC_MODEL_VERSION_BF16) return false;
+    bool llama = h[1] == LLMC_MODEL_VERSION_LLAMA_FP32;
+    if (h[1] != LLMC_MODEL_VERSION_FP32 && h[1] != LLMC_MODEL_VERSION_BF16 && !llama) return false;
+    if (llama && (h[8] < 1 || h[5] % h[8] != 0 || h[9] < 1 || (h[10] != 0 && h[10] != 1)))
+        return false; /* key/value heads dividing heads, an MLP, a 0/1 untied flag */
     for (int i = 2; i < 8; i++)
         if (h[i] < 1) return false;
     if (h[7] < h[3] || h[6] % h[5] != 0) return false; /* padded vocab, heads divide hidden */
-    *params = gpt2_params((uint64_t)h[2], (uint64_t)h[7], (uint64_t)h[4], (uint64_t)h[6]);
+    *params = llama ? llama_params(h)
+                    : gpt2_params((uint64_t)h[2], (uint64_t)h[7], (uint64_t)h[4], (uint64_t)h[6]);
     if (*params > SIZE_MAX / 16) return false; /* gpt2_layout: weights, grads, 2 moments */
-    uint64_t want = mul_add(*params, h[1] == LLMC_MODEL_VERSION_FP32 ? 4 : 2, LLMC_HEADER_BYTES);
+    uint64_t want = mul_add(*params, h[1] == LLMC_MODEL_VERSION_BF16 ? 2 : 4, LLMC_HEADER_BYTES);
     return want == (uint64_t)n;
 }
 
@@ -67,12 +84,7 @@ static void check_model(const uint8_t *data, size_t size, const char *path)
         fuzz_check_message(err.text);
         return;
     }
-    struct gpt2_config cfg = {.max_seq_len = h.max_seq_len,
-                              .vocab = h.vocab,
-                              .padded_vocab = h.padded_vocab,
-                              .layers = h.layers,
-                              .heads = h.heads,
-                              .hidden = h.hidden};
+    struct gpt2_config cfg = llmc_model_config(&h);
     struct gpt2_layout layout;
     FUZZ_CHECK(gpt2_layout(&cfg, &layout) == 0 && layout.total == params,
                "layout of %zu parameters, counted %llu", layout.total, (unsigned long long)params);
@@ -85,7 +97,7 @@ static void check_model(const uint8_t *data, size_t size, const char *path)
     FUZZ_CHECK(rc == 0, "the header was accepted, the checkpoint not: %s", err.text);
     FUZZ_CHECK(crc == crc32c_update(0, data, size), "CRC-32C %08x is not the file's", crc);
     const uint8_t *body = data + LLMC_HEADER_BYTES;
-    if (h.version == LLMC_MODEL_VERSION_FP32) {
+    if (h.version != LLMC_MODEL_VERSION_BF16) {
         FUZZ_CHECK(memcmp(w, body, params * 4) == 0, "fp32 parameters differ from the file");
     } else {
         for (uint64_t i = 0; i < params; i++) {

@@ -96,20 +96,30 @@ static void check_plan(const struct plan *p)
 {
     const struct plan_model *m = &p->model;
     FUZZ_CHECK(p->source && strcmp(p->source, SOURCE) == 0, "source %s", p->source);
-    FUZZ_CHECK(m->arch && strcmp(m->arch, "gpt2") == 0, "arch %s", m->arch);
+    bool llama = m->arch && strcmp(m->arch, "llama") == 0;
+    FUZZ_CHECK(m->arch && (llama || strcmp(m->arch, "gpt2") == 0), "arch %s", m->arch);
+    if (llama)
+        FUZZ_CHECK(m->kv_heads >= 1 && m->heads % m->kv_heads == 0 && m->ffn_hidden >= 1 &&
+                       (m->hidden / m->heads) % 2 == 0,
+                   "a llama of %d key/value heads over %d, MLP %d, head size %d", m->kv_heads,
+                   m->heads, m->ffn_hidden, m->hidden / m->heads);
+    else
+        FUZZ_CHECK(m->kv_heads == m->heads && (long long)m->ffn_hidden == 4LL * m->hidden &&
+                       m->tie_embeddings,
+                   "a gpt2 with %d key/value heads of %d, MLP %d, tied %d", m->kv_heads, m->heads,
+                   m->ffn_hidden, m->tie_embeddings);
+    if (p->parallel.tp != PLAN_AUTO)
+        FUZZ_CHECK(m->kv_heads % p->parallel.tp == 0 && m->ffn_hidden % p->parallel.tp == 0,
+                   "tp %d splits %d key/value heads and an MLP of %d", p->parallel.tp,
+                   m->kv_heads, m->ffn_hidden);
     FUZZ_CHECK(m->layers >= 1 && m->heads >= 1 && m->hidden >= 1 && m->seq_len >= 1,
                "L %d NH %d C %d T %d", m->layers, m->heads, m->hidden, m->seq_len);
     FUZZ_CHECK(m->hidden % m->heads == 0, "heads %d do not divide hidden %d", m->heads, m->hidden);
-    FUZZ_CHECK(m->vocab >= 1 && m->vocab <= 65536, "vocab %d", m->vocab);
+    FUZZ_CHECK(m->vocab >= 1 && m->vocab <= PLAN_VOCAB_MAX, "vocab %d", m->vocab);
     FUZZ_CHECK(m->padded_vocab >= m->vocab, "padded vocab %d < vocab %d", m->padded_vocab,
                m->vocab);
     FUZZ_CHECK(m->max_seq_len >= m->seq_len, "max T %d < T %d", m->max_seq_len, m->seq_len);
-    struct gpt2_config cfg = {.max_seq_len = m->max_seq_len,
-                              .vocab = m->vocab,
-                              .padded_vocab = m->padded_vocab,
-                              .layers = m->layers,
-                              .heads = m->heads,
-                              .hidden = m->hidden};
+    struct gpt2_config cfg = gpt2_config_of_plan(m);
     struct gpt2_layout layout;
     FUZZ_CHECK(gpt2_layout(&cfg, &layout) == 0, "a model too large to address was accepted");
     if (m->init) {

@@ -219,7 +219,42 @@ def ckpt_parts_corpus():
         open(os.path.join(d, name), "wb").write(seed)
 
 
+def safetensors_file(tensors, metadata=None):
+    """tensors: [(name, dtype, shape, raw bytes)] -> a safetensors file."""
+    import json
+    header, data = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def safetensors_corpus():
+    d = out_dir("fuzz_safetensors")
+    f32 = struct.pack("<6f", 1.0, -2.5, 0.0, 3.25, 1e-30, -7.0)
+    seeds = {
+        "f32_2x3_with_metadata": safetensors_file(
+            [("model.embed_tokens.weight", "F32", [2, 3], f32)], {"format": "pt"}),
+        "bf16_and_f16": safetensors_file(
+            [("a", "BF16", [4], struct.pack("<4H", 0x3F80, 0xC020, 0x0001, 0x7F80)),
+             ("b", "F16", [2, 2], struct.pack("<4H", 0x3C00, 0x8001, 0x7C00, 0x7E00))]),
+        "scalar_and_empty": safetensors_file(
+            [("s", "F32", [], struct.pack("<f", 2.0)), ("e", "F32", [0, 5], b"")]),
+        "i64_unreadable": safetensors_file([("ids", "I64", [2], struct.pack("<2q", 1, 2))]),
+        "offset_beyond": struct.pack("<Q", 64) + b'{"t":{"dtype":"F32","shape":[1],'
+                                                 b'"data_offsets":[0,400]}}'.ljust(64),
+    }
+    for name, seed in seeds.items():
+        open(os.path.join(d, name), "wb").write(seed)
+
+
 if __name__ == "__main__":
+    safetensors_corpus()
     plan_corpus()
     data_corpus()
     llmc_corpus()

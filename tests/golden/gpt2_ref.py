@@ -21,6 +21,8 @@ Run it with Debian's /usr/bin/python3 (python3-torch 1.13):
       … of the step's grad_accum·dp, so the step sees the case's windows, and
       dp rank 0's first micro-batch (whose logits the run dumps) is the
       case's first. plait dumps whole tensors in any layout.
+  gpt2_ref.py hf CASEDIR OUTDIR      the case's model.bin as a Hugging Face
+      GPT2LMHeadModel directory (transformers' names and Conv1D layout)
   gpt2_ref.py selftest               the referee checks itself
   gpt2_ref.py measure-bf16 [--seeds 0:20] [case options]   the measurements
       behind the bf16 tolerances
@@ -199,6 +201,46 @@ def read_model(path):
     if off != body.size:
         raise SystemExit(f"gpt2_ref: {path}: {body.size} floats, header says {off}")
     return cfg, arrays
+
+
+def write_safetensors(path, tensors):
+    """The safetensors format: u64 header length, JSON header, raw data (F32)."""
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name], dtype="<f4")
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        blobs.append(a.tobytes())
+        off += a.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text)
+        for b in blobs:
+            f.write(b)
+
+
+def write_hf(casedir, outdir):
+    """The case's model.bin as transformers' GPT2LMHeadModel directory: its
+    names, its Conv1D weights stored (in, out), the vocabulary's real rows."""
+    cfg, a = read_model(os.path.join(casedir, "model.bin"))
+    t = {"transformer.wte.weight": a["wte"][:cfg.V], "transformer.wpe.weight": a["wpe"],
+         "transformer.ln_f.weight": a["lnfw"], "transformer.ln_f.bias": a["lnfb"]}
+    conv = {"qkvw": "attn.c_attn", "attprojw": "attn.c_proj", "fcw": "mlp.c_fc",
+            "fcprojw": "mlp.c_proj"}
+    vec = {"ln1w": "ln_1.weight", "ln1b": "ln_1.bias", "ln2w": "ln_2.weight", "ln2b": "ln_2.bias",
+           "qkvb": "attn.c_attn.bias", "attprojb": "attn.c_proj.bias", "fcb": "mlp.c_fc.bias",
+           "fcprojb": "mlp.c_proj.bias"}
+    for l in range(cfg.L):
+        for n, hf in conv.items():
+            t[f"transformer.h.{l}.{hf}.weight"] = a[n][l].T
+        for n, hf in vec.items():
+            t[f"transformer.h.{l}.{hf}"] = a[n][l]
+    os.makedirs(outdir, exist_ok=True)
+    write_safetensors(os.path.join(outdir, "model.safetensors"), t)
+    with open(os.path.join(outdir, "config.json"), "w") as f:
+        json.dump({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": cfg.L,
+                   "n_head": cfg.NH, "n_embd": cfg.C, "n_positions": cfg.maxT,
+                   "vocab_size": cfg.V, "activation_function": "gelu_new"}, f, indent=2)
 
 
 def write_tokens(path, tokens):
@@ -1163,6 +1205,10 @@ def build_parser():
 
     sub.add_parser("selftest", help="check this referee itself")
 
+    h = sub.add_parser("hf", help="a case's model.bin as a Hugging Face GPT-2 directory")
+    h.add_argument("casedir")
+    h.add_argument("outdir")
+
     e = sub.add_parser("measure-bf16", help="the measurements behind the bf16 tolerances")
     e.add_argument("--seeds", default="0:20", help="FIRST:END (default 0:20)")
     add_case_options(e)
@@ -1185,6 +1231,9 @@ def main():
         return 1 if compare(a.casedir, a.rundir, a.precision) else 0
     if a.cmd == "selftest":
         return 0 if selftest() else 1
+    if a.cmd == "hf":
+        write_hf(a.casedir, a.outdir)
+        return 0
     if a.cmd == "measure-bf16":
         measure_bf16(a)
         return 0

@@ -28,7 +28,6 @@ import argparse
 import json
 import math
 import os
-import struct
 import sys
 
 import numpy as np
@@ -127,22 +126,6 @@ def hf_tensors(c, arrays):
     return out
 
 
-def write_safetensors(path, tensors):
-    """The safetensors format: u64 header length, JSON header, raw data."""
-    header, blobs, off = {}, [], 0
-    for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name], dtype="<f4")
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
-        blobs.append(a.tobytes())
-        off += a.nbytes
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        for b in blobs:
-            f.write(b)
-
-
 def write_hf(d, c, arrays):
     """config.json and two safetensors shards with their index."""
     os.makedirs(d, exist_ok=True)
@@ -159,7 +142,7 @@ def write_hf(d, c, arrays):
     files = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
     weight_map = {n: files[i % 2] for i, n in enumerate(names)}
     for fname in files:
-        write_safetensors(os.path.join(d, fname),
+        g.write_safetensors(os.path.join(d, fname),
                           {n: tensors[n] for n in names if weight_map[n] == fname})
     total = sum(int(np.asarray(t).size) * 4 for t in tensors.values())
     with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:

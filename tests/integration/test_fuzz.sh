@@ -66,4 +66,5 @@ fuzz fuzz_llmc "fuzz_llmc_model_and_tokenizer_readers_survive_${seconds}s"
 fuzz fuzz_sock_handshake "fuzz_sock_handshake_parser_survives_${seconds}s"
 fuzz fuzz_rundir "fuzz_rundir_run_and_checkpoint_file_readers_survive_${seconds}s"
 fuzz fuzz_ckpt_parts "fuzz_ckpt_parts_verify_and_loader_agree_on_part_files_${seconds}s"
+fuzz fuzz_safetensors "fuzz_safetensors_reader_survives_${seconds}s"
 finish

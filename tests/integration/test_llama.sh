@@ -7,8 +7,9 @@
 # import is exact) and gradients and every step's loss, lr and grad_norm
 # against PyTorch's, in fp32 on one rank, in bf16, with full recompute, across
 # tp 2 × pp 2 × dp 2 (ZeRO 1), tp 2 sequence parallel × dp 2 (ZeRO 2), a
-# zero-bubble pipeline (its split backward), and a run stopped at step 3 in
-# one layout and resumed to step 6 in another (the checkpoint resharded).
+# zero-bubble pipeline (its split backward), a run stopped at step 3 in one
+# layout and resumed to step 6 in another (the checkpoint resharded), and one
+# stopped and resumed on one rank.
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, finish
 
@@ -90,4 +91,13 @@ resharded() {
         "$PY" "$REF" compare "$WORK/case_fp32" "$WORK/run_resharded"
 }
 check llama_resumed_in_another_layout resharded
+# Stopped at step 3 and resumed on one rank: the whole checkpoint's model.bin
+# (a Llama's, llmc.h's version 103) is read back
+one_rank_resumed() {
+    train fp32 resumed --set steps=3 --set optimizer.decay_steps=6 &&
+        NO_DUMP=1 train fp32 resumed --set optimizer.decay_steps=6 &&
+        grep -q "resuming from" "$WORK/run_resumed.log" &&
+        "$PY" "$REF" compare "$WORK/case_fp32" "$WORK/run_resumed"
+}
+check llama_resumed_on_one_rank one_rank_resumed
 finish
