@@ -46,11 +46,17 @@ NORMS = {"ln1w", "ln2w", "lnfw"}
 
 
 def param_shapes(c):
+    """(name, shape) in plait's order; a tied model (c.tie) has no lmhead."""
     L, C, Vp, F_, hs = c.L, c.C, c.Vp, c.F, c.C // c.NH
     qkv = (c.NH + 2 * c.KV) * hs
+    head = [] if getattr(c, "tie", False) else [("lmhead", (Vp, C))]
     return [("wte", (Vp, C)), ("ln1w", (L, C)), ("qkvw", (L, qkv, C)), ("attprojw", (L, C, C)),
-            ("ln2w", (L, C)), ("fcw", (L, 2 * F_, C)), ("fcprojw", (L, C, F_)), ("lnfw", (C,)),
-            ("lmhead", (Vp, C))]
+            ("ln2w", (L, C)), ("fcw", (L, 2 * F_, C)), ("fcprojw", (L, C, F_)),
+            ("lnfw", (C,))] + head
+
+
+def names_of(c):
+    return [n for n, _ in param_shapes(c)]
 
 
 # ---------------------------------------------------------------- the model
@@ -102,7 +108,8 @@ def llama_logits(P, idx, c, linear=F.linear):
         h = rms_norm(x, P["ln2w"][l], c.eps)
         gate, up = linear(h, P["fcw"][l], None).split([c.F, c.F], dim=-1)
         x = x + linear(F.silu(gate) * up, P["fcprojw"][l], None)
-    return linear(rms_norm(x, P["lnfw"], c.eps), P["lmhead"], None)
+    head = P["wte"] if getattr(c, "tie", False) else P["lmhead"]
+    return linear(rms_norm(x, P["lnfw"], c.eps), head, None)
 
 
 # ---------------------------------------------------------------- Hugging Face files
@@ -110,8 +117,9 @@ def llama_logits(P, idx, c, linear=F.linear):
 def hf_tensors(c, arrays):
     """transformers' names -> float32 arrays (the vocabulary's real rows only)."""
     hs = c.C // c.NH
-    out = {"model.embed_tokens.weight": arrays["wte"][:c.V], "model.norm.weight": arrays["lnfw"],
-           "lm_head.weight": arrays["lmhead"][:c.V]}
+    out = {"model.embed_tokens.weight": arrays["wte"][:c.V], "model.norm.weight": arrays["lnfw"]}
+    if "lmhead" in arrays:
+        out["lm_head.weight"] = arrays["lmhead"][:c.V]
     for l in range(c.L):
         p = f"model.layers.{l}."
         q, k, v = np.split(arrays["qkvw"][l], [c.NH * hs, (c.NH + c.KV) * hs])
@@ -133,7 +141,8 @@ def write_hf(d, c, arrays):
               "hidden_size": c.C, "intermediate_size": c.F, "num_attention_heads": c.NH,
               "num_key_value_heads": c.KV, "num_hidden_layers": c.L, "vocab_size": c.V,
               "max_position_embeddings": c.maxT, "rms_norm_eps": c.eps, "rope_theta": c.theta,
-              "tie_word_embeddings": False, "torch_dtype": "float32", "hidden_act": "silu",
+              "tie_word_embeddings": bool(getattr(c, "tie", False)), "torch_dtype": "float32",
+              "hidden_act": "silu",
               "attention_bias": False, "mlp_bias": False}
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
@@ -157,7 +166,8 @@ def init_weights(c, gen):
     arrays = {n: normal(s, 0.1, 1.0) if n in NORMS else normal(s, 0.02)
               for n, s in param_shapes(c)}
     arrays["wte"][c.V:] = 0  # padding: what an import of V rows leaves
-    arrays["lmhead"][c.V:] = 0
+    if "lmhead" in arrays:
+        arrays["lmhead"][c.V:] = 0
     return {n: a.astype(np.float32) for n, a in arrays.items()}
 
 
@@ -165,11 +175,12 @@ def unstack(arrays, dtype):
     def leaf(a):
         return torch.tensor(np.asarray(a), dtype=dtype).requires_grad_(True)
     return {n: [leaf(a) for a in arrays[n]] if n in LAYERED else leaf(arrays[n])
-            for n in PARAM_NAMES}
+            for n in PARAM_NAMES if n in arrays}
 
 
 def leaves(P, names):
-    return [t for n in PARAM_NAMES if n in names for t in (P[n] if n in LAYERED else [P[n]])]
+    return [t for n in PARAM_NAMES if n in names and n in P
+            for t in (P[n] if n in LAYERED else [P[n]])]
 
 
 def train(casedir, c, arrays, dtype, linear):
@@ -196,7 +207,7 @@ def train(casedir, c, arrays, dtype, linear):
             losses.append(loss.item())
         if s == 0:
             grads1 = {n: (torch.stack([t.grad for t in P[n]]) if n in LAYERED else P[n].grad)
-                      .detach().to(torch.float32).numpy().copy() for n in PARAM_NAMES}
+                      .detach().to(torch.float32).numpy().copy() for n in P}
         grad_norm = g.clip_and_norm(params, c.grad_clip)
         lr = g.lr_at(s, c)
         for grp in opt.param_groups:
@@ -390,6 +401,7 @@ def main():
                                ("seed", int, 0)]:
         cp.add_argument("--" + name, type=typ, default=default)
     cp.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    cp.add_argument("--tie", action="store_true", help="the LM head is the embedding")
     cm = sub.add_parser("compare")
     cm.add_argument("casedir")
     cm.add_argument("rundir")
@@ -412,7 +424,7 @@ def main():
                  steps=a.steps, lr=a.lr, warmup=a.warmup, schedule="cosine", min_lr_ratio=0.1,
                  weight_decay=a.weight_decay, grad_clip=a.grad_clip, beta1=0.9, beta2=0.95,
                  eps_adam=1e-8, eps=a.norm_eps, theta=a.rope_theta, seed=a.seed,
-                 precision=a.precision)
+                 precision=a.precision, tie=a.tie)
     make_case(a.outdir, c)
 
 

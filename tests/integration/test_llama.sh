@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_llama.sh — plait-train's Llama (model.arch "llama") against the PyTorch
 # referee tests/golden/llama_ref.py: a small random grouped-query Llama (4
-# heads over 2 key/value heads, untied head) written as a Hugging Face
+# heads over 2 key/value heads, untied head; a tied one too) written as a Hugging Face
 # directory (config.json, two safetensors shards and their index) that the
 # plan's model.init imports. Its step-1 logits (within 1e-5 in fp32: the
 # import is exact) and gradients and every step's loss, lr and grad_norm
@@ -79,6 +79,13 @@ check llama_tp2_sp_dp2_zero2 train_and_compare fp32 tp2_sp_dp2 --set parallel.tp
     --set batch.grad_accum=1
 check llama_pp2_zero_bubble train_and_compare fp32 pp2_zb --set parallel.pp=2 \
     --set parallel.schedule=zb-h1
+# A tied head (SmolLM's, Llama 3.2 1B's): the embedding's gradient is the
+# head's and the lookup's, summed between the pipeline's ends at pp 2
+tied() {
+    new_case tied --tie && train_and_compare tied tied &&
+        train_and_compare tied tied_tp2_pp2 --set parallel.tp=2 --set parallel.pp=2
+}
+check llama_tied_head_one_rank_and_tp2_pp2 tied
 # Stopped at step 3 as tp 2 × pp 2 (its decay fixed at the case's 6 steps, so
 # the learning rate is the case's), resumed to step 6 as dp 2: the checkpoint
 # is resharded, and every step still matches PyTorch's.
