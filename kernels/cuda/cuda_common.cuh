@@ -34,7 +34,7 @@ enum {
     CU_FP8_LTB,  /* ... and B */
     CU_FP8_F32A, /* the fallback's decoded operands */
     CU_FP8_F32B,
-    CU_FP8_AMAX, /* partial maxima of a tensor's amax */
+    CU_FP8_AMAX,          /* partial maxima of a tensor's amax */
     CU_SCRATCH_ATTENTION, /* attention_tc.cu: q, k, v (and dout) in bf16, per head */
     CU_SCRATCH_ROPE,      /* llama.cu: the rotary angles' cos and sin, (T, hs/2) */
     CU_SLOTS

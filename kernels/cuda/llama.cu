@@ -35,8 +35,8 @@ void cu_rmsnorm_forward(struct ops_ctx *ctx, float *out, float *rstd, const floa
                         const float *w, int N, int C, float eps)
 {
     if (N <= 0) return;
-    rmsnorm_forward_kernel<<<cu_blocks((size_t)N, WARPS), THREADS, 0, ctx->stream>>>(
-        out, rstd, inp, w, N, C, eps);
+    rmsnorm_forward_kernel<<<cu_blocks((size_t)N, WARPS), THREADS, 0, ctx->stream>>>(out, rstd, inp,
+                                                                                     w, N, C, eps);
     (void)LAUNCH_OK(ctx);
 }
 
@@ -62,7 +62,8 @@ __global__ void rmsnorm_dw_partial_kernel(float *pw, const float *dout, const fl
     if (c >= C) return;
     int r0 = blockIdx.y * CU_CHUNK_ROWS, r1 = min(r0 + CU_CHUNK_ROWS, N);
     float gw = 0.0f;
-    for (int r = r0; r < r1; r++) gw += dout[(size_t)r * C + c] * (inp[(size_t)r * C + c] * rstd[r]);
+    for (int r = r0; r < r1; r++)
+        gw += dout[(size_t)r * C + c] * (inp[(size_t)r * C + c] * rstd[r]);
     pw[(size_t)blockIdx.y * C + c] = gw;
 }
 
@@ -145,8 +146,8 @@ __global__ void rope_kernel(float *x, const float2 *table, int B, int T, int NH,
     }
 }
 
-static void rope(struct ops_ctx *ctx, float *x, int B, int T, int NH, int NKV, int hs,
-                 double theta, int pos0, float sign)
+static void rope(struct ops_ctx *ctx, float *x, int B, int T, int NH, int NKV, int hs, double theta,
+                 int pos0, float sign)
 {
     size_t n = (size_t)B * T * (hs / 2);
     if (!n) return;
@@ -191,8 +192,8 @@ __global__ void kv_expand_kernel(float *out, const float *packed, int N, int NH,
 
 /* dpacked (N,C+2·KVC): q copied, each k and v head the sum of its group's
  * heads in head order */
-__global__ void kv_expand_backward_kernel(float *dpacked, const float *dout, int N, int NH,
-                                          int NKV, int hs)
+__global__ void kv_expand_backward_kernel(float *dpacked, const float *dout, int N, int NH, int NKV,
+                                          int hs)
 {
     size_t C = (size_t)NH * hs, KVC = (size_t)NKV * hs, width = C + 2 * KVC;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
