@@ -566,6 +566,84 @@ static void t_elementwise(struct run *r)
     out(r, "copy/zero", y, n);
 }
 
+/* ---- the Llama ops: hs = C/NH (4, 12, 64), NKV = NH/2 where NH is even, else
+ * 1 (multi-query at the first shape); kv_expand also at NKV = NH (a copy) ---- */
+
+static int kv_heads(const struct shape *s)
+{
+    return s->NH % 2 == 0 ? s->NH / 2 : 1;
+}
+
+static void t_rmsnorm(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t n = N_ROWS(s) * s->C;
+    float *x = rnd(r, n, 2, 0.5f), *w = rnd(r, s->C, 0.5f, 1);
+    float *y = dev(r, n * 4), *rstd = dev(r, N_ROWS(s) * 4);
+    float *dy = rnd(r, n, 1, 0), *dx = rnd(r, n, 1, 0);
+    float *dw = rnd(r, s->C, 1, 0), *dw2 = rnd(r, s->C, 1, 0);
+    if (r->broken) return;
+    int N = (int)N_ROWS(s);
+    r->o->rmsnorm_forward(r->ctx, y, rstd, x, w, N, s->C, 1e-5f);
+    out(r, "out", y, n);
+    out(r, "rstd", rstd, N_ROWS(s));
+    r->o->rmsnorm_backward(r->ctx, dx, dw, dy, x, w, rstd, N, s->C, true);
+    out(r, "dinp+=", dx, n);
+    out(r, "dw_acc", dw, s->C);
+    r->o->rmsnorm_backward(r->ctx, dx, dw2, dy, x, w, rstd, N, s->C, false);
+    out(r, "dw", dw2, s->C);
+}
+
+/* q and k rotated at positions from 7 (theta 10^4), then at 0 (Llama 3's
+ * 5·10^5, another table); a gradient rotated back */
+static void t_rope(struct run *r)
+{
+    const struct shape *s = r->s;
+    int hs = s->C / s->NH, KV = kv_heads(s);
+    size_t n = N_ROWS(s) * (size_t)(s->NH + 2 * KV) * hs;
+    float *x = rnd(r, n, 1, 0), *x2 = rnd(r, n, 1, 0), *dx = rnd(r, n, 1, 0);
+    if (r->broken) return;
+    r->o->rope_forward(r->ctx, x, s->B, s->T, s->NH, KV, hs, 10000.0, 7);
+    out(r, "rotated pos0=7", x, n);
+    r->o->rope_forward(r->ctx, x2, s->B, s->T, s->NH, KV, hs, 500000.0, 0);
+    out(r, "rotated", x2, n);
+    r->o->rope_backward(r->ctx, dx, s->B, s->T, s->NH, KV, hs, 10000.0, 7);
+    out(r, "drotated", dx, n);
+}
+
+/* the expansion and its group sums: the same values, added in head order */
+static void t_kv_expand(struct run *r)
+{
+    const struct shape *s = r->s;
+    int hs = s->C / s->NH, N = (int)N_ROWS(s);
+    const int kvs[2] = {kv_heads(s), s->NH};
+    const char *names[2][2] = {{"out", "dpacked"}, {"out nkv=nh", "dpacked nkv=nh"}};
+    size_t wide = N_ROWS(s) * 3 * s->C;
+    float *d = rnd(r, wide, 1, 0), *o = dev(r, wide * 4);
+    for (int k = 0; k < 2 && !r->broken; k++) {
+        size_t n = N_ROWS(s) * (size_t)(s->NH + 2 * kvs[k]) * hs;
+        float *packed = rnd(r, n, 1, 0), *dp = rnd(r, n, 1, 0); /* dp: overwritten */
+        if (r->broken) return;
+        r->o->kv_expand(r->ctx, o, packed, N, s->NH, kvs[k], hs);
+        out(r, names[k][0], o, wide);
+        r->o->kv_expand_backward(r->ctx, dp, d, N, s->NH, kvs[k], hs);
+        out(r, names[k][1], dp, n);
+    }
+}
+
+static void t_swiglu(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t N = N_ROWS(s), F = (size_t)s->OC;
+    float *x = rnd(r, N * 2 * F, 2, 0), *d = rnd(r, N * F, 1, 0);
+    float *y = dev(r, N * F * 4), *dx = rnd(r, N * 2 * F, 1, 0); /* dx: overwritten */
+    if (r->broken) return;
+    r->o->swiglu_forward(r->ctx, y, x, (int)N, (int)F);
+    out(r, "out", y, N * F);
+    r->o->swiglu_backward(r->ctx, dx, x, d, (int)N, (int)F);
+    out(r, "dinp", dx, N * 2 * F);
+}
+
 static void t_classifier(struct run *r)
 {
     const struct shape *s = r->s;
@@ -724,6 +802,13 @@ static bool has_attention_bf16(const struct ops *gpu)
     return gpu->attention_forward_bf16 != NULL;
 }
 
+static bool has_llama_ops(const struct ops *gpu)
+{
+    return gpu->rmsnorm_forward && gpu->rmsnorm_backward && gpu->rope_forward &&
+           gpu->rope_backward && gpu->kv_expand && gpu->kv_expand_backward && gpu->swiglu_forward &&
+           gpu->swiglu_backward;
+}
+
 /* what of fp8 a case runs (all need fp8 tensor cores: sm_89 and later) */
 enum case_fp8 { NO_FP8, FP8_QUANTISER, FP8_PRODUCTS_TENSOR, FP8_PRODUCTS_BLOCK };
 
@@ -783,6 +868,12 @@ static const struct selftest_case {
      .n_shapes = sizeof attention_bf16_shapes / sizeof *attention_bf16_shapes,
      .present = has_attention_bf16},
     {.name = "gelu/residual/bias", .run = t_elementwise, .tolerance = 1e-5},
+    /* the Llama family's; kv_expand moves values and adds them in the CPU's
+     * order: the same bits */
+    {.name = "rmsnorm", .run = t_rmsnorm, .tolerance = 1e-5, .present = has_llama_ops},
+    {.name = "rope", .run = t_rope, .tolerance = 1e-5, .present = has_llama_ops},
+    {.name = "kv_expand", .run = t_kv_expand, .tolerance = 0, .present = has_llama_ops},
+    {.name = "swiglu", .run = t_swiglu, .tolerance = 1e-5, .present = has_llama_ops},
     {.name = "classifier", .run = t_classifier, .tolerance = 1e-5},
     {.name = "classifier bad target", .run = t_classifier_bad_target, .tolerance = 1e-5},
     {.name = "classifier parts", .run = t_classifier_parts, .tolerance = 1e-5},

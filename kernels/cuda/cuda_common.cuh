@@ -34,8 +34,9 @@ enum {
     CU_FP8_LTB,  /* ... and B */
     CU_FP8_F32A, /* the fallback's decoded operands */
     CU_FP8_F32B,
-    CU_FP8_AMAX, /* partial maxima of a tensor's amax */
+    CU_FP8_AMAX,          /* partial maxima of a tensor's amax */
     CU_SCRATCH_ATTENTION, /* attention_tc.cu: q, k, v (and dout) in bf16, per head */
+    CU_SCRATCH_ROPE,      /* llama.cu: the rotary angles' cos and sin, (T, hs/2) */
     CU_SLOTS
 };
 
@@ -43,6 +44,13 @@ enum {
 struct cu_encoder_host {
     int32_t *tokens, *idx, *count;
     size_t tokens_n, idx_n, count_n;
+};
+
+/* What the rotary table in CU_SCRATCH_ROPE holds (llama.cu): positions
+ * [pos0, pos0+T) of head size hs at theta; T 0: nothing yet. */
+struct cu_rope_key {
+    int T, hs, pos0;
+    double theta;
 };
 
 /* What kernels/ops.h's opaque context is in this backend (backend.cu makes
@@ -56,6 +64,7 @@ struct ops_ctx {
     void *scratch[CU_SLOTS]; /* device memory, grown on demand */
     size_t scratch_bytes[CU_SLOTS];
     struct cu_encoder_host enc;
+    struct cu_rope_key rope;
     struct ops_error error;
     int cc; /* the device's compute capability, major·10 + minor */
     /* matmul_fp8.cu: the first fp8 product that fell back to fp32, for the log */
@@ -211,6 +220,23 @@ void cu_attention_forward_bf16(struct ops_ctx *ctx, float *out, float *lse, cons
 void cu_attention_backward_bf16(struct ops_ctx *ctx, float *dqkv, const float *dout,
                                 const float *qkv, const float *out, const float *lse, int B,
                                 int T, int C, int NH);
+/* llama.cu: the Llama family's ops */
+void cu_rmsnorm_forward(struct ops_ctx *ctx, float *out, float *rstd, const float *inp,
+                        const float *w, int N, int C, float eps);
+void cu_rmsnorm_backward(struct ops_ctx *ctx, float *dinp, float *dw, const float *dout,
+                         const float *inp, const float *w, const float *rstd, int N, int C,
+                         bool accumulate);
+void cu_rope_forward(struct ops_ctx *ctx, float *x, int B, int T, int NH, int NKV, int hs,
+                     double theta, int pos0);
+void cu_rope_backward(struct ops_ctx *ctx, float *dx, int B, int T, int NH, int NKV, int hs,
+                      double theta, int pos0);
+void cu_kv_expand(struct ops_ctx *ctx, float *out, const float *packed, int N, int NH, int NKV,
+                  int hs);
+void cu_kv_expand_backward(struct ops_ctx *ctx, float *dpacked, const float *dout, int N, int NH,
+                           int NKV, int hs);
+void cu_swiglu_forward(struct ops_ctx *ctx, float *out, const float *inp, int N, int F);
+void cu_swiglu_backward(struct ops_ctx *ctx, float *dinp, const float *inp, const float *dout,
+                        int N, int F);
 /* elementwise.cu */
 void cu_add_bias(struct ops_ctx *ctx, float *out, const float *bias, int N, int C);
 void cu_gelu_forward(struct ops_ctx *ctx, float *out, const float *inp, size_t n);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test_cuda.sh — the CUDA backend on this machine's GPU (make test-cuda): each
-# op against its CPU twin (plait-train --selftest); the PyTorch referee on the
-# GPU (fp32 within 1e-4, bf16 within the CPU bf16 test's bounds); a GPU run
+# op against its CPU twin (plait-train --selftest); the PyTorch referees on the
+# GPU, GPT-2's and the Llama's (a grouped-query Llama: RMSNorm, rotary
+# positions, SwiGLU; fp32 within 1e-4, bf16 within the CPU bf16 tests'
+# bounds); a GPU run
 # equals a GPU run to the bit; SIGTERM mid-step and resume to the bit on the
 # GPU; a GPU checkpoint resumed on the CPU continues with matching losses;
 # compute-sanitizer memcheck and racecheck on a short run (when installed);
@@ -20,8 +22,10 @@ source "$(dirname "$0")/../integration/lib.sh" # defines: PLAIT, PY, ROOT, WORK,
 
 TRAIN=$BUILD/bin/plait-train
 REF=$ROOT/tests/golden/gpt2_ref.py
+LLAMA_REF=$ROOT/tests/golden/llama_ref.py
 CUDA_SET=(--set parallel.device=cuda)
 CHECKS=(cuda_selftest cuda_torch_referee_fp32 cuda_torch_referee_bf16
+    cuda_llama_torch_referee_fp32 cuda_llama_torch_referee_bf16
     cuda_bf16_attention_tracks_fp32_attention cuda_run_equals_cuda_run
     cuda_sigterm_mid_step_resumes_to_the_bit cuda_checkpoint_resumes_on_the_cpu
     cuda_compute_sanitizer_memcheck cuda_compute_sanitizer_racecheck cuda_fp8_tracks_the_cpu
@@ -68,20 +72,23 @@ selftest() {
     [ "$rc" -eq 0 ]
 }
 
-# referee PRECISION: the referee's case trained on the GPU and compared
+# referee REFEREE PRECISION: the referee's case trained on the GPU and compared
 referee() {
     "$PY" -c "import torch" 2>/dev/null || {
         echo "python3-torch is not installed (scripts/deps.sh test installs it)"
         return 1
     }
-    local case=$WORK/case_$1 run=$WORK/ref_run_$1
-    "$PY" "$REF" case "$case" --precision "$1" >"$case.log" 2>&1 || { cat "$case.log"; return 1; }
+    local ref=$1 name
+    name=$(basename "$1" .py)_$2
+    shift
+    local case=$WORK/case_$name run=$WORK/ref_run_$name
+    "$PY" "$ref" case "$case" --precision "$1" >"$case.log" 2>&1 || { cat "$case.log"; return 1; }
     # the referee emulates bf16 products, not the tensor-core attention's rounding
     # of the probabilities (cuda_bf16_attention_tracks_fp32_attention covers that)
     PLAIT_CUDA_ATTENTION=fp32 PLAIT_DUMP_STEP1="$run/dump" "$PLAIT" train "$case/plan.json" \
         --out "$run" "${CUDA_SET[@]}" >"$run.log" 2>&1 || { tail -n 30 "$run.log"; return 1; }
     grep -q "training on CUDA device" "$run.log" || { echo "not on the GPU:"; cat "$run.log"; return 1; }
-    "$PY" "$REF" compare "$case" "$run"
+    "$PY" "$ref" compare "$case" "$run"
 }
 
 tiny_plan "$WORK/plan.json"
@@ -227,8 +234,12 @@ check_or_skip() { # NAME WHY-IF-MISSING PROBE FUNCTION...
 HAVE_TORCH='"$PY" -c "import torch"'
 HAVE_CS='command -v compute-sanitizer || [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" ]'
 check_or_skip cuda_selftest "" true selftest
-check_or_skip cuda_torch_referee_fp32 "python3-torch not installed" "$HAVE_TORCH" referee fp32
-check_or_skip cuda_torch_referee_bf16 "python3-torch not installed" "$HAVE_TORCH" referee bf16
+check_or_skip cuda_torch_referee_fp32 "python3-torch not installed" "$HAVE_TORCH" referee "$REF" fp32
+check_or_skip cuda_torch_referee_bf16 "python3-torch not installed" "$HAVE_TORCH" referee "$REF" bf16
+check_or_skip cuda_llama_torch_referee_fp32 "python3-torch not installed" "$HAVE_TORCH" \
+    referee "$LLAMA_REF" fp32
+check_or_skip cuda_llama_torch_referee_bf16 "python3-torch not installed" "$HAVE_TORCH" \
+    referee "$LLAMA_REF" bf16
 check_or_skip cuda_bf16_attention_tracks_fp32_attention "" true bf16_attention_tracks
 check_or_skip cuda_run_equals_cuda_run "" true run_equals_run
 check_or_skip cuda_sigterm_mid_step_resumes_to_the_bit "" true sigterm_resume

@@ -410,6 +410,157 @@ static void test_kv_expand_repeats_each_head_for_its_group(void)
     free(c.packed), free(c.out), free(c.R), free(g);
 }
 
+/* transformers' Llama, written as it writes it, in double: rotate_half(x) =
+ * cat(−x2, x1), out = x·cos(emb) + rotate_half(x)·sin(emb) with emb =
+ * cat(freqs, freqs), freqs_i = pos / theta^(2i/hs) (sin_sign −1: a wrong
+ * one); repeat_kv: query head h reads key/value head h / (NH/NKV) (kv_of:
+ * another mapping, a wrong one when 1 < NKV < NH) */
+struct gqa_shape {
+    int B, T, NH, NKV, hs, pos0;
+};
+
+static void hf_rope(double *x, const struct gqa_shape *g, double theta, double sin_sign)
+{
+    int half = g->hs / 2, width = (g->NH + 2 * g->NKV) * g->hs;
+    double rot[64];
+    for (int r = 0; r < g->B * g->T; r++)
+        for (int h = 0; h < g->NH + g->NKV; h++) {
+            double *p = x + (size_t)r * width + (size_t)h * g->hs;
+            for (int j = 0; j < g->hs; j++) rot[j] = j < half ? -p[j + half] : p[j - half];
+            for (int j = 0; j < g->hs; j++) {
+                double emb = (g->pos0 + r % g->T) / pow(theta, 2.0 * (j % half) / g->hs);
+                p[j] = p[j] * cos(emb) + rot[j] * sin_sign * sin(emb);
+            }
+        }
+}
+
+static int kv_of_group(int h, int NH, int NKV)
+{
+    return h / (NH / NKV);
+}
+
+static int kv_of_modulo(int h, int NH, int NKV)
+{
+    (void)NH;
+    return h % NKV;
+}
+
+static void hf_kv_expand(double *out, const double *packed, const struct gqa_shape *g,
+                         int (*kv_of)(int h, int NH, int NKV))
+{
+    size_t C = (size_t)g->NH * g->hs, KVC = (size_t)g->NKV * g->hs;
+    for (int r = 0; r < g->B * g->T; r++) {
+        const double *in = packed + r * (C + 2 * KVC);
+        double *o = out + r * 3 * C;
+        for (size_t j = 0; j < C; j++) o[j] = in[j];
+        for (int h = 0; h < g->NH; h++)
+            for (int i = 0; i < g->hs; i++) {
+                size_t kv = (size_t)kv_of(h, g->NH, g->NKV) * g->hs + i;
+                o[C + (size_t)h * g->hs + i] = in[C + kv];
+                o[2 * C + (size_t)h * g->hs + i] = in[C + KVC + kv];
+            }
+    }
+}
+
+static double max_diff(const double *a, const double *b, size_t n)
+{
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(a[i] - b[i]));
+    return worst;
+}
+
+struct gqa_ctx {
+    const struct gqa_shape *g;
+    double *x, *out, *R;
+    size_t n, m; /* x's elements, the expansion's */
+};
+
+static double gqa_rope_loss(void *p)
+{
+    struct gqa_ctx *c = p;
+    memcpy(c->out, c->x, c->n * sizeof(double));
+    cpu_rope_forward_f64(cx, c->out, c->g->B, c->g->T, c->g->NH, c->g->NKV, c->g->hs, 5e5,
+                         c->g->pos0);
+    return dot(c->out, c->R, c->n);
+}
+
+static double gqa_kv_loss(void *p)
+{
+    struct gqa_ctx *c = p;
+    cpu_kv_expand_f64(cx, c->out, c->x, c->g->B * c->g->T, c->g->NH, c->g->NKV, c->g->hs);
+    return dot(c->out, c->R, c->m);
+}
+
+/* rope at one shape: transformers' values (and not with the sine flipped),
+ * the float kernel within rounding, the backward against differences */
+static void check_rope_shape(const struct gqa_shape *g, size_t n)
+{
+    struct gqa_ctx c = {g, rnd(n, 1), zeros(n), rnd(n, 1), n, 0};
+    double *want = malloc(n * sizeof *want), *wrong = malloc(n * sizeof *wrong);
+    memcpy(want, c.x, n * sizeof *want);
+    memcpy(wrong, c.x, n * sizeof *wrong);
+    hf_rope(want, g, 5e5, 1);
+    hf_rope(wrong, g, 5e5, -1);
+    gqa_rope_loss(&c);
+    double err = max_diff(c.out, want, n), flipped = max_diff(c.out, wrong, n);
+    CHECK(err < 1e-12, "NH %d NKV %d hs %d pos0 %d: rope off transformers' by %g", g->NH, g->NKV,
+          g->hs, g->pos0, err);
+    CHECK(flipped > 1e-2, "NH %d NKV %d: a flipped sine is only %g away: the check is blind", g->NH,
+          g->NKV, flipped);
+    float *f = to_f32(c.x, n);
+    cpu_rope_forward_f32(cx, f, g->B, g->T, g->NH, g->NKV, g->hs, 5e5, g->pos0);
+    check_close("rope forward", f, c.out, n, F32_TOL);
+    double *grad = malloc(n * sizeof *grad);
+    memcpy(grad, c.R, n * sizeof *grad);
+    cpu_rope_backward_f64(cx, grad, g->B, g->T, g->NH, g->NKV, g->hs, 5e5, g->pos0);
+    check_fd("rope dx", gqa_rope_loss, &c, c.x, grad, n, FD_TOL);
+    free(c.x), free(c.out), free(c.R), free(want), free(wrong), free(f), free(grad);
+}
+
+/* kv_expand at one shape: transformers' repeat_kv (and not another mapping
+ * where there is one), the float kernel the same values, the backward
+ * against differences */
+static void check_kv_shape(const struct gqa_shape *g, size_t n)
+{
+    size_t m = (size_t)g->B * g->T * 3 * g->NH * g->hs;
+    struct gqa_ctx c = {g, rnd(n, 1), zeros(m), rnd(m, 1), n, m};
+    double *want = zeros(m), *wrong = zeros(m);
+    hf_kv_expand(want, c.x, g, kv_of_group);
+    hf_kv_expand(wrong, c.x, g, kv_of_modulo);
+    gqa_kv_loss(&c);
+    CHECK(max_diff(c.out, want, m) == 0, "NH %d NKV %d: kv_expand is not repeat_kv", g->NH, g->NKV);
+    if (g->NKV > 1 && g->NKV < g->NH)
+        CHECK(max_diff(c.out, wrong, m) > 0, "NH %d NKV %d: h %% NKV passes too", g->NH, g->NKV);
+    float *fx = to_f32(c.x, n), *fo = malloc(m * sizeof *fo);
+    cpu_kv_expand_f32(cx, fo, fx, g->B * g->T, g->NH, g->NKV, g->hs);
+    float *fwant = to_f32(c.out, m); /* moves only: the rounded doubles exactly */
+    CHECK(memcmp(fo, fwant, m * sizeof *fo) == 0, "NH %d NKV %d: float kv_expand differs", g->NH,
+          g->NKV);
+    double *grad = zeros(n);
+    cpu_kv_expand_backward_f64(cx, grad, c.R, g->B * g->T, g->NH, g->NKV, g->hs);
+    check_fd("kv_expand dpacked", gqa_kv_loss, &c, c.x, grad, n, FD_TOL);
+    free(c.x), free(c.out), free(c.R), free(want), free(wrong), free(fx), free(fo), free(fwant),
+        free(grad);
+}
+
+/* 4 query heads over 4 (a copy), 2 and 1 (multi-query) key/value heads;
+ * head sizes not powers of two; odd row counts; positions from 0 and later */
+static void test_rope_and_kv_expand_match_transformers_llama(void)
+{
+    static const struct gqa_shape shapes[] = {
+        {1, 5, 4, 4, 10, 0},
+        {3, 3, 4, 2, 6, 11},
+        {1, 7, 4, 1, 14, 3},
+        {2, 3, 3, 1, 2, 1000},
+    };
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        const struct gqa_shape *g = &shapes[k];
+        size_t n = (size_t)g->B * g->T * (g->NH + 2 * g->NKV) * g->hs;
+        check_rope_shape(g, n);
+        check_kv_shape(g, n);
+    }
+}
+
 struct swiglu_ctx {
     int N, F;
     double *inp, *out, *R;
@@ -684,6 +835,7 @@ int main(void)
     RUN(test_rmsnorm_backward_matches_finite_differences);
     RUN(test_rope_rotates_q_and_k_by_position);
     RUN(test_kv_expand_repeats_each_head_for_its_group);
+    RUN(test_rope_and_kv_expand_match_transformers_llama);
     RUN(test_swiglu_backward_matches_finite_differences);
     RUN(test_residual_adds);
     RUN(test_encoder_backward_matches_finite_differences);
