@@ -32,7 +32,8 @@ build_libs_packages() {
 build_lib_links() {
     local exe rc=0
     exe=$(mktemp "${TMPDIR:-/tmp}/plait-build-libs.XXXXXX") || return 1
-    printf '#include <%s>\nint main(void) { return 0; }\n' "$1" |
+    # (pcre2.h wants its code unit width first; the others ignore the macro)
+    printf '#define PCRE2_CODE_UNIT_WIDTH 8\n#include <%s>\nint main(void) { return 0; }\n' "$1" |
         "${CC:-cc}" -x c - -o "$exe" "$2" || rc=$?
     rm -f "$exe"
     return "$rc"
