@@ -6,7 +6,7 @@
 # plan's model.init imports. Its step-1 logits (within 1e-5 in fp32: the
 # import is exact) and gradients and every step's loss, lr and grad_norm
 # against PyTorch's, in fp32 on one rank, in bf16, with full recompute, across
-# an interleaved pipeline with tp 2, fp8 within 1% of fp32's losses,
+# an interleaved pipeline with tp 2, fp8 within 0.2% of fp32's losses,
 # tp 2 × pp 2 × dp 2 (ZeRO 1), tp 2 sequence parallel × dp 2 (ZeRO 2), a
 # zero-bubble pipeline (its split backward), a run stopped at step 3 in one
 # layout and resumed to step 6 in another (the checkpoint resharded), and one
@@ -93,8 +93,8 @@ interleaved() {
         --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set parallel.tp=2
 }
 check llama_interleaved_pp2_tp2 interleaved
-# fp8 (emulated on the CPU), tensor and block scaling: every step's loss within 1% of
-# PyTorch's fp32 (fp8's rounding, not a bug's size: a wrong product is off by far more)
+# fp8 (emulated on the CPU), tensor and block scaling: every step's loss within 0.2% of
+# PyTorch's fp32 (measured: 1.6e-4, 1.3e-4; fp8's rounding, not a bug's size)
 fp8_close() {
     local scaling
     for scaling in tensor block; do
@@ -106,7 +106,7 @@ run = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2])) if "step
 assert sorted(run) == sorted(ref), (sorted(run), sorted(ref))
 worst = max(abs(run[s] - ref[s]) / ref[s] for s in ref)
 print(f"fp8 loss within {worst:.2e} of fp32's")
-assert worst < 1e-2 and worst > 0, worst
+assert 0 < worst < 2e-3, worst  # measured 1.6e-4 (tensor), 1.3e-4 (block)
 PYEOF
     done
 }
