@@ -32,7 +32,8 @@ tiny_data() {
         --val "$WORK/val.bin" >/dev/null
 }
 
-# tiny_plan FILE: a 2-layer char model that trains in well under a second per step.
+# tiny_plan FILE: a 2-layer char model that trains in well under a second per step. Its
+# console prints every step's line (train.log_every 1): tests wait for and count them.
 tiny_plan() {
     tiny_data
     cat >"$1" <<JSON
@@ -42,7 +43,8 @@ tiny_plan() {
  "batch": {"micro_batch": 4, "grad_accum": 3},
  "optimizer": {"lr": 2e-3, "warmup_steps": 2, "grad_clip": 1.0},
  "steps": 12,
- "checkpoint": {"every": 4, "keep": 5}}
+ "checkpoint": {"every": 4, "keep": 5},
+ "train": {"log_every": 1}}
 JSON
 }
 
