@@ -416,6 +416,7 @@ int report_step(struct trainer *t, const struct step_taken *st, struct step_metr
                                             (t->peak_gflops * 1e9 * t->where->world)
                                       : 0.0;
     sm->mfu = gpu_mfu(t->flops_per_token, sm->tokens_per_s, t->gpu_peak_tflops, t->where->world);
+    sm->resumed = st->warm_up && t->run.resumed_from[0]; /* rank 0's run record says */
     *dt_s = dt;
     return t->where->rank == 0 && metrics_step(&t->metrics, sm, err) ? -1 : 0;
 }

@@ -49,13 +49,13 @@ JSON
 }
 
 # metrics_equal A B: the two metrics.jsonl files agree to the bit on every
-# field except the measured ones: wall-clock times, and in "parallel" the
+# field except the measured ones (and "resumed", where a run resumed): wall-clock times, and in "parallel" the
 # shares of time, the straggler and the bytes sent (a step resumed in its
 # middle counts only what the resumed process sent); its rank count must agree.
 metrics_equal() {
     "$PY" - "$1" "$2" <<'PYEOF'
 import json, sys
-TIMING = {"ms", "tokens_per_s", "peak_pct", "mfu"}
+TIMING = {"ms", "tokens_per_s", "peak_pct", "mfu", "resumed"}
 PAR_TIMING = {"compute_pct", "comm_pct", "bubble_pct", "straggler", "bytes", "wait_ms"}
 def strip(r):
     r = {k: v for k, v in r.items() if k not in TIMING}
