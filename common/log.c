@@ -10,6 +10,12 @@
 
 static char prefix[64] = "plait";
 static int quiet;
+static _Atomic unsigned warnings; /* log_warn may be called from a checkpoint's writer thread */
+
+unsigned log_warnings(void)
+{
+    return warnings;
+}
 
 void log_set_quiet(int q)
 {
@@ -41,6 +47,7 @@ void log_info(const char *fmt, ...)
 
 void log_warn(const char *fmt, ...)
 {
+    warnings++;
     va_list ap;
     va_start(ap, fmt);
     emit("warning: ", fmt, ap);

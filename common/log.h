@@ -17,6 +17,10 @@ void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* How many warnings this process has given so far (a progress line that is
+ * usually skipped is printed beside one: runtime/report.c). */
+unsigned log_warnings(void);
+
 /* A duration for people: "42s", "3m07s", "2h05m"; "?" when not finite or
  * negative. */
 void log_format_duration(char *buf, size_t bytes, double seconds);

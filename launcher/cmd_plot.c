@@ -1,8 +1,9 @@
-/* cmd_plot.c — `plait plot RUN_DIR [RUN_DIR ...] [-o FILE.png|.svg|.pdf]`:
- * four panels drawn with cairo from the runs' metrics.jsonl — loss against
- * steps (validation dashed), loss against tokens, the learning rate, and
- * throughput — with several runs overlaid, one colour each. Built where
- * cairo is (libcairo2-dev); elsewhere the command says what to install. */
+/* cmd_plot.c — `plait plot RUN_DIR [RUN_DIR ...] [-o FILE.png|.svg|.pdf] [--smooth W]
+ * [--log]`: four panels drawn with cairo from the runs' metrics.jsonl — loss against
+ * steps (validation dashed with dots, the training loss smoothed on request), loss against
+ * tokens, the learning rate, and throughput — with several runs overlaid, one colour each,
+ * and where a run resumed marked. Built where cairo is (libcairo2-dev); elsewhere the
+ * command says what to install. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -21,7 +22,7 @@
 #include <fontconfig/fontconfig.h>
 #endif
 
-enum { OPT_O, OPT_OUT };
+enum { OPT_O, OPT_OUT, OPT_SMOOTH, OPT_LOG };
 const struct cli_command cmd_plot_cli = {
     .name = "plot",
     .operands = "RUN_DIR...",
@@ -36,7 +37,17 @@ const struct cli_command cmd_plot_cli = {
                        "the picture, its kind by extension: .png, .svg or .pdf\n"
                        "(default loss.png)"},
             [OPT_OUT] = {"--out", "FILE", "the same as -o"},
+            [OPT_SMOOTH] = {"--smooth", "W",
+                            "the training loss as the mean of its last W steps (the\n"
+                            "steps' own loss kept faint behind it)"},
+            [OPT_LOG] = {"--log", NULL, "the loss on a logarithmic scale"},
             {0}},
+};
+
+/* What the command line asks of the loss panels. */
+struct plot_options {
+    int smooth; /* the training loss's mean over this many steps; ≤ 1: as it is */
+    bool log_y; /* the loss's scale logarithmic */
 };
 
 #ifdef PLAIT_HAVE_CAIRO
@@ -48,6 +59,7 @@ struct run {
     struct metrics_series s;
 };
 
+
 /* one panel: what x and y are for each run */
 enum axis { X_STEP, X_TOKENS };
 enum value { V_LOSS, V_LR, V_TOKENS_PER_S };
@@ -58,6 +70,10 @@ struct panel {
     enum value y;
     bool with_val; /* the validation loss too, dashed */
 };
+
+static const double VAL_DASH[] = {6, 4};    /* the validation loss's line */
+static const double RESUME_DASH[] = {2, 3}; /* where a run resumed */
+enum { RAW_ALPHA_PERCENT = 25 };            /* the loss behind its smoothed line */
 
 static const double colours[][3] = {{0.12, 0.47, 0.71}, {0.84, 0.15, 0.16}, {0.17, 0.63, 0.17},
                                     {1.00, 0.50, 0.05}, {0.58, 0.40, 0.74}, {0.55, 0.34, 0.29},
@@ -114,8 +130,16 @@ static void tick_label(char *buf, size_t n, double v, double step)
 /* A panel's frame on the page and the data's ranges it shows. */
 struct frame {
     double left, right, top, bottom;
-    double x0, x1, y0, y1;
+    double x0, x1, y0, y1; /* y0, y1: log10 of the values on a log scale */
+    bool log_y;
 };
+
+/* A value as the frame's y axis measures it; NAN where it cannot be shown. */
+static double frame_value(const struct frame *f, double y)
+{
+    if (!f->log_y) return y;
+    return y > 0 ? log10(y) : NAN;
+}
 
 static double frame_x(const struct frame *f, double x)
 {
@@ -124,7 +148,7 @@ static double frame_x(const struct frame *f, double x)
 
 static double frame_y(const struct frame *f, double y)
 {
-    return f->bottom - (y - f->y0) / (f->y1 - f->y0) * (f->bottom - f->top);
+    return f->bottom - (frame_value(f, y) - f->y0) / (f->y1 - f->y0) * (f->bottom - f->top);
 }
 
 /* The range of the runs' values in the panel (empty: x1 < x0). */
@@ -134,13 +158,13 @@ static void data_range(const struct panel *p, const struct run *runs, int n_runs
     for (int r = 0; r < n_runs; r++) {
         const struct metrics_series *s = &runs[r].s;
         for (int i = 0; i < s->n_steps; i++) {
-            double x = x_of(&s->steps[i], p->x), y = y_of(&s->steps[i], p->y);
+            double x = x_of(&s->steps[i], p->x), y = frame_value(f, y_of(&s->steps[i], p->y));
             if (!isfinite(y)) continue;
             f->x0 = fmin(f->x0, x), f->x1 = fmax(f->x1, x), f->y0 = fmin(f->y0, y),
             f->y1 = fmax(f->y1, y);
         }
         for (int i = 0; p->with_val && i < s->n_evals; i++) {
-            double y = s->evals[i].val_loss;
+            double y = frame_value(f, s->evals[i].val_loss);
             if (isfinite(y)) f->y0 = fmin(f->y0, y), f->y1 = fmax(f->y1, y);
         }
     }
@@ -185,26 +209,41 @@ static void draw_grid(cairo_t *cr, const struct frame *f)
     }
     for (int i = 0, n = ticks(f->y0, f->y1, ys, &first); i < n; i++) {
         double y = (first + i) * ys;
+        double at = f->bottom - (y - f->y0) / (f->y1 - f->y0) * (f->bottom - f->top);
         cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
-        cairo_move_to(cr, f->left, frame_y(f, y)), cairo_line_to(cr, f->right, frame_y(f, y)),
-            cairo_stroke(cr);
+        cairo_move_to(cr, f->left, at), cairo_line_to(cr, f->right, at), cairo_stroke(cr);
         cairo_set_source_rgb(cr, 0, 0, 0);
-        tick_label(label, sizeof label, y, ys);
+        if (f->log_y) /* the value at the tick, in three digits */
+            snprintf(label, sizeof label, "%.3g", pow(10, y));
+        else
+            tick_label(label, sizeof label, y, ys);
         cairo_text_extents(cr, label, &ext);
-        cairo_move_to(cr, f->left - ext.width - 6, frame_y(f, y) + ext.height / 2),
-            cairo_show_text(cr, label);
+        cairo_move_to(cr, f->left - ext.width - 6, at + ext.height / 2), cairo_show_text(cr, label);
     }
 }
 
-/* one run's curve, broken where a value is not finite; its validation loss
- * dashed, a dot at each evaluation */
-static void draw_run(cairo_t *cr, const struct panel *p, const struct metrics_series *s,
-                     const struct frame *f)
+/* The value drawn for step i: its own, or the mean of the finite ones among its last
+ * `window` steps (window > 1); NAN where there is none. */
+static double shown_value(const struct panel *p, const struct metrics_series *s, int i, int window)
+{
+    if (window <= 1) return y_of(&s->steps[i], p->y);
+    double sum = 0;
+    int n = 0;
+    for (int k = i; k >= 0 && k > i - window; k--) {
+        double y = y_of(&s->steps[k], p->y);
+        if (isfinite(y)) sum += y, n++;
+    }
+    return n ? sum / n : NAN;
+}
+
+/* one run's curve (window: shown_value's), broken where a value cannot be shown */
+static void draw_curve(cairo_t *cr, const struct panel *p, const struct metrics_series *s,
+                       const struct frame *f, int window)
 {
     bool pen = false;
     for (int i = 0; i < s->n_steps; i++) {
-        double y = y_of(&s->steps[i], p->y);
-        if (!isfinite(y)) {
+        double y = shown_value(p, s, i, window);
+        if (!isfinite(frame_value(f, y))) {
             pen = false;
             continue;
         }
@@ -216,30 +255,72 @@ static void draw_run(cairo_t *cr, const struct panel *p, const struct metrics_se
         pen = true;
     }
     cairo_stroke(cr);
-    if (!p->with_val || s->n_evals == 0) return;
-    static const double dash[] = {6, 4};
-    cairo_set_dash(cr, dash, 2, 0);
+}
+
+/* the validation loss: dashed, a dot at each evaluation */
+static void draw_val(cairo_t *cr, const struct panel *p, const struct metrics_series *s,
+                     const struct frame *f)
+{
+    int n = 0;
+    cairo_set_dash(cr, VAL_DASH, 2, 0);
     for (int i = 0; i < s->n_evals; i++) {
         double x = p->x == X_STEP ? s->evals[i].step : (double)s->evals[i].tokens_total;
-        if (i)
-            cairo_line_to(cr, frame_x(f, x), frame_y(f, s->evals[i].val_loss));
+        double y = s->evals[i].val_loss;
+        if (!isfinite(frame_value(f, y))) continue;
+        if (n++)
+            cairo_line_to(cr, frame_x(f, x), frame_y(f, y));
         else
-            cairo_move_to(cr, frame_x(f, x), frame_y(f, s->evals[i].val_loss));
+            cairo_move_to(cr, frame_x(f, x), frame_y(f, y));
     }
     cairo_stroke(cr);
     cairo_set_dash(cr, NULL, 0, 0);
-    for (int i = 0; i < s->n_evals; i++) { /* a dot at each evaluation */
+    for (int i = 0; i < s->n_evals; i++) {
         double x = p->x == X_STEP ? s->evals[i].step : (double)s->evals[i].tokens_total;
+        if (!isfinite(frame_value(f, s->evals[i].val_loss))) continue;
         cairo_arc(cr, frame_x(f, x), frame_y(f, s->evals[i].val_loss), 3, 0, 2 * M_PI);
         cairo_fill(cr);
     }
 }
 
-static void draw_panel(cairo_t *cr, const struct panel *p, const struct run *runs, int n_runs,
-                       double px, double py, double pw, double ph)
+/* a dotted vertical line before each step a resumed run began with */
+static void draw_resumes(cairo_t *cr, const struct panel *p, const struct metrics_series *s,
+                         const struct frame *f)
 {
-    struct frame f = {
-        .left = px + 70, .right = px + pw - 20, .top = py + 40, .bottom = py + ph - 50};
+    cairo_save(cr);
+    cairo_set_line_width(cr, 1);
+    cairo_set_dash(cr, RESUME_DASH, 2, 0);
+    for (int i = 0; i < s->n_steps; i++) {
+        if (!s->steps[i].resumed) continue;
+        double x = frame_x(f, i ? x_of(&s->steps[i - 1], p->x) : x_of(&s->steps[i], p->x));
+        cairo_move_to(cr, x, f->top), cairo_line_to(cr, x, f->bottom), cairo_stroke(cr);
+    }
+    cairo_restore(cr);
+}
+
+/* one run in its colour c: its curve (the loss smoothed as asked, its own values faint
+ * behind), its validation loss, where it resumed */
+static void draw_run(cairo_t *cr, const struct panel *p, const struct metrics_series *s,
+                     const struct frame *f, const struct plot_options *o, const double c[3])
+{
+    bool smoothed = p->y == V_LOSS && o->smooth > 1;
+    if (smoothed) {
+        cairo_set_source_rgba(cr, c[0], c[1], c[2], RAW_ALPHA_PERCENT / 100.0);
+        draw_curve(cr, p, s, f, 1);
+    }
+    cairo_set_source_rgb(cr, c[0], c[1], c[2]);
+    draw_curve(cr, p, s, f, smoothed ? o->smooth : 1);
+    if (p->with_val) draw_val(cr, p, s, f);
+    draw_resumes(cr, p, s, f);
+}
+
+static void draw_panel(cairo_t *cr, const struct panel *p, const struct run *runs, int n_runs,
+                       const struct plot_options *o, double px, double py, double pw, double ph)
+{
+    struct frame f = {.left = px + 70,
+                      .right = px + pw - 20,
+                      .top = py + 40,
+                      .bottom = py + ph - 50,
+                      .log_y = o->log_y && p->y == V_LOSS};
     data_range(p, runs, n_runs, &f);
     draw_frame(cr, p, &f, py);
     if (!(f.x1 >= f.x0 && f.y1 >= f.y0)) {
@@ -251,40 +332,74 @@ static void draw_panel(cairo_t *cr, const struct panel *p, const struct run *run
     if (f.y1 == f.y0) f.y0 -= fabs(f.y0) * 0.05 + 1e-12, f.y1 += fabs(f.y1) * 0.05 + 1e-12;
     double pad = (f.y1 - f.y0) * 0.05;
     f.y0 -= pad, f.y1 += pad;
-    if (p->y != V_LOSS && f.y0 < 0) f.y0 = 0;
+    if (p->y != V_LOSS && !f.log_y && f.y0 < 0) f.y0 = 0;
     draw_grid(cr, &f);
     /* the curves, clipped to the frame */
     cairo_save(cr);
     cairo_rectangle(cr, f.left, f.top, f.right - f.left, f.bottom - f.top);
     cairo_clip(cr);
     cairo_set_line_width(cr, 1.6);
-    for (int r = 0; r < n_runs; r++) {
-        const double *c = colours[r % N_COLOURS];
-        cairo_set_source_rgb(cr, c[0], c[1], c[2]);
-        draw_run(cr, p, &runs[r].s, &f);
-    }
+    for (int r = 0; r < n_runs; r++) draw_run(cr, p, &runs[r].s, &f, o, colours[r % N_COLOURS]);
     cairo_restore(cr);
 }
 
-/* the legend: each run's colour and directory, and what dashed means */
-static void draw_legend(cairo_t *cr, const struct run *runs, int n_runs)
+/* a legend entry at (*x, y): its sample (drawn by the caller at *x, y), its text; *x moves on */
+static void legend_text(cairo_t *cr, double *x, double y, const char *text)
+{
+    cairo_text_extents_t ext;
+    cairo_set_source_rgb(cr, 0, 0, 0);
+    cairo_move_to(cr, *x + 24, y);
+    cairo_show_text(cr, text);
+    cairo_text_extents(cr, text, &ext);
+    *x += 24 + ext.x_advance + 30;
+}
+
+/* a line sample 18 wide at (x, y - 5): dashed if dash, a dot at its middle if dot */
+static void legend_line(cairo_t *cr, double x, double y, const double *dash, bool dot, double alpha)
+{
+    cairo_save(cr);
+    cairo_set_source_rgba(cr, 0.3, 0.3, 0.3, alpha);
+    cairo_set_line_width(cr, 1.6);
+    if (dash) cairo_set_dash(cr, dash, 2, 0);
+    cairo_move_to(cr, x, y - 5), cairo_line_to(cr, x + 18, y - 5), cairo_stroke(cr);
+    if (dot) cairo_arc(cr, x + 9, y - 5, 3, 0, 2 * M_PI), cairo_fill(cr);
+    cairo_restore(cr);
+}
+
+/* the legend: each run's colour and directory; then what each kind of line is */
+static void draw_legend(cairo_t *cr, const struct run *runs, int n_runs,
+                        const struct plot_options *o)
 {
     cairo_set_font_size(cr, 12);
     double x = 80, y = HEIGHT - 14;
+    bool resumed = false;
     for (int r = 0; r < n_runs; r++) {
         const double *c = colours[r % N_COLOURS];
         cairo_set_source_rgb(cr, c[0], c[1], c[2]);
         cairo_rectangle(cr, x, y - 9, 18, 4);
         cairo_fill(cr);
-        cairo_set_source_rgb(cr, 0, 0, 0);
-        cairo_move_to(cr, x + 24, y);
-        cairo_show_text(cr, runs[r].dir);
-        cairo_text_extents_t ext;
-        cairo_text_extents(cr, runs[r].dir, &ext);
-        x += ext.x_advance + 50;
+        legend_text(cr, &x, y, runs[r].dir);
+        for (int i = 0; i < runs[r].s.n_steps; i++) resumed |= runs[r].s.steps[i].resumed;
     }
-    cairo_move_to(cr, x, y);
-    cairo_show_text(cr, "(solid: training loss; dashed with dots: validation loss)");
+    char smoothed[64];
+    snprintf(smoothed, sizeof smoothed, "training loss, mean of %d steps", o->smooth);
+    legend_line(cr, x, y, NULL, false, 1);
+    legend_text(cr, &x, y, o->smooth > 1 ? smoothed : "training loss");
+    if (o->smooth > 1) {
+        legend_line(cr, x, y, NULL, false, RAW_ALPHA_PERCENT / 100.0);
+        legend_text(cr, &x, y, "each step's");
+    }
+    legend_line(cr, x, y, VAL_DASH, true, 1);
+    legend_text(cr, &x, y, "validation loss");
+    if (resumed) {
+        cairo_save(cr);
+        cairo_set_source_rgb(cr, 0.3, 0.3, 0.3);
+        cairo_set_line_width(cr, 1);
+        cairo_set_dash(cr, RESUME_DASH, 2, 0);
+        cairo_move_to(cr, x + 9, y - 12), cairo_line_to(cr, x + 9, y + 2), cairo_stroke(cr);
+        cairo_restore(cr);
+        legend_text(cr, &x, y, "resumed");
+    }
 }
 
 static bool ends_with(const char *s, const char *tail)
@@ -293,7 +408,7 @@ static bool ends_with(const char *s, const char *tail)
     return n >= k && !strcasecmp(s + n - k, tail);
 }
 
-static int plot(const struct run *runs, int n_runs, const char *out)
+static int plot(const struct run *runs, int n_runs, const struct plot_options *o, const char *out)
 {
     cairo_surface_t *surface = ends_with(out, ".svg") ? cairo_svg_surface_create(out, WIDTH, HEIGHT)
                                : ends_with(out, ".pdf")
@@ -315,8 +430,8 @@ static int plot(const struct run *runs, int n_runs, const char *out)
     };
     double pw = WIDTH / 2.0, ph = (HEIGHT - 30) / 2.0;
     for (int i = 0; i < 4; i++)
-        draw_panel(cr, &panels[i], runs, n_runs, (i % 2) * pw, (i / 2) * ph, pw, ph);
-    draw_legend(cr, runs, n_runs);
+        draw_panel(cr, &panels[i], runs, n_runs, o, (i % 2) * pw, (i / 2) * ph, pw, ph);
+    draw_legend(cr, runs, n_runs, o);
     cairo_destroy(cr);
     cairo_status_t st = CAIRO_STATUS_SUCCESS;
     if (cairo_surface_get_type(surface) == CAIRO_SURFACE_TYPE_IMAGE)
@@ -334,6 +449,19 @@ static int plot(const struct run *runs, int n_runs, const char *out)
 
 #endif /* PLAIT_HAVE_CAIRO */
 
+/* --smooth W: a whole number of steps ≥ 1; -1 (said) otherwise */
+static int parse_window(const char *v, int *window)
+{
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end || n < 1 || n > 1000000) {
+        log_error("plot: --smooth %s: must be a number of steps from 1 to 1000000", v);
+        return -1;
+    }
+    *window = (int)n;
+    return 0;
+}
+
 int cmd_plot(int argc, char **argv)
 {
     struct cli_args a;
@@ -341,8 +469,15 @@ int cmd_plot(int argc, char **argv)
     if (parsed != CLI_CONTINUE) return parsed;
     const char *out = "loss.png";
     int n_dirs = a.n_operands;
-    for (int k = 0; k < a.n; k++)
+    struct plot_options o = {0};
+    for (int k = 0; k < a.n; k++) {
         if (a.v[k].opt == OPT_O || a.v[k].opt == OPT_OUT) out = a.v[k].value;
+        if (a.v[k].opt == OPT_LOG) o.log_y = true;
+        if (a.v[k].opt == OPT_SMOOTH && parse_window(a.v[k].value, &o.smooth)) {
+            cli_args_free(&a);
+            return PLAIT_EXIT_USAGE;
+        }
+    }
 #ifdef PLAIT_HAVE_CAIRO
     struct run *runs = calloc((size_t)n_dirs, sizeof *runs);
     int n = 0, rc = PLAIT_EXIT_ERROR;
@@ -362,7 +497,7 @@ int cmd_plot(int argc, char **argv)
         if (runs[n].s.n_steps == 0) log_warn("plot: %s has no steps in metrics.jsonl", dir);
         n++;
     }
-    rc = plot(runs, n, out);
+    rc = plot(runs, n, &o, out);
     cairo_debug_reset_static_data(); /* the fonts' caches, so that a leak check sees ours alone */
     FcFini();
 out:
@@ -373,6 +508,7 @@ out:
 #else
     (void)out;
     (void)n_dirs;
+    (void)o;
     cli_args_free(&a);
     log_error("plot: this plait was built without cairo: install libcairo2-dev (apt-get install "
               "libcairo2-dev, or scripts/deps.sh build) and rebuild with make");

@@ -40,7 +40,8 @@ static int visible_index(int device)
  *   build has the CUDA backend (precision fp8 needs a GPU of sm_89 or later). One rank per GPU;
  * several ranks on GPUs talk through nccl (device_comm_backend). */
 static const struct ops *choose_device(const struct plan *p, const struct env_rank *w,
-                                       struct ops_ctx **ctx, struct plait_error *err)
+                                       struct ops_ctx **ctx, char *note, size_t note_bytes,
+                                       struct plait_error *err)
 {
     enum plan_device device = p->parallel.device;
     bool placed_on_cpu = w->device < 0 && getenv(PLAIT_ENV_DEVICE) != NULL;
@@ -81,16 +82,18 @@ static const struct ops *choose_device(const struct plan *p, const struct env_ra
                   p->source, why);
         return NULL;
     }
-    if (ops_cuda_built()) log_info("parallel.device \"auto\": %s; training on the CPU", why);
+    if (ops_cuda_built())
+        snprintf(note, note_bytes, "parallel.device \"auto\": %s; training on the CPU", why);
     return ops_cpu();
 }
 
 const struct ops *device_open(const struct plan *p, const struct env_rank *w, struct ops_ctx **ctx,
-                              struct plait_error *err)
+                              char *note, size_t note_bytes, struct plait_error *err)
 {
     char why[512] = "";
     *ctx = NULL;
-    const struct ops *o = choose_device(p, w, ctx, err);
+    if (note_bytes) *note = '\0';
+    const struct ops *o = choose_device(p, w, ctx, note, note_bytes, err);
     if (o && !*ctx && !(*ctx = o->open(0, why, sizeof why))) {
         error_set(err, "the %s backend: %s", o->name, why);
         return NULL;
@@ -121,8 +124,6 @@ int device_comm_backend(const struct plan *p, const struct env_rank *w, const st
 
 double device_peak_gflops(struct model *m)
 {
-    const char *env = getenv(PLAIT_ENV_PEAK_GFLOPS);
-    if (env && atof(env) > 0) return atof(env);
     const struct ops *o = m->ops;
     int N = 256, C = 1024, OC = 2048;
     float *x = o->alloc(m->ctx, (size_t)N * C * 4), *w = o->alloc(m->ctx, (size_t)OC * C * 4);

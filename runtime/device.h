@@ -13,9 +13,11 @@
 #include "runtime/model.h"
 
 /* The op backend this rank trains with (choose_device: parallel.device and
- * PLAIT_DEVICE) and a context of it (*ctx), or NULL with err. */
+ * PLAIT_DEVICE) and a context of it (*ctx), or NULL with err. note: why a GPU
+ * was not used under "auto" (rank 0 says it once the run's data has opened),
+ * or "". */
 const struct ops *device_open(const struct plan *p, const struct env_rank *w, struct ops_ctx **ctx,
-                              struct plait_error *err);
+                              char *note, size_t note_bytes, struct plait_error *err);
 
 /* The collectives' backend for tensors where ops keeps them: nccl on GPUs
  * (device memory; "auto" resolves to it), socket on the CPU. nccl on the CPU
@@ -24,8 +26,9 @@ const struct ops *device_open(const struct plan *p, const struct env_rank *w, st
 int device_comm_backend(const struct plan *p, const struct env_rank *w, const struct ops *ops,
                         enum comm_backend_kind *kind, struct plait_error *err);
 
-/* The rate of the device's matrix product in this precision, as the
- * denominator of "% of peak": PLAIT_PEAK_GFLOPS, or measured now. */
+/* The rate of the device's matrix product in this precision, measured now: the
+ * denominator of "% of peak" on a GPU whose datasheet plait does not know
+ * (report_measure_peak). */
 double device_peak_gflops(struct model *m);
 
 /* The dense datasheet peak (TFLOP/s) of the GPU this rank trains on, in the plan's precision,

@@ -22,6 +22,7 @@
 #include "common/place/layout.h"
 #include "kernels/cpu/cpu_rate.h" // defines: cpu_rate_measure, what plait check measures too
 #include "runtime/console.h"
+#include "runtime/device.h" // defines: device_peak_gflops, device_gpu_peak_tflops
 #include "runtime/profile.h" // defines: prof_now
 
 /* How bf16 products run when they are not native (one line), or NULL. */
@@ -161,22 +162,54 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
     return write_run_json(t, err);
 }
 
-/* plait check's modelled tokens/s for this run here (run.json, plait status):
- * on the CPU from this rank's CPU kernels, measured now at the plan's shapes
- * as plait check measures them (kernels/cpu/cpu_rate.h); 0 when it cannot tell. */
-static double modelled_tokens_per_s(const struct trainer *t)
+/* This rank's CPU rates at the plan's shapes, measured as plait check measures them
+ * (kernels/cpu/cpu_rate.h), once: into t->cpu_rate; false (with a warning) when they
+ * cannot be. */
+static bool measure_cpu_rates(struct trainer *t)
 {
     const struct plan *p = t->plan;
-    if (t->m.ops != ops_cpu()) return layout_modelled_tokens_per_s(p, NULL);
+    if (t->has_cpu_rate) return true;
     struct cpu_rate_shape shape = cpu_rate_shape_of(
         p->batch.micro_batch, p->model.seq_len, p->model.hidden, p->model.heads, p->model.layers,
         p->model.padded_vocab, t->where->tp, t->where->pp, p->precision != PLAN_PRECISION_FP32);
-    struct cpu_rate r;
     char why[256];
-    if (cpu_rate_measure(&shape, 0, &r, why, sizeof why)) {
-        log_warn("no modelled speed in run.json: %s", why);
+    if (cpu_rate_measure(&shape, 0, &t->cpu_rate, why, sizeof why)) {
+        log_warn("this CPU's rates could not be measured: %s", why);
+        return false;
+    }
+    return t->has_cpu_rate = true;
+}
+
+void report_measure_peak(struct trainer *t)
+{
+    const char *env = getenv(PLAIT_ENV_PEAK_GFLOPS);
+    t->gpu_peak_tflops = device_gpu_peak_tflops(&t->m, t->where->device, t->plan->precision);
+    if (env && atof(env) > 0) {
+        t->peak_gflops = atof(env);
+        t->peak_source = PLAIT_ENV_PEAK_GFLOPS;
+    } else if (t->gpu_peak_tflops > 0) {
+        t->peak_gflops = 1e3 * t->gpu_peak_tflops;
+        t->peak_source = "the GPU's datasheet";
+    } else if (t->m.ops == ops_cpu() && measure_cpu_rates(t)) {
+        t->peak_gflops = t->cpu_rate.matmul_gflops * t->cpu_rate.cpus;
+        t->peak_source = "products measured at start";
+    } else {
+        t->peak_gflops = device_peak_gflops(&t->m);
+        t->peak_source = "a product measured at start";
+    }
+}
+
+/* plait check's modelled tokens/s for this run here (run.json, plait status):
+ * on the CPU from this rank's CPU rates (measure_cpu_rates); 0 when it cannot tell. */
+static double modelled_tokens_per_s(struct trainer *t)
+{
+    const struct plan *p = t->plan;
+    if (t->m.ops != ops_cpu()) return layout_modelled_tokens_per_s(p, NULL);
+    if (!measure_cpu_rates(t)) {
+        log_warn("no modelled speed in run.json");
         return 0;
     }
+    const struct cpu_rate r = t->cpu_rate;
     struct cost_cpu_rates rates = {r.matmul_gflops, r.attention_gflops, r.activation_gbps,
                                    r.memory_gbps,   r.parallel_op_us,   omp_get_max_threads()};
     double modelled = layout_modelled_tokens_per_s(p, &rates);
@@ -231,16 +264,19 @@ void report_start(const struct trainer *t)
     const struct plan *plan = t->plan;
     const struct env_rank *where = t->where;
     /* the model's parameters (padding of the vocabulary included), not this rank's part */
+    /* why not a GPU: after the data opened (a run that fails on its data says that alone),
+       once (rank 0's) */
+    if (*t->device_note && where->rank == 0) log_info("%s", t->device_note);
     struct gpt2_layout whole;
     size_t params = gpt2_layout(&t->m.cfg, &whole) == 0 ? whole.total : t->m.shard.total;
     log_info("%s of %zu parameters, %d layers, hidden %d, %s, micro-batch %d×%d, %d step%s of "
-             "%d micro-batch%s, %d thread%s, %.0f GFLOP/s peak, activations %.1f MB (recompute "
-             "%s)",
+             "%d micro-batch%s, %d thread%s, %.0f GFLOP/s peak (%s: \"%% of peak\"'s), "
+             "activations %.1f MB (recompute %s)",
              t->m.cfg.llama ? "Llama" : "GPT-2", params, plan->model.layers, plan->model.hidden,
              plan_precision_name(plan->precision), plan->batch.micro_batch, plan->model.seq_len,
              plan->steps, plan->steps == 1 ? "" : "s", plan->batch.grad_accum,
              plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(),
-             omp_get_max_threads() == 1 ? "" : "s", t->peak_gflops,
+             omp_get_max_threads() == 1 ? "" : "s", t->peak_gflops, t->peak_source,
              t->m.allocated.activations / 1e6, plan_recompute_name(plan->recompute));
     if (t->multi)
         log_info("tp %d × pp %d × dp %d = %d ranks (%s schedule%s%s): a global batch of %d "
@@ -380,6 +416,7 @@ int report_step(struct trainer *t, const struct step_taken *st, struct step_metr
                                             (t->peak_gflops * 1e9 * t->where->world)
                                       : 0.0;
     sm->mfu = gpu_mfu(t->flops_per_token, sm->tokens_per_s, t->gpu_peak_tflops, t->where->world);
+    sm->resumed = st->warm_up && t->run.resumed_from[0]; /* rank 0's run record says */
     *dt_s = dt;
     return t->where->rank == 0 && metrics_step(&t->metrics, sm, err) ? -1 : 0;
 }
@@ -391,10 +428,9 @@ int report_first_step(struct trainer *t, int step, struct plait_error *err)
     return memory_report(t, step, err);
 }
 
-void report_progress(struct trainer *t, const struct step_metrics *s, double avg_step_s)
+/* The progress line of step s (avg_step_s for the ETA). */
+static void print_progress(const struct trainer *t, const struct step_metrics *s, double avg_step_s)
 {
-    t->last_loss = s->loss;
-    if (console_mode != CONSOLE_PROGRESS) return; /* --json: metrics echo it; --quiet */
     char eta[32];
     log_format_duration(eta, sizeof eta, avg_step_s * (t->plan->steps - s->step));
     char ranks[160] = "", sim[32] = ""; /* several: where the time went, and the straggler */
@@ -414,11 +450,45 @@ void report_progress(struct trainer *t, const struct step_metrics *s, double avg
     fflush(stdout);
 }
 
+/* Whether step s's line is printed when it is taken: train.log_every N, every Nth step;
+ * "auto", a step a second or more after the last line. And always this process's first
+ * step (a run's, a resumed run's), the last, and a step that warned. An evaluation or a
+ * checkpoint prints a step's line that was held (report_progress_flush). */
+static bool progress_due(const struct trainer *t, const struct step_metrics *s, bool first)
+{
+    int every = t->plan->train.log_every;
+    bool by_rule = every != PLAN_AUTO ? s->step % every == 0
+                                      : prof_now() - t->progress.printed_at_s >= 1.0;
+    return by_rule || first || s->step == t->plan->steps ||
+           log_warnings() != t->progress.warnings;
+}
+
+void report_progress(struct trainer *t, const struct step_metrics *s, double avg_step_s,
+                     bool first)
+{
+    t->last_loss = s->loss;
+    if (console_mode != CONSOLE_PROGRESS) return; /* --json: metrics echo it; --quiet */
+    t->progress.held = *s;
+    t->progress.held_step_s = avg_step_s;
+    t->progress.holding = true;
+    if (progress_due(t, s, first)) report_progress_flush(t);
+}
+
+void report_progress_flush(struct trainer *t)
+{
+    if (!t->progress.holding) return;
+    print_progress(t, &t->progress.held, t->progress.held_step_s);
+    t->progress.holding = false;
+    t->progress.printed_at_s = prof_now();
+    t->progress.warnings = log_warnings();
+}
+
 int report_eval(struct trainer *t, double val, struct plait_error *err)
 {
     const struct plan *p = t->plan;
     int B = p->batch.micro_batch, T = p->model.seq_len;
     t->last_val = val;
+    report_progress_flush(t); /* the step evaluated */
     if (console_mode == CONSOLE_PROGRESS) {
         printf("eval  step %d | val loss %.4f\n", t->st.step, val);
         fflush(stdout);
@@ -442,6 +512,7 @@ static void final_summary(struct trainer *t, int rc)
 
 void report_end(struct trainer *t, int rc)
 {
+    report_progress_flush(t); /* the step it stopped at */
     final_summary(t, rc);
     struct plait_error why; /* the measured speed beside the modelled: a report */
     if (write_run_json(t, &why)) log_warn("run.json: %s", why.text);

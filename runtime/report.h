@@ -23,6 +23,13 @@ struct step_taken {
     double lr, loss, grad_norm; /* the step's */
 };
 
+/* The rate "% of peak" is against, once as the run starts, into t->peak_gflops (with
+ * t->peak_source): PLAIT_PEAK_GFLOPS; a GPU's datasheet peak in the plan's precision where
+ * plait knows the GPU (the MFU's); on the CPU, this rank's products at the plan's shapes
+ * (cpu_rate_measure, as plait check measures them; the modelled speed's too); else one
+ * product measured now (device_peak_gflops). */
+void report_measure_peak(struct trainer *t);
+
 /* Rank 0's files of the run as it starts: plan.json, metrics.jsonl (cut back
  * to the state's step) and run.json; resumed_from: the checkpoint, "" none. */
 int report_open(struct trainer *t, const char *resumed_from, struct plait_error *err);
@@ -44,8 +51,15 @@ int report_step(struct trainer *t, const struct step_taken *st, struct step_metr
  * fallback, if any, and every rank's memory in run.json. Collective. */
 int report_first_step(struct trainer *t, int step, struct plait_error *err);
 
-/* Rank 0's progress line of a step; avg_step_s for the ETA. */
-void report_progress(struct trainer *t, const struct step_metrics *s, double avg_step_s);
+/* Rank 0's progress line of a step, printed now or held as train.log_every says; avg_step_s
+ * for the ETA; first: this process's first step (always printed). metrics.jsonl has every
+ * step whatever is printed. */
+void report_progress(struct trainer *t, const struct step_metrics *s, double avg_step_s,
+                     bool first);
+
+/* The progress line held back, if any, printed now: before what a step does beyond
+ * training (its evaluation, a checkpoint) and at the run's end. */
+void report_progress_flush(struct trainer *t);
 
 /* Rank 0's evaluation: its line and its metrics record. */
 int report_eval(struct trainer *t, double val, struct plait_error *err);

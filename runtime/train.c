@@ -128,7 +128,7 @@ static int record_step(struct trainer *t, const struct step_taken *st, struct pl
     double step_s = t->m.prof.steps ? t->timed_s / t->m.prof.steps
                     : t->prior_step_s > 0 ? t->prior_step_s
                                           : dt;
-    if (t->where->rank == 0) report_progress(t, &sm, step_s);
+    if (t->where->rank == 0) report_progress(t, &sm, step_s, st->warm_up);
     return 0;
 }
 

@@ -11,6 +11,7 @@
 #include "runtime/ckpt_async.h"
 #include "runtime/ckpt_parts.h"
 #include "runtime/profile.h" // defines: prof_now
+#include "runtime/report.h" // defines: report_progress_flush
 
 /* Where this rank's part of a checkpoint goes. */
 static struct ckpt_target ckpt_target(struct trainer *t)
@@ -25,6 +26,7 @@ static struct ckpt_target ckpt_target(struct trainer *t)
 
 int train_save(struct trainer *t, bool background, struct plait_error *err)
 {
+    report_progress_flush(t); /* the step checkpointed */
     struct ckpt_target to = ckpt_target(t);
     background = background && t->plan->checkpoint.async && t->st.micro == 0;
     if (!background && ckpt_async_wait(&t->async, &to, err)) return -1;

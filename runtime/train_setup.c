@@ -85,7 +85,8 @@ static int connect_ranks(struct trainer *t, struct plait_error *err)
     const struct plan *p = t->plan;
     const struct env_rank *w = t->where;
     if (check_layout(p, w, err)) return -1;
-    if (!(t->ops = device_open(p, w, &t->ctx, err))) return -1;
+    if (!(t->ops = device_open(p, w, &t->ctx, t->device_note, sizeof t->device_note, err)))
+        return -1;
     struct parallel_device dev = {.ops = t->ops, .ctx = t->ctx};
     if (device_comm_backend(p, w, t->ops, &dev.backend, err)) return -1;
     if (parallel_init(&t->par, w, p->parallel.timeout_s, &dev, err)) return -1;
@@ -273,8 +274,7 @@ int train_setup(struct trainer *t, struct plait_error *err)
         make_model(t, err) || make_step_buffers(t, err) || resume_or_start(t, resumed_from, err) ||
         open_data(t, err) || read_debug_switches(t, err))
         return -1;
-    t->peak_gflops = device_peak_gflops(&t->m);
-    t->gpu_peak_tflops = device_gpu_peak_tflops(&t->m, t->where->device, t->plan->precision);
+    report_measure_peak(t);
     /* a run that trained all its steps already is only told so: its files stay as they are */
     bool finished = t->st.step >= t->plan->steps;
     return t->where->rank == 0 && !finished ? report_open(t, resumed_from, err) : 0;

@@ -18,6 +18,7 @@
 #include "common/place/schedule.h"
 #include "common/plan/plan.h"
 #include "common/rng.h"
+#include "kernels/cpu/cpu_rate.h"
 #include "kernels/ops.h"
 #include "runtime/buckets.h"
 #include "runtime/ckpt_async.h"
@@ -42,6 +43,7 @@ struct trainer {
     struct ckptdir ckpts;
     bool ckpts_open;
     const struct ops *ops; /* the op backend, */
+    char device_note[512]; /* why not a GPU ("auto" on a host without one), "" */
     struct ops_ctx *ctx;   /* its context (the model's, the collectives' stream) */
     struct model m;
     bool model_ready;
@@ -53,7 +55,10 @@ struct trainer {
     struct tokenizer tok;
     bool has_tok;
     int32_t *inputs, *targets;
-    double peak_gflops;
+    double peak_gflops;      /* the denominator of "% of peak" (report_measure_peak), */
+    const char *peak_source; /* and what it is */
+    struct cpu_rate cpu_rate; /* a CPU rank's rates at the plan's shapes, once measured */
+    bool has_cpu_rate;
     double flops_per_token;
     double gpu_peak_tflops;  /* the dense datasheet peak of this rank's GPU in the plan's
                                 precision, the denominator of MFU; 0: a CPU rank, or a GPU
@@ -82,6 +87,13 @@ struct trainer {
     double ckpt_stall_s;        /* and how long the step paused for it */
     double last_loss, last_val; /* the final summary's (NAN until known) */
     struct run_record run;      /* run.json as rank 0 last wrote it */
+    struct {                    /* rank 0's progress lines (train.log_every) */
+        struct step_metrics held; /* the last step's, not printed yet */
+        double held_step_s;       /* its ETA's average step */
+        bool holding;
+        double printed_at_s;      /* when the last was printed (prof_now) */
+        unsigned warnings;        /* log_warnings() then */
+    } progress;
 };
 
 #endif

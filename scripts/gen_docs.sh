@@ -70,13 +70,40 @@ mv "$man.tmp" "$man"
 
 # every plan field's path, for --set (plait help plan)
 plan_paths=$("$plait" help plan | awk 'NR > 1 { printf "%s%s=", (n++ ? " " : ""), $1 }')
+# choices HELP: "--opt=a b c|..." for each option of a command's help whose text begins
+# with the values it takes, "a (default), b or c" up to a colon, semicolon or its end
+# (--gang KIND "jobset (default), kueue, volcano or coscheduling: who holds ...")
+choices() {
+    printf '%s\n' "$1" | awk '
+        function flush() {
+            if (opt == "") return
+            gsub(/\([^)]*\)/, "", text); sub(/[:;].*/, "", text)
+            gsub(/ +/, " ", text); sub(/^ /, "", text); sub(/ $/, "", text); gsub(/ ,/, ",", text)
+            if (text ~ /^[a-z0-9-]+(, [a-z0-9-]+)*,? or [a-z0-9-]+$/) {
+                gsub(/,? or |, /, " ", text)
+                printf "%s%s=%s", (n++ ? "|" : ""), opt, text
+            }
+            opt = ""
+        }
+        /^options:$/ { on = 1; next }
+        /^$/ { flush(); on = 0 }
+        on && /^  -/ {
+            flush(); split(substr($0, 3), w, /  +/); split(w[1], p, " ")
+            if (p[2] != "") { opt = p[1]; text = w[2] }
+            next
+        }
+        on && opt != "" { text = text " " $0 }
+        END { flush() }'
+}
+
 # bash completion: per command, its options; values of options whose argument
-# names a directory (DIR) or a file (FILE.xml, VAL.bin, PLAN) complete as such
+# names a directory (DIR) or a file (FILE.xml, VAL.bin, PLAN) complete as such, and
+# those of options whose help lists them (choices) as those
 {
     echo "# bash completion for plait $version, generated from its help text by scripts/gen_docs.sh"
     echo "_plait() {"
     echo '    local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}'
-    echo '    local line=" ${COMP_WORDS[*]:1:COMP_CWORD-1} " opts="" dirs="" files="" values=""'
+    echo '    local line=" ${COMP_WORDS[*]:1:COMP_CWORD-1} " opts="" dirs="" files="" values="" choices=""'
     echo '    case "$line" in'
     for c in "${commands[@]}"; do
         # shellcheck disable=SC2086
@@ -88,7 +115,8 @@ plan_paths=$("$plait" help plan | awk 'NR > 1 { printf "%s%s=", (n++ ? " " : "")
         dirs=$(printf '%s\n' "$opts" | awk '$2 == "DIR" { printf "%s%s", (n++ ? "|" : ""), $1 }')
         files=$(printf '%s\n' "$opts" | awk '$2 ~ /FILE|\.|PLAN/ && $2 != "DIR" { printf "%s%s", (n++ ? "|" : ""), $1 }')
         values=$(printf '%s\n' "$opts" | awk '$2 != "" && $2 != "DIR" && $2 !~ /FILE|\.|PLAN/ { printf "%s%s", (n++ ? "|" : ""), $1 }')
-        echo "    \" $c \"*) opts=\"$all\" dirs=\"${dirs}\" files=\"${files}\" values=\"${values}\" ;;"
+        listed=$(choices "$help")
+        echo "    \" $c \"*) opts=\"$all\" dirs=\"${dirs}\" files=\"${files}\" values=\"${values}\" choices=\"${listed}\" ;;"
     done
     echo '    *)'
     echo '        if [ "$COMP_CWORD" -eq 1 ]; then'
@@ -109,6 +137,10 @@ plan_paths=$("$plait" help plan | awk 'NR > 1 { printf "%s%s=", (n++ ? " " : "")
     echo '    if [ "$prev" = --set ]; then'
     printf '        compopt -o nospace 2>/dev/null\n'
     printf '        mapfile -t COMPREPLY < <(compgen -W "%s" -- "$cur")\n' "$plan_paths"
+    echo '    elif [ -n "$prev" ] && [[ "|$choices|" == *"|$prev="* ]]; then'
+    echo '        local listed="|$choices|"'
+    echo '        listed=${listed#*"|$prev="}'
+    echo '        mapfile -t COMPREPLY < <(compgen -W "${listed%%|*}" -- "$cur")'
     echo '    elif [ -n "$prev" ] && [[ "|$dirs|" == *"|$prev|"* ]]; then'
     echo '        mapfile -t COMPREPLY < <(compgen -d -- "$cur")'
     echo '    elif [ -n "$prev" ] && [[ "|$files|" == *"|$prev|"* ]]; then'

@@ -94,6 +94,7 @@ int metrics_step(struct metrics *mt, const struct step_metrics *s, struct plait_
                           "tokens_total", (json_int_t)s->tokens_total, "ms", s->ms, "tokens_per_s",
                           s->tokens_per_s, "peak_pct", s->peak_pct);
     if (j && s->mfu > 0) json_object_set_new(j, "mfu", json_real(s->mfu));
+    if (j && s->resumed) json_object_set_new(j, "resumed", json_true());
     if (j && s->ranks > 1)
         json_object_set_new(
             j, "parallel",
@@ -183,6 +184,7 @@ static void read_step(struct json_read *r, json_t *j, struct step_metrics *s)
     s->tokens_per_s = json_read_number(r, j, NULL, "tokens_per_s");
     s->peak_pct = json_read_number(r, j, NULL, "peak_pct");
     if (json_read_has(j, "mfu")) s->mfu = json_read_number(r, j, NULL, "mfu");
+    if (json_read_has(j, "resumed")) s->resumed = json_read_bool(r, j, NULL, "resumed");
     if (json_read_has(j, "parallel")) read_parallel(r, json_read_object(r, j, NULL, "parallel"), s);
 }
 

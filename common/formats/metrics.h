@@ -1,6 +1,7 @@
 /* metrics.h — RUN_DIR/metrics.jsonl: one JSON object per
  * optimizer step ({"step", "loss", "lr", "grad_norm", "tokens", "tokens_total",
- * "ms", "tokens_per_s", "peak_pct"[, "mfu" on a GPU whose peak plait knows]}, and with
+ * "ms", "tokens_per_s", "peak_pct"[, "mfu" on a GPU whose peak plait knows][, "resumed": true
+ * on the first step a resumed run took: where it resumed, for plait plot]}, and with
  * several ranks "parallel":
  * {"ranks", "compute_pct", "comm_pct", "bubble_pct", ["bubble_simulated_pct" with a
  * pipeline,] "bytes": {"tp", "pp", "dp"}, "wait_ms": {"tp", "pp", "dp"},
@@ -12,6 +13,7 @@
 #ifndef PLAIT_METRICS_H
 #define PLAIT_METRICS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -33,6 +35,7 @@ struct step_metrics {
     double peak_pct; /* model FLOPs as % of the device's measured rate */
     double mfu;      /* model FLOPs over the GPUs' dense datasheet peak, a fraction; 0: CPU
                         ranks or a GPU plait does not know (not written) */
+    bool resumed;    /* the first step of a run resumed from a checkpoint (written when true) */
     /* more than one rank (written when ranks > 1): */
     int ranks;
     double compute_pct, comm_pct, idle_pct; /* shares of the step, averaged over the ranks:

@@ -209,6 +209,7 @@ static const struct field sample_fields[] = {
 /* The top level, in the order plan_to_json writes it. */
 static const struct field train_fields[] = {
     PATH_FIELD("tensorboard", train.tensorboard, NULL, KEEP_RELATIVE | MAY_CHANGE),
+    INT_FIELD("log_every", train.log_every, 1, INT_MAX, PLAN_AUTO, AUTO_OK | MAY_CHANGE),
     END,
 };
 
@@ -1882,6 +1883,7 @@ static void print_field(FILE *out, const struct field *f, const char *path)
             snprintf(def, sizeof def, "%s", "(from other fields)");
         if (!(f->flags & (REQ | REQ_NO_INIT)) && f->idef >= f->imin)
             snprintf(def, sizeof def, "%lld", f->idef);
+        if ((f->flags & AUTO_OK) && f->idef == PLAN_AUTO) snprintf(def, sizeof def, "\"auto\"");
         break;
     case K_REAL:
         if (isinf(f->rmax))

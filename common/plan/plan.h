@@ -146,6 +146,8 @@ struct plan_sample {
 struct plan_train {
     char *tensorboard; /* NULL, or a directory (relative: to the run directory) for
                           TensorBoard event files (common/formats/tensorboard.h) */
+    int log_every;     /* rank 0's progress line every N steps, or PLAN_AUTO ("auto"): about one a
+                          second (runtime/report.c's report_progress says which steps) */
 };
 
 struct plan {

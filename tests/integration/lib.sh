@@ -44,7 +44,8 @@ tiny_data() {
         --val "$WORK/val.bin" >/dev/null
 }
 
-# tiny_plan FILE: a 2-layer char model that trains in well under a second per step.
+# tiny_plan FILE: a 2-layer char model that trains in well under a second per step. Its
+# console prints every step's line (train.log_every 1): tests wait for and count them.
 tiny_plan() {
     tiny_data
     cat >"$1" <<JSON
@@ -54,18 +55,19 @@ tiny_plan() {
  "batch": {"micro_batch": 4, "grad_accum": 3},
  "optimizer": {"lr": 2e-3, "warmup_steps": 2, "grad_clip": 1.0},
  "steps": 12,
- "checkpoint": {"every": 4, "keep": 5}}
+ "checkpoint": {"every": 4, "keep": 5},
+ "train": {"log_every": 1}}
 JSON
 }
 
 # metrics_equal A B: the two metrics.jsonl files agree to the bit on every
-# field except the measured ones: wall-clock times, and in "parallel" the
+# field except the measured ones (and "resumed", where a run resumed): wall-clock times, and in "parallel" the
 # shares of time, the straggler and the bytes sent (a step resumed in its
 # middle counts only what the resumed process sent); its rank count must agree.
 metrics_equal() {
     "$PY" - "$1" "$2" <<'PYEOF'
 import json, sys
-TIMING = {"ms", "tokens_per_s", "peak_pct", "mfu"}
+TIMING = {"ms", "tokens_per_s", "peak_pct", "mfu", "resumed"}
 PAR_TIMING = {"compute_pct", "comm_pct", "bubble_pct", "straggler", "bytes", "wait_ms"}
 def strip(r):
     r = {k: v for k, v in r.items() if k not in TIMING}

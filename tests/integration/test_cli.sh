@@ -144,6 +144,15 @@ test_man_page_and_completion_follow_the_help() {
         "optimizer.decay_steps= optimizer.decay_fraction=" ] ||
         { complete_words plait train p.json --set optimizer.dec; return 1; }
     [ "$("$PLAIT" help plan | grep -c '^  [a-z]')" -ge 50 ] || { "$PLAIT" help plan; return 1; }
+    # an option whose help lists its values completes them: --gang's are the command's own
+    [ "$(complete_words plait k8s render p.json --gang "")" = "jobset kueue volcano coscheduling" ] ||
+        { complete_words plait k8s render p.json --gang ""; return 1; }
+    [ "$(complete_words plait k8s render p.json --gang vo)" = volcano ] || return 1
+    [ "$(complete_words plait k8s admin --gang "")" = "kueue volcano quota" ] ||
+        { complete_words plait k8s admin --gang ""; return 1; }
+    [ "$(complete_words plait k8s render p.json --workload vc)" = vcjob ] || return 1
+    # one that takes any value still completes nothing
+    [ -z "$(complete_words plait k8s render p.json --name "")" ] || return 1
 }
 
 test_install_and_uninstall() {

@@ -329,5 +329,87 @@ test_plot_writes_svg_and_pdf() {
     [ "$(head -c 4 "$WORK/loss.pdf")" = "%PDF" ] || return 1
 }
 
+# plait plot's options, read back from the SVG's paths (cairo writes each stroke's style and
+# points): the validation loss dashed 6,4 with a dot per evaluation; --smooth W the training
+# loss's mean over its last W steps with the steps' own loss faint (opacity 0.25) behind;
+# --log the loss's pixels linear in log(loss) (linear in the loss without it); where a run
+# resumed (its metrics mark the first step after a resume) a vertical line dashed 2,3.
+test_plot_options_change_what_is_drawn() {
+    local run=$WORK/resumed-run rc=0
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=8 "$PLAIT" train "$WORK/plan.json" --out "$run" >/dev/null 2>&1 || rc=$?
+    [ "$rc" -eq 75 ] || { echo "interrupted run exit $rc"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$run" >/dev/null 2>&1 || return 1
+    "$PY" - "$run/metrics.jsonl" <<'PYEOF' || return 1
+import json, sys
+steps = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
+marked = [r["step"] for r in steps if r.get("resumed")]
+assert len(steps) == 12 and marked == [3], marked  # stopped mid-step 3: resumed there
+PYEOF
+    mkdir -p "$WORK/shapes"
+    "$PY" - "$WORK/shapes/metrics.jsonl" <<'PYEOF' || return 1
+import json, sys
+with open(sys.argv[1], "w") as out:
+    for i in range(1, 21):
+        r = {"step": i, "loss": 10 * 0.8 ** i, "lr": 1e-3, "grad_norm": 1.0, "tokens": 100,
+             "tokens_total": 100 * i, "ms": 5.0, "tokens_per_s": 2e4, "peak_pct": 10.0}
+        if i == 11:
+            r["resumed"] = True
+        out.write(json.dumps(r) + "\n")
+        if i % 5 == 0:
+            out.write(json.dumps({"eval_step": i, "val_loss": 12 * 0.8 ** i, "val_tokens": 64}) + "\n")
+PYEOF
+    "$PLAIT" plot "$WORK/shapes" -o "$WORK/plain.svg" >/dev/null 2>&1 || return 0 # without cairo: above
+    "$PLAIT" plot "$WORK/shapes" -o "$WORK/smooth.svg" --smooth 4 >/dev/null || return 1
+    "$PLAIT" plot "$WORK/shapes" -o "$WORK/log.svg" --log >/dev/null || return 1
+    grep -v '"resumed"' "$WORK/shapes/metrics.jsonl" >"$WORK/shapes.jsonl" && mkdir -p "$WORK/unresumed" &&
+        mv "$WORK/shapes.jsonl" "$WORK/unresumed/metrics.jsonl" || return 1
+    "$PLAIT" plot "$WORK/unresumed" -o "$WORK/unresumed.svg" >/dev/null || return 1
+    expect_error "$WORK/smooth0.log" 2 "--smooth 0: must be a number of steps" \
+        "$PLAIT" plot "$WORK/shapes" -o "$WORK/x.svg" --smooth 0 || return 1
+    "$PY" - "$WORK" <<'PYEOF'
+import math, re, sys
+work = sys.argv[1]
+RUN = "rgb(12%,47%,71%)"  # the first run's colour
+def strokes(name):
+    """(style, [(x, y)]) of each stroked path, in drawing order"""
+    svg = open(f"{work}/{name}.svg").read()
+    out = []
+    for style, d in re.findall(r'<path style="(fill:none;[^"]*)" d="([^"]*)"', svg):
+        pts = [(float(a), float(b)) for a, b in re.findall(r"[ML] ([-\d.]+) ([-\d.]+)", d)]
+        out.append((style, pts))
+    return out
+def runs_lines(name, dash=None, opacity="1"):
+    want = lambda s: RUN in s and f"stroke-opacity:{opacity};" in s and (
+        (f"stroke-dasharray:{dash};" in s) if dash else "dasharray" not in s)
+    return [p for s, p in strokes(name) if want(s)]
+def residual(values, ys):
+    """the largest distance (px) of ys from the best line through (values, ys)"""
+    n = len(values); mx = sum(values) / n; my = sum(ys) / n
+    b = sum((v - mx) * (y - my) for v, y in zip(values, ys)) / sum((v - mx) ** 2 for v in values)
+    return max(abs(y - (my + b * (v - mx))) for v, y in zip(values, ys))
+loss = [10 * 0.8 ** i for i in range(1, 21)]
+mean4 = [sum(loss[max(0, i - 3):i + 1]) / len(loss[max(0, i - 3):i + 1]) for i in range(20)]
+plain = runs_lines("plain")[0]  # the first panel's training loss
+ys = [y for _, y in plain]
+assert len(plain) == 20 and residual(loss, ys) < 0.05 < 1 < residual([math.log(v) for v in loss], ys)
+logy = [y for _, y in runs_lines("log")[0]]
+assert residual([math.log(v) for v in loss], logy) < 0.05 and residual(loss, logy) > 1, "--log"
+assert not runs_lines("plain", opacity="0.25"), "a faint line without --smooth"
+faint, smooth = runs_lines("smooth", opacity="0.25")[0], runs_lines("smooth")[0]
+assert [y for _, y in faint] != [y for _, y in smooth], "--smooth drew the loss as it is"
+assert residual(mean4, [y for _, y in smooth]) < 0.05 < 1 < residual(loss, [y for _, y in smooth])
+assert residual(loss, [y for _, y in faint]) < 0.05, "the faint line is not each step's loss"
+val = runs_lines("plain", dash="6,4")  # both loss panels, 4 evaluations each
+assert len(val) == 2 and all(len(p) == 4 for p in val), val
+svg = open(f"{work}/plain.svg").read()
+dots = svg.count(f"fill:{RUN};") - 1  # less the legend's swatch
+assert dots == 8, dots
+resumes = runs_lines("plain", dash="2,3")  # one a panel, vertical, at step 10 (its checkpoint)
+assert len(resumes) == 4 and all(p[0][0] == p[1][0] for p in resumes), resumes
+assert resumes[0][0][0] == plain[9][0], (resumes[0], plain[9])
+assert "2,3" not in open(f"{work}/unresumed.svg").read(), "a resume marked where none was"
+PYEOF
+}
+
 for t in $(declare -F | awk '{print $3}' | grep '^test_'); do check "$t" "$t"; done
 exit $((failures > 0))

@@ -207,6 +207,52 @@ test_progress_line_says_what_means_something() {
         { grep "^step" "$WORK/dp2.log" "$WORK/pp2.log"; return 1; }
 }
 
+# progress_steps LOG: the steps whose progress line LOG has, one a line
+progress_steps() { sed -n 's|^step *\([0-9]*\)/.*|\1|p' "$1"; }
+
+# train.log_every: N prints every Nth step's line; "auto" (the default) a line when a second
+# has passed since the last, and always the first, the last and an evaluated step's;
+# metrics.jsonl keeps every step whatever is printed.
+test_progress_lines_follow_log_every() {
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/every5" --set train.log_every=5 \
+        --set data.val_every=0 --set checkpoint.every=0 >"$WORK/every5.log" 2>&1 ||
+        { cat "$WORK/every5.log"; return 1; }
+    [ "$(progress_steps "$WORK/every5.log" | tr '\n' ' ')" = "1 5 10 12 " ] ||
+        { cat "$WORK/every5.log"; return 1; }
+    # each step at least 3 × 100 ms (the slow reads): a second holds back 2 or 3 lines
+    PLAIT_DEBUG_SLOW_RANK=0:100 "$PLAIT" train "$WORK/plan.json" --out "$WORK/auto" \
+        --set train.log_every=auto --set steps=9 --set data.val_every=4 \
+        --set checkpoint.every=0 >"$WORK/auto.log" 2>&1 || { cat "$WORK/auto.log"; return 1; }
+    progress_steps "$WORK/auto.log" >"$WORK/auto.steps"
+    "$PY" - "$WORK/auto/metrics.jsonl" "$WORK/auto.steps" <<'PYEOF' || { cat "$WORK/auto.log"; return 1; }
+import json, sys
+ms = {r["step"]: r["ms"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r}
+printed = [int(l) for l in open(sys.argv[2])]
+assert sorted(ms) == list(range(1, 10)), ms  # every step in the metrics
+for must in (1, 4, 8, 9):  # the first, the evaluated ones, the last
+    assert must in printed, (must, printed)
+assert 2 not in printed, printed  # 0.3 s after the first line
+# a step a second or more (its steps' own times, less than the wall's) after the last line
+since = 0
+for step in range(1, 10):
+    since += ms[step]
+    assert since < 1000 or step in printed, (step, since, printed)
+    if step in printed:
+        since = 0
+PYEOF
+    # the start line says what "% of peak" is against
+    grep -q "GFLOP/s peak (products measured at start" "$WORK/auto.log" || { cat "$WORK/auto.log"; return 1; }
+}
+
+# A run that fails on its data says that alone: not first why it trains on the CPU.
+test_a_data_error_comes_first() {
+    head -c 100 "$WORK/train.bin" >"$WORK/stub.bin"
+    expect_error "$WORK/stub.log" 1 "data.train: .*stub.bin: too short" \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/stub" --set data.train="$WORK/stub.bin" ||
+        return 1
+    ! grep -q "parallel.device" "$WORK/stub.log" || { cat "$WORK/stub.log"; return 1; }
+}
+
 check recompute_gives_the_same_losses_to_the_bit test_recompute_gives_the_same_losses_to_the_bit
 check bf16_tracks_fp32 test_bf16_tracks_fp32
 check loss_falls_below_unigram_entropy test_loss_falls_below_unigram_entropy
@@ -218,4 +264,6 @@ check data_prepare_writes_llmc_shards test_data_prepare_writes_llmc_shards
 check init_reads_llmc_fp32_and_bf16_checkpoints test_init_reads_llmc_fp32_and_bf16_checkpoints
 check samples_are_valid_utf8 test_samples_are_valid_utf8
 check progress_line_says_what_means_something test_progress_line_says_what_means_something
+check progress_lines_follow_log_every test_progress_lines_follow_log_every
+check a_data_error_comes_first test_a_data_error_comes_first
 finish
