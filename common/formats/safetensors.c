@@ -105,6 +105,31 @@ static json_t *read_header(struct st_file *st, uint64_t *data_at, uint64_t *data
     return h;
 }
 
+static int by_begin(const void *a, const void *b)
+{
+    const struct st_tensor *x = *(const struct st_tensor *const *)a,
+                           *y = *(const struct st_tensor *const *)b;
+    return (x->begin > y->begin) - (x->begin < y->begin);
+}
+
+/* No two tensors share a byte (empty ones hold none). */
+static int check_overlaps(const struct st_file *st, struct plait_error *err)
+{
+    const struct st_tensor **by = malloc((size_t)st->n * sizeof *by + 1);
+    if (!by) return error_set(err, "out of memory");
+    int m = 0;
+    for (int i = 0; i < st->n; i++)
+        if (st->tensors[i].end > st->tensors[i].begin) by[m++] = &st->tensors[i];
+    qsort(by, (size_t)m, sizeof *by, by_begin);
+    int rc = 0;
+    for (int i = 1; i < m && !rc; i++)
+        if (by[i]->begin < by[i - 1]->end)
+            rc = error_set(err, "%s: tensor %s: its bytes overlap tensor %s's", st->path,
+                           by[i]->name, by[i - 1]->name);
+    free(by);
+    return rc;
+}
+
 int st_open(struct st_file *st, const char *path, struct plait_error *err)
 {
     memset(st, 0, sizeof *st);
@@ -124,6 +149,7 @@ int st_open(struct st_file *st, const char *path, struct plait_error *err)
         if (rc == 0) st->n++;
     }
     json_decref(h);
+    if (!rc) rc = check_overlaps(st, err);
     if (rc) st_close(st);
     return rc;
 }

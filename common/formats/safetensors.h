@@ -2,8 +2,9 @@
  * header length, a JSON header naming each tensor's dtype, shape and byte
  * range in the data that follows ("__metadata__" aside), then the data.
  * Every length, shape and offset of the header is checked against the file
- * before a byte of data is read: a hostile header is an error naming the
- * file and the tensor, never a crash or an allocation of its size. */
+ * before a byte of data is read (no two tensors may share a byte): a
+ * hostile header is an error naming the file and the tensor, never a crash
+ * or an allocation of its size. */
 #ifndef PLAIT_FORMATS_SAFETENSORS_H
 #define PLAIT_FORMATS_SAFETENSORS_H
 

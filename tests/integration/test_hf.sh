@@ -104,6 +104,8 @@ PYEOF
 }
 check hostile_offsets_beyond_the_data expect_refusal offsets "outside the" hostile offsets \
     "h[k0]['data_offsets'] = [o + (1 << 30) for o in h[k0]['data_offsets']]"
+check hostile_offsets_overlapping expect_refusal overlap "overlap tensor" hostile overlap \
+    "k1 = next(k for k in h if k not in ('__metadata__', k0)); h[k1]['data_offsets'] = h[k0]['data_offsets']; h[k1]['shape'] = h[k0]['shape']; h[k1]['dtype'] = h[k0]['dtype']"
 check hostile_size_not_the_shape expect_refusal size "bytes for" hostile size \
     "h[k0]['shape'][0] += 1"
 check hostile_header_length_beyond_the_file expect_refusal length "a header of" hostile length \
