@@ -353,6 +353,31 @@ static int read_one(void *ctx, const struct hf_part *p, size_t at)
     return read_part(&r->files, p, !r->cfg->llama, r->full + at, r->err);
 }
 
+/* A tied model's lm_head.weight, where the directory has one (transformers
+ * may save the tied head beside the embedding), must be the embedding that
+ * plait uses for both: a head of its own cannot be dropped silently. */
+static int tied_head_check(struct reading *r, const float *wte)
+{
+    const struct gpt2_config *c = r->cfg;
+    struct hf_part head = PART("lm_head.weight", c->vocab, c->hidden, false);
+    struct st_file *in = NULL;
+    const struct st_tensor *t;
+    if (c->untied) return 0;
+    if (find(&r->files, head.name, &in, &t, r->err)) return -1;
+    if (!t) return 0;
+    size_t n = (size_t)c->vocab * (size_t)c->hidden;
+    float *got = malloc(n * sizeof *got);
+    if (!got) return error_set(r->err, "out of memory for %s", head.name);
+    int rc = read_part(&r->files, &head, false, got, r->err);
+    if (rc == 0 && memcmp(got, wte, n * sizeof *got) != 0)
+        rc = error_set(r->err, "%s: lm_head.weight is not the token embedding: the model's "
+                               "head is tied to it (config.json), so a head of its own would "
+                               "be lost",
+                       in->path);
+    free(got);
+    return rc;
+}
+
 int hf_model_read(const char *dir, const struct gpt2_config *cfg, float *full,
                   struct plait_error *err)
 {
@@ -361,7 +386,9 @@ int hf_model_read(const char *dir, const struct gpt2_config *cfg, float *full,
     memset(full, 0, layout.total * sizeof *full);
     struct reading r = {.cfg = cfg, .full = full, .err = err};
     if (open_files(&r.files, dir, err)) return -1;
-    int rc = each_part(cfg, read_one, &r);
+    int rc = each_part(cfg, read_one, &r) || tied_head_check(&r, full + layout.offset[GPT2_WTE])
+                 ? -1
+                 : 0;
     close_files(&r.files);
     return rc;
 }

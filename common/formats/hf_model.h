@@ -31,8 +31,10 @@ int hf_config_read(const char *dir, struct hf_config *out, struct plait_error *e
 /* The whole model of cfg (its dimensions the directory's) into full, in
  * llm.c order (gpt2_layout): each tensor found by its name, its shape
  * checked, packed (q, k, v; gate, up) and, for GPT-2's Conv1D weights,
- * transposed; the vocabulary's padding rows zero. -1 with err naming the file
- * and tensor that is missing or of another shape. */
+ * transposed; the vocabulary's padding rows zero. A tied model's
+ * lm_head.weight, if the directory has one, must equal the embedding. -1 with
+ * err naming the file and tensor that is missing, of another shape, or a
+ * tied head that differs. */
 int hf_model_read(const char *dir, const struct gpt2_config *cfg, float *full,
                   struct plait_error *err);
 

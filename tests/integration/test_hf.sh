@@ -27,6 +27,47 @@ gpt2_as_llmc_and_as_hf() {
 }
 check gpt2_from_hf_trains_as_from_llmc gpt2_as_llmc_and_as_hf
 
+# A GPT-2 as transformers saves it (hf_gpt2_ref.py: three shards in F32, BF16
+# and F16 with their index, the tied lm_head.weight beside the embedding):
+# plait's logits and loss on its first batch are those of a PyTorch forward
+# written after transformers' modeling_gpt2, within 1e-5 relative (fp32).
+HFREF=$ROOT/tests/golden/hf_gpt2_ref.py
+
+# gpt2_case NAME [case options]: the case in $WORK/hcase_NAME, one step of it
+# trained with its logits dumped into $WORK/hrun_NAME
+gpt2_case() {
+    local c=$WORK/hcase_$1 r=$WORK/hrun_$1
+    shift
+    "$PY" "$HFREF" case "$c" "$@" &&
+        PLAIT_DUMP_STEP1="$r/dump" "$PLAIT" train "$c/plan.json" --out "$r" >"$r.log" 2>&1 ||
+        { tail -n 20 "$r.log"; return 1; }
+}
+gpt2_logits_as_transformers() {
+    gpt2_case "$1" "${@:2}" && "$PY" "$HFREF" compare "$WORK/hcase_$1" "$WORK/hrun_$1"
+}
+check gpt2_transformers_layout_logits_match_referee gpt2_logits_as_transformers prefixed
+check gpt2_names_without_transformer_prefix gpt2_logits_as_transformers bare --no-prefix
+check gpt2_without_lm_head_weight gpt2_logits_as_transformers headless --head none
+
+# the comparison can fail: the referee's logits 1e-4 off are refused
+referee_refuses_other_logits() {
+    local c=$WORK/hcase_off
+    rm -rf "$c" && cp -r "$WORK/hcase_prefixed" "$c" &&
+        "$PY" -c 'import numpy as np, sys
+a = np.fromfile(sys.argv[1], dtype="<f4"); (a * np.float32(1 + 1e-4)).tofile(sys.argv[1])' \
+            "$c/ref/logits.f32" &&
+        ! "$PY" "$HFREF" compare "$c" "$WORK/hrun_prefixed"
+}
+check gpt2_referee_refuses_logits_1e-4_off referee_refuses_other_logits
+
+# a tied GPT-2 whose lm_head.weight is not its embedding is refused
+head_other_refused() {
+    "$PY" "$HFREF" case "$WORK/hcase_other" --head other &&
+        expect_refusal "lm_head other than wte" "lm_head.weight is not the token embedding" \
+            "$PLAIT" ckpt import "$WORK/hcase_other/hf" "$WORK/hcase_other/plan.json" \
+            --out "$WORK/hrun_other"
+}
+
 # the referee's Llama case: its init/ directory and plan
 "$PY" "$ROOT/tests/golden/llama_ref.py" case "$WORK/lcase" >"$WORK/lcase.log" 2>&1 ||
     cat "$WORK/lcase.log"
@@ -76,6 +117,8 @@ expect_refusal() {
     echo "$out"
     return 1
 }
+
+check gpt2_lm_head_other_than_embedding_refused head_other_refused
 
 llama_as_llmc_refused() {
     expect_refusal "export --llmc of a llama" "export a llama with --hf" \
