@@ -16,8 +16,9 @@ Run it with Debian's /usr/bin/python3 (python3-torch):
       --head: lm_head.weight equal to the embedding (default), left out, or
       another matrix), OUTDIR/train_000.bin, OUTDIR/plan.json (model.init
       hf/, one step), OUTDIR/ref/{logits.f32 (B·T, V), loss.json} and
-      OUTDIR/ref/export.jsonl: each tensor plait's fp32 export must hold, as
-      tests/hf/read.mjs prints it ({name, dtype, shape, sha256}, sorted)
+      OUTDIR/ref/export{,_bf16}.jsonl: each tensor plait's fp32 (bf16) export
+      must hold, as tests/hf/read.mjs prints it ({name, dtype, shape,
+      sha256}, sorted; bf16 rounded to nearest even here)
   hf_gpt2_ref.py compare CASEDIR RUNDIR   RUNDIR/dump/logits.f32 (B·T, Vp)
       and step 1's loss in RUNDIR/metrics.jsonl against ref/: norm-wise
       relative distance of the logits and relative distance of the loss at
@@ -166,14 +167,15 @@ def gpt2_lm_logits(t, idx):
 
 # ---------------------------------------------------------------- case and compare
 
-def export_listing(t):
-    """What read.mjs prints of plait's fp32 export: every tensor but the head."""
+def export_listing(t, dtype):
+    """What read.mjs prints of plait's export in dtype (F32, BF16): every
+    tensor but the head."""
     rows = []
     for name, a in t.items():
         if name != "lm_head.weight":
-            a = np.ascontiguousarray(a, dtype="<f4")
-            rows.append(json.dumps({"name": name, "dtype": "F32", "shape": list(a.shape),
-                                    "sha256": hashlib.sha256(a.tobytes()).hexdigest()},
+            b = g.safetensors_bytes(a, dtype)
+            rows.append(json.dumps({"name": name, "dtype": dtype, "shape": list(a.shape),
+                                    "sha256": hashlib.sha256(b.tobytes()).hexdigest()},
                                    separators=(",", ":")))
     return "".join(r + "\n" for r in sorted(rows))
 
@@ -201,8 +203,9 @@ def make_case(outdir, prefix, head):
     logits.to(torch.float32).numpy().astype("<f4").tofile(os.path.join(ref, "logits.f32"))
     with open(os.path.join(ref, "loss.json"), "w") as f:
         json.dump({"loss": loss.item()}, f)
-    with open(os.path.join(ref, "export.jsonl"), "w") as f:
-        f.write(export_listing(t))
+    for dtype, name in (("F32", "export.jsonl"), ("BF16", "export_bf16.jsonl")):
+        with open(os.path.join(ref, name), "w") as f:
+            f.write(export_listing(t, dtype))
 
 
 def compare(casedir, rundir):

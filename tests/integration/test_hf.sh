@@ -96,6 +96,35 @@ else
     echo "ok llama_import_export_is_exact_and_read_by_another_reader # SKIP $why"
 fi
 
+# The GPT-2's export, fp32 and bf16: export → import → export rewrites the
+# same bytes, in shards of a given size
+gpt2_round_trip() { # DTYPE
+    local c=$WORK/hcase_prefixed d=$WORK/g$1
+    "$PLAIT" ckpt import "$c/hf" "$c/plan.json" --out "$d/imported" >/dev/null &&
+        "$PLAIT" ckpt export "$d/imported" --hf "$d/out1" --shard-mb 0.01 --dtype "$1" \
+            >/dev/null &&
+        ls "$d/out1"/model-00002-of-0000[2-9].safetensors >/dev/null &&
+        "$PLAIT" ckpt import "$d/out1" "$c/plan.json" --out "$d/again" >/dev/null &&
+        "$PLAIT" ckpt export "$d/again" --hf "$d/out2" --shard-mb 0.01 --dtype "$1" >/dev/null &&
+        for f in "$d/out1"/*; do cmp "$f" "$d/out2/$(basename "$f")" || return 1; done
+}
+check gpt2_export_import_export_is_exact_fp32 gpt2_round_trip fp32
+check gpt2_export_import_export_is_exact_bf16 gpt2_round_trip bf16
+# ... and the npm reader reads the exports as the tensors the case wrote
+# (bf16: rounded to nearest even by the case's script)
+gpt2_export_read_by_another_reader() {
+    local c=$WORK/hcase_prefixed
+    tensors gexp "$WORK/gfp32/out1" && [ "$(wc -l <"$WORK/gexp.jsonl")" -eq 28 ] &&
+        cmp "$WORK/gexp.jsonl" "$c/ref/export.jsonl" &&
+        tensors gexp_bf16 "$WORK/gbf16/out1" &&
+        cmp "$WORK/gexp_bf16.jsonl" "$c/ref/export_bf16.jsonl"
+}
+if [ -d "$READER/node_modules/safetensors" ]; then
+    check gpt2_export_read_by_another_reader gpt2_export_read_by_another_reader
+else
+    echo "ok gpt2_export_read_by_another_reader # SKIP no safetensors reader"
+fi
+
 # the imported checkpoint trains as model.init does: the same metrics
 imported_trains_as_init() {
     local c=$WORK/lcase
