@@ -53,7 +53,7 @@ const struct cli_command cmd_ckpt_verify_cli = {
     .epilog = "exit codes: 0 every checkpoint verifies, 1 one does not (or there is none)",
 };
 
-enum { OPT_LLMC, OPT_HF, OPT_SHARD_MB };
+enum { OPT_LLMC, OPT_HF, OPT_SHARD_MB, OPT_DTYPE };
 const struct cli_command cmd_ckpt_export_cli = {
     .name = "ckpt export",
     .operands = "DIR",
@@ -65,7 +65,8 @@ const struct cli_command cmd_ckpt_export_cli = {
         "newest checkpoint that verifies). The parameters are gathered from the\n"
         "shards of whatever tp × pp × dp layout wrote it into one fp32 llm.c GPT-2\n"
         "checkpoint (--llmc), or into a Hugging Face model directory (--hf: config.json,\n"
-        "fp32 safetensors in transformers' names, sharded with an index), which\n"
+        "fp32 (or --dtype bf16) safetensors in transformers' names, sharded with an\n"
+        "index), which\n"
         "model.init, llm.c and transformers load. Each file is written to a temporary\n"
         "name, fsynced, renamed.",
     .options =
@@ -74,6 +75,8 @@ const struct cli_command cmd_ckpt_export_cli = {
             [OPT_HF] = {"--hf", "OUT_DIR", "the Hugging Face directory to write"},
             [OPT_SHARD_MB] = {"--shard-mb", "MB", "--hf: the most MB of tensors a file holds "
                                                   "(default 5000)"},
+            [OPT_DTYPE] = {"--dtype", "fp32|bf16", "--hf: the tensors' dtype (default fp32; "
+                                                   "bf16 rounds to nearest even)"},
             {0}},
     .epilog = "exit codes: 0 written, 1 no checkpoint that verifies, or a write failed",
 };
@@ -340,11 +343,11 @@ static float *gather_whole(struct ckpt_source *src, struct plait_error *err)
 
 /* The source's whole model as a Hugging Face directory. */
 static int export_hf(struct ckpt_source *src, const char *out, size_t shard_bytes,
-                     struct plait_error *err)
+                     enum st_dtype dtype, struct plait_error *err)
 {
     float *full = gather_whole(src, err);
     if (!full) return -1;
-    int rc = hf_model_write(out, &src->cfg, full, shard_bytes, err);
+    int rc = hf_model_write(out, &src->cfg, full, shard_bytes, dtype, err);
     free(full);
     return rc;
 }
@@ -411,7 +414,7 @@ int cmd_ckpt_export(int argc, char **argv)
     struct cli_args a;
     int parsed = cli_parse(&cmd_ckpt_export_cli, argc, argv, &a);
     if (parsed != CLI_CONTINUE) return parsed;
-    const char *arg = NULL, *out = NULL, *hf = NULL;
+    const char *arg = NULL, *out = NULL, *hf = NULL, *dtype = NULL;
     double shard_mb = 5000;
     char *end = NULL;
     for (int i = 0; i < a.n; i++)
@@ -421,14 +424,18 @@ int cmd_ckpt_export(int argc, char **argv)
             hf = a.v[i].value;
         else if (a.v[i].opt == OPT_SHARD_MB)
             shard_mb = strtod(a.v[i].value, &end);
+        else if (a.v[i].opt == OPT_DTYPE)
+            dtype = a.v[i].value;
         else
             arg = a.v[i].value;
     bool bad_mb = end && (*end || !(shard_mb > 0) || shard_mb > 1e9);
-    if (!out == !hf || bad_mb) {
+    bool bad_dtype = dtype && (!hf || (strcmp(dtype, "fp32") != 0 && strcmp(dtype, "bf16") != 0));
+    if (!out == !hf || bad_mb || bad_dtype) {
         cli_args_free(&a);
         return cli_usage_error(&cmd_ckpt_export_cli,
-                               bad_mb ? "--shard-mb takes a positive number of MB"
-                                   : "one of --llmc OUT.bin and --hf OUT_DIR is required");
+                               bad_mb      ? "--shard-mb takes a positive number of MB"
+                               : bad_dtype ? "--dtype is fp32 or bf16, with --hf"
+                                           : "one of --llmc OUT.bin and --hf OUT_DIR is required");
     }
     struct plait_error err;
     struct ckpt_source src;
@@ -441,7 +448,8 @@ int cmd_ckpt_export(int argc, char **argv)
         log_error("ckpt export: %s", err.text);
         goto out;
     }
-    int failed = hf ? export_hf(&src, hf, (size_t)(shard_mb * (1 << 20)), &err)
+    enum st_dtype st = dtype && strcmp(dtype, "bf16") == 0 ? ST_BF16 : ST_F32;
+    int failed = hf ? export_hf(&src, hf, (size_t)(shard_mb * (1 << 20)), st, &err)
                     : export_llmc(&src, out, &err);
     ckpt_source_close(&src);
     if (failed) {

@@ -353,6 +353,31 @@ static int read_one(void *ctx, const struct hf_part *p, size_t at)
     return read_part(&r->files, p, !r->cfg->llama, r->full + at, r->err);
 }
 
+/* A tied model's lm_head.weight, where the directory has one (transformers
+ * may save the tied head beside the embedding), must be the embedding that
+ * plait uses for both: a head of its own cannot be dropped silently. */
+static int tied_head_check(struct reading *r, const float *wte)
+{
+    const struct gpt2_config *c = r->cfg;
+    struct hf_part head = PART("lm_head.weight", c->vocab, c->hidden, false);
+    struct st_file *in = NULL;
+    const struct st_tensor *t;
+    if (c->untied) return 0;
+    if (find(&r->files, head.name, &in, &t, r->err)) return -1;
+    if (!t) return 0;
+    size_t n = (size_t)c->vocab * (size_t)c->hidden;
+    float *got = malloc(n * sizeof *got);
+    if (!got) return error_set(r->err, "out of memory for %s", head.name);
+    int rc = read_part(&r->files, &head, false, got, r->err);
+    if (rc == 0 && memcmp(got, wte, n * sizeof *got) != 0)
+        rc = error_set(r->err, "%s: lm_head.weight is not the token embedding: the model's "
+                               "head is tied to it (config.json), so a head of its own would "
+                               "be lost",
+                       in->path);
+    free(got);
+    return rc;
+}
+
 int hf_model_read(const char *dir, const struct gpt2_config *cfg, float *full,
                   struct plait_error *err)
 {
@@ -361,7 +386,9 @@ int hf_model_read(const char *dir, const struct gpt2_config *cfg, float *full,
     memset(full, 0, layout.total * sizeof *full);
     struct reading r = {.cfg = cfg, .full = full, .err = err};
     if (open_files(&r.files, dir, err)) return -1;
-    int rc = each_part(cfg, read_one, &r);
+    int rc = each_part(cfg, read_one, &r) || tied_head_check(&r, full + layout.offset[GPT2_WTE])
+                 ? -1
+                 : 0;
     close_files(&r.files);
     return rc;
 }
@@ -376,7 +403,8 @@ struct writing {
     const struct gpt2_config *cfg;
     const float *full;
     size_t shard_bytes, in_file;
-    uint64_t total; /* bytes of tensors written */
+    enum st_dtype dtype; /* ST_F32 or ST_BF16 */
+    uint64_t total;      /* bytes of tensors written */
     bool dry;
     int file, files;
     struct st_out *pending;
@@ -437,7 +465,8 @@ static bool grow(struct writing *w)
 static int write_one(void *ctx, const struct hf_part *p, size_t at)
 {
     struct writing *w = ctx;
-    size_t elems = (size_t)(p->rows * (p->cols ? p->cols : 1)), bytes = 4 * elems;
+    size_t elems = (size_t)(p->rows * (p->cols ? p->cols : 1));
+    size_t bytes = elems * (w->dtype == ST_BF16 ? 2 : 4); /* in the file */
     if (w->in_file && w->in_file + bytes > w->shard_bytes && flush_file(w)) return -1;
     w->in_file += bytes;
     w->total += w->dry ? 0 : bytes;
@@ -452,7 +481,8 @@ static int write_one(void *ctx, const struct hf_part *p, size_t at)
     if (!grow(w)) return error_set(w->err, "out of memory");
     float *copy = NULL;
     if (p->transposed) { /* GPT-2's Conv1D: stored (in, out) */
-        if (!(copy = malloc(bytes))) return error_set(w->err, "out of memory for %s", name);
+        if (!(copy = malloc(elems * sizeof *copy)))
+            return error_set(w->err, "out of memory for %s", name);
         for (long long r = 0; r < p->rows; r++)
             for (long long k = 0; k < p->cols; k++)
                 copy[k * p->rows + r] = w->full[at + (size_t)(r * p->cols + k)];
@@ -460,7 +490,8 @@ static int write_one(void *ctx, const struct hf_part *p, size_t at)
     w->owned[w->n] = copy;
     w->names[w->n] = strdup(name);
     struct st_out *o = &w->pending[w->n++];
-    *o = (struct st_out){.name = w->names[w->n - 1], .data = copy ? copy : w->full + at};
+    *o = (struct st_out){.name = w->names[w->n - 1], .data = copy ? copy : w->full + at,
+                         .dtype = w->dtype};
     o->ndim = p->cols ? 2 : 1;
     o->shape[0] = p->transposed ? p->cols : p->rows;
     o->shape[1] = p->transposed ? p->rows : p->cols;
@@ -468,15 +499,16 @@ static int write_one(void *ctx, const struct hf_part *p, size_t at)
 }
 
 /* config.json as transformers writes it for the model's class. */
-static json_t *config_json(const struct gpt2_config *c)
+static json_t *config_json(const struct gpt2_config *c, enum st_dtype dtype)
 {
+    const char *torch_dtype = dtype == ST_BF16 ? "bfloat16" : "float32";
     if (!c->llama)
         return json_pack("{s:[s],s:s,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:b,s:s}", "architectures",
                          "GPT2LMHeadModel", "model_type", "gpt2", "n_layer", c->layers, "n_head",
                          c->heads, "n_embd", c->hidden, "n_positions", c->max_seq_len,
                          "vocab_size", c->vocab, "activation_function", "gelu_new",
                          "layer_norm_epsilon", 1e-5, "tie_word_embeddings", 1, "torch_dtype",
-                         "float32");
+                         torch_dtype);
     return json_pack("{s:[s],s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:b,s:s,s:s,s:b,s:b}",
                      "architectures", "LlamaForCausalLM", "model_type", "llama", "hidden_size",
                      c->hidden, "intermediate_size", (int)gpt2_ffn(c), "num_attention_heads",
@@ -484,7 +516,7 @@ static json_t *config_json(const struct gpt2_config *c)
                      c->layers, "vocab_size", c->vocab, "max_position_embeddings",
                      c->max_seq_len, "rms_norm_eps", (double)c->norm_eps, "rope_theta",
                      c->rope_theta, "tie_word_embeddings", !c->untied, "hidden_act", "silu",
-                     "torch_dtype", "float32", "attention_bias", 0, "mlp_bias", 0);
+                     "torch_dtype", torch_dtype, "attention_bias", 0, "mlp_bias", 0);
 }
 
 static int write_json(const char *dir, const char *name, json_t *j, struct plait_error *err)
@@ -501,19 +533,19 @@ static int write_json(const char *dir, const char *name, json_t *j, struct plait
 }
 
 int hf_model_write(const char *dir, const struct gpt2_config *cfg, const float *full,
-                   size_t shard_bytes, struct plait_error *err)
+                   size_t shard_bytes, enum st_dtype dtype, struct plait_error *err)
 {
     struct gpt2_layout layout;
     if (gpt2_layout(cfg, &layout)) return error_set(err, "the model is too large to address");
     struct writing w = {.dir = dir, .cfg = cfg, .full = full, .err = err, .dry = true,
-                        .shard_bytes = shard_bytes ? shard_bytes : 1};
+                        .shard_bytes = shard_bytes ? shard_bytes : 1, .dtype = dtype};
     int rc = fs_mkdir_p(dir, err) || each_part(cfg, write_one, &w) || flush_file(&w) ? -1 : 0;
     w.files = w.file, w.file = 0, w.dry = false, w.in_file = 0;
     w.weight_map = json_object();
     rc = rc || each_part(cfg, write_one, &w) || flush_file(&w) ? -1 : 0;
     json_t *index = json_pack("{s:{s:I},s:O}", "metadata", "total_size", (json_int_t)w.total,
                               "weight_map", w.weight_map);
-    json_t *config = config_json(cfg);
+    json_t *config = config_json(cfg, dtype);
     rc = rc || write_json(dir, "model.safetensors.index.json", index, err) ||
                  write_json(dir, "config.json", config, err)
              ? -1

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 
 #include "common/error.h"
+#include "common/formats/safetensors.h"
 #include "common/gpt2/gpt2_layout.h"
 
 struct hf_config {
@@ -31,19 +32,21 @@ int hf_config_read(const char *dir, struct hf_config *out, struct plait_error *e
 /* The whole model of cfg (its dimensions the directory's) into full, in
  * llm.c order (gpt2_layout): each tensor found by its name, its shape
  * checked, packed (q, k, v; gate, up) and, for GPT-2's Conv1D weights,
- * transposed; the vocabulary's padding rows zero. -1 with err naming the file
- * and tensor that is missing or of another shape. */
+ * transposed; the vocabulary's padding rows zero. A tied model's
+ * lm_head.weight, if the directory has one, must equal the embedding. -1 with
+ * err naming the file and tensor that is missing, of another shape, or a
+ * tied head that differs. */
 int hf_model_read(const char *dir, const struct gpt2_config *cfg, float *full,
                   struct plait_error *err);
 
 /* The reverse: the whole model of cfg (full, in llm.c order) written into
- * dir (created if needed) as config.json and fp32 safetensors in transformers'
- * names, files of at most shard_bytes of tensors each (one tensor larger
- * than that has a file of its own) with model.safetensors.index.json, each
- * written to a temporary name, fsynced, renamed. The vocabulary's padding
- * rows are not written. */
+ * dir (created if needed) as config.json and safetensors of dtype (ST_F32, or
+ * ST_BF16 rounded to nearest even) in transformers' names, files of at most
+ * shard_bytes of tensors each (one tensor larger than that has a file of its
+ * own) with model.safetensors.index.json, each written to a temporary name,
+ * fsynced, renamed. The vocabulary's padding rows are not written. */
 int hf_model_write(const char *dir, const struct gpt2_config *cfg, const float *full,
-                   size_t shard_bytes, struct plait_error *err);
+                   size_t shard_bytes, enum st_dtype dtype, struct plait_error *err);
 
 /* Whether the directory's config.json describes cfg's model (its tensors'
  * shapes); -1 with err naming the first dimension that differs. */

@@ -1,6 +1,6 @@
 /* safetensors.c — reading a safetensors file's header with every entry
- * checked against the file, its tensors as fp32, and writing fp32 files
- * (safetensors.h). Which tensors a model has is hf_model.c's. */
+ * checked against the file, its tensors as fp32, and writing fp32 or bf16
+ * files (safetensors.h). Which tensors a model has is hf_model.c's. */
 #include "common/formats/safetensors.h"
 
 #include <errno.h>
@@ -11,6 +11,7 @@
 
 #include "common/checked.h"
 #include "common/fsutil.h"
+#include "kernels/cpu/bf16.h" // defines: bf16_round (header only, the kernels' rounding)
 
 static const struct {
     const char *name;
@@ -20,6 +21,13 @@ static const struct {
               {"I64", ST_OTHER, 8}, {"I32", ST_OTHER, 4}, {"I16", ST_OTHER, 2}, {"I8", ST_OTHER, 1},
               {"U8", ST_OTHER, 1},  {"BOOL", ST_OTHER, 1}, {"F8_E4M3", ST_OTHER, 1},
               {"F8_E5M2", ST_OTHER, 1}};
+
+/* A dtype plait writes (F32, BF16): its name and its bytes an element. */
+static const char *written_dtype(enum st_dtype dtype, size_t *bytes)
+{
+    *bytes = dtype == ST_BF16 ? 2 : 4;
+    return dtype == ST_BF16 ? "BF16" : "F32";
+}
 
 static size_t dtype_bytes(const char *name, enum st_dtype *dtype)
 {
@@ -105,6 +113,31 @@ static json_t *read_header(struct st_file *st, uint64_t *data_at, uint64_t *data
     return h;
 }
 
+static int by_begin(const void *a, const void *b)
+{
+    const struct st_tensor *x = *(const struct st_tensor *const *)a,
+                           *y = *(const struct st_tensor *const *)b;
+    return (x->begin > y->begin) - (x->begin < y->begin);
+}
+
+/* No two tensors share a byte (empty ones hold none). */
+static int check_overlaps(const struct st_file *st, struct plait_error *err)
+{
+    const struct st_tensor **by = malloc((size_t)st->n * sizeof *by + 1);
+    if (!by) return error_set(err, "out of memory");
+    int m = 0;
+    for (int i = 0; i < st->n; i++)
+        if (st->tensors[i].end > st->tensors[i].begin) by[m++] = &st->tensors[i];
+    qsort(by, (size_t)m, sizeof *by, by_begin);
+    int rc = 0;
+    for (int i = 1; i < m && !rc; i++)
+        if (by[i]->begin < by[i - 1]->end)
+            rc = error_set(err, "%s: tensor %s: its bytes overlap tensor %s's", st->path,
+                           by[i]->name, by[i - 1]->name);
+    free(by);
+    return rc;
+}
+
 int st_open(struct st_file *st, const char *path, struct plait_error *err)
 {
     memset(st, 0, sizeof *st);
@@ -124,6 +157,7 @@ int st_open(struct st_file *st, const char *path, struct plait_error *err)
         if (rc == 0) st->n++;
     }
     json_decref(h);
+    if (!rc) rc = check_overlaps(st, err);
     if (rc) st_close(st);
     return rc;
 }
@@ -199,7 +233,14 @@ int st_read_f32(struct st_file *st, const struct st_tensor *t, float *out, struc
     return 0;
 }
 
-/* The header: {name: {dtype F32, shape, data_offsets}} in the order given,
+static size_t out_elems(const struct st_out *t)
+{
+    size_t elems = 1;
+    for (int d = 0; d < t->ndim; d++) elems *= (size_t)t->shape[d];
+    return elems;
+}
+
+/* The header: {name: {dtype, shape, data_offsets}} in the order given,
  * padded with spaces to a multiple of 8 bytes. */
 static char *header_of(const struct st_out *t, int n, uint64_t *data_bytes)
 {
@@ -207,16 +248,15 @@ static char *header_of(const struct st_out *t, int n, uint64_t *data_bytes)
     uint64_t at = 0;
     for (int i = 0; i < n; i++) {
         json_t *shape = json_array();
-        size_t elems = 1;
-        for (int d = 0; d < t[i].ndim; d++) {
+        for (int d = 0; d < t[i].ndim; d++)
             json_array_append_new(shape, json_integer(t[i].shape[d]));
-            elems *= (size_t)t[i].shape[d];
-        }
+        size_t width;
+        const char *dtype = written_dtype(t[i].dtype, &width);
+        uint64_t bytes = out_elems(&t[i]) * width;
         json_object_set_new(h, t[i].name,
-                            json_pack("{s:s,s:o,s:[I,I]}", "dtype", "F32", "shape", shape,
-                                      "data_offsets", (json_int_t)at,
-                                      (json_int_t)(at + 4 * elems)));
-        at += 4 * elems;
+                            json_pack("{s:s,s:o,s:[I,I]}", "dtype", dtype, "shape", shape,
+                                      "data_offsets", (json_int_t)at, (json_int_t)(at + bytes)));
+        at += bytes;
     }
     char *text = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(h);
@@ -241,10 +281,16 @@ int st_write(const char *path, const struct st_out *t, int n, struct plait_error
     free(text);
     unsigned char *at = buf + 8 + padded;
     for (int i = 0; i < n; i++) {
-        size_t elems = 1;
-        for (int d = 0; d < t[i].ndim; d++) elems *= (size_t)t[i].shape[d];
-        memcpy(at, t[i].data, 4 * elems);
-        at += 4 * elems;
+        size_t elems = out_elems(&t[i]), width;
+        written_dtype(t[i].dtype, &width);
+        if (t[i].dtype == ST_BF16)
+            for (size_t k = 0; k < elems; k++) {
+                uint16_t b = bf16_round(t[i].data[k]);
+                at[2 * k] = (unsigned char)b, at[2 * k + 1] = (unsigned char)(b >> 8);
+            }
+        else
+            memcpy(at, t[i].data, 4 * elems);
+        at += elems * width;
     }
     int rc = fs_write_atomic(path, buf, total, err);
     free(buf);

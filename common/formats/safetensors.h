@@ -2,8 +2,9 @@
  * header length, a JSON header naming each tensor's dtype, shape and byte
  * range in the data that follows ("__metadata__" aside), then the data.
  * Every length, shape and offset of the header is checked against the file
- * before a byte of data is read: a hostile header is an error naming the
- * file and the tensor, never a crash or an allocation of its size. */
+ * before a byte of data is read (no two tensors may share a byte): a
+ * hostile header is an error naming the file and the tensor, never a crash
+ * or an allocation of its size. */
 #ifndef PLAIT_FORMATS_SAFETENSORS_H
 #define PLAIT_FORMATS_SAFETENSORS_H
 
@@ -50,15 +51,17 @@ size_t st_elems(const struct st_tensor *t);
 int st_read_f32(struct st_file *st, const struct st_tensor *t, float *out,
                 struct plait_error *err);
 
-/* One tensor to write: fp32 data of the shape. */
+/* One tensor to write: fp32 data of the shape, stored as dtype (ST_F32, or
+ * ST_BF16: rounded to nearest even; any other is written as ST_F32). */
 struct st_out {
     const char *name;
     const float *data;
     int ndim;
     int64_t shape[4];
+    enum st_dtype dtype;
 };
 
-/* Writes the tensors as one F32 safetensors file, through a temporary name,
+/* Writes the tensors as one safetensors file, through a temporary name,
  * fsynced and renamed into place. */
 int st_write(const char *path, const struct st_out *t, int n, struct plait_error *err);
 

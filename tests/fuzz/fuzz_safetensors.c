@@ -3,7 +3,8 @@
  * each of its tensors of at most 16 MB to st_read_f32. Checks the header
  * rules against an independent reading of the bytes: a length within the
  * file, and for each tensor a range inside the data whose size is its
- * shape's elements times its dtype's width; F32 read as the file's bytes. */
+ * shape's elements times its dtype's width, sharing no byte with another;
+ * F32 read as the file's bytes. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -79,6 +80,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(n <= ST_MAX_HEADER && n <= size - 8, "a header of %llu bytes in %zu accepted",
                (unsigned long long)n, size);
     for (int i = 0; i < st.n; i++) check_tensor(&st, &st.tensors[i], data, size, 8 + n);
+    for (int i = 0; i < st.n && st.n <= 1000; i++)
+        for (int j = 0; j < i; j++) {
+            const struct st_tensor *a = &st.tensors[i], *b = &st.tensors[j];
+            FUZZ_CHECK(a->begin == a->end || b->begin == b->end || a->end <= b->begin ||
+                           b->end <= a->begin,
+                       "tensors %s and %s share bytes", a->name, b->name);
+        }
     st_close(&st);
     return 0;
 }

@@ -248,6 +248,10 @@ def safetensors_corpus():
         "i64_unreadable": safetensors_file([("ids", "I64", [2], struct.pack("<2q", 1, 2))]),
         "offset_beyond": struct.pack("<Q", 64) + b'{"t":{"dtype":"F32","shape":[1],'
                                                  b'"data_offsets":[0,400]}}'.ljust(64),
+        "overlapping": struct.pack("<Q", 112) + (b'{"a":{"dtype":"F32","shape":[2],'
+                                                b'"data_offsets":[0,8]},"b":{"dtype":"F16",'
+                                                b'"shape":[2],"data_offsets":[4,8]}}').ljust(112)
+        + f32[:8],
     }
     for name, seed in seeds.items():
         open(os.path.join(d, name), "wb").write(seed)

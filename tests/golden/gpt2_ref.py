@@ -203,12 +203,27 @@ def read_model(path):
     return cfg, arrays
 
 
-def write_safetensors(path, tensors):
-    """The safetensors format: u64 header length, JSON header, raw data (F32)."""
+def safetensors_bytes(a, dtype):
+    """The fp32 array a as the dtype's little-endian bytes: F32; F16 and BF16
+    rounded to nearest, ties to even."""
+    a = np.ascontiguousarray(a, dtype="<f4")
+    if dtype == "F16":
+        return a.astype("<f2")
+    if dtype == "BF16":
+        bits = a.view("<u4").astype(np.uint64)
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")
+    assert dtype == "F32", dtype
+    return a
+
+
+def write_safetensors(path, tensors, dtypes=None):
+    """The safetensors format: u64 header length, JSON header, raw data (F32,
+    or the dtype `dtypes` gives a name: F16, BF16)."""
     header, blobs, off = {}, [], 0
     for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name], dtype="<f4")
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        dtype = (dtypes or {}).get(name, "F32")
+        a = safetensors_bytes(tensors[name], dtype)
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
         blobs.append(a.tobytes())
         off += a.nbytes
     text = json.dumps(header, separators=(",", ":")).encode()

@@ -27,6 +27,47 @@ gpt2_as_llmc_and_as_hf() {
 }
 check gpt2_from_hf_trains_as_from_llmc gpt2_as_llmc_and_as_hf
 
+# A GPT-2 as transformers saves it (hf_gpt2_ref.py: three shards in F32, BF16
+# and F16 with their index, the tied lm_head.weight beside the embedding):
+# plait's logits and loss on its first batch are those of a PyTorch forward
+# written after transformers' modeling_gpt2, within 1e-5 relative (fp32).
+HFREF=$ROOT/tests/golden/hf_gpt2_ref.py
+
+# gpt2_case NAME [case options]: the case in $WORK/hcase_NAME, one step of it
+# trained with its logits dumped into $WORK/hrun_NAME
+gpt2_case() {
+    local c=$WORK/hcase_$1 r=$WORK/hrun_$1
+    shift
+    "$PY" "$HFREF" case "$c" "$@" &&
+        PLAIT_DUMP_STEP1="$r/dump" "$PLAIT" train "$c/plan.json" --out "$r" >"$r.log" 2>&1 ||
+        { tail -n 20 "$r.log"; return 1; }
+}
+gpt2_logits_as_transformers() {
+    gpt2_case "$1" "${@:2}" && "$PY" "$HFREF" compare "$WORK/hcase_$1" "$WORK/hrun_$1"
+}
+check gpt2_transformers_layout_logits_match_referee gpt2_logits_as_transformers prefixed
+check gpt2_names_without_transformer_prefix gpt2_logits_as_transformers bare --no-prefix
+check gpt2_without_lm_head_weight gpt2_logits_as_transformers headless --head none
+
+# the comparison can fail: the referee's logits 1e-4 off are refused
+referee_refuses_other_logits() {
+    local c=$WORK/hcase_off
+    rm -rf "$c" && cp -r "$WORK/hcase_prefixed" "$c" &&
+        "$PY" -c 'import numpy as np, sys
+a = np.fromfile(sys.argv[1], dtype="<f4"); (a * np.float32(1 + 1e-4)).tofile(sys.argv[1])' \
+            "$c/ref/logits.f32" &&
+        ! "$PY" "$HFREF" compare "$c" "$WORK/hrun_prefixed"
+}
+check gpt2_referee_refuses_logits_1e-4_off referee_refuses_other_logits
+
+# a tied GPT-2 whose lm_head.weight is not its embedding is refused
+head_other_refused() {
+    "$PY" "$HFREF" case "$WORK/hcase_other" --head other &&
+        expect_refusal "lm_head other than wte" "lm_head.weight is not the token embedding" \
+            "$PLAIT" ckpt import "$WORK/hcase_other/hf" "$WORK/hcase_other/plan.json" \
+            --out "$WORK/hrun_other"
+}
+
 # the referee's Llama case: its init/ directory and plan
 "$PY" "$ROOT/tests/golden/llama_ref.py" case "$WORK/lcase" >"$WORK/lcase.log" 2>&1 ||
     cat "$WORK/lcase.log"
@@ -55,6 +96,35 @@ else
     echo "ok llama_import_export_is_exact_and_read_by_another_reader # SKIP $why"
 fi
 
+# The GPT-2's export, fp32 and bf16: export → import → export rewrites the
+# same bytes, in shards of a given size
+gpt2_round_trip() { # DTYPE
+    local c=$WORK/hcase_prefixed d=$WORK/g$1
+    "$PLAIT" ckpt import "$c/hf" "$c/plan.json" --out "$d/imported" >/dev/null &&
+        "$PLAIT" ckpt export "$d/imported" --hf "$d/out1" --shard-mb 0.01 --dtype "$1" \
+            >/dev/null &&
+        ls "$d/out1"/model-00002-of-0000[2-9].safetensors >/dev/null &&
+        "$PLAIT" ckpt import "$d/out1" "$c/plan.json" --out "$d/again" >/dev/null &&
+        "$PLAIT" ckpt export "$d/again" --hf "$d/out2" --shard-mb 0.01 --dtype "$1" >/dev/null &&
+        for f in "$d/out1"/*; do cmp "$f" "$d/out2/$(basename "$f")" || return 1; done
+}
+check gpt2_export_import_export_is_exact_fp32 gpt2_round_trip fp32
+check gpt2_export_import_export_is_exact_bf16 gpt2_round_trip bf16
+# ... and the npm reader reads the exports as the tensors the case wrote
+# (bf16: rounded to nearest even by the case's script)
+gpt2_export_read_by_another_reader() {
+    local c=$WORK/hcase_prefixed
+    tensors gexp "$WORK/gfp32/out1" && [ "$(wc -l <"$WORK/gexp.jsonl")" -eq 28 ] &&
+        cmp "$WORK/gexp.jsonl" "$c/ref/export.jsonl" &&
+        tensors gexp_bf16 "$WORK/gbf16/out1" &&
+        cmp "$WORK/gexp_bf16.jsonl" "$c/ref/export_bf16.jsonl"
+}
+if [ -d "$READER/node_modules/safetensors" ]; then
+    check gpt2_export_read_by_another_reader gpt2_export_read_by_another_reader
+else
+    echo "ok gpt2_export_read_by_another_reader # SKIP no safetensors reader"
+fi
+
 # the imported checkpoint trains as model.init does: the same metrics
 imported_trains_as_init() {
     local c=$WORK/lcase
@@ -76,6 +146,8 @@ expect_refusal() {
     echo "$out"
     return 1
 }
+
+check gpt2_lm_head_other_than_embedding_refused head_other_refused
 
 llama_as_llmc_refused() {
     expect_refusal "export --llmc of a llama" "export a llama with --hf" \
@@ -104,6 +176,8 @@ PYEOF
 }
 check hostile_offsets_beyond_the_data expect_refusal offsets "outside the" hostile offsets \
     "h[k0]['data_offsets'] = [o + (1 << 30) for o in h[k0]['data_offsets']]"
+check hostile_offsets_overlapping expect_refusal overlap "overlap tensor" hostile overlap \
+    "k1 = next(k for k in h if k not in ('__metadata__', k0)); h[k1]['data_offsets'] = h[k0]['data_offsets']; h[k1]['shape'] = h[k0]['shape']; h[k1]['dtype'] = h[k0]['dtype']"
 check hostile_size_not_the_shape expect_refusal size "bytes for" hostile size \
     "h[k0]['shape'][0] += 1"
 check hostile_header_length_beyond_the_file expect_refusal length "a header of" hostile length \
