@@ -210,7 +210,7 @@ SPANK_CHECK_SRC := tests/spank/submit_check.c $(addprefix spank-plugin/,submit.c
 MAN_PAGE     := $(BUILD)/share/man/man1/plait.1
 COMPLETION   := $(BUILD)/share/bash-completion/completions/plait
 
-.PHONY: all test test-gpu test-cuda bench-cuda gpu-check demo bench bench-tokenizer bench-comm bench-memory bench-ckpt bench-cost install uninstall docs clean deps-build deps-test format fuzz
+.PHONY: all test test-gpu test-cuda test-container bench-cuda gpu-check demo bench bench-tokenizer bench-comm bench-memory bench-ckpt bench-cost install uninstall docs clean deps-build deps-test format fuzz
 all: $(PLAIT) $(PLAIT_TRAIN) $(CUDA_SO) $(TESTS) $(GPU_TESTS) $(TOOLS) $(SPANK_SO) $(SPANK_CHECK) docs
 
 docs: $(MAN_PAGE) $(COMPLETION)
@@ -339,6 +339,11 @@ test-gpu:
 test-cuda:
 	$(MAKE) -j$(JOBS) all
 	tests/gpu/test_cuda.sh
+
+# make test-container: builds the Containerfile's image and trains in it (minutes: not in
+# make test, whose tests/integration/test_containerfile.sh checks the file itself)
+test-container:
+	bash tests/container/test_container.sh
 
 # make bench-cuda: GPT-2 124M on this machine's GPU (exit 77 where there is none)
 bench-cuda:
