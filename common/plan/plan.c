@@ -1,10 +1,11 @@
 /* plan.c — plan.json: the schema table, the strict loader (JSON text, then
  * --set overrides, then types, ranges and defaults, then model.init and the
- * checks between fields) and the writer back to JSON. jansson parses; a small
+ * checks between fields, which are plan_rules.c's) and the writer back to JSON. jansson parses; a small
  * scanner over the same text remembers the line and the literal of each value,
  * which jansson does not keep, so messages can say `plan.json:7: optimizer.lr`.
  * What the fields mean at run time (schedules, sharding) lives in runtime/. */
 #include "common/plan/plan.h"
+#include "common/plan/plan_check.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -20,9 +21,6 @@
 
 #include <jansson.h>
 
-#include "common/gpt2/gpt2_layout.h" // gpt2_layout (the size check)
-#include "common/formats/hf_model.h"    // hf_config_read (model.init, a Hugging Face directory)
-#include "common/formats/llmc.h"        // llmc_read_model_header
 #include "common/formats/rundir.h"         // RUNDIR_CHECKPOINTS (checkpoint.dir's default)
 
 /* ---- the schema ------------------------------------------------------------------------- */
@@ -117,7 +115,7 @@ static const struct field model_fields[] = {
     INT_FIELD("heads", model.heads, 1, INT_MAX, 0, REQ_NO_INIT),
     INT_FIELD("hidden", model.hidden, 1, INT_MAX, 0, REQ_NO_INIT),
     INT_FIELD("vocab", model.vocab, 1, PLAN_VOCAB_MAX, 0, REQ_NO_INIT),
-    /* The defaults of these three are computed in check_rules (from vocab, seq_len or init). */
+    /* The defaults of these three are computed in plan_check_rules (from vocab, seq_len or init). */
     INT_FIELD("padded_vocab", model.padded_vocab, 1, INT_MAX, 0, 0),
     INT_FIELD("seq_len", model.seq_len, 1, INT_MAX, 0, REQ_NO_INIT),
     INT_FIELD("max_seq_len", model.max_seq_len, 1, INT_MAX, 0, 0),
@@ -148,10 +146,6 @@ static const struct field batch_fields[] = {
     INT_FIELD("global_batch", batch.global_batch, 0, INT_MAX, 0, 0),
     END,
 };
-
-/* wsd's decay: the last fifth of the steps after warmup, as in MiniCPM's report (Hu et al.,
- * 2024) */
-#define WSD_DECAY_FRACTION 0.2
 
 static const struct field optimizer_fields[] = {
     REAL_FIELD("lr", optimizer.lr, 0, true, INFINITY, false, 3e-4, 0),
@@ -220,7 +214,7 @@ static const struct field root_fields[] = {
     SECTION("optimizer", optimizer_fields, 0),
     INT_FIELD("steps", steps, 1, INT_MAX, 0, REQ | MAY_CHANGE),
     ENUM_FIELD("precision", precision, precision_names, PLAN_PRECISION_FP32, 0),
-    /* null unless precision is fp8, where check_rules makes it "tensor" */
+    /* null unless precision is fp8, where plan_check_rules makes it "tensor" */
     ENUM_FIELD("fp8_scaling", fp8_scaling, fp8_scaling_names, PLAN_FP8_NONE, 0),
     ENUM_FIELD("recompute", recompute, recompute_names, PLAN_RECOMPUTE_NONE, MAY_CHANGE),
     SECTION("checkpoint", checkpoint_fields, 0),
@@ -247,7 +241,7 @@ struct entry {
     bool dead;  /* replaced by an override */
 };
 
-struct ctx {
+struct plan_ctx {
     const char *source;
     const char *const *overrides;
     const char *base_arg; /* base directory as given (NULL = current directory) */
@@ -258,12 +252,11 @@ struct ctx {
     struct plait_error *err;
 };
 
-#define GOT_MAX 72   /* longest literal echoed in a message, with "..." */
 #define SCAN_DEPTH 3 /* deeper values are never named in a message */
 
-static int report(struct ctx *c, int origin, int line, const char *path, const char *msg);
+static int report(struct plan_ctx *c, int origin, int line, const char *path, const char *msg);
 
-static int out_of_memory(struct ctx *c)
+static int out_of_memory(struct plan_ctx *c)
 {
     return error_set(c->err, "%s: out of memory", c->source);
 }
@@ -290,7 +283,7 @@ static char *join(const char *path, const char *key)
     return s;
 }
 
-static int add_entry(struct ctx *c, const char *path, int origin, int line, const char *raw,
+static int add_entry(struct plan_ctx *c, const char *path, int origin, int line, const char *raw,
                      size_t raw_bytes)
 {
     if (c->n_entries == c->cap_entries) {
@@ -313,21 +306,21 @@ static int add_entry(struct ctx *c, const char *path, int origin, int line, cons
     return 0;
 }
 
-static int find_entry_index(const struct ctx *c, const char *path)
+static int find_entry_index(const struct plan_ctx *c, const char *path)
 {
     for (int i = 0; i < c->n_entries; i++)
         if (!c->entries[i].dead && strcmp(c->entries[i].path, path) == 0) return i;
     return -1;
 }
 
-static const struct entry *find_entry(const struct ctx *c, const char *path)
+static const struct entry *find_entry(const struct plan_ctx *c, const char *path)
 {
     int i = find_entry_index(c, path);
     return i < 0 ? NULL : &c->entries[i];
 }
 
 /* The entry of path, else of the nearest enclosing value that has one. */
-static const struct entry *locate(const struct ctx *c, const char *path)
+static const struct entry *locate(const struct plan_ctx *c, const char *path)
 {
     size_t n = strlen(path);
     for (;;) {
@@ -342,7 +335,7 @@ static const struct entry *locate(const struct ctx *c, const char *path)
 }
 
 /* An override replaced path: forget what was recorded there and below. */
-static void kill_entries(struct ctx *c, const char *path)
+static void kill_entries(struct plan_ctx *c, const char *path)
 {
     size_t n = strlen(path);
     for (int i = 0; i < c->n_entries; i++) {
@@ -355,7 +348,7 @@ static void kill_entries(struct ctx *c, const char *path)
 /* ---- the scanner: lines and literals of an already-valid JSON text ---------------------- */
 
 struct scanner {
-    struct ctx *c;
+    struct plan_ctx *c;
     const char *p;
     int line;
     int origin;
@@ -508,7 +501,7 @@ static int scan_value(struct scanner *s, const char *path, int depth)
     return path ? add_entry(s->c, path, s->origin, line, start, (size_t)(s->p - start)) : 0;
 }
 
-static int scan(struct ctx *c, const char *text, int origin, const char *path, int depth)
+static int scan(struct plan_ctx *c, const char *text, int origin, const char *path, int depth)
 {
     struct scanner s = {.c = c, .p = text, .line = 1, .origin = origin};
     return scan_value(&s, path, depth);
@@ -517,7 +510,7 @@ static int scan(struct ctx *c, const char *text, int origin, const char *path, i
 /* ---- messages ---------------------------------------------------------------------------- */
 
 /* "source:line: path: msg", or "--set override: path: msg" for values an override gave. */
-static int report(struct ctx *c, int origin, int line, const char *path, const char *msg)
+static int report(struct plan_ctx *c, int origin, int line, const char *path, const char *msg)
 {
     char at[512];
     if (origin >= 0)
@@ -535,15 +528,15 @@ static int report(struct ctx *c, int origin, int line, const char *path, const c
  * path's own value was given. Then it names that override (the last such)
  * and where path's value came from: "--set steps=5: optimizer.warmup_steps:
  * must be < steps (5) ...; optimizer.warmup_steps is at plan.json:9". */
-static int vfail_rule(struct ctx *c, const char *path, const char *also, const char *fmt,
+static int vfail_rule(struct plan_ctx *c, const char *path, const char *also, const char *fmt,
                       va_list ap) __attribute__((format(printf, 4, 0)));
-static int fail_rule(struct ctx *c, const char *path, const char *also, const char *fmt, ...)
+int plan_fail_rule(struct plan_ctx *c, const char *path, const char *also, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 /* An error about the value at path, located where that value (or its parent) came from. */
-static int fail(struct ctx *c, const char *path, const char *fmt, ...)
+int plan_fail(struct plan_ctx *c, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int fail(struct ctx *c, const char *path, const char *fmt, ...)
+int plan_fail(struct plan_ctx *c, const char *path, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -552,7 +545,7 @@ static int fail(struct ctx *c, const char *path, const char *fmt, ...)
     return rc;
 }
 
-static int fail_rule(struct ctx *c, const char *path, const char *also, const char *fmt, ...)
+int plan_fail_rule(struct plan_ctx *c, const char *path, const char *also, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -561,7 +554,7 @@ static int fail_rule(struct ctx *c, const char *path, const char *also, const ch
     return rc;
 }
 
-static int vfail_rule(struct ctx *c, const char *path, const char *also, const char *fmt,
+static int vfail_rule(struct plan_ctx *c, const char *path, const char *also, const char *fmt,
                       va_list ap)
 {
     char msg[640];
@@ -591,8 +584,8 @@ static int vfail_rule(struct ctx *c, const char *path, const char *also, const c
 }
 
 /* The value as written ("-3e-4", "\"fp16\""), shortened; "object"/"array" for those. */
-static const char *got_text(const struct ctx *c, const char *path, const json_t *v,
-                            char buf[GOT_MAX])
+const char *plan_got_text(const struct plan_ctx *c, const char *path, const json_t *v,
+                            char buf[PLAN_GOT_MAX])
 {
     if (json_is_object(v)) return "object";
     if (json_is_array(v)) return "array";
@@ -601,10 +594,10 @@ static const char *got_text(const struct ctx *c, const char *path, const json_t 
     const char *raw = e && e->raw ? e->raw : (dumped = json_dumps(v, JSON_ENCODE_ANY));
     if (!raw) return "?";
     size_t n = strlen(raw);
-    if (n < GOT_MAX) {
+    if (n < PLAN_GOT_MAX) {
         memcpy(buf, raw, n + 1);
     } else {
-        n = GOT_MAX - 4;
+        n = PLAN_GOT_MAX - 4;
         while (n > 0 && ((unsigned char)raw[n] & 0xC0) == 0x80) n--; /* whole UTF-8 characters */
         memcpy(buf, raw, n);
         memcpy(buf + n, "...", 4);
@@ -679,16 +672,16 @@ static void unknown_key_hint(const struct field *fields, const char *here, const
         append(buf, n, "%s \"%s\"", f == fields ? "" : ",", f->name);
 }
 
-static int top_level_error(struct ctx *c, json_t *root)
+static int top_level_error(struct plan_ctx *c, json_t *root)
 {
-    char got[GOT_MAX];
-    return fail(c, "", "the top level must be an object (got %s)", got_text(c, "", root, got));
+    char got[PLAN_GOT_MAX];
+    return plan_fail(c, "", "the top level must be an object (got %s)", plan_got_text(c, "", root, got));
 }
 
 /* ---- overrides --------------------------------------------------------------------------- */
 
 /* Checks path against the schema; returns the number of keys in it, or -1. */
-static int check_override_path(struct ctx *c, int i, const char *path)
+static int check_override_path(struct plan_ctx *c, int i, const char *path)
 {
     const struct field *fields = root_fields;
     const char *parent = ""; /* the section the current key is in; "" = top level */
@@ -735,7 +728,7 @@ static char *quote(const char *s)
 }
 
 /* Applies overrides[i] ("dot.path=value") to root, creating objects on the way. */
-static int apply_override(struct ctx *c, json_t *root, int i)
+static int apply_override(struct plan_ctx *c, json_t *root, int i)
 {
     const char *ovr = c->overrides[i];
     const char *eq = ovr ? strchr(ovr, '=') : NULL;
@@ -771,8 +764,8 @@ static int apply_override(struct ctx *c, json_t *root, int i)
             kill_entries(c, prefix);
             if (add_entry(c, prefix, i, 0, NULL, 0)) goto fail;
         } else if (!json_is_object(child)) {
-            char got[GOT_MAX];
-            fail(c, prefix, "must be an object (got %s)", got_text(c, prefix, child, got));
+            char got[PLAN_GOT_MAX];
+            plan_fail(c, prefix, "must be an object (got %s)", plan_got_text(c, prefix, child, got));
             goto fail;
         }
         obj = child;
@@ -820,7 +813,7 @@ static int get_int(const struct plan *p, size_t offset)
     return v;
 }
 
-static const char *ctx_cwd(struct ctx *c)
+static const char *ctx_cwd(struct plan_ctx *c)
 {
     if (!c->cwd && !(c->cwd = getcwd(NULL, 0)))
         error_errno(c->err, "%s: cannot resolve relative paths: getcwd", c->source);
@@ -845,7 +838,7 @@ static char *resolve(const char *base, const char *rel)
     return s;
 }
 
-static const char *ctx_base_dir(struct ctx *c)
+static const char *ctx_base_dir(struct plan_ctx *c)
 {
     if (c->base_dir) return c->base_dir;
     if (c->base_arg && c->base_arg[0] == '/') {
@@ -864,10 +857,10 @@ static bool required(const struct field *f, bool has_init)
     return (f->flags & REQ) || ((f->flags & REQ_NO_INIT) && !has_init);
 }
 
-static int decode_object(struct ctx *c, json_t *obj, const struct field *fields, const char *path,
+static int decode_object(struct plan_ctx *c, json_t *obj, const struct field *fields, const char *path,
                          struct plan *p, bool has_init);
 
-static int set_default(struct ctx *c, const struct field *f, const char *path, struct plan *p,
+static int set_default(struct plan_ctx *c, const struct field *f, const char *path, struct plan *p,
                        bool has_init)
 {
     char **str = (char **)((char *)p + f->offset);
@@ -919,36 +912,36 @@ static int name_index(const char *const *names, const char *s)
     return -1;
 }
 
-static int decode_int(struct ctx *c, const struct field *f, json_t *v, const char *path,
+static int decode_int(struct plan_ctx *c, const struct field *f, json_t *v, const char *path,
                       long long *out)
 {
-    char got[GOT_MAX];
-    const char *g = got_text(c, path, v, got);
+    char got[PLAN_GOT_MAX];
+    const char *g = plan_got_text(c, path, v, got);
     if (f->kind == K_U64) {
         if (!json_is_integer(v) || json_integer_value(v) < 0)
-            return fail(c, path, "must be a non-negative integer (got %s)", g);
+            return plan_fail(c, path, "must be a non-negative integer (got %s)", g);
     } else if (!json_is_integer(v) && (f->flags & AUTO_OK)) {
-        return fail(c, path, "must be an integer or \"auto\" (got %s)", g);
+        return plan_fail(c, path, "must be an integer or \"auto\" (got %s)", g);
     } else if (!json_is_integer(v)) {
-        return fail(c, path, "must be an integer (got %s)", g);
+        return plan_fail(c, path, "must be an integer (got %s)", g);
     }
     long long i = json_integer_value(v);
     if (f->imax == INT_MAX && i < f->imin)
-        return fail(c, path, "must be >= %lld (got %s)", f->imin, g);
+        return plan_fail(c, path, "must be >= %lld (got %s)", f->imin, g);
     if (f->imax == INT_MAX && i > f->imax)
-        return fail(c, path, "must be <= %lld (got %s)", f->imax, g);
+        return plan_fail(c, path, "must be <= %lld (got %s)", f->imax, g);
     if (i < f->imin || i > f->imax)
-        return fail(c, path, "must be in [%lld, %lld] (got %s)", f->imin, f->imax, g);
+        return plan_fail(c, path, "must be in [%lld, %lld] (got %s)", f->imin, f->imax, g);
     *out = i;
     return 0;
 }
 
-static int decode_real(struct ctx *c, const struct field *f, json_t *v, const char *path,
+static int decode_real(struct plan_ctx *c, const struct field *f, json_t *v, const char *path,
                        double *out)
 {
-    char got[GOT_MAX];
-    const char *g = got_text(c, path, v, got);
-    if (!json_is_number(v)) return fail(c, path, "must be a number (got %s)", g);
+    char got[PLAN_GOT_MAX];
+    const char *g = plan_got_text(c, path, v, got);
+    if (!json_is_number(v)) return plan_fail(c, path, "must be a number (got %s)", g);
     double x = json_number_value(v);
     bool low = f->rmin_open ? x > f->rmin : x >= f->rmin;
     bool high = isinf(f->rmax) || (f->rmax_open ? x < f->rmax : x <= f->rmax);
@@ -957,21 +950,21 @@ static int decode_real(struct ctx *c, const struct field *f, json_t *v, const ch
         return 0;
     }
     if (isinf(f->rmax))
-        return fail(c, path, "must be %s %g (got %s)", f->rmin_open ? ">" : ">=", f->rmin, g);
-    return fail(c, path, "must be in %c%g, %g%c (got %s)", f->rmin_open ? '(' : '[', f->rmin,
+        return plan_fail(c, path, "must be %s %g (got %s)", f->rmin_open ? ">" : ">=", f->rmin, g);
+    return plan_fail(c, path, "must be in %c%g, %g%c (got %s)", f->rmin_open ? '(' : '[', f->rmin,
                 f->rmax, f->rmax_open ? ')' : ']', g);
 }
 
-static int decode_string(struct ctx *c, const struct field *f, json_t *v, const char *path,
+static int decode_string(struct plan_ctx *c, const struct field *f, json_t *v, const char *path,
                          struct plan *p)
 {
-    char got[GOT_MAX], rule[256] = "must be a string";
-    const char *g = got_text(c, path, v, got);
+    char got[PLAN_GOT_MAX], rule[256] = "must be a string";
+    const char *g = plan_got_text(c, path, v, got);
     if (f->names) one_of(rule, sizeof rule, f->names);
-    if (!json_is_string(v)) return fail(c, path, "%s (got %s)", rule, g);
+    if (!json_is_string(v)) return plan_fail(c, path, "%s (got %s)", rule, g);
     const char *s = json_string_value(v);
-    if (f->names && name_index(f->names, s) < 0) return fail(c, path, "%s (got %s)", rule, g);
-    if (s[0] == '\0') return fail(c, path, "must not be empty");
+    if (f->names && name_index(f->names, s) < 0) return plan_fail(c, path, "%s (got %s)", rule, g);
+    if (s[0] == '\0') return plan_fail(c, path, "must not be empty");
     if (f->kind == K_ENUM) {
         put_int(p, f->offset, name_index(f->names, s));
         return 0;
@@ -988,17 +981,17 @@ static int decode_string(struct ctx *c, const struct field *f, json_t *v, const 
     return *dst ? 0 : out_of_memory(c);
 }
 
-static int decode_value(struct ctx *c, const struct field *f, json_t *v, const char *path,
+static int decode_value(struct plan_ctx *c, const struct field *f, json_t *v, const char *path,
                         struct plan *p, bool has_init)
 {
-    char got[GOT_MAX];
+    char got[PLAN_GOT_MAX];
     char *dst = (char *)p + f->offset;
     long long i = 0;
     double x = 0;
     switch (f->kind) {
     case K_SECTION:
         if (!json_is_object(v))
-            return fail(c, path, "must be an object (got %s)", got_text(c, path, v, got));
+            return plan_fail(c, path, "must be an object (got %s)", plan_got_text(c, path, v, got));
         return decode_object(c, v, f->fields, path, p, has_init);
     case K_INT:
         if ((f->flags & AUTO_OK) && json_is_string(v) &&
@@ -1016,8 +1009,8 @@ static int decode_value(struct ctx *c, const struct field *f, json_t *v, const c
     case K_INTS: {
         struct plan_ints *list = (struct plan_ints *)dst;
         if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > PLAN_MAX_STAGES)
-            return fail(c, path, "must be a list of 1 to %d integers (got %s)", PLAN_MAX_STAGES,
-                        got_text(c, path, v, got));
+            return plan_fail(c, path, "must be a list of 1 to %d integers (got %s)", PLAN_MAX_STAGES,
+                        plan_got_text(c, path, v, got));
         list->n = 0;
         size_t k;
         json_t *e;
@@ -1036,7 +1029,7 @@ static int decode_value(struct ctx *c, const struct field *f, json_t *v, const c
         return 0;
     case K_BOOL:
         if (!json_is_boolean(v))
-            return fail(c, path, "must be true or false (got %s)", got_text(c, path, v, got));
+            return plan_fail(c, path, "must be true or false (got %s)", plan_got_text(c, path, v, got));
         *(bool *)dst = json_is_true(v);
         return 0;
     case K_STRING:
@@ -1047,7 +1040,7 @@ static int decode_value(struct ctx *c, const struct field *f, json_t *v, const c
     return 0;
 }
 
-static int check_unknown_keys(struct ctx *c, json_t *obj, const struct field *fields,
+static int check_unknown_keys(struct plan_ctx *c, json_t *obj, const struct field *fields,
                               const char *path)
 {
     const char *key, *bad = NULL;
@@ -1067,13 +1060,13 @@ static int check_unknown_keys(struct ctx *c, json_t *obj, const struct field *fi
     unknown_key_hint(fields, path, bad, hint, sizeof hint);
     char *kp = join(path, bad);
     if (!kp) return out_of_memory(c);
-    fail(c, kp, "unknown key (%s)", hint);
+    plan_fail(c, kp, "unknown key (%s)", hint);
     free(kp);
     return -1;
 }
 
 /* obj: the object at path, or NULL when absent (then every field gets its default). */
-static int decode_object(struct ctx *c, json_t *obj, const struct field *fields, const char *path,
+static int decode_object(struct plan_ctx *c, json_t *obj, const struct field *fields, const char *path,
                          struct plan *p, bool has_init)
 {
     if (obj) {
@@ -1081,7 +1074,7 @@ static int decode_object(struct ctx *c, json_t *obj, const struct field *fields,
         for (const struct field *f = fields; f->name; f++) {
             json_t *v = json_object_get(obj, f->name);
             if (required(f, has_init) && (!v || json_is_null(v)))
-                return fail(c, path, "missing required key \"%s\"", f->name);
+                return plan_fail(c, path, "missing required key \"%s\"", f->name);
         }
     }
     for (const struct field *f = fields; f->name; f++) {
@@ -1095,482 +1088,13 @@ static int decode_object(struct ctx *c, json_t *obj, const struct field *fields,
     return 0;
 }
 
-/* ---- model.init, derived defaults and the rules between fields -------------------------- */
-
-/* The value at section.key (section NULL: top level), NULL when absent or null. */
-static json_t *given(json_t *root, const char *section, const char *key)
-{
-    json_t *obj = section ? json_object_get(root, section) : root;
-    json_t *v = json_is_object(obj) ? json_object_get(obj, key) : NULL;
-    return v && !json_is_null(v) ? v : NULL;
-}
-
-/* One integer of the model the init file fixes: given in the plan, it must
- * agree; else it is set. */
-struct init_field {
-    const char *key;
-    int *field;
-    int value;
-};
-
-static int apply_init_fields(struct ctx *c, json_t *root, const struct init_field *f, size_t n,
-                             const char *name)
-{
-    for (size_t k = 0; k < n; k++) {
-        char path[64];
-        snprintf(path, sizeof path, "model.%s", f[k].key);
-        if (given(root, "model", f[k].key) && *f[k].field != f[k].value)
-            return fail_rule(c, path, "model.init", "%d contradicts model.init (%s has %d)",
-                             *f[k].field, name, f[k].value);
-        *f[k].field = f[k].value;
-    }
-    return 0;
-}
-
-/* seq_len: the init's max T unless given, and never above it. */
-static int apply_init_seq_len(struct ctx *c, json_t *root, struct plan *p, const char *name)
-{
-    if (!given(root, "model", "seq_len"))
-        p->model.seq_len = p->model.max_seq_len;
-    else if (p->model.seq_len > p->model.max_seq_len)
-        return fail_rule(c, "model.seq_len", "model.init",
-                         "%d exceeds the max sequence length of model.init (%s has %d)",
-                         p->model.seq_len, name, p->model.max_seq_len);
-    return 0;
-}
-
-/* model.init a Hugging Face directory: its config.json fixes the model. */
-static int apply_hf_init(struct ctx *c, json_t *root, struct plan *p, const char *name)
-{
-    struct plait_error hf_err = {.text = ""};
-    struct hf_config h;
-    struct plan_model *m = &p->model;
-    if (hf_config_read(m->init, &h, &hf_err)) return fail(c, "model.init", "%s", hf_err.text);
-    const char *arch = h.llama ? "llama" : "gpt2";
-    if (given(root, "model", "arch") && strcmp(m->arch, arch) != 0)
-        return fail_rule(c, "model.arch", "model.init",
-                         "\"%s\" contradicts model.init (%s is a %s, %s)", m->arch, name, arch,
-                         h.arch);
-    char *copy = strdup(arch);
-    if (!copy) return fail(c, "model.init", "out of memory");
-    free(m->arch);
-    m->arch = copy;
-    const struct init_field f[] = {
-        {"layers", &m->layers, h.layers},     {"heads", &m->heads, h.heads},
-        {"hidden", &m->hidden, h.hidden},     {"vocab", &m->vocab, h.vocab},
-        {"max_seq_len", &m->max_seq_len, h.max_seq_len},
-        {"kv_heads", &m->kv_heads, h.kv_heads}, {"ffn_hidden", &m->ffn_hidden, h.ffn_hidden}};
-    if (apply_init_fields(c, root, f, h.llama ? 7 : 5, name)) return -1;
-    if (h.llama) {
-        m->rope_theta = given(root, "model", "rope_theta") ? m->rope_theta : h.rope_theta;
-        m->norm_eps = given(root, "model", "norm_eps") ? m->norm_eps : h.norm_eps;
-        if (given(root, "model", "tie_embeddings") && m->tie_embeddings != h.tied)
-            return fail_rule(c, "model.tie_embeddings", "model.init",
-                             "contradicts model.init (%s has tie_word_embeddings %s)", name,
-                             h.tied ? "true" : "false");
-        m->tie_embeddings = h.tied;
-    }
-    if (!given(root, "model", "padded_vocab")) m->padded_vocab = (m->vocab + 127) / 128 * 128;
-    return apply_init_seq_len(c, root, p, name);
-}
-
-static int apply_init(struct ctx *c, json_t *root, struct plan *p)
-{
-    struct plait_error llmc_err = {.text = ""};
-    struct llmc_model_header h;
-    const char *init = p->model.init;
-    const char *name = strrchr(init, '/') ? strrchr(init, '/') + 1 : init;
-    if (hf_is_model_dir(init)) return apply_hf_init(c, root, p, name);
-    if (llmc_read_model_header(init, &h, &llmc_err))
-        return fail(c, "model.init", "%s", llmc_err.text);
-    if (h.version == LLMC_MODEL_VERSION_LLAMA_FP32)
-        return fail(c, "model.init",
-                    "%s is the model.bin of a plait checkpoint of a Llama: plait ckpt export "
-                    "--hf makes the Hugging Face directory model.init takes",
-                    name);
-    if (plan_model_is_llama(&p->model))
-        return fail_rule(c, "model.init", "model.arch",
-                         "%s is an llm.c GPT-2 file; a llama starts from a Hugging Face "
-                         "directory (config.json and safetensors) or from random weights",
-                         name);
-    const struct init_field f[] = {
-        {"layers", &p->model.layers, h.layers},
-        {"heads", &p->model.heads, h.heads},
-        {"hidden", &p->model.hidden, h.hidden},
-        {"vocab", &p->model.vocab, h.vocab},
-        {"padded_vocab", &p->model.padded_vocab, h.padded_vocab},
-        {"max_seq_len", &p->model.max_seq_len, h.max_seq_len},
-    };
-    if (apply_init_fields(c, root, f, sizeof f / sizeof *f, name)) return -1;
-    return apply_init_seq_len(c, root, p, name);
-}
-
-/* The fixed degrees and their product stay within PLAN_MAX_RANKS (counted in 64 bits). */
-static int check_ranks(struct ctx *c, const struct plan *p)
-{
-    const struct {
-        const char *path;
-        int degree;
-    } d[] = {{"parallel.tp", p->parallel.tp},
-             {"parallel.pp", p->parallel.pp},
-             {"parallel.dp", p->parallel.dp}};
-    int64_t ranks = 1;
-    for (size_t k = 0; k < sizeof d / sizeof d[0]; k++) {
-        if (d[k].degree == PLAN_AUTO) continue;
-        ranks *= d[k].degree; /* < 2^24 · 2^31: no overflow in 64 bits */
-        if (ranks > PLAN_MAX_RANKS)
-            return fail_rule(c, d[k].path, "parallel.tp parallel.pp parallel.dp",
-                             "%d makes tp × pp × dp = %lld ranks, more than plait runs (%d)",
-                             d[k].degree, (long long)ranks, PLAN_MAX_RANKS);
-    }
-    return 0;
-}
-
-/* The model's parameters (with gradients and moments) must be addressable;
- * the error names the field that makes them overflow. */
-static int check_model_size(struct ctx *c, json_t *root, const struct plan *p)
-{
-    const struct plan_model *m = &p->model;
-    struct gpt2_config cfg = {.max_seq_len = 1,
-                              .padded_vocab = 1,
-                              .layers = 1,
-                              .hidden = m->hidden,
-                              .heads = m->heads,
-                              .vocab = 1};
-    struct gpt2_layout layout;
-    const char *culprit = "model.hidden";
-    int value = m->hidden;
-    if (!gpt2_layout(&cfg, &layout)) {
-        cfg.layers = m->layers, culprit = "model.layers", value = m->layers;
-        if (!gpt2_layout(&cfg, &layout)) {
-            cfg.padded_vocab = m->padded_vocab, value = m->padded_vocab;
-            culprit = given(root, "model", "padded_vocab") ? "model.padded_vocab" : "model.vocab";
-            if (!gpt2_layout(&cfg, &layout)) {
-                cfg.max_seq_len = m->max_seq_len, value = m->max_seq_len;
-                culprit = "model.max_seq_len";
-                if (!gpt2_layout(&cfg, &layout)) return 0;
-            }
-        }
-    }
-    return fail_rule(c, culprit,
-                     "model.layers model.hidden model.vocab model.padded_vocab model.max_seq_len",
-                     "%d makes the model too large to address (layers %d, hidden %d, padded vocab "
-                     "%d, max seq len %d: more than 2^60 parameters)",
-                     value, m->layers, m->hidden, m->padded_vocab, m->max_seq_len);
-}
-
-/* The learning-rate schedule's fields against each other (lr_schedule.h). */
-static int check_lr_schedule(struct ctx *c, json_t *root, const struct plan *p)
-{
-    char got[GOT_MAX];
-    const struct plan_optimizer *o = &p->optimizer;
-    const char *name = plan_schedule_name(o->schedule);
-    if (o->schedule == PLAN_SCHEDULE_CONSTANT && o->decay_steps)
-        return fail_rule(c, "optimizer.decay_steps", "optimizer.schedule",
-                         "applies to a schedule that decays (cosine, linear, wsd), not "
-                         "\"constant\"; remove it");
-    if (o->schedule != PLAN_SCHEDULE_WSD && o->decay_fraction != WSD_DECAY_FRACTION)
-        return fail_rule(c, "optimizer.decay_fraction", "optimizer.schedule",
-                         "applies to the wsd schedule only (got schedule \"%s\"); remove it",
-                         name);
-    const char *warmup = "optimizer.warmup_steps";
-    json_t *wv = given(root, "optimizer", "warmup_steps");
-    if (o->schedule != PLAN_SCHEDULE_CONSTANT && o->decay_steps &&
-        o->warmup_steps >= o->decay_steps)
-        return fail_rule(c, warmup, "optimizer.decay_steps",
-                         "must be < optimizer.decay_steps (%d) (got %s)", o->decay_steps,
-                         got_text(c, warmup, wv, got));
-    if (o->schedule != PLAN_SCHEDULE_CONSTANT && !o->decay_steps && o->warmup_steps >= p->steps)
-        return fail_rule(c, warmup, "steps optimizer.schedule",
-                         "must be < steps (%d) with the %s schedule (got %s)", p->steps, name,
-                         got_text(c, warmup, wv, got));
-    if (o->warmup_steps > p->steps)
-        return fail_rule(c, warmup, "steps", "must be <= steps (%d) (got %s)", p->steps,
-                         got_text(c, warmup, wv, got));
-    return 0;
-}
-
-/* batch.global_batch: grad_accum follows from it where dp is a number (with dp "auto", the
- * layout's dp decides it: elastic_batch.h). Both given (plan.json as written holds both)
- * must agree. */
-static int check_global_batch(struct ctx *c, json_t *root, struct plan *p)
-{
-    struct plan_batch *b = &p->batch;
-    int dp = p->parallel.dp == PLAN_AUTO ? 1 : p->parallel.dp;
-    if (!b->global_batch) return 0;
-    int64_t per = (int64_t)b->micro_batch * dp;
-    bool accum = given(root, "batch", "grad_accum") != NULL;
-    char dp_text[16] = "a dp";
-    if (p->parallel.dp != PLAN_AUTO) snprintf(dp_text, sizeof dp_text, "%d", dp);
-    if (accum && (p->parallel.dp == PLAN_AUTO ? b->global_batch % (per * b->grad_accum) != 0
-                                               : b->global_batch != per * b->grad_accum))
-        return fail_rule(c, "batch.global_batch", "batch.grad_accum batch.micro_batch parallel.dp",
-                         "disagrees with batch.micro_batch × batch.grad_accum × parallel.dp "
-                         "(%d × %d × %s) (got %d); give global_batch alone, grad_accum follows",
-                         b->micro_batch, b->grad_accum, dp_text, b->global_batch);
-    if (b->global_batch % per != 0)
-        return fail_rule(c, "batch.global_batch", "batch.micro_batch parallel.dp",
-                         "must be a multiple of batch.micro_batch × parallel.dp (%d × %d = "
-                         "%lld) (got %d)",
-                         b->micro_batch, dp, (long long)per, b->global_batch);
-    if (!accum) b->grad_accum = (int)(b->global_batch / per);
-    return 0;
-}
-
-static int check_arch_rules(struct ctx *c, json_t *root, struct plan *p);
-
-/* The model's own dimensions against each other (after model.init filled them). */
-static int check_model_rules(struct ctx *c, json_t *root, struct plan *p)
-{
-    char got[GOT_MAX];
-    struct plan_model *m = &p->model;
-    if (m->init) {
-        if (apply_init(c, root, p)) return -1;
-    } else {
-        if (!given(root, "model", "padded_vocab")) m->padded_vocab = (m->vocab + 127) / 128 * 128;
-        if (!given(root, "model", "max_seq_len")) m->max_seq_len = m->seq_len;
-    }
-    if (m->hidden % m->heads != 0)
-        return fail_rule(c, "model.heads", "model.hidden",
-                         "must divide model.hidden (%d %% %d = %d)", m->hidden, m->heads,
-                         m->hidden % m->heads);
-    if (m->padded_vocab < m->vocab)
-        return fail_rule(
-            c, "model.padded_vocab", "model.vocab", "must be >= model.vocab (%d) (got %s)",
-            m->vocab, got_text(c, "model.padded_vocab", given(root, "model", "padded_vocab"), got));
-    if (m->max_seq_len < m->seq_len)
-        return fail_rule(
-            c, "model.max_seq_len", "model.seq_len", "must be >= model.seq_len (%d) (got %s)",
-            m->seq_len, got_text(c, "model.max_seq_len", given(root, "model", "max_seq_len"), got));
-    return check_arch_rules(c, root, p);
-}
-
-bool plan_model_is_llama(const struct plan_model *m)
-{
-    return m->arch && strcmp(m->arch, "llama") == 0;
-}
-
-/* A GPT-2's value of a llama field is fixed: absent or equal to it. */
-static int gpt2_fixed(struct ctx *c, json_t *root, const char *key, double value, double fixed,
-                      const char *what)
-{
-    char path[64];
-    snprintf(path, sizeof path, "model.%s", key);
-    if (!given(root, "model", key) || value == fixed) return 0;
-    return fail_rule(c, path, "model.arch",
-                     "applies to model.arch \"llama\": a gpt2 has %s (%g); remove it or set "
-                     "model.arch to \"llama\" (got %g)",
-                     what, fixed, value);
-}
-
-/* The fields one architecture has and the other does not, their defaults
- * and their rules (kernels/ops.h's Llama ops: hs even for rotary positions,
- * kv_heads dividing heads). */
-static int check_arch_rules(struct ctx *c, json_t *root, struct plan *p)
-{
-    struct plan_model *m = &p->model;
-    if (!plan_model_is_llama(m)) {
-        if (gpt2_fixed(c, root, "kv_heads", m->kv_heads, m->heads, "as many key/value heads as "
-                                                                  "heads") ||
-            gpt2_fixed(c, root, "ffn_hidden", m->ffn_hidden, 4.0 * m->hidden,
-                       "an MLP 4·hidden wide") ||
-            gpt2_fixed(c, root, "rope_theta", m->rope_theta, 10000.0,
-                       "learned positions, no rotary base") ||
-            gpt2_fixed(c, root, "norm_eps", m->norm_eps, 1e-5, "LayerNorms with epsilon"))
-            return -1;
-        if (given(root, "model", "tie_embeddings") && !m->tie_embeddings)
-            return fail_rule(c, "model.tie_embeddings", "model.arch",
-                             "applies to model.arch \"llama\": a gpt2's LM head is wte (llm.c's "
-                             "files hold one); remove it or set model.arch to \"llama\" (got "
-                             "false)");
-        /* (a hidden above INT_MAX/4 makes a model check_model_size refuses) */
-        m->ffn_hidden = m->hidden <= INT_MAX / 4 ? 4 * m->hidden : INT_MAX;
-        m->kv_heads = m->heads, m->tie_embeddings = true;
-        m->rope_theta = 10000.0, m->norm_eps = 1e-5;
-        return 0;
-    }
-    if (!m->ffn_hidden)
-        return fail(c, "model.ffn_hidden", "is required for model.arch \"llama\" (the SwiGLU "
-                                           "MLP's width, e.g. 8/3·hidden rounded)");
-    if (!m->kv_heads) m->kv_heads = m->heads;
-    if (m->heads % m->kv_heads != 0)
-        return fail_rule(c, "model.kv_heads", "model.heads",
-                         "must divide model.heads (%d %% %d = %d)", m->heads, m->kv_heads,
-                         m->heads % m->kv_heads);
-    if ((m->hidden / m->heads) % 2 != 0)
-        return fail_rule(c, "model.heads", "model.hidden model.arch",
-                         "gives a head size of %d: rotary positions need an even one",
-                         m->hidden / m->heads);
-    return 0;
-}
-
-/* Validation data and the precision's own fields. */
-static int check_data_and_precision(struct ctx *c, json_t *root, struct plan *p)
-{
-    char got[GOT_MAX];
-    if (p->data.val_every > 0 && !p->data.val)
-        return fail_rule(c, "data.val_every", "data.val", "must be 0 without data.val (got %s)",
-                         got_text(c, "data.val_every", given(root, "data", "val_every"), got));
-    if (p->precision != PLAN_PRECISION_FP8 && given(root, NULL, "fp8_scaling"))
-        return fail_rule(c, "fp8_scaling", "precision",
-                         "needs precision \"fp8\" (got precision \"%s\"); remove it or set "
-                         "precision to \"fp8\"",
-                         plan_precision_name(p->precision));
-    if (p->precision == PLAN_PRECISION_FP8 && p->fp8_scaling == PLAN_FP8_NONE)
-        p->fp8_scaling = PLAN_FP8_TENSOR;
-    return 0;
-}
-
-/* Tensor parallelism splits the heads, the key/value heads, the (padded) vocabulary and
- * the MLP's width; pipeline parallelism needs a layer per stage. */
-static int check_split_rules(struct ctx *c, const struct plan *p)
-{
-    const struct plan_model *m = &p->model;
-    int tp = p->parallel.tp, pp = p->parallel.pp;
-    if (tp != PLAN_AUTO && m->heads % tp != 0)
-        return fail_rule(c, "parallel.tp", "model.heads", "must divide model.heads (%d %% %d = %d)",
-                         m->heads, tp, m->heads % tp);
-    if (tp != PLAN_AUTO && m->padded_vocab % tp != 0)
-        return fail_rule(c, "parallel.tp", "model.padded_vocab model.vocab",
-                         "must divide model.padded_vocab (%d %% %d = %d)", m->padded_vocab, tp,
-                         m->padded_vocab % tp);
-    if (pp != PLAN_AUTO && pp > m->layers)
-        return fail_rule(c, "parallel.pp", "model.layers", "must be <= model.layers (%d) (got %d)",
-                         m->layers, pp);
-    if (tp != PLAN_AUTO && (4 * (long long)m->hidden) % tp != 0)
-        return fail_rule(c, "parallel.tp", "model.hidden",
-                         "must divide 4·model.hidden (%lld %% %d = %lld)", 4 * (long long)m->hidden,
-                         tp, 4 * (long long)m->hidden % tp);
-    if (tp != PLAN_AUTO && m->kv_heads % tp != 0)
-        return fail_rule(c, "parallel.tp", "model.kv_heads",
-                         "must divide model.kv_heads (%d %% %d = %d): each rank holds whole "
-                         "key/value heads (replicating them over tp is not built)",
-                         m->kv_heads, tp, m->kv_heads % tp);
-    if (tp != PLAN_AUTO && m->ffn_hidden % tp != 0)
-        return fail_rule(c, "parallel.tp", "model.ffn_hidden",
-                         "must divide model.ffn_hidden (%d %% %d = %d)", m->ffn_hidden, tp,
-                         m->ffn_hidden % tp);
-    return 0;
-}
-
-/* The pipeline schedule's: virtual stages, the stages' layers, the interleaved schedule's
- * micro-batches and chunks. */
-static int check_pipeline_rules(struct ctx *c, const struct plan *p)
-{
-    const struct plan_model *m = &p->model;
-    const struct plan_parallel *par = &p->parallel;
-    int pp = par->pp;
-    bool interleaved = par->schedule == PLAN_PIPE_INTERLEAVED;
-    if (interleaved && par->virtual_stages < 2)
-        return fail_rule(c, "parallel.virtual_stages", "parallel.schedule",
-                         "must be >= 2 with the interleaved schedule (got %d)",
-                         par->virtual_stages);
-    if (!interleaved && par->virtual_stages != 1)
-        return fail_rule(c, "parallel.virtual_stages", "parallel.schedule",
-                         "must be 1 unless parallel.schedule is \"interleaved\" (got %d)",
-                         par->virtual_stages);
-    const struct plan_ints *split = &par->stage_layers;
-    if (split->n && pp == PLAN_AUTO)
-        return fail_rule(c, "parallel.stage_layers", "parallel.pp",
-                         "needs parallel.pp set (it is \"auto\")");
-    if (split->n && split->n != pp)
-        return fail_rule(c, "parallel.stage_layers", "parallel.pp",
-                         "must list the layers of each of the parallel.pp %d stages (got %d)", pp,
-                         split->n);
-    if (split->n && interleaved)
-        return fail_rule(c, "parallel.stage_layers", "parallel.schedule",
-                         "cannot be set with the interleaved schedule (its chunks split the layers "
-                         "evenly)");
-    long long split_sum = 0;
-    for (int k = 0; k < split->n; k++) split_sum += split->v[k];
-    if (split->n && split_sum != m->layers)
-        return fail_rule(c, "parallel.stage_layers", "model.layers",
-                         "must add up to model.layers (%d) (got %lld)", m->layers, split_sum);
-    if (interleaved && pp != PLAN_AUTO && p->batch.grad_accum % pp != 0)
-        return fail_rule(c, "batch.grad_accum", "parallel.pp parallel.schedule",
-                         "must be a multiple of parallel.pp (%d) with the interleaved schedule "
-                         "(got %d)",
-                         pp, p->batch.grad_accum);
-    if (interleaved && pp != PLAN_AUTO && m->layers % (pp * par->virtual_stages) != 0)
-        return fail_rule(c, "parallel.virtual_stages", "parallel.pp model.layers parallel.schedule",
-                         "pp × virtual_stages (%d × %d) must divide model.layers (%d)", pp,
-                         par->virtual_stages, m->layers);
-    return 0;
-}
-
-/* ZeRO's stage against the runtime and the schedule. ZeRO 2 hands a micro-batch's gradients
- * over after its backward; an interleaved or zero-bubble stage runs other backwards in
- * between. With dp 1 there is nothing to hand over. */
-static int check_zero_rules(struct ctx *c, const struct plan *p)
-{
-    const struct plan_parallel *par = &p->parallel;
-    int dp = par->dp;
-    if (par->zero == 3)
-        return fail_rule(c, "parallel.zero", "", "3 is not in this runtime yet (0, 1, 2 are)");
-    if (par->zero == 2 && dp != 1 && par->schedule == PLAN_PIPE_INTERLEAVED && par->pp != 1)
-        return fail_rule(c, "parallel.schedule", "parallel.zero parallel.dp parallel.pp",
-                         "\"interleaved\" with parallel.zero 2 and parallel.dp %s: ZeRO 2 hands "
-                         "each micro-batch's gradients over after its backward, but an "
-                         "interleaved stage runs other micro-batches' backwards between a "
-                         "micro-batch's chunks; use zero 1, or \"1f1b\"",
-                         dp == PLAN_AUTO ? "\"auto\"" : "> 1");
-    if (par->zero == 2 && dp != 1 && par->schedule == PLAN_PIPE_ZB_H1)
-        return fail_rule(c, "parallel.schedule", "parallel.zero parallel.dp",
-                         "\"zb-h1\" with parallel.zero 2 and parallel.dp %s: ZeRO 2 hands each "
-                         "micro-batch's gradients over before the next backward, which a "
-                         "zero-bubble schedule interleaves; use zero 1, or \"1f1b\"",
-                         dp == PLAN_AUTO ? "\"auto\"" : "> 1");
-    return 0;
-}
-
-/* A micro-batch's rows: the kernels index B·T rows (3 of them a token in the classifier's
- * statistics) in int (4·hidden is bounded by the model's size: check_model_size), and
- * sequence parallelism splits them evenly over tp. */
-static int check_row_rules(struct ctx *c, const struct plan *p)
-{
-    const struct plan_parallel *par = &p->parallel;
-    int tp = par->tp;
-    long long rows = (long long)p->batch.micro_batch * p->model.seq_len;
-    if (rows > INT_MAX / 3)
-        return fail_rule(c, "model.seq_len", "batch.micro_batch",
-                         "batch.micro_batch × model.seq_len (%d × %d = %lld rows) is more than "
-                         "the kernels index (%d)",
-                         p->batch.micro_batch, p->model.seq_len, rows, INT_MAX / 3);
-    if (par->sequence_parallel && tp != PLAN_AUTO && rows % tp != 0)
-        return fail_rule(
-            c, "parallel.sequence_parallel", "batch.micro_batch model.seq_len parallel.tp",
-            "needs batch.micro_batch × model.seq_len (%d × %d = %lld rows) divisible by "
-            "parallel.tp (%d)",
-            p->batch.micro_batch, p->model.seq_len, rows, tp);
-    return 0;
-}
-
-/* Every rule between fields, in the order a plan's refusal names the first broken. */
-static int check_rules(struct ctx *c, json_t *root, struct plan *p)
-{
-    if (check_model_rules(c, root, p) || check_data_and_precision(c, root, p) ||
-        check_lr_schedule(c, root, p) || check_global_batch(c, root, p) ||
-        check_split_rules(c, p) || check_pipeline_rules(c, p))
-        return -1;
-    /* the backend of a device that is known from the plan alone (an "auto" device is the
-     * placement's: place_ranks refuses nccl for CPU ranks) */
-    if (p->parallel.device == PLAN_DEVICE_CPU && p->parallel.backend == PLAN_BACKEND_NCCL)
-        return fail_rule(c, "parallel.backend", "parallel.device",
-                         "\"nccl\" moves GPU memory, but parallel.device \"cpu\" trains on the "
-                         "CPU: use \"socket\" or \"auto\"");
-    if (p->parallel.sequence_parallel && p->parallel.tp == 1)
-        return fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
-    if (check_zero_rules(c, p) || check_row_rules(c, p)) return -1;
-    return check_ranks(c, p) || check_model_size(c, root, p) ? -1 : 0;
-}
-
 /* ---- loading ----------------------------------------------------------------------------- */
 
 static struct plan *load(const char *text, size_t text_bytes, const char *source,
                          const char *base_dir, const char *const *overrides, int n_overrides,
                          struct plait_error *err)
 {
-    struct ctx c = {.source = source ? source : "(plan text)",
+    struct plan_ctx c = {.source = source ? source : "(plan text)",
                     .overrides = overrides,
                     .base_arg = base_dir,
                     .err = err};
@@ -1611,9 +1135,9 @@ static struct plan *load(const char *text, size_t text_bytes, const char *source
         top_level_error(&c, root);
         goto fail;
     }
-    bool has_init = given(root, "model", "init") != NULL;
+    bool has_init = plan_given(root, "model", "init") != NULL;
     if (decode_object(&c, root, root_fields, "", p, has_init)) goto fail;
-    if (check_rules(&c, root, p)) goto fail;
+    if (plan_check_rules(&c, root, p)) goto fail;
     goto out;
 fail:
     plan_free(p);
