@@ -595,13 +595,16 @@ static void t_rmsnorm(struct run *r)
 }
 
 /* q and k rotated at positions from 7 (theta 10^4), then at 0 (Llama 3's
- * 5·10^5, another table); a gradient rotated back */
+ * 5·10^5, another table); a gradient rotated back; then positions from 1000,
+ * where angles taken in fp32 instead of double put the output 2e-5 (third
+ * shape) to 5e-5 (GPT-2's) off, above the limit (numpy, these inputs) */
 static void t_rope(struct run *r)
 {
     const struct shape *s = r->s;
     int hs = s->C / s->NH, KV = kv_heads(s);
     size_t n = N_ROWS(s) * (size_t)(s->NH + 2 * KV) * hs;
     float *x = rnd(r, n, 1, 0), *x2 = rnd(r, n, 1, 0), *dx = rnd(r, n, 1, 0);
+    float *far = rnd(r, n, 1, 0);
     if (r->broken) return;
     r->o->rope_forward(r->ctx, x, s->B, s->T, s->NH, KV, hs, 10000.0, 7);
     out(r, "rotated pos0=7", x, n);
@@ -609,6 +612,8 @@ static void t_rope(struct run *r)
     out(r, "rotated", x2, n);
     r->o->rope_backward(r->ctx, dx, s->B, s->T, s->NH, KV, hs, 10000.0, 7);
     out(r, "drotated", dx, n);
+    r->o->rope_forward(r->ctx, far, s->B, s->T, s->NH, KV, hs, 10000.0, 1000);
+    out(r, "rot pos0=1000", far, n);
 }
 
 /* the expansion and its group sums: the same values, added in head order */

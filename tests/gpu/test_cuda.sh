@@ -10,7 +10,9 @@
 # fp8 (GPUs of sm_89 and later): a GPU run tracks the CPU's emulation with
 # tensor and block scaling, the tensor one on fp8 tensor cores throughout, and
 # a GPU fp8 run stopped mid-step resumes to the bit (its fp8 weight copy
-# rebuilt from the master weights).
+# rebuilt from the master weights). A small grouped-query Llama with random
+# weights (no PyTorch needed) trained on the GPU tracks the CPU's losses within
+# 1e-4 and equals itself to the bit; the sanitizers run it after GPT-2.
 # Without a usable GPU every check prints "ok NAME # SKIP why" (counted as
 # skipped by tests/run.sh) and the script exits 77, or 0 with --skip-ok (how
 # tests/integration/test_cuda_build.sh runs it inside make test).
@@ -29,7 +31,7 @@ CHECKS=(cuda_selftest cuda_torch_referee_fp32 cuda_torch_referee_bf16
     cuda_bf16_attention_tracks_fp32_attention cuda_run_equals_cuda_run
     cuda_sigterm_mid_step_resumes_to_the_bit cuda_checkpoint_resumes_on_the_cpu
     cuda_compute_sanitizer_memcheck cuda_compute_sanitizer_racecheck cuda_fp8_tracks_the_cpu
-    cuda_fp8_resumes_to_the_bit)
+    cuda_fp8_resumes_to_the_bit cuda_llama_tracks_the_cpu cuda_llama_run_equals_cuda_run)
 
 SKIP_OK=0
 [ "${1:-}" = --skip-ok ] && SKIP_OK=1 && shift
@@ -92,6 +94,25 @@ referee() {
 }
 
 tiny_plan "$WORK/plan.json"
+# the tiny plan as a small grouped-query Llama: 4 heads over 2 key/value heads
+# (8 wide), a SwiGLU 48 wide, RMSNorm, rotary positions, an untied head
+LLAMA_SET=(--set model.arch=llama --set model.heads=4 --set model.kv_heads=2
+    --set model.ffn_hidden=48)
+
+# losses_within A B BOUND: two metrics.jsonl files have the same steps, each
+# step's loss within BOUND (relative) of A's
+losses_within() {
+    "$PY" - "$1" "$2" "$3" <<'PYEOF'
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+la = {r["step"]: r["loss"] for r in a if "loss" in r}
+lb = {r["step"]: r["loss"] for r in b if "loss" in r}
+assert la.keys() == lb.keys() and la, (sorted(la), sorted(lb))
+worst = max(abs(la[s] - lb[s]) / abs(la[s]) for s in la)
+print(f"{len(la)} steps, worst relative loss difference {worst:.2e}")
+sys.exit(worst > float(sys.argv[3]))
+PYEOF
+}
 
 # the reference GPU run of the tiny plan (once, for the checks that compare with it)
 gpu_ref() {
@@ -127,16 +148,33 @@ resume_on_cpu() {
     [ "$rc" -eq 75 ] || { echo "exit code $rc, want 75"; cat "$run.log1"; return 1; }
     "$PLAIT" train "$WORK/plan.json" --out "$run" --set parallel.device=cpu >"$run.log2" 2>&1 ||
         { cat "$run.log2"; return 1; }
-    "$PY" - "$WORK/gpu_ref/metrics.jsonl" "$run/metrics.jsonl" <<'PYEOF'
-import json, sys
-a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
-la = {r["step"]: r["loss"] for r in a if "loss" in r}
-lb = {r["step"]: r["loss"] for r in b if "loss" in r}
-assert la.keys() == lb.keys(), (sorted(la), sorted(lb))
-worst = max(abs(la[s] - lb[s]) / abs(la[s]) for s in la)
-print(f"{len(la)} steps, worst relative loss difference {worst:.2e}")
-sys.exit(worst > 1e-4)
-PYEOF
+    losses_within "$WORK/gpu_ref/metrics.jsonl" "$run/metrics.jsonl" 1e-4
+}
+
+# the grouped-query Llama on the GPU (once, for the checks that compare with it)
+llama_gpu_ref() {
+    [ -f "$WORK/llama_gpu.log" ] ||
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/llama_gpu" "${CUDA_SET[@]}" \
+            "${LLAMA_SET[@]}" >"$WORK/llama_gpu.log" 2>&1
+    grep -q "training on CUDA device" "$WORK/llama_gpu.log" || { cat "$WORK/llama_gpu.log"; return 1; }
+}
+
+# the same Llama on the CPU: every step's loss within 1e-4 (relative) of the GPU's
+llama_tracks_cpu() {
+    llama_gpu_ref || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/llama_cpu" --set parallel.device=cpu \
+        "${LLAMA_SET[@]}" >"$WORK/llama_cpu.log" 2>&1 || { cat "$WORK/llama_cpu.log"; return 1; }
+    losses_within "$WORK/llama_gpu/metrics.jsonl" "$WORK/llama_cpu/metrics.jsonl" 1e-4
+}
+
+# a second GPU run of it, to the bit (RMSNorm's weight gradient and the
+# key/value heads' group sums are deterministic)
+llama_run_equals_run() {
+    llama_gpu_ref || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/llama_gpu_again" "${CUDA_SET[@]}" \
+        "${LLAMA_SET[@]}" >"$WORK/llama_gpu_again.log" 2>&1 ||
+        { cat "$WORK/llama_gpu_again.log"; return 1; }
+    metrics_equal "$WORK/llama_gpu/metrics.jsonl" "$WORK/llama_gpu_again/metrics.jsonl"
 }
 
 # bf16 with the attention on the tensor cores (the default) against bf16 with
@@ -169,17 +207,22 @@ PYEOF
 }
 
 # sanitizer TOOL: a 2-step run under compute-sanitizer, clean (one warmup step:
-# the cosine schedule wants fewer warmup steps than steps), on the GPU
+# the cosine schedule wants fewer warmup steps than steps), on the GPU: GPT-2's
+# tiny plan, then the grouped-query Llama (llama.cu's kernels)
 sanitizer() {
-    local cs
+    local cs arch log sets
     cs=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
     [ -x "$cs" ] || { echo "compute-sanitizer is not installed"; return 1; }
-    "$cs" --tool "$1" --target-processes all --error-exitcode 9 \
-        "$PLAIT" train "$WORK/plan.json" --out "$WORK/san_$1" "${CUDA_SET[@]}" --set steps=2 \
-        --set optimizer.warmup_steps=1 --set checkpoint.every=0 >"$WORK/san_$1.log" 2>&1 ||
-        { tail -n 40 "$WORK/san_$1.log"; return 1; }
-    grep -q "training on CUDA device" "$WORK/san_$1.log" || { cat "$WORK/san_$1.log"; return 1; }
-    grep "ERROR SUMMARY" "$WORK/san_$1.log" || true
+    for arch in gpt2 llama; do
+        log=$WORK/san_$1_$arch.log sets=("${CUDA_SET[@]}")
+        [ "$arch" = llama ] && sets+=("${LLAMA_SET[@]}")
+        "$cs" --tool "$1" --target-processes all --error-exitcode 9 \
+            "$PLAIT" train "$WORK/plan.json" --out "$WORK/san_$1_$arch" "${sets[@]}" --set steps=2 \
+            --set optimizer.warmup_steps=1 --set checkpoint.every=0 >"$log" 2>&1 ||
+            { tail -n 40 "$log"; return 1; }
+        grep -q "training on CUDA device" "$log" || { cat "$log"; return 1; }
+        echo "$arch: $(grep "ERROR SUMMARY" "$log" || true)"
+    done
 }
 
 # fp8 on the GPU against fp8 on the CPU (the same quantiser, bit for bit; the
@@ -249,4 +292,6 @@ check_or_skip cuda_compute_sanitizer_racecheck "compute-sanitizer not installed"
 HAVE_FP8='! grep -q "no fp8 tensor cores" "$WORK/selftest.txt"'
 check_or_skip cuda_fp8_tracks_the_cpu "this GPU has no fp8 tensor cores (sm_89+)" "$HAVE_FP8" fp8_tracks_cpu
 check_or_skip cuda_fp8_resumes_to_the_bit "this GPU has no fp8 tensor cores (sm_89+)" "$HAVE_FP8" fp8_resume
+check_or_skip cuda_llama_tracks_the_cpu "" true llama_tracks_cpu
+check_or_skip cuda_llama_run_equals_cuda_run "" true llama_run_equals_run
 finish
