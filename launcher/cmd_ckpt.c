@@ -321,23 +321,38 @@ static int put_whole_instance(void *ctx, enum gpt2_tensor t, int layer, size_t o
     return 0;
 }
 
+/* gpt2_shard_each's visitor: one instance of the whole model read from the
+ * source's shards straight to its place in llm.c order. */
+struct gather {
+    struct ckpt_source *src;
+    const struct gpt2_shard *whole;
+    float *full;
+    struct plait_error *err;
+};
+
+static int gather_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
+{
+    struct gather *g = ctx;
+    return ckpt_source_read(g->src, CKPT_PARAMS, g->whole, off, off + n,
+                            g->full + gpt2_shard_instance_at(g->whole, t, layer), g->err);
+}
+
 /* The source's whole model in llm.c order, malloc'ed. */
 static float *gather_whole(struct ckpt_source *src, struct plait_error *err)
 {
     struct gpt2_shard whole;
     struct gpt2_part part = gpt2_part_whole(&src->cfg);
     if (gpt2_shard_init(&whole, &src->cfg, &part, err)) return NULL;
-    float *layer_major = malloc(whole.total * sizeof(float) + 1),
-          *full = malloc(whole.total * sizeof(float) + 1);
-    if (!layer_major || !full ||
-        ckpt_source_read(src, CKPT_PARAMS, &whole, 0, whole.total, layer_major, err)) {
-        if (!layer_major || !full) error_set(err, "out of memory for %zu parameters", whole.total);
-        free(layer_major);
+    float *full = malloc(whole.total * sizeof(float) + 1);
+    if (!full) {
+        error_set(err, "out of memory for %zu parameters", whole.total);
+        return NULL;
+    }
+    struct gather g = {src, &whole, full, err};
+    if (gpt2_shard_each(&whole, gather_instance, &g)) {
         free(full);
         return NULL;
     }
-    gpt2_shard_copy(&whole, full, layer_major, false);
-    free(layer_major);
     return full;
 }
 

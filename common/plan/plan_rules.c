@@ -152,15 +152,15 @@ static int check_ranks(struct plan_ctx *c, const struct plan *p)
 static int check_model_size(struct plan_ctx *c, json_t *root, const struct plan *p)
 {
     const struct plan_model *m = &p->model;
-    struct gpt2_config cfg = {.max_seq_len = 1,
-                              .padded_vocab = 1,
-                              .layers = 1,
-                              .hidden = m->hidden,
-                              .heads = m->heads,
-                              .vocab = 1};
+    /* the plan's model (its architecture's tensors), grown one field at a time */
+    struct gpt2_config cfg = gpt2_config_of_plan(m);
+    cfg.max_seq_len = cfg.padded_vocab = cfg.layers = cfg.vocab = 1;
+    if (cfg.llama) cfg.ffn_hidden = 1;
     struct gpt2_layout layout;
     const char *culprit = "model.hidden";
     int value = m->hidden;
+    if (!gpt2_layout(&cfg, &layout) && cfg.llama)
+        cfg.ffn_hidden = m->ffn_hidden, culprit = "model.ffn_hidden", value = m->ffn_hidden;
     if (!gpt2_layout(&cfg, &layout)) {
         cfg.layers = m->layers, culprit = "model.layers", value = m->layers;
         if (!gpt2_layout(&cfg, &layout)) {
