@@ -413,6 +413,23 @@ static void print_nodes(const struct layout_eval *e, const struct place_node *no
     }
 }
 
+/* With dp > 1, the most loaded rank's memory under each ZeRO stage, and, when
+ * the plan's own fits, whether a cheaper one (less traffic) would too. */
+static void print_zero_stages(const struct plan *placed, struct cost_layout l, uint64_t gpu_mem)
+{
+    if (l.dp < 2) return;
+    double unit = layout_memory_at_zero(placed, l, 0) >= 1e9 ? 1e9 : 1e6;
+    printf("  the most loaded rank by ZeRO stage at dp %d:", l.dp);
+    for (int z = 0; z <= LAYOUT_ZERO_MAX; z++)
+        printf("%s %d %.2f %s", z ? "," : "", z, layout_memory_at_zero(placed, l, z) / unit,
+               unit == 1e9 ? "GB" : "MB");
+    printf("\n");
+    int z = layout_zero_to_fit(placed, l, gpu_mem);
+    if (z >= 0 && z < placed->parallel.zero)
+        printf("  parallel.zero %d would fit too (%.2f GB), with no more data-parallel traffic\n", z,
+               layout_memory_at_zero(placed, l, z) / 1e9);
+}
+
 /* Device memory per rank of each stage, as model_init allocates it. */
 static void print_memory(const struct plan *p, const struct layout_eval *e, uint64_t gpu_mem)
 {
@@ -461,6 +478,7 @@ static void print_memory(const struct plan *p, const struct layout_eval *e, uint
         printf("  device memory %.2f GB: %s\n", gpu_mem / 1e9, e->fits ? "fits" : "DOES NOT FIT");
     else
         printf("  device memory unknown (give --gpu-memory GB to check the fit)\n");
+    print_zero_stages(&placed, e->layout, gpu_mem);
 }
 
 /* Traffic per rank per step by communicator, the modelled step and MFU. */
@@ -676,6 +694,13 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
     json_object_set_new(o, "device_memory_bytes",
                         gpu_mem ? json_integer((json_int_t)gpu_mem) : json_null());
     json_object_set_new(o, "fits", json_boolean(e->fits));
+    json_t *by_zero = json_array();
+    for (int z = 0; z <= LAYOUT_ZERO_MAX && m->dp > 1; z++)
+        json_array_append_new(by_zero,
+                              json_integer((json_int_t)layout_memory_at_zero(&placed, e->layout, z)));
+    json_object_set_new(o, "memory_bytes_by_zero", by_zero);
+    int fit_zero = layout_zero_to_fit(&placed, e->layout, gpu_mem);
+    json_object_set_new(o, "zero_to_fit", fit_zero >= 0 ? json_integer(fit_zero) : json_null());
     json_object_set_new(o, "allow_tp_over_pcie", json_boolean(p->parallel.allow_tp_over_pcie));
     json_object_set_new(o, "links",
                         json_pack("{s:o,s:o,s:o}", "tp",

@@ -130,6 +130,21 @@ test_text_names_the_gpus_and_models_mfu() {
 }
 check text_names_the_gpus_and_models_mfu test_text_names_the_gpus_and_models_mfu
 
+# with dp > 1 the memory table gives the most loaded rank under every ZeRO stage,
+# and a plan whose own stage is higher than it needs hears of the cheapest that fits
+# (the refusal of one that fits at no stage is tests/topo/h100_sxm8/zero_stage_that_fits_is_proposed)
+test_text_proposes_the_cheapest_zero_stage() {
+    local case=tests/topo/h100_sxm8/zero2_where_zero1_fits_says_so
+    "$PLAIT" check "$case/plan.json" --topology tests/topo/h100_sxm8/topology.xml >"$WORK/z.txt" 2>&1 || { cat "$WORK/z.txt"; return 1; }
+    grep -qE "^  the most loaded rank by ZeRO stage at dp 8: 0 106.66 GB, 1 76.33 GB, 2 76.33 GB" "$WORK/z.txt" &&
+        grep -qF "  parallel.zero 1 would fit too (76.33 GB), with no more data-parallel traffic" "$WORK/z.txt" ||
+        { cat "$WORK/z.txt"; return 1; }
+    # at zero 1 itself: no proposal
+    "$PLAIT" check "$case/plan.json" --topology tests/topo/h100_sxm8/topology.xml --set parallel.zero=1 >"$WORK/z1.txt" 2>&1 || { cat "$WORK/z1.txt"; return 1; }
+    ! grep -q "would fit too" "$WORK/z1.txt" || { cat "$WORK/z1.txt"; return 1; }
+}
+check text_proposes_the_cheapest_zero_stage test_text_proposes_the_cheapest_zero_stage
+
 # on this machine (no --topology) CPU ranks are modelled from the CPU kernels'
 # rates measured at the plan's shapes: positive, and the memory-bound ops and
 # the optimizer's pass in the step; an explicit --device-tflops measures
