@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make bench-comm — all-reduce bus bandwidth of plait's socket backend
-# (build/bin/comm-bench) beside Open MPI's MPI_Allreduce, same sizes, same
+# make bench-comm — all-reduce and all-to-all bus bandwidth of plait's socket
+# backend (build/bin/comm-bench) beside Open MPI's MPI_Allreduce and
+# MPI_Alltoallv (every rank size/N to each), same sizes, same
 # method (warm-up, trials of ~50 ms, the slowest rank's time, the median
 # trial), in one run. Rounds alternate plait and Open MPI; each size's busbw
 # is the median over rounds (with one round, over its trials), and the ratio
@@ -10,12 +11,14 @@
 #   BENCH_COMM_RANKS      rank counts (default "4 8")
 #   BENCH_COMM_MAX_BYTES  largest size (default 256M; from 1K, x4)
 #   BENCH_COMM_ROUNDS     rounds per implementation (default 1: about 45 s on 2 CPUs)
+#   BENCH_COMM_OPS        operations (default "allreduce alltoall"; all-to-all up to 64M)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${PLAIT_BUILD:-build}
 RANKS=${BENCH_COMM_RANKS:-4 8}
 MAX=${BENCH_COMM_MAX_BYTES:-256M}
 ROUNDS=${BENCH_COMM_ROUNDS:-1}
+OPS=${BENCH_COMM_OPS:-allreduce alltoall}
 work=$(mktemp -d /tmp/plait-comm-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
@@ -35,6 +38,42 @@ static int cmp(const void *a, const void *b)
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
+static double slowest(double t)
+{
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return t;
+}
+/* MPI_Alltoallv, block floats to every rank, timed as the all-reduce is */
+static void bench_alltoall(float *s, float *r, int block, int n, int rank, int *counts, int *displs)
+{
+    int count = block * n;
+    for (int i = 0; i < n; i++) counts[i] = block, displs[i] = i * block;
+    for (int i = 0; i < count; i++) s[i] = (float)((rank + 1) * (i % 7 + 1));
+    double t0 = MPI_Wtime();
+    MPI_Alltoallv(s, counts, displs, MPI_FLOAT, r, counts, displs, MPI_FLOAT, MPI_COMM_WORLD);
+    double warm = MPI_Wtime() - t0;
+    if (count && r[count - 1] != (float)(n * ((rank * block + block - 1) % 7 + 1))) MPI_Abort(MPI_COMM_WORLD, 1);
+    size_t b = (size_t)count * 4;
+    int large = b >= ((size_t)16 << 20);
+    warm = slowest(warm);
+    int iters = warm > 0 ? (int)(0.05 / warm) : 1000;
+    iters = iters < 1 || large ? 1 : iters > 1000 ? 1000 : iters;
+    int trials = large ? 3 : 5;
+    double t[5];
+    for (int k = 0; k < trials; k++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        t0 = MPI_Wtime();
+        for (int i = 0; i < iters; i++)
+            MPI_Alltoallv(s, counts, displs, MPI_FLOAT, r, counts, displs, MPI_FLOAT, MPI_COMM_WORLD);
+        t[k] = slowest((MPI_Wtime() - t0) / iters);
+    }
+    qsort(t, (size_t)trials, sizeof t[0], cmp);
+    double med = t[trials / 2], algbw = (double)b / med / 1e9;
+    if (rank == 0)
+        printf("%12zu %12d  float   none %12.2f %10.3f %10.3f\n", b, count, med * 1e6, algbw,
+               algbw * (n - 1) / n);
+    fflush(stdout);
+}
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -42,9 +81,15 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     size_t max = (size_t)atof(argv[1]);
+    int a2a = argc > 2 && argv[2][0] == 'a' && argv[2][3] == 't'; /* "alltoall" */
     float *s = malloc(max), *r = malloc(max);
+    int *counts = malloc(sizeof(int) * (size_t)n), *displs = malloc(sizeof(int) * (size_t)n);
     for (size_t b = 1024; b <= max; b *= 4) {
         int count = (int)(b / 4);
+        if (a2a) {
+            bench_alltoall(s, r, count / n, n, rank, counts, displs);
+            continue;
+        }
         for (int i = 0; i < count; i++) s[i] = (float)((rank + 1) * (i % 7 + 1));
         double t0 = MPI_Wtime();
         MPI_Allreduce(s, r, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -77,6 +122,8 @@ int main(int argc, char **argv)
     }
     free(s);
     free(r);
+    free(counts);
+    free(displs);
     MPI_Finalize();
     return 0;
 }
@@ -86,12 +133,16 @@ fi
 [ "$have_mpi" = 1 ] || echo "comm-bench: no Open MPI (apt-get install openmpi-bin libopenmpi-dev): plait alone"
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
-echo "== all-reduce float32 sum, 1K..$MAX, ranks: $RANKS, rounds: $ROUNDS, $(nproc) CPUs"
+for op in $OPS; do
+op_max=$max_bytes
+if [ "$op" = alltoall ] && [ "$op_max" -gt $((64 << 20)) ]; then op_max=$((64 << 20)); fi
+echo
+echo "== $op float32, 1K..$(numfmt --to=iec "$op_max"), ranks: $RANKS, rounds: $ROUNDS, $(nproc) CPUs"
 for round in $(seq "$ROUNDS"); do
     for n in $RANKS; do
-        "$BUILD/bin/comm-bench" --ranks "$n" --max-bytes "$max_bytes" >"$work/plait_${n}_$round.txt"
+        "$BUILD/bin/comm-bench" --ranks "$n" --max-bytes "$op_max" --op "$op" >"$work/plait_${n}_$round.txt"
         if [ "$have_mpi" = 1 ]; then
-            mpirun -np "$n" --oversubscribe --bind-to none "$work/mpi-bench" "$max_bytes" \
+            mpirun -np "$n" --oversubscribe --bind-to none "$work/mpi-bench" "$op_max" "$op" \
                 >"$work/mpi_${n}_$round.txt" 2>"$work/mpi_${n}_$round.err" ||
                 { cat "$work/mpi_${n}_$round.err"; exit 1; }
         fi
@@ -99,11 +150,11 @@ for round in $(seq "$ROUNDS"); do
 done
 sed -n '1p' "$work/plait_$(echo "$RANKS" | cut -d' ' -f1)_1.txt"
 [ "$have_mpi" = 1 ] && echo "# Open MPI $(mpirun --version 2>/dev/null | head -1 | awk '{print $NF}'): \
-mpirun --oversubscribe --bind-to none, MPI_Allreduce out of place"
+mpirun --oversubscribe --bind-to none, $([ "$op" = alltoall ] && echo MPI_Alltoallv || echo MPI_Allreduce) out of place"
 
-python3 - "$work" "$ROUNDS" $RANKS <<'PYEOF'
+python3 - "$work" "$ROUNDS" "$op" $RANKS <<'PYEOF'
 import statistics, sys, os
-work, rounds, ranks = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+work, rounds, op, ranks = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 def read(path):
     rows = {}
     if not os.path.exists(path):
@@ -118,7 +169,7 @@ for n in ranks:
     p = [read(f"{work}/plait_{n}_{r}.txt") for r in range(1, rounds + 1)]
     m = [read(f"{work}/mpi_{n}_{r}.txt") for r in range(1, rounds + 1)]
     print(f"\n{n} ranks (median of {rounds} round{'s' if rounds > 1 else ''}; "
-          f"busbw = algbw * 2(n-1)/n; GB/s)")
+          f"busbw = algbw * {'' if op == 'alltoall' else '2'}(n-1)/n; GB/s)")
     print(f"{'size':>10} {'plait us':>10} {'plait busbw':>12} {'ompi us':>10} {'ompi busbw':>11} {'ratio':>7}")
     ratios = []
     for size in sorted(p[0]):
@@ -138,3 +189,4 @@ for n in ranks:
         print(f"  >= 1 MiB: plait / Open MPI busbw min {min(ratios):.2f}, median "
               f"{statistics.median(ratios):.2f}   (goal >= 0.8)")
 PYEOF
+done
