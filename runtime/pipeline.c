@@ -37,7 +37,7 @@ static int prev_stage(const struct schedule *s, int stage)
 /* A stop mid-step. The first stage decides: before each micro-batch k > 0
  * enters (its F of chunk 0), every first-stage rank (tp × dp) calls
  * agree_stop at that same place of its list, so all of them agree on the same
- * k (interleaved: a k that is a multiple of pp). On a stop at k, a stage runs nothing more of
+ * k (schedule_may_stop: interleaved, a multiple of pp). On a stop at k, a stage runs nothing more of
  * micro-batches >= k: it drains, running the rest of its list for micro-batches < k (forwards,
  * backwards, weight passes), and its gradients cover exactly 0..k-1. The
  * decision travels down in the control word that precedes every activation
@@ -89,35 +89,6 @@ static void give_slot(struct run *r, int micro, int chunk)
     *at = -1;
 }
 
-/* The step's last backward of chunk c (its weight-gradient pass, when
- * split) makes that chunk's gradients final: the model calls how's hook as
- * its layers complete (with overwrite_each, every backward: each
- * micro-batch's gradients are handed over). The hook takes everything above a layer as final, so
- * it is set only when the chunks above (later in the buffer) are done too;
- * when a schedule finished a lower chunk first, that chunk's gradients wait
- * for the end of the step (buckets_finish). finished[c]: the chunk's
- * gradient passes so far, counting this one. */
-static void hook(struct model *m, const struct schedule *s, const int *finished, int c,
-                 const struct pipe_step *how)
-{
-    for (int above = c; above < s->v && !how->overwrite_each; above++)
-        if (finished[above] != s->m) return;
-    m->grads_final = how->grads_final;
-    m->grads_final_ctx = how->grads_ctx;
-}
-
-/* Micro-batch k's gradients through chunk c are in (and its input gradient
- * has gone upstream): its slot is free. After chunk 0 (its last backward on
- * this stage) the caller's after_backward runs. 0, or -1 with err. */
-static int micro_done(struct run *r, const struct pipe_step *how, int k, int c, int *done,
-                      struct plait_error *err)
-{
-    give_slot(r, k, c);
-    if (c != 0) return 0;
-    *done = k + 1;
-    return how->after_backward ? how->after_backward(how->ctx, k, err) : 0;
-}
-
 /* One step of one stage: what its operations share. */
 struct stepper {
     struct model *m;
@@ -134,10 +105,55 @@ struct stepper {
     float *grad;                    /* the next stage's input gradient, in the model's buffer */
     size_t NC;                      /* floats that cross a stage */
     int backwards[64], weights[64]; /* gradient passes so far, per chunk */
+    bool *quiet;  /* [m + 1] where the gradients are handed over: after micro-batches 0..n-1
+                     (schedule_quiescent with hand_over; else the step's end) */
+    int handed;   /* the micro-batches handed over so far */
     int stop_at;                    /* the micro-batch the pipeline stops before */
     float word;                     /* a control word */
     bool asked;                     /* a later stage asked to stop */
 };
+
+/* The last gradient pass of chunk c before a hand-over (the step's end,
+ * or with hand_over a quiescent point; a weight-gradient pass when split)
+ * makes that chunk's gradients final: the model calls how's hook as its
+ * layers complete. The hook takes everything above a layer as final, so it
+ * is set only when the chunks above (later in the buffer) are done too; when
+ * a schedule finished a lower chunk first, that chunk's gradients wait for
+ * the hand-over (buckets_finish). counts[c]: the chunk's passes of this kind
+ * so far, counting this one. */
+static void hook(struct stepper *st, const int *counts, int c)
+{
+    int n = counts[c];
+    if (!st->quiet[n]) return;
+    for (int above = c + 1; above < st->s->v; above++)
+        if (counts[above] != n) return;
+    st->m->grads_final = st->how->grads_final;
+    st->m->grads_final_ctx = st->how->grads_ctx;
+}
+
+/* Whether a gradient pass of chunk c adds to the buffer (passes of its kind
+ * on the chunk since the last hand-over, or a resumed step's), counted[c]
+ * before this one. */
+static bool adds(const struct stepper *st, const int *counted, int c)
+{
+    return (st->how->accumulate && st->handed == 0) || counted[c] > st->handed;
+}
+
+/* Micro-batch k's gradients through chunk c are in (and its input gradient
+ * has gone upstream): its slot is free. After chunk 0 (its last backward on
+ * this stage) the caller's after_backward runs, then the hand-over where the
+ * buffer is quiescent. 0, or -1 with err. */
+static int micro_done(struct stepper *st, int k, int c, struct plait_error *err)
+{
+    const struct pipe_step *how = st->how;
+    give_slot(&st->r, k, c);
+    if (c != 0) return 0;
+    *st->done = k + 1;
+    if (how->after_backward && how->after_backward(how->ctx, k, err)) return -1;
+    if (!how->hand_over || !st->quiet[k + 1]) return 0;
+    st->handed = k + 1;
+    return how->hand_over(how->ctx, k + 1, err);
+}
 
 /* Receives micro-batch k's activation for chunk c, or a stop at k (passed on
  * down at once: no activation follows it). */
@@ -190,7 +206,7 @@ static int op_forward(struct stepper *st, int k, int c, double t0, struct plait_
     const struct pipe_step *how = st->how;
     struct model *m = st->m;
     bool embeds = m->first && c == 0, heads = m->last && c == s->v - 1;
-    if (st->stage == 0 && c == 0 && k > 0 && how->agree_stop && k % (s->v > 1 ? s->pp : 1) == 0) {
+    if (st->stage == 0 && c == 0 && how->agree_stop && schedule_may_stop(s, k)) {
         bool stopped;
         if (agree_stop(st, k, &stopped, err)) return -1;
         if (stopped) return 0;
@@ -265,9 +281,9 @@ static int op_backward(struct stepper *st, int k, int c, double t0, struct plait
     if (slot < 0)
         return error_set(err, "pipeline: backward of micro-batch %d, chunk %d before its forward",
                          k, c);
-    bool acc = !how->overwrite_each && (how->accumulate || st->backwards[c] > 0);
+    bool acc = adds(st, st->backwards, c);
     st->backwards[c]++;
-    if (!s->split_backward) hook(m, s, st->backwards, c, how);
+    if (!s->split_backward) hook(st, st->backwards, c);
     int failed = s->split_backward
                      ? model_stage_backward_input(m, slot, st->grad, how->B, how->T, acc, err)
                      : model_stage_backward(m, slot, st->grad, how->B, how->T, acc, err);
@@ -275,7 +291,7 @@ static int op_backward(struct stepper *st, int k, int c, double t0, struct plait
     if (failed) return -1;
     st->times->compute_s += now_s() - t0;
     bool sends_grad = c * s->pp + st->stage > 0;
-    if (!s->split_backward && !sends_grad) return micro_done(&st->r, how, k, c, st->done, err);
+    if (!s->split_backward && !sends_grad) return micro_done(st, k, c, err);
     return 0;
 }
 
@@ -287,14 +303,14 @@ static int op_weights(struct stepper *st, int k, int c, double t0, struct plait_
     if (!st->s->split_backward || slot < 0)
         return error_set(err, "pipeline: a weight-gradient operation for micro-batch %d %s", k,
                          st->s->split_backward ? "before its forward" : "in a combined schedule");
-    bool acc = !how->overwrite_each && (how->accumulate || st->weights[c] > 0);
+    bool acc = adds(st, st->weights, c);
     st->weights[c]++;
-    hook(st->m, st->s, st->weights, c, how);
+    hook(st, st->weights, c);
     int failed = model_stage_backward_weights(st->m, slot, how->B, how->T, acc, err);
     st->m->grads_final = NULL;
     if (failed) return -1;
     st->times->compute_s += now_s() - t0;
-    return micro_done(&st->r, how, k, c, st->done, err);
+    return micro_done(st, k, c, err);
 }
 
 /* Micro-batch k's input gradient to the previous chunk: the same, or c - 1
@@ -312,30 +328,22 @@ static int op_send_grad(struct stepper *st, int k, int c, double t0, struct plai
                    model_stage_input_grad(st->m), st->NC, false, err))
         return -1;
     st->times->send_s += now_s() - t0;
-    if (!s->split_backward) return micro_done(&st->r, how, k, c, st->done, err);
+    if (!s->split_backward) return micro_done(st, k, c, err);
     return 0;
 }
 
-/* Whether this model can run this schedule with how's hand-over */
+/* Whether this model can run this schedule */
 static int check_fits(const struct model *m, const struct schedule *s, int stage,
-                      const struct pipe_step *how, struct plait_error *err)
+                      struct plait_error *err)
 {
     if (s->v != m->chunks || s->v > 64)
         return error_set(err,
                          "pipeline: the %s schedule runs %d model chunks a stage, the model "
                          "has %d",
                          schedule_kind_name(s->kind), s->v, m->chunks);
-    if (s->v > 1 && how->overwrite_each)
-        return error_set(err, "pipeline: an interleaved schedule cannot hand over each "
-                              "micro-batch's gradients (ZeRO 2): other micro-batches' backwards "
-                              "run between a micro-batch's chunks");
     if (s->split_backward && !m->split_backward)
         return error_set(err, "pipeline: the %s schedule needs a model built for a split backward",
                          schedule_kind_name(s->kind));
-    if (s->split_backward && how->overwrite_each)
-        return error_set(err, "pipeline: a split backward cannot hand over each micro-batch's "
-                              "gradients (ZeRO 2): another's input-gradient pass runs between "
-                              "a micro-batch's two passes");
     if (schedule_max_in_flight(s, stage) > m->n_slots)
         return error_set(err,
                          "pipeline: stage %d holds up to %d micro-batches, the model has %d "
@@ -371,7 +379,7 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
                   const struct pipe_step *how, double *loss_sum, int *done,
                   struct pipe_times *times, struct plait_error *err)
 {
-    if (check_fits(m, s, stage, how, err)) return -1;
+    if (check_fits(m, s, stage, err)) return -1;
     size_t N = (size_t)how->B * how->T;
     struct stepper st = {.m = m,
                          .s = s,
@@ -388,19 +396,26 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
                          .targets = malloc(N * sizeof(int32_t)),
                          .grad = m->grad_in,
                          .NC = model_stage_floats(m, how->B, how->T),
+                         .quiet = calloc((size_t)s->m + 1, sizeof(bool)),
                          .stop_at = s->m};
     int rc = -1;
     memset(times, 0, sizeof *times);
     if (loss_sum) *loss_sum = 0;
     *done = 0;
-    if (!st.r.slot_of || !st.r.busy || !st.tokens || !st.targets) {
+    if (!st.r.slot_of || !st.r.busy || !st.tokens || !st.targets || !st.quiet) {
         error_set(err, "out of memory");
         goto out;
     }
+    if (how->hand_over)
+        schedule_quiescent(s, stage, st.quiet);
+    else
+        st.quiet[s->m] = true;
     for (int k = 0; k < s->m * s->v; k++) st.r.slot_of[k] = -1;
     for (int i = 0; i < s->n_ops[stage]; i++)
         if (s->ops[stage][i].micro < st.stop_at && run_op(&st, s->ops[stage][i], err))
             goto out; /* past stop_at: draining */
+    /* drained at a stop: schedule_may_stop's are quiescent, so this is for safety only */
+    if (how->hand_over && st.handed < *done && how->hand_over(how->ctx, *done, err)) goto out;
     if (link->flush && link->flush(link->ctx, err)) goto out;
     rc = 0;
 out:
@@ -408,5 +423,6 @@ out:
     free(st.r.busy);
     free(st.tokens);
     free(st.targets);
+    free(st.quiet);
     return rc;
 }

@@ -248,6 +248,28 @@ void schedule_free(struct schedule *s)
     memset(s, 0, sizeof *s);
 }
 
+void schedule_quiescent(const struct schedule *s, int stage, bool *at)
+{
+    int v = s->v, b[64] = {0}, w[64] = {0};
+    for (int n = 0; n <= s->m; n++) at[n] = n == s->m;
+    for (int i = 0; i < s->n_ops[stage] && v <= 64; i++) {
+        struct sched_op op = s->ops[stage][i];
+        if (op.type == SCHED_B) b[op.chunk]++;
+        else if (op.type == SCHED_W) w[op.chunk]++;
+        else continue;
+        int n = b[0];
+        bool still = n > 0;
+        for (int c = 0; c < v; c++)
+            if (b[c] != n || (s->split_backward && w[c] != n)) still = false;
+        if (still) at[n] = true;
+    }
+}
+
+bool schedule_may_stop(const struct schedule *s, int k)
+{
+    return k > 0 && k < s->m && k % (s->v > 1 ? s->pp : 1) == 0;
+}
+
 /* ---- simulation --------------------------------------------------------------------------- */
 
 static const char *op_name(enum sched_op_type t)

@@ -75,6 +75,22 @@ int schedule_make_for_plan(struct schedule *s, const struct plan *p, int pp,
  * interleaved min(2(pp - stage - 1) + (v - 1)·pp + 1, m·v). */
 int schedule_max_in_flight(const struct schedule *s, int stage);
 
+/* Where a stage's gradient buffer is quiescent: at[n] (n = 1..m; at has m + 1
+ * entries) is true when, at some point of stage's list, every gradient pass
+ * (B, and W when split) of micro-batches 0..n-1 has run on every chunk and
+ * none of a later micro-batch has. Each chunk's passes run in micro-batch
+ * order, so that point is micro-batch n-1's last pass (its chunk 0's). at[m]
+ * always; 1F1B, GPipe and ZB-H1 every n; interleaved the multiples of pp. A
+ * gradient handed over there (ZeRO 2) is whole micro-batches'. */
+void schedule_quiescent(const struct schedule *s, int stage, bool *at);
+
+/* Whether the first stage may stop the step before micro-batch k enters (0 <
+ * k < m): anywhere but interleaved, whose rest must be a multiple of pp to be
+ * scheduled again. Each such k is quiescent on every stage (at[k]), and the
+ * rest's schedule is quiescent where the whole step's is, so gradients handed
+ * over at quiescent points meet the same sums whether the step stopped or not. */
+bool schedule_may_stop(const struct schedule *s, int k);
+
 /* Running the lists with each computation taking a fixed time (t_f, t_b, t_w
  * per chunk; without a split, B takes t_b + t_w) and transfers taking none. */
 struct sched_sim {

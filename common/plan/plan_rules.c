@@ -419,28 +419,13 @@ static int check_pipeline_rules(struct plan_ctx *c, const struct plan *p)
     return 0;
 }
 
-/* ZeRO's stage against the runtime and the schedule. ZeRO 2 hands a micro-batch's gradients
- * over after its backward; an interleaved or zero-bubble stage runs other backwards in
- * between. With dp 1 there is nothing to hand over. */
+/* ZeRO's stage against the runtime. ZeRO 2 runs with every schedule: it hands the
+ * gradients over where the stage's buffer is quiescent (common/place/schedule.h). */
 static int check_zero_rules(struct plan_ctx *c, const struct plan *p)
 {
     const struct plan_parallel *par = &p->parallel;
-    int dp = par->dp;
     if (par->zero == 3)
         return plan_fail_rule(c, "parallel.zero", "", "3 is not in this runtime yet (0, 1, 2 are)");
-    if (par->zero == 2 && dp != 1 && par->schedule == PLAN_PIPE_INTERLEAVED && par->pp != 1)
-        return plan_fail_rule(c, "parallel.schedule", "parallel.zero parallel.dp parallel.pp",
-                         "\"interleaved\" with parallel.zero 2 and parallel.dp %s: ZeRO 2 hands "
-                         "each micro-batch's gradients over after its backward, but an "
-                         "interleaved stage runs other micro-batches' backwards between a "
-                         "micro-batch's chunks; use zero 1, or \"1f1b\"",
-                         dp == PLAN_AUTO ? "\"auto\"" : "> 1");
-    if (par->zero == 2 && dp != 1 && par->schedule == PLAN_PIPE_ZB_H1)
-        return plan_fail_rule(c, "parallel.schedule", "parallel.zero parallel.dp",
-                         "\"zb-h1\" with parallel.zero 2 and parallel.dp %s: ZeRO 2 hands each "
-                         "micro-batch's gradients over before the next backward, which a "
-                         "zero-bubble schedule interleaves; use zero 1, or \"1f1b\"",
-                         dp == PLAN_AUTO ? "\"auto\"" : "> 1");
     return 0;
 }
 

@@ -127,7 +127,9 @@ PYEOF
 # the simulated bubble below 1F1B's, the measured
 # one beside it; the same layout twice, the same bits; stopped and resumed
 # from its checkpoint in parts, to the bit; a one-rank checkpoint resumed by
-# it; its evaluation, one rank's; ZeRO 2 refused, saying why.
+# it; its evaluation, one rank's; ZeRO 2 at pp 2 × dp 2, handing each group of pp
+# micro-batches over (where a stage's gradients are quiescent), in one bucket and in
+# buckets of 10 KB, and the same layout twice: the same bits.
 test_interleaved_pipeline_matches_one_rank() {
     ref one_l4 4 --set model.layers=4 && ref one_l8 4 --set model.layers=8 &&
         ref one_l4x8 8 --set model.layers=4 || return 1
@@ -190,9 +192,14 @@ worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
 assert worst <= 1e-5, (a, b)
 print(f"{len(a)} evaluations, worst relative difference {worst:.3g}")
 PYEOF
-    expect_error "$WORK/il_z2.log" any 'parallel.schedule: "interleaved" with parallel.zero 2' \
-        "$PLAIT" train "$WORK/plan.json" --out "$WORK/il_z2" "${COMMON[@]}" "${l4[@]}" \
-        --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=2 "${il[@]}"
+    local z2=(--set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=2)
+    layout pp2dp2_z2_interleaved one_l4x8 1e-5 "${l4[@]}" "${z2[@]}" "${il[@]}" || return 1
+    layout pp2dp2_z2_interleaved_buckets one_l4x8 1e-5 "${l4[@]}" "${z2[@]}" "${il[@]}" \
+        --set parallel.bucket_mb=0.01 || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/again_il_z2" "${COMMON[@]}" "${l4[@]}" \
+        "${z2[@]}" "${il[@]}" --set parallel.bucket_mb=0.01 >/dev/null 2>&1 || return 1
+    metrics_equal "$WORK/pp2dp2_z2_interleaved_buckets/metrics.jsonl" \
+        "$WORK/again_il_z2/metrics.jsonl"
 }
 
 test_data_parallel_and_zero_match_one_rank() {
@@ -213,10 +220,13 @@ test_data_parallel_and_zero_match_one_rank() {
     layout sp_zbh1_buckets one8 1e-5 --set parallel.tp=2 --set parallel.sequence_parallel=true \
         --set parallel.pp=2 --set parallel.dp=2 --set batch.grad_accum=4 \
         --set parallel.bucket_mb=0.01 --set parallel.schedule=zb-h1 || return 1
-    # ZeRO 2 hands each micro-batch's gradients over at once: not with a split backward
-    expect_error "$WORK/zbh1_z2.log" any 'parallel.schedule: "zb-h1" with parallel.zero 2' \
-        "$PLAIT" train "$WORK/plan.json" --out "$WORK/zbh1_z2" "${COMMON[@]}" --set parallel.pp=2 \
-        --set parallel.dp=2 --set parallel.zero=2 --set parallel.schedule=zb-h1 || return 1
+    # ZeRO 2 with a split backward: handed over once a micro-batch's weight-gradient
+    # pass is done (ZB-H1's lists run it before the next input-gradient pass), the tied
+    # wte summed in the slices at the step's end; in one bucket and in buckets of 10 KB
+    local z2zb=(--set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=2
+        --set parallel.schedule=zb-h1 --set batch.grad_accum=4)
+    layout pp2dp2_z2_zbh1 one8 1e-5 "${z2zb[@]}" || return 1
+    layout pp2dp2_z2_zbh1_buckets one8 1e-5 "${z2zb[@]}" --set parallel.bucket_mb=0.01 || return 1
     layout dp2_z1 one6 1e-5 --set parallel.dp=2 --set parallel.zero=1 || return 1
     layout dp2_z2 one6 1e-5 --set parallel.dp=2 --set parallel.zero=2 || return 1
     # ZeRO 2 in a pipeline: the tied wte's sum between its ends after each
@@ -519,6 +529,16 @@ test_stopped_parallel_runs_resume_to_the_bit() {
     uninterrupted full_iv "${iv[@]}" || return 1
     stop_resume stop_iv full_iv 42 "micro-batch 4 of step 6 (of 8; the pipeline drained)" \
         "${iv[@]}" || return 1
+    # ZeRO 2 with both: a stop lands where the gradients were handed over (interleaved:
+    # a multiple of pp; zb-h1: any micro-batch), the slices saved, the tied wte's sum
+    # still to come at the step's end
+    local ivz2=("${iv[@]}" --set parallel.dp=2 --set parallel.zero=2 --set parallel.bucket_mb=0.01)
+    uninterrupted full_iv_z2 "${ivz2[@]}" || return 1
+    stop_resume stop_iv_z2 full_iv_z2 42 "micro-batch 4 of step 6 (of 8; the pipeline drained)" \
+        "${ivz2[@]}" || return 1
+    local zbz2=("${z2[@]}" --set parallel.schedule=zb-h1)
+    uninterrupted full_zbh1_z2 "${zbz2[@]}" || return 1
+    stop_resume stop_zbh1_z2 full_zbh1_z2 22 "micro-batch 3 of step 6" "${zbz2[@]}" || return 1
 }
 
 # SIGTERM to the last stage alone (after its 18th micro-batch, the 2nd of

@@ -162,6 +162,47 @@ static void test_timeline_shows_the_1f1b_shape(void)
     schedule_free(&s);
 }
 
+/* ZeRO 2 hands a stage's gradients over where its buffer is quiescent
+ * (schedule_quiescent); a step stopped at k and resumed runs 0..k-1 through
+ * the whole step's list drained, then k..m-1 through a list of m-k. For the
+ * same sums as the step that never stopped: every k a stop may come at is
+ * quiescent on every stage, and the rest's list is quiescent exactly where
+ * the whole step's is (shifted by k). Interleaved: the multiples of pp;
+ * otherwise every micro-batch. */
+static void test_stops_land_where_the_gradients_are_quiescent(void)
+{
+    struct plait_error err;
+    static const int cases[][4] = {{SCHED_INTERLEAVED, 2, 8, 2}, {SCHED_INTERLEAVED, 4, 8, 2},
+                                   {SCHED_INTERLEAVED, 2, 12, 3}, {SCHED_INTERLEAVED, 4, 16, 4},
+                                   {SCHED_ZB_H1, 2, 8, 1},        {SCHED_ZB_H1, 4, 8, 1},
+                                   {SCHED_ZB_H1, 3, 7, 1},        {SCHED_ZB_H1, 8, 32, 1},
+                                   {SCHED_1F1B, 4, 8, 1},         {SCHED_GPIPE, 3, 5, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int kind = cases[i][0], pp = cases[i][1], m = cases[i][2], v = cases[i][3];
+        struct schedule s, rest;
+        bool at[64], rest_at[64];
+        CHECK(schedule_make(&s, kind, pp, m, v, &err) == 0, "%s", err.text);
+        for (int st = 0; st < pp; st++) {
+            schedule_quiescent(&s, st, at);
+            for (int n = 1; n <= m; n++)
+                CHECK(at[n] == (n % (v > 1 ? pp : 1) == 0), "%s pp %d m %d stage %d: at[%d] %d",
+                      schedule_kind_name(kind), pp, m, st, n, at[n]);
+            for (int k = 1; k < m; k++) {
+                if (!schedule_may_stop(&s, k)) continue;
+                CHECK(at[k], "%s pp %d m %d stage %d: a stop at %d is not quiescent",
+                      schedule_kind_name(kind), pp, m, st, k);
+                CHECK(schedule_make(&rest, kind, pp, m - k, v, &err) == 0, "%s", err.text);
+                schedule_quiescent(&rest, st, rest_at);
+                for (int n = 1; n <= m - k; n++)
+                    CHECK(rest_at[n] == at[k + n], "%s pp %d m %d stage %d stop %d: at %d",
+                          schedule_kind_name(kind), pp, m, st, k, k + n);
+                schedule_free(&rest);
+            }
+        }
+        schedule_free(&s);
+    }
+}
+
 int main(void)
 {
     RUN(test_gpipe_and_1f1b_bubble_is_p_minus_1_over_m_plus_p_minus_1);
@@ -171,5 +212,6 @@ int main(void)
     RUN(test_broken_lists_are_caught_naming_the_op);
     RUN(test_impossible_combinations_are_refused);
     RUN(test_timeline_shows_the_1f1b_shape);
+    RUN(test_stops_land_where_the_gradients_are_quiescent);
     return check_exit_code();
 }
