@@ -140,6 +140,27 @@ struct ops {
                                      const float *qkv, const float *out, const float *lse, int B,
                                      int T, int C, int NH);
 
+    /* Attention one key/value block at a time (context parallelism's ring;
+     * kernels/cpu is the reference: ring_attention_generic.inc; NULL where a
+     * backend has none yet). q: Tq query rows a sequence, row stride ldq
+     * (q's C columns first: a qkv buffer's rows); kv (B,Tk,2C): per row
+     * [k | v]; qpos (Tq) and kpos (Tk) each row's position in its sequence
+     * (the same for every one of the B): a key is visible to a query at or
+     * after it. scratch holds (B,NH,Tq,Tk). Forward: the block's softmax
+     * merged into out (B,Tq,C) and lse (B,NH,Tq) through the log-sum-exp
+     * (first: written, a row that sees no key of the block left at 0 and
+     * -inf); over every block, the causal attention of the whole sequence.
+     * Backward: given the whole attention's out and lse, the block's terms
+     * added to dq (layout of q) and dkv (layout of kv). */
+    void (*attention_block_forward)(struct ops_ctx *ctx, float *out, float *lse, float *scratch,
+                                    const float *q, int ldq, const float *kv, const int32_t *qpos,
+                                    const int32_t *kpos, int B, int Tq, int Tk, int C, int NH,
+                                    bool first);
+    void (*attention_block_backward)(struct ops_ctx *ctx, float *dq, float *dkv, float *scratch,
+                                     const float *dout, const float *q, int ldq, const float *kv,
+                                     const float *out, const float *lse, const int32_t *qpos,
+                                     const int32_t *kpos, int B, int Tq, int Tk, int C, int NH);
+
     /* Optional (NULL: the fused ones above): the fused attention on bf16
      * tensor cores, which runs in bf16 and fp8 precision where
      * attention_bf16_takes(C/NH). q, k, v and dout are rounded to bf16 as

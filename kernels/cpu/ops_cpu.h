@@ -67,6 +67,14 @@ struct ops_ctx; /* kernels/ops.h: ops_cpu()->open makes one */
     void cpu_swiglu_forward##SFX(struct ops_ctx *ctx, real *out, const real *inp, int N, int F);   \
     void cpu_swiglu_backward##SFX(struct ops_ctx *ctx, real *dinp, const real *inp,                \
                                   const real *dout, int N, int F);                                 \
+    void cpu_attention_block_forward##SFX(struct ops_ctx *ctx, real *out, real *lse,               \
+                                          real *scratch, const real *q, int ldq, const real *kv,   \
+                                          const int32_t *qpos, const int32_t *kpos, int B, int Tq, \
+                                          int Tk, int C, int NH, bool first);                      \
+    void cpu_attention_block_backward##SFX(                                                        \
+        struct ops_ctx *ctx, real *dq, real *dkv, real *scratch, const real *dout, const real *q,  \
+        int ldq, const real *kv, const real *out, const real *lse, const int32_t *qpos,            \
+        const int32_t *kpos, int B, int Tq, int Tk, int C, int NH);                                \
     void cpu_moe_route##SFX(struct ops_ctx *ctx, real *probs, int32_t *choice, real *gate,         \
                             real *lse, const real *logits, int N, int E, int k);                   \
     void cpu_moe_gather##SFX(struct ops_ctx *ctx, real *packed, const real *x,                     \
