@@ -640,8 +640,32 @@ static json_t *schedule_json(const struct plan *p, const struct cost_layout *l)
     if (make_schedule(p, l, &s, &sim)) return NULL;
     json_t *j = json_pack("{s:s,s:i,s:i,s:i,s:f}", "kind", schedule_kind_name(s.kind), "stages",
                           s.pp, "micro_batches", s.m, "virtual_stages", s.v, "bubble", sim.bubble);
+    double bubble[SCHED_KINDS];
+    schedule_bubbles(s.pp, s.m, p->parallel.virtual_stages, bubble);
+    json_t *each = json_object();
+    for (int k = 0; k < SCHED_KINDS; k++)
+        json_object_set_new(each, schedule_kind_name((enum sched_kind)k),
+                            bubble[k] >= 0 ? json_real(bubble[k]) : json_null());
+    json_object_set_new(j, "bubble_by_schedule", each);
     schedule_free(&s);
     return j;
+}
+
+/* Every schedule's bubble at the plan's stages and micro-batches, on one line. */
+static void print_other_schedules(const struct schedule *s, int virtual_stages)
+{
+    double bubble[SCHED_KINDS];
+    schedule_bubbles(s->pp, s->m, virtual_stages, bubble);
+    printf("  beside it, the same work a stage:");
+    for (int k = 0; k < SCHED_KINDS; k++) {
+        printf("%s %s", k ? "," : "", schedule_kind_name((enum sched_kind)k));
+        if (k == SCHED_INTERLEAVED) printf(" ×%d", virtual_stages < 2 ? 2 : virtual_stages);
+        if (bubble[k] >= 0)
+            printf(" %.1f%%", 100 * bubble[k]);
+        else
+            printf(" -");
+    }
+    printf(" (dualpipev: simulated only; plait-train does not run it yet)\n");
 }
 
 static void print_schedule(const struct plan *p, const struct cost_layout *l)
@@ -653,6 +677,7 @@ static void print_schedule(const struct plan *p, const struct cost_layout *l)
            "(simulated, backward = 2 × forward)\n",
            schedule_kind_name(s.kind), s.pp, s.m, s.m == 1 ? "" : "es",
            s.v > 1 ? ", interleaved" : "", 100 * sim.bubble);
+    print_other_schedules(&s, p->parallel.virtual_stages);
     schedule_print(&s, stdout, 100);
     schedule_free(&s);
 }

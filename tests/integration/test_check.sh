@@ -145,6 +145,16 @@ test_text_proposes_the_cheapest_zero_stage() {
 }
 check text_proposes_the_cheapest_zero_stage test_text_proposes_the_cheapest_zero_stage
 
+# a pipelined plan's schedule is set beside every other schedule's textbook bubble at its
+# stages and micro-batches (DualPipeV's V among them)
+test_text_sets_every_schedules_bubble_beside_the_plans() {
+    local case=tests/topo/h100_sxm8/tp2_pp2_dp2_pipelines_stay_on_the_node
+    "$PLAIT" check "$case/plan.json" --topology tests/topo/h100_sxm8/topology.xml >"$WORK/s.txt" 2>&1 || { cat "$WORK/s.txt"; return 1; }
+    grep -qF "  beside it, the same work a stage: 1f1b 11.1%, gpipe 11.1%, interleaved ×2 5.9%, zb-h1 7.7%, dualpipev 2.0%" "$WORK/s.txt" ||
+        { cat "$WORK/s.txt"; return 1; }
+}
+check text_sets_every_schedules_bubble_beside_the_plans test_text_sets_every_schedules_bubble_beside_the_plans
+
 # on this machine (no --topology) CPU ranks are modelled from the CPU kernels'
 # rates measured at the plan's shapes: positive, and the memory-bound ops and
 # the optimizer's pass in the step; an explicit --device-tflops measures
