@@ -665,7 +665,7 @@ static void print_other_schedules(const struct schedule *s, int virtual_stages)
         else
             printf(" -");
     }
-    printf(" (dualpipev: simulated only; plait-train does not run it yet)\n");
+    printf("\n");
 }
 
 static void print_schedule(const struct plan *p, const struct cost_layout *l)
@@ -676,7 +676,7 @@ static void print_schedule(const struct plan *p, const struct cost_layout *l)
     printf("\npipeline: %s over %d stages, %d micro-batch%s per step%s: bubble %.1f%% "
            "(simulated, backward = 2 × forward)\n",
            schedule_kind_name(s.kind), s.pp, s.m, s.m == 1 ? "" : "es",
-           s.v > 1 ? ", interleaved" : "", 100 * sim.bubble);
+           s.kind == SCHED_INTERLEAVED ? ", interleaved" : s.v > 1 ? ", two chunks a stage in a V" : "", 100 * sim.bubble);
     print_other_schedules(&s, p->parallel.virtual_stages);
     schedule_print(&s, stdout, 100);
     schedule_free(&s);

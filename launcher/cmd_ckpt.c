@@ -170,7 +170,8 @@ static void layout_text(const struct ckpt_info *c, char *out, size_t bytes)
         snprintf(out, bytes, "whole (one rank)");
     else
         snprintf(out, bytes, "tp %d × pp %d × dp %d%s%.0d%s", l->tp, l->pp, l->dp,
-                 l->zero ? " ZeRO " : "", l->zero, l->chunks > 1 ? " interleaved" : "");
+                 l->zero ? " ZeRO " : "", l->zero,
+                 l->v_shape ? " dualpipev" : l->chunks > 1 ? " interleaved" : "");
 }
 
 /* The checkpoints DIR names (newest first), described. */

@@ -156,7 +156,12 @@ static int commit_manifest(struct ckptdir *d, const struct ckpt_parts_job *job,
                            struct plait_error *err)
 {
     struct ckpt_manifest man = {
-        .layout = {.tp = w->tp, .pp = w->pp, .dp = w->dp, .zero = m->zero, .chunks = m->chunks}};
+        .layout = {.tp = w->tp,
+                   .pp = w->pp,
+                   .dp = w->dp,
+                   .zero = m->zero,
+                   .chunks = m->chunks,
+                   .v_shape = m->shard.part.v_shape}};
     struct ckpt_layout *l = &man.layout;
     int rc = -1;
     l->stage_begin = calloc((size_t)w->pp, sizeof *l->stage_begin);
@@ -304,7 +309,8 @@ static int read_part(const char *cdir, const char *name, enum ckpt_part_kind kin
 bool ckpt_layout_same(const struct ckpt_layout *l, const struct model *m)
 {
     return !l->whole && l->tp == m->shard.part.tp && l->pp == m->shard.part.pp && l->dp == m->dp &&
-           l->zero == m->zero && l->chunks == m->shard.part.chunks;
+           l->zero == m->zero && l->chunks == m->shard.part.chunks &&
+           l->v_shape == m->shard.part.v_shape;
 }
 
 int ckpt_layout_check(const char *cdir, const struct model *m, struct plait_error *err)

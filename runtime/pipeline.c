@@ -22,16 +22,15 @@ static uint32_t tag_of(const struct schedule *s, int micro, int chunk, bool grad
     return 2u * ((uint32_t)micro * (uint32_t)s->v + (uint32_t)chunk) + (gradient ? 1u : 0u);
 }
 
-/* The neighbours in the virtual pipeline: chunk c of stage pp-1 feeds chunk
- * c+1 of stage 0, and gets its gradient back from there. */
-static int next_stage(const struct schedule *s, int stage)
+/* The stage and chunk next to chunk c of `stage` in the virtual pipeline,
+ * `by` virtual stages away (+1 downstream, -1 upstream): interleaved, chunk c
+ * of stage pp-1 feeds chunk c+1 of stage 0; in DualPipeV's V the last stage's
+ * chunk 0 feeds its own chunk 1 (the turn: no link, a copy). */
+static int neighbour(const struct schedule *s, int stage, int c, int by, int *chunk)
 {
-    return stage == s->pp - 1 ? 0 : stage + 1;
-}
-
-static int prev_stage(const struct schedule *s, int stage)
-{
-    return stage == 0 ? s->pp - 1 : stage - 1;
+    int to;
+    schedule_stage_of(s, schedule_virtual_stage(s, stage, c) + by, &to, chunk);
+    return to;
 }
 
 /* A stop mid-step. The first stage decides: before each micro-batch k > 0
@@ -102,6 +101,9 @@ struct stepper {
     struct pipe_times *times;
     struct run r;
     int32_t *tokens, *targets;      /* (B·T) */
+    int32_t *v_targets;             /* (m, B·T) DualPipeV's first stage, which embeds a
+                                       micro-batch in chunk 0 and takes its loss in chunk 1:
+                                       the targets read with its tokens, kept until then */
     float *grad;                    /* the next stage's input gradient, in the model's buffer */
     size_t NC;                      /* floats that cross a stage */
     int backwards[64], weights[64]; /* gradient passes so far, per chunk */
@@ -109,6 +111,8 @@ struct stepper {
                      (schedule_quiescent with hand_over; else the step's end) */
     int handed;   /* the micro-batches handed over so far */
     int stop_at;                    /* the micro-batch the pipeline stops before */
+    int turn_grad;                  /* DualPipeV's last stage: the micro-batch whose gradient
+                                       its chunk 1 left in grad for its chunk 0, or -1 */
     float word;                     /* a control word */
     bool asked;                     /* a later stage asked to stop */
 };
@@ -161,10 +165,17 @@ static int op_recv_act(struct stepper *st, int k, int c, double t0, struct plait
 {
     const struct schedule *s = st->s;
     const struct pipe_link *link = st->link;
-    int slot;
-    if (link->recv(link->ctx, prev_stage(s, st->stage), control_tag(s, k, c, false), &st->word, 1,
-                   err))
-        return -1;
+    int slot, from_chunk, from = neighbour(s, st->stage, c, -1, &from_chunk);
+    if (from == st->stage) { /* the V's turn: chunk 0's output, still in its slot */
+        int src = slot_of(&st->r, k, from_chunk);
+        if (src < 0 || (slot = take_slot(&st->r, k, c, err)) < 0)
+            return src < 0 ? error_set(err, "pipeline: micro-batch %d turns before its forward", k)
+                           : -1;
+        st->m->ops->copy(st->m->ctx, model_stage_input(st->m, slot),
+                         model_stage_output(st->m, src), st->NC * sizeof(float));
+        return 0;
+    }
+    if (link->recv(link->ctx, from, control_tag(s, k, c, false), &st->word, 1, err)) return -1;
     if (st->word != 0) {
         st->stop_at = k;
         if (st->stage + 1 < s->pp &&
@@ -172,8 +183,8 @@ static int op_recv_act(struct stepper *st, int k, int c, double t0, struct plait
                        err))
             return -1;
     } else if ((slot = take_slot(&st->r, k, c, err)) < 0 ||
-               link->recv(link->ctx, prev_stage(s, st->stage), tag_of(s, k, c, false),
-                          model_stage_input(st->m, slot), st->NC, err)) {
+               link->recv(link->ctx, from, tag_of(s, k, c, false), model_stage_input(st->m, slot),
+                          st->NC, err)) {
         return -1;
     }
     st->times->idle_s += now_s() - t0;
@@ -214,8 +225,13 @@ static int op_forward(struct stepper *st, int k, int c, double t0, struct plait_
     }
     int slot = take_slot(&st->r, k, c, err);
     if (slot < 0) return -1;
-    if (embeds || heads) {
+    size_t N = (size_t)how->B * how->T;
+    if (st->v_targets && heads) { /* read with its tokens at chunk 0 */
+        memcpy(st->targets, st->v_targets + (size_t)k * N, N * sizeof *st->targets);
+    } else if (embeds || heads) {
         if (st->feed->next(st->feed->ctx, k, st->tokens, st->targets, err)) return -1;
+        if (st->v_targets)
+            memcpy(st->v_targets + (size_t)k * N, st->targets, N * sizeof *st->targets);
         double t1 = now_s();
         st->times->data_s += t1 - t0;
         t0 = t1;
@@ -235,15 +251,15 @@ static int op_send_act(struct stepper *st, int k, int c, double t0, struct plait
 {
     const struct schedule *s = st->s;
     const struct pipe_link *link = st->link;
-    int to = st->stage == s->pp - 1 ? c + 1 : c, slot = slot_of(&st->r, k, c);
+    int to, peer = neighbour(s, st->stage, c, +1, &to), slot = slot_of(&st->r, k, c);
     if (slot < 0)
         return error_set(err, "pipeline: sending micro-batch %d's activation before its forward",
                          k);
+    if (peer == st->stage) return 0; /* the V's turn: chunk 1 copies it from the slot */
     st->word = 0;
-    if (link->send(link->ctx, next_stage(s, st->stage), control_tag(s, k, to, false), &st->word, 1,
-                   true, err) ||
-        link->send(link->ctx, next_stage(s, st->stage), tag_of(s, k, to, false),
-                   model_stage_output(st->m, slot), st->NC, false, err))
+    if (link->send(link->ctx, peer, control_tag(s, k, to, false), &st->word, 1, true, err) ||
+        link->send(link->ctx, peer, tag_of(s, k, to, false), model_stage_output(st->m, slot),
+                   st->NC, false, err))
         return -1;
     st->times->send_s += now_s() - t0;
     return 0;
@@ -254,13 +270,21 @@ static int op_recv_grad(struct stepper *st, int k, int c, double t0, struct plai
 {
     const struct schedule *s = st->s;
     const struct pipe_link *link = st->link;
+    int from_chunk, from = neighbour(s, st->stage, c, +1, &from_chunk);
     if (!st->grad)
         return error_set(err, "pipeline: stage %d has no buffer for the gradient it receives",
                          st->stage);
-    if (link->recv(link->ctx, next_stage(s, st->stage), control_tag(s, k, c, true), &st->word, 1,
-                   err) ||
-        link->recv(link->ctx, next_stage(s, st->stage), tag_of(s, k, c, true), st->grad, st->NC,
-                   err))
+    if (from == st->stage || st->turn_grad >= 0) { /* the V's turn: left in grad by chunk 1 */
+        if (from != st->stage || st->turn_grad != k)
+            return error_set(err,
+                             "pipeline: stage %d receives micro-batch %d's gradient while its "
+                             "turn holds micro-batch %d's",
+                             st->stage, k, st->turn_grad);
+        st->turn_grad = -1;
+        return 0;
+    }
+    if (link->recv(link->ctx, from, control_tag(s, k, c, true), &st->word, 1, err) ||
+        link->recv(link->ctx, from, tag_of(s, k, c, true), st->grad, st->NC, err))
         return -1;
     st->asked = st->asked || st->word != 0;
     st->times->idle_s += now_s() - t0;
@@ -290,7 +314,7 @@ static int op_backward(struct stepper *st, int k, int c, double t0, struct plait
     m->grads_final = NULL;
     if (failed) return -1;
     st->times->compute_s += now_s() - t0;
-    bool sends_grad = c * s->pp + st->stage > 0;
+    bool sends_grad = schedule_virtual_stage(s, st->stage, c) > 0;
     if (!s->split_backward && !sends_grad) return micro_done(st, k, c, err);
     return 0;
 }
@@ -320,12 +344,21 @@ static int op_send_grad(struct stepper *st, int k, int c, double t0, struct plai
     const struct schedule *s = st->s;
     const struct pipe_step *how = st->how;
     const struct pipe_link *link = st->link;
-    int to = st->stage == 0 ? c - 1 : c;
+    int to, peer = neighbour(s, st->stage, c, -1, &to);
+    if (peer == st->stage) { /* the V's turn: into the buffer chunk 0's backward reads */
+        if (st->turn_grad >= 0)
+            return error_set(err, "pipeline: stage %d's turn holds micro-batch %d's gradient",
+                             st->stage, st->turn_grad);
+        st->m->ops->copy(st->m->ctx, st->grad, model_stage_input_grad(st->m),
+                         st->NC * sizeof(float));
+        st->turn_grad = k;
+        st->times->send_s += now_s() - t0;
+        return s->split_backward ? 0 : micro_done(st, k, c, err);
+    }
     st->word = st->asked || (how->wants_stop && how->wants_stop(how->ctx)) ? 1 : 0;
-    if (link->send(link->ctx, prev_stage(s, st->stage), control_tag(s, k, to, true), &st->word, 1,
-                   true, err) ||
-        link->send(link->ctx, prev_stage(s, st->stage), tag_of(s, k, to, true),
-                   model_stage_input_grad(st->m), st->NC, false, err))
+    if (link->send(link->ctx, peer, control_tag(s, k, to, true), &st->word, 1, true, err) ||
+        link->send(link->ctx, peer, tag_of(s, k, to, true), model_stage_input_grad(st->m), st->NC,
+                   false, err))
         return -1;
     st->times->send_s += now_s() - t0;
     if (!s->split_backward) return micro_done(st, k, c, err);
@@ -397,12 +430,17 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
                          .grad = m->grad_in,
                          .NC = model_stage_floats(m, how->B, how->T),
                          .quiet = calloc((size_t)s->m + 1, sizeof(bool)),
-                         .stop_at = s->m};
+                         .stop_at = s->m,
+                         .turn_grad = -1,
+                         .v_targets = m->first && m->last && s->v > 1
+                                          ? malloc((size_t)s->m * N * sizeof(int32_t))
+                                          : NULL};
     int rc = -1;
     memset(times, 0, sizeof *times);
     if (loss_sum) *loss_sum = 0;
     *done = 0;
-    if (!st.r.slot_of || !st.r.busy || !st.tokens || !st.targets || !st.quiet) {
+    if (!st.r.slot_of || !st.r.busy || !st.tokens || !st.targets || !st.quiet ||
+        (m->first && m->last && s->v > 1 && !st.v_targets)) {
         error_set(err, "out of memory");
         goto out;
     }
@@ -423,6 +461,7 @@ out:
     free(st.r.busy);
     free(st.tokens);
     free(st.targets);
+    free(st.v_targets);
     free(st.quiet);
     return rc;
 }

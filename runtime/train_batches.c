@@ -17,27 +17,34 @@
 #include "runtime/train.h" // defines: train_stop_signal
 #include "runtime/train_save.h"
 
-/* One micro-batch forward only, through the pipeline's stages in turn (with
- * chunks, stage 0..pp-1 through chunk 0, then chunk 1, ...), in slot 0 under
- * its own tag (tag + c·2^24 into chunk c): the first stage embeds tokens,
- * the last keeps the logits and, with targets, puts the mean loss in *loss. */
+/* One micro-batch forward only, through the pipeline's virtual stages in
+ * turn (each stage's chunks in order; the schedule says which virtual stage
+ * each is), in slot 0 under its own tag (tag + c·2^24 into chunk c): the
+ * first virtual stage embeds tokens, the last keeps the logits and, with
+ * targets, puts the mean loss in *loss. DualPipeV's turn (the last stage's
+ * chunk 0 into its own chunk 1) is a copy within the slot. */
 static int forward_through_stages(struct trainer *t, uint32_t tag, const int32_t *tokens,
                                   const int32_t *targets, double *loss, struct plait_error *err)
 {
     const struct plan *p = t->plan;
-    int B = p->batch.micro_batch, T = p->model.seq_len, pp = t->where->pp, s = t->where->pp_rank;
+    const struct schedule *sc = &t->sched;
+    int B = p->batch.micro_batch, T = p->model.seq_len, s = t->where->pp_rank;
+    int V = t->where->pp * t->m.chunks, peer, pc;
     size_t NC = model_stage_floats(&t->m, B, T); /* this rank's rows, sequence parallel */
     struct pipe_link link = parallel_pipe_link(&t->par);
     for (int c = 0; c < t->m.chunks; c++) {
-        bool embeds = t->m.first && c == 0, heads = t->m.last && c == t->m.chunks - 1;
+        int j = t->where->pp > 1 ? schedule_virtual_stage(sc, s, c) : c;
         t->m.slots[0].chunk = c;
-        if (!embeds && link.recv(link.ctx, s == 0 ? pp - 1 : s - 1, tag + ((uint32_t)c << 24),
-                                 model_stage_input(&t->m, 0), NC, err))
+        if (j > 0 && (schedule_stage_of(sc, j - 1, &peer, &pc), peer == s))
+            t->m.ops->copy(t->m.ctx, model_stage_input(&t->m, 0), model_stage_output(&t->m, 0),
+                           NC * sizeof(float));
+        else if (j > 0 && link.recv(link.ctx, peer, tag + ((uint32_t)c << 24),
+                                    model_stage_input(&t->m, 0), NC, err))
             return -1;
         if (model_stage_forward(&t->m, 0, tokens, targets, B, T, 0.0f, loss, err)) return -1;
-        if (!heads && link.send(link.ctx, s == pp - 1 ? 0 : s + 1,
-                                tag + ((uint32_t)(s == pp - 1 ? c + 1 : c) << 24),
-                                model_stage_output(&t->m, 0), NC, false, err))
+        if (j < V - 1 && (schedule_stage_of(sc, j + 1, &peer, &pc), peer != s) &&
+            link.send(link.ctx, peer, tag + ((uint32_t)pc << 24), model_stage_output(&t->m, 0),
+                      NC, false, err))
             return -1;
     }
     t->m.slots[0].chunk = 0;
@@ -128,9 +135,17 @@ static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
     return 0;
 }
 
+/* Whether this rank holds one end of a tied pipeline whose other end is
+ * another stage's: not with both on one stage (no pipeline, or DualPipeV's V,
+ * whose first stage embeds and computes the loss). */
+static bool holds_one_tied_end(const struct model *m)
+{
+    return (m->first || m->last) && !(m->first && m->last) && !m->cfg.untied;
+}
+
 int train_tied_sum(struct trainer *t, struct plait_error *err)
 {
-    if (t->where->pp == 1 || !(t->m.first || t->m.last) || t->m.cfg.untied) return 0;
+    if (!holds_one_tied_end(&t->m)) return 0;
     return parallel_sum_ends(&t->par, t->m.grads + gpt2_shard_offset(&t->m.shard, GPT2_WTE, 0),
                              t->m.shard.elems[GPT2_WTE], err);
 }
@@ -187,7 +202,7 @@ static int tie_in_slices(struct trainer *t, struct plait_error *err)
 {
     struct model *m = &t->m;
     const struct group *dp = &t->par.g_dp;
-    if (t->where->pp == 1 || !(m->first || m->last) || m->cfg.untied) return 0;
+    if (!holds_one_tied_end(m)) return 0;
     if (dp->size > 1 && dp->allgather(dp->ctx, m->grad_slice, m->grads, m->slice_n, err))
         return error_prefix(err, "the tied wte's gradient, gathered over dp: ");
     if (dp->size == 1) m->ops->copy(m->ctx, m->grads, m->grad_slice, m->slice_n * sizeof(float));

@@ -22,6 +22,7 @@ struct ckpt_layout {
     int tp, pp, dp, zero, chunks;
     bool whole; /* it lists model.bin (then no "layout" is written, and the rest is all 1) */
     int *stage_begin, *stage_end; /* pp each, or NULL */
+    bool v_shape;                 /* DualPipeV's two chunks a stage in a V (gpt2_part's) */
 };
 void ckpt_layout_free(struct ckpt_layout *l);
 

@@ -141,12 +141,17 @@ int ckpt_source_open(struct ckpt_source *s, const char *cdir, struct plait_error
                                       .pp_rank = st,
                                       .layer_begin = l->stage_begin[st],
                                       .layer_end = l->stage_end[st],
-                                      .chunks = l->chunks};
+                                      .chunks = l->chunks,
+                                      .v_shape = l->v_shape};
         } else {
             part = cost_stage_part(plan, l->tp, 0, pp, st);
-            if (part.chunks != l->chunks) { /* interleaved: the even split */
+            if (part.chunks != l->chunks || part.v_shape != l->v_shape) { /* the even split */
                 part.chunks = l->chunks;
-                if (l->chunks > 1) gpt2_stage_chunks(L, pp, l->chunks, st, &part);
+                part.v_shape = false;
+                if (l->v_shape)
+                    gpt2_stage_vshape(L, pp, st, &part);
+                else if (l->chunks > 1)
+                    gpt2_stage_chunks(L, pp, l->chunks, st, &part);
             }
         }
         struct gpt2_shard *sh = &s->stages[st];
@@ -344,9 +349,11 @@ static int read_instance(void *ctx, enum gpt2_tensor t, int l, size_t off, size_
     if (a >= b) return 0;
     struct ckpt_source *s = c->s;
     const struct gpt2_shard *dst = c->dst;
-    /* the stage that holds it: the tied wte is read from the first */
+    /* the stage that holds it: the tied wte is read from the first; the head from the
+     * last (in a V the first: its chunk 1 ends the model) */
+    int last = s->layout.v_shape ? 0 : s->layout.pp - 1;
     int st = t == GPT2_WTE || t == GPT2_WPE                            ? 0
-             : t == GPT2_LNFW || t == GPT2_LNFB || t == GPT2_LMHEAD ? s->layout.pp - 1
+             : t == GPT2_LNFW || t == GPT2_LNFB || t == GPT2_LMHEAD ? last
                                                                     : s->layer_stage[l];
     size_t whole = gpt2_tensor_tp_replicated(t)
                        ? elems

@@ -101,7 +101,9 @@ struct gpt2_part cost_stage_part(const struct plan *p, int tp, int tp_rank, int 
 {
     struct gpt2_part part = {.tp = tp, .tp_rank = tp_rank, .pp = pp, .pp_rank = stage};
     int v = pp > 1 ? p->parallel.virtual_stages : 1;
-    if (v > 1) {
+    if (pp > 1 && p->parallel.schedule == PLAN_PIPE_DUALPIPEV) {
+        gpt2_stage_vshape(p->model.layers, pp, stage, &part);
+    } else if (v > 1) {
         gpt2_stage_chunks(p->model.layers, pp, v, stage, &part);
     } else {
         cost_stage_layers(p, pp, stage, &part.layer_begin, &part.layer_end);
@@ -169,7 +171,29 @@ static int stage_in_flight(const struct plan *p, struct cost_layout l, int stage
 {
     struct schedule s = {.pp = l.pp, .m = p->batch.grad_accum};
     schedule_of_plan(p, l.pp, &s.kind, &s.v);
-    return schedule_max_in_flight(&s, stage);
+    if (s.kind != SCHED_DUALPIPEV) return schedule_max_in_flight(&s, stage);
+    struct plait_error err; /* counted on its list (the plan's rules made it possible) */
+    int n = schedule_make(&s, s.kind, s.pp, s.m, s.v, &err) ? 1 : schedule_max_in_flight(&s, stage);
+    schedule_free(&s);
+    return n;
+}
+
+/* The model chunks a stage runs, and whether its backward is split in two
+ * passes: the plan's schedule's (schedule_of_plan). */
+static int stage_chunks(const struct plan *p, int pp)
+{
+    enum sched_kind kind;
+    int v;
+    schedule_of_plan(p, pp, &kind, &v);
+    return v;
+}
+
+static bool stage_split_backward(const struct plan *p, int pp)
+{
+    enum sched_kind kind;
+    int v;
+    schedule_of_plan(p, pp, &kind, &v);
+    return schedule_kind_splits(kind);
 }
 
 void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
@@ -184,12 +208,12 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
                                       .fp8_scaling = p->fp8_scaling,
                                       .recompute = p->recompute,
                                       .slots = stage_in_flight(p, l, stage),
-                                      .chunks = l.pp > 1 ? p->parallel.virtual_stages : 1,
+                                      .chunks = stage_chunks(p, l.pp),
                                       .dp = l.dp,
                                       .zero = p->parallel.zero,
                                       .sequence_parallel =
                                           p->parallel.sequence_parallel && l.tp > 1,
-                                      .split_backward = p->parallel.schedule == PLAN_PIPE_ZB_H1,
+                                      .split_backward = stage_split_backward(p, l.pp),
                                       /* the CUDA backend's attention keeps no probabilities */
                                       .fused_attention = p->parallel.device == PLAN_DEVICE_CUDA};
     struct gpt2_shard s;
@@ -266,6 +290,9 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
      * first only activations, the last only gradients. */
     if (l.pp > 1) {
         double sends = (stage < l.pp - 1) + (stage > 0);
+        if (p->parallel.schedule == PLAN_PIPE_DUALPIPEV) /* both ways through its V; the turn
+                                                             on the last stage stays local */
+            sends = stage == 0 || stage == l.pp - 1 ? 2 : 4;
         out.pp_bytes = sends * m * act_bytes;
     }
 
@@ -302,14 +329,15 @@ uint64_t cost_comm_ring_bytes(const struct plan *p, struct cost_layout l, int st
     if (l.pp > 1) {
         /* each neighbour stage: activations one way, gradients the other; an
          * interleaved schedule also wraps from the last stage to the first */
-        int v = p->parallel.virtual_stages > 1 ? p->parallel.virtual_stages : 1;
+        int v = stage_chunks(p, l.pp);
+        bool vee = p->parallel.schedule == PLAN_PIPE_DUALPIPEV; /* no wrap, no tied sum */
         double act_bytes = (double)p->model.seq_len * p->batch.micro_batch * p->model.hidden *
                            (double)activation_bytes(p->precision);
         double per_way = fmin(ring, p->batch.grad_accum * v * act_bytes);
-        int neighbours = v > 1 ? (l.pp > 2 ? 2 : 1) : (stage > 0) + (stage < l.pp - 1);
+        int neighbours = v > 1 && !vee ? (l.pp > 2 ? 2 : 1) : (stage > 0) + (stage < l.pp - 1);
         rings += 2 * neighbours * per_way;
         struct gpt2_shard s;
-        if ((stage == 0 || stage == l.pp - 1) && !stage_shard(p, l, stage, &s))
+        if (!vee && (stage == 0 || stage == l.pp - 1) && !stage_shard(p, l, stage, &s))
             rings += 2 * fmin(ring, 4.0 * (double)s.elems[GPT2_WTE]); /* fp32, each way */
     }
     return (uint64_t)rings;

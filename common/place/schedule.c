@@ -10,13 +10,29 @@
 /* the kinds are the plan's schedules, in its order */
 _Static_assert((int)SCHED_1F1B == (int)PLAN_PIPE_1F1B && (int)SCHED_GPIPE == (int)PLAN_PIPE_GPIPE &&
                    (int)SCHED_INTERLEAVED == (int)PLAN_PIPE_INTERLEAVED &&
-                   (int)SCHED_ZB_H1 == (int)PLAN_PIPE_ZB_H1,
+                   (int)SCHED_ZB_H1 == (int)PLAN_PIPE_ZB_H1 &&
+                   (int)SCHED_DUALPIPEV == (int)PLAN_PIPE_DUALPIPEV,
                "enum sched_kind follows enum plan_pipeline");
 
 const char *schedule_kind_name(enum sched_kind kind)
 {
-    if (kind == SCHED_DUALPIPEV) return "dualpipev";
-    return kind >= 0 && kind <= SCHED_ZB_H1 ? plan_pipeline_name((enum plan_pipeline)kind) : "?";
+    return kind >= 0 && kind < SCHED_KINDS ? plan_pipeline_name((enum plan_pipeline)kind) : "?";
+}
+
+void schedule_stage_of(const struct schedule *s, int j, int *stage, int *chunk)
+{
+    if (s->kind == SCHED_DUALPIPEV) {
+        *chunk = j >= s->pp;
+        *stage = *chunk ? 2 * s->pp - 1 - j : j;
+    } else {
+        *stage = j % s->pp;
+        *chunk = j / s->pp;
+    }
+}
+
+bool schedule_kind_splits(enum sched_kind kind)
+{
+    return kind == SCHED_ZB_H1 || kind == SCHED_DUALPIPEV;
 }
 
 int schedule_virtual_stage(const struct schedule *s, int stage, int chunk)
@@ -39,11 +55,10 @@ static int held_on_list(const struct schedule *s, int stage)
 
 void schedule_of_plan(const struct plan *p, int pp, enum sched_kind *kind, int *v)
 {
-    bool interleaved = p->parallel.schedule == PLAN_PIPE_INTERLEAVED && pp > 1;
-    *kind = interleaved || p->parallel.schedule != PLAN_PIPE_INTERLEAVED
-                ? (enum sched_kind)p->parallel.schedule
-                : SCHED_1F1B;
-    *v = interleaved ? p->parallel.virtual_stages : 1;
+    enum plan_pipeline given = p->parallel.schedule;
+    bool chunked = given == PLAN_PIPE_INTERLEAVED || given == PLAN_PIPE_DUALPIPEV;
+    *kind = chunked && pp == 1 ? SCHED_1F1B : (enum sched_kind)given; /* one stage: one chunk */
+    *v = *kind == SCHED_INTERLEAVED ? p->parallel.virtual_stages : *kind == SCHED_DUALPIPEV ? 2 : 1;
 }
 
 int schedule_simulate_textbook(const struct schedule *s, struct sched_sim *out,
@@ -314,7 +329,7 @@ int schedule_make(struct schedule *s, enum sched_kind kind, int pp, int m, int v
     s->pp = pp;
     s->m = m;
     s->v = v;
-    s->split_backward = kind == SCHED_ZB_H1 || kind == SCHED_DUALPIPEV;
+    s->split_backward = schedule_kind_splits(kind);
     s->n_ops = calloc((size_t)pp, sizeof *s->n_ops);
     s->ops = calloc((size_t)pp, sizeof *s->ops);
     struct list *compute = calloc((size_t)pp, sizeof *compute);
@@ -363,6 +378,7 @@ void schedule_quiescent(const struct schedule *s, int stage, bool *at)
 
 bool schedule_may_stop(const struct schedule *s, int k)
 {
+    if (s->kind == SCHED_DUALPIPEV) return false; /* its V is whole micro-batches of 2·pp */
     return k > 0 && k < s->m && k % (s->v > 1 ? s->pp : 1) == 0;
 }
 

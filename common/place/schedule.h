@@ -66,14 +66,23 @@ void schedule_free(struct schedule *s);
 
 const char *schedule_kind_name(enum sched_kind kind);
 
+/* The stage and chunk that run virtual stage j (schedule_virtual_stage's
+ * inverse). */
+void schedule_stage_of(const struct schedule *s, int j, int *stage, int *chunk);
+
+/* Whether a kind splits each backward into an input- and a weight-gradient
+ * pass (ZB-H1, DualPipeV). */
+bool schedule_kind_splits(enum sched_kind kind);
+
 /* The virtual stage chunk c of stage s runs: c·pp + s, or in DualPipeV's V
  * s for chunk 0 and 2·pp-1-s for chunk 1. Activations go from virtual stage
  * j to j + 1 (on DualPipeV's last stage, from its chunk 0 to its chunk 1). */
 int schedule_virtual_stage(const struct schedule *s, int stage, int chunk);
 
 /* The schedule a plan's stage runs with pp stages, the one place that decides
- * it: the plan's parallel.schedule, interleaved only with a pipeline (one
- * stage runs its layers as one chunk), v its chunks per stage. For
+ * it: the plan's parallel.schedule, interleaved and dualpipev only with a
+ * pipeline (one stage runs its layers as one chunk: 1F1B), v its chunks per
+ * stage (dualpipev's 2). For
  * plait-train, plait check and the cost model alike. */
 void schedule_of_plan(const struct plan *p, int pp, enum sched_kind *kind, int *v);
 /* schedule_make of schedule_of_plan, m the plan's batch.grad_accum */
@@ -98,7 +107,7 @@ void schedule_quiescent(const struct schedule *s, int stage, bool *at);
 
 /* Whether the first stage may stop the step before micro-batch k enters (0 <
  * k < m): anywhere but interleaved, whose rest must be a multiple of pp to be
- * scheduled again. Each such k is quiescent on every stage (at[k]), and the
+ * scheduled again, and dualpipev, which stops only at the step's end. Each such k is quiescent on every stage (at[k]), and the
  * rest's schedule is quiescent where the whole step's is, so gradients handed
  * over at quiescent points meet the same sums whether the step stopped or not. */
 bool schedule_may_stop(const struct schedule *s, int k);

@@ -97,7 +97,8 @@ static const char *const fp8_scaling_names[] = {"tensor", "block", NULL};
 static const char *const recompute_names[] = {"none", "selective", "full", NULL};
 static const char *const schedule_names[] = {"constant", "cosine", "linear", "wsd", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
-static const char *const pipeline_names[] = {"1f1b", "gpipe", "interleaved", "zb-h1", NULL};
+static const char *const pipeline_names[] = {"1f1b",  "gpipe",     "interleaved",
+                                             "zb-h1", "dualpipev", NULL};
 static const char *const backend_names[] = {"auto", "socket", "nccl", NULL};
 
 /* Enums are stored through an int (see put_int); they must be int-sized. */
@@ -1564,7 +1565,7 @@ const char *plan_schedule_name(enum plan_schedule s)
 
 const char *plan_pipeline_name(enum plan_pipeline s)
 {
-    return enum_name(pipeline_names, 4, s);
+    return enum_name(pipeline_names, 5, s);
 }
 
 const char *plan_backend_name(enum plan_backend b)

@@ -41,7 +41,13 @@ enum plan_schedule {
 };
 enum plan_device { PLAN_DEVICE_AUTO, PLAN_DEVICE_CPU, PLAN_DEVICE_CUDA };
 /* the pipeline schedule (order as common/place/schedule.h's enum sched_kind) */
-enum plan_pipeline { PLAN_PIPE_1F1B, PLAN_PIPE_GPIPE, PLAN_PIPE_INTERLEAVED, PLAN_PIPE_ZB_H1 };
+enum plan_pipeline {
+    PLAN_PIPE_1F1B,
+    PLAN_PIPE_GPIPE,
+    PLAN_PIPE_INTERLEAVED,
+    PLAN_PIPE_ZB_H1,
+    PLAN_PIPE_DUALPIPEV
+};
 enum plan_backend { PLAN_BACKEND_AUTO, PLAN_BACKEND_SOCKET, PLAN_BACKEND_NCCL };
 
 struct plan_model {

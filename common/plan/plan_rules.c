@@ -398,10 +398,12 @@ static int check_pipeline_rules(struct plan_ctx *c, const struct plan *p)
         return plan_fail_rule(c, "parallel.stage_layers", "parallel.pp",
                          "must list the layers of each of the parallel.pp %d stages (got %d)", pp,
                          split->n);
-    if (split->n && interleaved)
+    bool dualpipev = par->schedule == PLAN_PIPE_DUALPIPEV;
+    if (split->n && (interleaved || dualpipev))
         return plan_fail_rule(c, "parallel.stage_layers", "parallel.schedule",
-                         "cannot be set with the interleaved schedule (its chunks split the layers "
-                         "evenly)");
+                         "cannot be set with the %s schedule (its chunks split the layers "
+                         "evenly)",
+                         plan_pipeline_name(par->schedule));
     long long split_sum = 0;
     for (int k = 0; k < split->n; k++) split_sum += split->v[k];
     if (split->n && split_sum != m->layers)
@@ -416,6 +418,17 @@ static int check_pipeline_rules(struct plan_ctx *c, const struct plan *p)
         return plan_fail_rule(c, "parallel.virtual_stages", "parallel.pp model.layers parallel.schedule",
                          "pp × virtual_stages (%d × %d) must divide model.layers (%d)", pp,
                          par->virtual_stages, m->layers);
+    /* DualPipeV: two chunks a stage in a V, its main step needs 2·pp micro-batches */
+    if (dualpipev && pp != PLAN_AUTO && pp > 1 && m->layers % (2 * pp) != 0)
+        return plan_fail_rule(c, "model.layers", "parallel.pp parallel.schedule",
+                         "must be a multiple of 2 × parallel.pp (%d) with the dualpipev schedule "
+                         "(its two chunks a stage split the layers evenly; got %d)",
+                         2 * pp, m->layers);
+    if (dualpipev && pp != PLAN_AUTO && pp > 1 && p->batch.grad_accum < 2 * pp)
+        return plan_fail_rule(c, "batch.grad_accum", "parallel.pp parallel.schedule",
+                         "must be at least 2 × parallel.pp (%d) with the dualpipev schedule "
+                         "(got %d)",
+                         2 * pp, p->batch.grad_accum);
     return 0;
 }
 

@@ -647,6 +647,82 @@ check nccl_link_matches_the_direct_link test_the_nccl_link_matches_the_direct_li
 check tensor_parallel_matches_one_rank test_tensor_parallel_matches_one_rank
 check pipeline_parallel_matches_one_rank test_pipeline_parallel_matches_one_rank
 check interleaved_pipeline_matches_one_rank test_interleaved_pipeline_matches_one_rank
+
+# DualPipeV (two chunks a stage in a V: down the stages through chunk 0, a turn
+# on the last stage into its own chunk 1, back up to the first stage, which
+# takes the loss): one rank's numbers at pp 2 and pp 4, with dp 2 at ZeRO 2 in
+# buckets and tp 2 sequence parallel; its simulated bubble below ZB-H1's; the
+# same layout twice, the same bits; stopped (at the step's end) and resumed to
+# the bit; its V-shaped parts resumed by 1F1B's stages and a 1F1B checkpoint by
+# the V; its evaluation, one rank's.
+test_dualpipev_matches_one_rank() {
+    ref one_l4 4 --set model.layers=4 && ref one_l8 8 --set model.layers=8 &&
+        ref one_l4x8 8 --set model.layers=4 || return 1
+    local dv=(--set parallel.schedule=dualpipev)
+    local l4=(--set model.layers=4 --set batch.grad_accum=4)
+    layout pp2_dualpipev one_l4 1e-5 "${l4[@]}" --set parallel.pp=2 "${dv[@]}" || return 1
+    layout pp4_dualpipev one_l8 1e-5 --set model.layers=8 --set batch.grad_accum=8 \
+        --set parallel.pp=4 "${dv[@]}" || return 1
+    layout pp2dp2_z2_dualpipev_buckets one_l4x8 1e-5 "${l4[@]}" --set parallel.pp=2 \
+        --set parallel.dp=2 --set parallel.zero=2 --set parallel.bucket_mb=0.01 "${dv[@]}" || return 1
+    layout tp2pp2_sp_dualpipev one_l4 1e-5 "${l4[@]}" --set parallel.tp=2 \
+        --set parallel.sequence_parallel=true --set parallel.pp=2 "${dv[@]}" || return 1
+    "$PY" - "$WORK/pp4_dualpipev/metrics.jsonl" <<'PYEOF' || return 1
+import json, sys
+rows = [json.loads(l)["parallel"] for l in open(sys.argv[1]) if '"step"' in l]
+a = rows[0]["bubble_simulated_pct"]
+assert 0 < a < 100 * 0.2, a   # below ZB-H1's 20% at pp 4, m 8 (unit times)
+print(f"simulated bubble: dualpipev {a:.1f}%, measured {rows[-1]['bubble_pct']:.1f}%")
+PYEOF
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/again_dv" "${COMMON[@]}" "${l4[@]}" \
+        --set parallel.pp=2 "${dv[@]}" >/dev/null 2>&1 || return 1
+    metrics_equal "$WORK/pp2_dualpipev/metrics.jsonl" "$WORK/again_dv/metrics.jsonl" || return 1
+    # a signal after micro-batch 10 stops at the step's end (step 3); resumed from its parts
+    local rc=0
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=10 "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_dv" \
+        "${COMMON[@]}" "${l4[@]}" --set parallel.pp=2 "${dv[@]}" >"$WORK/stop_dv.log" 2>&1 || rc=$?
+    [ "$rc" = 75 ] || { echo "exit $rc"; tail "$WORK/stop_dv.log"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_dv" "${COMMON[@]}" "${l4[@]}" \
+        --set parallel.pp=2 "${dv[@]}" >"$WORK/stop_dv2.log" 2>&1 || return 1
+    grep -q "resuming from .*step_00000003_0000" "$WORK/stop_dv2.log" ||
+        { cat "$WORK/stop_dv2.log"; return 1; }
+    metrics_equal "$WORK/pp2_dualpipev/metrics.jsonl" "$WORK/stop_dv/metrics.jsonl" || return 1
+    # its parts hold the V's chunks: 1F1B's stages take theirs, resharded, and train on
+    # as the one-rank run does
+    cp -r "$WORK/stop_dv" "$WORK/dv_as_1f1b" && rm -r "$WORK/dv_as_1f1b/checkpoints/step_00000012_0000" \
+        "$WORK/dv_as_1f1b/checkpoints/step_00000008_0000" || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/dv_as_1f1b" "${COMMON[@]}" "${l4[@]}" \
+        --set parallel.pp=2 >"$WORK/dv_as_1f1b.log" 2>&1 &&
+        grep -q "resharded from tp 1 × pp 2 × dp 1 (ZeRO 0) to tp 1 × pp 2 × dp 1" \
+            "$WORK/dv_as_1f1b.log" || { cat "$WORK/dv_as_1f1b.log"; return 1; }
+    close "$WORK/dv_as_1f1b/metrics.jsonl" "$WORK/one_l4/metrics.jsonl" 1e-5 || return 1
+    # a 1F1B pp 2 run stopped after step 3's last micro-batch, resumed by the V
+    rc=0
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=12 "$PLAIT" train "$WORK/plan.json" --out "$WORK/grow_dv" \
+        "${COMMON[@]}" "${l4[@]}" --set parallel.pp=2 >/dev/null 2>&1 || rc=$?
+    [ "$rc" = 75 ] || { echo "1f1b stop: exit $rc"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/grow_dv" "${COMMON[@]}" "${l4[@]}" \
+        --set parallel.pp=2 "${dv[@]}" >"$WORK/grow_dv.log" 2>&1 || { cat "$WORK/grow_dv.log"; return 1; }
+    grep -q "resharded from tp 1 × pp 2 × dp 1 (ZeRO 0)" "$WORK/grow_dv.log" ||
+        { cat "$WORK/grow_dv.log"; return 1; }
+    close "$WORK/grow_dv/metrics.jsonl" "$WORK/one_l4/metrics.jsonl" 1e-5 || return 1
+    # evaluation through the V: one rank's validation losses
+    local val=(--set data.val="$WORK/val.bin" --set data.val_every=4)
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/val_one_dv" "${COMMON[@]}" "${l4[@]}" "${val[@]}" \
+        --set steps=4 >/dev/null 2>&1 &&
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/val_dv" "${COMMON[@]}" "${l4[@]}" "${val[@]}" \
+            --set steps=4 --set parallel.pp=2 "${dv[@]}" >"$WORK/val_dv.log" 2>&1 ||
+        { tail "$WORK/val_dv.log"; return 1; }
+    "$PY" - "$WORK/val_one_dv/metrics.jsonl" "$WORK/val_dv/metrics.jsonl" <<'PYEOF' || return 1
+import json, sys
+a, b = ([json.loads(l)["val_loss"] for l in open(p) if '"val_loss"' in l] for p in sys.argv[1:3])
+assert len(a) == len(b) >= 1, (a, b)
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+assert worst <= 1e-5, (a, b)
+print(f"{len(a)} evaluations, worst relative difference {worst:.3g}")
+PYEOF
+}
+check dualpipev_matches_one_rank test_dualpipev_matches_one_rank
 check data_parallel_and_zero_match_one_rank test_data_parallel_and_zero_match_one_rank
 check zero_in_buckets_matches_one_rank test_zero_in_buckets_matches_one_rank
 check 2x2x2_with_zero1_matches_one_rank test_2x2x2_with_zero1_matches_one_rank
