@@ -270,8 +270,10 @@ int train_setup(struct trainer *t, struct plait_error *err)
 {
     char resumed_from[64] = "";
     t->multi = t->where->world > 1;
-    if (connect_ranks(t, err) || run_dir_open(t, err) || make_schedule(t, err) ||
-        make_model(t, err) || make_step_buffers(t, err) || resume_or_start(t, resumed_from, err) ||
+    if (connect_ranks(t, err) || run_dir_open(t, err) || make_schedule(t, err))
+        return -1;
+    report_measure_cpu_early(t);
+    if (make_model(t, err) || make_step_buffers(t, err) || resume_or_start(t, resumed_from, err) ||
         open_data(t, err) || read_debug_switches(t, err))
         return -1;
     report_measure_peak(t);
