@@ -185,7 +185,7 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
                                       .recompute = p->recompute,
                                       .slots = stage_in_flight(p, l, stage),
                                       .chunks = l.pp > 1 ? p->parallel.virtual_stages : 1,
-                                      .dp = l.dp,
+                                      .dp = plan_dp_shard(&p->parallel, l.dp), /* ZeRO slices */
                                       .zero = p->parallel.zero,
                                       .sequence_parallel =
                                           p->parallel.sequence_parallel && l.tp > 1,

@@ -262,6 +262,41 @@ test_zero_in_buckets_matches_one_rank() {
     metrics_equal "$WORK/dp4_z2_buckets/metrics.jsonl" "$WORK/dp4_z2_again/metrics.jsonl"
 }
 
+# Hybrid sharding (HSDP): dp 4 as two replicas of a shard group of 2. ZeRO 1 and
+# 2 slice over the shard group (the gradients reduce-scattered in it, the
+# slice then summed over the replicas once a step, the norm over the shard
+# group alone), given either way round, in one bucket and in buckets of 10 KB,
+# and shard groups of 1 (a plain all-reduce over the replicas); what plait
+# check predicts is what each rank allocated (a slice of a half, not a
+# quarter). Stopped mid-step at ZeRO 2 (each rank's slice, not yet summed over
+# the replicas, saved) and resumed to the bit.
+test_hybrid_sharding_matches_one_rank() {
+    ref one12 12 || return 1
+    local d4=(--set parallel.dp=4)
+    layout hsdp_z1 one12 1e-5 "${d4[@]}" --set parallel.zero=1 --set parallel.dp_shard=2 \
+        --set parallel.dp_replicate=2 || return 1
+    layout hsdp_z2 one12 1e-5 "${d4[@]}" --set parallel.zero=2 --set parallel.dp_shard=2 || return 1
+    layout hsdp_z1_buckets one12 1e-5 "${d4[@]}" --set parallel.zero=1 \
+        --set parallel.dp_replicate=2 --set parallel.bucket_mb=0.01 || return 1
+    layout hsdp_z2_buckets one12 1e-5 "${d4[@]}" --set parallel.zero=2 \
+        --set parallel.dp_replicate=2 --set parallel.bucket_mb=0.01 || return 1
+    layout hsdp_1x4 one12 1e-5 "${d4[@]}" --set parallel.zero=1 --set parallel.dp_shard=1 || return 1
+    [ -f "$WORK/dp4_z1/run.json" ] || layout dp4_z1 one12 1e-5 "${d4[@]}" --set parallel.zero=1 ||
+        return 1
+    "$PY" - "$WORK/hsdp_z1/run.json" "$WORK/dp4_z1/run.json" <<'PYEOF' || return 1
+import json, sys
+h, q = (json.load(open(p))["memory"]["ranks"][0]["allocated"]["optimizer"] for p in sys.argv[1:3])
+assert 1.9 * q < h < 2.1 * q, (h, q)
+print(f"a rank's moments: {h} bytes in a shard group of 2, {q} in one of 4")
+PYEOF
+    local z2=("${d4[@]}" --set parallel.zero=2 --set parallel.dp_shard=2 --set batch.grad_accum=4)
+    uninterrupted full_hsdp_z2 "${z2[@]}" || return 1
+    stop_resume stop_hsdp_z2 full_hsdp_z2 22 "micro-batch 2 of step 6" "${z2[@]}" || return 1
+    [ "$(ls "$WORK/stop_hsdp_z2/checkpoints/step_00000005_0002" | grep -c '^optim-tp0-pp0-dp[01]\.bin$')" = 2 ] &&
+        [ "$(ls "$WORK/stop_hsdp_z2/checkpoints/step_00000005_0002" | grep -c '^grads-tp0-pp0-dp[0-3]\.bin$')" = 4 ] ||
+        { ls "$WORK/stop_hsdp_z2/checkpoints/step_00000005_0002"; return 1; }
+}
+
 test_2x2x2_with_zero1_matches_one_rank() {
     ref one8 8 || return 1
     layout tp2pp2dp2 one8 1e-5 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 \
@@ -650,6 +685,7 @@ check interleaved_pipeline_matches_one_rank test_interleaved_pipeline_matches_on
 check data_parallel_and_zero_match_one_rank test_data_parallel_and_zero_match_one_rank
 check zero_in_buckets_matches_one_rank test_zero_in_buckets_matches_one_rank
 check 2x2x2_with_zero1_matches_one_rank test_2x2x2_with_zero1_matches_one_rank
+check hybrid_sharding_matches_one_rank test_hybrid_sharding_matches_one_rank
 check sequence_parallel_matches_one_rank test_sequence_parallel_matches_one_rank
 check bf16_2x2_tracks_bf16_one_rank test_bf16_2x2_tracks_bf16_one_rank
 check bytes_on_the_wire_match_the_formulas test_bytes_on_the_wire_match_the_formulas
