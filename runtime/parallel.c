@@ -93,7 +93,8 @@ static int make_links(struct parallel *p, struct plait_error *err);
 static int make_hsdp(struct parallel *p, const char *gen, struct plait_error *err)
 {
     const struct env_rank *w = &p->where;
-    int S = p->dp_shard, shard_rank = w->dp_rank % S, replica = w->dp_rank / S;
+    int S = p->dp_shard, shard_rank = rank_shard_of(w->dp_rank, S),
+        replica = rank_replica_of(w->dp_rank, S);
     char name[COMM_MAX_NAME_BYTES + 1];
     snprintf(name, sizeof name, "%s.shard", gen);
     if (comm_split(p->world, w->tp_rank + w->tp * (w->pp_rank + w->pp * replica), shard_rank,

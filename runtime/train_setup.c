@@ -124,7 +124,7 @@ static int make_model(struct trainer *t, struct plait_error *err)
                                 .slots = schedule_max_in_flight(&t->sched, w->pp_rank),
                                 /* ZeRO's slices: over the shard group (HSDP) */
                                 .dp = t->par.dp_shard,
-                                .dp_rank = w->dp_rank % t->par.dp_shard,
+                                .dp_rank = rank_shard_of(w->dp_rank, t->par.dp_shard),
                                 .replicas = w->dp / t->par.dp_shard,
                                 .zero = p->parallel.zero,
                                 .split_backward = t->sched.split_backward,

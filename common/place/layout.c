@@ -129,6 +129,10 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
         .tp_gbps = e->map.comm_tp.gbps,
         .pp_gbps = e->map.comm_pp.gbps,
         .dp_gbps = e->map.comm_dp.gbps,
+        .shard = e->map.comm_shard.slowest,
+        .replicas = e->map.comm_replicas.slowest,
+        .shard_gbps = e->map.comm_shard.gbps,
+        .replicas_gbps = e->map.comm_replicas.gbps,
         .device_tflops = in->device_tflops > 0 ? in->device_tflops
                                                : layout_device_tflops(nodes[0].topo, p->precision),
         .device_memory_gbps = nodes[0].cpu_ranks ? 0 : layout_device_memory_gbps(nodes[0].topo)};

@@ -130,6 +130,31 @@ test_text_names_the_gpus_and_models_mfu() {
 }
 check text_names_the_gpus_and_models_mfu test_text_names_the_gpus_and_models_mfu
 
+# hybrid sharding: the layout line names the replicas and the shard group, and the
+# traffic table shows both groups under dp with the links they were placed on (a shard
+# group of 8 inside each node's NVLink domain, the replicas across the network), their
+# bytes adding up to dp's; a plan without it prints neither
+test_text_shows_the_hybrid_sharding_groups() {
+    local case=tests/topo/multinode/h100x2_hsdp_shard_groups_stay_on_the_node
+    # shellcheck disable=SC2046
+    "$PLAIT" check "$case/plan.json" $(cat "$case/args") >"$WORK/h.txt" 2>&1 || { cat "$WORK/h.txt"; return 1; }
+    grep -qF "layout: tp 1 × pp 1 × dp 16 (2 replicas of a shard group of 8) = 16 ranks on 2 nodes" "$WORK/h.txt" &&
+        grep -qE "^ +shard +[0-9]+ +NVLink +450.0 +[0-9.]+  2 NVLink$" "$WORK/h.txt" &&
+        grep -qE "^ +replicas +[0-9]+ +network +50.0 +[0-9.]+  8 network$" "$WORK/h.txt" ||
+        { cat "$WORK/h.txt"; return 1; }
+    "$PY" - "$WORK/h.txt" <<'PYEOF' || return 1
+import re, sys
+rows = {m.group(1): float(m.group(2)) for m in re.finditer(r"^ +(dp|shard|replicas) +(\d+) ", open(sys.argv[1]).read(), re.M)}
+assert rows["dp"] == rows["shard"] + rows["replicas"] and rows["replicas"] > 0, rows
+PYEOF
+    # shellcheck disable=SC2046
+    "$PLAIT" check "$case/plan.json" $(cat "$case/args") --set parallel.dp_shard=auto \
+        --set parallel.dp_replicate=auto >"$WORK/p.txt" 2>&1 || { cat "$WORK/p.txt"; return 1; }
+    grep -qF "layout: tp 1 × pp 1 × dp 16 = 16 ranks" "$WORK/p.txt" &&
+        ! grep -qE "shard group|^ +(shard|replicas) " "$WORK/p.txt" || { cat "$WORK/p.txt"; return 1; }
+}
+check text_shows_the_hybrid_sharding_groups test_text_shows_the_hybrid_sharding_groups
+
 # on this machine (no --topology) CPU ranks are modelled from the CPU kernels'
 # rates measured at the plan's shapes: positive, and the memory-bound ops and
 # the optimizer's pass in the step; an explicit --device-tflops measures
