@@ -102,8 +102,8 @@ struct model {
     size_t n_padded;          /* shard.total rounded up to a multiple of dp */
     int dp, dp_rank, zero;    /* the data-parallel group holding this part (with hybrid
                                  sharding its shard group), the ZeRO stage */
-    int replicas;             /* the shard group's replicas (HSDP's dp_replicate; 1: none):
-                                 dp × replicas ranks hold this part */
+    int replicas, replica;    /* the shard group's replicas (HSDP's dp_replicate; 1: none):
+                                 dp × replicas ranks hold this part; and this rank's */
     size_t slice_at, slice_n; /* the optimizer's slice of the buffer: all of it (ZeRO 0) or
                                  this dp rank's n_padded/dp elements */
     float *adam_m, *adam_v;   /* (slice_n) AdamW moments of the slice */
@@ -161,7 +161,7 @@ struct model_shape {
     int slots;              /* micro-batches in flight at once (1 without a pipeline) */
     int dp, dp_rank;        /* data-parallel ranks holding the same part (1, 0: none): with
                                hybrid sharding the shard group's */
-    int replicas;           /* its replicas (0 or 1: none) */
+    int replicas, replica;  /* its replicas (0 or 1: none), and this rank's (0-based) */
     int zero;               /* ZeRO stage: from 1 the optimizer state, from 2 the accumulated
                                gradients, hold this rank's 1/dp slice of the parameters */
     bool sequence_parallel; /* tp > 1: the residual stream, LayerNorms and biases of the

@@ -13,7 +13,8 @@
 #include "common/log.h"
 #include "common/place/cost.h" // defines: cost_stage_part
 #include "common/place/env.h"
-#include "common/place/gpu.h" // defines: gpu_flops_per_token
+#include "common/place/gpu.h"        // defines: gpu_flops_per_token
+#include "common/place/rank_order.h" // defines: rank_shard_of, rank_replica_of
 #include "runtime/ckpt.h"
 #include "runtime/ckpt_parts.h"
 #include "runtime/ckpt_resume.h" // defines: ckpt_load_latest, ckpt_parts_load
@@ -126,6 +127,7 @@ static int make_model(struct trainer *t, struct plait_error *err)
                                 .dp = t->par.dp_shard,
                                 .dp_rank = rank_shard_of(w->dp_rank, t->par.dp_shard),
                                 .replicas = w->dp / t->par.dp_shard,
+                                .replica = rank_replica_of(w->dp_rank, t->par.dp_shard),
                                 .zero = p->parallel.zero,
                                 .split_backward = t->sched.split_backward,
                                 .sequence_parallel = p->parallel.sequence_parallel};
