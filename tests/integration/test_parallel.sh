@@ -371,7 +371,7 @@ test_bf16_2x2_tracks_bf16_one_rank() {
     layout bf16_tp2pp2 one_bf16 1e-4 --set precision=bf16 --set parallel.tp=2 --set parallel.pp=2
 }
 
-# wire NAME TP PP DP ZERO A LAYERS [SP [ROWS]]: every step's bytes per communicator
+# wire NAME TP PP DP ZERO A LAYERS [SP [ROWS [SHARD]]]: every step's bytes per communicator
 # (a rank's, averaged over the ranks) against the formulas within 5%. Sizes in
 # floats: P the parameters, BTC one micro-batch's activations, A micro-batches:
 #   dp: all-reduce 2(N-1)/N·P; ZeRO 1 reduce-scatter + all-gather, the same;
@@ -380,6 +380,9 @@ test_bf16_2x2_tracks_bf16_one_rank() {
 #       ROWS 1 (ZeRO 0 always): buckets without a pipeline gather every
 #       rank's embedding rows and tokens, (N-1)·(BTC + BT) a step (ZeRO 2: a
 #       micro-batch)
+#   dp, hybrid sharding (SHARD S < DP = S·R, no rows): ZeRO's in the shard group,
+#       2(S-1)/S·P (ZeRO 2: (A+1)·(S-1)/S·P), and the slice summed over the
+#       replicas, 2(R-1)/R·P/S
 #   tp: 4 all-reduces a layer (2 forward, 2 backward), 1 for the embedding's
 #       output and 1 for the head's input gradient, each 2(N-1)/N·BTC, per micro-batch
 #   tp, sequence parallel (SP 1), each a ring's (N-1)/N·BTC per micro-batch:
@@ -401,7 +404,7 @@ wire() {
     "$PY" - "$WORK/$1/metrics.jsonl" "$WORK/plan.json" "${@:2}" <<'PYEOF'
 import json, math, sys
 path, plan = sys.argv[1], sys.argv[2]
-tp, pp, dp, zero, accum, layers, sp, rows = (list(map(int, sys.argv[3:])) + [0, 0])[:8]
+tp, pp, dp, zero, accum, layers, sp, rows, shard = (list(map(int, sys.argv[3:])) + [0, 0, 0])[:9]
 m = json.load(open(plan))["model"]
 V, C, T, B = m["vocab"], m["hidden"], m["seq_len"], 4
 L, F = layers, 4  # bytes a float
@@ -423,8 +426,10 @@ if dp == 0:
     del want["dp"]
 elif dp > 1:
     assert tp == pp == 1
-    share = (dp - 1) / dp * P * F
+    S = shard or dp
+    share = (S - 1) / S * P * F
     want["dp"] = share * (accum + 1) if zero == 2 else 2 * share
+    want["dp"] += 2 * (dp // S - 1) / (dp // S) * P / S * F
     if zero == 0 or rows:  # in buckets, without a pipeline: the deferred embedding rows and tokens
         want["dp"] += (accum if zero == 2 else 1) * (dp - 1) * (BTC + B * T) * F
 steps = [json.loads(l) for l in open(path) if '"step"' in l]
@@ -458,6 +463,11 @@ test_bytes_on_the_wire_match_the_formulas() {
         wire w_dp4z1_b 1 1 4 1 3 2 0 1 || return 1
     run_wire w_dp3z2_b --set parallel.dp=3 --set parallel.zero=2 "${b[@]}" &&
         wire w_dp3z2_b 1 1 3 2 3 2 0 1 || return 1
+    # hybrid sharding, dp 4 as 2 × 2: the shard groups' traffic and the replicas' sums
+    run_wire w_hsdp_z1 --set parallel.dp=4 --set parallel.zero=1 --set parallel.dp_shard=2 &&
+        wire w_hsdp_z1 1 1 4 1 3 2 0 0 2 || return 1
+    run_wire w_hsdp_z2 --set parallel.dp=4 --set parallel.zero=2 --set parallel.dp_shard=2 &&
+        wire w_hsdp_z2 1 1 4 2 3 2 0 0 2 || return 1
     run_wire w_tp4 --set parallel.tp=4 --set model.heads=4 && wire w_tp4 4 1 1 0 3 2 || return 1
     run_wire w_pp4 --set parallel.pp=4 --set model.layers=4 --set batch.grad_accum=4 &&
         wire w_pp4 1 4 1 0 4 4 || return 1
