@@ -281,6 +281,9 @@ test_hybrid_sharding_matches_one_rank() {
     layout hsdp_z2_buckets one12 1e-5 "${d4[@]}" --set parallel.zero=2 \
         --set parallel.dp_replicate=2 --set parallel.bucket_mb=0.01 || return 1
     layout hsdp_1x4 one12 1e-5 "${d4[@]}" --set parallel.zero=1 --set parallel.dp_shard=1 || return 1
+    "$PLAIT" ckpt ls "$WORK/hsdp_z1" >"$WORK/hsdp_ls.txt" 2>&1 &&
+        grep -q "step_00000012_0000 .* tp 1 × pp 1 × dp 4 (2 replicas of 2) ZeRO 1 .* yes$" \
+            "$WORK/hsdp_ls.txt" || { cat "$WORK/hsdp_ls.txt"; return 1; }
     [ -f "$WORK/dp4_z1/run.json" ] || layout dp4_z1 one12 1e-5 "${d4[@]}" --set parallel.zero=1 ||
         return 1
     "$PY" - "$WORK/hsdp_z1/run.json" "$WORK/dp4_z1/run.json" <<'PYEOF' || return 1
