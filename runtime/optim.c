@@ -126,8 +126,8 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
     if (rc) return error_prefix(err, "data-parallel gradient reduction: ");
     if (m->zero) a.g = m->grad_slice;
     /* hybrid sharding: the replicas' sums of the same slice (or of the whole, unsliced) */
-    if (has(rep) && rep->allreduce(rep->ctx, (float *)a.g, m->zero ? m->slice_n : m->shard.total,
-                                   false, err))
+    if (has(rep) && rep->allreduce(rep->ctx, m->zero ? m->grad_slice : m->grads,
+                                   m->zero ? m->slice_n : m->shard.total, false, err))
         return error_prefix(err, "gradient sum over the data-parallel replicas: ");
     m->prof.seconds[PROF_GRAD_NORM] += prof_clock(&m->prof) - t0;
     /* the norm: this rank's count, summed over the slices (dp) and the model's parts */
