@@ -386,7 +386,11 @@ static json_t *comm_json(const struct place_comm *c, double bytes, double second
 static void print_nodes(const struct layout_eval *e, const struct place_node *nodes, int n_nodes)
 {
     const struct rank_map *m = &e->map;
-    printf("layout: tp %d × pp %d × dp %d = %d rank%s on %d node%s\n", m->tp, m->pp, m->dp,
+    char hsdp[96] = "";
+    if (m->dp_shard && m->dp_shard < m->dp)
+        snprintf(hsdp, sizeof hsdp, " (%d replica%s of a shard group of %d)", m->dp / m->dp_shard,
+                 m->dp / m->dp_shard == 1 ? "" : "s", m->dp_shard);
+    printf("layout: tp %d × pp %d × dp %d%s = %d rank%s on %d node%s\n", m->tp, m->pp, m->dp, hsdp,
            m->world, m->world == 1 ? "" : "s", n_nodes, n_nodes == 1 ? "" : "s");
     for (int i = 0; i < n_nodes; i++) {
         const struct topo *t = nodes[i].topo;
@@ -420,8 +424,9 @@ static void print_zero_stages(const struct plan *placed, struct cost_layout l, u
     if (l.dp < 2) return;
     double unit = layout_memory_at_zero(placed, l, 0) >= 1e9 ? 1e9 : 1e6;
     printf("  the most loaded rank by ZeRO stage at dp %d:", l.dp);
-    for (int z = 0; z <= LAYOUT_ZERO_MAX; z++)
-        printf("%s %d %.2f %s", z ? "," : "", z, layout_memory_at_zero(placed, l, z) / unit,
+    int lo = layout_zero_lowest(placed, l);
+    for (int z = lo; z <= LAYOUT_ZERO_MAX; z++)
+        printf("%s %d %.2f %s", z > lo ? "," : "", z, layout_memory_at_zero(placed, l, z) / unit,
                unit == 1e9 ? "GB" : "MB");
     printf("\n");
     int z = layout_zero_to_fit(placed, l, gpu_mem);
@@ -481,28 +486,46 @@ static void print_memory(const struct plan *p, const struct layout_eval *e, uint
     print_zero_stages(&placed, e->layout, gpu_mem);
 }
 
+/* Whether the map splits dp into shard groups and their replicas. */
+static bool hybrid(const struct rank_map *m)
+{
+    return m->dp_shard && m->dp_shard < m->dp;
+}
+
+/* A hybrid sharding group's bytes over its own slowest link (not hidden). */
+static double raw_seconds(const struct place_comm *c, double bytes)
+{
+    return bytes > 0 && c->gbps > 0 ? bytes / (c->gbps * 1e9) : 0;
+}
+
 /* Traffic per rank per step by communicator, the modelled step and MFU. */
 static void print_traffic(const struct plan *p, const struct layout_eval *e,
                           const struct place_node *nodes)
 {
     const struct rank_map *m = &e->map;
-    printf("\ntraffic per rank per step:\n  %4s %14s %9s %10s %8s  %s\n", "comm", "bytes", "link",
-           "GB/s", "seconds", "groups by link");
+    int width = hybrid(m) ? 8 : 4; /* "replicas" */
+    printf("\ntraffic per rank per step:\n  %*s %14s %9s %10s %8s  %s\n", width, "comm", "bytes",
+           "link", "GB/s", "seconds", "groups by link");
     const struct {
         const char *name;
         const struct place_comm *c;
         double bytes, s;
     } rows[] = {{"tp", &m->comm_tp, e->traffic.tp_bytes, e->time.tp_s},
                 {"pp", &m->comm_pp, e->traffic.pp_bytes, e->time.pp_s},
-                {"dp", &m->comm_dp, e->traffic.dp_bytes, e->time.dp_s}};
-    for (size_t k = 0; k < 3; k++) {
+                {"dp", &m->comm_dp, e->traffic.dp_bytes, e->time.dp_s},
+                /* hybrid sharding: the dp row's two parts, each over its own groups */
+                {"shard", &m->comm_shard, e->traffic.shard_bytes,
+                 raw_seconds(&m->comm_shard, e->traffic.shard_bytes)},
+                {"replicas", &m->comm_replicas, e->traffic.replicas_bytes,
+                 raw_seconds(&m->comm_replicas, e->traffic.replicas_bytes)}};
+    for (size_t k = 0; k < (hybrid(m) ? 5u : 3u); k++) {
         char by[128] = "";
         size_t len = 0;
         for (int l = 1; l < COST_LINKS; l++)
             if (rows[k].c->crossing[l])
                 len += (size_t)snprintf(by + len, sizeof by - len, "%s%d %s", len ? ", " : "",
                                         rows[k].c->crossing[l], cost_link_name(l));
-        printf("  %4s %14.0f %9s %10.1f %8.4f  %s\n", rows[k].name, rows[k].bytes,
+        printf("  %*s %14.0f %9s %10.1f %8.4f  %s\n", width, rows[k].name, rows[k].bytes,
                cost_link_name(rows[k].c->slowest), rows[k].c->gbps, rows[k].s, by);
     }
     char optimizer[64] = "", memory[96] = ""; /* AdamW's pass; a measured CPU's own terms */
@@ -732,6 +755,19 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
                                   comm_json(&m->comm_tp, e->traffic.tp_bytes, e->time.tp_s), "pp",
                                   comm_json(&m->comm_pp, e->traffic.pp_bytes, e->time.pp_s), "dp",
                                   comm_json(&m->comm_dp, e->traffic.dp_bytes, e->time.dp_s)));
+    if (hybrid(m)) { /* its two groups: where they were placed, and their traffic */
+        json_object_set_new(o, "dp_shard", json_integer(m->dp_shard));
+        json_object_set_new(o, "dp_replicate", json_integer(m->dp / m->dp_shard));
+        json_t *links = json_object_get(o, "links"), *bytes = json_object_get(o, "comm_bytes_per_step");
+        json_object_set_new(links, "shard",
+                            comm_json(&m->comm_shard, e->traffic.shard_bytes,
+                                      raw_seconds(&m->comm_shard, e->traffic.shard_bytes)));
+        json_object_set_new(links, "replicas",
+                            comm_json(&m->comm_replicas, e->traffic.replicas_bytes,
+                                      raw_seconds(&m->comm_replicas, e->traffic.replicas_bytes)));
+        json_object_set_new(bytes, "shard", json_real(e->traffic.shard_bytes));
+        json_object_set_new(bytes, "replicas", json_real(e->traffic.replicas_bytes));
+    }
     json_object_set_new(o, "step_time_s",
                         json_pack("{s:f,s:f,s:f,s:f,s:f,s:f}", "compute", e->time.compute_s, "tp",
                                   e->time.tp_s, "pp", e->time.pp_s, "bubble", e->time.bubble_s,

@@ -179,11 +179,11 @@ int ckpt_load_whole(const char *cdir, struct model *m, struct train_state *st,
     size_t P = m->shard.total, F = full_layout.total;
     char path[4096];
     if (ckpt_read_state(cdir, st, err)) return -1;
-    if (st->micro > 0 && m->dp > 1)
+    if (st->micro > 0 && m->dp * m->replicas > 1)
         return error_set(err,
                          "it stopped mid-step on one data-parallel rank; resume it with "
                          "dp = 1 (its gradients cannot be split over %d ranks)",
-                         m->dp);
+                         m->dp * m->replicas);
     float *full = malloc(F * sizeof(float)), *shard = malloc(P * sizeof(float));
     FILE *f = NULL;
     int rc = -1;

@@ -99,7 +99,8 @@ static int write_mine(const char *tmp, const struct model *m, const struct train
         rc = write_part(tmp, name, CKPT_PART_MODEL, m, w, params, 1, false, host, &recs[k++], err);
     }
     const float *moments[] = {m->adam_m, m->adam_v};
-    if (rc == 0 && (m->zero || w->dp_rank == 0)) {
+    /* the slices: replica 0's shard group (hybrid sharding: the others hold the same) */
+    if (rc == 0 && (m->zero ? w->dp_rank < m->dp : w->dp_rank == 0)) {
         part_name(name, sizeof name, CKPT_PART_OPTIM, m, w, m->zero > 0);
         rc = write_part(tmp, name, CKPT_PART_OPTIM, m, w, moments, 2, m->zero > 0, host, &recs[k++],
                         err);
@@ -161,7 +162,8 @@ static int commit_manifest(struct ckptdir *d, const struct ckpt_parts_job *job,
                    .dp = w->dp,
                    .zero = m->zero,
                    .chunks = m->chunks,
-                   .v_shape = m->shard.part.v_shape}};
+                   .v_shape = m->shard.part.v_shape,
+                   .dp_shard = m->zero ? m->dp : w->dp}};
     struct ckpt_layout *l = &man.layout;
     int rc = -1;
     l->stage_begin = calloc((size_t)w->pp, sizeof *l->stage_begin);
@@ -308,7 +310,8 @@ static int read_part(const char *cdir, const char *name, enum ckpt_part_kind kin
 
 bool ckpt_layout_same(const struct ckpt_layout *l, const struct model *m)
 {
-    return !l->whole && l->tp == m->shard.part.tp && l->pp == m->shard.part.pp && l->dp == m->dp &&
+    return !l->whole && l->tp == m->shard.part.tp && l->pp == m->shard.part.pp &&
+           l->dp == m->dp * m->replicas && (!m->zero || l->dp_shard == m->dp) &&
            l->zero == m->zero && l->chunks == m->shard.part.chunks &&
            l->v_shape == m->shard.part.v_shape;
 }

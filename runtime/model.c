@@ -288,6 +288,8 @@ static void shard_sizes(struct model *m, const struct gpt2_config *cfg,
     m->deferred_slot = -1;
     m->dp = shape->dp;
     m->dp_rank = shape->dp_rank;
+    m->replicas = shape->replicas > 1 ? shape->replicas : 1;
+    m->replica = shape->replica;
     m->zero = m->mem.zero;
     m->n_padded = m->mem.padded;
     m->slice_n = m->mem.slice;

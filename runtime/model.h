@@ -100,7 +100,10 @@ struct model {
     size_t fp8_at[4], fp8_scale_at[4], fp8_layer_elems, fp8_layer_scales; /* where the
                                  copy of matrix k of a layer block starts, and a block's size */
     size_t n_padded;          /* shard.total rounded up to a multiple of dp */
-    int dp, dp_rank, zero;    /* the data-parallel group holding this part, the ZeRO stage */
+    int dp, dp_rank, zero;    /* the data-parallel group holding this part (with hybrid
+                                 sharding its shard group), the ZeRO stage */
+    int replicas, replica;    /* the shard group's replicas (HSDP's dp_replicate; 1: none):
+                                 dp × replicas ranks hold this part; and this rank's */
     size_t slice_at, slice_n; /* the optimizer's slice of the buffer: all of it (ZeRO 0) or
                                  this dp rank's n_padded/dp elements */
     float *adam_m, *adam_v;   /* (slice_n) AdamW moments of the slice */
@@ -156,7 +159,9 @@ struct model_shape {
     enum plan_fp8_scaling fp8_scaling; /* precision fp8 only */
     enum plan_recompute recompute;
     int slots;              /* micro-batches in flight at once (1 without a pipeline) */
-    int dp, dp_rank;        /* data-parallel ranks holding the same part (1, 0: none) */
+    int dp, dp_rank;        /* data-parallel ranks holding the same part (1, 0: none): with
+                               hybrid sharding the shard group's */
+    int replicas, replica;  /* its replicas (0 or 1: none), and this rank's (0-based) */
     int zero;               /* ZeRO stage: from 1 the optimizer state, from 2 the accumulated
                                gradients, hold this rank's 1/dp slice of the parameters */
     bool sequence_parallel; /* tp > 1: the residual stream, LayerNorms and biases of the

@@ -113,7 +113,8 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
                const struct optim_groups *g, double *grad_norm, struct plait_error *err)
 {
     const struct ops *ops = m->ops;
-    const struct group *dp = g ? g->dp : NULL, *mp = g ? g->mp : NULL;
+    const struct group *dp = g ? g->dp : NULL, *mp = g ? g->mp : NULL,
+                       *rep = g ? g->replicas : NULL;
     struct slice_args a = {.m = m, .g = m->grads, .o = o, .lr = (float)lr, .t = t};
     double t0 = prof_clock(&m->prof);
     /* the gradients over dp: whole (ZeRO 0) or this rank's slice (ZeRO 1; 2 has it) */
@@ -124,6 +125,10 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
         rc = dp->reduce_scatter(dp->ctx, m->grads, m->grad_slice, m->slice_n, err);
     if (rc) return error_prefix(err, "data-parallel gradient reduction: ");
     if (m->zero) a.g = m->grad_slice;
+    /* hybrid sharding: the replicas' sums of the same slice (or of the whole, unsliced) */
+    if (has(rep) && rep->allreduce(rep->ctx, m->zero ? m->grad_slice : m->grads,
+                                   m->zero ? m->slice_n : m->shard.total, false, err))
+        return error_prefix(err, "gradient sum over the data-parallel replicas: ");
     m->prof.seconds[PROF_GRAD_NORM] += prof_clock(&m->prof) - t0;
     /* the norm: this rank's count, summed over the slices (dp) and the model's parts */
     t0 = prof_clock(&m->prof);

@@ -13,7 +13,8 @@
 #include "common/log.h"
 #include "common/place/cost.h" // defines: cost_stage_part
 #include "common/place/env.h"
-#include "common/place/gpu.h" // defines: gpu_flops_per_token
+#include "common/place/gpu.h"        // defines: gpu_flops_per_token
+#include "common/place/rank_order.h" // defines: rank_shard_of, rank_replica_of
 #include "runtime/ckpt.h"
 #include "runtime/ckpt_parts.h"
 #include "runtime/ckpt_resume.h" // defines: ckpt_load_latest, ckpt_parts_load
@@ -89,7 +90,9 @@ static int connect_ranks(struct trainer *t, struct plait_error *err)
         return -1;
     struct parallel_device dev = {.ops = t->ops, .ctx = t->ctx};
     if (device_comm_backend(p, w, t->ops, &dev.backend, err)) return -1;
-    if (parallel_init(&t->par, w, p->parallel.timeout_s, &dev, err)) return -1;
+    if (parallel_init(&t->par, w, plan_dp_shard(&p->parallel, w->dp), p->parallel.timeout_s, &dev,
+                      err))
+        return -1;
     t->par_ready = true;
     return 0;
 }
@@ -120,8 +123,11 @@ static int make_model(struct trainer *t, struct plait_error *err)
                                 .fp8_scaling = p->fp8_scaling,
                                 .recompute = p->recompute,
                                 .slots = schedule_max_in_flight(&t->sched, w->pp_rank),
-                                .dp = w->dp,
-                                .dp_rank = w->dp_rank,
+                                /* ZeRO's slices: over the shard group (HSDP) */
+                                .dp = t->par.dp_shard,
+                                .dp_rank = rank_shard_of(w->dp_rank, t->par.dp_shard),
+                                .replicas = w->dp / t->par.dp_shard,
+                                .replica = rank_replica_of(w->dp_rank, t->par.dp_shard),
                                 .zero = p->parallel.zero,
                                 .split_backward = t->sched.split_backward,
                                 .sequence_parallel = p->parallel.sequence_parallel};
@@ -139,9 +145,10 @@ static int make_step_buffers(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
     int B = p->batch.micro_batch, T = p->model.seq_len;
-    if (t->where->dp > 1 && t->par.g_dp.iallreduce &&
-        (p->parallel.zero == 0 || t->par.g_dp.ireduce_scatter_v)) {
-        if (buckets_init(&t->buckets, &t->m, &t->par.g_dp, p->parallel.bucket_mb, err)) return -1;
+    if (t->par.g_shard.size > 1 && t->par.g_shard.iallreduce &&
+        (p->parallel.zero == 0 || t->par.g_shard.ireduce_scatter_v)) {
+        if (buckets_init(&t->buckets, &t->m, &t->par.g_shard, p->parallel.bucket_mb, err))
+            return -1;
         t->bucketed = true;
     }
     if (p->checkpoint.async && ckpt_async_reserve(&t->async, &t->m, err)) return -1;

@@ -159,7 +159,7 @@ int ckpt_source_open(struct ckpt_source *s, const char *cdir, struct plait_error
             error_prefix(err, "%s: stage %d: ", cdir, st);
             goto fail;
         }
-        size_t dp = (size_t)l->dp;
+        size_t dp = (size_t)l->dp_shard; /* the slices: one per rank of a shard group */
         s->slice[st] = l->zero ? (sh->total + dp - 1) / dp : sh->total;
         for (int i = 0; i < gpt2_shard_layers(sh); i++)
             s->layer_stage[gpt2_shard_layer(sh, i)] = st;
@@ -426,7 +426,7 @@ int ckpt_source_check(struct ckpt_source *s, struct plait_error *err)
                          source_file(s, CKPT_PART_MODEL, tr, st, -1, err) < 0
                      ? -1
                      : 0;
-            int dps = l->zero ? l->dp : 1;
+            int dps = l->zero ? l->dp_shard : 1;
             for (int d = 0; d < dps && rc == 0; d++) {
                 ckpt_part_name(name, sizeof name, CKPT_PART_OPTIM, tr, st, d, l->zero > 0);
                 rc = listed(files, s->dir, name, l, err) ||

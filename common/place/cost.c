@@ -209,7 +209,7 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
                                       .recompute = p->recompute,
                                       .slots = stage_in_flight(p, l, stage),
                                       .chunks = stage_chunks(p, l.pp),
-                                      .dp = l.dp,
+                                      .dp = plan_dp_shard(&p->parallel, l.dp), /* ZeRO slices */
                                       .zero = p->parallel.zero,
                                       .sequence_parallel =
                                           p->parallel.sequence_parallel && l.tp > 1,
@@ -261,7 +261,7 @@ static double ring_allreduce_bytes(double bytes, int n)
 /* Bytes one rank of `stage` sends per optimizer step on each communicator. */
 static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layout l, int stage)
 {
-    struct cost_traffic out = {0, 0, 0};
+    struct cost_traffic out = {0};
     double m = p->batch.grad_accum;
     /* one activation (or its gradient): s·b·h values in the activation precision */
     double act_bytes = (double)p->model.seq_len * p->batch.micro_batch * p->model.hidden *
@@ -304,7 +304,19 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
      * forward and again for backward and reduce-scatters the gradients,
      * 3(d−1)/d·Ψ (1.5× the all-reduce). This is the floor: implementations
      * that reduce or gather per micro-batch send up to m times as much. */
-    if (l.dp > 1) {
+    int S = plan_dp_shard(&p->parallel, l.dp);
+    if (l.dp > 1 && S < l.dp && p->parallel.zero >= 1) {
+        /* hybrid sharding: ZeRO's within the shard group on Ψ, then the slice Ψ/S
+         * all-reduced over the R replicas (2(R−1)/R · Ψ/S) */
+        struct state_widths w = state_widths(p->precision);
+        double psi = (double)stage_param_count(p, l, stage), s = S, r = (double)l.dp / S;
+        double share = (s - 1) / s * psi;
+        out.shard_bytes = p->parallel.zero == 2
+                              ? share * (double)w.grad_bytes + share * (double)w.param_bytes
+                              : 2 * share * (double)w.grad_bytes;
+        out.replicas_bytes = 2 * (r - 1) / r * psi / s * (double)w.grad_bytes;
+        out.dp_bytes = out.shard_bytes + out.replicas_bytes;
+    } else if (l.dp > 1) {
         struct state_widths w = state_widths(p->precision);
         double psi = (double)stage_param_count(p, l, stage), d = l.dp;
         double share = (d - 1) / d * psi;
@@ -325,7 +337,11 @@ uint64_t cost_comm_ring_bytes(const struct plan *p, struct cost_layout l, int st
     struct cost_traffic t = stage_traffic(p, l, stage);
     double ring = (double)COMM_SHM_RING_BYTES, rings = 0;
     /* tp, dp: out to the next rank of the ring and in from the previous */
-    rings += 2 * fmin(ring, t.tp_bytes) + 2 * fmin(ring, t.dp_bytes);
+    rings += 2 * fmin(ring, t.tp_bytes);
+    if (t.shard_bytes + t.replicas_bytes > 0) /* hybrid sharding: a ring in each group */
+        rings += 2 * fmin(ring, t.shard_bytes) + 2 * fmin(ring, t.replicas_bytes);
+    else
+        rings += 2 * fmin(ring, t.dp_bytes);
     if (l.pp > 1) {
         /* each neighbour stage: activations one way, gradients the other; an
          * interleaved schedule also wraps from the last stage to the first */
@@ -348,12 +364,14 @@ uint64_t cost_comm_ring_bytes(const struct plan *p, struct cost_layout l, int st
 void cost_traffic(const struct plan *p, struct cost_layout l, struct cost_traffic *out)
 {
     l = layout_sane(l);
-    *out = (struct cost_traffic){0, 0, 0};
+    *out = (struct cost_traffic){0};
     for (int k = 0; k < l.pp; k++) {
         struct cost_traffic t = stage_traffic(p, l, k);
         out->tp_bytes = fmax(out->tp_bytes, t.tp_bytes);
         out->pp_bytes = fmax(out->pp_bytes, t.pp_bytes);
         out->dp_bytes = fmax(out->dp_bytes, t.dp_bytes);
+        out->shard_bytes = fmax(out->shard_bytes, t.shard_bytes);
+        out->replicas_bytes = fmax(out->replicas_bytes, t.replicas_bytes);
     }
 }
 
@@ -518,7 +536,10 @@ void cost_step_time(const struct plan *p, struct cost_layout l, const struct cos
     out->pp_s = seconds(t.pp_bytes, links->pp_gbps * 1e9);
     double work_s = out->compute_s + out->memory_s + out->parallel_s;
     out->bubble_s = l.pp > 1 ? work_s * (l.pp - 1) / p->batch.grad_accum : 0.0;
-    double dp_raw_s = seconds(t.dp_bytes, links->dp_gbps * 1e9);
+    double dp_raw_s = t.shard_bytes + t.replicas_bytes > 0 /* hybrid sharding: each group's link */
+                          ? seconds(t.shard_bytes, links->shard_gbps * 1e9) +
+                                seconds(t.replicas_bytes, links->replicas_gbps * 1e9)
+                          : seconds(t.dp_bytes, links->dp_gbps * 1e9);
     double overlap_s = out->compute_s * 2.0 / 3.0;
     if (isinf(dp_raw_s))
         out->dp_s = HUGE_VAL;

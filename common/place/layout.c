@@ -129,6 +129,10 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
         .tp_gbps = e->map.comm_tp.gbps,
         .pp_gbps = e->map.comm_pp.gbps,
         .dp_gbps = e->map.comm_dp.gbps,
+        .shard = e->map.comm_shard.slowest,
+        .replicas = e->map.comm_replicas.slowest,
+        .shard_gbps = e->map.comm_shard.gbps,
+        .replicas_gbps = e->map.comm_replicas.gbps,
         .device_tflops = in->device_tflops > 0 ? in->device_tflops
                                                : layout_device_tflops(nodes[0].topo, p->precision),
         .device_memory_gbps = nodes[0].cpu_ranks ? 0 : layout_device_memory_gbps(nodes[0].topo)};
@@ -168,10 +172,15 @@ uint64_t layout_memory_at_zero(const struct plan *p, struct cost_layout l, int z
     return mem.total;
 }
 
+int layout_zero_lowest(const struct plan *p, struct cost_layout l)
+{
+    return plan_dp_shard(&p->parallel, l.dp) < l.dp ? 1 : 0; /* replicas take ZeRO >= 1 */
+}
+
 int layout_zero_to_fit(const struct plan *p, struct cost_layout l, uint64_t device_bytes)
 {
     if (l.dp < 2 || device_bytes == 0) return -1; /* nothing to shard, or no limit known */
-    for (int z = 0; z <= LAYOUT_ZERO_MAX; z++)
+    for (int z = layout_zero_lowest(p, l); z <= LAYOUT_ZERO_MAX; z++)
         if (layout_memory_at_zero(p, l, z) <= device_bytes) return z;
     return -1;
 }
@@ -184,7 +193,8 @@ void layout_fit_advice(const struct plan *p, struct cost_layout l, uint64_t devi
     if (l.dp < 2) {
         snprintf(buf, n, "%s (ZeRO shards over data-parallel ranks, and dp is 1)", rest);
     } else if (z > p->parallel.zero) {
-        /* the cheapest stage that fits (least traffic), beside the one below it */
+        /* the cheapest stage that fits (least traffic), beside the one below it (the
+         * plan's own or above: a stage the layout may run) */
         snprintf(buf, n, "parallel.zero %d fits with %.2f GB of %.2f per GPU; zero %d needs %.2f",
                  z, layout_memory_at_zero(p, l, z) / 1e9, device_bytes / 1e9, z - 1,
                  layout_memory_at_zero(p, l, z - 1) / 1e9);

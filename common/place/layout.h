@@ -62,6 +62,10 @@ void layout_eval_free(struct layout_eval *e);
  * `zero` (p as placed: layout_plan_as_placed). */
 uint64_t layout_memory_at_zero(const struct plan *p, struct cost_layout l, int zero);
 
+/* The lowest ZeRO stage a layout may run: 1 with hybrid sharding's replicas
+ * (their ranks hold slices), else 0. */
+int layout_zero_lowest(const struct plan *p, struct cost_layout l);
+
 /* The cheapest ZeRO stage (the least data-parallel traffic: the lowest) with
  * which every rank of layout l fits in device_bytes; -1 when none does, when
  * dp is 1 (ZeRO shards nothing) or device_bytes is 0 (unknown). */

@@ -127,6 +127,10 @@ struct plan_ints {
 
 struct plan_parallel {
     int tp, pp, dp;
+    /* hybrid sharding (HSDP): dp = dp_shard × dp_replicate, ZeRO's slices over each group of
+     * dp_shard ranks, the groups replicas of each other; PLAN_AUTO ("auto"): from the other
+     * and dp (both: dp_shard = dp, dp_replicate = 1). plan_dp_shard resolves them. */
+    int dp_shard, dp_replicate;
     bool allow_tp_over_pcie; /* let a tp group span NVLink domains of one node */
     int zero;                /* ZeRO stage 0..3: what data parallelism shards */
     enum plan_device device;
@@ -220,6 +224,10 @@ int plan_resumable(const struct plan *before, const struct plan *after, char *no
 /* tp × pp × dp when all three are fixed, else 0 ("auto" is decided at launch).
  * A loaded plan keeps it within PLAN_MAX_RANKS. */
 int64_t plan_ranks(const struct plan *plan);
+
+/* The ranks of a shard group (ZeRO's slices, HSDP) when the data-parallel
+ * degree is dp: parallel.dp_shard, or dp / parallel.dp_replicate, or dp. */
+int plan_dp_shard(const struct plan_parallel *par, int dp);
 
 /* Names of the enums, as they are spelled in plan.json. */
 const char *plan_precision_name(enum plan_precision p);

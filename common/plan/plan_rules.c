@@ -442,6 +442,37 @@ static int check_zero_rules(struct plan_ctx *c, const struct plan *p)
     return 0;
 }
 
+/* Hybrid sharding: dp_shard × dp_replicate = dp, each given or derived from
+ * the other (so dp must be fixed when either is given), and a shard group
+ * smaller than dp only where ZeRO shards something. */
+static int check_hsdp_rules(struct plan_ctx *c, const struct plan *p)
+{
+    const struct plan_parallel *par = &p->parallel;
+    int dp = par->dp, sh = par->dp_shard, rep = par->dp_replicate;
+    const char *path = sh != PLAN_AUTO ? "parallel.dp_shard" : "parallel.dp_replicate";
+    if (sh == PLAN_AUTO && rep == PLAN_AUTO) return 0;
+    if (dp == PLAN_AUTO)
+        return plan_fail_rule(c, path, "parallel.dp",
+                              "needs a fixed parallel.dp (\"auto\" picks dp from the ranks; "
+                              "dp_shard × dp_replicate must equal it)");
+    if (sh != PLAN_AUTO && rep != PLAN_AUTO && (int64_t)sh * rep != dp)
+        return plan_fail_rule(c, path, "parallel.dp_replicate parallel.dp",
+                              "parallel.dp_shard × parallel.dp_replicate (%d × %d) must equal "
+                              "parallel.dp (%d)",
+                              sh, rep, dp);
+    int given = sh != PLAN_AUTO ? sh : rep;
+    if (dp % given != 0)
+        return plan_fail_rule(c, path, "parallel.dp", "%d does not divide parallel.dp (%d)", given,
+                              dp);
+    if (par->zero == 0 && plan_dp_shard(par, dp) != dp)
+        return plan_fail_rule(c, path, "parallel.zero",
+                              "%d with parallel.zero 0: ZeRO 0 shards nothing, so every dp rank "
+                              "is a replica already; set parallel.zero 1 or 2, or leave "
+                              "parallel.dp_shard and parallel.dp_replicate out",
+                              given);
+    return 0;
+}
+
 /* A micro-batch's rows: the kernels index B·T rows (3 of them a token in the classifier's
  * statistics) in int (4·hidden is bounded by the model's size: check_model_size), and
  * sequence parallelism splits them evenly over tp. */
@@ -479,7 +510,7 @@ int plan_check_rules(struct plan_ctx *c, json_t *root, struct plan *p)
                          "CPU: use \"socket\" or \"auto\"");
     if (p->parallel.sequence_parallel && p->parallel.tp == 1)
         return plan_fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
-    if (check_zero_rules(c, p) || check_row_rules(c, p)) return -1;
+    if (check_zero_rules(c, p) || check_hsdp_rules(c, p) || check_row_rules(c, p)) return -1;
     return check_ranks(c, p) || check_model_size(c, root, p) ? -1 : 0;
 }
 

@@ -262,6 +262,44 @@ test_zero_in_buckets_matches_one_rank() {
     metrics_equal "$WORK/dp4_z2_buckets/metrics.jsonl" "$WORK/dp4_z2_again/metrics.jsonl"
 }
 
+# Hybrid sharding (HSDP): dp 4 as two replicas of a shard group of 2. ZeRO 1 and
+# 2 slice over the shard group (the gradients reduce-scattered in it, the
+# slice then summed over the replicas once a step, the norm over the shard
+# group alone), given either way round, in one bucket and in buckets of 10 KB,
+# and shard groups of 1 (a plain all-reduce over the replicas); what plait
+# check predicts is what each rank allocated (a slice of a half, not a
+# quarter). Stopped mid-step at ZeRO 2 (each rank's slice, not yet summed over
+# the replicas, saved) and resumed to the bit.
+test_hybrid_sharding_matches_one_rank() {
+    ref one12 12 || return 1
+    local d4=(--set parallel.dp=4)
+    layout hsdp_z1 one12 1e-5 "${d4[@]}" --set parallel.zero=1 --set parallel.dp_shard=2 \
+        --set parallel.dp_replicate=2 || return 1
+    layout hsdp_z2 one12 1e-5 "${d4[@]}" --set parallel.zero=2 --set parallel.dp_shard=2 || return 1
+    layout hsdp_z1_buckets one12 1e-5 "${d4[@]}" --set parallel.zero=1 \
+        --set parallel.dp_replicate=2 --set parallel.bucket_mb=0.01 || return 1
+    layout hsdp_z2_buckets one12 1e-5 "${d4[@]}" --set parallel.zero=2 \
+        --set parallel.dp_replicate=2 --set parallel.bucket_mb=0.01 || return 1
+    layout hsdp_1x4 one12 1e-5 "${d4[@]}" --set parallel.zero=1 --set parallel.dp_shard=1 || return 1
+    "$PLAIT" ckpt ls "$WORK/hsdp_z1" >"$WORK/hsdp_ls.txt" 2>&1 &&
+        grep -q "step_00000012_0000 .* tp 1 × pp 1 × dp 4 (2 replicas of 2) ZeRO 1 .* yes$" \
+            "$WORK/hsdp_ls.txt" || { cat "$WORK/hsdp_ls.txt"; return 1; }
+    [ -f "$WORK/dp4_z1/run.json" ] || layout dp4_z1 one12 1e-5 "${d4[@]}" --set parallel.zero=1 ||
+        return 1
+    "$PY" - "$WORK/hsdp_z1/run.json" "$WORK/dp4_z1/run.json" <<'PYEOF' || return 1
+import json, sys
+h, q = (json.load(open(p))["memory"]["ranks"][0]["allocated"]["optimizer"] for p in sys.argv[1:3])
+assert 1.9 * q < h < 2.1 * q, (h, q)
+print(f"a rank's moments: {h} bytes in a shard group of 2, {q} in one of 4")
+PYEOF
+    local z2=("${d4[@]}" --set parallel.zero=2 --set parallel.dp_shard=2 --set batch.grad_accum=4)
+    uninterrupted full_hsdp_z2 "${z2[@]}" || return 1
+    stop_resume stop_hsdp_z2 full_hsdp_z2 22 "micro-batch 2 of step 6" "${z2[@]}" || return 1
+    [ "$(ls "$WORK/stop_hsdp_z2/checkpoints/step_00000005_0002" | grep -c '^optim-tp0-pp0-dp[01]\.bin$')" = 2 ] &&
+        [ "$(ls "$WORK/stop_hsdp_z2/checkpoints/step_00000005_0002" | grep -c '^grads-tp0-pp0-dp[0-3]\.bin$')" = 4 ] ||
+        { ls "$WORK/stop_hsdp_z2/checkpoints/step_00000005_0002"; return 1; }
+}
+
 test_2x2x2_with_zero1_matches_one_rank() {
     ref one8 8 || return 1
     layout tp2pp2dp2 one8 1e-5 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 \
@@ -336,7 +374,7 @@ test_bf16_2x2_tracks_bf16_one_rank() {
     layout bf16_tp2pp2 one_bf16 1e-4 --set precision=bf16 --set parallel.tp=2 --set parallel.pp=2
 }
 
-# wire NAME TP PP DP ZERO A LAYERS [SP [ROWS]]: every step's bytes per communicator
+# wire NAME TP PP DP ZERO A LAYERS [SP [ROWS [SHARD]]]: every step's bytes per communicator
 # (a rank's, averaged over the ranks) against the formulas within 5%. Sizes in
 # floats: P the parameters, BTC one micro-batch's activations, A micro-batches:
 #   dp: all-reduce 2(N-1)/N·P; ZeRO 1 reduce-scatter + all-gather, the same;
@@ -345,6 +383,9 @@ test_bf16_2x2_tracks_bf16_one_rank() {
 #       ROWS 1 (ZeRO 0 always): buckets without a pipeline gather every
 #       rank's embedding rows and tokens, (N-1)·(BTC + BT) a step (ZeRO 2: a
 #       micro-batch)
+#   dp, hybrid sharding (SHARD S < DP = S·R, no rows): ZeRO's in the shard group,
+#       2(S-1)/S·P (ZeRO 2: (A+1)·(S-1)/S·P), and the slice summed over the
+#       replicas, 2(R-1)/R·P/S
 #   tp: 4 all-reduces a layer (2 forward, 2 backward), 1 for the embedding's
 #       output and 1 for the head's input gradient, each 2(N-1)/N·BTC, per micro-batch
 #   tp, sequence parallel (SP 1), each a ring's (N-1)/N·BTC per micro-batch:
@@ -366,7 +407,7 @@ wire() {
     "$PY" - "$WORK/$1/metrics.jsonl" "$WORK/plan.json" "${@:2}" <<'PYEOF'
 import json, math, sys
 path, plan = sys.argv[1], sys.argv[2]
-tp, pp, dp, zero, accum, layers, sp, rows = (list(map(int, sys.argv[3:])) + [0, 0])[:8]
+tp, pp, dp, zero, accum, layers, sp, rows, shard = (list(map(int, sys.argv[3:])) + [0, 0, 0])[:9]
 m = json.load(open(plan))["model"]
 V, C, T, B = m["vocab"], m["hidden"], m["seq_len"], 4
 L, F = layers, 4  # bytes a float
@@ -388,8 +429,10 @@ if dp == 0:
     del want["dp"]
 elif dp > 1:
     assert tp == pp == 1
-    share = (dp - 1) / dp * P * F
+    S = shard or dp
+    share = (S - 1) / S * P * F
     want["dp"] = share * (accum + 1) if zero == 2 else 2 * share
+    want["dp"] += 2 * (dp // S - 1) / (dp // S) * P / S * F
     if zero == 0 or rows:  # in buckets, without a pipeline: the deferred embedding rows and tokens
         want["dp"] += (accum if zero == 2 else 1) * (dp - 1) * (BTC + B * T) * F
 steps = [json.loads(l) for l in open(path) if '"step"' in l]
@@ -423,6 +466,11 @@ test_bytes_on_the_wire_match_the_formulas() {
         wire w_dp4z1_b 1 1 4 1 3 2 0 1 || return 1
     run_wire w_dp3z2_b --set parallel.dp=3 --set parallel.zero=2 "${b[@]}" &&
         wire w_dp3z2_b 1 1 3 2 3 2 0 1 || return 1
+    # hybrid sharding, dp 4 as 2 × 2: the shard groups' traffic and the replicas' sums
+    run_wire w_hsdp_z1 --set parallel.dp=4 --set parallel.zero=1 --set parallel.dp_shard=2 &&
+        wire w_hsdp_z1 1 1 4 1 3 2 0 0 2 || return 1
+    run_wire w_hsdp_z2 --set parallel.dp=4 --set parallel.zero=2 --set parallel.dp_shard=2 &&
+        wire w_hsdp_z2 1 1 4 2 3 2 0 0 2 || return 1
     run_wire w_tp4 --set parallel.tp=4 --set model.heads=4 && wire w_tp4 4 1 1 0 3 2 || return 1
     run_wire w_pp4 --set parallel.pp=4 --set model.layers=4 --set batch.grad_accum=4 &&
         wire w_pp4 1 4 1 0 4 4 || return 1
@@ -726,6 +774,7 @@ check dualpipev_matches_one_rank test_dualpipev_matches_one_rank
 check data_parallel_and_zero_match_one_rank test_data_parallel_and_zero_match_one_rank
 check zero_in_buckets_matches_one_rank test_zero_in_buckets_matches_one_rank
 check 2x2x2_with_zero1_matches_one_rank test_2x2x2_with_zero1_matches_one_rank
+check hybrid_sharding_matches_one_rank test_hybrid_sharding_matches_one_rank
 check sequence_parallel_matches_one_rank test_sequence_parallel_matches_one_rank
 check bf16_2x2_tracks_bf16_one_rank test_bf16_2x2_tracks_bf16_one_rank
 check bytes_on_the_wire_match_the_formulas test_bytes_on_the_wire_match_the_formulas
