@@ -704,12 +704,12 @@ check interleaved_pipeline_matches_one_rank test_interleaved_pipeline_matches_on
 # the bit; its V-shaped parts resumed by 1F1B's stages and a 1F1B checkpoint by
 # the V; its evaluation, one rank's.
 test_dualpipev_matches_one_rank() {
-    ref one_l4 4 --set model.layers=4 && ref one_l8 8 --set model.layers=8 &&
+    ref one_l4 4 --set model.layers=4 && ref one_l8x8 8 --set model.layers=8 &&
         ref one_l4x8 8 --set model.layers=4 || return 1
     local dv=(--set parallel.schedule=dualpipev)
     local l4=(--set model.layers=4 --set batch.grad_accum=4)
     layout pp2_dualpipev one_l4 1e-5 "${l4[@]}" --set parallel.pp=2 "${dv[@]}" || return 1
-    layout pp4_dualpipev one_l8 1e-5 --set model.layers=8 --set batch.grad_accum=8 \
+    layout pp4_dualpipev one_l8x8 1e-5 --set model.layers=8 --set batch.grad_accum=8 \
         --set parallel.pp=4 "${dv[@]}" || return 1
     layout pp2dp2_z2_dualpipev_buckets one_l4x8 1e-5 "${l4[@]}" --set parallel.pp=2 \
         --set parallel.dp=2 --set parallel.zero=2 --set parallel.bucket_mb=0.01 "${dv[@]}" || return 1
