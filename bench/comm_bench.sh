@@ -38,23 +38,42 @@ static int cmp(const void *a, const void *b)
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
+/* one operation of the run: an all-reduce of count floats, or (a2a) an
+ * all-to-all of count/n floats to each rank (MPI_Alltoallv's even case) */
+struct op {
+    int a2a, n, rank, count, *counts, *displs;
+    float *s, *r;
+};
+static void once(const struct op *o)
+{
+    if (o->a2a)
+        MPI_Alltoallv(o->s, o->counts, o->displs, MPI_FLOAT, o->r, o->counts, o->displs, MPI_FLOAT,
+                      MPI_COMM_WORLD);
+    else
+        MPI_Allreduce(o->s, o->r, o->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
 static double slowest(double t)
 {
     MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     return t;
 }
-/* MPI_Alltoallv, block floats to every rank, timed as the all-reduce is */
-static void bench_alltoall(float *s, float *r, int block, int n, int rank, int *counts, int *displs)
+/* the same loop as comm-bench: warm-up, trials of ~50 ms, the slowest rank, the median */
+static void bench(const struct op *o)
 {
-    int count = block * n;
-    for (int i = 0; i < n; i++) counts[i] = block, displs[i] = i * block;
-    for (int i = 0; i < count; i++) s[i] = (float)((rank + 1) * (i % 7 + 1));
-    double t0 = MPI_Wtime();
-    MPI_Alltoallv(s, counts, displs, MPI_FLOAT, r, counts, displs, MPI_FLOAT, MPI_COMM_WORLD);
-    double warm = MPI_Wtime() - t0;
-    if (count && r[count - 1] != (float)(n * ((rank * block + block - 1) % 7 + 1))) MPI_Abort(MPI_COMM_WORLD, 1);
+    int n = o->n, count = o->count, block = count / n;
     size_t b = (size_t)count * 4;
+    for (int i = 0; i < count; i++) o->s[i] = (float)((o->rank + 1) * (i % 7 + 1));
+    double t0 = MPI_Wtime();
+    once(o);
+    double warm = MPI_Wtime() - t0;
+    float want = o->a2a ? (float)(n * ((o->rank * block + block - 1) % 7 + 1))
+                        : (float)(n * (n + 1) / 2 * ((count - 1) % 7 + 1));
+    if (count && o->r[count - 1] != want) MPI_Abort(MPI_COMM_WORLD, 1);
     int large = b >= ((size_t)16 << 20);
+    if (!large) {
+        once(o);
+        warm = fmin(warm, MPI_Wtime() - t0 - warm);
+    }
     warm = slowest(warm);
     int iters = warm > 0 ? (int)(0.05 / warm) : 1000;
     iters = iters < 1 || large ? 1 : iters > 1000 ? 1000 : iters;
@@ -63,67 +82,35 @@ static void bench_alltoall(float *s, float *r, int block, int n, int rank, int *
     for (int k = 0; k < trials; k++) {
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = MPI_Wtime();
-        for (int i = 0; i < iters; i++)
-            MPI_Alltoallv(s, counts, displs, MPI_FLOAT, r, counts, displs, MPI_FLOAT, MPI_COMM_WORLD);
+        for (int i = 0; i < iters; i++) once(o);
         t[k] = slowest((MPI_Wtime() - t0) / iters);
     }
     qsort(t, (size_t)trials, sizeof t[0], cmp);
     double med = t[trials / 2], algbw = (double)b / med / 1e9;
-    if (rank == 0)
-        printf("%12zu %12d  float   none %12.2f %10.3f %10.3f\n", b, count, med * 1e6, algbw,
-               algbw * (n - 1) / n);
+    if (o->rank == 0)
+        printf("%12zu %12d  float %6s %12.2f %10.3f %10.3f\n", b, count, o->a2a ? "none" : "sum",
+               med * 1e6, algbw, algbw * (o->a2a ? 1.0 : 2.0) * (n - 1) / n);
     fflush(stdout);
 }
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
-    int rank, n;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    struct op o = {.a2a = argc > 2 && argv[2][0] == 'a' && argv[2][3] == 't'}; /* "alltoall" */
+    MPI_Comm_rank(MPI_COMM_WORLD, &o.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &o.n);
     size_t max = (size_t)atof(argv[1]);
-    int a2a = argc > 2 && argv[2][0] == 'a' && argv[2][3] == 't'; /* "alltoall" */
-    float *s = malloc(max), *r = malloc(max);
-    int *counts = malloc(sizeof(int) * (size_t)n), *displs = malloc(sizeof(int) * (size_t)n);
+    o.s = malloc(max), o.r = malloc(max);
+    o.counts = malloc(sizeof(int) * (size_t)o.n), o.displs = malloc(sizeof(int) * (size_t)o.n);
     for (size_t b = 1024; b <= max; b *= 4) {
-        int count = (int)(b / 4);
-        if (a2a) {
-            bench_alltoall(s, r, count / n, n, rank, counts, displs);
-            continue;
-        }
-        for (int i = 0; i < count; i++) s[i] = (float)((rank + 1) * (i % 7 + 1));
-        double t0 = MPI_Wtime();
-        MPI_Allreduce(s, r, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        double warm = MPI_Wtime() - t0;
-        if (r[count - 1] != (float)(n * (n + 1) / 2 * ((count - 1) % 7 + 1))) MPI_Abort(MPI_COMM_WORLD, 1);
-        int large = b >= ((size_t)16 << 20);
-        if (!large) {
-            MPI_Allreduce(s, r, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-            warm = fmin(warm, MPI_Wtime() - t0 - warm);
-        }
-        MPI_Allreduce(MPI_IN_PLACE, &warm, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        int iters = warm > 0 ? (int)(0.05 / warm) : 1000;
-        iters = iters < 1 || large ? 1 : iters > 1000 ? 1000 : iters;
-        int trials = large ? 3 : 5;
-        double t[5];
-        for (int k = 0; k < trials; k++) {
-            MPI_Barrier(MPI_COMM_WORLD);
-            t0 = MPI_Wtime();
-            for (int i = 0; i < iters; i++)
-                MPI_Allreduce(s, r, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-            t[k] = (MPI_Wtime() - t0) / iters;
-            MPI_Allreduce(MPI_IN_PLACE, &t[k], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        }
-        qsort(t, (size_t)trials, sizeof t[0], cmp);
-        double med = t[trials / 2], algbw = (double)b / med / 1e9;
-        if (rank == 0)
-            printf("%12zu %12d  float    sum %12.2f %10.3f %10.3f\n", b, count, med * 1e6, algbw,
-                   algbw * 2.0 * (n - 1) / n);
-        fflush(stdout);
+        int block = (int)(b / 4) / o.n;
+        o.count = o.a2a ? block * o.n : (int)(b / 4);
+        for (int i = 0; i < o.n; i++) o.counts[i] = block, o.displs[i] = i * block;
+        bench(&o);
     }
-    free(s);
-    free(r);
-    free(counts);
-    free(displs);
+    free(o.s);
+    free(o.r);
+    free(o.counts);
+    free(o.displs);
     MPI_Finalize();
     return 0;
 }
