@@ -178,6 +178,28 @@ static int stage_in_flight(const struct plan *p, struct cost_layout l, int stage
     return n;
 }
 
+/* How often a step's ZeRO 2 hands a stage's gradients over (a reduce-scatter
+ * each): after every micro-batch without a pipeline, else wherever the
+ * stage's list leaves its gradients quiescent (schedule_quiescent: every
+ * micro-batch for 1F1B, GPipe and ZB-H1, each group of pp interleaved). */
+static double zero2_handovers(const struct plan *p, struct cost_layout l, int stage)
+{
+    int m = p->batch.grad_accum, n = 0;
+    if (l.pp < 2) return m;
+    struct schedule s;
+    struct plait_error err;
+    bool *at = calloc((size_t)m + 1, sizeof *at);
+    if (!at || schedule_make_for_plan(&s, p, l.pp, &err)) {
+        free(at);
+        return m; /* the most it can be */
+    }
+    schedule_quiescent(&s, stage, at);
+    for (int k = 1; k <= m; k++) n += at[k];
+    schedule_free(&s);
+    free(at);
+    return n;
+}
+
 /* The model chunks a stage runs, and whether its backward is split in two
  * passes: the plan's schedule's (schedule_of_plan). */
 static int stage_chunks(const struct plan *p, int pp)
@@ -302,8 +324,9 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
      * stage 2 reduce-scatters gradients and all-gathers the updated
      * parameters, (d−1)/d·Ψ each; stage 3 all-gathers the parameters for
      * forward and again for backward and reduce-scatters the gradients,
-     * 3(d−1)/d·Ψ (1.5× the all-reduce). This is the floor: implementations
-     * that reduce or gather per micro-batch send up to m times as much. */
+     * 3(d−1)/d·Ψ (1.5× the all-reduce). Plait's ZeRO 2 reduce-scatters at
+     * each hand-over of the step (zero2_handovers), not once: m times the
+     * floor's gradient share without a pipeline or with 1F1B. */
     int S = plan_dp_shard(&p->parallel, l.dp);
     if (l.dp > 1 && S < l.dp && p->parallel.zero >= 1) {
         /* hybrid sharding: ZeRO's within the shard group on Ψ, then the slice Ψ/S
@@ -311,9 +334,10 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
         struct state_widths w = state_widths(p->precision);
         double psi = (double)stage_param_count(p, l, stage), s = S, r = (double)l.dp / S;
         double share = (s - 1) / s * psi;
-        out.shard_bytes = p->parallel.zero == 2
-                              ? share * (double)w.grad_bytes + share * (double)w.param_bytes
-                              : 2 * share * (double)w.grad_bytes;
+        out.shard_bytes = p->parallel.zero == 2 ? zero2_handovers(p, l, stage) * share *
+                                                          (double)w.grad_bytes +
+                                                      share * (double)w.param_bytes
+                                                : 2 * share * (double)w.grad_bytes;
         out.replicas_bytes = 2 * (r - 1) / r * psi / s * (double)w.grad_bytes;
         out.dp_bytes = out.shard_bytes + out.replicas_bytes;
     } else if (l.dp > 1) {
@@ -323,7 +347,8 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
         if (p->parallel.zero >= 3)
             out.dp_bytes = 3 * share * (double)w.grad_bytes;
         else if (p->parallel.zero == 2)
-            out.dp_bytes = share * (double)w.grad_bytes + share * (double)w.param_bytes;
+            out.dp_bytes = zero2_handovers(p, l, stage) * share * (double)w.grad_bytes +
+                           share * (double)w.param_bytes;
         else
             out.dp_bytes = 2 * share * (double)w.grad_bytes;
     }
