@@ -75,6 +75,43 @@ layout() {
     close "$WORK/$name/metrics.jsonl" "$WORK/$reference/metrics.jsonl" "$tol" && memory "$WORK/$name"
 }
 
+# stops_and_resumes NAME REF --set ...: a run signalled after micro-batch 10 stops at step
+# 3 (a pipeline, at the step's end) with a checkpoint; the same command resumes it from
+# there, and its metrics are REF's to the bit
+stops_and_resumes() {
+    local name=$1 reference=$2 rc=0
+    shift 2
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=10 "$PLAIT" train "$WORK/plan.json" --out "$WORK/$name" \
+        "${COMMON[@]}" "$@" >"$WORK/$name.log" 2>&1 || rc=$?
+    [ "$rc" = 75 ] || { echo "exit $rc"; tail "$WORK/$name.log"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/$name" "${COMMON[@]}" "$@" \
+        >"$WORK/${name}2.log" 2>&1 || return 1
+    grep -q "resuming from .*step_00000003_0000" "$WORK/${name}2.log" ||
+        { cat "$WORK/${name}2.log"; return 1; }
+    metrics_equal "$WORK/$reference/metrics.jsonl" "$WORK/$name/metrics.jsonl"
+}
+
+# evaluates_as_one_rank NAME --set ...: 4 steps evaluating at step 4; the layout's
+# validation losses are one rank's within 1e-5
+evaluates_as_one_rank() {
+    local name=$1
+    shift
+    local val=(--set data.val="$WORK/val.bin" --set data.val_every=4 --set steps=4)
+    [ -f "$WORK/val_one/metrics.jsonl" ] ||
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/val_one" "${COMMON[@]}" "${val[@]}" \
+            --set model.layers=4 --set batch.grad_accum=4 >/dev/null 2>&1 || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/$name" "${COMMON[@]}" "$@" "${val[@]}" \
+        >"$WORK/$name.log" 2>&1 || { tail "$WORK/$name.log"; return 1; }
+    "$PY" - "$WORK/val_one/metrics.jsonl" "$WORK/$name/metrics.jsonl" <<'PYEOF'
+import json, sys
+a, b = ([json.loads(l)["val_loss"] for l in open(p) if '"val_loss"' in l] for p in sys.argv[1:3])
+assert len(a) == len(b) >= 1, (a, b)
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+assert worst <= 1e-5, (a, b)
+print(f"{len(a)} evaluations, worst relative difference {worst:.3g}")
+PYEOF
+}
+
 # fp32, 12 AdamW steps with clipping and warm-up: within 1e-5 of one rank
 # (measured here: at most 2e-7).
 test_tensor_parallel_matches_one_rank() {
@@ -156,15 +193,7 @@ PYEOF
     metrics_equal "$WORK/pp2_interleaved/metrics.jsonl" "$WORK/again_il/metrics.jsonl" || return 1
     # stopped after micro-batch 10 (a pipeline stops at the step's end: step 3),
     # resumed from its parts
-    local rc=0
-    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=10 "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_il" \
-        "${COMMON[@]}" "${l4[@]}" --set parallel.pp=2 "${il[@]}" >"$WORK/stop_il.log" 2>&1 || rc=$?
-    [ "$rc" = 75 ] || { echo "exit $rc"; tail "$WORK/stop_il.log"; return 1; }
-    "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_il" "${COMMON[@]}" "${l4[@]}" \
-        --set parallel.pp=2 "${il[@]}" >"$WORK/stop_il2.log" 2>&1 || return 1
-    grep -q "resuming from .*step_00000003_0000" "$WORK/stop_il2.log" ||
-        { cat "$WORK/stop_il2.log"; return 1; }
-    metrics_equal "$WORK/pp2_interleaved/metrics.jsonl" "$WORK/stop_il/metrics.jsonl" || return 1
+    stops_and_resumes stop_il pp2_interleaved "${l4[@]}" --set parallel.pp=2 "${il[@]}" || return 1
     # its parts hold chunks of layers: 1F1B's stages take theirs, resharded
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_il" "${COMMON[@]}" "${l4[@]}" \
         --set parallel.pp=2 --set steps=13 >"$WORK/il_as_1f1b.log" 2>&1 &&
@@ -178,20 +207,7 @@ PYEOF
     grep -q "resuming from .*step_00000008_0000" "$WORK/grow_il.log" ||
         { cat "$WORK/grow_il.log"; return 1; }
     # evaluation through the chunks: one rank's validation losses
-    local val=(--set data.val="$WORK/val.bin" --set data.val_every=4)
-    "$PLAIT" train "$WORK/plan.json" --out "$WORK/val_one" "${COMMON[@]}" "${l4[@]}" "${val[@]}" \
-        --set steps=4 >/dev/null 2>&1 &&
-        "$PLAIT" train "$WORK/plan.json" --out "$WORK/val_il" "${COMMON[@]}" "${l4[@]}" "${val[@]}" \
-            --set steps=4 --set parallel.pp=2 "${il[@]}" >"$WORK/val_il.log" 2>&1 ||
-        { tail "$WORK/val_il.log"; return 1; }
-    "$PY" - "$WORK/val_one/metrics.jsonl" "$WORK/val_il/metrics.jsonl" <<'PYEOF' || return 1
-import json, sys
-a, b = ([json.loads(l)["val_loss"] for l in open(p) if '"val_loss"' in l] for p in sys.argv[1:3])
-assert len(a) == len(b) >= 1, (a, b)
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-assert worst <= 1e-5, (a, b)
-print(f"{len(a)} evaluations, worst relative difference {worst:.3g}")
-PYEOF
+    evaluates_as_one_rank val_il "${l4[@]}" --set parallel.pp=2 "${il[@]}" || return 1
     local z2=(--set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=2)
     layout pp2dp2_z2_interleaved one_l4x8 1e-5 "${l4[@]}" "${z2[@]}" "${il[@]}" || return 1
     layout pp2dp2_z2_interleaved_buckets one_l4x8 1e-5 "${l4[@]}" "${z2[@]}" "${il[@]}" \
@@ -726,15 +742,8 @@ PYEOF
         --set parallel.pp=2 "${dv[@]}" >/dev/null 2>&1 || return 1
     metrics_equal "$WORK/pp2_dualpipev/metrics.jsonl" "$WORK/again_dv/metrics.jsonl" || return 1
     # a signal after micro-batch 10 stops at the step's end (step 3); resumed from its parts
+    stops_and_resumes stop_dv pp2_dualpipev "${l4[@]}" --set parallel.pp=2 "${dv[@]}" || return 1
     local rc=0
-    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=10 "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_dv" \
-        "${COMMON[@]}" "${l4[@]}" --set parallel.pp=2 "${dv[@]}" >"$WORK/stop_dv.log" 2>&1 || rc=$?
-    [ "$rc" = 75 ] || { echo "exit $rc"; tail "$WORK/stop_dv.log"; return 1; }
-    "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_dv" "${COMMON[@]}" "${l4[@]}" \
-        --set parallel.pp=2 "${dv[@]}" >"$WORK/stop_dv2.log" 2>&1 || return 1
-    grep -q "resuming from .*step_00000003_0000" "$WORK/stop_dv2.log" ||
-        { cat "$WORK/stop_dv2.log"; return 1; }
-    metrics_equal "$WORK/pp2_dualpipev/metrics.jsonl" "$WORK/stop_dv/metrics.jsonl" || return 1
     # its parts hold the V's chunks: 1F1B's stages take theirs, resharded, and train on
     # as the one-rank run does
     cp -r "$WORK/stop_dv" "$WORK/dv_as_1f1b" && rm -r "$WORK/dv_as_1f1b/checkpoints/step_00000012_0000" \
@@ -755,20 +764,7 @@ PYEOF
         { cat "$WORK/grow_dv.log"; return 1; }
     close "$WORK/grow_dv/metrics.jsonl" "$WORK/one_l4/metrics.jsonl" 1e-5 || return 1
     # evaluation through the V: one rank's validation losses
-    local val=(--set data.val="$WORK/val.bin" --set data.val_every=4)
-    "$PLAIT" train "$WORK/plan.json" --out "$WORK/val_one_dv" "${COMMON[@]}" "${l4[@]}" "${val[@]}" \
-        --set steps=4 >/dev/null 2>&1 &&
-        "$PLAIT" train "$WORK/plan.json" --out "$WORK/val_dv" "${COMMON[@]}" "${l4[@]}" "${val[@]}" \
-            --set steps=4 --set parallel.pp=2 "${dv[@]}" >"$WORK/val_dv.log" 2>&1 ||
-        { tail "$WORK/val_dv.log"; return 1; }
-    "$PY" - "$WORK/val_one_dv/metrics.jsonl" "$WORK/val_dv/metrics.jsonl" <<'PYEOF' || return 1
-import json, sys
-a, b = ([json.loads(l)["val_loss"] for l in open(p) if '"val_loss"' in l] for p in sys.argv[1:3])
-assert len(a) == len(b) >= 1, (a, b)
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-assert worst <= 1e-5, (a, b)
-print(f"{len(a)} evaluations, worst relative difference {worst:.3g}")
-PYEOF
+    evaluates_as_one_rank val_dv "${l4[@]}" --set parallel.pp=2 "${dv[@]}"
 }
 check dualpipev_matches_one_rank test_dualpipev_matches_one_rank
 check data_parallel_and_zero_match_one_rank test_data_parallel_and_zero_match_one_rank
