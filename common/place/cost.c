@@ -309,9 +309,12 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
     /* pp: each micro-batch's activation goes forward across every stage
      * boundary and its gradient comes back; every tp rank sends the full
      * s·b·h (no scatter/gather optimisation). A middle stage sends both, the
-     * first only activations, the last only gradients. */
+     * first only activations, the last only gradients; with v interleaved
+     * chunks each chunk's (the last stage's into the first's next chunk too),
+     * 2v less the first chunk's gradient and the last chunk's activation. */
     if (l.pp > 1) {
-        double sends = (stage < l.pp - 1) + (stage > 0);
+        int v = stage_chunks(p, l.pp);
+        double sends = 2.0 * v - (stage == 0) - (stage == l.pp - 1);
         if (p->parallel.schedule == PLAN_PIPE_DUALPIPEV) /* both ways through its V; the turn
                                                              on the last stage stays local */
             sends = stage == 0 || stage == l.pp - 1 ? 2 : 4;

@@ -398,6 +398,28 @@ static void test_traffic_middle_pipeline_stage_sends_both_ways(void)
     plan_free(p);
 }
 
+/* Chunks send more: interleaved pp 2 × v 2, m = 4, each stage sends its two
+ * chunks' activations and gradients but the first chunk's gradient (stage 0)
+ * or the last chunk's activation (stage 1): 3·4·6,291,456 = 75,497,472;
+ * DualPipeV at pp 4: a middle stage both ways through both chunks,
+ * 4·8·6,291,456 = 201,326,592 (m = 8), the first and the last 2 a micro-batch. */
+static void test_traffic_of_chunked_pipelines(void)
+{
+    struct plan *p = load_plan(gpt2_124m, 4, 4, "bf16", "none");
+    if (!p) return;
+    struct cost_traffic t;
+    p->parallel.schedule = PLAN_PIPE_INTERLEAVED;
+    p->parallel.virtual_stages = 2;
+    cost_traffic(p, (struct cost_layout){1, 2, 1}, &t);
+    CHECK(t.pp_bytes == 75497472, "interleaved %.0f", t.pp_bytes);
+    p->parallel.schedule = PLAN_PIPE_DUALPIPEV;
+    p->parallel.virtual_stages = 1;
+    p->batch.grad_accum = 8;
+    cost_traffic(p, (struct cost_layout){1, 4, 1}, &t);
+    CHECK(t.pp_bytes == 201326592, "dualpipev %.0f", t.pp_bytes);
+    plan_free(p);
+}
+
 /* fp32, tp = 4, pp = 1, m = 1: 4·12 + 1 + 1 = 50 all-reduces of 3,145,728·4 =
  * 12,582,912 bytes, ring factor 2·3/4 = 1.5: 50·1.5·12,582,912 = 943,718,400.
  * Full recompute repeats the forward's 2 per layer: bf16, tp = pp = 2, m = 4:
@@ -759,6 +781,7 @@ int main(void)
     RUN(test_default_split_balances_the_head);
     RUN(test_traffic_tp2_pp2_dp2_by_zero_stage);
     RUN(test_traffic_middle_pipeline_stage_sends_both_ways);
+    RUN(test_traffic_of_chunked_pipelines);
     RUN(test_traffic_tp_ring_factor_and_full_recompute);
     RUN(test_step_time_compute_and_dp_overlap);
     RUN(test_step_time_bubble_is_pp_minus_1_over_m_of_compute);
