@@ -435,6 +435,19 @@ static void print_zero_stages(const struct plan *placed, struct cost_layout l, u
                layout_memory_at_zero(placed, l, z) / 1e9);
 }
 
+/* Where parallel.offload puts the optimizer's state, in words. */
+static void print_offload(const struct plan *p, const struct layout_eval *e, double unit)
+{
+    const char *u = unit == 1e9 ? "GB" : "MB";
+    if (p->parallel.offload == PLAN_OFFLOAD_NVME)
+        printf("  the AdamW moments are on disk under %s (the most loaded rank: %.2f %s), two "
+               "windows of %.0f MiB of each in memory (in \"optimizer\")\n",
+               p->parallel.offload_dir, e->mem.disk / unit, u, p->parallel.offload_window_mb);
+    else if (p->parallel.offload == PLAN_OFFLOAD_HOST)
+        printf("  parallel.offload \"host\": on CPU ranks the optimizer state is in host memory "
+               "already; nothing moves\n");
+}
+
 /* Device memory per rank of each stage, as model_init allocates it. */
 static void print_memory(const struct plan *p, const struct layout_eval *e, uint64_t gpu_mem)
 {
@@ -474,6 +487,7 @@ static void print_memory(const struct plan *p, const struct layout_eval *e, uint
                "rings (peers on its node)\n",
                rings / unit, unit == 1e9 ? "GB" : "MB");
     }
+    print_offload(p, e, unit);
     if (fp8)
         printf("  fp8 keeps an E4M3 copy of each layer's four weight matrices beside the fp32 "
                "weights (params: + 1 byte a weight, + 4 a scale, one per %s) and on the last "

@@ -51,11 +51,11 @@ static void record(struct ckpt_manifest_file *rec, const char *name, const struc
     rec->crc32c = f->crc;
 }
 
-/* n floats of backend memory as they lie. */
-static int put_raw(struct ckpt_file *f, const struct model *m, const float *src, size_t n,
+/* n floats of backend memory as they lie (src NULL: offloaded moment k's). */
+static int put_raw(struct ckpt_file *f, const struct model *m, const float *src, int k, size_t n,
                    float *host, struct plait_error *err)
 {
-    struct ckpt_put a = {f, m->ops, m->ctx, src, host, err};
+    struct ckpt_put a = {f, m->ops, m->ctx, src, host, err, m->offload, k};
     return ckpt_put_instance(&a, 0, 0, 0, n);
 }
 
@@ -72,9 +72,9 @@ static int write_part(const char *tmp, const char *name, enum ckpt_part_kind kin
     int rc = ckpt_file_open(&f, tmp, name, err) || ckpt_file_put(&f, h, sizeof h, err) ? -1 : 0;
     for (int i = 0; i < n_arrays && rc == 0; i++) {
         if (raw) {
-            rc = put_raw(&f, m, arrays[i], m->slice_n, host, err);
+            rc = put_raw(&f, m, arrays[i], i, m->slice_n, host, err);
         } else {
-            struct ckpt_put a = {&f, m->ops, m->ctx, arrays[i], host, err};
+            struct ckpt_put a = {&f, m->ops, m->ctx, arrays[i], host, err, m->offload, i};
             rc = gpt2_shard_each(&m->shard, ckpt_put_instance, &a);
         }
     }
@@ -356,10 +356,11 @@ int ckpt_load_resharded(const char *cdir, struct model *m, struct train_state *s
     model_set_params(m, host);
     /* the moments of the optimizer's slice (all of the part at ZeRO 0) */
     size_t lo = m->slice_at, hi = m->slice_at + m->slice_n;
-    if (ckpt_source_read(&src, CKPT_ADAM_M, &m->shard, lo, hi, host, err)) goto out;
-    m->ops->upload(m->ctx, m->adam_m, host, m->slice_n * sizeof(float));
-    if (ckpt_source_read(&src, CKPT_ADAM_V, &m->shard, lo, hi, host, err)) goto out;
-    m->ops->upload(m->ctx, m->adam_v, host, m->slice_n * sizeof(float));
+    if (ckpt_source_read(&src, CKPT_ADAM_M, &m->shard, lo, hi, host, err) ||
+        model_moment_put(m, 0, host, m->slice_n, err) ||
+        ckpt_source_read(&src, CKPT_ADAM_V, &m->shard, lo, hi, host, err) ||
+        model_moment_put(m, 1, host, m->slice_n, err))
+        goto out;
     rc = 0;
 out:
     free(host);

@@ -109,6 +109,24 @@ static int make_schedule(struct trainer *t, struct plait_error *err)
     return 0;
 }
 
+/* Where the optimizer's state goes (parallel.offload): nvme on CPU ranks (the
+ * CUDA backend's windows are not built yet); host, which on a CPU rank is
+ * where it is already, said once. */
+static int offload_says(struct trainer *t, struct plait_error *err)
+{
+    const struct plan_parallel *par = &t->plan->parallel;
+    bool gpu = t->ops != ops_cpu();
+    if (gpu && par->offload != PLAN_OFFLOAD_NONE)
+        return error_set(err,
+                         "parallel.offload \"%s\": not built for GPU ranks yet (rank %d is on "
+                         "GPU %d); \"nvme\" runs on CPU ranks",
+                         plan_offload_name(par->offload), t->where->rank, t->where->device);
+    if (par->offload == PLAN_OFFLOAD_HOST && t->where->rank == 0)
+        log_info("parallel.offload \"host\": on CPU ranks the optimizer state is in host memory "
+                 "already; nothing moves");
+    return 0;
+}
+
 /* This rank's model shard: its stage's layers, its tp part, room for the
  * micro-batches its stage holds at once. */
 static int make_model(struct trainer *t, struct plait_error *err)
@@ -130,7 +148,13 @@ static int make_model(struct trainer *t, struct plait_error *err)
                                 .replica = rank_replica_of(w->dp_rank, t->par.dp_shard),
                                 .zero = p->parallel.zero,
                                 .split_backward = t->sched.split_backward,
-                                .sequence_parallel = p->parallel.sequence_parallel};
+                                .sequence_parallel = p->parallel.sequence_parallel,
+                                .offload_dir = p->parallel.offload == PLAN_OFFLOAD_NVME
+                                                   ? p->parallel.offload_dir
+                                                   : NULL,
+                                .offload_rank = w->rank,
+                                .offload_window_mb = p->parallel.offload_window_mb};
+    if (offload_says(t, err)) return -1;
     t->rss_before_model = report_proc_status_bytes("VmRSS");
     if (model_init(&t->m, &cfg, &part, &t->par.g_tp, t->ops, t->ctx, &shape, err)) return -1;
     t->model_ready = true;

@@ -237,7 +237,11 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
                                           p->parallel.sequence_parallel && l.tp > 1,
                                       .split_backward = stage_split_backward(p, l.pp),
                                       /* the CUDA backend's attention keeps no probabilities */
-                                      .fused_attention = p->parallel.device == PLAN_DEVICE_CUDA};
+                                      .fused_attention = p->parallel.device == PLAN_DEVICE_CUDA,
+                                      .offload_window_mb =
+                                          p->parallel.offload == PLAN_OFFLOAD_NVME
+                                              ? p->parallel.offload_window_mb
+                                              : 0};
     struct gpt2_shard s;
     struct gpt2_memory mem;
     struct plait_error err;
@@ -251,6 +255,7 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
     out->optimizer = mem.optimizer;
     out->activations = mem.activations;
     out->total = mem.total;
+    out->disk = mem.disk;
     out->param_count = (int64_t)s.total; /* gpt2_shard_init keeps it addressable */
 }
 

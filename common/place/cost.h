@@ -37,6 +37,7 @@ struct cost_memory {      /* bytes, as gpt2_memory.h counts them */
     uint64_t optimizer;   /* AdamW moments of the ZeRO slice (and ZeRO's staging buffer) */
     uint64_t activations; /* the micro-batches the schedule holds, and scratch */
     uint64_t total;
+    uint64_t disk;        /* parallel.offload "nvme": the moments' files (not in total) */
     int64_t param_count; /* parameters of this rank's tp × pp shard (ZeRO divides
                             the bytes above, not this count) */
 };

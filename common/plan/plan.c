@@ -100,6 +100,7 @@ static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const pipeline_names[] = {"1f1b",  "gpipe",     "interleaved",
                                              "zb-h1", "dualpipev", NULL};
 static const char *const backend_names[] = {"auto", "socket", "nccl", NULL};
+static const char *const offload_names[] = {"none", "host", "nvme", NULL};
 
 /* Enums are stored through an int (see put_int); they must be int-sized. */
 _Static_assert(sizeof(enum plan_precision) == sizeof(int), "enum size");
@@ -191,6 +192,10 @@ static const struct field parallel_fields[] = {
     REAL_FIELD("bucket_mb", parallel.bucket_mb, 0, true, 1e6, false, 25.0, MAY_CHANGE),
     REAL_FIELD("timeout_s", parallel.timeout_s, 0, true, 1e6, false, 300.0, MAY_CHANGE),
     ENUM_FIELD("backend", parallel.backend, backend_names, PLAN_BACKEND_AUTO, MAY_CHANGE),
+    ENUM_FIELD("offload", parallel.offload, offload_names, PLAN_OFFLOAD_NONE, MAY_CHANGE),
+    PATH_FIELD("offload_dir", parallel.offload_dir, NULL, MAY_CHANGE),
+    REAL_FIELD("offload_window_mb", parallel.offload_window_mb, 0, true, 1e6, false, 64.0,
+               MAY_CHANGE),
     END,
 };
 
@@ -1219,6 +1224,7 @@ void plan_free(struct plan *plan)
     free(plan->data.val);
     free(plan->data.tokenizer);
     free(plan->checkpoint.dir);
+    free(plan->parallel.offload_dir);
     free(plan->train.tensorboard);
     free(plan->sample.prompt);
     free(plan);
@@ -1580,6 +1586,11 @@ const char *plan_pipeline_name(enum plan_pipeline s)
 const char *plan_backend_name(enum plan_backend b)
 {
     return enum_name(backend_names, 3, b);
+}
+
+const char *plan_offload_name(enum plan_offload o)
+{
+    return enum_name(offload_names, 3, (int)o);
 }
 
 const char *plan_device_name(enum plan_device d)

@@ -49,6 +49,9 @@ enum plan_pipeline {
     PLAN_PIPE_DUALPIPEV
 };
 enum plan_backend { PLAN_BACKEND_AUTO, PLAN_BACKEND_SOCKET, PLAN_BACKEND_NCCL };
+/* Where the optimizer's state lives: beside the weights, in host memory (a GPU rank's;
+ * a CPU rank's is already), or in files streamed through a window (runtime/offload.h). */
+enum plan_offload { PLAN_OFFLOAD_NONE, PLAN_OFFLOAD_HOST, PLAN_OFFLOAD_NVME };
 
 struct plan_model {
     char *arch;       /* "gpt2" or "llama" (transformers' LlamaForCausalLM) */
@@ -142,6 +145,9 @@ struct plan_parallel {
     double bucket_mb;              /* data-parallel gradient bucket */
     double timeout_s;              /* every wait's deadline (collectives, the store, peers) */
     enum plan_backend backend;
+    enum plan_offload offload;     /* where the AdamW moments live */
+    char *offload_dir;             /* nvme: the directory of each rank's files (rank-N/) */
+    double offload_window_mb;      /* nvme: each moment's window in memory, MiB */
 };
 
 struct plan_sample {
@@ -239,5 +245,6 @@ const char *plan_schedule_name(enum plan_schedule s);
 const char *plan_device_name(enum plan_device d);
 const char *plan_pipeline_name(enum plan_pipeline s);
 const char *plan_backend_name(enum plan_backend b);
+const char *plan_offload_name(enum plan_offload o);
 
 #endif

@@ -442,6 +442,33 @@ static int check_zero_rules(struct plan_ctx *c, const struct plan *p)
     return 0;
 }
 
+/* Offload: nvme needs its directory, and the state it keeps on disk is not
+ * copied to memory for a checkpoint written in the background; offload to host
+ * memory is not built for GPU ranks (a CPU rank's state is in host memory
+ * already: there it changes nothing, and says so). */
+static int check_offload_rules(struct plan_ctx *c, const struct plan *p)
+{
+    const struct plan_parallel *par = &p->parallel;
+    if (par->offload == PLAN_OFFLOAD_NVME && !par->offload_dir)
+        return plan_fail_rule(c, "parallel.offload_dir", "parallel.offload",
+                              "must name a directory (on a fast disk) with parallel.offload "
+                              "\"nvme\"");
+    if (par->offload != PLAN_OFFLOAD_NVME && par->offload_dir)
+        return plan_fail_rule(c, "parallel.offload_dir", "parallel.offload",
+                              "is only read with parallel.offload \"nvme\" (it is \"%s\")",
+                              plan_offload_name(par->offload));
+    if (par->offload == PLAN_OFFLOAD_NVME && p->checkpoint.async)
+        return plan_fail_rule(c, "checkpoint.async", "parallel.offload",
+                              "cannot be true with parallel.offload \"nvme\": a background "
+                              "checkpoint copies the optimizer state to memory first, which "
+                              "offload keeps on disk");
+    if (par->offload == PLAN_OFFLOAD_HOST && par->device == PLAN_DEVICE_CUDA)
+        return plan_fail_rule(c, "parallel.offload", "parallel.device",
+                              "\"host\" is not built for GPU ranks yet (\"nvme\" is, on CPU "
+                              "ranks; \"none\" keeps the state on the GPU)");
+    return 0;
+}
+
 /* Hybrid sharding: dp_shard × dp_replicate = dp, each given or derived from
  * the other (so dp must be fixed when either is given), and a shard group
  * smaller than dp only where ZeRO shards something. */
@@ -510,7 +537,9 @@ int plan_check_rules(struct plan_ctx *c, json_t *root, struct plan *p)
                          "CPU: use \"socket\" or \"auto\"");
     if (p->parallel.sequence_parallel && p->parallel.tp == 1)
         return plan_fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
-    if (check_zero_rules(c, p) || check_hsdp_rules(c, p) || check_row_rules(c, p)) return -1;
+    if (check_zero_rules(c, p) || check_hsdp_rules(c, p) || check_row_rules(c, p) ||
+        check_offload_rules(c, p))
+        return -1;
     return check_ranks(c, p) || check_model_size(c, root, p) ? -1 : 0;
 }
 
