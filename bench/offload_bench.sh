@@ -10,14 +10,7 @@
 # offloaded / in memory. Not a test: it asserts nothing.
 #   BENCH_STEPS        timed steps per run (default 10)
 #   BENCH_OFFLOAD_DIR  where the files go (default a temporary directory in /var/tmp)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-BUILD=${PLAIT_BUILD:-build}
-source scripts/python.sh # defines: plait_python
-PY=$(plait_python)
-STEPS=${BENCH_STEPS:-10}
-export OMP_WAIT_POLICY=PASSIVE
-work=$(mktemp -d /tmp/plait-offload.XXXXXX)
+source "$(dirname "$0")/bench_env.sh" # defines: BUILD PY STEPS work
 disk=${BENCH_OFFLOAD_DIR:-$(mktemp -d /var/tmp/plait-offload-disk.XXXXXX)}
 trap 'rm -rf "$work" "$disk"/rank-* "$disk/dd.bin"; [ -n "${BENCH_OFFLOAD_DIR:-}" ] || rmdir "$disk"' EXIT
 
