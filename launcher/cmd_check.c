@@ -441,7 +441,7 @@ static void print_offload(const struct plan *p, const struct layout_eval *e, dou
     const char *u = unit == 1e9 ? "GB" : "MB";
     if (p->parallel.offload == PLAN_OFFLOAD_NVME)
         printf("  the AdamW moments are on disk under %s (the most loaded rank: %.2f %s), two "
-               "windows of %.0f MiB of each in memory (in \"optimizer\")\n",
+               "windows of up to %g MiB of each in memory (in \"optimizer\")\n",
                p->parallel.offload_dir, e->mem.disk / unit, u, p->parallel.offload_window_mb);
     else if (p->parallel.offload == PLAN_OFFLOAD_HOST)
         printf("  parallel.offload \"host\": on CPU ranks the optimizer state is in host memory "
