@@ -443,9 +443,9 @@ static int check_zero_rules(struct plan_ctx *c, const struct plan *p)
 }
 
 /* Offload: nvme needs its directory, and the state it keeps on disk is not
- * copied to memory for a checkpoint written in the background; offload to host
- * memory is not built for GPU ranks (a CPU rank's state is in host memory
- * already: there it changes nothing, and says so). */
+ * copied to memory for a checkpoint written in the background; neither mode is
+ * built for GPU ranks yet (on a CPU rank "host" changes nothing: its state is
+ * in host memory already, which it says). */
 static int check_offload_rules(struct plan_ctx *c, const struct plan *p)
 {
     const struct plan_parallel *par = &p->parallel;
@@ -462,10 +462,11 @@ static int check_offload_rules(struct plan_ctx *c, const struct plan *p)
                               "cannot be true with parallel.offload \"nvme\": a background "
                               "checkpoint copies the optimizer state to memory first, which "
                               "offload keeps on disk");
-    if (par->offload == PLAN_OFFLOAD_HOST && par->device == PLAN_DEVICE_CUDA)
+    if (par->offload != PLAN_OFFLOAD_NONE && par->device == PLAN_DEVICE_CUDA)
         return plan_fail_rule(c, "parallel.offload", "parallel.device",
-                              "\"host\" is not built for GPU ranks yet (\"nvme\" is, on CPU "
-                              "ranks; \"none\" keeps the state on the GPU)");
+                              "\"%s\" is not built for GPU ranks yet (\"nvme\" runs on CPU "
+                              "ranks; \"none\" keeps the state on the GPU)",
+                              plan_offload_name(par->offload));
     return 0;
 }
 

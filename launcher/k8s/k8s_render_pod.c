@@ -87,7 +87,8 @@ int k8s_warn_host_paths(const struct k8s_job *j, const struct plan *p)
         const char *field, *path;
     } paths[] = {{"data.train", p->data.train},         {"data.val", p->data.val},
                  {"data.tokenizer", p->data.tokenizer}, {"model.init", p->model.init},
-                 {"checkpoint.dir", p->checkpoint.dir}};
+                 {"checkpoint.dir", p->checkpoint.dir},
+                 {"parallel.offload_dir", p->parallel.offload_dir}};
     int warned = 0;
     for (size_t k = 0; k < sizeof paths / sizeof *paths; k++) {
         const char *path = paths[k].path;

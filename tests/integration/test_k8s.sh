@@ -436,10 +436,13 @@ check pod_options_reach_the_pod_spec test_pod_options_reach_the_pod_spec
 # named (data resolved against the plan's directory is this host's path);
 # mounted where the plan points, the warning goes.
 test_warns_about_paths_of_the_submitting_host() {
-    "$PLAIT" "${RENDER[@]}" --set data.val=/home/me/val.bin >/dev/null 2>"$WORK/w.txt" || { cat "$WORK/w.txt"; return 1; }
+    local off=(--set parallel.offload=nvme --set parallel.offload_dir=/nvme/plait)
+    "$PLAIT" "${RENDER[@]}" --set data.val=/home/me/val.bin "${off[@]}" >/dev/null 2>"$WORK/w.txt" || { cat "$WORK/w.txt"; return 1; }
     grep -q 'warning: k8s render: .*: data.train "/data/train.bin" is a path of this host, and the pods mount nothing there' "$WORK/w.txt" &&
-        grep -q 'data.val "/home/me/val.bin" is a path of this host' "$WORK/w.txt" || { cat "$WORK/w.txt"; return 1; }
-    "$PLAIT" "${RENDER[@]}" --mount-pvc datasets:/data --set data.val=/plait/val.bin --pvc runs >/dev/null 2>"$WORK/w.txt" || return 1
+        grep -q 'data.val "/home/me/val.bin" is a path of this host' "$WORK/w.txt" &&
+        grep -q 'parallel.offload_dir "/nvme/plait" is a path of this host' "$WORK/w.txt" || { cat "$WORK/w.txt"; return 1; }
+    "$PLAIT" "${RENDER[@]}" --mount-pvc datasets:/data --set data.val=/plait/val.bin --pvc runs \
+        --mount-host /nvme:/nvme "${off[@]}" >/dev/null 2>"$WORK/w.txt" || { cat "$WORK/w.txt"; return 1; }
     ! grep -q "is a path of this host\|emptyDir" "$WORK/w.txt" || { cat "$WORK/w.txt"; return 1; }
 }
 check warns_about_paths_of_the_submitting_host test_warns_about_paths_of_the_submitting_host
