@@ -198,6 +198,13 @@ int comm_reduce_scatter_v(struct comm *c, const void *send, void *recv, const si
 int comm_allgather(struct comm *c, const void *send, void *recv, size_t count,
                    enum comm_dtype dtype, struct plait_error *err);
 
+/* Uneven: send holds counts[rank] elements; recv gets counts[0] + ... +
+ * counts[size-1], block r (at the sum of the counts before it) from rank r.
+ * Any count may be 0; every rank passes the same counts (in place: send ==
+ * recv + that sum for this rank). */
+int comm_allgather_v(struct comm *c, const void *send, void *recv, const size_t *counts,
+                     enum comm_dtype dtype, struct plait_error *err);
+
 /* buf on root goes to buf on every rank. */
 int comm_broadcast(struct comm *c, void *buf, size_t count, enum comm_dtype dtype, int root,
                    struct plait_error *err);
@@ -226,6 +233,8 @@ int comm_ireduce_scatter_v(struct comm *c, const void *send, void *recv, const s
                            struct plait_error *err);
 int comm_iallgather(struct comm *c, const void *send, void *recv, size_t count,
                     enum comm_dtype dtype, struct comm_request **req, struct plait_error *err);
+int comm_iallgather_v(struct comm *c, const void *send, void *recv, const size_t *counts,
+                      enum comm_dtype dtype, struct comm_request **req, struct plait_error *err);
 int comm_ibroadcast(struct comm *c, void *buf, size_t count, enum comm_dtype dtype, int root,
                     struct comm_request **req, struct plait_error *err);
 int comm_isend(struct comm *c, const void *buf, size_t bytes, int peer, uint32_t tag,

@@ -390,6 +390,22 @@ static ncclResult_t reduce_scatter_v(struct nccl_comm *c, const struct comm_desc
     return r;
 }
 
+/* The uneven all-gather: a broadcast of each non-empty block from its
+ * owner, grouped like reduce_scatter_v. */
+static ncclResult_t allgather_v(struct nccl_comm *c, const struct comm_desc *d, const void *in,
+                                void *out)
+{
+    ncclDataType_t t = nccl_dtype(d->dtype);
+    size_t e = comm_dtype_bytes(d->dtype), off = 0;
+    ncclResult_t r = ncclSuccess;
+    for (int b = 0; b < c->base.size && (r == ncclSuccess || r == ncclInProgress); b++) {
+        if (d->counts[b])
+            r = ncclBroadcast(in, (char *)out + off * e, d->counts[b], t, b, c->nc, c->stream);
+        off += d->counts[b];
+    }
+    return r;
+}
+
 /* Enqueues d on c->stream (in and out: where its data is on the device). */
 static ncclResult_t launch(struct nccl_comm *c, const struct comm_desc *d, const void *in,
                            void *out)
@@ -404,6 +420,7 @@ static ncclResult_t launch(struct nccl_comm *c, const struct comm_desc *d, const
             return ncclReduceScatter(in, out, d->count, t, nccl_op(d->op), c->nc, c->stream);
         return reduce_scatter_v(c, d, in, out);
     case COMM_OP_ALLGATHER:
+        if (d->counts) return allgather_v(c, d, in, out);
         return ncclAllGather(in, out, d->count, t, c->nc, c->stream);
     case COMM_OP_BROADCAST:
         return ncclBroadcast(in, out, d->count, t, d->root, c->nc, c->stream);
@@ -512,6 +529,14 @@ fail:
     return failure(c, err);
 }
 
+/* The bytes of every block of an uneven collective: the whole. */
+static size_t blocks_bytes(const struct comm_desc *d, int size)
+{
+    size_t bytes = 0;
+    for (int b = 0; b < size; b++) bytes += d->counts[b] * comm_dtype_bytes(d->dtype);
+    return bytes;
+}
+
 static int nccl_post(struct comm *base, const struct comm_desc *d, struct comm_request **out,
                      struct plait_error *err)
 {
@@ -538,10 +563,9 @@ static int nccl_post(struct comm *base, const struct comm_desc *d, struct comm_r
     c->pending_tail = q;
     size_t n = (size_t)c->base.size, in_bytes = d->bytes, out_bytes = d->bytes;
     if (d->kind == COMM_OP_REDUCE_SCATTER && !d->counts) in_bytes *= n;
-    if (d->kind == COMM_OP_REDUCE_SCATTER && d->counts) /* the whole: every block */
-        for (int b = in_bytes = 0; b < c->base.size; b++)
-            in_bytes += d->counts[b] * comm_dtype_bytes(d->dtype);
-    if (d->kind == COMM_OP_ALLGATHER) out_bytes *= n;
+    if (d->kind == COMM_OP_REDUCE_SCATTER && d->counts) in_bytes = blocks_bytes(d, c->base.size);
+    if (d->kind == COMM_OP_ALLGATHER && !d->counts) out_bytes *= n;
+    if (d->kind == COMM_OP_ALLGATHER && d->counts) out_bytes = blocks_bytes(d, c->base.size);
     bool has_in = d->kind != COMM_OP_RECV && d->kind != COMM_OP_BARRIER;
     bool has_out = d->kind != COMM_OP_SEND && d->kind != COMM_OP_BARRIER;
     if (CUDA_CHECK(cudaSetDevice(c->device)) ||

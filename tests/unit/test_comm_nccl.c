@@ -88,6 +88,14 @@ static void test_nominal_bytes_follow_the_ring_formulas(void)
     nccl_nominal_bytes(&rsv, 0, 4, &sent, &received);
     CHECK(sent == 7 * 4 && received == 8 * 4, "uneven reduce-scatter, rank 0: %llu out, %llu in",
           (unsigned long long)sent, (unsigned long long)received);
+    /* the uneven all-gather's ring: every block but the next rank's out, but its own in */
+    struct comm_desc agv = {.kind = COMM_OP_ALLGATHER, .counts = counts, .dtype = COMM_FLOAT32};
+    nccl_nominal_bytes(&agv, 1, 4, &sent, &received);
+    CHECK(sent == 5 * 4 && received == 10 * 4, "uneven all-gather: %llu out, %llu in",
+          (unsigned long long)sent, (unsigned long long)received);
+    nccl_nominal_bytes(&agv, 3, 4, &sent, &received);
+    CHECK(sent == 7 * 4 && received == 8 * 4, "uneven all-gather, rank 3: %llu out, %llu in",
+          (unsigned long long)sent, (unsigned long long)received);
 }
 
 static void test_unique_id_round_trips_through_its_store_text(void)
