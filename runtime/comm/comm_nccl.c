@@ -373,34 +373,23 @@ int comm_nccl_types(enum comm_dtype dtype, enum comm_reduce_op op, int *nccl_dty
     return 0;
 }
 
-/* The uneven reduce-scatter: a reduce of each non-empty block to its owner,
- * grouped (the caller's group: they run together). */
-static ncclResult_t reduce_scatter_v(struct nccl_comm *c, const struct comm_desc *d, const void *in,
-                                     void *out)
+/* The uneven collectives, one NCCL call per non-empty block b, rooted at
+ * rank b and grouped (the caller's group: they run together): the
+ * reduce-scatter a reduce of block b to its owner, the all-gather a
+ * broadcast of block b from its owner. */
+static ncclResult_t per_block(struct nccl_comm *c, const struct comm_desc *d, const void *in,
+                              void *out)
 {
     ncclDataType_t t = nccl_dtype(d->dtype);
     size_t e = comm_dtype_bytes(d->dtype), off = 0;
+    bool gather = d->kind == COMM_OP_ALLGATHER;
     ncclResult_t r = ncclSuccess;
     for (int b = 0; b < c->base.size && (r == ncclSuccess || r == ncclInProgress); b++) {
-        if (d->counts[b])
+        if (d->counts[b] && gather)
+            r = ncclBroadcast(in, (char *)out + off * e, d->counts[b], t, b, c->nc, c->stream);
+        else if (d->counts[b])
             r = ncclReduce((const char *)in + off * e, out, d->counts[b], t, nccl_op(d->op), b,
                            c->nc, c->stream);
-        off += d->counts[b];
-    }
-    return r;
-}
-
-/* The uneven all-gather: a broadcast of each non-empty block from its
- * owner, grouped like reduce_scatter_v. */
-static ncclResult_t allgather_v(struct nccl_comm *c, const struct comm_desc *d, const void *in,
-                                void *out)
-{
-    ncclDataType_t t = nccl_dtype(d->dtype);
-    size_t e = comm_dtype_bytes(d->dtype), off = 0;
-    ncclResult_t r = ncclSuccess;
-    for (int b = 0; b < c->base.size && (r == ncclSuccess || r == ncclInProgress); b++) {
-        if (d->counts[b])
-            r = ncclBroadcast(in, (char *)out + off * e, d->counts[b], t, b, c->nc, c->stream);
         off += d->counts[b];
     }
     return r;
@@ -418,9 +407,9 @@ static ncclResult_t launch(struct nccl_comm *c, const struct comm_desc *d, const
     case COMM_OP_REDUCE_SCATTER:
         if (!d->counts)
             return ncclReduceScatter(in, out, d->count, t, nccl_op(d->op), c->nc, c->stream);
-        return reduce_scatter_v(c, d, in, out);
+        return per_block(c, d, in, out);
     case COMM_OP_ALLGATHER:
-        if (d->counts) return allgather_v(c, d, in, out);
+        if (d->counts) return per_block(c, d, in, out);
         return ncclAllGather(in, out, d->count, t, c->nc, c->stream);
     case COMM_OP_BROADCAST:
         return ncclBroadcast(in, out, d->count, t, d->root, c->nc, c->stream);
