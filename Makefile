@@ -3,11 +3,13 @@
 #   make                 build everything into build/
 #   make test            install missing packages, build, run every test (also under ASan/UBSan)
 #   make demo            install missing packages, build, train a small GPT on the bundled corpus
-#   make bench           GPT-2 124M step time against PyTorch, make bench-comm, make
-#                        bench-memory, make bench-ckpt and make bench-tokenizer (not tests)
+#   make bench           GPT-2 124M step time against PyTorch, the data-parallel overlap, the
+#                        step with the AdamW moments on disk against in memory, make
+#                        bench-comm, bench-memory, bench-ckpt and bench-tokenizer (not tests)
 #   make bench-cost      the cost model's step against plait's measured one on this CPU: the
 #                        demo plan and GPT-2 124M 4x64 (prints ratios; not a test)
-#   make bench-comm      all-reduce bandwidth against Open MPI's (prints ratios; not a test)
+#   make bench-comm      all-reduce and all-to-all bandwidth against Open MPI's (prints ratios;
+#                        not a test)
 #   make bench-tokenizer the BPE tokenizer's tokens/s per core beside js-tiktoken's, GPT-2 and
 #                        o200k_base (prints ratios; not a test)
 #   make bench-ckpt      checkpoint write rate against dd, async pause, resume time (GPT-2 124M;
@@ -363,6 +365,7 @@ bench: deps-test bench-comm bench-memory bench-ckpt bench-tokenizer
 	$(MAKE) -j$(JOBS) all
 	bench/bench.sh
 	bench/overlap_bench.sh
+	bench/offload_bench.sh
 
 bench-cost: deps-test
 	$(MAKE) -j$(JOBS) $(PLAIT) $(PLAIT_TRAIN)

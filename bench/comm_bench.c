@@ -1,4 +1,4 @@
-/* comm_bench.c — comm-bench: all-reduce bandwidth of the socket backend,
+/* comm_bench.c — comm-bench: all-reduce (or all-to-all) bandwidth of the socket backend,
  * nccl-tests style (size, time, algbw, busbw), for N ranks forked on this
  * machine that meet through a store server in the parent. Not a test: it
  * asserts nothing but that results are right. bench/comm_bench.sh runs it
@@ -6,7 +6,11 @@
  *
  *   comm-bench [--ranks N] [--min-bytes B] [--max-bytes B] [--factor F]
  *              [--transport auto|tcp] [--algorithm auto|bandwidth|latency]
- *              [--small-bytes B] [--spin-us US]
+ *              [--small-bytes B] [--spin-us US] [--op allreduce|alltoall]
+ *
+ * --op alltoall: the uneven all-to-all (comm_alltoall_v) with every rank
+ * sending size/N bytes to each rank (MPI_Alltoallv's even case), size being
+ * what one rank sends in all; busbw = algbw * (N-1)/N, as nccl-tests.
  *
  * Each size: warm-up, then 5 trials of k iterations (k so a trial lasts about
  * 50 ms, the same k on every rank; from 16 MiB: one warm-up, 3 trials of one);
@@ -38,6 +42,7 @@ struct config {
     int spin_us;
     enum comm_transport transport;
     enum comm_algorithm algorithm;
+    bool alltoall; /* --op alltoall */
 };
 
 struct shared {
@@ -64,24 +69,49 @@ static int max_over_ranks(struct comm *c, double *v, struct plait_error *err)
     return comm_allreduce(c, v, v, 1, COMM_FLOAT64, COMM_MAX, err);
 }
 
+/* One operation of the benchmark: an all-reduce of count floats, or an
+ * all-to-all of count/N to each rank (counts: [N], each count/N). */
+static int run_op(struct comm *c, const struct config *cfg, const float *send, float *recv,
+                  size_t count, const size_t *counts, struct plait_error *err)
+{
+    if (cfg->alltoall) return comm_alltoall_v(c, send, counts, recv, counts, COMM_FLOAT32, err);
+    return comm_allreduce(c, send, recv, count, COMM_FLOAT32, COMM_SUM, err);
+}
+
+/* Whether recv holds what the operation must give (sampled): the sums, or
+ * block r from rank r. */
+static int check_result(const struct config *cfg, const float *recv, size_t count, int n,
+                        int rank, size_t bytes, struct plait_error *err)
+{
+    size_t block = count / (size_t)n;
+    for (size_t i = 0; i < count; i += count / 97 + 1) { /* right, not just fast */
+        float want = (float)(n * (n + 1) / 2 * (int)(i % 7 + 1));
+        if (cfg->alltoall) { /* rank r's block for this rank: its elements rank·block + j */
+            size_t r = i / block, j = i % block;
+            want = (float)((int)(r + 1) * (int)(((size_t)rank * block + j) % 7 + 1));
+        }
+        if (recv[i] != want)
+            return error_set(err, "%zu bytes: element %zu is %g, not %g", bytes, i, recv[i], want);
+    }
+    return 0;
+}
+
 static int bench_size(struct comm *c, const struct config *cfg, size_t bytes, float *send,
                       float *recv, struct plait_error *err)
 {
     size_t count = bytes / sizeof(float);
     int n = comm_size(c), rank = comm_rank(c);
+    size_t counts[256];
+    for (int r = 0; r < n; r++) counts[r] = count / (size_t)n;
+    if (cfg->alltoall) count = count / (size_t)n * (size_t)n;
     for (size_t i = 0; i < count; i++) send[i] = (float)((rank + 1) * (int)(i % 7 + 1));
     double t0 = now_s();
-    if (comm_allreduce(c, send, recv, count, COMM_FLOAT32, COMM_SUM, err)) return -1;
+    if (run_op(c, cfg, send, recv, count, counts, err)) return -1;
     double warm = now_s() - t0;
-    for (size_t i = 0; i < count; i += count / 97 + 1) { /* right, not just fast */
-        float want = (float)(n * (n + 1) / 2 * (int)(i % 7 + 1));
-        if (recv[i] != want) {
-            return error_set(err, "%zu bytes: element %zu is %g, not %g", bytes, i, recv[i], want);
-        }
-    }
+    if (check_result(cfg, recv, count, n, rank, bytes, err)) return -1;
     bool large = bytes >= LARGE_BYTES; /* one warm-up (it faults the pages in), three trials */
     if (!large) {
-        if (comm_allreduce(c, send, recv, count, COMM_FLOAT32, COMM_SUM, err)) return -1;
+        if (run_op(c, cfg, send, recv, count, counts, err)) return -1;
         warm = fmin(warm, now_s() - t0 - warm);
     }
     if (max_over_ranks(c, &warm, err)) return -1;
@@ -93,19 +123,18 @@ static int bench_size(struct comm *c, const struct config *cfg, size_t bytes, fl
         if (comm_barrier(c, err)) return -1;
         t0 = now_s();
         for (int i = 0; i < iters; i++)
-            if (comm_allreduce(c, send, recv, count, COMM_FLOAT32, COMM_SUM, err)) return -1;
+            if (run_op(c, cfg, send, recv, count, counts, err)) return -1;
         t[k] = (now_s() - t0) / iters;
         if (max_over_ranks(c, &t[k], err)) return -1;
     }
     qsort(t, (size_t)trials, sizeof t[0], cmp_double);
     double med = t[trials / 2], algbw = (double)bytes / med / 1e9;
-    double busbw = algbw * 2.0 * (n - 1) / n;
+    double busbw = algbw * (cfg->alltoall ? 1.0 : 2.0) * (n - 1) / n;
     if (rank == 0) {
-        printf("%12zu %12zu  float    sum %12.2f %10.3f %10.3f\n", bytes, count, med * 1e6, algbw,
-               busbw);
+        printf("%12zu %12zu  float %6s %12.2f %10.3f %10.3f\n", bytes, count,
+               cfg->alltoall ? "none" : "sum", med * 1e6, algbw, busbw);
         fflush(stdout);
     }
-    (void)cfg;
     return 0;
 }
 
@@ -160,7 +189,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: comm-bench [--ranks N] [--min-bytes B] [--max-bytes B] [--factor F] "
                     "[--transport auto|tcp] [--algorithm auto|bandwidth|latency] "
-                    "[--small-bytes B] [--spin-us US]\n");
+                    "[--small-bytes B] [--spin-us US] [--op allreduce|alltoall]\n");
     return 2;
 }
 
@@ -180,6 +209,8 @@ int main(int argc, char **argv)
             cfg.max_bytes = parse_bytes(v);
         else if (!strcmp(a, "--factor"))
             cfg.factor = (size_t)atoi(v);
+        else if (!strcmp(a, "--op"))
+            cfg.alltoall = !strcmp(v, "alltoall");
         else if (!strcmp(a, "--spin-us"))
             cfg.spin_us = atoi(v);
         else if (!strcmp(a, "--small-bytes"))
@@ -202,9 +233,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "comm-bench: set-up failed\n");
         return 1;
     }
-    printf("# comm-bench: all-reduce, socket backend, %d ranks, transport %s, algorithm %s, "
+    printf("# comm-bench: %s, socket backend, %d ranks, transport %s, algorithm %s, "
            "out of place\n",
-           cfg.ranks, cfg.transport == COMM_TRANSPORT_TCP ? "tcp" : "auto (shared memory)",
+           cfg.alltoall ? "all-to-all" : "all-reduce", cfg.ranks,
+           cfg.transport == COMM_TRANSPORT_TCP ? "tcp" : "auto (shared memory)",
            cfg.algorithm == COMM_ALGORITHM_BANDWIDTH ? "ring"
            : cfg.algorithm == COMM_ALGORITHM_LATENCY ? "recursive doubling"
                                                      : "auto");

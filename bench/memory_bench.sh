@@ -37,12 +37,15 @@ run() {
         { tail -n 20 "$work/$name.log"; exit 1; }
 }
 
-echo "== plait train: 1×1×2 ZeRO 0, 1×1×2 ZeRO 1 (1 step); 2×2×2 ZeRO 1, 1×2×1 (1F1B, 4 micro-batches a step, 3 and 4 steps)"
+echo "== plait train: 1×1×2 ZeRO 0, 1×1×2 ZeRO 1 (1 step); 2×2×2 ZeRO 1, 1×2×1 (1F1B, ZB-H1 and DualPipeV, 4 micro-batches a step, 3 and 4 steps)"
 run dp2_z0 --set parallel.dp=2
 run dp2_z1 --set parallel.dp=2 --set parallel.zero=1
 run tp2pp2dp2_z1 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 \
     --set parallel.zero=1 --set batch.grad_accum=4 --set steps=3
 run pp2 --set parallel.pp=2 --set batch.grad_accum=4 --set steps=4
+run pp2_zbh1 --set parallel.pp=2 --set batch.grad_accum=4 --set steps=4 --set parallel.schedule=zb-h1
+run pp2_dualpipev --set parallel.pp=2 --set batch.grad_accum=4 --set steps=4 \
+    --set parallel.schedule=dualpipev
 
 "$PY" - "$work" <<'EOF'
 import json, statistics, sys
@@ -53,7 +56,7 @@ print("per-rank memory: peak resident set after the first step / plait check's p
 print(f"  {'layout':<14} {'rank':>4} {'tp,pp,dp':>8} {'predicted':>10} {'allocated':>10} {'peak RSS':>9}"
       f" {'RSS/pred':>8} {'(RSS-base)/pred':>15}")
 worst = 0.0
-for name in ("dp2_z0", "dp2_z1", "tp2pp2dp2_z1", "pp2"):
+for name in ("dp2_z0", "dp2_z1", "tp2pp2dp2_z1", "pp2", "pp2_zbh1", "pp2_dualpipev"):
     for r in json.load(open(f"{work}/{name}/run.json"))["memory"]["ranks"]:
         pred, alloc = r["predicted"]["total"] + r["predicted"].get("comm_rings", 0), r["allocated"]["total"]
         rss, base = r["rss_peak_bytes"], r["rss_before_model_bytes"]
@@ -63,7 +66,7 @@ for name in ("dp2_z0", "dp2_z1", "tp2pp2dp2_z1", "pp2"):
 print(f"  worst |RSS/predicted - 1|: {100 * worst:.1f}%  (goal <= 10%)")
 print()
 print("pipeline bubble: measured (median of the steps after the first) against simulated (goal: within 5 points)")
-for name in ("tp2pp2dp2_z1", "pp2"):
+for name in ("tp2pp2dp2_z1", "pp2", "pp2_zbh1", "pp2_dualpipev"):
     steps = [json.loads(l) for l in open(f"{work}/{name}/metrics.jsonl") if '"step"' in l][1:]
     got = statistics.median(s["parallel"]["bubble_pct"] for s in steps)
     sim = steps[0]["parallel"]["bubble_simulated_pct"]

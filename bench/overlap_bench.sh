@@ -14,15 +14,7 @@
 # hidden = 1 − overlapped / serial, from the medians of the timed steps (the
 # first step warms up). Not a test: it asserts nothing.
 #   BENCH_STEPS   timed steps per run (default 10)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-BUILD=${PLAIT_BUILD:-build}
-source scripts/python.sh # defines: plait_python
-PY=$(plait_python)
-STEPS=${BENCH_STEPS:-10}
-export OMP_WAIT_POLICY=PASSIVE
-work=$(mktemp -d /tmp/plait-overlap.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/bench_env.sh" # defines: BUILD PY STEPS work
 
 source bench/gpt2_124m.sh # defines: L NH C V VP MAXT, gpt2_tokens, gpt2_plan
 T=64 B=4

@@ -140,6 +140,27 @@ struct ops {
                                      const float *qkv, const float *out, const float *lse, int B,
                                      int T, int C, int NH);
 
+    /* Attention one key/value block at a time (context parallelism's ring;
+     * kernels/cpu is the reference: ring_attention_generic.inc; NULL where a
+     * backend has none yet). q: Tq query rows a sequence, row stride ldq
+     * (q's C columns first: a qkv buffer's rows); kv (B,Tk,2C): per row
+     * [k | v]; qpos (Tq) and kpos (Tk) each row's position in its sequence
+     * (the same for every one of the B): a key is visible to a query at or
+     * after it. scratch holds (B,NH,Tq,Tk). Forward: the block's softmax
+     * merged into out (B,Tq,C) and lse (B,NH,Tq) through the log-sum-exp
+     * (first: written, a row that sees no key of the block left at 0 and
+     * -inf); over every block, the causal attention of the whole sequence.
+     * Backward: given the whole attention's out and lse, the block's terms
+     * added to dq (layout of q) and dkv (layout of kv). */
+    void (*attention_block_forward)(struct ops_ctx *ctx, float *out, float *lse, float *scratch,
+                                    const float *q, int ldq, const float *kv, const int32_t *qpos,
+                                    const int32_t *kpos, int B, int Tq, int Tk, int C, int NH,
+                                    bool first);
+    void (*attention_block_backward)(struct ops_ctx *ctx, float *dq, float *dkv, float *scratch,
+                                     const float *dout, const float *q, int ldq, const float *kv,
+                                     const float *out, const float *lse, const int32_t *qpos,
+                                     const int32_t *kpos, int B, int Tq, int Tk, int C, int NH);
+
     /* Optional (NULL: the fused ones above): the fused attention on bf16
      * tensor cores, which runs in bf16 and fp8 precision where
      * attention_bf16_takes(C/NH). q, k, v and dout are rounded to bf16 as
@@ -196,6 +217,48 @@ struct ops {
     void (*swiglu_forward)(struct ops_ctx *ctx, float *out, const float *inp, int N, int F);
     void (*swiglu_backward)(struct ops_ctx *ctx, float *dinp, const float *inp, const float *dout,
                             int N, int F);
+
+    /* A mixture-of-experts block's routing (model.moe; kernels/cpu is the
+     * reference: moe_generic.inc; NULL where a backend has none yet). N
+     * tokens, E experts, k choices a token; every buffer backend memory.
+     *
+     * Route: probs (N,E) = softmax(logits); choice (N,k) the k largest,
+     * largest first, ties to the lower expert; gate (N,k) those over their
+     * sum; lse (N) each row's logsumexp (the z-loss).
+     * Dispatch: each choice's row in the packed (expert-major, token order
+     * within an expert) buffer, pos (N,k), or -1 where its expert already
+     * holds `capacity` tokens (0: no limit); rows (M) each packed row's
+     * token; counts (E) each expert's rows; routed (E) every choice counted,
+     * dropped or not (the balance loss's f_e·k·N). Returns M = Σ counts.
+     * Gather: packed (M,C) = x's rows; backward dx (N,C) (+)= each token's
+     * kept rows of dpacked, in choice order.
+     * Combine: out (N,C) (+)= Σ_j gate·y[pos] over the kept choices, in
+     * choice order; backward dy (M,C) = gate·dout, dgate (N,k) = dout·y[pos]
+     * (0 for a dropped choice).
+     * Route backward: dlogits (N,E) overwritten from dgate (NULL: none)
+     * through the gates and the softmax, plus the balance loss's and the
+     * z-loss's gradients, their coefficients aux and z already scaled as the
+     * loss is. Losses: out[0] = aux·E·Σ_e f_e·P_e (f_e = routed[e]/(k·N),
+     * P_e the mean p_e), out[1] = z·mean(lse²), on the host. */
+    void (*moe_route)(struct ops_ctx *ctx, float *probs, int32_t *choice, float *gate, float *lse,
+                      const float *logits, int N, int E, int k);
+    int (*moe_dispatch)(struct ops_ctx *ctx, int32_t *pos, int32_t *rows, int32_t *counts,
+                        int32_t *routed, const int32_t *choice, int N, int E, int k, int capacity);
+    void (*moe_gather)(struct ops_ctx *ctx, float *packed, const float *x, const int32_t *rows,
+                       int M, int C);
+    void (*moe_gather_backward)(struct ops_ctx *ctx, float *dx, const float *dpacked,
+                                const int32_t *pos, int N, int k, int C, bool accumulate);
+    void (*moe_combine)(struct ops_ctx *ctx, float *out, const float *y, const float *gate,
+                        const int32_t *pos, int N, int k, int C, bool accumulate);
+    void (*moe_combine_backward)(struct ops_ctx *ctx, float *dy, float *dgate, const float *dout,
+                                 const float *y, const float *gate, const int32_t *pos, int N,
+                                 int k, int C);
+    void (*moe_route_backward)(struct ops_ctx *ctx, float *dlogits, const float *dgate,
+                               const float *probs, const int32_t *choice, const float *gate,
+                               const float *lse, const int32_t *routed, int N, int E, int k,
+                               float aux, float z);
+    void (*moe_losses)(struct ops_ctx *ctx, double *out, const float *probs, const float *lse,
+                       const int32_t *routed, int N, int E, int k, double aux, double z);
 
     /* out = a + b, n elements (out may alias a or b) */
     void (*residual_forward)(struct ops_ctx *ctx, float *out, const float *a, const float *b,

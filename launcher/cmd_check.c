@@ -386,7 +386,11 @@ static json_t *comm_json(const struct place_comm *c, double bytes, double second
 static void print_nodes(const struct layout_eval *e, const struct place_node *nodes, int n_nodes)
 {
     const struct rank_map *m = &e->map;
-    printf("layout: tp %d × pp %d × dp %d = %d rank%s on %d node%s\n", m->tp, m->pp, m->dp,
+    char hsdp[96] = "";
+    if (m->dp_shard && m->dp_shard < m->dp)
+        snprintf(hsdp, sizeof hsdp, " (%d replica%s of a shard group of %d)", m->dp / m->dp_shard,
+                 m->dp / m->dp_shard == 1 ? "" : "s", m->dp_shard);
+    printf("layout: tp %d × pp %d × dp %d%s = %d rank%s on %d node%s\n", m->tp, m->pp, m->dp, hsdp,
            m->world, m->world == 1 ? "" : "s", n_nodes, n_nodes == 1 ? "" : "s");
     for (int i = 0; i < n_nodes; i++) {
         const struct topo *t = nodes[i].topo;
@@ -411,6 +415,37 @@ static void print_nodes(const struct layout_eval *e, const struct place_node *no
                 printf("} (no NVLink)\n");
         }
     }
+}
+
+/* With dp > 1, the most loaded rank's memory under each ZeRO stage, and, when
+ * the plan's own fits, whether a cheaper one (less traffic) would too. */
+static void print_zero_stages(const struct plan *placed, struct cost_layout l, uint64_t gpu_mem)
+{
+    if (l.dp < 2) return;
+    double unit = layout_memory_at_zero(placed, l, 0) >= 1e9 ? 1e9 : 1e6;
+    printf("  the most loaded rank by ZeRO stage at dp %d:", l.dp);
+    int lo = layout_zero_lowest(placed, l);
+    for (int z = lo; z <= LAYOUT_ZERO_MAX; z++)
+        printf("%s %d %.2f %s", z > lo ? "," : "", z, layout_memory_at_zero(placed, l, z) / unit,
+               unit == 1e9 ? "GB" : "MB");
+    printf("\n");
+    int z = layout_zero_to_fit(placed, l, gpu_mem);
+    if (z >= 0 && z < placed->parallel.zero)
+        printf("  parallel.zero %d would fit too (%.2f GB), with no more data-parallel traffic\n", z,
+               layout_memory_at_zero(placed, l, z) / 1e9);
+}
+
+/* Where parallel.offload puts the optimizer's state, in words. */
+static void print_offload(const struct plan *p, const struct layout_eval *e, double unit)
+{
+    const char *u = unit == 1e9 ? "GB" : "MB";
+    if (p->parallel.offload == PLAN_OFFLOAD_NVME)
+        printf("  the AdamW moments are on disk under %s (the most loaded rank: %.2f %s), two "
+               "windows of up to %g MiB of each in memory (in \"optimizer\")\n",
+               p->parallel.offload_dir, e->mem.disk / unit, u, p->parallel.offload_window_mb);
+    else if (p->parallel.offload == PLAN_OFFLOAD_HOST)
+        printf("  parallel.offload \"host\": on CPU ranks the optimizer state is in host memory "
+               "already; nothing moves\n");
 }
 
 /* Device memory per rank of each stage, as model_init allocates it. */
@@ -452,6 +487,7 @@ static void print_memory(const struct plan *p, const struct layout_eval *e, uint
                "rings (peers on its node)\n",
                rings / unit, unit == 1e9 ? "GB" : "MB");
     }
+    print_offload(p, e, unit);
     if (fp8)
         printf("  fp8 keeps an E4M3 copy of each layer's four weight matrices beside the fp32 "
                "weights (params: + 1 byte a weight, + 4 a scale, one per %s) and on the last "
@@ -461,6 +497,19 @@ static void print_memory(const struct plan *p, const struct layout_eval *e, uint
         printf("  device memory %.2f GB: %s\n", gpu_mem / 1e9, e->fits ? "fits" : "DOES NOT FIT");
     else
         printf("  device memory unknown (give --gpu-memory GB to check the fit)\n");
+    print_zero_stages(&placed, e->layout, gpu_mem);
+}
+
+/* Whether the map splits dp into shard groups and their replicas. */
+static bool hybrid(const struct rank_map *m)
+{
+    return m->dp_shard && m->dp_shard < m->dp;
+}
+
+/* A hybrid sharding group's bytes over its own slowest link (not hidden). */
+static double raw_seconds(const struct place_comm *c, double bytes)
+{
+    return bytes > 0 && c->gbps > 0 ? bytes / (c->gbps * 1e9) : 0;
 }
 
 /* Traffic per rank per step by communicator, the modelled step and MFU. */
@@ -468,23 +517,29 @@ static void print_traffic(const struct plan *p, const struct layout_eval *e,
                           const struct place_node *nodes)
 {
     const struct rank_map *m = &e->map;
-    printf("\ntraffic per rank per step:\n  %4s %14s %9s %10s %8s  %s\n", "comm", "bytes", "link",
-           "GB/s", "seconds", "groups by link");
+    int width = hybrid(m) ? 8 : 4; /* "replicas" */
+    printf("\ntraffic per rank per step:\n  %*s %14s %9s %10s %8s  %s\n", width, "comm", "bytes",
+           "link", "GB/s", "seconds", "groups by link");
     const struct {
         const char *name;
         const struct place_comm *c;
         double bytes, s;
     } rows[] = {{"tp", &m->comm_tp, e->traffic.tp_bytes, e->time.tp_s},
                 {"pp", &m->comm_pp, e->traffic.pp_bytes, e->time.pp_s},
-                {"dp", &m->comm_dp, e->traffic.dp_bytes, e->time.dp_s}};
-    for (size_t k = 0; k < 3; k++) {
+                {"dp", &m->comm_dp, e->traffic.dp_bytes, e->time.dp_s},
+                /* hybrid sharding: the dp row's two parts, each over its own groups */
+                {"shard", &m->comm_shard, e->traffic.shard_bytes,
+                 raw_seconds(&m->comm_shard, e->traffic.shard_bytes)},
+                {"replicas", &m->comm_replicas, e->traffic.replicas_bytes,
+                 raw_seconds(&m->comm_replicas, e->traffic.replicas_bytes)}};
+    for (size_t k = 0; k < (hybrid(m) ? 5u : 3u); k++) {
         char by[128] = "";
         size_t len = 0;
         for (int l = 1; l < COST_LINKS; l++)
             if (rows[k].c->crossing[l])
                 len += (size_t)snprintf(by + len, sizeof by - len, "%s%d %s", len ? ", " : "",
                                         rows[k].c->crossing[l], cost_link_name(l));
-        printf("  %4s %14.0f %9s %10.1f %8.4f  %s\n", rows[k].name, rows[k].bytes,
+        printf("  %*s %14.0f %9s %10.1f %8.4f  %s\n", width, rows[k].name, rows[k].bytes,
                cost_link_name(rows[k].c->slowest), rows[k].c->gbps, rows[k].s, by);
     }
     char optimizer[64] = "", memory[96] = ""; /* AdamW's pass; a measured CPU's own terms */
@@ -622,8 +677,32 @@ static json_t *schedule_json(const struct plan *p, const struct cost_layout *l)
     if (make_schedule(p, l, &s, &sim)) return NULL;
     json_t *j = json_pack("{s:s,s:i,s:i,s:i,s:f}", "kind", schedule_kind_name(s.kind), "stages",
                           s.pp, "micro_batches", s.m, "virtual_stages", s.v, "bubble", sim.bubble);
+    double bubble[SCHED_KINDS];
+    schedule_bubbles(s.pp, s.m, p->parallel.virtual_stages, bubble);
+    json_t *each = json_object();
+    for (int k = 0; k < SCHED_KINDS; k++)
+        json_object_set_new(each, schedule_kind_name((enum sched_kind)k),
+                            bubble[k] >= 0 ? json_real(bubble[k]) : json_null());
+    json_object_set_new(j, "bubble_by_schedule", each);
     schedule_free(&s);
     return j;
+}
+
+/* Every schedule's bubble at the plan's stages and micro-batches, on one line. */
+static void print_other_schedules(const struct schedule *s, int virtual_stages)
+{
+    double bubble[SCHED_KINDS];
+    schedule_bubbles(s->pp, s->m, virtual_stages, bubble);
+    printf("  beside it, the same work a stage:");
+    for (int k = 0; k < SCHED_KINDS; k++) {
+        printf("%s %s", k ? "," : "", schedule_kind_name((enum sched_kind)k));
+        if (k == SCHED_INTERLEAVED) printf(" ×%d", virtual_stages < 2 ? 2 : virtual_stages);
+        if (bubble[k] >= 0)
+            printf(" %.1f%%", 100 * bubble[k]);
+        else
+            printf(" -");
+    }
+    printf("\n");
 }
 
 static void print_schedule(const struct plan *p, const struct cost_layout *l)
@@ -634,7 +713,8 @@ static void print_schedule(const struct plan *p, const struct cost_layout *l)
     printf("\npipeline: %s over %d stages, %d micro-batch%s per step%s: bubble %.1f%% "
            "(simulated, backward = 2 × forward)\n",
            schedule_kind_name(s.kind), s.pp, s.m, s.m == 1 ? "" : "es",
-           s.v > 1 ? ", interleaved" : "", 100 * sim.bubble);
+           s.kind == SCHED_INTERLEAVED ? ", interleaved" : s.v > 1 ? ", two chunks a stage in a V" : "", 100 * sim.bubble);
+    print_other_schedules(&s, p->parallel.virtual_stages);
     schedule_print(&s, stdout, 100);
     schedule_free(&s);
 }
@@ -676,12 +756,32 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
     json_object_set_new(o, "device_memory_bytes",
                         gpu_mem ? json_integer((json_int_t)gpu_mem) : json_null());
     json_object_set_new(o, "fits", json_boolean(e->fits));
+    json_t *by_zero = json_array();
+    for (int z = 0; z <= LAYOUT_ZERO_MAX && m->dp > 1; z++)
+        json_array_append_new(by_zero,
+                              json_integer((json_int_t)layout_memory_at_zero(&placed, e->layout, z)));
+    json_object_set_new(o, "memory_bytes_by_zero", by_zero);
+    int fit_zero = layout_zero_to_fit(&placed, e->layout, gpu_mem);
+    json_object_set_new(o, "zero_to_fit", fit_zero >= 0 ? json_integer(fit_zero) : json_null());
     json_object_set_new(o, "allow_tp_over_pcie", json_boolean(p->parallel.allow_tp_over_pcie));
     json_object_set_new(o, "links",
                         json_pack("{s:o,s:o,s:o}", "tp",
                                   comm_json(&m->comm_tp, e->traffic.tp_bytes, e->time.tp_s), "pp",
                                   comm_json(&m->comm_pp, e->traffic.pp_bytes, e->time.pp_s), "dp",
                                   comm_json(&m->comm_dp, e->traffic.dp_bytes, e->time.dp_s)));
+    if (hybrid(m)) { /* its two groups: where they were placed, and their traffic */
+        json_object_set_new(o, "dp_shard", json_integer(m->dp_shard));
+        json_object_set_new(o, "dp_replicate", json_integer(m->dp / m->dp_shard));
+        json_t *links = json_object_get(o, "links"), *bytes = json_object_get(o, "comm_bytes_per_step");
+        json_object_set_new(links, "shard",
+                            comm_json(&m->comm_shard, e->traffic.shard_bytes,
+                                      raw_seconds(&m->comm_shard, e->traffic.shard_bytes)));
+        json_object_set_new(links, "replicas",
+                            comm_json(&m->comm_replicas, e->traffic.replicas_bytes,
+                                      raw_seconds(&m->comm_replicas, e->traffic.replicas_bytes)));
+        json_object_set_new(bytes, "shard", json_real(e->traffic.shard_bytes));
+        json_object_set_new(bytes, "replicas", json_real(e->traffic.replicas_bytes));
+    }
     json_object_set_new(o, "step_time_s",
                         json_pack("{s:f,s:f,s:f,s:f,s:f,s:f}", "compute", e->time.compute_s, "tp",
                                   e->time.tp_s, "pp", e->time.pp_s, "bubble", e->time.bubble_s,

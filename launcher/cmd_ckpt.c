@@ -168,9 +168,14 @@ static void layout_text(const struct ckpt_info *c, char *out, size_t bytes)
     const struct ckpt_layout *l = &c->layout;
     if (l->whole)
         snprintf(out, bytes, "whole (one rank)");
+    else if (l->dp_shard && l->dp_shard < l->dp) /* hybrid sharding */
+        snprintf(out, bytes, "tp %d × pp %d × dp %d (%d replicas of %d) ZeRO %d%s", l->tp, l->pp,
+                 l->dp, l->dp / l->dp_shard, l->dp_shard, l->zero,
+                 l->chunks > 1 ? " interleaved" : "");
     else
         snprintf(out, bytes, "tp %d × pp %d × dp %d%s%.0d%s", l->tp, l->pp, l->dp,
-                 l->zero ? " ZeRO " : "", l->zero, l->chunks > 1 ? " interleaved" : "");
+                 l->zero ? " ZeRO " : "", l->zero,
+                 l->v_shape ? " dualpipev" : l->chunks > 1 ? " interleaved" : "");
 }
 
 /* The checkpoints DIR names (newest first), described. */

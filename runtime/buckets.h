@@ -5,7 +5,8 @@
  * rank receives the part of it inside its own slice, an uneven
  * reduce-scatter) as soon as backward has finished writing it, while the
  * layers below it are still computing. ZeRO 0 and 1 do it in the step's last
- * backward; ZeRO 2 in every micro-batch's, each added into the slice.
+ * backward; ZeRO 2 in the last backward before each hand-over (runtime/pipeline.h), each
+ * added into the slice.
  *
  * The buffer is layer-major (common/gpt2/gpt2_shard.h) and backward runs from the
  * head to the embedding, so buckets complete from the end of the buffer

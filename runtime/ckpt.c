@@ -31,17 +31,21 @@ int ckpt_put_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size
     struct ckpt_put *a = ctx;
     for (size_t done = 0; done < n;) {
         size_t k = n - done < CKPT_HOST_FLOATS ? n - done : CKPT_HOST_FLOATS;
-        a->ops->download(a->ctx, a->host, a->src + off + done, k * sizeof(float));
+        if (a->src)
+            a->ops->download(a->ctx, a->host, a->src + off + done, k * sizeof(float));
+        else if (offload_read(a->off, a->moment, off + done, a->host, k, a->err))
+            return -1;
         if (ckpt_file_put(a->f, a->host, k * sizeof(float), a->err)) return -1;
         done += k;
     }
     return 0;
 }
 
-static int put_tensors(struct ckpt_file *f, const struct model *m, const float *src, float *host,
-                       struct plait_error *err)
+/* src's instances, or (src NULL) offloaded moment k's */
+static int put_tensors(struct ckpt_file *f, const struct model *m, const float *src, int k,
+                       float *host, struct plait_error *err)
 {
-    struct ckpt_put a = {f, m->ops, m->ctx, src, host, err};
+    struct ckpt_put a = {f, m->ops, m->ctx, src, host, err, m->offload, k};
     return gpt2_shard_each(&m->shard, ckpt_put_instance, &a);
 }
 
@@ -60,7 +64,7 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
     struct llmc_model_header mh = llmc_model_header_of(&m->cfg);
     llmc_model_header_fill(header, &mh);
     if (ckpt_file_open(&w, tmp, "model.bin", err) ||
-        ckpt_file_put(&w, header, sizeof header, err) || put_tensors(&w, m, m->params, host, err) ||
+        ckpt_file_put(&w, header, sizeof header, err) || put_tensors(&w, m, m->params, 0, host, err) ||
         ckpt_file_close(&w, files, err))
         goto out;
 
@@ -68,9 +72,9 @@ static int write_checkpoint_files(const char *tmp, const struct model *m,
      * each in llm.c order like model.bin */
     ckpt_optim_header(header, P, st->micro > 0);
     if (ckpt_file_open(&w, tmp, "optim.bin", err) ||
-        ckpt_file_put(&w, header, sizeof header, err) || put_tensors(&w, m, m->adam_m, host, err) ||
-        put_tensors(&w, m, m->adam_v, host, err) ||
-        (st->micro > 0 && put_tensors(&w, m, m->grads, host, err)) ||
+        ckpt_file_put(&w, header, sizeof header, err) || put_tensors(&w, m, m->adam_m, 0, host, err) ||
+        put_tensors(&w, m, m->adam_v, 1, host, err) ||
+        (st->micro > 0 && put_tensors(&w, m, m->grads, 0, host, err)) ||
         ckpt_file_close(&w, files, err))
         goto out;
 
@@ -140,20 +144,17 @@ static int read_tensors(FILE *f, const struct model *m, float *dst, float *full,
     return 0;
 }
 
-/* The same for an optimizer moment: the part, then this rank's slice of it
- * (ZeRO), zeros past the part's end. */
-static int read_moment(FILE *f, const struct model *m, float *dst, float *full, float *shard,
+/* The same for optimizer moment k: the part, then this rank's slice of it
+ * (ZeRO; all of it at 0), zeros past the part's end. */
+static int read_moment(FILE *f, struct model *m, int k, float *full, float *shard,
                        size_t full_count, const char *path, struct plait_error *err)
 {
-    if (!m->zero) return read_tensors(f, m, dst, full, shard, full_count, path, err);
     if (fread(full, sizeof(float), full_count, f) != full_count)
         return error_set(err, "%s: short read", path);
     gpt2_shard_copy(&m->shard, full, shard, true);
     size_t end = m->slice_at + m->slice_n, have = m->shard.total;
     size_t n = m->slice_at >= have ? 0 : (end < have ? end : have) - m->slice_at;
-    m->ops->zero(m->ctx, dst, m->slice_n * sizeof(float));
-    if (n) m->ops->upload(m->ctx, dst, shard + m->slice_at, n * sizeof(float));
-    return 0;
+    return model_moment_put(m, k, shard + m->slice_at, n, err);
 }
 
 /* Whether the checkpoint at cdir holds the whole model (model.bin); if not,
@@ -179,11 +180,11 @@ int ckpt_load_whole(const char *cdir, struct model *m, struct train_state *st,
     size_t P = m->shard.total, F = full_layout.total;
     char path[4096];
     if (ckpt_read_state(cdir, st, err)) return -1;
-    if (st->micro > 0 && m->dp > 1)
+    if (st->micro > 0 && m->dp * m->replicas > 1)
         return error_set(err,
                          "it stopped mid-step on one data-parallel rank; resume it with "
                          "dp = 1 (its gradients cannot be split over %d ranks)",
-                         m->dp);
+                         m->dp * m->replicas);
     float *full = malloc(F * sizeof(float)), *shard = malloc(P * sizeof(float));
     FILE *f = NULL;
     int rc = -1;
@@ -216,8 +217,8 @@ int ckpt_load_whole(const char *cdir, struct model *m, struct train_state *st,
                   h[4] ? "present" : "absent", st->micro);
         goto out;
     }
-    if (read_moment(f, m, m->adam_m, full, shard, F, path, err) ||
-        read_moment(f, m, m->adam_v, full, shard, F, path, err) ||
+    if (read_moment(f, m, 0, full, shard, F, path, err) ||
+        read_moment(f, m, 1, full, shard, F, path, err) ||
         (h[4] && read_tensors(f, m, m->grads, full, shard, F, path, err)))
         goto out;
     if (h[4] && m->zero == 2) { /* the accumulated gradients live in the slice */

@@ -28,6 +28,8 @@ struct ckpt_put {
     const float *src; /* a parameter-shaped buffer of backend memory */
     float *host;      /* CKPT_HOST_FLOATS floats */
     struct plait_error *err;
+    const struct offload *off; /* or, where src is NULL, moment `moment` of these files */
+    int moment;
 };
 
 /* gpt2_shard_each's visitor (ctx: a struct ckpt_put): src's elements

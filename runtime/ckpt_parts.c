@@ -51,11 +51,11 @@ static void record(struct ckpt_manifest_file *rec, const char *name, const struc
     rec->crc32c = f->crc;
 }
 
-/* n floats of backend memory as they lie. */
-static int put_raw(struct ckpt_file *f, const struct model *m, const float *src, size_t n,
+/* n floats of backend memory as they lie (src NULL: offloaded moment k's). */
+static int put_raw(struct ckpt_file *f, const struct model *m, const float *src, int k, size_t n,
                    float *host, struct plait_error *err)
 {
-    struct ckpt_put a = {f, m->ops, m->ctx, src, host, err};
+    struct ckpt_put a = {f, m->ops, m->ctx, src, host, err, m->offload, k};
     return ckpt_put_instance(&a, 0, 0, 0, n);
 }
 
@@ -72,9 +72,9 @@ static int write_part(const char *tmp, const char *name, enum ckpt_part_kind kin
     int rc = ckpt_file_open(&f, tmp, name, err) || ckpt_file_put(&f, h, sizeof h, err) ? -1 : 0;
     for (int i = 0; i < n_arrays && rc == 0; i++) {
         if (raw) {
-            rc = put_raw(&f, m, arrays[i], m->slice_n, host, err);
+            rc = put_raw(&f, m, arrays[i], i, m->slice_n, host, err);
         } else {
-            struct ckpt_put a = {&f, m->ops, m->ctx, arrays[i], host, err};
+            struct ckpt_put a = {&f, m->ops, m->ctx, arrays[i], host, err, m->offload, i};
             rc = gpt2_shard_each(&m->shard, ckpt_put_instance, &a);
         }
     }
@@ -99,7 +99,8 @@ static int write_mine(const char *tmp, const struct model *m, const struct train
         rc = write_part(tmp, name, CKPT_PART_MODEL, m, w, params, 1, false, host, &recs[k++], err);
     }
     const float *moments[] = {m->adam_m, m->adam_v};
-    if (rc == 0 && (m->zero || w->dp_rank == 0)) {
+    /* the slices: replica 0's shard group (hybrid sharding: the others hold the same) */
+    if (rc == 0 && (m->zero ? w->dp_rank < m->dp : w->dp_rank == 0)) {
         part_name(name, sizeof name, CKPT_PART_OPTIM, m, w, m->zero > 0);
         rc = write_part(tmp, name, CKPT_PART_OPTIM, m, w, moments, 2, m->zero > 0, host, &recs[k++],
                         err);
@@ -156,7 +157,13 @@ static int commit_manifest(struct ckptdir *d, const struct ckpt_parts_job *job,
                            struct plait_error *err)
 {
     struct ckpt_manifest man = {
-        .layout = {.tp = w->tp, .pp = w->pp, .dp = w->dp, .zero = m->zero, .chunks = m->chunks}};
+        .layout = {.tp = w->tp,
+                   .pp = w->pp,
+                   .dp = w->dp,
+                   .zero = m->zero,
+                   .chunks = m->chunks,
+                   .v_shape = m->shard.part.v_shape,
+                   .dp_shard = m->zero ? m->dp : w->dp}};
     struct ckpt_layout *l = &man.layout;
     int rc = -1;
     l->stage_begin = calloc((size_t)w->pp, sizeof *l->stage_begin);
@@ -303,8 +310,10 @@ static int read_part(const char *cdir, const char *name, enum ckpt_part_kind kin
 
 bool ckpt_layout_same(const struct ckpt_layout *l, const struct model *m)
 {
-    return !l->whole && l->tp == m->shard.part.tp && l->pp == m->shard.part.pp && l->dp == m->dp &&
-           l->zero == m->zero && l->chunks == m->shard.part.chunks;
+    return !l->whole && l->tp == m->shard.part.tp && l->pp == m->shard.part.pp &&
+           l->dp == m->dp * m->replicas && (!m->zero || l->dp_shard == m->dp) &&
+           l->zero == m->zero && l->chunks == m->shard.part.chunks &&
+           l->v_shape == m->shard.part.v_shape;
 }
 
 int ckpt_layout_check(const char *cdir, const struct model *m, struct plait_error *err)
@@ -347,10 +356,11 @@ int ckpt_load_resharded(const char *cdir, struct model *m, struct train_state *s
     model_set_params(m, host);
     /* the moments of the optimizer's slice (all of the part at ZeRO 0) */
     size_t lo = m->slice_at, hi = m->slice_at + m->slice_n;
-    if (ckpt_source_read(&src, CKPT_ADAM_M, &m->shard, lo, hi, host, err)) goto out;
-    m->ops->upload(m->ctx, m->adam_m, host, m->slice_n * sizeof(float));
-    if (ckpt_source_read(&src, CKPT_ADAM_V, &m->shard, lo, hi, host, err)) goto out;
-    m->ops->upload(m->ctx, m->adam_v, host, m->slice_n * sizeof(float));
+    if (ckpt_source_read(&src, CKPT_ADAM_M, &m->shard, lo, hi, host, err) ||
+        model_moment_put(m, 0, host, m->slice_n, err) ||
+        ckpt_source_read(&src, CKPT_ADAM_V, &m->shard, lo, hi, host, err) ||
+        model_moment_put(m, 1, host, m->slice_n, err))
+        goto out;
     rc = 0;
 out:
     free(host);

@@ -37,7 +37,7 @@ int dump_logits(struct model *m, const char *dir, int B, int T, struct plait_err
     } else if (rc == 0) {
         o->download(m->ctx, blocks, model_logits(m), N * Vp * sizeof(float));
     }
-    if (rc == 0 && m->tp.rank == 0 && m->dp_rank == 0) {
+    if (rc == 0 && m->tp.rank == 0 && m->dp_rank == 0 && m->replica == 0) {
         for (size_t r = 0; r < tp; r++) /* rank r holds vocabulary entries [r·Vp/tp, (r+1)·Vp/tp) */
             for (size_t n = 0; n < N; n++)
                 memcpy(logits + n * Vp + r * Vpl, blocks + (r * N + n) * Vpl, Vpl * sizeof(float));

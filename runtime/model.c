@@ -259,7 +259,9 @@ static int count_memory(struct model *m, const struct model_shape *shape, struct
                                    .zero = shape->zero,
                                    .sequence_parallel = m->sp,
                                    .split_backward = m->split_backward,
-                                   .fused_attention = m->ops->attention_forward_fused != NULL};
+                                   .fused_attention = m->ops->attention_forward_fused != NULL,
+                                   .offload_window_mb =
+                                       shape->offload_dir ? shape->offload_window_mb : 0};
     return gpt2_memory(&m->shard, &ms, &m->mem, err);
 }
 
@@ -288,10 +290,26 @@ static void shard_sizes(struct model *m, const struct gpt2_config *cfg,
     m->deferred_slot = -1;
     m->dp = shape->dp;
     m->dp_rank = shape->dp_rank;
+    m->replicas = shape->replicas > 1 ? shape->replicas : 1;
+    m->replica = shape->replica;
     m->zero = m->mem.zero;
     m->n_padded = m->mem.padded;
     m->slice_n = m->mem.slice;
     m->slice_at = m->zero ? (size_t)m->dp_rank * m->slice_n : 0;
+}
+
+/* Offloaded moments: two windows of each in memory, counted as the
+ * optimizer's; the files come with offload_open. */
+static bool offload_windows(struct model *m)
+{
+    if (!(m->offload = calloc(1, sizeof *m->offload))) return false;
+    m->offload->fd[0] = m->offload->fd[1] = -1;
+    size_t bytes = m->mem.offload_window * sizeof(float);
+    for (int b = 0; b < 2; b++)
+        for (int k = 0; k < 2; k++)
+            if (!(m->offload->buf[b][k] = dev_alloc(m, bytes, &m->allocated.optimizer)))
+                return false;
+    return true;
 }
 
 /* The slots, the parameters, gradients and optimizer state (a slice of them
@@ -308,8 +326,10 @@ static bool allocate(struct model *m)
     struct model_bytes *a = &m->allocated;
     bool ok = (m->params = dev_alloc(m, Pp * sizeof(float), &a->params)) &&
               (m->grads = dev_alloc(m, Pp * sizeof(float), &a->grads)) &&
-              (m->adam_m = dev_alloc(m, S * sizeof(float), &a->optimizer)) &&
-              (m->adam_v = dev_alloc(m, S * sizeof(float), &a->optimizer)) &&
+              (m->mem.offload_window ? offload_windows(m)
+                                     : (m->adam_m = dev_alloc(m, S * sizeof(float), &a->optimizer)) &&
+                                           (m->adam_v = dev_alloc(m, S * sizeof(float),
+                                                                  &a->optimizer))) &&
               (!m->zero || ((m->grad_slice = dev_alloc(m, S * sizeof(float), &a->grads)) &&
                             (m->slice_tmp = dev_alloc(m, S * sizeof(float), &a->optimizer))));
     if (ok && m->precision == PLAN_PRECISION_BF16)
@@ -369,11 +389,19 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
         return error_set(err, "out of memory for a %s of %zu parameters with micro-batch %d×%d",
                          cfg->llama ? "Llama" : "GPT-2", m->shard.total, shape->B, shape->T);
     }
+    if (m->offload && offload_open(m->offload, shape->offload_dir, shape->offload_rank,
+                                   m->slice_n, m->mem.offload_window, err)) {
+        model_free(m);
+        return -1;
+    }
     return check_allocated(m, err);
 }
 
 void model_free(struct model *m)
 {
+    if (m->offload) offload_close(m->offload);
+    free(m->offload);
+    m->offload = NULL;
     for (int i = 0; i < m->n_allocations; i++) m->ops->free(m->ctx, m->allocations[i]);
     free(m->allocations);
     for (int s = 0; m->slots && s < m->n_slots; s++) free(m->slots[s].layer);
@@ -383,6 +411,16 @@ void model_free(struct model *m)
     m->slots = NULL;
     m->losses_host = NULL;
     m->n_allocations = m->cap_allocations = 0;
+}
+
+int model_moment_put(struct model *m, int k, const float *host, size_t n, struct plait_error *err)
+{
+    if (m->offload) /* its file was zeros when opened, and loads come before any step */
+        return offload_write(m->offload, k, 0, host, n, err);
+    float *dst = k ? m->adam_v : m->adam_m;
+    if (n < m->slice_n) m->ops->zero(m->ctx, dst, m->slice_n * sizeof(float));
+    if (n) m->ops->upload(m->ctx, dst, host, n * sizeof(float));
+    return 0;
 }
 
 void model_set_params(struct model *m, const float *host_params)

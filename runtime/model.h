@@ -16,6 +16,7 @@
 #include "kernels/ops.h"
 #include "runtime/group.h"
 #include "runtime/gpt2.h"
+#include "runtime/offload.h"
 #include "runtime/profile.h"
 
 /* Device bytes by kind (common/gpt2/gpt2_memory.h says what each counts). */
@@ -100,10 +101,14 @@ struct model {
     size_t fp8_at[4], fp8_scale_at[4], fp8_layer_elems, fp8_layer_scales; /* where the
                                  copy of matrix k of a layer block starts, and a block's size */
     size_t n_padded;          /* shard.total rounded up to a multiple of dp */
-    int dp, dp_rank, zero;    /* the data-parallel group holding this part, the ZeRO stage */
+    int dp, dp_rank, zero;    /* the data-parallel group holding this part (with hybrid
+                                 sharding its shard group), the ZeRO stage */
+    int replicas, replica;    /* the shard group's replicas (HSDP's dp_replicate; 1: none):
+                                 dp × replicas ranks hold this part; and this rank's */
     size_t slice_at, slice_n; /* the optimizer's slice of the buffer: all of it (ZeRO 0) or
                                  this dp rank's n_padded/dp elements */
-    float *adam_m, *adam_v;   /* (slice_n) AdamW moments of the slice */
+    float *adam_m, *adam_v;   /* (slice_n) AdamW moments of the slice; NULL offloaded */
+    struct offload *offload;  /* nvme offload: the moments in files (runtime/offload.h) */
     float *grad_slice;        /* (slice_n) ZeRO >= 1: the slice's gradient summed over dp */
     float *slice_tmp;         /* (slice_n) ZeRO >= 1: staging for the slice's collectives */
 
@@ -156,7 +161,9 @@ struct model_shape {
     enum plan_fp8_scaling fp8_scaling; /* precision fp8 only */
     enum plan_recompute recompute;
     int slots;              /* micro-batches in flight at once (1 without a pipeline) */
-    int dp, dp_rank;        /* data-parallel ranks holding the same part (1, 0: none) */
+    int dp, dp_rank;        /* data-parallel ranks holding the same part (1, 0: none): with
+                               hybrid sharding the shard group's */
+    int replicas, replica;  /* its replicas (0 or 1: none), and this rank's (0-based) */
     int zero;               /* ZeRO stage: from 1 the optimizer state, from 2 the accumulated
                                gradients, hold this rank's 1/dp slice of the parameters */
     bool sequence_parallel; /* tp > 1: the residual stream, LayerNorms and biases of the
@@ -164,6 +171,10 @@ struct model_shape {
                                by tp) */
     bool split_backward;    /* backward in two passes (zero-bubble schedules): each slot keeps
                                what the weight-gradient pass needs */
+    const char *offload_dir; /* parallel.offload "nvme": the moments' files go under it
+                                (rank-<offload_rank>/), two windows of each in memory */
+    int offload_rank;
+    double offload_window_mb;
 };
 
 /* Allocates everything for the part of the model `part` names
@@ -179,6 +190,11 @@ void model_free(struct model *m);
 /* Copies host parameters in, in the shard's order (and refreshes the bf16 or
  * fp8 copy). */
 void model_set_params(struct model *m, const float *host_params);
+
+/* AdamW moment k (0: m, 1: v) of the slice from host memory: its first n
+ * elements (n <= slice_n), zeros after them; into the model's memory, or
+ * into its offload file. */
+int model_moment_put(struct model *m, int k, const float *host, size_t n, struct plait_error *err);
 
 /* Rewrites the bf16 copies from the fp32 weights: all of params16 (bf16), the
  * LM head's wte16 (fp8); nothing in fp32. Where AdamW did not write them

@@ -30,6 +30,10 @@ struct slice_args {
     const float **x;
     size_t *n;
     int parts;
+    /* AdamW's window of the slice, [lo, lo + len) of its elements, and its moments there
+     * (all of the slice and adam_m/adam_v, unless they are offloaded) */
+    size_t lo, len;
+    float *wm, *wv;
 };
 
 /* The instance's part in the slice, if this rank counts its Σ g²
@@ -81,20 +85,30 @@ out:
     return rc;
 }
 
-/* AdamW on the instance's part in the slice (weight decay by its kind). */
+/* AdamW on the instance's part in the window (weight decay by its kind). */
 static int adamw_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
 {
     (void)layer;
     struct slice_args *a = ctx;
     struct model *m = a->m;
-    size_t at, k = overlap(off, n, m->slice_at, m->slice_n, &at);
+    size_t at, k = overlap(off, n, m->slice_at + a->lo, a->len, &at);
     if (!k) return 0;
-    size_t in = at - m->slice_at; /* index within the slice */
+    size_t in = at - m->slice_at, w = in - a->lo; /* within the slice, within the window */
     double wd = gpt2_tensor_decays(t) ? a->o->weight_decay : 0.0;
-    m->ops->adamw(m->ctx, m->params + at, model_copy16(m, t, off, at), a->g + in, m->adam_m + in,
-                  m->adam_v + in, k, a->lr, a->o->beta1, a->o->beta2, (float)a->o->eps, (float)wd,
+    m->ops->adamw(m->ctx, m->params + at, model_copy16(m, t, off, at), a->g + in, a->wm + w,
+                  a->wv + w, k, a->lr, a->o->beta1, a->o->beta2, (float)a->o->eps, (float)wd,
                   a->scale, a->t);
     return 0;
+}
+
+/* offload_each_window's visitor: AdamW over the window's part of every instance. */
+static int adamw_window(void *ctx, size_t lo, size_t n, float *m, float *v,
+                        struct plait_error *err)
+{
+    (void)err;
+    struct slice_args *a = ctx;
+    a->lo = lo, a->len = n, a->wm = m, a->wv = v;
+    return gpt2_shard_each(&a->m->shard, adamw_instance, a);
 }
 
 int optim_reduce_micro(struct model *m, const struct optim_groups *g, bool accumulate,
@@ -113,7 +127,8 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
                const struct optim_groups *g, double *grad_norm, struct plait_error *err)
 {
     const struct ops *ops = m->ops;
-    const struct group *dp = g ? g->dp : NULL, *mp = g ? g->mp : NULL;
+    const struct group *dp = g ? g->dp : NULL, *mp = g ? g->mp : NULL,
+                       *rep = g ? g->replicas : NULL;
     struct slice_args a = {.m = m, .g = m->grads, .o = o, .lr = (float)lr, .t = t};
     double t0 = prof_clock(&m->prof);
     /* the gradients over dp: whole (ZeRO 0) or this rank's slice (ZeRO 1; 2 has it) */
@@ -124,6 +139,10 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
         rc = dp->reduce_scatter(dp->ctx, m->grads, m->grad_slice, m->slice_n, err);
     if (rc) return error_prefix(err, "data-parallel gradient reduction: ");
     if (m->zero) a.g = m->grad_slice;
+    /* hybrid sharding: the replicas' sums of the same slice (or of the whole, unsliced) */
+    if (has(rep) && rep->allreduce(rep->ctx, m->zero ? m->grad_slice : m->grads,
+                                   m->zero ? m->slice_n : m->shard.total, false, err))
+        return error_prefix(err, "gradient sum over the data-parallel replicas: ");
     m->prof.seconds[PROF_GRAD_NORM] += prof_clock(&m->prof) - t0;
     /* the norm: this rank's count, summed over the slices (dp) and the model's parts */
     t0 = prof_clock(&m->prof);
@@ -142,7 +161,11 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
     }
     a.scale = (float)scale;
     t0 = prof_clock(&m->prof);
-    gpt2_shard_each(&m->shard, adamw_instance, &a);
+    if (m->offload) {
+        if (offload_each_window(m->offload, adamw_window, &a, err)) return -1;
+    } else {
+        adamw_window(&a, 0, m->slice_n, m->adam_m, m->adam_v, err);
+    }
     if (m->zero && has(dp)) { /* every slice back to every rank */
         /* the rank's slice: both device memory, a copy within the device */
         float *mine = m->slice_tmp;

@@ -11,10 +11,12 @@
 
 /* The groups a step spans: dp holds copies of this rank's part (its
  * gradients are summed over it; with ZeRO each updates its slice and they
- * gather the parameters), mp the ranks that together hold one copy of the
- * model (tp × pp: the norm sums over them). NULL or size 1: none. */
+ * gather the parameters): with hybrid sharding the shard group, whose
+ * replicas hold the same slices, the slice's sum then summed over them
+ * (replicas); mp the ranks that together hold one copy of the model (tp ×
+ * pp: the norm sums over them). NULL or size 1: none. */
 struct optim_groups {
-    const struct group *dp, *mp;
+    const struct group *dp, *replicas, *mp;
     bool summed; /* the gradients are already summed over dp (ZeRO 0) or reduce-scattered
                     into the slice (ZeRO 1) in buckets (runtime/buckets.h) */
 };
@@ -27,7 +29,7 @@ int optim_reduce_micro(struct model *m, const struct optim_groups *g, bool accum
 
 /* One AdamW step (t is 1-based) on the model's accumulated gradients: summed
  * over dp (ZeRO 0), reduce-scattered to the slices (ZeRO 1) or already there
- * (ZeRO 2); clipped by the global L2 norm (each parameter counted once over
+ * (ZeRO 2), then summed over the replicas; clipped by the global L2 norm (each parameter counted once over
  * tp, pp and dp), which *grad_norm gets; the parameters gathered back
  * (ZeRO >= 1). Every rank ends with the same parameters for its part. The
  * tied wte's gradient must already be summed between the pipeline's ends. */

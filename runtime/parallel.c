@@ -98,14 +98,32 @@ static struct comm *useful(struct comm *c)
 
 static int make_links(struct parallel *p, struct plait_error *err);
 
-int parallel_init(struct parallel *p, const struct env_rank *where, double timeout_s,
-                  const struct parallel_device *dev, struct plait_error *err)
+/* Hybrid sharding's two splits of the world: the shard groups (one per
+ * replica, tp rank and stage) and the replica groups (one per shard rank). */
+static int make_hsdp(struct parallel *p, const char *gen, struct plait_error *err)
+{
+    const struct env_rank *w = &p->where;
+    int S = p->dp_shard, shard_rank = rank_shard_of(w->dp_rank, S),
+        replica = rank_replica_of(w->dp_rank, S);
+    char name[COMM_MAX_NAME_BYTES + 1];
+    snprintf(name, sizeof name, "%s.shard", gen);
+    if (comm_split(p->world, w->tp_rank + w->tp * (w->pp_rank + w->pp * replica), shard_rank,
+                   name, &p->shard, err))
+        return -1;
+    snprintf(name, sizeof name, "%s.replicas", gen);
+    return comm_split(p->world, w->tp_rank + w->tp * (w->pp_rank + w->pp * shard_rank), replica,
+                      name, &p->replicas, err);
+}
+
+int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard,
+                  double timeout_s, const struct parallel_device *dev, struct plait_error *err)
 {
     memset(p, 0, sizeof *p);
     p->where = *where;
+    p->dp_shard = dp_shard >= 1 && where->dp % dp_shard == 0 ? dp_shard : where->dp;
     if (dev) p->dev = *dev;
     p->timeout_s = timeout_s;
-    p->g_tp = p->g_dp = p->g_mp = p->g_world = (struct group){.size = 1};
+    p->g_tp = p->g_shard = p->g_replicas = p->g_mp = p->g_world = (struct group){.size = 1};
     if (where->world == 1) return 0;
     const struct env_rank *w = where;
     char host[256], gen[32], name[COMM_MAX_NAME_BYTES + 1];
@@ -131,6 +149,7 @@ int parallel_init(struct parallel *p, const struct env_rank *where, double timeo
         goto fail;
     snprintf(name, sizeof name, "%s.mp", gen);
     if (comm_split(p->world, w->dp_rank, w->rank, name, &p->mp, err)) goto fail;
+    if (p->dp_shard < w->dp && make_hsdp(p, gen, err)) goto fail;
     if (w->pp > 1) {
         bool end = w->pp_rank == 0 || w->pp_rank == w->pp - 1;
         snprintf(name, sizeof name, "%s.ends", gen);
@@ -144,7 +163,10 @@ int parallel_init(struct parallel *p, const struct env_rank *where, double timeo
     p->dp = useful(p->dp);
     p->mp = useful(p->mp);
     p->g_tp = group_of(p->tp);
-    p->g_dp = group_of(p->dp);
+    p->shard = useful(p->shard);
+    p->replicas = useful(p->replicas);
+    p->g_shard = group_of(p->dp_shard < w->dp ? p->shard : p->dp);
+    p->g_replicas = group_of(p->replicas);
     p->g_mp = group_of(p->mp);
     p->g_world = group_of(p->world);
     return 0;
@@ -170,13 +192,15 @@ void parallel_free(struct parallel *p)
     p->out = NULL;
     p->n_out = 0;
     comm_destroy(p->ends);
+    comm_destroy(p->shard);
+    comm_destroy(p->replicas);
     comm_destroy(p->mp);
     comm_destroy(p->tp);
     comm_destroy(p->pp);
     comm_destroy(p->dp);
     comm_destroy(p->world);
     store_close(p->store);
-    p->ends = p->mp = p->tp = p->pp = p->dp = p->world = NULL;
+    p->ends = p->shard = p->replicas = p->mp = p->tp = p->pp = p->dp = p->world = NULL;
     p->store = NULL;
 }
 
@@ -371,6 +395,14 @@ void parallel_comm_totals(const struct parallel *p, double bytes[PAR_NCOMM],
         if (c[i]) comm_stats(c[i], &st);
         bytes[i] = (double)st.bytes_sent;
         wait_s[i] = st.wait_s;
+    }
+    /* hybrid sharding: the gradients' traffic is data-parallel traffic */
+    struct comm *hsdp[] = {p->shard, p->replicas};
+    for (int i = 0; i < 2; i++) {
+        struct comm_stats st = {0};
+        if (hsdp[i]) comm_stats(hsdp[i], &st);
+        bytes[PAR_DP] += (double)st.bytes_sent;
+        wait_s[PAR_DP] += st.wait_s;
     }
 }
 

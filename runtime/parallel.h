@@ -46,7 +46,14 @@ struct parallel {
     struct comm *mp;                   /* tp × pp: the ranks holding one copy of the model */
     struct comm *ends;                 /* the first and last stage of a pipeline (pp > 1):
                                           the tied wte's gradient is summed over it */
-    struct group g_tp, g_dp, g_mp, g_world;
+    /* hybrid sharding (dp_shard < dp): dp rank d is shard rank d % dp_shard of replica
+     * d / dp_shard (replicas outermost: a shard group is dp_shard consecutive dp ranks) */
+    int dp_shard;
+    struct comm *shard, *replicas; /* NULL without hybrid sharding */
+    /* g_shard: the ranks the gradients are reduced over and ZeRO slices them over (the
+     * shard group; all of dp without hybrid sharding); g_replicas: the replicas of this
+     * rank's slice (size 1: none), over which the slice's sum is summed once a step */
+    struct group g_tp, g_shard, g_replicas, g_mp, g_world;
     struct parallel_device dev;
     /* nccl (or PLAIT_DEBUG_NCCL_LINK=1): the pipeline's messages travel on
      * a communicator of their own per direction between two neighbouring
@@ -65,10 +72,10 @@ struct parallel {
 
 /* Joins the store and builds the communicators of where's layout (names
  * carry the restart count, so a restarted gang cannot meet a stale one) on
- * dev's backend. Every rank calls it; it fails by timeout_s naming what did
- * not come. */
-int parallel_init(struct parallel *p, const struct env_rank *where, double timeout_s,
-                  const struct parallel_device *dev, struct plait_error *err);
+ * dev's backend, with shard groups of dp_shard ranks (plan_dp_shard; dp:
+ * none). Every rank calls it; it fails by timeout_s naming what did not come. */
+int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard,
+                  double timeout_s, const struct parallel_device *dev, struct plait_error *err);
 void parallel_free(struct parallel *p);
 
 /* A rank that fails tells the others (the store's abort), so that they stop

@@ -22,22 +22,21 @@ static uint32_t tag_of(const struct schedule *s, int micro, int chunk, bool grad
     return 2u * ((uint32_t)micro * (uint32_t)s->v + (uint32_t)chunk) + (gradient ? 1u : 0u);
 }
 
-/* The neighbours in the virtual pipeline: chunk c of stage pp-1 feeds chunk
- * c+1 of stage 0, and gets its gradient back from there. */
-static int next_stage(const struct schedule *s, int stage)
+/* The stage and chunk next to chunk c of `stage` in the virtual pipeline,
+ * `by` virtual stages away (+1 downstream, -1 upstream): interleaved, chunk c
+ * of stage pp-1 feeds chunk c+1 of stage 0; in DualPipeV's V the last stage's
+ * chunk 0 feeds its own chunk 1 (the turn: no link, a copy). */
+static int neighbour(const struct schedule *s, int stage, int c, int by, int *chunk)
 {
-    return stage == s->pp - 1 ? 0 : stage + 1;
-}
-
-static int prev_stage(const struct schedule *s, int stage)
-{
-    return stage == 0 ? s->pp - 1 : stage - 1;
+    int to;
+    schedule_stage_of(s, schedule_virtual_stage(s, stage, c) + by, &to, chunk);
+    return to;
 }
 
 /* A stop mid-step. The first stage decides: before each micro-batch k > 0
  * enters (its F of chunk 0), every first-stage rank (tp × dp) calls
  * agree_stop at that same place of its list, so all of them agree on the same
- * k (interleaved: a k that is a multiple of pp). On a stop at k, a stage runs nothing more of
+ * k (schedule_may_stop: interleaved, a multiple of pp). On a stop at k, a stage runs nothing more of
  * micro-batches >= k: it drains, running the rest of its list for micro-batches < k (forwards,
  * backwards, weight passes), and its gradients cover exactly 0..k-1. The
  * decision travels down in the control word that precedes every activation
@@ -89,35 +88,6 @@ static void give_slot(struct run *r, int micro, int chunk)
     *at = -1;
 }
 
-/* The step's last backward of chunk c (its weight-gradient pass, when
- * split) makes that chunk's gradients final: the model calls how's hook as
- * its layers complete (with overwrite_each, every backward: each
- * micro-batch's gradients are handed over). The hook takes everything above a layer as final, so
- * it is set only when the chunks above (later in the buffer) are done too;
- * when a schedule finished a lower chunk first, that chunk's gradients wait
- * for the end of the step (buckets_finish). finished[c]: the chunk's
- * gradient passes so far, counting this one. */
-static void hook(struct model *m, const struct schedule *s, const int *finished, int c,
-                 const struct pipe_step *how)
-{
-    for (int above = c; above < s->v && !how->overwrite_each; above++)
-        if (finished[above] != s->m) return;
-    m->grads_final = how->grads_final;
-    m->grads_final_ctx = how->grads_ctx;
-}
-
-/* Micro-batch k's gradients through chunk c are in (and its input gradient
- * has gone upstream): its slot is free. After chunk 0 (its last backward on
- * this stage) the caller's after_backward runs. 0, or -1 with err. */
-static int micro_done(struct run *r, const struct pipe_step *how, int k, int c, int *done,
-                      struct plait_error *err)
-{
-    give_slot(r, k, c);
-    if (c != 0) return 0;
-    *done = k + 1;
-    return how->after_backward ? how->after_backward(how->ctx, k, err) : 0;
-}
-
 /* One step of one stage: what its operations share. */
 struct stepper {
     struct model *m;
@@ -131,13 +101,63 @@ struct stepper {
     struct pipe_times *times;
     struct run r;
     int32_t *tokens, *targets;      /* (B·T) */
+    int32_t *v_targets;             /* (m, B·T) DualPipeV's first stage, which embeds a
+                                       micro-batch in chunk 0 and takes its loss in chunk 1:
+                                       the targets read with its tokens, kept until then */
     float *grad;                    /* the next stage's input gradient, in the model's buffer */
     size_t NC;                      /* floats that cross a stage */
     int backwards[64], weights[64]; /* gradient passes so far, per chunk */
+    bool *quiet;  /* [m + 1] where the gradients are handed over: after micro-batches 0..n-1
+                     (schedule_quiescent with hand_over; else the step's end) */
+    int handed;   /* the micro-batches handed over so far */
     int stop_at;                    /* the micro-batch the pipeline stops before */
+    int turn_grad;                  /* DualPipeV's last stage: the micro-batch whose gradient
+                                       its chunk 1 left in grad for its chunk 0, or -1 */
     float word;                     /* a control word */
     bool asked;                     /* a later stage asked to stop */
 };
+
+/* The last gradient pass of chunk c before a hand-over (the step's end,
+ * or with hand_over a quiescent point; a weight-gradient pass when split)
+ * makes that chunk's gradients final: the model calls how's hook as its
+ * layers complete. The hook takes everything above a layer as final, so it
+ * is set only when the chunks above (later in the buffer) are done too; when
+ * a schedule finished a lower chunk first, that chunk's gradients wait for
+ * the hand-over (buckets_finish). counts[c]: the chunk's passes of this kind
+ * so far, counting this one. */
+static void hook(struct stepper *st, const int *counts, int c)
+{
+    int n = counts[c];
+    if (!st->quiet[n]) return;
+    for (int above = c + 1; above < st->s->v; above++)
+        if (counts[above] != n) return;
+    st->m->grads_final = st->how->grads_final;
+    st->m->grads_final_ctx = st->how->grads_ctx;
+}
+
+/* Whether a gradient pass of chunk c adds to the buffer (passes of its kind
+ * on the chunk since the last hand-over, or a resumed step's), counted[c]
+ * before this one. */
+static bool adds(const struct stepper *st, const int *counted, int c)
+{
+    return (st->how->accumulate && st->handed == 0) || counted[c] > st->handed;
+}
+
+/* Micro-batch k's gradients through chunk c are in (and its input gradient
+ * has gone upstream): its slot is free. After chunk 0 (its last backward on
+ * this stage) the caller's after_backward runs, then the hand-over where the
+ * buffer is quiescent. 0, or -1 with err. */
+static int micro_done(struct stepper *st, int k, int c, struct plait_error *err)
+{
+    const struct pipe_step *how = st->how;
+    give_slot(&st->r, k, c);
+    if (c != 0) return 0;
+    *st->done = k + 1;
+    if (how->after_backward && how->after_backward(how->ctx, k, err)) return -1;
+    if (!how->hand_over || !st->quiet[k + 1]) return 0;
+    st->handed = k + 1;
+    return how->hand_over(how->ctx, k + 1, err);
+}
 
 /* Receives micro-batch k's activation for chunk c, or a stop at k (passed on
  * down at once: no activation follows it). */
@@ -145,10 +165,17 @@ static int op_recv_act(struct stepper *st, int k, int c, double t0, struct plait
 {
     const struct schedule *s = st->s;
     const struct pipe_link *link = st->link;
-    int slot;
-    if (link->recv(link->ctx, prev_stage(s, st->stage), control_tag(s, k, c, false), &st->word, 1,
-                   err))
-        return -1;
+    int slot, from_chunk, from = neighbour(s, st->stage, c, -1, &from_chunk);
+    if (from == st->stage) { /* the V's turn: chunk 0's output, still in its slot */
+        int src = slot_of(&st->r, k, from_chunk);
+        if (src < 0 || (slot = take_slot(&st->r, k, c, err)) < 0)
+            return src < 0 ? error_set(err, "pipeline: micro-batch %d turns before its forward", k)
+                           : -1;
+        st->m->ops->copy(st->m->ctx, model_stage_input(st->m, slot),
+                         model_stage_output(st->m, src), st->NC * sizeof(float));
+        return 0;
+    }
+    if (link->recv(link->ctx, from, control_tag(s, k, c, false), &st->word, 1, err)) return -1;
     if (st->word != 0) {
         st->stop_at = k;
         if (st->stage + 1 < s->pp &&
@@ -156,8 +183,8 @@ static int op_recv_act(struct stepper *st, int k, int c, double t0, struct plait
                        err))
             return -1;
     } else if ((slot = take_slot(&st->r, k, c, err)) < 0 ||
-               link->recv(link->ctx, prev_stage(s, st->stage), tag_of(s, k, c, false),
-                          model_stage_input(st->m, slot), st->NC, err)) {
+               link->recv(link->ctx, from, tag_of(s, k, c, false), model_stage_input(st->m, slot),
+                          st->NC, err)) {
         return -1;
     }
     st->times->idle_s += now_s() - t0;
@@ -190,7 +217,7 @@ static int op_forward(struct stepper *st, int k, int c, double t0, struct plait_
     const struct pipe_step *how = st->how;
     struct model *m = st->m;
     bool embeds = m->first && c == 0, heads = m->last && c == s->v - 1;
-    if (st->stage == 0 && c == 0 && k > 0 && how->agree_stop && k % (s->v > 1 ? s->pp : 1) == 0) {
+    if (st->stage == 0 && c == 0 && how->agree_stop && schedule_may_stop(s, k)) {
         bool stopped;
         if (agree_stop(st, k, &stopped, err)) return -1;
         if (stopped) return 0;
@@ -198,8 +225,13 @@ static int op_forward(struct stepper *st, int k, int c, double t0, struct plait_
     }
     int slot = take_slot(&st->r, k, c, err);
     if (slot < 0) return -1;
-    if (embeds || heads) {
+    size_t N = (size_t)how->B * how->T;
+    if (st->v_targets && heads) { /* read with its tokens at chunk 0 */
+        memcpy(st->targets, st->v_targets + (size_t)k * N, N * sizeof *st->targets);
+    } else if (embeds || heads) {
         if (st->feed->next(st->feed->ctx, k, st->tokens, st->targets, err)) return -1;
+        if (st->v_targets)
+            memcpy(st->v_targets + (size_t)k * N, st->targets, N * sizeof *st->targets);
         double t1 = now_s();
         st->times->data_s += t1 - t0;
         t0 = t1;
@@ -219,15 +251,15 @@ static int op_send_act(struct stepper *st, int k, int c, double t0, struct plait
 {
     const struct schedule *s = st->s;
     const struct pipe_link *link = st->link;
-    int to = st->stage == s->pp - 1 ? c + 1 : c, slot = slot_of(&st->r, k, c);
+    int to, peer = neighbour(s, st->stage, c, +1, &to), slot = slot_of(&st->r, k, c);
     if (slot < 0)
         return error_set(err, "pipeline: sending micro-batch %d's activation before its forward",
                          k);
+    if (peer == st->stage) return 0; /* the V's turn: chunk 1 copies it from the slot */
     st->word = 0;
-    if (link->send(link->ctx, next_stage(s, st->stage), control_tag(s, k, to, false), &st->word, 1,
-                   true, err) ||
-        link->send(link->ctx, next_stage(s, st->stage), tag_of(s, k, to, false),
-                   model_stage_output(st->m, slot), st->NC, false, err))
+    if (link->send(link->ctx, peer, control_tag(s, k, to, false), &st->word, 1, true, err) ||
+        link->send(link->ctx, peer, tag_of(s, k, to, false), model_stage_output(st->m, slot),
+                   st->NC, false, err))
         return -1;
     st->times->send_s += now_s() - t0;
     return 0;
@@ -238,13 +270,21 @@ static int op_recv_grad(struct stepper *st, int k, int c, double t0, struct plai
 {
     const struct schedule *s = st->s;
     const struct pipe_link *link = st->link;
+    int from_chunk, from = neighbour(s, st->stage, c, +1, &from_chunk);
     if (!st->grad)
         return error_set(err, "pipeline: stage %d has no buffer for the gradient it receives",
                          st->stage);
-    if (link->recv(link->ctx, next_stage(s, st->stage), control_tag(s, k, c, true), &st->word, 1,
-                   err) ||
-        link->recv(link->ctx, next_stage(s, st->stage), tag_of(s, k, c, true), st->grad, st->NC,
-                   err))
+    if (from == st->stage || st->turn_grad >= 0) { /* the V's turn: left in grad by chunk 1 */
+        if (from != st->stage || st->turn_grad != k)
+            return error_set(err,
+                             "pipeline: stage %d receives micro-batch %d's gradient while its "
+                             "turn holds micro-batch %d's",
+                             st->stage, k, st->turn_grad);
+        st->turn_grad = -1;
+        return 0;
+    }
+    if (link->recv(link->ctx, from, control_tag(s, k, c, true), &st->word, 1, err) ||
+        link->recv(link->ctx, from, tag_of(s, k, c, true), st->grad, st->NC, err))
         return -1;
     st->asked = st->asked || st->word != 0;
     st->times->idle_s += now_s() - t0;
@@ -265,17 +305,17 @@ static int op_backward(struct stepper *st, int k, int c, double t0, struct plait
     if (slot < 0)
         return error_set(err, "pipeline: backward of micro-batch %d, chunk %d before its forward",
                          k, c);
-    bool acc = !how->overwrite_each && (how->accumulate || st->backwards[c] > 0);
+    bool acc = adds(st, st->backwards, c);
     st->backwards[c]++;
-    if (!s->split_backward) hook(m, s, st->backwards, c, how);
+    if (!s->split_backward) hook(st, st->backwards, c);
     int failed = s->split_backward
                      ? model_stage_backward_input(m, slot, st->grad, how->B, how->T, acc, err)
                      : model_stage_backward(m, slot, st->grad, how->B, how->T, acc, err);
     m->grads_final = NULL;
     if (failed) return -1;
     st->times->compute_s += now_s() - t0;
-    bool sends_grad = c * s->pp + st->stage > 0;
-    if (!s->split_backward && !sends_grad) return micro_done(&st->r, how, k, c, st->done, err);
+    bool sends_grad = schedule_virtual_stage(s, st->stage, c) > 0;
+    if (!s->split_backward && !sends_grad) return micro_done(st, k, c, err);
     return 0;
 }
 
@@ -287,14 +327,14 @@ static int op_weights(struct stepper *st, int k, int c, double t0, struct plait_
     if (!st->s->split_backward || slot < 0)
         return error_set(err, "pipeline: a weight-gradient operation for micro-batch %d %s", k,
                          st->s->split_backward ? "before its forward" : "in a combined schedule");
-    bool acc = !how->overwrite_each && (how->accumulate || st->weights[c] > 0);
+    bool acc = adds(st, st->weights, c);
     st->weights[c]++;
-    hook(st->m, st->s, st->weights, c, how);
+    hook(st, st->weights, c);
     int failed = model_stage_backward_weights(st->m, slot, how->B, how->T, acc, err);
     st->m->grads_final = NULL;
     if (failed) return -1;
     st->times->compute_s += now_s() - t0;
-    return micro_done(&st->r, how, k, c, st->done, err);
+    return micro_done(st, k, c, err);
 }
 
 /* Micro-batch k's input gradient to the previous chunk: the same, or c - 1
@@ -304,38 +344,39 @@ static int op_send_grad(struct stepper *st, int k, int c, double t0, struct plai
     const struct schedule *s = st->s;
     const struct pipe_step *how = st->how;
     const struct pipe_link *link = st->link;
-    int to = st->stage == 0 ? c - 1 : c;
+    int to, peer = neighbour(s, st->stage, c, -1, &to);
+    if (peer == st->stage) { /* the V's turn: into the buffer chunk 0's backward reads */
+        if (st->turn_grad >= 0)
+            return error_set(err, "pipeline: stage %d's turn holds micro-batch %d's gradient",
+                             st->stage, st->turn_grad);
+        st->m->ops->copy(st->m->ctx, st->grad, model_stage_input_grad(st->m),
+                         st->NC * sizeof(float));
+        st->turn_grad = k;
+        st->times->send_s += now_s() - t0;
+        return s->split_backward ? 0 : micro_done(st, k, c, err);
+    }
     st->word = st->asked || (how->wants_stop && how->wants_stop(how->ctx)) ? 1 : 0;
-    if (link->send(link->ctx, prev_stage(s, st->stage), control_tag(s, k, to, true), &st->word, 1,
-                   true, err) ||
-        link->send(link->ctx, prev_stage(s, st->stage), tag_of(s, k, to, true),
-                   model_stage_input_grad(st->m), st->NC, false, err))
+    if (link->send(link->ctx, peer, control_tag(s, k, to, true), &st->word, 1, true, err) ||
+        link->send(link->ctx, peer, tag_of(s, k, to, true), model_stage_input_grad(st->m), st->NC,
+                   false, err))
         return -1;
     st->times->send_s += now_s() - t0;
-    if (!s->split_backward) return micro_done(&st->r, how, k, c, st->done, err);
+    if (!s->split_backward) return micro_done(st, k, c, err);
     return 0;
 }
 
-/* Whether this model can run this schedule with how's hand-over */
+/* Whether this model can run this schedule */
 static int check_fits(const struct model *m, const struct schedule *s, int stage,
-                      const struct pipe_step *how, struct plait_error *err)
+                      struct plait_error *err)
 {
     if (s->v != m->chunks || s->v > 64)
         return error_set(err,
                          "pipeline: the %s schedule runs %d model chunks a stage, the model "
                          "has %d",
                          schedule_kind_name(s->kind), s->v, m->chunks);
-    if (s->v > 1 && how->overwrite_each)
-        return error_set(err, "pipeline: an interleaved schedule cannot hand over each "
-                              "micro-batch's gradients (ZeRO 2): other micro-batches' backwards "
-                              "run between a micro-batch's chunks");
     if (s->split_backward && !m->split_backward)
         return error_set(err, "pipeline: the %s schedule needs a model built for a split backward",
                          schedule_kind_name(s->kind));
-    if (s->split_backward && how->overwrite_each)
-        return error_set(err, "pipeline: a split backward cannot hand over each micro-batch's "
-                              "gradients (ZeRO 2): another's input-gradient pass runs between "
-                              "a micro-batch's two passes");
     if (schedule_max_in_flight(s, stage) > m->n_slots)
         return error_set(err,
                          "pipeline: stage %d holds up to %d micro-batches, the model has %d "
@@ -371,7 +412,7 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
                   const struct pipe_step *how, double *loss_sum, int *done,
                   struct pipe_times *times, struct plait_error *err)
 {
-    if (check_fits(m, s, stage, how, err)) return -1;
+    if (check_fits(m, s, stage, err)) return -1;
     size_t N = (size_t)how->B * how->T;
     struct stepper st = {.m = m,
                          .s = s,
@@ -388,19 +429,31 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
                          .targets = malloc(N * sizeof(int32_t)),
                          .grad = m->grad_in,
                          .NC = model_stage_floats(m, how->B, how->T),
-                         .stop_at = s->m};
+                         .quiet = calloc((size_t)s->m + 1, sizeof(bool)),
+                         .stop_at = s->m,
+                         .turn_grad = -1,
+                         .v_targets = m->first && m->last && s->v > 1
+                                          ? malloc((size_t)s->m * N * sizeof(int32_t))
+                                          : NULL};
     int rc = -1;
     memset(times, 0, sizeof *times);
     if (loss_sum) *loss_sum = 0;
     *done = 0;
-    if (!st.r.slot_of || !st.r.busy || !st.tokens || !st.targets) {
+    if (!st.r.slot_of || !st.r.busy || !st.tokens || !st.targets || !st.quiet ||
+        (m->first && m->last && s->v > 1 && !st.v_targets)) {
         error_set(err, "out of memory");
         goto out;
     }
+    if (how->hand_over)
+        schedule_quiescent(s, stage, st.quiet);
+    else
+        st.quiet[s->m] = true;
     for (int k = 0; k < s->m * s->v; k++) st.r.slot_of[k] = -1;
     for (int i = 0; i < s->n_ops[stage]; i++)
         if (s->ops[stage][i].micro < st.stop_at && run_op(&st, s->ops[stage][i], err))
             goto out; /* past stop_at: draining */
+    /* drained at a stop: schedule_may_stop's are quiescent, so this is for safety only */
+    if (how->hand_over && st.handed < *done && how->hand_over(how->ctx, *done, err)) goto out;
     if (link->flush && link->flush(link->ctx, err)) goto out;
     rc = 0;
 out:
@@ -408,5 +461,7 @@ out:
     free(st.r.busy);
     free(st.tokens);
     free(st.targets);
+    free(st.v_targets);
+    free(st.quiet);
     return rc;
 }

@@ -56,11 +56,16 @@ struct pipe_step {
     float grad_scale;    /* as model_forward's */
     bool accumulate;     /* the first backward adds to the gradients already there (a step
                             resumed where it stopped); else it writes them */
-    bool overwrite_each; /* every backward writes the gradients (they are taken away after
-                            each micro-batch: ZeRO 2) */
     /* Called once each micro-batch's gradients are in and its input gradient
      * has gone upstream (may be NULL): 0, or -1 with err. */
     int (*after_backward)(void *ctx, int micro, struct plait_error *err);
+    /* NULL: the gradients accumulate over the whole step. Else (ZeRO 2) they
+     * are handed over, and the buffer taken away, at every point of the
+     * stage's list where it is quiescent (schedule_quiescent: micro-batches
+     * 0..micros-1 have run every gradient pass, later ones none), after that
+     * micro-batch's after_backward; the next pass writes the buffer afresh.
+     * A step stopped early hands over where it drained. 0, or -1 with err. */
+    int (*hand_over)(void *ctx, int micros, struct plait_error *err);
     /* A stop mid-step (both may be NULL: the step runs to its end).
      * agree_stop: on the first stage, before each micro-batch but the step's
      * first enters (the same place in every first-stage rank's list): *stop
@@ -70,9 +75,9 @@ struct pipe_step {
     int (*agree_stop)(void *ctx, int *stop, struct plait_error *err);
     bool (*wants_stop)(void *ctx);
     void *ctx;
-    /* The model's grads_final hook during the step's last backward, when the
-     * gradients become the step's, or with overwrite_each during every
-     * backward (may be NULL: runtime/buckets.h). */
+    /* The model's grads_final hook during the last backward before a hand-over
+     * (the step's end without hand_over), as the gradients to be handed over
+     * become final (may be NULL: runtime/buckets.h). */
     int (*grads_final)(void *ctx, size_t from, size_t to, struct plait_error *err);
     void *grads_ctx;
 };

@@ -180,6 +180,11 @@ static bool measure_cpu_rates(struct trainer *t)
     return t->has_cpu_rate = true;
 }
 
+void report_measure_cpu_early(struct trainer *t)
+{
+    if (t->ops == ops_cpu() && !getenv(PLAIT_ENV_PEAK_GFLOPS)) measure_cpu_rates(t);
+}
+
 void report_measure_peak(struct trainer *t)
 {
     const char *env = getenv(PLAIT_ENV_PEAK_GFLOPS);

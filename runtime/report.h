@@ -30,6 +30,12 @@ struct step_taken {
  * product measured now (device_peak_gflops). */
 void report_measure_peak(struct trainer *t);
 
+/* On CPU ranks, the rates report_measure_peak takes, measured before the
+ * model is allocated: the measurement's buffers (up to ~128 MB, freed) then
+ * never add to the rank's peak resident set, which bench-memory holds against
+ * the model's prediction. */
+void report_measure_cpu_early(struct trainer *t);
+
 /* Rank 0's files of the run as it starts: plan.json, metrics.jsonl (cut back
  * to the state's step) and run.json; resumed_from: the checkpoint, "" none. */
 int report_open(struct trainer *t, const char *resumed_from, struct plait_error *err);

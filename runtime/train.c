@@ -65,7 +65,10 @@ static int reduce_and_step(struct trainer *t, struct step_taken *st, bool dump,
 {
     const struct plan *p = t->plan;
     int B = p->batch.micro_batch, T = p->model.seq_len;
-    struct optim_groups groups = {.dp = &t->par.g_dp, .mp = &t->par.g_mp, .summed = t->bucketed};
+    struct optim_groups groups = {.dp = &t->par.g_shard,
+                                  .replicas = &t->par.g_replicas,
+                                  .mp = &t->par.g_mp,
+                                  .summed = t->bucketed};
     /* The sums over dp (ZeRO 0) or reduce-scatters (1) started during
      * backward (not in a dump's step: the dump shows every rank's own
      * gradients) are waited for, then the LayerNorms' sum over tp is taken

@@ -17,27 +17,34 @@
 #include "runtime/train.h" // defines: train_stop_signal
 #include "runtime/train_save.h"
 
-/* One micro-batch forward only, through the pipeline's stages in turn (with
- * chunks, stage 0..pp-1 through chunk 0, then chunk 1, ...), in slot 0 under
- * its own tag (tag + c·2^24 into chunk c): the first stage embeds tokens,
- * the last keeps the logits and, with targets, puts the mean loss in *loss. */
+/* One micro-batch forward only, through the pipeline's virtual stages in
+ * turn (each stage's chunks in order; the schedule says which virtual stage
+ * each is), in slot 0 under its own tag (tag + c·2^24 into chunk c): the
+ * first virtual stage embeds tokens, the last keeps the logits and, with
+ * targets, puts the mean loss in *loss. DualPipeV's turn (the last stage's
+ * chunk 0 into its own chunk 1) is a copy within the slot. */
 static int forward_through_stages(struct trainer *t, uint32_t tag, const int32_t *tokens,
                                   const int32_t *targets, double *loss, struct plait_error *err)
 {
     const struct plan *p = t->plan;
-    int B = p->batch.micro_batch, T = p->model.seq_len, pp = t->where->pp, s = t->where->pp_rank;
+    const struct schedule *sc = &t->sched;
+    int B = p->batch.micro_batch, T = p->model.seq_len, s = t->where->pp_rank;
+    int V = t->where->pp * t->m.chunks, peer, pc;
     size_t NC = model_stage_floats(&t->m, B, T); /* this rank's rows, sequence parallel */
     struct pipe_link link = parallel_pipe_link(&t->par);
     for (int c = 0; c < t->m.chunks; c++) {
-        bool embeds = t->m.first && c == 0, heads = t->m.last && c == t->m.chunks - 1;
+        int j = t->where->pp > 1 ? schedule_virtual_stage(sc, s, c) : c;
         t->m.slots[0].chunk = c;
-        if (!embeds && link.recv(link.ctx, s == 0 ? pp - 1 : s - 1, tag + ((uint32_t)c << 24),
-                                 model_stage_input(&t->m, 0), NC, err))
+        if (j > 0 && (schedule_stage_of(sc, j - 1, &peer, &pc), peer == s))
+            t->m.ops->copy(t->m.ctx, model_stage_input(&t->m, 0), model_stage_output(&t->m, 0),
+                           NC * sizeof(float));
+        else if (j > 0 && link.recv(link.ctx, peer, tag + ((uint32_t)c << 24),
+                                    model_stage_input(&t->m, 0), NC, err))
             return -1;
         if (model_stage_forward(&t->m, 0, tokens, targets, B, T, 0.0f, loss, err)) return -1;
-        if (!heads && link.send(link.ctx, s == pp - 1 ? 0 : s + 1,
-                                tag + ((uint32_t)(s == pp - 1 ? c + 1 : c) << 24),
-                                model_stage_output(&t->m, 0), NC, false, err))
+        if (j < V - 1 && (schedule_stage_of(sc, j + 1, &peer, &pc), peer != s) &&
+            link.send(link.ctx, peer, tag + ((uint32_t)pc << 24), model_stage_output(&t->m, 0),
+                      NC, false, err))
             return -1;
     }
     t->m.slots[0].chunk = 0;
@@ -100,6 +107,7 @@ int train_dump_step1(struct trainer *t, struct plait_error *err)
 struct step_feed {
     struct trainer *t;
     int step;
+    bool slice_holds; /* ZeRO 2: the slice holds this step's earlier micro-batches */
 };
 
 static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
@@ -127,42 +135,95 @@ static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
     return 0;
 }
 
+/* Whether this rank holds one end of a tied pipeline whose other end is
+ * another stage's: not with both on one stage (no pipeline, or DualPipeV's V,
+ * whose first stage embeds and computes the loss). */
+static bool holds_one_tied_end(const struct model *m)
+{
+    return (m->first || m->last) && !(m->first && m->last) && !m->cfg.untied;
+}
+
 int train_tied_sum(struct trainer *t, struct plait_error *err)
 {
-    if (t->where->pp == 1 || !(t->m.first || t->m.last) || t->m.cfg.untied) return 0;
+    if (!holds_one_tied_end(&t->m)) return 0;
     return parallel_sum_ends(&t->par, t->m.grads + gpt2_shard_offset(&t->m.shard, GPT2_WTE, 0),
                              t->m.shard.elems[GPT2_WTE], err);
 }
 
-/* The gradients that more than one rank computed a term of: the tied wte's
- * between the pipeline's ends, and with sequence parallelism the LayerNorms'
- * over tp. */
-static int shared_sums(struct trainer *t, struct plait_error *err)
+/* ZeRO 2 hands over at every micro-batch on both pipeline ends only with
+ * one chunk and a whole backward (1F1B, GPipe), where the tied wte's sum
+ * between them goes with each hand-over; an interleaved or split schedule
+ * hands over at points of its own on each stage (schedule_quiescent), so wte
+ * goes over unsummed and its sum between the ends is taken in the slices at
+ * the step's end (tie_in_slices). */
+static bool ties_in_slices(const struct trainer *t)
 {
-    return model_sum_layernorm_grads(&t->m, err) || train_tied_sum(t, err) ? -1 : 0;
+    return t->m.zero == 2 && (t->sched.v > 1 || t->sched.split_backward);
 }
 
-/* After each micro-batch: ZeRO 2's reduction, its count, the fault
- * injection. */
+/* The gradients that more than one rank computed a term of: with sequence
+ * parallelism the LayerNorms' over tp, and (tied) the wte's between the
+ * pipeline's ends. */
+static int shared_sums(struct trainer *t, bool tied, struct plait_error *err)
+{
+    return model_sum_layernorm_grads(&t->m, err) || (tied && train_tied_sum(t, err)) ? -1 : 0;
+}
+
+/* ZeRO 2, where the stage's buffer is quiescent: the micro-batches' gradients
+ * since the last hand-over into the slice (added after the step's first). In
+ * buckets started during the last backward: the tied wte's sum before the
+ * embeddings' bucket, the LayerNorms' over tp in the slice; else both before
+ * the reduction. */
+static int hand_over(void *ctx, int micros, struct plait_error *err)
+{
+    struct step_feed *f = ctx;
+    struct trainer *t = f->t;
+    const struct plan *p = t->plan;
+    int B = p->batch.micro_batch, T = p->model.seq_len;
+    bool tied = !ties_in_slices(t), adds = f->slice_holds;
+    (void)micros;
+    f->slice_holds = true;
+    if (t->bucketed) {
+        if ((t->hooked ? tied && train_tied_sum(t, err) : shared_sums(t, tied, err)) ||
+            buckets_finish(&t->buckets, B, T, t->hooked, err))
+            return -1;
+        t->buckets.accumulate = true; /* the next hand-over's buckets add */
+        return 0;
+    }
+    struct optim_groups g = {.dp = &t->par.g_shard, .mp = &t->par.g_mp};
+    return shared_sums(t, tied, err) || optim_reduce_micro(&t->m, &g, adds, err) ? -1 : 0;
+}
+
+/* With ties_in_slices, at the step's end: the tied wte's sum between the
+ * pipeline's ends, in the slices. Each end gathers its slices over dp into
+ * its gradient buffer (all handed over: free), sums wte there with the other
+ * end, and takes its own slice's part of the sum back. */
+static int tie_in_slices(struct trainer *t, struct plait_error *err)
+{
+    struct model *m = &t->m;
+    const struct group *dp = &t->par.g_shard;
+    if (!holds_one_tied_end(m)) return 0;
+    if (dp->size > 1 && dp->allgather(dp->ctx, m->grad_slice, m->grads, m->slice_n, err))
+        return error_prefix(err, "the tied wte's gradient, gathered over dp: ");
+    if (dp->size == 1) m->ops->copy(m->ctx, m->grads, m->grad_slice, m->slice_n * sizeof(float));
+    if (train_tied_sum(t, err)) return -1;
+    size_t wte = gpt2_shard_offset(&m->shard, GPT2_WTE, 0), end = wte + m->shard.elems[GPT2_WTE];
+    size_t a = wte > m->slice_at ? wte : m->slice_at,
+           z = end < m->slice_at + m->slice_n ? end : m->slice_at + m->slice_n;
+    if (z > a)
+        m->ops->copy(m->ctx, m->grad_slice + (a - m->slice_at), m->grads + a,
+                     (z - a) * sizeof(float));
+    return 0;
+}
+
+/* After each micro-batch: its count, the fault injection. */
 static int after_micro(void *ctx, int micro, struct plait_error *err)
 {
     struct step_feed *f = ctx;
     struct trainer *t = f->t;
     const struct plan *p = t->plan;
     (void)micro;
-    /* ZeRO 2: this micro-batch's gradients into the slice. In buckets started
-     * during its backward: the tied wte's sum before the embeddings' bucket,
-     * the LayerNorms' over tp in the slice; else both before the reduction. */
-    int B = p->batch.micro_batch, T = p->model.seq_len;
-    if (t->m.zero == 2 && t->bucketed) {
-        if ((t->hooked ? train_tied_sum(t, err) : shared_sums(t, err)) ||
-            buckets_finish(&t->buckets, B, T, t->hooked, err))
-            return -1;
-        t->buckets.accumulate = true; /* the next micro-batch's adds */
-    } else if (t->m.zero == 2) {
-        struct optim_groups g = {.dp = &t->par.g_dp, .mp = &t->par.g_mp};
-        if (shared_sums(t, err) || optim_reduce_micro(&t->m, &g, t->st.micro > 0, err)) return -1;
-    }
+    (void)err;
     t->st.micro++;
     t->st.tokens += (int64_t)p->batch.micro_batch * p->model.seq_len * t->where->dp;
     if (++t->micro_done == t->signal_after_micro) raise(SIGTERM);
@@ -194,15 +255,15 @@ int train_micro_batches(struct trainer *t, int s, float grad_scale, struct plait
         if (schedule_make(&resumed, t->sched.kind, t->sched.pp, left, t->sched.v, err)) return -1;
         sched = &resumed;
     }
-    struct step_feed f = {t, s};
+    struct step_feed f = {t, s, t->st.micro > 0};
     struct pipe_feed feed = {feed_next, &f};
     struct pipe_link link = parallel_pipe_link(&t->par);
     struct pipe_step how = {.B = p->batch.micro_batch,
                             .T = p->model.seq_len,
                             .grad_scale = grad_scale,
                             .accumulate = t->st.micro > 0 && t->m.zero < 2,
-                            .overwrite_each = t->m.zero == 2,
                             .after_backward = after_micro,
+                            .hand_over = t->m.zero == 2 ? hand_over : NULL,
                             .agree_stop = agree_stop,
                             .wants_stop = wants_stop,
                             .ctx = &f};
@@ -224,5 +285,6 @@ int train_micro_batches(struct trainer *t, int s, float grad_scale, struct plait
     if (rc && t->data_failed) return train_save_failing(t, err);
     if (rc) return error_prefix(err, "step %d, micro-batch %d: ", s + 1, t->st.micro + 1);
     if (t->st.micro < A && !train_stop_signal) train_stop_signal = SIGTERM; /* another rank's */
-    return t->st.micro < A ? 1 : 0;
+    if (t->st.micro < A) return 1;
+    return ties_in_slices(t) && tie_in_slices(t, err) ? -1 : 0;
 }

@@ -13,7 +13,8 @@
 #include "common/log.h"
 #include "common/place/cost.h" // defines: cost_stage_part
 #include "common/place/env.h"
-#include "common/place/gpu.h" // defines: gpu_flops_per_token
+#include "common/place/gpu.h"        // defines: gpu_flops_per_token
+#include "common/place/rank_order.h" // defines: rank_shard_of, rank_replica_of
 #include "runtime/ckpt.h"
 #include "runtime/ckpt_parts.h"
 #include "runtime/ckpt_resume.h" // defines: ckpt_load_latest, ckpt_parts_load
@@ -89,7 +90,9 @@ static int connect_ranks(struct trainer *t, struct plait_error *err)
         return -1;
     struct parallel_device dev = {.ops = t->ops, .ctx = t->ctx};
     if (device_comm_backend(p, w, t->ops, &dev.backend, err)) return -1;
-    if (parallel_init(&t->par, w, p->parallel.timeout_s, &dev, err)) return -1;
+    if (parallel_init(&t->par, w, plan_dp_shard(&p->parallel, w->dp), p->parallel.timeout_s, &dev,
+                      err))
+        return -1;
     t->par_ready = true;
     return 0;
 }
@@ -103,6 +106,24 @@ static int make_schedule(struct trainer *t, struct plait_error *err)
     struct sched_sim sim;
     if (schedule_simulate_textbook(&t->sched, &sim, err)) return -1;
     t->bubble_sim = t->where->pp > 1 ? sim.bubble : -1;
+    return 0;
+}
+
+/* Where the optimizer's state goes (parallel.offload): nvme on CPU ranks (the
+ * CUDA backend's windows are not built yet); host, which on a CPU rank is
+ * where it is already, said once. */
+static int offload_says(struct trainer *t, struct plait_error *err)
+{
+    const struct plan_parallel *par = &t->plan->parallel;
+    bool gpu = t->ops != ops_cpu();
+    if (gpu && par->offload != PLAN_OFFLOAD_NONE)
+        return error_set(err,
+                         "parallel.offload \"%s\": not built for GPU ranks yet (rank %d is on "
+                         "GPU %d); \"nvme\" runs on CPU ranks",
+                         plan_offload_name(par->offload), t->where->rank, t->where->device);
+    if (par->offload == PLAN_OFFLOAD_HOST && t->where->rank == 0)
+        log_info("parallel.offload \"host\": on CPU ranks the optimizer state is in host memory "
+                 "already; nothing moves");
     return 0;
 }
 
@@ -120,11 +141,20 @@ static int make_model(struct trainer *t, struct plait_error *err)
                                 .fp8_scaling = p->fp8_scaling,
                                 .recompute = p->recompute,
                                 .slots = schedule_max_in_flight(&t->sched, w->pp_rank),
-                                .dp = w->dp,
-                                .dp_rank = w->dp_rank,
+                                /* ZeRO's slices: over the shard group (HSDP) */
+                                .dp = t->par.dp_shard,
+                                .dp_rank = rank_shard_of(w->dp_rank, t->par.dp_shard),
+                                .replicas = w->dp / t->par.dp_shard,
+                                .replica = rank_replica_of(w->dp_rank, t->par.dp_shard),
                                 .zero = p->parallel.zero,
                                 .split_backward = t->sched.split_backward,
-                                .sequence_parallel = p->parallel.sequence_parallel};
+                                .sequence_parallel = p->parallel.sequence_parallel,
+                                .offload_dir = p->parallel.offload == PLAN_OFFLOAD_NVME
+                                                   ? p->parallel.offload_dir
+                                                   : NULL,
+                                .offload_rank = w->rank,
+                                .offload_window_mb = p->parallel.offload_window_mb};
+    if (offload_says(t, err)) return -1;
     t->rss_before_model = report_proc_status_bytes("VmRSS");
     if (model_init(&t->m, &cfg, &part, &t->par.g_tp, t->ops, t->ctx, &shape, err)) return -1;
     t->model_ready = true;
@@ -139,9 +169,10 @@ static int make_step_buffers(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
     int B = p->batch.micro_batch, T = p->model.seq_len;
-    if (t->where->dp > 1 && t->par.g_dp.iallreduce &&
-        (p->parallel.zero == 0 || t->par.g_dp.ireduce_scatter_v)) {
-        if (buckets_init(&t->buckets, &t->m, &t->par.g_dp, p->parallel.bucket_mb, err)) return -1;
+    if (t->par.g_shard.size > 1 && t->par.g_shard.iallreduce &&
+        (p->parallel.zero == 0 || t->par.g_shard.ireduce_scatter_v)) {
+        if (buckets_init(&t->buckets, &t->m, &t->par.g_shard, p->parallel.bucket_mb, err))
+            return -1;
         t->bucketed = true;
     }
     if (p->checkpoint.async && ckpt_async_reserve(&t->async, &t->m, err)) return -1;
@@ -270,8 +301,10 @@ int train_setup(struct trainer *t, struct plait_error *err)
 {
     char resumed_from[64] = "";
     t->multi = t->where->world > 1;
-    if (connect_ranks(t, err) || run_dir_open(t, err) || make_schedule(t, err) ||
-        make_model(t, err) || make_step_buffers(t, err) || resume_or_start(t, resumed_from, err) ||
+    if (connect_ranks(t, err) || run_dir_open(t, err) || make_schedule(t, err))
+        return -1;
+    report_measure_cpu_early(t);
+    if (make_model(t, err) || make_step_buffers(t, err) || resume_or_start(t, resumed_from, err) ||
         open_data(t, err) || read_debug_switches(t, err))
         return -1;
     report_measure_peak(t);

@@ -115,24 +115,25 @@ static json_t *slice_json(const char *file, const struct gpt2_config *cfg,
         if (sscanf(file, "%5[a-z]-tp%d-pp%d.bin%n", kind, &tr, &st, &n) != 3 || file[n])
             return NULL; /* not a part file */
     }
-    int tp = l->tp, pp = l->pp, dp = l->dp;
+    int tp = l->tp, pp = l->pp, dp = l->dp_shard ? l->dp_shard : l->dp;
     if (st < 0 || st >= pp || tr < 0 || tr >= tp) return NULL;
     int b = l->stage_begin[st], e = l->stage_end[st], c = l->chunks > 1 ? l->chunks : 1;
+    struct gpt2_part part = {.tp = tp,
+                             .tp_rank = tr,
+                             .pp = pp,
+                             .pp_rank = st,
+                             .layer_begin = b,
+                             .layer_end = e,
+                             .chunks = c,
+                             .v_shape = l->v_shape};
+    int stride = gpt2_part_chunk_stride(&part);
     json_t *layers = json_array();
     for (int k = 0; k < c; k++)
-        json_array_append_new(layers,
-                              json_pack("[i,i]", b + k * pp * (e - b), e + k * pp * (e - b)));
+        json_array_append_new(layers, json_pack("[i,i]", b + k * stride, e + k * stride));
     json_t *out =
         json_pack("{s:i,s:i,s:i,s:o}", "tp_rank", tr, "tp", tp, "pp_rank", st, "layers", layers);
     if (d >= 0) json_object_set_new(out, "dp_rank", json_integer(d));
     if (d >= 0 && l->zero > 0 && !strcmp(kind, "optim")) {
-        struct gpt2_part part = {.tp = tp,
-                                 .tp_rank = tr,
-                                 .pp = pp,
-                                 .pp_rank = st,
-                                 .layer_begin = b,
-                                 .layer_end = e,
-                                 .chunks = c};
         struct gpt2_shard sh;
         struct plait_error err;
         if (gpt2_shard_init(&sh, cfg, &part, &err) == 0) {
@@ -151,8 +152,12 @@ static json_t *layout_json(const struct ckpt_layout *l, const struct gpt2_config
 {
     json_t *o =
         json_pack("{s:i,s:i,s:i,s:i}", "tp", l->tp, "pp", l->pp, "dp", l->dp, "zero", l->zero);
+    if (o && l->dp_shard && l->dp_shard != l->dp) /* hybrid sharding */
+        json_object_set_new(o, "dp_shard", json_integer(l->dp_shard));
     if (o && l->chunks > 1) /* interleaved: which layers a stage holds */
         json_object_set_new(o, "virtual_stages", json_integer(l->chunks));
+    if (o && l->v_shape) /* DualPipeV: its second chunk runs back up the stages */
+        json_object_set_new(o, "v_shape", json_true());
     if (o && l->stage_begin) {
         json_t *stages = json_array();
         for (int s = 0; s < l->pp; s++)
@@ -249,7 +254,7 @@ static void read_stages(struct json_read *r, json_t *stages, struct ckpt_layout 
 
 static void read_layout(struct json_read *r, json_t *j, struct ckpt_layout *out)
 {
-    *out = (struct ckpt_layout){.tp = 1, .pp = 1, .dp = 1, .chunks = 1};
+    *out = (struct ckpt_layout){.tp = 1, .pp = 1, .dp = 1, .chunks = 1, .dp_shard = 1};
     out->whole = json_object_get(json_object_get(j, "files"), "model.bin") != NULL;
     if (!json_read_has(j, "layout")) return;
     json_t *l = json_read_object(r, j, NULL, "layout");
@@ -258,13 +263,23 @@ static void read_layout(struct json_read *r, json_t *j, struct ckpt_layout *out)
     layout_int(r, l, "dp", &out->dp);
     layout_int(r, l, "zero", &out->zero);
     layout_int(r, l, "virtual_stages", &out->chunks);
+    if (json_read_has(l, "v_shape")) out->v_shape = json_read_bool(r, l, "layout", "v_shape");
+    out->dp_shard = out->dp;
+    layout_int(r, l, "dp_shard", &out->dp_shard);
     if (r->failed) return;
+    if (out->v_shape && out->chunks != 2) {
+        r->failed = error_set(r->err, "%s: layout: a V shape has 2 chunks a stage, not %d",
+                              r->file, out->chunks);
+        return;
+    }
     if (out->tp < 1 || out->pp < 1 || out->dp < 1 || out->chunks < 1 || out->zero < 0 ||
-        out->zero > 3 || (int64_t)out->tp * out->pp * out->dp > (1 << 24)) {
+        out->zero > 3 || (int64_t)out->tp * out->pp * out->dp > (1 << 24) ||
+        out->dp_shard < 1 || out->dp % out->dp_shard != 0) {
         r->failed = error_set(r->err,
-                              "%s: layout: tp %d × pp %d × dp %d, ZeRO %d, %d chunk(s) is not a "
-                              "layout",
-                              r->file, out->tp, out->pp, out->dp, out->zero, out->chunks);
+                              "%s: layout: tp %d × pp %d × dp %d (shard groups of %d), ZeRO %d, "
+                              "%d chunk(s) is not a layout",
+                              r->file, out->tp, out->pp, out->dp, out->dp_shard, out->zero,
+                              out->chunks);
         return;
     }
     if (json_read_has(l, "stages")) read_stages(r, json_read_array(r, l, "layout", "stages"), out);

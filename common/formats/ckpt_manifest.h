@@ -22,6 +22,10 @@ struct ckpt_layout {
     int tp, pp, dp, zero, chunks;
     bool whole; /* it lists model.bin (then no "layout" is written, and the rest is all 1) */
     int *stage_begin, *stage_end; /* pp each, or NULL */
+    int dp_shard; /* ZeRO's slices: one per rank of a shard group (hybrid sharding: each
+                     replica's ranks hold the same, replica 0's wrote them); read: dp
+                     where the manifest says none; written only when not dp */
+    bool v_shape;                 /* DualPipeV's two chunks a stage in a V (gpt2_part's) */
 };
 void ckpt_layout_free(struct ckpt_layout *l);
 

@@ -141,12 +141,17 @@ int ckpt_source_open(struct ckpt_source *s, const char *cdir, struct plait_error
                                       .pp_rank = st,
                                       .layer_begin = l->stage_begin[st],
                                       .layer_end = l->stage_end[st],
-                                      .chunks = l->chunks};
+                                      .chunks = l->chunks,
+                                      .v_shape = l->v_shape};
         } else {
             part = cost_stage_part(plan, l->tp, 0, pp, st);
-            if (part.chunks != l->chunks) { /* interleaved: the even split */
+            if (part.chunks != l->chunks || part.v_shape != l->v_shape) { /* the even split */
                 part.chunks = l->chunks;
-                if (l->chunks > 1) gpt2_stage_chunks(L, pp, l->chunks, st, &part);
+                part.v_shape = false;
+                if (l->v_shape)
+                    gpt2_stage_vshape(L, pp, st, &part);
+                else if (l->chunks > 1)
+                    gpt2_stage_chunks(L, pp, l->chunks, st, &part);
             }
         }
         struct gpt2_shard *sh = &s->stages[st];
@@ -154,7 +159,7 @@ int ckpt_source_open(struct ckpt_source *s, const char *cdir, struct plait_error
             error_prefix(err, "%s: stage %d: ", cdir, st);
             goto fail;
         }
-        size_t dp = (size_t)l->dp;
+        size_t dp = (size_t)l->dp_shard; /* the slices: one per rank of a shard group */
         s->slice[st] = l->zero ? (sh->total + dp - 1) / dp : sh->total;
         for (int i = 0; i < gpt2_shard_layers(sh); i++)
             s->layer_stage[gpt2_shard_layer(sh, i)] = st;
@@ -344,9 +349,11 @@ static int read_instance(void *ctx, enum gpt2_tensor t, int l, size_t off, size_
     if (a >= b) return 0;
     struct ckpt_source *s = c->s;
     const struct gpt2_shard *dst = c->dst;
-    /* the stage that holds it: the tied wte is read from the first */
+    /* the stage that holds it: the tied wte is read from the first; the head from the
+     * last (in a V the first: its chunk 1 ends the model) */
+    int last = s->layout.v_shape ? 0 : s->layout.pp - 1;
     int st = t == GPT2_WTE || t == GPT2_WPE                            ? 0
-             : t == GPT2_LNFW || t == GPT2_LNFB || t == GPT2_LMHEAD ? s->layout.pp - 1
+             : t == GPT2_LNFW || t == GPT2_LNFB || t == GPT2_LMHEAD ? last
                                                                     : s->layer_stage[l];
     size_t whole = gpt2_tensor_tp_replicated(t)
                        ? elems
@@ -419,7 +426,7 @@ int ckpt_source_check(struct ckpt_source *s, struct plait_error *err)
                          source_file(s, CKPT_PART_MODEL, tr, st, -1, err) < 0
                      ? -1
                      : 0;
-            int dps = l->zero ? l->dp : 1;
+            int dps = l->zero ? l->dp_shard : 1;
             for (int d = 0; d < dps && rc == 0; d++) {
                 ckpt_part_name(name, sizeof name, CKPT_PART_OPTIM, tr, st, d, l->zero > 0);
                 rc = listed(files, s->dir, name, l, err) ||

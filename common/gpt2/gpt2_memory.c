@@ -139,6 +139,14 @@ static bool add_bytes(uint64_t *bytes, size_t n, size_t width)
     return ck_mul(n, width, &b) && !__builtin_add_overflow(*bytes, (uint64_t)b, bytes);
 }
 
+/* Floats of a moment's offload window: window_mb MiB, at most the slice. */
+static size_t offload_window_of(double window_mb, size_t S)
+{
+    double w = window_mb * 1048576.0 / sizeof(float);
+    size_t floats = w < 1 ? 1 : w > (double)S ? S : (size_t)w;
+    return floats ? floats : 1;
+}
+
 int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shape,
                 struct gpt2_memory *out, struct plait_error *err)
 {
@@ -170,8 +178,12 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
     ok = ok && add_bytes(&out->params, Pp, 4) && add_bytes(&out->params, bf16 ? Pp : 0, 2) &&
          add_bytes(&out->grads, Pp, 4) &&
          add_bytes(&out->grads, out->zero == 1 || out->zero == 2 ? S : 0, 4) &&
-         add_bytes(&out->optimizer, S, 8) &&
          add_bytes(&out->optimizer, out->zero == 1 || out->zero == 2 ? S : 0, 4);
+    /* the moments: beside the weights, or on disk with two windows of each in memory */
+    out->offload_window = h->offload_window_mb > 0 ? offload_window_of(h->offload_window_mb, S) : 0;
+    ok = ok && (out->offload_window ? add_bytes(&out->optimizer, out->offload_window, 16) &&
+                                          add_bytes(&out->disk, S, 8)
+                                    : add_bytes(&out->optimizer, S, 8));
     if (ok && h->precision == PLAN_PRECISION_FP8) {
         out->lm_head16 = s->last ? s->elems[s->cfg.untied ? GPT2_LMHEAD : GPT2_WTE] : 0;
         ok = fp8_copy(s, h->fp8_scaling, layers, &out->fp8_elems, &out->fp8_scales) &&

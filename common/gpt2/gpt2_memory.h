@@ -105,6 +105,7 @@ struct gpt2_memory_shape {
     bool fused_attention;   /* the backend's fused attention (kernels/ops.h
                                attention_*_fused, the CUDA backend's): no
                                (B,NH,T,T) probabilities, their gradient neither */
+    double offload_window_mb; /* parallel.offload "nvme": the moments' window (0: none) */
 };
 
 /* The block edge of the fp8 copy's block scaling (kernels/fp8.h's FP8_TILE). */
@@ -124,7 +125,10 @@ struct gpt2_memory {
     size_t fp8_elems, fp8_scales; /* precision fp8: the weight copy's codes and scales */
     size_t lm_head16;             /* precision fp8, last stage: elements of the LM head's
                                      bf16 copy of wte, (Vp/tp, C) */
+    size_t offload_window; /* nvme offload: floats of a moment's window (two of each in
+                              memory), 0 without */
     uint64_t params, grads, optimizer, activations, total; /* bytes */
+    uint64_t disk; /* bytes in files (nvme offload's moments), not in total */
 };
 
 /* The memory of shard s run as shape says: -1 with err when a buffer is too

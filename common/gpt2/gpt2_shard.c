@@ -55,6 +55,21 @@ void gpt2_stage_chunks(int layers, int pp, int chunks, int stage, struct gpt2_pa
     part->chunks = chunks;
 }
 
+void gpt2_stage_vshape(int layers, int pp, int stage, struct gpt2_part *part)
+{
+    int n = layers / (2 * pp);
+    part->layer_begin = stage * n;
+    part->layer_end = part->layer_begin + n;
+    part->chunks = 2;
+    part->v_shape = true;
+}
+
+int gpt2_part_chunk_stride(const struct gpt2_part *part)
+{
+    int n = part->layer_end - part->layer_begin;
+    return part->v_shape ? (2 * part->pp - 1 - 2 * part->pp_rank) * n : part->pp * n;
+}
+
 /* tp must divide what it splits: the heads (and key/value heads), the MLP's
  * width and the padded vocabulary. */
 static int check_tp(const struct gpt2_config *cfg, const struct gpt2_part *p,
@@ -102,14 +117,15 @@ int gpt2_shard_init(struct gpt2_shard *s, const struct gpt2_config *cfg,
     int chunks = p->chunks < 1 ? 1 : p->chunks;
     long long n = (long long)p->layer_end - p->layer_begin;
     if (p->pp < 1 || p->pp_rank < 0 || p->pp_rank >= p->pp || p->layer_begin < 0 || n < 1 ||
-        p->layer_end + (long long)(chunks - 1) * p->pp * n > cfg->layers)
+        (p->v_shape && chunks != 2) ||
+        p->layer_end + (long long)(chunks - 1) * gpt2_part_chunk_stride(p) > cfg->layers)
         return error_set(err, "pipeline stage %d of %d: %d chunk(s) of layers [%d, %d) of %d",
                          p->pp_rank, p->pp, chunks, p->layer_begin, p->layer_end, cfg->layers);
     s->cfg = *cfg;
     s->part = *p;
     s->part.chunks = chunks;
     s->first = p->pp_rank == 0;
-    s->last = p->pp_rank == p->pp - 1;
+    s->last = p->v_shape ? p->pp_rank == 0 : p->pp_rank == p->pp - 1;
     size_t *e = s->elems;
     bool ok = shard_elems(s);
     /* [wte][wpe][layers...][lnfw][lnfb][lmhead] */
@@ -155,14 +171,15 @@ int gpt2_shard_layers(const struct gpt2_shard *s)
 int gpt2_shard_layer(const struct gpt2_shard *s, int i)
 {
     int n = s->part.layer_end - s->part.layer_begin;
-    return s->part.layer_begin + i / n * s->part.pp * n + i % n;
+    return s->part.layer_begin + i / n * gpt2_part_chunk_stride(&s->part) + i % n;
 }
 
 size_t gpt2_shard_offset(const struct gpt2_shard *s, enum gpt2_tensor t, int l)
 {
     if (is_global(t)) return s->offset[t];
     int n = s->part.layer_end - s->part.layer_begin, d = l - s->part.layer_begin;
-    int i = d / (s->part.pp * n) * n + d % (s->part.pp * n); /* its block: chunk·n + within */
+    int stride = gpt2_part_chunk_stride(&s->part);
+    int i = d / stride * n + d % stride; /* its block: chunk·n + within */
     return s->layers_at + (size_t)i * s->layer_elems + s->offset[t];
 }
 

@@ -42,6 +42,9 @@ struct gpt2_part {
                                    chunk's */
     int chunks;                 /* model chunks of the stage (interleaved schedules); 0 or 1:
                                    one. Chunk c holds layers [begin, end) + c·pp·(end - begin) */
+    bool v_shape;               /* DualPipeV's V: two chunks, chunk 1 holding the layers of
+                                   virtual stage 2·pp-1-pp_rank; the first stage also holds the
+                                   head (last is pp_rank 0) */
 };
 
 struct gpt2_shard {
@@ -67,6 +70,14 @@ void gpt2_stage_layers(int layers, int pp, int stage, int *begin, int *end);
 /* The part of an interleaved schedule's stage: `chunks` chunks of
  * layers / (pp · chunks) layers each (which must divide). */
 void gpt2_stage_chunks(int layers, int pp, int chunks, int stage, struct gpt2_part *part);
+
+/* The part of a DualPipeV stage: chunk 0 layers [s·n, (s+1)·n), chunk 1
+ * [(2·pp-1-s)·n, (2·pp-s)·n), n = layers / (2·pp) (which must divide). */
+void gpt2_stage_vshape(int layers, int pp, int stage, struct gpt2_part *part);
+
+/* Layers from one chunk's first to the next one's: pp·n, or in a V the
+ * distance to virtual stage 2·pp-1-s. */
+int gpt2_part_chunk_stride(const struct gpt2_part *part);
 
 /* The shard of part: -1 with err when tp does not divide the heads, the
  * padded vocabulary and 4·C, the layer range is empty or out of range, or a

@@ -101,7 +101,9 @@ struct gpt2_part cost_stage_part(const struct plan *p, int tp, int tp_rank, int 
 {
     struct gpt2_part part = {.tp = tp, .tp_rank = tp_rank, .pp = pp, .pp_rank = stage};
     int v = pp > 1 ? p->parallel.virtual_stages : 1;
-    if (v > 1) {
+    if (pp > 1 && p->parallel.schedule == PLAN_PIPE_DUALPIPEV) {
+        gpt2_stage_vshape(p->model.layers, pp, stage, &part);
+    } else if (v > 1) {
         gpt2_stage_chunks(p->model.layers, pp, v, stage, &part);
     } else {
         cost_stage_layers(p, pp, stage, &part.layer_begin, &part.layer_end);
@@ -169,7 +171,51 @@ static int stage_in_flight(const struct plan *p, struct cost_layout l, int stage
 {
     struct schedule s = {.pp = l.pp, .m = p->batch.grad_accum};
     schedule_of_plan(p, l.pp, &s.kind, &s.v);
-    return schedule_max_in_flight(&s, stage);
+    if (s.kind != SCHED_DUALPIPEV) return schedule_max_in_flight(&s, stage);
+    struct plait_error err; /* counted on its list (the plan's rules made it possible) */
+    int n = schedule_make(&s, s.kind, s.pp, s.m, s.v, &err) ? 1 : schedule_max_in_flight(&s, stage);
+    schedule_free(&s);
+    return n;
+}
+
+/* How often a step's ZeRO 2 hands a stage's gradients over (a reduce-scatter
+ * each): after every micro-batch without a pipeline, else wherever the
+ * stage's list leaves its gradients quiescent (schedule_quiescent: every
+ * micro-batch for 1F1B, GPipe and ZB-H1, each group of pp interleaved). */
+static double zero2_handovers(const struct plan *p, struct cost_layout l, int stage)
+{
+    int m = p->batch.grad_accum, n = 0;
+    if (l.pp < 2) return m;
+    struct schedule s;
+    struct plait_error err;
+    bool *at = calloc((size_t)m + 1, sizeof *at);
+    if (!at || schedule_make_for_plan(&s, p, l.pp, &err)) {
+        free(at);
+        return m; /* the most it can be */
+    }
+    schedule_quiescent(&s, stage, at);
+    for (int k = 1; k <= m; k++) n += at[k];
+    schedule_free(&s);
+    free(at);
+    return n;
+}
+
+/* The model chunks a stage runs, and whether its backward is split in two
+ * passes: the plan's schedule's (schedule_of_plan). */
+static int stage_chunks(const struct plan *p, int pp)
+{
+    enum sched_kind kind;
+    int v;
+    schedule_of_plan(p, pp, &kind, &v);
+    return v;
+}
+
+static bool stage_split_backward(const struct plan *p, int pp)
+{
+    enum sched_kind kind;
+    int v;
+    schedule_of_plan(p, pp, &kind, &v);
+    return schedule_kind_splits(kind);
 }
 
 void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
@@ -184,14 +230,18 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
                                       .fp8_scaling = p->fp8_scaling,
                                       .recompute = p->recompute,
                                       .slots = stage_in_flight(p, l, stage),
-                                      .chunks = l.pp > 1 ? p->parallel.virtual_stages : 1,
-                                      .dp = l.dp,
+                                      .chunks = stage_chunks(p, l.pp),
+                                      .dp = plan_dp_shard(&p->parallel, l.dp), /* ZeRO slices */
                                       .zero = p->parallel.zero,
                                       .sequence_parallel =
                                           p->parallel.sequence_parallel && l.tp > 1,
-                                      .split_backward = p->parallel.schedule == PLAN_PIPE_ZB_H1,
+                                      .split_backward = stage_split_backward(p, l.pp),
                                       /* the CUDA backend's attention keeps no probabilities */
-                                      .fused_attention = p->parallel.device == PLAN_DEVICE_CUDA};
+                                      .fused_attention = p->parallel.device == PLAN_DEVICE_CUDA,
+                                      .offload_window_mb =
+                                          p->parallel.offload == PLAN_OFFLOAD_NVME
+                                              ? p->parallel.offload_window_mb
+                                              : 0};
     struct gpt2_shard s;
     struct gpt2_memory mem;
     struct plait_error err;
@@ -205,6 +255,7 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
     out->optimizer = mem.optimizer;
     out->activations = mem.activations;
     out->total = mem.total;
+    out->disk = mem.disk;
     out->param_count = (int64_t)s.total; /* gpt2_shard_init keeps it addressable */
 }
 
@@ -237,7 +288,7 @@ static double ring_allreduce_bytes(double bytes, int n)
 /* Bytes one rank of `stage` sends per optimizer step on each communicator. */
 static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layout l, int stage)
 {
-    struct cost_traffic out = {0, 0, 0};
+    struct cost_traffic out = {0};
     double m = p->batch.grad_accum;
     /* one activation (or its gradient): s·b·h values in the activation precision */
     double act_bytes = (double)p->model.seq_len * p->batch.micro_batch * p->model.hidden *
@@ -263,9 +314,15 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
     /* pp: each micro-batch's activation goes forward across every stage
      * boundary and its gradient comes back; every tp rank sends the full
      * s·b·h (no scatter/gather optimisation). A middle stage sends both, the
-     * first only activations, the last only gradients. */
+     * first only activations, the last only gradients; with v interleaved
+     * chunks each chunk's (the last stage's into the first's next chunk too),
+     * 2v less the first chunk's gradient and the last chunk's activation. */
     if (l.pp > 1) {
-        double sends = (stage < l.pp - 1) + (stage > 0);
+        int v = stage_chunks(p, l.pp);
+        double sends = 2.0 * v - (stage == 0) - (stage == l.pp - 1);
+        if (p->parallel.schedule == PLAN_PIPE_DUALPIPEV) /* both ways through its V; the turn
+                                                             on the last stage stays local */
+            sends = stage == 0 || stage == l.pp - 1 ? 2 : 4;
         out.pp_bytes = sends * m * act_bytes;
     }
 
@@ -275,16 +332,31 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
      * stage 2 reduce-scatters gradients and all-gathers the updated
      * parameters, (d−1)/d·Ψ each; stage 3 all-gathers the parameters for
      * forward and again for backward and reduce-scatters the gradients,
-     * 3(d−1)/d·Ψ (1.5× the all-reduce). This is the floor: implementations
-     * that reduce or gather per micro-batch send up to m times as much. */
-    if (l.dp > 1) {
+     * 3(d−1)/d·Ψ (1.5× the all-reduce). Plait's ZeRO 2 reduce-scatters at
+     * each hand-over of the step (zero2_handovers), not once: m times the
+     * floor's gradient share without a pipeline or with 1F1B. */
+    int S = plan_dp_shard(&p->parallel, l.dp);
+    if (l.dp > 1 && S < l.dp && p->parallel.zero >= 1) {
+        /* hybrid sharding: ZeRO's within the shard group on Ψ, then the slice Ψ/S
+         * all-reduced over the R replicas (2(R−1)/R · Ψ/S) */
+        struct state_widths w = state_widths(p->precision);
+        double psi = (double)stage_param_count(p, l, stage), s = S, r = (double)l.dp / S;
+        double share = (s - 1) / s * psi;
+        out.shard_bytes = p->parallel.zero == 2 ? zero2_handovers(p, l, stage) * share *
+                                                          (double)w.grad_bytes +
+                                                      share * (double)w.param_bytes
+                                                : 2 * share * (double)w.grad_bytes;
+        out.replicas_bytes = 2 * (r - 1) / r * psi / s * (double)w.grad_bytes;
+        out.dp_bytes = out.shard_bytes + out.replicas_bytes;
+    } else if (l.dp > 1) {
         struct state_widths w = state_widths(p->precision);
         double psi = (double)stage_param_count(p, l, stage), d = l.dp;
         double share = (d - 1) / d * psi;
         if (p->parallel.zero >= 3)
             out.dp_bytes = 3 * share * (double)w.grad_bytes;
         else if (p->parallel.zero == 2)
-            out.dp_bytes = share * (double)w.grad_bytes + share * (double)w.param_bytes;
+            out.dp_bytes = zero2_handovers(p, l, stage) * share * (double)w.grad_bytes +
+                           share * (double)w.param_bytes;
         else
             out.dp_bytes = 2 * share * (double)w.grad_bytes;
     }
@@ -298,18 +370,23 @@ uint64_t cost_comm_ring_bytes(const struct plan *p, struct cost_layout l, int st
     struct cost_traffic t = stage_traffic(p, l, stage);
     double ring = (double)COMM_SHM_RING_BYTES, rings = 0;
     /* tp, dp: out to the next rank of the ring and in from the previous */
-    rings += 2 * fmin(ring, t.tp_bytes) + 2 * fmin(ring, t.dp_bytes);
+    rings += 2 * fmin(ring, t.tp_bytes);
+    if (t.shard_bytes + t.replicas_bytes > 0) /* hybrid sharding: a ring in each group */
+        rings += 2 * fmin(ring, t.shard_bytes) + 2 * fmin(ring, t.replicas_bytes);
+    else
+        rings += 2 * fmin(ring, t.dp_bytes);
     if (l.pp > 1) {
         /* each neighbour stage: activations one way, gradients the other; an
          * interleaved schedule also wraps from the last stage to the first */
-        int v = p->parallel.virtual_stages > 1 ? p->parallel.virtual_stages : 1;
+        int v = stage_chunks(p, l.pp);
+        bool vee = p->parallel.schedule == PLAN_PIPE_DUALPIPEV; /* no wrap, no tied sum */
         double act_bytes = (double)p->model.seq_len * p->batch.micro_batch * p->model.hidden *
                            (double)activation_bytes(p->precision);
         double per_way = fmin(ring, p->batch.grad_accum * v * act_bytes);
-        int neighbours = v > 1 ? (l.pp > 2 ? 2 : 1) : (stage > 0) + (stage < l.pp - 1);
+        int neighbours = v > 1 && !vee ? (l.pp > 2 ? 2 : 1) : (stage > 0) + (stage < l.pp - 1);
         rings += 2 * neighbours * per_way;
         struct gpt2_shard s;
-        if ((stage == 0 || stage == l.pp - 1) && !stage_shard(p, l, stage, &s))
+        if (!vee && (stage == 0 || stage == l.pp - 1) && !stage_shard(p, l, stage, &s))
             rings += 2 * fmin(ring, 4.0 * (double)s.elems[GPT2_WTE]); /* fp32, each way */
     }
     return (uint64_t)rings;
@@ -320,12 +397,14 @@ uint64_t cost_comm_ring_bytes(const struct plan *p, struct cost_layout l, int st
 void cost_traffic(const struct plan *p, struct cost_layout l, struct cost_traffic *out)
 {
     l = layout_sane(l);
-    *out = (struct cost_traffic){0, 0, 0};
+    *out = (struct cost_traffic){0};
     for (int k = 0; k < l.pp; k++) {
         struct cost_traffic t = stage_traffic(p, l, k);
         out->tp_bytes = fmax(out->tp_bytes, t.tp_bytes);
         out->pp_bytes = fmax(out->pp_bytes, t.pp_bytes);
         out->dp_bytes = fmax(out->dp_bytes, t.dp_bytes);
+        out->shard_bytes = fmax(out->shard_bytes, t.shard_bytes);
+        out->replicas_bytes = fmax(out->replicas_bytes, t.replicas_bytes);
     }
 }
 
@@ -490,7 +569,10 @@ void cost_step_time(const struct plan *p, struct cost_layout l, const struct cos
     out->pp_s = seconds(t.pp_bytes, links->pp_gbps * 1e9);
     double work_s = out->compute_s + out->memory_s + out->parallel_s;
     out->bubble_s = l.pp > 1 ? work_s * (l.pp - 1) / p->batch.grad_accum : 0.0;
-    double dp_raw_s = seconds(t.dp_bytes, links->dp_gbps * 1e9);
+    double dp_raw_s = t.shard_bytes + t.replicas_bytes > 0 /* hybrid sharding: each group's link */
+                          ? seconds(t.shard_bytes, links->shard_gbps * 1e9) +
+                                seconds(t.replicas_bytes, links->replicas_gbps * 1e9)
+                          : seconds(t.dp_bytes, links->dp_gbps * 1e9);
     double overlap_s = out->compute_s * 2.0 / 3.0;
     if (isinf(dp_raw_s))
         out->dp_s = HUGE_VAL;

@@ -37,6 +37,7 @@ struct cost_memory {      /* bytes, as gpt2_memory.h counts them */
     uint64_t optimizer;   /* AdamW moments of the ZeRO slice (and ZeRO's staging buffer) */
     uint64_t activations; /* the micro-batches the schedule holds, and scratch */
     uint64_t total;
+    uint64_t disk;        /* parallel.offload "nvme": the moments' files (not in total) */
     int64_t param_count; /* parameters of this rank's tp × pp shard (ZeRO divides
                             the bytes above, not this count) */
 };
@@ -55,6 +56,9 @@ void cost_memory(const struct plan *p, struct cost_layout l, struct cost_memory 
  * is 1. */
 struct cost_traffic {
     double tp_bytes, pp_bytes, dp_bytes;
+    /* hybrid sharding (dp_shard < dp): dp_bytes is these two, the shard group's
+     * reduce-scatter and gather and the replicas' sum of the slice; else 0 */
+    double shard_bytes, replicas_bytes;
 };
 void cost_traffic(const struct plan *p, struct cost_layout l, struct cost_traffic *out);
 
@@ -84,6 +88,8 @@ enum cost_link {
 struct cost_links {
     enum cost_link tp, pp, dp;        /* the slowest link each group crosses */
     double tp_gbps, pp_gbps, dp_gbps; /* its bandwidth per rank, GB/s */
+    enum cost_link shard, replicas;   /* hybrid sharding: its two groups' */
+    double shard_gbps, replicas_gbps;
     double device_tflops;             /* sustained dense matmul rate per device */
     double device_memory_gbps;        /* the device's memory bandwidth, GB/s (a GPU's
                                          datasheet figure, a CPU rank's measured pass over

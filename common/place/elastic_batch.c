@@ -13,6 +13,7 @@ static int keeping(const struct plan *p, int64_t global, int dp, int pp)
     if (dp < 1 || global % dp != 0 || global / dp > INT_MAX) return 0;
     int64_t g = global / dp;
     if (p->parallel.schedule == PLAN_PIPE_INTERLEAVED && pp > 1 && g % pp != 0) return 0;
+    if (p->parallel.schedule == PLAN_PIPE_DUALPIPEV && pp > 1 && g < 2 * pp) return 0;
     return (int)g;
 }
 

@@ -98,7 +98,9 @@ struct env_rank {
     int node_rank, nodes;        /* its node, of how many */
     int tp, pp, dp;              /* the layout */
     int tp_rank, pp_rank,
-        dp_rank; /* its coordinates (rank = tp_rank + tp·(dp_rank + dp·pp_rank)) */
+        dp_rank; /* its coordinates (rank = tp_rank + tp·(dp_rank + dp·pp_rank)); with
+                    hybrid sharding the runtime splits dp_rank into a shard rank and a
+                    replica by the plan's parallel.dp_shard (rank_order.h): no variable */
     int device;  /* CUDA index, or -1 for a CPU rank */
     int restart_count;
     char store_addr[320]; /* "" when the job has one rank and no store */

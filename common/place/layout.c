@@ -129,6 +129,10 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
         .tp_gbps = e->map.comm_tp.gbps,
         .pp_gbps = e->map.comm_pp.gbps,
         .dp_gbps = e->map.comm_dp.gbps,
+        .shard = e->map.comm_shard.slowest,
+        .replicas = e->map.comm_replicas.slowest,
+        .shard_gbps = e->map.comm_shard.gbps,
+        .replicas_gbps = e->map.comm_replicas.gbps,
         .device_tflops = in->device_tflops > 0 ? in->device_tflops
                                                : layout_device_tflops(nodes[0].topo, p->precision),
         .device_memory_gbps = nodes[0].cpu_ranks ? 0 : layout_device_memory_gbps(nodes[0].topo)};
@@ -148,13 +152,56 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
         return;
     }
     e->fits = gpu_mem == 0 || e->mem.total <= gpu_mem;
-    if (!e->fits)
-        snprintf(e->why, sizeof e->why,
-                 "a rank of pipeline stage %d needs %.2f GB, the GPU has %.2f GB (params %.2f, "
-                 "grads %.2f, optimizer %.2f, activations %.2f GB): raise tp or pp, set "
-                 "parallel.zero, recompute, or a smaller batch.micro_batch",
-                 e->worst_stage, e->mem.total / 1e9, gpu_mem / 1e9, e->mem.params / 1e9,
-                 e->mem.grads / 1e9, e->mem.optimizer / 1e9, e->mem.activations / 1e9);
+    if (e->fits) return;
+    int n = snprintf(e->why, sizeof e->why,
+                     "a rank of pipeline stage %d needs %.2f GB, the GPU has %.2f GB (params %.2f, "
+                     "grads %.2f, optimizer %.2f, activations %.2f GB): ",
+                     e->worst_stage, e->mem.total / 1e9, gpu_mem / 1e9, e->mem.params / 1e9,
+                     e->mem.grads / 1e9, e->mem.optimizer / 1e9, e->mem.activations / 1e9);
+    layout_fit_advice(&placed, l, gpu_mem, e->why + n, sizeof e->why - (size_t)n);
+}
+
+/* ---- what would make a layout fit ------------------------------------------------------- */
+
+uint64_t layout_memory_at_zero(const struct plan *p, struct cost_layout l, int zero)
+{
+    struct plan q = *p;
+    q.parallel.zero = zero;
+    struct cost_memory mem;
+    cost_memory(&q, l, &mem, NULL);
+    return mem.total;
+}
+
+int layout_zero_lowest(const struct plan *p, struct cost_layout l)
+{
+    return plan_dp_shard(&p->parallel, l.dp) < l.dp ? 1 : 0; /* replicas take ZeRO >= 1 */
+}
+
+int layout_zero_to_fit(const struct plan *p, struct cost_layout l, uint64_t device_bytes)
+{
+    if (l.dp < 2 || device_bytes == 0) return -1; /* nothing to shard, or no limit known */
+    for (int z = layout_zero_lowest(p, l); z <= LAYOUT_ZERO_MAX; z++)
+        if (layout_memory_at_zero(p, l, z) <= device_bytes) return z;
+    return -1;
+}
+
+void layout_fit_advice(const struct plan *p, struct cost_layout l, uint64_t device_bytes, char *buf,
+                       size_t n)
+{
+    const char *rest = "raise tp or pp, recompute, or a smaller batch.micro_batch";
+    int z = layout_zero_to_fit(p, l, device_bytes);
+    if (l.dp < 2) {
+        snprintf(buf, n, "%s (ZeRO shards over data-parallel ranks, and dp is 1)", rest);
+    } else if (z > p->parallel.zero) {
+        /* the cheapest stage that fits (least traffic), beside the one below it (the
+         * plan's own or above: a stage the layout may run) */
+        snprintf(buf, n, "parallel.zero %d fits with %.2f GB of %.2f per GPU; zero %d needs %.2f",
+                 z, layout_memory_at_zero(p, l, z) / 1e9, device_bytes / 1e9, z - 1,
+                 layout_memory_at_zero(p, l, z - 1) / 1e9);
+    } else {
+        snprintf(buf, n, "not even parallel.zero %d fits (%.2f GB): %s", LAYOUT_ZERO_MAX,
+                 layout_memory_at_zero(p, l, LAYOUT_ZERO_MAX) / 1e9, rest);
+    }
 }
 
 void layout_eval_free(struct layout_eval *e)

@@ -55,6 +55,29 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
 struct plan layout_plan_as_placed(const struct plan *p, const struct rank_map *m);
 void layout_eval_free(struct layout_eval *e);
 
+/* The highest ZeRO stage plait-train runs. */
+#define LAYOUT_ZERO_MAX 2
+
+/* The most loaded rank's memory under layout l with p's parallel.zero set to
+ * `zero` (p as placed: layout_plan_as_placed). */
+uint64_t layout_memory_at_zero(const struct plan *p, struct cost_layout l, int zero);
+
+/* The lowest ZeRO stage a layout may run: 1 with hybrid sharding's replicas
+ * (their ranks hold slices), else 0. */
+int layout_zero_lowest(const struct plan *p, struct cost_layout l);
+
+/* The cheapest ZeRO stage (the least data-parallel traffic: the lowest) with
+ * which every rank of layout l fits in device_bytes; -1 when none does, when
+ * dp is 1 (ZeRO shards nothing) or device_bytes is 0 (unknown). */
+int layout_zero_to_fit(const struct plan *p, struct cost_layout l, uint64_t device_bytes);
+
+/* What to change so that a layout that does not fit does: the cheapest ZeRO
+ * stage that fits, with its memory beside the stage below it's ("parallel.zero
+ * 2 fits with 61.00 GB of 80.00 per GPU; zero 1 needs 97.00"), or, when none
+ * does, the other levers. */
+void layout_fit_advice(const struct plan *p, struct cost_layout l, uint64_t device_bytes, char *buf,
+                       size_t n);
+
 /* The layout of plan on these nodes, for plait check, plait train, plait
  * launch, the plugin and plait k8s alike: its own degrees, dp "auto" filling
  * the slots (a resumed run's, or a plan's with batch.global_batch: as many

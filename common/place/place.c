@@ -323,17 +323,22 @@ static enum cost_link link_between(const struct place_rank *a, const struct plac
 
 /* For each group of a communicator (ranks that differ only in its
  * coordinate), the slowest link its members use: every pair for tp and dp
- * (rings and all-reduces), neighbouring stages for pp. which: 0 tp, 1 pp, 2 dp. */
+ * (rings and all-reduces), neighbouring stages for pp. which: 0 tp, 1 pp, 2
+ * dp, 3 a shard group, 4 the replicas (hybrid sharding: rank_order.h). */
 static void comm_links(struct rank_map *m, const struct place_node *nodes,
                        const struct place_bandwidth *bw, int which, struct place_comm *out)
 {
     memset(out, 0, sizeof *out);
-    int degree = which == 0 ? m->tp : which == 1 ? m->pp : m->dp;
-    int stride = which == 0 ? 1 : which == 1 ? m->tp * m->dp : m->tp;
+    int S = m->dp_shard;
+    const int degrees[] = {m->tp, m->pp, m->dp, S, m->dp / S};
+    const int strides[] = {1, m->tp * m->dp, m->tp, m->tp, m->tp * S};
+    int degree = degrees[which], stride = strides[which];
     if (degree == 1) return;
     for (int r = 0; r < m->world; r++) {
         const struct place_rank *first = &m->ranks[r];
-        int coord = which == 0 ? first->tp : which == 1 ? first->pp : first->dp;
+        const int coords[] = {first->tp, first->pp, first->dp, rank_shard_of(first->dp, S),
+                              rank_replica_of(first->dp, S)};
+        int coord = coords[which];
         if (coord != 0) continue; /* each group once, by its first member */
         enum cost_link worst = COST_LINK_NONE;
         double worst_gbps = 0;
@@ -473,8 +478,14 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
         refuse_tp(plan, tp, nodes, n_nodes, largest, err);
         goto out;
     }
-    *out = (struct rank_map){
-        .world = world, .tp = tp, .pp = pp, .dp = dp, .n_nodes = n_nodes, .shared_node = -1};
+    *out = (struct rank_map){.world = world,
+                             .tp = tp,
+                             .pp = pp,
+                             .dp = dp,
+                             .dp_shard = plan_dp_shard(&plan->parallel, dp),
+                             .n_nodes = n_nodes,
+                             .shared_node = -1};
+    if (out->dp_shard < 1 || dp % out->dp_shard) out->dp_shard = dp;
     out->ranks = calloc((size_t)(unsigned)world, sizeof *out->ranks);
     on_node = malloc((size_t)(unsigned)world * sizeof *on_node);
     if (!out->ranks || !on_node) {
@@ -487,6 +498,10 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
     comm_links(out, nodes, bw, 0, &out->comm_tp);
     comm_links(out, nodes, bw, 1, &out->comm_pp);
     comm_links(out, nodes, bw, 2, &out->comm_dp);
+    if (out->dp_shard < dp) {
+        comm_links(out, nodes, bw, 3, &out->comm_shard);
+        comm_links(out, nodes, bw, 4, &out->comm_replicas);
+    }
     rc = 0;
 out:
     free(on_node);

@@ -49,9 +49,11 @@ struct place_comm {
 
 struct rank_map {
     int world, tp, pp, dp;
+    int dp_shard; /* hybrid sharding's shard group (plan_dp_shard; dp: none) */
     int n_nodes;
     struct place_rank *ranks; /* [world], by global rank */
     struct place_comm comm_tp, comm_pp, comm_dp;
+    struct place_comm comm_shard, comm_replicas; /* hybrid sharding's groups (dp_shard < dp) */
     int shared_node;  /* the first node with more ranks than cores to give them (they then
                          get one core each, round-robin, and share them), or -1 */
     int shared_ranks; /* those ranks and the cores they share, for the warning */

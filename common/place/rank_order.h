@@ -20,6 +20,20 @@ static inline int64_t rank_of(int tp, int dp, struct rank_coords c)
     return c.tp_rank + (int64_t)tp * (c.dp_rank + (int64_t)dp * c.pp_rank);
 }
 
+/* Hybrid sharding splits the dp coordinate into dp_replicate replicas of a
+ * shard group of dp_shard ranks, replicas outermost: a shard group is
+ * dp_shard consecutive dp ranks (tp·dp_shard consecutive ranks, which
+ * placement keeps on one node, in one NVLink domain, where they fit). */
+static inline int rank_shard_of(int dp_rank, int dp_shard)
+{
+    return dp_rank % dp_shard;
+}
+
+static inline int rank_replica_of(int dp_rank, int dp_shard)
+{
+    return dp_rank / dp_shard;
+}
+
 /* The coordinates of rank in a layout with tp and dp */
 static inline struct rank_coords rank_coords_of(int64_t rank, int tp, int dp)
 {

@@ -10,21 +10,55 @@
 /* the kinds are the plan's schedules, in its order */
 _Static_assert((int)SCHED_1F1B == (int)PLAN_PIPE_1F1B && (int)SCHED_GPIPE == (int)PLAN_PIPE_GPIPE &&
                    (int)SCHED_INTERLEAVED == (int)PLAN_PIPE_INTERLEAVED &&
-                   (int)SCHED_ZB_H1 == (int)PLAN_PIPE_ZB_H1,
+                   (int)SCHED_ZB_H1 == (int)PLAN_PIPE_ZB_H1 &&
+                   (int)SCHED_DUALPIPEV == (int)PLAN_PIPE_DUALPIPEV,
                "enum sched_kind follows enum plan_pipeline");
 
 const char *schedule_kind_name(enum sched_kind kind)
 {
-    return kind >= 0 && kind <= SCHED_ZB_H1 ? plan_pipeline_name((enum plan_pipeline)kind) : "?";
+    return kind >= 0 && kind < SCHED_KINDS ? plan_pipeline_name((enum plan_pipeline)kind) : "?";
+}
+
+void schedule_stage_of(const struct schedule *s, int j, int *stage, int *chunk)
+{
+    if (s->kind == SCHED_DUALPIPEV) {
+        *chunk = j >= s->pp;
+        *stage = *chunk ? 2 * s->pp - 1 - j : j;
+    } else {
+        *stage = j % s->pp;
+        *chunk = j / s->pp;
+    }
+}
+
+bool schedule_kind_splits(enum sched_kind kind)
+{
+    return kind == SCHED_ZB_H1 || kind == SCHED_DUALPIPEV;
+}
+
+int schedule_virtual_stage(const struct schedule *s, int stage, int chunk)
+{
+    if (s->kind == SCHED_DUALPIPEV) return chunk == 0 ? stage : 2 * s->pp - 1 - stage;
+    return chunk * s->pp + stage;
+}
+
+/* The most chunks with F run and W not yet anywhere in stage's list. */
+static int held_on_list(const struct schedule *s, int stage)
+{
+    int held = 0, most = 0;
+    for (int i = 0; i < s->n_ops[stage]; i++) {
+        enum sched_op_type t = s->ops[stage][i].type;
+        held += t == SCHED_F ? 1 : t == (s->split_backward ? SCHED_W : SCHED_B) ? -1 : 0;
+        most = held > most ? held : most;
+    }
+    return most;
 }
 
 void schedule_of_plan(const struct plan *p, int pp, enum sched_kind *kind, int *v)
 {
-    bool interleaved = p->parallel.schedule == PLAN_PIPE_INTERLEAVED && pp > 1;
-    *kind = interleaved || p->parallel.schedule != PLAN_PIPE_INTERLEAVED
-                ? (enum sched_kind)p->parallel.schedule
-                : SCHED_1F1B;
-    *v = interleaved ? p->parallel.virtual_stages : 1;
+    enum plan_pipeline given = p->parallel.schedule;
+    bool chunked = given == PLAN_PIPE_INTERLEAVED || given == PLAN_PIPE_DUALPIPEV;
+    *kind = chunked && pp == 1 ? SCHED_1F1B : (enum sched_kind)given; /* one stage: one chunk */
+    *v = *kind == SCHED_INTERLEAVED ? p->parallel.virtual_stages : *kind == SCHED_DUALPIPEV ? 2 : 1;
 }
 
 int schedule_simulate_textbook(const struct schedule *s, struct sched_sim *out,
@@ -53,6 +87,8 @@ int schedule_max_in_flight(const struct schedule *s, int stage)
     case SCHED_INTERLEAVED:
         n = 2 * (s->pp - stage - 1) + (s->v - 1) * s->pp + 1;
         return n < most ? n : most;
+    case SCHED_DUALPIPEV:
+        return held_on_list(s, stage);
     default:
         return s->pp - stage < m ? s->pp - stage : m;
     }
@@ -86,6 +122,74 @@ static void interleaved_op(int k, int pp, int v, bool backward, int *micro, int 
     int in_group = k % (pp * v);
     *micro = k / (pp * v) * pp + k % pp;
     *chunk = backward ? v - 1 - in_group / pp : in_group / pp;
+}
+
+/* DualPipeV's list for one stage, as DeepSeek's dualpipev.py orders it in
+ * eight steps (r the stage, P the stages): F0 ×2(P-r-1); F0 F1 ×(r+1);
+ * B1 W F1 ×(P-r-1); F0 B1 F1 B0 ×(m-2P+r+1), the main step, where DualPipe
+ * overlaps each pair; B1 F1 B0 ×(P-r-1); B1 B0 ×(r+1); W B0 ×(P-r-1);
+ * W ×(r+1). A backward is split (its W deferred to a first-in first-out
+ * queue, zero-bubble style) in step 3, from the middle of step 6 on and in
+ * step 7; every other one runs its W right after it. */
+struct vlist {
+    struct list *l;
+    int f[2], b[2]; /* the next micro-batch of each chunk's F and B */
+    int wq[4096][2], wq_head, wq_tail; /* the deferred W's (micro, chunk) */
+    int rc;
+};
+
+static void v_f(struct vlist *v, int c)
+{
+    v->rc |= push(v->l, SCHED_F, v->f[c]++, c);
+}
+
+static void v_b(struct vlist *v, int c, bool defer)
+{
+    int k = v->b[c]++;
+    v->rc |= push(v->l, SCHED_B, k, c);
+    if (!defer) {
+        v->rc |= push(v->l, SCHED_W, k, c);
+    } else if (v->wq_tail - v->wq_head < 4096) {
+        v->wq[v->wq_tail % 4096][0] = k;
+        v->wq[v->wq_tail++ % 4096][1] = c;
+    } else {
+        v->rc = -1; /* more deferred than any stage defers (< 2·pp) */
+    }
+}
+
+static void v_w(struct vlist *v)
+{
+    if (v->wq_head == v->wq_tail) {
+        v->rc = -1;
+        return;
+    }
+    int *w = v->wq[v->wq_head++ % 4096];
+    v->rc |= push(v->l, SCHED_W, w[0], w[1]);
+}
+
+static int dualpipev_ops(const struct schedule *s, int r, struct list *l)
+{
+    int P = s->pp, m = s->m;
+    struct vlist *v = calloc(1, sizeof *v);
+    if (!v) return -1;
+    v->l = l;
+    for (int i = 0; i < 2 * (P - r - 1); i++) v_f(v, 0);
+    for (int i = 0; i < r + 1; i++) v_f(v, 0), v_f(v, 1);
+    for (int i = 0; i < P - r - 1; i++) v_b(v, 1, true), v_w(v), v_f(v, 1);
+    for (int i = 0; i < m - 2 * P + r + 1; i++) v_f(v, 0), v_b(v, 1, false), v_f(v, 1), v_b(v, 0, false);
+    for (int i = 0; i < P - r - 1; i++) v_b(v, 1, false), v_f(v, 1), v_b(v, 0, false);
+    bool split = false;
+    for (int i = 0; i < r + 1; i++) {
+        if (i == (r + 1) / 2 && r % 2 == 1) split = true;
+        v_b(v, 1, split);
+        if (i == (r + 1) / 2 && r % 2 == 0) split = true;
+        v_b(v, 0, split);
+    }
+    for (int i = 0; i < P - r - 1; i++) v_w(v), v_b(v, 0, true);
+    for (int i = 0; i < r + 1; i++) v_w(v);
+    int rc = v->rc || v->wq_head != v->wq_tail ? -1 : 0;
+    free(v);
+    return rc;
 }
 
 /* Computations only (F, B and, split, W) for stage s. */
@@ -128,6 +232,8 @@ static int compute_ops(const struct schedule *s, int stage, struct list *l)
     }
     case SCHED_ZB_H1:
         break; /* all stages at once: zb_h1_ops */
+    case SCHED_DUALPIPEV:
+        return dualpipev_ops(s, stage, l);
     }
     return rc;
 }
@@ -188,7 +294,7 @@ static int with_transfers(const struct schedule *s, int stage, const struct list
     int V = s->pp * s->v, rc = 0;
     for (int i = 0; i < c->n; i++) {
         struct sched_op op = c->ops[i];
-        int j = op.chunk * s->pp + stage; /* virtual stage */
+        int j = schedule_virtual_stage(s, stage, op.chunk);
         if (op.type == SCHED_F && j > 0) rc |= push(l, SCHED_RECV_ACT, op.micro, op.chunk);
         if (op.type == SCHED_B && j < V - 1) rc |= push(l, SCHED_RECV_GRAD, op.micro, op.chunk);
         rc |= push(l, op.type, op.micro, op.chunk);
@@ -204,7 +310,12 @@ int schedule_make(struct schedule *s, enum sched_kind kind, int pp, int m, int v
     memset(s, 0, sizeof *s);
     if (pp < 1 || m < 1 || v < 1)
         return error_set(err, "pipeline schedule: pp %d, %d micro-batches, %d chunks", pp, m, v);
-    if (kind != SCHED_INTERLEAVED && v != 1)
+    if (kind == SCHED_DUALPIPEV && (v != 2 || m < 2 * pp))
+        return error_set(err,
+                         "the dualpipev schedule runs 2 chunks a stage (got %d) and at least "
+                         "2·pp = %d micro-batches per step (got %d)",
+                         v, 2 * pp, m);
+    if (kind != SCHED_INTERLEAVED && kind != SCHED_DUALPIPEV && v != 1)
         return error_set(err, "parallel.virtual_stages: only the interleaved schedule has them");
     if (kind == SCHED_INTERLEAVED && (v < 2 || m % pp != 0))
         return error_set(err,
@@ -218,7 +329,7 @@ int schedule_make(struct schedule *s, enum sched_kind kind, int pp, int m, int v
     s->pp = pp;
     s->m = m;
     s->v = v;
-    s->split_backward = kind == SCHED_ZB_H1;
+    s->split_backward = schedule_kind_splits(kind);
     s->n_ops = calloc((size_t)pp, sizeof *s->n_ops);
     s->ops = calloc((size_t)pp, sizeof *s->ops);
     struct list *compute = calloc((size_t)pp, sizeof *compute);
@@ -248,6 +359,29 @@ void schedule_free(struct schedule *s)
     memset(s, 0, sizeof *s);
 }
 
+void schedule_quiescent(const struct schedule *s, int stage, bool *at)
+{
+    int v = s->v, b[64] = {0}, w[64] = {0};
+    for (int n = 0; n <= s->m; n++) at[n] = n == s->m;
+    for (int i = 0; i < s->n_ops[stage] && v <= 64; i++) {
+        struct sched_op op = s->ops[stage][i];
+        if (op.type == SCHED_B) b[op.chunk]++;
+        else if (op.type == SCHED_W) w[op.chunk]++;
+        else continue;
+        int n = b[0];
+        bool still = n > 0;
+        for (int c = 0; c < v; c++)
+            if (b[c] != n || (s->split_backward && w[c] != n)) still = false;
+        if (still) at[n] = true;
+    }
+}
+
+bool schedule_may_stop(const struct schedule *s, int k)
+{
+    if (s->kind == SCHED_DUALPIPEV) return false; /* its V is whole micro-batches of 2·pp */
+    return k > 0 && k < s->m && k % (s->v > 1 ? s->pp : 1) == 0;
+}
+
 /* ---- simulation --------------------------------------------------------------------------- */
 
 static const char *op_name(enum sched_op_type t)
@@ -268,7 +402,7 @@ static int sim_event(const struct schedule *s, struct sim_state *z, int stage, i
                      double *clock, double d[3], int *held, int *peak, struct plait_error *err)
 {
     struct sched_op op = s->ops[stage][pos];
-    int j = op.chunk * s->pp + stage, k = op.micro, V = z->V, m = z->m;
+    int j = schedule_virtual_stage(s, stage, op.chunk), k = op.micro, V = z->V, m = z->m;
     if (op.micro < 0 || op.micro >= m || op.chunk < 0 || op.chunk >= s->v)
         return error_set(err, "stage %d op %d: %s of micro-batch %d chunk %d is out of range",
                          stage, pos, op_name(op.type), op.micro, op.chunk);
@@ -412,6 +546,20 @@ int schedule_simulate(const struct schedule *s, double t_f, double t_b, double t
                       struct sched_sim *out, struct plait_error *err)
 {
     return simulate(s, t_f, t_b, t_w, out, NULL, err);
+}
+
+void schedule_bubbles(int pp, int m, int v, double bubble[SCHED_KINDS])
+{
+    for (int k = 0; k < SCHED_KINDS; k++) {
+        int chunks = k == SCHED_INTERLEAVED ? (v < 2 ? 2 : v) : k == SCHED_DUALPIPEV ? 2 : 1;
+        struct schedule s;
+        struct sched_sim sim;
+        struct plait_error err;
+        bubble[k] = -1;
+        if (schedule_make(&s, (enum sched_kind)k, pp, m, chunks, &err)) continue;
+        if (schedule_simulate_textbook(&s, &sim, &err) == 0) bubble[k] = sim.bubble;
+        schedule_free(&s);
+    }
 }
 
 /* ---- the timeline ------------------------------------------------------------------------- */

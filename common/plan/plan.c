@@ -97,8 +97,10 @@ static const char *const fp8_scaling_names[] = {"tensor", "block", NULL};
 static const char *const recompute_names[] = {"none", "selective", "full", NULL};
 static const char *const schedule_names[] = {"constant", "cosine", "linear", "wsd", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
-static const char *const pipeline_names[] = {"1f1b", "gpipe", "interleaved", "zb-h1", NULL};
+static const char *const pipeline_names[] = {"1f1b",  "gpipe",     "interleaved",
+                                             "zb-h1", "dualpipev", NULL};
 static const char *const backend_names[] = {"auto", "socket", "nccl", NULL};
+static const char *const offload_names[] = {"none", "host", "nvme", NULL};
 
 /* Enums are stored through an int (see put_int); they must be int-sized. */
 _Static_assert(sizeof(enum plan_precision) == sizeof(int), "enum size");
@@ -178,6 +180,8 @@ static const struct field parallel_fields[] = {
     INT_FIELD("tp", parallel.tp, 1, INT_MAX, 1, AUTO_OK | MAY_CHANGE),
     INT_FIELD("pp", parallel.pp, 1, INT_MAX, 1, AUTO_OK | MAY_CHANGE),
     INT_FIELD("dp", parallel.dp, 1, INT_MAX, 1, AUTO_OK | MAY_CHANGE),
+    INT_FIELD("dp_shard", parallel.dp_shard, 1, INT_MAX, PLAN_AUTO, AUTO_OK | MAY_CHANGE),
+    INT_FIELD("dp_replicate", parallel.dp_replicate, 1, INT_MAX, PLAN_AUTO, AUTO_OK | MAY_CHANGE),
     BOOL_FIELD("allow_tp_over_pcie", parallel.allow_tp_over_pcie, false, MAY_CHANGE),
     INT_FIELD("zero", parallel.zero, 0, 3, 0, MAY_CHANGE),
     ENUM_FIELD("device", parallel.device, device_names, PLAN_DEVICE_AUTO, MAY_CHANGE),
@@ -188,6 +192,10 @@ static const struct field parallel_fields[] = {
     REAL_FIELD("bucket_mb", parallel.bucket_mb, 0, true, 1e6, false, 25.0, MAY_CHANGE),
     REAL_FIELD("timeout_s", parallel.timeout_s, 0, true, 1e6, false, 300.0, MAY_CHANGE),
     ENUM_FIELD("backend", parallel.backend, backend_names, PLAN_BACKEND_AUTO, MAY_CHANGE),
+    ENUM_FIELD("offload", parallel.offload, offload_names, PLAN_OFFLOAD_NONE, MAY_CHANGE),
+    PATH_FIELD("offload_dir", parallel.offload_dir, NULL, MAY_CHANGE),
+    REAL_FIELD("offload_window_mb", parallel.offload_window_mb, 0, true, 1e6, false, 64.0,
+               MAY_CHANGE),
     END,
 };
 
@@ -1216,6 +1224,7 @@ void plan_free(struct plan *plan)
     free(plan->data.val);
     free(plan->data.tokenizer);
     free(plan->checkpoint.dir);
+    free(plan->parallel.offload_dir);
     free(plan->train.tensorboard);
     free(plan->sample.prompt);
     free(plan);
@@ -1532,6 +1541,13 @@ int64_t plan_ranks(const struct plan *plan)
     return (int64_t)par->tp * par->pp * par->dp;
 }
 
+int plan_dp_shard(const struct plan_parallel *par, int dp)
+{
+    if (par->dp_shard != PLAN_AUTO) return par->dp_shard;
+    if (par->dp_replicate != PLAN_AUTO) return dp / par->dp_replicate;
+    return dp;
+}
+
 const char *plan_precision_name(enum plan_precision p)
 {
     return enum_name(precision_names, PLAN_PRECISIONS, (int)p);
@@ -1564,12 +1580,17 @@ const char *plan_schedule_name(enum plan_schedule s)
 
 const char *plan_pipeline_name(enum plan_pipeline s)
 {
-    return enum_name(pipeline_names, 4, s);
+    return enum_name(pipeline_names, 5, s);
 }
 
 const char *plan_backend_name(enum plan_backend b)
 {
     return enum_name(backend_names, 3, b);
+}
+
+const char *plan_offload_name(enum plan_offload o)
+{
+    return enum_name(offload_names, 3, (int)o);
 }
 
 const char *plan_device_name(enum plan_device d)

@@ -41,8 +41,17 @@ enum plan_schedule {
 };
 enum plan_device { PLAN_DEVICE_AUTO, PLAN_DEVICE_CPU, PLAN_DEVICE_CUDA };
 /* the pipeline schedule (order as common/place/schedule.h's enum sched_kind) */
-enum plan_pipeline { PLAN_PIPE_1F1B, PLAN_PIPE_GPIPE, PLAN_PIPE_INTERLEAVED, PLAN_PIPE_ZB_H1 };
+enum plan_pipeline {
+    PLAN_PIPE_1F1B,
+    PLAN_PIPE_GPIPE,
+    PLAN_PIPE_INTERLEAVED,
+    PLAN_PIPE_ZB_H1,
+    PLAN_PIPE_DUALPIPEV
+};
 enum plan_backend { PLAN_BACKEND_AUTO, PLAN_BACKEND_SOCKET, PLAN_BACKEND_NCCL };
+/* Where the optimizer's state lives: beside the weights, in host memory (a GPU rank's;
+ * a CPU rank's is already), or in files streamed through a window (runtime/offload.h). */
+enum plan_offload { PLAN_OFFLOAD_NONE, PLAN_OFFLOAD_HOST, PLAN_OFFLOAD_NVME };
 
 struct plan_model {
     char *arch;       /* "gpt2" or "llama" (transformers' LlamaForCausalLM) */
@@ -121,6 +130,10 @@ struct plan_ints {
 
 struct plan_parallel {
     int tp, pp, dp;
+    /* hybrid sharding (HSDP): dp = dp_shard × dp_replicate, ZeRO's slices over each group of
+     * dp_shard ranks, the groups replicas of each other; PLAN_AUTO ("auto"): from the other
+     * and dp (both: dp_shard = dp, dp_replicate = 1). plan_dp_shard resolves them. */
+    int dp_shard, dp_replicate;
     bool allow_tp_over_pcie; /* let a tp group span NVLink domains of one node */
     int zero;                /* ZeRO stage 0..3: what data parallelism shards */
     enum plan_device device;
@@ -132,6 +145,9 @@ struct plan_parallel {
     double bucket_mb;              /* data-parallel gradient bucket */
     double timeout_s;              /* every wait's deadline (collectives, the store, peers) */
     enum plan_backend backend;
+    enum plan_offload offload;     /* where the AdamW moments live */
+    char *offload_dir;             /* nvme: the directory of each rank's files (rank-N/) */
+    double offload_window_mb;      /* nvme: each moment's window in memory, MiB */
 };
 
 struct plan_sample {
@@ -215,6 +231,10 @@ int plan_resumable(const struct plan *before, const struct plan *after, char *no
  * A loaded plan keeps it within PLAN_MAX_RANKS. */
 int64_t plan_ranks(const struct plan *plan);
 
+/* The ranks of a shard group (ZeRO's slices, HSDP) when the data-parallel
+ * degree is dp: parallel.dp_shard, or dp / parallel.dp_replicate, or dp. */
+int plan_dp_shard(const struct plan_parallel *par, int dp);
+
 /* Names of the enums, as they are spelled in plan.json. */
 const char *plan_precision_name(enum plan_precision p);
 /* The precision named `name` ("fp32", "bf16", "fp8"), or -1 when none is. */
@@ -225,5 +245,6 @@ const char *plan_schedule_name(enum plan_schedule s);
 const char *plan_device_name(enum plan_device d);
 const char *plan_pipeline_name(enum plan_pipeline s);
 const char *plan_backend_name(enum plan_backend b);
+const char *plan_offload_name(enum plan_offload o);
 
 #endif

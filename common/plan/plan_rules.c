@@ -398,10 +398,12 @@ static int check_pipeline_rules(struct plan_ctx *c, const struct plan *p)
         return plan_fail_rule(c, "parallel.stage_layers", "parallel.pp",
                          "must list the layers of each of the parallel.pp %d stages (got %d)", pp,
                          split->n);
-    if (split->n && interleaved)
+    bool dualpipev = par->schedule == PLAN_PIPE_DUALPIPEV;
+    if (split->n && (interleaved || dualpipev))
         return plan_fail_rule(c, "parallel.stage_layers", "parallel.schedule",
-                         "cannot be set with the interleaved schedule (its chunks split the layers "
-                         "evenly)");
+                         "cannot be set with the %s schedule (its chunks split the layers "
+                         "evenly)",
+                         plan_pipeline_name(par->schedule));
     long long split_sum = 0;
     for (int k = 0; k < split->n; k++) split_sum += split->v[k];
     if (split->n && split_sum != m->layers)
@@ -416,31 +418,85 @@ static int check_pipeline_rules(struct plan_ctx *c, const struct plan *p)
         return plan_fail_rule(c, "parallel.virtual_stages", "parallel.pp model.layers parallel.schedule",
                          "pp × virtual_stages (%d × %d) must divide model.layers (%d)", pp,
                          par->virtual_stages, m->layers);
+    /* DualPipeV: two chunks a stage in a V, its main step needs 2·pp micro-batches */
+    if (dualpipev && pp != PLAN_AUTO && pp > 1 && m->layers % (2 * pp) != 0)
+        return plan_fail_rule(c, "model.layers", "parallel.pp parallel.schedule",
+                         "must be a multiple of 2 × parallel.pp (%d) with the dualpipev schedule "
+                         "(its two chunks a stage split the layers evenly; got %d)",
+                         2 * pp, m->layers);
+    if (dualpipev && pp != PLAN_AUTO && pp > 1 && p->batch.grad_accum < 2 * pp)
+        return plan_fail_rule(c, "batch.grad_accum", "parallel.pp parallel.schedule",
+                         "must be at least 2 × parallel.pp (%d) with the dualpipev schedule "
+                         "(got %d)",
+                         2 * pp, p->batch.grad_accum);
     return 0;
 }
 
-/* ZeRO's stage against the runtime and the schedule. ZeRO 2 hands a micro-batch's gradients
- * over after its backward; an interleaved or zero-bubble stage runs other backwards in
- * between. With dp 1 there is nothing to hand over. */
+/* ZeRO's stage against the runtime. ZeRO 2 runs with every schedule: it hands the
+ * gradients over where the stage's buffer is quiescent (common/place/schedule.h). */
 static int check_zero_rules(struct plan_ctx *c, const struct plan *p)
 {
     const struct plan_parallel *par = &p->parallel;
-    int dp = par->dp;
     if (par->zero == 3)
         return plan_fail_rule(c, "parallel.zero", "", "3 is not in this runtime yet (0, 1, 2 are)");
-    if (par->zero == 2 && dp != 1 && par->schedule == PLAN_PIPE_INTERLEAVED && par->pp != 1)
-        return plan_fail_rule(c, "parallel.schedule", "parallel.zero parallel.dp parallel.pp",
-                         "\"interleaved\" with parallel.zero 2 and parallel.dp %s: ZeRO 2 hands "
-                         "each micro-batch's gradients over after its backward, but an "
-                         "interleaved stage runs other micro-batches' backwards between a "
-                         "micro-batch's chunks; use zero 1, or \"1f1b\"",
-                         dp == PLAN_AUTO ? "\"auto\"" : "> 1");
-    if (par->zero == 2 && dp != 1 && par->schedule == PLAN_PIPE_ZB_H1)
-        return plan_fail_rule(c, "parallel.schedule", "parallel.zero parallel.dp",
-                         "\"zb-h1\" with parallel.zero 2 and parallel.dp %s: ZeRO 2 hands each "
-                         "micro-batch's gradients over before the next backward, which a "
-                         "zero-bubble schedule interleaves; use zero 1, or \"1f1b\"",
-                         dp == PLAN_AUTO ? "\"auto\"" : "> 1");
+    return 0;
+}
+
+/* Offload: nvme needs its directory, and the state it keeps on disk is not
+ * copied to memory for a checkpoint written in the background; offload to host
+ * memory is not built for GPU ranks (a CPU rank's state is in host memory
+ * already: there it changes nothing, and says so). */
+static int check_offload_rules(struct plan_ctx *c, const struct plan *p)
+{
+    const struct plan_parallel *par = &p->parallel;
+    if (par->offload == PLAN_OFFLOAD_NVME && !par->offload_dir)
+        return plan_fail_rule(c, "parallel.offload_dir", "parallel.offload",
+                              "must name a directory (on a fast disk) with parallel.offload "
+                              "\"nvme\"");
+    if (par->offload != PLAN_OFFLOAD_NVME && par->offload_dir)
+        return plan_fail_rule(c, "parallel.offload_dir", "parallel.offload",
+                              "is only read with parallel.offload \"nvme\" (it is \"%s\")",
+                              plan_offload_name(par->offload));
+    if (par->offload == PLAN_OFFLOAD_NVME && p->checkpoint.async)
+        return plan_fail_rule(c, "checkpoint.async", "parallel.offload",
+                              "cannot be true with parallel.offload \"nvme\": a background "
+                              "checkpoint copies the optimizer state to memory first, which "
+                              "offload keeps on disk");
+    if (par->offload == PLAN_OFFLOAD_HOST && par->device == PLAN_DEVICE_CUDA)
+        return plan_fail_rule(c, "parallel.offload", "parallel.device",
+                              "\"host\" is not built for GPU ranks yet (\"nvme\" is, on CPU "
+                              "ranks; \"none\" keeps the state on the GPU)");
+    return 0;
+}
+
+/* Hybrid sharding: dp_shard × dp_replicate = dp, each given or derived from
+ * the other (so dp must be fixed when either is given), and a shard group
+ * smaller than dp only where ZeRO shards something. */
+static int check_hsdp_rules(struct plan_ctx *c, const struct plan *p)
+{
+    const struct plan_parallel *par = &p->parallel;
+    int dp = par->dp, sh = par->dp_shard, rep = par->dp_replicate;
+    const char *path = sh != PLAN_AUTO ? "parallel.dp_shard" : "parallel.dp_replicate";
+    if (sh == PLAN_AUTO && rep == PLAN_AUTO) return 0;
+    if (dp == PLAN_AUTO)
+        return plan_fail_rule(c, path, "parallel.dp",
+                              "needs a fixed parallel.dp (\"auto\" picks dp from the ranks; "
+                              "dp_shard × dp_replicate must equal it)");
+    if (sh != PLAN_AUTO && rep != PLAN_AUTO && (int64_t)sh * rep != dp)
+        return plan_fail_rule(c, path, "parallel.dp_replicate parallel.dp",
+                              "parallel.dp_shard × parallel.dp_replicate (%d × %d) must equal "
+                              "parallel.dp (%d)",
+                              sh, rep, dp);
+    int given = sh != PLAN_AUTO ? sh : rep;
+    if (dp % given != 0)
+        return plan_fail_rule(c, path, "parallel.dp", "%d does not divide parallel.dp (%d)", given,
+                              dp);
+    if (par->zero == 0 && plan_dp_shard(par, dp) != dp)
+        return plan_fail_rule(c, path, "parallel.zero",
+                              "%d with parallel.zero 0: ZeRO 0 shards nothing, so every dp rank "
+                              "is a replica already; set parallel.zero 1 or 2, or leave "
+                              "parallel.dp_shard and parallel.dp_replicate out",
+                              given);
     return 0;
 }
 
@@ -481,7 +537,9 @@ int plan_check_rules(struct plan_ctx *c, json_t *root, struct plan *p)
                          "CPU: use \"socket\" or \"auto\"");
     if (p->parallel.sequence_parallel && p->parallel.tp == 1)
         return plan_fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
-    if (check_zero_rules(c, p) || check_row_rules(c, p)) return -1;
+    if (check_zero_rules(c, p) || check_hsdp_rules(c, p) || check_row_rules(c, p) ||
+        check_offload_rules(c, p))
+        return -1;
     return check_ranks(c, p) || check_model_size(c, root, p) ? -1 : 0;
 }
 

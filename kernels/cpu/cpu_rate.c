@@ -170,14 +170,18 @@ static void attention_round(void *arg)
 
 /* The attention forward and backward: GFLOP/s as 12·B·T²·width. Fewer
  * sequences, then fewer heads (of the same size), when one repetition would
- * pass ATTENTION_FLOP_CAP. */
+ * pass ATTENTION_FLOP_CAP or its probabilities and their gradient BYTES_CAP
+ * (small heads make many probabilities per FLOP: the measurement must not be
+ * what sets a rank's peak memory), and a shorter sequence when one head's
+ * would. */
 static double attention_gflops(struct bench *b, const struct cpu_rate_shape *s)
 {
     int T = s->seq_len, hs = s->width / (s->heads > 0 ? s->heads : 1), heads = s->heads, B = 1;
-    double per_head = 12.0 * T * T * hs;
-    if (per_head * heads > ATTENTION_FLOP_CAP)
-        heads = per_head > ATTENTION_FLOP_CAP ? 1 : (int)(ATTENTION_FLOP_CAP / per_head);
-    while (B < s->batch && (B + 1) * per_head * heads <= ATTENTION_FLOP_CAP) B++;
+    while (T > 16 && 8.0 * T * T > BYTES_CAP) T /= 2;
+    double per_head = 12.0 * T * T * hs, head_bytes = 8.0 * T * T; /* att and datt, fp32 */
+    double cap = fmin(ATTENTION_FLOP_CAP / per_head, BYTES_CAP / head_bytes);
+    if (heads > cap) heads = cap < 1 ? 1 : (int)cap;
+    while (B < s->batch && (B + 1.0) * heads <= cap) B++;
     struct attention_args a = {.b = b, .B = B, .T = T, .width = heads * hs, .heads = heads};
     size_t tokens = (size_t)B * T, probs = (size_t)B * heads * T * T;
     a.qkv = take(b, tokens * 3 * a.width), a.dqkv = take(b, tokens * 3 * a.width);

@@ -66,10 +66,39 @@ struct ops_ctx; /* kernels/ops.h: ops_cpu()->open makes one */
                                      int NH, int NKV, int hs);                                     \
     void cpu_swiglu_forward##SFX(struct ops_ctx *ctx, real *out, const real *inp, int N, int F);   \
     void cpu_swiglu_backward##SFX(struct ops_ctx *ctx, real *dinp, const real *inp,                \
-                                  const real *dout, int N, int F);
+                                  const real *dout, int N, int F);                                 \
+    void cpu_attention_block_forward##SFX(struct ops_ctx *ctx, real *out, real *lse,               \
+                                          real *scratch, const real *q, int ldq, const real *kv,   \
+                                          const int32_t *qpos, const int32_t *kpos, int B, int Tq, \
+                                          int Tk, int C, int NH, bool first);                      \
+    void cpu_attention_block_backward##SFX(                                                        \
+        struct ops_ctx *ctx, real *dq, real *dkv, real *scratch, const real *dout, const real *q,  \
+        int ldq, const real *kv, const real *out, const real *lse, const int32_t *qpos,            \
+        const int32_t *kpos, int B, int Tq, int Tk, int C, int NH);                                \
+    void cpu_moe_route##SFX(struct ops_ctx *ctx, real *probs, int32_t *choice, real *gate,         \
+                            real *lse, const real *logits, int N, int E, int k);                   \
+    void cpu_moe_gather##SFX(struct ops_ctx *ctx, real *packed, const real *x,                     \
+                             const int32_t *rows, int M, int C);                                   \
+    void cpu_moe_gather_backward##SFX(struct ops_ctx *ctx, real *dx, const real *dpacked,          \
+                                      const int32_t *pos, int N, int k, int C, bool accumulate);   \
+    void cpu_moe_combine##SFX(struct ops_ctx *ctx, real *out, const real *y, const real *gate,     \
+                              const int32_t *pos, int N, int k, int C, bool accumulate);           \
+    void cpu_moe_combine_backward##SFX(struct ops_ctx *ctx, real *dy, real *dgate,                 \
+                                       const real *dout, const real *y, const real *gate,          \
+                                       const int32_t *pos, int N, int k, int C);                   \
+    void cpu_moe_route_backward##SFX(struct ops_ctx *ctx, real *dlogits, const real *dgate,        \
+                                     const real *probs, const int32_t *choice, const real *gate,   \
+                                     const real *lse, const int32_t *routed, int N, int E, int k,  \
+                                     real aux, real z);                                            \
+    void cpu_moe_losses##SFX(struct ops_ctx *ctx, double *out, const real *probs, const real *lse, \
+                             const int32_t *routed, int N, int E, int k, double aux, double z);
 
 OPS_CPU_DECLARE(float, _f32)
 OPS_CPU_DECLARE(double, _f64)
+
+/* kernels/ops.h's moe_dispatch: integers only, one for both precisions. */
+int cpu_moe_dispatch(struct ops_ctx *ctx, int32_t *pos, int32_t *rows, int32_t *counts,
+                     int32_t *routed, const int32_t *choice, int N, int E, int k, int capacity);
 
 /* Records an error in ctx (the first one wins until ops->take_error). */
 void cpu_set_error(struct ops_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

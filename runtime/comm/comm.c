@@ -36,6 +36,8 @@ const char *comm_op_kind_name(enum comm_op_kind kind)
         return "broadcast";
     case COMM_OP_BARRIER:
         return "barrier";
+    case COMM_OP_ALLTOALL:
+        return "all-to-all";
     case COMM_OP_SEND:
         return "send";
     case COMM_OP_RECV:
@@ -155,6 +157,20 @@ int comm_iallreduce(struct comm *c, const void *send, void *recv, size_t count,
     return post(c, &d, req, err);
 }
 
+/* The elements of counts[0..size), checked against overflow. */
+static int counts_total(const struct comm *c, const char *what, const size_t *counts,
+                        enum comm_dtype dtype, size_t *total, struct plait_error *err)
+{
+    size_t unused;
+    *total = 0;
+    for (int r = 0; r < c->size; r++) {
+        if (counts[r] > SIZE_MAX - *total)
+            return error_set(err, "comm '%s': %s: the counts overflow", c->name, what);
+        *total += counts[r];
+    }
+    return elems_bytes(c, what, *total, dtype, 1, &unused, err);
+}
+
 /* Both reduce-scatters: counts NULL, every block count elements. */
 static int reduce_scatter_post(struct comm *c, const void *send, void *recv, size_t count,
                                const size_t *counts, enum comm_dtype dtype, enum comm_reduce_op op,
@@ -170,15 +186,7 @@ static int reduce_scatter_post(struct comm *c, const void *send, void *recv, siz
     *req = NULL;
     size_t total = count * (size_t)c->size, unused;
     if (elems_bytes(c, "reduce-scatter", count, dtype, (size_t)c->size, &unused, err)) return -1;
-    if (counts) { /* the whole */
-        total = 0;
-        for (int r = 0; r < c->size; r++) {
-            if (counts[r] > SIZE_MAX - total)
-                return error_set(err, "comm '%s': reduce-scatter: the counts overflow", c->name);
-            total += counts[r];
-        }
-        if (elems_bytes(c, "reduce-scatter", total, dtype, 1, &unused, err)) return -1;
-    }
+    if (counts && counts_total(c, "reduce-scatter", counts, dtype, &total, err)) return -1;
     d.bytes = d.count * comm_dtype_bytes(dtype);
     if (op != COMM_SUM && op != COMM_MAX)
         return error_set(err, "comm '%s': reduce-scatter: unknown reduction %d", c->name, (int)op);
@@ -207,6 +215,47 @@ int comm_ireduce_scatter_v(struct comm *c, const void *send, void *recv, const s
     return reduce_scatter_post(c, send, recv, 0, counts, dtype, op, req, err);
 }
 
+int comm_ialltoall_v(struct comm *c, const void *send, const size_t *send_counts, void *recv,
+                     const size_t *recv_counts, enum comm_dtype dtype, struct comm_request **req,
+                     struct plait_error *err)
+{
+    *req = NULL;
+    if (!send_counts || !recv_counts)
+        return error_set(err, "comm '%s': all-to-all: no counts", c->name);
+    size_t out, in;
+    if (counts_total(c, "all-to-all", send_counts, dtype, &out, err) ||
+        counts_total(c, "all-to-all", recv_counts, dtype, &in, err))
+        return -1;
+    if (send_counts[c->rank] != recv_counts[c->rank])
+        return error_set(err,
+                         "comm '%s': all-to-all: rank %d sends itself %zu elements but expects "
+                         "%zu",
+                         c->name, c->rank, send_counts[c->rank], recv_counts[c->rank]);
+    if ((out && !send) || (in && !recv))
+        return error_set(err, "comm '%s': all-to-all: a NULL buffer", c->name);
+    size_t e = comm_dtype_bytes(dtype);
+    const char *s = send, *r = recv;
+    if (out && in && r + in * e > s && r < s + out * e)
+        return error_set(err, "comm '%s': all-to-all: send and recv overlap", c->name);
+    struct comm_desc d = {.kind = COMM_OP_ALLTOALL,
+                          .send = send,
+                          .recv = recv,
+                          .count = out,
+                          .dtype = dtype,
+                          .bytes = out * e,
+                          .counts = send_counts,
+                          .recv_counts = recv_counts};
+    return post(c, &d, req, err);
+}
+
+int comm_alltoall_v(struct comm *c, const void *send, const size_t *send_counts, void *recv,
+                    const size_t *recv_counts, enum comm_dtype dtype, struct plait_error *err)
+{
+    struct comm_request *req;
+    if (comm_ialltoall_v(c, send, send_counts, recv, recv_counts, dtype, &req, err)) return -1;
+    return comm_wait(req, err);
+}
+
 /* Both all-gathers: counts NULL, every block count elements. */
 static int allgather_post(struct comm *c, const void *send, void *recv, size_t count,
                           const size_t *counts, enum comm_dtype dtype, struct comm_request **req,
@@ -222,14 +271,8 @@ static int allgather_post(struct comm *c, const void *send, void *recv, size_t c
     size_t e = comm_dtype_bytes(dtype), total = count * (size_t)c->size, before = 0, unused;
     if (elems_bytes(c, "all-gather", count, dtype, (size_t)c->size, &unused, err)) return -1;
     if (counts) { /* the whole, and where this rank's block starts in it */
-        total = 0;
-        for (int r = 0; r < c->size; r++) {
-            if (counts[r] > SIZE_MAX - total)
-                return error_set(err, "comm '%s': all-gather: the counts overflow", c->name);
-            if (r == c->rank) before = total;
-            total += counts[r];
-        }
-        if (elems_bytes(c, "all-gather", total, dtype, 1, &unused, err)) return -1;
+        if (counts_total(c, "all-gather", counts, dtype, &total, err)) return -1;
+        for (int r = 0; r < c->rank; r++) before += counts[r];
     } else {
         before = count * (size_t)c->rank;
     }

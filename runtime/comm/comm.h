@@ -205,6 +205,15 @@ int comm_allgather(struct comm *c, const void *send, void *recv, size_t count,
 int comm_allgather_v(struct comm *c, const void *send, void *recv, const size_t *counts,
                      enum comm_dtype dtype, struct plait_error *err);
 
+/* Uneven all-to-all (MPI_Alltoallv with the blocks packed in rank order):
+ * send holds send_counts[r] elements for each rank r, one block after the
+ * other; recv gets recv_counts[r] elements from each rank r, the same way.
+ * recv_counts[r] here must be send_counts[me] on rank r (a mismatch fails
+ * the collective, the receiver naming it); any count may be 0. send and recv
+ * must not overlap. The counts may be reused once it returns. */
+int comm_alltoall_v(struct comm *c, const void *send, const size_t *send_counts, void *recv,
+                    const size_t *recv_counts, enum comm_dtype dtype, struct plait_error *err);
+
 /* buf on root goes to buf on every rank. */
 int comm_broadcast(struct comm *c, void *buf, size_t count, enum comm_dtype dtype, int root,
                    struct plait_error *err);
@@ -235,6 +244,9 @@ int comm_iallgather(struct comm *c, const void *send, void *recv, size_t count,
                     enum comm_dtype dtype, struct comm_request **req, struct plait_error *err);
 int comm_iallgather_v(struct comm *c, const void *send, void *recv, const size_t *counts,
                       enum comm_dtype dtype, struct comm_request **req, struct plait_error *err);
+int comm_ialltoall_v(struct comm *c, const void *send, const size_t *send_counts, void *recv,
+                     const size_t *recv_counts, enum comm_dtype dtype, struct comm_request **req,
+                     struct plait_error *err);
 int comm_ibroadcast(struct comm *c, void *buf, size_t count, enum comm_dtype dtype, int root,
                     struct comm_request **req, struct plait_error *err);
 int comm_isend(struct comm *c, const void *buf, size_t bytes, int peer, uint32_t tag,

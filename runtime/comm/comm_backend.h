@@ -13,6 +13,7 @@ enum comm_op_kind {
     COMM_OP_ALLGATHER,
     COMM_OP_BROADCAST,
     COMM_OP_BARRIER,
+    COMM_OP_ALLTOALL,
     COMM_OP_SEND,
     COMM_OP_RECV,
 };
@@ -34,6 +35,10 @@ struct comm_desc {
      * are then this rank's block. The backend copies it if it
      * needs it after post returns. */
     const size_t *counts;
+    /* all-to-all: counts[r] elements go to rank r and recv_counts[r] come
+     * from it, each side's blocks in rank order ([size] each; copied like
+     * counts); count and bytes are then what this rank sends in all */
+    const size_t *recv_counts;
     int peer;
     uint32_t tag;
 };

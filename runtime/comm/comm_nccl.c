@@ -395,6 +395,33 @@ static ncclResult_t per_block(struct nccl_comm *c, const struct comm_desc *d, co
     return r;
 }
 
+/* The uneven all-to-all: each peer's block sent and its block received,
+ * grouped, the rank's own block copied on the stream. */
+static ncclResult_t alltoall_v(struct nccl_comm *c, const struct comm_desc *d, const void *in,
+                               void *out)
+{
+    ncclDataType_t t = nccl_dtype(d->dtype);
+    size_t e = comm_dtype_bytes(d->dtype), so = 0, ro = 0;
+    ncclResult_t r = ncclGroupStart();
+    for (int k = 0; k < c->base.size && (r == ncclSuccess || r == ncclInProgress); k++) {
+        const char *src = (const char *)in + so;
+        char *dst = (char *)out + ro;
+        if (k == c->base.rank && d->counts[k])
+            r = cudaMemcpyAsync(dst, src, d->counts[k] * e, cudaMemcpyDeviceToDevice, c->stream) ==
+                        cudaSuccess
+                    ? ncclSuccess
+                    : ncclUnhandledCudaError;
+        if (k != c->base.rank && d->counts[k] && (r == ncclSuccess || r == ncclInProgress))
+            r = ncclSend(src, d->counts[k], t, k, c->nc, c->stream);
+        if (k != c->base.rank && d->recv_counts[k] && (r == ncclSuccess || r == ncclInProgress))
+            r = ncclRecv(dst, d->recv_counts[k], t, k, c->nc, c->stream);
+        so += d->counts[k] * e;
+        ro += d->recv_counts[k] * e;
+    }
+    ncclResult_t end = ncclGroupEnd();
+    return r != ncclSuccess && r != ncclInProgress ? r : end;
+}
+
 /* Enqueues d on c->stream (in and out: where its data is on the device). */
 static ncclResult_t launch(struct nccl_comm *c, const struct comm_desc *d, const void *in,
                            void *out)
@@ -413,6 +440,8 @@ static ncclResult_t launch(struct nccl_comm *c, const struct comm_desc *d, const
         return ncclAllGather(in, out, d->count, t, c->nc, c->stream);
     case COMM_OP_BROADCAST:
         return ncclBroadcast(in, out, d->count, t, d->root, c->nc, c->stream);
+    case COMM_OP_ALLTOALL:
+        return alltoall_v(c, d, in, out);
     case COMM_OP_BARRIER:
         return ncclAllReduce(c->barrier_dev, c->barrier_dev, 1, ncclFloat32, ncclSum, c->nc,
                              c->stream);
@@ -518,11 +547,11 @@ fail:
     return failure(c, err);
 }
 
-/* The bytes of every block of an uneven collective: the whole. */
-static size_t blocks_bytes(const struct comm_desc *d, int size)
+/* The bytes of every rank's block of an uneven collective: the whole. */
+static size_t blocks_bytes(const size_t *counts, enum comm_dtype dtype, int size)
 {
     size_t bytes = 0;
-    for (int b = 0; b < size; b++) bytes += d->counts[b] * comm_dtype_bytes(d->dtype);
+    for (int b = 0; b < size; b++) bytes += counts[b] * comm_dtype_bytes(dtype);
     return bytes;
 }
 
@@ -552,9 +581,13 @@ static int nccl_post(struct comm *base, const struct comm_desc *d, struct comm_r
     c->pending_tail = q;
     size_t n = (size_t)c->base.size, in_bytes = d->bytes, out_bytes = d->bytes;
     if (d->kind == COMM_OP_REDUCE_SCATTER && !d->counts) in_bytes *= n;
-    if (d->kind == COMM_OP_REDUCE_SCATTER && d->counts) in_bytes = blocks_bytes(d, c->base.size);
+    if (d->kind == COMM_OP_REDUCE_SCATTER && d->counts)
+        in_bytes = blocks_bytes(d->counts, d->dtype, c->base.size);
     if (d->kind == COMM_OP_ALLGATHER && !d->counts) out_bytes *= n;
-    if (d->kind == COMM_OP_ALLGATHER && d->counts) out_bytes = blocks_bytes(d, c->base.size);
+    if (d->kind == COMM_OP_ALLGATHER && d->counts)
+        out_bytes = blocks_bytes(d->counts, d->dtype, c->base.size);
+    if (d->kind == COMM_OP_ALLTOALL) /* what comes in: every peer's block */
+        out_bytes = blocks_bytes(d->recv_counts, d->dtype, c->base.size);
     bool has_in = d->kind != COMM_OP_RECV && d->kind != COMM_OP_BARRIER;
     bool has_out = d->kind != COMM_OP_SEND && d->kind != COMM_OP_BARRIER;
     if (CUDA_CHECK(cudaSetDevice(c->device)) ||
@@ -569,7 +602,7 @@ static int nccl_post(struct comm *base, const struct comm_desc *d, struct comm_r
         request_free(q);
         return -1;
     }
-    q->d.counts = NULL; /* the caller's: used while launching (never grouped) */
+    q->d.counts = q->d.recv_counts = NULL; /* the caller's: used while launching (never grouped) */
     *out = &q->base;
     return 0;
 }

@@ -30,13 +30,14 @@ static int sock_post(struct comm *base, const struct comm_desc *d, struct comm_r
 {
     struct sock_comm *c = (struct sock_comm *)base;
     /* per-rank counts travel with the request: its program is built later */
-    size_t counts_bytes = d->counts ? (size_t)base->size * sizeof *d->counts : 0;
-    struct sock_request *q = calloc(1, sizeof *q + counts_bytes);
+    size_t n = (size_t)base->size, counts_bytes = d->counts ? n * sizeof *d->counts : 0;
+    struct sock_request *q = calloc(1, sizeof *q + counts_bytes * (d->recv_counts ? 2 : 1));
     if (!q) return error_errno(err, "comm '%s': allocating a request", base->name);
     q->base.ops = &sock_ops;
     q->c = c;
     q->d = *d;
     if (d->counts) q->d.counts = memcpy(q->counts, d->counts, counts_bytes);
+    if (d->recv_counts) q->d.recv_counts = memcpy(q->counts + n, d->recv_counts, counts_bytes);
     pthread_mutex_lock(&c->mu);
     if (c->failed) {
         failure(c, err);

@@ -42,6 +42,15 @@ void nccl_nominal_bytes(const struct comm_desc *d, int rank, int size, uint64_t 
     case COMM_OP_BARRIER:
         *sent = *received = 2 * (n - 1) * 4 / n;
         return;
+    case COMM_OP_ALLTOALL: { /* every block but its own, each way */
+        uint64_t e = comm_dtype_bytes(d->dtype);
+        for (int b = 0; b < size; b++) {
+            if (b == rank) continue;
+            *sent += d->counts[b] * e;
+            *received += d->recv_counts[b] * e;
+        }
+        return;
+    }
     case COMM_OP_SEND:
         *sent = bytes;
         return;

@@ -191,6 +191,39 @@ static int allgather_ring(struct program *p, const struct comm_desc *d, int r, i
     return 0;
 }
 
+/* All-to-all, pairwise: at distance t = 1 .. n-1 send the block of rank r+t
+ * and receive the block of rank r-t, every pair's message in flight at once
+ * (each peer's sends and receives run in order, the peers concurrently), so
+ * no rank is every rank's first destination. Its own block is copied. */
+static int alltoall_pairwise(struct program *p, const struct comm_desc *d, int r, int n)
+{
+    if (alloc_program(p, n, n, 0)) return -1;
+    p->algorithm = "pairwise";
+    size_t e = p->elem_bytes, *soff = calloc((size_t)n + 1, sizeof *soff),
+           *roff = calloc((size_t)n + 1, sizeof *roff);
+    if (!soff || !roff) {
+        free(soff);
+        free(roff);
+        return -1;
+    }
+    for (int k = 0; k < n; k++) {
+        soff[k + 1] = soff[k] + d->counts[k] * e;
+        roff[k + 1] = roff[k] + d->recv_counts[k] * e;
+    }
+    const uint8_t *in = d->send;
+    uint8_t *out = d->recv;
+    if (d->counts[r]) memcpy(out + roff[r], in + soff[r], d->counts[r] * e);
+    for (int t = 1; t < n; t++) {
+        int to = mod(r + t, n), from = mod(r - t, n);
+        add_send(p, to, 0, in ? in + soff[to] : NULL, d->counts[to] * e, -1);
+        add_recv(p, from, 0, out ? out + roff[from] : NULL, d->recv_counts[from] * e, XFER_COPY,
+                 NULL);
+    }
+    free(soff);
+    free(roff);
+    return 0;
+}
+
 /* Broadcast along a tree in virtual ranks v = rank - root: a binomial tree
  * (parent: v without its lowest set bit; children v + 2^k below it, farthest
  * first) or a chain (v-1 -> v -> v+1). Every send forwards the one receive as
@@ -279,6 +312,9 @@ int sock_algo_build(struct program *p, const struct comm_desc *d, int rank, int 
         break;
     case COMM_OP_BARRIER:
         if (size > 1) rc = barrier_dissemination(p, rank, size);
+        break;
+    case COMM_OP_ALLTOALL:
+        rc = alltoall_pairwise(p, d, rank, size);
         break;
     case COMM_OP_SEND:
     case COMM_OP_RECV:

@@ -318,6 +318,49 @@ static void test_reduce_scatter_and_allgather_match_host_sums(void)
             scatter_gather_rank);
 }
 
+/* uneven all-to-all: rank s sends rank r (s + 2r) % 3 · 1001 elements (some
+ * none), each block's values naming its sender and its place */
+static size_t a2a_count(int from, int to)
+{
+    return (size_t)((from + 2 * to) % 3) * 1001;
+}
+
+static void alltoall_rank(struct comm *c, int rank, int n)
+{
+    struct plait_error err;
+    size_t sc[64], rc[64], out_n = 0, in_n = 0;
+    for (int r = 0; r < n; r++) {
+        out_n += sc[r] = a2a_count(rank, r);
+        in_n += rc[r] = a2a_count(r, rank);
+    }
+    float *h = malloc((out_n + 1) * sizeof *h), *got = malloc((in_n + 1) * sizeof *got);
+    for (size_t i = 0; i < out_n; i++) h[i] = (float)(rank * 100000 + (int)i);
+    float *d = dev_alloc((out_n + 1) * sizeof *d), *o = dev_alloc((in_n + 1) * sizeof *o);
+    to_dev(d, h, (out_n + 1) * sizeof *h);
+    CHECK(comm_alltoall_v(c, d, sc, o, rc, COMM_FLOAT32, &err) == 0, "%s", err.text);
+    to_host(got, o, (in_n + 1) * sizeof *got);
+    size_t bad = 0, at = 0;
+    for (int r = 0; r < n; r++) {
+        size_t from_at = 0;
+        for (int q = 0; q < rank; q++) from_at += a2a_count(r, q);
+        for (size_t i = 0; i < rc[r]; i++)
+            bad += got[at + i] != (float)(r * 100000 + (int)(from_at + i));
+        at += rc[r];
+    }
+    CHECK(bad == 0, "all-to-all: %zu wrong", bad);
+    cudaFree(d);
+    cudaFree(o);
+    free(h);
+    free(got);
+}
+
+static void test_uneven_alltoall_delivers_every_block(void)
+{
+    if (gpus > 64) return;
+    run_all(&(struct world_opts){.name = "alltoall", .n = gpus, .absent_rank = -1},
+            alltoall_rank);
+}
+
 /* broadcast from every root, barrier, send/recv around the ring, a grouped
  * exchange between partners */
 static void broadcast_p2p_rank(struct comm *c, int rank, int n)
@@ -651,6 +694,7 @@ int main(void)
     if (gpus < 2) printf("# one GPU: the collectives run on a world of one rank\n");
     RUN(test_allreduce_sum_and_max_of_every_dtype_match_host_sums);
     RUN(test_reduce_scatter_and_allgather_match_host_sums);
+    RUN(test_uneven_alltoall_delivers_every_block);
     RUN(test_broadcast_barrier_send_recv_and_a_grouped_exchange);
     RUN(test_split_3d_and_a_split_some_ranks_sit_out);
     RUN(test_async_buckets_host_buffers_and_byte_counts);

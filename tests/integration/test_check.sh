@@ -113,13 +113,19 @@ test_more_ranks_than_cores_warn() {
 }
 check more_ranks_than_cores_warn test_more_ranks_than_cores_warn
 
+# check_text CASE OUT [OPTION...]: plait check's text for a case (with its args) into OUT
+check_text() {
+    local case=$1 out=$2
+    shift 2
+    # shellcheck disable=SC2046
+    "$PLAIT" check "$case/plan.json" $(cat "$case/args") "$@" >"$out" 2>&1 || { cat "$out"; return 1; }
+}
+
 # the text output names each kind of GPU: by PCI id alone (the H100s of a node hwloc sees
 # without NVIDIA's libraries), with memory and dense peaks; an id plait does not know says
 # so; and a GPU plan's modelled MFU against the GPU's peak
 test_text_names_the_gpus_and_models_mfu() {
-    local case=tests/topo/pci_ids_only/gpt2_124m_on_one_h100_known_by_pci_id
-    # shellcheck disable=SC2046
-    "$PLAIT" check "$case/plan.json" $(cat "$case/args") >"$WORK/t.txt" 2>&1 || { cat "$WORK/t.txt"; return 1; }
+    check_text tests/topo/pci_ids_only/gpt2_124m_on_one_h100_known_by_pci_id "$WORK/t.txt" || return 1
     grep -qF "    2 × NVIDIA H100 80GB HBM3 (10de:2330, named by PCI id), 85.90 GB (PCI id), dense peaks bf16 989 / fp8 1979 TFLOP/s, memory 3350 GB/s" "$WORK/t.txt" &&
         grep -qF "    1 × unknown GPU 10de:2684 (no NVML, no hwloc GPU model, not in plait's table), memory unknown, peaks unknown" "$WORK/t.txt" &&
         grep -qE "^  modelled MFU: [0-9.]+% of 1 × NVIDIA H100 80GB HBM3's dense bf16 peak, 989 TFLOP/s each \(855.2 MFLOP per token" "$WORK/t.txt" ||
@@ -129,6 +135,54 @@ test_text_names_the_gpus_and_models_mfu() {
     ! grep -q "MFU\|10de:\|TFLOP/s" "$WORK/c.txt" || { cat "$WORK/c.txt"; return 1; }
 }
 check text_names_the_gpus_and_models_mfu test_text_names_the_gpus_and_models_mfu
+
+# with dp > 1 the memory table gives the most loaded rank under every ZeRO stage,
+# and a plan whose own stage is higher than it needs hears of the cheapest that fits
+# (the refusal of one that fits at no stage is tests/topo/h100_sxm8/zero_stage_that_fits_is_proposed)
+test_text_proposes_the_cheapest_zero_stage() {
+    local case=tests/topo/h100_sxm8/zero2_where_zero1_fits_says_so
+    "$PLAIT" check "$case/plan.json" --topology tests/topo/h100_sxm8/topology.xml >"$WORK/z.txt" 2>&1 || { cat "$WORK/z.txt"; return 1; }
+    grep -qE "^  the most loaded rank by ZeRO stage at dp 8: 0 106.66 GB, 1 76.33 GB, 2 76.33 GB" "$WORK/z.txt" &&
+        grep -qF "  parallel.zero 1 would fit too (76.33 GB), with no more data-parallel traffic" "$WORK/z.txt" ||
+        { cat "$WORK/z.txt"; return 1; }
+    # at zero 1 itself: no proposal
+    "$PLAIT" check "$case/plan.json" --topology tests/topo/h100_sxm8/topology.xml --set parallel.zero=1 >"$WORK/z1.txt" 2>&1 || { cat "$WORK/z1.txt"; return 1; }
+    ! grep -q "would fit too" "$WORK/z1.txt" || { cat "$WORK/z1.txt"; return 1; }
+}
+check text_proposes_the_cheapest_zero_stage test_text_proposes_the_cheapest_zero_stage
+
+# a pipelined plan's schedule is set beside every other schedule's textbook bubble at its
+# stages and micro-batches (DualPipeV's V among them)
+test_text_sets_every_schedules_bubble_beside_the_plans() {
+    local case=tests/topo/h100_sxm8/tp2_pp2_dp2_pipelines_stay_on_the_node
+    "$PLAIT" check "$case/plan.json" --topology tests/topo/h100_sxm8/topology.xml >"$WORK/s.txt" 2>&1 || { cat "$WORK/s.txt"; return 1; }
+    grep -qF "  beside it, the same work a stage: 1f1b 11.1%, gpipe 11.1%, interleaved ×2 5.9%, zb-h1 7.7%, dualpipev 2.0%" "$WORK/s.txt" ||
+        { cat "$WORK/s.txt"; return 1; }
+}
+check text_sets_every_schedules_bubble_beside_the_plans test_text_sets_every_schedules_bubble_beside_the_plans
+
+# hybrid sharding: the layout line names the replicas and the shard group, and the
+# traffic table shows both groups under dp with the links they were placed on (a shard
+# group of 8 inside each node's NVLink domain, the replicas across the network), their
+# bytes adding up to dp's; a plan without it prints neither
+test_text_shows_the_hybrid_sharding_groups() {
+    local case=tests/topo/multinode/h100x2_hsdp_shard_groups_stay_on_the_node
+    check_text "$case" "$WORK/h.txt" || return 1
+    grep -qF "layout: tp 1 × pp 1 × dp 16 (2 replicas of a shard group of 8) = 16 ranks on 2 nodes" "$WORK/h.txt" &&
+        grep -qE "^ +shard +[0-9]+ +NVLink +450.0 +[0-9.]+  2 NVLink$" "$WORK/h.txt" &&
+        grep -qE "^ +replicas +[0-9]+ +network +50.0 +[0-9.]+  8 network$" "$WORK/h.txt" ||
+        { cat "$WORK/h.txt"; return 1; }
+    "$PY" - "$WORK/h.txt" <<'PYEOF' || return 1
+import re, sys
+rows = {m.group(1): float(m.group(2)) for m in re.finditer(r"^ +(dp|shard|replicas) +(\d+) ", open(sys.argv[1]).read(), re.M)}
+assert rows["dp"] == rows["shard"] + rows["replicas"] and rows["replicas"] > 0, rows
+PYEOF
+    check_text "$case" "$WORK/p.txt" --set parallel.dp_shard=auto --set parallel.dp_replicate=auto ||
+        return 1
+    grep -qF "layout: tp 1 × pp 1 × dp 16 = 16 ranks" "$WORK/p.txt" &&
+        ! grep -qE "shard group|^ +(shard|replicas) " "$WORK/p.txt" || { cat "$WORK/p.txt"; return 1; }
+}
+check text_shows_the_hybrid_sharding_groups test_text_shows_the_hybrid_sharding_groups
 
 # on this machine (no --topology) CPU ranks are modelled from the CPU kernels'
 # rates measured at the plan's shapes: positive, and the memory-bound ops and

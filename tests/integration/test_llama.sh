@@ -6,7 +6,8 @@
 # plan's model.init imports. Its step-1 logits (within 1e-5 in fp32: the
 # import is exact) and gradients and every step's loss, lr and grad_norm
 # against PyTorch's, in fp32 on one rank, in bf16, with full recompute, across
-# an interleaved pipeline with tp 2, fp8 within 0.2% of fp32's losses,
+# an interleaved pipeline with tp 2, DualPipeV's V (untied and tied), fp8 within 0.2% of
+# fp32's losses,
 # tp 2 × pp 2 × dp 2 (ZeRO 1), tp 2 sequence parallel × dp 2 (ZeRO 2), a
 # zero-bubble pipeline (its split backward), a run stopped at step 3 in one
 # layout and resumed to step 6 in another (the checkpoint resharded), and one
@@ -93,6 +94,15 @@ interleaved() {
         --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set parallel.tp=2
 }
 check llama_interleaved_pp2_tp2 interleaved
+# DualPipeV: 4 layers in a V over 2 stages, 4 micro-batches a step; the first
+# stage embeds and ends in the head, untied and tied (its sum then on one rank)
+dualpipev() {
+    new_case l4a4 --layers 4 --grad-accum 4 && new_case l4a4_tied --layers 4 --grad-accum 4 --tie &&
+        train_and_compare l4a4 dualpipev --set parallel.pp=2 --set parallel.schedule=dualpipev &&
+        train_and_compare l4a4_tied dualpipev_tied --set parallel.pp=2 \
+            --set parallel.schedule=dualpipev
+}
+check llama_dualpipev_pp2 dualpipev
 # fp8 (emulated on the CPU), tensor and block scaling: every step's loss within 0.2% of
 # PyTorch's fp32 (measured: 1.6e-4, 1.3e-4; fp8's rounding, not a bug's size)
 fp8_close() {

@@ -75,6 +75,43 @@ layout() {
     close "$WORK/$name/metrics.jsonl" "$WORK/$reference/metrics.jsonl" "$tol" && memory "$WORK/$name"
 }
 
+# stops_and_resumes NAME REF --set ...: a run signalled after micro-batch 10 stops at step
+# 3 (a pipeline, at the step's end) with a checkpoint; the same command resumes it from
+# there, and its metrics are REF's to the bit
+stops_and_resumes() {
+    local name=$1 reference=$2 rc=0
+    shift 2
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=10 "$PLAIT" train "$WORK/plan.json" --out "$WORK/$name" \
+        "${COMMON[@]}" "$@" >"$WORK/$name.log" 2>&1 || rc=$?
+    [ "$rc" = 75 ] || { echo "exit $rc"; tail "$WORK/$name.log"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/$name" "${COMMON[@]}" "$@" \
+        >"$WORK/${name}2.log" 2>&1 || return 1
+    grep -q "resuming from .*step_00000003_0000" "$WORK/${name}2.log" ||
+        { cat "$WORK/${name}2.log"; return 1; }
+    metrics_equal "$WORK/$reference/metrics.jsonl" "$WORK/$name/metrics.jsonl"
+}
+
+# evaluates_as_one_rank NAME --set ...: 4 steps evaluating at step 4; the layout's
+# validation losses are one rank's within 1e-5
+evaluates_as_one_rank() {
+    local name=$1
+    shift
+    local val=(--set data.val="$WORK/val.bin" --set data.val_every=4 --set steps=4)
+    [ -f "$WORK/val_one/metrics.jsonl" ] ||
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/val_one" "${COMMON[@]}" "${val[@]}" \
+            --set model.layers=4 --set batch.grad_accum=4 >/dev/null 2>&1 || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/$name" "${COMMON[@]}" "$@" "${val[@]}" \
+        >"$WORK/$name.log" 2>&1 || { tail "$WORK/$name.log"; return 1; }
+    "$PY" - "$WORK/val_one/metrics.jsonl" "$WORK/$name/metrics.jsonl" <<'PYEOF'
+import json, sys
+a, b = ([json.loads(l)["val_loss"] for l in open(p) if '"val_loss"' in l] for p in sys.argv[1:3])
+assert len(a) == len(b) >= 1, (a, b)
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+assert worst <= 1e-5, (a, b)
+print(f"{len(a)} evaluations, worst relative difference {worst:.3g}")
+PYEOF
+}
+
 # fp32, 12 AdamW steps with clipping and warm-up: within 1e-5 of one rank
 # (measured here: at most 2e-7).
 test_tensor_parallel_matches_one_rank() {
@@ -127,7 +164,9 @@ PYEOF
 # the simulated bubble below 1F1B's, the measured
 # one beside it; the same layout twice, the same bits; stopped and resumed
 # from its checkpoint in parts, to the bit; a one-rank checkpoint resumed by
-# it; its evaluation, one rank's; ZeRO 2 refused, saying why.
+# it; its evaluation, one rank's; ZeRO 2 at pp 2 × dp 2, handing each group of pp
+# micro-batches over (where a stage's gradients are quiescent), in one bucket and in
+# buckets of 10 KB, and the same layout twice: the same bits.
 test_interleaved_pipeline_matches_one_rank() {
     ref one_l4 4 --set model.layers=4 && ref one_l8 4 --set model.layers=8 &&
         ref one_l4x8 8 --set model.layers=4 || return 1
@@ -154,15 +193,7 @@ PYEOF
     metrics_equal "$WORK/pp2_interleaved/metrics.jsonl" "$WORK/again_il/metrics.jsonl" || return 1
     # stopped after micro-batch 10 (a pipeline stops at the step's end: step 3),
     # resumed from its parts
-    local rc=0
-    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=10 "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_il" \
-        "${COMMON[@]}" "${l4[@]}" --set parallel.pp=2 "${il[@]}" >"$WORK/stop_il.log" 2>&1 || rc=$?
-    [ "$rc" = 75 ] || { echo "exit $rc"; tail "$WORK/stop_il.log"; return 1; }
-    "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_il" "${COMMON[@]}" "${l4[@]}" \
-        --set parallel.pp=2 "${il[@]}" >"$WORK/stop_il2.log" 2>&1 || return 1
-    grep -q "resuming from .*step_00000003_0000" "$WORK/stop_il2.log" ||
-        { cat "$WORK/stop_il2.log"; return 1; }
-    metrics_equal "$WORK/pp2_interleaved/metrics.jsonl" "$WORK/stop_il/metrics.jsonl" || return 1
+    stops_and_resumes stop_il pp2_interleaved "${l4[@]}" --set parallel.pp=2 "${il[@]}" || return 1
     # its parts hold chunks of layers: 1F1B's stages take theirs, resharded
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/stop_il" "${COMMON[@]}" "${l4[@]}" \
         --set parallel.pp=2 --set steps=13 >"$WORK/il_as_1f1b.log" 2>&1 &&
@@ -176,23 +207,15 @@ PYEOF
     grep -q "resuming from .*step_00000008_0000" "$WORK/grow_il.log" ||
         { cat "$WORK/grow_il.log"; return 1; }
     # evaluation through the chunks: one rank's validation losses
-    local val=(--set data.val="$WORK/val.bin" --set data.val_every=4)
-    "$PLAIT" train "$WORK/plan.json" --out "$WORK/val_one" "${COMMON[@]}" "${l4[@]}" "${val[@]}" \
-        --set steps=4 >/dev/null 2>&1 &&
-        "$PLAIT" train "$WORK/plan.json" --out "$WORK/val_il" "${COMMON[@]}" "${l4[@]}" "${val[@]}" \
-            --set steps=4 --set parallel.pp=2 "${il[@]}" >"$WORK/val_il.log" 2>&1 ||
-        { tail "$WORK/val_il.log"; return 1; }
-    "$PY" - "$WORK/val_one/metrics.jsonl" "$WORK/val_il/metrics.jsonl" <<'PYEOF' || return 1
-import json, sys
-a, b = ([json.loads(l)["val_loss"] for l in open(p) if '"val_loss"' in l] for p in sys.argv[1:3])
-assert len(a) == len(b) >= 1, (a, b)
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-assert worst <= 1e-5, (a, b)
-print(f"{len(a)} evaluations, worst relative difference {worst:.3g}")
-PYEOF
-    expect_error "$WORK/il_z2.log" any 'parallel.schedule: "interleaved" with parallel.zero 2' \
-        "$PLAIT" train "$WORK/plan.json" --out "$WORK/il_z2" "${COMMON[@]}" "${l4[@]}" \
-        --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=2 "${il[@]}"
+    evaluates_as_one_rank val_il "${l4[@]}" --set parallel.pp=2 "${il[@]}" || return 1
+    local z2=(--set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=2)
+    layout pp2dp2_z2_interleaved one_l4x8 1e-5 "${l4[@]}" "${z2[@]}" "${il[@]}" || return 1
+    layout pp2dp2_z2_interleaved_buckets one_l4x8 1e-5 "${l4[@]}" "${z2[@]}" "${il[@]}" \
+        --set parallel.bucket_mb=0.01 || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/again_il_z2" "${COMMON[@]}" "${l4[@]}" \
+        "${z2[@]}" "${il[@]}" --set parallel.bucket_mb=0.01 >/dev/null 2>&1 || return 1
+    metrics_equal "$WORK/pp2dp2_z2_interleaved_buckets/metrics.jsonl" \
+        "$WORK/again_il_z2/metrics.jsonl"
 }
 
 test_data_parallel_and_zero_match_one_rank() {
@@ -213,10 +236,13 @@ test_data_parallel_and_zero_match_one_rank() {
     layout sp_zbh1_buckets one8 1e-5 --set parallel.tp=2 --set parallel.sequence_parallel=true \
         --set parallel.pp=2 --set parallel.dp=2 --set batch.grad_accum=4 \
         --set parallel.bucket_mb=0.01 --set parallel.schedule=zb-h1 || return 1
-    # ZeRO 2 hands each micro-batch's gradients over at once: not with a split backward
-    expect_error "$WORK/zbh1_z2.log" any 'parallel.schedule: "zb-h1" with parallel.zero 2' \
-        "$PLAIT" train "$WORK/plan.json" --out "$WORK/zbh1_z2" "${COMMON[@]}" --set parallel.pp=2 \
-        --set parallel.dp=2 --set parallel.zero=2 --set parallel.schedule=zb-h1 || return 1
+    # ZeRO 2 with a split backward: handed over once a micro-batch's weight-gradient
+    # pass is done (ZB-H1's lists run it before the next input-gradient pass), the tied
+    # wte summed in the slices at the step's end; in one bucket and in buckets of 10 KB
+    local z2zb=(--set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=2
+        --set parallel.schedule=zb-h1 --set batch.grad_accum=4)
+    layout pp2dp2_z2_zbh1 one8 1e-5 "${z2zb[@]}" || return 1
+    layout pp2dp2_z2_zbh1_buckets one8 1e-5 "${z2zb[@]}" --set parallel.bucket_mb=0.01 || return 1
     layout dp2_z1 one6 1e-5 --set parallel.dp=2 --set parallel.zero=1 || return 1
     layout dp2_z2 one6 1e-5 --set parallel.dp=2 --set parallel.zero=2 || return 1
     # ZeRO 2 in a pipeline: the tied wte's sum between its ends after each
@@ -250,6 +276,44 @@ test_zero_in_buckets_matches_one_rank() {
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/dp4_z2_again" "${COMMON[@]}" \
         --set parallel.dp=4 --set parallel.zero=2 "${b[@]}" >/dev/null 2>&1 || return 1
     metrics_equal "$WORK/dp4_z2_buckets/metrics.jsonl" "$WORK/dp4_z2_again/metrics.jsonl"
+}
+
+# Hybrid sharding (HSDP): dp 4 as two replicas of a shard group of 2. ZeRO 1 and
+# 2 slice over the shard group (the gradients reduce-scattered in it, the
+# slice then summed over the replicas once a step, the norm over the shard
+# group alone), given either way round, in one bucket and in buckets of 10 KB,
+# and shard groups of 1 (a plain all-reduce over the replicas); what plait
+# check predicts is what each rank allocated (a slice of a half, not a
+# quarter). Stopped mid-step at ZeRO 2 (each rank's slice, not yet summed over
+# the replicas, saved) and resumed to the bit.
+test_hybrid_sharding_matches_one_rank() {
+    ref one12 12 || return 1
+    local d4=(--set parallel.dp=4)
+    layout hsdp_z1 one12 1e-5 "${d4[@]}" --set parallel.zero=1 --set parallel.dp_shard=2 \
+        --set parallel.dp_replicate=2 || return 1
+    layout hsdp_z2 one12 1e-5 "${d4[@]}" --set parallel.zero=2 --set parallel.dp_shard=2 || return 1
+    layout hsdp_z1_buckets one12 1e-5 "${d4[@]}" --set parallel.zero=1 \
+        --set parallel.dp_replicate=2 --set parallel.bucket_mb=0.01 || return 1
+    layout hsdp_z2_buckets one12 1e-5 "${d4[@]}" --set parallel.zero=2 \
+        --set parallel.dp_replicate=2 --set parallel.bucket_mb=0.01 || return 1
+    layout hsdp_1x4 one12 1e-5 "${d4[@]}" --set parallel.zero=1 --set parallel.dp_shard=1 || return 1
+    "$PLAIT" ckpt ls "$WORK/hsdp_z1" >"$WORK/hsdp_ls.txt" 2>&1 &&
+        grep -q "step_00000012_0000 .* tp 1 × pp 1 × dp 4 (2 replicas of 2) ZeRO 1 .* yes$" \
+            "$WORK/hsdp_ls.txt" || { cat "$WORK/hsdp_ls.txt"; return 1; }
+    [ -f "$WORK/dp4_z1/run.json" ] || layout dp4_z1 one12 1e-5 "${d4[@]}" --set parallel.zero=1 ||
+        return 1
+    "$PY" - "$WORK/hsdp_z1/run.json" "$WORK/dp4_z1/run.json" <<'PYEOF' || return 1
+import json, sys
+h, q = (json.load(open(p))["memory"]["ranks"][0]["allocated"]["optimizer"] for p in sys.argv[1:3])
+assert 1.9 * q < h < 2.1 * q, (h, q)
+print(f"a rank's moments: {h} bytes in a shard group of 2, {q} in one of 4")
+PYEOF
+    local z2=("${d4[@]}" --set parallel.zero=2 --set parallel.dp_shard=2 --set batch.grad_accum=4)
+    uninterrupted full_hsdp_z2 "${z2[@]}" || return 1
+    stop_resume stop_hsdp_z2 full_hsdp_z2 22 "micro-batch 2 of step 6" "${z2[@]}" || return 1
+    [ "$(ls "$WORK/stop_hsdp_z2/checkpoints/step_00000005_0002" | grep -c '^optim-tp0-pp0-dp[01]\.bin$')" = 2 ] &&
+        [ "$(ls "$WORK/stop_hsdp_z2/checkpoints/step_00000005_0002" | grep -c '^grads-tp0-pp0-dp[0-3]\.bin$')" = 4 ] ||
+        { ls "$WORK/stop_hsdp_z2/checkpoints/step_00000005_0002"; return 1; }
 }
 
 test_2x2x2_with_zero1_matches_one_rank() {
@@ -326,7 +390,7 @@ test_bf16_2x2_tracks_bf16_one_rank() {
     layout bf16_tp2pp2 one_bf16 1e-4 --set precision=bf16 --set parallel.tp=2 --set parallel.pp=2
 }
 
-# wire NAME TP PP DP ZERO A LAYERS [SP [ROWS]]: every step's bytes per communicator
+# wire NAME TP PP DP ZERO A LAYERS [SP [ROWS [SHARD]]]: every step's bytes per communicator
 # (a rank's, averaged over the ranks) against the formulas within 5%. Sizes in
 # floats: P the parameters, BTC one micro-batch's activations, A micro-batches:
 #   dp: all-reduce 2(N-1)/N·P; ZeRO 1 reduce-scatter + all-gather, the same;
@@ -335,6 +399,9 @@ test_bf16_2x2_tracks_bf16_one_rank() {
 #       ROWS 1 (ZeRO 0 always): buckets without a pipeline gather every
 #       rank's embedding rows and tokens, (N-1)·(BTC + BT) a step (ZeRO 2: a
 #       micro-batch)
+#   dp, hybrid sharding (SHARD S < DP = S·R, no rows): ZeRO's in the shard group,
+#       2(S-1)/S·P (ZeRO 2: (A+1)·(S-1)/S·P), and the slice summed over the
+#       replicas, 2(R-1)/R·P/S
 #   tp: 4 all-reduces a layer (2 forward, 2 backward), 1 for the embedding's
 #       output and 1 for the head's input gradient, each 2(N-1)/N·BTC, per micro-batch
 #   tp, sequence parallel (SP 1), each a ring's (N-1)/N·BTC per micro-batch:
@@ -356,7 +423,7 @@ wire() {
     "$PY" - "$WORK/$1/metrics.jsonl" "$WORK/plan.json" "${@:2}" <<'PYEOF'
 import json, math, sys
 path, plan = sys.argv[1], sys.argv[2]
-tp, pp, dp, zero, accum, layers, sp, rows = (list(map(int, sys.argv[3:])) + [0, 0])[:8]
+tp, pp, dp, zero, accum, layers, sp, rows, shard = (list(map(int, sys.argv[3:])) + [0, 0, 0])[:9]
 m = json.load(open(plan))["model"]
 V, C, T, B = m["vocab"], m["hidden"], m["seq_len"], 4
 L, F = layers, 4  # bytes a float
@@ -378,8 +445,10 @@ if dp == 0:
     del want["dp"]
 elif dp > 1:
     assert tp == pp == 1
-    share = (dp - 1) / dp * P * F
+    S = shard or dp
+    share = (S - 1) / S * P * F
     want["dp"] = share * (accum + 1) if zero == 2 else 2 * share
+    want["dp"] += 2 * (dp // S - 1) / (dp // S) * P / S * F
     if zero == 0 or rows:  # in buckets, without a pipeline: the deferred embedding rows and tokens
         want["dp"] += (accum if zero == 2 else 1) * (dp - 1) * (BTC + B * T) * F
 steps = [json.loads(l) for l in open(path) if '"step"' in l]
@@ -413,6 +482,11 @@ test_bytes_on_the_wire_match_the_formulas() {
         wire w_dp4z1_b 1 1 4 1 3 2 0 1 || return 1
     run_wire w_dp3z2_b --set parallel.dp=3 --set parallel.zero=2 "${b[@]}" &&
         wire w_dp3z2_b 1 1 3 2 3 2 0 1 || return 1
+    # hybrid sharding, dp 4 as 2 × 2: the shard groups' traffic and the replicas' sums
+    run_wire w_hsdp_z1 --set parallel.dp=4 --set parallel.zero=1 --set parallel.dp_shard=2 &&
+        wire w_hsdp_z1 1 1 4 1 3 2 0 0 2 || return 1
+    run_wire w_hsdp_z2 --set parallel.dp=4 --set parallel.zero=2 --set parallel.dp_shard=2 &&
+        wire w_hsdp_z2 1 1 4 2 3 2 0 0 2 || return 1
     run_wire w_tp4 --set parallel.tp=4 --set model.heads=4 && wire w_tp4 4 1 1 0 3 2 || return 1
     run_wire w_pp4 --set parallel.pp=4 --set model.layers=4 --set batch.grad_accum=4 &&
         wire w_pp4 1 4 1 0 4 4 || return 1
@@ -519,6 +593,16 @@ test_stopped_parallel_runs_resume_to_the_bit() {
     uninterrupted full_iv "${iv[@]}" || return 1
     stop_resume stop_iv full_iv 42 "micro-batch 4 of step 6 (of 8; the pipeline drained)" \
         "${iv[@]}" || return 1
+    # ZeRO 2 with both: a stop lands where the gradients were handed over (interleaved:
+    # a multiple of pp; zb-h1: any micro-batch), the slices saved, the tied wte's sum
+    # still to come at the step's end
+    local ivz2=("${iv[@]}" --set parallel.dp=2 --set parallel.zero=2 --set parallel.bucket_mb=0.01)
+    uninterrupted full_iv_z2 "${ivz2[@]}" || return 1
+    stop_resume stop_iv_z2 full_iv_z2 42 "micro-batch 4 of step 6 (of 8; the pipeline drained)" \
+        "${ivz2[@]}" || return 1
+    local zbz2=("${z2[@]}" --set parallel.schedule=zb-h1)
+    uninterrupted full_zbh1_z2 "${zbz2[@]}" || return 1
+    stop_resume stop_zbh1_z2 full_zbh1_z2 22 "micro-batch 3 of step 6" "${zbz2[@]}" || return 1
 }
 
 # SIGTERM to the last stage alone (after its 18th micro-batch, the 2nd of
@@ -627,9 +711,66 @@ check nccl_link_matches_the_direct_link test_the_nccl_link_matches_the_direct_li
 check tensor_parallel_matches_one_rank test_tensor_parallel_matches_one_rank
 check pipeline_parallel_matches_one_rank test_pipeline_parallel_matches_one_rank
 check interleaved_pipeline_matches_one_rank test_interleaved_pipeline_matches_one_rank
+
+# DualPipeV (two chunks a stage in a V: down the stages through chunk 0, a turn
+# on the last stage into its own chunk 1, back up to the first stage, which
+# takes the loss): one rank's numbers at pp 2 and pp 4, with dp 2 at ZeRO 2 in
+# buckets and tp 2 sequence parallel; its simulated bubble below ZB-H1's; the
+# same layout twice, the same bits; stopped (at the step's end) and resumed to
+# the bit; its V-shaped parts resumed by 1F1B's stages and a 1F1B checkpoint by
+# the V; its evaluation, one rank's.
+test_dualpipev_matches_one_rank() {
+    ref one_l4 4 --set model.layers=4 && ref one_l8x8 8 --set model.layers=8 &&
+        ref one_l4x8 8 --set model.layers=4 || return 1
+    local dv=(--set parallel.schedule=dualpipev)
+    local l4=(--set model.layers=4 --set batch.grad_accum=4)
+    layout pp2_dualpipev one_l4 1e-5 "${l4[@]}" --set parallel.pp=2 "${dv[@]}" || return 1
+    layout pp4_dualpipev one_l8x8 1e-5 --set model.layers=8 --set batch.grad_accum=8 \
+        --set parallel.pp=4 "${dv[@]}" || return 1
+    layout pp2dp2_z2_dualpipev_buckets one_l4x8 1e-5 "${l4[@]}" --set parallel.pp=2 \
+        --set parallel.dp=2 --set parallel.zero=2 --set parallel.bucket_mb=0.01 "${dv[@]}" || return 1
+    layout tp2pp2_sp_dualpipev one_l4 1e-5 "${l4[@]}" --set parallel.tp=2 \
+        --set parallel.sequence_parallel=true --set parallel.pp=2 "${dv[@]}" || return 1
+    "$PY" - "$WORK/pp4_dualpipev/metrics.jsonl" <<'PYEOF' || return 1
+import json, sys
+rows = [json.loads(l)["parallel"] for l in open(sys.argv[1]) if '"step"' in l]
+a = rows[0]["bubble_simulated_pct"]
+assert 0 < a < 100 * 0.2, a   # below ZB-H1's 20% at pp 4, m 8 (unit times)
+print(f"simulated bubble: dualpipev {a:.1f}%, measured {rows[-1]['bubble_pct']:.1f}%")
+PYEOF
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/again_dv" "${COMMON[@]}" "${l4[@]}" \
+        --set parallel.pp=2 "${dv[@]}" >/dev/null 2>&1 || return 1
+    metrics_equal "$WORK/pp2_dualpipev/metrics.jsonl" "$WORK/again_dv/metrics.jsonl" || return 1
+    # a signal after micro-batch 10 stops at the step's end (step 3); resumed from its parts
+    stops_and_resumes stop_dv pp2_dualpipev "${l4[@]}" --set parallel.pp=2 "${dv[@]}" || return 1
+    local rc=0
+    # its parts hold the V's chunks: 1F1B's stages take theirs, resharded, and train on
+    # as the one-rank run does
+    cp -r "$WORK/stop_dv" "$WORK/dv_as_1f1b" && rm -r "$WORK/dv_as_1f1b/checkpoints/step_00000012_0000" \
+        "$WORK/dv_as_1f1b/checkpoints/step_00000008_0000" || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/dv_as_1f1b" "${COMMON[@]}" "${l4[@]}" \
+        --set parallel.pp=2 >"$WORK/dv_as_1f1b.log" 2>&1 &&
+        grep -q "resharded from tp 1 × pp 2 × dp 1 (ZeRO 0) to tp 1 × pp 2 × dp 1" \
+            "$WORK/dv_as_1f1b.log" || { cat "$WORK/dv_as_1f1b.log"; return 1; }
+    close "$WORK/dv_as_1f1b/metrics.jsonl" "$WORK/one_l4/metrics.jsonl" 1e-5 || return 1
+    # a 1F1B pp 2 run stopped after step 3's last micro-batch, resumed by the V
+    rc=0
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=12 "$PLAIT" train "$WORK/plan.json" --out "$WORK/grow_dv" \
+        "${COMMON[@]}" "${l4[@]}" --set parallel.pp=2 >/dev/null 2>&1 || rc=$?
+    [ "$rc" = 75 ] || { echo "1f1b stop: exit $rc"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/grow_dv" "${COMMON[@]}" "${l4[@]}" \
+        --set parallel.pp=2 "${dv[@]}" >"$WORK/grow_dv.log" 2>&1 || { cat "$WORK/grow_dv.log"; return 1; }
+    grep -q "resharded from tp 1 × pp 2 × dp 1 (ZeRO 0)" "$WORK/grow_dv.log" ||
+        { cat "$WORK/grow_dv.log"; return 1; }
+    close "$WORK/grow_dv/metrics.jsonl" "$WORK/one_l4/metrics.jsonl" 1e-5 || return 1
+    # evaluation through the V: one rank's validation losses
+    evaluates_as_one_rank val_dv "${l4[@]}" --set parallel.pp=2 "${dv[@]}"
+}
+check dualpipev_matches_one_rank test_dualpipev_matches_one_rank
 check data_parallel_and_zero_match_one_rank test_data_parallel_and_zero_match_one_rank
 check zero_in_buckets_matches_one_rank test_zero_in_buckets_matches_one_rank
 check 2x2x2_with_zero1_matches_one_rank test_2x2x2_with_zero1_matches_one_rank
+check hybrid_sharding_matches_one_rank test_hybrid_sharding_matches_one_rank
 check sequence_parallel_matches_one_rank test_sequence_parallel_matches_one_rank
 check bf16_2x2_tracks_bf16_one_rank test_bf16_2x2_tracks_bf16_one_rank
 check bytes_on_the_wire_match_the_formulas test_bytes_on_the_wire_match_the_formulas

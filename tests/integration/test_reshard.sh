@@ -61,6 +61,13 @@ test_interleaved_to_zb_h1() {
         "1x2x2/2 --set parallel.schedule=zb-h1"
 }
 
+# Hybrid sharding: a checkpoint of dp 4 in two shard groups of 2 (replica 0's
+# ranks wrote the slices, the manifest records dp_shard 2) resumed as plain dp 2
+# ZeRO 1, and the reverse into 2 × 2 at ZeRO 2 (each rank reading its shard
+# rank's slice).
+test_hsdp_2x2_to_dp2_zero1() { reshard h "1x1x4z1/1 --set parallel.dp_shard=2" 1x1x2z1/2; }
+test_dp2_zero1_to_hsdp_2x2_zero2() { reshard i 1x1x2z1/2 "1x1x4z2/1 --set parallel.dp_replicate=2"; }
+
 # A checkpoint taken in the middle of a step holds each rank's gradients of
 # the unfinished step: only its own layout may take them, and another is
 # refused, saying which step and what to do.
@@ -190,6 +197,8 @@ check one_rank_to_3d_zero1 test_one_rank_to_3d_zero1
 check four_stages_to_tp_and_dp_zero2 test_four_stages_to_tp_and_dp_zero2
 check dp4_zero2_to_dp2_zero1 test_dp4_zero2_to_dp2_zero1
 check interleaved_to_zb_h1 test_interleaved_to_zb_h1
+check hsdp_2x2_to_dp2_zero1 test_hsdp_2x2_to_dp2_zero1
+check dp2_zero1_to_hsdp_2x2_zero2 test_dp2_zero1_to_hsdp_2x2_zero2
 check a_mid_step_checkpoint_refuses_another_layout test_a_mid_step_checkpoint_refuses_another_layout
 check export_gives_the_sharded_models_logits test_export_gives_the_sharded_models_logits
 check import_trains_as_model_init test_import_trains_as_model_init

@@ -616,6 +616,91 @@ static void test_uneven_allgather_matches_every_block(void)
     run_uneven_worlds(agv_rank, "agv");
 }
 
+/* Elements rank `from` sends rank `to` in all-to-all pattern k: uneven in
+ * both directions, zeros between, everything to one rank (as a router may
+ * send every token to one expert), nothing at all. */
+static size_t a2a_count(int k, int from, int to, int n)
+{
+    switch (k) {
+    case 0:
+        return 100 + 31 * (size_t)from + 7 * (size_t)to;
+    case 1:
+        return (from + to) % 2 ? 0 : 4000 + (size_t)(from * n + to);
+    case 2:
+        return to == n - 1 ? 50001 : 0;
+    default:
+        return 0;
+    }
+}
+
+/* Every pattern posted at once, each received block checked element by
+ * element against what its sender wrote (the bits: nothing is added), the
+ * float after the last untouched, and the payload every block but the own. */
+static void a2a_rank(struct comm *c, struct store *st, int rank, int n, void *arg)
+{
+    (void)st;
+    (void)arg;
+    enum { K = 4 };
+    struct plait_error err;
+    size_t sc[K][8], rc[K][8], out_n[K], in_n[K];
+    float *in[K], *out[K];
+    struct comm_request *req[K];
+    struct comm_stats s0, s1;
+    comm_stats(c, &s0);
+    uint64_t want_sent = 0;
+    for (int k = 0; k < K; k++) {
+        out_n[k] = in_n[k] = 0;
+        for (int r = 0; r < n; r++) {
+            sc[k][r] = a2a_count(k, rank, r, n);
+            rc[k][r] = a2a_count(k, r, rank, n);
+            out_n[k] += sc[k][r];
+            in_n[k] += rc[k][r];
+            want_sent += r == rank ? 0 : sc[k][r] * sizeof(float);
+        }
+        in[k] = malloc(sizeof(float) * (out_n[k] + 1));
+        out[k] = malloc(sizeof(float) * (in_n[k] + 1));
+        for (size_t i = 0; i < out_n[k]; i++) in[k][i] = input(rank, i, 700 + (uint32_t)k);
+        for (size_t i = 0; i <= in_n[k]; i++) out[k][i] = -5.0f;
+        CHECK(comm_ialltoall_v(c, in[k], sc[k], out[k], rc[k], COMM_FLOAT32, &req[k], &err) == 0,
+              "%s", err.text);
+    }
+    for (int k = 0; k < K; k++) {
+        CHECK(comm_wait(req[k], &err) == 0, "%s", err.text);
+        size_t at = 0;
+        for (int r = 0; r < n; r++) {
+            size_t from_at = 0; /* where rank r's block for this rank starts in r's send */
+            for (int q = 0; q < rank; q++) from_at += a2a_count(k, r, q, n);
+            for (size_t i = 0; i < rc[k][r]; i++)
+                if (out[k][at + i] != input(r, from_at + i, 700 + (uint32_t)k)) {
+                    CHECK(0, "all-to-all n=%d pattern %d: rank %d's block from %d [%zu] wrong", n,
+                          k, rank, r, i);
+                    break;
+                }
+            at += rc[k][r];
+        }
+        CHECK(out[k][in_n[k]] == -5.0f, "all-to-all n=%d pattern %d rank %d: wrote past %zu", n, k,
+              rank, in_n[k]);
+        free(in[k]);
+        free(out[k]);
+    }
+    comm_stats(c, &s1);
+    CHECK(s1.payload_bytes_sent - s0.payload_bytes_sent == want_sent,
+          "all-to-all n=%d rank %d: sent %llu payload bytes, every block but its own is %llu", n,
+          rank, (unsigned long long)(s1.payload_bytes_sent - s0.payload_bytes_sent),
+          (unsigned long long)want_sent);
+}
+
+static void test_uneven_alltoall_delivers_every_block(void)
+{
+    static const int ns[] = {2, 3, 4, 8};
+    for (int i = 0; i < 4; i++) {
+        struct world_opts o = {.n = ns[i], .absent_rank = -1, .name = "a2a"};
+        run_world(&o, a2a_rank, NULL);
+    }
+    struct world_opts tcp = {.n = 3, .absent_rank = -1, .transport = COMM_TRANSPORT_TCP};
+    run_world(&tcp, a2a_rank, NULL);
+}
+
 static void broadcast_rank(struct comm *c, struct store *st, int rank, int n, void *arg)
 {
     (void)st;
@@ -1321,6 +1406,15 @@ static void args_rank(struct comm *c, struct store *st, int rank, int n, void *a
     float y[4];
     CHECK(comm_allgather(c, x, y, 4, COMM_FLOAT32, &err) == 0 && !memcmp(x, y, sizeof x), "ag");
     CHECK(comm_reduce_scatter(c, x, y, 4, COMM_FLOAT32, COMM_SUM, &err) == 0 && y[2] == 3, "rs");
+    size_t one[1] = {4}, other[1] = {3};
+    CHECK(comm_alltoall_v(c, x, one, y, one, COMM_FLOAT32, &err) == 0 && !memcmp(x, y, sizeof x),
+          "a2a");
+    CHECK(comm_alltoall_v(c, x, one, y, other, COMM_FLOAT32, &err) != 0 &&
+              strstr(err.text, "sends itself 4 elements but expects 3"),
+          "%s", err.text);
+    CHECK(comm_alltoall_v(c, x, one, x, one, COMM_FLOAT32, &err) != 0 &&
+              strstr(err.text, "overlap"),
+          "%s", err.text);
     CHECK(comm_barrier(c, &err) == 0, "%s", err.text);
     CHECK(comm_group_start(c, &err) == 0 && comm_group_end(c, &err) == 0, "%s", err.text);
     struct comm *sub;
@@ -1359,6 +1453,7 @@ int main(int argc, char **argv)
     RUN(test_reduce_scatter_and_allgather_match_reference);
     RUN(test_uneven_reduce_scatter_matches_reference);
     RUN(test_uneven_allgather_matches_every_block);
+    RUN(test_uneven_alltoall_delivers_every_block);
     RUN(test_broadcast_from_every_root);
     RUN(test_barrier_waits_for_the_last_rank);
     RUN(test_send_recv_rings_and_pipelines);

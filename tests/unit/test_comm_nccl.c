@@ -97,6 +97,14 @@ static void test_nominal_bytes_follow_the_ring_formulas(void)
               "uneven %s, rank %d: %llu out, %llu in", comm_op_kind_name(uneven[k].kind),
               uneven[k].rank, (unsigned long long)sent, (unsigned long long)received);
     }
+    /* all-to-all: every block but its own, each way */
+    static const size_t out[] = {3, 0, 5, 2}, in[] = {1, 4, 5, 6};
+    struct comm_desc a2a = {
+        .kind = COMM_OP_ALLTOALL, .counts = out, .recv_counts = in, .dtype = COMM_FLOAT32};
+    uint64_t sent, received;
+    nccl_nominal_bytes(&a2a, 2, 4, &sent, &received);
+    CHECK(sent == 5 * 4 && received == 11 * 4, "all-to-all, rank 2: %llu out, %llu in",
+          (unsigned long long)sent, (unsigned long long)received);
 }
 
 static void test_unique_id_round_trips_through_its_store_text(void)

@@ -362,15 +362,16 @@ static void test_default_split_balances_the_head(void)
  *   pp: each stage sends one way: 4·6,291,456 = 25,165,824.
  *   dp: Ψ = the larger stage at tp = 2, pp = 2: stage 0 = 19,316,736 +
  *       786,432 + 6·3,546,240 = 41,380,608 (stage 1: 40,595,712).
- *       ZeRO 0/1: 2·(1/2)·Ψ·2 = 82,761,216; ZeRO 2: (1/2)Ψ·2 + (1/2)Ψ·2 =
- *       82,761,216; ZeRO 3: 3·(1/2)·Ψ·2 = 124,141,824. */
+ *       ZeRO 0/1: 2·(1/2)·Ψ·2 = 82,761,216; ZeRO 2, handing each of the 4
+ *       micro-batches over (1F1B): 4·(1/2)Ψ·2 + (1/2)Ψ·2 = 206,903,040;
+ *       ZeRO 3: 3·(1/2)·Ψ·2 = 124,141,824. */
 static void test_traffic_tp2_pp2_dp2_by_zero_stage(void)
 {
     struct plan *p = load_plan(gpt2_124m, 4, 4, "bf16", "none");
     if (!p) return;
     struct cost_layout l = {2, 2, 2};
     even_split(p, 2);
-    static const double want_dp[4] = {82761216, 82761216, 82761216, 124141824};
+    static const double want_dp[4] = {82761216, 82761216, 206903040, 124141824};
     for (int zero = 0; zero <= 3; zero++) {
         p->parallel.zero = zero;
         struct cost_traffic t;
@@ -394,6 +395,28 @@ static void test_traffic_middle_pipeline_stage_sends_both_ways(void)
     CHECK(t.tp_bytes == 0 && t.dp_bytes == 0, "%.0f %.0f", t.tp_bytes, t.dp_bytes);
     cost_traffic(p, (struct cost_layout){1, 1, 1}, &t);
     CHECK(t.tp_bytes == 0 && t.pp_bytes == 0 && t.dp_bytes == 0, "one rank sends");
+    plan_free(p);
+}
+
+/* Chunks send more: interleaved pp 2 × v 2, m = 4, each stage sends its two
+ * chunks' activations and gradients but the first chunk's gradient (stage 0)
+ * or the last chunk's activation (stage 1): 3·4·6,291,456 = 75,497,472;
+ * DualPipeV at pp 4: a middle stage both ways through both chunks,
+ * 4·8·6,291,456 = 201,326,592 (m = 8), the first and the last 2 a micro-batch. */
+static void test_traffic_of_chunked_pipelines(void)
+{
+    struct plan *p = load_plan(gpt2_124m, 4, 4, "bf16", "none");
+    if (!p) return;
+    struct cost_traffic t;
+    p->parallel.schedule = PLAN_PIPE_INTERLEAVED;
+    p->parallel.virtual_stages = 2;
+    cost_traffic(p, (struct cost_layout){1, 2, 1}, &t);
+    CHECK(t.pp_bytes == 75497472, "interleaved %.0f", t.pp_bytes);
+    p->parallel.schedule = PLAN_PIPE_DUALPIPEV;
+    p->parallel.virtual_stages = 1;
+    p->batch.grad_accum = 8;
+    cost_traffic(p, (struct cost_layout){1, 4, 1}, &t);
+    CHECK(t.pp_bytes == 201326592, "dualpipev %.0f", t.pp_bytes);
     plan_free(p);
 }
 
@@ -758,6 +781,7 @@ int main(void)
     RUN(test_default_split_balances_the_head);
     RUN(test_traffic_tp2_pp2_dp2_by_zero_stage);
     RUN(test_traffic_middle_pipeline_stage_sends_both_ways);
+    RUN(test_traffic_of_chunked_pipelines);
     RUN(test_traffic_tp_ring_factor_and_full_recompute);
     RUN(test_step_time_compute_and_dp_overlap);
     RUN(test_step_time_bubble_is_pp_minus_1_over_m_of_compute);

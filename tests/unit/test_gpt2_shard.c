@@ -149,6 +149,9 @@ static void test_megatron_splits_take_heads_and_columns(void)
     free(model);
 }
 
+/* Interleaved chunks (chunk c of stage s: virtual stage c·pp + s) and
+ * DualPipeV's V (chunk 1 of stage s: virtual stage 2·pp-1-s, the first
+ * stage holding the head too) */
 static void test_interleaved_chunks_cover_the_model_exactly(void)
 {
     const struct gpt2_config c8 = {
@@ -158,15 +161,20 @@ static void test_interleaved_chunks_cover_the_model_exactly(void)
     float *model = malloc(full.total * sizeof *model), *back = calloc(full.total, sizeof *back);
     int *counted = calloc(full.total, sizeof *counted);
     for (size_t i = 0; i < full.total; i++) model[i] = (float)i;
-    const int layouts[][3] = {{1, 2, 2}, {2, 2, 2}, {1, 4, 2}, {2, 2, 4}}; /* tp, pp, v */
+    const int layouts[][4] = {{1, 2, 2, 0}, {2, 2, 2, 0}, {1, 4, 2, 0}, {2, 2, 4, 0},
+                              {1, 2, 2, 1}, {2, 2, 2, 1}, {1, 4, 2, 1}}; /* tp, pp, v, V */
     for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
         int tp = layouts[k][0], pp = layouts[k][1], v = layouts[k][2], n = 8 / (pp * v);
+        bool vee = layouts[k][3];
         memset(back, 0, full.total * sizeof *back);
         memset(counted, 0, full.total * sizeof *counted);
         for (int st = 0; st < pp; st++)
             for (int r = 0; r < tp; r++) {
                 struct gpt2_part part = {.tp = tp, .tp_rank = r, .pp = pp, .pp_rank = st};
-                gpt2_stage_chunks(c8.layers, pp, v, st, &part);
+                if (vee)
+                    gpt2_stage_vshape(c8.layers, pp, st, &part);
+                else
+                    gpt2_stage_chunks(c8.layers, pp, v, st, &part);
                 struct gpt2_shard s;
                 struct plait_error err;
                 if (gpt2_shard_init(&s, &c8, &part, &err)) {
@@ -176,15 +184,17 @@ static void test_interleaved_chunks_cover_the_model_exactly(void)
                 CHECK(gpt2_shard_layers(&s) == n * v, "stage %d: %d layers", st,
                       gpt2_shard_layers(&s));
                 for (int i = 0; i < n * v; i++) { /* chunk c is virtual stage c·pp + st */
-                    int want = (i / n * pp + st) * n + i % n, l = gpt2_shard_layer(&s, i);
+                    int vs = vee ? (i / n ? 2 * pp - 1 - st : st) : i / n * pp + st;
+                    int want = vs * n + i % n, l = gpt2_shard_layer(&s, i);
                     CHECK(l == want, "pp %d v %d stage %d: layer %d is %d, want %d", pp, v, st, i,
                           l, want);
                     CHECK(gpt2_shard_offset(&s, GPT2_LN1W, l) ==
                               s.layers_at + (size_t)i * s.layer_elems,
                           "pp %d v %d stage %d: layer %d not block %d", pp, v, st, l, i);
                 }
-                CHECK(s.first == (st == 0) && s.last == (st == pp - 1) &&
-                          gpt2_shard_holds(&s, GPT2_LNFW) == (st == pp - 1),
+                bool last = vee ? st == 0 : st == pp - 1;
+                CHECK(s.first == (st == 0) && s.last == last &&
+                          gpt2_shard_holds(&s, GPT2_LNFW) == last,
                       "stage %d: first/last", st);
                 float *shard = malloc(s.total * sizeof *shard);
                 gpt2_shard_copy(&s, model, shard, true);

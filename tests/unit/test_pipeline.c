@@ -11,7 +11,10 @@
  * grads_final hook (the data-parallel buckets') is told is final stays so. A
  * step stopped mid-way (the first stage agreeing to stop, or a later stage
  * asking it to) drains: every stage ends with exactly the gradients of the
- * micro-batches before the stop, and no message is left over. */
+ * micro-batches before the stop, and no message is left over. Handing the
+ * gradients over where the buffer is quiescent (ZeRO 2) does so exactly at
+ * schedule_quiescent's points, what the hook called final is final at each
+ * hand-over, and the hand-overs sum to the step's gradients. */
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -151,9 +154,14 @@ struct job {
     float *grads;
     struct gpt2_shard shard;
     char error[1024];
+    int checked;            /* marks found final */
+    float *taken;           /* handing over: the sum of what was handed over */
+    int handed[MAX_M + 1];  /* and after how many micro-batches each hand-over came */
+    int n_handed;
 };
 
 static enum plan_recompute recompute; /* of the stages' models */
+static bool handing;                  /* the stages hand their gradients over (ZeRO 2) */
 
 static int mark_final(void *ctx, size_t from, size_t to, struct plait_error *err)
 {
@@ -169,9 +177,10 @@ static int mark_final(void *ctx, size_t from, size_t to, struct plait_error *err
     return 0;
 }
 
-/* Every region the hook called final holds its final values then. */
+/* Every region the hook called final holds its final values (grads) then. */
 static void check_marks(struct job *j, const float *grads)
 {
+    j->checked += j->n_marks;
     for (int i = 0; i < j->n_marks; i++) {
         struct final_mark *k = &j->marks[i];
         size_t n = k->to - k->from;
@@ -181,9 +190,39 @@ static void check_marks(struct job *j, const float *grads)
               k->to);
         free(k->snapshot);
     }
-    /* a step run to its end makes its gradients final (a stopped one does not) */
-    CHECK(j->n_marks > 0 || j->done < j->sched->m,
-          "stage %d: the grads_final hook was never called", j->stage);
+    j->n_marks = 0;
+}
+
+/* The pipeline's hand_over: what the hook called final since the last one
+ * is final now; the buffer's values are added to the sum taken away. */
+static int take_away(void *ctx, int micros, struct plait_error *err)
+{
+    struct job *j = ctx;
+    size_t n = j->m->shard.total;
+    float *now = malloc(n * sizeof *now);
+    if (!now) return error_set(err, "out of memory");
+    j->m->ops->download(j->m->ctx, now, j->m->grads, n * sizeof(float));
+    check_marks(j, now);
+    for (size_t i = 0; i < n; i++) j->taken[i] += now[i];
+    free(now);
+    if (j->n_handed <= MAX_M) j->handed[j->n_handed++] = micros;
+    return 0;
+}
+
+/* Where a stage handed over: every quiescent point of its list, in order. */
+static void check_hand_overs(const struct job *j)
+{
+    const struct schedule *s = j->sched;
+    bool at[MAX_M + 1];
+    schedule_quiescent(s, j->stage, at);
+    int k = 0;
+    for (int n = 1; n <= s->m; n++) {
+        if (!at[n]) continue;
+        CHECK(k < j->n_handed && j->handed[k] == n, "%s pp %d m %d v %d stage %d: no hand-over at %d",
+              schedule_kind_name(s->kind), s->pp, s->m, s->v, j->stage, n);
+        k++;
+    }
+    CHECK(k == j->n_handed, "stage %d: %d hand-overs, %d quiescent points", j->stage, j->n_handed, k);
 }
 
 static int count_backward(void *ctx, int micro, struct plait_error *err)
@@ -238,6 +277,7 @@ static void *run_stage(void *arg)
     struct pipe_feed feed = {feed_next, NULL};
     struct pipe_times times;
     j->m = &m;
+    j->taken = handing ? calloc(m.shard.total, sizeof *j->taken) : NULL;
     struct pipe_step how = {.B = B,
                             .T = T,
                             .grad_scale = 1.0f / (N * s->m),
@@ -245,16 +285,25 @@ static void *run_stage(void *arg)
                             .agree_stop = agree_stop,
                             .wants_stop = wants_stop,
                             .ctx = j,
+                            .hand_over = handing ? take_away : NULL,
                             .grads_final = mark_final,
                             .grads_ctx = j};
     if (pipeline_step(&m, s, j->stage, &link, &feed, &how, &j->loss, &j->done, &times, &err)) {
         snprintf(j->error, sizeof j->error, "%s", err.text);
+        free(j->taken);
+    } else if (handing) {
+        j->grads = j->taken; /* all of it handed over: the step's end is quiescent */
+        j->shard = m.shard;
+        check_hand_overs(j);
     } else {
         j->grads = malloc(m.shard.total * sizeof *j->grads);
         m.ops->download(m.ctx, j->grads, m.grads, m.shard.total * sizeof(float));
         j->shard = m.shard;
         check_marks(j, j->grads);
     }
+    /* a step run to its end makes its gradients final (a stopped one does not) */
+    CHECK(j->error[0] || j->checked > 0 || j->done < s->m,
+          "stage %d: the grads_final hook was never called", j->stage);
     free(shard);
     model_free(&m);
     ops_cpu()->close(cx);
@@ -509,11 +558,35 @@ static void test_interleaved_pipeline_matches_one_rank(void)
     free(got);
 }
 
+/* ZeRO 2's hand-overs: 1F1B and ZB-H1 after every micro-batch, interleaved
+ * after each group of pp; what the hook said was final is at each, and what
+ * was handed over adds up to one rank's gradients of the step. */
+static void test_hand_overs_come_where_the_buffer_is_quiescent(void)
+{
+    struct gpt2_layout full;
+    float *params = make_inputs(&full);
+    float *ref = malloc(full.total * sizeof *ref), *got = malloc(full.total * sizeof *got);
+    const int cases[][4] = {{SCHED_1F1B, 2, 4, 1},        {SCHED_ZB_H1, 2, 4, 1},
+                            {SCHED_ZB_H1, 4, 8, 1},       {SCHED_GPIPE, 3, 5, 1},
+                            {SCHED_INTERLEAVED, 2, 4, 2}, {SCHED_INTERLEAVED, 2, 8, 2},
+                            {SCHED_INTERLEAVED, 4, 8, 2}};
+    recompute = PLAN_RECOMPUTE_NONE;
+    handing = true;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+        check_case((enum sched_kind)cases[c][0], cases[c][1], cases[c][2], cases[c][3], params,
+                   &full, ref, got);
+    handing = false;
+    free(params);
+    free(ref);
+    free(got);
+}
+
 int main(void)
 {
     omp_set_num_threads(1);
     RUN(test_pipeline_matches_one_rank_for_gpipe_1f1b_and_zb_h1);
     RUN(test_a_stopped_step_drains_to_the_micro_batches_before_the_stop);
     RUN(test_interleaved_pipeline_matches_one_rank);
+    RUN(test_hand_overs_come_where_the_buffer_is_quiescent);
     return check_exit_code();
 }
