@@ -15,9 +15,11 @@ int zero3_init(struct zero3 *z, const struct gpt2_shard *s, size_t padded, const
                const float *slice, float *const *bufs, int n_windows, struct plait_error *err)
 {
     *z = (struct zero3){.shard = s, .padded = padded, .dp = dp, .slice = slice};
-    if (dp->size < 2 || !dp->iallgather_v || !dp->wait || padded % (size_t)dp->size)
+    if (dp->size < 2 || !dp->iallgather_v || !dp->ireduce_scatter_v || !dp->wait ||
+        padded % (size_t)dp->size)
         return error_set(err,
-                         "ZeRO 3 over dp %d: needs at least 2 ranks that gather unevenly, and "
+                         "ZeRO 3 over dp %d: needs at least 2 ranks that gather and reduce-scatter "
+                         "unevenly, and "
                          "a buffer (%zu elements) that splits evenly over them",
                          dp->size, padded);
     z->slice_n = padded / (size_t)dp->size;
@@ -48,10 +50,22 @@ static struct zero3_window *holding(const struct zero3 *z, int u)
     return NULL;
 }
 
-int zero3_fetch(struct zero3 *z, int u, struct plait_error *err)
+/* Unit u's counts over dp into z->counts, and where this rank's part is in
+ * its slice: -1 with err for a unit the shard does not have. */
+static int unit_counts(struct zero3 *z, int u, size_t *from, struct plait_error *err)
 {
     if (u < 0 || u >= gpt2_units_count(z->shard))
         return error_set(err, "ZeRO 3: unit %d of a shard of %d", u, gpt2_units_count(z->shard));
+    *from = 0;
+    gpt2_unit_counts(gpt2_unit(z->shard, z->padded, u), z->slice_n, z->dp->size, z->dp->rank,
+                     z->counts, from);
+    return 0;
+}
+
+int zero3_fetch(struct zero3 *z, int u, struct plait_error *err)
+{
+    size_t from;
+    if (unit_counts(z, u, &from, err)) return -1;
     if (holding(z, u)) return 0;
     struct zero3_window *w = holding(z, -1);
     if (!w) {
@@ -62,9 +76,6 @@ int zero3_fetch(struct zero3 *z, int u, struct plait_error *err)
         return error_set(err, "ZeRO 3: unit %d has no window: all %d hold units%s", u, z->n_windows,
                          held);
     }
-    size_t from = 0;
-    gpt2_unit_counts(gpt2_unit(z->shard, z->padded, u), z->slice_n, z->dp->size, z->dp->rank,
-                     z->counts, &from);
     if (z->dp->iallgather_v(z->dp->ctx, z->slice + from, w->buf, z->counts, &w->req, err))
         return -1;
     w->unit = u;
@@ -96,6 +107,15 @@ int zero3_release(struct zero3 *z, int u, struct plait_error *err)
     int rc = settle(w, z->dp, err);
     w->unit = -1;
     return rc;
+}
+
+int zero3_scatter(struct zero3 *z, int u, const float *grads, float *sums, void **req,
+                  struct plait_error *err)
+{
+    size_t from;
+    *req = NULL;
+    if (unit_counts(z, u, &from, err)) return -1;
+    return z->dp->ireduce_scatter_v(z->dp->ctx, grads, sums + from, z->counts, req, err);
 }
 
 float *zero3_at(const struct zero3 *z, size_t at)

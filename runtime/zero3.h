@@ -57,6 +57,15 @@ float *zero3_get(struct zero3 *z, int u, struct plait_error *err);
  * when u is not held. */
 int zero3_release(struct zero3 *z, int u, struct plait_error *err);
 
+/* Starts the reduce-scatter of unit u's gradients (grads: the unit's
+ * elements, a gradient window) summed over dp: this rank's part of the sum
+ * lands in sums (slice_n: the slice's shape) where its part of the unit is,
+ * the rest of sums untouched; *req for dp->wait, grads and sums the
+ * operation's until then. The step's first micro-batch lands in the grad
+ * slice, later ones in staging the caller adds (ZeRO 2's accumulate). */
+int zero3_scatter(struct zero3 *z, int u, const float *grads, float *sums, void **req,
+                  struct plait_error *err);
+
 /* Where element `at` of the buffer is while its unit is held and gathered:
  * NULL when it is not (using it is a bug: the caller fails loudly). */
 float *zero3_at(const struct zero3 *z, size_t at);

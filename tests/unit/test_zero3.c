@@ -2,9 +2,10 @@
  * threads (tests/unit/thread_group.h): each rank holding only its slice of a
  * shard's padded buffer, every unit gathered into a window is that unit of
  * the whole buffer to the bit (prefetched and fetched on use, over GPT-2 and
- * pipeline shards, at dp 2 to 4); a released window takes the next unit; a
- * full pool and an unknown unit are errors naming them; zero3_at finds an
- * element only while its unit is held. */
+ * pipeline shards, at dp 2 to 4), and each unit's gradients reduce-scattered
+ * in a backward's order land as the rank's slice of their sum; a full pool
+ * and an unknown unit are errors naming them; zero3_at finds an element only
+ * while its unit is held. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,34 @@ static bool window_is_unit(const struct job *j, const float *w, int u)
 {
     struct gpt2_unit un = gpt2_unit(j->s, j->padded, u);
     return un.elems == 0 || memcmp(w, j->whole + un.at, un.elems * sizeof *w) == 0;
+}
+
+/* A backward's order, last unit first: rank r's gradient of element i is
+ * (r + 1) times the buffer's element i, each unit reduce-scattered into a
+ * slice-shaped buffer, which must end as this rank's slice of the sum
+ * (exact: small multiples of half-integers). NULL, or what was wrong. */
+static const char *scatter_backward(const struct job *j, struct zero3 *z, const struct group *dp,
+                                    size_t slice_n)
+{
+    static _Thread_local char why[300];
+    struct plait_error err = {.text = ""};
+    float *sums = malloc(slice_n * sizeof *sums), *g = malloc(z->window_elems * sizeof *g);
+    for (size_t i = 0; i < slice_n; i++) sums[i] = -7.0f;
+    const char *out = NULL;
+    for (int u = gpt2_units_count(j->s) - 1; u >= 0 && !out; u--) {
+        struct gpt2_unit un = gpt2_unit(j->s, j->padded, u);
+        for (size_t i = 0; i < un.elems; i++) g[i] = (float)(dp->rank + 1) * j->whole[un.at + i];
+        void *req;
+        if (zero3_scatter(z, u, g, sums, &req, &err) || dp->wait(req, &err))
+            out = (snprintf(why, sizeof why, "scatter %d: %.200s", u, err.text), why);
+    }
+    float times = (float)(dp->size * (dp->size + 1) / 2);
+    for (size_t i = 0; i < slice_n && !out; i++)
+        if (sums[i] != times * j->whole[(size_t)dp->rank * slice_n + i])
+            out = (snprintf(why, sizeof why, "the summed slice's [%zu] = %g", i, sums[i]), why);
+    free(sums);
+    free(g);
+    return out;
 }
 
 /* A forward's order: each unit prefetched while the one before is used,
@@ -73,6 +102,8 @@ static void *run_rank(void *arg)
     }
     if (zero3_fetch(&z, n, &err) == 0 || !strstr(err.text, "unit"))
         return FAIL(j, "unit %d of %d was not refused", n, n);
+    const char *bad = scatter_backward(j, &z, &dp, slice_n);
+    if (bad) return FAIL(j, "%s", bad);
     zero3_free(&z);
     for (int i = 0; i < WINDOWS; i++) free(bufs[i]);
     return NULL;
@@ -108,7 +139,7 @@ static void run_layout(int pp, int stage, int dp)
     free(whole);
 }
 
-static void test_units_gather_to_the_bit_from_the_slices(void)
+static void test_units_gather_and_scatter_to_the_bit_over_the_slices(void)
 {
     for (int dp = 2; dp <= 4; dp++) {
         run_layout(1, 0, dp);
@@ -132,7 +163,7 @@ static void test_one_rank_is_refused(void)
 
 int main(void)
 {
-    RUN(test_units_gather_to_the_bit_from_the_slices);
+    RUN(test_units_gather_and_scatter_to_the_bit_over_the_slices);
     RUN(test_one_rank_is_refused);
     return check_exit_code();
 }
