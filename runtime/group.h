@@ -36,6 +36,13 @@ struct group {
      * reused once it returns. NULL where the group cannot. */
     int (*ireduce_scatter_v)(void *ctx, const float *send, float *recv, const size_t *counts,
                              void **req, struct plait_error *err);
+    /* An uneven all-gather, started like iallreduce: this rank's send
+     * (counts[rank] floats) and every other rank's block go to recv in rank
+     * order (counts[r] floats from rank r, some possibly 0; the same counts on
+     * every rank; in place: send is this rank's block of recv). counts may be
+     * reused once it returns. NULL where the group cannot. */
+    int (*iallgather_v)(void *ctx, const float *send, float *recv, const size_t *counts,
+                        void **req, struct plait_error *err);
     int (*wait)(void *req, struct plait_error *err);
     void *ctx;
 };

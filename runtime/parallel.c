@@ -53,6 +53,15 @@ static int g_ireduce_scatter_v(void *ctx, const float *send, float *recv, const 
     return rc;
 }
 
+static int g_iallgather_v(void *ctx, const float *send, float *recv, const size_t *counts,
+                          void **req, struct plait_error *err)
+{
+    struct comm_request *r = NULL;
+    int rc = comm_iallgather_v(ctx, send, recv, counts, COMM_FLOAT32, &r, err);
+    *req = r;
+    return rc;
+}
+
 static int g_wait(void *req, struct plait_error *err)
 {
     return comm_wait(req, err);
@@ -70,6 +79,7 @@ static struct group group_of(struct comm *c)
                           .allgather = g_allgather,
                           .iallreduce = g_iallreduce,
                           .ireduce_scatter_v = g_ireduce_scatter_v,
+                          .iallgather_v = g_iallgather_v,
                           .wait = g_wait,
                           .ctx = c};
 }

@@ -157,6 +157,20 @@ int comm_iallreduce(struct comm *c, const void *send, void *recv, size_t count,
     return post(c, &d, req, err);
 }
 
+/* The elements of counts[0..size), checked against overflow. */
+static int counts_total(const struct comm *c, const char *what, const size_t *counts,
+                        enum comm_dtype dtype, size_t *total, struct plait_error *err)
+{
+    size_t unused;
+    *total = 0;
+    for (int r = 0; r < c->size; r++) {
+        if (counts[r] > SIZE_MAX - *total)
+            return error_set(err, "comm '%s': %s: the counts overflow", c->name, what);
+        *total += counts[r];
+    }
+    return elems_bytes(c, what, *total, dtype, 1, &unused, err);
+}
+
 /* Both reduce-scatters: counts NULL, every block count elements. */
 static int reduce_scatter_post(struct comm *c, const void *send, void *recv, size_t count,
                                const size_t *counts, enum comm_dtype dtype, enum comm_reduce_op op,
@@ -172,15 +186,7 @@ static int reduce_scatter_post(struct comm *c, const void *send, void *recv, siz
     *req = NULL;
     size_t total = count * (size_t)c->size, unused;
     if (elems_bytes(c, "reduce-scatter", count, dtype, (size_t)c->size, &unused, err)) return -1;
-    if (counts) { /* the whole */
-        total = 0;
-        for (int r = 0; r < c->size; r++) {
-            if (counts[r] > SIZE_MAX - total)
-                return error_set(err, "comm '%s': reduce-scatter: the counts overflow", c->name);
-            total += counts[r];
-        }
-        if (elems_bytes(c, "reduce-scatter", total, dtype, 1, &unused, err)) return -1;
-    }
+    if (counts && counts_total(c, "reduce-scatter", counts, dtype, &total, err)) return -1;
     d.bytes = d.count * comm_dtype_bytes(dtype);
     if (op != COMM_SUM && op != COMM_MAX)
         return error_set(err, "comm '%s': reduce-scatter: unknown reduction %d", c->name, (int)op);
@@ -207,20 +213,6 @@ int comm_ireduce_scatter_v(struct comm *c, const void *send, void *recv, const s
     *req = NULL;
     if (!counts) return error_set(err, "comm '%s': reduce-scatter: no counts", c->name);
     return reduce_scatter_post(c, send, recv, 0, counts, dtype, op, req, err);
-}
-
-/* The elements of counts[0..size), checked against overflow. */
-static int counts_total(const struct comm *c, const char *what, const size_t *counts,
-                        enum comm_dtype dtype, size_t *total, struct plait_error *err)
-{
-    size_t unused;
-    *total = 0;
-    for (int r = 0; r < c->size; r++) {
-        if (counts[r] > SIZE_MAX - *total)
-            return error_set(err, "comm '%s': %s: the counts overflow", c->name, what);
-        *total += counts[r];
-    }
-    return elems_bytes(c, what, *total, dtype, 1, &unused, err);
 }
 
 int comm_ialltoall_v(struct comm *c, const void *send, const size_t *send_counts, void *recv,
@@ -264,22 +256,50 @@ int comm_alltoall_v(struct comm *c, const void *send, const size_t *send_counts,
     return comm_wait(req, err);
 }
 
-int comm_iallgather(struct comm *c, const void *send, void *recv, size_t count,
-                    enum comm_dtype dtype, struct comm_request **req, struct plait_error *err)
+/* Both all-gathers: counts NULL, every block count elements. */
+static int allgather_post(struct comm *c, const void *send, void *recv, size_t count,
+                          const size_t *counts, enum comm_dtype dtype, struct comm_request **req,
+                          struct plait_error *err)
 {
-    struct comm_desc d = {
-        .kind = COMM_OP_ALLGATHER, .send = send, .recv = recv, .count = count, .dtype = dtype};
+    struct comm_desc d = {.kind = COMM_OP_ALLGATHER,
+                          .send = send,
+                          .recv = recv,
+                          .count = counts ? counts[c->rank] : count,
+                          .dtype = dtype,
+                          .counts = counts};
     *req = NULL;
-    if (elems_bytes(c, "all-gather", count, dtype, (size_t)c->size, &d.bytes, err)) return -1;
-    if (count && (!send || !recv))
+    size_t e = comm_dtype_bytes(dtype), total = count * (size_t)c->size, before = 0, unused;
+    if (elems_bytes(c, "all-gather", count, dtype, (size_t)c->size, &unused, err)) return -1;
+    if (counts) { /* the whole, and where this rank's block starts in it */
+        if (counts_total(c, "all-gather", counts, dtype, &total, err)) return -1;
+        for (int r = 0; r < c->rank; r++) before += counts[r];
+    } else {
+        before = count * (size_t)c->rank;
+    }
+    d.bytes = d.count * e;
+    if ((d.count && !send) || (total && !recv))
         return error_set(err, "comm '%s': all-gather: a NULL buffer", c->name);
-    const char *s = send, *r = recv, *mine = r + d.bytes * (size_t)c->rank;
-    if (count && s != mine && s + d.bytes > r && s < r + d.bytes * (size_t)c->size)
+    const char *s = send, *r = recv, *mine = r + before * e;
+    if (d.count && s != mine && s + d.bytes > r && s < r + total * e)
         return error_set(err,
                          "comm '%s': all-gather: send overlaps recv but is not its block %d "
                          "(in place)",
                          c->name, c->rank);
     return post(c, &d, req, err);
+}
+
+int comm_iallgather(struct comm *c, const void *send, void *recv, size_t count,
+                    enum comm_dtype dtype, struct comm_request **req, struct plait_error *err)
+{
+    return allgather_post(c, send, recv, count, NULL, dtype, req, err);
+}
+
+int comm_iallgather_v(struct comm *c, const void *send, void *recv, const size_t *counts,
+                      enum comm_dtype dtype, struct comm_request **req, struct plait_error *err)
+{
+    *req = NULL;
+    if (!counts) return error_set(err, "comm '%s': all-gather: no counts", c->name);
+    return allgather_post(c, send, recv, 0, counts, dtype, req, err);
 }
 
 int comm_ibroadcast(struct comm *c, void *buf, size_t count, enum comm_dtype dtype, int root,
@@ -384,6 +404,14 @@ int comm_allgather(struct comm *c, const void *send, void *recv, size_t count,
 {
     struct comm_request *req;
     if (comm_iallgather(c, send, recv, count, dtype, &req, err)) return -1;
+    return comm_wait(req, err);
+}
+
+int comm_allgather_v(struct comm *c, const void *send, void *recv, const size_t *counts,
+                     enum comm_dtype dtype, struct plait_error *err)
+{
+    struct comm_request *req;
+    if (comm_iallgather_v(c, send, recv, counts, dtype, &req, err)) return -1;
     return comm_wait(req, err);
 }
 

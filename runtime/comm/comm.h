@@ -198,6 +198,13 @@ int comm_reduce_scatter_v(struct comm *c, const void *send, void *recv, const si
 int comm_allgather(struct comm *c, const void *send, void *recv, size_t count,
                    enum comm_dtype dtype, struct plait_error *err);
 
+/* Uneven: send holds counts[rank] elements; recv gets counts[0] + ... +
+ * counts[size-1], block r (at the sum of the counts before it) from rank r.
+ * Any count may be 0; every rank passes the same counts (in place: send ==
+ * recv + that sum for this rank). */
+int comm_allgather_v(struct comm *c, const void *send, void *recv, const size_t *counts,
+                     enum comm_dtype dtype, struct plait_error *err);
+
 /* Uneven all-to-all (MPI_Alltoallv with the blocks packed in rank order):
  * send holds send_counts[r] elements for each rank r, one block after the
  * other; recv gets recv_counts[r] elements from each rank r, the same way.
@@ -235,6 +242,8 @@ int comm_ireduce_scatter_v(struct comm *c, const void *send, void *recv, const s
                            struct plait_error *err);
 int comm_iallgather(struct comm *c, const void *send, void *recv, size_t count,
                     enum comm_dtype dtype, struct comm_request **req, struct plait_error *err);
+int comm_iallgather_v(struct comm *c, const void *send, void *recv, const size_t *counts,
+                      enum comm_dtype dtype, struct comm_request **req, struct plait_error *err);
 int comm_ialltoall_v(struct comm *c, const void *send, const size_t *send_counts, void *recv,
                      const size_t *recv_counts, enum comm_dtype dtype, struct comm_request **req,
                      struct plait_error *err);

@@ -29,9 +29,10 @@ struct comm_desc {
     enum comm_reduce_op op;
     int root;
     size_t bytes; /* send/recv: the message; collectives: count * element bytes */
-    /* reduce-scatter with per-rank counts ([size], some may be 0; NULL: count
-     * each): block r, at the sum of the counts before it, goes to rank r;
-     * count and bytes are then this rank's block. The backend copies it if it
+    /* reduce-scatter or all-gather with per-rank counts ([size], some may be
+     * 0; NULL: count each): block r, at the sum of the counts before it, goes
+     * to (reduce-scatter) or comes from (all-gather) rank r; count and bytes
+     * are then this rank's block. The backend copies it if it
      * needs it after post returns. */
     const size_t *counts;
     /* all-to-all: counts[r] elements go to rank r and recv_counts[r] come

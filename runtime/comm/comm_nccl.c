@@ -373,16 +373,21 @@ int comm_nccl_types(enum comm_dtype dtype, enum comm_reduce_op op, int *nccl_dty
     return 0;
 }
 
-/* The uneven reduce-scatter: a reduce of each non-empty block to its owner,
- * grouped (the caller's group: they run together). */
-static ncclResult_t reduce_scatter_v(struct nccl_comm *c, const struct comm_desc *d, const void *in,
-                                     void *out)
+/* The uneven collectives, one NCCL call per non-empty block b, rooted at
+ * rank b and grouped (the caller's group: they run together): the
+ * reduce-scatter a reduce of block b to its owner, the all-gather a
+ * broadcast of block b from its owner. */
+static ncclResult_t per_block(struct nccl_comm *c, const struct comm_desc *d, const void *in,
+                              void *out)
 {
     ncclDataType_t t = nccl_dtype(d->dtype);
     size_t e = comm_dtype_bytes(d->dtype), off = 0;
+    bool gather = d->kind == COMM_OP_ALLGATHER;
     ncclResult_t r = ncclSuccess;
     for (int b = 0; b < c->base.size && (r == ncclSuccess || r == ncclInProgress); b++) {
-        if (d->counts[b])
+        if (d->counts[b] && gather)
+            r = ncclBroadcast(in, (char *)out + off * e, d->counts[b], t, b, c->nc, c->stream);
+        else if (d->counts[b])
             r = ncclReduce((const char *)in + off * e, out, d->counts[b], t, nccl_op(d->op), b,
                            c->nc, c->stream);
         off += d->counts[b];
@@ -429,8 +434,9 @@ static ncclResult_t launch(struct nccl_comm *c, const struct comm_desc *d, const
     case COMM_OP_REDUCE_SCATTER:
         if (!d->counts)
             return ncclReduceScatter(in, out, d->count, t, nccl_op(d->op), c->nc, c->stream);
-        return reduce_scatter_v(c, d, in, out);
+        return per_block(c, d, in, out);
     case COMM_OP_ALLGATHER:
+        if (d->counts) return per_block(c, d, in, out);
         return ncclAllGather(in, out, d->count, t, c->nc, c->stream);
     case COMM_OP_BROADCAST:
         return ncclBroadcast(in, out, d->count, t, d->root, c->nc, c->stream);
@@ -541,6 +547,14 @@ fail:
     return failure(c, err);
 }
 
+/* The bytes of every rank's block of an uneven collective: the whole. */
+static size_t blocks_bytes(const size_t *counts, enum comm_dtype dtype, int size)
+{
+    size_t bytes = 0;
+    for (int b = 0; b < size; b++) bytes += counts[b] * comm_dtype_bytes(dtype);
+    return bytes;
+}
+
 static int nccl_post(struct comm *base, const struct comm_desc *d, struct comm_request **out,
                      struct plait_error *err)
 {
@@ -567,13 +581,13 @@ static int nccl_post(struct comm *base, const struct comm_desc *d, struct comm_r
     c->pending_tail = q;
     size_t n = (size_t)c->base.size, in_bytes = d->bytes, out_bytes = d->bytes;
     if (d->kind == COMM_OP_REDUCE_SCATTER && !d->counts) in_bytes *= n;
-    if (d->kind == COMM_OP_REDUCE_SCATTER && d->counts) /* the whole: every block */
-        for (int b = in_bytes = 0; b < c->base.size; b++)
-            in_bytes += d->counts[b] * comm_dtype_bytes(d->dtype);
-    if (d->kind == COMM_OP_ALLGATHER) out_bytes *= n;
+    if (d->kind == COMM_OP_REDUCE_SCATTER && d->counts)
+        in_bytes = blocks_bytes(d->counts, d->dtype, c->base.size);
+    if (d->kind == COMM_OP_ALLGATHER && !d->counts) out_bytes *= n;
+    if (d->kind == COMM_OP_ALLGATHER && d->counts)
+        out_bytes = blocks_bytes(d->counts, d->dtype, c->base.size);
     if (d->kind == COMM_OP_ALLTOALL) /* what comes in: every peer's block */
-        for (int b = out_bytes = 0; b < c->base.size; b++)
-            out_bytes += d->recv_counts[b] * comm_dtype_bytes(d->dtype);
+        out_bytes = blocks_bytes(d->recv_counts, d->dtype, c->base.size);
     bool has_in = d->kind != COMM_OP_RECV && d->kind != COMM_OP_BARRIER;
     bool has_out = d->kind != COMM_OP_SEND && d->kind != COMM_OP_BARRIER;
     if (CUDA_CHECK(cudaSetDevice(c->device)) ||

@@ -26,6 +26,13 @@ void nccl_nominal_bytes(const struct comm_desc *d, int rank, int size, uint64_t 
         *sent = *received = (n - 1) * bytes; /* bytes: one rank's block */
         return;
     case COMM_OP_ALLGATHER:
+        if (d->counts) { /* as the ring: every block but the next one's out, but its own in */
+            uint64_t total = 0, e = comm_dtype_bytes(d->dtype);
+            for (int b = 0; b < size; b++) total += d->counts[b] * e;
+            *sent = total - d->counts[(rank + 1) % size] * e;
+            *received = total - d->counts[rank] * e;
+            return;
+        }
         *sent = *received = (n - 1) * bytes; /* bytes: one rank's block */
         return;
     case COMM_OP_BROADCAST:

@@ -128,9 +128,9 @@ static int allreduce_rd(struct program *p, const struct comm_desc *d, int r, int
     return 0;
 }
 
-/* Block b of a reduce-scatter: its first element and its count (the same
+/* Block b of a reduce-scatter or an all-gather: its first element and its count (the same
  * count for every rank, or d->counts[b]). */
-static size_t rs_block(const struct comm_desc *d, int b, size_t *len)
+static size_t block_of(const struct comm_desc *d, int b, size_t *len)
 {
     if (!d->counts) {
         *len = d->count;
@@ -151,7 +151,7 @@ static int reduce_scatter_ring(struct program *p, const struct comm_desc *d, int
 {
     size_t e = p->elem_bytes, len, scratch = 0;
     for (int s = 0; s < n - 2; s++) { /* the partials that pass through this rank */
-        rs_block(d, mod(r - s - 2, n), &len);
+        block_of(d, mod(r - s - 2, n), &len);
         scratch += len * e;
     }
     if (alloc_program(p, n, n, scratch)) return -1;
@@ -161,10 +161,10 @@ static int reduce_scatter_ring(struct program *p, const struct comm_desc *d, int
     int next = mod(r + 1, n), prev = mod(r - 1, n);
     for (int s = 0; s < n - 1; s++) {
         int cs = mod(r - s - 1, n), cr = mod(r - s - 2, n);
-        size_t off = rs_block(d, cs, &len);
+        size_t off = block_of(d, cs, &len);
         const uint8_t *src = s == 0 ? in + off * e : p->recvs[s - 1].dst;
         add_send(p, next, (uint32_t)s, src, len * e, s - 1);
-        off = rs_block(d, cr, &len);
+        off = block_of(d, cr, &len);
         uint8_t *dst = s == n - 2 ? (uint8_t *)d->recv : at;
         if (s < n - 2) at += len * e;
         add_recv(p, prev, (uint32_t)s, dst, len * e, XFER_REDUCE, in + off * e);
@@ -172,18 +172,21 @@ static int reduce_scatter_ring(struct program *p, const struct comm_desc *d, int
     return 0;
 }
 
-/* Ring all-gather: step t forwards block r-t, receives block r-t-1. */
+/* Ring all-gather: step t forwards block r-t, receives block r-t-1 (blocks
+ * of d->counts when given, some possibly empty: a 0-byte message still keeps
+ * the steps in order). */
 static int allgather_ring(struct program *p, const struct comm_desc *d, int r, int n)
 {
     if (alloc_program(p, n, n, 0)) return -1;
     p->algorithm = "ring";
     uint8_t *out = d->recv;
-    size_t block = d->bytes;
+    size_t e = p->elem_bytes, len;
     int next = mod(r + 1, n), prev = mod(r - 1, n);
     for (int t = 0; t < n - 1; t++) {
-        add_send(p, next, (uint32_t)t, out + (size_t)mod(r - t, n) * block, block, t - 1);
-        add_recv(p, prev, (uint32_t)t, out + (size_t)mod(r - t - 1, n) * block, block, XFER_COPY,
-                 NULL);
+        size_t off = block_of(d, mod(r - t, n), &len);
+        add_send(p, next, (uint32_t)t, out + off * e, len * e, t - 1);
+        off = block_of(d, mod(r - t - 1, n), &len);
+        add_recv(p, prev, (uint32_t)t, out + off * e, len * e, XFER_COPY, NULL);
     }
     return 0;
 }
@@ -286,7 +289,7 @@ int sock_algo_build(struct program *p, const struct comm_desc *d, int rank, int 
         break;
     case COMM_OP_REDUCE_SCATTER: {
         size_t total = 0, len;
-        for (int b = 0; b < size; b++) total += (rs_block(d, b, &len), len);
+        for (int b = 0; b < size; b++) total += (block_of(d, b, &len), len);
         if (total == 0) break;
         if (size == 1)
             memcpy(d->recv, d->send, d->bytes);
@@ -295,9 +298,11 @@ int sock_algo_build(struct program *p, const struct comm_desc *d, int rank, int 
         break;
     }
     case COMM_OP_ALLGATHER: {
-        if (d->count == 0) break;
-        uint8_t *mine = (uint8_t *)d->recv + d->bytes * (size_t)rank;
-        if (mine != d->send) memcpy(mine, d->send, d->bytes);
+        size_t total = 0, len, off = block_of(d, rank, &len);
+        for (int b = 0; b < size; b++) total += (block_of(d, b, &len), len);
+        if (total == 0) break;
+        uint8_t *mine = (uint8_t *)d->recv + off * p->elem_bytes;
+        if (d->bytes && mine != d->send) memcpy(mine, d->send, d->bytes);
         if (size > 1) rc = allgather_ring(p, d, rank, size);
         break;
     }

@@ -464,6 +464,30 @@ static size_t rsv_count(int k, int r, int n)
     }
 }
 
+/* Pattern k's counts for n ranks, their total, and where rank's block
+ * starts in it. */
+static void uneven_counts(int k, int rank, int n, size_t *counts, size_t *total, size_t *before)
+{
+    *total = *before = 0;
+    for (int r = 0; r < n; r++) {
+        counts[r] = rsv_count(k, r, n);
+        if (r == rank) *before = *total;
+        *total += counts[r];
+    }
+}
+
+/* The payload this rank sent since s0 is what its ring sends. */
+static void check_ring_payload(struct comm *c, const struct comm_stats *s0, uint64_t want,
+                               const char *what, int n, int rank)
+{
+    struct comm_stats s1;
+    comm_stats(c, &s1);
+    CHECK(s1.payload_bytes_sent - s0->payload_bytes_sent == want,
+          "%s n=%d rank %d: sent %llu payload bytes, the ring sends %llu", what, n, rank,
+          (unsigned long long)(s1.payload_bytes_sent - s0->payload_bytes_sent),
+          (unsigned long long)want);
+}
+
 /* Every pattern posted at once (asynchronous, waited in order), each rank's
  * block against a double reference, the floats after it untouched, and the
  * payload the ring's: every block but its own. */
@@ -476,16 +500,11 @@ static void rsv_rank(struct comm *c, struct store *st, int rank, int n, void *ar
     size_t counts[K][8], total[K], before[K];
     float *in[K], *out[K];
     struct comm_request *req[K];
-    struct comm_stats s0, s1;
+    struct comm_stats s0;
     comm_stats(c, &s0);
     uint64_t want_sent = 0;
     for (int k = 0; k < K; k++) {
-        total[k] = before[k] = 0;
-        for (int r = 0; r < n; r++) {
-            counts[k][r] = rsv_count(k, r, n);
-            if (r == rank) before[k] = total[k];
-            total[k] += counts[k][r];
-        }
+        uneven_counts(k, rank, n, counts[k], &total[k], &before[k]);
         want_sent += (total[k] - counts[k][rank]) * sizeof(float);
         in[k] = malloc(sizeof(float) * (total[k] + 1));
         out[k] = malloc(sizeof(float) * (counts[k][rank] + 1));
@@ -516,22 +535,85 @@ static void rsv_rank(struct comm *c, struct store *st, int rank, int n, void *ar
         free(in[k]);
         free(out[k]);
     }
-    comm_stats(c, &s1);
-    CHECK(s1.payload_bytes_sent - s0.payload_bytes_sent == want_sent,
-          "reduce-scatter-v n=%d rank %d: sent %llu payload bytes, the ring sends %llu", n, rank,
-          (unsigned long long)(s1.payload_bytes_sent - s0.payload_bytes_sent),
-          (unsigned long long)want_sent);
+    check_ring_payload(c, &s0, want_sent, "reduce-scatter-v", n, rank);
+}
+
+/* An uneven collective's ranks at 2 to 5 ranks over shared memory, and at 3
+ * over TCP. */
+static void run_uneven_worlds(rank_fn fn, const char *name)
+{
+    static const int ns[] = {2, 3, 4, 5};
+    for (int i = 0; i < 4; i++) {
+        struct world_opts o = {.n = ns[i], .absent_rank = -1, .name = name};
+        run_world(&o, fn, NULL);
+    }
+    struct world_opts tcp = {.n = 3, .absent_rank = -1, .transport = COMM_TRANSPORT_TCP};
+    run_world(&tcp, fn, NULL);
 }
 
 static void test_uneven_reduce_scatter_matches_reference(void)
 {
-    static const int ns[] = {2, 3, 4, 5};
-    for (int i = 0; i < 4; i++) {
-        struct world_opts o = {.n = ns[i], .absent_rank = -1, .name = "rsv"};
-        run_world(&o, rsv_rank, NULL);
+    run_uneven_worlds(rsv_rank, "rsv");
+}
+
+/* The uneven all-gather of rsv_count's patterns, every one posted at once
+ * (asynchronous, waited in order), out of place and in place: every rank's
+ * block exact, the float after the whole untouched, and the payload the
+ * ring's: every block but the next rank's. */
+static void agv_rank(struct comm *c, struct store *st, int rank, int n, void *arg)
+{
+    (void)st;
+    (void)arg;
+    enum { K = 5 };
+    struct plait_error err;
+    size_t counts[K][8], total[K], before[K];
+    float *in[K], *out[K], *inplace[K];
+    struct comm_request *req[2 * K];
+    struct comm_stats s0;
+    comm_stats(c, &s0);
+    uint64_t want_sent = 0;
+    for (int k = 0; k < K; k++) {
+        uneven_counts(k, rank, n, counts[k], &total[k], &before[k]);
+        want_sent += 2 * (total[k] - counts[k][(rank + 1) % n]) * sizeof(float);
+        in[k] = malloc(sizeof(float) * (counts[k][rank] + 1));
+        out[k] = malloc(sizeof(float) * (total[k] + 1));
+        inplace[k] = malloc(sizeof(float) * (total[k] + 1));
+        for (size_t i = 0; i <= total[k]; i++) out[k][i] = inplace[k][i] = -3.0f;
+        for (size_t i = 0; i < counts[k][rank]; i++)
+            in[k][i] = inplace[k][before[k] + i] = input(rank, i, 700 + (uint32_t)k);
+        CHECK(comm_iallgather_v(c, in[k], out[k], counts[k], COMM_FLOAT32, &req[2 * k], &err) == 0,
+              "%s", err.text);
+        CHECK(comm_iallgather_v(c, inplace[k] + before[k], inplace[k], counts[k], COMM_FLOAT32,
+                                &req[2 * k + 1], &err) == 0,
+              "%s", err.text);
     }
-    struct world_opts tcp = {.n = 3, .absent_rank = -1, .transport = COMM_TRANSPORT_TCP};
-    run_world(&tcp, rsv_rank, NULL);
+    for (int k = 0; k < K; k++) {
+        CHECK(comm_wait(req[2 * k], &err) == 0 && comm_wait(req[2 * k + 1], &err) == 0, "%s",
+              err.text);
+        size_t at = 0;
+        int bad = 0;
+        for (int r = 0; r < n; r++)
+            for (size_t i = 0; i < counts[k][r]; i++, at++) {
+                float want = input(r, i, 700 + (uint32_t)k);
+                if (bad < 3 && (out[k][at] != want || inplace[k][at] != want)) {
+                    CHECK(0, "all-gather-v n=%d pattern %d rank %d: block %d [%zu] = %.9g, %.9g "
+                             "in place, sent %.9g",
+                          n, k, rank, r, i, out[k][at], inplace[k][at], want);
+                    bad++;
+                }
+            }
+        CHECK(out[k][at] == -3.0f && inplace[k][at] == -3.0f,
+              "all-gather-v n=%d pattern %d rank %d: wrote past %zu", n, k, rank, at);
+        free(in[k]);
+        free(out[k]);
+        free(inplace[k]);
+    }
+    check_ring_payload(c, &s0, want_sent, "all-gather-v", n, rank);
+}
+
+static void test_uneven_allgather_matches_every_block(void)
+{
+    run_uneven_worlds(agv_rank, "agv");
 }
 
 /* Elements rank `from` sends rank `to` in all-to-all pattern k: uneven in
@@ -1370,6 +1452,7 @@ int main(int argc, char **argv)
     RUN(test_allreduce_float64_and_int64);
     RUN(test_reduce_scatter_and_allgather_match_reference);
     RUN(test_uneven_reduce_scatter_matches_reference);
+    RUN(test_uneven_allgather_matches_every_block);
     RUN(test_uneven_alltoall_delivers_every_block);
     RUN(test_broadcast_from_every_root);
     RUN(test_barrier_waits_for_the_last_rank);

@@ -77,21 +77,31 @@ static void test_nominal_bytes_follow_the_ring_formulas(void)
         CHECK(sent == 2 * (uint64_t)(n - 1) * 4 / (uint64_t)n, "n=%d barrier: %llu", n,
               (unsigned long long)sent);
     }
-    /* uneven, as the socket ring: every block but its own out, but the previous rank's in */
+    /* uneven, as the socket rings: the reduce-scatter sends every block but
+     * its own and receives all but the previous rank's; the all-gather sends
+     * all but the next rank's and receives all but its own */
     static const size_t counts[] = {3, 0, 5, 2};
-    uint64_t sent, received;
-    struct comm_desc rsv = {
-        .kind = COMM_OP_REDUCE_SCATTER, .counts = counts, .dtype = COMM_FLOAT32};
-    nccl_nominal_bytes(&rsv, 1, 4, &sent, &received);
-    CHECK(sent == 10 * 4 && received == 7 * 4, "uneven reduce-scatter: %llu out, %llu in",
-          (unsigned long long)sent, (unsigned long long)received);
-    nccl_nominal_bytes(&rsv, 0, 4, &sent, &received);
-    CHECK(sent == 7 * 4 && received == 8 * 4, "uneven reduce-scatter, rank 0: %llu out, %llu in",
-          (unsigned long long)sent, (unsigned long long)received);
+    static const struct {
+        enum comm_op_kind kind;
+        int rank;
+        uint64_t sent, received; /* floats */
+    } uneven[] = {{COMM_OP_REDUCE_SCATTER, 1, 10, 7},
+                  {COMM_OP_REDUCE_SCATTER, 0, 7, 8},
+                  {COMM_OP_ALLGATHER, 1, 5, 10},
+                  {COMM_OP_ALLGATHER, 3, 7, 8}};
+    for (size_t k = 0; k < sizeof uneven / sizeof *uneven; k++) {
+        uint64_t sent, received;
+        struct comm_desc d = {.kind = uneven[k].kind, .counts = counts, .dtype = COMM_FLOAT32};
+        nccl_nominal_bytes(&d, uneven[k].rank, 4, &sent, &received);
+        CHECK(sent == uneven[k].sent * 4 && received == uneven[k].received * 4,
+              "uneven %s, rank %d: %llu out, %llu in", comm_op_kind_name(uneven[k].kind),
+              uneven[k].rank, (unsigned long long)sent, (unsigned long long)received);
+    }
     /* all-to-all: every block but its own, each way */
     static const size_t out[] = {3, 0, 5, 2}, in[] = {1, 4, 5, 6};
     struct comm_desc a2a = {
         .kind = COMM_OP_ALLTOALL, .counts = out, .recv_counts = in, .dtype = COMM_FLOAT32};
+    uint64_t sent, received;
     nccl_nominal_bytes(&a2a, 2, 4, &sent, &received);
     CHECK(sent == 5 * 4 && received == 11 * 4, "all-to-all, rank 2: %llu out, %llu in",
           (unsigned long long)sent, (unsigned long long)received);

@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "common/gpt2/gpt2_shard.h"
+#include "common/gpt2/gpt2_units.h"
 
 /* The suite runs for each: GPT-2, then a Llama (grouped-query: 2 key/value
  * heads of 4, an MLP 12 wide whose gate and up are packed, untied head). */
@@ -346,6 +347,85 @@ static void test_instances_in_file_order(void)
     CHECK(o.at == s.total, "the instances cover the shard");
 }
 
+/* Checks one instance against ZeRO 3's units: inside the unit it is in. */
+struct unit_check {
+    const struct gpt2_shard *s;
+    size_t padded;
+};
+
+static int instance_in_its_unit(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
+{
+    struct unit_check *c = ctx;
+    int u = gpt2_unit_of(c->s, t, layer);
+    struct gpt2_unit un = gpt2_unit(c->s, c->padded, u);
+    CHECK(u >= 0 && u < gpt2_units_count(c->s) && off >= un.at && off + n <= un.at + un.elems,
+          "tensor %d layer %d [%zu, +%zu) outside its unit %d [%zu, +%zu)", (int)t, layer, off, n,
+          u, un.at, un.elems);
+    CHECK(gpt2_tensor_per_layer(t) == (u > 0 && u < gpt2_units_count(c->s) - 1),
+          "tensor %d in unit %d", (int)t, u);
+    return 0;
+}
+
+/* Units tile the padded buffer in order; each dp rank's parts of them tile
+ * the unit in rank order and, unit after unit, its whole slice. */
+static void check_units(const struct gpt2_shard *s, int dp)
+{
+    size_t padded = (s->total + (size_t)dp - 1) / (size_t)dp * (size_t)dp, slice = padded / dp;
+    struct unit_check c = {.s = s, .padded = padded};
+    gpt2_shard_each(s, instance_in_its_unit, &c);
+    size_t at = 0, most = 0, taken[8] = {0}, counts[8];
+    for (int u = 0; u < gpt2_units_count(s); u++) {
+        struct gpt2_unit un = gpt2_unit(s, padded, u);
+        CHECK(un.at == at, "dp %d: unit %d starts at %zu, not %zu", dp, u, un.at, at);
+        at += un.elems;
+        if (un.elems > most) most = un.elems;
+        size_t sum = 0;
+        for (int r = 0; r < dp; r++) {
+            size_t from = 99;
+            gpt2_unit_counts(un, slice, dp, r, counts, &from);
+            CHECK(counts[r] == 0 || (from == taken[r] && un.at + sum == (size_t)r * slice + from),
+                  "dp %d unit %d rank %d: its part starts at %zu of its slice, not %zu", dp, u, r,
+                  from, taken[r]);
+            taken[r] += counts[r];
+            sum += counts[r];
+        }
+        CHECK(sum == un.elems, "dp %d unit %d: the parts sum to %zu of %zu", dp, u, sum, un.elems);
+    }
+    CHECK(at == padded, "dp %d: the units cover %zu of %zu", dp, at, padded);
+    CHECK(most == gpt2_unit_max_elems(s, padded), "dp %d: the largest unit", dp);
+    for (int r = 0; r < dp; r++)
+        CHECK(taken[r] == slice, "dp %d rank %d: its parts cover %zu of its slice's %zu", dp, r,
+              taken[r], slice);
+}
+
+static void test_zero3_units_tile_the_buffer_and_the_slices(void)
+{
+    const struct gpt2_config c8 = {
+        .max_seq_len = 5, .vocab = 30, .padded_vocab = 32, .layers = 8, .heads = 4, .hidden = 8};
+    const int layouts[][3] = {{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {1, 2, 2}, {2, 4, 1}}; /* tp pp v */
+    for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
+        int tp = layouts[k][0], pp = layouts[k][1], v = layouts[k][2];
+        if (gpt2_kv_heads(&cfg) % tp) continue;
+        for (int st = 0; st < pp; st++) {
+            struct gpt2_part part = {.tp = tp, .tp_rank = tp - 1, .pp = pp, .pp_rank = st};
+            gpt2_stage_chunks(c8.layers, pp, v, st, &part);
+            struct gpt2_config mc = c8;
+            if (cfg.llama) {
+                mc = cfg;
+                mc.layers = 8;
+            }
+            struct gpt2_shard s;
+            struct plait_error err;
+            if (gpt2_shard_init(&s, &mc, &part, &err)) {
+                CHECK(0, "tp %d pp %d v %d: %s", tp, pp, v, err.text);
+                continue;
+            }
+            CHECK(gpt2_units_count(&s) == 8 / pp + 2, "pp %d: %d units", pp, gpt2_units_count(&s));
+            for (int dp = 1; dp <= 5; dp++) check_units(&s, dp);
+        }
+    }
+}
+
 int main(void)
 {
     cfg = gpt2_cfg;
@@ -356,11 +436,13 @@ int main(void)
     RUN(test_megatron_splits_take_heads_and_columns);
     RUN(test_interleaved_chunks_cover_the_model_exactly);
     RUN(test_impossible_parts_are_refused);
+    RUN(test_zero3_units_tile_the_buffer_and_the_slices);
     cfg = llama_cfg; /* the same over a Llama's tensors */
     RUN(test_tp_mapping_and_its_inverse_agree);
     RUN(test_instances_in_file_order);
     RUN(test_shards_cover_the_model_exactly);
     RUN(test_interleaved_chunks_cover_the_model_exactly);
     RUN(test_llama_splits_take_each_band);
+    RUN(test_zero3_units_tile_the_buffer_and_the_slices);
     return check_exit_code();
 }

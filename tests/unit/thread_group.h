@@ -7,6 +7,7 @@
 #define PLAIT_TESTS_THREAD_GROUP_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,8 +135,9 @@ struct tg_request {
     struct thread_rank *me;
     float *buf; /* the sum's, in place */
     size_t n;
-    const float *send; /* the reduce-scatter's */
+    const float *send; /* the reduce-scatter's or the all-gather's */
     size_t *counts;    /* [size] (a copy) */
+    bool gather;       /* an all-gather: the blocks into buf */
 };
 
 static int tg_iallreduce(void *ctx, float *buf, size_t n, void **req, struct plait_error *err)
@@ -165,12 +167,36 @@ static int tg_ireduce_scatter_v(void *ctx, const float *send, float *recv, const
     return 0;
 }
 
+static int tg_iallgather_v(void *ctx, const float *send, float *recv, const size_t *counts,
+                           void **req, struct plait_error *err)
+{
+    if (tg_ireduce_scatter_v(ctx, send, recv, counts, req, err)) return -1;
+    ((struct tg_request *)*req)->gather = true;
+    return 0;
+}
+
+/* Every member's block, in rank order, into buf. */
+static void tg_gather_blocks(struct tg_request *r)
+{
+    struct threads *t = r->me->t;
+    t->bufs[r->me->rank] = r->send;
+    pthread_barrier_wait(&t->barrier);
+    size_t at = 0;
+    for (int k = 0; k < t->size; k++) {
+        if (r->counts[k]) memcpy(r->buf + at, t->bufs[k], r->counts[k] * sizeof *r->buf);
+        at += r->counts[k];
+    }
+    pthread_barrier_wait(&t->barrier);
+}
+
 static int tg_wait(void *req, struct plait_error *err)
 {
     struct tg_request *r = req;
     int rc = 0;
-    if (!r->send) {
+    if (!r->send && !r->gather) {
         rc = tg_allreduce(r->me, r->buf, r->n, false, err);
+    } else if (r->gather) {
+        tg_gather_blocks(r);
     } else { /* the whole summed, then this rank's block */
         struct threads *t = r->me->t;
         size_t total = 0, at = 0;
@@ -201,6 +227,7 @@ static inline struct group thread_group(struct thread_rank *me)
                           .allgather = tg_allgather,
                           .iallreduce = tg_iallreduce,
                           .ireduce_scatter_v = tg_ireduce_scatter_v,
+                          .iallgather_v = tg_iallgather_v,
                           .wait = tg_wait,
                           .ctx = me};
 }

@@ -1,0 +1,48 @@
+/* gpt2_units.c — where ZeRO 3's gather units lie in a shard's buffer and each
+ * dp rank's part of one (gpt2_units.h). Arithmetic on offsets only: nothing
+ * here allocates or moves data. */
+#include "common/gpt2/gpt2_units.h"
+
+int gpt2_units_count(const struct gpt2_shard *s)
+{
+    return gpt2_shard_layers(s) + 2;
+}
+
+struct gpt2_unit gpt2_unit(const struct gpt2_shard *s, size_t padded, int u)
+{
+    int L = gpt2_shard_layers(s);
+    size_t after = s->layers_at + (size_t)L * s->layer_elems;
+    if (u == 0) return (struct gpt2_unit){0, s->layers_at};
+    if (u <= L)
+        return (struct gpt2_unit){s->layers_at + (size_t)(u - 1) * s->layer_elems, s->layer_elems};
+    return (struct gpt2_unit){after, padded - after};
+}
+
+int gpt2_unit_of(const struct gpt2_shard *s, enum gpt2_tensor t, int l)
+{
+    if (!gpt2_tensor_per_layer(t))
+        return t == GPT2_WTE || t == GPT2_WPE ? 0 : gpt2_units_count(s) - 1;
+    return 1 + (int)((gpt2_shard_offset(s, t, l) - s->layers_at) / s->layer_elems);
+}
+
+size_t gpt2_unit_max_elems(const struct gpt2_shard *s, size_t padded)
+{
+    size_t most = 0;
+    for (int u = 0; u < gpt2_units_count(s); u++) {
+        size_t n = gpt2_unit(s, padded, u).elems;
+        if (n > most) most = n;
+    }
+    return most;
+}
+
+void gpt2_unit_counts(struct gpt2_unit u, size_t slice_n, int dp, int rank, size_t *counts,
+                      size_t *from)
+{
+    size_t end = u.at + u.elems;
+    for (int r = 0; r < dp; r++) {
+        size_t lo = (size_t)r * slice_n, hi = lo + slice_n;
+        size_t a = u.at > lo ? u.at : lo, b = end < hi ? end : hi;
+        counts[r] = a < b ? b - a : 0;
+        if (r == rank && from) *from = a < b ? a - lo : 0;
+    }
+}

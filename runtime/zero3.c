@@ -1,0 +1,130 @@
+/* zero3.c — ZeRO 3's pool of unit windows (zero3.h): which window holds which
+ * unit, the uneven all-gathers that fill them, the lookups into them. The
+ * units themselves are common/gpt2/gpt2_units.c's. */
+#include "runtime/zero3.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+size_t zero3_window_elems(const struct gpt2_shard *s, size_t padded)
+{
+    return gpt2_unit_max_elems(s, padded);
+}
+
+int zero3_init(struct zero3 *z, const struct gpt2_shard *s, size_t padded, const struct group *dp,
+               const float *slice, float *const *bufs, int n_windows, struct plait_error *err)
+{
+    *z = (struct zero3){.shard = s, .padded = padded, .dp = dp, .slice = slice};
+    if (dp->size < 2 || !dp->iallgather_v || !dp->ireduce_scatter_v || !dp->wait ||
+        padded % (size_t)dp->size)
+        return error_set(err,
+                         "ZeRO 3 over dp %d: needs at least 2 ranks that gather and reduce-scatter "
+                         "unevenly, and "
+                         "a buffer (%zu elements) that splits evenly over them",
+                         dp->size, padded);
+    z->slice_n = padded / (size_t)dp->size;
+    z->window_elems = zero3_window_elems(s, padded);
+    z->win = calloc((size_t)n_windows, sizeof *z->win);
+    z->counts = calloc((size_t)dp->size, sizeof *z->counts);
+    if (!z->win || !z->counts) {
+        zero3_free(z);
+        return error_errno(err, "ZeRO 3: allocating the windows' table");
+    }
+    z->n_windows = n_windows;
+    for (int i = 0; i < n_windows; i++) z->win[i] = (struct zero3_window){bufs[i], -1, NULL};
+    return 0;
+}
+
+void zero3_free(struct zero3 *z)
+{
+    free(z->win);
+    free(z->counts);
+    z->win = NULL;
+    z->counts = NULL;
+}
+
+static struct zero3_window *holding(const struct zero3 *z, int u)
+{
+    for (int i = 0; i < z->n_windows; i++)
+        if (z->win[i].unit == u) return &z->win[i];
+    return NULL;
+}
+
+/* Unit u's counts over dp into z->counts, and where this rank's part is in
+ * its slice: -1 with err for a unit the shard does not have. */
+static int unit_counts(struct zero3 *z, int u, size_t *from, struct plait_error *err)
+{
+    if (u < 0 || u >= gpt2_units_count(z->shard))
+        return error_set(err, "ZeRO 3: unit %d of a shard of %d", u, gpt2_units_count(z->shard));
+    *from = 0;
+    gpt2_unit_counts(gpt2_unit(z->shard, z->padded, u), z->slice_n, z->dp->size, z->dp->rank,
+                     z->counts, from);
+    return 0;
+}
+
+int zero3_fetch(struct zero3 *z, int u, struct plait_error *err)
+{
+    size_t from;
+    if (unit_counts(z, u, &from, err)) return -1;
+    if (holding(z, u)) return 0;
+    struct zero3_window *w = holding(z, -1);
+    if (!w) {
+        char held[160] = "";
+        size_t n = 0;
+        for (int i = 0; i < z->n_windows && n < sizeof held; i++)
+            n += (size_t)snprintf(held + n, sizeof held - n, " %d", z->win[i].unit);
+        return error_set(err, "ZeRO 3: unit %d has no window: all %d hold units%s", u, z->n_windows,
+                         held);
+    }
+    if (z->dp->iallgather_v(z->dp->ctx, z->slice + from, w->buf, z->counts, &w->req, err))
+        return -1;
+    w->unit = u;
+    return 0;
+}
+
+/* Waits for w's gather: on failure the window is free again. */
+static int settle(struct zero3_window *w, const struct group *dp, struct plait_error *err)
+{
+    if (!w->req) return 0;
+    void *req = w->req;
+    w->req = NULL;
+    if (dp->wait(req, err) == 0) return 0;
+    w->unit = -1;
+    return -1;
+}
+
+float *zero3_get(struct zero3 *z, int u, struct plait_error *err)
+{
+    if (zero3_fetch(z, u, err)) return NULL;
+    struct zero3_window *w = holding(z, u);
+    return settle(w, z->dp, err) ? NULL : w->buf;
+}
+
+int zero3_release(struct zero3 *z, int u, struct plait_error *err)
+{
+    struct zero3_window *w = holding(z, u);
+    if (!w) return 0;
+    int rc = settle(w, z->dp, err);
+    w->unit = -1;
+    return rc;
+}
+
+int zero3_scatter(struct zero3 *z, int u, const float *grads, float *sums, void **req,
+                  struct plait_error *err)
+{
+    size_t from;
+    *req = NULL;
+    if (unit_counts(z, u, &from, err)) return -1;
+    return z->dp->ireduce_scatter_v(z->dp->ctx, grads, sums + from, z->counts, req, err);
+}
+
+float *zero3_at(const struct zero3 *z, size_t at)
+{
+    for (int i = 0; i < z->n_windows; i++) {
+        const struct zero3_window *w = &z->win[i];
+        if (w->unit < 0 || w->req) continue;
+        struct gpt2_unit un = gpt2_unit(z->shard, z->padded, w->unit);
+        if (at >= un.at && at < un.at + un.elems) return w->buf + (at - un.at);
+    }
+    return NULL;
+}
