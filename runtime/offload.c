@@ -186,10 +186,15 @@ int offload_open(struct offload *o, const char *dir, int rank, size_t n, size_t 
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", o->dir, names[k]);
         o->fd[k] = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (o->fd[k] < 0 || ftruncate(o->fd[k], (off_t)(n * sizeof(float))) != 0) {
-            error_errno(err, "parallel.offload: %s (rank %d)", path, rank);
+        /* the disk space taken now: a full disk fails here, not mid-step */
+        int rc = o->fd[k] < 0 ? errno : posix_fallocate(o->fd[k], 0, (off_t)(n * sizeof(float)));
+        if (rc == EOPNOTSUPP || rc == EINVAL) /* a file system without it: zeros, unreserved */
+            rc = ftruncate(o->fd[k], (off_t)(n * sizeof(float))) != 0 ? errno : 0;
+        if (rc) {
             offload_close(o);
-            return -1;
+            errno = rc;
+            return error_errno(err, "parallel.offload: %s (rank %d), %zu bytes", path, rank,
+                               n * sizeof(float));
         }
     }
     struct offload_io *io = calloc(1, sizeof *io);
@@ -224,7 +229,11 @@ void offload_close(struct offload *o)
         free(o->io);
         o->io = NULL;
     }
-    for (int k = 0; k < 2; k++)
-        if (o->fd[k] >= 0) close(o->fd[k]);
+    for (int k = 0; k < 2; k++) { /* scratch: a resume rewrites them from its checkpoint */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", o->dir, names[k]);
+        if (o->fd[k] >= 0) close(o->fd[k]), unlink(path);
+    }
     o->fd[0] = o->fd[1] = -1;
+    if (o->dir[0]) rmdir(o->dir); /* rank-N, when empty */
 }

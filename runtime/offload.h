@@ -4,10 +4,11 @@
  * and the last one written behind by an I/O thread (pread/pwrite, in the
  * order asked: a buffer is read again only after its write), so the disk
  * works while the CPU steps. Each rank's files are <dir>/rank-<N>/adam_m.bin
- * and adam_v.bin, slice_n floats each, zeros when opened (a checkpoint's
- * moments are written in by its loader). Checkpoints read and write the
- * moments through offload_read and offload_write, so they are the same files
- * with offload or without. */
+ * and adam_v.bin, slice_n floats each, zeros when opened, their disk space
+ * reserved then (a full disk fails at the start, naming the file and the
+ * rank), removed when closed: scratch, a resume writes a checkpoint's moments
+ * in. Checkpoints read and write the moments through offload_read and
+ * offload_write, so they are the same files with offload or without. */
 #ifndef PLAIT_RUNTIME_OFFLOAD_H
 #define PLAIT_RUNTIME_OFFLOAD_H
 

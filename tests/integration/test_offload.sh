@@ -8,8 +8,10 @@
 # with its moments read back into the files; a checkpoint written from the
 # files resumes without offload and the reverse (the same format); under a
 # data-segment limit (ulimit -d, inherited by every rank) that the in-memory
-# state passes, the offloaded run trains; bad settings are refused naming the
-# field, an unusable directory naming the path and the rank.
+# state passes, the offloaded run trains; the files go when the run ends, and
+# their space is taken at its start (a disk too small fails then, naming the
+# file and the rank); bad settings are refused naming the field, an unusable
+# directory naming the path and the rank.
 source "$(dirname "$0")/lib.sh"
 
 tiny_plan "$WORK/plan.json"
@@ -30,15 +32,15 @@ test_nvme_gives_the_in_memory_bits() {
     # shellcheck disable=SC2046
     run none && run nvme1 $(nvme d1) && metrics_equal "$WORK/none/metrics.jsonl" "$WORK/nvme1/metrics.jsonl" ||
         return 1
-    [ -s "$WORK/d1/rank-0/adam_m.bin" ] && [ -s "$WORK/d1/rank-0/adam_v.bin" ] ||
-        { ls -lR "$WORK/d1"; return 1; }
+    # scratch: the files (and rank-N/) go when the run ends
+    [ -d "$WORK/d1" ] && ! [ -e "$WORK/d1/rank-0" ] || { ls -lR "$WORK/d1"; return 1; }
     local z
     for z in 1 2; do
         # shellcheck disable=SC2046
         run dp2_z$z --set parallel.dp=2 --set parallel.zero=$z &&
             run dp2_z${z}_nvme --set parallel.dp=2 --set parallel.zero=$z $(nvme d2_$z) &&
             metrics_equal "$WORK/dp2_z$z/metrics.jsonl" "$WORK/dp2_z${z}_nvme/metrics.jsonl" || return 1
-        [ -s "$WORK/d2_$z/rank-1/adam_v.bin" ] || { ls -lR "$WORK/d2_$z"; return 1; }
+        [ -d "$WORK/d2_$z" ] && [ -z "$(ls -A "$WORK/d2_$z")" ] || { ls -lR "$WORK/d2_$z"; return 1; }
     done
     # what plait check predicts is what the model allocated (the windows, not the moments)
     "$PY" - "$WORK/nvme1/run.json" "$WORK/none/run.json" <<'PYEOF'
@@ -103,6 +105,22 @@ JSON
     grep -q "finished at step 2/2" "$WORK/big_nvme.log" || { cat "$WORK/big_nvme.log"; return 1; }
 }
 
+# the files' space is taken when the run starts: on a disk too small for them (a 64 KiB tmpfs
+# in a private mount namespace: nothing outside the test sees it) the run fails at once,
+# naming the file, the rank and the bytes
+test_a_disk_too_small_fails_at_the_start() {
+    mkdir -p "$WORK/small"
+    unshare -m bash -s "$WORK/small" "$PLAIT" "$WORK/plan.json" >"$WORK/small.log" 2>&1 <<'SH'
+set -u
+mount -t tmpfs -o size=64k tmpfs "$1" || exit 3
+"$2" train "$3" --out "$1/../small_run" --set parallel.offload=nvme --set parallel.offload_dir="$1" \
+    --set data.val=null --set data.val_every=0
+SH
+    local rc=$?
+    [ "$rc" = 1 ] && grep -qE "parallel.offload: $WORK/small/rank-0/adam_[mv].bin \(rank 0\), [0-9]+ bytes: No space left on device" \
+        "$WORK/small.log" && ! grep -q "step 1" "$WORK/small.log" || { echo "exit $rc"; cat "$WORK/small.log"; return 1; }
+}
+
 test_bad_settings_are_refused_naming_them() {
     expect_error "$WORK/e1.log" 1 'parallel.offload_dir: must name a directory \(on a fast disk\) with parallel.offload "nvme"' \
         "$PLAIT" train "$WORK/plan.json" --out "$WORK/bad1" --set parallel.offload=nvme || return 1
@@ -125,6 +143,11 @@ if nm -D "$BUILD/bin/plait-train" 2>/dev/null | grep -q __asan_init; then
     echo "ok a_memory_limit_the_moments_do_not_fit_under # skip: a sanitized build cannot run under ulimit -d"
 else
     check a_memory_limit_the_moments_do_not_fit_under test_a_memory_limit_the_moments_do_not_fit_under
+fi
+if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
+    check a_disk_too_small_fails_at_the_start test_a_disk_too_small_fails_at_the_start
+else
+    echo "ok a_disk_too_small_fails_at_the_start # skip: needs root and unshare (a private tmpfs)"
 fi
 check bad_settings_are_refused_naming_them test_bad_settings_are_refused_naming_them
 finish
