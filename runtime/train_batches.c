@@ -33,7 +33,7 @@ static int forward_through_stages(struct trainer *t, uint32_t tag, const int32_t
     size_t NC = model_stage_floats(&t->m, B, T); /* this rank's rows, sequence parallel */
     struct pipe_link link = parallel_pipe_link(&t->par);
     for (int c = 0; c < t->m.chunks; c++) {
-        int j = t->where->pp > 1 ? schedule_virtual_stage(sc, s, c) : c;
+        int j = schedule_virtual_stage(sc, s, c); /* c without a pipeline */
         t->m.slots[0].chunk = c;
         if (j > 0 && (schedule_stage_of(sc, j - 1, &peer, &pc), peer == s))
             t->m.ops->copy(t->m.ctx, model_stage_input(&t->m, 0), model_stage_output(&t->m, 0),

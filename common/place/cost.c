@@ -200,22 +200,15 @@ static double zero2_handovers(const struct plan *p, struct cost_layout l, int st
     return n;
 }
 
-/* The model chunks a stage runs, and whether its backward is split in two
- * passes: the plan's schedule's (schedule_of_plan). */
-static int stage_chunks(const struct plan *p, int pp)
+/* The model chunks a stage runs (*split: whether its backward is split in two
+ * passes): the plan's schedule's (schedule_of_plan). */
+static int stage_chunks(const struct plan *p, int pp, bool *split)
 {
     enum sched_kind kind;
     int v;
     schedule_of_plan(p, pp, &kind, &v);
+    if (split) *split = schedule_kind_splits(kind);
     return v;
-}
-
-static bool stage_split_backward(const struct plan *p, int pp)
-{
-    enum sched_kind kind;
-    int v;
-    schedule_of_plan(p, pp, &kind, &v);
-    return schedule_kind_splits(kind);
 }
 
 void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
@@ -224,18 +217,20 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
     memset(out, 0, sizeof *out);
     l = layout_sane(l);
     if (stage < 0 || stage >= l.pp) return; /* no such stage: nothing held */
+    bool split;
+    int chunks = stage_chunks(p, l.pp, &split);
     struct gpt2_memory_shape shape = {.B = p->batch.micro_batch,
                                       .T = p->model.seq_len,
                                       .precision = p->precision,
                                       .fp8_scaling = p->fp8_scaling,
                                       .recompute = p->recompute,
                                       .slots = stage_in_flight(p, l, stage),
-                                      .chunks = stage_chunks(p, l.pp),
+                                      .chunks = chunks,
                                       .dp = plan_dp_shard(&p->parallel, l.dp), /* ZeRO slices */
                                       .zero = p->parallel.zero,
                                       .sequence_parallel =
                                           p->parallel.sequence_parallel && l.tp > 1,
-                                      .split_backward = stage_split_backward(p, l.pp),
+                                      .split_backward = split,
                                       /* the CUDA backend's attention keeps no probabilities */
                                       .fused_attention = p->parallel.device == PLAN_DEVICE_CUDA,
                                       .offload_window_mb =
@@ -318,7 +313,7 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
      * chunks each chunk's (the last stage's into the first's next chunk too),
      * 2v less the first chunk's gradient and the last chunk's activation. */
     if (l.pp > 1) {
-        int v = stage_chunks(p, l.pp);
+        int v = stage_chunks(p, l.pp, NULL);
         double sends = 2.0 * v - (stage == 0) - (stage == l.pp - 1);
         if (p->parallel.schedule == PLAN_PIPE_DUALPIPEV) /* both ways through its V; the turn
                                                              on the last stage stays local */
@@ -378,7 +373,7 @@ uint64_t cost_comm_ring_bytes(const struct plan *p, struct cost_layout l, int st
     if (l.pp > 1) {
         /* each neighbour stage: activations one way, gradients the other; an
          * interleaved schedule also wraps from the last stage to the first */
-        int v = stage_chunks(p, l.pp);
+        int v = stage_chunks(p, l.pp, NULL);
         bool vee = p->parallel.schedule == PLAN_PIPE_DUALPIPEV; /* no wrap, no tied sum */
         double act_bytes = (double)p->model.seq_len * p->batch.micro_batch * p->model.hidden *
                            (double)activation_bytes(p->precision);
