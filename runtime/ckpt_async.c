@@ -83,7 +83,7 @@ int ckpt_async_poll(struct ckpt_async *a, const struct ckpt_target *to, struct p
 
 int ckpt_async_reserve(struct ckpt_async *a, const struct model *m, struct plait_error *err)
 {
-    size_t P = m->shard.total, S = m->slice_n;
+    size_t S = m->slice_n, P = m->zero == 3 ? S : m->shard.total;
     if (!room(&a->params, &a->params_n, P) || !room(&a->adam_m, &a->m_n, S) ||
         !room(&a->adam_v, &a->v_n, S))
         return error_set(err, "checkpoint.async: out of memory for the host copy of this part");
@@ -99,8 +99,8 @@ int ckpt_async_save(struct ckpt_async *a, const struct ckpt_target *to, const st
 {
     if (ckpt_async_wait(a, to, err)) return -1;
     double t0 = now_s();
-    size_t P = m->shard.total, S = m->slice_n;
-    size_t G = st->micro > 0 ? (m->zero == 2 ? S : P) : 0;
+    size_t S = m->slice_n, P = m->zero == 3 ? S : m->shard.total; /* ZeRO 3: its slice */
+    size_t G = st->micro > 0 ? (m->zero >= 2 ? S : m->shard.total) : 0;
     if (!room(&a->params, &a->params_n, P) || !room(&a->adam_m, &a->m_n, S) ||
         !room(&a->adam_v, &a->v_n, S) || !room(&a->grads, &a->grads_n, G))
         return error_set(err, "checkpoint.async: out of memory for the host copy of this part");
@@ -112,7 +112,7 @@ int ckpt_async_save(struct ckpt_async *a, const struct ckpt_target *to, const st
     m->ops->download(m->ctx, a->adam_m, m->adam_m, S * sizeof(float));
     m->ops->download(m->ctx, a->adam_v, m->adam_v, S * sizeof(float));
     if (G)
-        m->ops->download(m->ctx, a->grads, m->zero == 2 ? m->grad_slice : m->grads,
+        m->ops->download(m->ctx, a->grads, m->zero >= 2 ? m->grad_slice : m->grads,
                          G * sizeof(float));
     a->snap = *m;
     a->snap.ops = ops_cpu();

@@ -93,10 +93,11 @@ static int write_mine(const char *tmp, const struct model *m, const struct train
     if (!host) return error_set(err, "out of memory");
     char name[64];
     int rc = 0, k = 0;
-    if (w->dp_rank == 0) {
+    bool z3 = m->zero == 3; /* the parameters in slices too, as the moments */
+    if (z3 ? w->dp_rank < m->dp : w->dp_rank == 0) {
         const float *params[] = {m->params};
-        part_name(name, sizeof name, CKPT_PART_MODEL, m, w, false);
-        rc = write_part(tmp, name, CKPT_PART_MODEL, m, w, params, 1, false, host, &recs[k++], err);
+        part_name(name, sizeof name, CKPT_PART_MODEL, m, w, z3);
+        rc = write_part(tmp, name, CKPT_PART_MODEL, m, w, params, 1, z3, host, &recs[k++], err);
     }
     const float *moments[] = {m->adam_m, m->adam_v};
     /* the slices: replica 0's shard group (hybrid sharding: the others hold the same) */
@@ -106,9 +107,9 @@ static int write_mine(const char *tmp, const struct model *m, const struct train
                         err);
     }
     if (rc == 0 && st->micro > 0) { /* every rank's own accumulated gradients */
-        const float *grads[] = {m->zero == 2 ? m->grad_slice : m->grads};
+        const float *grads[] = {m->zero >= 2 ? m->grad_slice : m->grads};
         part_name(name, sizeof name, CKPT_PART_GRADS, m, w, true);
-        rc = write_part(tmp, name, CKPT_PART_GRADS, m, w, grads, 1, m->zero == 2, host, &recs[k++],
+        rc = write_part(tmp, name, CKPT_PART_GRADS, m, w, grads, 1, m->zero >= 2, host, &recs[k++],
                         err);
     }
     struct ckpt_file f = {.fd = -1};
@@ -350,12 +351,17 @@ int ckpt_load_resharded(const char *cdir, struct model *m, struct train_state *s
         ckpt_layout_check(cdir, m, err);
         goto out;
     }
-    if (ckpt_read_state(cdir, st, err) ||
-        ckpt_source_read(&src, CKPT_PARAMS, &m->shard, 0, P, host, err))
-        goto out;
-    model_set_params(m, host);
-    /* the moments of the optimizer's slice (all of the part at ZeRO 0) */
+    /* the parameters (ZeRO 3: its slice of them), then the moments of the optimizer's
+     * slice (all of the part at ZeRO 0) */
     size_t lo = m->slice_at, hi = m->slice_at + m->slice_n;
+    bool z3 = m->zero == 3;
+    if (ckpt_read_state(cdir, st, err) ||
+        ckpt_source_read(&src, CKPT_PARAMS, &m->shard, z3 ? lo : 0, z3 ? hi : P, host, err))
+        goto out;
+    if (z3)
+        model_set_param_slice(m, host, m->slice_n);
+    else
+        model_set_params(m, host);
     if (ckpt_source_read(&src, CKPT_ADAM_M, &m->shard, lo, hi, host, err) ||
         model_moment_put(m, 0, host, m->slice_n, err) ||
         ckpt_source_read(&src, CKPT_ADAM_V, &m->shard, lo, hi, host, err) ||
@@ -372,7 +378,7 @@ int ckpt_load_grads(const char *cdir, struct model *m, const struct env_rank *w,
                     struct plait_error *err)
 {
     char file[64];
-    float *grads[] = {m->zero == 2 ? m->grad_slice : m->grads};
+    float *grads[] = {m->zero >= 2 ? m->grad_slice : m->grads};
     part_name(file, sizeof file, CKPT_PART_GRADS, m, w, true);
-    return read_part(cdir, file, CKPT_PART_GRADS, m, w, grads, 1, m->zero == 2, err);
+    return read_part(cdir, file, CKPT_PART_GRADS, m, w, grads, 1, m->zero >= 2, err);
 }

@@ -74,9 +74,9 @@ int dump_grads(struct model *m, const struct group *world, const char *dir, stru
     float *sum = world->size > 1 ? o->alloc(m->ctx, n_full * sizeof(float)) : NULL;
     int rc = shard && full && (world->size == 1 || sum) ? 0 : error_set(err, "out of memory");
     if (rc) goto out;
-    /* ZeRO 2 holds the step's gradients as this dp rank's slice of the dp sum; below
+    /* ZeRO 2 and 3 hold the step's gradients as this dp rank's slice of the dp sum; below
      * stage 2 every dp rank holds its own micro-batches' whole, summed over the world */
-    if (m->zero == 2) {
+    if (m->zero >= 2) {
         size_t n = m->slice_at >= n_shard                ? 0
                    : m->slice_at + m->slice_n <= n_shard ? m->slice_n
                                                          : n_shard - m->slice_at;

@@ -13,6 +13,9 @@
 #include <string.h>
 
 #include "common/gpt2/gpt2_memory.h"
+#include "common/log.h"
+#include "runtime/model_zero3.h"
+#include "runtime/zero3.h"
 
 static void *track(struct model *m, void *p)
 {
@@ -236,7 +239,7 @@ static int check_shape(const struct model *m, const struct gpt2_part *part,
     if (shape->slots < 1 || shape->slots > 1 << 16)
         return error_set(err, "model: %d micro-batches in flight", shape->slots);
     if (shape->dp < 1 || shape->dp_rank < 0 || shape->dp_rank >= shape->dp || shape->zero < 0 ||
-        shape->zero > 2)
+        shape->zero > 3 || (shape->zero == 3 && shape->dp > 1 && !shape->dp_group))
         return error_set(err, "model: data-parallel rank %d of %d, ZeRO stage %d", shape->dp_rank,
                          shape->dp, shape->zero);
     if (shape->sequence_parallel && part->tp == 1)
@@ -312,6 +315,20 @@ static bool offload_windows(struct model *m)
     return true;
 }
 
+static bool allocate_zero3(struct model *m);
+static bool allocate_rest(struct model *m);
+
+/* The AdamW moments of the slice: beside the weights, or (nvme offload) in
+ * files with two windows of each in memory. */
+static bool allocate_moments(struct model *m)
+{
+    size_t S = m->slice_n;
+    uint64_t *kind = &m->allocated.optimizer;
+    if (m->mem.offload_window) return offload_windows(m);
+    return (m->adam_m = dev_alloc(m, S * sizeof(float), kind)) &&
+           (m->adam_v = dev_alloc(m, S * sizeof(float), kind));
+}
+
 /* The slots, the parameters, gradients and optimizer state (a slice of them
  * with ZeRO), their bf16 or fp8 copies, the activations, the losses. false:
  * out of memory. */
@@ -324,16 +341,44 @@ static bool allocate(struct model *m)
             return false;
     size_t S = m->slice_n, Pp = m->n_padded;
     struct model_bytes *a = &m->allocated;
+    if (m->zero == 3) /* the slice, and the windows the units are gathered into */
+        return allocate_zero3(m) && allocate_rest(m);
     bool ok = (m->params = dev_alloc(m, Pp * sizeof(float), &a->params)) &&
               (m->grads = dev_alloc(m, Pp * sizeof(float), &a->grads)) &&
-              (m->mem.offload_window ? offload_windows(m)
-                                     : (m->adam_m = dev_alloc(m, S * sizeof(float), &a->optimizer)) &&
-                                           (m->adam_v = dev_alloc(m, S * sizeof(float),
-                                                                  &a->optimizer))) &&
+              allocate_moments(m) &&
               (!m->zero || ((m->grad_slice = dev_alloc(m, S * sizeof(float), &a->grads)) &&
                             (m->slice_tmp = dev_alloc(m, S * sizeof(float), &a->optimizer))));
     if (ok && m->precision == PLAN_PRECISION_BF16)
         ok = (m->params16 = dev_alloc(m, Pp * sizeof(uint16_t), &a->params)) != NULL;
+    return ok && allocate_rest(m);
+}
+
+/* ZeRO 3's model state: the slice's weights, gradient and moments, and the
+ * parameter and gradient windows (a bf16 copy beside each parameter window
+ * in bf16); the pools over them come after (model_init). */
+static bool allocate_zero3(struct model *m)
+{
+    size_t S = m->slice_n;
+    struct model_bytes *a = &m->allocated;
+    bool ok = (m->params = dev_alloc(m, S * sizeof(float), &a->params)) &&
+              (m->grad_slice = dev_alloc(m, S * sizeof(float), &a->grads)) &&
+              (m->slice_tmp = dev_alloc(m, S * sizeof(float), &a->optimizer)) &&
+              allocate_moments(m);
+    for (int i = 0; ok && i < m->mem.zero3_windows; i++) {
+        size_t n = m->mem.zero3_window[i];
+        ok = (m->z3_pwin[i] = dev_alloc(m, n * sizeof(float), &a->params)) &&
+             (m->z3_gwin[i] = dev_alloc(m, n * sizeof(float), &a->grads)) &&
+             (m->precision != PLAN_PRECISION_BF16 ||
+              (m->win16[i] = dev_alloc(m, n * sizeof(uint16_t), &a->params)));
+    }
+    return ok;
+}
+
+/* The fp8 copy, the activations, the losses. */
+static bool allocate_rest(struct model *m)
+{
+    struct model_bytes *a = &m->allocated;
+    bool ok = true;
     if (ok && m->precision == PLAN_PRECISION_FP8) {
         size_t layers = (size_t)gpt2_shard_layers(&m->shard);
         fp8_layout(m);
@@ -375,8 +420,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     memset(m, 0, sizeof *m);
     model_settings(m, cfg, tp, ops, ctx, shape);
     if (check_fp8_ops(ops, shape->precision, err) || check_llama_ops(ops, cfg, err) ||
-        gpt2_shard_init(&m->shard, cfg, part, err) ||
-        check_shape(m, part, shape, err))
+        gpt2_shard_init(&m->shard, cfg, part, err) || check_shape(m, part, shape, err))
         return -1;
     m->sp = shape->sequence_parallel;
     if (count_memory(m, shape, err)) return -1;
@@ -389,8 +433,12 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
         return error_set(err, "out of memory for a %s of %zu parameters with micro-batch %d×%d",
                          cfg->llama ? "Llama" : "GPT-2", m->shard.total, shape->B, shape->T);
     }
-    if (m->offload && offload_open(m->offload, shape->offload_dir, shape->offload_rank,
-                                   m->slice_n, m->mem.offload_window, err)) {
+    if (m->offload && offload_open(m->offload, shape->offload_dir, shape->offload_rank, m->slice_n,
+                                   m->mem.offload_window, err)) {
+        model_free(m);
+        return -1;
+    }
+    if (m->zero == 3 && mz3_init(m, shape->dp_group, m->z3_pwin, m->z3_gwin, err)) {
         model_free(m);
         return -1;
     }
@@ -399,6 +447,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
 
 void model_free(struct model *m)
 {
+    mz3_free(m);
     if (m->offload) offload_close(m->offload);
     free(m->offload);
     m->offload = NULL;
@@ -423,15 +472,43 @@ int model_moment_put(struct model *m, int k, const float *host, size_t n, struct
     return 0;
 }
 
+/* The slice's elements the shard has (the padding after it has none). */
+static size_t slice_held(const struct model *m)
+{
+    size_t end = m->slice_at + m->slice_n, have = m->shard.total;
+    return m->slice_at >= have ? 0 : (end < have ? end : have) - m->slice_at;
+}
+
 void model_set_params(struct model *m, const float *host_params)
 {
+    if (m->zero == 3) {
+        model_set_param_slice(m, host_params + m->slice_at, slice_held(m));
+        return;
+    }
     m->ops->upload(m->ctx, m->params, host_params, m->shard.total * sizeof(float));
     model_refresh_bf16(m);
     model_refresh_fp8(m);
 }
 
+void model_set_param_slice(struct model *m, const float *host, size_t n)
+{
+    m->ops->zero(m->ctx, m->params, m->slice_n * sizeof(float));
+    if (n) m->ops->upload(m->ctx, m->params, host, n * sizeof(float));
+}
+
+float *model_master(const struct model *m, size_t at)
+{
+    return m->zero == 3 ? m->params + (at - m->slice_at) : m->params + at;
+}
+
+void model_grads_clear(struct model *m)
+{
+    if (m->zero == 3) m->ops->zero(m->ctx, m->grad_slice, m->slice_n * sizeof(float));
+}
+
 void model_refresh_bf16(struct model *m)
 {
+    if (m->zero == 3) return; /* each window makes its copy when gathered */
     if (m->params16) m->ops->to_bf16(m->ctx, m->params16, m->params, m->shard.total);
     if (m->wte16)
         m->ops->to_bf16(m->ctx, m->wte16, m->params + gpt2_shard_offset(&m->shard, m->head, 0),
@@ -440,6 +517,7 @@ void model_refresh_bf16(struct model *m)
 
 uint16_t *model_copy16(const struct model *m, enum gpt2_tensor t, size_t off, size_t at)
 {
+    if (m->z3) return NULL; /* the slice has none: each window makes its copy */
     if (m->params16) return m->params16 + at;
     if (m->wte16 && t == m->head && m->last) return m->wte16 + (at - off);
     return NULL;
@@ -447,10 +525,23 @@ uint16_t *model_copy16(const struct model *m, enum gpt2_tensor t, size_t off, si
 
 /* ---- parameter views -------------------------------------------------------- */
 
-/* Tensor t of layer l (l = 0 for tensors that are not per layer). */
-static float *param(const struct model *m, float *base, enum gpt2_tensor t, int l)
+enum view { PARAMS, GRADS };
+
+/* Tensor t of layer l (l = 0 for tensors that are not per layer): its
+ * weights or its gradient. With ZeRO 3, in the window its unit was gathered
+ * (or its gradient window taken) into: a pass that uses a unit it did not
+ * gather is a bug, stopped here. */
+static float *param(const struct model *m, enum view v, enum gpt2_tensor t, int l)
 {
-    return base + gpt2_shard_offset(&m->shard, t, l);
+    size_t off = gpt2_shard_offset(&m->shard, t, l);
+    if (!m->z3) return (v == GRADS ? m->grads : m->params) + off;
+    float *p = zero3_at(v == GRADS ? m->z3g : m->z3, off);
+    if (!p) {
+        log_error("ZeRO 3: the %s of %s (layer %d) used outside its unit's window (a bug)",
+                  v == GRADS ? "gradient" : "weights", gpt2_tensor_names[t], l);
+        abort();
+    }
+    return p;
 }
 
 /* The bf16 copy of weight matrix t of layer l: every one's in bf16, the LM
@@ -458,17 +549,18 @@ static float *param(const struct model *m, float *base, enum gpt2_tensor t, int 
 static const uint16_t *weight16(const struct model *m, enum gpt2_tensor t, int l)
 {
     size_t off = gpt2_shard_offset(&m->shard, t, l);
+    if (m->z3) return mz3_at16(m, off);
     return model_copy16(m, t, off, off);
 }
 
-#define P(t, l) param(m, m->params, t, l)
-#define G(t, l) param(m, m->grads, t, l)
+#define P(t, l) param(m, PARAMS, t, l)
+#define G(t, l) param(m, GRADS, t, l)
 
 /* A tensor the architecture may not have (a Llama's biases, GPT-2's wpe on
  * tp ranks but 0): its parameters or gradient, NULL when the shard holds none. */
-static float *held(const struct model *m, float *base, enum gpt2_tensor t, int l)
+static float *held(const struct model *m, enum view v, enum gpt2_tensor t, int l)
 {
-    return gpt2_shard_holds(&m->shard, t) ? param(m, base, t, l) : NULL;
+    return gpt2_shard_holds(&m->shard, t) ? param(m, v, t, l) : NULL;
 }
 
 /* The block's norm over R rows: GPT-2's LayerNorm (mean and rstd kept), a
@@ -492,8 +584,8 @@ static void norm_backward(const struct model *m, float *dinp, const float *dout,
     if (m->cfg.llama)
         m->ops->rmsnorm_backward(m->ctx, dinp, G(w, l), dout, in, P(w, l), rstd, R, C, acc);
     else
-        m->ops->layernorm_backward(m->ctx, dinp, G(w, l), G(b, l), dout, in, P(w, l), mean, rstd,
-                                   R, C, acc);
+        m->ops->layernorm_backward(m->ctx, dinp, G(w, l), G(b, l), dout, in, P(w, l), mean, rstd, R,
+                                   C, acc);
 }
 
 /* out (N,OC) = inp (N,C) · (weight t of layer l)ᵀ + bias, a block's product in
@@ -595,7 +687,7 @@ static int row_parallel_forward(struct model *m, float **out, const float *inp, 
     float *prod = m->proj;
     struct profile *pr = &m->prof;
     *out = prod;
-    const float *b = held(m, m->params, bias, l);
+    const float *b = held(m, PARAMS, bias, l);
     if (m->tp.size == 1) {
         PROF(pr, PROF_MATMUL_FWD, linear_forward(m, prod, inp, w, l, b, N, in_cols, C));
         return 0;
@@ -664,16 +756,15 @@ static void attention_bwd(struct model *m, struct layer_acts *a, float *dqkv, co
 /* q, k and v of layer acts a from ln (N,C): the product into a->qkv; a
  * Llama's rotary positions on q and k, and with grouped-query attention the
  * product into qkv_packed, its key/value heads then repeated into a->qkv. */
-static void qkv_forward(struct model *m, struct layer_acts *a, const float *ln, int l, int B,
-                        int T)
+static void qkv_forward(struct model *m, struct layer_acts *a, const float *ln, int l, int B, int T)
 {
     const struct ops *o = m->ops;
     int N = B * T;
     float *out = m->qkv_packed ? m->qkv_packed : a->qkv;
     struct profile *pr = &m->prof;
     PROF(pr, PROF_MATMUL_FWD,
-         linear_forward(m, out, ln, GPT2_QKVW, l, held(m, m->params, GPT2_QKVB, l), N,
-                        m->cfg.hidden, m->QKVl));
+         linear_forward(m, out, ln, GPT2_QKVW, l, held(m, PARAMS, GPT2_QKVB, l), N, m->cfg.hidden,
+                        m->QKVl));
     if (!m->cfg.llama) return;
     PROF(pr, PROF_ATTENTION_FWD,
          o->rope_forward(m->ctx, out, B, T, m->NHl, m->KVl, m->hs, m->cfg.rope_theta, 0));
@@ -714,7 +805,7 @@ static int layer_forward(struct model *m, struct model_slot *sl, int i, int B, i
     PROF(pr, PROF_LAYERNORM_FWD,
          norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, GPT2_LN2W, GPT2_LN2B, l, R));
     if (sp_gather(m, a->ln2, N, &ln, err)) return -1;
-    const float *fcb = held(m, m->params, GPT2_FCB, l);
+    const float *fcb = held(m, PARAMS, GPT2_FCB, l);
     if (o->matmul_forward_gelu && !m->cfg.llama && m->precision != PLAN_PRECISION_FP8) {
         PROF(pr, PROF_MATMUL_FWD, /* one pass */
              o->matmul_forward_gelu(m->ctx, a->fch_gelu, a->fch, ln, P(GPT2_FCW, l),
@@ -765,8 +856,8 @@ static int head_forward(struct model *m, struct model_slot *sl, const int32_t *t
                       GPT2_LNFW, GPT2_LNFB, 0, rows_of(m, N)));
     if (sp_gather(m, sl->lnf, N, &lnf, err)) return -1;
     PROF(pr, PROF_LM_HEAD_FWD,
-         o->matmul_forward(m->ctx, sl->logits, lnf, P(m->head, 0), weight16(m, m->head, 0), NULL,
-                           N, C, m->Vpl));
+         o->matmul_forward(m->ctx, sl->logits, lnf, P(m->head, 0), weight16(m, m->head, 0), NULL, N,
+                           C, m->Vpl));
     if (!targets) return 0;
     o->upload(m->ctx, sl->targets, targets, (size_t)N * sizeof(int32_t));
     if (m->tp.size == 1) {
@@ -783,6 +874,44 @@ static int head_forward(struct model *m, struct model_slot *sl, const int32_t *t
     for (int i = 0; i < N; i++) sum += m->losses_host[i];
     if (mean_loss) *mean_loss = sum / N;
     return 0;
+}
+
+/* ---- ZeRO 3's gathers along a pass (model_zero3.h) ------------------------------ */
+
+/* The unit of the slot's local layer i. */
+static int z3_unit(const struct model *m, const struct model_slot *sl, int i)
+{
+    return mz3_layer_unit(sl->chunk * m->n_layers + i);
+}
+
+/* Whether the head's weight is wte, of the embeddings' unit. */
+static bool tied_head(const struct model *m)
+{
+    return m->head == GPT2_WTE;
+}
+
+/* The gathers the pass needs after local layer i (-1: the embedding's;
+ * n_layers: the head's) started: forward, layer i + 1's or the head's
+ * units; backward, layer i - 1's. */
+static int z3_next(struct model *m, const struct model_slot *sl, int i, bool forward,
+                   struct plait_error *err)
+{
+    if (!m->z3) return 0;
+    int j = forward ? i + 1 : i - 1;
+    if (j >= 0 && j < m->n_layers) return mz3_want(m, z3_unit(m, sl, j), err);
+    if (forward && j == m->n_layers && heads(m, sl))
+        return mz3_want(m, mz3_last_unit(m), err) ||
+                       (tied_head(m) && mz3_want(m, MZ3_EMBEDDINGS, err))
+                   ? -1
+                   : 0;
+    return 0;
+}
+
+/* The head's units (the last; the embeddings' too when tied) held, or dropped. */
+static int z3_head(struct model *m, bool hold, struct plait_error *err)
+{
+    int (*f)(struct model *, int, struct plait_error *) = hold ? mz3_hold : mz3_drop;
+    return f(m, mz3_last_unit(m), err) || (tied_head(m) && f(m, MZ3_EMBEDDINGS, err)) ? -1 : 0;
 }
 
 int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const int32_t *targets,
@@ -804,6 +933,8 @@ int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const 
                          B, T, N, m->tp.size);
     struct model_slot *sl = &m->slots[slot];
     struct profile *pr = &m->prof;
+    if (embeds(m, sl) && (mz3_hold(m, MZ3_EMBEDDINGS, err) || z3_next(m, sl, -1, true, err)))
+        return -1;
     if (embeds(m, sl)) {
         o->upload(m->ctx, sl->tokens, tokens, (size_t)N * sizeof(int32_t));
         /* vocabulary-parallel: each rank its rows of wte, one of them wpe; the sum is
@@ -811,15 +942,22 @@ int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const 
         float *emb = m->sp ? m->whole : sl->input;
         PROF(pr, PROF_EMBED_FWD,
              o->encoder_forward(m->ctx, emb, sl->tokens, P(GPT2_WTE, 0), m->v0, m->Vpl,
-                                m->tp.rank == 0 ? held(m, m->params, GPT2_WPE, 0) : NULL, B, T,
-                                C));
+                                m->tp.rank == 0 ? held(m, PARAMS, GPT2_WPE, 0) : NULL, B, T, C));
         if (m->sp ? sp_scatter(m, emb, sl->input, N, err)
                   : tp_reduce(m, emb, (size_t)N * C, false, err))
             return -1;
+        if (mz3_drop(m, MZ3_EMBEDDINGS, err)) return -1;
     }
-    for (int i = 0; i < m->n_layers; i++)
-        if (layer_forward(m, sl, i, B, T, err)) return -1;
-    if (heads(m, sl) && head_forward(m, sl, targets, N, grad_scale, mean_loss, err)) return -1;
+    for (int i = 0; i < m->n_layers; i++) {
+        int u = z3_unit(m, sl, i);
+        if (z3_next(m, sl, i, true, err) || mz3_hold(m, u, err) ||
+            layer_forward(m, sl, i, B, T, err) || mz3_drop(m, u, err))
+            return -1;
+    }
+    if (heads(m, sl) &&
+        (z3_head(m, true, err) || head_forward(m, sl, targets, N, grad_scale, mean_loss, err) ||
+         z3_head(m, false, err)))
+        return -1;
     return check_ops(m, "forward", err);
 }
 
@@ -950,7 +1088,7 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
     float *dln;
     struct profile *pr = &m->prof;
     bool w = pass == BWD_ALL; /* the weight gradients too (their inputs gathered) */
-#define GW(t) (w ? held(m, m->grads, t, l) : NULL)
+#define GW(t) (w ? held(m, GRADS, t, l) : NULL)
     if (recompute_timed(m, sl, i, B, T, err)) return -1;
     /* MLP: res3 = res2 + fcproj(act(fc(ln2(res2)))) */
     if (sp_gather(m, m->dres, N, &dout, err)) return -1;
@@ -1002,7 +1140,7 @@ static int layer_weights(struct model *m, struct model_slot *sl, int i, int B, i
     struct layer_acts *a = &sl->layer[i];
     struct profile *pr = &m->prof;
     const float *ln;
-#define GB(t) held(m, m->grads, t, l)
+#define GB(t) held(m, GRADS, t, l)
     if (recompute_timed(m, sl, i, B, T, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
          linear_backward(m, NULL, G(GPT2_FCPROJW, l), GB(GPT2_FCPROJB), a->g_fcproj, a->fch_gelu,
@@ -1062,6 +1200,41 @@ static bool deferring(const struct model *m)
     return m->grads_final && m->defer_embedding && m->first && m->last && !m->cfg.untied;
 }
 
+/* ZeRO 3, the head's backward: its units held and their gradient windows
+ * taken before (hold), or after it (!hold) the units dropped and their
+ * gradients handed to the scatter (the tied wte's kept for the embedding's
+ * rows when this slot embeds too). */
+static int z3_head_backward(struct model *m, const struct model_slot *sl, bool hold,
+                            struct plait_error *err)
+{
+    int last = mz3_last_unit(m);
+    if (!m->z3) return 0;
+    if (hold)
+        return z3_head(m, true, err) || mz3_grad_take(m, last, err) ||
+                       (tied_head(m) && mz3_grad_take(m, MZ3_EMBEDDINGS, err)) ||
+                       z3_next(m, sl, m->n_layers, false, err)
+                   ? -1
+                   : 0;
+    return z3_head(m, false, err) || mz3_grad_give(m, last, err) ||
+                   (tied_head(m) && !embeds(m, sl) && mz3_grad_give(m, MZ3_EMBEDDINGS, err))
+               ? -1
+               : 0;
+}
+
+/* ZeRO 3, local layer i's backward: its unit held (layer i - 1's started)
+ * and a gradient window taken before (hold), or after it dropped and its
+ * gradient handed to the scatter. */
+static int z3_layer_backward(struct model *m, const struct model_slot *sl, int i, bool hold,
+                             struct plait_error *err)
+{
+    int u = z3_unit(m, sl, i);
+    if (!m->z3) return 0;
+    if (hold)
+        return z3_next(m, sl, i, false, err) || mz3_hold(m, u, err) || mz3_grad_take(m, u, err) ? -1
+                                                                                                : 0;
+    return mz3_drop(m, u, err) || mz3_grad_give(m, u, err) ? -1 : 0;
+}
+
 static int stage_backward(struct model *m, int slot, const float *grad_out, int B, int T, bool acc,
                           enum bwd_pass pass, struct plait_error *err)
 {
@@ -1070,8 +1243,11 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
     struct model_slot *sl = &m->slots[slot];
     if (pass == BWD_INPUT && !m->split_backward)
         return error_set(err, "model: a split backward on a model built without it");
+    acc = acc || m->z3; /* ZeRO 3: into zeroed gradient windows */
     if (heads(m, sl)) {
-        if (head_backward(m, sl, N, acc, err)) return -1;
+        if (z3_head_backward(m, sl, true, err) || head_backward(m, sl, N, acc, err) ||
+            z3_head_backward(m, sl, false, err))
+            return -1;
         size_t wte = gpt2_shard_offset(&m->shard, GPT2_WTE, 0);
         if (deferring(m) &&
             m->grads_final(m->grads_final_ctx, wte, wte + m->shard.elems[GPT2_WTE], err))
@@ -1080,9 +1256,12 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
         o->copy(m->ctx, m->dres, grad_out, model_stage_floats(m, B, T) * sizeof(float));
     }
     for (int i = m->n_layers - 1; i >= 0; i--)
-        if (layer_backward(m, sl, i, B, T, acc, pass, err) ||
+        if (z3_layer_backward(m, sl, i, true, err) ||
+            layer_backward(m, sl, i, B, T, acc, pass, err) ||
+            z3_layer_backward(m, sl, i, false, err) ||
             (pass == BWD_ALL && layer_final(m, sl, i, err)))
             return -1;
+    if (embeds(m, sl) && mz3_grad_take(m, MZ3_EMBEDDINGS, err)) return -1;
     if (embeds(m, sl)) {
         /* the embedding: with the tied head on this rank too it adds to dwte, else it
          * writes; sequence parallel, from the gathered rows (dwpe is then whole on every
@@ -1096,8 +1275,10 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
         m->deferred_slot = defer ? slot : -1;
         PROF(pr, PROF_EMBED_BWD,
              o->encoder_backward(m->ctx, defer ? NULL : G(GPT2_WTE, 0), m->v0, m->Vpl,
-                                 held(m, m->grads, GPT2_WPE, 0), demb, sl->tokens, B, T, C, acc));
+                                 held(m, GRADS, GPT2_WPE, 0), demb, sl->tokens, B, T, C, acc));
+        if (mz3_grad_give(m, MZ3_EMBEDDINGS, err)) return -1;
     }
+    if (mz3_grad_settle(m, 0, err)) return -1;
     return check_ops(m, "backward", err);
 }
 
@@ -1135,10 +1316,14 @@ int model_stage_backward_weights(struct model *m, int slot, int B, int T, bool a
 {
     if (!m->split_backward)
         return error_set(err, "model: a split backward on a model built without it");
+    acc = acc || m->z3; /* ZeRO 3: into zeroed gradient windows */
     for (int i = m->n_layers - 1; i >= 0; i--)
-        if (layer_weights(m, &m->slots[slot], i, B, T, acc, err) ||
+        if (z3_layer_backward(m, &m->slots[slot], i, true, err) ||
+            layer_weights(m, &m->slots[slot], i, B, T, acc, err) ||
+            z3_layer_backward(m, &m->slots[slot], i, false, err) ||
             layer_final(m, &m->slots[slot], i, err))
             return -1;
+    if (mz3_grad_settle(m, 0, err)) return -1;
     return check_ops(m, "backward (weight gradients)", err);
 }
 

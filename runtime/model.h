@@ -19,6 +19,8 @@
 #include "runtime/offload.h"
 #include "runtime/profile.h"
 
+struct zero3;
+
 /* Device bytes by kind (common/gpt2/gpt2_memory.h says what each counts). */
 struct model_bytes {
     uint64_t params, grads, optimizer, activations;
@@ -108,9 +110,20 @@ struct model {
     size_t slice_at, slice_n; /* the optimizer's slice of the buffer: all of it (ZeRO 0) or
                                  this dp rank's n_padded/dp elements */
     float *adam_m, *adam_v;   /* (slice_n) AdamW moments of the slice; NULL offloaded */
-    struct offload *offload;  /* nvme offload: the moments in files (runtime/offload.h) */
-    float *grad_slice;        /* (slice_n) ZeRO >= 1: the slice's gradient summed over dp */
-    float *slice_tmp;         /* (slice_n) ZeRO >= 1: staging for the slice's collectives */
+    /* ZeRO 3 (runtime/model_zero3.h): params is the slice alone (slice_n; element i is the
+       buffer's slice_at + i), grads NULL; the units a pass uses are gathered into the
+       parameter windows (z3), their gradients reduce-scattered out of the gradient
+       windows (z3g) into slice_tmp, then added into grad_slice. NULL below ZeRO 3. */
+    struct zero3 *z3, *z3g;
+    float *z3_pwin[GPT2_ZERO3_WINDOWS];  /* the parameter windows (mem.zero3_window's sizes) */
+    float *z3_gwin[GPT2_ZERO3_WINDOWS];  /* the gradient windows */
+    uint16_t *win16[GPT2_ZERO3_WINDOWS]; /* bf16: each parameter window's copy */
+    int z3_pending[GPT2_ZERO3_WINDOWS];  /* units whose gradients are scattering, oldest first */
+    int z3_n_pending;
+    struct offload *offload; /* nvme offload: the moments in files (runtime/offload.h) */
+    float *grad_slice;       /* (slice_n) ZeRO >= 1: the slice's gradient summed over dp
+                                (ZeRO 2 and 3: accumulated over the step's micro-batches) */
+    float *slice_tmp;        /* (slice_n) ZeRO >= 1: staging for the slice's collectives */
 
     int n_slots;
     struct model_slot *slots; /* [n_slots] */
@@ -160,19 +173,22 @@ struct model_shape {
     enum plan_precision precision;
     enum plan_fp8_scaling fp8_scaling; /* precision fp8 only */
     enum plan_recompute recompute;
-    int slots;              /* micro-batches in flight at once (1 without a pipeline) */
-    int dp, dp_rank;        /* data-parallel ranks holding the same part (1, 0: none): with
-                               hybrid sharding the shard group's */
-    int replicas, replica;  /* its replicas (0 or 1: none), and this rank's (0-based) */
-    int zero;               /* ZeRO stage: from 1 the optimizer state, from 2 the accumulated
-                               gradients, hold this rank's 1/dp slice of the parameters */
-    bool sequence_parallel; /* tp > 1: the residual stream, LayerNorms and biases of the
-                               row-parallel products on N/tp rows a rank (B·T divisible
-                               by tp) */
-    bool split_backward;    /* backward in two passes (zero-bubble schedules): each slot keeps
-                               what the weight-gradient pass needs */
-    const char *offload_dir; /* parallel.offload "nvme": the moments' files go under it
-                                (rank-<offload_rank>/), two windows of each in memory */
+    int slots;                    /* micro-batches in flight at once (1 without a pipeline) */
+    int dp, dp_rank;              /* data-parallel ranks holding the same part (1, 0: none): with
+                                     hybrid sharding the shard group's */
+    int replicas, replica;        /* its replicas (0 or 1: none), and this rank's (0-based) */
+    int zero;                     /* ZeRO stage: from 1 the optimizer state, from 2 the accumulated
+                                     gradients, at 3 the parameters too, hold this rank's 1/dp slice
+                                     of the parameters */
+    const struct group *dp_group; /* ZeRO 3: the group of those dp ranks (gathers and
+                                     reduce-scatters unevenly), outliving the model */
+    bool sequence_parallel;       /* tp > 1: the residual stream, LayerNorms and biases of the
+                                     row-parallel products on N/tp rows a rank (B·T divisible
+                                     by tp) */
+    bool split_backward;          /* backward in two passes (zero-bubble schedules): each slot keeps
+                                     what the weight-gradient pass needs */
+    const char *offload_dir;      /* parallel.offload "nvme": the moments' files go under it
+                                     (rank-<offload_rank>/), two windows of each in memory */
     int offload_rank;
     double offload_window_mb;
 };
@@ -188,8 +204,20 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
 void model_free(struct model *m);
 
 /* Copies host parameters in, in the shard's order (and refreshes the bf16 or
- * fp8 copy). */
+ * fp8 copy); ZeRO 3 keeps its slice of them. */
 void model_set_params(struct model *m, const float *host_params);
+
+/* ZeRO 3: the slice's parameters from host memory, its first n elements
+ * (n <= slice_n), zeros after them. */
+void model_set_param_slice(struct model *m, const float *host, size_t n);
+
+/* Where the optimizer's slice element `at` of the buffer (slice_at <= at <
+ * slice_at + slice_n) has its fp32 weight. */
+float *model_master(const struct model *m, size_t at);
+
+/* ZeRO 3, at a step's start: the slice's accumulated gradients zeroed (the
+ * step's contributions are added into it); nothing below ZeRO 3. */
+void model_grads_clear(struct model *m);
 
 /* AdamW moment k (0: m, 1: v) of the slice from host memory: its first n
  * elements (n <= slice_n), zeros after them; into the model's memory, or

@@ -95,7 +95,7 @@ static int adamw_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, 
     if (!k) return 0;
     size_t in = at - m->slice_at, w = in - a->lo; /* within the slice, within the window */
     double wd = gpt2_tensor_decays(t) ? a->o->weight_decay : 0.0;
-    m->ops->adamw(m->ctx, m->params + at, model_copy16(m, t, off, at), a->g + in, a->wm + w,
+    m->ops->adamw(m->ctx, model_master(m, at), model_copy16(m, t, off, at), a->g + in, a->wm + w,
                   a->wv + w, k, a->lr, a->o->beta1, a->o->beta2, (float)a->o->eps, (float)wd,
                   a->scale, a->t);
     return 0;
@@ -114,7 +114,7 @@ static int adamw_window(void *ctx, size_t lo, size_t n, float *m, float *v,
 int optim_reduce_micro(struct model *m, const struct optim_groups *g, bool accumulate,
                        struct plait_error *err)
 {
-    if (m->zero < 2) return 0;
+    if (m->zero != 2) return 0;
     size_t S = m->slice_n;
     float *tmp = accumulate ? m->slice_tmp : m->grad_slice;
     int rc = g->dp->reduce_scatter(g->dp->ctx, m->grads, tmp, S, err);
@@ -166,7 +166,8 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
     } else {
         adamw_window(&a, 0, m->slice_n, m->adam_m, m->adam_v, err);
     }
-    if (m->zero && has(dp)) { /* every slice back to every rank */
+    if (m->zero && m->zero < 3 && has(dp)) { /* every slice back to every rank (ZeRO 3
+                                                  gathers each unit when a pass needs it) */
         /* the rank's slice: both device memory, a copy within the device */
         float *mine = m->slice_tmp;
         ops->copy(m->ctx, mine, m->params + m->slice_at, m->slice_n * sizeof(float));

@@ -23,16 +23,17 @@ struct optim_groups {
 
 /* Before a step, with ZeRO 2: the gradients of the micro-batches just run
  * (in m->grads) reduced over dp and added into this rank's slice (accumulate
- * false: the step's first). A no-op below stage 2. */
+ * false: the step's first). A no-op but at stage 2. */
 int optim_reduce_micro(struct model *m, const struct optim_groups *g, bool accumulate,
                        struct plait_error *err);
 
 /* One AdamW step (t is 1-based) on the model's accumulated gradients: summed
  * over dp (ZeRO 0), reduce-scattered to the slices (ZeRO 1) or already there
- * (ZeRO 2), then summed over the replicas; clipped by the global L2 norm (each parameter counted once over
- * tp, pp and dp), which *grad_norm gets; the parameters gathered back
- * (ZeRO >= 1). Every rank ends with the same parameters for its part. The
- * tied wte's gradient must already be summed between the pipeline's ends. */
+ * (ZeRO 2 and 3), then summed over the replicas; clipped by the global L2
+ * norm (each parameter counted once over tp, pp and dp), which *grad_norm
+ * gets; the parameters gathered back (ZeRO 1 and 2: every rank ends with the
+ * same parameters for its part; ZeRO 3 keeps its slice). The tied wte's
+ * gradient must already be summed between the pipeline's ends. */
 int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t,
                const struct optim_groups *g, double *grad_norm, struct plait_error *err);
 

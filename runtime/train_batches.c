@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "runtime/dump.h"
+#include "runtime/model_zero3.h"
 #include "runtime/optim.h"
 #include "runtime/report.h"
 #include "runtime/train.h" // defines: train_stop_signal
@@ -216,6 +217,26 @@ static int tie_in_slices(struct trainer *t, struct plait_error *err)
     return 0;
 }
 
+/* ZeRO 3, at the step's end: the gradients more than one rank computed a
+ * term of, summed in the slices (the sums commute with the dp sum already
+ * taken): the LayerNorms' over tp (sequence parallel), and the tied wte's
+ * between the pipeline's ends, for which each end gathers the embeddings'
+ * unit of its slices over dp, sums wte with the other end and keeps its own
+ * slice's part. */
+static int zero3_shared_sums(struct trainer *t, struct plait_error *err)
+{
+    struct model *m = &t->m;
+    float *unit;
+    if (model_sum_layernorm_grads_in(m, m->grad_slice, m->slice_at, m->slice_n, err)) return -1;
+    if (!holds_one_tied_end(m)) return 0;
+    size_t wte = gpt2_shard_offset(&m->shard, GPT2_WTE, 0); /* unit 0 starts the buffer */
+    if (mz3_unit_grads(m, MZ3_EMBEDDINGS, &unit, err) ||
+        parallel_sum_ends(&t->par, unit + wte, m->shard.elems[GPT2_WTE], err) ||
+        mz3_unit_grads_back(m, MZ3_EMBEDDINGS, err))
+        return error_prefix(err, "the tied wte's gradient: ");
+    return 0;
+}
+
 /* After each micro-batch: its count, the fault injection. */
 static int after_micro(void *ctx, int micro, struct plait_error *err)
 {
@@ -275,6 +296,7 @@ int train_micro_batches(struct trainer *t, int s, float grad_scale, struct plait
         how.grads_ctx = &t->buckets;
     }
     if (t->bucketed) t->buckets.accumulate = t->m.zero == 2 && t->st.micro > 0;
+    if (t->st.micro == 0) model_grads_clear(&t->m); /* ZeRO 3: the step's sums start at 0 */
     double loss_sum = 0;
     t->data_failed = false;
     int rc = pipeline_step(&t->m, sched, t->where->pp_rank, &link, &feed, &how, &loss_sum, &done,
@@ -286,5 +308,6 @@ int train_micro_batches(struct trainer *t, int s, float grad_scale, struct plait
     if (rc) return error_prefix(err, "step %d, micro-batch %d: ", s + 1, t->st.micro + 1);
     if (t->st.micro < A && !train_stop_signal) train_stop_signal = SIGTERM; /* another rank's */
     if (t->st.micro < A) return 1;
+    if (t->m.zero == 3) return zero3_shared_sums(t, err);
     return ties_in_slices(t) && tie_in_slices(t, err) ? -1 : 0;
 }

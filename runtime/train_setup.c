@@ -147,6 +147,7 @@ static int make_model(struct trainer *t, struct plait_error *err)
                                 .replicas = w->dp / t->par.dp_shard,
                                 .replica = rank_replica_of(w->dp_rank, t->par.dp_shard),
                                 .zero = p->parallel.zero,
+                                .dp_group = &t->par.g_shard,
                                 .split_backward = t->sched.split_backward,
                                 .sequence_parallel = p->parallel.sequence_parallel,
                                 .offload_dir = p->parallel.offload == PLAN_OFFLOAD_NVME
@@ -169,7 +170,8 @@ static int make_step_buffers(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
     int B = p->batch.micro_batch, T = p->model.seq_len;
-    if (t->par.g_shard.size > 1 && t->par.g_shard.iallreduce &&
+    /* (ZeRO 3 reduce-scatters each unit's gradients itself: runtime/model_zero3.h) */
+    if (t->par.g_shard.size > 1 && t->par.g_shard.iallreduce && p->parallel.zero < 3 &&
         (p->parallel.zero == 0 || t->par.g_shard.ireduce_scatter_v)) {
         if (buckets_init(&t->buckets, &t->m, &t->par.g_shard, p->parallel.bucket_mb, err))
             return -1;

@@ -12,7 +12,8 @@ size_t zero3_window_elems(const struct gpt2_shard *s, size_t padded)
 }
 
 int zero3_init(struct zero3 *z, const struct gpt2_shard *s, size_t padded, const struct group *dp,
-               const float *slice, float *const *bufs, int n_windows, struct plait_error *err)
+               const float *slice, float *const *bufs, const size_t *caps, int n_windows,
+               struct plait_error *err)
 {
     *z = (struct zero3){.shard = s, .padded = padded, .dp = dp, .slice = slice};
     if (dp->size < 2 || !dp->iallgather_v || !dp->ireduce_scatter_v || !dp->wait ||
@@ -31,7 +32,9 @@ int zero3_init(struct zero3 *z, const struct gpt2_shard *s, size_t padded, const
         return error_errno(err, "ZeRO 3: allocating the windows' table");
     }
     z->n_windows = n_windows;
-    for (int i = 0; i < n_windows; i++) z->win[i] = (struct zero3_window){bufs[i], -1, NULL};
+    for (int i = 0; i < n_windows; i++)
+        z->win[i] = (struct zero3_window){
+            .buf = bufs[i], .cap = caps ? caps[i] : z->window_elems, .unit = -1};
     return 0;
 }
 
@@ -47,6 +50,31 @@ static struct zero3_window *holding(const struct zero3 *z, int u)
 {
     for (int i = 0; i < z->n_windows; i++)
         if (z->win[i].unit == u) return &z->win[i];
+    return NULL;
+}
+
+struct zero3_window *zero3_window_of(const struct zero3 *z, int u)
+{
+    return u < 0 ? NULL : holding(z, u);
+}
+
+/* The smallest free window unit u fits; NULL with err naming what the
+ * windows hold when none is. */
+static struct zero3_window *free_window(struct zero3 *z, int u, struct plait_error *err)
+{
+    size_t elems = gpt2_unit(z->shard, z->padded, u).elems;
+    struct zero3_window *best = NULL;
+    for (int i = 0; i < z->n_windows; i++) {
+        struct zero3_window *w = &z->win[i];
+        if (w->unit < 0 && w->cap >= elems && (!best || w->cap < best->cap)) best = w;
+    }
+    if (best) return best;
+    char held[160] = "";
+    size_t n = 0;
+    for (int i = 0; i < z->n_windows && n < sizeof held; i++)
+        n += (size_t)snprintf(held + n, sizeof held - n, " %d", z->win[i].unit);
+    error_set(err, "ZeRO 3: unit %d (%zu elements) has no window: the %d hold units%s", u, elems,
+              z->n_windows, held);
     return NULL;
 }
 
@@ -67,22 +95,17 @@ int zero3_fetch(struct zero3 *z, int u, struct plait_error *err)
     size_t from;
     if (unit_counts(z, u, &from, err)) return -1;
     if (holding(z, u)) return 0;
-    struct zero3_window *w = holding(z, -1);
-    if (!w) {
-        char held[160] = "";
-        size_t n = 0;
-        for (int i = 0; i < z->n_windows && n < sizeof held; i++)
-            n += (size_t)snprintf(held + n, sizeof held - n, " %d", z->win[i].unit);
-        return error_set(err, "ZeRO 3: unit %d has no window: all %d hold units%s", u, z->n_windows,
-                         held);
-    }
+    struct zero3_window *w = free_window(z, u, err);
+    if (!w) return -1;
     if (z->dp->iallgather_v(z->dp->ctx, z->slice + from, w->buf, z->counts, &w->req, err))
         return -1;
     w->unit = u;
+    w->scatter = false;
+    w->ready16 = false;
     return 0;
 }
 
-/* Waits for w's gather: on failure the window is free again. */
+/* Waits for w's gather or scatter: on failure the window is free again. */
 static int settle(struct zero3_window *w, const struct group *dp, struct plait_error *err)
 {
     if (!w->req) return 0;
@@ -97,7 +120,47 @@ float *zero3_get(struct zero3 *z, int u, struct plait_error *err)
 {
     if (zero3_fetch(z, u, err)) return NULL;
     struct zero3_window *w = holding(z, u);
+    if (w->scatter) {
+        error_set(err, "ZeRO 3: unit %d's window is a gradient being reduce-scattered", u);
+        return NULL;
+    }
     return settle(w, z->dp, err) ? NULL : w->buf;
+}
+
+float *zero3_take(struct zero3 *z, int u, struct plait_error *err)
+{
+    size_t from;
+    if (unit_counts(z, u, &from, err)) return NULL;
+    if (holding(z, u)) {
+        error_set(err, "ZeRO 3: unit %d's gradient window is taken twice", u);
+        return NULL;
+    }
+    struct zero3_window *w = free_window(z, u, err);
+    if (!w) return NULL;
+    w->unit = u;
+    w->req = NULL;
+    w->scatter = false;
+    return w->buf;
+}
+
+int zero3_scatter_window(struct zero3 *z, int u, float *sums, struct plait_error *err)
+{
+    size_t from;
+    struct zero3_window *w = holding(z, u);
+    if (unit_counts(z, u, &from, err)) return -1;
+    if (!w || w->req) return error_set(err, "ZeRO 3: unit %d has no gradient window to scatter", u);
+    if (z->dp->ireduce_scatter_v(z->dp->ctx, w->buf, sums + from, z->counts, &w->req, err))
+        return -1;
+    w->scatter = true;
+    return 0;
+}
+
+void zero3_part(struct zero3 *z, int u, size_t *from, size_t *n)
+{
+    *from = 0;
+    gpt2_unit_counts(gpt2_unit(z->shard, z->padded, u), z->slice_n, z->dp->size, z->dp->rank,
+                     z->counts, from);
+    *n = z->counts[z->dp->rank];
 }
 
 int zero3_release(struct zero3 *z, int u, struct plait_error *err)
@@ -106,6 +169,7 @@ int zero3_release(struct zero3 *z, int u, struct plait_error *err)
     if (!w) return 0;
     int rc = settle(w, z->dp, err);
     w->unit = -1;
+    w->scatter = false;
     return rc;
 }
 
@@ -118,13 +182,23 @@ int zero3_scatter(struct zero3 *z, int u, const float *grads, float *sums, void 
     return z->dp->ireduce_scatter_v(z->dp->ctx, grads, sums + from, z->counts, req, err);
 }
 
-float *zero3_at(const struct zero3 *z, size_t at)
+int zero3_window_at(const struct zero3 *z, size_t at, size_t *within)
 {
     for (int i = 0; i < z->n_windows; i++) {
         const struct zero3_window *w = &z->win[i];
         if (w->unit < 0 || w->req) continue;
         struct gpt2_unit un = gpt2_unit(z->shard, z->padded, w->unit);
-        if (at >= un.at && at < un.at + un.elems) return w->buf + (at - un.at);
+        if (at >= un.at && at < un.at + un.elems) {
+            *within = at - un.at;
+            return i;
+        }
     }
-    return NULL;
+    return -1;
+}
+
+float *zero3_at(const struct zero3 *z, size_t at)
+{
+    size_t within;
+    int i = zero3_window_at(z, at, &within);
+    return i < 0 ? NULL : z->win[i].buf + within;
 }

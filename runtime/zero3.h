@@ -1,13 +1,16 @@
-/* zero3.h — ZeRO 3's parameter windows: a unit of the shard
+/* zero3.h — ZeRO 3's unit windows: a unit of the shard
  * (common/gpt2/gpt2_units.h) is all-gathered from the dp ranks' slices into
- * one of a small fixed pool of unit-sized windows before it is used, and
- * released after. The gather of the next unit may be started (zero3_fetch)
- * while the current one computes. Not the model's passes (they say which
- * unit they need, and when), nor the gradients' reduce-scatter, nor the
- * optimizer (which steps the slice in place). */
+ * one of a small fixed pool of windows before it is used, and released
+ * after. The gather of the next unit may be started (zero3_fetch) while the
+ * current one computes. A pool of gradient windows is the same table: a
+ * window taken for a unit (zero3_take) is filled by backward, then
+ * reduce-scattered into the slices (zero3_scatter_window) and released once
+ * that is done. Not the model's passes (they say which unit they need, and
+ * when), nor the optimizer (which steps the slice in place). */
 #ifndef PLAIT_RUNTIME_ZERO3_H
 #define PLAIT_RUNTIME_ZERO3_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/error.h"
@@ -16,9 +19,12 @@
 #include "runtime/group.h"
 
 struct zero3_window {
-    float *buf; /* (window_elems) backend memory, the caller's */
-    int unit;   /* the unit it holds or is gathering, -1: free */
-    void *req;  /* the gather in flight, NULL once waited for */
+    float *buf;   /* (cap) backend memory, the caller's */
+    size_t cap;   /* the elements it holds: units up to that size */
+    int unit;     /* the unit it holds, is gathering or scattering; -1: free */
+    void *req;    /* the gather or scatter in flight, NULL once waited for */
+    bool scatter; /* req is a reduce-scatter out of the window (a gradient window) */
+    bool ready16; /* the caller's: its bf16 copy is made (reset by each fetch) */
 };
 
 struct zero3 {
@@ -28,16 +34,19 @@ struct zero3 {
     const float *slice;     /* (slice_n) this rank's slice of the parameters */
     int n_windows;
     struct zero3_window *win; /* [n_windows] */
-    size_t window_elems;      /* gpt2_unit_max_elems: any unit fits */
+    size_t window_elems;      /* gpt2_unit_max_elems: any unit fits a window this big */
     size_t *counts;           /* [dp->size] scratch for a gather's counts */
 };
 
-/* A pool of n_windows windows (bufs[i]: window_elems floats each, as
- * zero3_window_elems says, allocated by the caller) over this rank's slice
- * of a padded buffer of `padded` elements. -1 with err when dp cannot gather
- * unevenly or has one rank (ZeRO 3 at dp 1 is ZeRO 0). */
+/* A pool of n_windows windows (bufs[i]: caps[i] floats, allocated by the
+ * caller; caps NULL: window_elems each, as zero3_window_elems says) over
+ * this rank's slice of a padded buffer of `padded` elements (NULL for a pool
+ * that only scatters). A unit goes to the smallest free window it fits. -1
+ * with err when dp cannot gather unevenly or has one rank (ZeRO 3 at dp 1 is
+ * ZeRO 0). */
 int zero3_init(struct zero3 *z, const struct gpt2_shard *s, size_t padded, const struct group *dp,
-               const float *slice, float *const *bufs, int n_windows, struct plait_error *err);
+               const float *slice, float *const *bufs, const size_t *caps, int n_windows,
+               struct plait_error *err);
 void zero3_free(struct zero3 *z);
 
 /* The elements one window holds: the shard's largest unit. */
@@ -65,6 +74,27 @@ int zero3_release(struct zero3 *z, int u, struct plait_error *err);
  * slice, later ones in staging the caller adds (ZeRO 2's accumulate). */
 int zero3_scatter(struct zero3 *z, int u, const float *grads, float *sums, void **req,
                   struct plait_error *err);
+
+/* A free window for unit u, without a gather (a gradient window the caller
+ * fills): its first elements hold the unit. NULL with err when none fits
+ * (every window taken: a bug, named). */
+float *zero3_take(struct zero3 *z, int u, struct plait_error *err);
+
+/* Starts the reduce-scatter of unit u's window (taken) summed over dp: this
+ * rank's part of the sum lands in sums (slice_n: the slice's shape) where
+ * its part of the unit is (zero3_part), the rest of sums untouched. The
+ * window stays u's until zero3_release, which waits for the scatter. */
+int zero3_scatter_window(struct zero3 *z, int u, float *sums, struct plait_error *err);
+
+/* This rank's part of unit u: elements [*from, *from + *n) of its slice. */
+void zero3_part(struct zero3 *z, int u, size_t *from, size_t *n);
+
+/* The window holding unit u (gathered or taken), NULL when none. */
+struct zero3_window *zero3_window_of(const struct zero3 *z, int u);
+
+/* The window holding element `at` of the buffer (gathered, or taken and
+ * not scattering), *within its place there; -1 when none does. */
+int zero3_window_at(const struct zero3 *z, size_t at, size_t *within);
 
 /* Where element `at` of the buffer is while its unit is held and gathered:
  * NULL when it is not (using it is a bug: the caller fails loudly). */

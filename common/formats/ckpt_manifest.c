@@ -133,7 +133,8 @@ static json_t *slice_json(const char *file, const struct gpt2_config *cfg,
     json_t *out =
         json_pack("{s:i,s:i,s:i,s:o}", "tp_rank", tr, "tp", tp, "pp_rank", st, "layers", layers);
     if (d >= 0) json_object_set_new(out, "dp_rank", json_integer(d));
-    if (d >= 0 && l->zero > 0 && !strcmp(kind, "optim")) {
+    if (d >= 0 &&
+        ((l->zero > 0 && !strcmp(kind, "optim")) || (l->zero == 3 && !strcmp(kind, "model")))) {
         struct gpt2_shard sh;
         struct plait_error err;
         if (gpt2_shard_init(&sh, cfg, &part, &err) == 0) {

@@ -125,7 +125,7 @@ int ckpt_source_open(struct ckpt_source *s, const char *cdir, struct plait_error
     s->stages = calloc((size_t)pp, sizeof *s->stages);
     s->slice = calloc((size_t)pp, sizeof *s->slice);
     s->layer_stage = calloc((size_t)L, sizeof *s->layer_stage);
-    s->n_fds = (size_t)l->tp * (size_t)pp * (size_t)(2 + l->dp);
+    s->n_fds = (size_t)l->tp * (size_t)pp * (size_t)(2 + 2 * l->dp);
     s->fds = malloc(s->n_fds * sizeof *s->fds);
     if (!s->stages || !s->slice || !s->layer_stage || !s->fds) {
         error_set(err, "out of memory");
@@ -217,10 +217,12 @@ static int source_file(struct ckpt_source *s, enum ckpt_part_kind kind, int tr, 
                        struct plait_error *err)
 {
     const struct ckpt_layout *l = &s->layout;
-    size_t slot = ((size_t)st * (size_t)l->tp + (size_t)tr) * (size_t)(2 + l->dp) +
-                  (kind == CKPT_PART_MODEL ? 0
-                   : d < 0                 ? 1
-                                           : 2 + (size_t)d);
+    /* per part: its whole model and optim files, then each dp rank's optim slice and
+     * (ZeRO 3) model slice */
+    size_t slot = ((size_t)st * (size_t)l->tp + (size_t)tr) * (size_t)(2 + 2 * l->dp) +
+                  (d < 0                     ? (kind == CKPT_PART_MODEL ? 0 : 1)
+                   : kind == CKPT_PART_OPTIM ? 2 + (size_t)d
+                                             : 2 + (size_t)l->dp + (size_t)d);
     if (s->fds[slot] >= 0) return s->fds[slot];
     char name[64], path[4096];
     source_name(s, kind, tr, st, d, name, sizeof name);
@@ -243,7 +245,7 @@ static int source_file(struct ckpt_source *s, enum ckpt_part_kind kind, int tr, 
                                   d < 0 ? 0 : d,
                                   l->zero,
                                   l->chunks,
-                                  d >= 0 && kind == CKPT_PART_OPTIM ? s->slice[st] : sh->total,
+                                  d >= 0 ? s->slice[st] : sh->total,
                                   kind == CKPT_PART_OPTIM ? 2 : 1,
                                   sh->part.layer_begin,
                                   sh->part.layer_end};
@@ -309,24 +311,26 @@ static int read_source_run(struct ckpt_source *s, enum ckpt_array a, int tr, int
 {
     const struct gpt2_shard *sh = &s->stages[st];
     int fd;
-    if (a == CKPT_PARAMS) {
+    if (a == CKPT_PARAMS && s->layout.zero < 3) {
         if ((fd = source_file(s, CKPT_PART_MODEL, tr, st, -1, err)) < 0) return -1;
         return read_floats(s, fd, gpt2_shard_instance_at(sh, t, l) + local, out, n, CKPT_PART_MODEL,
                            tr, st, -1, err);
     }
-    size_t k = a == CKPT_ADAM_M ? 0 : 1;
+    size_t k = a == CKPT_ADAM_V; /* the array within an optim file (a model file's one) */
+    enum ckpt_part_kind kind = a == CKPT_PARAMS ? CKPT_PART_MODEL : CKPT_PART_OPTIM;
     if (s->layout.zero == 0) {
         if ((fd = source_file(s, CKPT_PART_OPTIM, tr, st, -1, err)) < 0) return -1;
         return read_floats(s, fd, k * sh->total + gpt2_shard_instance_at(sh, t, l) + local, out, n,
                            CKPT_PART_OPTIM, tr, st, -1, err);
     }
-    /* ZeRO: the layer-major buffer cut in dp slices of s->slice[st] */
+    /* ZeRO: the layer-major buffer cut in dp slices of s->slice[st] (ZeRO 3's parameters
+     * too) */
     size_t o = gpt2_shard_offset(sh, t, l) + local, slice = s->slice[st];
     while (n > 0) {
         int d = (int)(o / slice);
         size_t within = o % slice, c = slice - within < n ? slice - within : n;
-        if ((fd = source_file(s, CKPT_PART_OPTIM, tr, st, d, err)) < 0 ||
-            read_floats(s, fd, k * slice + within, out, c, CKPT_PART_OPTIM, tr, st, d, err))
+        if ((fd = source_file(s, kind, tr, st, d, err)) < 0 ||
+            read_floats(s, fd, k * slice + within, out, c, kind, tr, st, d, err))
             return -1;
         o += c, out += c, n -= c;
     }
@@ -421,12 +425,15 @@ int ckpt_source_check(struct ckpt_source *s, struct plait_error *err)
     }
     for (int st = 0; st < l->pp && rc == 0; st++)
         for (int tr = 0; tr < l->tp && rc == 0; tr++) {
-            ckpt_part_name(name, sizeof name, CKPT_PART_MODEL, tr, st, 0, false);
-            rc = listed(files, s->dir, name, l, err) ||
-                         source_file(s, CKPT_PART_MODEL, tr, st, -1, err) < 0
-                     ? -1
-                     : 0;
             int dps = l->zero ? l->dp_shard : 1;
+            bool z3 = l->zero == 3; /* the parameters in slices, as the moments */
+            for (int d = 0; d < (z3 ? dps : 1) && rc == 0; d++) {
+                ckpt_part_name(name, sizeof name, CKPT_PART_MODEL, tr, st, d, z3);
+                rc = listed(files, s->dir, name, l, err) ||
+                             source_file(s, CKPT_PART_MODEL, tr, st, z3 ? d : -1, err) < 0
+                         ? -1
+                         : 0;
+            }
             for (int d = 0; d < dps && rc == 0; d++) {
                 ckpt_part_name(name, sizeof name, CKPT_PART_OPTIM, tr, st, d, l->zero > 0);
                 rc = listed(files, s->dir, name, l, err) ||

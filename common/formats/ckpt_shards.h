@@ -11,6 +11,8 @@
  *           then AdamW m and v over the whole model in llm.c order and,
  *           mid-step, the gradients): one rank, or tp = pp = 1 without ZeRO
  *   parts   model-tpT-ppP.bin        the part's parameters
+ *           model-tpT-ppP-dpD.bin    ZeRO 3: dp rank D's slice of them, as the
+ *                                    moments' below
  *           optim-tpT-ppP.bin        its moments m then v (ZeRO 0)
  *           optim-tpT-ppP-dpD.bin    dp rank D's slice of them (ZeRO >= 1): m's
  *                                    slice then v's, of the part's layer-major

@@ -173,12 +173,22 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
     bool ok = ck_add(P, dp - 1, &out->padded);
     out->padded = out->padded / dp * dp;
     out->slice = S = out->zero ? out->padded / dp : P;
-    size_t Pp = out->zero >= 3 ? S : out->padded; /* ZeRO 3 holds only its slice */
     bool bf16 = h->precision == PLAN_PRECISION_BF16;
-    ok = ok && add_bytes(&out->params, Pp, 4) && add_bytes(&out->params, bf16 ? Pp : 0, 2) &&
-         add_bytes(&out->grads, Pp, 4) &&
-         add_bytes(&out->grads, out->zero == 1 || out->zero == 2 ? S : 0, 4) &&
-         add_bytes(&out->optimizer, out->zero == 1 || out->zero == 2 ? S : 0, 4);
+    if (out->zero == 3) { /* the slice, and windows the units are gathered into */
+        size_t caps[GPT2_ZERO3_WINDOWS];
+        out->zero3_windows = gpt2_zero3_windows(s, out->padded, caps);
+        for (int i = 0; i < out->zero3_windows; i++) out->zero3_window[i] = caps[i];
+        for (int i = 0; ok && i < out->zero3_windows; i++)
+            ok = add_bytes(&out->params, caps[i], bf16 ? 6 : 4) &&
+                 add_bytes(&out->grads, caps[i], 4);
+        ok = ok && add_bytes(&out->params, S, 4) && add_bytes(&out->grads, S, 4) &&
+             add_bytes(&out->optimizer, S, 4);
+    } else {
+        size_t Pp = out->padded;
+        ok = ok && add_bytes(&out->params, Pp, 4) && add_bytes(&out->params, bf16 ? Pp : 0, 2) &&
+             add_bytes(&out->grads, Pp, 4) && add_bytes(&out->grads, out->zero ? S : 0, 4) &&
+             add_bytes(&out->optimizer, out->zero ? S : 0, 4);
+    }
     /* the moments: beside the weights, or on disk with two windows of each in memory */
     out->offload_window = h->offload_window_mb > 0 ? offload_window_of(h->offload_window_mb, S) : 0;
     ok = ok && (out->offload_window ? add_bytes(&out->optimizer, out->offload_window, 16) &&

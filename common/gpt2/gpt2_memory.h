@@ -18,8 +18,10 @@
  *   grads       4·Pp fp32 gradients, + 4·S the slice's reduced gradient (ZeRO >= 1)
  *   optimizer   8·S AdamW moments, + 4·S the slice's staging buffer (ZeRO >= 1)
  *   activations the buffers below, fp32 (bf16 changes only the weights' copy)
- * ZeRO 3 (not in the runtime yet) is counted as holding only the slice of
- * each: 4·S weights (+ 2·S copy), 4·S gradients, 8·S moments. Without data
+ * ZeRO 3 holds the slice of each, 4·S weights, 4·S gradients, 12·S optimizer,
+ * and the windows its units are gathered into (gpt2_units.h: the embeddings'
+ * unit, the last unit, two layers): 4 bytes an element for the weights (+ 2
+ * for their bf16 copy in bf16) and 4 for their gradients. Without data
  * parallelism ZeRO is off. */
 #ifndef PLAIT_GPT2_MEMORY_H
 #define PLAIT_GPT2_MEMORY_H
@@ -30,6 +32,7 @@
 
 #include "common/error.h"
 #include "common/gpt2/gpt2_shard.h"
+#include "common/gpt2/gpt2_units.h"
 #include "common/plan/plan.h"
 
 /* The activation and scratch buffers, N = B·T rows; R = the residual
@@ -125,6 +128,9 @@ struct gpt2_memory {
     size_t fp8_elems, fp8_scales; /* precision fp8: the weight copy's codes and scales */
     size_t lm_head16;             /* precision fp8, last stage: elements of the LM head's
                                      bf16 copy of wte, (Vp/tp, C) */
+    int zero3_windows;            /* ZeRO 3: the windows its units are gathered into (as many
+                                     again for their gradients, gpt2_units.h) */
+    size_t zero3_window[GPT2_ZERO3_WINDOWS]; /* their floats (a bf16 copy beside each in bf16) */
     size_t offload_window; /* nvme offload: floats of a moment's window (two of each in
                               memory), 0 without */
     uint64_t params, grads, optimizer, activations, total; /* bytes */

@@ -46,3 +46,13 @@ void gpt2_unit_counts(struct gpt2_unit u, size_t slice_n, int dp, int rank, size
         if (r == rank && from) *from = a < b ? a - lo : 0;
     }
 }
+
+int gpt2_zero3_windows(const struct gpt2_shard *s, size_t padded, size_t caps[GPT2_ZERO3_WINDOWS])
+{
+    int n = 0, L = gpt2_shard_layers(s);
+    size_t first = gpt2_unit(s, padded, 0).elems, last = gpt2_unit(s, padded, L + 1).elems;
+    if (first) caps[n++] = first;
+    if (last) caps[n++] = last;
+    for (int k = 0; k < 2 && L > 0 && s->layer_elems; k++) caps[n++] = s->layer_elems;
+    return n;
+}

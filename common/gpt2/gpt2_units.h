@@ -43,4 +43,12 @@ size_t gpt2_unit_max_elems(const struct gpt2_shard *s, size_t padded);
 void gpt2_unit_counts(struct gpt2_unit u, size_t slice_n, int dp, int rank, size_t *counts,
                       size_t *from);
 
+/* The windows ZeRO 3 gathers a shard's units into, and as many again for
+ * their gradients: one the size of the embeddings' unit, one of the last
+ * unit's (final norm, untied head, padding), two of a layer's (the layer at
+ * work and the next one on its way), empty ones left out. caps gets their
+ * sizes; returns how many (at most GPT2_ZERO3_WINDOWS). */
+#define GPT2_ZERO3_WINDOWS 4
+int gpt2_zero3_windows(const struct gpt2_shard *s, size_t padded, size_t caps[GPT2_ZERO3_WINDOWS]);
+
 #endif

@@ -56,7 +56,7 @@ struct plan layout_plan_as_placed(const struct plan *p, const struct rank_map *m
 void layout_eval_free(struct layout_eval *e);
 
 /* The highest ZeRO stage plait-train runs. */
-#define LAYOUT_ZERO_MAX 2
+#define LAYOUT_ZERO_MAX 3
 
 /* The most loaded rank's memory under layout l with p's parallel.zero set to
  * `zero` (p as placed: layout_plan_as_placed). */

@@ -433,12 +433,17 @@ static int check_pipeline_rules(struct plan_ctx *c, const struct plan *p)
 }
 
 /* ZeRO's stage against the runtime. ZeRO 2 runs with every schedule: it hands the
- * gradients over where the stage's buffer is quiescent (common/place/schedule.h). */
+ * gradients over where the stage's buffer is quiescent (common/place/schedule.h);
+ * ZeRO 3 too: it gathers and scatters each unit where a pass uses it. */
 static int check_zero_rules(struct plan_ctx *c, const struct plan *p)
 {
     const struct plan_parallel *par = &p->parallel;
-    if (par->zero == 3)
-        return plan_fail_rule(c, "parallel.zero", "", "3 is not in this runtime yet (0, 1, 2 are)");
+    if (par->zero == 3 && p->precision == PLAN_PRECISION_FP8)
+        return plan_fail_rule(c, "parallel.zero", "precision",
+                              "3 with precision \"fp8\" is not in this runtime yet: the fp8 copy "
+                              "of a layer's weights is quantised with the amax of the whole "
+                              "matrix, which ZeRO 3 holds only while the layer is gathered (use "
+                              "\"bf16\", or ZeRO 2)");
     return 0;
 }
 

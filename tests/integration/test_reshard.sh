@@ -68,6 +68,15 @@ test_interleaved_to_zb_h1() {
 test_hsdp_2x2_to_dp2_zero1() { reshard h "1x1x4z1/1 --set parallel.dp_shard=2" 1x1x2z1/2; }
 test_dp2_zero1_to_hsdp_2x2_zero2() { reshard i 1x1x2z1/2 "1x1x4z2/1 --set parallel.dp_replicate=2"; }
 
+# ZeRO 3: the parameters in dp slices too (model-tpT-ppP-dpD.bin, as the
+# moments), resumed as dp 2 ZeRO 1, the reverse into tp 2 × dp 2 at ZeRO 3,
+# across stages (pp 2 × dp 2 into pp 1 × dp 4: each rank's slices read out of
+# other slices), and hybrid sharding's replica-0 slices by one rank.
+test_dp4_zero3_to_dp2_zero1() { reshard j 1x1x4z3/1 1x1x2z1/2; }
+test_dp2_zero1_to_tp2_dp2_zero3() { reshard k 1x1x2z1/2 2x1x2z3/2; }
+test_pp2_dp2_zero3_to_dp4_zero3() { reshard l 1x2x2z3/2 1x1x4z3/1; }
+test_hsdp_2x2_zero3_to_one_rank() { reshard m "1x1x4z3/1 --set parallel.dp_shard=2" 1x1x1/4; }
+
 # A checkpoint taken in the middle of a step holds each rank's gradients of
 # the unfinished step: only its own layout may take them, and another is
 # refused, saying which step and what to do.
@@ -199,6 +208,10 @@ check dp4_zero2_to_dp2_zero1 test_dp4_zero2_to_dp2_zero1
 check interleaved_to_zb_h1 test_interleaved_to_zb_h1
 check hsdp_2x2_to_dp2_zero1 test_hsdp_2x2_to_dp2_zero1
 check dp2_zero1_to_hsdp_2x2_zero2 test_dp2_zero1_to_hsdp_2x2_zero2
+check dp4_zero3_to_dp2_zero1 test_dp4_zero3_to_dp2_zero1
+check dp2_zero1_to_tp2_dp2_zero3 test_dp2_zero1_to_tp2_dp2_zero3
+check pp2_dp2_zero3_to_dp4_zero3 test_pp2_dp2_zero3_to_dp4_zero3
+check hsdp_2x2_zero3_to_one_rank test_hsdp_2x2_zero3_to_one_rank
 check a_mid_step_checkpoint_refuses_another_layout test_a_mid_step_checkpoint_refuses_another_layout
 check export_gives_the_sharded_models_logits test_export_gives_the_sharded_models_logits
 check import_trains_as_model_init test_import_trains_as_model_init

@@ -1,0 +1,150 @@
+/* model_zero3.c — the model's ZeRO 3 windows (model_zero3.h): gathers,
+ * releases and the gradients' reduce-scatters, over runtime/zero3.c's pools. */
+#include "runtime/model_zero3.h"
+
+#include <stdlib.h>
+
+#include "runtime/zero3.h"
+
+int mz3_init(struct model *m, const struct group *dp, float *const *pwin, float *const *gwin,
+             struct plait_error *err)
+{
+    int n = m->mem.zero3_windows;
+    if (!(m->z3 = calloc(1, sizeof *m->z3)) || !(m->z3g = calloc(1, sizeof *m->z3g)))
+        return error_set(err, "out of memory");
+    if (zero3_init(m->z3, &m->shard, m->n_padded, dp, m->params, pwin, m->mem.zero3_window, n,
+                   err) ||
+        zero3_init(m->z3g, &m->shard, m->n_padded, dp, m->grad_slice, gwin, m->mem.zero3_window, n,
+                   err))
+        return error_prefix(err, "parallel.zero 3: ");
+    return 0;
+}
+
+void mz3_free(struct model *m)
+{
+    if (m->z3) zero3_free(m->z3);
+    if (m->z3g) zero3_free(m->z3g);
+    free(m->z3);
+    free(m->z3g);
+    m->z3 = m->z3g = NULL;
+}
+
+int mz3_layer_unit(int b)
+{
+    return 1 + b;
+}
+
+int mz3_last_unit(const struct model *m)
+{
+    return gpt2_units_count(&m->shard) - 1;
+}
+
+/* Whether u is a unit that needs nothing done: no ZeRO 3, or an empty unit. */
+static bool idle(const struct model *m, int u)
+{
+    return !m->z3 || gpt2_unit(&m->shard, m->n_padded, u).elems == 0;
+}
+
+int mz3_want(struct model *m, int u, struct plait_error *err)
+{
+    if (idle(m, u)) return 0;
+    return zero3_fetch(m->z3, u, err) ? error_prefix(err, "parameter gather: ") : 0;
+}
+
+int mz3_hold(struct model *m, int u, struct plait_error *err)
+{
+    if (idle(m, u)) return 0;
+    float *buf = zero3_get(m->z3, u, err);
+    if (!buf) return error_prefix(err, "parameter gather: ");
+    struct zero3_window *w = zero3_window_of(m->z3, u);
+    if (m->precision == PLAN_PRECISION_BF16 && !w->ready16) {
+        m->ops->to_bf16(m->ctx, m->win16[w - m->z3->win], buf,
+                        gpt2_unit(&m->shard, m->n_padded, u).elems);
+        w->ready16 = true;
+    }
+    return 0;
+}
+
+int mz3_drop(struct model *m, int u, struct plait_error *err)
+{
+    if (idle(m, u)) return 0;
+    return zero3_release(m->z3, u, err) ? error_prefix(err, "parameter gather: ") : 0;
+}
+
+bool mz3_grad_taken(const struct model *m, int u)
+{
+    return !idle(m, u) && zero3_window_of(m->z3g, u) != NULL;
+}
+
+/* The oldest scatter in flight finished: its part of the staging slice
+ * added into grad_slice. */
+static int settle_oldest(struct model *m, struct plait_error *err)
+{
+    int u = m->z3_pending[0];
+    m->z3_n_pending--;
+    for (int i = 0; i < m->z3_n_pending; i++) m->z3_pending[i] = m->z3_pending[i + 1];
+    if (zero3_release(m->z3g, u, err)) return error_prefix(err, "gradient reduce-scatter: ");
+    size_t from, n;
+    zero3_part(m->z3g, u, &from, &n);
+    if (n)
+        m->ops->residual_forward(m->ctx, m->grad_slice + from, m->grad_slice + from,
+                                 m->slice_tmp + from, n);
+    return 0;
+}
+
+int mz3_grad_settle(struct model *m, int keep, struct plait_error *err)
+{
+    while (m->z3_n_pending > keep)
+        if (settle_oldest(m, err)) return -1;
+    return 0;
+}
+
+int mz3_grad_take(struct model *m, int u, struct plait_error *err)
+{
+    if (idle(m, u)) return 0;
+    struct zero3_window *w;
+    while ((w = zero3_window_of(m->z3g, u)) && w->scatter) /* its last contribution's */
+        if (settle_oldest(m, err)) return -1;
+    if (w) return 0;
+    float *buf;
+    struct plait_error quiet = {.text = ""};
+    while (!(buf = zero3_take(m->z3g, u, &quiet)))
+        if (m->z3_n_pending == 0 || settle_oldest(m, err)) /* none to wait for: a bug */
+            return m->z3_n_pending == 0 ? error_set(err, "%s", quiet.text) : -1;
+    m->ops->zero(m->ctx, buf, gpt2_unit(&m->shard, m->n_padded, u).elems * sizeof(float));
+    return 0;
+}
+
+int mz3_grad_give(struct model *m, int u, struct plait_error *err)
+{
+    if (idle(m, u)) return 0;
+    if (zero3_scatter_window(m->z3g, u, m->slice_tmp, err))
+        return error_prefix(err, "gradient reduce-scatter: ");
+    m->z3_pending[m->z3_n_pending++] = u;
+    return 0;
+}
+
+const uint16_t *mz3_at16(const struct model *m, size_t at)
+{
+    size_t within;
+    int i = m->precision == PLAN_PRECISION_BF16 ? zero3_window_at(m->z3, at, &within) : -1;
+    return i < 0 ? NULL : m->win16[i] + within;
+}
+
+int mz3_unit_grads(struct model *m, int u, float **buf, struct plait_error *err)
+{
+    if (mz3_grad_settle(m, 0, err)) return -1;
+    if (!(*buf = zero3_get(m->z3g, u, err))) return error_prefix(err, "gradient gather: ");
+    return 0;
+}
+
+int mz3_unit_grads_back(struct model *m, int u, struct plait_error *err)
+{
+    struct zero3_window *w = zero3_window_of(m->z3g, u);
+    size_t from, n;
+    zero3_part(m->z3g, u, &from, &n);
+    struct gpt2_unit un = gpt2_unit(&m->shard, m->n_padded, u);
+    size_t at = m->slice_at + from; /* the buffer's element of this rank's part */
+    if (n) m->ops->copy(m->ctx, m->grad_slice + from, w->buf + (at - un.at), n * sizeof(float));
+    return zero3_release(m->z3g, u, err);
+}
