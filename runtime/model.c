@@ -361,13 +361,12 @@ static bool allocate_zero3(struct model *m)
     size_t S = m->slice_n;
     struct model_bytes *a = &m->allocated;
     bool ok = (m->params = dev_alloc(m, S * sizeof(float), &a->params)) &&
-              (m->grad_slice = dev_alloc(m, S * sizeof(float), &a->grads)) &&
-              (m->slice_tmp = dev_alloc(m, S * sizeof(float), &a->optimizer)) &&
-              allocate_moments(m);
+              (m->grad_slice = dev_alloc(m, S * sizeof(float), &a->grads)) && allocate_moments(m);
     for (int i = 0; ok && i < m->mem.zero3_windows; i++) {
         size_t n = m->mem.zero3_window[i];
         ok = (m->z3_pwin[i] = dev_alloc(m, n * sizeof(float), &a->params)) &&
              (m->z3_gwin[i] = dev_alloc(m, n * sizeof(float), &a->grads)) &&
+             (m->z3_stage[i] = dev_alloc(m, (n < S ? n : S) * sizeof(float), &a->grads)) &&
              (m->precision != PLAN_PRECISION_BF16 ||
               (m->win16[i] = dev_alloc(m, n * sizeof(uint16_t), &a->params)));
     }

@@ -113,13 +113,16 @@ struct model {
     /* ZeRO 3 (runtime/model_zero3.h): params is the slice alone (slice_n; element i is the
        buffer's slice_at + i), grads NULL; the units a pass uses are gathered into the
        parameter windows (z3), their gradients reduce-scattered out of the gradient
-       windows (z3g) into slice_tmp, then added into grad_slice. NULL below ZeRO 3. */
+       windows (z3g), each rank's part into the window's staging, then added into
+       grad_slice (slice_tmp is NULL). NULL below ZeRO 3. */
     struct zero3 *z3, *z3g;
     float *z3_pwin[GPT2_ZERO3_WINDOWS];  /* the parameter windows (mem.zero3_window's sizes) */
     float *z3_gwin[GPT2_ZERO3_WINDOWS];  /* the gradient windows */
+    float *z3_stage[GPT2_ZERO3_WINDOWS]; /* each one's staging: this rank's part of its sum */
     uint16_t *win16[GPT2_ZERO3_WINDOWS]; /* bf16: each parameter window's copy */
     int z3_pending[GPT2_ZERO3_WINDOWS];  /* units whose gradients are scattering, oldest first */
     int z3_n_pending;
+    bool z3_no_prefetch; /* gather each unit only when the pass reaches it (a benchmark's) */
     struct offload *offload; /* nvme offload: the moments in files (runtime/offload.h) */
     float *grad_slice;       /* (slice_n) ZeRO >= 1: the slice's gradient summed over dp
                                 (ZeRO 2 and 3: accumulated over the step's micro-batches) */

@@ -47,7 +47,7 @@ static bool idle(const struct model *m, int u)
 
 int mz3_want(struct model *m, int u, struct plait_error *err)
 {
-    if (idle(m, u)) return 0;
+    if (idle(m, u) || m->z3_no_prefetch) return 0;
     return zero3_fetch(m->z3, u, err) ? error_prefix(err, "parameter gather: ") : 0;
 }
 
@@ -83,12 +83,12 @@ static int settle_oldest(struct model *m, struct plait_error *err)
     int u = m->z3_pending[0];
     m->z3_n_pending--;
     for (int i = 0; i < m->z3_n_pending; i++) m->z3_pending[i] = m->z3_pending[i + 1];
+    const float *part = m->z3_stage[zero3_window_of(m->z3g, u) - m->z3g->win];
     if (zero3_release(m->z3g, u, err)) return error_prefix(err, "gradient reduce-scatter: ");
     size_t from, n;
     zero3_part(m->z3g, u, &from, &n);
     if (n)
-        m->ops->residual_forward(m->ctx, m->grad_slice + from, m->grad_slice + from,
-                                 m->slice_tmp + from, n);
+        m->ops->residual_forward(m->ctx, m->grad_slice + from, m->grad_slice + from, part, n);
     return 0;
 }
 
@@ -118,7 +118,8 @@ int mz3_grad_take(struct model *m, int u, struct plait_error *err)
 int mz3_grad_give(struct model *m, int u, struct plait_error *err)
 {
     if (idle(m, u)) return 0;
-    if (zero3_scatter_window(m->z3g, u, m->slice_tmp, err))
+    float *part = m->z3_stage[zero3_window_of(m->z3g, u) - m->z3g->win];
+    if (zero3_scatter_window(m->z3g, u, part, err))
         return error_prefix(err, "gradient reduce-scatter: ");
     m->z3_pending[m->z3_n_pending++] = u;
     return 0;

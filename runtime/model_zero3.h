@@ -2,9 +2,10 @@
  * units a pass needs gathered into the parameter windows (runtime/zero3.h)
  * just before they are used, the next one prefetched while the current one
  * computes, and released after; each gradient contribution written into a
- * zeroed gradient window, reduce-scattered into the dp ranks' staging slices
- * while backward goes on, and added into the rank's grad_slice once that is
- * done (oldest first: the same order, and so the same bits, on every rank).
+ * zeroed gradient window, reduce-scattered (this rank's part of the sum into
+ * the window's staging buffer) while backward goes on, and added into the
+ * rank's grad_slice once that is done (oldest first: the same order, and so
+ * the same bits, on every rank).
  * Below ZeRO 3 every call is a no-op, and so is every call on an empty unit
  * (a middle stage has no embeddings): every dp rank of a stage makes the
  * same calls, the collectives' order. */

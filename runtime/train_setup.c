@@ -296,6 +296,8 @@ static int read_debug_switches(struct trainer *t, struct plait_error *err)
     if (inject && sscanf(inject, "%d:%lf", &slow_rank, &slow_ms) == 2 &&
         slow_rank == t->where->rank)
         t->slow_read_s = slow_ms / 1e3;
+    inject = getenv(PLAIT_ENV_DEBUG_NO_PREFETCH);
+    t->m.z3_no_prefetch = inject && !strcmp(inject, "1");
     return 0;
 }
 

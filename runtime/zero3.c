@@ -143,13 +143,13 @@ float *zero3_take(struct zero3 *z, int u, struct plait_error *err)
     return w->buf;
 }
 
-int zero3_scatter_window(struct zero3 *z, int u, float *sums, struct plait_error *err)
+int zero3_scatter_window(struct zero3 *z, int u, float *recv, struct plait_error *err)
 {
     size_t from;
     struct zero3_window *w = holding(z, u);
     if (unit_counts(z, u, &from, err)) return -1;
     if (!w || w->req) return error_set(err, "ZeRO 3: unit %d has no gradient window to scatter", u);
-    if (z->dp->ireduce_scatter_v(z->dp->ctx, w->buf, sums + from, z->counts, &w->req, err))
+    if (z->dp->ireduce_scatter_v(z->dp->ctx, w->buf, recv, z->counts, &w->req, err))
         return -1;
     w->scatter = true;
     return 0;

@@ -81,10 +81,9 @@ int zero3_scatter(struct zero3 *z, int u, const float *grads, float *sums, void 
 float *zero3_take(struct zero3 *z, int u, struct plait_error *err);
 
 /* Starts the reduce-scatter of unit u's window (taken) summed over dp: this
- * rank's part of the sum lands in sums (slice_n: the slice's shape) where
- * its part of the unit is (zero3_part), the rest of sums untouched. The
- * window stays u's until zero3_release, which waits for the scatter. */
-int zero3_scatter_window(struct zero3 *z, int u, float *sums, struct plait_error *err);
+ * rank's part of the sum (zero3_part's n elements) lands in recv. The window
+ * stays u's until zero3_release, which waits for the scatter. */
+int zero3_scatter_window(struct zero3 *z, int u, float *recv, struct plait_error *err);
 
 /* This rank's part of unit u: elements [*from, *from + *n) of its slice. */
 void zero3_part(struct zero3 *z, int u, size_t *from, size_t *n);

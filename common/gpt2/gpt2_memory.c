@@ -178,11 +178,11 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
         size_t caps[GPT2_ZERO3_WINDOWS];
         out->zero3_windows = gpt2_zero3_windows(s, out->padded, caps);
         for (int i = 0; i < out->zero3_windows; i++) out->zero3_window[i] = caps[i];
-        for (int i = 0; ok && i < out->zero3_windows; i++)
+        for (int i = 0; ok && i < out->zero3_windows; i++) /* + the gradient's staging */
             ok = add_bytes(&out->params, caps[i], bf16 ? 6 : 4) &&
-                 add_bytes(&out->grads, caps[i], 4);
-        ok = ok && add_bytes(&out->params, S, 4) && add_bytes(&out->grads, S, 4) &&
-             add_bytes(&out->optimizer, S, 4);
+                 add_bytes(&out->grads, caps[i], 4) &&
+                 add_bytes(&out->grads, caps[i] < S ? caps[i] : S, 4);
+        ok = ok && add_bytes(&out->params, S, 4) && add_bytes(&out->grads, S, 4);
     } else {
         size_t Pp = out->padded;
         ok = ok && add_bytes(&out->params, Pp, 4) && add_bytes(&out->params, bf16 ? Pp : 0, 2) &&

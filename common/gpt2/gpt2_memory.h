@@ -18,11 +18,12 @@
  *   grads       4·Pp fp32 gradients, + 4·S the slice's reduced gradient (ZeRO >= 1)
  *   optimizer   8·S AdamW moments, + 4·S the slice's staging buffer (ZeRO >= 1)
  *   activations the buffers below, fp32 (bf16 changes only the weights' copy)
- * ZeRO 3 holds the slice of each, 4·S weights, 4·S gradients, 12·S optimizer,
+ * ZeRO 3 holds the slice of each, 4·S weights, 4·S gradients, 8·S moments,
  * and the windows its units are gathered into (gpt2_units.h: the embeddings'
  * unit, the last unit, two layers): 4 bytes an element for the weights (+ 2
- * for their bf16 copy in bf16) and 4 for their gradients. Without data
- * parallelism ZeRO is off. */
+ * for their bf16 copy in bf16), 4 for their gradients and 4 for each
+ * gradient window's staging (this rank's part of its sum: up to the window,
+ * or S). Without data parallelism ZeRO is off. */
 #ifndef PLAIT_GPT2_MEMORY_H
 #define PLAIT_GPT2_MEMORY_H
 

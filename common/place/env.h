@@ -65,6 +65,10 @@
  * (runtime/parallel.c: a communicator per direction between two stages, sends
  * posted without waiting), so that path runs in tests without a GPU. */
 #define PLAIT_ENV_DEBUG_NCCL_LINK "PLAIT_DEBUG_NCCL_LINK"
+/* Developer: "1" stops ZeRO 3 from starting a unit's gather before the pass
+ * reaches it (runtime/model_zero3.h), so that make bench shows what the
+ * prefetch hides. */
+#define PLAIT_ENV_DEBUG_NO_PREFETCH "PLAIT_DEBUG_NO_PREFETCH"
 
 /* The rendezvous store (store.h) that rank 0's launcher hosts: where it is,
  * "host:port" with an IPv6 literal in brackets ("[fd00::7]:29500";

@@ -172,17 +172,19 @@ static void test_7b_model_state_is_18_bytes_per_parameter_in_bf16_16_in_fp32(voi
  *   write into at both): params 6Ψ = 39,552,073,728; grads 4Ψ + 4S (the
  *   slice's reduced gradient) = 26,368,049,152 + 412,000,768 = 26,780,049,920;
  *   optimizer 8S moments + 4S staging = 12S = 1,236,002,304; sum 67,568,125,952
- *   ZeRO 3: the slice's weights, gradient, moments and staging, 4S + 4S + 12S
- *   = 20S = 2,060,003,840, and the windows the units are gathered into, 10
- *   bytes an element (fp32 weights, their bf16 copy, their gradient): the
- *   embeddings' unit (wte 32000·4096 + wpe 4096·4096 = 147,849,216), the last
- *   (lnf, 8192; no padding: 64 divides Ψ) and two layers (12C² + 13C =
- *   201,379,840 each), 550,617,088 elements, 5,506,170,880 bytes; sum
- *   7,566,174,720 (the windows dominate at dp 64: a layer is 1/32 of Ψ)
+ *   ZeRO 3: the slice's weights, gradient and moments, 4S + 4S + 8S = 16S =
+ *   1,648,003,072, and the windows the units are gathered into, 10 bytes an
+ *   element (fp32 weights, their bf16 copy, their gradient): the embeddings'
+ *   unit (wte 32000·4096 + wpe 4096·4096 = 147,849,216), the last (lnf, 8192;
+ *   no padding: 64 divides Ψ) and two layers (12C² + 13C = 201,379,840 each),
+ *   550,617,088 elements, 5,506,170,880 bytes; and each gradient window's
+ *   staging, 4 bytes for each of min(window, S) elements: 3S + 8192 =
+ *   309,008,768 elements, 1,236,035,072 bytes; sum 8,390,209,024 (the windows
+ *   dominate at dp 64: a layer is 1/32 of Ψ)
  * param_count stays the tp × pp shard. */
 static void test_zero_slices_the_optimizer_state_over_dp(void)
 {
-    const uint64_t want[4] = {118656221184ull, 67568125952ull, 67568125952ull, 7566174720ull};
+    const uint64_t want[4] = {118656221184ull, 67568125952ull, 67568125952ull, 8390209024ull};
     struct plan *p = load_plan(model_7b, 1, 1, "bf16", "none");
     if (!p) return;
     for (int zero = 0; zero <= 3; zero++) {
