@@ -4,7 +4,8 @@
 #   make test            install missing packages, build, run every test (also under ASan/UBSan)
 #   make demo            install missing packages, build, train a small GPT on the bundled corpus
 #   make bench           GPT-2 124M step time against PyTorch, the data-parallel overlap, the
-#                        step with the AdamW moments on disk against in memory, make
+#                        step with the AdamW moments on disk against in memory, ZeRO 3's step
+#                        against ZeRO 1's (with and without prefetch), make
 #                        bench-comm, bench-memory, bench-ckpt and bench-tokenizer (not tests)
 #   make bench-cost      the cost model's step against plait's measured one on this CPU: the
 #                        demo plan and GPT-2 124M 4x64 (prints ratios; not a test)
@@ -366,6 +367,7 @@ bench: deps-test bench-comm bench-memory bench-ckpt bench-tokenizer
 	bench/bench.sh
 	bench/overlap_bench.sh
 	bench/offload_bench.sh
+	bench/zero3_bench.sh
 
 bench-cost: deps-test
 	$(MAKE) -j$(JOBS) $(PLAIT) $(PLAIT_TRAIN)

@@ -47,6 +47,22 @@ run pp2_zbh1 --set parallel.pp=2 --set batch.grad_accum=4 --set steps=4 --set pa
 run pp2_dualpipev --set parallel.pp=2 --set batch.grad_accum=4 --set steps=4 \
     --set parallel.schedule=dualpipev
 
+# ZeRO 3 against ZeRO 0 at dp 4 on a model whose parameters dominate (64 layers of
+# 256 channels, a vocabulary of 256, 32 tokens a micro-batch: 51M parameters, their
+# AdamW state 16 bytes each at ZeRO 0, a few MB of activations)
+cat >"$work/deep.json" <<EOF
+{"model": {"layers": 64, "heads": 4, "hidden": 256, "vocab": 256, "seq_len": 32, "seed": 7},
+ "data": {"train": "$work/train.bin"},
+ "batch": {"micro_batch": 1, "grad_accum": 1},
+ "optimizer": {"lr": 1e-4, "warmup_steps": 0, "schedule": "constant"},
+ "steps": 2, "checkpoint": {"every": 0, "keep": 1}, "parallel": {"dp": 4}}
+EOF
+echo "== plait train: 64 layers × 256 channels at 1×1×4, ZeRO 0 and ZeRO 3 (2 steps)"
+for z in 0 3; do
+    "$BUILD/bin/plait" train "$work/deep.json" --out "$work/deep_z$z" --set parallel.zero=$z \
+        >"$work/deep_z$z.log" 2>&1 || { tail -n 20 "$work/deep_z$z.log"; exit 1; }
+done
+
 "$PY" - "$work" <<'EOF'
 import json, statistics, sys
 work = sys.argv[1]
@@ -56,7 +72,8 @@ print("per-rank memory: peak resident set after the first step / plait check's p
 print(f"  {'layout':<14} {'rank':>4} {'tp,pp,dp':>8} {'predicted':>10} {'allocated':>10} {'peak RSS':>9}"
       f" {'RSS/pred':>8} {'(RSS-base)/pred':>15}")
 worst = 0.0
-for name in ("dp2_z0", "dp2_z1", "tp2pp2dp2_z1", "pp2", "pp2_zbh1", "pp2_dualpipev"):
+for name in ("dp2_z0", "dp2_z1", "tp2pp2dp2_z1", "pp2", "pp2_zbh1", "pp2_dualpipev", "deep_z0",
+             "deep_z3"):
     for r in json.load(open(f"{work}/{name}/run.json"))["memory"]["ranks"]:
         pred, alloc = r["predicted"]["total"] + r["predicted"].get("comm_rings", 0), r["allocated"]["total"]
         rss, base = r["rss_peak_bytes"], r["rss_before_model_bytes"]
@@ -71,4 +88,14 @@ for name in ("tp2pp2dp2_z1", "pp2", "pp2_zbh1", "pp2_dualpipev"):
     got = statistics.median(s["parallel"]["bubble_pct"] for s in steps)
     sim = steps[0]["parallel"]["bubble_simulated_pct"]
     print(f"  {name:<14} measured {got:5.1f}%  simulated {sim:5.1f}%  difference {got - sim:+5.1f} points")
+print()
+print("ZeRO 3 at dp 4 against ZeRO 0 (64 layers × 256 channels): the largest rank's (goal: ZeRO 3 <= 0.35× ZeRO 0)")
+def worst(name, f):
+    return max(f(r) for r in json.load(open(f"{work}/{name}/run.json"))["memory"]["ranks"])
+for what, f in (("peak resident set", lambda r: r["rss_peak_bytes"]),
+                ("peak RSS less what the process held before its model",
+                 lambda r: r["rss_peak_bytes"] - r["rss_before_model_bytes"]),
+                ("predicted", lambda r: r["predicted"]["total"])):
+    z0, z3 = worst("deep_z0", f), worst("deep_z3", f)
+    print(f"  {what:<52} ZeRO 0 {z0 / MB:7.1f}MB  ZeRO 3 {z3 / MB:7.1f}MB  ratio {z3 / z0:5.3f}")
 EOF

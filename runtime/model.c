@@ -906,7 +906,10 @@ static int z3_next(struct model *m, const struct model_slot *sl, int i, bool for
     return 0;
 }
 
-/* The head's units (the last; the embeddings' too when tied) held, or dropped. */
+/* The head's units (the last; the embeddings' too when tied) held, or
+ * dropped. A training forward (grad_scale != 0) leaves them held for its
+ * backward, which starts with them: their windows are theirs alone
+ * (gpt2_units.h), and the backward drops them. */
 static int z3_head(struct model *m, bool hold, struct plait_error *err)
 {
     int (*f)(struct model *, int, struct plait_error *) = hold ? mz3_hold : mz3_drop;
@@ -945,7 +948,8 @@ int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const 
         if (m->sp ? sp_scatter(m, emb, sl->input, N, err)
                   : tp_reduce(m, emb, (size_t)N * C, false, err))
             return -1;
-        if (mz3_drop(m, MZ3_EMBEDDINGS, err)) return -1;
+        /* (kept for a tied head on this slot: the head uses the same unit) */
+        if (!(heads(m, sl) && tied_head(m)) && mz3_drop(m, MZ3_EMBEDDINGS, err)) return -1;
     }
     for (int i = 0; i < m->n_layers; i++) {
         int u = z3_unit(m, sl, i);
@@ -955,7 +959,7 @@ int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const 
     }
     if (heads(m, sl) &&
         (z3_head(m, true, err) || head_forward(m, sl, targets, N, grad_scale, mean_loss, err) ||
-         z3_head(m, false, err)))
+         (grad_scale == 0 && z3_head(m, false, err))))
         return -1;
     return check_ops(m, "forward", err);
 }

@@ -71,6 +71,13 @@ int mz3_drop(struct model *m, int u, struct plait_error *err)
     return zero3_release(m->z3, u, err) ? error_prefix(err, "parameter gather: ") : 0;
 }
 
+int mz3_drop_all(struct model *m, struct plait_error *err)
+{
+    for (int i = 0; m->z3 && i < m->z3->n_windows; i++)
+        if (m->z3->win[i].unit >= 0 && mz3_drop(m, m->z3->win[i].unit, err)) return -1;
+    return 0;
+}
+
 bool mz3_grad_taken(const struct model *m, int u)
 {
     return !idle(m, u) && zero3_window_of(m->z3g, u) != NULL;

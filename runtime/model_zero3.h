@@ -36,6 +36,8 @@ int mz3_last_unit(const struct model *m);
 int mz3_want(struct model *m, int u, struct plait_error *err);
 int mz3_hold(struct model *m, int u, struct plait_error *err);
 int mz3_drop(struct model *m, int u, struct plait_error *err);
+/* Every parameter window given back (before the weights change). */
+int mz3_drop_all(struct model *m, struct plait_error *err);
 
 /* A zeroed gradient window for unit u (no-op when u has one already), the
  * oldest scatters finished first until one is free; then its contribution

@@ -227,7 +227,9 @@ static int zero3_shared_sums(struct trainer *t, struct plait_error *err)
 {
     struct model *m = &t->m;
     float *unit;
-    if (model_sum_layernorm_grads_in(m, m->grad_slice, m->slice_at, m->slice_n, err)) return -1;
+    if (mz3_drop_all(m, err) ||
+        model_sum_layernorm_grads_in(m, m->grad_slice, m->slice_at, m->slice_n, err))
+        return -1;
     if (!holds_one_tied_end(m)) return 0;
     size_t wte = gpt2_shard_offset(&m->shard, GPT2_WTE, 0); /* unit 0 starts the buffer */
     if (mz3_unit_grads(m, MZ3_EMBEDDINGS, &unit, err) ||

@@ -15,6 +15,7 @@
 #include "common/place/env.h"
 #include "common/place/gpu.h"        // defines: gpu_flops_per_token
 #include "common/place/rank_order.h" // defines: rank_shard_of, rank_replica_of
+#include "kernels/ops.h"                // defines: ops_cpu
 #include "runtime/ckpt.h"
 #include "runtime/ckpt_parts.h"
 #include "runtime/ckpt_resume.h" // defines: ckpt_load_latest, ckpt_parts_load
@@ -50,11 +51,39 @@ static int check_layout(const struct plan *p, const struct env_rank *where, stru
     return 0;
 }
 
-/* The whole model in llm.c order (from model.init, or initialised from the
- * seed), then this rank's shard of it. */
+/* Initialised from the seed: this rank's shard alone (ZeRO 3: its slice of
+ * it), never the whole model in memory; on the CPU backend straight into the
+ * model's weights (its memory is the host's), else through a host copy. */
+static int seeded_weights(struct trainer *t, struct plait_error *err)
+{
+    struct model *m = &t->m;
+    bool z3 = m->zero == 3, direct = m->ops == ops_cpu();
+    size_t P = m->shard.total, lo = z3 ? m->slice_at : 0, hi = z3 ? m->slice_at + m->slice_n : P;
+    size_t held = z3 ? m->slice_n : m->n_padded; /* the weights' buffer */
+    if (hi > P) hi = P > lo ? P : lo; /* the padding past the shard: zeros */
+    float *buf = direct ? m->params : malloc((hi - lo) * sizeof(float) + 1);
+    if (!buf) return error_set(err, "out of memory for %zu parameters", hi - lo);
+    int rc = gpt2_init_shard_range(&m->shard, lo, hi, buf, t->plan->model.seed, err);
+    if (rc == 0 && direct) {
+        memset(buf + (hi - lo), 0, (held - (hi - lo)) * sizeof(float));
+        model_refresh_bf16(m);
+        model_refresh_fp8(m);
+    } else if (rc == 0) {
+        if (z3)
+            model_set_param_slice(m, buf, hi - lo);
+        else
+            model_set_params(m, buf);
+    }
+    if (!direct) free(buf);
+    return rc;
+}
+
+/* The whole model in llm.c order from model.init, then this rank's shard of
+ * it; or initialised from the seed (seeded_weights). */
 static int init_weights(struct trainer *t, struct plait_error *err)
 {
     const struct plan_model *pm = &t->plan->model;
+    if (!pm->init) return seeded_weights(t, err);
     struct gpt2_layout full_layout;
     gpt2_layout(&t->m.cfg, &full_layout); /* addressable: the plan checked it */
     float *full = malloc(full_layout.total * sizeof(float));
@@ -62,12 +91,9 @@ static int init_weights(struct trainer *t, struct plait_error *err)
     int rc = 0;
     if (!full || !shard) {
         rc = error_set(err, "out of memory for %zu parameters", full_layout.total);
-    } else if (pm->init) {
-        if (hf_is_model_dir(pm->init) ? hf_model_read(pm->init, &t->m.cfg, full, err)
-                                      : gpt2_read_llmc(pm->init, &t->m.cfg, full, NULL, err))
-            rc = error_prefix(err, "model.init: ");
-    } else {
-        gpt2_init_weights(&t->m.cfg, &full_layout, full, pm->seed);
+    } else if (hf_is_model_dir(pm->init) ? hf_model_read(pm->init, &t->m.cfg, full, err)
+                                         : gpt2_read_llmc(pm->init, &t->m.cfg, full, NULL, err)) {
+        rc = error_prefix(err, "model.init: ");
     }
     if (rc == 0) {
         gpt2_shard_copy(&t->m.shard, full, shard, true);

@@ -5,12 +5,14 @@
  * pipeline shards, at dp 2 to 4), and each unit's gradients reduce-scattered
  * in a backward's order land as the rank's slice of their sum; a full pool
  * and an unknown unit are errors naming them; zero3_at finds an element only
- * while its unit is held. */
+ * while its unit is held; a slice initialised alone (what a ZeRO 3 rank
+ * does) is that slice of the whole model's initialisation, to the bit. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "runtime/gpt2.h"
 #include "runtime/zero3.h"
 #include "thread_group.h"
 
@@ -162,8 +164,56 @@ static void test_one_rank_is_refused(void)
           "dp 1: %s", err.text);
 }
 
+/* A slice initialised alone (gpt2_init_shard_range, what a ZeRO 3 rank
+ * does) is that slice of the whole model's initialisation cut to the shard,
+ * to the bit: over tp and pp parts, interleaved chunks, GPT-2 and a Llama
+ * with an untied head, for ranges that start and end inside tensors, and the
+ * padding past the shard zero. */
+static void test_a_slice_initialises_as_the_whole_model(void)
+{
+    struct gpt2_config llama = cfg;
+    llama.llama = true, llama.untied = true, llama.kv_heads = 2, llama.ffn_hidden = 12;
+    const struct gpt2_config *cfgs[2] = {&cfg, &llama};
+    const int parts[][5] = {{1, 0, 1, 0, 1}, {2, 1, 1, 0, 1}, {1, 0, 2, 1, 1}, {2, 0, 2, 0, 2}};
+    for (int c = 0; c < 2; c++)
+        for (size_t k = 0; k < sizeof parts / sizeof *parts; k++) {
+            const int *q = parts[k];
+            struct gpt2_part part = gpt2_part_whole(cfgs[c]);
+            part.tp = q[0], part.tp_rank = q[1], part.pp = q[2], part.pp_rank = q[3];
+            part.chunks = q[4];
+            int per = cfgs[c]->layers / (q[2] * q[4]);
+            part.layer_begin = q[3] * per, part.layer_end = part.layer_begin + per;
+            struct gpt2_shard s;
+            struct plait_error err = {.text = ""};
+            if (gpt2_shard_init(&s, cfgs[c], &part, &err)) {
+                CHECK(0, "part %zu: %s", k, err.text);
+                continue;
+            }
+            struct gpt2_layout full;
+            gpt2_layout(cfgs[c], &full);
+            float *whole = malloc(full.total * sizeof(float)),
+                  *want = calloc(s.total + 8, sizeof(float)),
+                  *got = malloc((s.total + 8) * sizeof(float));
+            gpt2_init_weights(cfgs[c], &full, whole, 42);
+            gpt2_shard_copy(&s, whole, want, true);
+            size_t cuts[][2] = {{0, s.total}, {3, s.total / 2 + 5}, {s.total / 3, s.total + 8}};
+            for (int r = 0; r < 3; r++) {
+                size_t lo = cuts[r][0], hi = cuts[r][1];
+                memset(got, 0xff, (hi - lo) * sizeof(float));
+                CHECK(gpt2_init_shard_range(&s, lo, hi, got, 42, &err) == 0, "%s", err.text);
+                CHECK(memcmp(got, want + lo, (hi - lo) * sizeof(float)) == 0,
+                      "%s part %zu: elements [%zu, %zu) differ from the whole model's",
+                      c ? "llama" : "gpt2", k, lo, hi);
+            }
+            free(whole);
+            free(want);
+            free(got);
+        }
+}
+
 int main(void)
 {
+    RUN(test_a_slice_initialises_as_the_whole_model);
     RUN(test_units_gather_and_scatter_to_the_bit_over_the_slices);
     RUN(test_one_rank_is_refused);
     return check_exit_code();
