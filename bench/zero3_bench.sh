@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make bench, part 4 — ZeRO 3 against ZeRO 1: GPT-2 124M, micro-batch 4, seq
+# make bench, part 6 — ZeRO 3 against ZeRO 1: GPT-2 124M, micro-batch 4, seq
 # 64, fp32, dp 2 (1×1×2) on this machine, in the same environment:
 #   zero1        parallel.zero 1 (the gradients reduce-scattered in buckets
 #                during backward, the parameters all-gathered after the step)

@@ -500,7 +500,7 @@ static int check_hsdp_rules(struct plan_ctx *c, const struct plan *p)
     if (par->zero == 0 && plan_dp_shard(par, dp) != dp)
         return plan_fail_rule(c, path, "parallel.zero",
                               "%d with parallel.zero 0: ZeRO 0 shards nothing, so every dp rank "
-                              "is a replica already; set parallel.zero 1 or 2, or leave "
+                              "is a replica already; set parallel.zero 1, 2 or 3, or leave "
                               "parallel.dp_shard and parallel.dp_replicate out",
                               given);
     return 0;
