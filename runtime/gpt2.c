@@ -106,6 +106,7 @@ int gpt2_init_shard_range(const struct gpt2_shard *s, size_t lo, size_t hi, floa
         c.per_layer = gpt2_tensor_per_layer(t) ? full.elems[t] / (size_t)s->cfg.layers : 0;
         if (k == INIT_ZERO) continue;
         if (gpt2_shard_each(s, range_runs, &c)) break; /* out of memory */
+        if (c.n == 0) continue;                             /* none of it in the range */
         qsort(c.runs, c.n, sizeof *c.runs, by_at);
         struct rng r;
         rng_seed(&r, seed, (uint64_t)t + 1); /* gpt2_init_weights's stream */
