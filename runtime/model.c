@@ -140,29 +140,44 @@ static int fp8_index(enum gpt2_tensor t)
     return k;
 }
 
-/* The fp8 copy of weight t (one of fp8_weights) of layer l, and its scales. */
+/* The fp8 copy of weight t (one of fp8_weights) of layer l, and its scales:
+ * its layer's block of the copy, or with ZeRO 3 the block of the window the
+ * layer is gathered in (z3_block8). */
 static uint8_t *weight8(const struct model *m, enum gpt2_tensor t, int l, float **scales)
 {
-    size_t block = (gpt2_shard_offset(&m->shard, t, l) - m->shard.layers_at) / m->shard.layer_elems;
+    size_t off = gpt2_shard_offset(&m->shard, t, l);
+    size_t block = (off - m->shard.layers_at) / m->shard.layer_elems;
+    if (m->z3) {
+        int i = mz3_window_index(m, off);
+        if (i < 0 || m->z3_block8[i] < 0) {
+            log_error("ZeRO 3: the fp8 copy of %s (layer %d) used outside a layer's window (a bug)",
+                      gpt2_tensor_names[t], l);
+            abort();
+        }
+        block = (size_t)m->z3_block8[i];
+    }
     int k = fp8_index(t);
     *scales = m->scales8 + block * m->fp8_layer_scales + m->fp8_scale_at[k];
     return m->params8 + block * m->fp8_layer_elems + m->fp8_at[k];
 }
 
+/* Quantises weight matrix k of layer l, read at w, into its fp8 copy. */
+static void quantize_weight(struct model *m, int k, int l, const float *w)
+{
+    int OC, C, e = fp8_weight_tile(m->fp8_scaling);
+    float *scales;
+    fp8_shape(m, k, &OC, &C);
+    uint8_t *q = weight8(m, fp8_weights[k], l, &scales);
+    m->ops->quantize_fp8(m->ctx, q, scales, w, OC, C, e, e, FP8_E4M3);
+}
+
 void model_refresh_fp8(struct model *m)
 {
-    int e = fp8_weight_tile(m->fp8_scaling);
+    if (m->z3) return; /* each layer window quantises what it gathers */
     for (int i = 0; m->params8 && i < gpt2_shard_layers(&m->shard); i++) {
         int l = gpt2_shard_layer(&m->shard, i);
-        for (int k = 0; k < 4; k++) {
-            int OC, C;
-            float *scales;
-            fp8_shape(m, k, &OC, &C);
-            uint8_t *q = weight8(m, fp8_weights[k], l, &scales);
-            m->ops->quantize_fp8(m->ctx, q, scales,
-                                 m->params + gpt2_shard_offset(&m->shard, fp8_weights[k], l), OC, C,
-                                 e, e, FP8_E4M3);
-        }
+        for (int k = 0; k < 4; k++)
+            quantize_weight(m, k, l, m->params + gpt2_shard_offset(&m->shard, fp8_weights[k], l));
     }
 }
 
@@ -380,6 +395,9 @@ static bool allocate_rest(struct model *m)
     bool ok = true;
     if (ok && m->precision == PLAN_PRECISION_FP8) {
         size_t layers = (size_t)gpt2_shard_layers(&m->shard);
+        if (m->zero == 3) /* a copy in each layer window (window_copies) */
+            layers = (size_t)gpt2_zero3_layer_windows(&m->shard, m->mem.zero3_window,
+                                                      m->mem.zero3_windows, m->z3_block8);
         fp8_layout(m);
         ok =
             (m->params8 = dev_alloc(m, layers * m->fp8_layer_elems, &a->params)) &&
@@ -548,7 +566,8 @@ static float *param(const struct model *m, enum view v, enum gpt2_tensor t, int 
 static const uint16_t *weight16(const struct model *m, enum gpt2_tensor t, int l)
 {
     size_t off = gpt2_shard_offset(&m->shard, t, l);
-    if (m->z3) return mz3_at16(m, off);
+    if (m->z3 && m->precision == PLAN_PRECISION_BF16) return mz3_at16(m, off);
+    if (m->z3) return m->wte16 && t == m->head && m->last ? m->wte16 : NULL; /* fp8's head */
     return model_copy16(m, t, off, off);
 }
 
@@ -889,6 +908,35 @@ static bool tied_head(const struct model *m)
     return m->head == GPT2_WTE;
 }
 
+/* The copies a gathered window carries, made once a gather (the window
+ * holds unit u at w): bf16, the whole unit's bf16 copy; fp8, a layer's four
+ * matrices quantised into the window's fp8 block (the amax of each whole
+ * matrix, as model_refresh_fp8's) and the LM head's bf16 copy. */
+static void window_copies(struct model *m, int u, float *w)
+{
+    struct gpt2_unit un = gpt2_unit(&m->shard, m->n_padded, u);
+    int i = mz3_window_index(m, un.at), L = gpt2_shard_layers(&m->shard);
+    if (m->precision == PLAN_PRECISION_BF16) m->ops->to_bf16(m->ctx, m->win16[i], w, un.elems);
+    if (m->precision != PLAN_PRECISION_FP8) return;
+    for (int k = 0; u >= 1 && u <= L && k < 4; k++) {
+        int l = gpt2_shard_layer(&m->shard, u - 1);
+        quantize_weight(m, k, l, w + (gpt2_shard_offset(&m->shard, fp8_weights[k], l) - un.at));
+    }
+    size_t head = gpt2_shard_offset(&m->shard, m->head, 0);
+    if (m->wte16 && u == gpt2_unit_of(&m->shard, m->head, 0))
+        m->ops->to_bf16(m->ctx, m->wte16, w + (head - un.at), m->mem.lm_head16);
+}
+
+/* Unit u held gathered (mz3_hold), with the copies its window carries. */
+static int hold_unit(struct model *m, int u, struct plait_error *err)
+{
+    if (mz3_hold(m, u, err)) return -1;
+    struct zero3_window *w = m->z3 ? zero3_window_of(m->z3, u) : NULL;
+    if (w && !w->ready) window_copies(m, u, w->buf);
+    if (w) w->ready = true;
+    return 0;
+}
+
 /* The gathers the pass needs after local layer i (-1: the embedding's;
  * n_layers: the head's) started: forward, layer i + 1's or the head's
  * units; backward, layer i - 1's. */
@@ -912,7 +960,7 @@ static int z3_next(struct model *m, const struct model_slot *sl, int i, bool for
  * (gpt2_units.h), and the backward drops them. */
 static int z3_head(struct model *m, bool hold, struct plait_error *err)
 {
-    int (*f)(struct model *, int, struct plait_error *) = hold ? mz3_hold : mz3_drop;
+    int (*f)(struct model *, int, struct plait_error *) = hold ? hold_unit : mz3_drop;
     return f(m, mz3_last_unit(m), err) || (tied_head(m) && f(m, MZ3_EMBEDDINGS, err)) ? -1 : 0;
 }
 
@@ -935,7 +983,7 @@ int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const 
                          B, T, N, m->tp.size);
     struct model_slot *sl = &m->slots[slot];
     struct profile *pr = &m->prof;
-    if (embeds(m, sl) && (mz3_hold(m, MZ3_EMBEDDINGS, err) || z3_next(m, sl, -1, true, err)))
+    if (embeds(m, sl) && (hold_unit(m, MZ3_EMBEDDINGS, err) || z3_next(m, sl, -1, true, err)))
         return -1;
     if (embeds(m, sl)) {
         o->upload(m->ctx, sl->tokens, tokens, (size_t)N * sizeof(int32_t));
@@ -953,7 +1001,7 @@ int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const 
     }
     for (int i = 0; i < m->n_layers; i++) {
         int u = z3_unit(m, sl, i);
-        if (z3_next(m, sl, i, true, err) || mz3_hold(m, u, err) ||
+        if (z3_next(m, sl, i, true, err) || hold_unit(m, u, err) ||
             layer_forward(m, sl, i, B, T, err) || mz3_drop(m, u, err))
             return -1;
     }
@@ -1233,7 +1281,7 @@ static int z3_layer_backward(struct model *m, const struct model_slot *sl, int i
     int u = z3_unit(m, sl, i);
     if (!m->z3) return 0;
     if (hold)
-        return z3_next(m, sl, i, false, err) || mz3_hold(m, u, err) || mz3_grad_take(m, u, err) ? -1
+        return z3_next(m, sl, i, false, err) || hold_unit(m, u, err) || mz3_grad_take(m, u, err) ? -1
                                                                                                 : 0;
     return mz3_drop(m, u, err) || mz3_grad_give(m, u, err) ? -1 : 0;
 }

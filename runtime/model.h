@@ -120,6 +120,8 @@ struct model {
     float *z3_gwin[GPT2_ZERO3_WINDOWS];  /* the gradient windows */
     float *z3_stage[GPT2_ZERO3_WINDOWS]; /* each one's staging: this rank's part of its sum */
     uint16_t *win16[GPT2_ZERO3_WINDOWS]; /* bf16: each parameter window's copy */
+    int z3_block8[GPT2_ZERO3_WINDOWS];   /* fp8: each window's block of params8 (the layer
+                                            windows'; -1 for the others) */
     int z3_pending[GPT2_ZERO3_WINDOWS];  /* units whose gradients are scattering, oldest first */
     int z3_n_pending;
     bool z3_no_prefetch; /* gather each unit only when the pass reaches it (a benchmark's) */

@@ -54,15 +54,7 @@ int mz3_want(struct model *m, int u, struct plait_error *err)
 int mz3_hold(struct model *m, int u, struct plait_error *err)
 {
     if (idle(m, u)) return 0;
-    float *buf = zero3_get(m->z3, u, err);
-    if (!buf) return error_prefix(err, "parameter gather: ");
-    struct zero3_window *w = zero3_window_of(m->z3, u);
-    if (m->precision == PLAN_PRECISION_BF16 && !w->ready16) {
-        m->ops->to_bf16(m->ctx, m->win16[w - m->z3->win], buf,
-                        gpt2_unit(&m->shard, m->n_padded, u).elems);
-        w->ready16 = true;
-    }
-    return 0;
+    return zero3_get(m->z3, u, err) ? 0 : error_prefix(err, "parameter gather: ");
 }
 
 int mz3_drop(struct model *m, int u, struct plait_error *err)
@@ -137,6 +129,12 @@ const uint16_t *mz3_at16(const struct model *m, size_t at)
     size_t within;
     int i = m->precision == PLAN_PRECISION_BF16 ? zero3_window_at(m->z3, at, &within) : -1;
     return i < 0 ? NULL : m->win16[i] + within;
+}
+
+int mz3_window_index(const struct model *m, size_t at)
+{
+    size_t within;
+    return zero3_window_at(m->z3, at, &within);
 }
 
 int mz3_unit_grads(struct model *m, int u, float **buf, struct plait_error *err)

@@ -31,8 +31,9 @@ int mz3_layer_unit(int b);
 #define MZ3_EMBEDDINGS 0
 int mz3_last_unit(const struct model *m);
 
-/* Starts unit u's gather (a prefetch); holds it gathered (waiting for it,
- * with its bf16 copy made in bf16); releases it. */
+/* Starts unit u's gather (a prefetch); holds it gathered (waiting for it;
+ * the copies its window carries are the caller's: runtime/model.c); releases
+ * it. */
 int mz3_want(struct model *m, int u, struct plait_error *err);
 int mz3_hold(struct model *m, int u, struct plait_error *err);
 int mz3_drop(struct model *m, int u, struct plait_error *err);
@@ -50,6 +51,9 @@ bool mz3_grad_taken(const struct model *m, int u);
 
 /* The bf16 copy of gathered element `at`, NULL outside bf16. */
 const uint16_t *mz3_at16(const struct model *m, size_t at);
+
+/* The parameter window holding gathered element `at`, -1 when none does. */
+int mz3_window_index(const struct model *m, size_t at);
 
 /* The step's accumulated gradient of unit u gathered from the dp ranks'
  * grad_slices into a gradient window (*buf: its first element is the

@@ -101,7 +101,7 @@ int zero3_fetch(struct zero3 *z, int u, struct plait_error *err)
         return -1;
     w->unit = u;
     w->scatter = false;
-    w->ready16 = false;
+    w->ready = false;
     return 0;
 }
 

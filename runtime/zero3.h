@@ -24,7 +24,7 @@ struct zero3_window {
     int unit;     /* the unit it holds, is gathering or scattering; -1: free */
     void *req;    /* the gather or scatter in flight, NULL once waited for */
     bool scatter; /* req is a reduce-scatter out of the window (a gradient window) */
-    bool ready16; /* the caller's: its bf16 copy is made (reset by each fetch) */
+    bool ready;   /* the caller's: its copies (bf16, fp8) are made (reset by each fetch) */
 };
 
 struct zero3 {

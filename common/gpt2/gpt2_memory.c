@@ -196,7 +196,11 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
                                     : add_bytes(&out->optimizer, S, 8));
     if (ok && h->precision == PLAN_PRECISION_FP8) {
         out->lm_head16 = s->last ? s->elems[s->cfg.untied ? GPT2_LMHEAD : GPT2_WTE] : 0;
-        ok = fp8_copy(s, h->fp8_scaling, layers, &out->fp8_elems, &out->fp8_scales) &&
+        /* ZeRO 3: a copy in each layer window, made as the layer is gathered */
+        size_t blocks = out->zero == 3 ? (size_t)gpt2_zero3_layer_windows(
+                                             s, out->zero3_window, out->zero3_windows, NULL)
+                                       : layers;
+        ok = fp8_copy(s, h->fp8_scaling, blocks, &out->fp8_elems, &out->fp8_scales) &&
              add_bytes(&out->params, out->fp8_elems, 1) &&
              add_bytes(&out->params, out->fp8_scales, 4) &&
              add_bytes(&out->params, out->lm_head16, 2);

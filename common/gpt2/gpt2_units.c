@@ -47,6 +47,17 @@ void gpt2_unit_counts(struct gpt2_unit u, size_t slice_n, int dp, int rank, size
     }
 }
 
+int gpt2_zero3_layer_windows(const struct gpt2_shard *s, const size_t *caps, int n, int *block)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        bool layer = s->layer_elems && caps[i] == s->layer_elems;
+        if (block) block[i] = layer ? k : -1;
+        k += layer;
+    }
+    return k;
+}
+
 int gpt2_zero3_windows(const struct gpt2_shard *s, size_t padded, size_t caps[GPT2_ZERO3_WINDOWS])
 {
     int n = 0, L = gpt2_shard_layers(s);

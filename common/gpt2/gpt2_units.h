@@ -51,4 +51,9 @@ void gpt2_unit_counts(struct gpt2_unit u, size_t slice_n, int dp, int rank, size
 #define GPT2_ZERO3_WINDOWS 4
 int gpt2_zero3_windows(const struct gpt2_shard *s, size_t padded, size_t caps[GPT2_ZERO3_WINDOWS]);
 
+/* How many of n windows of those sizes are a layer's (the layers are
+ * gathered there; in fp8 each carries its layer's fp8 copy), and in block
+ * (NULL: not wanted) each window's index among them, -1 for the others. */
+int gpt2_zero3_layer_windows(const struct gpt2_shard *s, const size_t *caps, int n, int *block);
+
 #endif

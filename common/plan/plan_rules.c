@@ -432,21 +432,6 @@ static int check_pipeline_rules(struct plan_ctx *c, const struct plan *p)
     return 0;
 }
 
-/* ZeRO's stage against the runtime. ZeRO 2 runs with every schedule: it hands the
- * gradients over where the stage's buffer is quiescent (common/place/schedule.h);
- * ZeRO 3 too: it gathers and scatters each unit where a pass uses it. */
-static int check_zero_rules(struct plan_ctx *c, const struct plan *p)
-{
-    const struct plan_parallel *par = &p->parallel;
-    if (par->zero == 3 && p->precision == PLAN_PRECISION_FP8)
-        return plan_fail_rule(c, "parallel.zero", "precision",
-                              "3 with precision \"fp8\" is not in this runtime yet: the fp8 copy "
-                              "of a layer's weights is quantised with the amax of the whole "
-                              "matrix, which ZeRO 3 holds only while the layer is gathered (use "
-                              "\"bf16\", or ZeRO 2)");
-    return 0;
-}
-
 /* Offload: nvme needs its directory, and the state it keeps on disk is not
  * copied to memory for a checkpoint written in the background; neither mode is
  * built for GPU ranks yet (on a CPU rank "host" changes nothing: its state is
@@ -543,7 +528,7 @@ int plan_check_rules(struct plan_ctx *c, json_t *root, struct plan *p)
                          "CPU: use \"socket\" or \"auto\"");
     if (p->parallel.sequence_parallel && p->parallel.tp == 1)
         return plan_fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
-    if (check_zero_rules(c, p) || check_hsdp_rules(c, p) || check_row_rules(c, p) ||
+    if (check_hsdp_rules(c, p) || check_row_rules(c, p) ||
         check_offload_rules(c, p))
         return -1;
     return check_ranks(c, p) || check_model_size(c, root, p) ? -1 : 0;

@@ -110,9 +110,9 @@ test_cli_contract() {
     expect_error "$WORK/c3.log" 2 "unknown command 'trian'" "$PLAIT" trian x || return 1
     expect_error "$WORK/c4.log" 1 "parallel.device: \"cuda\" is not available" \
         "$PLAIT" train "$WORK/plan.json" --out "$WORK/c4" --set parallel.device=cuda || return 1
-    expect_error "$WORK/c5.log" 1 'parallel.zero: 3 with precision "fp8" is not in this runtime yet' \
+    expect_error "$WORK/c5.log" 1 'parallel.dp_replicate: 2 with parallel.zero 0: ZeRO 0 shards nothing' \
         "$PLAIT" train "$WORK/plan.json" --out "$WORK/c5" --set parallel.dp=2 \
-        --set parallel.zero=3 --set precision=fp8 || return 1
+        --set parallel.dp_replicate=2 || return 1
     # run.json records the resolved plan, the version and the machine; metrics have the fields
     "$PY" - "$WORK/rc_none" <<'PYEOF'
 import json, sys
