@@ -275,6 +275,7 @@ static int count_memory(struct model *m, const struct model_shape *shape, struct
                                    .chunks = m->shard.part.chunks,
                                    .dp = shape->dp,
                                    .zero = shape->zero,
+                                   .keep_gathered = shape->keep_gathered,
                                    .sequence_parallel = m->sp,
                                    .split_backward = m->split_backward,
                                    .fused_attention = m->ops->attention_forward_fused != NULL,
@@ -311,6 +312,7 @@ static void shard_sizes(struct model *m, const struct gpt2_config *cfg,
     m->replicas = shape->replicas > 1 ? shape->replicas : 1;
     m->replica = shape->replica;
     m->zero = m->mem.zero;
+    m->z3_keep = m->zero == 3 && shape->keep_gathered;
     m->n_padded = m->mem.padded;
     m->slice_n = m->mem.slice;
     m->slice_at = m->zero ? (size_t)m->dp_rank * m->slice_n : 0;
@@ -368,23 +370,34 @@ static bool allocate(struct model *m)
     return ok && allocate_rest(m);
 }
 
-/* ZeRO 3's model state: the slice's weights, gradient and moments, and the
- * parameter and gradient windows (a bf16 copy beside each parameter window
- * in bf16); the pools over them come after (model_init). */
+/* ZeRO 3's model state: the slice's weights, gradient and moments, the
+ * parameter windows (a bf16 copy beside each in bf16) and the gradient
+ * windows (a staging buffer beside each); the pools over them come after
+ * (model_init). */
 static bool allocate_zero3(struct model *m)
 {
-    size_t S = m->slice_n;
+    size_t S = m->slice_n, gcaps[GPT2_ZERO3_GRAD_WINDOWS];
     struct model_bytes *a = &m->allocated;
     bool ok = (m->params = dev_alloc(m, S * sizeof(float), &a->params)) &&
               (m->grad_slice = dev_alloc(m, S * sizeof(float), &a->grads)) && allocate_moments(m);
-    for (int i = 0; ok && i < m->mem.zero3_windows; i++) {
-        size_t n = m->mem.zero3_window[i];
-        ok = (m->z3_pwin[i] = dev_alloc(m, n * sizeof(float), &a->params)) &&
-             (m->z3_gwin[i] = dev_alloc(m, n * sizeof(float), &a->grads)) &&
-             (m->z3_stage[i] = dev_alloc(m, (n < S ? n : S) * sizeof(float), &a->grads)) &&
+    int np = gpt2_zero3_caps(m->mem.zero3_params, NULL);
+    size_t *pcaps = calloc((size_t)np + 1, sizeof *pcaps);
+    m->z3_pwin = calloc((size_t)np + 1, sizeof *m->z3_pwin);
+    m->win16 = calloc((size_t)np + 1, sizeof *m->win16);
+    m->z3_block8 = calloc((size_t)np + 1, sizeof *m->z3_block8);
+    ok = ok && pcaps && m->z3_pwin && m->win16 && m->z3_block8;
+    m->z3_n_pwin = ok ? gpt2_zero3_caps(m->mem.zero3_params, pcaps) : 0;
+    for (int i = 0, k = 0; i < m->z3_n_pwin; i++) /* fp8: the layer windows' blocks */
+        m->z3_block8[i] = gpt2_zero3_layer_window(m->mem.zero3_params, pcaps[i]) ? k++ : -1;
+    for (int i = 0; ok && i < m->z3_n_pwin; i++)
+        ok = (m->z3_pwin[i] = dev_alloc(m, pcaps[i] * sizeof(float), &a->params)) &&
              (m->precision != PLAN_PRECISION_BF16 ||
-              (m->win16[i] = dev_alloc(m, n * sizeof(uint16_t), &a->params)));
-    }
+              (m->win16[i] = dev_alloc(m, pcaps[i] * sizeof(uint16_t), &a->params)));
+    free(pcaps);
+    int ng = gpt2_zero3_caps(m->mem.zero3_grads, gcaps);
+    for (int i = 0; ok && i < ng; i++)
+        ok = (m->z3_gwin[i] = dev_alloc(m, gcaps[i] * sizeof(float), &a->grads)) &&
+             (m->z3_stage[i] = dev_alloc(m, (gcaps[i] < S ? gcaps[i] : S) * sizeof(float), &a->grads));
     return ok;
 }
 
@@ -396,8 +409,7 @@ static bool allocate_rest(struct model *m)
     if (ok && m->precision == PLAN_PRECISION_FP8) {
         size_t layers = (size_t)gpt2_shard_layers(&m->shard);
         if (m->zero == 3) /* a copy in each layer window (window_copies) */
-            layers = (size_t)gpt2_zero3_layer_windows(&m->shard, m->mem.zero3_window,
-                                                      m->mem.zero3_windows, m->z3_block8);
+            layers = (size_t)gpt2_zero3_layer_windows(m->mem.zero3_params);
         fp8_layout(m);
         ok =
             (m->params8 = dev_alloc(m, layers * m->fp8_layer_elems, &a->params)) &&
@@ -455,7 +467,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
         model_free(m);
         return -1;
     }
-    if (m->zero == 3 && mz3_init(m, shape->dp_group, m->z3_pwin, m->z3_gwin, err)) {
+    if (m->zero == 3 && mz3_init(m, shape->dp_group, err)) {
         model_free(m);
         return -1;
     }
@@ -465,6 +477,12 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
 void model_free(struct model *m)
 {
     mz3_free(m);
+    free(m->z3_pwin);
+    free(m->win16);
+    free(m->z3_block8);
+    m->z3_pwin = NULL;
+    m->win16 = NULL;
+    m->z3_block8 = NULL;
     if (m->offload) offload_close(m->offload);
     free(m->offload);
     m->offload = NULL;

@@ -116,14 +116,17 @@ struct model {
        windows (z3g), each rank's part into the window's staging, then added into
        grad_slice (slice_tmp is NULL). NULL below ZeRO 3. */
     struct zero3 *z3, *z3g;
-    float *z3_pwin[GPT2_ZERO3_WINDOWS];  /* the parameter windows (mem.zero3_window's sizes) */
-    float *z3_gwin[GPT2_ZERO3_WINDOWS];  /* the gradient windows */
-    float *z3_stage[GPT2_ZERO3_WINDOWS]; /* each one's staging: this rank's part of its sum */
-    uint16_t *win16[GPT2_ZERO3_WINDOWS]; /* bf16: each parameter window's copy */
-    int z3_block8[GPT2_ZERO3_WINDOWS];   /* fp8: each window's block of params8 (the layer
-                                            windows'; -1 for the others) */
-    int z3_pending[GPT2_ZERO3_WINDOWS];  /* units whose gradients are scattering, oldest first */
+    float **z3_pwin;  /* [z3_n_pwin] the parameter windows (mem.zero3_params' sizes) */
+    uint16_t **win16; /* [z3_n_pwin] bf16: each parameter window's copy */
+    int *z3_block8;   /* [z3_n_pwin] fp8: each window's block of params8 (the layer windows'; -1
+                         for the others) */
+    int z3_n_pwin;
+    float *z3_gwin[GPT2_ZERO3_GRAD_WINDOWS];  /* the gradient windows (mem.zero3_grads') */
+    float *z3_stage[GPT2_ZERO3_GRAD_WINDOWS]; /* each one's staging: this rank's part of its sum */
+    int z3_pending[GPT2_ZERO3_GRAD_WINDOWS];  /* units whose gradients are scattering, oldest first */
     int z3_n_pending;
+    bool z3_keep;        /* parallel.reshard_after_forward false: a unit gathered stays until
+                            the step's end (mz3_drop_all) */
     bool z3_no_prefetch; /* gather each unit only when the pass reaches it (a benchmark's) */
     struct offload *offload; /* nvme offload: the moments in files (runtime/offload.h) */
     float *grad_slice;       /* (slice_n) ZeRO >= 1: the slice's gradient summed over dp
@@ -187,6 +190,8 @@ struct model_shape {
                                      of the parameters */
     const struct group *dp_group; /* ZeRO 3: the group of those dp ranks (gathers and
                                      reduce-scatters unevenly), outliving the model */
+    bool keep_gathered;           /* ZeRO 3, parallel.reshard_after_forward false: a unit
+                                     gathered stays until the step's end (a window each) */
     bool sequence_parallel;       /* tp > 1: the residual stream, LayerNorms and biases of the
                                      row-parallel products on N/tp rows a rank (B·T divisible
                                      by tp) */

@@ -6,18 +6,26 @@
 
 #include "runtime/zero3.h"
 
-int mz3_init(struct model *m, const struct group *dp, float *const *pwin, float *const *gwin,
-             struct plait_error *err)
+int mz3_init(struct model *m, const struct group *dp, struct plait_error *err)
 {
-    int n = m->mem.zero3_windows;
-    if (!(m->z3 = calloc(1, sizeof *m->z3)) || !(m->z3g = calloc(1, sizeof *m->z3g)))
-        return error_set(err, "out of memory");
-    if (zero3_init(m->z3, &m->shard, m->n_padded, dp, m->params, pwin, m->mem.zero3_window, n,
+    size_t gcaps[GPT2_ZERO3_GRAD_WINDOWS];
+    int ng = gpt2_zero3_caps(m->mem.zero3_grads, gcaps), rc = -1;
+    size_t *pcaps = calloc((size_t)m->z3_n_pwin + 1, sizeof *pcaps);
+    if (!pcaps || !(m->z3 = calloc(1, sizeof *m->z3)) || !(m->z3g = calloc(1, sizeof *m->z3g))) {
+        error_set(err, "out of memory");
+        goto out;
+    }
+    gpt2_zero3_caps(m->mem.zero3_params, pcaps);
+    if (zero3_init(m->z3, &m->shard, m->n_padded, dp, m->params, m->z3_pwin, pcaps, m->z3_n_pwin,
                    err) ||
-        zero3_init(m->z3g, &m->shard, m->n_padded, dp, m->grad_slice, gwin, m->mem.zero3_window, n,
-                   err))
-        return error_prefix(err, "parallel.zero 3: ");
-    return 0;
+        zero3_init(m->z3g, &m->shard, m->n_padded, dp, m->grad_slice, m->z3_gwin, gcaps, ng, err)) {
+        error_prefix(err, "parallel.zero 3: ");
+        goto out;
+    }
+    rc = 0;
+out:
+    free(pcaps);
+    return rc;
 }
 
 void mz3_free(struct model *m)
@@ -57,16 +65,21 @@ int mz3_hold(struct model *m, int u, struct plait_error *err)
     return zero3_get(m->z3, u, err) ? 0 : error_prefix(err, "parameter gather: ");
 }
 
+/* Gives unit u's window back. */
+static int release(struct model *m, int u, struct plait_error *err)
+{
+    return zero3_release(m->z3, u, err) ? error_prefix(err, "parameter gather: ") : 0;
+}
+
 int mz3_drop(struct model *m, int u, struct plait_error *err)
 {
-    if (idle(m, u)) return 0;
-    return zero3_release(m->z3, u, err) ? error_prefix(err, "parameter gather: ") : 0;
+    return idle(m, u) || m->z3_keep ? 0 : release(m, u, err);
 }
 
 int mz3_drop_all(struct model *m, struct plait_error *err)
 {
     for (int i = 0; m->z3 && i < m->z3->n_windows; i++)
-        if (m->z3->win[i].unit >= 0 && mz3_drop(m, m->z3->win[i].unit, err)) return -1;
+        if (m->z3->win[i].unit >= 0 && release(m, m->z3->win[i].unit, err)) return -1;
     return 0;
 }
 

@@ -19,10 +19,10 @@
 #include "runtime/model.h"
 
 /* The two pools over the windows model_init allocated (m->mem says their
- * sizes): the parameters' over m->params (the slice), the gradients' over
- * m->grad_slice. dp: the group the slices are over, which must outlive m. */
-int mz3_init(struct model *m, const struct group *dp, float *const *pwin, float *const *gwin,
-             struct plait_error *err);
+ * sizes): the parameters' (m->z3_pwin) over m->params (the slice), the
+ * gradients' (m->z3_gwin) over m->grad_slice. dp: the group the slices are
+ * over, which must outlive m. */
+int mz3_init(struct model *m, const struct group *dp, struct plait_error *err);
 void mz3_free(struct model *m);
 
 /* The unit of local layer block b (chunk · n_layers + i), of the
@@ -33,11 +33,13 @@ int mz3_last_unit(const struct model *m);
 
 /* Starts unit u's gather (a prefetch); holds it gathered (waiting for it;
  * the copies its window carries are the caller's: runtime/model.c); releases
- * it. */
+ * it, or with m->z3_keep leaves it gathered (its window is its own) for the
+ * passes after: the weights stay the same until the step's end. */
 int mz3_want(struct model *m, int u, struct plait_error *err);
 int mz3_hold(struct model *m, int u, struct plait_error *err);
 int mz3_drop(struct model *m, int u, struct plait_error *err);
-/* Every parameter window given back (before the weights change). */
+/* Every parameter window given back (before the weights change: each
+ * step's end). */
 int mz3_drop_all(struct model *m, struct plait_error *err);
 
 /* A zeroed gradient window for unit u (no-op when u has one already), the

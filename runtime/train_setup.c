@@ -174,6 +174,7 @@ static int make_model(struct trainer *t, struct plait_error *err)
                                 .replica = rank_replica_of(w->dp_rank, t->par.dp_shard),
                                 .zero = p->parallel.zero,
                                 .dp_group = &t->par.g_shard,
+                                .keep_gathered = !p->parallel.reshard_after_forward,
                                 .split_backward = t->sched.split_backward,
                                 .sequence_parallel = p->parallel.sequence_parallel,
                                 .offload_dir = p->parallel.offload == PLAN_OFFLOAD_NVME

@@ -147,6 +147,28 @@ static size_t offload_window_of(double window_mb, size_t S)
     return floats ? floats : 1;
 }
 
+/* ZeRO 3's model state: the slice's weights and gradient, the parameter
+ * windows (every layer's when kept gathered, else two) and the gradient
+ * windows with their staging; false on overflow. */
+static bool zero3_windows(const struct gpt2_shard *s, bool keep_gathered, bool bf16,
+                          struct gpt2_memory *out)
+{
+    size_t S = out->slice, caps[GPT2_ZERO3_GRAD_WINDOWS];
+    int layers = keep_gathered ? gpt2_shard_layers(s) : 2;
+    out->zero3_params = gpt2_zero3_windows(s, out->padded, layers);
+    out->zero3_grads = gpt2_zero3_windows(s, out->padded, 2);
+    bool ok = add_bytes(&out->params, S, 4) && add_bytes(&out->grads, S, 4);
+    struct gpt2_zero3_windows p = out->zero3_params;
+    size_t param_elems, layer_elems;
+    ok = ok && ck_mul(p.layer, (size_t)p.layers, &layer_elems) &&
+         ck_add(p.first, p.last, &param_elems) && ck_add(param_elems, layer_elems, &param_elems) &&
+         add_bytes(&out->params, param_elems, bf16 ? 6 : 4);
+    int n = gpt2_zero3_caps(out->zero3_grads, caps);
+    for (int i = 0; ok && i < n; i++) /* + each one's staging */
+        ok = add_bytes(&out->grads, caps[i], 4) && add_bytes(&out->grads, caps[i] < S ? caps[i] : S, 4);
+    return ok;
+}
+
 int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shape,
                 struct gpt2_memory *out, struct plait_error *err)
 {
@@ -175,14 +197,7 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
     out->slice = S = out->zero ? out->padded / dp : P;
     bool bf16 = h->precision == PLAN_PRECISION_BF16;
     if (out->zero == 3) { /* the slice, and windows the units are gathered into */
-        size_t caps[GPT2_ZERO3_WINDOWS];
-        out->zero3_windows = gpt2_zero3_windows(s, out->padded, caps);
-        for (int i = 0; i < out->zero3_windows; i++) out->zero3_window[i] = caps[i];
-        for (int i = 0; ok && i < out->zero3_windows; i++) /* + the gradient's staging */
-            ok = add_bytes(&out->params, caps[i], bf16 ? 6 : 4) &&
-                 add_bytes(&out->grads, caps[i], 4) &&
-                 add_bytes(&out->grads, caps[i] < S ? caps[i] : S, 4);
-        ok = ok && add_bytes(&out->params, S, 4) && add_bytes(&out->grads, S, 4);
+        ok = ok && zero3_windows(s, h->keep_gathered, bf16, out);
     } else {
         size_t Pp = out->padded;
         ok = ok && add_bytes(&out->params, Pp, 4) && add_bytes(&out->params, bf16 ? Pp : 0, 2) &&
@@ -197,9 +212,8 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
     if (ok && h->precision == PLAN_PRECISION_FP8) {
         out->lm_head16 = s->last ? s->elems[s->cfg.untied ? GPT2_LMHEAD : GPT2_WTE] : 0;
         /* ZeRO 3: a copy in each layer window, made as the layer is gathered */
-        size_t blocks = out->zero == 3 ? (size_t)gpt2_zero3_layer_windows(
-                                             s, out->zero3_window, out->zero3_windows, NULL)
-                                       : layers;
+        size_t blocks =
+            out->zero == 3 ? (size_t)gpt2_zero3_layer_windows(out->zero3_params) : layers;
         ok = fp8_copy(s, h->fp8_scaling, blocks, &out->fp8_elems, &out->fp8_scales) &&
              add_bytes(&out->params, out->fp8_elems, 1) &&
              add_bytes(&out->params, out->fp8_scales, 4) &&

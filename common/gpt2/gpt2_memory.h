@@ -20,10 +20,12 @@
  *   activations the buffers below, fp32 (bf16 changes only the weights' copy)
  * ZeRO 3 holds the slice of each, 4·S weights, 4·S gradients, 8·S moments,
  * and the windows its units are gathered into (gpt2_units.h: the embeddings'
- * unit, the last unit, two layers): 4 bytes an element for the weights (+ 2
- * for their bf16 copy in bf16), 4 for their gradients and 4 for each
- * gradient window's staging (this rank's part of its sum: up to the window,
- * or S). Without data parallelism ZeRO is off. */
+ * unit, the last unit, two layers; kept gathered until the step's end, every
+ * layer of the shard): 4 bytes an element for the weights (+ 2 for their bf16
+ * copy in bf16); the gradient windows (the embeddings' unit, the last unit,
+ * two layers, either way): 4 for their gradients and 4 for each one's staging
+ * (this rank's part of its sum: up to the window, or S). Without data
+ * parallelism ZeRO is off. */
 #ifndef PLAIT_GPT2_MEMORY_H
 #define PLAIT_GPT2_MEMORY_H
 
@@ -104,6 +106,8 @@ struct gpt2_memory_shape {
                    for interleaved schedules) */
     int dp;     /* data-parallel ranks holding the same part */
     int zero;   /* ZeRO stage 0..3 */
+    bool keep_gathered; /* ZeRO 3 with parallel.reshard_after_forward false: a unit stays
+                           gathered until the step's end (a window for each unit) */
     bool sequence_parallel; /* the residual stream on N/tp rows (tp > 1, N divisible by tp) */
     bool split_backward;    /* zero-bubble schedules: the G_* buffers */
     bool fused_attention;   /* the backend's fused attention (kernels/ops.h
@@ -129,9 +133,10 @@ struct gpt2_memory {
     size_t fp8_elems, fp8_scales; /* precision fp8: the weight copy's codes and scales */
     size_t lm_head16;             /* precision fp8, last stage: elements of the LM head's
                                      bf16 copy of wte, (Vp/tp, C) */
-    int zero3_windows;            /* ZeRO 3: the windows its units are gathered into (as many
-                                     again for their gradients, gpt2_units.h) */
-    size_t zero3_window[GPT2_ZERO3_WINDOWS]; /* their floats (a bf16 copy beside each in bf16) */
+    /* ZeRO 3 (gpt2_units.h): the windows the units are gathered into (a bf16 copy
+       beside each in bf16) and those their gradients are reduce-scattered out of
+       (a staging buffer beside each) */
+    struct gpt2_zero3_windows zero3_params, zero3_grads;
     size_t offload_window; /* nvme offload: floats of a moment's window (two of each in
                               memory), 0 without */
     uint64_t params, grads, optimizer, activations, total; /* bytes */

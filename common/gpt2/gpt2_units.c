@@ -47,23 +47,37 @@ void gpt2_unit_counts(struct gpt2_unit u, size_t slice_n, int dp, int rank, size
     }
 }
 
-int gpt2_zero3_layer_windows(const struct gpt2_shard *s, const size_t *caps, int n, int *block)
+struct gpt2_zero3_windows gpt2_zero3_windows(const struct gpt2_shard *s, size_t padded, int layers)
 {
-    int k = 0;
-    for (int i = 0; i < n; i++) {
-        bool layer = s->layer_elems && caps[i] == s->layer_elems;
-        if (block) block[i] = layer ? k : -1;
-        k += layer;
-    }
-    return k;
+    int L = gpt2_shard_layers(s);
+    return (struct gpt2_zero3_windows){.first = gpt2_unit(s, padded, 0).elems,
+                                       .last = gpt2_unit(s, padded, L + 1).elems,
+                                       .layer = s->layer_elems,
+                                       .layers = L > 0 && s->layer_elems ? layers : 0};
 }
 
-int gpt2_zero3_windows(const struct gpt2_shard *s, size_t padded, size_t caps[GPT2_ZERO3_WINDOWS])
+int gpt2_zero3_caps(struct gpt2_zero3_windows w, size_t *caps)
 {
-    int n = 0, L = gpt2_shard_layers(s);
-    size_t first = gpt2_unit(s, padded, 0).elems, last = gpt2_unit(s, padded, L + 1).elems;
-    if (first) caps[n++] = first;
-    if (last) caps[n++] = last;
-    for (int k = 0; k < 2 && L > 0 && s->layer_elems; k++) caps[n++] = s->layer_elems;
+    const size_t ends[2] = {w.first, w.last};
+    int n = 0;
+    for (int k = 0; k < 2 + w.layers; k++) {
+        size_t elems = k < 2 ? ends[k] : w.layer;
+        if (!elems) continue;
+        if (caps) caps[n] = elems;
+        n++;
+    }
+    return n;
+}
+
+bool gpt2_zero3_layer_window(struct gpt2_zero3_windows w, size_t cap)
+{
+    return w.layer && cap == w.layer;
+}
+
+int gpt2_zero3_layer_windows(struct gpt2_zero3_windows w)
+{
+    size_t caps[2] = {w.first, w.last};
+    int n = w.layer ? w.layers : 0;
+    for (int k = 0; k < 2; k++) n += caps[k] && gpt2_zero3_layer_window(w, caps[k]);
     return n;
 }

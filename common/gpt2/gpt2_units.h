@@ -43,17 +43,29 @@ size_t gpt2_unit_max_elems(const struct gpt2_shard *s, size_t padded);
 void gpt2_unit_counts(struct gpt2_unit u, size_t slice_n, int dp, int rank, size_t *counts,
                       size_t *from);
 
-/* The windows ZeRO 3 gathers a shard's units into, and as many again for
- * their gradients: one the size of the embeddings' unit, one of the last
- * unit's (final norm, untied head, padding), two of a layer's (the layer at
- * work and the next one on its way), empty ones left out. caps gets their
- * sizes; returns how many (at most GPT2_ZERO3_WINDOWS). */
-#define GPT2_ZERO3_WINDOWS 4
-int gpt2_zero3_windows(const struct gpt2_shard *s, size_t padded, size_t caps[GPT2_ZERO3_WINDOWS]);
+/* The windows ZeRO 3 gathers a shard's units into, or takes for their
+ * gradients: one the size of the embeddings' unit, one of the last unit's
+ * (final norm, untied head, padding), `layers` of a layer's, empty ones left
+ * out. The gradient windows hold two layers (the layer at work and the next
+ * one on its way), the parameter windows as many, or, kept gathered until the
+ * step's end (parallel.reshard_after_forward false), one per layer of the
+ * shard: every unit at once. */
+struct gpt2_zero3_windows {
+    size_t first, last, layer; /* elements of the embeddings' unit, the last, a layer's */
+    int layers;                /* windows of a layer's size (0: the shard has none) */
+};
+#define GPT2_ZERO3_GRAD_WINDOWS 4 /* the gradient windows: 2 + two layers' */
 
-/* How many of n windows of those sizes are a layer's (the layers are
- * gathered there; in fp8 each carries its layer's fp8 copy), and in block
- * (NULL: not wanted) each window's index among them, -1 for the others. */
-int gpt2_zero3_layer_windows(const struct gpt2_shard *s, const size_t *caps, int n, int *block);
+/* The windows of s's units with `layers` of a layer's size. */
+struct gpt2_zero3_windows gpt2_zero3_windows(const struct gpt2_shard *s, size_t padded, int layers);
+
+/* Their sizes in elements into caps (NULL: only counted); returns how many
+ * (at most 2 + w.layers). */
+int gpt2_zero3_caps(struct gpt2_zero3_windows w, size_t *caps);
+
+/* Whether a window of cap elements is a layer's (the layers are gathered
+ * there; in fp8 each carries its layer's fp8 copy), and how many of w's are. */
+bool gpt2_zero3_layer_window(struct gpt2_zero3_windows w, size_t cap);
+int gpt2_zero3_layer_windows(struct gpt2_zero3_windows w);
 
 #endif

@@ -184,6 +184,7 @@ static const struct field parallel_fields[] = {
     INT_FIELD("dp_replicate", parallel.dp_replicate, 1, INT_MAX, PLAN_AUTO, AUTO_OK | MAY_CHANGE),
     BOOL_FIELD("allow_tp_over_pcie", parallel.allow_tp_over_pcie, false, MAY_CHANGE),
     INT_FIELD("zero", parallel.zero, 0, 3, 0, MAY_CHANGE),
+    BOOL_FIELD("reshard_after_forward", parallel.reshard_after_forward, true, MAY_CHANGE),
     ENUM_FIELD("device", parallel.device, device_names, PLAN_DEVICE_AUTO, MAY_CHANGE),
     ENUM_FIELD("schedule", parallel.schedule, pipeline_names, PLAN_PIPE_1F1B, MAY_CHANGE),
     INT_FIELD("virtual_stages", parallel.virtual_stages, 1, 64, 1, MAY_CHANGE),

@@ -136,6 +136,8 @@ struct plan_parallel {
     int dp_shard, dp_replicate;
     bool allow_tp_over_pcie; /* let a tp group span NVLink domains of one node */
     int zero;                /* ZeRO stage 0..3: what data parallelism shards */
+    bool reshard_after_forward; /* ZeRO 3: a unit is gathered again for its backward (and
+                                   each micro-batch); false: kept gathered until the step's end */
     enum plan_device device;
     enum plan_pipeline schedule;
     int virtual_stages;            /* model chunks per pipeline stage (interleaved: >= 2; else 1) */

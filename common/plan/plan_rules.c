@@ -432,6 +432,19 @@ static int check_pipeline_rules(struct plan_ctx *c, const struct plan *p)
     return 0;
 }
 
+/* ZeRO's options: keeping the units gathered (reshard_after_forward false)
+ * means something at ZeRO 3 only. */
+static int check_zero_rules(struct plan_ctx *c, const struct plan *p)
+{
+    const struct plan_parallel *par = &p->parallel;
+    if (!par->reshard_after_forward && par->zero < 3)
+        return plan_fail_rule(c, "parallel.reshard_after_forward", "parallel.zero",
+                              "false is only read with parallel.zero 3 (it is %d): below ZeRO 3 "
+                              "every rank holds all the parameters, which are never resharded",
+                              par->zero);
+    return 0;
+}
+
 /* Offload: nvme needs its directory, and the state it keeps on disk is not
  * copied to memory for a checkpoint written in the background; neither mode is
  * built for GPU ranks yet (on a CPU rank "host" changes nothing: its state is
@@ -528,7 +541,7 @@ int plan_check_rules(struct plan_ctx *c, json_t *root, struct plan *p)
                          "CPU: use \"socket\" or \"auto\"");
     if (p->parallel.sequence_parallel && p->parallel.tp == 1)
         return plan_fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
-    if (check_hsdp_rules(c, p) || check_row_rules(c, p) ||
+    if (check_zero_rules(c, p) || check_hsdp_rules(c, p) || check_row_rules(c, p) ||
         check_offload_rules(c, p))
         return -1;
     return check_ranks(c, p) || check_model_size(c, root, p) ? -1 : 0;

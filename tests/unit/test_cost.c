@@ -203,6 +203,29 @@ static void test_zero_slices_the_optimizer_state_over_dp(void)
     plan_free(p);
 }
 
+/* The same 7B at ZeRO 3 over dp 64 with the units kept gathered until the
+ * step's end (parallel.reshard_after_forward false): a parameter window for
+ * every unit, the embeddings' 147,849,216 + the last 8,192 + 32 layers of
+ * 201,379,840 = 6,592,012,288 elements (Ψ: every unit at once), 6 bytes each
+ * (fp32, bf16 copy) = 39,552,073,728; the gradient windows stay four,
+ * 4 · 550,617,088 = 2,202,468,352, with their staging 1,236,035,072; the
+ * slices 16S = 1,648,003,072; sum 44,638,580,224. */
+static void test_zero3_kept_gathered_holds_a_window_for_every_unit(void)
+{
+    struct plan *p = load_plan(model_7b, 1, 1, "bf16", "none");
+    if (!p) return;
+    p->parallel.zero = 3;
+    p->parallel.reshard_after_forward = false;
+    struct cost_memory m;
+    cost_memory_stage(p, (struct cost_layout){1, 1, 64}, 0, &m);
+    CHECK(m.params == 1648003072ull / 4 + 39552073728ull &&
+              m.grads == 1648003072ull / 4 + 2202468352ull + 1236035072ull &&
+              m.params + m.grads + m.optimizer == 44638580224ull,
+          "%llu %llu %llu", (unsigned long long)m.params, (unsigned long long)m.grads,
+          (unsigned long long)m.optimizer);
+    plan_free(p);
+}
+
 /* GPT-2 124M (P = 124,475,904) over dp = 5: P = 5·24,895,180 + 4, so the
  * buffers are padded to Pp = 124,475,905 and S = 24,895,181. fp32, ZeRO 1:
  * params 4Pp = 497,903,620; grads 4Pp + 4S = 597,484,344; optimizer 12S =
@@ -388,6 +411,12 @@ static void test_traffic_tp2_pp2_dp2_by_zero_stage(void)
         CHECK(t.pp_bytes == 25165824, "ZeRO %d pp %.0f", zero, t.pp_bytes);
         CHECK(t.dp_bytes == want_dp[zero], "ZeRO %d dp %.0f", zero, t.dp_bytes);
     }
+    /* ZeRO 3 with the units kept gathered from forward to backward: one gather
+     * a step, 2·(1/2)·Ψ·2 = 82,761,216 */
+    p->parallel.reshard_after_forward = false;
+    struct cost_traffic t;
+    cost_traffic(p, l, &t);
+    CHECK(t.dp_bytes == 82761216, "ZeRO 3 kept gathered: dp %.0f", t.dp_bytes);
     plan_free(p);
 }
 
@@ -783,6 +812,7 @@ int main(void)
     RUN(test_uneven_pp_gives_first_stages_one_more_layer);
     RUN(test_7b_model_state_is_18_bytes_per_parameter_in_bf16_16_in_fp32);
     RUN(test_zero_slices_the_optimizer_state_over_dp);
+    RUN(test_zero3_kept_gathered_holds_a_window_for_every_unit);
     RUN(test_zero_pads_the_buffers_to_a_multiple_of_dp);
     RUN(test_activations_by_recompute_and_tp_in_fp32_whatever_the_precision);
     RUN(test_pipeline_stages_hold_what_their_schedule_keeps_in_flight);
