@@ -9,6 +9,9 @@
 #                reduce-scattered as backward writes it
 #   zero3 no prefetch  the same with PLAIT_DEBUG_NO_PREFETCH=1: each gather
 #                starts when the pass reaches its unit
+#   zero3 kept   parallel.zero 3 with parallel.reshard_after_forward false:
+#                each unit gathered once a step and kept until its end (a
+#                window for every unit: more memory, fewer gathers)
 # Each step's metrics.jsonl records "parallel.wait_ms.dp", the time a rank was
 # blocked in the data-parallel communicator (ZeRO 3: waiting for a gather or a
 # scatter): what computing did not hide. hidden = 1 − prefetch / no prefetch,
@@ -24,14 +27,19 @@ gpt2_tokens "$work/tokens.bin"
 gpt2_plan "$work/plan.json" "$work/tokens.bin" "$T" "$B" $((STEPS + 1)) \
     '"parallel": {"dp": 2, "device": "cpu"}'
 
-run() { # NAME ZERO [ENV=VALUE]
-    env ${3:+"$3"} "$BUILD/bin/plait" train "$work/plan.json" --out "$work/$1" \
-        --set parallel.zero="$2" >"$work/$1.log" 2>&1 || { tail -n 20 "$work/$1.log"; exit 1; }
+run() { # NAME ZERO [ENV=VALUE] [plait train options...]
+    local name=$1 zero=$2 env=()
+    shift 2
+    if [[ ${1:-} == [A-Z]*=* ]]; then env=("$1"); shift; fi
+    env "${env[@]}" "$BUILD/bin/plait" train "$work/plan.json" --out "$work/$name" \
+        --set parallel.zero="$zero" "$@" >"$work/$name.log" 2>&1 ||
+        { tail -n 20 "$work/$name.log"; exit 1; }
 }
 echo "== ZeRO 3 against ZeRO 1: GPT-2 124M, micro-batch $B, seq $T, fp32, 1×1×2, $STEPS timed steps each"
 run zero1 1
 run zero3 3
 run zero3_no_prefetch 3 PLAIT_DEBUG_NO_PREFETCH=1
+run zero3_kept 3 --set parallel.reshard_after_forward=false
 "$PY" - "$work" <<'PYEOF'
 import json, statistics, sys
 work = sys.argv[1]
@@ -52,4 +60,8 @@ if off_wait > 0:
     print(f"  share of ZeRO 3's gathers and scatters hidden by the prefetch  {100 * (1 - z3_wait / off_wait):5.1f}%")
 print(f"  a rank's parameters, gradients and optimizer state: ZeRO 3 {memory('zero3') / 1e6:.0f} MB, "
       f"ZeRO 1 {memory('zero1') / 1e6:.0f} MB (ratio {memory('zero3') / memory('zero1'):.3f})")
+kept, kept_wait, _ = medians("zero3_kept")
+print(f"  ZeRO 3 kept gathered (reshard_after_forward false): step {kept:8.1f} ms "
+      f"({kept / z1:5.3f}× ZeRO 1, {kept / z3:5.3f}× ZeRO 3), blocked in dp {kept_wait:8.1f} ms, "
+      f"model state {memory('zero3_kept') / 1e6:.0f} MB ({memory('zero3_kept') / memory('zero1'):.3f}× ZeRO 1's)")
 PYEOF

@@ -397,7 +397,8 @@ static bool allocate_zero3(struct model *m)
     int ng = gpt2_zero3_caps(m->mem.zero3_grads, gcaps);
     for (int i = 0; ok && i < ng; i++)
         ok = (m->z3_gwin[i] = dev_alloc(m, gcaps[i] * sizeof(float), &a->grads)) &&
-             (m->z3_stage[i] = dev_alloc(m, (gcaps[i] < S ? gcaps[i] : S) * sizeof(float), &a->grads));
+             (m->z3_stage[i] =
+                  dev_alloc(m, (gcaps[i] < S ? gcaps[i] : S) * sizeof(float), &a->grads));
     return ok;
 }
 

@@ -123,7 +123,7 @@ struct model {
     int z3_n_pwin;
     float *z3_gwin[GPT2_ZERO3_GRAD_WINDOWS];  /* the gradient windows (mem.zero3_grads') */
     float *z3_stage[GPT2_ZERO3_GRAD_WINDOWS]; /* each one's staging: this rank's part of its sum */
-    int z3_pending[GPT2_ZERO3_GRAD_WINDOWS];  /* units whose gradients are scattering, oldest first */
+    int z3_pending[GPT2_ZERO3_GRAD_WINDOWS];  /* units whose gradients scatter, oldest first */
     int z3_n_pending;
     bool z3_keep;        /* parallel.reshard_after_forward false: a unit gathered stays until
                             the step's end (mz3_drop_all) */

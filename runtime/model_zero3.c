@@ -83,6 +83,13 @@ int mz3_drop_all(struct model *m, struct plait_error *err)
     return 0;
 }
 
+int mz3_gathered(const struct model *m)
+{
+    for (int i = 0; m->z3 && i < m->z3->n_windows; i++)
+        if (m->z3->win[i].unit >= 0) return m->z3->win[i].unit;
+    return -1;
+}
+
 bool mz3_grad_taken(const struct model *m, int u)
 {
     return !idle(m, u) && zero3_window_of(m->z3g, u) != NULL;

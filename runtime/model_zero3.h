@@ -41,6 +41,9 @@ int mz3_drop(struct model *m, int u, struct plait_error *err);
 /* Every parameter window given back (before the weights change: each
  * step's end). */
 int mz3_drop_all(struct model *m, struct plait_error *err);
+/* A unit still gathered (-1: none): the optimizer refuses to change the
+ * weights under a window's copy of them. */
+int mz3_gathered(const struct model *m);
 
 /* A zeroed gradient window for unit u (no-op when u has one already), the
  * oldest scatters finished first until one is free; then its contribution

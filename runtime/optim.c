@@ -6,6 +6,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "runtime/model_zero3.h"
+
 static bool has(const struct group *g)
 {
     return g && g->size > 1;
@@ -131,6 +133,11 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
                        *rep = g ? g->replicas : NULL;
     struct slice_args a = {.m = m, .g = m->grads, .o = o, .lr = (float)lr, .t = t};
     double t0 = prof_clock(&m->prof);
+    if (mz3_gathered(m) >= 0)
+        return error_set(err,
+                         "ZeRO 3: unit %d is still gathered at the optimizer step, which would "
+                         "leave its window stale (a bug: mz3_drop_all comes first)",
+                         mz3_gathered(m));
     /* the gradients over dp: whole (ZeRO 0) or this rank's slice (ZeRO 1; 2 has it) */
     int rc = 0;
     if (has(dp) && m->zero == 0 && !g->summed)

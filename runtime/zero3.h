@@ -1,7 +1,7 @@
 /* zero3.h — ZeRO 3's unit windows: a unit of the shard
  * (common/gpt2/gpt2_units.h) is all-gathered from the dp ranks' slices into
- * one of a small fixed pool of windows before it is used, and released
- * after. The gather of the next unit may be started (zero3_fetch) while the
+ * one of a pool of windows (a few, or one per unit when units stay gathered
+ * until the step's end) before it is used, and released after. The gather of the next unit may be started (zero3_fetch) while the
  * current one computes. A pool of gradient windows is the same table: a
  * window taken for a unit (zero3_take) is filled by backward, then
  * reduce-scattered into the slices (zero3_scatter_window) and released once

@@ -165,7 +165,8 @@ static bool zero3_windows(const struct gpt2_shard *s, bool keep_gathered, bool b
          add_bytes(&out->params, param_elems, bf16 ? 6 : 4);
     int n = gpt2_zero3_caps(out->zero3_grads, caps);
     for (int i = 0; ok && i < n; i++) /* + each one's staging */
-        ok = add_bytes(&out->grads, caps[i], 4) && add_bytes(&out->grads, caps[i] < S ? caps[i] : S, 4);
+        ok = add_bytes(&out->grads, caps[i], 4) &&
+             add_bytes(&out->grads, caps[i] < S ? caps[i] : S, 4);
     return ok;
 }
 

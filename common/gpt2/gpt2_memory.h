@@ -106,8 +106,8 @@ struct gpt2_memory_shape {
                    for interleaved schedules) */
     int dp;     /* data-parallel ranks holding the same part */
     int zero;   /* ZeRO stage 0..3 */
-    bool keep_gathered; /* ZeRO 3 with parallel.reshard_after_forward false: a unit stays
-                           gathered until the step's end (a window for each unit) */
+    bool keep_gathered;     /* ZeRO 3 with parallel.reshard_after_forward false: a unit stays
+                               gathered until the step's end (a window for each unit) */
     bool sequence_parallel; /* the residual stream on N/tp rows (tp > 1, N divisible by tp) */
     bool split_backward;    /* zero-bubble schedules: the G_* buffers */
     bool fused_attention;   /* the backend's fused attention (kernels/ops.h

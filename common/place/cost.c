@@ -329,9 +329,10 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
      * parameters, (d−1)/d·Ψ each; stage 3 all-gathers the parameters for
      * forward and again for backward and reduce-scatters the gradients,
      * 3(d−1)/d·Ψ (1.5× the all-reduce), or 2(d−1)/d·Ψ with the units kept
-     * gathered from forward to backward (reshard_after_forward false). Plait's ZeRO 2 reduce-scatters at
-     * each hand-over of the step (zero2_handovers), not once: m times the
-     * floor's gradient share without a pipeline or with 1F1B. */
+     * gathered from forward to backward (reshard_after_forward false).
+     * Plait's ZeRO 2 reduce-scatters at each hand-over of the step
+     * (zero2_handovers), not once: m times the floor's gradient share without
+     * a pipeline or with 1F1B. */
     int S = plan_dp_shard(&p->parallel, l.dp);
     if (l.dp > 1 && S < l.dp && p->parallel.zero >= 1) {
         /* hybrid sharding: ZeRO's within the shard group on Ψ, then the slice Ψ/S
@@ -350,7 +351,8 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
         double psi = (double)stage_param_count(p, l, stage), d = l.dp;
         double share = (d - 1) / d * psi;
         if (p->parallel.zero >= 3)
-            out.dp_bytes = (p->parallel.reshard_after_forward ? 3 : 2) * share * (double)w.grad_bytes;
+            out.dp_bytes =
+                (p->parallel.reshard_after_forward ? 3 : 2) * share * (double)w.grad_bytes;
         else if (p->parallel.zero == 2)
             out.dp_bytes = zero2_handovers(p, l, stage) * share * (double)w.grad_bytes +
                            share * (double)w.param_bytes;
