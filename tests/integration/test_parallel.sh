@@ -372,11 +372,11 @@ PYEOF
 # gathered until the step's end, so its backward and the step's later
 # micro-batches find it there: one rank's losses and gradient norms within
 # 1e-5 at dp 2 with 3 micro-batches a step (and with 4 layers), and pp 2 ×
-# dp 2 with 1F1B and interleaved (a window for every unit, predicted ==
-# allocated); fewer bytes
-# sent over dp each step than resharding (one gather a step, not two a
-# micro-batch); evaluating between steps (what it gathers stays until the next
-# step's end, whose weights it is) changes no training step's bits.
+# dp 2 with 1F1B, interleaved and ZB-H1 (a window for every unit, predicted ==
+# allocated), bf16 within 1e-4; fewer bytes sent over dp each step than
+# resharding (one gather a step, not two a micro-batch); evaluating between
+# steps (what it gathers stays until the next step's end, whose weights it
+# is) changes no training step's bits; stopped mid-step, resumed to the bit.
 zero3_kept_gathered() {
     local keep=(--set parallel.zero=3
         --set parallel.reshard_after_forward=false)
@@ -390,6 +390,12 @@ zero3_kept_gathered() {
         "${keep[@]}" || return 1
     # 4 layers: more windows than resharding's two layers
     layout dp2_z3_keep_l4 one_l4x8 1e-5 "${l4[@]}" --set parallel.dp=2 "${keep[@]}" || return 1
+    # a split backward: the weight-gradient pass finds its layer gathered too
+    layout pp2dp2_z3_zbh1_keep one_l4x8 1e-5 "${l4[@]}" --set parallel.pp=2 --set parallel.dp=2 \
+        --set parallel.schedule=zb-h1 "${keep[@]}" || return 1
+    # bf16: each window's bf16 copy made once, kept with it
+    layout dp2_z3_keep_bf16 one6_bf16 1e-4 --set parallel.dp=2 --set precision=bf16 "${keep[@]}" ||
+        return 1
     "$PY" - "$WORK/dp2_z3/metrics.jsonl" "$WORK/dp2_z3_keep/metrics.jsonl" <<'PYEOF' || return 1
 import json, sys
 def dp_bytes(p):
@@ -403,7 +409,8 @@ PYEOF
         --set parallel.dp=2 --set batch.grad_accum=3 "${keep[@]}" --set data.val="$WORK/val.bin" \
         --set data.val_every=2 >"$WORK/dp2_z3_keep_eval.log" 2>&1 ||
         { tail "$WORK/dp2_z3_keep_eval.log"; return 1; }
-    "$PY" - "$WORK/dp2_z3_keep/metrics.jsonl" "$WORK/dp2_z3_keep_eval/metrics.jsonl" <<'PYEOF'
+    local kept=$WORK/dp2_z3_keep/metrics.jsonl evaluated=$WORK/dp2_z3_keep_eval/metrics.jsonl
+    "$PY" - "$kept" "$evaluated" <<'PYEOF' || return 1
 import json, sys
 def steps(p):
     return [(r["step"], r["loss"], r["grad_norm"]) for r in map(json.loads, open(p))
@@ -415,6 +422,10 @@ assert len(a) == 12 and a == b, (a, b)
 assert len(evals(sys.argv[2])) == 6, evals(sys.argv[2])
 print("evaluating every 2 steps: the same training bits")
 PYEOF
+    # stopped mid-step with units gathered, resumed to the bit
+    local stop=(--set parallel.dp=2 --set batch.grad_accum=4 "${keep[@]}")
+    uninterrupted full_dp2_z3_keep "${stop[@]}" || return 1
+    stop_resume stop_dp2_z3_keep full_dp2_z3_keep 10 "micro-batch 2 of step 3" "${stop[@]}"
 }
 
 # ZeRO 3 in fp8: each layer window quantises the matrices it gathers with the
