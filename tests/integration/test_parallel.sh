@@ -433,7 +433,8 @@ PYEOF
 # the head's unit makes the LM head's bf16 copy. fp8 magnifies a last-bit
 # difference of the fp32 sums into a step of its grid, so the bound is fp8's
 # (test_fp8.sh): within 1e-3 of one rank in fp8 at dp 2 (tensor scaling) and
-# pp 2 × dp 2 (block scaling), measured 9e-5 and 3e-5; at tp 2 × dp 2 within
+# pp 2 × dp 2 (block scaling), measured 9e-5 and 3e-5; with the units kept
+# gathered, dp 2's run again (measured: the same bits); at tp 2 × dp 2 within
 # 1e-3 of ZeRO 1's run (measured 0: the same scales, the same fp8 copy).
 test_zero3_fp8_tracks_fp8_one_rank() {
     ref one6_fp8 6 --set precision=fp8 &&
@@ -442,6 +443,9 @@ test_zero3_fp8_tracks_fp8_one_rank() {
     layout dp2_z3_fp8 one6_fp8 1e-3 --set parallel.dp=2 --set precision=fp8 "${z3[@]}" || return 1
     layout pp2dp2_z3_fp8_block one8_fp8_block 1e-3 --set parallel.pp=2 --set parallel.dp=2 \
         --set batch.grad_accum=4 --set precision=fp8 --set fp8_scaling=block "${z3[@]}" || return 1
+    # the units kept gathered (a window and an fp8 block for each layer): the same run
+    layout dp2_z3_fp8_kept dp2_z3_fp8 1e-6 --set parallel.dp=2 --set precision=fp8 "${z3[@]}" \
+        --set parallel.reshard_after_forward=false || return 1
     local tp=(--set parallel.tp=2 --set parallel.dp=2 --set precision=fp8)
     layout tp2dp2_z1_fp8 one6_fp8 1e-2 "${tp[@]}" --set parallel.zero=1 || return 1
     layout tp2dp2_z3_fp8 tp2dp2_z1_fp8 1e-3 "${tp[@]}" "${z3[@]}"
