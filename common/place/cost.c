@@ -200,6 +200,36 @@ static double zero2_handovers(const struct plan *p, struct cost_layout l, int st
     return n;
 }
 
+static int stage_chunks(const struct plan *p, int pp, bool *split);
+
+/* The elements ZeRO 3 moves over dp in a step on `stage`, gathers and
+ * reduce-scatters together, as runtime/model.c runs them, with Ψ the stage's
+ * parameters, Ψ_L its layers' and Ψ_e its embeddings' unit (wte and wpe; a
+ * last stage's tied wte). A micro-batch's forward gathers every unit and its
+ * backward the layers again (the head's units stay from the forward to the
+ * backward, and the embeddings' from the embedding to a tied head on the same
+ * chunk): Ψ + Ψ_L; kept gathered (reshard_after_forward false), Ψ once a
+ * step. Each unit's gradient is scattered once a micro-batch, the layers'
+ * twice with a split backward (the input-gradient pass's norms, then the
+ * weights). DualPipeV's first stage embeds and ends in the tied head in two
+ * chunks: the embeddings' unit is gathered and scattered once more. A tied
+ * wte between a pipeline's ends is summed in the slices at the step's end, its
+ * unit's gradient gathered once. */
+static double zero3_elements(const struct plan *p, struct cost_layout l, int stage)
+{
+    struct gpt2_shard s;
+    if (stage_shard(p, l, stage, &s)) return 0;
+    bool split, tied = !s.cfg.untied, v = p->parallel.schedule == PLAN_PIPE_DUALPIPEV;
+    stage_chunks(p, l.pp, &split);
+    double m = p->batch.grad_accum, all = (double)s.total, e = (double)s.layers_at;
+    double layers = (double)gpt2_shard_layers(&s) * (double)s.layer_elems;
+    bool both = tied && s.first && s.last && v; /* embedding and head in two chunks */
+    double gathers = p->parallel.reshard_after_forward ? m * (all + layers + (both ? e : 0)) : all;
+    double scatters = m * (all + (split ? layers : 0) + (both ? e : 0));
+    double tie = tied && l.pp > 1 && !v && (s.first || s.last) ? e : 0;
+    return gathers + scatters + tie;
+}
+
 /* The model chunks a stage runs (*split: whether its backward is split in two
  * passes): the plan's schedule's (schedule_of_plan). */
 static int stage_chunks(const struct plan *p, int pp, bool *split)
@@ -328,11 +358,10 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
      * stage 2 reduce-scatters gradients and all-gathers the updated
      * parameters, (d−1)/d·Ψ each; stage 3 all-gathers the parameters for
      * forward and again for backward and reduce-scatters the gradients,
-     * 3(d−1)/d·Ψ (1.5× the all-reduce), or 2(d−1)/d·Ψ with the units kept
-     * gathered from forward to backward (reshard_after_forward false).
-     * Plait's ZeRO 2 reduce-scatters at each hand-over of the step
-     * (zero2_handovers), not once: m times the floor's gradient share without
-     * a pipeline or with 1F1B. */
+     * 3(d−1)/d·Ψ a micro-batch (1.5× the all-reduce; zero3_elements: what
+     * plait moves). Plait's ZeRO 2 reduce-scatters at each hand-over of the
+     * step (zero2_handovers), not once: m times the floor's gradient share
+     * without a pipeline or with 1F1B. */
     int S = plan_dp_shard(&p->parallel, l.dp);
     if (l.dp > 1 && S < l.dp && p->parallel.zero >= 1) {
         /* hybrid sharding: ZeRO's within the shard group on Ψ, then the slice Ψ/S
@@ -340,10 +369,12 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
         struct state_widths w = state_widths(p->precision);
         double psi = (double)stage_param_count(p, l, stage), s = S, r = (double)l.dp / S;
         double share = (s - 1) / s * psi;
-        out.shard_bytes = p->parallel.zero == 2 ? zero2_handovers(p, l, stage) * share *
-                                                          (double)w.grad_bytes +
-                                                      share * (double)w.param_bytes
-                                                : 2 * share * (double)w.grad_bytes;
+        out.shard_bytes = p->parallel.zero == 3   ? (s - 1) / s * zero3_elements(p, l, stage) *
+                                                      (double)w.grad_bytes
+                          : p->parallel.zero == 2 ? zero2_handovers(p, l, stage) * share *
+                                                            (double)w.grad_bytes +
+                                                        share * (double)w.param_bytes
+                                                  : 2 * share * (double)w.grad_bytes;
         out.replicas_bytes = 2 * (r - 1) / r * psi / s * (double)w.grad_bytes;
         out.dp_bytes = out.shard_bytes + out.replicas_bytes;
     } else if (l.dp > 1) {
@@ -351,8 +382,7 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
         double psi = (double)stage_param_count(p, l, stage), d = l.dp;
         double share = (d - 1) / d * psi;
         if (p->parallel.zero >= 3)
-            out.dp_bytes =
-                (p->parallel.reshard_after_forward ? 3 : 2) * share * (double)w.grad_bytes;
+            out.dp_bytes = (d - 1) / d * zero3_elements(p, l, stage) * (double)w.grad_bytes;
         else if (p->parallel.zero == 2)
             out.dp_bytes = zero2_handovers(p, l, stage) * share * (double)w.grad_bytes +
                            share * (double)w.param_bytes;

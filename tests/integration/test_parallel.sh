@@ -316,6 +316,22 @@ PYEOF
         { ls "$WORK/stop_hsdp_z2/checkpoints/step_00000005_0002"; return 1; }
 }
 
+# dp_traffic_as_checked RUN --set ...: every step's dp bytes (metrics.jsonl) within 1%
+# of plait check's comm_bytes_per_step.dp for the same plan
+dp_traffic_as_checked() {
+    local name=$1
+    shift
+    "$PLAIT" check "$WORK/plan.json" --json "${COMMON[@]}" "$@" >"$WORK/$name.check.json" ||
+        return 1
+    "$PY" - "$WORK/$name.check.json" "$WORK/$name/metrics.jsonl" <<'PYEOF'
+import json, sys
+want = json.load(open(sys.argv[1]))["comm_bytes_per_step"]["dp"]
+got = [json.loads(l)["parallel"]["bytes"]["dp"] for l in open(sys.argv[2]) if '"grad_norm"' in l]
+assert got and all(abs(g - want) <= 0.01 * want for g in got), (want, got)
+print(f"dp bytes a step {got[-1]:.0f}, plait check {want:.0f}")
+PYEOF
+}
+
 # ZeRO 3: each dp rank keeps 1/dp of the parameters and gathers each unit (the
 # embeddings, one layer, the final norm and head) into a window just before a
 # pass uses it, the next one on its way, and reduce-scatters each unit's
@@ -405,6 +421,12 @@ assert len(resharded) == len(kept) == 12, (len(resharded), len(kept))
 assert all(k < r for k, r in zip(kept, resharded)), (kept, resharded)
 print(f"dp bytes a step: {kept[-1]} kept gathered, {resharded[-1]} resharded")
 PYEOF
+    # what plait check predicts the dp communicator sends a step is what it sent (beside
+    # the gathers and scatters, a few bytes of small collectives: within 1%)
+    dp_traffic_as_checked dp2_z3 --set parallel.dp=2 "${z3[@]}" &&
+        dp_traffic_as_checked dp4_z3 --set parallel.dp=4 "${z3[@]}" &&
+        dp_traffic_as_checked dp2_z3_keep --set parallel.dp=2 --set batch.grad_accum=3 \
+            "${keep[@]}" || return 1
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/dp2_z3_keep_eval" "${COMMON[@]}" \
         --set parallel.dp=2 --set batch.grad_accum=3 "${keep[@]}" --set data.val="$WORK/val.bin" \
         --set data.val_every=2 >"$WORK/dp2_z3_keep_eval.log" 2>&1 ||
