@@ -10,19 +10,23 @@ tiny_plan "$WORK/plan.json"
 COMMON=(--set data.val=null --set data.val_every=0 --set parallel.pp=2 --set parallel.dp=auto
     --set batch.grad_accum=1)
 
-test_eight_ranks_lose_two_and_go_on_at_dp_2() {
-    "$PLAIT" train "$WORK/plan.json" --out "$WORK/full" "${COMMON[@]}" --ranks 8 \
-        >"$WORK/full.log" 2>&1 || { cat "$WORK/full.log"; return 1; }
-    grep -q "tp 1 × pp 2 × dp 4 = 8 ranks" "$WORK/full.log" || { cat "$WORK/full.log"; return 1; }
+# lose_two NAME [--set ...]: 8 ranks at pp 2 × dp 4, then the run as a lost
+# node leaves it, resumed on 6 ranks: dp 2, the checkpoint resharded
+lose_two() {
+    local full=$WORK/$1 lost=$WORK/$1_lost
+    shift
+    "$PLAIT" train "$WORK/plan.json" --out "$full" "${COMMON[@]}" "$@" --ranks 8 \
+        >"$full.log" 2>&1 || { cat "$full.log"; return 1; }
+    grep -q "tp 1 × pp 2 × dp 4 = 8 ranks" "$full.log" || { cat "$full.log"; return 1; }
     # the run as a lost node leaves it: its checkpoint of step 4, nothing newer
-    cp -a "$WORK/full" "$WORK/lost"
-    rm -rf "$WORK"/lost/checkpoints/step_0000000[89]_* "$WORK"/lost/checkpoints/step_0000001*
-    "$PLAIT" train "$WORK/plan.json" --out "$WORK/lost" "${COMMON[@]}" --ranks 6 \
-        >"$WORK/lost.log" 2>&1 || { cat "$WORK/lost.log"; return 1; }
+    cp -a "$full" "$lost"
+    rm -rf "$lost"/checkpoints/step_0000000[89]_* "$lost"/checkpoints/step_0000001*
+    "$PLAIT" train "$WORK/plan.json" --out "$lost" "${COMMON[@]}" "$@" --ranks 6 \
+        >"$lost.log" 2>&1 || { cat "$lost.log"; return 1; }
     grep -q "parallel.dp auto: 2 data-parallel replicas of tp 1 × pp 2 in 4 ranks (the run had 4); batch.grad_accum 2 (it had 1) keeps its global batch of 4 micro-batches" \
-        "$WORK/lost.log" && grep -q "resuming from .*step_00000004_0000" "$WORK/lost.log" &&
-        grep -q "tp 1 × pp 2 × dp 2 = 4 ranks" "$WORK/lost.log" || { cat "$WORK/lost.log"; return 1; }
-    "$PY" - "$WORK/lost/metrics.jsonl" "$WORK/full/metrics.jsonl" <<'PYEOF'
+        "$lost.log" && grep -q "resuming from .*step_00000004_0000" "$lost.log" &&
+        grep -q "tp 1 × pp 2 × dp 2 = 4 ranks" "$lost.log" || { cat "$lost.log"; return 1; }
+    "$PY" - "$lost/metrics.jsonl" "$full/metrics.jsonl" <<'PYEOF'
 import json, sys
 def load(p):
     return [json.loads(l) for l in open(p) if '"step"' in l]
@@ -34,6 +38,12 @@ print(f"worst relative difference {worst:.3g} (bound 1e-6)")
 sys.exit(0 if worst <= 1e-6 else 1)
 PYEOF
 }
+
+test_eight_ranks_lose_two_and_go_on_at_dp_2() { lose_two z0; }
+
+# The same at ZeRO 3: the parameters in slices of 4 on each stage, resharded
+# into slices of 2 (measured: within 9e-9 of the run that never lost a rank).
+test_eight_ranks_at_zero3_lose_two_and_go_on_at_dp_2() { lose_two z3 --set parallel.zero=3; }
 
 # What a Slurm requeue onto fewer nodes does: the launcher hands plait-train
 # the plan with dp still "auto" and a smaller layout; the runtime takes the
@@ -123,6 +133,7 @@ PYEOF2
 }
 
 check eight_ranks_lose_two_and_go_on_at_dp_2 test_eight_ranks_lose_two_and_go_on_at_dp_2
+check eight_ranks_at_zero3_lose_two_and_go_on_at_dp_2 test_eight_ranks_at_zero3_lose_two_and_go_on_at_dp_2
 check auto_tp_and_pp_are_the_cost_models_choice test_auto_tp_and_pp_are_the_cost_models_choice
 check a_fixed_dp_that_does_not_fit_is_refused test_a_fixed_dp_that_does_not_fit_is_refused
 check the_runtime_keeps_the_global_batch_when_dp_auto_shrinks \
