@@ -8,8 +8,8 @@
 # against PyTorch's, in fp32 on one rank, in bf16, with full recompute, across
 # an interleaved pipeline with tp 2, DualPipeV's V (untied and tied), fp8 within 0.2% of
 # fp32's losses,
-# tp 2 × pp 2 × dp 2 (ZeRO 1), tp 2 sequence parallel × dp 2 (ZeRO 2), a
-# zero-bubble pipeline (its split backward), a run stopped at step 3 in one
+# tp 2 × pp 2 × dp 2 (ZeRO 1), tp 2 sequence parallel × dp 2 (ZeRO 2 and 3),
+# pp 2 × dp 2 tied at ZeRO 3, a zero-bubble pipeline (its split backward), a run stopped at step 3 in one
 # layout and resumed to step 6 in another (the checkpoint resharded), and one
 # stopped and resumed on one rank.
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
@@ -81,6 +81,17 @@ check llama_tp2_sp_dp2_zero2 train_and_compare fp32 tp2_sp_dp2 --set parallel.tp
     --set batch.grad_accum=1
 check llama_pp2_zero_bubble train_and_compare fp32 pp2_zb --set parallel.pp=2 \
     --set parallel.schedule=zb-h1
+# ZeRO 3: the untied head's unit (final norm and lm_head) gathered beside the last layer's,
+# grouped-query layers gathered one at a time, at tp 2 sequence parallel × dp 2; and the
+# tied head at pp 2 × dp 2, its wte's sum between the ends taken in the slices
+zero3() {
+    train_and_compare fp32 tp2_sp_dp2_z3 --set parallel.tp=2 --set parallel.sequence_parallel=true \
+        --set parallel.dp=2 --set parallel.zero=3 --set batch.grad_accum=1 &&
+        { [ -d "$WORK/case_tied" ] || new_case tied --tie; } &&
+        train_and_compare tied tied_pp2_dp2_z3 --set parallel.pp=2 --set parallel.dp=2 \
+            --set parallel.zero=3 --set batch.grad_accum=1
+}
+check llama_zero3 zero3
 # A tied head (SmolLM's, Llama 3.2 1B's): the embedding's gradient is the
 # head's and the lookup's, summed between the pipeline's ends at pp 2
 tied() {
