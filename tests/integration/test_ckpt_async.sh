@@ -43,6 +43,10 @@ async_like_sync() {
 
 test_one_rank_writes_what_a_synchronous_save_writes() { async_like_sync one; }
 test_four_ranks_write_what_a_synchronous_save_writes() { async_like_sync four "${LAYOUT[@]}"; }
+# ZeRO 3: each rank's copy is its slice of the parameters (model-tp0-pp0-dpD.bin)
+test_zero3_writes_what_a_synchronous_save_writes() {
+    async_like_sync z3 --set parallel.dp=2 --set parallel.zero=3
+}
 
 # Every fsync 150 ms late and a checkpoint every step: each checkpoint is
 # still being written when the next is due; each is waited for and
@@ -97,6 +101,7 @@ test_killed_mid_write_resumes_to_the_bit() {
 
 check one_rank_writes_what_a_synchronous_save_writes test_one_rank_writes_what_a_synchronous_save_writes
 check four_ranks_write_what_a_synchronous_save_writes test_four_ranks_write_what_a_synchronous_save_writes
+check zero3_writes_what_a_synchronous_save_writes test_zero3_writes_what_a_synchronous_save_writes
 check a_slow_writer_is_waited_for_never_skipped test_a_slow_writer_is_waited_for_never_skipped
 check killed_mid_write_resumes_to_the_bit test_killed_mid_write_resumes_to_the_bit
 finish
