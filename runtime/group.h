@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/error.h"
 
@@ -43,6 +44,10 @@ struct group {
      * reused once it returns. NULL where the group cannot. */
     int (*iallgather_v)(void *ctx, const float *send, float *recv, const size_t *counts,
                         void **req, struct plait_error *err);
+    /* The same gather of 2-byte bf16 values (NULL where the group cannot:
+     * callers then gather fp32) */
+    int (*iallgather16_v)(void *ctx, const uint16_t *send, uint16_t *recv, const size_t *counts,
+                          void **req, struct plait_error *err);
     int (*wait)(void *req, struct plait_error *err);
     void *ctx;
 };

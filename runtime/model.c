@@ -379,7 +379,9 @@ static bool allocate_zero3(struct model *m)
     size_t S = m->slice_n, gcaps[GPT2_ZERO3_GRAD_WINDOWS];
     struct model_bytes *a = &m->allocated;
     bool ok = (m->params = dev_alloc(m, S * sizeof(float), &a->params)) &&
-              (m->grad_slice = dev_alloc(m, S * sizeof(float), &a->grads)) && allocate_moments(m);
+              (m->grad_slice = dev_alloc(m, S * sizeof(float), &a->grads)) && allocate_moments(m) &&
+              (m->precision != PLAN_PRECISION_BF16 ||
+               (m->slice16 = dev_alloc(m, S * sizeof(uint16_t), &a->params)));
     int np = gpt2_zero3_caps(m->mem.zero3_params, NULL);
     size_t *pcaps = calloc((size_t)np + 1, sizeof *pcaps);
     m->z3_pwin = calloc((size_t)np + 1, sizeof *m->z3_pwin);
@@ -530,6 +532,7 @@ void model_set_param_slice(struct model *m, const float *host, size_t n)
 {
     m->ops->zero(m->ctx, m->params, m->slice_n * sizeof(float));
     if (n) m->ops->upload(m->ctx, m->params, host, n * sizeof(float));
+    model_refresh_bf16(m);
 }
 
 float *model_master(const struct model *m, size_t at)
@@ -544,7 +547,10 @@ void model_grads_clear(struct model *m)
 
 void model_refresh_bf16(struct model *m)
 {
-    if (m->zero == 3) return; /* each window makes its copy when gathered */
+    if (m->zero == 3) { /* the slice's copy; each window gets its own when gathered */
+        if (m->slice16) m->ops->to_bf16(m->ctx, m->slice16, m->params, m->slice_n);
+        return;
+    }
     if (m->params16) m->ops->to_bf16(m->ctx, m->params16, m->params, m->shard.total);
     if (m->wte16)
         m->ops->to_bf16(m->ctx, m->wte16, m->params + gpt2_shard_offset(&m->shard, m->head, 0),
@@ -553,7 +559,8 @@ void model_refresh_bf16(struct model *m)
 
 uint16_t *model_copy16(const struct model *m, enum gpt2_tensor t, size_t off, size_t at)
 {
-    if (m->z3) return NULL; /* the slice has none: each window makes its copy */
+    if (m->z3) /* bf16: the slice's copy, which the layers are gathered from */
+        return m->slice16 ? m->slice16 + (at - m->slice_at) : NULL;
     if (m->params16) return m->params16 + at;
     if (m->wte16 && t == m->head && m->last) return m->wte16 + (at - off);
     return NULL;
@@ -931,11 +938,13 @@ static bool tied_head(const struct model *m)
  * holds unit u at w): bf16, the whole unit's bf16 copy; fp8, a layer's four
  * matrices quantised into the window's fp8 block (the amax of each whole
  * matrix, as model_refresh_fp8's) and the LM head's bf16 copy. */
-static void window_copies(struct model *m, int u, float *w)
+static void window_copies(struct model *m, int u, const struct zero3_window *win)
 {
     struct gpt2_unit un = gpt2_unit(&m->shard, m->n_padded, u);
     int i = mz3_window_index(m, un.at), L = gpt2_shard_layers(&m->shard);
-    if (m->precision == PLAN_PRECISION_BF16) m->ops->to_bf16(m->ctx, m->win16[i], w, un.elems);
+    float *w = win->buf;
+    if (m->precision == PLAN_PRECISION_BF16 && !win->mixed) /* a mixed gather brought it */
+        m->ops->to_bf16(m->ctx, m->win16[i], w, un.elems);
     if (m->precision != PLAN_PRECISION_FP8) return;
     for (int k = 0; u >= 1 && u <= L && k < 4; k++) {
         int l = gpt2_shard_layer(&m->shard, u - 1);
@@ -951,7 +960,7 @@ static int hold_unit(struct model *m, int u, struct plait_error *err)
 {
     if (mz3_hold(m, u, err)) return -1;
     struct zero3_window *w = m->z3 ? zero3_window_of(m->z3, u) : NULL;
-    if (w && !w->ready) window_copies(m, u, w->buf);
+    if (w && !w->ready) window_copies(m, u, w);
     if (w) w->ready = true;
     return 0;
 }

@@ -116,6 +116,8 @@ struct model {
        windows (z3g), each rank's part into the window's staging, then added into
        grad_slice (slice_tmp is NULL). NULL below ZeRO 3. */
     struct zero3 *z3, *z3g;
+    uint16_t *slice16; /* (slice_n) bf16: the slice's bf16 copy (AdamW writes it), which the
+                          layers are gathered from in bf16 (runtime/model_zero3.c) */
     float **z3_pwin;  /* [z3_n_pwin] the parameter windows (mem.zero3_params' sizes) */
     uint16_t **win16; /* [z3_n_pwin] bf16: each parameter window's copy */
     int *z3_block8;   /* [z3_n_pwin] fp8: each window's block of params8 (the layer windows'; -1

@@ -22,6 +22,7 @@ int mz3_init(struct model *m, const struct group *dp, struct plait_error *err)
         error_prefix(err, "parallel.zero 3: ");
         goto out;
     }
+    for (int i = 0; m->slice16 && i < m->z3_n_pwin; i++) zero3_window16(m->z3, i, m->win16[i]);
     rc = 0;
 out:
     free(pcaps);
@@ -53,15 +54,54 @@ static bool idle(const struct model *m, int u)
     return !m->z3 || gpt2_unit(&m->shard, m->n_padded, u).elems == 0;
 }
 
+/* The fp32 runs of layer unit u, the tensors its passes read in fp32 (the
+ * norms' weights and the biases: all but the four matrices), adjacent ones
+ * merged, in the buffer's order: how many (at most ZERO3_RUNS). */
+static int fp32_runs(const struct model *m, int u, struct gpt2_unit runs[ZERO3_RUNS])
+{
+    const struct gpt2_shard *s = &m->shard;
+    int l = gpt2_shard_layer(s, u - 1), n = 0;
+    size_t block = gpt2_unit(s, m->n_padded, u).at, end = block + s->layer_elems;
+    for (size_t at = block; at < end;) { /* walk the block tensor by tensor */
+        enum gpt2_tensor t = GPT2_TENSORS;
+        for (int k = 0; k < GPT2_TENSORS; k++)
+            if (gpt2_tensor_per_layer(k) && s->elems[k] && gpt2_shard_offset(s, k, l) == at) t = k;
+        if (t == GPT2_TENSORS) return -1; /* not a tensor's start: a bug */
+        size_t e = s->elems[t];
+        if (!gpt2_tensor_decays(t) && n > 0 && runs[n - 1].at + runs[n - 1].elems == at)
+            runs[n - 1].elems += e;
+        else if (!gpt2_tensor_decays(t) && n < ZERO3_RUNS)
+            runs[n++] = (struct gpt2_unit){at, e};
+        else if (!gpt2_tensor_decays(t))
+            return -1;
+        at += e;
+    }
+    return n;
+}
+
+/* Starts unit u's gather: a layer's in bf16 with its fp32 runs where the
+ * model keeps a bf16 copy of its slice (precision bf16) and the group gathers
+ * bf16, else all of it in fp32. */
+static int fetch(struct model *m, int u, struct plait_error *err)
+{
+    struct gpt2_unit runs[ZERO3_RUNS];
+    int L = gpt2_shard_layers(&m->shard), n = -1;
+    if (m->slice16 && m->z3->dp->iallgather16_v && u >= 1 && u <= L) n = fp32_runs(m, u, runs);
+    int rc = n >= 0 ? zero3_fetch_mixed(m->z3, u, m->slice16, runs, n, err)
+                    : zero3_fetch(m->z3, u, err);
+    return rc ? error_prefix(err, "parameter gather: ") : 0;
+}
+
 int mz3_want(struct model *m, int u, struct plait_error *err)
 {
     if (idle(m, u) || m->z3_no_prefetch) return 0;
-    return zero3_fetch(m->z3, u, err) ? error_prefix(err, "parameter gather: ") : 0;
+    return fetch(m, u, err);
 }
 
 int mz3_hold(struct model *m, int u, struct plait_error *err)
 {
     if (idle(m, u)) return 0;
+    if (!zero3_window_of(m->z3, u) && fetch(m, u, err)) return -1;
     return zero3_get(m->z3, u, err) ? 0 : error_prefix(err, "parameter gather: ");
 }
 

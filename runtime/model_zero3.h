@@ -6,6 +6,8 @@
  * the window's staging buffer) while backward goes on, and added into the
  * rank's grad_slice once that is done (oldest first: the same order, and so
  * the same bits, on every rank).
+ * In bf16 a layer's unit is gathered mixed (zero3_fetch_mixed): its
+ * matrices in bf16 from the slice's bf16 copy, its norms and biases in fp32.
  * Below ZeRO 3 every call is a no-op, and so is every call on an empty unit
  * (a middle stage has no embeddings): every dp rank of a stage makes the
  * same calls, the collectives' order. */

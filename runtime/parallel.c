@@ -53,6 +53,15 @@ static int g_ireduce_scatter_v(void *ctx, const float *send, float *recv, const 
     return rc;
 }
 
+static int g_iallgather16_v(void *ctx, const uint16_t *send, uint16_t *recv, const size_t *counts,
+                            void **req, struct plait_error *err)
+{
+    struct comm_request *r = NULL;
+    int rc = comm_iallgather_v(ctx, send, recv, counts, COMM_BFLOAT16, &r, err);
+    *req = r;
+    return rc;
+}
+
 static int g_iallgather_v(void *ctx, const float *send, float *recv, const size_t *counts,
                           void **req, struct plait_error *err)
 {
@@ -80,6 +89,7 @@ static struct group group_of(struct comm *c)
                           .iallreduce = g_iallreduce,
                           .ireduce_scatter_v = g_ireduce_scatter_v,
                           .iallgather_v = g_iallgather_v,
+                          .iallgather16_v = g_iallgather16_v,
                           .wait = g_wait,
                           .ctx = c};
 }

@@ -102,18 +102,55 @@ int zero3_fetch(struct zero3 *z, int u, struct plait_error *err)
     w->unit = u;
     w->scatter = false;
     w->ready = false;
+    w->mixed = false;
     return 0;
 }
 
-/* Waits for w's gather or scatter: on failure the window is free again. */
+/* Waits for w's gather (and a mixed gather's runs) or scatter: on failure
+ * the window is free again. */
 static int settle(struct zero3_window *w, const struct group *dp, struct plait_error *err)
 {
-    if (!w->req) return 0;
-    void *req = w->req;
+    int rc = 0;
+    if (w->req && dp->wait(w->req, err)) rc = -1;
     w->req = NULL;
-    if (dp->wait(req, err) == 0) return 0;
-    w->unit = -1;
-    return -1;
+    for (int i = 0; i < w->n_more; i++)
+        if (dp->wait(w->more[i], rc ? &(struct plait_error){.text = ""} : err)) rc = -1;
+    w->n_more = 0;
+    if (rc) w->unit = -1;
+    return rc;
+}
+
+void zero3_window16(struct zero3 *z, int i, uint16_t *buf16)
+{
+    z->win[i].buf16 = buf16;
+}
+
+int zero3_fetch_mixed(struct zero3 *z, int u, const uint16_t *slice16,
+                      const struct gpt2_unit *runs, int n_runs, struct plait_error *err)
+{
+    size_t from;
+    if (unit_counts(z, u, &from, err)) return -1;
+    if (holding(z, u)) return 0;
+    struct zero3_window *w = free_window(z, u, err);
+    if (!w) return -1;
+    if (!w->buf16 || !z->dp->iallgather16_v || n_runs > ZERO3_RUNS)
+        return error_set(err, "ZeRO 3: unit %d cannot be gathered in bf16 here (a bug)", u);
+    if (z->dp->iallgather16_v(z->dp->ctx, slice16 + from, w->buf16, z->counts, &w->req, err))
+        return -1;
+    w->unit = u, w->scatter = false, w->ready = false, w->mixed = true;
+    struct gpt2_unit un = gpt2_unit(z->shard, z->padded, u);
+    for (int i = 0; i < n_runs; i++) {
+        size_t at = 0;
+        gpt2_unit_counts(runs[i], z->slice_n, z->dp->size, z->dp->rank, z->counts, &at);
+        if (z->dp->iallgather_v(z->dp->ctx, z->slice + at, w->buf + (runs[i].at - un.at),
+                                z->counts, &w->more[w->n_more], err)) {
+            settle(w, z->dp, &(struct plait_error){.text = ""});
+            w->unit = -1;
+            return -1;
+        }
+        w->n_more++;
+    }
+    return 0;
 }
 
 float *zero3_get(struct zero3 *z, int u, struct plait_error *err)
@@ -186,7 +223,7 @@ int zero3_window_at(const struct zero3 *z, size_t at, size_t *within)
 {
     for (int i = 0; i < z->n_windows; i++) {
         const struct zero3_window *w = &z->win[i];
-        if (w->unit < 0 || w->req) continue;
+        if (w->unit < 0 || w->req || w->n_more) continue;
         struct gpt2_unit un = gpt2_unit(z->shard, z->padded, w->unit);
         if (at >= un.at && at < un.at + un.elems) {
             *within = at - un.at;

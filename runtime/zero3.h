@@ -12,14 +12,21 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/error.h"
 #include "common/gpt2/gpt2_shard.h"
 #include "common/gpt2/gpt2_units.h"
 #include "runtime/group.h"
 
+#define ZERO3_RUNS 8 /* fp32 runs a mixed gather may take beside its bf16 copy */
+
 struct zero3_window {
-    float *buf;   /* (cap) backend memory, the caller's */
+    float *buf;       /* (cap) backend memory, the caller's */
+    uint16_t *buf16;  /* (cap) its bf16 copy, the caller's (zero3_fetch_mixed); NULL: none */
+    void *more[ZERO3_RUNS]; /* a mixed gather's fp32 runs in flight */
+    int n_more;
+    bool mixed;       /* gathered mixed: buf16 whole, buf only in the runs */
     size_t cap;   /* the elements it holds: units up to that size */
     int unit;     /* the unit it holds, is gathering or scattering; -1: free */
     void *req;    /* the gather or scatter in flight, NULL once waited for */
@@ -56,6 +63,19 @@ size_t zero3_window_elems(const struct gpt2_shard *s, size_t padded);
  * on its way. -1 with err when every window is taken (the caller released
  * too little: a bug, named with the units held). */
 int zero3_fetch(struct zero3 *z, int u, struct plait_error *err);
+
+/* Starts unit u's gather in two precisions into a free window that has a
+ * bf16 copy (zero3_window16): the whole unit's bf16 values from slice16 (this
+ * rank's slice of a bf16 copy of the buffer) into the window's buf16, and
+ * fp32 values from the slice into buf only in the n_runs runs given (the
+ * rest of buf stale): a unit whose matrices the passes read in bf16 and the
+ * rest in fp32 moves 2 bytes an element. Nothing when u is held or on its
+ * way; the same errors as zero3_fetch. */
+int zero3_fetch_mixed(struct zero3 *z, int u, const uint16_t *slice16,
+                      const struct gpt2_unit *runs, int n_runs, struct plait_error *err);
+
+/* Window i's bf16 copy (cap elements, the caller's). */
+void zero3_window16(struct zero3 *z, int i, uint16_t *buf16);
 
 /* Unit u's window once its gather is complete (fetching it first when it was
  * not started): element at of the buffer is at window + (at - unit start).

@@ -157,7 +157,8 @@ static bool zero3_windows(const struct gpt2_shard *s, bool keep_gathered, bool b
     int layers = keep_gathered ? gpt2_shard_layers(s) : 2;
     out->zero3_params = gpt2_zero3_windows(s, out->padded, layers);
     out->zero3_grads = gpt2_zero3_windows(s, out->padded, 2);
-    bool ok = add_bytes(&out->params, S, 4) && add_bytes(&out->grads, S, 4);
+    /* the slice's weights (in bf16 with the bf16 copy the layers are gathered from) */
+    bool ok = add_bytes(&out->params, S, bf16 ? 6 : 4) && add_bytes(&out->grads, S, 4);
     struct gpt2_zero3_windows p = out->zero3_params;
     size_t param_elems, layer_elems;
     ok = ok && ck_mul(p.layer, (size_t)p.layers, &layer_elems) &&

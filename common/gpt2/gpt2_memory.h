@@ -18,7 +18,8 @@
  *   grads       4·Pp fp32 gradients, + 4·S the slice's reduced gradient (ZeRO >= 1)
  *   optimizer   8·S AdamW moments, + 4·S the slice's staging buffer (ZeRO >= 1)
  *   activations the buffers below, fp32 (bf16 changes only the weights' copy)
- * ZeRO 3 holds the slice of each, 4·S weights, 4·S gradients, 8·S moments,
+ * ZeRO 3 holds the slice of each, 4·S weights (+ 2·S their bf16 copy in
+ * bf16, which the layers are gathered from), 4·S gradients, 8·S moments,
  * and the windows its units are gathered into (gpt2_units.h: the embeddings'
  * unit, the last unit, two layers; kept gathered until the step's end, every
  * layer of the shard): 4 bytes an element for the weights (+ 2 for their bf16

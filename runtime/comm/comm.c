@@ -19,8 +19,19 @@ size_t comm_dtype_bytes(enum comm_dtype dtype)
     case COMM_FLOAT64:
     case COMM_INT64:
         return 8;
+    case COMM_BFLOAT16:
+        return 2;
     }
     return 0;
+}
+
+/* A reduction's data type: every one but bf16 (moved, never summed). */
+static int reducible(const struct comm *c, const char *what, enum comm_dtype dtype,
+                     struct plait_error *err)
+{
+    if (dtype != COMM_BFLOAT16) return 0;
+    return error_set(err, "comm '%s': %s of bf16 values: bf16 is gathered, never summed", c->name,
+                     what);
 }
 
 const char *comm_op_kind_name(enum comm_op_kind kind)
@@ -149,7 +160,9 @@ int comm_iallreduce(struct comm *c, const void *send, void *recv, size_t count,
                           .dtype = dtype,
                           .op = op};
     *req = NULL;
-    if (elems_bytes(c, "all-reduce", count, dtype, 1, &d.bytes, err)) return -1;
+    if (reducible(c, "all-reduce", dtype, err) ||
+        elems_bytes(c, "all-reduce", count, dtype, 1, &d.bytes, err))
+        return -1;
     if (op != COMM_SUM && op != COMM_MAX)
         return error_set(err, "comm '%s': all-reduce: unknown reduction %d", c->name, (int)op);
     if (count && (!send || !recv))
@@ -185,7 +198,9 @@ static int reduce_scatter_post(struct comm *c, const void *send, void *recv, siz
                           .counts = counts};
     *req = NULL;
     size_t total = count * (size_t)c->size, unused;
-    if (elems_bytes(c, "reduce-scatter", count, dtype, (size_t)c->size, &unused, err)) return -1;
+    if (reducible(c, "reduce-scatter", dtype, err) ||
+        elems_bytes(c, "reduce-scatter", count, dtype, (size_t)c->size, &unused, err))
+        return -1;
     if (counts && counts_total(c, "reduce-scatter", counts, dtype, &total, err)) return -1;
     d.bytes = d.count * comm_dtype_bytes(dtype);
     if (op != COMM_SUM && op != COMM_MAX)

@@ -80,7 +80,9 @@ enum comm_backend_kind {
     COMM_BACKEND_NCCL = 1,   /* GPUs (where the build found NCCL; init says if not) */
 };
 
-enum comm_dtype { COMM_FLOAT32 = 0, COMM_FLOAT64 = 1, COMM_INT64 = 2 };
+/* COMM_BFLOAT16 (2-byte bf16 values) is moved, never summed: gathers,
+ * broadcasts and point-to-point only; a reduction of it is refused. */
+enum comm_dtype { COMM_FLOAT32 = 0, COMM_FLOAT64 = 1, COMM_INT64 = 2, COMM_BFLOAT16 = 3 };
 enum comm_reduce_op { COMM_SUM = 0, COMM_MAX = 1 };
 
 enum comm_transport {

@@ -356,6 +356,8 @@ static ncclDataType_t nccl_dtype(enum comm_dtype dtype)
         return ncclFloat64;
     case COMM_INT64:
         return ncclInt64;
+    case COMM_BFLOAT16:
+        return ncclBfloat16;
     }
     return ncclFloat32;
 }

@@ -616,6 +616,46 @@ static void test_uneven_allgather_matches_every_block(void)
     run_uneven_worlds(agv_rank, "agv");
 }
 
+/* The same uneven all-gather of 2-byte bf16 values (ZeRO 3's weights in the
+ * compute precision): every block exact, nothing written past them; a bf16
+ * sum is refused, naming the data type. */
+static void agv16_rank(struct comm *c, struct store *st, int rank, int n, void *arg)
+{
+    (void)st;
+    (void)arg;
+    struct plait_error err = {.text = ""};
+    size_t counts[8], total, before;
+    uneven_counts(3, rank, n, counts, &total, &before);
+    uint16_t *in = malloc(sizeof(uint16_t) * (counts[rank] + 1));
+    uint16_t *out = malloc(sizeof(uint16_t) * (total + 1));
+    for (size_t i = 0; i <= total; i++) out[i] = 0xdead;
+    for (size_t i = 0; i < counts[rank]; i++) in[i] = (uint16_t)(rank * 1000 + i);
+    struct comm_request *req;
+    CHECK(comm_iallgather_v(c, in, out, counts, COMM_BFLOAT16, &req, &err) == 0 &&
+              comm_wait(req, &err) == 0,
+          "%s", err.text);
+    size_t at = 0;
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < counts[r]; i++, at++)
+            if (out[at] != (uint16_t)(r * 1000 + i)) {
+                CHECK(0, "bf16 all-gather-v n=%d rank %d: block %d [%zu] = %u", n, rank, r, i,
+                      out[at]);
+                r = n;
+                break;
+            }
+    CHECK(out[total] == 0xdead, "bf16 all-gather-v n=%d rank %d: wrote past the blocks", n, rank);
+    CHECK(comm_iallreduce(c, in, in, 1, COMM_BFLOAT16, COMM_SUM, &req, &err) == -1 &&
+              strstr(err.text, "bf16 is gathered, never summed"),
+          "a bf16 sum: %s", err.text);
+    free(in);
+    free(out);
+}
+
+static void test_uneven_bf16_allgather_matches_every_block(void)
+{
+    run_uneven_worlds(agv16_rank, "agv16");
+}
+
 /* Elements rank `from` sends rank `to` in all-to-all pattern k: uneven in
  * both directions, zeros between, everything to one rank (as a router may
  * send every token to one expert), nothing at all. */
@@ -1453,6 +1493,7 @@ int main(int argc, char **argv)
     RUN(test_reduce_scatter_and_allgather_match_reference);
     RUN(test_uneven_reduce_scatter_matches_reference);
     RUN(test_uneven_allgather_matches_every_block);
+    RUN(test_uneven_bf16_allgather_matches_every_block);
     RUN(test_uneven_alltoall_delivers_every_block);
     RUN(test_broadcast_from_every_root);
     RUN(test_barrier_waits_for_the_last_rank);

@@ -172,19 +172,20 @@ static void test_7b_model_state_is_18_bytes_per_parameter_in_bf16_16_in_fp32(voi
  *   write into at both): params 6Ψ = 39,552,073,728; grads 4Ψ + 4S (the
  *   slice's reduced gradient) = 26,368,049,152 + 412,000,768 = 26,780,049,920;
  *   optimizer 8S moments + 4S staging = 12S = 1,236,002,304; sum 67,568,125,952
- *   ZeRO 3: the slice's weights, gradient and moments, 4S + 4S + 8S = 16S =
- *   1,648,003,072, and the windows the units are gathered into, 10 bytes an
+ *   ZeRO 3: the slice's weights with their bf16 copy (the layers are gathered
+ *   from it in bf16), gradient and moments, 6S + 4S + 8S = 18S =
+ *   1,854,003,456, and the windows the units are gathered into, 10 bytes an
  *   element (fp32 weights, their bf16 copy, their gradient): the embeddings'
  *   unit (wte 32000·4096 + wpe 4096·4096 = 147,849,216), the last (lnf, 8192;
  *   no padding: 64 divides Ψ) and two layers (12C² + 13C = 201,379,840 each),
  *   550,617,088 elements, 5,506,170,880 bytes; and each gradient window's
  *   staging, 4 bytes for each of min(window, S) elements: 3S + 8192 =
- *   309,008,768 elements, 1,236,035,072 bytes; sum 8,390,209,024 (the windows
+ *   309,008,768 elements, 1,236,035,072 bytes; sum 8,596,209,408 (the windows
  *   dominate at dp 64: a layer is 1/32 of Ψ)
  * param_count stays the tp × pp shard. */
 static void test_zero_slices_the_optimizer_state_over_dp(void)
 {
-    const uint64_t want[4] = {118656221184ull, 67568125952ull, 67568125952ull, 8390209024ull};
+    const uint64_t want[4] = {118656221184ull, 67568125952ull, 67568125952ull, 8596209408ull};
     struct plan *p = load_plan(model_7b, 1, 1, "bf16", "none");
     if (!p) return;
     for (int zero = 0; zero <= 3; zero++) {
@@ -209,7 +210,8 @@ static void test_zero_slices_the_optimizer_state_over_dp(void)
  * 201,379,840 = 6,592,012,288 elements (Ψ: every unit at once), 6 bytes each
  * (fp32, bf16 copy) = 39,552,073,728; the gradient windows stay four,
  * 4 · 550,617,088 = 2,202,468,352, with their staging 1,236,035,072; the
- * slices 16S = 1,648,003,072; sum 44,638,580,224. */
+ * slices 18S = 1,854,003,456 (the weights' with their bf16 copy 6S); sum
+ * 44,844,580,608. */
 static void test_zero3_kept_gathered_holds_a_window_for_every_unit(void)
 {
     struct plan *p = load_plan(model_7b, 1, 1, "bf16", "none");
@@ -218,9 +220,9 @@ static void test_zero3_kept_gathered_holds_a_window_for_every_unit(void)
     p->parallel.reshard_after_forward = false;
     struct cost_memory m;
     cost_memory_stage(p, (struct cost_layout){1, 1, 64}, 0, &m);
-    CHECK(m.params == 1648003072ull / 4 + 39552073728ull &&
+    CHECK(m.params == 1648003072ull / 16 * 6 + 39552073728ull &&
               m.grads == 1648003072ull / 4 + 2202468352ull + 1236035072ull &&
-              m.params + m.grads + m.optimizer == 44638580224ull,
+              m.params + m.grads + m.optimizer == 44844580608ull,
           "%llu %llu %llu", (unsigned long long)m.params, (unsigned long long)m.grads,
           (unsigned long long)m.optimizer);
     plan_free(p);
