@@ -28,3 +28,12 @@ gpt2_plan() {
  $more"steps": $5, "checkpoint": {"every": 0, "keep": 1}}
 JSON
 }
+
+# gpt2_dp2_plan: the data-parallel benches' case in $work (tokens.bin, plan.json): micro-batch
+# B=4 of T=64 tokens, fp32, dp 2 on the CPU, STEPS + 1 steps (the first warms up)
+gpt2_dp2_plan() {
+    T=64 B=4
+    gpt2_tokens "$work/tokens.bin"
+    gpt2_plan "$work/plan.json" "$work/tokens.bin" "$T" "$B" $((STEPS + 1)) \
+        '"parallel": {"dp": 2, "device": "cpu"}'
+}

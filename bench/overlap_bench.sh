@@ -16,11 +16,8 @@
 #   BENCH_STEPS   timed steps per run (default 10)
 source "$(dirname "$0")/bench_env.sh" # defines: BUILD PY STEPS work
 
-source bench/gpt2_124m.sh # defines: L NH C V VP MAXT, gpt2_tokens, gpt2_plan
-T=64 B=4
-gpt2_tokens "$work/tokens.bin"
-gpt2_plan "$work/plan.json" "$work/tokens.bin" "$T" "$B" $((STEPS + 1)) \
-    '"parallel": {"dp": 2, "device": "cpu"}'
+source bench/gpt2_124m.sh # defines: L NH C V VP MAXT, gpt2_tokens, gpt2_plan, gpt2_dp2_plan
+gpt2_dp2_plan             # defines: T B; writes $work/tokens.bin, $work/plan.json
 
 run() { # NAME BUCKET_MB ZERO
     "$BUILD/bin/plait" train "$work/plan.json" --out "$work/$1" --set parallel.bucket_mb="$2" \

@@ -316,6 +316,19 @@ PYEOF
         { ls "$WORK/stop_hsdp_z2/checkpoints/step_00000005_0002"; return 1; }
 }
 
+# dp_bytes_below A B RATIO: every one of the 12 steps, run A's dp communicator sent
+# less than RATIO times what run B's did
+dp_bytes_below() {
+    "$PY" - "$WORK/$1/metrics.jsonl" "$WORK/$2/metrics.jsonl" "$3" <<'PYEOF'
+import json, sys
+def dp_bytes(p):
+    return [json.loads(l)["parallel"]["bytes"]["dp"] for l in open(p) if '"grad_norm"' in l]
+a, b, ratio = dp_bytes(sys.argv[1]), dp_bytes(sys.argv[2]), float(sys.argv[3])
+assert len(a) == len(b) == 12 and all(x < ratio * y for x, y in zip(a, b)), (a, b)
+print(f"dp bytes a step: {a[-1]:.0f} against {b[-1]:.0f}")
+PYEOF
+}
+
 # dp_traffic_as_checked RUN --set ...: every step's dp bytes (metrics.jsonl) within 1%
 # of plait check's comm_bytes_per_step.dp for the same plan
 dp_traffic_as_checked() {
@@ -364,14 +377,7 @@ test_zero3_matches_one_rank() {
     # in bf16 the layers are gathered in bf16 (their norms and biases in fp32): the dp
     # communicator sends under 0.8 of the fp32 run's (measured 0.754 with this model's
     # layers 73% of it)
-    "$PY" - "$WORK/dp2_z3/metrics.jsonl" "$WORK/dp2_z3_bf16/metrics.jsonl" <<'PYEOF' || return 1
-import json, sys
-def dp_bytes(p):
-    return [json.loads(l)["parallel"]["bytes"]["dp"] for l in open(p) if '"grad_norm"' in l]
-fp32, bf16 = dp_bytes(sys.argv[1]), dp_bytes(sys.argv[2])
-assert len(fp32) == len(bf16) == 12 and all(b < 0.8 * f for b, f in zip(bf16, fp32)), (bf16, fp32)
-print(f"dp bytes a step: {bf16[-1]:.0f} in bf16, {fp32[-1]:.0f} in fp32")
-PYEOF
+    dp_bytes_below dp2_z3_bf16 dp2_z3 0.8 || return 1
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/dp2_z3_again" "${COMMON[@]}" --set parallel.dp=2 \
         "${z3[@]}" >"$WORK/dp2_z3_again.log" 2>&1 || return 1
     metrics_equal "$WORK/dp2_z3/metrics.jsonl" "$WORK/dp2_z3_again/metrics.jsonl" || return 1
@@ -423,15 +429,7 @@ zero3_kept_gathered() {
     # bf16: each window's bf16 copy made once, kept with it
     layout dp2_z3_keep_bf16 one6_bf16 1e-4 --set parallel.dp=2 --set precision=bf16 "${keep[@]}" ||
         return 1
-    "$PY" - "$WORK/dp2_z3/metrics.jsonl" "$WORK/dp2_z3_keep/metrics.jsonl" <<'PYEOF' || return 1
-import json, sys
-def dp_bytes(p):
-    return [json.loads(l)["parallel"]["bytes"]["dp"] for l in open(p) if '"grad_norm"' in l]
-resharded, kept = dp_bytes(sys.argv[1]), dp_bytes(sys.argv[2])
-assert len(resharded) == len(kept) == 12, (len(resharded), len(kept))
-assert all(k < r for k, r in zip(kept, resharded)), (kept, resharded)
-print(f"dp bytes a step: {kept[-1]} kept gathered, {resharded[-1]} resharded")
-PYEOF
+    dp_bytes_below dp2_z3_keep dp2_z3 1 || return 1
     # what plait check predicts the dp communicator sends a step is what it sent (beside
     # the gathers and scatters, a few bytes of small collectives: within 1%)
     dp_traffic_as_checked dp2_z3 --set parallel.dp=2 "${z3[@]}" &&
