@@ -48,16 +48,16 @@ run pp2_dualpipev --set parallel.pp=2 --set batch.grad_accum=4 --set steps=4 \
     --set parallel.schedule=dualpipev
 
 # ZeRO 3 against ZeRO 0 at dp 4 on a model whose parameters dominate (64 layers of
-# 256 channels, a vocabulary of 256, 32 tokens a micro-batch: 51M parameters, their
+# 384 channels, a vocabulary of 256, 32 tokens a micro-batch: 114M parameters, their
 # AdamW state 16 bytes each at ZeRO 0, a few MB of activations)
 cat >"$work/deep.json" <<EOF
-{"model": {"layers": 64, "heads": 4, "hidden": 256, "vocab": 256, "seq_len": 32, "seed": 7},
+{"model": {"layers": 64, "heads": 6, "hidden": 384, "vocab": 256, "seq_len": 32, "seed": 7},
  "data": {"train": "$work/train.bin"},
  "batch": {"micro_batch": 1, "grad_accum": 1},
  "optimizer": {"lr": 1e-4, "warmup_steps": 0, "schedule": "constant"},
  "steps": 2, "checkpoint": {"every": 0, "keep": 1}, "parallel": {"dp": 4}}
 EOF
-echo "== plait train: 64 layers × 256 channels at 1×1×4, ZeRO 0 and ZeRO 3 (2 steps)"
+echo "== plait train: 64 layers × 384 channels at 1×1×4, ZeRO 0 and ZeRO 3 (2 steps)"
 for z in 0 3; do
     "$BUILD/bin/plait" train "$work/deep.json" --out "$work/deep_z$z" --set parallel.zero=$z \
         >"$work/deep_z$z.log" 2>&1 || { tail -n 20 "$work/deep_z$z.log"; exit 1; }
@@ -89,7 +89,7 @@ for name in ("tp2pp2dp2_z1", "pp2", "pp2_zbh1", "pp2_dualpipev"):
     sim = steps[0]["parallel"]["bubble_simulated_pct"]
     print(f"  {name:<14} measured {got:5.1f}%  simulated {sim:5.1f}%  difference {got - sim:+5.1f} points")
 print()
-print("ZeRO 3 at dp 4 against ZeRO 0 (64 layers × 256 channels): the largest rank's (goal: ZeRO 3 <= 0.35× ZeRO 0)")
+print("ZeRO 3 at dp 4 against ZeRO 0 (64 layers × 384 channels): the largest rank's (goal: ZeRO 3 <= 0.35× ZeRO 0)")
 def worst(name, f):
     return max(f(r) for r in json.load(open(f"{work}/{name}/run.json"))["memory"]["ranks"])
 for what, f in (("peak resident set", lambda r: r["rss_peak_bytes"]),
