@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_multi_gpu.sh — several ranks on GPUs through plait train (make test-gpu,
 # after the nccl backend's own tests): 2 GPU ranks at tp 2, dp 2 (with the
-# gradient buckets overlapping backward, and ZeRO 1) and pp 2 against 1 GPU
+# gradient buckets overlapping backward, ZeRO 1, and ZeRO 3 in fp32 and bf16:
+# its units gathered over NCCL, bf16's layers in bf16) and pp 2 against 1 GPU
 # rank of the same global batch, every step's loss and gradient norm within the
 # bounds the CPU layouts keep (tests/integration/test_parallel.sh: fp32 1e-5,
 # bf16 1e-4); a 2-GPU run equal to itself to the bit; parallel.backend
@@ -12,7 +13,7 @@
 source "$(dirname "$0")/../integration/lib.sh" # defines: PLAIT, PY, WORK, check, tiny_plan
 
 CHECKS=(gpu2_tp2_matches_one_gpu gpu2_dp2_buckets_matches_one_gpu gpu2_dp2_zero1_matches_one_gpu
-    gpu2_pp2_matches_one_gpu gpu2_bf16_tp2_tracks_bf16_one_gpu gpu2_run_equals_gpu2_run
+    gpu2_dp2_zero3_matches_one_gpu gpu2_pp2_matches_one_gpu gpu2_bf16_tp2_tracks_bf16_one_gpu gpu2_run_equals_gpu2_run
     gpu2_socket_backend_is_refused_naming_parallel_backend)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 if [ "${gpus:-0}" -lt 2 ]; then
@@ -65,6 +66,13 @@ dp2_zero1() {
     run one4 --set batch.grad_accum=4 &&
         against dp2_zero1 one4 1e-5 --set parallel.dp=2 --set batch.grad_accum=2 --set parallel.zero=1
 }
+dp2_zero3() {
+    run one4 --set batch.grad_accum=4 &&
+        against dp2_zero3 one4 1e-5 --set parallel.dp=2 --set batch.grad_accum=2 --set parallel.zero=3 &&
+        run one4_bf16 --set batch.grad_accum=4 --set precision=bf16 &&
+        against dp2_zero3_bf16 one4_bf16 1e-4 --set parallel.dp=2 --set batch.grad_accum=2 \
+            --set parallel.zero=3 --set precision=bf16
+}
 pp2() {
     run one_l4 --set model.layers=4 --set batch.grad_accum=4 &&
         against pp2 one_l4 1e-5 --set model.layers=4 --set batch.grad_accum=4 --set parallel.pp=2
@@ -86,6 +94,7 @@ socket_refused() {
 check gpu2_tp2_matches_one_gpu tp2
 check gpu2_dp2_buckets_matches_one_gpu dp2_buckets
 check gpu2_dp2_zero1_matches_one_gpu dp2_zero1
+check gpu2_dp2_zero3_matches_one_gpu dp2_zero3
 check gpu2_pp2_matches_one_gpu pp2
 check gpu2_bf16_tp2_tracks_bf16_one_gpu bf16_tp2
 check gpu2_run_equals_gpu2_run again
