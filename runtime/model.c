@@ -323,7 +323,7 @@ static void shard_sizes(struct model *m, const struct gpt2_config *cfg,
 static bool offload_windows(struct model *m)
 {
     if (!(m->offload = calloc(1, sizeof *m->offload))) return false;
-    m->offload->fd[0] = m->offload->fd[1] = -1;
+    m->offload->fd[0] = m->offload->fd[1] = m->offload->direct[0] = m->offload->direct[1] = -1;
     size_t bytes = m->mem.offload_window * sizeof(float);
     for (int b = 0; b < 2; b++)
         for (int k = 0; k < 2; k++)

@@ -9,11 +9,13 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/fsutil.h"
+#include "common/log.h"
 
 enum { QUEUE = 16 }; /* requests in flight at most: 2 moments × (2 reads + 2 writes) */
 
@@ -38,16 +40,16 @@ struct offload_io {
 
 static const char *const names[2] = {"adam_m.bin", "adam_v.bin"};
 
-/* Every byte of [at, at + n) floats of moment k, or errno's reason in why. */
-static int transfer(const struct offload *o, bool write, int k, float *buf, size_t at, size_t n,
-                    char *why, size_t why_n)
+#define DIRECT_ALIGN 4096 /* O_DIRECT's buffer, offset and length alignment (a page) */
+
+/* Bytes [done, bytes) of buf at file offset off (+done) of moment k through
+ * fd, or errno's reason in why. */
+static int transfer_fd(const struct offload *o, int fd, bool write, int k, char *p, size_t done,
+                       size_t bytes, off_t off, char *why, size_t why_n)
 {
-    char *p = (char *)buf;
-    size_t bytes = n * sizeof(float), done = 0;
-    off_t off = (off_t)(at * sizeof(float));
     while (done < bytes) {
-        ssize_t r = write ? pwrite(o->fd[k], p + done, bytes - done, off + (off_t)done)
-                          : pread(o->fd[k], p + done, bytes - done, off + (off_t)done);
+        ssize_t r = write ? pwrite(fd, p + done, bytes - done, off + (off_t)done)
+                          : pread(fd, p + done, bytes - done, off + (off_t)done);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             snprintf(why, why_n, "%s/%s: %s of %zu bytes at byte %lld: %s", o->dir, names[k],
@@ -58,6 +60,23 @@ static int transfer(const struct offload *o, bool write, int k, float *buf, size
         done += (size_t)r;
     }
     return 0;
+}
+
+/* Every byte of [at, at + n) floats of moment k: with direct (the I/O
+ * thread's windows), its aligned part past the page cache where the file and
+ * the buffer take it, the rest through the page cache. */
+static int transfer(const struct offload *o, bool write, int k, float *buf, size_t at, size_t n,
+                    bool direct, char *why, size_t why_n)
+{
+    char *p = (char *)buf;
+    size_t bytes = n * sizeof(float), aligned = 0;
+    off_t off = (off_t)(at * sizeof(float));
+    if (direct && o->direct[k] >= 0 && (uintptr_t)p % DIRECT_ALIGN == 0 && off % DIRECT_ALIGN == 0)
+        aligned = bytes / DIRECT_ALIGN * DIRECT_ALIGN;
+    return (aligned && transfer_fd(o, o->direct[k], write, k, p, 0, aligned, off, why, why_n)) ||
+                   transfer_fd(o, o->fd[k], write, k, p, aligned, bytes, off, why, why_n)
+               ? -1
+               : 0;
 }
 
 static void *io_main(void *arg)
@@ -71,7 +90,7 @@ static void *io_main(void *arg)
         bool skip = io->failed;
         pthread_mutex_unlock(&io->mu);
         char why[5120];
-        int rc = skip ? 0 : transfer(io->o, r.write, r.k, r.buf, r.at, r.n, why, sizeof why);
+        int rc = skip ? 0 : transfer(io->o, r.write, r.k, r.buf, r.at, r.n, true, why, sizeof why);
         pthread_mutex_lock(&io->mu);
         if (rc && !io->failed) {
             io->failed = 1;
@@ -145,7 +164,7 @@ int offload_read(const struct offload *o, int k, size_t at, float *host, size_t 
                  struct plait_error *err)
 {
     char why[5120];
-    if (transfer(o, false, k, host, at, n, why, sizeof why))
+    if (transfer(o, false, k, host, at, n, false, why, sizeof why))
         return error_set(err, "parallel.offload: %s", why);
     return 0;
 }
@@ -154,7 +173,7 @@ int offload_write(const struct offload *o, int k, size_t at, const float *host, 
                   struct plait_error *err)
 {
     char why[5120];
-    if (transfer(o, true, k, (float *)host, at, n, why, sizeof why))
+    if (transfer(o, true, k, (float *)host, at, n, false, why, sizeof why))
         return error_set(err, "parallel.offload: %s", why);
     return 0;
 }
@@ -178,7 +197,7 @@ int offload_open(struct offload *o, const char *dir, int rank, size_t n, size_t 
     memcpy(buf, o->buf, sizeof buf); /* the caller's windows (counted with the model) */
     memset(o, 0, sizeof *o);
     memcpy(o->buf, buf, sizeof buf);
-    o->fd[0] = o->fd[1] = -1;
+    o->fd[0] = o->fd[1] = o->direct[0] = o->direct[1] = -1;
     o->n = n;
     o->window = window ? window : 1;
     if (make_dirs(o, dir, rank, err)) return -1;
@@ -196,7 +215,12 @@ int offload_open(struct offload *o, const char *dir, int rank, size_t n, size_t 
             return error_errno(err, "parallel.offload: %s (rank %d), %zu bytes", path, rank,
                                n * sizeof(float));
         }
+        o->direct[k] = open(path, O_RDWR | O_DIRECT | O_CLOEXEC); /* -1: through the cache */
     }
+    if (rank == 0)
+        log_info("parallel.offload \"nvme\": the moments' windows %s", o->direct[0] >= 0
+                     ? "move past the page cache (O_DIRECT)"
+                     : "move through the page cache (the file system refuses O_DIRECT)");
     struct offload_io *io = calloc(1, sizeof *io);
     if (!io) {
         offload_close(o);
@@ -233,7 +257,8 @@ void offload_close(struct offload *o)
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", o->dir, names[k]);
         if (o->fd[k] >= 0) close(o->fd[k]), unlink(path);
+        if (o->direct[k] >= 0) close(o->direct[k]);
     }
-    o->fd[0] = o->fd[1] = -1;
+    o->fd[0] = o->fd[1] = o->direct[0] = o->direct[1] = -1;
     if (o->dir[0]) rmdir(o->dir); /* rank-N, when empty */
 }

@@ -3,7 +3,9 @@
  * optimizer step walks the slice window by window, the next window read ahead
  * and the last one written behind by an I/O thread (pread/pwrite, in the
  * order asked: a buffer is read again only after its write), so the disk
- * works while the CPU steps. Each rank's files are <dir>/rank-<N>/adam_m.bin
+ * works while the CPU steps. Where the file system takes O_DIRECT, a
+ * window's 4 KiB-aligned part moves past the page cache (the moments are
+ * offloaded to leave memory free, page cache included), the rest through it. Each rank's files are <dir>/rank-<N>/adam_m.bin
  * and adam_v.bin, slice_n floats each, zeros when opened, their disk space
  * reserved then (a full disk fails at the start, naming the file and the
  * rank), removed when closed: scratch, a resume writes a checkpoint's moments
@@ -21,6 +23,7 @@ struct offload_io; /* the I/O thread and its queue */
 
 struct offload {
     int fd[2];            /* adam_m.bin, adam_v.bin */
+    int direct[2];        /* the same files opened O_DIRECT, -1 where the file system refuses */
     char dir[4096];       /* <dir>/rank-<N> */
     size_t n;             /* floats in each file (the slice) */
     size_t window;        /* floats of each moment in memory at once */

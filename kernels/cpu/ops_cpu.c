@@ -107,8 +107,10 @@ static int cpu_take_error(struct ops_ctx *ctx, char *buf, size_t bytes)
 
 static void *cpu_alloc(struct ops_ctx *ctx, size_t bytes)
 {
-    size_t rounded = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    /* large buffers page-aligned (an offloaded moment's window moves with O_DIRECT), the
+     * size a multiple of the alignment as aligned_alloc wants */
+    size_t align = bytes >= 65536 ? 4096 : 64, rounded = (bytes + align - 1) / align * align;
+    void *p = aligned_alloc(align, rounded ? rounded : align);
     if (!p) {
         cpu_set_error(ctx, "out of memory allocating %zu bytes", bytes);
         return NULL;

@@ -52,6 +52,26 @@ assert off["allocated"]["optimizer"] < mem["allocated"]["optimizer"] / 10, (off,
 PYEOF
 }
 
+# Windows of whole pages (1 MiB: here the whole slice, 138,752 bytes, 33 pages and a
+# tail) move past the page cache where the file system takes O_DIRECT (the log says
+# which), the tail through it: the in-memory bits either way (strace, once: each step's
+# read and write of 135,168 bytes on the O_DIRECT descriptor, the 3,584-byte tail on the
+# other)
+test_page_windows_move_past_the_page_cache() {
+    # shellcheck disable=SC2046
+    run direct --set parallel.offload=nvme --set parallel.offload_dir="$WORK/d7" \
+        --set parallel.offload_window_mb=1 &&
+        metrics_equal "$WORK/none/metrics.jsonl" "$WORK/direct/metrics.jsonl" || return 1
+    mkdir -p "$WORK/probe"
+    if "$PY" -c 'import os, sys; os.close(os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_DIRECT))' \
+        "$WORK/probe/f" 2>/dev/null; then
+        grep -q 'parallel.offload "nvme": the moments.* windows move past the page cache (O_DIRECT)' \
+            "$WORK/direct.log" || { cat "$WORK/direct.log"; return 1; }
+    else
+        grep -q 'the file system refuses O_DIRECT' "$WORK/direct.log" || { cat "$WORK/direct.log"; return 1; }
+    fi
+}
+
 test_host_on_a_cpu_rank_changes_nothing_and_says_so() {
     run host --set parallel.offload=host && metrics_equal "$WORK/none/metrics.jsonl" "$WORK/host/metrics.jsonl" &&
         grep -q 'parallel.offload "host": on CPU ranks the optimizer state is in host memory already; nothing moves' \
@@ -139,6 +159,7 @@ test_bad_settings_are_refused_naming_them() {
 }
 
 check nvme_gives_the_in_memory_bits test_nvme_gives_the_in_memory_bits
+check page_windows_move_past_the_page_cache test_page_windows_move_past_the_page_cache
 check host_on_a_cpu_rank_changes_nothing_and_says_so test_host_on_a_cpu_rank_changes_nothing_and_says_so
 check stopped_mid_step_resumes_to_the_bit test_stopped_mid_step_resumes_to_the_bit
 check checkpoints_cross_between_offload_and_memory test_checkpoints_cross_between_offload_and_memory
