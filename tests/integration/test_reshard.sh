@@ -96,37 +96,44 @@ test_a_mid_step_checkpoint_refuses_another_layout() {
 # model.init loads: its logits are the sharded model's. The data is one window
 # (B·T + 1 tokens), so that the first step of a resumed run and of a new one
 # see the same tokens. Against the same model resharded to one rank: to the
-# bit; against the 2×2×2 model itself: within its rounding (1e-5 of the
-# largest logit; measured 2.6e-7).
-test_export_gives_the_sharded_models_logits() {
+# bit; against the sharded model itself: within its rounding (1e-5 of the
+# largest logit; measured 2.6e-7 at 2×2×2).
+# export_gives_the_sharded_models_logits NAME LAYOUT
+export_gives_the_sharded_models_logits() {
+    local name=$1 lay=$2
     head -c 129 "$ROOT/examples/data/tinyshakespeare.txt" >"$WORK/one.txt"
-    "$PLAIT" data prepare "$WORK/one.txt" "$WORK/one.bin" >/dev/null || return 1
-    local data=(--set data.train="$WORK/one.bin" --set data.shuffle=false) s=$WORK/sharded
+    [ -f "$WORK/one.bin" ] || "$PLAIT" data prepare "$WORK/one.txt" "$WORK/one.bin" >/dev/null ||
+        return 1
+    local data=(--set data.train="$WORK/one.bin" --set data.shuffle=false) s=$WORK/sharded_$name
     # shellcheck disable=SC2046
     "$PLAIT" train "$WORK/plan.json" --out "$s" "${COMMON[@]}" "${data[@]}" --set steps=6 \
-        $(layout 2x2x2z1/2) >"$s.log" 2>&1 || { tail "$s.log"; return 1; }
-    "$PLAIT" ckpt export "$s" --llmc "$WORK/export.bin" || return 1
+        $(layout "$lay") >"$s.log" 2>&1 || { tail "$s.log"; return 1; }
+    "$PLAIT" ckpt export "$s" --llmc "$WORK/export_$name.bin" || return 1
     cp -a "$s" "$s-one"
     # shellcheck disable=SC2046
     PLAIT_DUMP_STEP1=$s/dump "$PLAIT" train "$WORK/plan.json" --out "$s" "${COMMON[@]}" \
-        "${data[@]}" --set steps=7 $(layout 2x2x2z1/2) >"$s.log" 2>&1 || { tail "$s.log"; return 1; }
+        "${data[@]}" --set steps=7 $(layout "$lay") >"$s.log" 2>&1 || { tail "$s.log"; return 1; }
     # shellcheck disable=SC2046
     PLAIT_DUMP_STEP1=$s-one/dump "$PLAIT" train "$WORK/plan.json" --out "$s-one" "${COMMON[@]}" \
         "${data[@]}" --set steps=7 $(layout 1x1x1/4) >"$s-one.log" 2>&1 ||
         { tail "$s-one.log"; return 1; }
-    PLAIT_DUMP_STEP1=$WORK/init/dump "$PLAIT" train "$WORK/plan.json" --out "$WORK/init" \
+    PLAIT_DUMP_STEP1=$WORK/init_$name/dump "$PLAIT" train "$WORK/plan.json" --out "$WORK/init_$name" \
         "${COMMON[@]}" "${data[@]}" --set steps=1 --set optimizer.warmup_steps=0 --set batch.grad_accum=4 \
-        --set model.init="$WORK/export.bin" >"$WORK/init.log" 2>&1 || { tail "$WORK/init.log"; return 1; }
-    "$PY" - "$WORK/init/dump/logits.f32" "$s-one/dump/logits.f32" "$s/dump/logits.f32" <<'PYEOF'
+        --set model.init="$WORK/export_$name.bin" >"$WORK/init_$name.log" 2>&1 || { tail "$WORK/init_$name.log"; return 1; }
+    "$PY" - "$WORK/init_$name/dump/logits.f32" "$s-one/dump/logits.f32" "$s/dump/logits.f32" <<'PYEOF'
 import sys, numpy as np
 init, one, sharded = (np.fromfile(p, dtype=np.float32) for p in sys.argv[1:])
 assert init.size == one.size == sharded.size > 0, (init.size, one.size, sharded.size)
 assert np.array_equal(init, one), "the exported model's logits are not the resharded model's"
 worst = float(np.max(np.abs(init - sharded)) / np.max(np.abs(sharded)))
-print(f"exported vs 2x2x2: {worst:.3g} of the largest logit")
+print(f"exported vs the sharded run: {worst:.3g} of the largest logit")
 sys.exit(0 if worst <= 1e-5 else 1)
 PYEOF
 }
+
+test_export_gives_the_sharded_models_logits() { export_gives_the_sharded_models_logits z1 2x2x2z1/2; }
+# ZeRO 3: the parameters gathered out of the dp slices of each stage
+test_export_of_zero3_gives_its_logits() { export_gives_the_sharded_models_logits z3 1x2x2z3/2; }
 
 # plait ckpt import, the reverse: an llm.c file as a new run's step-0
 # checkpoint, from which plait train (here in 2 × 1 × 2, ZeRO 1) trains exactly
@@ -214,6 +221,7 @@ check pp2_dp2_zero3_to_dp4_zero3 test_pp2_dp2_zero3_to_dp4_zero3
 check hsdp_2x2_zero3_to_one_rank test_hsdp_2x2_zero3_to_one_rank
 check a_mid_step_checkpoint_refuses_another_layout test_a_mid_step_checkpoint_refuses_another_layout
 check export_gives_the_sharded_models_logits test_export_gives_the_sharded_models_logits
+check export_of_zero3_gives_its_logits test_export_of_zero3_gives_its_logits
 check import_trains_as_model_init test_import_trains_as_model_init
 check advice_never_removes_imported_weights test_advice_never_removes_imported_weights
 check import_never_touches_a_running_runs_checkpoints test_import_never_touches_a_running_runs_checkpoints
