@@ -194,7 +194,8 @@ int ckpt_parts_commit(struct ckptdir *d, struct ckpt_parts_job *job, const struc
     const char *name = job->name, *tmp = job->tmp;
     int failed = job->failed, any = failed;
     struct plait_error why = job->why;
-    if (parallel_max_int(par, &any, err)) return -1;
+    if (parallel_max_int(par, &any, err)) /* this rank's own failure is the one to tell */
+        return failed ? error_set(err, "checkpoint %s: %s", name, why.text) : -1;
     /* every rank's records to rank 0 (all to all: a few hundred bytes each) */
     size_t words = (sizeof job->mine) / (sizeof(int64_t)); /* the records as int64 words */
     struct ckpt_manifest_file *all = calloc((size_t)w->world * MAX_FILES, sizeof *all);
@@ -226,6 +227,9 @@ int ckpt_parts_commit(struct ckptdir *d, struct ckpt_parts_job *job, const struc
     }
     rc = 0;
 out:
+    /* a rank that could not write its part says why, even when a later collective failed
+     * first (another rank, told of the failure, may have aborted the job) */
+    if (rc && job->failed) error_set(err, "checkpoint %s: %s", name, job->why.text);
     if (rc && w->rank == 0) ckptdir_abort(tmp);
     free(stage_of);
     free(all);
