@@ -40,33 +40,37 @@ int env_rank_read(struct env_rank *e, struct plait_error *err)
         read_int(PLAIT_ENV_TP, 1, max, multi, 1, &e->tp, err) ||
         read_int(PLAIT_ENV_PP, 1, max, multi, 1, &e->pp, err) ||
         read_int(PLAIT_ENV_DP, 1, max, multi, 1, &e->dp, err) ||
+        read_int(PLAIT_ENV_CP, 1, max, false, 1, &e->cp, err) ||
         read_int(PLAIT_ENV_TP_RANK, 0, max - 1, multi, 0, &e->tp_rank, err) ||
         read_int(PLAIT_ENV_PP_RANK, 0, max - 1, multi, 0, &e->pp_rank, err) ||
         read_int(PLAIT_ENV_DP_RANK, 0, max - 1, multi, 0, &e->dp_rank, err) ||
+        read_int(PLAIT_ENV_CP_RANK, 0, max - 1, false, 0, &e->cp_rank, err) ||
         read_int(PLAIT_ENV_LOCAL_RANK, 0, max - 1, false, e->rank, &e->local_rank, err) ||
         read_int(PLAIT_ENV_LOCAL_WORLD_SIZE, 1, max, false, e->world, &e->local_world, err) ||
         read_int(PLAIT_ENV_NODE_RANK, 0, max - 1, false, 0, &e->node_rank, err) ||
         read_int(PLAIT_ENV_NODES, 1, max, false, 1, &e->nodes, err) ||
         read_int(PLAIT_ENV_RESTART_COUNT, 0, INT_MAX, false, 0, &e->restart_count, err))
         return -1;
-    int64_t layout = (int64_t)e->tp * e->pp * e->dp;
+    int64_t layout = (int64_t)e->tp * e->cp * e->pp * e->dp;
     if (layout != e->world)
-        return error_set(err, "%s=%d, but %s × %s × %s = %d × %d × %d = %lld", PLAIT_ENV_WORLD_SIZE,
-                         e->world, PLAIT_ENV_TP, PLAIT_ENV_PP, PLAIT_ENV_DP, e->tp, e->pp, e->dp,
-                         (long long)layout);
+        return error_set(err, "%s=%d, but %s × %s × %s × %s = %d × %d × %d × %d = %lld",
+                         PLAIT_ENV_WORLD_SIZE, e->world, PLAIT_ENV_TP, PLAIT_ENV_CP, PLAIT_ENV_PP,
+                         PLAIT_ENV_DP, e->tp, e->cp, e->pp, e->dp, (long long)layout);
     if (e->rank >= e->world || e->tp_rank >= e->tp || e->pp_rank >= e->pp || e->dp_rank >= e->dp ||
-        e->local_rank >= e->local_world || e->node_rank >= e->nodes)
+        e->cp_rank >= e->cp || e->local_rank >= e->local_world || e->node_rank >= e->nodes)
         return error_set(err,
-                         "%s=%d (tp %d, pp %d, dp %d; local %d of %d, node %d of %d) is "
+                         "%s=%d (tp %d, cp %d, pp %d, dp %d; local %d of %d, node %d of %d) is "
                          "outside the layout",
-                         PLAIT_ENV_RANK, e->rank, e->tp_rank, e->pp_rank, e->dp_rank, e->local_rank,
-                         e->local_world, e->node_rank, e->nodes);
-    int64_t want = rank_of(e->tp, e->dp, (struct rank_coords){e->tp_rank, e->pp_rank, e->dp_rank});
+                         PLAIT_ENV_RANK, e->rank, e->tp_rank, e->cp_rank, e->pp_rank, e->dp_rank,
+                         e->local_rank, e->local_world, e->node_rank, e->nodes);
+    int64_t want = rank_of(e->tp, e->dp * e->cp,
+                           (struct rank_coords){e->tp_rank, e->pp_rank,
+                                                rank_dp_fold(e->dp_rank, e->cp, e->cp_rank)});
     if (want != e->rank)
         return error_set(err,
-                         "%s=%d, but coordinates tp %d, dp %d, pp %d are rank %lld in Megatron "
-                         "order (tp fastest, then dp, then pp)",
-                         PLAIT_ENV_RANK, e->rank, e->tp_rank, e->dp_rank, e->pp_rank,
+                         "%s=%d, but coordinates tp %d, cp %d, dp %d, pp %d are rank %lld in "
+                         "Megatron order (tp fastest, then cp, then dp, then pp)",
+                         PLAIT_ENV_RANK, e->rank, e->tp_rank, e->cp_rank, e->dp_rank, e->pp_rank,
                          (long long)want);
     const char *device = getenv(PLAIT_ENV_DEVICE);
     if (device && strcmp(device, "cpu") != 0 &&

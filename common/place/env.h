@@ -25,9 +25,11 @@
 #define PLAIT_ENV_TP "PLAIT_TP"                             /* the layout's degrees */
 #define PLAIT_ENV_PP "PLAIT_PP"
 #define PLAIT_ENV_DP "PLAIT_DP"
+#define PLAIT_ENV_CP "PLAIT_CP" /* context parallelism (optional: 1) */
 #define PLAIT_ENV_TP_RANK "PLAIT_TP_RANK" /* its coordinates */
 #define PLAIT_ENV_PP_RANK "PLAIT_PP_RANK"
 #define PLAIT_ENV_DP_RANK "PLAIT_DP_RANK"
+#define PLAIT_ENV_CP_RANK "PLAIT_CP_RANK" /* optional: 0 */
 #define PLAIT_ENV_DEVICE "PLAIT_DEVICE"       /* CUDA index (PCI bus order), or "cpu" */
 #define PLAIT_ENV_GPU_BUSID "PLAIT_GPU_BUSID" /* its GPU's PCI bus id */
 #define PLAIT_ENV_NIC "PLAIT_NIC"             /* its network adapter ("mlx5_3") */
@@ -100,18 +102,18 @@ struct env_rank {
     int rank, world;             /* global rank, ranks in all */
     int local_rank, local_world; /* among its node's ranks */
     int node_rank, nodes;        /* its node, of how many */
-    int tp, pp, dp;              /* the layout */
-    int tp_rank, pp_rank,
-        dp_rank; /* its coordinates (rank = tp_rank + tp·(dp_rank + dp·pp_rank)); with
-                    hybrid sharding the runtime splits dp_rank into a shard rank and a
-                    replica by the plan's parallel.dp_shard (rank_order.h): no variable */
+    int tp, pp, dp, cp;          /* the layout (dp: the data-parallel replicas, cp not in it) */
+    int tp_rank, pp_rank, dp_rank,
+        cp_rank; /* its coordinates (rank = tp_rank + tp·(cp_rank + cp·(dp_rank + dp·pp_rank)),
+                    rank_order.h); with hybrid sharding the runtime splits dp_rank into a
+                    shard rank and a replica by the plan's parallel.dp_shard: no variable */
     int device;  /* CUDA index, or -1 for a CPU rank */
     int restart_count;
     char store_addr[320]; /* "" when the job has one rank and no store */
     char store_secret[260];
 };
 
-/* Reads and checks the contract: numbers in range, world = tp·pp·dp, the
+/* Reads and checks the contract: numbers in range, world = tp·cp·pp·dp, the
  * coordinates those of rank in Megatron order, a store for more than one
  * rank. -1 with err naming the variable. */
 int env_rank_read(struct env_rank *out, struct plait_error *err);

@@ -1,5 +1,9 @@
 /* rank_order.h — Megatron's rank order, the one place it is written: tp
- * fastest, then dp, then pp, so rank = tp_rank + tp·(dp_rank + dp·pp_rank).
+ * fastest, then cp, then dp, then pp, so
+ * rank = tp_rank + tp·(cp_rank + cp·(dp_rank + dp·pp_rank)). Context
+ * parallelism folds into the dp coordinate (rank_dp_fold): a layout of dp·cp
+ * "gradient" dp ranks in the 3D order, rank = tp_rank + tp·(d + dp·cp·pp_rank)
+ * with d = dp_rank·cp + cp_rank, since gradients are averaged over dp·cp.
  * Placement numbers ranks with it, the env contract checks it, the
  * communicators group by it. Not here: which node or device a rank gets
  * (place.c). */
@@ -34,7 +38,24 @@ static inline int rank_replica_of(int dp_rank, int dp_shard)
     return dp_rank / dp_shard;
 }
 
-/* The coordinates of rank in a layout with tp and dp */
+/* The dp coordinate with context parallelism folded in: the cp ranks of data-parallel
+ * rank dp_rank are cp consecutive ones (the gradients' and ZeRO's dp rank), and back */
+static inline int rank_dp_fold(int dp_rank, int cp, int cp_rank)
+{
+    return dp_rank * cp + cp_rank;
+}
+
+static inline int rank_cp_of(int folded_dp_rank, int cp)
+{
+    return folded_dp_rank % cp;
+}
+
+static inline int rank_data_of(int folded_dp_rank, int cp)
+{
+    return folded_dp_rank / cp;
+}
+
+/* The coordinates of rank in a layout with tp and dp (dp·cp, folded, with cp) */
 static inline struct rank_coords rank_coords_of(int64_t rank, int tp, int dp)
 {
     return (struct rank_coords){.tp_rank = (int)(rank % tp),

@@ -180,6 +180,7 @@ static const struct field parallel_fields[] = {
     INT_FIELD("tp", parallel.tp, 1, INT_MAX, 1, AUTO_OK | MAY_CHANGE),
     INT_FIELD("pp", parallel.pp, 1, INT_MAX, 1, AUTO_OK | MAY_CHANGE),
     INT_FIELD("dp", parallel.dp, 1, INT_MAX, 1, AUTO_OK | MAY_CHANGE),
+    INT_FIELD("cp", parallel.cp, 1, INT_MAX, 1, MAY_CHANGE),
     INT_FIELD("dp_shard", parallel.dp_shard, 1, INT_MAX, PLAN_AUTO, AUTO_OK | MAY_CHANGE),
     INT_FIELD("dp_replicate", parallel.dp_replicate, 1, INT_MAX, PLAN_AUTO, AUTO_OK | MAY_CHANGE),
     BOOL_FIELD("allow_tp_over_pcie", parallel.allow_tp_over_pcie, false, MAY_CHANGE),
@@ -1539,7 +1540,7 @@ int64_t plan_ranks(const struct plan *plan)
 {
     const struct plan_parallel *par = &plan->parallel;
     if (par->tp == PLAN_AUTO || par->pp == PLAN_AUTO || par->dp == PLAN_AUTO) return 0;
-    return (int64_t)par->tp * par->pp * par->dp;
+    return (int64_t)par->tp * par->cp * par->pp * par->dp;
 }
 
 int plan_dp_shard(const struct plan_parallel *par, int dp)

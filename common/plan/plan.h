@@ -130,6 +130,10 @@ struct plan_ints {
 
 struct plan_parallel {
     int tp, pp, dp;
+    /* context parallelism: each sequence split over cp ranks (2·cp chunks, rank i taking
+     * chunks i and 2·cp−1−i), attention as a ring; world = tp·cp·pp·dp, the cp ranks
+     * next to tp in the rank order (rank_order.h), gradients averaged over dp·cp */
+    int cp;
     /* hybrid sharding (HSDP): dp = dp_shard × dp_replicate, ZeRO's slices over each group of
      * dp_shard ranks, the groups replicas of each other; PLAN_AUTO ("auto"): from the other
      * and dp (both: dp_shard = dp, dp_replicate = 1). plan_dp_shard resolves them. */
@@ -229,7 +233,7 @@ int plan_diff(const struct plan *before, const struct plan *after, struct plan_c
 int plan_resumable(const struct plan *before, const struct plan *after, char *notes,
                    size_t notes_bytes, struct plait_error *err);
 
-/* tp × pp × dp when all three are fixed, else 0 ("auto" is decided at launch).
+/* tp × cp × pp × dp when all are fixed, else 0 ("auto" is decided at launch).
  * A loaded plan keeps it within PLAN_MAX_RANKS. */
 int64_t plan_ranks(const struct plan *plan);
 

@@ -133,6 +133,7 @@ static int check_ranks(struct plan_ctx *c, const struct plan *p)
         const char *path;
         int degree;
     } d[] = {{"parallel.tp", p->parallel.tp},
+             {"parallel.cp", p->parallel.cp},
              {"parallel.pp", p->parallel.pp},
              {"parallel.dp", p->parallel.dp}};
     int64_t ranks = 1;
@@ -140,8 +141,8 @@ static int check_ranks(struct plan_ctx *c, const struct plan *p)
         if (d[k].degree == PLAN_AUTO) continue;
         ranks *= d[k].degree; /* < 2^24 · 2^31: no overflow in 64 bits */
         if (ranks > PLAN_MAX_RANKS)
-            return plan_fail_rule(c, d[k].path, "parallel.tp parallel.pp parallel.dp",
-                             "%d makes tp × pp × dp = %lld ranks, more than plait runs (%d)",
+            return plan_fail_rule(c, d[k].path, "parallel.tp parallel.cp parallel.pp parallel.dp",
+                             "%d makes tp × cp × pp × dp = %lld ranks, more than plait runs (%d)",
                              d[k].degree, (long long)ranks, PLAN_MAX_RANKS);
     }
     return 0;
