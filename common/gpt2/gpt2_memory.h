@@ -98,14 +98,16 @@ enum gpt2_act {
 
 /* How a rank's model is run beyond its part. */
 struct gpt2_memory_shape {
-    int B, T; /* the largest micro-batch */
+    int B, T; /* the largest micro-batch (T: the rank's tokens of a sequence, seq_len/cp) */
+    int cp;   /* context parallelism (0 or 1: none): the ring's key/value blocks, their
+                 gradients and one block's scores (runtime/ring_attention.c) */
     enum plan_precision precision;
     enum plan_fp8_scaling fp8_scaling; /* precision fp8 only */
     enum plan_recompute recompute;
     int slots;  /* micro-batches (interleaved: model chunks) whose activations are held at once */
     int chunks; /* model chunks per stage: a slot holds layers/chunks layers (1 but
                    for interleaved schedules) */
-    int dp;     /* data-parallel ranks holding the same part */
+    int dp;     /* data-parallel ranks holding the same part (with cp: dp·cp, folded) */
     int zero;   /* ZeRO stage 0..3 */
     bool keep_gathered;     /* ZeRO 3 with parallel.reshard_after_forward false: a unit stays
                                gathered until the step's end (a window for each unit) */
