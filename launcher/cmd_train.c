@@ -215,11 +215,12 @@ int cmd_train(int argc, char **argv)
     }
     const struct plan_parallel *par = &plan->parallel;
     struct gang_spec gang = {.tp = par->tp,
+                             .cp = par->cp,
                              .pp = par->pp,
                              .dp = par->dp,
                              .timeout_s = par->timeout_s,
                              .max_restarts = plan->checkpoint.max_restarts};
-    int64_t world = (int64_t)gang.tp * gang.pp * gang.dp; /* <= PLAN_MAX_RANKS */
+    int64_t world = plan_ranks(plan); /* tp·cp·pp·dp <= PLAN_MAX_RANKS */
     if (!(json = plan_to_json(plan))) {
         log_error("out of memory");
         goto out;

@@ -2,7 +2,7 @@
  * cost model over the slots --ranks gives (layout_choose, as plait check and
  * every launcher choose; as 1 without --ranks), an "auto" dp filling the
  * slots while keeping the resumed run's global batch (elastic_batch_dp and
- * _grad_accum). The runtime reshards the checkpoint to whatever this decides. */
+ * _grad_accum). cp stays as the plan says: dp is what changes. The runtime reshards the checkpoint to whatever this decides. */
 #include "launcher/elastic.h"
 
 #include <stdbool.h>
@@ -11,6 +11,7 @@
 #include "common/place/elastic_batch.h"
 #include "common/place/layout.h"
 #include "common/log.h"
+#include "common/place/place.h" // defines: place_layout_text
 #include "common/place/topo.h"
 
 /* tp, pp (and an "auto" dp) chosen by layout_choose for `slots` ranks on
@@ -34,9 +35,11 @@ static int choose_here(struct plan *plan, int slots, const struct ckpt_batch *re
         plan->parallel.tp = best.layout.tp;
         plan->parallel.pp = best.layout.pp;
         plan->parallel.dp = best.layout.dp;
-        log_info("parallel: tp %d × pp %d × dp %d on this machine's %d ranks (the cost model's "
-                 "choice for \"auto\")",
-                 best.layout.tp, best.layout.pp, best.layout.dp, slots);
+        char text[96];
+        log_info("parallel: %s on this machine's %d ranks (the cost model's choice for \"auto\")",
+                 place_layout_text(text, sizeof text, best.layout.tp, plan->parallel.cp,
+                                   best.layout.pp, best.layout.dp),
+                 slots);
         layout_eval_free(&best);
     }
     topo_free(&topo);
@@ -54,22 +57,25 @@ static int fill_slots(struct plan *plan, int slots, const struct ckpt_batch *res
                               "launcher chose tp 1 for parallel.tp \"auto\" (set parallel.tp)");
     if (par->tp == PLAN_AUTO) par->tp = 1;
     if (par->pp == PLAN_AUTO) par->pp = 1;
-    int64_t base = (int64_t)par->tp * par->pp;
+    int64_t base = (int64_t)par->tp * par->cp * par->pp; /* a replica's ranks */
+    char text[96];
     if (par->dp != PLAN_AUTO) {
         int64_t world = base * par->dp;
         if (slots > 0 && world > slots)
             return error_set(err,
-                             "parallel: tp %d × pp %d × dp %d = %lld ranks do not fit the %d "
-                             "this machine is given (--ranks); with parallel.dp \"auto\" the run "
-                             "would go on with fewer data-parallel replicas",
-                             par->tp, par->pp, par->dp, (long long)world, slots);
+                             "parallel: %s = %lld ranks do not fit the %d this machine is given "
+                             "(--ranks); with parallel.dp \"auto\" the run would go on with fewer "
+                             "data-parallel replicas",
+                             place_layout_text(text, sizeof text, par->tp, par->cp, par->pp,
+                                               par->dp),
+                             (long long)world, slots);
         return 0;
     }
     int64_t most = slots > 0 ? slots / base : 1;
     if (most < 1)
-        return error_set(err,
-                         "parallel: tp %d × pp %d = %lld ranks do not fit the %d given (--ranks)",
-                         par->tp, par->pp, (long long)base, slots);
+        return error_set(err, "parallel: %s = %lld ranks do not fit the %d given (--ranks)",
+                         place_layout_text(text, sizeof text, par->tp, par->cp, par->pp, 0),
+                         (long long)base, slots);
     par->dp = elastic_batch_dp(plan, (int)most, par->pp, resumed);
     return 0;
 }
@@ -83,7 +89,7 @@ int elastic_resolve(struct plan *plan, int slots, const char *run_dir, struct pl
     bool choose = slots > 0 && (par->tp == PLAN_AUTO || par->pp == PLAN_AUTO);
     if (choose ? choose_here(plan, slots, rb, err) : fill_slots(plan, slots, rb, err)) return -1;
     plan->batch.grad_accum = elastic_batch_grad_accum(plan, par->dp, par->pp, rb);
-    int64_t ranks = (int64_t)par->tp * par->pp * par->dp;
+    int64_t ranks = plan_ranks(plan);
     if (resumed && (before.dp != par->dp || before.grad_accum != plan->batch.grad_accum))
         log_info("parallel.dp auto: %d data-parallel replica%s of tp %d × pp %d in %lld rank%s "
                  "(the run had %d); batch.grad_accum %d (it had %d) keeps its global batch of "

@@ -376,7 +376,7 @@ static int place(struct gang *g, const struct plan *plan, struct topo *topo, cha
 
 int gang_run_local(const struct plan *plan, const struct gang_spec *spec, struct plait_error *err)
 {
-    struct gang g = {.spec = spec, .world = spec->tp * spec->pp * spec->dp};
+    struct gang g = {.spec = spec, .world = spec->tp * spec->cp * spec->pp * spec->dp};
     int rc = -1;
     struct topo topo = {0};
     char host[256] = "localhost";

@@ -15,7 +15,7 @@
 #include "common/plan/plan.h"
 
 struct gang_spec {
-    int tp, pp, dp;   /* the layout (no "auto") */
+    int tp, cp, pp, dp; /* the layout (no "auto"): tp·cp·pp·dp ranks */
     double timeout_s; /* the ranks' deadline; stragglers are killed this + 5 s after a failure */
     int max_restarts; /* checkpoint.max_restarts */
 };

@@ -272,11 +272,14 @@ static int gang_layout(const struct node_gang *g, const struct plan *plan,
     }
     int world = g->members * g->ranks_per_member;
     if (chosen->map.world != world) {
+        const struct rank_map *m = &chosen->map;
+        char text[96];
         log_error("%s %d (%s): the gang runs %d %ss × %d ranks (%s) = %d ranks, but the "
-                  "plan's layout tp %d × pp %d × dp %d has %d",
+                  "plan's layout %s has %d",
                   g->noun, g->index, g->name, g->members, g->noun, g->ranks_per_member,
-                  g->shape_vars, world, chosen->map.tp, chosen->map.pp, chosen->map.dp,
-                  chosen->map.world);
+                  g->shape_vars, world, place_layout_text(text, sizeof text, m->tp, m->cp, m->pp,
+                                                          m->dp),
+                  m->world);
         return -1;
     }
     char shared[256];

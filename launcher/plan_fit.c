@@ -32,9 +32,8 @@ int fit_nodes_make(const struct plan *p, int n, int gpus_per_node, const struct 
          * runs them all on this machine) */
         bool cpu = p->parallel.device == PLAN_DEVICE_CPU ||
                    (t->n_gpus == 0 && p->parallel.device != PLAN_DEVICE_CUDA);
-        int64_t world = (int64_t)p->parallel.tp * p->parallel.pp * p->parallel.dp;
-        bool fixed = p->parallel.tp != PLAN_AUTO && p->parallel.pp != PLAN_AUTO &&
-                     p->parallel.dp != PLAN_AUTO;
+        int64_t world = plan_ranks(p); /* tp·cp·pp·dp; 0 with an "auto" degree */
+        bool fixed = world > 0;
         int s = gpus_per_node       ? gpus_per_node
                 : cpu && fixed      ? (int)((world + n - 1) / n)
                 : t->n_gpus && !cpu ? t->n_gpus

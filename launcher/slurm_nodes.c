@@ -18,6 +18,7 @@
 #include "common/hostlist.h"
 #include "common/log.h"
 #include "common/place/env.h"
+#include "common/place/place.h" // defines: place_layout_text
 #include "common/plan/plan.h"
 #include "common/store/store.h"
 #include "launcher/node_gang.h"
@@ -95,11 +96,13 @@ static int ranks_per_node(const struct step *s, const struct plan *plan)
 {
     const struct plan_parallel *par = &plan->parallel;
     if (par->tp != PLAN_AUTO && par->pp != PLAN_AUTO && par->dp != PLAN_AUTO) {
-        long world = (long)par->tp * par->pp * par->dp;
+        long world = (long)plan_ranks(plan);
         if (world % s->nodes == 0) return (int)(world / s->nodes);
-        log_error("launch: the plan's tp %d × pp %d × dp %d = %ld ranks do not fill %ld nodes "
-                  "alike (srun -N with a divisor of %ld)",
-                  par->tp, par->pp, par->dp, world, s->nodes, world);
+        char text[96];
+        log_error("launch: the plan's %s = %ld ranks do not fill %ld nodes alike (srun -N with a "
+                  "divisor of %ld)",
+                  place_layout_text(text, sizeof text, par->tp, par->cp, par->pp, par->dp), world,
+                  s->nodes, world);
         return -1;
     }
     const char *gpus = getenv("CUDA_VISIBLE_DEVICES");

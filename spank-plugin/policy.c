@@ -16,7 +16,7 @@ int policy_check_limits(const struct plait_config *c, const struct policy_job *j
     const struct plan *p = j->plan;
     if (c->max_gpus_per_job && j->gpus > c->max_gpus_per_job)
         return error_set(err,
-                         "the plan needs %lld GPUs (parallel.tp × pp × dp); this cluster allows "
+                         "the plan needs %lld GPUs (parallel.tp × cp × pp × dp); this cluster allows "
                          "at most %d per job (max_gpus_per_job)",
                          (long long)j->gpus, c->max_gpus_per_job);
     if (c->max_nodes && j->nodes > c->max_nodes)

@@ -281,30 +281,31 @@ static int check_task_count(const struct plan *p, const struct step *s)
     const struct plan_parallel *par = &p->parallel;
     int64_t ntasks = s->ntasks;
     if (par->tp != PLAN_AUTO && par->pp != PLAN_AUTO) {
-        int64_t tp = par->tp, pp = par->pp, tp_pp = count_mul(tp, pp);
+        /* a replica's ranks: tp·cp·pp */
+        int64_t tp_pp = count_mul(count_mul(par->tp, par->cp), par->pp);
         int64_t dp = layout_fixed_dp(p, ntasks, NULL), ranks = count_mul(tp_pp, dp);
+        char replica[96], layout[96];
+        place_layout_text(replica, sizeof replica, par->tp, par->cp, par->pp, 0);
+        place_layout_text(layout, sizeof layout, par->tp, par->cp, par->pp, (int)dp);
         if (ranks != ntasks && par->dp == PLAN_AUTO && p->batch.global_batch &&
             ntasks % tp_pp == 0)
             return task_fail(s->job,
                              "the step has %u tasks, but batch.global_batch %d (micro_batch %d) "
-                             "keeps at most dp %lld replicas of tp %lld × pp %lld = %lld tasks "
-                             "(srun -n%lld, or a global batch the step's %lld replicas divide)",
+                             "keeps at most dp %lld replicas of %s = %lld tasks (srun -n%lld, "
+                             "or a global batch the step's %lld replicas divide)",
                              s->ntasks, p->batch.global_batch, p->batch.micro_batch,
-                             (long long)dp, (long long)tp, (long long)pp, (long long)ranks,
-                             (long long)ranks, (long long)(ntasks / tp_pp));
+                             (long long)dp, replica, (long long)ranks, (long long)ranks,
+                             (long long)(ntasks / tp_pp));
         if (ranks != ntasks && par->dp == PLAN_AUTO)
             return task_fail(s->job,
-                             "the step has %u tasks, which dp \"auto\" cannot fill: tp %lld × "
-                             "pp %lld = %lld does not divide it (srun -n with a multiple of "
-                             "%lld)",
-                             s->ntasks, (long long)tp, (long long)pp, (long long)tp_pp,
-                             (long long)tp_pp);
+                             "the step has %u tasks, which dp \"auto\" cannot fill: %s = %lld "
+                             "does not divide it (srun -n with a multiple of %lld)",
+                             s->ntasks, replica, (long long)tp_pp, (long long)tp_pp);
         if (ranks != ntasks)
             return task_fail(s->job,
-                             "the step has %u tasks, but the plan needs tp %lld × pp %lld × dp "
-                             "%lld = %lld (one task per rank: srun -n%lld)",
-                             s->ntasks, (long long)tp, (long long)pp, (long long)dp,
-                             (long long)ranks, (long long)ranks);
+                             "the step has %u tasks, but the plan needs %s = %lld (one task "
+                             "per rank: srun -n%lld)",
+                             s->ntasks, layout, (long long)ranks, (long long)ranks);
     }
     if (ntasks > PLAN_MAX_RANKS)
         return task_fail(s->job, "the step has %u tasks; plait runs at most %d ranks", s->ntasks,
@@ -374,12 +375,13 @@ static int export_place(spank_t sp, const struct plan *p, const struct step *s,
     in.device_memory_bytes = layout_device_memory(nodes, (int)s->nnodes, 0);
     if (layout_choose(p, nodes, (int)s->nnodes, &in, NULL, NULL, chosen, &err))
         return task_fail(s->job, "%s", err.text);
-    if (chosen->map.world != (int64_t)s->ntasks)
-        return task_fail(s->job,
-                         "the step has %u tasks; the layout chosen for it, tp %d × pp %d × dp "
-                         "%d, has %d ranks",
-                         s->ntasks, chosen->map.tp, chosen->map.pp, chosen->map.dp,
-                         chosen->map.world);
+    const struct rank_map *m = &chosen->map;
+    char layout[96];
+    if (m->world != (int64_t)s->ntasks)
+        return task_fail(s->job, "the step has %u tasks; the layout chosen for it, %s, has %d ranks",
+                         s->ntasks,
+                         place_layout_text(layout, sizeof layout, m->tp, m->cp, m->pp, m->dp),
+                         m->world);
     char shared[256]; /* more ranks than cores: said once, in slurmd's log */
     place_shared_cores_text(&chosen->map, nodes, shared, sizeof shared);
     if (*shared && s->task == 0) slurm_info("spank_plait: job %u: warning: %s", s->job, shared);

@@ -232,7 +232,8 @@ static int choose_auto(const struct plan *p, const struct place_node *nodes, int
     for (int i = 0; i < n_tp; i++)
         for (int j = 0; j < n_pp; j++) {
             int tp = tps[i], pp = pps[j];
-            int64_t tpp = (int64_t)tp * pp; /* tp, pp <= slots <= PLAN_MAX_RANKS */
+            /* a replica's ranks, cp as the plan fixes it (tp, pp <= slots <= PLAN_MAX_RANKS) */
+            int64_t tpp = (int64_t)tp * p->parallel.cp * pp;
             if (p->parallel.dp == PLAN_AUTO && slots % tpp != 0) continue;
             int64_t dp64 = p->parallel.dp != PLAN_AUTO
                                ? p->parallel.dp
@@ -257,7 +258,7 @@ int64_t layout_fixed_dp(const struct plan *p, int64_t slots, const struct ckpt_b
 {
     const struct plan_parallel *par = &p->parallel;
     if (par->dp != PLAN_AUTO) return par->dp;
-    int64_t most = slots / ((int64_t)par->tp * par->pp);
+    int64_t most = slots / ((int64_t)par->tp * par->cp * par->pp);
     if (most < 1) return 0;
     /* more replicas than plait runs ranks: counted only, for the caller to refuse */
     return most > PLAN_MAX_RANKS ? most : elastic_batch_dp(p, (int)most, par->pp, resumed);
@@ -280,11 +281,13 @@ int layout_choose(const struct plan *p, const struct place_node *nodes, int n_no
             return error_set(err, "no layout of tp and pp fits these %lld slots", (long long)slots);
         return 0;
     }
-    int64_t tpp = (int64_t)par->tp * par->pp; /* <= PLAN_MAX_RANKS (plan_load) */
+    int64_t tpp = (int64_t)par->tp * par->cp * par->pp; /* <= PLAN_MAX_RANKS (plan_load) */
     int64_t dp = layout_fixed_dp(p, slots, in->resumed);
+    char text[96];
     if (dp < 1)
-        return error_set(err, "tp %d × pp %d needs %lld ranks; the allocation has %lld slots",
-                         par->tp, par->pp, (long long)tpp, (long long)slots);
+        return error_set(err, "%s needs %lld ranks; the allocation has %lld slots",
+                         place_layout_text(text, sizeof text, par->tp, par->cp, par->pp, 0),
+                         (long long)tpp, (long long)slots);
     layout_evaluate(p, (struct cost_layout){par->tp, par->pp, (int)dp}, nodes, n_nodes, in, best);
     if (visit) visit(ctx, best);
     if (!best->placed) return error_set(err, "%s", best->why);
@@ -303,7 +306,7 @@ double layout_modelled_tokens_per_s(const struct plan *p, const struct cost_cpu_
                                 par->dp == PLAN_AUTO ? 1 : par->dp};
         struct place_node node = {.name = "localhost",
                                   .topo = &topo,
-                                  .slots = l.tp * l.pp * l.dp,
+                                  .slots = l.tp * p->parallel.cp * l.pp * l.dp,
                                   .cpu_ranks = p->parallel.device != PLAN_DEVICE_CUDA};
         struct layout_inputs in = {.cpu = cpu,
                                    .bw = {.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100}};

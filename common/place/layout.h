@@ -1,5 +1,5 @@
-/* layout.h — the one place a layout is decided: a concrete tp × pp × dp,
- * placed on the allocation's nodes and costed (memory per rank, traffic,
+/* layout.h — the one place a layout is decided: a concrete tp × pp × dp
+ * (× the plan's cp, which "auto" never changes), placed on the allocation's nodes and costed (memory per rank, traffic,
  * step time), and "auto" degrees resolved by the cost model's best tokens per
  * second among the layouts that can be placed and fit. plait check prints the
  * candidates; the Slurm plugin and plait train take the same choice. */
@@ -91,7 +91,7 @@ int layout_choose(const struct plan *p, const struct place_node *nodes, int n_no
                   struct layout_eval *best, struct plait_error *err);
 
 /* The dp of a plan whose tp and pp are fixed, on `slots` slots: its own, or
- * "auto": as many replicas of tp × pp as the slots hold (a resumed run's, or
+ * "auto": as many replicas of tp × cp × pp as the slots hold (a resumed run's, or
  * a plan's with batch.global_batch: as many as keep that global batch,
  * elastic_batch_dp); 0 when not one fits. The one count of dp layout_choose
  * and a launcher whose slots must all run (the Slurm plugin's step) share:

@@ -1,7 +1,7 @@
 /* place.c — rank placement: carving each node's devices into tensor-parallel
  * groups that stay inside NVLink domains, assigning the groups pipeline by
- * pipeline, then NICs, cores, the links each communicator crosses, and the
- * env contract of a rank. Discovery is topo.c's; costs are cost.c's. */
+ * pipeline (a stage's cp groups one after another), then NICs, cores, the
+ * links each communicator crosses, and the env contract of a rank. Discovery is topo.c's; costs are cost.c's. */
 #include "common/place/place.h"
 
 #include <stdarg.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "common/place/env.h"
-#include "common/place/rank_order.h" // defines: rank_of
+#include "common/place/rank_order.h" // defines: rank_of, rank_dp_fold
 
 /* A tp group carved out of one node: tp GPUs (or tp CPU slots). */
 struct carve {
@@ -322,22 +322,24 @@ static enum cost_link link_between(const struct place_rank *a, const struct plac
 }
 
 /* For each group of a communicator (ranks that differ only in its
- * coordinate), the slowest link its members use: every pair for tp and dp
+ * coordinate), the slowest link its members use: every pair for tp, cp and dp
  * (rings and all-reduces), neighbouring stages for pp. which: 0 tp, 1 pp, 2
- * dp, 3 a shard group, 4 the replicas (hybrid sharding: rank_order.h). */
+ * dp, 3 a shard group (dp_shard·cp ranks of the folded dp coordinate), 4 the
+ * replicas (hybrid sharding: rank_order.h), 5 cp. */
 static void comm_links(struct rank_map *m, const struct place_node *nodes,
                        const struct place_bandwidth *bw, int which, struct place_comm *out)
 {
     memset(out, 0, sizeof *out);
-    int S = m->dp_shard;
-    const int degrees[] = {m->tp, m->pp, m->dp, S, m->dp / S};
-    const int strides[] = {1, m->tp * m->dp, m->tp, m->tp, m->tp * S};
+    int S = m->dp_shard, cp = m->cp;
+    const int degrees[] = {m->tp, m->pp, m->dp, S * cp, m->dp / S, cp};
+    const int strides[] = {1, m->tp * cp * m->dp, m->tp * cp, m->tp, m->tp * S * cp, m->tp};
     int degree = degrees[which], stride = strides[which];
     if (degree == 1) return;
     for (int r = 0; r < m->world; r++) {
         const struct place_rank *first = &m->ranks[r];
-        const int coords[] = {first->tp, first->pp, first->dp, rank_shard_of(first->dp, S),
-                              rank_replica_of(first->dp, S)};
+        int folded = rank_dp_fold(first->dp, cp, first->cp);
+        const int coords[] = {first->tp, first->pp, first->dp, folded % (S * cp),
+                              rank_replica_of(first->dp, S), first->cp};
         int coord = coords[which];
         if (coord != 0) continue; /* each group once, by its first member */
         enum cost_link worst = COST_LINK_NONE;
@@ -365,12 +367,13 @@ static void comm_links(struct rank_map *m, const struct place_node *nodes,
 /* ---- the map ------------------------------------------------------------------------- */
 
 /* Whether the degrees, the device and the slots allow a map at all; *world its ranks. */
-static int check_degrees(const struct plan *plan, int tp, int pp, int dp,
+static int check_degrees(const struct plan *plan, int tp, int cp, int pp, int dp,
                          const struct place_node *nodes, int n_nodes, int *world,
                          struct plait_error *err)
 {
-    if (tp < 1 || pp < 1 || dp < 1)
-        return error_set(err, "placement needs concrete degrees (tp %d, pp %d, dp %d)", tp, pp, dp);
+    if (tp < 1 || cp < 1 || pp < 1 || dp < 1)
+        return error_set(err, "placement needs concrete degrees (tp %d, cp %d, pp %d, dp %d)", tp,
+                         cp, pp, dp);
     if (n_nodes < 1) return error_set(err, "placement needs at least one node");
     for (int i = 0; i < n_nodes; i++)
         if (plan->parallel.device == PLAN_DEVICE_CUDA && nodes[i].topo->n_gpus == 0)
@@ -387,42 +390,51 @@ static int check_degrees(const struct plan *plan, int tp, int pp, int dp,
                              "parallel.device \"cuda\" where the nodes have GPUs",
                              nodes[i].name,
                              nodes[i].topo->n_gpus == 0 ? "it has no GPU" : "CPU ranks");
-    long long world_ll = (long long)tp * pp * dp;
+    long long world_ll = (long long)tp * cp * pp * dp;
     if (world_ll > 1 << 24)
-        return error_set(err, "tp × pp × dp = %lld ranks is too many", world_ll);
+        return error_set(err, "tp × cp × pp × dp = %lld ranks is too many", world_ll);
     int slots = 0;
     for (int i = 0; i < n_nodes; i++) slots += nodes[i].slots;
     *world = (int)world_ll;
+    char text[96];
     if (*world > slots)
-        return error_set(err,
-                         "the layout tp %d × pp %d × dp %d needs %d ranks; the allocation "
-                         "has %d (%d node%s)",
-                         tp, pp, dp, *world, slots, n_nodes, n_nodes == 1 ? "" : "s");
+        return error_set(err, "the layout %s needs %d ranks; the allocation has %d (%d node%s)",
+                         place_layout_text(text, sizeof text, tp, cp, pp, dp), *world, slots,
+                         n_nodes, n_nodes == 1 ? "" : "s");
     return 0;
 }
 
-/* The ranks of each carved group, pipeline by pipeline, so that one pipeline's stages share
- * a node whenever they fit. */
+/* The tp ranks of carved group c at coordinates at (its tp coordinate aside). */
+static void place_group(struct rank_map *out, const struct carve *c,
+                        const struct place_node *nodes, struct place_rank at)
+{
+    int folded = rank_dp_fold(at.dp, out->cp, at.cp);
+    for (int t = 0; t < out->tp; t++) {
+        int r = (int)rank_of(out->tp, out->dp * out->cp, (struct rank_coords){t, at.pp, folded});
+        out->ranks[r] = (struct place_rank){.rank = r,
+                                            .node = c->node,
+                                            .tp = t,
+                                            .cp = at.cp,
+                                            .pp = at.pp,
+                                            .dp = at.dp,
+                                            .gpu = c->gpus ? c->gpus[t] : -1,
+                                            .nic = -1,
+                                            .numa = -1};
+        if (c->gpus) out->ranks[r].numa = nodes[c->node].topo->gpus[c->gpus[t]].numa;
+    }
+}
+
+/* The ranks of each carved group, pipeline by pipeline and a stage's cp groups one after
+ * another, so that a cp group, then one pipeline's stages, share a node whenever they fit. */
 static void ranks_of_groups(struct rank_map *out, const struct carving *carving,
                             const struct place_node *nodes)
 {
     int g = 0;
     for (int d = 0; d < out->dp; d++)
-        for (int s = 0; s < out->pp; s++, g++) {
-            const struct carve *c = &carving->groups[g];
-            for (int t = 0; t < out->tp; t++) {
-                int r = (int)rank_of(out->tp, out->dp, (struct rank_coords){t, s, d});
-                out->ranks[r] = (struct place_rank){.rank = r,
-                                                    .node = c->node,
-                                                    .tp = t,
-                                                    .pp = s,
-                                                    .dp = d,
-                                                    .gpu = c->gpus ? c->gpus[t] : -1,
-                                                    .nic = -1,
-                                                    .numa = -1};
-                if (c->gpus) out->ranks[r].numa = nodes[c->node].topo->gpus[c->gpus[t]].numa;
-            }
-        }
+        for (int s = 0; s < out->pp; s++)
+            for (int k = 0; k < out->cp; k++, g++)
+                place_group(out, &carving->groups[g], nodes,
+                            (struct place_rank){.cp = k, .pp = s, .dp = d});
 }
 
 /* Node i's ranks: their local numbers, NICs and cores. on_node: room for every rank. */
@@ -460,8 +472,8 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
                 struct plait_error *err)
 {
     memset(out, 0, sizeof *out);
-    int world = 0;
-    if (check_degrees(plan, tp, pp, dp, nodes, n_nodes, &world, err)) return -1;
+    int world = 0, cp = plan->parallel.cp > 1 ? plan->parallel.cp : 1;
+    if (check_degrees(plan, tp, cp, pp, dp, nodes, n_nodes, &world, err)) return -1;
     struct carving carving = {0};
     int *largest = calloc((size_t)(unsigned)n_nodes, sizeof *largest);
     struct place_rank **on_node = NULL;
@@ -474,12 +486,13 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
         if (carve_node(&nodes[i], i, tp, plan->parallel.allow_tp_over_pcie, &carving, &largest[i],
                        err))
             goto out;
-    if (carving.n < pp * dp) {
+    if (carving.n < cp * pp * dp) {
         refuse_tp(plan, tp, nodes, n_nodes, largest, err);
         goto out;
     }
     *out = (struct rank_map){.world = world,
                              .tp = tp,
+                             .cp = cp,
                              .pp = pp,
                              .dp = dp,
                              .dp_shard = plan_dp_shard(&plan->parallel, dp),
@@ -498,6 +511,7 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
     comm_links(out, nodes, bw, 0, &out->comm_tp);
     comm_links(out, nodes, bw, 1, &out->comm_pp);
     comm_links(out, nodes, bw, 2, &out->comm_dp);
+    comm_links(out, nodes, bw, 5, &out->comm_cp);
     if (out->dp_shard < dp) {
         comm_links(out, nodes, bw, 3, &out->comm_shard);
         comm_links(out, nodes, bw, 4, &out->comm_replicas);
@@ -530,6 +544,15 @@ void rank_map_free(struct rank_map *m)
         for (int r = 0; r < m->world; r++) free(m->ranks[r].cores);
     free(m->ranks);
     memset(m, 0, sizeof *m);
+}
+
+char *place_layout_text(char *buf, size_t bytes, int tp, int cp, int pp, int dp)
+{
+    char cps[32] = "", dps[32] = "";
+    if (cp > 1) snprintf(cps, sizeof cps, " × cp %d", cp);
+    if (dp > 0) snprintf(dps, sizeof dps, " × dp %d", dp);
+    snprintf(buf, bytes, "tp %d%s × pp %d%s", tp, cps, pp, dps);
+    return buf;
 }
 
 /* ---- the env contract of a rank ------------------------------------------------------- */
@@ -577,6 +600,9 @@ char **place_rank_env(const struct rank_map *m, const struct place_node *nodes, 
               !env_add(&env, &n, PLAIT_ENV_TP_RANK, "%d", r->tp) &&
               !env_add(&env, &n, PLAIT_ENV_PP_RANK, "%d", r->pp) &&
               !env_add(&env, &n, PLAIT_ENV_DP_RANK, "%d", r->dp) &&
+              (m->cp == 1 || /* optional in the contract: absent, 1 and 0 */
+               (!env_add(&env, &n, PLAIT_ENV_CP, "%d", m->cp) &&
+                !env_add(&env, &n, PLAIT_ENV_CP_RANK, "%d", r->cp))) &&
               !env_add(&env, &n, PLAIT_ENV_CPUS, "%s", cpus) &&
               !env_add(&env, &n, PLAIT_ENV_NUMA, "%d", r->numa);
     if (ok && r->gpu >= 0) {

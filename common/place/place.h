@@ -1,8 +1,8 @@
 /* place.h — the rank map: which node, device, NIC and cores each global rank
- * of a tp × pp × dp layout gets, so that every tensor-parallel group sits in
- * one NVLink domain, the stages of a pipeline stay as close as the nodes
- * allow, and only stage boundaries and data-parallel reductions cross the
- * network. Shared by plait check, the SPANK plugin and the launcher: every
+ * of a tp × cp × pp × dp layout gets, so that every tensor-parallel group sits
+ * in one NVLink domain, a context-parallel group as close after it as the
+ * nodes allow, the stages of a pipeline stay as close as the nodes allow, and
+ * only stage boundaries and data-parallel reductions cross the network. Shared by plait check, the SPANK plugin and the launcher: every
  * task computes the same map from the same inputs, without talking. */
 #ifndef PLAIT_PLACE_H
 #define PLAIT_PLACE_H
@@ -27,10 +27,10 @@ struct place_node {
 };
 
 struct place_rank {
-    int rank;       /* global rank: tp fastest, then dp, then pp (Megatron's order) */
-    int node;       /* index into the nodes */
-    int local_rank; /* among the ranks of its node, by global rank */
-    int tp, pp, dp; /* coordinates */
+    int rank;           /* global rank: tp fastest, then cp, dp, pp (rank_order.h) */
+    int node;           /* index into the nodes */
+    int local_rank;     /* among the ranks of its node, by global rank */
+    int tp, cp, pp, dp; /* coordinates (dp: the data-parallel one, cp not folded in) */
     int gpu;        /* index into its node's topo->gpus, or -1 (a CPU rank) */
     int nic;        /* index into its node's topo->nics, or -1 (none) */
     int *cores;     /* indexes into its node's topo->cores, ascending */
@@ -48,12 +48,14 @@ struct place_comm {
 };
 
 struct rank_map {
-    int world, tp, pp, dp;
+    int world, tp, cp, pp, dp; /* world = tp·cp·pp·dp */
     int dp_shard; /* hybrid sharding's shard group (plan_dp_shard; dp: none) */
     int n_nodes;
     struct place_rank *ranks; /* [world], by global rank */
-    struct place_comm comm_tp, comm_pp, comm_dp;
-    struct place_comm comm_shard, comm_replicas; /* hybrid sharding's groups (dp_shard < dp) */
+    struct place_comm comm_tp, comm_pp, comm_dp; /* dp: ranks differing in dp alone */
+    struct place_comm comm_cp;                   /* ranks differing in cp alone (cp > 1) */
+    struct place_comm comm_shard, comm_replicas; /* hybrid sharding's groups (dp_shard < dp):
+                                                    a shard group is dp_shard·cp ranks */
     int shared_node;  /* the first node with more ranks than cores to give them (they then
                          get one core each, round-robin, and share them), or -1 */
     int shared_ranks; /* those ranks and the cores they share, for the warning */
@@ -67,7 +69,9 @@ struct place_bandwidth {
     double memory_gbps;  /* between CPU ranks of one node */
 };
 
-/* Places a concrete layout (no PLAN_AUTO). Refuses, with the reason in err,
+/* Places a concrete layout (no PLAN_AUTO), cp from plan->parallel.cp: each
+ * stage's cp tp groups are carved one after another, so a cp group shares a
+ * node (an NVLink domain) whenever it fits. Refuses, with the reason in err,
  * when the layout does not fit: too few slots, a tp group that cannot stay in
  * one NVLink domain (naming the domains and the largest tp that fits, unless
  * plan->parallel.allow_tp_over_pcie), or one that would span nodes. */
@@ -80,6 +84,11 @@ void rank_map_free(struct rank_map *m);
  * launchers warn with it), else "". */
 void place_shared_cores_text(const struct rank_map *m, const struct place_node *nodes, char *buf,
                              size_t bytes);
+
+/* "tp 2 × cp 2 × pp 1 × dp 4" (cp named only when > 1, so a layout without
+ * context parallelism reads as it always has; dp 0: a replica, "tp 2 × cp 2 ×
+ * pp 1") into buf; returns buf. */
+char *place_layout_text(char *buf, size_t bytes, int tp, int cp, int pp, int dp);
 
 /* The env contract of one rank (NAME=value strings, malloc'ed, NULL-ended). */
 char **place_rank_env(const struct rank_map *m, const struct place_node *nodes, int rank);

@@ -201,10 +201,11 @@ static void print_kind(const struct kind *k, bool ok, int used, const struct lay
                          "nvidia.com/gpu.product label)",
            k->gpus, k->gpus == 1 ? "" : "s", k->memory_bytes / 1e9, k->n, k->n == 1 ? "" : "s");
     if (ok) {
-        printf("    fits: tp %d × pp %d × dp %d on %d node%s, %.2f GB per rank, %.0f "
-               "tokens/s modelled:",
-               e->layout.tp, e->layout.pp, e->layout.dp, used, used == 1 ? "" : "s",
-               e->mem.total / 1e9, e->tokens_per_s);
+        char layout[96];
+        printf("    fits: %s on %d node%s, %.2f GB per rank, %.0f tokens/s modelled:",
+               place_layout_text(layout, sizeof layout, e->layout.tp, e->map.cp, e->layout.pp,
+                                 e->layout.dp),
+               used, used == 1 ? "" : "s", e->mem.total / 1e9, e->tokens_per_s);
         for (int j = 0; j < used; j++) printf(" %s", k->names[j]);
         printf("\n");
     } else {

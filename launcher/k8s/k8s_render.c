@@ -188,9 +188,11 @@ static void job_spec(struct ky_doc *d, int spec, const struct k8s_job *j, int ba
 static void annotations(struct ky_doc *d, int meta, const struct k8s_job *j)
 {
     int ann = ky_set_map(d, meta, "annotations");
-    char text[160];
-    snprintf(text, sizeof text, "tp %d × pp %d × dp %d = %d ranks, %d pods × %d", j->layout.tp,
-             j->layout.pp, j->layout.dp, j->pods * j->ranks_per_pod, j->pods, j->ranks_per_pod);
+    char text[160], layout[96];
+    snprintf(text, sizeof text, "%s = %d ranks, %d pods × %d",
+             place_layout_text(layout, sizeof layout, j->layout.tp, j->cp, j->layout.pp,
+                               j->layout.dp),
+             j->pods * j->ranks_per_pod, j->pods, j->ranks_per_pod);
     ky_set_str(d, ann, "plait.dev/layout", text);
     ky_set_str(d, ann, "plait.dev/termination-grace", j->grace_why);
 }
@@ -351,28 +353,28 @@ static int choose_layout(const struct k8s_render_args *a, const struct plan *p, 
         return -1;
     }
     int world = best->map.world, slots = a->nodes * a->gpus_per_node;
+    char layout[96];
+    place_layout_text(layout, sizeof layout, best->layout.tp, best->map.cp, best->layout.pp,
+                      best->layout.dp);
     char pods[64]; /* "2 pods × 1 GPU" */
     snprintf(pods, sizeof pods, "%d pod%s × %d GPU%s", a->nodes, a->nodes == 1 ? "" : "s",
              a->gpus_per_node, a->gpus_per_node == 1 ? "" : "s");
     if (world != slots) {
-        log_error("k8s render: %s: the layout tp %d × pp %d × dp %d is %d ranks, but %s are %d: "
-                  "every pod runs one rank per GPU it asks for; set parallel.dp to \"auto\" or "
-                  "change --nodes / --gpus-per-node",
-                  p->source, best->layout.tp, best->layout.pp, best->layout.dp, world, pods, slots);
+        log_error("k8s render: %s: the layout %s is %d ranks, but %s are %d: every pod runs one "
+                  "rank per GPU it asks for; set parallel.dp to \"auto\" or change --nodes / "
+                  "--gpus-per-node",
+                  p->source, layout, world, pods, slots);
         return -1;
     }
     /* GB: 10^9 bytes, as plait check prints device memory */
     if (in.device_memory_bytes)
-        log_info("k8s render: %s: tp %d × pp %d × dp %d on %s; %.2f GB per rank of %.2f GB "
-                 "device memory (GB: 10^9 bytes)",
-                 p->source, best->layout.tp, best->layout.pp, best->layout.dp, pods,
-                 best->mem.total / 1e9, in.device_memory_bytes / 1e9);
+        log_info("k8s render: %s: %s on %s; %.2f GB per rank of %.2f GB device memory (GB: 10^9 "
+                 "bytes)",
+                 p->source, layout, pods, best->mem.total / 1e9, in.device_memory_bytes / 1e9);
     else
-        log_info("k8s render: %s: tp %d × pp %d × dp %d on %s; %.2f GB per rank (GB: 10^9 "
-                 "bytes; device memory unknown: give --gpu-memory GB or --gpu-product to check "
-                 "the fit)",
-                 p->source, best->layout.tp, best->layout.pp, best->layout.dp, pods,
-                 best->mem.total / 1e9);
+        log_info("k8s render: %s: %s on %s; %.2f GB per rank (GB: 10^9 bytes; device memory "
+                 "unknown: give --gpu-memory GB or --gpu-product to check the fit)",
+                 p->source, layout, pods, best->mem.total / 1e9);
     return 0;
 }
 
@@ -441,6 +443,7 @@ int k8s_render(const struct k8s_render_args *a, FILE *out)
     }
     if (choose_layout(a, p, &topo, &fit, &best)) goto out;
     j.layout = best.layout;
+    j.cp = best.map.cp;
     j.pods = a->nodes;
     j.ranks_per_pod = a->gpus_per_node;
     grace_estimate(&j, p, &best);

@@ -21,6 +21,7 @@ struct k8s_job {
     const struct k8s_render_args *a;
     int pods, ranks_per_pod;
     struct cost_layout layout;
+    int cp; /* the plan's parallel.cp: a pod's ranks are tp·cp·pp·dp over the pods */
     char plan_cm[96], secret[96], service[96], queue[160];
     char pod_dns[192];
     char *plan_json;

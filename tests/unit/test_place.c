@@ -2,11 +2,13 @@
  * golden tests in tests/topo/ run the same code on real hwloc fixtures):
  * Megatron rank order, tp groups inside NVLink domains even when domain
  * indices interleave, refusals with reasons, pipelines kept on one node,
- * NIC spreading, disjoint CPU sets, the links each communicator crosses. */
+ * NIC spreading, disjoint CPU sets, the links each communicator crosses,
+ * context parallelism's cp groups next to tp and their env contract. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "common/place/env.h"
 #include "common/place/place.h"
 
 /* A node: n_gpus GPUs, domain_of[g] (or -1: all one domain), n_numa NUMA
@@ -78,18 +80,23 @@ static void free_topo(struct topo *t)
     free(t->nvlink_gbps), free(t->source), free(t);
 }
 
-static struct plan *make_plan(int heads, bool over_pcie)
+static struct plan *make_plan_cp(int heads, bool over_pcie, int cp)
 {
     char text[512];
     snprintf(text, sizeof text,
              "{\"model\": {\"layers\": 8, \"heads\": %d, \"hidden\": %d, \"vocab\": 256, "
              "\"seq_len\": 16}, \"data\": {\"train\": \"x\"}, \"steps\": 1, "
-             "\"parallel\": {\"allow_tp_over_pcie\": %s}}",
-             heads, heads * 8, over_pcie ? "true" : "false");
+             "\"parallel\": {\"allow_tp_over_pcie\": %s, \"cp\": %d}}",
+             heads, heads * 8, over_pcie ? "true" : "false", cp);
     struct plait_error err;
     struct plan *p = plan_load_text(text, "test", "/", NULL, 0, &err);
     if (!p) printf("  plan: %s\n", err.text);
     return p;
+}
+
+static struct plan *make_plan(int heads, bool over_pcie)
+{
+    return make_plan_cp(heads, over_pcie, 1);
 }
 
 static const struct place_bandwidth bw = {.pcie_gbps = 24, .network_gbps = 50, .memory_gbps = 100};
@@ -359,6 +366,118 @@ static void test_cuda_on_a_gpu_less_node_is_refused(void)
     free_topo(t);
 }
 
+/* The value of name in a rank's env contract, or NULL */
+static const char *env_value(char **env, const char *name)
+{
+    size_t len = strlen(name);
+    for (char **e = env; e && *e; e++)
+        if (strncmp(*e, name, len) == 0 && (*e)[len] == '=') return *e + len + 1;
+    return NULL;
+}
+
+/* tp 2 × cp 2 × pp 2 × dp 2 on two 8-GPU nodes: rank = tp + 2·(cp + 2·(dp + 2·pp)); a
+ * stage's two cp groups are carved one after the other, so each cp group (and each
+ * pipeline) sits on one node, and only dp crosses the network */
+static void test_cp_groups_sit_next_to_tp_on_one_node(void)
+{
+    struct topo *t = make_topo(8, NULL, 2, 8, 8);
+    struct place_node nodes[2] = {{.name = "a", .topo = t, .slots = 8},
+                                  {.name = "b", .topo = t, .slots = 8}};
+    struct plan *p = make_plan_cp(8, false, 2);
+    struct rank_map m;
+    struct plait_error err;
+    CHECK(place_ranks(p, 2, 2, 2, nodes, 2, &bw, &m, &err) == 0, "%s", err.text);
+    CHECK(m.world == 16 && m.cp == 2 && m.dp == 2, "world %d cp %d dp %d", m.world, m.cp, m.dp);
+    for (int r = 0; r < m.world; r++) {
+        const struct place_rank *q = &m.ranks[r];
+        CHECK(q->tp == r % 2 && q->cp == r / 2 % 2 && q->dp == r / 4 % 2 && q->pp == r / 8,
+              "rank %d has tp %d cp %d dp %d pp %d", r, q->tp, q->cp, q->dp, q->pp);
+        CHECK(q->node == q->dp, "rank %d (dp %d) on node %d", r, q->dp, q->node);
+        /* node order: (pp0: cp0, cp1), (pp1: cp0, cp1), two GPUs each */
+        int gpu = 4 * q->pp + 2 * q->cp + q->tp;
+        CHECK(q->gpu == gpu, "rank %d on GPU %d, want %d", r, q->gpu, gpu);
+    }
+    CHECK(m.comm_cp.groups == 8 && m.comm_cp.slowest == COST_LINK_NVLINK,
+          "cp: %d groups over %s", m.comm_cp.groups, cost_link_name(m.comm_cp.slowest));
+    CHECK(m.comm_dp.groups == 8 && m.comm_dp.slowest == COST_LINK_NETWORK,
+          "dp: %d groups over %s", m.comm_dp.groups, cost_link_name(m.comm_dp.slowest));
+    CHECK(m.comm_tp.groups == 8 && m.comm_pp.groups == 8 &&
+              m.comm_pp.slowest == COST_LINK_NVLINK,
+          "tp %d groups, pp %d over %s", m.comm_tp.groups, m.comm_pp.groups,
+          cost_link_name(m.comm_pp.slowest));
+    /* rank 6: tp 0, cp 1, dp 1, pp 0; its env reads back through the runtime's reader */
+    char **env = place_rank_env(&m, nodes, 6);
+    CHECK(env && strcmp(env_value(env, PLAIT_ENV_CP), "2") == 0 &&
+              strcmp(env_value(env, PLAIT_ENV_CP_RANK), "1") == 0 &&
+              strcmp(env_value(env, PLAIT_ENV_DP), "2") == 0 &&
+              strcmp(env_value(env, PLAIT_ENV_DP_RANK), "1") == 0 &&
+              strcmp(env_value(env, PLAIT_ENV_WORLD_SIZE), "16") == 0,
+          "rank 6's env");
+    for (char **e = env; e && *e; e++) putenv(*e);
+    setenv(PLAIT_ENV_STORE_ADDR, "a:29500", 1);
+    setenv(PLAIT_ENV_STORE_SECRET, "abc", 1);
+    struct env_rank er;
+    CHECK(env_rank_read(&er, &err) == 0, "%s", err.text);
+    CHECK(er.rank == 6 && er.cp == 2 && er.cp_rank == 1 && er.dp == 2 && er.dp_rank == 1,
+          "read back: rank %d cp %d/%d dp %d/%d", er.rank, er.cp_rank, er.cp, er.dp_rank, er.dp);
+    for (char **e = env; e && *e; e++) {
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(strchr(*e, '=') - *e), *e);
+        unsetenv(name);
+    }
+    unsetenv(PLAIT_ENV_STORE_ADDR);
+    unsetenv(PLAIT_ENV_STORE_SECRET);
+    place_env_free(env);
+    rank_map_free(&m);
+    plan_free(p);
+
+    /* without cp the contract's optional variables stay out */
+    p = make_plan(8, false);
+    CHECK(place_ranks(p, 2, 1, 1, nodes, 1, &bw, &m, &err) == 0, "%s", err.text);
+    env = place_rank_env(&m, nodes, 1);
+    CHECK(env && !env_value(env, PLAIT_ENV_CP) && !env_value(env, PLAIT_ENV_CP_RANK) &&
+              m.comm_cp.groups == 0,
+          "cp 1 exports %s", env_value(env, PLAIT_ENV_CP));
+    place_env_free(env);
+    rank_map_free(&m);
+    plan_free(p);
+    free_topo(t);
+}
+
+/* a cp group that does not fit is refused naming cp; hybrid sharding's shard group is
+ * dp_shard·cp ranks, its replicas dp / dp_shard */
+static void test_cp_counts_in_the_world_and_the_shard_group(void)
+{
+    struct topo *t = make_topo(8, NULL, 2, 8, 8);
+    struct place_node nodes[2] = {{.name = "a", .topo = t, .slots = 8},
+                                  {.name = "b", .topo = t, .slots = 8}};
+    struct plan *p = make_plan_cp(8, false, 4);
+    struct rank_map m;
+    struct plait_error err;
+    CHECK(place_ranks(p, 2, 1, 4, nodes, 2, &bw, &m, &err) != 0, "32 ranks on 16 slots");
+    CHECK(strstr(err.text, "the layout tp 2 × cp 4 × pp 1 × dp 4 needs 32 ranks"), "%s",
+          err.text);
+    plan_free(p);
+    const char *hsdp[] = {"parallel.cp=2", "parallel.dp=4", "parallel.zero=1",
+                          "parallel.dp_shard=2"};
+    p = plan_load_text("{\"model\": {\"layers\": 8, \"heads\": 8, \"hidden\": 64, "
+                       "\"vocab\": 256, \"seq_len\": 16}, \"data\": {\"train\": \"x\"}, "
+                       "\"steps\": 1}",
+                       "test", "/", hsdp, 4, &err);
+    CHECK(p, "%s", err.text);
+    /* tp 1 × cp 2 × dp 4 (2 replicas of shard groups of 2): 4 ranks a node */
+    for (int i = 0; i < 2; i++) nodes[i].slots = 4;
+    CHECK(p && place_ranks(p, 1, 1, 4, nodes, 2, &bw, &m, &err) == 0, "%s", err.text);
+    CHECK(m.comm_shard.groups == 2 && m.comm_shard.slowest == COST_LINK_NVLINK &&
+              m.comm_replicas.groups == 4 && m.comm_replicas.slowest == COST_LINK_NETWORK,
+          "shard %d groups over %s, replicas %d over %s", m.comm_shard.groups,
+          cost_link_name(m.comm_shard.slowest), m.comm_replicas.groups,
+          cost_link_name(m.comm_replicas.slowest));
+    rank_map_free(&m);
+    plan_free(p);
+    free_topo(t);
+}
+
 int main(void)
 {
     RUN(test_megatron_order_tp_fastest_then_dp_then_pp);
@@ -372,5 +491,7 @@ int main(void)
     RUN(test_device_cpu_runs_cpu_ranks_on_gpu_nodes);
     RUN(test_more_ranks_than_cores_share_whole_cores_round_robin);
     RUN(test_cuda_on_a_gpu_less_node_is_refused);
+    RUN(test_cp_groups_sit_next_to_tp_on_one_node);
+    RUN(test_cp_counts_in_the_world_and_the_shard_group);
     return check_exit_code();
 }
