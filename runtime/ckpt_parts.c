@@ -164,7 +164,8 @@ static int commit_manifest(struct ckptdir *d, const struct ckpt_parts_job *job,
                    .zero = m->zero,
                    .chunks = m->chunks,
                    .v_shape = m->shard.part.v_shape,
-                   .dp_shard = m->zero ? m->dp : w->dp}};
+                   .dp_shard = m->zero ? m->dp : w->dp,
+                   .cp = w->cp}};
     struct ckpt_layout *l = &man.layout;
     int rc = -1;
     l->stage_begin = calloc((size_t)w->pp, sizeof *l->stage_begin);

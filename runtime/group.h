@@ -48,6 +48,12 @@ struct group {
      * callers then gather fp32) */
     int (*iallgather16_v)(void *ctx, const uint16_t *send, uint16_t *recv, const size_t *counts,
                           void **req, struct plait_error *err);
+    /* A step around the group's ring, started: send (n floats) to the next rank
+     * ((rank + 1) mod size) and recv (n floats) from the previous one, each with
+     * its own request (wait for both); tag keeps apart the shifts in flight at
+     * once. NULL where the group cannot. */
+    int (*ishift)(void *ctx, const float *send, float *recv, size_t n, uint32_t tag,
+                  void **send_req, void **recv_req, struct plait_error *err);
     int (*wait)(void *req, struct plait_error *err);
     void *ctx;
 };

@@ -15,6 +15,7 @@
 #include "common/gpt2/gpt2_memory.h"
 #include "common/log.h"
 #include "runtime/model_zero3.h"
+#include "runtime/ring_attention.h"
 #include "runtime/zero3.h"
 
 static void *track(struct model *m, void *p)
@@ -88,6 +89,9 @@ static const struct {
     MODEL(GPT2_ACT_WHOLE, whole),
     MODEL(GPT2_ACT_QKV_PACKED, qkv_packed),
     MODEL(GPT2_ACT_DFF, dff),
+    MODEL(GPT2_ACT_CP_RING, cp_ring),
+    MODEL(GPT2_ACT_CP_SCORES, cp_scores),
+    MODEL(GPT2_ACT_CP_POS, cp_pos),
 };
 #undef LAYER
 #undef SLOT
@@ -215,6 +219,9 @@ static void model_settings(struct model *m, const struct gpt2_config *cfg, const
     m->recompute = shape->recompute;
     m->split_backward = shape->split_backward;
     m->tp = tp ? *tp : (struct group){.size = 1};
+    m->cp = shape->cp > 1 ? shape->cp : 1;
+    m->cp_rank = m->cp > 1 ? shape->cp_rank : 0;
+    m->cp_group = shape->cp_group;
 }
 
 /* fp8 needs the backend's fp8 products. */
@@ -268,6 +275,7 @@ static int count_memory(struct model *m, const struct model_shape *shape, struct
 {
     struct gpt2_memory_shape ms = {.B = shape->B,
                                    .T = shape->T,
+                                   .cp = m->cp,
                                    .precision = shape->precision,
                                    .fp8_scaling = shape->fp8_scaling,
                                    .recompute = shape->recompute,
@@ -470,7 +478,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
         model_free(m);
         return -1;
     }
-    if (m->zero == 3 && mz3_init(m, shape->dp_group, err)) {
+    if ((m->zero == 3 && mz3_init(m, shape->dp_group, err)) || (m->cp > 1 && ring_init(m, err))) {
         model_free(m);
         return -1;
     }
@@ -771,23 +779,29 @@ static const float *layer_input(const struct model_slot *sl, int i)
 /* The attention of layer acts a: on bf16 tensor cores or fused where the
  * backend has them, with att then holding only each row's log-sum-exp (its
  * first B·NH·T floats). */
-static void attention_fwd(struct model *m, struct layer_acts *a, int B, int T)
+static int attention_fwd(struct model *m, struct layer_acts *a, int B, int T,
+                         struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    if (m->attention_bf16)
+    if (m->cp > 1)
+        return ring_attention_forward(m, a, B, T, err);
+    else if (m->attention_bf16)
         o->attention_forward_bf16(m->ctx, a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
     else if (o->attention_forward_fused)
         o->attention_forward_fused(m->ctx, a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
     else
         o->attention_forward(m->ctx, a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
+    return 0;
 }
 
 /* dqkv (B,T,3C/tp) from dout (B,T,C/tp), the attention's output gradient */
-static void attention_bwd(struct model *m, struct layer_acts *a, float *dqkv, const float *dout,
-                          int B, int T)
+static int attention_bwd(struct model *m, struct layer_acts *a, float *dqkv, const float *dout,
+                         int B, int T, struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    if (m->attention_bf16)
+    if (m->cp > 1)
+        return ring_attention_backward(m, a, dqkv, dout, B, T, err);
+    else if (m->attention_bf16)
         o->attention_backward_bf16(m->ctx, dqkv, dout, a->qkv, a->atty, a->att, B, T, m->Cl,
                                    m->NHl);
     else if (o->attention_backward_fused)
@@ -795,6 +809,7 @@ static void attention_bwd(struct model *m, struct layer_acts *a, float *dqkv, co
                                     m->NHl);
     else
         o->attention_backward(m->ctx, dqkv, m->datt, dout, a->qkv, a->att, B, T, m->Cl, m->NHl);
+    return 0;
 }
 
 /* q, k and v of layer acts a from ln (N,C): the product into a->qkv; a
@@ -810,8 +825,11 @@ static void qkv_forward(struct model *m, struct layer_acts *a, const float *ln, 
          linear_forward(m, out, ln, GPT2_QKVW, l, held(m, PARAMS, GPT2_QKVB, l), N, m->cfg.hidden,
                         m->QKVl));
     if (!m->cfg.llama) return;
-    PROF(pr, PROF_ATTENTION_FWD,
-         o->rope_forward(m->ctx, out, B, T, m->NHl, m->KVl, m->hs, m->cfg.rope_theta, 0));
+    if (m->cp > 1)
+        PROF(pr, PROF_ATTENTION_FWD, ring_rope(m, out, B, T, false));
+    else
+        PROF(pr, PROF_ATTENTION_FWD,
+             o->rope_forward(m->ctx, out, B, T, m->NHl, m->KVl, m->hs, m->cfg.rope_theta, 0));
     if (m->qkv_packed)
         PROF(pr, PROF_ATTENTION_FWD, o->kv_expand(m->ctx, a->qkv, out, N, m->NHl, m->KVl, m->hs));
 }
@@ -842,7 +860,9 @@ static int layer_forward(struct model *m, struct model_slot *sl, int i, int B, i
          norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, in, GPT2_LN1W, GPT2_LN1B, l, R));
     if (sp_gather(m, a->ln1, N, &ln, err)) return -1;
     qkv_forward(m, a, ln, l, B, T);
-    PROF(pr, PROF_ATTENTION_FWD, attention_fwd(m, a, B, T));
+    int rc;
+    PROF(pr, PROF_ATTENTION_FWD, rc = attention_fwd(m, a, B, T, err));
+    if (rc) return -1;
     if (row_parallel_forward(m, &proj, a->atty, GPT2_ATTPROJW, GPT2_ATTPROJB, l, N, m->Cl, err))
         return -1;
     PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(m->ctx, a->res2, in, proj, (size_t)R * C));
@@ -1018,9 +1038,14 @@ int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const 
         /* vocabulary-parallel: each rank its rows of wte, one of them wpe; the sum is
          * exact (all-reduced, or reduce-scattered to this rank's rows) */
         float *emb = m->sp ? m->whole : sl->input;
-        PROF(pr, PROF_EMBED_FWD,
-             o->encoder_forward(m->ctx, emb, sl->tokens, P(GPT2_WTE, 0), m->v0, m->Vpl,
-                                m->tp.rank == 0 ? held(m, PARAMS, GPT2_WPE, 0) : NULL, B, T, C));
+        const float *wpe = m->tp.rank == 0 ? held(m, PARAMS, GPT2_WPE, 0) : NULL;
+        if (m->cp > 1)
+            PROF(pr, PROF_EMBED_FWD,
+                 ring_encoder_forward(m, emb, sl->tokens, P(GPT2_WTE, 0), wpe, B, T));
+        else
+            PROF(pr, PROF_EMBED_FWD,
+                 o->encoder_forward(m->ctx, emb, sl->tokens, P(GPT2_WTE, 0), m->v0, m->Vpl, wpe,
+                                    B, T, C));
         if (m->sp ? sp_scatter(m, emb, sl->input, N, err)
                   : tp_reduce(m, emb, (size_t)N * C, false, err))
             return -1;
@@ -1080,7 +1105,7 @@ static int layer_recompute(struct model *m, struct model_slot *sl, int i, int B,
     struct layer_acts *a = &sl->layer[i];
     if (m->recompute == PLAN_RECOMPUTE_FULL) return layer_forward(m, sl, i, B, T, err);
     if (m->recompute == PLAN_RECOMPUTE_SELECTIVE) {
-        attention_fwd(m, a, B, T);
+        if (attention_fwd(m, a, B, T, err)) return -1;
         act_forward(m, a, B * T);
     }
     return 0;
@@ -1122,19 +1147,24 @@ static const float *kept(struct model *m, enum bwd_pass pass, float *keep, const
  * attention output's: into `into` (N,QKV/tp) through the attention; with
  * grouped-query attention through d3C, the repeated key/value heads summed
  * back; a Llama's rotary positions undone. */
-static void qkv_backward(struct model *m, struct layer_acts *a, float *into, const float *dout,
-                         int B, int T)
+static int qkv_backward(struct model *m, struct layer_acts *a, float *into, const float *dout,
+                        int B, int T, struct plait_error *err)
 {
     const struct ops *o = m->ops;
     struct profile *pr = &m->prof;
     float *dqkv = m->qkv_packed ? m->d3C : into;
-    PROF(pr, PROF_ATTENTION_BWD, attention_bwd(m, a, dqkv, dout, B, T));
+    int rc;
+    PROF(pr, PROF_ATTENTION_BWD, rc = attention_bwd(m, a, dqkv, dout, B, T, err));
+    if (rc) return -1;
     if (m->qkv_packed)
         PROF(pr, PROF_ATTENTION_BWD,
              o->kv_expand_backward(m->ctx, into, dqkv, B * T, m->NHl, m->KVl, m->hs));
-    if (m->cfg.llama)
+    if (m->cfg.llama && m->cp > 1)
+        PROF(pr, PROF_ATTENTION_BWD, ring_rope(m, into, B, T, true));
+    else if (m->cfg.llama)
         PROF(pr, PROF_ATTENTION_BWD,
              o->rope_backward(m->ctx, into, B, T, m->NHl, m->KVl, m->hs, m->cfg.rope_theta, 0));
+    return 0;
 }
 
 /* The MLP activation's backward: dfc (N,4C/tp; a Llama's N,2F/tp) from the
@@ -1194,7 +1224,7 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
          linear_backward(m, m->dC, GW(GPT2_ATTPROJW), GW(GPT2_ATTPROJB), dout, a->atty,
                          GPT2_ATTPROJW, l, N, m->Cl, C, acc));
     float *dqkv = pass == BWD_INPUT ? a->g_qkv : m->qkv_packed ? m->qkv_packed : m->d3C;
-    qkv_backward(m, a, dqkv, m->dC, B, T);
+    if (qkv_backward(m, a, dqkv, m->dC, B, T, err)) return -1;
     ln = a->ln1;
     if (w && sp_gather(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
@@ -1352,9 +1382,14 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
         if (!acc_wte) o->zero(m->ctx, G(GPT2_WTE, 0), m->shard.elems[GPT2_WTE] * sizeof(float));
         bool defer = deferring(m); /* wpe's part now, wte's once wte is summed */
         m->deferred_slot = defer ? slot : -1;
-        PROF(pr, PROF_EMBED_BWD,
-             o->encoder_backward(m->ctx, defer ? NULL : G(GPT2_WTE, 0), m->v0, m->Vpl,
-                                 held(m, GRADS, GPT2_WPE, 0), demb, sl->tokens, B, T, C, acc));
+        float *dwte = defer ? NULL : G(GPT2_WTE, 0), *dwpe = held(m, GRADS, GPT2_WPE, 0);
+        if (m->cp > 1)
+            PROF(pr, PROF_EMBED_BWD,
+                 ring_encoder_backward(m, dwte, dwpe, demb, sl->tokens, B, T, acc));
+        else
+            PROF(pr, PROF_EMBED_BWD,
+                 o->encoder_backward(m->ctx, dwte, m->v0, m->Vpl, dwpe, demb, sl->tokens, B, T, C,
+                                     acc));
         if (mz3_grad_give(m, MZ3_EMBEDDINGS, err)) return -1;
     }
     if (mz3_grad_settle(m, 0, err)) return -1;

@@ -157,6 +157,14 @@ struct model {
     float *d4C;     /* (N,4C/tp) */
     float *datt;    /* (B,NH/tp,T,T) */
 
+    /* context parallelism (runtime/ring_attention.h): this rank's T tokens are two chunks
+     * of a sequence cp·T long; cp 1: none, the buffers NULL */
+    int cp, cp_rank;
+    const struct group *cp_group; /* the ring (cp ranks), outliving the model */
+    float *cp_ring;               /* (5,N,2C/tp) key/value blocks and their gradients */
+    float *cp_scores;             /* (B,NH/tp,T,T) one block's scores */
+    int32_t *cp_pos;              /* (cp,T) every cp rank's positions of its tokens */
+
     float *losses_host; /* (N) */
     /* Called, when set, as backward finishes writing gradients: the elements
      * [from, to) of grads are final (the data-parallel buckets start their
@@ -179,11 +187,13 @@ struct model {
 
 /* How a rank's model is built beyond its part. */
 struct model_shape {
-    int B, T; /* the largest micro-batch */
+    int B, T; /* the largest micro-batch (T: this rank's tokens of a sequence, seq_len/cp) */
     enum plan_precision precision;
     enum plan_fp8_scaling fp8_scaling; /* precision fp8 only */
     enum plan_recompute recompute;
     int slots;                    /* micro-batches in flight at once (1 without a pipeline) */
+    int cp, cp_rank;              /* context parallelism (0 or 1: none) and this rank's place */
+    const struct group *cp_group; /* cp > 1: its ring (runtime/ring_attention.h) */
     int dp, dp_rank;              /* data-parallel ranks holding the same part (1, 0: none): with
                                      hybrid sharding the shard group's */
     int replicas, replica;        /* its replicas (0 or 1: none), and this rank's (0-based) */

@@ -71,6 +71,24 @@ static int g_iallgather_v(void *ctx, const float *send, float *recv, const size_
     return rc;
 }
 
+static int g_ishift(void *ctx, const float *send, float *recv, size_t n, uint32_t tag,
+                    void **send_req, void **recv_req, struct plait_error *err)
+{
+    struct comm *c = ctx;
+    int size = comm_size(c), me = comm_rank(c), rc;
+    struct comm_request *s = NULL, *r = NULL;
+    size_t bytes = n * sizeof(float);
+    /* grouped: on nccl every rank sending first would wait for the others' receives */
+    if (comm_group_start(c, err)) return -1;
+    rc = comm_isend(c, send, bytes, (me + 1) % size, tag, &s, err) ||
+         comm_irecv(c, recv, bytes, (me + size - 1) % size, tag, &r, err);
+    struct plait_error ended;
+    if (comm_group_end(c, rc ? &ended : err) && !rc) rc = -1;
+    *send_req = s;
+    *recv_req = r;
+    return rc ? -1 : 0;
+}
+
 static int g_wait(void *req, struct plait_error *err)
 {
     return comm_wait(req, err);
@@ -90,6 +108,7 @@ static struct group group_of(struct comm *c)
                           .ireduce_scatter_v = g_ireduce_scatter_v,
                           .iallgather_v = g_iallgather_v,
                           .iallgather16_v = g_iallgather16_v,
+                          .ishift = g_ishift,
                           .wait = g_wait,
                           .ctx = c};
 }
@@ -133,7 +152,8 @@ int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard
     p->dp_shard = dp_shard >= 1 && where->dp % dp_shard == 0 ? dp_shard : where->dp;
     if (dev) p->dev = *dev;
     p->timeout_s = timeout_s;
-    p->g_tp = p->g_shard = p->g_replicas = p->g_mp = p->g_world = (struct group){.size = 1};
+    p->g_tp = p->g_shard = p->g_replicas = p->g_mp = p->g_world = p->g_cp =
+        (struct group){.size = 1};
     if (where->world == 1) return 0;
     const struct env_rank *w = where;
     char host[256], gen[32], name[COMM_MAX_NAME_BYTES + 1];
@@ -160,6 +180,10 @@ int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard
     snprintf(name, sizeof name, "%s.mp", gen);
     if (comm_split(p->world, w->dp_rank, w->rank, name, &p->mp, err)) goto fail;
     if (p->dp_shard < w->dp && make_hsdp(p, gen, err)) goto fail;
+    snprintf(name, sizeof name, "%s.cp", gen);
+    if (w->cp > 1 && comm_split(p->world, w->rank - w->tp * w->cp_rank, w->cp_rank, name, &p->cp,
+                                err))
+        goto fail;
     if (w->pp > 1) {
         bool end = w->pp_rank == 0 || w->pp_rank == w->pp - 1;
         snprintf(name, sizeof name, "%s.ends", gen);
@@ -179,11 +203,20 @@ int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard
     p->g_replicas = group_of(p->replicas);
     p->g_mp = group_of(p->mp);
     p->g_world = group_of(p->world);
+    p->g_cp = group_of(p->cp);
     return 0;
 fail:
     parallel_abort(p, err->text);
     parallel_free(p);
     return error_prefix(err, "rank %d: ", w->rank);
+}
+
+struct env_rank parallel_fold(const struct env_rank *where)
+{
+    struct env_rank f = *where;
+    f.dp = where->dp * where->cp;
+    f.dp_rank = rank_dp_fold(where->dp_rank, where->cp, where->cp_rank);
+    return f;
 }
 
 void parallel_free(struct parallel *p)
@@ -202,6 +235,7 @@ void parallel_free(struct parallel *p)
     p->out = NULL;
     p->n_out = 0;
     comm_destroy(p->ends);
+    comm_destroy(p->cp);
     comm_destroy(p->shard);
     comm_destroy(p->replicas);
     comm_destroy(p->mp);
@@ -210,7 +244,7 @@ void parallel_free(struct parallel *p)
     comm_destroy(p->dp);
     comm_destroy(p->world);
     store_close(p->store);
-    p->ends = p->shard = p->replicas = p->mp = p->tp = p->pp = p->dp = p->world = NULL;
+    p->ends = p->cp = p->shard = p->replicas = p->mp = p->tp = p->pp = p->dp = p->world = NULL;
     p->store = NULL;
 }
 
@@ -399,7 +433,8 @@ void parallel_comm_totals(const struct parallel *p, double bytes[PAR_NCOMM],
                                  [PAR_PP] = p->pp,
                                  [PAR_DP] = p->dp,
                                  [PAR_ENDS] = p->ends,
-                                 [PAR_WORLD] = p->world};
+                                 [PAR_WORLD] = p->world,
+                                 [PAR_CP] = p->cp};
     for (int i = 0; i < PAR_NCOMM; i++) {
         struct comm_stats st = {0};
         if (c[i]) comm_stats(c[i], &st);

@@ -46,6 +46,8 @@ struct parallel {
     struct comm *mp;                   /* tp × pp: the ranks holding one copy of the model */
     struct comm *ends;                 /* the first and last stage of a pipeline (pp > 1):
                                           the tied wte's gradient is summed over it */
+    struct comm *cp;                   /* context parallelism's ring (cp > 1): the cp ranks of
+                                          one sequence, by cp rank */
     /* hybrid sharding (dp_shard < dp): dp rank d is shard rank d % dp_shard of replica
      * d / dp_shard (replicas outermost: a shard group is dp_shard consecutive dp ranks) */
     int dp_shard;
@@ -53,7 +55,7 @@ struct parallel {
     /* g_shard: the ranks the gradients are reduced over and ZeRO slices them over (the
      * shard group; all of dp without hybrid sharding); g_replicas: the replicas of this
      * rank's slice (size 1: none), over which the slice's sum is summed once a step */
-    struct group g_tp, g_shard, g_replicas, g_mp, g_world;
+    struct group g_tp, g_shard, g_replicas, g_mp, g_world, g_cp;
     struct parallel_device dev;
     /* nccl (or PLAIT_DEBUG_NCCL_LINK=1): the pipeline's messages travel on
      * a communicator of their own per direction between two neighbouring
@@ -70,13 +72,19 @@ struct parallel {
     int n_out;
 };
 
-/* Joins the store and builds the communicators of where's layout (names
+/* Joins the store and builds the communicators of where's layout, with
+ * context parallelism folded into its dp coordinate (parallel_fold), (names
  * carry the restart count, so a restarted gang cannot meet a stale one) on
  * dev's backend, with shard groups of dp_shard ranks (plan_dp_shard; dp:
  * none). Every rank calls it; it fails by timeout_s naming what did not come. */
 int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard,
                   double timeout_s, const struct parallel_device *dev, struct plait_error *err);
 void parallel_free(struct parallel *p);
+
+/* The runtime's view of a rank of the env contract: context parallelism folded into
+ * the dp coordinate (rank_order.h's rank_dp_fold), dp the dp·cp ranks the gradients
+ * are averaged over and ZeRO slices over; cp and cp_rank as they were. */
+struct env_rank parallel_fold(const struct env_rank *where);
 
 /* A rank that fails tells the others (the store's abort), so that they stop
  * at once instead of at their deadline. */
@@ -101,7 +109,7 @@ int parallel_share_text(struct parallel *p, const char *what, char *buf, size_t 
 
 /* What this rank's communicators have done so far: bytes sent, and seconds
  * its callers waited in them (0 where the communicator does not exist). */
-enum { PAR_TP, PAR_PP, PAR_DP, PAR_ENDS, PAR_WORLD, PAR_NCOMM };
+enum { PAR_TP, PAR_PP, PAR_DP, PAR_ENDS, PAR_WORLD, PAR_CP, PAR_NCOMM };
 void parallel_comm_totals(const struct parallel *p, double bytes[PAR_NCOMM],
                           double wait_s[PAR_NCOMM]);
 

@@ -38,7 +38,7 @@ static double measured_tokens_per_s(const struct trainer *t)
 {
     const struct plan *p = t->plan;
     if (t->m.prof.steps == 0 || t->timed_s <= 0) return 0;
-    return (double)p->batch.micro_batch * p->model.seq_len * p->batch.grad_accum * t->where->dp *
+    return (double)p->batch.micro_batch * t->T * p->batch.grad_accum * t->where->dp *
            t->m.prof.steps / t->timed_s;
 }
 
@@ -283,14 +283,17 @@ void report_start(const struct trainer *t)
              plan->batch.grad_accum == 1 ? "" : "es", omp_get_max_threads(),
              omp_get_max_threads() == 1 ? "" : "s", t->peak_gflops, t->peak_source,
              t->m.allocated.activations / 1e6, plan_recompute_name(plan->recompute));
+    int data_dp = where->dp / where->cp; /* (where's dp is dp·cp) */
+    char cp[32] = "";
+    if (where->cp > 1) snprintf(cp, sizeof cp, " × cp %d", where->cp);
     if (t->multi)
-        log_info("tp %d × pp %d × dp %d = %d ranks (%s schedule%s%s): a global batch of %d "
+        log_info("tp %d%s × pp %d × dp %d = %d ranks (%s schedule%s%s): a global batch of %d "
                  "micro-batch%s × %d sequence%s × %d tokens per step",
-                 where->tp, where->pp, where->dp, where->world,
+                 where->tp, cp, where->pp, data_dp, where->world,
                  plan_pipeline_name(plan->parallel.schedule), plan->parallel.zero ? ", ZeRO" : "",
                  plan->parallel.sequence_parallel ? ", sequence parallel" : "",
-                 plan->batch.grad_accum * where->dp,
-                 plan->batch.grad_accum * where->dp == 1 ? "" : "es", plan->batch.micro_batch,
+                 plan->batch.grad_accum * data_dp,
+                 plan->batch.grad_accum * data_dp == 1 ? "" : "es", plan->batch.micro_batch,
                  plan->batch.micro_batch == 1 ? "" : "s", plan->model.seq_len);
     if (bf16_emulation(t) && where->rank == 0) log_warn("%s", bf16_emulation(t));
     if (plan->precision == PLAN_PRECISION_FP8 && strcmp(t->m.ops->name, "cpu") == 0 &&
@@ -402,7 +405,7 @@ int report_step(struct trainer *t, const struct step_taken *st, struct step_metr
                 double *dt_s, struct plait_error *err)
 {
     const struct plan *p = t->plan;
-    int B = p->batch.micro_batch, T = p->model.seq_len, A = p->batch.grad_accum;
+    int B = p->batch.micro_batch, T = t->T, A = p->batch.grad_accum; /* (dp·cp ranks) */
     /* the step took as long as its slowest rank */
     double dt = prof_now() - st->t0;
     *sm = (struct step_metrics){.ranks = t->where->world, .bubble_sim_pct = 100 * t->bubble_sim};

@@ -64,7 +64,7 @@ static int reduce_and_step(struct trainer *t, struct step_taken *st, bool dump,
                            struct plait_error *err)
 {
     const struct plan *p = t->plan;
-    int B = p->batch.micro_batch, T = p->model.seq_len;
+    int B = p->batch.micro_batch, T = t->T;
     struct optim_groups groups = {.dp = &t->par.g_shard,
                                   .replicas = &t->par.g_replicas,
                                   .mp = &t->par.g_mp,
@@ -216,8 +216,9 @@ static int take_step(struct trainer *t, float grad_scale, int first_step, struct
 static int run_steps(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
-    int B = p->batch.micro_batch, T = p->model.seq_len, A = p->batch.grad_accum;
-    /* the mean over the global batch: A micro-batches on each of the dp ranks */
+    int B = p->batch.micro_batch, T = t->T, A = p->batch.grad_accum;
+    /* the mean over the global batch: A micro-batches on each of the dp ranks (with
+     * context parallelism, each of the dp·cp ranks has T of a sequence's tokens) */
     float grad_scale = 1.0f / ((float)B * T * A * t->where->dp);
     int first_step = t->st.step;
     int rc = owed_evaluation(t, err);
@@ -269,10 +270,12 @@ static int train(struct trainer *t, struct plait_error *err)
 int train_run(const struct plan *plan, const char *plan_json, const char *run_dir,
               const struct env_rank *where, struct plait_error *err)
 {
+    struct env_rank folded = parallel_fold(where);
     struct trainer t = {.plan = plan,
                         .last_loss = NAN,
                         .last_val = NAN,
-                        .where = where,
+                        .where = &folded,
+                        .T = plan->model.seq_len / where->cp,
                         .plan_json = plan_json,
                         .run_dir = run_dir,
                         .run_lock = {-1},

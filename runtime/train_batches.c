@@ -11,10 +11,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/place/rank_order.h" // defines: rank_data_of
 #include "runtime/dump.h"
 #include "runtime/model_zero3.h"
 #include "runtime/optim.h"
 #include "runtime/report.h"
+#include "runtime/ring_attention.h" // defines: ring_take_chunks
 #include "runtime/train.h" // defines: train_stop_signal
 #include "runtime/train_save.h"
 
@@ -29,7 +31,7 @@ static int forward_through_stages(struct trainer *t, uint32_t tag, const int32_t
 {
     const struct plan *p = t->plan;
     const struct schedule *sc = &t->sched;
-    int B = p->batch.micro_batch, T = p->model.seq_len, s = t->where->pp_rank;
+    int B = p->batch.micro_batch, T = t->T, s = t->where->pp_rank;
     int V = t->where->pp * t->m.chunks, peer, pc;
     size_t NC = model_stage_floats(&t->m, B, T); /* this rank's rows, sequence parallel */
     struct pipe_link link = parallel_pipe_link(&t->par);
@@ -52,6 +54,23 @@ static int forward_through_stages(struct trainer *t, uint32_t tag, const int32_t
     return link.flush ? link.flush(link.ctx, err) : 0;
 }
 
+/* The next micro-batch of d: this data-parallel rank's of the training data
+ * (shared: every rank's turn), or the next of the validation data; with
+ * context parallelism this cp rank's chunks of its sequences. */
+static int read_chunks(struct trainer *t, struct data_loader *d, bool shared, int32_t *tokens,
+                       int32_t *targets, struct plait_error *err)
+{
+    const struct env_rank *w = t->where;
+    int cp = w->cp, B = t->plan->batch.micro_batch;
+    if (shared ? data_next_of(d, rank_data_of(w->dp_rank, cp), w->dp / cp, tokens, targets, err)
+               : data_next(d, tokens, targets, err))
+        return -1;
+    if (cp > 1 && (ring_take_chunks(tokens, B, t->T, cp, w->cp_rank) ||
+                   ring_take_chunks(targets, B, t->T, cp, w->cp_rank)))
+        return error_set(err, "out of memory");
+    return 0;
+}
+
 /* Mean loss over val_batches micro-batches from the start of the validation
  * data. Returns 1 when interrupted by a stop request, 0 when done. */
 static int evaluate_batches(struct trainer *t, struct plait_error *err)
@@ -63,7 +82,7 @@ static int evaluate_batches(struct trainer *t, struct plait_error *err)
         /* one rank stops the evaluation alone; a job evaluates to the end */
         if (train_stop_signal && !t->multi) return 1;
         double loss = 0;
-        if (t->reads_data && data_next(&t->val, t->inputs, t->targets, err)) {
+        if (t->reads_data && read_chunks(t, &t->val, false, t->inputs, t->targets, err)) {
             t->data_failed = true;
             return error_prefix(err, "data.val: ");
         }
@@ -71,8 +90,10 @@ static int evaluate_batches(struct trainer *t, struct plait_error *err)
             return -1;
         sum += loss;
     }
-    if (t->multi) { /* the last stage's, to everyone (tp ranks agree; one counts) */
-        double v = t->m.last && t->where->tp_rank == 0 && t->where->dp_rank == 0 ? sum : 0;
+    if (t->multi) { /* the last stage's, to everyone (tp ranks agree; one counts; with
+                       context parallelism the mean of the cp ranks' means) */
+        int cp = t->where->cp;
+        double v = t->m.last && t->where->tp_rank == 0 && t->where->dp_rank < cp ? sum / cp : 0;
         if (t->par.g_world.allreduce_f64(t->par.g_world.ctx, &v, 1, err)) return -1;
         sum = v;
     }
@@ -92,7 +113,7 @@ int train_evaluate(struct trainer *t, struct plait_error *err)
 int train_dump_step1(struct trainer *t, struct plait_error *err)
 {
     const struct plan *p = t->plan;
-    int B = p->batch.micro_batch, T = p->model.seq_len;
+    int B = p->batch.micro_batch, T = t->T;
     t->m.prof.paused++;
     int rc = forward_through_stages(t, 0x50000000u, t->dump_tokens, NULL, NULL, err) ||
                      dump_logits(&t->m, t->dump_dir, B, T, err) ||
@@ -118,8 +139,7 @@ static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
     struct trainer *t = f->t;
     const struct plan *p = t->plan;
     int rc;
-    PROF(&t->m.prof, PROF_DATA,
-         rc = data_next_of(&t->train, t->where->dp_rank, t->where->dp, tokens, targets, err));
+    PROF(&t->m.prof, PROF_DATA, rc = read_chunks(t, &t->train, true, tokens, targets, err));
     if (rc) {
         t->data_failed = true;
         return error_prefix(err, "data.train: ");
@@ -180,7 +200,7 @@ static int hand_over(void *ctx, int micros, struct plait_error *err)
     struct step_feed *f = ctx;
     struct trainer *t = f->t;
     const struct plan *p = t->plan;
-    int B = p->batch.micro_batch, T = p->model.seq_len;
+    int B = p->batch.micro_batch, T = t->T;
     bool tied = !ties_in_slices(t), adds = f->slice_holds;
     (void)micros;
     f->slice_holds = true;
@@ -248,7 +268,7 @@ static int after_micro(void *ctx, int micro, struct plait_error *err)
     (void)micro;
     (void)err;
     t->st.micro++;
-    t->st.tokens += (int64_t)p->batch.micro_batch * p->model.seq_len * t->where->dp;
+    t->st.tokens += (int64_t)p->batch.micro_batch * t->T * t->where->dp; /* (dp·cp ranks) */
     if (++t->micro_done == t->signal_after_micro) raise(SIGTERM);
     return 0;
 }
@@ -282,7 +302,7 @@ int train_micro_batches(struct trainer *t, int s, float grad_scale, struct plait
     struct pipe_feed feed = {feed_next, &f};
     struct pipe_link link = parallel_pipe_link(&t->par);
     struct pipe_step how = {.B = p->batch.micro_batch,
-                            .T = p->model.seq_len,
+                            .T = t->T,
                             .grad_scale = grad_scale,
                             .accumulate = t->st.micro > 0 && t->m.zero < 2,
                             .after_backward = after_micro,

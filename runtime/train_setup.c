@@ -33,8 +33,9 @@ static int check_layout(const struct plan *p, const struct env_rank *where, stru
         const char *name;
         int plan, env;
     } d[] = {{"tp", p->parallel.tp, where->tp},
+             {"cp", p->parallel.cp, where->cp},
              {"pp", p->parallel.pp, where->pp},
-             {"dp", p->parallel.dp, where->dp}};
+             {"dp", p->parallel.dp, where->dp / where->cp}}; /* (where's dp is dp·cp) */
     for (size_t k = 0; k < sizeof d / sizeof d[0]; k++)
         if (d[k].plan != PLAN_AUTO && d[k].plan != d[k].env)
             return error_set(err,
@@ -116,8 +117,9 @@ static int connect_ranks(struct trainer *t, struct plait_error *err)
         return -1;
     struct parallel_device dev = {.ops = t->ops, .ctx = t->ctx};
     if (device_comm_backend(p, w, t->ops, &dev.backend, err)) return -1;
-    if (parallel_init(&t->par, w, plan_dp_shard(&p->parallel, w->dp), p->parallel.timeout_s, &dev,
-                      err))
+    /* ZeRO's slices over a shard group's cp ranks too (the folded dp: parallel_fold) */
+    int shard = plan_dp_shard(&p->parallel, w->dp / w->cp) * w->cp;
+    if (parallel_init(&t->par, w, shard, p->parallel.timeout_s, &dev, err))
         return -1;
     t->par_ready = true;
     return 0;
@@ -162,7 +164,10 @@ static int make_model(struct trainer *t, struct plait_error *err)
     struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
     struct gpt2_part part = cost_stage_part(p, w->tp, w->tp_rank, w->pp, w->pp_rank);
     struct model_shape shape = {.B = p->batch.micro_batch,
-                                .T = p->model.seq_len,
+                                .T = t->T,
+                                .cp = w->cp,
+                                .cp_rank = w->cp_rank,
+                                .cp_group = &t->par.g_cp,
                                 .precision = p->precision,
                                 .fp8_scaling = p->fp8_scaling,
                                 .recompute = p->recompute,

@@ -30,7 +30,9 @@
 
 struct trainer {
     const struct plan *plan;
-    const struct env_rank *where; /* this rank's place (the env contract) */
+    const struct env_rank *where; /* this rank's place (the env contract), context parallelism
+                                     folded into its dp (parallel_fold): dp·cp ranks */
+    int T;                        /* this rank's tokens of a sequence: model.seq_len / cp */
     struct parallel par;          /* the other ranks (none with one rank) */
     bool par_ready, multi;        /* multi: more than one rank */
     struct schedule sched;        /* the pipeline schedule of a step */

@@ -155,6 +155,8 @@ static json_t *layout_json(const struct ckpt_layout *l, const struct gpt2_config
         json_pack("{s:i,s:i,s:i,s:i}", "tp", l->tp, "pp", l->pp, "dp", l->dp, "zero", l->zero);
     if (o && l->dp_shard && l->dp_shard != l->dp) /* hybrid sharding */
         json_object_set_new(o, "dp_shard", json_integer(l->dp_shard));
+    if (o && l->cp > 1) /* context parallelism: dp counts its ranks */
+        json_object_set_new(o, "cp", json_integer(l->cp));
     if (o && l->chunks > 1) /* interleaved: which layers a stage holds */
         json_object_set_new(o, "virtual_stages", json_integer(l->chunks));
     if (o && l->v_shape) /* DualPipeV: its second chunk runs back up the stages */
@@ -255,7 +257,7 @@ static void read_stages(struct json_read *r, json_t *stages, struct ckpt_layout 
 
 static void read_layout(struct json_read *r, json_t *j, struct ckpt_layout *out)
 {
-    *out = (struct ckpt_layout){.tp = 1, .pp = 1, .dp = 1, .chunks = 1, .dp_shard = 1};
+    *out = (struct ckpt_layout){.tp = 1, .pp = 1, .dp = 1, .chunks = 1, .dp_shard = 1, .cp = 1};
     out->whole = json_object_get(json_object_get(j, "files"), "model.bin") != NULL;
     if (!json_read_has(j, "layout")) return;
     json_t *l = json_read_object(r, j, NULL, "layout");
@@ -267,6 +269,7 @@ static void read_layout(struct json_read *r, json_t *j, struct ckpt_layout *out)
     if (json_read_has(l, "v_shape")) out->v_shape = json_read_bool(r, l, "layout", "v_shape");
     out->dp_shard = out->dp;
     layout_int(r, l, "dp_shard", &out->dp_shard);
+    layout_int(r, l, "cp", &out->cp);
     if (r->failed) return;
     if (out->v_shape && out->chunks != 2) {
         r->failed = error_set(r->err, "%s: layout: a V shape has 2 chunks a stage, not %d",
@@ -275,12 +278,12 @@ static void read_layout(struct json_read *r, json_t *j, struct ckpt_layout *out)
     }
     if (out->tp < 1 || out->pp < 1 || out->dp < 1 || out->chunks < 1 || out->zero < 0 ||
         out->zero > 3 || (int64_t)out->tp * out->pp * out->dp > (1 << 24) ||
-        out->dp_shard < 1 || out->dp % out->dp_shard != 0) {
+        out->dp_shard < 1 || out->dp % out->dp_shard != 0 || out->cp < 1 || out->dp % out->cp) {
         r->failed = error_set(r->err,
-                              "%s: layout: tp %d × pp %d × dp %d (shard groups of %d), ZeRO %d, "
-                              "%d chunk(s) is not a layout",
-                              r->file, out->tp, out->pp, out->dp, out->dp_shard, out->zero,
-                              out->chunks);
+                              "%s: layout: tp %d × pp %d × dp %d (shard groups of %d, cp %d), "
+                              "ZeRO %d, %d chunk(s) is not a layout",
+                              r->file, out->tp, out->pp, out->dp, out->dp_shard, out->cp,
+                              out->zero, out->chunks);
         return;
     }
     if (json_read_has(l, "stages")) read_stages(r, json_read_array(r, l, "layout", "stages"), out);

@@ -26,6 +26,8 @@ struct ckpt_layout {
                      replica's ranks hold the same, replica 0's wrote them); read: dp
                      where the manifest says none; written only when not dp */
     bool v_shape;                 /* DualPipeV's two chunks a stage in a V (gpt2_part's) */
+    int cp; /* context parallelism (0 or 1: none; written when more): dp counts the dp·cp
+               ranks whose slices the parts are, dp/cp of them the data-parallel replicas */
 };
 void ckpt_layout_free(struct ckpt_layout *l);
 

@@ -77,7 +77,8 @@ int ckpt_newest_batch(const struct plan *p, const char *run_dir, struct ckpt_bat
         struct plan *before = rundir_plan_load(cdir, &err);
         if (!before) continue;
         if (before->batch.micro_batch == p->batch.micro_batch) {
-            *out = (struct ckpt_batch){(int64_t)before->batch.grad_accum * l.dp, l.dp,
+            int dp = l.dp / l.cp; /* the data-parallel replicas */
+            *out = (struct ckpt_batch){(int64_t)before->batch.grad_accum * dp, dp,
                                        before->batch.grad_accum};
             found = 1;
         }

@@ -36,7 +36,7 @@ static bool slot_held(enum gpt2_act a, const struct gpt2_shard *s)
 /* Elements of one copy of buffer a; rows_div: tp with sequence parallelism
  * (the residual stream's buffers hold N/tp rows), else 1. */
 static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long B, long long T,
-                         long long rows_div, bool fused_attention, size_t *out)
+                         long long rows_div, bool fused_attention, long long cp, size_t *out)
 {
     const struct gpt2_config *cfg = &s->cfg;
     long long tp = s->part.tp, C = cfg->hidden, Ct = C / tp, NHt = cfg->heads / tp;
@@ -86,6 +86,12 @@ static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long 
         return fused_attention ? ck_size(out, B, NHt, T) : ck_size(out, B, NHt, T, T);
     case GPT2_ACT_LOGITS:
         return ck_size(out, B, T, Vpt);
+    case GPT2_ACT_CP_RING:
+        return ck_size(out, B, T, 2, Ct);
+    case GPT2_ACT_CP_SCORES:
+        return ck_size(out, B, NHt, T, T);
+    case GPT2_ACT_CP_POS:
+        return ck_size(out, cp, T);
     default: /* the (N,C) ones */
         return ck_size(out, B, T, C);
     }
@@ -106,7 +112,10 @@ static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     if (a < GPT2_ACT_FIRST_SCRATCH) return slot_held(a, s) ? slots : 0;
     if (a == GPT2_ACT_CE_STATS) return s->part.tp > 1;
     if (a == GPT2_ACT_WHOLE) return shape->sequence_parallel;
-    if (a == GPT2_ACT_DATT) return !shape->fused_attention;
+    bool ring = shape->cp > 1;
+    if (a == GPT2_ACT_CP_RING) return ring ? 5 : 0;
+    if (a == GPT2_ACT_CP_SCORES || a == GPT2_ACT_CP_POS) return ring;
+    if (a == GPT2_ACT_DATT) return !shape->fused_attention && !ring;
     if (a == GPT2_ACT_GRAD_IN) return s->part.pp > 1 && (!s->last || s->part.chunks > 1);
     return 1;
 }
@@ -228,7 +237,9 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
         b->elem_bytes = 4;
         b->copies = buffer_copies(a, s, h, slot_layers);
         size_t n;
-        ok = buffer_elems(a, s, h->B, h->T, rows_div, h->fused_attention, &b->elems) &&
+        /* the ring's block attention keeps each row's log-sum-exp, as a fused one */
+        ok = buffer_elems(a, s, h->B, h->T, rows_div, h->fused_attention || h->cp > 1,
+                          h->cp > 1 ? h->cp : 1, &b->elems) &&
              ck_mul(b->elems, b->copies, &n) && add_bytes(&out->activations, n, b->elem_bytes);
     }
     ok = ok && !__builtin_add_overflow(out->params, out->grads, &out->total) &&

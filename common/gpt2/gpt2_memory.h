@@ -91,6 +91,11 @@ enum gpt2_act {
     GPT2_ACT_QKV_PACKED, /* (N,QKV/tp) grouped-query llama only: q, k and v as the product
                             writes them (KV heads of k and v), then their gradient */
     GPT2_ACT_DFF,        /* (N,F/tp)   llama only: the SwiGLU output's gradient */
+    GPT2_ACT_CP_RING,    /* (N,2C/tp)  cp > 1 only, 5 copies: the key/value blocks coming
+                            and going around the ring, their gradients' two partial sums
+                            (in, out) and this rank's term (runtime/ring_attention.c) */
+    GPT2_ACT_CP_SCORES,  /* (B,NH/tp,T,T) cp > 1 only: one block's scores */
+    GPT2_ACT_CP_POS,     /* (cp·T) int32 cp > 1 only: every cp rank's token positions */
     GPT2_ACTS
 };
 #define GPT2_ACT_FIRST_SLOT GPT2_ACT_INPUT
