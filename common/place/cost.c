@@ -1,4 +1,4 @@
-/* cost.c — the arithmetic behind cost.h: what one rank of a tp × pp × dp
+/* cost.c — the arithmetic behind cost.h: what one rank of a tp × cp × pp × dp
  * layout holds in device memory (the plan turned into gpt2_memory's
  * accounting, the one the runtime allocates by), what it sends per optimizer
  * step on each communicator, and a step-time estimate from those. No I/O, no
@@ -42,6 +42,20 @@ static struct cost_layout layout_sane(struct cost_layout l)
     if (l.pp < 1) l.pp = 1;
     if (l.dp < 1) l.dp = 1;
     return l;
+}
+
+/* Context parallelism's degree: a rank runs 1/cp of each sequence's tokens (its queries;
+ * the keys and values of the whole sequence come round the ring), its gradients summed
+ * over dp·cp ranks. */
+static int cp_of(const struct plan *p)
+{
+    return p->parallel.cp > 1 ? p->parallel.cp : 1;
+}
+
+/* Tokens one rank runs per optimizer step: b·s·m/cp (2·cp divides s: the plan rules). */
+static double rank_tokens(const struct plan *p)
+{
+    return (double)p->batch.micro_batch * p->model.seq_len * p->batch.grad_accum / cp_of(p);
 }
 
 /* ---- how the model splits --------------------------------------------------------------- */
@@ -249,14 +263,17 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
     if (stage < 0 || stage >= l.pp) return; /* no such stage: nothing held */
     bool split;
     int chunks = stage_chunks(p, l.pp, &split);
+    int cp = cp_of(p);
     struct gpt2_memory_shape shape = {.B = p->batch.micro_batch,
-                                      .T = p->model.seq_len,
+                                      .T = p->model.seq_len / cp, /* the rank's tokens */
+                                      .cp = cp,
                                       .precision = p->precision,
                                       .fp8_scaling = p->fp8_scaling,
                                       .recompute = p->recompute,
                                       .slots = stage_in_flight(p, l, stage),
                                       .chunks = chunks,
-                                      .dp = plan_dp_shard(&p->parallel, l.dp), /* ZeRO slices */
+                                      /* ZeRO slices over the shard group's dp·cp ranks */
+                                      .dp = plan_dp_shard(&p->parallel, l.dp) * cp,
                                       .zero = p->parallel.zero,
                                       .keep_gathered = !p->parallel.reshard_after_forward,
                                       .sequence_parallel =
@@ -311,13 +328,31 @@ static double ring_allreduce_bytes(double bytes, int n)
     return n > 1 ? 2.0 * (n - 1) / n * bytes : 0.0;
 }
 
+/* Bytes one rank of `stage` sends around its cp ring per optimizer step
+ * (runtime/ring_attention.c): each layer's forward passes the rank's key/value
+ * block, b·(s/cp)·2·h/t fp32 values, on cp−1 times; its backward passes the
+ * block and its gradient's partial sum (2× that) cp−1 times and the gradient
+ * once more, home; full recompute repeats the forward's. 0 without cp. */
+static double cp_ring_bytes(const struct plan *p, struct cost_layout l, int stage)
+{
+    int cp = cp_of(p);
+    if (cp == 1) return 0;
+    double h_t = (double)ceil_div(u(p->model.hidden), u(l.tp));
+    double block = 4.0 * p->batch.micro_batch * ((double)p->model.seq_len / cp) * 2.0 * h_t;
+    double forward = (cp - 1) * block, backward = 2.0 * (cp - 1) * block + block;
+    double per_layer = forward + backward + (p->recompute == PLAN_RECOMPUTE_FULL ? forward : 0);
+    return per_layer * stage_layers(p, l.pp, stage) * p->batch.grad_accum;
+}
+
 /* Bytes one rank of `stage` sends per optimizer step on each communicator. */
 static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layout l, int stage)
 {
     struct cost_traffic out = {0};
     double m = p->batch.grad_accum;
-    /* one activation (or its gradient): s·b·h values in the activation precision */
-    double act_bytes = (double)p->model.seq_len * p->batch.micro_batch * p->model.hidden *
+    int cp = cp_of(p);
+    /* one activation (or its gradient): s·b·h values in the activation precision (a
+     * rank's s/cp rows of it with context parallelism) */
+    double act_bytes = (double)p->model.seq_len / cp * p->batch.micro_batch * p->model.hidden *
                        (double)activation_bytes(p->precision);
 
     /* tp (Megatron-LM, Shoeybi et al. 2019, §3, no sequence parallelism): each
@@ -362,12 +397,16 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
      * plait moves). Plait's ZeRO 2 reduce-scatters at each hand-over of the
      * step (zero2_handovers), not once: m times the floor's gradient share
      * without a pipeline or with 1F1B. */
-    int S = plan_dp_shard(&p->parallel, l.dp);
-    if (l.dp > 1 && S < l.dp && p->parallel.zero >= 1) {
+    out.cp_bytes = cp_ring_bytes(p, l, stage);
+
+    /* with context parallelism the gradients are summed over the dp·cp ranks, and a shard
+     * group is dp_shard·cp of them (the cp ranks of each shard rank) */
+    int S = plan_dp_shard(&p->parallel, l.dp) * cp, D = l.dp * cp;
+    if (D > 1 && S < D && p->parallel.zero >= 1) {
         /* hybrid sharding: ZeRO's within the shard group on Ψ, then the slice Ψ/S
          * all-reduced over the R replicas (2(R−1)/R · Ψ/S) */
         struct state_widths w = state_widths(p->precision);
-        double psi = (double)stage_param_count(p, l, stage), s = S, r = (double)l.dp / S;
+        double psi = (double)stage_param_count(p, l, stage), s = S, r = (double)D / S;
         double share = (s - 1) / s * psi;
         out.shard_bytes = p->parallel.zero == 3   ? (s - 1) / s * zero3_elements(p, l, stage) *
                                                       (double)w.grad_bytes
@@ -377,9 +416,9 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
                                                   : 2 * share * (double)w.grad_bytes;
         out.replicas_bytes = 2 * (r - 1) / r * psi / s * (double)w.grad_bytes;
         out.dp_bytes = out.shard_bytes + out.replicas_bytes;
-    } else if (l.dp > 1) {
+    } else if (D > 1) {
         struct state_widths w = state_widths(p->precision);
-        double psi = (double)stage_param_count(p, l, stage), d = l.dp;
+        double psi = (double)stage_param_count(p, l, stage), d = D;
         double share = (d - 1) / d * psi;
         if (p->parallel.zero >= 3)
             out.dp_bytes = (d - 1) / d * zero3_elements(p, l, stage) * (double)w.grad_bytes;
@@ -398,8 +437,8 @@ uint64_t cost_comm_ring_bytes(const struct plan *p, struct cost_layout l, int st
     if (stage < 0 || stage >= l.pp) return 0;
     struct cost_traffic t = stage_traffic(p, l, stage);
     double ring = (double)COMM_SHM_RING_BYTES, rings = 0;
-    /* tp, dp: out to the next rank of the ring and in from the previous */
-    rings += 2 * fmin(ring, t.tp_bytes);
+    /* tp, cp, dp: out to the next rank of the ring and in from the previous */
+    rings += 2 * fmin(ring, t.tp_bytes) + 2 * fmin(ring, t.cp_bytes);
     if (t.shard_bytes + t.replicas_bytes > 0) /* hybrid sharding: a ring in each group */
         rings += 2 * fmin(ring, t.shard_bytes) + 2 * fmin(ring, t.replicas_bytes);
     else
@@ -409,8 +448,8 @@ uint64_t cost_comm_ring_bytes(const struct plan *p, struct cost_layout l, int st
          * interleaved schedule also wraps from the last stage to the first */
         int v = stage_chunks(p, l.pp, NULL);
         bool vee = p->parallel.schedule == PLAN_PIPE_DUALPIPEV; /* no wrap, no tied sum */
-        double act_bytes = (double)p->model.seq_len * p->batch.micro_batch * p->model.hidden *
-                           (double)activation_bytes(p->precision);
+        double act_bytes = (double)p->model.seq_len / cp_of(p) * p->batch.micro_batch *
+                           p->model.hidden * (double)activation_bytes(p->precision);
         double per_way = fmin(ring, p->batch.grad_accum * v * act_bytes);
         int neighbours = v > 1 && !vee ? (l.pp > 2 ? 2 : 1) : (stage > 0) + (stage < l.pp - 1);
         rings += 2 * neighbours * per_way;
@@ -432,6 +471,7 @@ void cost_traffic(const struct plan *p, struct cost_layout l, struct cost_traffi
         out->tp_bytes = fmax(out->tp_bytes, t.tp_bytes);
         out->pp_bytes = fmax(out->pp_bytes, t.pp_bytes);
         out->dp_bytes = fmax(out->dp_bytes, t.dp_bytes);
+        out->cp_bytes = fmax(out->cp_bytes, t.cp_bytes);
         out->shard_bytes = fmax(out->shard_bytes, t.shard_bytes);
         out->replicas_bytes = fmax(out->replicas_bytes, t.replicas_bytes);
     }
@@ -446,7 +486,9 @@ void cost_traffic(const struct plan *p, struct cost_layout l, struct cost_traffi
  * al. 2022, App. B: 6N + 12·L·h·s). Here N is the rank's matmul weights:
  * 12h²/t per layer, plus the LM head Vp·h/t on the last stage (the embedding
  * lookup and biases, LayerNorms are not matmuls), and the attention term is
- * divided by t (heads are split). Tokens per rank per step: b·s·m.
+ * divided by t (heads are split). Tokens per rank per step: b·s·m/cp (with
+ * context parallelism a rank runs s/cp of each sequence, each token still
+ * attending over all s).
  * Recompute adds forward work: selective the attention core's 4·s·h/t per
  * layer per token (Korthikanti §5; the softmax itself is not counted); full
  * the whole layer forward, 2·12h²/t + 4·s·h/t (the layers' part ×4/3; the LM
@@ -456,7 +498,7 @@ static double stage_flops(const struct plan *p, struct cost_layout l, int stage)
     double h = p->model.hidden, s = p->model.seq_len;
     double h_t = (double)ceil_div(u(p->model.hidden), u(l.tp)); /* h/t */
     double layers = stage_layers(p, l.pp, stage);
-    double tokens = (double)p->batch.micro_batch * s * p->batch.grad_accum;
+    double tokens = rank_tokens(p); /* each attends over all s (cp: round the ring) */
     struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
     double layer_weights = layers * gpt2_layer_product_weights(&cfg) * (h_t / h);
     double head_weights =
@@ -474,7 +516,7 @@ static double stage_flops(const struct plan *p, struct cost_layout l, int stage)
 static double stage_attention_flops(const struct plan *p, struct cost_layout l, int stage)
 {
     double s = p->model.seq_len, h_t = (double)ceil_div(u(p->model.hidden), u(l.tp));
-    double tokens = (double)p->batch.micro_batch * s * p->batch.grad_accum;
+    double tokens = rank_tokens(p);
     double per_layer = p->recompute == PLAN_RECOMPUTE_NONE ? 12.0 : 16.0;
     return stage_layers(p, l.pp, stage) * per_layer * s * h_t * tokens;
 }
@@ -508,8 +550,7 @@ static double stage_activation_bytes(const struct plan *p, struct cost_layout l,
     if (stage == 0) values += 8.0 * C;
     if (stage == l.pp - 1)
         values += 6.0 * C + 4.0 * (double)ceil_div(u(p->model.padded_vocab), u(l.tp));
-    double tokens = (double)p->batch.micro_batch * p->model.seq_len * p->batch.grad_accum;
-    return 4.0 * values * tokens;
+    return 4.0 * values * rank_tokens(p);
 }
 
 /* OpenMP parallel regions one CPU rank of `stage` starts per optimizer step:
@@ -595,6 +636,7 @@ void cost_step_time(const struct plan *p, struct cost_layout l, const struct cos
     struct cost_traffic t;
     cost_traffic(p, l, &t);
     out->tp_s = seconds(t.tp_bytes, links->tp_gbps * 1e9);
+    out->cp_s = seconds(t.cp_bytes, links->cp_gbps * 1e9);
     out->pp_s = seconds(t.pp_bytes, links->pp_gbps * 1e9);
     double work_s = out->compute_s + out->memory_s + out->parallel_s;
     out->bubble_s = l.pp > 1 ? work_s * (l.pp - 1) / p->batch.grad_accum : 0.0;
@@ -614,7 +656,8 @@ void cost_step_time(const struct plan *p, struct cost_layout l, const struct cos
         if (links->activation_gbps > 0) bytes += 4.0 * (double)mem.param_count;
         out->optimizer_s = seconds(bytes, links->device_memory_gbps * 1e9);
     }
-    out->total_s = work_s + out->tp_s + out->pp_s + out->bubble_s + out->dp_s + out->optimizer_s;
+    out->total_s = work_s + out->tp_s + out->cp_s + out->pp_s + out->bubble_s + out->dp_s +
+                   out->optimizer_s;
 }
 
 const char *cost_link_name(enum cost_link link)

@@ -3,8 +3,10 @@
  * activations as the runtime allocates them: common/gpt2/gpt2_memory.h's
  * accounting, for the plan's precision, ZeRO stage, recompute policy and the
  * micro-batches its pipeline schedule holds), bytes each rank sends per
- * optimizer step over its tp, pp and dp communicators, and a step-time
- * estimate from those and the links' bandwidths. Pure arithmetic on the plan;
+ * optimizer step over its tp, cp, pp and dp communicators, and a step-time
+ * estimate from those and the links' bandwidths. Context parallelism is the
+ * plan's parallel.cp (a layout's cp is never chosen): a rank runs seq_len/cp
+ * tokens of each sequence, its gradients reduced over dp·cp ranks. Pure arithmetic on the plan;
  * which links a communicator crosses is place.h's business. */
 #ifndef PLAIT_COST_H
 #define PLAIT_COST_H
@@ -14,7 +16,7 @@
 #include "common/gpt2/gpt2_shard.h"
 #include "common/plan/plan.h"
 
-/* A concrete layout (no PLAN_AUTO here). */
+/* A concrete layout (no PLAN_AUTO here; cp is the plan's). */
 struct cost_layout {
     int tp, pp, dp;
 };
@@ -56,6 +58,7 @@ void cost_memory(const struct plan *p, struct cost_layout l, struct cost_memory 
  * is 1. */
 struct cost_traffic {
     double tp_bytes, pp_bytes, dp_bytes;
+    double cp_bytes; /* the cp ring's key/value blocks and their gradients (cp > 1) */
     /* hybrid sharding (dp_shard < dp): dp_bytes is these two, the shard group's
      * reduce-scatter and gather and the replicas' sum of the slice; else 0 */
     double shard_bytes, replicas_bytes;
@@ -90,6 +93,8 @@ struct cost_links {
     double tp_gbps, pp_gbps, dp_gbps; /* its bandwidth per rank, GB/s */
     enum cost_link shard, replicas;   /* hybrid sharding: its two groups' */
     double shard_gbps, replicas_gbps;
+    enum cost_link cp;                /* context parallelism's ring (cp > 1) */
+    double cp_gbps;
     double device_tflops;             /* sustained dense matmul rate per device */
     double device_memory_gbps;        /* the device's memory bandwidth, GB/s (a GPU's
                                          datasheet figure, a CPU rank's measured pass over
@@ -117,13 +122,14 @@ struct cost_cpu_rates {
 
 struct cost_time {
     double compute_s, tp_s, pp_s, dp_s, bubble_s, optimizer_s, total_s;
+    double cp_s;       /* the cp ring's traffic, on the critical path as tp's */
     double memory_s;   /* the memory-bound ops (links->activation_gbps; 0 when not modelled) */
     double parallel_s; /* the CPU ops' parallel starts (links->parallel_op_s; likewise) */
 };
 
 /* Step-time estimate: compute (the products at device_tflops, the attention at
  * attention_tflops), the memory-bound ops at activation_gbps and the parallel
- * ops' starts at parallel_op_s (CPU ranks), tp
+ * ops' starts at parallel_op_s (CPU ranks), tp and cp
  * (on the critical path), pp p2p and bubble ((pp−1)/grad_accum of the
  * per-micro-batch work, 1F1B), dp (the part not hidden behind backward), and
  * the optimizer's pass over the weights at the device's memory bandwidth (when

@@ -133,6 +133,8 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
         .replicas = e->map.comm_replicas.slowest,
         .shard_gbps = e->map.comm_shard.gbps,
         .replicas_gbps = e->map.comm_replicas.gbps,
+        .cp = e->map.comm_cp.slowest,
+        .cp_gbps = e->map.comm_cp.gbps,
         .device_tflops = in->device_tflops > 0 ? in->device_tflops
                                                : layout_device_tflops(nodes[0].topo, p->precision),
         .device_memory_gbps = nodes[0].cpu_ranks ? 0 : layout_device_memory_gbps(nodes[0].topo)};
@@ -179,7 +181,8 @@ int layout_zero_lowest(const struct plan *p, struct cost_layout l)
 
 int layout_zero_to_fit(const struct plan *p, struct cost_layout l, uint64_t device_bytes)
 {
-    if (l.dp < 2 || device_bytes == 0) return -1; /* nothing to shard, or no limit known */
+    /* ZeRO shards over the dp·cp ranks: nothing to shard, or no limit known */
+    if ((int64_t)l.dp * p->parallel.cp < 2 || device_bytes == 0) return -1;
     for (int z = layout_zero_lowest(p, l); z <= LAYOUT_ZERO_MAX; z++)
         if (layout_memory_at_zero(p, l, z) <= device_bytes) return z;
     return -1;
@@ -190,7 +193,7 @@ void layout_fit_advice(const struct plan *p, struct cost_layout l, uint64_t devi
 {
     const char *rest = "raise tp or pp, recompute, or a smaller batch.micro_batch";
     int z = layout_zero_to_fit(p, l, device_bytes);
-    if (l.dp < 2) {
+    if ((int64_t)l.dp * p->parallel.cp < 2) {
         snprintf(buf, n, "%s (ZeRO shards over data-parallel ranks, and dp is 1)", rest);
     } else if (z > p->parallel.zero) {
         /* the cheapest stage that fits (least traffic), beside the one below it (the

@@ -505,25 +505,54 @@ static int check_hsdp_rules(struct plan_ctx *c, const struct plan *p)
     return 0;
 }
 
+/* Context parallelism: a sequence is cut into 2·cp chunks and rank i of a cp group takes
+ * chunks i and 2·cp−1−i (each rank an equal share of the causal mask's work), so 2·cp
+ * divides seq_len; the ring's block attention runs on CPU ranks only. */
+static int check_cp_rules(struct plan_ctx *c, const struct plan *p)
+{
+    int cp = p->parallel.cp, T = p->model.seq_len;
+    if (cp == 1) return 0;
+    if (T % (2 * cp) != 0)
+        return plan_fail_rule(c, "parallel.cp", "model.seq_len",
+                              "%d needs model.seq_len divisible by 2 × parallel.cp (%d): a "
+                              "sequence is cut into 2·cp chunks and each cp rank i takes chunks "
+                              "i and 2·cp−1−i (got %d, %d %% %d = %d)",
+                              cp, 2 * cp, T, T, 2 * cp, T % (2 * cp));
+    if (p->parallel.device == PLAN_DEVICE_CUDA)
+        return plan_fail_rule(c, "parallel.cp", "parallel.device",
+                              "%d with parallel.device \"cuda\": context parallelism's block "
+                              "attention has no CUDA kernel yet; use parallel.device \"cpu\"",
+                              cp);
+    return 0;
+}
+
 /* A micro-batch's rows: the kernels index B·T rows (3 of them a token in the classifier's
  * statistics) in int (4·hidden is bounded by the model's size: check_model_size), and
- * sequence parallelism splits them evenly over tp. */
+ * sequence parallelism splits a rank's rows (B·T/cp with context parallelism) evenly over
+ * tp. */
 static int check_row_rules(struct plan_ctx *c, const struct plan *p)
 {
     const struct plan_parallel *par = &p->parallel;
-    int tp = par->tp;
+    int tp = par->tp, cp = par->cp;
     long long rows = (long long)p->batch.micro_batch * p->model.seq_len;
     if (rows > INT_MAX / 3)
         return plan_fail_rule(c, "model.seq_len", "batch.micro_batch",
                          "batch.micro_batch × model.seq_len (%d × %d = %lld rows) is more than "
                          "the kernels index (%d)",
                          p->batch.micro_batch, p->model.seq_len, rows, INT_MAX / 3);
-    if (par->sequence_parallel && tp != PLAN_AUTO && rows % tp != 0)
+    if (!par->sequence_parallel || tp == PLAN_AUTO) return 0;
+    if (cp == 1 && rows % tp != 0)
         return plan_fail_rule(
             c, "parallel.sequence_parallel", "batch.micro_batch model.seq_len parallel.tp",
             "needs batch.micro_batch × model.seq_len (%d × %d = %lld rows) divisible by "
             "parallel.tp (%d)",
             p->batch.micro_batch, p->model.seq_len, rows, tp);
+    if (cp > 1 && rows / cp % tp != 0) /* cp divides seq_len: check_cp_rules */
+        return plan_fail_rule(c, "parallel.sequence_parallel",
+                              "batch.micro_batch model.seq_len parallel.cp parallel.tp",
+                              "needs a rank's rows, batch.micro_batch × model.seq_len / "
+                              "parallel.cp (%d × %d / %d = %lld), divisible by parallel.tp (%d)",
+                              p->batch.micro_batch, p->model.seq_len, cp, rows / cp, tp);
     return 0;
 }
 
@@ -542,8 +571,8 @@ int plan_check_rules(struct plan_ctx *c, json_t *root, struct plan *p)
                          "CPU: use \"socket\" or \"auto\"");
     if (p->parallel.sequence_parallel && p->parallel.tp == 1)
         return plan_fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
-    if (check_zero_rules(c, p) || check_hsdp_rules(c, p) || check_row_rules(c, p) ||
-        check_offload_rules(c, p))
+    if (check_zero_rules(c, p) || check_hsdp_rules(c, p) || check_cp_rules(c, p) ||
+        check_row_rules(c, p) || check_offload_rules(c, p))
         return -1;
     return check_ranks(c, p) || check_model_size(c, root, p) ? -1 : 0;
 }

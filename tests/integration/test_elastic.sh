@@ -132,10 +132,39 @@ sys.exit(0 if worst <= 1e-6 else 1)
 PYEOF2
 }
 
+# Context parallelism: cp stays as the plan says and dp "auto" fills the rest (--ranks 5
+# at cp 2: dp 2, one rank idle), each rank reaching the runtime (here a stand-in beside a
+# copy of plait that writes down its env) with PLAIT_CP=2 and its coordinates in the rank
+# order, tp fastest, then cp, then dp; a fixed dp that does not fit names cp.
+test_cp_ranks_reach_the_runtime_with_their_coordinates() {
+    local bin=$WORK/cpbin
+    mkdir -p "$bin" "$WORK/cpenv" && cp "$PLAIT" "$bin/plait" || return 1
+    printf '#!/bin/sh\nenv | grep "^PLAIT_[A-Z_]*=[0-9]*$" | sort >"%s/env.$PLAIT_RANK"\n' \
+        "$WORK/cpenv" >"$bin/plait-train" && chmod +x "$bin/plait-train" || return 1
+    "$bin/plait" train "$WORK/plan.json" --out "$WORK/cp" --set parallel.cp=2 \
+        --set parallel.dp=auto --set parallel.device=cpu --ranks 5 >"$WORK/cp.log" 2>&1 ||
+        { cat "$WORK/cp.log"; return 1; }
+    "$PY" - "$WORK/cpenv" <<'PYEOF' || { cat "$WORK/cp.log"; return 1; }
+import os, sys
+envs = {int(f.split(".")[1]): dict(l.strip().split("=", 1) for l in open(os.path.join(sys.argv[1], f)))
+        for f in os.listdir(sys.argv[1])}
+assert sorted(envs) == [0, 1, 2, 3], sorted(envs)
+for r, e in envs.items():
+    want = {"PLAIT_WORLD_SIZE": "4", "PLAIT_TP": "1", "PLAIT_CP": "2", "PLAIT_PP": "1",
+            "PLAIT_DP": "2", "PLAIT_CP_RANK": str(r % 2), "PLAIT_DP_RANK": str(r // 2)}
+    assert all(e.get(k) == v for k, v in want.items()), (r, e)
+PYEOF
+    expect_error "$WORK/cpfixed.log" 1 "tp 1 × cp 2 × pp 1 × dp 4 = 8 ranks do not fit the 6" \
+        "$bin/plait" train "$WORK/plan.json" --out "$WORK/cpfixed" --set parallel.cp=2 \
+        --set parallel.dp=4 --set parallel.device=cpu --ranks 6
+}
+
 check eight_ranks_lose_two_and_go_on_at_dp_2 test_eight_ranks_lose_two_and_go_on_at_dp_2
 check eight_ranks_at_zero3_lose_two_and_go_on_at_dp_2 test_eight_ranks_at_zero3_lose_two_and_go_on_at_dp_2
 check auto_tp_and_pp_are_the_cost_models_choice test_auto_tp_and_pp_are_the_cost_models_choice
 check a_fixed_dp_that_does_not_fit_is_refused test_a_fixed_dp_that_does_not_fit_is_refused
+check cp_ranks_reach_the_runtime_with_their_coordinates \
+    test_cp_ranks_reach_the_runtime_with_their_coordinates
 check the_runtime_keeps_the_global_batch_when_dp_auto_shrinks \
     test_the_runtime_keeps_the_global_batch_when_dp_auto_shrinks
 check a_plans_global_batch_is_kept_on_any_number_of_ranks \

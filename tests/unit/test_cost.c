@@ -2,7 +2,8 @@
  * comment beside it): GPT-2 124M parameter shards, the runtime's 18 bytes per
  * parameter in bf16 (16 in fp32), ZeRO slices and padding, fp32 activations
  * by recompute policy, pipeline in-flight micro-batches by schedule, tp/pp/dp
- * traffic and step time, a measured CPU rank's attention and memory-bound ops. Plans come
+ * traffic and step time, a measured CPU rank's attention and memory-bound ops,
+ * context parallelism's ring traffic and its share of a step. Plans come
  * from JSON text; the layout is passed separately, ZeRO set on the struct. */
 #include <math.h>
 #include <stdint.h>
@@ -526,6 +527,78 @@ static void test_step_time_compute_and_dp_overlap(void)
     plan_free(p);
 }
 
+/* Context parallelism, GPT-2 124M, b = 4, s = 1024, m = 1, bf16, cp 2: a rank's
+ * key/value block is b·(s/cp)·2·h fp32 values, 4·4·512·2·768 = 12,582,912
+ * bytes; each layer's forward passes it on cp−1 = 1 time, its backward the
+ * block and its gradient (2 blocks) once and the gradient home (1): 4 blocks a
+ * layer, 12·4·12,582,912 = 603,979,776; full recompute repeats the forward's,
+ * 5 blocks, 754,974,720. cp 4 at tp 2: block 4·4·256·2·384 = 3,145,728, 3 + 6
+ * + 1 = 10 blocks a layer, 377,487,360. tp's all-reduces carry the rank's s/cp
+ * rows: fp32 tp 4 at cp 2 half of the 943,718,400 above, 471,859,200; the
+ * gradients are summed over dp·cp: dp 1 × cp
+ * 2 at ZeRO 0 moves what dp 2 does, 248,951,808. Compute is the rank's half of
+ * the tokens, 0.03500666781696 / 2 = 0.01750333390848 s at 100 TFLOP/s, and
+ * the ring's bytes at 100 GB/s, 0.00603979776 s, are added on its link. */
+static void test_cp_ring_traffic_and_the_ranks_share_of_the_step(void)
+{
+    struct plan *p = load_plan(gpt2_124m, 4, 1, "bf16", "none");
+    if (!p) return;
+    p->parallel.cp = 2;
+    struct cost_traffic t;
+    cost_traffic(p, (struct cost_layout){1, 1, 1}, &t);
+    CHECK(t.cp_bytes == 603979776, "cp 2: %.0f", t.cp_bytes);
+    CHECK(t.dp_bytes == 248951808 && t.tp_bytes == 0, "cp 2: dp %.0f tp %.0f", t.dp_bytes,
+          t.tp_bytes);
+    struct cost_links links = fast_links;
+    links.cp = COST_LINK_NVLINK;
+    links.cp_gbps = 100;
+    links.dp_gbps = 1e9; /* dp all hidden */
+    struct cost_time time;
+    cost_step_time(p, (struct cost_layout){1, 1, 1}, &links, &time);
+    CHECK(close_to(time.compute_s, 0.01750333390848), "%.15g", time.compute_s);
+    CHECK(close_to(time.cp_s, 0.00603979776), "%.15g", time.cp_s);
+    CHECK(close_to(time.total_s, time.compute_s + time.cp_s), "%.15g", time.total_s);
+    p->recompute = PLAN_RECOMPUTE_FULL;
+    cost_traffic(p, (struct cost_layout){1, 1, 1}, &t);
+    CHECK(t.cp_bytes == 754974720, "cp 2, full recompute: %.0f", t.cp_bytes);
+    p->recompute = PLAN_RECOMPUTE_NONE;
+    p->parallel.cp = 4;
+    cost_traffic(p, (struct cost_layout){2, 1, 1}, &t);
+    CHECK(t.cp_bytes == 377487360, "cp 4 tp 2: %.0f", t.cp_bytes);
+    p->parallel.cp = 1;
+    cost_traffic(p, (struct cost_layout){1, 1, 2}, &t);
+    CHECK(t.cp_bytes == 0, "cp 1: %.0f", t.cp_bytes);
+    plan_free(p);
+
+    p = load_plan(gpt2_124m, 4, 1, "fp32", "none");
+    if (!p) return;
+    p->parallel.cp = 2;
+    cost_traffic(p, (struct cost_layout){4, 1, 1}, &t);
+    CHECK(t.tp_bytes == 471859200, "tp 4 at cp 2: %.0f", t.tp_bytes);
+    plan_free(p);
+}
+
+/* ZeRO slices over the dp·cp ranks: at ZeRO 1, dp 1 × cp 2 holds the parameters,
+ * gradients and moments dp 2 does; its activations are those of s/cp tokens,
+ * fewer than dp 2's whole sequences. */
+static void test_cp_memory_slices_over_dp_times_cp(void)
+{
+    struct plan *p = load_plan(gpt2_124m, 4, 1, "bf16", "none");
+    if (!p) return;
+    p->parallel.zero = 1;
+    struct cost_memory dp2, cp2;
+    cost_memory(p, (struct cost_layout){1, 1, 2}, &dp2, NULL);
+    p->parallel.cp = 2;
+    cost_memory(p, (struct cost_layout){1, 1, 1}, &cp2, NULL);
+    CHECK(cp2.params == dp2.params && cp2.grads == dp2.grads && cp2.optimizer == dp2.optimizer,
+          "params %llu/%llu optimizer %llu/%llu", (unsigned long long)cp2.params,
+          (unsigned long long)dp2.params, (unsigned long long)cp2.optimizer,
+          (unsigned long long)dp2.optimizer);
+    CHECK(cp2.activations < dp2.activations, "activations %llu, dp 2's %llu",
+          (unsigned long long)cp2.activations, (unsigned long long)dp2.activations);
+    plan_free(p);
+}
+
 /* pp = 4, m = 8: the last stage is the slowest: 3 layers 3·12·768² =
  * 21,233,664 + LM head 38,633,472 = 59,867,136 weights, ×6 = 359,202,816, +
  * attention 3·12·1024·768 = 28,311,552: 387,514,368 FLOPs per token × 4·1024·8
@@ -842,5 +915,7 @@ int main(void)
     RUN(test_cpu_bubble_counts_the_memory_bound_ops);
     RUN(test_cpu_rank_rates_divide_the_node_cpus);
     RUN(test_gpt2_124m_on_h100_models_plaits_measured_step);
+    RUN(test_cp_ring_traffic_and_the_ranks_share_of_the_step);
+    RUN(test_cp_memory_slices_over_dp_times_cp);
     return check_exit_code();
 }
