@@ -43,7 +43,7 @@ int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, do
     if (bk->defer) bk->b[bk->n++] = (struct bucket){.at = wte, .n = s->elems[GPT2_WTE]};
     size_t hi = top; /* the top bucket takes the final LayerNorm with it */
     for (int i = layers - 1; i >= 0; i--) {
-        size_t at = s->layers_at + (size_t)i * s->layer_elems;
+        size_t at = gpt2_shard_block_at(s, i);
         if (hi - at >= want || i == 0) {
             bk->b[bk->n++] = (struct bucket){.at = at, .n = hi - at, .layers = true};
             hi = at;

@@ -25,7 +25,7 @@ static enum init_kind init_of(const struct gpt2_config *cfg, enum gpt2_tensor t,
     /* GPT-2 scales its residual projections by 1/sqrt(2L); transformers'
      * Llama draws every matrix with initializer_range 0.02 */
     double residual_std = cfg->llama ? 0.02 : 0.02 / sqrt(2.0 * cfg->layers);
-    *std = (t == GPT2_ATTPROJW || t == GPT2_FCPROJW) ? residual_std : 0.02;
+    *std = (t == GPT2_ATTPROJW || t == GPT2_FCPROJW || t == GPT2_EXPPROJW) ? residual_std : 0.02;
     *drawn = elems;
     if (t == GPT2_WTE || t == GPT2_LMHEAD) /* padded rows stay zero */
         *drawn = elems ? (size_t)cfg->vocab * cfg->hidden : 0;
@@ -80,7 +80,8 @@ static int range_runs(void *ctx, enum gpt2_tensor t, int l, size_t off, size_t e
             if (!more) return c->oom = true, 1;
             c->runs = more, c->cap = cap;
         }
-        c->runs[c->n++] = (struct init_run){(size_t)l * c->per_layer + g, off + i - c->lo, run};
+        size_t before = (size_t)gpt2_tensor_layers_before(&c->s->cfg, t, l); /* its instance */
+        c->runs[c->n++] = (struct init_run){before * c->per_layer + g, off + i - c->lo, run};
     }
     return 0;
 }
@@ -103,8 +104,10 @@ int gpt2_init_shard_range(const struct gpt2_shard *s, size_t lo, size_t hi, floa
         size_t drawn = 0;
         enum init_kind k = init_of(&s->cfg, t, full.elems[t], &std, &drawn);
         c.t = t, c.n = 0;
-        c.per_layer = gpt2_tensor_per_layer(t) ? full.elems[t] / (size_t)s->cfg.layers : 0;
-        if (k == INIT_ZERO) continue;
+        if (k == INIT_ZERO || !full.elems[t]) continue;
+        c.per_layer = gpt2_tensor_per_layer(t) ? full.elems[t] / (size_t)gpt2_tensor_layers_before(
+                                                                     &s->cfg, t, s->cfg.layers)
+                                               : 0;
         if (gpt2_shard_each(s, range_runs, &c)) break; /* out of memory */
         if (c.n == 0) continue;                             /* none of it in the range */
         qsort(c.runs, c.n, sizeof *c.runs, by_at);

@@ -14,6 +14,7 @@
 
 #include "common/gpt2/gpt2_memory.h"
 #include "common/log.h"
+#include "runtime/model_moe.h"
 #include "runtime/model_zero3.h"
 #include "runtime/ring_attention.h"
 #include "runtime/zero3.h"
@@ -45,8 +46,9 @@ static void *dev_alloc(struct model *m, size_t bytes, uint64_t *kind)
 /* Where each buffer of common/gpt2/gpt2_memory.h lives: a field of every slot's
  * layer_acts (one copy per slot and layer, or one shared when recomputed), of
  * every slot, or of the model. */
-enum act_home { IN_LAYER, IN_SLOT, IN_MODEL };
+enum act_home { IN_LAYER, IN_SLOT, IN_MODEL, IN_MOE };
 #define LAYER(a, f) [a] = {IN_LAYER, offsetof(struct layer_acts, f)}
+#define MOE(a, f) [a] = {IN_MOE, offsetof(struct moe_acts, f)}
 #define SLOT(a, f) [a] = {IN_SLOT, offsetof(struct model_slot, f)}
 #define MODEL(a, f) [a] = {IN_MODEL, offsetof(struct model, f)}
 static const struct {
@@ -92,7 +94,26 @@ static const struct {
     MODEL(GPT2_ACT_CP_RING, cp_ring),
     MODEL(GPT2_ACT_CP_SCORES, cp_scores),
     MODEL(GPT2_ACT_CP_POS, cp_pos),
+    MOE(GPT2_ACT_MOE_PROBS, probs),
+    MOE(GPT2_ACT_MOE_GATE, gate),
+    MOE(GPT2_ACT_MOE_LSE, lse),
+    MOE(GPT2_ACT_MOE_CHOICE, choice),
+    MOE(GPT2_ACT_MOE_POS, pos),
+    MOE(GPT2_ACT_MOE_ROWS, rows),
+    MOE(GPT2_ACT_MOE_COUNTS, counts),
+    MOE(GPT2_ACT_MOE_X, x),
+    MOE(GPT2_ACT_MOE_H, h),
+    MOE(GPT2_ACT_MOE_ACT, act),
+    MOE(GPT2_ACT_MOE_Y, y),
+    MOE(GPT2_ACT_MOE_SH_H, sh_h),
+    MOE(GPT2_ACT_MOE_SH_ACT, sh_act),
+    MODEL(GPT2_ACT_MOE_LOGITS, moe_logits),
+    MODEL(GPT2_ACT_MOE_DGATE, moe_dgate),
+    MODEL(GPT2_ACT_MOE_DY, moe_dy),
+    MODEL(GPT2_ACT_MOE_DH, moe_dh),
+    MODEL(GPT2_ACT_MOE_DACT, moe_dact),
 };
+#undef MOE
 #undef LAYER
 #undef SLOT
 #undef MODEL
@@ -194,11 +215,13 @@ static int act_buffer(struct model *m, enum gpt2_act a)
     size_t bytes = b->elems * b->elem_bytes; /* one copy; gpt2_memory checked the products */
     char *base = dev_alloc(m, bytes * b->copies, &m->allocated.activations);
     if (!base) return -1;
-    size_t field = act_field[a].field, L = (size_t)m->n_layers;
+    size_t field = act_field[a].field, L = (size_t)m->n_layers, Lm = (size_t)m->n_moe;
     for (size_t s = 0; s < (size_t)m->n_slots; s++) {
         if (act_field[a].home == IN_SLOT) point(&m->slots[s], field, base + s * bytes);
         for (size_t l = 0; act_field[a].home == IN_LAYER && l < L; l++)
             point(&m->slots[s].layer[l], field, base + (b->copies > 1 ? (s * L + l) * bytes : 0));
+        for (size_t j = 0; act_field[a].home == IN_MOE && j < Lm; j++)
+            point(&m->slots[s].moe[j], field, base + (b->copies > 1 ? (s * Lm + j) * bytes : 0));
     }
     if (act_field[a].home == IN_MODEL) point(m, field, base);
     return 0;
@@ -222,6 +245,9 @@ static void model_settings(struct model *m, const struct gpt2_config *cfg, const
     m->cp = shape->cp > 1 ? shape->cp : 1;
     m->cp_rank = m->cp > 1 ? shape->cp_rank : 0;
     m->cp_group = shape->cp_group;
+    m->moe_capacity_factor = shape->moe_capacity_factor;
+    m->moe_aux = shape->moe_aux_loss;
+    m->moe_z = shape->moe_z_loss;
 }
 
 /* fp8 needs the backend's fp8 products. */
@@ -311,6 +337,7 @@ static void shard_sizes(struct model *m, const struct gpt2_config *cfg,
     m->nv = real < 0 ? 0 : real > m->Vpl ? m->Vpl : real;
     m->chunks = m->shard.part.chunks;
     m->n_layers = part->layer_end - part->layer_begin; /* of each chunk */
+    m->n_moe = gpt2_chunk_moe_layers(&m->shard);
     m->first = m->shard.first;
     m->last = m->shard.last;
     m->n_slots = shape->slots;
@@ -362,7 +389,8 @@ static bool allocate(struct model *m)
     m->slots = calloc((size_t)m->n_slots, sizeof *m->slots);
     if (!m->slots) return false;
     for (int s = 0; s < m->n_slots; s++)
-        if (!(m->slots[s].layer = calloc((size_t)m->n_layers, sizeof *m->slots[s].layer)))
+        if (!(m->slots[s].layer = calloc((size_t)m->n_layers, sizeof *m->slots[s].layer)) ||
+            !(m->slots[s].moe = calloc((size_t)m->n_moe + 1, sizeof *m->slots[s].moe)))
             return false;
     size_t S = m->slice_n, Pp = m->n_padded;
     struct model_bytes *a = &m->allocated;
@@ -465,6 +493,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
     m->sp = shape->sequence_parallel;
     if (count_memory(m, shape, err)) return -1;
     shard_sizes(m, cfg, part, shape);
+    if (moe_check(m, err)) return -1;
     /* the attention kernel: the bf16 tensor cores' where the backend takes this head size */
     m->attention_bf16 = shape->precision != PLAN_PRECISION_FP32 && ops->attention_bf16_takes &&
                         ops->attention_bf16_takes(cfg->hidden / cfg->heads);
@@ -478,7 +507,8 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
         model_free(m);
         return -1;
     }
-    if ((m->zero == 3 && mz3_init(m, shape->dp_group, err)) || (m->cp > 1 && ring_init(m, err))) {
+    if ((m->zero == 3 && mz3_init(m, shape->dp_group, err)) || (m->cp > 1 && ring_init(m, err)) ||
+        moe_init(m, err)) {
         model_free(m);
         return -1;
     }
@@ -499,7 +529,11 @@ void model_free(struct model *m)
     m->offload = NULL;
     for (int i = 0; i < m->n_allocations; i++) m->ops->free(m->ctx, m->allocations[i]);
     free(m->allocations);
-    for (int s = 0; m->slots && s < m->n_slots; s++) free(m->slots[s].layer);
+    moe_free(m);
+    for (int s = 0; m->slots && s < m->n_slots; s++) {
+        free(m->slots[s].layer);
+        free(m->slots[s].moe);
+    }
     free(m->slots);
     free(m->losses_host);
     m->allocations = NULL;
@@ -603,6 +637,16 @@ static const uint16_t *weight16(const struct model *m, enum gpt2_tensor t, int l
     if (m->z3 && m->precision == PLAN_PRECISION_BF16) return mz3_at16(m, off);
     if (m->z3) return m->wte16 && t == m->head && m->last ? m->wte16 : NULL; /* fp8's head */
     return model_copy16(m, t, off, off);
+}
+
+float *model_tensor(const struct model *m, bool grads, enum gpt2_tensor t, int l)
+{
+    return param(m, grads ? GRADS : PARAMS, t, l);
+}
+
+const uint16_t *model_tensor16(const struct model *m, enum gpt2_tensor t, int l)
+{
+    return weight16(m, t, l);
 }
 
 #define P(t, l) param(m, PARAMS, t, l)
@@ -838,10 +882,24 @@ static void qkv_forward(struct model *m, struct layer_acts *a, const float *ln, 
  * gate and up halves (N,2F/tp), into fch_gelu. */
 static void act_forward(struct model *m, struct layer_acts *a, int N)
 {
+    model_mlp_act(m, a->fch_gelu, a->fch, N, m->Fl);
+}
+
+void model_mlp_act(const struct model *m, float *out, const float *in, int N, int F)
+{
     if (m->cfg.llama)
-        m->ops->swiglu_forward(m->ctx, a->fch_gelu, a->fch, N, m->Fl);
+        m->ops->swiglu_forward(m->ctx, out, in, N, F);
     else
-        m->ops->gelu_forward(m->ctx, a->fch_gelu, a->fch, (size_t)N * m->FCl);
+        m->ops->gelu_forward(m->ctx, out, in, (size_t)N * F);
+}
+
+void model_mlp_act_backward(const struct model *m, float *din, const float *in, const float *dout,
+                            int N, int F)
+{
+    if (m->cfg.llama)
+        m->ops->swiglu_backward(m->ctx, din, in, dout, N, F);
+    else
+        m->ops->gelu_backward(m->ctx, din, in, dout, (size_t)N * F);
 }
 
 /* Sequence parallel, the LayerNorms and residual adds run on this rank's R
@@ -869,6 +927,12 @@ static int layer_forward(struct model *m, struct model_slot *sl, int i, int B, i
     PROF(pr, PROF_LAYERNORM_FWD,
          norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, GPT2_LN2W, GPT2_LN2B, l, R));
     if (sp_gather(m, a->ln2, N, &ln, err)) return -1;
+    if (gpt2_layer_moe(&m->cfg, l)) { /* an MoE block for the MLP */
+        if (moe_forward(m, moe_acts_of(m, sl, i), l, ln, N, &proj, err)) return -1;
+        PROF(pr, PROF_RESIDUAL_FWD,
+             o->residual_forward(m->ctx, a->res3, a->res2, proj, (size_t)R * C));
+        return 0;
+    }
     const float *fcb = held(m, PARAMS, GPT2_FCB, l);
     if (o->matmul_forward_gelu && !m->cfg.llama && m->precision != PLAN_PRECISION_FP8) {
         PROF(pr, PROF_MATMUL_FWD, /* one pass */
@@ -1052,12 +1116,14 @@ int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const 
         /* (kept for a tied head on this slot: the head uses the same unit) */
         if (!(heads(m, sl) && tied_head(m)) && mz3_drop(m, MZ3_EMBEDDINGS, err)) return -1;
     }
+    sl->grad_scale = grad_scale;
     for (int i = 0; i < m->n_layers; i++) {
         int u = z3_unit(m, sl, i);
         if (z3_next(m, sl, i, true, err) || hold_unit(m, u, err) ||
             layer_forward(m, sl, i, B, T, err) || mz3_drop(m, u, err))
             return -1;
     }
+    if (m->n_moe && grad_scale != 0) moe_count(m, sl, N); /* a training forward's */
     if (heads(m, sl) &&
         (z3_head(m, true, err) || head_forward(m, sl, targets, N, grad_scale, mean_loss, err) ||
          (grad_scale == 0 && z3_head(m, false, err))))
@@ -1106,7 +1172,7 @@ static int layer_recompute(struct model *m, struct model_slot *sl, int i, int B,
     if (m->recompute == PLAN_RECOMPUTE_FULL) return layer_forward(m, sl, i, B, T, err);
     if (m->recompute == PLAN_RECOMPUTE_SELECTIVE) {
         if (attention_fwd(m, a, B, T, err)) return -1;
-        act_forward(m, a, B * T);
+        if (!gpt2_layer_moe(&m->cfg, slot_layer(m, sl, i))) act_forward(m, a, B * T);
     }
     return 0;
 }
@@ -1172,10 +1238,34 @@ static int qkv_backward(struct model *m, struct layer_acts *a, float *into, cons
 static void act_backward(struct model *m, struct layer_acts *a, float *dfc, const float *dact,
                          int N)
 {
-    if (m->cfg.llama)
-        m->ops->swiglu_backward(m->ctx, dfc, a->fch, dact, N, m->Fl);
-    else
-        m->ops->gelu_backward(m->ctx, dfc, a->fch, dact, (size_t)N * m->FCl);
+    model_mlp_act_backward(m, dfc, a->fch, dact, N, m->Fl);
+}
+
+/* A weight gradient of layer l's, NULL where the pass leaves it (!w). */
+#define GW(t) (w ? held(m, GRADS, t, l) : NULL)
+
+/* The dense MLP's backward from dout (N,C), its output's gradient: m->dC gets
+ * the gradient of its input (this rank's term of it with tp), the weight
+ * gradients written or added (with BWD_INPUT left for layer_weights). */
+static int mlp_backward(struct model *m, struct layer_acts *a, int l, const float *dout, int N,
+                        bool acc, enum bwd_pass pass, struct plait_error *err)
+{
+    int C = m->cfg.hidden;
+    const float *ln = a->ln2;
+    struct profile *pr = &m->prof;
+    bool w = pass == BWD_ALL; /* the weight gradients too (their inputs gathered) */
+    dout = kept(m, pass, a->g_fcproj, dout, (size_t)N * C);
+    float *dact = m->cfg.llama ? m->dff : m->d4C;
+    PROF(pr, PROF_MATMUL_BWD,
+         linear_backward(m, dact, GW(GPT2_FCPROJW), GW(GPT2_FCPROJB), dout, a->fch_gelu,
+                         GPT2_FCPROJW, l, N, m->Fl, C, acc));
+    float *dfc = pass == BWD_INPUT ? a->g_fc : m->d4C;
+    PROF(pr, PROF_GELU_BWD, act_backward(m, a, dfc, dact, N));
+    if (w && sp_gather(m, a->ln2, N, &ln, err)) return -1;
+    PROF(pr, PROF_MATMUL_BWD,
+         linear_backward(m, m->dC, GW(GPT2_FCW), GW(GPT2_FCB), dfc, ln, GPT2_FCW, l, N, C, m->FCl,
+                         acc));
+    return 0;
 }
 
 /* On entry m->dres holds the gradient of the layer's output (whole on every
@@ -1197,22 +1287,13 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
     float *dln;
     struct profile *pr = &m->prof;
     bool w = pass == BWD_ALL; /* the weight gradients too (their inputs gathered) */
-#define GW(t) (w ? held(m, GRADS, t, l) : NULL)
     if (recompute_timed(m, sl, i, B, T, err)) return -1;
-    /* MLP: res3 = res2 + fcproj(act(fc(ln2(res2)))) */
+    /* MLP: res3 = res2 + fcproj(act(fc(ln2(res2)))), or + the MoE block's output */
     if (sp_gather(m, m->dres, N, &dout, err)) return -1;
-    dout = kept(m, pass, a->g_fcproj, dout, NC);
-    float *dact = m->cfg.llama ? m->dff : m->d4C;
-    PROF(pr, PROF_MATMUL_BWD,
-         linear_backward(m, dact, GW(GPT2_FCPROJW), GW(GPT2_FCPROJB), dout, a->fch_gelu,
-                         GPT2_FCPROJW, l, N, m->Fl, C, acc));
-    float *dfc = pass == BWD_INPUT ? a->g_fc : m->d4C;
-    PROF(pr, PROF_GELU_BWD, act_backward(m, a, dfc, dact, N));
-    ln = a->ln2;
-    if (w && sp_gather(m, a->ln2, N, &ln, err)) return -1;
-    PROF(pr, PROF_MATMUL_BWD,
-         linear_backward(m, m->dC, GW(GPT2_FCW), GW(GPT2_FCB), dfc, ln, GPT2_FCW, l, N, C, m->FCl,
-                         acc));
+    if (gpt2_layer_moe(&m->cfg, l) ? moe_backward(m, moe_acts_of(m, sl, i), l, dout, a->ln2, m->dC,
+                                                  N, sl->grad_scale, acc, err)
+                                   : mlp_backward(m, a, l, dout, N, acc, pass, err))
+        return -1;
     if (tp_sum_rows(m, m->dC, N, &dln, err)) return -1;
     PROF(pr, PROF_LAYERNORM_BWD,
          norm_backward(m, m->dres, dln, a->res2, GPT2_LN2W, GPT2_LN2B, l, a->ln2_mean, a->ln2_rstd,
@@ -1299,7 +1380,7 @@ static int head_backward(struct model *m, struct model_slot *sl, int N, bool acc
 static int layer_final(struct model *m, const struct model_slot *sl, int i, struct plait_error *err)
 {
     size_t block = (size_t)sl->chunk * (size_t)m->n_layers + (size_t)i;
-    size_t from = m->shard.layers_at + block * m->shard.layer_elems;
+    size_t from = gpt2_shard_block_at(&m->shard, (int)block);
     return m->grads_final ? m->grads_final(m->grads_final_ctx, from, m->shard.total, err) : 0;
 }
 

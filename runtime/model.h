@@ -47,6 +47,20 @@ struct layer_acts {
     float *g_attproj, *g_qkv; /* (N,C), (N,QKV/tp): the packed product's */
 };
 
+/* What an MoE layer's forward leaves for its backward (runtime/model_moe.c;
+ * gpt2_memory.h's GPT2_ACT_MOE_*, E experts, k choices, M ≤ kN packed rows). */
+struct moe_acts {
+    float *probs, *gate, *lse; /* (N,E), (N,k), (N) */
+    int32_t *choice, *pos;     /* (N,k) the chosen experts, each choice's packed row (-1 dropped) */
+    int32_t *rows;             /* (M) each packed row's token */
+    int32_t *counts;           /* (2E) each expert's packed rows, then its choices (routed) */
+    float *x, *h, *act, *y;    /* (M,C), (M,FCm), (M,Fm), (M,C): the experts' rows */
+    float *sh_h, *sh_act;      /* (S,N,FCm), (S,N,Fm): the shared experts' */
+    int kept;                  /* M */
+    double losses[2];          /* the balance loss and the z-loss of this forward */
+    int32_t *routed_host;      /* (E) host: this forward's choices per expert */
+};
+
 /* One micro-batch's activations on this stage: what its forward leaves for
  * its backward. A pipeline stage holds several at once (the schedule says how
  * many); without a pipeline there is one. With model chunks (interleaved
@@ -55,6 +69,8 @@ struct model_slot {
     int chunk;                        /* the chunk it runs through (0 .. chunks-1): set before
                                          its forward, kept until its backward */
     struct layer_acts *layer;         /* [n_layers: one chunk's] */
+    struct moe_acts *moe;             /* [n_moe: the MoE layers of a chunk, in order] */
+    float grad_scale;                 /* its forward's (the MoE losses' gradients are scaled by it) */
     float *input;                     /* (R,C) the chunk's input: the embedding on the first
                                          stage's chunk 0, the activation received on the others */
     int32_t *tokens, *targets;        /* (N) first stage: its tokens; last stage: the targets */
@@ -165,6 +181,22 @@ struct model {
     float *cp_scores;             /* (B,NH/tp,T,T) one block's scores */
     int32_t *cp_pos;              /* (cp,T) every cp rank's positions of its tokens */
 
+    /* mixture of experts (runtime/model_moe.h): the most MoE layers a chunk holds, the
+     * scratch of gpt2_memory.h's GPT2_ACT_MOE_* and what the losses and metrics take */
+    int n_moe;
+    float *moe_logits, *moe_dgate, *moe_dy, *moe_dh, *moe_dact;
+    double moe_capacity_factor, moe_aux, moe_z; /* plan.h struct plan_moe's */
+    int32_t *moe_counts_host;                   /* (2E) a layer's counts, read back */
+    int32_t *moe_routed_host;                   /* every slot's moe_acts' routed_host */
+    double moe_loss;                            /* the MoE losses of the training forwards
+                                                   since model_moe_take_loss */
+    struct model_moe_stats {                    /* since model_moe_stats_clear */
+        double balance, z;     /* the losses, summed over micro-batches and layers */
+        long long *routed;     /* (E) choices per expert */
+        long long choices;     /* k·N per micro-batch and layer */
+        long long dropped;     /* choices over an expert's capacity */
+    } moe_stats;
+
     float *losses_host; /* (N) */
     /* Called, when set, as backward finishes writing gradients: the elements
      * [from, to) of grads are final (the data-parallel buckets start their
@@ -213,6 +245,7 @@ struct model_shape {
                                      (rank-<offload_rank>/), two windows of each in memory */
     int offload_rank;
     double offload_window_mb;
+    double moe_capacity_factor, moe_aux_loss, moe_z_loss; /* model.moe's (plan.h) */
 };
 
 /* Allocates everything for the part of the model `part` names

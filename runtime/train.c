@@ -93,7 +93,7 @@ static int step_loss(struct trainer *t, struct step_taken *st, struct plait_erro
     int A = t->plan->batch.grad_accum;
     st->loss = t->st.loss_sum / A;
     if (t->multi) {
-        double v = t->m.last && t->where->tp_rank == 0 ? t->st.loss_sum : 0;
+        double v = train_holds_loss(t) ? t->st.loss_sum : 0;
         if (t->par.g_world.allreduce_f64(t->par.g_world.ctx, &v, 1, err)) return -1;
         st->loss = v / ((double)A * t->where->dp);
     }

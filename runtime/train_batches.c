@@ -13,6 +13,7 @@
 
 #include "common/place/rank_order.h" // defines: rank_data_of
 #include "runtime/dump.h"
+#include "runtime/model_moe.h" // defines: model_moe_take_loss
 #include "runtime/model_zero3.h"
 #include "runtime/optim.h"
 #include "runtime/report.h"
@@ -291,6 +292,11 @@ static int agree_stop(void *ctx, int *stop, struct plait_error *err)
     return f->t->multi ? parallel_max_stage(&f->t->par, stop, err) : 0;
 }
 
+bool train_holds_loss(const struct trainer *t)
+{
+    return t->where->tp_rank == 0 && (t->m.last || t->m.n_moe > 0);
+}
+
 int train_micro_batches(struct trainer *t, int s, float grad_scale, struct plait_error *err)
 {
     const struct plan *p = t->plan;
@@ -327,7 +333,7 @@ int train_micro_batches(struct trainer *t, int s, float grad_scale, struct plait
                            &t->times, err);
     if (sched == &resumed) schedule_free(&resumed);
     if (rc && t->bucketed) buckets_drop(&t->buckets);
-    t->st.loss_sum += loss_sum;
+    t->st.loss_sum += loss_sum + model_moe_take_loss(&t->m); /* the MoE losses are the loss's */
     if (rc && t->data_failed) return train_save_failing(t, err);
     if (rc) return error_prefix(err, "step %d, micro-batch %d: ", s + 1, t->st.micro + 1);
     if (t->st.micro < A && !train_stop_signal) train_stop_signal = SIGTERM; /* another rank's */

@@ -14,6 +14,11 @@
  * data error after a checkpoint of the work so far). */
 int train_micro_batches(struct trainer *t, int s, float grad_scale, struct plait_error *err);
 
+/* Whether this rank's st.loss_sum is part of the step's loss, summed over the ranks:
+ * the last stage's (its cross-entropy) and, with mixture of experts, every stage's
+ * (the MoE losses of its layers), each on tp rank 0. */
+bool train_holds_loss(const struct trainer *t);
+
 /* The tied wte's gradient, summed between the pipeline's first and last stage. */
 int train_tied_sum(struct trainer *t, struct plait_error *err);
 

@@ -12,6 +12,7 @@
 #include "runtime/ckpt_parts.h"
 #include "runtime/profile.h" // defines: prof_now
 #include "runtime/report.h" // defines: report_progress_flush
+#include "runtime/train_batches.h" // defines: train_holds_loss
 
 /* Where this rank's part of a checkpoint goes. */
 static struct ckpt_target ckpt_target(struct trainer *t)
@@ -34,7 +35,7 @@ int train_save(struct trainer *t, bool background, struct plait_error *err)
     /* mid-step, the loss so far is every data-parallel rank's: the state holds the sum */
     double mine = t->st.loss_sum;
     if (t->multi && t->st.micro > 0) {
-        double v = t->m.last && t->where->tp_rank == 0 ? mine : 0;
+        double v = train_holds_loss(t) ? mine : 0;
         if (t->par.g_world.allreduce_f64(t->par.g_world.ctx, &v, 1, err)) return -1;
         t->st.loss_sum = v;
     }

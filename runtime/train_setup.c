@@ -186,7 +186,10 @@ static int make_model(struct trainer *t, struct plait_error *err)
                                                    ? p->parallel.offload_dir
                                                    : NULL,
                                 .offload_rank = w->rank,
-                                .offload_window_mb = p->parallel.offload_window_mb};
+                                .offload_window_mb = p->parallel.offload_window_mb,
+                                .moe_capacity_factor = p->model.moe.capacity_factor,
+                                .moe_aux_loss = p->model.moe.aux_loss,
+                                .moe_z_loss = p->model.moe.router_z_loss};
     if (offload_says(t, err)) return -1;
     t->rss_before_model = report_proc_status_bytes("VmRSS");
     if (model_init(&t->m, &cfg, &part, &t->par.g_tp, t->ops, t->ctx, &shape, err)) return -1;

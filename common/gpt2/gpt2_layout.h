@@ -33,6 +33,13 @@ struct gpt2_config {
     bool untied;       /* the LM head is a tensor of its own (lmhead), not wte */
     double rope_theta; /* llama */
     float norm_eps;    /* llama's RMSNorm */
+    /* Mixture of experts (plan.h struct plan_moe; experts 0: a dense model): layer l's
+     * MLP is an MoE block when l % moe_every == moe_every - 1 */
+    int experts;        /* E routed experts */
+    int top_k;          /* k */
+    int moe_every;      /* an MoE block every this many layers */
+    int shared_experts; /* S, after the routed ones in the expert tensors */
+    int moe_ffn;        /* Fm, each expert's MLP width */
 };
 
 /* Whether a and b have the same tensors of the same shapes (the vocabulary,
@@ -49,6 +56,15 @@ double gpt2_layer_product_weights(const struct gpt2_config *cfg);
 /* Rows of qkvw's one layer: (NH + 2·KV)·hs; of fcw's: 2F (gate and up) or F. */
 long long gpt2_qkv_rows(const struct gpt2_config *cfg);
 long long gpt2_fc_rows(const struct gpt2_config *cfg);
+
+/* Mixture of experts: whether the model has MoE blocks, whether layer l's MLP is one,
+ * the model's MoE layers (Lm) and those before layer l, and an expert's fc rows (2Fm
+ * for a Llama's gate and up, else Fm). */
+bool gpt2_moe(const struct gpt2_config *cfg);
+bool gpt2_layer_moe(const struct gpt2_config *cfg, int l);
+int gpt2_moe_layers(const struct gpt2_config *cfg);
+int gpt2_moe_layers_before(const struct gpt2_config *cfg, int l);
+long long gpt2_expert_fc_rows(const struct gpt2_config *cfg);
 
 /* The dimensions a plan's model section gives. */
 struct gpt2_config gpt2_config_of_plan(const struct plan_model *m);
@@ -72,6 +88,14 @@ enum gpt2_tensor {
     GPT2_LNFW,     /* (C) */
     GPT2_LNFB,     /* (C) */
     GPT2_LMHEAD,   /* (Vp, C) untied only */
+    /* mixture of experts (none in a dense model), Lm its MoE layers, whose MLP
+     * tensors above hold no instance (those hold the L - Lm other layers'); the
+     * S shared experts follow the E routed ones */
+    GPT2_ROUTERW,  /* (Lm, E, C) the router, no bias */
+    GPT2_EXPFCW,   /* (Lm, E+S, Fm, C); llama (Lm, E+S, 2Fm, C) gate and up */
+    GPT2_EXPFCB,   /* (Lm, E+S, Fm) gpt2 only */
+    GPT2_EXPPROJW, /* (Lm, E+S, C, Fm) */
+    GPT2_EXPPROJB, /* (Lm, E+S, C) gpt2 only */
     GPT2_TENSORS
 };
 
@@ -88,7 +112,14 @@ int gpt2_layout(const struct gpt2_config *cfg, struct gpt2_layout *out);
 
 extern const char *const gpt2_tensor_names[GPT2_TENSORS];
 
-/* AdamW weight decay applies to the 2-D matrices only. */
+/* AdamW weight decay applies to the 2-D matrices only (the router's and experts' too). */
 bool gpt2_tensor_decays(enum gpt2_tensor t);
+
+/* Whether layer l has an instance of per-layer tensor t: the dense MLP's in a
+ * layer without an MoE block, the router's and experts' in one with, the rest
+ * in every layer. */
+bool gpt2_tensor_in_layer(const struct gpt2_config *cfg, enum gpt2_tensor t, int l);
+/* The layers in [0, l) with an instance of per-layer tensor t. */
+int gpt2_tensor_layers_before(const struct gpt2_config *cfg, enum gpt2_tensor t, int l);
 
 #endif

@@ -33,12 +33,77 @@ static bool slot_held(enum gpt2_act a, const struct gpt2_shard *s)
     return s->last;
 }
 
+int gpt2_chunk_moe_layers(const struct gpt2_shard *s)
+{
+    int n = s->part.layer_end - s->part.layer_begin, most = 0;
+    for (int c = 0; c < s->part.chunks; c++) {
+        int l0 = gpt2_shard_layer(s, c * n);
+        int here = gpt2_moe_layers_before(&s->cfg, l0 + n) - gpt2_moe_layers_before(&s->cfg, l0);
+        most = here > most ? here : most;
+    }
+    return most;
+}
+
+/* Elements of one copy of a mixture of experts' buffer a (gpt2_memory.h). */
+static bool moe_buffer_elems(enum gpt2_act a, const struct gpt2_config *cfg, long long N,
+                             size_t *out)
+{
+    long long E = cfg->experts, k = cfg->top_k, C = cfg->hidden, Fm = cfg->moe_ffn;
+    long long FCm = gpt2_expert_fc_rows(cfg), S = cfg->shared_experts;
+    long long rows = k * N > N ? k * N : N;
+    switch (a) {
+    case GPT2_ACT_MOE_PROBS:
+    case GPT2_ACT_MOE_LOGITS:
+        return ck_size(out, N, E);
+    case GPT2_ACT_MOE_GATE:
+    case GPT2_ACT_MOE_CHOICE:
+    case GPT2_ACT_MOE_POS:
+    case GPT2_ACT_MOE_ROWS:
+    case GPT2_ACT_MOE_DGATE:
+        return ck_size(out, N, k);
+    case GPT2_ACT_MOE_LSE:
+        return ck_size(out, N);
+    case GPT2_ACT_MOE_COUNTS:
+        return ck_size(out, 2, E);
+    case GPT2_ACT_MOE_X:
+    case GPT2_ACT_MOE_Y:
+    case GPT2_ACT_MOE_DY:
+        return ck_size(out, k, N, C);
+    case GPT2_ACT_MOE_H:
+        return ck_size(out, k, N, FCm);
+    case GPT2_ACT_MOE_ACT:
+        return ck_size(out, k, N, Fm);
+    case GPT2_ACT_MOE_SH_H:
+        return ck_size(out, S, N, FCm);
+    case GPT2_ACT_MOE_SH_ACT:
+        return ck_size(out, S, N, Fm);
+    case GPT2_ACT_MOE_DH:
+        return ck_size(out, rows, FCm);
+    default: /* GPT2_ACT_MOE_DACT */
+        return ck_size(out, rows, Fm);
+    }
+}
+
+/* How many copies of a mixture of experts' buffer a the rank holds: none without
+ * an MoE layer, the scratch once, the rest per held micro-batch and MoE layer of a
+ * chunk (one shared with full recompute). */
+static size_t moe_buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
+                                const struct gpt2_memory_shape *shape)
+{
+    size_t layers = (size_t)gpt2_chunk_moe_layers(s);
+    bool shared = a == GPT2_ACT_MOE_SH_H || a == GPT2_ACT_MOE_SH_ACT;
+    if (!layers || (shared && !s->cfg.shared_experts)) return 0;
+    if (a >= GPT2_ACT_FIRST_MOE_SCRATCH) return 1;
+    return shape->recompute == PLAN_RECOMPUTE_FULL ? 1 : (size_t)shape->slots * layers;
+}
+
 /* Elements of one copy of buffer a; rows_div: tp with sequence parallelism
  * (the residual stream's buffers hold N/tp rows), else 1. */
 static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long B, long long T,
                          long long rows_div, bool fused_attention, long long cp, size_t *out)
 {
     const struct gpt2_config *cfg = &s->cfg;
+    if (a >= GPT2_ACT_FIRST_MOE) return moe_buffer_elems(a, cfg, B * T, out);
     long long tp = s->part.tp, C = cfg->hidden, Ct = C / tp, NHt = cfg->heads / tp;
     long long Vpt = cfg->padded_vocab / tp, QKVt = gpt2_qkv_rows(cfg) / tp;
     long long FCt = gpt2_fc_rows(cfg) / tp, Ft = gpt2_ffn(cfg) / tp;
@@ -102,6 +167,7 @@ static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
                             const struct gpt2_memory_shape *shape, size_t slot_layers)
 {
     size_t slots = (size_t)shape->slots;
+    if (a >= GPT2_ACT_FIRST_MOE) return moe_buffer_copies(a, s, shape);
     bool split_only = a >= GPT2_ACT_G_FCPROJ && a <= GPT2_ACT_G_QKV;
     if (split_only && !shape->split_backward) return 0;
     bool mean = a == GPT2_ACT_LN1_MEAN || a == GPT2_ACT_LN2_MEAN || a == GPT2_ACT_LNF_MEAN;

@@ -96,10 +96,38 @@ enum gpt2_act {
                             (in, out) and this rank's term (runtime/ring_attention.c) */
     GPT2_ACT_CP_SCORES,  /* (B,NH/tp,T,T) cp > 1 only: one block's scores */
     GPT2_ACT_CP_POS,     /* (cp·T) int32 cp > 1 only: every cp rank's token positions */
+    /* mixture of experts (model.moe) only, with E experts, S shared ones, k choices a
+     * token, Fm an expert's width (FCm its fc rows: 2Fm for a Llama, else Fm); per MoE
+     * layer (one copy per held micro-batch and MoE layer of a chunk, or one shared
+     * with full recompute): */
+    GPT2_ACT_MOE_PROBS,  /* (N,E)      the router's softmax */
+    GPT2_ACT_MOE_GATE,   /* (N,k)      the chosen experts' gates */
+    GPT2_ACT_MOE_LSE,    /* (N)        each row's logsumexp of the logits (z-loss) */
+    GPT2_ACT_MOE_CHOICE, /* (N,k) int32 the chosen experts */
+    GPT2_ACT_MOE_POS,    /* (N,k) int32 each choice's packed row, -1 dropped */
+    GPT2_ACT_MOE_ROWS,   /* (kN) int32 each packed row's token */
+    GPT2_ACT_MOE_COUNTS, /* (2E) int32 each expert's rows, then its choices */
+    GPT2_ACT_MOE_X,      /* (kN,C)     the tokens packed expert by expert */
+    GPT2_ACT_MOE_H,      /* (kN,FCm)   the experts' first products */
+    GPT2_ACT_MOE_ACT,    /* (kN,Fm)    their activations */
+    GPT2_ACT_MOE_Y,      /* (kN,C)     the experts' outputs */
+    GPT2_ACT_MOE_SH_H,   /* (S·N,FCm)  the shared experts' first products */
+    GPT2_ACT_MOE_SH_ACT, /* (S·N,Fm)   their activations */
+    /* scratch, one each */
+    GPT2_ACT_MOE_LOGITS, /* (N,E)      the router's logits, then their gradient */
+    GPT2_ACT_MOE_DGATE,  /* (N,k) */
+    GPT2_ACT_MOE_DY,     /* (kN,C)     the experts' output gradients, then input gradients */
+    GPT2_ACT_MOE_DH,     /* (max(kN,N),FCm) */
+    GPT2_ACT_MOE_DACT,   /* (max(kN,N),Fm) */
     GPT2_ACTS
 };
 #define GPT2_ACT_FIRST_SLOT GPT2_ACT_INPUT
 #define GPT2_ACT_FIRST_SCRATCH GPT2_ACT_PROJ
+#define GPT2_ACT_FIRST_MOE GPT2_ACT_MOE_PROBS
+#define GPT2_ACT_FIRST_MOE_SCRATCH GPT2_ACT_MOE_LOGITS
+
+/* The most MoE layers one of the shard's chunks holds (a slot's MoE activations). */
+int gpt2_chunk_moe_layers(const struct gpt2_shard *s);
 
 /* How a rank's model is run beyond its part. */
 struct gpt2_memory_shape {

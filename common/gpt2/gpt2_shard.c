@@ -20,6 +20,14 @@ static bool is_global(enum gpt2_tensor t)
     return !gpt2_tensor_per_layer(t);
 }
 
+/* Whether one of the shard's layers has an MoE block (moe) or the dense MLP (!moe). */
+static bool shard_has_layer(const struct gpt2_shard *s, bool moe)
+{
+    for (int i = 0; i < gpt2_shard_layers(s); i++)
+        if (gpt2_layer_moe(&s->cfg, gpt2_shard_layer(s, i)) == moe) return true;
+    return false;
+}
+
 bool gpt2_tensor_tp_replicated(enum gpt2_tensor t)
 {
     switch (t) {
@@ -76,6 +84,9 @@ static int check_tp(const struct gpt2_config *cfg, const struct gpt2_part *p,
                     struct plait_error *err)
 {
     int tp = p->tp;
+    if (gpt2_moe(cfg) && tp != 1)
+        return error_set(err, "tensor parallelism %d: the experts of model.moe are not split "
+                              "over tp yet", tp);
     if (tp < 1 || p->tp_rank < 0 || p->tp_rank >= tp || cfg->heads % tp ||
         gpt2_kv_heads(cfg) % tp || gpt2_ffn(cfg) % tp || cfg->padded_vocab % tp)
         return error_set(err,
@@ -85,6 +96,20 @@ static int check_tp(const struct gpt2_config *cfg, const struct gpt2_part *p,
                          p->tp, p->tp_rank, cfg->heads, gpt2_kv_heads(cfg), gpt2_ffn(cfg),
                          cfg->padded_vocab);
     return 0;
+}
+
+/* One MoE layer's router and experts, whole (tp 1): none in a dense model, or when no
+ * layer of the shard has an MoE block. */
+static bool expert_elems(struct gpt2_shard *s)
+{
+    const struct gpt2_config *cfg = &s->cfg;
+    size_t *e = s->elems;
+    long long C = cfg->hidden, X = cfg->experts + cfg->shared_experts, Fm = cfg->moe_ffn;
+    long long held = shard_has_layer(s, true), bias = cfg->llama ? 0 : held;
+    return ck_size(&e[GPT2_ROUTERW], held, cfg->experts, C) &&
+           ck_size(&e[GPT2_EXPFCW], held, X, gpt2_expert_fc_rows(cfg), C) &&
+           ck_size(&e[GPT2_EXPFCB], bias, X, Fm) && ck_size(&e[GPT2_EXPPROJW], held, X, C, Fm) &&
+           ck_size(&e[GPT2_EXPPROJB], bias, X, C);
 }
 
 /* Elements of one instance of each tensor the part holds (gpt2_shard.h). */
@@ -100,11 +125,13 @@ static bool shard_elems(struct gpt2_shard *s)
               ck_size(&e[GPT2_QKVB], bias, gpt2_qkv_rows(cfg) / tp) &&
               ck_size(&e[GPT2_ATTPROJW], C, Ct) && ck_size(&e[GPT2_FCW], gpt2_fc_rows(cfg) / tp, C) &&
               ck_size(&e[GPT2_FCB], bias, Ft) && ck_size(&e[GPT2_FCPROJW], C, Ft) &&
-              ck_size(&e[GPT2_LMHEAD], s->last && cfg->untied, Vt, C);
+              ck_size(&e[GPT2_LMHEAD], s->last && cfg->untied, Vt, C) && expert_elems(s);
     e[GPT2_LN1W] = e[GPT2_LN2W] = (size_t)C;
     e[GPT2_LN1B] = e[GPT2_ATTPROJB] = e[GPT2_LN2B] = e[GPT2_FCPROJB] = bias ? (size_t)C : 0;
     e[GPT2_LNFW] = s->last ? (size_t)C : 0;
     e[GPT2_LNFB] = s->last && bias ? (size_t)C : 0;
+    if (!shard_has_layer(s, false)) /* every layer an MoE block: no dense MLP */
+        e[GPT2_FCW] = e[GPT2_FCB] = e[GPT2_FCPROJW] = e[GPT2_FCPROJB] = 0;
     return ok;
 }
 
@@ -134,19 +161,33 @@ int gpt2_shard_init(struct gpt2_shard *s, const struct gpt2_config *cfg,
     ok = ok && ck_add(at, e[GPT2_WTE], &at);
     s->offset[GPT2_WPE] = at;
     ok = ok && ck_add(at, e[GPT2_WPE], &at);
-    for (int t = GPT2_LN1W; t <= GPT2_FCPROJB; t++) {
+    size_t moe_layer = 0;
+    for (int t = GPT2_LN1W; t <= GPT2_LN2B; t++) {
         s->offset[t] = layer;
         ok = ok && ck_add(layer, e[t], &layer);
     }
+    moe_layer = layer; /* an MoE block: the attention's, then the router's and experts' */
+    for (int t = GPT2_FCW; t <= GPT2_FCPROJB; t++) {
+        s->offset[t] = layer;
+        ok = ok && ck_add(layer, e[t], &layer);
+    }
+    for (int t = GPT2_ROUTERW; t <= GPT2_EXPPROJB; t++) {
+        s->offset[t] = moe_layer;
+        ok = ok && ck_add(moe_layer, e[t], &moe_layer);
+    }
     s->layers_at = at;
     s->layer_elems = layer;
-    ok = ok && ck_mul(layer, (size_t)gpt2_shard_layers(s), &layers) && ck_add(at, layers, &at);
+    s->moe_layer_elems = moe_layer;
+    for (int i = 0; ok && i < gpt2_shard_layers(s); i++)
+        ok = ck_add(layers, gpt2_shard_block_elems(s, i), &layers);
+    ok = ok && ck_add(at, layers, &at);
     for (int t = GPT2_LNFW; t <= GPT2_LMHEAD; t++) {
         s->offset[t] = at;
         ok = ok && ck_add(at, e[t], &at);
     }
     ok = ok && at <= SIZE_MAX / 16;
     s->total = at;
+    s->layers_end = s->layers_at + layers;
     if (!ok) return error_set(err, "the model's shard is too large to address");
     return 0;
 }
@@ -180,7 +221,33 @@ size_t gpt2_shard_offset(const struct gpt2_shard *s, enum gpt2_tensor t, int l)
     int n = s->part.layer_end - s->part.layer_begin, d = l - s->part.layer_begin;
     int stride = gpt2_part_chunk_stride(&s->part);
     int i = d / stride * n + d % stride; /* its block: chunk·n + within */
-    return s->layers_at + (size_t)i * s->layer_elems + s->offset[t];
+    return gpt2_shard_block_at(s, i) + s->offset[t];
+}
+
+size_t gpt2_shard_block_elems(const struct gpt2_shard *s, int i)
+{
+    return gpt2_layer_moe(&s->cfg, gpt2_shard_layer(s, i)) ? s->moe_layer_elems : s->layer_elems;
+}
+
+size_t gpt2_shard_block_at(const struct gpt2_shard *s, int i)
+{
+    if (!gpt2_moe(&s->cfg)) return s->layers_at + (size_t)i * s->layer_elems;
+    size_t at = s->layers_at;
+    for (int j = 0; j < i; j++) at += gpt2_shard_block_elems(s, j);
+    return at;
+}
+
+bool gpt2_shard_has(const struct gpt2_shard *s, enum gpt2_tensor t, int l)
+{
+    return gpt2_shard_holds(s, t) && (is_global(t) || gpt2_tensor_in_layer(&s->cfg, t, l));
+}
+
+/* The shard's layer blocks before block i with an instance of per-layer tensor t. */
+static size_t blocks_with(const struct gpt2_shard *s, enum gpt2_tensor t, int i)
+{
+    size_t n = 0;
+    for (int j = 0; j < i; j++) n += gpt2_tensor_in_layer(&s->cfg, t, gpt2_shard_layer(s, j));
+    return n;
 }
 
 int gpt2_shard_each(const struct gpt2_shard *s,
@@ -193,6 +260,7 @@ int gpt2_shard_each(const struct gpt2_shard *s,
         int n = is_global(t) ? 1 : gpt2_shard_layers(s);
         for (int i = 0; i < n; i++) {
             int l = is_global(t) ? 0 : gpt2_shard_layer(s, i);
+            if (!gpt2_shard_has(s, t, l)) continue;
             int rc = fn(ctx, t, l, gpt2_shard_offset(s, t, l), s->elems[t]);
             if (rc) return rc;
         }
@@ -203,11 +271,13 @@ int gpt2_shard_each(const struct gpt2_shard *s,
 size_t gpt2_shard_instance_at(const struct gpt2_shard *s, enum gpt2_tensor t, int l)
 {
     size_t at = 0;
+    int n = gpt2_shard_layers(s);
     for (int u = 0; u < (int)t; u++)
-        at += s->elems[u] * (size_t)(is_global(u) ? 1 : gpt2_shard_layers(s));
+        at += s->elems[u] * (is_global(u) ? 1 : blocks_with(s, u, n));
     if (is_global(t)) return at;
-    size_t block = (gpt2_shard_offset(s, t, l) - s->layers_at) / s->layer_elems;
-    return at + block * s->elems[t];
+    int d = l - s->part.layer_begin, stride = gpt2_part_chunk_stride(&s->part);
+    int block = d / stride * (s->part.layer_end - s->part.layer_begin) + d % stride;
+    return at + blocks_with(s, t, block) * s->elems[t];
 }
 
 /* How tensor parallelism cuts one instance of t (gpt2_shard.h): the whole
@@ -315,8 +385,12 @@ static int copy_instance(void *ctx, enum gpt2_tensor t, int l, size_t offset, si
 {
     struct copy_ctx *c = ctx;
     const struct gpt2_shard *s = c->s;
-    size_t per_layer = is_global(t) ? 0 : c->full.elems[t] / (size_t)s->cfg.layers;
-    float *full = c->full_buf + c->full.offset[t] + (size_t)l * per_layer;
+    size_t per_layer = is_global(t) ? 0 : elems; /* tp 1 with experts: an instance whole */
+    if (!is_global(t) && c->full.elems[t])
+        per_layer = c->full.elems[t] /
+                    (size_t)gpt2_tensor_layers_before(&s->cfg, t, s->cfg.layers);
+    float *full = c->full_buf + c->full.offset[t] +
+                  (size_t)gpt2_tensor_layers_before(&s->cfg, t, l) * per_layer;
     float *shard = c->shard_buf + offset;
     for (size_t i = 0, run; i < elems; i += run) {
         size_t g = gpt2_tp_to_whole(&s->cfg, t, s->part.tp, s->part.tp_rank, i, elems, &run);

@@ -55,7 +55,12 @@ struct gpt2_shard {
                                       per-layer tensors), 0 when not held */
     size_t offset[GPT2_TENSORS];   /* global tensors: their offset; per-layer tensors: offset
                                       within a layer block */
-    size_t layers_at, layer_elems; /* where the first layer block starts, its size */
+    size_t layers_at, layer_elems; /* where the first layer block starts, a block's size
+                                      (a layer's without an MoE block) */
+    size_t moe_layer_elems;        /* a block's with an MoE block (mixture of experts): the
+                                      attention's tensors, then the router's and experts'
+                                      (their offsets within it), no dense MLP */
+    size_t layers_end;             /* where the layer blocks end */
     size_t total;                  /* elements of the buffer */
 };
 
@@ -84,6 +89,16 @@ int gpt2_part_chunk_stride(const struct gpt2_part *part);
  * size cannot be addressed. */
 int gpt2_shard_init(struct gpt2_shard *s, const struct gpt2_config *cfg,
                     const struct gpt2_part *part, struct plait_error *err);
+
+/* Where the shard's layer block i (0 <= i < gpt2_shard_layers) starts, and its
+ * elements: blocks differ in a model with MoE blocks (gpt2_layout.h), else i·layer_elems
+ * after layers_at. */
+size_t gpt2_shard_block_at(const struct gpt2_shard *s, int i);
+size_t gpt2_shard_block_elems(const struct gpt2_shard *s, int i);
+
+/* Whether the shard holds an instance of tensor t in layer l (gpt2_tensor_in_layer:
+ * the dense MLP's and the experts' are in some layers only). */
+bool gpt2_shard_has(const struct gpt2_shard *s, enum gpt2_tensor t, int l);
 
 /* Offset of tensor t of layer l in the buffer (l ignored for the global
  * tensors); the tensor must be held (gpt2_shard_holds). */

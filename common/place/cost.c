@@ -236,7 +236,7 @@ static double zero3_elements(const struct plan *p, struct cost_layout l, int sta
     bool split, tied = !s.cfg.untied, v = p->parallel.schedule == PLAN_PIPE_DUALPIPEV;
     stage_chunks(p, l.pp, &split);
     double m = p->batch.grad_accum, all = (double)s.total, e = (double)s.layers_at;
-    double layers = (double)gpt2_shard_layers(&s) * (double)s.layer_elems;
+    double layers = (double)(s.layers_end - s.layers_at);
     bool both = tied && s.first && s.last && v; /* embedding and head in two chunks */
     double gathers = p->parallel.reshard_after_forward ? m * (all + layers + (both ? e : 0)) : all;
     double scatters = m * (all + (split ? layers : 0) + (both ? e : 0));

@@ -32,6 +32,8 @@ enum kind { K_SECTION, K_INT, K_U64, K_REAL, K_BOOL, K_STRING, K_PATH, K_ENUM, K
 #define KEEP_RELATIVE 0x4u /* a path that is not resolved (checkpoint.dir) */
 #define AUTO_OK 0x8u       /* K_INT that may also be "auto" (stored as PLAN_AUTO) */
 #define MAY_CHANGE 0x10u   /* may differ when a run resumes (plan_diff) */
+#define OPTIONAL 0x20u     /* K_SECTION that may be absent: offset is a bool, whether given;
+                              an absent one gets its defaults and is not written back */
 
 struct field {
     const char *name;
@@ -86,6 +88,10 @@ struct field {
     {                                                                                              \
         .name = n, .kind = K_SECTION, .flags = fl, .fields = sub                                   \
     }
+#define OPT_SECTION(n, sub, given)                                                                 \
+    {                                                                                              \
+        .name = n, .kind = K_SECTION, .flags = OPTIONAL, .offset = AT(given), .fields = sub        \
+    }
 #define END                                                                                        \
     {                                                                                              \
         .name = NULL                                                                               \
@@ -111,6 +117,19 @@ _Static_assert(sizeof(enum plan_device) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum plan_pipeline) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum plan_backend) == sizeof(int), "enum size");
 
+/* model.moe (struct plan_moe says what each means) */
+static const struct field moe_fields[] = {
+    INT_FIELD("experts", model.moe.experts, 2, INT_MAX, 0, REQ),
+    INT_FIELD("top_k", model.moe.top_k, 1, INT_MAX, 0, REQ),
+    INT_FIELD("every", model.moe.every, 1, INT_MAX, 1, 0),
+    INT_FIELD("shared_experts", model.moe.shared_experts, 0, INT_MAX, 0, 0),
+    REAL_FIELD("capacity_factor", model.moe.capacity_factor, 0, false, 1e6, false, 0.0, 0),
+    REAL_FIELD("aux_loss", model.moe.aux_loss, 0, false, 1e6, false, 0.01, 0),
+    REAL_FIELD("router_z_loss", model.moe.router_z_loss, 0, false, 1e6, false, 0.0, 0),
+    INT_FIELD("ffn_hidden", model.moe.ffn_hidden, 1, INT_MAX, 0, REQ),
+    END,
+};
+
 static const struct field model_fields[] = {
     STRING_FIELD("arch", model.arch, arch_names, "gpt2", 0),
     INT_FIELD("layers", model.layers, 1, INT_MAX, 0, REQ_NO_INIT),
@@ -129,6 +148,7 @@ static const struct field model_fields[] = {
     REAL_FIELD("rope_theta", model.rope_theta, 0, true, 1e12, false, 10000.0, 0),
     REAL_FIELD("norm_eps", model.norm_eps, 0, true, 1, false, 1e-5, 0),
     BOOL_FIELD("tie_embeddings", model.tie_embeddings, false, 0),
+    OPT_SECTION("moe", moe_fields, model.moe.given),
     END,
 };
 
@@ -876,6 +896,7 @@ static int set_default(struct plan_ctx *c, const struct field *f, const char *pa
     char **str = (char **)((char *)p + f->offset);
     switch (f->kind) {
     case K_SECTION:
+        if (f->flags & OPTIONAL) *(bool *)((char *)p + f->offset) = false;
         return decode_object(c, NULL, f->fields, path, p, has_init);
     case K_INT:
         *(int *)((char *)p + f->offset) = (int)f->idef;
@@ -1002,6 +1023,7 @@ static int decode_value(struct plan_ctx *c, const struct field *f, json_t *v, co
     case K_SECTION:
         if (!json_is_object(v))
             return plan_fail(c, path, "must be an object (got %s)", plan_got_text(c, path, v, got));
+        if (f->flags & OPTIONAL) *(bool *)dst = true;
         return decode_object(c, v, f->fields, path, p, has_init);
     case K_INT:
         if ((f->flags & AUTO_OK) && json_is_string(v) &&
@@ -1272,11 +1294,18 @@ static json_t *value_json(const struct field *f, const struct plan *p)
     return json_null();
 }
 
+/* Whether f is an optional section the plan does not have (not written back). */
+static bool absent_section(const struct field *f, const struct plan *p)
+{
+    return f->kind == K_SECTION && (f->flags & OPTIONAL) &&
+           !*(const bool *)((const char *)p + f->offset);
+}
+
 static json_t *object_json(const struct field *fields, const struct plan *p)
 {
     json_t *o = json_object();
     for (const struct field *f = fields; o && f->name; f++)
-        if (json_object_set_new(o, f->name,
+        if (!absent_section(f, p) && json_object_set_new(o, f->name,
                                 f->kind == K_SECTION ? object_json(f->fields, p) : value_json(f, p))) {
             json_decref(o);
             return NULL;

@@ -53,6 +53,22 @@ enum plan_backend { PLAN_BACKEND_AUTO, PLAN_BACKEND_SOCKET, PLAN_BACKEND_NCCL };
  * a CPU rank's is already), or in files streamed through a window (runtime/offload.h). */
 enum plan_offload { PLAN_OFFLOAD_NONE, PLAN_OFFLOAD_HOST, PLAN_OFFLOAD_NVME };
 
+/* model.moe: an MoE block (a router and E experts, each the arch's MLP) in place
+ * of the MLP in layers i with i % every == every - 1. Absent (given false):
+ * none, and the fields below their defaults. */
+struct plan_moe {
+    bool given;             /* the plan has model.moe */
+    int experts;            /* E >= 2 */
+    int top_k;              /* k, 1..E: the experts a token goes to */
+    int every;              /* an MoE block every `every` layers (default 1: all) */
+    int shared_experts;     /* S dense experts every token also passes (gate 1), default 0 */
+    double capacity_factor; /* 0: no dropping; else an expert takes at most
+                               ceil(capacity_factor·k·N/E) of a micro-batch's N tokens */
+    double aux_loss;        /* the load-balancing loss's coefficient, default 0.01 */
+    double router_z_loss;   /* the router z-loss's coefficient, default 0 */
+    int ffn_hidden;         /* each expert's MLP width (required) */
+};
+
 struct plan_model {
     char *arch;       /* "gpt2" or "llama" (transformers' LlamaForCausalLM) */
     int layers;       /* L */
@@ -71,6 +87,7 @@ struct plan_model {
     double rope_theta;    /* rotary positions' base, default 10000 */
     double norm_eps;      /* RMSNorm's epsilon, default 1e-5 */
     bool tie_embeddings;  /* the LM head is wte (gpt2: always; llama: default false) */
+    struct plan_moe moe;  /* mixture of experts; moe.given false: a dense model */
 };
 
 /* Whether the plan's model is a Llama (model.arch "llama"). */

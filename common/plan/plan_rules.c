@@ -526,6 +526,43 @@ static int check_cp_rules(struct plan_ctx *c, const struct plan *p)
     return 0;
 }
 
+/* model.moe: its fields against each other and the model, and what this
+ * slice of mixture of experts does not build yet, refused naming the field:
+ * tensor and context parallelism, ZeRO 3, fp8, a split backward (zb-h1,
+ * dualpipev), the CUDA backend and llm.c or Hugging Face files. */
+static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
+{
+    const struct plan_moe *e = &p->model.moe;
+    const struct plan_parallel *par = &p->parallel;
+    if (!e->given) return 0;
+    if (e->top_k > e->experts)
+        return plan_fail_rule(c, "model.moe.top_k", "model.moe.experts",
+                              "must be <= model.moe.experts (%d) (got %d)", e->experts, e->top_k);
+    if (e->every > p->model.layers)
+        return plan_fail_rule(c, "model.moe.every", "model.layers",
+                              "must be <= model.layers (%d): an MoE block replaces the MLP of "
+                              "layers i with i %% every = every - 1 (got %d)",
+                              p->model.layers, e->every);
+    const char *what = NULL, *path = NULL;
+    if (par->tp != 1)
+        path = "parallel.tp", what = "tensor parallelism of the experts is not built yet; use 1";
+    else if (par->cp != 1)
+        path = "parallel.cp", what = "context parallelism is not built yet; use 1";
+    else if (par->zero == 3)
+        path = "parallel.zero", what = "ZeRO 3's units are not built yet; use 0, 1 or 2";
+    else if (p->precision == PLAN_PRECISION_FP8)
+        path = "precision", what = "fp8 experts are not built yet; use \"fp32\" or \"bf16\"";
+    else if (par->schedule == PLAN_PIPE_ZB_H1 || par->schedule == PLAN_PIPE_DUALPIPEV)
+        path = "parallel.schedule",
+        what = "a split backward is not built yet; use \"1f1b\", \"gpipe\" or \"interleaved\"";
+    else if (par->device == PLAN_DEVICE_CUDA)
+        path = "parallel.device", what = "the routing has no CUDA kernels yet; use \"cpu\"";
+    else if (p->model.init)
+        path = "model.init", what = "llm.c and Hugging Face files hold no experts; remove it";
+    if (path) return plan_fail_rule(c, path, "model.moe", "with model.moe: %s", what);
+    return 0;
+}
+
 /* A micro-batch's rows: the kernels index B·T rows (3 of them a token in the classifier's
  * statistics) in int (4·hidden is bounded by the model's size: check_model_size), and
  * sequence parallelism splits a rank's rows (B·T/cp with context parallelism) evenly over
@@ -572,7 +609,7 @@ int plan_check_rules(struct plan_ctx *c, json_t *root, struct plan *p)
     if (p->parallel.sequence_parallel && p->parallel.tp == 1)
         return plan_fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
     if (check_zero_rules(c, p) || check_hsdp_rules(c, p) || check_cp_rules(c, p) ||
-        check_row_rules(c, p) || check_offload_rules(c, p))
+        check_row_rules(c, p) || check_offload_rules(c, p) || check_moe_rules(c, p))
         return -1;
     return check_ranks(c, p) || check_model_size(c, root, p) ? -1 : 0;
 }

@@ -1,0 +1,245 @@
+/* model_moe.c — the mixture-of-experts block of model_moe.h: routing through
+ * kernels/ops.h's moe_* ops, each expert's MLP (the arch's: GELU with biases, or
+ * SwiGLU) on its packed rows through the same products as the dense MLP, the
+ * shared experts on every row, and the losses and routing counts the training
+ * loop reports. The layer around it (norms, attention, residuals) is model.c's. */
+#include "runtime/model_moe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One expert's weights (or their gradients): fc (FCm,C), fcb (Fm), proj (C,Fm), projb (C);
+ * the biases NULL in a Llama. */
+struct expert {
+    float *fc, *fcb, *proj, *projb;
+    const uint16_t *fc16, *proj16; /* bf16 copies, or NULL */
+};
+
+/* Expert x (0..E-1 routed, E.. shared) of layer l: weights, or with grads gradients. */
+static struct expert expert_of(const struct model *m, int l, int x, bool grads)
+{
+    const struct gpt2_config *cfg = &m->cfg;
+    size_t C = (size_t)cfg->hidden, Fm = (size_t)cfg->moe_ffn;
+    size_t FCm = (size_t)gpt2_expert_fc_rows(cfg), e = (size_t)x;
+    bool bias = gpt2_shard_holds(&m->shard, GPT2_EXPFCB);
+    struct expert w = {
+        .fc = model_tensor(m, grads, GPT2_EXPFCW, l) + e * FCm * C,
+        .fcb = bias ? model_tensor(m, grads, GPT2_EXPFCB, l) + e * Fm : NULL,
+        .proj = model_tensor(m, grads, GPT2_EXPPROJW, l) + e * C * Fm,
+        .projb = bias ? model_tensor(m, grads, GPT2_EXPPROJB, l) + e * C : NULL,
+    };
+    const uint16_t *fc16 = grads ? NULL : model_tensor16(m, GPT2_EXPFCW, l);
+    const uint16_t *proj16 = grads ? NULL : model_tensor16(m, GPT2_EXPPROJW, l);
+    w.fc16 = fc16 ? fc16 + e * FCm * C : NULL;
+    w.proj16 = proj16 ? proj16 + e * C * Fm : NULL;
+    return w;
+}
+
+/* y (n,C) = proj(act(fc(in))) for in (n,C), keeping h (n,FCm) and act (n,Fm). */
+static void expert_forward(const struct model *m, const struct expert *w, float *y, float *h,
+                           float *act, const float *in, int n)
+{
+    const struct ops *o = m->ops;
+    int C = m->cfg.hidden, Fm = m->cfg.moe_ffn, FCm = (int)gpt2_expert_fc_rows(&m->cfg);
+    o->matmul_forward(m->ctx, h, in, w->fc, w->fc16, w->fcb, n, C, FCm);
+    model_mlp_act(m, act, h, n, Fm);
+    o->matmul_forward(m->ctx, y, act, w->proj, w->proj16, w->projb, n, Fm, C);
+}
+
+/* Its backward from dy (n,C): din (n,C) overwritten (may be dy's rows), the weight
+ * gradients into g, written or added (acc); an expert that took no rows writes zeros. */
+static void expert_backward(const struct model *m, const struct expert *w, const struct expert *g,
+                            float *din, const float *dy, const float *in, const float *h,
+                            const float *act, int n, bool acc)
+{
+    const struct ops *o = m->ops;
+    size_t C = (size_t)m->cfg.hidden, Fm = (size_t)m->cfg.moe_ffn;
+    size_t FCm = (size_t)gpt2_expert_fc_rows(&m->cfg);
+    if (n == 0) {
+        if (acc) return;
+        o->zero(m->ctx, g->fc, FCm * C * sizeof(float));
+        o->zero(m->ctx, g->proj, C * Fm * sizeof(float));
+        if (g->fcb) o->zero(m->ctx, g->fcb, Fm * sizeof(float));
+        if (g->projb) o->zero(m->ctx, g->projb, C * sizeof(float));
+        return;
+    }
+    o->matmul_backward(m->ctx, m->moe_dact, g->proj, g->projb, dy, act, w->proj, w->proj16, n,
+                       (int)Fm, (int)C, acc);
+    model_mlp_act_backward(m, m->moe_dh, h, m->moe_dact, n, (int)Fm);
+    o->matmul_backward(m->ctx, din, g->fc, g->fcb, m->moe_dh, in, w->fc, w->fc16, n, (int)C,
+                       (int)FCm, acc);
+}
+
+int moe_check(const struct model *m, struct plait_error *err)
+{
+    const struct ops *o = m->ops;
+    if (!gpt2_moe(&m->cfg)) return 0;
+    if (!o->moe_route || !o->moe_dispatch || !o->moe_gather || !o->moe_gather_backward ||
+        !o->moe_combine || !o->moe_combine_backward || !o->moe_route_backward || !o->moe_losses)
+        return error_set(err, "model.moe: the %s backend has no mixture-of-experts ops yet",
+                         o->name);
+    const char *what = m->tp.size > 1                        ? "tensor parallelism"
+                       : m->cp > 1                           ? "context parallelism"
+                       : m->zero == 3                        ? "ZeRO 3"
+                       : m->precision == PLAN_PRECISION_FP8  ? "precision fp8"
+                       : m->split_backward                   ? "a split backward"
+                                                             : NULL;
+    if (what) return error_set(err, "model.moe: %s with experts is not built yet", what);
+    return 0;
+}
+
+int moe_init(struct model *m, struct plait_error *err)
+{
+    size_t E = (size_t)m->cfg.experts, layers = (size_t)m->n_slots * (size_t)m->n_moe;
+    if (!gpt2_moe(&m->cfg)) return 0;
+    m->moe_counts_host = calloc(2 * E, sizeof *m->moe_counts_host);
+    m->moe_stats.routed = calloc(E, sizeof *m->moe_stats.routed);
+    m->moe_routed_host = calloc(layers * E + 1, sizeof *m->moe_routed_host);
+    if (!m->moe_counts_host || !m->moe_stats.routed || !m->moe_routed_host)
+        return error_set(err, "out of memory for the statistics of %zu experts", E);
+    for (size_t s = 0; s < (size_t)m->n_slots; s++)
+        for (size_t j = 0; j < (size_t)m->n_moe; j++)
+            m->slots[s].moe[j].routed_host = m->moe_routed_host + (s * (size_t)m->n_moe + j) * E;
+    return 0;
+}
+
+void moe_free(struct model *m)
+{
+    free(m->moe_counts_host);
+    free(m->moe_stats.routed);
+    free(m->moe_routed_host);
+    m->moe_counts_host = NULL;
+    m->moe_stats.routed = NULL;
+    m->moe_routed_host = NULL;
+}
+
+struct moe_acts *moe_acts_of(const struct model *m, const struct model_slot *sl, int i)
+{
+    int l0 = gpt2_shard_layer(&m->shard, sl->chunk * m->n_layers);
+    int l = gpt2_shard_layer(&m->shard, sl->chunk * m->n_layers + i);
+    return &sl->moe[gpt2_moe_layers_before(&m->cfg, l) - gpt2_moe_layers_before(&m->cfg, l0)];
+}
+
+/* An expert's capacity in a micro-batch of N tokens: ceil(capacity_factor·k·N/E),
+ * 0 (none) without a capacity factor. */
+static int capacity_of(const struct model *m, int N)
+{
+    const struct gpt2_config *cfg = &m->cfg;
+    if (m->moe_capacity_factor <= 0) return 0;
+    double c = ceil(m->moe_capacity_factor * cfg->top_k * N / cfg->experts);
+    return c > 0 ? (int)c : 1;
+}
+
+/* Each expert's packed rows of acts a, read back into m->moe_counts_host. */
+static const int32_t *counts_of(const struct model *m, const struct moe_acts *a)
+{
+    size_t n = 2 * (size_t)m->cfg.experts * sizeof(int32_t);
+    m->ops->download(m->ctx, m->moe_counts_host, a->counts, n);
+    return m->moe_counts_host;
+}
+
+int moe_forward(struct model *m, struct moe_acts *a, int l, const float *ln, int N, float **out,
+                struct plait_error *err)
+{
+    (void)err;
+    const struct ops *o = m->ops;
+    const struct gpt2_config *cfg = &m->cfg;
+    int E = cfg->experts, k = cfg->top_k, C = cfg->hidden, S = cfg->shared_experts;
+    size_t Fm = (size_t)cfg->moe_ffn, FCm = (size_t)gpt2_expert_fc_rows(cfg);
+    o->matmul_forward(m->ctx, m->moe_logits, ln, model_tensor(m, false, GPT2_ROUTERW, l),
+                      model_tensor16(m, GPT2_ROUTERW, l), NULL, N, C, E);
+    o->moe_route(m->ctx, a->probs, a->choice, a->gate, a->lse, m->moe_logits, N, E, k);
+    a->kept = o->moe_dispatch(m->ctx, a->pos, a->rows, a->counts, a->counts + E, a->choice, N, E,
+                              k, capacity_of(m, N));
+    o->moe_gather(m->ctx, a->x, ln, a->rows, a->kept, C);
+    const int32_t *counts = counts_of(m, a);
+    memcpy(a->routed_host, counts + E, (size_t)E * sizeof *counts); /* for moe_count */
+    for (int e = 0, at = 0; e < E; at += counts[e++]) {
+        struct expert w = expert_of(m, l, e, false);
+        size_t r = (size_t)at;
+        if (counts[e])
+            expert_forward(m, &w, a->y + r * C, a->h + r * FCm, a->act + r * Fm, a->x + r * C,
+                           counts[e]);
+    }
+    *out = m->proj;
+    o->moe_combine(m->ctx, m->proj, a->y, a->gate, a->pos, N, k, C, false);
+    for (int s = 0; s < S; s++) { /* gate 1, every row; m->dC is free in a forward */
+        struct expert w = expert_of(m, l, E + s, false);
+        size_t sN = (size_t)s * N;
+        expert_forward(m, &w, m->dC, a->sh_h + sN * FCm, a->sh_act + sN * Fm, ln, N);
+        o->residual_forward(m->ctx, m->proj, m->proj, m->dC, (size_t)N * C);
+    }
+    o->moe_losses(m->ctx, a->losses, a->probs, a->lse, a->counts + E, N, E, k, m->moe_aux,
+                  m->moe_z);
+    return 0;
+}
+
+int moe_backward(struct model *m, struct moe_acts *a, int l, const float *dout, const float *ln,
+                 float *dln, int N, float grad_scale, bool acc, struct plait_error *err)
+{
+    (void)err;
+    const struct ops *o = m->ops;
+    const struct gpt2_config *cfg = &m->cfg;
+    int E = cfg->experts, k = cfg->top_k, C = cfg->hidden, S = cfg->shared_experts;
+    size_t Fm = (size_t)cfg->moe_ffn, FCm = (size_t)gpt2_expert_fc_rows(cfg), NC = (size_t)N * C;
+    o->moe_combine_backward(m->ctx, m->moe_dy, m->moe_dgate, dout, a->y, a->gate, a->pos, N, k, C);
+    const int32_t *counts = counts_of(m, a);
+    for (int e = 0, at = 0; e < E; at += counts[e++]) {
+        struct expert w = expert_of(m, l, e, false), g = expert_of(m, l, e, true);
+        size_t r = (size_t)at;
+        float *dy = m->moe_dy + r * C; /* overwritten by the rows' input gradient */
+        expert_backward(m, &w, &g, dy, dy, a->x + r * C, a->h + r * FCm, a->act + r * Fm,
+                        counts[e], acc);
+    }
+    o->moe_gather_backward(m->ctx, dln, m->moe_dy, a->pos, N, k, C, false);
+    /* the router: its gates' gradients and the losses', scaled as the loss is */
+    double scale = (double)grad_scale * N;
+    o->moe_route_backward(m->ctx, m->moe_logits, m->moe_dgate, a->probs, a->choice, a->gate,
+                          a->lse, a->counts + E, N, E, k, (float)(m->moe_aux * scale),
+                          (float)(m->moe_z * scale));
+    o->matmul_backward(m->ctx, m->proj, model_tensor(m, true, GPT2_ROUTERW, l), NULL,
+                       m->moe_logits, ln, model_tensor(m, false, GPT2_ROUTERW, l),
+                       model_tensor16(m, GPT2_ROUTERW, l), N, C, E, acc);
+    o->residual_forward(m->ctx, dln, dln, m->proj, NC);
+    for (int s = 0; s < S; s++) {
+        struct expert w = expert_of(m, l, E + s, false), g = expert_of(m, l, E + s, true);
+        size_t sN = (size_t)s * N;
+        expert_backward(m, &w, &g, m->proj, dout, ln, a->sh_h + sN * FCm, a->sh_act + sN * Fm, N,
+                        acc);
+        o->residual_forward(m->ctx, dln, dln, m->proj, NC);
+    }
+    return 0;
+}
+
+void moe_count(struct model *m, const struct model_slot *sl, int N)
+{
+    const struct gpt2_config *cfg = &m->cfg;
+    int E = cfg->experts, k = cfg->top_k, first = sl->chunk * m->n_layers;
+    struct model_moe_stats *st = &m->moe_stats;
+    for (int i = 0; i < m->n_layers; i++) {
+        if (!gpt2_layer_moe(cfg, gpt2_shard_layer(&m->shard, first + i))) continue;
+        const struct moe_acts *a = moe_acts_of(m, sl, i);
+        m->moe_loss += a->losses[0] + a->losses[1];
+        st->balance += a->losses[0];
+        st->z += a->losses[1];
+        for (int e = 0; e < E; e++) st->routed[e] += a->routed_host[e];
+        st->choices += (long long)k * N;
+        st->dropped += (long long)k * N - a->kept;
+    }
+}
+
+double model_moe_take_loss(struct model *m)
+{
+    double loss = m->moe_loss;
+    m->moe_loss = 0;
+    return loss;
+}
+
+void model_moe_stats_clear(struct model *m)
+{
+    struct model_moe_stats *st = &m->moe_stats;
+    if (st->routed) memset(st->routed, 0, (size_t)m->cfg.experts * sizeof *st->routed);
+    st->balance = st->z = 0;
+    st->choices = st->dropped = 0;
+}

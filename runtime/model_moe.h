@@ -1,0 +1,57 @@
+/* model_moe.h — a mixture-of-experts block in place of a layer's MLP
+ * (model.moe; runtime/model.c calls it from a layer's forward and backward):
+ * the router, the top-k routing and its capacity, each expert's MLP on the
+ * rows it took, the gates' combination, the shared experts, and the balance
+ * and z losses, all through kernels/ops.h. Every rank holds every expert
+ * (expert parallelism 1); the experts are not split over tp. */
+#ifndef PLAIT_RUNTIME_MODEL_MOE_H
+#define PLAIT_RUNTIME_MODEL_MOE_H
+
+#include <stdbool.h>
+
+#include "common/error.h"
+#include "runtime/model.h"
+
+/* Whether the model can run its MoE blocks as built (the backend's routing ops, no
+ * tensor or context parallelism, ZeRO 3, fp8 or split backward): 0, or -1 naming
+ * what is missing. A dense model passes. */
+int moe_check(const struct model *m, struct plait_error *err);
+
+/* The host memory the statistics need (model_init; freed by moe_free). */
+int moe_init(struct model *m, struct plait_error *err);
+void moe_free(struct model *m);
+
+/* The MoE activations of the slot's local layer i (an MoE layer). */
+struct moe_acts *moe_acts_of(const struct model *m, const struct model_slot *sl, int i);
+
+/* Layer l's MoE block on ln (N,C), the normed residual: *out (N,C), in m->proj, the
+ * experts' outputs combined by their gates plus the shared experts'. */
+int moe_forward(struct model *m, struct moe_acts *a, int l, const float *ln, int N, float **out,
+                struct plait_error *err);
+
+/* Its backward from dout (N,C), the block's output gradient: dln (N,C) the gradient of
+ * ln (overwritten), the router's and experts' weight gradients written or, with acc,
+ * added; the balance and z losses' gradients scaled by grad_scale·N, as the
+ * training loss is. */
+int moe_backward(struct model *m, struct moe_acts *a, int l, const float *dout, const float *ln,
+                 float *dln, int N, float grad_scale, bool acc, struct plait_error *err);
+
+/* After a training forward of the slot: its MoE layers' losses into m->moe_loss and
+ * their routing into m->moe_stats. */
+void moe_count(struct model *m, const struct model_slot *sl, int N);
+
+/* The MoE losses of the training forwards since the last call (added into the step's
+ * loss: the training loss is the cross-entropy plus them), and zero after. */
+double model_moe_take_loss(struct model *m);
+void model_moe_stats_clear(struct model *m);
+
+/* model.c's, for this file: tensor t of layer l (its weights, or with grads its
+ * gradient; the bf16 copy of its weights or NULL), and the MLP's activation (GELU of
+ * N·F elements, or a Llama's SwiGLU of N rows of 2F) and its backward. */
+float *model_tensor(const struct model *m, bool grads, enum gpt2_tensor t, int l);
+const uint16_t *model_tensor16(const struct model *m, enum gpt2_tensor t, int l);
+void model_mlp_act(const struct model *m, float *out, const float *in, int N, int F);
+void model_mlp_act_backward(const struct model *m, float *din, const float *in, const float *dout,
+                            int N, int F);
+
+#endif
