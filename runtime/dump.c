@@ -93,6 +93,11 @@ int dump_grads(struct model *m, const struct group *world, const char *dir, stru
         o->download(m->ctx, full, sum, n_full * sizeof(float));
     }
     if (world->rank == 0) rc = write_floats(dir, "grads.f32", full, n_full, err);
+    if (!rc && world->size == 1) { /* the weights the step started from (a referee's start) */
+        o->download(m->ctx, shard, m->params, n_shard * sizeof(float));
+        gpt2_shard_copy(&m->shard, full, shard, false);
+        rc = write_floats(dir, "params.f32", full, n_full, err);
+    }
 out:
     if (sum) o->free(m->ctx, sum);
     free(shard);

@@ -19,7 +19,10 @@ int dump_logits(struct model *m, const char *dir, int B, int T, struct plait_err
 /* dir/grads.f32: the step's gradients in llm.c order (gpt2_layout), summed
  * over dp, between the pipeline's ends for the tied wte, each parameter once;
  * written by world rank 0. Call it once the step's micro-batches are done
- * and the tied wte's gradient is summed, before the optimizer step. */
+ * and the tied wte's gradient is summed, before the optimizer step. On one
+ * rank, dir/params.f32 too: the weights step 1 started from, in the same
+ * order (the mixture-of-experts referee starts from them: model.init takes
+ * no experts). */
 int dump_grads(struct model *m, const struct group *world, const char *dir,
                struct plait_error *err);
 
