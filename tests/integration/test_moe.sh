@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# test_moe.sh — mixture of experts (model.moe) on the CPU backend at expert
+# parallelism 1: plait-train against the PyTorch fp64 referee
+# tests/golden/moe_ref.py (step-1 logits and gradients, every step's loss, lr
+# and grad_norm) for a GPT-2 with E 4, k 2 and a shared expert, E 8, k 1 with a
+# capacity that drops tokens and a z-loss, and a Llama with an MoE block every
+# 2 layers, with full and selective recompute; the referee failing a run whose
+# gates are not renormalised; then layouts against one rank over 12 steps (dp 2
+# ZeRO 1, pp 2, predicted == allocated), the same bits twice, and a run stopped
+# mid-step resumed to the bit.
+# Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
+source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, finish
+
+REF=$ROOT/tests/golden/moe_ref.py
+
+# train CASE RUN [plait options...]: plait trains the case's plan, dumping its step 1
+train() {
+    local casedir=$WORK/case_$1 rundir=$WORK/run_$2
+    shift 2
+    env OMP_NUM_THREADS=1 PLAIT_DUMP_STEP1="$rundir/dump" \
+        "$PLAIT" train "$casedir/plan.json" --out "$rundir" "$@" >"$rundir.log" 2>&1 ||
+        { tail -n 20 "$rundir.log"; return 1; }
+}
+
+# trains_as_the_referee CASE RUN [plait options...]
+trains_as_the_referee() {
+    train "$@" && "$PY" "$REF" compare "$WORK/case_$1" "$WORK/run_$2"
+}
+
+check moe_referee_selftest "$PY" "$REF" selftest
+
+test_gpt2_e4_k2_with_a_shared_expert_matches_the_referee() {
+    referee_case "$REF" e4k2 --experts 4 --top-k 2 --shared 1 &&
+        trains_as_the_referee e4k2 e4k2 && trains_as_the_referee e4k2 e4k2_full --set recompute=full
+}
+check gpt2_e4_k2_with_a_shared_expert_matches_the_referee \
+    test_gpt2_e4_k2_with_a_shared_expert_matches_the_referee
+
+# ceil(1.0·1·32/8) = 4 tokens an expert of a micro-batch's 32: some dropped
+test_gpt2_e8_k1_dropping_at_capacity_matches_the_referee() {
+    referee_case "$REF" e8k1 --experts 8 --top-k 1 --capacity 1.0 --z 0.001 &&
+        trains_as_the_referee e8k1 e8k1 || return 1
+    "$PY" - "$WORK/run_e8k1/metrics.jsonl" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l]
+dropped = sum(r["moe"]["dropped"] for r in rows)
+assert dropped > 0, "no token was dropped: the case does not test the capacity"
+print(f"{dropped} choices dropped over {len(rows)} steps")
+PYEOF
+}
+check gpt2_e8_k1_dropping_at_capacity_matches_the_referee \
+    test_gpt2_e8_k1_dropping_at_capacity_matches_the_referee
+
+test_llama_every_2_matches_the_referee() {
+    referee_case "$REF" llama --arch llama --layers 4 --every 2 --shared 1 --z 0.001 &&
+        trains_as_the_referee llama llama && trains_as_the_referee llama llama_sel \
+        --set recompute=selective
+}
+check llama_every_2_matches_the_referee test_llama_every_2_matches_the_referee
+
+# The referee fails a run that is wrong: the same case's gradients 0.1% off
+test_the_referee_refuses_a_wrong_run() {
+    local w=$WORK/run_wrong
+    rm -rf "$w" && cp -r "$WORK/run_e4k2" "$w" &&
+        "$PY" -c 'import numpy as np, sys; g = np.fromfile(sys.argv[1], "<f4"); (g * 1.001).astype("<f4").tofile(sys.argv[1])' "$w/dump/grads.f32" &&
+        ! "$PY" "$REF" compare "$WORK/case_e4k2" "$w" >"$w.log"
+}
+check the_referee_refuses_a_wrong_run test_the_referee_refuses_a_wrong_run
+
+# ---- layouts against one rank (parallel_lib.sh), 12 steps of a 4-layer MoE GPT-2
+tiny_plan "$WORK/plan.json"
+MOE=(--set model.layers=4 --set model.moe.experts=4 --set model.moe.top_k=2
+    --set model.moe.every=2 --set model.moe.shared_experts=1 --set model.moe.capacity_factor=1.25
+    --set model.moe.router_z_loss=0.001 --set model.moe.ffn_hidden=48)
+COMMON=(--set data.val=null --set data.val_every=0 "${MOE[@]}")
+source "$(dirname "$0")/parallel_lib.sh" # defines: ref, layout, stop_resume, uninterrupted
+
+test_dp2_and_pp2_match_one_rank() {
+    ref one_a4 4 || return 1
+    layout dp2_z1 one_a4 1e-5 --set parallel.dp=2 --set parallel.zero=1 \
+        --set batch.grad_accum=2 || return 1
+    layout pp2 one_a4 1e-5 --set parallel.pp=2 --set batch.grad_accum=4 || return 1
+    # the same bits twice
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/pp2_again" "${COMMON[@]}" --set parallel.pp=2 \
+        --set batch.grad_accum=4 >"$WORK/pp2_again.log" 2>&1 || { tail "$WORK/pp2_again.log"; return 1; }
+    metrics_equal "$WORK/pp2/metrics.jsonl" "$WORK/pp2_again/metrics.jsonl"
+}
+check dp2_and_pp2_match_one_rank test_dp2_and_pp2_match_one_rank
+
+# Stopped by SIGTERM at each rank's 22nd micro-batch (the 2nd of step 6, 4 a step):
+# a mid-step checkpoint, resumed to the uninterrupted run's bits
+test_a_stopped_moe_run_resumes_to_the_bit() {
+    local dp=(--set parallel.dp=2 --set parallel.zero=1 --set batch.grad_accum=4)
+    uninterrupted full_dp2 "${dp[@]}" || return 1
+    stop_resume stop_dp2 full_dp2 22 "micro-batch 2 of step 6" "${dp[@]}"
+}
+check a_stopped_moe_run_resumes_to_the_bit test_a_stopped_moe_run_resumes_to_the_bit
+
+finish
