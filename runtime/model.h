@@ -190,12 +190,10 @@ struct model {
     int32_t *moe_routed_host;                   /* every slot's moe_acts' routed_host */
     double moe_loss;                            /* the MoE losses of the training forwards
                                                    since model_moe_take_loss */
-    struct model_moe_stats {                    /* since model_moe_stats_clear */
-        double balance, z;     /* the losses, summed over micro-batches and layers */
-        long long *routed;     /* (E) choices per expert */
-        long long choices;     /* k·N per micro-batch and layer */
-        long long dropped;     /* choices over an expert's capacity */
-    } moe_stats;
+    double *moe_stats; /* (MOE_STATS(E), common/formats/ckpt_state.h) the routing of the
+                          training forwards since model_moe_stats_clear: the losses, the
+                          choices (k·N a micro-batch and layer), those dropped and each
+                          expert's, summed over micro-batches and layers */
 
     float *losses_host; /* (N) */
     /* Called, when set, as backward finishes writing gradients: the elements

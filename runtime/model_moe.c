@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/formats/ckpt_state.h" // defines: MOE_STATS
+
 /* One expert's weights (or their gradients): fc (FCm,C), fcb (Fm), proj (C,Fm), projb (C);
  * the biases NULL in a Llama. */
 struct expert {
@@ -94,9 +96,9 @@ int moe_init(struct model *m, struct plait_error *err)
     size_t E = (size_t)m->cfg.experts, layers = (size_t)m->n_slots * (size_t)m->n_moe;
     if (!gpt2_moe(&m->cfg)) return 0;
     m->moe_counts_host = calloc(2 * E, sizeof *m->moe_counts_host);
-    m->moe_stats.routed = calloc(E, sizeof *m->moe_stats.routed);
+    m->moe_stats = calloc(MOE_STATS(E), sizeof *m->moe_stats);
     m->moe_routed_host = calloc(layers * E + 1, sizeof *m->moe_routed_host);
-    if (!m->moe_counts_host || !m->moe_stats.routed || !m->moe_routed_host)
+    if (!m->moe_counts_host || !m->moe_stats || !m->moe_routed_host)
         return error_set(err, "out of memory for the statistics of %zu experts", E);
     for (size_t s = 0; s < (size_t)m->n_slots; s++)
         for (size_t j = 0; j < (size_t)m->n_moe; j++)
@@ -107,10 +109,10 @@ int moe_init(struct model *m, struct plait_error *err)
 void moe_free(struct model *m)
 {
     free(m->moe_counts_host);
-    free(m->moe_stats.routed);
+    free(m->moe_stats);
     free(m->moe_routed_host);
     m->moe_counts_host = NULL;
-    m->moe_stats.routed = NULL;
+    m->moe_stats = NULL;
     m->moe_routed_host = NULL;
 }
 
@@ -212,20 +214,28 @@ int moe_backward(struct model *m, struct moe_acts *a, int l, const float *dout, 
     return 0;
 }
 
+/* x rounded to a multiple of 2^-40: sums of such terms (below 2^13) are exact, the same
+ * in any order and over any ranks, so a step stopped and resumed mid-way reports the
+ * same metrics to the bit */
+static double exact_term(double x)
+{
+    return ldexp(nearbyint(ldexp(x, 40)), -40);
+}
+
 void moe_count(struct model *m, const struct model_slot *sl, int N)
 {
     const struct gpt2_config *cfg = &m->cfg;
     int E = cfg->experts, k = cfg->top_k, first = sl->chunk * m->n_layers;
-    struct model_moe_stats *st = &m->moe_stats;
+    double *st = m->moe_stats;
     for (int i = 0; i < m->n_layers; i++) {
         if (!gpt2_layer_moe(cfg, gpt2_shard_layer(&m->shard, first + i))) continue;
         const struct moe_acts *a = moe_acts_of(m, sl, i);
         m->moe_loss += a->losses[0] + a->losses[1];
-        st->balance += a->losses[0];
-        st->z += a->losses[1];
-        for (int e = 0; e < E; e++) st->routed[e] += a->routed_host[e];
-        st->choices += (long long)k * N;
-        st->dropped += (long long)k * N - a->kept;
+        st[MOE_STAT_BALANCE] += exact_term(a->losses[0]);
+        st[MOE_STAT_Z] += exact_term(a->losses[1]);
+        st[MOE_STAT_CHOICES] += (double)k * N;
+        st[MOE_STAT_DROPPED] += (double)k * N - a->kept;
+        for (int e = 0; e < E; e++) st[MOE_STAT_ROUTED + e] += a->routed_host[e];
     }
 }
 
@@ -238,8 +248,5 @@ double model_moe_take_loss(struct model *m)
 
 void model_moe_stats_clear(struct model *m)
 {
-    struct model_moe_stats *st = &m->moe_stats;
-    if (st->routed) memset(st->routed, 0, (size_t)m->cfg.experts * sizeof *st->routed);
-    st->balance = st->z = 0;
-    st->choices = st->dropped = 0;
+    if (m->moe_stats) memset(m->moe_stats, 0, MOE_STATS(m->cfg.experts) * sizeof *m->moe_stats);
 }

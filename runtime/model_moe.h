@@ -37,7 +37,7 @@ int moe_backward(struct model *m, struct moe_acts *a, int l, const float *dout, 
                  float *dln, int N, float grad_scale, bool acc, struct plait_error *err);
 
 /* After a training forward of the slot: its MoE layers' losses into m->moe_loss and
- * their routing into m->moe_stats. */
+ * their routing into m->moe_stats (MOE_STATS' layout). */
 void moe_count(struct model *m, const struct model_slot *sl, int N);
 
 /* The MoE losses of the training forwards since the last call (added into the step's

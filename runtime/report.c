@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/formats/ckpt_state.h" // defines: MOE_STATS
 #include "common/formats/rundir.h"
 #include "common/gpt2/gpt2_layout.h"
 #include "common/formats/runjson.h"
@@ -23,7 +24,9 @@
 #include "kernels/cpu/cpu_rate.h" // defines: cpu_rate_measure, what plait check measures too
 #include "runtime/console.h"
 #include "runtime/device.h" // defines: device_peak_gflops, device_gpu_peak_tflops
+#include "runtime/model_moe.h" // defines: model_moe_stats_clear
 #include "runtime/profile.h" // defines: prof_now
+#include "runtime/train_batches.h" // defines: train_moe_stats
 
 /* How bf16 products run when they are not native (one line), or NULL. */
 static const char *bf16_emulation(const struct trainer *t)
@@ -404,6 +407,27 @@ static int step_report(struct trainer *t, double dt, const double bytes0[PAR_NCO
     return rc;
 }
 
+/* Mixture of experts: the step's routing summed over the ranks into sm (its load in
+ * *buf, the caller's to free), and the model's counts cleared for the next step. */
+static int report_moe(struct trainer *t, struct step_metrics *sm, double **buf,
+                      struct plait_error *err)
+{
+    int E = t->m.cfg.experts;
+    double *sums = *buf = calloc(MOE_STATS(E), sizeof *sums);
+    if (!sums) return error_set(err, "out of memory");
+    if (train_moe_stats(t, sums, err)) return -1;
+    model_moe_stats_clear(&t->m);
+    double micro_batches = (double)t->plan->batch.grad_accum * t->where->dp;
+    sm->moe_experts = E;
+    sm->moe_balance_loss = sums[MOE_STAT_BALANCE] / micro_batches;
+    sm->moe_z_loss = sums[MOE_STAT_Z] / micro_batches;
+    sm->moe_dropped = sums[MOE_STAT_DROPPED];
+    sm->moe_load = sums + MOE_STAT_ROUTED; /* each expert's choices, then their share */
+    for (int e = 0; e < E; e++)
+        sm->moe_load[e] /= sums[MOE_STAT_CHOICES] > 0 ? sums[MOE_STAT_CHOICES] : 1;
+    return 0;
+}
+
 int report_step(struct trainer *t, const struct step_taken *st, struct step_metrics *sm,
                 double *dt_s, struct plait_error *err)
 {
@@ -429,7 +453,13 @@ int report_step(struct trainer *t, const struct step_taken *st, struct step_metr
     sm->mfu = gpu_mfu(t->flops_per_token, sm->tokens_per_s, t->gpu_peak_tflops, t->where->world);
     sm->resumed = st->warm_up && t->run.resumed_from[0]; /* rank 0's run record says */
     *dt_s = dt;
-    return t->where->rank == 0 && metrics_step(&t->metrics, sm, err) ? -1 : 0;
+    double *moe = NULL;
+    int rc = gpt2_moe(&t->m.cfg) ? report_moe(t, sm, &moe, err) : 0;
+    rc = rc || (t->where->rank == 0 && metrics_step(&t->metrics, sm, err)) ? -1 : 0;
+    free(moe); /* (the load's numbers: written) */
+    sm->moe_load = NULL;
+    sm->moe_experts = 0;
+    return rc;
 }
 
 int report_first_step(struct trainer *t, int step, struct plait_error *err)

@@ -13,6 +13,7 @@
 
 #include "common/place/rank_order.h" // defines: rank_data_of
 #include "runtime/dump.h"
+#include "common/formats/ckpt_state.h" // defines: MOE_STATS
 #include "runtime/model_moe.h" // defines: model_moe_take_loss
 #include "runtime/model_zero3.h"
 #include "runtime/optim.h"
@@ -295,6 +296,15 @@ static int agree_stop(void *ctx, int *stop, struct plait_error *err)
 bool train_holds_loss(const struct trainer *t)
 {
     return t->where->tp_rank == 0 && (t->m.last || t->m.n_moe > 0);
+}
+
+int train_moe_stats(struct trainer *t, double *out, struct plait_error *err)
+{
+    int n = gpt2_moe(&t->m.cfg) ? MOE_STATS(t->m.cfg.experts) : 0;
+    for (int i = 0; i < n; i++) out[i] = train_holds_loss(t) ? t->m.moe_stats[i] : 0;
+    if (n && t->multi && t->par.g_world.allreduce_f64(t->par.g_world.ctx, out, (size_t)n, err))
+        return -1;
+    return 0;
 }
 
 int train_micro_batches(struct trainer *t, int s, float grad_scale, struct plait_error *err)

@@ -19,6 +19,11 @@ int train_micro_batches(struct trainer *t, int s, float grad_scale, struct plait
  * (the MoE losses of its layers), each on tp rank 0. */
 bool train_holds_loss(const struct trainer *t);
 
+/* Mixture of experts: *out (MOE_STATS(E), common/formats/ckpt_state.h) the routing
+ * statistics of the step's micro-batches so far, summed over the ranks (every rank
+ * calls it); 0 without experts. */
+int train_moe_stats(struct trainer *t, double *out, struct plait_error *err);
+
 /* The tied wte's gradient, summed between the pipeline's first and last stage. */
 int train_tied_sum(struct trainer *t, struct plait_error *err);
 

@@ -12,7 +12,7 @@
 #include "runtime/ckpt_parts.h"
 #include "runtime/profile.h" // defines: prof_now
 #include "runtime/report.h" // defines: report_progress_flush
-#include "runtime/train_batches.h" // defines: train_holds_loss
+#include "runtime/train_batches.h" // defines: train_holds_loss, train_moe_stats
 
 /* Where this rank's part of a checkpoint goes. */
 static struct ckpt_target ckpt_target(struct trainer *t)
@@ -39,6 +39,10 @@ int train_save(struct trainer *t, bool background, struct plait_error *err)
         if (t->par.g_world.allreduce_f64(t->par.g_world.ctx, &v, 1, err)) return -1;
         t->st.loss_sum = v;
     }
+    /* mixture of experts: the routing so far, as the loss (zero at a step's end) */
+    t->st.moe_stats_n = gpt2_moe(&t->m.cfg) ? MOE_STATS(t->m.cfg.experts) : 0;
+    memset(t->st.moe_stats, 0, sizeof t->st.moe_stats);
+    if (t->st.micro > 0 && train_moe_stats(t, t->st.moe_stats, err)) return -1;
     memcpy(t->st.sample_rng, t->sample_rng.s, sizeof t->st.sample_rng);
     double t0 = prof_now();
     int rc;

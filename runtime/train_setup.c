@@ -250,6 +250,10 @@ static int resumed_state(struct trainer *t, const char *name, const char *notes,
     /* a mid-step loss so far is the job's: one rank carries it into the step's sum */
     bool carrier = t->m.last && t->where->tp_rank == 0 && t->where->dp_rank == 0;
     if (t->multi && !carrier) t->st.loss_sum = 0;
+    /* and the routing of a mixture of experts so far, when the checkpoint has it */
+    if ((!t->multi || carrier) && gpt2_moe(&t->m.cfg) &&
+        t->st.moe_stats_n == MOE_STATS(t->m.cfg.experts))
+        memcpy(t->m.moe_stats, t->st.moe_stats, (size_t)t->st.moe_stats_n * sizeof(double));
     return 0;
 }
 

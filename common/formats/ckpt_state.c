@@ -40,7 +40,10 @@ static json_t *state_json(const struct train_state *st)
 int ckpt_state_write(const char *tmp, const struct train_state *st, struct ckpt_file *f,
                      struct ckpt_manifest *m, struct plait_error *err)
 {
-    json_t *j = state_json(st);
+    json_t *j = state_json(st), *moe = st->moe_stats_n ? json_array() : NULL;
+    for (int i = 0; moe && i < st->moe_stats_n; i++)
+        json_array_append_new(moe, json_real(st->moe_stats[i]));
+    if (j && moe) json_object_set_new(j, "moe_stats", moe);
     char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(j);
     if (!text) return error_set(err, "out of memory");
@@ -70,6 +73,25 @@ static void read_rng(struct json_read *r, json_t *j, uint64_t out[4])
         char key[24];
         snprintf(key, sizeof key, "sample_rng[%d]", i);
         if (!hex || !*hex || *end) json_read_fail(r, NULL, key, "not a 64-bit word in hex");
+    }
+}
+
+/* A mixture of experts' routing statistics (MOE_STATS: at most PLAN_MOE_EXPERTS_MAX
+ * experts' numbers). */
+static void read_moe_stats(struct json_read *r, json_t *j, struct train_state *st)
+{
+    json_t *a = json_read_array(r, j, NULL, "moe_stats");
+    size_t n = r->failed ? 0 : json_array_size(a);
+    if (n < MOE_STATS(2) || n > MOE_STATS(PLAN_MOE_EXPERTS_MAX)) {
+        json_read_fail(r, NULL, "moe_stats", "%zu numbers, not those of 2 to %d experts", n,
+                       PLAN_MOE_EXPERTS_MAX);
+        return;
+    }
+    st->moe_stats_n = (int)n;
+    for (size_t i = 0; i < n && !r->failed; i++) {
+        json_t *v = json_array_get(a, i);
+        if (!json_is_number(v)) json_read_fail(r, NULL, "moe_stats", "member %zu: not a number", i);
+        st->moe_stats[i] = json_number_value(v);
     }
 }
 
@@ -109,6 +131,7 @@ int ckpt_read_state(const char *cdir, struct train_state *st, struct plait_error
     st->data.shard = count_at(&r, data, "data", "shard");
     st->data.index = count_at(&r, data, "data", "index");
     read_rng(&r, j, st->sample_rng);
+    if (json_read_has(j, "moe_stats")) read_moe_stats(&r, j, st);
     json_decref(j);
     return r.failed;
 }

@@ -19,6 +19,12 @@ struct data_position {
     int64_t index; /* in order: token offset; shuffled: window number */
 };
 
+/* Mixture of experts: the routing statistics of a step's micro-batches (summed over the
+ * ranks), [balance loss, z-loss, choices, dropped choices, choices of each expert], the
+ * runtime's as a state's (carried across a mid-step stop as loss_sum is) */
+enum { MOE_STAT_BALANCE, MOE_STAT_Z, MOE_STAT_CHOICES, MOE_STAT_DROPPED, MOE_STAT_ROUTED };
+#define MOE_STATS(experts) (MOE_STAT_ROUTED + (experts))
+
 struct train_state {
     int step;         /* optimizer steps completed */
     int micro;        /* micro-batches of step+1 already accumulated */
@@ -27,6 +33,8 @@ struct train_state {
     int eval_pending; /* the evaluation after `step` was interrupted */
     struct data_position data;
     uint64_t sample_rng[4]; /* the sampler's generator */
+    int moe_stats_n;        /* MOE_STATS(E) with mixture of experts (written then), else 0 */
+    double moe_stats[MOE_STATS(PLAN_MOE_EXPERTS_MAX)];
 };
 
 /* The state of a run before its first step: all zero, the sampler seeded

@@ -87,6 +87,16 @@ static int put(struct metrics *mt, json_t *j, struct plait_error *err)
     return 0;
 }
 
+/* The "moe" member of a step's record. */
+static json_t *moe_json(const struct step_metrics *s)
+{
+    json_t *load = json_array();
+    for (int e = 0; load && e < s->moe_experts; e++)
+        json_array_append_new(load, json_real(s->moe_load[e]));
+    return json_pack("{s:f,s:f,s:f,s:o*}", "balance_loss", s->moe_balance_loss, "z_loss",
+                     s->moe_z_loss, "dropped", s->moe_dropped, "load", load);
+}
+
 int metrics_step(struct metrics *mt, const struct step_metrics *s, struct plait_error *err)
 {
     json_t *j = json_pack("{s:i,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f}", "step", s->step, "loss", s->loss,
@@ -105,6 +115,7 @@ int metrics_step(struct metrics *mt, const struct step_metrics *s, struct plait_
                       "dp", s->bytes_dp, "wait_ms", "tp", s->wait_tp_ms, "pp", s->wait_pp_ms, "dp",
                       s->wait_dp_ms, "straggler", "rank", s->straggler, "busy_ms", s->busy_ms,
                       "median_busy_ms", s->median_busy_ms));
+    if (j && s->moe_experts > 0) json_object_set_new(j, "moe", moe_json(s));
     if (j && s->ranks > 1 && s->bubble_sim_pct >= 0)
         json_object_set_new(json_object_get(j, "parallel"), "bubble_simulated_pct",
                             json_real(s->bubble_sim_pct));
@@ -171,6 +182,30 @@ static void read_parallel(struct json_read *r, json_t *par, struct step_metrics 
     s->median_busy_ms = json_read_number(r, st, "parallel.straggler", "median_busy_ms");
 }
 
+/* The "moe" member: its numbers, and the load into an array of the record's own. */
+static void read_moe(struct json_read *r, json_t *moe, struct step_metrics *s)
+{
+    s->moe_balance_loss = json_read_number(r, moe, "moe", "balance_loss");
+    s->moe_z_loss = json_read_number(r, moe, "moe", "z_loss");
+    s->moe_dropped = json_read_number(r, moe, "moe", "dropped");
+    json_t *load = json_read_array(r, moe, "moe", "load");
+    size_t n = r->failed ? 0 : json_array_size(load);
+    if (r->failed || n < 1) {
+        if (!r->failed) json_read_fail(r, "moe", "load", "no expert's share");
+        return;
+    }
+    if (!(s->moe_load = calloc(n, sizeof *s->moe_load))) {
+        json_read_fail(r, "moe", "load", "out of memory");
+        return;
+    }
+    s->moe_experts = (int)n;
+    for (size_t e = 0; e < n && !r->failed; e++) {
+        json_t *v = json_array_get(load, e);
+        if (!json_is_number(v)) json_read_fail(r, "moe", "load", "share %zu: not a number", e);
+        s->moe_load[e] = json_number_value(v);
+    }
+}
+
 static void read_step(struct json_read *r, json_t *j, struct step_metrics *s)
 {
     *s = (struct step_metrics){.ranks = 1, .bubble_sim_pct = -1};
@@ -186,6 +221,7 @@ static void read_step(struct json_read *r, json_t *j, struct step_metrics *s)
     if (json_read_has(j, "mfu")) s->mfu = json_read_number(r, j, NULL, "mfu");
     if (json_read_has(j, "resumed")) s->resumed = json_read_bool(r, j, NULL, "resumed");
     if (json_read_has(j, "parallel")) read_parallel(r, json_read_object(r, j, NULL, "parallel"), s);
+    if (json_read_has(j, "moe")) read_moe(r, json_read_object(r, j, NULL, "moe"), s);
 }
 
 static void read_eval(struct json_read *r, json_t *j, struct eval_metrics *e)
@@ -214,6 +250,7 @@ static void read_record(struct json_read *r, json_t *j, struct metrics_series *s
     if (!step_member(j, &eval)) return; /* neither a step's nor an evaluation's */
     if (!eval && grow((void **)&s->steps, s->n_steps, &cap[0], sizeof *s->steps) == 0) {
         read_step(r, j, &s->steps[s->n_steps]);
+        if (r->failed) free(s->steps[s->n_steps].moe_load);
         s->n_steps += !r->failed;
     } else if (eval && grow((void **)&s->evals, s->n_evals, &cap[1], sizeof *s->evals) == 0) {
         struct eval_metrics *e = &s->evals[s->n_evals];
@@ -251,6 +288,7 @@ int metrics_read(const char *run_dir, struct metrics_series *s, struct plait_err
 
 void metrics_series_free(struct metrics_series *s)
 {
+    for (int i = 0; s->steps && i < s->n_steps; i++) free(s->steps[i].moe_load);
     free(s->steps);
     free(s->evals);
     memset(s, 0, sizeof *s);

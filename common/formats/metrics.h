@@ -5,7 +5,8 @@
  * several ranks "parallel":
  * {"ranks", "compute_pct", "comm_pct", "bubble_pct", ["bubble_simulated_pct" with a
  * pipeline,] "bytes": {"tp", "pp", "dp"}, "wait_ms": {"tp", "pp", "dp"},
- * "straggler": {"rank", "busy_ms", "median_busy_ms"}}) and one per evaluation ({"eval_step",
+ * "straggler": {"rank", "busy_ms", "median_busy_ms"}}), with mixture of experts "moe":
+ * {"balance_loss", "z_loss", "dropped", "load": [a share per expert]}, and one per evaluation ({"eval_step",
  * "val_loss", "val_tokens"}). On resume the file is cut back to the
  * checkpoint's step so that it reads as if the run had never stopped.
  * plait-train's rank 0 writes it through here; plait status and plait plot
@@ -53,6 +54,13 @@ struct step_metrics {
      * took longest, that work's time and the median rank's */
     int straggler;
     double busy_ms, median_busy_ms;
+    /* mixture of experts (written as "moe" when moe_experts > 0): the balance loss and
+     * the z-loss (a micro-batch's, summed over the MoE layers, as the loss is averaged),
+     * the choices dropped at an expert's capacity (all of the step's), and each
+     * expert's share of the step's choices */
+    int moe_experts;
+    double moe_balance_loss, moe_z_loss, moe_dropped;
+    double *moe_load; /* (moe_experts): the writer's; read back, the series' */
 };
 
 struct eval_metrics {

@@ -119,7 +119,7 @@ _Static_assert(sizeof(enum plan_backend) == sizeof(int), "enum size");
 
 /* model.moe (struct plan_moe says what each means) */
 static const struct field moe_fields[] = {
-    INT_FIELD("experts", model.moe.experts, 2, INT_MAX, 0, REQ),
+    INT_FIELD("experts", model.moe.experts, 2, PLAN_MOE_EXPERTS_MAX, 0, REQ),
     INT_FIELD("top_k", model.moe.top_k, 1, INT_MAX, 0, REQ),
     INT_FIELD("every", model.moe.every, 1, INT_MAX, 1, 0),
     INT_FIELD("shared_experts", model.moe.shared_experts, 0, INT_MAX, 0, 0),

@@ -76,7 +76,9 @@ static bool same_state(const struct train_state *a, const struct train_state *b)
            a->tokens == b->tokens && a->eval_pending == b->eval_pending &&
            a->data.epoch == b->data.epoch && a->data.shard == b->data.shard &&
            a->data.index == b->data.index &&
-           !memcmp(a->sample_rng, b->sample_rng, sizeof a->sample_rng);
+           !memcmp(a->sample_rng, b->sample_rng, sizeof a->sample_rng) &&
+           a->moe_stats_n == b->moe_stats_n &&
+           !memcmp(a->moe_stats, b->moe_stats, (size_t)a->moe_stats_n * sizeof *a->moe_stats);
 }
 
 static bool same_machine(const struct run_machine *a, const struct run_machine *b)
@@ -346,7 +348,8 @@ static void test_end_json_reads_back_what_was_written(void)
 static void test_state_json_reads_back_what_was_written(void)
 {
     const char *dir = fresh_dir("state");
-    struct train_state w = {7, 2, 1.0 / 3, 1 << 20, 1, {1, 2, 3}, {1, 0xffffffffffffffffull, 3, 4}};
+    struct train_state w = {7, 2, 1.0 / 3, 1 << 20, 1, {1, 2, 3}, {1, 0xffffffffffffffffull, 3, 4},
+                            0, {0}};
     struct train_state r;
     struct ckpt_file f;
     struct ckpt_manifest m = {0};
@@ -357,6 +360,12 @@ static void test_state_json_reads_back_what_was_written(void)
     CHECK(ckpt_read_state(dir, &r, &err) == 0, "%s", err.text);
     CHECK(same_state(&w, &r), "state.json read back differs");
     ckpt_manifest_free(&m);
+    /* with mixture of experts, the routing so far (2 experts) */
+    w.moe_stats_n = MOE_STATS(2);
+    for (int i = 0; i < w.moe_stats_n; i++) w.moe_stats[i] = 1.0 / (i + 3);
+    CHECK(ckpt_state_write(dir, &w, &f, NULL, &err) == 0, "%s", err.text);
+    CHECK(ckpt_read_state(dir, &r, &err) == 0 && same_state(&w, &r),
+          "state.json with moe_stats read back differs: %s", err.text);
     put_file(dir, CKPT_STATE,
              "{\"step\": 1, \"micro\": 0, \"loss_sum\": 0, \"tokens\": 0, \"eval_pending\": false,"
              " \"data\": {\"epoch\": 0, \"shard\": -1, \"index\": 0}, \"sample_rng\": []}");
