@@ -156,6 +156,20 @@ static double modelled_tokens_per_s(const char *run_dir)
     return rate;
 }
 
+/* A mixture of experts' last step: its losses, drops and the least and most loaded
+ * experts' shares of the choices. */
+static json_t *moe_json(const struct step_metrics *last)
+{
+    double lo = last->moe_load[0], hi = lo;
+    for (int e = 1; e < last->moe_experts; e++) {
+        lo = last->moe_load[e] < lo ? last->moe_load[e] : lo;
+        hi = last->moe_load[e] > hi ? last->moe_load[e] : hi;
+    }
+    return json_pack("{s:i,s:f,s:f,s:f,s:f,s:f}", "experts", last->moe_experts, "balance_loss",
+                     last->moe_balance_loss, "z_loss", last->moe_z_loss, "dropped",
+                     last->moe_dropped, "load_min", lo, "load_max", hi);
+}
+
 /* How far the run got: its last step, loss and pace (with plait check's
  * cost model's for its plan on this machine, `modelled`; 0: none), its last
  * evaluation. */
@@ -172,6 +186,7 @@ static void progress_json(json_t *o, const struct metrics_series *s, const struc
         json_object_set_new(o, "tokens_total", json_integer(last->tokens_total));
         if (modelled > 0) json_object_set_new(o, "modelled_tokens_per_s", json_real(modelled));
         json_object_set_new(o, "eta_s", json_real(step_s * (double)(plan->steps - last->step)));
+        if (last->moe_experts > 0) json_object_set_new(o, "moe", moe_json(last));
     } else {
         json_object_set_new(o, "step", json_integer(0));
     }
@@ -259,6 +274,13 @@ static void print_text(json_t *o)
                    modelled, num(o, "tokens_per_s") / modelled);
         printf("\n");
     }
+    json_t *moe = json_object_get(o, "moe");
+    if (moe)
+        printf("  experts      %lld, each taking %.1f%%..%.1f%% of the choices, %.0f dropped; "
+               "balance loss %.4g, z-loss %.4g (the last step's)\n",
+               (long long)int_at(moe, NULL, "experts"), 100 * num(moe, "load_min"),
+               100 * num(moe, "load_max"), num(moe, "dropped"), num(moe, "balance_loss"),
+               num(moe, "z_loss"));
     json_t *ck = json_object_get(o, "checkpoints");
     json_int_t n_ck = int_at(ck, NULL, "count");
     if (n_ck > 0)
