@@ -377,6 +377,8 @@ static int export_llmc(struct ckpt_source *src, const char *out, struct plait_er
 {
     if (src->cfg.llama)
         return error_set(err, "llm.c's files hold GPT-2s; export a llama with --hf");
+    if (gpt2_moe(&src->cfg))
+        return error_set(err, "llm.c's files hold no experts (the checkpoint's model.moe)");
     struct gpt2_shard whole;
     struct gpt2_part part = gpt2_part_whole(&src->cfg);
     if (gpt2_shard_init(&whole, &src->cfg, &part, err)) return -1;

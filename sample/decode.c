@@ -16,6 +16,8 @@ int decoder_init(struct decoder *d, const struct gpt2_shard *shard, const float 
     if (shard->part.tp != 1 || !shard->first || !shard->last ||
         gpt2_shard_layers(shard) != c->layers)
         return error_set(err, "decoding needs the whole model on one rank (tp 1, pp 1)");
+    if (gpt2_moe(c))
+        return error_set(err, "model.moe: the sampler does not run experts yet (sample.tokens 0)");
     char why[256] = "";
     d->shard = shard;
     d->params = params;

@@ -5,9 +5,11 @@
 # and grad_norm) for a GPT-2 with E 4, k 2 and a shared expert, E 8, k 1 with a
 # capacity that drops tokens and a z-loss, and a Llama with an MoE block every
 # 2 layers, with full and selective recompute; the referee failing a run whose
-# gates are not renormalised; then layouts against one rank over 12 steps (dp 2
-# ZeRO 1, pp 2, predicted == allocated), the same bits twice, and a run stopped
-# mid-step resumed to the bit.
+# gradients are 0.1% off (by hand: one whose gates are not renormalised fails the
+# three referee cases); then layouts against one rank over 12 steps (dp 2 ZeRO 1
+# and 2, pp 2 1F1B and interleaved, predicted == allocated), the same bits twice,
+# a pp 2 checkpoint resumed on one rank, and a run stopped mid-step resumed to
+# the bit.
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, finish
 
@@ -75,17 +77,37 @@ MOE=(--set model.layers=4 --set model.moe.experts=4 --set model.moe.top_k=2
 COMMON=(--set data.val=null --set data.val_every=0 "${MOE[@]}")
 source "$(dirname "$0")/parallel_lib.sh" # defines: ref, layout, stop_resume, uninterrupted
 
-test_dp2_and_pp2_match_one_rank() {
+test_dp2_zero1_and_2_pp2_and_interleaved_match_one_rank() {
     ref one_a4 4 || return 1
     layout dp2_z1 one_a4 1e-5 --set parallel.dp=2 --set parallel.zero=1 \
         --set batch.grad_accum=2 || return 1
+    layout dp2_z2 one_a4 1e-5 --set parallel.dp=2 --set parallel.zero=2 \
+        --set batch.grad_accum=2 || return 1
     layout pp2 one_a4 1e-5 --set parallel.pp=2 --set batch.grad_accum=4 || return 1
+    # interleaved, a layer a chunk: stage 0 holds layers 0 and 2 (no MoE block, no expert)
+    layout pp2_interleaved one_a4 1e-5 --set parallel.pp=2 --set parallel.schedule=interleaved \
+        --set parallel.virtual_stages=2 --set batch.grad_accum=4 || return 1
     # the same bits twice
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/pp2_again" "${COMMON[@]}" --set parallel.pp=2 \
         --set batch.grad_accum=4 >"$WORK/pp2_again.log" 2>&1 || { tail "$WORK/pp2_again.log"; return 1; }
     metrics_equal "$WORK/pp2/metrics.jsonl" "$WORK/pp2_again/metrics.jsonl"
 }
-check dp2_and_pp2_match_one_rank test_dp2_and_pp2_match_one_rank
+check dp2_zero1_and_2_pp2_and_interleaved_match_one_rank test_dp2_zero1_and_2_pp2_and_interleaved_match_one_rank
+
+# A checkpoint of a pp 2 run (stopped at step 5's end) resumed on one rank: the experts'
+# tensors resharded from the stages' layer blocks; steps 6-12 within 1e-5 of one rank's
+test_a_pp2_checkpoint_resumes_on_one_rank() {
+    local run=$WORK/resharded rc=0
+    ref one_a4 4 || return 1
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=20 "$PLAIT" train "$WORK/plan.json" --out "$run" "${COMMON[@]}" \
+        --set parallel.pp=2 --set batch.grad_accum=4 >"$run.log" 2>&1 || rc=$?
+    [ "$rc" = 75 ] || { echo "exit $rc"; tail "$run.log"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$run" "${COMMON[@]}" --set batch.grad_accum=4 \
+        >"$run.log2" 2>&1 || { tail "$run.log2"; return 1; }
+    grep -q "resuming from .*step_00000005_0000" "$run.log2" || { cat "$run.log2"; return 1; }
+    close "$run/metrics.jsonl" "$WORK/one_a4/metrics.jsonl" 1e-5
+}
+check a_pp2_checkpoint_resumes_on_one_rank test_a_pp2_checkpoint_resumes_on_one_rank
 
 # Stopped by SIGTERM at each rank's 22nd micro-batch (the 2nd of step 6, 4 a step):
 # a mid-step checkpoint, resumed to the uninterrupted run's bits
