@@ -732,6 +732,11 @@ static int tp_reduce(struct model *m, float *buf, size_t n, bool max, struct pla
     return 0;
 }
 
+int model_tp_allreduce(struct model *m, float *buf, size_t n, struct plait_error *err)
+{
+    return tp_reduce(m, buf, n, false, err);
+}
+
 /* Sequence parallelism's two collectives over (N,C) row blocks, R = N/tp
  * rows a rank. The residual stream's rows (R,C) -> *whole (N,C), every
  * rank's block in rank order, in m->whole (without sequence parallelism the
@@ -927,8 +932,10 @@ static int layer_forward(struct model *m, struct model_slot *sl, int i, int B, i
     PROF(pr, PROF_LAYERNORM_FWD,
          norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, GPT2_LN2W, GPT2_LN2B, l, R));
     if (sp_gather(m, a->ln2, N, &ln, err)) return -1;
-    if (gpt2_layer_moe(&m->cfg, l)) { /* an MoE block for the MLP */
-        if (moe_forward(m, moe_acts_of(m, sl, i), l, ln, N, &proj, err)) return -1;
+    if (gpt2_layer_moe(&m->cfg, l)) { /* an MoE block for the MLP, summed over tp */
+        if (moe_forward(m, moe_acts_of(m, sl, i), l, ln, N, &proj, err) ||
+            tp_sum_rows(m, proj, N, &proj, err))
+            return -1;
         PROF(pr, PROF_RESIDUAL_FWD,
              o->residual_forward(m->ctx, a->res3, a->res2, proj, (size_t)R * C));
         return 0;

@@ -18,12 +18,23 @@ struct expert {
     const uint16_t *fc16, *proj16; /* bf16 copies, or NULL */
 };
 
-/* Expert x (0..E-1 routed, E.. shared) of layer l: weights, or with grads gradients. */
+/* An expert's widths on this rank: Fm/tp, and its fc rows FCm/tp (2Fm/tp for a Llama). */
+static size_t width_of(const struct model *m)
+{
+    return (size_t)(m->cfg.moe_ffn / m->tp.size);
+}
+
+static size_t fc_rows_of(const struct model *m)
+{
+    return (size_t)(gpt2_expert_fc_rows(&m->cfg) / m->tp.size);
+}
+
+/* Expert x (0..E-1 routed, E.. shared) of layer l, this rank's columns of fc and rows of
+ * fcproj as the dense MLP's (fcproj's bias whole): weights, or with grads gradients. */
 static struct expert expert_of(const struct model *m, int l, int x, bool grads)
 {
     const struct gpt2_config *cfg = &m->cfg;
-    size_t C = (size_t)cfg->hidden, Fm = (size_t)cfg->moe_ffn;
-    size_t FCm = (size_t)gpt2_expert_fc_rows(cfg), e = (size_t)x;
+    size_t C = (size_t)cfg->hidden, Fm = width_of(m), FCm = fc_rows_of(m), e = (size_t)x;
     bool bias = gpt2_shard_holds(&m->shard, GPT2_EXPFCB);
     struct expert w = {
         .fc = model_tensor(m, grads, GPT2_EXPFCW, l) + e * FCm * C,
@@ -38,26 +49,28 @@ static struct expert expert_of(const struct model *m, int l, int x, bool grads)
     return w;
 }
 
-/* y (n,C) = proj(act(fc(in))) for in (n,C), keeping h (n,FCm) and act (n,Fm). */
+/* y (n,C) = proj(act(fc(in))) for in (n,C), keeping h (n,FCm/tp) and act (n,Fm/tp): with
+ * tp this rank's term of y, the bias in tp rank 0's. */
 static void expert_forward(const struct model *m, const struct expert *w, float *y, float *h,
                            float *act, const float *in, int n)
 {
     const struct ops *o = m->ops;
-    int C = m->cfg.hidden, Fm = m->cfg.moe_ffn, FCm = (int)gpt2_expert_fc_rows(&m->cfg);
+    int C = m->cfg.hidden, Fm = (int)width_of(m), FCm = (int)fc_rows_of(m);
     o->matmul_forward(m->ctx, h, in, w->fc, w->fc16, w->fcb, n, C, FCm);
     model_mlp_act(m, act, h, n, Fm);
-    o->matmul_forward(m->ctx, y, act, w->proj, w->proj16, w->projb, n, Fm, C);
+    o->matmul_forward(m->ctx, y, act, w->proj, w->proj16, m->tp.rank == 0 ? w->projb : NULL, n,
+                      Fm, C);
 }
 
-/* Its backward from dy (n,C): din (n,C) overwritten (may be dy's rows), the weight
- * gradients into g, written or added (acc); an expert that took no rows writes zeros. */
+/* Its backward from dy (n,C): din (n,C) overwritten (may be dy's rows; with tp this
+ * rank's term), the weight gradients into g, written or added (acc); an expert that took
+ * no rows writes zeros. */
 static void expert_backward(const struct model *m, const struct expert *w, const struct expert *g,
                             float *din, const float *dy, const float *in, const float *h,
                             const float *act, int n, bool acc)
 {
     const struct ops *o = m->ops;
-    size_t C = (size_t)m->cfg.hidden, Fm = (size_t)m->cfg.moe_ffn;
-    size_t FCm = (size_t)gpt2_expert_fc_rows(&m->cfg);
+    size_t C = (size_t)m->cfg.hidden, Fm = width_of(m), FCm = fc_rows_of(m);
     if (n == 0) {
         if (acc) return;
         o->zero(m->ctx, g->fc, FCm * C * sizeof(float));
@@ -81,7 +94,7 @@ int moe_check(const struct model *m, struct plait_error *err)
         !o->moe_combine || !o->moe_combine_backward || !o->moe_route_backward || !o->moe_losses)
         return error_set(err, "model.moe: the %s backend has no mixture-of-experts ops yet",
                          o->name);
-    const char *what = m->tp.size > 1                        ? "tensor parallelism"
+    const char *what = m->sp                                 ? "sequence parallelism"
                        : m->cp > 1                           ? "context parallelism"
                        : m->zero == 3                        ? "ZeRO 3"
                        : m->precision == PLAN_PRECISION_FP8  ? "precision fp8"
@@ -148,7 +161,7 @@ int moe_forward(struct model *m, struct moe_acts *a, int l, const float *ln, int
     const struct ops *o = m->ops;
     const struct gpt2_config *cfg = &m->cfg;
     int E = cfg->experts, k = cfg->top_k, C = cfg->hidden, S = cfg->shared_experts;
-    size_t Fm = (size_t)cfg->moe_ffn, FCm = (size_t)gpt2_expert_fc_rows(cfg);
+    size_t Fm = width_of(m), FCm = fc_rows_of(m);
     o->matmul_forward(m->ctx, m->moe_logits, ln, model_tensor(m, false, GPT2_ROUTERW, l),
                       model_tensor16(m, GPT2_ROUTERW, l), NULL, N, C, E);
     o->moe_route(m->ctx, a->probs, a->choice, a->gate, a->lse, m->moe_logits, N, E, k);
@@ -180,12 +193,13 @@ int moe_forward(struct model *m, struct moe_acts *a, int l, const float *ln, int
 int moe_backward(struct model *m, struct moe_acts *a, int l, const float *dout, const float *ln,
                  float *dln, int N, float grad_scale, bool acc, struct plait_error *err)
 {
-    (void)err;
     const struct ops *o = m->ops;
     const struct gpt2_config *cfg = &m->cfg;
     int E = cfg->experts, k = cfg->top_k, C = cfg->hidden, S = cfg->shared_experts;
-    size_t Fm = (size_t)cfg->moe_ffn, FCm = (size_t)gpt2_expert_fc_rows(cfg), NC = (size_t)N * C;
+    size_t Fm = width_of(m), FCm = fc_rows_of(m), NC = (size_t)N * C;
     o->moe_combine_backward(m->ctx, m->moe_dy, m->moe_dgate, dout, a->y, a->gate, a->pos, N, k, C);
+    /* with tp, y and so dgate were this rank's terms: the gates' gradients are their sum */
+    if (model_tp_allreduce(m, m->moe_dgate, (size_t)N * k, err)) return -1;
     const int32_t *counts = counts_of(m, a);
     for (int e = 0, at = 0; e < E; at += counts[e++]) {
         struct expert w = expert_of(m, l, e, false), g = expert_of(m, l, e, true);
@@ -203,7 +217,8 @@ int moe_backward(struct model *m, struct moe_acts *a, int l, const float *dout, 
     o->matmul_backward(m->ctx, m->proj, model_tensor(m, true, GPT2_ROUTERW, l), NULL,
                        m->moe_logits, ln, model_tensor(m, false, GPT2_ROUTERW, l),
                        model_tensor16(m, GPT2_ROUTERW, l), N, C, E, acc);
-    o->residual_forward(m->ctx, dln, dln, m->proj, NC);
+    /* the router is whole on every tp rank: its input gradient in tp rank 0's term only */
+    if (m->tp.rank == 0) o->residual_forward(m->ctx, dln, dln, m->proj, NC);
     for (int s = 0; s < S; s++) {
         struct expert w = expert_of(m, l, E + s, false), g = expert_of(m, l, E + s, true);
         size_t sN = (size_t)s * N;

@@ -3,7 +3,8 @@
  * the router, the top-k routing and its capacity, each expert's MLP on the
  * rows it took, the gates' combination, the shared experts, and the balance
  * and z losses, all through kernels/ops.h. Every rank holds every expert
- * (expert parallelism 1); the experts are not split over tp. */
+ * (expert parallelism 1); with tp each expert is split as the dense MLP is (fc by
+ * columns, fcproj by rows), the router whole on every tp rank. */
 #ifndef PLAIT_RUNTIME_MODEL_MOE_H
 #define PLAIT_RUNTIME_MODEL_MOE_H
 
@@ -25,12 +26,13 @@ void moe_free(struct model *m);
 struct moe_acts *moe_acts_of(const struct model *m, const struct model_slot *sl, int i);
 
 /* Layer l's MoE block on ln (N,C), the normed residual: *out (N,C), in m->proj, the
- * experts' outputs combined by their gates plus the shared experts'. */
+ * experts' outputs combined by their gates plus the shared experts' (with tp, this
+ * rank's term of that sum, to be summed over the group as a row-parallel product's). */
 int moe_forward(struct model *m, struct moe_acts *a, int l, const float *ln, int N, float **out,
                 struct plait_error *err);
 
 /* Its backward from dout (N,C), the block's output gradient: dln (N,C) the gradient of
- * ln (overwritten), the router's and experts' weight gradients written or, with acc,
+ * ln (overwritten; with tp, this rank's term of it), the router's and experts' weight gradients written or, with acc,
  * added; the balance and z losses' gradients scaled by grad_scale·N, as the
  * training loss is. */
 int moe_backward(struct model *m, struct moe_acts *a, int l, const float *dout, const float *ln,
@@ -53,5 +55,7 @@ const uint16_t *model_tensor16(const struct model *m, enum gpt2_tensor t, int l)
 void model_mlp_act(const struct model *m, float *out, const float *in, int N, int F);
 void model_mlp_act_backward(const struct model *m, float *din, const float *in, const float *dout,
                             int N, int F);
+/* n floats of buf summed over the tp group, in place (nothing without one). */
+int model_tp_allreduce(struct model *m, float *buf, size_t n, struct plait_error *err);
 
 #endif

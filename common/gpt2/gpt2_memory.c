@@ -44,12 +44,13 @@ int gpt2_chunk_moe_layers(const struct gpt2_shard *s)
     return most;
 }
 
-/* Elements of one copy of a mixture of experts' buffer a (gpt2_memory.h). */
+/* Elements of one copy of a mixture of experts' buffer a (gpt2_memory.h), the experts'
+ * widths split over tp. */
 static bool moe_buffer_elems(enum gpt2_act a, const struct gpt2_config *cfg, long long N,
-                             size_t *out)
+                             long long tp, size_t *out)
 {
-    long long E = cfg->experts, k = cfg->top_k, C = cfg->hidden, Fm = cfg->moe_ffn;
-    long long FCm = gpt2_expert_fc_rows(cfg), S = cfg->shared_experts;
+    long long E = cfg->experts, k = cfg->top_k, C = cfg->hidden, Fm = cfg->moe_ffn / tp;
+    long long FCm = gpt2_expert_fc_rows(cfg) / tp, S = cfg->shared_experts;
     long long rows = k * N > N ? k * N : N;
     switch (a) {
     case GPT2_ACT_MOE_PROBS:
@@ -103,7 +104,7 @@ static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long 
                          long long rows_div, bool fused_attention, long long cp, size_t *out)
 {
     const struct gpt2_config *cfg = &s->cfg;
-    if (a >= GPT2_ACT_FIRST_MOE) return moe_buffer_elems(a, cfg, B * T, out);
+    if (a >= GPT2_ACT_FIRST_MOE) return moe_buffer_elems(a, cfg, B * T, s->part.tp, out);
     long long tp = s->part.tp, C = cfg->hidden, Ct = C / tp, NHt = cfg->heads / tp;
     long long Vpt = cfg->padded_vocab / tp, QKVt = gpt2_qkv_rows(cfg) / tp;
     long long FCt = gpt2_fc_rows(cfg) / tp, Ft = gpt2_ffn(cfg) / tp;

@@ -39,6 +39,9 @@ bool gpt2_tensor_tp_replicated(enum gpt2_tensor t)
     case GPT2_FCB:
     case GPT2_FCPROJW:
     case GPT2_LMHEAD:
+    case GPT2_EXPFCW:
+    case GPT2_EXPFCB:
+    case GPT2_EXPPROJW:
         return false;
     default:
         return true;
@@ -84,9 +87,9 @@ static int check_tp(const struct gpt2_config *cfg, const struct gpt2_part *p,
                     struct plait_error *err)
 {
     int tp = p->tp;
-    if (gpt2_moe(cfg) && tp != 1)
-        return error_set(err, "tensor parallelism %d: the experts of model.moe are not split "
-                              "over tp yet", tp);
+    if (gpt2_moe(cfg) && tp > 0 && cfg->moe_ffn % tp)
+        return error_set(err, "tensor parallelism %d must divide the experts' width (%d)", tp,
+                         cfg->moe_ffn);
     if (tp < 1 || p->tp_rank < 0 || p->tp_rank >= tp || cfg->heads % tp ||
         gpt2_kv_heads(cfg) % tp || gpt2_ffn(cfg) % tp || cfg->padded_vocab % tp)
         return error_set(err,
@@ -98,18 +101,19 @@ static int check_tp(const struct gpt2_config *cfg, const struct gpt2_part *p,
     return 0;
 }
 
-/* One MoE layer's router and experts, whole (tp 1): none in a dense model, or when no
- * layer of the shard has an MoE block. */
+/* One MoE layer's router (whole on every tp rank) and experts (each split over tp as the
+ * dense MLP is: fc by rows, fcproj by columns, its bias whole): none in a dense model, or
+ * when no layer of the shard has an MoE block. */
 static bool expert_elems(struct gpt2_shard *s)
 {
     const struct gpt2_config *cfg = &s->cfg;
     size_t *e = s->elems;
-    long long C = cfg->hidden, X = cfg->experts + cfg->shared_experts, Fm = cfg->moe_ffn;
+    long long C = cfg->hidden, X = cfg->experts + cfg->shared_experts, tp = s->part.tp;
     long long held = shard_has_layer(s, true), bias = cfg->llama ? 0 : held;
+    long long Fmt = cfg->moe_ffn / tp, FCmt = gpt2_expert_fc_rows(cfg) / tp;
     return ck_size(&e[GPT2_ROUTERW], held, cfg->experts, C) &&
-           ck_size(&e[GPT2_EXPFCW], held, X, gpt2_expert_fc_rows(cfg), C) &&
-           ck_size(&e[GPT2_EXPFCB], bias, X, Fm) && ck_size(&e[GPT2_EXPPROJW], held, X, C, Fm) &&
-           ck_size(&e[GPT2_EXPPROJB], bias, X, C);
+           ck_size(&e[GPT2_EXPFCW], held, X, FCmt, C) && ck_size(&e[GPT2_EXPFCB], bias, X, Fmt) &&
+           ck_size(&e[GPT2_EXPPROJW], held, X, C, Fmt) && ck_size(&e[GPT2_EXPPROJB], bias, X, C);
 }
 
 /* Elements of one instance of each tensor the part holds (gpt2_shard.h). */
@@ -290,6 +294,8 @@ struct tp_cut {
     size_t width;        /* columns of the whole instance */
     int bands;           /* row bands (by rows) */
     size_t band_rows[3]; /* rows of each band of the whole instance */
+    size_t uniform_rows; /* > 0: every band this many rows instead (the experts' bands: each
+                            expert's fc, a Llama's gate and up of each) */
     size_t cols;         /* columns a rank holds (by columns) */
     bool by_columns;
 };
@@ -299,23 +305,35 @@ static struct tp_cut tp_cut_of(const struct gpt2_config *cfg, enum gpt2_tensor t
     size_t C = (size_t)cfg->hidden, T = (size_t)tp, F = (size_t)gpt2_ffn(cfg);
     size_t hs = C / (size_t)cfg->heads, kv = (size_t)gpt2_kv_heads(cfg) * hs;
     size_t Vp = (size_t)cfg->padded_vocab, fc_bands = cfg->llama ? 2 : 1;
+    size_t X = (size_t)(cfg->experts + cfg->shared_experts), Fm = (size_t)cfg->moe_ffn;
     switch (t) {
     case GPT2_WTE:
     case GPT2_LMHEAD:
-        return (struct tp_cut){C, 1, {Vp}, 0, false};
+        return (struct tp_cut){C, 1, {Vp}, 0, 0, false};
     case GPT2_QKVW:
     case GPT2_QKVB:
-        return (struct tp_cut){t == GPT2_QKVW ? C : 1, 3, {C, kv, kv}, 0, false};
+        return (struct tp_cut){t == GPT2_QKVW ? C : 1, 3, {C, kv, kv}, 0, 0, false};
     case GPT2_FCW:
     case GPT2_FCB:
-        return (struct tp_cut){t == GPT2_FCW ? C : 1, (int)fc_bands, {F, F}, 0, false};
+        return (struct tp_cut){t == GPT2_FCW ? C : 1, (int)fc_bands, {F, F}, 0, 0, false};
     case GPT2_ATTPROJW:
-        return (struct tp_cut){C, 0, {0}, C / T, true};
+        return (struct tp_cut){C, 0, {0}, 0, C / T, true};
     case GPT2_FCPROJW:
-        return (struct tp_cut){F, 0, {0}, F / T, true};
+        return (struct tp_cut){F, 0, {0}, 0, F / T, true};
+    case GPT2_EXPFCW: /* each expert's fc as the dense one's: bands of Fm rows */
+    case GPT2_EXPFCB:
+        return (struct tp_cut){t == GPT2_EXPFCW ? C : 1, (int)(X * fc_bands), {0}, Fm, 0, false};
+    case GPT2_EXPPROJW: /* (X·C rows, Fm columns) */
+        return (struct tp_cut){Fm, 0, {0}, 0, Fm / T, true};
     default:
-        return (struct tp_cut){0, 0, {0}, 0, false}; /* whole on every rank */
+        return (struct tp_cut){0, 0, {0}, 0, 0, false}; /* whole on every rank */
     }
+}
+
+/* Rows of band b of the whole instance. */
+static size_t band_rows_of(const struct tp_cut *c, int b)
+{
+    return c->uniform_rows ? c->uniform_rows : c->band_rows[b];
 }
 
 size_t gpt2_tp_to_whole(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp, int tp_rank,
@@ -334,13 +352,13 @@ size_t gpt2_tp_to_whole(const struct gpt2_config *cfg, enum gpt2_tensor t, int t
     }
     size_t local = 0, whole = 0; /* the band's first element here, its first row whole */
     for (int b = 0;; b++) {
-        size_t rows = c.band_rows[b] / (size_t)tp, n = rows * c.width;
+        size_t rows = band_rows_of(&c, b) / (size_t)tp, n = rows * c.width;
         if (i < local + n || b == c.bands - 1) {
             *run = local + n - i;
             return (whole + r * rows) * c.width + (i - local);
         }
         local += n;
-        whole += c.band_rows[b];
+        whole += band_rows_of(&c, b);
     }
 }
 
@@ -362,14 +380,14 @@ int gpt2_tp_owner(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp, siz
     }
     size_t local_row = 0; /* the band's first row on its rank */
     for (int b = 0;; b++) {
-        size_t rows = c.band_rows[b] / (size_t)tp;
-        if (row < c.band_rows[b] || b == c.bands - 1) {
+        size_t rows = band_rows_of(&c, b) / (size_t)tp;
+        if (row < band_rows_of(&c, b) || b == c.bands - 1) {
             size_t r = row / rows, rank_row = row % rows;
             *local = (local_row + rank_row) * c.width + col;
             *run = (rows - rank_row) * c.width - col;
             return (int)r;
         }
-        row -= c.band_rows[b];
+        row -= band_rows_of(&c, b);
         local_row += rows;
     }
 }

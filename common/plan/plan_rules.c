@@ -528,7 +528,7 @@ static int check_cp_rules(struct plan_ctx *c, const struct plan *p)
 
 /* model.moe: its fields against each other and the model, and what this
  * slice of mixture of experts does not build yet, refused naming the field:
- * tensor and context parallelism, ZeRO 3, fp8, a split backward (zb-h1,
+ * sequence and context parallelism, ZeRO 3, fp8, a split backward (zb-h1,
  * dualpipev), the CUDA backend, llm.c or Hugging Face files and sampling. */
 static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
 {
@@ -543,9 +543,14 @@ static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
                               "must be <= model.layers (%d): an MoE block replaces the MLP of "
                               "layers i with i %% every = every - 1 (got %d)",
                               p->model.layers, e->every);
+    if (par->tp != PLAN_AUTO && e->ffn_hidden % par->tp != 0)
+        return plan_fail_rule(c, "parallel.tp", "model.moe.ffn_hidden",
+                              "must divide model.moe.ffn_hidden (%d %% %d = %d): each expert is "
+                              "split over tp as the MLP is",
+                              e->ffn_hidden, par->tp, e->ffn_hidden % par->tp);
     const char *what = NULL, *path = NULL;
-    if (par->tp != 1)
-        path = "parallel.tp", what = "tensor parallelism of the experts is not built yet; use 1";
+    if (par->sequence_parallel)
+        path = "parallel.sequence_parallel", what = "not built yet for the experts; use false";
     else if (par->cp != 1)
         path = "parallel.cp", what = "context parallelism is not built yet; use 1";
     else if (par->zero == 3)

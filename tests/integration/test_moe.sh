@@ -8,7 +8,7 @@
 # gradients are 0.1% off (by hand: one whose gates are not renormalised fails the
 # three referee cases); then layouts against one rank over 12 steps (dp 2 ZeRO 1
 # and 2, pp 2 1F1B and interleaved, predicted == allocated), the same bits twice,
-# a pp 2 checkpoint resumed on one rank, and a run stopped mid-step resumed to
+# tp 2 (alone, with pp 2 × dp 2, a Llama's), a pp 2 checkpoint resumed on one rank, and a run stopped mid-step resumed to
 # the bit.
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, finish
@@ -93,6 +93,20 @@ test_dp2_zero1_and_2_pp2_and_interleaved_match_one_rank() {
     metrics_equal "$WORK/pp2/metrics.jsonl" "$WORK/pp2_again/metrics.jsonl"
 }
 check dp2_zero1_and_2_pp2_and_interleaved_match_one_rank test_dp2_zero1_and_2_pp2_and_interleaved_match_one_rank
+
+# tp 2: each expert split as the MLP is (fc by columns, fcproj by rows), the router whole;
+# with pp 2 and dp 2 (ZeRO 1) too, and a Llama's SwiGLU experts (gate and up split alike)
+test_tp2_matches_one_rank() {
+    local llama=(--set model.arch=llama --set model.heads=4 --set model.kv_heads=2
+        --set model.ffn_hidden=64)
+    ref one_a4 4 || return 1
+    layout tp2 one_a4 1e-5 --set parallel.tp=2 --set batch.grad_accum=4 || return 1
+    layout tp2pp2dp2 one_a4 1e-5 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 \
+        --set parallel.zero=1 --set batch.grad_accum=2 || return 1
+    ref one_llama 3 "${llama[@]}" || return 1
+    layout llama_tp2 one_llama 1e-5 "${llama[@]}" --set parallel.tp=2 --set batch.grad_accum=3
+}
+check tp2_matches_one_rank test_tp2_matches_one_rank
 
 # A checkpoint of a pp 2 run (stopped at step 5's end) resumed on one rank: the experts'
 # tensors resharded from the stages' layer blocks; steps 6-12 within 1e-5 of one rank's
