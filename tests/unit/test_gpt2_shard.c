@@ -25,6 +25,13 @@ static const struct gpt2_config llama_cfg = {.max_seq_len = 5,
                                              .kv_heads = 2,
                                              .ffn_hidden = 12,
                                              .untied = true};
+/* Mixture of experts: each with 3 experts (top 2) and a shared one, 4 wide, in layers
+ * 1 and 3 (every 2); the other layers keep the dense MLP */
+static struct gpt2_config moe_of(struct gpt2_config c)
+{
+    c.experts = 3, c.top_k = 2, c.moe_every = 2, c.shared_experts = 1, c.moe_ffn = 4;
+    return c;
+}
 static struct gpt2_config cfg;
 
 struct counting {
@@ -154,8 +161,9 @@ static void test_megatron_splits_take_heads_and_columns(void)
  * stage holding the head too) */
 static void test_interleaved_chunks_cover_the_model_exactly(void)
 {
-    const struct gpt2_config c8 = {
+    struct gpt2_config c8 = {
         .max_seq_len = 5, .vocab = 30, .padded_vocab = 32, .layers = 8, .heads = 4, .hidden = 8};
+    if (gpt2_moe(&cfg)) c8 = cfg, c8.layers = 8; /* layer blocks of two sizes */
     struct gpt2_layout full;
     CHECK(gpt2_layout(&c8, &full) == 0, "layout");
     float *model = malloc(full.total * sizeof *model), *back = calloc(full.total, sizeof *back);
@@ -188,8 +196,7 @@ static void test_interleaved_chunks_cover_the_model_exactly(void)
                     int want = vs * n + i % n, l = gpt2_shard_layer(&s, i);
                     CHECK(l == want, "pp %d v %d stage %d: layer %d is %d, want %d", pp, v, st, i,
                           l, want);
-                    CHECK(gpt2_shard_offset(&s, GPT2_LN1W, l) ==
-                              s.layers_at + (size_t)i * s.layer_elems,
+                    CHECK(gpt2_shard_offset(&s, GPT2_LN1W, l) == gpt2_shard_block_at(&s, i),
                           "pp %d v %d stage %d: layer %d not block %d", pp, v, st, l, i);
                 }
                 bool last = vee ? st == 0 : st == pp - 1;
@@ -287,7 +294,9 @@ static void test_tp_mapping_and_its_inverse_agree(void)
     for (int tp = 1; tp <= 4; tp *= 2)
         for (int t = 0; t < GPT2_TENSORS; t++) {
             bool layered = gpt2_tensor_per_layer(t);
-            size_t whole = full.elems[t] / (layered ? (size_t)cfg.layers : 1);
+            size_t layers = (size_t)gpt2_tensor_layers_before(&cfg, t, cfg.layers);
+            if (!full.elems[t]) continue; /* none in this model */
+            size_t whole = full.elems[t] / (layered ? layers : 1);
             size_t local = gpt2_tensor_tp_replicated(t) ? whole : whole / (size_t)tp;
             int *seen = calloc(whole, sizeof *seen);
             for (int r = 0; r < tp; r++)
@@ -444,5 +453,15 @@ int main(void)
     RUN(test_interleaved_chunks_cover_the_model_exactly);
     RUN(test_llama_splits_take_each_band);
     RUN(test_zero3_units_tile_the_buffer_and_the_slices);
+    cfg = moe_of(gpt2_cfg); /* experts (each split over tp as the MLP) in some layers */
+    RUN(test_tp_mapping_and_its_inverse_agree);
+    RUN(test_instances_in_file_order);
+    RUN(test_shards_cover_the_model_exactly);
+    RUN(test_interleaved_chunks_cover_the_model_exactly);
+    cfg = moe_of(llama_cfg); /* a Llama's experts: gate and up bands of each */
+    RUN(test_tp_mapping_and_its_inverse_agree);
+    RUN(test_instances_in_file_order);
+    RUN(test_shards_cover_the_model_exactly);
+    RUN(test_interleaved_chunks_cover_the_model_exactly);
     return check_exit_code();
 }
