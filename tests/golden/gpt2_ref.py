@@ -422,30 +422,26 @@ def clip_and_norm(params, grad_clip):
     return float(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in params)))
 
 
-def train(casedir, cfg, arrays, dtype, linear):
-    """Trains from the checkpoint arrays on the case's shards. Returns
-    (logits of step 1 micro-batch 0 as float32 numpy, {name: step-1 gradient as
-    float32 numpy in file shape}, metrics list, loader windows)."""
-    P = unstack(arrays, dtype)
-    params = leaves(P)
-    opt = make_optimizer(P, cfg)
-    loader = ShardLoader(glob.glob(os.path.join(casedir, cfg.train_glob)), cfg.B, cfg.T)
+def train_steps(cfg, loader, params, opt, forward, grads_of):
+    """The case's steps (the referees share them): each micro-batch's forward(x) ->
+    (logits, what it adds to the loss: 0, or a mixture of experts' losses), the mean loss
+    of the step's micro-batches, clipping, the learning rate, AdamW. Returns (logits of
+    step 1 micro-batch 0 as float32 numpy, grads_of() after step 1's micro-batches,
+    metrics list)."""
     logits0 = grads1 = None
     metrics = []
     for s in range(cfg.steps):
         losses = []
         for a in range(cfg.A):
             x, y = loader.next()
-            logits = gpt2_logits(P, x, cfg.NH, linear)
-            loss = gpt2_loss(logits, y, cfg.V)
+            logits, extra = forward(x)
+            loss = gpt2_loss(logits, y, cfg.V) + extra
             if s == 0 and a == 0:
                 logits0 = logits.detach().to(torch.float32, copy=True).numpy()
             (loss / cfg.A).backward()
             losses.append(loss.item())
         if s == 0:
-            # copies: clipping scales the gradients in place
-            grads1 = {n: g.detach().to(torch.float32, copy=True).numpy()
-                      for n, g in stacked(P, grad=True).items()}
+            grads1 = grads_of()  # copies: clipping scales the gradients in place
         grad_norm = clip_and_norm(params, cfg.grad_clip)
         lr = lr_at(s, cfg)
         for g in opt.param_groups:
@@ -454,6 +450,20 @@ def train(casedir, cfg, arrays, dtype, linear):
         opt.zero_grad(set_to_none=True)
         metrics.append({"step": s + 1, "loss": sum(losses) / cfg.A, "lr": lr,
                         "grad_norm": grad_norm})
+    return logits0, grads1, metrics
+
+
+def train(casedir, cfg, arrays, dtype, linear):
+    """Trains from the checkpoint arrays on the case's shards. Returns
+    (logits of step 1 micro-batch 0 as float32 numpy, {name: step-1 gradient as
+    float32 numpy in file shape}, metrics list, loader windows)."""
+    P = unstack(arrays, dtype)
+    loader = ShardLoader(glob.glob(os.path.join(casedir, cfg.train_glob)), cfg.B, cfg.T)
+    logits0, grads1, metrics = train_steps(
+        cfg, loader, leaves(P), make_optimizer(P, cfg),
+        lambda x: (gpt2_logits(P, x, cfg.NH, linear), 0),
+        lambda: {n: g.detach().to(torch.float32, copy=True).numpy()
+                 for n, g in stacked(P, grad=True).items()})
     return logits0, grads1, metrics, loader.windows
 
 
@@ -672,6 +682,38 @@ def read_f32(path, n):
     if not np.all(np.isfinite(a)):
         return None, f"{path}: contains NaN or Inf"
     return a, None
+
+
+class Rows:
+    """A comparison's lines (the llama and moe referees'): what, its distance, the
+    tolerance, ok or BAD."""
+
+    def __init__(self):
+        self.lines, self.ok = [], True
+
+    def add(self, what, e, t, ok, note=""):
+        self.ok &= ok
+        e_text = "-" if e is None else f"{e:.3e}"
+        t_text = "-" if t is None else f"{t:.1e}"
+        self.lines.append(f"{'ok ' if ok else 'BAD'} {what:<16} {e_text:>10} (tol {t_text}) {note}")
+
+    def print(self, title, out):
+        print(title, file=out)
+        for r in self.lines:
+            print("  " + r, file=out)
+        return self.ok
+
+
+def compare_run_metrics(rows, rundir, ref_metrics, tol):
+    """Every step's loss, lr and grad_norm of the run against ref_metrics ({step: record})."""
+    metrics, problem = read_run_metrics(os.path.join(rundir, "metrics.jsonl"))
+    if metrics is None or sorted(metrics) != sorted(ref_metrics):
+        rows.add("steps", None, None, False, problem or f"run has steps {sorted(metrics or [])}")
+        return
+    for key in METRIC_KEYS:
+        t = tol.get(key, FP32_TOL["loss"])  # lr: never precision-dependent
+        e = max(rel(float(metrics[s][key]), ref_metrics[s][key]) for s in ref_metrics)
+        rows.add(key, e, t, e <= t, f"worst of {len(ref_metrics)} steps")
 
 
 def read_run_metrics(path):

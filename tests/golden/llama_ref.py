@@ -192,31 +192,11 @@ def train(casedir, c, arrays, dtype, linear):
         lr=c.lr, betas=(c.beta1, c.beta2), eps=c.eps_adam)
     shards = sorted(os.path.join(casedir, f) for f in os.listdir(casedir)
                     if f.startswith("train_") and f.endswith(".bin"))
-    loader = g.ShardLoader(shards, c.B, c.T)
-    logits0 = grads1 = None
-    metrics = []
-    for s in range(c.steps):
-        losses = []
-        for a in range(c.A):
-            x, y = loader.next()
-            logits = llama_logits(P, x, c, linear)
-            loss = g.gpt2_loss(logits, y, c.V)
-            if s == 0 and a == 0:
-                logits0 = logits.detach().to(torch.float32).numpy().copy()
-            (loss / c.A).backward()
-            losses.append(loss.item())
-        if s == 0:
-            grads1 = {n: (torch.stack([t.grad for t in P[n]]) if n in LAYERED else P[n].grad)
-                      .detach().to(torch.float32).numpy().copy() for n in P}
-        grad_norm = g.clip_and_norm(params, c.grad_clip)
-        lr = g.lr_at(s, c)
-        for grp in opt.param_groups:
-            grp["lr"] = lr
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        metrics.append({"step": s + 1, "loss": sum(losses) / c.A, "lr": lr,
-                        "grad_norm": grad_norm})
-    return logits0, grads1, metrics
+    return g.train_steps(
+        c, g.ShardLoader(shards, c.B, c.T), params, opt,
+        lambda x: (llama_logits(P, x, c, linear), 0),
+        lambda: {n: (torch.stack([t.grad for t in P[n]]) if n in LAYERED else P[n].grad)
+                 .detach().to(torch.float32).numpy().copy() for n in P})
 
 
 def plan_for(c):
@@ -284,15 +264,7 @@ def compare(casedir, rundir, out=sys.stdout):
     tol = g.BF16_TOL if c.precision == "bf16" else g.FP32_TOL
     shapes = param_shapes(c)
     n_grads = sum(int(np.prod(s)) for _, s in shapes)
-    rows, ok_all = [], True
-
-    def row(what, e, t, ok, note=""):
-        nonlocal ok_all
-        ok_all &= ok
-        e_text = "-" if e is None else f"{e:.3e}"
-        t_text = "-" if t is None else f"{t:.1e}"
-        rows.append(f"{'ok ' if ok else 'BAD'} {what:<16} {e_text:>10} (tol {t_text}) {note}")
-
+    rows = g.Rows()
     ref_logits = np.fromfile(os.path.join(casedir, "ref", "logits.f32"), dtype="<f4")
     ref_grads = np.fromfile(os.path.join(casedir, "ref", "grads.f32"), dtype="<f4")
     with open(os.path.join(casedir, "ref", "metrics.json")) as f:
@@ -300,32 +272,22 @@ def compare(casedir, rundir, out=sys.stdout):
     logits, p1 = g.read_f32(os.path.join(rundir, "dump", "logits.f32"), ref_logits.size)
     grads, p2 = g.read_f32(os.path.join(rundir, "dump", "grads.f32"), n_grads)
     if logits is None:
-        row("logits", None, None, False, p1)
+        rows.add("logits", None, None, False, p1)
     else:
         lt = LOGITS_FP32_TOL if c.precision == "fp32" else tol["tensor"]
         e = g.rel_norm(logits, ref_logits)
-        row("logits", e, lt, e <= lt)
+        rows.add("logits", e, lt, e <= lt)
     off = 0
     for n, shape in shapes:
         k = int(np.prod(shape))
         if grads is None:
-            row("grads." + n, None, None, False, p2)
+            rows.add("grads." + n, None, None, False, p2)
         else:
             e = g.rel_norm(grads[off:off + k], ref_grads[off:off + k])
-            row("grads." + n, e, tol["tensor"], e <= tol["tensor"])
+            rows.add("grads." + n, e, tol["tensor"], e <= tol["tensor"])
         off += k
-    metrics, p3 = g.read_run_metrics(os.path.join(rundir, "metrics.jsonl"))
-    if metrics is None or sorted(metrics) != sorted(ref_metrics):
-        row("steps", None, None, False, p3 or f"run has steps {sorted(metrics or [])}")
-    else:
-        for key in g.METRIC_KEYS:
-            t = tol.get(key, g.FP32_TOL["loss"])  # lr: never precision-dependent
-            e = max(g.rel(float(metrics[s][key]), ref_metrics[s][key]) for s in ref_metrics)
-            row(key, e, t, e <= t, f"worst of {len(ref_metrics)} steps")
-    print(f"llama_ref compare {rundir} against {casedir} ({c.precision}):", file=out)
-    for r in rows:
-        print("  " + r, file=out)
-    return ok_all
+    g.compare_run_metrics(rows, rundir, ref_metrics, tol)
+    return rows.print(f"llama_ref compare {rundir} against {casedir} ({c.precision}):", out)
 
 
 # ---------------------------------------------------------------- selftest

@@ -229,32 +229,13 @@ def train(casedir, c, arrays):
         lr=c.lr, betas=(c.beta1, c.beta2), eps=c.eps_adam)
     shards = sorted(os.path.join(casedir, f) for f in os.listdir(casedir)
                     if f.startswith("train_") and f.endswith(".bin"))
-    loader = g.ShardLoader(shards, c.B, c.T)
-    logits0 = grads1 = None
-    metrics = []
-    for s in range(c.steps):
-        losses = []
-        for a in range(c.A):
-            x, y = loader.next()
-            logits, aux = forward(c, P, x)
-            loss = g.gpt2_loss(logits, y, c.V) + aux
-            if s == 0 and a == 0:
-                logits0 = logits.detach().to(torch.float32).numpy().copy()
-            (loss / c.A).backward()
-            losses.append(loss.item())
-        if s == 0:
-            grads1 = {n: np.zeros(shape) if not np.prod(shape) else
-                      (torch.stack([t.grad for t in P[n]]) if isinstance(P[n], list)
-                       else P[n].grad).detach().numpy().copy() for n, shape in param_shapes(c)}
-        grad_norm = g.clip_and_norm(params, c.grad_clip)
-        rate = g.lr_at(s, c)
-        for grp in opt.param_groups:
-            grp["lr"] = rate
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        metrics.append({"step": s + 1, "loss": sum(losses) / c.A, "lr": rate,
-                        "grad_norm": grad_norm})
-    return logits0, grads1, metrics
+
+    def grads():
+        return {n: np.zeros(shape) if not np.prod(shape) else
+                (torch.stack([t.grad for t in P[n]]) if isinstance(P[n], list)
+                 else P[n].grad).detach().numpy().copy() for n, shape in param_shapes(c)}
+    return g.train_steps(c, g.ShardLoader(shards, c.B, c.T), params, opt,
+                         lambda x: forward(c, P, x), grads)
 
 
 # ---------------------------------------------------------------- case
@@ -267,16 +248,9 @@ def plan_for(c):
                      "ffn_hidden": c.Fm}}
     if c.arch == "llama":
         model.update({"kv_heads": c.KV, "ffn_hidden": c.F})
-    return {
-        "model": model,
-        "data": {"train": "train_*.bin", "shuffle": False},
-        "batch": {"micro_batch": c.B, "grad_accum": c.A},
-        "optimizer": {"lr": c.lr, "beta1": c.beta1, "beta2": c.beta2, "eps": c.eps_adam,
-                      "weight_decay": c.weight_decay, "grad_clip": c.grad_clip,
-                      "warmup_steps": c.warmup, "schedule": c.schedule,
-                      "min_lr_ratio": c.min_lr_ratio},
-        "steps": c.steps, "precision": "fp32", "checkpoint": {"every": 0, "keep": 1},
-    }
+    plan = lr.plan_for(c)  # the data, batch, optimizer and steps as the Llama referee's
+    plan["model"] = model  # (its weights are plait's own: no model.init)
+    return plan
 
 
 def make_case(outdir, c):
@@ -301,51 +275,32 @@ def compare(casedir, rundir, out=sys.stdout):
     tol = g.FP32_TOL
     shapes = param_shapes(c)
     n_params = sum(int(np.prod(s)) for _, s in shapes)
-    rows, ok_all = [], True
-
-    def row(what, e, t, ok, note=""):
-        nonlocal ok_all
-        ok_all &= ok
-        e_text = "-" if e is None else f"{e:.3e}"
-        t_text = "-" if t is None else f"{t:.1e}"
-        rows.append(f"{'ok ' if ok else 'BAD'} {what:<16} {e_text:>10} (tol {t_text}) {note}")
-
+    rows = g.Rows()
     params, problem = g.read_f32(os.path.join(rundir, "dump", "params.f32"), n_params)
     if params is None:
         print(f"moe_ref compare {rundir}: {problem}", file=out)
         return False
     logits0, grads1, ref_metrics = train(casedir, c, split_flat(params, c))
-    ref_metrics = {m["step"]: m for m in ref_metrics}
     logits, p1 = g.read_f32(os.path.join(rundir, "dump", "logits.f32"), logits0.size)
     grads, p2 = g.read_f32(os.path.join(rundir, "dump", "grads.f32"), n_params)
     if logits is None:
-        row("logits", None, None, False, p1)
+        rows.add("logits", None, None, False, p1)
     else:
         e = g.rel_norm(logits, logits0)
-        row("logits", e, 1e-5, e <= 1e-5)
+        rows.add("logits", e, 1e-5, e <= 1e-5)
     run_grads = split_flat(grads, c) if grads is not None else None
     for n, shape in shapes:
         if not np.prod(shape):  # the dense MLP of a model whose every layer is MoE
             continue
         if run_grads is None:
-            row("grads." + n, None, None, False, p2)
+            rows.add("grads." + n, None, None, False, p2)
         elif np.linalg.norm(grads1[n]) == 0:
-            row("grads." + n, None, None, False, "the referee's gradient is zero (a weak case)")
+            rows.add("grads." + n, None, None, False, "the referee's gradient is zero (a weak case)")
         else:
             e = g.rel_norm(run_grads[n], grads1[n])
-            row("grads." + n, e, tol["tensor"], e <= tol["tensor"])
-    metrics, p3 = g.read_run_metrics(os.path.join(rundir, "metrics.jsonl"))
-    if metrics is None or sorted(metrics) != sorted(ref_metrics):
-        row("steps", None, None, False, p3 or f"run has steps {sorted(metrics or [])}")
-    else:
-        for key in g.METRIC_KEYS:
-            t = tol.get(key, tol["loss"])
-            e = max(g.rel(float(metrics[s][key]), ref_metrics[s][key]) for s in ref_metrics)
-            row(key, e, t, e <= t, f"worst of {len(ref_metrics)} steps")
-    print(f"moe_ref compare {rundir} against {casedir}:", file=out)
-    for r in rows:
-        print("  " + r, file=out)
-    return ok_all
+            rows.add("grads." + n, e, tol["tensor"], e <= tol["tensor"])
+    g.compare_run_metrics(rows, rundir, {m["step"]: m for m in ref_metrics}, tol)
+    return rows.print(f"moe_ref compare {rundir} against {casedir}:", out)
 
 
 # ---------------------------------------------------------------- selftest
@@ -397,7 +352,7 @@ def main():
              weight_decay=a.weight_decay, grad_clip=a.grad_clip, beta1=0.9, beta2=0.95,
              eps_adam=1e-8, eps=1e-5, theta=10000.0, seed=a.seed, data_seed=a.data_seed,
              E=a.experts, k=a.top_k, every=a.every, S=a.shared, capacity=a.capacity, aux=a.aux,
-             z=a.z, Fm=a.moe_ffn)
+             z=a.z, Fm=a.moe_ffn, precision="fp32")
     make_case(a.outdir, c)
 
 
