@@ -448,6 +448,21 @@ static void print_offload(const struct plan *p, const struct layout_eval *e, dou
                "already; nothing moves\n");
 }
 
+/* Mixture of experts: its blocks and the parameters a token passes through (what the
+ * model's FLOPs count), beside all of them. */
+static void print_moe(const struct plan *p)
+{
+    struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
+    struct gpt2_layout l;
+    if (!gpt2_moe(&cfg) || gpt2_layout(&cfg, &l)) return;
+    const struct plan_moe *e = &p->model.moe;
+    double total = (double)l.total, active = total - gpt2_inactive_expert_params(&cfg);
+    printf("  model.moe: %d experts (top %d, %d shared) %d wide in %d of %d layers; %.0f "
+           "parameters, %.0f of them active (%.0f%%: a token passes its k experts)\n",
+           e->experts, e->top_k, e->shared_experts, e->ffn_hidden, gpt2_moe_layers(&cfg),
+           cfg.layers, total, active, 100 * active / total);
+}
+
 /* Device memory per rank of each stage, as model_init allocates it. */
 static void print_memory(const struct plan *p, const struct layout_eval *e, uint64_t gpu_mem)
 {
@@ -488,6 +503,7 @@ static void print_memory(const struct plan *p, const struct layout_eval *e, uint
                rings / unit, unit == 1e9 ? "GB" : "MB");
     }
     print_offload(p, e, unit);
+    print_moe(p);
     if (fp8)
         printf("  fp8 keeps an E4M3 copy of each layer's four weight matrices beside the fp32 "
                "weights (params: + 1 byte a weight, + 4 a scale, one per %s) and on the last "

@@ -114,8 +114,21 @@ long long gpt2_qkv_rows(const struct gpt2_config *cfg)
 
 double gpt2_layer_product_weights(const struct gpt2_config *cfg)
 {
-    double C = cfg->hidden;
-    return C * ((double)gpt2_qkv_rows(cfg) + C + (double)gpt2_fc_rows(cfg) + gpt2_ffn(cfg));
+    double C = cfg->hidden, L = cfg->layers, Lm = gpt2_moe_layers(cfg);
+    double attention = C * ((double)gpt2_qkv_rows(cfg) + C);
+    double dense = C * ((double)gpt2_fc_rows(cfg) + (double)gpt2_ffn(cfg));
+    double expert = C * ((double)gpt2_expert_fc_rows(cfg) + cfg->moe_ffn);
+    double moe = C * cfg->experts + (double)(cfg->top_k + cfg->shared_experts) * expert;
+    return attention + (Lm > 0 ? ((L - Lm) * dense + Lm * moe) / L : dense);
+}
+
+double gpt2_inactive_expert_params(const struct gpt2_config *cfg)
+{
+    struct gpt2_layout l;
+    if (!gpt2_moe(cfg) || gpt2_layout(cfg, &l)) return 0;
+    double experts = (double)l.elems[GPT2_EXPFCW] + (double)l.elems[GPT2_EXPFCB] +
+                     (double)l.elems[GPT2_EXPPROJW] + (double)l.elems[GPT2_EXPPROJB];
+    return experts * (cfg->experts - cfg->top_k) / (cfg->experts + cfg->shared_experts);
 }
 
 long long gpt2_fc_rows(const struct gpt2_config *cfg)

@@ -50,8 +50,15 @@ bool gpt2_config_same_tensors(const struct gpt2_config *a, const struct gpt2_con
 int gpt2_kv_heads(const struct gpt2_config *cfg);
 long long gpt2_ffn(const struct gpt2_config *cfg);
 /* The weights of one layer's four products (a forward costs 2 FLOPs each a
- * token): 12C² for GPT-2, C·((NH+2KV)·hs + C + 3F) for a Llama. */
+ * token): 12C² for GPT-2, C·((NH+2KV)·hs + C + 3F) for a Llama; with mixture of
+ * experts the mean over the layers of those a token is multiplied by, an MoE
+ * layer's MLP being its router and k + S experts (the active weights). */
 double gpt2_layer_product_weights(const struct gpt2_config *cfg);
+
+/* Mixture of experts: the expert parameters a token does not pass through (the
+ * E − k routed experts it is not sent to, in every MoE layer); 0 for a dense model.
+ * The active parameters are the total less these. */
+double gpt2_inactive_expert_params(const struct gpt2_config *cfg);
 
 /* Rows of qkvw's one layer: (NH + 2·KV)·hs; of fcw's: 2F (gate and up) or F. */
 long long gpt2_qkv_rows(const struct gpt2_config *cfg);

@@ -119,6 +119,7 @@ double gpu_flops_per_token(const struct gpt2_config *cfg, int seq_len)
      * product), and padded vocabulary rows are not model */
     double lookup = (double)layout.elems[GPT2_WPE] + (cfg->untied ? (double)layout.elems[GPT2_WTE] : 0);
     double n = (double)layout.total - lookup - (double)(cfg->padded_vocab - cfg->vocab) * cfg->hidden;
+    n -= gpt2_inactive_expert_params(cfg); /* a token passes k of E experts */
     return 6.0 * n + 12.0 * cfg->layers * cfg->hidden * (double)seq_len;
 }
 

@@ -108,6 +108,25 @@ test_tp2_matches_one_rank() {
 }
 check tp2_matches_one_rank test_tp2_matches_one_rank
 
+# plait check counts the parameters a token passes through: of each MoE layer's 4
+# experts (and the shared one), C=32 wide, 48 deep, each 48·32 + 48 + 32·48 + 32 = 3152
+# weights, a token skips 2: 2 layers × 2 × 3152 = 12608 inactive
+test_plait_check_counts_active_parameters() {
+    "$PLAIT" check "$WORK/plan.json" "${COMMON[@]}" >"$WORK/check.txt" 2>&1 ||
+        { cat "$WORK/check.txt"; return 1; }
+    "$PY" - "$WORK/check.txt" <<'PYEOF'
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r"model.moe: 4 experts \(top 2, 1 shared\) 48 wide in 2 of 4 layers; (\d+) "
+              r"parameters, (\d+) of them active", text)
+assert m, text
+total, active = int(m.group(1)), int(m.group(2))
+assert total - active == 12608, (total, active)
+print(f"{active} of {total} parameters active")
+PYEOF
+}
+check plait_check_counts_active_parameters test_plait_check_counts_active_parameters
+
 # A checkpoint of a pp 2 run (stopped at step 5's end) resumed on one rank: the experts'
 # tensors resharded from the stages' layer blocks; steps 6-12 within 1e-5 of one rank's
 test_a_pp2_checkpoint_resumes_on_one_rank() {
