@@ -306,6 +306,38 @@ static void test_metrics_read_back_what_was_written(void)
           "a missing metrics.jsonl is an empty series");
 }
 
+/* A mixture of experts' step: its losses, drops and each expert's load read back; a
+ * "moe" without its load names the member. */
+static void test_metrics_moe_reads_back_and_names_a_missing_load(void)
+{
+    const char *dir = fresh_dir("moemetrics");
+    double load[3] = {0.5, 0.125, 0.375};
+    struct step_metrics w = step_one;
+    w.moe_experts = 3, w.moe_balance_loss = 0.0125, w.moe_z_loss = 0.25, w.moe_dropped = 17;
+    w.moe_load = load;
+    struct metrics mt = {0};
+    struct plait_error err;
+    CHECK(metrics_open(&mt, dir, 0, &err) == 0 && metrics_step(&mt, &w, &err) == 0, "%s",
+          err.text);
+    metrics_close(&mt);
+    struct metrics_series s;
+    CHECK(metrics_read(dir, &s, &err) == 0 && s.n_steps == 1, "%s", err.text);
+    if (s.n_steps == 1) {
+        const struct step_metrics *r = &s.steps[0];
+        CHECK(same_step(r, &step_one) && r->moe_experts == 3 && r->moe_balance_loss == 0.0125 &&
+                  r->moe_z_loss == 0.25 && r->moe_dropped == 17 &&
+                  !memcmp(r->moe_load, load, sizeof load),
+              "the mixture of experts' step differs");
+    }
+    metrics_series_free(&s);
+    put_file(dir, RUNDIR_METRICS,
+             "{\"step\": 2, \"loss\": 4.5, \"lr\": 0.1, \"grad_norm\": 1, \"tokens\": 1, "
+             "\"tokens_total\": 2, \"ms\": 1, \"tokens_per_s\": 1, \"peak_pct\": 1, "
+             "\"moe\": {\"balance_loss\": 0.1, \"z_loss\": 0, \"dropped\": 0}}\n");
+    CHECK(metrics_read(dir, &s, &err) < 0 && names(&err, "moemetrics/metrics.jsonl:1", "moe.load"),
+          "%s", err.text);
+}
+
 static void test_metrics_bad_record_names_the_file_line_and_member(void)
 {
     const char *dir = fresh_dir("badmetrics");
@@ -480,6 +512,7 @@ int main(void)
     RUN(test_run_json_reads_back_what_was_written);
     RUN(test_run_json_malformed_names_the_file_and_member);
     RUN(test_metrics_read_back_what_was_written);
+    RUN(test_metrics_moe_reads_back_and_names_a_missing_load);
     RUN(test_metrics_bad_record_names_the_file_line_and_member);
     RUN(test_end_json_reads_back_what_was_written);
     RUN(test_state_json_reads_back_what_was_written);
