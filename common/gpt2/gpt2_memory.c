@@ -169,6 +169,9 @@ static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
 {
     size_t slots = (size_t)shape->slots;
     if (a >= GPT2_ACT_FIRST_MOE) return moe_buffer_copies(a, s, shape);
+    bool mlp = a == GPT2_ACT_FCH || a == GPT2_ACT_FCH_GELU || a == GPT2_ACT_D4C ||
+               a == GPT2_ACT_DFF || a == GPT2_ACT_G_FC || a == GPT2_ACT_G_FCPROJ;
+    if (mlp && !gpt2_shard_holds(s, GPT2_FCW)) return 0; /* every layer an MoE block */
     bool split_only = a >= GPT2_ACT_G_FCPROJ && a <= GPT2_ACT_G_QKV;
     if (split_only && !shape->split_backward) return 0;
     bool mean = a == GPT2_ACT_LN1_MEAN || a == GPT2_ACT_LN2_MEAN || a == GPT2_ACT_LNF_MEAN;

@@ -39,7 +39,8 @@
 #include "common/gpt2/gpt2_units.h"
 #include "common/plan/plan.h"
 
-/* The activation and scratch buffers, N = B·T rows; R = the residual
+/* The activation and scratch buffers (the dense MLP's not held where every layer of
+ * the shard has an MoE block instead), N = B·T rows; R = the residual
  * stream's rows on this rank: N, or N/tp with sequence parallelism. For a
  * Llama read "4C" as the MLP's product width 2F (gate and up) and, for
  * FCH_GELU, F (SwiGLU's output); G_QKV is (N,QKV/tp), QKV = (NH+2KV)·hs the
