@@ -8,8 +8,9 @@
 # gradients are 0.1% off (by hand: one whose gates are not renormalised fails the
 # three referee cases); then layouts against one rank over 12 steps (dp 2 ZeRO 1
 # and 2, pp 2 1F1B and interleaved, predicted == allocated), the same bits twice,
-# tp 2 (alone, with pp 2 × dp 2, a Llama's), a pp 2 checkpoint resumed on one rank, and a run stopped mid-step resumed to
-# the bit.
+# tp 2 (alone, with pp 2 × dp 2, a Llama's), bf16 at dp 2 and pp 2; plait check's
+# active parameters and plait status's experts; a pp 2 checkpoint resumed on one
+# rank, and a run stopped mid-step resumed to the bit.
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, finish
 
@@ -47,8 +48,11 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l]
 dropped = sum(r["moe"]["dropped"] for r in rows)
 assert dropped > 0, "no token was dropped: the case does not test the capacity"
+assert all(abs(sum(r["moe"]["load"]) - 1) < 1e-12 and len(r["moe"]["load"]) == 8 for r in rows)
 print(f"{dropped} choices dropped over {len(rows)} steps")
 PYEOF
+    # plait status reads them back: the last step's experts
+    "$PLAIT" status "$WORK/run_e8k1" | grep -E "^  experts +8, each taking [0-9.]+%\.\.[0-9.]+% of the choices, [1-9][0-9]* dropped; balance loss"
 }
 check gpt2_e8_k1_dropping_at_capacity_matches_the_referee \
     test_gpt2_e8_k1_dropping_at_capacity_matches_the_referee
@@ -107,6 +111,16 @@ test_tp2_matches_one_rank() {
     layout llama_tp2 one_llama 1e-5 "${llama[@]}" --set parallel.tp=2 --set batch.grad_accum=3
 }
 check tp2_matches_one_rank test_tp2_matches_one_rank
+
+# bf16 (the router's and experts' products on their bf16 copies): dp 2 and pp 2 within
+# bf16's bound of the existing layouts (test_parallel's) of the bf16 one rank
+test_bf16_tracks_bf16_one_rank() {
+    ref one_bf16 4 --set precision=bf16 || return 1
+    layout bf16_dp2 one_bf16 1e-4 --set precision=bf16 --set parallel.dp=2 \
+        --set parallel.zero=1 --set batch.grad_accum=2 || return 1
+    layout bf16_pp2 one_bf16 1e-4 --set precision=bf16 --set parallel.pp=2 --set batch.grad_accum=4
+}
+check bf16_tracks_bf16_one_rank test_bf16_tracks_bf16_one_rank
 
 # plait check counts the parameters a token passes through: of each MoE layer's 4
 # experts (and the shared one), C=32 wide, 48 deep, each 48·32 + 48 + 32·48 + 32 = 3152
