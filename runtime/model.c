@@ -112,6 +112,7 @@ static const struct {
     MODEL(GPT2_ACT_MOE_DY, moe_dy),
     MODEL(GPT2_ACT_MOE_DH, moe_dh),
     MODEL(GPT2_ACT_MOE_DACT, moe_dact),
+    MODEL(GPT2_ACT_MOE_LN, moe_ln),
 };
 #undef MOE
 #undef LAYER
@@ -741,16 +742,22 @@ int model_tp_allreduce(struct model *m, float *buf, size_t n, struct plait_error
  * rows a rank. The residual stream's rows (R,C) -> *whole (N,C), every
  * rank's block in rank order, in m->whole (without sequence parallelism the
  * rows are already whole: *whole = rows). */
-static int sp_gather(struct model *m, const float *rows, int N, const float **whole,
-                     struct plait_error *err)
+static int sp_gather_into(struct model *m, const float *rows, int N, float *into,
+                          const float **whole, struct plait_error *err)
 {
     *whole = rows;
     if (!m->sp) return 0;
     size_t RC = (size_t)(N / m->tp.size) * m->cfg.hidden;
-    if (m->tp.allgather(m->tp.ctx, rows, m->whole, RC, err))
+    if (m->tp.allgather(m->tp.ctx, rows, into, RC, err))
         return error_prefix(err, "sequence-parallel all-gather: ");
-    *whole = m->whole;
+    *whole = into;
     return 0;
+}
+
+static int sp_gather(struct model *m, const float *rows, int N, const float **whole,
+                     struct plait_error *err)
+{
+    return sp_gather_into(m, rows, N, m->whole, whole, err);
 }
 
 /* partial (N,C) summed over the group, this rank's R rows of the sum into
@@ -1297,9 +1304,11 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
     if (recompute_timed(m, sl, i, B, T, err)) return -1;
     /* MLP: res3 = res2 + fcproj(act(fc(ln2(res2)))), or + the MoE block's output */
     if (sp_gather(m, m->dres, N, &dout, err)) return -1;
-    if (gpt2_layer_moe(&m->cfg, l) ? moe_backward(m, moe_acts_of(m, sl, i), l, dout, a->ln2, m->dC,
-                                                  N, sl->grad_scale, acc, err)
-                                   : mlp_backward(m, a, l, dout, N, acc, pass, err))
+    bool moe = gpt2_layer_moe(&m->cfg, l); /* its input gathered beside dout, sequence parallel */
+    if (moe ? sp_gather_into(m, a->ln2, N, m->moe_ln, &ln, err) ||
+                  moe_backward(m, moe_acts_of(m, sl, i), l, dout, ln, m->dC, N, sl->grad_scale,
+                               acc, err)
+            : mlp_backward(m, a, l, dout, N, acc, pass, err))
         return -1;
     if (tp_sum_rows(m, m->dC, N, &dln, err)) return -1;
     PROF(pr, PROF_LAYERNORM_BWD,

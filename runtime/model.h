@@ -185,6 +185,7 @@ struct model {
      * scratch of gpt2_memory.h's GPT2_ACT_MOE_* and what the losses and metrics take */
     int n_moe;
     float *moe_logits, *moe_dgate, *moe_dy, *moe_dh, *moe_dact;
+    float *moe_ln; /* (N,C) sequence parallel: the block's input gathered in backward */
     double moe_capacity_factor, moe_aux, moe_z; /* plan.h struct plan_moe's */
     int32_t *moe_counts_host;                   /* (2E) a layer's counts, read back */
     int32_t *moe_routed_host;                   /* every slot's moe_acts' routed_host */

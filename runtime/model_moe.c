@@ -94,8 +94,7 @@ int moe_check(const struct model *m, struct plait_error *err)
         !o->moe_combine || !o->moe_combine_backward || !o->moe_route_backward || !o->moe_losses)
         return error_set(err, "model.moe: the %s backend has no mixture-of-experts ops yet",
                          o->name);
-    const char *what = m->sp                                 ? "sequence parallelism"
-                       : m->cp > 1                           ? "context parallelism"
+    const char *what = m->cp > 1                             ? "context parallelism"
                        : m->zero == 3                        ? "ZeRO 3"
                        : m->precision == PLAN_PRECISION_FP8  ? "precision fp8"
                        : m->split_backward                   ? "a split backward"

@@ -70,6 +70,8 @@ static bool moe_buffer_elems(enum gpt2_act a, const struct gpt2_config *cfg, lon
     case GPT2_ACT_MOE_Y:
     case GPT2_ACT_MOE_DY:
         return ck_size(out, k, N, C);
+    case GPT2_ACT_MOE_LN:
+        return ck_size(out, N, C);
     case GPT2_ACT_MOE_H:
         return ck_size(out, k, N, FCm);
     case GPT2_ACT_MOE_ACT:
@@ -94,6 +96,7 @@ static size_t moe_buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     size_t layers = (size_t)gpt2_chunk_moe_layers(s);
     bool shared = a == GPT2_ACT_MOE_SH_H || a == GPT2_ACT_MOE_SH_ACT;
     if (!layers || (shared && !s->cfg.shared_experts)) return 0;
+    if (a == GPT2_ACT_MOE_LN) return shape->sequence_parallel;
     if (a >= GPT2_ACT_FIRST_MOE_SCRATCH) return 1;
     return shape->recompute == PLAN_RECOMPUTE_FULL ? 1 : (size_t)shape->slots * layers;
 }

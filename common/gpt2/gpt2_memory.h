@@ -121,6 +121,8 @@ enum gpt2_act {
     GPT2_ACT_MOE_DY,     /* (kN,C)     the experts' output gradients, then input gradients */
     GPT2_ACT_MOE_DH,     /* (max(kN,N),FCm) */
     GPT2_ACT_MOE_DACT,   /* (max(kN,N),Fm) */
+    GPT2_ACT_MOE_LN,     /* (N,C)      sequence parallel only: the block's input gathered
+                            again in backward, beside its output's gradient */
     GPT2_ACTS
 };
 #define GPT2_ACT_FIRST_SLOT GPT2_ACT_INPUT

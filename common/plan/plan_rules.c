@@ -528,7 +528,7 @@ static int check_cp_rules(struct plan_ctx *c, const struct plan *p)
 
 /* model.moe: its fields against each other and the model, and what this
  * slice of mixture of experts does not build yet, refused naming the field:
- * sequence and context parallelism, ZeRO 3, fp8, a split backward (zb-h1,
+ * context parallelism, ZeRO 3, fp8, a split backward (zb-h1,
  * dualpipev), the CUDA backend, llm.c or Hugging Face files and sampling. */
 static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
 {
@@ -549,9 +549,7 @@ static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
                               "split over tp as the MLP is",
                               e->ffn_hidden, par->tp, e->ffn_hidden % par->tp);
     const char *what = NULL, *path = NULL;
-    if (par->sequence_parallel)
-        path = "parallel.sequence_parallel", what = "not built yet for the experts; use false";
-    else if (par->cp != 1)
+    if (par->cp != 1)
         path = "parallel.cp", what = "context parallelism is not built yet; use 1";
     else if (par->zero == 3)
         path = "parallel.zero", what = "ZeRO 3's units are not built yet; use 0, 1 or 2";

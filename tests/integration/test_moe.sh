@@ -8,7 +8,7 @@
 # gradients are 0.1% off (by hand: one whose gates are not renormalised fails the
 # three referee cases); then layouts against one rank over 12 steps (dp 2 ZeRO 1
 # and 2, pp 2 1F1B and interleaved, predicted == allocated), the same bits twice,
-# tp 2 (alone, with pp 2 × dp 2, a Llama's), bf16 at dp 2 and pp 2; plait check's
+# tp 2 (alone, with pp 2 × dp 2, sequence parallel, a Llama's), bf16 at dp 2 and pp 2; plait check's
 # active parameters and plait status's experts; a pp 2 checkpoint resumed on one
 # rank, and a run stopped mid-step resumed to the bit.
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
@@ -99,7 +99,8 @@ test_dp2_zero1_and_2_pp2_and_interleaved_match_one_rank() {
 check dp2_zero1_and_2_pp2_and_interleaved_match_one_rank test_dp2_zero1_and_2_pp2_and_interleaved_match_one_rank
 
 # tp 2: each expert split as the MLP is (fc by columns, fcproj by rows), the router whole;
-# with pp 2 and dp 2 (ZeRO 1) too, and a Llama's SwiGLU experts (gate and up split alike)
+# with pp 2 and dp 2 (ZeRO 1) too, sequence parallel (with full recompute, with dp 2 ZeRO
+# 2), and a Llama's SwiGLU experts (gate and up split alike)
 test_tp2_matches_one_rank() {
     local llama=(--set model.arch=llama --set model.heads=4 --set model.kv_heads=2
         --set model.ffn_hidden=64)
@@ -107,6 +108,11 @@ test_tp2_matches_one_rank() {
     layout tp2 one_a4 1e-5 --set parallel.tp=2 --set batch.grad_accum=4 || return 1
     layout tp2pp2dp2 one_a4 1e-5 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 \
         --set parallel.zero=1 --set batch.grad_accum=2 || return 1
+    # sequence parallel: the block's input gathered, its output reduce-scattered
+    layout tp2_sp_full one_a4 1e-5 --set parallel.tp=2 --set parallel.sequence_parallel=true \
+        --set recompute=full --set batch.grad_accum=4 || return 1
+    layout tp2_sp_dp2_z2 one_a4 1e-5 --set parallel.tp=2 --set parallel.sequence_parallel=true \
+        --set parallel.dp=2 --set parallel.zero=2 --set batch.grad_accum=2 || return 1
     ref one_llama 3 "${llama[@]}" || return 1
     layout llama_tp2 one_llama 1e-5 "${llama[@]}" --set parallel.tp=2 --set batch.grad_accum=3
 }
