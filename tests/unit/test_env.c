@@ -1,6 +1,7 @@
 /* test_env.c — reading the env contract: one rank by default, a rank of a
- * tp × pp × dp layout read back as place_rank_env writes it, and each kind of
- * inconsistency refused naming the variable. */
+ * tp × pp × dp layout (and of one with context parallelism) read back as
+ * place_rank_env writes it, and each kind of inconsistency refused naming the
+ * variable. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,8 @@ static const char *const vars[] = {PLAIT_ENV_RANK,
                                    PLAIT_ENV_TP_RANK,
                                    PLAIT_ENV_PP_RANK,
                                    PLAIT_ENV_DP_RANK,
+                                   PLAIT_ENV_CP,
+                                   PLAIT_ENV_CP_RANK,
                                    PLAIT_ENV_DEVICE,
                                    PLAIT_ENV_LOCAL_RANK,
                                    PLAIT_ENV_LOCAL_WORLD_SIZE,
@@ -66,6 +69,39 @@ static void test_a_rank_of_a_3d_layout_reads_back(void)
           "rank %d", e.rank);
     CHECK(e.device == 3 && !strcmp(e.store_addr, "node1:29500") && !strcmp(e.store_secret, "abc"),
           "device %d store %s", e.device, e.store_addr);
+    CHECK(e.cp == 1 && e.cp_rank == 0, "without PLAIT_CP: cp %d rank %d", e.cp, e.cp_rank);
+}
+
+/* rank 6 of tp 2 × cp 2 × pp 1 × dp 2 (PLAIT_DP the replicas, cp not in it): tp 0, cp 1,
+ * dp 1, as rank = tp_rank + tp·(cp_rank + cp·(dp_rank + dp·pp_rank)) */
+static void set_cp_rank6(void)
+{
+    set_rank5();
+    setenv(PLAIT_ENV_RANK, "6", 1);
+    setenv(PLAIT_ENV_PP, "1", 1);
+    setenv(PLAIT_ENV_CP, "2", 1);
+    setenv(PLAIT_ENV_TP_RANK, "0", 1);
+    setenv(PLAIT_ENV_CP_RANK, "1", 1);
+    setenv(PLAIT_ENV_DP_RANK, "1", 1);
+    setenv(PLAIT_ENV_PP_RANK, "0", 1);
+}
+
+static void test_a_rank_of_a_cp_layout_reads_back(void)
+{
+    set_cp_rank6();
+    struct env_rank e;
+    struct plait_error err;
+    CHECK(env_rank_read(&e, &err) == 0, "%s", err.text);
+    CHECK(e.rank == 6 && e.world == 8 && e.cp == 2 && e.cp_rank == 1 && e.dp == 2 &&
+              e.dp_rank == 1 && e.tp_rank == 0,
+          "rank %d cp %d/%d dp %d/%d", e.rank, e.cp_rank, e.cp, e.dp_rank, e.dp);
+    setenv(PLAIT_ENV_CP_RANK, "0", 1);
+    CHECK(env_rank_read(&e, &err) != 0 &&
+              strstr(err.text, "coordinates tp 0, cp 0, dp 1, pp 0 are rank 4 in Megatron order"),
+          "cp rank 0 as rank 6: %s", err.text);
+    setenv(PLAIT_ENV_CP_RANK, "2", 1);
+    CHECK(env_rank_read(&e, &err) != 0 && strstr(err.text, "outside the layout"), "%s", err.text);
+    clear();
 }
 
 static void refused(const char *name, const char *value, const char *want)
@@ -83,8 +119,10 @@ static void refused(const char *name, const char *value, const char *want)
 
 static void test_inconsistencies_are_refused_naming_the_variable(void)
 {
-    refused(PLAIT_ENV_WORLD_SIZE, "6", "PLAIT_WORLD_SIZE=6, but PLAIT_TP × PLAIT_PP × PLAIT_DP");
-    refused(PLAIT_ENV_TP_RANK, "0", "coordinates tp 0, dp 0, pp 1 are rank 4 in Megatron order");
+    refused(PLAIT_ENV_WORLD_SIZE, "6",
+            "PLAIT_WORLD_SIZE=6, but PLAIT_TP × PLAIT_CP × PLAIT_PP × PLAIT_DP");
+    refused(PLAIT_ENV_TP_RANK, "0",
+            "coordinates tp 0, cp 0, dp 0, pp 1 are rank 4 in Megatron order");
     refused(PLAIT_ENV_TP, "x", "PLAIT_TP=x: must be an integer");
     refused(PLAIT_ENV_RANK, "-1", "PLAIT_RANK=-1: must be an integer in [0,");
     refused(PLAIT_ENV_PP, NULL, "PLAIT_PP is not set");
@@ -98,6 +136,7 @@ int main(void)
 {
     RUN(test_no_contract_is_one_rank);
     RUN(test_a_rank_of_a_3d_layout_reads_back);
+    RUN(test_a_rank_of_a_cp_layout_reads_back);
     RUN(test_inconsistencies_are_refused_naming_the_variable);
     return check_exit_code();
 }
