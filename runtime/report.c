@@ -104,18 +104,19 @@ double report_proc_status_bytes(const char *field)
  * model_init allocated (counted), and its peak resident set. Collective. */
 static int memory_report(struct trainer *t, int step, struct plait_error *err)
 {
-    enum { K = 9 };
+    enum { K = 10 };
     const struct env_rank *w = t->where;
     const struct model_bytes *a = &t->m.allocated;
     double mine[K] = {w->tp_rank,
                       w->pp_rank,
-                      w->dp_rank,
+                      rank_data_of(w->dp_rank, w->cp),
                       (double)a->params,
                       (double)a->grads,
                       (double)a->optimizer,
                       (double)a->activations,
                       report_proc_status_bytes("VmHWM"),
-                      t->rss_before_model};
+                      t->rss_before_model,
+                      w->cp_rank};
     int n = w->world;
     double *all = malloc((size_t)n * K * sizeof *all);
     if (!all) return error_set(err, "out of memory");
@@ -132,7 +133,7 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
         free(all);
         return error_set(err, "out of memory");
     }
-    struct cost_layout l = {w->tp, w->pp, w->dp};
+    struct cost_layout l = {w->tp, w->pp, w->dp / w->cp}; /* (the plan's dp: where's is dp·cp) */
     bool on_cpu = strcmp(t->m.ops->name, "cpu") == 0;
     /* the plan with the device it ran on (a GPU's attention keeps no probabilities) */
     struct plan as_run = *t->plan;
@@ -150,7 +151,8 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
                           (int64_t)c.activations, -1},
             .allocated = {(int64_t)v[3], (int64_t)v[4], (int64_t)v[5], (int64_t)v[6], -1},
             .rss_peak_bytes = (int64_t)v[7],
-            .rss_before_model_bytes = (int64_t)v[8]};
+            .rss_before_model_bytes = (int64_t)v[8],
+            .cp = (int)v[9]};
         if (on_cpu && n > 1) /* host memory beside the model's: the socket backend's rings */
             ranks[r].predicted.comm_rings = (int64_t)cost_comm_ring_bytes(t->plan, l, (int)v[1]);
     }
@@ -158,6 +160,7 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
     free(t->run.ranks);
     t->run.ranks = ranks;
     t->run.n_ranks = n;
+    t->run.cp = w->cp;
     t->run.memory_after_step = step;
     return write_run_json(t, err);
 }

@@ -22,20 +22,15 @@ void ring_positions(int32_t *pos, int T, int cp, int r)
     }
 }
 
-int ring_take_chunks(int32_t *tokens, int B, int T, int cp, int r)
+void ring_chunks(int32_t *mine, const int32_t *whole, int B, int T, int cp, int r)
 {
-    int h = T / 2, whole = T * cp;
-    int32_t *mine = malloc((size_t)B * T * sizeof *mine);
-    if (!mine) return -1;
+    int h = T / 2;
     for (int b = 0; b < B; b++) {
-        const int32_t *seq = tokens + (size_t)b * whole;
+        const int32_t *seq = whole + (size_t)b * T * cp;
         memcpy(mine + (size_t)b * T, seq + (size_t)r * h, (size_t)h * sizeof *mine);
         memcpy(mine + (size_t)b * T + h, seq + (size_t)(2 * cp - 1 - r) * h,
                (size_t)h * sizeof *mine);
     }
-    memcpy(tokens, mine, (size_t)B * T * sizeof *mine);
-    free(mine);
-    return 0;
 }
 
 int ring_init(struct model *m, struct plait_error *err)

@@ -20,9 +20,9 @@ struct layer_acts;
  * r's first. */
 void ring_positions(int32_t *pos, int T, int cp, int r);
 
-/* Cp rank r's T tokens of each of the B sequences of cp·T in `tokens`, in place
- * (its two chunks one after the other). -1 only when out of memory. */
-int ring_take_chunks(int32_t *tokens, int B, int T, int cp, int r);
+/* Cp rank r's T tokens (B,T) of each of the B sequences of cp·T in whole
+ * (B,cp·T): its two chunks one after the other. */
+void ring_chunks(int32_t *mine, const int32_t *whole, int B, int T, int cp, int r);
 
 /* Whether the model's backend runs the ring, and every rank's positions into
  * the model's memory (model_init, cp > 1). */

@@ -16,7 +16,7 @@
 #include "runtime/model_zero3.h"
 #include "runtime/optim.h"
 #include "runtime/report.h"
-#include "runtime/ring_attention.h" // defines: ring_take_chunks
+#include "runtime/ring_attention.h" // defines: ring_chunks
 #include "runtime/train.h" // defines: train_stop_signal
 #include "runtime/train_save.h"
 
@@ -62,12 +62,14 @@ static int read_chunks(struct trainer *t, struct data_loader *d, bool shared, in
 {
     const struct env_rank *w = t->where;
     int cp = w->cp, B = t->plan->batch.micro_batch;
-    if (shared ? data_next_of(d, rank_data_of(w->dp_rank, cp), w->dp / cp, tokens, targets, err)
-               : data_next(d, tokens, targets, err))
+    int32_t *in = cp > 1 ? t->whole_tokens : tokens, *out = cp > 1 ? t->whole_targets : targets;
+    if (shared ? data_next_of(d, rank_data_of(w->dp_rank, cp), w->dp / cp, in, out, err)
+               : data_next(d, in, out, err))
         return -1;
-    if (cp > 1 && (ring_take_chunks(tokens, B, t->T, cp, w->cp_rank) ||
-                   ring_take_chunks(targets, B, t->T, cp, w->cp_rank)))
-        return error_set(err, "out of memory");
+    if (cp > 1) {
+        ring_chunks(tokens, in, B, t->T, cp, w->cp_rank);
+        ring_chunks(targets, out, B, t->T, cp, w->cp_rank);
+    }
     return 0;
 }
 

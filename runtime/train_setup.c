@@ -214,6 +214,9 @@ static int make_step_buffers(struct trainer *t, struct plait_error *err)
     t->inputs = malloc((size_t)B * T * sizeof *t->inputs);
     t->targets = malloc((size_t)B * T * sizeof *t->targets);
     if (!t->inputs || !t->targets) return error_set(err, "out of memory");
+    if (t->where->cp > 1 && (!(t->whole_tokens = malloc((size_t)B * T * sizeof(int32_t))) ||
+                             !(t->whole_targets = malloc((size_t)B * T * sizeof(int32_t)))))
+        return error_set(err, "out of memory");
     return 0;
 }
 
@@ -368,5 +371,7 @@ void train_teardown(struct trainer *t)
     t->ctx = NULL;
     free(t->inputs);
     free(t->targets);
+    free(t->whole_tokens);
+    free(t->whole_targets);
     free(t->dump_tokens);
 }

@@ -33,6 +33,8 @@ struct trainer {
     const struct env_rank *where; /* this rank's place (the env contract), context parallelism
                                      folded into its dp (parallel_fold): dp·cp ranks */
     int T;                        /* this rank's tokens of a sequence: model.seq_len / cp */
+    int32_t *whole_tokens, *whole_targets; /* cp > 1: (B,seq_len) a micro-batch's sequences as
+                                              read, before this rank takes its chunks */
     struct parallel par;          /* the other ranks (none with one rank) */
     bool par_ready, multi;        /* multi: more than one rank */
     struct schedule sched;        /* the pipeline schedule of a step */

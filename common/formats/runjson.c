@@ -43,6 +43,8 @@ static json_t *memory_json(const struct run_record *r)
                              "allocated", bytes_json(&m->allocated, false), "rss_peak_bytes",
                              (json_int_t)m->rss_peak_bytes, "rss_before_model_bytes",
                              (json_int_t)m->rss_before_model_bytes));
+        json_t *last = json_array_get(ranks, json_array_size(ranks) - 1);
+        if (last && r->cp > 1) json_object_set_new(last, "cp", json_integer(m->cp));
     }
     return json_pack("{s:i,s:o}", "after_step", r->memory_after_step, "ranks", ranks);
 }
@@ -123,6 +125,7 @@ static void read_rank(struct json_read *rd, json_t *o, const char *at, struct ru
     m->tp = (int)json_read_int(rd, o, at, "tp");
     m->pp = (int)json_read_int(rd, o, at, "pp");
     m->dp = (int)json_read_int(rd, o, at, "dp");
+    m->cp = json_read_has(o, "cp") ? (int)json_read_int(rd, o, at, "cp") : 0;
     snprintf(sub, sizeof sub, "%s.predicted", at);
     read_bytes(rd, json_read_object(rd, o, at, "predicted"), sub, &m->predicted);
     snprintf(sub, sizeof sub, "%s.allocated", at);

@@ -23,6 +23,8 @@ struct run_rank_memory {
     int rank, tp, pp, dp;
     struct run_bytes predicted, allocated; /* plait check's (cost_memory_stage), model_init's */
     int64_t rss_peak_bytes, rss_before_model_bytes;
+    int cp; /* its cp coordinate (written when the run had context parallelism; read: 0
+               where absent) */
 };
 
 struct run_machine {
@@ -45,6 +47,8 @@ struct run_record {
                                       memory section) */
     struct run_rank_memory *ranks; /* n_ranks, in rank order; freed by runjson_free */
     int n_ranks;
+    int cp; /* the layout's context parallelism when written (0 or 1: none, no rank's "cp"
+               written); not read back */
     double modelled_tokens_per_s, measured_tokens_per_s; /* 0: not known (null) */
     bool has_checkpoint;                                 /* a checkpoint was written: */
     bool checkpoint_async;

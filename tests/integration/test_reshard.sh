@@ -76,6 +76,13 @@ test_dp4_zero3_to_dp2_zero1() { reshard j 1x1x4z3/1 1x1x2z1/2; }
 test_dp2_zero1_to_tp2_dp2_zero3() { reshard k 1x1x2z1/2 2x1x2z3/2; }
 test_pp2_dp2_zero3_to_dp4_zero3() { reshard l 1x2x2z3/2 1x1x4z3/1; }
 test_hsdp_2x2_zero3_to_one_rank() { reshard m "1x1x4z3/1 --set parallel.dp_shard=2" 1x1x1/4; }
+# Context parallelism: ZeRO's slices are over the dp·cp ranks (each cp rank a slice), any
+# other layout reads them; the global batch is dp's alone
+test_cp2_dp2_zero1_to_one_rank() { reshard n "1x1x2z1/2 --set parallel.cp=2" 1x1x1/4; }
+test_one_rank_to_tp2_cp2_zero3() { reshard o 1x1x1/4 "2x1x1z3/4 --set parallel.cp=2"; }
+test_cp4_zero2_to_cp2_pp2_zero3() {
+    reshard p "1x1x1z2/4 --set parallel.cp=4" "1x2x1z3/4 --set parallel.cp=2"
+}
 
 # A checkpoint taken in the middle of a step holds each rank's gradients of
 # the unfinished step: only its own layout may take them, and another is
@@ -219,6 +226,9 @@ check dp4_zero3_to_dp2_zero1 test_dp4_zero3_to_dp2_zero1
 check dp2_zero1_to_tp2_dp2_zero3 test_dp2_zero1_to_tp2_dp2_zero3
 check pp2_dp2_zero3_to_dp4_zero3 test_pp2_dp2_zero3_to_dp4_zero3
 check hsdp_2x2_zero3_to_one_rank test_hsdp_2x2_zero3_to_one_rank
+check cp2_dp2_zero1_to_one_rank test_cp2_dp2_zero1_to_one_rank
+check one_rank_to_tp2_cp2_zero3 test_one_rank_to_tp2_cp2_zero3
+check cp4_zero2_to_cp2_pp2_zero3 test_cp4_zero2_to_cp2_pp2_zero3
 check a_mid_step_checkpoint_refuses_another_layout test_a_mid_step_checkpoint_refuses_another_layout
 check export_gives_the_sharded_models_logits test_export_gives_the_sharded_models_logits
 check export_of_zero3_gives_its_logits test_export_of_zero3_gives_its_logits
