@@ -462,7 +462,8 @@ static void print_cp_fit(const struct plan *placed, const struct layout_eval *e,
     cost_memory(&whole, e->layout, &mem, NULL);
     bool only_cp = gpu_mem && e->fits && mem.total > gpu_mem;
     printf("  at cp 1 a rank would hold %.2f GB (activations %.2f)%s\n", mem.total / 1e9,
-           mem.activations / 1e9, only_cp ? ": context parallelism is what makes the plan fit" : "");
+           mem.activations / 1e9,
+           only_cp ? ": context parallelism is what makes the plan fit" : "");
 }
 
 /* Where parallel.offload puts the optimizer's state, in words. */

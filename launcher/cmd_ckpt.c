@@ -177,7 +177,9 @@ static void layout_text(const struct ckpt_info *c, char *out, size_t bytes)
                  l->dp_shard, l->zero, l->chunks > 1 ? " interleaved" : "");
     else
         snprintf(out, bytes, "%s%s%.0d%s", degrees, l->zero ? " ZeRO " : "", l->zero,
-                 l->v_shape ? " dualpipev" : l->chunks > 1 ? " interleaved" : "");
+                 l->v_shape      ? " dualpipev"
+                 : l->chunks > 1 ? " interleaved"
+                                 : "");
 }
 
 /* The checkpoints DIR names (newest first), described. */
