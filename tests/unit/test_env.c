@@ -32,21 +32,28 @@ static void clear(void)
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
 }
 
+/* Sets each name to its value. */
+static void set_each(const char *const (*vars_values)[2], size_t n)
+{
+    for (size_t i = 0; i < n; i++) setenv(vars_values[i][0], vars_values[i][1], 1);
+}
+
 /* rank 5 of tp 2 × pp 2 × dp 2: tp 1, dp 0, pp 1 */
 static void set_rank5(void)
 {
+    static const char *const rank5[][2] = {{PLAIT_ENV_RANK, "5"},
+                                           {PLAIT_ENV_WORLD_SIZE, "8"},
+                                           {PLAIT_ENV_TP, "2"},
+                                           {PLAIT_ENV_PP, "2"},
+                                           {PLAIT_ENV_DP, "2"},
+                                           {PLAIT_ENV_TP_RANK, "1"},
+                                           {PLAIT_ENV_DP_RANK, "0"},
+                                           {PLAIT_ENV_PP_RANK, "1"},
+                                           {PLAIT_ENV_DEVICE, "3"},
+                                           {PLAIT_ENV_STORE_ADDR, "node1:29500"},
+                                           {PLAIT_ENV_STORE_SECRET, "abc"}};
     clear();
-    setenv(PLAIT_ENV_RANK, "5", 1);
-    setenv(PLAIT_ENV_WORLD_SIZE, "8", 1);
-    setenv(PLAIT_ENV_TP, "2", 1);
-    setenv(PLAIT_ENV_PP, "2", 1);
-    setenv(PLAIT_ENV_DP, "2", 1);
-    setenv(PLAIT_ENV_TP_RANK, "1", 1);
-    setenv(PLAIT_ENV_DP_RANK, "0", 1);
-    setenv(PLAIT_ENV_PP_RANK, "1", 1);
-    setenv(PLAIT_ENV_DEVICE, "3", 1);
-    setenv(PLAIT_ENV_STORE_ADDR, "node1:29500", 1);
-    setenv(PLAIT_ENV_STORE_SECRET, "abc", 1);
+    set_each(rank5, sizeof rank5 / sizeof *rank5);
 }
 
 static void test_no_contract_is_one_rank(void)
@@ -76,14 +83,12 @@ static void test_a_rank_of_a_3d_layout_reads_back(void)
  * dp 1, as rank = tp_rank + tp·(cp_rank + cp·(dp_rank + dp·pp_rank)) */
 static void set_cp_rank6(void)
 {
+    static const char *const rank6[][2] = {{PLAIT_ENV_RANK, "6"},    {PLAIT_ENV_PP, "1"},
+                                           {PLAIT_ENV_CP, "2"},      {PLAIT_ENV_TP_RANK, "0"},
+                                           {PLAIT_ENV_CP_RANK, "1"}, {PLAIT_ENV_DP_RANK, "1"},
+                                           {PLAIT_ENV_PP_RANK, "0"}};
     set_rank5();
-    setenv(PLAIT_ENV_RANK, "6", 1);
-    setenv(PLAIT_ENV_PP, "1", 1);
-    setenv(PLAIT_ENV_CP, "2", 1);
-    setenv(PLAIT_ENV_TP_RANK, "0", 1);
-    setenv(PLAIT_ENV_CP_RANK, "1", 1);
-    setenv(PLAIT_ENV_DP_RANK, "1", 1);
-    setenv(PLAIT_ENV_PP_RANK, "0", 1);
+    set_each(rank6, sizeof rank6 / sizeof *rank6);
 }
 
 static void test_a_rank_of_a_cp_layout_reads_back(void)
