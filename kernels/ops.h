@@ -146,12 +146,14 @@ struct ops {
      * (q's C columns first: a qkv buffer's rows); kv (B,Tk,2C): per row
      * [k | v]; qpos (Tq) and kpos (Tk) each row's position in its sequence
      * (the same for every one of the B): a key is visible to a query at or
-     * after it. scratch holds (B,NH,Tq,Tk). Forward: the block's softmax
+     * after it. scratch holds ATTENTION_BLOCK_SCRATCH floats. Forward: the block's softmax
      * merged into out (B,Tq,C) and lse (B,NH,Tq) through the log-sum-exp
      * (first: written, a row that sees no key of the block left at 0 and
      * -inf); over every block, the causal attention of the whole sequence.
      * Backward: given the whole attention's out and lse, the block's terms
      * added to dq (layout of q) and dkv (layout of kv). */
+#define ATTENTION_BLOCK_SCRATCH(B, NH, Tq, Tk, hs) /* a (B,NH) grid of 2 (Tq,Tk), (Tq,hs), (2,Tq) */ \
+    ((size_t)(B) * (size_t)(NH) * (size_t)(Tq) * (2 * (size_t)(Tk) + (size_t)(hs) + 2))
     void (*attention_block_forward)(struct ops_ctx *ctx, float *out, float *lse, float *scratch,
                                     const float *q, int ldq, const float *kv, const int32_t *qpos,
                                     const int32_t *kpos, int B, int Tq, int Tk, int C, int NH,

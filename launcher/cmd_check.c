@@ -347,6 +347,7 @@ static json_t *rank_json(const struct rank_map *m, const struct place_node *node
     topo_cpu_list(t, pr->cores, pr->n_cores, cpus, sizeof cpus);
     json_t *o = json_pack("{s:i,s:i,s:i,s:i,s:i,s:i}", "rank", r, "node", pr->node, "local_rank",
                           pr->local_rank, "tp", pr->tp, "pp", pr->pp, "dp", pr->dp);
+    if (m->cp > 1) json_object_set_new(o, "cp", json_integer(pr->cp));
     if (pr->gpu >= 0) {
         json_object_set_new(o, "gpu_busid", json_string(t->gpus[pr->gpu].busid));
         json_object_set_new(o, "gpu_index", json_integer(t->gpus[pr->gpu].cuda_index));
@@ -382,6 +383,14 @@ static json_t *comm_json(const struct place_comm *c, double bytes, double second
                      "seconds", seconds);
 }
 
+/* Where a communicator's groups sit, in words, by the slowest link they cross. */
+static const char *link_where(enum cost_link link)
+{
+    return link == COST_LINK_NVLINK    ? "inside one NVLink domain"
+           : link == COST_LINK_NETWORK ? "across the network"
+                                       : "inside one node";
+}
+
 /* The layout and each node: its GPUs by kind and its NVLink domains. */
 static void print_nodes(const struct layout_eval *e, const struct place_node *nodes, int n_nodes)
 {
@@ -390,8 +399,13 @@ static void print_nodes(const struct layout_eval *e, const struct place_node *no
     if (m->dp_shard && m->dp_shard < m->dp)
         snprintf(hsdp, sizeof hsdp, " (%d replica%s of a shard group of %d)", m->dp / m->dp_shard,
                  m->dp / m->dp_shard == 1 ? "" : "s", m->dp_shard);
-    printf("layout: tp %d × pp %d × dp %d%s = %d rank%s on %d node%s\n", m->tp, m->pp, m->dp, hsdp,
-           m->world, m->world == 1 ? "" : "s", n_nodes, n_nodes == 1 ? "" : "s");
+    char layout[96];
+    printf("layout: %s%s = %d rank%s on %d node%s\n",
+           place_layout_text(layout, sizeof layout, m->tp, m->cp, m->pp, m->dp), hsdp, m->world,
+           m->world == 1 ? "" : "s", n_nodes, n_nodes == 1 ? "" : "s");
+    if (m->cp > 1)
+        printf("  cp groups: %s (%d ranks a sequence, each taking 2 of its %d chunks)\n",
+               link_where(m->comm_cp.slowest), m->cp, 2 * m->cp);
     for (int i = 0; i < n_nodes; i++) {
         const struct topo *t = nodes[i].topo;
         printf("  node %d: %s, %d slot%s, %d GPU%s, %d NIC%s (%s)\n", i, nodes[i].name,
@@ -421,9 +435,12 @@ static void print_nodes(const struct layout_eval *e, const struct place_node *no
  * the plan's own fits, whether a cheaper one (less traffic) would too. */
 static void print_zero_stages(const struct plan *placed, struct cost_layout l, uint64_t gpu_mem)
 {
-    if (l.dp < 2) return;
+    int cp = placed->parallel.cp;
+    if (l.dp * cp < 2) return; /* ZeRO slices over dp·cp ranks */
     double unit = layout_memory_at_zero(placed, l, 0) >= 1e9 ? 1e9 : 1e6;
-    printf("  the most loaded rank by ZeRO stage at dp %d:", l.dp);
+    char cps[32] = "";
+    if (cp > 1) snprintf(cps, sizeof cps, " × cp %d", cp);
+    printf("  the most loaded rank by ZeRO stage at dp %d%s:", l.dp, cps);
     int lo = layout_zero_lowest(placed, l);
     for (int z = lo; z <= LAYOUT_ZERO_MAX; z++)
         printf("%s %d %.2f %s", z > lo ? "," : "", z, layout_memory_at_zero(placed, l, z) / unit,
@@ -433,6 +450,20 @@ static void print_zero_stages(const struct plan *placed, struct cost_layout l, u
     if (z >= 0 && z < placed->parallel.zero)
         printf("  parallel.zero %d would fit too (%.2f GB), with no more data-parallel traffic\n", z,
                layout_memory_at_zero(placed, l, z) / 1e9);
+}
+
+/* With cp > 1, what a rank would hold without it: whether cp is what makes the plan fit. */
+static void print_cp_fit(const struct plan *placed, const struct layout_eval *e, uint64_t gpu_mem)
+{
+    if (placed->parallel.cp < 2) return;
+    struct plan whole = *placed; /* every sequence on one rank */
+    whole.parallel.cp = 1;
+    struct cost_memory mem;
+    cost_memory(&whole, e->layout, &mem, NULL);
+    bool only_cp = gpu_mem && e->fits && mem.total > gpu_mem;
+    printf("  at cp 1 a rank would hold %.2f GB (activations %.2f)%s\n", mem.total / 1e9,
+           mem.activations / 1e9,
+           only_cp ? ": context parallelism is what makes the plan fit" : "");
 }
 
 /* Where parallel.offload puts the optimizer's state, in words. */
@@ -513,6 +544,7 @@ static void print_memory(const struct plan *p, const struct layout_eval *e, uint
         printf("  device memory %.2f GB: %s\n", gpu_mem / 1e9, e->fits ? "fits" : "DOES NOT FIT");
     else
         printf("  device memory unknown (give --gpu-memory GB to check the fit)\n");
+    print_cp_fit(&placed, e, gpu_mem);
     print_zero_stages(&placed, e->layout, gpu_mem);
 }
 
@@ -547,8 +579,12 @@ static void print_traffic(const struct plan *p, const struct layout_eval *e,
                 {"shard", &m->comm_shard, e->traffic.shard_bytes,
                  raw_seconds(&m->comm_shard, e->traffic.shard_bytes)},
                 {"replicas", &m->comm_replicas, e->traffic.replicas_bytes,
-                 raw_seconds(&m->comm_replicas, e->traffic.replicas_bytes)}};
-    for (size_t k = 0; k < (hybrid(m) ? 5u : 3u); k++) {
+                 raw_seconds(&m->comm_replicas, e->traffic.replicas_bytes)},
+                /* context parallelism's ring */
+                {"cp", &m->comm_cp, e->traffic.cp_bytes, e->time.cp_s}};
+    for (size_t k = 0; k < sizeof rows / sizeof *rows; k++) {
+        if ((k == 3 || k == 4) && !hybrid(m)) continue;
+        if (k == 5 && m->cp < 2) continue;
         char by[128] = "";
         size_t len = 0;
         for (int l = 1; l < COST_LINKS; l++)
@@ -564,10 +600,12 @@ static void print_traffic(const struct plan *p, const struct layout_eval *e,
     if (e->time.memory_s > 0)
         snprintf(memory, sizeof memory, ", memory-bound ops %.3f, op starts %.3f", e->time.memory_s,
                  e->time.parallel_s);
-    printf("  modelled step: %.3f s (compute %.3f%s, tp %.3f, pp %.3f + bubble %.3f, dp exposed "
+    char cp[32] = "";
+    if (m->cp > 1) snprintf(cp, sizeof cp, ", cp %.3f", e->time.cp_s);
+    printf("  modelled step: %.3f s (compute %.3f%s, tp %.3f%s, pp %.3f + bubble %.3f, dp exposed "
            "%.3f%s); %.0f tokens/s\n",
-           e->time.total_s, e->time.compute_s, memory, e->time.tp_s, e->time.pp_s, e->time.bubble_s,
-           e->time.dp_s, optimizer, e->tokens_per_s);
+           e->time.total_s, e->time.compute_s, memory, e->time.tp_s, cp, e->time.pp_s,
+           e->time.bubble_s, e->time.dp_s, optimizer, e->tokens_per_s);
     const struct gpu_spec *gpu = plan_gpu(e, nodes);
     if (gpu) {
         struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
@@ -587,15 +625,19 @@ static void print_traffic(const struct plan *p, const struct layout_eval *e,
 static void print_rank_map(const struct layout_eval *e, const struct place_node *nodes)
 {
     const struct rank_map *m = &e->map;
-    printf("\nrank map:\n  %5s %4s %5s %3s %3s %3s %13s %4s %6s %8s %5s  %s\n", "rank", "node",
-           "local", "tp", "pp", "dp", "gpu", "idx", "domain", "nic", "numa", "cpus");
+    bool cp = m->cp > 1; /* its column only where the layout has it */
+    printf("\nrank map:\n  %5s %4s %5s %3s %s%3s %3s %13s %4s %6s %8s %5s  %s\n", "rank", "node",
+           "local", "tp", cp ? " cp " : "", "pp", "dp", "gpu", "idx", "domain", "nic", "numa",
+           "cpus");
     for (int r = 0; r < m->world; r++) {
         const struct place_rank *pr = &m->ranks[r];
         const struct topo *t = nodes[pr->node].topo;
-        char cpus[4096];
+        char cpus[4096], cp_rank[16] = "";
         topo_cpu_list(t, pr->cores, pr->n_cores, cpus, sizeof cpus);
-        printf("  %5d %4d %5d %3d %3d %3d %13s %4d %6d %8s %5d  %s\n", r, pr->node, pr->local_rank,
-               pr->tp, pr->pp, pr->dp, pr->gpu >= 0 ? t->gpus[pr->gpu].busid : "cpu",
+        if (cp) snprintf(cp_rank, sizeof cp_rank, "%3d ", pr->cp);
+        printf("  %5d %4d %5d %3d %s%3d %3d %13s %4d %6d %8s %5d  %s\n", r, pr->node,
+               pr->local_rank, pr->tp, cp_rank, pr->pp, pr->dp,
+               pr->gpu >= 0 ? t->gpus[pr->gpu].busid : "cpu",
                pr->gpu >= 0 ? t->gpus[pr->gpu].cuda_index : -1,
                pr->gpu >= 0 ? t->gpus[pr->gpu].domain : -1,
                pr->nic >= 0 ? t->nics[pr->nic].name : "-", pr->numa, cpus);
@@ -773,7 +815,7 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
                         gpu_mem ? json_integer((json_int_t)gpu_mem) : json_null());
     json_object_set_new(o, "fits", json_boolean(e->fits));
     json_t *by_zero = json_array();
-    for (int z = 0; z <= LAYOUT_ZERO_MAX && m->dp > 1; z++)
+    for (int z = 0; z <= LAYOUT_ZERO_MAX && m->dp * m->cp > 1; z++)
         json_array_append_new(by_zero,
                               json_integer((json_int_t)layout_memory_at_zero(&placed, e->layout, z)));
     json_object_set_new(o, "memory_bytes_by_zero", by_zero);
@@ -785,6 +827,13 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
                                   comm_json(&m->comm_tp, e->traffic.tp_bytes, e->time.tp_s), "pp",
                                   comm_json(&m->comm_pp, e->traffic.pp_bytes, e->time.pp_s), "dp",
                                   comm_json(&m->comm_dp, e->traffic.dp_bytes, e->time.dp_s)));
+    if (m->cp > 1) { /* context parallelism: its degree, its ring's link, bytes and time */
+        json_object_set_new(o, "cp", json_integer(m->cp));
+        json_object_set_new(json_object_get(o, "links"), "cp",
+                            comm_json(&m->comm_cp, e->traffic.cp_bytes, e->time.cp_s));
+        json_object_set_new(json_object_get(o, "comm_bytes_per_step"), "cp",
+                            json_real(e->traffic.cp_bytes));
+    }
     if (hybrid(m)) { /* its two groups: where they were placed, and their traffic */
         json_object_set_new(o, "dp_shard", json_integer(m->dp_shard));
         json_object_set_new(o, "dp_replicate", json_integer(m->dp / m->dp_shard));
@@ -802,6 +851,8 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
                         json_pack("{s:f,s:f,s:f,s:f,s:f,s:f}", "compute", e->time.compute_s, "tp",
                                   e->time.tp_s, "pp", e->time.pp_s, "bubble", e->time.bubble_s,
                                   "dp", e->time.dp_s, "total", e->time.total_s));
+    if (m->cp > 1)
+        json_object_set_new(json_object_get(o, "step_time_s"), "cp", json_real(e->time.cp_s));
     if (m->world > 0 && m->ranks[0].gpu >= 0) { /* a GPU plan */
         struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
         json_object_set_new(json_object_get(o, "step_time_s"), "optimizer",

@@ -18,6 +18,7 @@
 #include "common/formats/ckptdir.h"
 #include "common/formats/hf_model.h"
 #include "common/place/env.h"
+#include "common/place/place.h" // defines: place_layout_text
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "common/formats/rundir.h"
@@ -166,16 +167,19 @@ static void describe(struct ckptdir *d, const char *name, struct ckpt_info *out)
 static void layout_text(const struct ckpt_info *c, char *out, size_t bytes)
 {
     const struct ckpt_layout *l = &c->layout;
+    int cp = l->cp > 1 ? l->cp : 1; /* the manifest's dp counts the dp·cp ranks */
+    char degrees[96];
+    place_layout_text(degrees, sizeof degrees, l->tp, cp, l->pp, l->dp / cp);
     if (l->whole)
         snprintf(out, bytes, "whole (one rank)");
     else if (l->dp_shard && l->dp_shard < l->dp) /* hybrid sharding */
-        snprintf(out, bytes, "tp %d × pp %d × dp %d (%d replicas of %d) ZeRO %d%s", l->tp, l->pp,
-                 l->dp, l->dp / l->dp_shard, l->dp_shard, l->zero,
-                 l->chunks > 1 ? " interleaved" : "");
+        snprintf(out, bytes, "%s (%d replicas of %d) ZeRO %d%s", degrees, l->dp / l->dp_shard,
+                 l->dp_shard, l->zero, l->chunks > 1 ? " interleaved" : "");
     else
-        snprintf(out, bytes, "tp %d × pp %d × dp %d%s%.0d%s", l->tp, l->pp, l->dp,
-                 l->zero ? " ZeRO " : "", l->zero,
-                 l->v_shape ? " dualpipev" : l->chunks > 1 ? " interleaved" : "");
+        snprintf(out, bytes, "%s%s%.0d%s", degrees, l->zero ? " ZeRO " : "", l->zero,
+                 l->v_shape      ? " dualpipev"
+                 : l->chunks > 1 ? " interleaved"
+                                 : "");
 }
 
 /* The checkpoints DIR names (newest first), described. */

@@ -14,6 +14,7 @@
 
 #include "common/formats/ckptdir.h"
 #include "common/place/env.h"
+#include "common/place/place.h" // defines: place_layout_text
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "common/formats/metrics.h"
@@ -213,6 +214,8 @@ static json_t *status_json(const char *run_dir, struct plait_error *err)
         json_pack("{s:s,s:s,s:{s:i,s:i,s:i},s:{s:i,s:i,s:i},s:i}", "run_dir", run_dir, "name", base,
                   "model", "layers", m->layers, "hidden", m->hidden, "seq_len", m->seq_len,
                   "layout", "tp", par->tp, "pp", par->pp, "dp", par->dp, "steps", plan->steps);
+    if (par->cp > 1) /* context parallelism, named only where the run has it */
+        json_object_set_new(json_object_get(o, "layout"), "cp", json_integer(par->cp));
     progress_json(o, &s, plan, modelled_tokens_per_s(run_dir));
     json_object_set_new(o, "checkpoints", checkpoints_json(plan, run_dir));
     json_t *state = state_json(run_dir);
@@ -251,10 +254,14 @@ static void print_text(json_t *o)
 {
     json_t *layout = json_object_get(o, "layout"), *model = json_object_get(o, "model");
     printf("%s\n", str(o, "run_dir"));
-    printf("  plan         %s: %d layers, hidden %d, seq %d; tp %d × pp %d × dp %d\n",
-           str(o, "name"), (int)int_at(model, NULL, "layers"), (int)int_at(model, NULL, "hidden"),
-           (int)int_at(model, NULL, "seq_len"), (int)int_at(layout, NULL, "tp"),
-           (int)int_at(layout, NULL, "pp"), (int)int_at(layout, NULL, "dp"));
+    char degrees[96];
+    json_t *cp = json_object_get(layout, "cp");
+    place_layout_text(degrees, sizeof degrees, (int)int_at(layout, NULL, "tp"),
+                      cp ? (int)json_integer_value(cp) : 1, (int)int_at(layout, NULL, "pp"),
+                      (int)int_at(layout, NULL, "dp"));
+    printf("  plan         %s: %d layers, hidden %d, seq %d; %s\n", str(o, "name"),
+           (int)int_at(model, NULL, "layers"), (int)int_at(model, NULL, "hidden"),
+           (int)int_at(model, NULL, "seq_len"), degrees);
     json_int_t step = int_at(o, NULL, "step"), steps = int_at(o, NULL, "steps");
     printf("  step         %lld/%lld (%.0f%%)", (long long)step, (long long)steps,
            steps > 0 ? 100.0 * (double)step / (double)steps : 0.0);

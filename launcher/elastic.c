@@ -2,7 +2,8 @@
  * cost model over the slots --ranks gives (layout_choose, as plait check and
  * every launcher choose; as 1 without --ranks), an "auto" dp filling the
  * slots while keeping the resumed run's global batch (elastic_batch_dp and
- * _grad_accum). cp stays as the plan says: dp is what changes. The runtime reshards the checkpoint to whatever this decides. */
+ * _grad_accum). cp stays as the plan says: dp is what changes. The runtime reshards the checkpoint
+ * to whatever this decides. */
 #include "launcher/elastic.h"
 
 #include <stdbool.h>
@@ -62,13 +63,13 @@ static int fill_slots(struct plan *plan, int slots, const struct ckpt_batch *res
     if (par->dp != PLAN_AUTO) {
         int64_t world = base * par->dp;
         if (slots > 0 && world > slots)
-            return error_set(err,
-                             "parallel: %s = %lld ranks do not fit the %d this machine is given "
-                             "(--ranks); with parallel.dp \"auto\" the run would go on with fewer "
-                             "data-parallel replicas",
-                             place_layout_text(text, sizeof text, par->tp, par->cp, par->pp,
-                                               par->dp),
-                             (long long)world, slots);
+            return error_set(
+                err,
+                "parallel: %s = %lld ranks do not fit the %d this machine is given "
+                "(--ranks); with parallel.dp \"auto\" the run would go on with fewer "
+                "data-parallel replicas",
+                place_layout_text(text, sizeof text, par->tp, par->cp, par->pp, par->dp),
+                (long long)world, slots);
         return 0;
     }
     int64_t most = slots > 0 ? slots / base : 1;

@@ -277,9 +277,8 @@ static int gang_layout(const struct node_gang *g, const struct plan *plan,
         log_error("%s %d (%s): the gang runs %d %ss × %d ranks (%s) = %d ranks, but the "
                   "plan's layout %s has %d",
                   g->noun, g->index, g->name, g->members, g->noun, g->ranks_per_member,
-                  g->shape_vars, world, place_layout_text(text, sizeof text, m->tp, m->cp, m->pp,
-                                                          m->dp),
-                  m->world);
+                  g->shape_vars, world,
+                  place_layout_text(text, sizeof text, m->tp, m->cp, m->pp, m->dp), m->world);
         return -1;
     }
     char shared[256];

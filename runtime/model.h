@@ -178,8 +178,10 @@ struct model {
     int cp, cp_rank;
     const struct group *cp_group; /* the ring (cp ranks), outliving the model */
     float *cp_ring;               /* (5,N,2C/tp) key/value blocks and their gradients */
-    float *cp_scores;             /* (B,NH/tp,T,T) one block's scores */
+    float *cp_scores;             /* (B,NH/tp,T,2T+hs+2) one block's scratch
+                                     (kernels/ops.h ATTENTION_BLOCK_SCRATCH) */
     int32_t *cp_pos;              /* (cp,T) every cp rank's positions of its tokens */
+    bool cp_serial;               /* each shift waited for as it starts (a benchmark's) */
 
     /* mixture of experts (runtime/model_moe.h): the most MoE layers a chunk holds, the
      * scratch of gpt2_memory.h's GPT2_ACT_MOE_* and what the losses and metrics take */

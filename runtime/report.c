@@ -312,11 +312,12 @@ void report_start(const struct trainer *t)
 
 /* The figures of a step each rank sends rank 0 (step_figures' order), and
  * where its own work is among them. */
-enum { STEP_FIGURES = 11, OWN_WORK = 7 };
+enum { STEP_FIGURES = 13, OWN_WORK = 7 };
 
 /* This rank's figures of the step that took dt seconds: its time; its seconds
  * computing, in collectives and idle; the bytes it sent by tp, pp (with the
- * ends') and dp; its own work; the seconds blocked in tp, pp and dp. */
+ * ends') and dp; its own work; the seconds blocked in tp, pp and dp; the bytes
+ * and seconds of context parallelism's ring. */
 static void step_figures(struct trainer *t, double dt, const double bytes0[PAR_NCOMM],
                          const double wait0[PAR_NCOMM], double mine[STEP_FIGURES])
 {
@@ -324,18 +325,20 @@ static void step_figures(struct trainer *t, double dt, const double bytes0[PAR_N
     parallel_comm_totals(&t->par, bytes, wait);
     for (int i = 0; i < PAR_NCOMM; i++) d[i] = bytes[i] - bytes0[i];
     const struct pipe_times *pt = &t->times;
-    double tp_wait = wait[PAR_TP] - wait0[PAR_TP];
-    double coll = tp_wait + (wait[PAR_DP] - wait0[PAR_DP]) + (wait[PAR_ENDS] - wait0[PAR_ENDS]) +
+    /* waits inside a pass: tensor parallelism's, context parallelism's ring */
+    double tp_wait = wait[PAR_TP] - wait0[PAR_TP], cp_wait = wait[PAR_CP] - wait0[PAR_CP];
+    double inside = tp_wait + cp_wait; /* (counted in the passes' compute time) */
+    double coll = inside + (wait[PAR_DP] - wait0[PAR_DP]) + (wait[PAR_ENDS] - wait0[PAR_ENDS]) +
                   (wait[PAR_WORLD] - wait0[PAR_WORLD]) + pt->send_s;
-    double figures[STEP_FIGURES] = {dt, pt->compute_s - tp_wait, coll, pt->idle_s, d[PAR_TP],
+    double figures[STEP_FIGURES] = {dt, pt->compute_s - inside, coll, pt->idle_s, d[PAR_TP],
                                     d[PAR_PP] + d[PAR_ENDS], d[PAR_DP],
                                     /* this rank's own work: computing and reading its data */
-                                    pt->compute_s - tp_wait + pt->data_s,
+                                    pt->compute_s - inside + pt->data_s,
                                     /* blocked in each communicator (the pipeline's: its receives,
                                        the bubble among them, and its ends' sum) */
                                     tp_wait,
                                     wait[PAR_PP] - wait0[PAR_PP] + wait[PAR_ENDS] - wait0[PAR_ENDS],
-                                    wait[PAR_DP] - wait0[PAR_DP]};
+                                    wait[PAR_DP] - wait0[PAR_DP], d[PAR_CP], cp_wait};
     memcpy(mine, figures, sizeof figures);
 }
 
@@ -357,7 +360,7 @@ static double median_of(double *times, int n)
 static void summarise_ranks(const struct trainer *t, const double *all, double *times, int n,
                             struct step_metrics *sm)
 {
-    double slowest = 0, share[3] = {0}, sent[3] = {0}, blocked[3] = {0};
+    double slowest = 0, share[3] = {0}, sent[3] = {0}, blocked[3] = {0}, ring[2] = {0};
     int has[3] = {t->par.tp != NULL, t->par.pp != NULL, t->par.dp != NULL};
     for (int r = 0; r < n; r++) slowest = fmax(slowest, all[(size_t)r * STEP_FIGURES]);
     for (int r = 0; r < n; r++) {
@@ -369,6 +372,8 @@ static void summarise_ranks(const struct trainer *t, const double *all, double *
             sent[k] += v[4 + k] / n;
             blocked[k] += v[8 + k] / n;
         }
+        ring[0] += v[11] / n;
+        ring[1] += v[12] / n;
     }
     sm->step_ms = 1e3 * slowest;
     sm->busy_ms = 1e3 * all[(size_t)sm->straggler * STEP_FIGURES + OWN_WORK];
@@ -382,6 +387,8 @@ static void summarise_ranks(const struct trainer *t, const double *all, double *
     sm->wait_tp_ms = has[0] ? 1e3 * blocked[0] : 0;
     sm->wait_pp_ms = has[1] ? 1e3 * blocked[1] : 0;
     sm->wait_dp_ms = has[2] ? 1e3 * blocked[2] : 0;
+    sm->bytes_cp = t->par.cp ? ring[0] : 0;
+    sm->wait_cp_ms = t->par.cp ? 1e3 * ring[1] : 0;
 }
 
 /* Every rank's step, to rank 0: the slowest rank's wall time (the step's),

@@ -488,6 +488,62 @@ static void t_attention_fused(struct run *r)
     out(r, "dqkv", dqkv, N * 3 * s->C);
 }
 
+/* n positions a·i + c, uploaded */
+static int32_t *positions(struct run *r, size_t n, int a, int c)
+{
+    int32_t *h = malloc(n * sizeof *h), *d = dev(r, n * sizeof *h);
+    for (size_t i = 0; h && i < n; i++) h[i] = (int32_t)(a * (int)i + c);
+    if (h && d)
+        r->o->upload(r->ctx, d, h, n * sizeof *h);
+    else
+        r->broken = true;
+    free(h);
+    return d;
+}
+
+/* Context parallelism's block attention (the ring's; kernels/cuda/attention_block.cu
+ * on the GPU): T query rows at odd positions (q inside a qkv buffer, as the ring
+ * reads it) against two blocks of T keys, at even and at odd positions, merged one
+ * after the other (the first written, the second merged through the log-sum-exp);
+ * then both blocks' backward added into dq and each block's dkv. */
+static void t_attention_block(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t N = N_ROWS(s), kv_n = N * 2 * s->C, rows = (size_t)s->B * s->NH * s->T;
+    int hs = s->C / s->NH;
+    float *qkv = rnd(r, N * 3 * s->C, 1, 0), *dout = rnd(r, N * s->C, 1, 0);
+    float *kv1 = rnd(r, kv_n, 1, 0), *kv2 = rnd(r, kv_n, 1, 0);
+    float *o = dev(r, N * s->C * 4), *lse = dev(r, rows * 4), *dqkv = dev(r, N * 3 * s->C * 4);
+    float *dkv1 = dev(r, kv_n * 4), *dkv2 = dev(r, kv_n * 4);
+    float *scratch = dev(r, ATTENTION_BLOCK_SCRATCH(s->B, s->NH, s->T, s->T, hs) * 4);
+    int32_t *qpos = positions(r, (size_t)s->T, 2, 1), *even = positions(r, (size_t)s->T, 2, 0);
+    int32_t *odd = positions(r, (size_t)s->T, 2, 1);
+    if (r->broken) return;
+    const struct ops *x = r->o;
+    int B = s->B, T = s->T, C = s->C, NH = s->NH;
+    x->attention_block_forward(r->ctx, o, lse, scratch, qkv, 3 * C, kv1, qpos, even, B, T, T, C,
+                               NH, true);
+    x->attention_block_forward(r->ctx, o, lse, scratch, qkv, 3 * C, kv2, qpos, odd, B, T, T, C, NH,
+                               false);
+    out(r, "out", o, N * C);
+    out(r, "lse", lse, rows);
+    x->zero(r->ctx, dqkv, N * 3 * C * 4);
+    x->zero(r->ctx, dkv1, kv_n * 4);
+    x->zero(r->ctx, dkv2, kv_n * 4);
+    x->attention_block_backward(r->ctx, dqkv, dkv1, scratch, dout, qkv, 3 * C, kv1, o, lse, qpos,
+                                even, B, T, T, C, NH);
+    x->attention_block_backward(r->ctx, dqkv, dkv2, scratch, dout, qkv, 3 * C, kv2, o, lse, qpos,
+                                odd, B, T, T, C, NH);
+    out(r, "dq", dqkv, N * 3 * C);
+    out(r, "dkv", dkv1, kv_n);
+    out(r, "dkv 2", dkv2, kv_n);
+}
+
+static bool has_attention_block(const struct ops *o)
+{
+    return o->attention_block_forward && o->attention_block_backward;
+}
+
 /* the buffer's n floats rounded to bf16 (and widened back), in place */
 static void round_to_bf16(struct run *r, float *d, size_t n)
 {
@@ -866,6 +922,10 @@ static const struct selftest_case {
      .fp8 = FP8_PRODUCTS_BLOCK},
     {.name = "attention", .run = t_attention, .tolerance = 1e-5},
     {.name = "attention fused", .run = t_attention_fused, .tolerance = 1e-5},
+    {.name = "attention block (cp)",
+     .run = t_attention_block,
+     .tolerance = 1e-5,
+     .present = has_attention_block},
     {.name = "attention bf16 tc",
      .run = t_attention_bf16,
      .tolerance = 1e-2,

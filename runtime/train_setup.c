@@ -340,6 +340,8 @@ static int read_debug_switches(struct trainer *t, struct plait_error *err)
         t->slow_read_s = slow_ms / 1e3;
     inject = getenv(PLAIT_ENV_DEBUG_NO_PREFETCH);
     t->m.z3_no_prefetch = inject && !strcmp(inject, "1");
+    inject = getenv(PLAIT_ENV_DEBUG_NO_RING_OVERLAP);
+    t->m.cp_serial = inject && !strcmp(inject, "1");
     return 0;
 }
 

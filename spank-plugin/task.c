@@ -293,8 +293,8 @@ static int check_task_count(const struct plan *p, const struct step *s)
                              "the step has %u tasks, but batch.global_batch %d (micro_batch %d) "
                              "keeps at most dp %lld replicas of %s = %lld tasks (srun -n%lld, "
                              "or a global batch the step's %lld replicas divide)",
-                             s->ntasks, p->batch.global_batch, p->batch.micro_batch,
-                             (long long)dp, replica, (long long)ranks, (long long)ranks,
+                             s->ntasks, p->batch.global_batch, p->batch.micro_batch, (long long)dp,
+                             replica, (long long)ranks, (long long)ranks,
                              (long long)(ntasks / tp_pp));
         if (ranks != ntasks && par->dp == PLAN_AUTO)
             return task_fail(s->job,
@@ -378,10 +378,9 @@ static int export_place(spank_t sp, const struct plan *p, const struct step *s,
     const struct rank_map *m = &chosen->map;
     char layout[96];
     if (m->world != (int64_t)s->ntasks)
-        return task_fail(s->job, "the step has %u tasks; the layout chosen for it, %s, has %d ranks",
-                         s->ntasks,
-                         place_layout_text(layout, sizeof layout, m->tp, m->cp, m->pp, m->dp),
-                         m->world);
+        return task_fail(
+            s->job, "the step has %u tasks; the layout chosen for it, %s, has %d ranks", s->ntasks,
+            place_layout_text(layout, sizeof layout, m->tp, m->cp, m->pp, m->dp), m->world);
     char shared[256]; /* more ranks than cores: said once, in slurmd's log */
     place_shared_cores_text(&chosen->map, nodes, shared, sizeof shared);
     if (*shared && s->task == 0) slurm_info("spank_plait: job %u: warning: %s", s->job, shared);

@@ -115,6 +115,11 @@ int metrics_step(struct metrics *mt, const struct step_metrics *s, struct plait_
                       "dp", s->bytes_dp, "wait_ms", "tp", s->wait_tp_ms, "pp", s->wait_pp_ms, "dp",
                       s->wait_dp_ms, "straggler", "rank", s->straggler, "busy_ms", s->busy_ms,
                       "median_busy_ms", s->median_busy_ms));
+    json_t *par = json_object_get(j, "parallel");
+    if (par && s->bytes_cp > 0) { /* context parallelism's ring */
+        json_object_set_new(json_object_get(par, "bytes"), "cp", json_real(s->bytes_cp));
+        json_object_set_new(json_object_get(par, "wait_ms"), "cp", json_real(s->wait_cp_ms));
+    }
     if (j && s->moe_experts > 0) json_object_set_new(j, "moe", moe_json(s));
     if (j && s->ranks > 1 && s->bubble_sim_pct >= 0)
         json_object_set_new(json_object_get(j, "parallel"), "bubble_simulated_pct",
@@ -176,6 +181,9 @@ static void read_parallel(struct json_read *r, json_t *par, struct step_metrics 
     read_by_comm(r, par, "wait_ms", wait);
     s->bytes_tp = bytes[0], s->bytes_pp = bytes[1], s->bytes_dp = bytes[2];
     s->wait_tp_ms = wait[0], s->wait_pp_ms = wait[1], s->wait_dp_ms = wait[2];
+    json_t *b = json_object_get(par, "bytes"), *w = json_object_get(par, "wait_ms");
+    if (json_read_has(b, "cp")) s->bytes_cp = json_read_number(r, b, "parallel.bytes", "cp");
+    if (json_read_has(w, "cp")) s->wait_cp_ms = json_read_number(r, w, "parallel.wait_ms", "cp");
     json_t *st = json_read_object(r, par, "parallel", "straggler");
     s->straggler = (int)json_read_int(r, st, "parallel.straggler", "rank");
     s->busy_ms = json_read_number(r, st, "parallel.straggler", "busy_ms");

@@ -4,9 +4,10 @@
  * on the first step a resumed run took: where it resumed, for plait plot]}, and with
  * several ranks "parallel":
  * {"ranks", "compute_pct", "comm_pct", "bubble_pct", ["bubble_simulated_pct" with a
- * pipeline,] "bytes": {"tp", "pp", "dp"}, "wait_ms": {"tp", "pp", "dp"},
+ * pipeline,] "bytes": {"tp", "pp", "dp"[, "cp" with context parallelism]}, "wait_ms": {the same},
  * "straggler": {"rank", "busy_ms", "median_busy_ms"}}), with mixture of experts "moe":
- * {"balance_loss", "z_loss", "dropped", "load": [a share per expert]}, and one per evaluation ({"eval_step",
+ * {"balance_loss", "z_loss", "dropped", "load": [a share per expert]}, and one per
+ * evaluation ({"eval_step",
  * "val_loss", "val_tokens"}). On resume the file is cut back to the
  * checkpoint's step so that it reads as if the run had never stopped.
  * plait-train's rank 0 writes it through here; plait status and plait plot
@@ -49,6 +50,7 @@ struct step_metrics {
                                                   (what computing did not hide; the pipeline's
                                                   includes waiting for a neighbour), averaged
                                                   the same way */
+    double bytes_cp, wait_cp_ms; /* the same of context parallelism's ring (written when it sent) */
     double step_ms; /* the slowest rank's wall time: the step's (not written: ms is) */
     /* the straggler: the rank whose own work (computing, reading its data)
      * took longest, that work's time and the median rank's */

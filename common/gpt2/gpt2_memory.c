@@ -157,8 +157,8 @@ static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long 
         return ck_size(out, B, T, Vpt);
     case GPT2_ACT_CP_RING:
         return ck_size(out, B, T, 2, Ct);
-    case GPT2_ACT_CP_SCORES:
-        return ck_size(out, B, NHt, T, T);
+    case GPT2_ACT_CP_SCORES: /* kernels/ops.h ATTENTION_BLOCK_SCRATCH */
+        return ck_size(out, B, NHt, T, 2 * T + C / cfg->heads + 2);
     case GPT2_ACT_CP_POS:
         return ck_size(out, cp, T);
     default: /* the (N,C) ones */

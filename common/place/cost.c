@@ -264,27 +264,25 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
     bool split;
     int chunks = stage_chunks(p, l.pp, &split);
     int cp = cp_of(p);
-    struct gpt2_memory_shape shape = {.B = p->batch.micro_batch,
-                                      .T = p->model.seq_len / cp, /* the rank's tokens */
-                                      .cp = cp,
-                                      .precision = p->precision,
-                                      .fp8_scaling = p->fp8_scaling,
-                                      .recompute = p->recompute,
-                                      .slots = stage_in_flight(p, l, stage),
-                                      .chunks = chunks,
-                                      /* ZeRO slices over the shard group's dp·cp ranks */
-                                      .dp = plan_dp_shard(&p->parallel, l.dp) * cp,
-                                      .zero = p->parallel.zero,
-                                      .keep_gathered = !p->parallel.reshard_after_forward,
-                                      .sequence_parallel =
-                                          p->parallel.sequence_parallel && l.tp > 1,
-                                      .split_backward = split,
-                                      /* the CUDA backend's attention keeps no probabilities */
-                                      .fused_attention = p->parallel.device == PLAN_DEVICE_CUDA,
-                                      .offload_window_mb =
-                                          p->parallel.offload == PLAN_OFFLOAD_NVME
-                                              ? p->parallel.offload_window_mb
-                                              : 0};
+    struct gpt2_memory_shape shape = {
+        .B = p->batch.micro_batch,
+        .T = p->model.seq_len / cp, /* the rank's tokens */
+        .cp = cp,
+        .precision = p->precision,
+        .fp8_scaling = p->fp8_scaling,
+        .recompute = p->recompute,
+        .slots = stage_in_flight(p, l, stage),
+        .chunks = chunks,
+        /* ZeRO slices over the shard group's dp·cp ranks */
+        .dp = plan_dp_shard(&p->parallel, l.dp) * cp,
+        .zero = p->parallel.zero,
+        .keep_gathered = !p->parallel.reshard_after_forward,
+        .sequence_parallel = p->parallel.sequence_parallel && l.tp > 1,
+        .split_backward = split,
+        /* the CUDA backend's attention keeps no probabilities */
+        .fused_attention = p->parallel.device == PLAN_DEVICE_CUDA,
+        .offload_window_mb =
+            p->parallel.offload == PLAN_OFFLOAD_NVME ? p->parallel.offload_window_mb : 0};
     struct gpt2_shard s;
     struct gpt2_memory mem;
     struct plait_error err;
@@ -656,8 +654,8 @@ void cost_step_time(const struct plan *p, struct cost_layout l, const struct cos
         if (links->activation_gbps > 0) bytes += 4.0 * (double)mem.param_count;
         out->optimizer_s = seconds(bytes, links->device_memory_gbps * 1e9);
     }
-    out->total_s = work_s + out->tp_s + out->cp_s + out->pp_s + out->bubble_s + out->dp_s +
-                   out->optimizer_s;
+    out->total_s =
+        work_s + out->tp_s + out->cp_s + out->pp_s + out->bubble_s + out->dp_s + out->optimizer_s;
 }
 
 const char *cost_link_name(enum cost_link link)

@@ -72,6 +72,11 @@
  * prefetch hides. */
 #define PLAIT_ENV_DEBUG_NO_PREFETCH "PLAIT_DEBUG_NO_PREFETCH"
 
+/* Developer: "1" makes context parallelism's ring wait for each key/value
+ * block (and gradient) to arrive before working on the one at hand
+ * (runtime/ring_attention.c), so that make bench shows what the overlap hides. */
+#define PLAIT_ENV_DEBUG_NO_RING_OVERLAP "PLAIT_DEBUG_NO_RING_OVERLAP"
+
 /* The rendezvous store (store.h) that rank 0's launcher hosts: where it is,
  * "host:port" with an IPv6 literal in brackets ("[fd00::7]:29500";
  * store_addr_parse reads it), and the per-job secret every client proves it

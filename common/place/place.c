@@ -1,7 +1,8 @@
 /* place.c — rank placement: carving each node's devices into tensor-parallel
  * groups that stay inside NVLink domains, assigning the groups pipeline by
  * pipeline (a stage's cp groups one after another), then NICs, cores, the
- * links each communicator crosses, and the env contract of a rank. Discovery is topo.c's; costs are cost.c's. */
+ * links each communicator crosses, and the env contract of a rank. Discovery is topo.c's; costs are
+ * cost.c's. */
 #include "common/place/place.h"
 
 #include <stdarg.h>
@@ -338,8 +339,9 @@ static void comm_links(struct rank_map *m, const struct place_node *nodes,
     for (int r = 0; r < m->world; r++) {
         const struct place_rank *first = &m->ranks[r];
         int folded = rank_dp_fold(first->dp, cp, first->cp);
-        const int coords[] = {first->tp, first->pp, first->dp, folded % (S * cp),
-                              rank_replica_of(first->dp, S), first->cp};
+        const int coords[] = {
+            first->tp, first->pp, first->dp, folded % (S * cp), rank_replica_of(first->dp, S),
+            first->cp};
         int coord = coords[which];
         if (coord != 0) continue; /* each group once, by its first member */
         enum cost_link worst = COST_LINK_NONE;
@@ -405,8 +407,8 @@ static int check_degrees(const struct plan *plan, int tp, int cp, int pp, int dp
 }
 
 /* The tp ranks of carved group c at coordinates at (its tp coordinate aside). */
-static void place_group(struct rank_map *out, const struct carve *c,
-                        const struct place_node *nodes, struct place_rank at)
+static void place_group(struct rank_map *out, const struct carve *c, const struct place_node *nodes,
+                        struct place_rank at)
 {
     int folded = rank_dp_fold(at.dp, out->cp, at.cp);
     for (int t = 0; t < out->tp; t++) {

@@ -2,8 +2,9 @@
  * of a tp × cp × pp × dp layout gets, so that every tensor-parallel group sits
  * in one NVLink domain, a context-parallel group as close after it as the
  * nodes allow, the stages of a pipeline stay as close as the nodes allow, and
- * only stage boundaries and data-parallel reductions cross the network. Shared by plait check, the SPANK plugin and the launcher: every
- * task computes the same map from the same inputs, without talking. */
+ * only stage boundaries and data-parallel reductions cross the network. Shared by plait check, the
+ * SPANK plugin and the launcher: every task computes the same map from the same inputs, without
+ * talking. */
 #ifndef PLAIT_PLACE_H
 #define PLAIT_PLACE_H
 

@@ -5,6 +5,7 @@
  * skipped. The CUDA table's attention_*_fused: fp32 runs, and head sizes the
  * tensor-core kernels (attention_tc.cu) do not take. */
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/attention_tile.cuh" // defines: TILE, load_tile, smem_for
 #include "kernels/cuda/cuda_ops.h"
 
 /* Deterministic: every output row is owned by one thread that sums in a fixed
@@ -13,18 +14,6 @@
  * these instead of attention.cu's unless PLAIT_CUDA_ATTENTION=simple, and keeps
  * lse in its att buffer. plait-train --selftest checks them against the CPU
  * attention (on an H100: within 2.5e-7). */
-
-enum { TILE = 32 }; /* query rows per block = key rows per tile = threads per block */
-
-/* rows [r0, r0+TILE) of a (T, ·) tensor with row stride `stride`, columns
- * [0, hs), into dst (TILE, hs+1); rows past T are zeros */
-__device__ void load_tile(float *dst, const float *src, size_t stride, int r0, int T, int hs)
-{
-    for (int i = threadIdx.x; i < TILE * hs; i += blockDim.x) {
-        int r = i / hs, d = i % hs;
-        dst[r * (hs + 1) + d] = r0 + r < T ? src[(size_t)(r0 + r) * stride + d] : 0.0f;
-    }
-}
 
 /* one block: TILE query rows of head (b, h); thread i owns row t = t0 + i.
  * shared: q, o (own rows), k, v (the key tile), each (TILE, hs+1), and the
@@ -182,17 +171,6 @@ float *cu_attention_rowdot(struct ops_ctx *ctx, const float *dout, const float *
     if (!Dr) return NULL;
     flash_rowdot_kernel<<<cu_blocks(rows, 256), 256, 0, ctx->stream>>>(Dr, dout, out, B, T, C, NH);
     return LAUNCH_OK(ctx) ? Dr : NULL;
-}
-
-/* dynamic shared memory of `tiles` (TILE, hs+1) tiles and `extra` floats,
- * opting in above 48 KiB */
-static bool smem_for(struct ops_ctx *ctx, const void *kernel, int tiles, int hs, size_t extra,
-                     size_t *bytes)
-{
-    *bytes = ((size_t)tiles * TILE * (hs + 1) + extra) * sizeof(float);
-    if (*bytes <= 48u << 10) return true;
-    return CUDA_OK(ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)*bytes));
 }
 
 extern "C" void ops_cuda_attention_fused_forward(struct ops_ctx *ctx, float *out, float *lse,

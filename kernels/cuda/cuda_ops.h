@@ -39,6 +39,18 @@ void ops_cuda_attention_fused_backward(struct ops_ctx *ctx, float *dqkv, const f
                                        const float *qkv, const float *out, const float *lse, int B,
                                        int T, int C, int NH);
 
+/* Attention one key/value block at a time (context parallelism's ring;
+ * kernels/cuda/attention_block.cu): the table's attention_block_*, as
+ * kernels/ops.h says (scratch unused). */
+void ops_cuda_attention_block_forward(struct ops_ctx *ctx, float *out, float *lse, float *scratch,
+                                      const float *q, int ldq, const float *kv,
+                                      const int32_t *qpos, const int32_t *kpos, int B, int Tq,
+                                      int Tk, int C, int NH, bool first);
+void ops_cuda_attention_block_backward(struct ops_ctx *ctx, float *dq, float *dkv, float *scratch,
+                                       const float *dout, const float *q, int ldq, const float *kv,
+                                       const float *out, const float *lse, const int32_t *qpos,
+                                       const int32_t *kpos, int B, int Tq, int Tk, int C, int NH);
+
 /* The CUDA backend is a shared object of its own (lib/plait/libplait_cuda.so
  * beside bin/, in the build tree and where plait is installed), loaded only
  * when a rank asks for a GPU: cuBLASLt alone adds ~150 MB to the resident set

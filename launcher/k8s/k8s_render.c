@@ -189,10 +189,10 @@ static void annotations(struct ky_doc *d, int meta, const struct k8s_job *j)
 {
     int ann = ky_set_map(d, meta, "annotations");
     char text[160], layout[96];
-    snprintf(text, sizeof text, "%s = %d ranks, %d pods × %d",
-             place_layout_text(layout, sizeof layout, j->layout.tp, j->cp, j->layout.pp,
-                               j->layout.dp),
-             j->pods * j->ranks_per_pod, j->pods, j->ranks_per_pod);
+    snprintf(
+        text, sizeof text, "%s = %d ranks, %d pods × %d",
+        place_layout_text(layout, sizeof layout, j->layout.tp, j->cp, j->layout.pp, j->layout.dp),
+        j->pods * j->ranks_per_pod, j->pods, j->ranks_per_pod);
     ky_set_str(d, ann, "plait.dev/layout", text);
     ky_set_str(d, ann, "plait.dev/termination-grace", j->grace_why);
 }

@@ -18,14 +18,20 @@ properties() { # JSON on stdin
 import json, sys
 m = json.load(sys.stdin)
 tp, pp, dp, world = m["tp"], m["pp"], m["dp"], m["world_size"]
+cp = m.get("cp", 1)  # named only where the layout has context parallelism
 ranks = m["ranks"]
-assert world == tp * pp * dp == len(ranks), (world, tp, pp, dp, len(ranks))
+assert world == tp * cp * pp * dp == len(ranks), (world, tp, cp, pp, dp, len(ranks))
 seen = set()
 for r in ranks:
     n = r["rank"]
-    assert (r["tp"], r["dp"], r["pp"]) == (n % tp, (n // tp) % dp, n // (tp * dp)), r
-    seen.add((r["tp"], r["pp"], r["dp"]))
+    assert (r["tp"], r.get("cp", 0), r["dp"], r["pp"]) == (
+        n % tp, (n // tp) % cp, (n // (tp * cp)) % dp, n // (tp * cp * dp)), r
+    seen.add((r["tp"], r.get("cp", 0), r["pp"], r["dp"]))
     env = r["env"]
+    if cp > 1:
+        assert (env["PLAIT_CP"], env["PLAIT_CP_RANK"]) == (str(cp), str(r["cp"])), (n, env)
+    else:
+        assert "PLAIT_CP" not in env and "PLAIT_CP_RANK" not in env, (n, env)
     for k in ("PLAIT_RANK", "PLAIT_WORLD_SIZE", "PLAIT_LOCAL_RANK", "PLAIT_TP_RANK",
               "PLAIT_PP_RANK", "PLAIT_DP_RANK", "PLAIT_CPUS", "PLAIT_DEVICE"):
         assert k in env, (n, k)
@@ -183,6 +189,27 @@ PYEOF
         ! grep -qE "shard group|^ +(shard|replicas) " "$WORK/p.txt" || { cat "$WORK/p.txt"; return 1; }
 }
 check text_shows_the_hybrid_sharding_groups test_text_shows_the_hybrid_sharding_groups
+
+# context parallelism: the layout line names cp, the cp groups sit where they were placed
+# (each a node's NVLink domain, dp across the network), the ring's traffic is a row of
+# its own and a term of the step, and the rank map gains a cp column; a plan without it
+# prints none of these
+test_text_shows_the_cp_groups() {
+    local case=tests/topo/multinode/h100x2_tp4_cp2_dp2_cp_groups_stay_on_the_node
+    check_text "$case" "$WORK/cp.txt" || return 1
+    grep -qF "layout: tp 4 × cp 2 × pp 1 × dp 2 = 16 ranks on 2 nodes" "$WORK/cp.txt" &&
+        grep -qF "  cp groups: inside one NVLink domain (2 ranks a sequence, each taking 2 of its 4 chunks)" "$WORK/cp.txt" &&
+        grep -qE "^ +cp +3221225472 +NVLink +450.0 +[0-9.]+  8 NVLink$" "$WORK/cp.txt" &&
+        grep -qE "^ +dp +[0-9]+ +network +50.0 +[0-9.]+  8 network$" "$WORK/cp.txt" &&
+        grep -qE "^  modelled step: .*, tp [0-9.]+, cp [0-9.]+, pp " "$WORK/cp.txt" &&
+        grep -qE "^  at cp 1 a rank would hold [0-9.]+ GB" "$WORK/cp.txt" &&
+        grep -qE "^ +rank +node +local +tp +cp +pp +dp " "$WORK/cp.txt" ||
+        { cat "$WORK/cp.txt"; return 1; }
+    check_text "$case" "$WORK/nocp.txt" --set parallel.cp=1 || return 1
+    grep -qF "layout: tp 4 × pp 1 × dp 2 = 8 ranks" "$WORK/nocp.txt" &&
+        ! grep -qE "cp groups|^ +cp |, cp [0-9]| cp +pp " "$WORK/nocp.txt" || { cat "$WORK/nocp.txt"; return 1; }
+}
+check text_shows_the_cp_groups test_text_shows_the_cp_groups
 
 # on this machine (no --topology) CPU ranks are modelled from the CPU kernels'
 # rates measured at the plan's shapes: positive, and the memory-bound ops and

@@ -229,7 +229,7 @@ test_policy_holds_on_the_compute_side_when_the_client_skips_the_plugin() {
 test_rank_count_beyond_plait_is_refused_at_submit_and_start() {
     # tp × dp = 4 × 1073741825 wrapped to 4 in 32 bits and passed max_gpus_per_job=8
     plan "$WORK/huge.json" 4 1 1073741825
-    local msg="parallel.dp: 1073741825 makes tp × pp × dp = 4294967300 ranks, more than plait runs \(16777216\)"
+    local msg="parallel.dp: 1073741825 makes tp × cp × pp × dp = 4294967300 ranks, more than plait runs \(16777216\)"
     expect_error "$WORK/huge.log" any "spank_plait: .*huge.json:[0-9]+: $msg" \
         sbatch --train-plan="$WORK/huge.json" --wrap true || return 1
     # in the task too (a client without the plugin): refused, no SIGFPE

@@ -397,12 +397,11 @@ static void test_cp_groups_sit_next_to_tp_on_one_node(void)
         int gpu = 4 * q->pp + 2 * q->cp + q->tp;
         CHECK(q->gpu == gpu, "rank %d on GPU %d, want %d", r, q->gpu, gpu);
     }
-    CHECK(m.comm_cp.groups == 8 && m.comm_cp.slowest == COST_LINK_NVLINK,
-          "cp: %d groups over %s", m.comm_cp.groups, cost_link_name(m.comm_cp.slowest));
-    CHECK(m.comm_dp.groups == 8 && m.comm_dp.slowest == COST_LINK_NETWORK,
-          "dp: %d groups over %s", m.comm_dp.groups, cost_link_name(m.comm_dp.slowest));
-    CHECK(m.comm_tp.groups == 8 && m.comm_pp.groups == 8 &&
-              m.comm_pp.slowest == COST_LINK_NVLINK,
+    CHECK(m.comm_cp.groups == 8 && m.comm_cp.slowest == COST_LINK_NVLINK, "cp: %d groups over %s",
+          m.comm_cp.groups, cost_link_name(m.comm_cp.slowest));
+    CHECK(m.comm_dp.groups == 8 && m.comm_dp.slowest == COST_LINK_NETWORK, "dp: %d groups over %s",
+          m.comm_dp.groups, cost_link_name(m.comm_dp.slowest));
+    CHECK(m.comm_tp.groups == 8 && m.comm_pp.groups == 8 && m.comm_pp.slowest == COST_LINK_NVLINK,
           "tp %d groups, pp %d over %s", m.comm_tp.groups, m.comm_pp.groups,
           cost_link_name(m.comm_pp.slowest));
     /* rank 6: tp 0, cp 1, dp 1, pp 0; its env reads back through the runtime's reader */
@@ -455,8 +454,7 @@ static void test_cp_counts_in_the_world_and_the_shard_group(void)
     struct rank_map m;
     struct plait_error err;
     CHECK(place_ranks(p, 2, 1, 4, nodes, 2, &bw, &m, &err) != 0, "32 ranks on 16 slots");
-    CHECK(strstr(err.text, "the layout tp 2 × cp 4 × pp 1 × dp 4 needs 32 ranks"), "%s",
-          err.text);
+    CHECK(strstr(err.text, "the layout tp 2 × cp 4 × pp 1 × dp 4 needs 32 ranks"), "%s", err.text);
     plan_free(p);
     const char *hsdp[] = {"parallel.cp=2", "parallel.dp=4", "parallel.zero=1",
                           "parallel.dp_shard=2"};

@@ -104,7 +104,7 @@ static void test_ring_matches_whole_sequence_attention(void)
     double *qkv = rnd((size_t)B * T * 3 * C, 1), *dout = rnd((size_t)B * T * C, 1);
     double *out = zeros((size_t)B * T * C), *att = zeros((size_t)B * NH * T * T);
     double *dqkv = zeros((size_t)B * T * 3 * C), *datt = zeros((size_t)B * NH * T * T);
-    double *scratch = zeros((size_t)B * NH * T * T);
+    double *scratch = zeros(ATTENTION_BLOCK_SCRATCH(B, NH, T, T, C / NH)); /* (the largest block) */
     cpu_attention_forward_f64(cx, out, att, qkv, B, T, C, NH);
     cpu_attention_backward_f64(cx, dqkv, datt, dout, qkv, att, B, T, C, NH);
     for (int cp = 1; cp <= MAXCP; cp *= 2) {
@@ -130,7 +130,8 @@ static void test_a_block_a_query_cannot_see_changes_nothing(void)
     enum { Tq = 2, Tk = 2, c = 2, nh = 1 };
     double q[Tq * c] = {1, 2, 3, 4}, kv[Tk * 2 * c] = {1, 0, 5, 6, 0, 1, 7, 8};
     int32_t qpos[Tq] = {0, 1}, late[Tk] = {5, 6}, early[Tk] = {0, 1};
-    double out[Tq * c] = {9, 9, 9, 9}, lse[Tq] = {3, 3}, scratch[Tq * Tk];
+    double out[Tq * c] = {9, 9, 9, 9}, lse[Tq] = {3, 3},
+           scratch[ATTENTION_BLOCK_SCRATCH(1, nh, Tq, Tk, c / nh)];
     cpu_attention_block_forward_f64(cx, out, lse, scratch, q, c, kv, qpos, late, 1, Tq, Tk, c, nh,
                                     true);
     CHECK(out[0] == 0 && out[3] == 0 && lse[0] == -INFINITY && lse[1] == -INFINITY,
@@ -151,7 +152,7 @@ static void test_float_ring_tracks_double(void)
     enum { cp = 2, Tc = T / (2 * cp), Tl = 2 * Tc };
     double *q = rnd((size_t)B * Tl * 3 * C, 1), *kv = rnd((size_t)B * Tl * 2 * C, 1);
     double *out = zeros((size_t)B * Tl * C), *lse = zeros((size_t)B * NH * Tl);
-    double *scratch = zeros((size_t)B * NH * Tl * Tl);
+    double *scratch = zeros(ATTENTION_BLOCK_SCRATCH(B, NH, Tl, Tl, C / NH));
     int32_t qpos[Tl], kpos[Tl];
     for (int j = 0; j < Tc; j++) { /* rank 1's rows, rank 0's keys */
         qpos[j] = Tc + j, qpos[Tc + j] = 2 * Tc + j;
@@ -161,7 +162,7 @@ static void test_float_ring_tracks_double(void)
                                     NH, true);
     float *fq = to_f32(q, (size_t)B * Tl * 3 * C), *fkv = to_f32(kv, (size_t)B * Tl * 2 * C);
     float *fo = malloc(sizeof *fo * B * Tl * C), *fl = malloc(sizeof *fl * B * NH * Tl);
-    float *fs = malloc(sizeof *fs * B * NH * Tl * Tl);
+    float *fs = malloc(sizeof *fs * ATTENTION_BLOCK_SCRATCH(B, NH, Tl, Tl, C / NH));
     cpu_attention_block_forward_f32(cx, fo, fl, fs, fq, 3 * C, fkv, qpos, kpos, B, Tl, Tl, C, NH,
                                     true);
     check_close("block forward", fo, out, (size_t)B * Tl * C, F32_TOL);

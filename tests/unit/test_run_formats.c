@@ -65,7 +65,8 @@ static bool same_step(const struct step_metrics *a, const struct step_metrics *b
            a->idle_pct == b->idle_pct && a->bubble_sim_pct == b->bubble_sim_pct &&
            a->bytes_tp == b->bytes_tp && a->bytes_pp == b->bytes_pp && a->bytes_dp == b->bytes_dp &&
            a->wait_tp_ms == b->wait_tp_ms && a->wait_pp_ms == b->wait_pp_ms &&
-           a->wait_dp_ms == b->wait_dp_ms && a->step_ms == b->step_ms &&
+           a->wait_dp_ms == b->wait_dp_ms && a->bytes_cp == b->bytes_cp &&
+           a->wait_cp_ms == b->wait_cp_ms && a->step_ms == b->step_ms &&
            a->straggler == b->straggler && a->busy_ms == b->busy_ms &&
            a->median_busy_ms == b->median_busy_ms;
 }
@@ -264,6 +265,8 @@ static const struct step_metrics step_many = {.step = 2,
                                               .wait_tp_ms = 1.5,
                                               .wait_pp_ms = 2.5,
                                               .wait_dp_ms = 3.5,
+                                              .bytes_cp = 4e6, /* context parallelism's ring */
+                                              .wait_cp_ms = 4.5,
                                               .straggler = 3,
                                               .busy_ms = 9.5,
                                               .median_busy_ms = 8.0};
