@@ -95,7 +95,6 @@ int moe_check(const struct model *m, struct plait_error *err)
         return error_set(err, "model.moe: the %s backend has no mixture-of-experts ops yet",
                          o->name);
     const char *what = m->cp > 1                             ? "context parallelism"
-                       : m->zero == 3                        ? "ZeRO 3"
                        : m->precision == PLAN_PRECISION_FP8  ? "precision fp8"
                        : m->split_backward                   ? "a split backward"
                                                              : NULL;

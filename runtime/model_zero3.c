@@ -61,11 +61,13 @@ static int fp32_runs(const struct model *m, int u, struct gpt2_unit runs[ZERO3_R
 {
     const struct gpt2_shard *s = &m->shard;
     int l = gpt2_shard_layer(s, u - 1), n = 0;
-    size_t block = gpt2_unit(s, m->n_padded, u).at, end = block + s->layer_elems;
+    struct gpt2_unit un = gpt2_unit(s, m->n_padded, u);
+    size_t block = un.at, end = un.at + un.elems;
     for (size_t at = block; at < end;) { /* walk the block tensor by tensor */
         enum gpt2_tensor t = GPT2_TENSORS;
         for (int k = 0; k < GPT2_TENSORS; k++)
-            if (gpt2_tensor_per_layer(k) && s->elems[k] && gpt2_shard_offset(s, k, l) == at) t = k;
+            if (gpt2_tensor_per_layer(k) && gpt2_shard_has(s, k, l) && gpt2_shard_offset(s, k, l) == at)
+                t = k;
         if (t == GPT2_TENSORS) return -1; /* not a tensor's start: a bug */
         size_t e = s->elems[t];
         if (!gpt2_tensor_decays(t) && n > 0 && runs[n - 1].at + runs[n - 1].elems == at)

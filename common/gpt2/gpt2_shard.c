@@ -219,13 +219,25 @@ int gpt2_shard_layer(const struct gpt2_shard *s, int i)
     return s->part.layer_begin + i / n * gpt2_part_chunk_stride(&s->part) + i % n;
 }
 
+int gpt2_shard_block(const struct gpt2_shard *s, int l)
+{
+    int n = s->part.layer_end - s->part.layer_begin, d = l - s->part.layer_begin;
+    int stride = gpt2_part_chunk_stride(&s->part);
+    return d / stride * n + d % stride; /* chunk·n + within */
+}
+
 size_t gpt2_shard_offset(const struct gpt2_shard *s, enum gpt2_tensor t, int l)
 {
     if (is_global(t)) return s->offset[t];
-    int n = s->part.layer_end - s->part.layer_begin, d = l - s->part.layer_begin;
-    int stride = gpt2_part_chunk_stride(&s->part);
-    int i = d / stride * n + d % stride; /* its block: chunk·n + within */
-    return gpt2_shard_block_at(s, i) + s->offset[t];
+    return gpt2_shard_block_at(s, gpt2_shard_block(s, l)) + s->offset[t];
+}
+
+size_t gpt2_shard_block_max(const struct gpt2_shard *s)
+{
+    size_t most = 0;
+    for (int i = 0; i < gpt2_shard_layers(s); i++)
+        most = gpt2_shard_block_elems(s, i) > most ? gpt2_shard_block_elems(s, i) : most;
+    return most;
 }
 
 size_t gpt2_shard_block_elems(const struct gpt2_shard *s, int i)
@@ -279,9 +291,7 @@ size_t gpt2_shard_instance_at(const struct gpt2_shard *s, enum gpt2_tensor t, in
     for (int u = 0; u < (int)t; u++)
         at += s->elems[u] * (is_global(u) ? 1 : blocks_with(s, u, n));
     if (is_global(t)) return at;
-    int d = l - s->part.layer_begin, stride = gpt2_part_chunk_stride(&s->part);
-    int block = d / stride * (s->part.layer_end - s->part.layer_begin) + d % stride;
-    return at + blocks_with(s, t, block) * s->elems[t];
+    return at + blocks_with(s, t, gpt2_shard_block(s, l)) * s->elems[t];
 }
 
 /* How tensor parallelism cuts one instance of t (gpt2_shard.h): the whole

@@ -95,6 +95,9 @@ int gpt2_shard_init(struct gpt2_shard *s, const struct gpt2_config *cfg,
  * after layers_at. */
 size_t gpt2_shard_block_at(const struct gpt2_shard *s, int i);
 size_t gpt2_shard_block_elems(const struct gpt2_shard *s, int i);
+/* The block of held layer l, and the largest block (0 without layers). */
+int gpt2_shard_block(const struct gpt2_shard *s, int l);
+size_t gpt2_shard_block_max(const struct gpt2_shard *s);
 
 /* Whether the shard holds an instance of tensor t in layer l (gpt2_tensor_in_layer:
  * the dense MLP's and the experts' are in some layers only). */

@@ -11,10 +11,9 @@ int gpt2_units_count(const struct gpt2_shard *s)
 struct gpt2_unit gpt2_unit(const struct gpt2_shard *s, size_t padded, int u)
 {
     int L = gpt2_shard_layers(s);
-    size_t after = s->layers_at + (size_t)L * s->layer_elems;
+    size_t after = s->layers_end;
     if (u == 0) return (struct gpt2_unit){0, s->layers_at};
-    if (u <= L)
-        return (struct gpt2_unit){s->layers_at + (size_t)(u - 1) * s->layer_elems, s->layer_elems};
+    if (u <= L) return (struct gpt2_unit){gpt2_shard_block_at(s, u - 1), gpt2_shard_block_elems(s, u - 1)};
     return (struct gpt2_unit){after, padded - after};
 }
 
@@ -22,7 +21,7 @@ int gpt2_unit_of(const struct gpt2_shard *s, enum gpt2_tensor t, int l)
 {
     if (!gpt2_tensor_per_layer(t))
         return t == GPT2_WTE || t == GPT2_WPE ? 0 : gpt2_units_count(s) - 1;
-    return 1 + (int)((gpt2_shard_offset(s, t, l) - s->layers_at) / s->layer_elems);
+    return 1 + gpt2_shard_block(s, l);
 }
 
 size_t gpt2_unit_max_elems(const struct gpt2_shard *s, size_t padded)
@@ -52,8 +51,9 @@ struct gpt2_zero3_windows gpt2_zero3_windows(const struct gpt2_shard *s, size_t 
     int L = gpt2_shard_layers(s);
     return (struct gpt2_zero3_windows){.first = gpt2_unit(s, padded, 0).elems,
                                        .last = gpt2_unit(s, padded, L + 1).elems,
-                                       .layer = s->layer_elems,
-                                       .layers = L > 0 && s->layer_elems ? layers : 0};
+                                       .layer = gpt2_shard_block_max(s), /* (two sizes with
+                                                                            MoE blocks) */
+                                       .layers = L > 0 && gpt2_shard_block_max(s) ? layers : 0};
 }
 
 int gpt2_zero3_caps(struct gpt2_zero3_windows w, size_t *caps)

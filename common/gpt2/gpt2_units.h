@@ -6,8 +6,9 @@
  * A shard of L layer blocks has L + 2 units, in the buffer's order:
  *   0          [0, layers_at)                    the embeddings (wte, wpe; a last
  *                                                stage's tied wte; empty elsewhere)
- *   1 .. L     layer block i - 1                 one layer each
- *   L + 1      [layers_at + L·layer_elems, padded) the final norm, an untied head,
+ *   1 .. L     layer block i - 1                 one layer each (of two sizes
+ *                                                with MoE blocks: gpt2_shard.h)
+ *   L + 1      [layers_end, padded)              the final norm, an untied head,
  *                                                the padding (possibly empty)
  * so the units tile the buffer: an uneven all-gather of unit u's counts
  * (gpt2_unit_counts) rebuilds it from the dp ranks' slices. */

@@ -528,7 +528,7 @@ static int check_cp_rules(struct plan_ctx *c, const struct plan *p)
 
 /* model.moe: its fields against each other and the model, and what this
  * slice of mixture of experts does not build yet, refused naming the field:
- * context parallelism, ZeRO 3, fp8, a split backward (zb-h1,
+ * context parallelism, fp8, a split backward (zb-h1,
  * dualpipev), the CUDA backend, llm.c or Hugging Face files and sampling. */
 static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
 {
@@ -551,8 +551,6 @@ static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
     const char *what = NULL, *path = NULL;
     if (par->cp != 1)
         path = "parallel.cp", what = "context parallelism is not built yet; use 1";
-    else if (par->zero == 3)
-        path = "parallel.zero", what = "ZeRO 3's units are not built yet; use 0, 1 or 2";
     else if (p->precision == PLAN_PRECISION_FP8)
         path = "precision", what = "fp8 experts are not built yet; use \"fp32\" or \"bf16\"";
     else if (par->schedule == PLAN_PIPE_ZB_H1 || par->schedule == PLAN_PIPE_DUALPIPEV)

@@ -6,9 +6,10 @@
 # capacity that drops tokens and a z-loss, and a Llama with an MoE block every
 # 2 layers, with full and selective recompute; the referee failing a run whose
 # gradients are 0.1% off (by hand: one whose gates are not renormalised fails the
-# three referee cases); then layouts against one rank over 12 steps (dp 2 ZeRO 1
-# and 2, pp 2 1F1B and interleaved, predicted == allocated), the same bits twice,
-# tp 2 (alone, with pp 2 × dp 2, sequence parallel, a Llama's), bf16 at dp 2 and pp 2; plait check's
+# three referee cases); then layouts against one rank over 12 steps (dp 2 ZeRO 1,
+# 2 and 3, pp 2 1F1B and interleaved, predicted == allocated), the same bits twice,
+# tp 2 (alone, with pp 2 × dp 2 at ZeRO 1 and 3, sequence parallel, a Llama's), bf16
+# at dp 2 (ZeRO 1 and 3) and pp 2; plait check's
 # active parameters and plait status's experts; a pp 2 checkpoint resumed on one
 # rank, and a run stopped mid-step resumed to the bit.
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
@@ -81,11 +82,13 @@ MOE=(--set model.layers=4 --set model.moe.experts=4 --set model.moe.top_k=2
 COMMON=(--set data.val=null --set data.val_every=0 "${MOE[@]}")
 source "$(dirname "$0")/parallel_lib.sh" # defines: ref, layout, stop_resume, uninterrupted
 
-test_dp2_zero1_and_2_pp2_and_interleaved_match_one_rank() {
+test_dp2_zero1_2_3_pp2_and_interleaved_match_one_rank() {
     ref one_a4 4 || return 1
     layout dp2_z1 one_a4 1e-5 --set parallel.dp=2 --set parallel.zero=1 \
         --set batch.grad_accum=2 || return 1
     layout dp2_z2 one_a4 1e-5 --set parallel.dp=2 --set parallel.zero=2 \
+        --set batch.grad_accum=2 || return 1
+    layout dp2_z3 one_a4 1e-5 --set parallel.dp=2 --set parallel.zero=3 \
         --set batch.grad_accum=2 || return 1
     layout pp2 one_a4 1e-5 --set parallel.pp=2 --set batch.grad_accum=4 || return 1
     # interleaved, a layer a chunk: stage 0 holds layers 0 and 2 (no MoE block, no expert)
@@ -96,7 +99,7 @@ test_dp2_zero1_and_2_pp2_and_interleaved_match_one_rank() {
         --set batch.grad_accum=4 >"$WORK/pp2_again.log" 2>&1 || { tail "$WORK/pp2_again.log"; return 1; }
     metrics_equal "$WORK/pp2/metrics.jsonl" "$WORK/pp2_again/metrics.jsonl"
 }
-check dp2_zero1_and_2_pp2_and_interleaved_match_one_rank test_dp2_zero1_and_2_pp2_and_interleaved_match_one_rank
+check dp2_zero1_2_3_pp2_and_interleaved_match_one_rank test_dp2_zero1_2_3_pp2_and_interleaved_match_one_rank
 
 # tp 2: each expert split as the MLP is (fc by columns, fcproj by rows), the router whole;
 # with pp 2 and dp 2 (ZeRO 1) too, sequence parallel (with full recompute, with dp 2 ZeRO
@@ -113,6 +116,10 @@ test_tp2_matches_one_rank() {
         --set recompute=full --set batch.grad_accum=4 || return 1
     layout tp2_sp_dp2_z2 one_a4 1e-5 --set parallel.tp=2 --set parallel.sequence_parallel=true \
         --set parallel.dp=2 --set parallel.zero=2 --set batch.grad_accum=2 || return 1
+    # ZeRO 3 gathering layer units of two sizes (MoE blocks and dense ones), kept gathered too
+    layout tp2pp2dp2_z3_kept one_a4 1e-5 --set parallel.tp=2 --set parallel.pp=2 \
+        --set parallel.dp=2 --set parallel.zero=3 --set parallel.reshard_after_forward=false \
+        --set batch.grad_accum=2 || return 1
     ref one_llama 3 "${llama[@]}" || return 1
     layout llama_tp2 one_llama 1e-5 "${llama[@]}" --set parallel.tp=2 --set batch.grad_accum=3
 }
@@ -124,7 +131,11 @@ test_bf16_tracks_bf16_one_rank() {
     ref one_bf16 4 --set precision=bf16 || return 1
     layout bf16_dp2 one_bf16 1e-4 --set precision=bf16 --set parallel.dp=2 \
         --set parallel.zero=1 --set batch.grad_accum=2 || return 1
-    layout bf16_pp2 one_bf16 1e-4 --set precision=bf16 --set parallel.pp=2 --set batch.grad_accum=4
+    layout bf16_pp2 one_bf16 1e-4 --set precision=bf16 --set parallel.pp=2 --set batch.grad_accum=4 ||
+        return 1
+    # ZeRO 3 in bf16: a layer gathered mixed, the experts' biases (and the norms) in fp32
+    layout bf16_dp2_z3 one_bf16 1e-4 --set precision=bf16 --set parallel.dp=2 --set parallel.zero=3 \
+        --set batch.grad_accum=2
 }
 check bf16_tracks_bf16_one_rank test_bf16_tracks_bf16_one_rank
 

@@ -419,7 +419,7 @@ static void test_zero3_units_tile_the_buffer_and_the_slices(void)
             struct gpt2_part part = {.tp = tp, .tp_rank = tp - 1, .pp = pp, .pp_rank = st};
             gpt2_stage_chunks(c8.layers, pp, v, st, &part);
             struct gpt2_config mc = c8;
-            if (cfg.llama) {
+            if (cfg.llama || gpt2_moe(&cfg)) { /* (MoE: units of two sizes) */
                 mc = cfg;
                 mc.layers = 8;
             }
@@ -458,10 +458,12 @@ int main(void)
     RUN(test_instances_in_file_order);
     RUN(test_shards_cover_the_model_exactly);
     RUN(test_interleaved_chunks_cover_the_model_exactly);
+    RUN(test_zero3_units_tile_the_buffer_and_the_slices);
     cfg = moe_of(llama_cfg); /* a Llama's experts: gate and up bands of each */
     RUN(test_tp_mapping_and_its_inverse_agree);
     RUN(test_instances_in_file_order);
     RUN(test_shards_cover_the_model_exactly);
     RUN(test_interleaved_chunks_cover_the_model_exactly);
+    RUN(test_zero3_units_tile_the_buffer_and_the_slices);
     return check_exit_code();
 }
