@@ -1348,13 +1348,15 @@ static int layer_weights(struct model *m, struct model_slot *sl, int i, int B, i
     const float *ln;
 #define GB(t) held(m, GRADS, t, l)
     if (recompute_timed(m, sl, i, B, T, err)) return -1;
-    PROF(pr, PROF_MATMUL_BWD,
-         linear_backward(m, NULL, G(GPT2_FCPROJW, l), GB(GPT2_FCPROJB), a->g_fcproj, a->fch_gelu,
-                         GPT2_FCPROJW, l, N, m->Fl, C, acc));
-    if (sp_gather(m, a->ln2, N, &ln, err)) return -1;
-    PROF(pr, PROF_MATMUL_BWD,
-         linear_backward(m, NULL, G(GPT2_FCW, l), GB(GPT2_FCB), a->g_fc, ln, GPT2_FCW, l, N, C,
-                         m->FCl, acc));
+    if (!gpt2_layer_moe(&m->cfg, l)) { /* (an MoE block's came with its input gradient) */
+        PROF(pr, PROF_MATMUL_BWD,
+             linear_backward(m, NULL, G(GPT2_FCPROJW, l), GB(GPT2_FCPROJB), a->g_fcproj,
+                             a->fch_gelu, GPT2_FCPROJW, l, N, m->Fl, C, acc));
+        if (sp_gather(m, a->ln2, N, &ln, err)) return -1;
+        PROF(pr, PROF_MATMUL_BWD,
+             linear_backward(m, NULL, G(GPT2_FCW, l), GB(GPT2_FCB), a->g_fc, ln, GPT2_FCW, l, N,
+                             C, m->FCl, acc));
+    }
     PROF(pr, PROF_MATMUL_BWD,
          linear_backward(m, NULL, G(GPT2_ATTPROJW, l), GB(GPT2_ATTPROJB), a->g_attproj, a->atty,
                          GPT2_ATTPROJW, l, N, m->Cl, C, acc));

@@ -96,7 +96,6 @@ int moe_check(const struct model *m, struct plait_error *err)
                          o->name);
     const char *what = m->cp > 1                             ? "context parallelism"
                        : m->precision == PLAN_PRECISION_FP8  ? "precision fp8"
-                       : m->split_backward                   ? "a split backward"
                                                              : NULL;
     if (what) return error_set(err, "model.moe: %s with experts is not built yet", what);
     return 0;

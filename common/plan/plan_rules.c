@@ -528,8 +528,7 @@ static int check_cp_rules(struct plan_ctx *c, const struct plan *p)
 
 /* model.moe: its fields against each other and the model, and what this
  * slice of mixture of experts does not build yet, refused naming the field:
- * context parallelism, fp8, a split backward (zb-h1,
- * dualpipev), the CUDA backend, llm.c or Hugging Face files and sampling. */
+ * context parallelism, fp8, the CUDA backend, llm.c or Hugging Face files and sampling. */
 static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
 {
     const struct plan_moe *e = &p->model.moe;
@@ -553,9 +552,6 @@ static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
         path = "parallel.cp", what = "context parallelism is not built yet; use 1";
     else if (p->precision == PLAN_PRECISION_FP8)
         path = "precision", what = "fp8 experts are not built yet; use \"fp32\" or \"bf16\"";
-    else if (par->schedule == PLAN_PIPE_ZB_H1 || par->schedule == PLAN_PIPE_DUALPIPEV)
-        path = "parallel.schedule",
-        what = "a split backward is not built yet; use \"1f1b\", \"gpipe\" or \"interleaved\"";
     else if (par->device == PLAN_DEVICE_CUDA)
         path = "parallel.device", what = "the routing has no CUDA kernels yet; use \"cpu\"";
     else if (p->model.init)

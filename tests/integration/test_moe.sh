@@ -7,7 +7,7 @@
 # 2 layers, with full and selective recompute; the referee failing a run whose
 # gradients are 0.1% off (by hand: one whose gates are not renormalised fails the
 # three referee cases); then layouts against one rank over 12 steps (dp 2 ZeRO 1,
-# 2 and 3, pp 2 1F1B and interleaved, predicted == allocated), the same bits twice,
+# 2 and 3, pp 2 1F1B, interleaved, zb-h1 and DualPipeV, predicted == allocated), the same bits twice,
 # tp 2 (alone, with pp 2 × dp 2 at ZeRO 1 and 3, sequence parallel, a Llama's), bf16
 # at dp 2 (ZeRO 1 and 3) and pp 2; plait check's
 # active parameters and plait status's experts; a pp 2 checkpoint resumed on one
@@ -82,7 +82,7 @@ MOE=(--set model.layers=4 --set model.moe.experts=4 --set model.moe.top_k=2
 COMMON=(--set data.val=null --set data.val_every=0 "${MOE[@]}")
 source "$(dirname "$0")/parallel_lib.sh" # defines: ref, layout, stop_resume, uninterrupted
 
-test_dp2_zero1_2_3_pp2_and_interleaved_match_one_rank() {
+test_dp2_zero1_2_3_and_pp2_schedules_match_one_rank() {
     ref one_a4 4 || return 1
     layout dp2_z1 one_a4 1e-5 --set parallel.dp=2 --set parallel.zero=1 \
         --set batch.grad_accum=2 || return 1
@@ -94,12 +94,18 @@ test_dp2_zero1_2_3_pp2_and_interleaved_match_one_rank() {
     # interleaved, a layer a chunk: stage 0 holds layers 0 and 2 (no MoE block, no expert)
     layout pp2_interleaved one_a4 1e-5 --set parallel.pp=2 --set parallel.schedule=interleaved \
         --set parallel.virtual_stages=2 --set batch.grad_accum=4 || return 1
+    # a split backward (an MoE block's weight gradients come with its input gradient):
+    # zb-h1 with dp 2 ZeRO 2, DualPipeV's V
+    layout pp2_zb_dp2_z2 one_a4 1e-5 --set parallel.pp=2 --set parallel.schedule=zb-h1 \
+        --set parallel.dp=2 --set parallel.zero=2 --set batch.grad_accum=2 || return 1
+    layout pp2_dualpipev one_a4 1e-5 --set parallel.pp=2 --set parallel.schedule=dualpipev \
+        --set batch.grad_accum=4 || return 1
     # the same bits twice
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/pp2_again" "${COMMON[@]}" --set parallel.pp=2 \
         --set batch.grad_accum=4 >"$WORK/pp2_again.log" 2>&1 || { tail "$WORK/pp2_again.log"; return 1; }
     metrics_equal "$WORK/pp2/metrics.jsonl" "$WORK/pp2_again/metrics.jsonl"
 }
-check dp2_zero1_2_3_pp2_and_interleaved_match_one_rank test_dp2_zero1_2_3_pp2_and_interleaved_match_one_rank
+check dp2_zero1_2_3_and_pp2_schedules_match_one_rank test_dp2_zero1_2_3_and_pp2_schedules_match_one_rank
 
 # tp 2: each expert split as the MLP is (fc by columns, fcproj by rows), the router whole;
 # with pp 2 and dp 2 (ZeRO 1) too, sequence parallel (with full recompute, with dp 2 ZeRO
