@@ -6,12 +6,12 @@
 # capacity that drops tokens and a z-loss, and a Llama with an MoE block every
 # 2 layers, with full and selective recompute; the referee failing a run whose
 # gradients are 0.1% off (by hand: one whose gates are not renormalised fails the
-# three referee cases); then layouts against one rank over 12 steps (dp 2 ZeRO 1,
-# 2 and 3, pp 2 1F1B, interleaved, zb-h1 and DualPipeV, predicted == allocated), the same bits twice,
-# tp 2 (alone, with pp 2 × dp 2 at ZeRO 1 and 3, sequence parallel, a Llama's), bf16
-# at dp 2 (ZeRO 1 and 3) and pp 2; plait check's
-# active parameters and plait status's experts; a pp 2 checkpoint resumed on one
-# rank, and a run stopped mid-step resumed to the bit.
+# three referee cases). Then layouts against one rank over 12 steps, predicted ==
+# allocated: dp 2 at ZeRO 1, 2 and 3; pp 2 with 1F1B, interleaved, zb-h1 and
+# DualPipeV; tp 2 alone, with pp 2 × dp 2 at ZeRO 1 and 3, sequence parallel, and a
+# Llama's; bf16 at dp 2 (ZeRO 1 and 3) and pp 2; the same bits twice. And plait
+# check's active parameters, plait status's experts, evaluation at pp 2 × dp 2, a
+# pp 2 checkpoint resumed on one rank, a run stopped mid-step resumed to the bit.
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, finish
 
@@ -163,6 +163,11 @@ print(f"{active} of {total} parameters active")
 PYEOF
 }
 check plait_check_counts_active_parameters test_plait_check_counts_active_parameters
+
+# Evaluation (a forward without the MoE losses' gradients, its loss the cross-entropy):
+# pp 2 × dp 2 as one rank
+check evaluation_at_pp2_dp2_matches_one_rank evaluates_as_one_rank eval_pp2dp2 --set parallel.pp=2 \
+    --set parallel.dp=2 --set batch.grad_accum=2
 
 # A checkpoint of a pp 2 run (stopped at step 5's end) resumed on one rank: the experts'
 # tensors resharded from the stages' layer blocks; steps 6-12 within 1e-5 of one rank's
