@@ -16,8 +16,6 @@ int decoder_init(struct decoder *d, const struct gpt2_shard *shard, const float 
     if (shard->part.tp != 1 || !shard->first || !shard->last ||
         gpt2_shard_layers(shard) != c->layers)
         return error_set(err, "decoding needs the whole model on one rank (tp 1, pp 1)");
-    if (gpt2_moe(c))
-        return error_set(err, "model.moe: the sampler does not run experts yet (sample.tokens 0)");
     char why[256] = "";
     d->shard = shard;
     d->params = params;
@@ -28,6 +26,9 @@ int decoder_init(struct decoder *d, const struct gpt2_shard *shard, const float 
     size_t C = (size_t)c->hidden, KVC = (size_t)gpt2_kv_heads(c) * (C / (size_t)c->heads);
     size_t cache = (size_t)c->layers * (size_t)d->T * KVC;
     size_t QKV = (size_t)gpt2_qkv_rows(c), FC = (size_t)gpt2_fc_rows(c) + (size_t)gpt2_ffn(c);
+    size_t FCm = (size_t)(gpt2_expert_fc_rows(c) + c->moe_ffn), E = (size_t)c->experts + 1;
+    size_t k = (size_t)c->top_k + 1;
+    FC = FCm > FC ? FCm : FC; /* (an expert's MLP may be the wider) */
     d->k = malloc(cache * sizeof *d->k);
     d->v = malloc(cache * sizeof *d->v);
     d->x = malloc(C * sizeof *d->x);
@@ -39,8 +40,15 @@ int decoder_init(struct decoder *d, const struct gpt2_shard *shard, const float 
     d->scores = malloc((size_t)d->T * sizeof *d->scores);
     d->stats = malloc(2 * sizeof *d->stats);
     d->logits = malloc((size_t)c->padded_vocab * sizeof *d->logits);
+    d->router = malloc(E * sizeof *d->router);
+    d->probs = malloc(E * sizeof *d->probs);
+    d->gate = malloc(k * sizeof *d->gate);
+    d->lse = malloc(sizeof *d->lse);
+    d->mix = malloc(C * sizeof *d->mix);
+    d->choice = malloc(k * sizeof *d->choice);
     if (!d->k || !d->v || !d->x || !d->ln || !d->qkv || !d->att || !d->fc || !d->proj ||
-        !d->scores || !d->stats || !d->logits) {
+        !d->scores || !d->stats || !d->logits || !d->router || !d->probs || !d->gate ||
+        !d->lse || !d->mix || !d->choice) {
         decoder_free(d);
         return error_set(err, "out of memory for the decoder's cache (%zu MB)",
                          2 * cache * sizeof(float) >> 20);
@@ -50,9 +58,11 @@ int decoder_init(struct decoder *d, const struct gpt2_shard *shard, const float 
 
 void decoder_free(struct decoder *d)
 {
-    float *bufs[] = {d->k,    d->v,    d->x,      d->ln,    d->qkv,   d->att,
-                     d->fc,   d->proj, d->scores, d->stats, d->logits};
+    float *bufs[] = {d->k,     d->v,      d->x,      d->ln,      d->qkv,   d->att,  d->fc,
+                     d->proj,  d->scores, d->stats,  d->logits,  d->router, d->probs, d->gate,
+                     d->lse,   d->mix};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    free(d->choice);
     if (d->ctx) d->ops->close(d->ctx);
     memset(d, 0, sizeof *d);
 }
@@ -112,6 +122,55 @@ static void attend(struct decoder *d, const float *q, const float *k, const floa
     }
 }
 
+/* out (C) = the MLP's output for the row in d->ln: fc (FC rows) and its bias, the GELU
+ * or SwiGLU of width F, fcproj and its bias; through d->fc */
+static void mlp(struct decoder *d, const float *fc, const float *fcb, const float *proj,
+                const float *projb, int FC, int F, float *out)
+{
+    const struct ops *o = d->ops;
+    const struct gpt2_config *c = &d->shard->cfg;
+    o->matmul_forward(d->ctx, d->fc, d->ln, fc, NULL, fcb, 1, c->hidden, FC);
+    if (c->llama)
+        o->swiglu_forward(d->ctx, d->fc + FC, d->fc, 1, F);
+    else
+        o->gelu_forward(d->ctx, d->fc + FC, d->fc, (size_t)FC);
+    o->matmul_forward(d->ctx, out, d->fc + FC, proj, NULL, projb, 1, F, c->hidden);
+}
+
+/* Expert x (routed, or E + s shared) of layer l's MoE block on the row in d->ln, into
+ * d->proj. */
+static void expert(struct decoder *d, int l, int x)
+{
+    const struct gpt2_config *c = &d->shard->cfg;
+    size_t C = (size_t)c->hidden, Fm = (size_t)c->moe_ffn, e = (size_t)x;
+    size_t FCm = (size_t)gpt2_expert_fc_rows(c);
+    const float *fcb = param(d, GPT2_EXPFCB, l), *projb = param(d, GPT2_EXPPROJB, l);
+    mlp(d, param(d, GPT2_EXPFCW, l) + e * FCm * C, fcb ? fcb + e * Fm : NULL,
+        param(d, GPT2_EXPPROJW, l) + e * C * Fm, projb ? projb + e * C : NULL, (int)FCm,
+        (int)Fm, d->proj);
+}
+
+/* Layer l's MoE block on the row in d->ln, into d->proj: its k experts' outputs by
+ * their gates, in choice order, then the shared experts' (as the training forward). */
+static void moe(struct decoder *d, int l)
+{
+    const struct ops *o = d->ops;
+    const struct gpt2_config *c = &d->shard->cfg;
+    int C = c->hidden, E = c->experts, k = c->top_k;
+    o->matmul_forward(d->ctx, d->router, d->ln, param(d, GPT2_ROUTERW, l), NULL, NULL, 1, C, E);
+    o->moe_route(d->ctx, d->probs, d->choice, d->gate, d->lse, d->router, 1, E, k);
+    memset(d->mix, 0, (size_t)C * sizeof *d->mix);
+    for (int j = 0; j < k; j++) {
+        expert(d, l, d->choice[j]);
+        for (int i = 0; i < C; i++) d->mix[i] += d->gate[j] * d->proj[i];
+    }
+    for (int s = 0; s < c->shared_experts; s++) {
+        expert(d, l, E + s);
+        o->residual_forward(d->ctx, d->mix, d->mix, d->proj, (size_t)C);
+    }
+    memcpy(d->proj, d->mix, (size_t)C * sizeof *d->proj);
+}
+
 /* one transformer block on the row in d->x, its keys and values kept at d->pos */
 static void block(struct decoder *d, int l)
 {
@@ -132,14 +191,11 @@ static void block(struct decoder *d, int l)
                       param(d, GPT2_ATTPROJB, l), 1, C, C);
     o->residual_forward(d->ctx, d->x, d->x, d->proj, (size_t)C);
     norm(d, GPT2_LN2W, GPT2_LN2B, l);
-    o->matmul_forward(d->ctx, d->fc, d->ln, param(d, GPT2_FCW, l), NULL, param(d, GPT2_FCB, l),
-                      1, C, FC);
-    if (c->llama)
-        o->swiglu_forward(d->ctx, d->fc + FC, d->fc, 1, F);
+    if (gpt2_layer_moe(c, l))
+        moe(d, l);
     else
-        o->gelu_forward(d->ctx, d->fc + FC, d->fc, (size_t)FC);
-    o->matmul_forward(d->ctx, d->proj, d->fc + FC, param(d, GPT2_FCPROJW, l), NULL,
-                      param(d, GPT2_FCPROJB, l), 1, F, C);
+        mlp(d, param(d, GPT2_FCW, l), param(d, GPT2_FCB, l), param(d, GPT2_FCPROJW, l),
+            param(d, GPT2_FCPROJB, l), FC, F, d->proj);
     o->residual_forward(d->ctx, d->x, d->x, d->proj, (size_t)C);
 }
 

@@ -5,9 +5,13 @@
  * the buffer of gpt2_shard.h) in host memory; the work is the CPU backend's
  * ops (ops_cpu) with the attention of one query written here. The logits of
  * each position are the full forward pass's to fp32 rounding
- * (tests/unit/test_decode.c). */
+ * (tests/unit/test_decode.c). An MoE block (model.moe) runs the token through the
+ * k experts its router chose, as training without a capacity (one token drops
+ * none), and the shared ones. */
 #ifndef PLAIT_SAMPLE_DECODE_H
 #define PLAIT_SAMPLE_DECODE_H
+
+#include <stdint.h>
 
 #include "common/error.h"
 #include "common/gpt2/gpt2_shard.h"
@@ -24,6 +28,10 @@ struct decoder {
     float *k, *v;                   /* (L, T, C) the cache */
     float *x, *ln, *qkv, *att, *fc, *proj, *scores, *stats; /* one row's activations */
     float *logits;                  /* (Vp) after the last token fed */
+    /* mixture of experts (E experts, top k): the router's logits and probabilities (E
+     * each), its gates (k) and logsumexp, the chosen experts (k), the block's output (C) */
+    float *router, *probs, *gate, *lse, *mix;
+    int32_t *choice;
 };
 
 /* A decoder over shard's params (both must outlive it). -1 with err when the

@@ -528,7 +528,7 @@ static int check_cp_rules(struct plan_ctx *c, const struct plan *p)
 
 /* model.moe: its fields against each other and the model, and what this
  * slice of mixture of experts does not build yet, refused naming the field:
- * context parallelism, fp8, the CUDA backend, llm.c or Hugging Face files and sampling. */
+ * context parallelism, fp8, the CUDA backend, llm.c or Hugging Face files. */
 static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
 {
     const struct plan_moe *e = &p->model.moe;
@@ -556,8 +556,6 @@ static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
         path = "parallel.device", what = "the routing has no CUDA kernels yet; use \"cpu\"";
     else if (p->model.init)
         path = "model.init", what = "llm.c and Hugging Face files hold no experts; remove it";
-    else if (p->sample.tokens > 0)
-        path = "sample.tokens", what = "the sampler does not run experts yet; use 0";
     if (path) return plan_fail_rule(c, path, "model.moe", "with model.moe: %s", what);
     return 0;
 }

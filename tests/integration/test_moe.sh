@@ -10,8 +10,9 @@
 # allocated: dp 2 at ZeRO 1, 2 and 3; pp 2 with 1F1B, interleaved, zb-h1 and
 # DualPipeV; tp 2 alone, with pp 2 × dp 2 at ZeRO 1 and 3, sequence parallel, and a
 # Llama's; bf16 at dp 2 (ZeRO 1 and 3) and pp 2; the same bits twice. And plait
-# check's active parameters, plait status's experts, evaluation at pp 2 × dp 2, a
-# pp 2 checkpoint resumed on one rank, a run stopped mid-step resumed to the bit.
+# check's active parameters, plait status's experts, plait sample of an MoE
+# checkpoint, evaluation at pp 2 × dp 2, a pp 2 checkpoint resumed on one rank, a
+# run stopped mid-step resumed to the bit.
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, finish
 
@@ -168,6 +169,16 @@ check plait_check_counts_active_parameters test_plait_check_counts_active_parame
 # pp 2 × dp 2 as one rank
 check evaluation_at_pp2_dp2_matches_one_rank evaluates_as_one_rank eval_pp2dp2 --set parallel.pp=2 \
     --set parallel.dp=2 --set batch.grad_accum=2
+
+# plait sample decodes an MoE model (each token through its router's experts: the decoder
+# against the forward pass is tests/unit/test_decode.c's)
+test_plait_sample_decodes_an_moe_checkpoint() {
+    ref one_a4 4 || return 1
+    "$PLAIT" sample "$WORK/one_a4" --tokens 16 >"$WORK/sample.txt" 2>&1 ||
+        { cat "$WORK/sample.txt"; return 1; }
+    grep -q "^plait: sample: .*step_00000012_0000" "$WORK/sample.txt" || { cat "$WORK/sample.txt"; return 1; }
+}
+check plait_sample_decodes_an_moe_checkpoint test_plait_sample_decodes_an_moe_checkpoint
 
 # A checkpoint of a pp 2 run (stopped at step 5's end) resumed on one rank: the experts'
 # tensors resharded from the stages' layer blocks; steps 6-12 within 1e-5 of one rank's

@@ -1,8 +1,9 @@
 /* test_decode.c — the key/value-cache decoder (sample/decode.h) against the
  * model's full forward pass: after feeding n tokens one at a time, its logits
  * are the forward pass's last row over those n tokens (to fp32 rounding), for
- * every n up to the context; after a reset it starts over at position 0; it
- * refuses a token past the context or outside the vocabulary. */
+ * every n up to the context, for a GPT-2 and for mixtures of experts (a GPT-2's,
+ * a Llama's); after a reset it starts over at position 0; it refuses a token
+ * past the context or outside the vocabulary. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +15,20 @@
 #include "runtime/model.h"
 #include "tests/unit/cpu_ctx.h"
 
-static const struct gpt2_config cfg = {
+static const struct gpt2_config dense = {
     .max_seq_len = 12, .vocab = 50, .padded_vocab = 64, .layers = 2, .heads = 4, .hidden = 16};
+/* mixture of experts: 4 experts (top 2) and a shared one in layer 1, a dense MLP in layer 0;
+ * a Llama's too (SwiGLU experts) */
+static const struct gpt2_config moe = {.max_seq_len = 12, .vocab = 50, .padded_vocab = 64,
+                                       .layers = 2, .heads = 4, .hidden = 16, .experts = 4,
+                                       .top_k = 2, .moe_every = 2, .shared_experts = 1,
+                                       .moe_ffn = 24};
+static const struct gpt2_config llama_moe = {
+    .max_seq_len = 12, .vocab = 50,        .padded_vocab = 64, .layers = 2,     .heads = 4,
+    .hidden = 16,      .llama = true,      .kv_heads = 2,      .ffn_hidden = 40, .untied = true,
+    .rope_theta = 1e4, .norm_eps = 1e-5f,  .experts = 4,       .top_k = 2,      .moe_every = 1,
+    .shared_experts = 1, .moe_ffn = 20};
+static struct gpt2_config cfg;
 enum { T = 12 };
 
 /* the worst difference between the decoder's logits and row n-1 of the forward pass */
@@ -75,6 +88,11 @@ static void test_each_position_matches_the_full_forward_pass(void)
 
 int main(void)
 {
+    cfg = dense;
+    RUN(test_each_position_matches_the_full_forward_pass);
+    cfg = moe; /* each token through its router's experts, as the forward pass's */
+    RUN(test_each_position_matches_the_full_forward_pass);
+    cfg = llama_moe;
     RUN(test_each_position_matches_the_full_forward_pass);
     return check_exit_code();
 }
