@@ -105,9 +105,10 @@ int gpt2_init_shard_range(const struct gpt2_shard *s, size_t lo, size_t hi, floa
         enum init_kind k = init_of(&s->cfg, t, full.elems[t], &std, &drawn);
         c.t = t, c.n = 0;
         if (k == INIT_ZERO || !full.elems[t]) continue;
-        c.per_layer = gpt2_tensor_per_layer(t) ? full.elems[t] / (size_t)gpt2_tensor_layers_before(
-                                                                     &s->cfg, t, s->cfg.layers)
-                                               : 0;
+        c.per_layer =
+            gpt2_tensor_per_layer(t)
+                ? full.elems[t] / (size_t)gpt2_tensor_layers_before(&s->cfg, t, s->cfg.layers)
+                : 0;
         if (gpt2_shard_each(s, range_runs, &c)) break; /* out of memory */
         if (c.n == 0) continue;                             /* none of it in the range */
         qsort(c.runs, c.n, sizeof *c.runs, by_at);

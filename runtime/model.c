@@ -1306,8 +1306,8 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
     if (sp_gather(m, m->dres, N, &dout, err)) return -1;
     bool moe = gpt2_layer_moe(&m->cfg, l); /* its input gathered beside dout, sequence parallel */
     if (moe ? sp_gather_into(m, a->ln2, N, m->moe_ln, &ln, err) ||
-                  moe_backward(m, moe_acts_of(m, sl, i), l, dout, ln, m->dC, N, sl->grad_scale,
-                               acc, err)
+                  moe_backward(m, moe_acts_of(m, sl, i), l, dout, ln, m->dC, N, sl->grad_scale, acc,
+                               err)
             : mlp_backward(m, a, l, dout, N, acc, pass, err))
         return -1;
     if (tp_sum_rows(m, m->dC, N, &dln, err)) return -1;
@@ -1354,8 +1354,8 @@ static int layer_weights(struct model *m, struct model_slot *sl, int i, int B, i
                              a->fch_gelu, GPT2_FCPROJW, l, N, m->Fl, C, acc));
         if (sp_gather(m, a->ln2, N, &ln, err)) return -1;
         PROF(pr, PROF_MATMUL_BWD,
-             linear_backward(m, NULL, G(GPT2_FCW, l), GB(GPT2_FCB), a->g_fc, ln, GPT2_FCW, l, N,
-                             C, m->FCl, acc));
+             linear_backward(m, NULL, G(GPT2_FCW, l), GB(GPT2_FCB), a->g_fc, ln, GPT2_FCW, l, N, C,
+                             m->FCl, acc));
     }
     PROF(pr, PROF_MATMUL_BWD,
          linear_backward(m, NULL, G(GPT2_ATTPROJW, l), GB(GPT2_ATTPROJB), a->g_attproj, a->atty,

@@ -58,8 +58,8 @@ static void expert_forward(const struct model *m, const struct expert *w, float 
     int C = m->cfg.hidden, Fm = (int)width_of(m), FCm = (int)fc_rows_of(m);
     o->matmul_forward(m->ctx, h, in, w->fc, w->fc16, w->fcb, n, C, FCm);
     model_mlp_act(m, act, h, n, Fm);
-    o->matmul_forward(m->ctx, y, act, w->proj, w->proj16, m->tp.rank == 0 ? w->projb : NULL, n,
-                      Fm, C);
+    o->matmul_forward(m->ctx, y, act, w->proj, w->proj16, m->tp.rank == 0 ? w->projb : NULL, n, Fm,
+                      C);
 }
 
 /* Its backward from dy (n,C): din (n,C) overwritten (may be dy's rows; with tp this
@@ -94,9 +94,9 @@ int moe_check(const struct model *m, struct plait_error *err)
         !o->moe_combine || !o->moe_combine_backward || !o->moe_route_backward || !o->moe_losses)
         return error_set(err, "model.moe: the %s backend has no mixture-of-experts ops yet",
                          o->name);
-    const char *what = m->cp > 1                             ? "context parallelism"
-                       : m->precision == PLAN_PRECISION_FP8  ? "precision fp8"
-                                                             : NULL;
+    const char *what = m->cp > 1                            ? "context parallelism"
+                       : m->precision == PLAN_PRECISION_FP8 ? "precision fp8"
+                                                            : NULL;
     if (what) return error_set(err, "model.moe: %s with experts is not built yet", what);
     return 0;
 }
@@ -162,8 +162,8 @@ int moe_forward(struct model *m, struct moe_acts *a, int l, const float *ln, int
     o->matmul_forward(m->ctx, m->moe_logits, ln, model_tensor(m, false, GPT2_ROUTERW, l),
                       model_tensor16(m, GPT2_ROUTERW, l), NULL, N, C, E);
     o->moe_route(m->ctx, a->probs, a->choice, a->gate, a->lse, m->moe_logits, N, E, k);
-    a->kept = o->moe_dispatch(m->ctx, a->pos, a->rows, a->counts, a->counts + E, a->choice, N, E,
-                              k, capacity_of(m, N));
+    a->kept = o->moe_dispatch(m->ctx, a->pos, a->rows, a->counts, a->counts + E, a->choice, N, E, k,
+                              capacity_of(m, N));
     o->moe_gather(m->ctx, a->x, ln, a->rows, a->kept, C);
     const int32_t *counts = counts_of(m, a);
     memcpy(a->routed_host, counts + E, (size_t)E * sizeof *counts); /* for moe_count */
@@ -202,17 +202,17 @@ int moe_backward(struct model *m, struct moe_acts *a, int l, const float *dout, 
         struct expert w = expert_of(m, l, e, false), g = expert_of(m, l, e, true);
         size_t r = (size_t)at;
         float *dy = m->moe_dy + r * C; /* overwritten by the rows' input gradient */
-        expert_backward(m, &w, &g, dy, dy, a->x + r * C, a->h + r * FCm, a->act + r * Fm,
-                        counts[e], acc);
+        expert_backward(m, &w, &g, dy, dy, a->x + r * C, a->h + r * FCm, a->act + r * Fm, counts[e],
+                        acc);
     }
     o->moe_gather_backward(m->ctx, dln, m->moe_dy, a->pos, N, k, C, false);
     /* the router: its gates' gradients and the losses', scaled as the loss is */
     double scale = (double)grad_scale * N;
-    o->moe_route_backward(m->ctx, m->moe_logits, m->moe_dgate, a->probs, a->choice, a->gate,
-                          a->lse, a->counts + E, N, E, k, (float)(m->moe_aux * scale),
+    o->moe_route_backward(m->ctx, m->moe_logits, m->moe_dgate, a->probs, a->choice, a->gate, a->lse,
+                          a->counts + E, N, E, k, (float)(m->moe_aux * scale),
                           (float)(m->moe_z * scale));
-    o->matmul_backward(m->ctx, m->proj, model_tensor(m, true, GPT2_ROUTERW, l), NULL,
-                       m->moe_logits, ln, model_tensor(m, false, GPT2_ROUTERW, l),
+    o->matmul_backward(m->ctx, m->proj, model_tensor(m, true, GPT2_ROUTERW, l), NULL, m->moe_logits,
+                       ln, model_tensor(m, false, GPT2_ROUTERW, l),
                        model_tensor16(m, GPT2_ROUTERW, l), N, C, E, acc);
     /* the router is whole on every tp rank: its input gradient in tp rank 0's term only */
     if (m->tp.rank == 0) o->residual_forward(m->ctx, dln, dln, m->proj, NC);

@@ -32,8 +32,8 @@ int moe_forward(struct model *m, struct moe_acts *a, int l, const float *ln, int
                 struct plait_error *err);
 
 /* Its backward from dout (N,C), the block's output gradient: dln (N,C) the gradient of
- * ln (overwritten; with tp, this rank's term of it), the router's and experts' weight gradients written or, with acc,
- * added; the balance and z losses' gradients scaled by grad_scale·N, as the
+ * ln (overwritten; with tp, this rank's term of it), the router's and experts' weight gradients
+ * written or, with acc, added; the balance and z losses' gradients scaled by grad_scale·N, as the
  * training loss is. */
 int moe_backward(struct model *m, struct moe_acts *a, int l, const float *dout, const float *ln,
                  float *dln, int N, float grad_scale, bool acc, struct plait_error *err);

@@ -66,7 +66,8 @@ static int fp32_runs(const struct model *m, int u, struct gpt2_unit runs[ZERO3_R
     for (size_t at = block; at < end;) { /* walk the block tensor by tensor */
         enum gpt2_tensor t = GPT2_TENSORS;
         for (int k = 0; k < GPT2_TENSORS; k++)
-            if (gpt2_tensor_per_layer(k) && gpt2_shard_has(s, k, l) && gpt2_shard_offset(s, k, l) == at)
+            if (gpt2_tensor_per_layer(k) && gpt2_shard_has(s, k, l) &&
+                gpt2_shard_offset(s, k, l) == at)
                 t = k;
         if (t == GPT2_TENSORS) return -1; /* not a tensor's start: a bug */
         size_t e = s->elems[t];

@@ -14,7 +14,7 @@
 #include "common/place/rank_order.h" // defines: rank_data_of
 #include "runtime/dump.h"
 #include "common/formats/ckpt_state.h" // defines: MOE_STATS
-#include "runtime/model_moe.h" // defines: model_moe_take_loss
+#include "runtime/model_moe.h"         // defines: model_moe_take_loss
 #include "runtime/model_zero3.h"
 #include "runtime/optim.h"
 #include "runtime/report.h"

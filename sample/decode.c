@@ -47,8 +47,8 @@ int decoder_init(struct decoder *d, const struct gpt2_shard *shard, const float 
     d->mix = malloc(C * sizeof *d->mix);
     d->choice = malloc(k * sizeof *d->choice);
     if (!d->k || !d->v || !d->x || !d->ln || !d->qkv || !d->att || !d->fc || !d->proj ||
-        !d->scores || !d->stats || !d->logits || !d->router || !d->probs || !d->gate ||
-        !d->lse || !d->mix || !d->choice) {
+        !d->scores || !d->stats || !d->logits || !d->router || !d->probs || !d->gate || !d->lse ||
+        !d->mix || !d->choice) {
         decoder_free(d);
         return error_set(err, "out of memory for the decoder's cache (%zu MB)",
                          2 * cache * sizeof(float) >> 20);
@@ -58,9 +58,8 @@ int decoder_init(struct decoder *d, const struct gpt2_shard *shard, const float 
 
 void decoder_free(struct decoder *d)
 {
-    float *bufs[] = {d->k,     d->v,      d->x,      d->ln,      d->qkv,   d->att,  d->fc,
-                     d->proj,  d->scores, d->stats,  d->logits,  d->router, d->probs, d->gate,
-                     d->lse,   d->mix};
+    float *bufs[] = {d->k,      d->v,     d->x,      d->ln,     d->qkv,   d->att,  d->fc,  d->proj,
+                     d->scores, d->stats, d->logits, d->router, d->probs, d->gate, d->lse, d->mix};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(d->choice);
     if (d->ctx) d->ops->close(d->ctx);
@@ -146,8 +145,8 @@ static void expert(struct decoder *d, int l, int x)
     size_t FCm = (size_t)gpt2_expert_fc_rows(c);
     const float *fcb = param(d, GPT2_EXPFCB, l), *projb = param(d, GPT2_EXPPROJB, l);
     mlp(d, param(d, GPT2_EXPFCW, l) + e * FCm * C, fcb ? fcb + e * Fm : NULL,
-        param(d, GPT2_EXPPROJW, l) + e * C * Fm, projb ? projb + e * C : NULL, (int)FCm,
-        (int)Fm, d->proj);
+        param(d, GPT2_EXPPROJW, l) + e * C * Fm, projb ? projb + e * C : NULL, (int)FCm, (int)Fm,
+        d->proj);
 }
 
 /* Layer l's MoE block on the row in d->ln, into d->proj: its k experts' outputs by

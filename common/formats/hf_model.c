@@ -382,8 +382,9 @@ int hf_model_read(const char *dir, const struct gpt2_config *cfg, float *full,
                   struct plait_error *err)
 {
     struct gpt2_layout layout;
-    if (gpt2_moe(cfg)) return error_set(err, "model.moe: Hugging Face files of experts are not "
-                                             "read yet");
+    if (gpt2_moe(cfg))
+        return error_set(err, "model.moe: Hugging Face files of experts are not "
+                              "read yet");
     if (gpt2_layout(cfg, &layout)) return error_set(err, "the model is too large to address");
     memset(full, 0, layout.total * sizeof *full);
     struct reading r = {.cfg = cfg, .full = full, .err = err};
@@ -538,8 +539,9 @@ int hf_model_write(const char *dir, const struct gpt2_config *cfg, const float *
                    size_t shard_bytes, enum st_dtype dtype, struct plait_error *err)
 {
     struct gpt2_layout layout;
-    if (gpt2_moe(cfg)) return error_set(err, "model.moe: Hugging Face files of experts are not "
-                                             "written yet");
+    if (gpt2_moe(cfg))
+        return error_set(err, "model.moe: Hugging Face files of experts are not "
+                              "written yet");
     if (gpt2_layout(cfg, &layout)) return error_set(err, "the model is too large to address");
     struct writing w = {.dir = dir, .cfg = cfg, .full = full, .err = err, .dry = true,
                         .shard_bytes = shard_bytes ? shard_bytes : 1, .dtype = dtype};

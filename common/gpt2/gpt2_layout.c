@@ -7,9 +7,9 @@
 #include "common/checked.h"
 
 const char *const gpt2_tensor_names[GPT2_TENSORS] = {
-    "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb", "lmhead",
-    "routerw", "expfcw", "expfcb", "expprojw", "expprojb",
+    "wte",    "wpe",     "ln1w",   "ln1b",   "qkvw",     "qkvb",     "attprojw", "attprojb",
+    "ln2w",   "ln2b",    "fcw",    "fcb",    "fcprojw",  "fcprojb",  "lnfw",     "lnfb",
+    "lmhead", "routerw", "expfcw", "expfcb", "expprojw", "expprojb",
 };
 
 struct gpt2_config gpt2_config_of_plan(const struct plan_model *m)
@@ -157,7 +157,8 @@ int gpt2_layout(const struct gpt2_config *cfg, struct gpt2_layout *out)
               ck_size(&e[GPT2_WPE], bias, cfg->max_seq_len, C) && ck_size(&e[GPT2_LN1W], L, C) &&
               ck_size(&e[GPT2_QKVW], L, gpt2_qkv_rows(cfg), C) &&
               ck_size(&e[GPT2_QKVB], bias, L, gpt2_qkv_rows(cfg)) &&
-              ck_size(&e[GPT2_ATTPROJW], L, C, C) && ck_size(&e[GPT2_FCW], Ld, gpt2_fc_rows(cfg), C) &&
+              ck_size(&e[GPT2_ATTPROJW], L, C, C) &&
+              ck_size(&e[GPT2_FCW], Ld, gpt2_fc_rows(cfg), C) &&
               ck_size(&e[GPT2_FCB], bias, Ld, F) && ck_size(&e[GPT2_FCPROJW], Ld, C, F) &&
               ck_size(&e[GPT2_LMHEAD], cfg->untied, cfg->padded_vocab, C);
     e[GPT2_LN2W] = e[GPT2_LN1W];

@@ -100,9 +100,8 @@ enum gpt2_act {
     GPT2_ACT_CP_POS,     /* (cp·T) int32 cp > 1 only: every cp rank's token positions */
     /* mixture of experts (model.moe) only, with E experts, S shared ones, k choices a
      * token, Fm an expert's width (FCm its fc rows: 2Fm for a Llama, else Fm; both /tp
- * on a tp rank); per MoE
-     * layer (one copy per held micro-batch and MoE layer of a chunk, or one shared
-     * with full recompute): */
+     * on a tp rank); per MoE layer (one copy per held micro-batch and MoE layer of a
+     * chunk, or one shared with full recompute): */
     GPT2_ACT_MOE_PROBS,  /* (N,E)      the router's softmax */
     GPT2_ACT_MOE_GATE,   /* (N,k)      the chosen experts' gates */
     GPT2_ACT_MOE_LSE,    /* (N)        each row's logsumexp of the logits (z-loss) */

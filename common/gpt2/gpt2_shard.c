@@ -127,8 +127,9 @@ static bool shard_elems(struct gpt2_shard *s)
               ck_size(&e[GPT2_WPE], s->first && bias, cfg->max_seq_len, C) &&
               ck_size(&e[GPT2_QKVW], gpt2_qkv_rows(cfg) / tp, C) &&
               ck_size(&e[GPT2_QKVB], bias, gpt2_qkv_rows(cfg) / tp) &&
-              ck_size(&e[GPT2_ATTPROJW], C, Ct) && ck_size(&e[GPT2_FCW], gpt2_fc_rows(cfg) / tp, C) &&
-              ck_size(&e[GPT2_FCB], bias, Ft) && ck_size(&e[GPT2_FCPROJW], C, Ft) &&
+              ck_size(&e[GPT2_ATTPROJW], C, Ct) &&
+              ck_size(&e[GPT2_FCW], gpt2_fc_rows(cfg) / tp, C) && ck_size(&e[GPT2_FCB], bias, Ft) &&
+              ck_size(&e[GPT2_FCPROJW], C, Ft) &&
               ck_size(&e[GPT2_LMHEAD], s->last && cfg->untied, Vt, C) && expert_elems(s);
     e[GPT2_LN1W] = e[GPT2_LN2W] = (size_t)C;
     e[GPT2_LN1B] = e[GPT2_ATTPROJB] = e[GPT2_LN2B] = e[GPT2_FCPROJB] = bias ? (size_t)C : 0;
@@ -288,8 +289,7 @@ size_t gpt2_shard_instance_at(const struct gpt2_shard *s, enum gpt2_tensor t, in
 {
     size_t at = 0;
     int n = gpt2_shard_layers(s);
-    for (int u = 0; u < (int)t; u++)
-        at += s->elems[u] * (is_global(u) ? 1 : blocks_with(s, u, n));
+    for (int u = 0; u < (int)t; u++) at += s->elems[u] * (is_global(u) ? 1 : blocks_with(s, u, n));
     if (is_global(t)) return at;
     return at + blocks_with(s, t, gpt2_shard_block(s, l)) * s->elems[t];
 }
@@ -415,8 +415,7 @@ static int copy_instance(void *ctx, enum gpt2_tensor t, int l, size_t offset, si
     const struct gpt2_shard *s = c->s;
     size_t per_layer = is_global(t) ? 0 : elems; /* tp 1 with experts: an instance whole */
     if (!is_global(t) && c->full.elems[t])
-        per_layer = c->full.elems[t] /
-                    (size_t)gpt2_tensor_layers_before(&s->cfg, t, s->cfg.layers);
+        per_layer = c->full.elems[t] / (size_t)gpt2_tensor_layers_before(&s->cfg, t, s->cfg.layers);
     float *full = c->full_buf + c->full.offset[t] +
                   (size_t)gpt2_tensor_layers_before(&s->cfg, t, l) * per_layer;
     float *shard = c->shard_buf + offset;

@@ -13,7 +13,8 @@ struct gpt2_unit gpt2_unit(const struct gpt2_shard *s, size_t padded, int u)
     int L = gpt2_shard_layers(s);
     size_t after = s->layers_end;
     if (u == 0) return (struct gpt2_unit){0, s->layers_at};
-    if (u <= L) return (struct gpt2_unit){gpt2_shard_block_at(s, u - 1), gpt2_shard_block_elems(s, u - 1)};
+    if (u <= L)
+        return (struct gpt2_unit){gpt2_shard_block_at(s, u - 1), gpt2_shard_block_elems(s, u - 1)};
     return (struct gpt2_unit){after, padded - after};
 }
 

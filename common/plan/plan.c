@@ -32,8 +32,9 @@ enum kind { K_SECTION, K_INT, K_U64, K_REAL, K_BOOL, K_STRING, K_PATH, K_ENUM, K
 #define KEEP_RELATIVE 0x4u /* a path that is not resolved (checkpoint.dir) */
 #define AUTO_OK 0x8u       /* K_INT that may also be "auto" (stored as PLAN_AUTO) */
 #define MAY_CHANGE 0x10u   /* may differ when a run resumes (plan_diff) */
-#define OPTIONAL 0x20u     /* K_SECTION that may be absent: offset is a bool, whether given;
-                              an absent one gets its defaults and is not written back */
+/* K_SECTION that may be absent: offset is a bool, whether given; an absent one gets its
+ * defaults and is not written back */
+#define OPTIONAL 0x20u
 
 struct field {
     const char *name;
@@ -1305,8 +1306,9 @@ static json_t *object_json(const struct field *fields, const struct plan *p)
 {
     json_t *o = json_object();
     for (const struct field *f = fields; o && f->name; f++)
-        if (!absent_section(f, p) && json_object_set_new(o, f->name,
-                                f->kind == K_SECTION ? object_json(f->fields, p) : value_json(f, p))) {
+        if (!absent_section(f, p) &&
+            json_object_set_new(
+                o, f->name, f->kind == K_SECTION ? object_json(f->fields, p) : value_json(f, p))) {
             json_decref(o);
             return NULL;
         }

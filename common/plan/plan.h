@@ -56,8 +56,8 @@ enum plan_offload { PLAN_OFFLOAD_NONE, PLAN_OFFLOAD_HOST, PLAN_OFFLOAD_NVME };
 /* model.moe: an MoE block (a router and E experts, each the arch's MLP) in place
  * of the MLP in layers i with i % every == every - 1. Absent (given false):
  * none, and the fields below their defaults. */
-#define PLAN_MOE_EXPERTS_MAX 512 /* model.moe.experts' bound (a checkpoint's state holds
-                                    the routing statistics of each) */
+/* model.moe.experts' bound (a checkpoint's state holds the routing statistics of each) */
+#define PLAN_MOE_EXPERTS_MAX 512
 struct plan_moe {
     bool given;             /* the plan has model.moe */
     int experts;            /* E >= 2 */

@@ -19,15 +19,34 @@ static const struct gpt2_config dense = {
     .max_seq_len = 12, .vocab = 50, .padded_vocab = 64, .layers = 2, .heads = 4, .hidden = 16};
 /* mixture of experts: 4 experts (top 2) and a shared one in layer 1, a dense MLP in layer 0;
  * a Llama's too (SwiGLU experts) */
-static const struct gpt2_config moe = {.max_seq_len = 12, .vocab = 50, .padded_vocab = 64,
-                                       .layers = 2, .heads = 4, .hidden = 16, .experts = 4,
-                                       .top_k = 2, .moe_every = 2, .shared_experts = 1,
+static const struct gpt2_config moe = {.max_seq_len = 12,
+                                       .vocab = 50,
+                                       .padded_vocab = 64,
+                                       .layers = 2,
+                                       .heads = 4,
+                                       .hidden = 16,
+                                       .experts = 4,
+                                       .top_k = 2,
+                                       .moe_every = 2,
+                                       .shared_experts = 1,
                                        .moe_ffn = 24};
-static const struct gpt2_config llama_moe = {
-    .max_seq_len = 12, .vocab = 50,        .padded_vocab = 64, .layers = 2,     .heads = 4,
-    .hidden = 16,      .llama = true,      .kv_heads = 2,      .ffn_hidden = 40, .untied = true,
-    .rope_theta = 1e4, .norm_eps = 1e-5f,  .experts = 4,       .top_k = 2,      .moe_every = 1,
-    .shared_experts = 1, .moe_ffn = 20};
+static const struct gpt2_config llama_moe = {.max_seq_len = 12,
+                                             .vocab = 50,
+                                             .padded_vocab = 64,
+                                             .layers = 2,
+                                             .heads = 4,
+                                             .hidden = 16,
+                                             .llama = true,
+                                             .kv_heads = 2,
+                                             .ffn_hidden = 40,
+                                             .untied = true,
+                                             .rope_theta = 1e4,
+                                             .norm_eps = 1e-5f,
+                                             .experts = 4,
+                                             .top_k = 2,
+                                             .moe_every = 1,
+                                             .shared_experts = 1,
+                                             .moe_ffn = 20};
 static struct gpt2_config cfg;
 enum { T = 12 };
 

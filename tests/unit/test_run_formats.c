@@ -320,8 +320,7 @@ static void test_metrics_moe_reads_back_and_names_a_missing_load(void)
     w.moe_load = load;
     struct metrics mt = {0};
     struct plait_error err;
-    CHECK(metrics_open(&mt, dir, 0, &err) == 0 && metrics_step(&mt, &w, &err) == 0, "%s",
-          err.text);
+    CHECK(metrics_open(&mt, dir, 0, &err) == 0 && metrics_step(&mt, &w, &err) == 0, "%s", err.text);
     metrics_close(&mt);
     struct metrics_series s;
     CHECK(metrics_read(dir, &s, &err) == 0 && s.n_steps == 1, "%s", err.text);
@@ -383,7 +382,7 @@ static void test_end_json_reads_back_what_was_written(void)
 static void test_state_json_reads_back_what_was_written(void)
 {
     const char *dir = fresh_dir("state");
-    struct train_state w = {7, 2, 1.0 / 3, 1 << 20, 1, {1, 2, 3}, {1, 0xffffffffffffffffull, 3, 4},
+    struct train_state w = {7, 2,  1.0 / 3, 1 << 20, 1, {1, 2, 3}, {1, 0xffffffffffffffffull, 3, 4},
                             0, {0}};
     struct train_state r;
     struct ckpt_file f;
