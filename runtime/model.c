@@ -172,7 +172,7 @@ static int fp8_index(enum gpt2_tensor t)
 static uint8_t *weight8(const struct model *m, enum gpt2_tensor t, int l, float **scales)
 {
     size_t off = gpt2_shard_offset(&m->shard, t, l);
-    size_t block = (off - m->shard.layers_at) / m->shard.layer_elems;
+    size_t block = (size_t)gpt2_shard_block(&m->shard, l);
     if (m->z3) {
         int i = mz3_window_index(m, off);
         if (i < 0 || m->z3_block8[i] < 0) {
@@ -202,8 +202,10 @@ void model_refresh_fp8(struct model *m)
     if (m->z3) return; /* each layer window quantises what it gathers */
     for (int i = 0; m->params8 && i < gpt2_shard_layers(&m->shard); i++) {
         int l = gpt2_shard_layer(&m->shard, i);
-        for (int k = 0; k < 4; k++)
-            quantize_weight(m, k, l, m->params + gpt2_shard_offset(&m->shard, fp8_weights[k], l));
+        for (int k = 0; k < 4; k++) /* (an MoE block's MLP is its experts', not in fp8) */
+            if (gpt2_shard_has(&m->shard, fp8_weights[k], l))
+                quantize_weight(m, k, l,
+                                m->params + gpt2_shard_offset(&m->shard, fp8_weights[k], l));
     }
 }
 
@@ -1046,7 +1048,9 @@ static void window_copies(struct model *m, int u, const struct zero3_window *win
     if (m->precision != PLAN_PRECISION_FP8) return;
     for (int k = 0; u >= 1 && u <= L && k < 4; k++) {
         int l = gpt2_shard_layer(&m->shard, u - 1);
-        quantize_weight(m, k, l, w + (gpt2_shard_offset(&m->shard, fp8_weights[k], l) - un.at));
+        if (gpt2_shard_has(&m->shard, fp8_weights[k], l)) /* (not an MoE block's experts) */
+            quantize_weight(m, k, l,
+                            w + (gpt2_shard_offset(&m->shard, fp8_weights[k], l) - un.at));
     }
     size_t head = gpt2_shard_offset(&m->shard, m->head, 0);
     if (m->wte16 && u == gpt2_unit_of(&m->shard, m->head, 0))

@@ -4,7 +4,9 @@
  * rows it took, the gates' combination, the shared experts, and the balance
  * and z losses, all through kernels/ops.h. Every rank holds every expert
  * (expert parallelism 1); with tp each expert is split as the dense MLP is (fc by
- * columns, fcproj by rows), the router whole on every tp rank. */
+ * columns, fcproj by rows), the router whole on every tp rank. Its products run in
+ * the precision's copy of the weights: bf16 in bf16, fp32 in fp32 and in fp8 (the
+ * fp8 copy holds the attention's and the dense MLPs' matrices only). */
 #ifndef PLAIT_RUNTIME_MODEL_MOE_H
 #define PLAIT_RUNTIME_MODEL_MOE_H
 
@@ -14,8 +16,7 @@
 #include "runtime/model.h"
 
 /* Whether the model can run its MoE blocks as built (the backend's routing ops, no
- * tensor or context parallelism, ZeRO 3, fp8 or split backward): 0, or -1 naming
- * what is missing. A dense model passes. */
+ * context parallelism): 0, or -1 naming what is missing. A dense model passes. */
 int moe_check(const struct model *m, struct plait_error *err);
 
 /* The host memory the statistics need (model_init; freed by moe_free). */

@@ -528,7 +528,7 @@ static int check_cp_rules(struct plan_ctx *c, const struct plan *p)
 
 /* model.moe: its fields against each other and the model, and what this
  * slice of mixture of experts does not build yet, refused naming the field:
- * context parallelism, fp8, the CUDA backend, llm.c or Hugging Face files. */
+ * context parallelism, the CUDA backend, llm.c or Hugging Face files. */
 static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
 {
     const struct plan_moe *e = &p->model.moe;
@@ -550,8 +550,6 @@ static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
     const char *what = NULL, *path = NULL;
     if (par->cp != 1)
         path = "parallel.cp", what = "context parallelism is not built yet; use 1";
-    else if (p->precision == PLAN_PRECISION_FP8)
-        path = "precision", what = "fp8 experts are not built yet; use \"fp32\" or \"bf16\"";
     else if (par->device == PLAN_DEVICE_CUDA)
         path = "parallel.device", what = "the routing has no CUDA kernels yet; use \"cpu\"";
     else if (p->model.init)

@@ -9,7 +9,8 @@
 # three referee cases). Then layouts against one rank over 12 steps, predicted ==
 # allocated: dp 2 at ZeRO 1, 2 and 3; pp 2 with 1F1B, interleaved, zb-h1 and
 # DualPipeV; tp 2 alone, with pp 2 × dp 2 at ZeRO 1 and 3, sequence parallel, and a
-# Llama's; bf16 at dp 2 (ZeRO 1 and 3) and pp 2; the same bits twice. And plait
+# Llama's; bf16 at dp 2 (ZeRO 1 and 3) and pp 2; fp8 at dp 2 ZeRO 3 and pp 2; the
+# same bits twice. And plait
 # check's active parameters, plait status's experts, plait sample of an MoE
 # checkpoint, evaluation at pp 2 × dp 2, a pp 2 checkpoint resumed on one rank, a
 # run stopped mid-step resumed to the bit.
@@ -145,6 +146,20 @@ test_bf16_tracks_bf16_one_rank() {
         --set batch.grad_accum=2
 }
 check bf16_tracks_bf16_one_rank test_bf16_tracks_bf16_one_rank
+
+# fp8: the attention's and the dense MLPs' products in fp8, the MoE blocks' out of it (fp32);
+# ZeRO 3's layer windows quantise only what a layer has; within fp8's bound of the existing
+# layouts (test_parallel's 1e-3) of the fp8 one rank, tensor scaling at dp 2 ZeRO 3 and
+# block scaling at pp 2
+test_fp8_tracks_fp8_one_rank() {
+    ref one_fp8 4 --set precision=fp8 &&
+        ref one_fp8_block 4 --set precision=fp8 --set fp8_scaling=block || return 1
+    layout fp8_dp2_z3 one_fp8 1e-3 --set precision=fp8 --set parallel.dp=2 --set parallel.zero=3 \
+        --set batch.grad_accum=2 || return 1
+    layout fp8_block_pp2 one_fp8_block 1e-3 --set precision=fp8 --set fp8_scaling=block \
+        --set parallel.pp=2 --set batch.grad_accum=4
+}
+check fp8_tracks_fp8_one_rank test_fp8_tracks_fp8_one_rank
 
 # plait check counts the parameters a token passes through: of each MoE layer's 4
 # experts (and the shared one), C=32 wide, 48 deep, each 48·32 + 48 + 32·48 + 32 = 3152
