@@ -117,16 +117,23 @@ static float *rnd(struct run *r, size_t n, float scale, float shift)
 }
 
 /* n tokens in [0, below) */
-static int32_t *tokens(struct run *r, size_t n, int below)
+/* host's n ints uploaded (and freed) */
+static int32_t *upload_ints(struct run *r, int32_t *host, size_t n)
 {
-    int32_t *h = malloc(n * sizeof *h), *d = dev(r, n * sizeof *h);
-    for (size_t i = 0; h && i < n; i++) h[i] = (int32_t)rng_below(&r->rng, (uint64_t)below);
-    if (h && d)
-        r->o->upload(r->ctx, d, h, n * sizeof *h);
+    int32_t *d = dev(r, n * sizeof *host);
+    if (host && d)
+        r->o->upload(r->ctx, d, host, n * sizeof *host);
     else
         r->broken = true;
-    free(h);
+    free(host);
     return d;
+}
+
+static int32_t *tokens(struct run *r, size_t n, int below)
+{
+    int32_t *h = malloc(n * sizeof *h);
+    for (size_t i = 0; h && i < n; i++) h[i] = (int32_t)rng_below(&r->rng, (uint64_t)below);
+    return upload_ints(r, h, n);
 }
 
 static void out(struct run *r, const char *name, const void *d, size_t n)
@@ -491,14 +498,9 @@ static void t_attention_fused(struct run *r)
 /* n positions a·i + c, uploaded */
 static int32_t *positions(struct run *r, size_t n, int a, int c)
 {
-    int32_t *h = malloc(n * sizeof *h), *d = dev(r, n * sizeof *h);
+    int32_t *h = malloc(n * sizeof *h);
     for (size_t i = 0; h && i < n; i++) h[i] = (int32_t)(a * (int)i + c);
-    if (h && d)
-        r->o->upload(r->ctx, d, h, n * sizeof *h);
-    else
-        r->broken = true;
-    free(h);
-    return d;
+    return upload_ints(r, h, n);
 }
 
 /* Context parallelism's block attention (the ring's; kernels/cuda/attention_block.cu

@@ -187,7 +187,8 @@ static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     if (a == GPT2_ACT_WHOLE) return shape->sequence_parallel;
     bool ring = shape->cp > 1;
     if (a == GPT2_ACT_CP_RING) return ring ? 5 : 0;
-    if (a == GPT2_ACT_CP_SCORES || a == GPT2_ACT_CP_POS) return ring;
+    if (a == GPT2_ACT_CP_POS) return ring;
+    if (a == GPT2_ACT_CP_SCORES) return ring && !shape->fused_attention; /* (a GPU's in tiles) */
     if (a == GPT2_ACT_DATT) return !shape->fused_attention && !ring;
     if (a == GPT2_ACT_GRAD_IN) return s->part.pp > 1 && (!s->last || s->part.chunks > 1);
     return 1;

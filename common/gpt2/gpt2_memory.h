@@ -96,7 +96,8 @@ enum gpt2_act {
                             and going around the ring, their gradients' two partial sums
                             (in, out) and this rank's term (runtime/ring_attention.c) */
     GPT2_ACT_CP_SCORES,  /* (B,NH/tp,T,2T+hs+2) cp > 1 only: one block's scores, their
-                            gradient, its output and row statistics */
+                            gradient, its output and row statistics; none with a fused
+                            attention (the CUDA backend's block attention runs in tiles) */
     GPT2_ACT_CP_POS,     /* (cp·T) int32 cp > 1 only: every cp rank's token positions */
     /* mixture of experts (model.moe) only, with E experts, S shared ones, k choices a
      * token, Fm an expert's width (FCm its fc rows: 2Fm for a Llama, else Fm; both /tp
