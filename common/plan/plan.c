@@ -1437,7 +1437,32 @@ char *plan_to_json(const struct plan *plan)
 /* ---- the schema, as text ----------------------------------------------------------------- */
 
 /* one field's line: path, type, what it may be, its default */
-static void print_field(FILE *out, const struct field *f, const char *path)
+/* What a field means, where its type and default do not say it (plait help plan). */
+static const struct {
+    const char *path, *text;
+} field_help[] = {
+    {"model.moe.experts", "a mixture of experts' routed experts (model.moe absent: dense)"},
+    {"model.moe.top_k", "the experts a token goes to (its router's k largest probabilities)"},
+    {"model.moe.every", "an MoE block replaces the MLP in layers i with i % every = every - 1"},
+    {"model.moe.shared_experts", "dense experts every token also passes through (gate 1)"},
+    {"model.moe.capacity_factor",
+     "0: no dropping; else an expert takes at most ceil(factor·k·N/E) of a micro-batch's N "
+     "tokens, in token order"},
+    {"model.moe.aux_loss", "the load-balancing loss's coefficient"},
+    {"model.moe.router_z_loss", "the router z-loss's coefficient"},
+    {"model.moe.ffn_hidden", "each expert's MLP width"},
+};
+
+static const char *help_of(const char *path)
+{
+    for (size_t i = 0; i < sizeof field_help / sizeof *field_help; i++)
+        if (!strcmp(field_help[i].path, path)) return field_help[i].text;
+    return NULL;
+}
+
+/* in: the optional section the field is in (its required fields are required there), or
+ * NULL */
+static void print_field(FILE *out, const struct field *f, const char *path, const char *in)
 {
     char what[256] = "", def[96] = "";
     switch (f->kind) {
@@ -1489,26 +1514,30 @@ static void print_field(FILE *out, const struct field *f, const char *path)
     case K_SECTION:
         return;
     }
-    fprintf(out, "  %-32s %s%s%s%s%s\n", path, what, *def ? "; default " : "", def,
+    const char *help = help_of(path);
+    fprintf(out, "  %-32s %s%s%s%s%s%s%s%s%s\n", path, what, *def ? "; default " : "", def,
             f->flags & (REQ | REQ_NO_INIT) ? "; required" : "",
-            f->flags & MAY_CHANGE ? "; may change on resume" : "");
+            in && (f->flags & REQ) ? " in " : "", in && (f->flags & REQ) ? in : "",
+            f->flags & MAY_CHANGE ? "; may change on resume" : "", help ? "; " : "",
+            help ? help : "");
 }
 
-static void print_fields(FILE *out, const struct field *fields, const char *prefix)
+static void print_fields(FILE *out, const struct field *fields, const char *prefix,
+                         const char *in)
 {
     for (const struct field *f = fields; f->name; f++) {
         char path[128];
         snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", f->name);
         if (f->kind == K_SECTION)
-            print_fields(out, f->fields, path);
+            print_fields(out, f->fields, path, f->flags & OPTIONAL ? path : in);
         else
-            print_field(out, f, path);
+            print_field(out, f, path, in);
     }
 }
 
 void plan_fields_print(FILE *out)
 {
-    print_fields(out, root_fields, "");
+    print_fields(out, root_fields, "", NULL);
 }
 
 /* ---- enum names -------------------------------------------------------------------------- */
