@@ -204,6 +204,7 @@ static const struct field parallel_fields[] = {
     INT_FIELD("cp", parallel.cp, 1, INT_MAX, 1, MAY_CHANGE),
     INT_FIELD("dp_shard", parallel.dp_shard, 1, INT_MAX, PLAN_AUTO, AUTO_OK | MAY_CHANGE),
     INT_FIELD("dp_replicate", parallel.dp_replicate, 1, INT_MAX, PLAN_AUTO, AUTO_OK | MAY_CHANGE),
+    INT_FIELD("ep", parallel.ep, 1, INT_MAX, 1, MAY_CHANGE),
     BOOL_FIELD("allow_tp_over_pcie", parallel.allow_tp_over_pcie, false, MAY_CHANGE),
     INT_FIELD("zero", parallel.zero, 0, 3, 0, MAY_CHANGE),
     BOOL_FIELD("reshard_after_forward", parallel.reshard_after_forward, true, MAY_CHANGE),
@@ -1451,6 +1452,10 @@ static const struct {
     {"model.moe.aux_loss", "the load-balancing loss's coefficient"},
     {"model.moe.router_z_loss", "the router z-loss's coefficient"},
     {"model.moe.ffn_hidden", "each expert's MLP width"},
+    {"parallel.ep",
+     "expert parallelism: each MoE layer's experts spread over ep ranks (E/ep a rank); an ep "
+     "group is ep consecutive data-parallel ranks (ep_rank = dp_rank % ep); divides "
+     "model.moe.experts and parallel.dp"},
 };
 
 static const char *help_of(const char *path)

@@ -558,6 +558,49 @@ static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
     return 0;
 }
 
+/* Expert parallelism: each MoE layer's experts spread over ep consecutive dp ranks, so
+ * ep divides the experts and a fixed dp; what it does not build yet is refused naming
+ * the field: ZeRO (the experts' gradients are reduced over their own ranks), hybrid
+ * sharding and the optimizer's moments in files. */
+static int check_ep_rules(struct plan_ctx *c, const struct plan *p)
+{
+    const struct plan_parallel *par = &p->parallel;
+    int ep = par->ep;
+    if (ep == 1) return 0;
+    if (!p->model.moe.given)
+        return plan_fail_rule(c, "parallel.ep", "model.moe",
+                              "%d needs model.moe: expert parallelism spreads the experts of "
+                              "an MoE block",
+                              ep);
+    if (p->model.moe.experts % ep != 0)
+        return plan_fail_rule(c, "parallel.ep", "model.moe.experts",
+                              "must divide model.moe.experts (%d %% %d = %d): each ep rank holds "
+                              "experts / ep of them",
+                              p->model.moe.experts, ep, p->model.moe.experts % ep);
+    if (par->dp == PLAN_AUTO)
+        return plan_fail_rule(c, "parallel.ep", "parallel.dp",
+                              "%d needs a fixed parallel.dp (\"auto\" picks dp from the ranks; "
+                              "ep must divide it)",
+                              ep);
+    if (par->dp % ep != 0)
+        return plan_fail_rule(c, "parallel.ep", "parallel.dp",
+                              "must divide parallel.dp (%d %% %d = %d): an ep group is ep "
+                              "consecutive data-parallel ranks",
+                              par->dp, ep, par->dp % ep);
+    const char *what = NULL, *path = NULL;
+    if (par->dp_shard != PLAN_AUTO || par->dp_replicate != PLAN_AUTO)
+        path = par->dp_shard != PLAN_AUTO ? "parallel.dp_shard" : "parallel.dp_replicate",
+        what = "hybrid sharding with expert parallelism is not built yet; leave it out";
+    else if (par->zero != 0)
+        path = "parallel.zero", what = "ZeRO with expert parallelism is not built yet; use 0";
+    else if (par->offload != PLAN_OFFLOAD_NONE)
+        path = "parallel.offload",
+        what = "the moments in files with expert parallelism are not built yet; use \"none\"";
+    if (path) return plan_fail_rule(c, path, "parallel.ep", "with parallel.ep %d: %s", ep, what);
+    return plan_fail_rule(c, "parallel.ep", "model.moe",
+                          "%d: the experts spread over ranks are not built yet; use 1", ep);
+}
+
 /* A micro-batch's rows: the kernels index B·T rows (3 of them a token in the classifier's
  * statistics) in int (4·hidden is bounded by the model's size: check_model_size), and
  * sequence parallelism splits a rank's rows (B·T/cp with context parallelism) evenly over
@@ -604,7 +647,8 @@ int plan_check_rules(struct plan_ctx *c, json_t *root, struct plan *p)
     if (p->parallel.sequence_parallel && p->parallel.tp == 1)
         return plan_fail_rule(c, "parallel.sequence_parallel", "parallel.tp", "needs parallel.tp > 1");
     if (check_zero_rules(c, p) || check_hsdp_rules(c, p) || check_cp_rules(c, p) ||
-        check_row_rules(c, p) || check_offload_rules(c, p) || check_moe_rules(c, p))
+        check_row_rules(c, p) || check_offload_rules(c, p) || check_moe_rules(c, p) ||
+        check_ep_rules(c, p))
         return -1;
     return check_ranks(c, p) || check_model_size(c, root, p) ? -1 : 0;
 }
