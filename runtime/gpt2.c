@@ -71,8 +71,7 @@ static int range_runs(void *ctx, enum gpt2_tensor t, int l, size_t off, size_t e
     if (t != c->t || off >= c->hi || off + elems <= c->lo) return 0;
     size_t a = off >= c->lo ? 0 : c->lo - off, b = off + elems < c->hi ? elems : c->hi - off;
     for (size_t i = a, run; i < b; i += run) {
-        size_t g = gpt2_tp_to_whole(&c->s->cfg, t, c->s->part.tp, c->s->part.tp_rank, i, elems,
-                                    &run);
+        size_t g = gpt2_shard_to_whole(c->s, t, i, elems, &run);
         if (run > b - i) run = b - i;
         if (c->n == c->cap) {
             size_t cap = c->cap ? 2 * c->cap : 64;

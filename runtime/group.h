@@ -54,6 +54,12 @@ struct group {
      * once. NULL where the group cannot. */
     int (*ishift)(void *ctx, const float *send, float *recv, size_t n, uint32_t tag,
                   void **send_req, void **recv_req, struct plait_error *err);
+    /* An uneven all-to-all (MPI_Alltoallv): send holds send_counts[r] elements for each
+     * rank r in rank order, recv gets recv_counts[r] from each rank r in rank order
+     * (recv_counts[r] must be send_counts[rank] on rank r); elements are floats, or int64
+     * with i64; send and recv do not overlap. NULL where the group cannot. */
+    int (*alltoall_v)(void *ctx, const void *send, const size_t *send_counts, void *recv,
+                      const size_t *recv_counts, bool i64, struct plait_error *err);
     int (*wait)(void *req, struct plait_error *err);
     void *ctx;
 };

@@ -89,6 +89,13 @@ static int g_ishift(void *ctx, const float *send, float *recv, size_t n, uint32_
     return rc ? -1 : 0;
 }
 
+static int g_alltoall_v(void *ctx, const void *send, const size_t *send_counts, void *recv,
+                        const size_t *recv_counts, bool i64, struct plait_error *err)
+{
+    return comm_alltoall_v(ctx, send, send_counts, recv, recv_counts,
+                           i64 ? COMM_INT64 : COMM_FLOAT32, err);
+}
+
 static int g_wait(void *req, struct plait_error *err)
 {
     return comm_wait(req, err);
@@ -109,6 +116,7 @@ static struct group group_of(struct comm *c)
                           .iallgather_v = g_iallgather_v,
                           .iallgather16_v = g_iallgather16_v,
                           .ishift = g_ishift,
+                          .alltoall_v = g_alltoall_v,
                           .wait = g_wait,
                           .ctx = c};
 }
@@ -144,16 +152,34 @@ static int make_hsdp(struct parallel *p, const char *gen, struct plait_error *er
                       name, &p->replicas, err);
 }
 
-int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard,
+/* Expert parallelism's two splits of the world: the ep groups (ep consecutive dp ranks of
+ * one tp rank and stage: the all-to-all's) and the expert peers (the dp ranks with the same
+ * ep rank, which hold the same experts: their gradients' sum). */
+static int make_ep(struct parallel *p, const char *gen, struct plait_error *err)
+{
+    const struct env_rank *w = &p->where;
+    int ep = p->ep, ep_rank = rank_shard_of(w->dp_rank, ep), block = rank_replica_of(w->dp_rank, ep);
+    int here = w->tp_rank + w->tp * w->pp_rank; /* (dp_rank is folded: cp is in it) */
+    char name[COMM_MAX_NAME_BYTES + 1];
+    snprintf(name, sizeof name, "%s.ep", gen);
+    if (comm_split(p->world, here + w->tp * w->pp * block, ep_rank, name, &p->ep_comm, err))
+        return -1;
+    snprintf(name, sizeof name, "%s.experts", gen);
+    return comm_split(p->world, here + w->tp * w->pp * ep_rank, block, name, &p->expert_peers,
+                      err);
+}
+
+int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard, int ep,
                   double timeout_s, const struct parallel_device *dev, struct plait_error *err)
 {
     memset(p, 0, sizeof *p);
     p->where = *where;
     p->dp_shard = dp_shard >= 1 && where->dp % dp_shard == 0 ? dp_shard : where->dp;
+    p->ep = ep >= 1 && where->dp % ep == 0 ? ep : 1;
     if (dev) p->dev = *dev;
     p->timeout_s = timeout_s;
-    p->g_tp = p->g_shard = p->g_replicas = p->g_mp = p->g_world = p->g_cp =
-        (struct group){.size = 1};
+    p->g_tp = p->g_shard = p->g_replicas = p->g_mp = p->g_world = p->g_cp = p->g_ep =
+        p->g_experts = (struct group){.size = 1};
     if (where->world == 1) return 0;
     const struct env_rank *w = where;
     char host[256], gen[32], name[COMM_MAX_NAME_BYTES + 1];
@@ -180,6 +206,7 @@ int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard
     snprintf(name, sizeof name, "%s.mp", gen);
     if (comm_split(p->world, w->dp_rank, w->rank, name, &p->mp, err)) goto fail;
     if (p->dp_shard < w->dp && make_hsdp(p, gen, err)) goto fail;
+    if (p->ep > 1 && make_ep(p, gen, err)) goto fail;
     snprintf(name, sizeof name, "%s.cp", gen);
     if (w->cp > 1 && comm_split(p->world, w->rank - w->tp * w->cp_rank, w->cp_rank, name, &p->cp,
                                 err))
@@ -204,6 +231,10 @@ int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard
     p->g_mp = group_of(p->mp);
     p->g_world = group_of(p->world);
     p->g_cp = group_of(p->cp);
+    p->ep_comm = useful(p->ep_comm);
+    p->expert_peers = useful(p->expert_peers);
+    p->g_ep = group_of(p->ep_comm);
+    p->g_experts = group_of(p->expert_peers);
     return 0;
 fail:
     parallel_abort(p, err->text);
@@ -235,6 +266,8 @@ void parallel_free(struct parallel *p)
     p->out = NULL;
     p->n_out = 0;
     comm_destroy(p->ends);
+    comm_destroy(p->ep_comm);
+    comm_destroy(p->expert_peers);
     comm_destroy(p->cp);
     comm_destroy(p->shard);
     comm_destroy(p->replicas);
@@ -244,6 +277,7 @@ void parallel_free(struct parallel *p)
     comm_destroy(p->dp);
     comm_destroy(p->world);
     store_close(p->store);
+    p->ep_comm = p->expert_peers = NULL;
     p->ends = p->cp = p->shard = p->replicas = p->mp = p->tp = p->pp = p->dp = p->world = NULL;
     p->store = NULL;
 }

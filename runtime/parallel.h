@@ -56,6 +56,12 @@ struct parallel {
      * shard group; all of dp without hybrid sharding); g_replicas: the replicas of this
      * rank's slice (size 1: none), over which the slice's sum is summed once a step */
     struct group g_tp, g_shard, g_replicas, g_mp, g_world, g_cp;
+    /* expert parallelism (ep > 1; plan.h): dp rank d is ep rank d % ep of ep group d / ep.
+     * g_ep: the ep group, the experts' all-to-all; g_experts: the dp ranks holding the same
+     * experts (the same ep rank), the routed experts' gradients summed over it */
+    int ep;
+    struct comm *ep_comm, *expert_peers; /* NULL where their size is 1 */
+    struct group g_ep, g_experts;
     struct parallel_device dev;
     /* nccl (or PLAIT_DEBUG_NCCL_LINK=1): the pipeline's messages travel on
      * a communicator of their own per direction between two neighbouring
@@ -76,8 +82,8 @@ struct parallel {
  * context parallelism folded into its dp coordinate (parallel_fold), (names
  * carry the restart count, so a restarted gang cannot meet a stale one) on
  * dev's backend, with shard groups of dp_shard ranks (plan_dp_shard; dp:
- * none). Every rank calls it; it fails by timeout_s naming what did not come. */
-int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard,
+ * none) and expert parallelism's groups at ep > 1. Every rank calls it; it fails by timeout_s naming what did not come. */
+int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard, int ep,
                   double timeout_s, const struct parallel_device *dev, struct plait_error *err);
 void parallel_free(struct parallel *p);
 

@@ -119,7 +119,7 @@ static int connect_ranks(struct trainer *t, struct plait_error *err)
     if (device_comm_backend(p, w, t->ops, &dev.backend, err)) return -1;
     /* ZeRO's slices over a shard group's cp ranks too (the folded dp: parallel_fold) */
     int shard = plan_dp_shard(&p->parallel, w->dp / w->cp) * w->cp;
-    if (parallel_init(&t->par, w, shard, p->parallel.timeout_s, &dev, err))
+    if (parallel_init(&t->par, w, shard, p->parallel.ep, p->parallel.timeout_s, &dev, err))
         return -1;
     t->par_ready = true;
     return 0;
@@ -163,6 +163,7 @@ static int make_model(struct trainer *t, struct plait_error *err)
     const struct env_rank *w = t->where;
     struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
     struct gpt2_part part = cost_stage_part(p, w->tp, w->tp_rank, w->pp, w->pp_rank);
+    part.ep_rank = rank_shard_of(w->dp_rank, p->parallel.ep); /* dp's inner factor */
     struct model_shape shape = {.B = p->batch.micro_batch,
                                 .T = t->T,
                                 .cp = w->cp,

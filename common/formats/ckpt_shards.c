@@ -146,6 +146,7 @@ int ckpt_source_open(struct ckpt_source *s, const char *cdir, struct plait_error
                                       .v_shape = l->v_shape};
         } else {
             part = cost_stage_part(plan, l->tp, 0, pp, st);
+            part.ep = 1; /* the checkpoint's layout's (its experts whole) */
             if (part.chunks != l->chunks || part.v_shape != l->v_shape) { /* the even split */
                 part.chunks = l->chunks;
                 part.v_shape = false;

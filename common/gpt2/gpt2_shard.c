@@ -102,13 +102,14 @@ static int check_tp(const struct gpt2_config *cfg, const struct gpt2_part *p,
 }
 
 /* One MoE layer's router (whole on every tp rank) and experts (each split over tp as the
- * dense MLP is: fc by rows, fcproj by columns, its bias whole): none in a dense model, or
- * when no layer of the shard has an MoE block. */
+ * dense MLP is: fc by rows, fcproj by columns, its bias whole; the routed ones over ep):
+ * none in a dense model, or when no layer of the shard has an MoE block. */
 static bool expert_elems(struct gpt2_shard *s)
 {
     const struct gpt2_config *cfg = &s->cfg;
     size_t *e = s->elems;
-    long long C = cfg->hidden, X = cfg->experts + cfg->shared_experts, tp = s->part.tp;
+    long long C = cfg->hidden, tp = s->part.tp;
+    long long X = gpt2_part_experts(&s->part, cfg, NULL) + cfg->shared_experts; /* ep's cut */
     long long held = shard_has_layer(s, true), bias = cfg->llama ? 0 : held;
     long long Fmt = cfg->moe_ffn / tp, FCmt = gpt2_expert_fc_rows(cfg) / tp;
     return ck_size(&e[GPT2_ROUTERW], held, cfg->experts, C) &&
@@ -146,6 +147,10 @@ int gpt2_shard_init(struct gpt2_shard *s, const struct gpt2_config *cfg,
     memset(s, 0, sizeof *s);
     const struct gpt2_part *p = part;
     if (check_tp(cfg, p, err)) return -1;
+    if (p->ep > 1 && (p->ep_rank < 0 || p->ep_rank >= p->ep || !gpt2_moe(cfg) ||
+                      cfg->experts % p->ep))
+        return error_set(err, "expert parallelism %d (rank %d) must divide the experts (%d)",
+                         p->ep, p->ep_rank, cfg->experts);
     int chunks = p->chunks < 1 ? 1 : p->chunks;
     long long n = (long long)p->layer_end - p->layer_begin;
     if (p->pp < 1 || p->pp_rank < 0 || p->pp_rank >= p->pp || p->layer_begin < 0 || n < 1 ||
@@ -420,7 +425,7 @@ static int copy_instance(void *ctx, enum gpt2_tensor t, int l, size_t offset, si
                   (size_t)gpt2_tensor_layers_before(&s->cfg, t, l) * per_layer;
     float *shard = c->shard_buf + offset;
     for (size_t i = 0, run; i < elems; i += run) {
-        size_t g = gpt2_tp_to_whole(&s->cfg, t, s->part.tp, s->part.tp_rank, i, elems, &run);
+        size_t g = gpt2_shard_to_whole(s, t, i, elems, &run);
         if (c->to_shard)
             memcpy(shard + i, full + g, run * sizeof *full);
         else

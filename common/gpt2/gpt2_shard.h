@@ -44,7 +44,9 @@ struct gpt2_part {
                                    one. Chunk c holds layers [begin, end) + c·pp·(end - begin) */
     bool v_shape;               /* DualPipeV's V: two chunks, chunk 1 holding the layers of
                                    virtual stage 2·pp-1-pp_rank; the first stage also holds the
-                                   head (last is pp_rank 0) */
+                                   head (last is pp_rank 0) */    int ep, ep_rank;            /* expert parallelism (0 or 1: none): of each MoE layer's E
+                                   routed experts the E/ep from ep_rank·E/ep, then every
+                                   shared one (gpt2_experts.c) */
 };
 
 struct gpt2_shard {
@@ -141,6 +143,32 @@ size_t gpt2_tp_to_whole(const struct gpt2_config *cfg, enum gpt2_tensor t, int t
                         size_t i, size_t elems, size_t *run);
 int gpt2_tp_owner(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp, size_t g, size_t elems,
                   size_t *local, size_t *run);
+
+/* Expert parallelism's cut (gpt2_experts.c). An expert tensor's instance at ep 1 (on a
+ * tp rank: its tp part) is X = E + S blocks, one an expert; a rank at ep holds E/ep routed
+ * blocks, ep_rank's, then the S shared ones:
+ *   expfcw   (E/ep + S, FCm/tp, C)   expfcb   (E/ep + S, Fm/tp)
+ *   expprojw (E/ep + S, C, Fm/tp)    expprojb (E/ep + S, C)
+ * gpt2_part_experts: the routed experts a part holds (E/ep), from *first. */
+int gpt2_part_experts(const struct gpt2_part *p, const struct gpt2_config *cfg, int *first);
+/* Whether ep cuts tensor t (the experts', not the router). */
+bool gpt2_tensor_ep_cut(enum gpt2_tensor t);
+/* Element i of an ep rank's instance (elems of it) as an index in the instance at ep 1
+ * (its elements in *all), with *run elements from there on contiguous in both. */
+size_t gpt2_ep_to_all(const struct gpt2_config *cfg, enum gpt2_tensor t, int ep, int ep_rank,
+                      size_t i, size_t elems, size_t *all, size_t *run);
+/* The inverse: the ep rank holding element a of the ep-1 instance (all elements; a
+ * shared expert's: ep rank 0's copy), its index there (*local), and the run. */
+int gpt2_ep_owner(const struct gpt2_config *cfg, enum gpt2_tensor t, int ep, size_t a, size_t all,
+                  size_t *local, size_t *run);
+/* Whether element at of the shard's buffer is a routed expert's at ep > 1 (its gradient
+ * summed over the ranks holding the same experts, not over all of dp), and in *run the
+ * elements from at on (to the buffer's end) with the same answer. */
+bool gpt2_shard_routed_at(const struct gpt2_shard *s, size_t at, size_t *run);
+/* Element i of the shard's instance of t (elems of it) in the whole instance, through ep's
+ * cut and then tp's (gpt2_tp_to_whole). */
+size_t gpt2_shard_to_whole(const struct gpt2_shard *s, enum gpt2_tensor t, size_t i, size_t elems,
+                           size_t *run);
 
 /* Copies between a full llm.c-order buffer (gpt2_layout) and the shard:
  * to_shard true extracts this rank's part, false writes it back into full
