@@ -8,12 +8,51 @@
 #include <stdlib.h>
 #include <string.h>
 
-int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, double bucket_mb,
-                 struct plait_error *err)
+/* With expert parallelism, each bucket cut where routed experts' runs begin and end
+ * (gpt2_shard_routed_at; only layer blocks have them), the runs in ascending order
+ * where the bucket was: -1 when out of memory. */
+static int split_routed(struct buckets *bk)
+{
+    const struct gpt2_shard *s = &bk->m->shard;
+    struct bucket *out = NULL;
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        n = 0;
+        for (int i = 0; i < bk->n; i++) {
+            const struct bucket *b = &bk->b[i];
+            size_t end = b->at + b->n;
+            for (size_t at = b->at, run; at < end; at += run, n++) {
+                bool routed = at < s->total && gpt2_shard_routed_at(s, at, &run);
+                if (at >= s->total || run > end - at) run = end - at; /* (the padding) */
+                if (out) out[n] = (struct bucket){.at = at, .n = run, .layers = b->layers,
+                                                  .routed = routed};
+            }
+        }
+        if (pass == 0 && !(out = calloc((size_t)n, sizeof *out))) return -1;
+    }
+    free(bk->b);
+    bk->b = out;
+    bk->n = n;
+    return 0;
+}
+
+/* The cut made: split by expert parallelism where it applies. */
+static int cut_done(struct buckets *bk, struct plait_error *err)
+{
+    if (bk->m->shard.part.ep > 1 && split_routed(bk)) {
+        buckets_free(bk);
+        return error_set(err, "out of memory");
+    }
+    return 0;
+}
+
+int buckets_init(struct buckets *bk, struct model *m, const struct group *dp,
+                 const struct group *experts, double bucket_mb, struct plait_error *err)
 {
     memset(bk, 0, sizeof *bk);
     bk->m = m;
     bk->dp = dp;
+    bk->experts = experts;
     bk->sliced = m->zero >= 1;
     if (bk->sliced && !(bk->counts = calloc((size_t)dp->size, sizeof *bk->counts)))
         return error_set(err, "out of memory");
@@ -37,7 +76,7 @@ int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, do
     if (want >= s->total) { /* one bucket: summed after backward, overlapping nothing */
         bk->defer = false;
         bk->b[bk->n++] = (struct bucket){.at = 0, .n = top};
-        return 0;
+        return cut_done(bk, err);
     }
     size_t wte = gpt2_shard_holds(s, GPT2_WTE) ? gpt2_shard_offset(s, GPT2_WTE, 0) : 0;
     if (bk->defer) bk->b[bk->n++] = (struct bucket){.at = wte, .n = s->elems[GPT2_WTE]};
@@ -63,7 +102,7 @@ int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, do
         }
         m->defer_embedding = true;
     }
-    return 0;
+    return cut_done(bk, err);
 }
 
 /* Where this step's slice sums land: the slice, or (ZeRO 2 adding a
@@ -71,6 +110,12 @@ int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, do
 static float *slice_sums(const struct buckets *bk)
 {
     return bk->accumulate ? bk->m->slice_tmp : bk->m->grad_slice;
+}
+
+/* The group a bucket is summed over: the expert peers for a routed expert's run. */
+static const struct group *group_of(const struct buckets *bk, const struct bucket *b)
+{
+    return b->routed ? bk->experts : bk->dp;
 }
 
 static int start(struct buckets *bk, struct bucket *b, struct plait_error *err)
@@ -91,7 +136,9 @@ static int start(struct buckets *bk, struct bucket *b, struct plait_error *err)
         rc = bk->dp->ireduce_scatter_v(bk->dp->ctx, m->grads + b->at, recv, bk->counts, &b->req,
                                        err);
     } else {
-        rc = bk->dp->iallreduce(bk->dp->ctx, m->grads + b->at, b->n, &b->req, err);
+        const struct group *g = group_of(bk, b);
+        if (g->size == 1) return b->started = false, 0; /* ep = dp: nobody else has them */
+        rc = g->iallreduce(g->ctx, m->grads + b->at, b->n, &b->req, err);
     }
     if (rc)
         return error_prefix(err, "data-parallel gradient %s of elements [%zu, %zu): ",
@@ -138,8 +185,8 @@ static int settle(struct buckets *bk, int rc, struct plait_error *err)
     struct plait_error later; /* after the first failure: what the others say */
     for (int i = 0; i < bk->n; i++) {
         struct bucket *b = &bk->b[i];
-        if (b->started && bk->dp->wait(b->req, rc ? &later : err) && rc == 0) rc = -1;
-        *b = (struct bucket){.at = b->at, .n = b->n, .layers = b->layers};
+        if (b->started && group_of(bk, b)->wait(b->req, rc ? &later : err) && rc == 0) rc = -1;
+        *b = (struct bucket){.at = b->at, .n = b->n, .layers = b->layers, .routed = b->routed};
     }
     bk->next = 0;
     if (bk->m) {

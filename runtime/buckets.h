@@ -46,11 +46,13 @@ struct bucket {
     bool final;   /* reported final by its exact range */
     void *req;    /* its sum in flight, or NULL */
     bool started;
+    bool routed;  /* a routed expert's gradients (ep > 1): summed over the expert peers */
 };
 
 struct buckets {
     struct model *m;
     const struct group *dp;
+    const struct group *experts; /* ep > 1: the dp ranks holding the same experts */
     struct bucket *b; /* [n], in the order they start */
     int n, next;      /* the next bucket to start */
     size_t watermark; /* the layer gradients at or above it are final */
@@ -66,9 +68,11 @@ struct buckets {
 /* Cuts m's gradient buffer into buckets of at least bucket_mb MiB (whole
  * layers; fewer when the stage is small). A bucket_mb beyond the whole
  * gradient makes one bucket, summed after backward (no overlap). dp must
- * have iallreduce, and with ZeRO >= 1 (m->zero) ireduce_scatter_v. */
-int buckets_init(struct buckets *bk, struct model *m, const struct group *dp, double bucket_mb,
-                 struct plait_error *err);
+ * have iallreduce, and with ZeRO >= 1 (m->zero) ireduce_scatter_v. With
+ * expert parallelism (the shard's ep > 1) the routed experts' runs of a bucket
+ * are buckets of their own, summed over experts (the expert peers) instead. */
+int buckets_init(struct buckets *bk, struct model *m, const struct group *dp,
+                 const struct group *experts, double bucket_mb, struct plait_error *err);
 void buckets_free(struct buckets *bk);
 
 /* The model's grads_final hook: the gradients [from, to) are final for this

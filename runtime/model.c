@@ -113,6 +113,7 @@ static const struct {
     MODEL(GPT2_ACT_MOE_DH, moe_dh),
     MODEL(GPT2_ACT_MOE_DACT, moe_dact),
     MODEL(GPT2_ACT_MOE_LN, moe_ln),
+    MODEL(GPT2_ACT_MOE_EP, moe_ep),
 };
 #undef MOE
 #undef LAYER
@@ -248,6 +249,7 @@ static void model_settings(struct model *m, const struct gpt2_config *cfg, const
     m->cp = shape->cp > 1 ? shape->cp : 1;
     m->cp_rank = m->cp > 1 ? shape->cp_rank : 0;
     m->cp_group = shape->cp_group;
+    m->ep_group = shape->ep_group;
     m->moe_capacity_factor = shape->moe_capacity_factor;
     m->moe_aux = shape->moe_aux_loss;
     m->moe_z = shape->moe_z_loss;

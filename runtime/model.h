@@ -53,7 +53,9 @@ struct moe_acts {
     float *probs, *gate, *lse; /* (N,E), (N,k), (N) */
     int32_t *choice, *pos;     /* (N,k) the chosen experts, each choice's packed row (-1 dropped) */
     int32_t *rows;             /* (M) each packed row's token */
-    int32_t *counts;           /* (2E) each expert's packed rows, then its choices (routed) */
+    int32_t *counts;           /* (2E) each expert's packed rows, then its choices (routed);
+                                  ep > 1 (3E): then the rows each ep rank sent each local
+                                  expert, by source rank */
     float *x, *h, *act, *y;    /* (M,C), (M,FCm), (M,Fm), (M,C): the experts' rows */
     float *sh_h, *sh_act;      /* (S,N,FCm), (S,N,Fm): the shared experts' */
     int kept;                  /* M */
@@ -188,6 +190,10 @@ struct model {
     int n_moe;
     float *moe_logits, *moe_dgate, *moe_dy, *moe_dh, *moe_dact;
     float *moe_ln; /* (N,C) sequence parallel: the block's input gathered in backward */
+    float *moe_ep; /* ep > 1: the all-to-all's rows (gpt2_memory.h GPT2_ACT_MOE_EP) */
+    int64_t *moe_ep_counts; /* ep > 1, host (2E): the row counts sent and received */
+    size_t *moe_ep_sizes;   /* ep > 1, host (2·ep): an all-to-all's counts */
+    const struct group *ep_group; /* ep > 1: the ep ranks the experts are spread over */
     double moe_capacity_factor, moe_aux, moe_z; /* plan.h struct plan_moe's */
     int32_t *moe_counts_host;                   /* (2E) a layer's counts, read back */
     int32_t *moe_routed_host;                   /* every slot's moe_acts' routed_host */
@@ -227,6 +233,7 @@ struct model_shape {
     int slots;                    /* micro-batches in flight at once (1 without a pipeline) */
     int cp, cp_rank;              /* context parallelism (0 or 1: none) and this rank's place */
     const struct group *cp_group; /* cp > 1: its ring (runtime/ring_attention.h) */
+    const struct group *ep_group; /* ep > 1: the experts' all-to-all (runtime/model_moe.h) */
     int dp, dp_rank;              /* data-parallel ranks holding the same part (1, 0: none): with
                                      hybrid sharding the shard group's */
     int replicas, replica;        /* its replicas (0 or 1: none), and this rank's (0-based) */

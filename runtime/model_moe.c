@@ -29,7 +29,7 @@ static size_t fc_rows_of(const struct model *m)
     return (size_t)(gpt2_expert_fc_rows(&m->cfg) / m->tp.size);
 }
 
-/* Expert x (0..E-1 routed, E.. shared) of layer l, this rank's columns of fc and rows of
+/* Expert x (0..E/ep-1 the rank's routed ones, E/ep.. shared) of layer l, this rank's columns of fc and rows of
  * fcproj as the dense MLP's (fcproj's bias whole): weights, or with grads gradients. */
 static struct expert expert_of(const struct model *m, int l, int x, bool grads)
 {
@@ -96,6 +96,10 @@ int moe_check(const struct model *m, struct plait_error *err)
                          o->name);
     if (m->cp > 1)
         return error_set(err, "model.moe: context parallelism with experts is not built yet");
+    int ep = m->shard.part.ep;
+    if (ep > 1 && (!m->ep_group || m->ep_group->size != ep || !m->ep_group->alltoall_v))
+        return error_set(err, "parallel.ep %d: the model has no ep group of %d ranks with an "
+                         "all-to-all", ep, ep);
     return 0;
 }
 
@@ -103,7 +107,11 @@ int moe_init(struct model *m, struct plait_error *err)
 {
     size_t E = (size_t)m->cfg.experts, layers = (size_t)m->n_slots * (size_t)m->n_moe;
     if (!gpt2_moe(&m->cfg)) return 0;
-    m->moe_counts_host = calloc(2 * E, sizeof *m->moe_counts_host);
+    m->moe_counts_host = calloc(3 * E, sizeof *m->moe_counts_host);
+    if (m->shard.part.ep > 1 &&
+        (!(m->moe_ep_counts = calloc(2 * E, sizeof *m->moe_ep_counts)) ||
+         !(m->moe_ep_sizes = calloc(2 * (size_t)m->shard.part.ep, sizeof *m->moe_ep_sizes))))
+        return error_set(err, "out of memory for the expert-parallel counts");
     m->moe_stats = calloc(MOE_STATS(E), sizeof *m->moe_stats);
     m->moe_routed_host = calloc(layers * E + 1, sizeof *m->moe_routed_host);
     if (!m->moe_counts_host || !m->moe_stats || !m->moe_routed_host)
@@ -117,6 +125,10 @@ int moe_init(struct model *m, struct plait_error *err)
 void moe_free(struct model *m)
 {
     free(m->moe_counts_host);
+    free(m->moe_ep_counts);
+    free(m->moe_ep_sizes);
+    m->moe_ep_counts = NULL;
+    m->moe_ep_sizes = NULL;
     free(m->moe_stats);
     free(m->moe_routed_host);
     m->moe_counts_host = NULL;
@@ -141,10 +153,23 @@ static int capacity_of(const struct model *m, int N)
     return c > 0 ? (int)c : 1;
 }
 
-/* Each expert's packed rows of acts a, read back into m->moe_counts_host. */
-static const int32_t *counts_of(const struct model *m, const struct moe_acts *a)
+/* The local routed experts (E/ep), and the rows local expert e takes: this rank's own
+ * (ep 1) or every ep rank's (moe_ep_rows). */
+static int local_experts(const struct model *m)
 {
-    size_t n = 2 * (size_t)m->cfg.experts * sizeof(int32_t);
+    return gpt2_part_experts(&m->shard.part, &m->cfg, NULL);
+}
+
+static int rows_of(const struct model *m, const int32_t *counts, int e)
+{
+    return m->shard.part.ep > 1 ? moe_ep_rows(m, counts, e) : counts[e];
+}
+
+/* Each expert's packed rows of acts a (and with ep the rows each ep rank sent the local
+ * experts), read back into m->moe_counts_host. */
+static int32_t *counts_of(const struct model *m, const struct moe_acts *a)
+{
+    size_t n = (m->shard.part.ep > 1 ? 3 : 2) * (size_t)m->cfg.experts * sizeof(int32_t);
     m->ops->download(m->ctx, m->moe_counts_host, a->counts, n);
     return m->moe_counts_host;
 }
@@ -152,30 +177,34 @@ static const int32_t *counts_of(const struct model *m, const struct moe_acts *a)
 int moe_forward(struct model *m, struct moe_acts *a, int l, const float *ln, int N, float **out,
                 struct plait_error *err)
 {
-    (void)err;
     const struct ops *o = m->ops;
     const struct gpt2_config *cfg = &m->cfg;
     int E = cfg->experts, k = cfg->top_k, C = cfg->hidden, S = cfg->shared_experts;
+    int El = local_experts(m);
+    bool ep = m->shard.part.ep > 1; /* the rows go to their experts' ranks and come back */
+    float *own = ep ? m->moe_ep : a->x, *y = ep ? m->moe_dy : a->y;
     size_t Fm = width_of(m), FCm = fc_rows_of(m);
     o->matmul_forward(m->ctx, m->moe_logits, ln, model_tensor(m, false, GPT2_ROUTERW, l),
                       model_tensor16(m, GPT2_ROUTERW, l), NULL, N, C, E);
     o->moe_route(m->ctx, a->probs, a->choice, a->gate, a->lse, m->moe_logits, N, E, k);
     a->kept = o->moe_dispatch(m->ctx, a->pos, a->rows, a->counts, a->counts + E, a->choice, N, E, k,
                               capacity_of(m, N));
-    o->moe_gather(m->ctx, a->x, ln, a->rows, a->kept, C);
-    const int32_t *counts = counts_of(m, a);
+    o->moe_gather(m->ctx, own, ln, a->rows, a->kept, C);
+    int32_t *counts = counts_of(m, a);
     memcpy(a->routed_host, counts + E, (size_t)E * sizeof *counts); /* for moe_count */
-    for (int e = 0, at = 0; e < E; at += counts[e++]) {
+    if (ep && (moe_ep_counts(m, a, counts, err) || moe_ep_dispatch(m, counts, own, N, a->x, err)))
+        return -1;
+    for (int e = 0, at = 0, n; e < El; at += n, e++) {
         struct expert w = expert_of(m, l, e, false);
         size_t r = (size_t)at;
-        if (counts[e])
-            expert_forward(m, &w, a->y + r * C, a->h + r * FCm, a->act + r * Fm, a->x + r * C,
-                           counts[e]);
+        if ((n = rows_of(m, counts, e)))
+            expert_forward(m, &w, y + r * C, a->h + r * FCm, a->act + r * Fm, a->x + r * C, n);
     }
+    if (ep && moe_ep_return(m, counts, y, N, a->y, err)) return -1;
     *out = m->proj;
     o->moe_combine(m->ctx, m->proj, a->y, a->gate, a->pos, N, k, C, false);
     for (int s = 0; s < S; s++) { /* gate 1, every row; m->dC is free in a forward */
-        struct expert w = expert_of(m, l, E + s, false);
+        struct expert w = expert_of(m, l, El + s, false);
         size_t sN = (size_t)s * N;
         expert_forward(m, &w, m->dC, a->sh_h + sN * FCm, a->sh_act + sN * Fm, ln, N);
         o->residual_forward(m->ctx, m->proj, m->proj, m->dC, (size_t)N * C);
@@ -191,19 +220,24 @@ int moe_backward(struct model *m, struct moe_acts *a, int l, const float *dout, 
     const struct ops *o = m->ops;
     const struct gpt2_config *cfg = &m->cfg;
     int E = cfg->experts, k = cfg->top_k, C = cfg->hidden, S = cfg->shared_experts;
+    int El = local_experts(m);
     size_t Fm = width_of(m), FCm = fc_rows_of(m), NC = (size_t)N * C;
-    o->moe_combine_backward(m->ctx, m->moe_dy, m->moe_dgate, dout, a->y, a->gate, a->pos, N, k, C);
+    bool ep = m->shard.part.ep > 1; /* the rows' gradients out to the experts and back */
+    float *own = ep ? m->moe_ep : m->moe_dy;
+    o->moe_combine_backward(m->ctx, own, m->moe_dgate, dout, a->y, a->gate, a->pos, N, k, C);
     /* with tp, y and so dgate were this rank's terms: the gates' gradients are their sum */
     if (model_tp_allreduce(m, m->moe_dgate, (size_t)N * k, err)) return -1;
     const int32_t *counts = counts_of(m, a);
-    for (int e = 0, at = 0; e < E; at += counts[e++]) {
+    if (ep && moe_ep_dispatch(m, counts, own, N, m->moe_dy, err)) return -1;
+    for (int e = 0, at = 0, n; e < El; at += n, e++) {
         struct expert w = expert_of(m, l, e, false), g = expert_of(m, l, e, true);
         size_t r = (size_t)at;
         float *dy = m->moe_dy + r * C; /* overwritten by the rows' input gradient */
-        expert_backward(m, &w, &g, dy, dy, a->x + r * C, a->h + r * FCm, a->act + r * Fm, counts[e],
-                        acc);
+        n = rows_of(m, counts, e);
+        expert_backward(m, &w, &g, dy, dy, a->x + r * C, a->h + r * FCm, a->act + r * Fm, n, acc);
     }
-    o->moe_gather_backward(m->ctx, dln, m->moe_dy, a->pos, N, k, C, false);
+    if (ep && moe_ep_return(m, counts, m->moe_dy, N, own, err)) return -1;
+    o->moe_gather_backward(m->ctx, dln, own, a->pos, N, k, C, false);
     /* the router: its gates' gradients and the losses', scaled as the loss is */
     double scale = (double)grad_scale * N;
     o->moe_route_backward(m->ctx, m->moe_logits, m->moe_dgate, a->probs, a->choice, a->gate, a->lse,
@@ -215,7 +249,7 @@ int moe_backward(struct model *m, struct moe_acts *a, int l, const float *dout, 
     /* the router is whole on every tp rank: its input gradient in tp rank 0's term only */
     if (m->tp.rank == 0) o->residual_forward(m->ctx, dln, dln, m->proj, NC);
     for (int s = 0; s < S; s++) {
-        struct expert w = expert_of(m, l, E + s, false), g = expert_of(m, l, E + s, true);
+        struct expert w = expert_of(m, l, El + s, false), g = expert_of(m, l, El + s, true);
         size_t sN = (size_t)s * N;
         expert_backward(m, &w, &g, m->proj, dout, ln, a->sh_h + sN * FCm, a->sh_act + sN * Fm, N,
                         acc);

@@ -2,8 +2,9 @@
  * (model.moe; runtime/model.c calls it from a layer's forward and backward):
  * the router, the top-k routing and its capacity, each expert's MLP on the
  * rows it took, the gates' combination, the shared experts, and the balance
- * and z losses, all through kernels/ops.h. Every rank holds every expert
- * (expert parallelism 1); with tp each expert is split as the dense MLP is (fc by
+ * and z losses, all through kernels/ops.h. A rank holds E/ep of the routed experts
+ * (parallel.ep; all at ep 1), their rows exchanged over the ep group (model_moe_ep.c),
+ * and every shared one; with tp each expert is split as the dense MLP is (fc by
  * columns, fcproj by rows), the router whole on every tp rank. Its products run in
  * the precision's copy of the weights: bf16 in bf16, fp32 in fp32 and in fp8 (the
  * fp8 copy holds the attention's and the dense MLPs' matrices only). */
@@ -47,6 +48,18 @@ void moe_count(struct model *m, const struct model_slot *sl, int N);
  * loss: the training loss is the cross-entropy plus them), and zero after. */
 double model_moe_take_loss(struct model *m);
 void model_moe_stats_clear(struct model *m);
+
+/* Expert parallelism (model_moe_ep.c; ep > 1): counts (host, moe_acts' 3E layout) gets
+ * the rows each ep rank sends each local expert, in acts a's counts too; this rank's
+ * packed rows own (by expert) go to the experts' ranks and the rows of the local experts
+ * come, grouped by local expert then source rank (moe_ep_rows of local expert e);
+ * moe_ep_return sends grouped back to where each row came from, into own. */
+int moe_ep_counts(struct model *m, struct moe_acts *a, int32_t *counts, struct plait_error *err);
+int moe_ep_rows(const struct model *m, const int32_t *counts, int e);
+int moe_ep_dispatch(struct model *m, const int32_t *counts, const float *own, int N,
+                    float *grouped, struct plait_error *err);
+int moe_ep_return(struct model *m, const int32_t *counts, float *grouped, int N, float *own,
+                  struct plait_error *err);
 
 /* model.c's, for this file: tensor t of layer l (its weights, or with grads its
  * gradient; the bf16 copy of its weights or NULL), and the MLP's activation (GELU of

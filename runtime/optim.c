@@ -28,10 +28,11 @@ struct slice_args {
     const struct plan_optimizer *o;
     float lr, scale;
     int t;
-    /* the norm: the parts whose Σ g² this rank counts (x, n: NULL to count them) */
+    /* the norm: the parts whose Σ g² this rank counts (x, n: NULL to count them); routed
+     * 1: only the routed experts' runs (ep > 1), 0: only the rest, -1: all */
     const float **x;
     size_t *n;
-    int parts;
+    int parts, routed;
     /* AdamW's window of the slice, [lo, lo + len) of its elements, and its moments there
      * (all of the slice and adam_m/adam_v, unless they are offloaded) */
     size_t lo, len;
@@ -48,12 +49,16 @@ static int add_part(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t
     const struct model *m = a->m;
     if (!gpt2_shard_counts(&m->shard, t)) return 0;
     size_t at, k = overlap(off, n, m->slice_at, m->slice_n, &at);
-    if (!k) return 0;
-    if (a->x) {
-        a->x[a->parts] = a->g + (at - m->slice_at);
-        a->n[a->parts] = k;
+    for (size_t i = at, end = at + k, run; i < end; i += run) {
+        bool routed = gpt2_shard_routed_at(&m->shard, i, &run);
+        if (run > end - i) run = end - i;
+        if (a->routed >= 0 && routed != (a->routed == 1)) continue;
+        if (a->x) {
+            a->x[a->parts] = a->g + (i - m->slice_at);
+            a->n[a->parts] = run;
+        }
+        a->parts++;
     }
-    a->parts++;
     return 0;
 }
 
@@ -113,6 +118,29 @@ static int adamw_window(void *ctx, size_t lo, size_t n, float *m, float *v,
     return gpt2_shard_each(&a->m->shard, adamw_instance, a);
 }
 
+/* ZeRO 0 without buckets: the gradients summed over dp, each routed expert's run
+ * (ep > 1) over the ranks holding the same experts instead. */
+static int sum_runs(struct model *m, const struct group *g, bool routed, struct plait_error *err)
+{
+    for (size_t at = 0, run; at < m->shard.total; at += run) {
+        bool here = gpt2_shard_routed_at(&m->shard, at, &run);
+        if (here == routed && has(g) && g->allreduce(g->ctx, m->grads + at, run, false, err))
+            return -1;
+    }
+    return 0;
+}
+
+static int sum_dense(struct model *m, const struct group *dp, struct plait_error *err)
+{
+    if (m->shard.part.ep <= 1) return dp->allreduce(dp->ctx, m->grads, m->shard.total, false, err);
+    return sum_runs(m, dp, false, err);
+}
+
+static int sum_routed(struct model *m, const struct optim_groups *g, struct plait_error *err)
+{
+    return m->shard.part.ep > 1 ? sum_runs(m, g->experts, true, err) : 0;
+}
+
 int optim_reduce_micro(struct model *m, const struct optim_groups *g, bool accumulate,
                        struct plait_error *err)
 {
@@ -141,10 +169,12 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
     /* the gradients over dp: whole (ZeRO 0) or this rank's slice (ZeRO 1; 2 has it) */
     int rc = 0;
     if (has(dp) && m->zero == 0 && !g->summed)
-        rc = dp->allreduce(dp->ctx, m->grads, m->shard.total, false, err);
+        rc = sum_dense(m, dp, err);
     else if (has(dp) && m->zero == 1 && !g->summed)
         rc = dp->reduce_scatter(dp->ctx, m->grads, m->grad_slice, m->slice_n, err);
     if (rc) return error_prefix(err, "data-parallel gradient reduction: ");
+    if (has(dp) && m->zero == 0 && !g->summed && sum_routed(m, g, err))
+        return error_prefix(err, "the routed experts' gradient reduction: ");
     if (m->zero) a.g = m->grad_slice;
     /* hybrid sharding: the replicas' sums of the same slice (or of the whole, unsliced) */
     if (has(rep) && rep->allreduce(rep->ctx, m->zero ? m->grad_slice : m->grads,
@@ -153,8 +183,17 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
     m->prof.seconds[PROF_GRAD_NORM] += prof_clock(&m->prof) - t0;
     /* the norm: this rank's count, summed over the slices (dp) and the model's parts */
     t0 = prof_clock(&m->prof);
-    double sum;
+    double sum, routed = 0;
+    bool ep = m->shard.part.ep > 1;
+    a.routed = ep ? 0 : -1;
     if (sum_squares(&a, &sum, err)) return -1;
+    if (ep) { /* the routed experts' each on its ep rank, summed over the ep group */
+        a.routed = 1;
+        if (sum_squares(&a, &routed, err)) return -1;
+        if (has(g->ep) && g->ep->allreduce_f64(g->ep->ctx, &routed, 1, err))
+            return error_prefix(err, "gradient norm over the ep group: ");
+        sum += routed;
+    }
     if ((m->zero && has(dp) && dp->allreduce_f64(dp->ctx, &sum, 1, err)) ||
         (has(mp) && mp->allreduce_f64(mp->ctx, &sum, 1, err)))
         return error_prefix(err, "gradient norm: ");

@@ -68,6 +68,8 @@ static int reduce_and_step(struct trainer *t, struct step_taken *st, bool dump,
     struct optim_groups groups = {.dp = &t->par.g_shard,
                                   .replicas = &t->par.g_replicas,
                                   .mp = &t->par.g_mp,
+                                  .ep = &t->par.g_ep,
+                                  .experts = &t->par.g_experts,
                                   .summed = t->bucketed};
     /* The sums over dp (ZeRO 0) or reduce-scatters (1) started during
      * backward (not in a dump's step: the dump shows every rank's own

@@ -169,6 +169,7 @@ static int make_model(struct trainer *t, struct plait_error *err)
                                 .cp = w->cp,
                                 .cp_rank = w->cp_rank,
                                 .cp_group = &t->par.g_cp,
+                                .ep_group = &t->par.g_ep,
                                 .precision = p->precision,
                                 .fp8_scaling = p->fp8_scaling,
                                 .recompute = p->recompute,
@@ -209,7 +210,8 @@ static int make_step_buffers(struct trainer *t, struct plait_error *err)
     /* (ZeRO 3 reduce-scatters each unit's gradients itself: runtime/model_zero3.h) */
     if (t->par.g_shard.size > 1 && t->par.g_shard.iallreduce && p->parallel.zero < 3 &&
         (p->parallel.zero == 0 || t->par.g_shard.ireduce_scatter_v)) {
-        if (buckets_init(&t->buckets, &t->m, &t->par.g_shard, p->parallel.bucket_mb, err))
+        if (buckets_init(&t->buckets, &t->m, &t->par.g_shard, &t->par.g_experts,
+                         p->parallel.bucket_mb, err))
             return -1;
         t->bucketed = true;
     }

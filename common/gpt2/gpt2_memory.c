@@ -45,13 +45,15 @@ int gpt2_chunk_moe_layers(const struct gpt2_shard *s)
 }
 
 /* Elements of one copy of a mixture of experts' buffer a (gpt2_memory.h), the experts'
- * widths split over tp. */
-static bool moe_buffer_elems(enum gpt2_act a, const struct gpt2_config *cfg, long long N,
-                             long long tp, size_t *out)
+ * widths split over tp, their rows from every ep rank. */
+static bool moe_buffer_elems(enum gpt2_act a, const struct gpt2_shard *sh, long long N,
+                             size_t *out)
 {
+    const struct gpt2_config *cfg = &sh->cfg;
+    long long tp = sh->part.tp, ep = sh->part.ep > 1 ? sh->part.ep : 1;
     long long E = cfg->experts, k = cfg->top_k, C = cfg->hidden, Fm = cfg->moe_ffn / tp;
     long long FCm = gpt2_expert_fc_rows(cfg) / tp, S = cfg->shared_experts;
-    long long rows = k * N > N ? k * N : N;
+    long long R = ep * k, rows = R * N > N ? R * N : N; /* the local experts' rows: R·N */
     switch (a) {
     case GPT2_ACT_MOE_PROBS:
     case GPT2_ACT_MOE_LOGITS:
@@ -65,17 +67,20 @@ static bool moe_buffer_elems(enum gpt2_act a, const struct gpt2_config *cfg, lon
     case GPT2_ACT_MOE_LSE:
         return ck_size(out, N);
     case GPT2_ACT_MOE_COUNTS:
-        return ck_size(out, 2, E);
-    case GPT2_ACT_MOE_X:
+        return ck_size(out, ep > 1 ? 3 : 2, E);
     case GPT2_ACT_MOE_Y:
-    case GPT2_ACT_MOE_DY:
         return ck_size(out, k, N, C);
+    case GPT2_ACT_MOE_X:
+    case GPT2_ACT_MOE_DY:
+        return ck_size(out, R, N, C);
+    case GPT2_ACT_MOE_EP:
+        return ck_size(out, k + R, N, C);
     case GPT2_ACT_MOE_LN:
         return ck_size(out, N, C);
     case GPT2_ACT_MOE_H:
-        return ck_size(out, k, N, FCm);
+        return ck_size(out, R, N, FCm);
     case GPT2_ACT_MOE_ACT:
-        return ck_size(out, k, N, Fm);
+        return ck_size(out, R, N, Fm);
     case GPT2_ACT_MOE_SH_H:
         return ck_size(out, S, N, FCm);
     case GPT2_ACT_MOE_SH_ACT:
@@ -97,6 +102,7 @@ static size_t moe_buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     bool shared = a == GPT2_ACT_MOE_SH_H || a == GPT2_ACT_MOE_SH_ACT;
     if (!layers || (shared && !s->cfg.shared_experts)) return 0;
     if (a == GPT2_ACT_MOE_LN) return shape->sequence_parallel;
+    if (a == GPT2_ACT_MOE_EP) return s->part.ep > 1;
     if (a >= GPT2_ACT_FIRST_MOE_SCRATCH) return 1;
     return shape->recompute == PLAN_RECOMPUTE_FULL ? 1 : (size_t)shape->slots * layers;
 }
@@ -107,7 +113,7 @@ static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long 
                          long long rows_div, bool fused_attention, long long cp, size_t *out)
 {
     const struct gpt2_config *cfg = &s->cfg;
-    if (a >= GPT2_ACT_FIRST_MOE) return moe_buffer_elems(a, cfg, B * T, s->part.tp, out);
+    if (a >= GPT2_ACT_FIRST_MOE) return moe_buffer_elems(a, s, B * T, out);
     long long tp = s->part.tp, C = cfg->hidden, Ct = C / tp, NHt = cfg->heads / tp;
     long long Vpt = cfg->padded_vocab / tp, QKVt = gpt2_qkv_rows(cfg) / tp;
     long long FCt = gpt2_fc_rows(cfg) / tp, Ft = gpt2_ffn(cfg) / tp;

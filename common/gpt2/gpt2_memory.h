@@ -102,7 +102,10 @@ enum gpt2_act {
     /* mixture of experts (model.moe) only, with E experts, S shared ones, k choices a
      * token, Fm an expert's width (FCm its fc rows: 2Fm for a Llama, else Fm; both /tp
      * on a tp rank); per MoE layer (one copy per held micro-batch and MoE layer of a
-     * chunk, or one shared with full recompute): */
+     * chunk, or one shared with full recompute). With expert parallelism (ep > 1) the
+     * local experts' rows are those every ep rank sent, at most ep·kN: X, H, ACT, DY,
+     * DH and DACT hold ep·kN rows, COUNTS 3E (then the rows from each source rank for
+     * each local expert), Y stays this rank's kN rows, come back. */
     GPT2_ACT_MOE_PROBS,  /* (N,E)      the router's softmax */
     GPT2_ACT_MOE_GATE,   /* (N,k)      the chosen experts' gates */
     GPT2_ACT_MOE_LSE,    /* (N)        each row's logsumexp of the logits (z-loss) */
@@ -124,6 +127,8 @@ enum gpt2_act {
     GPT2_ACT_MOE_DACT,   /* (max(kN,N),Fm) */
     GPT2_ACT_MOE_LN,     /* (N,C)      sequence parallel only: the block's input gathered
                             again in backward, beside its output's gradient */
+    GPT2_ACT_MOE_EP,     /* ((k + ep·k)N, C) ep > 1 only: this rank's packed rows (or their
+                            gradients) and, by source rank, the rows the all-to-all brought */
     GPT2_ACTS
 };
 #define GPT2_ACT_FIRST_SLOT GPT2_ACT_INPUT

@@ -1,0 +1,112 @@
+/* model_moe_ep.c — expert parallelism's exchange for an MoE block (model_moe.h): each
+ * expert's packed rows sent to the ep rank holding it and the results sent back, over
+ * the ep group's uneven all-to-all, the rows' counts exchanged first. The routing and
+ * the experts' products are model_moe.c's. */
+#include "runtime/model_moe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* One exchange's counts (host, moe_acts' 3E layout): own[e] the rows this rank sends
+ * expert e (the E in ep blocks of El, block j ep rank j's), from[j·El + e] the rows ep
+ * rank j sends local expert e. */
+struct ep_counts {
+    int ep, El;
+    size_t C;
+    const int32_t *own, *from;
+};
+
+static struct ep_counts counts_here(const struct model *m, const int32_t *counts)
+{
+    int E = m->cfg.experts;
+    return (struct ep_counts){.ep = m->shard.part.ep,
+                              .El = gpt2_part_experts(&m->shard.part, &m->cfg, NULL),
+                              .C = (size_t)m->cfg.hidden,
+                              .own = counts,
+                              .from = counts + 2 * E};
+}
+
+static size_t sum_of(const int32_t *v, int n)
+{
+    size_t s = 0;
+    for (int i = 0; i < n; i++) s += (size_t)v[i];
+    return s;
+}
+
+int moe_ep_rows(const struct model *m, const int32_t *counts, int e)
+{
+    struct ep_counts c = counts_here(m, counts);
+    int rows = 0;
+    for (int j = 0; j < c.ep; j++) rows += c.from[j * c.El + e];
+    return rows;
+}
+
+/* The rows from every source rank, by source then local expert (by_src: as they come),
+ * to and from the rows by local expert then source (grouped: each expert's contiguous). */
+static void regroup(const struct model *m, const struct ep_counts *c, float *grouped,
+                    float *by_src, bool to_grouped)
+{
+    size_t g = 0, row = c->C * sizeof(float);
+    for (int e = 0; e < c->El; e++)
+        for (int j = 0; j < c->ep; j++) {
+            size_t at = sum_of(c->from, j * c->El + e), n = (size_t)c->from[j * c->El + e];
+            if (!n) continue;
+            float *src = by_src + at * c->C, *dst = grouped + g * c->C;
+            if (to_grouped)
+                m->ops->copy(m->ctx, dst, src, n * row);
+            else
+                m->ops->copy(m->ctx, src, dst, n * row);
+            g += n;
+        }
+}
+
+/* Out: this rank's rows (send, by expert) to their experts' ranks, into recv by
+ * source; back: the reverse. */
+static int exchange(struct model *m, const struct ep_counts *c, const float *send, float *recv,
+                    bool out, struct plait_error *err)
+{
+    const struct group *g = m->ep_group;
+    size_t *sc = m->moe_ep_sizes, *rc = sc + c->ep;
+    for (int j = 0; j < c->ep; j++) {
+        size_t to = sum_of(c->own + j * c->El, c->El), from = sum_of(c->from + j * c->El, c->El);
+        sc[j] = (out ? to : from) * c->C;
+        rc[j] = (out ? from : to) * c->C;
+    }
+    if (g->alltoall_v(g->ctx, send, sc, recv, rc, false, err))
+        return error_prefix(err, "the experts' all-to-all over %d ep ranks: ", c->ep);
+    return 0;
+}
+
+int moe_ep_counts(struct model *m, struct moe_acts *a, int32_t *counts, struct plait_error *err)
+{
+    const struct group *g = m->ep_group;
+    int E = m->cfg.experts, ep = m->shard.part.ep, El = E / ep;
+    int64_t *send = m->moe_ep_counts, *recv = send + E;
+    size_t *sizes = m->moe_ep_sizes;
+    for (int e = 0; e < E; e++) send[e] = counts[e];
+    for (int j = 0; j < 2 * ep; j++) sizes[j] = (size_t)El;
+    if (g->alltoall_v(g->ctx, send, sizes, recv, sizes + ep, true, err))
+        return error_prefix(err, "the experts' row counts over %d ep ranks: ", ep);
+    for (int i = 0; i < E; i++) counts[2 * E + i] = (int32_t)recv[i];
+    m->ops->upload(m->ctx, a->counts + 2 * E, counts + 2 * E, (size_t)E * sizeof *counts);
+    return 0;
+}
+
+int moe_ep_dispatch(struct model *m, const int32_t *counts, const float *own, int N,
+                    float *grouped, struct plait_error *err)
+{
+    struct ep_counts c = counts_here(m, counts);
+    float *by_src = m->moe_ep + (size_t)m->cfg.top_k * (size_t)N * c.C;
+    if (exchange(m, &c, own, by_src, true, err)) return -1;
+    regroup(m, &c, grouped, by_src, true);
+    return 0;
+}
+
+int moe_ep_return(struct model *m, const int32_t *counts, float *grouped, int N, float *own,
+                  struct plait_error *err)
+{
+    struct ep_counts c = counts_here(m, counts);
+    float *by_src = m->moe_ep + (size_t)m->cfg.top_k * (size_t)N * c.C;
+    regroup(m, &c, grouped, by_src, false);
+    return exchange(m, &c, by_src, own, false, err);
+}
