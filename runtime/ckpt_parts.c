@@ -94,15 +94,16 @@ static int write_mine(const char *tmp, const struct model *m, const struct train
     char name[64];
     int rc = 0, k = 0;
     bool z3 = m->zero == 3; /* the parameters in slices too, as the moments */
-    if (z3 ? w->dp_rank < m->dp : w->dp_rank == 0) {
+    int ep = m->shard.part.ep > 1 ? m->shard.part.ep : 0; /* each ep rank its experts */
+    if (z3 ? w->dp_rank < m->dp : w->dp_rank < (ep ? ep : 1)) {
         const float *params[] = {m->params};
-        part_name(name, sizeof name, CKPT_PART_MODEL, m, w, z3);
+        part_name(name, sizeof name, CKPT_PART_MODEL, m, w, z3 || ep);
         rc = write_part(tmp, name, CKPT_PART_MODEL, m, w, params, 1, z3, host, &recs[k++], err);
     }
     const float *moments[] = {m->adam_m, m->adam_v};
     /* the slices: replica 0's shard group (hybrid sharding: the others hold the same) */
-    if (rc == 0 && (m->zero ? w->dp_rank < m->dp : w->dp_rank == 0)) {
-        part_name(name, sizeof name, CKPT_PART_OPTIM, m, w, m->zero > 0);
+    if (rc == 0 && (m->zero ? w->dp_rank < m->dp : w->dp_rank < (ep ? ep : 1))) {
+        part_name(name, sizeof name, CKPT_PART_OPTIM, m, w, m->zero > 0 || ep);
         rc = write_part(tmp, name, CKPT_PART_OPTIM, m, w, moments, 2, m->zero > 0, host, &recs[k++],
                         err);
     }
@@ -165,7 +166,8 @@ static int commit_manifest(struct ckptdir *d, const struct ckpt_parts_job *job,
                    .chunks = m->chunks,
                    .v_shape = m->shard.part.v_shape,
                    .dp_shard = m->zero ? m->dp : w->dp,
-                   .cp = w->cp}};
+                   .cp = w->cp,
+                   .ep = m->shard.part.ep > 1 ? m->shard.part.ep : 1}};
     struct ckpt_layout *l = &man.layout;
     int rc = -1;
     l->stage_begin = calloc((size_t)w->pp, sizeof *l->stage_begin);
@@ -319,7 +321,8 @@ bool ckpt_layout_same(const struct ckpt_layout *l, const struct model *m)
     return !l->whole && l->tp == m->shard.part.tp && l->pp == m->shard.part.pp &&
            l->dp == m->dp * m->replicas && (!m->zero || l->dp_shard == m->dp) &&
            l->zero == m->zero && l->chunks == m->shard.part.chunks &&
-           l->v_shape == m->shard.part.v_shape;
+           l->v_shape == m->shard.part.v_shape &&
+           (l->ep > 1 ? l->ep : 1) == (m->shard.part.ep > 1 ? m->shard.part.ep : 1);
 }
 
 int ckpt_layout_check(const char *cdir, const struct model *m, struct plait_error *err)

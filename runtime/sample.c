@@ -7,11 +7,11 @@
 #include "kernels/ops.h"
 
 /* The whole model's parameters in host memory: the CPU backend's own buffer, else a copy
- * (*copy, for the caller to free). NULL when the model is a part (tp or pp > 1). */
+ * (*copy, for the caller to free). NULL when the model is a part (tp, pp or ep > 1). */
 static const float *host_params(const struct model *m, float **copy, struct plait_error *err)
 {
     *copy = NULL;
-    if (m->shard.part.tp != 1 || !m->shard.first || !m->shard.last) {
+    if (m->shard.part.tp != 1 || m->shard.part.ep > 1 || !m->shard.first || !m->shard.last) {
         error_set(err, "sampling needs the whole model on one rank; this rank holds a part");
         return NULL;
     }

@@ -133,6 +133,10 @@ static json_t *slice_json(const char *file, const struct gpt2_config *cfg,
     json_t *out =
         json_pack("{s:i,s:i,s:i,s:o}", "tp_rank", tr, "tp", tp, "pp_rank", st, "layers", layers);
     if (d >= 0) json_object_set_new(out, "dp_rank", json_integer(d));
+    if (d >= 0 && l->ep > 1 && d < l->ep && strcmp(kind, "grads")) { /* its routed experts */
+        int n_ep = cfg->experts / l->ep;
+        json_object_set_new(out, "experts", json_pack("[i,i]", d * n_ep, (d + 1) * n_ep));
+    }
     if (d >= 0 &&
         ((l->zero > 0 && !strcmp(kind, "optim")) || (l->zero == 3 && !strcmp(kind, "model")))) {
         struct gpt2_shard sh;
@@ -157,6 +161,8 @@ static json_t *layout_json(const struct ckpt_layout *l, const struct gpt2_config
         json_object_set_new(o, "dp_shard", json_integer(l->dp_shard));
     if (o && l->cp > 1) /* context parallelism: dp counts its ranks */
         json_object_set_new(o, "cp", json_integer(l->cp));
+    if (o && l->ep > 1) /* expert parallelism: its ranks' parts */
+        json_object_set_new(o, "ep", json_integer(l->ep));
     if (o && l->chunks > 1) /* interleaved: which layers a stage holds */
         json_object_set_new(o, "virtual_stages", json_integer(l->chunks));
     if (o && l->v_shape) /* DualPipeV: its second chunk runs back up the stages */
@@ -257,7 +263,8 @@ static void read_stages(struct json_read *r, json_t *stages, struct ckpt_layout 
 
 static void read_layout(struct json_read *r, json_t *j, struct ckpt_layout *out)
 {
-    *out = (struct ckpt_layout){.tp = 1, .pp = 1, .dp = 1, .chunks = 1, .dp_shard = 1, .cp = 1};
+    *out = (struct ckpt_layout){
+        .tp = 1, .pp = 1, .dp = 1, .chunks = 1, .dp_shard = 1, .cp = 1, .ep = 1};
     out->whole = json_object_get(json_object_get(j, "files"), "model.bin") != NULL;
     if (!json_read_has(j, "layout")) return;
     json_t *l = json_read_object(r, j, NULL, "layout");
@@ -270,6 +277,7 @@ static void read_layout(struct json_read *r, json_t *j, struct ckpt_layout *out)
     out->dp_shard = out->dp;
     layout_int(r, l, "dp_shard", &out->dp_shard);
     layout_int(r, l, "cp", &out->cp);
+    layout_int(r, l, "ep", &out->ep);
     if (r->failed) return;
     if (out->v_shape && out->chunks != 2) {
         r->failed = error_set(r->err, "%s: layout: a V shape has 2 chunks a stage, not %d",
@@ -278,12 +286,13 @@ static void read_layout(struct json_read *r, json_t *j, struct ckpt_layout *out)
     }
     if (out->tp < 1 || out->pp < 1 || out->dp < 1 || out->chunks < 1 || out->zero < 0 ||
         out->zero > 3 || (int64_t)out->tp * out->pp * out->dp > (1 << 24) ||
-        out->dp_shard < 1 || out->dp % out->dp_shard != 0 || out->cp < 1 || out->dp % out->cp) {
+        out->dp_shard < 1 || out->dp % out->dp_shard != 0 || out->cp < 1 || out->dp % out->cp ||
+        out->ep < 1 || out->dp % out->ep || (out->ep > 1 && out->zero)) {
         r->failed = error_set(r->err,
-                              "%s: layout: tp %d × pp %d × dp %d (shard groups of %d, cp %d), "
-                              "ZeRO %d, %d chunk(s) is not a layout",
+                              "%s: layout: tp %d × pp %d × dp %d (shard groups of %d, cp %d, "
+                              "ep %d), ZeRO %d, %d chunk(s) is not a layout",
                               r->file, out->tp, out->pp, out->dp, out->dp_shard, out->cp,
-                              out->zero, out->chunks);
+                              out->ep, out->zero, out->chunks);
         return;
     }
     if (json_read_has(l, "stages")) read_stages(r, json_read_array(r, l, "layout", "stages"), out);

@@ -28,6 +28,9 @@ struct ckpt_layout {
     bool v_shape;                 /* DualPipeV's two chunks a stage in a V (gpt2_part's) */
     int cp; /* context parallelism (0 or 1: none; written when more): dp counts the dp·cp
                ranks whose slices the parts are, dp/cp of them the data-parallel replicas */
+    int ep; /* expert parallelism (0 or 1: none; written when more): dp ranks 0..ep-1 each
+               wrote its part (model and optim files named with the dp rank), holding its
+               E/ep routed experts (gpt2_shard.h) */
 };
 void ckpt_layout_free(struct ckpt_layout *l);
 

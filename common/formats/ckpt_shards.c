@@ -143,10 +143,11 @@ int ckpt_source_open(struct ckpt_source *s, const char *cdir, struct plait_error
                                       .layer_begin = l->stage_begin[st],
                                       .layer_end = l->stage_end[st],
                                       .chunks = l->chunks,
-                                      .v_shape = l->v_shape};
+                                      .v_shape = l->v_shape,
+                                      .ep = l->ep};
         } else {
             part = cost_stage_part(plan, l->tp, 0, pp, st);
-            part.ep = 1; /* the checkpoint's layout's (its experts whole) */
+            part.ep = l->ep; /* the checkpoint's layout's, not the plan's */
             if (part.chunks != l->chunks || part.v_shape != l->v_shape) { /* the even split */
                 part.chunks = l->chunks;
                 part.v_shape = false;
@@ -306,33 +307,34 @@ static int read_floats(struct ckpt_source *s, int fd, size_t at, float *out, siz
     return 0;
 }
 
-/* n elements from element `local` of tp rank tr's instance (t, l) of array a. */
-static int read_source_run(struct ckpt_source *s, enum ckpt_array a, int tr, int st,
+/* n elements from element `local` of tp rank tr's (with expert parallelism: of ep rank
+ * er's part) instance (t, l) of array a. */
+static int read_source_run(struct ckpt_source *s, enum ckpt_array a, int tr, int st, int er,
                            enum gpt2_tensor t, int l, size_t local, size_t n, float *out,
                            struct plait_error *err)
 {
     const struct gpt2_shard *sh = &s->stages[st];
-    int fd;
+    int fd, d = s->layout.ep > 1 ? er : -1; /* ep's parts are named with their dp rank */
     if (a == CKPT_PARAMS && s->layout.zero < 3) {
-        if ((fd = source_file(s, CKPT_PART_MODEL, tr, st, -1, err)) < 0) return -1;
+        if ((fd = source_file(s, CKPT_PART_MODEL, tr, st, d, err)) < 0) return -1;
         return read_floats(s, fd, gpt2_shard_instance_at(sh, t, l) + local, out, n, CKPT_PART_MODEL,
-                           tr, st, -1, err);
+                           tr, st, d, err);
     }
     size_t k = a == CKPT_ADAM_V; /* the array within an optim file (a model file's one) */
     enum ckpt_part_kind kind = a == CKPT_PARAMS ? CKPT_PART_MODEL : CKPT_PART_OPTIM;
     if (s->layout.zero == 0) {
-        if ((fd = source_file(s, CKPT_PART_OPTIM, tr, st, -1, err)) < 0) return -1;
+        if ((fd = source_file(s, CKPT_PART_OPTIM, tr, st, d, err)) < 0) return -1;
         return read_floats(s, fd, k * sh->total + gpt2_shard_instance_at(sh, t, l) + local, out, n,
-                           CKPT_PART_OPTIM, tr, st, -1, err);
+                           CKPT_PART_OPTIM, tr, st, d, err);
     }
     /* ZeRO: the layer-major buffer cut in dp slices of s->slice[st] (ZeRO 3's parameters
      * too) */
     size_t o = gpt2_shard_offset(sh, t, l) + local, slice = s->slice[st];
     while (n > 0) {
-        int d = (int)(o / slice);
+        int sd = (int)(o / slice); /* the slice's dp rank */
         size_t within = o % slice, c = slice - within < n ? slice - within : n;
-        if ((fd = source_file(s, kind, tr, st, d, err)) < 0 ||
-            read_floats(s, fd, k * slice + within, out, c, kind, tr, st, d, err))
+        if ((fd = source_file(s, kind, tr, st, sd, err)) < 0 ||
+            read_floats(s, fd, k * slice + within, out, c, kind, tr, st, sd, err))
             return -1;
         o += c, out += c, n -= c;
     }
@@ -361,21 +363,26 @@ static int read_instance(void *ctx, enum gpt2_tensor t, int l, size_t off, size_
     int st = t == GPT2_WTE || t == GPT2_WPE                            ? 0
              : t == GPT2_LNFW || t == GPT2_LNFB || t == GPT2_LMHEAD ? last
                                                                     : s->layer_stage[l];
-    size_t whole = gpt2_tensor_tp_replicated(t)
-                       ? elems
-                       : elems * (size_t)dst->part.tp; /* tp divides every cut tensor */
+    size_t all, ignored; /* the instance at ep 1 (on a tp rank), then whole */
+    gpt2_ep_to_all(&dst->cfg, t, dst->part.ep, dst->part.ep_rank, 0, elems, &all, &ignored);
+    bool cut = !gpt2_tensor_tp_replicated(t);
+    size_t whole = cut ? all * (size_t)dst->part.tp : all; /* tp divides every cut tensor */
+    size_t src_all = cut ? whole / (size_t)s->layout.tp : whole;
     size_t src_elems = s->stages[st].elems[t];
     for (size_t i = a - off; i < b - off;) {
-        size_t run1, run2, local;
-        size_t g = gpt2_tp_to_whole(&dst->cfg, t, dst->part.tp, dst->part.tp_rank, i, elems, &run1);
-        int tr = gpt2_tp_owner(&s->cfg, t, s->layout.tp, g, whole, &local, &run2);
+        size_t run1, run2, run3, at, local;
+        size_t g = gpt2_shard_to_whole(dst, t, i, elems, &run1);
+        int tr = gpt2_tp_owner(&s->cfg, t, s->layout.tp, g, whole, &at, &run2);
+        int er = gpt2_ep_owner(&s->cfg, t, s->layout.ep, at, src_all, &local, &run3);
         size_t n = b - off - i;
         if (run1 < n) n = run1;
         if (run2 < n) n = run2;
+        if (run3 < n) n = run3;
         if (local + n > src_elems)
             return error_set(c->err, "%s: %s of layer %d: the layouts disagree on its size", s->dir,
                              gpt2_tensor_names[t], gpt2_tensor_per_layer(t) ? l : 0);
-        if (read_source_run(s, c->a, tr, st, t, l, local, n, c->out + (off + i - c->lo), c->err))
+        if (read_source_run(s, c->a, tr, st, er, t, l, local, n, c->out + (off + i - c->lo),
+                            c->err))
             return -1;
         i += n;
     }
@@ -427,19 +434,20 @@ int ckpt_source_check(struct ckpt_source *s, struct plait_error *err)
     }
     for (int st = 0; st < l->pp && rc == 0; st++)
         for (int tr = 0; tr < l->tp && rc == 0; tr++) {
-            int dps = l->zero ? l->dp_shard : 1;
-            bool z3 = l->zero == 3; /* the parameters in slices, as the moments */
-            for (int d = 0; d < (z3 ? dps : 1) && rc == 0; d++) {
-                ckpt_part_name(name, sizeof name, CKPT_PART_MODEL, tr, st, d, z3);
+            bool ep = l->ep > 1; /* each ep rank's part (ZeRO 0) */
+            int dps = l->zero ? l->dp_shard : ep ? l->ep : 1;
+            bool z3 = l->zero == 3, by_dp = l->zero > 0 || ep; /* the parameters in slices */
+            for (int d = 0; d < (z3 || ep ? dps : 1) && rc == 0; d++) {
+                ckpt_part_name(name, sizeof name, CKPT_PART_MODEL, tr, st, d, z3 || ep);
                 rc = listed(files, s->dir, name, l, err) ||
-                             source_file(s, CKPT_PART_MODEL, tr, st, z3 ? d : -1, err) < 0
+                             source_file(s, CKPT_PART_MODEL, tr, st, z3 || ep ? d : -1, err) < 0
                          ? -1
                          : 0;
             }
             for (int d = 0; d < dps && rc == 0; d++) {
-                ckpt_part_name(name, sizeof name, CKPT_PART_OPTIM, tr, st, d, l->zero > 0);
+                ckpt_part_name(name, sizeof name, CKPT_PART_OPTIM, tr, st, d, by_dp);
                 rc = listed(files, s->dir, name, l, err) ||
-                             source_file(s, CKPT_PART_OPTIM, tr, st, l->zero ? d : -1, err) < 0
+                             source_file(s, CKPT_PART_OPTIM, tr, st, by_dp ? d : -1, err) < 0
                          ? -1
                          : 0;
             }

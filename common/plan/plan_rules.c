@@ -561,7 +561,7 @@ static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
 /* Expert parallelism: each MoE layer's experts spread over ep consecutive dp ranks, so
  * ep divides the experts and a fixed dp; what it does not build yet is refused naming
  * the field: ZeRO (the experts' gradients are reduced over their own ranks), hybrid
- * sharding and the optimizer's moments in files. */
+ * sharding, the optimizer's moments in files and a run's samples. */
 static int check_ep_rules(struct plan_ctx *c, const struct plan *p)
 {
     const struct plan_parallel *par = &p->parallel;
@@ -596,9 +596,11 @@ static int check_ep_rules(struct plan_ctx *c, const struct plan *p)
     else if (par->offload != PLAN_OFFLOAD_NONE)
         path = "parallel.offload",
         what = "the moments in files with expert parallelism are not built yet; use \"none\"";
+    else if (p->sample.tokens > 0)
+        path = "sample.tokens", what = "a run's samples need every expert on one rank; use 0 "
+                                       "and sample a checkpoint with plait sample";
     if (path) return plan_fail_rule(c, path, "parallel.ep", "with parallel.ep %d: %s", ep, what);
-    return plan_fail_rule(c, "parallel.ep", "model.moe",
-                          "%d: the experts spread over ranks are not built yet; use 1", ep);
+    return 0;
 }
 
 /* A micro-batch's rows: the kernels index B·T rows (3 of them a token in the classifier's

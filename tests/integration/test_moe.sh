@@ -219,4 +219,112 @@ test_a_stopped_moe_run_resumes_to_the_bit() {
 }
 check a_stopped_moe_run_resumes_to_the_bit test_a_stopped_moe_run_resumes_to_the_bit
 
+# ---- expert parallelism (parallel.ep): each MoE layer's experts spread over ep consecutive
+# dp ranks, the rows sent to their experts and back by all-to-all, the routed experts'
+# gradients summed over the ranks holding them; routing and capacity per rank's tokens,
+# as at ep 1 with dp. By hand: a dispatch that swaps one element of one row fails them.
+
+# ep 2 and 4 (E 4, k 2, a shared expert) against one rank within 1e-5, predicted ==
+# allocated (the rows from every ep rank): dp 2 and 4 at ep 2 (an expert's gradient
+# summed over 2 ranks) and ep 4, with tp 2 (and sequence parallel) and with pp 2, one
+# bucket and many; the same bits twice
+test_ep2_and_ep4_match_one_rank() {
+    ref one_a4 4 || return 1
+    layout dp2_ep2 one_a4 1e-5 --set parallel.dp=2 --set parallel.ep=2 \
+        --set batch.grad_accum=2 || return 1
+    layout dp4_ep2 one_a4 1e-5 --set parallel.dp=4 --set parallel.ep=2 \
+        --set batch.grad_accum=1 || return 1
+    layout dp4_ep4 one_a4 1e-5 --set parallel.dp=4 --set parallel.ep=4 \
+        --set batch.grad_accum=1 || return 1
+    layout tp2_ep2 one_a4 1e-5 --set parallel.tp=2 --set parallel.dp=2 --set parallel.ep=2 \
+        --set batch.grad_accum=2 || return 1
+    layout tp2_sp_ep2 one_a4 1e-5 --set parallel.tp=2 --set parallel.sequence_parallel=true \
+        --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2 || return 1
+    layout pp2_ep2 one_a4 1e-5 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 \
+        --set batch.grad_accum=2 || return 1
+    layout ep2_one_bucket one_a4 1e-5 --set parallel.dp=2 --set parallel.ep=2 \
+        --set parallel.bucket_mb=1000 --set batch.grad_accum=2 || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/dp2_ep2_again" "${COMMON[@]}" \
+        --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2 \
+        >"$WORK/dp2_ep2_again.log" 2>&1 || { tail "$WORK/dp2_ep2_again.log"; return 1; }
+    metrics_equal "$WORK/dp2_ep2/metrics.jsonl" "$WORK/dp2_ep2_again/metrics.jsonl"
+}
+check ep2_and_ep4_match_one_rank test_ep2_and_ep4_match_one_rank
+
+# loads A B: every step's per-expert load and dropped choices are the same in both runs
+loads_equal() {
+    "$PY" - "$1" "$2" <<'PYEOF'
+import json, sys
+a, b = ([json.loads(l)["moe"] for l in open(p) if '"step"' in l] for p in sys.argv[1:3])
+assert len(a) == len(b) == 12, (len(a), len(b))
+assert [x["load"] for x in a] == [y["load"] for y in b], "the experts' loads differ"
+assert [x["dropped"] for x in a] == [y["dropped"] for y in b], "the dropped choices differ"
+assert sum(x["dropped"] for x in a) > 0, "no choice was dropped: the case tests no capacity"
+print(f"{len(a)} steps: the same loads, {sum(x['dropped'] for x in a)} choices dropped")
+PYEOF
+}
+
+# E 8, k 1, capacity 1.0 (dropping per rank's tokens): ep 2 and 4 against one rank, and the
+# per-expert load and dropped choices of metrics.jsonl those of ep 1 at the same dp
+test_ep_with_dropping_matches_one_rank_and_keeps_the_loads() {
+    local e8=(--set model.moe.experts=8 --set model.moe.top_k=1 --set model.moe.shared_experts=0
+        --set model.moe.capacity_factor=1.0)
+    ref one_e8 4 "${e8[@]}" || return 1
+    layout e8_dp2 one_e8 1e-5 "${e8[@]}" --set parallel.dp=2 --set batch.grad_accum=2 || return 1
+    layout e8_dp2_ep2 one_e8 1e-5 "${e8[@]}" --set parallel.dp=2 --set parallel.ep=2 \
+        --set batch.grad_accum=2 || return 1
+    layout e8_dp4 one_e8 1e-5 "${e8[@]}" --set parallel.dp=4 --set batch.grad_accum=1 || return 1
+    layout e8_dp4_ep4 one_e8 1e-5 "${e8[@]}" --set parallel.dp=4 --set parallel.ep=4 \
+        --set batch.grad_accum=1 || return 1
+    loads_equal "$WORK/e8_dp2/metrics.jsonl" "$WORK/e8_dp2_ep2/metrics.jsonl" &&
+        loads_equal "$WORK/e8_dp4/metrics.jsonl" "$WORK/e8_dp4_ep4/metrics.jsonl"
+}
+check ep_with_dropping_matches_one_rank_and_keeps_the_loads \
+    test_ep_with_dropping_matches_one_rank_and_keeps_the_loads
+
+# Stopped by SIGTERM at each rank's 22nd micro-batch (the 2nd of step 6) at dp 2 × ep 2:
+# each ep rank's experts and every rank's gradients in the checkpoint, resumed to the bit
+test_a_stopped_ep2_run_resumes_to_the_bit() {
+    local ep=(--set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=4)
+    uninterrupted full_ep2 "${ep[@]}" || return 1
+    stop_resume stop_ep2 full_ep2 22 "micro-batch 2 of step 6" "${ep[@]}"
+}
+check a_stopped_ep2_run_resumes_to_the_bit test_a_stopped_ep2_run_resumes_to_the_bit
+
+# reshard NAME N STOPPED_LAYOUT... -- RESUMED_LAYOUT...: a run stopped after each rank's
+# N-th micro-batch (step 5's end) in one layout resumes from that checkpoint in the other;
+# steps 6-12 within 1e-5 of one rank's
+reshard() {
+    local name=$1 n=$2 run=$WORK/$1 rc=0 first=() second=()
+    shift 2
+    while [ "$1" != -- ]; do first+=("$1"); shift; done
+    shift
+    second=("$@")
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=$n "$PLAIT" train "$WORK/plan.json" --out "$run" \
+        "${COMMON[@]}" "${first[@]}" >"$run.log" 2>&1 || rc=$?
+    [ "$rc" = 75 ] || { echo "exit $rc"; tail "$run.log"; return 1; }
+    "$PLAIT" ckpt verify "$run" >"$run.verify" 2>&1 || { cat "$run.verify"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$run" "${COMMON[@]}" "${second[@]}" \
+        >"$run.log2" 2>&1 || { tail "$run.log2"; return 1; }
+    grep -q "resuming from .*step_00000005_0000" "$run.log2" || { cat "$run.log2"; return 1; }
+    close "$run/metrics.jsonl" "$WORK/one_a4/metrics.jsonl" 1e-5
+}
+
+# Checkpoints across ep: each ep rank writes its experts (model and optim parts by dp
+# rank, the manifest's layout saying ep); ep 2 (with tp 2 too) resumes at ep 1 on one
+# rank, ep 1's (dp 2) at ep 4
+test_ep_checkpoints_reshard() {
+    ref one_a4 4 || return 1
+    reshard ep2_to_one 10 --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2 -- \
+        --set batch.grad_accum=4 || return 1
+    grep -q '"ep": 2' "$WORK/ep2_to_one/checkpoints/step_00000005_0000/manifest.json" || return 1
+    reshard tp2_ep2_to_one 10 --set parallel.tp=2 --set parallel.dp=2 --set parallel.ep=2 \
+        --set batch.grad_accum=2 -- --set batch.grad_accum=4 || return 1
+    # (a one-rank run's is a whole checkpoint, whose llm.c header holds no experts: dp 2's
+    # parts at ep 1)
+    reshard dp2_to_ep4 10 --set parallel.dp=2 --set batch.grad_accum=2 -- --set parallel.dp=4 \
+        --set parallel.ep=4 --set batch.grad_accum=1
+}
+check ep_checkpoints_reshard test_ep_checkpoints_reshard
+
 finish
