@@ -251,6 +251,10 @@ test_ep2_and_ep4_match_one_rank() {
 }
 check ep2_and_ep4_match_one_rank test_ep2_and_ep4_match_one_rank
 
+# Evaluation (forwards only, their rows exchanged all the same) at dp 4 × ep 2 as one rank
+check evaluation_at_ep2_matches_one_rank evaluates_as_one_rank eval_dp4_ep2 --set parallel.dp=4 \
+    --set parallel.ep=2 --set batch.grad_accum=1
+
 # loads A B: every step's per-expert load and dropped choices are the same in both runs
 loads_equal() {
     "$PY" - "$1" "$2" <<'PYEOF'

@@ -435,6 +435,69 @@ static void test_zero3_units_tile_the_buffer_and_the_slices(void)
     }
 }
 
+/* Expert parallelism's cut (gpt2_experts.c): over ep ranks (and tp), every element of the
+ * model is held and copied out and back; the cut and its owner agree element by element (a
+ * routed expert's on its ep rank, a shared one's on rank 0's copy); and what
+ * gpt2_shard_routed_at calls routed is exactly the E/ep routed experts' elements. */
+static void test_ep_spreads_the_routed_experts_once(void)
+{
+    struct gpt2_config c = moe_of(cfg);
+    c.experts = 4;
+    struct gpt2_layout full;
+    CHECK(gpt2_layout(&c, &full) == 0, "layout");
+    float *model = malloc(full.total * sizeof *model), *back = calloc(full.total, sizeof *back);
+    int *held = calloc(full.total, sizeof *held);
+    for (size_t i = 0; i < full.total; i++) model[i] = (float)i;
+    for (int ep = 2; ep <= 4; ep *= 2)
+        for (int tp = 1; tp <= 2; tp++) {
+            memset(back, 0, full.total * sizeof *back);
+            memset(held, 0, full.total * sizeof *held);
+            size_t routed = 0, want = 0;
+            for (int e = 0; e < ep; e++)
+                for (int r = 0; r < tp; r++) {
+                    struct gpt2_part part = {.tp = tp, .tp_rank = r, .pp = 1, .layer_end = c.layers,
+                                             .ep = ep, .ep_rank = e};
+                    struct gpt2_shard sh;
+                    struct plait_error err;
+                    if (gpt2_shard_init(&sh, &c, &part, &err)) {
+                        CHECK(0, "ep %d tp %d: %s", ep, tp, err.text);
+                        continue;
+                    }
+                    float *shard = malloc(sh.total * sizeof *shard);
+                    gpt2_shard_copy(&sh, model, shard, true);
+                    gpt2_shard_copy(&sh, back, shard, false);
+                    for (size_t i = 0; i < sh.total; i++) held[(size_t)shard[i]]++;
+                    for (size_t at = 0, run; at < sh.total; at += run)
+                        routed += gpt2_shard_routed_at(&sh, at, &run) ? run : 0;
+                    for (int t = GPT2_EXPFCW; t <= GPT2_EXPPROJB; t++) {
+                        size_t n = sh.elems[t], X = 4 / (size_t)ep + 1, block = n / X, all, run;
+                        want += n ? block * (X - 1) * (size_t)gpt2_moe_layers_before(&c, c.layers)
+                                  : 0;
+                        for (size_t i = 0; i < n; i++) {
+                            size_t a = gpt2_ep_to_all(&c, t, ep, e, i, n, &all, &run), local, run2;
+                            int owner = gpt2_ep_owner(&c, t, ep, a, all, &local, &run2);
+                            bool shared = i / block == X - 1;
+                            CHECK(a < all && run >= 1 && run2 >= 1 &&
+                                      owner == (shared ? 0 : e) && local == i,
+                                  "%s ep %d rank %d: element %zu -> %zu -> rank %d element %zu",
+                                  gpt2_tensor_names[t], ep, e, i, a, owner, local);
+                        }
+                    }
+                    free(shard);
+                }
+            CHECK(memcmp(back, model, full.total * sizeof *model) == 0,
+                  "ep %d tp %d: written back differs", ep, tp);
+            CHECK(routed == want, "ep %d tp %d: %zu elements called routed, %zu are", ep, tp,
+                  routed, want);
+            size_t missing = 0;
+            for (size_t i = 0; i < full.total; i++) missing += held[i] == 0;
+            CHECK(missing == 0, "ep %d tp %d: %zu elements held by no rank", ep, tp, missing);
+        }
+    free(model);
+    free(back);
+    free(held);
+}
+
 int main(void)
 {
     cfg = gpt2_cfg;
@@ -459,11 +522,13 @@ int main(void)
     RUN(test_shards_cover_the_model_exactly);
     RUN(test_interleaved_chunks_cover_the_model_exactly);
     RUN(test_zero3_units_tile_the_buffer_and_the_slices);
+    RUN(test_ep_spreads_the_routed_experts_once);
     cfg = moe_of(llama_cfg); /* a Llama's experts: gate and up bands of each */
     RUN(test_tp_mapping_and_its_inverse_agree);
     RUN(test_instances_in_file_order);
     RUN(test_shards_cover_the_model_exactly);
     RUN(test_interleaved_chunks_cover_the_model_exactly);
     RUN(test_zero3_units_tile_the_buffer_and_the_slices);
+    RUN(test_ep_spreads_the_routed_experts_once);
     return check_exit_code();
 }
