@@ -229,21 +229,20 @@ check a_stopped_moe_run_resumes_to_the_bit test_a_stopped_moe_run_resumes_to_the
 # summed over 2 ranks) and ep 4, with tp 2 (and sequence parallel) and with pp 2, one
 # bucket and many; the same bits twice
 test_ep2_and_ep4_match_one_rank() {
+    local name sets
     ref one_a4 4 || return 1
-    layout dp2_ep2 one_a4 1e-5 --set parallel.dp=2 --set parallel.ep=2 \
-        --set batch.grad_accum=2 || return 1
-    layout dp4_ep2 one_a4 1e-5 --set parallel.dp=4 --set parallel.ep=2 \
-        --set batch.grad_accum=1 || return 1
-    layout dp4_ep4 one_a4 1e-5 --set parallel.dp=4 --set parallel.ep=4 \
-        --set batch.grad_accum=1 || return 1
-    layout tp2_ep2 one_a4 1e-5 --set parallel.tp=2 --set parallel.dp=2 --set parallel.ep=2 \
-        --set batch.grad_accum=2 || return 1
-    layout tp2_sp_ep2 one_a4 1e-5 --set parallel.tp=2 --set parallel.sequence_parallel=true \
-        --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2 || return 1
-    layout pp2_ep2 one_a4 1e-5 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 \
-        --set batch.grad_accum=2 || return 1
-    layout ep2_one_bucket one_a4 1e-5 --set parallel.dp=2 --set parallel.ep=2 \
-        --set parallel.bucket_mb=1000 --set batch.grad_accum=2 || return 1
+    while read -r name sets; do
+        # shellcheck disable=SC2086 # the --set options, split
+        layout "$name" one_a4 1e-5 $sets || return 1
+    done <<'LAYOUTS'
+dp2_ep2 --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2
+dp4_ep2 --set parallel.dp=4 --set parallel.ep=2 --set batch.grad_accum=1
+dp4_ep4 --set parallel.dp=4 --set parallel.ep=4 --set batch.grad_accum=1
+tp2_ep2 --set parallel.tp=2 --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2
+tp2_sp_ep2 --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2
+pp2_ep2 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2
+ep2_one_bucket --set parallel.dp=2 --set parallel.ep=2 --set parallel.bucket_mb=1000 --set batch.grad_accum=2
+LAYOUTS
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/dp2_ep2_again" "${COMMON[@]}" \
         --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2 \
         >"$WORK/dp2_ep2_again.log" 2>&1 || { tail "$WORK/dp2_ep2_again.log"; return 1; }

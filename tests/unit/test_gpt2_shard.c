@@ -49,6 +49,22 @@ static int count_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, 
     return 0;
 }
 
+/* The shard of part, its values copied out of model (the caller frees them) and written
+ * back into back; NULL (a failed check) when the part has no shard. */
+static float *copied_out_and_back(struct gpt2_shard *s, const struct gpt2_config *c,
+                                  const struct gpt2_part *part, float *model, float *back)
+{
+    struct plait_error err;
+    if (gpt2_shard_init(s, c, part, &err)) {
+        CHECK(0, "tp %d pp %d ep %d: %s", part->tp, part->pp, part->ep, err.text);
+        return NULL;
+    }
+    float *shard = malloc(s->total * sizeof *shard);
+    gpt2_shard_copy(s, model, shard, true);
+    gpt2_shard_copy(s, back, shard, false);
+    return shard;
+}
+
 static void test_shards_cover_the_model_exactly(void)
 {
     struct gpt2_layout full;
@@ -69,14 +85,8 @@ static void test_shards_cover_the_model_exactly(void)
                 struct gpt2_part part = {.tp = tp, .tp_rank = r, .pp = pp, .pp_rank = st};
                 gpt2_stage_layers(cfg.layers, pp, st, &part.layer_begin, &part.layer_end);
                 struct gpt2_shard s;
-                struct plait_error err;
-                if (gpt2_shard_init(&s, &cfg, &part, &err)) {
-                    CHECK(0, "tp %d pp %d: %s", tp, pp, err.text);
-                    continue;
-                }
-                float *shard = malloc(s.total * sizeof *shard);
-                gpt2_shard_copy(&s, model, shard, true);
-                gpt2_shard_copy(&s, back, shard, false);
+                float *shard = copied_out_and_back(&s, &cfg, &part, model, back);
+                if (!shard) continue;
                 /* which full elements this shard holds: their values are their indexes */
                 for (size_t i = 0; i < s.total; i++) covered[(size_t)shard[i]]++;
                 gpt2_shard_each(&s, count_instance, &(struct counting){&s, shard, counted});
@@ -458,14 +468,8 @@ static void test_ep_spreads_the_routed_experts_once(void)
                     struct gpt2_part part = {.tp = tp, .tp_rank = r, .pp = 1, .layer_end = c.layers,
                                              .ep = ep, .ep_rank = e};
                     struct gpt2_shard sh;
-                    struct plait_error err;
-                    if (gpt2_shard_init(&sh, &c, &part, &err)) {
-                        CHECK(0, "ep %d tp %d: %s", ep, tp, err.text);
-                        continue;
-                    }
-                    float *shard = malloc(sh.total * sizeof *shard);
-                    gpt2_shard_copy(&sh, model, shard, true);
-                    gpt2_shard_copy(&sh, back, shard, false);
+                    float *shard = copied_out_and_back(&sh, &c, &part, model, back);
+                    if (!shard) continue;
                     for (size_t i = 0; i < sh.total; i++) held[(size_t)shard[i]]++;
                     for (size_t at = 0, run; at < sh.total; at += run)
                         routed += gpt2_shard_routed_at(&sh, at, &run) ? run : 0;
