@@ -226,8 +226,8 @@ check a_stopped_moe_run_resumes_to_the_bit test_a_stopped_moe_run_resumes_to_the
 
 # ep 2 and 4 (E 4, k 2, a shared expert) against one rank within 1e-5, predicted ==
 # allocated (the rows from every ep rank): dp 2 and 4 at ep 2 (an expert's gradient
-# summed over 2 ranks) and ep 4, with tp 2 (and sequence parallel) and with pp 2, one
-# bucket and many; the same bits twice
+# summed over 2 ranks) and ep 4, with tp 2 (and sequence parallel) and with pp 2 (1F1B,
+# zb-h1, interleaved, DualPipeV), one bucket and many, a Llama's, bf16; the same bits twice
 test_ep2_and_ep4_match_one_rank() {
     local name sets
     ref one_a4 4 || return 1
@@ -242,7 +242,20 @@ tp2_ep2 --set parallel.tp=2 --set parallel.dp=2 --set parallel.ep=2 --set batch.
 tp2_sp_ep2 --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2
 pp2_ep2 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2
 ep2_one_bucket --set parallel.dp=2 --set parallel.ep=2 --set parallel.bucket_mb=1000 --set batch.grad_accum=2
+pp2_zb_ep2 --set parallel.pp=2 --set parallel.schedule=zb-h1 --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2
+pp2_il_ep2 --set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2
 LAYOUTS
+    # DualPipeV (2·pp micro-batches a rank at least) against one rank's 8; a Llama's
+    # SwiGLU experts; bf16 within bf16's bound (test_bf16_tracks_bf16_one_rank's)
+    local llama=(--set model.arch=llama --set model.heads=4 --set model.kv_heads=2
+        --set model.ffn_hidden=64)
+    ref one_a8 8 && layout pp2_v_ep2 one_a8 1e-5 --set parallel.pp=2 \
+        --set parallel.schedule=dualpipev --set parallel.dp=2 --set parallel.ep=2 \
+        --set batch.grad_accum=4 || return 1
+    ref one_llama4 4 "${llama[@]}" && layout llama_ep2 one_llama4 1e-5 "${llama[@]}" \
+        --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2 || return 1
+    ref one_bf16 4 --set precision=bf16 && layout bf16_ep2 one_bf16 1e-4 --set precision=bf16 \
+        --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2 || return 1
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/dp2_ep2_again" "${COMMON[@]}" \
         --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2 \
         >"$WORK/dp2_ep2_again.log" 2>&1 || { tail "$WORK/dp2_ep2_again.log"; return 1; }
