@@ -492,6 +492,12 @@ static void print_moe(const struct plan *p)
            "parameters, %.0f of them active (%.0f%%: a token passes its k experts)\n",
            e->experts, e->top_k, e->shared_experts, e->ffn_hidden, gpt2_moe_layers(&cfg),
            cfg.layers, total, active, 100 * active / total);
+    int ep = p->parallel.ep;
+    if (ep > 1)
+        printf("  parallel.ep %d: each MoE layer's experts over ep groups of %d consecutive dp "
+               "ranks, %d routed a rank (and every shared one), their rows exchanged by "
+               "all-to-all\n",
+               ep, ep, e->experts / ep);
 }
 
 /* Device memory per rank of each stage, as model_init allocates it. */

@@ -180,6 +180,9 @@ static void layout_text(const struct ckpt_info *c, char *out, size_t bytes)
                  l->v_shape      ? " dualpipev"
                  : l->chunks > 1 ? " interleaved"
                                  : "");
+    size_t at = strlen(out);
+    if (l->ep > 1 && at < bytes) /* expert parallelism: its ranks' parts */
+        snprintf(out + at, bytes - at, " ep %d", l->ep);
 }
 
 /* The checkpoints DIR names (newest first), described. */

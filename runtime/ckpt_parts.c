@@ -337,10 +337,10 @@ int ckpt_layout_check(const char *cdir, const struct model *m, struct plait_erro
     if (st.micro == 0) return 0; /* resharded */
     return error_set(err,
                      "it stopped mid-step (micro-batch %d of step %d) in tp %d × pp %d × dp %d "
-                     "(ZeRO %d, %d chunk(s)): the gradients of an unfinished step go only to the "
-                     "layout that made them; resume in that layout to finish the step (the next "
-                     "checkpoint can then go to any layout)",
-                     st.micro, st.step + 1, l.tp, l.pp, l.dp, l.zero, l.chunks);
+                     "(ZeRO %d, %d chunk(s), ep %d): the gradients of an unfinished step go only "
+                     "to the layout that made them; resume in that layout to finish the step (the "
+                     "next checkpoint can then go to any layout)",
+                     st.micro, st.step + 1, l.tp, l.pp, l.dp, l.zero, l.chunks, l.ep);
 }
 
 int ckpt_load_resharded(const char *cdir, struct model *m, struct train_state *st,
