@@ -307,6 +307,21 @@ test_a_stopped_ep2_run_resumes_to_the_bit() {
 }
 check a_stopped_ep2_run_resumes_to_the_bit test_a_stopped_ep2_run_resumes_to_the_bit
 
+# A mid-step checkpoint's gradients are each rank's own experts': at another ep (the same
+# tp, pp and dp) the run refuses it, naming its ep
+test_a_mid_step_ep2_checkpoint_is_refused_at_ep1() {
+    local run=$WORK/mid_ep2 rc=0
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=22 "$PLAIT" train "$WORK/plan.json" --out "$run" \
+        "${COMMON[@]}" --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=4 \
+        >"$run.log" 2>&1 || rc=$?
+    [ "$rc" = 75 ] || { echo "exit $rc"; tail "$run.log"; return 1; }
+    ! "$PLAIT" train "$WORK/plan.json" --out "$run" "${COMMON[@]}" --set parallel.dp=2 \
+        --set batch.grad_accum=4 >"$run.log2" 2>&1 || { tail "$run.log2"; return 1; }
+    grep -q "stopped mid-step (micro-batch 2 of step 6) in tp 1 × pp 1 × dp 2 (ZeRO 0, 1 chunk(s), ep 2)" \
+        "$run.log2" || { cat "$run.log2"; return 1; }
+}
+check a_mid_step_ep2_checkpoint_is_refused_at_ep1 test_a_mid_step_ep2_checkpoint_is_refused_at_ep1
+
 # reshard NAME N STOPPED_LAYOUT... -- RESUMED_LAYOUT...: a run stopped after each rank's
 # N-th micro-batch (step 5's end) in one layout resumes from that checkpoint in the other;
 # steps 6-12 within 1e-5 of one rank's
