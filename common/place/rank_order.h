@@ -27,7 +27,9 @@ static inline int64_t rank_of(int tp, int dp, struct rank_coords c)
 /* Hybrid sharding splits the dp coordinate into dp_replicate replicas of a
  * shard group of dp_shard ranks, replicas outermost: a shard group is
  * dp_shard consecutive dp ranks (tp·dp_shard consecutive ranks, which
- * placement keeps on one node, in one NVLink domain, where they fit). */
+ * placement keeps on one node, in one NVLink domain, where they fit).
+ * Expert parallelism splits it the same way: an ep group is ep consecutive
+ * dp ranks, ep rank rank_shard_of(dp_rank, ep), group rank_replica_of. */
 static inline int rank_shard_of(int dp_rank, int dp_shard)
 {
     return dp_rank % dp_shard;
