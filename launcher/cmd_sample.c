@@ -83,7 +83,7 @@ static void name_options(const struct cli_args *a, char *const *sets, int n,
 /* The checkpoint's plan with the options' sample fields. */
 static struct plan *plan_of(const char *cdir, const struct cli_args *a, struct plait_error *err)
 {
-    char path[4096], *sets[OPT_COUNT] = {0};
+    char path[4096], *sets[OPT_COUNT + 1] = {0};
     int n = 0;
     struct plan *plan = NULL;
     for (int i = 0; i < a->n; i++)
@@ -91,6 +91,12 @@ static struct plan *plan_of(const char *cdir, const struct cli_args *a, struct p
             error_set(err, "%s: not valid UTF-8", fields[a->v[i].opt]);
             goto out;
         }
+    /* one process samples the whole model: the run's expert parallelism (which refuses a
+     * run's samples) is no matter here */
+    if (!(sets[n++] = strdup("parallel.ep=1"))) {
+        error_set(err, "out of memory");
+        goto out;
+    }
     if (!fs_join(path, sizeof path, cdir, RUNDIR_PLAN, err) &&
         !(plan = plan_load(path, (const char *const *)sets, n, err)))
         name_options(a, sets, n, err);

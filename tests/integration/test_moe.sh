@@ -343,12 +343,17 @@ reshard() {
 
 # Checkpoints across ep: each ep rank writes its experts (model and optim parts by dp
 # rank, the manifest's layout saying ep); ep 2 (with tp 2 too) resumes at ep 1 on one
-# rank, ep 1's (dp 2) at ep 4
+# rank, ep 1's (dp 2) at ep 4; plait sample reads an ep 2 checkpoint
 test_ep_checkpoints_reshard() {
     ref one_a4 4 || return 1
     reshard ep2_to_one 10 --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2 -- \
         --set batch.grad_accum=4 || return 1
-    grep -q '"ep": 2' "$WORK/ep2_to_one/checkpoints/step_00000005_0000/manifest.json" || return 1
+    local at=$WORK/ep2_to_one/checkpoints/step_00000005_0000
+    grep -q '"ep": 2' "$at/manifest.json" || return 1
+    # plait sample gathers every ep rank's experts of it (one process, the whole model)
+    "$PLAIT" sample "$at" --tokens 16 >"$WORK/ep2_sample.txt" 2>&1 &&
+        grep -q "^plait: sample: .*step_00000005_0000 (step 5, tp 1 × pp 1 × dp 2 ep 2)" \
+            "$WORK/ep2_sample.txt" || { cat "$WORK/ep2_sample.txt"; return 1; }
     reshard tp2_ep2_to_one 10 --set parallel.tp=2 --set parallel.dp=2 --set parallel.ep=2 \
         --set batch.grad_accum=2 -- --set batch.grad_accum=4 || return 1
     # (a one-rank run's is a whole checkpoint, whose llm.c header holds no experts: dp 2's
