@@ -24,8 +24,9 @@ static int split_routed(struct buckets *bk)
             for (size_t at = b->at, run; at < end; at += run, n++) {
                 bool routed = at < s->total && gpt2_shard_routed_at(s, at, &run);
                 if (at >= s->total || run > end - at) run = end - at; /* (the padding) */
-                if (out) out[n] = (struct bucket){.at = at, .n = run, .layers = b->layers,
-                                                  .routed = routed};
+                if (out)
+                    out[n] =
+                        (struct bucket){.at = at, .n = run, .layers = b->layers, .routed = routed};
             }
         }
         if (pass == 0 && !(out = calloc((size_t)n, sizeof *out))) return -1;

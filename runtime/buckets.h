@@ -46,7 +46,7 @@ struct bucket {
     bool final;   /* reported final by its exact range */
     void *req;    /* its sum in flight, or NULL */
     bool started;
-    bool routed;  /* a routed expert's gradients (ep > 1): summed over the expert peers */
+    bool routed; /* a routed expert's gradients (ep > 1): summed over the expert peers */
 };
 
 struct buckets {

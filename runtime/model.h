@@ -191,8 +191,8 @@ struct model {
     float *moe_logits, *moe_dgate, *moe_dy, *moe_dh, *moe_dact;
     float *moe_ln; /* (N,C) sequence parallel: the block's input gathered in backward */
     float *moe_ep; /* ep > 1: the all-to-all's rows (gpt2_memory.h GPT2_ACT_MOE_EP) */
-    int64_t *moe_ep_counts; /* ep > 1, host (2E): the row counts sent and received */
-    size_t *moe_ep_sizes;   /* ep > 1, host (2·ep): an all-to-all's counts */
+    int64_t *moe_ep_counts;       /* ep > 1, host (2E): the row counts sent and received */
+    size_t *moe_ep_sizes;         /* ep > 1, host (2·ep): an all-to-all's counts */
     const struct group *ep_group; /* ep > 1: the ep ranks the experts are spread over */
     double moe_capacity_factor, moe_aux, moe_z; /* plan.h struct plan_moe's */
     int32_t *moe_counts_host;                   /* (2E) a layer's counts, read back */

@@ -29,8 +29,8 @@ static size_t fc_rows_of(const struct model *m)
     return (size_t)(gpt2_expert_fc_rows(&m->cfg) / m->tp.size);
 }
 
-/* Expert x (0..E/ep-1 the rank's routed ones, E/ep.. shared) of layer l, this rank's columns of fc and rows of
- * fcproj as the dense MLP's (fcproj's bias whole): weights, or with grads gradients. */
+/* Expert x (0..E/ep-1 the rank's routed ones, E/ep.. shared) of layer l, this rank's columns of fc
+ * and rows of fcproj as the dense MLP's (fcproj's bias whole): weights, or with grads gradients. */
 static struct expert expert_of(const struct model *m, int l, int x, bool grads)
 {
     const struct gpt2_config *cfg = &m->cfg;
@@ -98,8 +98,10 @@ int moe_check(const struct model *m, struct plait_error *err)
         return error_set(err, "model.moe: context parallelism with experts is not built yet");
     int ep = m->shard.part.ep;
     if (ep > 1 && (!m->ep_group || m->ep_group->size != ep || !m->ep_group->alltoall_v))
-        return error_set(err, "parallel.ep %d: the model has no ep group of %d ranks with an "
-                         "all-to-all", ep, ep);
+        return error_set(err,
+                         "parallel.ep %d: the model has no ep group of %d ranks with an "
+                         "all-to-all",
+                         ep, ep);
     return 0;
 }
 

@@ -56,8 +56,8 @@ void model_moe_stats_clear(struct model *m);
  * moe_ep_return sends grouped back to where each row came from, into own. */
 int moe_ep_counts(struct model *m, struct moe_acts *a, int32_t *counts, struct plait_error *err);
 int moe_ep_rows(const struct model *m, const int32_t *counts, int e);
-int moe_ep_dispatch(struct model *m, const int32_t *counts, const float *own, int N,
-                    float *grouped, struct plait_error *err);
+int moe_ep_dispatch(struct model *m, const int32_t *counts, const float *own, int N, float *grouped,
+                    struct plait_error *err);
 int moe_ep_return(struct model *m, const int32_t *counts, float *grouped, int N, float *own,
                   struct plait_error *err);
 

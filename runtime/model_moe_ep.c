@@ -43,8 +43,8 @@ int moe_ep_rows(const struct model *m, const int32_t *counts, int e)
 
 /* The rows from every source rank, by source then local expert (by_src: as they come),
  * to and from the rows by local expert then source (grouped: each expert's contiguous). */
-static void regroup(const struct model *m, const struct ep_counts *c, float *grouped,
-                    float *by_src, bool to_grouped)
+static void regroup(const struct model *m, const struct ep_counts *c, float *grouped, float *by_src,
+                    bool to_grouped)
 {
     size_t g = 0, row = c->C * sizeof(float);
     for (int e = 0; e < c->El; e++)
@@ -92,8 +92,8 @@ int moe_ep_counts(struct model *m, struct moe_acts *a, int32_t *counts, struct p
     return 0;
 }
 
-int moe_ep_dispatch(struct model *m, const int32_t *counts, const float *own, int N,
-                    float *grouped, struct plait_error *err)
+int moe_ep_dispatch(struct model *m, const int32_t *counts, const float *own, int N, float *grouped,
+                    struct plait_error *err)
 {
     struct ep_counts c = counts_here(m, counts);
     float *by_src = m->moe_ep + (size_t)m->cfg.top_k * (size_t)N * c.C;

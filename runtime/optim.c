@@ -190,7 +190,7 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
     if (ep) { /* the routed experts' each on its ep rank, summed over the ep group */
         a.routed = 1;
         if (sum_squares(&a, &routed, err)) return -1;
-        if (has(g->ep) && g->ep->allreduce_f64(g->ep->ctx, &routed, 1, err))
+        if (g && has(g->ep) && g->ep->allreduce_f64(g->ep->ctx, &routed, 1, err))
             return error_prefix(err, "gradient norm over the ep group: ");
         sum += routed;
     }

@@ -158,15 +158,15 @@ static int make_hsdp(struct parallel *p, const char *gen, struct plait_error *er
 static int make_ep(struct parallel *p, const char *gen, struct plait_error *err)
 {
     const struct env_rank *w = &p->where;
-    int ep = p->ep, ep_rank = rank_shard_of(w->dp_rank, ep), block = rank_replica_of(w->dp_rank, ep);
+    int ep = p->ep, ep_rank = rank_shard_of(w->dp_rank, ep),
+        block = rank_replica_of(w->dp_rank, ep);
     int here = w->tp_rank + w->tp * w->pp_rank; /* (dp_rank is folded: cp is in it) */
     char name[COMM_MAX_NAME_BYTES + 1];
     snprintf(name, sizeof name, "%s.ep", gen);
     if (comm_split(p->world, here + w->tp * w->pp * block, ep_rank, name, &p->ep_comm, err))
         return -1;
     snprintf(name, sizeof name, "%s.experts", gen);
-    return comm_split(p->world, here + w->tp * w->pp * ep_rank, block, name, &p->expert_peers,
-                      err);
+    return comm_split(p->world, here + w->tp * w->pp * ep_rank, block, name, &p->expert_peers, err);
 }
 
 int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard, int ep,
@@ -178,8 +178,8 @@ int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard
     p->ep = ep >= 1 && where->dp % ep == 0 ? ep : 1;
     if (dev) p->dev = *dev;
     p->timeout_s = timeout_s;
-    p->g_tp = p->g_shard = p->g_replicas = p->g_mp = p->g_world = p->g_cp = p->g_ep =
-        p->g_experts = (struct group){.size = 1};
+    p->g_tp = p->g_shard = p->g_replicas = p->g_mp = p->g_world = p->g_cp = p->g_ep = p->g_experts =
+        (struct group){.size = 1};
     if (where->world == 1) return 0;
     const struct env_rank *w = where;
     char host[256], gen[32], name[COMM_MAX_NAME_BYTES + 1];

@@ -82,7 +82,8 @@ struct parallel {
  * context parallelism folded into its dp coordinate (parallel_fold), (names
  * carry the restart count, so a restarted gang cannot meet a stale one) on
  * dev's backend, with shard groups of dp_shard ranks (plan_dp_shard; dp:
- * none) and expert parallelism's groups at ep > 1. Every rank calls it; it fails by timeout_s naming what did not come. */
+ * none) and expert parallelism's groups at ep > 1. Every rank calls it; it fails by timeout_s
+ * naming what did not come. */
 int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard, int ep,
                   double timeout_s, const struct parallel_device *dev, struct plait_error *err);
 void parallel_free(struct parallel *p);

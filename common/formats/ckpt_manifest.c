@@ -285,14 +285,14 @@ static void read_layout(struct json_read *r, json_t *j, struct ckpt_layout *out)
         return;
     }
     if (out->tp < 1 || out->pp < 1 || out->dp < 1 || out->chunks < 1 || out->zero < 0 ||
-        out->zero > 3 || (int64_t)out->tp * out->pp * out->dp > (1 << 24) ||
-        out->dp_shard < 1 || out->dp % out->dp_shard != 0 || out->cp < 1 || out->dp % out->cp ||
-        out->ep < 1 || out->dp % out->ep || (out->ep > 1 && out->zero)) {
+        out->zero > 3 || (int64_t)out->tp * out->pp * out->dp > (1 << 24) || out->dp_shard < 1 ||
+        out->dp % out->dp_shard != 0 || out->cp < 1 || out->dp % out->cp || out->ep < 1 ||
+        out->dp % out->ep || (out->ep > 1 && out->zero)) {
         r->failed = error_set(r->err,
                               "%s: layout: tp %d × pp %d × dp %d (shard groups of %d, cp %d, "
                               "ep %d), ZeRO %d, %d chunk(s) is not a layout",
-                              r->file, out->tp, out->pp, out->dp, out->dp_shard, out->cp,
-                              out->ep, out->zero, out->chunks);
+                              r->file, out->tp, out->pp, out->dp, out->dp_shard, out->cp, out->ep,
+                              out->zero, out->chunks);
         return;
     }
     if (json_read_has(l, "stages")) read_stages(r, json_read_array(r, l, "layout", "stages"), out);

@@ -65,8 +65,7 @@ size_t gpt2_shard_to_whole(const struct gpt2_shard *s, enum gpt2_tensor t, size_
 
 /* From element rel of an MoE block (block_elems of them): whether it is a routed
  * expert's, and the run to where that changes (or the block's end). */
-static bool routed_in_block(const struct gpt2_shard *s, size_t rel, size_t block_elems,
-                            size_t *run)
+static bool routed_in_block(const struct gpt2_shard *s, size_t rel, size_t block_elems, size_t *run)
 {
     size_t El = (size_t)gpt2_part_experts(&s->part, &s->cfg, NULL);
     size_t X = El + (size_t)s->cfg.shared_experts, edge = block_elems;

@@ -46,8 +46,7 @@ int gpt2_chunk_moe_layers(const struct gpt2_shard *s)
 
 /* Elements of one copy of a mixture of experts' buffer a (gpt2_memory.h), the experts'
  * widths split over tp, their rows from every ep rank. */
-static bool moe_buffer_elems(enum gpt2_act a, const struct gpt2_shard *sh, long long N,
-                             size_t *out)
+static bool moe_buffer_elems(enum gpt2_act a, const struct gpt2_shard *sh, long long N, size_t *out)
 {
     const struct gpt2_config *cfg = &sh->cfg;
     long long tp = sh->part.tp, ep = sh->part.ep > 1 ? sh->part.ep : 1;

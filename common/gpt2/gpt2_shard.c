@@ -147,10 +147,10 @@ int gpt2_shard_init(struct gpt2_shard *s, const struct gpt2_config *cfg,
     memset(s, 0, sizeof *s);
     const struct gpt2_part *p = part;
     if (check_tp(cfg, p, err)) return -1;
-    if (p->ep > 1 && (p->ep_rank < 0 || p->ep_rank >= p->ep || !gpt2_moe(cfg) ||
-                      cfg->experts % p->ep))
-        return error_set(err, "expert parallelism %d (rank %d) must divide the experts (%d)",
-                         p->ep, p->ep_rank, cfg->experts);
+    if (p->ep > 1 &&
+        (p->ep_rank < 0 || p->ep_rank >= p->ep || !gpt2_moe(cfg) || cfg->experts % p->ep))
+        return error_set(err, "expert parallelism %d (rank %d) must divide the experts (%d)", p->ep,
+                         p->ep_rank, cfg->experts);
     int chunks = p->chunks < 1 ? 1 : p->chunks;
     long long n = (long long)p->layer_end - p->layer_begin;
     if (p->pp < 1 || p->pp_rank < 0 || p->pp_rank >= p->pp || p->layer_begin < 0 || n < 1 ||

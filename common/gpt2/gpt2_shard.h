@@ -44,7 +44,8 @@ struct gpt2_part {
                                    one. Chunk c holds layers [begin, end) + c·pp·(end - begin) */
     bool v_shape;               /* DualPipeV's V: two chunks, chunk 1 holding the layers of
                                    virtual stage 2·pp-1-pp_rank; the first stage also holds the
-                                   head (last is pp_rank 0) */    int ep, ep_rank;            /* expert parallelism (0 or 1: none): of each MoE layer's E
+                                   head (last is pp_rank 0) */
+    int ep, ep_rank;            /* expert parallelism (0 or 1: none): of each MoE layer's E
                                    routed experts the E/ep from ep_rank·E/ep, then every
                                    shared one (gpt2_experts.c) */
 };

@@ -113,7 +113,10 @@ void cost_stage_layers(const struct plan *p, int pp, int stage, int *begin, int 
 
 struct gpt2_part cost_stage_part(const struct plan *p, int tp, int tp_rank, int pp, int stage)
 {
-    struct gpt2_part part = {.tp = tp, .tp_rank = tp_rank, .pp = pp, .pp_rank = stage,
+    struct gpt2_part part = {.tp = tp,
+                             .tp_rank = tp_rank,
+                             .pp = pp,
+                             .pp_rank = stage,
                              .ep = p->parallel.ep}; /* ep rank 0's: every one's sizes */
     int v = pp > 1 ? p->parallel.virtual_stages : 1;
     if (pp > 1 && p->parallel.schedule == PLAN_PIPE_DUALPIPEV) {

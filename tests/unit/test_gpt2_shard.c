@@ -465,8 +465,12 @@ static void test_ep_spreads_the_routed_experts_once(void)
             size_t routed = 0, want = 0;
             for (int e = 0; e < ep; e++)
                 for (int r = 0; r < tp; r++) {
-                    struct gpt2_part part = {.tp = tp, .tp_rank = r, .pp = 1, .layer_end = c.layers,
-                                             .ep = ep, .ep_rank = e};
+                    struct gpt2_part part = {.tp = tp,
+                                             .tp_rank = r,
+                                             .pp = 1,
+                                             .layer_end = c.layers,
+                                             .ep = ep,
+                                             .ep_rank = e};
                     struct gpt2_shard sh;
                     float *shard = copied_out_and_back(&sh, &c, &part, model, back);
                     if (!shard) continue;
@@ -475,14 +479,14 @@ static void test_ep_spreads_the_routed_experts_once(void)
                         routed += gpt2_shard_routed_at(&sh, at, &run) ? run : 0;
                     for (int t = GPT2_EXPFCW; t <= GPT2_EXPPROJB; t++) {
                         size_t n = sh.elems[t], X = 4 / (size_t)ep + 1, block = n / X, all, run;
-                        want += n ? block * (X - 1) * (size_t)gpt2_moe_layers_before(&c, c.layers)
-                                  : 0;
+                        want +=
+                            n ? block * (X - 1) * (size_t)gpt2_moe_layers_before(&c, c.layers) : 0;
                         for (size_t i = 0; i < n; i++) {
                             size_t a = gpt2_ep_to_all(&c, t, ep, e, i, n, &all, &run), local, run2;
                             int owner = gpt2_ep_owner(&c, t, ep, a, all, &local, &run2);
                             bool shared = i / block == X - 1;
-                            CHECK(a < all && run >= 1 && run2 >= 1 &&
-                                      owner == (shared ? 0 : e) && local == i,
+                            CHECK(a < all && run >= 1 && run2 >= 1 && owner == (shared ? 0 : e) &&
+                                      local == i,
                                   "%s ep %d rank %d: element %zu -> %zu -> rank %d element %zu",
                                   gpt2_tensor_names[t], ep, e, i, a, owner, local);
                         }

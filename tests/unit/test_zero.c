@@ -61,7 +61,8 @@ static void *run_rank(void *arg)
     struct group dp = thread_group(&j->me);
     struct optim_groups g = {.dp = &dp, .summed = j->bucketed};
     struct buckets bk;
-    int rc = j->bucketed ? buckets_init(&bk, &m, &dp, NULL, 1e-9, &err) : 0; /* a bucket per layer */
+    int rc =
+        j->bucketed ? buckets_init(&bk, &m, &dp, NULL, 1e-9, &err) : 0; /* a bucket per layer */
     /* this rank's micro-batches of the global batch of A·dp */
     for (int k = 0; k < A && rc == 0; k++) {
         int micro = k * j->dp + j->rank;
