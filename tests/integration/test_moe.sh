@@ -227,7 +227,8 @@ check a_stopped_moe_run_resumes_to_the_bit test_a_stopped_moe_run_resumes_to_the
 # ep 2 and 4 (E 4, k 2, a shared expert) against one rank within 1e-5, predicted ==
 # allocated (the rows from every ep rank): dp 2 and 4 at ep 2 (an expert's gradient
 # summed over 2 ranks) and ep 4, with tp 2 (and sequence parallel) and with pp 2 (1F1B,
-# zb-h1, interleaved, DualPipeV), one bucket and many, a Llama's, bf16; the same bits twice
+# zb-h1, interleaved, DualPipeV), full recompute (the exchange again in backward), one
+# bucket and many, a Llama's, bf16; the same bits twice
 test_ep2_and_ep4_match_one_rank() {
     local name sets
     ref one_a4 4 || return 1
@@ -241,6 +242,7 @@ dp4_ep4 --set parallel.dp=4 --set parallel.ep=4 --set batch.grad_accum=1
 tp2_ep2 --set parallel.tp=2 --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2
 tp2_sp_ep2 --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2
 pp2_ep2 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2
+ep2_full_recompute --set recompute=full --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2
 ep2_one_bucket --set parallel.dp=2 --set parallel.ep=2 --set parallel.bucket_mb=1000 --set batch.grad_accum=2
 pp2_zb_ep2 --set parallel.pp=2 --set parallel.schedule=zb-h1 --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2
 pp2_il_ep2 --set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2
