@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test_moe.sh — mixture of experts (model.moe) on the CPU backend at expert
-# parallelism 1: plait-train against the PyTorch fp64 referee
+# test_moe.sh — mixture of experts (model.moe) on the CPU backend: at expert
+# parallelism 1, plait-train against the PyTorch fp64 referee
 # tests/golden/moe_ref.py (step-1 logits and gradients, every step's loss, lr
 # and grad_norm) for a GPT-2 with E 4, k 2 and a shared expert, E 8, k 1 with a
 # capacity that drops tokens and a z-loss, and a Llama with an MoE block every
@@ -13,7 +13,10 @@
 # same bits twice. And plait
 # check's active parameters, plait status's experts, plait sample of an MoE
 # checkpoint, evaluation at pp 2 × dp 2, a pp 2 checkpoint resumed on one rank, a
-# run stopped mid-step resumed to the bit.
+# run stopped mid-step resumed to the bit. Then expert parallelism (parallel.ep 2
+# and 4) against one rank with every layout it runs with, dropping at capacity with
+# ep 1's loads, a mid-step stop resumed to the bit (and refused at another ep), and
+# checkpoints resharded across ep.
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, finish
 
