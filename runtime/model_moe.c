@@ -159,7 +159,7 @@ static int capacity_of(const struct model *m, int N)
  * (ep 1) or every ep rank's (moe_ep_rows). */
 static int local_experts(const struct model *m)
 {
-    return gpt2_part_experts(&m->shard.part, &m->cfg, NULL);
+    return gpt2_part_experts(&m->shard.part, &m->cfg);
 }
 
 static int rows_of(const struct model *m, const int32_t *counts, int e)

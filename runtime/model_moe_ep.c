@@ -20,7 +20,7 @@ static struct ep_counts counts_here(const struct model *m, const int32_t *counts
 {
     int E = m->cfg.experts;
     return (struct ep_counts){.ep = m->shard.part.ep,
-                              .El = gpt2_part_experts(&m->shard.part, &m->cfg, NULL),
+                              .El = gpt2_part_experts(&m->shard.part, &m->cfg),
                               .C = (size_t)m->cfg.hidden,
                               .own = counts,
                               .from = counts + 2 * E};

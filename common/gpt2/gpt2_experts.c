@@ -1,6 +1,7 @@
 /* gpt2_experts.c — expert parallelism's cut of the experts' tensors (gpt2_shard.h): which
- * routed experts an ep rank holds and where an element of its instance sits in the
- * instance at ep 1. Tensor parallelism's cut within each expert is gpt2_shard.c's. */
+ * routed experts an ep rank holds, where an element of its instance sits in the instance
+ * at ep 1, and which elements of its buffer are a routed expert's. Tensor parallelism's
+ * cut within each expert is gpt2_shard.c's. */
 #include "common/gpt2/gpt2_shard.h"
 
 static int ep_of(int ep)
@@ -8,11 +9,9 @@ static int ep_of(int ep)
     return ep < 1 ? 1 : ep;
 }
 
-int gpt2_part_experts(const struct gpt2_part *p, const struct gpt2_config *cfg, int *first)
+int gpt2_part_experts(const struct gpt2_part *p, const struct gpt2_config *cfg)
 {
-    int n = cfg->experts / ep_of(p->ep);
-    if (first) *first = ep_of(p->ep) > 1 ? p->ep_rank * n : 0;
-    return n;
+    return cfg->experts / ep_of(p->ep);
 }
 
 bool gpt2_tensor_ep_cut(enum gpt2_tensor t)
@@ -67,7 +66,7 @@ size_t gpt2_shard_to_whole(const struct gpt2_shard *s, enum gpt2_tensor t, size_
  * expert's, and the run to where that changes (or the block's end). */
 static bool routed_in_block(const struct gpt2_shard *s, size_t rel, size_t block_elems, size_t *run)
 {
-    size_t El = (size_t)gpt2_part_experts(&s->part, &s->cfg, NULL);
+    size_t El = (size_t)gpt2_part_experts(&s->part, &s->cfg);
     size_t X = El + (size_t)s->cfg.shared_experts, edge = block_elems;
     for (int t = GPT2_EXPFCW; t <= GPT2_EXPPROJB; t++) {
         if (!gpt2_shard_holds(s, t)) continue;

@@ -109,7 +109,7 @@ static bool expert_elems(struct gpt2_shard *s)
     const struct gpt2_config *cfg = &s->cfg;
     size_t *e = s->elems;
     long long C = cfg->hidden, tp = s->part.tp;
-    long long X = gpt2_part_experts(&s->part, cfg, NULL) + cfg->shared_experts; /* ep's cut */
+    long long X = gpt2_part_experts(&s->part, cfg) + cfg->shared_experts; /* ep's cut */
     long long held = shard_has_layer(s, true), bias = cfg->llama ? 0 : held;
     long long Fmt = cfg->moe_ffn / tp, FCmt = gpt2_expert_fc_rows(cfg) / tp;
     return ck_size(&e[GPT2_ROUTERW], held, cfg->experts, C) &&

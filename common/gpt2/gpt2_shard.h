@@ -150,8 +150,8 @@ int gpt2_tp_owner(const struct gpt2_config *cfg, enum gpt2_tensor t, int tp, siz
  * blocks, ep_rank's, then the S shared ones:
  *   expfcw   (E/ep + S, FCm/tp, C)   expfcb   (E/ep + S, Fm/tp)
  *   expprojw (E/ep + S, C, Fm/tp)    expprojb (E/ep + S, C)
- * gpt2_part_experts: the routed experts a part holds (E/ep), from *first. */
-int gpt2_part_experts(const struct gpt2_part *p, const struct gpt2_config *cfg, int *first);
+ * gpt2_part_experts: the routed experts a part holds (E/ep), ep_rank·E/ep the first. */
+int gpt2_part_experts(const struct gpt2_part *p, const struct gpt2_config *cfg);
 /* Whether ep cuts tensor t (the experts', not the router). */
 bool gpt2_tensor_ep_cut(enum gpt2_tensor t);
 /* Element i of an ep rank's instance (elems of it) as an index in the instance at ep 1
