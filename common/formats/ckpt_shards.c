@@ -206,7 +206,7 @@ static bool whole_header_ok(const struct ckpt_source *s, enum ckpt_part_kind kin
         int32_t want[LLMC_HEADER_INTS];
         struct llmc_model_header mh = llmc_model_header_of(c);
         llmc_model_header_fill(want, &mh);
-        return memcmp(h, want, 11 * sizeof *h) == 0;
+        return memcmp(h, want, 16 * sizeof *h) == 0; /* (ints 8..15: a Llama's, experts') */
     }
     size_t count = (size_t)(uint32_t)h[2] | (size_t)(uint32_t)h[3] << 32;
     *floats = (uint64_t)count * (h[4] ? 3 : 2); /* m, v and, mid-step, the gradients */

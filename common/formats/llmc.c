@@ -49,10 +49,10 @@ int llmc_read_model_header(const char *path, struct llmc_model_header *out, stru
         return error_set(err, "%s: not an llm.c GPT-2 checkpoint (magic %d, expected %d)", path,
                          h[0], LLMC_MODEL_MAGIC);
     if (h[1] != LLMC_MODEL_VERSION_FP32 && h[1] != LLMC_MODEL_VERSION_BF16 &&
-        h[1] != LLMC_MODEL_VERSION_LLAMA_FP32)
+        h[1] != LLMC_MODEL_VERSION_LLAMA_FP32 && h[1] != LLMC_MODEL_VERSION_EXPERTS_FP32)
         return error_set(err,
                          "%s: unsupported checkpoint version %d (3 = fp32 and 5 = bf16 are; 103 "
-                         "a plait Llama's)",
+                         "a plait Llama's, 104 a plait model with experts)",
                          path, h[1]);
     struct llmc_model_header m = {.version = h[1],
                                   .max_seq_len = h[2],
@@ -61,7 +61,18 @@ int llmc_read_model_header(const char *path, struct llmc_model_header *out, stru
                                   .heads = h[5],
                                   .hidden = h[6],
                                   .padded_vocab = h[7]};
-    bool llama = m.version == LLMC_MODEL_VERSION_LLAMA_FP32;
+    bool experts = m.version == LLMC_MODEL_VERSION_EXPERTS_FP32;
+    if (experts) {
+        m.llama = h[11], m.experts = h[12], m.moe_every = h[13], m.shared_experts = h[14];
+        m.moe_ffn = h[15];
+        if ((m.llama & ~1) || m.experts < 2 || m.moe_every < 1 || m.shared_experts < 0 ||
+            m.moe_ffn < 1)
+            return error_set(err,
+                             "%s: inconsistent header of a model with experts (%d experts every "
+                             "%d layers, %d shared, width %d)",
+                             path, m.experts, m.moe_every, m.shared_experts, m.moe_ffn);
+    }
+    bool llama = m.version == LLMC_MODEL_VERSION_LLAMA_FP32 || (experts && m.llama);
     if (llama) {
         m.kv_heads = h[8], m.ffn_hidden = h[9], m.untied = h[10];
         if (m.kv_heads < 1 || m.heads % m.kv_heads || m.ffn_hidden < 1 || (m.untied & ~1))
@@ -126,17 +137,28 @@ void llmc_model_header_fill(int32_t header[LLMC_HEADER_INTS], const struct llmc_
     header[5] = h->heads;
     header[6] = h->hidden;
     header[7] = h->padded_vocab;
-    if (h->version == LLMC_MODEL_VERSION_LLAMA_FP32) {
+    if (h->version == LLMC_MODEL_VERSION_LLAMA_FP32 ||
+        h->version == LLMC_MODEL_VERSION_EXPERTS_FP32) {
         header[8] = h->kv_heads;
         header[9] = h->ffn_hidden;
         header[10] = h->untied;
+    }
+    if (h->version == LLMC_MODEL_VERSION_EXPERTS_FP32) {
+        header[11] = h->llama;
+        header[12] = h->experts;
+        header[13] = h->moe_every;
+        header[14] = h->shared_experts;
+        header[15] = h->moe_ffn;
     }
 }
 
 struct llmc_model_header llmc_model_header_of(const struct gpt2_config *c)
 {
+    bool experts = gpt2_moe(c);
     return (struct llmc_model_header){
-        .version = c->llama ? LLMC_MODEL_VERSION_LLAMA_FP32 : LLMC_MODEL_VERSION_FP32,
+        .version = experts    ? LLMC_MODEL_VERSION_EXPERTS_FP32
+                   : c->llama ? LLMC_MODEL_VERSION_LLAMA_FP32
+                              : LLMC_MODEL_VERSION_FP32,
         .max_seq_len = c->max_seq_len,
         .vocab = c->vocab,
         .layers = c->layers,
@@ -145,12 +167,18 @@ struct llmc_model_header llmc_model_header_of(const struct gpt2_config *c)
         .padded_vocab = c->padded_vocab,
         .kv_heads = c->llama ? gpt2_kv_heads(c) : 0,
         .ffn_hidden = c->llama ? gpt2_ffn(c) : 0,
-        .untied = c->untied};
+        .untied = c->untied,
+        .llama = experts && c->llama,
+        .experts = experts ? c->experts : 0,
+        .moe_every = experts ? c->moe_every : 0,
+        .shared_experts = experts ? c->shared_experts : 0,
+        .moe_ffn = experts ? c->moe_ffn : 0};
 }
 
 struct gpt2_config llmc_model_config(const struct llmc_model_header *h)
 {
-    bool llama = h->version == LLMC_MODEL_VERSION_LLAMA_FP32;
+    bool experts = h->version == LLMC_MODEL_VERSION_EXPERTS_FP32;
+    bool llama = h->version == LLMC_MODEL_VERSION_LLAMA_FP32 || (experts && h->llama);
     return (struct gpt2_config){.max_seq_len = h->max_seq_len,
                                 .vocab = h->vocab,
                                 .padded_vocab = h->padded_vocab,
@@ -160,7 +188,11 @@ struct gpt2_config llmc_model_config(const struct llmc_model_header *h)
                                 .llama = llama,
                                 .kv_heads = llama ? h->kv_heads : 0,
                                 .ffn_hidden = llama ? h->ffn_hidden : 0,
-                                .untied = llama && h->untied};
+                                .untied = llama && h->untied,
+                                .experts = experts ? h->experts : 0,
+                                .moe_every = experts ? h->moe_every : 0,
+                                .shared_experts = experts ? h->shared_experts : 0,
+                                .moe_ffn = experts ? h->moe_ffn : 0};
 }
 
 void llmc_tokens_header_fill(int32_t header[LLMC_HEADER_INTS], int64_t n_tokens, int token_bytes)

@@ -32,14 +32,20 @@
  * ffn_hidden, untied} at ints 8..10; the parameters fp32 in llm.c order
  * (common/gpt2/gpt2_layout.h says how a Llama fills GPT-2's tensors). */
 #define LLMC_MODEL_VERSION_LLAMA_FP32 103
+/* plait's whole-model file of a model with experts (model.moe, GPT-2 or Llama): version
+ * 104, ints 8..10 as 103's (zeros for a GPT-2), then {llama, experts, moe_every,
+ * shared_experts, moe_ffn} at ints 11..15; the parameters fp32 in gpt2_layout's order
+ * (the experts' tensors after the dense ones). */
+#define LLMC_MODEL_VERSION_EXPERTS_FP32 104
 
 struct llmc_model_header {
     int version; /* 3 = fp32 parameters, 5 = bf16, 103 = a Llama's fp32 */
     int max_seq_len, vocab, layers, heads, hidden, padded_vocab;
-    int kv_heads, ffn_hidden, untied; /* version 103 only */
+    int kv_heads, ffn_hidden, untied; /* versions 103 and 104 only */
+    int llama, experts, moe_every, shared_experts, moe_ffn; /* version 104 only */
 };
 
-/* The fp32 header of cfg's model: version 3 for a GPT-2, 103 for a Llama;
+/* The fp32 header of cfg's model: version 3 for a GPT-2, 103 for a Llama, 104 with experts;
  * and the model a header describes. */
 struct llmc_model_header llmc_model_header_of(const struct gpt2_config *cfg);
 struct gpt2_config llmc_model_config(const struct llmc_model_header *h);

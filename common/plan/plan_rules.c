@@ -104,6 +104,11 @@ static int apply_init(struct plan_ctx *c, json_t *root, struct plan *p)
     if (hf_is_model_dir(init)) return apply_hf_init(c, root, p, name);
     if (llmc_read_model_header(init, &h, &llmc_err))
         return plan_fail(c, "model.init", "%s", llmc_err.text);
+    if (h.version == LLMC_MODEL_VERSION_EXPERTS_FP32)
+        return plan_fail(c, "model.init",
+                         "%s is the model.bin of a plait checkpoint of a model with experts: "
+                         "model.init takes no experts yet",
+                         name);
     if (h.version == LLMC_MODEL_VERSION_LLAMA_FP32)
         return plan_fail(c, "model.init",
                     "%s is the model.bin of a plait checkpoint of a Llama: plait ckpt export "

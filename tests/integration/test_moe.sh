@@ -214,11 +214,14 @@ test_a_pp2_checkpoint_resumes_on_one_rank() {
 check a_pp2_checkpoint_resumes_on_one_rank test_a_pp2_checkpoint_resumes_on_one_rank
 
 # Stopped by SIGTERM at each rank's 22nd micro-batch (the 2nd of step 6, 4 a step):
-# a mid-step checkpoint, resumed to the uninterrupted run's bits
+# a mid-step checkpoint, resumed to the uninterrupted run's bits; at dp 2 (parts) and
+# on one rank (model.bin: plait's version 104 header, which describes the experts)
 test_a_stopped_moe_run_resumes_to_the_bit() {
     local dp=(--set parallel.dp=2 --set parallel.zero=1 --set batch.grad_accum=4)
     uninterrupted full_dp2 "${dp[@]}" || return 1
-    stop_resume stop_dp2 full_dp2 22 "micro-batch 2 of step 6" "${dp[@]}"
+    stop_resume stop_dp2 full_dp2 22 "micro-batch 2 of step 6" "${dp[@]}" || return 1
+    uninterrupted full_one_a4 --set batch.grad_accum=4 || return 1
+    stop_resume stop_one full_one_a4 22 "micro-batch 2 of step 6" --set batch.grad_accum=4
 }
 check a_stopped_moe_run_resumes_to_the_bit test_a_stopped_moe_run_resumes_to_the_bit
 
