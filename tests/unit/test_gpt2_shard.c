@@ -506,6 +506,17 @@ static void test_ep_spreads_the_routed_experts_once(void)
     free(held);
 }
 
+/* What an MoE config (cfg) must keep, over GPT-2's and a Llama's experts */
+static void run_moe_checks(void)
+{
+    RUN(test_tp_mapping_and_its_inverse_agree);
+    RUN(test_instances_in_file_order);
+    RUN(test_shards_cover_the_model_exactly);
+    RUN(test_interleaved_chunks_cover_the_model_exactly);
+    RUN(test_zero3_units_tile_the_buffer_and_the_slices);
+    RUN(test_ep_spreads_the_routed_experts_once);
+}
+
 int main(void)
 {
     cfg = gpt2_cfg;
@@ -525,18 +536,8 @@ int main(void)
     RUN(test_llama_splits_take_each_band);
     RUN(test_zero3_units_tile_the_buffer_and_the_slices);
     cfg = moe_of(gpt2_cfg); /* experts (each split over tp as the MLP) in some layers */
-    RUN(test_tp_mapping_and_its_inverse_agree);
-    RUN(test_instances_in_file_order);
-    RUN(test_shards_cover_the_model_exactly);
-    RUN(test_interleaved_chunks_cover_the_model_exactly);
-    RUN(test_zero3_units_tile_the_buffer_and_the_slices);
-    RUN(test_ep_spreads_the_routed_experts_once);
+    run_moe_checks();
     cfg = moe_of(llama_cfg); /* a Llama's experts: gate and up bands of each */
-    RUN(test_tp_mapping_and_its_inverse_agree);
-    RUN(test_instances_in_file_order);
-    RUN(test_shards_cover_the_model_exactly);
-    RUN(test_interleaved_chunks_cover_the_model_exactly);
-    RUN(test_zero3_units_tile_the_buffer_and_the_slices);
-    RUN(test_ep_spreads_the_routed_experts_once);
+    run_moe_checks();
     return check_exit_code();
 }
