@@ -164,6 +164,11 @@ static int make_model(struct trainer *t, struct plait_error *err)
     struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
     struct gpt2_part part = cost_stage_part(p, w->tp, w->tp_rank, w->pp, w->pp_rank);
     part.ep_rank = rank_shard_of(w->dp_rank, p->parallel.ep); /* dp's inner factor */
+    /* ZeRO's slices: over the shard group (HSDP), or with expert parallelism over the
+     * expert peers in it (plan_zero_slices); the ranks beside those hold the same slice
+     * (of the dense part at least), its replicas: the ep ranks, then the shard groups */
+    int S = t->par.dp_shard, slices = plan_zero_slices(&p->parallel, S), in = S / slices,
+        shard_rank = rank_shard_of(w->dp_rank, S);
     struct model_shape shape = {.B = p->batch.micro_batch,
                                 .T = t->T,
                                 .cp = w->cp,
@@ -174,13 +179,12 @@ static int make_model(struct trainer *t, struct plait_error *err)
                                 .fp8_scaling = p->fp8_scaling,
                                 .recompute = p->recompute,
                                 .slots = schedule_max_in_flight(&t->sched, w->pp_rank),
-                                /* ZeRO's slices: over the shard group (HSDP) */
-                                .dp = t->par.dp_shard,
-                                .dp_rank = rank_shard_of(w->dp_rank, t->par.dp_shard),
-                                .replicas = w->dp / t->par.dp_shard,
-                                .replica = rank_replica_of(w->dp_rank, t->par.dp_shard),
+                                .dp = slices,
+                                .dp_rank = shard_rank / in,
+                                .replicas = w->dp / slices,
+                                .replica = shard_rank % in + in * rank_replica_of(w->dp_rank, S),
                                 .zero = p->parallel.zero,
-                                .dp_group = &t->par.g_shard,
+                                .dp_group = parallel_slices(&t->par, p->parallel.zero),
                                 .keep_gathered = !p->parallel.reshard_after_forward,
                                 .split_backward = t->sched.split_backward,
                                 .sequence_parallel = p->parallel.sequence_parallel,
@@ -208,10 +212,10 @@ static int make_step_buffers(struct trainer *t, struct plait_error *err)
     const struct plan *p = t->plan;
     int B = p->batch.micro_batch, T = p->model.seq_len;
     /* (ZeRO 3 reduce-scatters each unit's gradients itself: runtime/model_zero3.h) */
-    if (t->par.g_shard.size > 1 && t->par.g_shard.iallreduce && p->parallel.zero < 3 &&
-        (p->parallel.zero == 0 || t->par.g_shard.ireduce_scatter_v)) {
-        if (buckets_init(&t->buckets, &t->m, &t->par.g_shard, &t->par.g_experts,
-                         p->parallel.bucket_mb, err))
+    const struct group *dp = parallel_slices(&t->par, t->m.zero); /* ZeRO 0: the shard group */
+    if (dp->size > 1 && dp->iallreduce && t->m.zero < 3 &&
+        (t->m.zero == 0 || dp->ireduce_scatter_v)) {
+        if (buckets_init(&t->buckets, &t->m, dp, &t->par.g_experts, p->parallel.bucket_mb, err))
             return -1;
         t->bucketed = true;
     }

@@ -277,8 +277,8 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
         .recompute = p->recompute,
         .slots = stage_in_flight(p, l, stage),
         .chunks = chunks,
-        /* ZeRO slices over the shard group's dp·cp ranks */
-        .dp = plan_dp_shard(&p->parallel, l.dp) * cp,
+        /* ZeRO slices over the shard group's dp·cp ranks (with ep, its expert peers) */
+        .dp = plan_zero_slices(&p->parallel, plan_dp_shard(&p->parallel, l.dp) * cp),
         .zero = p->parallel.zero,
         .keep_gathered = !p->parallel.reshard_after_forward,
         .sequence_parallel = p->parallel.sequence_parallel && l.tp > 1,

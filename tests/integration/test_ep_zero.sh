@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# test_ep_zero.sh — expert parallelism (parallel.ep) with ZeRO 1, 2 and 3, hybrid sharding
+# and the moments offloaded, on the CPU backend: ZeRO slices each ep rank's part over its
+# expert peers (the ranks holding the same experts), the ep group's ranks then holding the
+# same dense slice, summed over them too (plan_zero_slices). Layouts against one rank
+# within 1e-5 over test_moe's 12 steps, predicted == allocated: ep 2 at dp 2 and 4 with
+# ZeRO 1, 2 and 3 (3 kept gathered too), ep 4 at dp 4 ZeRO 2 (one rank an expert
+# peer group: ZeRO 0's sums), tp 2 × dp 2 × ep 2 ZeRO 1, pp 2 × dp 2 × ep 2 ZeRO 2 with
+# 1F1B and zb-h1, HSDP 2 × 2 at ep 2 (ZeRO 2 and 3), nvme offload at dp 2 × ep 2 ZeRO 1
+# (each rank's files its slice); the same bits twice; a stopped ZeRO 2 ep 2 run resumed
+# to the bit; a ZeRO 3 ep 2 checkpoint resumed at ep 1 ZeRO 0 and at dp 4 × ep 4 ZeRO 1.
+# By hand: the dense slice not summed over the ep group, or the routed experts' slices
+# reduce-scattered over the whole shard group, fails the layouts.
+# Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
+source "$(dirname "$0")/lib.sh"     # defines: PLAIT, PY, ROOT, WORK, check, finish
+source "$(dirname "$0")/moe_lib.sh" # defines: COMMON, reshard; parallel_lib.sh's
+
+# ep 2 and 4 with ZeRO against one rank (E 4, k 2, a shared expert: the routed experts
+# sliced over the expert peers, the dense part and the shared expert over them too and
+# summed over the ep group), predicted == allocated; the same bits twice
+test_ep_with_zero_matches_one_rank() {
+    local name sets
+    ref one_a4 4 || return 1
+    while read -r name sets; do
+        # shellcheck disable=SC2086 # the --set options, split
+        layout "$name" one_a4 1e-5 $sets || return 1
+    done <<'LAYOUTS'
+dp2_ep2_z1 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set batch.grad_accum=2
+dp4_ep2_z1 --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=1 --set batch.grad_accum=1
+dp4_ep2_z2 --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=1
+dp4_ep2_z2_one_bucket --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=2 --set parallel.bucket_mb=1000 --set batch.grad_accum=1
+dp4_ep2_z3 --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=3 --set batch.grad_accum=1
+dp4_ep2_z3_kept --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=3 --set parallel.reshard_after_forward=false --set batch.grad_accum=1
+dp2_ep2_z2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=2
+dp2_ep2_z3 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=3 --set batch.grad_accum=2
+dp4_ep4_z2 --set parallel.dp=4 --set parallel.ep=4 --set parallel.zero=2 --set batch.grad_accum=1
+tp2_dp2_ep2_z1 --set parallel.tp=2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set batch.grad_accum=2
+pp2_dp2_ep2_z2 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=2
+pp2_zb_dp2_ep2_z2 --set parallel.pp=2 --set parallel.schedule=zb-h1 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=2
+LAYOUTS
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/dp4_ep2_z2_again" "${COMMON[@]}" \
+        --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=1 \
+        >"$WORK/dp4_ep2_z2_again.log" 2>&1 || { tail "$WORK/dp4_ep2_z2_again.log"; return 1; }
+    metrics_equal "$WORK/dp4_ep2_z2/metrics.jsonl" "$WORK/dp4_ep2_z2_again/metrics.jsonl"
+}
+check ep_with_zero_matches_one_rank test_ep_with_zero_matches_one_rank
+
+# Hybrid sharding 2 × 2 at ep 2: the slices over a shard group's expert peers (one rank
+# each here), the dense part summed over the ep group, then every slice over the replicas
+test_hsdp_with_ep_matches_one_rank() {
+    local hsdp=(--set parallel.dp=4 --set parallel.dp_shard=2 --set parallel.ep=2
+        --set batch.grad_accum=1)
+    ref one_a4 4 || return 1
+    layout hsdp_ep2_z2 one_a4 1e-5 "${hsdp[@]}" --set parallel.zero=2 || return 1
+    layout hsdp_ep2_z3 one_a4 1e-5 "${hsdp[@]}" --set parallel.zero=3
+}
+check hsdp_with_ep_matches_one_rank test_hsdp_with_ep_matches_one_rank
+
+# The moments in files (parallel.offload "nvme", windows of ~700 floats) at dp 4 × ep 2
+# ZeRO 1: each rank's files hold its slice, in memory only the windows; the same bits as
+# the moments in memory
+test_nvme_offload_with_ep_matches_in_memory() {
+    local z1=(--set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=1 --set batch.grad_accum=1)
+    ref one_a4 4 && uninterrupted dp4_ep2_z1_mem "${z1[@]}" || return 1
+    layout ep2_nvme one_a4 1e-5 "${z1[@]}" --set parallel.offload=nvme \
+        --set parallel.offload_dir="$WORK/moments" --set parallel.offload_window_mb=0.0027 || return 1
+    metrics_equal "$WORK/dp4_ep2_z1_mem/metrics.jsonl" "$WORK/ep2_nvme/metrics.jsonl" || return 1
+    "$PY" - "$WORK/dp4_ep2_z1_mem/run.json" "$WORK/ep2_nvme/run.json" <<'PYEOF'
+import json, sys
+mem, nvme = ([r["allocated"]["optimizer"] for r in json.load(open(p))["memory"]["ranks"]]
+             for p in sys.argv[1:3])
+assert all(n < m for n, m in zip(nvme, mem)), (nvme, mem)
+print(f"optimizer memory a rank: {nvme[0]} bytes offloaded, {mem[0]} in memory")
+PYEOF
+}
+check nvme_offload_with_ep_matches_in_memory test_nvme_offload_with_ep_matches_in_memory
+
+# Stopped by SIGTERM at each rank's 22nd micro-batch (the 2nd of step 6) at dp 4 × ep 2
+# ZeRO 2: each rank's gradient slice in the checkpoint, resumed to the bit
+test_a_stopped_zero2_ep2_run_resumes_to_the_bit() {
+    local z2=(--set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=4)
+    uninterrupted full_ep2_z2 "${z2[@]}" || return 1
+    stop_resume stop_ep2_z2 full_ep2_z2 22 "micro-batch 2 of step 6" "${z2[@]}"
+}
+check a_stopped_zero2_ep2_run_resumes_to_the_bit test_a_stopped_zero2_ep2_run_resumes_to_the_bit
+
+# A ZeRO 3 checkpoint at dp 4 × ep 2 (each ep rank's parameters and moments sliced over its
+# expert peers) resumes on one rank at ZeRO 0 and at dp 4 × ep 4 ZeRO 1
+test_zero3_ep2_checkpoints_reshard() {
+    local z3=(--set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=3 --set batch.grad_accum=1)
+    ref one_a4 4 || return 1
+    reshard z3ep2_to_one 5 "${z3[@]}" -- --set batch.grad_accum=4 || return 1
+    grep -q '"ep": 2' "$WORK/z3ep2_to_one/checkpoints/step_00000005_0000/manifest.json" || return 1
+    reshard z3ep2_to_ep4_z1 5 "${z3[@]}" -- --set parallel.dp=4 --set parallel.ep=4 \
+        --set parallel.zero=1 --set batch.grad_accum=1
+}
+check zero3_ep2_checkpoints_reshard test_zero3_ep2_checkpoints_reshard
+
+finish
