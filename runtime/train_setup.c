@@ -201,6 +201,11 @@ static int make_model(struct trainer *t, struct plait_error *err)
     if (model_init(&t->m, &cfg, &part, &t->par.g_tp, t->ops, t->ctx, &shape, err)) return -1;
     t->model_ready = true;
     if (t->m.attention_bf16 && w->rank == 0) log_info("attention on the bf16 tensor cores");
+    if (p->parallel.ep > 1 && p->parallel.zero > 0 && t->m.zero == 0 && w->rank == 0)
+        log_info("parallel.zero %d with parallel.ep %d: a shard group's expert peers are one "
+                 "rank each (its dp_shard × cp ranks = ep), so nothing is sliced; the gradients "
+                 "are summed as at ZeRO 0",
+                 p->parallel.zero, p->parallel.ep);
     return 0;
 }
 

@@ -6,7 +6,7 @@
 # within 1e-5 over test_moe's 12 steps, predicted == allocated: ep 2 at dp 2 and 4 with
 # ZeRO 1, 2 and 3 (3 kept gathered too), ep 4 at dp 4 ZeRO 2 (one rank an expert
 # peer group: ZeRO 0's sums), tp 2 × dp 2 × ep 2 ZeRO 1, pp 2 × dp 2 × ep 2 ZeRO 2 with
-# 1F1B and zb-h1, HSDP 2 × 2 at ep 2 (ZeRO 2 and 3), nvme offload at dp 2 × ep 2 ZeRO 1
+# 1F1B and zb-h1, HSDP 4 × 2 at ep 2 (ZeRO 2 and 3) and 2 × 2 (ZeRO 2), nvme offload at dp 2 × ep 2 ZeRO 1
 # (each rank's files its slice); the same bits twice; a stopped ZeRO 2 ep 2 run resumed
 # to the bit; a ZeRO 3 ep 2 checkpoint resumed at ep 1 ZeRO 0 and at dp 4 × ep 4 ZeRO 1.
 # By hand: the dense slice not summed over the ep group, or the routed experts' slices
@@ -45,14 +45,19 @@ LAYOUTS
 }
 check ep_with_zero_matches_one_rank test_ep_with_zero_matches_one_rank
 
-# Hybrid sharding 2 × 2 at ep 2: the slices over a shard group's expert peers (one rank
-# each here), the dense part summed over the ep group, then every slice over the replicas
+# Hybrid sharding at ep 2: 4 × 2 (8 ranks), the slices over a shard group's 2 expert peers,
+# the dense part summed over the ep group, then every slice over the replicas (ZeRO 2 and
+# 3); 2 × 2, where a shard group's expert peers are one rank: ZeRO 0's sums in the shard
+# group (the experts' over no one, the rest over the shard group), then the replicas'
 test_hsdp_with_ep_matches_one_rank() {
-    local hsdp=(--set parallel.dp=4 --set parallel.dp_shard=2 --set parallel.ep=2
+    local hsdp=(--set parallel.dp=8 --set parallel.dp_shard=4 --set parallel.ep=2
         --set batch.grad_accum=1)
+    ref one_a8 8 || return 1
+    layout hsdp4x2_ep2_z2 one_a8 1e-5 "${hsdp[@]}" --set parallel.zero=2 || return 1
+    layout hsdp4x2_ep2_z3 one_a8 1e-5 "${hsdp[@]}" --set parallel.zero=3 || return 1
     ref one_a4 4 || return 1
-    layout hsdp_ep2_z2 one_a4 1e-5 "${hsdp[@]}" --set parallel.zero=2 || return 1
-    layout hsdp_ep2_z3 one_a4 1e-5 "${hsdp[@]}" --set parallel.zero=3
+    layout hsdp2x2_ep2_z2 one_a4 1e-5 --set parallel.dp=4 --set parallel.dp_shard=2 \
+        --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=1
 }
 check hsdp_with_ep_matches_one_rank test_hsdp_with_ep_matches_one_rank
 
