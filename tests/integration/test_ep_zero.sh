@@ -13,18 +13,14 @@
 # reduce-scattered over the whole shard group, fails the layouts.
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
 source "$(dirname "$0")/lib.sh"     # defines: PLAIT, PY, ROOT, WORK, check, finish
-source "$(dirname "$0")/moe_lib.sh" # defines: COMMON, reshard; parallel_lib.sh's
+source "$(dirname "$0")/moe_lib.sh" # defines: COMMON, layouts, reshard; parallel_lib.sh's
 
 # ep 2 and 4 with ZeRO against one rank (E 4, k 2, a shared expert: the routed experts
 # sliced over the expert peers, the dense part and the shared expert over them too and
 # summed over the ep group), predicted == allocated; the same bits twice
 test_ep_with_zero_matches_one_rank() {
-    local name sets
     ref one_a4 4 || return 1
-    while read -r name sets; do
-        # shellcheck disable=SC2086 # the --set options, split
-        layout "$name" one_a4 1e-5 $sets || return 1
-    done <<'LAYOUTS'
+    layouts one_a4 1e-5 <<'LAYOUTS' || return 1
 dp2_ep2_z1 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set batch.grad_accum=2
 dp4_ep2_z1 --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=1 --set batch.grad_accum=1
 dp4_ep2_z2 --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=1

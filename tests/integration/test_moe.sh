@@ -80,7 +80,7 @@ test_the_referee_refuses_a_wrong_run() {
 check the_referee_refuses_a_wrong_run test_the_referee_refuses_a_wrong_run
 
 # ---- layouts against one rank (parallel_lib.sh), 12 steps of a 4-layer MoE GPT-2
-source "$(dirname "$0")/moe_lib.sh" # defines: COMMON, MOE, reshard; parallel_lib.sh's
+source "$(dirname "$0")/moe_lib.sh" # defines: COMMON, MOE, layouts, reshard; parallel_lib.sh's
 
 test_dp2_zero1_2_3_and_pp2_schedules_match_one_rank() {
     ref one_a4 4 || return 1
@@ -231,12 +231,8 @@ check a_stopped_moe_run_resumes_to_the_bit test_a_stopped_moe_run_resumes_to_the
 # zb-h1, interleaved, DualPipeV), full recompute (the exchange again in backward), one
 # bucket and many, a Llama's, bf16; the same bits twice
 test_ep2_and_ep4_match_one_rank() {
-    local name sets
     ref one_a4 4 || return 1
-    while read -r name sets; do
-        # shellcheck disable=SC2086 # the --set options, split
-        layout "$name" one_a4 1e-5 $sets || return 1
-    done <<'LAYOUTS'
+    layouts one_a4 1e-5 <<'LAYOUTS' || return 1
 dp2_ep2 --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2
 dp4_ep2 --set parallel.dp=4 --set parallel.ep=2 --set batch.grad_accum=1
 dp4_ep4 --set parallel.dp=4 --set parallel.ep=4 --set batch.grad_accum=1
