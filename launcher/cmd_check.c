@@ -498,6 +498,16 @@ static void print_moe(const struct plan *p)
                "ranks, %d routed a rank (and every shared one), their rows exchanged by "
                "all-to-all\n",
                ep, ep, e->experts / ep);
+    const struct plan_parallel *par = &p->parallel;
+    int slices = plan_zero_slices(par, plan_dp_shard(par, par->dp) * par->cp);
+    if (ep > 1 && par->zero > 0 && slices > 1)
+        printf("  ZeRO %d with parallel.ep: each rank's part sliced over its %d expert peers in "
+               "the shard group, the dense slices summed over the ep group too\n",
+               par->zero, slices);
+    else if (ep > 1 && par->zero > 0)
+        printf("  ZeRO %d with parallel.ep: a shard group's expert peers are one rank each, so "
+               "nothing is sliced; the gradients are summed as at ZeRO 0\n",
+               par->zero);
 }
 
 /* Device memory per rank of each stage, as model_init allocates it. */

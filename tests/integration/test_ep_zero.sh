@@ -41,6 +41,22 @@ LAYOUTS
 }
 check ep_with_zero_matches_one_rank test_ep_with_zero_matches_one_rank
 
+# plait check says what ZeRO slices with ep: over 2 expert peers at dp 4 × ep 2; nothing at
+# dp 4 × ep 4, as the run of it says too
+test_plait_check_says_how_zero_slices_with_ep() {
+    "$PLAIT" check "$WORK/plan.json" "${COMMON[@]}" --set parallel.dp=4 --set parallel.ep=2 \
+        --set parallel.zero=2 >"$WORK/check_ep2.txt" 2>&1 || { cat "$WORK/check_ep2.txt"; return 1; }
+    grep -q "^  ZeRO 2 with parallel.ep: each rank's part sliced over its 2 expert peers in the shard group, the dense slices summed over the ep group too$" \
+        "$WORK/check_ep2.txt" || { cat "$WORK/check_ep2.txt"; return 1; }
+    "$PLAIT" check "$WORK/plan.json" "${COMMON[@]}" --set parallel.dp=4 --set parallel.ep=4 \
+        --set parallel.zero=2 >"$WORK/check_ep4.txt" 2>&1 || { cat "$WORK/check_ep4.txt"; return 1; }
+    grep -q "^  ZeRO 2 with parallel.ep: a shard group's expert peers are one rank each, so nothing is sliced; the gradients are summed as at ZeRO 0$" \
+        "$WORK/check_ep4.txt" || { cat "$WORK/check_ep4.txt"; return 1; }
+    grep -q "parallel.zero 2 with parallel.ep 4: a shard group's expert peers are one rank each" \
+        "$WORK/dp4_ep4_z2/train.log" || { cat "$WORK/dp4_ep4_z2/train.log"; return 1; }
+}
+check plait_check_says_how_zero_slices_with_ep test_plait_check_says_how_zero_slices_with_ep
+
 # Hybrid sharding at ep 2: 4 × 2 (8 ranks), the slices over a shard group's 2 expert peers,
 # the dense part summed over the ep group, then every slice over the replicas (ZeRO 2 and
 # 3); 2 × 2, where a shard group's expert peers are one rank: ZeRO 0's sums in the shard
