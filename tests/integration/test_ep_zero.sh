@@ -3,30 +3,37 @@
 # and the moments offloaded, on the CPU backend: ZeRO slices each ep rank's part over its
 # expert peers (the ranks holding the same experts), the ep group's ranks then holding the
 # same dense slice, summed over them too (plan_zero_slices). Layouts against one rank
-# within 1e-5 over test_moe's 12 steps, predicted == allocated: ep 2 at dp 2 and 4 with
-# ZeRO 1, 2 and 3 (3 kept gathered too), ep 4 at dp 4 ZeRO 2 (one rank an expert
-# peer group: ZeRO 0's sums), tp 2 × dp 2 × ep 2 ZeRO 1, pp 2 × dp 2 × ep 2 ZeRO 2 with
-# 1F1B and zb-h1, HSDP 4 × 2 at ep 2 (ZeRO 2 and 3) and 2 × 2 (ZeRO 2), nvme offload at dp 2 × ep 2 ZeRO 1
-# (each rank's files its slice); the same bits twice; a stopped ZeRO 2 ep 2 run resumed
-# to the bit; a ZeRO 3 ep 2 checkpoint resumed at ep 1 ZeRO 0 and at dp 4 × ep 4 ZeRO 1.
-# By hand: the dense slice not summed over the ep group, or the routed experts' slices
-# reduce-scattered over the whole shard group, fails the layouts.
+# within 1e-5 over test_moe's 12 steps, predicted == allocated: ep 2 at dp 4 with ZeRO 1,
+# 2 and 3 (3 kept gathered too), with tp 2 (ZeRO 1) and pp 2 (ZeRO 2 with 1F1B and zb-h1,
+# ZeRO 3); ep 2 at dp 2 and ep 4 at dp 4, whose expert peers are one rank each (nothing
+# sliced: ZeRO 0's sums), with tp 2 and pp 2 too; HSDP 4 × 2 at ep 2 (ZeRO 2 and 3) and
+# 2 × 2 (ZeRO 2); plait check saying what ZeRO slices; nvme offload at dp 4 × ep 2 ZeRO 1
+# (each rank's files its slice); the same bits twice; a stopped dp 4 × ep 2 ZeRO 2 run
+# resumed to the bit; a dp 4 × ep 2 ZeRO 3 checkpoint resumed at ep 1 ZeRO 0 and at
+# dp 4 × ep 4 ZeRO 1. By hand: the dense slice not summed over the ep group, or the parts
+# sliced over the whole shard group, fails the layouts; a checkpoint's slices read from
+# the wrong ep rank's files fail the reshard.
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
 source "$(dirname "$0")/lib.sh"     # defines: PLAIT, PY, ROOT, WORK, check, finish
 source "$(dirname "$0")/moe_lib.sh" # defines: COMMON, layouts, reshard; parallel_lib.sh's
 
-# ep 2 and 4 with ZeRO against one rank (E 4, k 2, a shared expert: the routed experts
-# sliced over the expert peers, the dense part and the shared expert over them too and
-# summed over the ep group), predicted == allocated; the same bits twice
+# ep 2 and 4 with ZeRO against one rank (E 4, k 2, a shared expert), predicted ==
+# allocated: at dp 4 × ep 2 each part sliced over 2 expert peers (ZeRO 1, 2 with many
+# buckets and one, 3 released after each pass and kept gathered; with tp 2, with pp 2 at
+# ZeRO 2 and 3, 1F1B and zb-h1); at dp 2 × ep 2 and dp 4 × ep 4 the expert peers are one
+# rank each (nothing sliced: ZeRO 0's sums) with tp 2 and pp 2 too; the same bits twice
 test_ep_with_zero_matches_one_rank() {
     ref one_a4 4 || return 1
     layouts one_a4 1e-5 <<'LAYOUTS' || return 1
-dp2_ep2_z1 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set batch.grad_accum=2
 dp4_ep2_z1 --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=1 --set batch.grad_accum=1
 dp4_ep2_z2 --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=1
 dp4_ep2_z2_one_bucket --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=2 --set parallel.bucket_mb=1000 --set batch.grad_accum=1
 dp4_ep2_z3 --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=3 --set batch.grad_accum=1
 dp4_ep2_z3_kept --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=3 --set parallel.reshard_after_forward=false --set batch.grad_accum=1
+tp2_dp4_ep2_z1 --set parallel.tp=2 --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=1 --set batch.grad_accum=1
+pp2_dp4_ep2_z2 --set parallel.pp=2 --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=1
+pp2_dp4_ep2_z3 --set parallel.pp=2 --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=3 --set batch.grad_accum=1
+dp2_ep2_z1 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set batch.grad_accum=2
 dp2_ep2_z2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=2
 dp2_ep2_z3 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=3 --set batch.grad_accum=2
 dp4_ep4_z2 --set parallel.dp=4 --set parallel.ep=4 --set parallel.zero=2 --set batch.grad_accum=1
@@ -34,6 +41,11 @@ tp2_dp2_ep2_z1 --set parallel.tp=2 --set parallel.dp=2 --set parallel.ep=2 --set
 pp2_dp2_ep2_z2 --set parallel.pp=2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=2
 pp2_zb_dp2_ep2_z2 --set parallel.pp=2 --set parallel.schedule=zb-h1 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=2
 LAYOUTS
+    # zb-h1 (a split backward: the gradients handed over at its quiescent points) at dp 4
+    # against one rank's 8 micro-batches
+    ref one_a8 8 && layout pp2_zb_dp4_ep2_z2 one_a8 1e-5 --set parallel.pp=2 \
+        --set parallel.schedule=zb-h1 --set parallel.dp=4 --set parallel.ep=2 \
+        --set parallel.zero=2 --set batch.grad_accum=2 || return 1
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/dp4_ep2_z2_again" "${COMMON[@]}" \
         --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=1 \
         >"$WORK/dp4_ep2_z2_again.log" 2>&1 || { tail "$WORK/dp4_ep2_z2_again.log"; return 1; }
