@@ -7,10 +7,10 @@
 # 2 and 3 (3 kept gathered too), with tp 2 (ZeRO 1) and pp 2 (ZeRO 2 with 1F1B and zb-h1,
 # ZeRO 3); ep 2 at dp 2 and ep 4 at dp 4, whose expert peers are one rank each (nothing
 # sliced: ZeRO 0's sums), with tp 2 and pp 2 too; HSDP 4 × 2 at ep 2 (ZeRO 2 and 3) and
-# 2 × 2 (ZeRO 2); plait check saying what ZeRO slices; nvme offload at dp 4 × ep 2 ZeRO 1
-# (each rank's files its slice); the same bits twice; a stopped dp 4 × ep 2 ZeRO 2 run
-# resumed to the bit; a dp 4 × ep 2 ZeRO 3 checkpoint resumed at ep 1 ZeRO 0 and at
-# dp 4 × ep 4 ZeRO 1. By hand: the dense slice not summed over the ep group, or the parts
+# 2 × 2 (ZeRO 2); evaluation at ZeRO 3; plait check saying what ZeRO slices; nvme
+# offload at dp 4 × ep 2 ZeRO 1 (each rank's files its slice); the same bits twice; a
+# stopped dp 4 × ep 2 ZeRO 2 run resumed to the bit; a dp 4 × ep 2 ZeRO 3 checkpoint
+# resumed at ep 1 ZeRO 0 and at dp 4 × ep 4 ZeRO 1. By hand: the dense slice not summed over the ep group, or the parts
 # sliced over the whole shard group, fails the layouts; a checkpoint's slices read from
 # the wrong ep rank's files fail the reshard.
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
@@ -52,6 +52,11 @@ LAYOUTS
     metrics_equal "$WORK/dp4_ep2_z2/metrics.jsonl" "$WORK/dp4_ep2_z2_again/metrics.jsonl"
 }
 check ep_with_zero_matches_one_rank test_ep_with_zero_matches_one_rank
+
+# Evaluation (forwards only, each layer gathered over the expert peers) at dp 4 × ep 2
+# ZeRO 3 as one rank
+check evaluation_at_ep2_zero3_matches_one_rank evaluates_as_one_rank eval_dp4_ep2_z3 \
+    --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=3 --set batch.grad_accum=1
 
 # plait check says what ZeRO slices with ep: over 2 expert peers at dp 4 × ep 2; nothing at
 # dp 4 × ep 4, as the run of it says too
