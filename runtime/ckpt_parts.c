@@ -166,16 +166,15 @@ static int commit_manifest(struct ckptdir *d, const struct ckpt_parts_job *job,
                            const struct ckpt_manifest_file *all, const int64_t *stage_of,
                            struct plait_error *err)
 {
-    struct ckpt_manifest man = {
-        .layout = {.tp = w->tp,
-                   .pp = w->pp,
-                   .dp = w->dp,
-                   .zero = m->zero,
-                   .chunks = m->chunks,
-                   .v_shape = m->shard.part.v_shape,
-                   .dp_shard = m->zero ? shard_ranks(m) : w->dp,
-                   .cp = w->cp,
-                   .ep = m->shard.part.ep > 1 ? m->shard.part.ep : 1}};
+    struct ckpt_manifest man = {.layout = {.tp = w->tp,
+                                           .pp = w->pp,
+                                           .dp = w->dp,
+                                           .zero = m->zero,
+                                           .chunks = m->chunks,
+                                           .v_shape = m->shard.part.v_shape,
+                                           .dp_shard = m->zero ? shard_ranks(m) : w->dp,
+                                           .cp = w->cp,
+                                           .ep = m->shard.part.ep > 1 ? m->shard.part.ep : 1}};
     struct ckpt_layout *l = &man.layout;
     int rc = -1;
     l->stage_begin = calloc((size_t)w->pp, sizeof *l->stage_begin);

@@ -150,8 +150,7 @@ static int sum_routed(struct model *m, const struct optim_groups *g, struct plai
  * rank of the ep group holds the same dense slice, reduced over its expert peers alone:
  * the slice's dense runs summed over the ep group too (the routed ones are this ep rank's
  * experts, summed already). */
-static int sum_dense_over_ep(struct model *m, const struct optim_groups *g,
-                             struct plait_error *err)
+static int sum_dense_over_ep(struct model *m, const struct optim_groups *g, struct plait_error *err)
 {
     if (!m->zero || m->shard.part.ep <= 1 || !g) return 0;
     return sum_runs(m, m->grad_slice, m->slice_at, m->slice_n, g->ep, false, err);

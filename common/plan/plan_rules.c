@@ -597,13 +597,13 @@ static int check_ep_rules(struct plan_ctx *c, const struct plan *p)
      * folded dp ranks) */
     int shard = plan_dp_shard(par, par->dp) * par->cp;
     if (shard != par->dp * par->cp && shard % ep != 0)
-        return plan_fail_rule(c, par->dp_shard != PLAN_AUTO ? "parallel.dp_shard"
-                                                            : "parallel.dp_replicate",
-                              "parallel.ep parallel.cp",
-                              "with parallel.ep %d: ep must divide a shard group's dp_shard × "
-                              "cp ranks (%d %% %d = %d): an ep group's experts are sliced over "
-                              "the expert peers inside one shard group",
-                              ep, shard, ep, shard % ep);
+        return plan_fail_rule(
+            c, par->dp_shard != PLAN_AUTO ? "parallel.dp_shard" : "parallel.dp_replicate",
+            "parallel.ep parallel.cp",
+            "with parallel.ep %d: ep must divide a shard group's dp_shard × "
+            "cp ranks (%d %% %d = %d): an ep group's experts are sliced over "
+            "the expert peers inside one shard group",
+            ep, shard, ep, shard % ep);
     if (p->sample.tokens > 0)
         return plan_fail_rule(c, "sample.tokens", "parallel.ep",
                               "with parallel.ep %d: a run's samples need every expert on one "
