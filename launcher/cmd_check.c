@@ -407,8 +407,11 @@ static void print_ep_groups(const struct rank_map *m, const struct place_node *n
     else
         snprintf(why, sizeof why, "laid across a node's edge");
     printf("  ep groups: %s (each %d consecutive dp ranks of one tp rank, %d ranks apart: tp %d "
-           "× ep %d = %d consecutive ranks, %s), an all-to-all of the routed rows\n",
-           link_where(m->comm_ep.slowest), m->ep, m->tp, m->tp, m->ep, span, why);
+           "× ep %d = %d consecutive ranks, %s), an all-to-all of the routed rows, %d of each "
+           "rank's %d peer%s over %s\n",
+           link_where(m->comm_ep.slowest), m->ep, m->tp, m->tp, m->ep, span, why,
+           m->comm_ep.peers_behind, m->ep - 1, m->ep == 2 ? "" : "s",
+           cost_link_name(m->comm_ep.slowest));
     int peers = m->dp * m->cp / m->ep;
     if (peers > 1)
         printf("  expert peers: %s (the %d dp ranks holding the same experts, %d ranks apart): "
@@ -628,7 +631,7 @@ static void print_traffic(const struct plan *p, const struct layout_eval *e,
     for (size_t k = 0; k < sizeof rows / sizeof *rows; k++) {
         if ((k == 3 || k == 4) && !hybrid(m)) continue;
         if (k == 5 && m->cp < 2) continue;
-        if (k >= 6 && m->ep < 2) continue;
+        if (k >= 6 && rows[k].c->groups == 0) continue; /* (ep 1; no expert peers) */
         char by[128] = "";
         size_t len = 0;
         for (int l = 1; l < COST_LINKS; l++)
@@ -655,9 +658,10 @@ static void print_traffic(const struct plan *p, const struct layout_eval *e,
     if (m->ep > 1)
         printf("  ep: each MoE layer's routed rows to their experts' ranks and back in forward "
                "and backward (again in full recompute's forward), fp32 as the CPU backend sends "
-               "them (the CUDA backend refuses MoE), balanced routing; serial in the step (no "
-               "overlap with compute modelled, DualPipeV's included). dp: the dense "
-               "gradients over dp, and the experts row\n");
+               "them (the CUDA backend refuses MoE), balanced routing; its seconds the "
+               "share to peers over the slowest link; serial in the step (no overlap with "
+               "compute modelled, DualPipeV's included). dp: the dense gradients over dp, and "
+               "the experts row\n");
     const struct gpu_spec *gpu = plan_gpu(e, nodes);
     if (gpu) {
         struct gpt2_config cfg = gpt2_config_of_plan(&p->model);

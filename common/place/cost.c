@@ -723,7 +723,9 @@ void cost_step_time(const struct plan *p, struct cost_layout l, const struct cos
     out->tp_s = seconds(t.tp_bytes, links->tp_gbps * 1e9);
     out->cp_s = seconds(t.cp_bytes, links->cp_gbps * 1e9);
     out->pp_s = seconds(t.pp_bytes, links->pp_gbps * 1e9);
-    out->ep_s = seconds(t.ep_bytes, links->ep_gbps * 1e9);
+    /* the all-to-all's bytes to peers behind the slowest link bound it */
+    double ep_share = links->ep_share > 0 ? links->ep_share : 1;
+    out->ep_s = seconds(t.ep_bytes * ep_share, links->ep_gbps * 1e9);
     double work_s = out->compute_s + out->memory_s + out->parallel_s;
     out->bubble_s = l.pp > 1 ? work_s * (l.pp - 1) / p->batch.grad_accum : 0.0;
     double dp_raw_s = t.shard_bytes + t.replicas_bytes > 0 /* hybrid sharding: each group's link */

@@ -105,6 +105,9 @@ struct cost_links {
     double cp_gbps;
     enum cost_link ep, experts;       /* expert parallelism (ep > 1): the all-to-all's group, */
     double ep_gbps, experts_gbps;     /* and the expert peers the routed gradients sum over */
+    double ep_share;                  /* the share of a rank's all-to-all bytes that crosses
+                                         ep's slowest link (its peers behind it of ep − 1; the
+                                         rest goes alongside over faster links); 0: all */
     double device_tflops;             /* sustained dense matmul rate per device */
     double device_memory_gbps;        /* the device's memory bandwidth, GB/s (a GPU's
                                          datasheet figure, a CPU rank's measured pass over
@@ -141,7 +144,7 @@ struct cost_time {
 /* Step-time estimate: compute (the products at device_tflops, the attention at
  * attention_tflops), the memory-bound ops at activation_gbps and the parallel
  * ops' starts at parallel_op_s (CPU ranks), tp, cp and ep's all-to-all
- * (on the critical path), pp p2p and bubble ((pp−1)/grad_accum of the
+ * (on the critical path; the all-to-all's ep_share over its slowest link), pp p2p and bubble ((pp−1)/grad_accum of the
  * per-micro-batch work, 1F1B), dp (the part not hidden behind backward; the
  * routed experts' part over the expert peers' link), and
  * the optimizer's pass over the weights at the device's memory bandwidth (when

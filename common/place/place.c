@@ -322,6 +322,26 @@ static enum cost_link link_between(const struct place_rank *a, const struct plac
     return COST_LINK_PCIE;
 }
 
+/* The most peers one member of the group from rank `first` (degree members, stride apart)
+ * reaches over a link as slow as `worst` at `gbps`. */
+static int peers_behind(const struct rank_map *m, const struct place_node *nodes,
+                        const struct place_bandwidth *bw, int first, int degree, int stride,
+                        enum cost_link worst, double gbps)
+{
+    int most = 0;
+    for (int i = 0; i < degree; i++) {
+        int n = 0;
+        for (int j = 0; j < degree; j++) {
+            double g;
+            enum cost_link l = link_between(&m->ranks[first + i * stride],
+                                            &m->ranks[first + j * stride], nodes, bw, &g);
+            n += j != i && l == worst && g == gbps;
+        }
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
 /* For each group of a communicator (ranks that differ only in its
  * coordinate), the slowest link its members use: every pair for tp, cp, dp and
  * ep (rings, all-reduces and all-to-alls), neighbouring stages for pp. which: 0
@@ -367,9 +387,14 @@ static void comm_links(struct rank_map *m, const struct place_node *nodes,
             }
         out->groups++;
         out->crossing[worst]++;
+        int behind = which == 6 ? peers_behind(m, nodes, bw, r, degree, stride, worst, worst_gbps)
+                                : 0; /* (an all-to-all's alone) */
         if (worst > out->slowest || (worst == out->slowest && worst_gbps < out->gbps)) {
             out->slowest = worst;
             out->gbps = worst_gbps;
+            out->peers_behind = behind;
+        } else if (worst == out->slowest && worst_gbps == out->gbps && behind > out->peers_behind) {
+            out->peers_behind = behind;
         }
     }
 }

@@ -46,6 +46,9 @@ struct place_comm {
     double gbps;
     int groups;               /* groups of this communicator (0 when its degree is 1) */
     int crossing[COST_LINKS]; /* by enum cost_link: groups whose slowest link is it */
+    int peers_behind;         /* ep's groups: the most peers one member reaches over the
+                                 slowest link, of its degree − 1 (an all-to-all sends each its
+                                 share; the others' go alongside over faster links); else 0 */
 };
 
 struct rank_map {
