@@ -912,7 +912,9 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
     if (m->ep > 1) { /* expert parallelism: its two groups, the all-to-all's time */
         json_t *links = json_object_get(o, "links"), *bytes = json_object_get(o, "comm_bytes_per_step");
         json_object_set_new(o, "ep", json_integer(m->ep));
-        json_object_set_new(links, "ep", comm_json(&m->comm_ep, e->traffic.ep_bytes, e->time.ep_s));
+        json_t *ep = comm_json(&m->comm_ep, e->traffic.ep_bytes, e->time.ep_s);
+        json_object_set_new(ep, "peers_over_slowest", json_integer(m->comm_ep.peers_behind));
+        json_object_set_new(links, "ep", ep);
         json_object_set_new(links, "experts",
                             comm_json(&m->comm_experts, e->traffic.experts_bytes,
                                       raw_seconds(&m->comm_experts, e->traffic.experts_bytes)));
