@@ -5,6 +5,7 @@
  * over their expert peers beside the dense ones over dp, each on its own link in the step,
  * and the socket backend's rings for both groups. test_cost.c has the dense model's. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -80,67 +81,53 @@ static void test_a_rank_holds_its_ep_share_of_the_routed_experts(void)
  * a row. At ep 2 half the rows leave the rank: 256 rows, 262,144 bytes an exchange, and
  * half the 8 int64 counts, 32 bytes. A forward sends counts, rows out and results back,
  * a backward gradients out and back: 32 + 4·262,144 = 1,048,608 a layer and micro-batch,
- * × 2 MoE layers × 4 micro-batches = 8,388,864. At ep 4, 3/4 leave: 384 rows, 393,216
- * bytes an exchange, 48 of counts: (48 + 4·393,216)·8 = 12,583,296. */
+ * × 2 MoE layers × 4 micro-batches = 8,388,864 — at tp 2 too (each tp rank has its own ep
+ * group and sends the rows whole), in bf16 too (the runtime's rows are fp32), under
+ * selective recompute (which reruns the attention alone), and with a capacity factor of
+ * 1.25 (balanced routing drops nothing). At ep 4, 3/4 leave: 384 rows, 393,216 bytes an
+ * exchange, 48 of counts: (48 + 4·393,216)·8 = 12,583,296. Full recompute runs the block's
+ * forward again before its backward: 2·(32 + 2·262,144) + 2·262,144 = 1,572,928 a layer,
+ * 12,583,424 a step; with a split backward (ZB-H1 at pp 2, one MoE layer a stage) the
+ * input and the weight pass each rerun it: 3·524,320 + 524,288 = 2,097,248, × 4 =
+ * 8,388,992. A capacity factor of 0.5 lets an expert take ceil(0.5·2·256/8) = 32 rows:
+ * 8·32 = 256 of the 512, 131,072 bytes an exchange: (32 + 4·131,072)·8 = 4,194,560. */
 static void test_the_all_to_all_sends_the_rows_that_leave_out_and_back(void)
 {
-    struct plan *p = moe_plan("fp32", "none", 0);
-    if (!p) return;
-    struct cost_traffic t = traffic_at(p, 2, (struct cost_layout){1, 1, 2});
-    CHECK(t.ep_bytes == 8388864, "ep 2: %.0f", t.ep_bytes);
-    t = traffic_at(p, 4, (struct cost_layout){1, 1, 4});
-    CHECK(t.ep_bytes == 12583296, "ep 4: %.0f", t.ep_bytes);
-    /* each tp rank has its own ep group and sends the rows whole */
-    t = traffic_at(p, 2, (struct cost_layout){2, 1, 2});
-    CHECK(t.ep_bytes == 8388864, "tp 2, ep 2: %.0f", t.ep_bytes);
-    t = traffic_at(p, 1, (struct cost_layout){1, 1, 2});
-    CHECK(t.ep_bytes == 0 && t.experts_bytes == 0, "ep 1: %.0f %.0f", t.ep_bytes, t.experts_bytes);
-    plan_free(p);
-
-    /* the runtime sends fp32 rows in bf16 too */
-    p = moe_plan("bf16", "none", 0);
-    if (!p) return;
-    t = traffic_at(p, 2, (struct cost_layout){1, 1, 2});
-    CHECK(t.ep_bytes == 8388864, "bf16, ep 2: %.0f", t.ep_bytes);
-    plan_free(p);
-}
-
-/* Full recompute runs the block's forward again before its backward: 2·(32 + 2·262,144) +
- * 2·262,144 = 1,572,928 a layer, 12,583,424 a step; with a split backward (ZB-H1 at pp 2,
- * one MoE layer a stage) the input and the weight pass each rerun it: 3·524,320 + 524,288 =
- * 2,097,248, × 4 = 8,388,992. Selective recompute reruns the attention alone: 8,388,864. */
-static void test_full_recompute_exchanges_the_rows_again(void)
-{
-    struct plan *p = moe_plan("fp32", "full", 0);
-    if (!p) return;
-    struct cost_traffic t = traffic_at(p, 2, (struct cost_layout){1, 1, 2});
-    CHECK(t.ep_bytes == 12583424, "full: %.0f", t.ep_bytes);
-    p->parallel.schedule = PLAN_PIPE_ZB_H1;
-    p->parallel.stage_layers.n = 2;
-    p->parallel.stage_layers.v[0] = p->parallel.stage_layers.v[1] = 2;
-    t = traffic_at(p, 2, (struct cost_layout){1, 2, 2});
-    CHECK(t.ep_bytes == 8388992, "full, split backward: %.0f", t.ep_bytes);
-    plan_free(p);
-    p = moe_plan("fp32", "selective", 0);
-    if (!p) return;
-    t = traffic_at(p, 2, (struct cost_layout){1, 1, 2});
-    CHECK(t.ep_bytes == 8388864, "selective: %.0f", t.ep_bytes);
-    plan_free(p);
-}
-
-/* A capacity factor of 0.5 lets an expert take ceil(0.5·2·256/8) = 32 rows: 8·32 = 256 of
- * the 512, half the rows an exchange, 131,072 bytes: (32 + 4·131,072)·8 = 4,194,560. Under
- * balanced routing 1.25 drops nothing: 8,388,864. */
-static void test_a_capacity_factor_bounds_the_rows(void)
-{
-    struct plan *p = moe_plan("fp32", "none", 0.5);
-    if (!p) return;
-    struct cost_traffic t = traffic_at(p, 2, (struct cost_layout){1, 1, 2});
-    CHECK(t.ep_bytes == 4194560, "capacity 0.5: %.0f", t.ep_bytes);
-    p->model.moe.capacity_factor = 1.25;
-    t = traffic_at(p, 2, (struct cost_layout){1, 1, 2});
-    CHECK(t.ep_bytes == 8388864, "capacity 1.25: %.0f", t.ep_bytes);
-    plan_free(p);
+    const struct {
+        const char *precision, *recompute;
+        double capacity;
+        bool split; /* ZB-H1 over 2 even stages */
+        int tp, ep;
+        double want;
+    } cases[] = {
+        {"fp32", "none", 0, false, 1, 2, 8388864},
+        {"fp32", "none", 0, false, 2, 2, 8388864},
+        {"bf16", "none", 0, false, 1, 2, 8388864},
+        {"fp32", "selective", 0, false, 1, 2, 8388864},
+        {"fp32", "none", 1.25, false, 1, 2, 8388864},
+        {"fp32", "none", 0, false, 1, 4, 12583296},
+        {"fp32", "full", 0, false, 1, 2, 12583424},
+        {"fp32", "full", 0, true, 1, 2, 8388992},
+        {"fp32", "none", 0.5, false, 1, 2, 4194560},
+        {"fp32", "none", 0, false, 1, 1, 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        struct plan *p = moe_plan(cases[k].precision, cases[k].recompute, cases[k].capacity);
+        if (!p) return;
+        struct cost_layout l = {cases[k].tp, 1, 4};
+        if (cases[k].split) {
+            p->parallel.schedule = PLAN_PIPE_ZB_H1;
+            p->parallel.stage_layers.n = 2;
+            p->parallel.stage_layers.v[0] = p->parallel.stage_layers.v[1] = 2;
+            l.pp = 2;
+        }
+        struct cost_traffic t = traffic_at(p, cases[k].ep, l);
+        CHECK(t.ep_bytes == cases[k].want, "%s, %s, capacity %g%s, tp %d, ep %d: %.0f, want %.0f",
+              cases[k].precision, cases[k].recompute, cases[k].capacity,
+              cases[k].split ? ", split backward" : "", cases[k].tp, cases[k].ep, t.ep_bytes,
+              cases[k].want);
+        plan_free(p);
+    }
 }
 
 /* ZeRO 0, fp32 gradients at dp 4: the dense 2,407,424 are all-reduced over all 4 ranks,
@@ -208,8 +195,6 @@ int main(void)
 {
     RUN(test_a_rank_holds_its_ep_share_of_the_routed_experts);
     RUN(test_the_all_to_all_sends_the_rows_that_leave_out_and_back);
-    RUN(test_full_recompute_exchanges_the_rows_again);
-    RUN(test_a_capacity_factor_bounds_the_rows);
     RUN(test_routed_gradients_are_summed_over_the_expert_peers);
     RUN(test_each_group_takes_its_own_link_in_the_step);
     RUN(test_the_socket_rings_of_both_groups);
