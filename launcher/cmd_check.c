@@ -394,8 +394,7 @@ static const char *link_where(enum cost_link link)
 /* With ep > 1, where its two groups were placed and why: an ep group of a stage is ep
  * consecutive (folded) dp ranks of one tp rank, so it spans tp·ep consecutive ranks, which
  * placement keeps on one node when they fit; its expert peers are ep ranks apart. */
-static void print_ep_groups(const struct rank_map *m, const struct place_node *nodes,
-                            int n_nodes)
+static void print_ep_groups(const struct rank_map *m, const struct place_node *nodes, int n_nodes)
 {
     if (m->ep < 2) return;
     int span = m->tp * m->ep, slots = 0;
@@ -649,8 +648,7 @@ static void print_traffic(const struct plan *p, const struct layout_eval *e,
                  e->time.parallel_s);
     char cp[64] = "";
     if (m->cp > 1) snprintf(cp, sizeof cp, ", cp %.3f", e->time.cp_s);
-    if (m->ep > 1)
-        snprintf(cp + strlen(cp), sizeof cp - strlen(cp), ", ep %.3f", e->time.ep_s);
+    if (m->ep > 1) snprintf(cp + strlen(cp), sizeof cp - strlen(cp), ", ep %.3f", e->time.ep_s);
     printf("  modelled step: %.3f s (compute %.3f%s, tp %.3f%s, pp %.3f + bubble %.3f, dp exposed "
            "%.3f%s); %.0f tokens/s\n",
            e->time.total_s, e->time.compute_s, memory, e->time.tp_s, cp, e->time.pp_s,
@@ -910,7 +908,8 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
     if (m->cp > 1)
         json_object_set_new(json_object_get(o, "step_time_s"), "cp", json_real(e->time.cp_s));
     if (m->ep > 1) { /* expert parallelism: its two groups, the all-to-all's time */
-        json_t *links = json_object_get(o, "links"), *bytes = json_object_get(o, "comm_bytes_per_step");
+        json_t *links = json_object_get(o, "links"),
+               *bytes = json_object_get(o, "comm_bytes_per_step");
         json_object_set_new(o, "ep", json_integer(m->ep));
         json_t *ep = comm_json(&m->comm_ep, e->traffic.ep_bytes, e->time.ep_s);
         json_object_set_new(ep, "peers_over_slowest", json_integer(m->comm_ep.peers_behind));

@@ -357,7 +357,8 @@ static int ep_of(const struct plan *p)
 static int shard_moe_layers(const struct gpt2_shard *s)
 {
     int n = 0;
-    for (int i = 0; i < gpt2_shard_layers(s); i++) n += gpt2_layer_moe(&s->cfg, gpt2_shard_layer(s, i));
+    for (int i = 0; i < gpt2_shard_layers(s); i++)
+        n += gpt2_layer_moe(&s->cfg, gpt2_shard_layer(s, i));
     return n;
 }
 
@@ -370,7 +371,8 @@ static double moe_rows(const struct plan *p, double N)
     const struct plan_moe *e = &p->model.moe;
     double rows = (double)e->top_k * N;
     if (e->capacity_factor > 0)
-        rows = fmin(rows, e->experts * fmax(1, ceil(e->capacity_factor * e->top_k * N / e->experts)));
+        rows =
+            fmin(rows, e->experts * fmax(1, ceil(e->capacity_factor * e->top_k * N / e->experts)));
     return rows;
 }
 
@@ -504,8 +506,8 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
             struct gpt2_shard s;
             double routed = ep_of(p) > 1 && !stage_shard(p, l, stage, &s) ? routed_elems(&s) : 0;
             out.experts_bytes = ring_allreduce_bytes(routed * (double)w.grad_bytes, D / ep_of(p));
-            out.dp_bytes = 2 * ((d - 1) / d * (psi - routed)) * (double)w.grad_bytes +
-                           out.experts_bytes;
+            out.dp_bytes =
+                2 * ((d - 1) / d * (psi - routed)) * (double)w.grad_bytes + out.experts_bytes;
         }
     }
     out.ep_bytes = ep_alltoall_bytes(p, l, stage);

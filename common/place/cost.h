@@ -144,11 +144,10 @@ struct cost_time {
 /* Step-time estimate: compute (the products at device_tflops, the attention at
  * attention_tflops), the memory-bound ops at activation_gbps and the parallel
  * ops' starts at parallel_op_s (CPU ranks), tp, cp and ep's all-to-all
- * (on the critical path; the all-to-all's ep_share over its slowest link), pp p2p and bubble ((pp−1)/grad_accum of the
- * per-micro-batch work, 1F1B), dp (the part not hidden behind backward; the
- * routed experts' part over the expert peers' link), and
- * the optimizer's pass over the weights at the device's memory bandwidth (when
- * links->device_memory_gbps is given). */
+ * (on the critical path; the all-to-all's ep_share over its slowest link), pp p2p and bubble
+ * ((pp−1)/grad_accum of the per-micro-batch work, 1F1B), dp (the part not hidden behind backward;
+ * the routed experts' part over the expert peers' link), and the optimizer's pass over the weights
+ * at the device's memory bandwidth (when links->device_memory_gbps is given). */
 void cost_step_time(const struct plan *p, struct cost_layout l, const struct cost_links *links,
                     struct cost_time *out);
 

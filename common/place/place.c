@@ -355,8 +355,8 @@ static void comm_links(struct rank_map *m, const struct place_node *nodes,
     memset(out, 0, sizeof *out);
     int S = m->dp_shard, cp = m->cp, ep = m->ep;
     const int degrees[] = {m->tp, m->pp, m->dp, S * cp, m->dp / S, cp, ep, m->dp * cp / ep};
-    const int strides[] = {1,      m->tp * cp * m->dp, m->tp * cp, m->tp, m->tp * S * cp,
-                           m->tp, m->tp,              m->tp * ep};
+    const int strides[] = {1,     m->tp * cp * m->dp, m->tp * cp, m->tp, m->tp * S * cp, m->tp,
+                           m->tp, m->tp * ep};
     int degree = degrees[which], stride = strides[which];
     if (degree == 1) return;
     for (int r = 0; r < m->world; r++) {

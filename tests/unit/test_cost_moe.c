@@ -65,8 +65,12 @@ static void test_a_rank_holds_its_ep_share_of_the_routed_experts(void)
     CHECK(params_at(p, 2, l) == 4510720, "ep 2: %lld", (long long)params_at(p, 2, l));
     CHECK(params_at(p, 4, l) == 3459072, "ep 4: %lld", (long long)params_at(p, 4, l));
     /* a token passes its k experts wherever they are: the same compute at any ep */
-    struct cost_links links = {.tp_gbps = 1e3, .pp_gbps = 1e3, .dp_gbps = 1e3, .ep_gbps = 1e3,
-                               .experts_gbps = 1e3, .device_tflops = 1};
+    struct cost_links links = {.tp_gbps = 1e3,
+                               .pp_gbps = 1e3,
+                               .dp_gbps = 1e3,
+                               .ep_gbps = 1e3,
+                               .experts_gbps = 1e3,
+                               .device_tflops = 1};
     struct cost_time at1, at4;
     p->parallel.ep = 1;
     cost_step_time(p, l, &links, &at1);
@@ -160,8 +164,8 @@ static void test_each_group_takes_its_own_link_in_the_step(void)
     struct plan *p = moe_plan("fp32", "none", 0);
     if (!p) return;
     p->parallel.ep = 2;
-    struct cost_links links = {.dp_gbps = 1e6, .ep_gbps = 1, .ep_share = 0.5, .experts_gbps = 1,
-                               .device_tflops = 1e6};
+    struct cost_links links = {
+        .dp_gbps = 1e6, .ep_gbps = 1, .ep_share = 0.5, .experts_gbps = 1, .device_tflops = 1e6};
     struct cost_time t;
     cost_step_time(p, (struct cost_layout){1, 1, 4}, &links, &t);
     CHECK(fabs(t.ep_s - 0.004194432) < 1e-12, "ep %.12g", t.ep_s);
