@@ -476,6 +476,47 @@ static void test_cp_counts_in_the_world_and_the_shard_group(void)
     free_topo(t);
 }
 
+/* Expert parallelism on two nodes of 8 GPUs, tp 2 × dp 8: an ep group is ep consecutive dp
+ * ranks of one tp rank (parallel.c's split), tp·ep consecutive ranks. At ep 2 a group is 4
+ * ranks of one node's NVLink domain (one peer, over NVLink), the expert peers (ranks 4 apart:
+ * dp 0, 2, 4, 6 of tp rank 0) span both nodes; at ep 8 a group is 16 ranks, both nodes,
+ * 4 of a rank's 7 peers on the other, and there are no expert peers. */
+static void test_ep_groups_and_expert_peers_are_placed(void)
+{
+    struct topo *t = make_topo(8, NULL, 2, 8, 8);
+    struct place_node nodes[2] = {{.name = "a", .topo = t, .slots = 8},
+                                  {.name = "b", .topo = t, .slots = 8}};
+    struct plan *p = make_plan(8, false);
+    struct rank_map m;
+    struct plait_error err;
+    if (!p) return;
+    p->parallel.ep = 2;
+    CHECK(place_ranks(p, 2, 1, 8, nodes, 2, &bw, &m, &err) == 0, "%s", err.text);
+    CHECK(m.ep == 2 && m.comm_ep.groups == 8 && m.comm_ep.slowest == COST_LINK_NVLINK &&
+              m.comm_ep.peers_behind == 1,
+          "ep 2: %d groups over %s, %d peers behind", m.comm_ep.groups,
+          cost_link_name(m.comm_ep.slowest), m.comm_ep.peers_behind);
+    CHECK(m.comm_experts.groups == 4 && m.comm_experts.slowest == COST_LINK_NETWORK &&
+              m.comm_experts.crossing[COST_LINK_NETWORK] == 4,
+          "expert peers: %d groups over %s", m.comm_experts.groups,
+          cost_link_name(m.comm_experts.slowest));
+    rank_map_free(&m);
+    p->parallel.ep = 8;
+    CHECK(place_ranks(p, 2, 1, 8, nodes, 2, &bw, &m, &err) == 0, "%s", err.text);
+    CHECK(m.comm_ep.groups == 2 && m.comm_ep.slowest == COST_LINK_NETWORK &&
+              m.comm_ep.peers_behind == 4 && m.comm_experts.groups == 0,
+          "ep 8: %d groups over %s, %d peers behind, %d expert peer groups", m.comm_ep.groups,
+          cost_link_name(m.comm_ep.slowest), m.comm_ep.peers_behind, m.comm_experts.groups);
+    rank_map_free(&m);
+    p->parallel.ep = 1; /* none: no groups */
+    CHECK(place_ranks(p, 2, 1, 8, nodes, 2, &bw, &m, &err) == 0, "%s", err.text);
+    CHECK(m.ep == 1 && m.comm_ep.groups == 0 && m.comm_experts.groups == 0, "ep 1: %d, %d",
+          m.comm_ep.groups, m.comm_experts.groups);
+    rank_map_free(&m);
+    plan_free(p);
+    free_topo(t);
+}
+
 int main(void)
 {
     RUN(test_megatron_order_tp_fastest_then_dp_then_pp);
@@ -491,5 +532,6 @@ int main(void)
     RUN(test_cuda_on_a_gpu_less_node_is_refused);
     RUN(test_cp_groups_sit_next_to_tp_on_one_node);
     RUN(test_cp_counts_in_the_world_and_the_shard_group);
+    RUN(test_ep_groups_and_expert_peers_are_placed);
     return check_exit_code();
 }
