@@ -483,36 +483,35 @@ static void test_cp_counts_in_the_world_and_the_shard_group(void)
  * 4 of a rank's 7 peers on the other, and there are no expert peers. */
 static void test_ep_groups_and_expert_peers_are_placed(void)
 {
+    const struct {
+        int ep, groups, behind, peer_groups;
+        enum cost_link link, peers_link;
+    } cases[] = {{1, 0, 0, 0, COST_LINK_NONE, COST_LINK_NONE},
+                 {2, 8, 1, 4, COST_LINK_NVLINK, COST_LINK_NETWORK},
+                 {8, 2, 4, 0, COST_LINK_NETWORK, COST_LINK_NONE}};
     struct topo *t = make_topo(8, NULL, 2, 8, 8);
-    struct place_node nodes[2] = {{.name = "a", .topo = t, .slots = 8},
-                                  {.name = "b", .topo = t, .slots = 8}};
+    struct place_node two[2] = {{.name = "a", .topo = t, .slots = 8},
+                                {.name = "b", .topo = t, .slots = 8}};
     struct plan *p = make_plan(8, false);
-    struct rank_map m;
-    struct plait_error err;
-    if (!p) return;
-    p->parallel.ep = 2;
-    CHECK(place_ranks(p, 2, 1, 8, nodes, 2, &bw, &m, &err) == 0, "%s", err.text);
-    CHECK(m.ep == 2 && m.comm_ep.groups == 8 && m.comm_ep.slowest == COST_LINK_NVLINK &&
-              m.comm_ep.peers_behind == 1,
-          "ep 2: %d groups over %s, %d peers behind", m.comm_ep.groups,
-          cost_link_name(m.comm_ep.slowest), m.comm_ep.peers_behind);
-    CHECK(m.comm_experts.groups == 4 && m.comm_experts.slowest == COST_LINK_NETWORK &&
-              m.comm_experts.crossing[COST_LINK_NETWORK] == 4,
-          "expert peers: %d groups over %s", m.comm_experts.groups,
-          cost_link_name(m.comm_experts.slowest));
-    rank_map_free(&m);
-    p->parallel.ep = 8;
-    CHECK(place_ranks(p, 2, 1, 8, nodes, 2, &bw, &m, &err) == 0, "%s", err.text);
-    CHECK(m.comm_ep.groups == 2 && m.comm_ep.slowest == COST_LINK_NETWORK &&
-              m.comm_ep.peers_behind == 4 && m.comm_experts.groups == 0,
-          "ep 8: %d groups over %s, %d peers behind, %d expert peer groups", m.comm_ep.groups,
-          cost_link_name(m.comm_ep.slowest), m.comm_ep.peers_behind, m.comm_experts.groups);
-    rank_map_free(&m);
-    p->parallel.ep = 1; /* none: no groups */
-    CHECK(place_ranks(p, 2, 1, 8, nodes, 2, &bw, &m, &err) == 0, "%s", err.text);
-    CHECK(m.ep == 1 && m.comm_ep.groups == 0 && m.comm_experts.groups == 0, "ep 1: %d, %d",
-          m.comm_ep.groups, m.comm_experts.groups);
-    rank_map_free(&m);
+    for (size_t k = 0; p && k < sizeof cases / sizeof *cases; k++) {
+        struct rank_map m;
+        struct plait_error err;
+        p->parallel.ep = cases[k].ep;
+        if (place_ranks(p, 2, 1, 8, two, 2, &bw, &m, &err)) {
+            CHECK(0, "ep %d: %s", cases[k].ep, err.text);
+            continue;
+        }
+        const struct place_comm *g = &m.comm_ep, *peers = &m.comm_experts;
+        CHECK(m.ep == cases[k].ep && g->groups == cases[k].groups && g->slowest == cases[k].link &&
+                  g->peers_behind == cases[k].behind,
+              "ep %d: %d groups over %s, %d peers behind", cases[k].ep, g->groups,
+              cost_link_name(g->slowest), g->peers_behind);
+        CHECK(peers->groups == cases[k].peer_groups && peers->slowest == cases[k].peers_link &&
+                  peers->crossing[cases[k].peers_link] == cases[k].peer_groups,
+              "ep %d: %d expert peer groups over %s", cases[k].ep, peers->groups,
+              cost_link_name(peers->slowest));
+        rank_map_free(&m);
+    }
     plan_free(p);
     free_topo(t);
 }
