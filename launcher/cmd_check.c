@@ -410,7 +410,8 @@ static void print_ep_groups(const struct rank_map *m, const struct place_node *n
            "rank's %d peer%s over %s\n",
            link_where(m->comm_ep.slowest), m->ep, m->tp, m->tp, m->ep, span, why,
            m->comm_ep.peers_behind, m->ep - 1, m->ep == 2 ? "" : "s",
-           cost_link_name(m->comm_ep.slowest));
+           m->comm_ep.slowest == COST_LINK_NETWORK ? "the network"
+                                                   : cost_link_name(m->comm_ep.slowest));
     int peers = m->dp * m->cp / m->ep;
     if (peers > 1)
         printf("  expert peers: %s (the %d dp ranks holding the same experts, %d ranks apart): "
@@ -655,11 +656,11 @@ static void print_traffic(const struct plan *p, const struct layout_eval *e,
            e->time.bubble_s, e->time.dp_s, optimizer, e->tokens_per_s);
     if (m->ep > 1)
         printf("  ep: each MoE layer's routed rows to their experts' ranks and back in forward "
-               "and backward (again in full recompute's forward), fp32 as the CPU backend sends "
-               "them (the CUDA backend refuses MoE), balanced routing; its seconds the "
-               "share to peers over the slowest link; serial in the step (no overlap with "
-               "compute modelled, DualPipeV's included). dp: the dense gradients over dp, and "
-               "the experts row\n");
+               "and backward (again in full recompute's forward, twice with a split "
+               "backward), fp32 as the CPU backend sends them (the CUDA backend refuses MoE), "
+               "balanced routing; its seconds the share to peers over the slowest link; "
+               "serial in the step (no overlap with compute modelled, DualPipeV's included). "
+               "dp: the dense gradients over dp, and the experts row\n");
     const struct gpu_spec *gpu = plan_gpu(e, nodes);
     if (gpu) {
         struct gpt2_config cfg = gpt2_config_of_plan(&p->model);

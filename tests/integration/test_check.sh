@@ -229,7 +229,7 @@ test_text_shows_the_ep_groups() {
         grep -qE "^  modelled step: .*, tp [0-9.]+, ep [0-9.]+, pp " "$WORK/ep2.txt" ||
         { cat "$WORK/ep2.txt"; return 1; }
     check_text "$eight" "$WORK/ep8.txt" || return 1
-    grep -qF "  ep groups: across the network (each 8 consecutive dp ranks of one tp rank, 2 ranks apart: tp 2 × ep 8 = 16 consecutive ranks, more than a node's 8 slots), an all-to-all of the routed rows, 4 of each rank's 7 peers over network" "$WORK/ep8.txt" &&
+    grep -qF "  ep groups: across the network (each 8 consecutive dp ranks of one tp rank, 2 ranks apart: tp 2 × ep 8 = 16 consecutive ranks, more than a node's 8 slots), an all-to-all of the routed rows, 4 of each rank's 7 peers over the network" "$WORK/ep8.txt" &&
         grep -qF "  expert peers: none (ep is the whole dp)" "$WORK/ep8.txt" &&
         grep -qE "^ +ep +16911444480 +network +50.0 +[0-9.]+  2 network$" "$WORK/ep8.txt" &&
         ! grep -qE "^ +experts " "$WORK/ep8.txt" || { cat "$WORK/ep8.txt"; return 1; }
