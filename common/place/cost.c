@@ -700,6 +700,18 @@ static void slowest_stage(const struct plan *p, struct cost_layout l,
     }
 }
 
+/* Seconds one stage's gradient sums take on their links: hybrid sharding's two groups, or
+ * dp's dense part and the routed experts' over their expert peers (ep > 1), one after the
+ * other. */
+static double dp_seconds(const struct cost_traffic *t, const struct cost_links *links)
+{
+    if (t->shard_bytes + t->replicas_bytes > 0)
+        return seconds(t->shard_bytes, links->shard_gbps * 1e9) +
+               seconds(t->replicas_bytes, links->replicas_gbps * 1e9);
+    return seconds(t->dp_bytes - t->experts_bytes, links->dp_gbps * 1e9) +
+           seconds(t->experts_bytes, links->experts_gbps * 1e9);
+}
+
 /* compute, memory-bound ops and parallel starts: the slowest stage's
  * (slowest_stage). tp:
  * all-reduces sit between the layer's matmuls, on the critical path. pp: the
@@ -730,11 +742,11 @@ void cost_step_time(const struct plan *p, struct cost_layout l, const struct cos
     out->ep_s = seconds(t.ep_bytes * ep_share, links->ep_gbps * 1e9);
     double work_s = out->compute_s + out->memory_s + out->parallel_s;
     out->bubble_s = l.pp > 1 ? work_s * (l.pp - 1) / p->batch.grad_accum : 0.0;
-    double dp_raw_s = t.shard_bytes + t.replicas_bytes > 0 /* hybrid sharding: each group's link */
-                          ? seconds(t.shard_bytes, links->shard_gbps * 1e9) +
-                                seconds(t.replicas_bytes, links->replicas_gbps * 1e9)
-                          : seconds(t.dp_bytes - t.experts_bytes, links->dp_gbps * 1e9) +
-                                seconds(t.experts_bytes, links->experts_gbps * 1e9);
+    double dp_raw_s = 0; /* the busiest stage's gradient sums, each group's bytes on its link */
+    for (int k = 0; k < l.pp; k++) {
+        struct cost_traffic st = stage_traffic(p, l, k);
+        dp_raw_s = fmax(dp_raw_s, dp_seconds(&st, links));
+    }
     double overlap_s = out->compute_s * 2.0 / 3.0;
     if (isinf(dp_raw_s))
         out->dp_s = HUGE_VAL;
