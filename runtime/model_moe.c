@@ -189,8 +189,8 @@ int moe_forward(struct model *m, struct moe_acts *a, int l, const float *ln, int
     o->matmul_forward(m->ctx, m->moe_logits, ln, model_tensor(m, false, GPT2_ROUTERW, l),
                       model_tensor16(m, GPT2_ROUTERW, l), NULL, N, C, E);
     o->moe_route(m->ctx, a->probs, a->choice, a->gate, a->lse, m->moe_logits, N, E, k);
-    a->kept = o->moe_dispatch(m->ctx, a->pos, a->rows, a->counts, a->counts + E, a->choice, N, E, k,
-                              capacity_of(m, N));
+    a->kept = o->moe_dispatch(m->ctx, a->pos, a->rows, a->counts, a->counts + E, a->choice, NULL,
+                              1, N, E, k, capacity_of(m, N));
     o->moe_gather(m->ctx, own, ln, a->rows, a->kept, C);
     int32_t *counts = counts_of(m, a);
     memcpy(a->routed_host, counts + E, (size_t)E * sizeof *counts); /* for moe_count */
