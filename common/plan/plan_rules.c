@@ -533,7 +533,7 @@ static int check_cp_rules(struct plan_ctx *c, const struct plan *p)
 
 /* model.moe: its fields against each other and the model, and what this
  * slice of mixture of experts does not build yet, refused naming the field:
- * context parallelism, the CUDA backend, llm.c or Hugging Face files. */
+ * the CUDA backend, llm.c or Hugging Face files. */
 static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
 {
     const struct plan_moe *e = &p->model.moe;
@@ -553,9 +553,7 @@ static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
                               "split over tp as the MLP is",
                               e->ffn_hidden, par->tp, e->ffn_hidden % par->tp);
     const char *what = NULL, *path = NULL;
-    if (par->cp != 1)
-        path = "parallel.cp", what = "context parallelism is not built yet; use 1";
-    else if (par->device == PLAN_DEVICE_CUDA)
+    if (par->device == PLAN_DEVICE_CUDA)
         path = "parallel.device", what = "the routing has no CUDA kernels yet; use \"cpu\"";
     else if (p->model.init)
         path = "model.init", what = "llm.c and Hugging Face files hold no experts; remove it";
