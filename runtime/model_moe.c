@@ -276,7 +276,8 @@ int moe_backward(struct model *m, struct moe_acts *a, int l, const float *dout, 
 
 /* x rounded to a multiple of 2^-40: sums of such terms (below 2^13) are exact, the same
  * in any order and over any ranks, so a step stopped and resumed mid-way reports the
- * same metrics to the bit */
+ * same metrics to the bit, and its loss (summed over the ranks at the stop, then over
+ * the rest) takes no rounding from the MoE losses */
 static double exact_term(double x)
 {
     return ldexp(nearbyint(ldexp(x, 40)), -40);
@@ -290,9 +291,10 @@ void moe_count(struct model *m, const struct model_slot *sl, int N)
     for (int i = 0; i < m->n_layers; i++) {
         if (!gpt2_layer_moe(cfg, gpt2_shard_layer(&m->shard, first + i))) continue;
         const struct moe_acts *a = moe_acts_of(m, sl, i);
-        m->moe_loss += a->losses[0] + a->losses[1];
-        st[MOE_STAT_BALANCE] += exact_term(a->losses[0]);
-        st[MOE_STAT_Z] += exact_term(a->losses[1]);
+        double balance = exact_term(a->losses[0]), z = exact_term(a->losses[1]);
+        m->moe_loss += balance + z;
+        st[MOE_STAT_BALANCE] += balance;
+        st[MOE_STAT_Z] += z;
         st[MOE_STAT_CHOICES] += (double)k * N;
         st[MOE_STAT_DROPPED] += (double)k * N - a->kept;
         for (int e = 0; e < E; e++) st[MOE_STAT_ROUTED + e] += a->routed_host[e];
