@@ -6,10 +6,12 @@
 # rank within 1e-5 over 12 steps, predicted == allocated, with the per-expert loads and
 # dropped choices of one rank's metrics and its balance and z losses within 1e-5: E 4, k 2
 # with a shared expert, capacity 1.25 (dropping) and a z-loss at cp 2 and 4; cp 2 with dp 2,
-# tp 2 and pp 2 (1F1B); cp 2 with expert parallelism (ep 2: the cp pair; cp 2 × dp 2 at
-# ep 4); a Llama with grouped-query attention; the same bits twice; a stopped cp 2 run
-# resumed to the bit; a cp 2 × ep 2 checkpoint resumed on one rank (cp 1, ep 1). By hand:
-# each chunk dispatched from 0 instead of the choices before it fails the loads.
+# tp 2 (and sequence parallel), pp 2 (1F1B) and full recompute; evaluation; cp 2 with expert
+# parallelism (ep 2: the cp pair; cp 2 × dp 2 at ep 4); a Llama with grouped-query
+# attention; the same bits twice; a stopped cp 2 run resumed to the bit; a cp 2 × ep 2
+# checkpoint resumed on one rank (cp 1, ep 1). By hand: each chunk dispatched from 0
+# instead of the choices before it, the capacity of the rank's tokens, f_e of the rank's
+# choices or the balance coefficient not over cp, each fails every layout (0.2% to 3% off).
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, WORK, check, finish
 
@@ -36,13 +38,22 @@ test_cp2_and_cp4_match_one_rank() {
 }
 check cp2_and_cp4_match_one_rank test_cp2_and_cp4_match_one_rank
 
-# the counts summed over each tp rank's cp group; the cp ranks of a stage in one pipeline
-test_cp2_with_dp2_tp2_and_pp2_matches_one_rank() {
+# the counts summed over each tp rank's cp group (with sequence parallelism, over the block's
+# gathered rows); the cp ranks of a stage in one pipeline; full recompute counting again
+test_cp2_with_dp2_tp2_pp2_and_recompute_matches_one_rank() {
     as_one_rank cp2dp2 --set parallel.cp=2 --set parallel.dp=2 --set batch.grad_accum=2 || return 1
     as_one_rank tp2cp2 --set parallel.tp=2 --set parallel.cp=2 --set batch.grad_accum=4 || return 1
-    as_one_rank cp2pp2 --set parallel.cp=2 --set parallel.pp=2 --set batch.grad_accum=4
+    as_one_rank tp2cp2_sp --set parallel.tp=2 --set parallel.cp=2 \
+        --set parallel.sequence_parallel=true --set batch.grad_accum=4 || return 1
+    as_one_rank cp2pp2 --set parallel.cp=2 --set parallel.pp=2 --set batch.grad_accum=4 || return 1
+    as_one_rank cp2_full --set parallel.cp=2 --set recompute=full --set batch.grad_accum=4
 }
-check cp2_with_dp2_tp2_and_pp2_matches_one_rank test_cp2_with_dp2_tp2_and_pp2_matches_one_rank
+check cp2_with_dp2_tp2_pp2_and_recompute_matches_one_rank \
+    test_cp2_with_dp2_tp2_pp2_and_recompute_matches_one_rank
+
+# Evaluation (forwards only, their routing the micro-batch's all the same) at cp 2
+check evaluation_at_cp2_matches_one_rank evaluates_as_one_rank eval_cp2 --set parallel.cp=2 \
+    --set batch.grad_accum=4
 
 # an ep group is ep consecutive ranks of the dp·cp that average the gradients: at cp 2 × dp 1
 # ep 2 is the cp pair; at cp 2 × dp 2 ep 4 spans both dp ranks' pairs
