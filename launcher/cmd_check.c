@@ -530,10 +530,10 @@ static void print_moe(const struct plan *p)
            cfg.layers, total, active, 100 * active / total);
     int ep = p->parallel.ep;
     if (ep > 1)
-        printf("  parallel.ep %d: each MoE layer's experts over ep groups of %d consecutive dp "
+        printf("  parallel.ep %d: each MoE layer's experts over ep groups of %d consecutive %s "
                "ranks, %d routed a rank (and every shared one), their rows exchanged by "
                "all-to-all\n",
-               ep, ep, e->experts / ep);
+               ep, ep, p->parallel.cp > 1 ? "dp·cp" : "dp", e->experts / ep);
 }
 
 /* Device memory per rank of each stage, as model_init allocates it. */

@@ -81,10 +81,7 @@ check the_referee_refuses_a_wrong_run test_the_referee_refuses_a_wrong_run
 
 # ---- layouts against one rank (parallel_lib.sh), 12 steps of a 4-layer MoE GPT-2
 tiny_plan "$WORK/plan.json"
-MOE=(--set model.layers=4 --set model.moe.experts=4 --set model.moe.top_k=2
-    --set model.moe.every=2 --set model.moe.shared_experts=1 --set model.moe.capacity_factor=1.25
-    --set model.moe.router_z_loss=0.001 --set model.moe.ffn_hidden=48)
-COMMON=(--set data.val=null --set data.val_every=0 "${MOE[@]}")
+source "$(dirname "$0")/moe_lib.sh"      # defines: MOE, COMMON, loads_equal, reshard
 source "$(dirname "$0")/parallel_lib.sh" # defines: ref, layout, stop_resume, uninterrupted
 
 test_dp2_zero1_2_3_and_pp2_schedules_match_one_rank() {
@@ -275,19 +272,6 @@ check ep2_and_ep4_match_one_rank test_ep2_and_ep4_match_one_rank
 check evaluation_at_ep2_matches_one_rank evaluates_as_one_rank eval_dp4_ep2 --set parallel.dp=4 \
     --set parallel.ep=2 --set batch.grad_accum=1
 
-# loads A B: every step's per-expert load and dropped choices are the same in both runs
-loads_equal() {
-    "$PY" - "$1" "$2" <<'PYEOF'
-import json, sys
-a, b = ([json.loads(l)["moe"] for l in open(p) if '"step"' in l] for p in sys.argv[1:3])
-assert len(a) == len(b) == 12, (len(a), len(b))
-assert [x["load"] for x in a] == [y["load"] for y in b], "the experts' loads differ"
-assert [x["dropped"] for x in a] == [y["dropped"] for y in b], "the dropped choices differ"
-assert sum(x["dropped"] for x in a) > 0, "no choice was dropped: the case tests no capacity"
-print(f"{len(a)} steps: the same loads, {sum(x['dropped'] for x in a)} choices dropped")
-PYEOF
-}
-
 # E 8, k 1, capacity 1.0 (dropping per rank's tokens): ep 2 and 4 against one rank, and the
 # per-expert load and dropped choices of metrics.jsonl those of ep 1 at the same dp
 test_ep_with_dropping_matches_one_rank_and_keeps_the_loads() {
@@ -329,25 +313,6 @@ test_a_mid_step_ep2_checkpoint_is_refused_at_ep1() {
         "$run.log2" || { cat "$run.log2"; return 1; }
 }
 check a_mid_step_ep2_checkpoint_is_refused_at_ep1 test_a_mid_step_ep2_checkpoint_is_refused_at_ep1
-
-# reshard NAME N STOPPED_LAYOUT... -- RESUMED_LAYOUT...: a run stopped after each rank's
-# N-th micro-batch (step 5's end) in one layout resumes from that checkpoint in the other;
-# steps 6-12 within 1e-5 of one rank's
-reshard() {
-    local name=$1 n=$2 run=$WORK/$1 rc=0 first=() second=()
-    shift 2
-    while [ "$1" != -- ]; do first+=("$1"); shift; done
-    shift
-    second=("$@")
-    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=$n "$PLAIT" train "$WORK/plan.json" --out "$run" \
-        "${COMMON[@]}" "${first[@]}" >"$run.log" 2>&1 || rc=$?
-    [ "$rc" = 75 ] || { echo "exit $rc"; tail "$run.log"; return 1; }
-    "$PLAIT" ckpt verify "$run" >"$run.verify" 2>&1 || { cat "$run.verify"; return 1; }
-    "$PLAIT" train "$WORK/plan.json" --out "$run" "${COMMON[@]}" "${second[@]}" \
-        >"$run.log2" 2>&1 || { tail "$run.log2"; return 1; }
-    grep -q "resuming from .*step_00000005_0000" "$run.log2" || { cat "$run.log2"; return 1; }
-    close "$run/metrics.jsonl" "$WORK/one_a4/metrics.jsonl" 1e-5
-}
 
 # Checkpoints across ep: each ep rank writes its experts (model and optim parts by dp
 # rank, the manifest's layout saying ep); ep 2 (with tp 2 too) resumes at ep 1 on one
