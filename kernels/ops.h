@@ -228,10 +228,15 @@ struct ops {
      * largest first, ties to the lower expert; gate (N,k) those over their
      * sum; lse (N) each row's logsumexp (the z-loss).
      * Dispatch: each choice's row in the packed (expert-major, token order
-     * within an expert) buffer, pos (N,k), or -1 where its expert already
-     * holds `capacity` tokens (0: no limit); rows (M) each packed row's
-     * token; counts (E) each expert's rows; routed (E) every choice counted,
-     * dropped or not (the balance loss's f_e·k·N). Returns M = Σ counts.
+     * within an expert) buffer, pos (N,k), or -1 where `capacity` of the
+     * micro-batch's choices (0: no limit) came to its expert before it; rows
+     * (M) each packed row's token; counts (E) each expert's rows; routed (E)
+     * every choice counted, dropped or not (the balance loss's f_e·k·N).
+     * The N tokens are `ranges` equal runs, each a stretch of the
+     * micro-batch's token order (context parallelism: a rank's chunks);
+     * before (ranges,E) each expert's choices in the micro-batch before run
+     * j's first token (NULL: none; with ranges 1 the N tokens are the whole
+     * micro-batch). Returns M = Σ counts.
      * Gather: packed (M,C) = x's rows; backward dx (N,C) (+)= each token's
      * kept rows of dpacked, in choice order.
      * Combine: out (N,C) (+)= Σ_j gate·y[pos] over the kept choices, in
@@ -245,7 +250,8 @@ struct ops {
     void (*moe_route)(struct ops_ctx *ctx, float *probs, int32_t *choice, float *gate, float *lse,
                       const float *logits, int N, int E, int k);
     int (*moe_dispatch)(struct ops_ctx *ctx, int32_t *pos, int32_t *rows, int32_t *counts,
-                        int32_t *routed, const int32_t *choice, int N, int E, int k, int capacity);
+                        int32_t *routed, const int32_t *choice, const int32_t *before, int ranges,
+                        int N, int E, int k, int capacity);
     void (*moe_gather)(struct ops_ctx *ctx, float *packed, const float *x, const int32_t *rows,
                        int M, int C);
     void (*moe_gather_backward)(struct ops_ctx *ctx, float *dx, const float *dpacked,

@@ -391,6 +391,37 @@ static const char *link_where(enum cost_link link)
                                        : "inside one node";
 }
 
+/* With ep > 1, where its two groups were placed and why: an ep group of a stage is ep
+ * consecutive (folded) dp ranks of one tp rank, so it spans tp·ep consecutive ranks, which
+ * placement keeps on one node when they fit; its expert peers are ep ranks apart. */
+static void print_ep_groups(const struct rank_map *m, const struct place_node *nodes, int n_nodes)
+{
+    if (m->ep < 2) return;
+    int span = m->tp * m->ep, slots = 0;
+    for (int i = 0; i < n_nodes; i++) slots = nodes[i].slots > slots ? nodes[i].slots : slots;
+    char why[64];
+    if (m->comm_ep.slowest != COST_LINK_NETWORK || span > slots)
+        snprintf(why, sizeof why, "%s a node's %d slots", span > slots ? "more than" : "within",
+                 slots);
+    else
+        snprintf(why, sizeof why, "laid across a node's edge");
+    printf("  ep groups: %s (each %d consecutive dp ranks of one tp rank, %d ranks apart: tp %d "
+           "× ep %d = %d consecutive ranks, %s), an all-to-all of the routed rows, %d of each "
+           "rank's %d peer%s over %s\n",
+           link_where(m->comm_ep.slowest), m->ep, m->tp, m->tp, m->ep, span, why,
+           m->comm_ep.peers_behind, m->ep - 1, m->ep == 2 ? "" : "s",
+           m->comm_ep.slowest == COST_LINK_NETWORK ? "the network"
+                                                   : cost_link_name(m->comm_ep.slowest));
+    int peers = m->dp * m->cp / m->ep;
+    if (peers > 1)
+        printf("  expert peers: %s (the %d dp ranks holding the same experts, %d ranks apart): "
+               "the routed experts' gradients are summed over them, the rest over dp\n",
+               link_where(m->comm_experts.slowest), peers, span);
+    else
+        printf("  expert peers: none (ep is the whole dp): the routed experts' gradients are "
+               "not summed\n");
+}
+
 /* The layout and each node: its GPUs by kind and its NVLink domains. */
 static void print_nodes(const struct layout_eval *e, const struct place_node *nodes, int n_nodes)
 {
@@ -406,6 +437,7 @@ static void print_nodes(const struct layout_eval *e, const struct place_node *no
     if (m->cp > 1)
         printf("  cp groups: %s (%d ranks a sequence, each taking 2 of its %d chunks)\n",
                link_where(m->comm_cp.slowest), m->cp, 2 * m->cp);
+    print_ep_groups(m, nodes, n_nodes);
     for (int i = 0; i < n_nodes; i++) {
         const struct topo *t = nodes[i].topo;
         printf("  node %d: %s, %d slot%s, %d GPU%s, %d NIC%s (%s)\n", i, nodes[i].name,
@@ -494,10 +526,10 @@ static void print_moe(const struct plan *p)
            cfg.layers, total, active, 100 * active / total);
     int ep = p->parallel.ep;
     if (ep > 1)
-        printf("  parallel.ep %d: each MoE layer's experts over ep groups of %d consecutive dp "
+        printf("  parallel.ep %d: each MoE layer's experts over ep groups of %d consecutive %s "
                "ranks, %d routed a rank (and every shared one), their rows exchanged by "
                "all-to-all\n",
-               ep, ep, e->experts / ep);
+               ep, ep, p->parallel.cp > 1 ? "dp·cp" : "dp", e->experts / ep);
     const struct plan_parallel *par = &p->parallel;
     int slices = plan_zero_slices(par, plan_dp_shard(par, par->dp) * par->cp);
     if (ep > 1 && par->zero > 0 && slices > 1)
@@ -581,7 +613,7 @@ static void print_traffic(const struct plan *p, const struct layout_eval *e,
                           const struct place_node *nodes)
 {
     const struct rank_map *m = &e->map;
-    int width = hybrid(m) ? 8 : 4; /* "replicas" */
+    int width = hybrid(m) ? 8 : m->ep > 1 ? 7 : 4; /* "replicas", "experts" */
     printf("\ntraffic per rank per step:\n  %*s %14s %9s %10s %8s  %s\n", width, "comm", "bytes",
            "link", "GB/s", "seconds", "groups by link");
     const struct {
@@ -597,10 +629,15 @@ static void print_traffic(const struct plan *p, const struct layout_eval *e,
                 {"replicas", &m->comm_replicas, e->traffic.replicas_bytes,
                  raw_seconds(&m->comm_replicas, e->traffic.replicas_bytes)},
                 /* context parallelism's ring */
-                {"cp", &m->comm_cp, e->traffic.cp_bytes, e->time.cp_s}};
+                {"cp", &m->comm_cp, e->traffic.cp_bytes, e->time.cp_s},
+                /* expert parallelism: the all-to-all, and the dp row's routed experts' part */
+                {"ep", &m->comm_ep, e->traffic.ep_bytes, e->time.ep_s},
+                {"experts", &m->comm_experts, e->traffic.experts_bytes,
+                 raw_seconds(&m->comm_experts, e->traffic.experts_bytes)}};
     for (size_t k = 0; k < sizeof rows / sizeof *rows; k++) {
         if ((k == 3 || k == 4) && !hybrid(m)) continue;
         if (k == 5 && m->cp < 2) continue;
+        if (k >= 6 && rows[k].c->groups == 0) continue; /* (ep 1; no expert peers) */
         char by[128] = "";
         size_t len = 0;
         for (int l = 1; l < COST_LINKS; l++)
@@ -616,12 +653,20 @@ static void print_traffic(const struct plan *p, const struct layout_eval *e,
     if (e->time.memory_s > 0)
         snprintf(memory, sizeof memory, ", memory-bound ops %.3f, op starts %.3f", e->time.memory_s,
                  e->time.parallel_s);
-    char cp[32] = "";
+    char cp[64] = "";
     if (m->cp > 1) snprintf(cp, sizeof cp, ", cp %.3f", e->time.cp_s);
+    if (m->ep > 1) snprintf(cp + strlen(cp), sizeof cp - strlen(cp), ", ep %.3f", e->time.ep_s);
     printf("  modelled step: %.3f s (compute %.3f%s, tp %.3f%s, pp %.3f + bubble %.3f, dp exposed "
            "%.3f%s); %.0f tokens/s\n",
            e->time.total_s, e->time.compute_s, memory, e->time.tp_s, cp, e->time.pp_s,
            e->time.bubble_s, e->time.dp_s, optimizer, e->tokens_per_s);
+    if (m->ep > 1)
+        printf("  ep: each MoE layer's routed rows to their experts' ranks and back in forward "
+               "and backward (again in full recompute's forward, twice with a split "
+               "backward), fp32 as the CPU backend sends them (the CUDA backend refuses MoE), "
+               "balanced routing; its seconds the share to peers over the slowest link; "
+               "serial in the step (no overlap with compute modelled, DualPipeV's included). "
+               "dp: the dense gradients over dp, and the experts row\n");
     const struct gpu_spec *gpu = plan_gpu(e, nodes);
     if (gpu) {
         struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
@@ -869,6 +914,20 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
                                   "dp", e->time.dp_s, "total", e->time.total_s));
     if (m->cp > 1)
         json_object_set_new(json_object_get(o, "step_time_s"), "cp", json_real(e->time.cp_s));
+    if (m->ep > 1) { /* expert parallelism: its two groups, the all-to-all's time */
+        json_t *links = json_object_get(o, "links"),
+               *bytes = json_object_get(o, "comm_bytes_per_step");
+        json_object_set_new(o, "ep", json_integer(m->ep));
+        json_t *ep = comm_json(&m->comm_ep, e->traffic.ep_bytes, e->time.ep_s);
+        json_object_set_new(ep, "peers_over_slowest", json_integer(m->comm_ep.peers_behind));
+        json_object_set_new(links, "ep", ep);
+        json_object_set_new(links, "experts",
+                            comm_json(&m->comm_experts, e->traffic.experts_bytes,
+                                      raw_seconds(&m->comm_experts, e->traffic.experts_bytes)));
+        json_object_set_new(bytes, "ep", json_real(e->traffic.ep_bytes));
+        json_object_set_new(bytes, "experts", json_real(e->traffic.experts_bytes));
+        json_object_set_new(json_object_get(o, "step_time_s"), "ep", json_real(e->time.ep_s));
+    }
     if (m->world > 0 && m->ranks[0].gpu >= 0) { /* a GPU plan */
         struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
         json_object_set_new(json_object_get(o, "step_time_s"), "optimizer",

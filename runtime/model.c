@@ -114,6 +114,7 @@ static const struct {
     MODEL(GPT2_ACT_MOE_DACT, moe_dact),
     MODEL(GPT2_ACT_MOE_LN, moe_ln),
     MODEL(GPT2_ACT_MOE_EP, moe_ep),
+    MODEL(GPT2_ACT_MOE_BEFORE, moe_cp_before),
 };
 #undef MOE
 #undef LAYER

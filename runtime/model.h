@@ -53,9 +53,10 @@ struct moe_acts {
     float *probs, *gate, *lse; /* (N,E), (N,k), (N) */
     int32_t *choice, *pos;     /* (N,k) the chosen experts, each choice's packed row (-1 dropped) */
     int32_t *rows;             /* (M) each packed row's token */
-    int32_t *counts;           /* (2E) each expert's packed rows, then its choices (routed);
-                                  ep > 1 (3E): then the rows each ep rank sent each local
-                                  expert, by source rank */
+    int32_t *counts;           /* (2E) each expert's packed rows, then its choices (routed;
+                                  cp > 1: the micro-batch's, every cp rank's); ep > 1 (3E):
+                                  then the rows each ep rank sent each local expert, by
+                                  source rank */
     float *x, *h, *act, *y;    /* (M,C), (M,FCm), (M,Fm), (M,C): the experts' rows */
     float *sh_h, *sh_act;      /* (S,N,FCm), (S,N,Fm): the shared experts' */
     int kept;                  /* M */
@@ -194,6 +195,12 @@ struct model {
     int64_t *moe_ep_counts;       /* ep > 1, host (2E): the row counts sent and received */
     size_t *moe_ep_sizes;         /* ep > 1, host (2·ep): an all-to-all's counts */
     const struct group *ep_group; /* ep > 1: the ep ranks the experts are spread over */
+    /* cp > 1 (model_moe_cp.c): the choices before each of the rank's chunks (gpt2_memory.h
+     * GPT2_ACT_MOE_BEFORE), and on the host a layer's choices (N,k) then those before
+     * each chunk (2B,E), every chunk's choices in the micro-batch's order (B,2cp,E), and
+     * each expert's choices in the micro-batch (E) */
+    int32_t *moe_cp_before, *moe_cp_host, *moe_cp_routed;
+    double *moe_cp_chunks;
     double moe_capacity_factor, moe_aux, moe_z; /* plan.h struct plan_moe's */
     int32_t *moe_counts_host;                   /* (2E) a layer's counts, read back */
     int32_t *moe_routed_host;                   /* every slot's moe_acts' routed_host */

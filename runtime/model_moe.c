@@ -94,8 +94,6 @@ int moe_check(const struct model *m, struct plait_error *err)
         !o->moe_combine || !o->moe_combine_backward || !o->moe_route_backward || !o->moe_losses)
         return error_set(err, "model.moe: the %s backend has no mixture-of-experts ops yet",
                          o->name);
-    if (m->cp > 1)
-        return error_set(err, "model.moe: context parallelism with experts is not built yet");
     int ep = m->shard.part.ep;
     if (ep > 1 && (!m->ep_group || m->ep_group->size != ep || !m->ep_group->alltoall_v))
         return error_set(err,
@@ -118,6 +116,7 @@ int moe_init(struct model *m, struct plait_error *err)
     m->moe_routed_host = calloc(layers * E + 1, sizeof *m->moe_routed_host);
     if (!m->moe_counts_host || !m->moe_stats || !m->moe_routed_host)
         return error_set(err, "out of memory for the statistics of %zu experts", E);
+    if (moe_cp_init(m, err)) return -1;
     for (size_t s = 0; s < (size_t)m->n_slots; s++)
         for (size_t j = 0; j < (size_t)m->n_moe; j++)
             m->slots[s].moe[j].routed_host = m->moe_routed_host + (s * (size_t)m->n_moe + j) * E;
@@ -126,6 +125,7 @@ int moe_init(struct model *m, struct plait_error *err)
 
 void moe_free(struct model *m)
 {
+    moe_cp_free(m);
     free(m->moe_counts_host);
     free(m->moe_ep_counts);
     free(m->moe_ep_sizes);
@@ -145,8 +145,8 @@ struct moe_acts *moe_acts_of(const struct model *m, const struct model_slot *sl,
     return &sl->moe[gpt2_moe_layers_before(&m->cfg, l) - gpt2_moe_layers_before(&m->cfg, l0)];
 }
 
-/* An expert's capacity in a micro-batch of N tokens: ceil(capacity_factor·k·N/E),
- * 0 (none) without a capacity factor. */
+/* An expert's capacity in a micro-batch of N tokens (with cp, every cp rank's):
+ * ceil(capacity_factor·k·N/E), 0 (none) without a capacity factor. */
 static int capacity_of(const struct model *m, int N)
 {
     const struct gpt2_config *cfg = &m->cfg;
@@ -165,6 +165,15 @@ static int local_experts(const struct model *m)
 static int rows_of(const struct model *m, const int32_t *counts, int e)
 {
     return m->shard.part.ep > 1 ? moe_ep_rows(m, counts, e) : counts[e];
+}
+
+/* The balance loss's coefficient as the ops take it: their f_e is routed/(k·N) of the N
+ * tokens they see, the rank's; with cp, routed is the micro-batch's cp·N tokens'
+ * (moe_cp_counts), so the coefficient carries 1/cp. Each rank's P_e is its own tokens'
+ * mean, as its z-loss is: their mean over the cp ranks, the loss's, is the micro-batch's. */
+static double balance_coef(const struct model *m)
+{
+    return m->moe_aux / m->cp;
 }
 
 /* Each expert's packed rows of acts a (and with ep the rows each ep rank sent the local
@@ -189,11 +198,16 @@ int moe_forward(struct model *m, struct moe_acts *a, int l, const float *ln, int
     o->matmul_forward(m->ctx, m->moe_logits, ln, model_tensor(m, false, GPT2_ROUTERW, l),
                       model_tensor16(m, GPT2_ROUTERW, l), NULL, N, C, E);
     o->moe_route(m->ctx, a->probs, a->choice, a->gate, a->lse, m->moe_logits, N, E, k);
-    a->kept = o->moe_dispatch(m->ctx, a->pos, a->rows, a->counts, a->counts + E, a->choice, N, E, k,
-                              capacity_of(m, N));
+    bool cp = m->cp > 1; /* each of the rank's 2B chunks from the micro-batch's choices before it */
+    if (cp && moe_cp_counts(m, a, N, err)) return -1;
+    a->kept = o->moe_dispatch(m->ctx, a->pos, a->rows, a->counts, a->counts + E, a->choice,
+                              cp ? m->moe_cp_before : NULL, cp ? 2 * N / m->T : 1, N, E, k,
+                              capacity_of(m, N * m->cp));
     o->moe_gather(m->ctx, own, ln, a->rows, a->kept, C);
     int32_t *counts = counts_of(m, a);
-    memcpy(a->routed_host, counts + E, (size_t)E * sizeof *counts); /* for moe_count */
+    memcpy(a->routed_host, counts + E, (size_t)E * sizeof *counts); /* for moe_count: the rank's */
+    if (cp) /* the losses' f_e: the micro-batch's choices */
+        o->upload(m->ctx, a->counts + E, m->moe_cp_routed, (size_t)E * sizeof *counts);
     if (ep && (moe_ep_counts(m, a, counts, err) || moe_ep_dispatch(m, counts, own, N, a->x, err)))
         return -1;
     for (int e = 0, at = 0, n; e < El; at += n, e++) {
@@ -211,7 +225,7 @@ int moe_forward(struct model *m, struct moe_acts *a, int l, const float *ln, int
         expert_forward(m, &w, m->dC, a->sh_h + sN * FCm, a->sh_act + sN * Fm, ln, N);
         o->residual_forward(m->ctx, m->proj, m->proj, m->dC, (size_t)N * C);
     }
-    o->moe_losses(m->ctx, a->losses, a->probs, a->lse, a->counts + E, N, E, k, m->moe_aux,
+    o->moe_losses(m->ctx, a->losses, a->probs, a->lse, a->counts + E, N, E, k, balance_coef(m),
                   m->moe_z);
     return 0;
 }
@@ -243,7 +257,7 @@ int moe_backward(struct model *m, struct moe_acts *a, int l, const float *dout, 
     /* the router: its gates' gradients and the losses', scaled as the loss is */
     double scale = (double)grad_scale * N;
     o->moe_route_backward(m->ctx, m->moe_logits, m->moe_dgate, a->probs, a->choice, a->gate, a->lse,
-                          a->counts + E, N, E, k, (float)(m->moe_aux * scale),
+                          a->counts + E, N, E, k, (float)(balance_coef(m) * scale),
                           (float)(m->moe_z * scale));
     o->matmul_backward(m->ctx, m->proj, model_tensor(m, true, GPT2_ROUTERW, l), NULL, m->moe_logits,
                        ln, model_tensor(m, false, GPT2_ROUTERW, l),
@@ -262,7 +276,8 @@ int moe_backward(struct model *m, struct moe_acts *a, int l, const float *dout, 
 
 /* x rounded to a multiple of 2^-40: sums of such terms (below 2^13) are exact, the same
  * in any order and over any ranks, so a step stopped and resumed mid-way reports the
- * same metrics to the bit */
+ * same metrics to the bit, and its loss (summed over the ranks at the stop, then over
+ * the rest) takes no rounding from the MoE losses */
 static double exact_term(double x)
 {
     return ldexp(nearbyint(ldexp(x, 40)), -40);
@@ -276,9 +291,10 @@ void moe_count(struct model *m, const struct model_slot *sl, int N)
     for (int i = 0; i < m->n_layers; i++) {
         if (!gpt2_layer_moe(cfg, gpt2_shard_layer(&m->shard, first + i))) continue;
         const struct moe_acts *a = moe_acts_of(m, sl, i);
-        m->moe_loss += a->losses[0] + a->losses[1];
-        st[MOE_STAT_BALANCE] += exact_term(a->losses[0]);
-        st[MOE_STAT_Z] += exact_term(a->losses[1]);
+        double balance = exact_term(a->losses[0]), z = exact_term(a->losses[1]);
+        m->moe_loss += balance + z;
+        st[MOE_STAT_BALANCE] += balance;
+        st[MOE_STAT_Z] += z;
         st[MOE_STAT_CHOICES] += (double)k * N;
         st[MOE_STAT_DROPPED] += (double)k * N - a->kept;
         for (int e = 0; e < E; e++) st[MOE_STAT_ROUTED + e] += a->routed_host[e];

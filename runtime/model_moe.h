@@ -4,7 +4,8 @@
  * rows it took, the gates' combination, the shared experts, and the balance
  * and z losses, all through kernels/ops.h. A rank holds E/ep of the routed experts
  * (parallel.ep; all at ep 1), their rows exchanged over the ep group (model_moe_ep.c),
- * and every shared one; with tp each expert is split as the dense MLP is (fc by
+ * and every shared one; with context parallelism the routing counts every cp rank's
+ * choices (model_moe_cp.c); with tp each expert is split as the dense MLP is (fc by
  * columns, fcproj by rows), the router whole on every tp rank. Its products run in
  * the precision's copy of the weights: bf16 in bf16, fp32 in fp32 and in fp8 (the
  * fp8 copy holds the attention's and the dense MLPs' matrices only). */
@@ -16,8 +17,8 @@
 #include "common/error.h"
 #include "runtime/model.h"
 
-/* Whether the model can run its MoE blocks as built (the backend's routing ops, no
- * context parallelism): 0, or -1 naming what is missing. A dense model passes. */
+/* Whether the model can run its MoE blocks as built (the backend's routing ops, the ep
+ * group): 0, or -1 naming what is missing. A dense model passes. */
 int moe_check(const struct model *m, struct plait_error *err);
 
 /* The host memory the statistics need (model_init; freed by moe_free). */
@@ -60,6 +61,15 @@ int moe_ep_dispatch(struct model *m, const int32_t *counts, const float *own, in
                     struct plait_error *err);
 int moe_ep_return(struct model *m, const int32_t *counts, float *grouped, int N, float *own,
                   struct plait_error *err);
+
+/* Context parallelism (model_moe_cp.c; cp > 1): the host memory of the counts (moe_init,
+ * moe_free); from acts a's choices of the rank's N tokens, every cp rank's counted: each
+ * expert's choices in the micro-batch before each of the rank's 2B chunks into
+ * m->moe_cp_before (the dispatch's runs), and into m->moe_cp_routed (host) its choices in
+ * the whole micro-batch. Collective over the cp group. */
+int moe_cp_init(struct model *m, struct plait_error *err);
+void moe_cp_free(struct model *m);
+int moe_cp_counts(struct model *m, const struct moe_acts *a, int N, struct plait_error *err);
 
 /* model.c's, for this file: tensor t of layer l (its weights, or with grads its
  * gradient; the bf16 copy of its weights or NULL), and the MLP's activation (GELU of

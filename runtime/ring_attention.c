@@ -13,12 +13,17 @@
 
 enum { TAG_KV = 0x43500001, TAG_DKV = 0x43500002 }; /* the two shifts in flight at once */
 
+int ring_chunk(int cp, int r, int half)
+{
+    return half ? 2 * cp - 1 - r : r;
+}
+
 void ring_positions(int32_t *pos, int T, int cp, int r)
 {
     int h = T / 2;
     for (int t = 0; t < h; t++) {
-        pos[t] = r * h + t;
-        pos[h + t] = (2 * cp - 1 - r) * h + t;
+        pos[t] = ring_chunk(cp, r, 0) * h + t;
+        pos[h + t] = ring_chunk(cp, r, 1) * h + t;
     }
 }
 
@@ -27,9 +32,9 @@ void ring_chunks(int32_t *mine, const int32_t *whole, int B, int T, int cp, int 
     int h = T / 2;
     for (int b = 0; b < B; b++) {
         const int32_t *seq = whole + (size_t)b * T * cp;
-        memcpy(mine + (size_t)b * T, seq + (size_t)r * h, (size_t)h * sizeof *mine);
-        memcpy(mine + (size_t)b * T + h, seq + (size_t)(2 * cp - 1 - r) * h,
-               (size_t)h * sizeof *mine);
+        for (int half = 0; half < 2; half++)
+            memcpy(mine + (size_t)b * T + (size_t)half * h,
+                   seq + (size_t)ring_chunk(cp, r, half) * h, (size_t)h * sizeof *mine);
     }
 }
 
@@ -59,7 +64,7 @@ int ring_init(struct model *m, struct plait_error *err)
 /* Where chunk `half` (0, 1) of this rank starts in the whole sequence */
 static int chunk_start(const struct model *m, int half, int T)
 {
-    return (half ? 2 * m->cp - 1 - m->cp_rank : m->cp_rank) * (T / 2);
+    return ring_chunk(m->cp, m->cp_rank, half) * (T / 2);
 }
 
 void ring_encoder_forward(struct model *m, float *out, const int32_t *tokens, const float *wte,

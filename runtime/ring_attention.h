@@ -16,6 +16,10 @@
 struct model;
 struct layer_acts;
 
+/* Which of a sequence's 2·cp chunks is cp rank r's first (half 0: chunk r) or second
+ * (half 1: chunk 2·cp−1−r). */
+int ring_chunk(int cp, int r, int half);
+
 /* The positions of cp rank r's T tokens of a sequence (T even): its two chunks,
  * r's first. */
 void ring_positions(int32_t *pos, int T, int cp, int r);

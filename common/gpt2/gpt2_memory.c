@@ -44,9 +44,10 @@ int gpt2_chunk_moe_layers(const struct gpt2_shard *s)
     return most;
 }
 
-/* Elements of one copy of a mixture of experts' buffer a (gpt2_memory.h), the experts'
- * widths split over tp, their rows from every ep rank. */
-static bool moe_buffer_elems(enum gpt2_act a, const struct gpt2_shard *sh, long long N, size_t *out)
+/* Elements of one copy of a mixture of experts' buffer a (gpt2_memory.h) for B sequences
+ * of N tokens in all, the experts' widths split over tp, their rows from every ep rank. */
+static bool moe_buffer_elems(enum gpt2_act a, const struct gpt2_shard *sh, long long B, long long N,
+                             size_t *out)
 {
     const struct gpt2_config *cfg = &sh->cfg;
     long long tp = sh->part.tp, ep = sh->part.ep > 1 ? sh->part.ep : 1;
@@ -76,6 +77,8 @@ static bool moe_buffer_elems(enum gpt2_act a, const struct gpt2_shard *sh, long 
         return ck_size(out, k + R, N, C);
     case GPT2_ACT_MOE_LN:
         return ck_size(out, N, C);
+    case GPT2_ACT_MOE_BEFORE: /* a rank's two chunks of each sequence */
+        return ck_size(out, 2 * B, E);
     case GPT2_ACT_MOE_H:
         return ck_size(out, R, N, FCm);
     case GPT2_ACT_MOE_ACT:
@@ -102,6 +105,7 @@ static size_t moe_buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     if (!layers || (shared && !s->cfg.shared_experts)) return 0;
     if (a == GPT2_ACT_MOE_LN) return shape->sequence_parallel;
     if (a == GPT2_ACT_MOE_EP) return s->part.ep > 1;
+    if (a == GPT2_ACT_MOE_BEFORE) return shape->cp > 1;
     if (a >= GPT2_ACT_FIRST_MOE_SCRATCH) return 1;
     return shape->recompute == PLAN_RECOMPUTE_FULL ? 1 : (size_t)shape->slots * layers;
 }
@@ -112,7 +116,7 @@ static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long 
                          long long rows_div, bool fused_attention, long long cp, size_t *out)
 {
     const struct gpt2_config *cfg = &s->cfg;
-    if (a >= GPT2_ACT_FIRST_MOE) return moe_buffer_elems(a, s, B * T, out);
+    if (a >= GPT2_ACT_FIRST_MOE) return moe_buffer_elems(a, s, B, B * T, out);
     long long tp = s->part.tp, C = cfg->hidden, Ct = C / tp, NHt = cfg->heads / tp;
     long long Vpt = cfg->padded_vocab / tp, QKVt = gpt2_qkv_rows(cfg) / tp;
     long long FCt = gpt2_fc_rows(cfg) / tp, Ft = gpt2_ffn(cfg) / tp;

@@ -129,6 +129,9 @@ enum gpt2_act {
                             again in backward, beside its output's gradient */
     GPT2_ACT_MOE_EP,     /* ((k + ep·k)N, C) ep > 1 only: this rank's packed rows (or their
                             gradients) and, by source rank, the rows the all-to-all brought */
+    GPT2_ACT_MOE_BEFORE, /* (2B,E) int32 cp > 1 only: each expert's choices in the
+                            micro-batch before each of the rank's chunks (runtime/
+                            model_moe_cp.c: the capacity's count in token order) */
     GPT2_ACTS
 };
 #define GPT2_ACT_FIRST_SLOT GPT2_ACT_INPUT

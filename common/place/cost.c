@@ -346,6 +346,78 @@ static double cp_ring_bytes(const struct plan *p, struct cost_layout l, int stag
     return per_layer * stage_layers(p, l.pp, stage) * p->batch.grad_accum;
 }
 
+/* ---- expert parallelism ------------------------------------------------------------------ */
+
+static int ep_of(const struct plan *p)
+{
+    return p->parallel.ep > 1 ? p->parallel.ep : 1;
+}
+
+/* The MoE layers of a shard (all its chunks'). */
+static int shard_moe_layers(const struct gpt2_shard *s)
+{
+    int n = 0;
+    for (int i = 0; i < gpt2_shard_layers(s); i++)
+        n += gpt2_layer_moe(&s->cfg, gpt2_shard_layer(s, i));
+    return n;
+}
+
+/* The rows an MoE block packs for the routed experts from a rank's N tokens: each token's
+ * k choices, an expert taking at most its capacity ceil(capacity_factor·k·N/E) (runtime/
+ * model_moe.c's capacity_of). Routing is taken as balanced, k·N/E offered to each
+ * expert, so the capacity bounds them only below a factor of 1. */
+static double moe_rows(const struct plan *p, double N)
+{
+    const struct plan_moe *e = &p->model.moe;
+    double rows = (double)e->top_k * N;
+    if (e->capacity_factor > 0)
+        rows =
+            fmin(rows, e->experts * fmax(1, ceil(e->capacity_factor * e->top_k * N / e->experts)));
+    return rows;
+}
+
+/* The forward passes a micro-batch runs through an MoE block: its own, and with full
+ * recompute the backward's again, twice with a split backward (runtime/model.c's
+ * layer_backward and layer_weights each rerun the layer; selective recompute reruns the
+ * attention alone). */
+static int moe_forwards(const struct plan *p, int pp)
+{
+    bool split;
+    stage_chunks(p, pp, &split);
+    return 1 + (p->recompute == PLAN_RECOMPUTE_FULL ? (split ? 2 : 1) : 0);
+}
+
+/* Bytes one rank of `stage` sends over its ep group per optimizer step
+ * (runtime/model_moe_ep.c): each forward of an MoE block exchanges the E experts' row
+ * counts (int64) and then sends its packed rows to their experts' ranks and the experts'
+ * outputs back; its backward sends the outputs' gradients out and the rows' input
+ * gradients back. Every exchange is a pairwise all-to-all whose own block stays home:
+ * with balanced routing (ep−1)/ep of the rows (and counts) leave the rank. The rows are
+ * C fp32 values whatever the precision, as the CPU backend sends them (the CUDA backend
+ * refuses MoE), whole on every tp rank (each tp rank has its own ep group). 0 without ep. */
+static double ep_alltoall_bytes(const struct plan *p, struct cost_layout l, int stage)
+{
+    int ep = ep_of(p);
+    struct gpt2_shard s;
+    if (ep == 1 || stage_shard(p, l, stage, &s)) return 0;
+    double away = (ep - 1.0) / ep, N = (double)p->batch.micro_batch * p->model.seq_len / cp_of(p);
+    double rows = away * moe_rows(p, N) * p->model.hidden * 4.0;
+    double counts = away * p->model.moe.experts * 8.0;
+    double per_layer = moe_forwards(p, l.pp) * (counts + 2 * rows) + 2 * rows;
+    return per_layer * shard_moe_layers(&s) * p->batch.grad_accum;
+}
+
+/* Elements of a shard's routed experts: at ep > 1 their gradients are summed over the
+ * expert peers (gpt2_shard_routed_at, as runtime/buckets.c cuts them), not over dp. */
+static double routed_elems(const struct gpt2_shard *s)
+{
+    double n = 0;
+    size_t run;
+    for (size_t at = 0; at < s->total; at += run)
+        if (gpt2_shard_routed_at(s, at, &run)) n += (double)run;
+    return n;
+}
+
 /* Bytes one rank of `stage` sends per optimizer step on each communicator. */
 static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layout l, int stage)
 {
@@ -422,14 +494,23 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
         struct state_widths w = state_widths(p->precision);
         double psi = (double)stage_param_count(p, l, stage), d = D;
         double share = (d - 1) / d * psi;
-        if (p->parallel.zero >= 3)
+        if (p->parallel.zero >= 3) {
             out.dp_bytes = (d - 1) / d * zero3_elements(p, l, stage) * (double)w.grad_bytes;
-        else if (p->parallel.zero == 2)
+        } else if (p->parallel.zero == 2) {
             out.dp_bytes = zero2_handovers(p, l, stage) * share * (double)w.grad_bytes +
                            share * (double)w.param_bytes;
-        else
-            out.dp_bytes = 2 * share * (double)w.grad_bytes;
+        } else {
+            /* with expert parallelism (which refuses ZeRO and hybrid sharding) the routed
+             * experts' Ψ_r is summed over the D/ep ranks holding the same experts, the
+             * rest over all D */
+            struct gpt2_shard s;
+            double routed = ep_of(p) > 1 && !stage_shard(p, l, stage, &s) ? routed_elems(&s) : 0;
+            out.experts_bytes = ring_allreduce_bytes(routed * (double)w.grad_bytes, D / ep_of(p));
+            out.dp_bytes =
+                2 * ((d - 1) / d * (psi - routed)) * (double)w.grad_bytes + out.experts_bytes;
+        }
     }
+    out.ep_bytes = ep_alltoall_bytes(p, l, stage);
     return out;
 }
 
@@ -443,8 +524,10 @@ uint64_t cost_comm_ring_bytes(const struct plan *p, struct cost_layout l, int st
     rings += 2 * fmin(ring, t.tp_bytes) + 2 * fmin(ring, t.cp_bytes);
     if (t.shard_bytes + t.replicas_bytes > 0) /* hybrid sharding: a ring in each group */
         rings += 2 * fmin(ring, t.shard_bytes) + 2 * fmin(ring, t.replicas_bytes);
-    else
-        rings += 2 * fmin(ring, t.dp_bytes);
+    else /* (with ep the routed experts' sum is a ring of the expert peers) */
+        rings += 2 * fmin(ring, t.dp_bytes - t.experts_bytes) + 2 * fmin(ring, t.experts_bytes);
+    int ep = ep_of(p); /* the all-to-all: a link to each other rank of the ep group */
+    if (ep > 1) rings += 2 * (ep - 1) * fmin(ring, t.ep_bytes / (ep - 1));
     if (l.pp > 1) {
         /* each neighbour stage: activations one way, gradients the other; an
          * interleaved schedule also wraps from the last stage to the first */
@@ -476,6 +559,8 @@ void cost_traffic(const struct plan *p, struct cost_layout l, struct cost_traffi
         out->cp_bytes = fmax(out->cp_bytes, t.cp_bytes);
         out->shard_bytes = fmax(out->shard_bytes, t.shard_bytes);
         out->replicas_bytes = fmax(out->replicas_bytes, t.replicas_bytes);
+        out->ep_bytes = fmax(out->ep_bytes, t.ep_bytes);
+        out->experts_bytes = fmax(out->experts_bytes, t.experts_bytes);
     }
 }
 
@@ -615,6 +700,18 @@ static void slowest_stage(const struct plan *p, struct cost_layout l,
     }
 }
 
+/* Seconds one stage's gradient sums take on their links: hybrid sharding's two groups, or
+ * dp's dense part and the routed experts' over their expert peers (ep > 1), one after the
+ * other. */
+static double dp_seconds(const struct cost_traffic *t, const struct cost_links *links)
+{
+    if (t->shard_bytes + t->replicas_bytes > 0)
+        return seconds(t->shard_bytes, links->shard_gbps * 1e9) +
+               seconds(t->replicas_bytes, links->replicas_gbps * 1e9);
+    return seconds(t->dp_bytes - t->experts_bytes, links->dp_gbps * 1e9) +
+           seconds(t->experts_bytes, links->experts_gbps * 1e9);
+}
+
 /* compute, memory-bound ops and parallel starts: the slowest stage's
  * (slowest_stage). tp:
  * all-reduces sit between the layer's matmuls, on the critical path. pp: the
@@ -640,12 +737,16 @@ void cost_step_time(const struct plan *p, struct cost_layout l, const struct cos
     out->tp_s = seconds(t.tp_bytes, links->tp_gbps * 1e9);
     out->cp_s = seconds(t.cp_bytes, links->cp_gbps * 1e9);
     out->pp_s = seconds(t.pp_bytes, links->pp_gbps * 1e9);
+    /* the all-to-all's bytes to peers behind the slowest link bound it */
+    double ep_share = links->ep_share > 0 ? links->ep_share : 1;
+    out->ep_s = seconds(t.ep_bytes * ep_share, links->ep_gbps * 1e9);
     double work_s = out->compute_s + out->memory_s + out->parallel_s;
     out->bubble_s = l.pp > 1 ? work_s * (l.pp - 1) / p->batch.grad_accum : 0.0;
-    double dp_raw_s = t.shard_bytes + t.replicas_bytes > 0 /* hybrid sharding: each group's link */
-                          ? seconds(t.shard_bytes, links->shard_gbps * 1e9) +
-                                seconds(t.replicas_bytes, links->replicas_gbps * 1e9)
-                          : seconds(t.dp_bytes, links->dp_gbps * 1e9);
+    double dp_raw_s = 0; /* the busiest stage's gradient sums, each group's bytes on its link */
+    for (int k = 0; k < l.pp; k++) {
+        struct cost_traffic st = stage_traffic(p, l, k);
+        dp_raw_s = fmax(dp_raw_s, dp_seconds(&st, links));
+    }
     double overlap_s = out->compute_s * 2.0 / 3.0;
     if (isinf(dp_raw_s))
         out->dp_s = HUGE_VAL;
@@ -658,8 +759,8 @@ void cost_step_time(const struct plan *p, struct cost_layout l, const struct cos
         if (links->activation_gbps > 0) bytes += 4.0 * (double)mem.param_count;
         out->optimizer_s = seconds(bytes, links->device_memory_gbps * 1e9);
     }
-    out->total_s =
-        work_s + out->tp_s + out->cp_s + out->pp_s + out->bubble_s + out->dp_s + out->optimizer_s;
+    out->total_s = work_s + out->tp_s + out->cp_s + out->ep_s + out->pp_s + out->bubble_s +
+                   out->dp_s + out->optimizer_s;
 }
 
 const char *cost_link_name(enum cost_link link)

@@ -6,7 +6,10 @@
  * optimizer step over its tp, cp, pp and dp communicators, and a step-time
  * estimate from those and the links' bandwidths. Context parallelism is the
  * plan's parallel.cp (a layout's cp is never chosen): a rank runs seq_len/cp
- * tokens of each sequence, its gradients reduced over dp·cp ranks. Pure arithmetic on the plan;
+ * tokens of each sequence, its gradients reduced over dp·cp ranks. Expert parallelism
+ * (parallel.ep) spreads each MoE layer's routed experts over ep consecutive (folded) dp
+ * ranks: the rows routed to them cross an all-to-all, and their gradients are summed over
+ * the dp·cp/ep ranks holding the same experts. Pure arithmetic on the plan;
  * which links a communicator crosses is place.h's business. */
 #ifndef PLAIT_COST_H
 #define PLAIT_COST_H
@@ -62,6 +65,10 @@ struct cost_traffic {
     /* hybrid sharding (dp_shard < dp): dp_bytes is these two, the shard group's
      * reduce-scatter and gather and the replicas' sum of the slice; else 0 */
     double shard_bytes, replicas_bytes;
+    /* expert parallelism (ep > 1): the ep group's all-to-all of the routed rows and their
+     * counts, and the part of dp_bytes that is the routed experts' gradients summed over
+     * their expert peers (the rest of dp_bytes is over every dp·cp rank); else 0 */
+    double ep_bytes, experts_bytes;
 };
 void cost_traffic(const struct plan *p, struct cost_layout l, struct cost_traffic *out);
 
@@ -70,7 +77,8 @@ void cost_traffic(const struct plan *p, struct cost_layout l, struct cost_traffi
  * on other nodes use TCP, whose buffers are the kernel's: then this is an
  * upper bound). A ring is touched as far as its traffic reaches, up to
  * COMM_SHM_RING_BYTES (common/place/comm_memory.h): per step, a tp or dp ring
- * algorithm streams its bytes out to one neighbour and in from another, a
+ * algorithm (and the expert peers') streams its bytes out to one neighbour and in
+ * from another, the ep group's all-to-all sends each other rank its share, a
  * pipeline stage exchanges activations and gradients with each neighbour
  * stage, and the pipeline's ends sum the tied wte. The world's and the
  * model-parallel group's control-sized messages touch a page or two and are
@@ -95,6 +103,11 @@ struct cost_links {
     double shard_gbps, replicas_gbps;
     enum cost_link cp;                /* context parallelism's ring (cp > 1) */
     double cp_gbps;
+    enum cost_link ep, experts;       /* expert parallelism (ep > 1): the all-to-all's group, */
+    double ep_gbps, experts_gbps;     /* and the expert peers the routed gradients sum over */
+    double ep_share;                  /* the share of a rank's all-to-all bytes that crosses
+                                         ep's slowest link (its peers behind it of ep − 1; the
+                                         rest goes alongside over faster links); 0: all */
     double device_tflops;             /* sustained dense matmul rate per device */
     double device_memory_gbps;        /* the device's memory bandwidth, GB/s (a GPU's
                                          datasheet figure, a CPU rank's measured pass over
@@ -123,17 +136,18 @@ struct cost_cpu_rates {
 struct cost_time {
     double compute_s, tp_s, pp_s, dp_s, bubble_s, optimizer_s, total_s;
     double cp_s;       /* the cp ring's traffic, on the critical path as tp's */
+    double ep_s;       /* the experts' all-to-all, likewise (serial: no overlap modelled) */
     double memory_s;   /* the memory-bound ops (links->activation_gbps; 0 when not modelled) */
     double parallel_s; /* the CPU ops' parallel starts (links->parallel_op_s; likewise) */
 };
 
 /* Step-time estimate: compute (the products at device_tflops, the attention at
  * attention_tflops), the memory-bound ops at activation_gbps and the parallel
- * ops' starts at parallel_op_s (CPU ranks), tp and cp
- * (on the critical path), pp p2p and bubble ((pp−1)/grad_accum of the
- * per-micro-batch work, 1F1B), dp (the part not hidden behind backward), and
- * the optimizer's pass over the weights at the device's memory bandwidth (when
- * links->device_memory_gbps is given). */
+ * ops' starts at parallel_op_s (CPU ranks), tp, cp and ep's all-to-all
+ * (on the critical path; the all-to-all's ep_share over its slowest link), pp p2p and bubble
+ * ((pp−1)/grad_accum of the per-micro-batch work, 1F1B), dp (the part not hidden behind backward;
+ * the routed experts' part over the expert peers' link), and the optimizer's pass over the weights
+ * at the device's memory bandwidth (when links->device_memory_gbps is given). */
 void cost_step_time(const struct plan *p, struct cost_layout l, const struct cost_links *links,
                     struct cost_time *out);
 

@@ -135,6 +135,11 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
         .replicas_gbps = e->map.comm_replicas.gbps,
         .cp = e->map.comm_cp.slowest,
         .cp_gbps = e->map.comm_cp.gbps,
+        .ep = e->map.comm_ep.slowest,
+        .experts = e->map.comm_experts.slowest,
+        .ep_gbps = e->map.comm_ep.gbps,
+        .experts_gbps = e->map.comm_experts.gbps,
+        .ep_share = e->map.ep > 1 ? (double)e->map.comm_ep.peers_behind / (e->map.ep - 1) : 0,
         .device_tflops = in->device_tflops > 0 ? in->device_tflops
                                                : layout_device_tflops(nodes[0].topo, p->precision),
         .device_memory_gbps = nodes[0].cpu_ranks ? 0 : layout_device_memory_gbps(nodes[0].topo)};

@@ -322,26 +322,54 @@ static enum cost_link link_between(const struct place_rank *a, const struct plac
     return COST_LINK_PCIE;
 }
 
+/* The most peers one member of the group from rank `first` (degree members, stride apart)
+ * reaches over a link as slow as `worst` at `gbps`. */
+static int peers_behind(const struct rank_map *m, const struct place_node *nodes,
+                        const struct place_bandwidth *bw, int first, int degree, int stride,
+                        enum cost_link worst, double gbps)
+{
+    int most = 0;
+    for (int i = 0; i < degree; i++) {
+        int n = 0;
+        for (int j = 0; j < degree; j++) {
+            double g;
+            enum cost_link l = link_between(&m->ranks[first + i * stride],
+                                            &m->ranks[first + j * stride], nodes, bw, &g);
+            n += j != i && l == worst && g == gbps;
+        }
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
 /* For each group of a communicator (ranks that differ only in its
- * coordinate), the slowest link its members use: every pair for tp, cp and dp
- * (rings and all-reduces), neighbouring stages for pp. which: 0 tp, 1 pp, 2
- * dp, 3 a shard group (dp_shard·cp ranks of the folded dp coordinate), 4 the
- * replicas (hybrid sharding: rank_order.h), 5 cp. */
+ * coordinate), the slowest link its members use: every pair for tp, cp, dp and
+ * ep (rings, all-reduces and all-to-alls), neighbouring stages for pp. which: 0
+ * tp, 1 pp, 2 dp, 3 a shard group (dp_shard·cp ranks of the folded dp
+ * coordinate), 4 the replicas (hybrid sharding: rank_order.h), 5 cp, 6 an ep
+ * group (ep consecutive ranks of the folded dp coordinate, as parallel.c splits
+ * them), 7 the expert peers (its ranks ep apart). */
 static void comm_links(struct rank_map *m, const struct place_node *nodes,
                        const struct place_bandwidth *bw, int which, struct place_comm *out)
 {
     memset(out, 0, sizeof *out);
-    int S = m->dp_shard, cp = m->cp;
-    const int degrees[] = {m->tp, m->pp, m->dp, S * cp, m->dp / S, cp};
-    const int strides[] = {1, m->tp * cp * m->dp, m->tp * cp, m->tp, m->tp * S * cp, m->tp};
+    int S = m->dp_shard, cp = m->cp, ep = m->ep;
+    const int degrees[] = {m->tp, m->pp, m->dp, S * cp, m->dp / S, cp, ep, m->dp * cp / ep};
+    const int strides[] = {1,     m->tp * cp * m->dp, m->tp * cp, m->tp, m->tp * S * cp, m->tp,
+                           m->tp, m->tp * ep};
     int degree = degrees[which], stride = strides[which];
     if (degree == 1) return;
     for (int r = 0; r < m->world; r++) {
         const struct place_rank *first = &m->ranks[r];
         int folded = rank_dp_fold(first->dp, cp, first->cp);
-        const int coords[] = {
-            first->tp, first->pp, first->dp, folded % (S * cp), rank_replica_of(first->dp, S),
-            first->cp};
+        const int coords[] = {first->tp,
+                              first->pp,
+                              first->dp,
+                              folded % (S * cp),
+                              rank_replica_of(first->dp, S),
+                              first->cp,
+                              rank_shard_of(folded, ep),
+                              rank_replica_of(folded, ep)};
         int coord = coords[which];
         if (coord != 0) continue; /* each group once, by its first member */
         enum cost_link worst = COST_LINK_NONE;
@@ -359,9 +387,14 @@ static void comm_links(struct rank_map *m, const struct place_node *nodes,
             }
         out->groups++;
         out->crossing[worst]++;
+        int behind = which == 6 ? peers_behind(m, nodes, bw, r, degree, stride, worst, worst_gbps)
+                                : 0; /* (an all-to-all's alone) */
         if (worst > out->slowest || (worst == out->slowest && worst_gbps < out->gbps)) {
             out->slowest = worst;
             out->gbps = worst_gbps;
+            out->peers_behind = behind;
+        } else if (worst == out->slowest && worst_gbps == out->gbps && behind > out->peers_behind) {
+            out->peers_behind = behind;
         }
     }
 }
@@ -498,9 +531,11 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
                              .pp = pp,
                              .dp = dp,
                              .dp_shard = plan_dp_shard(&plan->parallel, dp),
+                             .ep = plan->parallel.ep,
                              .n_nodes = n_nodes,
                              .shared_node = -1};
     if (out->dp_shard < 1 || dp % out->dp_shard) out->dp_shard = dp;
+    if (out->ep < 1 || (dp * cp) % out->ep) out->ep = 1; /* (the plan rules refuse it) */
     out->ranks = calloc((size_t)(unsigned)world, sizeof *out->ranks);
     on_node = malloc((size_t)(unsigned)world * sizeof *on_node);
     if (!out->ranks || !on_node) {
@@ -517,6 +552,10 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
     if (out->dp_shard < dp) {
         comm_links(out, nodes, bw, 3, &out->comm_shard);
         comm_links(out, nodes, bw, 4, &out->comm_replicas);
+    }
+    if (out->ep > 1) {
+        comm_links(out, nodes, bw, 6, &out->comm_ep);
+        comm_links(out, nodes, bw, 7, &out->comm_experts);
     }
     rc = 0;
 out:

@@ -46,6 +46,9 @@ struct place_comm {
     double gbps;
     int groups;               /* groups of this communicator (0 when its degree is 1) */
     int crossing[COST_LINKS]; /* by enum cost_link: groups whose slowest link is it */
+    int peers_behind;         /* ep's groups: the most peers one member reaches over the
+                                 slowest link, of its degree − 1 (an all-to-all sends each its
+                                 share; the others' go alongside over faster links); else 0 */
 };
 
 struct rank_map {
@@ -57,6 +60,10 @@ struct rank_map {
     struct place_comm comm_cp;                   /* ranks differing in cp alone (cp > 1) */
     struct place_comm comm_shard, comm_replicas; /* hybrid sharding's groups (dp_shard < dp):
                                                     a shard group is dp_shard·cp ranks */
+    int ep; /* expert parallelism's degree (parallel.ep; 1: none) */
+    struct place_comm comm_ep, comm_experts; /* ep > 1: the all-to-all's groups, ep consecutive
+                                                (folded) dp ranks, and the expert peers, the
+                                                dp·cp/ep ranks with the same ep rank */
     int shared_node;  /* the first node with more ranks than cores to give them (they then
                          get one core each, round-robin, and share them), or -1 */
     int shared_ranks; /* those ranks and the cores they share, for the warning */

@@ -1454,8 +1454,9 @@ static const struct {
     {"model.moe.ffn_hidden", "each expert's MLP width"},
     {"parallel.ep",
      "expert parallelism: each MoE layer's experts spread over ep ranks (E/ep a rank); an ep "
-     "group is ep consecutive data-parallel ranks (ep_rank = dp_rank % ep); divides "
-     "model.moe.experts and parallel.dp"},
+     "group is ep consecutive data-parallel ranks, cp folded in (a dp rank's cp ranks "
+     "consecutive: ep_rank = (dp_rank·cp + cp_rank) % ep); divides model.moe.experts and "
+     "parallel.dp × parallel.cp"},
 };
 
 static const char *help_of(const char *path)

@@ -158,8 +158,9 @@ struct plan_parallel {
      * and dp (both: dp_shard = dp, dp_replicate = 1). plan_dp_shard resolves them. */
     int dp_shard, dp_replicate;
     /* expert parallelism: each MoE layer's experts spread over ep ranks, E/ep a rank; ep
-     * divides dp and is an inner factor of the dp coordinate, as hybrid sharding's shard
-     * rank is: an ep group is ep consecutive dp ranks, ep_rank = dp_rank % ep */
+     * divides dp·cp and is an inner factor of the dp coordinate with cp folded in
+     * (rank_dp_fold), as hybrid sharding's shard rank is: an ep group is ep consecutive
+     * folded dp ranks, ep_rank = dp_rank % ep */
     int ep;
     bool allow_tp_over_pcie; /* let a tp group span NVLink domains of one node */
     int zero;                /* ZeRO stage 0..3: what data parallelism shards */

@@ -533,7 +533,7 @@ static int check_cp_rules(struct plan_ctx *c, const struct plan *p)
 
 /* model.moe: its fields against each other and the model, and what this
  * slice of mixture of experts does not build yet, refused naming the field:
- * context parallelism, the CUDA backend, llm.c or Hugging Face files. */
+ * the CUDA backend, llm.c or Hugging Face files. */
 static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
 {
     const struct plan_moe *e = &p->model.moe;
@@ -553,9 +553,7 @@ static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
                               "split over tp as the MLP is",
                               e->ffn_hidden, par->tp, e->ffn_hidden % par->tp);
     const char *what = NULL, *path = NULL;
-    if (par->cp != 1)
-        path = "parallel.cp", what = "context parallelism is not built yet; use 1";
-    else if (par->device == PLAN_DEVICE_CUDA)
+    if (par->device == PLAN_DEVICE_CUDA)
         path = "parallel.device", what = "the routing has no CUDA kernels yet; use \"cpu\"";
     else if (p->model.init)
         path = "model.init", what = "llm.c and Hugging Face files hold no experts; remove it";
@@ -563,10 +561,11 @@ static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
     return 0;
 }
 
-/* Expert parallelism: each MoE layer's experts spread over ep consecutive dp ranks, so
- * ep divides the experts and a fixed dp; what it does not build yet is refused naming
- * the field: ZeRO (the experts' gradients are reduced over their own ranks), hybrid
- * sharding, the optimizer's moments in files and a run's samples. */
+/* Expert parallelism: each MoE layer's experts spread over ep consecutive ranks of the
+ * dp·cp the gradients are averaged over (cp folded into dp: rank_dp_fold), so ep divides
+ * the experts and a fixed dp·cp; what it does not build yet is refused naming the field:
+ * ZeRO (the experts' gradients are reduced over their own ranks), hybrid sharding, the
+ * optimizer's moments in files and a run's samples. */
 static int check_ep_rules(struct plan_ctx *c, const struct plan *p)
 {
     const struct plan_parallel *par = &p->parallel;
@@ -585,13 +584,15 @@ static int check_ep_rules(struct plan_ctx *c, const struct plan *p)
     if (par->dp == PLAN_AUTO)
         return plan_fail_rule(c, "parallel.ep", "parallel.dp",
                               "%d needs a fixed parallel.dp (\"auto\" picks dp from the ranks; "
-                              "ep must divide it)",
+                              "ep must divide dp × cp)",
                               ep);
-    if (par->dp % ep != 0)
-        return plan_fail_rule(c, "parallel.ep", "parallel.dp",
-                              "must divide parallel.dp (%d %% %d = %d): an ep group is ep "
-                              "consecutive data-parallel ranks",
-                              par->dp, ep, par->dp % ep);
+    if (par->dp * par->cp % ep != 0)
+        return plan_fail_rule(c, "parallel.ep", "parallel.dp parallel.cp",
+                              "must divide parallel.dp × parallel.cp (%d × %d = %d; %d %% %d = "
+                              "%d): an ep group is ep consecutive ranks of the dp·cp that "
+                              "average the gradients",
+                              par->dp, par->cp, par->dp * par->cp, par->dp * par->cp, ep,
+                              par->dp * par->cp % ep);
     /* ZeRO slices each ep rank's part over its expert peers in a shard group
      * (plan_zero_slices): an ep group inside one shard group (dp_shard·cp consecutive
      * folded dp ranks) */

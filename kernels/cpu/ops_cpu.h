@@ -98,7 +98,8 @@ OPS_CPU_DECLARE(double, _f64)
 
 /* kernels/ops.h's moe_dispatch: integers only, one for both precisions. */
 int cpu_moe_dispatch(struct ops_ctx *ctx, int32_t *pos, int32_t *rows, int32_t *counts,
-                     int32_t *routed, const int32_t *choice, int N, int E, int k, int capacity);
+                     int32_t *routed, const int32_t *choice, const int32_t *before, int ranges,
+                     int N, int E, int k, int capacity);
 
 /* Records an error in ctx (the first one wins until ops->take_error). */
 void cpu_set_error(struct ops_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

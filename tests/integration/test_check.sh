@@ -211,6 +211,46 @@ test_text_shows_the_cp_groups() {
 }
 check text_shows_the_cp_groups test_text_shows_the_cp_groups
 
+# expert parallelism: the layout text says where the ep groups and the expert peers sit and
+# why (tp 2 × ep 2 = 4 consecutive ranks inside a node's NVLink domain, the peers 4 ranks
+# apart across the network; tp 2 × ep 8 = 16 ranks, more than a node, 4 of a rank's 7 peers
+# across the network and no expert peers), the all-to-all is a row and a term of the step
+# (its seconds the share to the peers over the network), the routed experts' gradients a
+# row of their own: the dp row's dense part is the same at any ep, and the experts' part is
+# summed over dp/ep ranks; a plan without ep prints none of these
+test_text_shows_the_ep_groups() {
+    local two=tests/topo/multinode/h100x2_moe_tp2_dp8_ep2_groups_stay_in_nvlink
+    local eight=tests/topo/multinode/h100x2_moe_tp2_dp8_ep8_groups_cross_the_network
+    check_text "$two" "$WORK/ep2.txt" || return 1
+    grep -qF "  ep groups: inside one NVLink domain (each 2 consecutive dp ranks of one tp rank, 2 ranks apart: tp 2 × ep 2 = 4 consecutive ranks, within a node's 8 slots), an all-to-all of the routed rows, 1 of each rank's 1 peer over NVLink" "$WORK/ep2.txt" &&
+        grep -qF "  expert peers: across the network (the 4 dp ranks holding the same experts, 4 ranks apart): the routed experts' gradients are summed over them, the rest over dp" "$WORK/ep2.txt" &&
+        grep -qE "^ +ep +6442454016 +NVLink +450.0 +[0-9.]+  8 NVLink$" "$WORK/ep2.txt" &&
+        grep -qE "^ +experts +604422144 +network +50.0 +[0-9.]+  4 network$" "$WORK/ep2.txt" &&
+        grep -qE "^  modelled step: .*, tp [0-9.]+, ep [0-9.]+, pp " "$WORK/ep2.txt" ||
+        { cat "$WORK/ep2.txt"; return 1; }
+    check_text "$eight" "$WORK/ep8.txt" || return 1
+    grep -qF "  ep groups: across the network (each 8 consecutive dp ranks of one tp rank, 2 ranks apart: tp 2 × ep 8 = 16 consecutive ranks, more than a node's 8 slots), an all-to-all of the routed rows, 4 of each rank's 7 peers over the network" "$WORK/ep8.txt" &&
+        grep -qF "  expert peers: none (ep is the whole dp)" "$WORK/ep8.txt" &&
+        grep -qE "^ +ep +16911444480 +network +50.0 +[0-9.]+  2 network$" "$WORK/ep8.txt" &&
+        ! grep -qE "^ +experts " "$WORK/ep8.txt" || { cat "$WORK/ep8.txt"; return 1; }
+    "$PY" - "$two/expected.json" "$eight/expected.json" <<'PYEOF' || return 1
+import json, sys
+two, eight = (json.load(open(p)) for p in sys.argv[1:3])
+b2, b8 = two["comm_bytes_per_step"], eight["comm_bytes_per_step"]
+# the dense gradients over all 8 dp ranks whatever ep; ep 8 has no expert peers
+assert b2["dp"] - b2["experts"] == b8["dp"] and b8["experts"] == 0, (b2, b8)
+# ep 2 holds 8 of the 16 experts, ep 8 two: the 6 more are 3/4 of ep 2's routed ones, whose
+# bf16 gradients are all-reduced over the 4 expert peers, 2·(4−1)/4 of them sent
+routed = (two["memory_by_stage"][0]["parameters"] - eight["memory_by_stage"][0]["parameters"]) * 8 / 6
+assert b2["experts"] == 2 * 3 / 4 * routed * 2, (b2["experts"], routed)
+ep = eight["links"]["ep"]
+assert ep["peers_over_slowest"] == 4 and abs(ep["seconds"] - ep["bytes_per_step"] * 4 / 7 / 50e9) < 1e-12, ep
+PYEOF
+    check_text "$two" "$WORK/noep.txt" --set parallel.ep=1 || return 1
+    ! grep -qE "ep groups|expert peers|^ +(ep|experts) |, ep [0-9]" "$WORK/noep.txt" || { cat "$WORK/noep.txt"; return 1; }
+}
+check text_shows_the_ep_groups test_text_shows_the_ep_groups
+
 # on this machine (no --topology) CPU ranks are modelled from the CPU kernels'
 # rates measured at the plan's shapes: positive, and the memory-bound ops and
 # the optimizer's pass in the step; an explicit --device-tflops measures

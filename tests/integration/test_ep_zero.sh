@@ -4,24 +4,28 @@
 # expert peers (the ranks holding the same experts), the ep group's ranks then holding the
 # same dense slice, summed over them too (plan_zero_slices). Layouts against one rank
 # within 1e-5 over test_moe's 12 steps, predicted == allocated: ep 2 at dp 4 with ZeRO 1,
-# 2 and 3 (3 kept gathered too), with tp 2 (ZeRO 1) and pp 2 (ZeRO 2 with 1F1B and zb-h1,
-# ZeRO 3); ep 2 at dp 2 and ep 4 at dp 4, whose expert peers are one rank each (nothing
-# sliced: ZeRO 0's sums), with tp 2 and pp 2 too; HSDP 4 × 2 at ep 2 (ZeRO 2 and 3) and
-# 2 × 2 (ZeRO 2); evaluation at ZeRO 3; plait check saying what ZeRO slices; nvme
-# offload at dp 4 × ep 2 ZeRO 1 (each rank's files its slice); the same bits twice; a
-# stopped dp 4 × ep 2 ZeRO 2 run resumed to the bit; a dp 4 × ep 2 ZeRO 3 checkpoint
-# resumed at ep 1 ZeRO 0 and at dp 4 × ep 4 ZeRO 1. By hand: the dense slice not summed over the ep group, or the parts
-# sliced over the whole shard group, fails the layouts; a checkpoint's slices read from
-# the wrong ep rank's files fail the reshard.
+# 2 and 3 (3 kept gathered too), with tp 2 (ZeRO 1), pp 2 (ZeRO 2 with 1F1B and zb-h1,
+# ZeRO 3) and cp 2 (dp 2 × cp 2, ZeRO 2 and 3); ep 2 at dp 2 and ep 4 at dp 4, whose
+# expert peers are one rank each (nothing sliced: ZeRO 0's sums), with tp 2 and pp 2 too;
+# HSDP 4 × 2 at ep 2 (ZeRO 2 and 3) and 2 × 2 (ZeRO 2); evaluation at ZeRO 3; plait check
+# saying what ZeRO slices; nvme offload at dp 4 × ep 2 ZeRO 1 (each rank's files its
+# slice); the same bits twice; a stopped dp 4 × ep 2 ZeRO 2 run resumed to the bit; a
+# dp 4 × ep 2 ZeRO 3 checkpoint resumed at ep 1 ZeRO 0 and at dp 4 × ep 4 ZeRO 1. By hand:
+# the dense slice not summed over the ep group, or the parts sliced over the whole shard
+# group, fails the layouts; a checkpoint's slices read from the wrong ep rank's files fail
+# the reshard.
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
-source "$(dirname "$0")/lib.sh"     # defines: PLAIT, PY, ROOT, WORK, check, finish
-source "$(dirname "$0")/moe_lib.sh" # defines: COMMON, layouts, reshard; parallel_lib.sh's
+source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, finish
+tiny_plan "$WORK/plan.json"
+source "$(dirname "$0")/moe_lib.sh"      # defines: MOE, COMMON, layouts, reshard
+source "$(dirname "$0")/parallel_lib.sh" # defines: ref, layout, stop_resume, uninterrupted
 
 # ep 2 and 4 with ZeRO against one rank (E 4, k 2, a shared expert), predicted ==
 # allocated: at dp 4 × ep 2 each part sliced over 2 expert peers (ZeRO 1, 2 with many
 # buckets and one, 3 released after each pass and kept gathered; with tp 2, with pp 2 at
-# ZeRO 2 and 3, 1F1B and zb-h1); at dp 2 × ep 2 and dp 4 × ep 4 the expert peers are one
-# rank each (nothing sliced: ZeRO 0's sums) with tp 2 and pp 2 too; the same bits twice
+# ZeRO 2 and 3, 1F1B and zb-h1; at cp 2 × dp 2, whose dp·cp ranks fold); at dp 2 × ep 2
+# and dp 4 × ep 4 the expert peers are one rank each (nothing sliced: ZeRO 0's sums),
+# with tp 2 and pp 2 too; the same bits twice
 test_ep_with_zero_matches_one_rank() {
     ref one_a4 4 || return 1
     layouts one_a4 1e-5 <<'LAYOUTS' || return 1
@@ -33,6 +37,8 @@ dp4_ep2_z3_kept --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=3 --
 tp2_dp4_ep2_z1 --set parallel.tp=2 --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=1 --set batch.grad_accum=1
 pp2_dp4_ep2_z2 --set parallel.pp=2 --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=1
 pp2_dp4_ep2_z3 --set parallel.pp=2 --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=3 --set batch.grad_accum=1
+cp2_dp2_ep2_z2 --set parallel.cp=2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=2
+cp2_dp2_ep2_z3 --set parallel.cp=2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=3 --set batch.grad_accum=2
 dp2_ep2_z1 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=1 --set batch.grad_accum=2
 dp2_ep2_z2 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=2
 dp2_ep2_z3 --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=3 --set batch.grad_accum=2
@@ -58,12 +64,14 @@ check ep_with_zero_matches_one_rank test_ep_with_zero_matches_one_rank
 check evaluation_at_ep2_zero3_matches_one_rank evaluates_as_one_rank eval_dp4_ep2_z3 \
     --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=3 --set batch.grad_accum=1
 
-# plait check says what ZeRO slices with ep: over 2 expert peers at dp 4 × ep 2; nothing at
-# dp 4 × ep 4, as the run of it says too
+# plait check says what ZeRO slices with ep: over 2 expert peers at dp 4 × ep 2 (and each
+# stage's memory); nothing at dp 4 × ep 4, as the run of it says too
 test_plait_check_says_how_zero_slices_with_ep() {
     "$PLAIT" check "$WORK/plan.json" "${COMMON[@]}" --set parallel.dp=4 --set parallel.ep=2 \
         --set parallel.zero=2 >"$WORK/check_ep2.txt" 2>&1 || { cat "$WORK/check_ep2.txt"; return 1; }
     grep -q "^  ZeRO 2 with parallel.ep: each rank's part sliced over its 2 expert peers in the shard group, the dense slices summed over the ep group too$" \
+        "$WORK/check_ep2.txt" || { cat "$WORK/check_ep2.txt"; return 1; }
+    grep -qE "^  the most loaded rank by ZeRO stage at dp 4: 0 [0-9.]+ MB, 1 [0-9.]+ MB, 2 [0-9.]+ MB, 3 [0-9.]+ MB$" \
         "$WORK/check_ep2.txt" || { cat "$WORK/check_ep2.txt"; return 1; }
     "$PLAIT" check "$WORK/plan.json" "${COMMON[@]}" --set parallel.dp=4 --set parallel.ep=4 \
         --set parallel.zero=2 >"$WORK/check_ep4.txt" 2>&1 || { cat "$WORK/check_ep4.txt"; return 1; }

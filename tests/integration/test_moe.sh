@@ -80,7 +80,9 @@ test_the_referee_refuses_a_wrong_run() {
 check the_referee_refuses_a_wrong_run test_the_referee_refuses_a_wrong_run
 
 # ---- layouts against one rank (parallel_lib.sh), 12 steps of a 4-layer MoE GPT-2
-source "$(dirname "$0")/moe_lib.sh" # defines: COMMON, MOE, layouts, reshard; parallel_lib.sh's
+tiny_plan "$WORK/plan.json"
+source "$(dirname "$0")/moe_lib.sh"      # defines: MOE, COMMON, layouts, loads_equal, reshard
+source "$(dirname "$0")/parallel_lib.sh" # defines: ref, layout, stop_resume, uninterrupted
 
 test_dp2_zero1_2_3_and_pp2_schedules_match_one_rank() {
     ref one_a4 4 || return 1
@@ -265,19 +267,6 @@ check ep2_and_ep4_match_one_rank test_ep2_and_ep4_match_one_rank
 # Evaluation (forwards only, their rows exchanged all the same) at dp 4 × ep 2 as one rank
 check evaluation_at_ep2_matches_one_rank evaluates_as_one_rank eval_dp4_ep2 --set parallel.dp=4 \
     --set parallel.ep=2 --set batch.grad_accum=1
-
-# loads A B: every step's per-expert load and dropped choices are the same in both runs
-loads_equal() {
-    "$PY" - "$1" "$2" <<'PYEOF'
-import json, sys
-a, b = ([json.loads(l)["moe"] for l in open(p) if '"step"' in l] for p in sys.argv[1:3])
-assert len(a) == len(b) == 12, (len(a), len(b))
-assert [x["load"] for x in a] == [y["load"] for y in b], "the experts' loads differ"
-assert [x["dropped"] for x in a] == [y["dropped"] for y in b], "the dropped choices differ"
-assert sum(x["dropped"] for x in a) > 0, "no choice was dropped: the case tests no capacity"
-print(f"{len(a)} steps: the same loads, {sum(x['dropped'] for x in a)} choices dropped")
-PYEOF
-}
 
 # E 8, k 1, capacity 1.0 (dropping per rank's tokens): ep 2 and 4 against one rank, and the
 # per-expert load and dropped choices of metrics.jsonl those of ep 1 at the same dp

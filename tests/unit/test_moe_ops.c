@@ -43,7 +43,7 @@ static void test_capacity_drops_in_token_order(void)
 {
     /* 5 tokens, k 2 over 3 experts: expert 0 is every token's first choice */
     int32_t choice[10] = {0, 1, 0, 2, 0, 1, 0, 2, 0, 1}, pos[10], rows[10], counts[3], routed[3];
-    int M = cpu_moe_dispatch(cx, pos, rows, counts, routed, choice, 5, 3, 2, 2);
+    int M = cpu_moe_dispatch(cx, pos, rows, counts, routed, choice, NULL, 1, 5, 3, 2, 2);
     CHECK(M == 6, "6 rows kept (2 + 2 + 2), got %d", M);
     CHECK(routed[0] == 5 && routed[1] == 3 && routed[2] == 2, "routed %d %d %d", routed[0],
           routed[1], routed[2]);
@@ -58,9 +58,60 @@ static void test_capacity_drops_in_token_order(void)
     CHECK(!memcmp(rows, want_rows, sizeof want_rows), "rows %d %d %d %d %d %d", rows[0], rows[1],
           rows[2], rows[3], rows[4], rows[5]);
     /* without a capacity nothing is dropped */
-    M = cpu_moe_dispatch(cx, pos, rows, counts, routed, choice, 5, 3, 2, 0);
+    M = cpu_moe_dispatch(cx, pos, rows, counts, routed, choice, NULL, 1, 5, 3, 2, 0);
     CHECK(M == 10 && counts[0] == 5 && pos[8] == 4, "no capacity: M %d, counts[0] %d", M,
           counts[0]);
+}
+
+/* Context parallelism's cut: B sequences of 2·cp chunks of h tokens, cp rank r holding
+ * chunks r and 2·cp−1−r of each, its 2B runs each starting from the choices before it in
+ * the micro-batch: every rank keeps and drops the choices the whole micro-batch's dispatch
+ * keeps and drops, each expert's rows over the ranks those of the whole. */
+static void test_runs_keep_what_the_whole_micro_batch_keeps(void)
+{
+    enum { B = 2, CP = 2, H = 3, E = 3, K = 2, CAP = 5, N = B * 2 * CP * H, NR = N / CP };
+    int32_t choice[N * K], pos[N * K], rows[N * K], counts[E], routed[E];
+    for (int t = 0; t < N; t++) { /* two different experts a token, expert 0 the busiest */
+        choice[t * K] = t % 3 == 2 ? 2 : 0;
+        choice[t * K + 1] = choice[t * K] == 0 ? 1 + t % 2 : t % 2;
+    }
+    int M = cpu_moe_dispatch(cx, pos, rows, counts, routed, choice, NULL, 1, N, E, K, CAP);
+    int32_t whole_counts[E];
+    memcpy(whole_counts, counts, sizeof counts);
+    CHECK(M < N * K, "the case drops nothing (M %d of %d choices): it tests no capacity", M, N * K);
+    int kept_over_ranks = 0, rank_counts[E] = {0};
+    for (int r = 0; r < CP; r++) {
+        int32_t mine[NR * K], mpos[NR * K], mrows[NR * K], before[2 * B * E];
+        int32_t first[2 * B]; /* each run's first token in the micro-batch */
+        for (int b = 0; b < B; b++)
+            for (int half = 0; half < 2; half++)
+                first[2 * b + half] = (b * 2 * CP + (half ? 2 * CP - 1 - r : r)) * H;
+        for (int j = 0; j < 2 * B; j++) {
+            memcpy(mine + j * H * K, choice + first[j] * K, sizeof(int32_t) * H * K);
+            for (int e = 0; e < E; e++) before[j * E + e] = 0;
+            for (int i = 0; i < first[j] * K; i++) before[j * E + choice[i]]++;
+        }
+        int Mr =
+            cpu_moe_dispatch(cx, mpos, mrows, counts, routed, mine, before, 2 * B, NR, E, K, CAP);
+        kept_over_ranks += Mr;
+        for (int e = 0; e < E; e++) rank_counts[e] += counts[e];
+        for (int t = 0; t < NR; t++)
+            for (int j = 0; j < K; j++) {
+                int whole_t = first[t / H] + t % H;
+                int32_t p = mpos[t * K + j];
+                CHECK((p >= 0) == (pos[whole_t * K + j] >= 0),
+                      "rank %d's token %d (the micro-batch's %d), choice %d: %s here, %s whole", r,
+                      t, whole_t, j, p >= 0 ? "kept" : "dropped",
+                      pos[whole_t * K + j] >= 0 ? "kept" : "dropped");
+                CHECK(p < 0 || mrows[p] == t, "rank %d: row %d holds token %d, not %d", r, p,
+                      p >= 0 ? mrows[p] : -1, t);
+            }
+    }
+    CHECK(kept_over_ranks == M, "the ranks keep %d choices, the whole micro-batch %d",
+          kept_over_ranks, M);
+    for (int e = 0; e < E; e++)
+        CHECK(rank_counts[e] == whole_counts[e], "expert %d: %d rows over the ranks, %d whole", e,
+              rank_counts[e], whole_counts[e]);
 }
 
 static void test_losses_match_their_definitions(void)
@@ -117,7 +168,7 @@ static double block_loss(void *p)
             b->logits[(size_t)t * E + e] = s;
         }
     cpu_moe_route_f64(cx, b->probs, b->choice, b->gate, b->lse, b->logits, N, E, k);
-    b->M = cpu_moe_dispatch(cx, b->pos, b->rows, b->counts, b->routed, b->choice, N, E, k,
+    b->M = cpu_moe_dispatch(cx, b->pos, b->rows, b->counts, b->routed, b->choice, NULL, 1, N, E, k,
                             b->capacity);
     cpu_moe_gather_f64(cx, b->packed, b->x, b->rows, b->M, C);
     experts(b, b->packed, b->y, false);
@@ -215,6 +266,7 @@ int main(void)
     cx = test_cpu_open();
     RUN(test_route_takes_the_largest_ties_to_the_lower_expert);
     RUN(test_capacity_drops_in_token_order);
+    RUN(test_runs_keep_what_the_whole_micro_batch_keeps);
     RUN(test_losses_match_their_definitions);
     RUN(test_block_backward_matches_finite_differences);
     ops_cpu()->close(cx);

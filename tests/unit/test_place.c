@@ -476,6 +476,46 @@ static void test_cp_counts_in_the_world_and_the_shard_group(void)
     free_topo(t);
 }
 
+/* Expert parallelism on two nodes of 8 GPUs, tp 2 × dp 8: an ep group is ep consecutive dp
+ * ranks of one tp rank (parallel.c's split), tp·ep consecutive ranks. At ep 2 a group is 4
+ * ranks of one node's NVLink domain (one peer, over NVLink), the expert peers (ranks 4 apart:
+ * dp 0, 2, 4, 6 of tp rank 0) span both nodes; at ep 8 a group is 16 ranks, both nodes,
+ * 4 of a rank's 7 peers on the other, and there are no expert peers. */
+static void test_ep_groups_and_expert_peers_are_placed(void)
+{
+    const struct {
+        int ep, groups, behind, peer_groups;
+        enum cost_link link, peers_link;
+    } cases[] = {{1, 0, 0, 0, COST_LINK_NONE, COST_LINK_NONE},
+                 {2, 8, 1, 4, COST_LINK_NVLINK, COST_LINK_NETWORK},
+                 {8, 2, 4, 0, COST_LINK_NETWORK, COST_LINK_NONE}};
+    struct topo *t = make_topo(8, NULL, 2, 8, 8);
+    struct place_node two[2] = {{.name = "a", .topo = t, .slots = 8},
+                                {.name = "b", .topo = t, .slots = 8}};
+    struct plan *p = make_plan(8, false);
+    for (size_t k = 0; p && k < sizeof cases / sizeof *cases; k++) {
+        struct rank_map m;
+        struct plait_error err;
+        p->parallel.ep = cases[k].ep;
+        if (place_ranks(p, 2, 1, 8, two, 2, &bw, &m, &err)) {
+            CHECK(0, "ep %d: %s", cases[k].ep, err.text);
+            continue;
+        }
+        const struct place_comm *g = &m.comm_ep, *peers = &m.comm_experts;
+        CHECK(m.ep == cases[k].ep && g->groups == cases[k].groups && g->slowest == cases[k].link &&
+                  g->peers_behind == cases[k].behind,
+              "ep %d: %d groups over %s, %d peers behind", cases[k].ep, g->groups,
+              cost_link_name(g->slowest), g->peers_behind);
+        CHECK(peers->groups == cases[k].peer_groups && peers->slowest == cases[k].peers_link &&
+                  peers->crossing[cases[k].peers_link] == cases[k].peer_groups,
+              "ep %d: %d expert peer groups over %s", cases[k].ep, peers->groups,
+              cost_link_name(peers->slowest));
+        rank_map_free(&m);
+    }
+    plan_free(p);
+    free_topo(t);
+}
+
 int main(void)
 {
     RUN(test_megatron_order_tp_fastest_then_dp_then_pp);
@@ -491,5 +531,6 @@ int main(void)
     RUN(test_cuda_on_a_gpu_less_node_is_refused);
     RUN(test_cp_groups_sit_next_to_tp_on_one_node);
     RUN(test_cp_counts_in_the_world_and_the_shard_group);
+    RUN(test_ep_groups_and_expert_peers_are_placed);
     return check_exit_code();
 }
