@@ -64,21 +64,24 @@ check ep_with_zero_matches_one_rank test_ep_with_zero_matches_one_rank
 check evaluation_at_ep2_zero3_matches_one_rank evaluates_as_one_rank eval_dp4_ep2_z3 \
     --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=3 --set batch.grad_accum=1
 
+# says FILE LINE: FILE has LINE (an extended regex) as a whole line
+says() {
+    grep -qE "^$2\$" "$1" || { cat "$1"; return 1; }
+}
+
 # plait check says what ZeRO slices with ep: over 2 expert peers at dp 4 × ep 2 (and each
 # stage's memory); nothing at dp 4 × ep 4, as the run of it says too
 test_plait_check_says_how_zero_slices_with_ep() {
-    "$PLAIT" check "$WORK/plan.json" "${COMMON[@]}" --set parallel.dp=4 --set parallel.ep=2 \
-        --set parallel.zero=2 >"$WORK/check_ep2.txt" 2>&1 || { cat "$WORK/check_ep2.txt"; return 1; }
-    grep -q "^  ZeRO 2 with parallel.ep: each rank's part sliced over its 2 expert peers in the shard group, the dense slices summed over the ep group too$" \
-        "$WORK/check_ep2.txt" || { cat "$WORK/check_ep2.txt"; return 1; }
-    grep -qE "^  the most loaded rank by ZeRO stage at dp 4: 0 [0-9.]+ MB, 1 [0-9.]+ MB, 2 [0-9.]+ MB, 3 [0-9.]+ MB$" \
-        "$WORK/check_ep2.txt" || { cat "$WORK/check_ep2.txt"; return 1; }
-    "$PLAIT" check "$WORK/plan.json" "${COMMON[@]}" --set parallel.dp=4 --set parallel.ep=4 \
-        --set parallel.zero=2 >"$WORK/check_ep4.txt" 2>&1 || { cat "$WORK/check_ep4.txt"; return 1; }
-    grep -q "^  ZeRO 2 with parallel.ep: a shard group's expert peers are one rank each, so nothing is sliced; the gradients are summed as at ZeRO 0$" \
-        "$WORK/check_ep4.txt" || { cat "$WORK/check_ep4.txt"; return 1; }
-    grep -q "parallel.zero 2 with parallel.ep 4: a shard group's expert peers are one rank each" \
-        "$WORK/dp4_ep4_z2/train.log" || { cat "$WORK/dp4_ep4_z2/train.log"; return 1; }
+    local ep
+    for ep in 2 4; do
+        "$PLAIT" check "$WORK/plan.json" "${COMMON[@]}" --set parallel.dp=4 --set parallel.ep=$ep \
+            --set parallel.zero=2 >"$WORK/check_ep$ep.txt" 2>&1 || { cat "$WORK/check_ep$ep.txt"; return 1; }
+    done
+    says "$WORK/check_ep2.txt" "  ZeRO 2 with parallel.ep: each rank's part sliced over its 2 expert peers in the shard group, the dense slices summed over the ep group too" &&
+        says "$WORK/check_ep2.txt" "  the most loaded rank by ZeRO stage at dp 4: 0 [0-9.]+ MB, 1 [0-9.]+ MB, 2 [0-9.]+ MB, 3 [0-9.]+ MB" &&
+        says "$WORK/check_ep4.txt" "  ZeRO 2 with parallel.ep: a shard group's expert peers are one rank each, so nothing is sliced; the gradients are summed as at ZeRO 0" &&
+        grep -q "parallel.zero 2 with parallel.ep 4: a shard group's expert peers are one rank each" \
+            "$WORK/dp4_ep4_z2/train.log"
 }
 check plait_check_says_how_zero_slices_with_ep test_plait_check_says_how_zero_slices_with_ep
 
