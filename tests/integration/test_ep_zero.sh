@@ -9,11 +9,11 @@
 # expert peers are one rank each (nothing sliced: ZeRO 0's sums), with tp 2 and pp 2 too;
 # HSDP 4 × 2 at ep 2 (ZeRO 2 and 3) and 2 × 2 (ZeRO 2); evaluation at ZeRO 3; plait check
 # saying what ZeRO slices; nvme offload at dp 4 × ep 2 ZeRO 1 (each rank's files its
-# slice); the same bits twice; a stopped dp 4 × ep 2 ZeRO 2 run resumed to the bit; a
-# dp 4 × ep 2 ZeRO 3 checkpoint resumed at ep 1 ZeRO 0 and at dp 4 × ep 4 ZeRO 1. By hand:
-# the dense slice not summed over the ep group, or the parts sliced over the whole shard
-# group, fails the layouts; a checkpoint's slices read from the wrong ep rank's files fail
-# the reshard.
+# slice) and "host" (a no-op, said so); the same bits twice; a stopped dp 4 × ep 2 ZeRO 2
+# run resumed to the bit; a dp 4 × ep 2 ZeRO 3 checkpoint resumed at ep 1 ZeRO 0 and at
+# dp 4 × ep 4 ZeRO 1. By hand: the dense slice not summed over the ep group, or the parts
+# sliced over the whole shard group, fails the layouts; a checkpoint's slices read from the
+# wrong ep rank's files fail the reshard.
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, finish
 tiny_plan "$WORK/plan.json"
@@ -103,8 +103,8 @@ check hsdp_with_ep_matches_one_rank test_hsdp_with_ep_matches_one_rank
 
 # The moments in files (parallel.offload "nvme", windows of ~700 floats) at dp 4 × ep 2
 # ZeRO 1: each rank's files hold its slice, in memory only the windows; the same bits as
-# the moments in memory
-test_nvme_offload_with_ep_matches_in_memory() {
+# the moments in memory, and as "host" (on CPU ranks a no-op, said so)
+test_offload_with_ep_matches_in_memory() {
     local z1=(--set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=1 --set batch.grad_accum=1)
     ref one_a4 4 && uninterrupted dp4_ep2_z1_mem "${z1[@]}" || return 1
     layout ep2_nvme one_a4 1e-5 "${z1[@]}" --set parallel.offload=nvme \
@@ -117,8 +117,14 @@ mem, nvme = ([r["allocated"]["optimizer"] for r in json.load(open(p))["memory"][
 assert all(n < m for n, m in zip(nvme, mem)), (nvme, mem)
 print(f"optimizer memory a rank: {nvme[0]} bytes offloaded, {mem[0]} in memory")
 PYEOF
+    # "host" on CPU ranks: where the state is already, said so
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/ep2_host" "${COMMON[@]}" "${z1[@]}" \
+        --set parallel.offload=host >"$WORK/ep2_host.log" 2>&1 || { tail "$WORK/ep2_host.log"; return 1; }
+    grep -q 'parallel.offload "host": on CPU ranks the optimizer state is in host memory already; nothing moves' \
+        "$WORK/ep2_host.log" || { cat "$WORK/ep2_host.log"; return 1; }
+    metrics_equal "$WORK/dp4_ep2_z1_mem/metrics.jsonl" "$WORK/ep2_host/metrics.jsonl"
 }
-check nvme_offload_with_ep_matches_in_memory test_nvme_offload_with_ep_matches_in_memory
+check offload_with_ep_matches_in_memory test_offload_with_ep_matches_in_memory
 
 # Stopped by SIGTERM at each rank's 22nd micro-batch (the 2nd of step 6) at dp 4 × ep 2
 # ZeRO 2: each rank's gradient slice in the checkpoint, resumed to the bit
