@@ -10,10 +10,11 @@
 # HSDP 4 × 2 at ep 2 (ZeRO 2 and 3) and 2 × 2 (ZeRO 2); evaluation at ZeRO 3; plait check
 # saying what ZeRO slices; nvme offload at dp 4 × ep 2 ZeRO 1 (each rank's files its
 # slice) and "host" (a no-op, said so); the same bits twice; a stopped dp 4 × ep 2 ZeRO 2
-# run resumed to the bit; a dp 4 × ep 2 ZeRO 3 checkpoint resumed at ep 1 ZeRO 0 and at
-# dp 4 × ep 4 ZeRO 1. By hand: the dense slice not summed over the ep group, or the parts
-# sliced over the whole shard group, fails the layouts; a checkpoint's slices read from the
-# wrong ep rank's files fail the reshard.
+# run resumed to the bit; a dp 4 × ep 2 ZeRO 3 checkpoint resumed at ep 1 ZeRO 0, at
+# dp 4 × ep 4 ZeRO 1 and dp 4 × ep 2 ZeRO 1, a dp 2 ZeRO 1 one at dp 4 × ep 2 ZeRO 2. By
+# hand: the dense slice not summed over the ep group, or the parts sliced over the whole
+# shard group, fails the layouts; a checkpoint's slices read from the wrong ep rank's files
+# fail the reshard.
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, finish
 tiny_plan "$WORK/plan.json"
@@ -136,14 +137,22 @@ test_a_stopped_zero2_ep2_run_resumes_to_the_bit() {
 check a_stopped_zero2_ep2_run_resumes_to_the_bit test_a_stopped_zero2_ep2_run_resumes_to_the_bit
 
 # A ZeRO 3 checkpoint at dp 4 × ep 2 (each ep rank's parameters and moments sliced over its
-# expert peers) resumes on one rank at ZeRO 0 and at dp 4 × ep 4 ZeRO 1
+# expert peers) resumes on one rank at ZeRO 0, at dp 4 × ep 4 ZeRO 1 and at dp 4 × ep 2
+# ZeRO 1; a dp 2 ZeRO 1 one (ep 1) at dp 4 × ep 2 ZeRO 2
 test_zero3_ep2_checkpoints_reshard() {
     local z3=(--set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=3 --set batch.grad_accum=1)
     ref one_a4 4 || return 1
     reshard z3ep2_to_one 5 "${z3[@]}" -- --set batch.grad_accum=4 || return 1
     grep -q '"ep": 2' "$WORK/z3ep2_to_one/checkpoints/step_00000005_0000/manifest.json" || return 1
     reshard z3ep2_to_ep4_z1 5 "${z3[@]}" -- --set parallel.dp=4 --set parallel.ep=4 \
-        --set parallel.zero=1 --set batch.grad_accum=1
+        --set parallel.zero=1 --set batch.grad_accum=1 || return 1
+    # into slices over the expert peers: ZeRO 3 to 1 at dp 4 × ep 2, and dp 2 (ep 1, ZeRO 1)
+    # to dp 4 × ep 2 ZeRO 2
+    reshard z3ep2_to_z1ep2 5 "${z3[@]}" -- --set parallel.dp=4 --set parallel.ep=2 \
+        --set parallel.zero=1 --set batch.grad_accum=1 || return 1
+    reshard dp2_z1_to_ep2_z2 10 --set parallel.dp=2 --set parallel.zero=1 \
+        --set batch.grad_accum=2 -- --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=2 \
+        --set batch.grad_accum=1
 }
 check zero3_ep2_checkpoints_reshard test_zero3_ep2_checkpoints_reshard
 
