@@ -8,6 +8,8 @@ MOE=(--set model.layers=4 --set model.moe.experts=4 --set model.moe.top_k=2
     --set model.moe.every=2 --set model.moe.shared_experts=1 --set model.moe.capacity_factor=1.25
     --set model.moe.router_z_loss=0.001 --set model.moe.ffn_hidden=48)
 COMMON=(--set data.val=null --set data.val_every=0 "${MOE[@]}")
+# the Llama of the same shape (grouped-query attention, SwiGLU experts)
+LLAMA=(--set model.arch=llama --set model.heads=4 --set model.kv_heads=2 --set model.ffn_hidden=64)
 
 # layouts REF TOL: each line of stdin (NAME, then its --set options) a layout against REF
 layouts() {

@@ -16,7 +16,7 @@
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, WORK, check, finish
 
 tiny_plan "$WORK/plan.json"
-source "$(dirname "$0")/moe_lib.sh"      # defines: MOE, COMMON, loads_equal, reshard
+source "$(dirname "$0")/moe_lib.sh"      # defines: MOE, COMMON, LLAMA, loads_equal, reshard
 source "$(dirname "$0")/parallel_lib.sh" # defines: ref, layout, stop_resume, uninterrupted
 
 # as_one_rank NAME --set ...: a layout against one rank's 4 micro-batches a step, and its
@@ -66,10 +66,8 @@ check cp2_with_expert_parallelism_matches_one_rank test_cp2_with_expert_parallel
 
 # A Llama's MoE (SwiGLU experts) with grouped-query attention, rotary positions by chunk
 test_llama_gqa_moe_at_cp2_matches_one_rank() {
-    local llama=(--set model.arch=llama --set model.heads=4 --set model.kv_heads=2
-        --set model.ffn_hidden=64)
-    ref one_llama4 4 "${llama[@]}" || return 1
-    layout llama_cp2 one_llama4 1e-5 "${llama[@]}" --set parallel.cp=2 --set batch.grad_accum=4 &&
+    ref one_llama4 4 "${LLAMA[@]}" || return 1
+    layout llama_cp2 one_llama4 1e-5 "${LLAMA[@]}" --set parallel.cp=2 --set batch.grad_accum=4 &&
         loads_equal "$WORK/one_llama4/metrics.jsonl" "$WORK/llama_cp2/metrics.jsonl" 1e-5
 }
 check llama_gqa_moe_at_cp2_matches_one_rank test_llama_gqa_moe_at_cp2_matches_one_rank

@@ -5,8 +5,9 @@
 # same dense slice, summed over them too (plan_zero_slices). Layouts against one rank
 # within 1e-5 over test_moe's 12 steps, predicted == allocated: ep 2 at dp 4 with ZeRO 1,
 # 2 and 3 (3 kept gathered too), with tp 2 (ZeRO 1), pp 2 (ZeRO 2 with 1F1B and zb-h1,
-# ZeRO 3) and cp 2 (dp 2 × cp 2, ZeRO 2 and 3); ep 2 at dp 2 and ep 4 at dp 4, whose
-# expert peers are one rank each (nothing sliced: ZeRO 0's sums), with tp 2 and pp 2 too;
+# ZeRO 3), cp 2 (dp 2 × cp 2, ZeRO 2 and 3), bf16 (ZeRO 3, within bf16's bound) and a
+# Llama's experts (ZeRO 2); ep 2 at dp 2 and ep 4 at dp 4, whose expert peers are one
+# rank each (nothing sliced: ZeRO 0's sums), with tp 2 and pp 2 too;
 # HSDP 4 × 2 at ep 2 (ZeRO 2 and 3) and 2 × 2 (ZeRO 2); evaluation at ZeRO 3; plait check
 # saying what ZeRO slices; nvme offload at dp 4 × ep 2 ZeRO 1 (each rank's files its
 # slice) and "host" (a no-op, said so); the same bits twice; a stopped dp 4 × ep 2 ZeRO 2
@@ -18,7 +19,7 @@
 # Run from the repository root; PLAIT_BUILD (default ./build) holds bin/plait.
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, finish
 tiny_plan "$WORK/plan.json"
-source "$(dirname "$0")/moe_lib.sh"      # defines: MOE, COMMON, layouts, reshard
+source "$(dirname "$0")/moe_lib.sh"      # defines: MOE, COMMON, LLAMA, layouts, reshard
 source "$(dirname "$0")/parallel_lib.sh" # defines: ref, layout, stop_resume, uninterrupted
 
 # ep 2 and 4 with ZeRO against one rank (E 4, k 2, a shared expert), predicted ==
@@ -59,6 +60,18 @@ LAYOUTS
     metrics_equal "$WORK/dp4_ep2_z2/metrics.jsonl" "$WORK/dp4_ep2_z2_again/metrics.jsonl"
 }
 check ep_with_zero_matches_one_rank test_ep_with_zero_matches_one_rank
+
+# bf16 at dp 4 × ep 2 ZeRO 3 (a layer gathered mixed over the expert peers: its matrices
+# from the slice's bf16 copy, the experts' biases and the norms in fp32) within bf16's bound
+# of the bf16 one rank (test_moe's); a Llama's SwiGLU experts at ZeRO 2
+test_bf16_and_llama_with_ep_and_zero_match_one_rank() {
+    ref one_bf16 4 --set precision=bf16 && layout bf16_dp4_ep2_z3 one_bf16 1e-4 \
+        --set precision=bf16 --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=3 \
+        --set batch.grad_accum=1 || return 1
+    ref one_llama4 4 "${LLAMA[@]}" && layout llama_dp4_ep2_z2 one_llama4 1e-5 "${LLAMA[@]}" \
+        --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=1
+}
+check bf16_and_llama_with_ep_and_zero_match_one_rank test_bf16_and_llama_with_ep_and_zero_match_one_rank
 
 # Evaluation (forwards only, each layer gathered over the expert peers) at dp 4 × ep 2
 # ZeRO 3 as one rank
