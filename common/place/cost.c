@@ -407,6 +407,19 @@ static double ep_alltoall_bytes(const struct plan *p, struct cost_layout l, int 
     return per_layer * shard_moe_layers(&s) * p->batch.grad_accum;
 }
 
+/* Bytes one rank of `stage` sends over its cp group per optimizer step for the MoE
+ * blocks' routing (runtime/model_moe_cp.c): each forward of an MoE block sums a table of
+ * every chunk's per-expert choices, b·2cp·E doubles, over the cp ranks. 0 without cp. */
+static double cp_moe_count_bytes(const struct plan *p, struct cost_layout l, int stage)
+{
+    int cp = cp_of(p);
+    struct gpt2_shard s;
+    if (cp == 1 || !p->model.moe.given || stage_shard(p, l, stage, &s)) return 0;
+    double table = 8.0 * p->batch.micro_batch * 2 * cp * p->model.moe.experts;
+    return moe_forwards(p, l.pp) * ring_allreduce_bytes(table, cp) * shard_moe_layers(&s) *
+           p->batch.grad_accum;
+}
+
 /* Elements of a shard's routed experts: at ep > 1 their gradients are summed over the
  * expert peers (gpt2_shard_routed_at, as runtime/buckets.c cuts them), not over dp. */
 static double routed_elems(const struct gpt2_shard *s)
@@ -471,7 +484,7 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
      * plait moves). Plait's ZeRO 2 reduce-scatters at each hand-over of the
      * step (zero2_handovers), not once: m times the floor's gradient share
      * without a pipeline or with 1F1B. */
-    out.cp_bytes = cp_ring_bytes(p, l, stage);
+    out.cp_bytes = cp_ring_bytes(p, l, stage) + cp_moe_count_bytes(p, l, stage);
 
     /* with context parallelism the gradients are summed over the dp·cp ranks, and a shard
      * group is dp_shard·cp of them (the cp ranks of each shard rank) */
