@@ -98,8 +98,7 @@ void lanes_close(struct lanes *L)
     free(L);
 }
 
-int lanes_run(struct lanes *L, const lane_pass pass[2], void *const ctx[2],
-              struct plait_error *err)
+int lanes_run(struct lanes *L, const lane_pass pass[2], void *const ctx[2], struct plait_error *err)
 {
     pthread_mutex_lock(&L->mu);
     L->turn = 0;

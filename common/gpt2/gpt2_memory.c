@@ -196,7 +196,8 @@ static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     if (a < GPT2_ACT_FIRST_SCRATCH) return slot_held(a, s) ? slots : 0;
     if (a == GPT2_ACT_CE_STATS) return s->part.tp > 1;
     if (a == GPT2_ACT_WHOLE) /* a second for the other lane where a block switches lanes */
-        return shape->sequence_parallel ? (shape->moe_lanes && gpt2_chunk_moe_layers(s) ? 2 : 1) : 0;
+        return shape->sequence_parallel ? (shape->moe_lanes && gpt2_chunk_moe_layers(s) ? 2 : 1)
+                                        : 0;
     bool ring = shape->cp > 1;
     if (a == GPT2_ACT_CP_RING) return ring ? 5 : 0;
     if (a == GPT2_ACT_CP_POS) return ring;

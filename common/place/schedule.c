@@ -67,8 +67,11 @@ bool schedule_moe_lanes(const struct plan *p, int pp, const char **why_not)
     int v;
     schedule_of_plan(p, pp, &kind, &v);
     bool pairs = kind == SCHED_DUALPIPEV && p->model.moe.experts > 0 && p->parallel.ep > 1;
-    const char *why = pairs && p->parallel.zero == 3 ? "ZeRO 3 gathers a pass's units in its order"
-                                                     : NULL;
+    const char *why = NULL;
+    if (pairs && p->parallel.zero == 3)
+        why = "ZeRO 3 gathers a pass's units in its order";
+    else if (pairs && p->recompute == PLAN_RECOMPUTE_FULL)
+        why = "full recompute rebuilds a layer's activations in one copy both passes would use";
     if (why_not) *why_not = why;
     return pairs && !why;
 }

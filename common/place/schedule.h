@@ -88,9 +88,10 @@ void schedule_of_plan(const struct plan *p, int pp, enum sched_kind *kind, int *
 /* Whether a plan's stages, pp of them, run each pair of DualPipeV's main steps (a forward of
  * one chunk beside a backward of the other) as two lanes that take turns, the experts'
  * all-to-all of one lane hidden behind the other's compute (runtime/lanes.h): DualPipeV with
- * a pipeline, model.moe and parallel.ep > 1, below ZeRO 3 (whose gathers fill windows in a
- * pass's order: its pairs run one pass after the other; *why_not, when not NULL, then says
- * so, and is NULL otherwise). Such a stage holds a second copy of the scratch an MoE block
+ * a pipeline, model.moe and parallel.ep > 1, but at ZeRO 3 (whose gathers fill windows in a
+ * pass's order) and with full recompute (which rebuilds a layer's activations in one copy
+ * both passes would use): their pairs run one pass after the other, and *why_not (when not
+ * NULL) says why; NULL otherwise. Such a stage holds a second copy of the scratch an MoE block
  * keeps across its exchange (gpt2_memory_shape's moe_lanes). */
 bool schedule_moe_lanes(const struct plan *p, int pp, const char **why_not);
 /* schedule_make of schedule_of_plan, m the plan's batch.grad_accum */

@@ -8,7 +8,8 @@
 # 1e-5, predicted == allocated (the second lane's scratch counted); the lanes switched
 # (the count rank 0 logs: none when the passes ran one after the other); overlapped and
 # serial (PLAIT_DEBUG_NO_MOE_OVERLAP=1) the same bits, twice the same bits; the ep
-# group's bytes and waits in metrics.jsonl; a run stopped and resumed to the bit.
+# group's bytes and waits in metrics.jsonl; full recompute run serially (said so) as one
+# rank; a run stopped and resumed to the bit.
 # Dense DualPipeV: test_parallel.sh's test_dualpipev_matches_one_rank.
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, WORK, check, finish
 
@@ -77,6 +78,16 @@ print(f"ep: {sum(r['bytes']['ep'] for r in rows) / 12:.0f} bytes a rank a step")
 PYEOF
 }
 check overlapped_and_serial_give_the_same_bits test_overlapped_and_serial_give_the_same_bits
+
+# Full recompute rebuilds a layer's activations in one copy the two passes would share: its
+# pairs run one pass after the other, as the log says, and match one rank
+test_full_recompute_runs_the_pairs_serially() {
+    ref one_a8 8 || return 1
+    layout v_full one_a8 1e-5 "${VP2[@]}" --set recompute=full || return 1
+    grep -q "run one after the other (full recompute" "$WORK/v_full.log" &&
+        ! switched v_full >/dev/null || { cat "$WORK/v_full.log"; return 1; }
+}
+check full_recompute_runs_the_pairs_serially test_full_recompute_runs_the_pairs_serially
 
 # Signalled after micro-batch 10, the run stops at step 3's end (DualPipeV stops only there)
 # and resumes to the bit of the uninterrupted overlapped run
