@@ -49,9 +49,9 @@ void moe_ep_lanes_free(struct model *m)
     free(two->counts_host);
     free(two->ep_counts);
     free(two->ep_sizes);
-    two->counts_host = NULL;
-    two->ep_counts = NULL;
-    two->ep_sizes = NULL;
+    /* (its device buffers are the model's allocations) */
+    *two = (struct moe_lane){
+        .ep = two->ep, .dy = two->dy, .whole = two->whole, .ep_group = two->ep_group};
 }
 
 void moe_ep_lane_enter(void *model, int lane)
