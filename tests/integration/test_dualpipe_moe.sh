@@ -3,10 +3,10 @@
 # steps (a forward of one chunk beside a backward of the other) run as two lanes, the
 # experts' all-to-all of one moving while the other computes (runtime/lanes.h). At
 # pp 2 × dp 2 × ep 2 and pp 4 × dp 2 × ep 2 (test_moe.sh's MoE: E 4, k 2, a shared
-# expert, capacity), an MoE block in every layer (both lanes switching back and forth)
-# and tp 2 sequence parallel (each lane its own gathered rows) against one rank within
-# 1e-5, predicted == allocated (the second lane's scratch counted); the lanes switched
-# (the count rank 0 logs: none when the passes ran one after the other); overlapped and
+# expert, capacity), an MoE block in every layer (both lanes switching back and forth),
+# tp 2 sequence parallel (each lane its own gathered rows) and cp 2 against one rank
+# within 1e-5, predicted == allocated (the second lane's scratch counted); the lanes
+# switched (the count rank 0 logs: none when the passes ran one after the other); overlapped and
 # serial (PLAIT_DEBUG_NO_MOE_OVERLAP=1) the same bits, twice the same bits; the ep
 # group's bytes and waits in metrics.jsonl; full recompute run serially (said so) as one
 # rank; a run stopped and resumed to the bit.
@@ -45,17 +45,21 @@ check dualpipev_ep2_matches_one_rank_with_the_lanes_switching \
     test_dualpipev_ep2_matches_one_rank_with_the_lanes_switching
 
 # an MoE block in every layer: both passes of a pair exchange, the baton going back and
-# forth; with tp 2 sequence parallel each lane gathers its rows into its own buffer
-test_both_lanes_exchanging_and_tp2_sequence_parallel_match_one_rank() {
+# forth; with tp 2 sequence parallel each lane gathers its rows into its own buffer; at
+# cp 2 (ep 2 over the cp pair) each lane counts its choices over the cp group and rings
+# its attention, collectives posted in the same order on both ranks
+test_both_lanes_exchanging_tp2_sequence_parallel_and_cp2_match_one_rank() {
     ref one_e1 8 --set model.moe.every=1 || return 1
     layout v_every1 one_e1 1e-5 "${V[@]}" --set parallel.pp=2 --set model.moe.every=1 \
         --set batch.grad_accum=4 && switched v_every1 || return 1
     ref one_a8 8 || return 1
     layout v_tp2_sp one_a8 1e-5 "${V[@]}" --set parallel.pp=2 --set parallel.tp=2 \
-        --set parallel.sequence_parallel=true --set batch.grad_accum=4 && switched v_tp2_sp
+        --set parallel.sequence_parallel=true --set batch.grad_accum=4 && switched v_tp2_sp || return 1
+    layout v_cp2 one_a8 1e-5 --set parallel.schedule=dualpipev --set parallel.pp=2 \
+        --set parallel.cp=2 --set parallel.ep=2 --set batch.grad_accum=8 && switched v_cp2
 }
-check both_lanes_exchanging_and_tp2_sequence_parallel_match_one_rank \
-    test_both_lanes_exchanging_and_tp2_sequence_parallel_match_one_rank
+check both_lanes_exchanging_tp2_sequence_parallel_and_cp2_match_one_rank \
+    test_both_lanes_exchanging_tp2_sequence_parallel_and_cp2_match_one_rank
 
 # The lanes change the order the passes compute in, never a bit: the serial run's metrics
 # (which says so, and switches nothing) and the overlapped run's again are v_pp2's; the
