@@ -75,16 +75,23 @@ static int pair(struct trace *t, int a, int b, struct plait_error *err)
     return rc;
 }
 
+/* t's lanes, entering into t: false (a failed check) when they could not start */
+static bool open_lanes(struct trace *t)
+{
+    struct plait_error err = {0};
+    t->L = lanes_open(enter, t, &err);
+    CHECK(t->L != NULL, "lanes_open: %s", err.text);
+    return t->L != NULL;
+}
+
 static void test_the_lanes_take_turns_at_each_exchange(void)
 {
     struct plait_error err = {0};
     static struct trace t;
-    t.L = lanes_open(enter, &t, &err);
-    CHECK(t.L != NULL, "lanes_open: %s", err.text);
-    if (!t.L) return;
+    if (!open_lanes(&t)) return;
     CHECK(!lanes_running(t.L), "running before a pair");
     CHECK(pair(&t, 3, 2, &err) == 0, "pair: %s", err.text);
-    /* lane 1 left alone after its last segment: lane 0 runs on without handing over */
+    /* lane 1 done after its last segment: lane 0 runs on alone, handing nothing over */
     CHECK(strcmp(t.order, "A0B0A1B1A2B2A3") == 0, "order %s", t.order);
     CHECK(lanes_switches(t.L) == 5, "%ld switches", lanes_switches(t.L));
     CHECK(atomic_load(&t.waits) == 5, "%d exchanges waited for", atomic_load(&t.waits));
@@ -103,9 +110,7 @@ static void test_a_failing_lane_fails_the_pair_once_the_other_is_done(void)
 {
     struct plait_error err = {0};
     static struct trace t;
-    t.L = lanes_open(enter, &t, &err);
-    CHECK(t.L != NULL, "lanes_open: %s", err.text);
-    if (!t.L) return;
+    if (!open_lanes(&t)) return;
     CHECK(pair(&t, 2, -1, &err) == -1, "a failing lane 1 passed");
     CHECK(strstr(err.text, "lane 1 failed") != NULL, "error %s", err.text);
     CHECK(strcmp(t.order, "A0B0A1B1A2") == 0, "order %s", t.order);
