@@ -13,7 +13,7 @@
 #include "common/place/comm_memory.h" // defines: COMM_SHM_RING_BYTES
 #include "common/gpt2/gpt2_memory.h" // defines: gpt2_memory, the bytes a rank holds
 #include "common/gpt2/gpt2_shard.h"  // defines: gpt2_shard_init, gpt2_stage_layers
-#include "common/place/schedule.h"    // defines: schedule_max_in_flight
+#include "common/place/schedule.h"    // defines: schedule_max_in_flight, schedule_moe_lanes
 
 /* Notation (Megatron / Korthikanti): s = seq_len T, b = micro_batch, h = hidden
  * C, a = heads, L = layers, Vp = padded vocab, t = tp, m = grad_accum
@@ -286,7 +286,8 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
         /* the CUDA backend's attention keeps no probabilities */
         .fused_attention = p->parallel.device == PLAN_DEVICE_CUDA,
         .offload_window_mb =
-            p->parallel.offload == PLAN_OFFLOAD_NVME ? p->parallel.offload_window_mb : 0};
+            p->parallel.offload == PLAN_OFFLOAD_NVME ? p->parallel.offload_window_mb : 0,
+        .moe_lanes = schedule_moe_lanes(p, l.pp, NULL)};
     struct gpt2_shard s;
     struct gpt2_memory mem;
     struct plait_error err;
