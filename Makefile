@@ -369,6 +369,7 @@ bench: deps-test bench-comm bench-memory bench-ckpt bench-tokenizer
 	bench/offload_bench.sh
 	bench/zero3_bench.sh
 	bench/cp_bench.sh
+	bench/dualpipe_moe_bench.sh
 
 bench-cost: deps-test
 	$(MAKE) -j$(JOBS) $(PLAIT) $(PLAIT_TRAIN)

@@ -50,6 +50,11 @@ struct ops {
     void (*download)(struct ops_ctx *ctx, void *host_dst, const void *src, size_t bytes);
     /* within the device */
     void (*copy)(struct ops_ctx *ctx, void *dst, const void *src, size_t bytes);
+    /* rows of row_bytes each, read every src_pitch bytes from src and written every
+     * dst_pitch bytes from dst (columns of a row-major matrix: one 2D copy on a GPU,
+     * not a copy a row) */
+    void (*copy_rows)(struct ops_ctx *ctx, void *dst, size_t dst_pitch, const void *src,
+                      size_t src_pitch, size_t row_bytes, size_t rows);
     void (*zero)(struct ops_ctx *ctx, void *p, size_t bytes);
     /* 0 if no op failed since the last call; else -1 and the first message */
     int (*take_error)(struct ops_ctx *ctx, char *buf, size_t bytes);

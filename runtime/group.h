@@ -60,6 +60,11 @@ struct group {
      * with i64; send and recv do not overlap. NULL where the group cannot. */
     int (*alltoall_v)(void *ctx, const void *send, const size_t *send_counts, void *recv,
                       const size_t *recv_counts, bool i64, struct plait_error *err);
+    /* The same, started like iallreduce: send, recv and both counts belong to the
+     * operation until wait(req) returns. NULL where the group cannot (callers then use
+     * alltoall_v). */
+    int (*ialltoall_v)(void *ctx, const void *send, const size_t *send_counts, void *recv,
+                       const size_t *recv_counts, bool i64, void **req, struct plait_error *err);
     int (*wait)(void *req, struct plait_error *err);
     void *ctx;
 };

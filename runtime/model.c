@@ -229,6 +229,10 @@ static int act_buffer(struct model *m, enum gpt2_act a)
             point(&m->slots[s].moe[j], field, base + (b->copies > 1 ? (s * Lm + j) * bytes : 0));
     }
     if (act_field[a].home == IN_MODEL) point(m, field, base);
+    if (act_field[a].home == IN_MODEL && b->copies == 2) /* the second lane's (moe_lanes) */
+        *(a == GPT2_ACT_MOE_EP   ? &m->moe_lane[1].ep
+          : a == GPT2_ACT_MOE_DY ? &m->moe_lane[1].dy
+                                 : &m->moe_lane[1].whole) = (float *)(base + bytes);
     return 0;
 }
 
@@ -251,6 +255,7 @@ static void model_settings(struct model *m, const struct gpt2_config *cfg, const
     m->cp_rank = m->cp > 1 ? shape->cp_rank : 0;
     m->cp_group = shape->cp_group;
     m->ep_group = shape->ep_group;
+    m->moe_lane[1].ep_group = shape->ep_lane_group;
     m->moe_capacity_factor = shape->moe_capacity_factor;
     m->moe_aux = shape->moe_aux_loss;
     m->moe_z = shape->moe_z_loss;
@@ -320,7 +325,8 @@ static int count_memory(struct model *m, const struct model_shape *shape, struct
                                    .split_backward = m->split_backward,
                                    .fused_attention = m->ops->attention_forward_fused != NULL,
                                    .offload_window_mb =
-                                       shape->offload_dir ? shape->offload_window_mb : 0};
+                                       shape->offload_dir ? shape->offload_window_mb : 0,
+                                   .moe_lanes = shape->ep_lane_group != NULL};
     return gpt2_memory(&m->shard, &ms, &m->mem, err);
 }
 
@@ -514,7 +520,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
         return -1;
     }
     if ((m->zero == 3 && mz3_init(m, shape->dp_group, err)) || (m->cp > 1 && ring_init(m, err)) ||
-        moe_init(m, err)) {
+        moe_init(m, err) || moe_ep_lanes_init(m, err)) {
         model_free(m);
         return -1;
     }
@@ -535,6 +541,7 @@ void model_free(struct model *m)
     m->offload = NULL;
     for (int i = 0; i < m->n_allocations; i++) m->ops->free(m->ctx, m->allocations[i]);
     free(m->allocations);
+    moe_ep_lanes_free(m);
     moe_free(m);
     for (int s = 0; m->slots && s < m->n_slots; s++) {
         free(m->slots[s].layer);

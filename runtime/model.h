@@ -20,6 +20,7 @@
 #include "runtime/profile.h"
 
 struct zero3;
+struct lanes; /* runtime/lanes.h */
 
 /* Device bytes by kind (common/gpt2/gpt2_memory.h says what each counts). */
 struct model_bytes {
@@ -201,6 +202,18 @@ struct model {
      * each expert's choices in the micro-batch (E) */
     int32_t *moe_cp_before, *moe_cp_host, *moe_cp_routed;
     double *moe_cp_chunks;
+    /* DualPipeV's pairs in two lanes (runtime/lanes.h; set by the caller, NULL: one lane at
+     * a time): what an MoE block keeps across its all-to-all (moe_ep, moe_dy, whole, the
+     * host counts) and the ep group it exchanges on, each lane's own; moe_ep_lane_enter
+     * installs a lane's in the fields above. moe_lane[1].ep_group NULL: no second set */
+    struct lanes *lanes;
+    struct moe_lane {
+        float *ep, *dy, *whole;
+        int32_t *counts_host;
+        int64_t *ep_counts;
+        size_t *ep_sizes;
+        const struct group *ep_group;
+    } moe_lane[2];
     double moe_capacity_factor, moe_aux, moe_z; /* plan.h struct plan_moe's */
     int32_t *moe_counts_host;                   /* (2E) a layer's counts, read back */
     int32_t *moe_routed_host;                   /* every slot's moe_acts' routed_host */
@@ -241,6 +254,9 @@ struct model_shape {
     int cp, cp_rank;              /* context parallelism (0 or 1: none) and this rank's place */
     const struct group *cp_group; /* cp > 1: its ring (runtime/ring_attention.h) */
     const struct group *ep_group; /* ep > 1: the experts' all-to-all (runtime/model_moe.h) */
+    const struct group *ep_lane_group; /* DualPipeV's pairs in two lanes (schedule_moe_lanes):
+                                          the second lane's ep group, a second set of what an
+                                          MoE block keeps across its exchange; NULL: none */
     int dp, dp_rank;              /* data-parallel ranks holding the same part (1, 0: none): with
                                      hybrid sharding the shard group's */
     int replicas, replica;        /* its replicas (0 or 1: none), and this rank's (0-based) */

@@ -71,6 +71,15 @@ int moe_cp_init(struct model *m, struct plait_error *err);
 void moe_cp_free(struct model *m);
 int moe_cp_counts(struct model *m, const struct moe_acts *a, int N, struct plait_error *err);
 
+/* DualPipeV's two lanes (model.h moe_lane, runtime/lanes.h): the first lane's set is the
+ * model's own, the second's host counts are allocated here (its device buffers by
+ * model_init, counted by gpt2_memory's moe_lanes); nothing without moe_lane[1].ep_group.
+ * moe_ep_lane_enter(m, lane) installs a lane's set in the model's fields (lanes_open's
+ * enter). An exchange in a running pair switches lanes (lanes_switch) while it moves. */
+int moe_ep_lanes_init(struct model *m, struct plait_error *err);
+void moe_ep_lanes_free(struct model *m);
+void moe_ep_lane_enter(void *model, int lane);
+
 /* model.c's, for this file: tensor t of layer l (its weights, or with grads its
  * gradient; the bf16 copy of its weights or NULL), and the MLP's activation (GELU of
  * N·F elements, or a Llama's SwiGLU of N rows of 2F) and its backward. */

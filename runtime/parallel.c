@@ -96,6 +96,16 @@ static int g_alltoall_v(void *ctx, const void *send, const size_t *send_counts, 
                            i64 ? COMM_INT64 : COMM_FLOAT32, err);
 }
 
+static int g_ialltoall_v(void *ctx, const void *send, const size_t *send_counts, void *recv,
+                         const size_t *recv_counts, bool i64, void **req, struct plait_error *err)
+{
+    struct comm_request *r = NULL;
+    int rc = comm_ialltoall_v(ctx, send, send_counts, recv, recv_counts,
+                              i64 ? COMM_INT64 : COMM_FLOAT32, &r, err);
+    *req = r;
+    return rc;
+}
+
 static int g_wait(void *req, struct plait_error *err)
 {
     return comm_wait(req, err);
@@ -117,6 +127,7 @@ static struct group group_of(struct comm *c)
                           .iallgather16_v = g_iallgather16_v,
                           .ishift = g_ishift,
                           .alltoall_v = g_alltoall_v,
+                          .ialltoall_v = g_ialltoall_v,
                           .wait = g_wait,
                           .ctx = c};
 }
@@ -171,6 +182,20 @@ static int make_ep(struct parallel *p, const char *gen, struct plait_error *err)
     return comm_split(p->world, here + w->tp * w->pp * peers, block, name, &p->expert_peers, err);
 }
 
+int parallel_ep_lane(struct parallel *p, struct plait_error *err)
+{
+    const struct env_rank *w = &p->where;
+    int ep_rank = rank_shard_of(w->dp_rank, p->ep), block = rank_replica_of(w->dp_rank, p->ep);
+    char name[COMM_MAX_NAME_BYTES + 1];
+    snprintf(name, sizeof name, "r%d.ep_lane", w->restart_count);
+    if (p->ep < 2 || !p->world) return 0;
+    if (comm_split(p->world, w->tp_rank + w->tp * (w->pp_rank + w->pp * block), ep_rank, name,
+                   &p->ep_lane_comm, err))
+        return error_prefix(err, "rank %d: ", w->rank);
+    p->g_ep_lane = group_of(p->ep_lane_comm);
+    return 0;
+}
+
 int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard, int ep,
                   double timeout_s, const struct parallel_device *dev, struct plait_error *err)
 {
@@ -181,7 +206,7 @@ int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard
     if (dev) p->dev = *dev;
     p->timeout_s = timeout_s;
     p->g_tp = p->g_shard = p->g_replicas = p->g_mp = p->g_world = p->g_cp = p->g_ep = p->g_experts =
-        (struct group){.size = 1};
+        p->g_ep_lane = (struct group){.size = 1};
     if (where->world == 1) return 0;
     const struct env_rank *w = where;
     char host[256], gen[32], name[COMM_MAX_NAME_BYTES + 1];
@@ -274,6 +299,7 @@ void parallel_free(struct parallel *p)
     p->n_out = 0;
     comm_destroy(p->ends);
     comm_destroy(p->ep_comm);
+    comm_destroy(p->ep_lane_comm);
     comm_destroy(p->expert_peers);
     comm_destroy(p->cp);
     comm_destroy(p->shard);
@@ -284,7 +310,7 @@ void parallel_free(struct parallel *p)
     comm_destroy(p->dp);
     comm_destroy(p->world);
     store_close(p->store);
-    p->ep_comm = p->expert_peers = NULL;
+    p->ep_comm = p->ep_lane_comm = p->expert_peers = NULL;
     p->ends = p->cp = p->shard = p->replicas = p->mp = p->tp = p->pp = p->dp = p->world = NULL;
     p->store = NULL;
 }
@@ -475,13 +501,19 @@ void parallel_comm_totals(const struct parallel *p, double bytes[PAR_NCOMM],
                                  [PAR_DP] = p->dp,
                                  [PAR_ENDS] = p->ends,
                                  [PAR_WORLD] = p->world,
-                                 [PAR_CP] = p->cp};
+                                 [PAR_CP] = p->cp,
+                                 [PAR_EP] = p->ep_comm};
     for (int i = 0; i < PAR_NCOMM; i++) {
         struct comm_stats st = {0};
         if (c[i]) comm_stats(c[i], &st);
         bytes[i] = (double)st.bytes_sent;
         wait_s[i] = st.wait_s;
     }
+    /* DualPipeV's second lane exchanges the experts' rows on a communicator of its own */
+    struct comm_stats lane = {0};
+    if (p->ep_lane_comm) comm_stats(p->ep_lane_comm, &lane);
+    bytes[PAR_EP] += (double)lane.bytes_sent;
+    wait_s[PAR_EP] += lane.wait_s;
     /* hybrid sharding: the gradients' traffic is data-parallel traffic */
     struct comm *hsdp[] = {p->shard, p->replicas};
     for (int i = 0; i < 2; i++) {

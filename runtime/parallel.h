@@ -63,6 +63,10 @@ struct parallel {
     int ep;
     struct comm *ep_comm, *expert_peers; /* NULL where their size is 1 */
     struct group g_ep, g_experts;
+    /* the same ep groups again (parallel_ep_lane): DualPipeV's second lane's all-to-all, in
+     * flight beside the first lane's (runtime/lanes.h); NULL, size 1: none */
+    struct comm *ep_lane_comm;
+    struct group g_ep_lane;
     struct parallel_device dev;
     /* nccl (or PLAIT_DEBUG_NCCL_LINK=1): the pipeline's messages travel on
      * a communicator of their own per direction between two neighbouring
@@ -93,6 +97,11 @@ void parallel_free(struct parallel *p);
  * shard group, or with expert parallelism at ZeRO >= 1 the expert peers in it. */
 const struct group *parallel_slices(const struct parallel *p, int zero);
 
+/* A second communicator over each ep group (p->ep_lane_comm, g_ep_lane), for DualPipeV's
+ * second lane (common/place/schedule.h schedule_moe_lanes): every rank calls it, or none.
+ * Nothing at ep 1. */
+int parallel_ep_lane(struct parallel *p, struct plait_error *err);
+
 /* The runtime's view of a rank of the env contract: context parallelism folded into
  * the dp coordinate (rank_order.h's rank_dp_fold), dp the dp·cp ranks the gradients
  * are averaged over and ZeRO slices over; cp and cp_rank as they were. */
@@ -121,7 +130,7 @@ int parallel_share_text(struct parallel *p, const char *what, char *buf, size_t 
 
 /* What this rank's communicators have done so far: bytes sent, and seconds
  * its callers waited in them (0 where the communicator does not exist). */
-enum { PAR_TP, PAR_PP, PAR_DP, PAR_ENDS, PAR_WORLD, PAR_CP, PAR_NCOMM };
+enum { PAR_TP, PAR_PP, PAR_DP, PAR_ENDS, PAR_WORLD, PAR_CP, PAR_EP, PAR_NCOMM };
 void parallel_comm_totals(const struct parallel *p, double bytes[PAR_NCOMM],
                           double wait_s[PAR_NCOMM]);
 

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/lanes.h"
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -407,6 +409,59 @@ static int run_op(struct stepper *st, struct sched_op op, struct plait_error *er
     return 0;
 }
 
+/* DualPipeV's pairs in two lanes (m->lanes, runtime/lanes.h): where ops[i] is a forward
+ * of micro-batch k through one chunk and the next computation a backward of micro-batch j
+ * through the other, with nothing between but k's activation sent on and j's gradient
+ * received, the index of that backward; else -1. */
+static int pair_at(const struct stepper *st, const struct sched_op *ops, int n, int i)
+{
+    const struct sched_op *f = &ops[i];
+    if (!st->m->lanes || f->type != SCHED_F) return -1;
+    int b = i + 1;
+    while (b < n && (ops[b].type == SCHED_SEND_ACT || ops[b].type == SCHED_RECV_GRAD)) b++;
+    if (b == n || ops[b].type != SCHED_B || ops[b].chunk == f->chunk || ops[b].micro >= st->stop_at)
+        return -1;
+    for (int j = i + 1; j < b; j++) {
+        const struct sched_op *x = ops[j].type == SCHED_SEND_ACT ? f : &ops[b];
+        if (ops[j].micro != x->micro || ops[j].chunk != x->chunk) return -1;
+    }
+    return b;
+}
+
+struct lane_op {
+    struct stepper *st;
+    struct sched_op op;
+};
+
+static int lane_op_run(void *ctx, struct plait_error *err)
+{
+    struct lane_op *x = ctx;
+    return run_op(x->st, x->op, err);
+}
+
+/* The pair ops[i] (forward) and ops[b] (backward), its transfers around it: the gradient
+ * received before the two lanes start and the activation sent after they end. A later
+ * receive from one neighbour and an earlier send to the other keep the list deadlock-free:
+ * the two chunks' passes face opposite neighbours, and a neighbour's messages to this stage
+ * never wait on what it has not yet received from here. */
+static int run_pair(struct stepper *st, const struct sched_op *ops, int i, int b,
+                    struct plait_error *err)
+{
+    for (int j = i + 1; j < b; j++)
+        if (ops[j].type == SCHED_RECV_GRAD && run_op(st, ops[j], err)) return -1;
+    struct pipe_times *tm = st->times;
+    double t0 = now_s(), compute0 = tm->compute_s, data0 = tm->data_s;
+    struct lane_op f = {st, ops[i]}, bw = {st, ops[b]};
+    const lane_pass pass[2] = {lane_op_run, lane_op_run};
+    void *const ctx[2] = {&f, &bw};
+    if (lanes_run(st->m->lanes, pass, ctx, err)) return -1;
+    /* each lane timed itself, the other's turns included: the pair took its wall time */
+    tm->compute_s = compute0 + (now_s() - t0) - (tm->data_s - data0);
+    for (int j = i + 1; j < b; j++)
+        if (ops[j].type == SCHED_SEND_ACT && run_op(st, ops[j], err)) return -1;
+    return 0;
+}
+
 int pipeline_step(struct model *m, const struct schedule *s, int stage,
                   const struct pipe_link *link, const struct pipe_feed *feed,
                   const struct pipe_step *how, double *loss_sum, int *done,
@@ -449,9 +504,15 @@ int pipeline_step(struct model *m, const struct schedule *s, int stage,
     else
         st.quiet[s->m] = true;
     for (int k = 0; k < s->m * s->v; k++) st.r.slot_of[k] = -1;
-    for (int i = 0; i < s->n_ops[stage]; i++)
-        if (s->ops[stage][i].micro < st.stop_at && run_op(&st, s->ops[stage][i], err))
-            goto out; /* past stop_at: draining */
+    for (int i = 0, b; i < s->n_ops[stage]; i++) {
+        if (s->ops[stage][i].micro >= st.stop_at) continue; /* past stop_at: draining */
+        if ((b = pair_at(&st, s->ops[stage], s->n_ops[stage], i)) >= 0) {
+            if (run_pair(&st, s->ops[stage], i, b, err)) goto out;
+            i = b;
+        } else if (run_op(&st, s->ops[stage][i], err)) {
+            goto out;
+        }
+    }
     /* drained at a stop: schedule_may_stop's are quiescent, so this is for safety only */
     if (how->hand_over && st.handed < *done && how->hand_over(how->ctx, *done, err)) goto out;
     if (link->flush && link->flush(link->ctx, err)) goto out;

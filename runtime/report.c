@@ -312,12 +312,12 @@ void report_start(const struct trainer *t)
 
 /* The figures of a step each rank sends rank 0 (step_figures' order), and
  * where its own work is among them. */
-enum { STEP_FIGURES = 13, OWN_WORK = 7 };
+enum { STEP_FIGURES = 15, OWN_WORK = 7 };
 
 /* This rank's figures of the step that took dt seconds: its time; its seconds
  * computing, in collectives and idle; the bytes it sent by tp, pp (with the
  * ends') and dp; its own work; the seconds blocked in tp, pp and dp; the bytes
- * and seconds of context parallelism's ring. */
+ * and seconds of context parallelism's ring, and of expert parallelism's all-to-alls. */
 static void step_figures(struct trainer *t, double dt, const double bytes0[PAR_NCOMM],
                          const double wait0[PAR_NCOMM], double mine[STEP_FIGURES])
 {
@@ -325,9 +325,10 @@ static void step_figures(struct trainer *t, double dt, const double bytes0[PAR_N
     parallel_comm_totals(&t->par, bytes, wait);
     for (int i = 0; i < PAR_NCOMM; i++) d[i] = bytes[i] - bytes0[i];
     const struct pipe_times *pt = &t->times;
-    /* waits inside a pass: tensor parallelism's, context parallelism's ring */
+    /* waits inside a pass: tensor parallelism's, context parallelism's ring, the experts' */
     double tp_wait = wait[PAR_TP] - wait0[PAR_TP], cp_wait = wait[PAR_CP] - wait0[PAR_CP];
-    double inside = tp_wait + cp_wait; /* (counted in the passes' compute time) */
+    double ep_wait = wait[PAR_EP] - wait0[PAR_EP];
+    double inside = tp_wait + cp_wait + ep_wait; /* (counted in the passes' compute time) */
     double coll = inside + (wait[PAR_DP] - wait0[PAR_DP]) + (wait[PAR_ENDS] - wait0[PAR_ENDS]) +
                   (wait[PAR_WORLD] - wait0[PAR_WORLD]) + pt->send_s;
     double figures[STEP_FIGURES] = {dt, pt->compute_s - inside, coll, pt->idle_s, d[PAR_TP],
@@ -338,7 +339,8 @@ static void step_figures(struct trainer *t, double dt, const double bytes0[PAR_N
                                        the bubble among them, and its ends' sum) */
                                     tp_wait,
                                     wait[PAR_PP] - wait0[PAR_PP] + wait[PAR_ENDS] - wait0[PAR_ENDS],
-                                    wait[PAR_DP] - wait0[PAR_DP], d[PAR_CP], cp_wait};
+                                    wait[PAR_DP] - wait0[PAR_DP], d[PAR_CP], cp_wait,
+                                    d[PAR_EP], ep_wait};
     memcpy(mine, figures, sizeof figures);
 }
 
@@ -360,7 +362,8 @@ static double median_of(double *times, int n)
 static void summarise_ranks(const struct trainer *t, const double *all, double *times, int n,
                             struct step_metrics *sm)
 {
-    double slowest = 0, share[3] = {0}, sent[3] = {0}, blocked[3] = {0}, ring[2] = {0};
+    double slowest = 0, share[3] = {0}, sent[3] = {0}, blocked[3] = {0}, ring[2] = {0},
+           experts[2] = {0};
     int has[3] = {t->par.tp != NULL, t->par.pp != NULL, t->par.dp != NULL};
     for (int r = 0; r < n; r++) slowest = fmax(slowest, all[(size_t)r * STEP_FIGURES]);
     for (int r = 0; r < n; r++) {
@@ -374,6 +377,8 @@ static void summarise_ranks(const struct trainer *t, const double *all, double *
         }
         ring[0] += v[11] / n;
         ring[1] += v[12] / n;
+        experts[0] += v[13] / n;
+        experts[1] += v[14] / n;
     }
     sm->step_ms = 1e3 * slowest;
     sm->busy_ms = 1e3 * all[(size_t)sm->straggler * STEP_FIGURES + OWN_WORK];
@@ -389,6 +394,8 @@ static void summarise_ranks(const struct trainer *t, const double *all, double *
     sm->wait_dp_ms = has[2] ? 1e3 * blocked[2] : 0;
     sm->bytes_cp = t->par.cp ? ring[0] : 0;
     sm->wait_cp_ms = t->par.cp ? 1e3 * ring[1] : 0;
+    sm->bytes_ep = t->par.ep_comm ? experts[0] : 0;
+    sm->wait_ep_ms = t->par.ep_comm ? 1e3 * experts[1] : 0;
 }
 
 /* Every rank's step, to rank 0: the slowest rank's wall time (the step's),

@@ -111,12 +111,11 @@ void ring_rope(struct model *m, float *x, int B, int T, bool backward)
  * from kv into dqkv's k and v columns */
 static void kv_columns(struct model *m, float *to, const float *from, int N, bool pack)
 {
-    size_t Cl = (size_t)m->Cl, bytes = 2 * Cl * sizeof(float);
-    for (size_t r = 0; r < (size_t)N; r++)
-        if (pack)
-            m->ops->copy(m->ctx, to + r * 2 * Cl, from + r * 3 * Cl + Cl, bytes);
-        else
-            m->ops->copy(m->ctx, to + r * 3 * Cl + Cl, from + r * 2 * Cl, bytes);
+    size_t Cl = (size_t)m->Cl * sizeof(float), kv = 2 * Cl, qkv = 3 * Cl;
+    if (pack)
+        m->ops->copy_rows(m->ctx, to, kv, (const char *)from + Cl, qkv, kv, (size_t)N);
+    else
+        m->ops->copy_rows(m->ctx, (char *)to + Cl, qkv, from, kv, kv, (size_t)N);
 }
 
 /* A shift around the ring in flight: its send's and its receive's requests */

@@ -622,6 +622,12 @@ static void t_elementwise(struct run *r)
     r->o->copy(r->ctx, y, z, n * sizeof(float)); /* the memory ops: a copy, then zero an odd tail */
     r->o->zero(r->ctx, y + n / 3, (n - n / 3) * sizeof(float));
     out(r, "copy/zero", y, n);
+    /* the second and third thirds of each row of x (rows, C) packed into rows of 2C/3 of dx,
+     * as the cp ring packs a row's key and value columns */
+    size_t rows = N_ROWS(s), third = (size_t)s->C / 3 * sizeof(float);
+    r->o->copy_rows(r->ctx, dx, 2 * third, (const char *)x + third, s->C * sizeof(float), 2 * third,
+                    rows);
+    out(r, "copy_rows", dx, rows * 2 * third / sizeof(float));
 }
 
 /* ---- the Llama ops: hs = C/NH (4, 12, 64), NKV = NH/2 where NH is even, else
@@ -934,7 +940,7 @@ static const struct selftest_case {
      .shapes = attention_bf16_shapes,
      .n_shapes = sizeof attention_bf16_shapes / sizeof *attention_bf16_shapes,
      .present = has_attention_bf16},
-    {.name = "gelu/residual/bias", .run = t_elementwise, .tolerance = 1e-5},
+    {.name = "gelu/residual/bias/copies", .run = t_elementwise, .tolerance = 1e-5},
     /* the Llama family's; kv_expand moves values and adds them in the CPU's
      * order: the same bits */
     {.name = "rmsnorm", .run = t_rmsnorm, .tolerance = 1e-5, .present = has_llama_ops},

@@ -15,6 +15,7 @@
 #include "common/plan/lr_schedule.h" // defines: plan_lr
 #include "runtime/buckets.h"
 #include "runtime/console.h"
+#include "runtime/lanes.h" // defines: lanes_switches
 #include "runtime/optim.h"
 #include "runtime/profile.h" // defines: prof_now, profile_print
 #include "runtime/report.h"
@@ -261,6 +262,9 @@ static int train(struct trainer *t, struct plait_error *err)
     if (getenv(PLAIT_ENV_PROFILE) && t->m.ops->synchronize)
         t->m.prof.sync = t->m.ops->synchronize, t->m.prof.sync_ctx = t->m.ctx;
     int rc = run_steps(t, err);
+    if (t->m.lanes && t->where->rank == 0) /* what the tests see of the two lanes */
+        log_info("DualPipeV's pairs: %ld lane switches at the experts' all-to-alls on rank 0",
+                 lanes_switches(t->m.lanes));
     if (getenv(PLAIT_ENV_PROFILE) && t->m.prof.steps > 0 && t->where->rank == 0)
         profile_print(&t->m.prof, t->timed_s / t->m.prof.steps, stdout);
     if (samples && rc == PLAIT_EXIT_OK && !train_stop_signal &&

@@ -21,6 +21,8 @@
 #include "runtime/ckpt_resume.h" // defines: ckpt_load_latest, ckpt_parts_load
 #include "runtime/device.h"
 #include "runtime/gpt2.h"
+#include "runtime/lanes.h"
+#include "runtime/model_moe.h" // defines: moe_ep_lane_enter
 #include "runtime/profile.h" // defines: prof_now
 #include "runtime/report.h"
 #include "runtime/run_dir.h"
@@ -122,6 +124,29 @@ static int connect_ranks(struct trainer *t, struct plait_error *err)
     if (parallel_init(&t->par, w, shard, p->parallel.ep, p->parallel.timeout_s, &dev, err))
         return -1;
     t->par_ready = true;
+    return schedule_moe_lanes(p, w->pp, NULL) ? parallel_ep_lane(&t->par, err) : 0;
+}
+
+/* DualPipeV with experts over ep ranks: each pair of its main steps in two lanes, the
+ * experts' all-to-all of one moving while the other computes (runtime/lanes.h), said once;
+ * one pass after the other where schedule_moe_lanes says why, on a GPU, or with
+ * PLAIT_DEBUG_NO_MOE_OVERLAP=1 (the second lane's memory is held all the same: the plan
+ * decides it, as plait check predicts). */
+static int open_lanes(struct trainer *t, struct plait_error *err)
+{
+    const char *serial = getenv(PLAIT_ENV_DEBUG_NO_MOE_OVERLAP), *why = NULL;
+    bool pairs = schedule_moe_lanes(t->plan, t->where->pp, &why);
+    if (pairs && serial && !strcmp(serial, "1")) why = PLAIT_ENV_DEBUG_NO_MOE_OVERLAP "=1";
+    if (pairs && t->ops != ops_cpu()) /* parallel.device "auto" that found a GPU */
+        why = "on a GPU, where lanes are not built yet";
+    if (pairs && !why && !(t->m.lanes = lanes_open(moe_ep_lane_enter, &t->m, err))) return -1;
+    if (t->where->rank == 0 && t->m.lanes)
+        log_info("DualPipeV with experts: each pair's forward and backward run as two lanes, "
+                 "the all-to-all of one moving while the other computes");
+    else if (t->where->rank == 0 && why)
+        log_info("DualPipeV with experts: each pair's forward and backward run one after the "
+                 "other (%s)",
+                 why);
     return 0;
 }
 
@@ -176,6 +201,7 @@ static int make_model(struct trainer *t, struct plait_error *err)
         .cp_rank = w->cp_rank,
         .cp_group = &t->par.g_cp,
         .ep_group = &t->par.g_ep,
+        .ep_lane_group = t->par.ep_lane_comm ? &t->par.g_ep_lane : NULL,
         .precision = p->precision,
         .fp8_scaling = p->fp8_scaling,
         .recompute = p->recompute,
@@ -364,7 +390,7 @@ int train_setup(struct trainer *t, struct plait_error *err)
         return -1;
     report_measure_cpu_early(t);
     if (make_model(t, err) || make_step_buffers(t, err) || resume_or_start(t, resumed_from, err) ||
-        open_data(t, err) || read_debug_switches(t, err))
+        open_data(t, err) || read_debug_switches(t, err) || open_lanes(t, err))
         return -1;
     report_measure_peak(t);
     /* a run that trained all its steps already is only told so: its files stay as they are */
@@ -374,6 +400,8 @@ int train_setup(struct trainer *t, struct plait_error *err)
 
 void train_teardown(struct trainer *t)
 {
+    lanes_close(t->m.lanes); /* idle between pairs: nothing of it in flight */
+    t->m.lanes = NULL;
     runjson_free(&t->run);
     ckpt_async_free(&t->async); /* after a failure: its writer joined, nothing committed */
     if (t->bucketed) buckets_free(&t->buckets);

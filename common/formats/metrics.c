@@ -97,6 +97,22 @@ static json_t *moe_json(const struct step_metrics *s)
                      s->moe_z_loss, "dropped", s->moe_dropped, "load", load);
 }
 
+/* A communicator only some layouts have, under parallel's bytes and wait_ms when it sent */
+static void put_optional_comm(json_t *par, const char *name, double bytes, double wait_ms)
+{
+    if (!par || bytes <= 0) return;
+    json_object_set_new(json_object_get(par, "bytes"), name, json_real(bytes));
+    json_object_set_new(json_object_get(par, "wait_ms"), name, json_real(wait_ms));
+}
+
+/* Its reading back (0 where it is not written) */
+static void read_optional_comm(struct json_read *r, json_t *b, json_t *w, const char *name,
+                               double *bytes, double *wait_ms)
+{
+    if (json_read_has(b, name)) *bytes = json_read_number(r, b, "parallel.bytes", name);
+    if (json_read_has(w, name)) *wait_ms = json_read_number(r, w, "parallel.wait_ms", name);
+}
+
 int metrics_step(struct metrics *mt, const struct step_metrics *s, struct plait_error *err)
 {
     json_t *j = json_pack("{s:i,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f}", "step", s->step, "loss", s->loss,
@@ -116,10 +132,8 @@ int metrics_step(struct metrics *mt, const struct step_metrics *s, struct plait_
                       s->wait_dp_ms, "straggler", "rank", s->straggler, "busy_ms", s->busy_ms,
                       "median_busy_ms", s->median_busy_ms));
     json_t *par = json_object_get(j, "parallel");
-    if (par && s->bytes_cp > 0) { /* context parallelism's ring */
-        json_object_set_new(json_object_get(par, "bytes"), "cp", json_real(s->bytes_cp));
-        json_object_set_new(json_object_get(par, "wait_ms"), "cp", json_real(s->wait_cp_ms));
-    }
+    put_optional_comm(par, "cp", s->bytes_cp, s->wait_cp_ms); /* context parallelism's ring */
+    put_optional_comm(par, "ep", s->bytes_ep, s->wait_ep_ms); /* the experts' all-to-alls */
     if (j && s->moe_experts > 0) json_object_set_new(j, "moe", moe_json(s));
     if (j && s->ranks > 1 && s->bubble_sim_pct >= 0)
         json_object_set_new(json_object_get(j, "parallel"), "bubble_simulated_pct",
@@ -182,8 +196,8 @@ static void read_parallel(struct json_read *r, json_t *par, struct step_metrics 
     s->bytes_tp = bytes[0], s->bytes_pp = bytes[1], s->bytes_dp = bytes[2];
     s->wait_tp_ms = wait[0], s->wait_pp_ms = wait[1], s->wait_dp_ms = wait[2];
     json_t *b = json_object_get(par, "bytes"), *w = json_object_get(par, "wait_ms");
-    if (json_read_has(b, "cp")) s->bytes_cp = json_read_number(r, b, "parallel.bytes", "cp");
-    if (json_read_has(w, "cp")) s->wait_cp_ms = json_read_number(r, w, "parallel.wait_ms", "cp");
+    read_optional_comm(r, b, w, "cp", &s->bytes_cp, &s->wait_cp_ms);
+    read_optional_comm(r, b, w, "ep", &s->bytes_ep, &s->wait_ep_ms);
     json_t *st = json_read_object(r, par, "parallel", "straggler");
     s->straggler = (int)json_read_int(r, st, "parallel.straggler", "rank");
     s->busy_ms = json_read_number(r, st, "parallel.straggler", "busy_ms");

@@ -51,6 +51,9 @@ struct step_metrics {
                                                   includes waiting for a neighbour), averaged
                                                   the same way */
     double bytes_cp, wait_cp_ms; /* the same of context parallelism's ring (written when it sent) */
+    double bytes_ep, wait_ep_ms; /* the same of expert parallelism's all-to-alls (written when
+                                    they sent; the wait what the other lane of a DualPipeV pair
+                                    did not hide) */
     double step_ms; /* the slowest rank's wall time: the step's (not written: ms is) */
     /* the straggler: the rank whose own work (computing, reading its data)
      * took longest, that work's time and the median rank's */

@@ -104,7 +104,9 @@ static size_t moe_buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     bool shared = a == GPT2_ACT_MOE_SH_H || a == GPT2_ACT_MOE_SH_ACT;
     if (!layers || (shared && !s->cfg.shared_experts)) return 0;
     if (a == GPT2_ACT_MOE_LN) return shape->sequence_parallel;
-    if (a == GPT2_ACT_MOE_EP) return s->part.ep > 1;
+    size_t lanes = shape->moe_lanes ? 2 : 1; /* what a block keeps across its exchange */
+    if (a == GPT2_ACT_MOE_EP) return s->part.ep > 1 ? lanes : 0;
+    if (a == GPT2_ACT_MOE_DY) return lanes;
     if (a == GPT2_ACT_MOE_BEFORE) return shape->cp > 1;
     if (a >= GPT2_ACT_FIRST_MOE_SCRATCH) return 1;
     return shape->recompute == PLAN_RECOMPUTE_FULL ? 1 : (size_t)shape->slots * layers;
@@ -193,7 +195,9 @@ static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     if (a < GPT2_ACT_FIRST_SLOT) return layer_kept(a, shape->recompute) ? slots * slot_layers : 1;
     if (a < GPT2_ACT_FIRST_SCRATCH) return slot_held(a, s) ? slots : 0;
     if (a == GPT2_ACT_CE_STATS) return s->part.tp > 1;
-    if (a == GPT2_ACT_WHOLE) return shape->sequence_parallel;
+    if (a == GPT2_ACT_WHOLE) /* a second for the other lane where a block switches lanes */
+        return shape->sequence_parallel ? (shape->moe_lanes && gpt2_chunk_moe_layers(s) ? 2 : 1)
+                                        : 0;
     bool ring = shape->cp > 1;
     if (a == GPT2_ACT_CP_RING) return ring ? 5 : 0;
     if (a == GPT2_ACT_CP_POS) return ring;

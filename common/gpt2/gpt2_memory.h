@@ -163,6 +163,9 @@ struct gpt2_memory_shape {
                                attention_*_fused, the CUDA backend's): no
                                (B,NH,T,T) probabilities, their gradient neither */
     double offload_window_mb; /* parallel.offload "nvme": the moments' window (0: none) */
+    bool moe_lanes; /* DualPipeV's pairs in two lanes (schedule_moe_lanes): a stage with MoE
+                       layers holds a second MOE_EP, MOE_DY and (sequence parallel) WHOLE, the
+                       scratch an MoE block keeps across its all-to-all */
 };
 
 /* The block edge of the fp8 copy's block scaling (kernels/fp8.h's FP8_TILE). */

@@ -13,7 +13,7 @@
 #include "common/place/comm_memory.h" // defines: COMM_SHM_RING_BYTES
 #include "common/gpt2/gpt2_memory.h" // defines: gpt2_memory, the bytes a rank holds
 #include "common/gpt2/gpt2_shard.h"  // defines: gpt2_shard_init, gpt2_stage_layers
-#include "common/place/schedule.h"    // defines: schedule_max_in_flight
+#include "common/place/schedule.h"    // defines: schedule_max_in_flight, schedule_moe_lanes
 
 /* Notation (Megatron / Korthikanti): s = seq_len T, b = micro_batch, h = hidden
  * C, a = heads, L = layers, Vp = padded vocab, t = tp, m = grad_accum
@@ -286,7 +286,8 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
         /* the CUDA backend's attention keeps no probabilities */
         .fused_attention = p->parallel.device == PLAN_DEVICE_CUDA,
         .offload_window_mb =
-            p->parallel.offload == PLAN_OFFLOAD_NVME ? p->parallel.offload_window_mb : 0};
+            p->parallel.offload == PLAN_OFFLOAD_NVME ? p->parallel.offload_window_mb : 0,
+        .moe_lanes = schedule_moe_lanes(p, l.pp, NULL)};
     struct gpt2_shard s;
     struct gpt2_memory mem;
     struct plait_error err;
@@ -407,6 +408,19 @@ static double ep_alltoall_bytes(const struct plan *p, struct cost_layout l, int 
     return per_layer * shard_moe_layers(&s) * p->batch.grad_accum;
 }
 
+/* Bytes one rank of `stage` sends over its cp group per optimizer step for the MoE
+ * blocks' routing (runtime/model_moe_cp.c): each forward of an MoE block sums a table of
+ * every chunk's per-expert choices, b·2cp·E doubles, over the cp ranks. 0 without cp. */
+static double cp_moe_count_bytes(const struct plan *p, struct cost_layout l, int stage)
+{
+    int cp = cp_of(p);
+    struct gpt2_shard s;
+    if (cp == 1 || !p->model.moe.given || stage_shard(p, l, stage, &s)) return 0;
+    double table = 8.0 * p->batch.micro_batch * 2 * cp * p->model.moe.experts;
+    return moe_forwards(p, l.pp) * ring_allreduce_bytes(table, cp) * shard_moe_layers(&s) *
+           p->batch.grad_accum;
+}
+
 /* Elements of a shard's routed experts: at ep > 1 their gradients are summed over the
  * expert peers (gpt2_shard_routed_at, as runtime/buckets.c cuts them), not over dp. */
 static double routed_elems(const struct gpt2_shard *s)
@@ -510,7 +524,7 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
      * plait moves). Plait's ZeRO 2 reduce-scatters at each hand-over of the
      * step (zero2_handovers), not once: m times the floor's gradient share
      * without a pipeline or with 1F1B. */
-    out.cp_bytes = cp_ring_bytes(p, l, stage);
+    out.cp_bytes = cp_ring_bytes(p, l, stage) + cp_moe_count_bytes(p, l, stage);
 
     /* with context parallelism the gradients are summed over the dp·cp ranks, and a shard
      * group is dp_shard·cp of them (the cp ranks of each shard rank) */

@@ -77,6 +77,11 @@
  * (runtime/ring_attention.c), so that make bench shows what the overlap hides. */
 #define PLAIT_ENV_DEBUG_NO_RING_OVERLAP "PLAIT_DEBUG_NO_RING_OVERLAP"
 
+/* Developer: "1" runs each pair of DualPipeV's main steps one pass after the other, each
+ * all-to-all of the experts waited for as it starts (runtime/lanes.h), so that tests
+ * compare the bits and make bench shows what the two lanes hide. */
+#define PLAIT_ENV_DEBUG_NO_MOE_OVERLAP "PLAIT_DEBUG_NO_MOE_OVERLAP"
+
 /* The rendezvous store (store.h) that rank 0's launcher hosts: where it is,
  * "host:port" with an IPv6 literal in brackets ("[fd00::7]:29500";
  * store_addr_parse reads it), and the per-job secret every client proves it

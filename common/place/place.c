@@ -345,7 +345,8 @@ static int peers_behind(const struct rank_map *m, const struct place_node *nodes
 /* For each group of a communicator (ranks that differ only in its
  * coordinate), the slowest link its members use: every pair for tp, cp, dp and
  * ep (rings, all-reduces and all-to-alls), neighbouring stages for pp. which: 0
- * tp, 1 pp, 2 dp, 3 a shard group (dp_shard·cp ranks of the folded dp
+ * tp, 1 pp, 2 dp (the folded dp coordinate: the dp·cp ranks a gradient is
+ * summed over), 3 a shard group (dp_shard·cp ranks of the folded dp
  * coordinate), 4 the replicas (hybrid sharding: rank_order.h), 5 cp, 6 an ep
  * group (ep consecutive ranks of the folded dp coordinate, as parallel.c splits
  * them), 7 the expert peers (its ranks ep apart). */
@@ -354,8 +355,8 @@ static void comm_links(struct rank_map *m, const struct place_node *nodes,
 {
     memset(out, 0, sizeof *out);
     int S = m->dp_shard, cp = m->cp, ep = m->ep;
-    const int degrees[] = {m->tp, m->pp, m->dp, S * cp, m->dp / S, cp, ep, m->dp * cp / ep};
-    const int strides[] = {1,     m->tp * cp * m->dp, m->tp * cp, m->tp, m->tp * S * cp, m->tp,
+    const int degrees[] = {m->tp, m->pp, m->dp * cp, S * cp, m->dp / S, cp, ep, m->dp * cp / ep};
+    const int strides[] = {1,     m->tp * cp * m->dp, m->tp, m->tp, m->tp * S * cp, m->tp,
                            m->tp, m->tp * ep};
     int degree = degrees[which], stride = strides[which];
     if (degree == 1) return;
@@ -364,7 +365,7 @@ static void comm_links(struct rank_map *m, const struct place_node *nodes,
         int folded = rank_dp_fold(first->dp, cp, first->cp);
         const int coords[] = {first->tp,
                               first->pp,
-                              first->dp,
+                              folded,
                               folded % (S * cp),
                               rank_replica_of(first->dp, S),
                               first->cp,

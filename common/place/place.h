@@ -56,7 +56,8 @@ struct rank_map {
     int dp_shard; /* hybrid sharding's shard group (plan_dp_shard; dp: none) */
     int n_nodes;
     struct place_rank *ranks; /* [world], by global rank */
-    struct place_comm comm_tp, comm_pp, comm_dp; /* dp: ranks differing in dp alone */
+    struct place_comm comm_tp, comm_pp, comm_dp; /* dp: the dp·cp ranks gradients are summed over
+                                                    (cp folds into dp: rank_order.h) */
     struct place_comm comm_cp;                   /* ranks differing in cp alone (cp > 1) */
     struct place_comm comm_shard, comm_replicas; /* hybrid sharding's groups (dp_shard < dp):
                                                     a shard group is dp_shard·cp ranks */

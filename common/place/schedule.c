@@ -61,6 +61,23 @@ void schedule_of_plan(const struct plan *p, int pp, enum sched_kind *kind, int *
     *v = *kind == SCHED_INTERLEAVED ? p->parallel.virtual_stages : *kind == SCHED_DUALPIPEV ? 2 : 1;
 }
 
+bool schedule_moe_lanes(const struct plan *p, int pp, const char **why_not)
+{
+    enum sched_kind kind;
+    int v;
+    schedule_of_plan(p, pp, &kind, &v);
+    bool pairs = kind == SCHED_DUALPIPEV && p->model.moe.experts > 0 && p->parallel.ep > 1;
+    const char *why = NULL;
+    if (pairs && p->parallel.zero == 3)
+        why = "ZeRO 3 gathers a pass's units in its order";
+    else if (pairs && p->recompute == PLAN_RECOMPUTE_FULL)
+        why = "full recompute rebuilds a layer's activations in one copy both passes would use";
+    else if (pairs && p->parallel.device == PLAN_DEVICE_CUDA)
+        why = "a GPU rank's second lane is not bound to its device yet";
+    if (why_not) *why_not = why;
+    return pairs && !why;
+}
+
 int schedule_simulate_textbook(const struct schedule *s, struct sched_sim *out,
                                struct plait_error *err)
 {

@@ -143,6 +143,15 @@ static void cpu_copy(struct ops_ctx *ctx, void *dst, const void *src, size_t byt
     }
 }
 
+static void cpu_copy_rows(struct ops_ctx *ctx, void *dst, size_t dst_pitch, const void *src,
+                          size_t src_pitch, size_t row_bytes, size_t rows)
+{
+    (void)ctx;
+#pragma omp parallel for schedule(static) if (rows * row_bytes >= ((size_t)1 << 20))
+    for (size_t r = 0; r < rows; r++)
+        memcpy((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, row_bytes);
+}
+
 static void cpu_zero(struct ops_ctx *ctx, void *p, size_t bytes)
 {
     (void)ctx;
@@ -411,6 +420,7 @@ static const struct ops cpu_ops = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .copy = cpu_copy,
+    .copy_rows = cpu_copy_rows,
     .zero = cpu_zero,
     .take_error = cpu_take_error,
     .encoder_forward = cpu_encoder_forward_f32,

@@ -118,6 +118,14 @@ static void cuda_copy(struct ops_ctx *ctx, void *dst, const void *src, size_t by
     CUDA_TRY(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx->stream));
 }
 
+static void cuda_copy_rows(struct ops_ctx *ctx, void *dst, size_t dst_pitch, const void *src,
+                           size_t src_pitch, size_t row_bytes, size_t rows)
+{
+    if (!rows || !row_bytes) return;
+    CUDA_TRY(ctx, cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
+                                    cudaMemcpyDeviceToDevice, ctx->stream));
+}
+
 static void cuda_zero(struct ops_ctx *ctx, void *p, size_t bytes)
 {
     if (bytes) CUDA_TRY(ctx, cudaMemsetAsync(p, 0, bytes, ctx->stream));
@@ -160,6 +168,7 @@ static struct ops cuda_ops = {
     .upload = cuda_upload,
     .download = cuda_download,
     .copy = cuda_copy,
+    .copy_rows = cuda_copy_rows,
     .zero = cuda_zero,
     .take_error = cuda_take_error,
     .encoder_forward = cu_encoder_forward,

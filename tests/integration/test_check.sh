@@ -192,7 +192,8 @@ check text_shows_the_hybrid_sharding_groups test_text_shows_the_hybrid_sharding_
 
 # context parallelism: the layout line names cp, the cp groups sit where they were placed
 # (each a node's NVLink domain, dp across the network), the ring's traffic is a row of
-# its own and a term of the step, and the rank map gains a cp column; a plan without it
+# its own and a term of the step, and the rank map gains a cp column; the dp row's groups
+# are the dp·cp ranks a gradient is summed over (at dp 1 the cp pair); a plan without it
 # prints none of these
 test_text_shows_the_cp_groups() {
     local case=tests/topo/multinode/h100x2_tp4_cp2_dp2_cp_groups_stay_on_the_node
@@ -200,11 +201,15 @@ test_text_shows_the_cp_groups() {
     grep -qF "layout: tp 4 × cp 2 × pp 1 × dp 2 = 16 ranks on 2 nodes" "$WORK/cp.txt" &&
         grep -qF "  cp groups: inside one NVLink domain (2 ranks a sequence, each taking 2 of its 4 chunks)" "$WORK/cp.txt" &&
         grep -qE "^ +cp +3221225472 +NVLink +450.0 +[0-9.]+  8 NVLink$" "$WORK/cp.txt" &&
-        grep -qE "^ +dp +[0-9]+ +network +50.0 +[0-9.]+  8 network$" "$WORK/cp.txt" &&
+        grep -qE "^ +dp +[0-9]+ +network +50.0 +[0-9.]+  4 network$" "$WORK/cp.txt" &&
         grep -qE "^  modelled step: .*, tp [0-9.]+, cp [0-9.]+, pp " "$WORK/cp.txt" &&
         grep -qE "^  at cp 1 a rank would hold [0-9.]+ GB" "$WORK/cp.txt" &&
         grep -qE "^ +rank +node +local +tp +cp +pp +dp " "$WORK/cp.txt" ||
         { cat "$WORK/cp.txt"; return 1; }
+    # at dp 1 the gradients are still summed over the cp pair: its link, a finite step
+    check_text "$case" "$WORK/cpdp1.txt" --set parallel.dp=1 || return 1
+    grep -qE "^ +dp +[0-9]+ +NVLink +450.0 +[0-9.]+  4 NVLink$" "$WORK/cpdp1.txt" &&
+        grep -qE "^  modelled step: [0-9.]+ s " "$WORK/cpdp1.txt" || { cat "$WORK/cpdp1.txt"; return 1; }
     check_text "$case" "$WORK/nocp.txt" --set parallel.cp=1 || return 1
     grep -qF "layout: tp 4 × pp 1 × dp 2 = 8 ranks" "$WORK/nocp.txt" &&
         ! grep -qE "cp groups|^ +cp |, cp [0-9]| cp +pp " "$WORK/nocp.txt" || { cat "$WORK/nocp.txt"; return 1; }

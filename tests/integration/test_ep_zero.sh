@@ -4,8 +4,8 @@
 # expert peers (the ranks holding the same experts), the ep group's ranks then holding the
 # same dense slice, summed over them too (plan_zero_slices). Layouts against one rank
 # within 1e-5 over test_moe's 12 steps, predicted == allocated: ep 2 at dp 4 with ZeRO 1,
-# 2 and 3 (3 kept gathered too), with tp 2 (ZeRO 1), pp 2 (ZeRO 2 with 1F1B and zb-h1,
-# ZeRO 3), cp 2 (dp 2 × cp 2, ZeRO 2 and 3), bf16 (ZeRO 3, within bf16's bound) and a
+# 2 and 3 (3 kept gathered too), with tp 2 (ZeRO 1), pp 2 (ZeRO 2 with 1F1B, zb-h1 and
+# DualPipeV's lanes, ZeRO 3), cp 2 (dp 2 × cp 2, ZeRO 2 and 3), bf16 (ZeRO 3, within bf16's bound) and a
 # Llama's experts (ZeRO 2); ep 2 at dp 2 and ep 4 at dp 4, whose expert peers are one
 # rank each (nothing sliced: ZeRO 0's sums), with tp 2 and pp 2 too;
 # HSDP 4 × 2 at ep 2 (ZeRO 2 and 3) and 2 × 2 (ZeRO 2); evaluation at ZeRO 3; plait check
@@ -25,9 +25,9 @@ source "$(dirname "$0")/parallel_lib.sh" # defines: ref, layout, stop_resume, un
 # ep 2 and 4 with ZeRO against one rank (E 4, k 2, a shared expert), predicted ==
 # allocated: at dp 4 × ep 2 each part sliced over 2 expert peers (ZeRO 1, 2 with many
 # buckets and one, 3 released after each pass and kept gathered; with tp 2, with pp 2 at
-# ZeRO 2 and 3, 1F1B and zb-h1; at cp 2 × dp 2, whose dp·cp ranks fold); at dp 2 × ep 2
-# and dp 4 × ep 4 the expert peers are one rank each (nothing sliced: ZeRO 0's sums),
-# with tp 2 and pp 2 too; the same bits twice
+# ZeRO 2 and 3, 1F1B and zb-h1, DualPipeV's two lanes at ZeRO 2; at cp 2 × dp 2, whose
+# dp·cp ranks fold); at dp 2 × ep 2 and dp 4 × ep 4 the expert peers are one rank each
+# (nothing sliced: ZeRO 0's sums), with tp 2 and pp 2 too; the same bits twice
 test_ep_with_zero_matches_one_rank() {
     ref one_a4 4 || return 1
     layouts one_a4 1e-5 <<'LAYOUTS' || return 1
@@ -54,6 +54,11 @@ LAYOUTS
     ref one_a8 8 && layout pp2_zb_dp4_ep2_z2 one_a8 1e-5 --set parallel.pp=2 \
         --set parallel.schedule=zb-h1 --set parallel.dp=4 --set parallel.ep=2 \
         --set parallel.zero=2 --set batch.grad_accum=2 || return 1
+    # DualPipeV's pairs as two lanes (one's all-to-all beside the other's compute) at ZeRO 2,
+    # against one rank's 16 micro-batches
+    ref one_a16 16 && layout pp2_v_dp4_ep2_z2 one_a16 1e-5 --set parallel.pp=2 \
+        --set parallel.schedule=dualpipev --set parallel.dp=4 --set parallel.ep=2 \
+        --set parallel.zero=2 --set batch.grad_accum=4 || return 1
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/dp4_ep2_z2_again" "${COMMON[@]}" \
         --set parallel.dp=4 --set parallel.ep=2 --set parallel.zero=2 --set batch.grad_accum=1 \
         >"$WORK/dp4_ep2_z2_again.log" 2>&1 || { tail "$WORK/dp4_ep2_z2_again.log"; return 1; }

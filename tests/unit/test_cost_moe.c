@@ -223,6 +223,32 @@ static void test_the_socket_rings_of_both_groups(void)
     plan_free(p);
 }
 
+/* Context parallelism's routing: each forward of an MoE block sums a table of b·2cp·E
+ * choice counts (doubles) over the cp group: at cp 2, b 2, E 8, 2·4·8 = 64 of them,
+ * 512 bytes, a ring all-reduce of 2·(1/2)·512 = 512 bytes; 2 MoE layers, m = 4: 4,096 bytes
+ * a step on top of the dense model's ring (full recompute: twice the forwards, 8,192). */
+static void test_cp_sums_the_routing_counts_over_its_group(void)
+{
+    struct plan *p = moe_plan("fp32", "none", 0);
+    p->parallel.cp = 2;
+    struct cost_layout l = {1, 1, 1};
+    double moe = traffic_at(p, 1, l).cp_bytes;
+    p->model.moe.given = false;
+    double dense = traffic_at(p, 1, l).cp_bytes;
+    CHECK(fabs(moe - dense - 4096) < 1e-6, "cp bytes %.0f, dense %.0f: want 4,096 more", moe,
+          dense);
+    p->model.moe.given = true;
+    p->recompute = PLAN_RECOMPUTE_FULL;
+    moe = traffic_at(p, 1, l).cp_bytes;
+    p->model.moe.given = false;
+    dense = traffic_at(p, 1, l).cp_bytes;
+    CHECK(fabs(moe - dense - 8192) < 1e-6,
+          "full recompute: cp bytes %.0f, dense %.0f: want "
+          "8,192 more",
+          moe, dense);
+    plan_free(p);
+}
+
 int main(void)
 {
     RUN(test_a_rank_holds_its_ep_share_of_the_routed_experts);
@@ -231,5 +257,6 @@ int main(void)
     RUN(test_zero_with_ep_slices_over_the_expert_peers);
     RUN(test_each_group_takes_its_own_link_in_the_step);
     RUN(test_the_socket_rings_of_both_groups);
+    RUN(test_cp_sums_the_routing_counts_over_its_group);
     return check_exit_code();
 }

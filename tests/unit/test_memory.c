@@ -373,6 +373,64 @@ static void test_fp8_copy_is_a_byte_a_weight_its_scales_and_a_bf16_lm_head(void)
     plan_free(p);
 }
 
+/* DualPipeV's two lanes (schedule_moe_lanes: dualpipev, experts over ep ranks, neither ZeRO 3
+ * nor full recompute) hold a second copy of what an MoE block keeps across its all-to-all:
+ * MOE_EP, MOE_DY and, sequence parallel, WHOLE; nothing else changes. plait check predicts
+ * the lanes' (cost_memory_stage; test_dualpipe_moe holds model_init's allocation to it). */
+static void test_two_lanes_hold_a_second_copy_of_what_crosses_an_exchange(void)
+{
+    struct plan *p = plan_of(
+        "{\"model\": {\"layers\": 4, \"heads\": 4, \"hidden\": 32, \"vocab\": 256,"
+        " \"seq_len\": 16, \"moe\": {\"experts\": 4, \"top_k\": 2, \"every\": 2,"
+        " \"ffn_hidden\": 48}}, \"data\": {\"train\": \"train.bin\"},"
+        " \"batch\": {\"micro_batch\": 2, \"grad_accum\": 4},"
+        " \"parallel\": {\"tp\": 2, \"pp\": 2, \"dp\": 2, \"ep\": 2, \"schedule\": \"dualpipev\","
+        " \"sequence_parallel\": true}, \"steps\": 1}");
+    if (!p) return;
+    const char *why = "";
+    CHECK(schedule_moe_lanes(p, 2, &why) && why == NULL, "no lanes (%s)", why ? why : "");
+    CHECK(!schedule_moe_lanes(p, 1, &why) && why == NULL, "lanes without a pipeline");
+    struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
+    struct gpt2_part part = cost_stage_part(p, 2, 0, 2, 0); /* layers 0 and 3, an MoE block */
+    struct gpt2_shard s;
+    struct schedule sched;
+    struct plait_error err = {.text = ""};
+    struct gpt2_memory_shape shape = {
+        .B = 2, .T = 16, .chunks = 2, .dp = 2, .sequence_parallel = true, .split_backward = true};
+    struct gpt2_memory one, two;
+    if (schedule_make_for_plan(&sched, p, 2, &err)) goto fail;
+    shape.slots = schedule_max_in_flight(&sched, 0); /* as plait check holds them */
+    schedule_free(&sched);
+    if (gpt2_shard_init(&s, &cfg, &part, &err) || gpt2_memory(&s, &shape, &one, &err)) goto fail;
+    shape.moe_lanes = true;
+    if (gpt2_memory(&s, &shape, &two, &err)) goto fail;
+    uint64_t extra = 0;
+    for (int a = 0; a < GPT2_ACTS; a++) {
+        bool second = a == GPT2_ACT_MOE_EP || a == GPT2_ACT_MOE_DY || a == GPT2_ACT_WHOLE;
+        CHECK(!second || one.act[a].copies == 1, "buffer %d: %zu copies", a, one.act[a].copies);
+        CHECK(two.act[a].copies == one.act[a].copies * (second ? 2 : 1), "buffer %d: %zu, %zu", a,
+              one.act[a].copies, two.act[a].copies);
+        if (second) extra += one.act[a].elems * one.act[a].elem_bytes;
+    }
+    CHECK(two.activations - one.activations == extra, "%llu more, want %llu",
+          (unsigned long long)(two.activations - one.activations), (unsigned long long)extra);
+    struct cost_memory check;
+    cost_memory_stage(p, (struct cost_layout){2, 2, 2}, 0, &check);
+    CHECK(check.activations == two.activations, "plait check: %llu, two lanes %llu",
+          (unsigned long long)check.activations, (unsigned long long)two.activations);
+    p->recompute = PLAN_RECOMPUTE_FULL; /* one copy of a layer's activations: no lanes */
+    CHECK(!schedule_moe_lanes(p, 2, &why) && why && strstr(why, "full recompute"), "%s",
+          why ? why : "lanes with full recompute");
+    p->recompute = PLAN_RECOMPUTE_NONE;
+    p->parallel.schedule = PLAN_PIPE_1F1B;
+    CHECK(!schedule_moe_lanes(p, 2, &why) && why == NULL, "lanes at 1f1b");
+    plan_free(p);
+    return;
+fail:
+    CHECK(0, "%s", err.text);
+    plan_free(p);
+}
+
 int main(void)
 {
     cx = test_cpu_open();
@@ -381,6 +439,7 @@ int main(void)
     RUN(test_interleaved_allocates_what_plait_check_predicts);
     RUN(test_a_fused_attention_holds_no_probabilities);
     RUN(test_fp8_copy_is_a_byte_a_weight_its_scales_and_a_bf16_lm_head);
+    RUN(test_two_lanes_hold_a_second_copy_of_what_crosses_an_exchange);
     ops_cpu()->close(cx);
     return check_exit_code();
 }

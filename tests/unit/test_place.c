@@ -399,7 +399,8 @@ static void test_cp_groups_sit_next_to_tp_on_one_node(void)
     }
     CHECK(m.comm_cp.groups == 8 && m.comm_cp.slowest == COST_LINK_NVLINK, "cp: %d groups over %s",
           m.comm_cp.groups, cost_link_name(m.comm_cp.slowest));
-    CHECK(m.comm_dp.groups == 8 && m.comm_dp.slowest == COST_LINK_NETWORK, "dp: %d groups over %s",
+    /* dp's groups are the dp·cp ranks a gradient is summed over: tp 2 × pp 2 of them */
+    CHECK(m.comm_dp.groups == 4 && m.comm_dp.slowest == COST_LINK_NETWORK, "dp: %d groups over %s",
           m.comm_dp.groups, cost_link_name(m.comm_dp.slowest));
     CHECK(m.comm_tp.groups == 8 && m.comm_pp.groups == 8 && m.comm_pp.slowest == COST_LINK_NVLINK,
           "tp %d groups, pp %d over %s", m.comm_tp.groups, m.comm_pp.groups,

@@ -66,7 +66,8 @@ static bool same_step(const struct step_metrics *a, const struct step_metrics *b
            a->bytes_tp == b->bytes_tp && a->bytes_pp == b->bytes_pp && a->bytes_dp == b->bytes_dp &&
            a->wait_tp_ms == b->wait_tp_ms && a->wait_pp_ms == b->wait_pp_ms &&
            a->wait_dp_ms == b->wait_dp_ms && a->bytes_cp == b->bytes_cp &&
-           a->wait_cp_ms == b->wait_cp_ms && a->step_ms == b->step_ms &&
+           a->wait_cp_ms == b->wait_cp_ms && a->bytes_ep == b->bytes_ep &&
+           a->wait_ep_ms == b->wait_ep_ms && a->step_ms == b->step_ms &&
            a->straggler == b->straggler && a->busy_ms == b->busy_ms &&
            a->median_busy_ms == b->median_busy_ms;
 }
@@ -267,6 +268,8 @@ static const struct step_metrics step_many = {.step = 2,
                                               .wait_dp_ms = 3.5,
                                               .bytes_cp = 4e6, /* context parallelism's ring */
                                               .wait_cp_ms = 4.5,
+                                              .bytes_ep = 5e6, /* the experts' all-to-alls */
+                                              .wait_ep_ms = 5.5,
                                               .straggler = 3,
                                               .busy_ms = 9.5,
                                               .median_busy_ms = 8.0};
