@@ -263,17 +263,20 @@ void cu_moe_gather(struct ops_ctx *ctx, float *packed, const float *x, const int
     (void)LAUNCH_OK(ctx);
 }
 
-/* Block t: dx[t] (+)= Σ_j dpacked[pos[t,j]] over the kept choices, in choice order */
-__global__ void gather_backward_kernel(float *dx, const float *dpacked, const int32_t *pos, int k,
-                                       int C, bool accumulate)
+/* Block t: out[t] (+)= Σ_j gate[t,j]·rows[pos[t,j]] over the kept choices, in choice
+ * order (gate NULL: each row as it is, the gather's backward) */
+__global__ void kept_sum_kernel(float *out, const float *rows, const float *gate,
+                                const int32_t *pos, int k, int C, bool accumulate)
 {
     size_t t = blockIdx.x;
-    float *o = dx + t * C;
+    float *o = out + t * C;
     for (int i = threadIdx.x; i < C; i += blockDim.x) {
         float v = accumulate ? o[i] : 0.0f;
         for (int j = 0; j < k; j++) {
             int32_t m = pos[t * k + j];
-            if (m >= 0) v += dpacked[(size_t)m * C + i];
+            if (m < 0) continue;
+            float x = rows[(size_t)m * C + i];
+            v += gate ? gate[t * k + j] * x : x;
         }
         o[i] = v;
     }
@@ -283,31 +286,15 @@ void cu_moe_gather_backward(struct ops_ctx *ctx, float *dx, const float *dpacked
                             const int32_t *pos, int N, int k, int C, bool accumulate)
 {
     if (N <= 0 || C <= 0) return;
-    gather_backward_kernel<<<N, THREADS, 0, ctx->stream>>>(dx, dpacked, pos, k, C, accumulate);
+    kept_sum_kernel<<<N, THREADS, 0, ctx->stream>>>(dx, dpacked, NULL, pos, k, C, accumulate);
     (void)LAUNCH_OK(ctx);
-}
-
-/* Block t: out[t] (+)= Σ_j gate[t,j]·y[pos[t,j]] over the kept choices, in choice order */
-__global__ void combine_kernel(float *out, const float *y, const float *gate, const int32_t *pos,
-                               int k, int C, bool accumulate)
-{
-    size_t t = blockIdx.x;
-    float *o = out + t * C;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        float v = accumulate ? o[i] : 0.0f;
-        for (int j = 0; j < k; j++) {
-            int32_t m = pos[t * k + j];
-            if (m >= 0) v += gate[t * k + j] * y[(size_t)m * C + i];
-        }
-        o[i] = v;
-    }
 }
 
 void cu_moe_combine(struct ops_ctx *ctx, float *out, const float *y, const float *gate,
                     const int32_t *pos, int N, int k, int C, bool accumulate)
 {
     if (N <= 0 || C <= 0) return;
-    combine_kernel<<<N, THREADS, 0, ctx->stream>>>(out, y, gate, pos, k, C, accumulate);
+    kept_sum_kernel<<<N, THREADS, 0, ctx->stream>>>(out, y, gate, pos, k, C, accumulate);
     (void)LAUNCH_OK(ctx);
 }
 
