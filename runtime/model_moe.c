@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "common/formats/ckpt_state.h" // defines: MOE_STATS
-#include "runtime/device.h"              // defines: device_runs_unproven
+#include "runtime/device.h"            // defines: device_runs_unproven
 
 /* One expert's weights (or their gradients): fc (FCm,C), fcb (Fm), proj (C,Fm), projb (C);
  * the biases NULL in a Llama. */

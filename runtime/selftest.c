@@ -928,7 +928,8 @@ static int32_t *moe_choices(struct run *r, int32_t **before)
         for (int j = 0; j < s->k; j++) {
             int32_t e, taken;
             do {
-                uint64_t u = rng_below(&r->rng, (uint64_t)s->E), v = rng_below(&r->rng, (uint64_t)s->E);
+                uint64_t u = rng_below(&r->rng, (uint64_t)s->E),
+                         v = rng_below(&r->rng, (uint64_t)s->E);
                 e = (int32_t)(u < v ? u : v);
                 taken = 0;
                 for (int i = 0; i < j; i++) taken |= h[t * s->k + i] == e;

@@ -133,7 +133,8 @@ void cu_moe_losses(struct ops_ctx *ctx, double *out, const float *probs, const f
     losses_final_kernel<<<1, 1, 0, ctx->stream>>>(res, sums, routed, N, E, k, aux, z);
     if (!LAUNCH_OK(ctx)) return;
     double host[2];
-    if (CUDA_OK(ctx, cudaMemcpyAsync(host, res, sizeof host, cudaMemcpyDeviceToHost, ctx->stream)) &&
+    if (CUDA_OK(ctx,
+                cudaMemcpyAsync(host, res, sizeof host, cudaMemcpyDeviceToHost, ctx->stream)) &&
         CUDA_OK(ctx, cudaStreamSynchronize(ctx->stream))) {
         out[0] = host[0];
         out[1] = host[1];
@@ -237,8 +238,8 @@ int cu_moe_dispatch(struct ops_ctx *ctx, int32_t *pos, int32_t *rows, int32_t *c
         cu_set_error(ctx, "out of memory for the counts of %d experts", E);
         return 0;
     }
-    if (CUDA_OK(ctx, cudaMemcpyAsync(host, counts, (size_t)E * sizeof *host,
-                                     cudaMemcpyDeviceToHost, ctx->stream)) &&
+    if (CUDA_OK(ctx, cudaMemcpyAsync(host, counts, (size_t)E * sizeof *host, cudaMemcpyDeviceToHost,
+                                     ctx->stream)) &&
         CUDA_OK(ctx, cudaStreamSynchronize(ctx->stream)))
         for (int e = 0; e < E; e++) kept += host[e];
     free(host);
