@@ -124,9 +124,10 @@ __global__ void losses_final_kernel(double *out, const double *sums, const int32
 void cu_moe_losses(struct ops_ctx *ctx, double *out, const float *probs, const float *lse,
                    const int32_t *routed, int N, int E, int k, double aux, double z)
 {
-    double *sums = (double *)cu_scratch(ctx, CU_SCRATCH_MOE, (size_t)(E + 3) * sizeof *sums);
     out[0] = out[1] = NAN;
-    if (!sums || E < 0) return;
+    double *sums =
+        E < 0 ? NULL : (double *)cu_scratch(ctx, CU_SCRATCH_MOE, (size_t)(E + 3) * sizeof *sums);
+    if (!sums) return;
     double *res = sums + E + 1;
     losses_sums_kernel<<<E + 1, THREADS, 0, ctx->stream>>>(sums, probs, lse, N, E);
     if (!LAUNCH_OK(ctx)) return;
@@ -172,9 +173,9 @@ __device__ int block_count_before(bool flag, int *shared, int *total)
  * (runs,E); a choice is kept while fewer than `capacity` (0: no limit) came
  * to e before it. pos (N·k) of e's choices: its place among e's kept rows,
  * or -1; counts[e] the kept, routed[e] every choice. */
-__global__ void dispatch_count_kernel(int32_t *pos, int32_t *counts, int32_t *routed,
-                                      const int32_t *choice, const int32_t *before, int N, int k,
-                                      int E, int len, int capacity)
+__global__ void __launch_bounds__(SCAN_THREADS)
+    dispatch_count_kernel(int32_t *pos, int32_t *counts, int32_t *routed, const int32_t *choice,
+                          const int32_t *before, int N, int k, int E, int len, int capacity)
 {
     __shared__ int shared[32];
     int e = blockIdx.x, kept_all = 0, seen_all = 0;
