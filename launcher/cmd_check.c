@@ -469,10 +469,6 @@ static void print_zero_stages(const struct plan *placed, struct cost_layout l, u
 {
     int cp = placed->parallel.cp;
     if (l.dp * cp < 2) return; /* ZeRO slices over dp·cp ranks */
-    if (placed->parallel.ep > 1) { /* (plan_rules.c refuses it: no stage to compare) */
-        printf("  ZeRO with expert parallelism is not built: every rank holds its whole state\n");
-        return;
-    }
     double unit = layout_memory_at_zero(placed, l, 0) >= 1e9 ? 1e9 : 1e6;
     char cps[32] = "";
     if (cp > 1) snprintf(cps, sizeof cps, " × cp %d", cp);
@@ -534,6 +530,16 @@ static void print_moe(const struct plan *p)
                "ranks, %d routed a rank (and every shared one), their rows exchanged by "
                "all-to-all\n",
                ep, ep, p->parallel.cp > 1 ? "dp·cp" : "dp", e->experts / ep);
+    const struct plan_parallel *par = &p->parallel;
+    int slices = plan_zero_slices(par, plan_dp_shard(par, par->dp) * par->cp);
+    if (ep > 1 && par->zero > 0 && slices > 1)
+        printf("  ZeRO %d with parallel.ep: each rank's part sliced over its %d expert peers in "
+               "the shard group, the dense slices summed over the ep group too\n",
+               par->zero, slices);
+    else if (ep > 1 && par->zero > 0)
+        printf("  ZeRO %d with parallel.ep: a shard group's expert peers are one rank each, so "
+               "nothing is sliced; the gradients are summed as at ZeRO 0\n",
+               par->zero);
 }
 
 /* Device memory per rank of each stage, as model_init allocates it. */

@@ -41,6 +41,14 @@ static void header_fill(int32_t h[LLMC_HEADER_INTS], enum ckpt_part_kind kind,
     ckpt_part_header(h, kind, &id);
 }
 
+/* The dp ranks of a shard group, which write its slices (ZeRO): the slices' ranks, and with
+ * expert parallelism each ep rank's (its experts sliced over its expert peers:
+ * plan_zero_slices), ep × dp of them. */
+static int shard_ranks(const struct model *m)
+{
+    return m->dp * (m->zero && m->shard.part.ep > 1 ? m->shard.part.ep : 1);
+}
+
 /* ---- writing ----------------------------------------------------------------------------- */
 
 /* What rank 0 needs of a written file for the manifest. */
@@ -95,14 +103,14 @@ static int write_mine(const char *tmp, const struct model *m, const struct train
     int rc = 0, k = 0;
     bool z3 = m->zero == 3; /* the parameters in slices too, as the moments */
     int ep = m->shard.part.ep > 1 ? m->shard.part.ep : 0; /* each ep rank its experts */
-    if (z3 ? w->dp_rank < m->dp : w->dp_rank < (ep ? ep : 1)) {
+    if (z3 ? w->dp_rank < shard_ranks(m) : w->dp_rank < (ep ? ep : 1)) {
         const float *params[] = {m->params};
         part_name(name, sizeof name, CKPT_PART_MODEL, m, w, z3 || ep);
         rc = write_part(tmp, name, CKPT_PART_MODEL, m, w, params, 1, z3, host, &recs[k++], err);
     }
     const float *moments[] = {m->adam_m, m->adam_v};
     /* the slices: replica 0's shard group (hybrid sharding: the others hold the same) */
-    if (rc == 0 && (m->zero ? w->dp_rank < m->dp : w->dp_rank < (ep ? ep : 1))) {
+    if (rc == 0 && (m->zero ? w->dp_rank < shard_ranks(m) : w->dp_rank < (ep ? ep : 1))) {
         part_name(name, sizeof name, CKPT_PART_OPTIM, m, w, m->zero > 0 || ep);
         rc = write_part(tmp, name, CKPT_PART_OPTIM, m, w, moments, 2, m->zero > 0, host, &recs[k++],
                         err);
@@ -158,16 +166,15 @@ static int commit_manifest(struct ckptdir *d, const struct ckpt_parts_job *job,
                            const struct ckpt_manifest_file *all, const int64_t *stage_of,
                            struct plait_error *err)
 {
-    struct ckpt_manifest man = {
-        .layout = {.tp = w->tp,
-                   .pp = w->pp,
-                   .dp = w->dp,
-                   .zero = m->zero,
-                   .chunks = m->chunks,
-                   .v_shape = m->shard.part.v_shape,
-                   .dp_shard = m->zero ? m->dp : w->dp,
-                   .cp = w->cp,
-                   .ep = m->shard.part.ep > 1 ? m->shard.part.ep : 1}};
+    struct ckpt_manifest man = {.layout = {.tp = w->tp,
+                                           .pp = w->pp,
+                                           .dp = w->dp,
+                                           .zero = m->zero,
+                                           .chunks = m->chunks,
+                                           .v_shape = m->shard.part.v_shape,
+                                           .dp_shard = m->zero ? shard_ranks(m) : w->dp,
+                                           .cp = w->cp,
+                                           .ep = m->shard.part.ep > 1 ? m->shard.part.ep : 1}};
     struct ckpt_layout *l = &man.layout;
     int rc = -1;
     l->stage_begin = calloc((size_t)w->pp, sizeof *l->stage_begin);
@@ -319,7 +326,7 @@ static int read_part(const char *cdir, const char *name, enum ckpt_part_kind kin
 bool ckpt_layout_same(const struct ckpt_layout *l, const struct model *m)
 {
     return !l->whole && l->tp == m->shard.part.tp && l->pp == m->shard.part.pp &&
-           l->dp == m->dp * m->replicas && (!m->zero || l->dp_shard == m->dp) &&
+           l->dp == m->dp * m->replicas && (!m->zero || l->dp_shard == shard_ranks(m)) &&
            l->zero == m->zero && l->chunks == m->shard.part.chunks &&
            l->v_shape == m->shard.part.v_shape &&
            (l->ep > 1 ? l->ep : 1) == (m->shard.part.ep > 1 ? m->shard.part.ep : 1);

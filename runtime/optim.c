@@ -118,27 +118,42 @@ static int adamw_window(void *ctx, size_t lo, size_t n, float *m, float *v,
     return gpt2_shard_each(&a->m->shard, adamw_instance, a);
 }
 
-/* ZeRO 0 without buckets: the gradients summed over dp, each routed expert's run
- * (ep > 1) over the ranks holding the same experts instead. */
-static int sum_runs(struct model *m, const struct group *g, bool routed, struct plait_error *err)
+/* The runs of buf (elements [lo, lo + n) of the buffer, its padding left out) that are
+ * (routed) or are not a routed expert's (ep > 1), each summed over g. */
+static int sum_runs(struct model *m, float *buf, size_t lo, size_t n, const struct group *g,
+                    bool routed, struct plait_error *err)
 {
-    for (size_t at = 0, run; at < m->shard.total; at += run) {
+    size_t end = lo + n < m->shard.total ? lo + n : m->shard.total;
+    for (size_t at = lo, run; has(g) && at < end; at += run) {
         bool here = gpt2_shard_routed_at(&m->shard, at, &run);
-        if (here == routed && has(g) && g->allreduce(g->ctx, m->grads + at, run, false, err))
-            return -1;
+        if (run > end - at) run = end - at;
+        if (here == routed && g->allreduce(g->ctx, buf + (at - lo), run, false, err)) return -1;
     }
     return 0;
 }
 
+/* ZeRO 0 without buckets: the gradients summed over dp, each routed expert's run
+ * (ep > 1) over the ranks holding the same experts instead. */
 static int sum_dense(struct model *m, const struct group *dp, struct plait_error *err)
 {
     if (m->shard.part.ep <= 1) return dp->allreduce(dp->ctx, m->grads, m->shard.total, false, err);
-    return sum_runs(m, dp, false, err);
+    return sum_runs(m, m->grads, 0, m->shard.total, dp, false, err);
 }
 
 static int sum_routed(struct model *m, const struct optim_groups *g, struct plait_error *err)
 {
-    return m->shard.part.ep > 1 ? sum_runs(m, g->experts, true, err) : 0;
+    return m->shard.part.ep > 1 ? sum_runs(m, m->grads, 0, m->shard.total, g->experts, true, err)
+                                : 0;
+}
+
+/* ZeRO with expert parallelism slices over the expert peers (plan_zero_slices), so each
+ * rank of the ep group holds the same dense slice, reduced over its expert peers alone:
+ * the slice's dense runs summed over the ep group too (the routed ones are this ep rank's
+ * experts, summed already). */
+static int sum_dense_over_ep(struct model *m, const struct optim_groups *g, struct plait_error *err)
+{
+    if (!m->zero || m->shard.part.ep <= 1 || !g) return 0;
+    return sum_runs(m, m->grad_slice, m->slice_at, m->slice_n, g->ep, false, err);
 }
 
 int optim_reduce_micro(struct model *m, const struct optim_groups *g, bool accumulate,
@@ -175,6 +190,8 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
     if (rc) return error_prefix(err, "data-parallel gradient reduction: ");
     if (has(dp) && m->zero == 0 && !g->summed && sum_routed(m, g, err))
         return error_prefix(err, "the routed experts' gradient reduction: ");
+    if (sum_dense_over_ep(m, g, err))
+        return error_prefix(err, "the dense slice's gradient sum over the ep group: ");
     if (m->zero) a.g = m->grad_slice;
     /* hybrid sharding: the replicas' sums of the same slice (or of the whole, unsliced) */
     if (has(rep) && rep->allreduce(rep->ctx, m->zero ? m->grad_slice : m->grads,

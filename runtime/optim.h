@@ -18,7 +18,9 @@
 struct optim_groups {
     const struct group *dp, *replicas, *mp;
     /* expert parallelism (the shard's ep > 1): the ep group, and the dp ranks holding the
-     * same experts, over which the routed experts' gradients are summed (not dp) */
+     * same experts, over which the routed experts' gradients are summed (not dp); with ZeRO
+     * dp is those expert peers (parallel_slices) and the slice's dense runs are summed over
+     * the ep group after */
     const struct group *ep, *experts;
     bool summed; /* the gradients are already summed over dp (ZeRO 0) or reduce-scattered
                     into the slice (ZeRO 1) in buckets (runtime/buckets.h) */

@@ -164,20 +164,22 @@ static int make_hsdp(struct parallel *p, const char *gen, struct plait_error *er
 }
 
 /* Expert parallelism's two splits of the world: the ep groups (ep consecutive dp ranks of
- * one tp rank and stage: the all-to-all's) and the expert peers (the dp ranks with the same
- * ep rank, which hold the same experts: their gradients' sum). */
+ * one tp rank and stage: the all-to-all's) and the expert peers (the dp ranks of its shard
+ * group with the same ep rank, which hold the same experts: their gradients' sum, and ZeRO's
+ * slices of them; with hybrid sharding the replicas sum them after, as the dense part). */
 static int make_ep(struct parallel *p, const char *gen, struct plait_error *err)
 {
     const struct env_rank *w = &p->where;
     int ep = p->ep, ep_rank = rank_shard_of(w->dp_rank, ep),
         block = rank_replica_of(w->dp_rank, ep);
     int here = w->tp_rank + w->tp * w->pp_rank; /* (dp_rank is folded: cp is in it) */
+    int peers = ep_rank + ep * rank_replica_of(w->dp_rank, p->dp_shard);
     char name[COMM_MAX_NAME_BYTES + 1];
     snprintf(name, sizeof name, "%s.ep", gen);
     if (comm_split(p->world, here + w->tp * w->pp * block, ep_rank, name, &p->ep_comm, err))
         return -1;
     snprintf(name, sizeof name, "%s.experts", gen);
-    return comm_split(p->world, here + w->tp * w->pp * ep_rank, block, name, &p->expert_peers, err);
+    return comm_split(p->world, here + w->tp * w->pp * peers, block, name, &p->expert_peers, err);
 }
 
 int parallel_ep_lane(struct parallel *p, struct plait_error *err)
@@ -200,7 +202,7 @@ int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard
     memset(p, 0, sizeof *p);
     p->where = *where;
     p->dp_shard = dp_shard >= 1 && where->dp % dp_shard == 0 ? dp_shard : where->dp;
-    p->ep = ep >= 1 && where->dp % ep == 0 ? ep : 1;
+    p->ep = ep >= 1 && p->dp_shard % ep == 0 ? ep : 1; /* (plan_rules: ep divides it) */
     if (dev) p->dev = *dev;
     p->timeout_s = timeout_s;
     p->g_tp = p->g_shard = p->g_replicas = p->g_mp = p->g_world = p->g_cp = p->g_ep = p->g_experts =
@@ -265,6 +267,11 @@ fail:
     parallel_abort(p, err->text);
     parallel_free(p);
     return error_prefix(err, "rank %d: ", w->rank);
+}
+
+const struct group *parallel_slices(const struct parallel *p, int zero)
+{
+    return p->ep > 1 && zero > 0 ? &p->g_experts : &p->g_shard;
 }
 
 struct env_rank parallel_fold(const struct env_rank *where)

@@ -57,8 +57,9 @@ struct parallel {
      * rank's slice (size 1: none), over which the slice's sum is summed once a step */
     struct group g_tp, g_shard, g_replicas, g_mp, g_world, g_cp;
     /* expert parallelism (ep > 1; plan.h): dp rank d is ep rank d % ep of ep group d / ep.
-     * g_ep: the ep group, the experts' all-to-all; g_experts: the dp ranks holding the same
-     * experts (the same ep rank), the routed experts' gradients summed over it */
+     * g_ep: the ep group, the experts' all-to-all; g_experts: the dp ranks of the shard
+     * group holding the same experts (the same ep rank), the routed experts' gradients summed
+     * over it, and with ZeRO the ranks the part is sliced over (parallel_slices) */
     int ep;
     struct comm *ep_comm, *expert_peers; /* NULL where their size is 1 */
     struct group g_ep, g_experts;
@@ -91,6 +92,10 @@ struct parallel {
 int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard, int ep,
                   double timeout_s, const struct parallel_device *dev, struct plait_error *err);
 void parallel_free(struct parallel *p);
+
+/* The group ZeRO at stage `zero` slices this rank's part over (plan_zero_slices): the
+ * shard group, or with expert parallelism at ZeRO >= 1 the expert peers in it. */
+const struct group *parallel_slices(const struct parallel *p, int zero);
 
 /* A second communicator over each ep group (p->ep_lane_comm, g_ep_lane), for DualPipeV's
  * second lane (common/place/schedule.h schedule_moe_lanes): every rank calls it, or none.

@@ -66,7 +66,7 @@ static int reduce_and_step(struct trainer *t, struct step_taken *st, bool dump,
 {
     const struct plan *p = t->plan;
     int B = p->batch.micro_batch, T = t->T;
-    struct optim_groups groups = {.dp = &t->par.g_shard,
+    struct optim_groups groups = {.dp = parallel_slices(&t->par, t->m.zero),
                                   .replicas = &t->par.g_replicas,
                                   .mp = &t->par.g_mp,
                                   .ep = &t->par.g_ep,

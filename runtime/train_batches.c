@@ -215,7 +215,7 @@ static int hand_over(void *ctx, int micros, struct plait_error *err)
         t->buckets.accumulate = true; /* the next hand-over's buckets add */
         return 0;
     }
-    struct optim_groups g = {.dp = &t->par.g_shard, .mp = &t->par.g_mp};
+    struct optim_groups g = {.dp = parallel_slices(&t->par, t->m.zero), .mp = &t->par.g_mp};
     return shared_sums(t, tied, err) || optim_reduce_micro(&t->m, &g, adds, err) ? -1 : 0;
 }
 
@@ -226,7 +226,7 @@ static int hand_over(void *ctx, int micros, struct plait_error *err)
 static int tie_in_slices(struct trainer *t, struct plait_error *err)
 {
     struct model *m = &t->m;
-    const struct group *dp = &t->par.g_shard;
+    const struct group *dp = parallel_slices(&t->par, m->zero);
     if (!holds_one_tied_end(m)) return 0;
     if (dp->size > 1 && dp->allgather(dp->ctx, m->grad_slice, m->grads, m->slice_n, err))
         return error_prefix(err, "the tied wte's gradient, gathered over dp: ");

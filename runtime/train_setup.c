@@ -189,40 +189,48 @@ static int make_model(struct trainer *t, struct plait_error *err)
     struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
     struct gpt2_part part = cost_stage_part(p, w->tp, w->tp_rank, w->pp, w->pp_rank);
     part.ep_rank = rank_shard_of(w->dp_rank, p->parallel.ep); /* dp's inner factor */
-    struct model_shape shape = {.B = p->batch.micro_batch,
-                                .T = t->T,
-                                .cp = w->cp,
-                                .cp_rank = w->cp_rank,
-                                .cp_group = &t->par.g_cp,
-                                .ep_group = &t->par.g_ep,
-                                .ep_lane_group = t->par.ep_lane_comm ? &t->par.g_ep_lane : NULL,
-                                .precision = p->precision,
-                                .fp8_scaling = p->fp8_scaling,
-                                .recompute = p->recompute,
-                                .slots = schedule_max_in_flight(&t->sched, w->pp_rank),
-                                /* ZeRO's slices: over the shard group (HSDP) */
-                                .dp = t->par.dp_shard,
-                                .dp_rank = rank_shard_of(w->dp_rank, t->par.dp_shard),
-                                .replicas = w->dp / t->par.dp_shard,
-                                .replica = rank_replica_of(w->dp_rank, t->par.dp_shard),
-                                .zero = p->parallel.zero,
-                                .dp_group = &t->par.g_shard,
-                                .keep_gathered = !p->parallel.reshard_after_forward,
-                                .split_backward = t->sched.split_backward,
-                                .sequence_parallel = p->parallel.sequence_parallel,
-                                .offload_dir = p->parallel.offload == PLAN_OFFLOAD_NVME
-                                                   ? p->parallel.offload_dir
-                                                   : NULL,
-                                .offload_rank = w->rank,
-                                .offload_window_mb = p->parallel.offload_window_mb,
-                                .moe_capacity_factor = p->model.moe.capacity_factor,
-                                .moe_aux_loss = p->model.moe.aux_loss,
-                                .moe_z_loss = p->model.moe.router_z_loss};
+    /* ZeRO's slices: over the shard group (HSDP), or with expert parallelism over the
+     * expert peers in it (plan_zero_slices); the ranks beside those hold the same slice
+     * (of the dense part at least), its replicas: the ep ranks, then the shard groups */
+    int S = t->par.dp_shard, slices = plan_zero_slices(&p->parallel, S), in = S / slices,
+        shard_rank = rank_shard_of(w->dp_rank, S);
+    struct model_shape shape = {
+        .B = p->batch.micro_batch,
+        .T = t->T,
+        .cp = w->cp,
+        .cp_rank = w->cp_rank,
+        .cp_group = &t->par.g_cp,
+        .ep_group = &t->par.g_ep,
+        .ep_lane_group = t->par.ep_lane_comm ? &t->par.g_ep_lane : NULL,
+        .precision = p->precision,
+        .fp8_scaling = p->fp8_scaling,
+        .recompute = p->recompute,
+        .slots = schedule_max_in_flight(&t->sched, w->pp_rank),
+        .dp = slices,
+        .dp_rank = shard_rank / in,
+        .replicas = w->dp / slices,
+        .replica = shard_rank % in + in * rank_replica_of(w->dp_rank, S),
+        .zero = p->parallel.zero,
+        .dp_group = parallel_slices(&t->par, p->parallel.zero),
+        .keep_gathered = !p->parallel.reshard_after_forward,
+        .split_backward = t->sched.split_backward,
+        .sequence_parallel = p->parallel.sequence_parallel,
+        .offload_dir = p->parallel.offload == PLAN_OFFLOAD_NVME ? p->parallel.offload_dir : NULL,
+        .offload_rank = w->rank,
+        .offload_window_mb = p->parallel.offload_window_mb,
+        .moe_capacity_factor = p->model.moe.capacity_factor,
+        .moe_aux_loss = p->model.moe.aux_loss,
+        .moe_z_loss = p->model.moe.router_z_loss};
     if (offload_says(t, err)) return -1;
     t->rss_before_model = report_proc_status_bytes("VmRSS");
     if (model_init(&t->m, &cfg, &part, &t->par.g_tp, t->ops, t->ctx, &shape, err)) return -1;
     t->model_ready = true;
     if (t->m.attention_bf16 && w->rank == 0) log_info("attention on the bf16 tensor cores");
+    if (p->parallel.ep > 1 && p->parallel.zero > 0 && t->m.zero == 0 && w->rank == 0)
+        log_info("parallel.zero %d with parallel.ep %d: a shard group's expert peers are one "
+                 "rank each (its dp_shard × cp ranks = ep), so nothing is sliced; the gradients "
+                 "are summed as at ZeRO 0",
+                 p->parallel.zero, p->parallel.ep);
     return 0;
 }
 
@@ -234,10 +242,10 @@ static int make_step_buffers(struct trainer *t, struct plait_error *err)
     const struct plan *p = t->plan;
     int B = p->batch.micro_batch, T = p->model.seq_len;
     /* (ZeRO 3 reduce-scatters each unit's gradients itself: runtime/model_zero3.h) */
-    if (t->par.g_shard.size > 1 && t->par.g_shard.iallreduce && p->parallel.zero < 3 &&
-        (p->parallel.zero == 0 || t->par.g_shard.ireduce_scatter_v)) {
-        if (buckets_init(&t->buckets, &t->m, &t->par.g_shard, &t->par.g_experts,
-                         p->parallel.bucket_mb, err))
+    const struct group *dp = parallel_slices(&t->par, t->m.zero); /* ZeRO 0: the shard group */
+    if (dp->size > 1 && dp->iallreduce && t->m.zero < 3 &&
+        (t->m.zero == 0 || dp->ireduce_scatter_v)) {
+        if (buckets_init(&t->buckets, &t->m, dp, &t->par.g_experts, p->parallel.bucket_mb, err))
             return -1;
         t->bucketed = true;
     }

@@ -133,19 +133,23 @@ static json_t *slice_json(const char *file, const struct gpt2_config *cfg,
     json_t *out =
         json_pack("{s:i,s:i,s:i,s:o}", "tp_rank", tr, "tp", tp, "pp_rank", st, "layers", layers);
     if (d >= 0) json_object_set_new(out, "dp_rank", json_integer(d));
-    if (d >= 0 && l->ep > 1 && d < l->ep && strcmp(kind, "grads")) { /* its routed experts */
-        int n_ep = cfg->experts / l->ep;
-        json_object_set_new(out, "experts", json_pack("[i,i]", d * n_ep, (d + 1) * n_ep));
+    /* its routed experts: dp rank d's ep rank's (with ZeRO, a slice of them over its expert
+     * peers, dp ranks d % ep + ep·k: plan_zero_slices) */
+    int ep = l->ep > 1 ? l->ep : 1, s = d / ep;
+    if (d >= 0 && ep > 1 && strcmp(kind, "grads")) {
+        int n_ep = cfg->experts / ep, er = d % ep;
+        json_object_set_new(out, "experts", json_pack("[i,i]", er * n_ep, (er + 1) * n_ep));
     }
     if (d >= 0 &&
         ((l->zero > 0 && !strcmp(kind, "optim")) || (l->zero == 3 && !strcmp(kind, "model")))) {
         struct gpt2_shard sh;
         struct plait_error err;
+        size_t slices = (size_t)(dp / ep);
         if (gpt2_shard_init(&sh, cfg, &part, &err) == 0) {
-            size_t slice = (sh.total + (size_t)dp - 1) / (size_t)dp;
+            size_t slice = (sh.total + slices - 1) / slices;
             json_object_set_new(out, "elements",
-                                json_pack("[I,I]", (json_int_t)(slice * (size_t)d),
-                                          (json_int_t)(slice * (size_t)(d + 1))));
+                                json_pack("[I,I]", (json_int_t)(slice * (size_t)s),
+                                          (json_int_t)(slice * (size_t)(s + 1))));
         }
     }
     return out;
@@ -287,7 +291,7 @@ static void read_layout(struct json_read *r, json_t *j, struct ckpt_layout *out)
     if (out->tp < 1 || out->pp < 1 || out->dp < 1 || out->chunks < 1 || out->zero < 0 ||
         out->zero > 3 || (int64_t)out->tp * out->pp * out->dp > (1 << 24) || out->dp_shard < 1 ||
         out->dp % out->dp_shard != 0 || out->cp < 1 || out->dp % out->cp || out->ep < 1 ||
-        out->dp % out->ep || (out->ep > 1 && out->zero)) {
+        out->dp % out->ep || (out->ep > 1 && out->zero && out->dp_shard % out->ep)) {
         r->failed = error_set(r->err,
                               "%s: layout: tp %d × pp %d × dp %d (shard groups of %d, cp %d, "
                               "ep %d), ZeRO %d, %d chunk(s) is not a layout",

@@ -162,7 +162,9 @@ int ckpt_source_open(struct ckpt_source *s, const char *cdir, struct plait_error
             error_prefix(err, "%s: stage %d: ", cdir, st);
             goto fail;
         }
-        size_t dp = (size_t)l->dp_shard; /* the slices: one per rank of a shard group */
+        /* the slices: one per rank of a shard group (with ep: of each ep rank's part, over
+         * its expert peers, plan_zero_slices) */
+        size_t dp = (size_t)(l->ep > 1 ? l->dp_shard / l->ep : l->dp_shard);
         s->slice[st] = l->zero ? (sh->total + dp - 1) / dp : sh->total;
         for (int i = 0; i < gpt2_shard_layers(sh); i++)
             s->layer_stage[gpt2_shard_layer(sh, i)] = st;
@@ -240,6 +242,10 @@ static int source_file(struct ckpt_source *s, enum ckpt_part_kind kind, int tr, 
     if (l->whole) {
         ok = got == (ssize_t)sizeof h && whole_header_ok(s, kind, h, &floats);
     } else {
+        /* a slice (ZeRO's moments, ZeRO 3's parameters, ZeRO 2's gradients), or the whole
+         * part (by dp rank: an ep rank's, a rank's gradients) */
+        int from = kind == CKPT_PART_MODEL ? 3 : kind == CKPT_PART_GRADS ? 2 : 1;
+        bool sliced = d >= 0 && l->zero >= from;
         struct ckpt_part_id id = {l->tp,
                                   tr,
                                   l->pp,
@@ -248,7 +254,7 @@ static int source_file(struct ckpt_source *s, enum ckpt_part_kind kind, int tr, 
                                   d < 0 ? 0 : d,
                                   l->zero,
                                   l->chunks,
-                                  d >= 0 ? s->slice[st] : sh->total,
+                                  sliced ? s->slice[st] : sh->total,
                                   kind == CKPT_PART_OPTIM ? 2 : 1,
                                   sh->part.layer_begin,
                                   sh->part.layer_end};
@@ -328,10 +334,11 @@ static int read_source_run(struct ckpt_source *s, enum ckpt_array a, int tr, int
                            CKPT_PART_OPTIM, tr, st, d, err);
     }
     /* ZeRO: the layer-major buffer cut in dp slices of s->slice[st] (ZeRO 3's parameters
-     * too) */
+     * too); with ep, ep rank er's over its expert peers, dp ranks er, er + ep, ... */
     size_t o = gpt2_shard_offset(sh, t, l) + local, slice = s->slice[st];
+    int ep = s->layout.ep > 1 ? s->layout.ep : 1;
     while (n > 0) {
-        int sd = (int)(o / slice); /* the slice's dp rank */
+        int sd = (int)(o / slice) * ep + (ep > 1 ? er : 0); /* the slice's dp rank */
         size_t within = o % slice, c = slice - within < n ? slice - within : n;
         if ((fd = source_file(s, kind, tr, st, sd, err)) < 0 ||
             read_floats(s, fd, k * slice + within, out, c, kind, tr, st, sd, err))
@@ -434,10 +441,10 @@ int ckpt_source_check(struct ckpt_source *s, struct plait_error *err)
     }
     for (int st = 0; st < l->pp && rc == 0; st++)
         for (int tr = 0; tr < l->tp && rc == 0; tr++) {
-            bool ep = l->ep > 1; /* each ep rank's part (ZeRO 0) */
+            bool ep = l->ep > 1; /* each ep rank's part (below ZeRO 3, its parameters) */
             int dps = l->zero ? l->dp_shard : ep ? l->ep : 1;
             bool z3 = l->zero == 3, by_dp = l->zero > 0 || ep; /* the parameters in slices */
-            for (int d = 0; d < (z3 || ep ? dps : 1) && rc == 0; d++) {
+            for (int d = 0; d < (z3 ? dps : ep ? l->ep : 1) && rc == 0; d++) {
                 ckpt_part_name(name, sizeof name, CKPT_PART_MODEL, tr, st, d, z3 || ep);
                 rc = listed(files, s->dir, name, l, err) ||
                              source_file(s, CKPT_PART_MODEL, tr, st, z3 || ep ? d : -1, err) < 0

@@ -277,8 +277,8 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
         .recompute = p->recompute,
         .slots = stage_in_flight(p, l, stage),
         .chunks = chunks,
-        /* ZeRO slices over the shard group's dp·cp ranks */
-        .dp = plan_dp_shard(&p->parallel, l.dp) * cp,
+        /* ZeRO slices over the shard group's dp·cp ranks (with ep, its expert peers) */
+        .dp = plan_zero_slices(&p->parallel, plan_dp_shard(&p->parallel, l.dp) * cp),
         .zero = p->parallel.zero,
         .keep_gathered = !p->parallel.reshard_after_forward,
         .sequence_parallel = p->parallel.sequence_parallel && l.tp > 1,
@@ -432,6 +432,45 @@ static double routed_elems(const struct gpt2_shard *s)
     return n;
 }
 
+/* Bytes ZeRO's collectives send in a step for psi elements sliced over s ranks: at stage 1
+ * a reduce-scatter and an all-gather (an all-reduce's), at 2 a reduce-scatter at each
+ * hand-over and the all-gather, at 3 zero3_elements' gathers and scatters. */
+static double zero_bytes(const struct plan *p, struct cost_layout l, int stage, double psi,
+                         double s)
+{
+    struct state_widths w = state_widths(p->precision);
+    double share = (s - 1) / s * psi;
+    if (p->parallel.zero >= 3) return (s - 1) / s * zero3_elements(p, l, stage) * w.grad_bytes;
+    if (p->parallel.zero == 2)
+        return zero2_handovers(p, l, stage) * share * w.grad_bytes + share * w.param_bytes;
+    return 2 * share * w.grad_bytes;
+}
+
+/* Expert parallelism with ZeRO (plan_zero_slices): ZeRO's collectives on the stage's Ψ over
+ * the Z = S/ep expert peers of a shard group of S ranks, then the slice's dense part
+ * (Ψ − Ψ_r)/Z all-reduced over the ep group, and with hybrid sharding the slice Ψ/Z over
+ * the D/S replicas. Without hybrid sharding the peers' bytes are the experts' group's and
+ * the ep group's sum dp's (the ep group is inside it); with it both are the shard
+ * group's. Z = 1 (S = ep) is ZeRO 0 over the shard group, as the runtime runs it. */
+static void ep_zero_traffic(const struct plan *p, struct cost_layout l, int stage, int S, int D,
+                            struct cost_traffic *out)
+{
+    struct state_widths w = state_widths(p->precision);
+    struct gpt2_shard sh;
+    double psi = (double)stage_param_count(p, l, stage);
+    double routed = stage_shard(p, l, stage, &sh) ? 0 : routed_elems(&sh);
+    double z = plan_zero_slices(&p->parallel, S), r = (double)D / S;
+    double peers = zero_bytes(p, l, stage, psi, z),
+           dense = ring_allreduce_bytes((psi - routed) / z * (double)w.grad_bytes, ep_of(p));
+    if (S < D) {
+        out->shard_bytes = peers + dense;
+        out->replicas_bytes = 2 * (r - 1) / r * psi / z * (double)w.grad_bytes;
+    } else {
+        out->experts_bytes = peers;
+    }
+    out->dp_bytes = peers + dense + out->replicas_bytes;
+}
+
 /* Bytes one rank of `stage` sends per optimizer step on each communicator. */
 static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layout l, int stage)
 {
@@ -490,31 +529,24 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
     /* with context parallelism the gradients are summed over the dp·cp ranks, and a shard
      * group is dp_shard·cp of them (the cp ranks of each shard rank) */
     int S = plan_dp_shard(&p->parallel, l.dp) * cp, D = l.dp * cp;
-    if (D > 1 && S < D && p->parallel.zero >= 1) {
+    int Z = plan_zero_slices(&p->parallel, S); /* the ranks ZeRO slices over */
+    if (D > 1 && Z < S) {
+        ep_zero_traffic(p, l, stage, S, D, &out);
+    } else if (D > 1 && S < D && p->parallel.zero >= 1) {
         /* hybrid sharding: ZeRO's within the shard group on Ψ, then the slice Ψ/S
          * all-reduced over the R replicas (2(R−1)/R · Ψ/S) */
         struct state_widths w = state_widths(p->precision);
         double psi = (double)stage_param_count(p, l, stage), s = S, r = (double)D / S;
-        double share = (s - 1) / s * psi;
-        out.shard_bytes = p->parallel.zero == 3   ? (s - 1) / s * zero3_elements(p, l, stage) *
-                                                      (double)w.grad_bytes
-                          : p->parallel.zero == 2 ? zero2_handovers(p, l, stage) * share *
-                                                            (double)w.grad_bytes +
-                                                        share * (double)w.param_bytes
-                                                  : 2 * share * (double)w.grad_bytes;
+        out.shard_bytes = zero_bytes(p, l, stage, psi, s);
         out.replicas_bytes = 2 * (r - 1) / r * psi / s * (double)w.grad_bytes;
         out.dp_bytes = out.shard_bytes + out.replicas_bytes;
     } else if (D > 1) {
         struct state_widths w = state_widths(p->precision);
         double psi = (double)stage_param_count(p, l, stage), d = D;
-        double share = (d - 1) / d * psi;
-        if (p->parallel.zero >= 3) {
-            out.dp_bytes = (d - 1) / d * zero3_elements(p, l, stage) * (double)w.grad_bytes;
-        } else if (p->parallel.zero == 2) {
-            out.dp_bytes = zero2_handovers(p, l, stage) * share * (double)w.grad_bytes +
-                           share * (double)w.param_bytes;
+        if (p->parallel.zero >= 2) {
+            out.dp_bytes = zero_bytes(p, l, stage, psi, d);
         } else {
-            /* with expert parallelism (which refuses ZeRO and hybrid sharding) the routed
+            /* with expert parallelism at ZeRO 0 (above 0: ep_zero_traffic) the routed
              * experts' Ψ_r is summed over the D/ep ranks holding the same experts, the
              * rest over all D */
             struct gpt2_shard s;

@@ -1616,6 +1616,11 @@ int plan_dp_shard(const struct plan_parallel *par, int dp)
     return dp;
 }
 
+int plan_zero_slices(const struct plan_parallel *par, int shard)
+{
+    return par->ep > 1 && par->zero > 0 && shard % par->ep == 0 ? shard / par->ep : shard;
+}
+
 const char *plan_precision_name(enum plan_precision p)
 {
     return enum_name(precision_names, PLAN_PRECISIONS, (int)p);

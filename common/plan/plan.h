@@ -265,6 +265,13 @@ int64_t plan_ranks(const struct plan *plan);
  * degree is dp: parallel.dp_shard, or dp / parallel.dp_replicate, or dp. */
 int plan_dp_shard(const struct plan_parallel *par, int dp);
 
+/* The ranks ZeRO slices a rank's part over, of a shard group of `shard` ranks (dp_shard,
+ * with cp folded in): all of them, or with expert parallelism at ZeRO >= 1 the expert
+ * peers among them (shard / ep), the ranks holding the same routed experts, so that
+ * one contiguous slice of the part is the same tensors on every rank it is sliced over.
+ * The ep ranks of a group hold the same dense slice then: the replicas of its dense part. */
+int plan_zero_slices(const struct plan_parallel *par, int shard);
+
 /* Developer: "1" lets what has CUDA kernels that have not yet run on a GPU (model.moe's
  * routing, parallel.cp's block attention) train on one, for the GPU session that proves
  * them (tests/gpu/test_cuda.sh). Without it they are refused on a GPU with the same words

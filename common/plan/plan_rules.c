@@ -604,19 +604,23 @@ static int check_ep_rules(struct plan_ctx *c, const struct plan *p)
                               "average the gradients",
                               par->dp, par->cp, par->dp * par->cp, par->dp * par->cp, ep,
                               par->dp * par->cp % ep);
-    const char *what = NULL, *path = NULL;
-    if (par->dp_shard != PLAN_AUTO || par->dp_replicate != PLAN_AUTO)
-        path = par->dp_shard != PLAN_AUTO ? "parallel.dp_shard" : "parallel.dp_replicate",
-        what = "hybrid sharding with expert parallelism is not built yet; leave it out";
-    else if (par->zero != 0)
-        path = "parallel.zero", what = "ZeRO with expert parallelism is not built yet; use 0";
-    else if (par->offload != PLAN_OFFLOAD_NONE)
-        path = "parallel.offload",
-        what = "the moments in files with expert parallelism are not built yet; use \"none\"";
-    else if (p->sample.tokens > 0)
-        path = "sample.tokens", what = "a run's samples need every expert on one rank; use 0 "
-                                       "and sample a checkpoint with plait sample";
-    if (path) return plan_fail_rule(c, path, "parallel.ep", "with parallel.ep %d: %s", ep, what);
+    /* ZeRO slices each ep rank's part over its expert peers in a shard group
+     * (plan_zero_slices): an ep group inside one shard group (dp_shard·cp consecutive
+     * folded dp ranks) */
+    int shard = plan_dp_shard(par, par->dp) * par->cp;
+    if (shard != par->dp * par->cp && shard % ep != 0)
+        return plan_fail_rule(
+            c, par->dp_shard != PLAN_AUTO ? "parallel.dp_shard" : "parallel.dp_replicate",
+            "parallel.ep parallel.cp",
+            "with parallel.ep %d: ep must divide a shard group's dp_shard × "
+            "cp ranks (%d %% %d = %d): an ep group's experts are sliced over "
+            "the expert peers inside one shard group",
+            ep, shard, ep, shard % ep);
+    if (p->sample.tokens > 0)
+        return plan_fail_rule(c, "sample.tokens", "parallel.ep",
+                              "with parallel.ep %d: a run's samples need every expert on one "
+                              "rank; use 0 and sample a checkpoint with plait sample",
+                              ep);
     return 0;
 }
 

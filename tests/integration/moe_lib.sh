@@ -1,12 +1,24 @@
 # moe_lib.sh — what the tests of mixture-of-experts layouts share: the 4-layer MoE GPT-2
-# they train (E 4, k 2, a shared expert, capacity 1.25 that drops, a z-loss), its layouts'
-# per-expert loads against each other, and a checkpoint resumed in another layout.
+# they train (E 4, k 2, a shared expert, capacity 1.25 that drops, a z-loss), a table of
+# its layouts against one rank, their per-expert loads against each other, and a checkpoint
+# resumed in another layout.
 # Sourced after lib.sh, with $WORK/plan.json (tiny_plan); then parallel_lib.sh.
 
 MOE=(--set model.layers=4 --set model.moe.experts=4 --set model.moe.top_k=2
     --set model.moe.every=2 --set model.moe.shared_experts=1 --set model.moe.capacity_factor=1.25
     --set model.moe.router_z_loss=0.001 --set model.moe.ffn_hidden=48)
 COMMON=(--set data.val=null --set data.val_every=0 "${MOE[@]}")
+# the Llama of the same shape (grouped-query attention, SwiGLU experts)
+LLAMA=(--set model.arch=llama --set model.heads=4 --set model.kv_heads=2 --set model.ffn_hidden=64)
+
+# layouts REF TOL: each line of stdin (NAME, then its --set options) a layout against REF
+layouts() {
+    local reference=$1 tol=$2 name sets
+    while read -r name sets; do
+        # shellcheck disable=SC2086 # the --set options, split
+        layout "$name" "$reference" "$tol" $sets || return 1
+    done
+}
 
 # loads_equal A B [TOL]: every step's per-expert load and dropped choices are the same in
 # both runs (some dropped); with TOL its balance and z losses too, within TOL (relative)

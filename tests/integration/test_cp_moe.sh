@@ -6,7 +6,8 @@
 # rank within 1e-5 over 12 steps, predicted == allocated, with the per-expert loads and
 # dropped choices of one rank's metrics and its balance and z losses within 1e-5: E 4, k 2
 # with a shared expert, capacity 1.25 (dropping) and a z-loss at cp 2 and 4; cp 2 with dp 2,
-# tp 2 (and sequence parallel), pp 2 (1F1B) and full recompute; evaluation; cp 2 with expert
+# tp 2 (and sequence parallel), pp 2 (1F1B, zb-h1, interleaved) and full recompute; bf16;
+# evaluation; cp 2 with expert
 # parallelism (ep 2: the cp pair; cp 2 × dp 2 at ep 4); a Llama with grouped-query
 # attention; the same bits twice; a stopped cp 2 run resumed to the bit; a cp 2 × ep 2
 # checkpoint resumed on one rank (cp 1, ep 1). By hand: each chunk dispatched from 0
@@ -16,7 +17,7 @@
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, WORK, check, finish
 
 tiny_plan "$WORK/plan.json"
-source "$(dirname "$0")/moe_lib.sh"      # defines: MOE, COMMON, loads_equal, reshard
+source "$(dirname "$0")/moe_lib.sh"      # defines: MOE, COMMON, LLAMA, loads_equal, reshard
 source "$(dirname "$0")/parallel_lib.sh" # defines: ref, layout, stop_resume, uninterrupted
 
 # as_one_rank NAME --set ...: a layout against one rank's 4 micro-batches a step, and its
@@ -51,6 +52,21 @@ test_cp2_with_dp2_tp2_pp2_and_recompute_matches_one_rank() {
 check cp2_with_dp2_tp2_pp2_and_recompute_matches_one_rank \
     test_cp2_with_dp2_tp2_pp2_and_recompute_matches_one_rank
 
+# the schedules that split a backward (an MoE block's weight gradients come with its input
+# gradient) or run two chunks a stage, and bf16 (the router's and experts' products on
+# their bf16 copies) within bf16's bound of the bf16 one rank (test_moe's)
+test_cp2_with_every_schedule_and_bf16_matches_one_rank() {
+    local pp=(--set parallel.cp=2 --set parallel.pp=2 --set batch.grad_accum=4)
+    as_one_rank cp2pp2_zb "${pp[@]}" --set parallel.schedule=zb-h1 || return 1
+    as_one_rank cp2pp2_il "${pp[@]}" --set parallel.schedule=interleaved \
+        --set parallel.virtual_stages=2 || return 1
+    ref one_bf16 4 --set precision=bf16 &&
+        layout cp2_bf16 one_bf16 1e-4 --set precision=bf16 --set parallel.cp=2 \
+            --set batch.grad_accum=4
+}
+check cp2_with_every_schedule_and_bf16_matches_one_rank \
+    test_cp2_with_every_schedule_and_bf16_matches_one_rank
+
 # Evaluation (forwards only, their routing the micro-batch's all the same) at cp 2
 check evaluation_at_cp2_matches_one_rank evaluates_as_one_rank eval_cp2 --set parallel.cp=2 \
     --set batch.grad_accum=4
@@ -66,10 +82,8 @@ check cp2_with_expert_parallelism_matches_one_rank test_cp2_with_expert_parallel
 
 # A Llama's MoE (SwiGLU experts) with grouped-query attention, rotary positions by chunk
 test_llama_gqa_moe_at_cp2_matches_one_rank() {
-    local llama=(--set model.arch=llama --set model.heads=4 --set model.kv_heads=2
-        --set model.ffn_hidden=64)
-    ref one_llama4 4 "${llama[@]}" || return 1
-    layout llama_cp2 one_llama4 1e-5 "${llama[@]}" --set parallel.cp=2 --set batch.grad_accum=4 &&
+    ref one_llama4 4 "${LLAMA[@]}" || return 1
+    layout llama_cp2 one_llama4 1e-5 "${LLAMA[@]}" --set parallel.cp=2 --set batch.grad_accum=4 &&
         loads_equal "$WORK/one_llama4/metrics.jsonl" "$WORK/llama_cp2/metrics.jsonl" 1e-5
 }
 check llama_gqa_moe_at_cp2_matches_one_rank test_llama_gqa_moe_at_cp2_matches_one_rank

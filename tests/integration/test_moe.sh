@@ -81,7 +81,7 @@ check the_referee_refuses_a_wrong_run test_the_referee_refuses_a_wrong_run
 
 # ---- layouts against one rank (parallel_lib.sh), 12 steps of a 4-layer MoE GPT-2
 tiny_plan "$WORK/plan.json"
-source "$(dirname "$0")/moe_lib.sh"      # defines: MOE, COMMON, loads_equal, reshard
+source "$(dirname "$0")/moe_lib.sh"      # defines: MOE, COMMON, LLAMA, layouts, loads_equal, reshard
 source "$(dirname "$0")/parallel_lib.sh" # defines: ref, layout, stop_resume, uninterrupted
 
 test_dp2_zero1_2_3_and_pp2_schedules_match_one_rank() {
@@ -113,8 +113,6 @@ check dp2_zero1_2_3_and_pp2_schedules_match_one_rank test_dp2_zero1_2_3_and_pp2_
 # with pp 2 and dp 2 (ZeRO 1) too, sequence parallel (with full recompute, with dp 2 ZeRO
 # 2), and a Llama's SwiGLU experts (gate and up split alike)
 test_tp2_matches_one_rank() {
-    local llama=(--set model.arch=llama --set model.heads=4 --set model.kv_heads=2
-        --set model.ffn_hidden=64)
     ref one_a4 4 || return 1
     layout tp2 one_a4 1e-5 --set parallel.tp=2 --set batch.grad_accum=4 || return 1
     layout tp2pp2dp2 one_a4 1e-5 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 \
@@ -128,8 +126,8 @@ test_tp2_matches_one_rank() {
     layout tp2pp2dp2_z3_kept one_a4 1e-5 --set parallel.tp=2 --set parallel.pp=2 \
         --set parallel.dp=2 --set parallel.zero=3 --set parallel.reshard_after_forward=false \
         --set batch.grad_accum=2 || return 1
-    ref one_llama 3 "${llama[@]}" || return 1
-    layout llama_tp2 one_llama 1e-5 "${llama[@]}" --set parallel.tp=2 --set batch.grad_accum=3
+    ref one_llama 3 "${LLAMA[@]}" || return 1
+    layout llama_tp2 one_llama 1e-5 "${LLAMA[@]}" --set parallel.tp=2 --set batch.grad_accum=3
 }
 check tp2_matches_one_rank test_tp2_matches_one_rank
 
@@ -233,12 +231,8 @@ check a_stopped_moe_run_resumes_to_the_bit test_a_stopped_moe_run_resumes_to_the
 # zb-h1, interleaved, DualPipeV), full recompute (the exchange again in backward), one
 # bucket and many, a Llama's, bf16; the same bits twice
 test_ep2_and_ep4_match_one_rank() {
-    local name sets
     ref one_a4 4 || return 1
-    while read -r name sets; do
-        # shellcheck disable=SC2086 # the --set options, split
-        layout "$name" one_a4 1e-5 $sets || return 1
-    done <<'LAYOUTS'
+    layouts one_a4 1e-5 <<'LAYOUTS' || return 1
 dp2_ep2 --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2
 dp4_ep2 --set parallel.dp=4 --set parallel.ep=2 --set batch.grad_accum=1
 dp4_ep4 --set parallel.dp=4 --set parallel.ep=4 --set batch.grad_accum=1
@@ -252,12 +246,10 @@ pp2_il_ep2 --set parallel.pp=2 --set parallel.schedule=interleaved --set paralle
 LAYOUTS
     # DualPipeV (2·pp micro-batches a rank at least) against one rank's 8; a Llama's
     # SwiGLU experts; bf16 within bf16's bound (test_bf16_tracks_bf16_one_rank's)
-    local llama=(--set model.arch=llama --set model.heads=4 --set model.kv_heads=2
-        --set model.ffn_hidden=64)
     ref one_a8 8 && layout pp2_v_ep2 one_a8 1e-5 --set parallel.pp=2 \
         --set parallel.schedule=dualpipev --set parallel.dp=2 --set parallel.ep=2 \
         --set batch.grad_accum=4 || return 1
-    ref one_llama4 4 "${llama[@]}" && layout llama_ep2 one_llama4 1e-5 "${llama[@]}" \
+    ref one_llama4 4 "${LLAMA[@]}" && layout llama_ep2 one_llama4 1e-5 "${LLAMA[@]}" \
         --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2 || return 1
     ref one_bf16 4 --set precision=bf16 && layout bf16_ep2 one_bf16 1e-4 --set precision=bf16 \
         --set parallel.dp=2 --set parallel.ep=2 --set batch.grad_accum=2 || return 1

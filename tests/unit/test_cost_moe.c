@@ -2,8 +2,9 @@
  * hand (each in a comment beside it): what a rank holds with E/ep routed experts, the ep
  * group's all-to-all of the routed rows (forward, backward, full recompute's forwards, a
  * capacity factor, fp32 rows whatever the precision), the routed experts' gradients summed
- * over their expert peers beside the dense ones over dp, each on its own link in the step,
- * and the socket backend's rings for both groups. test_cost.c has the dense model's. */
+ * over their expert peers beside the dense ones over dp (with ZeRO, the slices over the
+ * expert peers and the dense part over the ep group), each on its own link in the step, and
+ * the socket backend's rings for both groups. test_cost.c has the dense model's. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -150,6 +151,38 @@ static void test_routed_gradients_are_summed_over_the_expert_peers(void)
     plan_free(p);
 }
 
+/* ZeRO with ep slices each rank's part (Ψ = 4,510,720 at ep 2) over its Z = dp/ep expert
+ * peers, then sums the slice's dense part over the ep group. dp 4, ep 2, ZeRO 1 (Z 2): the
+ * peers' reduce-scatter and all-gather 2·(1/2)·Ψ·4 = 18,042,880, the dense slice
+ * 2,407,424/2 all-reduced over 2 ranks, 2·(1/2)·1,203,712·4 = 4,814,848: dp 22,857,728.
+ * ZeRO 2: a reduce-scatter at each of the 4 micro-batches and the all-gather,
+ * 5·(1/2)·Ψ·4 = 45,107,200, dp 49,922,048. Hybrid sharding 4 × 2 at ep 2, ZeRO 1: both in
+ * the shard group, 22,857,728, and the slice Ψ/2 over the 2 replicas, 2·(1/2)·2,255,360·4 =
+ * 9,021,440. ep 4 at dp 4 (Z 1): nothing sliced, ZeRO 0's dense sum over all 4, 14,444,544. */
+static void test_zero_with_ep_slices_over_the_expert_peers(void)
+{
+    struct plan *p = moe_plan("fp32", "none", 0);
+    if (!p) return;
+    p->parallel.zero = 1;
+    struct cost_traffic t = traffic_at(p, 2, (struct cost_layout){1, 1, 4});
+    CHECK(t.experts_bytes == 18042880 && t.dp_bytes == 22857728, "ZeRO 1: experts %.0f, dp %.0f",
+          t.experts_bytes, t.dp_bytes);
+    p->parallel.zero = 2;
+    t = traffic_at(p, 2, (struct cost_layout){1, 1, 4});
+    CHECK(t.experts_bytes == 45107200 && t.dp_bytes == 49922048, "ZeRO 2: experts %.0f, dp %.0f",
+          t.experts_bytes, t.dp_bytes);
+    p->parallel.zero = 1;
+    p->parallel.dp_shard = 4;
+    t = traffic_at(p, 2, (struct cost_layout){1, 1, 8});
+    CHECK(t.shard_bytes == 22857728 && t.replicas_bytes == 9021440 && t.dp_bytes == 31879168,
+          "HSDP: shard %.0f, replicas %.0f, dp %.0f", t.shard_bytes, t.replicas_bytes, t.dp_bytes);
+    p->parallel.dp_shard = PLAN_AUTO;
+    t = traffic_at(p, 4, (struct cost_layout){1, 1, 4});
+    CHECK(t.experts_bytes == 0 && t.dp_bytes == 14444544, "ep 4: experts %.0f, dp %.0f",
+          t.experts_bytes, t.dp_bytes);
+    plan_free(p);
+}
+
 /* Each on its own link: the all-to-all on the critical path, its share to the peers behind
  * the slowest link at that link's rate (8,388,864 bytes at 1 GB/s, half of them behind:
  * 0.004194432 s); the experts' 8,413,184 at 1 GB/s, 0.008413184 s, beside dp's dense part
@@ -221,6 +254,7 @@ int main(void)
     RUN(test_a_rank_holds_its_ep_share_of_the_routed_experts);
     RUN(test_the_all_to_all_sends_the_rows_that_leave_out_and_back);
     RUN(test_routed_gradients_are_summed_over_the_expert_peers);
+    RUN(test_zero_with_ep_slices_over_the_expert_peers);
     RUN(test_each_group_takes_its_own_link_in_the_step);
     RUN(test_the_socket_rings_of_both_groups);
     RUN(test_cp_sums_the_routing_counts_over_its_group);
