@@ -233,6 +233,8 @@ $(BUILD)/obj/%.o: %.c
 $(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -MD -MP -MF $(@:.o=.d) -c $< -o $@
+# the routing runs the CPU's float operations unfused, as C17 does: the same bits (moe.cu)
+$(BUILD)/obj/kernels/cuda/moe.o: NVCC_FLAGS += -fmad=false
 
 # the objects that print the version are rebuilt when it changes (a commit, a
 # tree made dirty or clean): the stamp is rewritten only then

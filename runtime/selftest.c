@@ -20,29 +20,31 @@
 #include "kernels/ops.h"
 
 /* B batch, T time, C channels, NH heads, V vocab, Vp padded vocab, OC a
- * product's output width */
+ * product's output width; a mixture of experts' routing (E > 0): E experts, k
+ * choices a token, capacity (0: none) and the runs its tokens are cut into */
 struct shape {
     int B, T, C, NH, V, Vp, OC;
+    int E, k, capacity, runs;
 };
 
 static const struct shape shapes[] = {
-    {2, 5, 12, 3, 37, 40, 20},
-    {3, 37, 72, 6, 301, 320, 200},
-    {4, 128, 256, 4, 1000, 1024, 768},
+    {2, 5, 12, 3, 37, 40, 20, 0, 0, 0, 0},
+    {3, 37, 72, 6, 301, 320, 200, 0, 0, 0, 0},
+    {4, 128, 256, 4, 1000, 1024, 768, 0, 0, 0, 0},
     /* GPT-2 124M: T 1024, C 768, 12 heads, its vocabulary and the padded one,
      * the MLP's 4·C; two sequences (left out with the CPU twin unless
      * PLAIT_SELFTEST_SHAPES=all: minutes of CPU against itself) */
-    {2, 1024, 768, 12, 50257, 50304, 3072},
+    {2, 1024, 768, 12, 50257, 50304, 3072, 0, 0, 0, 0},
 };
 enum { SMALL_SHAPES = 3 };
 
 /* GPT-2 124M's four products of a block on 1024 rows (C → OC): qkv, the
  * attention's projection, the MLP's two; the fp8 ops run at these too */
 static const struct shape gpt2_shapes[] = {
-    {1, 1024, 768, 12, 50257, 50304, 2304},
-    {1, 1024, 768, 12, 50257, 50304, 768},
-    {1, 1024, 768, 12, 50257, 50304, 3072},
-    {1, 1024, 3072, 12, 50257, 50304, 768},
+    {1, 1024, 768, 12, 50257, 50304, 2304, 0, 0, 0, 0},
+    {1, 1024, 768, 12, 50257, 50304, 768, 0, 0, 0, 0},
+    {1, 1024, 768, 12, 50257, 50304, 3072, 0, 0, 0, 0},
+    {1, 1024, 3072, 12, 50257, 50304, 768, 0, 0, 0, 0},
 };
 
 /* The limit of an fp8 product that runs on fp8 tensor cores, against the
@@ -89,7 +91,8 @@ struct run {
     const char *out_name[MAX_OUTS];
     float *out[MAX_OUTS];
     size_t out_len[MAX_OUTS];
-    bool out_fp32[MAX_OUTS]; /* an fp32 sum beside an fp8 product's outputs */
+    bool out_fp32[MAX_OUTS];  /* an fp32 sum beside an fp8 product's outputs */
+    bool out_exact[MAX_OUTS]; /* integers: equal, whatever the case's tolerance */
 };
 
 static void *dev(struct run *r, size_t bytes)
@@ -136,6 +139,14 @@ static int32_t *tokens(struct run *r, size_t n, int below)
     return upload_ints(r, h, n);
 }
 
+/* h (n floats, malloc'd, now the run's) kept as output `name` */
+static void keep(struct run *r, const char *name, float *h, size_t n)
+{
+    r->out_name[r->n_out] = name;
+    r->out_len[r->n_out] = n;
+    r->out[r->n_out++] = h;
+}
+
 static void out(struct run *r, const char *name, const void *d, size_t n)
 {
     if (r->broken || r->n_out == MAX_OUTS) return;
@@ -145,9 +156,38 @@ static void out(struct run *r, const char *name, const void *d, size_t n)
         return;
     }
     r->o->download(r->ctx, h, d, n * sizeof *h);
-    r->out_name[r->n_out] = name;
-    r->out_len[r->n_out] = n;
-    r->out[r->n_out++] = h;
+    keep(r, name, h, n);
+}
+
+/* host values (integers, or doubles the op hands back on the host), as floats: exact
+ * up to 2^24, which every count here is */
+static void out_host(struct run *r, const char *name, const double *v, size_t n, bool exact)
+{
+    if (r->broken || r->n_out == MAX_OUTS) return;
+    float *h = malloc(n * sizeof *h);
+    if (!h) {
+        r->broken = true;
+        return;
+    }
+    for (size_t i = 0; i < n; i++) h[i] = (float)v[i];
+    r->out_exact[r->n_out] = exact;
+    keep(r, name, h, n);
+}
+
+/* n int32s of the device, which must be equal */
+static void out_ints(struct run *r, const char *name, const int32_t *d, size_t n)
+{
+    int32_t *h = r->broken ? NULL : malloc(n * sizeof *h);
+    double *v = h ? malloc(n * sizeof *v) : NULL;
+    if (v) {
+        r->o->download(r->ctx, h, d, n * sizeof *h);
+        for (size_t i = 0; i < n; i++) v[i] = h[i];
+        out_host(r, name, v, n, true);
+    } else {
+        r->broken = true;
+    }
+    free(h);
+    free(v);
 }
 
 /* an output summed in fp32 by an fp8 op (its bias gradient): the fp32 limit */
@@ -176,9 +216,7 @@ static void out16(struct run *r, const char *name, const uint16_t *d, size_t n)
         memcpy(&h[i], &bits, sizeof bits);
     }
     free(h16);
-    r->out_name[r->n_out] = name;
-    r->out_len[r->n_out] = n;
-    r->out[r->n_out++] = h;
+    keep(r, name, h, n);
 }
 
 /* fp8 codes, each widened to its code number (equal floats: the same bits) */
@@ -196,9 +234,7 @@ static void out8(struct run *r, const char *name, const uint8_t *d, size_t n)
     r->o->download(r->ctx, h8, d, n);
     for (size_t i = 0; i < n; i++) h[i] = (float)h8[i];
     free(h8);
-    r->out_name[r->n_out] = name;
-    r->out_len[r->n_out] = n;
-    r->out[r->n_out++] = h;
+    keep(r, name, h, n);
 }
 
 static void run_free(struct run *r)
@@ -598,10 +634,10 @@ static void t_attention_bf16(struct run *r)
 /* its head sizes (16, 32, 64), odd lengths that end inside a 64-row tile,
  * and GPT-2 124M's own (T 1024, C 768, 12 heads) */
 static const struct shape attention_bf16_shapes[] = {
-    {2, 37, 64, 4, 0, 0, 0},
-    {3, 100, 96, 3, 0, 0, 0},
-    {1, 200, 128, 2, 0, 0, 0},
-    {2, 1024, 768, 12, 0, 0, 0},
+    {2, 37, 64, 4, 0, 0, 0, 0, 0, 0, 0},
+    {3, 100, 96, 3, 0, 0, 0, 0, 0, 0, 0},
+    {1, 200, 128, 2, 0, 0, 0, 0, 0, 0, 0},
+    {2, 1024, 768, 12, 0, 0, 0, 0, 0, 0, 0},
 };
 
 static void t_elementwise(struct run *r)
@@ -866,6 +902,148 @@ static void t_optimizer(struct run *r)
     out16(r, "p16", p16, n);
 }
 
+/* ---- a mixture of experts' routing (model.moe): N = B·T tokens; every integer the
+ * CPU's, every float within the case's tolerance ---- */
+
+/* GPT-2 124M's width on 4096 tokens: 8 experts with 2 choices, with and without a
+ * capacity of 1.25·k·N/E; 64 experts with 1 and 2 (the latter as cp's two runs of a
+ * rank's chunks), and small odd ones */
+static const struct shape moe_shapes[] = {
+    {.B = 4, .T = 1024, .C = 768, .E = 8, .k = 2, .runs = 1},
+    {.B = 4, .T = 1024, .C = 768, .E = 8, .k = 2, .capacity = 1280, .runs = 1},
+    {.B = 4, .T = 1024, .C = 768, .E = 64, .k = 1, .capacity = 80, .runs = 1},
+    {.B = 4, .T = 1024, .C = 768, .E = 64, .k = 2, .capacity = 160, .runs = 2},
+    {.B = 2, .T = 19, .C = 72, .E = 5, .k = 3, .capacity = 9, .runs = 2},
+};
+
+/* choice (N,k): k distinct experts a token, the lower ones likelier (the smaller of two
+ * draws), so that a capacity drops some; before (runs,E): each run's count of earlier
+ * choices, never 0 (NULL with one run) */
+static int32_t *moe_choices(struct run *r, int32_t **before)
+{
+    const struct shape *s = r->s;
+    size_t N = N_ROWS(s);
+    int32_t *h = malloc(N * s->k * sizeof *h), *b = malloc((size_t)s->runs * s->E * sizeof *b);
+    for (size_t t = 0; h && t < N; t++)
+        for (int j = 0; j < s->k; j++) {
+            int32_t e, taken;
+            do {
+                uint64_t u = rng_below(&r->rng, (uint64_t)s->E),
+                         v = rng_below(&r->rng, (uint64_t)s->E);
+                e = (int32_t)(u < v ? u : v);
+                taken = 0;
+                for (int i = 0; i < j; i++) taken |= h[t * s->k + i] == e;
+            } while (taken);
+            h[t * s->k + j] = e;
+        }
+    for (int i = 0; b && i < s->runs * s->E; i++)
+        b[i] = 1 + (int32_t)rng_below(&r->rng, (uint64_t)(s->capacity ? s->capacity : 50));
+    *before = s->runs > 1 ? upload_ints(r, b, (size_t)s->runs * s->E) : (free(b), NULL);
+    return upload_ints(r, h, N * s->k);
+}
+
+/* the backend's dispatch of moe_choices' choices; M on the host */
+static void moe_dispatch_of(struct run *r, int32_t *pos, int32_t *rows, int32_t *counts, int *M)
+{
+    const struct shape *s = r->s;
+    int32_t *before, *choice = moe_choices(r, &before);
+    if (r->broken) return;
+    *M = r->o->moe_dispatch(r->ctx, pos, rows, counts, counts + s->E, choice, before, s->runs,
+                            (int)N_ROWS(s), s->E, s->k, s->capacity);
+}
+
+/* the router: softmax, top-k (ties to the lower expert), gates, logsumexp */
+static void t_moe_route(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t N = N_ROWS(s), NE = N * s->E, Nk = N * s->k;
+    float *logits = rnd(r, NE, 2, 0), *probs = dev(r, NE * 4), *gate = dev(r, Nk * 4);
+    float *lse = dev(r, N * 4);
+    int32_t *choice = dev(r, Nk * 4);
+    if (r->broken) return;
+    r->o->moe_route(r->ctx, probs, choice, gate, lse, logits, (int)N, s->E, s->k);
+    out(r, "probs", probs, NE);
+    out_ints(r, "choice", choice, Nk);
+    out(r, "gate", gate, Nk);
+    out(r, "lse", lse, N);
+}
+
+/* the dispatch: each choice's packed row or -1, each row's token, the counts, M */
+static void t_moe_dispatch(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t Nk = N_ROWS(s) * s->k;
+    int32_t *pos = dev(r, Nk * 4), *rows = dev(r, Nk * 4), *counts = dev(r, 2 * (size_t)s->E * 4);
+    int M = 0;
+    moe_dispatch_of(r, pos, rows, counts, &M);
+    double kept = M;
+    out_ints(r, "pos", pos, Nk);
+    out_ints(r, "rows", rows, Nk); /* past M: the zeroed buffer on both */
+    out_ints(r, "counts", counts, (size_t)s->E);
+    out_ints(r, "routed", counts + s->E, (size_t)s->E);
+    out_host(r, "kept", &kept, 1, true);
+}
+
+/* the rows to the experts and back: gather, combine (onto what out held), the
+ * combine's backward, the gather's (accumulating) */
+static void t_moe_rows(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t N = N_ROWS(s), Nk = N * s->k, C = (size_t)s->C;
+    int32_t *pos = dev(r, Nk * 4), *rows = dev(r, Nk * 4), *counts = dev(r, 2 * (size_t)s->E * 4);
+    float *x = rnd(r, N * C, 1, 0), *y = rnd(r, Nk * C, 1, 0), *gate = rnd(r, Nk, 1, 0);
+    float *dout = rnd(r, N * C, 1, 0), *o = rnd(r, N * C, 1, 0), *dx = rnd(r, N * C, 1, 0);
+    float *packed = dev(r, Nk * C * 4), *dy = dev(r, Nk * C * 4), *dgate = dev(r, Nk * 4);
+    int M = 0;
+    moe_dispatch_of(r, pos, rows, counts, &M);
+    if (r->broken) return;
+    const struct ops *x_ = r->o;
+    int n = (int)N, k = s->k;
+    x_->moe_gather(r->ctx, packed, x, rows, M, s->C);
+    out(r, "packed", packed, Nk * C);
+    x_->moe_combine(r->ctx, o, y, gate, pos, n, k, s->C, true);
+    out(r, "combine", o, N * C);
+    x_->moe_combine_backward(r->ctx, dy, dgate, dout, y, gate, pos, n, k, s->C);
+    out(r, "dy", dy, Nk * C);
+    out(r, "dgate", dgate, Nk);
+    x_->moe_gather_backward(r->ctx, dx, dy, pos, n, k, s->C, true);
+    out(r, "dx", dx, N * C);
+}
+
+/* the router's backward, with the gates' gradients and without, and the losses (on
+ * the host), from the backend's own route of random logits */
+static void t_moe_route_backward(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t N = N_ROWS(s), NE = N * s->E, Nk = N * s->k;
+    float *logits = rnd(r, NE, 2, 0), *probs = dev(r, NE * 4), *gate = dev(r, Nk * 4);
+    float *lse = dev(r, N * 4), *dgate = rnd(r, Nk, 1, 0), *dl = dev(r, NE * 4);
+    float *dl_losses = dev(r, NE * 4);
+    int32_t *choice = dev(r, Nk * 4), *routed = malloc((size_t)s->E * sizeof *routed);
+    for (int e = 0; routed && e < s->E; e++) routed[e] = (int32_t)rng_below(&r->rng, Nk + 1);
+    int32_t *routed_d = upload_ints(r, routed, (size_t)s->E);
+    if (r->broken) return;
+    int n = (int)N, E = s->E, k = s->k;
+    r->o->moe_route(r->ctx, probs, choice, gate, lse, logits, n, E, k);
+    r->o->moe_route_backward(r->ctx, dl, dgate, probs, choice, gate, lse, routed_d, n, E, k, 0.5f,
+                             0.25f);
+    out(r, "dlogits", dl, NE);
+    r->o->moe_route_backward(r->ctx, dl_losses, NULL, probs, choice, gate, lse, routed_d, n, E, k,
+                             0.5f, 0.25f);
+    out(r, "dlogits losses", dl_losses, NE);
+    double losses[2];
+    r->o->moe_losses(r->ctx, losses, probs, lse, routed_d, n, E, k, 0.01, 0.001);
+    out_host(r, "balance loss", &losses[0], 1, false);
+    out_host(r, "z-loss", &losses[1], 1, false);
+}
+
+static bool has_moe_ops(const struct ops *gpu)
+{
+    return gpu->moe_route && gpu->moe_dispatch && gpu->moe_gather && gpu->moe_gather_backward &&
+           gpu->moe_combine && gpu->moe_combine_backward && gpu->moe_route_backward &&
+           gpu->moe_losses;
+}
+
 static bool has_attention_bf16(const struct ops *gpu)
 {
     return gpu->attention_forward_bf16 != NULL;
@@ -947,6 +1125,20 @@ static const struct selftest_case {
     {.name = "rope", .run = t_rope, .tolerance = 1e-5, .present = has_llama_ops},
     {.name = "kv_expand", .run = t_kv_expand, .tolerance = 0, .present = has_llama_ops},
     {.name = "swiglu", .run = t_swiglu, .tolerance = 1e-5, .present = has_llama_ops},
+    /* a mixture of experts' routing: the choices, rows and counts equal (tolerance 0 for
+     * every integer output), the floats within 1e-5 */
+#define MOE_CASE(n, f)                                                                             \
+    {.name = n,                                                                                    \
+     .run = f,                                                                                     \
+     .tolerance = 1e-5,                                                                            \
+     .shapes = moe_shapes,                                                                         \
+     .n_shapes = sizeof moe_shapes / sizeof *moe_shapes,                                           \
+     .present = has_moe_ops}
+    MOE_CASE("moe route", t_moe_route),
+    MOE_CASE("moe dispatch", t_moe_dispatch),
+    MOE_CASE("moe gather/combine", t_moe_rows),
+    MOE_CASE("moe route bwd/losses", t_moe_route_backward),
+#undef MOE_CASE
     {.name = "classifier", .run = t_classifier, .tolerance = 1e-5},
     {.name = "classifier bad target", .run = t_classifier_bad_target, .tolerance = 1e-5},
     {.name = "classifier parts", .run = t_classifier_parts, .tolerance = 1e-5},
@@ -965,6 +1157,7 @@ static double limit(const struct selftest_case *c, const struct shape *s, const 
                     int k)
 {
     bool tensor_cores = N_ROWS(s) % 16 == 0 && s->C % 16 == 0 && s->OC % 16 == 0;
+    if (r->out_exact[k]) return 0;
     if (fp8_products(c) && tensor_cores && !r->out_fp32[k]) return fp8_tensor_core_limit();
     return c->tolerance;
 }
@@ -1018,6 +1211,9 @@ static void compare(struct bench *b, struct ops_ctx *gpu_ctx, const struct selft
     char why[512] = "", sh[40];
     snprintf(sh, sizeof sh, "%d,%d,%d,%d,%d,%d,%d", s->B, s->T, s->C, s->NH, s->V, s->Vp, s->OC);
     if (c->once) snprintf(sh, sizeof sh, "%s", c->once);
+    if (s->E)
+        snprintf(sh, sizeof sh, "N%zu C%d E%d k%d cap%d runs%d", N_ROWS(s), s->C, s->E, s->k,
+                 s->capacity, s->runs);
     struct run rc = {0}, rg = {0}, rg2 = {0};
     bool ok_c = run_case(&rc, b->cpu, b->cpu_ctx, s, shape_no, c, why, sizeof why);
     bool ok_g = ok_c && run_case(&rg, b->gpu, gpu_ctx, s, shape_no, c, why, sizeof why);

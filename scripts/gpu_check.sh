@@ -5,11 +5,12 @@
 # CUDA op against the CPU's at GPT-2 124M's shapes and small odd ones), the GPU
 # checks of tests/gpu/test_cuda.sh (the PyTorch referees, GPT-2's and the
 # Llama's, a run repeated to the bit, SIGTERM mid-step resumed to the bit, a GPU
-# checkpoint resumed on the CPU, fp8, a grouped-query Llama against the CPU and
-# to the bit), one compute-sanitizer memcheck of a tiny GPT-2 and a tiny Llama
+# checkpoint resumed on the CPU, fp8, a grouped-query Llama and an MoE GPT-2 against
+# the CPU and to the bit), one compute-sanitizer memcheck of a tiny GPT-2 and a tiny Llama
 # run, the multi-GPU checks
 # (tests/gpu/run.sh: tp 2, dp 2 with buckets, ZeRO 1, pp 2 over NCCL against one
-# GPU; with 2 GPUs or more, else each skipped saying so), then the bench
+# GPU, cp 2 and an MoE GPT-2 at ep 2 against the CPU; with 2 GPUs or more, else each
+# skipped saying so), then the bench
 # (bench/bench_cuda.sh). It reuses those scripts and only runs them: each stage
 # under `timeout` with its own limit, all of them within GPU_CHECK_BUDGET_S; a
 # stage that fails or hangs does not stop the next (the build's does).
@@ -243,7 +244,7 @@ CHECKS=(cuda_torch_referee_fp32 cuda_torch_referee_bf16 cuda_llama_torch_referee
     cuda_run_equals_cuda_run
     cuda_sigterm_mid_step_resumes_to_the_bit cuda_checkpoint_resumes_on_the_cpu
     cuda_fp8_tracks_the_cpu cuda_fp8_resumes_to_the_bit cuda_llama_tracks_the_cpu
-    cuda_llama_run_equals_cuda_run)
+    cuda_llama_run_equals_cuda_run cuda_moe_tracks_the_cpu cuda_moe_run_equals_cuda_run)
 tap_stage checks 300 "${CHECKS[*]}" bash tests/gpu/test_cuda.sh --skip-ok "${CHECKS[@]}"
 report
 tap_stage memcheck 240 cuda_compute_sanitizer_memcheck \

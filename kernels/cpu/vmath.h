@@ -10,9 +10,17 @@
 #include <stdint.h>
 #include <string.h>
 
+/* nvcc compiles them for the device too: kernels/cuda/moe.cu's router takes
+ * the CPU's exp, bit for bit */
+#ifdef __CUDACC__
+#define VMATH_FN static inline __host__ __device__
+#else
+#define VMATH_FN static inline
+#endif
+
 /* e^x: x = n·ln2 + r with |r| ≤ ln2/2, e^r by Cephes' degree-6 polynomial, 2^n
  * through the exponent bits. */
-static inline float vexpf(float x)
+VMATH_FN float vexpf(float x)
 {
     float nan = x; /* NaN in, NaN out; the integer path below sees 0 instead (no UB) */
     x = x == x ? x : 0.0f;
@@ -36,7 +44,7 @@ static inline float vexpf(float x)
 }
 
 /* tanh(x) = sign(x)·(1 - e)/(1 + e), e = exp(-2|x|). */
-static inline float vtanhf(float x)
+VMATH_FN float vtanhf(float x)
 {
     float e = vexpf(-2.0f * fabsf(x));
     return copysignf((1.0f - e) / (1.0f + e), x);

@@ -37,6 +37,7 @@ enum {
     CU_FP8_AMAX,          /* partial maxima of a tensor's amax */
     CU_SCRATCH_ATTENTION, /* attention_tc.cu: q, k, v (and dout) in bf16, per head */
     CU_SCRATCH_ROPE,      /* llama.cu: the rotary angles' cos and sin, (T, hs/2) */
+    CU_SCRATCH_MOE,       /* moe.cu: the losses' sums */
     CU_SLOTS
 };
 
@@ -255,6 +256,27 @@ void cu_classifier_sumexp(struct ops_ctx *ctx, const float *logits, const float 
 void cu_classifier_finish(struct ops_ctx *ctx, float *logits, float *losses, const int32_t *targets,
                           const float *row_max, const float *row_sum, const float *target_logit,
                           int v0, int nv, int Vp, int N, float grad_scale);
+/* moe.cu: a mixture-of-experts block's routing */
+void cu_moe_route(struct ops_ctx *ctx, float *probs, int32_t *choice, float *gate, float *lse,
+                  const float *logits, int N, int E, int k);
+int cu_moe_dispatch(struct ops_ctx *ctx, int32_t *pos, int32_t *rows, int32_t *counts,
+                    int32_t *routed, const int32_t *choice, const int32_t *before, int ranges,
+                    int N, int E, int k, int capacity);
+void cu_moe_gather(struct ops_ctx *ctx, float *packed, const float *x, const int32_t *rows, int M,
+                   int C);
+void cu_moe_gather_backward(struct ops_ctx *ctx, float *dx, const float *dpacked,
+                            const int32_t *pos, int N, int k, int C, bool accumulate);
+void cu_moe_combine(struct ops_ctx *ctx, float *out, const float *y, const float *gate,
+                    const int32_t *pos, int N, int k, int C, bool accumulate);
+void cu_moe_combine_backward(struct ops_ctx *ctx, float *dy, float *dgate, const float *dout,
+                             const float *y, const float *gate, const int32_t *pos, int N, int k,
+                             int C);
+void cu_moe_route_backward(struct ops_ctx *ctx, float *dlogits, const float *dgate,
+                           const float *probs, const int32_t *choice, const float *gate,
+                           const float *lse, const int32_t *routed, int N, int E, int k, float aux,
+                           float z);
+void cu_moe_losses(struct ops_ctx *ctx, double *out, const float *probs, const float *lse,
+                   const int32_t *routed, int N, int E, int k, double aux, double z);
 /* optimizer.cu */
 void cu_sum_squares(struct ops_ctx *ctx, double *sums, const float *const *x, const size_t *n,
                     int count);

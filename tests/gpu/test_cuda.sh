@@ -12,7 +12,11 @@
 # a GPU fp8 run stopped mid-step resumes to the bit (its fp8 weight copy
 # rebuilt from the master weights). A small grouped-query Llama with random
 # weights (no PyTorch needed) trained on the GPU tracks the CPU's losses within
-# 1e-4 and equals itself to the bit; the sanitizers run it after GPT-2.
+# 1e-4 and equals itself to the bit; the sanitizers run it after GPT-2. The MoE
+# GPT-2 of tests/integration/moe_lib.sh (E 4, k 2, a shared expert, capacity 1.25
+# that drops, a z-loss) trained on the GPU, its routing on kernels/cuda/moe.cu (let
+# through by PLAIT_DEBUG_UNPROVEN_CUDA=1 until these pass), tracks the CPU's losses
+# within 1e-4 with the same experts' loads and drops, and equals itself to the bit.
 # Without a usable GPU every check prints "ok NAME # SKIP why" (counted as
 # skipped by tests/run.sh) and the script exits 77, or 0 with --skip-ok (how
 # tests/integration/test_cuda_build.sh runs it inside make test).
@@ -21,6 +25,7 @@
 # its own time limit).
 # Run from the repository root; PLAIT_BUILD (default ./build) holds the binaries.
 source "$(dirname "$0")/../integration/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, tiny_plan
+source "$(dirname "$0")/../integration/moe_lib.sh" # defines: COMMON (the MoE GPT-2), loads_equal
 
 TRAIN=$BUILD/bin/plait-train
 REF=$ROOT/tests/golden/gpt2_ref.py
@@ -31,7 +36,8 @@ CHECKS=(cuda_selftest cuda_torch_referee_fp32 cuda_torch_referee_bf16
     cuda_bf16_attention_tracks_fp32_attention cuda_run_equals_cuda_run
     cuda_sigterm_mid_step_resumes_to_the_bit cuda_checkpoint_resumes_on_the_cpu
     cuda_compute_sanitizer_memcheck cuda_compute_sanitizer_racecheck cuda_fp8_tracks_the_cpu
-    cuda_fp8_resumes_to_the_bit cuda_llama_tracks_the_cpu cuda_llama_run_equals_cuda_run)
+    cuda_fp8_resumes_to_the_bit cuda_llama_tracks_the_cpu cuda_llama_run_equals_cuda_run
+    cuda_moe_tracks_the_cpu cuda_moe_run_equals_cuda_run)
 
 SKIP_OK=0
 [ "${1:-}" = --skip-ok ] && SKIP_OK=1 && shift
@@ -177,6 +183,37 @@ llama_run_equals_run() {
     metrics_equal "$WORK/llama_gpu/metrics.jsonl" "$WORK/llama_gpu_again/metrics.jsonl"
 }
 
+# The MoE GPT-2 on the GPU (once, for the checks that compare with it). Its routing's
+# kernels have not run on a GPU before these checks: the developer override lets it train.
+moe_gpu_ref() {
+    [ -f "$WORK/moe_gpu.log" ] ||
+        PLAIT_DEBUG_UNPROVEN_CUDA=1 "$PLAIT" train "$WORK/plan.json" --out "$WORK/moe_gpu" \
+            "${CUDA_SET[@]}" "${COMMON[@]}" >"$WORK/moe_gpu.log" 2>&1
+    grep -q "training on CUDA device" "$WORK/moe_gpu.log" || { cat "$WORK/moe_gpu.log"; return 1; }
+}
+
+# the same on the CPU: every step's loss within 1e-4 (relative) of the GPU's, the
+# experts' loads and dropped choices equal (the dispatch's integers are the CPU's; a
+# router logit within rounding of a tie could still flip one), the balance and z losses
+# within 1e-4
+moe_tracks_cpu() {
+    moe_gpu_ref || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/moe_cpu" --set parallel.device=cpu \
+        "${COMMON[@]}" >"$WORK/moe_cpu.log" 2>&1 || { cat "$WORK/moe_cpu.log"; return 1; }
+    losses_within "$WORK/moe_gpu/metrics.jsonl" "$WORK/moe_cpu/metrics.jsonl" 1e-4 &&
+        loads_equal "$WORK/moe_gpu/metrics.jsonl" "$WORK/moe_cpu/metrics.jsonl" 1e-4
+}
+
+# a second GPU run of it, to the bit (the dispatch, the combine and the losses' sums are
+# deterministic)
+moe_run_equals_run() {
+    moe_gpu_ref || return 1
+    PLAIT_DEBUG_UNPROVEN_CUDA=1 "$PLAIT" train "$WORK/plan.json" --out "$WORK/moe_gpu_again" \
+        "${CUDA_SET[@]}" "${COMMON[@]}" >"$WORK/moe_gpu_again.log" 2>&1 ||
+        { cat "$WORK/moe_gpu_again.log"; return 1; }
+    metrics_equal "$WORK/moe_gpu/metrics.jsonl" "$WORK/moe_gpu_again/metrics.jsonl"
+}
+
 # bf16 with the attention on the tensor cores (the default) against bf16 with
 # the fused fp32 attention: every step's loss within 4u = 2^-7 (relative), the
 # referee's bound for a bf16 run against fp32 (tests/golden/gpt2_ref.py,
@@ -294,4 +331,6 @@ check_or_skip cuda_fp8_tracks_the_cpu "this GPU has no fp8 tensor cores (sm_89+)
 check_or_skip cuda_fp8_resumes_to_the_bit "this GPU has no fp8 tensor cores (sm_89+)" "$HAVE_FP8" fp8_resume
 check_or_skip cuda_llama_tracks_the_cpu "" true llama_tracks_cpu
 check_or_skip cuda_llama_run_equals_cuda_run "" true llama_run_equals_run
+check_or_skip cuda_moe_tracks_the_cpu "" true moe_tracks_cpu
+check_or_skip cuda_moe_run_equals_cuda_run "" true moe_run_equals_run
 finish
