@@ -9,8 +9,9 @@
 # switched (the count rank 0 logs: none when the passes ran one after the other); overlapped and
 # serial (PLAIT_DEBUG_NO_MOE_OVERLAP=1) the same bits, twice the same bits; the ep
 # group's bytes and waits in metrics.jsonl; full and selective recompute with the lanes
-# (each lane its copy of the buffers recompute reruns) as one rank and serial to the bit; a
-# run stopped and resumed to the bit.
+# (each lane its copy of the buffers recompute reruns) as one rank and serial to the bit,
+# full beside dense layers, tp 2 sequence parallel and cp 2 too; a run stopped and resumed
+# to the bit.
 # Dense DualPipeV: test_parallel.sh's test_dualpipev_matches_one_rank.
 source "$(dirname "$0")/lib.sh" # defines: PLAIT, PY, WORK, check, finish
 
@@ -109,6 +110,25 @@ test_full_and_selective_recompute_with_the_lanes_match_one_rank() {
 }
 check full_and_selective_recompute_with_the_lanes_match_one_rank \
     test_full_and_selective_recompute_with_the_lanes_match_one_rank
+
+# Full recompute with the lanes beside a dense MLP's layer in each chunk (every other layer
+# an MoE block: the dense MLP's buffers one copy both lanes share, as its layer exchanges
+# nothing), with tp 2 sequence parallel (the lanes' gathered rows) and at cp 2 (each lane
+# counting its choices and ringing its attention again in its backward), as one rank
+test_full_recompute_with_the_lanes_beside_dense_layers_tp2_sp_and_cp2() {
+    local L8=(--set model.layers=8 --set recompute=full)
+    ref one_l8_a8 8 --set model.layers=8 || return 1
+    layout v_full_mixed one_l8_a8 1e-5 "${VP2[@]}" "${L8[@]}" && switched v_full_mixed || return 1
+    ref one_l8_e1 8 --set model.layers=8 --set model.moe.every=1 || return 1
+    L8+=(--set model.moe.every=1)
+    layout v_full_tp2_sp one_l8_e1 1e-5 "${VP2[@]}" "${L8[@]}" --set parallel.tp=2 \
+        --set parallel.sequence_parallel=true && switched v_full_tp2_sp || return 1
+    layout v_full_cp2 one_l8_e1 1e-5 "${L8[@]}" --set parallel.schedule=dualpipev \
+        --set parallel.pp=2 --set parallel.cp=2 --set parallel.ep=2 --set batch.grad_accum=8 &&
+        switched v_full_cp2
+}
+check full_recompute_with_the_lanes_beside_dense_layers_tp2_sp_and_cp2 \
+    test_full_recompute_with_the_lanes_beside_dense_layers_tp2_sp_and_cp2
 
 # Signalled after micro-batch 10, the run stops at step 3's end (DualPipeV stops only there)
 # and resumes to the bit of the uninterrupted overlapped run
