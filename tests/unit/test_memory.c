@@ -450,16 +450,16 @@ static void test_two_lanes_hold_a_second_copy_of_what_crosses_an_exchange(void)
                   one.act[a].copies);
             CHECK(two.act[a].copies == one.act[a].copies * (second ? 2 : 1) &&
                       two.act[a].lanes == (second ? 2u : 1u),
-                  "recompute %d, buffer %d: %zu, %zu copies in %zu lanes", r, a,
-                  one.act[a].copies, two.act[a].copies, two.act[a].lanes);
+                  "recompute %d, buffer %d: %zu, %zu copies in %zu lanes", r, a, one.act[a].copies,
+                  two.act[a].copies, two.act[a].lanes);
             if (second) extra += one.act[a].elems * one.act[a].elem_bytes;
         }
         CHECK(two.activations - one.activations == extra, "recompute %d: %llu more, want %llu", r,
               (unsigned long long)(two.activations - one.activations), (unsigned long long)extra);
         struct cost_memory check;
         cost_memory_stage(p, (struct cost_layout){2, 2, 2}, 0, &check);
-        CHECK(check.activations == two.activations, "recompute %d: plait check %llu, lanes %llu",
-              r, (unsigned long long)check.activations, (unsigned long long)two.activations);
+        CHECK(check.activations == two.activations, "recompute %d: plait check %llu, lanes %llu", r,
+              (unsigned long long)check.activations, (unsigned long long)two.activations);
     }
     p->recompute = PLAN_RECOMPUTE_NONE;
     p->parallel.schedule = PLAN_PIPE_1F1B;
