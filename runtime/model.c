@@ -211,8 +211,26 @@ void model_refresh_fp8(struct model *m)
     }
 }
 
-/* Allocates buffer a as m->mem says and points its fields at it: 0, or -1
- * when out of memory. */
+/* Points buffer a's fields at base, copies of `bytes` each: the model's; every slot's
+ * (one copy each); every slot's in each of its layers or MoE layers, one copy each where
+ * the buffer holds more than a lane's one, else all at base. */
+static void point_buffer(struct model *m, enum gpt2_act a, char *base, size_t bytes)
+{
+    const struct gpt2_buffer *b = &m->mem.act[a];
+    bool each = b->copies / b->lanes > 1;
+    size_t field = act_field[a].field, L = (size_t)m->n_layers, Lm = (size_t)m->n_moe;
+    for (size_t s = 0; s < (size_t)m->n_slots; s++) {
+        if (act_field[a].home == IN_SLOT) point(&m->slots[s], field, base + s * bytes);
+        for (size_t l = 0; act_field[a].home == IN_LAYER && l < L; l++)
+            point(&m->slots[s].layer[l], field, base + (each ? (s * L + l) * bytes : 0));
+        for (size_t j = 0; act_field[a].home == IN_MOE && j < Lm; j++)
+            point(&m->slots[s].moe[j], field, base + (each ? (s * Lm + j) * bytes : 0));
+    }
+    if (act_field[a].home == IN_MODEL) point(m, field, base);
+}
+
+/* Allocates buffer a as m->mem says and points its fields at it (at the first lane's
+ * half, each lane's kept in moe_lane where it has two): 0, or -1 when out of memory. */
 static int act_buffer(struct model *m, enum gpt2_act a)
 {
     const struct gpt2_buffer *b = &m->mem.act[a];
@@ -220,20 +238,18 @@ static int act_buffer(struct model *m, enum gpt2_act a)
     size_t bytes = b->elems * b->elem_bytes; /* one copy; gpt2_memory checked the products */
     char *base = dev_alloc(m, bytes * b->copies, &m->allocated.activations);
     if (!base) return -1;
-    size_t field = act_field[a].field, L = (size_t)m->n_layers, Lm = (size_t)m->n_moe;
-    for (size_t s = 0; s < (size_t)m->n_slots; s++) {
-        if (act_field[a].home == IN_SLOT) point(&m->slots[s], field, base + s * bytes);
-        for (size_t l = 0; act_field[a].home == IN_LAYER && l < L; l++)
-            point(&m->slots[s].layer[l], field, base + (b->copies > 1 ? (s * L + l) * bytes : 0));
-        for (size_t j = 0; act_field[a].home == IN_MOE && j < Lm; j++)
-            point(&m->slots[s].moe[j], field, base + (b->copies > 1 ? (s * Lm + j) * bytes : 0));
-    }
-    if (act_field[a].home == IN_MODEL) point(m, field, base);
-    if (act_field[a].home == IN_MODEL && b->copies == 2) /* the second lane's (moe_lanes) */
-        *(a == GPT2_ACT_MOE_EP   ? &m->moe_lane[1].ep
-          : a == GPT2_ACT_MOE_DY ? &m->moe_lane[1].dy
-                                 : &m->moe_lane[1].whole) = (float *)(base + bytes);
+    for (size_t k = 0; b->lanes == 2 && k < 2; k++)
+        m->moe_lane[k].acts[a] = base + k * (b->copies / 2) * bytes;
+    point_buffer(m, a, base, bytes);
     return 0;
+}
+
+void model_lane_enter(struct model *m, int lane)
+{
+    for (int a = 0; a < GPT2_ACTS; a++)
+        if (m->mem.act[a].lanes == 2)
+            point_buffer(m, a, m->moe_lane[lane].acts[a],
+                         m->mem.act[a].elems * m->mem.act[a].elem_bytes);
 }
 
 /* The settings the model keeps from its shape and its backend. */

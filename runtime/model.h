@@ -203,12 +203,14 @@ struct model {
     int32_t *moe_cp_before, *moe_cp_host, *moe_cp_routed;
     double *moe_cp_chunks;
     /* DualPipeV's pairs in two lanes (runtime/lanes.h; set by the caller, NULL: one lane at
-     * a time): what an MoE block keeps across its all-to-all (moe_ep, moe_dy, whole, the
-     * host counts) and the ep group it exchanges on, each lane's own; moe_ep_lane_enter
-     * installs a lane's in the fields above. moe_lane[1].ep_group NULL: no second set */
+     * a time): what a pass keeps across an MoE block's all-to-all in one copy every slot
+     * shares (moe_ep, moe_dy, whole, the buffers recompute reruns: gpt2_memory's lanes 2;
+     * the host counts) and the ep group it exchanges on, each lane's own; moe_ep_lane_enter
+     * installs a lane's in the fields above and the slots'. moe_lane[1].ep_group NULL: no
+     * second set */
     struct lanes *lanes;
     struct moe_lane {
-        float *ep, *dy, *whole;
+        void *acts[GPT2_ACTS]; /* each two-lane buffer's copy (gpt2_buffer lanes 2), else NULL */
         int32_t *counts_host;
         int64_t *ep_counts;
         size_t *ep_sizes;

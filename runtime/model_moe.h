@@ -72,7 +72,7 @@ void moe_cp_free(struct model *m);
 int moe_cp_counts(struct model *m, const struct moe_acts *a, int N, struct plait_error *err);
 
 /* DualPipeV's two lanes (model.h moe_lane, runtime/lanes.h): the first lane's set is the
- * model's own, the second's host counts are allocated here (its device buffers by
+ * model's own, the second's host counts are allocated here (each lane's device buffers by
  * model_init, counted by gpt2_memory's moe_lanes); nothing without moe_lane[1].ep_group.
  * moe_ep_lane_enter(m, lane) installs a lane's set in the model's fields (lanes_open's
  * enter). An exchange in a running pair switches lanes (lanes_switch) while it moves. */
@@ -90,5 +90,8 @@ void model_mlp_act_backward(const struct model *m, float *din, const float *in, 
                             int N, int F);
 /* n floats of buf summed over the tp group, in place (nothing without one). */
 int model_tp_allreduce(struct model *m, float *buf, size_t n, struct plait_error *err);
+/* Points the fields of every buffer two lanes hold a copy each of (gpt2_buffer lanes 2:
+ * the model's, or every slot's in each layer) at the lane's copy. */
+void model_lane_enter(struct model *m, int lane);
 
 #endif

@@ -28,13 +28,11 @@ int moe_ep_lanes_init(struct model *m, struct plait_error *err)
 {
     struct moe_lane *one = &m->moe_lane[0], *two = &m->moe_lane[1];
     size_t E = (size_t)m->cfg.experts;
-    *one = (struct moe_lane){.ep = m->moe_ep,
-                             .dy = m->moe_dy,
-                             .whole = m->whole,
-                             .counts_host = m->moe_counts_host,
-                             .ep_counts = m->moe_ep_counts,
-                             .ep_sizes = m->moe_ep_sizes,
-                             .ep_group = m->ep_group};
+    /* (each lane's device buffers were set by model_init) */
+    one->counts_host = m->moe_counts_host;
+    one->ep_counts = m->moe_ep_counts;
+    one->ep_sizes = m->moe_ep_sizes;
+    one->ep_group = m->ep_group;
     if (!two->ep_group || !m->moe_ep) return 0; /* no MoE layer here: nothing switches */
     if (!(two->counts_host = calloc(3 * E, sizeof *two->counts_host)) ||
         !(two->ep_counts = calloc(2 * E, sizeof *two->ep_counts)) ||
@@ -50,8 +48,9 @@ void moe_ep_lanes_free(struct model *m)
     free(two->ep_counts);
     free(two->ep_sizes);
     /* (its device buffers are the model's allocations) */
-    *two = (struct moe_lane){
-        .ep = two->ep, .dy = two->dy, .whole = two->whole, .ep_group = two->ep_group};
+    two->counts_host = NULL;
+    two->ep_counts = NULL;
+    two->ep_sizes = NULL;
 }
 
 void moe_ep_lane_enter(void *model, int lane)
@@ -59,9 +58,7 @@ void moe_ep_lane_enter(void *model, int lane)
     struct model *m = model;
     const struct moe_lane *x = &m->moe_lane[lane];
     if (!m->moe_lane[1].counts_host) return; /* one set */
-    m->moe_ep = x->ep;
-    m->moe_dy = x->dy;
-    m->whole = x->whole;
+    model_lane_enter(m, lane);
     m->moe_counts_host = x->counts_host;
     m->moe_ep_counts = x->ep_counts;
     m->moe_ep_sizes = x->ep_sizes;

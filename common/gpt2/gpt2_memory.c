@@ -25,6 +25,21 @@ static bool layer_kept(enum gpt2_act a, enum plan_recompute recompute)
     }
 }
 
+/* Whether a pass keeps buffer a, one copy every slot shares, across an MoE block's
+ * exchange, where the other lane of a pair may write it meanwhile: the exchange's rows
+ * (MOE_EP, MOE_DY) and sequence parallelism's gathered ones (WHOLE); the layer's buffers
+ * the recompute policy does not keep (a backward reruns them before the block's backward
+ * and reads them after it; a forward reads ln2 and res2 after its block), but for a dense
+ * MLP's, whose layer exchanges nothing; with full recompute the block's own. */
+static bool kept_across_exchange(enum gpt2_act a, enum plan_recompute recompute)
+{
+    if (a == GPT2_ACT_MOE_EP || a == GPT2_ACT_MOE_DY || a == GPT2_ACT_WHOLE) return true;
+    if (a < GPT2_ACT_FIRST_SLOT)
+        return !layer_kept(a, recompute) && a != GPT2_ACT_FCH && a != GPT2_ACT_FCH_GELU;
+    return a >= GPT2_ACT_FIRST_MOE && a < GPT2_ACT_FIRST_MOE_SCRATCH &&
+           recompute == PLAN_RECOMPUTE_FULL;
+}
+
 /* Whether a per-micro-batch buffer is held on this stage. */
 static bool slot_held(enum gpt2_act a, const struct gpt2_shard *s)
 {
@@ -104,9 +119,7 @@ static size_t moe_buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     bool shared = a == GPT2_ACT_MOE_SH_H || a == GPT2_ACT_MOE_SH_ACT;
     if (!layers || (shared && !s->cfg.shared_experts)) return 0;
     if (a == GPT2_ACT_MOE_LN) return shape->sequence_parallel;
-    size_t lanes = shape->moe_lanes ? 2 : 1; /* what a block keeps across its exchange */
-    if (a == GPT2_ACT_MOE_EP) return s->part.ep > 1 ? lanes : 0;
-    if (a == GPT2_ACT_MOE_DY) return lanes;
+    if (a == GPT2_ACT_MOE_EP) return s->part.ep > 1;
     if (a == GPT2_ACT_MOE_BEFORE) return shape->cp > 1;
     if (a >= GPT2_ACT_FIRST_MOE_SCRATCH) return 1;
     return shape->recompute == PLAN_RECOMPUTE_FULL ? 1 : (size_t)shape->slots * layers;
@@ -177,7 +190,7 @@ static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long 
     }
 }
 
-/* How many copies of buffer a the rank holds. */
+/* How many copies of buffer a one lane holds. */
 static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
                             const struct gpt2_memory_shape *shape, size_t slot_layers)
 {
@@ -195,9 +208,7 @@ static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     if (a < GPT2_ACT_FIRST_SLOT) return layer_kept(a, shape->recompute) ? slots * slot_layers : 1;
     if (a < GPT2_ACT_FIRST_SCRATCH) return slot_held(a, s) ? slots : 0;
     if (a == GPT2_ACT_CE_STATS) return s->part.tp > 1;
-    if (a == GPT2_ACT_WHOLE) /* a second for the other lane where a block switches lanes */
-        return shape->sequence_parallel ? (shape->moe_lanes && gpt2_chunk_moe_layers(s) ? 2 : 1)
-                                        : 0;
+    if (a == GPT2_ACT_WHOLE) return shape->sequence_parallel;
     bool ring = shape->cp > 1;
     if (a == GPT2_ACT_CP_RING) return ring ? 5 : 0;
     if (a == GPT2_ACT_CP_POS) return ring;
@@ -323,6 +334,13 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
         struct gpt2_buffer *b = &out->act[a];
         b->elem_bytes = 4;
         b->copies = buffer_copies(a, s, h, slot_layers);
+        /* the second lane's copy of what a block keeps across its exchange, where a pair's
+         * two lanes switch at its MoE blocks */
+        b->lanes = b->copies && kept_across_exchange(a, h->recompute) && h->moe_lanes &&
+                           gpt2_chunk_moe_layers(s)
+                       ? 2
+                       : 1;
+        b->copies *= b->lanes;
         size_t n;
         /* the ring's block attention keeps each row's log-sum-exp, as a fused one */
         ok = buffer_elems(a, s, h->B, h->T, rows_div, h->fused_attention || h->cp > 1,

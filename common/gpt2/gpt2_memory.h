@@ -164,8 +164,10 @@ struct gpt2_memory_shape {
                                (B,NH,T,T) probabilities, their gradient neither */
     double offload_window_mb; /* parallel.offload "nvme": the moments' window (0: none) */
     bool moe_lanes; /* DualPipeV's pairs in two lanes (schedule_moe_lanes): a stage with MoE
-                       layers holds a second MOE_EP, MOE_DY and (sequence parallel) WHOLE, the
-                       scratch an MoE block keeps across its all-to-all */
+                       layers holds a second copy (gpt2_buffer's lanes) of what a pass keeps
+                       across an MoE block's all-to-all in one copy every slot shares: MOE_EP,
+                       MOE_DY, (sequence parallel) WHOLE, and the buffers the recompute policy
+                       reruns (a dense MLP's but) */
 };
 
 /* The block edge of the fp8 copy's block scaling (kernels/fp8.h's FP8_TILE). */
@@ -175,6 +177,8 @@ struct gpt2_buffer {
     size_t elems;      /* of one copy */
     size_t elem_bytes; /* 4 (fp32, int32) */
     size_t copies;     /* 0: not held */
+    size_t lanes;      /* 2: the copies are two lanes' halves, the first lane's first (the
+                          buffer kept across an MoE block's exchange, moe_lanes), else 1 */
 };
 
 struct gpt2_memory {

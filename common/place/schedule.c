@@ -70,8 +70,6 @@ bool schedule_moe_lanes(const struct plan *p, int pp, const char **why_not)
     const char *why = NULL;
     if (pairs && p->parallel.zero == 3)
         why = "ZeRO 3 gathers a pass's units in its order";
-    else if (pairs && p->recompute == PLAN_RECOMPUTE_FULL)
-        why = "full recompute rebuilds a layer's activations in one copy both passes would use";
     else if (pairs && p->parallel.device == PLAN_DEVICE_CUDA)
         why = "a GPU rank's second lane is not bound to its device yet";
     if (why_not) *why_not = why;

@@ -89,11 +89,11 @@ void schedule_of_plan(const struct plan *p, int pp, enum sched_kind *kind, int *
  * one chunk beside a backward of the other) as two lanes that take turns, the experts'
  * all-to-all of one lane hidden behind the other's compute (runtime/lanes.h): DualPipeV with
  * a pipeline, model.moe and parallel.ep > 1, but at ZeRO 3 (whose gathers fill windows in a
- * pass's order), with full recompute (which rebuilds a layer's activations in one copy
- * both passes would use) and on GPUs (the second lane's thread would need the rank's device
- * and stream bound): their pairs run one pass after the other, and *why_not (when not
- * NULL) says why; NULL otherwise. Such a stage holds a second copy of the scratch an MoE block
- * keeps across its exchange (gpt2_memory_shape's moe_lanes). */
+ * pass's order) and on GPUs (the second lane's thread would need the rank's device and
+ * stream bound): their pairs run one pass after the other, and *why_not (when not NULL)
+ * says why; NULL otherwise. Such a stage holds a second copy of what a pass keeps across an
+ * MoE block's exchange in one copy every slot shares, the buffers recompute reruns among
+ * them (gpt2_memory_shape's moe_lanes). */
 bool schedule_moe_lanes(const struct plan *p, int pp, const char **why_not);
 /* schedule_make of schedule_of_plan, m the plan's batch.grad_accum */
 int schedule_make_for_plan(struct schedule *s, const struct plan *p, int pp,

@@ -373,10 +373,41 @@ static void test_fp8_copy_is_a_byte_a_weight_its_scales_and_a_bf16_lm_head(void)
     plan_free(p);
 }
 
-/* DualPipeV's two lanes (schedule_moe_lanes: dualpipev, experts over ep ranks, neither ZeRO 3
- * nor full recompute) hold a second copy of what an MoE block keeps across its all-to-all:
- * MOE_EP, MOE_DY and, sequence parallel, WHOLE; nothing else changes. plait check predicts
- * the lanes' (cost_memory_stage; test_dualpipe_moe holds model_init's allocation to it). */
+/* Whether two lanes hold a second copy of buffer a under recompute policy r: what an MoE
+ * block keeps across its all-to-all (MOE_EP, MOE_DY and, sequence parallel, WHOLE), and
+ * what recompute reruns in one copy and a pass reads across a block's exchange: selective,
+ * the attention's probabilities; full, the layer's buffers (a dense MLP's but, whose layer
+ * exchanges nothing) and the MoE block's. */
+static bool second_copy(int a, enum plan_recompute r)
+{
+    switch (a) {
+    case GPT2_ACT_MOE_EP:
+    case GPT2_ACT_MOE_DY:
+    case GPT2_ACT_WHOLE:
+        return true;
+    case GPT2_ACT_ATT:
+        return r != PLAN_RECOMPUTE_NONE;
+    case GPT2_ACT_LN1:
+    case GPT2_ACT_LN1_MEAN:
+    case GPT2_ACT_LN1_RSTD:
+    case GPT2_ACT_QKV:
+    case GPT2_ACT_ATTY:
+    case GPT2_ACT_RES2:
+    case GPT2_ACT_LN2:
+    case GPT2_ACT_LN2_MEAN:
+    case GPT2_ACT_LN2_RSTD:
+        return r == PLAN_RECOMPUTE_FULL;
+    default:
+        return r == PLAN_RECOMPUTE_FULL && a >= GPT2_ACT_FIRST_MOE &&
+               a < GPT2_ACT_FIRST_MOE_SCRATCH;
+    }
+}
+
+/* DualPipeV's two lanes (schedule_moe_lanes: dualpipev, experts over ep ranks, not ZeRO 3)
+ * hold a second copy of what a pass keeps across an MoE block's all-to-all in one copy every
+ * slot shares (second_copy), under each recompute policy; nothing else changes. plait check
+ * predicts the lanes' (cost_memory_stage; test_dualpipe_moe holds model_init's allocation to
+ * it). */
 static void test_two_lanes_hold_a_second_copy_of_what_crosses_an_exchange(void)
 {
     struct plan *p = plan_of(
@@ -401,26 +432,35 @@ static void test_two_lanes_hold_a_second_copy_of_what_crosses_an_exchange(void)
     if (schedule_make_for_plan(&sched, p, 2, &err)) goto fail;
     shape.slots = schedule_max_in_flight(&sched, 0); /* as plait check holds them */
     schedule_free(&sched);
-    if (gpt2_shard_init(&s, &cfg, &part, &err) || gpt2_memory(&s, &shape, &one, &err)) goto fail;
-    shape.moe_lanes = true;
-    if (gpt2_memory(&s, &shape, &two, &err)) goto fail;
-    uint64_t extra = 0;
-    for (int a = 0; a < GPT2_ACTS; a++) {
-        bool second = a == GPT2_ACT_MOE_EP || a == GPT2_ACT_MOE_DY || a == GPT2_ACT_WHOLE;
-        CHECK(!second || one.act[a].copies == 1, "buffer %d: %zu copies", a, one.act[a].copies);
-        CHECK(two.act[a].copies == one.act[a].copies * (second ? 2 : 1), "buffer %d: %zu, %zu", a,
-              one.act[a].copies, two.act[a].copies);
-        if (second) extra += one.act[a].elems * one.act[a].elem_bytes;
+    if (gpt2_shard_init(&s, &cfg, &part, &err)) goto fail;
+    const enum plan_recompute policies[] = {PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE,
+                                            PLAN_RECOMPUTE_FULL};
+    for (int r = 0; r < 3; r++) {
+        p->recompute = shape.recompute = policies[r];
+        CHECK(schedule_moe_lanes(p, 2, &why) && why == NULL, "recompute %d: no lanes (%s)", r,
+              why ? why : "");
+        shape.moe_lanes = false;
+        if (gpt2_memory(&s, &shape, &one, &err)) goto fail;
+        shape.moe_lanes = true;
+        if (gpt2_memory(&s, &shape, &two, &err)) goto fail;
+        uint64_t extra = 0;
+        for (int a = 0; a < GPT2_ACTS; a++) {
+            bool second = second_copy(a, policies[r]) && one.act[a].copies;
+            CHECK(!second || one.act[a].copies == 1, "recompute %d, buffer %d: %zu copies", r, a,
+                  one.act[a].copies);
+            CHECK(two.act[a].copies == one.act[a].copies * (second ? 2 : 1) &&
+                      two.act[a].lanes == (second ? 2u : 1u),
+                  "recompute %d, buffer %d: %zu, %zu copies in %zu lanes", r, a, one.act[a].copies,
+                  two.act[a].copies, two.act[a].lanes);
+            if (second) extra += one.act[a].elems * one.act[a].elem_bytes;
+        }
+        CHECK(two.activations - one.activations == extra, "recompute %d: %llu more, want %llu", r,
+              (unsigned long long)(two.activations - one.activations), (unsigned long long)extra);
+        struct cost_memory check;
+        cost_memory_stage(p, (struct cost_layout){2, 2, 2}, 0, &check);
+        CHECK(check.activations == two.activations, "recompute %d: plait check %llu, lanes %llu", r,
+              (unsigned long long)check.activations, (unsigned long long)two.activations);
     }
-    CHECK(two.activations - one.activations == extra, "%llu more, want %llu",
-          (unsigned long long)(two.activations - one.activations), (unsigned long long)extra);
-    struct cost_memory check;
-    cost_memory_stage(p, (struct cost_layout){2, 2, 2}, 0, &check);
-    CHECK(check.activations == two.activations, "plait check: %llu, two lanes %llu",
-          (unsigned long long)check.activations, (unsigned long long)two.activations);
-    p->recompute = PLAN_RECOMPUTE_FULL; /* one copy of a layer's activations: no lanes */
-    CHECK(!schedule_moe_lanes(p, 2, &why) && why && strstr(why, "full recompute"), "%s",
-          why ? why : "lanes with full recompute");
     p->recompute = PLAN_RECOMPUTE_NONE;
     p->parallel.schedule = PLAN_PIPE_1F1B;
     CHECK(!schedule_moe_lanes(p, 2, &why) && why == NULL, "lanes at 1f1b");
