@@ -8,7 +8,7 @@
 
 #include "common/plan/plan.h"
 
-struct plan_ctx; /* plan.c's */
+struct plan_ctx; /* plan_origin.h's */
 
 #define PLAN_GOT_MAX 72 /* longest literal echoed in a message, with "..." */
 
