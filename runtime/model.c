@@ -12,7 +12,7 @@
 
 #include "common/gpt2/gpt2_memory.h"
 #include "runtime/model_moe.h"
-#include "runtime/model_weights.h" // defines: fp8_layout
+#include "runtime/model_weights.h" // defines: model_fp8_layout
 #include "runtime/model_zero3.h"
 #include "runtime/ring_attention.h"
 
@@ -391,7 +391,7 @@ static bool allocate_rest(struct model *m)
         size_t layers = (size_t)gpt2_shard_layers(&m->shard);
         if (m->zero == 3) /* a copy in each layer window (window_copies) */
             layers = (size_t)gpt2_zero3_layer_windows(m->mem.zero3_params);
-        fp8_layout(m);
+        model_fp8_layout(m);
         ok =
             (m->params8 = dev_alloc(m, layers * m->fp8_layer_elems, &a->params)) &&
             (m->scales8 = dev_alloc(m, layers * m->fp8_layer_scales * sizeof(float), &a->params)) &&

@@ -22,10 +22,10 @@ static int layer_recompute(struct model *m, struct model_slot *sl, int i, int B,
                            struct plait_error *err)
 {
     struct layer_acts *a = &sl->layer[i];
-    if (m->recompute == PLAN_RECOMPUTE_FULL) return layer_forward(m, sl, i, B, T, err);
+    if (m->recompute == PLAN_RECOMPUTE_FULL) return model_layer_forward(m, sl, i, B, T, err);
     if (m->recompute == PLAN_RECOMPUTE_SELECTIVE) {
-        if (attention_fwd(m, a, B, T, err)) return -1;
-        if (!gpt2_layer_moe(&m->cfg, slot_layer(m, sl, i))) act_forward(m, a, B * T);
+        if (model_attention_fwd(m, a, B, T, err)) return -1;
+        if (!gpt2_layer_moe(&m->cfg, model_slot_layer(m, sl, i))) model_act_forward(m, a, B * T);
     }
     return 0;
 }
@@ -113,7 +113,7 @@ static void act_backward(struct model *m, struct layer_acts *a, float *dfc, cons
 }
 
 /* A weight gradient of layer l's, NULL where the pass leaves it (!w). */
-#define GW(t) (w ? held(m, GRADS, t, l) : NULL)
+#define GW(t) (w ? model_held(m, GRADS, t, l) : NULL)
 
 /* The dense MLP's backward from dout (N,C), its output's gradient: m->dC gets
  * the gradient of its input (this rank's term of it with tp), the weight
@@ -128,14 +128,14 @@ static int mlp_backward(struct model *m, struct layer_acts *a, int l, const floa
     dout = kept(m, pass, a->g_fcproj, dout, (size_t)N * C);
     float *dact = m->cfg.llama ? m->dff : m->d4C;
     PROF(pr, PROF_MATMUL_BWD,
-         linear_backward(m, dact, GW(GPT2_FCPROJW), GW(GPT2_FCPROJB), dout, a->fch_gelu,
-                         GPT2_FCPROJW, l, N, m->Fl, C, acc));
+         model_linear_backward(m, dact, GW(GPT2_FCPROJW), GW(GPT2_FCPROJB), dout, a->fch_gelu,
+                               GPT2_FCPROJW, l, N, m->Fl, C, acc));
     float *dfc = pass == BWD_INPUT ? a->g_fc : m->d4C;
     PROF(pr, PROF_GELU_BWD, act_backward(m, a, dfc, dact, N));
-    if (w && sp_gather(m, a->ln2, N, &ln, err)) return -1;
+    if (w && model_sp_gather(m, a->ln2, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
-         linear_backward(m, m->dC, GW(GPT2_FCW), GW(GPT2_FCB), dfc, ln, GPT2_FCW, l, N, C, m->FCl,
-                         acc));
+         model_linear_backward(m, m->dC, GW(GPT2_FCW), GW(GPT2_FCB), dfc, ln, GPT2_FCW, l, N, C,
+                               m->FCl, acc));
     return 0;
 }
 
@@ -151,44 +151,44 @@ static int mlp_backward(struct model *m, struct layer_acts *a, int l, const floa
 static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, int T, bool acc,
                           enum bwd_pass pass, struct plait_error *err)
 {
-    int C = m->cfg.hidden, N = B * T, R = rows_of(m, N), l = slot_layer(m, sl, i);
+    int C = m->cfg.hidden, N = B * T, R = model_rows_of(m, N), l = model_slot_layer(m, sl, i);
     size_t NC = (size_t)N * C;
     struct layer_acts *a = &sl->layer[i];
-    const float *in = layer_input(sl, i), *dout, *ln;
+    const float *in = model_layer_input(sl, i), *dout, *ln;
     float *dln;
     struct profile *pr = &m->prof;
     bool w = pass == BWD_ALL; /* the weight gradients too (their inputs gathered) */
     if (recompute_timed(m, sl, i, B, T, err)) return -1;
     /* MLP: res3 = res2 + fcproj(act(fc(ln2(res2)))), or + the MoE block's output */
-    if (sp_gather(m, m->dres, N, &dout, err)) return -1;
+    if (model_sp_gather(m, m->dres, N, &dout, err)) return -1;
     bool moe = gpt2_layer_moe(&m->cfg, l); /* its input gathered beside dout, sequence parallel */
-    if (moe ? sp_gather_into(m, a->ln2, N, m->moe_ln, &ln, err) ||
+    if (moe ? model_sp_gather_into(m, a->ln2, N, m->moe_ln, &ln, err) ||
                   moe_backward(m, moe_acts_of(m, sl, i), l, dout, ln, m->dC, N, sl->grad_scale, acc,
                                err)
             : mlp_backward(m, a, l, dout, N, acc, pass, err))
         return -1;
-    if (tp_sum_rows(m, m->dC, N, &dln, err)) return -1;
+    if (model_tp_sum_rows(m, m->dC, N, &dln, err)) return -1;
     PROF(pr, PROF_LAYERNORM_BWD,
-         norm_backward(m, m->dres, dln, a->res2, GPT2_LN2W, GPT2_LN2B, l, a->ln2_mean, a->ln2_rstd,
-                       R, acc));
+         model_norm_backward(m, m->dres, dln, a->res2, GPT2_LN2W, GPT2_LN2B, l, a->ln2_mean,
+                             a->ln2_rstd, R, acc));
     /* attention: res2 = in + attproj(attention(qkv(ln1(in)))) */
-    if (sp_gather(m, m->dres, N, &dout, err)) return -1;
+    if (model_sp_gather(m, m->dres, N, &dout, err)) return -1;
     dout = kept(m, pass, a->g_attproj, dout, NC);
     PROF(pr, PROF_MATMUL_BWD,
-         linear_backward(m, m->dC, GW(GPT2_ATTPROJW), GW(GPT2_ATTPROJB), dout, a->atty,
-                         GPT2_ATTPROJW, l, N, m->Cl, C, acc));
+         model_linear_backward(m, m->dC, GW(GPT2_ATTPROJW), GW(GPT2_ATTPROJB), dout, a->atty,
+                               GPT2_ATTPROJW, l, N, m->Cl, C, acc));
     float *dqkv = pass == BWD_INPUT ? a->g_qkv : m->qkv_packed ? m->qkv_packed : m->d3C;
     if (qkv_backward(m, a, dqkv, m->dC, B, T, err)) return -1;
     ln = a->ln1;
-    if (w && sp_gather(m, a->ln1, N, &ln, err)) return -1;
+    if (w && model_sp_gather(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
-         linear_backward(m, m->dC, GW(GPT2_QKVW), GW(GPT2_QKVB), dqkv, ln, GPT2_QKVW, l, N, C,
-                         m->QKVl, acc));
+         model_linear_backward(m, m->dC, GW(GPT2_QKVW), GW(GPT2_QKVB), dqkv, ln, GPT2_QKVW, l, N, C,
+                               m->QKVl, acc));
 #undef GW
-    if (tp_sum_rows(m, m->dC, N, &dln, err)) return -1;
+    if (model_tp_sum_rows(m, m->dC, N, &dln, err)) return -1;
     PROF(pr, PROF_LAYERNORM_BWD,
-         norm_backward(m, m->dres, dln, in, GPT2_LN1W, GPT2_LN1B, l, a->ln1_mean, a->ln1_rstd, R,
-                       acc));
+         model_norm_backward(m, m->dres, dln, in, GPT2_LN1W, GPT2_LN1B, l, a->ln1_mean, a->ln1_rstd,
+                             R, acc));
     return 0;
 }
 
@@ -199,28 +199,28 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
 static int layer_weights(struct model *m, struct model_slot *sl, int i, int B, int T, bool acc,
                          struct plait_error *err)
 {
-    int C = m->cfg.hidden, N = B * T, l = slot_layer(m, sl, i);
+    int C = m->cfg.hidden, N = B * T, l = model_slot_layer(m, sl, i);
     struct layer_acts *a = &sl->layer[i];
     struct profile *pr = &m->prof;
     const float *ln;
-#define GB(t) held(m, GRADS, t, l)
+#define GB(t) model_held(m, GRADS, t, l)
     if (recompute_timed(m, sl, i, B, T, err)) return -1;
     if (!gpt2_layer_moe(&m->cfg, l)) { /* (an MoE block's came with its input gradient) */
         PROF(pr, PROF_MATMUL_BWD,
-             linear_backward(m, NULL, G(GPT2_FCPROJW, l), GB(GPT2_FCPROJB), a->g_fcproj,
-                             a->fch_gelu, GPT2_FCPROJW, l, N, m->Fl, C, acc));
-        if (sp_gather(m, a->ln2, N, &ln, err)) return -1;
+             model_linear_backward(m, NULL, G(GPT2_FCPROJW, l), GB(GPT2_FCPROJB), a->g_fcproj,
+                                   a->fch_gelu, GPT2_FCPROJW, l, N, m->Fl, C, acc));
+        if (model_sp_gather(m, a->ln2, N, &ln, err)) return -1;
         PROF(pr, PROF_MATMUL_BWD,
-             linear_backward(m, NULL, G(GPT2_FCW, l), GB(GPT2_FCB), a->g_fc, ln, GPT2_FCW, l, N, C,
-                             m->FCl, acc));
+             model_linear_backward(m, NULL, G(GPT2_FCW, l), GB(GPT2_FCB), a->g_fc, ln, GPT2_FCW, l,
+                                   N, C, m->FCl, acc));
     }
     PROF(pr, PROF_MATMUL_BWD,
-         linear_backward(m, NULL, G(GPT2_ATTPROJW, l), GB(GPT2_ATTPROJB), a->g_attproj, a->atty,
-                         GPT2_ATTPROJW, l, N, m->Cl, C, acc));
-    if (sp_gather(m, a->ln1, N, &ln, err)) return -1;
+         model_linear_backward(m, NULL, G(GPT2_ATTPROJW, l), GB(GPT2_ATTPROJB), a->g_attproj,
+                               a->atty, GPT2_ATTPROJW, l, N, m->Cl, C, acc));
+    if (model_sp_gather(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
-         linear_backward(m, NULL, G(GPT2_QKVW, l), GB(GPT2_QKVB), a->g_qkv, ln, GPT2_QKVW, l, N, C,
-                         m->QKVl, acc));
+         model_linear_backward(m, NULL, G(GPT2_QKVW, l), GB(GPT2_QKVB), a->g_qkv, ln, GPT2_QKVW, l,
+                               N, C, m->QKVl, acc));
 #undef GB
     return 0;
 }
@@ -233,19 +233,19 @@ static int head_backward(struct model *m, struct model_slot *sl, int N, bool acc
                          struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    int C = m->cfg.hidden, R = rows_of(m, N);
+    int C = m->cfg.hidden, R = model_rows_of(m, N);
     const float *lnf;
     float *dlnf;
     struct profile *pr = &m->prof;
-    if (sp_gather(m, sl->lnf, N, &lnf, err)) return -1;
+    if (model_sp_gather(m, sl->lnf, N, &lnf, err)) return -1;
     PROF(pr, PROF_LM_HEAD_BWD,
          o->matmul_backward(m->ctx, m->dC, G(m->head, 0), NULL, sl->logits, lnf, P(m->head, 0),
-                            weight16(m, m->head, 0), N, C, m->Vpl, acc));
-    if (tp_sum_rows(m, m->dC, N, &dlnf, err)) return -1;
+                            model_weight16(m, m->head, 0), N, C, m->Vpl, acc));
+    if (model_tp_sum_rows(m, m->dC, N, &dlnf, err)) return -1;
     o->zero(m->ctx, m->dres, (size_t)R * C * sizeof(float));
     PROF(pr, PROF_LAYERNORM_BWD,
-         norm_backward(m, m->dres, dlnf, sl->layer[m->n_layers - 1].res3, GPT2_LNFW, GPT2_LNFB, 0,
-                       sl->lnf_mean, sl->lnf_rstd, R, acc));
+         model_norm_backward(m, m->dres, dlnf, sl->layer[m->n_layers - 1].res3, GPT2_LNFW,
+                             GPT2_LNFB, 0, sl->lnf_mean, sl->lnf_rstd, R, acc));
     return 0;
 }
 
@@ -274,9 +274,9 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
     if (pass == BWD_INPUT && !m->split_backward)
         return error_set(err, "model: a split backward on a model built without it");
     acc = acc || m->z3; /* ZeRO 3: into zeroed gradient windows */
-    if (heads(m, sl)) {
-        if (z3_head_backward(m, sl, true, err) || head_backward(m, sl, N, acc, err) ||
-            z3_head_backward(m, sl, false, err))
+    if (model_heads(m, sl)) {
+        if (model_z3_head_backward(m, sl, true, err) || head_backward(m, sl, N, acc, err) ||
+            model_z3_head_backward(m, sl, false, err))
             return -1;
         size_t wte = gpt2_shard_offset(&m->shard, GPT2_WTE, 0);
         if (deferring(m) &&
@@ -286,24 +286,24 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
         o->copy(m->ctx, m->dres, grad_out, model_stage_floats(m, B, T) * sizeof(float));
     }
     for (int i = m->n_layers - 1; i >= 0; i--)
-        if (z3_layer_backward(m, sl, i, true, err) ||
+        if (model_z3_layer_backward(m, sl, i, true, err) ||
             layer_backward(m, sl, i, B, T, acc, pass, err) ||
-            z3_layer_backward(m, sl, i, false, err) ||
+            model_z3_layer_backward(m, sl, i, false, err) ||
             (pass == BWD_ALL && layer_final(m, sl, i, err)))
             return -1;
-    if (embeds(m, sl) && mz3_grad_take(m, MZ3_EMBEDDINGS, err)) return -1;
-    if (embeds(m, sl)) {
+    if (model_embeds(m, sl) && mz3_grad_take(m, MZ3_EMBEDDINGS, err)) return -1;
+    if (model_embeds(m, sl)) {
         /* the embedding: with the tied head on this rank too it adds to dwte, else it
          * writes; sequence parallel, from the gathered rows (dwpe is then whole on every
          * rank) */
         bool acc_wte = acc || (m->last && !m->cfg.untied);
         const float *demb;
         struct profile *pr = &m->prof;
-        if (sp_gather(m, m->dres, N, &demb, err)) return -1;
+        if (model_sp_gather(m, m->dres, N, &demb, err)) return -1;
         if (!acc_wte) o->zero(m->ctx, G(GPT2_WTE, 0), m->shard.elems[GPT2_WTE] * sizeof(float));
         bool defer = deferring(m); /* wpe's part now, wte's once wte is summed */
         m->deferred_slot = defer ? slot : -1;
-        float *dwte = defer ? NULL : G(GPT2_WTE, 0), *dwpe = held(m, GRADS, GPT2_WPE, 0);
+        float *dwte = defer ? NULL : G(GPT2_WTE, 0), *dwpe = model_held(m, GRADS, GPT2_WPE, 0);
         if (m->cp > 1)
             PROF(pr, PROF_EMBED_BWD,
                  ring_encoder_backward(m, dwte, dwpe, demb, sl->tokens, B, T, acc));
@@ -314,7 +314,7 @@ static int stage_backward(struct model *m, int slot, const float *grad_out, int 
         if (mz3_grad_give(m, MZ3_EMBEDDINGS, err)) return -1;
     }
     if (mz3_grad_settle(m, 0, err)) return -1;
-    return check_ops(m, "backward", err);
+    return model_check_ops(m, "backward", err);
 }
 
 int model_deferred_rows(struct model *m, int B, int T, const float **rows, const int32_t **tokens,
@@ -323,7 +323,7 @@ int model_deferred_rows(struct model *m, int B, int T, const float **rows, const
     if (m->deferred_slot < 0) return error_set(err, "model: no embedding rows were deferred");
     *tokens = m->slots[m->deferred_slot].tokens;
     m->deferred_slot = -1;
-    return sp_gather(m, m->dres, B * T, rows, err);
+    return model_sp_gather(m, m->dres, B * T, rows, err);
 }
 
 void model_add_embedding_rows(struct model *m, const float *rows, const int32_t *tokens, int B,
@@ -353,13 +353,13 @@ int model_stage_backward_weights(struct model *m, int slot, int B, int T, bool a
         return error_set(err, "model: a split backward on a model built without it");
     acc = acc || m->z3; /* ZeRO 3: into zeroed gradient windows */
     for (int i = m->n_layers - 1; i >= 0; i--)
-        if (z3_layer_backward(m, &m->slots[slot], i, true, err) ||
+        if (model_z3_layer_backward(m, &m->slots[slot], i, true, err) ||
             layer_weights(m, &m->slots[slot], i, B, T, acc, err) ||
-            z3_layer_backward(m, &m->slots[slot], i, false, err) ||
+            model_z3_layer_backward(m, &m->slots[slot], i, false, err) ||
             layer_final(m, &m->slots[slot], i, err))
             return -1;
     if (mz3_grad_settle(m, 0, err)) return -1;
-    return check_ops(m, "backward (weight gradients)", err);
+    return model_check_ops(m, "backward (weight gradients)", err);
 }
 
 int model_backward(struct model *m, int B, int T, bool acc, struct plait_error *err)

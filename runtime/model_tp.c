@@ -13,13 +13,13 @@
 /* ---- tensor parallelism ------------------------------------------------------------ */
 
 /* The rows of the residual stream this rank holds of N: N/tp sequence parallel. */
-int rows_of(const struct model *m, int N)
+int model_rows_of(const struct model *m, int N)
 {
     return m->sp ? N / m->tp.size : N;
 }
 
 /* Sums (or maxes) n floats of buf over the tp group: a no-op without one. */
-int tp_reduce(struct model *m, float *buf, size_t n, bool max, struct plait_error *err)
+int model_tp_reduce(struct model *m, float *buf, size_t n, bool max, struct plait_error *err)
 {
     if (m->tp.size == 1) return 0;
     if (m->tp.allreduce(m->tp.ctx, buf, n, max, err))
@@ -29,15 +29,15 @@ int tp_reduce(struct model *m, float *buf, size_t n, bool max, struct plait_erro
 
 int model_tp_allreduce(struct model *m, float *buf, size_t n, struct plait_error *err)
 {
-    return tp_reduce(m, buf, n, false, err);
+    return model_tp_reduce(m, buf, n, false, err);
 }
 
 /* Sequence parallelism's two collectives over (N,C) row blocks, R = N/tp
  * rows a rank. The residual stream's rows (R,C) -> *whole (N,C), every
  * rank's block in rank order, in m->whole (without sequence parallelism the
  * rows are already whole: *whole = rows). */
-int sp_gather_into(struct model *m, const float *rows, int N, float *into, const float **whole,
-                   struct plait_error *err)
+int model_sp_gather_into(struct model *m, const float *rows, int N, float *into,
+                         const float **whole, struct plait_error *err)
 {
     *whole = rows;
     if (!m->sp) return 0;
@@ -48,15 +48,16 @@ int sp_gather_into(struct model *m, const float *rows, int N, float *into, const
     return 0;
 }
 
-int sp_gather(struct model *m, const float *rows, int N, const float **whole,
-              struct plait_error *err)
+int model_sp_gather(struct model *m, const float *rows, int N, const float **whole,
+                    struct plait_error *err)
 {
-    return sp_gather_into(m, rows, N, m->whole, whole, err);
+    return model_sp_gather_into(m, rows, N, m->whole, whole, err);
 }
 
 /* partial (N,C) summed over the group, this rank's R rows of the sum into
  * rows (R,C), another buffer. */
-int sp_scatter(struct model *m, const float *partial, float *rows, int N, struct plait_error *err)
+int model_sp_scatter(struct model *m, const float *partial, float *rows, int N,
+                     struct plait_error *err)
 {
     size_t RC = (size_t)(N / m->tp.size) * m->cfg.hidden;
     if (m->tp.reduce_scatter(m->tp.ctx, partial, rows, RC, err))
@@ -68,32 +69,33 @@ int sp_scatter(struct model *m, const float *partial, float *rows, int N, struct
  * product, the input gradient of a column-parallel one) -> *rows: the sum's
  * rows this rank holds, (N,C) in place (all-reduce) or, sequence parallel,
  * its R rows in m->whole (reduce-scatter). */
-int tp_sum_rows(struct model *m, float *partial, int N, float **rows, struct plait_error *err)
+int model_tp_sum_rows(struct model *m, float *partial, int N, float **rows, struct plait_error *err)
 {
     *rows = m->sp ? m->whole : partial;
-    return m->sp ? sp_scatter(m, partial, m->whole, N, err)
-                 : tp_reduce(m, partial, (size_t)N * m->cfg.hidden, false, err);
+    return m->sp ? model_sp_scatter(m, partial, m->whole, N, err)
+                 : model_tp_reduce(m, partial, (size_t)N * m->cfg.hidden, false, err);
 }
 
 /* *out = inp (N,in_cols) · wᵀ + bias for a row-parallel weight, on this
  * rank's rows of the residual stream: the partial product into m->proj, its
  * sum over the group, then the bias once (fused without tp). */
-int row_parallel_forward(struct model *m, float **out, const float *inp, enum gpt2_tensor w,
-                         enum gpt2_tensor bias, int l, int N, int in_cols, struct plait_error *err)
+int model_row_parallel_forward(struct model *m, float **out, const float *inp, enum gpt2_tensor w,
+                               enum gpt2_tensor bias, int l, int N, int in_cols,
+                               struct plait_error *err)
 {
     const struct ops *o = m->ops;
     int C = m->cfg.hidden;
     float *prod = m->proj;
     struct profile *pr = &m->prof;
     *out = prod;
-    const float *b = held(m, PARAMS, bias, l);
+    const float *b = model_held(m, PARAMS, bias, l);
     if (m->tp.size == 1) {
-        PROF(pr, PROF_MATMUL_FWD, linear_forward(m, prod, inp, w, l, b, N, in_cols, C));
+        PROF(pr, PROF_MATMUL_FWD, model_linear_forward(m, prod, inp, w, l, b, N, in_cols, C));
         return 0;
     }
-    PROF(pr, PROF_MATMUL_FWD, linear_forward(m, prod, inp, w, l, NULL, N, in_cols, C));
-    if (tp_sum_rows(m, prod, N, out, err)) return -1;
-    if (b) PROF(pr, PROF_MATMUL_FWD, o->add_bias(m->ctx, *out, b, rows_of(m, N), C));
+    PROF(pr, PROF_MATMUL_FWD, model_linear_forward(m, prod, inp, w, l, NULL, N, in_cols, C));
+    if (model_tp_sum_rows(m, prod, N, out, err)) return -1;
+    if (b) PROF(pr, PROF_MATMUL_FWD, o->add_bias(m->ctx, *out, b, model_rows_of(m, N), C));
     return 0;
 }
 
@@ -141,7 +143,7 @@ int model_sum_layernorm_grads_in(struct model *m, float *buf, size_t lo, size_t 
         size_t off = l.at[i][0], run = 0;
         for (; i < l.n && l.at[i][0] == off + run; i++) run += l.at[i][1];
         size_t a = off > lo ? off : lo, b = off + run < lo + n ? off + run : lo + n;
-        if (b > a) rc = tp_reduce(m, buf + (a - lo), b - a, false, err);
+        if (b > a) rc = model_tp_reduce(m, buf + (a - lo), b - a, false, err);
     }
     free(l.at);
     return rc ? error_prefix(err, "the LayerNorms' gradients: ") : 0;

@@ -15,7 +15,7 @@
 /* ---- the fp8 weight copy ------------------------------------------------------ */
 
 /* The four product weights of a layer, in the order of the fp8 copy. */
-const enum gpt2_tensor fp8_weights[4] = {GPT2_QKVW, GPT2_ATTPROJW, GPT2_FCW, GPT2_FCPROJW};
+const enum gpt2_tensor model_fp8_weights[4] = {GPT2_QKVW, GPT2_ATTPROJW, GPT2_FCW, GPT2_FCPROJW};
 _Static_assert(GPT2_FP8_BLOCK == FP8_TILE, "gpt2_memory counts the blocks kernels/fp8.h scales");
 
 /* (OC, C) of product weight k on this rank, as its product takes it:
@@ -30,7 +30,7 @@ static void fp8_shape(const struct model *m, int k, int *OC, int *C)
 }
 
 /* Where each matrix of a layer block starts in the copy and its scales. */
-void fp8_layout(struct model *m)
+void model_fp8_layout(struct model *m)
 {
     int e = fp8_weight_tile(m->fp8_scaling);
     m->fp8_layer_elems = m->fp8_layer_scales = 0;
@@ -44,15 +44,15 @@ void fp8_layout(struct model *m)
     }
 }
 
-/* The index of weight t (one of them) in fp8_weights. */
+/* The index of weight t (one of them) in model_fp8_weights. */
 static int fp8_index(enum gpt2_tensor t)
 {
     int k = 0;
-    while (k < 3 && fp8_weights[k] != t) k++;
+    while (k < 3 && model_fp8_weights[k] != t) k++;
     return k;
 }
 
-/* The fp8 copy of weight t (one of fp8_weights) of layer l, and its scales:
+/* The fp8 copy of weight t (one of model_fp8_weights) of layer l, and its scales:
  * its layer's block of the copy, or with ZeRO 3 the block of the window the
  * layer is gathered in (z3_block8). */
 static uint8_t *weight8(const struct model *m, enum gpt2_tensor t, int l, float **scales)
@@ -74,12 +74,12 @@ static uint8_t *weight8(const struct model *m, enum gpt2_tensor t, int l, float 
 }
 
 /* Quantises weight matrix k of layer l, read at w, into its fp8 copy. */
-void quantize_weight(struct model *m, int k, int l, const float *w)
+void model_quantize_weight(struct model *m, int k, int l, const float *w)
 {
     int OC, C, e = fp8_weight_tile(m->fp8_scaling);
     float *scales;
     fp8_shape(m, k, &OC, &C);
-    uint8_t *q = weight8(m, fp8_weights[k], l, &scales);
+    uint8_t *q = weight8(m, model_fp8_weights[k], l, &scales);
     m->ops->quantize_fp8(m->ctx, q, scales, w, OC, C, e, e, FP8_E4M3);
 }
 
@@ -89,9 +89,9 @@ void model_refresh_fp8(struct model *m)
     for (int i = 0; m->params8 && i < gpt2_shard_layers(&m->shard); i++) {
         int l = gpt2_shard_layer(&m->shard, i);
         for (int k = 0; k < 4; k++) /* (an MoE block's MLP is its experts', not in fp8) */
-            if (gpt2_shard_has(&m->shard, fp8_weights[k], l))
-                quantize_weight(m, k, l,
-                                m->params + gpt2_shard_offset(&m->shard, fp8_weights[k], l));
+            if (gpt2_shard_has(&m->shard, model_fp8_weights[k], l))
+                model_quantize_weight(
+                    m, k, l, m->params + gpt2_shard_offset(&m->shard, model_fp8_weights[k], l));
     }
 }
 
@@ -101,7 +101,7 @@ void model_refresh_fp8(struct model *m)
  * weights or its gradient. With ZeRO 3, in the window its unit was gathered
  * (or its gradient window taken) into: a pass that uses a unit it did not
  * gather is a bug, stopped here. */
-float *param(const struct model *m, enum view v, enum gpt2_tensor t, int l)
+float *model_param(const struct model *m, enum view v, enum gpt2_tensor t, int l)
 {
     size_t off = gpt2_shard_offset(&m->shard, t, l);
     if (!m->z3) return (v == GRADS ? m->grads : m->params) + off;
@@ -116,7 +116,7 @@ float *param(const struct model *m, enum view v, enum gpt2_tensor t, int l)
 
 /* The bf16 copy of weight matrix t of layer l: every one's in bf16, the LM
  * head's wte in fp8 (wte16); else NULL (fp32). */
-const uint16_t *weight16(const struct model *m, enum gpt2_tensor t, int l)
+const uint16_t *model_weight16(const struct model *m, enum gpt2_tensor t, int l)
 {
     size_t off = gpt2_shard_offset(&m->shard, t, l);
     if (m->z3 && m->precision == PLAN_PRECISION_BF16) return mz3_at16(m, off);
@@ -126,25 +126,25 @@ const uint16_t *weight16(const struct model *m, enum gpt2_tensor t, int l)
 
 float *model_tensor(const struct model *m, bool grads, enum gpt2_tensor t, int l)
 {
-    return param(m, grads ? GRADS : PARAMS, t, l);
+    return model_param(m, grads ? GRADS : PARAMS, t, l);
 }
 
 const uint16_t *model_tensor16(const struct model *m, enum gpt2_tensor t, int l)
 {
-    return weight16(m, t, l);
+    return model_weight16(m, t, l);
 }
 
 /* A tensor the architecture may not have (a Llama's biases, GPT-2's wpe on
  * tp ranks but 0): its parameters or gradient, NULL when the shard holds none. */
-float *held(const struct model *m, enum view v, enum gpt2_tensor t, int l)
+float *model_held(const struct model *m, enum view v, enum gpt2_tensor t, int l)
 {
-    return gpt2_shard_holds(&m->shard, t) ? param(m, v, t, l) : NULL;
+    return gpt2_shard_holds(&m->shard, t) ? model_param(m, v, t, l) : NULL;
 }
 
 /* The block's norm over R rows: GPT-2's LayerNorm (mean and rstd kept), a
  * Llama's RMSNorm (rstd kept); weight w and bias b of layer l. */
-void norm_forward(const struct model *m, float *out, float *mean, float *rstd, const float *in,
-                  enum gpt2_tensor w, enum gpt2_tensor b, int l, int R)
+void model_norm_forward(const struct model *m, float *out, float *mean, float *rstd,
+                        const float *in, enum gpt2_tensor w, enum gpt2_tensor b, int l, int R)
 {
     int C = m->cfg.hidden;
     if (m->cfg.llama)
@@ -154,9 +154,9 @@ void norm_forward(const struct model *m, float *out, float *mean, float *rstd, c
 }
 
 /* Its backward: dinp += ..., the weight's (and bias's) gradient written or added. */
-void norm_backward(const struct model *m, float *dinp, const float *dout, const float *in,
-                   enum gpt2_tensor w, enum gpt2_tensor b, int l, const float *mean,
-                   const float *rstd, int R, bool acc)
+void model_norm_backward(const struct model *m, float *dinp, const float *dout, const float *in,
+                         enum gpt2_tensor w, enum gpt2_tensor b, int l, const float *mean,
+                         const float *rstd, int R, bool acc)
 {
     int C = m->cfg.hidden;
     if (m->cfg.llama)
@@ -171,21 +171,21 @@ void norm_backward(const struct model *m, float *dinp, const float *dout, const 
  * weight's fp8 copy, the input quantised inside the op). The LM head is not
  * one: in fp8 it runs in bf16 (wte16), as DeepSeek-V3 keeps its output head
  * out of fp8. */
-void linear_forward(const struct model *m, float *out, const float *inp, enum gpt2_tensor t, int l,
-                    const float *bias, int N, int C, int OC)
+void model_linear_forward(const struct model *m, float *out, const float *inp, enum gpt2_tensor t,
+                          int l, const float *bias, int N, int C, int OC)
 {
     if (m->precision == PLAN_PRECISION_FP8) {
         float *scales;
         const uint8_t *w8 = weight8(m, t, l, &scales);
         m->ops->matmul_forward_fp8(m->ctx, out, inp, w8, scales, bias, N, C, OC, m->fp8_scaling);
     } else
-        m->ops->matmul_forward(m->ctx, out, inp, P(t, l), weight16(m, t, l), bias, N, C, OC);
+        m->ops->matmul_forward(m->ctx, out, inp, P(t, l), model_weight16(m, t, l), bias, N, C, OC);
 }
 
 /* Its backward (ops.h's matmul_backward), in the same precision. */
-void linear_backward(const struct model *m, float *dinp, float *dw, float *dbias, const float *dout,
-                     const float *inp, enum gpt2_tensor t, int l, int N, int C, int OC,
-                     bool accumulate)
+void model_linear_backward(const struct model *m, float *dinp, float *dw, float *dbias,
+                           const float *dout, const float *inp, enum gpt2_tensor t, int l, int N,
+                           int C, int OC, bool accumulate)
 {
     if (m->precision == PLAN_PRECISION_FP8) {
         float *scales;
@@ -193,6 +193,6 @@ void linear_backward(const struct model *m, float *dinp, float *dw, float *dbias
         m->ops->matmul_backward_fp8(m->ctx, dinp, dw, dbias, dout, inp, w8, scales, N, C, OC,
                                     accumulate, m->fp8_scaling);
     } else
-        m->ops->matmul_backward(m->ctx, dinp, dw, dbias, dout, inp, P(t, l), weight16(m, t, l), N,
-                                C, OC, accumulate);
+        m->ops->matmul_backward(m->ctx, dinp, dw, dbias, dout, inp, P(t, l),
+                                model_weight16(m, t, l), N, C, OC, accumulate);
 }

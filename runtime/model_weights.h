@@ -11,32 +11,32 @@
 /* The four product weights of a layer, in the order of the fp8 copy; where each
  * matrix of a layer block starts in the copy and its scales; matrix k of layer l,
  * read at w, quantised into its fp8 copy. */
-extern const enum gpt2_tensor fp8_weights[4];
-void fp8_layout(struct model *m);
-void quantize_weight(struct model *m, int k, int l, const float *w);
+extern const enum gpt2_tensor model_fp8_weights[4];
+void model_fp8_layout(struct model *m);
+void model_quantize_weight(struct model *m, int k, int l, const float *w);
 
 enum view { PARAMS, GRADS };
 
 /* Tensor t of layer l: its weights or gradient (param), the bf16 copy of its
- * weights or NULL (weight16), NULL where the shard holds none (held). */
-float *param(const struct model *m, enum view v, enum gpt2_tensor t, int l);
-const uint16_t *weight16(const struct model *m, enum gpt2_tensor t, int l);
-float *held(const struct model *m, enum view v, enum gpt2_tensor t, int l);
+ * weights or NULL (model_weight16), NULL where the shard holds none (held). */
+float *model_param(const struct model *m, enum view v, enum gpt2_tensor t, int l);
+const uint16_t *model_weight16(const struct model *m, enum gpt2_tensor t, int l);
+float *model_held(const struct model *m, enum view v, enum gpt2_tensor t, int l);
 
-#define P(t, l) param(m, PARAMS, t, l)
-#define G(t, l) param(m, GRADS, t, l)
+#define P(t, l) model_param(m, PARAMS, t, l)
+#define G(t, l) model_param(m, GRADS, t, l)
 
 /* The block's norm over R rows (LayerNorm or RMSNorm) and its backward; a
  * block's product in the run's precision and its backward. */
-void norm_forward(const struct model *m, float *out, float *mean, float *rstd, const float *in,
-                  enum gpt2_tensor w, enum gpt2_tensor b, int l, int R);
-void norm_backward(const struct model *m, float *dinp, const float *dout, const float *in,
-                   enum gpt2_tensor w, enum gpt2_tensor b, int l, const float *mean,
-                   const float *rstd, int R, bool acc);
-void linear_forward(const struct model *m, float *out, const float *inp, enum gpt2_tensor t, int l,
-                    const float *bias, int N, int C, int OC);
-void linear_backward(const struct model *m, float *dinp, float *dw, float *dbias, const float *dout,
-                     const float *inp, enum gpt2_tensor t, int l, int N, int C, int OC,
-                     bool accumulate);
+void model_norm_forward(const struct model *m, float *out, float *mean, float *rstd,
+                        const float *in, enum gpt2_tensor w, enum gpt2_tensor b, int l, int R);
+void model_norm_backward(const struct model *m, float *dinp, const float *dout, const float *in,
+                         enum gpt2_tensor w, enum gpt2_tensor b, int l, const float *mean,
+                         const float *rstd, int R, bool acc);
+void model_linear_forward(const struct model *m, float *out, const float *inp, enum gpt2_tensor t,
+                          int l, const float *bias, int N, int C, int OC);
+void model_linear_backward(const struct model *m, float *dinp, float *dw, float *dbias,
+                           const float *dout, const float *inp, enum gpt2_tensor t, int l, int N,
+                           int C, int OC, bool accumulate);
 
 #endif

@@ -5,20 +5,20 @@
 #include "runtime/model_zero3_pass.h"
 
 #include "runtime/model_forward.h" // defines: embeds, heads
-#include "runtime/model_weights.h" // defines: fp8_weights, quantize_weight
+#include "runtime/model_weights.h" // defines: model_fp8_weights, model_quantize_weight
 #include "runtime/model_zero3.h"
 #include "runtime/zero3.h"
 
 /* ---- ZeRO 3's gathers along a pass (model_zero3.h) ------------------------------ */
 
 /* The unit of the slot's local layer i. */
-int z3_unit(const struct model *m, const struct model_slot *sl, int i)
+int model_z3_unit(const struct model *m, const struct model_slot *sl, int i)
 {
     return mz3_layer_unit(sl->chunk * m->n_layers + i);
 }
 
 /* Whether the head's weight is wte, of the embeddings' unit. */
-bool tied_head(const struct model *m)
+bool model_tied_head(const struct model *m)
 {
     return m->head == GPT2_WTE;
 }
@@ -37,9 +37,9 @@ static void window_copies(struct model *m, int u, const struct zero3_window *win
     if (m->precision != PLAN_PRECISION_FP8) return;
     for (int k = 0; u >= 1 && u <= L && k < 4; k++) {
         int l = gpt2_shard_layer(&m->shard, u - 1);
-        if (gpt2_shard_has(&m->shard, fp8_weights[k], l)) /* (not an MoE block's experts) */
-            quantize_weight(m, k, l,
-                            w + (gpt2_shard_offset(&m->shard, fp8_weights[k], l) - un.at));
+        if (gpt2_shard_has(&m->shard, model_fp8_weights[k], l)) /* (not an MoE block's experts) */
+            model_quantize_weight(
+                m, k, l, w + (gpt2_shard_offset(&m->shard, model_fp8_weights[k], l) - un.at));
     }
     size_t head = gpt2_shard_offset(&m->shard, m->head, 0);
     if (m->wte16 && u == gpt2_unit_of(&m->shard, m->head, 0))
@@ -47,7 +47,7 @@ static void window_copies(struct model *m, int u, const struct zero3_window *win
 }
 
 /* Unit u held gathered (mz3_hold), with the copies its window carries. */
-int hold_unit(struct model *m, int u, struct plait_error *err)
+int model_hold_unit(struct model *m, int u, struct plait_error *err)
 {
     if (mz3_hold(m, u, err)) return -1;
     struct zero3_window *w = m->z3 ? zero3_window_of(m->z3, u) : NULL;
@@ -59,15 +59,15 @@ int hold_unit(struct model *m, int u, struct plait_error *err)
 /* The gathers the pass needs after local layer i (-1: the embedding's;
  * n_layers: the head's) started: forward, layer i + 1's or the head's
  * units; backward, layer i - 1's. */
-int z3_next(struct model *m, const struct model_slot *sl, int i, bool forward,
-            struct plait_error *err)
+int model_z3_next(struct model *m, const struct model_slot *sl, int i, bool forward,
+                  struct plait_error *err)
 {
     if (!m->z3) return 0;
     int j = forward ? i + 1 : i - 1;
-    if (j >= 0 && j < m->n_layers) return mz3_want(m, z3_unit(m, sl, j), err);
-    if (forward && j == m->n_layers && heads(m, sl))
+    if (j >= 0 && j < m->n_layers) return mz3_want(m, model_z3_unit(m, sl, j), err);
+    if (forward && j == m->n_layers && model_heads(m, sl))
         return mz3_want(m, mz3_last_unit(m), err) ||
-                       (tied_head(m) && mz3_want(m, MZ3_EMBEDDINGS, err))
+                       (model_tied_head(m) && mz3_want(m, MZ3_EMBEDDINGS, err))
                    ? -1
                    : 0;
     return 0;
@@ -77,29 +77,31 @@ int z3_next(struct model *m, const struct model_slot *sl, int i, bool forward,
  * dropped. A training forward (grad_scale != 0) leaves them held for its
  * backward, which starts with them: their windows are theirs alone
  * (gpt2_units.h), and the backward drops them. */
-int z3_head(struct model *m, bool hold, struct plait_error *err)
+int model_z3_head(struct model *m, bool hold, struct plait_error *err)
 {
-    int (*f)(struct model *, int, struct plait_error *) = hold ? hold_unit : mz3_drop;
-    return f(m, mz3_last_unit(m), err) || (tied_head(m) && f(m, MZ3_EMBEDDINGS, err)) ? -1 : 0;
+    int (*f)(struct model *, int, struct plait_error *) = hold ? model_hold_unit : mz3_drop;
+    return f(m, mz3_last_unit(m), err) || (model_tied_head(m) && f(m, MZ3_EMBEDDINGS, err)) ? -1
+                                                                                            : 0;
 }
 
 /* ZeRO 3, the head's backward: its units held and their gradient windows
  * taken before (hold), or after it (!hold) the units dropped and their
  * gradients handed to the scatter (the tied wte's kept for the embedding's
  * rows when this slot embeds too). */
-int z3_head_backward(struct model *m, const struct model_slot *sl, bool hold,
-                     struct plait_error *err)
+int model_z3_head_backward(struct model *m, const struct model_slot *sl, bool hold,
+                           struct plait_error *err)
 {
     int last = mz3_last_unit(m);
     if (!m->z3) return 0;
     if (hold)
-        return z3_head(m, true, err) || mz3_grad_take(m, last, err) ||
-                       (tied_head(m) && mz3_grad_take(m, MZ3_EMBEDDINGS, err)) ||
-                       z3_next(m, sl, m->n_layers, false, err)
+        return model_z3_head(m, true, err) || mz3_grad_take(m, last, err) ||
+                       (model_tied_head(m) && mz3_grad_take(m, MZ3_EMBEDDINGS, err)) ||
+                       model_z3_next(m, sl, m->n_layers, false, err)
                    ? -1
                    : 0;
-    return z3_head(m, false, err) || mz3_grad_give(m, last, err) ||
-                   (tied_head(m) && !embeds(m, sl) && mz3_grad_give(m, MZ3_EMBEDDINGS, err))
+    return model_z3_head(m, false, err) || mz3_grad_give(m, last, err) ||
+                   (model_tied_head(m) && !model_embeds(m, sl) &&
+                    mz3_grad_give(m, MZ3_EMBEDDINGS, err))
                ? -1
                : 0;
 }
@@ -107,13 +109,15 @@ int z3_head_backward(struct model *m, const struct model_slot *sl, bool hold,
 /* ZeRO 3, local layer i's backward: its unit held (layer i - 1's started)
  * and a gradient window taken before (hold), or after it dropped and its
  * gradient handed to the scatter. */
-int z3_layer_backward(struct model *m, const struct model_slot *sl, int i, bool hold,
-                      struct plait_error *err)
+int model_z3_layer_backward(struct model *m, const struct model_slot *sl, int i, bool hold,
+                            struct plait_error *err)
 {
-    int u = z3_unit(m, sl, i);
+    int u = model_z3_unit(m, sl, i);
     if (!m->z3) return 0;
     if (hold)
-        return z3_next(m, sl, i, false, err) || hold_unit(m, u, err) || mz3_grad_take(m, u, err) ? -1
-                                                                                                : 0;
+        return model_z3_next(m, sl, i, false, err) || model_hold_unit(m, u, err) ||
+                       mz3_grad_take(m, u, err)
+                   ? -1
+                   : 0;
     return mz3_drop(m, u, err) || mz3_grad_give(m, u, err) ? -1 : 0;
 }

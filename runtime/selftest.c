@@ -70,7 +70,7 @@ static double fp8_tensor_core_limit(void)
     return 2 * u * sqrt((L + 1) / 2);
 }
 
-void *dev(struct run *r, size_t bytes)
+void *selftest_dev(struct run *r, size_t bytes)
 {
     void *p = r->n_held < MAX_HELD ? r->o->alloc(r->ctx, bytes) : NULL;
     if (!p) {
@@ -82,9 +82,9 @@ void *dev(struct run *r, size_t bytes)
 }
 
 /* n random floats, normal·scale (+ shift), uploaded */
-float *rnd(struct run *r, size_t n, float scale, float shift)
+float *selftest_rnd(struct run *r, size_t n, float scale, float shift)
 {
-    float *h = malloc(n * sizeof *h), *d = dev(r, n * sizeof *h);
+    float *h = malloc(n * sizeof *h), *d = selftest_dev(r, n * sizeof *h);
     for (size_t i = 0; h && i < n; i++) h[i] = (float)rng_normal(&r->rng) * scale + shift;
     if (h && d)
         r->o->upload(r->ctx, d, h, n * sizeof *h);
@@ -96,9 +96,9 @@ float *rnd(struct run *r, size_t n, float scale, float shift)
 
 /* n tokens in [0, below) */
 /* host's n ints uploaded (and freed) */
-int32_t *upload_ints(struct run *r, int32_t *host, size_t n)
+int32_t *selftest_upload_ints(struct run *r, int32_t *host, size_t n)
 {
-    int32_t *d = dev(r, n * sizeof *host);
+    int32_t *d = selftest_dev(r, n * sizeof *host);
     if (host && d)
         r->o->upload(r->ctx, d, host, n * sizeof *host);
     else
@@ -107,11 +107,11 @@ int32_t *upload_ints(struct run *r, int32_t *host, size_t n)
     return d;
 }
 
-int32_t *tokens(struct run *r, size_t n, int below)
+int32_t *selftest_tokens(struct run *r, size_t n, int below)
 {
     int32_t *h = malloc(n * sizeof *h);
     for (size_t i = 0; h && i < n; i++) h[i] = (int32_t)rng_below(&r->rng, (uint64_t)below);
-    return upload_ints(r, h, n);
+    return selftest_upload_ints(r, h, n);
 }
 
 /* h (n floats, malloc'd, now the run's) kept as output `name` */
@@ -122,7 +122,7 @@ static void keep(struct run *r, const char *name, float *h, size_t n)
     r->out[r->n_out++] = h;
 }
 
-void out(struct run *r, const char *name, const void *d, size_t n)
+void selftest_out(struct run *r, const char *name, const void *d, size_t n)
 {
     if (r->broken || r->n_out == MAX_OUTS) return;
     float *h = malloc(n * sizeof *h);
@@ -136,7 +136,7 @@ void out(struct run *r, const char *name, const void *d, size_t n)
 
 /* host values (integers, or doubles the op hands back on the host), as floats: exact
  * up to 2^24, which every count here is */
-void out_host(struct run *r, const char *name, const double *v, size_t n, bool exact)
+void selftest_out_host(struct run *r, const char *name, const double *v, size_t n, bool exact)
 {
     if (r->broken || r->n_out == MAX_OUTS) return;
     float *h = malloc(n * sizeof *h);
@@ -150,14 +150,14 @@ void out_host(struct run *r, const char *name, const double *v, size_t n, bool e
 }
 
 /* n int32s of the device, which must be equal */
-void out_ints(struct run *r, const char *name, const int32_t *d, size_t n)
+void selftest_out_ints(struct run *r, const char *name, const int32_t *d, size_t n)
 {
     int32_t *h = r->broken ? NULL : malloc(n * sizeof *h);
     double *v = h ? malloc(n * sizeof *v) : NULL;
     if (v) {
         r->o->download(r->ctx, h, d, n * sizeof *h);
         for (size_t i = 0; i < n; i++) v[i] = h[i];
-        out_host(r, name, v, n, true);
+        selftest_out_host(r, name, v, n, true);
     } else {
         r->broken = true;
     }
@@ -166,15 +166,15 @@ void out_ints(struct run *r, const char *name, const int32_t *d, size_t n)
 }
 
 /* an output summed in fp32 by an fp8 op (its bias gradient): the fp32 limit */
-void out_fp32(struct run *r, const char *name, const void *d, size_t n)
+void selftest_out_fp32(struct run *r, const char *name, const void *d, size_t n)
 {
     int k = r->n_out;
-    out(r, name, d, n);
+    selftest_out(r, name, d, n);
     if (r->n_out > k) r->out_fp32[k] = true;
 }
 
 /* a bf16 output, widened exactly to floats for the comparison */
-void out16(struct run *r, const char *name, const uint16_t *d, size_t n)
+void selftest_out16(struct run *r, const char *name, const uint16_t *d, size_t n)
 {
     if (r->broken || r->n_out == MAX_OUTS) return;
     uint16_t *h16 = malloc(n * sizeof *h16);
@@ -195,7 +195,7 @@ void out16(struct run *r, const char *name, const uint16_t *d, size_t n)
 }
 
 /* fp8 codes, each widened to its code number (equal floats: the same bits) */
-void out8(struct run *r, const char *name, const uint8_t *d, size_t n)
+void selftest_out8(struct run *r, const char *name, const uint8_t *d, size_t n)
 {
     if (r->broken || r->n_out == MAX_OUTS) return;
     uint8_t *h8 = malloc(n);
@@ -276,62 +276,68 @@ static const struct selftest_case {
     bool (*present)(const struct ops *gpu); /* NULL, or whether the GPU's table has the op */
     const char *once; /* run once, with inputs of its own (this in the shape column) */
 } cases[] = {
-    {.name = "encoder_forward", .run = t_encoder_forward, .tolerance = 1e-6},
-    {.name = "encoder_backward", .run = t_encoder_backward, .tolerance = 1e-6},
-    {.name = "layernorm", .run = t_layernorm, .tolerance = 1e-5},
-    {.name = "matmul_forward fp32", .run = t_matmul_forward_f32, .tolerance = 1e-5},
-    {.name = "matmul_forward bf16", .run = t_matmul_forward_bf16, .tolerance = 1e-5},
-    {.name = "matmul+gelu fp32", .run = t_matmul_gelu_f32, .tolerance = 1e-5},
-    {.name = "matmul+gelu bf16", .run = t_matmul_gelu_bf16, .tolerance = 1e-5},
+    {.name = "encoder_forward", .run = selftest_encoder_forward, .tolerance = 1e-6},
+    {.name = "encoder_backward", .run = selftest_encoder_backward, .tolerance = 1e-6},
+    {.name = "layernorm", .run = selftest_layernorm, .tolerance = 1e-5},
+    {.name = "matmul_forward fp32", .run = selftest_matmul_forward_f32, .tolerance = 1e-5},
+    {.name = "matmul_forward bf16", .run = selftest_matmul_forward_bf16, .tolerance = 1e-5},
+    {.name = "matmul+gelu fp32", .run = selftest_matmul_gelu_f32, .tolerance = 1e-5},
+    {.name = "matmul+gelu bf16", .run = selftest_matmul_gelu_bf16, .tolerance = 1e-5},
     {.name = "gelu epilogue fp32",
-     .run = t_gelu_epilogue_f32,
+     .run = selftest_gelu_epilogue_f32,
      .tolerance = 5e-6,
      .once = "x in [-8,8], 2^20"},
     {.name = "gelu epilogue bf16",
-     .run = t_gelu_epilogue_bf16,
+     .run = selftest_gelu_epilogue_bf16,
      .tolerance = 5e-6,
      .once = "x in [-8,8], 2^20"},
-    {.name = "matmul_backward fp32", .run = t_matmul_backward_f32, .tolerance = 1e-5},
-    {.name = "matmul_backward bf16", .run = t_matmul_backward_bf16, .tolerance = 1e-5},
+    {.name = "matmul_backward fp32", .run = selftest_matmul_backward_f32, .tolerance = 1e-5},
+    {.name = "matmul_backward bf16", .run = selftest_matmul_backward_bf16, .tolerance = 1e-5},
     /* fp8: the quantiser the same bits; the products take the same codes and
      * scales, fp8_tensor_core_limit() on tensor cores */
-    {.name = "quantize_fp8 e4m3", .run = t_quantize_e4m3, .tolerance = 0, .fp8 = FP8_QUANTISER},
-    {.name = "quantize_fp8 e5m2", .run = t_quantize_e5m2, .tolerance = 0, .fp8 = FP8_QUANTISER},
+    {.name = "quantize_fp8 e4m3",
+     .run = selftest_quantize_e4m3,
+     .tolerance = 0,
+     .fp8 = FP8_QUANTISER},
+    {.name = "quantize_fp8 e5m2",
+     .run = selftest_quantize_e5m2,
+     .tolerance = 0,
+     .fp8 = FP8_QUANTISER},
     {.name = "matmul_fwd fp8 tensor",
-     .run = t_matmul_forward_fp8_tensor,
+     .run = selftest_matmul_forward_fp8_tensor,
      .tolerance = 1e-5,
      .fp8 = FP8_PRODUCTS_TENSOR},
     {.name = "matmul_fwd fp8 block",
-     .run = t_matmul_forward_fp8_block,
+     .run = selftest_matmul_forward_fp8_block,
      .tolerance = 1e-5,
      .fp8 = FP8_PRODUCTS_BLOCK},
     {.name = "matmul_bwd fp8 tensor",
-     .run = t_matmul_backward_fp8_tensor,
+     .run = selftest_matmul_backward_fp8_tensor,
      .tolerance = 1e-5,
      .fp8 = FP8_PRODUCTS_TENSOR},
     {.name = "matmul_bwd fp8 block",
-     .run = t_matmul_backward_fp8_block,
+     .run = selftest_matmul_backward_fp8_block,
      .tolerance = 1e-5,
      .fp8 = FP8_PRODUCTS_BLOCK},
-    {.name = "attention", .run = t_attention, .tolerance = 1e-5},
-    {.name = "attention fused", .run = t_attention_fused, .tolerance = 1e-5},
+    {.name = "attention", .run = selftest_attention, .tolerance = 1e-5},
+    {.name = "attention fused", .run = selftest_attention_fused, .tolerance = 1e-5},
     {.name = "attention block (cp)",
-     .run = t_attention_block,
+     .run = selftest_attention_block,
      .tolerance = 1e-5,
      .present = has_attention_block},
     {.name = "attention bf16 tc",
-     .run = t_attention_bf16,
+     .run = selftest_attention_bf16,
      .tolerance = 1e-2,
      .shapes = attention_bf16_shapes,
      .n_shapes = sizeof attention_bf16_shapes / sizeof *attention_bf16_shapes,
      .present = has_attention_bf16},
-    {.name = "gelu/residual/bias/copies", .run = t_elementwise, .tolerance = 1e-5},
+    {.name = "gelu/residual/bias/copies", .run = selftest_elementwise, .tolerance = 1e-5},
     /* the Llama family's; kv_expand moves values and adds them in the CPU's
      * order: the same bits */
-    {.name = "rmsnorm", .run = t_rmsnorm, .tolerance = 1e-5, .present = has_llama_ops},
-    {.name = "rope", .run = t_rope, .tolerance = 1e-5, .present = has_llama_ops},
-    {.name = "kv_expand", .run = t_kv_expand, .tolerance = 0, .present = has_llama_ops},
-    {.name = "swiglu", .run = t_swiglu, .tolerance = 1e-5, .present = has_llama_ops},
+    {.name = "rmsnorm", .run = selftest_rmsnorm, .tolerance = 1e-5, .present = has_llama_ops},
+    {.name = "rope", .run = selftest_rope, .tolerance = 1e-5, .present = has_llama_ops},
+    {.name = "kv_expand", .run = selftest_kv_expand, .tolerance = 0, .present = has_llama_ops},
+    {.name = "swiglu", .run = selftest_swiglu, .tolerance = 1e-5, .present = has_llama_ops},
     /* a mixture of experts' routing: the choices, rows and counts equal (tolerance 0 for
      * every integer output), the floats within 1e-5 */
 #define MOE_CASE(n, f)                                                                             \
@@ -341,16 +347,16 @@ static const struct selftest_case {
      .shapes = moe_shapes,                                                                         \
      .n_shapes = sizeof moe_shapes / sizeof *moe_shapes,                                           \
      .present = has_moe_ops}
-    MOE_CASE("moe route", t_moe_route),
-    MOE_CASE("moe dispatch", t_moe_dispatch),
-    MOE_CASE("moe gather/combine", t_moe_rows),
-    MOE_CASE("moe route bwd/losses", t_moe_route_backward),
+    MOE_CASE("moe route", selftest_moe_route),
+    MOE_CASE("moe dispatch", selftest_moe_dispatch),
+    MOE_CASE("moe gather/combine", selftest_moe_rows),
+    MOE_CASE("moe route bwd/losses", selftest_moe_route_backward),
 #undef MOE_CASE
-    {.name = "classifier", .run = t_classifier, .tolerance = 1e-5},
-    {.name = "classifier bad target", .run = t_classifier_bad_target, .tolerance = 1e-5},
-    {.name = "classifier parts", .run = t_classifier_parts, .tolerance = 1e-5},
+    {.name = "classifier", .run = selftest_classifier, .tolerance = 1e-5},
+    {.name = "classifier bad target", .run = selftest_classifier_bad_target, .tolerance = 1e-5},
+    {.name = "classifier parts", .run = selftest_classifier_parts, .tolerance = 1e-5},
     /* adamw and to_bf16: the same bits */
-    {.name = "adamw/bf16/sumsq", .run = t_optimizer, .tolerance = 1e-6},
+    {.name = "adamw/bf16/sumsq", .run = selftest_optimizer, .tolerance = 1e-6},
 };
 
 static bool fp8_products(const struct selftest_case *c)

@@ -13,32 +13,34 @@
 #include "kernels/cuda/cuda_ops.h" // defines: ops_cuda_attention_fused_forward
 #include "kernels/ops.h"
 
-void t_attention(struct run *r)
+void selftest_attention(struct run *r)
 {
     const struct shape *s = r->s;
     size_t N = N_ROWS(s), att_n = (size_t)s->B * s->NH * s->T * s->T;
-    float *qkv = rnd(r, N * 3 * s->C, 1, 0), *dout = rnd(r, N * s->C, 1, 0);
-    float *o = dev(r, N * s->C * 4), *att = dev(r, att_n * 4), *datt = dev(r, att_n * 4);
-    float *dqkv = dev(r, N * 3 * s->C * 4);
+    float *qkv = selftest_rnd(r, N * 3 * s->C, 1, 0), *dout = selftest_rnd(r, N * s->C, 1, 0);
+    float *o = selftest_dev(r, N * s->C * 4), *att = selftest_dev(r, att_n * 4),
+          *datt = selftest_dev(r, att_n * 4);
+    float *dqkv = selftest_dev(r, N * 3 * s->C * 4);
     if (r->broken) return;
     r->o->attention_forward(r->ctx, o, att, qkv, s->B, s->T, s->C, s->NH);
-    out(r, "out", o, N * s->C);
-    out(r, "att", att, att_n);
+    selftest_out(r, "out", o, N * s->C);
+    selftest_out(r, "att", att, att_n);
     r->o->attention_backward(r->ctx, dqkv, datt, dout, qkv, att, s->B, s->T, s->C, s->NH);
-    out(r, "dqkv", dqkv, N * 3 * s->C);
+    selftest_out(r, "dqkv", dqkv, N * 3 * s->C);
 }
 
 /* the fused attention (kernels/cuda/attention_fused.cu, not in ops.h yet) on
  * the GPU against the CPU's ops.h attention: the same out and dqkv */
-void t_attention_fused(struct run *r)
+void selftest_attention_fused(struct run *r)
 {
     const struct shape *s = r->s;
     bool fused = strcmp(r->o->name, "cuda") == 0;
     size_t N = N_ROWS(s), att_n = (size_t)s->B * s->NH * s->T * s->T;
-    float *qkv = rnd(r, N * 3 * s->C, 1, 0), *dout = rnd(r, N * s->C, 1, 0);
-    float *o = dev(r, N * s->C * 4), *dqkv = dev(r, N * 3 * s->C * 4);
-    float *att = fused ? NULL : dev(r, att_n * 4), *datt = fused ? NULL : dev(r, att_n * 4);
-    float *lse = fused ? dev(r, (size_t)s->B * s->NH * s->T * 4) : NULL;
+    float *qkv = selftest_rnd(r, N * 3 * s->C, 1, 0), *dout = selftest_rnd(r, N * s->C, 1, 0);
+    float *o = selftest_dev(r, N * s->C * 4), *dqkv = selftest_dev(r, N * 3 * s->C * 4);
+    float *att = fused ? NULL : selftest_dev(r, att_n * 4),
+          *datt = fused ? NULL : selftest_dev(r, att_n * 4);
+    float *lse = fused ? selftest_dev(r, (size_t)s->B * s->NH * s->T * 4) : NULL;
     if (r->broken) return;
     if (fused) {
         ops_cuda_attention_fused_forward(r->ctx, o, lse, qkv, s->B, s->T, s->C, s->NH);
@@ -47,8 +49,8 @@ void t_attention_fused(struct run *r)
         r->o->attention_forward(r->ctx, o, att, qkv, s->B, s->T, s->C, s->NH);
         r->o->attention_backward(r->ctx, dqkv, datt, dout, qkv, att, s->B, s->T, s->C, s->NH);
     }
-    out(r, "out", o, N * s->C);
-    out(r, "dqkv", dqkv, N * 3 * s->C);
+    selftest_out(r, "out", o, N * s->C);
+    selftest_out(r, "dqkv", dqkv, N * 3 * s->C);
 }
 
 /* n positions a·i + c, uploaded */
@@ -56,7 +58,7 @@ static int32_t *positions(struct run *r, size_t n, int a, int c)
 {
     int32_t *h = malloc(n * sizeof *h);
     for (size_t i = 0; h && i < n; i++) h[i] = (int32_t)(a * (int)i + c);
-    return upload_ints(r, h, n);
+    return selftest_upload_ints(r, h, n);
 }
 
 /* Context parallelism's block attention (the ring's; kernels/cuda/attention_block.cu
@@ -64,16 +66,17 @@ static int32_t *positions(struct run *r, size_t n, int a, int c)
  * reads it) against two blocks of T keys, at even and at odd positions, merged one
  * after the other (the first written, the second merged through the log-sum-exp);
  * then both blocks' backward added into dq and each block's dkv. */
-void t_attention_block(struct run *r)
+void selftest_attention_block(struct run *r)
 {
     const struct shape *s = r->s;
     size_t N = N_ROWS(s), kv_n = N * 2 * s->C, rows = (size_t)s->B * s->NH * s->T;
     int hs = s->C / s->NH;
-    float *qkv = rnd(r, N * 3 * s->C, 1, 0), *dout = rnd(r, N * s->C, 1, 0);
-    float *kv1 = rnd(r, kv_n, 1, 0), *kv2 = rnd(r, kv_n, 1, 0);
-    float *o = dev(r, N * s->C * 4), *lse = dev(r, rows * 4), *dqkv = dev(r, N * 3 * s->C * 4);
-    float *dkv1 = dev(r, kv_n * 4), *dkv2 = dev(r, kv_n * 4);
-    float *scratch = dev(r, ATTENTION_BLOCK_SCRATCH(s->B, s->NH, s->T, s->T, hs) * 4);
+    float *qkv = selftest_rnd(r, N * 3 * s->C, 1, 0), *dout = selftest_rnd(r, N * s->C, 1, 0);
+    float *kv1 = selftest_rnd(r, kv_n, 1, 0), *kv2 = selftest_rnd(r, kv_n, 1, 0);
+    float *o = selftest_dev(r, N * s->C * 4), *lse = selftest_dev(r, rows * 4),
+          *dqkv = selftest_dev(r, N * 3 * s->C * 4);
+    float *dkv1 = selftest_dev(r, kv_n * 4), *dkv2 = selftest_dev(r, kv_n * 4);
+    float *scratch = selftest_dev(r, ATTENTION_BLOCK_SCRATCH(s->B, s->NH, s->T, s->T, hs) * 4);
     int32_t *qpos = positions(r, (size_t)s->T, 2, 1), *even = positions(r, (size_t)s->T, 2, 0);
     int32_t *odd = positions(r, (size_t)s->T, 2, 1);
     if (r->broken) return;
@@ -83,8 +86,8 @@ void t_attention_block(struct run *r)
                                NH, true);
     x->attention_block_forward(r->ctx, o, lse, scratch, qkv, 3 * C, kv2, qpos, odd, B, T, T, C, NH,
                                false);
-    out(r, "out", o, N * C);
-    out(r, "lse", lse, rows);
+    selftest_out(r, "out", o, N * C);
+    selftest_out(r, "lse", lse, rows);
     x->zero(r->ctx, dqkv, N * 3 * C * 4);
     x->zero(r->ctx, dkv1, kv_n * 4);
     x->zero(r->ctx, dkv2, kv_n * 4);
@@ -92,9 +95,9 @@ void t_attention_block(struct run *r)
                                 even, B, T, T, C, NH);
     x->attention_block_backward(r->ctx, dqkv, dkv2, scratch, dout, qkv, 3 * C, kv2, o, lse, qpos,
                                 odd, B, T, T, C, NH);
-    out(r, "dq", dqkv, N * 3 * C);
-    out(r, "dkv", dkv1, kv_n);
-    out(r, "dkv 2", dkv2, kv_n);
+    selftest_out(r, "dq", dqkv, N * 3 * C);
+    selftest_out(r, "dkv", dkv1, kv_n);
+    selftest_out(r, "dkv 2", dkv2, kv_n);
 }
 
 /* the buffer's n floats rounded to bf16 (and widened back), in place */
@@ -122,15 +125,16 @@ static void round_to_bf16(struct run *r, float *d, size_t n)
  * average; dqkv likewise through dS. The limit, 1e-2 of the output's largest
  * element, holds that worst case for outputs down to a fifth of max|v| and
  * sits two orders below what a wrong fragment or mask gives (O(1)). */
-void t_attention_bf16(struct run *r)
+void selftest_attention_bf16(struct run *r)
 {
     const struct shape *s = r->s;
     bool tc = r->o->attention_forward_bf16 != NULL;
     size_t N = N_ROWS(s), att_n = (size_t)s->B * s->NH * s->T * s->T;
-    float *qkv = rnd(r, N * 3 * s->C, 1, 0), *dout = rnd(r, N * s->C, 1, 0);
-    float *o = dev(r, N * s->C * 4), *dqkv = dev(r, N * 3 * s->C * 4);
-    float *att = tc ? NULL : dev(r, att_n * 4), *datt = tc ? NULL : dev(r, att_n * 4);
-    float *lse = tc ? dev(r, (size_t)s->B * s->NH * s->T * 4) : NULL;
+    float *qkv = selftest_rnd(r, N * 3 * s->C, 1, 0), *dout = selftest_rnd(r, N * s->C, 1, 0);
+    float *o = selftest_dev(r, N * s->C * 4), *dqkv = selftest_dev(r, N * 3 * s->C * 4);
+    float *att = tc ? NULL : selftest_dev(r, att_n * 4),
+          *datt = tc ? NULL : selftest_dev(r, att_n * 4);
+    float *lse = tc ? selftest_dev(r, (size_t)s->B * s->NH * s->T * 4) : NULL;
     if (r->broken) return;
     if (tc) {
         r->o->attention_forward_bf16(r->ctx, o, lse, qkv, s->B, s->T, s->C, s->NH);
@@ -142,6 +146,6 @@ void t_attention_bf16(struct run *r)
         r->o->attention_forward(r->ctx, o, att, qkv, s->B, s->T, s->C, s->NH);
         r->o->attention_backward(r->ctx, dqkv, datt, dout, qkv, att, s->B, s->T, s->C, s->NH);
     }
-    out(r, "out", o, N * s->C);
-    out(r, "dqkv", dqkv, N * 3 * s->C);
+    selftest_out(r, "out", o, N * s->C);
+    selftest_out(r, "dqkv", dqkv, N * 3 * s->C);
 }

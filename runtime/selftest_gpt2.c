@@ -15,79 +15,86 @@
 
 /* ---- the cases: each makes its inputs, runs the op(s), keeps the outputs -------- */
 
-void t_encoder_forward(struct run *r)
+void selftest_encoder_forward(struct run *r)
 {
     const struct shape *s = r->s;
     int v0 = 3, nv = s->V - 10; /* a shard: some tokens fall outside it */
-    int32_t *tok = tokens(r, N_ROWS(s), s->V);
-    float *wte = rnd(r, (size_t)nv * s->C, 0.1f, 0), *wpe = rnd(r, (size_t)s->T * s->C, 0.1f, 0);
-    float *o1 = dev(r, N_ROWS(s) * s->C * 4), *o2 = dev(r, N_ROWS(s) * s->C * 4);
+    int32_t *tok = selftest_tokens(r, N_ROWS(s), s->V);
+    float *wte = selftest_rnd(r, (size_t)nv * s->C, 0.1f, 0),
+          *wpe = selftest_rnd(r, (size_t)s->T * s->C, 0.1f, 0);
+    float *o1 = selftest_dev(r, N_ROWS(s) * s->C * 4), *o2 = selftest_dev(r, N_ROWS(s) * s->C * 4);
     if (r->broken) return;
     r->o->encoder_forward(r->ctx, o1, tok, wte, v0, nv, wpe, s->B, s->T, s->C);
     r->o->encoder_forward(r->ctx, o2, tok, wte, v0, nv, NULL, s->B, s->T, s->C);
-    out(r, "out", o1, N_ROWS(s) * s->C);
-    out(r, "out_nowpe", o2, N_ROWS(s) * s->C);
+    selftest_out(r, "out", o1, N_ROWS(s) * s->C);
+    selftest_out(r, "out_nowpe", o2, N_ROWS(s) * s->C);
 }
 
-void t_encoder_backward(struct run *r)
+void selftest_encoder_backward(struct run *r)
 {
     const struct shape *s = r->s;
     int v0 = 3, nv = s->V - 10;
-    int32_t *tok = tokens(r, N_ROWS(s), s->V);
-    float *dout = rnd(r, N_ROWS(s) * s->C, 1, 0);
-    float *dwte = rnd(r, (size_t)nv * s->C, 1, 0), *dwpe = rnd(r, (size_t)s->T * s->C, 1, 0);
-    float *dwte2 = dev(r, (size_t)s->Vp * s->C * 4), *dwpe2 = rnd(r, (size_t)s->T * s->C, 1, 0);
+    int32_t *tok = selftest_tokens(r, N_ROWS(s), s->V);
+    float *dout = selftest_rnd(r, N_ROWS(s) * s->C, 1, 0);
+    float *dwte = selftest_rnd(r, (size_t)nv * s->C, 1, 0),
+          *dwpe = selftest_rnd(r, (size_t)s->T * s->C, 1, 0);
+    float *dwte2 = selftest_dev(r, (size_t)s->Vp * s->C * 4),
+          *dwpe2 = selftest_rnd(r, (size_t)s->T * s->C, 1, 0);
     if (r->broken) return;
     r->o->encoder_backward(r->ctx, dwte, v0, nv, dwpe, dout, tok, s->B, s->T, s->C, true);
     r->o->encoder_backward(r->ctx, dwte2, 0, s->Vp, dwpe2, dout, tok, s->B, s->T, s->C, false);
-    out(r, "dwte_acc", dwte, (size_t)nv * s->C);
-    out(r, "dwpe_acc", dwpe, (size_t)s->T * s->C);
-    out(r, "dwte", dwte2, (size_t)s->Vp * s->C);
-    out(r, "dwpe", dwpe2, (size_t)s->T * s->C);
+    selftest_out(r, "dwte_acc", dwte, (size_t)nv * s->C);
+    selftest_out(r, "dwpe_acc", dwpe, (size_t)s->T * s->C);
+    selftest_out(r, "dwte", dwte2, (size_t)s->Vp * s->C);
+    selftest_out(r, "dwpe", dwpe2, (size_t)s->T * s->C);
 }
 
-void t_layernorm(struct run *r)
+void selftest_layernorm(struct run *r)
 {
     const struct shape *s = r->s;
     size_t n = N_ROWS(s) * s->C;
-    float *x = rnd(r, n, 2, 0.5f), *w = rnd(r, s->C, 0.5f, 1), *b = rnd(r, s->C, 0.2f, 0);
-    float *y = dev(r, n * 4), *mean = dev(r, N_ROWS(s) * 4), *rstd = dev(r, N_ROWS(s) * 4);
-    float *dy = rnd(r, n, 1, 0), *dx = rnd(r, n, 1, 0);
-    float *dw = rnd(r, s->C, 1, 0), *db = rnd(r, s->C, 1, 0);
+    float *x = selftest_rnd(r, n, 2, 0.5f), *w = selftest_rnd(r, s->C, 0.5f, 1),
+          *b = selftest_rnd(r, s->C, 0.2f, 0);
+    float *y = selftest_dev(r, n * 4), *mean = selftest_dev(r, N_ROWS(s) * 4),
+          *rstd = selftest_dev(r, N_ROWS(s) * 4);
+    float *dy = selftest_rnd(r, n, 1, 0), *dx = selftest_rnd(r, n, 1, 0);
+    float *dw = selftest_rnd(r, s->C, 1, 0), *db = selftest_rnd(r, s->C, 1, 0);
     if (r->broken) return;
     int N = (int)N_ROWS(s);
     r->o->layernorm_forward(r->ctx, y, mean, rstd, x, w, b, N, s->C);
-    out(r, "out", y, n);
-    out(r, "mean", mean, N_ROWS(s));
-    out(r, "rstd", rstd, N_ROWS(s));
+    selftest_out(r, "out", y, n);
+    selftest_out(r, "mean", mean, N_ROWS(s));
+    selftest_out(r, "rstd", rstd, N_ROWS(s));
     r->o->layernorm_backward(r->ctx, dx, dw, db, dy, x, w, mean, rstd, N, s->C, true);
-    out(r, "dinp+=", dx, n);
-    out(r, "dw_acc", dw, s->C);
-    out(r, "db_acc", db, s->C);
+    selftest_out(r, "dinp+=", dx, n);
+    selftest_out(r, "dw_acc", dw, s->C);
+    selftest_out(r, "db_acc", db, s->C);
 }
 
 static void t_matmul_forward(struct run *r, bool bf16)
 {
     const struct shape *s = r->s;
     int N = (int)N_ROWS(s);
-    float *x = rnd(r, (size_t)N * s->C, 1, 0), *w = rnd(r, (size_t)s->OC * s->C, 0.1f, 0);
-    float *bias = rnd(r, s->OC, 1, 0);
-    uint16_t *w16 = bf16 ? dev(r, (size_t)s->OC * s->C * 2) : NULL;
-    float *y1 = dev(r, (size_t)N * s->OC * 4), *y2 = dev(r, (size_t)N * s->OC * 4);
+    float *x = selftest_rnd(r, (size_t)N * s->C, 1, 0),
+          *w = selftest_rnd(r, (size_t)s->OC * s->C, 0.1f, 0);
+    float *bias = selftest_rnd(r, s->OC, 1, 0);
+    uint16_t *w16 = bf16 ? selftest_dev(r, (size_t)s->OC * s->C * 2) : NULL;
+    float *y1 = selftest_dev(r, (size_t)N * s->OC * 4),
+          *y2 = selftest_dev(r, (size_t)N * s->OC * 4);
     if (r->broken) return;
     if (bf16) r->o->to_bf16(r->ctx, w16, w, (size_t)s->OC * s->C);
     r->o->matmul_forward(r->ctx, y1, x, w, w16, bias, N, s->C, s->OC);
     r->o->matmul_forward(r->ctx, y2, x, w, w16, NULL, N, s->C, s->OC);
-    out(r, "out_bias", y1, (size_t)N * s->OC);
-    out(r, "out", y2, (size_t)N * s->OC);
+    selftest_out(r, "out_bias", y1, (size_t)N * s->OC);
+    selftest_out(r, "out", y2, (size_t)N * s->OC);
 }
 
-void t_matmul_forward_f32(struct run *r)
+void selftest_matmul_forward_f32(struct run *r)
 {
     t_matmul_forward(r, false);
 }
 
-void t_matmul_forward_bf16(struct run *r)
+void selftest_matmul_forward_bf16(struct run *r)
 {
     t_matmul_forward(r, true);
 }
@@ -98,10 +105,11 @@ static void t_matmul_gelu(struct run *r, bool bf16)
 {
     const struct shape *s = r->s;
     int N = (int)N_ROWS(s), OC = s->OC;
-    float *x = rnd(r, (size_t)N * s->C, 1, 0), *w = rnd(r, (size_t)OC * s->C, 0.1f, 0);
-    float *bias = rnd(r, OC, 1, 0);
-    uint16_t *w16 = bf16 ? dev(r, (size_t)OC * s->C * 2) : NULL;
-    float *y = dev(r, (size_t)N * OC * 4), *pre = dev(r, (size_t)N * OC * 4);
+    float *x = selftest_rnd(r, (size_t)N * s->C, 1, 0),
+          *w = selftest_rnd(r, (size_t)OC * s->C, 0.1f, 0);
+    float *bias = selftest_rnd(r, OC, 1, 0);
+    uint16_t *w16 = bf16 ? selftest_dev(r, (size_t)OC * s->C * 2) : NULL;
+    float *y = selftest_dev(r, (size_t)N * OC * 4), *pre = selftest_dev(r, (size_t)N * OC * 4);
     if (r->broken) return;
     if (bf16) r->o->to_bf16(r->ctx, w16, w, (size_t)OC * s->C);
     if (r->o->matmul_forward_gelu) {
@@ -110,16 +118,16 @@ static void t_matmul_gelu(struct run *r, bool bf16)
         r->o->matmul_forward(r->ctx, pre, x, w, w16, bias, N, s->C, OC);
         r->o->gelu_forward(r->ctx, y, pre, (size_t)N * OC);
     }
-    out(r, "pre", pre, (size_t)N * OC);
-    out(r, "gelu", y, (size_t)N * OC);
+    selftest_out(r, "pre", pre, (size_t)N * OC);
+    selftest_out(r, "gelu", y, (size_t)N * OC);
 }
 
-void t_matmul_gelu_f32(struct run *r)
+void selftest_matmul_gelu_f32(struct run *r)
 {
     t_matmul_gelu(r, false);
 }
 
-void t_matmul_gelu_bf16(struct run *r)
+void selftest_matmul_gelu_bf16(struct run *r)
 {
     t_matmul_gelu(r, true);
 }
@@ -128,32 +136,32 @@ static void t_matmul_backward(struct run *r, bool bf16)
 {
     const struct shape *s = r->s;
     int N = (int)N_ROWS(s), C = s->C, OC = s->OC;
-    float *x = rnd(r, (size_t)N * C, 1, 0), *w = rnd(r, (size_t)OC * C, 0.1f, 0);
-    float *dy = rnd(r, (size_t)N * OC, 1, 0);
-    float *dx = dev(r, (size_t)N * C * 4), *dx2 = dev(r, (size_t)N * C * 4);
-    float *dw = rnd(r, (size_t)OC * C, 1, 0), *db = rnd(r, OC, 1, 0);
-    float *dw2 = rnd(r, (size_t)OC * C, 1, 0), *db2 = rnd(r, OC, 1, 0);
-    uint16_t *w16 = bf16 ? dev(r, (size_t)OC * C * 2) : NULL;
+    float *x = selftest_rnd(r, (size_t)N * C, 1, 0), *w = selftest_rnd(r, (size_t)OC * C, 0.1f, 0);
+    float *dy = selftest_rnd(r, (size_t)N * OC, 1, 0);
+    float *dx = selftest_dev(r, (size_t)N * C * 4), *dx2 = selftest_dev(r, (size_t)N * C * 4);
+    float *dw = selftest_rnd(r, (size_t)OC * C, 1, 0), *db = selftest_rnd(r, OC, 1, 0);
+    float *dw2 = selftest_rnd(r, (size_t)OC * C, 1, 0), *db2 = selftest_rnd(r, OC, 1, 0);
+    uint16_t *w16 = bf16 ? selftest_dev(r, (size_t)OC * C * 2) : NULL;
     if (r->broken) return;
     if (bf16) r->o->to_bf16(r->ctx, w16, w, (size_t)OC * C);
     r->o->matmul_backward(r->ctx, dx, dw, db, dy, x, w, w16, N, C, OC, true);
-    out(r, "dinp", dx, (size_t)N * C);
-    out(r, "dw_acc", dw, (size_t)OC * C);
-    out_fp32(r, "dbias_acc", db, OC);
+    selftest_out(r, "dinp", dx, (size_t)N * C);
+    selftest_out(r, "dw_acc", dw, (size_t)OC * C);
+    selftest_out_fp32(r, "dbias_acc", db, OC);
     /* split backward: the input gradient alone, then the weights' alone */
     r->o->matmul_backward(r->ctx, dx2, NULL, NULL, dy, x, w, w16, N, C, OC, false);
     r->o->matmul_backward(r->ctx, NULL, dw2, db2, dy, x, w, w16, N, C, OC, false);
-    out(r, "dinp_only", dx2, (size_t)N * C);
-    out(r, "dw_only", dw2, (size_t)OC * C);
-    out_fp32(r, "dbias", db2, OC);
+    selftest_out(r, "dinp_only", dx2, (size_t)N * C);
+    selftest_out(r, "dw_only", dw2, (size_t)OC * C);
+    selftest_out_fp32(r, "dbias", db2, OC);
 }
 
-void t_matmul_backward_f32(struct run *r)
+void selftest_matmul_backward_f32(struct run *r)
 {
     t_matmul_backward(r, false);
 }
 
-void t_matmul_backward_bf16(struct run *r)
+void selftest_matmul_backward_bf16(struct run *r)
 {
     t_matmul_backward(r, true);
 }
@@ -163,29 +171,29 @@ static void t_quantize_fp8(struct run *r, enum fp8_format fmt, const int tiles[3
 {
     const struct shape *s = r->s;
     int N = (int)N_ROWS(s), C = s->C;
-    float *x = rnd(r, (size_t)N * C, fmt == FP8_E5M2 ? 1e-3f : 3.0f, 0);
+    float *x = selftest_rnd(r, (size_t)N * C, fmt == FP8_E5M2 ? 1e-3f : 3.0f, 0);
     for (int k = 0; k < 3; k++) {
         int tr = tiles[k][0], tc = tiles[k][1];
-        uint8_t *q = dev(r, (size_t)N * C);
-        float *sc = dev(r, fp8_scale_count(N, C, tr, tc) * sizeof(float));
+        uint8_t *q = selftest_dev(r, (size_t)N * C);
+        float *sc = selftest_dev(r, fp8_scale_count(N, C, tr, tc) * sizeof(float));
         if (r->broken) return;
         r->o->quantize_fp8(r->ctx, q, sc, x, N, C, tr, tc, fmt);
-        out8(r, k == 0 ? "codes_a" : k == 1 ? "codes_b" : "codes_c", q, (size_t)N * C);
-        out(r,
-            k == 0   ? "scales_a"
-            : k == 1 ? "scales_b"
-                     : "scales_c",
-            sc, fp8_scale_count(N, C, tr, tc));
+        selftest_out8(r, k == 0 ? "codes_a" : k == 1 ? "codes_b" : "codes_c", q, (size_t)N * C);
+        selftest_out(r,
+                     k == 0   ? "scales_a"
+                     : k == 1 ? "scales_b"
+                              : "scales_c",
+                     sc, fp8_scale_count(N, C, tr, tc));
     }
 }
 
-void t_quantize_e4m3(struct run *r)
+void selftest_quantize_e4m3(struct run *r)
 {
     static const int tiles[3][2] = {{0, 0}, {1, FP8_TILE}, {FP8_TILE, FP8_TILE}};
     t_quantize_fp8(r, FP8_E4M3, tiles);
 }
 
-void t_quantize_e5m2(struct run *r)
+void selftest_quantize_e5m2(struct run *r)
 {
     static const int tiles[3][2] = {{0, 0}, {FP8_TILE, 1}, {1, FP8_TILE}};
     t_quantize_fp8(r, FP8_E5M2, tiles);
@@ -196,9 +204,9 @@ static uint8_t *fp8_weight(struct run *r, enum fp8_scaling scaling, float **scal
 {
     const struct shape *s = r->s;
     int e = fp8_weight_tile(scaling);
-    float *w = rnd(r, (size_t)s->OC * s->C, 0.1f, 0);
-    uint8_t *w8 = dev(r, (size_t)s->OC * s->C);
-    *scales = dev(r, fp8_scale_count(s->OC, s->C, e, e) * sizeof(float));
+    float *w = selftest_rnd(r, (size_t)s->OC * s->C, 0.1f, 0);
+    uint8_t *w8 = selftest_dev(r, (size_t)s->OC * s->C);
+    *scales = selftest_dev(r, fp8_scale_count(s->OC, s->C, e, e) * sizeof(float));
     if (r->broken) return NULL;
     r->o->quantize_fp8(r->ctx, w8, *scales, w, s->OC, s->C, e, e, FP8_E4M3);
     return w8;
@@ -208,22 +216,23 @@ static void t_matmul_forward_fp8(struct run *r, enum fp8_scaling scaling)
 {
     const struct shape *s = r->s;
     int N = (int)N_ROWS(s);
-    float *x = rnd(r, (size_t)N * s->C, 1, 0), *bias = rnd(r, s->OC, 1, 0), *ws;
+    float *x = selftest_rnd(r, (size_t)N * s->C, 1, 0), *bias = selftest_rnd(r, s->OC, 1, 0), *ws;
     uint8_t *w8 = fp8_weight(r, scaling, &ws);
-    float *y1 = dev(r, (size_t)N * s->OC * 4), *y2 = dev(r, (size_t)N * s->OC * 4);
+    float *y1 = selftest_dev(r, (size_t)N * s->OC * 4),
+          *y2 = selftest_dev(r, (size_t)N * s->OC * 4);
     if (r->broken) return;
     r->o->matmul_forward_fp8(r->ctx, y1, x, w8, ws, bias, N, s->C, s->OC, scaling);
     r->o->matmul_forward_fp8(r->ctx, y2, x, w8, ws, NULL, N, s->C, s->OC, scaling);
-    out(r, "out_bias", y1, (size_t)N * s->OC);
-    out(r, "out", y2, (size_t)N * s->OC);
+    selftest_out(r, "out_bias", y1, (size_t)N * s->OC);
+    selftest_out(r, "out", y2, (size_t)N * s->OC);
 }
 
-void t_matmul_forward_fp8_tensor(struct run *r)
+void selftest_matmul_forward_fp8_tensor(struct run *r)
 {
     t_matmul_forward_fp8(r, FP8_SCALING_TENSOR);
 }
 
-void t_matmul_forward_fp8_block(struct run *r)
+void selftest_matmul_forward_fp8_block(struct run *r)
 {
     t_matmul_forward_fp8(r, FP8_SCALING_BLOCK);
 }
@@ -232,86 +241,87 @@ static void t_matmul_backward_fp8(struct run *r, enum fp8_scaling scaling)
 {
     const struct shape *s = r->s;
     int N = (int)N_ROWS(s), C = s->C, OC = s->OC;
-    float *x = rnd(r, (size_t)N * C, 1, 0), *ws;
+    float *x = selftest_rnd(r, (size_t)N * C, 1, 0), *ws;
     uint8_t *w8 = fp8_weight(r, scaling, &ws);
-    float *dy = rnd(r, (size_t)N * OC, 1, 0);
-    float *dx = dev(r, (size_t)N * C * 4), *dx2 = dev(r, (size_t)N * C * 4);
-    float *dw = rnd(r, (size_t)OC * C, 1, 0), *db = rnd(r, OC, 1, 0);
-    float *dw2 = rnd(r, (size_t)OC * C, 1, 0), *db2 = rnd(r, OC, 1, 0);
+    float *dy = selftest_rnd(r, (size_t)N * OC, 1, 0);
+    float *dx = selftest_dev(r, (size_t)N * C * 4), *dx2 = selftest_dev(r, (size_t)N * C * 4);
+    float *dw = selftest_rnd(r, (size_t)OC * C, 1, 0), *db = selftest_rnd(r, OC, 1, 0);
+    float *dw2 = selftest_rnd(r, (size_t)OC * C, 1, 0), *db2 = selftest_rnd(r, OC, 1, 0);
     if (r->broken) return;
     r->o->matmul_backward_fp8(r->ctx, dx, dw, db, dy, x, w8, ws, N, C, OC, true, scaling);
-    out(r, "dinp", dx, (size_t)N * C);
-    out(r, "dw_acc", dw, (size_t)OC * C);
-    out(r, "dbias_acc", db, OC);
+    selftest_out(r, "dinp", dx, (size_t)N * C);
+    selftest_out(r, "dw_acc", dw, (size_t)OC * C);
+    selftest_out(r, "dbias_acc", db, OC);
     r->o->matmul_backward_fp8(r->ctx, dx2, NULL, NULL, dy, x, w8, ws, N, C, OC, false, scaling);
     r->o->matmul_backward_fp8(r->ctx, NULL, dw2, db2, dy, x, w8, ws, N, C, OC, false, scaling);
-    out(r, "dinp_only", dx2, (size_t)N * C);
-    out(r, "dw_only", dw2, (size_t)OC * C);
-    out(r, "dbias", db2, OC);
+    selftest_out(r, "dinp_only", dx2, (size_t)N * C);
+    selftest_out(r, "dw_only", dw2, (size_t)OC * C);
+    selftest_out(r, "dbias", db2, OC);
 }
 
-void t_matmul_backward_fp8_tensor(struct run *r)
+void selftest_matmul_backward_fp8_tensor(struct run *r)
 {
     t_matmul_backward_fp8(r, FP8_SCALING_TENSOR);
 }
 
-void t_matmul_backward_fp8_block(struct run *r)
+void selftest_matmul_backward_fp8_block(struct run *r)
 {
     t_matmul_backward_fp8(r, FP8_SCALING_BLOCK);
 }
 
-void t_elementwise(struct run *r)
+void selftest_elementwise(struct run *r)
 {
     const struct shape *s = r->s;
     size_t n = N_ROWS(s) * s->C;
-    float *x = rnd(r, n, 2, 0), *d = rnd(r, n, 1, 0), *b = rnd(r, s->C, 1, 0);
-    float *y = dev(r, n * 4), *dx = dev(r, n * 4), *z = rnd(r, n, 1, 0);
+    float *x = selftest_rnd(r, n, 2, 0), *d = selftest_rnd(r, n, 1, 0),
+          *b = selftest_rnd(r, s->C, 1, 0);
+    float *y = selftest_dev(r, n * 4), *dx = selftest_dev(r, n * 4), *z = selftest_rnd(r, n, 1, 0);
     if (r->broken) return;
     r->o->gelu_forward(r->ctx, y, x, n);
-    out(r, "gelu", y, n);
+    selftest_out(r, "gelu", y, n);
     r->o->gelu_backward(r->ctx, dx, x, d, n);
-    out(r, "dgelu", dx, n);
+    selftest_out(r, "dgelu", dx, n);
     r->o->residual_forward(r->ctx, z, z, x, n); /* out aliasing an input, as the runtime does */
-    out(r, "residual", z, n);
+    selftest_out(r, "residual", z, n);
     r->o->add_bias(r->ctx, z, b, (int)N_ROWS(s), s->C);
-    out(r, "add_bias", z, n);
+    selftest_out(r, "add_bias", z, n);
     r->o->copy(r->ctx, y, z, n * sizeof(float)); /* the memory ops: a copy, then zero an odd tail */
     r->o->zero(r->ctx, y + n / 3, (n - n / 3) * sizeof(float));
-    out(r, "copy/zero", y, n);
+    selftest_out(r, "copy/zero", y, n);
     /* the second and third thirds of each row of x (rows, C) packed into rows of 2C/3 of dx,
      * as the cp ring packs a row's key and value columns */
     size_t rows = N_ROWS(s), third = (size_t)s->C / 3 * sizeof(float);
     r->o->copy_rows(r->ctx, dx, 2 * third, (const char *)x + third, s->C * sizeof(float), 2 * third,
                     rows);
-    out(r, "copy_rows", dx, rows * 2 * third / sizeof(float));
+    selftest_out(r, "copy_rows", dx, rows * 2 * third / sizeof(float));
 }
 
-void t_classifier(struct run *r)
+void selftest_classifier(struct run *r)
 {
     const struct shape *s = r->s;
     size_t N = N_ROWS(s), n = N * s->Vp;
-    int32_t *tgt = tokens(r, N, s->V);
-    float *lg = rnd(r, n, 2, 0), *lg2 = rnd(r, n, 2, 0);
-    float *loss = dev(r, N * 4), *loss2 = dev(r, N * 4);
+    int32_t *tgt = selftest_tokens(r, N, s->V);
+    float *lg = selftest_rnd(r, n, 2, 0), *lg2 = selftest_rnd(r, n, 2, 0);
+    float *loss = selftest_dev(r, N * 4), *loss2 = selftest_dev(r, N * 4);
     if (r->broken) return;
     r->o->classifier(r->ctx, lg, loss, tgt, (int)N, s->V, s->Vp, 1.0f / (float)N);
-    out(r, "losses", loss, N);
-    out(r, "dlogits", lg, n);
+    selftest_out(r, "losses", loss, N);
+    selftest_out(r, "dlogits", lg, n);
     r->o->classifier(r->ctx, lg2, loss2, tgt, (int)N, s->V, s->Vp, 0.0f);
-    out(r, "losses_fwd", loss2, N);
-    out(r, "logits_kept", lg2, n);
+    selftest_out(r, "losses_fwd", loss2, N);
+    selftest_out(r, "logits_kept", lg2, n);
 }
 
 /* targets outside [0, V), as a corrupt token file would give if the loader
  * let it through (first row -1, the middle V, the last far past the row):
  * read nowhere, their losses NaN on both (rel_error: NaN on one side only
  * fails), their rows' dlogits without the one-hot term */
-void t_classifier_bad_target(struct run *r)
+void selftest_classifier_bad_target(struct run *r)
 {
     const struct shape *s = r->s;
     size_t N = N_ROWS(s), n = N * s->Vp;
-    int32_t *tgt = dev(r, N * sizeof *tgt), *h = malloc(N * sizeof *h);
-    float *lg = rnd(r, n, 2, 0), *loss = dev(r, N * 4);
+    int32_t *tgt = selftest_dev(r, N * sizeof *tgt), *h = malloc(N * sizeof *h);
+    float *lg = selftest_rnd(r, n, 2, 0), *loss = selftest_dev(r, N * 4);
     if (!h) r->broken = true;
     if (r->broken) {
         free(h);
@@ -322,8 +332,8 @@ void t_classifier_bad_target(struct run *r)
     r->o->upload(r->ctx, tgt, h, N * sizeof *h);
     free(h);
     r->o->classifier(r->ctx, lg, loss, tgt, (int)N, s->V, s->Vp, 1.0f / (float)N);
-    out(r, "losses", loss, N);
-    out(r, "dlogits", lg, n);
+    selftest_out(r, "losses", loss, N);
+    selftest_out(r, "dlogits", lg, n);
 }
 
 /* The GELU of the MLP's fused product alone (matmul_forward_gelu: on the GPU
@@ -349,9 +359,10 @@ static void t_gelu_epilogue(struct run *r, bool bf16)
     enum { N = 4096, C = 256 }; /* 2^20 points */
     size_t n = (size_t)N * C;
     float *h = malloc(n * sizeof *h), *hw = calloc((size_t)C * C, sizeof *hw);
-    float *x = dev(r, n * 4), *w = dev(r, (size_t)C * C * 4), *bias = dev(r, C * 4);
-    float *y = dev(r, n * 4), *pre = dev(r, n * 4);
-    uint16_t *w16 = bf16 ? dev(r, (size_t)C * C * 2) : NULL;
+    float *x = selftest_dev(r, n * 4), *w = selftest_dev(r, (size_t)C * C * 4),
+          *bias = selftest_dev(r, C * 4);
+    float *y = selftest_dev(r, n * 4), *pre = selftest_dev(r, n * 4);
+    uint16_t *w16 = bf16 ? selftest_dev(r, (size_t)C * C * 2) : NULL;
     if (!h || !hw) r->broken = true;
     if (r->broken) {
         free(h), free(hw);
@@ -378,49 +389,51 @@ static void t_gelu_epilogue(struct run *r, bool bf16)
         r->o->matmul_forward(r->ctx, pre, x, w, w16, bias, N, C, C);
         r->o->gelu_forward(r->ctx, y, pre, n);
     }
-    out(r, "pre", pre, n);
-    out(r, "gelu", y, n);
+    selftest_out(r, "pre", pre, n);
+    selftest_out(r, "gelu", y, n);
 }
 
-void t_gelu_epilogue_f32(struct run *r)
+void selftest_gelu_epilogue_f32(struct run *r)
 {
     t_gelu_epilogue(r, false);
 }
 
-void t_gelu_epilogue_bf16(struct run *r)
+void selftest_gelu_epilogue_bf16(struct run *r)
 {
     t_gelu_epilogue(r, true);
 }
 
 /* the vocabulary-parallel parts on one rank's shard: entries [v0, v0+nv) of a
  * (N, Vs) slice; targets fall inside and outside it */
-void t_classifier_parts(struct run *r)
+void selftest_classifier_parts(struct run *r)
 {
     const struct shape *s = r->s;
     size_t N = N_ROWS(s);
     int Vs = s->Vp / 2, nv = Vs - 3, v0 = s->V / 4;
-    int32_t *tgt = tokens(r, N, s->V);
-    float *lg = rnd(r, N * Vs, 2, 0), *mx = dev(r, N * 4), *sum = dev(r, N * 4);
-    float *tl = dev(r, N * 4), *loss = dev(r, N * 4);
+    int32_t *tgt = selftest_tokens(r, N, s->V);
+    float *lg = selftest_rnd(r, N * Vs, 2, 0), *mx = selftest_dev(r, N * 4),
+          *sum = selftest_dev(r, N * 4);
+    float *tl = selftest_dev(r, N * 4), *loss = selftest_dev(r, N * 4);
     if (r->broken) return;
     r->o->classifier_max(r->ctx, lg, mx, (int)N, nv, Vs);
     r->o->classifier_sumexp(r->ctx, lg, mx, tgt, v0, nv, Vs, sum, tl, (int)N);
     r->o->classifier_finish(r->ctx, lg, loss, tgt, mx, sum, tl, v0, nv, Vs, (int)N, 0.5f);
-    out(r, "row_max", mx, N);
-    out(r, "row_sum", sum, N);
-    out(r, "target_logit", tl, N);
-    out(r, "losses", loss, N);
-    out(r, "dlogits", lg, N * Vs);
+    selftest_out(r, "row_max", mx, N);
+    selftest_out(r, "row_sum", sum, N);
+    selftest_out(r, "target_logit", tl, N);
+    selftest_out(r, "losses", loss, N);
+    selftest_out(r, "dlogits", lg, N * Vs);
 }
 
-void t_optimizer(struct run *r)
+void selftest_optimizer(struct run *r)
 {
     const struct shape *s = r->s;
     size_t n = (size_t)s->OC * s->C + 7;
-    float *p = rnd(r, n, 0.1f, 0), *g = rnd(r, n, 1, 0), *m = rnd(r, n, 0.1f, 0);
-    float *v = rnd(r, n, 0.01f, 0.05f); /* positive second moments */
-    uint16_t *p16 = dev(r, n * 2), *x16 = dev(r, n * 2);
-    float *ss = dev(r, 3 * sizeof(float));
+    float *p = selftest_rnd(r, n, 0.1f, 0), *g = selftest_rnd(r, n, 1, 0),
+          *m = selftest_rnd(r, n, 0.1f, 0);
+    float *v = selftest_rnd(r, n, 0.01f, 0.05f); /* positive second moments */
+    uint16_t *p16 = selftest_dev(r, n * 2), *x16 = selftest_dev(r, n * 2);
+    float *ss = selftest_dev(r, 3 * sizeof(float));
     if (r->broken) return;
     /* the whole gradient, none of it, and its first 7 elements, in one call */
     const float *xs[3] = {g, g, g};
@@ -429,12 +442,12 @@ void t_optimizer(struct run *r)
     r->o->sum_squares(r->ctx, sums, xs, ns, 3);
     float sums32[3] = {(float)sums[0], (float)sums[1], (float)sums[2]};
     r->o->upload(r->ctx, ss, sums32, sizeof sums32);
-    out(r, "sum_squares", ss, 3);
+    selftest_out(r, "sum_squares", ss, 3);
     r->o->to_bf16(r->ctx, x16, g, n);
-    out16(r, "to_bf16", x16, n);
+    selftest_out16(r, "to_bf16", x16, n);
     r->o->adamw(r->ctx, p, p16, g, m, v, n, 1e-3f, 0.9, 0.95, 1e-8f, 0.1f, 0.5f, 3);
-    out(r, "p", p, n);
-    out(r, "m", m, n);
-    out(r, "v", v, n);
-    out16(r, "p16", p16, n);
+    selftest_out(r, "p", p, n);
+    selftest_out(r, "m", m, n);
+    selftest_out(r, "v", v, n);
+    selftest_out16(r, "p16", p16, n);
 }

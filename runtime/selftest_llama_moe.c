@@ -17,79 +17,82 @@ static int kv_heads(const struct shape *s)
     return s->NH % 2 == 0 ? s->NH / 2 : 1;
 }
 
-void t_rmsnorm(struct run *r)
+void selftest_rmsnorm(struct run *r)
 {
     const struct shape *s = r->s;
     size_t n = N_ROWS(s) * s->C;
-    float *x = rnd(r, n, 2, 0.5f), *w = rnd(r, s->C, 0.5f, 1);
-    float *y = dev(r, n * 4), *rstd = dev(r, N_ROWS(s) * 4);
-    float *dy = rnd(r, n, 1, 0), *dx = rnd(r, n, 1, 0);
-    float *dw = rnd(r, s->C, 1, 0), *dw2 = rnd(r, s->C, 1, 0);
+    float *x = selftest_rnd(r, n, 2, 0.5f), *w = selftest_rnd(r, s->C, 0.5f, 1);
+    float *y = selftest_dev(r, n * 4), *rstd = selftest_dev(r, N_ROWS(s) * 4);
+    float *dy = selftest_rnd(r, n, 1, 0), *dx = selftest_rnd(r, n, 1, 0);
+    float *dw = selftest_rnd(r, s->C, 1, 0), *dw2 = selftest_rnd(r, s->C, 1, 0);
     if (r->broken) return;
     int N = (int)N_ROWS(s);
     r->o->rmsnorm_forward(r->ctx, y, rstd, x, w, N, s->C, 1e-5f);
-    out(r, "out", y, n);
-    out(r, "rstd", rstd, N_ROWS(s));
+    selftest_out(r, "out", y, n);
+    selftest_out(r, "rstd", rstd, N_ROWS(s));
     r->o->rmsnorm_backward(r->ctx, dx, dw, dy, x, w, rstd, N, s->C, true);
-    out(r, "dinp+=", dx, n);
-    out(r, "dw_acc", dw, s->C);
+    selftest_out(r, "dinp+=", dx, n);
+    selftest_out(r, "dw_acc", dw, s->C);
     r->o->rmsnorm_backward(r->ctx, dx, dw2, dy, x, w, rstd, N, s->C, false);
-    out(r, "dw", dw2, s->C);
+    selftest_out(r, "dw", dw2, s->C);
 }
 
 /* q and k rotated at positions from 7 (theta 10^4), then at 0 (Llama 3's
  * 5·10^5, another table); a gradient rotated back; then positions from 1000,
  * where angles taken in fp32 instead of double put the output 2e-5 (third
  * shape) to 5e-5 (GPT-2's) off, above the limit (numpy, these inputs) */
-void t_rope(struct run *r)
+void selftest_rope(struct run *r)
 {
     const struct shape *s = r->s;
     int hs = s->C / s->NH, KV = kv_heads(s);
     size_t n = N_ROWS(s) * (size_t)(s->NH + 2 * KV) * hs;
-    float *x = rnd(r, n, 1, 0), *x2 = rnd(r, n, 1, 0), *dx = rnd(r, n, 1, 0);
-    float *far = rnd(r, n, 1, 0);
+    float *x = selftest_rnd(r, n, 1, 0), *x2 = selftest_rnd(r, n, 1, 0),
+          *dx = selftest_rnd(r, n, 1, 0);
+    float *far = selftest_rnd(r, n, 1, 0);
     if (r->broken) return;
     r->o->rope_forward(r->ctx, x, s->B, s->T, s->NH, KV, hs, 10000.0, 7);
-    out(r, "rotated pos0=7", x, n);
+    selftest_out(r, "rotated pos0=7", x, n);
     r->o->rope_forward(r->ctx, x2, s->B, s->T, s->NH, KV, hs, 500000.0, 0);
-    out(r, "rotated", x2, n);
+    selftest_out(r, "rotated", x2, n);
     r->o->rope_backward(r->ctx, dx, s->B, s->T, s->NH, KV, hs, 10000.0, 7);
-    out(r, "drotated", dx, n);
+    selftest_out(r, "drotated", dx, n);
     r->o->rope_forward(r->ctx, far, s->B, s->T, s->NH, KV, hs, 10000.0, 1000);
-    out(r, "rot pos0=1000", far, n);
+    selftest_out(r, "rot pos0=1000", far, n);
 }
 
 /* the expansion and its group sums: the same values, added in head order */
-void t_kv_expand(struct run *r)
+void selftest_kv_expand(struct run *r)
 {
     const struct shape *s = r->s;
     int hs = s->C / s->NH, N = (int)N_ROWS(s);
     const int kvs[2] = {kv_heads(s), s->NH};
     const char *names[2][2] = {{"out", "dpacked"}, {"out nkv=nh", "dpacked nkv=nh"}};
     size_t wide = N_ROWS(s) * 3 * s->C;
-    float *d = rnd(r, wide, 1, 0), *o = dev(r, wide * 4);
+    float *d = selftest_rnd(r, wide, 1, 0), *o = selftest_dev(r, wide * 4);
     for (int k = 0; k < 2 && !r->broken; k++) {
         size_t n = N_ROWS(s) * (size_t)(s->NH + 2 * kvs[k]) * hs;
-        float *packed = rnd(r, n, 1, 0), *dp = rnd(r, n, 1, 0); /* dp: overwritten */
+        float *packed = selftest_rnd(r, n, 1, 0),
+              *dp = selftest_rnd(r, n, 1, 0); /* dp: overwritten */
         if (r->broken) return;
         r->o->kv_expand(r->ctx, o, packed, N, s->NH, kvs[k], hs);
-        out(r, names[k][0], o, wide);
+        selftest_out(r, names[k][0], o, wide);
         r->o->kv_expand_backward(r->ctx, dp, d, N, s->NH, kvs[k], hs);
-        out(r, names[k][1], dp, n);
+        selftest_out(r, names[k][1], dp, n);
     }
 }
 
-void t_swiglu(struct run *r)
+void selftest_swiglu(struct run *r)
 {
     const struct shape *s = r->s;
     size_t N = N_ROWS(s), F = (size_t)s->OC;
-    float *x = rnd(r, N * 2 * F, 2, 0), *d = rnd(r, N * F, 1, 0);
-    float *y = dev(r, N * F * 4), *dx = rnd(r, N * 2 * F, 1, 0); /* dx: overwritten */
+    float *x = selftest_rnd(r, N * 2 * F, 2, 0), *d = selftest_rnd(r, N * F, 1, 0);
+    float *y = selftest_dev(r, N * F * 4),
+          *dx = selftest_rnd(r, N * 2 * F, 1, 0); /* dx: overwritten */
     if (r->broken) return;
     r->o->swiglu_forward(r->ctx, y, x, (int)N, (int)F);
-    out(r, "out", y, N * F);
+    selftest_out(r, "out", y, N * F);
     r->o->swiglu_backward(r->ctx, dx, x, d, (int)N, (int)F);
-    out(r, "dinp", dx, N * 2 * F);
+    selftest_out(r, "dinp", dx, N * 2 * F);
 }
 
 /* ---- a mixture of experts' routing (model.moe): N = B·T tokens; every integer the
@@ -117,8 +120,8 @@ static int32_t *moe_choices(struct run *r, int32_t **before)
         }
     for (int i = 0; b && i < s->runs * s->E; i++)
         b[i] = 1 + (int32_t)rng_below(&r->rng, (uint64_t)(s->capacity ? s->capacity : 50));
-    *before = s->runs > 1 ? upload_ints(r, b, (size_t)s->runs * s->E) : (free(b), NULL);
-    return upload_ints(r, h, N * s->k);
+    *before = s->runs > 1 ? selftest_upload_ints(r, b, (size_t)s->runs * s->E) : (free(b), NULL);
+    return selftest_upload_ints(r, h, N * s->k);
 }
 
 /* the backend's dispatch of moe_choices' choices; M on the host */
@@ -132,86 +135,94 @@ static void moe_dispatch_of(struct run *r, int32_t *pos, int32_t *rows, int32_t 
 }
 
 /* the router: softmax, top-k (ties to the lower expert), gates, logsumexp */
-void t_moe_route(struct run *r)
+void selftest_moe_route(struct run *r)
 {
     const struct shape *s = r->s;
     size_t N = N_ROWS(s), NE = N * s->E, Nk = N * s->k;
-    float *logits = rnd(r, NE, 2, 0), *probs = dev(r, NE * 4), *gate = dev(r, Nk * 4);
-    float *lse = dev(r, N * 4);
-    int32_t *choice = dev(r, Nk * 4);
+    float *logits = selftest_rnd(r, NE, 2, 0), *probs = selftest_dev(r, NE * 4),
+          *gate = selftest_dev(r, Nk * 4);
+    float *lse = selftest_dev(r, N * 4);
+    int32_t *choice = selftest_dev(r, Nk * 4);
     if (r->broken) return;
     r->o->moe_route(r->ctx, probs, choice, gate, lse, logits, (int)N, s->E, s->k);
-    out(r, "probs", probs, NE);
-    out_ints(r, "choice", choice, Nk);
-    out(r, "gate", gate, Nk);
-    out(r, "lse", lse, N);
+    selftest_out(r, "probs", probs, NE);
+    selftest_out_ints(r, "choice", choice, Nk);
+    selftest_out(r, "gate", gate, Nk);
+    selftest_out(r, "lse", lse, N);
 }
 
 /* the dispatch: each choice's packed row or -1, each row's token, the counts, M */
-void t_moe_dispatch(struct run *r)
+void selftest_moe_dispatch(struct run *r)
 {
     const struct shape *s = r->s;
     size_t Nk = N_ROWS(s) * s->k;
-    int32_t *pos = dev(r, Nk * 4), *rows = dev(r, Nk * 4), *counts = dev(r, 2 * (size_t)s->E * 4);
+    int32_t *pos = selftest_dev(r, Nk * 4), *rows = selftest_dev(r, Nk * 4),
+            *counts = selftest_dev(r, 2 * (size_t)s->E * 4);
     int M = 0;
     moe_dispatch_of(r, pos, rows, counts, &M);
     double kept = M;
-    out_ints(r, "pos", pos, Nk);
-    out_ints(r, "rows", rows, Nk); /* past M: the zeroed buffer on both */
-    out_ints(r, "counts", counts, (size_t)s->E);
-    out_ints(r, "routed", counts + s->E, (size_t)s->E);
-    out_host(r, "kept", &kept, 1, true);
+    selftest_out_ints(r, "pos", pos, Nk);
+    selftest_out_ints(r, "rows", rows, Nk); /* past M: the zeroed buffer on both */
+    selftest_out_ints(r, "counts", counts, (size_t)s->E);
+    selftest_out_ints(r, "routed", counts + s->E, (size_t)s->E);
+    selftest_out_host(r, "kept", &kept, 1, true);
 }
 
 /* the rows to the experts and back: gather, combine (onto what out held), the
  * combine's backward, the gather's (accumulating) */
-void t_moe_rows(struct run *r)
+void selftest_moe_rows(struct run *r)
 {
     const struct shape *s = r->s;
     size_t N = N_ROWS(s), Nk = N * s->k, C = (size_t)s->C;
-    int32_t *pos = dev(r, Nk * 4), *rows = dev(r, Nk * 4), *counts = dev(r, 2 * (size_t)s->E * 4);
-    float *x = rnd(r, N * C, 1, 0), *y = rnd(r, Nk * C, 1, 0), *gate = rnd(r, Nk, 1, 0);
-    float *dout = rnd(r, N * C, 1, 0), *o = rnd(r, N * C, 1, 0), *dx = rnd(r, N * C, 1, 0);
-    float *packed = dev(r, Nk * C * 4), *dy = dev(r, Nk * C * 4), *dgate = dev(r, Nk * 4);
+    int32_t *pos = selftest_dev(r, Nk * 4), *rows = selftest_dev(r, Nk * 4),
+            *counts = selftest_dev(r, 2 * (size_t)s->E * 4);
+    float *x = selftest_rnd(r, N * C, 1, 0), *y = selftest_rnd(r, Nk * C, 1, 0),
+          *gate = selftest_rnd(r, Nk, 1, 0);
+    float *dout = selftest_rnd(r, N * C, 1, 0), *o = selftest_rnd(r, N * C, 1, 0),
+          *dx = selftest_rnd(r, N * C, 1, 0);
+    float *packed = selftest_dev(r, Nk * C * 4), *dy = selftest_dev(r, Nk * C * 4),
+          *dgate = selftest_dev(r, Nk * 4);
     int M = 0;
     moe_dispatch_of(r, pos, rows, counts, &M);
     if (r->broken) return;
     const struct ops *x_ = r->o;
     int n = (int)N, k = s->k;
     x_->moe_gather(r->ctx, packed, x, rows, M, s->C);
-    out(r, "packed", packed, Nk * C);
+    selftest_out(r, "packed", packed, Nk * C);
     x_->moe_combine(r->ctx, o, y, gate, pos, n, k, s->C, true);
-    out(r, "combine", o, N * C);
+    selftest_out(r, "combine", o, N * C);
     x_->moe_combine_backward(r->ctx, dy, dgate, dout, y, gate, pos, n, k, s->C);
-    out(r, "dy", dy, Nk * C);
-    out(r, "dgate", dgate, Nk);
+    selftest_out(r, "dy", dy, Nk * C);
+    selftest_out(r, "dgate", dgate, Nk);
     x_->moe_gather_backward(r->ctx, dx, dy, pos, n, k, s->C, true);
-    out(r, "dx", dx, N * C);
+    selftest_out(r, "dx", dx, N * C);
 }
 
 /* the router's backward, with the gates' gradients and without, and the losses (on
  * the host), from the backend's own route of random logits */
-void t_moe_route_backward(struct run *r)
+void selftest_moe_route_backward(struct run *r)
 {
     const struct shape *s = r->s;
     size_t N = N_ROWS(s), NE = N * s->E, Nk = N * s->k;
-    float *logits = rnd(r, NE, 2, 0), *probs = dev(r, NE * 4), *gate = dev(r, Nk * 4);
-    float *lse = dev(r, N * 4), *dgate = rnd(r, Nk, 1, 0), *dl = dev(r, NE * 4);
-    float *dl_losses = dev(r, NE * 4);
-    int32_t *choice = dev(r, Nk * 4), *routed = malloc((size_t)s->E * sizeof *routed);
+    float *logits = selftest_rnd(r, NE, 2, 0), *probs = selftest_dev(r, NE * 4),
+          *gate = selftest_dev(r, Nk * 4);
+    float *lse = selftest_dev(r, N * 4), *dgate = selftest_rnd(r, Nk, 1, 0),
+          *dl = selftest_dev(r, NE * 4);
+    float *dl_losses = selftest_dev(r, NE * 4);
+    int32_t *choice = selftest_dev(r, Nk * 4), *routed = malloc((size_t)s->E * sizeof *routed);
     for (int e = 0; routed && e < s->E; e++) routed[e] = (int32_t)rng_below(&r->rng, Nk + 1);
-    int32_t *routed_d = upload_ints(r, routed, (size_t)s->E);
+    int32_t *routed_d = selftest_upload_ints(r, routed, (size_t)s->E);
     if (r->broken) return;
     int n = (int)N, E = s->E, k = s->k;
     r->o->moe_route(r->ctx, probs, choice, gate, lse, logits, n, E, k);
     r->o->moe_route_backward(r->ctx, dl, dgate, probs, choice, gate, lse, routed_d, n, E, k, 0.5f,
                              0.25f);
-    out(r, "dlogits", dl, NE);
+    selftest_out(r, "dlogits", dl, NE);
     r->o->moe_route_backward(r->ctx, dl_losses, NULL, probs, choice, gate, lse, routed_d, n, E, k,
                              0.5f, 0.25f);
-    out(r, "dlogits losses", dl_losses, NE);
+    selftest_out(r, "dlogits losses", dl_losses, NE);
     double losses[2];
     r->o->moe_losses(r->ctx, losses, probs, lse, routed_d, n, E, k, 0.01, 0.001);
-    out_host(r, "balance loss", &losses[0], 1, false);
-    out_host(r, "z-loss", &losses[1], 1, false);
+    selftest_out_host(r, "balance loss", &losses[0], 1, false);
+    selftest_out_host(r, "z-loss", &losses[1], 1, false);
 }
