@@ -1,0 +1,303 @@
+/* model_forward.c — the forward pass over one micro-batch in the ops of
+ * kernels/ops.h: a layer (GPT-2's block, or a Llama's: RMSNorm for LayerNorm,
+ * rotary positions on q and k and its key/value heads repeated between the QKV
+ * product and the attention, SwiGLU for GELU, no biases; its MLP or an MoE
+ * block), the embedding at the first stage, the final norm, logits and loss at
+ * the last (a vocabulary split across tp), and model_stage_forward taking a slot
+ * through its chunk. The backward and its recompute are model_backward.c's. */
+#include "runtime/model_forward.h"
+
+#include <stdint.h>
+
+#include "runtime/model_moe.h"
+#include "runtime/model_tp.h"
+#include "runtime/model_weights.h"
+#include "runtime/model_zero3.h"
+#include "runtime/model_zero3_pass.h"
+#include "runtime/ring_attention.h"
+
+/* ---- forward ------------------------------------------------------------------ */
+
+/* Local layer i of a slot: its activations; its parameters are the model's
+ * layer model_slot_layer(m, sl, i). */
+int model_slot_layer(const struct model *m, const struct model_slot *sl, int i)
+{
+    return gpt2_shard_layer(&m->shard, sl->chunk * m->n_layers + i);
+}
+
+/* Whether the slot's chunk embeds (the first stage's first chunk) or ends in
+ * the head (the last stage's last chunk). */
+bool model_embeds(const struct model *m, const struct model_slot *sl)
+{
+    return m->first && sl->chunk == 0;
+}
+
+bool model_heads(const struct model *m, const struct model_slot *sl)
+{
+    return m->last && sl->chunk == m->chunks - 1;
+}
+
+const float *model_layer_input(const struct model_slot *sl, int i)
+{
+    return i == 0 ? sl->input : sl->layer[i - 1].res3;
+}
+
+/* The attention of layer acts a: on bf16 tensor cores or fused where the
+ * backend has them, with att then holding only each row's log-sum-exp (its
+ * first B·NH·T floats). */
+int model_attention_fwd(struct model *m, struct layer_acts *a, int B, int T,
+                        struct plait_error *err)
+{
+    const struct ops *o = m->ops;
+    if (m->cp > 1)
+        return ring_attention_forward(m, a, B, T, err);
+    else if (m->attention_bf16)
+        o->attention_forward_bf16(m->ctx, a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
+    else if (o->attention_forward_fused)
+        o->attention_forward_fused(m->ctx, a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
+    else
+        o->attention_forward(m->ctx, a->atty, a->att, a->qkv, B, T, m->Cl, m->NHl);
+    return 0;
+}
+
+/* q, k and v of layer acts a from ln (N,C): the product into a->qkv; a
+ * Llama's rotary positions on q and k, and with grouped-query attention the
+ * product into qkv_packed, its key/value heads then repeated into a->qkv. */
+static void qkv_forward(struct model *m, struct layer_acts *a, const float *ln, int l, int B, int T)
+{
+    const struct ops *o = m->ops;
+    int N = B * T;
+    float *out = m->qkv_packed ? m->qkv_packed : a->qkv;
+    struct profile *pr = &m->prof;
+    PROF(pr, PROF_MATMUL_FWD,
+         model_linear_forward(m, out, ln, GPT2_QKVW, l, model_held(m, PARAMS, GPT2_QKVB, l), N,
+                              m->cfg.hidden, m->QKVl));
+    if (!m->cfg.llama) return;
+    if (m->cp > 1)
+        PROF(pr, PROF_ATTENTION_FWD, ring_rope(m, out, B, T, false));
+    else
+        PROF(pr, PROF_ATTENTION_FWD,
+             o->rope_forward(m->ctx, out, B, T, m->NHl, m->KVl, m->hs, m->cfg.rope_theta, 0));
+    if (m->qkv_packed)
+        PROF(pr, PROF_ATTENTION_FWD, o->kv_expand(m->ctx, a->qkv, out, N, m->NHl, m->KVl, m->hs));
+}
+
+/* The MLP's activation: GELU of fch (N,4C/tp), or a Llama's SwiGLU of its
+ * gate and up halves (N,2F/tp), into fch_gelu. */
+void model_act_forward(struct model *m, struct layer_acts *a, int N)
+{
+    model_mlp_act(m, a->fch_gelu, a->fch, N, m->Fl);
+}
+
+void model_mlp_act(const struct model *m, float *out, const float *in, int N, int F)
+{
+    if (m->cfg.llama)
+        m->ops->swiglu_forward(m->ctx, out, in, N, F);
+    else
+        m->ops->gelu_forward(m->ctx, out, in, (size_t)N * F);
+}
+
+void model_mlp_act_backward(const struct model *m, float *din, const float *in, const float *dout,
+                            int N, int F)
+{
+    if (m->cfg.llama)
+        m->ops->swiglu_backward(m->ctx, din, in, dout, N, F);
+    else
+        m->ops->gelu_backward(m->ctx, din, in, dout, (size_t)N * F);
+}
+
+/* Sequence parallel, the LayerNorms and residual adds run on this rank's R
+ * rows; each column-parallel product reads the LayerNorm's output gathered
+ * from the group, each row-parallel one is reduce-scattered back to R rows. */
+int model_layer_forward(struct model *m, struct model_slot *sl, int i, int B, int T,
+                        struct plait_error *err)
+{
+    const struct ops *o = m->ops;
+    int C = m->cfg.hidden, N = B * T, R = model_rows_of(m, N), l = model_slot_layer(m, sl, i);
+    struct layer_acts *a = &sl->layer[i];
+    const float *in = model_layer_input(sl, i), *ln;
+    float *proj;
+    struct profile *pr = &m->prof;
+    PROF(pr, PROF_LAYERNORM_FWD,
+         model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, in, GPT2_LN1W, GPT2_LN1B, l, R));
+    if (model_sp_gather(m, a->ln1, N, &ln, err)) return -1;
+    qkv_forward(m, a, ln, l, B, T);
+    int rc;
+    PROF(pr, PROF_ATTENTION_FWD, rc = model_attention_fwd(m, a, B, T, err));
+    if (rc) return -1;
+    if (model_row_parallel_forward(m, &proj, a->atty, GPT2_ATTPROJW, GPT2_ATTPROJB, l, N, m->Cl,
+                                   err))
+        return -1;
+    PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(m->ctx, a->res2, in, proj, (size_t)R * C));
+    PROF(pr, PROF_LAYERNORM_FWD,
+         model_norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, GPT2_LN2W, GPT2_LN2B, l,
+                            R));
+    if (model_sp_gather(m, a->ln2, N, &ln, err)) return -1;
+    if (gpt2_layer_moe(&m->cfg, l)) { /* an MoE block for the MLP, summed over tp */
+        if (moe_forward(m, moe_acts_of(m, sl, i), l, ln, N, &proj, err) ||
+            model_tp_sum_rows(m, proj, N, &proj, err))
+            return -1;
+        PROF(pr, PROF_RESIDUAL_FWD,
+             o->residual_forward(m->ctx, a->res3, a->res2, proj, (size_t)R * C));
+        return 0;
+    }
+    const float *fcb = model_held(m, PARAMS, GPT2_FCB, l);
+    if (o->matmul_forward_gelu && !m->cfg.llama && m->precision != PLAN_PRECISION_FP8) {
+        PROF(pr, PROF_MATMUL_FWD, /* one pass */
+             o->matmul_forward_gelu(m->ctx, a->fch_gelu, a->fch, ln, P(GPT2_FCW, l),
+                                    model_weight16(m, GPT2_FCW, l), fcb, N, C, m->FCl));
+    } else {
+        PROF(pr, PROF_MATMUL_FWD,
+             model_linear_forward(m, a->fch, ln, GPT2_FCW, l, fcb, N, C, m->FCl));
+        PROF(pr, PROF_GELU_FWD, model_act_forward(m, a, N));
+    }
+    if (model_row_parallel_forward(m, &proj, a->fch_gelu, GPT2_FCPROJW, GPT2_FCPROJB, l, N, m->Fl,
+                                   err))
+        return -1;
+    PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(m->ctx, a->res3, a->res2, proj, (size_t)R * C));
+    return 0;
+}
+
+int model_check_ops(struct model *m, const char *what, struct plait_error *err)
+{
+    char msg[512];
+    if (m->ops->take_error(m->ctx, msg, sizeof msg) == 0) return 0;
+    return error_set(err, "%s backend, %s: %s", m->ops->name, what, msg);
+}
+
+/* The loss over a vocabulary split across the tp group (the full logits are
+ * never gathered): row max, then Σexp and the target's logit, reduced between. */
+static int vocab_parallel_loss(struct model *m, struct model_slot *sl, int N, float grad_scale,
+                               struct plait_error *err)
+{
+    const struct ops *o = m->ops;
+    float *mx = m->ce_stats, *sum = mx + N, *tl = sum + N;
+    o->classifier_max(m->ctx, sl->logits, mx, N, m->nv, m->Vpl);
+    if (model_tp_reduce(m, mx, (size_t)N, true, err)) return -1;
+    o->classifier_sumexp(m->ctx, sl->logits, mx, sl->targets, m->v0, m->nv, m->Vpl, sum, tl, N);
+    if (model_tp_reduce(m, sum, 2 * (size_t)N, false, err)) return -1; /* sums and target logits */
+    o->classifier_finish(m->ctx, sl->logits, m->losses, sl->targets, mx, sum, tl, m->v0, m->nv,
+                         m->Vpl, N, grad_scale);
+    return 0;
+}
+
+/* The last stage's head: final LayerNorm, logits, and with targets the loss. */
+static int head_forward(struct model *m, struct model_slot *sl, const int32_t *targets, int N,
+                        float grad_scale, double *mean_loss, struct plait_error *err)
+{
+    const struct ops *o = m->ops;
+    int C = m->cfg.hidden;
+    const float *lnf;
+    struct profile *pr = &m->prof;
+    PROF(pr, PROF_LAYERNORM_FWD,
+         model_norm_forward(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->layer[m->n_layers - 1].res3,
+                            GPT2_LNFW, GPT2_LNFB, 0, model_rows_of(m, N)));
+    if (model_sp_gather(m, sl->lnf, N, &lnf, err)) return -1;
+    PROF(pr, PROF_LM_HEAD_FWD,
+         o->matmul_forward(m->ctx, sl->logits, lnf, P(m->head, 0), model_weight16(m, m->head, 0),
+                           NULL, N, C, m->Vpl));
+    if (!targets) return 0;
+    o->upload(m->ctx, sl->targets, targets, (size_t)N * sizeof(int32_t));
+    if (m->tp.size == 1) {
+        PROF(pr, PROF_LOSS,
+             o->classifier(m->ctx, sl->logits, m->losses, sl->targets, N, m->cfg.vocab,
+                           m->cfg.padded_vocab, grad_scale));
+    } else {
+        double t0 = prof_clock(pr);
+        if (vocab_parallel_loss(m, sl, N, grad_scale, err)) return -1;
+        if (!pr->paused) pr->seconds[PROF_LOSS] += prof_clock(pr) - t0;
+    }
+    o->download(m->ctx, m->losses_host, m->losses, (size_t)N * sizeof(float));
+    double sum = 0;
+    for (int i = 0; i < N; i++) sum += m->losses_host[i];
+    if (mean_loss) *mean_loss = sum / N;
+    return 0;
+}
+
+int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const int32_t *targets,
+                        int B, int T, float grad_scale, double *mean_loss, struct plait_error *err)
+{
+    const struct ops *o = m->ops;
+    int C = m->cfg.hidden, N = B * T;
+    if (B > m->B || T > m->T || T > m->cfg.max_seq_len || slot < 0 || slot >= m->n_slots ||
+        m->slots[slot].chunk < 0 || m->slots[slot].chunk >= m->chunks)
+        return error_set(err,
+                         "micro-batch %d×%d in slot %d (chunk %d) exceeds the model's buffers "
+                         "(%d×%d, %d slots, %d chunks)",
+                         B, T, slot, slot < 0 || slot >= m->n_slots ? -1 : m->slots[slot].chunk,
+                         m->B, m->T, m->n_slots, m->chunks);
+    if (m->sp && N % m->tp.size != 0)
+        return error_set(err,
+                         "micro-batch %d×%d: %d rows do not split over the %d ranks of "
+                         "sequence parallelism",
+                         B, T, N, m->tp.size);
+    struct model_slot *sl = &m->slots[slot];
+    struct profile *pr = &m->prof;
+    if (model_embeds(m, sl) &&
+        (model_hold_unit(m, MZ3_EMBEDDINGS, err) || model_z3_next(m, sl, -1, true, err)))
+        return -1;
+    if (model_embeds(m, sl)) {
+        o->upload(m->ctx, sl->tokens, tokens, (size_t)N * sizeof(int32_t));
+        /* vocabulary-parallel: each rank its rows of wte, one of them wpe; the sum is
+         * exact (all-reduced, or reduce-scattered to this rank's rows) */
+        float *emb = m->sp ? m->whole : sl->input;
+        const float *wpe = m->tp.rank == 0 ? model_held(m, PARAMS, GPT2_WPE, 0) : NULL;
+        if (m->cp > 1)
+            PROF(pr, PROF_EMBED_FWD,
+                 ring_encoder_forward(m, emb, sl->tokens, P(GPT2_WTE, 0), wpe, B, T));
+        else
+            PROF(pr, PROF_EMBED_FWD,
+                 o->encoder_forward(m->ctx, emb, sl->tokens, P(GPT2_WTE, 0), m->v0, m->Vpl, wpe,
+                                    B, T, C));
+        if (m->sp ? model_sp_scatter(m, emb, sl->input, N, err)
+                  : model_tp_reduce(m, emb, (size_t)N * C, false, err))
+            return -1;
+        /* (kept for a tied head on this slot: the head uses the same unit) */
+        if (!(model_heads(m, sl) && model_tied_head(m)) && mz3_drop(m, MZ3_EMBEDDINGS, err))
+            return -1;
+    }
+    sl->grad_scale = grad_scale;
+    for (int i = 0; i < m->n_layers; i++) {
+        int u = model_z3_unit(m, sl, i);
+        if (model_z3_next(m, sl, i, true, err) || model_hold_unit(m, u, err) ||
+            model_layer_forward(m, sl, i, B, T, err) || mz3_drop(m, u, err))
+            return -1;
+    }
+    if (m->n_moe && grad_scale != 0) moe_count(m, sl, N); /* a training forward's */
+    if (model_heads(m, sl) && (model_z3_head(m, true, err) ||
+                               head_forward(m, sl, targets, N, grad_scale, mean_loss, err) ||
+                               (grad_scale == 0 && model_z3_head(m, false, err))))
+        return -1;
+    return model_check_ops(m, "forward", err);
+}
+
+int model_forward(struct model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
+                  float grad_scale, double *mean_loss, struct plait_error *err)
+{
+    return model_stage_forward(m, 0, inputs, targets, B, T, grad_scale, mean_loss, err);
+}
+
+float *model_stage_input(struct model *m, int slot)
+{
+    return m->slots[slot].input;
+}
+
+size_t model_stage_floats(const struct model *m, int B, int T)
+{
+    return (size_t)model_rows_of(m, B * T) * (size_t)m->cfg.hidden;
+}
+
+const float *model_stage_output(const struct model *m, int slot)
+{
+    return m->slots[slot].layer[m->n_layers - 1].res3;
+}
+
+const float *model_stage_input_grad(const struct model *m)
+{
+    return m->dres;
+}
+
+const float *model_logits(const struct model *m)
+{
+    return m->slots[0].logits;
+}
