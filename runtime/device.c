@@ -1,7 +1,7 @@
 /* device.c — the device a rank trains on: the op backend from parallel.device
  * and PLAIT_DEVICE, the collective backend that fits it, and the device's
  * rates (its measured matrix product, its GPU's datasheet peak). The model and
- * the collectives are model.c's and parallel.c's. */
+ * the collectives are the model's (runtime/model_tp.c) and parallel.c's. */
 #include "runtime/device.h"
 
 #include <stdio.h>

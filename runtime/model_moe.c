@@ -2,7 +2,8 @@
  * kernels/ops.h's moe_* ops, each expert's MLP (the arch's: GELU with biases, or
  * SwiGLU) on its packed rows through the same products as the dense MLP, the
  * shared experts on every row, and the losses and routing counts the training
- * loop reports. The layer around it (norms, attention, residuals) is model.c's. */
+ * loop reports. The layer around it (norms, attention, residuals) is model_forward.c's and
+ * model_backward.c's. */
 #include "runtime/model_moe.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
 /* model_moe.h — a mixture-of-experts block in place of a layer's MLP
- * (model.moe; runtime/model.c calls it from a layer's forward and backward):
+ * (model.moe; runtime/model_forward.c and model_backward.c call it from a layer's passes):
  * the router, the top-k routing and its capacity, each expert's MLP on the
  * rows it took, the gates' combination, the shared experts, and the balance
  * and z losses, all through kernels/ops.h. A rank holds E/ep of the routed experts
@@ -80,7 +80,7 @@ int moe_ep_lanes_init(struct model *m, struct plait_error *err);
 void moe_ep_lanes_free(struct model *m);
 void moe_ep_lane_enter(void *model, int lane);
 
-/* model.c's, for this file: tensor t of layer l (its weights, or with grads its
+/* model_weights.c's and model_forward.c's, for this file: tensor t of layer l (its weights, or with grads its
  * gradient; the bf16 copy of its weights or NULL), and the MLP's activation (GELU of
  * N·F elements, or a Llama's SwiGLU of N rows of 2F) and its backward. */
 float *model_tensor(const struct model *m, bool grads, enum gpt2_tensor t, int l);

@@ -1,4 +1,4 @@
-/* model_zero3.h — ZeRO 3 inside the model's passes (runtime/model.c): the
+/* model_zero3.h — ZeRO 3 inside the model's passes (runtime/model_zero3_pass.c): the
  * units a pass needs gathered into the parameter windows (runtime/zero3.h)
  * just before they are used, the next one prefetched while the current one
  * computes, and released after; each gradient contribution written into a
@@ -34,7 +34,7 @@ int mz3_layer_unit(int b);
 int mz3_last_unit(const struct model *m);
 
 /* Starts unit u's gather (a prefetch); holds it gathered (waiting for it;
- * the copies its window carries are the caller's: runtime/model.c); releases
+ * the copies its window carries are the caller's: runtime/model_zero3_pass.c); releases
  * it, or with m->z3_keep leaves it gathered (its window is its own) for the
  * passes after: the weights stay the same until the step's end. */
 int mz3_want(struct model *m, int u, struct plait_error *err);

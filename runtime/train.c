@@ -3,7 +3,7 @@
  * in turn (micro-batches, the gradients' sums and the optimizer, the loss,
  * the report, evaluation, a stop, a checkpoint). A step's micro-batches are
  * train_batches.c's, its checkpoints train_save.c's, what it says report.c's;
- * the maths is model.c's and optim.c's. */
+ * the maths is the model's (runtime/model*.c) and optim.c's. */
 #include "runtime/train.h"
 
 #include <math.h>

@@ -221,7 +221,7 @@ static double zero2_handovers(const struct plan *p, struct cost_layout l, int st
 static int stage_chunks(const struct plan *p, int pp, bool *split);
 
 /* The elements ZeRO 3 moves over dp in a step on `stage`, gathers and
- * reduce-scatters together, as runtime/model.c runs them, with Ψ the stage's
+ * reduce-scatters together, as runtime/model_zero3_pass.c runs them, with Ψ the stage's
  * parameters, Ψ_L its layers' and Ψ_e its embeddings' unit (wte and wpe; a
  * last stage's tied wte). A micro-batch's forward gathers every unit and its
  * backward the layers again (the head's units stay from the forward to the
@@ -378,7 +378,7 @@ static double moe_rows(const struct plan *p, double N)
 }
 
 /* The forward passes a micro-batch runs through an MoE block: its own, and with full
- * recompute the backward's again, twice with a split backward (runtime/model.c's
+ * recompute the backward's again, twice with a split backward (runtime/model_backward.c's
  * layer_backward and layer_weights each rerun the layer; selective recompute reruns the
  * attention alone). */
 static int moe_forwards(const struct plan *p, int pp)
