@@ -80,9 +80,10 @@ int moe_ep_lanes_init(struct model *m, struct plait_error *err);
 void moe_ep_lanes_free(struct model *m);
 void moe_ep_lane_enter(void *model, int lane);
 
-/* model_weights.c's and model_forward.c's, for this file: tensor t of layer l (its weights, or with grads its
- * gradient; the bf16 copy of its weights or NULL), and the MLP's activation (GELU of
- * N·F elements, or a Llama's SwiGLU of N rows of 2F) and its backward. */
+/* model_weights.c's and model_forward.c's, for this file: tensor t of layer l (its
+ * weights, or with grads its gradient; the bf16 copy of its weights or NULL), and the
+ * MLP's activation (GELU of N·F elements, or a Llama's SwiGLU of N rows of 2F) and its
+ * backward. */
 float *model_tensor(const struct model *m, bool grads, enum gpt2_tensor t, int l);
 const uint16_t *model_tensor16(const struct model *m, enum gpt2_tensor t, int l);
 void model_mlp_act(const struct model *m, float *out, const float *in, int N, int F);
