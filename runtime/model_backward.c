@@ -17,15 +17,21 @@
 
 /* ---- backward ------------------------------------------------------------------ */
 
-/* Recomputes what the recompute policy did not keep for local layer i. */
+/* Recomputes what the recompute policy did not keep for local layer i: for a split
+ * backward's weight pass (weights) of an MoE layer, under full recompute, only what its
+ * attention's products read (its MoE block's weight gradients came with its input
+ * gradient), so the block, its routing and its all-to-alls do not run a third time. */
 static int layer_recompute(struct model *m, struct model_slot *sl, int i, int B, int T,
-                           struct plait_error *err)
+                           bool weights, struct plait_error *err)
 {
     struct layer_acts *a = &sl->layer[i];
-    if (m->recompute == PLAN_RECOMPUTE_FULL) return model_layer_forward(m, sl, i, B, T, err);
+    bool moe = gpt2_layer_moe(&m->cfg, model_slot_layer(m, sl, i));
+    if (m->recompute == PLAN_RECOMPUTE_FULL)
+        return weights && moe ? model_layer_attention_forward(m, sl, i, B, T, err)
+                              : model_layer_forward(m, sl, i, B, T, err);
     if (m->recompute == PLAN_RECOMPUTE_SELECTIVE) {
         if (model_attention_fwd(m, a, B, T, err)) return -1;
-        if (!gpt2_layer_moe(&m->cfg, model_slot_layer(m, sl, i))) model_act_forward(m, a, B * T);
+        if (!moe) model_act_forward(m, a, B * T);
     }
     return 0;
 }
@@ -33,12 +39,12 @@ static int layer_recompute(struct model *m, struct model_slot *sl, int i, int B,
 /* Reruns what the recompute policy did not keep for local layer i, timed as
  * recompute, not as forward. */
 static int recompute_timed(struct model *m, struct model_slot *sl, int i, int B, int T,
-                           struct plait_error *err)
+                           bool weights, struct plait_error *err)
 {
     struct profile *pr = &m->prof;
     double t0 = prof_clock(pr);
     pr->paused++;
-    int rc = layer_recompute(m, sl, i, B, T, err);
+    int rc = layer_recompute(m, sl, i, B, T, weights, err);
     pr->paused--;
     if (rc) return -1;
     if (!pr->paused) pr->seconds[PROF_RECOMPUTE] += prof_clock(pr) - t0;
@@ -158,7 +164,7 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
     float *dln;
     struct profile *pr = &m->prof;
     bool w = pass == BWD_ALL; /* the weight gradients too (their inputs gathered) */
-    if (recompute_timed(m, sl, i, B, T, err)) return -1;
+    if (recompute_timed(m, sl, i, B, T, false, err)) return -1;
     /* MLP: res3 = res2 + fcproj(act(fc(ln2(res2)))), or + the MoE block's output */
     if (model_sp_gather(m, m->dres, N, &dout, err)) return -1;
     bool moe = gpt2_layer_moe(&m->cfg, l); /* its input gathered beside dout, sequence parallel */
@@ -204,7 +210,7 @@ static int layer_weights(struct model *m, struct model_slot *sl, int i, int B, i
     struct profile *pr = &m->prof;
     const float *ln;
 #define GB(t) model_held(m, GRADS, t, l)
-    if (recompute_timed(m, sl, i, B, T, err)) return -1;
+    if (recompute_timed(m, sl, i, B, T, true, err)) return -1;
     if (!gpt2_layer_moe(&m->cfg, l)) { /* (an MoE block's came with its input gradient) */
         PROF(pr, PROF_MATMUL_BWD,
              model_linear_backward(m, NULL, G(GPT2_FCPROJW, l), GB(GPT2_FCPROJB), a->g_fcproj,

@@ -109,6 +109,22 @@ void model_mlp_act_backward(const struct model *m, float *din, const float *in, 
 /* Sequence parallel, the LayerNorms and residual adds run on this rank's R
  * rows; each column-parallel product reads the LayerNorm's output gathered
  * from the group, each row-parallel one is reduce-scattered back to R rows. */
+int model_layer_attention_forward(struct model *m, struct model_slot *sl, int i, int B, int T,
+                                  struct plait_error *err)
+{
+    int N = B * T, R = model_rows_of(m, N), l = model_slot_layer(m, sl, i);
+    struct layer_acts *a = &sl->layer[i];
+    const float *in = model_layer_input(sl, i), *ln;
+    struct profile *pr = &m->prof;
+    PROF(pr, PROF_LAYERNORM_FWD,
+         model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, in, GPT2_LN1W, GPT2_LN1B, l, R));
+    if (model_sp_gather(m, a->ln1, N, &ln, err)) return -1;
+    qkv_forward(m, a, ln, l, B, T);
+    int rc;
+    PROF(pr, PROF_ATTENTION_FWD, rc = model_attention_fwd(m, a, B, T, err));
+    return rc;
+}
+
 int model_layer_forward(struct model *m, struct model_slot *sl, int i, int B, int T,
                         struct plait_error *err)
 {
@@ -118,13 +134,7 @@ int model_layer_forward(struct model *m, struct model_slot *sl, int i, int B, in
     const float *in = model_layer_input(sl, i), *ln;
     float *proj;
     struct profile *pr = &m->prof;
-    PROF(pr, PROF_LAYERNORM_FWD,
-         model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, in, GPT2_LN1W, GPT2_LN1B, l, R));
-    if (model_sp_gather(m, a->ln1, N, &ln, err)) return -1;
-    qkv_forward(m, a, ln, l, B, T);
-    int rc;
-    PROF(pr, PROF_ATTENTION_FWD, rc = model_attention_fwd(m, a, B, T, err));
-    if (rc) return -1;
+    if (model_layer_attention_forward(m, sl, i, B, T, err)) return -1;
     if (model_row_parallel_forward(m, &proj, a->atty, GPT2_ATTPROJW, GPT2_ATTPROJB, l, N, m->Cl,
                                    err))
         return -1;

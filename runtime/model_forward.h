@@ -17,12 +17,15 @@ bool model_heads(const struct model *m, const struct model_slot *sl);
 const float *model_layer_input(const struct model_slot *sl, int i);
 
 /* The attention of layer acts a; the MLP's activation into fch_gelu; the slot's
- * local layer i forward. */
+ * local layer i forward, and its first part alone (ln1, qkv and the attention's output
+ * atty: what the products' weight gradients of an MoE layer read). */
 int model_attention_fwd(struct model *m, struct layer_acts *a, int B, int T,
                         struct plait_error *err);
 void model_act_forward(struct model *m, struct layer_acts *a, int N);
 int model_layer_forward(struct model *m, struct model_slot *sl, int i, int B, int T,
                         struct plait_error *err);
+int model_layer_attention_forward(struct model *m, struct model_slot *sl, int i, int B, int T,
+                                  struct plait_error *err);
 
 /* The backend's error since the last check, if any, with err saying what failed. */
 int model_check_ops(struct model *m, const char *what, struct plait_error *err);

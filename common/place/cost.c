@@ -378,14 +378,12 @@ static double moe_rows(const struct plan *p, double N)
 }
 
 /* The forward passes a micro-batch runs through an MoE block: its own, and with full
- * recompute the backward's again, twice with a split backward (runtime/model_backward.c's
- * layer_backward and layer_weights each rerun the layer; selective recompute reruns the
- * attention alone). */
-static int moe_forwards(const struct plan *p, int pp)
+ * recompute the backward's again (runtime/model_backward.c's layer_backward; a split
+ * backward's weight pass reruns only the attention, layer_recompute; selective recompute
+ * reruns the attention alone). */
+static int moe_forwards(const struct plan *p)
 {
-    bool split;
-    stage_chunks(p, pp, &split);
-    return 1 + (p->recompute == PLAN_RECOMPUTE_FULL ? (split ? 2 : 1) : 0);
+    return 1 + (p->recompute == PLAN_RECOMPUTE_FULL ? 1 : 0);
 }
 
 /* Bytes one rank of `stage` sends over its ep group per optimizer step
@@ -404,7 +402,7 @@ static double ep_alltoall_bytes(const struct plan *p, struct cost_layout l, int 
     double away = (ep - 1.0) / ep, N = (double)p->batch.micro_batch * p->model.seq_len / cp_of(p);
     double rows = away * moe_rows(p, N) * p->model.hidden * 4.0;
     double counts = away * p->model.moe.experts * 8.0;
-    double per_layer = moe_forwards(p, l.pp) * (counts + 2 * rows) + 2 * rows;
+    double per_layer = moe_forwards(p) * (counts + 2 * rows) + 2 * rows;
     return per_layer * shard_moe_layers(&s) * p->batch.grad_accum;
 }
 
@@ -417,7 +415,7 @@ static double cp_moe_count_bytes(const struct plan *p, struct cost_layout l, int
     struct gpt2_shard s;
     if (cp == 1 || !p->model.moe.given || stage_shard(p, l, stage, &s)) return 0;
     double table = 8.0 * p->batch.micro_batch * 2 * cp * p->model.moe.experts;
-    return moe_forwards(p, l.pp) * ring_allreduce_bytes(table, cp) * shard_moe_layers(&s) *
+    return moe_forwards(p) * ring_allreduce_bytes(table, cp) * shard_moe_layers(&s) *
            p->batch.grad_accum;
 }
 

@@ -260,6 +260,30 @@ LAYOUTS
 }
 check ep2_and_ep4_match_one_rank test_ep2_and_ep4_match_one_rank
 
+# Full recompute with a split backward (zb-h1): the input-gradient pass reruns the layer,
+# its MoE block's all-to-alls with it, and the weight pass reruns only what the attention's
+# products read (an MoE block's weight gradients came with its input gradient). Against one
+# rank within 1e-5, and the ep group's bytes a step 1.5× those without recompute (a forward
+# again beside a forward and a backward; 2× when the weight pass reran the block too)
+test_a_split_backwards_weight_pass_exchanges_nothing() {
+    local zb=(--set parallel.pp=2 --set parallel.schedule=zb-h1 --set parallel.dp=2
+        --set parallel.ep=2 --set batch.grad_accum=2)
+    ref one_a4 4 || return 1
+    layout zb_full one_a4 1e-5 "${zb[@]}" --set recompute=full || return 1
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/zb_none" "${COMMON[@]}" "${zb[@]}" \
+        >"$WORK/zb_none.log" 2>&1 || { tail "$WORK/zb_none.log"; return 1; }
+    "$PY" - "$WORK/zb_none/metrics.jsonl" "$WORK/zb_full/metrics.jsonl" <<'PYEOF'
+import json, sys
+none, full = ([json.loads(l)["parallel"]["bytes"]["ep"] for l in open(p) if '"step"' in l]
+              for p in sys.argv[1:3])
+ratios = [f / n for n, f in zip(none, full)]
+assert len(ratios) == 12 and all(1.45 < r < 1.55 for r in ratios), ratios
+print(f"ep bytes with full recompute: {min(ratios):.4f}..{max(ratios):.4f}x those without")
+PYEOF
+}
+check a_split_backwards_weight_pass_exchanges_nothing \
+    test_a_split_backwards_weight_pass_exchanges_nothing
+
 # Evaluation (forwards only, their rows exchanged all the same) at dp 4 × ep 2 as one rank
 check evaluation_at_ep2_matches_one_rank evaluates_as_one_rank eval_dp4_ep2 --set parallel.dp=4 \
     --set parallel.ep=2 --set batch.grad_accum=1
