@@ -17,10 +17,12 @@
 
 /* ---- backward ------------------------------------------------------------------ */
 
-/* Recomputes what the recompute policy did not keep for local layer i: for a split
- * backward's weight pass (weights) of an MoE layer, under full recompute, only what its
- * attention's products read (its MoE block's weight gradients came with its input
- * gradient), so the block, its routing and its all-to-alls do not run a third time. */
+/* Recomputes what the recompute policy did not keep for local layer i, or for a split
+ * backward's weight pass (weights) what its products read: under full recompute an MoE
+ * layer's attention alone (its MoE block's weight gradients came with its input gradient,
+ * so the block, its routing and its all-to-alls do not run a third time); under selective
+ * recompute the MLP's activation alone (the attention's probabilities feed no product's
+ * weight gradient). */
 static int layer_recompute(struct model *m, struct model_slot *sl, int i, int B, int T,
                            bool weights, struct plait_error *err)
 {
@@ -30,7 +32,7 @@ static int layer_recompute(struct model *m, struct model_slot *sl, int i, int B,
         return weights && moe ? model_layer_attention_forward(m, sl, i, B, T, err)
                               : model_layer_forward(m, sl, i, B, T, err);
     if (m->recompute == PLAN_RECOMPUTE_SELECTIVE) {
-        if (model_attention_fwd(m, a, B, T, err)) return -1;
+        if (!weights && model_attention_fwd(m, a, B, T, err)) return -1;
         if (!moe) model_act_forward(m, a, B * T);
     }
     return 0;
