@@ -12,7 +12,8 @@
 # a GPU fp8 run stopped mid-step resumes to the bit (its fp8 weight copy
 # rebuilt from the master weights). A small grouped-query Llama with random
 # weights (no PyTorch needed) trained on the GPU tracks the CPU's losses within
-# 1e-4 and equals itself to the bit; the sanitizers run it after GPT-2. The MoE
+# 1e-4 and equals itself to the bit; the sanitizers run it after GPT-2, then the
+# MoE GPT-2 and the selftest's small shapes. The MoE
 # GPT-2 of tests/integration/moe_lib.sh (E 4, k 2, a shared expert, capacity 1.25
 # that drops, a z-loss) trained on the GPU, its routing on kernels/cuda/moe.cu (let
 # through by PLAIT_DEBUG_UNPROVEN_CUDA=1 until these pass), tracks the CPU's losses
@@ -245,21 +246,28 @@ PYEOF
 
 # sanitizer TOOL: a 2-step run under compute-sanitizer, clean (one warmup step:
 # the cosine schedule wants fewer warmup steps than steps), on the GPU: GPT-2's
-# tiny plan, then the grouped-query Llama (llama.cu's kernels)
+# tiny plan, the grouped-query Llama (llama.cu's kernels), the MoE GPT-2 (moe.cu's),
+# then the selftest at its small shapes, which alone reaches the kernels no one-GPU
+# run does (the cp ring's block attention)
 sanitizer() {
-    local cs arch log sets
+    local cs arch log sets env
     cs=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
     [ -x "$cs" ] || { echo "compute-sanitizer is not installed"; return 1; }
-    for arch in gpt2 llama; do
-        log=$WORK/san_$1_$arch.log sets=("${CUDA_SET[@]}")
+    for arch in gpt2 llama moe; do
+        log=$WORK/san_$1_$arch.log sets=("${CUDA_SET[@]}") env=()
         [ "$arch" = llama ] && sets+=("${LLAMA_SET[@]}")
-        "$cs" --tool "$1" --target-processes all --error-exitcode 9 \
+        [ "$arch" = moe ] && sets+=("${COMMON[@]}") env=(PLAIT_DEBUG_UNPROVEN_CUDA=1)
+        env "${env[@]}" "$cs" --tool "$1" --target-processes all --error-exitcode 9 \
             "$PLAIT" train "$WORK/plan.json" --out "$WORK/san_$1_$arch" "${sets[@]}" --set steps=2 \
             --set optimizer.warmup_steps=1 --set checkpoint.every=0 >"$log" 2>&1 ||
             { tail -n 40 "$log"; return 1; }
         grep -q "training on CUDA device" "$log" || { cat "$log"; return 1; }
         echo "$arch: $(grep "ERROR SUMMARY" "$log" || true)"
     done
+    log=$WORK/san_$1_selftest.log
+    PLAIT_SELFTEST_SHAPES=small "$cs" --tool "$1" --error-exitcode 9 "$TRAIN" --selftest \
+        >"$log" 2>&1 || { grep -E "FAIL|DIFFERS|=========" "$log" | head -n 40; tail -n 5 "$log"; return 1; }
+    echo "selftest (small shapes): $(grep "ERROR SUMMARY" "$log" || true)"
 }
 
 # fp8 on the GPU against fp8 on the CPU (the same quantiser, bit for bit; the
