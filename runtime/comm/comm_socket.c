@@ -285,6 +285,8 @@ static int connect_links(struct sock_comm *c, struct sock_job *job, struct sock_
                          const char *name, int64_t deadline, struct plait_error *err)
 {
     int rank = c->base.rank, size = c->base.size, rc = -1;
+    if (size < 1 || rank < 0 || rank >= size)
+        return error_set(err, "rank %d of a communicator of %d ranks", rank, size);
     const struct sock_endpoint *self = &c->peers[rank].ep;
     bool *use_shm = calloc((size_t)size, sizeof *use_shm);
     struct sock_endpoint *eps = calloc((size_t)size, sizeof *eps);
