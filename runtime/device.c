@@ -122,16 +122,6 @@ int device_comm_backend(const struct plan *p, const struct env_rank *w, const st
     return 0;
 }
 
-bool device_runs_unproven(const struct ops *o, const char *what)
-{
-    if (!strcmp(o->name, "cpu")) return true;
-    if (!plan_unproven_cuda_allowed()) return false;
-    log_warn("%s=1: %s on the %s backend, whose kernels have not run on a GPU before: for "
-             "testing only",
-             PLAN_ENV_DEBUG_UNPROVEN_CUDA, what, o->name);
-    return true;
-}
-
 double device_peak_gflops(struct model *m)
 {
     const struct ops *o = m->ops;

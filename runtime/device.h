@@ -26,12 +26,6 @@ const struct ops *device_open(const struct plan *p, const struct env_rank *w, st
 int device_comm_backend(const struct plan *p, const struct env_rank *w, const struct ops *ops,
                         enum comm_backend_kind *kind, struct plait_error *err);
 
-/* Whether what has CUDA kernels that have not yet run on a GPU (`what`: model.moe's
- * routing, parallel.cp's block attention) may run on backend o: always on the CPU, on a
- * GPU only with PLAIT_DEBUG_UNPROVEN_CUDA=1 (plan_unproven_cuda_allowed), which it then
- * warns of. The plan's rules refuse parallel.device "cuda" alike; this catches "auto". */
-bool device_runs_unproven(const struct ops *o, const char *what);
-
 /* The rate of the device's matrix product in this precision, measured now: the
  * denominator of "% of peak" on a GPU whose datasheet plait does not know
  * (report_measure_peak). */

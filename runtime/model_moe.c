@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "common/formats/ckpt_state.h" // defines: MOE_STATS
-#include "runtime/device.h"            // defines: device_runs_unproven
 
 /* One expert's weights (or their gradients): fc (FCm,C), fcb (Fm), proj (C,Fm), projb (C);
  * the biases NULL in a Llama. */
@@ -96,11 +95,6 @@ int moe_check(const struct model *m, struct plait_error *err)
         !o->moe_combine || !o->moe_combine_backward || !o->moe_route_backward || !o->moe_losses)
         return error_set(err, "model.moe: the %s backend has no mixture-of-experts ops yet",
                          o->name);
-    if (!device_runs_unproven(o, "model.moe's routing"))
-        return error_set(err,
-                         "model.moe: the %s backend's routing (kernels/cuda/moe.cu) has not run "
-                         "on a GPU yet; use parallel.device \"cpu\" (%s=1 runs it, for testing)",
-                         o->name, PLAN_ENV_DEBUG_UNPROVEN_CUDA);
     int ep = m->shard.part.ep;
     if (ep > 1 && (!m->ep_group || m->ep_group->size != ep || !m->ep_group->alltoall_v))
         return error_set(err,

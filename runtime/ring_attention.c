@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "kernels/ops.h"
-#include "runtime/device.h" // defines: device_runs_unproven
 #include "runtime/model.h"
 
 enum { TAG_KV = 0x43500001, TAG_DKV = 0x43500002 }; /* the two shifts in flight at once */
@@ -42,16 +41,9 @@ void ring_chunks(int32_t *mine, const int32_t *whole, int B, int T, int cp, int 
 int ring_init(struct model *m, struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    /* the CUDA backend's block attention (kernels/cuda/attention_block.cu) has not run on
-     * a GPU yet: until plait-train --selftest's "attention block (cp)" has passed there,
-     * and the ring over NCCL has run, GPU ranks refuse it (but for the run that tests it) */
-    if (!o->attention_block_forward || !o->attention_block_backward ||
-        !device_runs_unproven(o, "parallel.cp's block attention"))
-        return error_set(err,
-                         "parallel.cp %d: context parallelism runs on CPU ranks only so far (the "
-                         "%s backend's block attention has not been checked on a GPU yet); use "
-                         "parallel.device \"cpu\" (%s=1 runs it, for testing)",
-                         m->cp, o->name, PLAN_ENV_DEBUG_UNPROVEN_CUDA);
+    if (!o->attention_block_forward || !o->attention_block_backward)
+        return error_set(err, "parallel.cp %d: the %s backend has no block attention", m->cp,
+                         o->name);
     if (m->T % 2 || !m->cp_group || m->cp_group->size != m->cp || !m->cp_group->ishift)
         return error_set(err, "model: context parallelism over %d ranks with %d tokens a rank",
                          m->cp, m->T);

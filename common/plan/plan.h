@@ -272,15 +272,6 @@ int plan_dp_shard(const struct plan_parallel *par, int dp);
  * The ep ranks of a group hold the same dense slice then: the replicas of its dense part. */
 int plan_zero_slices(const struct plan_parallel *par, int shard);
 
-/* Developer: "1" lets what has CUDA kernels that have not yet run on a GPU (model.moe's
- * routing, parallel.cp's block attention) train on one, for the GPU session that proves
- * them (tests/gpu/test_cuda.sh). Without it they are refused on a GPU with the same words
- * everywhere: parallel.device "cuda" by the plan's rules (plait check, sbatch, plait
- * train, plait-train), "auto" by plait-train where it found a GPU. */
-#define PLAN_ENV_DEBUG_UNPROVEN_CUDA "PLAIT_DEBUG_UNPROVEN_CUDA"
-/* Whether PLAIT_DEBUG_UNPROVEN_CUDA is "1": the one place it is read. */
-bool plan_unproven_cuda_allowed(void);
-
 /* Names of the enums, as they are spelled in plan.json. */
 const char *plan_precision_name(enum plan_precision p);
 /* The precision named `name` ("fp32", "bf16", "fp8"), or -1 when none is. */

@@ -510,16 +510,9 @@ static int check_hsdp_rules(struct plan_ctx *c, const struct plan *p)
     return 0;
 }
 
-bool plan_unproven_cuda_allowed(void)
-{
-    const char *v = getenv(PLAN_ENV_DEBUG_UNPROVEN_CUDA);
-    return v && !strcmp(v, "1");
-}
-
 /* Context parallelism: a sequence is cut into 2·cp chunks and rank i of a cp group takes
  * chunks i and 2·cp−1−i (each rank an equal share of the causal mask's work), so 2·cp
- * divides seq_len; the ring's block attention runs on CPU ranks only until its CUDA kernel
- * has run on a GPU (plan_unproven_cuda_allowed). */
+ * divides seq_len. */
 static int check_cp_rules(struct plan_ctx *c, const struct plan *p)
 {
     int cp = p->parallel.cp, T = p->model.seq_len;
@@ -530,19 +523,12 @@ static int check_cp_rules(struct plan_ctx *c, const struct plan *p)
                               "sequence is cut into 2·cp chunks and each cp rank i takes chunks "
                               "i and 2·cp−1−i (got %d, %d %% %d = %d)",
                               cp, 2 * cp, T, T, 2 * cp, T % (2 * cp));
-    if (p->parallel.device == PLAN_DEVICE_CUDA && !plan_unproven_cuda_allowed())
-        return plan_fail_rule(c, "parallel.cp", "parallel.device",
-                              "%d with parallel.device \"cuda\": context parallelism's block "
-                              "attention has not run on a GPU yet; use parallel.device \"cpu\" "
-                              "(" PLAN_ENV_DEBUG_UNPROVEN_CUDA "=1 runs it, for testing)",
-                              cp);
     return 0;
 }
 
 /* model.moe: its fields against each other and the model, and what this
- * slice of mixture of experts does not build yet, refused naming the field:
- * the CUDA backend (until its routing has run on a GPU: plan_unproven_cuda_allowed), llm.c
- * or Hugging Face files. */
+ * slice of mixture of experts does not build yet, refused naming the field: llm.c or
+ * Hugging Face files. */
 static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
 {
     const struct plan_moe *e = &p->model.moe;
@@ -561,14 +547,10 @@ static int check_moe_rules(struct plan_ctx *c, const struct plan *p)
                               "must divide model.moe.ffn_hidden (%d %% %d = %d): each expert is "
                               "split over tp as the MLP is",
                               e->ffn_hidden, par->tp, e->ffn_hidden % par->tp);
-    const char *what = NULL, *path = NULL;
-    if (par->device == PLAN_DEVICE_CUDA && !plan_unproven_cuda_allowed())
-        path = "parallel.device", what = "the routing's CUDA kernels have not run on a GPU yet; "
-                                         "use \"cpu\" (" PLAN_ENV_DEBUG_UNPROVEN_CUDA
-                                         "=1 runs them, for testing)";
-    else if (p->model.init)
-        path = "model.init", what = "llm.c and Hugging Face files hold no experts; remove it";
-    if (path) return plan_fail_rule(c, path, "model.moe", "with model.moe: %s", what);
+    if (p->model.init)
+        return plan_fail_rule(c, "model.init", "model.moe",
+                              "with model.moe: llm.c and Hugging Face files hold no experts; "
+                              "remove it");
     return 0;
 }
 

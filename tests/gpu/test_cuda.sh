@@ -15,8 +15,7 @@
 # 1e-4 and equals itself to the bit; the sanitizers run it after GPT-2, then the
 # MoE GPT-2 and the selftest's small shapes. The MoE
 # GPT-2 of tests/integration/moe_lib.sh (E 4, k 2, a shared expert, capacity 1.25
-# that drops, a z-loss) trained on the GPU, its routing on kernels/cuda/moe.cu (let
-# through by PLAIT_DEBUG_UNPROVEN_CUDA=1 until these pass), tracks the CPU's losses
+# that drops, a z-loss) trained on the GPU, its routing on kernels/cuda/moe.cu, tracks the CPU's losses
 # within 1e-4 with the same experts' loads and drops, and equals itself to the bit.
 # Without a usable GPU every check prints "ok NAME # SKIP why" (counted as
 # skipped by tests/run.sh) and the script exits 77, or 0 with --skip-ok (how
@@ -184,11 +183,10 @@ llama_run_equals_run() {
     metrics_equal "$WORK/llama_gpu/metrics.jsonl" "$WORK/llama_gpu_again/metrics.jsonl"
 }
 
-# The MoE GPT-2 on the GPU (once, for the checks that compare with it). Its routing's
-# kernels have not run on a GPU before these checks: the developer override lets it train.
+# The MoE GPT-2 on the GPU (once, for the checks that compare with it)
 moe_gpu_ref() {
     [ -f "$WORK/moe_gpu.log" ] ||
-        PLAIT_DEBUG_UNPROVEN_CUDA=1 "$PLAIT" train "$WORK/plan.json" --out "$WORK/moe_gpu" \
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/moe_gpu" \
             "${CUDA_SET[@]}" "${COMMON[@]}" >"$WORK/moe_gpu.log" 2>&1
     grep -q "training on CUDA device" "$WORK/moe_gpu.log" || { cat "$WORK/moe_gpu.log"; return 1; }
 }
@@ -209,7 +207,7 @@ moe_tracks_cpu() {
 # deterministic)
 moe_run_equals_run() {
     moe_gpu_ref || return 1
-    PLAIT_DEBUG_UNPROVEN_CUDA=1 "$PLAIT" train "$WORK/plan.json" --out "$WORK/moe_gpu_again" \
+    "$PLAIT" train "$WORK/plan.json" --out "$WORK/moe_gpu_again" \
         "${CUDA_SET[@]}" "${COMMON[@]}" >"$WORK/moe_gpu_again.log" 2>&1 ||
         { cat "$WORK/moe_gpu_again.log"; return 1; }
     metrics_equal "$WORK/moe_gpu/metrics.jsonl" "$WORK/moe_gpu_again/metrics.jsonl"
@@ -250,14 +248,14 @@ PYEOF
 # then the selftest at its small shapes, which alone reaches the kernels no one-GPU
 # run does (the cp ring's block attention)
 sanitizer() {
-    local cs arch log sets env
+    local cs arch log sets
     cs=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
     [ -x "$cs" ] || { echo "compute-sanitizer is not installed"; return 1; }
     for arch in gpt2 llama moe; do
-        log=$WORK/san_$1_$arch.log sets=("${CUDA_SET[@]}") env=()
+        log=$WORK/san_$1_$arch.log sets=("${CUDA_SET[@]}")
         [ "$arch" = llama ] && sets+=("${LLAMA_SET[@]}")
-        [ "$arch" = moe ] && sets+=("${COMMON[@]}") env=(PLAIT_DEBUG_UNPROVEN_CUDA=1)
-        env "${env[@]}" "$cs" --tool "$1" --target-processes all --error-exitcode 9 \
+        [ "$arch" = moe ] && sets+=("${COMMON[@]}")
+        "$cs" --tool "$1" --target-processes all --error-exitcode 9 \
             "$PLAIT" train "$WORK/plan.json" --out "$WORK/san_$1_$arch" "${sets[@]}" --set steps=2 \
             --set optimizer.warmup_steps=1 --set checkpoint.every=0 >"$log" 2>&1 ||
             { tail -n 40 "$log"; return 1; }

@@ -9,8 +9,7 @@
 # "socket" on GPUs refused naming the field. Context parallelism (cp 2: the ring's
 # block attention, kernels/cuda/attention_block.cu) and expert parallelism (ep 2 over
 # dp 2, the MoE GPT-2 of tests/integration/moe_lib.sh: moe.cu's routing, the rows'
-# all-to-all over NCCL), let through by PLAIT_DEBUG_UNPROVEN_CUDA=1 until these pass,
-# against the same layout on CPU ranks: every step's loss and gradient norm within
+# all-to-all over NCCL) against the same layout on CPU ranks: every step's loss and gradient norm within
 # 1e-4, the GPU-against-CPU bound of tests/gpu/test_cuda.sh (and ep's experts' loads equal). With fewer than 2 GPUs every
 # check prints "ok NAME # SKIP why" (counted as skipped) and the script exits
 # 77, or 0 with --skip-ok. Run from the repository root; PLAIT_BUILD (default
@@ -98,20 +97,19 @@ socket_refused() {
         --set parallel.backend=socket
 }
 
-# unproven NAME [--set ...]: the layout on GPUs (its kernels let through) and on CPU ranks,
-# within 1e-4
-unproven() {
+# against_cpu NAME [--set ...]: the layout on GPUs and on CPU ranks, within 1e-4
+against_cpu() {
     local name=$1
     shift
-    PLAIT_DEBUG_UNPROVEN_CUDA=1 run "$name" "$@" || return 1
+    run "$name" "$@" || return 1
     "$PLAIT" train "$WORK/plan.json" --out "$WORK/${name}_cpu" --set parallel.device=cpu \
         --set data.val=null --set data.val_every=0 "$@" >"$WORK/${name}_cpu.log" 2>&1 ||
         { tail -n 30 "$WORK/${name}_cpu.log"; return 1; }
     close "$WORK/$name/metrics.jsonl" "$WORK/${name}_cpu/metrics.jsonl" 1e-4
 }
-cp2() { unproven cp2 --set parallel.cp=2; }
+cp2() { against_cpu cp2 --set parallel.cp=2; }
 ep2() {
-    unproven ep2 "${MOE[@]}" --set parallel.dp=2 --set parallel.ep=2 &&
+    against_cpu ep2 "${MOE[@]}" --set parallel.dp=2 --set parallel.ep=2 &&
         loads_equal "$WORK/ep2/metrics.jsonl" "$WORK/ep2_cpu/metrics.jsonl" 1e-4
 }
 

@@ -195,7 +195,12 @@ static void test_valid_plans_resolve_to_expected_json_and_round_trip(void)
         if (p && expected) {
             char *json = plan_to_json(p);
             char *actual = substitute(json, case_abs, "$DIR");
-            if (strcmp(expected, actual) != 0) {
+            const char *update = getenv("PLAIT_UPDATE_GOLDEN"); /* as the other goldens */
+            if (update && !strcmp(update, "1") && strcmp(expected, actual) != 0) {
+                FILE *f = fopen(path, "w");
+                CHECK(f && fputs(actual, f) >= 0 && fclose(f) == 0, "writing %s", path);
+                printf("# updated %s\n", path);
+            } else if (strcmp(expected, actual) != 0) {
                 CHECK(0, "valid/%s: plan_to_json differs from expected.json", cases[i]);
                 show_difference(cases[i], expected, actual);
             }
@@ -490,32 +495,6 @@ static void test_enum_names_match_the_plan_spelling(void)
     CHECK(strcmp(plan_device_name((enum plan_device)7), "unknown") == 0, "out of range");
 }
 
-/* PLAIT_DEBUG_UNPROVEN_CUDA=1 lets the two plans refused for kernels that have not run on
- * a GPU load (the GPU session that proves them trains them); "0" and unset refuse them */
-static void test_unproven_cuda_loads_with_the_developer_override(void)
-{
-    static const char *const cases[] = {"moe_on_cuda_is_unproven", "cp_on_cuda_is_unproven"};
-    static const char *const values[] = {"1", "0", NULL};
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        for (size_t v = 0; v < sizeof values / sizeof *values; v++) {
-            char dir[PATH_MAX], case_abs[PATH_MAX] = "";
-            struct plait_error err = {.text = ""};
-            snprintf(dir, sizeof dir, "%s/%s", INVALID_DIR, cases[i]);
-            if (values[v])
-                setenv(PLAN_ENV_DEBUG_UNPROVEN_CUDA, values[v], 1);
-            else
-                unsetenv(PLAN_ENV_DEBUG_UNPROVEN_CUDA);
-            struct plan *p = load_case(dir, &err, case_abs);
-            bool allowed = values[v] && !strcmp(values[v], "1");
-            CHECK(!p == !allowed, "%s with %s=%s: %s", cases[i], PLAN_ENV_DEBUG_UNPROVEN_CUDA,
-                  values[v] ? values[v] : "(unset)", p ? "loaded" : err.text);
-            CHECK(allowed || strstr(err.text, PLAN_ENV_DEBUG_UNPROVEN_CUDA "=1 runs"),
-                  "%s: the refusal does not name the override: %s", cases[i], err.text);
-            plan_free(p);
-        }
-    unsetenv(PLAN_ENV_DEBUG_UNPROVEN_CUDA);
-}
-
 int main(void)
 {
     RUN(test_fixtures_are_what_the_generator_writes);
@@ -528,6 +507,5 @@ int main(void)
     RUN(test_errors_never_need_an_err);
     RUN(test_missing_file_names_the_path);
     RUN(test_enum_names_match_the_plan_spelling);
-    RUN(test_unproven_cuda_loads_with_the_developer_override);
     return check_exit_code();
 }

@@ -183,7 +183,7 @@ static void test_dp_and_zero_step_as_one_rank(void)
     CHECK(full.total % 2 == 0 && full.total % 3 != 0, "the count must not divide by 3 (%zu)",
           full.total);
     for (int dp = 2; dp <= MAX_DP; dp++) {
-        double ref_norm, norm;
+        double ref_norm = 0, norm = 0;
         reference(dp, weights, ref, &ref_norm);
         for (int i = 0; i < 6; i++) { /* each ZeRO stage after backward, then in buckets */
             int zero = i % 3;
