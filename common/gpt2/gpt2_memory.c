@@ -313,11 +313,15 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
              add_bytes(&out->grads, Pp, 4) && add_bytes(&out->grads, out->zero ? S : 0, 4) &&
              add_bytes(&out->optimizer, out->zero ? S : 0, 4);
     }
-    /* the moments: beside the weights, or on disk with two windows of each in memory */
+    /* the moments: beside the weights, or on disk with two windows of each in memory; a
+     * GPU rank's step on the CPU keeps them (or their windows) in host memory with the
+     * slice's master weights and gradient */
     out->offload_window = h->offload_window_mb > 0 ? offload_window_of(h->offload_window_mb, S) : 0;
-    ok = ok && (out->offload_window ? add_bytes(&out->optimizer, out->offload_window, 16) &&
+    uint64_t *moments = h->host_step ? &out->host : &out->optimizer;
+    ok = ok && (out->offload_window ? add_bytes(moments, out->offload_window, 16) &&
                                           add_bytes(&out->disk, S, 8)
-                                    : add_bytes(&out->optimizer, S, 8));
+                                    : add_bytes(moments, S, 8));
+    ok = ok && (!h->host_step || add_bytes(&out->host, S, 8));
     if (ok && h->precision == PLAN_PRECISION_FP8) {
         out->lm_head16 = s->last ? s->elems[s->cfg.untied ? GPT2_LMHEAD : GPT2_WTE] : 0;
         /* ZeRO 3: a copy in each layer window, made as the layer is gathered */

@@ -163,6 +163,10 @@ struct gpt2_memory_shape {
                                attention_*_fused, the CUDA backend's): no
                                (B,NH,T,T) probabilities, their gradient neither */
     double offload_window_mb; /* parallel.offload "nvme": the moments' window (0: none) */
+    bool host_step; /* a GPU rank with parallel.offload "host" or "nvme" (runtime/host_step.h):
+                       the AdamW step on the CPU, the slice's fp32 master weights and gradient
+                       staged in host memory with the moments ("host") or their windows
+                       ("nvme"), none of them on the device */
     bool moe_lanes; /* DualPipeV's pairs in two lanes (schedule_moe_lanes): a stage with MoE
                        layers holds a second copy (gpt2_buffer's lanes) of what a pass keeps
                        across an MoE block's all-to-all in one copy every slot shares: MOE_EP,
@@ -197,6 +201,7 @@ struct gpt2_memory {
                               memory), 0 without */
     uint64_t params, grads, optimizer, activations, total; /* bytes */
     uint64_t disk; /* bytes in files (nvme offload's moments), not in total */
+    uint64_t host; /* bytes in host memory beside the device's (host_step), not in total */
 };
 
 /* The memory of shard s run as shape says: -1 with err when a buffer is too

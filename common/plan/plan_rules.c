@@ -452,9 +452,9 @@ static int check_zero_rules(struct plan_ctx *c, const struct plan *p)
 }
 
 /* Offload: nvme needs its directory, and the state it keeps on disk is not
- * copied to memory for a checkpoint written in the background; neither mode is
- * built for GPU ranks yet (on a CPU rank "host" changes nothing: its state is
- * in host memory already, which it says). */
+ * copied to memory for a checkpoint written in the background. (On a CPU rank
+ * "host" changes nothing: its state is in host memory already, which it says; a
+ * GPU rank steps on the CPU, runtime/host_step.h.) */
 static int check_offload_rules(struct plan_ctx *c, const struct plan *p)
 {
     const struct plan_parallel *par = &p->parallel;
@@ -471,11 +471,6 @@ static int check_offload_rules(struct plan_ctx *c, const struct plan *p)
                               "cannot be true with parallel.offload \"nvme\": a background "
                               "checkpoint copies the optimizer state to memory first, which "
                               "offload keeps on disk");
-    if (par->offload != PLAN_OFFLOAD_NONE && par->device == PLAN_DEVICE_CUDA)
-        return plan_fail_rule(c, "parallel.offload", "parallel.device",
-                              "\"%s\" is not built for GPU ranks yet (\"nvme\" runs on CPU "
-                              "ranks; \"none\" keeps the state on the GPU)",
-                              plan_offload_name(par->offload));
     return 0;
 }
 
