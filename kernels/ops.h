@@ -48,6 +48,10 @@ struct ops {
     void (*free)(struct ops_ctx *ctx, void *p);
     void (*upload)(struct ops_ctx *ctx, void *dst, const void *host_src, size_t bytes);
     void (*download)(struct ops_ctx *ctx, void *host_dst, const void *src, size_t bytes);
+    /* Optional (NULL: calloc and free): zeroed host memory that upload and download move
+     * at the link's full speed (page-locked on a GPU), or NULL; freed by host_free. */
+    void *(*host_alloc)(struct ops_ctx *ctx, size_t bytes);
+    void (*host_free)(struct ops_ctx *ctx, void *p);
     /* within the device */
     void (*copy)(struct ops_ctx *ctx, void *dst, const void *src, size_t bytes);
     /* rows of row_bytes each, read every src_pitch bytes from src and written every

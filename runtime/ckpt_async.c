@@ -109,8 +109,14 @@ int ckpt_async_save(struct ckpt_async *a, const struct ckpt_target *to, const st
         return error_set(err, "checkpoint.async: %s", why);
     /* the copies: the part as it is now; the writer reads only these */
     m->ops->download(m->ctx, a->params, m->params, P * sizeof(float));
-    m->ops->download(m->ctx, a->adam_m, m->adam_m, S * sizeof(float));
-    m->ops->download(m->ctx, a->adam_v, m->adam_v, S * sizeof(float));
+    if (m->offload) { /* a GPU rank's "host" offload: in host memory (nvme is refused) */
+        if (offload_read(m->offload, 0, 0, a->adam_m, S, err) ||
+            offload_read(m->offload, 1, 0, a->adam_v, S, err))
+            return error_prefix(err, "checkpoint.async: ");
+    } else {
+        m->ops->download(m->ctx, a->adam_m, m->adam_m, S * sizeof(float));
+        m->ops->download(m->ctx, a->adam_v, m->adam_v, S * sizeof(float));
+    }
     if (G)
         m->ops->download(m->ctx, a->grads, m->zero >= 2 ? m->grad_slice : m->grads,
                          G * sizeof(float));
@@ -120,6 +126,8 @@ int ckpt_async_save(struct ckpt_async *a, const struct ckpt_target *to, const st
     a->snap.params = a->params;
     a->snap.adam_m = a->adam_m;
     a->snap.adam_v = a->adam_v;
+    a->snap.offload = NULL; /* the copies above are the moments */
+    a->snap.host_step = NULL;
     a->snap.grads = a->snap.grad_slice = G ? a->grads : NULL;
     a->st = *st;
     a->plan_json = plan_json;

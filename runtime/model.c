@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/gpt2/gpt2_memory.h"
+#include "runtime/host_step.h"
 #include "runtime/model_moe.h"
 #include "runtime/model_weights.h" // defines: model_fp8_layout
 #include "runtime/model_zero3.h"
@@ -256,6 +257,7 @@ static int count_memory(struct model *m, const struct model_shape *shape, struct
                                    .fused_attention = m->ops->attention_forward_fused != NULL,
                                    .offload_window_mb =
                                        shape->offload_dir ? shape->offload_window_mb : 0,
+                                   .host_step = shape->host_step,
                                    .moe_lanes = shape->ep_lane_group != NULL};
     return gpt2_memory(&m->shard, &ms, &m->mem, err);
 }
@@ -309,6 +311,36 @@ static bool offload_windows(struct model *m)
     return true;
 }
 
+/* A GPU rank's offloaded step (runtime/host_step.h): its host memory, which must be what
+ * gpt2_memory counts as host, and the moments in it ("host") or in files through its
+ * windows ("nvme"). */
+static int open_host_step(struct model *m, const struct model_shape *shape,
+                          struct plait_error *err)
+{
+    if (!(m->offload = calloc(1, sizeof *m->offload)))
+        return error_set(err, "out of memory");
+    m->offload->fd[0] = m->offload->fd[1] = m->offload->direct[0] = m->offload->direct[1] = -1;
+    if (!(m->host_step = calloc(1, sizeof *m->host_step))) return error_set(err, "out of memory");
+    size_t window = gpt2_offload_window(shape->offload_window_mb, m->slice_n);
+    if (host_step_open(m->host_step, m->ops, m->ctx, m->slice_n, window,
+                       m->mem.offload_window > 0, err)) {
+        free(m->host_step);
+        m->host_step = NULL;
+        return -1;
+    }
+    if (m->host_step->bytes != m->mem.host)
+        return error_set(err,
+                         "model: %llu bytes of host memory for the optimizer step; "
+                         "common/gpt2/gpt2_memory.c counts %llu (a bug: the two must agree)",
+                         (unsigned long long)m->host_step->bytes,
+                         (unsigned long long)m->mem.host);
+    host_step_moments(m->host_step, m->offload);
+    if (m->mem.offload_window)
+        return offload_open(m->offload, shape->offload_dir, shape->offload_rank, m->slice_n,
+                            m->mem.offload_window, err);
+    return 0;
+}
+
 static bool allocate_zero3(struct model *m);
 static bool allocate_rest(struct model *m);
 
@@ -318,6 +350,7 @@ static bool allocate_moments(struct model *m)
 {
     size_t S = m->slice_n;
     uint64_t *kind = &m->allocated.optimizer;
+    if (m->mem.host) return true; /* a GPU rank's step on the CPU: open_host_step's */
     if (m->mem.offload_window) return offload_windows(m);
     return (m->adam_m = dev_alloc(m, S * sizeof(float), kind)) &&
            (m->adam_v = dev_alloc(m, S * sizeof(float), kind));
@@ -444,8 +477,10 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
         return error_set(err, "out of memory for a %s of %zu parameters with micro-batch %d×%d",
                          cfg->llama ? "Llama" : "GPT-2", m->shard.total, shape->B, shape->T);
     }
-    if (m->offload && offload_open(m->offload, shape->offload_dir, shape->offload_rank, m->slice_n,
-                                   m->mem.offload_window, err)) {
+    if (shape->host_step ? open_host_step(m, shape, err)
+                         : m->offload && offload_open(m->offload, shape->offload_dir,
+                                                      shape->offload_rank, m->slice_n,
+                                                      m->mem.offload_window, err)) {
         model_free(m);
         return -1;
     }
@@ -469,6 +504,9 @@ void model_free(struct model *m)
     if (m->offload) offload_close(m->offload);
     free(m->offload);
     m->offload = NULL;
+    if (m->host_step) host_step_close(m->host_step); /* after the offload's thread stopped */
+    free(m->host_step);
+    m->host_step = NULL;
     for (int i = 0; i < m->n_allocations; i++) m->ops->free(m->ctx, m->allocations[i]);
     free(m->allocations);
     moe_ep_lanes_free(m);

@@ -150,7 +150,10 @@ struct model {
     bool z3_keep;        /* parallel.reshard_after_forward false: a unit gathered stays until
                             the step's end (mz3_drop_all) */
     bool z3_no_prefetch; /* gather each unit only when the pass reaches it (a benchmark's) */
-    struct offload *offload; /* nvme offload: the moments in files (runtime/offload.h) */
+    struct offload *offload; /* nvme offload: the moments in files (runtime/offload.h); a
+                                GPU rank's host_step: in its host memory or in files */
+    struct host_step *host_step; /* a GPU rank's offload: the optimizer step on the CPU
+                                    (runtime/host_step.h); NULL without */
     float *grad_slice;       /* (slice_n) ZeRO >= 1: the slice's gradient summed over dp
                                 (ZeRO 2 and 3: accumulated over the step's micro-batches) */
     float *slice_tmp;        /* (slice_n) ZeRO >= 1: staging for the slice's collectives */
@@ -278,6 +281,8 @@ struct model_shape {
                                      (rank-<offload_rank>/), two windows of each in memory */
     int offload_rank;
     double offload_window_mb;
+    bool host_step; /* parallel.offload on a GPU rank: the optimizer's step on the CPU, its
+                       state in host memory (runtime/host_step.h) */
     double moe_capacity_factor, moe_aux_loss, moe_z_loss; /* model.moe's (plan.h) */
 };
 

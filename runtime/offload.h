@@ -10,7 +10,10 @@
  * reserved then (a full disk fails at the start, naming the file and the
  * rank), removed when closed: scratch, a resume writes a checkpoint's moments
  * in. Checkpoints read and write the moments through offload_read and
- * offload_write, so they are the same files with offload or without. */
+ * offload_write, so they are the same files with offload or without.
+ *
+ * A GPU rank's "host" offload (runtime/host_step.h) keeps the moments in host
+ * memory through the same calls: offload_open_memory, no files, no thread. */
 #ifndef PLAIT_RUNTIME_OFFLOAD_H
 #define PLAIT_RUNTIME_OFFLOAD_H
 
@@ -29,6 +32,8 @@ struct offload {
     size_t window;        /* floats of each moment in memory at once */
     float *buf[2][2];     /* [buffer][moment] two windows of each moment, host memory */
     struct offload_io *io;
+    bool in_memory; /* offload_open_memory's: the moments are mem's, no files */
+    float *mem[2];  /* in_memory: the moments, n floats each (the caller's memory) */
 };
 
 /* Creates <dir>/rank-<rank>/ and its two files of n zeros, the window
@@ -36,6 +41,11 @@ struct offload {
 int offload_open(struct offload *o, const char *dir, int rank, size_t n, size_t window,
                  struct plait_error *err);
 void offload_close(struct offload *o);
+
+/* The moments in host memory: m and v, n floats each, which the caller owns and
+ * frees after offload_close; offload_each_window hands out windows of them in
+ * place, offload_read and offload_write copy. */
+void offload_open_memory(struct offload *o, size_t n, size_t window, float *m, float *v);
 
 /* The optimizer's pass: fn(ctx, lo, n, m, v) for each window [lo, lo + n)
  * of the slice in turn, m and v its moments in memory (fn updates them in

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "runtime/host_step.h"
 #include "runtime/model_zero3.h"
 
 static bool has(const struct group *g)
@@ -37,6 +38,12 @@ struct slice_args {
      * (all of the slice and adam_m/adam_v, unless they are offloaded) */
     size_t lo, len;
     float *wm, *wv;
+    /* where AdamW runs: the model's backend on its weights, or (a GPU rank's offloaded
+     * step, runtime/host_step.h) the CPU's on the slice's master weights in host memory
+     * (master: its element 0; g is then the host copy of the gradient) */
+    const struct ops *ops;
+    struct ops_ctx *ctx;
+    float *master;
 };
 
 /* The instance's part in the slice, if this rank counts its Σ g²
@@ -102,9 +109,10 @@ static int adamw_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, 
     if (!k) return 0;
     size_t in = at - m->slice_at, w = in - a->lo; /* within the slice, within the window */
     double wd = gpt2_tensor_decays(t) ? a->o->weight_decay : 0.0;
-    m->ops->adamw(m->ctx, model_master(m, at), model_copy16(m, t, off, at), a->g + in, a->wm + w,
-                  a->wv + w, k, a->lr, a->o->beta1, a->o->beta2, (float)a->o->eps, (float)wd,
-                  a->scale, a->t);
+    float *p = a->master ? a->master + in : model_master(m, at);
+    uint16_t *p16 = a->master ? NULL : model_copy16(m, t, off, at); /* refreshed after */
+    a->ops->adamw(a->ctx, p, p16, a->g + in, a->wm + w, a->wv + w, k, a->lr, a->o->beta1,
+                  a->o->beta2, (float)a->o->eps, (float)wd, a->scale, a->t);
     return 0;
 }
 
@@ -174,7 +182,8 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
     const struct ops *ops = m->ops;
     const struct group *dp = g ? g->dp : NULL, *mp = g ? g->mp : NULL,
                        *rep = g ? g->replicas : NULL;
-    struct slice_args a = {.m = m, .g = m->grads, .o = o, .lr = (float)lr, .t = t};
+    struct slice_args a = {
+        .m = m, .g = m->grads, .o = o, .lr = (float)lr, .t = t, .ops = ops, .ctx = m->ctx};
     double t0 = prof_clock(&m->prof);
     if (mz3_gathered(m) >= 0)
         return error_set(err,
@@ -224,7 +233,15 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
     }
     a.scale = (float)scale;
     t0 = prof_clock(&m->prof);
-    if (m->offload) {
+    if (m->host_step) { /* on the CPU, the slice's weights and gradient in host memory */
+        const float *dev_grad = a.g;
+        a.ops = ops_cpu(), a.ctx = m->host_step->cpu_ctx;
+        a.master = m->host_step->master, a.g = m->host_step->grad;
+        if (host_step_run(m->host_step, m->offload, dev_grad, model_master(m, m->slice_at),
+                          adamw_window, &a, err))
+            return -1;
+        if (!(m->zero && m->zero < 3 && has(dp))) model_refresh_bf16(m); /* else the gather's */
+    } else if (m->offload) {
         if (offload_each_window(m->offload, adamw_window, &a, err)) return -1;
     } else {
         adamw_window(&a, 0, m->slice_n, m->adam_m, m->adam_v, err);

@@ -24,6 +24,7 @@
 #include "kernels/cpu/cpu_rate.h" // defines: cpu_rate_measure, what plait check measures too
 #include "runtime/console.h"
 #include "runtime/device.h" // defines: device_peak_gflops, device_gpu_peak_tflops
+#include "runtime/host_step.h"
 #include "runtime/model_moe.h" // defines: model_moe_stats_clear
 #include "runtime/profile.h" // defines: prof_now
 #include "runtime/train_batches.h" // defines: train_moe_stats
@@ -107,7 +108,7 @@ double report_proc_status_bytes(const char *field)
  * model_init allocated (counted), and its peak resident set. Collective. */
 static int memory_report(struct trainer *t, int step, struct plait_error *err)
 {
-    enum { K = 10 };
+    enum { K = 11 };
     const struct env_rank *w = t->where;
     const struct model_bytes *a = &t->m.allocated;
     double mine[K] = {w->tp_rank,
@@ -119,7 +120,8 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
                       (double)a->activations,
                       report_proc_status_bytes("VmHWM"),
                       t->rss_before_model,
-                      w->cp_rank};
+                      w->cp_rank,
+                      t->m.host_step ? (double)t->m.host_step->bytes : -1};
     int n = w->world;
     double *all = malloc((size_t)n * K * sizeof *all);
     if (!all) return error_set(err, "out of memory");
@@ -151,8 +153,9 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
             .pp = (int)v[1],
             .dp = (int)v[2],
             .predicted = {(int64_t)c.params, (int64_t)c.grads, (int64_t)c.optimizer,
-                          (int64_t)c.activations, -1},
-            .allocated = {(int64_t)v[3], (int64_t)v[4], (int64_t)v[5], (int64_t)v[6], -1},
+                          (int64_t)c.activations, -1, -1},
+            .allocated = {(int64_t)v[3], (int64_t)v[4], (int64_t)v[5], (int64_t)v[6], -1,
+                          (int64_t)v[10]},
             .rss_peak_bytes = (int64_t)v[7],
             .rss_before_model_bytes = (int64_t)v[8],
             .cp = (int)v[9]};

@@ -162,22 +162,29 @@ static int make_schedule(struct trainer *t, struct plait_error *err)
     return 0;
 }
 
-/* Where the optimizer's state goes (parallel.offload): nvme on CPU ranks (the
- * CUDA backend's windows are not built yet); host, which on a CPU rank is
- * where it is already, said once. */
-static int offload_says(struct trainer *t, struct plait_error *err)
+/* Where the optimizer's state goes (parallel.offload), said once: on a GPU rank the step
+ * runs on the CPU with the state in host memory ("host") or the moments in files ("nvme"),
+ * runtime/host_step.h (so does a CPU rank under PLAIT_DEBUG_HOST_STEP=1); on a CPU rank
+ * "nvme" moves the moments to files and "host" changes nothing. */
+static bool offload_says(const struct trainer *t)
 {
     const struct plan_parallel *par = &t->plan->parallel;
-    bool gpu = t->ops != ops_cpu();
-    if (gpu && par->offload != PLAN_OFFLOAD_NONE)
-        return error_set(err,
-                         "parallel.offload \"%s\": not built for GPU ranks yet (rank %d is on "
-                         "GPU %d); \"nvme\" runs on CPU ranks",
-                         plan_offload_name(par->offload), t->where->rank, t->where->device);
-    if (par->offload == PLAN_OFFLOAD_HOST && t->where->rank == 0)
+    const char *debug = getenv(PLAIT_ENV_DEBUG_HOST_STEP);
+    bool host_step = par->offload != PLAN_OFFLOAD_NONE &&
+                     (t->ops != ops_cpu() || (debug && !strcmp(debug, "1")));
+    if (t->where->rank != 0) return host_step;
+    if (host_step)
+        log_info("parallel.offload \"%s\": the optimizer steps on the CPU, the slice's fp32 "
+                 "master weights, its gradient and %s in host memory; the device keeps no "
+                 "optimizer state",
+                 plan_offload_name(par->offload),
+                 par->offload == PLAN_OFFLOAD_HOST ? "the AdamW moments"
+                                                   : "two windows of each AdamW moment (the "
+                                                     "moments in files)");
+    else if (par->offload == PLAN_OFFLOAD_HOST)
         log_info("parallel.offload \"host\": on CPU ranks the optimizer state is in host memory "
                  "already; nothing moves");
-    return 0;
+    return host_step;
 }
 
 /* This rank's model shard: its stage's layers, its tp part, room for the
@@ -218,10 +225,10 @@ static int make_model(struct trainer *t, struct plait_error *err)
         .offload_dir = p->parallel.offload == PLAN_OFFLOAD_NVME ? p->parallel.offload_dir : NULL,
         .offload_rank = w->rank,
         .offload_window_mb = p->parallel.offload_window_mb,
+        .host_step = offload_says(t),
         .moe_capacity_factor = p->model.moe.capacity_factor,
         .moe_aux_loss = p->model.moe.aux_loss,
         .moe_z_loss = p->model.moe.router_z_loss};
-    if (offload_says(t, err)) return -1;
     t->rss_before_model = report_proc_status_bytes("VmRSS");
     if (model_init(&t->m, &cfg, &part, &t->par.g_tp, t->ops, t->ctx, &shape, err)) return -1;
     t->model_ready = true;

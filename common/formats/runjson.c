@@ -29,6 +29,7 @@ static json_t *bytes_json(const struct run_bytes *b, bool predicted)
                   (json_int_t)b->activations, "total", (json_int_t)run_bytes_total(b));
     if (o && predicted && b->comm_rings >= 0)
         json_object_set_new(o, "comm_rings", json_integer((json_int_t)b->comm_rings));
+    if (o && b->host >= 0) json_object_set_new(o, "host", json_integer((json_int_t)b->host));
     return o;
 }
 
@@ -116,6 +117,7 @@ static void read_bytes(struct json_read *rd, json_t *o, const char *at, struct r
     b->optimizer = json_read_int(rd, o, at, "optimizer");
     b->activations = json_read_int(rd, o, at, "activations");
     b->comm_rings = json_read_has(o, "comm_rings") ? json_read_int(rd, o, at, "comm_rings") : -1;
+    b->host = json_read_has(o, "host") ? json_read_int(rd, o, at, "host") : -1;
 }
 
 static void read_rank(struct json_read *rd, json_t *o, const char *at, struct run_rank_memory *m)

@@ -17,6 +17,9 @@ struct run_bytes { /* one rank's memory by what it holds ("total" in the file: t
     int64_t params, grads, optimizer, activations;
     int64_t comm_rings; /* predicted, CPU ranks of a job of several: the socket backend's
                            rings; -1 elsewhere (not written) */
+    int64_t host;       /* host memory beside the device's, not in the total (a GPU rank's
+                           offloaded optimizer step, runtime/host_step.h); -1: none (not
+                           written) */
 };
 
 struct run_rank_memory {

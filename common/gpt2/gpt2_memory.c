@@ -246,8 +246,7 @@ static bool add_bytes(uint64_t *bytes, size_t n, size_t width)
     return ck_mul(n, width, &b) && !__builtin_add_overflow(*bytes, (uint64_t)b, bytes);
 }
 
-/* Floats of a moment's offload window: window_mb MiB, at most the slice. */
-static size_t offload_window_of(double window_mb, size_t S)
+size_t gpt2_offload_window(double window_mb, size_t S)
 {
     double w = window_mb * 1048576.0 / sizeof(float);
     size_t floats = w < 1 ? 1 : w > (double)S ? S : (size_t)w;
@@ -316,7 +315,7 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
     /* the moments: beside the weights, or on disk with two windows of each in memory; a
      * GPU rank's step on the CPU keeps them (or their windows) in host memory with the
      * slice's master weights and gradient */
-    out->offload_window = h->offload_window_mb > 0 ? offload_window_of(h->offload_window_mb, S) : 0;
+    out->offload_window = h->offload_window_mb > 0 ? gpt2_offload_window(h->offload_window_mb, S) : 0;
     uint64_t *moments = h->host_step ? &out->host : &out->optimizer;
     ok = ok && (out->offload_window ? add_bytes(moments, out->offload_window, 16) &&
                                           add_bytes(&out->disk, S, 8)

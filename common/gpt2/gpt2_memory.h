@@ -204,6 +204,10 @@ struct gpt2_memory {
     uint64_t host; /* bytes in host memory beside the device's (host_step), not in total */
 };
 
+/* Floats of an offload window (parallel.offload_window_mb: nvme's moments, a GPU rank's
+ * offloaded step's copies and AdamW calls): window_mb MiB, at least 1, at most the slice's S. */
+size_t gpt2_offload_window(double window_mb, size_t S);
+
 /* The memory of shard s run as shape says: -1 with err when a buffer is too
  * large to address (naming the plan fields) or the shape is out of range. */
 int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shape,

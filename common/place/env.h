@@ -82,6 +82,12 @@
  * compare the bits and make bench shows what the two lanes hide. */
 #define PLAIT_ENV_DEBUG_NO_MOE_OVERLAP "PLAIT_DEBUG_NO_MOE_OVERLAP"
 
+/* Developer: "1" makes a CPU rank with parallel.offload take a GPU rank's step on the CPU
+ * (runtime/host_step.h: its state in separate host memory, the copy thread moving the
+ * gradient and weights through the backend's download and upload), so that path runs in
+ * tests without a GPU. */
+#define PLAIT_ENV_DEBUG_HOST_STEP "PLAIT_DEBUG_HOST_STEP"
+
 /* The rendezvous store (store.h) that rank 0's launcher hosts: where it is,
  * "host:port" with an IPv6 literal in brackets ("[fd00::7]:29500";
  * store_addr_parse reads it), and the per-job secret every client proves it

@@ -105,6 +105,20 @@ static void cuda_upload(struct ops_ctx *ctx, void *dst, const void *host_src, si
     CUDA_TRY(ctx, cudaStreamSynchronize(ctx->stream));
 }
 
+/* Page-locked (portable: any context's copies take it at full speed), zeroed. */
+static void *cuda_host_alloc(struct ops_ctx *ctx, size_t bytes)
+{
+    void *p = NULL;
+    if (!CUDA_OK(ctx, cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable))) return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cuda_host_free(struct ops_ctx *ctx, void *p)
+{
+    if (p) (void)CUDA_OK(ctx, cudaFreeHost(p));
+}
+
 static void cuda_download(struct ops_ctx *ctx, void *host_dst, const void *src, size_t bytes)
 {
     if (!bytes) return;
@@ -167,6 +181,8 @@ static struct ops cuda_ops = {
     .free = cuda_free,
     .upload = cuda_upload,
     .download = cuda_download,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
     .copy = cuda_copy,
     .copy_rows = cuda_copy_rows,
     .zero = cuda_zero,

@@ -1,0 +1,60 @@
+/* host_step.h — the optimizer step of a GPU rank whose optimizer state is offloaded
+ * (parallel.offload "host" or "nvme", as ZeRO-Offload does): the slice's fp32 master
+ * weights and its gradient in page-locked host memory beside the AdamW moments ("host":
+ * in host memory too, through runtime/offload.h's offload_open_memory; "nvme": in files,
+ * two windows of each in host memory), AdamW on the CPU's threads (the CPU backend's op)
+ * window by window, while a copy thread brings the gradient down ahead of the step and
+ * takes each window's updated weights up behind it. The device holds no optimizer state.
+ *
+ * The master weights are read from the device once, at the first step (after whatever a
+ * run loaded); from then on the device's slice is what the host step wrote. */
+#ifndef PLAIT_RUNTIME_HOST_STEP_H
+#define PLAIT_RUNTIME_HOST_STEP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/error.h"
+#include "kernels/ops.h"
+#include "runtime/offload.h"
+
+struct host_step_io; /* the copy thread and its state */
+
+struct host_step {
+    const struct ops *dev; /* the rank's device, and its context */
+    struct ops_ctx *dev_ctx;
+    struct ops_ctx *cpu_ctx; /* the CPU backend's, for the AdamW op (ops_cpu()) */
+    size_t n;                /* the slice's floats */
+    size_t chunk;            /* floats a copy moves and an AdamW call takes at once */
+    float *master, *grad;    /* (n) host memory */
+    float *moments[2];       /* (n) host memory ("host"), or NULL ("nvme": in files) */
+    float *windows[2][2];    /* "nvme": the offload's [buffer][moment] windows in host memory */
+    uint64_t bytes;          /* of host memory held (gpt2_memory's host) */
+    bool master_ready;       /* master holds the device's slice */
+    struct host_step_io *io;
+};
+
+/* Host memory for a slice of n floats and its moments (in host memory, which
+ * host_step_moments hands to runtime/offload.h; or, in_files, two windows of each for the
+ * moments' files), the CPU backend's context and the copy thread; window floats are what a
+ * copy moves and an AdamW call takes at once. -1 with err (out of host memory names the
+ * bytes). */
+int host_step_open(struct host_step *h, const struct ops *dev, struct ops_ctx *dev_ctx, size_t n,
+                   size_t window, bool in_files, struct plait_error *err);
+
+/* The moments where host_step_open put them: o opened on the host arrays ("host"), or its
+ * windows set to the host's for offload_open ("nvme"). */
+void host_step_moments(struct host_step *h, struct offload *o);
+void host_step_close(struct host_step *h);
+
+/* One step: fn (offload_each_window's visitor) over each window of the slice as o hands
+ * them out, with h->master and h->grad holding the window's weights and gradient when it
+ * is called (dev_grad, the device's n floats of the slice's gradient, brought down ahead);
+ * after it returns the window's master weights go up into dev_master (the device's slice of
+ * fp32 weights). Returns when every copy is done; -1 with err when fn fails. */
+int host_step_run(struct host_step *h, struct offload *o, const float *dev_grad, float *dev_master,
+                  int (*fn)(void *ctx, size_t lo, size_t n, float *m, float *v,
+                            struct plait_error *err),
+                  void *ctx, struct plait_error *err);
+
+#endif
