@@ -244,7 +244,8 @@ CHECKS=(cuda_torch_referee_fp32 cuda_torch_referee_bf16 cuda_llama_torch_referee
     cuda_run_equals_cuda_run
     cuda_sigterm_mid_step_resumes_to_the_bit cuda_checkpoint_resumes_on_the_cpu
     cuda_fp8_tracks_the_cpu cuda_fp8_resumes_to_the_bit cuda_llama_tracks_the_cpu
-    cuda_llama_run_equals_cuda_run cuda_moe_tracks_the_cpu cuda_moe_run_equals_cuda_run)
+    cuda_llama_run_equals_cuda_run cuda_moe_tracks_the_cpu cuda_moe_run_equals_cuda_run
+    cuda_offload_equals_cuda_run cuda_offload_resumes_to_the_bit)
 tap_stage checks 300 "${CHECKS[*]}" bash tests/gpu/test_cuda.sh --skip-ok "${CHECKS[@]}"
 report
 tap_stage memcheck 240 cuda_compute_sanitizer_memcheck \

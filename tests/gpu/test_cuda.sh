@@ -17,6 +17,8 @@
 # GPT-2 of tests/integration/moe_lib.sh (E 4, k 2, a shared expert, capacity 1.25
 # that drops, a z-loss) trained on the GPU, its routing on kernels/cuda/moe.cu, tracks the CPU's losses
 # within 1e-4 with the same experts' loads and drops, and equals itself to the bit.
+# parallel.offload "host" and "nvme" (the step on the CPU) give the bits without offload,
+# with the memory plait check predicts, and resume mid-step to the bit.
 # Without a usable GPU every check prints "ok NAME # SKIP why" (counted as
 # skipped by tests/run.sh) and the script exits 77, or 0 with --skip-ok (how
 # tests/integration/test_cuda_build.sh runs it inside make test).
@@ -37,7 +39,8 @@ CHECKS=(cuda_selftest cuda_torch_referee_fp32 cuda_torch_referee_bf16
     cuda_sigterm_mid_step_resumes_to_the_bit cuda_checkpoint_resumes_on_the_cpu
     cuda_compute_sanitizer_memcheck cuda_compute_sanitizer_racecheck cuda_fp8_tracks_the_cpu
     cuda_fp8_resumes_to_the_bit cuda_llama_tracks_the_cpu cuda_llama_run_equals_cuda_run
-    cuda_moe_tracks_the_cpu cuda_moe_run_equals_cuda_run)
+    cuda_moe_tracks_the_cpu cuda_moe_run_equals_cuda_run cuda_offload_equals_cuda_run
+    cuda_offload_resumes_to_the_bit)
 
 SKIP_OK=0
 [ "${1:-}" = --skip-ok ] && SKIP_OK=1 && shift
@@ -140,6 +143,46 @@ sigterm_resume() {
         >"$run.log1" 2>&1 || rc=$?
     [ "$rc" -eq 75 ] || { echo "exit code $rc, want 75"; cat "$run.log1"; return 1; }
     "$PLAIT" train "$WORK/plan.json" --out "$run" "${CUDA_SET[@]}" >"$run.log2" 2>&1 || { cat "$run.log2"; return 1; }
+    grep -q "resuming from .*step_00000002_0002 (step 2, mid-step)" "$run.log2" || { cat "$run.log2"; return 1; }
+    metrics_equal "$WORK/gpu_ref/metrics.jsonl" "$run/metrics.jsonl"
+}
+
+# parallel.offload on the GPU (runtime/host_step.h): the step on the CPU in windows of ~700
+# floats, the moments in host memory ("host") or in files ("nvme"): the bits of the run
+# without offload (the CPU's AdamW gives the GPU's bits: the selftest's adamw case), no
+# optimizer state on the device, and the device and host memory plait check predicts
+offload_equals_run() {
+    gpu_ref || return 1
+    local mode sets
+    for mode in host nvme; do
+        sets=(--set parallel.offload=$mode --set parallel.offload_window_mb=0.0027)
+        [ "$mode" = nvme ] && sets+=(--set parallel.offload_dir="$WORK/offload_dir")
+        "$PLAIT" train "$WORK/plan.json" --out "$WORK/gpu_$mode" "${CUDA_SET[@]}" "${sets[@]}" \
+            >"$WORK/gpu_$mode.log" 2>&1 || { tail -n 30 "$WORK/gpu_$mode.log"; return 1; }
+        grep -q "parallel.offload \"$mode\": the optimizer steps on the CPU" "$WORK/gpu_$mode.log" ||
+            { cat "$WORK/gpu_$mode.log"; return 1; }
+        metrics_equal "$WORK/gpu_ref/metrics.jsonl" "$WORK/gpu_$mode/metrics.jsonl" || return 1
+        "$PY" - "$WORK/gpu_$mode/run.json" <<'PYEOF' || return 1
+import json, sys
+r = json.load(open(sys.argv[1]))["memory"]["ranks"][0]
+p, a = r["predicted"], r["allocated"]
+keys = ("params", "grads", "optimizer", "activations", "host")
+assert all(p.get(k) == a.get(k) for k in keys), (p, a)
+assert a["optimizer"] == 0 and a["host"] > 0, a
+print(f"{sys.argv[1]}: device {a['total']} bytes, host {a['host']}, as predicted")
+PYEOF
+    done
+}
+
+# offloaded, stopped mid-step and resumed: the bits of the run without offload
+offload_resume() {
+    local run=$WORK/gpu_offload_mid rc=0 sets=(--set parallel.offload=host)
+    gpu_ref || return 1
+    PLAIT_DEBUG_SIGNAL_AFTER_MICRO=8 "$PLAIT" train "$WORK/plan.json" --out "$run" "${CUDA_SET[@]}" \
+        "${sets[@]}" >"$run.log1" 2>&1 || rc=$?
+    [ "$rc" -eq 75 ] || { echo "exit code $rc, want 75"; cat "$run.log1"; return 1; }
+    "$PLAIT" train "$WORK/plan.json" --out "$run" "${CUDA_SET[@]}" "${sets[@]}" >"$run.log2" 2>&1 ||
+        { cat "$run.log2"; return 1; }
     grep -q "resuming from .*step_00000002_0002 (step 2, mid-step)" "$run.log2" || { cat "$run.log2"; return 1; }
     metrics_equal "$WORK/gpu_ref/metrics.jsonl" "$run/metrics.jsonl"
 }
@@ -339,4 +382,6 @@ check_or_skip cuda_llama_tracks_the_cpu "" true llama_tracks_cpu
 check_or_skip cuda_llama_run_equals_cuda_run "" true llama_run_equals_run
 check_or_skip cuda_moe_tracks_the_cpu "" true moe_tracks_cpu
 check_or_skip cuda_moe_run_equals_cuda_run "" true moe_run_equals_run
+check_or_skip cuda_offload_equals_cuda_run "" true offload_equals_run
+check_or_skip cuda_offload_resumes_to_the_bit "" true offload_resume
 finish
