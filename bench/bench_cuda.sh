@@ -115,6 +115,23 @@ done
 # where a step goes: plait's own time per phase (PLAIT_PROFILE=1 waits for the
 # device around each phase, so the run is a little slower than the ones above),
 # and, where Nsight Systems is installed, the time per CUDA kernel
+# parallel.offload "host" (runtime/host_step.h): the optimizer's step on the CPU, its state in
+# host memory; its step beside the run's without offload
+echo
+if "$BUILD/bin/plait" train "$work/plan_16.json" --out "$work/offload_host" \
+    --set parallel.offload=host >"$work/offload_host.log" 2>&1; then
+    report "$work/offload_host/metrics.jsonl" 16 'bf16 parallel.offload "host"'
+    "$PY" - "$work/offload_host/metrics.jsonl" "$work/run_16/metrics.jsonl" <<'EOF'
+import json, statistics, sys
+def ms(p):
+    return statistics.median(r["ms"] for r in [r for r in map(json.loads, open(p)) if "ms" in r][1:])
+off, ref = ms(sys.argv[1]), ms(sys.argv[2])
+print(f"  step {off:.1f} ms against {ref:.1f} ms without offload ({off / ref:.2f}x)")
+EOF
+else
+    echo "parallel.offload \"host\" did not run: $(tail -n 1 "$work/offload_host.log")"
+fi
+
 echo
 echo "where a 16x1024 step goes (PLAIT_PROFILE=1):"
 PLAIT_PROFILE=1 "$BUILD/bin/plait" train "$work/plan_16.json" --out "$work/run_prof" --set steps=4 \
