@@ -108,7 +108,7 @@ double report_proc_status_bytes(const char *field)
  * model_init allocated (counted), and its peak resident set. Collective. */
 static int memory_report(struct trainer *t, int step, struct plait_error *err)
 {
-    enum { K = 11 };
+    enum { K = 12 };
     const struct env_rank *w = t->where;
     const struct model_bytes *a = &t->m.allocated;
     double mine[K] = {w->tp_rank,
@@ -121,7 +121,13 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
                       report_proc_status_bytes("VmHWM"),
                       t->rss_before_model,
                       w->cp_rank,
-                      t->m.host_step ? (double)t->m.host_step->bytes : -1};
+                      t->m.host_step ? (double)t->m.host_step->bytes : -1,
+                      -1};
+    uint64_t used = 0, total = 0;
+    if (t->m.ops->memory_in_use) {
+        t->m.ops->memory_in_use(t->m.ctx, &used, &total);
+        mine[11] = total ? (double)used : -1;
+    }
     int n = w->world;
     double *all = malloc((size_t)n * K * sizeof *all);
     if (!all) return error_set(err, "out of memory");
@@ -158,7 +164,8 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
                           (int64_t)v[10]},
             .rss_peak_bytes = (int64_t)v[7],
             .rss_before_model_bytes = (int64_t)v[8],
-            .cp = (int)v[9]};
+            .cp = (int)v[9],
+            .device_used_bytes = (int64_t)v[11]};
         if (on_cpu && n > 1) /* host memory beside the model's: the socket backend's rings */
             ranks[r].predicted.comm_rings = (int64_t)cost_comm_ring_bytes(t->plan, l, (int)v[1]);
     }

@@ -46,6 +46,9 @@ static json_t *memory_json(const struct run_record *r)
                              (json_int_t)m->rss_before_model_bytes));
         json_t *last = json_array_get(ranks, json_array_size(ranks) - 1);
         if (last && r->cp > 1) json_object_set_new(last, "cp", json_integer(m->cp));
+        if (last && m->device_used_bytes >= 0)
+            json_object_set_new(last, "device_used_bytes",
+                                json_integer((json_int_t)m->device_used_bytes));
     }
     return json_pack("{s:i,s:o}", "after_step", r->memory_after_step, "ranks", ranks);
 }
@@ -135,6 +138,9 @@ static void read_rank(struct json_read *rd, json_t *o, const char *at, struct ru
     m->allocated.comm_rings = -1;
     m->rss_peak_bytes = json_read_int(rd, o, at, "rss_peak_bytes");
     m->rss_before_model_bytes = json_read_int(rd, o, at, "rss_before_model_bytes");
+    m->device_used_bytes = json_read_has(o, "device_used_bytes")
+                               ? json_read_int(rd, o, at, "device_used_bytes")
+                               : -1;
 }
 
 static void read_memory(struct json_read *rd, json_t *mem, struct run_record *r)

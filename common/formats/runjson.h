@@ -26,6 +26,9 @@ struct run_rank_memory {
     int rank, tp, pp, dp;
     struct run_bytes predicted, allocated; /* plait check's (cost_memory_stage), model_init's */
     int64_t rss_peak_bytes, rss_before_model_bytes;
+    int64_t device_used_bytes; /* a GPU rank's device memory in use after the step (every
+                                  allocation: the CUDA context and workspaces too); -1 on a
+                                  CPU rank (not written) */
     int cp; /* its cp coordinate (written when the run had context parallelism; read: 0
                where absent) */
 };

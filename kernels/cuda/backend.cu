@@ -119,6 +119,14 @@ static void cuda_host_free(struct ops_ctx *ctx, void *p)
     if (p) (void)CUDA_OK(ctx, cudaFreeHost(p));
 }
 
+static void cuda_memory_in_use(struct ops_ctx *ctx, uint64_t *used, uint64_t *total)
+{
+    size_t free_b = 0, total_b = 0;
+    if (!CUDA_OK(ctx, cudaMemGetInfo(&free_b, &total_b))) free_b = total_b = 0;
+    *used = total_b - free_b;
+    *total = total_b;
+}
+
 static void cuda_download(struct ops_ctx *ctx, void *host_dst, const void *src, size_t bytes)
 {
     if (!bytes) return;
@@ -183,6 +191,7 @@ static struct ops cuda_ops = {
     .download = cuda_download,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
+    .memory_in_use = cuda_memory_in_use,
     .copy = cuda_copy,
     .copy_rows = cuda_copy_rows,
     .zero = cuda_zero,

@@ -149,7 +149,7 @@ static void fill_run(struct run_record *r, struct run_rank_memory ranks[2])
     for (int i = 0; i < 2; i++)
         ranks[i] = (struct run_rank_memory){
             i,       i,      0, 0, {10 + i, 20, 30, 40, i ? 5000 : -1, i ? -1 : 60},
-            {11, 21, 31, 41 + i, -1, i ? -1 : 61}, 1 << 20, 1 << 19, i};
+            {11, 21, 31, 41 + i, -1, i ? -1 : 61}, 1 << 20, 1 << 19, i, i ? -1 : 3LL << 32};
     r->memory_after_step = 1, r->ranks = ranks, r->n_ranks = 2, r->cp = 2; /* cp written */
     r->modelled_tokens_per_s = 1000.5, r->measured_tokens_per_s = 0.1 + 0.2;
     r->has_checkpoint = true, r->checkpoint_async = true;
