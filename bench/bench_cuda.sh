@@ -85,6 +85,16 @@ if anchor:
     print(f"  PyTorch anchor {anchor:,.0f} tokens/s (H100 80GB SXM): plait/anchor {tps / anchor:.2f}")
 open(path + ".tps", "w").write(str(tps))
 EOF
+    # the device's memory after step 1 (everything: the CUDA context, cuBLAS's workspaces and
+    # the backend's scratch too) beside what plait check predicts (the model's buffers)
+    "$PY" - "$work/run_$B/run.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))["memory"]["ranks"][0]
+used, pred = r.get("device_used_bytes"), r["predicted"]["total"]
+if used:
+    print(f"  device memory after step 1: {used / 1e9:.2f} GB in use, plait check predicts "
+          f"{pred / 1e9:.2f} GB (in use / predicted {used / pred:.2f})")
+EOF
     if [ "${BENCH_TORCH:-1}" = 0 ]; then
         echo "PyTorch     bf16 ${B}x$T: left out (BENCH_TORCH=0)"
     elif "$PY" bench/torch_gpt2.py --micro-batch "$B" --seq-len "$T" --layers "$L" --heads "$NH" \
