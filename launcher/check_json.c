@@ -1,7 +1,7 @@
 /* check_json.c — plait check --json's document: the layout, its nodes and their GPUs, every
- * rank (its place, env and memory), the memory by stage and by ZeRO stage (with offload's disk and host bytes), each
- * communicator's link, bytes and seconds, the modelled step, the pipeline schedule and this
- * machine's measured CPU. The tables are check_text.c's. */
+ * rank (its place, env and memory), the memory by stage and by ZeRO stage (with offload's
+ * disk and host bytes), each communicator's link, bytes and seconds, the modelled step, the
+ * pipeline schedule and this machine's measured CPU. The tables are check_text.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

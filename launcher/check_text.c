@@ -201,8 +201,8 @@ static void print_offload(const struct plan *placed, const struct layout_eval *e
                "disk under %s (the most loaded rank: %.2f %s), two windows of up to %g MiB of "
                "each, the slice's fp32 master weights and its gradient in host memory (%.2f %s, "
                "\"host\"); the device holds none of the AdamW state\n",
-               par->offload_dir, e->mem.disk / unit, u, par->offload_window_mb,
-               e->mem.host / unit, u);
+               par->offload_dir, e->mem.disk / unit, u, par->offload_window_mb, e->mem.host / unit,
+               u);
     else if (par->offload == PLAN_OFFLOAD_NVME)
         printf("  the AdamW moments are on disk under %s (the most loaded rank: %.2f %s), two "
                "windows of up to %g MiB of each in memory (in \"optimizer\")\n",
@@ -210,7 +210,8 @@ static void print_offload(const struct plan *placed, const struct layout_eval *e
     else if (par->offload == PLAN_OFFLOAD_HOST && gpu)
         printf("  parallel.offload \"host\": the AdamW step runs on the CPU; the moments, the "
                "slice's fp32 master weights and its gradient are in host memory (the most "
-               "loaded rank: %.2f %s, the \"host\" column, beside the device's total); the device holds none of the AdamW state\n",
+               "loaded rank: %.2f %s, the \"host\" column, beside the device's total); the device "
+               "holds none of the AdamW state\n",
                e->mem.host / unit, u);
     else if (par->offload == PLAN_OFFLOAD_HOST)
         printf("  parallel.offload \"host\": on CPU ranks the optimizer state is in host memory "

@@ -288,8 +288,8 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
         .offload_window_mb =
             p->parallel.offload == PLAN_OFFLOAD_NVME ? p->parallel.offload_window_mb : 0,
         /* a GPU rank's offload moves the step to the CPU (a CPU rank's "host" is a no-op) */
-        .host_step = p->parallel.offload != PLAN_OFFLOAD_NONE &&
-                     p->parallel.device == PLAN_DEVICE_CUDA,
+        .host_step =
+            p->parallel.offload != PLAN_OFFLOAD_NONE && p->parallel.device == PLAN_DEVICE_CUDA,
         .moe_lanes = schedule_moe_lanes(p, l.pp, NULL)};
     struct gpt2_shard s;
     struct gpt2_memory mem;

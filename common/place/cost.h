@@ -142,11 +142,11 @@ struct cost_cpu_rates {
 /* A GPU rank's offloaded AdamW step (cost_memory's host > 0; runtime/host_step.h): the
  * slice's gradient goes down to host memory and its updated weights come back, 4 bytes an
  * element each way, over the host link at COST_HOST_LINK_GBPS (PCIe 4.0 x16's practical
- * rate, plait check's PCIe default, conservative for a Gen5 GPU; one direction at a time); the CPU's AdamW pass reads the gradient and reads and
- * writes the master weights and both moments, 4 + 8 + 16 = 28 bytes an element, at
- * COST_HOST_MEMORY_GBPS (a rank's share of its host's memory bandwidth: some 400 GB/s of a
- * two-socket node over its 8 GPUs). nvme's file reads and writes are not modelled (as on
- * CPU ranks). */
+ * rate, plait check's PCIe default, conservative for a Gen5 GPU; one direction at a time);
+ * the CPU's AdamW pass reads the gradient and reads and writes the master weights and both
+ * moments, 4 + 8 + 16 = 28 bytes an element, at COST_HOST_MEMORY_GBPS (a rank's share of
+ * its host's memory bandwidth: some 400 GB/s of a two-socket node over its 8 GPUs). nvme's
+ * file reads and writes are not modelled (as on CPU ranks). */
 #define COST_HOST_LINK_GBPS 25.0
 #define COST_HOST_MEMORY_GBPS 50.0
 #define COST_HOST_LINK_BYTES 8  /* per slice element: the gradient down, the weights up */

@@ -217,8 +217,7 @@ int layout_host_offload_to_fit(const struct plan *p, struct cost_layout l, uint6
         device_bytes == 0)
         return -1;
     int lowest = layout_zero_lowest(p, l), from = p->parallel.zero;
-    return zero_to_fit_from(p, l, from > lowest ? from : lowest, PLAN_OFFLOAD_HOST,
-                            device_bytes);
+    return zero_to_fit_from(p, l, from > lowest ? from : lowest, PLAN_OFFLOAD_HOST, device_bytes);
 }
 
 /* "parallel.offload "host" [with parallel.zero Z] fits with ... (...)" into buf, when the

@@ -748,14 +748,14 @@ static void test_gpu_offload_puts_the_moments_and_the_step_in_host_memory(void)
     p->parallel.offload = PLAN_OFFLOAD_NVME;
     p->parallel.offload_window_mb = 1;
     cost_memory_stage(p, l, 0, &nvme);
-    CHECK(none.slice_count == (int64_t)S && none.optimizer == 12 * S && none.host == 0,
-          "%lld %llu", (long long)none.slice_count, (unsigned long long)none.optimizer);
+    CHECK(none.slice_count == (int64_t)S && none.optimizer == 12 * S && none.host == 0, "%lld %llu",
+          (long long)none.slice_count, (unsigned long long)none.optimizer);
     CHECK(host.optimizer == none.optimizer - 8 * S && host.optimizer == 99580724 &&
               host.total == none.total - 8 * S && host.host == 16 * S && host.disk == 0,
           "%llu %llu %llu", (unsigned long long)host.optimizer, (unsigned long long)host.total,
           (unsigned long long)host.host);
-    CHECK(nvme.optimizer == 4 * S && nvme.total == host.total &&
-              nvme.host == 16 * 262144 + 8 * S && nvme.host == 203355752 && nvme.disk == 8 * S,
+    CHECK(nvme.optimizer == 4 * S && nvme.total == host.total && nvme.host == 16 * 262144 + 8 * S &&
+              nvme.host == 203355752 && nvme.disk == 8 * S,
           "%llu %llu %llu", (unsigned long long)nvme.optimizer, (unsigned long long)nvme.host,
           (unsigned long long)nvme.disk);
     p->parallel.device = PLAN_DEVICE_CPU;
@@ -787,8 +787,7 @@ static void test_gpu_offload_models_the_step_on_the_cpu(void)
     struct cost_time t, cpu;
     cost_step_time(p, l, &gpu, &t);
     CHECK(close_to(t.host_step_s, 0.10953879552), "%.15g", t.host_step_s);
-    CHECK(close_to(t.optimizer_s, 1991614464.0 / 3350e9 + 0.10953879552), "%.15g",
-          t.optimizer_s);
+    CHECK(close_to(t.optimizer_s, 1991614464.0 / 3350e9 + 0.10953879552), "%.15g", t.optimizer_s);
     CHECK(close_to(t.total_s, t.compute_s + t.optimizer_s), "%.15g", t.total_s);
     p->parallel.device = PLAN_DEVICE_CPU;
     cost_step_time(p, l, &gpu, &cpu);
