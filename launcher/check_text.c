@@ -200,7 +200,7 @@ static void print_offload(const struct plan *placed, const struct layout_eval *e
         printf("  parallel.offload \"nvme\": the AdamW step runs on the CPU; the moments are on "
                "disk under %s (the most loaded rank: %.2f %s), two windows of up to %g MiB of "
                "each, the slice's fp32 master weights and its gradient in host memory (%.2f %s, "
-               "\"host\"); the device holds none of the AdamW state\n",
+               "the \"host\" column); the device holds none of the AdamW state\n",
                par->offload_dir, e->mem.disk / unit, u, par->offload_window_mb, e->mem.host / unit,
                u);
     else if (par->offload == PLAN_OFFLOAD_NVME)

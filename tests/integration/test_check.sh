@@ -174,6 +174,10 @@ test_text_says_a_gpu_ranks_step_runs_on_the_cpu() {
         { cat "$WORK/o.txt"; return 1; }
     "$PLAIT" check "$case/plan.json" --topology $topo --set parallel.offload=nvme \
         --set parallel.offload_dir=/scratch/plait --json >"$WORK/n.json" 2>&1 || { cat "$WORK/n.json"; return 1; }
+    "$PLAIT" check "$case/plan.json" --topology $topo --set parallel.offload=nvme \
+        --set parallel.offload_dir=/scratch/plait >"$WORK/n.txt" 2>&1 || { cat "$WORK/n.txt"; return 1; }
+    grep -qF '  parallel.offload "nvme": the AdamW step runs on the CPU; the moments are on disk under /scratch/plait (the most loaded rank: 6.19 GB), two windows of up to 64 MiB of each, the slice'"'"'s fp32 master weights and its gradient in host memory (6.46 GB, the "host" column); the device holds none of the AdamW state' "$WORK/n.txt" ||
+        { cat "$WORK/n.txt"; return 1; }
     "$PY" - "$WORK/n.json" "$case/expected.json" <<'PYEOF' || return 1
 import json, sys
 nvme, host = (json.load(open(p)) for p in sys.argv[1:3])
