@@ -1,7 +1,7 @@
 /* check_json.c — plait check --json's document: the layout, its nodes and their GPUs, every
- * rank (its place, env and memory), the memory by stage and by ZeRO stage, each
- * communicator's link, bytes and seconds, the modelled step, the pipeline schedule and this
- * machine's measured CPU. The tables are check_text.c's. */
+ * rank (its place, env and memory), the memory by stage and by ZeRO stage (with offload's
+ * disk and host bytes), each communicator's link, bytes and seconds, the modelled step, the
+ * pipeline schedule and this machine's measured CPU. The tables are check_text.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +18,15 @@ static json_t *cpu_json(const struct cost_cpu_rates *cpu, double seconds,
                      cpus, "rank", "matmul_gflops", 1e3 * r.device_tflops, "attention_gflops",
                      1e3 * r.attention_tflops, "activation_gbps", r.activation_gbps, "memory_gbps",
                      r.device_memory_gbps, "parallel_op_us", 1e6 * r.parallel_op_s);
+}
+
+/* parallel.offload's bytes beside a memory object's device ones, where there are any:
+ * "disk" (nvme's moments in files), "host" (a GPU rank's offloaded step in host memory);
+ * neither is in "total". */
+static void add_offload_bytes(json_t *o, const struct cost_memory *mem)
+{
+    if (mem->disk) json_object_set_new(o, "disk", json_integer((json_int_t)mem->disk));
+    if (mem->host) json_object_set_new(o, "host", json_integer((json_int_t)mem->host));
 }
 
 static json_t *rank_json(const struct rank_map *m, const struct place_node *nodes, int r)
@@ -167,6 +176,7 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
                       "parameters", (json_int_t)mem.param_count, "params", (json_int_t)mem.params,
                       "grads", (json_int_t)mem.grads, "optimizer", (json_int_t)mem.optimizer,
                       "activations", (json_int_t)mem.activations, "total", (json_int_t)mem.total));
+        add_offload_bytes(json_array_get(stages, (size_t)s), &mem);
     }
     json_t *o =
         json_pack("{s:i,s:i,s:i,s:i,s:o,s:o,s:{s:I,s:I,s:I,s:I,s:I},s:o,s:{s:f,s:f,s:f}}",
@@ -176,6 +186,7 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
                   "activations", (json_int_t)e->mem.activations, "total", (json_int_t)e->mem.total,
                   "memory_by_stage", stages, "comm_bytes_per_step", "tp", e->traffic.tp_bytes, "pp",
                   e->traffic.pp_bytes, "dp", e->traffic.dp_bytes);
+    add_offload_bytes(json_object_get(o, "memory_bytes_per_rank"), &e->mem);
     json_object_set_new(o, "device_memory_bytes",
                         gpu_mem ? json_integer((json_int_t)gpu_mem) : json_null());
     json_object_set_new(o, "fits", json_boolean(e->fits));
@@ -220,6 +231,9 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
                                   "dp", e->time.dp_s, "total", e->time.total_s));
     if (m->cp > 1)
         json_object_set_new(json_object_get(o, "step_time_s"), "cp", json_real(e->time.cp_s));
+    if (e->time.host_step_s > 0) /* part of "optimizer": a GPU rank's step on the CPU */
+        json_object_set_new(json_object_get(o, "step_time_s"), "host_step",
+                            json_real(e->time.host_step_s));
     if (m->ep > 1) { /* expert parallelism: its two groups, the all-to-all's time */
         json_t *links = json_object_get(o, "links"),
                *bytes = json_object_get(o, "comm_bytes_per_step");

@@ -189,17 +189,37 @@ static void print_cp_fit(const struct plan *placed, const struct layout_eval *e,
            only_cp ? ": context parallelism is what makes the plan fit" : "");
 }
 
-/* Where parallel.offload puts the optimizer's state, in words. */
-static void print_offload(const struct plan *p, const struct layout_eval *e, double unit)
+/* Where parallel.offload puts the optimizer's state, in words (placed: the plan as placed,
+ * whose device says whether the ranks are GPUs, whose step then runs on the CPU). */
+static void print_offload(const struct plan *placed, const struct layout_eval *e, double unit)
 {
+    const struct plan_parallel *par = &placed->parallel;
     const char *u = unit == 1e9 ? "GB" : "MB";
-    if (p->parallel.offload == PLAN_OFFLOAD_NVME)
+    bool gpu = par->device == PLAN_DEVICE_CUDA;
+    if (par->offload == PLAN_OFFLOAD_NVME && gpu)
+        printf("  parallel.offload \"nvme\": the AdamW step runs on the CPU; the moments are on "
+               "disk under %s (the most loaded rank: %.2f %s), two windows of up to %g MiB of "
+               "each, the slice's fp32 master weights and its gradient in host memory (%.2f %s, "
+               "the \"host\" column); the device holds none of the AdamW state\n",
+               par->offload_dir, e->mem.disk / unit, u, par->offload_window_mb, e->mem.host / unit,
+               u);
+    else if (par->offload == PLAN_OFFLOAD_NVME)
         printf("  the AdamW moments are on disk under %s (the most loaded rank: %.2f %s), two "
                "windows of up to %g MiB of each in memory (in \"optimizer\")\n",
-               p->parallel.offload_dir, e->mem.disk / unit, u, p->parallel.offload_window_mb);
-    else if (p->parallel.offload == PLAN_OFFLOAD_HOST)
+               par->offload_dir, e->mem.disk / unit, u, par->offload_window_mb);
+    else if (par->offload == PLAN_OFFLOAD_HOST && gpu)
+        printf("  parallel.offload \"host\": the AdamW step runs on the CPU; the moments, the "
+               "slice's fp32 master weights and its gradient are in host memory (the most "
+               "loaded rank: %.2f %s, the \"host\" column, beside the device's total); the device "
+               "holds none of the AdamW state\n",
+               e->mem.host / unit, u);
+    else if (par->offload == PLAN_OFFLOAD_HOST)
         printf("  parallel.offload \"host\": on CPU ranks the optimizer state is in host memory "
                "already; nothing moves\n");
+    if (e->time.host_step_s > 0)
+        printf("  the step on the CPU is modelled at %.3f s: the slice's gradient down and its "
+               "weights up over PCIe at %.0f GB/s, AdamW's pass at %.0f GB/s of host memory\n",
+               e->time.host_step_s, COST_HOST_LINK_GBPS, COST_HOST_MEMORY_GBPS);
 }
 
 /* Mixture of experts: its blocks and the parameters a token passes through (what the
@@ -246,8 +266,9 @@ static void print_memory(const struct plan *p, const struct layout_eval *e, uint
            unit == 1e9 ? "GB" : "MB", plan_precision_name(p->precision),
            fp8 ? " with scaling per " : "", fp8 ? plan_fp8_scaling_name(p->fp8_scaling) : "",
            p->parallel.zero, plan_recompute_name(p->recompute));
-    printf("  %5s %9s %12s %8s %8s %10s %12s %8s\n", "stage", "layers", "parameters", "params",
-           "grads", "optimizer", "activations", "total");
+    bool host = e->mem.host > 0; /* a GPU rank's offloaded step: its host memory, a column */
+    printf("  %5s %9s %12s %8s %8s %10s %12s %8s%s\n", "stage", "layers", "parameters", "params",
+           "grads", "optimizer", "activations", "total", host ? "     host" : "");
     for (int s = 0; s < m->pp; s++) {
         struct cost_memory mem;
         cost_memory_stage(&placed, e->layout, s, &mem);
@@ -258,9 +279,11 @@ static void print_memory(const struct plan *p, const struct layout_eval *e, uint
                      part.layer_end - part.layer_begin);
         else
             snprintf(layers, sizeof layers, "%d-%d", part.layer_begin, part.layer_end - 1);
-        printf("  %5d %9s %12lld %8.2f %8.2f %10.2f %12.2f %8.2f\n", s, layers,
+        printf("  %5d %9s %12lld %8.2f %8.2f %10.2f %12.2f %8.2f", s, layers,
                (long long)mem.param_count, mem.params / unit, mem.grads / unit,
                mem.optimizer / unit, mem.activations / unit, mem.total / unit);
+        if (host) printf(" %8.2f", mem.host / unit);
+        printf("\n");
     }
     if (m->world > 1 && m->ranks[0].gpu < 0) { /* CPU ranks: the socket backend's rings */
         uint64_t rings = 0;
@@ -272,7 +295,7 @@ static void print_memory(const struct plan *p, const struct layout_eval *e, uint
                "rings (peers on its node)\n",
                rings / unit, unit == 1e9 ? "GB" : "MB");
     }
-    print_offload(p, e, unit);
+    print_offload(&placed, e, unit);
     print_moe(p);
     if (fp8)
         printf("  fp8 keeps an E4M3 copy of each layer's four weight matrices beside the fp32 "

@@ -287,6 +287,9 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
         .fused_attention = p->parallel.device == PLAN_DEVICE_CUDA,
         .offload_window_mb =
             p->parallel.offload == PLAN_OFFLOAD_NVME ? p->parallel.offload_window_mb : 0,
+        /* a GPU rank's offload moves the step to the CPU (a CPU rank's "host" is a no-op) */
+        .host_step =
+            p->parallel.offload != PLAN_OFFLOAD_NONE && p->parallel.device == PLAN_DEVICE_CUDA,
         .moe_lanes = schedule_moe_lanes(p, l.pp, NULL)};
     struct gpt2_shard s;
     struct gpt2_memory mem;
@@ -302,7 +305,9 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
     out->activations = mem.activations;
     out->total = mem.total;
     out->disk = mem.disk;
+    out->host = mem.host;
     out->param_count = (int64_t)s.total; /* gpt2_shard_init keeps it addressable */
+    out->slice_count = (int64_t)mem.slice;
 }
 
 void cost_memory(const struct plan *p, struct cost_layout l, struct cost_memory *out, int *stage)
@@ -768,7 +773,10 @@ static double dp_seconds(const struct cost_traffic *t, const struct cost_links *
  * loaded stage at the device's memory bandwidth (under ZeRO an upper bound:
  * the weights outside a rank's slice are only written by the all-gather); on a
  * measured CPU (activation_gbps given) also the gradient norm's read of the
- * gradients, 4 bytes a parameter, which a GPU's calibrated share covers. */
+ * gradients, 4 bytes a parameter, which a GPU's calibrated share covers. A GPU
+ * rank's offloaded step (host_step_s, cost.h's COST_HOST_*) adds the slice's trip
+ * to host memory and back and the CPU's pass; the device's pass keeps the weights
+ * and gradients (its "optimizer" bytes, the moments gone, are ZeRO's staging). */
 void cost_step_time(const struct plan *p, struct cost_layout l, const struct cost_links *links,
                     struct cost_time *out)
 {
@@ -796,12 +804,18 @@ void cost_step_time(const struct plan *p, struct cost_layout l, const struct cos
         out->dp_s = HUGE_VAL;
     else
         out->dp_s = isinf(overlap_s) ? 0.0 : fmax(0.0, dp_raw_s - overlap_s);
+    struct cost_memory mem;
+    cost_memory(p, l, &mem, NULL);
     if (links->device_memory_gbps > 0) {
-        struct cost_memory mem;
-        cost_memory(p, l, &mem, NULL);
         double bytes = 2.0 * ((double)mem.params + (double)mem.optimizer) + (double)mem.grads;
         if (links->activation_gbps > 0) bytes += 4.0 * (double)mem.param_count;
         out->optimizer_s = seconds(bytes, links->device_memory_gbps * 1e9);
+    }
+    if (mem.host > 0) { /* a GPU rank's step on the CPU */
+        double S = (double)mem.slice_count;
+        out->host_step_s = seconds(COST_HOST_LINK_BYTES * S, COST_HOST_LINK_GBPS * 1e9) +
+                           seconds(COST_HOST_STEP_BYTES * S, COST_HOST_MEMORY_GBPS * 1e9);
+        out->optimizer_s += out->host_step_s;
     }
     out->total_s = work_s + out->tp_s + out->cp_s + out->ep_s + out->pp_s + out->bubble_s +
                    out->dp_s + out->optimizer_s;

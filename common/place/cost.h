@@ -43,8 +43,14 @@ struct cost_memory {      /* bytes, as gpt2_memory.h counts them */
     uint64_t activations; /* the micro-batches the schedule holds, and scratch */
     uint64_t total;
     uint64_t disk;        /* parallel.offload "nvme": the moments' files (not in total) */
+    uint64_t host;        /* a GPU rank's offloaded step (parallel.offload "host" or "nvme"
+                             with device "cuda"): host memory beside the device's, not in
+                             total: the moments (or nvme's two windows of each), the slice's
+                             fp32 master weights and its gradient; 0 elsewhere */
     int64_t param_count; /* parameters of this rank's tp × pp shard (ZeRO divides
                             the bytes above, not this count) */
+    int64_t slice_count; /* elements of the optimizer's slice (ZeRO's, else the shard's
+                            padded to dp): what an AdamW step updates */
 };
 
 /* Memory of one rank of pipeline stage `stage` (0 ≤ stage < pp; every tp and
@@ -133,8 +139,22 @@ struct cost_cpu_rates {
     int threads;                            /* a rank's OpenMP threads (0: as many as CPUs) */
 };
 
+/* A GPU rank's offloaded AdamW step (cost_memory's host > 0; runtime/host_step.h): the
+ * slice's gradient goes down to host memory and its updated weights come back, 4 bytes an
+ * element each way, over the host link at COST_HOST_LINK_GBPS (PCIe 4.0 x16's practical
+ * rate, plait check's PCIe default, conservative for a Gen5 GPU; one direction at a time);
+ * the CPU's AdamW pass reads the gradient and reads and writes the master weights and both
+ * moments, 4 + 8 + 16 = 28 bytes an element, at COST_HOST_MEMORY_GBPS (a rank's share of
+ * its host's memory bandwidth: some 400 GB/s of a two-socket node over its 8 GPUs). nvme's
+ * file reads and writes are not modelled (as on CPU ranks). */
+#define COST_HOST_LINK_GBPS 25.0
+#define COST_HOST_MEMORY_GBPS 50.0
+#define COST_HOST_LINK_BYTES 8  /* per slice element: the gradient down, the weights up */
+#define COST_HOST_STEP_BYTES 28 /* per slice element: the CPU's AdamW pass */
+
 struct cost_time {
     double compute_s, tp_s, pp_s, dp_s, bubble_s, optimizer_s, total_s;
+    double host_step_s; /* part of optimizer_s: the offloaded step's (COST_HOST_*), else 0 */
     double cp_s;       /* the cp ring's traffic, on the critical path as tp's */
     double ep_s;       /* the experts' all-to-all, likewise (serial: no overlap modelled) */
     double memory_s;   /* the memory-bound ops (links->activation_gbps; 0 when not modelled) */
@@ -147,7 +167,8 @@ struct cost_time {
  * (on the critical path; the all-to-all's ep_share over its slowest link), pp p2p and bubble
  * ((pp−1)/grad_accum of the per-micro-batch work, 1F1B), dp (the part not hidden behind backward;
  * the routed experts' part over the expert peers' link), and the optimizer's pass over the weights
- * at the device's memory bandwidth (when links->device_memory_gbps is given). */
+ * at the device's memory bandwidth (when links->device_memory_gbps is given), with a GPU rank's
+ * offloaded step (COST_HOST_*) on top. */
 void cost_step_time(const struct plan *p, struct cost_layout l, const struct cost_links *links,
                     struct cost_time *out);
 

@@ -146,7 +146,7 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
     if (in->cpu && e->map.world > 0 && e->map.ranks[0].gpu < 0)
         layout_cpu_rank_links(in->cpu, layout_cpus_per_rank(&e->map, nodes, in->cpu->threads),
                               in->device_tflops > 0, &links);
-    cost_step_time(p, l, &links, &e->time);
+    cost_step_time(&placed, l, &links, &e->time); /* (a GPU rank's offloaded step) */
     double tokens = (double)p->batch.micro_batch * p->batch.grad_accum * l.dp * p->model.seq_len;
     e->tokens_per_s =
         e->time.total_s > 0 && isfinite(e->time.total_s) ? tokens / e->time.total_s : 0;
@@ -170,12 +170,19 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
 
 /* ---- what would make a layout fit ------------------------------------------------------- */
 
-uint64_t layout_memory_at_zero(const struct plan *p, struct cost_layout l, int zero)
+void layout_memory_with(const struct plan *p, struct cost_layout l, int zero,
+                        enum plan_offload offload, struct cost_memory *out)
 {
     struct plan q = *p;
     q.parallel.zero = zero;
+    q.parallel.offload = offload;
+    cost_memory(&q, l, out, NULL);
+}
+
+uint64_t layout_memory_at_zero(const struct plan *p, struct cost_layout l, int zero)
+{
     struct cost_memory mem;
-    cost_memory(&q, l, &mem, NULL);
+    layout_memory_with(p, l, zero, p->parallel.offload, &mem);
     return mem.total;
 }
 
@@ -184,13 +191,53 @@ int layout_zero_lowest(const struct plan *p, struct cost_layout l)
     return plan_dp_shard(&p->parallel, l.dp) < l.dp ? 1 : 0; /* replicas take ZeRO >= 1 */
 }
 
+/* The lowest ZeRO stage from `from` up with which every rank of l fits in device_bytes
+ * with the moments where `offload` puts them; -1 when none does. */
+static int zero_to_fit_from(const struct plan *p, struct cost_layout l, int from,
+                            enum plan_offload offload, uint64_t device_bytes)
+{
+    for (int z = from; z <= LAYOUT_ZERO_MAX; z++) {
+        struct cost_memory mem;
+        layout_memory_with(p, l, z, offload, &mem);
+        if (mem.total <= device_bytes) return z;
+    }
+    return -1;
+}
+
 int layout_zero_to_fit(const struct plan *p, struct cost_layout l, uint64_t device_bytes)
 {
     /* ZeRO shards over the dp·cp ranks: nothing to shard, or no limit known */
     if ((int64_t)l.dp * p->parallel.cp < 2 || device_bytes == 0) return -1;
-    for (int z = layout_zero_lowest(p, l); z <= LAYOUT_ZERO_MAX; z++)
-        if (layout_memory_at_zero(p, l, z) <= device_bytes) return z;
-    return -1;
+    return zero_to_fit_from(p, l, layout_zero_lowest(p, l), p->parallel.offload, device_bytes);
+}
+
+int layout_host_offload_to_fit(const struct plan *p, struct cost_layout l, uint64_t device_bytes)
+{
+    if (p->parallel.device != PLAN_DEVICE_CUDA || p->parallel.offload != PLAN_OFFLOAD_NONE ||
+        device_bytes == 0)
+        return -1;
+    int lowest = layout_zero_lowest(p, l), from = p->parallel.zero;
+    return zero_to_fit_from(p, l, from > lowest ? from : lowest, PLAN_OFFLOAD_HOST, device_bytes);
+}
+
+/* "parallel.offload "host" [with parallel.zero Z] fits with ... (...)" into buf, when the
+ * step on the CPU makes l fit (layout_host_offload_to_fit); else nothing, false. */
+static bool host_offload_advice(const struct plan *p, struct cost_layout l, uint64_t device_bytes,
+                                char *buf, size_t n)
+{
+    int z = layout_host_offload_to_fit(p, l, device_bytes);
+    if (z < 0) return false;
+    struct cost_memory mem;
+    layout_memory_with(p, l, z, PLAN_OFFLOAD_HOST, &mem);
+    char zero[32] = "";
+    if (z != p->parallel.zero && (int64_t)l.dp * p->parallel.cp > 1)
+        snprintf(zero, sizeof zero, " with parallel.zero %d", z);
+    snprintf(buf, n,
+             "parallel.offload \"host\"%s fits with %.2f GB of %.2f per GPU (the AdamW step on "
+             "the CPU: the moments, the slice's master weights and gradient, %.2f GB, in host "
+             "memory)",
+             zero, mem.total / 1e9, device_bytes / 1e9, mem.host / 1e9);
+    return true;
 }
 
 void layout_fit_advice(const struct plan *p, struct cost_layout l, uint64_t device_bytes, char *buf,
@@ -198,18 +245,26 @@ void layout_fit_advice(const struct plan *p, struct cost_layout l, uint64_t devi
 {
     const char *rest = "raise tp or pp, recompute, or a smaller batch.micro_batch";
     int z = layout_zero_to_fit(p, l, device_bytes);
-    if ((int64_t)l.dp * p->parallel.cp < 2) {
-        snprintf(buf, n, "%s (ZeRO shards over data-parallel ranks, and dp is 1)", rest);
-    } else if (z > p->parallel.zero) {
+    bool no_dp = (int64_t)l.dp * p->parallel.cp < 2;
+    if (!no_dp && z > p->parallel.zero) {
         /* the cheapest stage that fits (least traffic), beside the one below it (the
          * plan's own or above: a stage the layout may run) */
         snprintf(buf, n, "parallel.zero %d fits with %.2f GB of %.2f per GPU; zero %d needs %.2f",
                  z, layout_memory_at_zero(p, l, z) / 1e9, device_bytes / 1e9, z - 1,
                  layout_memory_at_zero(p, l, z - 1) / 1e9);
-    } else {
+        return;
+    }
+    /* no ZeRO stage fits: a GPU rank's step on the CPU may */
+    size_t len = host_offload_advice(p, l, device_bytes, buf, n) ? strlen(buf) : 0;
+    const char *sep = len ? "; or " : "";
+    if (no_dp)
+        snprintf(buf + len, n - len, "%s%s (ZeRO shards over data-parallel ranks, and dp is 1)",
+                 sep, rest);
+    else if (len)
+        snprintf(buf + len, n - len, "; no ZeRO stage fits without it");
+    else
         snprintf(buf, n, "not even parallel.zero %d fits (%.2f GB): %s", LAYOUT_ZERO_MAX,
                  layout_memory_at_zero(p, l, LAYOUT_ZERO_MAX) / 1e9, rest);
-    }
 }
 
 void layout_eval_free(struct layout_eval *e)

@@ -58,8 +58,14 @@ void layout_eval_free(struct layout_eval *e);
 /* The highest ZeRO stage plait-train runs. */
 #define LAYOUT_ZERO_MAX 3
 
-/* The most loaded rank's memory under layout l with p's parallel.zero set to
- * `zero` (p as placed: layout_plan_as_placed). */
+/* The most loaded rank's memory under layout l with p's parallel.zero set to `zero`
+ * and its parallel.offload to `offload` (p as placed: layout_plan_as_placed, whose
+ * device says whether offload moves a GPU rank's step to the CPU): the one count
+ * behind every "what would fit". */
+void layout_memory_with(const struct plan *p, struct cost_layout l, int zero,
+                        enum plan_offload offload, struct cost_memory *out);
+
+/* Its total with p's own parallel.offload. */
 uint64_t layout_memory_at_zero(const struct plan *p, struct cost_layout l, int zero);
 
 /* The lowest ZeRO stage a layout may run: 1 with hybrid sharding's replicas
@@ -71,10 +77,19 @@ int layout_zero_lowest(const struct plan *p, struct cost_layout l);
  * dp is 1 (ZeRO shards nothing) or device_bytes is 0 (unknown). */
 int layout_zero_to_fit(const struct plan *p, struct cost_layout l, uint64_t device_bytes);
 
+/* For GPU ranks (p as placed, device "cuda") with parallel.offload "none": the
+ * lowest ZeRO stage, the plan's or above, at which offload "host" (the AdamW step
+ * on the CPU, the optimizer state in host memory) makes every rank of l fit in
+ * device_bytes; -1 when none does, when the ranks are not GPUs, the plan
+ * offloads already or device_bytes is 0 (unknown). */
+int layout_host_offload_to_fit(const struct plan *p, struct cost_layout l, uint64_t device_bytes);
+
 /* What to change so that a layout that does not fit does: the cheapest ZeRO
  * stage that fits, with its memory beside the stage below it's ("parallel.zero
- * 2 fits with 61.00 GB of 80.00 per GPU; zero 1 needs 97.00"), or, when none
- * does, the other levers. */
+ * 2 fits with 61.00 GB of 80.00 per GPU; zero 1 needs 97.00"); when none does
+ * (or dp is 1), on GPU ranks, parallel.offload "host" if it fits
+ * (layout_host_offload_to_fit: 'parallel.offload "host" fits with 41.20 GB of
+ * 80.00 per GPU (..., 48.00 GB, in host memory)'); and the other levers. One line. */
 void layout_fit_advice(const struct plan *p, struct cost_layout l, uint64_t device_bytes, char *buf,
                        size_t n);
 

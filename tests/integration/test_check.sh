@@ -157,6 +157,44 @@ test_text_proposes_the_cheapest_zero_stage() {
 }
 check text_proposes_the_cheapest_zero_stage test_text_proposes_the_cheapest_zero_stage
 
+# parallel.offload on GPU ranks: the memory table gains a host column (16 bytes a slice
+# element: the moments, the slice's fp32 master weights and gradient; S = 6,189,252,608/8),
+# the device holds no moments, the text says the step runs on the CPU and what it is
+# modelled at (8S over PCIe at 25 GB/s, 28S at 50 GB/s); nvme names the disk's 8S beside
+# the host's windows; on CPU ranks "host" keeps its wording and no column (the advice for
+# the same plan without offload is tests/topo/h100_sxm8/offload_host_is_proposed_where_no_zero_stage_fits)
+test_text_says_a_gpu_ranks_step_runs_on_the_cpu() {
+    local case=tests/topo/h100_sxm8/offload_host_with_zero3_fits_where_no_zero_stage_does
+    local topo=tests/topo/h100_sxm8/topology.xml
+    "$PLAIT" check "$case/plan.json" --topology $topo >"$WORK/o.txt" 2>&1 || { cat "$WORK/o.txt"; return 1; }
+    grep -qE "^ +stage +layers +parameters +params +grads +optimizer +activations +total +host$" "$WORK/o.txt" &&
+        grep -qE "^ +0 +0-29 +6189252608 +7.95 +7.50 +0.00 +67.12 +82.56 +12.38$" "$WORK/o.txt" &&
+        grep -qF '  parallel.offload "host": the AdamW step runs on the CPU; the moments, the slice'"'"'s fp32 master weights and its gradient are in host memory (the most loaded rank: 12.38 GB, the "host" column, beside the device'"'"'s total); the device holds none of the AdamW state' "$WORK/o.txt" &&
+        grep -qF "  the step on the CPU is modelled at 0.681 s: the slice's gradient down and its weights up over PCIe at 25 GB/s, AdamW's pass at 50 GB/s of host memory" "$WORK/o.txt" ||
+        { cat "$WORK/o.txt"; return 1; }
+    "$PLAIT" check "$case/plan.json" --topology $topo --set parallel.offload=nvme \
+        --set parallel.offload_dir=/scratch/plait --json >"$WORK/n.json" 2>&1 || { cat "$WORK/n.json"; return 1; }
+    "$PLAIT" check "$case/plan.json" --topology $topo --set parallel.offload=nvme \
+        --set parallel.offload_dir=/scratch/plait >"$WORK/n.txt" 2>&1 || { cat "$WORK/n.txt"; return 1; }
+    grep -qF '  parallel.offload "nvme": the AdamW step runs on the CPU; the moments are on disk under /scratch/plait (the most loaded rank: 6.19 GB), two windows of up to 64 MiB of each, the slice'"'"'s fp32 master weights and its gradient in host memory (6.46 GB, the "host" column); the device holds none of the AdamW state' "$WORK/n.txt" ||
+        { cat "$WORK/n.txt"; return 1; }
+    "$PY" - "$WORK/n.json" "$case/expected.json" <<'PYEOF' || return 1
+import json, sys
+nvme, host = (json.load(open(p)) for p in sys.argv[1:3])
+S = 6189252608 // 8
+n, h = nvme["memory_bytes_per_rank"], host["memory_bytes_per_rank"]
+assert h["host"] == 16 * S and "disk" not in h and h["optimizer"] == 0, h
+assert n["disk"] == 8 * S and n["host"] == 16 * (64 << 20) // 4 + 8 * S, n
+assert n["total"] == h["total"] and nvme["step_time_s"]["host_step"] == host["step_time_s"]["host_step"]
+assert abs(host["step_time_s"]["host_step"] - (8 * S / 25e9 + 28 * S / 50e9)) < 1e-9, host["step_time_s"]
+PYEOF
+    "$PLAIT" check tests/topo/cpu_only/four_cpu_ranks/plan.json --topology tests/topo/cpu_only/topology.xml \
+        --set parallel.offload=host >"$WORK/c.txt" 2>&1 || { cat "$WORK/c.txt"; return 1; }
+    grep -qF '  parallel.offload "host": on CPU ranks the optimizer state is in host memory already; nothing moves' "$WORK/c.txt" &&
+        ! grep -qE "total +host$|step on the CPU" "$WORK/c.txt" || { cat "$WORK/c.txt"; return 1; }
+}
+check text_says_a_gpu_ranks_step_runs_on_the_cpu test_text_says_a_gpu_ranks_step_runs_on_the_cpu
+
 # a pipelined plan's schedule is set beside every other schedule's textbook bubble at its
 # stages and micro-batches (DualPipeV's V among them)
 test_text_sets_every_schedules_bubble_beside_the_plans() {

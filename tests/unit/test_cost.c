@@ -3,7 +3,8 @@
  * parameter in bf16 (16 in fp32), ZeRO slices and padding, fp32 activations
  * by recompute policy, pipeline in-flight micro-batches by schedule, tp/pp/dp
  * traffic and step time, a measured CPU rank's attention and memory-bound ops,
- * context parallelism's ring traffic and its share of a step. Plans come
+ * context parallelism's ring traffic and its share of a step, a GPU rank's offloaded
+ * AdamW step (its host memory and time) and the fit advice that proposes it. Plans come
  * from JSON text; the layout is passed separately, ZeRO set on the struct. */
 #include <math.h>
 #include <stdint.h>
@@ -722,6 +723,124 @@ static void test_optimizer_pass_at_memory_bandwidth(void)
     plan_free(p);
 }
 
+/* ---- a GPU rank's offloaded step --------------------------------------------------------- */
+
+/* GPT-2 124M, fp32, ZeRO 1 over dp 5 (test_zero_pads_the_buffers_to_a_multiple_of_dp):
+ * S = 24,895,181, the device's optimizer 12S = 298,742,172 (8S moments, 4S staging).
+ * On GPU ranks parallel.offload "host" takes the moments off the device, 8S = 199,161,448
+ * (optimizer 4S = 99,580,724), and holds 16S = 398,322,896 in host memory: the moments and
+ * the slice's master weights and gradient, 4S each; "nvme" with a 1 MiB window (262,144
+ * floats) holds two windows of each moment, 16·262,144 = 4,194,304, and the master and
+ * gradient, 8S: 203,355,752 in host memory, the moments' 8S on disk. On CPU ranks "host"
+ * changes nothing. */
+static void test_gpu_offload_puts_the_moments_and_the_step_in_host_memory(void)
+{
+    const uint64_t S = 24895181;
+    struct plan *p = load_plan(gpt2_124m, 4, 1, "fp32", "none");
+    if (!p) return;
+    struct cost_layout l = {1, 1, 5};
+    p->parallel.zero = 1;
+    p->parallel.device = PLAN_DEVICE_CUDA;
+    struct cost_memory none, host, nvme, cpu_none, cpu_host;
+    cost_memory_stage(p, l, 0, &none);
+    p->parallel.offload = PLAN_OFFLOAD_HOST;
+    cost_memory_stage(p, l, 0, &host);
+    p->parallel.offload = PLAN_OFFLOAD_NVME;
+    p->parallel.offload_window_mb = 1;
+    cost_memory_stage(p, l, 0, &nvme);
+    CHECK(none.slice_count == (int64_t)S && none.optimizer == 12 * S && none.host == 0, "%lld %llu",
+          (long long)none.slice_count, (unsigned long long)none.optimizer);
+    CHECK(host.optimizer == none.optimizer - 8 * S && host.optimizer == 99580724 &&
+              host.total == none.total - 8 * S && host.host == 16 * S && host.disk == 0,
+          "%llu %llu %llu", (unsigned long long)host.optimizer, (unsigned long long)host.total,
+          (unsigned long long)host.host);
+    CHECK(nvme.optimizer == 4 * S && nvme.total == host.total && nvme.host == 16 * 262144 + 8 * S &&
+              nvme.host == 203355752 && nvme.disk == 8 * S,
+          "%llu %llu %llu", (unsigned long long)nvme.optimizer, (unsigned long long)nvme.host,
+          (unsigned long long)nvme.disk);
+    p->parallel.device = PLAN_DEVICE_CPU;
+    p->parallel.offload = PLAN_OFFLOAD_NONE;
+    cost_memory_stage(p, l, 0, &cpu_none);
+    p->parallel.offload = PLAN_OFFLOAD_HOST;
+    cost_memory_stage(p, l, 0, &cpu_host);
+    CHECK(memcmp(&cpu_none, &cpu_host, sizeof cpu_none) == 0 && cpu_host.host == 0 &&
+              cpu_host.optimizer == 12 * S,
+          "%llu %llu", (unsigned long long)cpu_host.optimizer, (unsigned long long)cpu_host.host);
+    plan_free(p);
+}
+
+/* The offloaded step's time, GPT-2 124M, bf16, one GPU rank (S = P = 124,475,904): the
+ * gradient down and the weights up, 8S = 995,807,232 bytes at 25 GB/s, 0.03983228928 s,
+ * and the CPU's pass, 28S = 3,485,325,312 bytes at 50 GB/s, 0.06970650624 s: 0.10953879552
+ * s beside the device's pass, now without the moments, 2·(746,855,424 + 0) + 497,903,616 =
+ * 1,991,614,464 bytes at 3,350 GB/s (test_optimizer_pass_at_memory_bandwidth). Without
+ * offload, or on CPU ranks, no host step. */
+static void test_gpu_offload_models_the_step_on_the_cpu(void)
+{
+    struct plan *p = load_plan(gpt2_124m, 4, 1, "bf16", "none");
+    if (!p) return;
+    struct cost_links gpu = fast_links;
+    gpu.device_memory_gbps = 3350;
+    struct cost_layout l = {1, 1, 1};
+    p->parallel.device = PLAN_DEVICE_CUDA;
+    p->parallel.offload = PLAN_OFFLOAD_HOST;
+    struct cost_time t, cpu;
+    cost_step_time(p, l, &gpu, &t);
+    CHECK(close_to(t.host_step_s, 0.10953879552), "%.15g", t.host_step_s);
+    CHECK(close_to(t.optimizer_s, 1991614464.0 / 3350e9 + 0.10953879552), "%.15g", t.optimizer_s);
+    CHECK(close_to(t.total_s, t.compute_s + t.optimizer_s), "%.15g", t.total_s);
+    p->parallel.device = PLAN_DEVICE_CPU;
+    cost_step_time(p, l, &gpu, &cpu);
+    CHECK(cpu.host_step_s == 0 && close_to(cpu.optimizer_s, 3983228928.0 / 3350e9), "%.15g",
+          cpu.optimizer_s);
+    plan_free(p);
+}
+
+/* The fit advice on GPU ranks: GPT-2 124M at dp 1 in device memory that holds it only
+ * without its moments hears of parallel.offload "host" with the figure; a byte less and
+ * the other levers alone. At dp 4 where no ZeRO stage fits but ZeRO 3 with the step on
+ * the CPU does, both are named; CPU ranks hear of no offload (theirs moves nothing). */
+static void test_fit_advice_proposes_host_offload_on_gpu_ranks(void)
+{
+    struct plan *p = load_plan(gpt2_124m, 4, 1, "bf16", "none");
+    if (!p) return;
+    p->parallel.device = PLAN_DEVICE_CUDA;
+    struct cost_layout one = {1, 1, 1}, four = {1, 1, 4};
+    struct cost_memory with;
+    layout_memory_with(p, one, 0, PLAN_OFFLOAD_HOST, &with);
+    CHECK(with.total == layout_memory_at_zero(p, one, 0) - 8 * 124475904ull &&
+              with.host == 16 * 124475904ull,
+          "%llu %llu", (unsigned long long)with.total, (unsigned long long)with.host);
+    char got[512], want[512];
+    layout_fit_advice(p, one, with.total, got, sizeof got);
+    snprintf(want, sizeof want,
+             "parallel.offload \"host\" fits with %.2f GB of %.2f per GPU (the AdamW step on the "
+             "CPU: the moments, the slice's master weights and gradient, 1.99 GB, in host "
+             "memory); or raise tp or pp, recompute, or a smaller batch.micro_batch (ZeRO "
+             "shards over data-parallel ranks, and dp is 1)",
+             with.total / 1e9, with.total / 1e9);
+    CHECK(strcmp(got, want) == 0, "\n  got  %s\n  want %s", got, want);
+    CHECK(layout_host_offload_to_fit(p, one, with.total - 1) == -1, "a byte less");
+    layout_fit_advice(p, one, with.total - 1, got, sizeof got);
+    CHECK(strstr(got, "raise tp or pp") == got, "%s", got);
+
+    layout_memory_with(p, four, 3, PLAN_OFFLOAD_HOST, &with);
+    CHECK(layout_zero_to_fit(p, four, with.total) == -1 &&
+              layout_host_offload_to_fit(p, four, with.total) == 3,
+          "%d %d", layout_zero_to_fit(p, four, with.total),
+          layout_host_offload_to_fit(p, four, with.total));
+    layout_fit_advice(p, four, with.total, got, sizeof got);
+    const char *zero3 = "parallel.offload \"host\" with parallel.zero 3 fits with ";
+    CHECK(strncmp(got, zero3, strlen(zero3)) == 0 &&
+              strstr(got, "; no ZeRO stage fits without it") != NULL,
+          "%s", got);
+    p->parallel.device = PLAN_DEVICE_CPU;
+    CHECK(layout_host_offload_to_fit(p, four, with.total) == -1, "CPU ranks");
+    layout_fit_advice(p, four, with.total, got, sizeof got);
+    CHECK(strstr(got, "not even parallel.zero 3 fits") == got, "%s", got);
+    plan_free(p);
+}
+
 /* ---- a measured CPU's terms ------------------------------------------------------------ */
 
 /* A model small enough to count by hand: 2 layers, C = 8, 2 heads, V = Vp = 16,
@@ -910,6 +1029,9 @@ int main(void)
     RUN(test_zero_bandwidth_with_traffic_takes_forever);
     RUN(test_link_names);
     RUN(test_optimizer_pass_at_memory_bandwidth);
+    RUN(test_gpu_offload_puts_the_moments_and_the_step_in_host_memory);
+    RUN(test_gpu_offload_models_the_step_on_the_cpu);
+    RUN(test_fit_advice_proposes_host_offload_on_gpu_ranks);
     RUN(test_cpu_rank_counts_attention_and_memory_bound_ops_apart);
     RUN(test_cpu_rank_counts_its_parallel_ops);
     RUN(test_cpu_bubble_counts_the_memory_bound_ops);
