@@ -159,7 +159,7 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
             .pp = (int)v[1],
             .dp = (int)v[2],
             .predicted = {(int64_t)c.params, (int64_t)c.grads, (int64_t)c.optimizer,
-                          (int64_t)c.activations, -1, -1},
+                          (int64_t)c.activations, -1, c.host ? (int64_t)c.host : -1},
             .allocated = {(int64_t)v[3], (int64_t)v[4], (int64_t)v[5], (int64_t)v[6], -1,
                           (int64_t)v[10]},
             .rss_peak_bytes = (int64_t)v[7],
