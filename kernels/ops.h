@@ -52,6 +52,9 @@ struct ops {
      * at the link's full speed (page-locked on a GPU), or NULL; freed by host_free. */
     void *(*host_alloc)(struct ops_ctx *ctx, size_t bytes);
     void (*host_free)(struct ops_ctx *ctx, void *p);
+    /* Optional (NULL where any thread may issue ops as it is): makes the calling thread
+     * issue to the context's device (a thread the runtime starts, before its first op). */
+    void (*bind_thread)(struct ops_ctx *ctx);
     /* Optional (NULL on the CPU): the device's memory in use now, by every context on it
      * (this process's, its CUDA context and library workspaces included), and its size. */
     void (*memory_in_use)(struct ops_ctx *ctx, uint64_t *used, uint64_t *total);

@@ -47,6 +47,7 @@ static void *io_main(void *arg)
 {
     struct host_step *h = arg;
     struct host_step_io *io = h->io;
+    if (h->dev->bind_thread) h->dev->bind_thread(h->dev_ctx); /* the rank's device, not 0 */
     pthread_mutex_lock(&io->mu);
     for (;;) {
         while (!io->stop && !(io->stepping && io->down < h->n) && io->done == io->posted)

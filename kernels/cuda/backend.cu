@@ -119,6 +119,11 @@ static void cuda_host_free(struct ops_ctx *ctx, void *p)
     if (p) (void)CUDA_OK(ctx, cudaFreeHost(p));
 }
 
+static void cuda_bind_thread(struct ops_ctx *ctx)
+{
+    (void)CUDA_OK(ctx, cudaSetDevice(ctx->device));
+}
+
 static void cuda_memory_in_use(struct ops_ctx *ctx, uint64_t *used, uint64_t *total)
 {
     size_t free_b = 0, total_b = 0;
@@ -191,6 +196,7 @@ static struct ops cuda_ops = {
     .download = cuda_download,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
+    .bind_thread = cuda_bind_thread,
     .memory_in_use = cuda_memory_in_use,
     .copy = cuda_copy,
     .copy_rows = cuda_copy_rows,
