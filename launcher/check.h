@@ -33,6 +33,8 @@ struct check_result {
  * plait does not know the first rank's GPU). */
 const struct gpu_spec *check_plan_gpu(const struct layout_eval *e, const struct place_node *nodes);
 
+/* The GPUs a GPU plan's ranks use: its ranks, over those sharing one (PLAIT_RANKS_PER_GPU). */
+int check_plan_gpus(const struct layout_eval *e);
 /* The modelled MFU of a GPU plan (a fraction), 0 when the GPU's peak is unknown. */
 double check_modelled_mfu(const struct plan *p, const struct layout_eval *e,
                           const struct place_node *nodes);

@@ -14,6 +14,12 @@ const struct gpu_spec *check_plan_gpu(const struct layout_eval *e, const struct 
     return t->gpus[r0->gpu].spec;
 }
 
+int check_plan_gpus(const struct layout_eval *e)
+{
+    int share = e->map.gpu_sharing > 1 ? e->map.gpu_sharing : 1; /* PLAIT_RANKS_PER_GPU */
+    return (e->map.world + share - 1) / share;
+}
+
 /* The modelled MFU of a GPU plan (a fraction), 0 when the GPU's peak is unknown. */
 double check_modelled_mfu(const struct plan *p, const struct layout_eval *e,
                           const struct place_node *nodes)
@@ -21,7 +27,7 @@ double check_modelled_mfu(const struct plan *p, const struct layout_eval *e,
     struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
     double peak = gpu_peak_tflops(check_plan_gpu(e, nodes), p->precision);
     return gpu_mfu(gpu_flops_per_token(&cfg, p->model.seq_len), e->tokens_per_s, peak,
-                   e->map.world);
+                   check_plan_gpus(e));
 }
 
 /* The chosen layout's rank: its CPUs and the rates it gets from the measured ones. */

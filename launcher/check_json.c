@@ -195,7 +195,9 @@ static json_t *result_json(const struct plan *p, const struct layout_eval *e,
         json_array_append_new(
             by_zero, json_integer((json_int_t)layout_memory_at_zero(&placed, e->layout, z)));
     json_object_set_new(o, "memory_bytes_by_zero", by_zero);
-    int fit_zero = layout_zero_to_fit(&placed, e->layout, gpu_mem);
+    if (m->gpu_sharing > 1) /* PLAIT_RANKS_PER_GPU: the fit is of a rank's share */
+        json_object_set_new(o, "ranks_per_gpu", json_integer(m->gpu_sharing));
+    int fit_zero = layout_zero_to_fit(&placed, e->layout, layout_rank_device_memory(m, gpu_mem));
     json_object_set_new(o, "zero_to_fit", fit_zero >= 0 ? json_integer(fit_zero) : json_null());
     json_object_set_new(o, "allow_tp_over_pcie", json_boolean(p->parallel.allow_tp_over_pcie));
     json_object_set_new(o, "links",

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/place/env.h" // defines: PLAIT_ENV_RANKS_PER_GPU
 #include "common/place/topo.h"
 #include "launcher/check.h"
 
@@ -302,12 +303,17 @@ static void print_memory(const struct plan *p, const struct layout_eval *e, uint
                "weights (params: + 1 byte a weight, + 4 a scale, one per %s) and on the last "
                "stage a bf16 copy of wte for the LM head (+ 2 bytes a weight)\n",
                p->fp8_scaling == PLAN_FP8_BLOCK ? "128×128 block" : "matrix");
-    if (gpu_mem)
+    uint64_t rank_mem = layout_rank_device_memory(m, gpu_mem); /* (its share of a GPU) */
+    if (gpu_mem && m->gpu_sharing > 1)
+        printf("  device memory %.2f GB, shared by %d ranks (%s): %.2f GB a rank: %s\n",
+               gpu_mem / 1e9, m->gpu_sharing, PLAIT_ENV_RANKS_PER_GPU, rank_mem / 1e9,
+               e->fits ? "fits" : "DOES NOT FIT");
+    else if (gpu_mem)
         printf("  device memory %.2f GB: %s\n", gpu_mem / 1e9, e->fits ? "fits" : "DOES NOT FIT");
     else
         printf("  device memory unknown (give --gpu-memory GB to check the fit)\n");
-    print_cp_fit(&placed, e, gpu_mem);
-    print_zero_stages(&placed, e->layout, gpu_mem);
+    print_cp_fit(&placed, e, rank_mem);
+    print_zero_stages(&placed, e->layout, rank_mem);
 }
 
 /* ---- traffic, the rank map --------------------------------------------------------------- */
@@ -376,7 +382,7 @@ static void print_traffic(const struct plan *p, const struct layout_eval *e,
         struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
         printf("  modelled MFU: %.1f%% of %d × %s's dense %s peak, %.0f TFLOP/s each "
                "(%.1f MFLOP per token: 6·N + 12·L·C·T)\n",
-               100 * check_modelled_mfu(p, e, nodes), m->world, gpu->name,
+               100 * check_modelled_mfu(p, e, nodes), check_plan_gpus(e), gpu->name,
                p->precision == PLAN_PRECISION_FP8 && gpu->fp8_tflops > 0 ? "fp8"
                : p->precision == PLAN_PRECISION_FP32                     ? "tf32"
                                                                          : "bf16",

@@ -325,9 +325,12 @@ int cmd_check(int argc, char **argv)
     char host[64] = "localhost";
     const char *here[] = {host};
     bool this_machine = !a.n_topologies && a.nodes == 1;
+    /* GPUs shared by several ranks, as plait train shares them here (PLAIT_RANKS_PER_GPU) */
+    int share = 1;
     if (this_machine) gethostname(host, sizeof host - 1);
-    if (fit_nodes_make(p, a.nodes, a.gpus_per_node, topos, n_topo, this_machine ? here : NULL,
-                       &fit, &err)) {
+    if ((this_machine && env_ranks_per_gpu(&share, &err)) ||
+        fit_nodes_make(p, a.nodes, a.gpus_per_node, share, topos, n_topo,
+                       this_machine ? here : NULL, &fit, &err)) {
         log_error("check: %s", err.text);
         goto out;
     }

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/place/place.h" // defines: place_layout_text
 #include "common/place/topo.h"
+#include "launcher/plan_fit.h" // defines: fit_node_here
 
 /* tp, pp (and an "auto" dp) chosen by layout_choose for `slots` ranks on
  * this machine's topology */
@@ -23,11 +24,12 @@ static int choose_here(struct plan *plan, int slots, const struct ckpt_batch *re
     struct topo topo = {0};
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
+    struct place_node node;
     if (topo_load(&topo, NULL, err)) return -1;
-    struct place_node node = {.name = host,
-                              .topo = &topo,
-                              .slots = slots,
-                              .cpu_ranks = plan->parallel.device != PLAN_DEVICE_CUDA};
+    if (fit_node_here(plan, slots, &topo, host, &node, err)) {
+        topo_free(&topo);
+        return -1;
+    }
     struct layout_inputs in = {.bw = {.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100},
                                .resumed = resumed};
     struct layout_eval best;

@@ -22,6 +22,7 @@
 #include "common/store/store.h"
 #include "common/place/topo.h"
 #include "launcher/commands.h"
+#include "launcher/plan_fit.h" // defines: fit_node_here
 
 static volatile sig_atomic_t pending_signal;
 
@@ -353,15 +354,16 @@ out:
     return rc;
 }
 
-/* Several ranks: each its place on this machine (its CPUs, its coordinates),
- * and the job's secret. */
+/* Several ranks: each its place on this machine (its CPUs, its coordinates, a
+ * GPU when the plan says "cuda", shared by PLAIT_RANKS_PER_GPU ranks), and the
+ * job's secret. */
 static int place(struct gang *g, const struct plan *plan, struct topo *topo, char *host,
                  size_t host_bytes, struct plait_error *err)
 {
     const struct gang_spec *spec = g->spec;
     gethostname(host, host_bytes - 1);
-    if (topo_load(topo, NULL, err)) return -1;
-    g->node = (struct place_node){.name = host, .topo = topo, .slots = g->world, .cpu_ranks = true};
+    if (topo_load(topo, NULL, err) || fit_node_here(plan, g->world, topo, host, &g->node, err))
+        return -1;
     struct place_bandwidth bw = {.pcie_gbps = 25, .network_gbps = 50, .memory_gbps = 100};
     if (place_ranks(plan, spec->tp, spec->pp, spec->dp, &g->node, 1, &bw, &g->map, err) ||
         store_secret_generate(g->secret, err))

@@ -9,11 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/place/env.h" // defines: env_ranks_per_gpu
 #include "common/place/gpu.h" // defines: gpu_spec_by_name
 
-int fit_nodes_make(const struct plan *p, int n, int gpus_per_node, const struct topo *topos,
-                   int n_topos, const char *const *names, struct fit_nodes *out,
-                   struct plait_error *err)
+int fit_nodes_make(const struct plan *p, int n, int gpus_per_node, int ranks_per_gpu,
+                   const struct topo *topos, int n_topos, const char *const *names,
+                   struct fit_nodes *out, struct plait_error *err)
 {
     memset(out, 0, sizeof *out);
     if (n < 1 || n_topos < 1) return error_set(err, "no nodes to check the plan on");
@@ -34,14 +35,16 @@ int fit_nodes_make(const struct plan *p, int n, int gpus_per_node, const struct 
                    (t->n_gpus == 0 && p->parallel.device != PLAN_DEVICE_CUDA);
         int64_t world = plan_ranks(p); /* tp·cp·pp·dp; 0 with an "auto" degree */
         bool fixed = world > 0;
+        int share = ranks_per_gpu > 1 ? ranks_per_gpu : 1; /* (each GPU that many slots) */
         int s = gpus_per_node       ? gpus_per_node
                 : cpu && fixed      ? (int)((world + n - 1) / n)
-                : t->n_gpus && !cpu ? t->n_gpus
+                : t->n_gpus && !cpu ? t->n_gpus * share
                                     : 1;
         out->v[i] = (struct place_node){.name = names ? names[i] : out->names[i],
                                         .topo = t,
                                         .slots = s,
-                                        .cpu_ranks = p->parallel.device == PLAN_DEVICE_CPU};
+                                        .cpu_ranks = p->parallel.device == PLAN_DEVICE_CPU,
+                                        .ranks_per_gpu = share};
         if (s > PLAN_MAX_RANKS - slots) {
             fit_nodes_free(out);
             return error_set(err, "%d nodes × %d slots is more ranks than plait runs (%d)", n, s,
@@ -49,6 +52,19 @@ int fit_nodes_make(const struct plan *p, int n, int gpus_per_node, const struct 
         }
         slots += s;
     }
+    return 0;
+}
+
+int fit_node_here(const struct plan *p, int slots, const struct topo *t, const char *host,
+                  struct place_node *out, struct plait_error *err)
+{
+    int share = 1;
+    if (env_ranks_per_gpu(&share, err)) return -1;
+    *out = (struct place_node){.name = host,
+                               .topo = t,
+                               .slots = slots,
+                               .cpu_ranks = p->parallel.device != PLAN_DEVICE_CUDA,
+                               .ranks_per_gpu = share};
     return 0;
 }
 

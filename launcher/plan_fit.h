@@ -22,13 +22,20 @@ struct fit_nodes {
 };
 
 /* n nodes, node i on topos[n_topos > 1 ? i : 0], named names[i] (NULL:
- * "node0", "node1", ...), each with gpus_per_node slots (0: the node's GPUs;
- * CPU ranks: the plan's ranks spread over the nodes) — plait check's rules.
- * -1 with err when the slots exceed what plait runs. */
-int fit_nodes_make(const struct plan *p, int n, int gpus_per_node, const struct topo *topos,
-                   int n_topos, const char *const *names, struct fit_nodes *out,
-                   struct plait_error *err);
+ * "node0", "node1", ...), each with gpus_per_node slots (0: the node's GPUs,
+ * each ranks_per_gpu slots (PLAIT_RANKS_PER_GPU; 1 or 0: one); CPU ranks: the
+ * plan's ranks spread over the nodes) — plait check's rules. -1 with err when
+ * the slots exceed what plait runs. */
+int fit_nodes_make(const struct plan *p, int n, int gpus_per_node, int ranks_per_gpu,
+                   const struct topo *topos, int n_topos, const char *const *names,
+                   struct fit_nodes *out, struct plait_error *err);
 void fit_nodes_free(struct fit_nodes *f);
+
+/* This machine as plait train places `slots` ranks on it (topology t, named host): GPU
+ * ranks when parallel.device is "cuda", each GPU PLAIT_RANKS_PER_GPU slots; else CPU
+ * ranks. -1 with err for a bad PLAIT_RANKS_PER_GPU. */
+int fit_node_here(const struct plan *p, int slots, const struct topo *t, const char *host,
+                  struct place_node *out, struct plait_error *err);
 
 /* A node known only by its GPUs: n_gpus of `product` (a GPU model name such
  * as "NVIDIA-H100-80GB-HBM3": it picks the cost model's speed), each with

@@ -29,6 +29,13 @@ static int read_int(const char *name, int lo, int hi, bool required, int def, in
     return 0;
 }
 
+int env_ranks_per_gpu(int *k, struct plait_error *err)
+{
+    if (read_int(PLAIT_ENV_RANKS_PER_GPU, 1, ENV_MAX_RANKS_PER_GPU, false, 1, k, err))
+        return error_prefix(err, "the ranks that share each GPU: ");
+    return 0;
+}
+
 int env_rank_read(struct env_rank *e, struct plait_error *err)
 {
     memset(e, 0, sizeof *e);
@@ -49,7 +56,9 @@ int env_rank_read(struct env_rank *e, struct plait_error *err)
         read_int(PLAIT_ENV_LOCAL_WORLD_SIZE, 1, max, false, e->world, &e->local_world, err) ||
         read_int(PLAIT_ENV_NODE_RANK, 0, max - 1, false, 0, &e->node_rank, err) ||
         read_int(PLAIT_ENV_NODES, 1, max, false, 1, &e->nodes, err) ||
-        read_int(PLAIT_ENV_RESTART_COUNT, 0, INT_MAX, false, 0, &e->restart_count, err))
+        read_int(PLAIT_ENV_RESTART_COUNT, 0, INT_MAX, false, 0, &e->restart_count, err) ||
+        read_int(PLAIT_ENV_GPU_SHARED_BY, 1, ENV_MAX_RANKS_PER_GPU, false, 1, &e->ranks_per_gpu,
+                 err))
         return -1;
     int64_t layout = (int64_t)e->tp * e->cp * e->pp * e->dp;
     if (layout != e->world)

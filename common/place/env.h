@@ -35,6 +35,16 @@
 #define PLAIT_ENV_NIC "PLAIT_NIC"             /* its network adapter ("mlx5_3") */
 #define PLAIT_ENV_CPUS "PLAIT_CPUS"           /* the CPUs it binds to, a Linux CPU list */
 #define PLAIT_ENV_NUMA "PLAIT_NUMA"           /* its NUMA node, -1 unknown */
+/* The user's: how many ranks share each GPU, 1 to ENV_MAX_RANKS_PER_GPU (default 1), for
+ * plait train and plait check on one machine (env_ranks_per_gpu reads it there, and
+ * nothing else does): each GPU counts as that many slots, ranks r·K … r·K+K−1 of the
+ * node's GPU slots on GPU r, each its own process and CUDA context, talking through
+ * parallel.backend "socket" (NCCL takes one rank per GPU). */
+#define PLAIT_ENV_RANKS_PER_GPU "PLAIT_RANKS_PER_GPU"
+/* The contract's: the K a GPU rank's placement used, set only when above 1 (absent: 1),
+ * the same on every rank of the job, so that all of them choose one collectives' backend. */
+#define PLAIT_ENV_GPU_SHARED_BY "PLAIT_GPU_SHARED_BY"
+#define ENV_MAX_RANKS_PER_GPU 64
 /* How many times the job has been restarted (Slurm requeue, pod restart). */
 #define PLAIT_ENV_RESTART_COUNT "PLAIT_RESTART_COUNT"
 /* Set to 1 by `plait train --fresh`: the run directory's checkpoints, metrics
@@ -124,6 +134,7 @@ struct env_rank {
                     rank_order.h); with hybrid sharding the runtime splits dp_rank into a
                     shard rank and a replica by the plan's parallel.dp_shard: no variable */
     int device;  /* CUDA index, or -1 for a CPU rank */
+    int ranks_per_gpu; /* ranks sharing each GPU of the job (PLAIT_GPU_SHARED_BY; 1: none) */
     int restart_count;
     char store_addr[320]; /* "" when the job has one rank and no store */
     char store_secret[260];
@@ -133,5 +144,10 @@ struct env_rank {
  * coordinates those of rank in Megatron order, a store for more than one
  * rank. -1 with err naming the variable. */
 int env_rank_read(struct env_rank *out, struct plait_error *err);
+
+/* PLAIT_RANKS_PER_GPU into *k: 1 when unset; -1 with err naming the variable and its
+ * value when it is not an integer in [1, ENV_MAX_RANKS_PER_GPU]. The one reader of it
+ * (plait train and plait check on this machine). */
+int env_ranks_per_gpu(int *k, struct plait_error *err);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/place/elastic_batch.h" // defines: elastic_batch_dp
+#include "common/place/env.h"           // defines: PLAIT_ENV_RANKS_PER_GPU
 #include "common/place/gpu.h"           // defines: gpu_peak_tflops, struct gpu_spec
 
 /* The share of a GPU's dense datasheet peak the cost model takes as plait's
@@ -143,6 +144,10 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
         .device_tflops = in->device_tflops > 0 ? in->device_tflops
                                                : layout_device_tflops(nodes[0].topo, p->precision),
         .device_memory_gbps = nodes[0].cpu_ranks ? 0 : layout_device_memory_gbps(nodes[0].topo)};
+    if (e->map.gpu_sharing > 1) { /* ranks sharing a GPU share its rates */
+        links.device_tflops /= e->map.gpu_sharing;
+        links.device_memory_gbps /= e->map.gpu_sharing;
+    }
     if (in->cpu && e->map.world > 0 && e->map.ranks[0].gpu < 0)
         layout_cpu_rank_links(in->cpu, layout_cpus_per_rank(&e->map, nodes, in->cpu->threads),
                               in->device_tflops > 0, &links);
@@ -158,14 +163,27 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
                  e->worst_stage);
         return;
     }
-    e->fits = gpu_mem == 0 || e->mem.total <= gpu_mem;
+    /* K ranks on one GPU (PLAIT_RANKS_PER_GPU): each rank's prediction × K against it */
+    uint64_t rank_mem = layout_rank_device_memory(&e->map, gpu_mem);
+    e->fits = gpu_mem == 0 || e->mem.total <= rank_mem;
     if (e->fits) return;
+    char shared[160] = "";
+    if (e->map.gpu_sharing > 1)
+        snprintf(shared, sizeof shared, ", the %d on one GPU (%s) %.2f GB,",
+                 e->map.gpu_sharing, PLAIT_ENV_RANKS_PER_GPU,
+                 (double)e->mem.total * e->map.gpu_sharing / 1e9);
     int n = snprintf(e->why, sizeof e->why,
-                     "a rank of pipeline stage %d needs %.2f GB, the GPU has %.2f GB (params %.2f, "
-                     "grads %.2f, optimizer %.2f, activations %.2f GB): ",
-                     e->worst_stage, e->mem.total / 1e9, gpu_mem / 1e9, e->mem.params / 1e9,
-                     e->mem.grads / 1e9, e->mem.optimizer / 1e9, e->mem.activations / 1e9);
-    layout_fit_advice(&placed, l, gpu_mem, e->why + n, sizeof e->why - (size_t)n);
+                     "a rank of pipeline stage %d needs %.2f GB%s the GPU has %.2f GB (params "
+                     "%.2f, grads %.2f, optimizer %.2f, activations %.2f GB): ",
+                     e->worst_stage, e->mem.total / 1e9, *shared ? shared : ",", gpu_mem / 1e9,
+                     e->mem.params / 1e9, e->mem.grads / 1e9, e->mem.optimizer / 1e9,
+                     e->mem.activations / 1e9);
+    layout_fit_advice(&placed, l, rank_mem, e->why + n, sizeof e->why - (size_t)n);
+}
+
+uint64_t layout_rank_device_memory(const struct rank_map *m, uint64_t gpu_bytes)
+{
+    return m->gpu_sharing > 1 ? gpu_bytes / (uint64_t)m->gpu_sharing : gpu_bytes;
 }
 
 /* ---- what would make a layout fit ------------------------------------------------------- */

@@ -145,6 +145,10 @@ double layout_device_memory_gbps(const struct topo *t);
 
 /* The smallest device memory among the nodes (bytes), 0 when unknown. */
 uint64_t layout_device_memory(const struct place_node *nodes, int n, double override_gb);
+/* A rank's share of gpu_bytes: all of it, or 1/K of it where the map puts K ranks on one
+ * GPU (PLAIT_RANKS_PER_GPU): every fit (layout_evaluate's, the ZeRO advice) compares a
+ * rank's prediction with it, which is the prediction × K against the GPU. */
+uint64_t layout_rank_device_memory(const struct rank_map *m, uint64_t gpu_bytes);
 
 /* plait check's modelled tokens/s for the plan's layout ("auto" as 1) on this
  * machine, its ranks placed as plait train places them (topology discovered

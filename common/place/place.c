@@ -58,15 +58,35 @@ static bool granted(const struct place_node *n, int gpu)
     return false;
 }
 
-/* The GPUs of node n the placement may use, grouped by NVLink domain (in
- * domain order, cuda order inside): the granted ones, or the first `slots`
- * taking whole domains first. domain_of[i] is pool[i]'s domain. */
+/* The ranks node n puts on each of its GPUs (PLAIT_RANKS_PER_GPU; 1 unless shared). */
+static int per_gpu(const struct place_node *n)
+{
+    return n->ranks_per_gpu > 1 ? n->ranks_per_gpu : 1;
+}
+
+/* The GPU slots of node n the placement may use, grouped by NVLink domain (in
+ * domain order, cuda order inside): the granted GPUs, or the first `slots`
+ * taking whole domains first. A GPU shared by K ranks is K slots in a row, so
+ * slots r·K … r·K+K−1 of the pool are its r-th GPU: the one mapping of slots
+ * to GPUs, and ranks sharing a GPU are in its domain. domain_of[i] is
+ * pool[i]'s domain; pool has room for t->n_gpus · per_gpu(n). */
 static int gpu_pool(const struct place_node *n, int *pool, int *domain_of, struct plait_error *err)
 {
     const struct topo *t = n->topo;
-    if (n->slots > t->n_gpus)
+    int k_share = per_gpu(n);
+    if (n->gpus && k_share > 1)
+        return error_set(err, "node %s: %s=%d shares GPUs on one machine only, not granted ones",
+                         n->name, PLAIT_ENV_RANKS_PER_GPU, k_share);
+    if (n->slots > t->n_gpus * k_share) {
+        if (k_share > 1)
+            return error_set(err,
+                             "node %s: %d slots, but its topology (%s) has %d GPU%s of %d "
+                             "ranks each (%s=%d)",
+                             n->name, n->slots, t->source, t->n_gpus, t->n_gpus == 1 ? "" : "s",
+                             k_share, PLAIT_ENV_RANKS_PER_GPU, k_share);
         return error_set(err, "node %s: %d slots, but its topology (%s) has %d GPUs", n->name,
                          n->slots, t->source, t->n_gpus);
+    }
     int count = 0;
     if (n->gpus) {
         for (int i = 0; i < n->slots; i++)
@@ -82,14 +102,15 @@ static int gpu_pool(const struct place_node *n, int *pool, int *domain_of, struc
             if (used[d]) continue;
             const struct topo_domain *dom = &t->domains[d];
             int avail = 0;
-            for (int k = 0; k < dom->n_gpus; k++) avail += granted(n, dom->gpus[k]);
+            for (int k = 0; k < dom->n_gpus; k++) avail += granted(n, dom->gpus[k]) * k_share;
             if (avail == 0 || (pass == 0 && avail > n->slots - count)) continue;
             used[d] = true;
             for (int k = 0; k < dom->n_gpus && count < n->slots; k++) {
                 if (!granted(n, dom->gpus[k])) continue;
-                pool[count] = dom->gpus[k];
-                domain_of[count] = d;
-                count++;
+                for (int s = 0; s < k_share && count < n->slots; s++, count++) {
+                    pool[count] = dom->gpus[k];
+                    domain_of[count] = d;
+                }
             }
         }
     }
@@ -110,9 +131,10 @@ static int carve_node(const struct place_node *n, int ni, int tp, bool over_pcie
             if (carving_add(out, ni, NULL, tp)) return error_set(err, "out of memory");
         return 0;
     }
-    int *pool = malloc((size_t)t->n_gpus * sizeof *pool);
-    int *domain_of = malloc((size_t)t->n_gpus * sizeof *domain_of);
-    int *left = malloc((size_t)t->n_gpus * sizeof *left);
+    size_t gpu_slots = (size_t)t->n_gpus * (size_t)per_gpu(n);
+    int *pool = malloc(gpu_slots * sizeof *pool);
+    int *domain_of = malloc(gpu_slots * sizeof *domain_of);
+    int *left = malloc(gpu_slots * sizeof *left);
     int rc = -1, n_left = 0, count;
     if (!pool || !domain_of || !left) {
         error_set(err, "out of memory");
@@ -308,12 +330,13 @@ static enum cost_link link_between(const struct place_rank *a, const struct plac
         return COST_LINK_NETWORK;
     }
     const struct topo *t = nodes[a->node].topo;
-    if (a->gpu < 0 || b->gpu < 0) {
+    /* CPU ranks, or two ranks sharing a GPU (PLAIT_RANKS_PER_GPU): the socket backend
+     * moves their bytes through host memory (a shared GPU is in its own NVLink domain) */
+    if (a->gpu < 0 || b->gpu < 0 || a->gpu == b->gpu) {
         *gbps = bw->memory_gbps;
         return COST_LINK_MEMORY;
     }
     double nv = t->nvlink_gbps[a->gpu * t->n_gpus + b->gpu];
-    if (a->gpu == b->gpu) nv = 1e9; /* (two ranks on one device) */
     if (nv > 0) {
         *gbps = nv;
         return COST_LINK_NVLINK;
@@ -426,6 +449,15 @@ static int check_degrees(const struct plan *plan, int tp, int cp, int pp, int dp
                              "parallel.device \"cuda\" where the nodes have GPUs",
                              nodes[i].name,
                              nodes[i].topo->n_gpus == 0 ? "it has no GPU" : "CPU ranks");
+    for (int i = 0; i < n_nodes; i++)
+        if (plan->parallel.backend == PLAN_BACKEND_NCCL && per_gpu(&nodes[i]) > 1 &&
+            nodes[i].topo->n_gpus > 0 && !nodes[i].cpu_ranks)
+            return error_set(err,
+                             "%s=%d puts %d ranks on each GPU of node %s, but parallel.backend "
+                             "\"nccl\" takes one rank per GPU: use \"socket\" or \"auto\" "
+                             "(which chooses \"socket\" then), or %s=1",
+                             PLAIT_ENV_RANKS_PER_GPU, per_gpu(&nodes[i]), per_gpu(&nodes[i]),
+                             nodes[i].name, PLAIT_ENV_RANKS_PER_GPU);
     long long world_ll = (long long)tp * cp * pp * dp;
     if (world_ll > 1 << 24)
         return error_set(err, "tp × cp × pp × dp = %lld ranks is too many", world_ll);
@@ -471,6 +503,19 @@ static void ranks_of_groups(struct rank_map *out, const struct carving *carving,
             for (int k = 0; k < out->cp; k++, g++)
                 place_group(out, &carving->groups[g], nodes,
                             (struct place_rank){.cp = k, .pp = s, .dp = d});
+}
+
+/* The most ranks the map puts on one GPU of node i (0: CPU ranks or none). */
+static int most_on_one_gpu(const struct rank_map *m, const struct place_node *nodes, int i)
+{
+    int n_gpus = nodes[i].topo->n_gpus, most = 0;
+    int *on = calloc((size_t)(n_gpus > 0 ? n_gpus : 1), sizeof *on);
+    if (!on) return per_gpu(&nodes[i]); /* (the most it may be) */
+    for (int r = 0; r < m->world; r++)
+        if (m->ranks[r].node == i && m->ranks[r].gpu >= 0 && ++on[m->ranks[r].gpu] > most)
+            most = on[m->ranks[r].gpu];
+    free(on);
+    return most;
 }
 
 /* Node i's ranks: their local numbers, NICs and cores. on_node: room for every rank. */
@@ -544,6 +589,10 @@ int place_ranks(const struct plan *plan, int tp, int pp, int dp, const struct pl
         goto out;
     }
     ranks_of_groups(out, &carving, nodes);
+    for (int i = 0; i < n_nodes; i++) {
+        int most = most_on_one_gpu(out, nodes, i);
+        if (most > out->gpu_sharing) out->gpu_sharing = most;
+    }
     for (int i = 0; i < n_nodes; i++)
         if (place_on_node(out, nodes, i, on_node, err)) goto out;
     comm_links(out, nodes, bw, 0, &out->comm_tp);
@@ -658,6 +707,8 @@ char **place_rank_env(const struct rank_map *m, const struct place_node *nodes, 
                                         t->gpus[k].cuda_index);
         ok = !env_add(&env, &n, PLAIT_ENV_DEVICE, "%d", t->gpus[r->gpu].cuda_index) &&
              !env_add(&env, &n, PLAIT_ENV_GPU_BUSID, "%s", t->gpus[r->gpu].busid) &&
+             (per_gpu(node) == 1 || /* optional in the contract: absent, 1 */
+              !env_add(&env, &n, PLAIT_ENV_GPU_SHARED_BY, "%d", per_gpu(node))) &&
              !env_add(&env, &n, "CUDA_DEVICE_ORDER", "PCI_BUS_ID") &&
              !env_add(&env, &n, "CUDA_VISIBLE_DEVICES", "%s", visible);
     } else if (ok) {

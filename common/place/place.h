@@ -25,6 +25,8 @@ struct place_node {
                                 the placement picks `slots` of them, whole NVLink
                                 domains first */
     bool cpu_ranks;          /* CPU ranks even if the node has GPUs (device "cpu") */
+    int ranks_per_gpu;       /* slots per GPU (PLAIT_RANKS_PER_GPU on one machine; 0 or 1:
+                                one rank per GPU); with granted GPUs, 1 */
 };
 
 struct place_rank {
@@ -65,6 +67,7 @@ struct rank_map {
     struct place_comm comm_ep, comm_experts; /* ep > 1: the all-to-all's groups, ep consecutive
                                                 (folded) dp ranks, and the expert peers, the
                                                 dp·cp/ep ranks with the same ep rank */
+    int gpu_sharing;  /* the most ranks on one GPU (1: a GPU each; 0: CPU ranks) */
     int shared_node;  /* the first node with more ranks than cores to give them (they then
                          get one core each, round-robin, and share them), or -1 */
     int shared_ranks; /* those ranks and the cores they share, for the warning */

@@ -146,7 +146,7 @@ static int try_kind(const struct plan *p, const struct kind *k, int want, int gp
                                  .cores_per_gpu = 4,
                                  .source = k->product};
     if (fit_topo_synthetic(&topo, &spec, &err) ||
-        fit_nodes_make(p, n, g, &topo, 1, k->names, &fit, &err)) {
+        fit_nodes_make(p, n, g, 1, &topo, 1, k->names, &fit, &err)) {
         snprintf(why, why_bytes, "%s", err.text);
         goto out;
     }

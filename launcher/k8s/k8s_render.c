@@ -337,7 +337,7 @@ static int choose_layout(const struct k8s_render_args *a, const struct plan *p, 
 {
     struct plait_error err;
     if (load_node(a, topo, &err) ||
-        fit_nodes_make(p, a->nodes, a->gpus_per_node, topo, 1, NULL, fit, &err)) {
+        fit_nodes_make(p, a->nodes, a->gpus_per_node, 1, topo, 1, NULL, fit, &err)) {
         log_error("k8s render: %s", err.text);
         return -1;
     }

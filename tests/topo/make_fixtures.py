@@ -659,6 +659,31 @@ def opencl_l4():
     return topo
 
 
+# ---- 8. h100_pcie1 ------------------------------------------------------------------------
+
+def h100_pcie1():
+    """A one-GPU workstation, as the GPU machines this project is lent are: 1 × Xeon w5-3435X
+    (16 cores, SMT2) with one H100 PCIe 80GB (10de:2331) on its own root port, CUDA and NVML
+    OS devices (no NVLink), and Ethernet eno1. Several ranks reach a GPU here only by sharing
+    it (PLAIT_RANKS_PER_GPU)."""
+    topo = Topology()
+    cpu = Cpu("Intel(R) Xeon(R) w5-3435X", "GenuineIntel", 1, 16, 2, 47185920, 2097152,
+              49152, 270049017856)
+    pkgs = machine(topo, cpu, "h100-pcie-ws01", "Precision 7960 Tower")
+    pci = PciBuilder(topo)
+    model = "NVIDIA H100 PCIe"
+    gpu = Dev("0302", "10de:2331", "10de:1626", "a1", GEN5_X16, "NVIDIA Corporation",
+              "GH100 [H100 PCIe]",
+              [cuda_osdev(0, model, 81559, 51200, 114, 228), nvml_osdev(0, model, uuid(0))],
+              tag="gpu0")
+    pci.host_bridge(pkgs[0], 0x17, [("01.0", gpu, GEN5_X16)])
+    eth = Dev("0200", "8086:1572", "8086:0007", "02", GEN3_X16, "Intel Corporation",
+              "Ethernet Controller X710 for 10GbE SFP+",
+              [netdev("eno1", "b4:96:91:a7:3c:20")], tag="eno1")
+    pci.host_bridge(pkgs[0], 0x00, [("1c.0", eth, GEN3_X16)])
+    return topo
+
+
 CASES = {
     "h100_sxm8": h100_sxm8,
     "islands8_interleaved": islands8_interleaved,
@@ -667,6 +692,7 @@ CASES = {
     "cpu_only": cpu_only,
     "pci_ids_only": pci_ids_only,
     "opencl_l4": opencl_l4,
+    "h100_pcie1": h100_pcie1,
 }
 
 
