@@ -55,6 +55,10 @@ struct ops {
     /* Optional (NULL where any thread may issue ops as it is): makes the calling thread
      * issue to the context's device (a thread the runtime starts, before its first op). */
     void (*bind_thread)(struct ops_ctx *ctx);
+    /* Optional (NULL on the CPU, where all memory is the host's): whether p is the device's
+     * memory (device or managed), which a host-memory transport must stage through upload
+     * and download (the socket backend on GPU ranks), or the host's. */
+    bool (*is_device_memory)(struct ops_ctx *ctx, const void *p);
     /* Optional (NULL on the CPU): the device's memory in use now, by every context on it
      * (this process's, its CUDA context and library workspaces included), and its size. */
     void (*memory_in_use)(struct ops_ctx *ctx, uint64_t *used, uint64_t *total);

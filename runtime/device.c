@@ -37,8 +37,9 @@ static int visible_index(int device)
  * train on one rank, which leaves the choice here, GPU 0 if any):
  *   "cpu": the CPU.  "cuda": that GPU, or an error naming parallel.device.
  *   "auto": that GPU when one is usable, else the CPU, saying why when this
- *   build has the CUDA backend (precision fp8 needs a GPU of sm_89 or later). One rank per GPU;
- * several ranks on GPUs talk through nccl (device_comm_backend). */
+ *   build has the CUDA backend (precision fp8 needs a GPU of sm_89 or later). A rank per
+ * GPU, or PLAIT_RANKS_PER_GPU ranks on each, each its own CUDA context; the collectives'
+ * backend is device_comm_backend's. */
 static const struct ops *choose_device(const struct plan *p, const struct env_rank *w,
                                        struct ops_ctx **ctx, char *note, size_t note_bytes,
                                        struct plait_error *err)
@@ -105,20 +106,30 @@ int device_comm_backend(const struct plan *p, const struct env_rank *w, const st
                         enum comm_backend_kind *kind, struct plait_error *err)
 {
     bool gpu = strcmp(ops->name, "cpu") != 0;
+    bool shared = gpu && w->ranks_per_gpu > 1; /* PLAIT_RANKS_PER_GPU: ranks sharing a GPU */
     enum plan_backend b = p->parallel.backend;
-    *kind = gpu ? COMM_BACKEND_NCCL : COMM_BACKEND_SOCKET;
+    *kind = gpu && !shared && b != PLAN_BACKEND_SOCKET ? COMM_BACKEND_NCCL : COMM_BACKEND_SOCKET;
     if (!gpu && b == PLAN_BACKEND_NCCL)
         return error_set(err,
                          "%s: parallel.backend: \"nccl\" moves GPU memory, but rank %d trains "
                          "on the CPU (parallel.device \"%s\"): use \"socket\" or \"auto\", or "
                          "parallel.device \"cuda\" where every rank has a GPU",
                          p->source, w->rank, plan_device_name(p->parallel.device));
-    if (gpu && b == PLAN_BACKEND_SOCKET && w->world > 1)
+    if (shared && b == PLAN_BACKEND_NCCL)
         return error_set(err,
-                         "%s: parallel.backend: \"socket\" moves host memory, but rank %d trains "
-                         "on CUDA device %d, whose tensors are GPU memory: use \"nccl\" or "
-                         "\"auto\" (or parallel.device \"cpu\" to train on the CPU)",
-                         p->source, w->rank, w->device >= 0 ? w->device : 0);
+                         "%s: parallel.backend: \"nccl\" takes one rank per GPU, but %s=%d puts "
+                         "rank %d on CUDA device %d with %d other%s: use \"socket\" or \"auto\", "
+                         "or %s=1",
+                         p->source, PLAIT_ENV_RANKS_PER_GPU, w->ranks_per_gpu, w->rank,
+                         w->device >= 0 ? w->device : 0, w->ranks_per_gpu - 1,
+                         w->ranks_per_gpu == 2 ? "" : "s", PLAIT_ENV_RANKS_PER_GPU);
+    /* the socket backend stages a GPU rank's device buffers through host memory
+     * (parallel_init hands it the rank's ops); said once, by rank 0 */
+    if (gpu && *kind == COMM_BACKEND_SOCKET && w->world > 1 && w->rank == 0)
+        log_info("parallel.backend \"socket\" on GPU ranks%s: every collective is staged "
+                 "through host memory (for tests and one-GPU machines; \"nccl\" is the fast "
+                 "path, one rank per GPU)",
+                 shared ? " sharing a GPU (" PLAIT_ENV_RANKS_PER_GPU ")" : "");
     return 0;
 }
 

@@ -19,10 +19,12 @@
 const struct ops *device_open(const struct plan *p, const struct env_rank *w, struct ops_ctx **ctx,
                               char *note, size_t note_bytes, struct plait_error *err);
 
-/* The collectives' backend for tensors where ops keeps them: nccl on GPUs
- * (device memory; "auto" resolves to it), socket on the CPU. nccl on the CPU
- * is refused naming parallel.backend, and socket on GPUs where there are
- * collectives (more than one rank). */
+/* The collectives' backend for tensors where ops keeps them: socket on the CPU;
+ * on GPUs nccl ("auto" resolves to it), or socket as the plan says or where
+ * ranks share a GPU (PLAIT_RANKS_PER_GPU > 1: "auto" resolves to it), which
+ * stages device buffers through host memory (rank 0 says so once). nccl is
+ * refused naming parallel.backend on the CPU, and naming PLAIT_RANKS_PER_GPU
+ * too on a shared GPU. */
 int device_comm_backend(const struct plan *p, const struct env_rank *w, const struct ops *ops,
                         enum comm_backend_kind *kind, struct plait_error *err);
 

@@ -225,6 +225,10 @@ int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard
         .secret = w->store_secret,
         .name = name,
         .stream = nccl && p->dev.ops->stream ? p->dev.ops->stream(p->dev.ctx) : NULL};
+    if (!nccl && p->dev.ops && p->dev.ops->is_device_memory) { /* socket on GPU ranks */
+        opts.device_ops = p->dev.ops;
+        opts.device_ctx = p->dev.ctx;
+    }
     if (comm_world_init(&p->world, p->store, w->rank, w->world, &opts, err) ||
         comm_split_3d(p->world, w->tp, w->pp, w->dp,
                       (struct rank_coords){w->tp_rank, w->pp_rank, w->dp_rank}, gen, &p->tp, &p->pp,

@@ -124,6 +124,19 @@ static void cuda_bind_thread(struct ops_ctx *ctx)
     (void)CUDA_OK(ctx, cudaSetDevice(ctx->device));
 }
 
+/* Device or managed memory; host memory, page-locked or not, is not (an unregistered
+ * pointer's error is cleared: it is the host's). */
+static bool cuda_is_device_memory(struct ops_ctx *ctx, const void *p)
+{
+    (void)ctx;
+    cudaPointerAttributes a;
+    if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 static void cuda_memory_in_use(struct ops_ctx *ctx, uint64_t *used, uint64_t *total)
 {
     size_t free_b = 0, total_b = 0;
@@ -197,6 +210,7 @@ static struct ops cuda_ops = {
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .bind_thread = cuda_bind_thread,
+    .is_device_memory = cuda_is_device_memory,
     .memory_in_use = cuda_memory_in_use,
     .copy = cuda_copy,
     .copy_rows = cuda_copy_rows,

@@ -74,6 +74,8 @@
 #include "common/place/rank_order.h" // defines: struct rank_coords, rank_of
 
 struct store;
+struct ops;     /* kernels/ops.h */
+struct ops_ctx;
 
 enum comm_backend_kind {
     COMM_BACKEND_SOCKET = 0, /* CPU ranks: TCP, shared memory within a node */
@@ -127,6 +129,12 @@ struct comm_options {
      * inherited by splits; NULL: the data is ready when posted. socket:
      * ignored (CPU ranks). */
     void *stream;
+    /* socket on GPU ranks (parallel.backend "socket", or ranks sharing a GPU): the rank's op
+     * table and context, through which the backend stages device buffers via host memory
+     * (device_ops->is_device_memory tells a device pointer from a host one; upload and
+     * download move them); NULL: every buffer is the host's (CPU ranks). nccl: ignored. */
+    const struct ops *device_ops;
+    struct ops_ctx *device_ctx;
 };
 
 struct comm;

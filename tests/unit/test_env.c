@@ -2,6 +2,7 @@
  * tp × pp × dp layout (and of one with context parallelism) read back as
  * place_rank_env writes it, and each kind of inconsistency refused naming the
  * variable. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +26,9 @@ static const char *const vars[] = {PLAIT_ENV_RANK,
                                    PLAIT_ENV_NODES,
                                    PLAIT_ENV_STORE_ADDR,
                                    PLAIT_ENV_STORE_SECRET,
-                                   PLAIT_ENV_RESTART_COUNT};
+                                   PLAIT_ENV_RESTART_COUNT,
+                                   PLAIT_ENV_GPU_SHARED_BY,
+                                   PLAIT_ENV_RANKS_PER_GPU};
 
 static void clear(void)
 {
@@ -137,11 +140,43 @@ static void test_inconsistencies_are_refused_naming_the_variable(void)
     clear();
 }
 
+/* The ranks sharing a GPU: the contract's PLAIT_GPU_SHARED_BY (absent: 1), never the user's
+ * PLAIT_RANKS_PER_GPU, which the launchers alone read (env_ranks_per_gpu): 1 unset, a bad
+ * value refused naming the variable and the value. */
+static void test_gpu_sharing_reads_the_contract_and_the_users_variable(void)
+{
+    set_rank5();
+    struct env_rank e;
+    struct plait_error err = {.text = ""};
+    setenv(PLAIT_ENV_RANKS_PER_GPU, "4", 1);
+    CHECK(env_rank_read(&e, &err) == 0 && e.ranks_per_gpu == 1 && e.device == 3,
+          "without the contract's: %d (%s)", e.ranks_per_gpu, err.text);
+    setenv(PLAIT_ENV_GPU_SHARED_BY, "2", 1);
+    CHECK(env_rank_read(&e, &err) == 0 && e.ranks_per_gpu == 2 && e.device == 3,
+          "shared by %d, device %d (%s)", e.ranks_per_gpu, e.device, err.text);
+    int k = 0;
+    CHECK(env_ranks_per_gpu(&k, &err) == 0 && k == 4, "PLAIT_RANKS_PER_GPU=4 read %d", k);
+    refused(PLAIT_ENV_GPU_SHARED_BY, "0", "PLAIT_GPU_SHARED_BY=0: must be an integer in [1, 64]");
+    unsetenv(PLAIT_ENV_RANKS_PER_GPU);
+    CHECK(env_ranks_per_gpu(&k, &err) == 0 && k == 1, "unset read %d", k);
+    static const char *const bad[] = {"two", "0", "65", "-1", "2x", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "PLAIT_RANKS_PER_GPU=%s: must be an integer in [1, 64]",
+                 bad[i]);
+        setenv(PLAIT_ENV_RANKS_PER_GPU, bad[i], 1);
+        CHECK(env_ranks_per_gpu(&k, &err) != 0 && strstr(err.text, want), "%s: %s", bad[i],
+              err.text);
+    }
+    clear();
+}
+
 int main(void)
 {
     RUN(test_no_contract_is_one_rank);
     RUN(test_a_rank_of_a_3d_layout_reads_back);
     RUN(test_a_rank_of_a_cp_layout_reads_back);
     RUN(test_inconsistencies_are_refused_naming_the_variable);
+    RUN(test_gpu_sharing_reads_the_contract_and_the_users_variable);
     return check_exit_code();
 }

@@ -517,6 +517,60 @@ static void test_ep_groups_and_expert_peers_are_placed(void)
     free_topo(t);
 }
 
+/* PLAIT_RANKS_PER_GPU = 2 on two GPUs in separate domains: slots r·2 and r·2+1 are GPU r,
+ * so tp 2 groups share a GPU (the same domain, trivially), their link host memory; each GPU
+ * rank's contract carries the sharing and its own GPU's index; nccl is refused naming both;
+ * K = 1 on the same node is one rank per GPU, as always, and says nothing of sharing. */
+static void test_ranks_share_a_gpu_k_slots_each(void)
+{
+    static const int apart[] = {0, 1};
+    struct topo *t = make_topo(2, apart, 1, 8, 1);
+    struct place_node node = {.name = "ws", .topo = t, .slots = 4, .ranks_per_gpu = 2};
+    const char *cuda[] = {"parallel.device=cuda", "parallel.backend=socket"};
+    struct plait_error err;
+    struct plan *p = plan_load_text("{\"model\": {\"layers\": 2, \"heads\": 4, \"hidden\": 32, "
+                                    "\"vocab\": 256, \"seq_len\": 8}, \"data\": {\"train\": "
+                                    "\"x\"}, \"steps\": 1}",
+                                    "test", "/", cuda, 2, &err);
+    CHECK(p, "%s", err.text);
+    if (!p) return;
+    struct rank_map m;
+    CHECK(place_ranks(p, 2, 1, 2, &node, 1, &bw, &m, &err) == 0, "%s", err.text);
+    for (int r = 0; r < m.world; r++)
+        CHECK(m.ranks[r].gpu == r / 2, "rank %d on GPU %d, want %d", r, m.ranks[r].gpu, r / 2);
+    CHECK(m.gpu_sharing == 2, "sharing %d", m.gpu_sharing);
+    CHECK(m.comm_tp.slowest == COST_LINK_MEMORY, "tp on one GPU over %d", m.comm_tp.slowest);
+    CHECK(m.comm_dp.slowest == COST_LINK_PCIE, "dp across the GPUs over %d", m.comm_dp.slowest);
+    char **env = place_rank_env(&m, &node, 3);
+    CHECK(env && !strcmp(env_value(env, PLAIT_ENV_DEVICE), "1") &&
+              !strcmp(env_value(env, PLAIT_ENV_GPU_SHARED_BY), "2"),
+          "rank 3: device %s, shared by %s", env ? env_value(env, PLAIT_ENV_DEVICE) : "?",
+          env ? env_value(env, PLAIT_ENV_GPU_SHARED_BY) : "?");
+    place_env_free(env);
+    rank_map_free(&m);
+    /* 5 ranks are more than 2 GPUs of 2 slots */
+    node.slots = 5;
+    CHECK(place_ranks(p, 1, 1, 5, &node, 1, &bw, &m, &err) != 0 &&
+              strstr(err.text, "has 2 GPUs of 2 ranks each (PLAIT_RANKS_PER_GPU=2)"),
+          "%s", err.text);
+    node.slots = 4;
+    p->parallel.backend = PLAN_BACKEND_NCCL;
+    CHECK(place_ranks(p, 2, 1, 1, &node, 1, &bw, &m, &err) != 0 &&
+              strstr(err.text, "PLAIT_RANKS_PER_GPU=2 puts 2 ranks on each GPU of node ws, but "
+                               "parallel.backend \"nccl\" takes one rank per GPU"),
+          "%s", err.text);
+    node = (struct place_node){.name = "ws", .topo = t, .slots = 2, .ranks_per_gpu = 1};
+    CHECK(place_ranks(p, 1, 1, 2, &node, 1, &bw, &m, &err) == 0, "%s", err.text);
+    CHECK(m.ranks[0].gpu == 0 && m.ranks[1].gpu == 1 && m.gpu_sharing == 1, "K = 1: GPUs %d %d",
+          m.ranks[0].gpu, m.ranks[1].gpu);
+    env = place_rank_env(&m, &node, 1);
+    CHECK(env && !env_value(env, PLAIT_ENV_GPU_SHARED_BY), "K = 1 names the sharing");
+    place_env_free(env);
+    rank_map_free(&m);
+    plan_free(p);
+    free_topo(t);
+}
+
 int main(void)
 {
     RUN(test_megatron_order_tp_fastest_then_dp_then_pp);
@@ -533,5 +587,6 @@ int main(void)
     RUN(test_cp_groups_sit_next_to_tp_on_one_node);
     RUN(test_cp_counts_in_the_world_and_the_shard_group);
     RUN(test_ep_groups_and_expert_peers_are_placed);
+    RUN(test_ranks_share_a_gpu_k_slots_each);
     return check_exit_code();
 }
