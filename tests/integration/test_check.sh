@@ -324,4 +324,86 @@ test_fixtures_load_in_lstopo() {
     done
 }
 check fixtures_load_in_lstopo test_fixtures_load_in_lstopo
+
+# PLAIT_RANKS_PER_GPU=K on the live machine (faked: HWLOC_XMLFILE, one H100 PCIe): each GPU
+# is K slots, so a tp 2 plan on socket places both ranks on GPU 0, whose contract says so;
+# the fit is each rank's prediction × 2 against the GPU; nccl refused naming both; a bad K
+# refused naming the variable and the value; K = 1 is what no variable is
+ONE_GPU=tests/topo/h100_pcie1/topology.xml
+share_plan() {
+    cat >"$WORK/share.json" <<'JSON'
+{"model": {"layers": 12, "heads": 12, "hidden": 768, "vocab": 50257, "padded_vocab": 50304,
+           "seq_len": 1024},
+ "data": {"train": "train.bin"}, "steps": 100, "precision": "bf16", "batch": {"micro_batch": 4},
+ "parallel": {"tp": 2, "device": "cuda", "backend": "socket"}}
+JSON
+}
+test_ranks_share_one_gpu() {
+    share_plan
+    HWLOC_XMLFILE=$ONE_GPU PLAIT_RANKS_PER_GPU=2 "$PLAIT" check "$WORK/share.json" --json \
+        >"$WORK/share.out" 2>"$WORK/share.err" || { cat "$WORK/share.err"; return 1; }
+    properties <"$WORK/share.out" || return 1
+    "$PY" - "$WORK/share.out" <<'PYEOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+r = m["ranks"]
+assert m["world_size"] == 2 and m["nodes"][0]["slots"] == 2, (m["world_size"], m["nodes"][0])
+assert [x["gpu_index"] for x in r] == [0, 0], [x["gpu_index"] for x in r]
+assert len({x["nvlink_domain"] for x in r}) == 1, r
+assert [x["env"]["PLAIT_DEVICE"] for x in r] == ["0", "0"], r
+assert [x["env"].get("PLAIT_GPU_SHARED_BY") for x in r] == ["2", "2"], r
+assert m["ranks_per_gpu"] == 2 and m["fits"] is True, (m.get("ranks_per_gpu"), m["fits"])
+assert 2 * m["memory_bytes_per_rank"]["total"] <= m["device_memory_bytes"], m
+print("2 ranks on GPU 0, fits:", 2 * m["memory_bytes_per_rank"]["total"], "of", m["device_memory_bytes"])
+PYEOF
+    HWLOC_XMLFILE=$ONE_GPU PLAIT_RANKS_PER_GPU=2 "$PLAIT" check "$WORK/share.json" >"$WORK/share.txt" 2>&1 ||
+        { cat "$WORK/share.txt"; return 1; }
+    grep -qE "^  device memory 85.52 GB, shared by 2 ranks \(PLAIT_RANKS_PER_GPU\): 42.76 GB a rank: fits" \
+        "$WORK/share.txt" && grep -qE "^ +1 +0 +1 +1 +0 +0 +0000:18:00.0 +0 +0 " "$WORK/share.txt" ||
+        { cat "$WORK/share.txt"; return 1; }
+}
+check plait_ranks_per_gpu_2_places_tp2_on_one_gpu test_ranks_share_one_gpu
+
+# a rank's prediction fits the GPU, two of them do not: refused, saying the two share it
+test_shared_gpu_fit_counts_every_rank() {
+    share_plan
+    local total gb
+    HWLOC_XMLFILE=$ONE_GPU PLAIT_RANKS_PER_GPU=2 "$PLAIT" check "$WORK/share.json" --json \
+        >"$WORK/fit.json" || return 1
+    total=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["memory_bytes_per_rank"]["total"])' "$WORK/fit.json") || return 1
+    gb=$("$PY" -c "print($total * 1.5 / 1e9)") # room for one rank and a half
+    expect_error "$WORK/fit.log" 1 \
+        "a rank of pipeline stage 0 needs [0-9.]+ GB, the 2 on one GPU \(PLAIT_RANKS_PER_GPU\) [0-9.]+ GB, the GPU has [0-9.]+ GB" \
+        env HWLOC_XMLFILE=$ONE_GPU PLAIT_RANKS_PER_GPU=2 "$PLAIT" check "$WORK/share.json" --gpu-memory "$gb" || return 1
+    grep -q "DOES NOT FIT" "$WORK/fit.log" || { cat "$WORK/fit.log"; return 1; }
+}
+check shared_gpu_fit_is_each_rank_times_the_ranks_on_it test_shared_gpu_fit_counts_every_rank
+
+test_shared_gpu_refuses_nccl_and_bad_counts() {
+    share_plan
+    expect_error "$WORK/nccl.log" 1 \
+        'PLAIT_RANKS_PER_GPU=2 puts 2 ranks on each GPU of node [^ ]+, but parallel.backend "nccl" takes one rank per GPU' \
+        env HWLOC_XMLFILE=$ONE_GPU PLAIT_RANKS_PER_GPU=2 "$PLAIT" check "$WORK/share.json" \
+        --set parallel.backend=nccl || return 1
+    local k
+    for k in two 0 65 ""; do
+        expect_error "$WORK/bad.log" 1 "PLAIT_RANKS_PER_GPU=$k: must be an integer in \[1, 64\]" \
+            env HWLOC_XMLFILE=$ONE_GPU PLAIT_RANKS_PER_GPU=$k "$PLAIT" check "$WORK/share.json" || return 1
+    done
+}
+check shared_gpu_refuses_nccl_and_a_bad_count test_shared_gpu_refuses_nccl_and_bad_counts
+
+# K = 1 is no sharing: the 2-rank plan needs 2 GPUs, and a plan's output is what it is
+# without the variable
+test_ranks_per_gpu_1_changes_nothing() {
+    share_plan
+    expect_error "$WORK/k1.log" 1 "the layout tp 2 × pp 1 × dp 1 needs 2 ranks; the allocation has 1" \
+        env HWLOC_XMLFILE=$ONE_GPU PLAIT_RANKS_PER_GPU=1 "$PLAIT" check "$WORK/share.json" || return 1
+    local plan=tests/topo/pci_ids_only/gpt2_124m_on_one_h100_known_by_pci_id/plan.json
+    HWLOC_XMLFILE=tests/topo/pci_ids_only/topology.xml "$PLAIT" check "$plan" --json >"$WORK/k0.json" 2>&1 &&
+        HWLOC_XMLFILE=tests/topo/pci_ids_only/topology.xml PLAIT_RANKS_PER_GPU=1 "$PLAIT" check "$plan" \
+            --json >"$WORK/k1.json" 2>&1 || { cat "$WORK/k0.json" "$WORK/k1.json"; return 1; }
+    diff "$WORK/k0.json" "$WORK/k1.json"
+}
+check plait_ranks_per_gpu_1_changes_nothing test_ranks_per_gpu_1_changes_nothing
 finish
