@@ -5,7 +5,8 @@
 # (up to 8). One GPU runs the collectives on a world of one rank and the
 # deadline test with a missing peer; two or more run everything. Then
 # tests/gpu/test_multi_gpu.sh: plait train on 2 GPUs (tp 2, dp 2, pp 2, bf16)
-# against 1 GPU (each check "ok NAME # SKIP why" with fewer than 2 GPUs). Not
+# against 1 GPU, and 2 ranks sharing one GPU over "socket" (PLAIT_RANKS_PER_GPU=2;
+# each check "ok NAME # SKIP why" without the GPUs it needs). Not
 # part of make test. Usage: tests/gpu/run.sh   (or: make test-gpu)
 set -euo pipefail
 cd "$(dirname "$0")/../.."

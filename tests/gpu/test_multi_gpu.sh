@@ -6,28 +6,53 @@
 # rank of the same global batch, every step's loss and gradient norm within the
 # bounds the CPU layouts keep (tests/integration/test_parallel.sh: fp32 1e-5,
 # bf16 1e-4); a 2-GPU run equal to itself to the bit; parallel.backend
-# "socket" on GPUs refused naming the field. Context parallelism (cp 2: the ring's
+# "socket" on 2 GPUs (every collective staged through host memory) against nccl's
+# run within 1e-5. Context parallelism (cp 2: the ring's
 # block attention, kernels/cuda/attention_block.cu) and expert parallelism (ep 2 over
 # dp 2, the MoE GPT-2 of tests/integration/moe_lib.sh: moe.cu's routing, the rows'
 # all-to-all over NCCL) against the same layout on CPU ranks: every step's loss and gradient norm within
-# 1e-4, the GPU-against-CPU bound of tests/gpu/test_cuda.sh (and ep's experts' loads equal). With fewer than 2 GPUs every
-# check prints "ok NAME # SKIP why" (counted as skipped) and the script exits
-# 77, or 0 with --skip-ok. Run from the repository root; PLAIT_BUILD (default
-# ./build) holds the binaries.
+# 1e-4, the GPU-against-CPU bound of tests/gpu/test_cuda.sh (and ep's experts' loads equal).
+# The gpu1x2_ checks need ONE GPU: two ranks share it (PLAIT_RANKS_PER_GPU=2, each its own
+# process and CUDA context) over parallel.backend "socket": tp 2, dp 2 with ZeRO 1 and 3,
+# pp 2 (1F1B) against one GPU rank of the same global batch within 1e-5, cp 2 and the MoE
+# GPT-2 at ep 2 against CPU ranks within 1e-4. A check without the GPUs it needs prints
+# "ok NAME # SKIP why" (counted as skipped); with none run the script exits 77, or 0 with
+# --skip-ok. Usage: test_multi_gpu.sh [--skip-ok] [CHECK...] (only the checks named). Run
+# from the repository root; PLAIT_BUILD (default ./build) holds the binaries.
 source "$(dirname "$0")/../integration/lib.sh" # defines: PLAIT, PY, WORK, check, tiny_plan
 source "$(dirname "$0")/../integration/moe_lib.sh" # defines: MOE (the MoE GPT-2), loads_equal
 
 CHECKS=(gpu2_tp2_matches_one_gpu gpu2_dp2_buckets_matches_one_gpu gpu2_dp2_zero1_matches_one_gpu
     gpu2_dp2_zero3_matches_one_gpu gpu2_pp2_matches_one_gpu gpu2_bf16_tp2_tracks_bf16_one_gpu gpu2_run_equals_gpu2_run
-    gpu2_socket_backend_is_refused_naming_parallel_backend gpu2_cp2_tracks_the_cpu
+    gpu2_socket_backend_tracks_nccl gpu2_cp2_tracks_the_cpu
     gpu2_ep2_moe_tracks_the_cpu)
+SHARED_CHECKS=(gpu1x2_tp2_matches_one_gpu gpu1x2_dp2_zero1_matches_one_gpu
+    gpu1x2_dp2_zero3_matches_one_gpu gpu1x2_pp2_matches_one_gpu gpu1x2_cp2_tracks_the_cpu
+    gpu1x2_ep2_moe_tracks_the_cpu)
+SKIP_OK=0
+[ "${1:-}" = --skip-ok ] && SKIP_OK=1 && shift
+ONLY=("$@")
+wanted() { # NAME: asked for (every check when none was named)
+    [ ${#ONLY[@]} -eq 0 ] && return 0
+    local c
+    for c in "${ONLY[@]}"; do [ "$c" = "$1" ] && return 0; done
+    return 1
+}
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
-if [ "${gpus:-0}" -lt 2 ]; then
-    for c in "${CHECKS[@]}"; do echo "ok $c # SKIP ${gpus:-0} GPU(s) here (nvidia-smi -L); these need 2"; done
-    [ "${1:-}" = --skip-ok ] && exit 0
-    exit 77
-fi
-
+gpus=${gpus:-0}
+ran=0
+# gate NEED NAME FN: the check when this machine has NEED GPUs, else its SKIP line
+gate() {
+    local need=$1 name=$2
+    shift 2
+    wanted "$name" || return 0
+    if [ "$gpus" -lt "$need" ]; then
+        echo "ok $name # SKIP $gpus GPU(s) here (nvidia-smi -L); this needs $need"
+        return 0
+    fi
+    ran=$((ran + 1))
+    check "$name" "$@"
+}
 tiny_plan "$WORK/plan.json"
 GPU=(--set parallel.device=cuda --set data.val=null --set data.val_every=0)
 
@@ -91,10 +116,12 @@ again() {
     run tp2 --set parallel.tp=2 && run tp2_again --set parallel.tp=2 &&
         metrics_equal "$WORK/tp2/metrics.jsonl" "$WORK/tp2_again/metrics.jsonl"
 }
-socket_refused() {
-    expect_error "$WORK/socket.log" 1 'parallel.backend: "socket" moves host memory, but rank [0-9]+ trains on CUDA device' \
-        "$PLAIT" train "$WORK/plan.json" --out "$WORK/socket" "${GPU[@]}" --set parallel.tp=2 \
-        --set parallel.backend=socket
+# socket on 2 GPUs: the same steps as nccl's, every collective staged through host memory
+socket_tracks_nccl() {
+    run tp2 --set parallel.tp=2 &&
+        against tp2_socket tp2 1e-5 --set parallel.tp=2 --set parallel.backend=socket &&
+        grep -q 'stages every collective through host memory\|staged through host memory' "$WORK/tp2_socket.log" ||
+        { cat "$WORK/tp2_socket.log"; return 1; }
 }
 
 # against_cpu NAME [--set ...]: the layout on GPUs and on CPU ranks, within 1e-4
@@ -113,14 +140,60 @@ ep2() {
         loads_equal "$WORK/ep2/metrics.jsonl" "$WORK/ep2_cpu/metrics.jsonl" 1e-4
 }
 
-check gpu2_tp2_matches_one_gpu tp2
-check gpu2_dp2_buckets_matches_one_gpu dp2_buckets
-check gpu2_dp2_zero1_matches_one_gpu dp2_zero1
-check gpu2_dp2_zero3_matches_one_gpu dp2_zero3
-check gpu2_pp2_matches_one_gpu pp2
-check gpu2_bf16_tp2_tracks_bf16_one_gpu bf16_tp2
-check gpu2_run_equals_gpu2_run again
-check gpu2_socket_backend_is_refused_naming_parallel_backend socket_refused
-check gpu2_cp2_tracks_the_cpu cp2
-check gpu2_ep2_moe_tracks_the_cpu ep2
+# ---- two ranks sharing ONE GPU (PLAIT_RANKS_PER_GPU=2, parallel.backend "socket") ---------
+SHARE=(--set parallel.backend=socket)
+# shared NAME REF TOL [--set ...]: the layout with its 2 ranks on GPU 0, against REF (a run
+# on one GPU rank); its log must place both ranks there and say the collectives are staged
+shared() {
+    local name=$1
+    PLAIT_RANKS_PER_GPU=2 against "$@" "${SHARE[@]}" || return 1
+    [ "$(grep -c 'training on CUDA device 0' "$WORK/$name.log")" -ge 1 ] &&
+        grep -q 'through host memory' "$WORK/$name.log" || { cat "$WORK/$name.log"; return 1; }
+}
+# shared_cpu NAME [--set ...]: the layout on one shared GPU against CPU ranks, within 1e-4
+shared_cpu() {
+    local name=$1
+    shift
+    PLAIT_RANKS_PER_GPU=2 against_cpu "$name" "$@" "${SHARE[@]}"
+}
+shared_tp2() { run one3 --set batch.grad_accum=3 && shared s_tp2 one3 1e-5 --set parallel.tp=2; }
+shared_zero1() {
+    run one4 --set batch.grad_accum=4 &&
+        shared s_dp2_zero1 one4 1e-5 --set parallel.dp=2 --set batch.grad_accum=2 --set parallel.zero=1
+}
+shared_zero3() {
+    run one4 --set batch.grad_accum=4 &&
+        shared s_dp2_zero3 one4 1e-5 --set parallel.dp=2 --set batch.grad_accum=2 --set parallel.zero=3
+}
+shared_pp2() {
+    run one_l4 --set model.layers=4 --set batch.grad_accum=4 &&
+        shared s_pp2 one_l4 1e-5 --set model.layers=4 --set batch.grad_accum=4 --set parallel.pp=2 \
+            --set parallel.schedule=1f1b
+}
+shared_cp2() { shared_cpu s_cp2 --set parallel.cp=2; }
+shared_ep2() {
+    shared_cpu s_ep2 "${MOE[@]}" --set parallel.dp=2 --set parallel.ep=2 &&
+        loads_equal "$WORK/s_ep2/metrics.jsonl" "$WORK/s_ep2_cpu/metrics.jsonl" 1e-4
+}
+
+gate 2 gpu2_tp2_matches_one_gpu tp2
+gate 2 gpu2_dp2_buckets_matches_one_gpu dp2_buckets
+gate 2 gpu2_dp2_zero1_matches_one_gpu dp2_zero1
+gate 2 gpu2_dp2_zero3_matches_one_gpu dp2_zero3
+gate 2 gpu2_pp2_matches_one_gpu pp2
+gate 2 gpu2_bf16_tp2_tracks_bf16_one_gpu bf16_tp2
+gate 2 gpu2_run_equals_gpu2_run again
+gate 2 gpu2_socket_backend_tracks_nccl socket_tracks_nccl
+gate 2 gpu2_cp2_tracks_the_cpu cp2
+gate 2 gpu2_ep2_moe_tracks_the_cpu ep2
+gate 1 gpu1x2_tp2_matches_one_gpu shared_tp2
+gate 1 gpu1x2_dp2_zero1_matches_one_gpu shared_zero1
+gate 1 gpu1x2_dp2_zero3_matches_one_gpu shared_zero3
+gate 1 gpu1x2_pp2_matches_one_gpu shared_pp2
+gate 1 gpu1x2_cp2_tracks_the_cpu shared_cp2
+gate 1 gpu1x2_ep2_moe_tracks_the_cpu shared_ep2
+if [ "$ran" -eq 0 ]; then
+    [ "$SKIP_OK" = 1 ] && exit 0
+    exit 77
+fi
 finish
