@@ -93,13 +93,15 @@ dp2_buckets() {
     run one4 --set batch.grad_accum=4 &&
         against dp2 one4 1e-5 --set parallel.dp=2 --set batch.grad_accum=2 --set parallel.bucket_mb=0.01
 }
-dp2_zero1() {
+# dp2_zero HOW NAME Z: dp 2 at ZeRO Z against one GPU rank of 4 micro-batches (HOW: against,
+# or shared for two ranks on one GPU)
+dp2_zero() {
     run one4 --set batch.grad_accum=4 &&
-        against dp2_zero1 one4 1e-5 --set parallel.dp=2 --set batch.grad_accum=2 --set parallel.zero=1
+        "$1" "$2" one4 1e-5 --set parallel.dp=2 --set batch.grad_accum=2 --set parallel.zero="$3"
 }
+dp2_zero1() { dp2_zero against dp2_zero1 1; }
 dp2_zero3() {
-    run one4 --set batch.grad_accum=4 &&
-        against dp2_zero3 one4 1e-5 --set parallel.dp=2 --set batch.grad_accum=2 --set parallel.zero=3 &&
+    dp2_zero against dp2_zero3 3 &&
         run one4_bf16 --set batch.grad_accum=4 --set precision=bf16 &&
         against dp2_zero3_bf16 one4_bf16 1e-4 --set parallel.dp=2 --set batch.grad_accum=2 \
             --set parallel.zero=3 --set precision=bf16
@@ -157,14 +159,8 @@ shared_cpu() {
     PLAIT_RANKS_PER_GPU=2 against_cpu "$name" "$@" "${SHARE[@]}"
 }
 shared_tp2() { run one3 --set batch.grad_accum=3 && shared s_tp2 one3 1e-5 --set parallel.tp=2; }
-shared_zero1() {
-    run one4 --set batch.grad_accum=4 &&
-        shared s_dp2_zero1 one4 1e-5 --set parallel.dp=2 --set batch.grad_accum=2 --set parallel.zero=1
-}
-shared_zero3() {
-    run one4 --set batch.grad_accum=4 &&
-        shared s_dp2_zero3 one4 1e-5 --set parallel.dp=2 --set batch.grad_accum=2 --set parallel.zero=3
-}
+shared_zero1() { dp2_zero shared s_dp2_zero1 1; }
+shared_zero3() { dp2_zero shared s_dp2_zero3 3; }
 shared_pp2() {
     run one_l4 --set model.layers=4 --set batch.grad_accum=4 &&
         shared s_pp2 one_l4 1e-5 --set model.layers=4 --set batch.grad_accum=4 --set parallel.pp=2 \

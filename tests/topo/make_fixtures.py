@@ -382,6 +382,12 @@ def ib_hca(index, ids, sub, device_name, speed, netdev_name):
 
 # ---- 1. h100_sxm8 ---------------------------------------------------------------------------
 
+def x710_eno1(mac):
+    """Management Ethernet: an Intel X710 port named eno1."""
+    return Dev("0200", "8086:1572", "8086:0007", "02", GEN3_X16, "Intel Corporation",
+               "Ethernet Controller X710 for 10GbE SFP+", [netdev("eno1", mac)], tag="eno1")
+
+
 def h100_sxm8():
     """An HGX H100 8-GPU node (DGX H100-like): 2 × Xeon Platinum 8480C (56 cores, SMT2),
     one NUMA node per socket; each GPU shares a PCIe Gen5 switch with one ConnectX-7 400G
@@ -412,10 +418,7 @@ def h100_sxm8():
         # base bus = GPU bus - 3: root port -> switch upstream -> downstream -> GPU
         pci.host_bridge(pkg, bus - 3, [("01.0", sw, GEN5_X16)])
     # eno1 on socket 0
-    eth = Dev("0200", "8086:1572", "8086:0007", "02", GEN3_X16, "Intel Corporation",
-              "Ethernet Controller X710 for 10GbE SFP+",
-              [netdev("eno1", "b4:96:91:a7:3c:10")], tag="eno1")
-    pci.host_bridge(pkgs[0], 0x00, [("1c.0", eth, GEN3_X16)])
+    pci.host_bridge(pkgs[0], 0x00, [("1c.0", x710_eno1("b4:96:91:a7:3c:10"), GEN3_X16)])
     switches = [Dev("0680", "10de:22a3", "10de:1796", "a1", "1.000000", "NVIDIA Corporation",
                     "GH100 [H100 NVSwitch]", subtype="NVSwitch", tag="nvswitch%d" % k)
                 for k in range(4)]
@@ -666,21 +669,15 @@ def h100_pcie1():
     (16 cores, SMT2) with one H100 PCIe 80GB (10de:2331) on its own root port, CUDA and NVML
     OS devices (no NVLink), and Ethernet eno1. Several ranks reach a GPU here only by sharing
     it (PLAIT_RANKS_PER_GPU)."""
-    topo = Topology()
-    cpu = Cpu("Intel(R) Xeon(R) w5-3435X", "GenuineIntel", 1, 16, 2, 47185920, 2097152,
-              49152, 270049017856)
-    pkgs = machine(topo, cpu, "h100-pcie-ws01", "Precision 7960 Tower")
-    pci = PciBuilder(topo)
-    model = "NVIDIA H100 PCIe"
+    topo, model = Topology(), "NVIDIA H100 PCIe"
+    pkgs = machine(topo, Cpu("Intel(R) Xeon(R) w5-3435X", "GenuineIntel", 1, 16, 2, 47185920,
+                             2097152, 49152, 270049017856), "h100-pcie-ws01", "Precision 7960 Tower")
+    osdevs = [cuda_osdev(0, model, 81559, 51200, 114, 228), nvml_osdev(0, model, uuid(0))]
     gpu = Dev("0302", "10de:2331", "10de:1626", "a1", GEN5_X16, "NVIDIA Corporation",
-              "GH100 [H100 PCIe]",
-              [cuda_osdev(0, model, 81559, 51200, 114, 228), nvml_osdev(0, model, uuid(0))],
-              tag="gpu0")
+              "GH100 [H100 PCIe]", osdevs, tag="gpu0")
+    pci = PciBuilder(topo)
     pci.host_bridge(pkgs[0], 0x17, [("01.0", gpu, GEN5_X16)])
-    eth = Dev("0200", "8086:1572", "8086:0007", "02", GEN3_X16, "Intel Corporation",
-              "Ethernet Controller X710 for 10GbE SFP+",
-              [netdev("eno1", "b4:96:91:a7:3c:20")], tag="eno1")
-    pci.host_bridge(pkgs[0], 0x00, [("1c.0", eth, GEN3_X16)])
+    pci.host_bridge(pkgs[0], 0x00, [("1c.0", x710_eno1("b4:96:91:a7:3c:20"), GEN3_X16)])
     return topo
 
 

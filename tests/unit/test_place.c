@@ -346,6 +346,17 @@ static void test_more_ranks_than_cores_share_whole_cores_round_robin(void)
     free_topo(t);
 }
 
+/* A one-layer model of `heads` heads of 8 with the sets applied, or NULL with err. */
+static struct plan *small_plan(int heads, const char **sets, int n_sets, struct plait_error *err)
+{
+    char text[256];
+    snprintf(text, sizeof text,
+             "{\"model\": {\"layers\": 1, \"heads\": %d, \"hidden\": %d, \"vocab\": 256, "
+             "\"seq_len\": 8}, \"data\": {\"train\": \"x\"}, \"steps\": 1}",
+             heads, heads * 8);
+    return plan_load_text(text, "test", "/", sets, n_sets, err);
+}
+
 /* parallel.device "cuda" on a node without GPUs cannot run: refused, not
  * turned into CPU ranks */
 static void test_cuda_on_a_gpu_less_node_is_refused(void)
@@ -354,10 +365,7 @@ static void test_cuda_on_a_gpu_less_node_is_refused(void)
     struct place_node node = {.name = "c0", .topo = t, .slots = 1};
     const char *cuda[] = {"parallel.device=cuda"};
     struct plait_error err;
-    struct plan *p = plan_load_text("{\"model\": {\"layers\": 1, \"heads\": 1, \"hidden\": 8, "
-                                    "\"vocab\": 256, \"seq_len\": 8}, \"data\": {\"train\": "
-                                    "\"x\"}, \"steps\": 1}",
-                                    "test", "/", cuda, 1, &err);
+    struct plan *p = small_plan(1, cuda, 1, &err);
     CHECK(p, "%s", err.text);
     struct rank_map m;
     CHECK(p && place_ranks(p, 1, 1, 1, &node, 1, &bw, &m, &err) != 0, "cuda placed on no GPU");
@@ -528,10 +536,7 @@ static void test_ranks_share_a_gpu_k_slots_each(void)
     struct place_node node = {.name = "ws", .topo = t, .slots = 4, .ranks_per_gpu = 2};
     const char *cuda[] = {"parallel.device=cuda", "parallel.backend=socket"};
     struct plait_error err;
-    struct plan *p = plan_load_text("{\"model\": {\"layers\": 2, \"heads\": 4, \"hidden\": 32, "
-                                    "\"vocab\": 256, \"seq_len\": 8}, \"data\": {\"train\": "
-                                    "\"x\"}, \"steps\": 1}",
-                                    "test", "/", cuda, 2, &err);
+    struct plan *p = small_plan(4, cuda, 2, &err);
     CHECK(p, "%s", err.text);
     if (!p) return;
     struct rank_map m;
