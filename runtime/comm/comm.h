@@ -3,7 +3,8 @@
  * asynchronous collectives, point-to-point sends for the pipeline, and byte
  * counts. Two backends behind one ops table (comm_backend.h): `socket`
  * (comm_socket.c: TCP between nodes, shared memory within one) for host
- * buffers, and `nccl` (comm_nccl.c, built where NCCL is) for device buffers.
+ * buffers (device buffers staged through host memory: struct comm_staging),
+ * and `nccl` (comm_nccl.c, built where NCCL is) for device buffers.
  * What this comment says of sockets, links and progress threads is the
  * socket backend's; where nccl differs is said at the end.
  *
@@ -127,6 +128,32 @@ struct comm_options {
      * inherited by splits; NULL: the data is ready when posted. socket:
      * ignored (CPU ranks). */
     void *stream;
+    /* socket on GPU ranks: device buffers moved through host memory (struct
+     * comm_staging below), copied in, inherited by splits; NULL: every buffer
+     * is host memory. nccl: ignored (it takes device memory as it is). */
+    const struct comm_staging *staging;
+};
+
+/* How the socket backend moves an operation's device buffers, like gloo with
+ * CUDA tensors: at post, each device input (the bytes the operation reads) is
+ * copied into host memory of the request's own; the operation runs on host
+ * memory; at completion (comm_wait, or comm_test saying done) each device
+ * output (the bytes it writes) is copied back before the request is reported
+ * done; a request that fails copies nothing back. Buffers is_device says no
+ * to are used as they are. Every callback is called from the thread that
+ * posts, waits or tests, never from the progress thread.
+ *
+ * Order: to_host is "done when it returns" and runs when the operation is
+ * posted, so the caller's copy must first wait for whatever produces the
+ * device data (plait's CUDA download waits for the compute stream); the data
+ * may then change at once, as the operation reads its host copy. to_device
+ * is done when it returns too: the result is in device memory when comm_wait
+ * returns, and work the caller enqueues after it sees it. */
+struct comm_staging {
+    void *ctx;
+    bool (*is_device)(void *ctx, const void *p); /* p points into device memory */
+    void (*to_host)(void *ctx, void *host, const void *dev, size_t bytes);
+    void (*to_device)(void *ctx, void *dev, const void *host, size_t bytes);
 };
 
 struct comm;
