@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "common/store/store.h"
@@ -27,9 +29,10 @@
 struct mock_dev {
     struct {
         uint8_t *p;
-        size_t bytes;
+        size_t bytes, mapped;
     } region[DEV_REGIONS];
     int n;
+    bool closed; /* its regions are PROT_NONE but while copied */
     size_t to_host_bytes, to_device_bytes;
     int to_host_calls, to_device_calls;
     int strays; /* copies whose device side is not in one region, or whose host side is */
@@ -50,40 +53,59 @@ static bool mock_is_device(void *ctx, const void *p)
     return region_of(ctx, p, 0) >= 0;
 }
 
+/* While an operation runs its device memory is out of reach (PROT_NONE): a
+ * backend that touched it instead of its host copy would crash the test.
+ * The copies open the region they copy for the copy alone. */
+static void dev_protect(struct mock_dev *m, int region, bool on)
+{
+    for (int i = region < 0 ? 0 : region; i < (region < 0 ? m->n : region + 1); i++)
+        mprotect(m->region[i].p, m->region[i].mapped, on ? PROT_NONE : PROT_READ | PROT_WRITE);
+}
+
+static void mock_copy(struct mock_dev *m, void *dst, const void *src, size_t bytes, bool to_host)
+{
+    const void *dev = to_host ? src : dst, *host = to_host ? dst : src;
+    int region = region_of(m, dev, bytes);
+    if (region < 0 || region_of(m, host, 1) != -1) {
+        m->strays++;
+        return;
+    }
+    bool closed = m->closed;
+    if (closed) dev_protect(m, region, false);
+    memcpy(dst, src, bytes);
+    if (closed) dev_protect(m, region, true);
+    *(to_host ? &m->to_host_bytes : &m->to_device_bytes) += bytes;
+    (*(to_host ? &m->to_host_calls : &m->to_device_calls))++;
+}
+
 static void mock_to_host(void *ctx, void *host, const void *dev, size_t bytes)
 {
-    struct mock_dev *m = ctx;
-    if (region_of(m, dev, bytes) < 0 || region_of(m, host, 1) != -1) m->strays++;
-    memcpy(host, dev, bytes);
-    m->to_host_bytes += bytes;
-    m->to_host_calls++;
+    mock_copy(ctx, host, dev, bytes, true);
 }
 
 static void mock_to_device(void *ctx, void *dev, const void *host, size_t bytes)
 {
-    struct mock_dev *m = ctx;
-    if (region_of(m, dev, bytes) < 0 || region_of(m, host, 1) != -1) m->strays++;
-    memcpy(dev, host, bytes);
-    m->to_device_bytes += bytes;
-    m->to_device_calls++;
+    mock_copy(ctx, dev, host, bytes, false);
 }
 
 /* bytes of "device memory" (at least 1, so every buffer has an address), 0xAB each */
 static void *dev_alloc(struct mock_dev *m, size_t bytes)
 {
     if (m->n == DEV_REGIONS) return NULL;
-    uint8_t *p = malloc(bytes ? bytes : 1);
-    if (!p) return NULL;
-    memset(p, 0xAB, bytes ? bytes : 1);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), mapped = (bytes + page) / page * page;
+    uint8_t *p = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    memset(p, 0xAB, mapped);
     m->region[m->n].p = p;
     m->region[m->n].bytes = bytes ? bytes : 1;
+    m->region[m->n].mapped = mapped;
     m->n++;
     return p;
 }
 
 static void dev_free_all(struct mock_dev *m)
 {
-    for (int i = 0; i < m->n; i++) free(m->region[i].p);
+    for (int i = 0; i < m->n; i++) munmap(m->region[i].p, m->region[i].mapped);
     m->n = 0;
 }
 
@@ -377,7 +399,9 @@ static int run_once(struct rank_ctx *x, struct comm *c, const struct op_case *k,
     uint8_t *recv = k->op == OP_REDUCE_SCATTER_V && !rsv_counts[r] ? NULL : recv_buf;
     fill_input(send, l.read, r, (unsigned)k->op * 10 + (unsigned)k->in_place);
     counters_reset(&x->dev);
+    dev_protect(&x->dev, -1, x->dev.closed = true);
     int rc = issue(c, k, form, &l, send, recv, &err);
+    dev_protect(&x->dev, -1, x->dev.closed = false);
     RCHECK(x, rc == 0, "%s %s: %s", op_names[k->op], form_names[form], err.text);
     *out_bytes = l.recv_bytes + (own_send ? l.send_bytes : 0);
     *out = malloc(*out_bytes + 1);
