@@ -127,7 +127,10 @@ const char *comm_name(const struct comm *c)
 
 void comm_destroy(struct comm *c)
 {
-    if (c) c->ops->destroy(c);
+    if (!c) return;
+    struct comm_staged *staged = c->staged;
+    c->ops->destroy(c);
+    comm_staging_free_pending(staged);
 }
 
 void comm_stats(const struct comm *c, struct comm_stats *out)

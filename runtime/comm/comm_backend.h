@@ -73,6 +73,7 @@ struct comm {
     /* opts->staging's copy (socket only; is_device NULL: none), set by
      * comm.c for the world and every split of it: comm_staging.c */
     struct comm_staging staging;
+    struct comm_staged *staged; /* its staged requests in flight, freed with it */
 };
 
 /* The head of every backend's request. */
@@ -111,5 +112,10 @@ void comm_desc_bytes(const struct comm_desc *d, int rank, int size, size_t *read
  * copies the results back. Without device buffers, c->ops->post's own. */
 int comm_staging_post(struct comm *c, const struct comm_desc *d, struct comm_request **req,
                       struct plait_error *err);
+
+/* Frees the staged requests a communicator had in flight when it closed
+ * (staged: its c->staged, taken before the backend's destroy, which frees
+ * theirs and stops anything writing to their host buffers). */
+void comm_staging_free_pending(struct comm_staged *staged);
 
 #endif

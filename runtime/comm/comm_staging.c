@@ -6,6 +6,7 @@
  * the caller's device (its progress thread must not: the copies belong to
  * the thread that posts and waits). Which bytes an operation reads and
  * writes is comm.c's (comm_desc_bytes). */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,9 +16,11 @@
 /* An operation with staged buffers: the backend's request, run on host
  * memory of its own, and what goes back where once it completes. The host
  * buffers live until then: the backend reads and writes them after post. */
-struct staged_request {
+struct comm_staged {
     struct comm_request base;
-    struct comm_request *inner; /* the backend's, on the host buffers */
+    struct comm *c;
+    struct comm_staged *prev, *next; /* c->staged's list, under list_mu */
+    struct comm_request *inner;      /* the backend's, on the host buffers */
     struct comm_staging staging;
     uint8_t *send_host, *recv_host; /* malloc'd; NULL: that side is not staged */
     void *recv_dev;                 /* where recv_host's first `written` bytes go */
@@ -25,6 +28,11 @@ struct staged_request {
 };
 
 static const struct comm_backend_ops staged_ops;
+
+/* Every communicator's list of staged requests: callers of different
+ * communicators may post and wait at once, and a communicator's requests
+ * may be waited for on other threads than the one that posted. */
+static pthread_mutex_t list_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static bool is_device(const struct comm_staging *sg, const void *p, size_t bytes)
 {
@@ -45,7 +53,7 @@ static uint8_t *host_copy(struct comm *c, const struct comm_staging *sg, size_t 
     return host;
 }
 
-static void staged_free(struct staged_request *q)
+static void staged_free(struct comm_staged *q)
 {
     free(q->send_host);
     free(q->recv_host);
@@ -54,13 +62,26 @@ static void staged_free(struct staged_request *q)
 
 /* The backend's request ended with rc: results back to device memory if it
  * succeeded, the host buffers freed either way. */
-static int staged_finish(struct staged_request *q, int rc)
+static int staged_finish(struct comm_staged *q, int rc)
 {
     const struct comm_staging *sg = &q->staging;
     if (rc == 0 && q->recv_host && q->written)
         sg->to_device(sg->ctx, q->recv_dev, q->recv_host, q->written);
+    pthread_mutex_lock(&list_mu);
+    if (q->next) q->next->prev = q->prev;
+    *(q->prev ? &q->prev->next : &q->c->staged) = q->next;
+    pthread_mutex_unlock(&list_mu);
     staged_free(q);
     return rc;
+}
+
+void comm_staging_free_pending(struct comm_staged *staged)
+{
+    while (staged) {
+        struct comm_staged *next = staged->next;
+        staged_free(staged);
+        staged = next;
+    }
 }
 
 int comm_staging_post(struct comm *c, const struct comm_desc *d, struct comm_request **req,
@@ -80,7 +101,7 @@ int comm_staging_post(struct comm *c, const struct comm_desc *d, struct comm_req
     bool recv_dev = is_device(sg, d->recv, recv_bytes);
     if (!send_dev && !recv_dev) return c->ops->post(c, d, req, err);
 
-    struct staged_request *q = calloc(1, sizeof *q);
+    struct comm_staged *q = calloc(1, sizeof *q);
     if (!q) return error_errno(err, "comm '%s': allocating a request", c->name);
     q->base.ops = &staged_ops;
     q->staging = *sg;
@@ -98,6 +119,12 @@ int comm_staging_post(struct comm *c, const struct comm_desc *d, struct comm_req
         q->written = written_bytes;
     }
     if (c->ops->post(c, &hd, &q->inner, err)) goto fail;
+    q->c = c;
+    pthread_mutex_lock(&list_mu);
+    q->next = c->staged;
+    if (q->next) q->next->prev = q;
+    c->staged = q;
+    pthread_mutex_unlock(&list_mu);
     *req = &q->base;
     return 0;
 fail:
@@ -107,13 +134,13 @@ fail:
 
 static int staged_wait(struct comm_request *base, struct plait_error *err)
 {
-    struct staged_request *q = (struct staged_request *)base;
+    struct comm_staged *q = (struct comm_staged *)base;
     return staged_finish(q, q->inner->ops->wait(q->inner, err));
 }
 
 static int staged_test(struct comm_request *base, bool *done, struct plait_error *err)
 {
-    struct staged_request *q = (struct staged_request *)base;
+    struct comm_staged *q = (struct comm_staged *)base;
     int rc = q->inner->ops->test(q->inner, done, err);
     return *done ? staged_finish(q, rc) : rc;
 }
