@@ -77,7 +77,7 @@
 struct store;
 
 enum comm_backend_kind {
-    COMM_BACKEND_SOCKET = 0, /* CPU ranks: TCP, shared memory within a node */
+    COMM_BACKEND_SOCKET = 0, /* CPU ranks (GPU ranks with staging): TCP, shared memory */
     COMM_BACKEND_NCCL = 1,   /* GPUs (where the build found NCCL; init says if not) */
 };
 
@@ -139,9 +139,12 @@ struct comm_options {
  * copied into host memory of the request's own; the operation runs on host
  * memory; at completion (comm_wait, or comm_test saying done) each device
  * output (the bytes it writes) is copied back before the request is reported
- * done; a request that fails copies nothing back. Buffers is_device says no
- * to are used as they are. Every callback is called from the thread that
- * posts, waits or tests, never from the progress thread.
+ * done; a request that fails copies nothing back. is_device is asked of
+ * each buffer the operation moves bytes through; those it says no to are
+ * used as they are. Every callback is called from the thread that posts,
+ * waits or tests, never from the progress thread. The host memory is the
+ * request's own (malloc'd), freed when it completes, fails, or its
+ * communicator is destroyed.
  *
  * Order: to_host is "done when it returns" and runs when the operation is
  * posted, so the caller's copy must first wait for whatever produces the

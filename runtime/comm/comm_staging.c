@@ -1,11 +1,15 @@
 /* comm_staging.c — an operation's device buffers moved through host memory
  * (comm.h's struct comm_staging): device inputs copied to host buffers at
  * post, the backend's operation run on those, device outputs copied back at
- * completion. A wrapper around the backend's post, wait and test in front of
- * the socket backend, which stays host memory only and never calls back into
- * the caller's device (its progress thread must not: the copies belong to
- * the thread that posts and waits). Which bytes an operation reads and
- * writes is comm.c's (comm_desc_bytes). */
+ * completion. Which bytes an operation reads and writes is comm.c's
+ * (comm_desc_bytes); moving them between ranks is the backend's.
+ *
+ * A wrapper around the backend's post, wait and test (comm.c's post calls it
+ * where c->staging is set) rather than a part of the socket backend: the
+ * copies must run on the caller's thread, ordered after the device work the
+ * caller knows of, never on the progress thread (which has no device bound
+ * and would order against nothing); and so comm_socket.c and sock_*.c stay
+ * host memory only, their requests unchanged. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -96,7 +100,8 @@ int comm_staging_post(struct comm *c, const struct comm_desc *d, struct comm_req
     uintptr_t s = (uintptr_t)d->send, r = (uintptr_t)d->recv;
     bool aliased = s && r && s >= r && (s == r || s - r < written_bytes);
     size_t at = aliased ? s - r : 0;
-    size_t recv_bytes = aliased && at + read_bytes > written_bytes ? at + read_bytes : written_bytes;
+    size_t recv_bytes =
+        aliased && at + read_bytes > written_bytes ? at + read_bytes : written_bytes;
     bool send_dev = !aliased && is_device(sg, d->send, read_bytes);
     bool recv_dev = is_device(sg, d->recv, recv_bytes);
     if (!send_dev && !recv_dev) return c->ops->post(c, d, req, err);
@@ -132,6 +137,8 @@ fail:
     return -1;
 }
 
+/* A wait that fails frees the host buffers as it returns the caller's
+ * (sock_wait's "progress thread has not run" bug path included). */
 static int staged_wait(struct comm_request *base, struct plait_error *err)
 {
     struct comm_staged *q = (struct comm_staged *)base;
