@@ -58,6 +58,8 @@ void moe_ep_lane_enter(void *model, int lane)
     struct model *m = model;
     const struct moe_lane *x = &m->moe_lane[lane];
     if (!m->moe_lane[1].counts_host) return; /* one set */
+    /* the second lane's thread issues to the rank's device (a no-op once it does) */
+    if (lane == 1 && m->ops->bind_thread) m->ops->bind_thread(m->ctx);
     model_lane_enter(m, lane);
     m->moe_counts_host = x->counts_host;
     m->moe_ep_counts = x->ep_counts;

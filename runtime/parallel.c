@@ -196,6 +196,26 @@ int parallel_ep_lane(struct parallel *p, struct plait_error *err)
     return 0;
 }
 
+/* Socket on GPU ranks: the comm layer stages device buffers through the device's op table
+ * (download waits for the compute stream, as comm_staging's to_host must). */
+static bool stage_is_device(void *ctx, const void *ptr)
+{
+    const struct parallel_device *d = ctx;
+    return d->ops->is_device_memory(d->ctx, ptr);
+}
+
+static void stage_to_host(void *ctx, void *host, const void *dev, size_t bytes)
+{
+    const struct parallel_device *d = ctx;
+    d->ops->download(d->ctx, host, dev, bytes);
+}
+
+static void stage_to_device(void *ctx, void *dev, const void *host, size_t bytes)
+{
+    const struct parallel_device *d = ctx;
+    d->ops->upload(d->ctx, dev, host, bytes);
+}
+
 int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard, int ep,
                   double timeout_s, const struct parallel_device *dev, struct plait_error *err)
 {
@@ -225,10 +245,9 @@ int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard
         .secret = w->store_secret,
         .name = name,
         .stream = nccl && p->dev.ops->stream ? p->dev.ops->stream(p->dev.ctx) : NULL};
-    if (!nccl && p->dev.ops && p->dev.ops->is_device_memory) { /* socket on GPU ranks */
-        opts.device_ops = p->dev.ops;
-        opts.device_ctx = p->dev.ctx;
-    }
+    struct comm_staging staging = {&p->dev, stage_is_device, stage_to_host, stage_to_device};
+    if (!nccl && p->dev.ops && p->dev.ops->is_device_memory) /* socket on GPU ranks */
+        opts.staging = &staging;
     if (comm_world_init(&p->world, p->store, w->rank, w->world, &opts, err) ||
         comm_split_3d(p->world, w->tp, w->pp, w->dp,
                       (struct rank_coords){w->tp_rank, w->pp_rank, w->dp_rank}, gen, &p->tp, &p->pp,

@@ -128,8 +128,9 @@ static int connect_ranks(struct trainer *t, struct plait_error *err)
 }
 
 /* DualPipeV with experts over ep ranks: each pair of its main steps in two lanes, the
- * experts' all-to-all of one moving while the other computes (runtime/lanes.h), said once;
- * one pass after the other where schedule_moe_lanes says why, on a GPU, or with
+ * experts' all-to-all of one moving while the other computes (runtime/lanes.h), said once
+ * (on a GPU both lanes issue to the rank's stream in turn, the second lane's thread bound to
+ * its device); one pass after the other where schedule_moe_lanes says why, or with
  * PLAIT_DEBUG_NO_MOE_OVERLAP=1 (the second lane's memory is held all the same: the plan
  * decides it, as plait check predicts). */
 static int open_lanes(struct trainer *t, struct plait_error *err)
@@ -137,8 +138,6 @@ static int open_lanes(struct trainer *t, struct plait_error *err)
     const char *serial = getenv(PLAIT_ENV_DEBUG_NO_MOE_OVERLAP), *why = NULL;
     bool pairs = schedule_moe_lanes(t->plan, t->where->pp, &why);
     if (pairs && serial && !strcmp(serial, "1")) why = PLAIT_ENV_DEBUG_NO_MOE_OVERLAP "=1";
-    if (pairs && t->ops != ops_cpu()) /* parallel.device "auto" that found a GPU */
-        why = "on a GPU, where lanes are not built yet";
     if (pairs && !why && !(t->m.lanes = lanes_open(moe_ep_lane_enter, &t->m, err))) return -1;
     if (t->where->rank == 0 && t->m.lanes)
         log_info("DualPipeV with experts: each pair's forward and backward run as two lanes, "

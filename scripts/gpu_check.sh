@@ -251,9 +251,10 @@ report
 tap_stage memcheck 240 cuda_compute_sanitizer_memcheck \
     bash tests/gpu/test_cuda.sh --skip-ok cuda_compute_sanitizer_memcheck
 report
-# two ranks sharing one GPU (PLAIT_RANKS_PER_GPU=2, parallel.backend "socket"): one GPU is enough
+# ranks sharing one GPU (PLAIT_RANKS_PER_GPU, parallel.backend "socket"): one GPU is enough
 SHARED=(gpu1x2_tp2_matches_one_gpu gpu1x2_dp2_zero1_matches_one_gpu gpu1x2_dp2_zero3_matches_one_gpu
-    gpu1x2_pp2_matches_one_gpu gpu1x2_cp2_tracks_the_cpu gpu1x2_ep2_moe_tracks_the_cpu)
+    gpu1x2_pp2_matches_one_gpu gpu1x2_cp2_tracks_the_cpu gpu1x2_ep2_moe_tracks_the_cpu
+    gpu1x4_dualpipev_ep2_lanes_track_the_cpu)
 if [ "$gpus" -ge 2 ]; then # the nccl backend's own tests, then plait train on 2 GPUs (and shared)
     tap_stage multi_gpu 300 "" bash tests/gpu/run.sh
 elif [ "$gpus" -ge 1 ]; then # the 2-GPU checks skipped, saying why; the shared ones run

@@ -68,10 +68,7 @@ bool schedule_moe_lanes(const struct plan *p, int pp, const char **why_not)
     schedule_of_plan(p, pp, &kind, &v);
     bool pairs = kind == SCHED_DUALPIPEV && p->model.moe.experts > 0 && p->parallel.ep > 1;
     const char *why = NULL;
-    if (pairs && p->parallel.zero == 3)
-        why = "ZeRO 3 gathers a pass's units in its order";
-    else if (pairs && p->parallel.device == PLAN_DEVICE_CUDA)
-        why = "a GPU rank's second lane is not bound to its device yet";
+    if (pairs && p->parallel.zero == 3) why = "ZeRO 3 gathers a pass's units in its order";
     if (why_not) *why_not = why;
     return pairs && !why;
 }

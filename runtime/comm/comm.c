@@ -1,5 +1,6 @@
 /* comm.c — the backend-independent half of comm.h: argument checks, the
- * blocking calls as post + wait, and which ranks a split groups together.
+ * bytes an operation reads and writes, the blocking calls as post + wait,
+ * and which ranks a split groups together.
  * How bytes move is the backend's business (comm_socket.c); nothing here
  * touches a socket. */
 #include "runtime/comm/comm.h"
@@ -87,9 +88,14 @@ int comm_world_init(struct comm **out, struct store *store, int rank, int world_
     if (!store) return error_set(err, "comm '%s': no store", name);
     if (!opts->secret || !*opts->secret)
         return error_set(err, "comm '%s': no secret (PLAIT_STORE_SECRET)", name);
+    const struct comm_staging *sg = opts->staging;
+    if (sg && (!sg->is_device || !sg->to_host || !sg->to_device))
+        return error_set(err, "comm '%s': staging without is_device, to_host or to_device", name);
     switch (opts->backend) {
     case COMM_BACKEND_SOCKET:
-        return comm_socket_world_init(out, store, rank, world_size, opts, name, err);
+        if (comm_socket_world_init(out, store, rank, world_size, opts, name, err)) return -1;
+        if (sg) (*out)->staging = *sg;
+        return 0;
     case COMM_BACKEND_NCCL:
 #ifdef PLAIT_HAVE_NCCL
         return comm_nccl_world_init(out, store, rank, world_size, opts, name, err);
@@ -121,7 +127,10 @@ const char *comm_name(const struct comm *c)
 
 void comm_destroy(struct comm *c)
 {
-    if (c) c->ops->destroy(c);
+    if (!c) return;
+    struct comm_staged *staged = c->staged;
+    c->ops->destroy(c);
+    comm_staging_free_pending(staged);
 }
 
 void comm_stats(const struct comm *c, struct comm_stats *out)
@@ -142,10 +151,55 @@ static int elems_bytes(const struct comm *c, const char *what, size_t count, enu
     return 0;
 }
 
+/* The elements of an uneven operation's blocks, all of them, in bytes. */
+static size_t blocks_bytes(const size_t *counts, enum comm_dtype dtype, int size)
+{
+    size_t elems = 0;
+    for (int r = 0; r < size; r++) elems += counts[r];
+    return elems * comm_dtype_bytes(dtype);
+}
+
+void comm_desc_bytes(const struct comm_desc *d, int rank, int size, size_t *read_bytes,
+                     size_t *written_bytes)
+{
+    size_t in = 0, out = 0;
+    switch (d->kind) {
+    case COMM_OP_ALLREDUCE:
+        in = out = d->bytes;
+        break;
+    case COMM_OP_REDUCE_SCATTER:
+        in = d->counts ? blocks_bytes(d->counts, d->dtype, size) : d->bytes * (size_t)size;
+        out = d->bytes;
+        break;
+    case COMM_OP_ALLGATHER:
+        in = d->bytes;
+        out = d->counts ? blocks_bytes(d->counts, d->dtype, size) : d->bytes * (size_t)size;
+        break;
+    case COMM_OP_ALLTOALL:
+        in = d->bytes;
+        out = blocks_bytes(d->recv_counts, d->dtype, size);
+        break;
+    case COMM_OP_BROADCAST:
+        *(rank == d->root ? &in : &out) = d->bytes;
+        break;
+    case COMM_OP_SEND:
+        in = d->bytes;
+        break;
+    case COMM_OP_RECV:
+        out = d->bytes;
+        break;
+    case COMM_OP_BARRIER:
+        break;
+    }
+    *read_bytes = in;
+    *written_bytes = out;
+}
+
 static int post(struct comm *c, const struct comm_desc *d, struct comm_request **req,
                 struct plait_error *err)
 {
     *req = NULL;
+    if (c->staging.is_device) return comm_staging_post(c, d, req, err);
     return c->ops->post(c, d, req, err);
 }
 
@@ -518,6 +572,7 @@ int comm_split(struct comm *parent, int color, int key, const char *name, struct
         if (members[i] == parent->rank) my_index = i;
     }
     rc = parent->ops->split(parent, members, m, my_index, full, out, err);
+    if (rc == 0 && *out) (*out)->staging = parent->staging;
 out:
     free(all);
     free(group);

@@ -3,7 +3,8 @@
  * asynchronous collectives, point-to-point sends for the pipeline, and byte
  * counts. Two backends behind one ops table (comm_backend.h): `socket`
  * (comm_socket.c: TCP between nodes, shared memory within one) for host
- * buffers, and `nccl` (comm_nccl.c, built where NCCL is) for device buffers.
+ * buffers (device buffers staged through host memory: struct comm_staging),
+ * and `nccl` (comm_nccl.c, built where NCCL is) for device buffers.
  * What this comment says of sockets, links and progress threads is the
  * socket backend's; where nccl differs is said at the end.
  *
@@ -74,11 +75,9 @@
 #include "common/place/rank_order.h" // defines: struct rank_coords, rank_of
 
 struct store;
-struct ops;     /* kernels/ops.h */
-struct ops_ctx;
 
 enum comm_backend_kind {
-    COMM_BACKEND_SOCKET = 0, /* CPU ranks: TCP, shared memory within a node */
+    COMM_BACKEND_SOCKET = 0, /* CPU ranks (GPU ranks with staging): TCP, shared memory */
     COMM_BACKEND_NCCL = 1,   /* GPUs (where the build found NCCL; init says if not) */
 };
 
@@ -129,12 +128,35 @@ struct comm_options {
      * inherited by splits; NULL: the data is ready when posted. socket:
      * ignored (CPU ranks). */
     void *stream;
-    /* socket on GPU ranks (parallel.backend "socket", or ranks sharing a GPU): the rank's op
-     * table and context, through which the backend stages device buffers via host memory
-     * (device_ops->is_device_memory tells a device pointer from a host one; upload and
-     * download move them); NULL: every buffer is the host's (CPU ranks). nccl: ignored. */
-    const struct ops *device_ops;
-    struct ops_ctx *device_ctx;
+    /* socket on GPU ranks: device buffers moved through host memory (struct
+     * comm_staging below), copied in, inherited by splits; NULL: every buffer
+     * is host memory. nccl: ignored (it takes device memory as it is). */
+    const struct comm_staging *staging;
+};
+
+/* How the socket backend moves an operation's device buffers, like gloo with
+ * CUDA tensors: at post, each device input (the bytes the operation reads) is
+ * copied into host memory of the request's own; the operation runs on host
+ * memory; at completion (comm_wait, or comm_test saying done) each device
+ * output (the bytes it writes) is copied back before the request is reported
+ * done; a request that fails copies nothing back. is_device is asked of
+ * each buffer the operation moves bytes through; those it says no to are
+ * used as they are. Every callback is called from the thread that posts,
+ * waits or tests, never from the progress thread. The host memory is the
+ * request's own (malloc'd), freed when it completes, fails, or its
+ * communicator is destroyed.
+ *
+ * Order: to_host is "done when it returns" and runs when the operation is
+ * posted, so the caller's copy must first wait for whatever produces the
+ * device data (plait's CUDA download waits for the compute stream); the data
+ * may then change at once, as the operation reads its host copy. to_device
+ * is done when it returns too: the result is in device memory when comm_wait
+ * returns, and work the caller enqueues after it sees it. */
+struct comm_staging {
+    void *ctx;
+    bool (*is_device)(void *ctx, const void *p); /* p points into device memory */
+    void (*to_host)(void *ctx, void *host, const void *dev, size_t bytes);
+    void (*to_device)(void *ctx, void *dev, const void *host, size_t bytes);
 };
 
 struct comm;

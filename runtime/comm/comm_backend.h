@@ -70,6 +70,10 @@ struct comm {
     const struct comm_backend_ops *ops;
     int rank, size;
     char name[COMM_MAX_NAME_BYTES + 1];
+    /* opts->staging's copy (socket only; is_device NULL: none), set by
+     * comm.c for the world and every split of it: comm_staging.c */
+    struct comm_staging staging;
+    struct comm_staged *staged; /* its staged requests in flight, freed with it */
 };
 
 /* The head of every backend's request. */
@@ -93,5 +97,25 @@ int comm_nccl_types(enum comm_dtype dtype, enum comm_reduce_op op, int *nccl_dty
 #endif
 
 const char *comm_op_kind_name(enum comm_op_kind kind);
+
+/* The bytes d reads from d->send and writes to d->recv on rank `rank` of
+ * `size` (comm.c): all-reduce its buffer both ways; reduce-scatter every
+ * block in (count each, or counts[]) and its own out; all-gather its block
+ * in and every block out; all-to-all the sums of counts[] in and
+ * recv_counts[] out; broadcast the buffer in on the root, out elsewhere; a
+ * send its bytes in, a receive out; a barrier nothing. */
+void comm_desc_bytes(const struct comm_desc *d, int rank, int size, size_t *read_bytes,
+                     size_t *written_bytes);
+
+/* Posts d on c (c->staging set) with its device buffers staged through host
+ * memory (comm_staging.c): the request it gives waits for the backend's and
+ * copies the results back. Without device buffers, c->ops->post's own. */
+int comm_staging_post(struct comm *c, const struct comm_desc *d, struct comm_request **req,
+                      struct plait_error *err);
+
+/* Frees the staged requests a communicator had in flight when it closed
+ * (staged: its c->staged, taken before the backend's destroy, which frees
+ * theirs and stops anything writing to their host buffers). */
+void comm_staging_free_pending(struct comm_staged *staged);
 
 #endif

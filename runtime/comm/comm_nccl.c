@@ -549,14 +549,6 @@ fail:
     return failure(c, err);
 }
 
-/* The bytes of every rank's block of an uneven collective: the whole. */
-static size_t blocks_bytes(const size_t *counts, enum comm_dtype dtype, int size)
-{
-    size_t bytes = 0;
-    for (int b = 0; b < size; b++) bytes += counts[b] * comm_dtype_bytes(dtype);
-    return bytes;
-}
-
 static int nccl_post(struct comm *base, const struct comm_desc *d, struct comm_request **out,
                      struct plait_error *err)
 {
@@ -581,20 +573,12 @@ static int nccl_post(struct comm *base, const struct comm_desc *d, struct comm_r
     else
         c->pending = q;
     c->pending_tail = q;
-    size_t n = (size_t)c->base.size, in_bytes = d->bytes, out_bytes = d->bytes;
-    if (d->kind == COMM_OP_REDUCE_SCATTER && !d->counts) in_bytes *= n;
-    if (d->kind == COMM_OP_REDUCE_SCATTER && d->counts)
-        in_bytes = blocks_bytes(d->counts, d->dtype, c->base.size);
-    if (d->kind == COMM_OP_ALLGATHER && !d->counts) out_bytes *= n;
-    if (d->kind == COMM_OP_ALLGATHER && d->counts)
-        out_bytes = blocks_bytes(d->counts, d->dtype, c->base.size);
-    if (d->kind == COMM_OP_ALLTOALL) /* what comes in: every peer's block */
-        out_bytes = blocks_bytes(d->recv_counts, d->dtype, c->base.size);
-    bool has_in = d->kind != COMM_OP_RECV && d->kind != COMM_OP_BARRIER;
-    bool has_out = d->kind != COMM_OP_SEND && d->kind != COMM_OP_BARRIER;
-    if (CUDA_CHECK(cudaSetDevice(c->device)) ||
-        (has_in && stage(c, &q->in, d->send, in_bytes, true, err)) ||
-        (has_out && stage(c, &q->out, d->recv, out_bytes, false, err))) {
+    size_t in_bytes, out_bytes;
+    comm_desc_bytes(d, c->base.rank, c->base.size, &in_bytes, &out_bytes);
+    /* NCCL takes a broadcast's two pointers on every rank: both staged whole */
+    if (d->kind == COMM_OP_BROADCAST) in_bytes = out_bytes = d->bytes;
+    if (CUDA_CHECK(cudaSetDevice(c->device)) || stage(c, &q->in, d->send, in_bytes, true, err) ||
+        stage(c, &q->out, d->recv, out_bytes, false, err)) {
         fail_comm(c, true, err->peer_lost, "posting: %s", err->text);
         failure(c, err);
         request_free(q);

@@ -28,7 +28,7 @@ CHECKS=(gpu2_tp2_matches_one_gpu gpu2_dp2_buckets_matches_one_gpu gpu2_dp2_zero1
     gpu2_ep2_moe_tracks_the_cpu)
 SHARED_CHECKS=(gpu1x2_tp2_matches_one_gpu gpu1x2_dp2_zero1_matches_one_gpu
     gpu1x2_dp2_zero3_matches_one_gpu gpu1x2_pp2_matches_one_gpu gpu1x2_cp2_tracks_the_cpu
-    gpu1x2_ep2_moe_tracks_the_cpu)
+    gpu1x2_ep2_moe_tracks_the_cpu gpu1x4_dualpipev_ep2_lanes_track_the_cpu)
 SKIP_OK=0
 [ "${1:-}" = --skip-ok ] && SKIP_OK=1 && shift
 ONLY=("$@")
@@ -171,6 +171,18 @@ shared_ep2() {
     shared_cpu s_ep2 "${MOE[@]}" --set parallel.dp=2 --set parallel.ep=2 &&
         loads_equal "$WORK/s_ep2/metrics.jsonl" "$WORK/s_ep2_cpu/metrics.jsonl" 1e-4
 }
+# DualPipeV with experts at pp 2 × dp 2, ep 2: four ranks on one GPU, each pair's two lanes
+# taking turns on the rank's stream (the second lane's thread bound to the device), against
+# CPU ranks, with the lanes switching
+shared_dualpipev() {
+    local name=s4_dualpipev
+    PLAIT_RANKS_PER_GPU=4 against_cpu $name "${MOE[@]}" "${SHARE[@]}" --set parallel.pp=2 \
+        --set parallel.dp=2 --set parallel.ep=2 --set parallel.schedule=dualpipev \
+        --set batch.grad_accum=4 || return 1
+    grep -q "DualPipeV with experts: each pair's forward and backward run as two lanes" \
+        "$WORK/$name.log" || { cat "$WORK/$name.log"; return 1; }
+    loads_equal "$WORK/$name/metrics.jsonl" "$WORK/${name}_cpu/metrics.jsonl" 1e-4
+}
 
 gate 2 gpu2_tp2_matches_one_gpu tp2
 gate 2 gpu2_dp2_buckets_matches_one_gpu dp2_buckets
@@ -188,6 +200,7 @@ gate 1 gpu1x2_dp2_zero3_matches_one_gpu shared_zero3
 gate 1 gpu1x2_pp2_matches_one_gpu shared_pp2
 gate 1 gpu1x2_cp2_tracks_the_cpu shared_cp2
 gate 1 gpu1x2_ep2_moe_tracks_the_cpu shared_ep2
+gate 1 gpu1x4_dualpipev_ep2_lanes_track_the_cpu shared_dualpipev
 if [ "$ran" -eq 0 ]; then
     [ "$SKIP_OK" = 1 ] && exit 0
     exit 77
