@@ -40,6 +40,15 @@ wanted() { # NAME: asked for (every check when none was named)
 }
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 gpus=${gpus:-0}
+# GPUs that nvidia-smi lists but the CUDA backend cannot use (a library that did not load, a
+# driver too old): a failure of every check that would run, not a skip (as test_cuda.sh)
+unusable=
+if [ "$gpus" -gt 0 ]; then
+    rc=0
+    PLAIT_SELFTEST_SHAPES=small "$BUILD/bin/plait-train" --selftest >"$WORK/selftest.txt" 2>&1 || rc=$?
+    [ "$rc" -eq 77 ] && unusable=$(sed -n 's/^plait-train --selftest: skipped: \(.*\) (exit 77)$/\1/p' \
+        "$WORK/selftest.txt" | head -1)
+fi
 ran=0
 # gate NEED NAME FN: the check when this machine has NEED GPUs, else its SKIP line
 gate() {
@@ -51,6 +60,12 @@ gate() {
         return 0
     fi
     ran=$((ran + 1))
+    if [ -n "$unusable" ]; then
+        echo "not ok $name"
+        echo "    # nvidia-smi lists $gpus GPU(s), but plait-train --selftest found none usable: $unusable"
+        failures=$((failures + 1))
+        return 0
+    fi
     check "$name" "$@"
 }
 tiny_plan "$WORK/plan.json"

@@ -111,7 +111,7 @@ SH
             "$out/gpu-check.md" &&
         grep -qE '^\| cuda_torch_referee_fp32 \| \*\*not ok\*\* \| nvidia-smi lists a GPU, but plait-train --selftest found none usable:' \
             "$out/gpu-check.md" &&
-        grep -qF '| gpu2_tp2_matches_one_gpu | skip | 1 GPU(s) here (nvidia-smi -L); these need 2 |' \
+        grep -qE '^\| gpu1x2_tp2_matches_one_gpu \| \*\*not ok\*\* \| nvidia-smi lists 1 GPU\(s\), but plait-train --selftest found none usable:' \
             "$out/gpu-check.md" || { cat "$out/gpu-check.md"; return 1; }
 }
 
