@@ -1,8 +1,10 @@
 /* cost.c — the arithmetic behind cost.h: what one rank of a tp × cp × pp × dp
  * layout holds in device memory (the plan turned into gpt2_memory's
  * accounting, the one the runtime allocates by), what it sends per optimizer
- * step on each communicator, and a step-time estimate from those. No I/O, no
- * allocation, no knowledge of where the links are (that is place.c's). */
+ * step on each communicator, and a step-time estimate from those. Expert
+ * parallelism's traffic (the all-to-all, the routed experts' gradients) is
+ * cost_ep.c's. No I/O, no allocation, no knowledge of where the links are
+ * (that is place.c's). */
 #include "common/place/cost.h"
 
 #include <math.h>
@@ -10,10 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/place/comm_memory.h" // defines: COMM_SHM_RING_BYTES
-#include "common/gpt2/gpt2_memory.h" // defines: gpt2_memory, the bytes a rank holds
-#include "common/gpt2/gpt2_shard.h"  // defines: gpt2_shard_init, gpt2_stage_layers
-#include "common/place/schedule.h"    // defines: schedule_max_in_flight, schedule_moe_lanes
+#include "common/place/comm_memory.h"   // defines: COMM_SHM_RING_BYTES
+#include "common/place/cost_internal.h" // defines: what cost.c and cost_ep.c share
+#include "common/gpt2/gpt2_memory.h"    // defines: gpt2_memory, the bytes a rank holds
+#include "common/gpt2/gpt2_shard.h"     // defines: gpt2_shard_init, gpt2_stage_layers
+#include "common/place/schedule.h"      // defines: schedule_max_in_flight, schedule_moe_lanes
 
 /* Notation (Megatron / Korthikanti): s = seq_len T, b = micro_batch, h = hidden
  * C, a = heads, L = layers, Vp = padded vocab, t = tp, m = grad_accum
@@ -47,7 +50,7 @@ static struct cost_layout layout_sane(struct cost_layout l)
 /* Context parallelism's degree: a rank runs 1/cp of each sequence's tokens (its queries;
  * the keys and values of the whole sequence come round the ring), its gradients summed
  * over dp·cp ranks. */
-static int cp_of(const struct plan *p)
+int cost_cp_of(const struct plan *p)
 {
     return p->parallel.cp > 1 ? p->parallel.cp : 1;
 }
@@ -55,7 +58,7 @@ static int cp_of(const struct plan *p)
 /* Tokens one rank runs per optimizer step: b·s·m/cp (2·cp divides s: the plan rules). */
 static double rank_tokens(const struct plan *p)
 {
-    return (double)p->batch.micro_batch * p->model.seq_len * p->batch.grad_accum / cp_of(p);
+    return (double)p->batch.micro_batch * p->model.seq_len * p->batch.grad_accum / cost_cp_of(p);
 }
 
 /* ---- how the model splits --------------------------------------------------------------- */
@@ -141,7 +144,7 @@ static int stage_layers(const struct plan *p, int pp, int stage)
  * llm.c layout; tp divides everything it splits, so every tp rank's part is
  * the same size and tp rank 0 speaks for all). -1 when the plan's model cannot
  * be split so (the plan rules refuse those layouts). */
-static int stage_shard(const struct plan *p, struct cost_layout l, int stage, struct gpt2_shard *s)
+int cost_stage_shard(const struct plan *p, struct cost_layout l, int stage, struct gpt2_shard *s)
 {
     struct gpt2_config cfg = gpt2_config_of_plan(&p->model);
     struct gpt2_part part = cost_stage_part(p, l.tp, 0, l.pp, stage);
@@ -153,23 +156,17 @@ static int stage_shard(const struct plan *p, struct cost_layout l, int stage, st
  * 13C at t = 1, llm.c's count); stage 0 adds wte (Vp×C)/t and wpe (maxT×C),
  * the last stage the final LayerNorm (2C) and, when pp > 1, its own wte shard
  * for the tied LM head. 0 when the model cannot be split so. */
-static uint64_t stage_param_count(const struct plan *p, struct cost_layout l, int stage)
+uint64_t cost_stage_param_count(const struct plan *p, struct cost_layout l, int stage)
 {
     struct gpt2_shard s;
-    return stage_shard(p, l, stage, &s) ? 0 : s.total;
+    return cost_stage_shard(p, l, stage, &s) ? 0 : s.total;
 }
 
-/* Widths of the values the dp collectives carry (the ZeRO paper's mixed
- * precision: 16-bit gradients and parameters in bf16; what memory a rank
- * holds is gpt2_memory's). */
-struct state_widths {
-    uint64_t param_bytes, grad_bytes;
-};
-
-static struct state_widths state_widths(enum plan_precision precision)
+/* 16-bit gradients and parameters in bf16 (and fp8), 32-bit in fp32. */
+struct cost_state_widths cost_state_widths(enum plan_precision precision)
 {
-    if (precision != PLAN_PRECISION_FP32) return (struct state_widths){2, 2}; /* fp8 too */
-    return (struct state_widths){4, 4};
+    if (precision != PLAN_PRECISION_FP32) return (struct cost_state_widths){2, 2}; /* fp8 too */
+    return (struct cost_state_widths){4, 4};
 }
 
 /* Bytes of one activation value on the wire: 16-bit in bf16 and fp8 training
@@ -236,7 +233,7 @@ static int stage_chunks(const struct plan *p, int pp, bool *split);
 static double zero3_elements(const struct plan *p, struct cost_layout l, int stage)
 {
     struct gpt2_shard s;
-    if (stage_shard(p, l, stage, &s)) return 0;
+    if (cost_stage_shard(p, l, stage, &s)) return 0;
     bool split, tied = !s.cfg.untied, v = p->parallel.schedule == PLAN_PIPE_DUALPIPEV;
     stage_chunks(p, l.pp, &split);
     double m = p->batch.grad_accum, all = (double)s.total, e = (double)s.layers_at;
@@ -267,7 +264,7 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
     if (stage < 0 || stage >= l.pp) return; /* no such stage: nothing held */
     bool split;
     int chunks = stage_chunks(p, l.pp, &split);
-    int cp = cp_of(p);
+    int cp = cost_cp_of(p);
     struct gpt2_memory_shape shape = {
         .B = p->batch.micro_batch,
         .T = p->model.seq_len / cp, /* the rank's tokens */
@@ -294,7 +291,7 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
     struct gpt2_shard s;
     struct gpt2_memory mem;
     struct plait_error err;
-    if (stage_shard(p, l, stage, &s) || gpt2_memory(&s, &shape, &mem, &err)) {
+    if (cost_stage_shard(p, l, stage, &s) || gpt2_memory(&s, &shape, &mem, &err)) {
         /* an absurd or unsplittable model reads as "too big", never as fitting */
         out->params = out->grads = out->optimizer = out->activations = out->total = UINT64_MAX;
         return;
@@ -331,7 +328,7 @@ void cost_memory(const struct plan *p, struct cost_layout l, struct cost_memory 
 /* Bytes a ring all-reduce of `bytes` sends from each of n ranks: a
  * reduce-scatter and an all-gather, each (n−1)/n of the buffer (Patarasuk &
  * Yuan 2009; what NCCL's ring does). */
-static double ring_allreduce_bytes(double bytes, int n)
+double cost_ring_allreduce_bytes(double bytes, int n)
 {
     return n > 1 ? 2.0 * (n - 1) / n * bytes : 0.0;
 }
@@ -343,7 +340,7 @@ static double ring_allreduce_bytes(double bytes, int n)
  * once more, home; full recompute repeats the forward's. 0 without cp. */
 static double cp_ring_bytes(const struct plan *p, struct cost_layout l, int stage)
 {
-    int cp = cp_of(p);
+    int cp = cost_cp_of(p);
     if (cp == 1) return 0;
     double h_t = (double)ceil_div(u(p->model.hidden), u(l.tp));
     double block = 4.0 * p->batch.micro_batch * ((double)p->model.seq_len / cp) * 2.0 * h_t;
@@ -352,96 +349,12 @@ static double cp_ring_bytes(const struct plan *p, struct cost_layout l, int stag
     return per_layer * stage_layers(p, l.pp, stage) * p->batch.grad_accum;
 }
 
-/* ---- expert parallelism ------------------------------------------------------------------ */
-
-static int ep_of(const struct plan *p)
-{
-    return p->parallel.ep > 1 ? p->parallel.ep : 1;
-}
-
-/* The MoE layers of a shard (all its chunks'). */
-static int shard_moe_layers(const struct gpt2_shard *s)
-{
-    int n = 0;
-    for (int i = 0; i < gpt2_shard_layers(s); i++)
-        n += gpt2_layer_moe(&s->cfg, gpt2_shard_layer(s, i));
-    return n;
-}
-
-/* The rows an MoE block packs for the routed experts from a rank's N tokens: each token's
- * k choices, an expert taking at most its capacity ceil(capacity_factor·k·N/E) (runtime/
- * model_moe.c's capacity_of). Routing is taken as balanced, k·N/E offered to each
- * expert, so the capacity bounds them only below a factor of 1. */
-static double moe_rows(const struct plan *p, double N)
-{
-    const struct plan_moe *e = &p->model.moe;
-    double rows = (double)e->top_k * N;
-    if (e->capacity_factor > 0)
-        rows =
-            fmin(rows, e->experts * fmax(1, ceil(e->capacity_factor * e->top_k * N / e->experts)));
-    return rows;
-}
-
-/* The forward passes a micro-batch runs through an MoE block: its own, and with full
- * recompute the backward's again (runtime/model_backward.c's layer_backward; a split
- * backward's weight pass reruns only the attention, layer_recompute; selective recompute
- * reruns the attention alone). */
-static int moe_forwards(const struct plan *p)
-{
-    return 1 + (p->recompute == PLAN_RECOMPUTE_FULL ? 1 : 0);
-}
-
-/* Bytes one rank of `stage` sends over its ep group per optimizer step
- * (runtime/model_moe_ep.c): each forward of an MoE block exchanges the E experts' row
- * counts (int64) and then sends its packed rows to their experts' ranks and the experts'
- * outputs back; its backward sends the outputs' gradients out and the rows' input
- * gradients back. Every exchange is a pairwise all-to-all whose own block stays home:
- * with balanced routing (ep−1)/ep of the rows (and counts) leave the rank. The rows are
- * C fp32 values whatever the precision, as the CPU backend sends them (the CUDA backend
- * refuses MoE), whole on every tp rank (each tp rank has its own ep group). 0 without ep. */
-static double ep_alltoall_bytes(const struct plan *p, struct cost_layout l, int stage)
-{
-    int ep = ep_of(p);
-    struct gpt2_shard s;
-    if (ep == 1 || stage_shard(p, l, stage, &s)) return 0;
-    double away = (ep - 1.0) / ep, N = (double)p->batch.micro_batch * p->model.seq_len / cp_of(p);
-    double rows = away * moe_rows(p, N) * p->model.hidden * 4.0;
-    double counts = away * p->model.moe.experts * 8.0;
-    double per_layer = moe_forwards(p) * (counts + 2 * rows) + 2 * rows;
-    return per_layer * shard_moe_layers(&s) * p->batch.grad_accum;
-}
-
-/* Bytes one rank of `stage` sends over its cp group per optimizer step for the MoE
- * blocks' routing (runtime/model_moe_cp.c): each forward of an MoE block sums a table of
- * every chunk's per-expert choices, b·2cp·E doubles, over the cp ranks. 0 without cp. */
-static double cp_moe_count_bytes(const struct plan *p, struct cost_layout l, int stage)
-{
-    int cp = cp_of(p);
-    struct gpt2_shard s;
-    if (cp == 1 || !p->model.moe.given || stage_shard(p, l, stage, &s)) return 0;
-    double table = 8.0 * p->batch.micro_batch * 2 * cp * p->model.moe.experts;
-    return moe_forwards(p) * ring_allreduce_bytes(table, cp) * shard_moe_layers(&s) *
-           p->batch.grad_accum;
-}
-
-/* Elements of a shard's routed experts: at ep > 1 their gradients are summed over the
- * expert peers (gpt2_shard_routed_at, as runtime/buckets.c cuts them), not over dp. */
-static double routed_elems(const struct gpt2_shard *s)
-{
-    double n = 0;
-    size_t run;
-    for (size_t at = 0; at < s->total; at += run)
-        if (gpt2_shard_routed_at(s, at, &run)) n += (double)run;
-    return n;
-}
-
 /* Bytes ZeRO's collectives send in a step for psi elements sliced over s ranks: at stage 1
  * a reduce-scatter and an all-gather (an all-reduce's), at 2 a reduce-scatter at each
  * hand-over and the all-gather, at 3 zero3_elements' gathers and scatters. */
-static double zero_bytes(const struct plan *p, struct cost_layout l, int stage, double psi,
-                         double s)
+double cost_zero_bytes(const struct plan *p, struct cost_layout l, int stage, double psi, double s)
 {
-    struct state_widths w = state_widths(p->precision);
+    struct cost_state_widths w = cost_state_widths(p->precision);
     double share = (s - 1) / s * psi;
     if (p->parallel.zero >= 3) return (s - 1) / s * zero3_elements(p, l, stage) * w.grad_bytes;
     if (p->parallel.zero == 2)
@@ -449,37 +362,12 @@ static double zero_bytes(const struct plan *p, struct cost_layout l, int stage, 
     return 2 * share * w.grad_bytes;
 }
 
-/* Expert parallelism with ZeRO (plan_zero_slices): ZeRO's collectives on the stage's Ψ over
- * the Z = S/ep expert peers of a shard group of S ranks, then the slice's dense part
- * (Ψ − Ψ_r)/Z all-reduced over the ep group, and with hybrid sharding the slice Ψ/Z over
- * the D/S replicas. Without hybrid sharding the peers' bytes are the experts' group's and
- * the ep group's sum dp's (the ep group is inside it); with it both are the shard
- * group's. Z = 1 (S = ep) is ZeRO 0 over the shard group, as the runtime runs it. */
-static void ep_zero_traffic(const struct plan *p, struct cost_layout l, int stage, int S, int D,
-                            struct cost_traffic *out)
-{
-    struct state_widths w = state_widths(p->precision);
-    struct gpt2_shard sh;
-    double psi = (double)stage_param_count(p, l, stage);
-    double routed = stage_shard(p, l, stage, &sh) ? 0 : routed_elems(&sh);
-    double z = plan_zero_slices(&p->parallel, S), r = (double)D / S;
-    double peers = zero_bytes(p, l, stage, psi, z),
-           dense = ring_allreduce_bytes((psi - routed) / z * (double)w.grad_bytes, ep_of(p));
-    if (S < D) {
-        out->shard_bytes = peers + dense;
-        out->replicas_bytes = 2 * (r - 1) / r * psi / z * (double)w.grad_bytes;
-    } else {
-        out->experts_bytes = peers;
-    }
-    out->dp_bytes = peers + dense + out->replicas_bytes;
-}
-
 /* Bytes one rank of `stage` sends per optimizer step on each communicator. */
 static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layout l, int stage)
 {
     struct cost_traffic out = {0};
     double m = p->batch.grad_accum;
-    int cp = cp_of(p);
+    int cp = cost_cp_of(p);
     /* one activation (or its gradient): s·b·h values in the activation precision (a
      * rank's s/cp rows of it with context parallelism) */
     double act_bytes = (double)p->model.seq_len / cp * p->batch.micro_batch * p->model.hidden *
@@ -499,7 +387,7 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
         double n = per_layer * stage_layers(p, l.pp, stage);
         if (stage == 0) n += 1;
         if (stage == l.pp - 1) n += 1;
-        out.tp_bytes = n * m * ring_allreduce_bytes(act_bytes, l.tp);
+        out.tp_bytes = n * m * cost_ring_allreduce_bytes(act_bytes, l.tp);
     }
 
     /* pp: each micro-batch's activation goes forward across every stage
@@ -527,39 +415,41 @@ static struct cost_traffic stage_traffic(const struct plan *p, struct cost_layou
      * plait moves). Plait's ZeRO 2 reduce-scatters at each hand-over of the
      * step (zero2_handovers), not once: m times the floor's gradient share
      * without a pipeline or with 1F1B. */
-    out.cp_bytes = cp_ring_bytes(p, l, stage) + cp_moe_count_bytes(p, l, stage);
+    out.cp_bytes = cp_ring_bytes(p, l, stage) + cost_cp_moe_count_bytes(p, l, stage);
 
     /* with context parallelism the gradients are summed over the dp·cp ranks, and a shard
      * group is dp_shard·cp of them (the cp ranks of each shard rank) */
     int S = plan_dp_shard(&p->parallel, l.dp) * cp, D = l.dp * cp;
     int Z = plan_zero_slices(&p->parallel, S); /* the ranks ZeRO slices over */
     if (D > 1 && Z < S) {
-        ep_zero_traffic(p, l, stage, S, D, &out);
+        cost_ep_zero_traffic(p, l, stage, S, D, &out);
     } else if (D > 1 && S < D && p->parallel.zero >= 1) {
         /* hybrid sharding: ZeRO's within the shard group on Ψ, then the slice Ψ/S
          * all-reduced over the R replicas (2(R−1)/R · Ψ/S) */
-        struct state_widths w = state_widths(p->precision);
-        double psi = (double)stage_param_count(p, l, stage), s = S, r = (double)D / S;
-        out.shard_bytes = zero_bytes(p, l, stage, psi, s);
+        struct cost_state_widths w = cost_state_widths(p->precision);
+        double psi = (double)cost_stage_param_count(p, l, stage), s = S, r = (double)D / S;
+        out.shard_bytes = cost_zero_bytes(p, l, stage, psi, s);
         out.replicas_bytes = 2 * (r - 1) / r * psi / s * (double)w.grad_bytes;
         out.dp_bytes = out.shard_bytes + out.replicas_bytes;
     } else if (D > 1) {
-        struct state_widths w = state_widths(p->precision);
-        double psi = (double)stage_param_count(p, l, stage), d = D;
+        struct cost_state_widths w = cost_state_widths(p->precision);
+        double psi = (double)cost_stage_param_count(p, l, stage), d = D;
         if (p->parallel.zero >= 2) {
-            out.dp_bytes = zero_bytes(p, l, stage, psi, d);
+            out.dp_bytes = cost_zero_bytes(p, l, stage, psi, d);
         } else {
-            /* with expert parallelism at ZeRO 0 (above 0: ep_zero_traffic) the routed
+            /* with expert parallelism at ZeRO 0 (above 0: cost_ep_zero_traffic) the routed
              * experts' Ψ_r is summed over the D/ep ranks holding the same experts, the
              * rest over all D */
             struct gpt2_shard s;
-            double routed = ep_of(p) > 1 && !stage_shard(p, l, stage, &s) ? routed_elems(&s) : 0;
-            out.experts_bytes = ring_allreduce_bytes(routed * (double)w.grad_bytes, D / ep_of(p));
+            double routed =
+                cost_ep_of(p) > 1 && !cost_stage_shard(p, l, stage, &s) ? cost_routed_elems(&s) : 0;
+            out.experts_bytes =
+                cost_ring_allreduce_bytes(routed * (double)w.grad_bytes, D / cost_ep_of(p));
             out.dp_bytes =
                 2 * ((d - 1) / d * (psi - routed)) * (double)w.grad_bytes + out.experts_bytes;
         }
     }
-    out.ep_bytes = ep_alltoall_bytes(p, l, stage);
+    out.ep_bytes = cost_ep_alltoall_bytes(p, l, stage);
     return out;
 }
 
@@ -575,20 +465,20 @@ uint64_t cost_comm_ring_bytes(const struct plan *p, struct cost_layout l, int st
         rings += 2 * fmin(ring, t.shard_bytes) + 2 * fmin(ring, t.replicas_bytes);
     else /* (with ep the routed experts' sum is a ring of the expert peers) */
         rings += 2 * fmin(ring, t.dp_bytes - t.experts_bytes) + 2 * fmin(ring, t.experts_bytes);
-    int ep = ep_of(p); /* the all-to-all: a link to each other rank of the ep group */
+    int ep = cost_ep_of(p); /* the all-to-all: a link to each other rank of the ep group */
     if (ep > 1) rings += 2 * (ep - 1) * fmin(ring, t.ep_bytes / (ep - 1));
     if (l.pp > 1) {
         /* each neighbour stage: activations one way, gradients the other; an
          * interleaved schedule also wraps from the last stage to the first */
         int v = stage_chunks(p, l.pp, NULL);
         bool vee = p->parallel.schedule == PLAN_PIPE_DUALPIPEV; /* no wrap, no tied sum */
-        double act_bytes = (double)p->model.seq_len / cp_of(p) * p->batch.micro_batch *
+        double act_bytes = (double)p->model.seq_len / cost_cp_of(p) * p->batch.micro_batch *
                            p->model.hidden * (double)activation_bytes(p->precision);
         double per_way = fmin(ring, p->batch.grad_accum * v * act_bytes);
         int neighbours = v > 1 && !vee ? (l.pp > 2 ? 2 : 1) : (stage > 0) + (stage < l.pp - 1);
         rings += 2 * neighbours * per_way;
         struct gpt2_shard s;
-        if (!vee && (stage == 0 || stage == l.pp - 1) && !stage_shard(p, l, stage, &s))
+        if (!vee && (stage == 0 || stage == l.pp - 1) && !cost_stage_shard(p, l, stage, &s))
             rings += 2 * fmin(ring, 4.0 * (double)s.elems[GPT2_WTE]); /* fp32, each way */
     }
     return (uint64_t)rings;
