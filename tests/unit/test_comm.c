@@ -25,6 +25,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/lsan_interface.h>
+#endif
+
 #include "check.h"
 #include "common/sha256.h"
 #include "common/store/store.h"
@@ -152,6 +156,10 @@ static void child(const struct world_opts *o, int rank, rank_fn fn, void *arg)
         comm_destroy(c);
     }
     store_close(st);
+#ifdef __SANITIZE_ADDRESS__
+    /* _exit skips LeakSanitizer's check at exit: a rank's leaks are its case's */
+    CHECK(__lsan_do_recoverable_leak_check() == 0, "rank %d leaked (LeakSanitizer above)", rank);
+#endif
     fflush(stdout);
     _exit(check_failures ? 1 : 0);
 }
@@ -1429,6 +1437,57 @@ static void test_job_abort_fails_blocked_operations_at_once(void)
     CHECK(sh->peer_lost[0], "the abort is not marked peer_lost");
 }
 
+/* ---- requests never waited for ------------------------------------------------ */
+
+/* Requests the caller never reaps are freed with their communicator (comm.h's
+ * comm_destroy; each rank's LeakSanitizer check, under ASan): done ones
+ * (a collective, a send, a receive), failed ones (rank 0's, once rank 1
+ * leaves) and one in flight (rank 1's receive); requests waited for before
+ * destroy work as ever. */
+static void unreaped_rank(struct comm *c, struct store *st, int rank, int n, void *arg)
+{
+    (void)st, (void)n, (void)arg;
+    struct plait_error err;
+    int peer = 1 - rank;
+    double sum_a = rank + 1, sum_w = 10 * (rank + 1), sent[2] = {rank, rank + 0.5}, got[2];
+    float stray;
+    struct comm_request *coll_a, *send_a, *recv_a, *w, *send_b, *recv_b, *left;
+    CHECK(comm_iallreduce(c, &sum_a, &sum_a, 1, COMM_FLOAT64, COMM_SUM, &coll_a, &err) == 0 &&
+              comm_isend(c, &sent[0], sizeof(double), peer, 1, &send_a, &err) == 0 &&
+              comm_irecv(c, &got[0], sizeof(double), peer, 1, &recv_a, &err) == 0,
+          "%s", err.text);
+    /* collectives complete in order, sends and receives to one peer too: once
+     * these are waited for, the first three are done, never reaped */
+    CHECK(comm_iallreduce(c, &sum_w, &sum_w, 1, COMM_FLOAT64, COMM_SUM, &w, &err) == 0 &&
+              comm_wait(w, &err) == 0 && sum_w == 30,
+          "a waited all-reduce: %g (%s)", sum_w, err.text);
+    CHECK(comm_isend(c, &sent[1], sizeof(double), peer, 1, &send_b, &err) == 0 &&
+              comm_irecv(c, &got[1], sizeof(double), peer, 1, &recv_b, &err) == 0 &&
+              comm_wait(send_b, &err) == 0 && comm_wait(recv_b, &err) == 0,
+          "%s", err.text);
+    CHECK(sum_a == 3 && got[0] == peer && got[1] == peer + 0.5,
+          "the unreaped requests did their work: %g %g %g", sum_a, got[0], got[1]);
+    if (rank == 1) { /* leaves with a receive in flight (rank 0 never sends tag 2) */
+        CHECK(comm_irecv(c, &stray, sizeof stray, peer, 2, &left, &err) == 0, "%s", err.text);
+        return;
+    }
+    /* rank 0: two requests that fail as rank 1 leaves, found out by a third */
+    CHECK(comm_irecv(c, &stray, sizeof stray, peer, 3, &left, &err) == 0 &&
+              comm_iallreduce(c, &sum_a, &sum_a, 1, COMM_FLOAT64, COMM_SUM, &w, &err) == 0,
+          "%s", err.text);
+    CHECK(comm_recv(c, &stray, sizeof stray, peer, 3, &err) != 0 && err.peer_lost,
+          "a receive from a rank that left: %s", err.text);
+}
+
+static void test_requests_never_waited_for_are_freed_with_their_communicator(void)
+{
+    struct world_opts tcp = {
+        .n = 2, .absent_rank = -1, .transport = COMM_TRANSPORT_TCP, .name = "unreaped"};
+    run_world(&tcp, unreaped_rank, NULL);
+    struct world_opts shm = {.n = 2, .absent_rank = -1, .name = "unreaped-shm"};
+    run_world(&shm, unreaped_rank, NULL);
+}
+
 /* ---- arguments ----------------------------------------------------------------- */
 
 static void args_rank(struct comm *c, struct store *st, int rank, int n, void *arg)
@@ -1506,6 +1565,7 @@ int main(int argc, char **argv)
     RUN(test_rank_that_never_joins_is_named_at_the_deadline);
     RUN(test_connection_without_the_secret_is_refused);
     RUN(test_job_abort_fails_blocked_operations_at_once);
+    RUN(test_requests_never_waited_for_are_freed_with_their_communicator);
     printf("# %.1f s\n", now_s() - t0);
     return check_exit_code();
 }
