@@ -160,7 +160,7 @@ struct comm_staging {
 };
 
 struct comm;
-struct comm_request; /* an operation in flight: comm_wait or comm_test it, once */
+struct comm_request; /* an operation: comm_wait or comm_test it once, or comm_destroy frees it */
 
 /* What one rank's communicator has done since it was made. */
 struct comm_stats {
@@ -200,8 +200,11 @@ int comm_rank(const struct comm *c);
 int comm_size(const struct comm *c);
 const char *comm_name(const struct comm *c);
 
-/* Closes the communicator. Every request must have been waited for first:
- * requests still pending are freed with it. NULL is fine. */
+/* Closes the communicator. Every request of it the caller has not reaped
+ * (comm_wait, or comm_test saying done) is freed with it: pending, done or
+ * failed alike; one in flight no longer touches its buffers once this
+ * returns. Such a request must not be used after; one reaped before stays
+ * the caller's result. NULL is fine. */
 void comm_destroy(struct comm *c);
 
 void comm_stats(const struct comm *c, struct comm_stats *out);

@@ -18,6 +18,22 @@ static const struct comm_backend_ops sock_ops;
 
 /* ---- the backend's ops ------------------------------------------------- */
 
+/* Who frees a request: the caller, through comm_wait or comm_test saying
+ * done; else sock_destroy. The progress thread only moves a request between
+ * its queues and lets go of it once done or failed (complete, fail_comm in
+ * sock_progress.c), so a request the caller never reaps is in none of them
+ * by then: c->reqs holds every request from post until it is reaped, and
+ * sock_destroy frees what is left on it, pending, done or failed, once the
+ * progress thread has stopped (comm.h's comm_destroy; the nccl backend's
+ * c->pending and comm_staging.c's c->staged keep the same rule). */
+
+/* q off c->reqs: the caller has reaped it (under c->mu). */
+static void reqs_unlink(struct sock_comm *c, struct sock_request *q)
+{
+    if (q->reqs_next) q->reqs_next->reqs_prev = q->reqs_prev;
+    *(q->reqs_prev ? &q->reqs_prev->reqs_next : &c->reqs) = q->reqs_next;
+}
+
 /* The communicator's failure as an error (under mu, or once it is final). */
 static int failure(const struct sock_comm *c, struct plait_error *err)
 {
@@ -46,6 +62,9 @@ static int sock_post(struct comm *base, const struct comm_desc *d, struct comm_r
         return -1;
     }
     sock_request_list_push(&c->submit, &c->submit_tail, q);
+    q->reqs_next = c->reqs;
+    if (q->reqs_next) q->reqs_next->reqs_prev = q;
+    c->reqs = q;
     c->operations++;
     pthread_mutex_unlock(&c->mu);
     if (atomic_load(&c->sleeping)) sock_progress_wake(c); /* awake, it finds q by itself */
@@ -80,10 +99,11 @@ static int sock_wait(struct comm_request *base, struct plait_error *err)
             c->wait_s += (sock_now_ms() - t0) / 1000.0;
             pthread_mutex_unlock(&c->mu);
             atomic_fetch_sub(&c->waiters, 1);
-            return rc; /* q stays the thread's */
+            return rc; /* q stays the thread's, and c->reqs' until destroy */
         }
     }
     rc = finish_request(q, err);
+    reqs_unlink(c, q);
     c->wait_s += (sock_now_ms() - t0) / 1000.0;
     pthread_mutex_unlock(&c->mu);
     atomic_fetch_sub(&c->waiters, 1);
@@ -97,7 +117,11 @@ static int sock_test(struct comm_request *base, bool *done, struct plait_error *
     struct sock_comm *c = q->c;
     pthread_mutex_lock(&c->mu);
     *done = q->state != REQ_PENDING;
-    int rc = *done ? finish_request(q, err) : 0;
+    int rc = 0;
+    if (*done) {
+        rc = finish_request(q, err);
+        reqs_unlink(c, q);
+    }
     pthread_mutex_unlock(&c->mu);
     if (*done) free(q);
     return rc;
@@ -116,16 +140,6 @@ static void sock_stats(const struct comm *base, struct comm_stats *out)
     out->connections_refused = c->refused;
 }
 
-static void free_list(struct sock_request *q)
-{
-    while (q) {
-        struct sock_request *next = q->next;
-        sock_algo_free(&q->prog);
-        free(q);
-        q = next;
-    }
-}
-
 static void sock_destroy(struct comm *base)
 {
     struct sock_comm *c = (struct sock_comm *)base;
@@ -137,16 +151,18 @@ static void sock_destroy(struct comm *base)
         sock_progress_wake(c);
         pthread_join(c->thread, NULL);
     }
-    /* requests still pending are freed (comm.h: wait for them first) */
-    free_list(c->submit);
-    free_list(c->collq);
+    /* every request the caller has not reaped: those still in the queues
+     * (submit, collq, the peers' sendq, recvq, p2p_in_req, claim_req) and
+     * those done or failed that no queue holds any more */
+    while (c->reqs) {
+        struct sock_request *q = c->reqs;
+        c->reqs = q->reqs_next;
+        sock_algo_free(&q->prog);
+        free(q);
+    }
     for (int r = 0; c->peers && r < c->base.size; r++) {
         struct peer *p = &c->peers[r];
         if (r == c->base.rank) continue;
-        free_list(p->sendq);
-        free_list(p->recvq);
-        free_list(p->p2p_in_req);
-        for (struct unexpected *u = p->ux_p2p; u; u = u->next) free_list(u->claim_req);
         sock_unexpected_free_list(p->ux_coll);
         sock_unexpected_free_list(p->ux_p2p);
         sock_link_close(&p->link);

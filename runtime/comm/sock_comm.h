@@ -28,6 +28,9 @@ struct sock_request {
     struct sock_comm *c;
     struct comm_desc d;
     enum req_state state; /* under c->mu; the waiter frees it once not PENDING */
+    /* c->reqs' list (under c->mu): from post until comm_wait or comm_test
+     * reaps it, whatever the progress thread's queues still hold of it */
+    struct sock_request *reqs_prev, *reqs_next;
     /* the progress thread's */
     struct sock_request *next;
     uint64_t seq;
@@ -115,6 +118,9 @@ struct sock_comm {
     pthread_cond_t done_cond; /* CLOCK_MONOTONIC */
     /* under mu */
     struct sock_request *submit, *submit_tail;
+    /* every request the caller holds: posted, not yet waited for or tested
+     * done (pending, done or failed alike); sock_destroy frees them */
+    struct sock_request *reqs;
     bool stop, failed, abort_pending, fail_peer_lost;
     char fail_text[sizeof(((struct plait_error *)0)->text)];
     char abort_text[700];
