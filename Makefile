@@ -28,7 +28,8 @@
 #                        memcheck, the multi-GPU checks (2 GPUs or more), then bench-cuda; one
 #                        markdown report ($$OUT/gpu-check.md, else build/gpu-check.md) and its log.
 #                        Exit 0 passed, 1 failed, 2 a build library missing, 77 no GPU
-#                        (scripts/gpu_check.sh: GPU_CHECK_QUICK=1, GPU_CHECK_BUDGET_S, BENCH_*)
+#                        (scripts/gpu_check.sh: GPU_CHECK_QUICK=1, GPU_CHECK_BUDGET_S,
+#                        GPU_CHECK_STAGES, BENCH_*)
 #   make install PREFIX=/usr/local   (make uninstall PREFIX=/usr/local removes what it put)
 #
 # BUILD selects the output directory; SAN=1 builds with AddressSanitizer + UBSan,

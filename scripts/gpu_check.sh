@@ -23,6 +23,9 @@
 #   GPU_CHECK_QUICK=1    the bench at 16x1024 only, 5 timed steps, no PyTorch
 #   GPU_CHECK_BUDGET_S   the whole run's limit in seconds (default 540: 9 minutes)
 #   GPU_CHECK_BUILD=0    no build: the binaries in PLAIT_BUILD as they are
+#   GPU_CHECK_STAGES     the GPU stages to run, of "selftest checks memcheck multi_gpu
+#                        bench" (default all; the others recorded as skipped), so a
+#                        session can spread them over two device calls
 #   BENCH_STEPS, BENCH_BATCHES, BENCH_TORCH, LLMC_BIN   passed to the bench (over
 #                        GPU_CHECK_QUICK's choices)
 #   PLAIT_BUILD          the build directory (default build), PLAIT_PYTHON the
@@ -219,8 +222,24 @@ fi
 report
 
 # ---- the GPU -----------------------------------------------------------------------------
+STAGES=" ${GPU_CHECK_STAGES:-selftest checks memcheck multi_gpu bench} "
+STAGES=${STAGES//,/ }
+for s in $STAGES; do
+    case $s in selftest | checks | memcheck | multi_gpu | bench) ;;
+    *) echo "gpu-check: GPU_CHECK_STAGES: no stage $s (the stages: selftest checks memcheck multi_gpu bench)" >&2
+       exit 2 ;;
+    esac
+done
+# stage NAME [EXPECTED-CHECKS]: whether GPU_CHECK_STAGES runs it, else it is recorded skipped
+stage() {
+    [[ "$STAGES" == *" $1 "* ]] && return 0
+    record "$1" skip 0 0 - "not in GPU_CHECK_STAGES" "${2:-}"
+    return 1
+}
 no_gpu=
-if run_stage selftest 300 "$BUILD/bin/plait-train" --selftest; then
+if ! stage selftest cuda_selftest; then
+    :
+elif run_stage selftest 300 "$BUILD/bin/plait-train" --selftest; then
     why=$(sed -n 's/^plait-train --selftest: skipped: \(.*\) (exit 77)$/\1/p' "$work/logs/selftest.log" | head -1)
     summary=$(grep -m1 -E '^plait-train --selftest: (passed|FAILED)' "$work/logs/selftest.log")
     if [ "$rc" -eq 77 ] && [ "$gpus" -gt 0 ]; then
@@ -246,16 +265,20 @@ CHECKS=(cuda_torch_referee_fp32 cuda_torch_referee_bf16 cuda_llama_torch_referee
     cuda_fp8_tracks_the_cpu cuda_fp8_resumes_to_the_bit cuda_llama_tracks_the_cpu
     cuda_llama_run_equals_cuda_run cuda_moe_tracks_the_cpu cuda_moe_run_equals_cuda_run
     cuda_offload_equals_cuda_run cuda_offload_resumes_to_the_bit)
-tap_stage checks 300 "${CHECKS[*]}" bash tests/gpu/test_cuda.sh --skip-ok "${CHECKS[@]}"
+stage checks "${CHECKS[*]}" &&
+    tap_stage checks 300 "${CHECKS[*]}" bash tests/gpu/test_cuda.sh --skip-ok "${CHECKS[@]}"
 report
-tap_stage memcheck 240 cuda_compute_sanitizer_memcheck \
-    bash tests/gpu/test_cuda.sh --skip-ok cuda_compute_sanitizer_memcheck
+stage memcheck cuda_compute_sanitizer_memcheck &&
+    tap_stage memcheck 240 cuda_compute_sanitizer_memcheck \
+        bash tests/gpu/test_cuda.sh --skip-ok cuda_compute_sanitizer_memcheck
 report
 # ranks sharing one GPU (PLAIT_RANKS_PER_GPU, parallel.backend "socket"): one GPU is enough
 SHARED=(gpu1x2_tp2_matches_one_gpu gpu1x2_dp2_zero1_matches_one_gpu gpu1x2_dp2_zero3_matches_one_gpu
     gpu1x2_pp2_matches_one_gpu gpu1x2_cp2_tracks_the_cpu gpu1x2_ep2_moe_tracks_the_cpu
     gpu1x4_dualpipev_ep2_lanes_track_the_cpu)
-if [ "$gpus" -ge 2 ]; then # the nccl backend's own tests, then plait train on 2 GPUs (and shared)
+if ! stage multi_gpu "${SHARED[*]}"; then
+    :
+elif [ "$gpus" -ge 2 ]; then # the nccl backend's own tests, then plait train on 2 GPUs (and shared)
     tap_stage multi_gpu 300 "" bash tests/gpu/run.sh
 elif [ "$gpus" -ge 1 ]; then # the 2-GPU checks skipped, saying why; the shared ones run
     tap_stage multi_gpu 240 "${SHARED[*]}" bash tests/gpu/test_multi_gpu.sh --skip-ok
@@ -268,7 +291,9 @@ report
 if [ "$QUICK" = 1 ]; then
     export BENCH_BATCHES=${BENCH_BATCHES:-16} BENCH_TORCH=${BENCH_TORCH:-0} BENCH_STEPS=${BENCH_STEPS:-5}
 fi
-if ! run_stage bench 600 bash bench/bench_cuda.sh; then
+if ! stage bench; then
+    :
+elif ! run_stage bench 600 bash bench/bench_cuda.sh; then
     record bench notrun 0 0 - "the ${BUDGET}s budget was spent"
 elif [ "$rc" -eq 77 ] && [ "$gpus" -gt 0 ]; then
     record bench fail "$secs" "$stage_limit" "$rc" "nvidia-smi lists $gpus GPU(s), but the bench found none usable"

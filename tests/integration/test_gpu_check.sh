@@ -64,6 +64,28 @@ print(f"{len(checks)} checks, each skipped saying why")
 PYEOF
 }
 
+# GPU_CHECK_STAGES runs the stages named (a session spreading them over two device calls):
+# the others recorded as skipped with their checks, saying so; a stage it does not know is
+# refused before anything runs, naming the stages
+test_stages_run_only_those_named() {
+    local rc=0 out=$WORK/stages
+    GPU_CHECK_BUILD=0 GPU_CHECK_STAGES=memcheck,bench OUT=$out "$ROOT/scripts/gpu_check.sh" \
+        >"$WORK/stages.txt" 2>&1 || rc=$?
+    [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || { echo "exit $rc"; cat "$WORK/stages.txt"; return 1; }
+    tables_are_well_formed "$out/gpu-check.md" || return 1
+    grep -q '^| selftest | skip | .* | not in GPU_CHECK_STAGES |$' "$out/gpu-check.md" &&
+        grep -q '^| checks | skip | .* | not in GPU_CHECK_STAGES |$' "$out/gpu-check.md" &&
+        grep -q '^| multi_gpu | skip | .* | not in GPU_CHECK_STAGES |$' "$out/gpu-check.md" &&
+        grep -q '^| cuda_offload_equals_cuda_run | skip | not in GPU_CHECK_STAGES |$' "$out/gpu-check.md" &&
+        ! grep -q '^| memcheck | skip | .* | not in GPU_CHECK_STAGES' "$out/gpu-check.md" &&
+        grep -q '^| memcheck | ' "$out/gpu-check.md" || { cat "$out/gpu-check.md"; return 1; }
+    rc=0
+    GPU_CHECK_BUILD=0 GPU_CHECK_STAGES="checks bnch" OUT=$WORK/stages2 "$ROOT/scripts/gpu_check.sh" \
+        >"$WORK/stages2.txt" 2>&1 || rc=$?
+    [ "$rc" -eq 2 ] && grep -q 'GPU_CHECK_STAGES: no stage bnch (the stages: selftest checks memcheck multi_gpu bench)' \
+        "$WORK/stages2.txt" || { echo "exit $rc"; cat "$WORK/stages2.txt"; return 1; }
+}
+
 # a compiler that cannot find yaml.h (as without libyaml-dev): stopped before the
 # build, exit 2, the package named on the terminal and in the report
 test_a_missing_library_is_named_by_its_package() {
@@ -183,6 +205,7 @@ fi
 if [ "$GPU" -eq 0 ]; then
     check gpu_check_fails_on_a_gpu_the_backend_cannot_use test_a_gpu_the_backend_cannot_use_fails_not_skips
 fi
+check gpu_check_runs_only_the_stages_named test_stages_run_only_those_named
 check gpu_check_names_a_missing_library_by_its_package test_a_missing_library_is_named_by_its_package
 check deps_and_readme_name_the_same_build_packages test_deps_and_readme_name_the_same_build_packages
 check gpu_check_report_from_the_first_h100_run test_report_from_the_first_h100_run
