@@ -63,7 +63,9 @@ int fit_node_here(const struct plan *p, int slots, const struct topo *t, const c
     *out = (struct place_node){.name = host,
                                .topo = t,
                                .slots = slots,
-                               .cpu_ranks = p->parallel.device != PLAN_DEVICE_CUDA,
+                               .cpu_ranks = p->parallel.device == PLAN_DEVICE_CPU ||
+                                            (p->parallel.device == PLAN_DEVICE_AUTO &&
+                                             t->n_gpus == 0),
                                .ranks_per_gpu = share};
     return 0;
 }

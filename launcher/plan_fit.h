@@ -32,8 +32,9 @@ int fit_nodes_make(const struct plan *p, int n, int gpus_per_node, int ranks_per
 void fit_nodes_free(struct fit_nodes *f);
 
 /* This machine as plait train places `slots` ranks on it (topology t, named host): GPU
- * ranks when parallel.device is "cuda", each GPU PLAIT_RANKS_PER_GPU slots; else CPU
- * ranks. -1 with err for a bad PLAIT_RANKS_PER_GPU. */
+ * ranks when parallel.device is "cuda", or "auto" where the machine has GPUs (as plait
+ * check places them), each GPU PLAIT_RANKS_PER_GPU slots; else CPU ranks. -1 with err for
+ * a bad PLAIT_RANKS_PER_GPU. */
 int fit_node_here(const struct plan *p, int slots, const struct topo *t, const char *host,
                   struct place_node *out, struct plait_error *err);
 
