@@ -301,8 +301,8 @@ static void shard_sizes(struct model *m, const struct gpt2_config *cfg,
  * optimizer's; the files come with offload_open. */
 static bool offload_windows(struct model *m)
 {
-    if (!(m->offload = calloc(1, sizeof *m->offload))) return false;
-    m->offload->fd[0] = m->offload->fd[1] = m->offload->direct[0] = m->offload->direct[1] = -1;
+    if (!(m->offload = malloc(sizeof *m->offload))) return false;
+    offload_init(m->offload);
     size_t bytes = m->mem.offload_window * sizeof(float);
     for (int b = 0; b < 2; b++)
         for (int k = 0; k < 2; k++)
@@ -317,9 +317,8 @@ static bool offload_windows(struct model *m)
 static int open_host_step(struct model *m, const struct model_shape *shape,
                           struct plait_error *err)
 {
-    if (!(m->offload = calloc(1, sizeof *m->offload)))
-        return error_set(err, "out of memory");
-    m->offload->fd[0] = m->offload->fd[1] = m->offload->direct[0] = m->offload->direct[1] = -1;
+    if (!(m->offload = malloc(sizeof *m->offload))) return error_set(err, "out of memory");
+    offload_init(m->offload);
     if (!(m->host_step = calloc(1, sizeof *m->host_step))) return error_set(err, "out of memory");
     size_t window = gpt2_offload_window(shape->offload_window_mb, m->slice_n);
     if (host_step_open(m->host_step, m->ops, m->ctx, m->slice_n, window,

@@ -210,9 +210,8 @@ int offload_open(struct offload *o, const char *dir, int rank, size_t n, size_t 
 {
     float *buf[2][2];
     memcpy(buf, o->buf, sizeof buf); /* the caller's windows (counted with the model) */
-    memset(o, 0, sizeof *o);
+    offload_init(o);
     memcpy(o->buf, buf, sizeof buf);
-    o->fd[0] = o->fd[1] = o->direct[0] = o->direct[1] = -1;
     o->n = n;
     o->window = window ? window : 1;
     if (make_dirs(o, dir, rank, err)) return -1;
@@ -255,10 +254,16 @@ int offload_open(struct offload *o, const char *dir, int rank, size_t n, size_t 
     return 0;
 }
 
-void offload_open_memory(struct offload *o, size_t n, size_t window, float *m, float *v)
+void offload_init(struct offload *o)
 {
     memset(o, 0, sizeof *o);
     o->fd[0] = o->fd[1] = o->direct[0] = o->direct[1] = -1;
+    o->window = 1;
+}
+
+void offload_open_memory(struct offload *o, size_t n, size_t window, float *m, float *v)
+{
+    offload_init(o);
     o->n = n;
     o->window = window ? window : 1;
     o->in_memory = true;

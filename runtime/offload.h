@@ -36,6 +36,9 @@ struct offload {
     float *mem[2];  /* in_memory: the moments, n floats each (the caller's memory) */
 };
 
+/* Nothing open: no files, no thread, no windows (what offload_close may be given). */
+void offload_init(struct offload *o);
+
 /* Creates <dir>/rank-<rank>/ and its two files of n zeros, the window
  * buffers and the I/O thread. -1 with err naming the path (and the rank). */
 int offload_open(struct offload *o, const char *dir, int rank, size_t n, size_t window,

@@ -35,6 +35,7 @@ cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 source scripts/python.sh    # defines: plait_python
 source scripts/build_libs.sh # defines: build_libs_cairo (build_libs_check runs in its stage)
+source scripts/selftest_why.sh # defines: selftest_why
 
 MAKE_BUILD=${PLAIT_BUILD:-build} # as given to make (its dependency files name it so)
 BUILD=$MAKE_BUILD
@@ -240,7 +241,7 @@ no_gpu=
 if ! stage selftest cuda_selftest; then
     :
 elif run_stage selftest 300 "$BUILD/bin/plait-train" --selftest; then
-    why=$(sed -n 's/^plait-train --selftest: skipped: \(.*\) (exit 77)$/\1/p' "$work/logs/selftest.log" | head -1)
+    why=$(selftest_why "$work/logs/selftest.log")
     summary=$(grep -m1 -E '^plait-train --selftest: (passed|FAILED)' "$work/logs/selftest.log")
     if [ "$rc" -eq 77 ] && [ "$gpus" -gt 0 ]; then
         record selftest fail "$secs" "$stage_limit" "$rc" "nvidia-smi lists $gpus GPU(s), but the selftest found none usable: $why" cuda_selftest

@@ -28,6 +28,7 @@
 # Run from the repository root; PLAIT_BUILD (default ./build) holds the binaries.
 source "$(dirname "$0")/../integration/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, tiny_plan
 source "$(dirname "$0")/../integration/moe_lib.sh" # defines: COMMON (the MoE GPT-2), loads_equal
+source "$(dirname "$0")/../../scripts/selftest_why.sh" # defines: selftest_why
 
 TRAIN=$BUILD/bin/plait-train
 REF=$ROOT/tests/golden/gpt2_ref.py
@@ -73,7 +74,7 @@ if [ "$rc" -eq 77 ] && command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/
     exit 1
 fi
 if [ "$rc" -eq 77 ]; then
-    skip_all "$(sed -n 's/^plait-train --selftest: skipped: \(.*\) (exit 77)$/\1/p' "$WORK/selftest.txt" | head -1)"
+    skip_all "$(selftest_why "$WORK/selftest.txt")"
     [ "$SKIP_OK" = 1 ] && exit 0
     exit 77
 fi

@@ -21,6 +21,7 @@
 # from the repository root; PLAIT_BUILD (default ./build) holds the binaries.
 source "$(dirname "$0")/../integration/lib.sh" # defines: PLAIT, PY, WORK, check, tiny_plan
 source "$(dirname "$0")/../integration/moe_lib.sh" # defines: MOE (the MoE GPT-2), loads_equal
+source "$(dirname "$0")/../../scripts/selftest_why.sh" # defines: selftest_why
 
 CHECKS=(gpu2_tp2_matches_one_gpu gpu2_dp2_buckets_matches_one_gpu gpu2_dp2_zero1_matches_one_gpu
     gpu2_dp2_zero3_matches_one_gpu gpu2_pp2_matches_one_gpu gpu2_bf16_tp2_tracks_bf16_one_gpu gpu2_run_equals_gpu2_run
@@ -46,8 +47,7 @@ unusable=
 if [ "$gpus" -gt 0 ]; then
     rc=0
     PLAIT_SELFTEST_SHAPES=small "$BUILD/bin/plait-train" --selftest >"$WORK/selftest.txt" 2>&1 || rc=$?
-    [ "$rc" -eq 77 ] && unusable=$(sed -n 's/^plait-train --selftest: skipped: \(.*\) (exit 77)$/\1/p' \
-        "$WORK/selftest.txt" | head -1)
+    [ "$rc" -eq 77 ] && unusable=$(selftest_why "$WORK/selftest.txt")
 fi
 ran=0
 # gate NEED NAME FN: the check when this machine has NEED GPUs, else its SKIP line
