@@ -219,7 +219,8 @@ static void test_zero_pads_the_buffers_to_a_multiple_of_dp(void)
  * 3,145,728 + 4,096 + 4,096 + 3,145,728 + 8,192 + 206,045,184 = 212,353,024,
  * t=4 57,819,136. Scratch: proj, dres, dC 3NC; losses N; the vocabulary-
  * parallel loss's 3N (t > 1); d3C 3NC/t; d4C 4NC/t; datt (a/t)·b·s²: t=1
- * 81,793,024, t=4 27,541,504. Bytes: 4·(12·kept + shared + slot + scratch). */
+ * 81,793,024, t=4 27,541,504. Bytes: 4·(12·kept + shared + slot + scratch).
+ * The logits whole (logits_chunk_mb 0; test_memory.c counts them in chunks). */
 static void test_activations_by_recompute_and_tp_in_fp32_whatever_the_precision(void)
 {
     static const struct {
@@ -239,6 +240,7 @@ static void test_activations_by_recompute_and_tp_in_fp32_whatever_the_precision(
         for (int k = 0; k < 2; k++) {
             struct plan *p = load_plan(gpt2_124m, 4, 1, precisions[k], cases[i].recompute);
             if (!p) return;
+            p->logits_chunk_mb = 0;
             struct cost_memory m;
             cost_memory_stage(p, (struct cost_layout){cases[i].tp, 1, 1}, 0, &m);
             uint64_t want =
@@ -262,7 +264,7 @@ static void test_activations_by_recompute_and_tp_in_fp32_whatever_the_precision(
  *   GPipe m = 8: 10,105,798,656  10,105,667,584  10,105,667,584  16,787,587,072
  * Worst, 1F1B m = 8: stage 0, params 38,633,472 + 786,432 + 3·7,087,872 =
  * 60,683,520 × 18 (bf16) = 1,092,303,360, + 5,222,776,832 = 6,315,080,192
- * (stage 3: 59,898,624 × 18 + 2,384,723,968 = 3,462,899,200). */
+ * (stage 3: 59,898,624 × 18 + 2,384,723,968 = 3,462,899,200). Logits whole, as above. */
 static void test_pipeline_stages_hold_what_their_schedule_keeps_in_flight(void)
 {
     static const struct {
@@ -278,6 +280,7 @@ static void test_pipeline_stages_hold_what_their_schedule_keeps_in_flight(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct plan *p = load_plan(gpt2_124m, 4, cases[i].m, "bf16", "none");
         if (!p) return;
+        p->logits_chunk_mb = 0;
         p->parallel.schedule =
             !strcmp(cases[i].schedule, "gpipe") ? PLAN_PIPE_GPIPE : PLAN_PIPE_1F1B;
         even_split(p, 4);
