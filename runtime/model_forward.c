@@ -63,8 +63,8 @@ int model_attention_fwd(struct model *m, struct layer_acts *a, int B, int T,
 /* q, k and v of layer acts a from ln (N,C): the product into a->qkv; a
  * Llama's rotary positions on q and k, and with grouped-query attention the
  * product into qkv_packed, its key/value heads then repeated into a->qkv (the
- * two in one op where the backend fuses them; not with cp, whose ring rotates
- * each chunk at its own positions). */
+ * two in one op where the backend fuses them; with cp one a chunk, at its
+ * positions). */
 static void qkv_forward(struct model *m, struct layer_acts *a, const float *ln, int l, int B, int T)
 {
     const struct ops *o = m->ops;
@@ -75,14 +75,17 @@ static void qkv_forward(struct model *m, struct layer_acts *a, const float *ln, 
          model_linear_forward(m, out, ln, GPT2_QKVW, l, model_held(m, PARAMS, GPT2_QKVB, l), N,
                               m->cfg.hidden, m->QKVl));
     if (!m->cfg.llama) return;
-    if (m->qkv_packed && m->cp <= 1 && o->rope_kv_expand) { /* one pass; out left unrotated */
-        PROF(pr, PROF_ATTENTION_FWD,
-             o->rope_kv_expand(m->ctx, a->qkv, out, B, T, m->NHl, m->KVl, m->hs, m->cfg.rope_theta,
-                               0));
+    if (m->qkv_packed && o->rope_kv_expand) { /* one pass; out left unrotated */
+        if (m->cp > 1)
+            PROF(pr, PROF_ATTENTION_FWD, ring_rope(m, out, a->qkv, B, T, false));
+        else
+            PROF(pr, PROF_ATTENTION_FWD,
+                 o->rope_kv_expand(m->ctx, a->qkv, out, B, T, m->NHl, m->KVl, m->hs,
+                                   m->cfg.rope_theta, 0));
         return;
     }
     if (m->cp > 1)
-        PROF(pr, PROF_ATTENTION_FWD, ring_rope(m, out, B, T, false));
+        PROF(pr, PROF_ATTENTION_FWD, ring_rope(m, out, NULL, B, T, false));
     else
         PROF(pr, PROF_ATTENTION_FWD,
              o->rope_forward(m->ctx, out, B, T, m->NHl, m->KVl, m->hs, m->cfg.rope_theta, 0));

@@ -370,32 +370,29 @@ static const struct selftest_case {
     {.name = "kv_expand", .run = selftest_kv_expand, .tolerance = 0, .present = has_llama_ops},
     {.name = "swiglu", .run = selftest_swiglu, .tolerance = 1e-5, .present = has_llama_ops},
     /* the fused ops against the CPU's composition of the ops they fuse (selftest_fused.c),
-     * within their neighbours' limits */
-    {.name = "residual+layernorm",
-     .run = selftest_residual_layernorm,
-     .tolerance = 1e-5,
-     .shapes = residual_norm_shapes,
-     .n_shapes = sizeof residual_norm_shapes / sizeof *residual_norm_shapes,
-     .present = has_residual_layernorm},
-    {.name = "residual+rmsnorm",
-     .run = selftest_residual_rmsnorm,
-     .tolerance = 1e-5,
-     .shapes = residual_norm_shapes,
-     .n_shapes = sizeof residual_norm_shapes / sizeof *residual_norm_shapes,
-     .present = has_residual_rmsnorm},
-    {.name = "rope+kv_expand",
-     .run = selftest_rope_kv_expand,
-     .tolerance = 1e-5,
-     .shapes = rope_kv_shapes,
-     .n_shapes = sizeof rope_kv_shapes / sizeof *rope_kv_shapes,
-     .present = has_rope_kv_expand},
-/* a mixture of experts' routing: the choices, rows and counts equal (tolerance 0 for
- * every integer output), the floats within 1e-5 */
+     * within their neighbours' limits, at shapes of their own */
+#define FUSED_CASE(n, f, own, has)                                                                 \
+    {.name = n,                                                                                    \
+     .run = f,                                                                                     \
+     .tolerance = 1e-5,                                                                            \
+     .shapes = own,                                                                                \
+     .n_shapes = sizeof own / sizeof *own,                                                         \
+     .present = has}
+    FUSED_CASE("residual+layernorm", selftest_residual_layernorm, residual_norm_shapes,
+               has_residual_layernorm),
+    FUSED_CASE("residual+rmsnorm", selftest_residual_rmsnorm, residual_norm_shapes,
+               has_residual_rmsnorm),
+    FUSED_CASE("rope+kv_expand", selftest_rope_kv_expand, rope_kv_shapes, has_rope_kv_expand),
+#undef FUSED_CASE
+    /* a mixture of experts' routing: the choices, rows and counts equal (tolerance 0 for
+     * every integer output), the floats within 1e-5 */
 #define MOE_CASE(n, f)                                                                             \
-    {                                                                                              \
-        .name = n, .run = f, .tolerance = 1e-5, .shapes = moe_shapes,                              \
-        .n_shapes = sizeof moe_shapes / sizeof *moe_shapes, .present = has_moe_ops                 \
-    }
+    {.name = n,                                                                                    \
+     .run = f,                                                                                     \
+     .tolerance = 1e-5,                                                                            \
+     .shapes = moe_shapes,                                                                         \
+     .n_shapes = sizeof moe_shapes / sizeof *moe_shapes,                                           \
+     .present = has_moe_ops}
     MOE_CASE("moe route", selftest_moe_route),
     MOE_CASE("moe dispatch", selftest_moe_dispatch),
     MOE_CASE("moe gather/combine", selftest_moe_rows),
