@@ -371,33 +371,27 @@ static const struct selftest_case {
     {.name = "swiglu", .run = selftest_swiglu, .tolerance = 1e-5, .present = has_llama_ops},
     /* the fused ops against the CPU's composition of the ops they fuse (selftest_fused.c),
      * within their neighbours' limits, at shapes of their own */
-#define FUSED_CASE(n, f, own, has)                                                                 \
+#define SHAPED_CASE(n, f, own, has)                                                                \
     {.name = n,                                                                                    \
      .run = f,                                                                                     \
      .tolerance = 1e-5,                                                                            \
      .shapes = own,                                                                                \
      .n_shapes = sizeof own / sizeof *own,                                                         \
      .present = has}
-    FUSED_CASE("residual+layernorm", selftest_residual_layernorm, residual_norm_shapes,
-               has_residual_layernorm),
-    FUSED_CASE("residual+rmsnorm", selftest_residual_rmsnorm, residual_norm_shapes,
-               has_residual_rmsnorm),
-    FUSED_CASE("rope+kv_expand", selftest_rope_kv_expand, rope_kv_shapes, has_rope_kv_expand),
-#undef FUSED_CASE
+    SHAPED_CASE("residual+layernorm", selftest_residual_layernorm, residual_norm_shapes,
+                has_residual_layernorm),
+    SHAPED_CASE("residual+rmsnorm", selftest_residual_rmsnorm, residual_norm_shapes,
+                has_residual_rmsnorm),
+    SHAPED_CASE("rope+kv_expand", selftest_rope_kv_expand, rope_kv_shapes, has_rope_kv_expand),
     /* a mixture of experts' routing: the choices, rows and counts equal (tolerance 0 for
      * every integer output), the floats within 1e-5 */
-#define MOE_CASE(n, f)                                                                             \
-    {.name = n,                                                                                    \
-     .run = f,                                                                                     \
-     .tolerance = 1e-5,                                                                            \
-     .shapes = moe_shapes,                                                                         \
-     .n_shapes = sizeof moe_shapes / sizeof *moe_shapes,                                           \
-     .present = has_moe_ops}
+#define MOE_CASE(n, f) SHAPED_CASE(n, f, moe_shapes, has_moe_ops)
     MOE_CASE("moe route", selftest_moe_route),
     MOE_CASE("moe dispatch", selftest_moe_dispatch),
     MOE_CASE("moe gather/combine", selftest_moe_rows),
     MOE_CASE("moe route bwd/losses", selftest_moe_route_backward),
 #undef MOE_CASE
+#undef SHAPED_CASE
     {.name = "classifier", .run = selftest_classifier, .tolerance = 1e-5},
     {.name = "classifier bad target", .run = selftest_classifier_bad_target, .tolerance = 1e-5},
     {.name = "classifier parts", .run = selftest_classifier_parts, .tolerance = 1e-5},
