@@ -232,6 +232,16 @@ struct ops {
                       int hs);
     void (*kv_expand_backward)(struct ops_ctx *ctx, float *dpacked, const float *dout, int N,
                                int NH, int NKV, int hs);
+    /* Optional (NULL: rope_forward on packed, then kv_expand; kv_expand_backward, then
+     * rope_backward): the two in one pass. Forward: out (B·T,3·NH·hs) = kv_expand of packed
+     * (B,T,(NH+2·NKV)·hs) with q and k rotated as rope_forward rotates them; packed is left
+     * as it was, not rotated. Backward: dpacked (B·T,(NH+2·NKV)·hs) overwritten, the group
+     * sums of dout (B·T,3·NH·hs) first, then rotated back. The composition's values (the
+     * CPU's is the composition: the same bits). */
+    void (*rope_kv_expand)(struct ops_ctx *ctx, float *out, const float *packed, int B, int T,
+                           int NH, int NKV, int hs, double theta, int pos0);
+    void (*rope_kv_expand_backward)(struct ops_ctx *ctx, float *dpacked, const float *dout, int B,
+                                    int T, int NH, int NKV, int hs, double theta, int pos0);
     /* SwiGLU: inp (N,2F) holds per row [gate (F) | up (F)]; out (N,F) =
      * silu(gate)·up, silu(g) = g/(1+exp(−g)). Backward: dinp (N,2F)
      * overwritten from dout (N,F) and inp. */
@@ -290,6 +300,17 @@ struct ops {
     /* out = a + b, n elements (out may alias a or b) */
     void (*residual_forward)(struct ops_ctx *ctx, float *out, const float *a, const float *b,
                              size_t n);
+    /* Optional (NULL: residual_forward, then layernorm_forward or rmsnorm_forward): a
+     * block's residual add and the norm of its result in one pass over each row. res (N,C) =
+     * a + b (res may alias a or b), then out (N,C) the norm of res, its statistics (N) saved
+     * as the norm's op saves them (LayerNorm's eps 1e-5). The composition's values (the
+     * CPU's is the composition: the same bits). */
+    void (*residual_layernorm_forward)(struct ops_ctx *ctx, float *res, float *out, float *mean,
+                                       float *rstd, const float *a, const float *b, const float *w,
+                                       const float *bias, int N, int C);
+    void (*residual_rmsnorm_forward)(struct ops_ctx *ctx, float *res, float *out, float *rstd,
+                                     const float *a, const float *b, const float *w, int N, int C,
+                                     float eps);
 
     /* Cross-entropy of logits (N,Vp) against targets (N), softmax over the
      * first V columns only. losses (N) = -log p[target]. With grad_scale != 0,

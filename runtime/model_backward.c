@@ -91,7 +91,8 @@ static int attention_bwd(struct model *m, struct layer_acts *a, float *dqkv, con
 /* The gradient of the QKV product's output, from dout (N,C/tp), the
  * attention output's: into `into` (N,QKV/tp) through the attention; with
  * grouped-query attention through d3C, the repeated key/value heads summed
- * back; a Llama's rotary positions undone. */
+ * back; a Llama's rotary positions undone (with the sums in one op where the
+ * backend fuses them, as the forward). */
 static int qkv_backward(struct model *m, struct layer_acts *a, float *into, const float *dout,
                         int B, int T, struct plait_error *err)
 {
@@ -101,11 +102,20 @@ static int qkv_backward(struct model *m, struct layer_acts *a, float *into, cons
     int rc;
     PROF(pr, PROF_ATTENTION_BWD, rc = attention_bwd(m, a, dqkv, dout, B, T, err));
     if (rc) return -1;
+    if (m->qkv_packed && o->rope_kv_expand_backward) { /* one pass */
+        if (m->cp > 1)
+            PROF(pr, PROF_ATTENTION_BWD, ring_rope(m, into, dqkv, B, T, true));
+        else
+            PROF(pr, PROF_ATTENTION_BWD,
+                 o->rope_kv_expand_backward(m->ctx, into, dqkv, B, T, m->NHl, m->KVl, m->hs,
+                                            m->cfg.rope_theta, 0));
+        return 0;
+    }
     if (m->qkv_packed)
         PROF(pr, PROF_ATTENTION_BWD,
              o->kv_expand_backward(m->ctx, into, dqkv, B * T, m->NHl, m->KVl, m->hs));
     if (m->cfg.llama && m->cp > 1)
-        PROF(pr, PROF_ATTENTION_BWD, ring_rope(m, into, B, T, true));
+        PROF(pr, PROF_ATTENTION_BWD, ring_rope(m, into, NULL, B, T, true));
     else if (m->cfg.llama)
         PROF(pr, PROF_ATTENTION_BWD,
              o->rope_backward(m->ctx, into, B, T, m->NHl, m->KVl, m->hs, m->cfg.rope_theta, 0));

@@ -62,7 +62,9 @@ int model_attention_fwd(struct model *m, struct layer_acts *a, int B, int T,
 
 /* q, k and v of layer acts a from ln (N,C): the product into a->qkv; a
  * Llama's rotary positions on q and k, and with grouped-query attention the
- * product into qkv_packed, its key/value heads then repeated into a->qkv. */
+ * product into qkv_packed, its key/value heads then repeated into a->qkv (the
+ * two in one op where the backend fuses them; with cp one a chunk, at its
+ * positions). */
 static void qkv_forward(struct model *m, struct layer_acts *a, const float *ln, int l, int B, int T)
 {
     const struct ops *o = m->ops;
@@ -73,13 +75,47 @@ static void qkv_forward(struct model *m, struct layer_acts *a, const float *ln, 
          model_linear_forward(m, out, ln, GPT2_QKVW, l, model_held(m, PARAMS, GPT2_QKVB, l), N,
                               m->cfg.hidden, m->QKVl));
     if (!m->cfg.llama) return;
+    if (m->qkv_packed && o->rope_kv_expand) { /* one pass; out left unrotated */
+        if (m->cp > 1)
+            PROF(pr, PROF_ATTENTION_FWD, ring_rope(m, out, a->qkv, B, T, false));
+        else
+            PROF(pr, PROF_ATTENTION_FWD,
+                 o->rope_kv_expand(m->ctx, a->qkv, out, B, T, m->NHl, m->KVl, m->hs,
+                                   m->cfg.rope_theta, 0));
+        return;
+    }
     if (m->cp > 1)
-        PROF(pr, PROF_ATTENTION_FWD, ring_rope(m, out, B, T, false));
+        PROF(pr, PROF_ATTENTION_FWD, ring_rope(m, out, NULL, B, T, false));
     else
         PROF(pr, PROF_ATTENTION_FWD,
              o->rope_forward(m->ctx, out, B, T, m->NHl, m->KVl, m->hs, m->cfg.rope_theta, 0));
     if (m->qkv_packed)
         PROF(pr, PROF_ATTENTION_FWD, o->kv_expand(m->ctx, a->qkv, out, N, m->NHl, m->KVl, m->hs));
+}
+
+/* res2 (R,C) = in + proj, the attention's residual add, and ln2 its norm: in one op where
+ * the backend fuses them (timed as the norm: the add's pass over memory is gone), else the
+ * two. */
+static void residual_norm_forward(struct model *m, struct layer_acts *a, const float *in,
+                                  const float *proj, int l, int R)
+{
+    const struct ops *o = m->ops;
+    int C = m->cfg.hidden;
+    struct profile *pr = &m->prof;
+    if (m->cfg.llama && o->residual_rmsnorm_forward) {
+        PROF(pr, PROF_LAYERNORM_FWD,
+             o->residual_rmsnorm_forward(m->ctx, a->res2, a->ln2, a->ln2_rstd, in, proj,
+                                         P(GPT2_LN2W, l), R, C, m->cfg.norm_eps));
+    } else if (!m->cfg.llama && o->residual_layernorm_forward) {
+        PROF(pr, PROF_LAYERNORM_FWD,
+             o->residual_layernorm_forward(m->ctx, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, in,
+                                           proj, P(GPT2_LN2W, l), P(GPT2_LN2B, l), R, C));
+    } else {
+        PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(m->ctx, a->res2, in, proj, (size_t)R * C));
+        PROF(pr, PROF_LAYERNORM_FWD,
+             model_norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, GPT2_LN2W, GPT2_LN2B,
+                                l, R));
+    }
 }
 
 /* The MLP's activation: GELU of fch (N,4C/tp), or a Llama's SwiGLU of its
@@ -138,10 +174,7 @@ int model_layer_forward(struct model *m, struct model_slot *sl, int i, int B, in
     if (model_row_parallel_forward(m, &proj, a->atty, GPT2_ATTPROJW, GPT2_ATTPROJB, l, N, m->Cl,
                                    err))
         return -1;
-    PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(m->ctx, a->res2, in, proj, (size_t)R * C));
-    PROF(pr, PROF_LAYERNORM_FWD,
-         model_norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, GPT2_LN2W, GPT2_LN2B, l,
-                            R));
+    residual_norm_forward(m, a, in, proj, l, R);
     if (model_sp_gather(m, a->ln2, N, &ln, err)) return -1;
     if (gpt2_layer_moe(&m->cfg, l)) { /* an MoE block for the MLP, summed over tp */
         if (moe_forward(m, moe_acts_of(m, sl, i), l, ln, N, &proj, err) ||

@@ -89,15 +89,25 @@ void ring_encoder_backward(struct model *m, float *dwte, float *dwpe, const floa
         }
 }
 
-void ring_rope(struct model *m, float *x, int B, int T, bool backward)
+void ring_rope(struct model *m, float *x, float *expanded, int B, int T, bool backward)
 {
+    const struct ops *o = m->ops;
     int h = T / 2, width = m->QKVl;
+    size_t wide = 3 * (size_t)m->Cl;
+    double theta = m->cfg.rope_theta;
     for (int b = 0; b < B; b++)
         for (int half = 0; half < 2; half++) {
-            float *rows = x + ((size_t)b * T + (size_t)half * h) * width;
-            (backward ? m->ops->rope_backward : m->ops->rope_forward)(
-                m->ctx, rows, 1, h, m->NHl, m->KVl, m->hs, m->cfg.rope_theta,
-                chunk_start(m, half, T));
+            size_t row = (size_t)b * T + (size_t)half * h;
+            float *rows = x + row * width, *ex = expanded ? expanded + row * wide : NULL;
+            int pos0 = chunk_start(m, half, T);
+            if (ex && backward)
+                o->rope_kv_expand_backward(m->ctx, rows, ex, 1, h, m->NHl, m->KVl, m->hs, theta,
+                                           pos0);
+            else if (ex)
+                o->rope_kv_expand(m->ctx, ex, rows, 1, h, m->NHl, m->KVl, m->hs, theta, pos0);
+            else
+                (backward ? o->rope_backward : o->rope_forward)(m->ctx, rows, 1, h, m->NHl, m->KVl,
+                                                                m->hs, theta, pos0);
         }
 }
 

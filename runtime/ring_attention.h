@@ -39,8 +39,11 @@ void ring_encoder_forward(struct model *m, float *out, const int32_t *tokens, co
 void ring_encoder_backward(struct model *m, float *dwte, float *dwpe, const float *dout,
                            const int32_t *tokens, int B, int T, bool accumulate);
 
-/* A Llama's rotary positions on x (B,T,(NH+2KV)·hs/tp), and their backward */
-void ring_rope(struct model *m, float *x, int B, int T, bool backward);
+/* A Llama's rotary positions on x (B,T,(NH+2KV)·hs/tp) in place, and their backward;
+ * with expanded (B,T,3C/tp) the fused ops (ops->rope_kv_expand: the backend has them)
+ * instead: forward, expanded = x's key/value heads repeated and rotated, x left as it was;
+ * backward, x = expanded's group sums rotated back */
+void ring_rope(struct model *m, float *x, float *expanded, int B, int T, bool backward);
 
 /* The attention of a layer's q, k and v (a->qkv) over the whole sequence: out
  * into a->atty, each row's log-sum-exp into a->att. */
@@ -49,7 +52,7 @@ int ring_attention_forward(struct model *m, struct layer_acts *a, int B, int T,
 
 /* Its backward: dqkv (B,T,3C/tp) written from dout (B,T,C/tp); the key/value
  * gradient of each block is summed on its way around the ring and comes home. */
-int ring_attention_backward(struct model *m, struct layer_acts *a, float *dqkv,
-                            const float *dout, int B, int T, struct plait_error *err);
+int ring_attention_backward(struct model *m, struct layer_acts *a, float *dqkv, const float *dout,
+                            int B, int T, struct plait_error *err);
 
 #endif

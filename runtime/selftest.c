@@ -7,7 +7,7 @@
  * of one block cannot be laid out wrong). Only through kernels/ops.h. This file
  * is the harness: the shapes, a run's buffers and outputs, the limits, the table
  * of cases and the loop over them; the cases are selftest_gpt2.c's,
- * selftest_attention.c's and selftest_llama_moe.c's. */
+ * selftest_attention.c's, selftest_llama_moe.c's and selftest_fused.c's. */
 #include "runtime/selftest.h"
 
 #include <math.h>
@@ -23,23 +23,23 @@
 #include "runtime/selftest_cases.h"
 
 static const struct shape shapes[] = {
-    {2, 5, 12, 3, 37, 40, 20, 0, 0, 0, 0},
-    {3, 37, 72, 6, 301, 320, 200, 0, 0, 0, 0},
-    {4, 128, 256, 4, 1000, 1024, 768, 0, 0, 0, 0},
+    {2, 5, 12, 3, 37, 40, 20, 0, 0, 0, 0, 0},
+    {3, 37, 72, 6, 301, 320, 200, 0, 0, 0, 0, 0},
+    {4, 128, 256, 4, 1000, 1024, 768, 0, 0, 0, 0, 0},
     /* GPT-2 124M: T 1024, C 768, 12 heads, its vocabulary and the padded one,
      * the MLP's 4·C; two sequences (left out with the CPU twin unless
      * PLAIT_SELFTEST_SHAPES=all: minutes of CPU against itself) */
-    {2, 1024, 768, 12, 50257, 50304, 3072, 0, 0, 0, 0},
+    {2, 1024, 768, 12, 50257, 50304, 3072, 0, 0, 0, 0, 0},
 };
 enum { SMALL_SHAPES = 3 };
 
 /* GPT-2 124M's four products of a block on 1024 rows (C → OC): qkv, the
  * attention's projection, the MLP's two; the fp8 ops run at these too */
 static const struct shape gpt2_shapes[] = {
-    {1, 1024, 768, 12, 50257, 50304, 2304, 0, 0, 0, 0},
-    {1, 1024, 768, 12, 50257, 50304, 768, 0, 0, 0, 0},
-    {1, 1024, 768, 12, 50257, 50304, 3072, 0, 0, 0, 0},
-    {1, 1024, 3072, 12, 50257, 50304, 768, 0, 0, 0, 0},
+    {1, 1024, 768, 12, 50257, 50304, 2304, 0, 0, 0, 0, 0},
+    {1, 1024, 768, 12, 50257, 50304, 768, 0, 0, 0, 0, 0},
+    {1, 1024, 768, 12, 50257, 50304, 3072, 0, 0, 0, 0, 0},
+    {1, 1024, 3072, 12, 50257, 50304, 768, 0, 0, 0, 0, 0},
 };
 
 /* The limit of an fp8 product that runs on fp8 tensor cores, against the
@@ -227,10 +227,10 @@ static bool has_attention_block(const struct ops *o)
 /* its head sizes (16, 32, 64), odd lengths that end inside a 64-row tile,
  * and GPT-2 124M's own (T 1024, C 768, 12 heads) */
 static const struct shape attention_bf16_shapes[] = {
-    {2, 37, 64, 4, 0, 0, 0, 0, 0, 0, 0},
-    {3, 100, 96, 3, 0, 0, 0, 0, 0, 0, 0},
-    {1, 200, 128, 2, 0, 0, 0, 0, 0, 0, 0},
-    {2, 1024, 768, 12, 0, 0, 0, 0, 0, 0, 0},
+    {2, 37, 64, 4, 0, 0, 0, 0, 0, 0, 0, 0},
+    {3, 100, 96, 3, 0, 0, 0, 0, 0, 0, 0, 0},
+    {1, 200, 128, 2, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 1024, 768, 12, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 
 /* GPT-2 124M's width on 4096 tokens: 8 experts with 2 choices, with and without a
@@ -243,6 +243,37 @@ static const struct shape moe_shapes[] = {
     {.B = 4, .T = 1024, .C = 768, .E = 64, .k = 2, .capacity = 160, .runs = 2},
     {.B = 2, .T = 19, .C = 72, .E = 5, .k = 3, .capacity = 9, .runs = 2},
 };
+
+/* the fused residual add and norm: odd widths, GPT-2 124M's (768), and past the 1024
+ * columns a warp keeps in registers (a row's rest read back): 1100, Llama 3 8B's 4096 */
+static const struct shape residual_norm_shapes[] = {
+    {.B = 2, .T = 5, .C = 12},     {.B = 3, .T = 37, .C = 72},  {.B = 4, .T = 128, .C = 256},
+    {.B = 2, .T = 1024, .C = 768}, {.B = 3, .T = 7, .C = 1100}, {.B = 1, .T = 256, .C = 4096},
+};
+
+/* rotary positions with the key/value expansion: hs 4 multi-query, hs 12 in groups of 2,
+ * hs 8 with NKV = NH (no groups), and Llama 3 8B's heads (32 of 128, 8 key/value) */
+static const struct shape rope_kv_shapes[] = {
+    {.B = 2, .T = 5, .C = 12, .NH = 3, .NKV = 1},
+    {.B = 3, .T = 37, .C = 72, .NH = 6, .NKV = 3},
+    {.B = 2, .T = 9, .C = 40, .NH = 5, .NKV = 5},
+    {.B = 1, .T = 256, .C = 4096, .NH = 32, .NKV = 8},
+};
+
+static bool has_residual_layernorm(const struct ops *gpu)
+{
+    return gpu->residual_layernorm_forward != NULL;
+}
+
+static bool has_residual_rmsnorm(const struct ops *gpu)
+{
+    return gpu->residual_rmsnorm_forward != NULL;
+}
+
+static bool has_rope_kv_expand(const struct ops *gpu)
+{
+    return gpu->rope_kv_expand && gpu->rope_kv_expand_backward;
+}
 
 static bool has_moe_ops(const struct ops *gpu)
 {
@@ -338,20 +369,29 @@ static const struct selftest_case {
     {.name = "rope", .run = selftest_rope, .tolerance = 1e-5, .present = has_llama_ops},
     {.name = "kv_expand", .run = selftest_kv_expand, .tolerance = 0, .present = has_llama_ops},
     {.name = "swiglu", .run = selftest_swiglu, .tolerance = 1e-5, .present = has_llama_ops},
-    /* a mixture of experts' routing: the choices, rows and counts equal (tolerance 0 for
-     * every integer output), the floats within 1e-5 */
-#define MOE_CASE(n, f)                                                                             \
+    /* the fused ops against the CPU's composition of the ops they fuse (selftest_fused.c),
+     * within their neighbours' limits, at shapes of their own */
+#define SHAPED_CASE(n, f, own, has)                                                                \
     {.name = n,                                                                                    \
      .run = f,                                                                                     \
      .tolerance = 1e-5,                                                                            \
-     .shapes = moe_shapes,                                                                         \
-     .n_shapes = sizeof moe_shapes / sizeof *moe_shapes,                                           \
-     .present = has_moe_ops}
+     .shapes = own,                                                                                \
+     .n_shapes = sizeof own / sizeof *own,                                                         \
+     .present = has}
+    SHAPED_CASE("residual+layernorm", selftest_residual_layernorm, residual_norm_shapes,
+                has_residual_layernorm),
+    SHAPED_CASE("residual+rmsnorm", selftest_residual_rmsnorm, residual_norm_shapes,
+                has_residual_rmsnorm),
+    SHAPED_CASE("rope+kv_expand", selftest_rope_kv_expand, rope_kv_shapes, has_rope_kv_expand),
+    /* a mixture of experts' routing: the choices, rows and counts equal (tolerance 0 for
+     * every integer output), the floats within 1e-5 */
+#define MOE_CASE(n, f) SHAPED_CASE(n, f, moe_shapes, has_moe_ops)
     MOE_CASE("moe route", selftest_moe_route),
     MOE_CASE("moe dispatch", selftest_moe_dispatch),
     MOE_CASE("moe gather/combine", selftest_moe_rows),
     MOE_CASE("moe route bwd/losses", selftest_moe_route_backward),
 #undef MOE_CASE
+#undef SHAPED_CASE
     {.name = "classifier", .run = selftest_classifier, .tolerance = 1e-5},
     {.name = "classifier bad target", .run = selftest_classifier_bad_target, .tolerance = 1e-5},
     {.name = "classifier parts", .run = selftest_classifier_parts, .tolerance = 1e-5},
@@ -427,6 +467,7 @@ static void compare(struct bench *b, struct ops_ctx *gpu_ctx, const struct selft
     if (s->E)
         snprintf(sh, sizeof sh, "N%zu C%d E%d k%d cap%d runs%d", N_ROWS(s), s->C, s->E, s->k,
                  s->capacity, s->runs);
+    if (s->NKV) snprintf(sh, sizeof sh, "%d,%d,%d,%d NKV %d", s->B, s->T, s->C, s->NH, s->NKV);
     struct run rc = {0}, rg = {0}, rg2 = {0};
     bool ok_c = run_case(&rc, b->cpu, b->cpu_ctx, s, shape_no, c, why, sizeof why);
     bool ok_g = ok_c && run_case(&rg, b->gpu, gpu_ctx, s, shape_no, c, why, sizeof why);

@@ -1,7 +1,7 @@
 /* selftest_cases.h — what the self-test's harness (selftest.c) and its cases
- * (selftest_gpt2.c, selftest_attention.c, selftest_llama_moe.c) share: a shape,
- * one run of an op on one backend and what makes its inputs and keeps its
- * outputs, and each case. selftest.h is the self-test's interface. */
+ * (selftest_gpt2.c, selftest_attention.c, selftest_llama_moe.c, selftest_fused.c)
+ * share: a shape, one run of an op on one backend and what makes its inputs and
+ * keeps its outputs, and each case. selftest.h is the self-test's interface. */
 #ifndef PLAIT_RUNTIME_SELFTEST_CASES_H
 #define PLAIT_RUNTIME_SELFTEST_CASES_H
 
@@ -18,6 +18,7 @@
 struct shape {
     int B, T, C, NH, V, Vp, OC;
     int E, k, capacity, runs;
+    int NKV; /* key/value heads, the fused rotary case's (its own shapes) */
 };
 
 enum { MAX_OUTS = 6, MAX_HELD = 32 };
@@ -86,8 +87,11 @@ void selftest_moe_rows(struct run *r);
 void selftest_optimizer(struct run *r);
 void selftest_quantize_e4m3(struct run *r);
 void selftest_quantize_e5m2(struct run *r);
+void selftest_residual_layernorm(struct run *r);
+void selftest_residual_rmsnorm(struct run *r);
 void selftest_rmsnorm(struct run *r);
 void selftest_rope(struct run *r);
+void selftest_rope_kv_expand(struct run *r);
 void selftest_swiglu(struct run *r);
 
 #endif

@@ -395,6 +395,42 @@ static void cpu_adamw(struct ops_ctx *ctx, float *p, uint16_t *p16, const float 
         adamw_loop(p, NULL, g, m, v, n, decay, step_size, bc2_sqrt, beta, eps, grad_scale, false);
 }
 
+/* ---- the fused ops: on the CPU their composition (the same bits by construction;
+ * a GPU fuses them to save passes over memory, kernels/ops.h) ---------------------- */
+
+static void cpu_residual_layernorm_forward(struct ops_ctx *ctx, float *res, float *out, float *mean,
+                                           float *rstd, const float *a, const float *b,
+                                           const float *w, const float *bias, int N, int C)
+{
+    cpu_residual_forward_f32(ctx, res, a, b, (size_t)N * C);
+    cpu_layernorm_forward_f32(ctx, out, mean, rstd, res, w, bias, N, C);
+}
+
+static void cpu_residual_rmsnorm_forward(struct ops_ctx *ctx, float *res, float *out, float *rstd,
+                                         const float *a, const float *b, const float *w, int N,
+                                         int C, float eps)
+{
+    cpu_residual_forward_f32(ctx, res, a, b, (size_t)N * C);
+    cpu_rmsnorm_forward_f32(ctx, out, rstd, res, w, N, C, eps);
+}
+
+/* out (B·T, 3·NH·hs): the expansion, then its q and its NH repeated k heads rotated (the
+ * same rotation of the same values as rotating packed's k heads before they are repeated) */
+static void cpu_rope_kv_expand(struct ops_ctx *ctx, float *out, const float *packed, int B, int T,
+                               int NH, int NKV, int hs, double theta, int pos0)
+{
+    cpu_kv_expand_f32(ctx, out, packed, B * T, NH, NKV, hs);
+    cpu_rope_forward_f32(ctx, out, B, T, NH, NH, hs, theta, pos0);
+}
+
+static void cpu_rope_kv_expand_backward(struct ops_ctx *ctx, float *dpacked, const float *dout,
+                                        int B, int T, int NH, int NKV, int hs, double theta,
+                                        int pos0)
+{
+    cpu_kv_expand_backward_f32(ctx, dpacked, dout, B * T, NH, NKV, hs);
+    cpu_rope_backward_f32(ctx, dpacked, B, T, NH, NKV, hs, theta, pos0);
+}
+
 /* ---- the table --------------------------------------------------------------- */
 
 static void cpu_sum_squares(struct ops_ctx *ctx, double *sums, const float *const *x,
@@ -446,6 +482,8 @@ static const struct ops cpu_ops = {
     .rope_backward = cpu_rope_backward_f32,
     .kv_expand = cpu_kv_expand_f32,
     .kv_expand_backward = cpu_kv_expand_backward_f32,
+    .rope_kv_expand = cpu_rope_kv_expand,
+    .rope_kv_expand_backward = cpu_rope_kv_expand_backward,
     .swiglu_forward = cpu_swiglu_forward_f32,
     .swiglu_backward = cpu_swiglu_backward_f32,
     .moe_route = cpu_moe_route_f32,
@@ -457,6 +495,8 @@ static const struct ops cpu_ops = {
     .moe_route_backward = cpu_moe_route_backward_f32,
     .moe_losses = cpu_moe_losses_f32,
     .residual_forward = cpu_residual_forward_f32,
+    .residual_layernorm_forward = cpu_residual_layernorm_forward,
+    .residual_rmsnorm_forward = cpu_residual_rmsnorm_forward,
     .classifier = cpu_classifier_f32,
     .classifier_max = cpu_classifier_max_f32,
     .classifier_sumexp = cpu_classifier_sumexp_f32,

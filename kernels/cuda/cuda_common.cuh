@@ -235,9 +235,23 @@ void cu_kv_expand(struct ops_ctx *ctx, float *out, const float *packed, int N, i
                   int hs);
 void cu_kv_expand_backward(struct ops_ctx *ctx, float *dpacked, const float *dout, int N, int NH,
                            int NKV, int hs);
+/* the (T, hs/2) table of (cos, sin) of rotary positions pos0 + t, kept in the context */
+const float2 *cu_rope_table(struct ops_ctx *ctx, int T, int hs, double theta, int pos0);
 void cu_swiglu_forward(struct ops_ctx *ctx, float *out, const float *inp, int N, int F);
 void cu_swiglu_backward(struct ops_ctx *ctx, float *dinp, const float *inp, const float *dout,
                         int N, int F);
+/* rope_expand.cu: rotary positions fused with the key/value expansion */
+void cu_rope_kv_expand(struct ops_ctx *ctx, float *out, const float *packed, int B, int T, int NH,
+                       int NKV, int hs, double theta, int pos0);
+void cu_rope_kv_expand_backward(struct ops_ctx *ctx, float *dpacked, const float *dout, int B,
+                                int T, int NH, int NKV, int hs, double theta, int pos0);
+/* norm_fused.cu: a residual add fused with the norm after it */
+void cu_residual_layernorm_forward(struct ops_ctx *ctx, float *res, float *out, float *mean,
+                                   float *rstd, const float *a, const float *b, const float *w,
+                                   const float *bias, int N, int C);
+void cu_residual_rmsnorm_forward(struct ops_ctx *ctx, float *res, float *out, float *rstd,
+                                 const float *a, const float *b, const float *w, int N, int C,
+                                 float eps);
 /* elementwise.cu */
 void cu_add_bias(struct ops_ctx *ctx, float *out, const float *bias, int N, int C);
 void cu_gelu_forward(struct ops_ctx *ctx, float *out, const float *inp, size_t n);

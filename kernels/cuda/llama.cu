@@ -95,9 +95,9 @@ void cu_rmsnorm_backward(struct ops_ctx *ctx, float *dinp, float *dw, const floa
  * on the host in double with the CPU's very expression (the GPU's double
  * cos/sin would need local memory for its large-argument reduction) and
  * rounded once; kept in CU_SCRATCH_ROPE while the same positions come back
- * (every layer of a step, forward and backward). NULL after recording the
- * error. */
-static const float2 *rope_table(struct ops_ctx *ctx, int T, int hs, double theta, int pos0)
+ * (every layer of a step, forward and backward; rope_expand.cu's fused ops too). NULL
+ * after recording the error. */
+const float2 *cu_rope_table(struct ops_ctx *ctx, int T, int hs, double theta, int pos0)
 {
     struct cu_rope_key want = {T, hs, pos0, theta}, *have = &ctx->rope;
     int half = hs / 2;
@@ -151,7 +151,7 @@ static void rope(struct ops_ctx *ctx, float *x, int B, int T, int NH, int NKV, i
 {
     size_t n = (size_t)B * T * (hs / 2);
     if (!n) return;
-    const float2 *table = rope_table(ctx, T, hs, theta, pos0);
+    const float2 *table = cu_rope_table(ctx, T, hs, theta, pos0);
     if (!table) return;
     rope_kernel<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(x, table, B, T, NH, NKV, hs,
                                                                     sign);
