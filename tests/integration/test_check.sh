@@ -148,14 +148,29 @@ check text_names_the_gpus_and_models_mfu test_text_names_the_gpus_and_models_mfu
 test_text_proposes_the_cheapest_zero_stage() {
     local case=tests/topo/h100_sxm8/zero2_where_zero1_fits_says_so
     "$PLAIT" check "$case/plan.json" --topology tests/topo/h100_sxm8/topology.xml >"$WORK/z.txt" 2>&1 || { cat "$WORK/z.txt"; return 1; }
-    grep -qE "^  the most loaded rank by ZeRO stage at dp 8: 0 106.66 GB, 1 76.33 GB, 2 76.33 GB" "$WORK/z.txt" &&
-        grep -qF "  parallel.zero 1 would fit too (76.33 GB), with no more data-parallel traffic" "$WORK/z.txt" ||
+    grep -qE "^  the most loaded rank by ZeRO stage at dp 8: 0 107.43 GB, 1 77.09 GB, 2 77.09 GB" "$WORK/z.txt" &&
+        grep -qF "  parallel.zero 1 would fit too (77.09 GB), with no more data-parallel traffic" "$WORK/z.txt" ||
         { cat "$WORK/z.txt"; return 1; }
     # at zero 1 itself: no proposal
     "$PLAIT" check "$case/plan.json" --topology tests/topo/h100_sxm8/topology.xml --set parallel.zero=1 >"$WORK/z1.txt" 2>&1 || { cat "$WORK/z1.txt"; return 1; }
     ! grep -q "would fit too" "$WORK/z1.txt" || { cat "$WORK/z1.txt"; return 1; }
 }
 check text_proposes_the_cheapest_zero_stage test_text_proposes_the_cheapest_zero_stage
+
+# a GPU rank holds, beside its model's buffers, the CUDA backend's scratch (issue 19's GPT-2
+# 124M bf16 at 16×1024: 1.93 GB, the LM head's bf16 copy of dlogits the most of it) and
+# cuBLASLt's workspace with the CUDA context's allowance: two columns in the total, and the
+# line saying what they are; a CPU rank has neither
+test_text_counts_a_gpu_ranks_scratch_and_cuda_context() {
+    check_text tests/topo/pci_ids_only/gpt2_124m_on_one_h100_known_by_pci_id "$WORK/g.txt" || return 1
+    grep -qE "^ +stage +layers +parameters +params +grads +optimizer +activations +scratch +cuda +total$" "$WORK/g.txt" &&
+        grep -qE "^ +0 +0-11 +124475904 +0.75 +0.50 +1.00 +13.58 +1.93 +0.57 +18.32$" "$WORK/g.txt" &&
+        grep -qF "  scratch: the CUDA backend's buffers at their largest in a step; cuda: cuBLASLt's workspace (32 MiB) and the CUDA context (512 MiB, an estimate)" "$WORK/g.txt" ||
+        { cat "$WORK/g.txt"; return 1; }
+    "$PLAIT" check tests/topo/cpu_only/four_cpu_ranks/plan.json --topology tests/topo/cpu_only/topology.xml >"$WORK/c.txt" 2>&1 || { cat "$WORK/c.txt"; return 1; }
+    ! grep -q "scratch\|cuda" "$WORK/c.txt" || { cat "$WORK/c.txt"; return 1; }
+}
+check text_counts_a_gpu_ranks_scratch_and_cuda_context test_text_counts_a_gpu_ranks_scratch_and_cuda_context
 
 # parallel.offload on GPU ranks: the memory table gains a host column (16 bytes a slice
 # element: the moments, the slice's fp32 master weights and gradient; S = 6,189,252,608/8),
@@ -167,8 +182,8 @@ test_text_says_a_gpu_ranks_step_runs_on_the_cpu() {
     local case=tests/topo/h100_sxm8/offload_host_with_zero3_fits_where_no_zero_stage_does
     local topo=tests/topo/h100_sxm8/topology.xml
     "$PLAIT" check "$case/plan.json" --topology $topo >"$WORK/o.txt" 2>&1 || { cat "$WORK/o.txt"; return 1; }
-    grep -qE "^ +stage +layers +parameters +params +grads +optimizer +activations +total +host$" "$WORK/o.txt" &&
-        grep -qE "^ +0 +0-29 +6189252608 +7.95 +7.50 +0.00 +67.12 +82.56 +12.38$" "$WORK/o.txt" &&
+    grep -qE "^ +stage +layers +parameters +params +grads +optimizer +activations +scratch +cuda +total +host$" "$WORK/o.txt" &&
+        grep -qE "^ +0 +0-29 +6189252608 +7.95 +7.50 +0.00 +67.12 +0.80 +0.57 +83.94 +12.38$" "$WORK/o.txt" &&
         grep -qF '  parallel.offload "host": the AdamW step runs on the CPU; the moments, the slice'"'"'s fp32 master weights and its gradient are in host memory (the most loaded rank: 12.38 GB, the "host" column, beside the device'"'"'s total); the device holds none of the AdamW state' "$WORK/o.txt" &&
         grep -qF "  the step on the CPU is modelled at 0.681 s: the slice's gradient down and its weights up over PCIe at 25 GB/s, AdamW's pass at 50 GB/s of host memory" "$WORK/o.txt" ||
         { cat "$WORK/o.txt"; return 1; }
