@@ -16,8 +16,8 @@
  *             2·n·out backward (the bf16 copy of dout); the head's 2·Nh·Vp/tp is GPT-2's largest
  *   BF16_B    2·n·in, a backward's copy of the input for the weight's gradient
  *   PARTIAL   4·⌈n/64⌉·out a bias gradient's column sums, 4·⌈R/64⌉·C a norm's weight
- *             gradient, 4·B·NH/tp·T a fused attention's row dots, 8·(1024 + the shard's
- *             tensor instances) AdamW's gradient norm
+ *             gradient, 4·B·NH/tp·T a fused attention's row dots, 8·(1024 + a sum per
+ *             tensor instance, at most GPT2_TENSORS·(layers + 1)) AdamW's gradient norm
  *   PARTIAL2  4·⌈R/64⌉·C a LayerNorm's bias gradient
  *   INDEX     4·(2·min(N, Vp/tp) + 1 + N) the embedding gradient's rows (first stage)
  *   FP8_*     fp8 precision's four block products (matmul_fp8.cu): X n·in, D n·out codes,

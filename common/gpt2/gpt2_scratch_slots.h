@@ -1,8 +1,9 @@
 /* gpt2_scratch_slots.h — the CUDA backend's scratch slots (kernels/cuda's cu_scratch) and
  * the kernel constants their sizes follow, named once for the two that need them: the
- * backend (kernels/cuda/cuda_common.cuh, which static_asserts its constants against these)
- * and the pure count of their sizes (gpt2_scratch.h). C and C++ (nvcc reads it): an enum,
- * constants and one inline rule, nothing else. */
+ * backend (kernels/cuda/cuda_common.cuh's slots and CU_CHUNK_ROWS are these; attention_tc.cu,
+ * optimizer.cu and fp8_quant.cu static_assert theirs against them) and the pure count of
+ * their sizes (gpt2_scratch.h). C and C++ (nvcc reads it): an enum, constants and one
+ * inline rule, nothing else. */
 #ifndef PLAIT_GPT2_SCRATCH_SLOTS_H
 #define PLAIT_GPT2_SCRATCH_SLOTS_H
 
