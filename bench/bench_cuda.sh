@@ -150,6 +150,31 @@ else
     echo "parallel.offload \"host\" did not run: $(tail -n 1 "$work/offload_host.log")"
 fi
 
+# the classifier: the runs above compute the logits in chunks (logits_chunk_mb's default,
+# the LM head's gradients made as they go); the same with each micro-batch's logits whole
+echo
+if "$BUILD/bin/plait" train "$work/plan_16.json" --out "$work/logits_whole" \
+    --set logits_chunk_mb=0 >"$work/logits_whole.log" 2>&1; then
+    report "$work/logits_whole/metrics.jsonl" 16 "bf16 logits whole (logits_chunk_mb 0)"
+    "$PY" - "$work/logits_whole" "$work/run_16" <<'EOF'
+import json, statistics, sys
+def ms(d):
+    rows = [r for r in map(json.loads, open(d + "/metrics.jsonl")) if "ms" in r][1:]
+    return statistics.median(r["ms"] for r in rows)
+def used(d):
+    return json.load(open(d + "/run.json"))["memory"]["ranks"][0].get("device_used_bytes", 0)
+def pred(d):  # plait check's, the backend's scratch and the CUDA context's allowance in it
+    return json.load(open(d + "/run.json"))["memory"]["ranks"][0]["predicted"]["total"]
+whole, chunks = sys.argv[1], sys.argv[2]
+print(f"  step in chunks {ms(chunks):.1f} ms against {ms(whole):.1f} ms whole "
+      f"({ms(chunks) / ms(whole):.2f}x); device memory in use {used(chunks) / 1e9:.2f} GB "
+      f"(predicted {pred(chunks) / 1e9:.2f}) against {used(whole) / 1e9:.2f} GB "
+      f"(predicted {pred(whole) / 1e9:.2f})")
+EOF
+else
+    echo "logits whole did not run: $(tail -n 1 "$work/logits_whole.log")"
+fi
+
 echo
 echo "where a 16x1024 step goes (PLAIT_PROFILE=1):"
 PLAIT_PROFILE=1 "$BUILD/bin/plait" train "$work/plan_16.json" --out "$work/run_prof" --set steps=4 \

@@ -9,7 +9,8 @@
 # run takes seconds on 2 CPUs, one OpenMP thread a rank. On CPU ranks the
 # resident set is the device memory plus the process's own (libraries, buffers
 # of the collectives, the data); the second ratio leaves out what the process
-# held before its model was built. Not a test: it asserts nothing; the goals
+# held before its model was built. Last, the classifier in chunks against whole logits:
+# memory and step time. Not a test: it asserts nothing; the goals
 # (within 10%, within 5 points) are printed beside the numbers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,6 +64,24 @@ for z in 0 3; do
         >"$work/deep_z$z.log" 2>&1 || { tail -n 20 "$work/deep_z$z.log"; exit 1; }
 done
 
+# The classifier in chunks (logits_chunk_mb) against whole logits on a GPT-2 vocabulary
+# (50304 padded) with a small body: 2 layers of 128 channels, 8 × 256 tokens a
+# micro-batch, whose whole logits are 412 MB; chunks of 64 MiB are 333 rows.
+cat >"$work/vocab.json" <<EOF
+{"model": {"layers": 2, "heads": 4, "hidden": 128, "vocab": 50257, "padded_vocab": 50304,
+           "seq_len": 256, "seed": 7},
+ "data": {"train": "$work/train.bin"},
+ "batch": {"micro_batch": 8, "grad_accum": 1},
+ "optimizer": {"lr": 1e-4, "warmup_steps": 0, "schedule": "constant"},
+ "steps": 11, "checkpoint": {"every": 0, "keep": 1}}
+EOF
+echo "== plait train: a GPT-2 vocabulary, logits whole and in chunks of 64 MiB (11 steps each)"
+for mb in 0 64; do
+    OMP_NUM_THREADS=2 "$BUILD/bin/plait" train "$work/vocab.json" --out "$work/logits_$mb" \
+        --set logits_chunk_mb=$mb >"$work/logits_$mb.log" 2>&1 ||
+        { tail -n 20 "$work/logits_$mb.log"; exit 1; }
+done
+
 "$PY" - "$work" <<'EOF'
 import json, statistics, sys
 work = sys.argv[1]
@@ -98,4 +117,17 @@ for what, f in (("peak resident set", lambda r: r["rss_peak_bytes"]),
                 ("predicted", lambda r: r["predicted"]["total"])):
     z0, z3 = worst("deep_z0", f), worst("deep_z3", f)
     print(f"  {what:<52} ZeRO 0 {z0 / MB:7.1f}MB  ZeRO 3 {z3 / MB:7.1f}MB  ratio {z3 / z0:5.3f}")
+print()
+print("the classifier in chunks of 64 MiB against whole logits (GPT-2 vocabulary, 8 × 256 tokens)")
+def rank0(name):
+    return json.load(open(f"{work}/{name}/run.json"))["memory"]["ranks"][0]
+def step_ms(name):
+    steps = [json.loads(l) for l in open(f"{work}/{name}/metrics.jsonl") if '"step"' in l][1:]
+    return statistics.median(s["ms"] for s in steps), len(steps)
+w, c = rank0("logits_0"), rank0("logits_64")
+for what, f in (("predicted activations", lambda r: r["predicted"]["activations"]),
+                ("peak resident set", lambda r: r["rss_peak_bytes"])):
+    print(f"  {what:<22} whole {f(w) / MB:7.1f}MB  in chunks {f(c) / MB:7.1f}MB  ratio {f(c) / f(w):5.3f}")
+(tw, n), (tc, _) = step_ms("logits_0"), step_ms("logits_64")
+print(f"  step time, median of {n}: in chunks / whole {tc / tw:5.3f}")
 EOF

@@ -255,6 +255,27 @@ static void print_moe(const struct plan *p)
                par->zero);
 }
 
+/* The stage with the loss (the last; DualPipeV's first): its logits in chunks, and what
+ * that saves; nothing when it holds them whole. */
+static void print_logits(const struct plan *placed, const struct layout_eval *e, double unit)
+{
+    struct cost_memory chunked, whole;
+    struct plan at_once = *placed;
+    at_once.logits_chunk_mb = 0;
+    int s = 0;
+    for (; s < e->layout.pp; s++) {
+        cost_memory_stage(placed, e->layout, s, &chunked);
+        if (chunked.logits_rows) break;
+    }
+    if (s == e->layout.pp) return;
+    cost_memory_stage(&at_once, e->layout, s, &whole);
+    printf("  stage %d computes its logits %lld rows at a time (logits_chunk_mb %g), the LM "
+           "head's gradients made as it goes: its activations %.2f %s, against %.2f with each "
+           "micro-batch's logits whole\n",
+           s, (long long)chunked.logits_rows, placed->logits_chunk_mb, chunked.activations / unit,
+           unit == 1e9 ? "GB" : "MB", whole.activations / unit);
+}
+
 /* Device memory per rank of each stage, as model_init allocates it. */
 static void print_memory(const struct plan *p, const struct layout_eval *e, uint64_t gpu_mem)
 {
@@ -305,6 +326,7 @@ static void print_memory(const struct plan *p, const struct layout_eval *e, uint
                rings / unit, unit == 1e9 ? "GB" : "MB");
     }
     print_offload(&placed, e, unit);
+    print_logits(&placed, e, unit);
     print_moe(p);
     if (fp8)
         printf("  fp8 keeps an E4M3 copy of each layer's four weight matrices beside the fp32 "

@@ -1,7 +1,8 @@
 /* dump.c — step 1's logits and gradients, whole, for the PyTorch referee
  * (PLAIT_DUMP_STEP1): gathered from the ranks' vocabulary and tp × pp × dp
- * shards into llm.c's order. A debugging path: simple, not fast. The forward
- * that leaves the logits is the training loop's (train_batches.c). */
+ * shards into llm.c's order. A debugging path: simple, not fast, its buffers
+ * outside the model's count. The forward that leaves the logits is the
+ * training loop's (train_batches.c). */
 #include "runtime/dump.h"
 
 #include <stdlib.h>
@@ -21,6 +22,12 @@ static int write_floats(const char *dir, const char *name, const float *host, si
     return 0;
 }
 
+float *dump_logits_buffer(struct model *m, int B, int T)
+{
+    if (!m->last) return NULL;
+    return m->logits_out = m->ops->alloc(m->ctx, (size_t)B * T * m->Vpl * sizeof(float));
+}
+
 int dump_logits(struct model *m, const char *dir, int B, int T, struct plait_error *err)
 {
     if (!m->last) return 0;
@@ -30,12 +37,14 @@ int dump_logits(struct model *m, const char *dir, int B, int T, struct plait_err
     float *blocks = malloc(N * Vp * sizeof(float)); /* (tp, N, Vp/tp): rank r's vocabulary shard */
     float *logits = malloc(N * Vp * sizeof(float)); /* (N, Vp) */
     float *gathered = tp > 1 ? o->alloc(m->ctx, N * Vp * sizeof(float)) : NULL;
-    int rc = blocks && logits && (tp == 1 || gathered) ? 0 : error_set(err, "out of memory");
+    int rc = blocks && logits && (tp == 1 || gathered) && m->logits_out
+                 ? 0
+                 : error_set(err, "out of memory");
     if (rc == 0 && tp > 1) {
-        rc = m->tp.allgather(m->tp.ctx, model_logits(m), gathered, N * Vpl, err);
+        rc = m->tp.allgather(m->tp.ctx, m->logits_out, gathered, N * Vpl, err);
         if (rc == 0) o->download(m->ctx, blocks, gathered, N * Vp * sizeof(float));
     } else if (rc == 0) {
-        o->download(m->ctx, blocks, model_logits(m), N * Vp * sizeof(float));
+        o->download(m->ctx, blocks, m->logits_out, N * Vp * sizeof(float));
     }
     if (rc == 0 && m->tp.rank == 0 && m->dp_rank == 0 && m->replica == 0) {
         for (size_t r = 0; r < tp; r++) /* rank r holds vocabulary entries [r·Vp/tp, (r+1)·Vp/tp) */
@@ -44,6 +53,8 @@ int dump_logits(struct model *m, const char *dir, int B, int T, struct plait_err
         rc = write_floats(dir, "logits.f32", logits, N * Vp, err);
     }
     if (gathered) o->free(m->ctx, gathered);
+    if (m->logits_out) o->free(m->ctx, m->logits_out);
+    m->logits_out = NULL;
     free(blocks);
     free(logits);
     return rc;

@@ -11,9 +11,13 @@
 #include "runtime/group.h"
 #include "runtime/model.h"
 
-/* dir/logits.f32, (B·T, Vp): the logits slot 0's last forward left (with
- * grad_scale 0), gathered over tp; written by the last stage's tp rank 0 of
- * dp replica 0. */
+/* Where the last stage's next forward without targets leaves its logits (N,Vp/tp):
+ * set as m->logits_out (NULL on other stages, or out of memory). */
+float *dump_logits_buffer(struct model *m, int B, int T);
+
+/* dir/logits.f32, (B·T, Vp): the logits slot 0's last forward left in
+ * dump_logits_buffer's buffer (freed here), gathered over tp; written by the
+ * last stage's tp rank 0 of dp replica 0. */
 int dump_logits(struct model *m, const char *dir, int B, int T, struct plait_error *err);
 
 /* dir/grads.f32: the step's gradients in llm.c order (gpt2_layout), summed

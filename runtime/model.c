@@ -78,6 +78,8 @@ static const struct {
     SLOT(GPT2_ACT_LNF_MEAN, lnf_mean),
     SLOT(GPT2_ACT_LNF_RSTD, lnf_rstd),
     SLOT(GPT2_ACT_LOGITS, logits),
+    SLOT(GPT2_ACT_DLNF, dlnf),
+    SLOT(GPT2_ACT_DHEAD, dhead),
     MODEL(GPT2_ACT_PROJ, proj),
     MODEL(GPT2_ACT_LOSSES, losses),
     MODEL(GPT2_ACT_CE_STATS, ce_stats),
@@ -127,16 +129,16 @@ static void point(void *obj, size_t field, void *p)
     memcpy((char *)obj + field, &p, sizeof p);
 }
 
-/* Points buffer a's fields at base, copies of `bytes` each: the model's; every slot's
- * (one copy each); every slot's in each of its layers or MoE layers, one copy each where
- * the buffer holds more than a lane's one, else all at base. */
+/* Points buffer a's fields at base, copies of `bytes` each: the model's; every slot's,
+ * or every slot's in each of its layers or MoE layers: one copy each where the buffer
+ * holds more than a lane's one, else all at base. */
 static void point_buffer(struct model *m, enum gpt2_act a, char *base, size_t bytes)
 {
     const struct gpt2_buffer *b = &m->mem.act[a];
     bool each = b->copies / b->lanes > 1;
     size_t field = act_field[a].field, L = (size_t)m->n_layers, Lm = (size_t)m->n_moe;
     for (size_t s = 0; s < (size_t)m->n_slots; s++) {
-        if (act_field[a].home == IN_SLOT) point(&m->slots[s], field, base + s * bytes);
+        if (act_field[a].home == IN_SLOT) point(&m->slots[s], field, base + (each ? s * bytes : 0));
         for (size_t l = 0; act_field[a].home == IN_LAYER && l < L; l++)
             point(&m->slots[s].layer[l], field, base + (each ? (s * L + l) * bytes : 0));
         for (size_t j = 0; act_field[a].home == IN_MOE && j < Lm; j++)
@@ -259,6 +261,7 @@ static int count_memory(struct model *m, const struct model_shape *shape, struct
                                    .offload_window_mb =
                                        shape->offload_dir ? shape->offload_window_mb : 0,
                                    .host_step = shape->host_step,
+                                   .logits_chunk_mb = shape->logits_chunk_mb,
                                    .moe_lanes = shape->ep_lane_group != NULL};
     m->mem_shape = ms;
     return gpt2_memory(&m->shard, &ms, &m->mem, err);
@@ -287,6 +290,7 @@ static void shard_sizes(struct model *m, const struct gpt2_config *cfg,
     m->first = m->shard.first;
     m->last = m->shard.last;
     m->n_slots = shape->slots;
+    m->logits_rows = (int)m->mem.logits_rows;
     m->deferred_slot = -1;
     m->dp = shape->dp;
     m->dp_rank = shape->dp_rank;
@@ -316,15 +320,14 @@ static bool offload_windows(struct model *m)
 /* A GPU rank's offloaded step (runtime/host_step.h): its host memory, which must be what
  * gpt2_memory counts as host, and the moments in it ("host") or in files through its
  * windows ("nvme"). */
-static int open_host_step(struct model *m, const struct model_shape *shape,
-                          struct plait_error *err)
+static int open_host_step(struct model *m, const struct model_shape *shape, struct plait_error *err)
 {
     if (!(m->offload = malloc(sizeof *m->offload))) return error_set(err, "out of memory");
     offload_init(m->offload);
     if (!(m->host_step = calloc(1, sizeof *m->host_step))) return error_set(err, "out of memory");
     size_t window = gpt2_offload_window(shape->offload_window_mb, m->slice_n);
-    if (host_step_open(m->host_step, m->ops, m->ctx, m->slice_n, window,
-                       m->mem.offload_window > 0, err)) {
+    if (host_step_open(m->host_step, m->ops, m->ctx, m->slice_n, window, m->mem.offload_window > 0,
+                       err)) {
         free(m->host_step);
         m->host_step = NULL;
         return -1;
@@ -333,8 +336,7 @@ static int open_host_step(struct model *m, const struct model_shape *shape,
         return error_set(err,
                          "model: %llu bytes of host memory for the optimizer step; "
                          "common/gpt2/gpt2_memory.c counts %llu (a bug: the two must agree)",
-                         (unsigned long long)m->host_step->bytes,
-                         (unsigned long long)m->mem.host);
+                         (unsigned long long)m->host_step->bytes, (unsigned long long)m->mem.host);
     host_step_moments(m->host_step, m->offload);
     if (m->mem.offload_window)
         return offload_open(m->offload, shape->offload_dir, shape->offload_rank, m->slice_n,
@@ -373,8 +375,7 @@ static bool allocate(struct model *m)
     if (m->zero == 3) /* the slice, and the windows the units are gathered into */
         return allocate_zero3(m) && allocate_rest(m);
     bool ok = (m->params = dev_alloc(m, Pp * sizeof(float), &a->params)) &&
-              (m->grads = dev_alloc(m, Pp * sizeof(float), &a->grads)) &&
-              allocate_moments(m) &&
+              (m->grads = dev_alloc(m, Pp * sizeof(float), &a->grads)) && allocate_moments(m) &&
               (!m->zero || ((m->grad_slice = dev_alloc(m, S * sizeof(float), &a->grads)) &&
                             (m->slice_tmp = dev_alloc(m, S * sizeof(float), &a->optimizer))));
     if (ok && m->precision == PLAN_PRECISION_BF16)
@@ -478,10 +479,10 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
         return error_set(err, "out of memory for a %s of %zu parameters with micro-batch %d×%d",
                          cfg->llama ? "Llama" : "GPT-2", m->shard.total, shape->B, shape->T);
     }
-    if (shape->host_step ? open_host_step(m, shape, err)
-                         : m->offload && offload_open(m->offload, shape->offload_dir,
-                                                      shape->offload_rank, m->slice_n,
-                                                      m->mem.offload_window, err)) {
+    if (shape->host_step
+            ? open_host_step(m, shape, err)
+            : m->offload && offload_open(m->offload, shape->offload_dir, shape->offload_rank,
+                                         m->slice_n, m->mem.offload_window, err)) {
         model_free(m);
         return -1;
     }

@@ -70,16 +70,19 @@ struct moe_acts {
  * many); without a pipeline there is one. With model chunks (interleaved
  * schedules) a slot holds one micro-batch through one chunk. */
 struct model_slot {
-    int chunk;                        /* the chunk it runs through (0 .. chunks-1): set before
-                                         its forward, kept until its backward */
-    struct layer_acts *layer;         /* [n_layers: one chunk's] */
-    struct moe_acts *moe;             /* [n_moe: the MoE layers of a chunk, in order] */
-    float grad_scale;                 /* its forward's (the MoE losses' gradients are scaled by it) */
-    float *input;                     /* (R,C) the chunk's input: the embedding on the first
-                                         stage's chunk 0, the activation received on the others */
-    int32_t *tokens, *targets;        /* (N) first stage: its tokens; last stage: the targets */
+    int chunk;                 /* the chunk it runs through (0 .. chunks-1): set before
+                                  its forward, kept until its backward */
+    struct layer_acts *layer;  /* [n_layers: one chunk's] */
+    struct moe_acts *moe;      /* [n_moe: the MoE layers of a chunk, in order] */
+    float grad_scale;          /* its forward's (the MoE losses' gradients are scaled by it) */
+    float *input;              /* (R,C) the chunk's input: the embedding on the first
+                                  stage's chunk 0, the activation received on the others */
+    int32_t *tokens, *targets; /* (N) first stage: its tokens; last stage: the targets */
     float *lnf, *lnf_mean, *lnf_rstd; /* (R,C), (R), (R) last stage (its last chunk) */
-    float *logits;                    /* (N,Vp/tp) last stage; turned into dlogits by the loss */
+    float *logits;                    /* (N,Vp/tp) last stage; turned into dlogits by the loss;
+                                         with logits_rows, (logits_rows,Vp/tp) every slot shares */
+    float *dlnf;  /* (N,C) logits_rows only: the head's input gradient, from the forward */
+    float *dhead; /* (Vp/tp,C) logits_rows only: the head's weight gradient, from the forward */
 };
 
 struct model {
@@ -94,6 +97,11 @@ struct model {
                                 (4C/tp; F/tp) */
     enum gpt2_tensor head;   /* the LM head's weight: wte (tied) or lmhead */
     int v0, Vpl, nv;         /* its vocabulary shard: entries [v0, v0+Vpl), nv of them real */
+    int logits_rows;         /* last stage: rows of logits computed at once, the head's
+                                gradients then made in the forward (gpt2_logits_rows); 0: a
+                                micro-batch's whole, kept as dlogits for its backward */
+    float *logits_out;       /* (N,Vp/tp) or NULL: where a forward without targets leaves its
+                                logits (the developer's dump of step 1) */
     int chunks, n_layers;    /* its pipeline stage's model chunks (1 but interleaved) and the
                                 layers of each (shard.part says which) */
     bool first, last;        /* the first stage embeds (in chunk 0), the last computes the
@@ -138,25 +146,25 @@ struct model {
     struct zero3 *z3, *z3g;
     uint16_t *slice16; /* (slice_n) bf16: the slice's bf16 copy (AdamW writes it), which the
                           layers are gathered from in bf16 (runtime/model_zero3.c) */
-    float **z3_pwin;  /* [z3_n_pwin] the parameter windows (mem.zero3_params' sizes) */
-    uint16_t **win16; /* [z3_n_pwin] bf16: each parameter window's copy */
-    int *z3_block8;   /* [z3_n_pwin] fp8: each window's block of params8 (the layer windows'; -1
-                         for the others) */
+    float **z3_pwin;   /* [z3_n_pwin] the parameter windows (mem.zero3_params' sizes) */
+    uint16_t **win16;  /* [z3_n_pwin] bf16: each parameter window's copy */
+    int *z3_block8;    /* [z3_n_pwin] fp8: each window's block of params8 (the layer windows'; -1
+                          for the others) */
     int z3_n_pwin;
     float *z3_gwin[GPT2_ZERO3_GRAD_WINDOWS];  /* the gradient windows (mem.zero3_grads') */
     float *z3_stage[GPT2_ZERO3_GRAD_WINDOWS]; /* each one's staging: this rank's part of its sum */
     int z3_pending[GPT2_ZERO3_GRAD_WINDOWS];  /* units whose gradients scatter, oldest first */
     int z3_n_pending;
-    bool z3_keep;        /* parallel.reshard_after_forward false: a unit gathered stays until
-                            the step's end (mz3_drop_all) */
-    bool z3_no_prefetch; /* gather each unit only when the pass reaches it (a benchmark's) */
+    bool z3_keep;            /* parallel.reshard_after_forward false: a unit gathered stays until
+                                the step's end (mz3_drop_all) */
+    bool z3_no_prefetch;     /* gather each unit only when the pass reaches it (a benchmark's) */
     struct offload *offload; /* nvme offload: the moments in files (runtime/offload.h); a
                                 GPU rank's host_step: in its host memory or in files */
     struct host_step *host_step; /* a GPU rank's offload: the optimizer step on the CPU
                                     (runtime/host_step.h); NULL without */
-    float *grad_slice;       /* (slice_n) ZeRO >= 1: the slice's gradient summed over dp
-                                (ZeRO 2 and 3: accumulated over the step's micro-batches) */
-    float *slice_tmp;        /* (slice_n) ZeRO >= 1: staging for the slice's collectives */
+    float *grad_slice;           /* (slice_n) ZeRO >= 1: the slice's gradient summed over dp
+                                    (ZeRO 2 and 3: accumulated over the step's micro-batches) */
+    float *slice_tmp;            /* (slice_n) ZeRO >= 1: staging for the slice's collectives */
 
     int n_slots;
     struct model_slot *slots; /* [n_slots] */
@@ -194,10 +202,10 @@ struct model {
      * scratch of gpt2_memory.h's GPT2_ACT_MOE_* and what the losses and metrics take */
     int n_moe;
     float *moe_logits, *moe_dgate, *moe_dy, *moe_dh, *moe_dact;
-    float *moe_ln; /* (N,C) sequence parallel: the block's input gathered in backward */
-    float *moe_ep; /* ep > 1: the all-to-all's rows (gpt2_memory.h GPT2_ACT_MOE_EP) */
-    int64_t *moe_ep_counts;       /* ep > 1, host (2E): the row counts sent and received */
-    size_t *moe_ep_sizes;         /* ep > 1, host (2·ep): an all-to-all's counts */
+    float *moe_ln;          /* (N,C) sequence parallel: the block's input gathered in backward */
+    float *moe_ep;          /* ep > 1: the all-to-all's rows (gpt2_memory.h GPT2_ACT_MOE_EP) */
+    int64_t *moe_ep_counts; /* ep > 1, host (2E): the row counts sent and received */
+    size_t *moe_ep_sizes;   /* ep > 1, host (2·ep): an all-to-all's counts */
     const struct group *ep_group; /* ep > 1: the ep ranks the experts are spread over */
     /* cp > 1 (model_moe_cp.c): the choices before each of the rank's chunks (gpt2_memory.h
      * GPT2_ACT_MOE_BEFORE), and on the host a layer's choices (N,k) then those before
@@ -284,8 +292,9 @@ struct model_shape {
                                      (rank-<offload_rank>/), two windows of each in memory */
     int offload_rank;
     double offload_window_mb;
-    bool host_step; /* parallel.offload on a GPU rank: the optimizer's step on the CPU, its
-                       state in host memory (runtime/host_step.h) */
+    double logits_chunk_mb; /* the plan's: the last stage's logits in chunks (model.logits_rows) */
+    bool host_step;         /* parallel.offload on a GPU rank: the optimizer's step on the CPU, its
+                               state in host memory (runtime/host_step.h) */
     double moe_capacity_factor, moe_aux_loss, moe_z_loss; /* model.moe's (plan.h) */
 };
 
@@ -412,8 +421,5 @@ int model_deferred_rows(struct model *m, int B, int T, const float **rows, const
 /* Adds those rows (any rank's, backend memory) into the wte gradient. */
 void model_add_embedding_rows(struct model *m, const float *rows, const int32_t *tokens, int B,
                               int T);
-
-/* The last forward's logits (N, Vp/tp) of slot 0 (sampling). */
-const float *model_logits(const struct model *m);
 
 #endif

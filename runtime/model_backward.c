@@ -236,7 +236,8 @@ static int layer_weights(struct model *m, struct model_slot *sl, int i, int B, i
 /* The LM head (logits = lnf · headᵀ, head wte when tied, else lmhead) and
  * the final norm: dres gets the gradient of the last layer's output. A tied
  * head writes dwte first (the first stage's embedding adds to it when the two
- * are one rank). */
+ * are one rank). With chunked logits the forward made the head's gradients
+ * (model_forward.c's head_rows): its weight gradient is added (written) here. */
 static int head_backward(struct model *m, struct model_slot *sl, int N, bool acc,
                          struct plait_error *err)
 {
@@ -245,11 +246,22 @@ static int head_backward(struct model *m, struct model_slot *sl, int N, bool acc
     const float *lnf;
     float *dlnf;
     struct profile *pr = &m->prof;
-    if (model_sp_gather(m, sl->lnf, N, &lnf, err)) return -1;
-    PROF(pr, PROF_LM_HEAD_BWD,
-         o->matmul_backward(m->ctx, m->dC, G(m->head, 0), NULL, sl->logits, lnf, P(m->head, 0),
-                            model_weight16(m, m->head, 0), N, C, m->Vpl, acc));
-    if (model_tp_sum_rows(m, m->dC, N, &dlnf, err)) return -1;
+    float *partial = m->dC; /* this rank's vocabulary part of the head's input gradient */
+    if (m->logits_rows) {
+        float *dw = G(m->head, 0);
+        size_t n = (size_t)m->Vpl * C;
+        partial = sl->dlnf;
+        if (acc)
+            PROF(pr, PROF_LM_HEAD_BWD, o->residual_forward(m->ctx, dw, dw, sl->dhead, n));
+        else
+            PROF(pr, PROF_LM_HEAD_BWD, o->copy(m->ctx, dw, sl->dhead, n * sizeof(float)));
+    } else {
+        if (model_sp_gather(m, sl->lnf, N, &lnf, err)) return -1;
+        PROF(pr, PROF_LM_HEAD_BWD,
+             o->matmul_backward(m->ctx, m->dC, G(m->head, 0), NULL, sl->logits, lnf, P(m->head, 0),
+                                model_weight16(m, m->head, 0), N, C, m->Vpl, acc));
+    }
+    if (model_tp_sum_rows(m, partial, N, &dlnf, err)) return -1;
     o->zero(m->ctx, m->dres, (size_t)R * C * sizeof(float));
     PROF(pr, PROF_LAYERNORM_BWD,
          model_norm_backward(m, m->dres, dlnf, sl->layer[m->n_layers - 1].res3, GPT2_LNFW,

@@ -175,23 +175,57 @@ int model_check_ops(struct model *m, const char *what, struct plait_error *err)
     return error_set(err, "%s backend, %s: %s", m->ops->name, what, msg);
 }
 
-/* The loss over a vocabulary split across the tp group (the full logits are
- * never gathered): row max, then Σexp and the target's logit, reduced between. */
-static int vocab_parallel_loss(struct model *m, struct model_slot *sl, int N, float grad_scale,
-                               struct plait_error *err)
+/* The loss of n rows of logits (targets, losses: theirs) over a vocabulary split across the
+ * tp group (the full logits are never gathered): row max, then Σexp and the target's logit,
+ * reduced between. */
+static int vocab_parallel_loss(struct model *m, float *logits, const int32_t *targets,
+                               float *losses, int n, float grad_scale, struct plait_error *err)
 {
     const struct ops *o = m->ops;
-    float *mx = m->ce_stats, *sum = mx + N, *tl = sum + N;
-    o->classifier_max(m->ctx, sl->logits, mx, N, m->nv, m->Vpl);
-    if (model_tp_reduce(m, mx, (size_t)N, true, err)) return -1;
-    o->classifier_sumexp(m->ctx, sl->logits, mx, sl->targets, m->v0, m->nv, m->Vpl, sum, tl, N);
-    if (model_tp_reduce(m, sum, 2 * (size_t)N, false, err)) return -1; /* sums and target logits */
-    o->classifier_finish(m->ctx, sl->logits, m->losses, sl->targets, mx, sum, tl, m->v0, m->nv,
-                         m->Vpl, N, grad_scale);
+    float *mx = m->ce_stats, *sum = mx + n, *tl = sum + n;
+    o->classifier_max(m->ctx, logits, mx, n, m->nv, m->Vpl);
+    if (model_tp_reduce(m, mx, (size_t)n, true, err)) return -1;
+    o->classifier_sumexp(m->ctx, logits, mx, targets, m->v0, m->nv, m->Vpl, sum, tl, n);
+    if (model_tp_reduce(m, sum, 2 * (size_t)n, false, err)) return -1; /* sums and target logits */
+    o->classifier_finish(m->ctx, logits, losses, targets, mx, sum, tl, m->v0, m->nv, m->Vpl, n,
+                         grad_scale);
     return 0;
 }
 
-/* The last stage's head: final LayerNorm, logits, and with targets the loss. */
+/* Rows [r0, r0 + n) of the head: their logits, loss and (grad_scale != 0) dlogits in
+ * sl->logits; with chunked logits also the head's input gradient of those rows into
+ * sl->dlnf and its weight gradient added into sl->dhead (written by the first rows). */
+static int head_rows(struct model *m, struct model_slot *sl, const float *lnf, int r0, int n,
+                     float grad_scale, struct plait_error *err)
+{
+    const struct ops *o = m->ops;
+    int C = m->cfg.hidden;
+    const float *in = lnf + (size_t)r0 * C, *w = P(m->head, 0);
+    const uint16_t *w16 = model_weight16(m, m->head, 0);
+    const int32_t *targets = sl->targets + r0;
+    float *losses = m->losses + r0;
+    struct profile *pr = &m->prof;
+    PROF(pr, PROF_LM_HEAD_FWD,
+         o->matmul_forward(m->ctx, sl->logits, in, w, w16, NULL, n, C, m->Vpl));
+    if (m->tp.size == 1) {
+        PROF(pr, PROF_LOSS,
+             o->classifier(m->ctx, sl->logits, losses, targets, n, m->cfg.vocab,
+                           m->cfg.padded_vocab, grad_scale));
+    } else {
+        double t0 = prof_clock(pr);
+        if (vocab_parallel_loss(m, sl->logits, targets, losses, n, grad_scale, err)) return -1;
+        if (!pr->paused) pr->seconds[PROF_LOSS] += prof_clock(pr) - t0;
+    }
+    if (m->logits_rows && grad_scale != 0)
+        PROF(pr, PROF_LM_HEAD_BWD,
+             o->matmul_backward(m->ctx, sl->dlnf + (size_t)r0 * C, sl->dhead, NULL, sl->logits, in,
+                                w, w16, n, C, m->Vpl, r0 > 0));
+    return 0;
+}
+
+/* The last stage's head: final LayerNorm, logits, and with targets the loss, in chunks
+ * of m->logits_rows rows (or at once); without targets the logits go to m->logits_out
+ * where one is set. */
 static int head_forward(struct model *m, struct model_slot *sl, const int32_t *targets, int N,
                         float grad_scale, double *mean_loss, struct plait_error *err)
 {
@@ -203,20 +237,17 @@ static int head_forward(struct model *m, struct model_slot *sl, const int32_t *t
          model_norm_forward(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->layer[m->n_layers - 1].res3,
                             GPT2_LNFW, GPT2_LNFB, 0, model_rows_of(m, N)));
     if (model_sp_gather(m, sl->lnf, N, &lnf, err)) return -1;
-    PROF(pr, PROF_LM_HEAD_FWD,
-         o->matmul_forward(m->ctx, sl->logits, lnf, P(m->head, 0), model_weight16(m, m->head, 0),
-                           NULL, N, C, m->Vpl));
-    if (!targets) return 0;
-    o->upload(m->ctx, sl->targets, targets, (size_t)N * sizeof(int32_t));
-    if (m->tp.size == 1) {
-        PROF(pr, PROF_LOSS,
-             o->classifier(m->ctx, sl->logits, m->losses, sl->targets, N, m->cfg.vocab,
-                           m->cfg.padded_vocab, grad_scale));
-    } else {
-        double t0 = prof_clock(pr);
-        if (vocab_parallel_loss(m, sl, N, grad_scale, err)) return -1;
-        if (!pr->paused) pr->seconds[PROF_LOSS] += prof_clock(pr) - t0;
+    if (!targets) {
+        if (m->logits_out)
+            PROF(pr, PROF_LM_HEAD_FWD,
+                 o->matmul_forward(m->ctx, m->logits_out, lnf, P(m->head, 0),
+                                   model_weight16(m, m->head, 0), NULL, N, C, m->Vpl));
+        return 0;
     }
+    o->upload(m->ctx, sl->targets, targets, (size_t)N * sizeof(int32_t));
+    int rows = m->logits_rows ? m->logits_rows : N;
+    for (int r0 = 0; r0 < N; r0 += rows)
+        if (head_rows(m, sl, lnf, r0, N - r0 < rows ? N - r0 : rows, grad_scale, err)) return -1;
     o->download(m->ctx, m->losses_host, m->losses, (size_t)N * sizeof(float));
     double sum = 0;
     for (int i = 0; i < N; i++) sum += m->losses_host[i];
@@ -257,8 +288,8 @@ int model_stage_forward(struct model *m, int slot, const int32_t *tokens, const 
                  ring_encoder_forward(m, emb, sl->tokens, P(GPT2_WTE, 0), wpe, B, T));
         else
             PROF(pr, PROF_EMBED_FWD,
-                 o->encoder_forward(m->ctx, emb, sl->tokens, P(GPT2_WTE, 0), m->v0, m->Vpl, wpe,
-                                    B, T, C));
+                 o->encoder_forward(m->ctx, emb, sl->tokens, P(GPT2_WTE, 0), m->v0, m->Vpl, wpe, B,
+                                    T, C));
         if (m->sp ? model_sp_scatter(m, emb, sl->input, N, err)
                   : model_tp_reduce(m, emb, (size_t)N * C, false, err))
             return -1;
@@ -305,9 +336,4 @@ const float *model_stage_output(const struct model *m, int slot)
 const float *model_stage_input_grad(const struct model *m)
 {
     return m->dres;
-}
-
-const float *model_logits(const struct model *m)
-{
-    return m->slots[0].logits;
 }

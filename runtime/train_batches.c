@@ -119,6 +119,7 @@ int train_dump_step1(struct trainer *t, struct plait_error *err)
     const struct plan *p = t->plan;
     int B = p->batch.micro_batch, T = t->T;
     t->m.prof.paused++;
+    if (t->m.last && !dump_logits_buffer(&t->m, B, T)) return error_set(err, "out of memory");
     int rc = forward_through_stages(t, 0x50000000u, t->dump_tokens, NULL, NULL, err) ||
                      dump_logits(&t->m, t->dump_dir, B, T, err) ||
                      dump_grads(&t->m, &t->par.g_world, t->dump_dir, err)

@@ -15,7 +15,7 @@
 #include "common/place/env.h"
 #include "common/place/gpu.h"        // defines: gpu_flops_per_token
 #include "common/place/rank_order.h" // defines: rank_shard_of, rank_replica_of
-#include "kernels/ops.h"                // defines: ops_cpu
+#include "kernels/ops.h"             // defines: ops_cpu
 #include "runtime/ckpt.h"
 #include "runtime/ckpt_parts.h"
 #include "runtime/ckpt_resume.h" // defines: ckpt_load_latest, ckpt_parts_load
@@ -23,7 +23,7 @@
 #include "runtime/gpt2.h"
 #include "runtime/lanes.h"
 #include "runtime/model_moe.h" // defines: moe_ep_lane_enter
-#include "runtime/profile.h" // defines: prof_now
+#include "runtime/profile.h"   // defines: prof_now
 #include "runtime/report.h"
 #include "runtime/run_dir.h"
 
@@ -63,7 +63,7 @@ static int seeded_weights(struct trainer *t, struct plait_error *err)
     bool z3 = m->zero == 3, direct = m->ops == ops_cpu();
     size_t P = m->shard.total, lo = z3 ? m->slice_at : 0, hi = z3 ? m->slice_at + m->slice_n : P;
     size_t held = z3 ? m->slice_n : m->n_padded; /* the weights' buffer */
-    if (hi > P) hi = P > lo ? P : lo; /* the padding past the shard: zeros */
+    if (hi > P) hi = P > lo ? P : lo;            /* the padding past the shard: zeros */
     float *buf = direct ? m->params : malloc((hi - lo) * sizeof(float) + 1);
     if (!buf) return error_set(err, "out of memory for %zu parameters", hi - lo);
     int rc = gpt2_init_shard_range(&m->shard, lo, hi, buf, t->plan->model.seed, err);
@@ -224,6 +224,7 @@ static int make_model(struct trainer *t, struct plait_error *err)
         .offload_dir = p->parallel.offload == PLAN_OFFLOAD_NVME ? p->parallel.offload_dir : NULL,
         .offload_rank = w->rank,
         .offload_window_mb = p->parallel.offload_window_mb,
+        .logits_chunk_mb = p->logits_chunk_mb,
         .host_step = offload_says(t),
         .moe_capacity_factor = p->model.moe.capacity_factor,
         .moe_aux_loss = p->model.moe.aux_loss,
@@ -232,6 +233,10 @@ static int make_model(struct trainer *t, struct plait_error *err)
     if (model_init(&t->m, &cfg, &part, &t->par.g_tp, t->ops, t->ctx, &shape, err)) return -1;
     t->model_ready = true;
     if (t->m.attention_bf16 && w->rank == 0) log_info("attention on the bf16 tensor cores");
+    if (t->m.logits_rows && w->rank == 0) /* other ranks' logs are quiet */
+        log_info("logits_chunk_mb %g: the logits %d row(s) at a time, the LM head's gradients made "
+                 "as they go",
+                 p->logits_chunk_mb, t->m.logits_rows);
     if (p->parallel.ep > 1 && p->parallel.zero > 0 && t->m.zero == 0 && w->rank == 0)
         log_info("parallel.zero %d with parallel.ep %d: a shard group's expert peers are one "
                  "rank each (its dp_shard × cp ranks = ep), so nothing is sliced; the gradients "
@@ -392,8 +397,7 @@ int train_setup(struct trainer *t, struct plait_error *err)
 {
     char resumed_from[64] = "";
     t->multi = t->where->world > 1;
-    if (connect_ranks(t, err) || run_dir_open(t, err) || make_schedule(t, err))
-        return -1;
+    if (connect_ranks(t, err) || run_dir_open(t, err) || make_schedule(t, err)) return -1;
     report_measure_cpu_early(t);
     if (make_model(t, err) || make_step_buffers(t, err) || resume_or_start(t, resumed_from, err) ||
         open_data(t, err) || read_debug_switches(t, err) || open_lanes(t, err))

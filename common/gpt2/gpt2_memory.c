@@ -3,6 +3,7 @@
  * arithmetic, every product checked; allocating them is runtime/model.c's. */
 #include "common/gpt2/gpt2_memory.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "common/checked.h"
@@ -125,10 +126,24 @@ static size_t moe_buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     return shape->recompute == PLAN_RECOMPUTE_FULL ? 1 : (size_t)shape->slots * layers;
 }
 
+size_t gpt2_logits_rows(const struct gpt2_shard *s, const struct gpt2_memory_shape *shape)
+{
+    if (!s->last || !(shape->logits_chunk_mb > 0)) return 0;
+    double Vpt = (double)(s->cfg.padded_vocab / s->part.tp), C = s->cfg.hidden;
+    double N = (double)shape->B * shape->T, slots = shape->slots;
+    double rows = floor(shape->logits_chunk_mb * 1048576.0 / (Vpt * sizeof(float)));
+    if (rows < 1) rows = 1;
+    if (rows >= N) return 0;
+    double whole = slots * N * Vpt, chunked = slots * (Vpt + N) * C + rows * Vpt;
+    return chunked < whole ? (size_t)rows : 0;
+}
+
 /* Elements of one copy of buffer a; rows_div: tp with sequence parallelism
- * (the residual stream's buffers hold N/tp rows), else 1. */
+ * (the residual stream's buffers hold N/tp rows), else 1; logits_rows:
+ * gpt2_logits_rows's. */
 static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long B, long long T,
-                         long long rows_div, bool fused_attention, long long cp, size_t *out)
+                         long long rows_div, bool fused_attention, long long cp,
+                         long long logits_rows, size_t *out)
 {
     const struct gpt2_config *cfg = &s->cfg;
     if (a >= GPT2_ACT_FIRST_MOE) return moe_buffer_elems(a, s, B, B * T, out);
@@ -178,7 +193,9 @@ static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long 
     case GPT2_ACT_DATT:
         return fused_attention ? ck_size(out, B, NHt, T) : ck_size(out, B, NHt, T, T);
     case GPT2_ACT_LOGITS:
-        return ck_size(out, B, T, Vpt);
+        return logits_rows ? ck_size(out, logits_rows, Vpt) : ck_size(out, B, T, Vpt);
+    case GPT2_ACT_DHEAD:
+        return ck_size(out, Vpt, C);
     case GPT2_ACT_CP_RING:
         return ck_size(out, B, T, 2, Ct);
     case GPT2_ACT_CP_SCORES: /* kernels/ops.h ATTENTION_BLOCK_SCRATCH */
@@ -206,6 +223,9 @@ static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     if (a == GPT2_ACT_QKV_PACKED) return gpt2_kv_heads(&s->cfg) != s->cfg.heads;
     if (a == GPT2_ACT_DFF) return s->cfg.llama;
     if (a < GPT2_ACT_FIRST_SLOT) return layer_kept(a, shape->recompute) ? slots * slot_layers : 1;
+    bool chunked = gpt2_logits_rows(s, shape) > 0;
+    if (a == GPT2_ACT_DLNF || a == GPT2_ACT_DHEAD) return chunked ? slots : 0;
+    if (a == GPT2_ACT_LOGITS && chunked) return 1;
     if (a < GPT2_ACT_FIRST_SCRATCH) return slot_held(a, s) ? slots : 0;
     if (a == GPT2_ACT_CE_STATS) return s->part.tp > 1;
     if (a == GPT2_ACT_WHOLE) return shape->sequence_parallel;
@@ -315,11 +335,12 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
     /* the moments: beside the weights, or on disk with two windows of each in memory; a
      * GPU rank's step on the CPU keeps them (or their windows) in host memory with the
      * slice's master weights and gradient */
-    out->offload_window = h->offload_window_mb > 0 ? gpt2_offload_window(h->offload_window_mb, S) : 0;
+    out->offload_window =
+        h->offload_window_mb > 0 ? gpt2_offload_window(h->offload_window_mb, S) : 0;
     uint64_t *moments = h->host_step ? &out->host : &out->optimizer;
-    ok = ok && (out->offload_window ? add_bytes(moments, out->offload_window, 16) &&
-                                          add_bytes(&out->disk, S, 8)
-                                    : add_bytes(moments, S, 8));
+    ok = ok && (out->offload_window
+                    ? add_bytes(moments, out->offload_window, 16) && add_bytes(&out->disk, S, 8)
+                    : add_bytes(moments, S, 8));
     ok = ok && (!h->host_step || add_bytes(&out->host, S, 8));
     if (ok && h->precision == PLAN_PRECISION_FP8) {
         out->lm_head16 = s->last ? s->elems[s->cfg.untied ? GPT2_LMHEAD : GPT2_WTE] : 0;
@@ -333,6 +354,7 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
     }
 
     /* the activations and scratch */
+    out->logits_rows = gpt2_logits_rows(s, h);
     for (int a = 0; ok && a < GPT2_ACTS; a++) {
         struct gpt2_buffer *b = &out->act[a];
         b->elem_bytes = 4;
@@ -347,7 +369,7 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
         size_t n;
         /* the ring's block attention keeps each row's log-sum-exp, as a fused one */
         ok = buffer_elems(a, s, h->B, h->T, rows_div, h->fused_attention || h->cp > 1,
-                          h->cp > 1 ? h->cp : 1, &b->elems) &&
+                          h->cp > 1 ? h->cp : 1, (long long)out->logits_rows, &b->elems) &&
              ck_mul(b->elems, b->copies, &n) && add_bytes(&out->activations, n, b->elem_bytes);
     }
     ok = ok && !__builtin_add_overflow(out->params, out->grads, &out->total) &&

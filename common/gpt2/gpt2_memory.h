@@ -76,19 +76,24 @@ enum gpt2_act {
     GPT2_ACT_LNF,      /* (R,C)       last stage */
     GPT2_ACT_LNF_MEAN, /* (R) */
     GPT2_ACT_LNF_RSTD, /* (R) */
-    GPT2_ACT_LOGITS,   /* (N,Vp/tp)   last stage, vocabulary shard */
+    GPT2_ACT_LOGITS,   /* (N,Vp/tp)   last stage, vocabulary shard; with chunked logits
+                          (gpt2_logits_rows) one (rows,Vp/tp) every slot shares */
+    GPT2_ACT_DLNF,     /* (N,C)       chunked logits only: the head's input gradient (this
+                          rank's vocabulary part of it), made in the forward */
+    GPT2_ACT_DHEAD,    /* (Vp/tp,C)   chunked logits only: the head's weight gradient, made
+                          in the forward, added into the gradients by the backward */
     /* scratch, one each */
-    GPT2_ACT_PROJ,     /* (N,C) */
-    GPT2_ACT_LOSSES,   /* (N) */
-    GPT2_ACT_CE_STATS, /* (3N)        tp > 1 */
-    GPT2_ACT_DRES,     /* (R,C) */
-    GPT2_ACT_GRAD_IN,  /* (R,C)       a stage's input gradient received from the next
-                          (pipeline stages but the last, every stage when interleaved) */
-    GPT2_ACT_DC,       /* (N,C) */
-    GPT2_ACT_D3C,      /* (N,3C/tp) */
-    GPT2_ACT_D4C,      /* (N,4C/tp) */
-    GPT2_ACT_DATT,     /* (B,NH/tp,T,T); none with a fused attention */
-    GPT2_ACT_WHOLE,    /* (N,C)       sequence parallel only: rows gathered from the group */
+    GPT2_ACT_PROJ,       /* (N,C) */
+    GPT2_ACT_LOSSES,     /* (N) */
+    GPT2_ACT_CE_STATS,   /* (3N)        tp > 1 */
+    GPT2_ACT_DRES,       /* (R,C) */
+    GPT2_ACT_GRAD_IN,    /* (R,C)       a stage's input gradient received from the next
+                            (pipeline stages but the last, every stage when interleaved) */
+    GPT2_ACT_DC,         /* (N,C) */
+    GPT2_ACT_D3C,        /* (N,3C/tp) */
+    GPT2_ACT_D4C,        /* (N,4C/tp) */
+    GPT2_ACT_DATT,       /* (B,NH/tp,T,T); none with a fused attention */
+    GPT2_ACT_WHOLE,      /* (N,C)       sequence parallel only: rows gathered from the group */
     GPT2_ACT_QKV_PACKED, /* (N,QKV/tp) grouped-query llama only: q, k and v as the product
                             writes them (KV heads of k and v), then their gradient */
     GPT2_ACT_DFF,        /* (N,F/tp)   llama only: the SwiGLU output's gradient */
@@ -155,14 +160,15 @@ struct gpt2_memory_shape {
                    for interleaved schedules) */
     int dp;     /* data-parallel ranks holding the same part (with cp: dp·cp, folded) */
     int zero;   /* ZeRO stage 0..3 */
-    bool keep_gathered;     /* ZeRO 3 with parallel.reshard_after_forward false: a unit stays
-                               gathered until the step's end (a window for each unit) */
-    bool sequence_parallel; /* the residual stream on N/tp rows (tp > 1, N divisible by tp) */
-    bool split_backward;    /* zero-bubble schedules: the G_* buffers */
-    bool fused_attention;   /* the backend's fused attention (kernels/ops.h
-                               attention_*_fused, the CUDA backend's): no
-                               (B,NH,T,T) probabilities, their gradient neither */
+    bool keep_gathered;       /* ZeRO 3 with parallel.reshard_after_forward false: a unit stays
+                                 gathered until the step's end (a window for each unit) */
+    bool sequence_parallel;   /* the residual stream on N/tp rows (tp > 1, N divisible by tp) */
+    bool split_backward;      /* zero-bubble schedules: the G_* buffers */
+    bool fused_attention;     /* the backend's fused attention (kernels/ops.h
+                                 attention_*_fused, the CUDA backend's): no
+                                 (B,NH,T,T) probabilities, their gradient neither */
     double offload_window_mb; /* parallel.offload "nvme": the moments' window (0: none) */
+    double logits_chunk_mb;   /* the plan's logits_chunk_mb (gpt2_logits_rows; 0: whole) */
     bool host_step; /* a GPU rank with parallel.offload "host" or "nvme" (runtime/host_step.h):
                        the AdamW step on the CPU, the slice's fp32 master weights and gradient
                        staged in host memory with the moments ("host") or their windows
@@ -197,12 +203,21 @@ struct gpt2_memory {
        beside each in bf16) and those their gradients are reduce-scattered out of
        (a staging buffer beside each) */
     struct gpt2_zero3_windows zero3_params, zero3_grads;
+    size_t logits_rows;    /* gpt2_logits_rows: rows of logits computed at once, 0 whole */
     size_t offload_window; /* nvme offload: floats of a moment's window (two of each in
                               memory), 0 without */
     uint64_t params, grads, optimizer, activations, total; /* bytes */
     uint64_t disk; /* bytes in files (nvme offload's moments), not in total */
     uint64_t host; /* bytes in host memory beside the device's (host_step), not in total */
 };
+
+/* How many rows of logits the last stage computes at once: 0 (the whole micro-batch's,
+ * kept per held micro-batch for the backward as their gradient, dlogits), or the rows
+ * of logits_chunk_mb MiB (at least 1) where that holds less: the forward then computes,
+ * chunk by chunk, the logits, the loss, dlogits and from them the head's input gradient
+ * (DLNF) and weight gradient (DHEAD), which a held micro-batch keeps instead of its
+ * dlogits ((Vp/tp + N)·C against N·Vp/tp elements). Not on other stages: 0. */
+size_t gpt2_logits_rows(const struct gpt2_shard *s, const struct gpt2_memory_shape *shape);
 
 /* Floats of an offload window (parallel.offload_window_mb: nvme's moments, a GPU rank's
  * offloaded step's copies and AdamW calls): window_mb MiB, at least 1, at most the slice's S. */

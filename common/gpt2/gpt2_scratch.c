@@ -183,8 +183,8 @@ void gpt2_scratch(const struct gpt2_shard *s, const struct gpt2_memory_shape *sh
     if (cfg->llama) raise(&r, GPT2_SCRATCH_ROPE, 8 * T * (uint64_t)(cfg->hidden / cfg->heads / 2));
     if (s->first) /* the embedding's gradient rows: each token's, the distinct ones' */
         raise(&r, GPT2_SCRATCH_INDEX, 4 * (2 * (N < Vpt ? N : Vpt) + 1 + N));
-    if (s->last) { /* the LM head, in bf16 but in fp32 runs, over its logits' rows */
-        uint64_t Nh = Vpt ? mem->act[GPT2_ACT_LOGITS].elems / Vpt : 0;
+    if (s->last) { /* the LM head, in bf16 but in fp32 runs, a chunk of rows at a time */
+        uint64_t Nh = mem->logits_rows ? (uint64_t)mem->logits_rows : N;
         product(&r, kind == PRODUCT_FP32 ? PRODUCT_FP32 : PRODUCT_BF16, Nh, C, Vpt, false, true);
     }
     /* AdamW's gradient norm (optimizer.cu): a partial per block, a sum per tensor instance */

@@ -8,10 +8,11 @@
  *
  * Per slot, in bytes, the most over the ops a rank runs: N = B·T rows (a product's rows:
  * sequence parallelism gathers them whole), R the residual stream's rows (N, or N/tp), Nh
- * the LM head's rows (those of its logits buffer, gpt2_memory's LOGITS), a product (n, in,
- * out) of n rows from in to out columns (qkv N·C→QKV/tp, attproj N·C/tp→C, fc N·C→FC/tp,
- * fcproj N·F/tp→C, the head Nh·C→Vp/tp, an MoE layer's router N·C→E and experts at most
- * ep·N rows C→FCm/tp and Fm/tp→C, the peak measurement's 256·1024→2048):
+ * the LM head's rows at once (gpt2_memory's logits_rows with chunked logits, else N), a
+ * product (n, in, out) of n rows from in to out columns (qkv N·C→QKV/tp, attproj
+ * N·C/tp→C, fc N·C→FC/tp, fcproj N·F/tp→C, the head Nh·C→Vp/tp, an MoE layer's router
+ * N·C→E and experts at most ep·N rows C→FCm/tp and Fm/tp→C, the peak measurement's
+ * 256·1024→2048):
  *   BF16_A    bf16 products (bf16 precision; the head in fp8 too): 2·n·in forward,
  *             2·n·out backward (the bf16 copy of dout); the head's 2·Nh·Vp/tp is GPT-2's largest
  *   BF16_B    2·n·in, a backward's copy of the input for the weight's gradient

@@ -288,6 +288,7 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
         /* a GPU rank's offload moves the step to the CPU (a CPU rank's "host" is a no-op) */
         .host_step =
             p->parallel.offload != PLAN_OFFLOAD_NONE && p->parallel.device == PLAN_DEVICE_CUDA,
+        .logits_chunk_mb = p->logits_chunk_mb,
         .moe_lanes = schedule_moe_lanes(p, l.pp, NULL)};
     struct gpt2_shard s;
     struct gpt2_memory mem;
@@ -313,6 +314,7 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
     out->host = mem.host;
     out->param_count = (int64_t)s.total; /* gpt2_shard_init keeps it addressable */
     out->slice_count = (int64_t)mem.slice;
+    out->logits_rows = (int64_t)mem.logits_rows;
 }
 
 void cost_memory(const struct plan *p, struct cost_layout l, struct cost_memory *out, int *stage)

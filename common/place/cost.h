@@ -41,20 +41,22 @@ struct cost_memory {      /* bytes, as gpt2_memory.h counts them */
     uint64_t grads;       /* fp32 gradients (padded) and ZeRO's reduced slice */
     uint64_t optimizer;   /* AdamW moments of the ZeRO slice (and ZeRO's staging buffer) */
     uint64_t activations; /* the micro-batches the schedule holds, and scratch */
-    uint64_t scratch;     /* a GPU rank's (device "cuda"; 0 elsewhere): the CUDA backend's
-                             scratch slots (common/gpt2/gpt2_scratch.h) */
+    uint64_t scratch;    /* a GPU rank's (device "cuda"; 0 elsewhere): the CUDA backend's
+                            scratch slots (common/gpt2/gpt2_scratch.h) */
     uint64_t cuda_context; /* ... and cuBLASLt's workspace and the CUDA context's allowance
                               (GPT2_CUDA_CONTEXT_BYTES, an estimate) */
     uint64_t total;        /* all of the above */
-    uint64_t disk;        /* parallel.offload "nvme": the moments' files (not in total) */
-    uint64_t host;        /* a GPU rank's offloaded step (parallel.offload "host" or "nvme"
-                             with device "cuda"): host memory beside the device's, not in
-                             total: the moments (or nvme's two windows of each), the slice's
-                             fp32 master weights and its gradient; 0 elsewhere */
+    uint64_t disk;       /* parallel.offload "nvme": the moments' files (not in total) */
+    uint64_t host;       /* a GPU rank's offloaded step (parallel.offload "host" or "nvme"
+                            with device "cuda"): host memory beside the device's, not in
+                            total: the moments (or nvme's two windows of each), the slice's
+                            fp32 master weights and its gradient; 0 elsewhere */
     int64_t param_count; /* parameters of this rank's tp × pp shard (ZeRO divides
                             the bytes above, not this count) */
     int64_t slice_count; /* elements of the optimizer's slice (ZeRO's, else the shard's
                             padded to dp): what an AdamW step updates */
+    int64_t logits_rows; /* the last stage: rows of logits computed at once, 0 a micro-batch's
+                            whole (gpt2_logits_rows) */
 };
 
 /* Memory of one rank of pipeline stage `stage` (0 ≤ stage < pp; every tp and
@@ -111,17 +113,17 @@ struct cost_links {
     double tp_gbps, pp_gbps, dp_gbps; /* its bandwidth per rank, GB/s */
     enum cost_link shard, replicas;   /* hybrid sharding: its two groups' */
     double shard_gbps, replicas_gbps;
-    enum cost_link cp;                /* context parallelism's ring (cp > 1) */
+    enum cost_link cp; /* context parallelism's ring (cp > 1) */
     double cp_gbps;
-    enum cost_link ep, experts;       /* expert parallelism (ep > 1): the all-to-all's group, */
-    double ep_gbps, experts_gbps;     /* and the expert peers the routed gradients sum over */
-    double ep_share;                  /* the share of a rank's all-to-all bytes that crosses
-                                         ep's slowest link (its peers behind it of ep − 1; the
-                                         rest goes alongside over faster links); 0: all */
-    double device_tflops;             /* sustained dense matmul rate per device */
-    double device_memory_gbps;        /* the device's memory bandwidth, GB/s (a GPU's
-                                         datasheet figure, a CPU rank's measured pass over
-                                         its parameters); 0: not modelled */
+    enum cost_link ep, experts;   /* expert parallelism (ep > 1): the all-to-all's group, */
+    double ep_gbps, experts_gbps; /* and the expert peers the routed gradients sum over */
+    double ep_share;              /* the share of a rank's all-to-all bytes that crosses
+                                     ep's slowest link (its peers behind it of ep − 1; the
+                                     rest goes alongside over faster links); 0: all */
+    double device_tflops;         /* sustained dense matmul rate per device */
+    double device_memory_gbps;    /* the device's memory bandwidth, GB/s (a GPU's
+                                     datasheet figure, a CPU rank's measured pass over
+                                     its parameters); 0: not modelled */
     /* A CPU rank whose machine was measured (struct cost_cpu_rates); 0 elsewhere:
      * a GPU's calibrated share covers these, and an unmeasured CPU is not known */
     double attention_tflops; /* the attention's rate (its per-head products and softmax
@@ -159,10 +161,10 @@ struct cost_cpu_rates {
 struct cost_time {
     double compute_s, tp_s, pp_s, dp_s, bubble_s, optimizer_s, total_s;
     double host_step_s; /* part of optimizer_s: the offloaded step's (COST_HOST_*), else 0 */
-    double cp_s;       /* the cp ring's traffic, on the critical path as tp's */
-    double ep_s;       /* the experts' all-to-all, likewise (serial: no overlap modelled) */
-    double memory_s;   /* the memory-bound ops (links->activation_gbps; 0 when not modelled) */
-    double parallel_s; /* the CPU ops' parallel starts (links->parallel_op_s; likewise) */
+    double cp_s;        /* the cp ring's traffic, on the critical path as tp's */
+    double ep_s;        /* the experts' all-to-all, likewise (serial: no overlap modelled) */
+    double memory_s;    /* the memory-bound ops (links->activation_gbps; 0 when not modelled) */
+    double parallel_s;  /* the CPU ops' parallel starts (links->parallel_op_s; likewise) */
 };
 
 /* Step-time estimate: compute (the products at device_tflops, the attention at

@@ -28,7 +28,8 @@ enum plan_precision { PLAN_PRECISION_FP32, PLAN_PRECISION_BF16, PLAN_PRECISION_F
  * rather than found as a failed allocation. */
 #define PLAN_VOCAB_MAX (1 << 24)
 
-#define PLAN_PRECISIONS 3 /* how many: the one list the parser, the plugin's policy and help use */
+#define PLAN_PRECISIONS 3 /* how many: the one list the parser, the plugin's policy and help use   \
+                           */
 /* fp8's scaling (kernels/fp8.h); NONE (null in plan.json) unless precision is fp8 */
 enum plan_fp8_scaling { PLAN_FP8_NONE = -1, PLAN_FP8_TENSOR, PLAN_FP8_BLOCK };
 enum plan_recompute { PLAN_RECOMPUTE_NONE, PLAN_RECOMPUTE_SELECTIVE, PLAN_RECOMPUTE_FULL };
@@ -84,12 +85,12 @@ struct plan_model {
     char *init; /* NULL, or an llm.c GPT-2 checkpoint (absolute path) */
     /* llama only (refused for gpt2, whose values are fixed: kv_heads = heads,
      * ffn_hidden = 4·hidden, LayerNorm with eps 1e-5, learned positions): */
-    int kv_heads;         /* key/value heads, grouped-query attention; default heads */
-    int ffn_hidden;       /* the SwiGLU MLP's hidden width (required) */
-    double rope_theta;    /* rotary positions' base, default 10000 */
-    double norm_eps;      /* RMSNorm's epsilon, default 1e-5 */
-    bool tie_embeddings;  /* the LM head is wte (gpt2: always; llama: default false) */
-    struct plan_moe moe;  /* mixture of experts; moe.given false: a dense model */
+    int kv_heads;        /* key/value heads, grouped-query attention; default heads */
+    int ffn_hidden;      /* the SwiGLU MLP's hidden width (required) */
+    double rope_theta;   /* rotary positions' base, default 10000 */
+    double norm_eps;     /* RMSNorm's epsilon, default 1e-5 */
+    bool tie_embeddings; /* the LM head is wte (gpt2: always; llama: default false) */
+    struct plan_moe moe; /* mixture of experts; moe.given false: a dense model */
 };
 
 /* Whether the plan's model is a Llama (model.arch "llama"). */
@@ -105,8 +106,8 @@ struct plan_data {
 };
 
 struct plan_batch {
-    int micro_batch; /* B, sequences per micro-batch */
-    int grad_accum;  /* micro-batches per optimizer step */
+    int micro_batch;  /* B, sequences per micro-batch */
+    int grad_accum;   /* micro-batches per optimizer step */
     int global_batch; /* sequences per step over every replica; 0: micro_batch × grad_accum ×
                          dp. Given, grad_accum is derived from it and dp (elastic_batch.h) */
 };
@@ -162,8 +163,8 @@ struct plan_parallel {
      * (rank_dp_fold), as hybrid sharding's shard rank is: an ep group is ep consecutive
      * folded dp ranks, ep_rank = dp_rank % ep */
     int ep;
-    bool allow_tp_over_pcie; /* let a tp group span NVLink domains of one node */
-    int zero;                /* ZeRO stage 0..3: what data parallelism shards */
+    bool allow_tp_over_pcie;    /* let a tp group span NVLink domains of one node */
+    int zero;                   /* ZeRO stage 0..3: what data parallelism shards */
     bool reshard_after_forward; /* ZeRO 3: a unit is gathered again for its backward (and
                                    each micro-batch); false: kept gathered until the step's end */
     enum plan_device device;
@@ -175,9 +176,9 @@ struct plan_parallel {
     double bucket_mb;              /* data-parallel gradient bucket */
     double timeout_s;              /* every wait's deadline (collectives, the store, peers) */
     enum plan_backend backend;
-    enum plan_offload offload;     /* where the AdamW moments live */
-    char *offload_dir;             /* nvme: the directory of each rank's files (rank-N/) */
-    double offload_window_mb;      /* nvme: each moment's window in memory, MiB */
+    enum plan_offload offload; /* where the AdamW moments live */
+    char *offload_dir;         /* nvme: the directory of each rank's files (rank-N/) */
+    double offload_window_mb;  /* nvme: each moment's window in memory, MiB */
 };
 
 struct plan_sample {
@@ -206,6 +207,8 @@ struct plan {
     enum plan_precision precision;
     enum plan_fp8_scaling fp8_scaling; /* precision fp8: "tensor" (default) or "block" */
     enum plan_recompute recompute;
+    double logits_chunk_mb; /* the most MiB of logits the last stage computes at once, its head's
+                               backward then run chunk by chunk in the forward (0: whole) */
     struct plan_checkpoint checkpoint;
     struct plan_parallel parallel;
     struct plan_sample sample;

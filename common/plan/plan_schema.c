@@ -214,6 +214,7 @@ const struct field plan_root_fields[] = {
     /* null unless precision is fp8, where plan_check_rules makes it "tensor" */
     ENUM_FIELD("fp8_scaling", fp8_scaling, fp8_scaling_names, PLAN_FP8_NONE, 0),
     ENUM_FIELD("recompute", recompute, recompute_names, PLAN_RECOMPUTE_NONE, MAY_CHANGE),
+    REAL_FIELD("logits_chunk_mb", logits_chunk_mb, 0, false, 1e6, false, 512.0, MAY_CHANGE),
     SECTION("checkpoint", checkpoint_fields, 0),
     SECTION("parallel", parallel_fields, 0),
     SECTION("sample", sample_fields, 0),

@@ -59,6 +59,15 @@ check torch_referee_bf16 case_and_compare bf16
 # Recomputing activations in backward must not move a number beyond fp32 noise.
 check torch_referee_recompute_full \
     train_and_compare "$WORK/case_fp32" "$WORK/run_recompute_full" --set recompute=full
+# The classifier in chunks (logits_chunk_mb): the case's 96 rows of 256 logits one row
+# at a time, the LM head's gradients made in the forward; the dump's logits computed
+# whole beside them.
+in_chunks() {
+    train_and_compare "$WORK/case_$1" "$WORK/run_$1_chunks" --set logits_chunk_mb=0.001 &&
+        grep -q "logits_chunk_mb 0.001: the logits 1 row(s) at a time" "$WORK/run_$1_chunks.log"
+}
+check torch_referee_fp32_logits_in_chunks in_chunks fp32
+check torch_referee_bf16_logits_in_chunks in_chunks bf16
 # Multi-rank layouts, directly against PyTorch. A case of 4 micro-batches of 3
 # a step: 2 on each of dp 2, through a 2-stage 1F1B pipeline of tp 2 ranks.
 tp2_pp2_dp2_zero1() {

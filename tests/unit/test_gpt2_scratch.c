@@ -19,7 +19,8 @@ static const struct gpt2_config gpt2_124m = {.max_seq_len = 1024,
 
 enum { N = 16 * 1024, C = 768, VP = 50304, NH = 12, B = 16, T = 1024 };
 
-/* GPT-2 124M on tp ranks (rank 0, one stage), 16×1024, in `precision`; its scratch in *out. */
+/* GPT-2 124M on tp ranks (rank 0, one stage), 16×1024, in `precision`, with whole logits
+ * (logits_chunk_mb 0); its scratch in *out. */
 static int scratch_of(enum plan_precision precision, enum plan_fp8_scaling scaling, int tp,
                       struct gpt2_scratch *out)
 {
@@ -147,7 +148,10 @@ static void test_fp8_block_scales_a_tile_of_128(void)
 }
 
 /* plait check: a GPU rank holds its scratch, cuBLASLt's 32 MiB and the CUDA context's
- * allowance beside its model's buffers, in its total; a CPU rank none of them. */
+ * allowance beside its model's buffers, in its total; a CPU rank none of them. The plan's
+ * default logits_chunk_mb (512 MiB) runs the head ⌊512 MiB / (4·Vp)⌋ = 2,668 rows at a
+ * time: its bf16 copy of dlogits 2·2,668·Vp = 268,422,144 bytes in BF16_A in place of
+ * the whole logits' 2·N·Vp, the rest as with whole logits: 549,374,980 bytes in all. */
 static void test_plait_check_counts_a_gpu_ranks_scratch_and_cuda_context(void)
 {
     struct plait_error err = {.text = ""};
@@ -169,7 +173,9 @@ static void test_plait_check_counts_a_gpu_ranks_scratch_and_cuda_context(void)
               cpu.total == cpu.params + cpu.grads + cpu.optimizer + cpu.activations,
           "a CPU rank: scratch %llu, context %llu", (unsigned long long)cpu.scratch,
           (unsigned long long)cpu.cuda_context);
-    CHECK(gpu.scratch == 1929314308ull && gpu.cuda_context == (32ull + 512) << 20 &&
+    uint64_t chunked = 1929314308ull - 2ull * N * VP + 2ull * 2668 * VP;
+    CHECK(chunked == 549374980ull && gpu.scratch == chunked &&
+              gpu.cuda_context == (32ull + 512) << 20 &&
               gpu.total == gpu.params + gpu.grads + gpu.optimizer + gpu.activations + gpu.scratch +
                                gpu.cuda_context,
           "a GPU rank: scratch %llu, context %llu, total %llu", (unsigned long long)gpu.scratch,

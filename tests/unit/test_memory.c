@@ -79,7 +79,8 @@ static int build_rank(const struct plan *p, struct cost_layout l, int tp_rank, i
                                 .dp_rank = dp_rank,
                                 .zero = p->parallel.zero,
                                 .sequence_parallel = p->parallel.sequence_parallel,
-                                .split_backward = sched.split_backward};
+                                .split_backward = sched.split_backward,
+                                .logits_chunk_mb = p->logits_chunk_mb};
     schedule_free(&sched);
     struct group tp = {.size = l.tp, .rank = tp_rank};
     counted_bytes = 0;
@@ -471,6 +472,64 @@ fail:
     plan_free(p);
 }
 
+/* logits_chunk_mb: the stage with the loss holds one chunk of logits (0.005 MiB: 5 rows
+ * of Vp/tp 256, 10 of 128 with tp 2) and, per held micro-batch, the head's input and
+ * weight gradients, (Vp/tp + N)·C, instead of its N·Vp/tp logits (N = 8·16): predicted
+ * = allocated, and the difference that; the other stages hold the same either way. */
+static void test_logits_in_chunks_hold_a_chunk_and_the_heads_gradients(void)
+{
+    struct plan *p = small_plan();
+    if (!p) return;
+    p->batch.micro_batch = 8;
+    struct ops ops = counting_ops();
+    static const struct cost_layout layouts[] = {{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {2, 2, 2}};
+    const enum plan_pipeline schedules[] = {PLAN_PIPE_1F1B, PLAN_PIPE_ZB_H1};
+    int checked = 0;
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+        for (int sc = 0; sc < 2; sc++)
+            for (int stage = 0; stage < layouts[i].pp; stage++) {
+                struct cost_layout l = layouts[i];
+                p->parallel.schedule = schedules[sc];
+                p->parallel.sequence_parallel = l.tp > 1;
+                struct cost_memory want[2];
+                struct model m[2];
+                uint64_t bytes[2];
+                struct plait_error err = {.text = ""};
+                const double mb[2] = {0, 0.005};
+                for (int k = 0; k < 2; k++) {
+                    p->logits_chunk_mb = mb[k];
+                    cost_memory_stage(p, l, stage, &want[k]);
+                    if (build_rank(p, l, 0, stage, 0, &ops, &m[k], &bytes[k], &err)) {
+                        CHECK(0, "tp %d pp %d stage %d: %s", l.tp, l.pp, stage, err.text);
+                        plan_free(p);
+                        return;
+                    }
+                    CHECK(bytes[k] == want[k].total &&
+                              m[k].allocated.activations == want[k].activations,
+                          "tp %d pp %d stage %d, logits_chunk_mb %g: allocated %llu, predicted "
+                          "%llu",
+                          l.tp, l.pp, stage, mb[k], (unsigned long long)bytes[k],
+                          (unsigned long long)want[k].total);
+                }
+                uint64_t N = 8 * 16, C = 32, Vpt = 256 / (uint64_t)l.tp, rows = 5 * (uint64_t)l.tp;
+                uint64_t slots = (uint64_t)m[0].n_slots;
+                bool last = stage == l.pp - 1;
+                uint64_t saved =
+                    last ? 4 * (slots * N * Vpt - rows * Vpt - slots * (Vpt + N) * C) : 0;
+                CHECK(want[0].activations - want[1].activations == saved &&
+                          m[1].logits_rows == (last ? (int)rows : 0) &&
+                          want[1].logits_rows == m[1].logits_rows,
+                      "tp %d pp %d stage %d: %llu fewer bytes (want %llu), %d rows at a time", l.tp,
+                      l.pp, stage, (unsigned long long)(want[0].activations - want[1].activations),
+                      (unsigned long long)saved, m[1].logits_rows);
+                model_free(&m[0]);
+                model_free(&m[1]);
+                checked++;
+            }
+    CHECK(checked == 2 * (1 + 1 + 2 + 2), "%d stages checked", checked);
+    plan_free(p);
+}
+
 int main(void)
 {
     cx = test_cpu_open();
@@ -480,6 +539,7 @@ int main(void)
     RUN(test_a_fused_attention_holds_no_probabilities);
     RUN(test_fp8_copy_is_a_byte_a_weight_its_scales_and_a_bf16_lm_head);
     RUN(test_two_lanes_hold_a_second_copy_of_what_crosses_an_exchange);
+    RUN(test_logits_in_chunks_hold_a_chunk_and_the_heads_gradients);
     ops_cpu()->close(cx);
     return check_exit_code();
 }
