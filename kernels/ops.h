@@ -366,6 +366,18 @@ struct ops {
      * one line for the log saying which fell back to dequantised products, and
      * why. */
     const char *(*fp8_fallback)(struct ops_ctx *ctx);
+
+    /* Optional (NULL where ops need no scratch of their own: the CPU): makes the backend's
+     * scratch slots (common/gpt2/gpt2_scratch_slots.h, n_slots of them) bytes[i] bytes each
+     * now (0: left), so that a step grows none: what common/gpt2/gpt2_scratch.c counts and
+     * plait check predicts. A slot an op later asks more of is grown all the same and said
+     * by scratch_grown (with PLAIT_DEBUG_SCRATCH_STRICT=1 in the environment: refused, the
+     * op's error, but for an fp8 product's fallback to fp32, which the device decides).
+     * 0, or -1 with the error kept for take_error (out of memory). */
+    int (*reserve_scratch)(struct ops_ctx *ctx, const uint64_t *bytes, int n_slots);
+    /* Optional: NULL while no slot grew past its reservation; else one line for the log
+     * naming the first that did and its bytes. */
+    const char *(*scratch_grown)(struct ops_ctx *ctx);
 };
 
 /* The CPU backend (always present). */

@@ -27,6 +27,10 @@ static void add_offload_bytes(json_t *o, const struct cost_memory *mem)
 {
     if (mem->disk) json_object_set_new(o, "disk", json_integer((json_int_t)mem->disk));
     if (mem->host) json_object_set_new(o, "host", json_integer((json_int_t)mem->host));
+    /* a GPU rank's beside its model's buffers, in the total */
+    if (mem->scratch) json_object_set_new(o, "scratch", json_integer((json_int_t)mem->scratch));
+    if (mem->cuda_context)
+        json_object_set_new(o, "cuda_context", json_integer((json_int_t)mem->cuda_context));
 }
 
 static json_t *rank_json(const struct rank_map *m, const struct place_node *nodes, int r)

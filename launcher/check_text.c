@@ -5,7 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/place/env.h" // defines: PLAIT_ENV_RANKS_PER_GPU
+#include "common/gpt2/gpt2_scratch.h" // defines: GPT2_CUDA_CONTEXT_BYTES, the allowance said
+#include "common/place/env.h"         // defines: PLAIT_ENV_RANKS_PER_GPU
 #include "common/place/topo.h"
 #include "launcher/check.h"
 
@@ -289,8 +290,10 @@ static void print_memory(const struct plan *p, const struct layout_eval *e, uint
            fp8 ? " with scaling per " : "", fp8 ? plan_fp8_scaling_name(p->fp8_scaling) : "",
            p->parallel.zero, plan_recompute_name(p->recompute));
     bool host = e->mem.host > 0; /* a GPU rank's offloaded step: its host memory, a column */
-    printf("  %5s %9s %12s %8s %8s %10s %12s %8s%s\n", "stage", "layers", "parameters", "params",
-           "grads", "optimizer", "activations", "total", host ? "     host" : "");
+    bool gpu = e->mem.cuda_context > 0; /* a GPU rank's scratch and CUDA context, two */
+    printf("  %5s %9s %12s %8s %8s %10s %12s%s %8s%s\n", "stage", "layers", "parameters", "params",
+           "grads", "optimizer", "activations", gpu ? "  scratch     cuda" : "", "total",
+           host ? "     host" : "");
     for (int s = 0; s < m->pp; s++) {
         struct cost_memory mem;
         cost_memory_stage(&placed, e->layout, s, &mem);
@@ -301,12 +304,17 @@ static void print_memory(const struct plan *p, const struct layout_eval *e, uint
                      part.layer_end - part.layer_begin);
         else
             snprintf(layers, sizeof layers, "%d-%d", part.layer_begin, part.layer_end - 1);
-        printf("  %5d %9s %12lld %8.2f %8.2f %10.2f %12.2f %8.2f", s, layers,
-               (long long)mem.param_count, mem.params / unit, mem.grads / unit,
-               mem.optimizer / unit, mem.activations / unit, mem.total / unit);
+        printf("  %5d %9s %12lld %8.2f %8.2f %10.2f %12.2f", s, layers, (long long)mem.param_count,
+               mem.params / unit, mem.grads / unit, mem.optimizer / unit, mem.activations / unit);
+        if (gpu) printf(" %8.2f %8.2f", mem.scratch / unit, mem.cuda_context / unit);
+        printf(" %8.2f", mem.total / unit);
         if (host) printf(" %8.2f", mem.host / unit);
         printf("\n");
     }
+    if (gpu)
+        printf("  scratch: the CUDA backend's buffers at their largest in a step; cuda: "
+               "cuBLASLt's workspace (%.0f MiB) and the CUDA context (%.0f MiB, an estimate)\n",
+               GPT2_CUBLASLT_WORKSPACE_BYTES / 1048576.0, GPT2_CUDA_CONTEXT_BYTES / 1048576.0);
     if (m->world > 1 && m->ranks[0].gpu < 0) { /* CPU ranks: the socket backend's rings */
         uint64_t rings = 0;
         for (int s = 0; s < m->pp; s++) {

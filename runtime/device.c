@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/gpt2/gpt2_scratch_slots.h" // defines: GPT2_PEAK_PRODUCT_N, C, OC
 #include "common/log.h"
 #include "common/place/gpu.h"  // defines: gpu_peak_tflops
 #include "common/place/topo.h" // defines: topo_load, topo_gpu_spec
@@ -136,7 +137,8 @@ int device_comm_backend(const struct plan *p, const struct env_rank *w, const st
 double device_peak_gflops(struct model *m)
 {
     const struct ops *o = m->ops;
-    int N = 256, C = 1024, OC = 2048;
+    /* (common/gpt2/gpt2_scratch.c counts the scratch this product takes) */
+    int N = GPT2_PEAK_PRODUCT_N, C = GPT2_PEAK_PRODUCT_C, OC = GPT2_PEAK_PRODUCT_OC;
     float *x = o->alloc(m->ctx, (size_t)N * C * 4), *w = o->alloc(m->ctx, (size_t)OC * C * 4);
     float *y = o->alloc(m->ctx, (size_t)N * OC * 4);
     bool fp8 = m->precision == PLAN_PRECISION_FP8;

@@ -13,6 +13,7 @@
 #include "common/gpt2/gpt2_memory.h"
 #include "runtime/host_step.h"
 #include "runtime/model_moe.h"
+#include "runtime/model_scratch.h" // defines: model_reserve_scratch
 #include "runtime/model_weights.h" // defines: model_fp8_layout
 #include "runtime/model_zero3.h"
 #include "runtime/ring_attention.h"
@@ -262,6 +263,7 @@ static int count_memory(struct model *m, const struct model_shape *shape, struct
                                    .host_step = shape->host_step,
                                    .logits_chunk_mb = shape->logits_chunk_mb,
                                    .moe_lanes = shape->ep_lane_group != NULL};
+    m->mem_shape = ms;
     return gpt2_memory(&m->shard, &ms, &m->mem, err);
 }
 
@@ -485,7 +487,7 @@ int model_init(struct model *m, const struct gpt2_config *cfg, const struct gpt2
         return -1;
     }
     if ((m->zero == 3 && mz3_init(m, shape->dp_group, err)) || (m->cp > 1 && ring_init(m, err)) ||
-        moe_init(m, err) || moe_ep_lanes_init(m, err)) {
+        moe_init(m, err) || moe_ep_lanes_init(m, err) || model_reserve_scratch(m, err)) {
         model_free(m);
         return -1;
     }

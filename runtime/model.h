@@ -252,7 +252,10 @@ struct model {
     int deferred_slot;            /* the slot whose embedding rows were left out, -1: none */
     struct profile prof;          /* time per phase (the training loop resets it) */
     struct gpt2_memory mem;       /* what it holds, by common/gpt2/gpt2_memory.c */
+    struct gpt2_memory_shape mem_shape; /* ... for this shape */
     struct model_bytes allocated; /* what model_init allocated, counted by kind (= mem's) */
+    uint64_t scratch_bytes;       /* the backend's scratch reserved beside it (model_scratch.c;
+                                     0 on the CPU), which gpt2_memory does not count */
     void **allocations;           /* everything above, for model_free */
     int n_allocations, cap_allocations;
 };

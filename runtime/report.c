@@ -108,7 +108,7 @@ double report_proc_status_bytes(const char *field)
  * model_init allocated (counted), and its peak resident set. Collective. */
 static int memory_report(struct trainer *t, int step, struct plait_error *err)
 {
-    enum { K = 12 };
+    enum { K = 13 };
     const struct env_rank *w = t->where;
     const struct model_bytes *a = &t->m.allocated;
     double mine[K] = {w->tp_rank,
@@ -122,7 +122,8 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
                       t->rss_before_model,
                       w->cp_rank,
                       t->m.host_step ? (double)t->m.host_step->bytes : -1,
-                      -1};
+                      -1,
+                      (double)t->m.scratch_bytes};
     uint64_t used = 0, total = 0;
     if (t->m.ops->memory_in_use) {
         t->m.ops->memory_in_use(t->m.ctx, &used, &total);
@@ -159,9 +160,10 @@ static int memory_report(struct trainer *t, int step, struct plait_error *err)
             .pp = (int)v[1],
             .dp = (int)v[2],
             .predicted = {(int64_t)c.params, (int64_t)c.grads, (int64_t)c.optimizer,
-                          (int64_t)c.activations, -1, c.host ? (int64_t)c.host : -1},
+                          (int64_t)c.activations, -1, c.host ? (int64_t)c.host : -1,
+                          (int64_t)c.scratch, (int64_t)c.cuda_context},
             .allocated = {(int64_t)v[3], (int64_t)v[4], (int64_t)v[5], (int64_t)v[6], -1,
-                          (int64_t)v[10]},
+                          (int64_t)v[10], (int64_t)v[12], 0},
             .rss_peak_bytes = (int64_t)v[7],
             .rss_before_model_bytes = (int64_t)v[8],
             .cp = (int)v[9],
@@ -490,6 +492,9 @@ int report_first_step(struct trainer *t, int step, struct plait_error *err)
 {
     const char *fp8_fallback = t->m.ops->fp8_fallback ? t->m.ops->fp8_fallback(t->m.ctx) : NULL;
     if (fp8_fallback && t->where->rank == 0) log_warn("%s", fp8_fallback);
+    /* any rank's: each counts its own shard's scratch */
+    const char *grown = t->m.ops->scratch_grown ? t->m.ops->scratch_grown(t->m.ctx) : NULL;
+    if (grown) log_warn("rank %d: %s", t->where->rank, grown);
     return memory_report(t, step, err);
 }
 

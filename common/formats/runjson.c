@@ -16,7 +16,7 @@
 
 int64_t run_bytes_total(const struct run_bytes *b)
 {
-    return b->params + b->grads + b->optimizer + b->activations;
+    return b->params + b->grads + b->optimizer + b->activations + b->scratch + b->cuda_context;
 }
 
 /* ---- writing ---------------------------------------------------------------------------- */
@@ -30,6 +30,10 @@ static json_t *bytes_json(const struct run_bytes *b, bool predicted)
     if (o && predicted && b->comm_rings >= 0)
         json_object_set_new(o, "comm_rings", json_integer((json_int_t)b->comm_rings));
     if (o && b->host >= 0) json_object_set_new(o, "host", json_integer((json_int_t)b->host));
+    if (o && b->scratch > 0)
+        json_object_set_new(o, "scratch", json_integer((json_int_t)b->scratch));
+    if (o && b->cuda_context > 0)
+        json_object_set_new(o, "cuda_context", json_integer((json_int_t)b->cuda_context));
     return o;
 }
 
@@ -121,6 +125,9 @@ static void read_bytes(struct json_read *rd, json_t *o, const char *at, struct r
     b->activations = json_read_int(rd, o, at, "activations");
     b->comm_rings = json_read_has(o, "comm_rings") ? json_read_int(rd, o, at, "comm_rings") : -1;
     b->host = json_read_has(o, "host") ? json_read_int(rd, o, at, "host") : -1;
+    b->scratch = json_read_has(o, "scratch") ? json_read_int(rd, o, at, "scratch") : 0;
+    b->cuda_context =
+        json_read_has(o, "cuda_context") ? json_read_int(rd, o, at, "cuda_context") : 0;
 }
 
 static void read_rank(struct json_read *rd, json_t *o, const char *at, struct run_rank_memory *m)

@@ -20,6 +20,11 @@ struct run_bytes { /* one rank's memory by what it holds ("total" in the file: t
     int64_t host;       /* host memory beside the device's, not in the total (a GPU rank's
                            offloaded optimizer step, runtime/host_step.h); -1: none (not
                            written) */
+    /* a GPU rank's, in the total (0 elsewhere: not written) */
+    int64_t scratch;      /* the CUDA backend's scratch slots (common/gpt2/gpt2_scratch.h):
+                             predicted, and reserved when the model was made */
+    int64_t cuda_context; /* predicted only: cuBLASLt's workspace and the CUDA context's
+                             allowance (an estimate) */
 };
 
 struct run_rank_memory {

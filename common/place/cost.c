@@ -15,6 +15,7 @@
 #include "common/place/comm_memory.h"   // defines: COMM_SHM_RING_BYTES
 #include "common/place/cost_internal.h" // defines: what cost.c and cost_ep.c share
 #include "common/gpt2/gpt2_memory.h"    // defines: gpt2_memory, the bytes a rank holds
+#include "common/gpt2/gpt2_scratch.h"   // defines: gpt2_scratch, a GPU rank's scratch beside it
 #include "common/gpt2/gpt2_shard.h"     // defines: gpt2_shard_init, gpt2_stage_layers
 #include "common/place/schedule.h"      // defines: schedule_max_in_flight, schedule_moe_lanes
 
@@ -302,6 +303,13 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
     out->optimizer = mem.optimizer;
     out->activations = mem.activations;
     out->total = mem.total;
+    if (p->parallel.device == PLAN_DEVICE_CUDA) { /* beside the model's buffers */
+        struct gpt2_scratch scratch;
+        gpt2_scratch(&s, &shape, &mem, gpt2_scratch_attention_bf16(&s.cfg, &shape), &scratch);
+        out->scratch = scratch.total;
+        out->cuda_context = GPT2_CUBLASLT_WORKSPACE_BYTES + GPT2_CUDA_CONTEXT_BYTES;
+        out->total += out->scratch + out->cuda_context;
+    }
     out->disk = mem.disk;
     out->host = mem.host;
     out->param_count = (int64_t)s.total; /* gpt2_shard_init keeps it addressable */

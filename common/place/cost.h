@@ -41,7 +41,11 @@ struct cost_memory {      /* bytes, as gpt2_memory.h counts them */
     uint64_t grads;       /* fp32 gradients (padded) and ZeRO's reduced slice */
     uint64_t optimizer;   /* AdamW moments of the ZeRO slice (and ZeRO's staging buffer) */
     uint64_t activations; /* the micro-batches the schedule holds, and scratch */
-    uint64_t total;
+    uint64_t scratch;    /* a GPU rank's (device "cuda"; 0 elsewhere): the CUDA backend's
+                            scratch slots (common/gpt2/gpt2_scratch.h) */
+    uint64_t cuda_context; /* ... and cuBLASLt's workspace and the CUDA context's allowance
+                              (GPT2_CUDA_CONTEXT_BYTES, an estimate) */
+    uint64_t total;        /* all of the above */
     uint64_t disk;       /* parallel.offload "nvme": the moments' files (not in total) */
     uint64_t host;       /* a GPU rank's offloaded step (parallel.offload "host" or "nvme"
                             with device "cuda"): host memory beside the device's, not in

@@ -172,12 +172,16 @@ void layout_evaluate(const struct plan *p, struct cost_layout l, const struct pl
         snprintf(shared, sizeof shared, ", the %d on one GPU (%s) %.2f GB,",
                  e->map.gpu_sharing, PLAIT_ENV_RANKS_PER_GPU,
                  (double)e->mem.total * e->map.gpu_sharing / 1e9);
+    char cuda[96] = ""; /* a GPU rank's beside the model's buffers */
+    if (e->mem.cuda_context)
+        snprintf(cuda, sizeof cuda, ", scratch %.2f, CUDA context and workspace %.2f",
+                 e->mem.scratch / 1e9, e->mem.cuda_context / 1e9);
     int n = snprintf(e->why, sizeof e->why,
                      "a rank of pipeline stage %d needs %.2f GB%s the GPU has %.2f GB (params "
-                     "%.2f, grads %.2f, optimizer %.2f, activations %.2f GB): ",
+                     "%.2f, grads %.2f, optimizer %.2f, activations %.2f%s GB): ",
                      e->worst_stage, e->mem.total / 1e9, *shared ? shared : ",", gpu_mem / 1e9,
                      e->mem.params / 1e9, e->mem.grads / 1e9, e->mem.optimizer / 1e9,
-                     e->mem.activations / 1e9);
+                     e->mem.activations / 1e9, cuda);
     layout_fit_advice(&placed, l, rank_mem, e->why + n, sizeof e->why - (size_t)n);
 }
 

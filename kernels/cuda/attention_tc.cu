@@ -19,6 +19,7 @@ namespace
 {
 
 constexpr int TILE = 64;      /* query rows of a block = key rows of a tile */
+static_assert(TILE == GPT2_SCRATCH_ATTENTION_TILE, "gpt2_scratch.c pads T to this tile");
 constexpr int WARPS = 4;      /* 16 rows each; 3 blocks an SM (168 registers at most) */
 constexpr int LDT = TILE + 8; /* row stride (bf16) of a transposed tile: conflict-free reads */
 constexpr float LOG2E = 1.4426950408889634f;
@@ -469,7 +470,7 @@ void backward(struct ops_ctx *ctx, float *dqkv, const float *dout, const float *
 
 bool cu_attention_bf16_takes(int head_size)
 {
-    return head_size == 16 || head_size == 32 || head_size == 64;
+    return gpt2_scratch_attention_bf16_takes(head_size); /* (the cases below) */
 }
 
 void cu_attention_forward_bf16(struct ops_ctx *ctx, float *out, float *lse, const float *qkv, int B,

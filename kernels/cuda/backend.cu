@@ -50,10 +50,35 @@ static int cuda_take_error(struct ops_ctx *ctx, char *buf, size_t bytes)
 
 /* ---- scratch ------------------------------------------------------------------------ */
 
+/* A slot asked for more than its reservation: said once (cuda_scratch_grown), or
+ * refused where PLAIT_DEBUG_SCRATCH_STRICT=1, but for the fp8 fallback's operands, which
+ * the device decides (block scaling off sm_90, alignment, no cuBLASLt algorithm: what
+ * gpt2_scratch.c cannot foresee; matmul_fp8.cu says the fallback too). false: refused,
+ * the error recorded. */
+static bool scratch_beyond_reservation(struct ops_ctx *ctx, int slot, size_t bytes)
+{
+    size_t reserved = ctx->scratch_reserved_bytes[slot];
+    const char *fmt = "CUDA scratch slot %s grew past its reservation: %zu bytes asked, %zu "
+                      "reserved (common/gpt2/gpt2_scratch.c counts it short: device memory "
+                      "beyond plait check's prediction)";
+    bool fallback = slot == CU_FP8_F32A || slot == CU_FP8_F32B;
+    if (ctx->scratch_strict && !fallback) {
+        cu_set_error(ctx, fmt, gpt2_scratch_slot_name(slot), bytes, reserved);
+        return false;
+    }
+    if (!ctx->scratch_grown) {
+        ctx->scratch_grown = true;
+        snprintf(ctx->scratch_grown_line, sizeof ctx->scratch_grown_line, fmt,
+                 gpt2_scratch_slot_name(slot), bytes, reserved);
+    }
+    return true;
+}
+
 void *cu_scratch(struct ops_ctx *ctx, int slot, size_t bytes)
 {
     void **p = &ctx->scratch[slot];
     if (ctx->scratch_bytes[slot] >= bytes && *p) return *p;
+    if (ctx->scratch_reserved && !scratch_beyond_reservation(ctx, slot, bytes)) return NULL;
     if (*p) {
         /* earlier kernels may still read it */
         (void)CUDA_OK(ctx, cudaStreamSynchronize(ctx->stream));
@@ -68,6 +93,31 @@ void *cu_scratch(struct ops_ctx *ctx, int slot, size_t bytes)
     }
     ctx->scratch_bytes[slot] = grown;
     return *p;
+}
+
+/* ops.h reserve_scratch: each slot made at its size now (the step then grows none);
+ * from here on a slot asked for more is reported. */
+static int cuda_reserve_scratch(struct ops_ctx *ctx, const uint64_t *bytes, int n_slots)
+{
+    if (n_slots != CU_SLOTS) {
+        cu_set_error(ctx, "reserve_scratch: %d slots given, the backend has %d", n_slots,
+                     CU_SLOTS);
+        return -1;
+    }
+    ctx->scratch_reserved = false; /* (a second reservation replaces the first) */
+    for (int i = 0; i < CU_SLOTS; i++)
+        if (bytes[i] && !cu_scratch(ctx, i, (size_t)bytes[i])) return -1;
+    for (int i = 0; i < CU_SLOTS; i++) ctx->scratch_reserved_bytes[i] = (size_t)bytes[i];
+    const char *strict = getenv("PLAIT_DEBUG_SCRATCH_STRICT");
+    ctx->scratch_strict = strict && !strcmp(strict, "1");
+    ctx->scratch_reserved = true;
+    return 0;
+}
+
+/* ops.h scratch_grown: the first slot that grew past its reservation, or NULL */
+static const char *cuda_scratch_grown(struct ops_ctx *ctx)
+{
+    return ctx->scratch_grown ? ctx->scratch_grown_line : NULL;
 }
 
 /* ---- memory ---------------------------------------------------------------------- */
@@ -268,6 +318,8 @@ static struct ops cuda_ops = {
     .to_bf16 = cu_to_bf16,
     .bf16_emulation = cuda_bf16_emulation,
     .fp8_fallback = cu_fp8_fallback,
+    .reserve_scratch = cuda_reserve_scratch,
+    .scratch_grown = cuda_scratch_grown,
 };
 
 extern "C" int ops_cuda_built(void)
@@ -378,7 +430,7 @@ static struct ops_ctx *cuda_open(int device, char *errbuf, size_t errbuf_bytes)
         cuda_ops.matmul_backward_fp8 = NULL;
         cuda_ops.quantize_fp8 = NULL;
     }
-    ctx->lt_workspace_bytes = 32u << 20;
+    ctx->lt_workspace_bytes = GPT2_CUBLASLT_WORKSPACE_BYTES; /* plait check counts it */
     if (!CUDA_OK(ctx, cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) ||
         !LT_OK(ctx, cublasLtCreate(&ctx->lt)) ||
         !CUDA_OK(ctx, cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes)))

@@ -12,33 +12,35 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/gpt2/gpt2_scratch_slots.h"
 #include "kernels/ops.h"
 #include "kernels/ops_error.h"
 
 /* ---- the context --------------------------------------------------------------- */
 
-/* Scratch device memory slots (cu_scratch) */
+/* Scratch device memory slots (cu_scratch): common/gpt2/gpt2_scratch_slots.h names them
+ * (and what each holds) for the count of their sizes, common/gpt2/gpt2_scratch.c */
 enum {
-    CU_SCRATCH_BF16_A,
-    CU_SCRATCH_BF16_B,
-    CU_SCRATCH_PARTIAL,
-    CU_SCRATCH_PARTIAL2,
-    CU_SCRATCH_INDEX,
+    CU_SCRATCH_BF16_A = GPT2_SCRATCH_BF16_A,
+    CU_SCRATCH_BF16_B = GPT2_SCRATCH_BF16_B,
+    CU_SCRATCH_PARTIAL = GPT2_SCRATCH_PARTIAL,
+    CU_SCRATCH_PARTIAL2 = GPT2_SCRATCH_PARTIAL2,
+    CU_SCRATCH_INDEX = GPT2_SCRATCH_INDEX,
     /* the fp8 products (matmul_fp8.cu) */
-    CU_FP8_X,    /* an activation's codes, (N,C) */
-    CU_FP8_XS,   /* its scales */
-    CU_FP8_D,    /* a gradient's codes, (N,OC) */
-    CU_FP8_DS,   /* its scales */
-    CU_FP8_WT,   /* the weight's codes transposed, (C,OC) */
-    CU_FP8_LTA,  /* cuBLASLt's scales of A */
-    CU_FP8_LTB,  /* ... and B */
-    CU_FP8_F32A, /* the fallback's decoded operands */
-    CU_FP8_F32B,
-    CU_FP8_AMAX,          /* partial maxima of a tensor's amax */
-    CU_SCRATCH_ATTENTION, /* attention_tc.cu: q, k, v (and dout) in bf16, per head */
-    CU_SCRATCH_ROPE,      /* llama.cu: the rotary angles' cos and sin, (T, hs/2) */
-    CU_SCRATCH_MOE,       /* moe.cu: the losses' sums */
-    CU_SLOTS
+    CU_FP8_X = GPT2_SCRATCH_FP8_X,
+    CU_FP8_XS = GPT2_SCRATCH_FP8_XS,
+    CU_FP8_D = GPT2_SCRATCH_FP8_D,
+    CU_FP8_DS = GPT2_SCRATCH_FP8_DS,
+    CU_FP8_WT = GPT2_SCRATCH_FP8_WT,
+    CU_FP8_LTA = GPT2_SCRATCH_FP8_LTA,
+    CU_FP8_LTB = GPT2_SCRATCH_FP8_LTB,
+    CU_FP8_F32A = GPT2_SCRATCH_FP8_F32A,
+    CU_FP8_F32B = GPT2_SCRATCH_FP8_F32B,
+    CU_FP8_AMAX = GPT2_SCRATCH_FP8_AMAX,
+    CU_SCRATCH_ATTENTION = GPT2_SCRATCH_ATTENTION,
+    CU_SCRATCH_ROPE = GPT2_SCRATCH_ROPE,
+    CU_SCRATCH_MOE = GPT2_SCRATCH_MOE,
+    CU_SLOTS = GPT2_SCRATCH_SLOTS
 };
 
 /* encoder.cu's host buffers: the tokens, their per-row buckets, the counts */
@@ -64,6 +66,14 @@ struct ops_ctx {
     size_t lt_workspace_bytes;
     void *scratch[CU_SLOTS]; /* device memory, grown on demand */
     size_t scratch_bytes[CU_SLOTS];
+    /* reserve_scratch's sizes (cuda_reserve_scratch): a slot asked for more afterwards
+     * is grown still and said once (scratch_grown_line), or with
+     * PLAIT_DEBUG_SCRATCH_STRICT=1 refused as an error */
+    bool scratch_reserved;
+    bool scratch_strict;
+    size_t scratch_reserved_bytes[CU_SLOTS];
+    bool scratch_grown;
+    char scratch_grown_line[384];
     struct cu_encoder_host enc;
     struct cu_rope_key rope;
     struct ops_error error;
@@ -175,7 +185,7 @@ __device__ __forceinline__ float cu_block_max(float v, float *shared)
 /* Rows are cut into chunks of CU_CHUNK_ROWS; a first kernel writes each
  * chunk's column sums into partial (chunks, C) in row order, and this adds
  * them in chunk order: out (C) = out·accumulate + Σ_chunks partial. */
-enum { CU_CHUNK_ROWS = 64 };
+enum { CU_CHUNK_ROWS = (int)GPT2_SCRATCH_CHUNK_ROWS };
 void cu_column_sum_finish(struct ops_ctx *ctx, float *out, const float *partial, int chunks, int C,
                           bool accumulate);
 /* out (C) = out·accumulate + Σ_rows in (N,C), the two passes above. */

@@ -101,6 +101,7 @@ __global__ void quantize_tiles_kernel(uint8_t *q, float *scales, const float *x,
 
 /* The whole tensor as one tile: partial maxima per block, ... */
 enum { AMAX_BLOCKS = 264, AMAX_THREADS = 512 };
+static_assert((int)AMAX_BLOCKS == (int)GPT2_SCRATCH_AMAX_BLOCKS, "gpt2_scratch.c counts these partials");
 
 __global__ void amax_partial_kernel(float *partial, const float *x, size_t n)
 {

@@ -7,6 +7,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 
 enum { THREADS = 256, SUM_BLOCKS = 1024 };
+static_assert((int)SUM_BLOCKS == (int)GPT2_SCRATCH_SUM_BLOCKS, "gpt2_scratch.c counts these partials");
 
 /* The CPU's arithmetic operation for operation, each rounded on its own
  * (__fmul_rn and friends are never fused into an FMA, and the CPU build does

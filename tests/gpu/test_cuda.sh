@@ -34,6 +34,9 @@ TRAIN=$BUILD/bin/plait-train
 REF=$ROOT/tests/golden/gpt2_ref.py
 LLAMA_REF=$ROOT/tests/golden/llama_ref.py
 CUDA_SET=(--set parallel.device=cuda)
+# every run here a check of common/gpt2/gpt2_scratch.c: a scratch slot an op asks more of
+# than the model reserved by it is the op's error, naming the slot and its bytes
+export PLAIT_DEBUG_SCRATCH_STRICT=1
 CHECKS=(cuda_selftest cuda_torch_referee_fp32 cuda_torch_referee_bf16
     cuda_llama_torch_referee_fp32 cuda_llama_torch_referee_bf16
     cuda_bf16_attention_tracks_fp32_attention cuda_run_equals_cuda_run
@@ -167,7 +170,7 @@ offload_equals_run() {
 import json, sys
 r = json.load(open(sys.argv[1]))["memory"]["ranks"][0]
 p, a = r["predicted"], r["allocated"]
-keys = ("params", "grads", "optimizer", "activations", "host")
+keys = ("params", "grads", "optimizer", "activations", "host", "scratch")
 assert all(p.get(k) == a.get(k) for k in keys), (p, a)
 assert a["optimizer"] == 0 and a["host"] > 0, a
 print(f"{sys.argv[1]}: device {a['total']} bytes, host {a['host']}, as predicted")

@@ -22,6 +22,9 @@
 source "$(dirname "$0")/../integration/lib.sh" # defines: PLAIT, PY, WORK, check, tiny_plan
 source "$(dirname "$0")/../integration/moe_lib.sh" # defines: MOE (the MoE GPT-2), loads_equal
 source "$(dirname "$0")/../../scripts/selftest_why.sh" # defines: selftest_why
+# every rank's scratch as common/gpt2/gpt2_scratch.c counts it for its shard (tp, sequence
+# parallelism, cp, ep): more asked of a slot than reserved is the op's error, naming it
+export PLAIT_DEBUG_SCRATCH_STRICT=1
 
 CHECKS=(gpu2_tp2_matches_one_gpu gpu2_dp2_buckets_matches_one_gpu gpu2_dp2_zero1_matches_one_gpu
     gpu2_dp2_zero3_matches_one_gpu gpu2_pp2_matches_one_gpu gpu2_bf16_tp2_tracks_bf16_one_gpu gpu2_run_equals_gpu2_run

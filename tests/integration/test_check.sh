@@ -129,16 +129,23 @@ check_text() {
 
 # the text output names each kind of GPU: by PCI id alone (the H100s of a node hwloc sees
 # without NVIDIA's libraries), with memory and dense peaks; an id plait does not know says
-# so; and a GPU plan's modelled MFU against the GPU's peak
+# so; a GPU plan's modelled MFU against the GPU's peak; and a GPU rank's memory beside its
+# model's buffers: the CUDA backend's scratch (issue 19's GPT-2 124M bf16 at 16×1024: 0.55
+# GB with the logits in chunks of 512 MiB, 1.93 with them whole, the LM head's bf16 copy of
+# dlogits the most of it), cuBLASLt's workspace with the CUDA context's allowance, two
+# columns in the total and a line saying what they are
 test_text_names_the_gpus_and_models_mfu() {
     check_text tests/topo/pci_ids_only/gpt2_124m_on_one_h100_known_by_pci_id "$WORK/t.txt" || return 1
     grep -qF "    2 × NVIDIA H100 80GB HBM3 (10de:2330, named by PCI id), 85.90 GB (PCI id), dense peaks bf16 989 / fp8 1979 TFLOP/s, memory 3350 GB/s" "$WORK/t.txt" &&
         grep -qF "    1 × unknown GPU 10de:2684 (no NVML, no hwloc GPU model, not in plait's table), memory unknown, peaks unknown" "$WORK/t.txt" &&
-        grep -qE "^  modelled MFU: [0-9.]+% of 1 × NVIDIA H100 80GB HBM3's dense bf16 peak, 989 TFLOP/s each \(855.2 MFLOP per token" "$WORK/t.txt" ||
+        grep -qE "^  modelled MFU: [0-9.]+% of 1 × NVIDIA H100 80GB HBM3's dense bf16 peak, 989 TFLOP/s each \(855.2 MFLOP per token" "$WORK/t.txt" &&
+        grep -qE "^ +stage +layers +parameters +params +grads +optimizer +activations +scratch +cuda +total$" "$WORK/t.txt" &&
+        grep -qE "^ +0 +0-11 +124475904 +0.75 +0.50 +1.00 +11.02 +0.55 +0.57 +14.38$" "$WORK/t.txt" &&
+        grep -qF "  scratch: the CUDA backend's buffers at their largest in a step; cuda: cuBLASLt's workspace (32 MiB) and the CUDA context (512 MiB, an estimate)" "$WORK/t.txt" ||
         { cat "$WORK/t.txt"; return 1; }
-    # CPU ranks: no GPU lines, no MFU
+    # CPU ranks: no GPU lines, no MFU, no scratch or CUDA context
     "$PLAIT" check tests/topo/cpu_only/four_cpu_ranks/plan.json --topology tests/topo/cpu_only/topology.xml >"$WORK/c.txt" 2>&1 || { cat "$WORK/c.txt"; return 1; }
-    ! grep -q "MFU\|10de:\|TFLOP/s" "$WORK/c.txt" || { cat "$WORK/c.txt"; return 1; }
+    ! grep -q "MFU\|10de:\|TFLOP/s\|scratch\|cuda" "$WORK/c.txt" || { cat "$WORK/c.txt"; return 1; }
 }
 check text_names_the_gpus_and_models_mfu test_text_names_the_gpus_and_models_mfu
 
@@ -148,8 +155,8 @@ check text_names_the_gpus_and_models_mfu test_text_names_the_gpus_and_models_mfu
 test_text_proposes_the_cheapest_zero_stage() {
     local case=tests/topo/h100_sxm8/zero2_where_zero1_fits_says_so
     "$PLAIT" check "$case/plan.json" --topology tests/topo/h100_sxm8/topology.xml >"$WORK/z.txt" 2>&1 || { cat "$WORK/z.txt"; return 1; }
-    grep -qE "^  the most loaded rank by ZeRO stage at dp 8: 0 106.66 GB, 1 76.33 GB, 2 76.33 GB" "$WORK/z.txt" &&
-        grep -qF "  parallel.zero 1 would fit too (76.33 GB), with no more data-parallel traffic" "$WORK/z.txt" ||
+    grep -qE "^  the most loaded rank by ZeRO stage at dp 8: 0 107.43 GB, 1 77.09 GB, 2 77.09 GB" "$WORK/z.txt" &&
+        grep -qF "  parallel.zero 1 would fit too (77.09 GB), with no more data-parallel traffic" "$WORK/z.txt" ||
         { cat "$WORK/z.txt"; return 1; }
     # at zero 1 itself: no proposal
     "$PLAIT" check "$case/plan.json" --topology tests/topo/h100_sxm8/topology.xml --set parallel.zero=1 >"$WORK/z1.txt" 2>&1 || { cat "$WORK/z1.txt"; return 1; }
@@ -167,8 +174,8 @@ test_text_says_a_gpu_ranks_step_runs_on_the_cpu() {
     local case=tests/topo/h100_sxm8/offload_host_with_zero3_fits_where_no_zero_stage_does
     local topo=tests/topo/h100_sxm8/topology.xml
     "$PLAIT" check "$case/plan.json" --topology $topo >"$WORK/o.txt" 2>&1 || { cat "$WORK/o.txt"; return 1; }
-    grep -qE "^ +stage +layers +parameters +params +grads +optimizer +activations +total +host$" "$WORK/o.txt" &&
-        grep -qE "^ +0 +0-29 +6189252608 +7.95 +7.50 +0.00 +67.12 +82.56 +12.38$" "$WORK/o.txt" &&
+    grep -qE "^ +stage +layers +parameters +params +grads +optimizer +activations +scratch +cuda +total +host$" "$WORK/o.txt" &&
+        grep -qE "^ +0 +0-29 +6189252608 +7.95 +7.50 +0.00 +67.12 +0.80 +0.57 +83.94 +12.38$" "$WORK/o.txt" &&
         grep -qF '  parallel.offload "host": the AdamW step runs on the CPU; the moments, the slice'"'"'s fp32 master weights and its gradient are in host memory (the most loaded rank: 12.38 GB, the "host" column, beside the device'"'"'s total); the device holds none of the AdamW state' "$WORK/o.txt" &&
         grep -qF "  the step on the CPU is modelled at 0.681 s: the slice's gradient down and its weights up over PCIe at 25 GB/s, AdamW's pass at 50 GB/s of host memory" "$WORK/o.txt" ||
         { cat "$WORK/o.txt"; return 1; }

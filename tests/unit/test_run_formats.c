@@ -148,8 +148,17 @@ static void fill_run(struct run_record *r, struct run_rank_memory ranks[2])
     r->machine = (struct run_machine){"host", "A CPU", 16, 4, "cpu", 123.25, ""};
     for (int i = 0; i < 2; i++)
         ranks[i] = (struct run_rank_memory){
-            i,       i,      0, 0, {10 + i, 20, 30, 40, i ? 5000 : -1, i ? -1 : 60},
-            {11, 21, 31, 41 + i, -1, i ? -1 : 61}, 1 << 20, 1 << 19, i, i ? -1 : 3LL << 32};
+            i,
+            i,
+            0,
+            0,
+            /* rank 0 a GPU's: its scratch and CUDA context predicted, its scratch reserved */
+            {10 + i, 20, 30, 40, i ? 5000 : -1, i ? -1 : 60, i ? 0 : 70, i ? 0 : 80},
+            {11, 21, 31, 41 + i, -1, i ? -1 : 61, i ? 0 : 71, 0},
+            1 << 20,
+            1 << 19,
+            i,
+            i ? -1 : 3LL << 32};
     r->memory_after_step = 1, r->ranks = ranks, r->n_ranks = 2, r->cp = 2; /* cp written */
     r->modelled_tokens_per_s = 1000.5, r->measured_tokens_per_s = 0.1 + 0.2;
     r->has_checkpoint = true, r->checkpoint_async = true;
@@ -174,6 +183,9 @@ static void test_run_json_reads_back_what_was_written(void)
     CHECK(r.memory_after_step == 1 && r.n_ranks == 2 && r.ranks &&
               !memcmp(r.ranks, ranks, sizeof ranks),
           "memory differs");
+    CHECK(run_bytes_total(&r.ranks[0].predicted) == 10 + 20 + 30 + 40 + 70 + 80 &&
+              run_bytes_total(&r.ranks[0].allocated) == 11 + 21 + 31 + 41 + 71,
+          "a GPU rank's total leaves out its scratch or CUDA context");
     CHECK(r.modelled_tokens_per_s == w.modelled_tokens_per_s &&
               r.measured_tokens_per_s == w.measured_tokens_per_s,
           "throughput differs");
