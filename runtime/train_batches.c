@@ -156,8 +156,7 @@ static int feed_next(void *ctx, int micro, int32_t *tokens, int32_t *targets,
         }
     }
     if (t->dump_dir && f->step == t->dump_step && micro == 0 && t->st.micro == 0)
-        memcpy(t->dump_tokens, tokens,
-               (size_t)p->batch.micro_batch * p->model.seq_len * sizeof *tokens);
+        memcpy(t->dump_tokens, tokens, (size_t)p->batch.micro_batch * t->T * sizeof *tokens);
     return 0;
 }
 
