@@ -105,7 +105,27 @@ test_stopped_cp_runs_resume_to_the_bit() {
     stop_resume stop_cp2dp2 full_cp2dp2 22 "micro-batch 2 of step 6" "${cp[@]}"
 }
 
+# The developer's dump of step 1 (PLAIT_DUMP_STEP1) at cp 2: its gradients, summed over
+# the layout, are one rank's within 1e-5 (a rank reads its own B·seq_len/cp tokens)
+test_cp_dump_of_step_1_is_one_ranks() {
+    for run in one:1 cp2:2; do
+        PLAIT_DUMP_STEP1="$WORK/dump_${run%%:*}" "$PLAIT" train "$WORK/plan.json" \
+            --out "$WORK/dump_run_${run%%:*}" "${COMMON[@]}" --set steps=3 \
+            --set parallel.cp="${run##*:}" >"$WORK/dump_${run%%:*}.log" 2>&1 ||
+            { tail "$WORK/dump_${run%%:*}.log"; return 1; }
+    done
+    "$PY" - "$WORK/dump_one/grads.f32" "$WORK/dump_cp2/grads.f32" <<'PYEOF'
+import sys, numpy as np
+a, b = (np.fromfile(p, np.float32) for p in sys.argv[1:3])
+assert a.shape == b.shape and a.size > 0, (a.shape, b.shape)
+worst = float(np.max(np.abs(a - b)) / np.max(np.abs(a)))
+print(f"{a.size} gradients, worst difference {worst:.3g} of the largest")
+sys.exit(0 if worst <= 1e-5 else 1)
+PYEOF
+}
+
 check cp_2_and_4_match_one_rank test_cp_2_and_4_match_one_rank
+check cp_dump_of_step_1_is_one_ranks test_cp_dump_of_step_1_is_one_ranks
 check cp_with_tp_sequence_parallel_and_recompute_matches_one_rank \
     test_cp_with_tp_sequence_parallel_and_recompute_matches_one_rank
 check cp2_pp2_dp2_matches_one_rank test_cp2_pp2_dp2_matches_one_rank
