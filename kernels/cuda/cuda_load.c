@@ -50,7 +50,7 @@ static void load(void)
         return;
     }
     const struct ops_cuda_entry *e = dlsym(h, OPS_CUDA_ENTRY_SYMBOL);
-    if (!e || e->version != OPS_CUDA_ENTRY_VERSION) {
+    if (!e || e->version != OPS_CUDA_ENTRY_VERSION || e->ops_bytes != sizeof(struct ops)) {
         snprintf(load_why, sizeof load_why,
                  "%s is not this plait's CUDA backend (%s); reinstall plait", path,
                  e ? "another version" : "no " OPS_CUDA_ENTRY_SYMBOL);

@@ -58,9 +58,11 @@ void ops_cuda_attention_block_backward(struct ops_ctx *ctx, float *dq, float *dk
  * kernels/cuda/cuda_load.c implements the functions above by loading it; the
  * object exports one symbol, this table of its own implementations. */
 #define OPS_CUDA_ENTRY_SYMBOL "plait_cuda_entry"
-#define OPS_CUDA_ENTRY_VERSION 1
+#define OPS_CUDA_ENTRY_VERSION 2
 struct ops_cuda_entry {
-    int version; /* OPS_CUDA_ENTRY_VERSION: the loader refuses another */
+    int version;      /* OPS_CUDA_ENTRY_VERSION: the loader refuses another */
+    size_t ops_bytes; /* sizeof(struct ops) it was built with: a table of another size (an
+                         older or newer kernels/ops.h) is refused, never read past its end */
     int (*device_count)(char *why, size_t why_bytes);
     const struct ops *(*table)(char *errbuf, size_t errbuf_bytes);
     void (*attention_fused_forward)(struct ops_ctx *ctx, float *out, float *lse, const float *qkv,

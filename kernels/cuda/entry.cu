@@ -6,6 +6,7 @@
 
 extern "C" __attribute__((visibility("default"))) const struct ops_cuda_entry plait_cuda_entry = {
     OPS_CUDA_ENTRY_VERSION,
+    sizeof(struct ops),
     ops_cuda_device_count,
     ops_cuda,
     ops_cuda_attention_fused_forward,
