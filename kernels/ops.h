@@ -27,6 +27,18 @@
 
 struct ops_ctx; /* the backend's, opaque */
 
+/* One tensor's part for adamw_multi: n elements of the master weights p, their
+ * bf16 copy p16 (NULL: none), the gradient g and the moments m and v, all the
+ * backend's memory; decays: weight decay applies (else 0). */
+struct adamw_segment {
+    float *p;
+    uint16_t *p16;
+    const float *g;
+    float *m, *v;
+    size_t n;
+    bool decays;
+};
+
 struct ops {
     const char *name; /* "cpu" */
 
@@ -171,7 +183,8 @@ struct ops {
      * -inf); over every block, the causal attention of the whole sequence.
      * Backward: given the whole attention's out and lse, the block's terms
      * added to dq (layout of q) and dkv (layout of kv). */
-#define ATTENTION_BLOCK_SCRATCH(B, NH, Tq, Tk, hs) /* a (B,NH) grid of 2 (Tq,Tk), (Tq,hs), (2,Tq) */ \
+#define ATTENTION_BLOCK_SCRATCH(B, NH, Tq, Tk,                                                     \
+                                hs) /* a (B,NH) grid of 2 (Tq,Tk), (Tq,hs), (2,Tq) */              \
     ((size_t)(B) * (size_t)(NH) * (size_t)(Tq) * (2 * (size_t)(Tk) + (size_t)(hs) + 2))
     void (*attention_block_forward)(struct ops_ctx *ctx, float *out, float *lse, float *scratch,
                                     const float *q, int ldq, const float *kv, const int32_t *qpos,
@@ -332,6 +345,12 @@ struct ops {
     void (*adamw)(struct ops_ctx *ctx, float *p, uint16_t *p16, const float *g, float *m, float *v,
                   size_t n, float lr, double beta1, double beta2, float eps, float weight_decay,
                   float grad_scale, int step);
+    /* adamw on each of count segments, with weight_decay where the segment
+     * decays and 0 where not: the same bits as adamw called segment by
+     * segment, in one launch on a GPU. NULL: call adamw per segment. */
+    void (*adamw_multi)(struct ops_ctx *ctx, const struct adamw_segment *segs, int count, float lr,
+                        double beta1, double beta2, float eps, float weight_decay, float grad_scale,
+                        int step);
 
     /* dst (n, bf16) = round-to-nearest-even(src) */
     void (*to_bf16)(struct ops_ctx *ctx, uint16_t *dst, const float *src, size_t n);

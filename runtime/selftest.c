@@ -256,6 +256,11 @@ static bool has_attention_bf16(const struct ops *gpu)
     return gpu->attention_forward_bf16 != NULL;
 }
 
+static bool has_adamw_multi(const struct ops *gpu)
+{
+    return gpu->adamw_multi != NULL;
+}
+
 static bool has_llama_ops(const struct ops *gpu)
 {
     return gpu->rmsnorm_forward && gpu->rmsnorm_backward && gpu->rope_forward &&
@@ -338,15 +343,13 @@ static const struct selftest_case {
     {.name = "rope", .run = selftest_rope, .tolerance = 1e-5, .present = has_llama_ops},
     {.name = "kv_expand", .run = selftest_kv_expand, .tolerance = 0, .present = has_llama_ops},
     {.name = "swiglu", .run = selftest_swiglu, .tolerance = 1e-5, .present = has_llama_ops},
-    /* a mixture of experts' routing: the choices, rows and counts equal (tolerance 0 for
-     * every integer output), the floats within 1e-5 */
+/* a mixture of experts' routing: the choices, rows and counts equal (tolerance 0 for
+ * every integer output), the floats within 1e-5 */
 #define MOE_CASE(n, f)                                                                             \
-    {.name = n,                                                                                    \
-     .run = f,                                                                                     \
-     .tolerance = 1e-5,                                                                            \
-     .shapes = moe_shapes,                                                                         \
-     .n_shapes = sizeof moe_shapes / sizeof *moe_shapes,                                           \
-     .present = has_moe_ops}
+    {                                                                                              \
+        .name = n, .run = f, .tolerance = 1e-5, .shapes = moe_shapes,                              \
+        .n_shapes = sizeof moe_shapes / sizeof *moe_shapes, .present = has_moe_ops                 \
+    }
     MOE_CASE("moe route", selftest_moe_route),
     MOE_CASE("moe dispatch", selftest_moe_dispatch),
     MOE_CASE("moe gather/combine", selftest_moe_rows),
@@ -357,6 +360,12 @@ static const struct selftest_case {
     {.name = "classifier parts", .run = selftest_classifier_parts, .tolerance = 1e-5},
     /* adamw and to_bf16: the same bits */
     {.name = "adamw/bf16/sumsq", .run = selftest_optimizer, .tolerance = 1e-6},
+    /* one launch for many tensors: adamw's bits, and the sums per tensor as before */
+    {.name = "adamw multi",
+     .run = selftest_adamw_multi,
+     .tolerance = 0,
+     .present = has_adamw_multi},
+    {.name = "sumsq many", .run = selftest_sum_squares_many, .tolerance = 1e-6},
 };
 
 static bool fp8_products(const struct selftest_case *c)

@@ -38,6 +38,8 @@ enum {
     CU_SCRATCH_ATTENTION, /* attention_tc.cu: q, k, v (and dout) in bf16, per head */
     CU_SCRATCH_ROPE,      /* llama.cu: the rotary angles' cos and sin, (T, hs/2) */
     CU_SCRATCH_MOE,       /* moe.cu: the losses' sums */
+    CU_SCRATCH_ADAMW,     /* optimizer.cu: adamw_multi's segment table */
+    CU_SCRATCH_SUMSQ,     /* optimizer.cu: sum_squares' tensor table */
     CU_SLOTS
 };
 
@@ -54,6 +56,13 @@ struct cu_rope_key {
     double theta;
 };
 
+/* A table in a scratch slot and the host copy of its last upload, which an
+ * unchanged table is not uploaded again after (optimizer.cu) */
+struct cu_table {
+    void *host;
+    size_t bytes, capacity; /* bytes 0: nothing uploaded */
+};
+
 /* What kernels/ops.h's opaque context is in this backend (backend.cu makes
  * and frees it). Used by one thread at a time. */
 struct ops_ctx {
@@ -66,6 +75,7 @@ struct ops_ctx {
     size_t scratch_bytes[CU_SLOTS];
     struct cu_encoder_host enc;
     struct cu_rope_key rope;
+    struct cu_table adamw_table, sumsq_table; /* CU_SCRATCH_ADAMW's, CU_SCRATCH_SUMSQ's */
     struct ops_error error;
     int cc; /* the device's compute capability, major·10 + minor */
     /* matmul_fp8.cu: the first fp8 product that fell back to fp32, for the log */
@@ -216,11 +226,11 @@ float *cu_attention_rowdot(struct ops_ctx *ctx, const float *dout, const float *
                            int C, int NH);
 /* attention_tc.cu: the fused attention on bf16 tensor cores */
 bool cu_attention_bf16_takes(int head_size);
-void cu_attention_forward_bf16(struct ops_ctx *ctx, float *out, float *lse, const float *qkv,
-                               int B, int T, int C, int NH);
+void cu_attention_forward_bf16(struct ops_ctx *ctx, float *out, float *lse, const float *qkv, int B,
+                               int T, int C, int NH);
 void cu_attention_backward_bf16(struct ops_ctx *ctx, float *dqkv, const float *dout,
-                                const float *qkv, const float *out, const float *lse, int B,
-                                int T, int C, int NH);
+                                const float *qkv, const float *out, const float *lse, int B, int T,
+                                int C, int NH);
 /* llama.cu: the Llama family's ops */
 void cu_rmsnorm_forward(struct ops_ctx *ctx, float *out, float *rstd, const float *inp,
                         const float *w, int N, int C, float eps);
@@ -283,5 +293,8 @@ void cu_sum_squares(struct ops_ctx *ctx, double *sums, const float *const *x, co
 void cu_adamw(struct ops_ctx *ctx, float *p, uint16_t *p16, const float *g, float *m, float *v,
               size_t n, float lr, double beta1, double beta2, float eps, float weight_decay,
               float grad_scale, int step);
+void cu_adamw_multi(struct ops_ctx *ctx, const struct adamw_segment *segs, int count, float lr,
+                    double beta1, double beta2, float eps, float weight_decay, float grad_scale,
+                    int step);
 
 #endif
