@@ -183,8 +183,7 @@ struct ops {
      * -inf); over every block, the causal attention of the whole sequence.
      * Backward: given the whole attention's out and lse, the block's terms
      * added to dq (layout of q) and dkv (layout of kv). */
-#define ATTENTION_BLOCK_SCRATCH(B, NH, Tq, Tk,                                                     \
-                                hs) /* a (B,NH) grid of 2 (Tq,Tk), (Tq,hs), (2,Tq) */              \
+#define ATTENTION_BLOCK_SCRATCH(B, NH, Tq, Tk, hs) /* a (B,NH) grid of 2 (Tq,Tk), (Tq,hs), (2,Tq) */ \
     ((size_t)(B) * (size_t)(NH) * (size_t)(Tq) * (2 * (size_t)(Tk) + (size_t)(hs) + 2))
     void (*attention_block_forward)(struct ops_ctx *ctx, float *out, float *lse, float *scratch,
                                     const float *q, int ldq, const float *kv, const int32_t *qpos,

@@ -343,13 +343,15 @@ static const struct selftest_case {
     {.name = "rope", .run = selftest_rope, .tolerance = 1e-5, .present = has_llama_ops},
     {.name = "kv_expand", .run = selftest_kv_expand, .tolerance = 0, .present = has_llama_ops},
     {.name = "swiglu", .run = selftest_swiglu, .tolerance = 1e-5, .present = has_llama_ops},
-/* a mixture of experts' routing: the choices, rows and counts equal (tolerance 0 for
- * every integer output), the floats within 1e-5 */
+    /* a mixture of experts' routing: the choices, rows and counts equal (tolerance 0 for
+     * every integer output), the floats within 1e-5 */
 #define MOE_CASE(n, f)                                                                             \
-    {                                                                                              \
-        .name = n, .run = f, .tolerance = 1e-5, .shapes = moe_shapes,                              \
-        .n_shapes = sizeof moe_shapes / sizeof *moe_shapes, .present = has_moe_ops                 \
-    }
+    {.name = n,                                                                                    \
+     .run = f,                                                                                     \
+     .tolerance = 1e-5,                                                                            \
+     .shapes = moe_shapes,                                                                         \
+     .n_shapes = sizeof moe_shapes / sizeof *moe_shapes,                                           \
+     .present = has_moe_ops}
     MOE_CASE("moe route", selftest_moe_route),
     MOE_CASE("moe dispatch", selftest_moe_dispatch),
     MOE_CASE("moe gather/combine", selftest_moe_rows),

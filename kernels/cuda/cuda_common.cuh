@@ -226,11 +226,11 @@ float *cu_attention_rowdot(struct ops_ctx *ctx, const float *dout, const float *
                            int C, int NH);
 /* attention_tc.cu: the fused attention on bf16 tensor cores */
 bool cu_attention_bf16_takes(int head_size);
-void cu_attention_forward_bf16(struct ops_ctx *ctx, float *out, float *lse, const float *qkv, int B,
-                               int T, int C, int NH);
+void cu_attention_forward_bf16(struct ops_ctx *ctx, float *out, float *lse, const float *qkv,
+                               int B, int T, int C, int NH);
 void cu_attention_backward_bf16(struct ops_ctx *ctx, float *dqkv, const float *dout,
-                                const float *qkv, const float *out, const float *lse, int B, int T,
-                                int C, int NH);
+                                const float *qkv, const float *out, const float *lse, int B,
+                                int T, int C, int NH);
 /* llama.cu: the Llama family's ops */
 void cu_rmsnorm_forward(struct ops_ctx *ctx, float *out, float *rstd, const float *inp,
                         const float *w, int N, int C, float eps);

@@ -44,8 +44,8 @@ struct adamw_consts {
     float step_size, bc2_sqrt, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, grad_scale;
 };
 
-static struct adamw_consts adamw_consts(float lr, double beta1, double beta2, float eps,
-                                        float grad_scale, int step)
+static struct adamw_consts step_consts(float lr, double beta1, double beta2, float eps,
+                                       float grad_scale, int step)
 {
     struct adamw_consts c;
     c.step_size = (float)(lr / (1.0 - pow(beta1, step)));
@@ -90,7 +90,7 @@ void cu_adamw(struct ops_ctx *ctx, float *p, uint16_t *p16, const float *g, floa
     if (!n) return;
     float decay = 1.0f - lr * weight_decay;
     adamw_kernel<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(
-        p, p16, g, m, v, n, decay, adamw_consts(lr, beta1, beta2, eps, grad_scale, step));
+        p, p16, g, m, v, n, decay, step_consts(lr, beta1, beta2, eps, grad_scale, step));
     (void)LAUNCH_OK(ctx);
 }
 
@@ -152,8 +152,7 @@ void cu_adamw_multi(struct ops_ctx *ctx, const struct adamw_segment *segs, int c
         float decay = 1.0f - lr * weight_decay, no_decay = 1.0f - lr * 0.0f;
         if (dev) {
             adamw_multi_kernel<<<(unsigned)blocks, THREADS, 0, ctx->stream>>>(
-                dev, n_rows, decay, no_decay,
-                adamw_consts(lr, beta1, beta2, eps, grad_scale, step));
+                dev, n_rows, decay, no_decay, step_consts(lr, beta1, beta2, eps, grad_scale, step));
             (void)LAUNCH_OK(ctx);
         }
     }
