@@ -27,6 +27,18 @@
 
 struct ops_ctx; /* the backend's, opaque */
 
+/* One tensor's part for adamw_multi: n elements of the master weights p, their
+ * bf16 copy p16 (NULL: none), the gradient g and the moments m and v, all the
+ * backend's memory; decays: weight decay applies (else 0). */
+struct adamw_segment {
+    float *p;
+    uint16_t *p16;
+    const float *g;
+    float *m, *v;
+    size_t n;
+    bool decays;
+};
+
 struct ops {
     const char *name; /* "cpu" */
 
@@ -353,6 +365,12 @@ struct ops {
     void (*adamw)(struct ops_ctx *ctx, float *p, uint16_t *p16, const float *g, float *m, float *v,
                   size_t n, float lr, double beta1, double beta2, float eps, float weight_decay,
                   float grad_scale, int step);
+    /* adamw on each of count segments, with weight_decay where the segment
+     * decays and 0 where not: the same bits as adamw called segment by
+     * segment, in one launch on a GPU. NULL: call adamw per segment. */
+    void (*adamw_multi)(struct ops_ctx *ctx, const struct adamw_segment *segs, int count, float lr,
+                        double beta1, double beta2, float eps, float weight_decay, float grad_scale,
+                        int step);
 
     /* dst (n, bf16) = round-to-nearest-even(src) */
     void (*to_bf16)(struct ops_ctx *ctx, uint16_t *dst, const float *src, size_t n);

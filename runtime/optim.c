@@ -44,6 +44,11 @@ struct slice_args {
     const struct ops *ops;
     struct ops_ctx *ctx;
     float *master;
+    /* listing: the window's segments gathered in segs (n_segs of segs_cap, kept for
+     * the step's windows, freed after) for one adamw_multi */
+    bool listing;
+    struct adamw_segment *segs;
+    int n_segs, segs_cap;
 };
 
 /* The instance's part in the slice, if this rank counts its Σ g²
@@ -99,31 +104,63 @@ out:
     return rc;
 }
 
-/* AdamW on the instance's part in the window (weight decay by its kind). */
+/* The instance's part in the window as AdamW's segment (n 0: none there). */
+static struct adamw_segment segment_of(const struct slice_args *a, enum gpt2_tensor t, size_t off,
+                                       size_t n)
+{
+    struct model *m = a->m;
+    size_t at, k = overlap(off, n, m->slice_at + a->lo, a->len, &at);
+    if (!k) return (struct adamw_segment){.n = 0};
+    size_t in = at - m->slice_at, w = in - a->lo; /* within the slice, within the window */
+    return (struct adamw_segment){
+        .p = a->master ? a->master + in : model_master(m, at),
+        .p16 = a->master ? NULL : model_copy16(m, t, off, at), /* refreshed after */
+        .g = a->g + in,
+        .m = a->wm + w,
+        .v = a->wv + w,
+        .n = k,
+        .decays = gpt2_tensor_decays(t)};
+}
+
+/* AdamW on the instance's part in the window (weight decay by its kind), or
+ * (listing) its segment added to segs for one adamw_multi over the window. */
 static int adamw_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
 {
     (void)layer;
     struct slice_args *a = ctx;
-    struct model *m = a->m;
-    size_t at, k = overlap(off, n, m->slice_at + a->lo, a->len, &at);
-    if (!k) return 0;
-    size_t in = at - m->slice_at, w = in - a->lo; /* within the slice, within the window */
-    double wd = gpt2_tensor_decays(t) ? a->o->weight_decay : 0.0;
-    float *p = a->master ? a->master + in : model_master(m, at);
-    uint16_t *p16 = a->master ? NULL : model_copy16(m, t, off, at); /* refreshed after */
-    a->ops->adamw(a->ctx, p, p16, a->g + in, a->wm + w, a->wv + w, k, a->lr, a->o->beta1,
-                  a->o->beta2, (float)a->o->eps, (float)wd, a->scale, a->t);
+    struct adamw_segment s = segment_of(a, t, off, n);
+    if (!s.n) return 0;
+    if (a->listing) {
+        if (a->n_segs == a->segs_cap) {
+            int cap = a->segs_cap ? 2 * a->segs_cap : 64;
+            struct adamw_segment *more = realloc(a->segs, (size_t)cap * sizeof *more);
+            if (!more) return -1;
+            a->segs = more, a->segs_cap = cap;
+        }
+        a->segs[a->n_segs++] = s;
+        return 0;
+    }
+    double wd = s.decays ? a->o->weight_decay : 0.0;
+    a->ops->adamw(a->ctx, s.p, s.p16, s.g, s.m, s.v, s.n, a->lr, a->o->beta1, a->o->beta2,
+                  (float)a->o->eps, (float)wd, a->scale, a->t);
     return 0;
 }
 
-/* offload_each_window's visitor: AdamW over the window's part of every instance. */
-static int adamw_window(void *ctx, size_t lo, size_t n, float *m, float *v,
-                        struct plait_error *err)
+/* offload_each_window's visitor: AdamW over the window's part of every
+ * instance, in one adamw_multi where the backend has it (the segments listed
+ * first), else instance by instance. */
+static int adamw_window(void *ctx, size_t lo, size_t n, float *m, float *v, struct plait_error *err)
 {
-    (void)err;
     struct slice_args *a = ctx;
     a->lo = lo, a->len = n, a->wm = m, a->wv = v;
-    return gpt2_shard_each(&a->m->shard, adamw_instance, a);
+    a->listing = a->ops->adamw_multi != NULL;
+    if (!a->listing) return gpt2_shard_each(&a->m->shard, adamw_instance, a);
+    a->n_segs = 0;
+    if (gpt2_shard_each(&a->m->shard, adamw_instance, a))
+        return error_set(err, "out of memory listing the optimizer's segments");
+    a->ops->adamw_multi(a->ctx, a->segs, a->n_segs, a->lr, a->o->beta1, a->o->beta2,
+                        (float)a->o->eps, (float)a->o->weight_decay, a->scale, a->t);
+    return 0;
 }
 
 /* The runs of buf (elements [lo, lo + n) of the buffer, its padding left out) that are
@@ -237,15 +274,17 @@ int optim_step(struct model *m, const struct plan_optimizer *o, double lr, int t
         const float *dev_grad = a.g;
         a.ops = ops_cpu(), a.ctx = m->host_step->cpu_ctx;
         a.master = m->host_step->master, a.g = m->host_step->grad;
-        if (host_step_run(m->host_step, m->offload, dev_grad, model_master(m, m->slice_at),
-                          adamw_window, &a, err))
-            return -1;
-        if (!(m->zero && m->zero < 3 && has(dp))) model_refresh_bf16(m); /* else the gather's */
+        rc = host_step_run(m->host_step, m->offload, dev_grad, model_master(m, m->slice_at),
+                           adamw_window, &a, err);
+        if (!rc && !(m->zero && m->zero < 3 && has(dp)))
+            model_refresh_bf16(m); /* else the gather's */
     } else if (m->offload) {
-        if (offload_each_window(m->offload, adamw_window, &a, err)) return -1;
+        rc = offload_each_window(m->offload, adamw_window, &a, err);
     } else {
-        adamw_window(&a, 0, m->slice_n, m->adam_m, m->adam_v, err);
+        rc = adamw_window(&a, 0, m->slice_n, m->adam_m, m->adam_v, err);
     }
+    free(a.segs);
+    if (rc) return -1;
     if (m->zero && m->zero < 3 && has(dp)) { /* every slice back to every rank (ZeRO 3
                                                   gathers each unit when a pass needs it) */
         /* the rank's slice: both device memory, a copy within the device */

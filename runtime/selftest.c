@@ -287,6 +287,11 @@ static bool has_attention_bf16(const struct ops *gpu)
     return gpu->attention_forward_bf16 != NULL;
 }
 
+static bool has_adamw_multi(const struct ops *gpu)
+{
+    return gpu->adamw_multi != NULL;
+}
+
 static bool has_llama_ops(const struct ops *gpu)
 {
     return gpu->rmsnorm_forward && gpu->rmsnorm_backward && gpu->rope_forward &&
@@ -397,6 +402,12 @@ static const struct selftest_case {
     {.name = "classifier parts", .run = selftest_classifier_parts, .tolerance = 1e-5},
     /* adamw and to_bf16: the same bits */
     {.name = "adamw/bf16/sumsq", .run = selftest_optimizer, .tolerance = 1e-6},
+    /* one launch for many tensors: adamw's bits, and the sums per tensor as before */
+    {.name = "adamw multi",
+     .run = selftest_adamw_multi,
+     .tolerance = 0,
+     .present = has_adamw_multi},
+    {.name = "sumsq many", .run = selftest_sum_squares_many, .tolerance = 1e-6},
 };
 
 static bool fp8_products(const struct selftest_case *c)

@@ -85,6 +85,8 @@ void selftest_moe_route(struct run *r);
 void selftest_moe_route_backward(struct run *r);
 void selftest_moe_rows(struct run *r);
 void selftest_optimizer(struct run *r);
+void selftest_adamw_multi(struct run *r);
+void selftest_sum_squares_many(struct run *r);
 void selftest_quantize_e4m3(struct run *r);
 void selftest_quantize_e5m2(struct run *r);
 void selftest_residual_layernorm(struct run *r);

@@ -451,3 +451,59 @@ void selftest_optimizer(struct run *r)
     selftest_out(r, "v", v, n);
     selftest_out16(r, "p16", p16, n);
 }
+
+/* adamw_multi over seven segments of one flat buffer (odd sizes, one empty, a
+ * bf16 copy on every other, weight decay on two of three), two steps with the
+ * same segments (a GPU's table kept), then one with others (a new table) */
+void selftest_adamw_multi(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t n = (size_t)s->OC * s->C + 7;
+    size_t cut[8] = {0, 1, 4, 4, 4 + (size_t)s->C + 3, n / 2 + 1, n - 5, n};
+    float *p = selftest_rnd(r, n, 0.1f, 0), *g = selftest_rnd(r, n, 1, 0),
+          *m = selftest_rnd(r, n, 0.1f, 0);
+    float *v = selftest_rnd(r, n, 0.01f, 0.05f); /* positive second moments */
+    uint16_t *p16 = selftest_dev(r, n * 2);
+    if (r->broken) return;
+    r->o->zero(r->ctx, p16, n * 2);
+    struct adamw_segment segs[7];
+    for (int i = 0; i < 7; i++)
+        segs[i] = (struct adamw_segment){.p = p + cut[i],
+                                         .p16 = i % 2 ? NULL : p16 + cut[i],
+                                         .g = g + cut[i],
+                                         .m = m + cut[i],
+                                         .v = v + cut[i],
+                                         .n = cut[i + 1] - cut[i],
+                                         .decays = i % 3 != 1};
+    for (int t = 1; t <= 2; t++)
+        r->o->adamw_multi(r->ctx, segs, 7, 1e-3f, 0.9, 0.95, 1e-8f, 0.1f, 0.5f, t);
+    segs[3].n += segs[4].n; /* the fourth takes in the fifth; the last gets a copy */
+    segs[4] = segs[6];
+    segs[4].p16 = p16 + cut[6];
+    r->o->adamw_multi(r->ctx, segs, 5, 2e-3f, 0.9, 0.95, 1e-8f, 0.1f, 0.25f, 3);
+    selftest_out(r, "p", p, n);
+    selftest_out(r, "m", m, n);
+    selftest_out(r, "v", v, n);
+    selftest_out16(r, "p16", p16, n);
+}
+
+/* sum_squares over 300 tensors (more than a GPU launch takes, some empty),
+ * overlapping parts of one buffer */
+void selftest_sum_squares_many(struct run *r)
+{
+    enum { COUNT = 300 };
+    const struct shape *s = r->s;
+    size_t n = (size_t)s->OC * s->C + 7;
+    float *x = selftest_rnd(r, n, 1, 0);
+    if (r->broken) return;
+    const float *xs[COUNT];
+    size_t ns[COUNT];
+    for (size_t i = 0; i < COUNT; i++) {
+        size_t at = i * 13 % n, k = i * 37 % 301;
+        xs[i] = x + at, ns[i] = k < n - at ? k : n - at;
+    }
+    ns[COUNT - 1] = n - (size_t)(xs[COUNT - 1] - x); /* one to the end */
+    double sums[COUNT];
+    r->o->sum_squares(r->ctx, sums, xs, ns, COUNT);
+    selftest_out_host(r, "sums", sums, COUNT, false);
+}

@@ -187,9 +187,14 @@ void gpt2_scratch(const struct gpt2_shard *s, const struct gpt2_memory_shape *sh
         uint64_t Nh = mem->logits_rows ? (uint64_t)mem->logits_rows : N;
         product(&r, kind == PRODUCT_FP32 ? PRODUCT_FP32 : PRODUCT_BF16, Nh, C, Vpt, false, true);
     }
-    /* AdamW's gradient norm (optimizer.cu): a partial per block, a sum per tensor instance */
-    raise(&r, GPT2_SCRATCH_PARTIAL,
-          8 * (GPT2_SCRATCH_SUM_BLOCKS + (uint64_t)GPT2_TENSORS * (gpt2_shard_layers(s) + 1u)));
+    /* the optimizer (optimizer.cu), over at most one part of each tensor instance: the
+     * gradient norm's partials (SUM_BLOCKS per tensor, SUM_TENSORS tensors a launch) and a
+     * sum per instance, its table of instances, and adamw_multi's of segments */
+    uint64_t parts = (uint64_t)GPT2_TENSORS * (gpt2_shard_layers(s) + 1u);
+    uint64_t group = parts < GPT2_SCRATCH_SUM_TENSORS ? parts : GPT2_SCRATCH_SUM_TENSORS;
+    raise(&r, GPT2_SCRATCH_PARTIAL, 8 * (group * GPT2_SCRATCH_SUM_BLOCKS + parts));
+    raise(&r, GPT2_SCRATCH_SUMSQ, GPT2_SCRATCH_SUM_ROW_BYTES * parts);
+    raise(&r, GPT2_SCRATCH_ADAMW, GPT2_SCRATCH_ADAMW_ROW_BYTES * parts);
     /* runtime/device.c's peak measurement, a forward */
     r.backward = false;
     product(&r, kind, GPT2_PEAK_PRODUCT_N, GPT2_PEAK_PRODUCT_C, GPT2_PEAK_PRODUCT_OC, false, false);

@@ -30,6 +30,8 @@ enum gpt2_scratch_slot {
     GPT2_SCRATCH_ATTENTION, /* attention_tc.cu: q, k, v (and dout) in bf16, per head */
     GPT2_SCRATCH_ROPE,      /* llama.cu: the rotary angles' cos and sin, (T, hs/2) */
     GPT2_SCRATCH_MOE,       /* moe.cu: the losses' sums */
+    GPT2_SCRATCH_ADAMW,     /* optimizer.cu: adamw_multi's segment table */
+    GPT2_SCRATCH_SUMSQ,     /* optimizer.cu: sum_squares' tensor table */
     GPT2_SCRATCH_SLOTS
 };
 
@@ -39,7 +41,8 @@ static inline const char *gpt2_scratch_slot_name(int slot)
     static const char *const names[GPT2_SCRATCH_SLOTS] = {
         "BF16_A",   "BF16_B",   "PARTIAL",  "PARTIAL2",  "INDEX",   "FP8_X",
         "FP8_XS",   "FP8_D",    "FP8_DS",   "FP8_WT",    "FP8_LTA", "FP8_LTB",
-        "FP8_F32A", "FP8_F32B", "FP8_AMAX", "ATTENTION", "ROPE",    "MOE"};
+        "FP8_F32A", "FP8_F32B", "FP8_AMAX", "ATTENTION", "ROPE",    "MOE",
+        "ADAMW",    "SUMSQ"};
     return slot >= 0 && slot < GPT2_SCRATCH_SLOTS ? names[slot] : "?";
 }
 
@@ -48,6 +51,9 @@ enum {
     GPT2_SCRATCH_CHUNK_ROWS = 64,     /* CU_CHUNK_ROWS: rows of a column sum's partial */
     GPT2_SCRATCH_ATTENTION_TILE = 64, /* attention_tc.cu's TILE: T is padded to it */
     GPT2_SCRATCH_SUM_BLOCKS = 1024,   /* optimizer.cu's SUM_BLOCKS: sum_squares' partials */
+    GPT2_SCRATCH_SUM_TENSORS = 256,   /* optimizer.cu's SUM_TENSORS: tensors a launch sums */
+    GPT2_SCRATCH_ADAMW_ROW_BYTES = 64, /* optimizer.cu's struct adamw_row */
+    GPT2_SCRATCH_SUM_ROW_BYTES = 16,   /* optimizer.cu's struct sum_row */
     GPT2_SCRATCH_AMAX_BLOCKS = 264,   /* fp8_quant.cu's AMAX_BLOCKS */
     /* the product runtime/device.c's device_peak_gflops times, (N,C)·(OC,C)ᵀ */
     GPT2_PEAK_PRODUCT_N = 256,

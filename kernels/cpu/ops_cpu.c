@@ -431,6 +431,16 @@ static void cpu_rope_kv_expand_backward(struct ops_ctx *ctx, float *dpacked, con
     cpu_rope_backward_f32(ctx, dpacked, B, T, NH, NKV, hs, theta, pos0);
 }
 
+/* Segment by segment, each over the threads: cpu_adamw's bits by construction. */
+static void cpu_adamw_multi(struct ops_ctx *ctx, const struct adamw_segment *segs, int count,
+                            float lr, double beta1, double beta2, float eps, float weight_decay,
+                            float grad_scale, int step)
+{
+    for (int i = 0; i < count; i++)
+        cpu_adamw(ctx, segs[i].p, segs[i].p16, segs[i].g, segs[i].m, segs[i].v, segs[i].n, lr,
+                  beta1, beta2, eps, segs[i].decays ? weight_decay : 0.0f, grad_scale, step);
+}
+
 /* ---- the table --------------------------------------------------------------- */
 
 static void cpu_sum_squares(struct ops_ctx *ctx, double *sums, const float *const *x,
@@ -503,6 +513,7 @@ static const struct ops cpu_ops = {
     .classifier_finish = cpu_classifier_finish_f32,
     .sum_squares = cpu_sum_squares,
     .adamw = cpu_adamw,
+    .adamw_multi = cpu_adamw_multi,
     .to_bf16 = cpu_to_bf16,
     .bf16_emulation = cpu_bf16_emulation,
 };

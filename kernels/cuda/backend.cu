@@ -315,6 +315,7 @@ static struct ops cuda_ops = {
     .classifier_finish = cu_classifier_finish,
     .sum_squares = cu_sum_squares,
     .adamw = cu_adamw,
+    .adamw_multi = cu_adamw_multi,
     .to_bf16 = cu_to_bf16,
     .bf16_emulation = cuda_bf16_emulation,
     .fp8_fallback = cu_fp8_fallback,
@@ -387,6 +388,8 @@ static void release(struct ops_ctx *ctx)
     free(ctx->enc.tokens);
     free(ctx->enc.idx);
     free(ctx->enc.count);
+    free(ctx->adamw_table.host);
+    free(ctx->sumsq_table.host);
     ops_error_destroy(&ctx->error);
     free(ctx);
 }

@@ -40,6 +40,8 @@ enum {
     CU_SCRATCH_ATTENTION = GPT2_SCRATCH_ATTENTION,
     CU_SCRATCH_ROPE = GPT2_SCRATCH_ROPE,
     CU_SCRATCH_MOE = GPT2_SCRATCH_MOE,
+    CU_SCRATCH_ADAMW = GPT2_SCRATCH_ADAMW,
+    CU_SCRATCH_SUMSQ = GPT2_SCRATCH_SUMSQ,
     CU_SLOTS = GPT2_SCRATCH_SLOTS
 };
 
@@ -54,6 +56,13 @@ struct cu_encoder_host {
 struct cu_rope_key {
     int T, hs, pos0;
     double theta;
+};
+
+/* A table in a scratch slot and the host copy of its last upload, which an
+ * unchanged table is not uploaded again after (optimizer.cu) */
+struct cu_table {
+    void *host;
+    size_t bytes, capacity; /* bytes 0: nothing uploaded */
 };
 
 /* What kernels/ops.h's opaque context is in this backend (backend.cu makes
@@ -76,6 +85,7 @@ struct ops_ctx {
     char scratch_grown_line[384];
     struct cu_encoder_host enc;
     struct cu_rope_key rope;
+    struct cu_table adamw_table, sumsq_table; /* CU_SCRATCH_ADAMW's, CU_SCRATCH_SUMSQ's */
     struct ops_error error;
     int cc; /* the device's compute capability, major·10 + minor */
     /* matmul_fp8.cu: the first fp8 product that fell back to fp32, for the log */
@@ -307,5 +317,8 @@ void cu_sum_squares(struct ops_ctx *ctx, double *sums, const float *const *x, co
 void cu_adamw(struct ops_ctx *ctx, float *p, uint16_t *p16, const float *g, float *m, float *v,
               size_t n, float lr, double beta1, double beta2, float eps, float weight_decay,
               float grad_scale, int step);
+void cu_adamw_multi(struct ops_ctx *ctx, const struct adamw_segment *segs, int count, float lr,
+                    double beta1, double beta2, float eps, float weight_decay, float grad_scale,
+                    int step);
 
 #endif

@@ -743,6 +743,62 @@ static void test_adamw_takes_betas_next_to_one(void)
     adamw_against_torch(1 - 2e-8, 0.95);
 }
 
+/* adamw_multi over segments of odd sizes in one flat buffer (some with a bf16
+ * copy, some without weight decay, one empty), three steps: the same bits as
+ * adamw called segment by segment. */
+static void test_adamw_multi_gives_adamws_bits_segment_by_segment(void)
+{
+    enum { SEGS = 5, STEPS = 3 };
+    const size_t sizes[SEGS] = {7, 1, 0, 1031, 65};
+    const bool decays[SEGS] = {true, false, true, true, false},
+               has16[SEGS] = {true, true, false, false, true};
+    size_t n = 0;
+    for (int i = 0; i < SEGS; i++) n += sizes[i];
+    float *g = malloc(n * sizeof *g), *st[2][3]; /* [multi, single][p, m, v] */
+    uint16_t *p16[2] = {calloc(n, 2), calloc(n, 2)};
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 3; j++) st[k][j] = malloc(n * sizeof(float));
+    for (size_t e = 0; e < n; e++) {
+        g[e] = (float)urand();
+        st[0][0][e] = st[1][0][e] = (float)(0.5 * urand());
+        st[0][1][e] = st[1][1][e] = (float)(0.1 * urand());
+        st[0][2][e] = st[1][2][e] = (float)(0.01 * fabs(urand())); /* second moments ≥ 0 */
+    }
+    const struct ops *o = ops_cpu();
+    float lr = 3e-3f, eps = 1e-8f, wd = 0.1f, scale = 0.75f;
+    for (int t = 1; t <= STEPS; t++) {
+        struct adamw_segment segs[SEGS];
+        size_t at = 0;
+        for (int i = 0; i < SEGS; i++) {
+            segs[i] = (struct adamw_segment){.p = st[0][0] + at,
+                                             .p16 = has16[i] ? p16[0] + at : NULL,
+                                             .g = g + at,
+                                             .m = st[0][1] + at,
+                                             .v = st[0][2] + at,
+                                             .n = sizes[i],
+                                             .decays = decays[i]};
+            o->adamw(cx, st[1][0] + at, has16[i] ? p16[1] + at : NULL, g + at, st[1][1] + at,
+                     st[1][2] + at, sizes[i], lr, 0.9, 0.95, eps, decays[i] ? wd : 0.0f, scale, t);
+            at += sizes[i];
+        }
+        o->adamw_multi(cx, segs, SEGS, lr, 0.9, 0.95, eps, wd, scale, t);
+    }
+    const char *names[3] = {"p", "m", "v"};
+    for (int j = 0; j < 3; j++)
+        CHECK(!memcmp(st[0][j], st[1][j], n * sizeof(float)),
+              "adamw_multi's %s differs from adamw's", names[j]);
+    CHECK(!memcmp(p16[0], p16[1], n * 2), "adamw_multi's bf16 copy differs from adamw's");
+    size_t bare = sizes[0] + sizes[1] + sizes[2]; /* the segment without a copy keeps zeros */
+    CHECK(p16[0][bare] == 0 && p16[0][bare + sizes[3] - 1] == 0,
+          "adamw_multi wrote a bf16 copy it was not given");
+    o->adamw_multi(cx, NULL, 0, lr, 0.9, 0.95, eps, wd, scale, STEPS + 1); /* nothing to do */
+    for (int k = 0; k < 2; k++) {
+        for (int j = 0; j < 3; j++) free(st[k][j]);
+        free(p16[k]);
+    }
+    free(g);
+}
+
 int main(void)
 {
     cx = test_cpu_open();
@@ -764,6 +820,7 @@ int main(void)
     RUN(test_sum_squares_is_exact_enough_and_deterministic);
     RUN(test_adamw_matches_torch_formula);
     RUN(test_adamw_takes_betas_next_to_one);
+    RUN(test_adamw_multi_gives_adamws_bits_segment_by_segment);
     ops_cpu()->close(cx);
     return check_exit_code();
 }
