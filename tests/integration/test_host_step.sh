@@ -76,47 +76,31 @@ test_the_offloaded_step_gives_the_bits_without_offload() {
     done
 }
 
-# early NAME: "offload: N of M gradient floats came down during backward" in run NAME's log
-# (rank 0's, at the end), as N M
-early() {
-    sed -n 's/.*offload: \([0-9]*\) of \([0-9]*\) gradient floats came down during backward.*/\1 \2/p' \
-        "$WORK/$1.log" | tail -n 1
-}
-
-# overlapped NAME: most of run NAME's gradient came down during backward (all but the
-# embeddings, which the last layer's hook never covers), and not all of it
-overlapped() {
-    local n m
-    read -r n m <<<"$(early "$1")"
-    [ -n "${m:-}" ] && [ "$m" -gt 0 ] && [ $((2 * n)) -gt "$m" ] && [ "$n" -lt "$m" ] ||
-        { echo "$1: ${n:-?} of ${m:-?} gradient floats came down during backward"; return 1; }
-}
-
 test_the_gradient_comes_down_during_backward() {
     # grad_accum 3 (the plan's) and 1, the whole gradient sliced into windows or in one
-    overlapped none_host || return 1
+    offload_overlapped "$WORK/none_host.log" || return 1
     run a1 --set batch.grad_accum=1 && offloaded a1_host --set batch.grad_accum=1 \
         --set parallel.offload=host &&
         metrics_equal "$WORK/a1/metrics.jsonl" "$WORK/a1_host/metrics.jsonl" &&
-        overlapped a1_host || return 1
+        offload_overlapped "$WORK/a1_host.log" || return 1
     PLAIT_DEBUG_HOST_STEP=1 run one_window --set parallel.offload=host &&
         metrics_equal "$WORK/none/metrics.jsonl" "$WORK/one_window/metrics.jsonl" &&
-        overlapped one_window || return 1
+        offload_overlapped "$WORK/one_window.log" || return 1
     # two pipeline stages: rank 0 is the first, its embeddings at the step, its layer during
     # backward; interleaved, each stage's two chunks
     run pp2 --set parallel.pp=2 && offloaded pp2_host --set parallel.pp=2 \
         --set parallel.offload=host &&
         metrics_equal "$WORK/pp2/metrics.jsonl" "$WORK/pp2_host/metrics.jsonl" &&
-        overlapped pp2_host || return 1
+        offload_overlapped "$WORK/pp2_host.log" || return 1
     local inter=(--set model.layers=4 --set batch.grad_accum=4 --set parallel.pp=2
         --set parallel.schedule=interleaved
         --set parallel.virtual_stages=2)
     run pp2i "${inter[@]}" && offloaded pp2i_host "${inter[@]}" --set parallel.offload=host &&
         metrics_equal "$WORK/pp2i/metrics.jsonl" "$WORK/pp2i_host/metrics.jsonl" &&
-        overlapped pp2i_host || return 1
+        offload_overlapped "$WORK/pp2i_host.log" || return 1
     # dp 2 sums the gradient after backward: all of it comes down at the step
     local n m
-    read -r n m <<<"$(early dp2z1_host)"
+    read -r n m <<<"$(offload_early "$WORK/dp2z1_host.log")"
     [ "${n:-}" = 0 ] && [ "${m:-0}" -gt 0 ] ||
         { echo "dp2z1_host: ${n:-?} of ${m:-?} gradient floats came down during backward"; return 1; }
 }
