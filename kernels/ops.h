@@ -64,6 +64,15 @@ struct ops {
      * at the link's full speed (page-locked on a GPU), or NULL; freed by host_free. */
     void *(*host_alloc)(struct ops_ctx *ctx, size_t bytes);
     void (*host_free)(struct ops_ctx *ctx, void *p);
+    /* Optional (NULL: download, done when it returns): a copy of bytes from the device's
+     * src into host_dst (host_alloc's memory) that starts once every op issued to the
+     * context so far is done, on a copy stream of its own, so that the ops issued after it
+     * run while it moves; neither buffer may be written (nor host_dst read) until
+     * copies_wait. The CPU's is done when it returns. */
+    void (*download_after)(struct ops_ctx *ctx, void *host_dst, const void *src, size_t bytes);
+    /* Optional (NULL: nothing is ever in flight): returns when every download_after issued
+     * so far is done; a failed copy is the context's sticky error. */
+    void (*copies_wait)(struct ops_ctx *ctx);
     /* Optional (NULL where any thread may issue ops as it is): makes the calling thread
      * issue to the context's device (a thread the runtime starts, before its first op). */
     void (*bind_thread)(struct ops_ctx *ctx);

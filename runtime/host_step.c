@@ -1,7 +1,8 @@
-/* host_step.c — a GPU rank's optimizer step on the CPU (host_step.h): the copy thread
- * moves the slice's gradient down chunk by chunk as soon as a step starts (and, at the
- * first step, the master weights), then each window's updated weights up as the step
- * posts them; the step waits only for the chunks its window needs. */
+/* host_step.c — a GPU rank's optimizer step on the CPU (host_step.h): the gradient's final
+ * ranges brought down during the last backward (the grads_final hook), then the copy
+ * thread moving the rest down chunk by chunk as soon as a step starts (and, at the first
+ * step, the master weights), then each window's updated weights up as the step posts
+ * them; the step waits only for the chunks its window needs. */
 #include "runtime/host_step.h"
 
 #include <pthread.h>
@@ -24,7 +25,9 @@ struct host_step_io {
     const float *dev_grad;
     float *dev_master;
     bool stepping, fetch_master, stop;
-    size_t down; /* floats of the slice on the host so far */
+    size_t early; /* the gradient at or above it came down during the backward */
+    size_t limit; /* what the thread brings down: [0, early), or all n with the master */
+    size_t down;  /* floats of the slice on the host so far, up to limit */
     struct up q[UPS];
     long posted, done; /* ups, in order */
 };
@@ -50,13 +53,14 @@ static void *io_main(void *arg)
     if (h->dev->bind_thread) h->dev->bind_thread(h->dev_ctx); /* the rank's device, not 0 */
     pthread_mutex_lock(&io->mu);
     for (;;) {
-        while (!io->stop && !(io->stepping && io->down < h->n) && io->done == io->posted)
+        while (!io->stop && !(io->stepping && io->down < io->limit) && io->done == io->posted)
             pthread_cond_wait(&io->cv, &io->mu);
-        if (io->stepping && io->down < h->n) { /* down first: the step waits on it */
-            size_t lo = io->down, n = h->n - lo < h->chunk ? h->n - lo : h->chunk;
+        if (io->stepping && io->down < io->limit) { /* down first: the step waits on it */
+            size_t lo = io->down, n = io->limit - lo < h->chunk ? io->limit - lo : h->chunk;
+            size_t grad = lo >= io->early ? 0 : lo + n <= io->early ? n : io->early - lo;
             bool master = io->fetch_master;
             pthread_mutex_unlock(&io->mu);
-            h->dev->download(h->dev_ctx, h->grad + lo, io->dev_grad + lo, n * sizeof(float));
+            h->dev->download(h->dev_ctx, h->grad + lo, io->dev_grad + lo, grad * sizeof(float));
             if (master)
                 h->dev->download(h->dev_ctx, h->master + lo, io->dev_master + lo,
                                  n * sizeof(float));
@@ -134,6 +138,7 @@ int host_step_open(struct host_step *h, const struct ops *dev, struct ops_ctx *d
 
 void host_step_close(struct host_step *h)
 {
+    if (h->early_src && h->dev->copies_wait) h->dev->copies_wait(h->dev_ctx); /* into grad */
     if (h->io) {
         pthread_mutex_lock(&h->io->mu);
         h->io->stop = true;
@@ -165,6 +170,26 @@ void host_step_moments(struct host_step *h, struct offload *o)
         memcpy(o->buf, h->windows, sizeof o->buf);
 }
 
+void host_step_expect(struct host_step *h, const float *dev_grad, size_t top)
+{
+    if (h->early_src && h->dev->copies_wait) h->dev->copies_wait(h->dev_ctx); /* forgotten */
+    h->early_src = dev_grad;
+    h->top = top;
+    h->early = h->n;
+}
+
+int host_step_grads_final(void *ctx, size_t from, size_t to, struct plait_error *err)
+{
+    struct host_step *h = ctx;
+    (void)err;
+    if (!h->early_src || to < h->top || from >= h->early) return 0;
+    void (*down)(struct ops_ctx *, void *, const void *, size_t) =
+        h->dev->download_after ? h->dev->download_after : h->dev->download;
+    down(h->dev_ctx, h->grad + from, h->early_src + from, (h->early - from) * sizeof(float));
+    h->early = from;
+    return 0;
+}
+
 struct run_args {
     struct host_step *h;
     int (*fn)(void *ctx, size_t lo, size_t n, float *m, float *v, struct plait_error *err);
@@ -178,7 +203,8 @@ static int step_window(void *ctx, size_t lo, size_t n, float *m, float *v, struc
     struct run_args *a = ctx;
     struct host_step_io *io = a->h->io;
     pthread_mutex_lock(&io->mu);
-    while (io->down < lo + n) pthread_cond_wait(&io->cv, &io->mu);
+    while (io->down < (lo + n < io->limit ? lo + n : io->limit))
+        pthread_cond_wait(&io->cv, &io->mu);
     pthread_mutex_unlock(&io->mu);
     if (a->fn(a->ctx, lo, n, m, v, err)) return -1;
     pthread_mutex_lock(&io->mu);
@@ -196,11 +222,20 @@ int host_step_run(struct host_step *h, struct offload *o, const float *dev_grad,
                   void *ctx, struct plait_error *err)
 {
     struct host_step_io *io = h->io;
+    /* the backward's copies done before the CPU reads them (and before the thread issues
+     * to the device: one thread at a time) */
+    size_t early = h->early_src == dev_grad ? h->early : h->n;
+    if (h->early_src && h->dev->copies_wait) h->dev->copies_wait(h->dev_ctx);
+    h->early_src = NULL;
+    h->floats_early += h->n - early;
+    h->floats_down += h->n;
     pthread_mutex_lock(&io->mu);
     io->dev_grad = dev_grad;
     io->dev_master = dev_master;
     io->fetch_master = !h->master_ready;
     io->down = 0;
+    io->early = early;
+    io->limit = io->fetch_master ? h->n : early;
     io->stepping = true;
     pthread_cond_broadcast(&io->cv);
     pthread_mutex_unlock(&io->mu);
@@ -209,7 +244,7 @@ int host_step_run(struct host_step *h, struct offload *o, const float *dev_grad,
     /* every copy done before the host arrays or the device's buffers are touched again
      * (after a failure too) */
     pthread_mutex_lock(&io->mu);
-    while (io->down < h->n || io->done < io->posted) pthread_cond_wait(&io->cv, &io->mu);
+    while (io->down < io->limit || io->done < io->posted) pthread_cond_wait(&io->cv, &io->mu);
     io->stepping = false;
     pthread_mutex_unlock(&io->mu);
     if (rc == 0) h->master_ready = true;

@@ -6,6 +6,12 @@
  * window by window, while a copy thread brings the gradient down ahead of the step and
  * takes each window's updated weights up behind it. The device holds no optimizer state.
  *
+ * Where no data-parallel sum follows the backward (dp 1), the gradient comes down during
+ * the step's last backward instead, a layer's range as soon as the model's grads_final
+ * hook says it is final (host_step_expect, host_step_grads_final: ops download_after,
+ * behind the device's work and overlapping the layers below); the copy thread brings the
+ * rest (the embeddings) at the step.
+ *
  * The master weights are read from the device once, at the first step (after whatever a
  * run loaded); from then on the device's slice is what the host step wrote. */
 #ifndef PLAIT_RUNTIME_HOST_STEP_H
@@ -32,6 +38,13 @@ struct host_step {
     uint64_t bytes;          /* of host memory held (gpt2_memory's host) */
     bool master_ready;       /* master holds the device's slice */
     struct host_step_io *io;
+    /* host_step_expect's: the device's gradient whose final ranges come down during the
+     * backward (NULL: none expected), the buffer's top (its elements at or above it are
+     * padding), and [early, n) of the slice, on its way down since */
+    const float *early_src;
+    size_t top, early;
+    uint64_t floats_early, floats_down; /* the gradient's floats brought down during backward,
+                                           and in all, over the steps taken */
 };
 
 /* Host memory for a slice of n floats and its moments (in host memory, which
@@ -47,11 +60,27 @@ int host_step_open(struct host_step *h, const struct ops *dev, struct ops_ctx *d
 void host_step_moments(struct host_step *h, struct offload *o);
 void host_step_close(struct host_step *h);
 
+/* Before the micro-batches of a step whose gradient no data-parallel sum follows: in its
+ * last backward the model's grads_final hook (host_step_grads_final, ctx h) reports the
+ * gradient dev_grad (the device's, the slice's n floats) final in ranges, and a range up to
+ * top (the shard's total: the padding above it is never written) comes down at once,
+ * behind the device's work on it. What came down is the step's only when host_step_run
+ * gets the same dev_grad; another call (a step stopped before its last backward) forgets
+ * it. */
+void host_step_expect(struct host_step *h, const float *dev_grad, size_t top);
+
+/* The model's grads_final hook (ctx: a host_step after host_step_expect): elements
+ * [from, to) of the gradient are final. A range up to the top brings [from, what came
+ * down before) down now (ops download_after; download where the device has none);
+ * others come down at the step. Returns 0. */
+int host_step_grads_final(void *ctx, size_t from, size_t to, struct plait_error *err);
+
 /* One step: fn (offload_each_window's visitor) over each window of the slice as o hands
  * them out, with h->master and h->grad holding the window's weights and gradient when it
  * is called (dev_grad, the device's n floats of the slice's gradient, brought down ahead);
  * after it returns the window's master weights go up into dev_master (the device's slice of
- * fp32 weights). Returns when every copy is done; -1 with err when fn fails. */
+ * fp32 weights). What came down during the backward (host_step_expect) is waited for, not
+ * copied again. Returns when every copy is done; -1 with err when fn fails. */
 int host_step_run(struct host_step *h, struct offload *o, const float *dev_grad, float *dev_master,
                   int (*fn)(void *ctx, size_t lo, size_t n, float *m, float *v,
                             struct plait_error *err),

@@ -584,6 +584,10 @@ void report_end(struct trainer *t, int rc)
 {
     report_progress_flush(t); /* the step it stopped at */
     final_summary(t, rc);
+    const struct host_step *h = t->m.host_step;
+    if (h && h->floats_down)
+        log_info("offload: %llu of %llu gradient floats came down during backward",
+                 (unsigned long long)h->floats_early, (unsigned long long)h->floats_down);
     struct plait_error why; /* the measured speed beside the modelled: a report */
     if (write_run_json(t, &why)) log_warn("run.json: %s", why.text);
 }

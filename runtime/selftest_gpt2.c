@@ -1,8 +1,9 @@
 /* selftest_gpt2.c — the self-test's cases of GPT-2's ops but attention: the
  * embedding, LayerNorm, the products in fp32, bf16 and fp8 (the quantiser, and
  * the products with tensor and block scaling), the GELU epilogue, the
- * elementwise ops, the classifier and the optimizer. Each makes its inputs,
- * runs the op(s) and keeps the outputs; the harness is selftest.c's. */
+ * elementwise ops and copies (download_after's too), the classifier and the
+ * optimizer. Each makes its inputs, runs the op(s) and keeps the outputs; the
+ * harness is selftest.c's. */
 #include "runtime/selftest_cases.h"
 
 #include <math.h>
@@ -284,7 +285,13 @@ void selftest_elementwise(struct run *r)
     r->o->residual_forward(r->ctx, z, z, x, n); /* out aliasing an input, as the runtime does */
     selftest_out(r, "residual", z, n);
     r->o->add_bias(r->ctx, z, b, (int)N_ROWS(s), s->C);
-    selftest_out(r, "add_bias", z, n);
+    /* z brought down behind add_bias (download_after, into page-locked memory) while the
+     * ops below run, waited for at the end: add_bias's sums, not z before it */
+    float *early = r->o->host_alloc ? r->o->host_alloc(r->ctx, n * 4) : calloc(n, 4);
+    double *early_v = malloc(n * sizeof *early_v);
+    if (!early || !early_v) r->broken = true;
+    if (early)
+        (r->o->download_after ? r->o->download_after : r->o->download)(r->ctx, early, z, n * 4);
     r->o->copy(r->ctx, y, z, n * sizeof(float)); /* the memory ops: a copy, then zero an odd tail */
     r->o->zero(r->ctx, y + n / 3, (n - n / 3) * sizeof(float));
     selftest_out(r, "copy/zero", y, n);
@@ -294,6 +301,14 @@ void selftest_elementwise(struct run *r)
     r->o->copy_rows(r->ctx, dx, 2 * third, (const char *)x + third, s->C * sizeof(float), 2 * third,
                     rows);
     selftest_out(r, "copy_rows", dx, rows * 2 * third / sizeof(float));
+    if (r->o->copies_wait) r->o->copies_wait(r->ctx);
+    for (size_t i = 0; early && early_v && i < n; i++) early_v[i] = early[i];
+    if (early && early_v) selftest_out_host(r, "add_bias async", early_v, n, false);
+    if (early && r->o->host_free)
+        r->o->host_free(r->ctx, early);
+    else
+        free(early);
+    free(early_v);
 }
 
 void selftest_classifier(struct run *r)

@@ -260,6 +260,11 @@ static int make_step_buffers(struct trainer *t, struct plait_error *err)
             return -1;
         t->bucketed = true;
     }
+    /* the offloaded step's gradient down during the last backward where it is final there:
+     * no sum over dp, replicas (ZeRO 0 whole, its buffer the slice) or tp (sequence
+     * parallelism's LayerNorms) follows; a sum's completion is seen only after backward */
+    t->grads_early = t->m.host_step && t->m.zero == 0 && dp->size == 1 &&
+                     t->par.g_replicas.size == 1 && !t->m.sp;
     if (p->checkpoint.async && ckpt_async_reserve(&t->async, &t->m, err)) return -1;
     t->flops_per_token = gpu_flops_per_token(&t->m.cfg, T);
     t->inputs = malloc((size_t)B * T * sizeof *t->inputs);

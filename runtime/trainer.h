@@ -77,9 +77,11 @@ struct trainer {
     struct pipe_times times; /* where the last step went */
     struct buckets buckets;  /* dp > 1: the gradients' reduction overlapping backward */
     bool bucketed;
-    bool hooked;      /* the buckets start during this call's backwards (not a dump's step) */
-    bool data_failed; /* the last error came from reading data */
-    double timed_s;   /* wall time of the steps in m.prof */
+    bool hooked;         /* the buckets start during this call's backwards (not a dump's step) */
+    bool grads_early;    /* an offloaded step's gradient comes down during the last backward
+                            (runtime/host_step.h: nothing sums it after, dp 1) */
+    bool data_failed;    /* the last error came from reading data */
+    double timed_s;      /* wall time of the steps in m.prof */
     double prior_step_s; /* a resumed run's median step before it stopped (its metrics), for the
                             ETA until this process has timed a step; 0: none */
     double rss_before_model;    /* run.json: the resident set just before model_init, bytes */

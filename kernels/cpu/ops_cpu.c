@@ -465,6 +465,7 @@ static const struct ops cpu_ops = {
     .free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .download_after = cpu_copy, /* done at once: copies_wait has nothing to wait for */
     .copy = cpu_copy,
     .copy_rows = cpu_copy_rows,
     .zero = cpu_zero,

@@ -1,7 +1,8 @@
 /* backend.cu — the CUDA backend's context and table: the sticky error and the
  * check helpers, open/close of a context (device, stream, cuBLASLt handle and
  * workspace, scratch buffers, encoder.cu's host buffers), memory ops (alloc
- * zeroed, copies on the context's stream), and ops_cuda(). The kernels live
+ * zeroed, copies on the context's stream; download_after's on a copy stream of its
+ * own), and ops_cuda(). The kernels live
  * in the other .cu files, one per group. */
 #include <pthread.h>
 #include <stdarg.h>
@@ -202,6 +203,33 @@ static void cuda_download(struct ops_ctx *ctx, void *host_dst, const void *src, 
     CUDA_TRY(ctx, cudaStreamSynchronize(ctx->stream));
 }
 
+/* ops.h download_after: an event recorded on the context's stream, which the copy stream
+ * (made with the event at the first call) waits for before the copy; the context's stream
+ * runs on meanwhile. host_dst is page-locked (host_alloc's): the copy is asynchronous. */
+static void cuda_download_after(struct ops_ctx *ctx, void *host_dst, const void *src, size_t bytes)
+{
+    if (!bytes) return;
+    if (!ctx->copy_stream &&
+        !CUDA_OK(ctx, cudaStreamCreateWithFlags(&ctx->copy_stream, cudaStreamNonBlocking))) {
+        ctx->copy_stream = NULL;
+        return;
+    }
+    if (!ctx->copy_after &&
+        !CUDA_OK(ctx, cudaEventCreateWithFlags(&ctx->copy_after, cudaEventDisableTiming))) {
+        ctx->copy_after = NULL;
+        return;
+    }
+    CUDA_TRY(ctx, cudaEventRecord(ctx->copy_after, ctx->stream));
+    CUDA_TRY(ctx, cudaStreamWaitEvent(ctx->copy_stream, ctx->copy_after, 0));
+    CUDA_TRY(ctx, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, ctx->copy_stream));
+}
+
+/* ops.h copies_wait: every download_after done (a fault in one surfaces here) */
+static void cuda_copies_wait(struct ops_ctx *ctx)
+{
+    if (ctx->copy_stream) (void)CUDA_OK(ctx, cudaStreamSynchronize(ctx->copy_stream));
+}
+
 static void cuda_copy(struct ops_ctx *ctx, void *dst, const void *src, size_t bytes)
 {
     if (!bytes || dst == src) return;
@@ -259,6 +287,8 @@ static struct ops cuda_ops = {
     .download = cuda_download,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
+    .download_after = cuda_download_after,
+    .copies_wait = cuda_copies_wait,
     .bind_thread = cuda_bind_thread,
     .is_device_memory = cuda_is_device_memory,
     .memory_in_use = cuda_memory_in_use,
@@ -380,6 +410,9 @@ extern "C" const struct ops *ops_cuda(char *errbuf, size_t errbuf_bytes)
 static void release(struct ops_ctx *ctx)
 {
     if (ctx->stream) (void)cudaStreamSynchronize(ctx->stream);
+    if (ctx->copy_stream) (void)cudaStreamSynchronize(ctx->copy_stream);
+    if (ctx->copy_after) (void)cudaEventDestroy(ctx->copy_after);
+    if (ctx->copy_stream) (void)cudaStreamDestroy(ctx->copy_stream);
     for (int i = 0; i < CU_SLOTS; i++)
         if (ctx->scratch[i]) (void)cudaFree(ctx->scratch[i]);
     if (ctx->lt_workspace) (void)cudaFree(ctx->lt_workspace);

@@ -70,6 +70,10 @@ struct cu_table {
 struct ops_ctx {
     int device;
     cudaStream_t stream; /* every op of this context runs on it, in order */
+    /* download_after's (backend.cu): its copies' own stream and the event that orders
+     * each after the work on stream; made at the first, NULL until then */
+    cudaStream_t copy_stream;
+    cudaEvent_t copy_after;
     cublasLtHandle_t lt; /* cuBLASLt handle */
     void *lt_workspace;  /* its workspace, lt_workspace_bytes */
     size_t lt_workspace_bytes;

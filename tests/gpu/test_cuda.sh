@@ -18,7 +18,8 @@
 # that drops, a z-loss) trained on the GPU, its routing on kernels/cuda/moe.cu, tracks the CPU's losses
 # within 1e-4 with the same experts' loads and drops, and equals itself to the bit.
 # parallel.offload "host" and "nvme" (the step on the CPU) give the bits without offload,
-# with the memory plait check predicts, and resume mid-step to the bit.
+# with the memory plait check predicts, the gradient's layers brought down during backward
+# (ops download_after on a copy stream), and resume mid-step to the bit.
 # Without a usable GPU every check prints "ok NAME # SKIP why" (counted as
 # skipped by tests/run.sh) and the script exits 77, or 0 with --skip-ok (how
 # tests/integration/test_cuda_build.sh runs it inside make test).
@@ -26,7 +27,7 @@
 # (all by default; scripts/gpu_check.sh runs them in groups, each group under
 # its own time limit).
 # Run from the repository root; PLAIT_BUILD (default ./build) holds the binaries.
-source "$(dirname "$0")/../integration/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, tiny_plan
+source "$(dirname "$0")/../integration/lib.sh" # defines: PLAIT, PY, ROOT, WORK, check, tiny_plan, offload_overlapped
 source "$(dirname "$0")/../integration/moe_lib.sh" # defines: COMMON (the MoE GPT-2), loads_equal
 source "$(dirname "$0")/../../scripts/selftest_why.sh" # defines: selftest_why
 
@@ -154,7 +155,9 @@ sigterm_resume() {
 # parallel.offload on the GPU (runtime/host_step.h): the step on the CPU in windows of ~700
 # floats, the moments in host memory ("host") or in files ("nvme"): the bits of the run
 # without offload (the CPU's AdamW gives the GPU's bits: the selftest's adamw case), no
-# optimizer state on the device, and the device and host memory plait check predicts
+# optimizer state on the device, and the device and host memory plait check predicts; one
+# rank sums nothing, so the layers' gradients come down during backward (all but the
+# embeddings: more than half) and the bits say they were final when they did
 offload_equals_run() {
     gpu_ref || return 1
     local mode sets
@@ -166,6 +169,7 @@ offload_equals_run() {
         grep -q "parallel.offload \"$mode\": the optimizer steps on the CPU" "$WORK/gpu_$mode.log" ||
             { cat "$WORK/gpu_$mode.log"; return 1; }
         metrics_equal "$WORK/gpu_ref/metrics.jsonl" "$WORK/gpu_$mode/metrics.jsonl" || return 1
+        offload_overlapped "$WORK/gpu_$mode.log" || return 1
         "$PY" - "$WORK/gpu_$mode/run.json" <<'PYEOF' || return 1
 import json, sys
 r = json.load(open(sys.argv[1]))["memory"]["ranks"][0]

@@ -10,7 +10,12 @@
 # weights and gradients, and the host memory it holds is what gpt2_memory counts; a run
 # stopped mid-step resumes to the bit (its master weights read again from the loaded
 # ones); checkpoints cross between it and a run without offload, also written in the
-# background (checkpoint.async). tests/gpu/test_cuda.sh runs the same on a GPU.
+# background (checkpoint.async). Where nothing sums the gradient after backward (dp 1) it
+# comes down during the step's last backward, layer by layer as the grads_final hook says
+# it is final (ops download_after), the rest at the step: with grad_accum 1 and 3 and over
+# 2 pipeline stages (1F1B and interleaved), the same bits, and the run's closing line counts
+# the floats that came down during backward (none at dp 2, which keeps the step's copy).
+# tests/gpu/test_cuda.sh runs the same on a GPU.
 source "$(dirname "$0")/lib.sh"
 
 tiny_plan "$WORK/plan.json"
@@ -71,6 +76,35 @@ test_the_offloaded_step_gives_the_bits_without_offload() {
     done
 }
 
+test_the_gradient_comes_down_during_backward() {
+    # grad_accum 3 (the plan's) and 1, the whole gradient sliced into windows or in one
+    offload_overlapped "$WORK/none_host.log" || return 1
+    run a1 --set batch.grad_accum=1 && offloaded a1_host --set batch.grad_accum=1 \
+        --set parallel.offload=host &&
+        metrics_equal "$WORK/a1/metrics.jsonl" "$WORK/a1_host/metrics.jsonl" &&
+        offload_overlapped "$WORK/a1_host.log" || return 1
+    PLAIT_DEBUG_HOST_STEP=1 run one_window --set parallel.offload=host &&
+        metrics_equal "$WORK/none/metrics.jsonl" "$WORK/one_window/metrics.jsonl" &&
+        offload_overlapped "$WORK/one_window.log" || return 1
+    # two pipeline stages: rank 0 is the first, its embeddings at the step, its layer during
+    # backward; interleaved, each stage's two chunks
+    run pp2 --set parallel.pp=2 && offloaded pp2_host --set parallel.pp=2 \
+        --set parallel.offload=host &&
+        metrics_equal "$WORK/pp2/metrics.jsonl" "$WORK/pp2_host/metrics.jsonl" &&
+        offload_overlapped "$WORK/pp2_host.log" || return 1
+    local inter=(--set model.layers=4 --set batch.grad_accum=4 --set parallel.pp=2
+        --set parallel.schedule=interleaved
+        --set parallel.virtual_stages=2)
+    run pp2i "${inter[@]}" && offloaded pp2i_host "${inter[@]}" --set parallel.offload=host &&
+        metrics_equal "$WORK/pp2i/metrics.jsonl" "$WORK/pp2i_host/metrics.jsonl" &&
+        offload_overlapped "$WORK/pp2i_host.log" || return 1
+    # dp 2 sums the gradient after backward: all of it comes down at the step
+    local n m
+    read -r n m <<<"$(offload_early "$WORK/dp2z1_host.log")"
+    [ "${n:-}" = 0 ] && [ "${m:-0}" -gt 0 ] ||
+        { echo "dp2z1_host: ${n:-?} of ${m:-?} gradient floats came down during backward"; return 1; }
+}
+
 test_the_moments_in_files_give_the_same_bits() {
     offloaded none_nvme --set parallel.offload=nvme --set parallel.offload_dir="$WORK/d1" &&
         metrics_equal "$WORK/none/metrics.jsonl" "$WORK/none_nvme/metrics.jsonl" &&
@@ -110,6 +144,7 @@ test_checkpoints_cross_and_write_in_the_background() {
 }
 
 check the_offloaded_step_gives_the_bits_without_offload test_the_offloaded_step_gives_the_bits_without_offload
+check the_gradient_comes_down_during_backward test_the_gradient_comes_down_during_backward
 check the_moments_in_files_give_the_same_bits test_the_moments_in_files_give_the_same_bits
 check stopped_mid_step_resumes_to_the_bit test_stopped_mid_step_resumes_to_the_bit
 check checkpoints_cross_and_write_in_the_background test_checkpoints_cross_and_write_in_the_background
