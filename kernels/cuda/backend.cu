@@ -87,6 +87,9 @@ void *cu_scratch(struct ops_ctx *ctx, int slot, size_t bytes)
     }
     *p = NULL;
     ctx->scratch_bytes[slot] = 0;
+    /* a table kept in the slot (optimizer.cu) is gone with it: sent again at its next use */
+    if (slot == CU_SCRATCH_ADAMW) ctx->adamw_table.bytes = 0;
+    if (slot == CU_SCRATCH_SUMSQ) ctx->sumsq_table.bytes = 0;
     size_t grown = bytes < 1024 ? 1024 : bytes;
     if (!CUDA_OK(ctx, cudaMalloc(p, grown))) {
         *p = NULL;
