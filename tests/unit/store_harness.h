@@ -18,24 +18,11 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "seconds.h" // defines: now_s, sleep_s
 #include "common/store/store.h"
 #include "common/store/store_wire.h"
 
 #define SECRET "0123456789abcdef-test-secret"
-
-static inline double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static inline void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
 
 static inline struct store_server *start_server(void)
 {
