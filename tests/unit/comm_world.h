@@ -24,26 +24,13 @@
 #endif
 
 #include "check.h"
+#include "seconds.h" // defines: now_s, sleep_s
 #include "common/store/store.h"
 #include "runtime/comm/comm.h"
 
 #define SECRET "comm-test-secret-0123456789abcdef"
 #define MAX_RANKS 8
 #define WORLD_LIMIT_S 60 /* a world that has not finished by then is killed: a hang */
-
-static inline double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static inline void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
 
 /* What ranks report to the parent (mapped shared before fork). */
 struct shared {
