@@ -1,5 +1,5 @@
 /* seconds.h — the tests' clock, in seconds: now_s (monotonic) and sleep_s
- * (resumed after a signal). Shared by store_harness.h and comm_world.h; nothing else. */
+ * (resumed after a signal). Shared by store_harness.h, comm_world.h and test_comm_nccl.c. */
 #ifndef PLAIT_TESTS_SECONDS_H
 #define PLAIT_TESTS_SECONDS_H
 

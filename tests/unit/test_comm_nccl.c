@@ -15,6 +15,7 @@
 #include "runtime/comm/comm.h"
 #include "runtime/comm/comm_backend.h"
 #include "runtime/comm/nccl_meta.h"
+#include "seconds.h" // defines: now_s
 
 #ifdef PLAIT_HAVE_NCCL
 #include <cuda_runtime.h>
@@ -24,13 +25,6 @@
 #endif
 
 #define SECRET "nccl-test-secret-0123456789abcdef"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* Ring all-reduce: 2(N-1)/N of the buffer each way; reduce-scatter and
  * all-gather: N-1 blocks; a ring broadcast: the buffer from every rank but the
