@@ -40,7 +40,9 @@ void selftest_rmsnorm(struct run *r)
 /* q and k rotated at positions from 7 (theta 10^4), then at 0 (Llama 3's
  * 5·10^5, another table); a gradient rotated back; then positions from 1000,
  * where angles taken in fp32 instead of double put the output 2e-5 (third
- * shape) to 5e-5 (GPT-2's) off, above the limit (numpy, these inputs) */
+ * shape) to 5e-5 (GPT-2's) off, above the limit (numpy, these inputs); then
+ * from 500, inside the table the 1000s left (a GPU's rows of it, as context
+ * parallelism's chunks take theirs) */
 void selftest_rope(struct run *r)
 {
     const struct shape *s = r->s;
@@ -48,7 +50,7 @@ void selftest_rope(struct run *r)
     size_t n = N_ROWS(s) * (size_t)(s->NH + 2 * KV) * hs;
     float *x = selftest_rnd(r, n, 1, 0), *x2 = selftest_rnd(r, n, 1, 0),
           *dx = selftest_rnd(r, n, 1, 0);
-    float *far = selftest_rnd(r, n, 1, 0);
+    float *far = selftest_rnd(r, n, 1, 0), *mid = selftest_rnd(r, n, 1, 0);
     if (r->broken) return;
     r->o->rope_forward(r->ctx, x, s->B, s->T, s->NH, KV, hs, 10000.0, 7);
     selftest_out(r, "rotated pos0=7", x, n);
@@ -58,6 +60,8 @@ void selftest_rope(struct run *r)
     selftest_out(r, "drotated", dx, n);
     r->o->rope_forward(r->ctx, far, s->B, s->T, s->NH, KV, hs, 10000.0, 1000);
     selftest_out(r, "rot pos0=1000", far, n);
+    r->o->rope_forward(r->ctx, mid, s->B, s->T, s->NH, KV, hs, 10000.0, 500);
+    selftest_out(r, "rot pos0=500", mid, n);
 }
 
 /* the expansion and its group sums: the same values, added in head order */

@@ -180,7 +180,10 @@ void gpt2_scratch(const struct gpt2_shard *s, const struct gpt2_memory_shape *sh
     if (gpt2_chunk_moe_layers(s)) moe(&r, s, h->precision, N);
     norm(&r, R, C, !cfg->llama);
     attention(&r, s, h, attention_bf16);
-    if (cfg->llama) raise(&r, GPT2_SCRATCH_ROPE, 8 * T * (uint64_t)(cfg->hidden / cfg->heads / 2));
+    /* the rotary table of every position of a sequence (cp's chunks sit anywhere in it) */
+    uint64_t positions = (uint64_t)T * (uint64_t)(h->cp > 1 ? h->cp : 1);
+    if (cfg->llama)
+        raise(&r, GPT2_SCRATCH_ROPE, 8 * positions * (uint64_t)(cfg->hidden / cfg->heads / 2));
     if (s->first) /* the embedding's gradient rows: each token's, the distinct ones' */
         raise(&r, GPT2_SCRATCH_INDEX, 4 * (2 * (N < Vpt ? N : Vpt) + 1 + N));
     if (s->last) { /* the LM head, in bf16 but in fp32 runs, a chunk of rows at a time */

@@ -53,7 +53,7 @@ struct cu_encoder_host {
 
 /* What the rotary table in CU_SCRATCH_ROPE holds (llama.cu): positions
  * [pos0, pos0+T) of head size hs at theta; T 0: nothing yet. */
-struct cu_rope_key {
+struct cu_rope_key { /* llama.cu's cu_rope_table: positions 0 .. T-1 (pos0 always 0) */
     int T, hs, pos0;
     double theta;
 };

@@ -91,19 +91,25 @@ void cu_rmsnorm_backward(struct ops_ctx *ctx, float *dinp, float *dw, const floa
 
 /* ---- rotary positions --------------------------------------------------------------- */
 
-/* The table (T, hs/2) of (cos a, sin a), a = (pos0 + t)·theta^(-2i/hs), built
- * on the host in double with the CPU's very expression (the GPU's double
- * cos/sin would need local memory for its large-argument reduction) and
- * rounded once; kept in CU_SCRATCH_ROPE while the same positions come back
- * (every layer of a step, forward and backward; rope_expand.cu's fused ops too). NULL
- * after recording the error. */
+/* The table (T, hs/2) of (cos a, sin a) for positions pos0 .. pos0+T-1, a = pos·theta^
+ * (-2i/hs), built on the host in double with the CPU's very expression (the GPU's double
+ * cos/sin would need local memory for its large-argument reduction) and rounded once. One
+ * table of positions 0 .. the furthest asked so far is kept in CU_SCRATCH_ROPE, and a
+ * call gets its rows of it: every layer of a step, forward and backward, and context
+ * parallelism's two chunks of each sequence at their own positions (runtime/
+ * ring_attention.c, a call a chunk) build it once. NULL after recording the error. */
 const float2 *cu_rope_table(struct ops_ctx *ctx, int T, int hs, double theta, int pos0)
 {
-    struct cu_rope_key want = {T, hs, pos0, theta}, *have = &ctx->rope;
-    int half = hs / 2;
-    size_t n = (size_t)T * half;
-    if (have->T == T && have->hs == hs && have->pos0 == pos0 && have->theta == theta)
-        return (const float2 *)ctx->scratch[CU_SCRATCH_ROPE];
+    struct cu_rope_key *have = &ctx->rope;
+    int half = hs / 2, positions = pos0 + T;
+    if (pos0 < 0 || positions < pos0) {
+        cu_set_error(ctx, "rope: positions %d + %d out of range", pos0, T);
+        return NULL;
+    }
+    if (have->T >= positions && have->hs == hs && have->theta == theta)
+        return (const float2 *)ctx->scratch[CU_SCRATCH_ROPE] + (size_t)pos0 * half;
+    struct cu_rope_key want = {positions, hs, 0, theta};
+    size_t n = (size_t)positions * half;
     have->T = 0;
     float2 *table = (float2 *)cu_scratch(ctx, CU_SCRATCH_ROPE, n * sizeof(float2));
     float2 *host = (float2 *)malloc(n * sizeof(float2));
@@ -112,9 +118,9 @@ const float2 *cu_rope_table(struct ops_ctx *ctx, int T, int hs, double theta, in
         free(host);
         return NULL;
     }
-    for (int t = 0; t < T; t++)
+    for (int t = 0; t < positions; t++)
         for (int i = 0; i < half; i++) {
-            double a = (double)(pos0 + t) * pow(theta, -2.0 * i / hs);
+            double a = (double)t * pow(theta, -2.0 * i / hs);
             host[(size_t)t * half + i] = make_float2((float)cos(a), (float)sin(a));
         }
     bool ok = CUDA_OK(ctx, cudaMemcpyAsync(table, host, n * sizeof(float2), cudaMemcpyHostToDevice,
@@ -123,7 +129,7 @@ const float2 *cu_rope_table(struct ops_ctx *ctx, int T, int hs, double theta, in
     free(host);
     if (!ok) return NULL;
     *have = want;
-    return table;
+    return table + (size_t)pos0 * half;
 }
 
 /* Thread (row, i) rotates pair i of each q and k head of the row by its
