@@ -44,9 +44,8 @@ struct slice_args {
     const struct ops *ops;
     struct ops_ctx *ctx;
     float *master;
-    /* listing: the window's segments gathered in segs (n_segs of segs_cap, kept for
-     * the step's windows, freed after) for one adamw_multi */
-    bool listing;
+    /* the window's segments gathered in segs (n_segs of segs_cap, kept for the
+     * step's windows, freed after) for one adamw_multi */
     struct adamw_segment *segs;
     int n_segs, segs_cap;
 };
@@ -122,44 +121,44 @@ static struct adamw_segment segment_of(const struct slice_args *a, enum gpt2_ten
         .decays = gpt2_tensor_decays(t)};
 }
 
-/* AdamW on the instance's part in the window (weight decay by its kind), or
- * (listing) its segment added to segs for one adamw_multi over the window. */
+/* The instance's part in the window, if any, added to segs. */
 static int adamw_instance(void *ctx, enum gpt2_tensor t, int layer, size_t off, size_t n)
 {
     (void)layer;
     struct slice_args *a = ctx;
     struct adamw_segment s = segment_of(a, t, off, n);
     if (!s.n) return 0;
-    if (a->listing) {
-        if (a->n_segs == a->segs_cap) {
-            int cap = a->segs_cap ? 2 * a->segs_cap : 64;
-            struct adamw_segment *more = realloc(a->segs, (size_t)cap * sizeof *more);
-            if (!more) return -1;
-            a->segs = more, a->segs_cap = cap;
-        }
-        a->segs[a->n_segs++] = s;
-        return 0;
+    if (a->n_segs == a->segs_cap) {
+        int cap = a->segs_cap ? 2 * a->segs_cap : 64;
+        struct adamw_segment *more = realloc(a->segs, (size_t)cap * sizeof *more);
+        if (!more) return -1;
+        a->segs = more, a->segs_cap = cap;
     }
-    double wd = s.decays ? a->o->weight_decay : 0.0;
-    a->ops->adamw(a->ctx, s.p, s.p16, s.g, s.m, s.v, s.n, a->lr, a->o->beta1, a->o->beta2,
-                  (float)a->o->eps, (float)wd, a->scale, a->t);
+    a->segs[a->n_segs++] = s;
     return 0;
 }
 
 /* offload_each_window's visitor: AdamW over the window's part of every
- * instance, in one adamw_multi where the backend has it (the segments listed
- * first), else instance by instance. */
+ * instance (weight decay by its kind), the segments listed first, then in one
+ * adamw_multi where the backend has it, else segment by segment. */
 static int adamw_window(void *ctx, size_t lo, size_t n, float *m, float *v, struct plait_error *err)
 {
     struct slice_args *a = ctx;
+    const struct plan_optimizer *o = a->o;
     a->lo = lo, a->len = n, a->wm = m, a->wv = v;
-    a->listing = a->ops->adamw_multi != NULL;
-    if (!a->listing) return gpt2_shard_each(&a->m->shard, adamw_instance, a);
     a->n_segs = 0;
     if (gpt2_shard_each(&a->m->shard, adamw_instance, a))
         return error_set(err, "out of memory listing the optimizer's segments");
-    a->ops->adamw_multi(a->ctx, a->segs, a->n_segs, a->lr, a->o->beta1, a->o->beta2,
-                        (float)a->o->eps, (float)a->o->weight_decay, a->scale, a->t);
+    if (a->ops->adamw_multi) {
+        a->ops->adamw_multi(a->ctx, a->segs, a->n_segs, a->lr, o->beta1, o->beta2, (float)o->eps,
+                            (float)o->weight_decay, a->scale, a->t);
+        return 0;
+    }
+    for (int i = 0; i < a->n_segs; i++) {
+        const struct adamw_segment *s = &a->segs[i];
+        a->ops->adamw(a->ctx, s->p, s->p16, s->g, s->m, s->v, s->n, a->lr, o->beta1, o->beta2,
+                      (float)o->eps, s->decays ? (float)o->weight_decay : 0.0f, a->scale, a->t);
+    }
     return 0;
 }
 

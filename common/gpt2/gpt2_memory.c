@@ -207,9 +207,11 @@ static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long 
     }
 }
 
-/* How many copies of buffer a one lane holds. */
+/* How many copies of buffer a one lane holds; chunked: the logits in chunks
+ * (gpt2_logits_rows > 0). */
 static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
-                            const struct gpt2_memory_shape *shape, size_t slot_layers)
+                            const struct gpt2_memory_shape *shape, size_t slot_layers,
+                            bool chunked)
 {
     size_t slots = (size_t)shape->slots;
     if (a >= GPT2_ACT_FIRST_MOE) return moe_buffer_copies(a, s, shape);
@@ -223,7 +225,6 @@ static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     if (a == GPT2_ACT_QKV_PACKED) return gpt2_kv_heads(&s->cfg) != s->cfg.heads;
     if (a == GPT2_ACT_DFF) return s->cfg.llama;
     if (a < GPT2_ACT_FIRST_SLOT) return layer_kept(a, shape->recompute) ? slots * slot_layers : 1;
-    bool chunked = gpt2_logits_rows(s, shape) > 0;
     if (a == GPT2_ACT_DLNF || a == GPT2_ACT_DHEAD) return chunked ? slots : 0;
     if (a == GPT2_ACT_LOGITS && chunked) return 1;
     if (a < GPT2_ACT_FIRST_SCRATCH) return slot_held(a, s) ? slots : 0;
@@ -358,7 +359,7 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
     for (int a = 0; ok && a < GPT2_ACTS; a++) {
         struct gpt2_buffer *b = &out->act[a];
         b->elem_bytes = 4;
-        b->copies = buffer_copies(a, s, h, slot_layers);
+        b->copies = buffer_copies(a, s, h, slot_layers, out->logits_rows > 0);
         /* the second lane's copy of what a block keeps across its exchange, where a pair's
          * two lanes switch at its MoE blocks */
         b->lanes = b->copies && kept_across_exchange(a, h->recompute) && h->moe_lanes &&
