@@ -333,6 +333,39 @@ struct ops {
                                      const float *a, const float *b, const float *w, int N, int C,
                                      float eps);
 
+    /* Activations stored in bf16: in precision "bf16" the products' inputs (the norms'
+     * outputs and the MLP's activation: common/gpt2/gpt2_memory.h's gpt2_act16) are kept
+     * in bf16, not fp32. Each op below is its namesake above with that activation in bf16.
+     * A writer computes in fp32 as its namesake does and rounds each output element once,
+     * to nearest even, as it stores it (the CPU's: its namesake's fp32 values, rounded:
+     * the same bits as rounding the namesake's output). A product takes the bf16 input as
+     * it is, with the weight's bf16 copy w16 and fp32 sums: its namesake's result on an
+     * fp32 input that rounds to these values (matmul_forward and matmul_backward with w16
+     * round their input to bf16 first), the same bits on the CPU. NULL: the backend has
+     * none; the model then keeps these activations in fp32. */
+    void (*layernorm_forward16)(struct ops_ctx *ctx, uint16_t *out, float *mean, float *rstd,
+                                const float *inp, const float *w, const float *b, int N, int C);
+    void (*rmsnorm_forward16)(struct ops_ctx *ctx, uint16_t *out, float *rstd, const float *inp,
+                              const float *w, int N, int C, float eps);
+    void (*gelu_forward16)(struct ops_ctx *ctx, uint16_t *out, const float *inp, size_t n);
+    void (*swiglu_forward16)(struct ops_ctx *ctx, uint16_t *out, const float *inp, int N, int F);
+    void (*matmul_forward16)(struct ops_ctx *ctx, float *out, const uint16_t *inp,
+                             const uint16_t *w16, const float *bias, int N, int C, int OC);
+    void (*matmul_backward16)(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias,
+                              const float *dout, const uint16_t *inp, const uint16_t *w16, int N,
+                              int C, int OC, bool accumulate);
+    /* Optional within (NULL: matmul_forward16 into pre, then gelu_forward16; residual_forward,
+     * then the norm's forward16): the fused ones with a bf16 output. */
+    void (*matmul_forward_gelu16)(struct ops_ctx *ctx, uint16_t *out, float *pre,
+                                  const uint16_t *inp, const uint16_t *w16, const float *bias,
+                                  int N, int C, int OC);
+    void (*residual_layernorm_forward16)(struct ops_ctx *ctx, float *res, uint16_t *out,
+                                         float *mean, float *rstd, const float *a, const float *b,
+                                         const float *w, const float *bias, int N, int C);
+    void (*residual_rmsnorm_forward16)(struct ops_ctx *ctx, float *res, uint16_t *out,
+                                       float *rstd, const float *a, const float *b,
+                                       const float *w, int N, int C, float eps);
+
     /* Cross-entropy of logits (N,Vp) against targets (N), softmax over the
      * first V columns only. losses (N) = -log p[target]. With grad_scale != 0,
      * logits is overwritten by dlogits = (p - onehot)·grad_scale, with the
