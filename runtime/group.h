@@ -25,6 +25,9 @@ struct group {
     /* every rank's send (count floats) into recv (size·count), block r from rank r */
     int (*allgather)(void *ctx, const float *send, float *recv, size_t count,
                      struct plait_error *err);
+    /* the same of 2-byte bf16 values (count of them a rank) */
+    int (*allgather16)(void *ctx, const uint16_t *send, uint16_t *recv, size_t count,
+                       struct plait_error *err);
     /* allreduce's sum, started: it returns at once with *req, and buf belongs
      * to the operation until wait(req) returns (0, or -1 with err; req is
      * freed either way). Sums started together complete in the order started.
@@ -42,8 +45,8 @@ struct group {
      * order (counts[r] floats from rank r, some possibly 0; the same counts on
      * every rank; in place: send is this rank's block of recv). counts may be
      * reused once it returns. NULL where the group cannot. */
-    int (*iallgather_v)(void *ctx, const float *send, float *recv, const size_t *counts,
-                        void **req, struct plait_error *err);
+    int (*iallgather_v)(void *ctx, const float *send, float *recv, const size_t *counts, void **req,
+                        struct plait_error *err);
     /* The same gather of 2-byte bf16 values (NULL where the group cannot:
      * callers then gather fp32) */
     int (*iallgather16_v)(void *ctx, const uint16_t *send, uint16_t *recv, const size_t *counts,

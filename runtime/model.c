@@ -47,25 +47,31 @@ static void *dev_alloc(struct model *m, size_t bytes, uint64_t *kind)
  * every slot, or of the model. */
 enum act_home { IN_LAYER, IN_SLOT, IN_MODEL, IN_MOE };
 #define LAYER(a, f) [a] = {IN_LAYER, offsetof(struct layer_acts, f)}
+/* a struct act: its f32 field, and its bf16 one (gpt2_act16) */
+#define LAYER16(a, f)                                                                              \
+    [a] = {IN_LAYER, offsetof(struct layer_acts, f.f32), offsetof(struct layer_acts, f.bf16)}
+#define SLOT16(a, f)                                                                               \
+    [a] = {IN_SLOT, offsetof(struct model_slot, f.f32), offsetof(struct model_slot, f.bf16)}
 #define MOE(a, f) [a] = {IN_MOE, offsetof(struct moe_acts, f)}
 #define SLOT(a, f) [a] = {IN_SLOT, offsetof(struct model_slot, f)}
 #define MODEL(a, f) [a] = {IN_MODEL, offsetof(struct model, f)}
 static const struct {
     enum act_home home;
     size_t field;
+    size_t field16; /* a struct act's bf16 pointer (elem_bytes 2), else 0 */
 } act_field[GPT2_ACTS] = {
-    LAYER(GPT2_ACT_LN1, ln1),
+    LAYER16(GPT2_ACT_LN1, ln1),
     LAYER(GPT2_ACT_LN1_MEAN, ln1_mean),
     LAYER(GPT2_ACT_LN1_RSTD, ln1_rstd),
     LAYER(GPT2_ACT_QKV, qkv),
     LAYER(GPT2_ACT_ATTY, atty),
     LAYER(GPT2_ACT_ATT, att),
     LAYER(GPT2_ACT_RES2, res2),
-    LAYER(GPT2_ACT_LN2, ln2),
+    LAYER16(GPT2_ACT_LN2, ln2),
     LAYER(GPT2_ACT_LN2_MEAN, ln2_mean),
     LAYER(GPT2_ACT_LN2_RSTD, ln2_rstd),
     LAYER(GPT2_ACT_FCH, fch),
-    LAYER(GPT2_ACT_FCH_GELU, fch_gelu),
+    LAYER16(GPT2_ACT_FCH_GELU, fch_gelu),
     LAYER(GPT2_ACT_RES3, res3),
     LAYER(GPT2_ACT_G_FCPROJ, g_fcproj),
     LAYER(GPT2_ACT_G_FC, g_fc),
@@ -74,7 +80,7 @@ static const struct {
     SLOT(GPT2_ACT_INPUT, input),
     SLOT(GPT2_ACT_TOKENS, tokens),
     SLOT(GPT2_ACT_TARGETS, targets),
-    SLOT(GPT2_ACT_LNF, lnf),
+    SLOT16(GPT2_ACT_LNF, lnf),
     SLOT(GPT2_ACT_LNF_MEAN, lnf_mean),
     SLOT(GPT2_ACT_LNF_RSTD, lnf_rstd),
     SLOT(GPT2_ACT_LOGITS, logits),
@@ -119,11 +125,13 @@ static const struct {
 };
 #undef MOE
 #undef LAYER
+#undef LAYER16
 #undef SLOT
+#undef SLOT16
 #undef MODEL
 
 /* Points the pointer field at `field` bytes into obj at p (every field in
- * act_field is a pointer to float or int32_t). */
+ * act_field is a pointer to float, uint16_t or int32_t). */
 static void point(void *obj, size_t field, void *p)
 {
     memcpy((char *)obj + field, &p, sizeof p);
@@ -136,7 +144,8 @@ static void point_buffer(struct model *m, enum gpt2_act a, char *base, size_t by
 {
     const struct gpt2_buffer *b = &m->mem.act[a];
     bool each = b->copies / b->lanes > 1;
-    size_t field = act_field[a].field, L = (size_t)m->n_layers, Lm = (size_t)m->n_moe;
+    size_t field = b->elem_bytes == 2 ? act_field[a].field16 : act_field[a].field,
+           L = (size_t)m->n_layers, Lm = (size_t)m->n_moe;
     for (size_t s = 0; s < (size_t)m->n_slots; s++) {
         if (act_field[a].home == IN_SLOT) point(&m->slots[s], field, base + (each ? s * bytes : 0));
         for (size_t l = 0; act_field[a].home == IN_LAYER && l < L; l++)
@@ -240,6 +249,13 @@ static int check_shape(const struct model *m, const struct gpt2_part *part,
     return 0;
 }
 
+/* Whether the backend keeps activations in bf16 (kernels/ops.h: every op but the optional). */
+static bool has_act16_ops(const struct ops *o)
+{
+    return o->layernorm_forward16 && o->rmsnorm_forward16 && o->gelu_forward16 &&
+           o->swiglu_forward16 && o->matmul_forward16 && o->matmul_backward16;
+}
+
 /* What the shard holds in memory (common/gpt2/gpt2_memory.c), the count the
  * allocations must match. */
 static int count_memory(struct model *m, const struct model_shape *shape, struct plait_error *err)
@@ -262,6 +278,8 @@ static int count_memory(struct model *m, const struct model_shape *shape, struct
                                        shape->offload_dir ? shape->offload_window_mb : 0,
                                    .host_step = shape->host_step,
                                    .logits_chunk_mb = shape->logits_chunk_mb,
+                                   .act16 = !shape->activations_f32 && has_act16_ops(m->ops) &&
+                                            gpt2_act16(&m->cfg, shape->precision),
                                    .moe_lanes = shape->ep_lane_group != NULL};
     m->mem_shape = ms;
     return gpt2_memory(&m->shard, &ms, &m->mem, err);

@@ -27,21 +27,41 @@ struct model_bytes {
     uint64_t params, grads, optimizer, activations;
 };
 
+/* An activation in its dtype: fp32, or bf16 where the model keeps its products' inputs in
+ * bf16 (gpt2_act16: kernels/ops.h's bf16 activations); the other pointer NULL. */
+struct act {
+    float *f32;
+    uint16_t *bf16;
+};
+
+static inline struct act act_f32(float *p)
+{
+    return (struct act){.f32 = p};
+}
+
+/* a's elements from element i on */
+static inline struct act act_at(struct act a, size_t i)
+{
+    return (struct act){.f32 = a.f32 ? a.f32 + i : NULL, .bf16 = a.bf16 ? a.bf16 + i : NULL};
+}
+
 /* What one layer's forward leaves for its backward. With recompute, some of
  * these point at one shared scratch buffer and backward recomputes them.
  * R is the rows of the residual stream this rank holds: N, or with sequence
  * parallelism its block of N/tp rows (rows [tp_rank·R, (tp_rank+1)·R)). */
 struct layer_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* (R,C), (R), (R); no mean in a Llama's RMSNorm */
-    float *qkv;                       /* (N,3C/tp) this rank's heads of q, k, v (a Llama's
-                                         rotated, its key/value heads repeated per query head) */
-    float *atty;                      /* (N,C/tp) attention output before projection */
-    float *att;                       /* (B,NH/tp,T,T) softmax probabilities */
-    float *res2;                      /* (R,C) residual after attention */
-    float *ln2, *ln2_mean, *ln2_rstd; /* (R,C), (R), (R) */
-    float *fch, *fch_gelu;            /* (N,4C/tp) column shard; a Llama's (N,2F/tp) gate and up,
-                                         (N,F/tp) SwiGLU of them */
-    float *res3;                      /* (R,C) the layer's output */
+    struct act ln1;             /* (R,C) */
+    float *ln1_mean, *ln1_rstd; /* (R), (R); no mean in a Llama's RMSNorm */
+    float *qkv;                 /* (N,3C/tp) this rank's heads of q, k, v (a Llama's
+                                   rotated, its key/value heads repeated per query head) */
+    float *atty;                /* (N,C/tp) attention output before projection */
+    float *att;                 /* (B,NH/tp,T,T) softmax probabilities */
+    float *res2;                /* (R,C) residual after attention */
+    struct act ln2;             /* (R,C) */
+    float *ln2_mean, *ln2_rstd; /* (R), (R) */
+    float *fch;                 /* (N,4C/tp) column shard; a Llama's (N,2F/tp) gate and up */
+    struct act fch_gelu;        /* (N,4C/tp); a Llama's (N,F/tp) SwiGLU of fch */
+    float *res3;                /* (R,C) the layer's output */
     /* split backward only: the gradients of the four products' outputs (all N
      * rows), left by the input-gradient pass for the weight-gradient pass */
     float *g_fcproj, *g_fc;   /* (N,C), (N,4C/tp) */
@@ -70,17 +90,18 @@ struct moe_acts {
  * many); without a pipeline there is one. With model chunks (interleaved
  * schedules) a slot holds one micro-batch through one chunk. */
 struct model_slot {
-    int chunk;                 /* the chunk it runs through (0 .. chunks-1): set before
-                                  its forward, kept until its backward */
-    struct layer_acts *layer;  /* [n_layers: one chunk's] */
-    struct moe_acts *moe;      /* [n_moe: the MoE layers of a chunk, in order] */
-    float grad_scale;          /* its forward's (the MoE losses' gradients are scaled by it) */
-    float *input;              /* (R,C) the chunk's input: the embedding on the first
-                                  stage's chunk 0, the activation received on the others */
-    int32_t *tokens, *targets; /* (N) first stage: its tokens; last stage: the targets */
-    float *lnf, *lnf_mean, *lnf_rstd; /* (R,C), (R), (R) last stage (its last chunk) */
-    float *logits;                    /* (N,Vp/tp) last stage; turned into dlogits by the loss;
-                                         with logits_rows, (logits_rows,Vp/tp) every slot shares */
+    int chunk;                  /* the chunk it runs through (0 .. chunks-1): set before
+                                   its forward, kept until its backward */
+    struct layer_acts *layer;   /* [n_layers: one chunk's] */
+    struct moe_acts *moe;       /* [n_moe: the MoE layers of a chunk, in order] */
+    float grad_scale;           /* its forward's (the MoE losses' gradients are scaled by it) */
+    float *input;               /* (R,C) the chunk's input: the embedding on the first
+                                   stage's chunk 0, the activation received on the others */
+    int32_t *tokens, *targets;  /* (N) first stage: its tokens; last stage: the targets */
+    struct act lnf;             /* (R,C) last stage (its last chunk) */
+    float *lnf_mean, *lnf_rstd; /* (R), (R) */
+    float *logits;              /* (N,Vp/tp) last stage; turned into dlogits by the loss;
+                                   with logits_rows, (logits_rows,Vp/tp) every slot shares */
     float *dlnf;  /* (N,C) logits_rows only: the head's input gradient, from the forward */
     float *dhead; /* (Vp/tp,C) logits_rows only: the head's weight gradient, from the forward */
 };
@@ -249,14 +270,14 @@ struct model {
      * whole backward; model_deferred_rows and model_add_embedding_rows add
      * them once it is summed. */
     bool defer_embedding;
-    int deferred_slot;            /* the slot whose embedding rows were left out, -1: none */
-    struct profile prof;          /* time per phase (the training loop resets it) */
-    struct gpt2_memory mem;       /* what it holds, by common/gpt2/gpt2_memory.c */
+    int deferred_slot;                  /* the slot whose embedding rows were left out, -1: none */
+    struct profile prof;                /* time per phase (the training loop resets it) */
+    struct gpt2_memory mem;             /* what it holds, by common/gpt2/gpt2_memory.c */
     struct gpt2_memory_shape mem_shape; /* ... for this shape */
-    struct model_bytes allocated; /* what model_init allocated, counted by kind (= mem's) */
-    uint64_t scratch_bytes;       /* the backend's scratch reserved beside it (model_scratch.c;
-                                     0 on the CPU), which gpt2_memory does not count */
-    void **allocations;           /* everything above, for model_free */
+    struct model_bytes allocated;       /* what model_init allocated, counted by kind (= mem's) */
+    uint64_t scratch_bytes; /* the backend's scratch reserved beside it (model_scratch.c;
+                               0 on the CPU), which gpt2_memory does not count */
+    void **allocations;     /* everything above, for model_free */
     int n_allocations, cap_allocations;
 };
 
@@ -295,6 +316,8 @@ struct model_shape {
     double logits_chunk_mb; /* the plan's: the last stage's logits in chunks (model.logits_rows) */
     bool host_step;         /* parallel.offload on a GPU rank: the optimizer's step on the CPU, its
                                state in host memory (runtime/host_step.h) */
+    bool activations_f32;   /* PLAIT_DEBUG_ACTIVATIONS_F32: the products' inputs in fp32 even
+                               where gpt2_act16 would keep them in bf16 (tests compare) */
     double moe_capacity_factor, moe_aux_loss, moe_z_loss; /* model.moe's (plan.h) */
 };
 

@@ -140,7 +140,7 @@ static int mlp_backward(struct model *m, struct layer_acts *a, int l, const floa
                         bool acc, enum bwd_pass pass, struct plait_error *err)
 {
     int C = m->cfg.hidden;
-    const float *ln = a->ln2;
+    struct act ln = a->ln2;
     struct profile *pr = &m->prof;
     bool w = pass == BWD_ALL; /* the weight gradients too (their inputs gathered) */
     dout = kept(m, pass, a->g_fcproj, dout, (size_t)N * C);
@@ -150,7 +150,7 @@ static int mlp_backward(struct model *m, struct layer_acts *a, int l, const floa
                                GPT2_FCPROJW, l, N, m->Fl, C, acc));
     float *dfc = pass == BWD_INPUT ? a->g_fc : m->d4C;
     PROF(pr, PROF_GELU_BWD, act_backward(m, a, dfc, dact, N));
-    if (w && model_sp_gather(m, a->ln2, N, &ln, err)) return -1;
+    if (w && model_sp_gather_act(m, a->ln2, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
          model_linear_backward(m, m->dC, GW(GPT2_FCW), GW(GPT2_FCB), dfc, ln, GPT2_FCW, l, N, C,
                                m->FCl, acc));
@@ -172,7 +172,8 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
     int C = m->cfg.hidden, N = B * T, R = model_rows_of(m, N), l = model_slot_layer(m, sl, i);
     size_t NC = (size_t)N * C;
     struct layer_acts *a = &sl->layer[i];
-    const float *in = model_layer_input(sl, i), *dout, *ln;
+    const float *in = model_layer_input(sl, i), *dout, *moe_in;
+    struct act ln;
     float *dln;
     struct profile *pr = &m->prof;
     bool w = pass == BWD_ALL; /* the weight gradients too (their inputs gathered) */
@@ -180,9 +181,9 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
     /* MLP: res3 = res2 + fcproj(act(fc(ln2(res2)))), or + the MoE block's output */
     if (model_sp_gather(m, m->dres, N, &dout, err)) return -1;
     bool moe = gpt2_layer_moe(&m->cfg, l); /* its input gathered beside dout, sequence parallel */
-    if (moe ? model_sp_gather_into(m, a->ln2, N, m->moe_ln, &ln, err) ||
-                  moe_backward(m, moe_acts_of(m, sl, i), l, dout, ln, m->dC, N, sl->grad_scale, acc,
-                               err)
+    if (moe ? model_sp_gather_into(m, a->ln2.f32, N, m->moe_ln, &moe_in, err) ||
+                  moe_backward(m, moe_acts_of(m, sl, i), l, dout, moe_in, m->dC, N, sl->grad_scale,
+                               acc, err)
             : mlp_backward(m, a, l, dout, N, acc, pass, err))
         return -1;
     if (model_tp_sum_rows(m, m->dC, N, &dln, err)) return -1;
@@ -193,12 +194,12 @@ static int layer_backward(struct model *m, struct model_slot *sl, int i, int B, 
     if (model_sp_gather(m, m->dres, N, &dout, err)) return -1;
     dout = kept(m, pass, a->g_attproj, dout, NC);
     PROF(pr, PROF_MATMUL_BWD,
-         model_linear_backward(m, m->dC, GW(GPT2_ATTPROJW), GW(GPT2_ATTPROJB), dout, a->atty,
-                               GPT2_ATTPROJW, l, N, m->Cl, C, acc));
+         model_linear_backward(m, m->dC, GW(GPT2_ATTPROJW), GW(GPT2_ATTPROJB), dout,
+                               act_f32(a->atty), GPT2_ATTPROJW, l, N, m->Cl, C, acc));
     float *dqkv = pass == BWD_INPUT ? a->g_qkv : m->qkv_packed ? m->qkv_packed : m->d3C;
     if (qkv_backward(m, a, dqkv, m->dC, B, T, err)) return -1;
     ln = a->ln1;
-    if (w && model_sp_gather(m, a->ln1, N, &ln, err)) return -1;
+    if (w && model_sp_gather_act(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
          model_linear_backward(m, m->dC, GW(GPT2_QKVW), GW(GPT2_QKVB), dqkv, ln, GPT2_QKVW, l, N, C,
                                m->QKVl, acc));
@@ -220,22 +221,22 @@ static int layer_weights(struct model *m, struct model_slot *sl, int i, int B, i
     int C = m->cfg.hidden, N = B * T, l = model_slot_layer(m, sl, i);
     struct layer_acts *a = &sl->layer[i];
     struct profile *pr = &m->prof;
-    const float *ln;
+    struct act ln;
 #define GB(t) model_held(m, GRADS, t, l)
     if (recompute_timed(m, sl, i, B, T, true, err)) return -1;
     if (!gpt2_layer_moe(&m->cfg, l)) { /* (an MoE block's came with its input gradient) */
         PROF(pr, PROF_MATMUL_BWD,
              model_linear_backward(m, NULL, G(GPT2_FCPROJW, l), GB(GPT2_FCPROJB), a->g_fcproj,
                                    a->fch_gelu, GPT2_FCPROJW, l, N, m->Fl, C, acc));
-        if (model_sp_gather(m, a->ln2, N, &ln, err)) return -1;
+        if (model_sp_gather_act(m, a->ln2, N, &ln, err)) return -1;
         PROF(pr, PROF_MATMUL_BWD,
              model_linear_backward(m, NULL, G(GPT2_FCW, l), GB(GPT2_FCB), a->g_fc, ln, GPT2_FCW, l,
                                    N, C, m->FCl, acc));
     }
     PROF(pr, PROF_MATMUL_BWD,
          model_linear_backward(m, NULL, G(GPT2_ATTPROJW, l), GB(GPT2_ATTPROJB), a->g_attproj,
-                               a->atty, GPT2_ATTPROJW, l, N, m->Cl, C, acc));
-    if (model_sp_gather(m, a->ln1, N, &ln, err)) return -1;
+                               act_f32(a->atty), GPT2_ATTPROJW, l, N, m->Cl, C, acc));
+    if (model_sp_gather_act(m, a->ln1, N, &ln, err)) return -1;
     PROF(pr, PROF_MATMUL_BWD,
          model_linear_backward(m, NULL, G(GPT2_QKVW, l), GB(GPT2_QKVB), a->g_qkv, ln, GPT2_QKVW, l,
                                N, C, m->QKVl, acc));
@@ -253,7 +254,7 @@ static int head_backward(struct model *m, struct model_slot *sl, int N, bool acc
 {
     const struct ops *o = m->ops;
     int C = m->cfg.hidden, R = model_rows_of(m, N);
-    const float *lnf;
+    struct act lnf;
     float *dlnf;
     struct profile *pr = &m->prof;
     float *partial = m->dC; /* this rank's vocabulary part of the head's input gradient */
@@ -266,10 +267,10 @@ static int head_backward(struct model *m, struct model_slot *sl, int N, bool acc
         else
             PROF(pr, PROF_LM_HEAD_BWD, o->copy(m->ctx, dw, sl->dhead, n * sizeof(float)));
     } else {
-        if (model_sp_gather(m, sl->lnf, N, &lnf, err)) return -1;
+        if (model_sp_gather_act(m, sl->lnf, N, &lnf, err)) return -1;
         PROF(pr, PROF_LM_HEAD_BWD,
-             o->matmul_backward(m->ctx, m->dC, G(m->head, 0), NULL, sl->logits, lnf, P(m->head, 0),
-                                model_weight16(m, m->head, 0), N, C, m->Vpl, acc));
+             model_product_backward(m, m->dC, G(m->head, 0), NULL, sl->logits, lnf, P(m->head, 0),
+                                    model_weight16(m, m->head, 0), N, C, m->Vpl, acc));
     }
     if (model_tp_sum_rows(m, partial, N, &dlnf, err)) return -1;
     o->zero(m->ctx, m->dres, (size_t)R * C * sizeof(float));

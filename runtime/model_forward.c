@@ -65,7 +65,7 @@ int model_attention_fwd(struct model *m, struct layer_acts *a, int B, int T,
  * product into qkv_packed, its key/value heads then repeated into a->qkv (the
  * two in one op where the backend fuses them; with cp one a chunk, at its
  * positions). */
-static void qkv_forward(struct model *m, struct layer_acts *a, const float *ln, int l, int B, int T)
+static void qkv_forward(struct model *m, struct layer_acts *a, struct act ln, int l, int B, int T)
 {
     const struct ops *o = m->ops;
     int N = B * T;
@@ -102,14 +102,24 @@ static void residual_norm_forward(struct model *m, struct layer_acts *a, const f
     const struct ops *o = m->ops;
     int C = m->cfg.hidden;
     struct profile *pr = &m->prof;
-    if (m->cfg.llama && o->residual_rmsnorm_forward) {
+    float eps = m->cfg.norm_eps;
+    const float *w = P(GPT2_LN2W, l);
+    if (a->ln2.bf16 && m->cfg.llama && o->residual_rmsnorm_forward16) {
         PROF(pr, PROF_LAYERNORM_FWD,
-             o->residual_rmsnorm_forward(m->ctx, a->res2, a->ln2, a->ln2_rstd, in, proj,
-                                         P(GPT2_LN2W, l), R, C, m->cfg.norm_eps));
-    } else if (!m->cfg.llama && o->residual_layernorm_forward) {
+             o->residual_rmsnorm_forward16(m->ctx, a->res2, a->ln2.bf16, a->ln2_rstd, in, proj, w,
+                                           R, C, eps));
+    } else if (a->ln2.bf16 && !m->cfg.llama && o->residual_layernorm_forward16) {
         PROF(pr, PROF_LAYERNORM_FWD,
-             o->residual_layernorm_forward(m->ctx, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, in,
-                                           proj, P(GPT2_LN2W, l), P(GPT2_LN2B, l), R, C));
+             o->residual_layernorm_forward16(m->ctx, a->res2, a->ln2.bf16, a->ln2_mean, a->ln2_rstd,
+                                             in, proj, w, P(GPT2_LN2B, l), R, C));
+    } else if (a->ln2.f32 && m->cfg.llama && o->residual_rmsnorm_forward) {
+        PROF(pr, PROF_LAYERNORM_FWD,
+             o->residual_rmsnorm_forward(m->ctx, a->res2, a->ln2.f32, a->ln2_rstd, in, proj, w, R,
+                                         C, eps));
+    } else if (a->ln2.f32 && !m->cfg.llama && o->residual_layernorm_forward) {
+        PROF(pr, PROF_LAYERNORM_FWD,
+             o->residual_layernorm_forward(m->ctx, a->res2, a->ln2.f32, a->ln2_mean, a->ln2_rstd,
+                                           in, proj, w, P(GPT2_LN2B, l), R, C));
     } else {
         PROF(pr, PROF_RESIDUAL_FWD, o->residual_forward(m->ctx, a->res2, in, proj, (size_t)R * C));
         PROF(pr, PROF_LAYERNORM_FWD,
@@ -119,10 +129,17 @@ static void residual_norm_forward(struct model *m, struct layer_acts *a, const f
 }
 
 /* The MLP's activation: GELU of fch (N,4C/tp), or a Llama's SwiGLU of its
- * gate and up halves (N,2F/tp), into fch_gelu. */
+ * gate and up halves (N,2F/tp), into fch_gelu (fp32 or bf16). */
 void model_act_forward(struct model *m, struct layer_acts *a, int N)
 {
-    model_mlp_act(m, a->fch_gelu, a->fch, N, m->Fl);
+    const struct ops *o = m->ops;
+    uint16_t *out = a->fch_gelu.bf16;
+    if (!out)
+        model_mlp_act(m, a->fch_gelu.f32, a->fch, N, m->Fl);
+    else if (m->cfg.llama)
+        o->swiglu_forward16(m->ctx, out, a->fch, N, m->Fl);
+    else
+        o->gelu_forward16(m->ctx, out, a->fch, (size_t)N * m->Fl);
 }
 
 void model_mlp_act(const struct model *m, float *out, const float *in, int N, int F)
@@ -150,11 +167,12 @@ int model_layer_attention_forward(struct model *m, struct model_slot *sl, int i,
 {
     int N = B * T, R = model_rows_of(m, N), l = model_slot_layer(m, sl, i);
     struct layer_acts *a = &sl->layer[i];
-    const float *in = model_layer_input(sl, i), *ln;
+    const float *in = model_layer_input(sl, i);
+    struct act ln;
     struct profile *pr = &m->prof;
     PROF(pr, PROF_LAYERNORM_FWD,
          model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, in, GPT2_LN1W, GPT2_LN1B, l, R));
-    if (model_sp_gather(m, a->ln1, N, &ln, err)) return -1;
+    if (model_sp_gather_act(m, a->ln1, N, &ln, err)) return -1;
     qkv_forward(m, a, ln, l, B, T);
     int rc;
     PROF(pr, PROF_ATTENTION_FWD, rc = model_attention_fwd(m, a, B, T, err));
@@ -167,17 +185,18 @@ int model_layer_forward(struct model *m, struct model_slot *sl, int i, int B, in
     const struct ops *o = m->ops;
     int C = m->cfg.hidden, N = B * T, R = model_rows_of(m, N), l = model_slot_layer(m, sl, i);
     struct layer_acts *a = &sl->layer[i];
-    const float *in = model_layer_input(sl, i), *ln;
+    const float *in = model_layer_input(sl, i);
+    struct act ln;
     float *proj;
     struct profile *pr = &m->prof;
     if (model_layer_attention_forward(m, sl, i, B, T, err)) return -1;
-    if (model_row_parallel_forward(m, &proj, a->atty, GPT2_ATTPROJW, GPT2_ATTPROJB, l, N, m->Cl,
-                                   err))
+    if (model_row_parallel_forward(m, &proj, act_f32(a->atty), GPT2_ATTPROJW, GPT2_ATTPROJB, l, N,
+                                   m->Cl, err))
         return -1;
     residual_norm_forward(m, a, in, proj, l, R);
-    if (model_sp_gather(m, a->ln2, N, &ln, err)) return -1;
-    if (gpt2_layer_moe(&m->cfg, l)) { /* an MoE block for the MLP, summed over tp */
-        if (moe_forward(m, moe_acts_of(m, sl, i), l, ln, N, &proj, err) ||
+    if (model_sp_gather_act(m, a->ln2, N, &ln, err)) return -1;
+    if (gpt2_layer_moe(&m->cfg, l)) { /* an MoE block for the MLP, summed over tp (fp32) */
+        if (moe_forward(m, moe_acts_of(m, sl, i), l, ln.f32, N, &proj, err) ||
             model_tp_sum_rows(m, proj, N, &proj, err))
             return -1;
         PROF(pr, PROF_RESIDUAL_FWD,
@@ -185,10 +204,16 @@ int model_layer_forward(struct model *m, struct model_slot *sl, int i, int B, in
         return 0;
     }
     const float *fcb = model_held(m, PARAMS, GPT2_FCB, l);
-    if (o->matmul_forward_gelu && !m->cfg.llama && m->precision != PLAN_PRECISION_FP8) {
+    const uint16_t *fcw16 = model_weight16(m, GPT2_FCW, l);
+    bool fused = !m->cfg.llama && m->precision != PLAN_PRECISION_FP8;
+    if (fused && ln.bf16 && o->matmul_forward_gelu16) {
         PROF(pr, PROF_MATMUL_FWD, /* one pass */
-             o->matmul_forward_gelu(m->ctx, a->fch_gelu, a->fch, ln, P(GPT2_FCW, l),
-                                    model_weight16(m, GPT2_FCW, l), fcb, N, C, m->FCl));
+             o->matmul_forward_gelu16(m->ctx, a->fch_gelu.bf16, a->fch, ln.bf16, fcw16, fcb, N, C,
+                                      m->FCl));
+    } else if (fused && ln.f32 && o->matmul_forward_gelu) {
+        PROF(pr, PROF_MATMUL_FWD,
+             o->matmul_forward_gelu(m->ctx, a->fch_gelu.f32, a->fch, ln.f32, P(GPT2_FCW, l), fcw16,
+                                    fcb, N, C, m->FCl));
     } else {
         PROF(pr, PROF_MATMUL_FWD,
              model_linear_forward(m, a->fch, ln, GPT2_FCW, l, fcb, N, C, m->FCl));
@@ -228,18 +253,19 @@ static int vocab_parallel_loss(struct model *m, float *logits, const int32_t *ta
 /* Rows [r0, r0 + n) of the head: their logits, loss and (grad_scale != 0) dlogits in
  * sl->logits; with chunked logits also the head's input gradient of those rows into
  * sl->dlnf and its weight gradient added into sl->dhead (written by the first rows). */
-static int head_rows(struct model *m, struct model_slot *sl, const float *lnf, int r0, int n,
+static int head_rows(struct model *m, struct model_slot *sl, struct act lnf, int r0, int n,
                      float grad_scale, struct plait_error *err)
 {
     const struct ops *o = m->ops;
     int C = m->cfg.hidden;
-    const float *in = lnf + (size_t)r0 * C, *w = P(m->head, 0);
+    struct act in = act_at(lnf, (size_t)r0 * C);
+    const float *w = P(m->head, 0);
     const uint16_t *w16 = model_weight16(m, m->head, 0);
     const int32_t *targets = sl->targets + r0;
     float *losses = m->losses + r0;
     struct profile *pr = &m->prof;
     PROF(pr, PROF_LM_HEAD_FWD,
-         o->matmul_forward(m->ctx, sl->logits, in, w, w16, NULL, n, C, m->Vpl));
+         model_product_forward(m, sl->logits, in, w, w16, NULL, n, C, m->Vpl));
     if (m->tp.size == 1) {
         PROF(pr, PROF_LOSS,
              o->classifier(m->ctx, sl->logits, losses, targets, n, m->cfg.vocab,
@@ -251,8 +277,8 @@ static int head_rows(struct model *m, struct model_slot *sl, const float *lnf, i
     }
     if (m->logits_rows && grad_scale != 0)
         PROF(pr, PROF_LM_HEAD_BWD,
-             o->matmul_backward(m->ctx, sl->dlnf + (size_t)r0 * C, sl->dhead, NULL, sl->logits, in,
-                                w, w16, n, C, m->Vpl, r0 > 0));
+             model_product_backward(m, sl->dlnf + (size_t)r0 * C, sl->dhead, NULL, sl->logits, in,
+                                    w, w16, n, C, m->Vpl, r0 > 0));
     return 0;
 }
 
@@ -264,17 +290,17 @@ static int head_forward(struct model *m, struct model_slot *sl, const int32_t *t
 {
     const struct ops *o = m->ops;
     int C = m->cfg.hidden;
-    const float *lnf;
+    struct act lnf;
     struct profile *pr = &m->prof;
     PROF(pr, PROF_LAYERNORM_FWD,
          model_norm_forward(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->layer[m->n_layers - 1].res3,
                             GPT2_LNFW, GPT2_LNFB, 0, model_rows_of(m, N)));
-    if (model_sp_gather(m, sl->lnf, N, &lnf, err)) return -1;
+    if (model_sp_gather_act(m, sl->lnf, N, &lnf, err)) return -1;
     if (!targets) {
         if (m->logits_out)
             PROF(pr, PROF_LM_HEAD_FWD,
-                 o->matmul_forward(m->ctx, m->logits_out, lnf, P(m->head, 0),
-                                   model_weight16(m, m->head, 0), NULL, N, C, m->Vpl));
+                 model_product_forward(m, m->logits_out, lnf, P(m->head, 0),
+                                       model_weight16(m, m->head, 0), NULL, N, C, m->Vpl));
         return 0;
     }
     o->upload(m->ctx, sl->targets, targets, (size_t)N * sizeof(int32_t));

@@ -54,6 +54,24 @@ int model_sp_gather(struct model *m, const float *rows, int N, const float **who
     return model_sp_gather_into(m, rows, N, m->whole, whole, err);
 }
 
+int model_sp_gather_act(struct model *m, struct act rows, int N, struct act *whole,
+                        struct plait_error *err)
+{
+    *whole = rows;
+    if (!m->sp) return 0;
+    if (rows.f32) {
+        const float *gathered;
+        if (model_sp_gather_into(m, rows.f32, N, m->whole, &gathered, err)) return -1;
+        whole->f32 = m->whole;
+        return 0;
+    }
+    size_t RC = (size_t)(N / m->tp.size) * m->cfg.hidden;
+    whole->bf16 = (uint16_t *)m->whole; /* (N,C) floats' room holds (N,C) bf16 */
+    if (m->tp.allgather16(m->tp.ctx, rows.bf16, whole->bf16, RC, err))
+        return error_prefix(err, "sequence-parallel all-gather: ");
+    return 0;
+}
+
 /* partial (N,C) summed over the group, this rank's R rows of the sum into
  * rows (R,C), another buffer. */
 int model_sp_scatter(struct model *m, const float *partial, float *rows, int N,
@@ -79,7 +97,7 @@ int model_tp_sum_rows(struct model *m, float *partial, int N, float **rows, stru
 /* *out = inp (N,in_cols) · wᵀ + bias for a row-parallel weight, on this
  * rank's rows of the residual stream: the partial product into m->proj, its
  * sum over the group, then the bias once (fused without tp). */
-int model_row_parallel_forward(struct model *m, float **out, const float *inp, enum gpt2_tensor w,
+int model_row_parallel_forward(struct model *m, float **out, struct act inp, enum gpt2_tensor w,
                                enum gpt2_tensor bias, int l, int N, int in_cols,
                                struct plait_error *err)
 {

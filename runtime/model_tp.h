@@ -20,6 +20,9 @@ int model_sp_gather_into(struct model *m, const float *rows, int N, float *into,
                          const float **whole, struct plait_error *err);
 int model_sp_gather(struct model *m, const float *rows, int N, const float **whole,
                     struct plait_error *err);
+/* The same for an activation in its dtype (bf16: half the bytes), into m->whole. */
+int model_sp_gather_act(struct model *m, struct act rows, int N, struct act *whole,
+                        struct plait_error *err);
 int model_sp_scatter(struct model *m, const float *partial, float *rows, int N,
                      struct plait_error *err);
 /* partial (N,C), this rank's term of a sum over the group -> *rows, the sum's
@@ -27,7 +30,7 @@ int model_sp_scatter(struct model *m, const float *partial, float *rows, int N,
 int model_tp_sum_rows(struct model *m, float *partial, int N, float **rows,
                       struct plait_error *err);
 /* *out = inp (N,in_cols) · wᵀ + bias for a row-parallel weight. */
-int model_row_parallel_forward(struct model *m, float **out, const float *inp, enum gpt2_tensor w,
+int model_row_parallel_forward(struct model *m, float **out, struct act inp, enum gpt2_tensor w,
                                enum gpt2_tensor bias, int l, int N, int in_cols,
                                struct plait_error *err);
 

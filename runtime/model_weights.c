@@ -141,16 +141,22 @@ float *model_held(const struct model *m, enum view v, enum gpt2_tensor t, int l)
     return gpt2_shard_holds(&m->shard, t) ? model_param(m, v, t, l) : NULL;
 }
 
-/* The block's norm over R rows: GPT-2's LayerNorm (mean and rstd kept), a
- * Llama's RMSNorm (rstd kept); weight w and bias b of layer l. */
-void model_norm_forward(const struct model *m, float *out, float *mean, float *rstd,
+/* The block's norm over R rows into out (fp32 or bf16): GPT-2's LayerNorm (mean and rstd
+ * kept), a Llama's RMSNorm (rstd kept); weight w and bias b of layer l. */
+void model_norm_forward(const struct model *m, struct act out, float *mean, float *rstd,
                         const float *in, enum gpt2_tensor w, enum gpt2_tensor b, int l, int R)
 {
+    const struct ops *o = m->ops;
     int C = m->cfg.hidden;
-    if (m->cfg.llama)
-        m->ops->rmsnorm_forward(m->ctx, out, rstd, in, P(w, l), R, C, m->cfg.norm_eps);
+    float eps = m->cfg.norm_eps;
+    if (m->cfg.llama && out.bf16)
+        o->rmsnorm_forward16(m->ctx, out.bf16, rstd, in, P(w, l), R, C, eps);
+    else if (m->cfg.llama)
+        o->rmsnorm_forward(m->ctx, out.f32, rstd, in, P(w, l), R, C, eps);
+    else if (out.bf16)
+        o->layernorm_forward16(m->ctx, out.bf16, mean, rstd, in, P(w, l), P(b, l), R, C);
     else
-        m->ops->layernorm_forward(m->ctx, out, mean, rstd, in, P(w, l), P(b, l), R, C);
+        o->layernorm_forward(m->ctx, out.f32, mean, rstd, in, P(w, l), P(b, l), R, C);
 }
 
 /* Its backward: dinp += ..., the weight's (and bias's) gradient written or added. */
@@ -166,33 +172,55 @@ void model_norm_backward(const struct model *m, float *dinp, const float *dout, 
                                    C, acc);
 }
 
+void model_product_forward(const struct model *m, float *out, struct act inp, const float *w,
+                           const uint16_t *w16, const float *bias, int N, int C, int OC)
+{
+    if (inp.bf16)
+        m->ops->matmul_forward16(m->ctx, out, inp.bf16, w16, bias, N, C, OC);
+    else
+        m->ops->matmul_forward(m->ctx, out, inp.f32, w, w16, bias, N, C, OC);
+}
+
+void model_product_backward(const struct model *m, float *dinp, float *dw, float *dbias,
+                            const float *dout, struct act inp, const float *w, const uint16_t *w16,
+                            int N, int C, int OC, bool accumulate)
+{
+    if (inp.bf16)
+        m->ops->matmul_backward16(m->ctx, dinp, dw, dbias, dout, inp.bf16, w16, N, C, OC,
+                                  accumulate);
+    else
+        m->ops->matmul_backward(m->ctx, dinp, dw, dbias, dout, inp.f32, w, w16, N, C, OC,
+                                accumulate);
+}
+
 /* out (N,OC) = inp (N,C) · (weight t of layer l)ᵀ + bias, a block's product in
- * the run's precision: fp32, bf16 (the weight's bf16 copy) or fp8 (the
- * weight's fp8 copy, the input quantised inside the op). The LM head is not
+ * the run's precision: fp32, bf16 (the weight's bf16 copy; the input fp32 or bf16) or fp8
+ * (the weight's fp8 copy, the fp32 input quantised inside the op). The LM head is not
  * one: in fp8 it runs in bf16 (wte16), as DeepSeek-V3 keeps its output head
  * out of fp8. */
-void model_linear_forward(const struct model *m, float *out, const float *inp, enum gpt2_tensor t,
+void model_linear_forward(const struct model *m, float *out, struct act inp, enum gpt2_tensor t,
                           int l, const float *bias, int N, int C, int OC)
 {
     if (m->precision == PLAN_PRECISION_FP8) {
         float *scales;
         const uint8_t *w8 = weight8(m, t, l, &scales);
-        m->ops->matmul_forward_fp8(m->ctx, out, inp, w8, scales, bias, N, C, OC, m->fp8_scaling);
+        m->ops->matmul_forward_fp8(m->ctx, out, inp.f32, w8, scales, bias, N, C, OC,
+                                   m->fp8_scaling);
     } else
-        m->ops->matmul_forward(m->ctx, out, inp, P(t, l), model_weight16(m, t, l), bias, N, C, OC);
+        model_product_forward(m, out, inp, P(t, l), model_weight16(m, t, l), bias, N, C, OC);
 }
 
 /* Its backward (ops.h's matmul_backward), in the same precision. */
 void model_linear_backward(const struct model *m, float *dinp, float *dw, float *dbias,
-                           const float *dout, const float *inp, enum gpt2_tensor t, int l, int N,
+                           const float *dout, struct act inp, enum gpt2_tensor t, int l, int N,
                            int C, int OC, bool accumulate)
 {
     if (m->precision == PLAN_PRECISION_FP8) {
         float *scales;
         const uint8_t *w8 = weight8(m, t, l, &scales);
-        m->ops->matmul_backward_fp8(m->ctx, dinp, dw, dbias, dout, inp, w8, scales, N, C, OC,
+        m->ops->matmul_backward_fp8(m->ctx, dinp, dw, dbias, dout, inp.f32, w8, scales, N, C, OC,
                                     accumulate, m->fp8_scaling);
     } else
-        m->ops->matmul_backward(m->ctx, dinp, dw, dbias, dout, inp, P(t, l),
-                                model_weight16(m, t, l), N, C, OC, accumulate);
+        model_product_backward(m, dinp, dw, dbias, dout, inp, P(t, l), model_weight16(m, t, l), N,
+                               C, OC, accumulate);
 }

@@ -26,17 +26,24 @@ float *model_held(const struct model *m, enum view v, enum gpt2_tensor t, int l)
 #define P(t, l) model_param(m, PARAMS, t, l)
 #define G(t, l) model_param(m, GRADS, t, l)
 
-/* The block's norm over R rows (LayerNorm or RMSNorm) and its backward; a
- * block's product in the run's precision and its backward. */
-void model_norm_forward(const struct model *m, float *out, float *mean, float *rstd,
+/* The block's norm over R rows (LayerNorm or RMSNorm) into an fp32 or bf16 activation, and
+ * its backward; a product of weight w (its bf16 copy w16, or NULL in fp32) on an fp32 or
+ * bf16 input (ops.h's matmul_forward or matmul_forward16) and its backward; a block's
+ * product in the run's precision (fp8's input is fp32) and its backward. */
+void model_norm_forward(const struct model *m, struct act out, float *mean, float *rstd,
                         const float *in, enum gpt2_tensor w, enum gpt2_tensor b, int l, int R);
 void model_norm_backward(const struct model *m, float *dinp, const float *dout, const float *in,
                          enum gpt2_tensor w, enum gpt2_tensor b, int l, const float *mean,
                          const float *rstd, int R, bool acc);
-void model_linear_forward(const struct model *m, float *out, const float *inp, enum gpt2_tensor t,
+void model_product_forward(const struct model *m, float *out, struct act inp, const float *w,
+                           const uint16_t *w16, const float *bias, int N, int C, int OC);
+void model_product_backward(const struct model *m, float *dinp, float *dw, float *dbias,
+                            const float *dout, struct act inp, const float *w, const uint16_t *w16,
+                            int N, int C, int OC, bool accumulate);
+void model_linear_forward(const struct model *m, float *out, struct act inp, enum gpt2_tensor t,
                           int l, const float *bias, int N, int C, int OC);
 void model_linear_backward(const struct model *m, float *dinp, float *dw, float *dbias,
-                           const float *dout, const float *inp, enum gpt2_tensor t, int l, int N,
+                           const float *dout, struct act inp, enum gpt2_tensor t, int l, int N,
                            int C, int OC, bool accumulate);
 
 #endif

@@ -36,6 +36,12 @@ static int g_allgather(void *ctx, const float *send, float *recv, size_t count,
     return comm_allgather(ctx, send, recv, count, COMM_FLOAT32, err);
 }
 
+static int g_allgather16(void *ctx, const uint16_t *send, uint16_t *recv, size_t count,
+                         struct plait_error *err)
+{
+    return comm_allgather(ctx, send, recv, count, COMM_BFLOAT16, err);
+}
+
 static int g_iallreduce(void *ctx, float *buf, size_t n, void **req, struct plait_error *err)
 {
     struct comm_request *r = NULL;
@@ -121,6 +127,7 @@ static struct group group_of(struct comm *c)
                           .allreduce_f64 = g_allreduce_f64,
                           .reduce_scatter = g_reduce_scatter,
                           .allgather = g_allgather,
+                          .allgather16 = g_allgather16,
                           .iallreduce = g_iallreduce,
                           .ireduce_scatter_v = g_ireduce_scatter_v,
                           .iallgather_v = g_iallgather_v,
@@ -155,8 +162,8 @@ static int make_hsdp(struct parallel *p, const char *gen, struct plait_error *er
         replica = rank_replica_of(w->dp_rank, S);
     char name[COMM_MAX_NAME_BYTES + 1];
     snprintf(name, sizeof name, "%s.shard", gen);
-    if (comm_split(p->world, w->tp_rank + w->tp * (w->pp_rank + w->pp * replica), shard_rank,
-                   name, &p->shard, err))
+    if (comm_split(p->world, w->tp_rank + w->tp * (w->pp_rank + w->pp * replica), shard_rank, name,
+                   &p->shard, err))
         return -1;
     snprintf(name, sizeof name, "%s.replicas", gen);
     return comm_split(p->world, w->tp_rank + w->tp * (w->pp_rank + w->pp * shard_rank), replica,
@@ -258,8 +265,8 @@ int parallel_init(struct parallel *p, const struct env_rank *where, int dp_shard
     if (p->dp_shard < w->dp && make_hsdp(p, gen, err)) goto fail;
     if (p->ep > 1 && make_ep(p, gen, err)) goto fail;
     snprintf(name, sizeof name, "%s.cp", gen);
-    if (w->cp > 1 && comm_split(p->world, w->rank - w->tp * w->cp_rank, w->cp_rank, name, &p->cp,
-                                err))
+    if (w->cp > 1 &&
+        comm_split(p->world, w->rank - w->tp * w->cp_rank, w->cp_rank, name, &p->cp, err))
         goto fail;
     if (w->pp > 1) {
         bool end = w->pp_rank == 0 || w->pp_rank == w->pp - 1;
@@ -519,13 +526,9 @@ int parallel_max_stage(struct parallel *p, int *flag, struct plait_error *err)
 void parallel_comm_totals(const struct parallel *p, double bytes[PAR_NCOMM],
                           double wait_s[PAR_NCOMM])
 {
-    struct comm *c[PAR_NCOMM] = {[PAR_TP] = p->tp,
-                                 [PAR_PP] = p->pp,
-                                 [PAR_DP] = p->dp,
-                                 [PAR_ENDS] = p->ends,
-                                 [PAR_WORLD] = p->world,
-                                 [PAR_CP] = p->cp,
-                                 [PAR_EP] = p->ep_comm};
+    struct comm *c[PAR_NCOMM] = {
+        [PAR_TP] = p->tp,       [PAR_PP] = p->pp, [PAR_DP] = p->dp,     [PAR_ENDS] = p->ends,
+        [PAR_WORLD] = p->world, [PAR_CP] = p->cp, [PAR_EP] = p->ep_comm};
     for (int i = 0; i < PAR_NCOMM; i++) {
         struct comm_stats st = {0};
         if (c[i]) comm_stats(c[i], &st);

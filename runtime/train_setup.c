@@ -161,6 +161,13 @@ static int make_schedule(struct trainer *t, struct plait_error *err)
     return 0;
 }
 
+/* Whether a developer switch of common/place/env.h is "1". */
+static bool debug_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && !strcmp(v, "1");
+}
+
 /* Where the optimizer's state goes (parallel.offload), said once: on a GPU rank the step
  * runs on the CPU with the state in host memory ("host") or the moments in files ("nvme"),
  * runtime/host_step.h (so does a CPU rank under PLAIT_DEBUG_HOST_STEP=1); on a CPU rank
@@ -168,9 +175,8 @@ static int make_schedule(struct trainer *t, struct plait_error *err)
 static bool offload_says(const struct trainer *t)
 {
     const struct plan_parallel *par = &t->plan->parallel;
-    const char *debug = getenv(PLAIT_ENV_DEBUG_HOST_STEP);
     bool host_step = par->offload != PLAN_OFFLOAD_NONE &&
-                     (t->ops != ops_cpu() || (debug && !strcmp(debug, "1")));
+                     (t->ops != ops_cpu() || debug_on(PLAIT_ENV_DEBUG_HOST_STEP));
     if (t->where->rank != 0) return host_step;
     if (host_step)
         log_info("parallel.offload \"%s\": the optimizer steps on the CPU, the slice's fp32 "
@@ -226,6 +232,7 @@ static int make_model(struct trainer *t, struct plait_error *err)
         .offload_window_mb = p->parallel.offload_window_mb,
         .logits_chunk_mb = p->logits_chunk_mb,
         .host_step = offload_says(t),
+        .activations_f32 = debug_on(PLAIT_ENV_DEBUG_ACTIVATIONS_F32),
         .moe_capacity_factor = p->model.moe.capacity_factor,
         .moe_aux_loss = p->model.moe.aux_loss,
         .moe_z_loss = p->model.moe.router_z_loss};

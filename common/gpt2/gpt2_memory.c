@@ -126,6 +126,16 @@ static size_t moe_buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     return shape->recompute == PLAN_RECOMPUTE_FULL ? 1 : (size_t)shape->slots * layers;
 }
 
+bool gpt2_act16(const struct gpt2_config *cfg, enum plan_precision precision)
+{
+    return precision == PLAN_PRECISION_BF16 && cfg->experts == 0;
+}
+
+bool gpt2_act_is16(enum gpt2_act a)
+{
+    return a == GPT2_ACT_LN1 || a == GPT2_ACT_LN2 || a == GPT2_ACT_LNF || a == GPT2_ACT_FCH_GELU;
+}
+
 size_t gpt2_logits_rows(const struct gpt2_shard *s, const struct gpt2_memory_shape *shape)
 {
     if (!s->last || !(shape->logits_chunk_mb > 0)) return 0;
@@ -210,8 +220,7 @@ static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long 
 /* How many copies of buffer a one lane holds; chunked: the logits in chunks
  * (gpt2_logits_rows > 0). */
 static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
-                            const struct gpt2_memory_shape *shape, size_t slot_layers,
-                            bool chunked)
+                            const struct gpt2_memory_shape *shape, size_t slot_layers, bool chunked)
 {
     size_t slots = (size_t)shape->slots;
     if (a >= GPT2_ACT_FIRST_MOE) return moe_buffer_copies(a, s, shape);
@@ -358,7 +367,7 @@ int gpt2_memory(const struct gpt2_shard *s, const struct gpt2_memory_shape *shap
     out->logits_rows = gpt2_logits_rows(s, h);
     for (int a = 0; ok && a < GPT2_ACTS; a++) {
         struct gpt2_buffer *b = &out->act[a];
-        b->elem_bytes = 4;
+        b->elem_bytes = h->act16 && gpt2_act_is16(a) ? 2 : 4;
         b->copies = buffer_copies(a, s, h, slot_layers, out->logits_rows > 0);
         /* the second lane's copy of what a block keeps across its exchange, where a pair's
          * two lanes switch at its MoE blocks */

@@ -17,7 +17,8 @@
  *               copy (the head runs in bf16, out of fp8)
  *   grads       4·Pp fp32 gradients, + 4·S the slice's reduced gradient (ZeRO >= 1)
  *   optimizer   8·S AdamW moments, + 4·S the slice's staging buffer (ZeRO >= 1)
- *   activations the buffers below, fp32 (bf16 changes only the weights' copy)
+ *   activations the buffers below, fp32, but in bf16 precision the products' inputs
+ *               (gpt2_act16: LN1, LN2, LNF, FCH_GELU) in bf16, 2 bytes an element
  * ZeRO 3 holds the slice of each, 4·S weights (+ 2·S their bf16 copy in
  * bf16, which the layers are gathered from), 4·S gradients, 8·S moments,
  * and the windows its units are gathered into (gpt2_units.h: the embeddings'
@@ -173,6 +174,7 @@ struct gpt2_memory_shape {
                        the AdamW step on the CPU, the slice's fp32 master weights and gradient
                        staged in host memory with the moments ("host") or their windows
                        ("nvme"), none of them on the device */
+    bool act16;     /* the products' inputs stored in bf16 (gpt2_act16) */
     bool moe_lanes; /* DualPipeV's pairs in two lanes (schedule_moe_lanes): a stage with MoE
                        layers holds a second copy (gpt2_buffer's lanes) of what a pass keeps
                        across an MoE block's all-to-all in one copy every slot shares: MOE_EP,
@@ -185,7 +187,7 @@ struct gpt2_memory_shape {
 
 struct gpt2_buffer {
     size_t elems;      /* of one copy */
-    size_t elem_bytes; /* 4 (fp32, int32) */
+    size_t elem_bytes; /* 4 (fp32, int32), 2 (bf16: gpt2_act16's) */
     size_t copies;     /* 0: not held */
     size_t lanes;      /* 2: the copies are two lanes' halves, the first lane's first (the
                           buffer kept across an MoE block's exchange, moe_lanes), else 1 */
@@ -218,6 +220,16 @@ struct gpt2_memory {
  * (DLNF) and weight gradient (DHEAD), which a held micro-batch keeps instead of its
  * dlogits ((Vp/tp + N)·C against N·Vp/tp elements). Not on other stages: 0. */
 size_t gpt2_logits_rows(const struct gpt2_shard *s, const struct gpt2_memory_shape *shape);
+
+/* Whether a rank keeps the inputs of its products in bf16 (the norms' outputs LN1, LN2 and
+ * LNF, the MLP's activation FCH_GELU: kernels/ops.h's bf16 activations), not fp32: in bf16
+ * precision, where every product that reads them rounds them to bf16 anyway, so the
+ * values are the same and half the bytes move. Not with experts (an MoE block's router
+ * and dispatch read its input in fp32), nor in fp8 (its products quantise fp32 inputs). */
+bool gpt2_act16(const struct gpt2_config *cfg, enum plan_precision precision);
+
+/* Whether buffer a is one of gpt2_act16's. */
+bool gpt2_act_is16(enum gpt2_act a);
 
 /* Floats of an offload window (parallel.offload_window_mb: nvme's moments, a GPU rank's
  * offloaded step's copies and AdamW calls): window_mb MiB, at least 1, at most the slice's S. */

@@ -8,8 +8,9 @@
 
 #include "kernels/fp8_lt.h" // defines: fp8_lt_block_scales, fp8_lt_count (header only)
 
-/* How a product's operands reach cuBLASLt: fp32 (no scratch), a bf16 copy, fp8 codes. */
-enum product_kind { PRODUCT_FP32, PRODUCT_BF16, PRODUCT_FP8 };
+/* How a product's operands reach cuBLASLt: fp32 (no scratch), a bf16 copy, the input in bf16
+ * already (gpt2_act16: a copy of dout alone), fp8 codes. */
+enum product_kind { PRODUCT_FP32, PRODUCT_BF16, PRODUCT_BF16_IN, PRODUCT_FP8 };
 
 /* What the ops take from their context, and the slots they raise. */
 struct scratch_run {
@@ -97,11 +98,10 @@ static void product(struct scratch_run *r, enum product_kind kind, uint64_t n, u
     if (kind == PRODUCT_FP8) fp8_product(r, n, C, OC, dinp, true);
     if (kind == PRODUCT_BF16) {
         raise(r, GPT2_SCRATCH_BF16_A, 2 * n * C);
-        if (r->backward) {
-            raise(r, GPT2_SCRATCH_BF16_A, 2 * n * OC);
-            raise(r, GPT2_SCRATCH_BF16_B, 2 * n * C);
-        }
+        if (r->backward) raise(r, GPT2_SCRATCH_BF16_B, 2 * n * C);
     }
+    if ((kind == PRODUCT_BF16 || kind == PRODUCT_BF16_IN) && r->backward)
+        raise(r, GPT2_SCRATCH_BF16_A, 2 * n * OC);
     if (r->backward && bias)
         raise(r, GPT2_SCRATCH_PARTIAL, 4 * ceil_div(n, GPT2_SCRATCH_CHUNK_ROWS) * OC);
 }
@@ -170,12 +170,14 @@ void gpt2_scratch(const struct gpt2_shard *s, const struct gpt2_memory_shape *sh
     enum product_kind kind = h->precision == PLAN_PRECISION_BF16  ? PRODUCT_BF16
                              : h->precision == PLAN_PRECISION_FP8 ? PRODUCT_FP8
                                                                   : PRODUCT_FP32;
-    /* a layer's products (runtime/model_forward.c, model_backward.c, model_tp.c) */
-    product(&r, kind, N, C, QKVt, gpt2_shard_holds(s, GPT2_QKVB), true);
+    /* a layer's products (runtime/model_forward.c, model_backward.c, model_tp.c), their
+     * inputs in bf16 already but the attention's output (gpt2_act16) */
+    enum product_kind in16 = h->act16 ? PRODUCT_BF16_IN : kind;
+    product(&r, in16, N, C, QKVt, gpt2_shard_holds(s, GPT2_QKVB), true);
     product(&r, kind, N, Ct, C, gpt2_shard_holds(s, GPT2_ATTPROJB), true);
     if (gpt2_shard_holds(s, GPT2_FCW)) { /* a dense MLP in some layer */
-        product(&r, kind, N, C, FCt, gpt2_shard_holds(s, GPT2_FCB), true);
-        product(&r, kind, N, Ft, C, gpt2_shard_holds(s, GPT2_FCPROJB), true);
+        product(&r, in16, N, C, FCt, gpt2_shard_holds(s, GPT2_FCB), true);
+        product(&r, in16, N, Ft, C, gpt2_shard_holds(s, GPT2_FCPROJB), true);
     }
     if (gpt2_chunk_moe_layers(s)) moe(&r, s, h->precision, N);
     norm(&r, R, C, !cfg->llama);
@@ -188,7 +190,11 @@ void gpt2_scratch(const struct gpt2_shard *s, const struct gpt2_memory_shape *sh
         raise(&r, GPT2_SCRATCH_INDEX, 4 * (2 * (N < Vpt ? N : Vpt) + 1 + N));
     if (s->last) { /* the LM head, in bf16 but in fp32 runs, a chunk of rows at a time */
         uint64_t Nh = mem->logits_rows ? (uint64_t)mem->logits_rows : N;
-        product(&r, kind == PRODUCT_FP32 ? PRODUCT_FP32 : PRODUCT_BF16, Nh, C, Vpt, false, true);
+        product(&r,
+                kind == PRODUCT_FP32 ? PRODUCT_FP32
+                : h->act16           ? PRODUCT_BF16_IN
+                                     : PRODUCT_BF16,
+                Nh, C, Vpt, false, true);
     }
     /* the optimizer (optimizer.cu), over at most one part of each tensor instance: the
      * gradient norm's partials (SUM_BLOCKS per tensor, SUM_TENSORS tensors a launch) and a

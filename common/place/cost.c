@@ -293,7 +293,9 @@ void cost_memory_stage(const struct plan *p, struct cost_layout l, int stage,
     struct gpt2_shard s;
     struct gpt2_memory mem;
     struct plait_error err;
-    if (cost_stage_shard(p, l, stage, &s) || gpt2_memory(&s, &shape, &mem, &err)) {
+    bool shard = cost_stage_shard(p, l, stage, &s) == 0;
+    shape.act16 = shard && gpt2_act16(&s.cfg, p->precision); /* as both backends keep them */
+    if (!shard || gpt2_memory(&s, &shape, &mem, &err)) {
         /* an absurd or unsplittable model reads as "too big", never as fitting */
         out->params = out->grads = out->optimizer = out->activations = out->total = UINT64_MAX;
         return;

@@ -25,11 +25,11 @@
 #define PLAIT_ENV_TP "PLAIT_TP"                             /* the layout's degrees */
 #define PLAIT_ENV_PP "PLAIT_PP"
 #define PLAIT_ENV_DP "PLAIT_DP"
-#define PLAIT_ENV_CP "PLAIT_CP" /* context parallelism (optional: 1) */
+#define PLAIT_ENV_CP "PLAIT_CP"           /* context parallelism (optional: 1) */
 #define PLAIT_ENV_TP_RANK "PLAIT_TP_RANK" /* its coordinates */
 #define PLAIT_ENV_PP_RANK "PLAIT_PP_RANK"
 #define PLAIT_ENV_DP_RANK "PLAIT_DP_RANK"
-#define PLAIT_ENV_CP_RANK "PLAIT_CP_RANK" /* optional: 0 */
+#define PLAIT_ENV_CP_RANK "PLAIT_CP_RANK"     /* optional: 0 */
 #define PLAIT_ENV_DEVICE "PLAIT_DEVICE"       /* CUDA index (PCI bus order), or "cpu" */
 #define PLAIT_ENV_GPU_BUSID "PLAIT_GPU_BUSID" /* its GPU's PCI bus id */
 #define PLAIT_ENV_NIC "PLAIT_NIC"             /* its network adapter ("mlx5_3") */
@@ -97,6 +97,11 @@
  * gradient and weights through the backend's download and upload), so that path runs in
  * tests without a GPU. */
 #define PLAIT_ENV_DEBUG_HOST_STEP "PLAIT_DEBUG_HOST_STEP"
+
+/* Developer: "1" keeps a bf16 run's activations in fp32 where the model would keep its
+ * products' inputs in bf16 (common/gpt2/gpt2_memory.h gpt2_act16), so that tests compare
+ * the two to the bit. */
+#define PLAIT_ENV_DEBUG_ACTIVATIONS_F32 "PLAIT_DEBUG_ACTIVATIONS_F32"
 
 /* The rendezvous store (store.h) that rank 0's launcher hosts: where it is,
  * "host:port" with an IPv6 literal in brackets ("[fd00::7]:29500";

@@ -33,6 +33,8 @@ struct ops_ctx {
     struct ops_error error;
     uint16_t *scratch16[2];
     size_t scratch16_elems[2];
+    float *scratch32; /* a block of a bf16 activation's fp32 values, before rounding */
+    size_t scratch32_elems;
     struct fp8_slot {
         uint8_t *q;
         float *f, *scales;
@@ -57,6 +59,7 @@ static void cpu_close(struct ops_ctx *ctx)
 {
     if (!ctx) return;
     for (int i = 0; i < 2; i++) free(ctx->scratch16[i]);
+    free(ctx->scratch32);
     for (int i = 0; i < Q_SLOTS; i++) {
         free(ctx->fp8[i].q);
         free(ctx->fp8[i].f);
@@ -224,6 +227,108 @@ static void cpu_matmul_backward(struct ops_ctx *ctx, float *dinp, float *dw, flo
     if (dinp) mm16(ctx, false, false, N, C, OC, d16, OC, w16, C, 0.0f, dinp, C);
     if (!dw) return;
     mm16(ctx, true, false, OC, C, N, d16, OC, x16, C, accumulate ? 1.0f : 0.0f, dw, C);
+    if (dbias) bias_backward_f32(dbias, dout, N, OC, accumulate);
+}
+
+/* ---- bf16 activations (kernels/ops.h): the fp32 op, then rounded; products on the
+ * bf16 input as it is -------------------------------------------------------------- */
+
+/* Values computed a block at a time: the fp32 scratch stays a few MiB, not an activation */
+enum { BLOCK_FLOATS = 1 << 20 };
+
+/* Rows of `cols` floats a block holds (at least one). */
+static int block_rows(int cols)
+{
+    return cols >= BLOCK_FLOATS ? 1 : BLOCK_FLOATS / (cols > 0 ? cols : 1);
+}
+
+/* The fp32 scratch of n floats, or NULL (the error set). */
+static float *f32_block(struct ops_ctx *ctx, size_t n)
+{
+    ctx->scratch32 = grow(ctx, ctx->scratch32, &ctx->scratch32_elems, n, sizeof(float));
+    return ctx->scratch32;
+}
+
+static void cpu_layernorm_forward16(struct ops_ctx *ctx, uint16_t *out, float *mean, float *rstd,
+                                    const float *inp, const float *w, const float *b, int N, int C)
+{
+    int rows = block_rows(C);
+    float *y = f32_block(ctx, (size_t)(rows < N ? rows : N) * C);
+    for (int r = 0; y && r < N; r += rows) {
+        int n = N - r < rows ? N - r : rows;
+        size_t at = (size_t)r * C;
+        cpu_layernorm_forward_f32(ctx, y, mean + r, rstd + r, inp + at, w, b, n, C);
+        bf16_from_f32(out + at, y, (size_t)n * C);
+    }
+}
+
+static void cpu_rmsnorm_forward16(struct ops_ctx *ctx, uint16_t *out, float *rstd, const float *inp,
+                                  const float *w, int N, int C, float eps)
+{
+    int rows = block_rows(C);
+    float *y = f32_block(ctx, (size_t)(rows < N ? rows : N) * C);
+    for (int r = 0; y && r < N; r += rows) {
+        int n = N - r < rows ? N - r : rows;
+        size_t at = (size_t)r * C;
+        cpu_rmsnorm_forward_f32(ctx, y, rstd + r, inp + at, w, n, C, eps);
+        bf16_from_f32(out + at, y, (size_t)n * C);
+    }
+}
+
+static void cpu_gelu_forward16(struct ops_ctx *ctx, uint16_t *out, const float *inp, size_t n)
+{
+    float *y = f32_block(ctx, n < BLOCK_FLOATS ? n : BLOCK_FLOATS);
+    for (size_t i = 0; y && i < n; i += BLOCK_FLOATS) {
+        size_t k = n - i < BLOCK_FLOATS ? n - i : BLOCK_FLOATS;
+        cpu_gelu_forward_f32(ctx, y, inp + i, k);
+        bf16_from_f32(out + i, y, k);
+    }
+}
+
+static void cpu_swiglu_forward16(struct ops_ctx *ctx, uint16_t *out, const float *inp, int N, int F)
+{
+    int rows = block_rows(F);
+    float *y = f32_block(ctx, (size_t)(rows < N ? rows : N) * F);
+    for (int r = 0; y && r < N; r += rows) {
+        int n = N - r < rows ? N - r : rows;
+        cpu_swiglu_forward_f32(ctx, y, inp + (size_t)r * 2 * F, n, F);
+        bf16_from_f32(out + (size_t)r * F, y, (size_t)n * F);
+    }
+}
+
+static void cpu_residual_layernorm_forward16(struct ops_ctx *ctx, float *res, uint16_t *out,
+                                             float *mean, float *rstd, const float *a,
+                                             const float *b, const float *w, const float *bias,
+                                             int N, int C)
+{
+    cpu_residual_forward_f32(ctx, res, a, b, (size_t)N * C);
+    cpu_layernorm_forward16(ctx, out, mean, rstd, res, w, bias, N, C);
+}
+
+static void cpu_residual_rmsnorm_forward16(struct ops_ctx *ctx, float *res, uint16_t *out,
+                                           float *rstd, const float *a, const float *b,
+                                           const float *w, int N, int C, float eps)
+{
+    cpu_residual_forward_f32(ctx, res, a, b, (size_t)N * C);
+    cpu_rmsnorm_forward16(ctx, out, rstd, res, w, N, C, eps);
+}
+
+static void cpu_matmul_forward16(struct ops_ctx *ctx, float *out, const uint16_t *inp,
+                                 const uint16_t *w16, const float *bias, int N, int C, int OC)
+{
+    if (bias) fill_rows(out, bias, N, OC);
+    mm16(ctx, false, true, N, OC, C, inp, C, w16, C, bias ? 1.0f : 0.0f, out, OC);
+}
+
+static void cpu_matmul_backward16(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias,
+                                  const float *dout, const uint16_t *inp, const uint16_t *w16,
+                                  int N, int C, int OC, bool accumulate)
+{
+    const uint16_t *d16 = bf16_scratch(ctx, 0, dout, (size_t)N * OC);
+    if (!d16) return;
+    if (dinp) mm16(ctx, false, false, N, C, OC, d16, OC, w16, C, 0.0f, dinp, C);
+    if (!dw) return;
+    mm16(ctx, true, false, OC, C, N, d16, OC, inp, C, accumulate ? 1.0f : 0.0f, dw, C);
     if (dbias) bias_backward_f32(dbias, dout, N, OC, accumulate);
 }
 
@@ -515,6 +620,15 @@ static const struct ops cpu_ops = {
     .sum_squares = cpu_sum_squares,
     .adamw = cpu_adamw,
     .adamw_multi = cpu_adamw_multi,
+    .layernorm_forward16 = cpu_layernorm_forward16,
+    .rmsnorm_forward16 = cpu_rmsnorm_forward16,
+    .gelu_forward16 = cpu_gelu_forward16,
+    .swiglu_forward16 = cpu_swiglu_forward16,
+    .matmul_forward16 = cpu_matmul_forward16,
+    .matmul_backward16 = cpu_matmul_backward16,
+    .matmul_forward_gelu16 = NULL, /* the two ops, as matmul_forward_gelu */
+    .residual_layernorm_forward16 = cpu_residual_layernorm_forward16,
+    .residual_rmsnorm_forward16 = cpu_residual_rmsnorm_forward16,
     .to_bf16 = cpu_to_bf16,
     .bf16_emulation = cpu_bf16_emulation,
 };

@@ -140,7 +140,7 @@ test_text_names_the_gpus_and_models_mfu() {
         grep -qF "    1 × unknown GPU 10de:2684 (no NVML, no hwloc GPU model, not in plait's table), memory unknown, peaks unknown" "$WORK/t.txt" &&
         grep -qE "^  modelled MFU: [0-9.]+% of 1 × NVIDIA H100 80GB HBM3's dense bf16 peak, 989 TFLOP/s each \(855.2 MFLOP per token" "$WORK/t.txt" &&
         grep -qE "^ +stage +layers +parameters +params +grads +optimizer +activations +scratch +cuda +total$" "$WORK/t.txt" &&
-        grep -qE "^ +0 +0-11 +124475904 +0.75 +0.50 +1.00 +11.02 +0.55 +0.57 +14.38$" "$WORK/t.txt" &&
+        grep -qE "^ +0 +0-11 +124475904 +0.75 +0.50 +1.00 +9.19 +0.47 +0.57 +12.47$" "$WORK/t.txt" &&
         grep -qF "  scratch: the CUDA backend's buffers at their largest in a step; cuda: cuBLASLt's workspace (32 MiB) and the CUDA context (512 MiB, an estimate)" "$WORK/t.txt" ||
         { cat "$WORK/t.txt"; return 1; }
     # CPU ranks: no GPU lines, no MFU, no scratch or CUDA context
@@ -155,8 +155,8 @@ check text_names_the_gpus_and_models_mfu test_text_names_the_gpus_and_models_mfu
 test_text_proposes_the_cheapest_zero_stage() {
     local case=tests/topo/h100_sxm8/zero2_where_zero1_fits_says_so
     "$PLAIT" check "$case/plan.json" --topology tests/topo/h100_sxm8/topology.xml >"$WORK/z.txt" 2>&1 || { cat "$WORK/z.txt"; return 1; }
-    grep -qE "^  the most loaded rank by ZeRO stage at dp 8: 0 107.43 GB, 1 77.09 GB, 2 77.09 GB" "$WORK/z.txt" &&
-        grep -qF "  parallel.zero 1 would fit too (77.09 GB), with no more data-parallel traffic" "$WORK/z.txt" ||
+    grep -qE "^  the most loaded rank by ZeRO stage at dp 8: 0 104.55 GB, 1 74.21 GB, 2 74.21 GB" "$WORK/z.txt" &&
+        grep -qF "  parallel.zero 1 would fit too (74.21 GB), with no more data-parallel traffic" "$WORK/z.txt" ||
         { cat "$WORK/z.txt"; return 1; }
     # at zero 1 itself: no proposal
     "$PLAIT" check "$case/plan.json" --topology tests/topo/h100_sxm8/topology.xml --set parallel.zero=1 >"$WORK/z1.txt" 2>&1 || { cat "$WORK/z1.txt"; return 1; }
@@ -165,7 +165,7 @@ test_text_proposes_the_cheapest_zero_stage() {
 check text_proposes_the_cheapest_zero_stage test_text_proposes_the_cheapest_zero_stage
 
 # parallel.offload on GPU ranks: the memory table gains a host column (16 bytes a slice
-# element: the moments, the slice's fp32 master weights and gradient; S = 6,189,252,608/8),
+# element: the moments, the slice's fp32 master weights and gradient; S = 6,994,771,968/8),
 # the device holds no moments, the text says the step runs on the CPU and what it is
 # modelled at (8S over PCIe at 25 GB/s, 28S at 50 GB/s); nvme names the disk's 8S beside
 # the host's windows; on CPU ranks "host" keeps its wording and no column (the advice for
@@ -175,20 +175,20 @@ test_text_says_a_gpu_ranks_step_runs_on_the_cpu() {
     local topo=tests/topo/h100_sxm8/topology.xml
     "$PLAIT" check "$case/plan.json" --topology $topo >"$WORK/o.txt" 2>&1 || { cat "$WORK/o.txt"; return 1; }
     grep -qE "^ +stage +layers +parameters +params +grads +optimizer +activations +scratch +cuda +total +host$" "$WORK/o.txt" &&
-        grep -qE "^ +0 +0-29 +6189252608 +7.95 +7.50 +0.00 +67.12 +0.80 +0.57 +83.94 +12.38$" "$WORK/o.txt" &&
-        grep -qF '  parallel.offload "host": the AdamW step runs on the CPU; the moments, the slice'"'"'s fp32 master weights and its gradient are in host memory (the most loaded rank: 12.38 GB, the "host" column, beside the device'"'"'s total); the device holds none of the AdamW state' "$WORK/o.txt" &&
-        grep -qF "  the step on the CPU is modelled at 0.681 s: the slice's gradient down and its weights up over PCIe at 25 GB/s, AdamW's pass at 50 GB/s of host memory" "$WORK/o.txt" ||
+        grep -qE "^ +0 +0-33 +6994771968 +8.55 +7.90 +0.00 +61.96 +0.60 +0.57 +79.58 +13.99$" "$WORK/o.txt" &&
+        grep -qF '  parallel.offload "host": the AdamW step runs on the CPU; the moments, the slice'"'"'s fp32 master weights and its gradient are in host memory (the most loaded rank: 13.99 GB, the "host" column, beside the device'"'"'s total); the device holds none of the AdamW state' "$WORK/o.txt" &&
+        grep -qF "  the step on the CPU is modelled at 0.769 s: the slice's gradient down and its weights up over PCIe at 25 GB/s, AdamW's pass at 50 GB/s of host memory" "$WORK/o.txt" ||
         { cat "$WORK/o.txt"; return 1; }
     "$PLAIT" check "$case/plan.json" --topology $topo --set parallel.offload=nvme \
         --set parallel.offload_dir=/scratch/plait --json >"$WORK/n.json" 2>&1 || { cat "$WORK/n.json"; return 1; }
     "$PLAIT" check "$case/plan.json" --topology $topo --set parallel.offload=nvme \
         --set parallel.offload_dir=/scratch/plait >"$WORK/n.txt" 2>&1 || { cat "$WORK/n.txt"; return 1; }
-    grep -qF '  parallel.offload "nvme": the AdamW step runs on the CPU; the moments are on disk under /scratch/plait (the most loaded rank: 6.19 GB), two windows of up to 64 MiB of each, the slice'"'"'s fp32 master weights and its gradient in host memory (6.46 GB, the "host" column); the device holds none of the AdamW state' "$WORK/n.txt" ||
+    grep -qF '  parallel.offload "nvme": the AdamW step runs on the CPU; the moments are on disk under /scratch/plait (the most loaded rank: 6.99 GB), two windows of up to 64 MiB of each, the slice'"'"'s fp32 master weights and its gradient in host memory (7.26 GB, the "host" column); the device holds none of the AdamW state' "$WORK/n.txt" ||
         { cat "$WORK/n.txt"; return 1; }
     "$PY" - "$WORK/n.json" "$case/expected.json" <<'PYEOF' || return 1
 import json, sys
 nvme, host = (json.load(open(p)) for p in sys.argv[1:3])
-S = 6189252608 // 8
+S = 6994771968 // 8
 n, h = nvme["memory_bytes_per_rank"], host["memory_bytes_per_rank"]
 assert h["host"] == 16 * S and "disk" not in h and h["optimizer"] == 0, h
 assert n["disk"] == 8 * S and n["host"] == 16 * (64 << 20) // 4 + 8 * S, n

@@ -31,9 +31,9 @@ static void want_optimizer_tables(uint64_t *want)
 }
 
 /* GPT-2 124M on tp ranks (rank 0, one stage), 16×1024, in `precision`, with whole logits
- * (logits_chunk_mb 0); its scratch in *out. */
+ * (logits_chunk_mb 0), its products' inputs in fp32 or (act16) bf16; its scratch in *out. */
 static int scratch_of(enum plan_precision precision, enum plan_fp8_scaling scaling, int tp,
-                      struct gpt2_scratch *out)
+                      bool act16, struct gpt2_scratch *out)
 {
     struct gpt2_part part = gpt2_part_whole(&gpt2_124m);
     part.tp = tp;
@@ -49,7 +49,8 @@ static int scratch_of(enum plan_precision precision, enum plan_fp8_scaling scali
                                       .slots = 1,
                                       .chunks = 1,
                                       .dp = 1,
-                                      .fused_attention = true};
+                                      .fused_attention = true,
+                                      .act16 = act16};
     if (gpt2_shard_init(&s, &gpt2_124m, &part, &err) || gpt2_memory(&s, &shape, &mem, &err)) {
         CHECK(0, "%s", err.text);
         return -1;
@@ -80,7 +81,7 @@ static void check_slots(const char *what, const struct gpt2_scratch *got, const 
 static void test_gpt2_124m_bf16_scratch_is_the_heads_bf16_dlogits_and_the_rest(void)
 {
     struct gpt2_scratch s;
-    if (scratch_of(PLAN_PRECISION_BF16, PLAN_FP8_NONE, 1, &s)) return;
+    if (scratch_of(PLAN_PRECISION_BF16, PLAN_FP8_NONE, 1, false, &s)) return;
     uint64_t want[GPT2_SCRATCH_SLOTS] = {0};
     want[GPT2_SCRATCH_BF16_A] = 2ull * N * VP;
     want[GPT2_SCRATCH_BF16_B] = 2ull * N * 4 * C;
@@ -94,6 +95,21 @@ static void test_gpt2_124m_bf16_scratch_is_the_heads_bf16_dlogits_and_the_rest(v
           (unsigned long long)s.total);
 }
 
+/* bf16 activations (gpt2_act16, as the model keeps them): the products take the norms'
+ * outputs and the GeLU output in bf16 as they are, so BF16_B holds only attproj's copy of
+ * its input (the attention's output, fp32), 2·N·C = 25,165,824: 75,497,472 bytes less,
+ * 1,853,839,716 in all. BF16_A keeps the head's dlogits. */
+static void test_bf16_activations_leave_only_the_attention_outputs_copy(void)
+{
+    struct gpt2_scratch s;
+    if (scratch_of(PLAN_PRECISION_BF16, PLAN_FP8_NONE, 1, true, &s)) return;
+    CHECK(s.slot[GPT2_SCRATCH_BF16_B] == 2ull * N * C &&
+              s.slot[GPT2_SCRATCH_BF16_A] == 2ull * N * VP,
+          "BF16_B %llu, BF16_A %llu", (unsigned long long)s.slot[GPT2_SCRATCH_BF16_B],
+          (unsigned long long)s.slot[GPT2_SCRATCH_BF16_A]);
+    CHECK(s.total == 1853839716ull, "total %llu", (unsigned long long)s.total);
+}
+
 /* tp 2: the head's vocabulary shard halves BF16_A (N·Vp/2 in bf16), the attention's heads
  * half of C; fc's 4C/2 columns halve fcproj's input (BF16_B) and fc's bias sums, which
  * then fall below the gradient norm's partials: 8·(256·1024 + 286) = 2,099,440 bytes
@@ -101,7 +117,7 @@ static void test_gpt2_124m_bf16_scratch_is_the_heads_bf16_dlogits_and_the_rest(v
 static void test_tp_shards_the_heads_copy_and_the_attention(void)
 {
     struct gpt2_scratch s;
-    if (scratch_of(PLAN_PRECISION_BF16, PLAN_FP8_NONE, 2, &s)) return;
+    if (scratch_of(PLAN_PRECISION_BF16, PLAN_FP8_NONE, 2, false, &s)) return;
     CHECK(s.slot[GPT2_SCRATCH_BF16_A] == 2ull * N * (VP / 2), "BF16_A %llu",
           (unsigned long long)s.slot[GPT2_SCRATCH_BF16_A]);
     CHECK(s.slot[GPT2_SCRATCH_BF16_B] == 2ull * N * (4 * C / 2), "BF16_B %llu",
@@ -110,8 +126,7 @@ static void test_tp_shards_the_heads_copy_and_the_attention(void)
           (unsigned long long)s.slot[GPT2_SCRATCH_ATTENTION]);
     CHECK(4ull * (N / 64) * (4 * C / 2) < 2099440 &&
               s.slot[GPT2_SCRATCH_PARTIAL] == 8ull * (256 * 1024 + PARTS),
-          "PARTIAL %llu",
-          (unsigned long long)s.slot[GPT2_SCRATCH_PARTIAL]);
+          "PARTIAL %llu", (unsigned long long)s.slot[GPT2_SCRATCH_PARTIAL]);
 }
 
 /* fp32: no bf16 copies, no tensor-core attention; the fused fp32 attention's row dots and
@@ -119,7 +134,7 @@ static void test_tp_shards_the_heads_copy_and_the_attention(void)
 static void test_fp32_takes_no_bf16_copies(void)
 {
     struct gpt2_scratch s;
-    if (scratch_of(PLAN_PRECISION_FP32, PLAN_FP8_NONE, 1, &s)) return;
+    if (scratch_of(PLAN_PRECISION_FP32, PLAN_FP8_NONE, 1, false, &s)) return;
     uint64_t want[GPT2_SCRATCH_SLOTS] = {0};
     want[GPT2_SCRATCH_PARTIAL] = 4ull * (N / 64) * 4 * C;
     want[GPT2_SCRATCH_PARTIAL2] = 4ull * (N / 64) * C;
@@ -136,7 +151,7 @@ static void test_fp32_takes_no_bf16_copies(void)
 static void test_fp8_tensor_quantises_into_codes_and_keeps_the_head_in_bf16(void)
 {
     struct gpt2_scratch s;
-    if (scratch_of(PLAN_PRECISION_FP8, PLAN_FP8_TENSOR, 1, &s)) return;
+    if (scratch_of(PLAN_PRECISION_FP8, PLAN_FP8_TENSOR, 1, false, &s)) return;
     uint64_t want[GPT2_SCRATCH_SLOTS] = {0};
     want[GPT2_SCRATCH_BF16_A] = 2ull * N * VP;
     want[GPT2_SCRATCH_BF16_B] = 2ull * N * C;
@@ -158,7 +173,7 @@ static void test_fp8_tensor_quantises_into_codes_and_keeps_the_head_in_bf16(void
 static void test_fp8_block_scales_a_tile_of_128(void)
 {
     struct gpt2_scratch s;
-    if (scratch_of(PLAN_PRECISION_FP8, PLAN_FP8_BLOCK, 1, &s)) return;
+    if (scratch_of(PLAN_PRECISION_FP8, PLAN_FP8_BLOCK, 1, false, &s)) return;
     CHECK(s.slot[GPT2_SCRATCH_FP8_XS] == 4ull * N * (4 * C / 128), "XS %llu",
           (unsigned long long)s.slot[GPT2_SCRATCH_FP8_XS]);
     CHECK(s.slot[GPT2_SCRATCH_FP8_WT] == 4ull * C * C, "WT %llu",
@@ -169,7 +184,8 @@ static void test_fp8_block_scales_a_tile_of_128(void)
  * allowance beside its model's buffers, in its total; a CPU rank none of them. The plan's
  * default logits_chunk_mb (512 MiB) runs the head ⌊512 MiB / (4·Vp)⌋ = 2,668 rows at a
  * time: its bf16 copy of dlogits 2·2,668·Vp = 268,422,144 bytes in BF16_A in place of
- * the whole logits' 2·N·Vp, the rest as with whole logits: 549,397,860 bytes in all. */
+ * the whole logits' 2·N·Vp, the rest as with whole logits and bf16 activations:
+ * 473,900,388 bytes in all. */
 static void test_plait_check_counts_a_gpu_ranks_scratch_and_cuda_context(void)
 {
     struct plait_error err = {.text = ""};
@@ -191,8 +207,8 @@ static void test_plait_check_counts_a_gpu_ranks_scratch_and_cuda_context(void)
               cpu.total == cpu.params + cpu.grads + cpu.optimizer + cpu.activations,
           "a CPU rank: scratch %llu, context %llu", (unsigned long long)cpu.scratch,
           (unsigned long long)cpu.cuda_context);
-    uint64_t chunked = 1929337188ull - 2ull * N * VP + 2ull * 2668 * VP;
-    CHECK(chunked == 549397860ull && gpu.scratch == chunked &&
+    uint64_t chunked = 1853839716ull - 2ull * N * VP + 2ull * 2668 * VP;
+    CHECK(chunked == 473900388ull && gpu.scratch == chunked &&
               gpu.cuda_context == (32ull + 512) << 20 &&
               gpu.total == gpu.params + gpu.grads + gpu.optimizer + gpu.activations + gpu.scratch +
                                gpu.cuda_context,
@@ -204,6 +220,7 @@ static void test_plait_check_counts_a_gpu_ranks_scratch_and_cuda_context(void)
 int main(void)
 {
     RUN(test_gpt2_124m_bf16_scratch_is_the_heads_bf16_dlogits_and_the_rest);
+    RUN(test_bf16_activations_leave_only_the_attention_outputs_copy);
     RUN(test_tp_shards_the_heads_copy_and_the_attention);
     RUN(test_fp32_takes_no_bf16_copies);
     RUN(test_fp8_tensor_quantises_into_codes_and_keeps_the_head_in_bf16);
