@@ -4,7 +4,9 @@
 # of the timed steps, the first dropped) and MFU (metrics.jsonl's "mfu": 6·N +
 # 12·L·C·T FLOPs per token, common/place/gpu.c, over the GPU's dense bf16 datasheet
 # peak), beside what `plait check` models for the same plan on this machine
-# (step time, MFU) and their ratio. Beside each, in the same run, PyTorch's
+# (step time, MFU) and their ratio; the classifier's logits whole beside its chunks, and the
+# products' inputs in fp32 (PLAIT_DEBUG_ACTIVATIONS_F32) beside bf16. Beside each, in the
+# same run, PyTorch's
 # (bench/torch_gpt2.py: the same model, batch and AdamW, with torch.compile,
 # bf16 autocast, SDPA and the fused AdamW) and plait's ratio to it (the goal:
 # above 1 at both batch sizes); and llm.c's where LLMC_BIN names a built
@@ -173,6 +175,28 @@ print(f"  step in chunks {ms(chunks):.1f} ms against {ms(whole):.1f} ms whole "
 EOF
 else
     echo "logits whole did not run: $(tail -n 1 "$work/logits_whole.log")"
+fi
+
+# the products' inputs: the runs above keep them in bf16 (gpt2_act16); the same with them in
+# fp32, each product converting its input as it reads it
+echo
+if PLAIT_DEBUG_ACTIVATIONS_F32=1 "$BUILD/bin/plait" train "$work/plan_16.json" \
+    --out "$work/acts_f32" >"$work/acts_f32.log" 2>&1; then
+    report "$work/acts_f32/metrics.jsonl" 16 "bf16, the products' inputs in fp32"
+    "$PY" - "$work/acts_f32" "$work/run_16" <<'EOF'
+import json, statistics, sys
+def ms(d):
+    rows = [r for r in map(json.loads, open(d + "/metrics.jsonl")) if "ms" in r][1:]
+    return statistics.median(r["ms"] for r in rows)
+def used(d):
+    return json.load(open(d + "/run.json"))["memory"]["ranks"][0].get("device_used_bytes", 0)
+f32, b16 = sys.argv[1], sys.argv[2]
+print(f"  step with them in bf16 {ms(b16):.1f} ms against {ms(f32):.1f} ms in fp32 "
+      f"({ms(b16) / ms(f32):.2f}x); device memory in use {used(b16) / 1e9:.2f} GB against "
+      f"{used(f32) / 1e9:.2f} GB")
+EOF
+else
+    echo "the products' inputs in fp32 did not run: $(tail -n 1 "$work/acts_f32.log")"
 fi
 
 echo
