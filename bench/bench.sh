@@ -28,12 +28,13 @@ echo "== BLAS rates (bench/gemm_bench.c, GPT-2 124M shapes, 2 threads)"
 rates=$("$BUILD/bin/gemm-bench" --json)
 echo "$rates"
 
-run_plait() { # precision
-    rm -rf "$work/run_$1"
+run_plait() { # precision [name]
+    local name=${2:-$1}
+    rm -rf "$work/run_$name"
     PLAIT_PROFILE=1 PLAIT_PEAK_GFLOPS=1 "$BUILD/bin/plait" train "$work/plan.json" \
-        --out "$work/run_$1" --set precision="$1" >"$work/plait_$1.log" 2>&1 ||
-        { cat "$work/plait_$1.log"; exit 1; }
-    sed -n '/^profile/,/^  step/p' "$work/plait_$1.log" >"$work/profile_$1.txt"
+        --out "$work/run_$name" --set precision="$1" >"$work/plait_$name.log" 2>&1 ||
+        { cat "$work/plait_$name.log"; exit 1; }
+    sed -n '/^profile/,/^  step/p' "$work/plait_$name.log" >"$work/profile_$name.txt"
 }
 
 echo "== plait-train fp32"
@@ -47,6 +48,8 @@ cat "$work/torch.json"
 echo "== plait-train bf16"
 run_plait bf16
 cat "$work/profile_bf16.txt"
+echo "== plait-train bf16, the products' inputs in fp32 (PLAIT_DEBUG_ACTIVATIONS_F32)"
+PLAIT_DEBUG_ACTIVATIONS_F32=1 run_plait bf16 bf16_acts_f32
 
 "$PY" - "$work" "$rates" $L $C $V $T $B <<'EOF'
 import json, statistics, sys
@@ -57,6 +60,7 @@ def plait_ms(p):
     return statistics.median(ms[1:]), len(ms) - 1          # the first step warms up
 fp32, n = plait_ms("fp32")
 bf16, _ = plait_ms("bf16")
+bf16_f32, _ = plait_ms("bf16_acts_f32")
 torch = json.load(open(f"{work}/torch.json"))["median_ms"]
 N = V * C + L * (12 * C * C + 13 * C) + 2 * C              # parameters, without wpe
 flops = (6 * N + 12 * L * C * T) * B * T                   # model FLOPs per step
@@ -69,6 +73,7 @@ print(f"  plait-train bf16   {bf16:8.1f} ms")
 print(f"  PyTorch fp32       {torch:8.1f} ms")
 print(f"  plait fp32 / PyTorch          {fp32 / torch:5.2f}   (goal <= 0.5)")
 print(f"  plait bf16 / plait fp32       {bf16 / fp32:5.2f}   (goal < 1)")
+print(f"  bf16 inputs in bf16 / in fp32 {bf16 / bf16_f32:5.2f}   (the products' inputs stored in bf16, not converted by each product)")
 print(f"  fp32 model FLOPs / sgemm rate {100 * share:5.1f}%  ({rates['sgemm_gflops']:.0f} GFLOP/s measured; goal >= 60%)")
 print(f"  bf16 model FLOPs / bf16 rate  {100 * share16:5.1f}%  ({rates['bf16_gflops']:.0f} GFLOP/s measured)")
 EOF
