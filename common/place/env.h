@@ -98,6 +98,11 @@
  * tests without a GPU. */
 #define PLAIT_ENV_DEBUG_HOST_STEP "PLAIT_DEBUG_HOST_STEP"
 
+/* Developer: "1" keeps an offloaded step's whole gradient for the step (runtime/host_step.h:
+ * none of it brought down during the last backward or as its buckets' sums arrive), so that
+ * tests compare the bits with the overlap and without. */
+#define PLAIT_ENV_DEBUG_NO_OFFLOAD_OVERLAP "PLAIT_DEBUG_NO_OFFLOAD_OVERLAP"
+
 /* The rendezvous store (store.h) that rank 0's launcher hosts: where it is,
  * "host:port" with an IPv6 literal in brackets ("[fd00::7]:29500";
  * store_addr_parse reads it), and the per-job secret every client proves it
