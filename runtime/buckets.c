@@ -1,8 +1,9 @@
 /* buckets.c — cutting the gradient buffer into buckets, starting each one's
  * sum over dp (ZeRO 0) or reduce-scatter into the ZeRO slices (1, 2) as soon
- * as backward has made it final, and after backward waiting for them, adding
- * the embedding rows that were deferred, summing the LayerNorms over tp and,
- * with ZeRO 2, adding the micro-batch into the slice. */
+ * as backward has made it final, taking in the sums that have arrived (polled
+ * during backward, waited for after it: ZeRO 2's adds, the landed hook), then
+ * adding the embedding rows that were deferred, summing the LayerNorms over tp
+ * and, with ZeRO 2, adding the rest of the micro-batch into the slice. */
 #include "runtime/buckets.h"
 
 #include <stdlib.h>
@@ -71,6 +72,7 @@ int buckets_init(struct buckets *bk, struct model *m, const struct group *dp,
         return error_set(err, "out of memory");
     }
     bk->watermark = s->total;
+    bk->landed_top = bk->landed_from = bk->sliced ? m->slice_n : s->total;
     /* sliced, the top bucket takes the padding to n_padded with it (zeros:
      * every slice element is then some bucket's) */
     size_t top = bk->sliced ? m->n_padded : s->total;
@@ -144,6 +146,96 @@ static int start(struct buckets *bk, struct bucket *b, struct plait_error *err)
     if (rc)
         return error_prefix(err, "data-parallel gradient %s of elements [%zu, %zu): ",
                             bk->sliced ? "reduce-scatter" : "sum", b->at, b->at + b->n);
+    b->in_flight = true;
+    return 0;
+}
+
+/* Whether nothing after its sums arrive changes a bucket's: whole layers (the deferred
+ * rows and a pipeline's tied sum are wte's), unless the LayerNorms' sums over tp follow
+ * (sequence parallelism). */
+static bool final_on_arrival(const struct buckets *bk, const struct bucket *b)
+{
+    return b->layers && !bk->m->sp;
+}
+
+/* b's part of this rank's slice (ZeRO 0: of the buffer), as the slice's elements [*lo, *hi) */
+static void slice_part(const struct buckets *bk, const struct bucket *b, size_t *lo, size_t *hi)
+{
+    size_t a = b->at, z = b->at + b->n;
+    if (bk->sliced) {
+        size_t s0 = bk->m->slice_at, s1 = s0 + bk->m->slice_n;
+        a = a < s0 ? 0 : a > s1 ? s1 - s0 : a - s0;
+        z = z < s0 ? 0 : z > s1 ? s1 - s0 : z - s0;
+    }
+    *lo = a, *hi = z;
+}
+
+/* ZeRO 2 adding a micro-batch: b's part of its sums (in the staging) added into the
+ * slice, element by element (the same bits as the whole slice at once). */
+static void add_part(struct buckets *bk, struct bucket *b)
+{
+    struct model *m = bk->m;
+    size_t lo, hi;
+    slice_part(bk, b, &lo, &hi);
+    if (hi > lo)
+        m->ops->residual_forward(m->ctx, m->grad_slice + lo, m->grad_slice + lo, m->slice_tmp + lo,
+                                 hi - lo);
+    b->added = true;
+}
+
+/* b's sums are in. Final ones are added into the slice now (ZeRO 2 adding), and in the
+ * step's own reduction the slice from its top down to b's part is landed where all of it
+ * is final (the buckets above it arrived first). */
+static int arrive(struct buckets *bk, struct bucket *b, bool after_backward,
+                  struct plait_error *err)
+{
+    b->arrived = true;
+    if (!final_on_arrival(bk, b)) return 0;
+    if (bk->sliced && bk->accumulate) add_part(bk, b);
+    size_t lo, hi;
+    slice_part(bk, b, &lo, &hi);
+    if (!bk->landed || !bk->final || hi < bk->landed_from || lo >= bk->landed_from) return 0;
+    bk->landed_from = lo;
+    return bk->landed(bk->landed_ctx, lo, bk->landed_top, after_backward, err);
+}
+
+/* During backward: the started buckets whose sums have arrived, taken in the order started
+ * (the order they complete in) up to the first still in flight, never blocking; a group
+ * that cannot tell (no test) leaves them to buckets_finish. */
+static int take_arrived(struct buckets *bk, struct plait_error *err)
+{
+    for (int i = 0; i < bk->next; i++) {
+        struct bucket *b = &bk->b[i];
+        if (b->arrived) continue;
+        if (b->in_flight) {
+            const struct group *g = group_of(bk, b);
+            bool done = false;
+            if (!g->test) return 0;
+            int rc = g->test(b->req, &done, err);
+            if (done) b->in_flight = false; /* req freed, failed or not */
+            if (rc)
+                return error_prefix(err, "data-parallel gradient %s of elements [%zu, %zu): ",
+                                    bk->sliced ? "reduce-scatter" : "sum", b->at, b->at + b->n);
+            if (!done) return 0;
+        }
+        if (arrive(bk, b, false, err)) return -1;
+    }
+    return 0;
+}
+
+/* After backward: every started bucket's sums waited for in the order started, each taken
+ * in as it arrives. */
+static int arrive_all(struct buckets *bk, struct plait_error *err)
+{
+    for (int i = 0; i < bk->next; i++) {
+        struct bucket *b = &bk->b[i];
+        if (b->arrived) continue;
+        if (b->in_flight) {
+            b->in_flight = false; /* req freed, failed or not */
+            if (group_of(bk, b)->wait(b->req, err)) return -1;
+        }
+        if (arrive(bk, b, true, err)) return -1;
+    }
     return 0;
 }
 
@@ -156,10 +248,10 @@ int buckets_ready(void *ctx, size_t from, size_t to, struct plait_error *err)
             bk->b[i].final = true;
     while (bk->next < bk->n) {
         struct bucket *b = &bk->b[bk->next];
-        if (!(b->final || (b->layers && b->at >= bk->watermark))) return 0;
+        if (!(b->final || (b->layers && b->at >= bk->watermark))) break;
         if (start(bk, b, err)) return -1;
     }
-    return 0;
+    return bk->landed && bk->final ? take_arrived(bk, err) : 0;
 }
 
 /* Every rank's deferred embedding rows and tokens, gathered over dp (the
@@ -179,17 +271,19 @@ static int gather_rows(struct buckets *bk, int B, int T, struct plait_error *err
     return dp->allgather(dp->ctx, rows, bk->rows, N * (size_t)bk->m->cfg.hidden, err);
 }
 
-/* Waits for every sum started (the first failure into err, unless rc says
+/* Waits for every sum still in flight (the first failure into err, unless rc says
  * one happened already) and readies the buckets for the next step. */
 static int settle(struct buckets *bk, int rc, struct plait_error *err)
 {
     struct plait_error later; /* after the first failure: what the others say */
     for (int i = 0; i < bk->n; i++) {
         struct bucket *b = &bk->b[i];
-        if (b->started && group_of(bk, b)->wait(b->req, rc ? &later : err) && rc == 0) rc = -1;
+        if (b->in_flight && group_of(bk, b)->wait(b->req, rc ? &later : err) && rc == 0) rc = -1;
         *b = (struct bucket){.at = b->at, .n = b->n, .layers = b->layers, .routed = b->routed};
     }
     bk->next = 0;
+    bk->final = false; /* until the pipeline says the next is the step's end */
+    bk->landed_from = bk->landed_top;
     if (bk->m) {
         bk->watermark = bk->m->shard.total;
         bk->m->deferred_slot = -1;
@@ -221,19 +315,23 @@ int buckets_finish(struct buckets *bk, int B, int T, bool layernorms, struct pla
     bool deferred = bk->defer && m->deferred_slot >= 0;
     int rc = 0;
     while (rc == 0 && bk->next < bk->n) rc = start(bk, &bk->b[bk->next], err);
-    /* posted behind the sums on the same communicator: it completes after them */
+    /* the sums taken in as they arrive, the rows' gather (behind them on the same
+     * communicator) after */
+    if (rc == 0) rc = arrive_all(bk, err);
     if (rc == 0 && deferred) rc = gather_rows(bk, B, T, err);
-    if (settle(bk, rc, err))
+    if (rc) {
+        settle(bk, rc, err);
         return error_prefix(err,
                             "data-parallel gradient %s: ", bk->sliced ? "reduce-scatter" : "sum");
+    }
     if (deferred) add_rows(bk, B, T); /* in rank order: the same bits */
     if (layernorms &&
         (bk->sliced ? model_sum_layernorm_grads_in(m, slice_sums(bk), m->slice_at, m->slice_n, err)
                     : model_sum_layernorm_grads(m, err)))
-        return -1;
-    if (bk->sliced && bk->accumulate)
-        m->ops->residual_forward(m->ctx, m->grad_slice, m->grad_slice, m->slice_tmp, m->slice_n);
-    return 0;
+        rc = -1;
+    for (int i = 0; rc == 0 && bk->sliced && bk->accumulate && i < bk->n; i++)
+        if (!bk->b[i].added) add_part(bk, &bk->b[i]); /* what arrival did not add */
+    return settle(bk, rc, err);
 }
 
 void buckets_drop(struct buckets *bk)

@@ -27,7 +27,16 @@
  *
  * Where each bucket starts depends only on the shard and bucket_mb, and
  * every rank starts them in the same order: the same bits on every rank of
- * the dp group, and the same bits run after run. */
+ * the dp group, and the same bits run after run.
+ *
+ * A bucket's sums have arrived when its reduction is seen complete: polled (the group's
+ * test) each time the hook starts buckets, else waited for by buckets_finish, in the order
+ * started (the order they complete in). Whole layers' sums are then final unless the
+ * LayerNorms' sums over tp follow (sequence parallelism): ZeRO 2 adding a micro-batch adds
+ * them into the slice at once, and in the step's own reduction (final) a landed hook is
+ * told the slice's part from its top down to them (a GPU rank's offloaded step brings it
+ * down: runtime/host_step.h). wte (its deferred rows, a pipeline's tied sum) and the other
+ * embeddings are never told: they come down at the step. */
 #ifndef PLAIT_RUNTIME_BUCKETS_H
 #define PLAIT_RUNTIME_BUCKETS_H
 
@@ -46,7 +55,10 @@ struct bucket {
     bool final;   /* reported final by its exact range */
     void *req;    /* its sum in flight, or NULL */
     bool started;
-    bool routed; /* a routed expert's gradients (ep > 1): summed over the expert peers */
+    bool in_flight; /* started, and req not yet waited for or tested done */
+    bool arrived;   /* its sums are in (waited for, tested done, or nobody else has them) */
+    bool added;     /* ZeRO 2 adding: its part of the micro-batch's sums added to the slice */
+    bool routed;    /* a routed expert's gradients (ep > 1): summed over the expert peers */
 };
 
 struct buckets {
@@ -63,6 +75,17 @@ struct buckets {
     bool accumulate;  /* sliced: the sums are added to the slice (ZeRO 2 after the step's first
                          micro-batch; the caller sets it before that backward) */
     size_t *counts;   /* [dp] sliced: a bucket's elements in each rank's slice */
+    /* The step's gradient as whole layers' sums become final (NULL: nobody is told; the
+     * caller sets it only where nothing after buckets_finish changes those sums: no
+     * replicas, no expert parallelism): called with [from, to) of the slice (ZeRO 0: of the
+     * buffer), to always its top and from lower each time; after_backward: from
+     * buckets_finish, the backward over */
+    int (*landed)(void *ctx, size_t from, size_t to, bool after_backward, struct plait_error *err);
+    void *landed_ctx;
+    bool final;         /* this reduction's sums are the step's gradient, not a hand-over's
+                           before its end (ZeRO 2; pipeline.h: grads_at_end sets it) */
+    size_t landed_top;  /* the slice's top: slice_n sliced, else the shard's total */
+    size_t landed_from; /* the slice at or above it has landed this step */
 };
 
 /* Cuts m's gradient buffer into buckets of at least bucket_mb MiB (whole
@@ -76,12 +99,13 @@ int buckets_init(struct buckets *bk, struct model *m, const struct group *dp,
 void buckets_free(struct buckets *bk);
 
 /* The model's grads_final hook: the gradients [from, to) are final for this
- * step; starts, in order, every bucket that is final. */
+ * step; starts, in order, every bucket that is final, then (with landed, in the step's
+ * own reduction) takes in those whose sums have arrived. */
 int buckets_ready(void *bk, size_t from, size_t to, struct plait_error *err);
 
 /* After the step's backward (and the tied wte's sum between the pipeline's
- * ends): starts what is left, waits for every sum, adds the deferred
- * embedding rows, and with layernorms sums the LayerNorms' gradients over tp
+ * ends): starts what is left, waits for every sum (taking each in as it arrives), adds
+ * the deferred embedding rows, and with layernorms sums the LayerNorms' gradients over tp
  * in what it reduced (model_sum_layernorm_grads: they commute with the sum
  * over dp). m->grads then holds the step's gradients summed over dp (ZeRO 0),
  * or m->grad_slice this rank's slice of them (ZeRO 1; ZeRO 2: the

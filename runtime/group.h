@@ -69,6 +69,10 @@ struct group {
     int (*ialltoall_v)(void *ctx, const void *send, const size_t *send_counts, void *recv,
                        const size_t *recv_counts, bool i64, void **req, struct plait_error *err);
     int (*wait)(void *req, struct plait_error *err);
+    /* Whether a started operation is done, never blocking: *done true (a failure too) and
+     * req freed with wait's result (0, or -1 with err), or false and req still the
+     * operation's. NULL where the group cannot tell (callers learn it at wait). */
+    int (*test)(void *req, bool *done, struct plait_error *err);
     void *ctx;
 };
 

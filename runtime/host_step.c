@@ -1,8 +1,9 @@
 /* host_step.c — a GPU rank's optimizer step on the CPU (host_step.h): the gradient's final
- * ranges brought down during the last backward (the grads_final hook), then the copy
- * thread moving the rest down chunk by chunk as soon as a step starts (and, at the first
- * step, the master weights), then each window's updated weights up as the step posts
- * them; the step waits only for the chunks its window needs. */
+ * ranges brought down during the last backward (the grads_final hook, or the buckets'
+ * landed hook as their sums arrive), then the copy thread moving the rest down chunk by
+ * chunk as soon as a step starts (and, at the first step, the master weights), then each
+ * window's updated weights up as the step posts them; the step waits only for the chunks
+ * its window needs. */
 #include "runtime/host_step.h"
 
 #include <pthread.h>
@@ -175,10 +176,11 @@ void host_step_expect(struct host_step *h, const float *dev_grad, size_t top)
     if (h->early_src && h->dev->copies_wait) h->dev->copies_wait(h->dev_ctx); /* forgotten */
     h->early_src = dev_grad;
     h->top = top;
-    h->early = h->n;
+    h->early = h->early_backward = h->n;
 }
 
-int host_step_grads_final(void *ctx, size_t from, size_t to, struct plait_error *err)
+int host_step_landed(void *ctx, size_t from, size_t to, bool after_backward,
+                     struct plait_error *err)
 {
     struct host_step *h = ctx;
     (void)err;
@@ -187,7 +189,13 @@ int host_step_grads_final(void *ctx, size_t from, size_t to, struct plait_error 
         h->dev->download_after ? h->dev->download_after : h->dev->download;
     down(h->dev_ctx, h->grad + from, h->early_src + from, (h->early - from) * sizeof(float));
     h->early = from;
+    if (!after_backward) h->early_backward = from;
     return 0;
+}
+
+int host_step_grads_final(void *ctx, size_t from, size_t to, struct plait_error *err)
+{
+    return host_step_landed(ctx, from, to, false, err);
 }
 
 struct run_args {
@@ -224,10 +232,12 @@ int host_step_run(struct host_step *h, struct offload *o, const float *dev_grad,
     struct host_step_io *io = h->io;
     /* the backward's copies done before the CPU reads them (and before the thread issues
      * to the device: one thread at a time) */
-    size_t early = h->early_src == dev_grad ? h->early : h->n;
+    bool mine = h->early_src == dev_grad;
+    size_t early = mine ? h->early : h->n, backward = mine ? h->early_backward : h->n;
     if (h->early_src && h->dev->copies_wait) h->dev->copies_wait(h->dev_ctx);
     h->early_src = NULL;
     h->floats_early += h->n - early;
+    h->floats_after += backward - early;
     h->floats_down += h->n;
     pthread_mutex_lock(&io->mu);
     io->dev_grad = dev_grad;

@@ -10,7 +10,10 @@
  * the step's last backward instead, a layer's range as soon as the model's grads_final
  * hook says it is final (host_step_expect, host_step_grads_final: ops download_after,
  * behind the device's work and overlapping the layers below); the copy thread brings the
- * rest (the embeddings) at the step.
+ * rest (the embeddings) at the step. Where the buckets reduce it (dp > 1, ZeRO 0 to 2:
+ * runtime/buckets.h), the slice's layers come down as their buckets' sums arrive
+ * (host_step_landed): during backward where a poll finds them done, else as the reduction's
+ * end waits for them, before the step.
  *
  * The master weights are read from the device once, at the first step (after whatever a
  * run loaded); from then on the device's slice is what the host step wrote. */
@@ -43,8 +46,10 @@ struct host_step {
      * padding), and [early, n) of the slice, on its way down since */
     const float *early_src;
     size_t top, early;
-    uint64_t floats_early, floats_down; /* the gradient's floats brought down during backward,
-                                           and in all, over the steps taken */
+    size_t early_backward; /* [early_backward, n): what of it came down during the backward */
+    /* over the steps taken: the gradient's floats brought down before the step, of them
+     * after the backward (as its reduction ended), and in all */
+    uint64_t floats_early, floats_after, floats_down;
 };
 
 /* Host memory for a slice of n floats and its moments (in host memory, which
@@ -60,13 +65,14 @@ int host_step_open(struct host_step *h, const struct ops *dev, struct ops_ctx *d
 void host_step_moments(struct host_step *h, struct offload *o);
 void host_step_close(struct host_step *h);
 
-/* Before the micro-batches of a step whose gradient no data-parallel sum follows: in its
- * last backward the model's grads_final hook (host_step_grads_final, ctx h) reports the
- * gradient dev_grad (the device's, the slice's n floats) final in ranges, and a range up to
- * top (the shard's total: the padding above it is never written) comes down at once,
- * behind the device's work on it. What came down is the step's only when host_step_run
- * gets the same dev_grad; another call (a step stopped before its last backward) forgets
- * it. */
+/* Before the micro-batches of a step whose gradient comes down early: in its last backward
+ * the model's grads_final hook (host_step_grads_final, ctx h; dp 1), or the buckets' landed
+ * hook as their sums arrive (host_step_landed; dp > 1), reports the gradient dev_grad (the
+ * device's, the slice's n floats: the buffer at ZeRO 0, the slice at 1 and 2) final in
+ * ranges, and a range up to top (the shard's total, the padding above it never written; a
+ * ZeRO slice's n) comes down at once, behind the device's work on it. What came down is the
+ * step's only when host_step_run gets the same dev_grad; another call (a step stopped
+ * before its last backward) forgets it. */
 void host_step_expect(struct host_step *h, const float *dev_grad, size_t top);
 
 /* The model's grads_final hook (ctx: a host_step after host_step_expect): elements
@@ -74,6 +80,11 @@ void host_step_expect(struct host_step *h, const float *dev_grad, size_t top);
  * down before) down now (ops download_after; download where the device has none);
  * others come down at the step. Returns 0. */
 int host_step_grads_final(void *ctx, size_t from, size_t to, struct plait_error *err);
+
+/* The same as the buckets' landed hook (runtime/buckets.h), ctx a host_step: [from, to) of
+ * the slice summed and final; after_backward: the backward was over (counted apart). */
+int host_step_landed(void *ctx, size_t from, size_t to, bool after_backward,
+                     struct plait_error *err);
 
 /* One step: fn (offload_each_window's visitor) over each window of the slice as o hands
  * them out, with h->master and h->grad holding the window's weights and gradient when it

@@ -117,6 +117,11 @@ static int g_wait(void *req, struct plait_error *err)
     return comm_wait(req, err);
 }
 
+static int g_test(void *req, bool *done, struct plait_error *err)
+{
+    return comm_test(req, done, err);
+}
+
 /* The table for c (size 1 when c is NULL: never called). */
 static struct group group_of(struct comm *c)
 {
@@ -136,6 +141,7 @@ static struct group group_of(struct comm *c)
                           .alltoall_v = g_alltoall_v,
                           .ialltoall_v = g_ialltoall_v,
                           .wait = g_wait,
+                          .test = g_test,
                           .ctx = c};
 }
 

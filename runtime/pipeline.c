@@ -135,6 +135,7 @@ static void hook(struct stepper *st, const int *counts, int c)
         if (counts[above] != n) return;
     st->m->grads_final = st->how->grads_final;
     st->m->grads_final_ctx = st->how->grads_ctx;
+    if (st->how->grads_at_end) *st->how->grads_at_end = n == st->s->m;
 }
 
 /* Whether a gradient pass of chunk c adds to the buffer (passes of its kind

@@ -80,6 +80,9 @@ struct pipe_step {
      * become final (may be NULL: runtime/buckets.h). */
     int (*grads_final)(void *ctx, size_t from, size_t to, struct plait_error *err);
     void *grads_ctx;
+    /* Set as the hook is (may be NULL): whether the hand-over its pass leads to is the
+     * step's end, its gradients the optimizer step's (ZeRO 2: else an earlier one's) */
+    bool *grads_at_end;
 };
 
 /* Runs stage `stage`'s list of s on m (built with s->v chunks), whose slots must number at

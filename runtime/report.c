@@ -585,7 +585,12 @@ void report_end(struct trainer *t, int rc)
     report_progress_flush(t); /* the step it stopped at */
     final_summary(t, rc);
     const struct host_step *h = t->m.host_step;
-    if (h && h->floats_down)
+    if (h && h->floats_down && h->floats_after)
+        log_info("offload: %llu of %llu gradient floats came down during backward and its "
+                 "reduction (%llu of them after the backward, as its last buckets' sums arrived)",
+                 (unsigned long long)h->floats_early, (unsigned long long)h->floats_down,
+                 (unsigned long long)h->floats_after);
+    else if (h && h->floats_down)
         log_info("offload: %llu of %llu gradient floats came down during backward",
                  (unsigned long long)h->floats_early, (unsigned long long)h->floats_down);
     struct plait_error why; /* the measured speed beside the modelled: a report */

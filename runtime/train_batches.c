@@ -13,7 +13,7 @@
 
 #include "common/place/rank_order.h" // defines: rank_data_of
 #include "runtime/dump.h"
-#include "runtime/host_step.h"         // defines: host_step_expect, host_step_grads_final
+#include "runtime/host_step.h"         // defines: host_step_expect and its hooks
 #include "common/formats/ckpt_state.h" // defines: MOE_STATS
 #include "runtime/model_moe.h"         // defines: model_moe_take_loss
 #include "runtime/model_zero3.h"
@@ -329,19 +329,28 @@ int train_micro_batches(struct trainer *t, int s, float grad_scale, struct plait
                             .agree_stop = agree_stop,
                             .wants_stop = wants_stop,
                             .ctx = &f};
-    /* the gradient sum starts during the last backward (or, offloaded with nothing to sum,
-     * the gradient comes down to the host); not in a step whose gradients are dumped (the
-     * dump shows this rank's own) */
+    /* the gradient sum starts during the last backward, and an offloaded step's gradient
+     * comes down to the host as it is final (with nothing to sum, as the layers are; else as
+     * their buckets' sums arrive); not in a step whose gradients are dumped (the dump shows
+     * this rank's own) */
     bool dumped = t->dump_dir && t->st.step == t->dump_step && t->st.micro == 0;
+    bool early = t->grads_early && !dumped;
     t->hooked = t->bucketed && !dumped;
     if (t->hooked) {
         how.grads_final = buckets_ready;
         how.grads_ctx = &t->buckets;
-    } else if (t->grads_early && !dumped) {
+        how.grads_at_end = &t->buckets.final;
+    } else if (early) {
         how.grads_final = host_step_grads_final;
         how.grads_ctx = t->m.host_step;
-        host_step_expect(t->m.host_step, t->m.grads, t->m.shard.total);
     }
+    if (t->bucketed) {
+        t->buckets.landed = early ? host_step_landed : NULL;
+        t->buckets.landed_ctx = t->m.host_step;
+    }
+    if (early) /* the gradient optim_step hands it: the buffer at ZeRO 0, else the slice */
+        host_step_expect(t->m.host_step, t->m.zero ? t->m.grad_slice : t->m.grads,
+                         t->m.zero ? t->m.slice_n : t->m.shard.total);
     if (t->bucketed) t->buckets.accumulate = t->m.zero == 2 && t->st.micro > 0;
     if (t->st.micro == 0) model_grads_clear(&t->m); /* ZeRO 3: the step's sums start at 0 */
     double loss_sum = 0;

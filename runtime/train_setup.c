@@ -267,11 +267,16 @@ static int make_step_buffers(struct trainer *t, struct plait_error *err)
             return -1;
         t->bucketed = true;
     }
-    /* the offloaded step's gradient down during the last backward where it is final there:
-     * no sum over dp, replicas (ZeRO 0 whole, its buffer the slice) or tp (sequence
-     * parallelism's LayerNorms) follows; a sum's completion is seen only after backward */
-    t->grads_early = t->m.host_step && t->m.zero == 0 && dp->size == 1 &&
-                     t->par.g_replicas.size == 1 && !t->m.sp;
+    /* the offloaded step's gradient down before the step where it is final there: at dp 1
+     * (ZeRO 0 whole, its buffer the slice) during the last backward as the model reports
+     * its layers final; at dp > 1 (ZeRO 0 to 2) its layers as their buckets' sums arrive
+     * (polled during backward, else waited for after it). Not where a sum follows those:
+     * over the replicas, over tp (sequence parallelism's LayerNorms), a slice's dense part
+     * over ep; nor at ZeRO 3 (each unit reduce-scattered into the slice as the pass goes,
+     * runtime/model_zero3.h), nor with PLAIT_DEBUG_NO_OFFLOAD_OVERLAP=1: at the step */
+    t->grads_early = t->m.host_step && ((t->m.zero == 0 && dp->size == 1) || t->bucketed) &&
+                     t->par.g_replicas.size == 1 && !t->m.sp && t->m.shard.part.ep <= 1 &&
+                     !debug_on(PLAIT_ENV_DEBUG_NO_OFFLOAD_OVERLAP);
     if (p->checkpoint.async && ckpt_async_reserve(&t->async, &t->m, err)) return -1;
     t->flops_per_token = gpu_flops_per_token(&t->m.cfg, T);
     t->inputs = malloc((size_t)B * T * sizeof *t->inputs);

@@ -78,8 +78,9 @@ struct trainer {
     struct buckets buckets;  /* dp > 1: the gradients' reduction overlapping backward */
     bool bucketed;
     bool hooked;         /* the buckets start during this call's backwards (not a dump's step) */
-    bool grads_early;    /* an offloaded step's gradient comes down during the last backward
-                            (runtime/host_step.h: nothing sums it after, dp 1) */
+    bool grads_early;    /* an offloaded step's gradient comes down before the step: during
+                            the last backward (dp 1), or as the buckets' sums arrive
+                            (runtime/host_step.h; make_step_buffers decides) */
     bool data_failed;    /* the last error came from reading data */
     double timed_s;      /* wall time of the steps in m.prof */
     double prior_step_s; /* a resumed run's median step before it stopped (its metrics), for the

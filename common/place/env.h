@@ -103,6 +103,11 @@
  * the two to the bit. */
 #define PLAIT_ENV_DEBUG_ACTIVATIONS_F32 "PLAIT_DEBUG_ACTIVATIONS_F32"
 
+/* Developer: "1" keeps an offloaded step's whole gradient for the step (runtime/host_step.h:
+ * none of it brought down during the last backward or as its buckets' sums arrive), so that
+ * tests compare the bits with the overlap and without. */
+#define PLAIT_ENV_DEBUG_NO_OFFLOAD_OVERLAP "PLAIT_DEBUG_NO_OFFLOAD_OVERLAP"
+
 /* The rendezvous store (store.h) that rank 0's launcher hosts: where it is,
  * "host:port" with an IPv6 literal in brackets ("[fd00::7]:29500";
  * store_addr_parse reads it), and the per-job secret every client proves it

@@ -92,10 +92,12 @@ PYEOF
 # manifest_lists_as_is FILE: run in a checkpoint's directory, rewrites its
 # manifest.json to list FILE's bytes and CRC-32C as they are now (a forger who
 # changed both, so that only the checks beyond sizes and checksums remain)
-# offload_early LOG: "N M" from the run's closing line "offload: N of M gradient floats came
-# down during backward" (runtime/host_step.h, parallel.offload's step on the CPU)
+# offload_early LOG: "N M K" from the run's closing line "offload: N of M gradient floats
+# came down during backward[ and its reduction (K of them after the backward, ...)]"
+# (runtime/host_step.h, parallel.offload's step on the CPU; K 0 where the line has none)
 offload_early() {
-    sed -n 's/.*offload: \([0-9]*\) of \([0-9]*\) gradient floats came down during backward.*/\1 \2/p' \
+    sed -n -e 's/.*offload: \([0-9]*\) of \([0-9]*\) gradient floats came down during backward and its reduction (\([0-9]*\) of them after.*/\1 \2 \3/p' \
+        -e 's/.*offload: \([0-9]*\) of \([0-9]*\) gradient floats came down during backward$/\1 \2 0/p' \
         "$1" | tail -n 1
 }
 
@@ -103,7 +105,7 @@ offload_early() {
 # embeddings, which no layer's grads_final hook covers), and not all of it
 offload_overlapped() {
     local n m
-    read -r n m <<<"$(offload_early "$1")"
+    read -r n m _ <<<"$(offload_early "$1")"
     [ -n "${m:-}" ] && [ "$m" -gt 0 ] && [ $((2 * n)) -gt "$m" ] && [ "$n" -lt "$m" ] ||
         { echo "$1: ${n:-?} of ${m:-?} gradient floats came down during backward"; return 1; }
 }

@@ -14,13 +14,19 @@
 # comes down during the step's last backward, layer by layer as the grads_final hook says
 # it is final (ops download_after), the rest at the step: with grad_accum 1 and 3 and over
 # 2 pipeline stages (1F1B and interleaved), the same bits, and the run's closing line counts
-# the floats that came down during backward (none at dp 2, which keeps the step's copy).
-# tests/gpu/test_cuda.sh runs the same on a GPU.
+# the floats that came down during backward. At dp 2 in per-layer buckets (ZeRO 0, 1 and 2,
+# grad_accum 3: ZeRO 2's earlier hand-overs are not the step's) the slice's layers come
+# down as their buckets' sums arrive: the bits and checkpoints of the run without offload
+# and of the run with the overlap off (PLAIT_DEBUG_NO_OFFLOAD_OVERLAP=1, none of it early),
+# and a share that came down before the step; one bucket for the whole gradient (the
+# default bucket_mb here) sums after backward, and all of it comes down at the step.
+# tests/gpu/test_cuda.sh runs the one-rank cases on a GPU.
 source "$(dirname "$0")/lib.sh"
 
 tiny_plan "$WORK/plan.json"
 COMMON=(--set data.val=null --set data.val_every=0)
 WINDOWS=(--set parallel.offload_window_mb=0.0027) # ~700 floats: the slice in dozens
+BUCKETS=(--set parallel.bucket_mb=0.01)           # ~2,600 floats: a bucket per layer
 
 # run NAME [--set ...]: a training run into $WORK/NAME
 run() {
@@ -98,11 +104,48 @@ test_the_gradient_comes_down_during_backward() {
     run pp2i "${inter[@]}" && offloaded pp2i_host "${inter[@]}" --set parallel.offload=host &&
         metrics_equal "$WORK/pp2i/metrics.jsonl" "$WORK/pp2i_host/metrics.jsonl" &&
         offload_overlapped "$WORK/pp2i_host.log" || return 1
-    # dp 2 sums the gradient after backward: all of it comes down at the step
+    # dp 2 in one bucket (bucket_mb beyond the gradient): summed after backward, all of it
+    # comes down at the step
+    offload_none "$WORK/dp2z1_host.log"
+}
+
+# offload_none LOG: the run's closing line says none of its gradient came down before the step
+offload_none() {
     local n m
-    read -r n m <<<"$(offload_early "$WORK/dp2z1_host.log")"
+    read -r n m _ <<<"$(offload_early "$1")"
     [ "${n:-}" = 0 ] && [ "${m:-0}" -gt 0 ] ||
-        { echo "dp2z1_host: ${n:-?} of ${m:-?} gradient floats came down during backward"; return 1; }
+        { echo "$1: ${n:-?} of ${m:-?} gradient floats came down during backward"; return 1; }
+}
+
+# same_checkpoints A B: runs A and B wrote the same checkpoints, part file by part file
+same_checkpoints() {
+    local d f n=0
+    for d in "$WORK/$1"/checkpoints/step_*; do
+        for f in "$d"/*.bin "$d"/state.json; do
+            cmp "$f" "$WORK/$2/checkpoints/${d##*/}/${f##*/}" || return 1
+            n=$((n + 1))
+        done
+    done
+    [ "$n" -gt 0 ] || { echo "$1: no checkpoints"; return 1; }
+}
+
+test_at_dp_2_the_slice_comes_down_as_its_buckets_arrive() {
+    local z sets host=(--set parallel.offload=host) n m k
+    for z in 0 1 2; do
+        sets=(--set parallel.dp=2 --set parallel.zero=$z "${BUCKETS[@]}")
+        run dp2z${z}b "${sets[@]}" && offloaded dp2z${z}b_host "${sets[@]}" "${host[@]}" &&
+            PLAIT_DEBUG_NO_OFFLOAD_OVERLAP=1 offloaded dp2z${z}b_off "${sets[@]}" "${host[@]}" ||
+            return 1
+        metrics_equal "$WORK/dp2z${z}b/metrics.jsonl" "$WORK/dp2z${z}b_host/metrics.jsonl" &&
+            metrics_equal "$WORK/dp2z${z}b/metrics.jsonl" "$WORK/dp2z${z}b_off/metrics.jsonl" &&
+            same_checkpoints dp2z${z}b dp2z${z}b_host && same_checkpoints dp2z${z}b dp2z${z}b_off &&
+            offload_none "$WORK/dp2z${z}b_off.log" || return 1
+        # rank 0's slice: the embeddings (at the step) and, at ZeRO 1 and 2, layer 0's lower part
+        read -r n m k <<<"$(offload_early "$WORK/dp2z${z}b_host.log")"
+        echo "dp2z${z}b_host: ${n:-?} of ${m:-?} gradient floats came down before the step, ${k:-?} of them after the backward"
+        [ -n "${m:-}" ] && [ "$m" -gt 0 ] && [ "$n" -gt 0 ] && [ "$n" -lt "$m" ] && [ "$k" -le "$n" ] ||
+            return 1
+    done
 }
 
 test_the_moments_in_files_give_the_same_bits() {
@@ -145,6 +188,7 @@ test_checkpoints_cross_and_write_in_the_background() {
 
 check the_offloaded_step_gives_the_bits_without_offload test_the_offloaded_step_gives_the_bits_without_offload
 check the_gradient_comes_down_during_backward test_the_gradient_comes_down_during_backward
+check at_dp_2_the_slice_comes_down_as_its_buckets_arrive test_at_dp_2_the_slice_comes_down_as_its_buckets_arrive
 check the_moments_in_files_give_the_same_bits test_the_moments_in_files_give_the_same_bits
 check stopped_mid_step_resumes_to_the_bit test_stopped_mid_step_resumes_to_the_bit
 check checkpoints_cross_and_write_in_the_background test_checkpoints_cross_and_write_in_the_background

@@ -7,7 +7,10 @@
  * started during the last backward (ZeRO 2: every backward; runtime/buckets.h):
  * wte's (its embedding rows deferred) and every layer's bucket start before
  * backward returns, wpe's after it; with ZeRO 1 and 2 each bucket is
- * reduce-scattered unevenly into the slices, and dp 3 cuts buckets there. */
+ * reduce-scattered unevenly into the slices, and dp 3 cuts buckets there. In buckets
+ * the landed hook (what a GPU rank's offloaded step brings down early) is told only in the
+ * step's own reduction (ZeRO 2: not its earlier hand-overs), from the slice's top down,
+ * and what it was told is the step's gradient when the step takes it. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -30,10 +33,34 @@ static int32_t data_in[MAX_DP * A][N], data_tg[MAX_DP * A][N];
 static const struct plan_optimizer opt = {
     .lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 0.3};
 
+/* What the landed hook was told: a copy of the gradient as each range landed. */
+struct landing {
+    const float *grad; /* the step's gradient: the buffer (ZeRO 0) or the slice */
+    float *copy;       /* its landed ranges, copied when they landed */
+    size_t top, from;  /* the slice's top, and [from, top) landed so far */
+    int calls;
+    bool out_of_order; /* a range not reaching the top, or not below what landed before */
+};
+
+static int record_landed(void *ctx, size_t from, size_t to, bool after_backward,
+                         struct plait_error *err)
+{
+    struct landing *l = ctx;
+    (void)after_backward, (void)err;
+    if (to != l->top || from >= l->from) {
+        l->out_of_order = true;
+        return 0;
+    }
+    memcpy(l->copy + from, l->grad + from, (l->from - from) * sizeof(float));
+    l->from = from, l->calls++;
+    return 0;
+}
+
 struct job {
     int dp, rank, zero;
     bool bucketed;
     int started_in_backward, n_buckets; /* bucketed: how many started before backward returned */
+    bool landed_right;                  /* bucketed: told, in order, what the step then takes */
     struct thread_rank me;
     const float *full;
     float *params; /* after the step, the shard's order */
@@ -63,6 +90,12 @@ static void *run_rank(void *arg)
     struct buckets bk;
     int rc =
         j->bucketed ? buckets_init(&bk, &m, &dp, NULL, 1e-9, &err) : 0; /* a bucket per layer */
+    size_t top = m.zero ? m.slice_n : m.shard.total;
+    struct landing l = {.grad = m.zero ? m.grad_slice : m.grads,
+                        .copy = calloc(top, sizeof(float)),
+                        .top = top,
+                        .from = top};
+    if (j->bucketed) bk.landed = record_landed, bk.landed_ctx = &l;
     /* this rank's micro-batches of the global batch of A·dp */
     for (int k = 0; k < A && rc == 0; k++) {
         int micro = k * j->dp + j->rank;
@@ -72,6 +105,7 @@ static void *run_rank(void *arg)
             m.grads_final = buckets_ready;
             m.grads_final_ctx = &bk;
             bk.accumulate = m.zero == 2 && k > 0;
+            bk.final = k == A - 1; /* (the pipeline's grads_at_end) */
         }
         rc = model_forward(&m, data_in[micro], data_tg[micro], B, T, 1.0f / (N * A * j->dp), NULL,
                            &err) ||
@@ -89,7 +123,11 @@ static void *run_rank(void *arg)
     if (j->bucketed) {
         if (rc == 0 && m.zero < 2) rc = buckets_finish(&bk, B, T, true, &err);
         buckets_free(&bk);
+        j->landed_right =
+            !l.out_of_order && l.calls > 0 && l.from < top &&
+            memcmp(l.copy + l.from, l.grad + l.from, (top - l.from) * sizeof(float)) == 0;
     }
+    free(l.copy);
     if (rc == 0) rc = optim_step(&m, &opt, opt.lr, 1, &g, &j->norm, &err);
     if (rc) {
         snprintf(j->error, sizeof j->error, "%s", err.text);
@@ -127,6 +165,12 @@ static int run(int dp, int zero, bool bucketed, const float *full, float *params
             CHECK(0, "dp %d rank %d: %d of %d buckets started during backward, want %d of %d", dp,
                   r, jobs[r].started_in_backward, jobs[r].n_buckets, cfg.layers + 1,
                   cfg.layers + 2);
+            rc = -1;
+        } else if (bucketed && !jobs[r].landed_right) {
+            CHECK(0,
+                  "dp %d zero %d rank %d: the landed hook was told ranges out of order, none, "
+                  "or ones the step's gradient then differs in",
+                  dp, zero, r);
             rc = -1;
         } else if (r > 0) {
             CHECK(memcmp(jobs[r].params, jobs[0].params, total * sizeof(float)) == 0 &&
