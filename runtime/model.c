@@ -46,15 +46,15 @@ static void *dev_alloc(struct model *m, size_t bytes, uint64_t *kind)
  * layer_acts (one copy per slot and layer, or one shared when recomputed), of
  * every slot, or of the model. */
 enum act_home { IN_LAYER, IN_SLOT, IN_MODEL, IN_MOE };
-#define LAYER(a, f) [a] = {IN_LAYER, offsetof(struct layer_acts, f)}
+#define LAYER(a, f) [a] = {IN_LAYER, offsetof(struct layer_acts, f), 0}
 /* a struct act: its f32 field, and its bf16 one (gpt2_act16) */
 #define LAYER16(a, f)                                                                              \
     [a] = {IN_LAYER, offsetof(struct layer_acts, f.f32), offsetof(struct layer_acts, f.bf16)}
 #define SLOT16(a, f)                                                                               \
     [a] = {IN_SLOT, offsetof(struct model_slot, f.f32), offsetof(struct model_slot, f.bf16)}
-#define MOE(a, f) [a] = {IN_MOE, offsetof(struct moe_acts, f)}
-#define SLOT(a, f) [a] = {IN_SLOT, offsetof(struct model_slot, f)}
-#define MODEL(a, f) [a] = {IN_MODEL, offsetof(struct model, f)}
+#define MOE(a, f) [a] = {IN_MOE, offsetof(struct moe_acts, f), 0}
+#define SLOT(a, f) [a] = {IN_SLOT, offsetof(struct model_slot, f), 0}
+#define MODEL(a, f) [a] = {IN_MODEL, offsetof(struct model, f), 0}
 static const struct {
     enum act_home home;
     size_t field;

@@ -267,10 +267,10 @@ PYEOF
 check lint_survives_hostile_aliases test_lint_survives_hostile_aliases
 
 # ---- refusals, each naming what is wrong ------------------------------------------------
-# (micro-batches of 40: 52 GB a rank, more than an A100's 40 GiB, 42.95 GB)
+# (micro-batches of 48: 50 GB a rank, more than an A100's 40 GiB, 42.95 GB)
 test_refuses_a_plan_that_does_not_fit_the_gpus() {
     expect_error "$WORK/e.txt" 1 "a rank of pipeline stage 0 needs [0-9.]+ GB, the GPU has 42.95 GB.*batch.micro_batch" \
-        "$PLAIT" "${RENDER[@]}" --gpu-product NVIDIA-A100-SXM4-40GB --set batch.micro_batch=40 || return 1
+        "$PLAIT" "${RENDER[@]}" --gpu-product NVIDIA-A100-SXM4-40GB --set batch.micro_batch=48 || return 1
     ! grep -q "^apiVersion" "$WORK/e.txt"
 }
 check refuses_a_plan_that_does_not_fit_the_gpus test_refuses_a_plan_that_does_not_fit_the_gpus
@@ -492,9 +492,9 @@ test_grace_period_follows_the_checkpoint() {
 check grace_period_follows_the_checkpoint test_grace_period_follows_the_checkpoint
 
 # ---- plait check --k8s-nodes ------------------------------------------------------------
-# (micro-batches of 40: 52 GB a rank, more than an A100's 40 GiB, 42.95 GB)
+# (micro-batches of 48: 50 GB a rank, more than an A100's 40 GiB, 42.95 GB)
 test_k8s_nodes_name_where_the_plan_fits() {
-    local mb=(--set batch.micro_batch=40)
+    local mb=(--set batch.micro_batch=48)
     "$PLAIT" check "$PLAN" "${mb[@]}" --k8s-nodes tests/k8s/nodes/cluster.json >"$WORK/n.txt" 2>&1 || { cat "$WORK/n.txt"; return 1; }
     grep -q "5 GPU nodes of 2 kinds (2 unschedulable or not ready, 2 without GPUs)" "$WORK/n.txt" &&
         grep -q "fits: tp 8 × pp 2 × dp 1 on 2 nodes, .*: h100-a1 h100-a2$" "$WORK/n.txt" &&
