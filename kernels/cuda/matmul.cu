@@ -221,16 +221,15 @@ void cu_matmul_forward_gelu16(struct ops_ctx *ctx, uint16_t *out, float *pre, co
     forward_gelu(ctx, out, CUDA_R_16BF, pre, inp, w16, CUDA_R_16BF, bias, N, C, OC);
 }
 
-/* The three bf16 products of a backward (ops.h matmul_backward with w16): d16 (N,OC) dout
- * rounded, x16 (N,C) the input in bf16 (read only where dw), dbias from dout in fp32 */
-static void backward_bf16(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias,
-                          const float *dout, const uint16_t *d16, const uint16_t *x16,
-                          const uint16_t *w16, int N, int C, int OC, bool accumulate)
+/* The three products of a backward, d (N,OC) x (N,C) and w (OC,C) of type (fp32; bf16:
+ * d dout rounded), x read only where dw; dbias dout's fp32 column sum */
+static void backward(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias, const float *dout,
+                     const void *d, const void *x, const void *w, cudaDataType_t type, int N, int C,
+                     int OC, bool accumulate)
 {
-    if (dinp) gemm(ctx, false, false, N, C, OC, d16, OC, w16, C, 0.0f, dinp, C, CUDA_R_16BF, NULL);
+    if (dinp) gemm(ctx, false, false, N, C, OC, d, OC, w, C, 0.0f, dinp, C, type, NULL);
     if (!dw) return;
-    gemm(ctx, true, false, OC, C, N, d16, OC, x16, C, accumulate ? 1.0f : 0.0f, dw, C, CUDA_R_16BF,
-         NULL);
+    gemm(ctx, true, false, OC, C, N, d, OC, x, C, accumulate ? 1.0f : 0.0f, dw, C, type, NULL);
     if (dbias) cu_column_sum(ctx, dbias, dout, N, OC, accumulate);
 }
 
@@ -239,18 +238,13 @@ void cu_matmul_backward(struct ops_ctx *ctx, float *dinp, float *dw, float *dbia
                         int N, int C, int OC, bool accumulate)
 {
     if (!w16) {
-        float beta = accumulate ? 1.0f : 0.0f;
-        if (dinp)
-            gemm(ctx, false, false, N, C, OC, dout, OC, w, C, 0.0f, dinp, C, CUDA_R_32F, NULL);
-        if (!dw) return;
-        gemm(ctx, true, false, OC, C, N, dout, OC, inp, C, beta, dw, C, CUDA_R_32F, NULL);
-        if (dbias) cu_column_sum(ctx, dbias, dout, N, OC, accumulate);
+        backward(ctx, dinp, dw, dbias, dout, dout, inp, w, CUDA_R_32F, N, C, OC, accumulate);
         return;
     }
     const uint16_t *d16 = bf16_copy(ctx, CU_SCRATCH_BF16_A, dout, (size_t)N * OC);
     const uint16_t *x16 = dw ? bf16_copy(ctx, CU_SCRATCH_BF16_B, inp, (size_t)N * C) : NULL;
     if (!d16 || (dw && !x16)) return;
-    backward_bf16(ctx, dinp, dw, dbias, dout, d16, x16, w16, N, C, OC, accumulate);
+    backward(ctx, dinp, dw, dbias, dout, d16, x16, w16, CUDA_R_16BF, N, C, OC, accumulate);
 }
 
 /* ops.h matmul_backward16: dout rounded into scratch as matmul_backward's, the bf16
@@ -260,5 +254,5 @@ void cu_matmul_backward16(struct ops_ctx *ctx, float *dinp, float *dw, float *db
                           int OC, bool accumulate)
 {
     const uint16_t *d16 = bf16_copy(ctx, CU_SCRATCH_BF16_A, dout, (size_t)N * OC);
-    if (d16) backward_bf16(ctx, dinp, dw, dbias, dout, d16, inp, w16, N, C, OC, accumulate);
+    if (d16) backward(ctx, dinp, dw, dbias, dout, d16, inp, w16, CUDA_R_16BF, N, C, OC, accumulate);
 }
