@@ -7,7 +7,9 @@
  * of one block cannot be laid out wrong). Only through kernels/ops.h. This file
  * is the harness: the shapes, a run's buffers and outputs, the limits, the table
  * of cases and the loop over them; the cases are selftest_gpt2.c's,
- * selftest_attention.c's, selftest_llama_moe.c's and selftest_fused.c's. */
+ * selftest_attention.c's, selftest_llama_moe.c's, selftest_fused.c's and
+ * selftest_act16.c's (the activations stored in bf16, whose bf16 outputs are
+ * counted in bf16 ulps instead). */
 #include "runtime/selftest.h"
 
 #include <math.h>
@@ -194,6 +196,15 @@ void selftest_out16(struct run *r, const char *name, const uint16_t *d, size_t n
     keep(r, name, h, n);
 }
 
+/* a bf16 activation (a ..._forward16 op's output), widened exactly, compared in bf16
+ * ulps: act16_beyond */
+void selftest_out_act16(struct run *r, const char *name, const uint16_t *d, size_t n)
+{
+    int k = r->n_out;
+    selftest_out16(r, name, d, n);
+    if (r->n_out > k) r->out_act16[k] = true;
+}
+
 /* fp8 codes, each widened to its code number (equal floats: the same bits) */
 void selftest_out8(struct run *r, const char *name, const uint8_t *d, size_t n)
 {
@@ -260,6 +271,21 @@ static const struct shape rope_kv_shapes[] = {
     {.B = 1, .T = 256, .C = 4096, .NH = 32, .NKV = 8},
 };
 
+/* the products that read a bf16 activation (ops.h's matmul_forward16, matmul_backward16):
+ * small odd ones, then GPT-2 124M's on 1024 rows: qkv's and the MLP's first (reading the
+ * LayerNorms' outputs), the MLP's second (reading GELU's), and the LM head (the final
+ * LayerNorm's, into the padded vocabulary) on 256 rows; with PLAIT_SELFTEST_SHAPES=small
+ * (and the CPU against itself) the first three */
+static const struct shape product16_shapes[] = {
+    {2, 5, 12, 3, 37, 40, 20, 0, 0, 0, 0, 0},
+    {3, 37, 72, 6, 301, 320, 200, 0, 0, 0, 0, 0},
+    {4, 128, 256, 4, 1000, 1024, 768, 0, 0, 0, 0, 0},
+    {1, 1024, 768, 12, 50257, 50304, 2304, 0, 0, 0, 0, 0},
+    {1, 1024, 768, 12, 50257, 50304, 3072, 0, 0, 0, 0, 0},
+    {1, 1024, 3072, 12, 50257, 50304, 768, 0, 0, 0, 0, 0},
+    {1, 256, 768, 12, 50257, 50304, 50304, 0, 0, 0, 0, 0},
+};
+
 static bool has_residual_layernorm(const struct ops *gpu)
 {
     return gpu->residual_layernorm_forward != NULL;
@@ -292,6 +318,52 @@ static bool has_adamw_multi(const struct ops *gpu)
     return gpu->adamw_multi != NULL;
 }
 
+/* the activations stored in bf16, an op each (ops.h: NULL where a backend has none) */
+static bool has_layernorm16(const struct ops *gpu)
+{
+    return gpu->layernorm_forward16 != NULL;
+}
+
+static bool has_rmsnorm16(const struct ops *gpu)
+{
+    return gpu->rmsnorm_forward16 != NULL;
+}
+
+static bool has_gelu16(const struct ops *gpu)
+{
+    return gpu->gelu_forward16 != NULL;
+}
+
+static bool has_swiglu16(const struct ops *gpu)
+{
+    return gpu->swiglu_forward16 != NULL;
+}
+
+static bool has_matmul_forward16(const struct ops *gpu)
+{
+    return gpu->matmul_forward16 != NULL;
+}
+
+static bool has_matmul_backward16(const struct ops *gpu)
+{
+    return gpu->matmul_backward16 != NULL;
+}
+
+static bool has_matmul_gelu16(const struct ops *gpu)
+{
+    return gpu->matmul_forward_gelu16 != NULL;
+}
+
+static bool has_residual_layernorm16(const struct ops *gpu)
+{
+    return gpu->residual_layernorm_forward16 != NULL;
+}
+
+static bool has_residual_rmsnorm16(const struct ops *gpu)
+{
+    return gpu->residual_rmsnorm_forward16 != NULL;
+}
+
 static bool has_llama_ops(const struct ops *gpu)
 {
     return gpu->rmsnorm_forward && gpu->rmsnorm_backward && gpu->rope_forward &&
@@ -309,6 +381,7 @@ static const struct selftest_case {
     enum case_fp8 fp8;
     const struct shape *shapes; /* its own shapes (n_shapes), or NULL: the common ones */
     size_t n_shapes;
+    int n_small; /* of its own shapes, those run where only the small ones are (0: all) */
     bool (*present)(const struct ops *gpu); /* NULL, or whether the GPU's table has the op */
     const char *once; /* run once, with inputs of its own (this in the shape column) */
 } cases[] = {
@@ -388,6 +461,38 @@ static const struct selftest_case {
     SHAPED_CASE("residual+rmsnorm", selftest_residual_rmsnorm, residual_norm_shapes,
                 has_residual_rmsnorm),
     SHAPED_CASE("rope+kv_expand", selftest_rope_kv_expand, rope_kv_shapes, has_rope_kv_expand),
+    /* the activations stored in bf16 (selftest_act16.c), against the CPU's contract (the
+     * namesake, then to_bf16) and its own op where it has one: a bf16 output within one
+     * bf16 ulp (act16_beyond), fp32 ones within 1e-5 as their namesakes' */
+    {.name = "layernorm16",
+     .run = selftest_layernorm16,
+     .tolerance = 1e-5,
+     .present = has_layernorm16},
+    {.name = "rmsnorm16", .run = selftest_rmsnorm16, .tolerance = 1e-5, .present = has_rmsnorm16},
+    {.name = "gelu16", .run = selftest_gelu16, .tolerance = 1e-5, .present = has_gelu16},
+    {.name = "swiglu16", .run = selftest_swiglu16, .tolerance = 1e-5, .present = has_swiglu16},
+    SHAPED_CASE("residual+layernorm16", selftest_residual_layernorm16, residual_norm_shapes,
+                has_residual_layernorm16),
+    SHAPED_CASE("residual+rmsnorm16", selftest_residual_rmsnorm16, residual_norm_shapes,
+                has_residual_rmsnorm16),
+    {.name = "matmul_forward16",
+     .run = selftest_matmul_forward16,
+     .tolerance = 1e-5,
+     .shapes = product16_shapes,
+     .n_shapes = sizeof product16_shapes / sizeof *product16_shapes,
+     .n_small = 3,
+     .present = has_matmul_forward16},
+    {.name = "matmul_backward16",
+     .run = selftest_matmul_backward16,
+     .tolerance = 1e-5,
+     .shapes = product16_shapes,
+     .n_shapes = sizeof product16_shapes / sizeof *product16_shapes,
+     .n_small = 3,
+     .present = has_matmul_backward16},
+    {.name = "matmul+gelu16",
+     .run = selftest_matmul_gelu16,
+     .tolerance = 1e-5,
+     .present = has_matmul_gelu16},
     /* a mixture of experts' routing: the choices, rows and counts equal (tolerance 0 for
      * every integer output), the floats within 1e-5 */
 #define MOE_CASE(n, f) SHAPED_CASE(n, f, moe_shapes, has_moe_ops)
@@ -421,7 +526,7 @@ static double limit(const struct selftest_case *c, const struct shape *s, const 
                     int k)
 {
     bool tensor_cores = N_ROWS(s) % 16 == 0 && s->C % 16 == 0 && s->OC % 16 == 0;
-    if (r->out_exact[k]) return 0;
+    if (r->out_exact[k] || r->out_act16[k]) return 0; /* act16: a count (act16_beyond) */
     if (fp8_products(c) && tensor_cores && !r->out_fp32[k]) return fp8_tensor_core_limit();
     return c->tolerance;
 }
@@ -440,15 +545,50 @@ static double rel_error(const float *a, const float *b, size_t n)
     return diff == 0 ? 0 : scale == 0 ? INFINITY : diff / scale;
 }
 
+/* The spacing of bf16 values just above |v|, v itself a bf16 value: 8 significant bits,
+ * 2^-133 below the normal range */
+static double bf16_ulp(double v)
+{
+    int e;
+    if (v == 0) return 0x1p-133;
+    (void)frexp(fabs(v), &e); /* |v| = m·2^e, m in [0.5, 1) */
+    return ldexp(1.0, (e < -125 ? -125 : e) - 8);
+}
+
+/* A bf16 output against the CPU's (both bf16 values, widened): how many elements are
+ * further apart than one bf16 ulp of the smaller, plus tolerance × max |b|. One ulp: an
+ * fp32 value a hair from the CPU's (the namesakes' sums in another order) may round the
+ * other way; the fp32 slack: where a value cancels to near 0 (LayerNorm's bias, GELU's
+ * 1 + tanh) the namesake's own fp32 limit is more than an ulp there. A NaN on one side
+ * only counts. */
+static double act16_beyond(const float *a, const float *b, size_t n, double tolerance)
+{
+    double scale = 0, beyond = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isnan(b[i]) && fabs((double)b[i]) > scale) scale = fabs((double)b[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) {
+            beyond += isnan(a[i]) != isnan(b[i]);
+            continue;
+        }
+        double x = a[i], y = b[i], d = fabs(x - y); /* inf - inf: NaN, not beyond */
+        double ulp = bf16_ulp(fabs(x) < fabs(y) ? x : y);
+        beyond += d > ulp + tolerance * scale;
+    }
+    return beyond;
+}
+
 /* One case at one shape (the shape_no-th, which seeds its inputs) on one
- * backend; false with the backend's error. */
+ * backend (the CPU's reference run where reference); false with the backend's error. */
 static bool run_case(struct run *r, const struct ops *o, struct ops_ctx *ctx, const struct shape *s,
-                     int shape_no, const struct selftest_case *c, char *why, size_t why_bytes)
+                     int shape_no, const struct selftest_case *c, bool reference, char *why,
+                     size_t why_bytes)
 {
     memset(r, 0, sizeof *r);
     r->o = o;
     r->ctx = ctx;
     r->s = s;
+    r->reference = reference;
     rng_seed(&r->rng, 20261123, (uint64_t)(c - cases) * 131 + (uint64_t)shape_no);
     c->run(r);
     if (o->take_error(ctx, why, why_bytes)) return false;
@@ -480,9 +620,9 @@ static void compare(struct bench *b, struct ops_ctx *gpu_ctx, const struct selft
                  s->capacity, s->runs);
     if (s->NKV) snprintf(sh, sizeof sh, "%d,%d,%d,%d NKV %d", s->B, s->T, s->C, s->NH, s->NKV);
     struct run rc = {0}, rg = {0}, rg2 = {0};
-    bool ok_c = run_case(&rc, b->cpu, b->cpu_ctx, s, shape_no, c, why, sizeof why);
-    bool ok_g = ok_c && run_case(&rg, b->gpu, gpu_ctx, s, shape_no, c, why, sizeof why);
-    bool ok_g2 = ok_g && run_case(&rg2, b->gpu, gpu_ctx, s, shape_no, c, why, sizeof why);
+    bool ok_c = run_case(&rc, b->cpu, b->cpu_ctx, s, shape_no, c, true, why, sizeof why);
+    bool ok_g = ok_c && run_case(&rg, b->gpu, gpu_ctx, s, shape_no, c, false, why, sizeof why);
+    bool ok_g2 = ok_g && run_case(&rg2, b->gpu, gpu_ctx, s, shape_no, c, false, why, sizeof why);
     if (!ok_g2) {
         fprintf(b->f, "%-22s %-30s %-14s %10s %8s %-7s FAIL: %s\n", c->name, sh, "-", "-", "-", "-",
                 why);
@@ -490,12 +630,17 @@ static void compare(struct bench *b, struct ops_ctx *gpu_ctx, const struct selft
     }
     for (int k = 0; ok_g2 && k < rc.n_out; k++) {
         bool same_n = rg.n_out == rc.n_out && rg2.n_out == rc.n_out;
-        double e = same_n ? rel_error(rg.out[k], rc.out[k], rc.out_len[k]) : INFINITY;
+        bool act16 = rc.out_act16[k];
+        double e = !same_n ? INFINITY
+                   : act16 ? act16_beyond(rg.out[k], rc.out[k], rc.out_len[k], c->tolerance)
+                           : rel_error(rg.out[k], rc.out[k], rc.out_len[k]);
         bool repeat = same_n && !memcmp(rg.out[k], rg2.out[k], rc.out_len[k] * 4);
         double lim = limit(c, s, &rc, k);
         bool pass = e <= lim && repeat;
-        fprintf(b->f, "%-22s %-30s %-14s %10.2e %8.0e %-7s %s\n", c->name, sh, rc.out_name[k], e,
-                lim, repeat ? "same" : "DIFFERS", pass ? "ok" : "FAIL");
+        char name[40];
+        snprintf(name, sizeof name, "%s%s", rc.out_name[k], act16 ? " (ulp)" : "");
+        fprintf(b->f, "%-22s %-30s %-14s %10.2e %8.0e %-7s %s\n", c->name, sh, name, e, lim,
+                repeat ? "same" : "DIFFERS", pass ? "ok" : "FAIL");
         b->failures += !pass;
         b->checks++;
     }
@@ -579,6 +724,8 @@ int selftest_run(FILE *f)
     }
     fprintf(f,
             "error = max |gpu - cpu| / max |cpu|; repeat = a second GPU run gives the same bits\n");
+    fprintf(f, "(ulp): a bf16 output; error = its elements more than one bf16 ulp (plus the "
+               "case's fp32 limit of max |cpu|) from the CPU's\n");
     fprintf(f, "%-22s %-30s %-14s %10s %8s %-7s %s\n", "op", "shape B,T,C,NH,V,Vp,OC", "output",
             "error", "limit", "repeat", "verdict");
     /* GPT-2's shape with the CPU twin is the CPU against itself for minutes */
@@ -600,6 +747,7 @@ int selftest_run(FILE *f)
         }
         const struct shape *own = c->shapes ? c->shapes : shapes;
         int n_own = c->shapes ? (int)c->n_shapes : c->once ? 1 : n_shapes;
+        if (c->shapes && c->n_small && n_shapes == SMALL_SHAPES) n_own = c->n_small;
         for (int si = 0; si < n_own; si++) compare(&b, gpu_ctx, c, &own[si], si);
         for (int si = 0; c->fp8 == FP8_QUANTISER && si < N_GPT2; si++)
             compare(&b, gpu_ctx, c, &gpt2_shapes[si], N_SHAPES + si);

@@ -1,7 +1,8 @@
 /* selftest_cases.h — what the self-test's harness (selftest.c) and its cases
- * (selftest_gpt2.c, selftest_attention.c, selftest_llama_moe.c, selftest_fused.c)
- * share: a shape, one run of an op on one backend and what makes its inputs and
- * keeps its outputs, and each case. selftest.h is the self-test's interface. */
+ * (selftest_gpt2.c, selftest_attention.c, selftest_llama_moe.c, selftest_fused.c,
+ * selftest_act16.c) share: a shape, one run of an op on one backend and what makes
+ * its inputs and keeps its outputs, and each case. selftest.h is the self-test's
+ * interface. */
 #ifndef PLAIT_RUNTIME_SELFTEST_CASES_H
 #define PLAIT_RUNTIME_SELFTEST_CASES_H
 
@@ -21,7 +22,7 @@ struct shape {
     int NKV; /* key/value heads, the fused rotary case's (its own shapes) */
 };
 
-enum { MAX_OUTS = 6, MAX_HELD = 32 };
+enum { MAX_OUTS = 12, MAX_HELD = 32 };
 
 /* One run of one op on one backend: its device buffers and its outputs,
  * downloaded to the host. */
@@ -29,6 +30,10 @@ struct run {
     const struct ops *o;
     struct ops_ctx *ctx; /* o's */
     const struct shape *s;
+    /* the CPU's run, which the others are compared with: where a case's op is defined by a
+     * contract over other ops (selftest_act16.c's: the namesake, then to_bf16), the
+     * reference computes the contract */
+    bool reference;
     struct rng rng; /* the same seed on both backends: the same inputs */
     void *held[MAX_HELD];
     int n_held;
@@ -39,6 +44,7 @@ struct run {
     size_t out_len[MAX_OUTS];
     bool out_fp32[MAX_OUTS];  /* an fp32 sum beside an fp8 product's outputs */
     bool out_exact[MAX_OUTS]; /* integers: equal, whatever the case's tolerance */
+    bool out_act16[MAX_OUTS]; /* a bf16 activation: compared in bf16 ulps (selftest.c) */
 };
 
 #define N_ROWS(s) ((size_t)(s)->B * (s)->T)
@@ -53,6 +59,7 @@ void selftest_out_host(struct run *r, const char *name, const double *v, size_t 
 void selftest_out_ints(struct run *r, const char *name, const int32_t *d, size_t n);
 void selftest_out_fp32(struct run *r, const char *name, const void *d, size_t n);
 void selftest_out16(struct run *r, const char *name, const uint16_t *d, size_t n);
+void selftest_out_act16(struct run *r, const char *name, const uint16_t *d, size_t n);
 void selftest_out8(struct run *r, const char *name, const uint8_t *d, size_t n);
 
 /* The cases: each makes its inputs, runs the op(s), keeps the outputs. */
@@ -68,18 +75,23 @@ void selftest_encoder_backward(struct run *r);
 void selftest_encoder_forward(struct run *r);
 void selftest_gelu_epilogue_bf16(struct run *r);
 void selftest_gelu_epilogue_f32(struct run *r);
+void selftest_gelu16(struct run *r);
 void selftest_kv_expand(struct run *r);
 void selftest_layernorm(struct run *r);
+void selftest_layernorm16(struct run *r);
 void selftest_matmul_backward_bf16(struct run *r);
+void selftest_matmul_backward16(struct run *r);
 void selftest_matmul_backward_f32(struct run *r);
 void selftest_matmul_backward_fp8_block(struct run *r);
 void selftest_matmul_backward_fp8_tensor(struct run *r);
 void selftest_matmul_forward_bf16(struct run *r);
+void selftest_matmul_forward16(struct run *r);
 void selftest_matmul_forward_f32(struct run *r);
 void selftest_matmul_forward_fp8_block(struct run *r);
 void selftest_matmul_forward_fp8_tensor(struct run *r);
 void selftest_matmul_gelu_bf16(struct run *r);
 void selftest_matmul_gelu_f32(struct run *r);
+void selftest_matmul_gelu16(struct run *r);
 void selftest_moe_dispatch(struct run *r);
 void selftest_moe_route(struct run *r);
 void selftest_moe_route_backward(struct run *r);
@@ -90,10 +102,14 @@ void selftest_sum_squares_many(struct run *r);
 void selftest_quantize_e4m3(struct run *r);
 void selftest_quantize_e5m2(struct run *r);
 void selftest_residual_layernorm(struct run *r);
+void selftest_residual_layernorm16(struct run *r);
 void selftest_residual_rmsnorm(struct run *r);
+void selftest_residual_rmsnorm16(struct run *r);
 void selftest_rmsnorm(struct run *r);
+void selftest_rmsnorm16(struct run *r);
 void selftest_rope(struct run *r);
 void selftest_rope_kv_expand(struct run *r);
 void selftest_swiglu(struct run *r);
+void selftest_swiglu16(struct run *r);
 
 #endif

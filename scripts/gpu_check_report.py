@@ -229,6 +229,8 @@ def selftest_section(log):
     head = [l for l in lines if l.startswith("op ")][:1]
     gelu = [l for l in lines if l.startswith("gelu epilogue")]
     fails = [l for l in lines if re.search(r"\bFAIL\b|DIFFERS", l) and l not in keep]
+    if any("(ulp)" in l for l in fails):  # a bf16 output's row: its error is a count
+        head += [l for l in lines if l.startswith("(ulp):")][:1]
     out = ["```"] + keep + ["```"]
     what = (["the GELU epilogue alone (x over [-8, 8] against the CPU's tanh GELU)"] if gelu else []) \
         + (["every FAIL line"] if fails else [])

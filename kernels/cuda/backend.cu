@@ -342,15 +342,17 @@ static struct ops cuda_ops = {
     .residual_forward = cu_residual_forward,
     .residual_layernorm_forward = cu_residual_layernorm_forward, /* norm_fused.cu */
     .residual_rmsnorm_forward = cu_residual_rmsnorm_forward,
-    .layernorm_forward16 = NULL, /* (not yet: fp32 activations) */
-    .rmsnorm_forward16 = NULL,
-    .gelu_forward16 = NULL,
-    .swiglu_forward16 = NULL,
-    .matmul_forward16 = NULL,
-    .matmul_backward16 = NULL,
-    .matmul_forward_gelu16 = NULL,
-    .residual_layernorm_forward16 = NULL,
-    .residual_rmsnorm_forward16 = NULL,
+    /* the activations stored in bf16: the namesakes' kernels with a bf16 output (one
+     * kernel each), the products on the bf16 activation as it is */
+    .layernorm_forward16 = cu_layernorm_forward16,
+    .rmsnorm_forward16 = cu_rmsnorm_forward16,
+    .gelu_forward16 = cu_gelu_forward16,
+    .swiglu_forward16 = cu_swiglu_forward16,
+    .matmul_forward16 = cu_matmul_forward16,
+    .matmul_backward16 = cu_matmul_backward16,
+    .matmul_forward_gelu16 = cu_matmul_forward_gelu16,
+    .residual_layernorm_forward16 = cu_residual_layernorm_forward16,
+    .residual_rmsnorm_forward16 = cu_residual_rmsnorm_forward16,
     .classifier = cu_classifier,
     .classifier_max = cu_classifier_max,
     .classifier_sumexp = cu_classifier_sumexp,

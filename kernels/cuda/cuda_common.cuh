@@ -159,6 +159,18 @@ __device__ __forceinline__ uint16_t cu_bf16_round(float f)
     return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
+/* A kernel's output element stored as its type: fp32 as it is, bf16 rounded once by
+ * cu_bf16_round (kernels/ops.h's ..._forward16: one kernel body for both, templated on
+ * the output's type). */
+__device__ __forceinline__ void cu_store(float *p, float v)
+{
+    *p = v;
+}
+__device__ __forceinline__ void cu_store(uint16_t *p, float v)
+{
+    *p = cu_bf16_round(v);
+}
+
 /* Warp reductions in a fixed butterfly order: the same bits on every run. */
 template <typename T> __device__ __forceinline__ T cu_warp_sum(T v)
 {
@@ -206,6 +218,7 @@ void cu_column_sum_finish(struct ops_ctx *ctx, float *out, const float *partial,
 void cu_column_sum(struct ops_ctx *ctx, float *out, const float *in, int N, int C, bool accumulate);
 
 /* ---- the ops, by file (semantics in kernels/ops.h) ------------------------------------ */
+/* (each ..._forward16 is its namesake with the activation it writes or reads in bf16) */
 
 /* encoder.cu */
 void cu_encoder_forward(struct ops_ctx *ctx, float *out, const int32_t *tokens, const float *wte,
@@ -216,6 +229,8 @@ void cu_encoder_backward(struct ops_ctx *ctx, float *dwte, int v0, int nv, float
 /* layernorm.cu */
 void cu_layernorm_forward(struct ops_ctx *ctx, float *out, float *mean, float *rstd,
                           const float *inp, const float *w, const float *b, int N, int C);
+void cu_layernorm_forward16(struct ops_ctx *ctx, uint16_t *out, float *mean, float *rstd,
+                            const float *inp, const float *w, const float *b, int N, int C);
 void cu_layernorm_backward(struct ops_ctx *ctx, float *dinp, float *dw, float *db,
                            const float *dout, const float *inp, const float *w, const float *mean,
                            const float *rstd, int N, int C, bool accumulate);
@@ -228,6 +243,13 @@ void cu_matmul_forward_gelu(struct ops_ctx *ctx, float *out, float *pre, const f
 void cu_matmul_backward(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias,
                         const float *dout, const float *inp, const float *w, const uint16_t *w16,
                         int N, int C, int OC, bool accumulate);
+void cu_matmul_forward16(struct ops_ctx *ctx, float *out, const uint16_t *inp, const uint16_t *w16,
+                         const float *bias, int N, int C, int OC);
+void cu_matmul_forward_gelu16(struct ops_ctx *ctx, uint16_t *out, float *pre, const uint16_t *inp,
+                              const uint16_t *w16, const float *bias, int N, int C, int OC);
+void cu_matmul_backward16(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias,
+                          const float *dout, const uint16_t *inp, const uint16_t *w16, int N, int C,
+                          int OC, bool accumulate);
 /* attention.cu */
 void cu_attention_forward(struct ops_ctx *ctx, float *out, float *att, const float *qkv, int B,
                           int T, int C, int NH);
@@ -248,6 +270,8 @@ void cu_attention_backward_bf16(struct ops_ctx *ctx, float *dqkv, const float *d
 /* llama.cu: the Llama family's ops */
 void cu_rmsnorm_forward(struct ops_ctx *ctx, float *out, float *rstd, const float *inp,
                         const float *w, int N, int C, float eps);
+void cu_rmsnorm_forward16(struct ops_ctx *ctx, uint16_t *out, float *rstd, const float *inp,
+                          const float *w, int N, int C, float eps);
 void cu_rmsnorm_backward(struct ops_ctx *ctx, float *dinp, float *dw, const float *dout,
                          const float *inp, const float *w, const float *rstd, int N, int C,
                          bool accumulate);
@@ -262,6 +286,7 @@ void cu_kv_expand_backward(struct ops_ctx *ctx, float *dpacked, const float *dou
 /* the (T, hs/2) table of (cos, sin) of rotary positions pos0 + t, kept in the context */
 const float2 *cu_rope_table(struct ops_ctx *ctx, int T, int hs, double theta, int pos0);
 void cu_swiglu_forward(struct ops_ctx *ctx, float *out, const float *inp, int N, int F);
+void cu_swiglu_forward16(struct ops_ctx *ctx, uint16_t *out, const float *inp, int N, int F);
 void cu_swiglu_backward(struct ops_ctx *ctx, float *dinp, const float *inp, const float *dout,
                         int N, int F);
 /* rope_expand.cu: rotary positions fused with the key/value expansion */
@@ -276,9 +301,16 @@ void cu_residual_layernorm_forward(struct ops_ctx *ctx, float *res, float *out, 
 void cu_residual_rmsnorm_forward(struct ops_ctx *ctx, float *res, float *out, float *rstd,
                                  const float *a, const float *b, const float *w, int N, int C,
                                  float eps);
+void cu_residual_layernorm_forward16(struct ops_ctx *ctx, float *res, uint16_t *out, float *mean,
+                                     float *rstd, const float *a, const float *b, const float *w,
+                                     const float *bias, int N, int C);
+void cu_residual_rmsnorm_forward16(struct ops_ctx *ctx, float *res, uint16_t *out, float *rstd,
+                                   const float *a, const float *b, const float *w, int N, int C,
+                                   float eps);
 /* elementwise.cu */
 void cu_add_bias(struct ops_ctx *ctx, float *out, const float *bias, int N, int C);
 void cu_gelu_forward(struct ops_ctx *ctx, float *out, const float *inp, size_t n);
+void cu_gelu_forward16(struct ops_ctx *ctx, uint16_t *out, const float *inp, size_t n);
 void cu_gelu_backward(struct ops_ctx *ctx, float *dinp, const float *inp, const float *dout,
                       size_t n);
 void cu_residual_forward(struct ops_ctx *ctx, float *out, const float *a, const float *b, size_t n);

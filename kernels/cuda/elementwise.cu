@@ -1,5 +1,6 @@
-/* elementwise.cu — the element-wise ops (bias add, GELU forward/backward,
- * residual add, fp32 -> bf16) and the deterministic two-pass column sums the
+/* elementwise.cu — the element-wise ops (bias add, GELU forward, its output fp32
+ * or bf16 from one kernel, and backward, residual add, fp32 -> bf16) and the
+ * deterministic two-pass column sums the
  * other files use for bias and LayerNorm parameter gradients. One thread per
  * element; no reductions across threads except in the column sums. */
 #include "kernels/cuda/cuda_common.cuh"
@@ -24,12 +25,13 @@ void cu_add_bias(struct ops_ctx *ctx, float *out, const float *bias, int N, int 
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
-__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
+/* out stored as Out (float, or uint16_t: bf16) */
+template <typename Out> __global__ void gelu_forward_kernel(Out *out, const float *inp, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(GELU_S * (x + GELU_A * x * x * x)));
+    cu_store(out + i, 0.5f * x * (1.0f + tanhf(GELU_S * (x + GELU_A * x * x * x))));
 }
 
 __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
@@ -43,11 +45,22 @@ __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float 
     dinp[i] = grad * dout[i];
 }
 
-void cu_gelu_forward(struct ops_ctx *ctx, float *out, const float *inp, size_t n)
+template <typename Out>
+static void gelu_forward(struct ops_ctx *ctx, Out *out, const float *inp, size_t n)
 {
     if (!n) return;
-    gelu_forward_kernel<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(out, inp, n);
+    gelu_forward_kernel<Out><<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(out, inp, n);
     (void)LAUNCH_OK(ctx);
+}
+
+void cu_gelu_forward(struct ops_ctx *ctx, float *out, const float *inp, size_t n)
+{
+    gelu_forward(ctx, out, inp, n);
+}
+
+void cu_gelu_forward16(struct ops_ctx *ctx, uint16_t *out, const float *inp, size_t n)
+{
+    gelu_forward(ctx, out, inp, n);
 }
 
 void cu_gelu_backward(struct ops_ctx *ctx, float *dinp, const float *inp, const float *dout,

@@ -1,14 +1,17 @@
 /* layernorm.cu — LayerNorm forward and backward, fused: one warp per row for
- * the statistics, the output and the input gradient; the weight and bias
- * gradients in two deterministic passes (chunks of rows, then chunks in order,
- * see cu_column_sum_finish). eps 1e-5 as in kernels/cpu. */
+ * the statistics, the output (fp32, or bf16 rounded as it is stored: one kernel
+ * for both) and the input gradient; the weight and bias gradients in two
+ * deterministic passes (chunks of rows, then chunks in order, see
+ * cu_column_sum_finish). eps 1e-5 as in kernels/cpu. */
 #include "kernels/cuda/cuda_common.cuh"
 
 enum { WARPS = 8, THREADS = WARPS * 32 };
 
-/* out (N,C) = (inp - mean)·rstd·w + b; mean, rstd (N). Two passes over the
- * row, as the CPU (mean, then the variance around it). */
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+/* out (N,C) = (inp - mean)·rstd·w + b, stored as Out (float, or uint16_t: bf16);
+ * mean, rstd (N). Two passes over the row, as the CPU (mean, then the variance
+ * around it). */
+template <typename Out>
+__global__ void layernorm_forward_kernel(Out *out, float *mean, float *rstd, const float *inp,
                                          const float *w, const float *b, int N, int C)
 {
     int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -20,21 +23,34 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
     float var = 0.0f;
     for (int i = lane; i < C; i += 32) var += (x[i] - m) * (x[i] - m);
     float s = 1.0f / sqrtf(cu_warp_sum(var) / C + 1e-5f);
-    float *o = out + (size_t)row * C;
-    for (int i = lane; i < C; i += 32) o[i] = (x[i] - m) * s * w[i] + b[i];
+    Out *o = out + (size_t)row * C;
+    for (int i = lane; i < C; i += 32) cu_store(o + i, (x[i] - m) * s * w[i] + b[i]);
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = s;
     }
 }
 
+template <typename Out>
+static void layernorm_forward(struct ops_ctx *ctx, Out *out, float *mean, float *rstd,
+                              const float *inp, const float *w, const float *b, int N, int C)
+{
+    if (N <= 0) return;
+    layernorm_forward_kernel<Out><<<cu_blocks((size_t)N, WARPS), THREADS, 0, ctx->stream>>>(
+        out, mean, rstd, inp, w, b, N, C);
+    (void)LAUNCH_OK(ctx);
+}
+
 void cu_layernorm_forward(struct ops_ctx *ctx, float *out, float *mean, float *rstd,
                           const float *inp, const float *w, const float *b, int N, int C)
 {
-    if (N <= 0) return;
-    layernorm_forward_kernel<<<cu_blocks((size_t)N, WARPS), THREADS, 0, ctx->stream>>>(
-        out, mean, rstd, inp, w, b, N, C);
-    (void)LAUNCH_OK(ctx);
+    layernorm_forward(ctx, out, mean, rstd, inp, w, b, N, C);
+}
+
+void cu_layernorm_forward16(struct ops_ctx *ctx, uint16_t *out, float *mean, float *rstd,
+                            const float *inp, const float *w, const float *b, int N, int C)
+{
+    layernorm_forward(ctx, out, mean, rstd, inp, w, b, N, C);
 }
 
 /* dinp (N,C) += (dout·w - mean(dout·w) - norm·mean(dout·w·norm))·rstd */

@@ -1,12 +1,13 @@
 /* llama.cu — the Llama family's ops (kernels/ops.h): RMSNorm forward and
- * backward (one warp per row, fp32; the weight gradient in the two
- * deterministic passes of layernorm.cu), rotary positions (one thread per
- * row and pair, the angles' cos and sin from a table built on the host in
- * double), the grouped-query key/value expansion
- * and its group sums (one thread per output, the group's heads added in head
- * order), SwiGLU forward and backward (one thread per element). No reductions
- * across threads except the warp sums and the column sums: the same bits on
- * every run. kernels/cpu/llama_generic.inc is the reference. */
+ * backward (one warp per row, fp32; the forward's output fp32 or bf16 from one
+ * kernel; the weight gradient in the two deterministic passes of layernorm.cu),
+ * rotary positions (one thread per row and pair, the angles' cos and sin from a
+ * table built on the host in double), the grouped-query key/value expansion and
+ * its group sums (one thread per output, the group's heads added in head
+ * order), SwiGLU forward (its output fp32 or bf16, one kernel) and backward
+ * (one thread per element). No reductions across threads except the warp sums
+ * and the column sums: the same bits on every run.
+ * kernels/cpu/llama_generic.inc is the reference. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -16,8 +17,10 @@ enum { WARPS = 8, THREADS = WARPS * 32 };
 
 /* ---- RMSNorm ------------------------------------------------------------------------ */
 
-/* out (N,C) = w·(x·s), s = 1/sqrt(mean(x²) + eps); rstd (N) = s */
-__global__ void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp, const float *w,
+/* out (N,C) = w·(x·s), s = 1/sqrt(mean(x²) + eps), stored as Out (float, or
+ * uint16_t: bf16); rstd (N) = s */
+template <typename Out>
+__global__ void rmsnorm_forward_kernel(Out *out, float *rstd, const float *inp, const float *w,
                                        int N, int C, float eps)
 {
     int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -26,18 +29,31 @@ __global__ void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp
     float ss = 0.0f;
     for (int i = lane; i < C; i += 32) ss += x[i] * x[i];
     float s = 1.0f / sqrtf(cu_warp_sum(ss) / C + eps);
-    float *o = out + (size_t)row * C;
-    for (int i = lane; i < C; i += 32) o[i] = w[i] * (x[i] * s);
+    Out *o = out + (size_t)row * C;
+    for (int i = lane; i < C; i += 32) cu_store(o + i, w[i] * (x[i] * s));
     if (lane == 0) rstd[row] = s;
+}
+
+template <typename Out>
+static void rmsnorm_forward(struct ops_ctx *ctx, Out *out, float *rstd, const float *inp,
+                            const float *w, int N, int C, float eps)
+{
+    if (N <= 0) return;
+    rmsnorm_forward_kernel<Out>
+        <<<cu_blocks((size_t)N, WARPS), THREADS, 0, ctx->stream>>>(out, rstd, inp, w, N, C, eps);
+    (void)LAUNCH_OK(ctx);
 }
 
 void cu_rmsnorm_forward(struct ops_ctx *ctx, float *out, float *rstd, const float *inp,
                         const float *w, int N, int C, float eps)
 {
-    if (N <= 0) return;
-    rmsnorm_forward_kernel<<<cu_blocks((size_t)N, WARPS), THREADS, 0, ctx->stream>>>(out, rstd, inp,
-                                                                                     w, N, C, eps);
-    (void)LAUNCH_OK(ctx);
+    rmsnorm_forward(ctx, out, rstd, inp, w, N, C, eps);
+}
+
+void cu_rmsnorm_forward16(struct ops_ctx *ctx, uint16_t *out, float *rstd, const float *inp,
+                          const float *w, int N, int C, float eps)
+{
+    rmsnorm_forward(ctx, out, rstd, inp, w, N, C, eps);
 }
 
 /* dinp (N,C) += s·w·d − x·s³·Σ(w·d·x)/C */
@@ -241,13 +257,15 @@ void cu_kv_expand_backward(struct ops_ctx *ctx, float *dpacked, const float *dou
 /* ---- SwiGLU ------------------------------------------------------------------------- */
 
 /* out (N,F) = silu(gate)·up, inp (N,2F) = [gate | up] per row */
-__global__ void swiglu_forward_kernel(float *out, const float *inp, int N, int F)
+/* out stored as Out (float, or uint16_t: bf16) */
+template <typename Out>
+__global__ void swiglu_forward_kernel(Out *out, const float *inp, int N, int F)
 {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)N * F) return;
     size_t r = idx / F, i = idx % F;
     const float *g = inp + r * 2 * F, *u = g + F;
-    out[idx] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    cu_store(out + idx, g[i] / (1.0f + expf(-g[i])) * u[i]);
 }
 
 /* silu(g)' = σ(g)·(1 + g·(1 − σ(g))) */
@@ -264,12 +282,23 @@ __global__ void swiglu_backward_kernel(float *dinp, const float *inp, const floa
     du[i] = d * (g[i] * sig);
 }
 
-void cu_swiglu_forward(struct ops_ctx *ctx, float *out, const float *inp, int N, int F)
+template <typename Out>
+static void swiglu_forward(struct ops_ctx *ctx, Out *out, const float *inp, int N, int F)
 {
     size_t n = (size_t)N * F;
     if (!n) return;
-    swiglu_forward_kernel<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(out, inp, N, F);
+    swiglu_forward_kernel<Out><<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(out, inp, N, F);
     (void)LAUNCH_OK(ctx);
+}
+
+void cu_swiglu_forward(struct ops_ctx *ctx, float *out, const float *inp, int N, int F)
+{
+    swiglu_forward(ctx, out, inp, N, F);
+}
+
+void cu_swiglu_forward16(struct ops_ctx *ctx, uint16_t *out, const float *inp, int N, int F)
+{
+    swiglu_forward(ctx, out, inp, N, F);
 }
 
 void cu_swiglu_backward(struct ops_ctx *ctx, float *dinp, const float *inp, const float *dout,

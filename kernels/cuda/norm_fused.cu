@@ -1,5 +1,6 @@
 /* norm_fused.cu — a block's residual add fused with the norm of its result (kernels/ops.h's
- * residual_layernorm_forward and residual_rmsnorm_forward): one warp a row reads a and b
+ * residual_layernorm_forward and residual_rmsnorm_forward, and their ...16 with the norm's
+ * output in bf16, one kernel for both, rounded as it is stored): one warp a row reads a and b
  * once, writes res once and keeps the row in registers for the statistics and the output
  * (a row wider than 32·CACHED columns reads its rest back from res, each lane its own
  * writes). The sums run in layernorm.cu's and llama.cu's order (each lane its columns in
@@ -24,11 +25,12 @@ __device__ __forceinline__ void each_column(const float (&v)[CACHED], const floa
 /* res (N,C) = a + b (res may alias a or b: a lane reads a column before it writes it), then
  * LAYERNORM: out = (res − mean)·rstd·w + bias, mean = Σres/C, rstd = 1/sqrt(Σ(res −
  * mean)²/C + eps), mean and rstd (N) saved, as layernorm_forward_kernel; else out =
- * w·(res·rstd), rstd = 1/sqrt(Σres²/C + eps) saved, as rmsnorm_forward_kernel */
-template <bool LAYERNORM>
-__global__ void residual_norm_kernel(float *res, float *out, float *mean, float *rstd,
-                                     const float *a, const float *b, const float *w,
-                                     const float *bias, int N, int C, float eps)
+ * w·(res·rstd), rstd = 1/sqrt(Σres²/C + eps) saved, as rmsnorm_forward_kernel. out is
+ * stored as Out (float, or uint16_t: bf16). */
+template <bool LAYERNORM, typename Out>
+__global__ void residual_norm_kernel(float *res, Out *out, float *mean, float *rstd, const float *a,
+                                     const float *b, const float *w, const float *bias, int N,
+                                     int C, float eps)
 {
     int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return; /* the whole warp: one row a warp */
@@ -57,9 +59,9 @@ __global__ void residual_norm_kernel(float *res, float *out, float *mean, float 
     } else {
         s = 1.0f / sqrtf(cu_warp_sum(sum) / C + eps);
     }
-    float *o = out + off;
+    Out *o = out + off;
     each_column(v, x, lane, C, [&](int i, float y) {
-        o[i] = LAYERNORM ? (y - m) * s * w[i] + bias[i] : w[i] * (y * s);
+        cu_store(o + i, LAYERNORM ? (y - m) * s * w[i] + bias[i] : w[i] * (y * s));
     });
     if (lane == 0) {
         if (LAYERNORM) mean[row] = m;
@@ -67,22 +69,41 @@ __global__ void residual_norm_kernel(float *res, float *out, float *mean, float 
     }
 }
 
+template <bool LAYERNORM, typename Out>
+static void residual_norm(struct ops_ctx *ctx, float *res, Out *out, float *mean, float *rstd,
+                          const float *a, const float *b, const float *w, const float *bias, int N,
+                          int C, float eps)
+{
+    if (N <= 0) return;
+    residual_norm_kernel<LAYERNORM, Out><<<cu_blocks((size_t)N, WARPS), THREADS, 0, ctx->stream>>>(
+        res, out, mean, rstd, a, b, w, bias, N, C, eps);
+    (void)LAUNCH_OK(ctx);
+}
+
 void cu_residual_layernorm_forward(struct ops_ctx *ctx, float *res, float *out, float *mean,
                                    float *rstd, const float *a, const float *b, const float *w,
                                    const float *bias, int N, int C)
 {
-    if (N <= 0) return;
-    residual_norm_kernel<true><<<cu_blocks((size_t)N, WARPS), THREADS, 0, ctx->stream>>>(
-        res, out, mean, rstd, a, b, w, bias, N, C, 1e-5f);
-    (void)LAUNCH_OK(ctx);
+    residual_norm<true>(ctx, res, out, mean, rstd, a, b, w, bias, N, C, 1e-5f);
+}
+
+void cu_residual_layernorm_forward16(struct ops_ctx *ctx, float *res, uint16_t *out, float *mean,
+                                     float *rstd, const float *a, const float *b, const float *w,
+                                     const float *bias, int N, int C)
+{
+    residual_norm<true>(ctx, res, out, mean, rstd, a, b, w, bias, N, C, 1e-5f);
 }
 
 void cu_residual_rmsnorm_forward(struct ops_ctx *ctx, float *res, float *out, float *rstd,
                                  const float *a, const float *b, const float *w, int N, int C,
                                  float eps)
 {
-    if (N <= 0) return;
-    residual_norm_kernel<false><<<cu_blocks((size_t)N, WARPS), THREADS, 0, ctx->stream>>>(
-        res, out, NULL, rstd, a, b, w, NULL, N, C, eps);
-    (void)LAUNCH_OK(ctx);
+    residual_norm<false>(ctx, res, out, NULL, rstd, a, b, w, NULL, N, C, eps);
+}
+
+void cu_residual_rmsnorm_forward16(struct ops_ctx *ctx, float *res, uint16_t *out, float *rstd,
+                                   const float *a, const float *b, const float *w, int N, int C,
+                                   float eps)
+{
+    residual_norm<false>(ctx, res, out, NULL, rstd, a, b, w, NULL, N, C, eps);
 }
