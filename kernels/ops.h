@@ -365,6 +365,21 @@ struct ops {
     void (*residual_rmsnorm_forward16)(struct ops_ctx *ctx, float *res, uint16_t *out,
                                        float *rstd, const float *a, const float *b,
                                        const float *w, int N, int C, float eps);
+    /* The classifier's gradient in bf16 (the last stage's logits in chunks, with bf16
+     * activations): classifier and classifier_finish (grad_scale != 0) with dlogits (N,Vp)
+     * written, rounded once, into dlogits16 instead of over the logits, which are then
+     * undefined; and the LM head's backward on them: matmul_backward16 with dout (N,OC) in
+     * bf16 as it is (no bias). matmul_backward16 rounds an fp32 dout to bf16 first: the same
+     * bits on the CPU as the fp32 dlogits through it. */
+    void (*classifier16)(struct ops_ctx *ctx, uint16_t *dlogits16, float *logits, float *losses,
+                         const int32_t *targets, int N, int V, int Vp, float grad_scale);
+    void (*classifier_finish16)(struct ops_ctx *ctx, uint16_t *dlogits16, float *logits,
+                                float *losses, const int32_t *targets, const float *row_max,
+                                const float *row_sum, const float *target_logit, int v0, int nv,
+                                int Vp, int N, float grad_scale);
+    void (*matmul_backward_dout16)(struct ops_ctx *ctx, float *dinp, float *dw,
+                                   const uint16_t *dout, const uint16_t *inp, const uint16_t *w16,
+                                   int N, int C, int OC, bool accumulate);
 
     /* Cross-entropy of logits (N,Vp) against targets (N), softmax over the
      * first V columns only. losses (N) = -log p[target]. With grad_scale != 0,
