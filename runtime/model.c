@@ -89,6 +89,8 @@ static const struct {
     MODEL(GPT2_ACT_PROJ, proj),
     MODEL(GPT2_ACT_LOSSES, losses),
     MODEL(GPT2_ACT_CE_STATS, ce_stats),
+    [GPT2_ACT_DLOGITS16] = {IN_MODEL, offsetof(struct model, dlogits16),
+                            offsetof(struct model, dlogits16)},
     MODEL(GPT2_ACT_DRES, dres),
     MODEL(GPT2_ACT_GRAD_IN, grad_in),
     MODEL(GPT2_ACT_DC, dC),
@@ -253,7 +255,8 @@ static int check_shape(const struct model *m, const struct gpt2_part *part,
 static bool has_act16_ops(const struct ops *o)
 {
     return o->layernorm_forward16 && o->rmsnorm_forward16 && o->gelu_forward16 &&
-           o->swiglu_forward16 && o->matmul_forward16 && o->matmul_backward16;
+           o->swiglu_forward16 && o->matmul_forward16 && o->matmul_backward16 && o->classifier16 &&
+           o->classifier_finish16 && o->matmul_backward_dout16;
 }
 
 /* What the shard holds in memory (common/gpt2/gpt2_memory.c), the count the

@@ -198,6 +198,8 @@ struct model {
                                  or the R rows a reduce-scatter leaves */
     float *losses;            /* (N) */
     float *ce_stats;          /* (3N) row max, Σexp, target logit (tp > 1) */
+    uint16_t *dlogits16;      /* (logits_rows,Vp/tp) bf16: a chunk's dlogits, with bf16
+                                 activations (gpt2_act16); else NULL */
 
     /* backward scratch */
     float *grad_in; /* (R,C) the next stage's input gradient, received by the pipeline

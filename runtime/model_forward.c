@@ -235,9 +235,10 @@ int model_check_ops(struct model *m, const char *what, struct plait_error *err)
 
 /* The loss of n rows of logits (targets, losses: theirs) over a vocabulary split across the
  * tp group (the full logits are never gathered): row max, then Σexp and the target's logit,
- * reduced between. */
-static int vocab_parallel_loss(struct model *m, float *logits, const int32_t *targets,
-                               float *losses, int n, float grad_scale, struct plait_error *err)
+ * reduced between; dlogits over the logits, or (dlogits16) into it in bf16. */
+static int vocab_parallel_loss(struct model *m, float *logits, uint16_t *dlogits16,
+                               const int32_t *targets, float *losses, int n, float grad_scale,
+                               struct plait_error *err)
 {
     const struct ops *o = m->ops;
     float *mx = m->ce_stats, *sum = mx + n, *tl = sum + n;
@@ -245,8 +246,12 @@ static int vocab_parallel_loss(struct model *m, float *logits, const int32_t *ta
     if (model_tp_reduce(m, mx, (size_t)n, true, err)) return -1;
     o->classifier_sumexp(m->ctx, logits, mx, targets, m->v0, m->nv, m->Vpl, sum, tl, n);
     if (model_tp_reduce(m, sum, 2 * (size_t)n, false, err)) return -1; /* sums and target logits */
-    o->classifier_finish(m->ctx, logits, losses, targets, mx, sum, tl, m->v0, m->nv, m->Vpl, n,
-                         grad_scale);
+    if (dlogits16)
+        o->classifier_finish16(m->ctx, dlogits16, logits, losses, targets, mx, sum, tl, m->v0,
+                               m->nv, m->Vpl, n, grad_scale);
+    else
+        o->classifier_finish(m->ctx, logits, losses, targets, mx, sum, tl, m->v0, m->nv, m->Vpl, n,
+                             grad_scale);
     return 0;
 }
 
@@ -264,21 +269,32 @@ static int head_rows(struct model *m, struct model_slot *sl, struct act lnf, int
     const int32_t *targets = sl->targets + r0;
     float *losses = m->losses + r0;
     struct profile *pr = &m->prof;
+    /* the chunk's dlogits in bf16 where the head's backward reads them so (its input too) */
+    uint16_t *d16 = m->logits_rows && grad_scale != 0 && in.bf16 ? m->dlogits16 : NULL;
     PROF(pr, PROF_LM_HEAD_FWD,
          model_product_forward(m, sl->logits, in, w, w16, NULL, n, C, m->Vpl));
-    if (m->tp.size == 1) {
+    if (m->tp.size == 1 && d16) {
+        PROF(pr, PROF_LOSS,
+             o->classifier16(m->ctx, d16, sl->logits, losses, targets, n, m->cfg.vocab,
+                             m->cfg.padded_vocab, grad_scale));
+    } else if (m->tp.size == 1) {
         PROF(pr, PROF_LOSS,
              o->classifier(m->ctx, sl->logits, losses, targets, n, m->cfg.vocab,
                            m->cfg.padded_vocab, grad_scale));
     } else {
         double t0 = prof_clock(pr);
-        if (vocab_parallel_loss(m, sl->logits, targets, losses, n, grad_scale, err)) return -1;
+        if (vocab_parallel_loss(m, sl->logits, d16, targets, losses, n, grad_scale, err)) return -1;
         if (!pr->paused) pr->seconds[PROF_LOSS] += prof_clock(pr) - t0;
     }
-    if (m->logits_rows && grad_scale != 0)
+    float *dlnf = m->logits_rows ? sl->dlnf + (size_t)r0 * C : NULL;
+    if (d16)
         PROF(pr, PROF_LM_HEAD_BWD,
-             model_product_backward(m, sl->dlnf + (size_t)r0 * C, sl->dhead, NULL, sl->logits, in,
-                                    w, w16, n, C, m->Vpl, r0 > 0));
+             o->matmul_backward_dout16(m->ctx, dlnf, sl->dhead, d16, in.bf16, w16, n, C, m->Vpl,
+                                       r0 > 0));
+    else if (m->logits_rows && grad_scale != 0)
+        PROF(pr, PROF_LM_HEAD_BWD,
+             model_product_backward(m, dlnf, sl->dhead, NULL, sl->logits, in, w, w16, n, C, m->Vpl,
+                                    r0 > 0));
     return 0;
 }
 

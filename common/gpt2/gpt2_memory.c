@@ -133,7 +133,8 @@ bool gpt2_act16(const struct gpt2_config *cfg, enum plan_precision precision)
 
 bool gpt2_act_is16(enum gpt2_act a)
 {
-    return a == GPT2_ACT_LN1 || a == GPT2_ACT_LN2 || a == GPT2_ACT_LNF || a == GPT2_ACT_FCH_GELU;
+    return a == GPT2_ACT_LN1 || a == GPT2_ACT_LN2 || a == GPT2_ACT_LNF || a == GPT2_ACT_FCH_GELU ||
+           a == GPT2_ACT_DLOGITS16;
 }
 
 size_t gpt2_logits_rows(const struct gpt2_shard *s, const struct gpt2_memory_shape *shape)
@@ -144,7 +145,9 @@ size_t gpt2_logits_rows(const struct gpt2_shard *s, const struct gpt2_memory_sha
     double rows = floor(shape->logits_chunk_mb * 1048576.0 / (Vpt * sizeof(float)));
     if (rows < 1) rows = 1;
     if (rows >= N) return 0;
-    double whole = slots * N * Vpt, chunked = slots * (Vpt + N) * C + rows * Vpt;
+    /* (in floats; with bf16 activations a chunk's dlogits in bf16 beside its logits) */
+    double whole = slots * N * Vpt,
+           chunked = slots * (Vpt + N) * C + rows * Vpt * (shape->act16 ? 1.5 : 1);
     return chunked < whole ? (size_t)rows : 0;
 }
 
@@ -204,6 +207,8 @@ static bool buffer_elems(enum gpt2_act a, const struct gpt2_shard *s, long long 
         return fused_attention ? ck_size(out, B, NHt, T) : ck_size(out, B, NHt, T, T);
     case GPT2_ACT_LOGITS:
         return logits_rows ? ck_size(out, logits_rows, Vpt) : ck_size(out, B, T, Vpt);
+    case GPT2_ACT_DLOGITS16:
+        return ck_size(out, logits_rows, Vpt);
     case GPT2_ACT_DHEAD:
         return ck_size(out, Vpt, C);
     case GPT2_ACT_CP_RING:
@@ -238,6 +243,7 @@ static size_t buffer_copies(enum gpt2_act a, const struct gpt2_shard *s,
     if (a == GPT2_ACT_LOGITS && chunked) return 1;
     if (a < GPT2_ACT_FIRST_SCRATCH) return slot_held(a, s) ? slots : 0;
     if (a == GPT2_ACT_CE_STATS) return s->part.tp > 1;
+    if (a == GPT2_ACT_DLOGITS16) return chunked && shape->act16;
     if (a == GPT2_ACT_WHOLE) return shape->sequence_parallel;
     bool ring = shape->cp > 1;
     if (a == GPT2_ACT_CP_RING) return ring ? 5 : 0;

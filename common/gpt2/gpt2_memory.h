@@ -18,7 +18,8 @@
  *   grads       4·Pp fp32 gradients, + 4·S the slice's reduced gradient (ZeRO >= 1)
  *   optimizer   8·S AdamW moments, + 4·S the slice's staging buffer (ZeRO >= 1)
  *   activations the buffers below, fp32, but in bf16 precision the products' inputs
- *               (gpt2_act16: LN1, LN2, LNF, FCH_GELU) in bf16, 2 bytes an element
+ *               (gpt2_act16: LN1, LN2, LNF, FCH_GELU) and a chunk's dlogits (DLOGITS16)
+ *               in bf16, 2 bytes an element
  * ZeRO 3 holds the slice of each, 4·S weights (+ 2·S their bf16 copy in
  * bf16, which the layers are gathered from), 4·S gradients, 8·S moments,
  * and the windows its units are gathered into (gpt2_units.h: the embeddings'
@@ -87,6 +88,8 @@ enum gpt2_act {
     GPT2_ACT_PROJ,       /* (N,C) */
     GPT2_ACT_LOSSES,     /* (N) */
     GPT2_ACT_CE_STATS,   /* (3N)        tp > 1 */
+    GPT2_ACT_DLOGITS16,  /* (rows,Vp/tp) bf16, chunked logits with bf16 activations (gpt2_act16):
+                            a chunk's dlogits, the LM head's backward reads them as they are */
     GPT2_ACT_DRES,       /* (R,C) */
     GPT2_ACT_GRAD_IN,    /* (R,C)       a stage's input gradient received from the next
                             (pipeline stages but the last, every stage when interleaved) */
@@ -218,7 +221,8 @@ struct gpt2_memory {
  * of logits_chunk_mb MiB (at least 1) where that holds less: the forward then computes,
  * chunk by chunk, the logits, the loss, dlogits and from them the head's input gradient
  * (DLNF) and weight gradient (DHEAD), which a held micro-batch keeps instead of its
- * dlogits ((Vp/tp + N)·C against N·Vp/tp elements). Not on other stages: 0. */
+ * dlogits ((Vp/tp + N)·C against N·Vp/tp elements; with bf16 activations the chunk's dlogits
+ * in bf16 beside it, DLOGITS16). Not on other stages: 0. */
 size_t gpt2_logits_rows(const struct gpt2_shard *s, const struct gpt2_memory_shape *shape);
 
 /* Whether a rank keeps the inputs of its products in bf16 (the norms' outputs LN1, LN2 and
@@ -228,7 +232,7 @@ size_t gpt2_logits_rows(const struct gpt2_shard *s, const struct gpt2_memory_sha
  * and dispatch read its input in fp32), nor in fp8 (its products quantise fp32 inputs). */
 bool gpt2_act16(const struct gpt2_config *cfg, enum plan_precision precision);
 
-/* Whether buffer a is one of gpt2_act16's. */
+/* Whether buffer a is one of gpt2_act16's (the products' inputs, and DLOGITS16). */
 bool gpt2_act_is16(enum gpt2_act a);
 
 /* Floats of an offload window (parallel.offload_window_mb: nvme's moments, a GPU rank's

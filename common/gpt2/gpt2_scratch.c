@@ -9,8 +9,9 @@
 #include "kernels/fp8_lt.h" // defines: fp8_lt_block_scales, fp8_lt_count (header only)
 
 /* How a product's operands reach cuBLASLt: fp32 (no scratch), a bf16 copy, the input in bf16
- * already (gpt2_act16: a copy of dout alone), fp8 codes. */
-enum product_kind { PRODUCT_FP32, PRODUCT_BF16, PRODUCT_BF16_IN, PRODUCT_FP8 };
+ * already (gpt2_act16: a copy of dout alone), the input and dout in bf16 already (the chunked
+ * LM head's with bf16 activations: no copy), fp8 codes. */
+enum product_kind { PRODUCT_FP32, PRODUCT_BF16, PRODUCT_BF16_IN, PRODUCT_BF16_BOTH, PRODUCT_FP8 };
 
 /* What the ops take from their context, and the slots they raise. */
 struct scratch_run {
@@ -190,11 +191,11 @@ void gpt2_scratch(const struct gpt2_shard *s, const struct gpt2_memory_shape *sh
         raise(&r, GPT2_SCRATCH_INDEX, 4 * (2 * (N < Vpt ? N : Vpt) + 1 + N));
     if (s->last) { /* the LM head, in bf16 but in fp32 runs, a chunk of rows at a time */
         uint64_t Nh = mem->logits_rows ? (uint64_t)mem->logits_rows : N;
-        product(&r,
-                kind == PRODUCT_FP32 ? PRODUCT_FP32
-                : h->act16           ? PRODUCT_BF16_IN
-                                     : PRODUCT_BF16,
-                Nh, C, Vpt, false, true);
+        enum product_kind head = kind == PRODUCT_FP32           ? PRODUCT_FP32
+                                 : h->act16 && mem->logits_rows ? PRODUCT_BF16_BOTH
+                                 : h->act16                     ? PRODUCT_BF16_IN
+                                                                : PRODUCT_BF16;
+        product(&r, head, Nh, C, Vpt, false, true);
     }
     /* the optimizer (optimizer.cu), over at most one part of each tensor instance: the
      * gradient norm's partials (SUM_BLOCKS per tensor, SUM_TENSORS tensors a launch) and a

@@ -332,6 +332,32 @@ static void cpu_matmul_backward16(struct ops_ctx *ctx, float *dinp, float *dw, f
     if (dbias) bias_backward_f32(dbias, dout, N, OC, accumulate);
 }
 
+/* The classifier's, dlogits computed over the logits as the fp32 op does, then rounded */
+static void cpu_classifier16(struct ops_ctx *ctx, uint16_t *dlogits16, float *logits, float *losses,
+                             const int32_t *targets, int N, int V, int Vp, float grad_scale)
+{
+    cpu_classifier_f32(ctx, logits, losses, targets, N, V, Vp, grad_scale);
+    bf16_from_f32(dlogits16, logits, (size_t)N * Vp);
+}
+
+static void cpu_classifier_finish16(struct ops_ctx *ctx, uint16_t *dlogits16, float *logits,
+                                    float *losses, const int32_t *targets, const float *row_max,
+                                    const float *row_sum, const float *target_logit, int v0, int nv,
+                                    int Vp, int N, float grad_scale)
+{
+    cpu_classifier_finish_f32(ctx, logits, losses, targets, row_max, row_sum, target_logit, v0, nv,
+                              Vp, N, grad_scale);
+    bf16_from_f32(dlogits16, logits, (size_t)N * Vp);
+}
+
+static void cpu_matmul_backward_dout16(struct ops_ctx *ctx, float *dinp, float *dw,
+                                       const uint16_t *dout, const uint16_t *inp,
+                                       const uint16_t *w16, int N, int C, int OC, bool accumulate)
+{
+    if (dinp) mm16(ctx, false, false, N, C, OC, dout, OC, w16, C, 0.0f, dinp, C);
+    if (dw) mm16(ctx, true, false, OC, C, N, dout, OC, inp, C, accumulate ? 1.0f : 0.0f, dw, C);
+}
+
 /* The line from gemm_bf16_emulated, when emulated. */
 static const char *cpu_bf16_emulation(struct ops_ctx *ctx)
 {
@@ -629,6 +655,9 @@ static const struct ops cpu_ops = {
     .matmul_forward_gelu16 = NULL, /* the two ops, as matmul_forward_gelu */
     .residual_layernorm_forward16 = cpu_residual_layernorm_forward16,
     .residual_rmsnorm_forward16 = cpu_residual_rmsnorm_forward16,
+    .classifier16 = cpu_classifier16,
+    .classifier_finish16 = cpu_classifier_finish16,
+    .matmul_backward_dout16 = cpu_matmul_backward_dout16,
     .to_bf16 = cpu_to_bf16,
     .bf16_emulation = cpu_bf16_emulation,
 };

@@ -7,7 +7,8 @@
 # parallelism gathers them in bf16, recompute writes them again, zero-bubble's weight pass
 # reads them later, a pipeline holds several micro-batches' of them), for GPT-2 and a
 # Llama; the memory plait check predicts is what the model allocates, 2 bytes an element
-# less. fp8 and MoE models keep them in fp32.
+# less; the classifier in chunks writes its dlogits in bf16 for the LM head's backward. fp8
+# and MoE models keep them in fp32.
 source "$(dirname "$0")/lib.sh"
 
 tiny_plan "$WORK/plan.json"
@@ -58,6 +59,24 @@ test_one_rank_same_bits_in_half_the_bytes() {
     [ $((a32 - a16)) = 106496 ] || { echo "activations $a32 in fp32, $a16 in bf16"; return 1; }
 }
 
+# The classifier in chunks (logits_chunk_mb 0.01: 10 rows of the 256-wide logits at a time)
+# writes each chunk's dlogits in bf16, which the LM head's backward reads as they are (every
+# product rounded them to bf16 before): the same bits; the activations hold that chunk's
+# 10·256 bf16 dlogits beside the rest, 5,120 bytes, so 106,496 − 5,120 = 101,376 less
+# than in fp32. tp 2 writes them in the vocabulary-parallel loss's last part.
+test_chunked_head_same_bits() {
+    same_bits chunks --set logits_chunk_mb=0.01 || return 1
+    local a16 a32
+    a16=$(activations "$WORK/chunks") && a32=$(activations "$WORK/chunks_f32") || return 1
+    [ $((a32 - a16)) = 101376 ] || { echo "activations $a32 in fp32, $a16 in bf16"; return 1; }
+    same_bits tp2_chunks --set parallel.tp=2 --set logits_chunk_mb=0.01 && smaller tp2_chunks ||
+        return 1
+    same_bits tp2_sp_chunks --set parallel.tp=2 --set parallel.sequence_parallel=true \
+        --set logits_chunk_mb=0.01 && smaller tp2_sp_chunks || return 1
+    same_bits pp2_chunks --set parallel.pp=2 --set batch.grad_accum=4 --set logits_chunk_mb=0.01 &&
+        smaller pp2_chunks
+}
+
 # A Llama: RMSNorm's output and SwiGLU's in bf16, a grouped-query attention, untied head
 test_llama_same_bits() {
     same_bits llama --set model.arch=llama --set model.kv_heads=1 --set model.ffn_hidden=64 &&
@@ -95,6 +114,7 @@ test_fp8_and_moe_keep_fp32_activations() {
 }
 
 check one_rank_same_bits_in_half_the_bytes test_one_rank_same_bits_in_half_the_bytes
+check chunked_head_same_bits test_chunked_head_same_bits
 check llama_same_bits test_llama_same_bits
 check layouts_same_bits test_layouts_same_bits
 check split_backward_zero_and_cp_same_bits test_split_backward_zero_and_cp_same_bits

@@ -183,9 +183,11 @@ static void test_fp8_block_scales_a_tile_of_128(void)
 /* plait check: a GPU rank holds its scratch, cuBLASLt's 32 MiB and the CUDA context's
  * allowance beside its model's buffers, in its total; a CPU rank none of them. The plan's
  * default logits_chunk_mb (512 MiB) runs the head ⌊512 MiB / (4·Vp)⌋ = 2,668 rows at a
- * time: its bf16 copy of dlogits 2·2,668·Vp = 268,422,144 bytes in BF16_A in place of
- * the whole logits' 2·N·Vp, the rest as with whole logits and bf16 activations:
- * 473,900,388 bytes in all. */
+ * time, and with bf16 activations the classifier writes each chunk's dlogits in bf16 (an
+ * activation buffer, DLOGITS16), which the head's backward reads as they are: BF16_A then
+ * holds no copy of dlogits, only the largest other, fc's dout 2·N·4C = 100,663,296 bytes in
+ * place of the whole logits' 2·N·Vp; the rest as with whole logits and bf16 activations:
+ * 306,141,540 bytes in all. */
 static void test_plait_check_counts_a_gpu_ranks_scratch_and_cuda_context(void)
 {
     struct plait_error err = {.text = ""};
@@ -207,8 +209,8 @@ static void test_plait_check_counts_a_gpu_ranks_scratch_and_cuda_context(void)
               cpu.total == cpu.params + cpu.grads + cpu.optimizer + cpu.activations,
           "a CPU rank: scratch %llu, context %llu", (unsigned long long)cpu.scratch,
           (unsigned long long)cpu.cuda_context);
-    uint64_t chunked = 1853839716ull - 2ull * N * VP + 2ull * 2668 * VP;
-    CHECK(chunked == 473900388ull && gpu.scratch == chunked &&
+    uint64_t chunked = 1853839716ull - 2ull * N * VP + 2ull * N * 4 * C;
+    CHECK(chunked == 306141540ull && gpu.scratch == chunked &&
               gpu.cuda_context == (32ull + 512) << 20 &&
               gpu.total == gpu.params + gpu.grads + gpu.optimizer + gpu.activations + gpu.scratch +
                                gpu.cuda_context,
