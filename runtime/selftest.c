@@ -286,6 +286,16 @@ static const struct shape product16_shapes[] = {
     {1, 256, 768, 12, 50257, 50304, 50304, 0, 0, 0, 0, 0},
 };
 
+/* the LM head with bf16 activations (ops.h's classifier16, classifier_finish16,
+ * matmul_backward_dout16; OC = Vp, the dlogits' width): small odd ones, then GPT-2 124M's
+ * on 256 rows (the chunked logits); with PLAIT_SELFTEST_SHAPES=small the first three */
+static const struct shape head16_shapes[] = {
+    {2, 5, 12, 3, 37, 40, 40, 0, 0, 0, 0, 0},
+    {3, 37, 72, 6, 301, 320, 320, 0, 0, 0, 0, 0},
+    {4, 128, 256, 4, 1000, 1024, 1024, 0, 0, 0, 0, 0},
+    {1, 256, 768, 12, 50257, 50304, 50304, 0, 0, 0, 0, 0},
+};
+
 static bool has_residual_layernorm(const struct ops *gpu)
 {
     return gpu->residual_layernorm_forward != NULL;
@@ -362,6 +372,21 @@ static bool has_residual_layernorm16(const struct ops *gpu)
 static bool has_residual_rmsnorm16(const struct ops *gpu)
 {
     return gpu->residual_rmsnorm_forward16 != NULL;
+}
+
+static bool has_classifier16(const struct ops *gpu)
+{
+    return gpu->classifier16 != NULL;
+}
+
+static bool has_classifier_finish16(const struct ops *gpu)
+{
+    return gpu->classifier_finish16 != NULL;
+}
+
+static bool has_matmul_backward_dout16(const struct ops *gpu)
+{
+    return gpu->matmul_backward_dout16 != NULL;
 }
 
 static bool has_llama_ops(const struct ops *gpu)
@@ -493,6 +518,29 @@ static const struct selftest_case {
      .run = selftest_matmul_gelu16,
      .tolerance = 1e-5,
      .present = has_matmul_gelu16},
+    /* the LM head's (selftest_act16.c): dlogits16 in bf16 ulps, the losses and the
+     * products' gradients within 1e-5 as their namesakes' */
+    {.name = "classifier16",
+     .run = selftest_classifier16,
+     .tolerance = 1e-5,
+     .shapes = head16_shapes,
+     .n_shapes = sizeof head16_shapes / sizeof *head16_shapes,
+     .n_small = 3,
+     .present = has_classifier16},
+    {.name = "classifier_finish16",
+     .run = selftest_classifier_finish16,
+     .tolerance = 1e-5,
+     .shapes = head16_shapes,
+     .n_shapes = sizeof head16_shapes / sizeof *head16_shapes,
+     .n_small = 3,
+     .present = has_classifier_finish16},
+    {.name = "matmul_backward_dout16",
+     .run = selftest_matmul_backward_dout16,
+     .tolerance = 1e-5,
+     .shapes = head16_shapes,
+     .n_shapes = sizeof head16_shapes / sizeof *head16_shapes,
+     .n_small = 3,
+     .present = has_matmul_backward_dout16},
     /* a mixture of experts' routing: the choices, rows and counts equal (tolerance 0 for
      * every integer output), the floats within 1e-5 */
 #define MOE_CASE(n, f) SHAPED_CASE(n, f, moe_shapes, has_moe_ops)

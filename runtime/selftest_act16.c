@@ -286,3 +286,93 @@ void selftest_matmul_gelu16(struct run *r)
         selftest_out_act16(r, names[pass][1], y16, n);
     }
 }
+
+/* ---- the LM head with bf16 activations: the classifier's gradient in bf16, the
+ * head's backward on it (dout (N,Vp) = dlogits16, OC = Vp) ---- */
+
+/* dlogits16 held to the namesake's fp32 dlogits rounded (keep16: within a bf16 ulp of
+ * the CPU's, and bit for bit to its own backend's namesake, one kernel for both), the
+ * losses to the namesake's; each op on logits of its own (it leaves them undefined) */
+void selftest_classifier16(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t N = N_ROWS(s), n = N * s->Vp;
+    int32_t *tgt = selftest_tokens(r, N, s->V);
+    float *lg = selftest_rnd(r, n, 2, 0), *lg16 = selftest_dev(r, n * 4);
+    float *loss = selftest_dev(r, N * 4), *loss16 = selftest_dev(r, N * 4);
+    uint16_t *rounded = selftest_dev(r, n * 2), *d16 = selftest_dev(r, n * 2);
+    if (r->broken) return;
+    bool has = r->o->classifier16 != NULL;
+    float scale = 1.0f / (float)N;
+    r->o->copy(r->ctx, lg16, lg, n * 4);
+    if (has) r->o->classifier16(r->ctx, d16, lg16, loss16, tgt, (int)N, s->V, s->Vp, scale);
+    r->o->classifier(r->ctx, lg, loss, tgt, (int)N, s->V, s->Vp, scale);
+    r->o->to_bf16(r->ctx, rounded, lg, n);
+    keep16(r, has ? d16 : NULL, rounded, n, ops_cpu()->classifier16 != NULL);
+    keep32(r, "losses", has ? loss16 : NULL, loss, N);
+}
+
+/* the vocabulary-parallel finish on one rank's shard, as selftest_classifier_parts: entries
+ * [v0, v0+nv) of a (N, Vs) slice, targets inside and outside it; its row statistics from
+ * the backend's own classifier_max and classifier_sumexp */
+void selftest_classifier_finish16(struct run *r)
+{
+    const struct shape *s = r->s;
+    size_t N = N_ROWS(s);
+    int Vs = s->Vp / 2, nv = Vs - 3, v0 = s->V / 4;
+    size_t n = N * (size_t)Vs;
+    int32_t *tgt = selftest_tokens(r, N, s->V);
+    float *lg = selftest_rnd(r, n, 2, 0), *lg16 = selftest_dev(r, n * 4);
+    float *mx = selftest_dev(r, N * 4), *sum = selftest_dev(r, N * 4), *tl = selftest_dev(r, N * 4);
+    float *loss = selftest_dev(r, N * 4), *loss16 = selftest_dev(r, N * 4);
+    uint16_t *rounded = selftest_dev(r, n * 2), *d16 = selftest_dev(r, n * 2);
+    if (r->broken) return;
+    bool has = r->o->classifier_finish16 != NULL;
+    r->o->copy(r->ctx, lg16, lg, n * 4);
+    r->o->classifier_max(r->ctx, lg, mx, (int)N, nv, Vs);
+    r->o->classifier_sumexp(r->ctx, lg, mx, tgt, v0, nv, Vs, sum, tl, (int)N);
+    if (has)
+        r->o->classifier_finish16(r->ctx, d16, lg16, loss16, tgt, mx, sum, tl, v0, nv, Vs, (int)N,
+                                  0.5f);
+    r->o->classifier_finish(r->ctx, lg, loss, tgt, mx, sum, tl, v0, nv, Vs, (int)N, 0.5f);
+    r->o->to_bf16(r->ctx, rounded, lg, n);
+    keep16(r, has ? d16 : NULL, rounded, n, ops_cpu()->classifier_finish16 != NULL);
+    keep32(r, "losses", has ? loss16 : NULL, loss, N);
+}
+
+/* The product on a bf16 dout: dy16 = to_bf16(dy), against matmul_backward16 on dy, which
+ * rounds dy to the same dy16 first (ops.h); dw accumulated and not, dinp alone and with
+ * dw, each pass into gradients of its own as selftest_matmul_backward16 */
+void selftest_matmul_backward_dout16(struct run *r)
+{
+    static const char *const names[2][4] = {
+        {"dinp", "dw_acc", "dinp_only", "dw_only"},
+        {"dinp cpu16", "dw_acc cpu16", "dinp_only cpu16", "dw_only cpu16"}};
+    const struct shape *s = r->s;
+    int N = (int)N_ROWS(s), C = s->C, OC = s->OC;
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
+    struct product16 p;
+    if (!product16_inputs(r, &p)) return;
+    float *dy = selftest_rnd(r, ny, 1, 0);
+    uint16_t *dy16 = selftest_dev(r, ny * 2);
+    if (r->broken) return;
+    r->o->to_bf16(r->ctx, dy16, dy, ny);
+    int passes = ops_cpu()->matmul_backward_dout16 ? 2 : 1;
+    for (int pass = 0; pass < passes; pass++) {
+        float *dx = selftest_dev(r, nx * 4), *dx2 = selftest_dev(r, nx * 4);
+        float *dw = selftest_rnd(r, nw, 1, 0), *dw2 = selftest_rnd(r, nw, 1, 0);
+        if (r->broken) return;
+        if (by_contract(r, pass)) {
+            r->o->matmul_backward16(r->ctx, dx, dw, NULL, dy, p.x16, p.w16, N, C, OC, true);
+            r->o->matmul_backward16(r->ctx, dx2, NULL, NULL, dy, p.x16, p.w16, N, C, OC, false);
+            r->o->matmul_backward16(r->ctx, NULL, dw2, NULL, dy, p.x16, p.w16, N, C, OC, false);
+        } else {
+            r->o->matmul_backward_dout16(r->ctx, dx, dw, dy16, p.x16, p.w16, N, C, OC, true);
+            r->o->matmul_backward_dout16(r->ctx, dx2, NULL, dy16, p.x16, p.w16, N, C, OC, false);
+            r->o->matmul_backward_dout16(r->ctx, NULL, dw2, dy16, p.x16, p.w16, N, C, OC, false);
+        }
+        const float *outs[4] = {dx, dw, dx2, dw2};
+        const size_t lens[4] = {nx, nw, nx, nw};
+        for (int k = 0; k < 4; k++) selftest_out(r, names[pass][k], outs[k], lens[k]);
+    }
+}

@@ -250,6 +250,9 @@ void cu_matmul_forward_gelu16(struct ops_ctx *ctx, uint16_t *out, float *pre, co
 void cu_matmul_backward16(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias,
                           const float *dout, const uint16_t *inp, const uint16_t *w16, int N, int C,
                           int OC, bool accumulate);
+void cu_matmul_backward_dout16(struct ops_ctx *ctx, float *dinp, float *dw, const uint16_t *dout,
+                               const uint16_t *inp, const uint16_t *w16, int N, int C, int OC,
+                               bool accumulate);
 /* attention.cu */
 void cu_attention_forward(struct ops_ctx *ctx, float *out, float *att, const float *qkv, int B,
                           int T, int C, int NH);
@@ -326,6 +329,12 @@ void cu_classifier_sumexp(struct ops_ctx *ctx, const float *logits, const float 
 void cu_classifier_finish(struct ops_ctx *ctx, float *logits, float *losses, const int32_t *targets,
                           const float *row_max, const float *row_sum, const float *target_logit,
                           int v0, int nv, int Vp, int N, float grad_scale);
+void cu_classifier16(struct ops_ctx *ctx, uint16_t *dlogits16, float *logits, float *losses,
+                     const int32_t *targets, int N, int V, int Vp, float grad_scale);
+void cu_classifier_finish16(struct ops_ctx *ctx, uint16_t *dlogits16, float *logits, float *losses,
+                            const int32_t *targets, const float *row_max, const float *row_sum,
+                            const float *target_logit, int v0, int nv, int Vp, int N,
+                            float grad_scale);
 /* moe.cu: a mixture-of-experts block's routing */
 void cu_moe_route(struct ops_ctx *ctx, float *probs, int32_t *choice, float *gate, float *lse,
                   const float *logits, int N, int E, int k);

@@ -58,7 +58,7 @@ void ops_cuda_attention_block_backward(struct ops_ctx *ctx, float *dq, float *dk
  * kernels/cuda/cuda_load.c implements the functions above by loading it; the
  * object exports one symbol, this table of its own implementations. */
 #define OPS_CUDA_ENTRY_SYMBOL "plait_cuda_entry"
-#define OPS_CUDA_ENTRY_VERSION 3
+#define OPS_CUDA_ENTRY_VERSION 4
 struct ops_cuda_entry {
     int version;      /* OPS_CUDA_ENTRY_VERSION: the loader refuses another */
     size_t ops_bytes; /* sizeof(struct ops) it was built with: a table of another size (an

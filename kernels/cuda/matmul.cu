@@ -1,7 +1,7 @@
 /* matmul.cu — the matrix products through cuBLASLt: fp32 (CUBLAS_COMPUTE_32F,
  * no TF32: the CPU's results within fp32 rounding) and bf16 in / fp32 out (an
- * fp32 input rounded into scratch first, or a bf16 activation as it is: the
- * ...16 ops), the bias fused as an epilogue where cuBLASLt offers it (else a
+ * fp32 input rounded into scratch first, or a bf16 activation or dout as it is:
+ * the ...16 ops), the bias fused as an epilogue where cuBLASLt offers it (else a
  * kernel), and the MLP's first product with its GELU in the same epilogue
  * (GELU_AUX_BIAS: the output, fp32 or bf16, and the fp32 pre-activation the
  * backward needs, in one pass); the bias gradient a deterministic column sum
@@ -222,7 +222,8 @@ void cu_matmul_forward_gelu16(struct ops_ctx *ctx, uint16_t *out, float *pre, co
 }
 
 /* The three products of a backward, d (N,OC) x (N,C) and w (OC,C) of type (fp32; bf16:
- * d dout rounded), x read only where dw; dbias dout's fp32 column sum */
+ * d dout rounded, or a bf16 dout itself), x read only where dw; dbias dout's fp32 column
+ * sum (NULL with dout NULL) */
 static void backward(struct ops_ctx *ctx, float *dinp, float *dw, float *dbias, const float *dout,
                      const void *d, const void *x, const void *w, cudaDataType_t type, int N, int C,
                      int OC, bool accumulate)
@@ -255,4 +256,13 @@ void cu_matmul_backward16(struct ops_ctx *ctx, float *dinp, float *dw, float *db
 {
     const uint16_t *d16 = bf16_copy(ctx, CU_SCRATCH_BF16_A, dout, (size_t)N * OC);
     if (d16) backward(ctx, dinp, dw, dbias, dout, d16, inp, w16, CUDA_R_16BF, N, C, OC, accumulate);
+}
+
+/* ops.h matmul_backward_dout16: dout in bf16 already (the classifier's dlogits16), so no
+ * copy of it and no scratch; no bias (its column sum would want an fp32 dout) */
+void cu_matmul_backward_dout16(struct ops_ctx *ctx, float *dinp, float *dw, const uint16_t *dout,
+                               const uint16_t *inp, const uint16_t *w16, int N, int C, int OC,
+                               bool accumulate)
+{
+    backward(ctx, dinp, dw, NULL, NULL, dout, inp, w16, CUDA_R_16BF, N, C, OC, accumulate);
 }
