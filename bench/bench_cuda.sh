@@ -141,10 +141,10 @@ echo
 if "$BUILD/bin/plait" train "$work/plan_16.json" --out "$work/offload_host" \
     --set parallel.offload=host >"$work/offload_host.log" 2>&1; then
     report "$work/offload_host/metrics.jsonl" 16 'bf16 parallel.offload "host"'
-    "$PY" - "$work/offload_host/metrics.jsonl" "$work/run_16/metrics.jsonl" <<'EOF'
-import json, statistics, sys
-def ms(p):
-    return statistics.median(r["ms"] for r in [r for r in map(json.loads, open(p)) if "ms" in r][1:])
+    "$PY" - "$work/offload_host" "$work/run_16" <<'EOF'
+import sys
+sys.path.insert(0, "bench")
+from run_stats import ms
 off, ref = ms(sys.argv[1]), ms(sys.argv[2])
 print(f"  step {off:.1f} ms against {ref:.1f} ms without offload ({off / ref:.2f}x)")
 EOF
@@ -159,14 +159,9 @@ if "$BUILD/bin/plait" train "$work/plan_16.json" --out "$work/logits_whole" \
     --set logits_chunk_mb=0 >"$work/logits_whole.log" 2>&1; then
     report "$work/logits_whole/metrics.jsonl" 16 "bf16 logits whole (logits_chunk_mb 0)"
     "$PY" - "$work/logits_whole" "$work/run_16" <<'EOF'
-import json, statistics, sys
-def ms(d):
-    rows = [r for r in map(json.loads, open(d + "/metrics.jsonl")) if "ms" in r][1:]
-    return statistics.median(r["ms"] for r in rows)
-def used(d):
-    return json.load(open(d + "/run.json"))["memory"]["ranks"][0].get("device_used_bytes", 0)
-def pred(d):  # plait check's, the backend's scratch and the CUDA context's allowance in it
-    return json.load(open(d + "/run.json"))["memory"]["ranks"][0]["predicted"]["total"]
+import sys
+sys.path.insert(0, "bench")
+from run_stats import ms, pred, used
 whole, chunks = sys.argv[1], sys.argv[2]
 print(f"  step in chunks {ms(chunks):.1f} ms against {ms(whole):.1f} ms whole "
       f"({ms(chunks) / ms(whole):.2f}x); device memory in use {used(chunks) / 1e9:.2f} GB "
@@ -184,12 +179,9 @@ if PLAIT_DEBUG_ACTIVATIONS_F32=1 "$BUILD/bin/plait" train "$work/plan_16.json" \
     --out "$work/acts_f32" >"$work/acts_f32.log" 2>&1; then
     report "$work/acts_f32/metrics.jsonl" 16 "bf16, the products' inputs in fp32"
     "$PY" - "$work/acts_f32" "$work/run_16" <<'EOF'
-import json, statistics, sys
-def ms(d):
-    rows = [r for r in map(json.loads, open(d + "/metrics.jsonl")) if "ms" in r][1:]
-    return statistics.median(r["ms"] for r in rows)
-def used(d):
-    return json.load(open(d + "/run.json"))["memory"]["ranks"][0].get("device_used_bytes", 0)
+import sys
+sys.path.insert(0, "bench")
+from run_stats import ms, used
 f32, b16 = sys.argv[1], sys.argv[2]
 print(f"  step with them in bf16 {ms(b16):.1f} ms against {ms(f32):.1f} ms in fp32 "
       f"({ms(b16) / ms(f32):.2f}x); device memory in use {used(b16) / 1e9:.2f} GB against "

@@ -472,15 +472,16 @@ static const struct selftest_case {
     {.name = "rope", .run = selftest_rope, .tolerance = 1e-5, .present = has_llama_ops},
     {.name = "kv_expand", .run = selftest_kv_expand, .tolerance = 0, .present = has_llama_ops},
     {.name = "swiglu", .run = selftest_swiglu, .tolerance = 1e-5, .present = has_llama_ops},
-    /* the fused ops against the CPU's composition of the ops they fuse (selftest_fused.c),
-     * within their neighbours' limits, at shapes of their own */
-#define SHAPED_CASE(n, f, own, has)                                                                \
-    {.name = n,                                                                                    \
-     .run = f,                                                                                     \
-     .tolerance = 1e-5,                                                                            \
-     .shapes = own,                                                                                \
-     .n_shapes = sizeof own / sizeof *own,                                                         \
-     .present = has}
+/* the fused ops against the CPU's composition of the ops they fuse (selftest_fused.c),
+ * within their neighbours' limits, at shapes of their own */
+#define SHAPED_SMALL_CASE(n, f, own, small, has)                                                   \
+    {                                                                                              \
+        .name = n, .run = f, .tolerance = 1e-5, .shapes = own,                                     \
+        .n_shapes = sizeof own / sizeof *own, .n_small = small, .present = has                     \
+    }
+#define SHAPED_CASE(n, f, own, has) SHAPED_SMALL_CASE(n, f, own, 0, has)
+/* where only the first 3 shapes are small (PLAIT_SELFTEST_SHAPES=small, the CPU twin) */
+#define SMALL3_CASE(n, f, own, has) SHAPED_SMALL_CASE(n, f, own, 3, has)
     SHAPED_CASE("residual+layernorm", selftest_residual_layernorm, residual_norm_shapes,
                 has_residual_layernorm),
     SHAPED_CASE("residual+rmsnorm", selftest_residual_rmsnorm, residual_norm_shapes,
@@ -500,49 +501,23 @@ static const struct selftest_case {
                 has_residual_layernorm16),
     SHAPED_CASE("residual+rmsnorm16", selftest_residual_rmsnorm16, residual_norm_shapes,
                 has_residual_rmsnorm16),
-    {.name = "matmul_forward16",
-     .run = selftest_matmul_forward16,
-     .tolerance = 1e-5,
-     .shapes = product16_shapes,
-     .n_shapes = sizeof product16_shapes / sizeof *product16_shapes,
-     .n_small = 3,
-     .present = has_matmul_forward16},
-    {.name = "matmul_backward16",
-     .run = selftest_matmul_backward16,
-     .tolerance = 1e-5,
-     .shapes = product16_shapes,
-     .n_shapes = sizeof product16_shapes / sizeof *product16_shapes,
-     .n_small = 3,
-     .present = has_matmul_backward16},
+    SMALL3_CASE("matmul_forward16", selftest_matmul_forward16, product16_shapes,
+                has_matmul_forward16),
+    SMALL3_CASE("matmul_backward16", selftest_matmul_backward16, product16_shapes,
+                has_matmul_backward16),
     {.name = "matmul+gelu16",
      .run = selftest_matmul_gelu16,
      .tolerance = 1e-5,
      .present = has_matmul_gelu16},
     /* the LM head's (selftest_act16.c): dlogits16 in bf16 ulps, the losses and the
      * products' gradients within 1e-5 as their namesakes' */
-    {.name = "classifier16",
-     .run = selftest_classifier16,
-     .tolerance = 1e-5,
-     .shapes = head16_shapes,
-     .n_shapes = sizeof head16_shapes / sizeof *head16_shapes,
-     .n_small = 3,
-     .present = has_classifier16},
-    {.name = "classifier_finish16",
-     .run = selftest_classifier_finish16,
-     .tolerance = 1e-5,
-     .shapes = head16_shapes,
-     .n_shapes = sizeof head16_shapes / sizeof *head16_shapes,
-     .n_small = 3,
-     .present = has_classifier_finish16},
-    {.name = "matmul_backward_dout16",
-     .run = selftest_matmul_backward_dout16,
-     .tolerance = 1e-5,
-     .shapes = head16_shapes,
-     .n_shapes = sizeof head16_shapes / sizeof *head16_shapes,
-     .n_small = 3,
-     .present = has_matmul_backward_dout16},
-    /* a mixture of experts' routing: the choices, rows and counts equal (tolerance 0 for
-     * every integer output), the floats within 1e-5 */
+    SMALL3_CASE("classifier16", selftest_classifier16, head16_shapes, has_classifier16),
+    SMALL3_CASE("classifier_finish16", selftest_classifier_finish16, head16_shapes,
+                has_classifier_finish16),
+    SMALL3_CASE("matmul_backward_dout16", selftest_matmul_backward_dout16, head16_shapes,
+                has_matmul_backward_dout16),
+/* a mixture of experts' routing: the choices, rows and counts equal (tolerance 0 for
+ * every integer output), the floats within 1e-5 */
 #define MOE_CASE(n, f) SHAPED_CASE(n, f, moe_shapes, has_moe_ops)
     MOE_CASE("moe route", selftest_moe_route),
     MOE_CASE("moe dispatch", selftest_moe_dispatch),
@@ -550,6 +525,8 @@ static const struct selftest_case {
     MOE_CASE("moe route bwd/losses", selftest_moe_route_backward),
 #undef MOE_CASE
 #undef SHAPED_CASE
+#undef SMALL3_CASE
+#undef SHAPED_SMALL_CASE
     {.name = "classifier", .run = selftest_classifier, .tolerance = 1e-5},
     {.name = "classifier bad target", .run = selftest_classifier_bad_target, .tolerance = 1e-5},
     {.name = "classifier parts", .run = selftest_classifier_parts, .tolerance = 1e-5},
